@@ -1,0 +1,81 @@
+#ifndef LLAMAFLEET_CLIENTS_JOBSPEC_JOBSPEC_H_
+#define LLAMAFLEET_CLIENTS_JOBSPEC_JOBSPEC_H_
+
+// Job spec documents: parsing (YAML or JSON), defaults, validation.
+//
+// One implementation shared by the coordinator (validates every submission), the CLI
+// (parses files, --dry-run) and the trainer (`llamafleet-train train --spec`), so a spec
+// means the same thing everywhere.
+
+#include <string>
+#include "absl/strings/string_view.h"
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "llamafleet/v1/job.pb.h"
+
+namespace google::protobuf {
+class Message;
+}
+namespace YAML {
+class Node;
+}
+
+namespace llamafleet {
+
+// Limits every component enforces.
+inline constexpr int kMaxNameLength = 128;
+inline constexpr int kMaxLabels = 32;
+inline constexpr int kMaxLabelKeyLength = 63;
+inline constexpr int kMaxLabelValueLength = 255;
+inline constexpr int kMaxIdempotencyKeyLength = 128;
+inline constexpr int kMaxPathLength = 4096;
+inline constexpr int kMaxBatchSize = 1000;
+
+struct ParsedJob {
+  v1::JobSpec spec;
+  // Derived from the document's content and its occurrence in the file, so submitting
+  // the same file twice maps each document to the same key.
+  std::string idempotency_key;
+};
+
+// Parses a job file: one YAML/JSON document holding a JobSpec, several YAML documents
+// ("---"), or a list of JobSpecs. Unknown fields are rejected by name; enum values are
+// case-insensitive ("full_shard"). Returns INVALID_ARGUMENT naming the document and the
+// field path ("document 2: training.lrr: unknown field (did you mean lr?)").
+// Does not apply defaults or validate.
+absl::StatusOr<std::vector<ParsedJob>> ParseJobDocuments(absl::string_view text);
+
+// Merges a YAML node into `message` guided by its descriptor. Fields present in the node
+// replace those in the message (repeated fields and maps are replaced whole). Every
+// problem is appended to `errors` as "<path>: <what>"; on error the message may be
+// partially filled.
+void MergeYamlIntoMessage(const YAML::Node& node, const std::string& path,
+                          google::protobuf::Message* message, std::vector<std::string>* errors);
+
+// Applies "a.b.c=value" (value in YAML syntax) to the spec, as the trainer's --set.
+absl::Status ApplySetOverride(v1::JobSpec* spec, absl::string_view key_eq_value);
+
+// Fills every unset field that has a default (see job.proto). Idempotent.
+void ApplyDefaults(v1::JobSpec* spec);
+
+// Checks every rule; returns OK or INVALID_ARGUMENT whose message lists each violation
+// with its field path, prefixed by `path_prefix` ("jobs[3]." for batches), joined by "; ".
+// Expects defaults applied.
+absl::Status ValidateJobSpec(const v1::JobSpec& spec, absl::string_view path_prefix = "");
+
+// Validation of the other user-supplied request fields.
+absl::Status ValidateIdempotencyKey(absl::string_view key, absl::string_view path);
+
+// Renders a message as block YAML (proto field names, enum names).
+std::string MessageToYaml(const google::protobuf::Message& message);
+// Renders a message as JSON (proto field names, enum names, one line unless `pretty`).
+std::string MessageToJson(const google::protobuf::Message& message, bool pretty = false);
+
+// Lowercase hex SHA-256 of `data`.
+std::string Sha256Hex(absl::string_view data);
+
+}  // namespace llamafleet
+
+#endif  // LLAMAFLEET_CLIENTS_JOBSPEC_JOBSPEC_H_
