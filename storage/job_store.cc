@@ -1,0 +1,732 @@
+#include "storage/job_store.h"
+
+#include <future>
+#include <optional>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "google/protobuf/util/time_util.h"
+#include "spdlog/spdlog.h"
+
+namespace llamafleet {
+namespace {
+
+using google::protobuf::util::TimeUtil;
+
+// Schema migrations, in order; PRAGMA user_version = number applied. Never edit an
+// applied migration: add a new one.
+const char* const kMigrations[] = {
+    // 1: jobs, labels, events.
+    R"sql(
+CREATE TABLE jobs (
+  id              INTEGER PRIMARY KEY,   -- job id; larger = newer
+  owner           TEXT NOT NULL,
+  name            TEXT NOT NULL,
+  queue           TEXT NOT NULL,
+  priority        INTEGER NOT NULL,
+  state           INTEGER NOT NULL,      -- llamafleet.v1.JobState
+  status_reason   TEXT NOT NULL,
+  spec            BLOB NOT NULL,         -- serialized llamafleet.v1.JobSpec (defaults applied)
+  idempotency_key TEXT,                  -- NULL when none was given
+  create_time_us  INTEGER NOT NULL,      -- unix microseconds
+  update_time_us  INTEGER NOT NULL,
+  attempts        INTEGER NOT NULL DEFAULT 0,
+  last_event_seq  INTEGER NOT NULL DEFAULT 0
+);
+CREATE UNIQUE INDEX jobs_by_idempotency_key ON jobs(owner, idempotency_key)
+  WHERE idempotency_key IS NOT NULL;
+CREATE INDEX jobs_by_state ON jobs(state, id);
+CREATE INDEX jobs_by_queue ON jobs(queue, id);
+CREATE INDEX jobs_by_owner ON jobs(owner, id);
+CREATE TABLE job_labels (
+  job_id INTEGER NOT NULL REFERENCES jobs(id) ON DELETE CASCADE,
+  key    TEXT NOT NULL,
+  value  TEXT NOT NULL,
+  PRIMARY KEY (job_id, key)
+) WITHOUT ROWID;
+CREATE INDEX job_labels_by_kv ON job_labels(key, value, job_id);
+CREATE TABLE job_events (
+  job_id     INTEGER NOT NULL REFERENCES jobs(id) ON DELETE CASCADE,
+  seq        INTEGER NOT NULL,             -- 1, 2, ... per job
+  time_us    INTEGER NOT NULL,
+  type       TEXT NOT NULL,
+  from_state INTEGER NOT NULL,
+  to_state   INTEGER NOT NULL,
+  reason     TEXT NOT NULL,
+  PRIMARY KEY (job_id, seq)
+) WITHOUT ROWID;
+)sql",
+};
+
+constexpr char kJobColumns[] =
+    "id, owner, state, status_reason, spec, idempotency_key, create_time_us, update_time_us, "
+    "attempts, last_event_seq";
+
+absl::StatusOr<v1::Job> JobFromRow(const sqlite::Statement& s) {
+  v1::Job job;
+  job.set_id(JobIdString(s.ColumnInt(0)));
+  job.set_owner(s.ColumnText(1));
+  job.set_state(static_cast<v1::JobState>(s.ColumnInt(2)));
+  job.set_status_reason(s.ColumnText(3));
+  if (!job.mutable_spec()->ParseFromString(s.ColumnText(4))) {
+    return absl::DataLossError(absl::StrCat("job ", s.ColumnInt(0), ": stored spec is corrupt"));
+  }
+  if (!s.ColumnIsNull(5)) job.set_idempotency_key(s.ColumnText(5));
+  *job.mutable_create_time() = TimeUtil::MicrosecondsToTimestamp(s.ColumnInt(6));
+  *job.mutable_update_time() = TimeUtil::MicrosecondsToTimestamp(s.ColumnInt(7));
+  job.set_attempts(static_cast<int32_t>(s.ColumnInt(8)));
+  job.set_last_event_seq(s.ColumnInt(9));
+  return job;
+}
+
+v1::JobEvent EventFromRow(const sqlite::Statement& s) {
+  v1::JobEvent e;
+  e.set_job_id(JobIdString(s.ColumnInt(0)));
+  e.set_seq(s.ColumnInt(1));
+  *e.mutable_time() = TimeUtil::MicrosecondsToTimestamp(s.ColumnInt(2));
+  e.set_type(s.ColumnText(3));
+  e.set_from_state(static_cast<v1::JobState>(s.ColumnInt(4)));
+  e.set_to_state(static_cast<v1::JobState>(s.ColumnInt(5)));
+  e.set_reason(s.ColumnText(6));
+  return e;
+}
+
+}  // namespace
+
+int CurrentSchemaVersion() { return static_cast<int>(std::size(kMigrations)); }
+
+bool IsTerminal(v1::JobState state) {
+  return state == v1::SUCCEEDED || state == v1::FAILED || state == v1::CANCELLED;
+}
+
+std::string JobIdString(int64_t id) { return absl::StrCat(id); }
+
+absl::StatusOr<int64_t> ParseJobId(absl::string_view text, absl::string_view field) {
+  int64_t id;
+  if (text.empty()) return absl::InvalidArgumentError(absl::StrCat(field, " is required"));
+  if (!absl::SimpleAtoi(text, &id) || id <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, " must be a job id (a positive number), got '", text.substr(0, 64), "'"));
+  }
+  return id;
+}
+
+// ---------------------------------------------------------------------------
+// Writer-side statements and operations.
+// ---------------------------------------------------------------------------
+
+struct JobStore::WriterStatements {
+  sqlite::Statement find_by_key;
+  sqlite::Statement insert_job;
+  sqlite::Statement insert_label;
+  sqlite::Statement insert_event;
+  sqlite::Statement select_job;
+  sqlite::Statement update_state;
+  sqlite::Connection* conn = nullptr;
+  Clock* clock = nullptr;
+
+  absl::Status Prepare(sqlite::Connection* c) {
+    conn = c;
+    auto prep = [&](sqlite::Statement* out, const std::string& sql) -> absl::Status {
+      absl::StatusOr<sqlite::Statement> s = c->Prepare(sql);
+      if (!s.ok()) return s.status();
+      *out = std::move(*s);
+      return absl::OkStatus();
+    };
+    absl::Status s;
+    if (!(s = prep(&find_by_key, "SELECT id FROM jobs WHERE owner = ?1 AND idempotency_key = ?2"))
+             .ok() ||
+        !(s = prep(&insert_job,
+                   "INSERT INTO jobs (owner, name, queue, priority, state, status_reason, spec, "
+                   "idempotency_key, create_time_us, update_time_us) "
+                   "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?9)"))
+             .ok() ||
+        !(s = prep(&insert_label, "INSERT INTO job_labels (job_id, key, value) VALUES (?1, ?2, ?3)"))
+             .ok() ||
+        !(s = prep(&insert_event,
+                   "INSERT INTO job_events (job_id, seq, time_us, type, from_state, to_state, "
+                   "reason) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)"))
+             .ok() ||
+        !(s = prep(&select_job, absl::StrCat("SELECT ", kJobColumns, " FROM jobs WHERE id = ?1")))
+             .ok() ||
+        !(s = prep(&update_state,
+                   "UPDATE jobs SET state = ?2, status_reason = ?3, update_time_us = ?4, "
+                   "last_event_seq = ?5 WHERE id = ?1"))
+             .ok()) {
+      return s;
+    }
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<std::optional<v1::Job>> LoadJob(int64_t id) {
+    select_job.Bind(1, id);
+    absl::StatusOr<bool> row = select_job.Step();
+    std::optional<v1::Job> result;
+    if (row.ok() && *row) {
+      absl::StatusOr<v1::Job> job = JobFromRow(select_job);
+      if (!job.ok()) {
+        select_job.Reset();
+        return job.status();
+      }
+      result = std::move(*job);
+    }
+    select_job.Reset();
+    if (!row.ok()) return row.status();
+    return result;
+  }
+
+  // Records an event and the job's new state in the current transaction. The job's
+  // status reason becomes `status_reason` (default: the event's reason).
+  absl::StatusOr<v1::JobEvent> AppendEvent(v1::Job* job, absl::string_view type, v1::JobState to,
+                                           absl::string_view reason, int64_t now_us,
+                                           std::optional<absl::string_view> status_reason = {}) {
+    const absl::string_view status = status_reason.value_or(reason);
+    int64_t id;
+    (void)absl::SimpleAtoi(job->id(), &id);
+    v1::JobEvent e;
+    e.set_job_id(job->id());
+    e.set_seq(job->last_event_seq() + 1);
+    *e.mutable_time() = TimeUtil::MicrosecondsToTimestamp(now_us);
+    e.set_type(std::string(type));
+    e.set_from_state(job->state());
+    e.set_to_state(to);
+    e.set_reason(std::string(reason));
+    insert_event.Bind(1, id).Bind(2, e.seq()).Bind(3, now_us).Bind(4, type);
+    insert_event.Bind(5, static_cast<int64_t>(e.from_state())).Bind(6, static_cast<int64_t>(to));
+    insert_event.Bind(7, reason);
+    if (absl::Status s = insert_event.Run(); !s.ok()) return s;
+    update_state.Bind(1, id).Bind(2, static_cast<int64_t>(to)).Bind(3, status).Bind(4, now_us);
+    update_state.Bind(5, e.seq());
+    if (absl::Status s = update_state.Run(); !s.ok()) return s;
+    job->set_state(to);
+    job->set_status_reason(std::string(status));
+    job->set_last_event_seq(e.seq());
+    *job->mutable_update_time() = e.time();
+    return e;
+  }
+};
+
+class JobStore::WriteOp {
+ public:
+  virtual ~WriteOp() = default;
+  // Applies the write inside the open transaction (within a savepoint of its own).
+  virtual absl::Status Apply(WriterStatements& w) = 0;
+  // Runs once: after the commit that made the write durable (OK), or on failure.
+  virtual void Complete(absl::Status status) = 0;
+
+  absl::Status result;                // Apply's result in the last attempt
+  std::vector<v1::JobEvent> events;  // published after commit
+};
+
+namespace {
+
+class SubmitOp : public JobStore::WriteOp {
+ public:
+  SubmitOp(std::vector<SubmitJobInput> inputs, JobStore::SubmitCallback done)
+      : inputs_(std::move(inputs)), done_(std::move(done)) {}
+
+  absl::Status Apply(JobStore::WriterStatements& w) override {
+    results_.clear();
+    events.clear();
+    const int64_t now_us = absl::ToUnixMicros(w.clock->Now());
+    for (const SubmitJobInput& in : inputs_) {
+      SubmitJobResult r;
+      if (!in.idempotency_key.empty()) {
+        w.find_by_key.Bind(1, in.owner).Bind(2, in.idempotency_key);
+        absl::StatusOr<bool> row = w.find_by_key.Step();
+        int64_t existing = row.ok() && *row ? w.find_by_key.ColumnInt(0) : 0;
+        w.find_by_key.Reset();
+        if (!row.ok()) return row.status();
+        if (existing != 0) {
+          absl::StatusOr<std::optional<v1::Job>> job = w.LoadJob(existing);
+          if (!job.ok()) return job.status();
+          r.job = std::move(**job);
+          r.created = false;
+          results_.push_back(std::move(r));
+          continue;
+        }
+      }
+      std::string spec_bytes;
+      in.spec.SerializeToString(&spec_bytes);
+      const std::string reason = "waiting to be scheduled";
+      w.insert_job.Bind(1, in.owner).Bind(2, in.spec.name()).Bind(3, in.spec.queue());
+      w.insert_job.Bind(4, static_cast<int64_t>(in.spec.priority()));
+      w.insert_job.Bind(5, static_cast<int64_t>(v1::QUEUED)).Bind(6, reason);
+      w.insert_job.BindBlob(7, spec_bytes);
+      if (in.idempotency_key.empty()) {
+        w.insert_job.BindNull(8);
+      } else {
+        w.insert_job.Bind(8, in.idempotency_key);
+      }
+      w.insert_job.Bind(9, now_us);
+      if (absl::Status s = w.insert_job.Run(); !s.ok()) return s;
+      const int64_t id = sqlite3_last_insert_rowid(w.conn->raw());
+      for (const auto& [key, value] : in.spec.labels()) {
+        w.insert_label.Bind(1, id).Bind(2, key).Bind(3, value);
+        if (absl::Status s = w.insert_label.Run(); !s.ok()) return s;
+      }
+      v1::Job& job = r.job;
+      job.set_id(JobIdString(id));
+      job.set_owner(in.owner);
+      *job.mutable_spec() = in.spec;
+      job.set_idempotency_key(in.idempotency_key);
+      *job.mutable_create_time() = TimeUtil::MicrosecondsToTimestamp(now_us);
+      job.set_state(v1::JOB_STATE_UNSPECIFIED);
+      // The event names the submitter; the job's status says what happens next.
+      absl::StatusOr<v1::JobEvent> e =
+          w.AppendEvent(&job, "submitted", v1::QUEUED, absl::StrCat("submitted by ", in.owner),
+                        now_us, reason);
+      if (!e.ok()) return e.status();
+      events.push_back(std::move(*e));
+      r.created = true;
+      results_.push_back(std::move(r));
+    }
+    return absl::OkStatus();
+  }
+
+  void Complete(absl::Status status) override {
+    if (status.ok()) {
+      done_(std::move(results_));
+    } else {
+      done_(status);
+    }
+  }
+
+ private:
+  std::vector<SubmitJobInput> inputs_;
+  JobStore::SubmitCallback done_;
+  std::vector<SubmitJobResult> results_;
+};
+
+class TransitionOp : public JobStore::WriteOp {
+ public:
+  // `cancel` selects the cancel semantics (terminal jobs are not an error).
+  TransitionOp(int64_t job_id, std::vector<v1::JobState> from, v1::JobState to, std::string type,
+               std::string reason, bool cancel,
+               std::function<void(absl::StatusOr<CancelJobResult>)> done)
+      : job_id_(job_id),
+        from_(std::move(from)),
+        to_(to),
+        type_(std::move(type)),
+        reason_(std::move(reason)),
+        cancel_(cancel),
+        done_(std::move(done)) {}
+
+  absl::Status Apply(JobStore::WriterStatements& w) override {
+    events.clear();
+    absl::StatusOr<std::optional<v1::Job>> loaded = w.LoadJob(job_id_);
+    if (!loaded.ok()) return loaded.status();
+    if (!loaded->has_value()) return absl::NotFoundError(absl::StrCat("job ", job_id_, " not found"));
+    result_ = CancelJobResult{std::move(**loaded), false, ""};
+    v1::Job& job = result_.job;
+    const bool allowed = from_.empty() ? !IsTerminal(job.state())
+                                       : std::find(from_.begin(), from_.end(), job.state()) !=
+                                             from_.end();
+    if (!allowed) {
+      result_.message = absl::StrCat("job ", job_id_, " is already ", v1::JobState_Name(job.state()),
+                                     "; nothing changed");
+      if (cancel_ && IsTerminal(job.state())) return absl::OkStatus();
+      return absl::FailedPreconditionError(result_.message);
+    }
+    absl::StatusOr<v1::JobEvent> e =
+        w.AppendEvent(&job, type_, to_, reason_, absl::ToUnixMicros(w.clock->Now()));
+    if (!e.ok()) return e.status();
+    events.push_back(std::move(*e));
+    result_.changed = true;
+    result_.message = cancel_ ? "cancelled" : v1::JobState_Name(to_);
+    return absl::OkStatus();
+  }
+
+  void Complete(absl::Status status) override {
+    if (status.ok()) {
+      done_(std::move(result_));
+    } else {
+      done_(status);
+    }
+  }
+
+ private:
+  const int64_t job_id_;
+  const std::vector<v1::JobState> from_;
+  const v1::JobState to_;
+  const std::string type_;
+  const std::string reason_;
+  const bool cancel_;
+  std::function<void(absl::StatusOr<CancelJobResult>)> done_;
+  CancelJobResult result_;
+};
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+// JobStore
+// ---------------------------------------------------------------------------
+
+class JobStore::ReaderLease {
+ public:
+  ReaderLease(JobStore* store, std::unique_ptr<sqlite::Connection> conn)
+      : store_(store), conn_(std::move(conn)) {}
+  ReaderLease(ReaderLease&&) = default;
+  ~ReaderLease() {
+    if (conn_ == nullptr) return;
+    std::lock_guard<std::mutex> lock(store_->readers_mu_);
+    store_->readers_.push_back(std::move(conn_));
+    store_->readers_cv_.notify_one();
+  }
+  sqlite::Connection* operator->() { return conn_.get(); }
+
+ private:
+  JobStore* store_;
+  std::unique_ptr<sqlite::Connection> conn_;
+};
+
+JobStore::JobStore(const JobStoreOptions& options) : options_(options) {}
+
+absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const JobStoreOptions& options) {
+  std::unique_ptr<JobStore> store(new JobStore(options));
+  if (absl::Status s = store->Init(); !s.ok()) return s;
+  store->writer_thread_ = std::thread([s = store.get()] { s->WriterLoop(); });
+  return store;
+}
+
+absl::Status JobStore::Init() {
+  absl::StatusOr<std::unique_ptr<sqlite::Connection>> writer =
+      sqlite::Connection::Open(options_.path, /*create=*/true, /*read_only=*/false);
+  if (!writer.ok()) return writer.status();
+  writer_ = std::move(*writer);
+
+  absl::StatusOr<int64_t> version = writer_->QueryInt("PRAGMA user_version");
+  if (!version.ok()) return version.status();
+  if (*version > CurrentSchemaVersion()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "database ", options_.path, " has schema version ", *version,
+        ", newer than this llamafleet build supports (", CurrentSchemaVersion(),
+        "); run a newer llamafleet-coordinator"));
+  }
+  // WAL: readers never block the writer, and a commit is one append + fsync.
+  absl::StatusOr<sqlite::Statement> wal = writer_->Prepare("PRAGMA journal_mode=WAL");
+  if (!wal.ok()) return wal.status();
+  absl::StatusOr<bool> row = wal->Step();
+  if (!row.ok()) return row.status();
+  if (!*row || wal->ColumnText(0) != "wal") {
+    return absl::FailedPreconditionError(
+        absl::StrCat("database ", options_.path, ": cannot enable WAL journal mode"));
+  }
+  wal->Reset();
+  if (absl::Status s = writer_->Exec(options_.synchronous_full ? "PRAGMA synchronous=FULL"
+                                                               : "PRAGMA synchronous=NORMAL");
+      !s.ok()) {
+    return s;
+  }
+  for (int v = static_cast<int>(*version); v < CurrentSchemaVersion(); ++v) {
+    absl::Status s = writer_->Exec(
+        absl::StrCat("BEGIN IMMEDIATE;", kMigrations[v], "PRAGMA user_version=", v + 1, ";COMMIT;"));
+    if (!s.ok()) {
+      (void)writer_->Exec("ROLLBACK");
+      return absl::Status(s.code(), absl::StrCat("database ", options_.path, ": migration to schema ",
+                                                 v + 1, " failed: ", s.message()));
+    }
+    spdlog::info("database {}: migrated schema to version {}", options_.path, v + 1);
+  }
+  if (options_.max_page_count > 0) {
+    if (absl::Status s =
+            writer_->Exec(absl::StrCat("PRAGMA max_page_count=", options_.max_page_count));
+        !s.ok()) {
+      return s;
+    }
+  }
+  stmts_ = std::make_unique<WriterStatements>();
+  stmts_->clock = options_.clock;
+  if (absl::Status s = stmts_->Prepare(writer_.get()); !s.ok()) return s;
+
+  for (int i = 0; i < std::max(1, options_.read_connections); ++i) {
+    absl::StatusOr<std::unique_ptr<sqlite::Connection>> reader =
+        sqlite::Connection::Open(options_.path, /*create=*/false, /*read_only=*/false);
+    if (!reader.ok()) return reader.status();
+    if (absl::Status s = (*reader)->Exec("PRAGMA query_only=1"); !s.ok()) return s;
+    readers_.push_back(std::move(*reader));
+  }
+  return absl::OkStatus();
+}
+
+JobStore::~JobStore() {
+  {
+    std::lock_guard<std::mutex> lock(queue_mu_);
+    stopping_ = true;
+  }
+  queue_cv_.notify_all();
+  if (writer_thread_.joinable()) writer_thread_.join();
+  stmts_.reset();
+  // Merge the WAL back into the database file so the closed file stands alone.
+  if (writer_ != nullptr) (void)writer_->Exec("PRAGMA wal_checkpoint(TRUNCATE)");
+}
+
+void JobStore::Enqueue(std::unique_ptr<WriteOp> op) {
+  {
+    std::lock_guard<std::mutex> lock(queue_mu_);
+    if (!stopping_) {
+      queue_.push_back(std::move(op));
+      queue_cv_.notify_one();
+      return;
+    }
+  }
+  op->Complete(absl::UnavailableError("the job store is shutting down"));
+}
+
+void JobStore::WriterLoop() {
+  while (true) {
+    std::vector<std::unique_ptr<WriteOp>> batch;
+    {
+      std::unique_lock<std::mutex> lock(queue_mu_);
+      queue_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping, and everything accepted is committed
+      const size_t limit = options_.group_commit ? static_cast<size_t>(options_.max_batch) : 1;
+      while (!queue_.empty() && batch.size() < limit) {
+        batch.push_back(std::move(queue_.front()));
+        queue_.pop_front();
+      }
+    }
+    CommitBatch(batch);
+  }
+}
+
+absl::Status JobStore::RunInTransaction(std::vector<std::unique_ptr<WriteOp>>& ops) {
+  if (absl::Status s = writer_->Exec("BEGIN IMMEDIATE"); !s.ok()) return s;
+  for (auto& op : ops) {
+    if (absl::Status s = writer_->Exec("SAVEPOINT op"); !s.ok()) {
+      if (writer_->InTransaction()) (void)writer_->Exec("ROLLBACK");
+      return s;
+    }
+    op->result = op->Apply(*stmts_);
+    if (!op->result.ok()) {
+      op->events.clear();
+      if (!writer_->InTransaction()) return op->result;  // SQLite rolled everything back.
+      (void)writer_->Exec("ROLLBACK TO op");
+    }
+    if (absl::Status s = writer_->Exec("RELEASE op"); !s.ok()) {
+      if (writer_->InTransaction()) (void)writer_->Exec("ROLLBACK");
+      return s;
+    }
+  }
+  if (absl::Status s = writer_->Exec("COMMIT"); !s.ok()) {
+    if (writer_->InTransaction()) (void)writer_->Exec("ROLLBACK");
+    return s;
+  }
+  return absl::OkStatus();
+}
+
+void JobStore::CommitBatch(std::vector<std::unique_ptr<WriteOp>>& batch) {
+  absl::Status txn = RunInTransaction(batch);
+  if (!txn.ok() && batch.size() > 1) {
+    // The transaction as a whole failed (disk full at commit, I/O error). Retry each
+    // write alone, so each caller learns the fate of its own write.
+    for (auto& op : batch) {
+      std::vector<std::unique_ptr<WriteOp>> single;
+      single.push_back(std::move(op));
+      CommitBatch(single);
+      op = std::move(single[0]);
+    }
+    batch.clear();
+    return;
+  }
+  int64_t committed = 0;
+  for (auto& op : batch) {
+    if (!txn.ok()) {
+      op->events.clear();
+      op->result = txn;
+    }
+    if (op->result.ok()) ++committed;
+  }
+  if (txn.ok()) {
+    std::lock_guard<std::mutex> lock(queue_mu_);
+    ++transactions_;
+    writes_ += committed;
+  }
+  if (!txn.ok()) spdlog::warn("database {}: write failed: {}", options_.path, txn.ToString());
+  // Publish first, so anyone told "done" can already see the events through a watch.
+  {
+    std::lock_guard<std::mutex> lock(listeners_mu_);
+    for (auto& op : batch) {
+      for (const v1::JobEvent& e : op->events) {
+        for (auto& [handle, listener] : listeners_) listener(e);
+      }
+    }
+  }
+  for (auto& op : batch) op->Complete(op->result);
+}
+
+void JobStore::SubmitJobs(std::vector<SubmitJobInput> jobs, SubmitCallback done) {
+  Enqueue(std::make_unique<SubmitOp>(std::move(jobs), std::move(done)));
+}
+
+void JobStore::CancelJob(int64_t job_id, std::string actor, std::string reason,
+                         CancelCallback done) {
+  std::string why = reason.empty() ? absl::StrCat("cancelled by ", actor)
+                                   : absl::StrCat("cancelled by ", actor, ": ", reason);
+  Enqueue(std::make_unique<TransitionOp>(job_id, std::vector<v1::JobState>{}, v1::CANCELLED,
+                                         "cancelled", std::move(why), /*cancel=*/true,
+                                         std::move(done)));
+}
+
+void JobStore::TransitionJob(int64_t job_id, std::vector<v1::JobState> from, v1::JobState to,
+                             std::string type, std::string reason, JobCallback done) {
+  Enqueue(std::make_unique<TransitionOp>(
+      job_id, std::move(from), to, std::move(type), std::move(reason), /*cancel=*/false,
+      [done = std::move(done)](absl::StatusOr<CancelJobResult> r) {
+        if (r.ok()) {
+          done(std::move(r->job));
+        } else {
+          done(r.status());
+        }
+      }));
+}
+
+absl::StatusOr<std::vector<SubmitJobResult>> JobStore::SubmitJobsAndWait(
+    std::vector<SubmitJobInput> jobs) {
+  std::promise<absl::StatusOr<std::vector<SubmitJobResult>>> promise;
+  auto future = promise.get_future();
+  SubmitJobs(std::move(jobs), [&promise](auto r) { promise.set_value(std::move(r)); });
+  return future.get();
+}
+
+absl::StatusOr<CancelJobResult> JobStore::CancelJobAndWait(int64_t job_id, std::string actor,
+                                                           std::string reason) {
+  std::promise<absl::StatusOr<CancelJobResult>> promise;
+  auto future = promise.get_future();
+  CancelJob(job_id, std::move(actor), std::move(reason),
+            [&promise](auto r) { promise.set_value(std::move(r)); });
+  return future.get();
+}
+
+JobStore::ReaderLease JobStore::AcquireReader() {
+  std::unique_lock<std::mutex> lock(readers_mu_);
+  readers_cv_.wait(lock, [&] { return !readers_.empty(); });
+  std::unique_ptr<sqlite::Connection> conn = std::move(readers_.back());
+  readers_.pop_back();
+  return ReaderLease(this, std::move(conn));
+}
+
+absl::StatusOr<v1::Job> JobStore::GetJob(int64_t job_id) {
+  ReaderLease reader = AcquireReader();
+  absl::StatusOr<sqlite::Statement> s =
+      reader->Prepare(absl::StrCat("SELECT ", kJobColumns, " FROM jobs WHERE id = ?1"));
+  if (!s.ok()) return s.status();
+  s->Bind(1, job_id);
+  absl::StatusOr<bool> row = s->Step();
+  if (!row.ok()) return row.status();
+  if (!*row) return absl::NotFoundError(absl::StrCat("job ", job_id, " not found"));
+  return JobFromRow(*s);
+}
+
+absl::StatusOr<ListJobsResult> JobStore::ListJobs(const ListJobsQuery& query) {
+  std::string sql = absl::StrCat("SELECT ", kJobColumns, " FROM jobs WHERE 1");
+  std::vector<std::string> text_params;
+  int next = 1;
+  std::vector<std::pair<int, std::string>> binds_text;
+  std::vector<std::pair<int, int64_t>> binds_int;
+  if (!query.states.empty()) {
+    std::vector<std::string> states;
+    for (v1::JobState s : query.states) states.push_back(absl::StrCat(static_cast<int>(s)));
+    absl::StrAppend(&sql, " AND state IN (", absl::StrJoin(states, ","), ")");
+  }
+  if (!query.queue.empty()) {
+    absl::StrAppend(&sql, " AND queue = ?", next);
+    binds_text.emplace_back(next++, query.queue);
+  }
+  if (!query.owner.empty()) {
+    absl::StrAppend(&sql, " AND owner = ?", next);
+    binds_text.emplace_back(next++, query.owner);
+  }
+  for (const auto& [key, value] : query.labels) {
+    absl::StrAppend(&sql, " AND id IN (SELECT job_id FROM job_labels WHERE key = ?", next,
+                    " AND value = ?", next + 1, ")");
+    binds_text.emplace_back(next++, key);
+    binds_text.emplace_back(next++, value);
+  }
+  if (query.before_id > 0) {
+    absl::StrAppend(&sql, " AND id < ?", next);
+    binds_int.emplace_back(next++, query.before_id);
+  }
+  const int page_size = std::clamp(query.page_size, 1, 10000);
+  absl::StrAppend(&sql, " ORDER BY id DESC LIMIT ", page_size + 1);
+
+  ReaderLease reader = AcquireReader();
+  absl::StatusOr<sqlite::Statement> s = reader->Prepare(sql);
+  if (!s.ok()) return s.status();
+  for (const auto& [i, v] : binds_text) s->Bind(i, v);
+  for (const auto& [i, v] : binds_int) s->Bind(i, v);
+  ListJobsResult result;
+  while (true) {
+    absl::StatusOr<bool> row = s->Step();
+    if (!row.ok()) return row.status();
+    if (!*row) break;
+    if (static_cast<int>(result.jobs.size()) == page_size) {
+      int64_t last;
+      (void)absl::SimpleAtoi(result.jobs.back().id(), &last);
+      result.next_before_id = last;
+      break;
+    }
+    absl::StatusOr<v1::Job> job = JobFromRow(*s);
+    if (!job.ok()) return job.status();
+    result.jobs.push_back(std::move(*job));
+  }
+  return result;
+}
+
+absl::StatusOr<std::vector<v1::JobEvent>> JobStore::GetEvents(int64_t job_id, int64_t after_seq,
+                                                              int limit) {
+  ReaderLease reader = AcquireReader();
+  absl::StatusOr<sqlite::Statement> s = reader->Prepare(
+      "SELECT job_id, seq, time_us, type, from_state, to_state, reason FROM job_events "
+      "WHERE job_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3");
+  if (!s.ok()) return s.status();
+  s->Bind(1, job_id).Bind(2, after_seq).Bind(3, static_cast<int64_t>(limit));
+  std::vector<v1::JobEvent> events;
+  while (true) {
+    absl::StatusOr<bool> row = s->Step();
+    if (!row.ok()) return row.status();
+    if (!*row) break;
+    events.push_back(EventFromRow(*s));
+  }
+  return events;
+}
+
+absl::StatusOr<JobCounts> JobStore::CountJobs() {
+  ReaderLease reader = AcquireReader();
+  absl::StatusOr<sqlite::Statement> s =
+      reader->Prepare("SELECT state, COUNT(*) FROM jobs GROUP BY state");
+  if (!s.ok()) return s.status();
+  JobCounts counts;
+  while (true) {
+    absl::StatusOr<bool> row = s->Step();
+    if (!row.ok()) return row.status();
+    if (!*row) break;
+    counts.by_state[static_cast<v1::JobState>(s->ColumnInt(0))] = s->ColumnInt(1);
+  }
+  return counts;
+}
+
+int64_t JobStore::Subscribe(EventListener listener) {
+  std::lock_guard<std::mutex> lock(listeners_mu_);
+  int64_t handle = next_listener_++;
+  listeners_.emplace(handle, std::move(listener));
+  return handle;
+}
+
+void JobStore::Unsubscribe(int64_t handle) {
+  std::lock_guard<std::mutex> lock(listeners_mu_);
+  listeners_.erase(handle);
+}
+
+int64_t JobStore::transactions_committed() const {
+  std::lock_guard<std::mutex> lock(queue_mu_);
+  return transactions_;
+}
+
+int64_t JobStore::writes_committed() const {
+  std::lock_guard<std::mutex> lock(queue_mu_);
+  return writes_;
+}
+
+}  // namespace llamafleet

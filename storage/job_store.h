@@ -1,0 +1,192 @@
+#ifndef LLAMAFLEET_STORAGE_JOB_STORE_H_
+#define LLAMAFLEET_STORAGE_JOB_STORE_H_
+
+// The coordinator's durable state: jobs, their events, in one SQLite database (WAL).
+//
+// Writes go through one writer thread that batches whatever is waiting into one
+// transaction (group commit): a caller's callback runs only after the transaction that
+// holds its write has committed (with synchronous=FULL: after fsync), so an
+// acknowledgement built on it survives kill -9 and power loss. Reads use a pool of
+// separate connections and never wait for the writer (WAL).
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "llamafleet/v1/job.pb.h"
+#include "scheduler/clock.h"
+#include "storage/sqlite.h"
+
+namespace llamafleet {
+
+struct JobStoreOptions {
+  // Database file; created with its schema if missing. Its directory must exist.
+  std::string path;
+  // PRAGMA synchronous: FULL (fsync every commit) when true, NORMAL otherwise.
+  bool synchronous_full = true;
+  // Batch waiting writes into one transaction; false = one transaction per write
+  // (the baseline the benchmark compares against).
+  bool group_commit = true;
+  // Upper bound of writes per transaction.
+  int max_batch = 1024;
+  // PRAGMA max_page_count for the writer (0 = SQLite's default). Tests use it to make
+  // the database "full" without filling a disk.
+  int64_t max_page_count = 0;
+  // Read connections in the pool.
+  int read_connections = 4;
+  // Time source for timestamps. Not owned; must outlive the store.
+  Clock* clock = Clock::Real();
+};
+
+// The newest schema version this build knows (PRAGMA user_version).
+int CurrentSchemaVersion();
+
+struct SubmitJobInput {
+  v1::JobSpec spec;        // validated, defaults applied
+  std::string owner;
+  std::string idempotency_key;  // "" = none
+};
+
+struct SubmitJobResult {
+  v1::Job job;
+  bool created = false;  // false: the idempotency key matched an existing job
+};
+
+struct CancelJobResult {
+  v1::Job job;
+  bool changed = false;
+  std::string message;
+};
+
+struct ListJobsQuery {
+  std::vector<v1::JobState> states;  // any of; empty = all
+  std::string queue;                 // "" = any
+  std::string owner;                 // "" = any
+  std::vector<std::pair<std::string, std::string>> labels;  // all must match
+  int page_size = 100;
+  int64_t before_id = 0;  // only ids < before_id; 0 = from the newest
+};
+
+struct ListJobsResult {
+  std::vector<v1::Job> jobs;
+  int64_t next_before_id = 0;  // 0 = no more pages
+};
+
+struct JobCounts {
+  std::map<v1::JobState, int64_t> by_state;
+};
+
+class JobStore {
+ public:
+  // Opens or creates the database, migrates the schema, starts the writer thread.
+  // Errors: FAILED_PRECONDITION for a file that cannot be opened or is not a
+  // database, or whose schema is newer than this build knows (the message says so).
+  static absl::StatusOr<std::unique_ptr<JobStore>> Open(const JobStoreOptions& options);
+
+  JobStore(const JobStore&) = delete;
+  JobStore& operator=(const JobStore&) = delete;
+  // Commits every write already accepted, runs their callbacks, then closes.
+  ~JobStore();
+
+  // --- Writes. `done` runs on the writer thread after commit (or failure); it must not
+  // block. RESOURCE_EXHAUSTED means the database or disk is full: nothing was written.
+
+  // Stores the batch in one transaction: all or nothing. With an idempotency key the
+  // owner already used, the existing job is returned (created = false).
+  using SubmitCallback = std::function<void(absl::StatusOr<std::vector<SubmitJobResult>>)>;
+  void SubmitJobs(std::vector<SubmitJobInput> jobs, SubmitCallback done);
+
+  // Cancels a non-terminal job (NOT_FOUND if there is none). A terminal job is returned
+  // unchanged with changed = false and a message saying why.
+  using CancelCallback = std::function<void(absl::StatusOr<CancelJobResult>)>;
+  void CancelJob(int64_t job_id, std::string actor, std::string reason, CancelCallback done);
+
+  // Moves a job to `to` if it is in one of `from` (empty = any non-terminal state),
+  // recording an event of `type` with `reason`. FAILED_PRECONDITION otherwise.
+  using JobCallback = std::function<void(absl::StatusOr<v1::Job>)>;
+  void TransitionJob(int64_t job_id, std::vector<v1::JobState> from, v1::JobState to,
+                     std::string type, std::string reason, JobCallback done);
+
+  // Blocking forms of the above, for tools and tests.
+  absl::StatusOr<std::vector<SubmitJobResult>> SubmitJobsAndWait(std::vector<SubmitJobInput> jobs);
+  absl::StatusOr<CancelJobResult> CancelJobAndWait(int64_t job_id, std::string actor,
+                                                   std::string reason);
+
+  // --- Reads (any thread).
+  absl::StatusOr<v1::Job> GetJob(int64_t job_id);
+  absl::StatusOr<ListJobsResult> ListJobs(const ListJobsQuery& query);
+  // Events with seq > after_seq, oldest first, at most `limit`.
+  absl::StatusOr<std::vector<v1::JobEvent>> GetEvents(int64_t job_id, int64_t after_seq,
+                                                      int limit);
+  absl::StatusOr<JobCounts> CountJobs();
+
+  // --- Committed events, in commit order, delivered on the writer thread right after
+  // the commit that made them durable. Listeners must not block or call back into
+  // writes synchronously. Returns a handle for Unsubscribe.
+  using EventListener = std::function<void(const v1::JobEvent&)>;
+  int64_t Subscribe(EventListener listener);
+  void Unsubscribe(int64_t handle);
+
+  // Transactions committed and writes applied so far (for metrics and benchmarks).
+  int64_t transactions_committed() const;
+  int64_t writes_committed() const;
+
+  class WriteOp;  // One queued write; defined in job_store.cc.
+  struct WriterStatements;  // The writer's prepared statements; defined in job_store.cc.
+
+ private:
+  explicit JobStore(const JobStoreOptions& options);
+  absl::Status Init();
+  void Enqueue(std::unique_ptr<WriteOp> op);
+  void WriterLoop();
+  void CommitBatch(std::vector<std::unique_ptr<WriteOp>>& batch);
+  absl::Status RunInTransaction(std::vector<std::unique_ptr<WriteOp>>& ops);
+
+  // Borrow a read connection.
+  class ReaderLease;
+  ReaderLease AcquireReader();
+
+  // Constant after construction.
+  const JobStoreOptions options_;
+
+  // Owned by the writer thread after Init().
+  std::unique_ptr<sqlite::Connection> writer_;
+  std::unique_ptr<WriterStatements> stmts_;
+
+  mutable std::mutex queue_mu_;
+  std::condition_variable queue_cv_;
+  std::deque<std::unique_ptr<WriteOp>> queue_ ABSL_GUARDED_BY(queue_mu_);
+  bool stopping_ ABSL_GUARDED_BY(queue_mu_) = false;
+  int64_t transactions_ ABSL_GUARDED_BY(queue_mu_) = 0;
+  int64_t writes_ ABSL_GUARDED_BY(queue_mu_) = 0;
+
+  std::mutex readers_mu_;
+  std::condition_variable readers_cv_;
+  std::vector<std::unique_ptr<sqlite::Connection>> readers_ ABSL_GUARDED_BY(readers_mu_);
+
+  std::mutex listeners_mu_;
+  int64_t next_listener_ ABSL_GUARDED_BY(listeners_mu_) = 1;
+  std::map<int64_t, EventListener> listeners_ ABSL_GUARDED_BY(listeners_mu_);
+
+  std::thread writer_thread_;
+};
+
+// Helpers shared by the coordinator.
+bool IsTerminal(v1::JobState state);
+std::string JobIdString(int64_t id);
+// Parses a job id as clients send it ("42"); INVALID_ARGUMENT names `field`.
+absl::StatusOr<int64_t> ParseJobId(absl::string_view text, absl::string_view field);
+
+}  // namespace llamafleet
+
+#endif  // LLAMAFLEET_STORAGE_JOB_STORE_H_

@@ -1,0 +1,85 @@
+#ifndef LLAMAFLEET_STORAGE_SQLITE_H_
+#define LLAMAFLEET_STORAGE_SQLITE_H_
+
+// Thin RAII wrappers over the SQLite C API. SQLite result codes become absl::Status here,
+// once: SQLITE_FULL is RESOURCE_EXHAUSTED, SQLITE_BUSY is UNAVAILABLE, constraint
+// violations are ALREADY_EXISTS/FAILED_PRECONDITION, everything else INTERNAL.
+
+#include <sqlite3.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace llamafleet::sqlite {
+
+// Converts a SQLite result code (with the connection's message) to a Status.
+absl::Status ToStatus(int rc, sqlite3* db, absl::string_view what);
+
+// One prepared statement. Reset() before reuse; bind indexes are 1-based.
+class Statement {
+ public:
+  Statement() = default;
+  Statement(const Statement&) = delete;
+  Statement& operator=(const Statement&) = delete;
+  Statement(Statement&& other) noexcept : db_(other.db_), stmt_(other.stmt_) {
+    other.stmt_ = nullptr;
+  }
+  Statement& operator=(Statement&& other) noexcept;
+  ~Statement();
+
+  static absl::StatusOr<Statement> Prepare(sqlite3* db, absl::string_view sql);
+
+  Statement& Bind(int i, int64_t v);
+  Statement& Bind(int i, absl::string_view v);
+  Statement& BindBlob(int i, absl::string_view v);
+  Statement& BindNull(int i);
+
+  // Steps once: true when a row is available, false when done.
+  absl::StatusOr<bool> Step();
+  // Steps to completion, ignoring rows.
+  absl::Status Run();
+  void Reset();
+
+  int64_t ColumnInt(int i) const { return sqlite3_column_int64(stmt_, i); }
+  std::string ColumnText(int i) const;
+  bool ColumnIsNull(int i) const { return sqlite3_column_type(stmt_, i) == SQLITE_NULL; }
+
+ private:
+  sqlite3* db_ = nullptr;
+  sqlite3_stmt* stmt_ = nullptr;
+};
+
+// Owns a connection.
+class Connection {
+ public:
+  Connection(const Connection&) = delete;
+  Connection& operator=(const Connection&) = delete;
+  ~Connection();
+
+  // Opens (creating if `create`) the database at `path`, sets busy timeout and
+  // foreign keys. Errors name the path.
+  static absl::StatusOr<std::unique_ptr<Connection>> Open(const std::string& path, bool create,
+                                                         bool read_only);
+
+  absl::Status Exec(absl::string_view sql);
+  absl::StatusOr<Statement> Prepare(absl::string_view sql) {
+    return Statement::Prepare(db_, sql);
+  }
+  // Runs a query whose result is one integer (e.g. a PRAGMA).
+  absl::StatusOr<int64_t> QueryInt(absl::string_view sql);
+  sqlite3* raw() const { return db_; }
+  bool InTransaction() const { return sqlite3_get_autocommit(db_) == 0; }
+
+ private:
+  explicit Connection(sqlite3* db) : db_(db) {}
+  sqlite3* db_;
+};
+
+}  // namespace llamafleet::sqlite
+
+#endif  // LLAMAFLEET_STORAGE_SQLITE_H_
