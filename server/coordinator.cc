@@ -1,0 +1,119 @@
+#include "server/coordinator.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
+
+#include "absl/strings/str_cat.h"
+#include "server/job_service.h"
+#include "spdlog/spdlog.h"
+#include "storage/job_store.h"
+
+namespace llamafleet {
+namespace {
+
+// Takes an exclusive lock on DIR/LOCK so two coordinators never share a database.
+absl::StatusOr<int> LockDataDir(const std::string& dir) {
+  const std::string path = dir + "/LOCK";
+  int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot open ", path, ": ", std::strerror(errno)));
+  }
+  if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    char pid[32] = {0};
+    ssize_t n = pread(fd, pid, sizeof(pid) - 1, 0);
+    close(fd);
+    return absl::FailedPreconditionError(
+        absl::StrCat("data dir ", dir, " is in use by another coordinator",
+                     n > 0 ? absl::StrCat(" (pid ", std::string(pid, n), ")") : ""));
+  }
+  std::string me = absl::StrCat(getpid());
+  if (ftruncate(fd, 0) != 0 || pwrite(fd, me.data(), me.size(), 0) < 0) {
+    spdlog::warn("cannot record pid in {}: {}", path, std::strerror(errno));
+  }
+  return fd;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const CoordinatorOptions& options) {
+  std::unique_ptr<Coordinator> c(new Coordinator());
+  c->options_ = options;
+
+  std::error_code ec;
+  std::filesystem::create_directories(options.data_dir, ec);
+  if (ec) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot create data dir ", options.data_dir, ": ", ec.message()));
+  }
+  absl::StatusOr<int> lock = LockDataDir(options.data_dir);
+  if (!lock.ok()) return lock.status();
+  c->lock_fd_ = *lock;
+
+  JobStoreOptions store_options;
+  store_options.path = options.data_dir + "/coordinator.db";
+  store_options.synchronous_full = options.synchronous_full;
+  store_options.group_commit = options.group_commit;
+  store_options.max_page_count = options.max_page_count;
+  store_options.clock = options.clock;
+  absl::StatusOr<std::unique_ptr<JobStore>> store = JobStore::Open(store_options);
+  if (!store.ok()) return store.status();
+  c->store_ = std::move(*store);
+
+  // Recovery: everything the coordinator knows comes from the database.
+  absl::StatusOr<JobCounts> counts = c->store_->CountJobs();
+  if (!counts.ok()) return counts.status();
+  std::string summary;
+  int64_t total = 0;
+  for (const auto& [state, n] : counts->by_state) {
+    absl::StrAppend(&summary, summary.empty() ? "" : ", ", n, " ", v1::JobState_Name(state));
+    total += n;
+  }
+  spdlog::info("recovered {} jobs from {}{}", total, store_options.path,
+               summary.empty() ? "" : absl::StrCat(" (", summary, ")"));
+
+  c->job_service_ = std::make_unique<JobServiceImpl>(c->store_.get());
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(), &c->port_);
+  builder.RegisterService(c->job_service_.get());
+  builder.SetMaxReceiveMessageSize(options.max_request_bytes);
+  c->server_ = builder.BuildAndStart();
+  if (c->server_ == nullptr || c->port_ == 0) {
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", options.listen));
+  }
+  const size_t colon = options.listen.rfind(':');
+  c->address_ = absl::StrCat(options.listen.substr(0, colon), ":", c->port_);
+  return c;
+}
+
+void Coordinator::Shutdown(absl::Duration grace) {
+  if (shut_down_) return;
+  shut_down_ = true;
+  spdlog::info("shutting down: refusing new calls, finishing in-flight calls");
+  job_service_->StopWatches();
+  server_->GetHealthCheckService()->Shutdown();
+  server_->Shutdown(std::chrono::system_clock::now() + absl::ToChronoSeconds(grace));
+  server_->Wait();
+  store_.reset();  // commits what was accepted, checkpoints the WAL, closes
+  spdlog::info("database closed");
+}
+
+void Coordinator::Wait() { server_->Wait(); }
+
+Coordinator::~Coordinator() {
+  if (server_ != nullptr) Shutdown();
+  if (lock_fd_ >= 0) close(lock_fd_);
+}
+
+}  // namespace llamafleet

@@ -1,0 +1,72 @@
+#ifndef LLAMAFLEET_SERVER_COORDINATOR_H_
+#define LLAMAFLEET_SERVER_COORDINATOR_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "scheduler/clock.h"
+
+namespace grpc {
+class Server;
+}
+
+namespace llamafleet {
+
+class JobStore;
+class JobServiceImpl;
+
+struct CoordinatorOptions {
+  // gRPC listen address, HOST:PORT; port 0 picks a free port (see Coordinator::address()).
+  std::string listen = "127.0.0.1:7070";
+  // Holds the database (coordinator.db) and a LOCK file; created if missing.
+  std::string data_dir = "./var/coordinator";
+  // SQLite synchronous=FULL: every acknowledged write has been fsynced.
+  bool synchronous_full = true;
+  // Batch concurrent writes into one transaction (disable only to measure the baseline).
+  bool group_commit = true;
+  // Largest request message accepted, in bytes.
+  int max_request_bytes = 4 << 20;
+  // For tests; 0 = default.
+  int64_t max_page_count = 0;
+  // Not owned.
+  Clock* clock = Clock::Real();
+};
+
+// The coordinator process's parts, wired together in the order they must start and stop:
+// lock the data dir, open (and recover) the store, then serve; stop serving new calls,
+// finish in-flight ones, then close the store.
+class Coordinator {
+ public:
+  // Starts serving. Errors: the data dir cannot be created or is locked by another
+  // coordinator, the database cannot be opened, the address cannot be bound.
+  static absl::StatusOr<std::unique_ptr<Coordinator>> Start(const CoordinatorOptions& options);
+  ~Coordinator();
+
+  // "HOST:PORT" actually bound.
+  const std::string& address() const { return address_; }
+  int port() const { return port_; }
+  JobStore* store() { return store_.get(); }
+
+  // Graceful stop: refuse new calls, end watch streams, let in-flight calls finish
+  // (at most `grace`), commit pending writes, close the database. Idempotent.
+  void Shutdown(absl::Duration grace = absl::Seconds(10));
+  // Blocks until the server has shut down.
+  void Wait();
+
+ private:
+  Coordinator() = default;
+
+  CoordinatorOptions options_;
+  int lock_fd_ = -1;
+  std::string address_;
+  int port_ = 0;
+  std::unique_ptr<JobStore> store_;
+  std::unique_ptr<JobServiceImpl> job_service_;
+  std::unique_ptr<grpc::Server> server_;
+  bool shut_down_ = false;
+};
+
+}  // namespace llamafleet
+
+#endif  // LLAMAFLEET_SERVER_COORDINATOR_H_

@@ -1,0 +1,419 @@
+#include "server/job_service.h"
+
+#include <algorithm>
+#include <deque>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
+#include "clients/jobspec/jobspec.h"
+#include "spdlog/spdlog.h"
+
+namespace llamafleet {
+namespace {
+
+constexpr int kDefaultPageSize = 100;
+constexpr int kMaxPageSize = 1000;
+constexpr int kDefaultEventLimit = 1000;
+constexpr int kMaxEventLimit = 10000;
+constexpr size_t kMaxReasonLength = 1024;
+constexpr char kPageTokenPrefix[] = "lf1:";
+
+std::string EncodePageToken(int64_t before_id) {
+  if (before_id <= 0) return "";
+  return absl::WebSafeBase64Escape(absl::StrCat(kPageTokenPrefix, before_id));
+}
+
+absl::StatusOr<int64_t> DecodePageToken(const std::string& token) {
+  if (token.empty()) return 0;
+  std::string raw;
+  int64_t id;
+  absl::string_view rest;
+  if (!absl::WebSafeBase64Unescape(token, &raw) ||
+      !absl::StartsWith(raw, kPageTokenPrefix) ||
+      !absl::SimpleAtoi(absl::string_view(raw).substr(sizeof(kPageTokenPrefix) - 1), &id) ||
+      id <= 0) {
+    return absl::InvalidArgumentError("page_token is not a token this server issued");
+  }
+  (void)rest;
+  return id;
+}
+
+grpc::ServerUnaryReactor* FinishNow(grpc::CallbackServerContext* context, grpc::Status status) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(std::move(status));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* FinishNow(grpc::CallbackServerContext* context,
+                                    const absl::Status& status) {
+  return FinishNow(context, ToGrpcStatus(status));
+}
+
+}  // namespace
+
+grpc::Status ToGrpcStatus(const absl::Status& status) {
+  if (status.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
+}
+
+absl::StatusOr<std::string> CallerFromContext(const grpc::CallbackServerContext& context) {
+  const auto& metadata = context.client_metadata();
+  auto it = metadata.find(JobServiceImpl::kUserMetadataKey);
+  if (it == metadata.end()) return std::string("anonymous");
+  std::string user(it->second.data(), it->second.size());
+  if (user.empty() || user.size() > 64 ||
+      !std::all_of(user.begin(), user.end(), [](char c) {
+        return absl::ascii_isalnum(c) || c == '-' || c == '_' || c == '.' || c == '@';
+      })) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "metadata ", JobServiceImpl::kUserMetadataKey,
+        " must be 1..64 characters of letters, digits, '-', '_', '.' and '@'"));
+  }
+  return user;
+}
+
+JobServiceImpl::JobServiceImpl(JobStore* store) : store_(store) {}
+
+JobServiceImpl::~JobServiceImpl() = default;
+
+grpc::ServerUnaryReactor* JobServiceImpl::Submit(
+    grpc::CallbackServerContext* context, std::vector<const v1::SubmitJobRequest*> requests,
+    bool dry_run, bool batch, std::function<void(std::vector<v1::SubmitJobResponse>)> respond) {
+  absl::StatusOr<std::string> owner = CallerFromContext(*context);
+  if (!owner.ok()) return FinishNow(context, owner.status());
+  if (requests.empty()) {
+    return FinishNow(context, absl::InvalidArgumentError("jobs must contain at least one job"));
+  }
+  if (requests.size() > static_cast<size_t>(kMaxBatchSize)) {
+    return FinishNow(context, absl::InvalidArgumentError(absl::StrCat(
+                                  "jobs has ", requests.size(), " entries; at most ",
+                                  kMaxBatchSize, " per call")));
+  }
+  // Validate everything first: a batch is stored whole or not at all.
+  std::vector<SubmitJobInput> inputs;
+  inputs.reserve(requests.size());
+  std::vector<std::string> errors;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const std::string prefix = batch ? absl::StrCat("jobs[", i, "].") : "";
+    SubmitJobInput in;
+    in.spec = requests[i]->spec();
+    in.owner = *owner;
+    in.idempotency_key = requests[i]->idempotency_key();
+    ApplyDefaults(&in.spec);
+    absl::Status valid = ValidateJobSpec(in.spec, absl::StrCat(prefix, "spec."));
+    if (!valid.ok()) errors.emplace_back(valid.message());
+    absl::Status key = ValidateIdempotencyKey(in.idempotency_key,
+                                              absl::StrCat(prefix, "idempotency_key"));
+    if (!key.ok()) errors.emplace_back(key.message());
+    inputs.push_back(std::move(in));
+  }
+  if (!errors.empty()) {
+    return FinishNow(context, absl::InvalidArgumentError(absl::StrJoin(errors, "; ")));
+  }
+  if (dry_run) {
+    std::vector<v1::SubmitJobResponse> responses(inputs.size());
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      v1::Job* job = responses[i].mutable_job();
+      *job->mutable_spec() = std::move(inputs[i].spec);
+      job->set_owner(*owner);
+      job->set_idempotency_key(inputs[i].idempotency_key);
+      job->set_status_reason("dry run: valid, not stored");
+    }
+    respond(std::move(responses));
+    return FinishNow(context, grpc::Status::OK);
+  }
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  store_->SubmitJobs(std::move(inputs), [reactor, respond = std::move(respond)](
+                                            absl::StatusOr<std::vector<SubmitJobResult>> result) {
+    if (!result.ok()) {
+      reactor->Finish(ToGrpcStatus(result.status()));
+      return;
+    }
+    std::vector<v1::SubmitJobResponse> responses(result->size());
+    for (size_t i = 0; i < result->size(); ++i) {
+      *responses[i].mutable_job() = std::move((*result)[i].job);
+      responses[i].set_created((*result)[i].created);
+    }
+    respond(std::move(responses));
+    reactor->Finish(grpc::Status::OK);
+  });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* JobServiceImpl::SubmitJob(grpc::CallbackServerContext* context,
+                                                    const v1::SubmitJobRequest* request,
+                                                    v1::SubmitJobResponse* response) {
+  return Submit(context, {request}, request->dry_run(), /*batch=*/false,
+                [response](std::vector<v1::SubmitJobResponse> r) { *response = std::move(r[0]); });
+}
+
+grpc::ServerUnaryReactor* JobServiceImpl::SubmitJobs(grpc::CallbackServerContext* context,
+                                                     const v1::SubmitJobsRequest* request,
+                                                     v1::SubmitJobsResponse* response) {
+  std::vector<const v1::SubmitJobRequest*> requests;
+  bool dry_run = request->dry_run();
+  for (const v1::SubmitJobRequest& r : request->jobs()) {
+    requests.push_back(&r);
+    dry_run = dry_run || r.dry_run();
+  }
+  return Submit(context, std::move(requests), dry_run, /*batch=*/true,
+                [response](std::vector<v1::SubmitJobResponse> r) {
+                  for (auto& item : r) *response->add_jobs() = std::move(item);
+                });
+}
+
+grpc::ServerUnaryReactor* JobServiceImpl::GetJob(grpc::CallbackServerContext* context,
+                                                 const v1::GetJobRequest* request,
+                                                 v1::Job* response) {
+  absl::StatusOr<int64_t> id = ParseJobId(request->job_id(), "job_id");
+  if (!id.ok()) return FinishNow(context, id.status());
+  absl::StatusOr<v1::Job> job = store_->GetJob(*id);
+  if (!job.ok()) return FinishNow(context, job.status());
+  *response = std::move(*job);
+  return FinishNow(context, grpc::Status::OK);
+}
+
+grpc::ServerUnaryReactor* JobServiceImpl::ListJobs(grpc::CallbackServerContext* context,
+                                                   const v1::ListJobsRequest* request,
+                                                   v1::ListJobsResponse* response) {
+  ListJobsQuery query;
+  for (int s : request->states()) {
+    if (!v1::JobState_IsValid(s) || s == v1::JOB_STATE_UNSPECIFIED) {
+      return FinishNow(context, absl::InvalidArgumentError(
+                                    absl::StrCat("states contains an unknown state (", s, ")")));
+    }
+    query.states.push_back(static_cast<v1::JobState>(s));
+  }
+  query.queue = request->queue();
+  query.owner = request->owner();
+  for (int i = 0; i < request->labels_size(); ++i) {
+    const std::string& selector = request->labels(i);
+    size_t eq = selector.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      return FinishNow(context, absl::InvalidArgumentError(absl::StrCat(
+                                    "labels[", i, "] must be key=value, got '", selector, "'")));
+    }
+    query.labels.emplace_back(selector.substr(0, eq), selector.substr(eq + 1));
+  }
+  if (request->page_size() < 0) {
+    return FinishNow(context, absl::InvalidArgumentError("page_size must be >= 0"));
+  }
+  query.page_size = request->page_size() == 0 ? kDefaultPageSize
+                                              : std::min(request->page_size(), kMaxPageSize);
+  absl::StatusOr<int64_t> before = DecodePageToken(request->page_token());
+  if (!before.ok()) return FinishNow(context, before.status());
+  query.before_id = *before;
+  absl::StatusOr<ListJobsResult> result = store_->ListJobs(query);
+  if (!result.ok()) return FinishNow(context, result.status());
+  for (v1::Job& job : result->jobs) *response->add_jobs() = std::move(job);
+  response->set_next_page_token(EncodePageToken(result->next_before_id));
+  return FinishNow(context, grpc::Status::OK);
+}
+
+grpc::ServerUnaryReactor* JobServiceImpl::CancelJob(grpc::CallbackServerContext* context,
+                                                    const v1::CancelJobRequest* request,
+                                                    v1::CancelJobResponse* response) {
+  absl::StatusOr<std::string> caller = CallerFromContext(*context);
+  if (!caller.ok()) return FinishNow(context, caller.status());
+  absl::StatusOr<int64_t> id = ParseJobId(request->job_id(), "job_id");
+  if (!id.ok()) return FinishNow(context, id.status());
+  if (request->reason().size() > kMaxReasonLength) {
+    return FinishNow(context, absl::InvalidArgumentError(absl::StrCat(
+                                  "reason must be at most ", kMaxReasonLength, " characters")));
+  }
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  store_->CancelJob(*id, *caller, request->reason(),
+                    [reactor, response](absl::StatusOr<CancelJobResult> result) {
+                      if (!result.ok()) {
+                        reactor->Finish(ToGrpcStatus(result.status()));
+                        return;
+                      }
+                      *response->mutable_job() = std::move(result->job);
+                      response->set_message(std::move(result->message));
+                      reactor->Finish(grpc::Status::OK);
+                    });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* JobServiceImpl::GetJobEvents(grpc::CallbackServerContext* context,
+                                                       const v1::GetJobEventsRequest* request,
+                                                       v1::GetJobEventsResponse* response) {
+  absl::StatusOr<int64_t> id = ParseJobId(request->job_id(), "job_id");
+  if (!id.ok()) return FinishNow(context, id.status());
+  if (request->after_seq() < 0 || request->limit() < 0) {
+    return FinishNow(context, absl::InvalidArgumentError("after_seq and limit must be >= 0"));
+  }
+  absl::StatusOr<v1::Job> job = store_->GetJob(*id);
+  if (!job.ok()) return FinishNow(context, job.status());
+  const int limit =
+      request->limit() == 0 ? kDefaultEventLimit : std::min(request->limit(), kMaxEventLimit);
+  absl::StatusOr<std::vector<v1::JobEvent>> events =
+      store_->GetEvents(*id, request->after_seq(), limit);
+  if (!events.ok()) return FinishNow(context, events.status());
+  for (v1::JobEvent& e : *events) *response->add_events() = std::move(e);
+  return FinishNow(context, grpc::Status::OK);
+}
+
+// ---------------------------------------------------------------------------
+// WatchJob: snapshot, history after `after_seq`, then live events, in seq order and
+// without duplicates, until the event that makes the job terminal has been sent.
+// ---------------------------------------------------------------------------
+
+class JobServiceImpl::WatchReactor : public grpc::ServerWriteReactor<v1::WatchJobResponse> {
+ public:
+  WatchReactor(JobServiceImpl* service, int64_t job_id, int64_t after_seq)
+      : service_(service), job_id_(job_id), next_seq_(after_seq + 1) {}
+
+  // Subscribes, then reads the snapshot and history; live events that race with the
+  // read are buffered and de-duplicated by sequence number.
+  void Start() {
+    const std::string job_id_string = JobIdString(job_id_);
+    subscription_ = service_->store_->Subscribe([this, job_id_string](const v1::JobEvent& e) {
+      if (e.job_id() != job_id_string) return;
+      std::lock_guard<std::mutex> lock(mu_);
+      EnqueueEventLocked(e);
+      MaybeWriteLocked();
+    });
+    absl::StatusOr<v1::Job> job = service_->store_->GetJob(job_id_);
+    absl::StatusOr<std::vector<v1::JobEvent>> history =
+        job.ok() ? service_->store_->GetEvents(job_id_, next_seq_ - 1, kMaxEventLimit * 100)
+                 : absl::StatusOr<std::vector<v1::JobEvent>>(job.status());
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!history.ok()) {
+      FinishLocked(ToGrpcStatus(history.status()));
+      return;
+    }
+    if (IsTerminal(job->state())) terminal_seq_ = job->last_event_seq();
+    v1::WatchJobResponse first;
+    *first.mutable_job() = std::move(*job);
+    // The snapshot goes first; any live events already buffered follow in seq order.
+    pending_.push_front(std::move(first));
+    std::deque<v1::WatchJobResponse> live = std::move(live_before_snapshot_);
+    loaded_ = true;
+    for (const v1::JobEvent& e : *history) EnqueueEventLocked(e);
+    for (const v1::WatchJobResponse& r : live) EnqueueEventLocked(r.event());
+    if (pending_.size() == 1 && terminal_seq_ > 0 && next_seq_ > terminal_seq_) {
+      finish_after_write_ = true;
+    }
+    MaybeWriteLocked();
+  }
+
+  void OnWriteDone(bool ok) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    writing_ = false;
+    if (!ok) {
+      FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "client went away"));
+      return;
+    }
+    if (finish_after_write_ && pending_.empty()) {
+      FinishLocked(grpc::Status::OK);
+      return;
+    }
+    MaybeWriteLocked();
+  }
+
+  void OnCancel() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "watch cancelled"));
+  }
+
+  void OnDone() override {
+    service_->store_->Unsubscribe(subscription_);
+    {
+      std::lock_guard<std::mutex> lock(service_->watches_mu_);
+      service_->watches_.erase(this);
+    }
+    delete this;
+  }
+
+  // Ends the stream (at most once). Safe under any lock: gRPC never runs a write
+  // reactor's reactions inline.
+  void FinishWith(grpc::Status status) {
+    std::lock_guard<std::mutex> lock(mu_);
+    FinishLocked(std::move(status));
+  }
+
+ private:
+  void EnqueueEventLocked(const v1::JobEvent& e) {
+    if (!loaded_) {
+      v1::WatchJobResponse r;
+      *r.mutable_event() = e;
+      live_before_snapshot_.push_back(std::move(r));
+      return;
+    }
+    if (e.seq() < next_seq_ || finish_after_write_) return;  // already queued or sent
+    next_seq_ = e.seq() + 1;
+    v1::WatchJobResponse r;
+    *r.mutable_event() = e;
+    pending_.push_back(std::move(r));
+    if (IsTerminal(e.to_state()) || (terminal_seq_ > 0 && e.seq() >= terminal_seq_)) {
+      finish_after_write_ = true;
+    }
+  }
+
+  void MaybeWriteLocked() {
+    if (writing_ || finished_ || pending_.empty()) return;
+    current_ = std::move(pending_.front());
+    pending_.pop_front();
+    writing_ = true;
+    StartWrite(&current_);
+  }
+
+  void FinishLocked(grpc::Status status) {
+    if (finished_) return;
+    finished_ = true;
+    Finish(std::move(status));
+  }
+
+  JobServiceImpl* const service_;
+  const int64_t job_id_;
+  int64_t subscription_ = 0;
+
+  std::mutex mu_;
+  int64_t next_seq_;            // the next event seq to send
+  int64_t terminal_seq_ = 0;    // seq of the terminal event, once known
+  bool loaded_ = false;         // snapshot and history queued
+  bool writing_ = false;
+  bool finished_ = false;
+  bool finish_after_write_ = false;
+  std::deque<v1::WatchJobResponse> live_before_snapshot_;
+  std::deque<v1::WatchJobResponse> pending_;
+  v1::WatchJobResponse current_;
+};
+
+grpc::ServerWriteReactor<v1::WatchJobResponse>* JobServiceImpl::WatchJob(
+    grpc::CallbackServerContext* context, const v1::WatchJobRequest* request) {
+  absl::StatusOr<int64_t> id = ParseJobId(request->job_id(), "job_id");
+  absl::Status error = id.status();
+  if (error.ok() && request->after_seq() < 0) {
+    error = absl::InvalidArgumentError("after_seq must be >= 0");
+  }
+  auto* reactor = new WatchReactor(this, id.ok() ? *id : 0, request->after_seq());
+  {
+    std::lock_guard<std::mutex> lock(watches_mu_);
+    if (error.ok() && watches_stopped_) {
+      error = absl::UnavailableError("coordinator is shutting down");
+    }
+    watches_.insert(reactor);
+  }
+  if (!error.ok()) {
+    reactor->FinishWith(ToGrpcStatus(error));
+    return reactor;
+  }
+  reactor->Start();
+  return reactor;
+}
+
+void JobServiceImpl::StopWatches() {
+  std::lock_guard<std::mutex> lock(watches_mu_);
+  watches_stopped_ = true;
+  for (WatchReactor* w : watches_) {
+    w->FinishWith(grpc::Status(grpc::StatusCode::UNAVAILABLE, "coordinator is shutting down"));
+  }
+}
+
+}  // namespace llamafleet

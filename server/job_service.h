@@ -1,0 +1,74 @@
+#ifndef LLAMAFLEET_SERVER_JOB_SERVICE_H_
+#define LLAMAFLEET_SERVER_JOB_SERVICE_H_
+
+#include <memory>
+#include <mutex>
+#include <set>
+
+#include "absl/base/thread_annotations.h"
+#include "llamafleet/v1/job.grpc.pb.h"
+#include "storage/job_store.h"
+
+namespace llamafleet {
+
+// Converts at the transport boundary.
+grpc::Status ToGrpcStatus(const absl::Status& status);
+
+// JobService over the gRPC callback API. Validation happens here, before anything
+// reaches the store; answers are sent from the store's commit callbacks, so a client
+// hears "submitted" only once the job is durable. No reaction blocks on a write.
+class JobServiceImpl final : public v1::JobService::CallbackService {
+ public:
+  // `store` is not owned and must outlive the service.
+  explicit JobServiceImpl(JobStore* store);
+  ~JobServiceImpl() override;
+
+  // Ends every open WatchJob stream with UNAVAILABLE; new watches are refused. Called
+  // at shutdown, before the server waits for in-flight calls.
+  void StopWatches();
+
+  // The metadata key that names the caller until token authentication exists.
+  static constexpr char kUserMetadataKey[] = "x-llamafleet-user";
+
+  grpc::ServerUnaryReactor* SubmitJob(grpc::CallbackServerContext* context,
+                                      const v1::SubmitJobRequest* request,
+                                      v1::SubmitJobResponse* response) override;
+  grpc::ServerUnaryReactor* SubmitJobs(grpc::CallbackServerContext* context,
+                                       const v1::SubmitJobsRequest* request,
+                                       v1::SubmitJobsResponse* response) override;
+  grpc::ServerUnaryReactor* GetJob(grpc::CallbackServerContext* context,
+                                   const v1::GetJobRequest* request, v1::Job* response) override;
+  grpc::ServerUnaryReactor* ListJobs(grpc::CallbackServerContext* context,
+                                     const v1::ListJobsRequest* request,
+                                     v1::ListJobsResponse* response) override;
+  grpc::ServerUnaryReactor* CancelJob(grpc::CallbackServerContext* context,
+                                      const v1::CancelJobRequest* request,
+                                      v1::CancelJobResponse* response) override;
+  grpc::ServerWriteReactor<v1::WatchJobResponse>* WatchJob(
+      grpc::CallbackServerContext* context, const v1::WatchJobRequest* request) override;
+  grpc::ServerUnaryReactor* GetJobEvents(grpc::CallbackServerContext* context,
+                                         const v1::GetJobEventsRequest* request,
+                                         v1::GetJobEventsResponse* response) override;
+
+  class WatchReactor;
+
+ private:
+  // Validates and stores a batch; `respond` gets one response per request.
+  grpc::ServerUnaryReactor* Submit(grpc::CallbackServerContext* context,
+                                   std::vector<const v1::SubmitJobRequest*> requests,
+                                   bool dry_run, bool batch,
+                                   std::function<void(std::vector<v1::SubmitJobResponse>)> respond);
+
+  JobStore* const store_;
+
+  std::mutex watches_mu_;
+  bool watches_stopped_ ABSL_GUARDED_BY(watches_mu_) = false;
+  std::set<WatchReactor*> watches_ ABSL_GUARDED_BY(watches_mu_);
+};
+
+// The caller's identity from request metadata; INVALID_ARGUMENT if malformed.
+absl::StatusOr<std::string> CallerFromContext(const grpc::CallbackServerContext& context);
+
+}  // namespace llamafleet
+
+#endif  // LLAMAFLEET_SERVER_JOB_SERVICE_H_

@@ -1,0 +1,110 @@
+// llamafleet-coordinator: parse flags (and an optional YAML config file), start, wait for
+// SIGTERM/SIGINT, shut down in order.
+#include <signal.h>
+
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <set>
+#include <sstream>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/str_cat.h"
+#include "server/coordinator.h"
+#include "spdlog/sinks/stdout_color_sinks.h"
+#include "spdlog/spdlog.h"
+#include "yaml-cpp/yaml.h"
+
+namespace {
+
+int Fail(const std::string& message) {
+  std::cerr << "llamafleet-coordinator: " << message << std::endl;
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  llamafleet::CoordinatorOptions options;
+  std::string config_file;
+  std::string synchronous = "full";
+  bool no_group_commit = false;
+  std::string log_level = "info";
+
+  CLI::App app{"llamafleet coordinator: job API, durable queue, scheduler"};
+  app.add_option("--listen", options.listen, "gRPC address HOST:PORT (port 0 = any free port)");
+  app.add_option("--data-dir", options.data_dir, "directory for the database");
+  app.add_option("--config", config_file,
+                 "YAML file with any of: listen, data_dir, synchronous, group_commit, log_level");
+  app.add_option("--synchronous", synchronous, "SQLite durability: full (fsync every commit) or normal")
+      ->check(CLI::IsMember({"full", "normal"}));
+  app.add_flag("--no-group-commit", no_group_commit,
+               "one transaction per write (for measuring the group-commit baseline)");
+  app.add_option("--log-level", log_level, "trace, debug, info, warn, error")
+      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}));
+  CLI11_PARSE(app, argc, argv);
+
+  // The config file fills in what the command line did not set.
+  if (!config_file.empty()) {
+    YAML::Node config;
+    try {
+      config = YAML::LoadFile(config_file);
+    } catch (const YAML::Exception& e) {
+      return Fail(absl::StrCat("cannot read config ", config_file, ": ", e.what()));
+    }
+    if (!config.IsNull() && !config.IsMap()) {
+      return Fail(absl::StrCat("config ", config_file, ": expected a mapping"));
+    }
+    const std::set<std::string> known = {"listen", "data_dir", "synchronous", "group_commit",
+                                         "log_level"};
+    try {
+      for (const auto& kv : config) {
+        const std::string key = kv.first.as<std::string>();
+        if (!known.count(key)) return Fail(absl::StrCat("config ", config_file, ": unknown key ", key));
+        if (key == "listen" && app.count("--listen") == 0) options.listen = kv.second.as<std::string>();
+        if (key == "data_dir" && app.count("--data-dir") == 0) {
+          options.data_dir = kv.second.as<std::string>();
+        }
+        if (key == "synchronous" && app.count("--synchronous") == 0) {
+          synchronous = kv.second.as<std::string>();
+          if (synchronous != "full" && synchronous != "normal") {
+            return Fail(absl::StrCat("config ", config_file, ": synchronous must be full or normal"));
+          }
+        }
+        if (key == "group_commit" && app.count("--no-group-commit") == 0) {
+          no_group_commit = !kv.second.as<bool>();
+        }
+        if (key == "log_level" && app.count("--log-level") == 0) log_level = kv.second.as<std::string>();
+      }
+    } catch (const YAML::Exception& e) {
+      return Fail(absl::StrCat("config ", config_file, ": ", e.what()));
+    }
+  }
+  options.synchronous_full = synchronous == "full";
+  options.group_commit = !no_group_commit;
+  spdlog::set_level(spdlog::level::from_str(log_level));
+  spdlog::set_default_logger(spdlog::stderr_color_mt("coordinator"));
+  spdlog::set_level(spdlog::level::from_str(log_level));
+
+  // Block the stop signals in every thread; the main thread waits for them below.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  absl::StatusOr<std::unique_ptr<llamafleet::Coordinator>> coordinator =
+      llamafleet::Coordinator::Start(options);
+  if (!coordinator.ok()) return Fail(std::string(coordinator.status().message()));
+  std::printf("listening on %s\n", (*coordinator)->address().c_str());
+  std::fflush(stdout);
+  spdlog::info("data dir {}, synchronous={}, group commit {}", options.data_dir, synchronous,
+               options.group_commit ? "on" : "off");
+
+  int signal_number = 0;
+  sigwait(&stop_signals, &signal_number);
+  spdlog::info("received {}", signal_number == SIGTERM ? "SIGTERM" : "SIGINT");
+  (*coordinator)->Shutdown();
+  coordinator->reset();
+  return 0;
+}
