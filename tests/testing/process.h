@@ -1,0 +1,75 @@
+#ifndef LLAMAFLEET_TESTS_TESTING_PROCESS_H_
+#define LLAMAFLEET_TESTS_TESTING_PROCESS_H_
+
+// Real processes for tests: start a binary, read its output, signal it, and make sure
+// it is gone when the test ends.
+
+#include <sys/types.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace llamafleet::testing {
+
+// Path of a built executable (build/bin/NAME).
+std::string BinaryPath(const std::string& name);
+
+// A temporary directory removed (recursively) on destruction.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+class Subprocess {
+ public:
+  // Starts argv[0] with argv; stdout is a pipe read by ReadLineWithPrefix/ReadAll;
+  // stderr goes to `stderr_path` ("" = inherit). `env` entries are added to the
+  // environment. The child gets its own process group.
+  static absl::StatusOr<std::unique_ptr<Subprocess>> Start(
+      const std::vector<std::string>& argv, const std::map<std::string, std::string>& env = {},
+      const std::string& stderr_path = "");
+  // Kills the process group (SIGKILL) if still running, and reaps it.
+  ~Subprocess();
+
+  pid_t pid() const { return pid_; }
+  // Reads stdout until a line starting with `prefix`; returns the rest of that line.
+  absl::StatusOr<std::string> ReadLineWithPrefix(const std::string& prefix, absl::Duration timeout);
+  // For a coordinator: waits for "listening on HOST:PORT" and returns HOST:PORT.
+  absl::StatusOr<std::string> WaitForListening(absl::Duration timeout = absl::Seconds(20));
+  void Signal(int signal);
+  // Waits for exit; returns the exit code, or 128+signal if killed.
+  absl::StatusOr<int> Wait(absl::Duration timeout);
+
+ private:
+  pid_t pid_ = -1;
+  int stdout_fd_ = -1;
+  std::string buffer_;
+  bool reaped_ = false;
+};
+
+struct CommandResult {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+
+// Runs a command to completion, feeding `input` on stdin; fails only if it cannot be
+// started or outlives `timeout` (then it is killed).
+absl::StatusOr<CommandResult> RunCommand(const std::vector<std::string>& argv,
+                                         const std::string& input = "",
+                                         const std::map<std::string, std::string>& env = {},
+                                         absl::Duration timeout = absl::Seconds(60));
+
+}  // namespace llamafleet::testing
+
+#endif  // LLAMAFLEET_TESTS_TESTING_PROCESS_H_
