@@ -1,5 +1,7 @@
 #include "scheduler/clock.h"
 
+#include "absl/time/clock.h"
+
 namespace llamafleet {
 namespace {
 
