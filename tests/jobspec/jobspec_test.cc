@@ -1,0 +1,233 @@
+#include "clients/jobspec/jobspec.h"
+
+#include <gtest/gtest.h>
+
+#include "absl/strings/str_cat.h"
+#include "yaml-cpp/yaml.h"
+
+namespace llamafleet {
+namespace {
+
+constexpr char kValid[] = R"(
+name: finetune-7b
+queue: research
+priority: 10
+labels: {team: nlp}
+model: {preset: llama2-7b, tokenizer: /fsx/tok/tokenizer.model}
+data: {train_path: /fsx/data/train.jsonl, format: prompt_completion}
+training: {max_steps: 100, micro_batch_size: 2, seq_len: 4096, lr: 2e-5}
+fsdp: {sharding: hybrid_shard, hybrid_shard_group_size: 8}
+resources: {nodes: 2, gpus_per_node: 8, efa_per_node: 32, instance_type: p5.48xlarge}
+)";
+
+v1::JobSpec ParseOne(const std::string& text) {
+  absl::StatusOr<std::vector<ParsedJob>> jobs = ParseJobDocuments(text);
+  EXPECT_TRUE(jobs.ok()) << jobs.status();
+  EXPECT_EQ(jobs->size(), 1u);
+  v1::JobSpec spec = (*jobs)[0].spec;
+  ApplyDefaults(&spec);
+  return spec;
+}
+
+TEST(JobSpecTest, ParsesValidSpecWithCaseInsensitiveEnums) {
+  v1::JobSpec spec = ParseOne(kValid);
+  EXPECT_EQ(spec.name(), "finetune-7b");
+  EXPECT_EQ(spec.data().format(), v1::PROMPT_COMPLETION);
+  EXPECT_EQ(spec.fsdp().sharding(), v1::HYBRID_SHARD);
+  EXPECT_EQ(spec.labels().at("team"), "nlp");
+  EXPECT_DOUBLE_EQ(spec.training().lr(), 2e-5);
+  EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
+}
+
+TEST(JobSpecTest, DefaultsAreFilledAndIdempotent) {
+  v1::JobSpec spec = ParseOne("name: x\nmodel: {path: /m}\ndata: {train_path: /d}\n");
+  EXPECT_EQ(spec.queue(), "default");
+  EXPECT_EQ(spec.training().epochs(), 1);
+  EXPECT_DOUBLE_EQ(spec.training().lr(), 1e-4);
+  ASSERT_EQ(spec.training().betas_size(), 2);
+  EXPECT_EQ(spec.fsdp().sharding(), v1::FULL_SHARD);
+  EXPECT_EQ(spec.fsdp().mixed_precision(), v1::BF16);
+  EXPECT_TRUE(spec.fsdp().activation_checkpointing());
+  EXPECT_EQ(spec.resources().nodes(), 1);
+  EXPECT_EQ(spec.run_policy().max_restarts(), 3);
+  v1::JobSpec again = spec;
+  ApplyDefaults(&again);
+  EXPECT_EQ(again.SerializeAsString(), spec.SerializeAsString());
+  EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
+}
+
+TEST(JobSpecTest, JsonIsAcceptedToo) {
+  v1::JobSpec spec = ParseOne(
+      R"({"name": "j", "model": {"path": "/m"}, "data": {"train_path": "/d"},
+          "training": {"lr": 0.001, "betas": [0.9, 0.95]}, "fsdp": {"sharding": "NO_SHARD"}})");
+  EXPECT_EQ(spec.fsdp().sharding(), v1::NO_SHARD);
+  EXPECT_DOUBLE_EQ(spec.training().betas(1), 0.95);
+}
+
+TEST(JobSpecTest, MultiDocumentAndListsAreBatches) {
+  absl::StatusOr<std::vector<ParsedJob>> jobs =
+      ParseJobDocuments("name: a\n---\nname: b\n---\n- name: c\n- name: a\n");
+  ASSERT_TRUE(jobs.ok()) << jobs.status();
+  ASSERT_EQ(jobs->size(), 4u);
+  EXPECT_EQ((*jobs)[2].spec.name(), "c");
+  // Same content twice gets distinct keys; the same file parsed again gets the same keys.
+  EXPECT_NE((*jobs)[0].idempotency_key, (*jobs)[3].idempotency_key);
+  absl::StatusOr<std::vector<ParsedJob>> again =
+      ParseJobDocuments("name: a\n---\nname: b\n---\n- name: c\n- name: a\n");
+  for (size_t i = 0; i < jobs->size(); ++i) {
+    EXPECT_EQ((*jobs)[i].idempotency_key, (*again)[i].idempotency_key);
+  }
+  // Formatting and comments do not change the key; content does.
+  absl::StatusOr<std::vector<ParsedJob>> reformatted = ParseJobDocuments("{name: a}  # comment");
+  EXPECT_EQ((*reformatted)[0].idempotency_key, (*jobs)[0].idempotency_key);
+}
+
+struct ParseCase {
+  std::string yaml;
+  std::string expected;  // substring of the error
+};
+
+class ParseErrorTest : public ::testing::TestWithParam<ParseCase> {};
+
+TEST_P(ParseErrorTest, NamesTheField) {
+  absl::StatusOr<std::vector<ParsedJob>> jobs = ParseJobDocuments(GetParam().yaml);
+  ASSERT_FALSE(jobs.ok());
+  EXPECT_EQ(jobs.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(jobs.status().message().find(GetParam().expected), std::string::npos)
+      << jobs.status().message();
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Table, ParseErrorTest,
+    ::testing::Values(
+        ParseCase{"name: x\ntraining: {lrr: 1}", "training.lrr: unknown field (did you mean lr?)"},
+        ParseCase{"nmae: x", "nmae: unknown field (did you mean name?)"},
+        ParseCase{"training: {micro_batch_size: four}",
+                  "training.micro_batch_size: expected an integer"},
+        ParseCase{"training: {seq_len: 99999999999}", "training.seq_len: expected an integer"},
+        ParseCase{"fsdp: {sharding: FULL}", "fsdp.sharding: unknown value 'FULL'"},
+        ParseCase{"fsdp: {activation_checkpointing: maybe}",
+                  "fsdp.activation_checkpointing: expected true or false"},
+        ParseCase{"training: {lr: .nan}", "training.lr: expected a finite number"},
+        ParseCase{"training: 5", "training: expected a mapping"},
+        ParseCase{"training: {betas: 0.9}", "training.betas: expected a list"},
+        ParseCase{"labels: [a, b]", "labels: expected a mapping"},
+        ParseCase{"name: [a]", "name: expected a scalar"},
+        ParseCase{"name: x\nname: y", "name: given more than once"},
+        ParseCase{"name: a\n---\nname: b\nbogus: 1", "document 2: bogus: unknown field"},
+        ParseCase{"name: 'unterminated", "cannot parse job file"},
+        ParseCase{"", "contains no job spec"},
+        ParseCase{"42", "document: expected a mapping"}));
+
+struct ValidateCase {
+  std::string yaml;
+  std::string expected;
+};
+
+class ValidateErrorTest : public ::testing::TestWithParam<ValidateCase> {};
+
+TEST_P(ValidateErrorTest, NamesTheField) {
+  // A valid base spec with the case's fields merged over it.
+  absl::StatusOr<std::vector<ParsedJob>> jobs =
+      ParseJobDocuments("name: ok\nmodel: {path: /m}\ndata: {train_path: /d}\n");
+  ASSERT_TRUE(jobs.ok()) << jobs.status();
+  v1::JobSpec spec = (*jobs)[0].spec;
+  std::vector<std::string> errors;
+  MergeYamlIntoMessage(YAML::Load(GetParam().yaml), "", &spec, &errors);
+  ASSERT_TRUE(errors.empty()) << errors[0];
+  ApplyDefaults(&spec);
+  absl::Status status = ValidateJobSpec(spec);
+  ASSERT_FALSE(status.ok()) << GetParam().yaml;
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find(GetParam().expected), std::string::npos) << status.message();
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Table, ValidateErrorTest,
+    ::testing::Values(
+        ValidateCase{"resources: {nodes: 0}", "resources.nodes must be >= 1"},
+        ValidateCase{"resources: {nodes: -2}", "resources.nodes must be >= 1"},
+        ValidateCase{"resources: {gpus_per_node: 0}", "resources.gpus_per_node must be >= 1"},
+        ValidateCase{"resources: {nodes: 2, gpus_per_node: 8}\n"
+                     "fsdp: {sharding: HYBRID_SHARD, hybrid_shard_group_size: 3}",
+                     "fsdp.hybrid_shard_group_size (3) must divide the world size (16)"},
+        ValidateCase{"fsdp: {hybrid_shard_group_size: 2}",
+                     "fsdp.hybrid_shard_group_size is only valid with sharding HYBRID_SHARD"},
+        ValidateCase{"training: {lr: 0}", "training.lr must be > 0"},
+        ValidateCase{"training: {lr: -1e-4}", "training.lr must be > 0"},
+        ValidateCase{"training: {betas: [0.9]}", "training.betas must have 2 values"},
+        ValidateCase{"training: {betas: [0.9, 1.0]}", "training.betas[1] must be in [0, 1)"},
+        ValidateCase{"training: {eps: 0}", "training.eps must be > 0"},
+        ValidateCase{"training: {micro_batch_size: 0}", "training.micro_batch_size must be >= 1"},
+        ValidateCase{"training: {grad_accum: 0}", "training.grad_accum must be >= 1"},
+        ValidateCase{"training: {seq_len: 1}", "training.seq_len must be >= 2"},
+        ValidateCase{"training: {epochs: 0}", "training.epochs must be >= 1"},
+        ValidateCase{"training: {max_steps: -1}", "training.max_steps must be >= 0"},
+        ValidateCase{"training: {weight_decay: -0.1}", "training.weight_decay must be >= 0"},
+        ValidateCase{"training: {lr_schedule: {type: step, gamma: 1.5}}",
+                     "training.lr_schedule.gamma must be in (0, 1]"},
+        ValidateCase{"training: {log_every: 0}", "training.log_every must be >= 1"},
+        ValidateCase{"name: ''", "name is required"},
+        ValidateCase{"name: 'has space'", "name may contain only"},
+        ValidateCase{"priority: 5000", "priority must be in [-1000, 1000]"},
+        ValidateCase{"queue: 'a b'", "queue must be 1..63 characters"},
+        ValidateCase{"model: {path: /m, preset: tiny}", "must set exactly one of model.path"},
+        ValidateCase{"model: {path: '', preset: llama3}", "model.preset 'llama3' is not one of"},
+        ValidateCase{"data: {train_path: ''}", "data.train_path is required"},
+        ValidateCase{"labels: {'bad key!': x}", "labels.bad key! key must be"},
+        ValidateCase{"resources: {nodes: 2, min_nodes: 3}", "resources.min_nodes (3) must be <="},
+        ValidateCase{"resources: {nodes: 2, max_nodes: 1}", "resources.max_nodes (1) must be >="},
+        ValidateCase{"run_policy: {max_restarts: -1}", "run_policy.max_restarts must be >= 0"},
+        ValidateCase{"run_policy: {stall_timeout_seconds: 0}",
+                     "run_policy.stall_timeout_seconds must be >= 1"},
+        ValidateCase{"checkpoint: {every_steps: -5}", "checkpoint.every_steps must be >= 0"},
+        ValidateCase{"output: {max_shard_size_mb: 0}", "output.max_shard_size_mb must be >= 1"},
+        ValidateCase{"fsdp: {max_inflight_all_gathers: 0}",
+                     "fsdp.max_inflight_all_gathers must be >= 1"}));
+
+TEST(JobSpecTest, EveryViolationIsReportedAtOnce) {
+  v1::JobSpec spec = ParseOne(
+      "name: x\nmodel: {path: /m}\ndata: {train_path: /d}\n"
+      "resources: {nodes: 0}\ntraining: {lr: -1}\n");
+  absl::Status status = ValidateJobSpec(spec, "jobs[3].spec.");
+  EXPECT_NE(status.message().find("jobs[3].spec.resources.nodes must be >= 1"), std::string::npos)
+      << status.message();
+  EXPECT_NE(status.message().find("jobs[3].spec.training.lr must be > 0"), std::string::npos)
+      << status.message();
+}
+
+TEST(JobSpecTest, SetOverride) {
+  v1::JobSpec spec = ParseOne(kValid);
+  ASSERT_TRUE(ApplySetOverride(&spec, "training.lr=3e-4").ok());
+  EXPECT_DOUBLE_EQ(spec.training().lr(), 3e-4);
+  ASSERT_TRUE(ApplySetOverride(&spec, "fsdp.sharding=no_shard").ok());
+  EXPECT_EQ(spec.fsdp().sharding(), v1::NO_SHARD);
+  ASSERT_TRUE(ApplySetOverride(&spec, "training.betas=[0.8, 0.9]").ok());
+  EXPECT_DOUBLE_EQ(spec.training().betas(0), 0.8);
+  absl::Status bad = ApplySetOverride(&spec, "training.lrr=1");
+  EXPECT_NE(bad.message().find("training.lrr: unknown field"), std::string::npos) << bad;
+  EXPECT_DOUBLE_EQ(spec.training().lr(), 3e-4);  // unchanged on error
+  EXPECT_FALSE(ApplySetOverride(&spec, "novalue").ok());
+}
+
+TEST(JobSpecTest, YamlAndJsonRoundTrip) {
+  v1::JobSpec spec = ParseOne(kValid);
+  v1::JobSpec from_yaml = ParseOne(MessageToYaml(spec));
+  EXPECT_EQ(from_yaml.SerializeAsString(), spec.SerializeAsString()) << MessageToYaml(spec);
+  v1::JobSpec from_json = ParseOne(MessageToJson(spec));
+  EXPECT_EQ(from_json.SerializeAsString(), spec.SerializeAsString()) << MessageToJson(spec);
+}
+
+TEST(JobSpecTest, IdempotencyKeyLimits) {
+  EXPECT_TRUE(ValidateIdempotencyKey("abc-123", "idempotency_key").ok());
+  EXPECT_FALSE(ValidateIdempotencyKey(std::string(200, 'a'), "idempotency_key").ok());
+  EXPECT_FALSE(ValidateIdempotencyKey("tab\there", "idempotency_key").ok());
+}
+
+TEST(JobSpecTest, Sha256) {
+  EXPECT_EQ(Sha256Hex("abc"),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+}
+
+}  // namespace
+}  // namespace llamafleet
