@@ -1,0 +1,207 @@
+#include "config.h"
+
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "nlohmann/json.hpp"
+#include "util.h"
+
+namespace llamafleet::trainer {
+
+using nlohmann::json;
+
+int64_t LlamaConfig::NumNonEmbeddingParameters() const {
+  const int64_t h = hidden_size, kv_dim = num_key_value_heads * head_dim();
+  const int64_t per_layer = 2 * h                      // two RMSNorm weights
+                            + h * h + 2 * kv_dim * h    // q, k, v
+                            + h * h                     // o
+                            + 3 * intermediate_size * h;  // gate, up, down
+  return num_hidden_layers * per_layer + h  // final norm
+         + (tie_word_embeddings ? 0 : vocab_size * h);
+}
+
+int64_t LlamaConfig::NumParameters() const {
+  return NumNonEmbeddingParameters() + vocab_size * hidden_size;
+}
+
+absl::Status ValidateConfig(const LlamaConfig& c) {
+  auto positive = [](const char* name, int64_t v) -> absl::Status {
+    if (v <= 0) return absl::InvalidArgumentError(absl::StrCat(name, " must be > 0, got ", v));
+    return absl::OkStatus();
+  };
+  for (auto [name, v] : {std::pair<const char*, int64_t>{"hidden_size", c.hidden_size},
+                         {"intermediate_size", c.intermediate_size},
+                         {"num_hidden_layers", c.num_hidden_layers},
+                         {"num_attention_heads", c.num_attention_heads},
+                         {"num_key_value_heads", c.num_key_value_heads},
+                         {"vocab_size", c.vocab_size},
+                         {"max_position_embeddings", c.max_position_embeddings}}) {
+    LF_RETURN_IF_ERROR(positive(name, v));
+  }
+  if (c.hidden_size % c.num_attention_heads != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("hidden_size ", c.hidden_size, " is not divisible by num_attention_heads ",
+                     c.num_attention_heads));
+  }
+  if (c.head_dim() % 2 != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("head_dim ", c.head_dim(), " must be even for RoPE"));
+  }
+  if (c.num_attention_heads % c.num_key_value_heads != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("num_attention_heads ", c.num_attention_heads,
+                     " is not divisible by num_key_value_heads ", c.num_key_value_heads));
+  }
+  if (!(c.rms_norm_eps > 0) || c.rms_norm_eps > 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rms_norm_eps must be in (0, 1], got ", c.rms_norm_eps));
+  }
+  if (!(c.rope_theta > 0)) {
+    return absl::InvalidArgumentError(absl::StrCat("rope_theta must be > 0, got ", c.rope_theta));
+  }
+  return absl::OkStatus();
+}
+
+namespace {
+
+absl::StatusOr<int64_t> GetInt(const json& j, const char* key, absl::string_view src,
+                               const int64_t* fallback) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) {
+    if (fallback) return *fallback;
+    return absl::InvalidArgumentError(absl::StrCat(src, ": missing required field \"", key, "\""));
+  }
+  if (!it->is_number_integer()) {
+    return absl::InvalidArgumentError(absl::StrCat(src, ": field \"", key, "\" must be an integer"));
+  }
+  return it->get<int64_t>();
+}
+
+absl::StatusOr<double> GetDouble(const json& j, const char* key, absl::string_view src,
+                                 const double* fallback) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) {
+    if (fallback) return *fallback;
+    return absl::InvalidArgumentError(absl::StrCat(src, ": missing required field \"", key, "\""));
+  }
+  if (!it->is_number()) {
+    return absl::InvalidArgumentError(absl::StrCat(src, ": field \"", key, "\" must be a number"));
+  }
+  return it->get<double>();
+}
+
+}  // namespace
+
+absl::StatusOr<LlamaConfig> ParseConfigJson(absl::string_view text, absl::string_view src) {
+  json j = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return absl::InvalidArgumentError(absl::StrCat(src, ": not valid JSON"));
+  if (!j.is_object()) return absl::InvalidArgumentError(absl::StrCat(src, ": not a JSON object"));
+  if (auto it = j.find("model_type"); it != j.end() && *it != "llama") {
+    return absl::InvalidArgumentError(
+        absl::StrCat(src, ": model_type ", it->dump(), " is not supported (only \"llama\")"));
+  }
+  if (auto it = j.find("hidden_act"); it != j.end() && *it != "silu") {
+    return absl::InvalidArgumentError(
+        absl::StrCat(src, ": hidden_act ", it->dump(), " is not supported (only \"silu\")"));
+  }
+  if (auto it = j.find("rope_scaling"); it != j.end() && !it->is_null()) {
+    return absl::InvalidArgumentError(absl::StrCat(src, ": rope_scaling is not supported"));
+  }
+  for (const char* bias : {"attention_bias", "mlp_bias"}) {
+    if (auto it = j.find(bias); it != j.end() && *it != false) {
+      return absl::InvalidArgumentError(absl::StrCat(src, ": ", bias, " is not supported"));
+    }
+  }
+  LlamaConfig c;
+  LF_ASSIGN_OR_RETURN(c.hidden_size, GetInt(j, "hidden_size", src, nullptr));
+  LF_ASSIGN_OR_RETURN(c.intermediate_size, GetInt(j, "intermediate_size", src, nullptr));
+  LF_ASSIGN_OR_RETURN(c.num_hidden_layers, GetInt(j, "num_hidden_layers", src, nullptr));
+  LF_ASSIGN_OR_RETURN(c.num_attention_heads, GetInt(j, "num_attention_heads", src, nullptr));
+  LF_ASSIGN_OR_RETURN(c.num_key_value_heads,
+                      GetInt(j, "num_key_value_heads", src, &c.num_attention_heads));
+  LF_ASSIGN_OR_RETURN(c.vocab_size, GetInt(j, "vocab_size", src, nullptr));
+  LF_ASSIGN_OR_RETURN(c.max_position_embeddings,
+                      GetInt(j, "max_position_embeddings", src, nullptr));
+  LF_ASSIGN_OR_RETURN(c.rms_norm_eps, GetDouble(j, "rms_norm_eps", src, nullptr));
+  const double theta = 10000.0;
+  LF_ASSIGN_OR_RETURN(c.rope_theta, GetDouble(j, "rope_theta", src, &theta));
+  const int64_t bos = 1, eos = 2;
+  LF_ASSIGN_OR_RETURN(c.bos_token_id, GetInt(j, "bos_token_id", src, &bos));
+  LF_ASSIGN_OR_RETURN(c.eos_token_id, GetInt(j, "eos_token_id", src, &eos));
+  if (auto it = j.find("tie_word_embeddings"); it != j.end() && !it->is_null()) {
+    if (!it->is_boolean()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(src, ": field \"tie_word_embeddings\" must be a boolean"));
+    }
+    c.tie_word_embeddings = it->get<bool>();
+  }
+  if (auto it = j.find("torch_dtype"); it != j.end() && it->is_string()) {
+    c.torch_dtype = it->get<std::string>();
+  }
+  if (absl::Status s = ValidateConfig(c); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(src, ": ", s.message()));
+  }
+  return c;
+}
+
+absl::StatusOr<LlamaConfig> LoadConfigFile(const std::string& path) {
+  LF_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
+  return ParseConfigJson(text, path);
+}
+
+std::string ConfigToJson(const LlamaConfig& c, absl::string_view torch_dtype) {
+  json j = json::object();
+  j["architectures"] = json::array({"LlamaForCausalLM"});
+  j["model_type"] = "llama";
+  j["hidden_act"] = "silu";
+  j["attention_bias"] = false;
+  j["hidden_size"] = c.hidden_size;
+  j["intermediate_size"] = c.intermediate_size;
+  j["num_hidden_layers"] = c.num_hidden_layers;
+  j["num_attention_heads"] = c.num_attention_heads;
+  j["num_key_value_heads"] = c.num_key_value_heads;
+  j["rms_norm_eps"] = c.rms_norm_eps;
+  j["rope_theta"] = c.rope_theta;
+  j["rope_scaling"] = nullptr;
+  j["vocab_size"] = c.vocab_size;
+  j["max_position_embeddings"] = c.max_position_embeddings;
+  j["tie_word_embeddings"] = c.tie_word_embeddings;
+  j["bos_token_id"] = c.bos_token_id;
+  j["eos_token_id"] = c.eos_token_id;
+  j["initializer_range"] = 0.02;
+  j["pretraining_tp"] = 1;
+  j["use_cache"] = true;
+  j["torch_dtype"] = std::string(torch_dtype);
+  return j.dump(2) + "\n";
+}
+
+absl::StatusOr<LlamaConfig> PresetConfig(absl::string_view name) {
+  LlamaConfig c;
+  c.rms_norm_eps = 1e-5;
+  c.rope_theta = 10000.0;
+  c.vocab_size = 32000;
+  c.max_position_embeddings = 4096;
+  c.tie_word_embeddings = false;
+  c.torch_dtype = "float16";
+  if (name == "llama2-7b") {
+    c.hidden_size = 4096, c.intermediate_size = 11008, c.num_hidden_layers = 32;
+    c.num_attention_heads = 32, c.num_key_value_heads = 32;
+  } else if (name == "llama2-13b") {
+    c.hidden_size = 5120, c.intermediate_size = 13824, c.num_hidden_layers = 40;
+    c.num_attention_heads = 40, c.num_key_value_heads = 40;
+  } else if (name == "llama2-70b") {
+    c.hidden_size = 8192, c.intermediate_size = 28672, c.num_hidden_layers = 80;
+    c.num_attention_heads = 64, c.num_key_value_heads = 8;
+  } else if (name == "tiny" || name == "tiny-gqa") {
+    c.hidden_size = 64, c.intermediate_size = 176, c.num_hidden_layers = 2;
+    c.num_attention_heads = 4, c.num_key_value_heads = name == "tiny" ? 4 : 2;
+    c.torch_dtype = "float32";
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "unknown model preset \"", name, "\" (known: llama2-7b, llama2-13b, llama2-70b, tiny, tiny-gqa)"));
+  }
+  return c;
+}
+
+}  // namespace llamafleet::trainer

@@ -1,0 +1,217 @@
+#include "data.h"
+
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "nlohmann/json.hpp"
+#include "util.h"
+
+namespace llamafleet::trainer {
+
+using nlohmann::json;
+
+absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizer(const std::string& path) {
+  std::string error;
+  std::unique_ptr<Tokenizer> t = Tokenizer::Load(path, &error);
+  if (!t) return absl::InvalidArgumentError(error);
+  return t;
+}
+
+absl::StatusOr<std::vector<Sequence>> LoadJsonl(const std::string& path,
+                                                const DataLoadOptions& opt) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open data file"));
+  if (opt.format != DataFormat::kTokens && opt.tokenizer == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": a tokenizer is required for text and prompt_completion data"));
+  }
+  std::vector<Sequence> out;
+  std::string line;
+  int64_t lineno = 0;
+  while (std::getline(in, line)) {
+    ++lineno;
+    if (line.find_first_not_of(" \t\r\n") == std::string::npos) continue;
+    auto bad = [&](absl::string_view why) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ":", lineno, ": ", why));
+    };
+    json j = json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded() || !j.is_object()) return bad("not a JSON object");
+    Sequence s;
+    auto get_string = [&](const char* key, std::string* value) -> absl::Status {
+      auto it = j.find(key);
+      if (it == j.end()) return bad(absl::StrCat("missing field \"", key, "\""));
+      if (!it->is_string()) return bad(absl::StrCat("field \"", key, "\" must be a string"));
+      *value = it->get<std::string>();
+      return absl::OkStatus();
+    };
+    switch (opt.format) {
+      case DataFormat::kText: {
+        std::string text;
+        LF_RETURN_IF_ERROR(get_string("text", &text));
+        std::vector<int32_t> ids = opt.tokenizer->Encode(text);
+        s.tokens.push_back(static_cast<int32_t>(opt.bos_id));
+        s.tokens.insert(s.tokens.end(), ids.begin(), ids.end());
+        s.tokens.push_back(static_cast<int32_t>(opt.eos_id));
+        s.target.assign(s.tokens.size(), 1);
+        break;
+      }
+      case DataFormat::kPromptCompletion: {
+        std::string prompt, completion;
+        LF_RETURN_IF_ERROR(get_string("prompt", &prompt));
+        LF_RETURN_IF_ERROR(get_string("completion", &completion));
+        std::vector<int32_t> p = opt.tokenizer->Encode(prompt);
+        std::vector<int32_t> c = opt.tokenizer->Encode(completion);
+        s.tokens.push_back(static_cast<int32_t>(opt.bos_id));
+        s.tokens.insert(s.tokens.end(), p.begin(), p.end());
+        s.target.assign(s.tokens.size(), 0);
+        s.tokens.insert(s.tokens.end(), c.begin(), c.end());
+        s.tokens.push_back(static_cast<int32_t>(opt.eos_id));
+        s.target.resize(s.tokens.size(), 1);
+        break;
+      }
+      case DataFormat::kTokens: {
+        auto it = j.find("input_ids");
+        if (it == j.end()) return bad("missing field \"input_ids\"");
+        if (!it->is_array()) return bad("field \"input_ids\" must be an array of integers");
+        for (const json& v : *it) {
+          if (!v.is_number_integer()) return bad("field \"input_ids\" must be an array of integers");
+          int64_t id = v.get<int64_t>();
+          if (id < 0 || id > INT32_MAX) return bad(absl::StrCat("token id ", id, " out of range"));
+          s.tokens.push_back(static_cast<int32_t>(id));
+        }
+        s.target.assign(s.tokens.size(), 1);
+        break;
+      }
+    }
+    if (s.tokens.empty()) return bad("empty record (no tokens)");
+    if (opt.max_positions > 0 && static_cast<int64_t>(s.tokens.size()) > opt.max_positions) {
+      return bad(absl::StrCat("record has ", s.tokens.size(),
+                              " tokens, longer than max_position_embeddings ", opt.max_positions));
+    }
+    if (opt.vocab_size > 0) {
+      for (int32_t id : s.tokens) {
+        if (id >= opt.vocab_size) {
+          return bad(absl::StrCat("token id ", id, " is outside the vocabulary (vocab_size ",
+                                  opt.vocab_size, ")"));
+        }
+      }
+    }
+    out.push_back(std::move(s));
+  }
+  if (in.bad()) return absl::DataLossError(absl::StrCat(path, ": read error"));
+  if (out.empty()) return absl::InvalidArgumentError(absl::StrCat(path, ": dataset is empty"));
+  return out;
+}
+
+std::vector<Sequence> PackSequences(const std::vector<Sequence>& sequences, int64_t seq_len) {
+  std::vector<Sequence> rows;
+  Sequence cur;
+  for (const Sequence& s : sequences) {
+    size_t i = 0;
+    while (i < s.tokens.size()) {
+      size_t take = std::min<size_t>(s.tokens.size() - i, seq_len - cur.tokens.size());
+      cur.tokens.insert(cur.tokens.end(), s.tokens.begin() + i, s.tokens.begin() + i + take);
+      cur.target.insert(cur.target.end(), s.target.begin() + i, s.target.begin() + i + take);
+      i += take;
+      if (static_cast<int64_t>(cur.tokens.size()) == seq_len) {
+        rows.push_back(std::move(cur));
+        cur = Sequence();
+      }
+    }
+  }
+  return rows;  // the partial `cur` is the dropped remainder
+}
+
+absl::Status CheckPaddingRows(const std::vector<Sequence>& sequences, int64_t seq_len,
+                              const std::string& source) {
+  for (size_t i = 0; i < sequences.size(); ++i) {
+    if (static_cast<int64_t>(sequences[i].tokens.size()) > seq_len) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(source, ": record ", i + 1, " has ", sequences[i].tokens.size(),
+                       " tokens, longer than seq_len ", seq_len, " (padding batching)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+int64_t Batch::NumTargets() const {
+  int64_t n = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t t = 1; t < seq_len; ++t) n += target[r * seq_len + t];
+  }
+  return n;
+}
+
+Batch MakeBatch(const std::vector<Sequence>& rows, const std::vector<int64_t>& indices,
+                int32_t pad_id) {
+  Batch b;
+  b.rows = static_cast<int64_t>(indices.size());
+  for (int64_t i : indices) {
+    b.seq_len = std::max<int64_t>(b.seq_len, static_cast<int64_t>(rows[i].tokens.size()));
+  }
+  b.tokens.assign(b.rows * b.seq_len, pad_id);
+  b.target.assign(b.rows * b.seq_len, 0);
+  for (int64_t r = 0; r < b.rows; ++r) {
+    const Sequence& s = rows[indices[r]];
+    std::copy(s.tokens.begin(), s.tokens.end(), b.tokens.begin() + r * b.seq_len);
+    std::copy(s.target.begin(), s.target.end(), b.target.begin() + r * b.seq_len);
+    b.real_tokens += static_cast<int64_t>(s.tokens.size());
+  }
+  return b;
+}
+
+absl::StatusOr<Sampler> Sampler::Create(const Options& o) {
+  if (o.micro_batch <= 0 || o.grad_accum <= 0 || o.world_size <= 0) {
+    return absl::InvalidArgumentError("micro_batch, grad_accum and world_size must be > 0");
+  }
+  const int64_t global = o.micro_batch * o.grad_accum * o.world_size;
+  if (o.num_rows < global) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "dataset has ", o.num_rows, " rows, fewer than one global batch of ", global,
+        " (micro_batch_size ", o.micro_batch, " x grad_accum ", o.grad_accum, " x world size ",
+        o.world_size, ")"));
+  }
+  return Sampler(o);
+}
+
+namespace {
+// splitmix64: a fixed, portable generator (std::shuffle's algorithm is unspecified).
+uint64_t SplitMix(uint64_t& state) {
+  uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+}  // namespace
+
+std::vector<int64_t> Sampler::Permutation(int64_t epoch) const {
+  std::vector<int64_t> perm(opt_.num_rows);
+  for (int64_t i = 0; i < opt_.num_rows; ++i) perm[i] = i;
+  if (!opt_.shuffle) return perm;
+  uint64_t state = opt_.seed * 0x2545F4914F6CDD1Dull + static_cast<uint64_t>(epoch) + 1;
+  for (int64_t i = opt_.num_rows - 1; i > 0; --i) {
+    // Unbiased index in [0, i] by rejection.
+    const uint64_t bound = static_cast<uint64_t>(i) + 1;
+    const uint64_t limit = UINT64_MAX - UINT64_MAX % bound;
+    uint64_t r;
+    do {
+      r = SplitMix(state);
+    } while (r >= limit);
+    std::swap(perm[i], perm[r % bound]);
+  }
+  return perm;
+}
+
+std::vector<int64_t> Sampler::Rows(int64_t epoch, int64_t step, int64_t micro,
+                                   int64_t rank) const {
+  if (epoch != cached_epoch_) {
+    cached_perm_ = Permutation(epoch);
+    cached_epoch_ = epoch;
+  }
+  const int64_t per_rank = opt_.micro_batch * opt_.grad_accum;
+  const int64_t start = step * global_batch() + rank * per_rank + micro * opt_.micro_batch;
+  return std::vector<int64_t>(cached_perm_.begin() + start,
+                              cached_perm_.begin() + start + opt_.micro_batch);
+}
+
+}  // namespace llamafleet::trainer

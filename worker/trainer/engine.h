@@ -1,0 +1,133 @@
+// ParamEngine: who owns the parameters, their gradients and the optimizer state.
+//
+// The training loop and the model only ever see parameter *units* (model.h: embedding,
+// one unit per decoder layer, final norm + lm_head). Per optimizer step the loop calls:
+//
+//   ZeroGrad();
+//   for each micro-batch: model.LossSum(engine, mb) -> (loss / global_targets).backward();
+//        (the model calls Acquire(u) before using unit u and Release(u) after it)
+//   ReduceGradients();          // make gradients final (a collective in sharded engines)
+//   ClipGradNorm(max_norm);     // global norm over all ranks
+//   Step(lr);                   // AdamW on whatever the engine holds (full or shard)
+//
+// LocalEngine is the single-process case: full fp32 parameters, nothing to gather. The
+// sharded engine (FSDP-style, next issue) implements the same interface: Acquire
+// all-gathers a unit's flat shard, Release frees it, backward hooks reduce-scatter.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "model.h"
+
+namespace llamafleet::trainer {
+
+// torch.optim.AdamW hyper-parameters (lr is passed per step by the schedule).
+struct AdamWOptions {
+  double beta1 = 0.9;         // first-moment decay
+  double beta2 = 0.999;       // second-moment decay
+  double eps = 1e-8;          // added to sqrt(v_hat)
+  double weight_decay = 0.0;  // decoupled: p *= 1 - lr * weight_decay, applied to all params
+};
+
+// AdamW over a fixed list of fp32 tensors, with PyTorch's single-tensor semantics:
+//   p *= 1 - lr*wd;  m = b1*m + (1-b1)*g;  v = b2*v + (1-b2)*g*g;
+//   p -= lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps)
+// A tensor whose gradient is undefined is skipped (and its moments untouched), as in
+// PyTorch. State is created lazily on the first step.
+class AdamW {
+ public:
+  explicit AdamW(const AdamWOptions& options) : options_(options) {}
+  void Step(const std::vector<at::Tensor>& params, const std::vector<at::Tensor>& grads, double lr);
+  int64_t steps() const { return steps_; }
+  // Moments per tensor (undefined before the first step); exposed for checkpoints.
+  std::vector<at::Tensor>& exp_avg() { return exp_avg_; }
+  std::vector<at::Tensor>& exp_avg_sq() { return exp_avg_sq_; }
+  void set_steps(int64_t steps) { steps_ = steps; }
+
+ private:
+  AdamWOptions options_;
+  int64_t steps_ = 0;
+  std::vector<at::Tensor> exp_avg_;
+  std::vector<at::Tensor> exp_avg_sq_;
+};
+
+class ParamEngine {
+ public:
+  virtual ~ParamEngine() = default;
+
+  // Constant after construction: the units, identical on every rank.
+  virtual const std::vector<UnitLayout>& layout() const = 0;
+  virtual int rank() const = 0;
+  virtual int world_size() const = 0;
+
+  // Unit `unit`'s full parameters in the compute dtype, in layout order, connected to
+  // autograd so that backward deposits their gradients with the engine. Called in
+  // forward order; a unit may be acquired again before it is released (tied embeddings
+  // use the embedding unit a second time for the output projection).
+  virtual std::vector<at::Tensor> Acquire(int unit) = 0;
+  // The forward is done with the unit (a sharded engine may free its gathered copy).
+  virtual void Release(int unit) = 0;
+
+  virtual void ZeroGrad() = 0;
+  // After the last micro-step's backward of an optimizer step.
+  virtual absl::Status ReduceGradients() = 0;
+  // Global L2 norm of all gradients (across ranks), computed before clipping. With
+  // max_norm > 0 the gradients are scaled by min(1, max_norm / (norm + 1e-6)), as
+  // torch.nn.utils.clip_grad_norm_ does.
+  virtual double ClipGradNorm(double max_norm) = 0;
+  virtual void Step(double lr) = 0;
+
+  // Sums over ranks (identity on one rank); used for token counts and losses.
+  virtual double AllReduceSum(double value) = 0;
+
+  // Unit `unit`'s full fp32 parameters on the CPU (a collective in sharded engines: every
+  // rank must call it, in the same order). Used by export.
+  virtual std::vector<at::Tensor> FullUnit(int unit) = 0;
+};
+
+// One process owning everything: fp32 master parameters (leaf tensors with
+// requires_grad) on `device`; Acquire casts to the compute dtype (a no-op in fp32).
+class LocalEngine : public ParamEngine {
+ public:
+  // `params[u]` are unit u's tensors in layout order (fp32, any device; moved to
+  // `device`). Shapes must match `layout` (checked by the loader).
+  LocalEngine(std::vector<UnitLayout> layout, std::vector<std::vector<at::Tensor>> params,
+              at::Device device, at::ScalarType compute_dtype, const AdamWOptions& adamw);
+
+  const std::vector<UnitLayout>& layout() const override { return layout_; }
+  int rank() const override { return 0; }
+  int world_size() const override { return 1; }
+  std::vector<at::Tensor> Acquire(int unit) override;
+  void Release(int unit) override {}
+  void ZeroGrad() override;
+  absl::Status ReduceGradients() override { return absl::OkStatus(); }
+  double ClipGradNorm(double max_norm) override;
+  void Step(double lr) override;
+  double AllReduceSum(double value) override { return value; }
+  std::vector<at::Tensor> FullUnit(int unit) override;
+
+  // Bytes of parameters + gradients + optimizer state held between steps.
+  int64_t PersistentBytes() const;
+
+ private:
+  std::vector<at::Tensor> AllParams() const;
+  std::vector<at::Tensor> AllGrads() const;
+
+  const std::vector<UnitLayout> layout_;
+  const at::ScalarType compute_dtype_;
+  std::vector<std::vector<at::Tensor>> params_;  // [unit][i], fp32 leaves
+  AdamW adamw_;
+};
+
+// Seeded HF-style init (normal(0, 0.02) for projections and embeddings, ones for norm
+// weights) of one unit, fp32 on the CPU. Each tensor draws from its own generator seeded
+// by (seed, tensor name), so any subset of units can be initialised independently and
+// identically on any rank.
+std::vector<at::Tensor> InitUnit(const UnitLayout& unit, uint64_t seed);
+
+}  // namespace llamafleet::trainer

@@ -1,0 +1,218 @@
+// llamafleet-train: the trainer process a worker starts per rank.
+//
+//   llamafleet-train train --spec JOB.yaml [--set key=value ...]
+//   llamafleet-train eval --model DIR --data FILE [--batching padding|packing] [--seq-len N]
+//   llamafleet-train export --checkpoint DIR --out DIR [--dtype bf16] [--max-shard-size-mb N]
+//
+// stdout carries JSON lines only (metrics, events, the eval result); human logs go to
+// stderr. Any error ends the process with one line on stderr, an "error" event on stdout
+// and exit status 1 (2 for usage errors).
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/str_cat.h"
+#include "nlohmann/json.hpp"
+#include "train.h"
+#include "util.h"
+
+#ifdef LLAMAFLEET_HAVE_JOBSPEC
+#include "clients/jobspec/jobspec.h"
+#endif
+
+namespace lt = llamafleet::trainer;
+using nlohmann::json;
+
+namespace {
+
+int Fail(const absl::Status& status) {
+  std::string msg(status.message());
+  std::fprintf(stderr, "llamafleet-train: error: %s\n", msg.c_str());
+  lt::EmitJsonLine(json{{"type", "event"}, {"event", "error"}, {"message", msg},
+                        {"code", absl::StatusCodeToString(status.code())}}
+                       .dump());
+  return 1;
+}
+
+absl::StatusOr<lt::DataFormat> ParseFormat(const std::string& s) {
+  if (s == "text") return lt::DataFormat::kText;
+  if (s == "prompt_completion") return lt::DataFormat::kPromptCompletion;
+  if (s == "tokens") return lt::DataFormat::kTokens;
+  return absl::InvalidArgumentError(
+      absl::StrCat("--format \"", s, "\": expected text, prompt_completion or tokens"));
+}
+
+absl::StatusOr<lt::BatchingMode> ParseBatching(const std::string& s) {
+  if (s == "packing") return lt::BatchingMode::kPacking;
+  if (s == "padding") return lt::BatchingMode::kPadding;
+  return absl::InvalidArgumentError(absl::StrCat("--batching \"", s, "\": expected padding or packing"));
+}
+
+#ifdef LLAMAFLEET_HAVE_JOBSPEC
+absl::StatusOr<lt::TrainOptions> OptionsFromSpecFile(const std::string& path,
+                                                     const std::vector<std::string>& sets) {
+  LF_ASSIGN_OR_RETURN(std::string text, lt::ReadFileToString(path));
+  auto docs = llamafleet::ParseJobDocuments(text);
+  if (!docs.ok()) return absl::InvalidArgumentError(absl::StrCat(path, ": ", docs.status().message()));
+  if (docs->size() != 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": holds ", docs->size(), " job documents; the trainer takes exactly one"));
+  }
+  llamafleet::v1::JobSpec spec = (*docs)[0].spec;
+  for (const std::string& s : sets) {
+    absl::Status st = llamafleet::ApplySetOverride(&spec, s);
+    if (!st.ok()) return absl::InvalidArgumentError(absl::StrCat("--set ", s, ": ", st.message()));
+  }
+  llamafleet::ApplyDefaults(&spec);
+  if (absl::Status st = llamafleet::ValidateJobSpec(spec); !st.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": ", st.message()));
+  }
+  namespace v1 = llamafleet::v1;
+  lt::TrainOptions o;
+  const auto& t = spec.training();
+  o.model_path = spec.model().path();
+  o.preset = spec.model().preset();
+  o.tokenizer_path = spec.model().tokenizer();
+  o.train_path = spec.data().train_path();
+  o.eval_path = spec.data().eval_path();
+  o.format = static_cast<lt::DataFormat>(spec.data().format());
+  o.batching = t.batching() == v1::PADDING ? lt::BatchingMode::kPadding : lt::BatchingMode::kPacking;
+  o.epochs = t.has_epochs() ? t.epochs() : 0;
+  o.max_steps = t.max_steps();
+  o.micro_batch = t.micro_batch_size();
+  o.grad_accum = t.grad_accum();
+  o.seq_len = t.seq_len();
+  o.lr = t.lr();
+  if (t.betas_size() == 2) {
+    o.beta1 = t.betas(0);
+    o.beta2 = t.betas(1);
+  }
+  o.eps = t.eps();
+  o.weight_decay = t.weight_decay();
+  o.schedule.kind = static_cast<lt::LrScheduleKind>(t.lr_schedule().type());
+  if (t.lr_schedule().has_gamma()) o.schedule.gamma = t.lr_schedule().gamma();
+  o.schedule.warmup_steps = t.lr_schedule().warmup_steps();
+  o.schedule.min_lr_ratio = t.lr_schedule().min_lr_ratio();
+  o.grad_clip = t.grad_clip();
+  o.seed = t.seed();
+  o.log_every = t.log_every();
+  switch (spec.fsdp().mixed_precision()) {
+    case v1::FP32: o.compute_dtype = "fp32"; break;
+    case v1::BF16: o.compute_dtype = "bf16"; break;
+    default:
+      return absl::UnimplementedError(
+          "fsdp.mixed_precision FP16 needs loss scaling, which the single-process trainer does not "
+          "implement yet; use FP32 or BF16");
+  }
+  o.checkpoint_dir = spec.checkpoint().dir();
+  o.checkpoint_every = spec.checkpoint().every_steps();
+  o.keep_last = spec.checkpoint().keep_last();
+  if (!spec.checkpoint().resume().empty()) {
+    return absl::UnimplementedError("checkpoint.resume is not supported by this trainer build yet");
+  }
+  o.export_dir = spec.output().export_dir();
+  switch (spec.output().export_dtype()) {
+    case v1::FP32: o.export_dtype = lt::StDtype::kF32; break;
+    case v1::FP16: o.export_dtype = lt::StDtype::kF16; break;
+    default: o.export_dtype = lt::StDtype::kBF16; break;
+  }
+  o.max_shard_bytes = static_cast<uint64_t>(spec.output().max_shard_size_mb()) << 20;
+  return o;
+}
+#endif
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"llamafleet-train: LibTorch Llama-2 trainer"};
+  app.require_subcommand(1);
+
+  // train
+  CLI::App* train = app.add_subcommand("train", "train from a JobSpec (YAML or JSON)");
+  std::string spec_path, device = "auto";
+  std::vector<std::string> sets;
+  double peak_tflops = 0;
+  train->add_option("--spec", spec_path, "job spec file")->required();
+  train->add_option("--set", sets, "override a spec field: key=value (repeatable)");
+  train->add_option("--peak-tflops", peak_tflops, "peak TFLOP/s for MFU (default: device table)");
+  train->add_option("--device", device, "auto, cpu or cuda");
+
+  // eval
+  CLI::App* eval = app.add_subcommand("eval", "evaluate an HF-format model on a JSONL file");
+  std::string model_dir, data_path, batching = "padding", format = "text", tokenizer;
+  int64_t seq_len = 0, micro_batch = 4;
+  eval->add_option("--model", model_dir, "HF-format model directory")->required();
+  eval->add_option("--data", data_path, "JSONL data file")->required();
+  eval->add_option("--batching", batching, "padding or packing");
+  eval->add_option("--seq-len", seq_len, "row length (default max_position_embeddings)");
+  eval->add_option("--format", format, "text, prompt_completion or tokens");
+  eval->add_option("--tokenizer", tokenizer, "tokenizer.model (default <model>/tokenizer.model)");
+  eval->add_option("--micro-batch", micro_batch, "rows per forward pass");
+  eval->add_option("--device", device, "auto, cpu or cuda");
+
+  // export
+  CLI::App* exp = app.add_subcommand("export", "write an HF-format directory from a checkpoint");
+  std::string checkpoint, out_dir, dtype = "bf16";
+  int64_t max_shard_mb = 5120;
+  exp->add_option("--checkpoint", checkpoint, "checkpoint or HF-format directory")->required();
+  exp->add_option("--out", out_dir, "output directory (replaced atomically)")->required();
+  exp->add_option("--dtype", dtype, "fp32, fp16 or bf16");
+  exp->add_option("--max-shard-size-mb", max_shard_mb, "largest safetensors shard, MiB");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+
+  if (*train) {
+#ifdef LLAMAFLEET_HAVE_JOBSPEC
+    auto opts = OptionsFromSpecFile(spec_path, sets);
+    if (!opts.ok()) return Fail(opts.status());
+    opts->device = device;
+    opts->peak_tflops = peak_tflops;
+    if (const char* env = std::getenv("LLAMAFLEET_PEAK_TFLOPS"); env && opts->peak_tflops <= 0) {
+      opts->peak_tflops = std::atof(env);
+    }
+    auto env = lt::DistEnvFromEnvironment();
+    if (!env.ok()) return Fail(env.status());
+    absl::Status s = lt::RunTraining(*opts, *env);
+    return s.ok() ? 0 : Fail(s);
+#else
+    return Fail(absl::UnimplementedError("built without the job-spec library"));
+#endif
+  }
+  if (*eval) {
+    auto f = ParseFormat(format);
+    if (!f.ok()) return Fail(f.status());
+    auto b = ParseBatching(batching);
+    if (!b.ok()) return Fail(b.status());
+    lt::EvalOptions o;
+    o.model_dir = model_dir;
+    o.data_path = data_path;
+    o.tokenizer_path = tokenizer;
+    o.format = *f;
+    o.batching = *b;
+    o.seq_len = seq_len;
+    o.micro_batch = micro_batch;
+    o.device = device;
+    auto r = lt::RunEval(o);
+    if (!r.ok()) return Fail(r.status());
+    char buf[256];
+    std::snprintf(buf, sizeof buf, "{\"loss\": %.9g, \"tokens\": %lld, \"perplexity\": %.9g}", r->loss,
+                  static_cast<long long>(r->tokens), r->perplexity);
+    lt::EmitJsonLine(buf);
+    return 0;
+  }
+  if (*exp) {
+    auto d = lt::ParseExportDtype(dtype);
+    if (!d.ok()) return Fail(d.status());
+    if (max_shard_mb <= 0) return Fail(absl::InvalidArgumentError("--max-shard-size-mb must be > 0"));
+    absl::Status s = lt::RunExport(checkpoint, out_dir, *d, static_cast<uint64_t>(max_shard_mb) << 20);
+    return s.ok() ? 0 : Fail(s);
+  }
+  return 2;
+}

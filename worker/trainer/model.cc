@@ -1,0 +1,194 @@
+#include "model.h"
+
+#include <cmath>
+
+#include "engine.h"
+
+namespace llamafleet::trainer {
+
+int64_t UnitLayout::numel() const {
+  int64_t n = 0;
+  for (const auto& s : shapes) {
+    int64_t k = 1;
+    for (int64_t d : s) k *= d;
+    n += k;
+  }
+  return n;
+}
+
+std::vector<UnitLayout> MakeLayout(const LlamaConfig& c) {
+  const int64_t h = c.hidden_size, ffn = c.intermediate_size;
+  const int64_t q_dim = c.num_attention_heads * c.head_dim();
+  const int64_t kv_dim = c.num_key_value_heads * c.head_dim();
+  std::vector<UnitLayout> units;
+  units.push_back({"embed", {"model.embed_tokens.weight"}, {{c.vocab_size, h}}});
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+    const std::string p = "model.layers." + std::to_string(i) + ".";
+    units.push_back({"layers." + std::to_string(i),
+                     {p + "input_layernorm.weight", p + "self_attn.q_proj.weight",
+                      p + "self_attn.k_proj.weight", p + "self_attn.v_proj.weight",
+                      p + "self_attn.o_proj.weight", p + "post_attention_layernorm.weight",
+                      p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight",
+                      p + "mlp.down_proj.weight"},
+                     {{h}, {q_dim, h}, {kv_dim, h}, {kv_dim, h}, {h, q_dim}, {h}, {ffn, h},
+                      {ffn, h}, {h, ffn}}});
+  }
+  UnitLayout head{"head", {"model.norm.weight"}, {{h}}};
+  if (!c.tie_word_embeddings) {
+    head.param_names.push_back("lm_head.weight");
+    head.shapes.push_back({c.vocab_size, h});
+  }
+  units.push_back(std::move(head));
+  return units;
+}
+
+ModelInput MakeModelInput(const Batch& b, const at::Device& device) {
+  ModelInput in;
+  const int64_t B = b.rows, T = b.seq_len;
+  in.tokens = at::from_blob(const_cast<int64_t*>(b.tokens.data()), {B, T}, at::kLong).clone();
+  std::vector<int64_t> pos, labels;
+  for (int64_t r = 0; r < B; ++r) {
+    for (int64_t t = 0; t + 1 < T; ++t) {
+      if (b.target[r * T + t + 1]) {
+        pos.push_back(r * (T - 1) + t);
+        labels.push_back(b.tokens[r * T + t + 1]);
+      }
+    }
+  }
+  in.num_targets = static_cast<int64_t>(pos.size());
+  in.loss_positions = at::tensor(pos, at::kLong);
+  in.labels = at::tensor(labels, at::kLong);
+  if (device != at::Device(at::kCPU)) {
+    in.tokens = in.tokens.to(device);
+    in.loss_positions = in.loss_positions.to(device);
+    in.labels = in.labels.to(device);
+  }
+  return in;
+}
+
+LlamaModel::LlamaModel(const LlamaConfig& config, at::Device device, at::ScalarType compute_dtype)
+    : config_(config), device_(device), dtype_(compute_dtype) {
+  // HF LlamaRotaryEmbedding: inv_freq = 1 / theta^(arange(0, d, 2) / d), emb = cat(f, f).
+  const int64_t d = config.head_dim();
+  at::Tensor inv_freq =
+      1.0 / at::pow(config.rope_theta, at::arange(0, d, 2, at::kLong).to(at::kFloat) / d);
+  at::Tensor t = at::arange(config.max_position_embeddings, at::kLong).to(at::kFloat);
+  at::Tensor freqs = at::outer(t, inv_freq);   // [P, d/2]
+  at::Tensor emb = at::cat({freqs, freqs}, -1);  // [P, d]
+  cos_ = emb.cos().to(device);
+  sin_ = emb.sin().to(device);
+}
+
+at::Tensor LlamaModel::RmsNorm(const at::Tensor& x, const at::Tensor& weight) const {
+  // HF LlamaRMSNorm: fp32 variance, normalize in fp32, cast back, then scale.
+  at::Tensor xf = x.to(at::kFloat);
+  at::Tensor var = xf.pow(2).mean(-1, /*keepdim=*/true);
+  at::Tensor y = (xf * at::rsqrt(var + config_.rms_norm_eps)).to(x.scalar_type());
+  return weight * y;
+}
+
+namespace {
+// rotate_half(x) = cat(-x[..., d/2:], x[..., :d/2])
+at::Tensor RotateHalf(const at::Tensor& x) {
+  const int64_t half = x.size(-1) / 2;
+  return at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
+}
+}  // namespace
+
+at::Tensor LlamaModel::DecoderLayer(const std::vector<at::Tensor>& p, const at::Tensor& x,
+                                    const at::Tensor& cos, const at::Tensor& sin,
+                                    const at::Tensor& mask) {
+  const at::Tensor &ln1 = p[0], &wq = p[1], &wk = p[2], &wv = p[3], &wo = p[4], &ln2 = p[5],
+                   &wg = p[6], &wu = p[7], &wd = p[8];
+  const int64_t B = x.size(0), T = x.size(1);
+  const int64_t H = config_.num_attention_heads, KV = config_.num_key_value_heads;
+  const int64_t d = config_.head_dim(), G = H / KV;
+
+  at::Tensor xn = RmsNorm(x, ln1);                                   // [B, T, h]
+  at::Tensor q = at::linear(xn, wq).view({B, T, H, d}).transpose(1, 2);   // [B, H, T, d]
+  at::Tensor k = at::linear(xn, wk).view({B, T, KV, d}).transpose(1, 2);  // [B, KV, T, d]
+  at::Tensor v = at::linear(xn, wv).view({B, T, KV, d}).transpose(1, 2);  // [B, KV, T, d]
+  q = q * cos + RotateHalf(q) * sin;
+  k = k * cos + RotateHalf(k) * sin;
+
+  at::Tensor attn;  // [B, H, T, d]
+#if TORCH_VERSION_MAJOR >= 2
+  if (G > 1) {  // HF repeat_kv: kv head j serves query heads j*G .. j*G+G-1
+    k = k.repeat_interleave(G, 1);
+    v = v.repeat_interleave(G, 1);
+  }
+  attn = at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true);
+#else
+  // Group the G query heads of each kv head into one [G*T, d] block so k and v are never
+  // copied per query head: scores [B*KV, G*T, T] = mask + scale * q k^T in one baddbmm.
+  at::Tensor qg = q.reshape({B * KV, G * T, d});
+  at::Tensor kt = k.reshape({B * KV, T, d}).transpose(1, 2);  // [B*KV, d, T]
+  at::Tensor scores = at::baddbmm(mask, qg, kt, /*beta=*/1.0, /*alpha=*/1.0 / std::sqrt(double(d)));
+  at::Tensor probs = at::softmax(scores, -1, at::kFloat).to(q.scalar_type());
+  attn = at::bmm(probs, v.reshape({B * KV, T, d})).view({B, H, T, d});
+#endif
+  at::Tensor h1 = x + at::linear(attn.transpose(1, 2).reshape({B, T, H * d}), wo);
+
+  at::Tensor hn = RmsNorm(h1, ln2);
+  at::Tensor mlp = at::linear(at::silu(at::linear(hn, wg)) * at::linear(hn, wu), wd);
+  return h1 + mlp;
+}
+
+at::Tensor LlamaModel::Trunk(ParamEngine& engine, const at::Tensor& tokens) {
+  const int64_t T = tokens.size(1);
+  TORCH_CHECK(T <= config_.max_position_embeddings, "sequence length ", T,
+              " exceeds max_position_embeddings ", config_.max_position_embeddings);
+  const int64_t G = config_.num_attention_heads / config_.num_key_value_heads;
+  at::Tensor cos = cos_.narrow(0, 0, T).to(dtype_);  // [T, d]
+  at::Tensor sin = sin_.narrow(0, 0, T).to(dtype_);
+  // Additive causal mask for the grouped scores: [G*T, T], row g*T+i masks columns > i.
+  at::Tensor mask;
+#if TORCH_VERSION_MAJOR < 2
+  mask = at::full({T, T}, -std::numeric_limits<float>::infinity(),
+                  at::TensorOptions().dtype(dtype_).device(device_))
+             .triu(1)
+             .repeat({G, 1});
+#endif
+
+  std::vector<at::Tensor> embed = engine.Acquire(EmbedUnit());
+  at::Tensor x = at::embedding(embed[0], tokens);  // [B, T, h]
+  engine.Release(EmbedUnit());
+  for (int64_t i = 0; i < config_.num_hidden_layers; ++i) {
+    const int unit = LayerUnit(static_cast<int>(i));
+    std::vector<at::Tensor> p = engine.Acquire(unit);
+    x = DecoderLayer(p, x, cos, sin, mask);
+    engine.Release(unit);
+  }
+  return x;
+}
+
+at::Tensor LlamaModel::Hidden(ParamEngine& engine, const at::Tensor& tokens) {
+  at::Tensor x = Trunk(engine, tokens);
+  const int head = HeadUnit(config_);
+  std::vector<at::Tensor> p = engine.Acquire(head);
+  at::Tensor y = RmsNorm(x, p[0]);
+  engine.Release(head);
+  return y;
+}
+
+at::Tensor LlamaModel::LossSum(ParamEngine& engine, const ModelInput& in) {
+  at::Tensor x = Trunk(engine, in.tokens);  // [B, T, h]
+  const int64_t B = x.size(0), T = x.size(1), h = x.size(2);
+  // Only positions whose next token is a target reach the norm and lm_head.
+  at::Tensor sel = x.narrow(1, 0, T - 1).reshape({B * (T - 1), h}).index_select(0, in.loss_positions);
+  const int head = HeadUnit(config_);
+  std::vector<at::Tensor> p = engine.Acquire(head);
+  at::Tensor y = RmsNorm(sel, p[0]);  // [N, h]
+  at::Tensor w_out;
+  if (config_.tie_word_embeddings) {
+    w_out = engine.Acquire(EmbedUnit())[0];
+  } else {
+    w_out = p[1];
+  }
+  at::Tensor logits = at::linear(y, w_out).to(at::kFloat);  // [N, V]
+  engine.Release(head);
+  if (config_.tie_word_embeddings) engine.Release(EmbedUnit());
+  return at::cross_entropy_loss(logits, in.labels, {}, at::Reduction::Sum);
+}
+
+}  // namespace llamafleet::trainer

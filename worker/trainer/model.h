@@ -1,0 +1,82 @@
+// The Llama-2 decoder as HF LlamaForCausalLM computes it, written as a pure function of
+// parameter units that a ParamEngine hands out (see engine.h): the model owns no weights.
+//
+//   x = embed[tokens]                                   [B, T, h]
+//   per layer:  x += o(attn(rope(q(n1(x))), rope(k(n1(x))), v(n1(x))))
+//               x += down(silu(gate(n2(x))) * up(n2(x)))
+//   logits = lm_head(norm(x))                           [B, T, V] (only at loss positions)
+//
+// RMSNorm is computed in fp32; RoPE uses HF's rotate_half convention with cos/sin in fp32;
+// query head h attends with kv head h / (H / KV); causal mask; no biases.
+#pragma once
+
+#include <ATen/ATen.h>
+#include <torch/version.h>
+
+#include <string>
+#include <vector>
+
+#include "config.h"
+#include "data.h"
+
+namespace llamafleet::trainer {
+
+// A parameter unit (FSDP's wrap policy): the embedding, one decoder layer, or the final
+// norm + lm_head. Names are the HF tensor names; shapes are [out, in] for projections.
+struct UnitLayout {
+  std::string name;                          // "embed", "layers.N", "head"
+  std::vector<std::string> param_names;      // HF names, in the order the model uses them
+  std::vector<std::vector<int64_t>> shapes;  // one per name
+  int64_t numel() const;
+};
+
+// Units in forward order: [embed, layers.0 .. layers.L-1, head]. In a decoder-layer unit
+// the parameters are ordered: input_layernorm, q, k, v, o, post_attention_layernorm,
+// gate, up, down. The head unit holds model.norm.weight and, unless the embeddings are
+// tied, lm_head.weight.
+std::vector<UnitLayout> MakeLayout(const LlamaConfig& config);
+inline int EmbedUnit() { return 0; }
+inline int LayerUnit(int layer) { return 1 + layer; }
+inline int HeadUnit(const LlamaConfig& c) { return 1 + static_cast<int>(c.num_hidden_layers); }
+
+class ParamEngine;
+
+// A micro-batch on the device.
+struct ModelInput {
+  at::Tensor tokens;         // [B, T] int64
+  at::Tensor loss_positions;  // [N] int64: flat indices b*(T-1)+t whose next token is a target
+  at::Tensor labels;          // [N] int64: tokens[b][t+1] for those positions
+  int64_t num_targets = 0;    // N
+};
+ModelInput MakeModelInput(const Batch& batch, const at::Device& device);
+
+class LlamaModel {
+ public:
+  // `compute_dtype` is the dtype of activations (the engine hands out parameters in it).
+  LlamaModel(const LlamaConfig& config, at::Device device, at::ScalarType compute_dtype);
+
+  const LlamaConfig& config() const { return config_; }
+
+  // Sum over the N target positions of the token cross-entropy (fp32 scalar),
+  // differentiable with respect to the engine's parameters. Divide by the global target
+  // count before backward (see the loss semantics in train.h). T must not exceed
+  // max_position_embeddings.
+  at::Tensor LossSum(ParamEngine& engine, const ModelInput& input);
+
+  // Final hidden states after the last norm, [B, T, h] (used by tests).
+  at::Tensor Hidden(ParamEngine& engine, const at::Tensor& tokens);
+
+ private:
+  at::Tensor DecoderLayer(const std::vector<at::Tensor>& p, const at::Tensor& x,
+                          const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& mask);
+  at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight) const;
+  at::Tensor Trunk(ParamEngine& engine, const at::Tensor& tokens);  // before the final norm
+
+  LlamaConfig config_;
+  at::Device device_;
+  at::ScalarType dtype_;
+  at::Tensor cos_;  // [max_pos, head_dim] fp32
+  at::Tensor sin_;  // [max_pos, head_dim] fp32
+};
+
+}  // namespace llamafleet::trainer

@@ -1,0 +1,99 @@
+// safetensors files: a validating, memory-mapped reader and a streaming writer.
+// Format: 8-byte little-endian u64 N, N bytes of JSON header, then the data buffer.
+// Header: name -> {"dtype", "shape", "data_offsets": [begin, end)} relative to the buffer,
+// plus an optional "__metadata__" string map. No Torch here: tensors are byte ranges.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace llamafleet::trainer {
+
+enum class StDtype { kBool, kU8, kI8, kF8E5M2, kF8E4M3, kI16, kU16, kF16, kBF16, kI32, kU32, kF32, kF64, kI64, kU64 };
+
+// "F32", "BF16", ...; and back (INVALID_ARGUMENT for an unknown name).
+const char* StDtypeName(StDtype dtype);
+absl::StatusOr<StDtype> ParseStDtype(const std::string& name);
+size_t StDtypeSize(StDtype dtype);
+
+struct StTensorInfo {
+  std::string name;
+  StDtype dtype = StDtype::kF32;
+  std::vector<int64_t> shape;  // C order
+  uint64_t begin = 0;          // byte offsets in the data buffer, [begin, end)
+  uint64_t end = 0;
+  int64_t numel() const;
+};
+
+// The largest header accepted, as the reference implementation does.
+inline constexpr uint64_t kMaxSafetensorsHeader = 100ull << 20;
+
+// A memory-mapped safetensors file. Open() validates the whole header: size limit, JSON,
+// known dtypes, shapes whose byte size equals the offsets, offsets inside the file, no
+// duplicate names, data contiguous from 0 without gaps or overlap, last offset = end of
+// file. Pages are only touched when a tensor's bytes are read. Thread-compatible.
+class SafetensorsFile {
+ public:
+  // Errors name the path and, where it applies, the tensor.
+  static absl::StatusOr<std::unique_ptr<SafetensorsFile>> Open(const std::string& path);
+  ~SafetensorsFile();
+  SafetensorsFile(const SafetensorsFile&) = delete;
+  SafetensorsFile& operator=(const SafetensorsFile&) = delete;
+
+  const std::string& path() const { return path_; }
+  // Sorted by name.
+  const std::map<std::string, StTensorInfo>& tensors() const { return tensors_; }
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  // Nullptr when absent.
+  const StTensorInfo* Find(const std::string& name) const;
+  // The tensor's bytes, valid while this object lives (little-endian, C order).
+  const uint8_t* Data(const StTensorInfo& info) const { return data_ + info.begin; }
+
+ private:
+  SafetensorsFile() = default;
+  std::string path_;
+  void* map_ = nullptr;
+  size_t map_size_ = 0;
+  const uint8_t* data_ = nullptr;  // start of the data buffer inside the mapping
+  std::map<std::string, StTensorInfo> tensors_;
+  std::map<std::string, std::string> metadata_;
+};
+
+// Parses and validates a header (exposed for tests). `buffer_size` is the file size
+// minus 8 minus the header length.
+absl::StatusOr<std::vector<StTensorInfo>> ParseSafetensorsHeader(
+    const std::string& header, uint64_t buffer_size, std::map<std::string, std::string>* metadata);
+
+// Streams one safetensors file: the header is written by Open() from the declared
+// tensors (offsets assigned in the given order), then each tensor's bytes are appended
+// in that order with Append(), then Finish() checks everything was written and fsyncs.
+class SafetensorsWriter {
+ public:
+  struct Entry {
+    std::string name;
+    StDtype dtype;
+    std::vector<int64_t> shape;
+  };
+  static absl::StatusOr<std::unique_ptr<SafetensorsWriter>> Open(
+      const std::string& path, const std::vector<Entry>& entries,
+      const std::map<std::string, std::string>& metadata);
+  ~SafetensorsWriter();
+  // Appends bytes (may be called several times per tensor).
+  absl::Status Append(const void* data, size_t nbytes);
+  absl::Status Finish();
+
+ private:
+  SafetensorsWriter() = default;
+  std::string path_;
+  int fd_ = -1;
+  uint64_t expected_ = 0;
+  uint64_t written_ = 0;
+};
+
+}  // namespace llamafleet::trainer

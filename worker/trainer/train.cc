@@ -1,0 +1,476 @@
+#include "train.h"
+
+#include <ATen/ATen.h>
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "engine.h"
+#include "hf_io.h"
+#include "model.h"
+#include "nlohmann/json.hpp"
+#include "util.h"
+
+namespace llamafleet::trainer {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+double LearningRate(const LrScheduleOptions& s, double lr, int64_t step, int64_t epoch,
+                    int64_t total_steps) {
+  if (s.kind == LrScheduleKind::kStep) return lr * std::pow(s.gamma, static_cast<double>(epoch));
+  if (step < s.warmup_steps) {
+    return lr * static_cast<double>(step + 1) / static_cast<double>(s.warmup_steps);
+  }
+  if (s.kind == LrScheduleKind::kConstant) return lr;
+  const double span = static_cast<double>(std::max<int64_t>(1, total_steps - s.warmup_steps));
+  const double progress = std::min(1.0, static_cast<double>(step - s.warmup_steps) / span);
+  return lr * (s.min_lr_ratio + (1.0 - s.min_lr_ratio) * 0.5 * (1.0 + std::cos(M_PI * progress)));
+}
+
+absl::StatusOr<DistEnv> DistEnvFromEnvironment() {
+  DistEnv env;
+  auto get_int = [](const char* name, int* out) -> absl::Status {
+    const char* v = std::getenv(name);
+    if (v == nullptr || *v == '\0') return absl::OkStatus();
+    if (!absl::SimpleAtoi(v, out) || *out < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("environment variable ", name, "=\"", v, "\" is not a non-negative integer"));
+    }
+    return absl::OkStatus();
+  };
+  LF_RETURN_IF_ERROR(get_int("RANK", &env.rank));
+  LF_RETURN_IF_ERROR(get_int("WORLD_SIZE", &env.world_size));
+  LF_RETURN_IF_ERROR(get_int("LOCAL_RANK", &env.local_rank));
+  LF_RETURN_IF_ERROR(get_int("LOCAL_WORLD_SIZE", &env.local_world_size));
+  LF_RETURN_IF_ERROR(get_int("MASTER_PORT", &env.master_port));
+  if (const char* addr = std::getenv("MASTER_ADDR")) env.master_addr = addr;
+  if (env.world_size < 1) return absl::InvalidArgumentError("WORLD_SIZE must be >= 1");
+  if (env.rank >= env.world_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("RANK ", env.rank, " is not below WORLD_SIZE ", env.world_size));
+  }
+  return env;
+}
+
+double PeakTflopsForDevice(const std::string& name) {
+  struct Row {
+    const char* needle;
+    double tflops;
+  };
+  static const Row kTable[] = {{"H200", 989.0}, {"H100", 989.0}, {"A100", 312.0},
+                               {"A10G", 125.0}, {"L40S", 362.0}, {"V100", 125.0}};
+  for (const Row& r : kTable) {
+    if (name.find(r.needle) != std::string::npos) return r.tflops;
+  }
+  return 0.0;
+}
+
+namespace {
+
+// Torch reports errors as exceptions; they become a Status here, once.
+template <typename F>
+absl::Status CatchTorch(const char* what, F&& body) {
+  try {
+    return body();
+  } catch (const c10::Error& e) {
+    return absl::InternalError(absl::StrCat(what, ": ", e.what_without_backtrace()));
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat(what, ": ", e.what()));
+  }
+}
+
+absl::StatusOr<at::Device> ResolveDevice(const std::string& name, int local_rank) {
+  if (name == "cpu") return at::Device(at::kCPU);
+  if (name == "cuda" || name == "auto") {
+    if (at::hasCUDA()) return at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(local_rank));
+    if (name == "cuda") {
+      return absl::FailedPreconditionError("device cuda requested but this LibTorch has no CUDA");
+    }
+    return at::Device(at::kCPU);
+  }
+  return absl::InvalidArgumentError(absl::StrCat("unknown device \"", name, "\" (auto, cpu, cuda)"));
+}
+
+absl::StatusOr<at::ScalarType> ResolveComputeDtype(const std::string& name) {
+  if (name == "fp32") return at::kFloat;
+  if (name == "bf16") return at::kBFloat16;
+  return absl::UnimplementedError(absl::StrCat(
+      "compute precision \"", name, "\" is not supported by the single-process trainer (fp32, bf16)"));
+}
+
+int64_t PeakRssBytes() {
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  return static_cast<int64_t>(ru.ru_maxrss) * 1024;
+}
+
+struct LoadedData {
+  std::vector<Sequence> rows;
+  int32_t pad_id = 0;
+};
+
+absl::StatusOr<LoadedData> LoadRows(const std::string& path, DataFormat format,
+                                    const Tokenizer* tokenizer, const LlamaConfig& config,
+                                    BatchingMode batching, int64_t seq_len) {
+  DataLoadOptions o;
+  o.format = format;
+  o.tokenizer = tokenizer;
+  o.bos_id = tokenizer && tokenizer->bos_id() >= 0 ? tokenizer->bos_id() : config.bos_token_id;
+  o.eos_id = tokenizer && tokenizer->eos_id() >= 0 ? tokenizer->eos_id() : config.eos_token_id;
+  o.vocab_size = config.vocab_size;
+  o.max_positions = config.max_position_embeddings;
+  LF_ASSIGN_OR_RETURN(std::vector<Sequence> seqs, LoadJsonl(path, o));
+  LoadedData out;
+  if (batching == BatchingMode::kPacking) {
+    int64_t tokens = 0;
+    for (const Sequence& s : seqs) tokens += static_cast<int64_t>(s.tokens.size());
+    out.rows = PackSequences(seqs, seq_len);
+    if (out.rows.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ": ", tokens,
+                                                     " tokens in total, fewer than one packed row of seq_len ",
+                                                     seq_len));
+    }
+  } else {
+    LF_RETURN_IF_ERROR(CheckPaddingRows(seqs, seq_len, path));
+    out.rows = std::move(seqs);
+  }
+  return out;
+}
+
+absl::StatusOr<std::unique_ptr<Tokenizer>> MaybeLoadTokenizer(DataFormat format,
+                                                              const std::string& explicit_path,
+                                                              const std::string& model_dir,
+                                                              const LlamaConfig& config) {
+  if (format == DataFormat::kTokens) return std::unique_ptr<Tokenizer>();
+  std::string path = explicit_path;
+  if (path.empty()) {
+    if (model_dir.empty()) {
+      return absl::InvalidArgumentError(
+          "model.tokenizer is required with a preset unless data.format is TOKENS");
+    }
+    path = (fs::path(model_dir) / "tokenizer.model").string();
+  }
+  LF_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tok, LoadTokenizer(path));
+  if (tok->vocab_size() > config.vocab_size) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": tokenizer has ", tok->vocab_size(),
+                                                   " pieces, more than the model's vocab_size ",
+                                                   config.vocab_size));
+  }
+  return tok;
+}
+
+// Mean loss over all target tokens of `rows` (rows split round-robin across ranks).
+EvalResult Evaluate(LlamaModel& model, ParamEngine& engine, const LoadedData& data,
+                    int64_t micro_batch, const at::Device& device) {
+  at::NoGradGuard no_grad;
+  double loss_sum = 0;
+  int64_t count = 0;
+  std::vector<int64_t> mine;
+  for (int64_t i = engine.rank(); i < static_cast<int64_t>(data.rows.size()); i += engine.world_size()) {
+    mine.push_back(i);
+  }
+  for (size_t i = 0; i < mine.size(); i += micro_batch) {
+    std::vector<int64_t> idx(mine.begin() + i,
+                             mine.begin() + std::min(mine.size(), i + static_cast<size_t>(micro_batch)));
+    Batch b = MakeBatch(data.rows, idx, data.pad_id);
+    ModelInput in = MakeModelInput(b, device);
+    if (in.num_targets == 0) continue;
+    loss_sum += model.LossSum(engine, in).item<double>();
+    count += in.num_targets;
+  }
+  EvalResult r;
+  loss_sum = engine.AllReduceSum(loss_sum);
+  r.tokens = static_cast<int64_t>(engine.AllReduceSum(static_cast<double>(count)));
+  r.loss = r.tokens > 0 ? loss_sum / static_cast<double>(r.tokens) : 0.0;
+  r.perplexity = std::exp(r.loss);
+  return r;
+}
+
+std::vector<std::pair<int64_t, fs::path>> CompleteCheckpoints(const std::string& dir) {
+  std::vector<std::pair<int64_t, fs::path>> out;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    int64_t step;
+    if (name.rfind("step-", 0) == 0 && absl::SimpleAtoi(name.substr(5), &step) &&
+        fs::exists(entry.path() / "trainer_state.json", ec)) {
+      out.emplace_back(step, entry.path());
+    }
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+}  // namespace
+
+absl::Status RunTraining(const TrainOptions& opt, const DistEnv& env) {
+  if (env.world_size > 1) {
+    return absl::UnimplementedError(absl::StrCat(
+        "WORLD_SIZE=", env.world_size, ": multi-rank training needs the sharding engine, which this "
+        "build does not have yet; run with a single process"));
+  }
+  return CatchTorch("training", [&]() -> absl::Status {
+    const bool rank0 = env.rank == 0;
+    LF_ASSIGN_OR_RETURN(at::Device device, ResolveDevice(opt.device, env.local_rank));
+    LF_ASSIGN_OR_RETURN(at::ScalarType compute_dtype, ResolveComputeDtype(opt.compute_dtype));
+    at::manual_seed(opt.seed);
+
+    // Model shape and weights.
+    LlamaConfig config;
+    std::unique_ptr<HfModelDir> hf;
+    if (!opt.model_path.empty()) {
+      LF_ASSIGN_OR_RETURN(hf, HfModelDir::Open(opt.model_path));
+      config = hf->config();
+    } else {
+      LF_ASSIGN_OR_RETURN(config, PresetConfig(opt.preset));
+    }
+    const std::vector<UnitLayout> layout = MakeLayout(config);
+    LF_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tokenizer,
+                        MaybeLoadTokenizer(opt.format, opt.tokenizer_path, opt.model_path, config));
+
+    int64_t seq_len = opt.seq_len;
+    if (seq_len > config.max_position_embeddings) {
+      LogWarning(absl::StrCat("seq_len ", seq_len, " capped to max_position_embeddings ",
+                              config.max_position_embeddings));
+      seq_len = config.max_position_embeddings;
+    }
+    LF_ASSIGN_OR_RETURN(LoadedData train, LoadRows(opt.train_path, opt.format, tokenizer.get(), config,
+                                                   opt.batching, seq_len));
+    std::optional<LoadedData> eval;
+    if (!opt.eval_path.empty()) {
+      LF_ASSIGN_OR_RETURN(eval, LoadRows(opt.eval_path, opt.format, tokenizer.get(), config,
+                                         opt.batching, seq_len));
+    }
+    Sampler::Options so;
+    so.num_rows = static_cast<int64_t>(train.rows.size());
+    so.micro_batch = opt.micro_batch;
+    so.grad_accum = opt.grad_accum;
+    so.world_size = env.world_size;
+    so.seed = opt.seed;
+    so.shuffle = opt.shuffle;
+    LF_ASSIGN_OR_RETURN(Sampler sampler, Sampler::Create(so));
+    const int64_t spe = sampler.steps_per_epoch();
+    int64_t total_steps = opt.epochs > 0 ? opt.epochs * spe : opt.max_steps;
+    if (opt.max_steps > 0) total_steps = std::min(total_steps, opt.max_steps);
+    if (total_steps <= 0) return absl::InvalidArgumentError("nothing to train: zero steps");
+
+    // Parameters: from the checkpoint, or seeded init unit by unit.
+    std::vector<std::vector<at::Tensor>> params;
+    if (hf) {
+      LF_ASSIGN_OR_RETURN(params, hf->ReadAll(layout));
+    } else {
+      for (const UnitLayout& unit : layout) params.push_back(InitUnit(unit, opt.seed));
+    }
+    AdamWOptions adam{opt.beta1, opt.beta2, opt.eps, opt.weight_decay};
+    LocalEngine engine(layout, std::move(params), device, compute_dtype, adam);
+    LlamaModel model(config, device, compute_dtype);
+    hf.reset();  // unmap the source files
+
+    const int64_t flops_per_token =
+        6 * config.NumNonEmbeddingParameters() +
+        6 * config.num_hidden_layers * config.num_attention_heads * 2 * config.head_dim() * seq_len;
+    double peak = opt.peak_tflops;
+    if (peak <= 0 && device.is_cuda()) peak = PeakTflopsForDevice("cuda");  // refined with CUDA
+    if (rank0) {
+      LogInfo(absl::StrCat("model: ", config.NumParameters(), " parameters, ", config.num_hidden_layers,
+                           " layers, dim ", config.hidden_size, "; data: ", train.rows.size(),
+                           " rows of <= ", seq_len, " tokens; ", total_steps, " steps (", spe,
+                           " per epoch); device ", device.str()));
+      EmitJsonLine(json{{"type", "event"},
+                        {"event", "started"},
+                        {"world_size", env.world_size},
+                        {"parameters", config.NumParameters()},
+                        {"total_steps", total_steps},
+                        {"steps_per_epoch", spe},
+                        {"train_rows", train.rows.size()},
+                        {"seq_len", seq_len}}
+                       .dump());
+    }
+
+    auto save_checkpoint = [&](int64_t step, double loss) -> absl::Status {
+      if (opt.checkpoint_dir.empty()) return absl::OkStatus();
+      const std::string dir = (fs::path(opt.checkpoint_dir) / absl::StrCat("step-", step)).string();
+      ExportOptions eo;
+      eo.dtype = StDtype::kF32;
+      eo.max_shard_bytes = opt.max_shard_bytes;
+      eo.extra_files["trainer_state.json"] =
+          json{{"step", step}, {"epoch", step / spe}, {"loss", loss}, {"world_size", env.world_size},
+               {"seed", opt.seed}}
+              .dump(2);
+      LF_RETURN_IF_ERROR(ExportHfDir(
+          config, layout, [&](int u) -> absl::StatusOr<std::vector<at::Tensor>> { return engine.FullUnit(u); },
+          dir, eo));
+      if (opt.keep_last > 0) {
+        auto complete = CompleteCheckpoints(opt.checkpoint_dir);
+        for (size_t i = 0; i + opt.keep_last < complete.size(); ++i) {
+          std::error_code ec;
+          fs::remove_all(complete[i].second, ec);
+        }
+      }
+      if (rank0) {
+        EmitJsonLine(json{{"type", "event"}, {"event", "checkpoint_saved"}, {"step", step}, {"path", dir}}.dump());
+      }
+      return absl::OkStatus();
+    };
+
+    using Clock = std::chrono::steady_clock;
+    auto interval_start = Clock::now();
+    int64_t interval_tokens = 0, interval_steps = 0, tokens_seen = 0;
+    double interval_loss = 0, last_loss = 0;
+    for (int64_t step = 0; step < total_steps; ++step) {
+      const int64_t epoch = step / spe, in_epoch = step % spe;
+      std::vector<ModelInput> micro;
+      int64_t local_targets = 0, local_real = 0;
+      for (int64_t m = 0; m < opt.grad_accum; ++m) {
+        Batch b = MakeBatch(train.rows, sampler.Rows(epoch, in_epoch, m, env.rank), train.pad_id);
+        local_real += b.real_tokens;
+        micro.push_back(MakeModelInput(b, device));
+        local_targets += micro.back().num_targets;
+      }
+      const double global_targets = engine.AllReduceSum(static_cast<double>(local_targets));
+      const double denom = std::max(1.0, global_targets);
+      engine.ZeroGrad();
+      double loss_sum = 0;
+      for (const ModelInput& in : micro) {
+        at::Tensor l = model.LossSum(engine, in);
+        (l / denom).backward();
+        loss_sum += l.item<double>();
+      }
+      LF_RETURN_IF_ERROR(engine.ReduceGradients());
+      const double loss = engine.AllReduceSum(loss_sum) / denom;
+      if (!std::isfinite(loss)) {
+        return absl::InternalError(absl::StrCat("loss is ", loss, " at step ", step + 1,
+                                                " (diverged: lower training.lr or set grad_clip)"));
+      }
+      const double grad_norm = engine.ClipGradNorm(opt.grad_clip);
+      const double lr = LearningRate(opt.schedule, opt.lr, step, epoch, total_steps);
+      engine.Step(lr);
+      last_loss = loss;
+
+      const int64_t step_tokens = static_cast<int64_t>(engine.AllReduceSum(static_cast<double>(local_real)));
+      interval_tokens += step_tokens;
+      tokens_seen += step_tokens;
+      interval_loss += loss;
+      ++interval_steps;
+      const bool last = step + 1 == total_steps;
+      if (rank0 && ((step + 1) % opt.log_every == 0 || last)) {
+        const double secs = std::chrono::duration<double>(Clock::now() - interval_start).count();
+        const double tps = secs > 0 ? static_cast<double>(interval_tokens) / secs : 0.0;
+        const double tflops = tps * static_cast<double>(flops_per_token) / 1e12;
+        json line = {{"type", "metrics"},
+                     {"step", step + 1},
+                     {"epoch", epoch},
+                     {"loss", interval_loss / static_cast<double>(interval_steps)},
+                     {"lr", lr},
+                     {"grad_norm", grad_norm},
+                     {"tokens", tokens_seen},
+                     {"tokens_per_s", tps},
+                     {"tflops", tflops},
+                     {"peak_mem_bytes", PeakRssBytes()}};
+        line["mfu"] = peak > 0 ? json(tflops / (peak * env.world_size)) : json(nullptr);
+        EmitJsonLine(line.dump());
+        LogInfo(absl::StrCat("step ", step + 1, "/", total_steps, " loss ", line["loss"].get<double>(),
+                             " lr ", lr, " grad_norm ", grad_norm, " tokens/s ", static_cast<int64_t>(tps)));
+        interval_start = Clock::now();
+        interval_tokens = interval_steps = 0;
+        interval_loss = 0;
+      }
+      if (opt.checkpoint_every > 0 && (step + 1) % opt.checkpoint_every == 0 && !last) {
+        LF_RETURN_IF_ERROR(save_checkpoint(step + 1, loss));
+      }
+    }
+    if (eval) {
+      EvalResult r = Evaluate(model, engine, *eval, opt.micro_batch, device);
+      if (rank0) {
+        EmitJsonLine(json{{"type", "eval"}, {"step", total_steps}, {"loss", r.loss},
+                          {"perplexity", r.perplexity}, {"tokens", r.tokens}}
+                         .dump());
+      }
+    }
+    LF_RETURN_IF_ERROR(save_checkpoint(total_steps, last_loss));
+    if (!opt.export_dir.empty()) {
+      ExportOptions eo;
+      eo.dtype = opt.export_dtype;
+      eo.max_shard_bytes = opt.max_shard_bytes;
+      if (tokenizer) {
+        eo.tokenizer_path = opt.tokenizer_path.empty()
+                                ? (fs::path(opt.model_path) / "tokenizer.model").string()
+                                : opt.tokenizer_path;
+      }
+      LF_RETURN_IF_ERROR(ExportHfDir(
+          config, layout, [&](int u) -> absl::StatusOr<std::vector<at::Tensor>> { return engine.FullUnit(u); },
+          opt.export_dir, eo));
+      if (rank0) LogInfo(absl::StrCat("exported ", opt.export_dir));
+    }
+    if (rank0) {
+      EmitJsonLine(json{{"type", "event"}, {"event", "finished"}, {"steps", total_steps},
+                        {"loss", last_loss}, {"export_dir", opt.export_dir}}
+                       .dump());
+    }
+    return absl::OkStatus();
+  });
+}
+
+absl::StatusOr<EvalResult> RunEval(const EvalOptions& opt) {
+  EvalResult result;
+  absl::Status s = CatchTorch("eval", [&]() -> absl::Status {
+    LF_ASSIGN_OR_RETURN(at::Device device, ResolveDevice(opt.device, 0));
+    LF_ASSIGN_OR_RETURN(std::unique_ptr<HfModelDir> hf, HfModelDir::Open(opt.model_dir));
+    const LlamaConfig config = hf->config();
+    const std::vector<UnitLayout> layout = MakeLayout(config);
+    LF_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tokenizer,
+                        MaybeLoadTokenizer(opt.format, opt.tokenizer_path, opt.model_dir, config));
+    int64_t seq_len = opt.seq_len > 0 ? opt.seq_len : config.max_position_embeddings;
+    if (seq_len > config.max_position_embeddings) {
+      return absl::InvalidArgumentError(absl::StrCat("--seq-len ", seq_len, " exceeds max_position_embeddings ",
+                                                     config.max_position_embeddings));
+    }
+    if (opt.micro_batch <= 0) return absl::InvalidArgumentError("--micro-batch must be > 0");
+    LF_ASSIGN_OR_RETURN(LoadedData data, LoadRows(opt.data_path, opt.format, tokenizer.get(), config,
+                                                  opt.batching, seq_len));
+    LF_ASSIGN_OR_RETURN(auto params, hf->ReadAll(layout));
+    LocalEngine engine(layout, std::move(params), device, at::kFloat, AdamWOptions{});
+    LlamaModel model(config, device, at::kFloat);
+    result = Evaluate(model, engine, data, opt.micro_batch, device);
+    return absl::OkStatus();
+  });
+  if (!s.ok()) return s;
+  return result;
+}
+
+absl::Status RunExport(const std::string& checkpoint_dir, const std::string& out_dir, StDtype dtype,
+                       uint64_t max_shard_bytes) {
+  return CatchTorch("export", [&]() -> absl::Status {
+    LF_ASSIGN_OR_RETURN(std::unique_ptr<HfModelDir> hf, HfModelDir::Open(checkpoint_dir));
+    const std::vector<UnitLayout> layout = MakeLayout(hf->config());
+    ExportOptions eo;
+    eo.dtype = dtype;
+    eo.max_shard_bytes = max_shard_bytes;
+    std::error_code ec;
+    const fs::path tok = fs::path(checkpoint_dir) / "tokenizer.model";
+    if (fs::exists(tok, ec)) eo.tokenizer_path = tok.string();
+    // Tensors are read at their stored precision and converted once, so an export to the
+    // stored dtype is bit-identical.
+    auto fetch = [&](int u) -> absl::StatusOr<std::vector<at::Tensor>> {
+      std::vector<at::Tensor> out;
+      for (const std::string& name : layout[u].param_names) {
+        LF_ASSIGN_OR_RETURN(at::Tensor t, hf->Read(name, ToTorchDtype(dtype)));
+        out.push_back(std::move(t));
+      }
+      return out;
+    };
+    if (fs::weakly_canonical(checkpoint_dir, ec) == fs::weakly_canonical(out_dir, ec)) {
+      return absl::InvalidArgumentError("--out must differ from --checkpoint");
+    }
+    return ExportHfDir(hf->config(), layout, fetch, out_dir, eo);
+  });
+}
+
+}  // namespace llamafleet::trainer

@@ -1,0 +1,110 @@
+// The training loop, evaluation and export entry points behind `llamafleet-train`.
+//
+// Loss semantics (fixed for every later issue): the loss of a global batch is the mean
+// over all of its unmasked target tokens, however the batch is split across ranks and
+// micro-batches. Each micro-batch contributes sum(token losses) / (global target count),
+// where the count is summed over all micro-batches and ranks of the step before the
+// first backward, so accumulated gradients are exactly those of the global mean.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "data.h"
+#include "safetensors.h"
+
+namespace llamafleet::trainer {
+
+enum class LrScheduleKind { kConstant = 1, kStep = 2, kCosine = 3 };
+
+struct LrScheduleOptions {
+  LrScheduleKind kind = LrScheduleKind::kConstant;  // shape of the schedule
+  double gamma = 0.85;                              // STEP: lr * gamma^epoch
+  int64_t warmup_steps = 0;                         // CONSTANT/COSINE: linear warmup steps
+  double min_lr_ratio = 0.0;                        // COSINE: final lr / peak lr
+};
+
+// Learning rate of optimizer step `step` (0-based) in epoch `epoch` (0-based) of a run of
+// `total_steps` steps. Warmup: step s < warmup uses lr * (s + 1) / warmup. Cosine after
+// warmup: progress p = (s - warmup) / max(1, total - warmup), lr * (min + (1 - min) *
+// (1 + cos(pi * p)) / 2). Step: lr * gamma^epoch.
+double LearningRate(const LrScheduleOptions& schedule, double lr, int64_t step, int64_t epoch,
+                    int64_t total_steps);
+
+// torchrun-style process placement (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
+// MASTER_ADDR, MASTER_PORT); all absent means a single process.
+struct DistEnv {
+  int rank = 0;              // global rank
+  int world_size = 1;        // ranks in the job
+  int local_rank = 0;        // rank on this node
+  int local_world_size = 1;  // ranks on this node
+  std::string master_addr;   // rendezvous host (rank 0's node)
+  int master_port = 0;       // rendezvous port
+};
+absl::StatusOr<DistEnv> DistEnvFromEnvironment();
+
+// Everything a training run needs, resolved from a JobSpec (defaults already applied).
+struct TrainOptions {
+  std::string model_path;      // HF directory; exclusive with preset
+  std::string preset;          // built-in shape with seeded random init
+  std::string tokenizer_path;  // "" = <model_path>/tokenizer.model (unless tokens data)
+  std::string train_path;      // JSONL training data
+  std::string eval_path;       // optional JSONL eval data ("" = none)
+  DataFormat format = DataFormat::kText;
+  BatchingMode batching = BatchingMode::kPacking;
+  int64_t epochs = 1;           // passes over the data; 0 = until max_steps
+  int64_t max_steps = 0;        // optimizer steps; 0 = no limit
+  int64_t micro_batch = 4;      // rows per rank per micro-step
+  int64_t grad_accum = 1;       // micro-steps per optimizer step
+  int64_t seq_len = 4096;       // tokens per row (capped by max_position_embeddings)
+  double lr = 1e-4;             // peak learning rate
+  double beta1 = 0.9;           // AdamW
+  double beta2 = 0.999;         // AdamW
+  double eps = 1e-8;            // AdamW
+  double weight_decay = 0.0;    // AdamW, decoupled
+  LrScheduleOptions schedule;   // learning-rate schedule
+  double grad_clip = 0.0;       // max global grad norm; 0 = off
+  uint64_t seed = 42;           // init and data order
+  int64_t log_every = 10;       // metrics line every N optimizer steps
+  std::string compute_dtype = "fp32";  // fp32 | bf16: activations and gathered params
+  bool shuffle = true;          // shuffle rows each epoch
+  std::string checkpoint_dir;   // where step-N checkpoints go ("" = none)
+  int64_t checkpoint_every = 0;  // optimizer steps between checkpoints; 0 = at the end only
+  int32_t keep_last = 0;        // complete checkpoints kept; 0 = all
+  std::string export_dir;       // HF export at the end ("" = none)
+  StDtype export_dtype = StDtype::kBF16;
+  uint64_t max_shard_bytes = 5120ull << 20;
+  double peak_tflops = 0.0;     // MFU denominator; 0 = from the device table
+  std::string device = "auto";  // auto | cpu | cuda
+};
+
+// Runs training to completion. Metrics and events go to stdout as JSON lines (rank 0),
+// human logs to stderr. Returns the first error (bad input names the file/field).
+absl::Status RunTraining(const TrainOptions& options, const DistEnv& env);
+
+struct EvalOptions {
+  std::string model_dir;       // HF directory
+  std::string data_path;       // JSONL
+  std::string tokenizer_path;  // "" = <model_dir>/tokenizer.model (unless tokens data)
+  DataFormat format = DataFormat::kText;
+  BatchingMode batching = BatchingMode::kPadding;
+  int64_t seq_len = 0;         // 0 = max_position_embeddings
+  int64_t micro_batch = 4;     // rows per forward
+  std::string device = "auto";
+};
+struct EvalResult {
+  double loss = 0;        // mean over all target tokens
+  int64_t tokens = 0;     // target tokens counted
+  double perplexity = 0;  // exp(loss)
+};
+absl::StatusOr<EvalResult> RunEval(const EvalOptions& options);
+
+// Re-exports an HF-format directory (a model or a step-N checkpoint) to `out_dir`.
+absl::Status RunExport(const std::string& checkpoint_dir, const std::string& out_dir,
+                       StDtype dtype, uint64_t max_shard_bytes);
+
+// Peak dense bf16 TFLOP/s of a device by name (A100 312, H100/H200 989); 0 if unknown.
+double PeakTflopsForDevice(const std::string& device_name);
+
+}  // namespace llamafleet::trainer

@@ -1,0 +1,68 @@
+// Small helpers shared by the trainer: status macros, file I/O, atomic directory output,
+// and the stdout JSON-line / stderr log streams.
+#pragma once
+
+#include <string>
+#include "absl/strings/string_view.h"
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+#define LF_CONCAT_INNER(a, b) a##b
+#define LF_CONCAT(a, b) LF_CONCAT_INNER(a, b)
+
+#define LF_RETURN_IF_ERROR(expr)                      \
+  do {                                                \
+    ::absl::Status lf_status_ = (expr);               \
+    if (!lf_status_.ok()) return lf_status_;          \
+  } while (0)
+
+#define LF_ASSIGN_OR_RETURN_IMPL(tmp, lhs, expr) \
+  auto tmp = (expr);                             \
+  if (!tmp.ok()) return tmp.status();            \
+  lhs = std::move(*tmp)
+
+#define LF_ASSIGN_OR_RETURN(lhs, expr) \
+  LF_ASSIGN_OR_RETURN_IMPL(LF_CONCAT(lf_statusor_, __LINE__), lhs, expr)
+
+namespace llamafleet::trainer {
+
+// Whole file as bytes; NOT_FOUND / error naming the path on failure.
+absl::StatusOr<std::string> ReadFileToString(const std::string& path);
+
+// Writes `data` to `path` (created or truncated) and fsyncs it.
+absl::Status WriteStringToFile(const std::string& path, absl::string_view data);
+
+// A directory that is written in full under a temporary sibling name and then renamed into
+// place, so a reader never sees a half-written output. If the destructor runs before
+// Commit() (an error path), the temporary directory is removed.
+class StagedDir {
+ public:
+  // Creates `<final>.tmp-<pid>-<n>` next to `final_path`; fails if the parent is missing or
+  // not writable.
+  static absl::StatusOr<StagedDir> Create(const std::string& final_path);
+  StagedDir(StagedDir&& other) noexcept;
+  StagedDir& operator=(StagedDir&&) = delete;
+  ~StagedDir();
+
+  // Where to write the files.
+  const std::string& path() const { return tmp_path_; }
+  // Renames the staged directory to its final path, replacing an existing directory there
+  // (the old one is moved aside first and removed after the rename).
+  absl::Status Commit();
+
+ private:
+  StagedDir(std::string final_path, std::string tmp_path)
+      : final_path_(std::move(final_path)), tmp_path_(std::move(tmp_path)) {}
+  std::string final_path_;
+  std::string tmp_path_;
+  bool done_ = false;
+};
+
+// Human-readable log line on stderr ("llamafleet-train [I] ...").
+void LogInfo(absl::string_view message);
+void LogWarning(absl::string_view message);
+// One JSON object per line on stdout, flushed (the stream the worker relays).
+void EmitJsonLine(const std::string& json_object);
+
+}  // namespace llamafleet::trainer
