@@ -357,6 +357,19 @@ class TransitionOp : public JobStore::WriteOp {
   CancelJobResult result_;
 };
 
+// Runs a statement on the writer connection, in order with the other writes.
+class ExecOp : public JobStore::WriteOp {
+ public:
+  ExecOp(std::string sql, std::function<void(absl::Status)> done)
+      : sql_(std::move(sql)), done_(std::move(done)) {}
+  absl::Status Apply(JobStore::WriterStatements& w) override { return w.conn->Exec(sql_); }
+  void Complete(absl::Status status) override { done_(std::move(status)); }
+
+ private:
+  const std::string sql_;
+  std::function<void(absl::Status)> done_;
+};
+
 }  // namespace
 
 // ---------------------------------------------------------------------------
@@ -580,6 +593,15 @@ void JobStore::TransitionJob(int64_t job_id, std::vector<v1::JobState> from, v1:
           done(r.status());
         }
       }));
+}
+
+absl::Status JobStore::SetMaxPageCount(int64_t pages) {
+  std::promise<absl::Status> promise;
+  auto future = promise.get_future();
+  Enqueue(std::make_unique<ExecOp>(
+      absl::StrCat("PRAGMA max_page_count=", pages <= 0 ? int64_t{4294967294} : pages),
+      [&promise](absl::Status s) { promise.set_value(std::move(s)); }));
+  return future.get();
 }
 
 absl::StatusOr<std::vector<SubmitJobResult>> JobStore::SubmitJobsAndWait(

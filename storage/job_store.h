@@ -117,6 +117,11 @@ class JobStore {
   void TransitionJob(int64_t job_id, std::vector<v1::JobState> from, v1::JobState to,
                      std::string type, std::string reason, JobCallback done);
 
+  // Caps the database at `pages` pages (PRAGMA max_page_count; 0 = SQLite's maximum).
+  // Writes that would grow it further fail with RESOURCE_EXHAUSTED and change nothing;
+  // raising the cap lets them succeed again without a restart.
+  absl::Status SetMaxPageCount(int64_t pages);
+
   // Blocking forms of the above, for tools and tests.
   absl::StatusOr<std::vector<SubmitJobResult>> SubmitJobsAndWait(std::vector<SubmitJobInput> jobs);
   absl::StatusOr<CancelJobResult> CancelJobAndWait(int64_t job_id, std::string actor,

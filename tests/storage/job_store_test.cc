@@ -1,0 +1,384 @@
+#include "storage/job_store.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <future>
+#include <set>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "absl/strings/str_cat.h"
+#include "clients/jobspec/jobspec.h"
+#include "tests/testing/process.h"
+
+namespace llamafleet {
+namespace {
+
+using ::llamafleet::testing::TempDir;
+
+v1::JobSpec Spec(const std::string& name, const std::string& queue = "default",
+                 std::map<std::string, std::string> labels = {}) {
+  v1::JobSpec spec;
+  spec.set_name(name);
+  spec.set_queue(queue);
+  spec.mutable_model()->set_preset("tiny");
+  spec.mutable_model()->set_tokenizer("/t/tokenizer.model");
+  spec.mutable_data()->set_train_path("/d/train.jsonl");
+  for (auto& [k, v] : labels) (*spec.mutable_labels())[k] = v;
+  ApplyDefaults(&spec);
+  return spec;
+}
+
+SubmitJobInput Input(const std::string& name, const std::string& owner = "alice",
+                     const std::string& key = "") {
+  return SubmitJobInput{Spec(name), owner, key};
+}
+
+class JobStoreTest : public ::testing::Test {
+ protected:
+  JobStoreOptions Options() {
+    JobStoreOptions o;
+    o.path = dir_.path() + "/coordinator.db";
+    o.clock = &clock_;
+    return o;
+  }
+  std::unique_ptr<JobStore> Open(JobStoreOptions o) {
+    absl::StatusOr<std::unique_ptr<JobStore>> store = JobStore::Open(o);
+    EXPECT_TRUE(store.ok()) << store.status();
+    return store.ok() ? std::move(*store) : nullptr;
+  }
+  std::unique_ptr<JobStore> Open() { return Open(Options()); }
+
+  int64_t SubmitOne(JobStore* store, SubmitJobInput in) {
+    absl::StatusOr<std::vector<SubmitJobResult>> r = store->SubmitJobsAndWait({std::move(in)});
+    EXPECT_TRUE(r.ok()) << r.status();
+    return std::stoll((*r)[0].job.id());
+  }
+
+  TempDir dir_;
+  FakeClock clock_;
+};
+
+TEST_F(JobStoreTest, SubmittedJobIsQueuedWithEventAndSurvivesReopen) {
+  int64_t id;
+  {
+    auto store = Open();
+    absl::StatusOr<std::vector<SubmitJobResult>> r = store->SubmitJobsAndWait({Input("a")});
+    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_EQ(r->size(), 1u);
+    EXPECT_TRUE((*r)[0].created);
+    const v1::Job& job = (*r)[0].job;
+    EXPECT_EQ(job.state(), v1::QUEUED);
+    EXPECT_EQ(job.owner(), "alice");
+    EXPECT_EQ(job.last_event_seq(), 1);
+    EXPECT_EQ(job.create_time().seconds(), absl::ToUnixSeconds(clock_.Now()));
+    id = std::stoll(job.id());
+  }
+  auto store = Open();
+  absl::StatusOr<v1::Job> job = store->GetJob(id);
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->spec().name(), "a");
+  EXPECT_EQ(job->state(), v1::QUEUED);
+  EXPECT_EQ(job->status_reason(), "waiting to be scheduled");
+  absl::StatusOr<std::vector<v1::JobEvent>> events = store->GetEvents(id, 0, 100);
+  ASSERT_TRUE(events.ok());
+  ASSERT_EQ(events->size(), 1u);
+  EXPECT_EQ((*events)[0].type(), "submitted");
+  EXPECT_EQ((*events)[0].to_state(), v1::QUEUED);
+  EXPECT_EQ((*events)[0].reason(), "submitted by alice");
+  EXPECT_EQ(store->GetJob(id + 100).status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(JobStoreTest, IdempotencyKeyReturnsTheExistingJobPerOwner) {
+  auto store = Open();
+  int64_t first = SubmitOne(store.get(), Input("a", "alice", "k1"));
+  absl::StatusOr<std::vector<SubmitJobResult>> again =
+      store->SubmitJobsAndWait({Input("different-name", "alice", "k1")});
+  ASSERT_TRUE(again.ok());
+  EXPECT_FALSE((*again)[0].created);
+  EXPECT_EQ((*again)[0].job.id(), absl::StrCat(first));
+  EXPECT_EQ((*again)[0].job.spec().name(), "a");
+  // Another owner's key space is separate.
+  int64_t bob = SubmitOne(store.get(), Input("a", "bob", "k1"));
+  EXPECT_NE(bob, first);
+  // The same key twice in one batch: one job.
+  absl::StatusOr<std::vector<SubmitJobResult>> batch =
+      store->SubmitJobsAndWait({Input("x", "alice", "k2"), Input("x", "alice", "k2")});
+  ASSERT_TRUE(batch.ok());
+  EXPECT_TRUE((*batch)[0].created);
+  EXPECT_FALSE((*batch)[1].created);
+  EXPECT_EQ((*batch)[0].job.id(), (*batch)[1].job.id());
+  absl::StatusOr<ListJobsResult> all = store->ListJobs({});
+  EXPECT_EQ(all->jobs.size(), 3u);
+}
+
+TEST_F(JobStoreTest, FreshDatabaseHasCurrentSchemaAndNewerIsRefused) {
+  { auto store = Open(); }
+  {
+    auto conn = sqlite::Connection::Open(Options().path, false, false);
+    ASSERT_TRUE(conn.ok());
+    EXPECT_EQ(*(*conn)->QueryInt("PRAGMA user_version"), CurrentSchemaVersion());
+    EXPECT_EQ(*(*conn)->QueryInt("PRAGMA foreign_keys"), 1);
+    ASSERT_TRUE((*conn)->Exec(absl::StrCat("PRAGMA user_version=", CurrentSchemaVersion() + 1)).ok());
+  }
+  absl::StatusOr<std::unique_ptr<JobStore>> store = JobStore::Open(Options());
+  ASSERT_FALSE(store.ok());
+  EXPECT_EQ(store.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(store.status().message().find("newer than this llamafleet build supports"),
+            std::string::npos)
+      << store.status();
+}
+
+TEST_F(JobStoreTest, MigratesFromEmptyVersionZeroFile) {
+  {
+    auto conn = sqlite::Connection::Open(Options().path, true, false);
+    ASSERT_TRUE(conn.ok());
+    EXPECT_EQ(*(*conn)->QueryInt("PRAGMA user_version"), 0);
+  }
+  auto store = Open();
+  ASSERT_NE(store, nullptr);
+  EXPECT_GT(SubmitOne(store.get(), Input("a")), 0);
+}
+
+TEST_F(JobStoreTest, UnopenableOrForeignFilesGiveClearErrors) {
+  JobStoreOptions o = Options();
+  o.path = dir_.path() + "/missing-dir/coordinator.db";
+  absl::StatusOr<std::unique_ptr<JobStore>> store = JobStore::Open(o);
+  ASSERT_FALSE(store.ok());
+  EXPECT_NE(store.status().message().find(o.path), std::string::npos) << store.status();
+
+  o.path = dir_.path() + "/not-a-db";
+  std::ofstream(o.path) << std::string(8192, 'x');
+  store = JobStore::Open(o);
+  ASSERT_FALSE(store.ok());
+  EXPECT_EQ(store.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(store.status().message().find("not a database"), std::string::npos) << store.status();
+  EXPECT_NE(store.status().message().find(o.path), std::string::npos) << store.status();
+}
+
+TEST_F(JobStoreTest, FullDatabaseRejectsWritesWithoutCorruptionAndRecovers) {
+  auto store = Open();
+  std::vector<int64_t> acked;
+  for (int i = 0; i < 10; ++i) acked.push_back(SubmitOne(store.get(), Input(absl::StrCat("j", i))));
+  absl::StatusOr<int64_t> pages = [&] {
+    auto conn = sqlite::Connection::Open(Options().path, false, false);
+    return (*conn)->QueryInt("PRAGMA page_count");
+  }();
+  ASSERT_TRUE(pages.ok());
+  ASSERT_TRUE(store->SetMaxPageCount(*pages).ok());
+
+  // A batch large enough to need new pages fails whole: all or nothing.
+  std::vector<SubmitJobInput> big;
+  for (int i = 0; i < 200; ++i) big.push_back(Input(absl::StrCat("big", i)));
+  absl::StatusOr<std::vector<SubmitJobResult>> r = store->SubmitJobsAndWait(big);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted) << r.status();
+  absl::StatusOr<ListJobsResult> list = store->ListJobs({});
+  ASSERT_TRUE(list.ok());
+  EXPECT_EQ(list->jobs.size(), acked.size());
+
+  // Reads go on; space comes back; writes succeed again, same store.
+  for (int64_t id : acked) EXPECT_TRUE(store->GetJob(id).ok());
+  ASSERT_TRUE(store->SetMaxPageCount(0).ok());
+  r = store->SubmitJobsAndWait(big);
+  ASSERT_TRUE(r.ok()) << r.status();
+  store.reset();
+  auto conn = sqlite::Connection::Open(Options().path, false, false);
+  absl::StatusOr<sqlite::Statement> check = (*conn)->Prepare("PRAGMA integrity_check");
+  ASSERT_TRUE(check.ok());
+  ASSERT_TRUE(*check->Step());
+  EXPECT_EQ(check->ColumnText(0), "ok");
+}
+
+TEST_F(JobStoreTest, ConcurrentWritersAreGroupCommitted) {
+  for (bool group : {true, false}) {
+    JobStoreOptions o = Options();
+    o.path = dir_.path() + (group ? "/group.db" : "/single.db");
+    o.group_commit = group;
+    auto store = Open(o);
+    std::vector<std::thread> threads;
+    std::atomic<int> ok{0};
+    for (int t = 0; t < 16; ++t) {
+      threads.emplace_back([&, t] {
+        for (int i = 0; i < 20; ++i) {
+          if (store->SubmitJobsAndWait({Input(absl::StrCat("t", t, "-", i))}).ok()) ++ok;
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+    EXPECT_EQ(ok.load(), 320);
+    EXPECT_EQ(store->writes_committed(), 320);
+    if (group) {
+      EXPECT_LT(store->transactions_committed(), 320) << "no batching happened";
+    } else {
+      EXPECT_EQ(store->transactions_committed(), 320);
+    }
+  }
+}
+
+TEST_F(JobStoreTest, ListFiltersAndPagesNewestFirst) {
+  auto store = Open();
+  std::vector<SubmitJobInput> inputs;
+  for (int i = 0; i < 25; ++i) {
+    SubmitJobInput in{Spec(absl::StrCat("j", i), i % 2 ? "odd" : "even",
+                           {{"team", i % 3 == 0 ? "nlp" : "vision"}}),
+                      i < 5 ? "bob" : "alice", ""};
+    inputs.push_back(std::move(in));
+  }
+  ASSERT_TRUE(store->SubmitJobsAndWait(std::move(inputs)).ok());
+  ASSERT_TRUE(store->CancelJobAndWait(3, "alice", "").ok());
+
+  std::vector<int64_t> seen;
+  ListJobsQuery q;
+  q.page_size = 7;
+  do {
+    absl::StatusOr<ListJobsResult> page = store->ListJobs(q);
+    ASSERT_TRUE(page.ok());
+    EXPECT_LE(page->jobs.size(), 7u);
+    for (auto& j : page->jobs) seen.push_back(std::stoll(j.id()));
+    q.before_id = page->next_before_id;
+  } while (q.before_id != 0);
+  ASSERT_EQ(seen.size(), 25u);
+  for (size_t i = 0; i < seen.size(); ++i) EXPECT_EQ(seen[i], 25 - static_cast<int64_t>(i));
+
+  auto count = [&](ListJobsQuery query) {
+    query.page_size = 100;
+    return store->ListJobs(query)->jobs.size();
+  };
+  ListJobsQuery by_queue;
+  by_queue.queue = "odd";
+  EXPECT_EQ(count(by_queue), 12u);
+  ListJobsQuery by_owner;
+  by_owner.owner = "bob";
+  EXPECT_EQ(count(by_owner), 5u);
+  ListJobsQuery by_label;
+  by_label.labels = {{"team", "nlp"}};
+  EXPECT_EQ(count(by_label), 9u);
+  ListJobsQuery by_state;
+  by_state.states = {v1::CANCELLED};
+  EXPECT_EQ(count(by_state), 1u);
+  ListJobsQuery combined;
+  combined.queue = "even";
+  combined.labels = {{"team", "nlp"}};
+  combined.owner = "alice";
+XX
+}
+
+TEST_F(JobStoreTest, CancelIsIdempotentAndRecordsEvents) {
+  auto store = Open();
+  int64_t id = SubmitOne(store.get(), Input("a"));
+  std::vector<v1::JobEvent> seen;
+  std::mutex mu;
+  int64_t handle = store->Subscribe([&](const v1::JobEvent& e) {
+    std::lock_guard<std::mutex> lock(mu);
+    seen.push_back(e);
+  });
+  clock_.Advance(absl::Seconds(5));
+  absl::StatusOr<CancelJobResult> r = store->CancelJobAndWait(id, "alice", "wrong data");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->changed);
+  EXPECT_EQ(r->job.state(), v1::CANCELLED);
+  EXPECT_EQ(r->job.status_reason(), "cancelled by alice: wrong data");
+  r = store->CancelJobAndWait(id, "alice", "");
+  ASSERT_TRUE(r.ok());
+  EXPECT_FALSE(r->changed);
+  EXPECT_EQ(r->message, absl::StrCat("job ", id, " is already CANCELLED; nothing changed"));
+  EXPECT_EQ(store->CancelJobAndWait(999, "alice", "").status().code(),
+            absl::StatusCode::kNotFound);
+  store->Unsubscribe(handle);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    ASSERT_EQ(seen.size(), 1u);
+    EXPECT_EQ(seen[0].seq(), 2);
+    EXPECT_EQ(seen[0].from_state(), v1::QUEUED);
+    EXPECT_EQ(seen[0].to_state(), v1::CANCELLED);
+  }
+  absl::StatusOr<std::vector<v1::JobEvent>> events = store->GetEvents(id, 1, 10);
+  ASSERT_EQ(events->size(), 1u);
+  EXPECT_EQ((*events)[0].time().seconds(), absl::ToUnixSeconds(clock_.Now()));
+}
+
+TEST_F(JobStoreTest, TransitionChecksTheSourceState) {
+  auto store = Open();
+  int64_t id = SubmitOne(store.get(), Input("a"));
+  std::promise<absl::StatusOr<v1::Job>> p1;
+  store->TransitionJob(id, {v1::RUNNING}, v1::SUCCEEDED, "finished", "done",
+                       [&](absl::StatusOr<v1::Job> r) { p1.set_value(std::move(r)); });
+  EXPECT_EQ(p1.get_future().get().status().code(), absl::StatusCode::kFailedPrecondition);
+  std::promise<absl::StatusOr<v1::Job>> p2;
+  store->TransitionJob(id, {v1::QUEUED}, v1::SCHEDULED, "scheduled", "placed",
+                       [&](absl::StatusOr<v1::Job> r) { p2.set_value(std::move(r)); });
+  absl::StatusOr<v1::Job> job = p2.get_future().get();
+  ASSERT_TRUE(job.ok());
+  EXPECT_EQ(job->state(), v1::SCHEDULED);
+  EXPECT_EQ(job->last_event_seq(), 2);
+}
+
+// A child process submits as fast as it can and reports every acknowledged job id on a
+// pipe; the parent kills it with SIGKILL mid-load and checks that every acknowledged job
+// is in the database.
+TEST_F(JobStoreTest, SigkillMidLoadLosesNoAcknowledgedJob) {
+  int ack_pipe[2];
+  ASSERT_EQ(pipe(ack_pipe), 0);
+  const std::string path = Options().path;
+  pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    close(ack_pipe[0]);
+    JobStoreOptions o;
+    o.path = path;
+    auto store = JobStore::Open(o);
+    if (!store.ok()) _exit(3);
+    std::mutex write_mu;
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 8; ++t) {
+      threads.emplace_back([&, t] {
+        for (int i = 0;; ++i) {
+          auto r = (*store)->SubmitJobsAndWait(
+              {Input(absl::StrCat("c", t, "-", i), "alice", absl::StrCat("key-", t, "-", i))});
+          if (!r.ok()) _exit(4);
+          std::string line = absl::StrCat((*r)[0].job.id(), " key-", t, "-", i, "\n");
+          std::lock_guard<std::mutex> lock(write_mu);
+          if (write(ack_pipe[1], line.data(), line.size()) < 0) _exit(5);
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+    _exit(0);
+  }
+  close(ack_pipe[1]);
+  FILE* acks = fdopen(ack_pipe[0], "r");
+  std::vector<std::pair<int64_t, std::string>> acknowledged;
+  char line[256];
+  while (acknowledged.size() < 1500 && fgets(line, sizeof(line), acks) != nullptr) {
+    char key[128];
+    long long id;
+    if (sscanf(line, "%lld %127s", &id, key) == 2) acknowledged.emplace_back(id, key);
+  }
+  kill(child, SIGKILL);
+  // Acks written before the kill but not yet read count too.
+  while (fgets(line, sizeof(line), acks) != nullptr) {
+    char key[128];
+    long long id;
+    if (sscanf(line, "%lld %127s", &id, key) == 2) acknowledged.emplace_back(id, key);
+  }
+  fclose(acks);
+  int status;
+  waitpid(child, &status, 0);
+  ASSERT_TRUE(WIFSIGNALED(status)) << "child exited on its own with " << WEXITSTATUS(status);
+  ASSERT_GE(acknowledged.size(), 1500u);
+
+  auto store = Open();
+  for (const auto& [id, key] : acknowledged) {
+    absl::StatusOr<v1::Job> job = store->GetJob(id);
+    ASSERT_TRUE(job.ok()) << "acknowledged job " << id << " lost: " << job.status();
+    EXPECT_EQ(job->idempotency_key(), key);
+  }
+}
+
+}  // namespace
+}  // namespace llamafleet
