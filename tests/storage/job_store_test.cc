@@ -265,7 +265,7 @@ TEST_F(JobStoreTest, ListFiltersAndPagesNewestFirst) {
   combined.queue = "even";
   combined.labels = {{"team", "nlp"}};
   combined.owner = "alice";
-XX
+  EXPECT_EQ(count(combined), 4u);  // j6, j12, j18, j24 (j0 is bob's)
 }
 
 TEST_F(JobStoreTest, CancelIsIdempotentAndRecordsEvents) {
