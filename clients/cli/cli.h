@@ -1,0 +1,23 @@
+#ifndef LLAMAFLEET_CLIENTS_CLI_CLI_H_
+#define LLAMAFLEET_CLIENTS_CLI_CLI_H_
+
+// The `llamafleet` command line: parses flags, talks to the coordinator, prints.
+//
+// Contract: returns the process exit code. 0 on success; 2 for a usage error (bad flag,
+// missing argument); 1 for anything else, after writing exactly one line
+// "llamafleet: <message>" to `err`. Results go to `out` only; `in` is read by
+// `submit -f -`.
+
+#include <iosfwd>
+
+namespace llamafleet::cli {
+
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitFailure = 1;
+inline constexpr int kExitUsage = 2;
+
+int RunCli(int argc, char** argv, std::istream& in, std::ostream& out, std::ostream& err);
+
+}  // namespace llamafleet::cli
+
+#endif  // LLAMAFLEET_CLIENTS_CLI_CLI_H_

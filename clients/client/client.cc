@@ -1,0 +1,162 @@
+#include "clients/client/client.h"
+
+#include <utility>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "grpcpp/grpcpp.h"
+
+namespace llamafleet {
+namespace {
+
+// Generous: a page of 1000 jobs with full specs is about a megabyte.
+constexpr int kMaxReceiveBytes = 64 << 20;
+// GetJobEvents answers at most this many per call; fewer means we have them all.
+constexpr int kEventsPerCall = 1000;
+
+bool HasWhitespace(const std::string& s) {
+  for (char c : s) {
+    if (absl::ascii_isspace(static_cast<unsigned char>(c))) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Client>> Client::Create(const ClientOptions& options) {
+  if (options.address.empty() || HasWhitespace(options.address)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("coordinator address must be HOST:PORT, got '", options.address, "'"));
+  }
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(kMaxReceiveBytes);
+  std::shared_ptr<grpc::Channel> channel =
+      grpc::CreateCustomChannel(options.address, grpc::InsecureChannelCredentials(), args);
+  return std::unique_ptr<Client>(new Client(options, std::move(channel)));
+}
+
+Client::Client(ClientOptions options, std::shared_ptr<grpc::Channel> channel)
+    : options_(std::move(options)),
+      channel_(std::move(channel)),
+      stub_(v1::JobService::NewStub(channel_)) {}
+
+void Client::Prepare(grpc::ClientContext* context, absl::Duration timeout) const {
+  if (!options_.user.empty()) context->AddMetadata("x-llamafleet-user", options_.user);
+  if (!options_.token.empty()) {
+    context->AddMetadata("authorization", absl::StrCat("Bearer ", options_.token));
+  }
+  if (timeout != absl::InfiniteDuration()) {
+    context->set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  }
+}
+
+absl::Status Client::Convert(const grpc::Status& status, absl::Duration timeout) const {
+  if (status.ok()) return absl::OkStatus();
+  // Transport failures say nothing about the job; name the address so a wrong
+  // --coordinator is obvious. The channel state tells a refused or unresolvable address
+  // apart from a coordinator that answered UNAVAILABLE itself (e.g. shutting down).
+  const grpc_connectivity_state state = channel_->GetState(/*try_to_connect=*/false);
+  const bool never_connected = state != GRPC_CHANNEL_READY;
+  if (status.error_code() == grpc::StatusCode::UNAVAILABLE && never_connected) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot reach coordinator at ", options_.address, ": ", status.error_message()));
+  }
+  if (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+    return absl::DeadlineExceededError(
+        absl::StrCat(never_connected ? "cannot reach coordinator at " : "no answer from coordinator at ",
+                     options_.address, " within ", absl::FormatDuration(timeout),
+                     " (--timeout)"));
+  }
+  std::string message = status.error_message();
+  if (message.empty()) message = absl::StatusCodeToString(static_cast<absl::StatusCode>(status.error_code()));
+  return absl::Status(static_cast<absl::StatusCode>(status.error_code()), message);
+}
+
+absl::StatusOr<v1::SubmitJobResponse> Client::SubmitJob(const v1::SubmitJobRequest& request) {
+  grpc::ClientContext context;
+  Prepare(&context, options_.timeout);
+  v1::SubmitJobResponse response;
+  absl::Status status = Convert(stub_->SubmitJob(&context, request, &response), options_.timeout);
+  if (!status.ok()) return status;
+  return response;
+}
+
+absl::StatusOr<v1::SubmitJobsResponse> Client::SubmitJobs(const v1::SubmitJobsRequest& request) {
+  grpc::ClientContext context;
+  Prepare(&context, options_.timeout);
+  v1::SubmitJobsResponse response;
+  absl::Status status = Convert(stub_->SubmitJobs(&context, request, &response), options_.timeout);
+  if (!status.ok()) return status;
+  return response;
+}
+
+absl::StatusOr<v1::Job> Client::GetJob(const std::string& job_id) {
+  grpc::ClientContext context;
+  Prepare(&context, options_.timeout);
+  v1::GetJobRequest request;
+  request.set_job_id(job_id);
+  v1::Job response;
+  absl::Status status = Convert(stub_->GetJob(&context, request, &response), options_.timeout);
+  if (!status.ok()) return status;
+  return response;
+}
+
+absl::StatusOr<v1::ListJobsResponse> Client::ListJobs(const v1::ListJobsRequest& request) {
+  grpc::ClientContext context;
+  Prepare(&context, options_.timeout);
+  v1::ListJobsResponse response;
+  absl::Status status = Convert(stub_->ListJobs(&context, request, &response), options_.timeout);
+  if (!status.ok()) return status;
+  return response;
+}
+
+absl::StatusOr<v1::CancelJobResponse> Client::CancelJob(const v1::CancelJobRequest& request) {
+  grpc::ClientContext context;
+  Prepare(&context, options_.timeout);
+  v1::CancelJobResponse response;
+  absl::Status status = Convert(stub_->CancelJob(&context, request, &response), options_.timeout);
+  if (!status.ok()) return status;
+  return response;
+}
+
+absl::StatusOr<std::vector<v1::JobEvent>> Client::GetAllJobEvents(const std::string& job_id,
+                                                                  int64_t after_seq) {
+  std::vector<v1::JobEvent> events;
+  while (true) {
+    grpc::ClientContext context;
+    Prepare(&context, options_.timeout);
+    v1::GetJobEventsRequest request;
+    request.set_job_id(job_id);
+    request.set_after_seq(after_seq);
+    request.set_limit(kEventsPerCall);
+    v1::GetJobEventsResponse response;
+    absl::Status status =
+        Convert(stub_->GetJobEvents(&context, request, &response), options_.timeout);
+    if (!status.ok()) return status;
+    for (const v1::JobEvent& e : response.events()) events.push_back(e);
+    if (response.events_size() < kEventsPerCall) return events;
+    after_seq = response.events(response.events_size() - 1).seq();
+  }
+}
+
+absl::Status Client::WatchJob(
+    const v1::WatchJobRequest& request,
+    const std::function<absl::Status(const v1::WatchJobResponse&)>& on_message) {
+  grpc::ClientContext context;
+  Prepare(&context, options_.watch_timeout);
+  std::unique_ptr<grpc::ClientReader<v1::WatchJobResponse>> reader =
+      stub_->WatchJob(&context, request);
+  v1::WatchJobResponse message;
+  while (reader->Read(&message)) {
+    absl::Status handled = on_message(message);
+    if (!handled.ok()) {
+      context.TryCancel();
+      (void)reader->Finish();
+      return handled;
+    }
+  }
+  return Convert(reader->Finish(), options_.watch_timeout);
+}
+
+}  // namespace llamafleet

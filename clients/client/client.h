@@ -1,0 +1,78 @@
+#ifndef LLAMAFLEET_CLIENTS_CLIENT_CLIENT_H_
+#define LLAMAFLEET_CLIENTS_CLIENT_CLIENT_H_
+
+// A small synchronous client for the coordinator's JobService.
+//
+// It owns the channel and the caller's identity, and converts every gRPC outcome into an
+// absl::Status once, here, so callers (the CLI, scripts, tests) deal in one error type.
+// A coordinator that cannot be reached is reported as UNAVAILABLE whose message starts
+// with "cannot reach coordinator at HOST:PORT"; every other error keeps the server's
+// code and message unchanged.
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "llamafleet/v1/job.grpc.pb.h"
+
+namespace llamafleet {
+
+struct ClientOptions {
+  // Coordinator address, HOST:PORT.
+  std::string address = "127.0.0.1:7070";
+  // Sent as x-llamafleet-user metadata when non-empty (until tokens replace it).
+  std::string user;
+  // Sent as "authorization: Bearer <token>" when non-empty.
+  std::string token;
+  // Deadline of each unary call. Watches are bounded by `watch_timeout` instead.
+  absl::Duration timeout = absl::Seconds(30);
+  // Deadline of a whole watch; InfiniteDuration = until the job is terminal.
+  absl::Duration watch_timeout = absl::InfiniteDuration();
+};
+
+class Client {
+ public:
+  // Creates the channel; connecting happens lazily on the first call, so this fails
+  // only on a malformed address.
+  static absl::StatusOr<std::unique_ptr<Client>> Create(const ClientOptions& options);
+
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  const std::string& address() const { return options_.address; }
+
+  absl::StatusOr<v1::SubmitJobResponse> SubmitJob(const v1::SubmitJobRequest& request);
+  absl::StatusOr<v1::SubmitJobsResponse> SubmitJobs(const v1::SubmitJobsRequest& request);
+  absl::StatusOr<v1::Job> GetJob(const std::string& job_id);
+  absl::StatusOr<v1::ListJobsResponse> ListJobs(const v1::ListJobsRequest& request);
+  absl::StatusOr<v1::CancelJobResponse> CancelJob(const v1::CancelJobRequest& request);
+  // All events of a job after `after_seq`, following the server's per-call limit.
+  absl::StatusOr<std::vector<v1::JobEvent>> GetAllJobEvents(const std::string& job_id,
+                                                            int64_t after_seq = 0);
+
+  // Streams WatchJob, calling `on_message` for each message in order. Returns OK when
+  // the server ends the stream normally (the job became terminal). If `on_message`
+  // returns an error the watch is cancelled and that error returned.
+  absl::Status WatchJob(const v1::WatchJobRequest& request,
+                        const std::function<absl::Status(const v1::WatchJobResponse&)>& on_message);
+
+ private:
+  Client(ClientOptions options, std::shared_ptr<grpc::Channel> channel);
+
+  // Metadata and deadline for one call.
+  void Prepare(grpc::ClientContext* context, absl::Duration timeout) const;
+  // The one place a grpc::Status becomes an absl::Status.
+  absl::Status Convert(const grpc::Status& status, absl::Duration timeout) const;
+
+  // Constant after construction.
+  const ClientOptions options_;
+  const std::shared_ptr<grpc::Channel> channel_;
+  const std::unique_ptr<v1::JobService::Stub> stub_;
+};
+
+}  // namespace llamafleet
+
+#endif  // LLAMAFLEET_CLIENTS_CLIENT_CLIENT_H_
