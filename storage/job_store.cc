@@ -92,6 +92,16 @@ v1::JobEvent EventFromRow(const sqlite::Statement& s) {
   return e;
 }
 
+// Pages in the WAL after the last commit, as reported by SQLite's WAL hook.
+thread_local int wal_pages_after_commit = 0;
+
+int RecordWalPages(void*, sqlite3*, const char*, int pages) {
+  wal_pages_after_commit = pages;
+  return SQLITE_OK;
+}
+
+int WalPages(sqlite3*) { return wal_pages_after_commit; }
+
 }  // namespace
 
 int CurrentSchemaVersion() { return static_cast<int>(std::size(kMigrations)); }
@@ -117,6 +127,7 @@ absl::StatusOr<int64_t> ParseJobId(absl::string_view text, absl::string_view fie
 // ---------------------------------------------------------------------------
 
 struct JobStore::WriterStatements {
+  sqlite::Statement begin, commit, rollback, savepoint, release, rollback_to;
   sqlite::Statement find_by_key;
   sqlite::Statement insert_job;
   sqlite::Statement insert_label;
@@ -135,6 +146,12 @@ struct JobStore::WriterStatements {
       return absl::OkStatus();
     };
     absl::Status s;
+    if (!(s = prep(&begin, "BEGIN IMMEDIATE")).ok() || !(s = prep(&commit, "COMMIT")).ok() ||
+        !(s = prep(&rollback, "ROLLBACK")).ok() || !(s = prep(&savepoint, "SAVEPOINT op")).ok() ||
+        !(s = prep(&release, "RELEASE op")).ok() ||
+        !(s = prep(&rollback_to, "ROLLBACK TO op")).ok()) {
+      return s;
+    }
     if (!(s = prep(&find_by_key, "SELECT id FROM jobs WHERE owner = ?1 AND idempotency_key = ?2"))
              .ok() ||
         !(s = prep(&insert_job,
@@ -400,6 +417,7 @@ absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const JobStoreOptions& 
   std::unique_ptr<JobStore> store(new JobStore(options));
   if (absl::Status s = store->Init(); !s.ok()) return s;
   store->writer_thread_ = std::thread([s = store.get()] { s->WriterLoop(); });
+  store->checkpoint_thread_ = std::thread([s = store.get()] { s->CheckpointLoop(); });
   return store;
 }
 
@@ -449,6 +467,13 @@ absl::Status JobStore::Init() {
       return s;
     }
   }
+  // Checkpoints happen on their own thread and connection, not inside commits.
+  if (absl::Status s = writer_->Exec("PRAGMA wal_autocheckpoint=0"); !s.ok()) return s;
+  sqlite3_wal_hook(writer_->raw(), &RecordWalPages, nullptr);
+  absl::StatusOr<std::unique_ptr<sqlite::Connection>> checkpointer =
+      sqlite::Connection::Open(options_.path, /*create=*/false, /*read_only=*/false);
+  if (!checkpointer.ok()) return checkpointer.status();
+  checkpointer_ = std::move(*checkpointer);
   stmts_ = std::make_unique<WriterStatements>();
   stmts_->clock = options_.clock;
   if (absl::Status s = stmts_->Prepare(writer_.get()); !s.ok()) return s;
@@ -469,10 +494,28 @@ JobStore::~JobStore() {
     stopping_ = true;
   }
   queue_cv_.notify_all();
+  checkpoint_cv_.notify_all();
   if (writer_thread_.joinable()) writer_thread_.join();
+  if (checkpoint_thread_.joinable()) checkpoint_thread_.join();
+  checkpointer_.reset();
   stmts_.reset();
   // Merge the WAL back into the database file so the closed file stands alone.
   if (writer_ != nullptr) (void)writer_->Exec("PRAGMA wal_checkpoint(TRUNCATE)");
+}
+
+void JobStore::CheckpointLoop() {
+  while (true) {
+    {
+      std::unique_lock<std::mutex> lock(queue_mu_);
+      checkpoint_cv_.wait(lock, [&] { return stopping_ || checkpoint_wanted_; });
+      if (stopping_) return;
+    }
+    // PASSIVE: copies what it can without blocking the writer or readers.
+    absl::Status s = checkpointer_->Exec("PRAGMA wal_checkpoint(PASSIVE)");
+    if (!s.ok()) spdlog::warn("database {}: checkpoint failed: {}", options_.path, s.ToString());
+    std::lock_guard<std::mutex> lock(queue_mu_);
+    checkpoint_wanted_ = false;
+  }
 }
 
 void JobStore::Enqueue(std::unique_ptr<WriteOp> op) {
@@ -505,27 +548,23 @@ void JobStore::WriterLoop() {
 }
 
 absl::Status JobStore::RunInTransaction(std::vector<std::unique_ptr<WriteOp>>& ops) {
-  if (absl::Status s = writer_->Exec("BEGIN IMMEDIATE"); !s.ok()) return s;
+  WriterStatements& w = *stmts_;
+  auto abort = [&](absl::Status s) {
+    if (writer_->InTransaction()) (void)w.rollback.Run();
+    return s;
+  };
+  if (absl::Status s = w.begin.Run(); !s.ok()) return abort(s);
   for (auto& op : ops) {
-    if (absl::Status s = writer_->Exec("SAVEPOINT op"); !s.ok()) {
-      if (writer_->InTransaction()) (void)writer_->Exec("ROLLBACK");
-      return s;
-    }
-    op->result = op->Apply(*stmts_);
+    if (absl::Status s = w.savepoint.Run(); !s.ok()) return abort(s);
+    op->result = op->Apply(w);
     if (!op->result.ok()) {
       op->events.clear();
       if (!writer_->InTransaction()) return op->result;  // SQLite rolled everything back.
-      (void)writer_->Exec("ROLLBACK TO op");
+      (void)w.rollback_to.Run();
     }
-    if (absl::Status s = writer_->Exec("RELEASE op"); !s.ok()) {
-      if (writer_->InTransaction()) (void)writer_->Exec("ROLLBACK");
-      return s;
-    }
+    if (absl::Status s = w.release.Run(); !s.ok()) return abort(s);
   }
-  if (absl::Status s = writer_->Exec("COMMIT"); !s.ok()) {
-    if (writer_->InTransaction()) (void)writer_->Exec("ROLLBACK");
-    return s;
-  }
+  if (absl::Status s = w.commit.Run(); !s.ok()) return abort(s);
   return absl::OkStatus();
 }
 
@@ -555,6 +594,10 @@ void JobStore::CommitBatch(std::vector<std::unique_ptr<WriteOp>>& batch) {
     std::lock_guard<std::mutex> lock(queue_mu_);
     ++transactions_;
     writes_ += committed;
+    if (WalPages(writer_->raw()) >= options_.checkpoint_pages && !checkpoint_wanted_) {
+      checkpoint_wanted_ = true;
+      checkpoint_cv_.notify_one();
+    }
   }
   if (!txn.ok()) spdlog::warn("database {}: write failed: {}", options_.path, txn.ToString());
   // Publish first, so anyone told "done" can already see the events through a watch.

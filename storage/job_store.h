@@ -44,6 +44,8 @@ struct JobStoreOptions {
   int64_t max_page_count = 0;
   // Read connections in the pool.
   int read_connections = 4;
+  // Checkpoint the WAL into the database (in the background) once it has this many pages.
+  int checkpoint_pages = 1000;
   // Time source for timestamps. Not owned; must outlive the store.
   Clock* clock = Clock::Real();
 };
@@ -184,6 +186,13 @@ class JobStore {
   std::map<int64_t, EventListener> listeners_ ABSL_GUARDED_BY(listeners_mu_);
 
   std::thread writer_thread_;
+
+  // WAL checkpoints run here, off the commit path, so a commit never pays for one.
+  void CheckpointLoop();
+  std::unique_ptr<sqlite::Connection> checkpointer_;
+  bool checkpoint_wanted_ ABSL_GUARDED_BY(queue_mu_) = false;
+  std::condition_variable checkpoint_cv_;
+  std::thread checkpoint_thread_;
 };
 
 // Helpers shared by the coordinator.

@@ -1,0 +1,218 @@
+// Submission throughput and latency through a real coordinator process.
+//
+// C concurrent clients (each its own channel and TCP connection, one call in flight at a
+// time) submit jobs for a fixed time against `llamafleet-coordinator --synchronous full`,
+// first with group commit (the default), then with one transaction per submission as the
+// baseline; each mode runs R times and the medians are printed, with the ratio.
+//
+//   build/bin/submit_bench [--clients 64] [--seconds 5] [--runs 3]
+#include <grpcpp/grpcpp.h>
+#include <signal.h>
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstdio>
+#include <mutex>
+#include <thread>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "clients/jobspec/jobspec.h"
+#include "llamafleet/v1/job.grpc.pb.h"
+#include "tests/testing/process.h"
+
+namespace llamafleet {
+namespace {
+
+using testing::BinaryPath;
+using testing::Subprocess;
+using testing::TempDir;
+
+struct RunResult {
+  double acks_per_second = 0;
+  double p50_ms = 0;
+  double p99_ms = 0;
+  int64_t errors = 0;
+};
+
+// One client: a channel and a loop of SubmitJob calls, each started from the previous
+// call's completion callback.
+class Client {
+ public:
+  Client(const std::string& address, int index, const v1::JobSpec& spec, std::atomic<bool>* measuring,
+         std::atomic<bool>* stopping)
+      : stub_(v1::JobService::NewStub(grpc::CreateCustomChannel(
+            address, grpc::InsecureChannelCredentials(), ChannelArgs(index)))),
+        index_(index),
+        measuring_(measuring),
+        stopping_(stopping) {
+    request_template_.mutable_spec()->CopyFrom(spec);
+  }
+
+  void Start() { Next(); }
+
+  void WaitDone() {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return done_; });
+  }
+
+  std::vector<double> latencies_ms;
+  int64_t errors = 0;
+
+ private:
+  static grpc::ChannelArguments ChannelArgs(int index) {
+    grpc::ChannelArguments args;
+    args.SetInt("llamafleet.bench.client", index);  // distinct channels, distinct connections
+    return args;
+  }
+
+  void Next() {
+    if (stopping_->load()) {
+      std::lock_guard<std::mutex> lock(mu_);
+      done_ = true;
+      cv_.notify_all();
+      return;
+    }
+    context_ = std::make_unique<grpc::ClientContext>();
+    context_->AddMetadata("x-llamafleet-user", "bench");
+    context_->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    request_ = request_template_;
+    request_.mutable_spec()->set_name(absl::StrCat("bench-", index_, "-", sequence_++));
+    start_ = absl::Now();
+    const bool counted = measuring_->load();
+    stub_->async()->SubmitJob(context_.get(), &request_, &response_,
+                              [this, counted](grpc::Status status) {
+                                const double ms = absl::ToDoubleMilliseconds(absl::Now() - start_);
+                                if (!status.ok()) {
+                                  ++errors;
+                                } else if (counted && measuring_->load()) {
+                                  latencies_ms.push_back(ms);
+                                }
+                                Next();
+                              });
+  }
+
+  std::unique_ptr<v1::JobService::Stub> stub_;
+  const int index_;
+  std::atomic<bool>* measuring_;
+  std::atomic<bool>* stopping_;
+  v1::SubmitJobRequest request_template_;
+  v1::SubmitJobRequest request_;
+  v1::SubmitJobResponse response_;
+  std::unique_ptr<grpc::ClientContext> context_;
+  absl::Time start_;
+  int64_t sequence_ = 0;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+};
+
+double Percentile(std::vector<double>& v, double p) {
+  if (v.empty()) return 0;
+  size_t k = std::min(v.size() - 1, static_cast<size_t>(p * v.size()));
+  std::nth_element(v.begin(), v.begin() + k, v.end());
+  return v[k];
+}
+
+RunResult RunOnce(bool group_commit, int clients, double seconds, const v1::JobSpec& spec) {
+  TempDir dir;
+  std::vector<std::string> argv = {BinaryPath("llamafleet-coordinator"), "--listen", "127.0.0.1:0",
+                                   "--data-dir", dir.path(), "--synchronous", "full",
+                                   "--log-level", "warn"};
+  if (!group_commit) argv.push_back("--no-group-commit");
+  auto coordinator = Subprocess::Start(argv);
+  if (!coordinator.ok()) {
+    std::fprintf(stderr, "cannot start coordinator: %s\n", coordinator.status().ToString().c_str());
+    std::exit(1);
+  }
+  absl::StatusOr<std::string> address = (*coordinator)->WaitForListening();
+  if (!address.ok()) {
+    std::fprintf(stderr, "coordinator did not start: %s\n", address.status().ToString().c_str());
+    std::exit(1);
+  }
+  std::atomic<bool> measuring{false}, stopping{false};
+  std::vector<std::unique_ptr<Client>> pool;
+  for (int i = 0; i < clients; ++i) {
+    pool.push_back(std::make_unique<Client>(*address, i, spec, &measuring, &stopping));
+  }
+  for (auto& c : pool) c->Start();
+  std::this_thread::sleep_for(std::chrono::milliseconds(1000));  // warm-up: connections, caches
+  measuring = true;
+  const absl::Time begin = absl::Now();
+  std::this_thread::sleep_for(absl::ToChronoMilliseconds(absl::Seconds(seconds)));
+  measuring = false;
+  const double elapsed = absl::ToDoubleSeconds(absl::Now() - begin);
+  stopping = true;
+  for (auto& c : pool) c->WaitDone();
+
+  RunResult result;
+  std::vector<double> all;
+  for (auto& c : pool) {
+    all.insert(all.end(), c->latencies_ms.begin(), c->latencies_ms.end());
+    result.errors += c->errors;
+  }
+  result.acks_per_second = all.size() / elapsed;
+  result.p50_ms = Percentile(all, 0.50);
+  result.p99_ms = Percentile(all, 0.99);
+  (*coordinator)->Signal(SIGTERM);
+  (void)(*coordinator)->Wait(absl::Seconds(30));
+  return result;
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+}  // namespace llamafleet
+
+int main(int argc, char** argv) {
+  int clients = 64;
+  double seconds = 5;
+  int runs = 3;
+  CLI::App app{"llamafleet submission benchmark"};
+  app.add_option("--clients", clients, "concurrent clients");
+  app.add_option("--seconds", seconds, "measured seconds per run");
+  app.add_option("--runs", runs, "runs per mode (medians are reported)");
+  CLI11_PARSE(app, argc, argv);
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);  // as the coordinator
+
+  auto parsed = llamafleet::ParseJobDocuments(
+      "name: bench\nqueue: bench\nlabels: {suite: bench}\n"
+      "model: {preset: llama2-7b, tokenizer: /fsx/tokenizer.model}\n"
+      "data: {train_path: /fsx/data/train.jsonl, format: prompt_completion}\n"
+      "training: {max_steps: 1000, micro_batch_size: 1, seq_len: 4096}\n"
+      "resources: {nodes: 4, gpus_per_node: 8}\n");
+  const llamafleet::v1::JobSpec spec = (*parsed)[0].spec;
+
+  std::printf("submit_bench: %d clients, %.0f s per run, %d runs per mode, synchronous=FULL\n",
+              clients, seconds, runs);
+  std::vector<double> mode_rate[2], mode_p50[2], mode_p99[2];
+  for (int run = 0; run < runs; ++run) {
+    for (int mode = 0; mode < 2; ++mode) {
+      const bool group = mode == 0;
+      llamafleet::RunResult r = llamafleet::RunOnce(group, clients, seconds, spec);
+      std::printf("  run %d %-22s %9.0f acks/s  p50 %7.2f ms  p99 %7.2f ms  errors %lld\n", run + 1,
+                  group ? "group commit:" : "one txn per submit:", r.acks_per_second, r.p50_ms,
+                  r.p99_ms, static_cast<long long>(r.errors));
+      std::fflush(stdout);
+      mode_rate[mode].push_back(r.acks_per_second);
+      mode_p50[mode].push_back(r.p50_ms);
+      mode_p99[mode].push_back(r.p99_ms);
+    }
+  }
+  const char* names[2] = {"group commit", "one txn per submit (baseline)"};
+  for (int mode = 0; mode < 2; ++mode) {
+    std::printf("median %-31s %9.0f acks/s  p50 %7.2f ms  p99 %7.2f ms\n", names[mode],
+                llamafleet::Median(mode_rate[mode]), llamafleet::Median(mode_p50[mode]),
+                llamafleet::Median(mode_p99[mode]));
+  }
+  std::printf("group commit / baseline throughput ratio: %.2fx\n",
+              llamafleet::Median(mode_rate[0]) / llamafleet::Median(mode_rate[1]));
+  std::printf("target: >= 5000 acks/s with p99 <= 20 ms at 64 clients\n");
+  return 0;
+}
