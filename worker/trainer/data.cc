@@ -10,13 +10,6 @@ namespace llamafleet::trainer {
 
 using nlohmann::json;
 
-absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizer(const std::string& path) {
-  std::string error;
-  std::unique_ptr<Tokenizer> t = Tokenizer::Load(path, &error);
-  if (!t) return absl::InvalidArgumentError(error);
-  return t;
-}
-
 absl::StatusOr<std::vector<Sequence>> LoadJsonl(const std::string& path,
                                                 const DataLoadOptions& opt) {
   std::ifstream in(path);

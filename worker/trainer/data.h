@@ -17,7 +17,9 @@ namespace llamafleet::trainer {
 enum class DataFormat { kText = 1, kPromptCompletion = 2, kTokens = 3 };
 enum class BatchingMode { kPacking = 1, kPadding = 2 };
 
-absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizer(const std::string& path);
+inline absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizer(const std::string& path) {
+  return Tokenizer::Load(path);
+}
 
 // One token sequence. target[t] == 1 when token t is a loss target (predicted from the
 // tokens before it); 0 for prompt tokens and padding. tokens.size() == target.size().

@@ -71,7 +71,6 @@ absl::Status ExportHfDir(const LlamaConfig& config, const std::vector<UnitLayout
                          const std::function<absl::StatusOr<std::vector<at::Tensor>>(int)>& fetch_unit,
                          const std::string& out_dir, const ExportOptions& options);
 
-absl::StatusOr<StDtype> ParseExportDtype(const std::string& name);  // f32/fp32/f16/bf16...
 at::ScalarType ToTorchDtype(StDtype dtype);
 
 }  // namespace llamafleet::trainer

@@ -162,6 +162,12 @@ int main(int argc, char** argv) {
   exp->add_option("--dtype", dtype, "fp32, fp16 or bf16");
   exp->add_option("--max-shard-size-mb", max_shard_mb, "largest safetensors shard, MiB");
 
+  // tokenize (for tests and debugging): the records as the trainer sees them
+  CLI::App* tok = app.add_subcommand("tokenize", "print each JSONL record's tokens and loss mask");
+  tok->add_option("--tokenizer", tokenizer, "tokenizer.model");
+  tok->add_option("--data", data_path, "JSONL data file")->required();
+  tok->add_option("--format", format, "text, prompt_completion or tokens");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -213,6 +219,27 @@ int main(int argc, char** argv) {
     if (max_shard_mb <= 0) return Fail(absl::InvalidArgumentError("--max-shard-size-mb must be > 0"));
     absl::Status s = lt::RunExport(checkpoint, out_dir, *d, static_cast<uint64_t>(max_shard_mb) << 20);
     return s.ok() ? 0 : Fail(s);
+  }
+  if (*tok) {
+    auto f = ParseFormat(format);
+    if (!f.ok()) return Fail(f.status());
+    std::unique_ptr<lt::Tokenizer> t;
+    lt::DataLoadOptions o;
+    o.format = *f;
+    if (!tokenizer.empty()) {
+      auto loaded = lt::LoadTokenizer(tokenizer);
+      if (!loaded.ok()) return Fail(loaded.status());
+      t = std::move(*loaded);
+      o.tokenizer = t.get();
+      o.bos_id = t->bos_id();
+      o.eos_id = t->eos_id();
+    }
+    auto seqs = lt::LoadJsonl(data_path, o);
+    if (!seqs.ok()) return Fail(seqs.status());
+    for (const lt::Sequence& s : *seqs) {
+      lt::EmitJsonLine(json{{"tokens", s.tokens}, {"target", s.target}}.dump());
+    }
+    return 0;
   }
   return 2;
 }

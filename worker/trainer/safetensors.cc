@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstring>
 #include <set>
 
@@ -52,6 +53,16 @@ absl::StatusOr<StDtype> ParseStDtype(const std::string& name) {
     if (name == row.name) return row.dtype;
   }
   return absl::InvalidArgumentError(absl::StrCat("unknown dtype \"", name, "\""));
+}
+
+absl::StatusOr<StDtype> ParseExportDtype(const std::string& name) {
+  std::string n = name;
+  for (char& c : n) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (n == "f32" || n == "fp32" || n == "float32") return StDtype::kF32;
+  if (n == "f16" || n == "fp16" || n == "float16") return StDtype::kF16;
+  if (n == "bf16" || n == "bfloat16") return StDtype::kBF16;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unsupported export dtype \"", name, "\" (use fp32, fp16 or bf16)"));
 }
 
 int64_t StTensorInfo::numel() const {

@@ -21,6 +21,8 @@ enum class StDtype { kBool, kU8, kI8, kF8E5M2, kF8E4M3, kI16, kU16, kF16, kBF16,
 const char* StDtypeName(StDtype dtype);
 absl::StatusOr<StDtype> ParseStDtype(const std::string& name);
 size_t StDtypeSize(StDtype dtype);
+// User-facing float dtype names: fp32/f32/float32, fp16/f16/float16, bf16/bfloat16.
+absl::StatusOr<StDtype> ParseExportDtype(const std::string& name);
 
 struct StTensorInfo {
   std::string name;

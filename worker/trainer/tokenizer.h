@@ -1,37 +1,40 @@
 // SentencePiece tokenizer (Llama-2's tokenizer.model) through libsentencepiece.
 //
-// This header and tokenizer.cc deliberately include no absl header: Debian's
-// sentencepiece_processor.h declares `absl::string_view` itself, which collides with the
-// real absl in the same translation unit. Use LoadTokenizer() (data.h) for a Status.
+// libsentencepiece is reached through a small module (spm_shim.cc, built as
+// libllamafleet_spm.so next to the executables) that is dlopen()ed with local, deep
+// binding: Debian's libsentencepiece exports an embedded protobuf-lite that crashes a
+// process which also loads libprotobuf (as LibTorch does). The module is found through
+// $LLAMAFLEET_SPM_SHIM, else next to the running executable, else on the loader path.
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <string>
-#include <string_view>
 #include <vector>
 
-namespace sentencepiece {
-class SentencePieceProcessor;
-}
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace llamafleet::trainer {
 
 class Tokenizer {
  public:
-  // Loads a SentencePiece model file; nullptr with `*error` set on failure.
-  static std::unique_ptr<Tokenizer> Load(const std::string& path, std::string* error);
+  // Loads a SentencePiece model file; errors name the path.
+  static absl::StatusOr<std::unique_ptr<Tokenizer>> Load(const std::string& path);
   ~Tokenizer();
+  Tokenizer(const Tokenizer&) = delete;
+  Tokenizer& operator=(const Tokenizer&) = delete;
 
   // Token ids of `text` without BOS/EOS (callers add them, Llama-2 style).
-  std::vector<int32_t> Encode(std::string_view text) const;
-  int32_t bos_id() const;
-  int32_t eos_id() const;
-  int32_t vocab_size() const;
+  std::vector<int32_t> Encode(absl::string_view text) const;
+  int32_t bos_id() const { return bos_; }
+  int32_t eos_id() const { return eos_; }
+  int32_t vocab_size() const { return vocab_; }
 
  private:
   Tokenizer() = default;
-  std::unique_ptr<sentencepiece::SentencePieceProcessor> sp_;
+  void* handle_ = nullptr;  // SentencePieceProcessor inside the shim
+  int32_t bos_ = -1, eos_ = -1, vocab_ = 0;
 };
 
 }  // namespace llamafleet::trainer
