@@ -20,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "clients/cli/output.h"
 #include "clients/client/client.h"
@@ -440,6 +441,27 @@ absl::Status RunWatch(const Context& ctx, const std::string& id, bool history) {
 // The command tree.
 // ---------------------------------------------------------------------------
 
+// CLI11 reports an unknown command as a missing one; name what was typed instead.
+std::string ParseErrorMessage(const CLI::App& app, const CLI::ParseError& e) {
+  const CLI::App* command = &app;
+  while (!command->get_subcommands().empty()) command = command->get_subcommands().front();
+  // Fallthrough hands a stray word to the parent, so look at every level's leftovers.
+  const std::vector<std::string> rest = app.remaining(/*recurse=*/true);
+  if (command->get_require_subcommand_min() > 0 && command->get_subcommands().empty()) {
+    std::vector<std::string> names;
+    for (const CLI::App* sub : command->get_subcommands({})) names.push_back(sub->get_name());
+    if (!rest.empty() && !rest.front().empty() && rest.front()[0] != '-') {
+      return absl::StrCat("unknown command '", rest.front(), "' (expected one of ",
+                          absl::StrJoin(names, ", "), "; see llamafleet --help)");
+    }
+    if (rest.empty()) {
+      return absl::StrCat("'", command->get_display_name(), "' needs a command: ",
+                          absl::StrJoin(names, ", "), " (see llamafleet --help)");
+    }
+  }
+  return absl::StrCat(e.what(), " (see llamafleet --help)");
+}
+
 int Finish(const absl::Status& status, std::ostream& err) {
   if (status.ok()) return kExitOk;
   std::string message(status.message());
@@ -538,7 +560,7 @@ int RunCli(int argc, char** argv, std::istream& in, std::ostream& out, std::ostr
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e, out, err);
   } catch (const CLI::ParseError& e) {
-    return Finish(UsageError(absl::StrCat(e.what(), " (see llamafleet --help)")), err);
+    return Finish(UsageError(ParseErrorMessage(app, e)), err);
   }
 
   absl::StatusOr<Context> ctx = MakeContext(global, timeout_option->count() > 0);

@@ -1,0 +1,422 @@
+// The real `llamafleet` binary against a real `llamafleet-coordinator` process: what a
+// user or a script sees (stdout, one stderr line, exit codes), and what got stored.
+
+#include <dirent.h>
+#include <signal.h>
+
+#include <algorithm>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "google/protobuf/util/json_util.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "llamafleet/v1/job.pb.h"
+#include "tests/testing/process.h"
+
+namespace llamafleet {
+namespace {
+
+using ::llamafleet::testing::BinaryPath;
+using ::llamafleet::testing::CommandResult;
+using ::llamafleet::testing::RunCommand;
+using ::llamafleet::testing::Subprocess;
+using ::llamafleet::testing::TempDir;
+
+// A valid spec with the fields every job needs; `extra` is appended as YAML.
+std::string Spec(const std::string& name, const std::string& extra = "") {
+  return absl::StrCat("name: ", name,
+                      "\nmodel: {preset: tiny, tokenizer: /data/tok.model}\n"
+                      "data: {train_path: /data/train.jsonl}\n"
+                      "training: {max_steps: 5, seq_len: 64}\n",
+                      extra);
+}
+
+class CliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto started = Subprocess::Start(
+        {BinaryPath("llamafleet-coordinator"), "--listen", "127.0.0.1:0", "--data-dir",
+         dir_.path() + "/data", "--log-level", "warn"},
+        {}, dir_.path() + "/coordinator.log");
+    ASSERT_TRUE(started.ok()) << started.status();
+    coordinator_ = std::move(*started);
+    auto address = coordinator_->WaitForListening();
+    ASSERT_TRUE(address.ok()) << address.status();
+    address_ = *address;
+  }
+
+  void TearDown() override {
+    // Graceful stop, so a hang on shutdown shows up here; the destructor kills otherwise.
+    coordinator_->Signal(SIGTERM);
+    auto code = coordinator_->Wait(absl::Seconds(10));
+    EXPECT_TRUE(code.ok() && *code == 0) << "coordinator did not shut down cleanly";
+  }
+
+  // argv for the CLI pointed at this test's coordinator, as user alice.
+  std::vector<std::string> Argv(const std::vector<std::string>& args,
+                                const std::string& user = "alice") const {
+    std::vector<std::string> argv = {BinaryPath("llamafleet"), "--coordinator", address_,
+                                     "--user", user};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return argv;
+  }
+
+  CommandResult Cli(const std::vector<std::string>& args, const std::string& input = "",
+                    const std::string& user = "alice") const {
+    auto result = RunCommand(Argv(args, user), input, {}, absl::Seconds(20));
+    EXPECT_TRUE(result.ok()) << result.status();
+    return result.ok() ? *result : CommandResult{};
+  }
+
+  // Runs a command that must succeed with nothing on stderr.
+  std::string Ok(const std::vector<std::string>& args, const std::string& input = "",
+                 const std::string& user = "alice") const {
+    CommandResult r = Cli(args, input, user);
+    EXPECT_EQ(r.exit_code, 0) << "args: " << absl::StrJoin(args, " ") << "\nstderr: " << r.err;
+    EXPECT_EQ(r.err, "");
+    return r.out;
+  }
+
+  std::string WriteFile(const std::string& name, const std::string& text) const {
+    const std::string path = absl::StrCat(dir_.path(), "/", name);
+    std::ofstream(path) << text;
+    return path;
+  }
+
+  // Every job, through `get jobs --all -o json`, parsed with protobuf's JSON mapping.
+  std::vector<v1::Job> AllJobs(const std::vector<std::string>& filters = {}) const {
+    std::vector<std::string> args = {"get", "jobs", "--all", "-o", "json"};
+    args.insert(args.end(), filters.begin(), filters.end());
+    v1::ListJobsResponse response;
+    const std::string out = Ok(args);
+    auto parsed = google::protobuf::util::JsonStringToMessage(out, &response);
+    EXPECT_TRUE(parsed.ok()) << parsed.ToString() << "\n" << out;
+    return {response.jobs().begin(), response.jobs().end()};
+  }
+
+  std::vector<std::string> Names(const std::vector<v1::Job>& jobs) const {
+    std::vector<std::string> names;
+    for (const v1::Job& job : jobs) names.push_back(job.spec().name());
+    return names;
+  }
+
+  TempDir dir_;
+  std::unique_ptr<Subprocess> coordinator_;
+  std::string address_;
+};
+
+// A failed command: the exit code, and exactly one "llamafleet: ..." line on stderr.
+void ExpectOneErrorLine(const CommandResult& r, int exit_code, const std::string& substring) {
+  EXPECT_EQ(r.exit_code, exit_code) << r.err;
+  EXPECT_TRUE(absl::StartsWith(r.err, "llamafleet: ")) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  EXPECT_TRUE(absl::StrContains(r.err, substring)) << "want '" << substring << "' in: " << r.err;
+}
+
+using ::testing::ElementsAre;
+
+// ---------------------------------------------------------------------------
+// submit
+// ---------------------------------------------------------------------------
+
+TEST_F(CliTest, SubmitSingleDocumentCreatesOneJob) {
+  const std::string file = WriteFile("job.yaml", Spec("one", "queue: research\npriority: 7\n"));
+  EXPECT_EQ(Ok({"submit", "-f", file}), "job 1 created\n");
+
+  v1::Job job;
+  ASSERT_TRUE(
+      google::protobuf::util::JsonStringToMessage(Ok({"get", "job", "1", "-o", "json"}), &job)
+          .ok());
+  EXPECT_EQ(job.spec().name(), "one");
+  EXPECT_EQ(job.spec().queue(), "research");
+  EXPECT_EQ(job.spec().priority(), 7);
+  EXPECT_EQ(job.owner(), "alice");
+  EXPECT_EQ(job.state(), v1::QUEUED);
+  EXPECT_EQ(job.spec().training().micro_batch_size(), 4) << "defaults are filled in";
+}
+
+TEST_F(CliTest, SubmitMultiDocumentFileIsOneBatch) {
+  const std::string file =
+      WriteFile("batch.yaml", absl::StrCat(Spec("a"), "---\n", Spec("b"), "---\n", Spec("c")));
+  EXPECT_EQ(Ok({"submit", "-f", file}), "job 1 created\njob 2 created\njob 3 created\n");
+  EXPECT_THAT(Names(AllJobs()), ElementsAre("c", "b", "a"));  // newest first
+}
+
+TEST_F(CliTest, SubmitJsonListAndJsonOutput) {
+  const std::string file = WriteFile(
+      "jobs.json",
+      R"([{"name": "j1", "model": {"preset": "tiny", "tokenizer": "/t"}, "data": {"train_path": "/d"}},
+          {"name": "j2", "model": {"preset": "tiny", "tokenizer": "/t"}, "data": {"train_path": "/d"},
+           "fsdp": {"sharding": "NO_SHARD"}}])");
+  v1::SubmitJobsResponse response;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(Ok({"submit", "-f", file, "-o", "json"}),
+                                                          &response)
+                  .ok());
+  ASSERT_EQ(response.jobs_size(), 2);
+  EXPECT_TRUE(response.jobs(0).created());
+  EXPECT_EQ(response.jobs(1).job().spec().fsdp().sharding(), v1::NO_SHARD);
+  EXPECT_THAT(Names(AllJobs()), ElementsAre("j2", "j1"));
+}
+
+TEST_F(CliTest, SubmitFromStdin) {
+  EXPECT_EQ(Ok({"submit", "-f", "-"}, Spec("piped")), "job 1 created\n");
+  EXPECT_THAT(Names(AllJobs()), ElementsAre("piped"));
+}
+
+TEST_F(CliTest, ResubmittingTheSameFileCreatesNothingNew) {
+  // Two identical documents are still two jobs: the key counts occurrences.
+  const std::string file =
+      WriteFile("batch.yaml", absl::StrCat(Spec("a"), "---\n", Spec("b"), "---\n", Spec("b")));
+  EXPECT_EQ(Ok({"submit", "-f", file}), "job 1 created\njob 2 created\njob 3 created\n");
+  const std::string again = Ok({"submit", "-f", file});
+  EXPECT_EQ(std::count(again.begin(), again.end(), '\n'), 3) << again;
+  EXPECT_TRUE(absl::StartsWith(again, "job 1 already exists (idempotency key auto-")) << again;
+  EXPECT_TRUE(absl::StrContains(again, "job 3 already exists")) << again;
+  EXPECT_EQ(AllJobs().size(), 3u);
+}
+
+TEST_F(CliTest, ExplicitIdempotencyKey) {
+  const std::string file = WriteFile("job.yaml", Spec("keyed"));
+  EXPECT_EQ(Ok({"submit", "-f", file, "--idempotency-key", "release-7"}), "job 1 created\n");
+  EXPECT_EQ(Ok({"submit", "-f", file, "--idempotency-key", "release-7"}),
+            "job 1 already exists (idempotency key release-7)\n");
+  EXPECT_EQ(Ok({"submit", "-f", file, "--idempotency-key", "release-8"}), "job 2 created\n");
+
+  // A key names one job; a batch gets derived keys instead.
+  const std::string batch = WriteFile("batch.yaml", absl::StrCat(Spec("a"), "---\n", Spec("b")));
+  ExpectOneErrorLine(Cli({"submit", "-f", batch, "--idempotency-key", "k"}), 2,
+                     "--idempotency-key applies to a single job");
+  EXPECT_EQ(AllJobs().size(), 2u);
+}
+
+TEST_F(CliTest, UnknownFieldIsRejectedByNameAndNothingIsStored) {
+  const std::string file = WriteFile("typo.yaml", Spec("typo", "fsdp: {shardng: FULL_SHARD}\n"));
+  ExpectOneErrorLine(Cli({"submit", "-f", file}), 1, "fsdp.shardng: unknown field");
+  EXPECT_TRUE(AllJobs().empty());
+}
+
+TEST_F(CliTest, InvalidSpecNamesTheFieldAndNothingIsStored) {
+  const std::string bad = WriteFile("bad.yaml", Spec("bad", "resources: {nodes: 0}\n"));
+  ExpectOneErrorLine(Cli({"submit", "-f", bad}), 1,
+                     "llamafleet: invalid job spec: resources.nodes must be >= 1");
+
+  // In a batch the error names the document, and the valid documents are not stored either.
+  const std::string batch = WriteFile(
+      "batch.yaml",
+      absl::StrCat(Spec("fine"), "---\nname: broken\nmodel: {preset: tiny, tokenizer: /t}\n"
+                                 "data: {train_path: /d}\ntraining: {lr: -1}\n"));
+  ExpectOneErrorLine(Cli({"submit", "-f", batch}), 1,
+                     "invalid job spec: document 2: training.lr must be > 0");
+  EXPECT_TRUE(AllJobs().empty());
+}
+
+TEST_F(CliTest, DryRunPrintsTheEffectiveSpecAndStoresNothing) {
+  const std::string file = WriteFile("job.yaml", Spec("dry"));
+  const std::string out = Ok({"submit", "-f", file, "--dry-run"});
+  EXPECT_TRUE(absl::StrContains(out, "name: dry")) << out;
+  EXPECT_TRUE(absl::StrContains(out, "sharding: FULL_SHARD")) << "defaults shown: " << out;
+  EXPECT_TRUE(absl::StrContains(out, "nothing stored")) << out;
+
+  // Validation is the coordinator's: a bad spec fails the dry run with the field named.
+  const std::string bad = WriteFile("bad.yaml", Spec("bad", "priority: 5000\n"));
+  ExpectOneErrorLine(Cli({"submit", "-f", bad, "--dry-run"}), 1, "priority must be in");
+  EXPECT_TRUE(AllJobs().empty());
+}
+
+TEST_F(CliTest, EveryExampleInDeployExamplesPassesDryRun) {
+  std::vector<std::string> files;
+  DIR* dir = opendir(LLAMAFLEET_EXAMPLES_DIR);
+  ASSERT_NE(dir, nullptr) << LLAMAFLEET_EXAMPLES_DIR;
+  while (dirent* entry = readdir(dir)) {
+    const std::string name = entry->d_name;
+    if (absl::EndsWith(name, ".yaml") || absl::EndsWith(name, ".json")) files.push_back(name);
+  }
+  closedir(dir);
+  for (const char* expected : {"tiny-fullshard.yaml", "batch.yaml", "llama2-7b-hybrid.yaml"}) {
+    EXPECT_NE(std::find(files.begin(), files.end(), expected), files.end()) << expected;
+  }
+  for (const std::string& name : files) {
+    SCOPED_TRACE(name);
+    const std::string path = absl::StrCat(LLAMAFLEET_EXAMPLES_DIR, "/", name);
+    v1::SubmitJobsResponse response;
+    ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(
+                    Ok({"submit", "-f", path, "--dry-run", "-o", "json"}), &response)
+                    .ok());
+    EXPECT_GE(response.jobs_size(), 1);
+    if (name == "batch.yaml") {
+      EXPECT_EQ(response.jobs_size(), 3);
+    }
+  }
+  EXPECT_TRUE(AllJobs().empty());
+}
+
+// ---------------------------------------------------------------------------
+// get
+// ---------------------------------------------------------------------------
+
+TEST_F(CliTest, GetJobsFilters) {
+  Ok({"submit", "-f", "-"}, Spec("a1", "queue: research\nlabels: {team: nlp}\n"), "alice");
+  Ok({"submit", "-f", "-"}, Spec("a2", "labels: {team: vision}\n"), "alice");
+  Ok({"submit", "-f", "-"}, Spec("b1", "queue: research\nlabels: {team: nlp}\n"), "bob");
+  Ok({"cancel", "2"});
+
+  EXPECT_THAT(Names(AllJobs({"--queue", "research"})), ElementsAre("b1", "a1"));
+  EXPECT_THAT(Names(AllJobs({"--owner", "bob"})), ElementsAre("b1"));
+  EXPECT_THAT(Names(AllJobs({"--label", "team=nlp", "--owner", "alice"})), ElementsAre("a1"));
+  EXPECT_THAT(Names(AllJobs({"--state", "cancelled"})), ElementsAre("a2"));
+  EXPECT_THAT(Names(AllJobs({"--state", "queued,cancelled"})), ElementsAre("b1", "a2", "a1"));
+  EXPECT_THAT(Names(AllJobs({"--state", "QUEUED", "--state", "RUNNING"})),
+              ElementsAre("b1", "a1"));
+  ExpectOneErrorLine(Cli({"get", "jobs", "--state", "sleeping"}), 2, "--state: 'sleeping'");
+}
+
+TEST_F(CliTest, GetJobsTableAndPaging) {
+  for (int i = 1; i <= 5; ++i) Ok({"submit", "-f", "-"}, Spec(absl::StrCat("job", i)));
+
+  const std::string table = Ok({"get", "jobs"});
+  std::vector<std::string> lines = absl::StrSplit(table, '\n', absl::SkipEmpty());
+  ASSERT_EQ(lines.size(), 6u) << table;
+  EXPECT_TRUE(absl::StartsWith(lines[0], "ID   NAME   OWNER   QUEUE     PRIORITY   STATE    AGE"))
+      << lines[0];
+  EXPECT_TRUE(absl::StrContains(lines[0], "REASON")) << lines[0];
+  EXPECT_TRUE(absl::StartsWith(lines[1], "5    job5   alice   default   0          QUEUED"))
+      << lines[1];
+  EXPECT_TRUE(absl::StrContains(Ok({"get", "jobs", "-o", "wide"}), "SHARDING"));
+
+  // --limit stops early and hands back the token; --page-token continues from it.
+  v1::ListJobsResponse first;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(
+                  Ok({"get", "jobs", "--limit", "2", "-o", "json"}), &first)
+                  .ok());
+  EXPECT_THAT(Names({first.jobs().begin(), first.jobs().end()}), ElementsAre("job5", "job4"));
+  ASSERT_FALSE(first.next_page_token().empty());
+  v1::ListJobsResponse second;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(
+                  Ok({"get", "jobs", "--limit", "2", "--page-token", first.next_page_token(),
+                      "-o", "json"}),
+                  &second)
+                  .ok());
+  EXPECT_THAT(Names({second.jobs().begin(), second.jobs().end()}), ElementsAre("job3", "job2"));
+
+  // --all follows every token, here two jobs per request.
+  EXPECT_THAT(Names(AllJobs({"--page-size", "2"})),
+              ElementsAre("job5", "job4", "job3", "job2", "job1"));
+
+  // A table cut short says so on stderr, so stdout stays just the table.
+  CommandResult limited = Cli({"get", "jobs", "--limit", "3"});
+  EXPECT_EQ(limited.exit_code, 0);
+  EXPECT_EQ(std::count(limited.out.begin(), limited.out.end(), '\n'), 4) << limited.out;
+  EXPECT_TRUE(absl::StrContains(limited.err, "--all")) << limited.err;
+}
+
+TEST_F(CliTest, GetJobYamlAndUnknownJob) {
+  Ok({"submit", "-f", "-"}, Spec("y"));
+  const std::string yaml = Ok({"get", "job", "1", "-o", "yaml"});
+  EXPECT_TRUE(absl::StrContains(yaml, "state: QUEUED")) << yaml;
+  EXPECT_TRUE(absl::StrContains(yaml, "owner: alice")) << yaml;
+  ExpectOneErrorLine(Cli({"get", "job", "42"}), 1, "llamafleet: job 42 not found");
+}
+
+TEST_F(CliTest, DescribeShowsSpecAndEvents) {
+  Ok({"submit", "-f", "-"}, Spec("described", "labels: {team: nlp}\n"));
+  Ok({"cancel", "1", "--reason", "superseded"});
+  const std::string out = Ok({"describe", "job", "1"});
+  EXPECT_TRUE(absl::StrContains(out, "State:             CANCELLED")) << out;
+  EXPECT_TRUE(absl::StrContains(out, "Spec:\n  name: described\n")) << out;
+  EXPECT_TRUE(absl::StrContains(out, "    team: nlp\n")) << out;
+  EXPECT_TRUE(absl::StrContains(out, "Events:\n  SEQ")) << out;
+  EXPECT_TRUE(absl::StrContains(out, "submitted")) << out;
+  EXPECT_TRUE(absl::StrContains(out, "QUEUED   CANCELLED")) << out;
+  EXPECT_TRUE(absl::StrContains(out, "superseded")) << out;
+
+  const std::string json = Ok({"describe", "job", "1", "-o", "json"});
+  EXPECT_TRUE(absl::StartsWith(json, "{\"job\":{\"id\":\"1\"")) << json;
+  EXPECT_TRUE(absl::StrContains(json, "\"events\":[{\"job_id\":\"1\",\"seq\":\"1\"")) << json;
+}
+
+// ---------------------------------------------------------------------------
+// cancel and watch
+// ---------------------------------------------------------------------------
+
+TEST_F(CliTest, CancelIsIdempotentAndUnknownJobFails) {
+  Ok({"submit", "-f", "-"}, Spec("c"));
+  EXPECT_EQ(Ok({"cancel", "1"}), "job 1 cancelled\n");
+  // Already terminal: not an error, and the server's message says why nothing changed.
+  const std::string again = Ok({"cancel", "1"});
+  EXPECT_TRUE(absl::StrContains(again, "already CANCELLED")) << again;
+
+  ExpectOneErrorLine(Cli({"cancel", "99"}), 1, "job 99 not found");
+  ExpectOneErrorLine(Cli({"cancel", "not-a-number"}), 1, "job_id");
+  EXPECT_EQ(AllJobs()[0].state(), v1::CANCELLED);
+}
+
+TEST_F(CliTest, WatchEndsWhenTheJobIsCancelledElsewhere) {
+  Ok({"submit", "-f", "-"}, Spec("watched"));
+  auto watch = Subprocess::Start(Argv({"watch", "1"}), {}, dir_.path() + "/watch.err");
+  ASSERT_TRUE(watch.ok()) << watch.status();
+  // The first line is the current state; once it is out, the watch is live.
+  auto first = (*watch)->ReadLineWithPrefix("job 1 ", absl::Seconds(10));
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_TRUE(absl::StrContains(*first, "(watched) is QUEUED")) << *first;
+
+  Ok({"cancel", "1", "--reason", "enough"});
+  auto event = (*watch)->ReadLineWithPrefix("2 ", absl::Seconds(10));
+  ASSERT_TRUE(event.ok()) << event.status();
+  EXPECT_TRUE(absl::StrContains(*event, "QUEUED -> CANCELLED cancelled by alice: enough"))
+      << *event;
+  auto code = (*watch)->Wait(absl::Seconds(10));
+  ASSERT_TRUE(code.ok()) << code.status();
+  EXPECT_EQ(*code, 0);
+
+  // Watching a finished job prints where it ended and returns at once.
+  const std::string done = Ok({"watch", "1", "--history"});
+  EXPECT_TRUE(absl::StartsWith(done, "job 1 (watched) is CANCELLED")) << done;
+  EXPECT_TRUE(absl::StrContains(done, "\n1 ")) << done;
+  ExpectOneErrorLine(Cli({"watch", "7"}), 1, "job 7 not found");
+}
+
+// ---------------------------------------------------------------------------
+// Errors and global flags
+// ---------------------------------------------------------------------------
+
+TEST_F(CliTest, UnreachableCoordinatorIsOneLineNamingTheAddress) {
+  // Port 1 on loopback: nothing listens there, and an unprivileged test cannot bind it.
+  auto r = RunCommand({BinaryPath("llamafleet"), "--coordinator", "127.0.0.1:1", "get", "jobs"},
+                      "", {}, absl::Seconds(20));
+  ASSERT_TRUE(r.ok()) << r.status();
+  ExpectOneErrorLine(*r, 1, "llamafleet: cannot reach coordinator at 127.0.0.1:1: ");
+}
+
+TEST_F(CliTest, CoordinatorAddressFromTheEnvironment) {
+  Ok({"submit", "-f", "-"}, Spec("env"));
+  auto r = RunCommand({BinaryPath("llamafleet"), "get", "jobs", "-o", "json"}, "",
+                      {{"LLAMAFLEET_COORDINATOR", address_}}, absl::Seconds(20));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->exit_code, 0) << r->err;
+  EXPECT_TRUE(absl::StrContains(r->out, "\"name\": \"env\"")) << r->out;
+}
+
+TEST_F(CliTest, UsageErrorsExitTwoWithOneLine) {
+  ExpectOneErrorLine(Cli({"get", "jobs", "--bogus"}), 2, "--bogus");
+  ExpectOneErrorLine(Cli({"submit"}), 2, "--file");
+  ExpectOneErrorLine(Cli({"get", "jobs", "-o", "xml"}), 2, "'xml' is not one of");
+  ExpectOneErrorLine(Cli({"frobnicate"}), 2, "frobnicate");
+  ExpectOneErrorLine(Cli({"get", "jobs", "--timeout", "soon"}), 2, "--timeout");
+  ExpectOneErrorLine(Cli({"submit", "-f", dir_.path() + "/missing.yaml"}), 1,
+                     "cannot read " + dir_.path() + "/missing.yaml");
+  // Help is not an error.
+  CommandResult help = Cli({"submit", "--help"});
+  EXPECT_EQ(help.exit_code, 0);
+  EXPECT_TRUE(absl::StrContains(help.out, "--dry-run")) << help.out;
+}
+
+}  // namespace
+}  // namespace llamafleet
