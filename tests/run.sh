@@ -11,33 +11,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(
-  # toolchain
-  cmake g++ make ccache pkg-config
-  # coordinator, CLI, storage
-  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libssl-dev
-  libsqlite3-dev libspdlog-dev libfmt-dev libyaml-cpp-dev libcli11-dev
-  # tests
-  libgtest-dev libgmock-dev
-  # trainer
-  libtorch-dev libgloo-dev libsentencepiece-dev sentencepiece
-  python3-torch python3-sentencepiece python3-numpy
-)
-
-missing=()
-for p in "${packages[@]}"; do
-  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
-    missing+=("$p")
-  fi
-done
-if ((${#missing[@]})); then
-  echo "tests/run.sh: installing ${missing[*]}" >&2
-  sudo=""
-  [ "$(id -u)" -eq 0 ] || sudo="sudo"
-  export DEBIAN_FRONTEND=noninteractive
-  $sudo apt-get update -q
-  $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
-fi
+bash deploy/local/install-deps.sh
 
 build_dir="${LLAMAFLEET_BUILD_DIR:-build}"
 jobs="${JOBS:-$(nproc)}"

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs the Debian (bookworm) packages llamafleet builds and tests with; only those
+# missing, so it is cheap to re-run. Used by tests/run.sh and deploy/local/demo.sh.
+set -euo pipefail
+
+packages=(
+  # toolchain
+  cmake g++ make ccache pkg-config
+  # coordinator, CLI, storage
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libssl-dev
+  libsqlite3-dev libspdlog-dev libfmt-dev libyaml-cpp-dev libcli11-dev
+  # tests
+  libgtest-dev libgmock-dev
+  # trainer (LibTorch 1.13 CPU, Gloo for c10d, SentencePiece) and its Python reference
+  libtorch-dev libgloo-dev libsentencepiece-dev sentencepiece
+  python3-torch python3-sentencepiece python3-numpy
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+if ((${#missing[@]})); then
+  echo "install-deps: installing ${missing[*]}" >&2
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get update -q
+  $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
