@@ -171,7 +171,11 @@ absl::StatusOr<std::string> ReadInput(const std::string& file, std::istream& in)
 
 // Submission errors read in terms of the file the user wrote.
 absl::Status SubmitError(const absl::Status& status) {
-  if (status.code() != absl::StatusCode::kInvalidArgument) return status;
+  const absl::string_view message = status.message();
+  if (status.code() != absl::StatusCode::kInvalidArgument ||
+      !(absl::StartsWith(message, "spec.") || absl::StartsWith(message, "jobs["))) {
+    return status;  // not about the spec (e.g. a malformed --user)
+  }
   return absl::InvalidArgumentError(
       absl::StrCat("invalid job spec: ", SpecErrorsForFile(std::string(status.message()))));
 }
@@ -293,7 +297,8 @@ absl::StatusOr<v1::ListJobsResponse> ListPages(Client& client, v1::ListJobsReque
     if (!response.ok()) return response.status();
     for (v1::Job& job : *response->mutable_jobs()) *collected.add_jobs() = std::move(job);
     collected.set_next_page_token(response->next_page_token());
-    if (response->next_page_token().empty()) return collected;
+    // An empty page with a token would loop forever; treat it as the end.
+    if (response->next_page_token().empty() || response->jobs_size() == 0) return collected;
     if (!flags.all && collected.jobs_size() >= flags.limit) return collected;
     request.set_page_token(response->next_page_token());
   }
@@ -429,6 +434,11 @@ absl::Status RunWatch(const Context& ctx, const std::string& id, bool history) {
     ctx.out->flush();
     return absl::OkStatus();
   });
+  if (status.code() == absl::StatusCode::kDeadlineExceeded) {
+    return absl::DeadlineExceededError(absl::StrCat(
+        "job ", id, " is still ", StateName(state), " after --timeout ",
+        absl::FormatDuration(ctx.client_options.watch_timeout)));
+  }
   if (!status.ok()) return status;
   if (!IsTerminal(state)) {
     return absl::UnavailableError(
@@ -478,7 +488,7 @@ int Finish(const absl::Status& status, std::ostream& err) {
 int RunCli(int argc, char** argv, std::istream& in, std::ostream& out, std::ostream& err) {
   CLI::App app{"llamafleet: submit and follow Llama-2 finetuning jobs on a llamafleet coordinator",
                "llamafleet"};
-  app.set_version_flag("--version", "llamafleet 0.1.0");
+  app.set_version_flag("--version", "llamafleet " LLAMAFLEET_VERSION);
   app.require_subcommand(1);
   app.fallthrough();  // global flags are accepted after the command, too
 
@@ -500,7 +510,9 @@ int RunCli(int argc, char** argv, std::istream& in, std::ostream& out, std::ostr
   // submit
   SubmitFlags submit;
   CLI::App* submit_cmd = app.add_subcommand(
-      "submit", "submit jobs from a YAML or JSON file (several documents or a list: one batch)");
+      "submit",
+      "submit jobs from a YAML or JSON file (several documents or a list: one batch); "
+      "-o json|yaml prints {jobs: [{job, created}]} whether the file holds one job or many");
   submit_cmd->add_option("-f,--file", submit.file, "job file, or - for stdin")->required();
   submit_cmd->add_flag("--dry-run", submit.dry_run,
                        "validate on the coordinator and print the effective spec; store nothing");

@@ -22,10 +22,23 @@ bool HasWhitespace(const std::string& s) {
   return false;
 }
 
+// HOST:PORT, or a gRPC target URI (unix:/path, dns:///host:port). Without a port gRPC
+// would silently try 443, which is never the coordinator.
+bool IsAddress(const std::string& address) {
+  if (address.empty() || HasWhitespace(address)) return false;
+  if (absl::StartsWith(address, "unix:") || absl::StrContains(address, "://")) return true;
+  const size_t colon = address.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == address.size()) return false;
+  for (size_t i = colon + 1; i < address.size(); ++i) {
+    if (!absl::ascii_isdigit(static_cast<unsigned char>(address[i]))) return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Client>> Client::Create(const ClientOptions& options) {
-  if (options.address.empty() || HasWhitespace(options.address)) {
+  if (!IsAddress(options.address)) {
     return absl::InvalidArgumentError(
         absl::StrCat("coordinator address must be HOST:PORT, got '", options.address, "'"));
   }

@@ -36,7 +36,7 @@ struct ClientOptions {
 class Client {
  public:
   // Creates the channel; connecting happens lazily on the first call, so this fails
-  // only on a malformed address.
+  // only on a malformed address (INVALID_ARGUMENT): HOST:PORT or a gRPC target URI.
   static absl::StatusOr<std::unique_ptr<Client>> Create(const ClientOptions& options);
 
   Client(const Client&) = delete;

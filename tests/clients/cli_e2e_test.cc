@@ -54,6 +54,7 @@ class CliTest : public ::testing::Test {
   }
 
   void TearDown() override {
+    if (coordinator_ == nullptr) return;  // SetUp failed; nothing was started
     // Graceful stop, so a hang on shutdown shows up here; the destructor kills otherwise.
     coordinator_->Signal(SIGTERM);
     auto code = coordinator_->Wait(absl::Seconds(10));
@@ -383,6 +384,13 @@ TEST_F(CliTest, WatchEndsWhenTheJobIsCancelledElsewhere) {
   ExpectOneErrorLine(Cli({"watch", "7"}), 1, "job 7 not found");
 }
 
+TEST_F(CliTest, WatchWithTimeoutGivesUpOnAJobThatDoesNotFinish) {
+  Ok({"submit", "-f", "-"}, Spec("slow"));
+  CommandResult r = Cli({"watch", "1", "--timeout", "500ms"});
+  EXPECT_TRUE(absl::StartsWith(r.out, "job 1 (slow) is QUEUED")) << r.out;
+  ExpectOneErrorLine(r, 1, "job 1 is still QUEUED after --timeout 500ms");
+}
+
 // ---------------------------------------------------------------------------
 // Errors and global flags
 // ---------------------------------------------------------------------------
@@ -410,6 +418,10 @@ TEST_F(CliTest, UsageErrorsExitTwoWithOneLine) {
   ExpectOneErrorLine(Cli({"get", "jobs", "-o", "xml"}), 2, "'xml' is not one of");
   ExpectOneErrorLine(Cli({"frobnicate"}), 2, "frobnicate");
   ExpectOneErrorLine(Cli({"get", "jobs", "--timeout", "soon"}), 2, "--timeout");
+  ExpectOneErrorLine(Cli({"get", "foo"}), 2, "unknown command 'foo'");
+  auto no_port = RunCommand({BinaryPath("llamafleet"), "--coordinator", "localhost", "get", "jobs"});
+  ASSERT_TRUE(no_port.ok());
+  ExpectOneErrorLine(*no_port, 2, "HOST:PORT");
   ExpectOneErrorLine(Cli({"submit", "-f", dir_.path() + "/missing.yaml"}), 1,
                      "cannot read " + dir_.path() + "/missing.yaml");
   // Help is not an error.
