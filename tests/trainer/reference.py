@@ -109,7 +109,7 @@ class RMSNorm(nn.Module):
 
     def forward(self, x):
         dtype = x.dtype
-        x = x.to(torch.float32)
+        x = x.to(torch.float32) if dtype != torch.float64 else x
         var = x.pow(2).mean(-1, keepdim=True)
         x = x * torch.rsqrt(var + self.eps)
         return self.weight * x.to(dtype)
@@ -156,9 +156,9 @@ class Attention(nn.Module):
         k = repeat_kv(k, self.H // self.KV)
         v = repeat_kv(v, self.H // self.KV)
         scores = torch.matmul(q, k.transpose(2, 3)) / math.sqrt(self.d)
-        mask = torch.full((T, T), float("-inf")).triu(1)
+        mask = torch.full((T, T), float("-inf"), dtype=scores.dtype).triu(1)
         scores = scores + mask
-        probs = F.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
+        probs = F.softmax(scores, dim=-1, dtype=torch.float32 if q.dtype != torch.float64 else q.dtype).to(q.dtype)
         out = torch.matmul(probs, v).transpose(1, 2).reshape(B, T, self.H * self.d)
         return self.o_proj(out)
 
@@ -211,11 +211,13 @@ class LlamaForCausalLM(nn.Module):
         d = self.c["hidden_size"] // self.c["num_attention_heads"]
         cos, sin = rope_cos_sin(T, d, self.c.get("rope_theta", 10000.0))
         x = self.model.embed_tokens(input_ids)
+        cos, sin = cos.to(x.dtype), sin.to(x.dtype)
         for layer in self.model.layers:
             x = layer(x, cos, sin)
         x = self.model.norm(x)
         w = self.model.embed_tokens.weight if self.tied else self.lm_head.weight
-        return F.linear(x, w).float()
+        logits = F.linear(x, w)
+        return logits if logits.dtype == torch.float64 else logits.float()
 
     def loss_sum(self, input_ids, labels):
         """Sum of shifted token cross-entropy over labels != -100, and the count."""
@@ -386,6 +388,8 @@ def cmd_train(a):
     if a.threads:
         torch.set_num_threads(a.threads)
     cfg, model = load_model(a.model)
+    if a.double:
+        model.double()
     rows = rows_for(a, cfg)
     per_step = a.micro_batch * a.grad_accum
     steps_per_epoch = len(rows) // per_step
@@ -416,7 +420,7 @@ def cmd_train(a):
     elapsed = time.perf_counter() - t0
     if a.out:
         os.makedirs(a.out, exist_ok=True)
-        items = [(n, p.detach()) for n, p in model.named_parameters()]
+        items = [(n, p.detach().float()) for n, p in model.named_parameters()]
         write_safetensors(os.path.join(a.out, "model.safetensors"), items, {"format": "pt"})
         with open(os.path.join(a.out, "config.json"), "w") as f:
             json.dump(cfg, f, indent=2)
@@ -497,6 +501,7 @@ def main():
             e.add_argument("--warmup", type=int, default=0)
             e.add_argument("--schedule", default="constant")
             e.add_argument("--min-lr-ratio", type=float, default=0.0)
+            e.add_argument("--double", action="store_true", help="train in float64 (noise floor)")
     t = sub.add_parser("tokenize")
     t.add_argument("--data", required=True)
     t.add_argument("--format", default="text")
