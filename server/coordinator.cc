@@ -112,6 +112,15 @@ void Coordinator::Shutdown(absl::Duration grace) {
   spdlog::debug("server shutdown returned");
   server_->Wait();
   spdlog::debug("server wait returned");
+  const JobStore::WriterStats stats = store_->writer_stats();
+  if (stats.transactions > 0) {
+    spdlog::info(
+        "writer: {} writes in {} transactions ({:.1f} per transaction), apply {:.3f} ms and "
+        "commit {:.3f} ms per transaction",
+        stats.writes, stats.transactions, double(stats.writes) / stats.transactions,
+        absl::ToDoubleMilliseconds(stats.apply_time) / stats.transactions,
+        absl::ToDoubleMilliseconds(stats.commit_time) / stats.transactions);
+  }
   store_.reset();  // commits what was accepted, checkpoints the WAL, closes
   spdlog::info("database closed");
 }

@@ -6,6 +6,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
 #include "google/protobuf/util/time_util.h"
 #include "spdlog/spdlog.h"
 
@@ -156,8 +157,8 @@ struct JobStore::WriterStatements {
              .ok() ||
         !(s = prep(&insert_job,
                    "INSERT INTO jobs (owner, name, queue, priority, state, status_reason, spec, "
-                   "idempotency_key, create_time_us, update_time_us) "
-                   "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?9)"))
+                   "idempotency_key, create_time_us, update_time_us, last_event_seq) "
+                   "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?9, 1)"))
              .ok() ||
         !(s = prep(&insert_label, "INSERT INTO job_labels (job_id, key, value) VALUES (?1, ?2, ?3)"))
              .ok() ||
@@ -193,6 +194,14 @@ struct JobStore::WriterStatements {
     return result;
   }
 
+  // Inserts one event row.
+  absl::Status InsertEvent(int64_t job_id, const v1::JobEvent& e, int64_t time_us) {
+    insert_event.Bind(1, job_id).Bind(2, e.seq()).Bind(3, time_us).Bind(4, e.type());
+    insert_event.Bind(5, static_cast<int64_t>(e.from_state()));
+    insert_event.Bind(6, static_cast<int64_t>(e.to_state())).Bind(7, e.reason());
+    return insert_event.Run();
+  }
+
   // Records an event and the job's new state in the current transaction. The job's
   // status reason becomes `status_reason` (default: the event's reason).
   absl::StatusOr<v1::JobEvent> AppendEvent(v1::Job* job, absl::string_view type, v1::JobState to,
@@ -201,18 +210,9 @@ struct JobStore::WriterStatements {
     const absl::string_view status = status_reason.value_or(reason);
     int64_t id;
     (void)absl::SimpleAtoi(job->id(), &id);
-    v1::JobEvent e;
-    e.set_job_id(job->id());
-    e.set_seq(job->last_event_seq() + 1);
-    *e.mutable_time() = TimeUtil::MicrosecondsToTimestamp(now_us);
-    e.set_type(std::string(type));
-    e.set_from_state(job->state());
-    e.set_to_state(to);
-    e.set_reason(std::string(reason));
-    insert_event.Bind(1, id).Bind(2, e.seq()).Bind(3, now_us).Bind(4, type);
-    insert_event.Bind(5, static_cast<int64_t>(e.from_state())).Bind(6, static_cast<int64_t>(to));
-    insert_event.Bind(7, reason);
-    if (absl::Status s = insert_event.Run(); !s.ok()) return s;
+    v1::JobEvent e = MakeEvent(*job, job->last_event_seq() + 1, type, job->state(), to, reason,
+                               now_us);
+    if (absl::Status s = InsertEvent(id, e, now_us); !s.ok()) return s;
     update_state.Bind(1, id).Bind(2, static_cast<int64_t>(to)).Bind(3, status).Bind(4, now_us);
     update_state.Bind(5, e.seq());
     if (absl::Status s = update_state.Run(); !s.ok()) return s;
@@ -220,6 +220,20 @@ struct JobStore::WriterStatements {
     job->set_status_reason(std::string(status));
     job->set_last_event_seq(e.seq());
     *job->mutable_update_time() = e.time();
+    return e;
+  }
+
+  static v1::JobEvent MakeEvent(const v1::Job& job, int64_t seq, absl::string_view type,
+                                v1::JobState from, v1::JobState to, absl::string_view reason,
+                                int64_t now_us) {
+    v1::JobEvent e;
+    e.set_job_id(job.id());
+    e.set_seq(seq);
+    *e.mutable_time() = TimeUtil::MicrosecondsToTimestamp(now_us);
+    e.set_type(std::string(type));
+    e.set_from_state(from);
+    e.set_to_state(to);
+    e.set_reason(std::string(reason));
     return e;
   }
 };
@@ -283,19 +297,24 @@ class SubmitOp : public JobStore::WriteOp {
         w.insert_label.Bind(1, id).Bind(2, key).Bind(3, value);
         if (absl::Status s = w.insert_label.Run(); !s.ok()) return s;
       }
+      // The job is born QUEUED with its first event; the event names the submitter, the
+      // job's status says what happens next.
       v1::Job& job = r.job;
       job.set_id(JobIdString(id));
       job.set_owner(in.owner);
       *job.mutable_spec() = in.spec;
       job.set_idempotency_key(in.idempotency_key);
+      job.set_state(v1::QUEUED);
+      job.set_status_reason(reason);
+      job.set_last_event_seq(1);
       *job.mutable_create_time() = TimeUtil::MicrosecondsToTimestamp(now_us);
-      job.set_state(v1::JOB_STATE_UNSPECIFIED);
-      // The event names the submitter; the job's status says what happens next.
-      absl::StatusOr<v1::JobEvent> e =
-          w.AppendEvent(&job, "submitted", v1::QUEUED, absl::StrCat("submitted by ", in.owner),
-                        now_us, reason);
-      if (!e.ok()) return e.status();
-      events.push_back(std::move(*e));
+      *job.mutable_update_time() = job.create_time();
+      v1::JobEvent e = JobStore::WriterStatements::MakeEvent(
+          job, 1, "submitted", v1::JOB_STATE_UNSPECIFIED,
+                                                   v1::QUEUED,
+                                                   absl::StrCat("submitted by ", in.owner), now_us);
+      if (absl::Status s = w.InsertEvent(id, e, now_us); !s.ok()) return s;
+      events.push_back(std::move(e));
       r.created = true;
       results_.push_back(std::move(r));
     }
@@ -553,6 +572,7 @@ absl::Status JobStore::RunInTransaction(std::vector<std::unique_ptr<WriteOp>>& o
     if (writer_->InTransaction()) (void)w.rollback.Run();
     return s;
   };
+  const absl::Time start = absl::Now();
   if (absl::Status s = w.begin.Run(); !s.ok()) return abort(s);
   for (auto& op : ops) {
     if (absl::Status s = w.savepoint.Run(); !s.ok()) return abort(s);
@@ -564,7 +584,10 @@ absl::Status JobStore::RunInTransaction(std::vector<std::unique_ptr<WriteOp>>& o
     }
     if (absl::Status s = w.release.Run(); !s.ok()) return abort(s);
   }
+  const absl::Time applied = absl::Now();
   if (absl::Status s = w.commit.Run(); !s.ok()) return abort(s);
+  last_apply_time_ = applied - start;
+  last_commit_time_ = absl::Now() - applied;
   return absl::OkStatus();
 }
 
@@ -594,6 +617,8 @@ void JobStore::CommitBatch(std::vector<std::unique_ptr<WriteOp>>& batch) {
     std::lock_guard<std::mutex> lock(queue_mu_);
     ++transactions_;
     writes_ += committed;
+    apply_time_ += last_apply_time_;
+    commit_time_ += last_commit_time_;
     if (WalPages(writer_->raw()) >= options_.checkpoint_pages && !checkpoint_wanted_) {
       checkpoint_wanted_ = true;
       checkpoint_cv_.notify_one();
@@ -787,6 +812,11 @@ void JobStore::Unsubscribe(int64_t handle) {
 int64_t JobStore::transactions_committed() const {
   std::lock_guard<std::mutex> lock(queue_mu_);
   return transactions_;
+}
+
+JobStore::WriterStats JobStore::writer_stats() const {
+  std::lock_guard<std::mutex> lock(queue_mu_);
+  return WriterStats{transactions_, writes_, apply_time_, commit_time_};
 }
 
 int64_t JobStore::writes_committed() const {

@@ -148,6 +148,14 @@ class JobStore {
   int64_t transactions_committed() const;
   int64_t writes_committed() const;
 
+  struct WriterStats {
+    int64_t transactions = 0;    // committed
+    int64_t writes = 0;          // committed writes (a batch submission counts once)
+    absl::Duration apply_time;   // spent applying writes inside transactions
+    absl::Duration commit_time;  // spent in COMMIT (with synchronous=FULL: the fsync)
+  };
+  WriterStats writer_stats() const;
+
   class WriteOp;  // One queued write; defined in job_store.cc.
   struct WriterStatements;  // The writer's prepared statements; defined in job_store.cc.
 
@@ -176,6 +184,11 @@ class JobStore {
   bool stopping_ ABSL_GUARDED_BY(queue_mu_) = false;
   int64_t transactions_ ABSL_GUARDED_BY(queue_mu_) = 0;
   int64_t writes_ ABSL_GUARDED_BY(queue_mu_) = 0;
+  absl::Duration apply_time_ ABSL_GUARDED_BY(queue_mu_);
+  absl::Duration commit_time_ ABSL_GUARDED_BY(queue_mu_);
+  // Set by RunInTransaction for the batch it ran (writer thread only).
+  absl::Duration last_apply_time_;
+  absl::Duration last_commit_time_;
 
   std::mutex readers_mu_;
   std::condition_variable readers_cv_;

@@ -13,6 +13,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdio>
+#include <fstream>
 #include <mutex>
 #include <thread>
 
@@ -36,6 +37,7 @@ struct RunResult {
   double p50_ms = 0;
   double p99_ms = 0;
   int64_t errors = 0;
+  std::string writer_line;  // the coordinator's own account of its transactions
 };
 
 // One client: a channel and a loop of SubmitJob calls, each started from the previous
@@ -121,9 +123,10 @@ RunResult RunOnce(bool group_commit, int clients, double seconds, const v1::JobS
   TempDir dir;
   std::vector<std::string> argv = {BinaryPath("llamafleet-coordinator"), "--listen", "127.0.0.1:0",
                                    "--data-dir", dir.path(), "--synchronous", "full",
-                                   "--log-level", "warn"};
+                                   "--log-level", "info"};
   if (!group_commit) argv.push_back("--no-group-commit");
-  auto coordinator = Subprocess::Start(argv);
+  const std::string log = dir.path() + "/coordinator.log";
+  auto coordinator = Subprocess::Start(argv, {}, log);
   if (!coordinator.ok()) {
     std::fprintf(stderr, "cannot start coordinator: %s\n", coordinator.status().ToString().c_str());
     std::exit(1);
@@ -159,6 +162,11 @@ RunResult RunOnce(bool group_commit, int clients, double seconds, const v1::JobS
   result.p99_ms = Percentile(all, 0.99);
   (*coordinator)->Signal(SIGTERM);
   (void)(*coordinator)->Wait(absl::Seconds(30));
+  std::ifstream in(log);
+  for (std::string line; std::getline(in, line);) {
+    size_t at = line.find("writer: ");
+    if (at != std::string::npos) result.writer_line = line.substr(at);
+  }
   return result;
 }
 
@@ -199,6 +207,7 @@ int main(int argc, char** argv) {
       std::printf("  run %d %-22s %9.0f acks/s  p50 %7.2f ms  p99 %7.2f ms  errors %lld\n", run + 1,
                   group ? "group commit:" : "one txn per submit:", r.acks_per_second, r.p50_ms,
                   r.p99_ms, static_cast<long long>(r.errors));
+      std::printf("        coordinator %s\n", r.writer_line.c_str());
       std::fflush(stdout);
       mode_rate[mode].push_back(r.acks_per_second);
       mode_p50[mode].push_back(r.p50_ms);
