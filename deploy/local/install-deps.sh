@@ -12,7 +12,7 @@ packages=(
   # tests
   libgtest-dev libgmock-dev
   # trainer (LibTorch 1.13 CPU, Gloo for c10d, SentencePiece) and its Python reference
-  libtorch-dev libgloo-dev libsentencepiece-dev sentencepiece
+  libtorch-dev libgloo-dev libsentencepiece-dev sentencepiece nlohmann-json3-dev
   python3-torch python3-sentencepiece python3-numpy
 )
 
