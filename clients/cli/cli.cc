@@ -1,5 +1,6 @@
 #include "clients/cli/cli.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -68,6 +69,8 @@ struct GlobalFlags {
 struct Context {
   Format format = Format::kTable;
   ClientOptions client_options;
+  // Bounds a whole watch (reconnects included); infinite unless --timeout is given.
+  absl::Duration watch_timeout = absl::InfiniteDuration();
   std::istream* in = nullptr;
   std::ostream* out = nullptr;
   std::ostream* err = nullptr;
@@ -106,7 +109,7 @@ absl::StatusOr<Context> MakeContext(const GlobalFlags& flags, bool watch_timeout
   ctx.client_options.token = flags.token;
   ctx.client_options.timeout = *timeout;
   // A watch runs until the job ends; only an explicit --timeout bounds it.
-  if (watch_timeout_set) ctx.client_options.watch_timeout = *timeout;
+  if (watch_timeout_set) ctx.watch_timeout = *timeout;
   return ctx;
 }
 
@@ -403,46 +406,106 @@ bool IsTerminal(v1::JobState state) {
   return state == v1::SUCCEEDED || state == v1::FAILED || state == v1::CANCELLED;
 }
 
+// How long a watch keeps trying to resume after losing the coordinator.
+constexpr absl::Duration kWatchResumeWindow = absl::Seconds(60);
+
+// Prints a watch, across reconnects: the first snapshot, then each event once.
+class WatchPrinter {
+ public:
+  WatchPrinter(const Context& ctx, bool history) : ctx_(ctx), history_(history) {}
+
+  // Where a (re)started stream should begin.
+  int64_t after_seq() const { return have_snapshot_ ? last_seq_ : 0; }
+  bool have_snapshot() const { return have_snapshot_; }
+  v1::JobState state() const { return state_; }
+
+  absl::Status OnMessage(const v1::WatchJobResponse& message) {
+    if (message.has_job()) {
+      state_ = message.job().state();
+      // A resumed stream starts with a fresh snapshot; the events tell the story.
+      if (have_snapshot_) return absl::OkStatus();
+      have_snapshot_ = true;
+      // The server replays history from seq 1; without --history only what happens from
+      // now on is shown, i.e. everything newer than the snapshot.
+      last_seq_ = history_ ? 0 : message.job().last_event_seq();
+      Print(message);
+      return absl::OkStatus();
+    }
+    if (message.has_event()) {
+      if (message.event().seq() <= last_seq_) return absl::OkStatus();
+      last_seq_ = message.event().seq();
+      state_ = message.event().to_state();
+      Print(message);
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  void Print(const v1::WatchJobResponse& message) {
+    if (ctx_.format == Format::kJson) {
+      *ctx_.out << ToJson(message, /*pretty=*/false);
+    } else if (ctx_.format == Format::kYaml) {
+      *ctx_.out << "---\n" << ToYaml(message);
+    } else if (message.has_job()) {
+      *ctx_.out << JobStateLine(message.job()) << "\n";
+    } else {
+      *ctx_.out << EventLine(message.event()) << "\n";
+    }
+    // Someone may be following along through a pipe.
+    ctx_.out->flush();
+  }
+
+  const Context& ctx_;
+  const bool history_;
+  bool have_snapshot_ = false;
+  int64_t last_seq_ = 0;
+  v1::JobState state_ = v1::JOB_STATE_UNSPECIFIED;
+};
+
 absl::Status RunWatch(const Context& ctx, const std::string& id, bool history) {
   absl::StatusOr<std::unique_ptr<Client>> client = Connect(ctx);
   if (!client.ok()) return client.status();
-  v1::WatchJobRequest request;
-  request.set_job_id(id);
-  // The server replays history after after_seq; without --history we show only what
-  // happens from now on, which is everything newer than the snapshot.
-  int64_t show_after = -1;
-  v1::JobState state = v1::JOB_STATE_UNSPECIFIED;
-  absl::Status status = (*client)->WatchJob(request, [&](const v1::WatchJobResponse& message) {
-    if (message.has_job()) {
-      state = message.job().state();
-      show_after = history ? 0 : message.job().last_event_seq();
+  const absl::Time deadline = ctx.watch_timeout == absl::InfiniteDuration()
+                                  ? absl::InfiniteFuture()
+                                  : absl::Now() + ctx.watch_timeout;
+  WatchPrinter printer(ctx, history);
+  absl::Time give_up = absl::InfiniteFuture();
+  absl::Duration backoff = absl::Milliseconds(200);
+  absl::Status status;
+  while (true) {
+    v1::WatchJobRequest request;
+    request.set_job_id(id);
+    request.set_after_seq(printer.after_seq());
+    const int64_t before = printer.after_seq();
+    status = (*client)->WatchJob(
+        request, [&printer](const v1::WatchJobResponse& m) { return printer.OnMessage(m); },
+        deadline);
+    // Resume only a watch that once worked: an address that never answered is a typo.
+    // CANCELLED counts as an interruption too: we never cancel a watch we keep, and a
+    // coordinator shutting down cancels the streams it still has.
+    const bool interrupted = status.code() == absl::StatusCode::kUnavailable ||
+                             status.code() == absl::StatusCode::kCancelled;
+    if (!interrupted || !printer.have_snapshot()) break;
+    if (printer.after_seq() != before) give_up = absl::InfiniteFuture();  // made progress
+    if (give_up == absl::InfiniteFuture()) {
+      *ctx.err << "llamafleet: watch interrupted (" << status.message() << "); resuming\n";
+      give_up = absl::Now() + kWatchResumeWindow;
+      backoff = absl::Milliseconds(200);
     }
-    if (message.has_event()) {
-      if (message.event().seq() <= show_after) return absl::OkStatus();
-      state = message.event().to_state();
-    }
-    if (ctx.format == Format::kJson) {
-      *ctx.out << ToJson(message, /*pretty=*/false);
-    } else if (ctx.format == Format::kYaml) {
-      *ctx.out << "---\n" << ToYaml(message);
-    } else if (message.has_job()) {
-      *ctx.out << JobStateLine(message.job()) << "\n";
-    } else {
-      *ctx.out << EventLine(message.event()) << "\n";
-    }
-    // Someone may be following along through a pipe.
-    ctx.out->flush();
-    return absl::OkStatus();
-  });
-  if (status.code() == absl::StatusCode::kDeadlineExceeded) {
-    return absl::DeadlineExceededError(absl::StrCat(
-        "job ", id, " is still ", StateName(state), " after --timeout ",
-        absl::FormatDuration(ctx.client_options.watch_timeout)));
+    if (absl::Now() + backoff > std::min(give_up, deadline)) break;
+    absl::SleepFor(backoff);
+    backoff = std::min(backoff * 2, absl::Seconds(2));
+  }
+  if (status.code() == absl::StatusCode::kDeadlineExceeded ||
+      (!status.ok() && absl::Now() >= deadline)) {
+    return absl::DeadlineExceededError(absl::StrCat("job ", id, " is still ",
+                                                    StateName(printer.state()), " after --timeout ",
+                                                    absl::FormatDuration(ctx.watch_timeout)));
   }
   if (!status.ok()) return status;
-  if (!IsTerminal(state)) {
-    return absl::UnavailableError(
-        absl::StrCat("watch of job ", id, " ended while it was ", StateName(state)));
+  if (!IsTerminal(printer.state())) {
+    return absl::UnavailableError(absl::StrCat("watch of job ", id, " ended while it was ",
+                                               StateName(printer.state())));
   }
   return absl::OkStatus();
 }

@@ -44,6 +44,11 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Create(const ClientOptions& opti
   }
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(kMaxReceiveBytes);
+  // A restarted coordinator is back within seconds; gRPC's default backoff (1s growing
+  // to 120s) would keep a resuming watch waiting far longer than the restart took.
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 200);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 200);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
   std::shared_ptr<grpc::Channel> channel =
       grpc::CreateCustomChannel(options.address, grpc::InsecureChannelCredentials(), args);
   return std::unique_ptr<Client>(new Client(options, std::move(channel)));
@@ -54,14 +59,12 @@ Client::Client(ClientOptions options, std::shared_ptr<grpc::Channel> channel)
       channel_(std::move(channel)),
       stub_(v1::JobService::NewStub(channel_)) {}
 
-void Client::Prepare(grpc::ClientContext* context, absl::Duration timeout) const {
+void Client::Prepare(grpc::ClientContext* context, absl::Time deadline) const {
   if (!options_.user.empty()) context->AddMetadata("x-llamafleet-user", options_.user);
   if (!options_.token.empty()) {
     context->AddMetadata("authorization", absl::StrCat("Bearer ", options_.token));
   }
-  if (timeout != absl::InfiniteDuration()) {
-    context->set_deadline(absl::ToChronoTime(absl::Now() + timeout));
-  }
+  if (deadline != absl::InfiniteFuture()) context->set_deadline(absl::ToChronoTime(deadline));
 }
 
 absl::Status Client::Convert(const grpc::Status& status, absl::Duration timeout) const {
@@ -88,7 +91,7 @@ absl::Status Client::Convert(const grpc::Status& status, absl::Duration timeout)
 
 absl::StatusOr<v1::SubmitJobResponse> Client::SubmitJob(const v1::SubmitJobRequest& request) {
   grpc::ClientContext context;
-  Prepare(&context, options_.timeout);
+  Prepare(&context, absl::Now() + options_.timeout);
   v1::SubmitJobResponse response;
   absl::Status status = Convert(stub_->SubmitJob(&context, request, &response), options_.timeout);
   if (!status.ok()) return status;
@@ -97,7 +100,7 @@ absl::StatusOr<v1::SubmitJobResponse> Client::SubmitJob(const v1::SubmitJobReque
 
 absl::StatusOr<v1::SubmitJobsResponse> Client::SubmitJobs(const v1::SubmitJobsRequest& request) {
   grpc::ClientContext context;
-  Prepare(&context, options_.timeout);
+  Prepare(&context, absl::Now() + options_.timeout);
   v1::SubmitJobsResponse response;
   absl::Status status = Convert(stub_->SubmitJobs(&context, request, &response), options_.timeout);
   if (!status.ok()) return status;
@@ -106,7 +109,7 @@ absl::StatusOr<v1::SubmitJobsResponse> Client::SubmitJobs(const v1::SubmitJobsRe
 
 absl::StatusOr<v1::Job> Client::GetJob(const std::string& job_id) {
   grpc::ClientContext context;
-  Prepare(&context, options_.timeout);
+  Prepare(&context, absl::Now() + options_.timeout);
   v1::GetJobRequest request;
   request.set_job_id(job_id);
   v1::Job response;
@@ -117,7 +120,7 @@ absl::StatusOr<v1::Job> Client::GetJob(const std::string& job_id) {
 
 absl::StatusOr<v1::ListJobsResponse> Client::ListJobs(const v1::ListJobsRequest& request) {
   grpc::ClientContext context;
-  Prepare(&context, options_.timeout);
+  Prepare(&context, absl::Now() + options_.timeout);
   v1::ListJobsResponse response;
   absl::Status status = Convert(stub_->ListJobs(&context, request, &response), options_.timeout);
   if (!status.ok()) return status;
@@ -126,7 +129,7 @@ absl::StatusOr<v1::ListJobsResponse> Client::ListJobs(const v1::ListJobsRequest&
 
 absl::StatusOr<v1::CancelJobResponse> Client::CancelJob(const v1::CancelJobRequest& request) {
   grpc::ClientContext context;
-  Prepare(&context, options_.timeout);
+  Prepare(&context, absl::Now() + options_.timeout);
   v1::CancelJobResponse response;
   absl::Status status = Convert(stub_->CancelJob(&context, request, &response), options_.timeout);
   if (!status.ok()) return status;
@@ -138,7 +141,7 @@ absl::StatusOr<std::vector<v1::JobEvent>> Client::GetAllJobEvents(const std::str
   std::vector<v1::JobEvent> events;
   while (true) {
     grpc::ClientContext context;
-    Prepare(&context, options_.timeout);
+    Prepare(&context, absl::Now() + options_.timeout);
     v1::GetJobEventsRequest request;
     request.set_job_id(job_id);
     request.set_after_seq(after_seq);
@@ -155,9 +158,10 @@ absl::StatusOr<std::vector<v1::JobEvent>> Client::GetAllJobEvents(const std::str
 
 absl::Status Client::WatchJob(
     const v1::WatchJobRequest& request,
-    const std::function<absl::Status(const v1::WatchJobResponse&)>& on_message) {
+    const std::function<absl::Status(const v1::WatchJobResponse&)>& on_message,
+    absl::Time deadline) {
   grpc::ClientContext context;
-  Prepare(&context, options_.watch_timeout);
+  Prepare(&context, deadline);
   std::unique_ptr<grpc::ClientReader<v1::WatchJobResponse>> reader =
       stub_->WatchJob(&context, request);
   v1::WatchJobResponse message;
@@ -169,7 +173,7 @@ absl::Status Client::WatchJob(
       return handled;
     }
   }
-  return Convert(reader->Finish(), options_.watch_timeout);
+  return Convert(reader->Finish(), deadline - absl::Now());
 }
 
 }  // namespace llamafleet

@@ -27,10 +27,8 @@ struct ClientOptions {
   std::string user;
   // Sent as "authorization: Bearer <token>" when non-empty.
   std::string token;
-  // Deadline of each unary call. Watches are bounded by `watch_timeout` instead.
+  // Deadline of each unary call. Watches take their own deadline.
   absl::Duration timeout = absl::Seconds(30);
-  // Deadline of a whole watch; InfiniteDuration = until the job is terminal.
-  absl::Duration watch_timeout = absl::InfiniteDuration();
 };
 
 class Client {
@@ -54,16 +52,19 @@ class Client {
                                                             int64_t after_seq = 0);
 
   // Streams WatchJob, calling `on_message` for each message in order. Returns OK when
-  // the server ends the stream normally (the job became terminal). If `on_message`
-  // returns an error the watch is cancelled and that error returned.
+  // the server ends the stream normally (the job became terminal); DEADLINE_EXCEEDED at
+  // `deadline`. If `on_message` returns an error the watch is cancelled and that error
+  // returned. UNAVAILABLE or CANCELLED (coordinator gone or restarting) is worth
+  // resuming from the last event seen: WatchJobRequest.after_seq.
   absl::Status WatchJob(const v1::WatchJobRequest& request,
-                        const std::function<absl::Status(const v1::WatchJobResponse&)>& on_message);
+                        const std::function<absl::Status(const v1::WatchJobResponse&)>& on_message,
+                        absl::Time deadline = absl::InfiniteFuture());
 
  private:
   Client(ClientOptions options, std::shared_ptr<grpc::Channel> channel);
 
   // Metadata and deadline for one call.
-  void Prepare(grpc::ClientContext* context, absl::Duration timeout) const;
+  void Prepare(grpc::ClientContext* context, absl::Time deadline) const;
   // The one place a grpc::Status becomes an absl::Status.
   absl::Status Convert(const grpc::Status& status, absl::Duration timeout) const;
 

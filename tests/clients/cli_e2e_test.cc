@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <string>
@@ -41,9 +42,13 @@ std::string Spec(const std::string& name, const std::string& extra = "") {
 
 class CliTest : public ::testing::Test {
  protected:
-  void SetUp() override {
+  void SetUp() override { StartCoordinator("127.0.0.1:0"); }
+
+  void TearDown() override { StopCoordinator(); }
+
+  void StartCoordinator(const std::string& listen) {
     auto started = Subprocess::Start(
-        {BinaryPath("llamafleet-coordinator"), "--listen", "127.0.0.1:0", "--data-dir",
+        {BinaryPath("llamafleet-coordinator"), "--listen", listen, "--data-dir",
          dir_.path() + "/data", "--log-level", "warn"},
         {}, dir_.path() + "/coordinator.log");
     ASSERT_TRUE(started.ok()) << started.status();
@@ -53,12 +58,13 @@ class CliTest : public ::testing::Test {
     address_ = *address;
   }
 
-  void TearDown() override {
-    if (coordinator_ == nullptr) return;  // SetUp failed; nothing was started
+  void StopCoordinator() {
+    if (coordinator_ == nullptr) return;  // never started, or already stopped
     // Graceful stop, so a hang on shutdown shows up here; the destructor kills otherwise.
     coordinator_->Signal(SIGTERM);
     auto code = coordinator_->Wait(absl::Seconds(10));
     EXPECT_TRUE(code.ok() && *code == 0) << "coordinator did not shut down cleanly";
+    coordinator_.reset();
   }
 
   // argv for the CLI pointed at this test's coordinator, as user alice.
@@ -382,6 +388,30 @@ TEST_F(CliTest, WatchEndsWhenTheJobIsCancelledElsewhere) {
   EXPECT_TRUE(absl::StartsWith(done, "job 1 (watched) is CANCELLED")) << done;
   EXPECT_TRUE(absl::StrContains(done, "\n1 ")) << done;
   ExpectOneErrorLine(Cli({"watch", "7"}), 1, "job 7 not found");
+}
+
+TEST_F(CliTest, WatchResumesAcrossACoordinatorRestart) {
+  Ok({"submit", "-f", "-"}, Spec("resumed"));
+  const std::string watch_err = dir_.path() + "/watch.err";
+  auto watch = Subprocess::Start(Argv({"watch", "1"}), {}, watch_err);
+  ASSERT_TRUE(watch.ok()) << watch.status();
+  ASSERT_TRUE((*watch)->ReadLineWithPrefix("job 1 ", absl::Seconds(10)).ok());
+
+  // Same port, same database: the job is still there, and so is the watch.
+  const std::string address = address_;
+  StopCoordinator();
+  StartCoordinator(address);
+  Ok({"cancel", "1"});
+  auto event = (*watch)->ReadLineWithPrefix("2 ", absl::Seconds(20));
+  ASSERT_TRUE(event.ok()) << event.status();
+  EXPECT_TRUE(absl::StrContains(*event, "QUEUED -> CANCELLED")) << *event;
+  auto code = (*watch)->Wait(absl::Seconds(10));
+  ASSERT_TRUE(code.ok()) << code.status();
+  EXPECT_EQ(*code, 0);
+  std::ifstream err_file(watch_err);
+  const std::string err((std::istreambuf_iterator<char>(err_file)),
+                        std::istreambuf_iterator<char>());
+  EXPECT_TRUE(absl::StrContains(err, "resuming")) << err;
 }
 
 TEST_F(CliTest, WatchWithTimeoutGivesUpOnAJobThatDoesNotFinish) {
