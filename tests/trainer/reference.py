@@ -340,7 +340,7 @@ def cmd_make_model(a):
                 total += t.numel() * t.element_size()
         with open(os.path.join(a.out, "model.safetensors.index.json"), "w") as f:
             json.dump({"metadata": {"total_size": total}, "weight_map": wm}, f, indent=2)
-    print(json.dumps({"out": a.out, "parameters": sum(p.numel() for p in model.parameters())}))
+    return {"out": a.out, "parameters": sum(p.numel() for p in model.parameters())}
 
 
 def cmd_make_data(a):
@@ -350,7 +350,7 @@ def cmd_make_data(a):
             n = int(torch.randint(a.min_len, a.max_len + 1, (1,), generator=g))
             ids = torch.randint(0, a.vocab, (n,), generator=g).tolist()
             f.write(json.dumps({"input_ids": ids}) + "\n")
-    print(json.dumps({"out": a.out, "rows": a.rows}))
+    return {"out": a.out, "rows": a.rows}
 
 
 def rows_for(a, cfg):
@@ -372,7 +372,7 @@ def cmd_eval(a):
             total += float(loss)
             count += n
     loss = total / count
-    print(json.dumps({"loss": loss, "tokens": count, "perplexity": math.exp(loss)}))
+    return {"loss": loss, "tokens": count, "perplexity": math.exp(loss)}
 
 
 def lr_at(a, step, total_steps):
@@ -424,14 +424,14 @@ def cmd_train(a):
         write_safetensors(os.path.join(a.out, "model.safetensors"), items, {"format": "pt"})
         with open(os.path.join(a.out, "config.json"), "w") as f:
             json.dump(cfg, f, indent=2)
-    print(json.dumps({"losses": losses, "tokens": tokens, "seconds": elapsed,
-                      "tokens_per_s": tokens / elapsed if elapsed > 0 else 0.0}))
+    return {"losses": losses, "tokens": tokens, "seconds": elapsed,
+            "tokens_per_s": tokens / elapsed if elapsed > 0 else 0.0}
 
 
 def cmd_tokenize(a):
     sp = load_sp(a.tokenizer)
-    for ids, labels in load_records(a.data, a.format, sp):
-        print(json.dumps({"tokens": ids, "target": [0 if x == IGNORE else 1 for x in labels]}))
+    return {"records": [{"tokens": ids, "target": [0 if x == IGNORE else 1 for x in labels]}
+                        for ids, labels in load_records(a.data, a.format, sp)]}
 
 
 def cmd_compare(a):
@@ -450,11 +450,10 @@ def cmd_compare(a):
         worst = max(worst, rel)
         if rel > a.rtol:
             problems.append("%s: max relative difference %.3g" % (name, rel))
-    print(json.dumps({"max_rel": worst, "problems": problems}))
-    return 1 if problems else 0
+    return {"max_rel": worst, "problems": problems}
 
 
-def main():
+def build_parser():
     p = argparse.ArgumentParser()
     sub = p.add_subparsers(dest="cmd", required=True)
     m = sub.add_parser("make-model")
@@ -510,10 +509,27 @@ def main():
     c.add_argument("--a", required=True)
     c.add_argument("--b", required=True)
     c.add_argument("--rtol", type=float, default=1e-5)
-    a = p.parse_args()
-    fn = {"make-model": cmd_make_model, "make-data": cmd_make_data, "eval": cmd_eval,
-          "train": cmd_train, "tokenize": cmd_tokenize, "compare": cmd_compare}[a.cmd]
-    sys.exit(fn(a) or 0)
+    return p
+
+
+COMMANDS = {"make-model": cmd_make_model, "make-data": cmd_make_data, "eval": cmd_eval,
+            "train": cmd_train, "tokenize": cmd_tokenize, "compare": cmd_compare}
+
+
+def run_command(argv):
+    """Runs one subcommand in-process and returns its result dict (used by the tests)."""
+    a = build_parser().parse_args([str(x) for x in argv])
+    return COMMANDS[a.cmd](a)
+
+
+def main():
+    result = run_command(sys.argv[1:])
+    if "records" in result:
+        for r in result["records"]:
+            print(json.dumps(r))
+    else:
+        print(json.dumps(result))
+    sys.exit(1 if result.get("problems") else 0)
 
 
 if __name__ == "__main__":
