@@ -1,0 +1,410 @@
+#include "worker/agent.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <filesystem>
+#include <optional>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "google/protobuf/util/time_util.h"
+#include "nlohmann/json.hpp"
+#include "spdlog/spdlog.h"
+#include "worker/inventory.h"
+
+namespace llamafleet::worker {
+namespace {
+
+using google::protobuf::util::TimeUtil;
+
+constexpr int kLinesPerBatch = 200;
+
+absl::Status FromGrpc(const grpc::Status& s) {
+  return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
+}
+
+}  // namespace
+
+WorkerAgent::WorkerAgent(AgentOptions options) : options_(std::move(options)) {
+  DetectHost(&inventory_);
+  for (const v1::Gpu& gpu : DetectGpus()) *inventory_.add_gpus() = gpu;
+  if (inventory_.gpus_size() == 0 || options_.cpu_ranks > 0) {
+    inventory_.clear_gpus();
+    inventory_.set_cpu_ranks(std::max(options_.cpu_ranks, 1));
+    for (int i = 0; i < inventory_.cpu_ranks(); ++i) free_gpus_.insert(i);
+  } else {
+    for (const v1::Gpu& gpu : inventory_.gpus()) free_gpus_.insert(gpu.index());
+  }
+  inventory_.set_efa_devices(CountEfaDevices());
+  inventory_.set_instance_type(options_.instance_type);
+  for (const auto& [k, v] : options_.labels) (*inventory_.mutable_labels())[k] = v;
+  inventory_.set_address(options_.address.empty() ? inventory_.host() : options_.address);
+}
+
+WorkerAgent::~WorkerAgent() {
+  Shutdown(absl::Seconds(2));
+  std::map<std::string, std::unique_ptr<TaskRunner>> tasks;
+  std::vector<std::unique_ptr<TaskRunner>> finished;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    tasks.swap(tasks_);
+    finished.swap(finished_runners_);
+  }
+  // Runner destructors kill and reap whatever is left, outside the lock (their
+  // OnFinished takes it).
+}
+
+absl::Status WorkerAgent::Run() {
+  absl::Duration backoff = absl::Milliseconds(250);
+  while (true) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (shutting_down_) return absl::OkStatus();
+    }
+    absl::Status s = RunSession();
+    if (s.code() == absl::StatusCode::kUnauthenticated ||
+        s.code() == absl::StatusCode::kPermissionDenied ||
+        s.code() == absl::StatusCode::kInvalidArgument) {
+      return s;
+    }
+    std::unique_lock<std::mutex> lock(mu_);
+    if (shutting_down_) return absl::OkStatus();
+    spdlog::warn("session with {} ended ({}); reconnecting in {}", options_.coordinator,
+                 s.ToString(), absl::FormatDuration(backoff));
+    cv_.wait_for(lock, absl::ToChronoMilliseconds(backoff), [&] { return shutting_down_; });
+    backoff = std::min(backoff * 2, absl::Seconds(5));
+  }
+}
+
+absl::Status WorkerAgent::RunSession() {
+  auto channel = grpc::CreateChannel(options_.coordinator, grpc::InsecureChannelCredentials());
+  auto stub = v1::WorkerService::NewStub(channel);
+  grpc::ClientContext context;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (shutting_down_) return absl::OkStatus();
+    session_context_ = &context;
+  }
+  auto clear_context = [&] {
+    std::lock_guard<std::mutex> lock(mu_);
+    session_context_ = nullptr;
+  };
+  std::unique_ptr<grpc::ClientReaderWriter<v1::WorkerMessage, v1::CoordinatorMessage>> stream =
+      stub->Session(&context);
+
+  v1::WorkerMessage hello;
+  v1::Hello* h = hello.mutable_hello();
+  h->set_worker_name(options_.name.empty() ? inventory_.host() : options_.name);
+  h->set_join_token(options_.join_token);
+  *h->mutable_inventory() = inventory_;
+  h->set_version("0.1.0");
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [id, runner] : tasks_) {
+      if (!runner->finished()) h->add_running_task_ids(id);
+    }
+  }
+  v1::CoordinatorMessage first;
+  if (!stream->Write(hello) || !stream->Read(&first)) {
+    absl::Status s = FromGrpc(stream->Finish());
+    clear_context();
+    return s.ok() ? absl::UnavailableError("session closed before welcome") : s;
+  }
+  if (!first.has_welcome()) {
+    context.TryCancel();
+    stream->Finish();
+    clear_context();
+    return absl::InternalError("coordinator did not answer hello with welcome");
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    worker_id_ = first.welcome().worker_id();
+  }
+  spdlog::info("registered with {} as worker {} ({} {})", options_.coordinator,
+               first.welcome().worker_id(),
+               inventory_.gpus_size() > 0 ? absl::StrCat(inventory_.gpus_size(), " GPUs")
+                                          : absl::StrCat(inventory_.cpu_ranks(), " CPU ranks"),
+               inventory_.efa_devices() > 0 ? absl::StrCat(", ", inventory_.efa_devices(), " EFA")
+                                            : "");
+  for (const std::string& id : first.welcome().kill_task_ids()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = tasks_.find(id);
+    if (it != tasks_.end()) it->second->Stop(absl::ZeroDuration(), "the coordinator does not know this task");
+  }
+
+  std::atomic<bool> done{false};
+  std::thread sender([&] { SendLoop(stream.get(), &done); });
+  v1::CoordinatorMessage message;
+  while (stream->Read(&message)) HandleMessage(message);
+  done = true;
+  cv_.notify_all();
+  sender.join();
+  absl::Status s = FromGrpc(stream->Finish());
+  clear_context();
+  return s.ok() ? absl::UnavailableError("coordinator closed the session") : s;
+}
+
+void WorkerAgent::SendLoop(
+    grpc::ClientReaderWriter<v1::WorkerMessage, v1::CoordinatorMessage>* stream,
+    const std::atomic<bool>* session_done) {
+  absl::Time next_heartbeat = absl::Now();
+  const bool have_gpus = inventory_.gpus_size() > 0;
+  while (true) {
+    std::vector<v1::WorkerMessage> batch;
+    std::vector<std::unique_ptr<TaskRunner>> finished;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait_until(lock, absl::ToChronoTime(next_heartbeat), [&] {
+        return session_done->load() || !reliable_.empty() || !logs_.empty();
+      });
+      if (session_done->load()) return;
+      while (!reliable_.empty()) {
+        batch.push_back(std::move(reliable_.front()));
+        reliable_.pop_front();
+      }
+      while (!logs_.empty()) {
+        v1::WorkerMessage m;
+        *m.mutable_logs() = std::move(logs_.front());
+        logs_.pop_front();
+        batch.push_back(std::move(m));
+      }
+      buffered_log_lines_ = 0;
+      finished.swap(finished_runners_);
+    }
+    finished.clear();  // joins monitor threads that have already returned
+    if (absl::Now() >= next_heartbeat) {
+      v1::WorkerMessage hb;
+      *hb.mutable_heartbeat()->mutable_time() = TimeUtil::GetCurrentTime();
+      if (have_gpus) {
+        for (const v1::GpuSample& s : SampleGpus()) *hb.mutable_heartbeat()->add_gpus() = s;
+      }
+      batch.push_back(std::move(hb));
+      next_heartbeat = absl::Now() + options_.heartbeat_interval;
+    }
+    for (size_t i = 0; i < batch.size(); ++i) {
+      if (!stream->Write(batch[i])) {
+        // Keep what was not sent (but log lines) for the next session.
+        std::lock_guard<std::mutex> lock(mu_);
+        for (size_t j = batch.size(); j-- > i;) {
+          if (!batch[j].has_logs() && !batch[j].has_heartbeat()) reliable_.push_front(batch[j]);
+        }
+        return;
+      }
+    }
+  }
+}
+
+void WorkerAgent::EnqueueReliable(v1::WorkerMessage message) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    reliable_.push_back(std::move(message));
+  }
+  cv_.notify_all();
+}
+
+void WorkerAgent::HandleMessage(const v1::CoordinatorMessage& message) {
+  if (message.has_assign()) {
+    StartTask(message.assign().task());
+  } else if (message.has_cancel()) {
+    const v1::CancelTask& c = message.cancel();
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = tasks_.find(c.task_id());
+    if (it == tasks_.end()) return;
+    spdlog::info("cancelling task {}: {}", c.task_id(), c.reason());
+    it->second->Stop(absl::Milliseconds(c.grace_period_ms()), c.reason());
+  }
+}
+
+std::vector<int> WorkerAgent::AllocateGpus(int count) {
+  std::vector<int> out;
+  for (auto it = free_gpus_.begin(); it != free_gpus_.end() && static_cast<int>(out.size()) < count;) {
+    out.push_back(*it);
+    it = free_gpus_.erase(it);
+  }
+  return out;
+}
+
+void WorkerAgent::StartTask(const v1::TaskSpec& task) {
+  auto fail = [&](const std::string& why) {
+    spdlog::error("task {}: {}", task.task_id(), why);
+    v1::WorkerMessage m;
+    v1::TaskStatus* s = m.mutable_task_status();
+    s->set_task_id(task.task_id());
+    s->set_state(v1::TASK_FAILED);
+    s->set_message(why);
+    EnqueueReliable(std::move(m));
+  };
+  TaskLaunch launch;
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (shutting_down_ || tasks_.count(task.task_id())) return;  // repeated assignment
+    if (static_cast<int>(free_gpus_.size()) < task.nproc_per_node()) {
+      const size_t free = free_gpus_.size();
+      lock.unlock();
+      fail(absl::StrCat("needs ", task.nproc_per_node(), " ranks but only ", free,
+                        " are free on this worker"));
+      return;
+    }
+    launch.gpu_indices = AllocateGpus(task.nproc_per_node());
+    task_gpus_[task.task_id()] = launch.gpu_indices;
+  }
+  const bool cpu = inventory_.gpus_size() == 0;
+  launch.task = task;
+  launch.trainer_command = options_.trainer_command;
+  launch.work_dir = absl::StrCat(options_.data_dir, "/tasks/", task.task_id());
+  if (cpu) {
+    launch.gpu_indices.clear();
+    launch.cpu_threads_per_rank = std::max(1, inventory_.cpus() / std::max(1, task.nproc_per_node()));
+  }
+  launch.efa = inventory_.efa_devices() > 0;
+  spdlog::info("starting task {}: job {} attempt {}, node {}/{}, {} ranks", task.task_id(),
+               task.job_id(), task.attempt(), task.node_rank(), task.nnodes(),
+               task.nproc_per_node());
+  absl::StatusOr<std::unique_ptr<TaskRunner>> runner =
+      TaskRunner::Start(launch, this, options_.failure_grace);
+  if (!runner.ok()) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (int g : task_gpus_[task.task_id()]) free_gpus_.insert(g);
+      task_gpus_.erase(task.task_id());
+    }
+    fail(std::string(runner.status().message()));
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    tasks_[task.task_id()] = std::move(*runner);
+  }
+  v1::WorkerMessage m;
+  m.mutable_task_status()->set_task_id(task.task_id());
+  m.mutable_task_status()->set_state(v1::TASK_RUNNING);
+  EnqueueReliable(std::move(m));
+}
+
+void WorkerAgent::OnLine(const std::string& task_id, int rank, bool is_stderr,
+                         const std::string& line) {
+  std::optional<v1::WorkerMessage> structured;
+  if (rank == 0 && !is_stderr && !line.empty() && line[0] == '{') {
+    nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_object()) {
+      const std::string type = j.value("type", "");
+      const std::string event = j.value("event", "");
+      if (type == "metrics") {
+        v1::WorkerMessage m;
+        v1::TrainMetrics* t = m.mutable_metrics();
+        t->set_task_id(task_id);
+        t->set_step(j.value("step", int64_t{0}));
+        t->set_epoch(j.value("epoch", 0));
+        auto number = [&](const char* key) {
+          return j.contains(key) && j[key].is_number() ? j[key].get<double>() : 0.0;
+        };
+        t->set_loss(number("loss"));
+        t->set_lr(number("lr"));
+        t->set_grad_norm(number("grad_norm"));
+        t->set_tokens_per_second(number("tokens_per_s"));
+        t->set_tflops(number("tflops"));
+        t->set_mfu(number("mfu"));
+        t->set_peak_memory_bytes(static_cast<int64_t>(number("peak_mem_bytes")));
+        *t->mutable_time() = TimeUtil::GetCurrentTime();
+        std::lock_guard<std::mutex> lock(mu_);
+        t->set_total_steps(total_steps_[task_id]);
+        structured = std::move(m);
+      } else if (type == "event" && event == "started") {
+        std::lock_guard<std::mutex> lock(mu_);
+        total_steps_[task_id] = j.value("total_steps", int64_t{0});
+      } else if (type == "event" && event == "checkpoint_saved") {
+        v1::WorkerMessage m;
+        v1::CheckpointReport* c = m.mutable_checkpoint();
+        c->set_task_id(task_id);
+        c->set_step(j.value("step", int64_t{0}));
+        c->set_path(j.value("path", ""));
+        c->set_bytes(j.value("bytes", int64_t{0}));
+        c->set_manifest_sha256(j.value("manifest_sha256", ""));
+        if (j.contains("loss") && j["loss"].is_number()) c->set_loss(j["loss"].get<double>());
+        structured = std::move(m);
+      }
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (structured.has_value()) reliable_.push_back(std::move(*structured));
+    if (buffered_log_lines_ >= options_.max_buffered_log_lines) {
+      ++dropped_[{task_id, rank}];  // never stall a rank on a slow coordinator
+    } else {
+      const char* stream = is_stderr ? "stderr" : "stdout";
+      if (logs_.empty() || logs_.back().task_id() != task_id || logs_.back().rank() != rank ||
+          logs_.back().stream() != stream || logs_.back().lines_size() >= kLinesPerBatch) {
+        v1::LogLines batch;
+        batch.set_task_id(task_id);
+        batch.set_rank(rank);
+        batch.set_stream(stream);
+        auto it = dropped_.find({task_id, rank});
+        if (it != dropped_.end()) {
+          batch.set_dropped(it->second);
+          dropped_.erase(it);
+        }
+        logs_.push_back(std::move(batch));
+      }
+      logs_.back().add_lines(line);
+      ++buffered_log_lines_;
+    }
+  }
+  cv_.notify_all();
+}
+
+void WorkerAgent::OnFinished(const std::string& task_id, v1::TaskState state,
+                             const std::vector<v1::RankExit>& exits, const std::string& message) {
+  spdlog::info("task {} ended {}: {}", task_id, v1::TaskState_Name(state), message);
+  v1::WorkerMessage m;
+  v1::TaskStatus* s = m.mutable_task_status();
+  s->set_task_id(task_id);
+  s->set_state(state);
+  for (const v1::RankExit& e : exits) *s->add_exits() = e;
+  s->set_message(message);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (int g : task_gpus_[task_id]) free_gpus_.insert(g);
+    task_gpus_.erase(task_id);
+    total_steps_.erase(task_id);
+    // The runner cannot be destroyed on its own thread: hand it to the sender to join.
+    auto it = tasks_.find(task_id);
+    if (it != tasks_.end()) {
+      finished_runners_.push_back(std::move(it->second));
+      tasks_.erase(it);
+    }
+    reliable_.push_back(std::move(m));
+  }
+  cv_.notify_all();
+}
+
+void WorkerAgent::Shutdown(absl::Duration grace) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (shutting_down_) return;
+    shutting_down_ = true;
+    for (auto& [id, runner] : tasks_) runner->Stop(grace, "worker shutting down");
+  }
+  cv_.notify_all();
+  // Wait for the tasks to end (their final status is queued), then give the sender a
+  // moment to deliver it.
+  const absl::Time deadline = absl::Now() + grace + absl::Seconds(5);
+  while (absl::Now() < deadline) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (tasks_.empty()) break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  const absl::Time flush_deadline = absl::Now() + absl::Seconds(2);
+  while (absl::Now() < flush_deadline) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (reliable_.empty() || session_context_ == nullptr) break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (session_context_ != nullptr) session_context_->TryCancel();
+}
+
+}  // namespace llamafleet::worker

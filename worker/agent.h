@@ -1,0 +1,95 @@
+#ifndef LLAMAFLEET_WORKER_AGENT_H_
+#define LLAMAFLEET_WORKER_AGENT_H_
+
+// llamafleet-worker's core: registers with the coordinator over one WorkerService.Session
+// stream, runs the tasks it is given (TaskRunner), and relays heartbeats, task status,
+// logs, metrics and checkpoint reports. It reconnects on its own, keeping its tasks
+// running; tasks that end while it is disconnected are reported when it is back.
+
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/time/time.h"
+#include "llamafleet/v1/worker.grpc.pb.h"
+#include "worker/task_runner.h"
+
+namespace llamafleet::worker {
+
+struct AgentOptions {
+  std::string coordinator;              // HOST:PORT
+  std::string join_token;
+  std::string data_dir;                 // task dirs live in data_dir/tasks/
+  std::string name;                     // default: host name
+  std::string address;                  // what peers dial for MASTER_ADDR; default: host name
+  int cpu_ranks = 0;                    // > 0: a CPU worker with this many ranks
+  std::string instance_type;
+  std::map<std::string, std::string> labels;
+  std::vector<std::string> trainer_command;  // e.g. {"/path/llamafleet-train"}
+  absl::Duration heartbeat_interval = absl::Seconds(2);
+  absl::Duration failure_grace = absl::Seconds(10);  // SIGTERM → SIGKILL when a rank failed
+  size_t max_buffered_log_lines = 10000;             // beyond: dropped, counted
+};
+
+class WorkerAgent : public TaskListener {
+ public:
+  explicit WorkerAgent(AgentOptions options);
+  ~WorkerAgent() override;
+
+  // Connects and serves until Shutdown(); reconnects with backoff after a lost session.
+  // Returns an error only for a refusal that retrying cannot fix (bad join token).
+  absl::Status Run();
+  // Stops every task (SIGTERM, then SIGKILL after `grace`), reports them, and makes Run()
+  // return. Safe from any thread (not from a signal handler).
+  void Shutdown(absl::Duration grace = absl::Seconds(10));
+
+  const v1::Inventory& inventory() const { return inventory_; }
+
+  // TaskListener (runner threads).
+  void OnLine(const std::string& task_id, int rank, bool is_stderr,
+              const std::string& line) override;
+  void OnFinished(const std::string& task_id, v1::TaskState state,
+                  const std::vector<v1::RankExit>& exits, const std::string& message) override;
+
+ private:
+  // One connected session; returns how it ended.
+  absl::Status RunSession();
+  void HandleMessage(const v1::CoordinatorMessage& message);
+  void StartTask(const v1::TaskSpec& task);
+  void SendLoop(grpc::ClientReaderWriter<v1::WorkerMessage, v1::CoordinatorMessage>* stream,
+                const std::atomic<bool>* session_done);
+  void EnqueueReliable(v1::WorkerMessage message);
+  std::vector<int> AllocateGpus(int count) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // Constant after construction.
+  const AgentOptions options_;
+  v1::Inventory inventory_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
+  std::map<std::string, std::unique_ptr<TaskRunner>> tasks_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::vector<int>> task_gpus_ ABSL_GUARDED_BY(mu_);
+  std::set<int> free_gpus_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, int64_t> total_steps_ ABSL_GUARDED_BY(mu_);
+  // Outbound: reliable messages (status, checkpoints, metrics) are kept across
+  // reconnects; log lines are bounded and dropped (counted) when the buffer is full.
+  std::deque<v1::WorkerMessage> reliable_ ABSL_GUARDED_BY(mu_);
+  std::deque<v1::LogLines> logs_ ABSL_GUARDED_BY(mu_);
+  size_t buffered_log_lines_ ABSL_GUARDED_BY(mu_) = 0;
+  std::map<std::pair<std::string, int>, int64_t> dropped_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::unique_ptr<TaskRunner>> finished_runners_ ABSL_GUARDED_BY(mu_);
+  grpc::ClientContext* session_context_ ABSL_GUARDED_BY(mu_) = nullptr;
+  std::string worker_id_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace llamafleet::worker
+
+#endif  // LLAMAFLEET_WORKER_AGENT_H_

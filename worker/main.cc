@@ -1,0 +1,111 @@
+// llamafleet-worker: parse flags, register with the coordinator, run tasks until
+// SIGTERM/SIGINT, then stop every task and exit. No child outlives the worker.
+#include <signal.h>
+#include <unistd.h>
+
+#include <climits>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <thread>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/str_split.h"
+#include "spdlog/sinks/stdout_color_sinks.h"
+#include "spdlog/spdlog.h"
+#include "worker/agent.h"
+
+namespace {
+
+// llamafleet-train next to this executable, else on PATH.
+std::string DefaultTrainer() {
+  char self[PATH_MAX] = {0};
+  ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (n > 0) {
+    std::filesystem::path sibling = std::filesystem::path(std::string(self, n)).parent_path() /
+                                    "llamafleet-train";
+    if (std::filesystem::exists(sibling)) return sibling.string();
+  }
+  return "llamafleet-train";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  llamafleet::worker::AgentOptions options;
+  std::string labels;
+  std::string trainer = DefaultTrainer();
+  std::string token_file;
+  double heartbeat_s = 2;
+  std::string log_level = "info";
+
+  CLI::App app{"llamafleet worker: runs trainer ranks for the coordinator"};
+  app.add_option("--coordinator", options.coordinator, "coordinator HOST:PORT")->required();
+  app.add_option("--join-token", options.join_token, "shared secret the coordinator requires");
+  app.add_option("--join-token-file", token_file, "file holding the join token");
+  app.add_option("--data-dir", options.data_dir, "directory for task files")->required();
+  app.add_option("--cpu-ranks", options.cpu_ranks, "run as a CPU worker with N ranks");
+  app.add_option("--instance-type", options.instance_type, "instance type (e.g. p5.48xlarge)");
+  app.add_option("--labels", labels, "worker labels k=v,k=v");
+  app.add_option("--name", options.name, "worker name (default: host name)");
+  app.add_option("--address", options.address,
+                 "address peers use to reach this node (default: host name)");
+  app.add_option("--trainer", trainer, "llamafleet-train executable");
+  app.add_option("--heartbeat-interval", heartbeat_s, "seconds between heartbeats");
+  app.add_option("--log-level", log_level, "trace, debug, info, warn, error");
+  CLI11_PARSE(app, argc, argv);
+
+  spdlog::set_default_logger(spdlog::stderr_color_mt("worker"));
+  spdlog::set_level(spdlog::level::from_str(log_level));
+  if (!token_file.empty()) {
+    std::ifstream in(token_file);
+    if (!std::getline(in, options.join_token)) {
+      std::cerr << "llamafleet-worker: cannot read join token from " << token_file << "\n";
+      return 1;
+    }
+  }
+  if (options.join_token.empty()) {
+    std::cerr << "llamafleet-worker: --join-token (or --join-token-file) is required\n";
+    return 2;
+  }
+  for (absl::string_view kv : absl::StrSplit(labels, ',', absl::SkipEmpty())) {
+    std::pair<std::string, std::string> p = absl::StrSplit(kv, absl::MaxSplits('=', 1));
+    if (p.first.empty() || p.second.empty()) {
+      std::cerr << "llamafleet-worker: --labels: expected k=v, got '" << kv << "'\n";
+      return 2;
+    }
+    options.labels[p.first] = p.second;
+  }
+  options.trainer_command = {trainer};
+  options.heartbeat_interval = absl::Seconds(heartbeat_s);
+  std::error_code ec;
+  std::filesystem::create_directories(options.data_dir, ec);
+  if (ec) {
+    std::cerr << "llamafleet-worker: cannot create " << options.data_dir << ": " << ec.message()
+              << "\n";
+    return 1;
+  }
+
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  llamafleet::worker::WorkerAgent agent(options);
+  std::thread signals([&] {
+    int sig = 0;
+    sigwait(&stop_signals, &sig);
+    spdlog::info("received {}: stopping tasks", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+    agent.Shutdown();
+  });
+  absl::Status status = agent.Run();
+  if (!status.ok()) {
+    std::cerr << "llamafleet-worker: " << status.message() << "\n";
+    kill(getpid(), SIGTERM);  // release the signal thread
+    signals.join();
+    return 1;
+  }
+  signals.join();
+  return 0;
+}

@@ -1,0 +1,338 @@
+#include "worker/task_runner.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <future>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "google/protobuf/util/json_util.h"
+#include "nlohmann/json.hpp"
+
+extern char** environ;
+
+namespace llamafleet::worker {
+namespace {
+
+constexpr size_t kMaxLineBytes = 64 * 1024;  // longer lines are cut (and marked)
+
+void SetNonBlocking(int fd) { fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK); }
+
+}  // namespace
+
+std::map<std::string, std::string> RankEnvironment(const TaskLaunch& launch, int local_rank) {
+  const v1::TaskSpec& t = launch.task;
+  std::map<std::string, std::string> env;
+  const int world = t.nnodes() * t.nproc_per_node();
+  env["RANK"] = absl::StrCat(t.node_rank() * t.nproc_per_node() + local_rank);
+  env["LOCAL_RANK"] = absl::StrCat(local_rank);
+  env["WORLD_SIZE"] = absl::StrCat(world);
+  env["LOCAL_WORLD_SIZE"] = absl::StrCat(t.nproc_per_node());
+  env["NODE_RANK"] = absl::StrCat(t.node_rank());
+  env["GROUP_RANK"] = absl::StrCat(t.node_rank());
+  env["MASTER_ADDR"] = t.master_addr();
+  env["MASTER_PORT"] = absl::StrCat(t.master_port());
+  env["LLAMAFLEET_JOB_ID"] = t.job_id();
+  env["LLAMAFLEET_TASK_ID"] = t.task_id();
+  env["LLAMAFLEET_ATTEMPT"] = absl::StrCat(t.attempt());
+  // torchrun's convention: every local rank sees the node's devices and picks LOCAL_RANK.
+  env["CUDA_VISIBLE_DEVICES"] = absl::StrJoin(launch.gpu_indices, ",");
+  if (launch.cpu_threads_per_rank > 0) {
+    env["OMP_NUM_THREADS"] = absl::StrCat(launch.cpu_threads_per_rank);
+  }
+  if (launch.efa) {
+    // aws-samples/awsome-distributed-training: with libfabric >= 1.18 and aws-ofi-nccl
+    // >= 1.7 only FI_EFA_USE_HUGE_PAGE=0 matters; the others are harmless on newer stacks.
+    env["FI_PROVIDER"] = "efa";
+    env["FI_EFA_USE_HUGE_PAGE"] = "0";
+    env["FI_EFA_USE_DEVICE_RDMA"] = "1";
+    env["NCCL_SOCKET_IFNAME"] = "^docker,lo,veth";
+  }
+  for (const auto& [k, v] : t.env()) env[k] = v;
+  return env;
+}
+
+absl::StatusOr<std::unique_ptr<TaskRunner>> TaskRunner::Start(TaskLaunch launch,
+                                                              TaskListener* listener,
+                                                              absl::Duration failure_grace) {
+  std::unique_ptr<TaskRunner> runner(new TaskRunner(std::move(launch), listener, failure_grace));
+  std::promise<absl::Status> launched;
+  std::future<absl::Status> result = launched.get_future();
+  TaskRunner* r = runner.get();
+  // The ranks are forked from the monitor thread, which lives as long as they do:
+  // PR_SET_PDEATHSIG fires when the forking *thread* exits.
+  runner->monitor_ = std::thread([r, &launched] {
+    absl::Status s = r->Launch();
+    const bool ok = s.ok();
+    if (!ok) r->KillLaunched();
+    launched.set_value(std::move(s));
+    if (ok) r->Monitor();
+  });
+  absl::Status s = result.get();
+  if (!s.ok()) {
+    runner->monitor_.join();
+    return s;
+  }
+  return runner;
+}
+
+absl::Status TaskRunner::Launch() {
+  const v1::TaskSpec& t = launch_.task;
+  std::error_code ec;
+  std::filesystem::create_directories(launch_.work_dir, ec);
+  if (ec) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot create task dir ", launch_.work_dir, ": ", ec.message()));
+  }
+  std::string spec_json;
+  google::protobuf::util::JsonPrintOptions options;
+  options.preserve_proto_field_names = true;
+  (void)google::protobuf::util::MessageToJsonString(t.spec(), &spec_json, options);
+  const std::string spec_path = launch_.work_dir + "/spec.json";
+  {
+    std::ofstream out(spec_path, std::ios::trunc);
+    out << spec_json << "\n";
+    if (!out) return absl::FailedPreconditionError(absl::StrCat("cannot write ", spec_path));
+  }
+  std::vector<std::string> argv = launch_.trainer_command;
+  argv.insert(argv.end(), {"train", "--spec", spec_path});
+  if (!t.resume_from().empty()) argv.insert(argv.end(), {"--resume", t.resume_from()});
+
+  for (int local = 0; local < t.nproc_per_node(); ++local) {
+    int out[2], err[2];
+    if (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0) {
+      return absl::InternalError(absl::StrCat("pipe: ", std::strerror(errno)));
+    }
+    std::map<std::string, std::string> env_map = RankEnvironment(launch_, local);
+    // Prepare everything the child needs before fork: after fork only async-signal-safe calls.
+    std::vector<std::string> env_strings;
+    for (char** e = environ; *e != nullptr; ++e) {
+      std::string entry(*e);
+      if (!env_map.count(entry.substr(0, entry.find('=')))) env_strings.push_back(entry);
+    }
+    for (const auto& [k, v] : env_map) env_strings.push_back(k + "=" + v);
+    std::vector<char*> envp, args;
+    for (std::string& e : env_strings) envp.push_back(e.data());
+    envp.push_back(nullptr);
+    for (std::string& a : argv) args.push_back(a.data());
+    args.push_back(nullptr);
+    const pid_t parent = getpid();
+    const pid_t group = pgid_;
+    const char* dir = launch_.work_dir.c_str();
+
+    pid_t pid = fork();
+    if (pid < 0) return absl::InternalError(absl::StrCat("fork: ", std::strerror(errno)));
+    if (pid == 0) {
+      setpgid(0, group);  // 0 for the first rank: it leads the task's group
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (getppid() != parent) _exit(137);  // the worker died before prctl took effect
+      sigset_t none;
+      sigemptyset(&none);
+      sigprocmask(SIG_SETMASK, &none, nullptr);
+      dup2(out[1], STDOUT_FILENO);
+      dup2(err[1], STDERR_FILENO);
+      int devnull = open("/dev/null", O_RDONLY);
+      if (devnull >= 0) dup2(devnull, STDIN_FILENO);
+      if (chdir(dir) != 0) _exit(126);
+      execve(args[0], args.data(), envp.data());
+      const char msg[] = "llamafleet-worker: cannot execute the trainer\n";
+      (void)!write(STDERR_FILENO, msg, sizeof(msg) - 1);
+      _exit(127);
+    }
+    if (pgid_ == 0) pgid_ = pid;
+    setpgid(pid, pgid_);  // also from the parent, so there is no race with the first kill
+    close(out[1]);
+    close(err[1]);
+    SetNonBlocking(out[0]);
+    SetNonBlocking(err[0]);
+    Rank rank;
+    rank.local_rank = local;
+    rank.global_rank = t.node_rank() * t.nproc_per_node() + local;
+    rank.pid = pid;
+    rank.out_fd = out[0];
+    rank.err_fd = err[0];
+    ranks_.push_back(std::move(rank));
+  }
+  return absl::OkStatus();
+}
+
+void TaskRunner::KillLaunched() {
+  if (pgid_ > 0) killpg(pgid_, SIGKILL);
+  for (Rank& r : ranks_) {
+    if (r.pid > 0) waitpid(r.pid, nullptr, 0);
+    if (r.out_fd >= 0) close(r.out_fd);
+    if (r.err_fd >= 0) close(r.err_fd);
+  }
+  ranks_.clear();
+}
+
+void TaskRunner::Monitor() {
+  const std::string& id = launch_.task.task_id();
+  bool failing = false;       // a rank failed: the others are being stopped
+  std::string failure_message;
+  absl::Time failure_kill_at = absl::InfiniteFuture();
+  bool termed = false;
+
+  auto drain = [&](Rank& r, int fd, std::string& buffer, bool is_stderr) {
+    char chunk[16384];
+    while (true) {
+      ssize_t n = read(fd, chunk, sizeof(chunk));
+      if (n <= 0) return n == 0 || (errno != EAGAIN && errno != EINTR);  // true: closed
+      buffer.append(chunk, n);
+      size_t start = 0, nl;
+      while ((nl = buffer.find('\n', start)) != std::string::npos) {
+        std::string line = buffer.substr(start, nl - start);
+        start = nl + 1;
+        if (is_stderr && line.find("error") != std::string::npos) r.last_error = line;
+        if (!is_stderr && line.find("\"event\":\"error\"") != std::string::npos) {
+          auto parsed = nlohmann::json::parse(line, nullptr, false);
+          if (parsed.is_object()) {
+            r.last_error = absl::StrCat(parsed.value("code", std::string("UNKNOWN")), ": ",
+                                        parsed.value("message", std::string()));
+          }
+        }
+        listener_->OnLine(id, r.global_rank, is_stderr, line);
+      }
+      buffer.erase(0, start);
+      if (buffer.size() > kMaxLineBytes) {
+        listener_->OnLine(id, r.global_rank, is_stderr, buffer.substr(0, kMaxLineBytes) + " [cut]");
+        buffer.clear();
+      }
+    }
+  };
+
+  while (true) {
+    std::vector<pollfd> fds;
+    std::vector<std::pair<Rank*, bool>> owners;
+    for (Rank& r : ranks_) {
+      if (r.out_fd >= 0) {
+        fds.push_back({r.out_fd, POLLIN, 0});
+        owners.emplace_back(&r, false);
+      }
+      if (r.err_fd >= 0) {
+        fds.push_back({r.err_fd, POLLIN, 0});
+        owners.emplace_back(&r, true);
+      }
+    }
+    if (!fds.empty()) {
+      poll(fds.data(), fds.size(), 100);
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    for (size_t i = 0; i < fds.size(); ++i) {
+      if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      Rank& r = *owners[i].first;
+      const bool is_stderr = owners[i].second;
+      int& fd = is_stderr ? r.err_fd : r.out_fd;
+      if (drain(r, fd, is_stderr ? r.err_buffer : r.out_buffer, is_stderr)) {
+        close(fd);
+        fd = -1;
+      }
+    }
+    // Reap.
+    bool all_exited = true;
+    for (Rank& r : ranks_) {
+      if (r.exited) continue;
+      int status = 0;
+      if (waitpid(r.pid, &status, WNOHANG) == r.pid) {
+        r.exited = true;
+        r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        if (r.exit_code != 0 && !failing) {
+          std::lock_guard<std::mutex> lock(mu_);
+          if (!stop_requested_) {
+            // One rank failed: the gang cannot go on. Stop the others now instead of
+            // letting them wait in a collective until a timeout.
+            failing = true;
+            failure_message = absl::StrCat("rank ", r.global_rank, " exited with code ",
+                                           r.exit_code, r.last_error.empty() ? "" : ": ",
+                                           r.last_error);
+            killpg(pgid_, SIGTERM);
+            failure_kill_at = absl::Now() + failure_grace_;
+          }
+        }
+      } else {
+        all_exited = false;
+      }
+    }
+    const absl::Time now = absl::Now();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stop_requested_ && !termed) {
+        killpg(pgid_, SIGTERM);
+        termed = true;
+      }
+      if (now >= kill_deadline_ || now >= failure_kill_at) killpg(pgid_, SIGKILL);
+    }
+    if (all_exited) {
+      // Pipes may still hold output of exited ranks (or of their children): read to EOF,
+      // but do not wait for grandchildren that keep them open.
+      for (Rank& r : ranks_) {
+        for (bool is_stderr : {false, true}) {
+          int& fd = is_stderr ? r.err_fd : r.out_fd;
+          if (fd < 0) continue;
+          drain(r, fd, is_stderr ? r.err_buffer : r.out_buffer, is_stderr);
+          close(fd);
+          fd = -1;
+        }
+      }
+      killpg(pgid_, SIGKILL);  // anything the ranks left behind
+      break;
+    }
+  }
+
+  std::vector<v1::RankExit> exits;
+  bool all_ok = true;
+  for (const Rank& r : ranks_) {
+    v1::RankExit e;
+    e.set_rank(r.global_rank);
+    e.set_exit_code(r.exit_code);
+    e.set_last_error(r.last_error);
+    exits.push_back(std::move(e));
+    all_ok = all_ok && r.exit_code == 0;
+  }
+  v1::TaskState state;
+  std::string message;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (failing) {
+      state = v1::TASK_FAILED;
+      message = failure_message;
+    } else if (stop_requested_ && !all_ok) {
+      state = v1::TASK_KILLED;
+      message = stop_reason_;
+    } else if (all_ok) {
+      state = v1::TASK_SUCCEEDED;
+      message = "all ranks exited 0";
+    } else {
+      state = v1::TASK_FAILED;
+      message = "a rank failed";
+    }
+  }
+  finished_ = true;
+  listener_->OnFinished(launch_.task.task_id(), state, exits, message);
+}
+
+void TaskRunner::Stop(absl::Duration grace, const std::string& reason) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (stop_requested_) return;
+  stop_requested_ = true;
+  stop_reason_ = reason;
+  kill_deadline_ = absl::Now() + grace;
+}
+
+TaskRunner::~TaskRunner() {
+  Stop(absl::ZeroDuration(), "worker shutting down");
+  if (monitor_.joinable()) monitor_.join();
+}
+
+}  // namespace llamafleet::worker

@@ -1,0 +1,108 @@
+#ifndef LLAMAFLEET_WORKER_TASK_RUNNER_H_
+#define LLAMAFLEET_WORKER_TASK_RUNNER_H_
+
+// Runs one task: one trainer process per local rank, with the environment torchrun would
+// give, supervised as a gang. All ranks of a task share one process group, so a signal
+// reaches every process they started; every rank dies with the worker (PR_SET_PDEATHSIG).
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "llamafleet/v1/worker.pb.h"
+
+namespace llamafleet::worker {
+
+struct TaskLaunch {
+  v1::TaskSpec task;
+  // Executable and leading arguments; the runner appends
+  // `train --spec <work_dir>/spec.json [--resume <dir>]`.
+  std::vector<std::string> trainer_command;
+  // Per-task directory (created): spec.json, and the ranks' working directory.
+  std::string work_dir;
+  // GPU indices given to this task (CUDA_VISIBLE_DEVICES); empty on a CPU worker.
+  std::vector<int> gpu_indices;
+  // Set the NCCL/libfabric variables AWS documents for EFA.
+  bool efa = false;
+  // Threads per CPU rank (OMP_NUM_THREADS); 0 = leave unset.
+  int cpu_threads_per_rank = 0;
+};
+
+// Receives what the ranks print and how the task ends. Called on the runner's own thread;
+// implementations must not block (queue and return).
+class TaskListener {
+ public:
+  virtual ~TaskListener() = default;
+  virtual void OnLine(const std::string& task_id, int rank, bool is_stderr,
+                      const std::string& line) = 0;
+  // Exactly once per task, after every rank has been reaped.
+  virtual void OnFinished(const std::string& task_id, v1::TaskState state,
+                          const std::vector<v1::RankExit>& exits, const std::string& message) = 0;
+};
+
+class TaskRunner {
+ public:
+  // Starts every rank. `listener` must outlive the runner. On error nothing is left running.
+  static absl::StatusOr<std::unique_ptr<TaskRunner>> Start(TaskLaunch launch,
+                                                           TaskListener* listener,
+                                                           absl::Duration failure_grace);
+  // Stops (SIGKILL) whatever still runs and reaps it.
+  ~TaskRunner();
+
+  // SIGTERM to every rank, SIGKILL after `grace`; the task ends KILLED (unless it had
+  // already finished or failed). Idempotent; returns at once.
+  void Stop(absl::Duration grace, const std::string& reason);
+
+  const std::string& task_id() const { return launch_.task.task_id(); }
+  bool finished() const { return finished_.load(); }
+  pid_t process_group() const { return pgid_; }
+
+ private:
+  TaskRunner(TaskLaunch launch, TaskListener* listener, absl::Duration failure_grace)
+      : launch_(std::move(launch)), listener_(listener), failure_grace_(failure_grace) {}
+  absl::Status Launch();
+  void KillLaunched();  // after a failed Launch: nothing may stay behind
+  void Monitor();
+
+  struct Rank {
+    int global_rank = 0;
+    int local_rank = 0;
+    pid_t pid = -1;
+    int out_fd = -1;
+    int err_fd = -1;
+    std::string out_buffer, err_buffer;
+    bool exited = false;
+    int exit_code = 0;
+    std::string last_error;
+  };
+
+  // Constant after construction.
+  const TaskLaunch launch_;
+  TaskListener* const listener_;
+  const absl::Duration failure_grace_;
+
+  std::vector<Rank> ranks_;  // monitor thread only (after Launch)
+  pid_t pgid_ = 0;
+
+  std::mutex mu_;
+  bool stop_requested_ = false;          // guarded by mu_
+  absl::Time kill_deadline_ = absl::InfiniteFuture();  // guarded by mu_
+  std::string stop_reason_;              // guarded by mu_
+  std::atomic<bool> finished_{false};
+  std::thread monitor_;
+};
+
+// The environment of one rank (exposed for tests).
+std::map<std::string, std::string> RankEnvironment(const TaskLaunch& launch, int local_rank);
+
+}  // namespace llamafleet::worker
+
+#endif  // LLAMAFLEET_WORKER_TASK_RUNNER_H_
