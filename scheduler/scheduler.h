@@ -1,0 +1,173 @@
+#ifndef LLAMAFLEET_SCHEDULER_SCHEDULER_H_
+#define LLAMAFLEET_SCHEDULER_SCHEDULER_H_
+
+// The scheduler: a pure function of (pending queue, workers, running jobs, quotas, now)
+// to decisions. No I/O, no threads, no clock of its own: the caller passes `now` and
+// applies the decisions (turns placements into attempts, asks victims to checkpoint and
+// stop). Same input, same output.
+//
+// One pass, in scheduling order (priority descending, then FIFO by queued_since, then
+// job id):
+//   1. A job whose selectors match no schedulable worker: kNoMatchingWorkers. A job
+//      needing more nodes than there are matching workers big enough (in total GPUs,
+//      free or not): kLargerThanCluster. A job that would push its queue past its GPU
+//      quota: kQuotaExceeded. None of these take or hold capacity.
+//   2. Gang placement, all or nothing: `nodes` distinct schedulable workers, each with
+//      `gpus_per_node` free GPUs, the instance type, at least `efa_per_node` EFA
+//      devices and every requested label, none of them excluded. Best fit: workers with
+//      the fewest free GPUs that still suffice are taken first, so large gangs keep
+//      whole nodes. A job that does not fit does not stop later jobs (backfill).
+//   3. A job that does not fit, in this order:
+//      a. GPUs already being freed by jobs marked `preempting` count as free for it
+//         (claimed in scheduling order): kWaitingForPreemption, no new victims.
+//      b. Preemption (Config::preemption): the smallest set of strictly lower-priority,
+//         not recently preempted running jobs that frees a whole gang for it (see
+//         ChooseVictims in scheduler.cc). None chosen unless the job then fits.
+//         kWaitingForPreemption, or kPreemptionCooldown when only jobs inside their
+//         cool-down could make room.
+//      c. A job waiting longer than Config::reservation_after gets a reservation: the
+//         `nodes` matching workers that will have `gpus_per_node` free soonest
+//         (from running jobs' expected_end; workers closer to enough free GPUs first
+//         when that is unknown). On each reserved worker, later jobs in the pass may not
+//         take the GPUs the reserved job will need at its estimated start; only a job
+//         whose expected_duration ends before that start may use them (EASY backfill).
+//      Capacity held for a job in (a)-(c) is not available to any later job in the pass;
+//      a later job that would fit without those holds gets kBlockedByReservation.
+//   4. Every job left pending gets a code, a message in the form "needs 3 nodes with 8
+//      free GPUs and instance type p5.48xlarge; 2 match", its 1-based position among
+//      the pending jobs of its queue, and an estimated start where expected_end values
+//      allow one (always for reserved jobs; for the first Config::max_estimates other
+//      blocked jobs).
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+
+namespace llamafleet::sched {
+
+// A registered worker. `gpus` is its GPU count, or its configured CPU ranks.
+struct Worker {
+  std::string id;
+  std::string instance_type;
+  std::map<std::string, std::string> labels;
+  int gpus = 0;
+  int efa = 0;              // EFA devices
+  bool schedulable = true;  // alive and not draining
+};
+
+// `gpus` GPUs (or CPU ranks) of one worker given to one node of a job.
+struct Allocation {
+  std::string worker_id;
+  int gpus = 0;
+};
+
+struct RunningJob {
+  int64_t job_id = 0;
+  std::string queue;
+  int priority = 0;
+  std::vector<Allocation> allocations;  // index = node_rank
+  absl::Time started;
+  absl::Time last_preempted = absl::InfinitePast();
+  std::optional<absl::Time> expected_end;  // unknown when absent
+  bool preempting = false;                 // already asked to checkpoint and stop
+};
+
+struct PendingJob {
+  int64_t job_id = 0;
+  std::string queue;
+  int priority = 0;  // higher runs first
+  absl::Time queued_since;
+  int nodes = 1;
+  int gpus_per_node = 1;
+  int efa_per_node = 0;
+  std::string instance_type;  // empty = any
+  std::map<std::string, std::string> node_labels;
+  std::set<std::string> excluded_workers;  // node faults from earlier attempts
+  absl::Time last_preempted = absl::InfinitePast();
+  std::optional<absl::Duration> expected_duration;  // enables backfill into reservations
+};
+
+struct QueueConfig {
+  int64_t gpu_quota = 0;  // GPUs the queue's running jobs may hold together; 0 = unlimited
+};
+
+struct Config {
+  // A pending job older than this gets a reservation that backfill may not take.
+  absl::Duration reservation_after = absl::Minutes(30);
+  // A running job preempted less than this long ago is not a preemption victim.
+  absl::Duration preemption_cooldown = absl::Minutes(10);
+  bool preemption = true;
+  // Reservations made per pass (the oldest-in-order starving jobs get them first). Bounds
+  // the pass's cost; a starving job beyond the cap gets its reservation once those ahead
+  // of it have started.
+  int max_reservations = 32;
+  // Estimated starts computed per pass for blocked jobs without a reservation.
+  int max_estimates = 64;
+};
+
+struct Placement {
+  int64_t job_id = 0;
+  std::vector<Allocation> allocations;  // index = node_rank
+};
+
+// Ask `victim_job_id` to checkpoint and stop so that `for_job_id` can run.
+struct Preemption {
+  int64_t victim_job_id = 0;
+  int64_t for_job_id = 0;
+};
+
+enum class PendingCode {
+  kInsufficientCapacity,
+  kNoMatchingWorkers,
+  kQuotaExceeded,
+  kBlockedByReservation,
+  kWaitingForPreemption,
+  kPreemptionCooldown,
+  kLargerThanCluster,
+};
+
+// "INSUFFICIENT_CAPACITY", ... (stable names for logs, the API and the CLI).
+const char* PendingCodeName(PendingCode code);
+
+struct Pending {
+  int64_t job_id = 0;
+  PendingCode code = PendingCode::kInsufficientCapacity;
+  std::string message;
+  int queue_position = 0;  // 1-based among this pass's pending jobs of the same queue
+  std::optional<absl::Time> estimated_start;
+};
+
+struct Decisions {
+  std::vector<Placement> placements;    // in scheduling order
+  std::vector<Preemption> preemptions;  // grouped by for_job_id, in scheduling order
+  std::vector<Pending> pending;         // in scheduling order
+};
+
+class Scheduler {
+ public:
+  explicit Scheduler(Config config);
+
+  // One scheduling pass. Pure: reads only its arguments, keeps no state between calls.
+  // Running jobs' allocations on unknown workers are ignored; GPUs over-allocated on a
+  // worker count as zero free. A queue missing from `queues` has no quota. Every pending
+  // job appears exactly once, either in placements or in pending.
+  Decisions Schedule(const std::vector<PendingJob>& pending,
+                     const std::vector<Worker>& workers,
+                     const std::vector<RunningJob>& running,
+                     const std::map<std::string, QueueConfig>& queues,
+                     absl::Time now) const;
+
+  const Config& config() const { return config_; }
+
+ private:
+  const Config config_;
+};
+
+}  // namespace llamafleet::sched
+
+#endif  // LLAMAFLEET_SCHEDULER_SCHEDULER_H_
