@@ -1,0 +1,394 @@
+// Torch-free parts of the trainer: safetensors validation and writing, config.json,
+// JSONL data, packing/padding/masking, the sampler.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include "config.h"
+#include "data.h"
+#include "nlohmann/json.hpp"
+#include "safetensors.h"
+#include "util.h"
+
+namespace llamafleet::trainer {
+namespace {
+
+namespace fs = std::filesystem;
+
+class TempDir {
+ public:
+  TempDir() {
+    char tmpl[] = "/tmp/lf-core-test-XXXXXX";
+    path_ = ::mkdtemp(tmpl);
+  }
+  ~TempDir() { fs::remove_all(path_); }
+  std::string File(const std::string& name) const { return path_ + "/" + name; }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+std::string LengthPrefix(uint64_t n) {
+  std::string s(8, '\0');
+  for (int i = 0; i < 8; ++i) s[i] = static_cast<char>((n >> (8 * i)) & 0xff);
+  return s;
+}
+
+// A safetensors file from a header string and a data buffer.
+void WriteRaw(const std::string& path, const std::string& header, const std::string& data) {
+  std::ofstream out(path, std::ios::binary);
+  out << LengthPrefix(header.size()) << header << data;
+}
+
+// ---------------------------------------------------------------- safetensors reader
+
+struct BadCase {
+  const char* name;
+  std::string header;
+  size_t data_bytes;
+  const char* needle;  // expected in the error message
+};
+
+TEST(SafetensorsReader, RejectsBadHeaders) {
+  TempDir dir;
+  const std::vector<BadCase> cases = {
+      {"not_json", "{nope", 0, "not valid JSON"},
+      {"not_object", "[1,2]", 0, "not a JSON object"},
+      {"duplicate", R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", 4, "duplicate tensor \"a\""},
+      {"unknown_dtype", R"({"a":{"dtype":"F33","shape":[1],"data_offsets":[0,4]}})", 4, "unknown dtype"},
+      {"negative_shape", R"({"a":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}})", 4, "non-negative"},
+      {"size_mismatch", R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,4]}})", 4, "imply 8 bytes"},
+      {"past_end", R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", 4, "past the end"},
+      {"gap", R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", 8, "contiguous"},
+      {"overlap", R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", 8, "contiguous"},
+      {"trailing", R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", 12, "trailing"},
+      {"end_before_begin", R"({"a":{"dtype":"F32","shape":[0],"data_offsets":[4,0]}})", 4, "end before begin"},
+      {"missing_offsets", R"({"a":{"dtype":"F32","shape":[1]}})", 4, "data_offsets"},
+      {"metadata_not_string", R"({"__metadata__":{"k":1}})", 0, "not a string"},
+      {"entry_not_object", R"({"a":3})", 0, "not an object"},
+  };
+  for (const BadCase& c : cases) {
+    SCOPED_TRACE(c.name);
+    const std::string path = dir.File(std::string(c.name) + ".safetensors");
+    WriteRaw(path, c.header, std::string(c.data_bytes, '\0'));
+    auto f = SafetensorsFile::Open(path);
+    ASSERT_FALSE(f.ok());
+    EXPECT_NE(f.status().message().find(path), std::string::npos) << f.status();
+    EXPECT_NE(f.status().message().find(c.needle), std::string::npos) << f.status();
+  }
+}
+
+TEST(SafetensorsReader, RejectsBadFraming) {
+  TempDir dir;
+  const std::string tiny = dir.File("tiny.safetensors");
+  std::ofstream(tiny, std::ios::binary) << "abc";
+  EXPECT_NE(SafetensorsFile::Open(tiny).status().message().find("shorter than"), std::string::npos);
+
+  const std::string huge = dir.File("huge.safetensors");
+  std::ofstream(huge, std::ios::binary) << LengthPrefix(200ull << 20) << "{}";
+  EXPECT_NE(SafetensorsFile::Open(huge).status().message().find("100 MB"), std::string::npos);
+
+  const std::string longer = dir.File("longer.safetensors");
+  std::ofstream(longer, std::ios::binary) << LengthPrefix(1000) << "{}";
+  EXPECT_NE(SafetensorsFile::Open(longer).status().message().find("exceeds the file size"),
+            std::string::npos);
+
+  EXPECT_EQ(SafetensorsFile::Open(dir.File("absent")).status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST(SafetensorsReader, ReadsValidFile) {
+  TempDir dir;
+  const std::string path = dir.File("ok.safetensors");
+  std::string data(4 * 3 + 2 * 2, '\0');
+  float f[3] = {1.5f, -2.f, 3.25f};
+  std::memcpy(data.data(), f, sizeof f);
+  data[12] = 0x3c;  // irrelevant bytes for the bf16 tensor
+  WriteRaw(path,
+           R"({"__metadata__":{"format":"pt"},"w":{"dtype":"F32","shape":[3],"data_offsets":[0,12]},)"
+           R"("z":{"dtype":"BF16","shape":[2,1],"data_offsets":[12,16]},"e":{"dtype":"F16","shape":[0,4],"data_offsets":[16,16]}})",
+           data);
+  auto f_or = SafetensorsFile::Open(path);
+  ASSERT_TRUE(f_or.ok()) << f_or.status();
+  const SafetensorsFile& file = **f_or;
+  EXPECT_EQ(file.metadata().at("format"), "pt");
+  ASSERT_EQ(file.tensors().size(), 3u);
+  const StTensorInfo* w = file.Find("w");
+  ASSERT_NE(w, nullptr);
+  EXPECT_EQ(w->dtype, StDtype::kF32);
+  float back[3];
+  std::memcpy(back, file.Data(*w), sizeof back);
+  EXPECT_EQ(back[2], 3.25f);
+  EXPECT_EQ(file.Find("z")->shape, (std::vector<int64_t>{2, 1}));
+  EXPECT_EQ(file.Find("e")->numel(), 0);
+  EXPECT_EQ(file.Find("nope"), nullptr);
+}
+
+TEST(SafetensorsWriter, RoundTripsAndAligns) {
+  TempDir dir;
+  const std::string path = dir.File("w.safetensors");
+  std::vector<SafetensorsWriter::Entry> entries = {{"b", StDtype::kF32, {2, 2}},
+                                                   {"a", StDtype::kBF16, {3}}};
+  auto w = SafetensorsWriter::Open(path, entries, {{"format", "pt"}});
+  ASSERT_TRUE(w.ok()) << w.status();
+  float b[4] = {1, 2, 3, 4};
+  uint16_t a[3] = {0x3f80, 0x4000, 0xc040};
+  ASSERT_TRUE((*w)->Append(b, sizeof b).ok());
+  // Too little data is caught at Finish.
+  ASSERT_TRUE((*w)->Append(a, 4).ok());
+  EXPECT_FALSE((*w)->Finish().ok());
+
+  auto w2 = SafetensorsWriter::Open(path, entries, {{"format", "pt"}});
+  ASSERT_TRUE((*w2)->Append(b, sizeof b).ok());
+  ASSERT_TRUE((*w2)->Append(a, sizeof a).ok());
+  ASSERT_TRUE((*w2)->Finish().ok());
+  std::ifstream in(path, std::ios::binary);
+  char len[8];
+  in.read(len, 8);
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<unsigned char>(len[i]);
+  EXPECT_EQ((8 + n) % 8, 0u);
+  auto f = SafetensorsFile::Open(path);
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(std::memcmp((*f)->Data(*(*f)->Find("a")), a, sizeof a), 0);
+  EXPECT_EQ(std::memcmp((*f)->Data(*(*f)->Find("b")), b, sizeof b), 0);
+  EXPECT_EQ((*f)->Find("a")->begin, 16u);  // written in the declared order
+}
+
+TEST(SafetensorsDtype, Names) {
+  EXPECT_EQ(*ParseStDtype("BF16"), StDtype::kBF16);
+  EXPECT_STREQ(StDtypeName(StDtype::kF8E4M3), "F8_E4M3");
+  EXPECT_EQ(StDtypeSize(StDtype::kU64), 8u);
+  EXPECT_EQ(*ParseExportDtype("bfloat16"), StDtype::kBF16);
+  EXPECT_EQ(*ParseExportDtype("FP32"), StDtype::kF32);
+  EXPECT_FALSE(ParseExportDtype("int8").ok());
+}
+
+// ---------------------------------------------------------------- config
+
+constexpr char kGoodConfig[] = R"({"hidden_size": 64, "intermediate_size": 176,
+  "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+  "rms_norm_eps": 1e-5, "vocab_size": 256, "max_position_embeddings": 128,
+  "model_type": "llama", "hidden_act": "silu", "rope_scaling": null})";
+
+TEST(Config, ParsesAndDefaults) {
+  auto c = ParseConfigJson(kGoodConfig, "config.json");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->head_dim(), 16);
+  EXPECT_EQ(c->num_key_value_heads, 2);
+  EXPECT_EQ(c->rope_theta, 10000.0);
+  EXPECT_FALSE(c->tie_word_embeddings);
+  auto round = ParseConfigJson(ConfigToJson(*c, "bfloat16"), "again");
+  ASSERT_TRUE(round.ok()) << round.status();
+  EXPECT_EQ(round->intermediate_size, 176);
+  EXPECT_EQ(round->rms_norm_eps, 1e-5);
+}
+
+TEST(Config, RejectsBadConfigs) {
+  struct Case {
+    const char* edit_key;
+    const char* edit_value;  // JSON; nullptr = remove
+    const char* needle;
+  };
+  const std::vector<Case> cases = {
+      {"rms_norm_eps", nullptr, "rms_norm_eps"},
+      {"hidden_size", nullptr, "hidden_size"},
+      {"num_attention_heads", "5", "not divisible by num_attention_heads"},
+      {"num_key_value_heads", "3", "not divisible by num_key_value_heads"},
+      {"vocab_size", "0", "vocab_size must be > 0"},
+      {"rope_scaling", R"({"type":"linear","factor":2})", "rope_scaling"},
+      {"model_type", R"("mistral")", "model_type"},
+      {"hidden_act", R"("gelu")", "hidden_act"},
+      {"hidden_size", R"("64")", "must be an integer"},
+      {"tie_word_embeddings", "3", "boolean"},
+      {"rms_norm_eps", "-1", "rms_norm_eps"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.edit_key);
+    auto j = nlohmann::json::parse(kGoodConfig);
+    if (c.edit_value) {
+      j[c.edit_key] = nlohmann::json::parse(c.edit_value);
+    } else {
+      j.erase(c.edit_key);
+    }
+    auto r = ParseConfigJson(j.dump(), "dir/config.json");
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.status().message().find("dir/config.json"), std::string::npos) << r.status();
+    EXPECT_NE(r.status().message().find(c.needle), std::string::npos) << r.status();
+  }
+  EXPECT_FALSE(ParseConfigJson("not json", "x").ok());
+  EXPECT_EQ(LoadConfigFile("/nonexistent/config.json").status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST(Config, PresetsHaveTheReleasedShapes) {
+  auto c7 = PresetConfig("llama2-7b");
+  ASSERT_TRUE(c7.ok());
+  EXPECT_EQ(c7->NumParameters(), 6738415616);  // REFERENCE.md
+  auto c70 = PresetConfig("llama2-70b");
+  EXPECT_EQ(c70->num_key_value_heads, 8);
+  EXPECT_EQ(c70->intermediate_size, 28672);
+  EXPECT_EQ(c70->num_hidden_layers, 80);
+  auto c13 = PresetConfig("llama2-13b");
+  EXPECT_EQ(c13->hidden_size, 5120);
+  EXPECT_EQ(PresetConfig("tiny-gqa")->num_key_value_heads, 2);
+  EXPECT_EQ(PresetConfig("tiny")->hidden_size, 64);
+  EXPECT_FALSE(PresetConfig("llama3").ok());
+  for (const char* name : {"llama2-7b", "llama2-13b", "llama2-70b", "tiny", "tiny-gqa"}) {
+    EXPECT_TRUE(ValidateConfig(*PresetConfig(name)).ok()) << name;
+  }
+}
+
+// ---------------------------------------------------------------- data
+
+Sequence Seq(std::vector<int32_t> t, std::vector<uint8_t> m) { return Sequence{std::move(t), std::move(m)}; }
+
+TEST(Data, LoadsTokensAndValidates) {
+  TempDir dir;
+  const std::string path = dir.File("d.jsonl");
+  std::ofstream(path) << "{\"input_ids\": [5, 6, 7]}\n   \n{\"input_ids\": [9]}\n";
+  DataLoadOptions o;
+  o.format = DataFormat::kTokens;
+  auto s = LoadJsonl(path, o);
+  ASSERT_TRUE(s.ok()) << s.status();
+  ASSERT_EQ(s->size(), 2u);
+  EXPECT_EQ((*s)[0].tokens, (std::vector<int32_t>{5, 6, 7}));
+  EXPECT_EQ((*s)[1].target, (std::vector<uint8_t>{1}));
+
+  o.vocab_size = 8;
+  auto oov = LoadJsonl(path, o);
+  EXPECT_NE(oov.status().message().find("d.jsonl:3: token id 9"), std::string::npos) << oov.status();
+  o.vocab_size = 0;
+  o.max_positions = 2;
+  auto longer = LoadJsonl(path, o);
+  EXPECT_NE(longer.status().message().find("max_position_embeddings 2"), std::string::npos);
+
+  struct Bad {
+    const char* line;
+    const char* needle;
+  };
+  for (const Bad& b : std::vector<Bad>{{"[1,2]", "not a JSON object"},
+                                      {"{\"text\": \"x\"}", "missing field \"input_ids\""},
+                                      {"{\"input_ids\": [1, \"a\"]}", "array of integers"},
+                                      {"{\"input_ids\": []}", "empty record"},
+                                      {"{\"input_ids\": [-1]}", "out of range"}}) {
+    std::ofstream(path) << "{\"input_ids\": [1]}\n" << b.line << "\n";
+    auto r = LoadJsonl(path, DataLoadOptions{DataFormat::kTokens});
+    ASSERT_FALSE(r.ok()) << b.line;
+    EXPECT_NE(r.status().message().find("d.jsonl:2: "), std::string::npos) << r.status();
+    EXPECT_NE(r.status().message().find(b.needle), std::string::npos) << r.status();
+  }
+  std::ofstream(path) << "\n\n";
+  EXPECT_NE(LoadJsonl(path, DataLoadOptions{DataFormat::kTokens}).status().message().find("empty"),
+            std::string::npos);
+  EXPECT_FALSE(LoadJsonl(dir.File("absent.jsonl"), DataLoadOptions{DataFormat::kTokens}).ok());
+  // Text needs a tokenizer.
+  EXPECT_NE(LoadJsonl(path, DataLoadOptions{DataFormat::kText}).status().message().find("tokenizer"),
+            std::string::npos);
+}
+
+TEST(Data, PackingConcatenatesCutsAndKeepsMasks) {
+  std::vector<Sequence> seqs = {Seq({1, 10, 11, 2}, {0, 0, 1, 1}), Seq({1, 20, 2}, {1, 1, 1}),
+                                Seq({1, 30, 31, 32, 2}, {0, 0, 0, 1, 1})};
+  // 12 tokens into rows of 5: two rows, 2 tokens dropped.
+  auto rows = PackSequences(seqs, 5);
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0].tokens, (std::vector<int32_t>{1, 10, 11, 2, 1}));
+  EXPECT_EQ(rows[0].target, (std::vector<uint8_t>{0, 0, 1, 1, 1}));
+  EXPECT_EQ(rows[1].tokens, (std::vector<int32_t>{20, 2, 1, 30, 31}));
+  EXPECT_EQ(rows[1].target, (std::vector<uint8_t>{1, 1, 0, 0, 0}));
+  EXPECT_TRUE(PackSequences(seqs, 13).empty());
+  EXPECT_EQ(PackSequences(seqs, 12).size(), 1u);
+}
+
+TEST(Data, PaddingBatchesMaskPads) {
+  std::vector<Sequence> rows = {Seq({1, 5, 6, 2}, {0, 1, 1, 1}), Seq({1, 7}, {1, 1})};
+  EXPECT_TRUE(CheckPaddingRows(rows, 4, "f").ok());
+  auto err = CheckPaddingRows(rows, 3, "f.jsonl");
+  EXPECT_NE(err.message().find("f.jsonl: record 1 has 4 tokens, longer than seq_len 3"), std::string::npos)
+      << err;
+  Batch b = MakeBatch(rows, {1, 0}, /*pad_id=*/0);
+  EXPECT_EQ(b.rows, 2);
+  EXPECT_EQ(b.seq_len, 4);
+  EXPECT_EQ(b.tokens, (std::vector<int64_t>{1, 7, 0, 0, 1, 5, 6, 2}));
+  EXPECT_EQ(b.target, (std::vector<uint8_t>{1, 1, 0, 0, 0, 1, 1, 1}));
+  EXPECT_EQ(b.real_tokens, 6);
+  // Targets at t >= 1: row 0 has one (7), row 1 has three (5, 6, 2).
+  EXPECT_EQ(b.NumTargets(), 4);
+}
+
+// ---------------------------------------------------------------- sampler
+
+TEST(Sampler, DeterministicDisjointAndResumable) {
+  Sampler::Options o;
+  o.num_rows = 103;
+  o.micro_batch = 3;
+  o.grad_accum = 2;
+  o.world_size = 4;
+  o.seed = 42;
+  auto s = Sampler::Create(o);
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->global_batch(), 24);
+  EXPECT_EQ(s->steps_per_epoch(), 4);
+  for (int64_t epoch = 0; epoch < 3; ++epoch) {
+    auto perm = s->Permutation(epoch);
+    EXPECT_EQ(std::set<int64_t>(perm.begin(), perm.end()).size(), 103u);
+    std::set<int64_t> seen_epoch;
+    for (int64_t step = 0; step < s->steps_per_epoch(); ++step) {
+      std::set<int64_t> seen_step;
+      for (int64_t rank = 0; rank < 4; ++rank) {
+        for (int64_t m = 0; m < 2; ++m) {
+          auto rows = s->Rows(epoch, step, m, rank);
+          EXPECT_EQ(rows.size(), 3u);
+          for (int64_t r : rows) {
+            EXPECT_TRUE(seen_step.insert(r).second) << "row given twice in a step";
+            EXPECT_TRUE(seen_epoch.insert(r).second) << "row given twice in an epoch";
+          }
+        }
+      }
+      EXPECT_EQ(seen_step.size(), 24u);
+    }
+  }
+  EXPECT_NE(s->Permutation(0), s->Permutation(1));
+  // A fresh sampler (a resumed process) gives the same rows at any position.
+  auto resumed = Sampler::Create(o);
+  EXPECT_EQ(resumed->Rows(2, 3, 1, 2), s->Rows(2, 3, 1, 2));
+  EXPECT_EQ(resumed->Rows(0, 1, 0, 0), s->Rows(0, 1, 0, 0));
+  o.seed = 43;
+  EXPECT_NE(Sampler::Create(o)->Permutation(0), s->Permutation(0));
+  o.shuffle = false;
+  auto ordered = Sampler::Create(o);
+  EXPECT_EQ(ordered->Rows(0, 0, 0, 1), (std::vector<int64_t>{6, 7, 8}));
+  o.num_rows = 23;
+  auto small = Sampler::Create(o);
+  ASSERT_FALSE(small.ok());
+  EXPECT_NE(small.status().message().find("fewer than one global batch of 24"), std::string::npos);
+}
+
+// ---------------------------------------------------------------- staged output
+
+TEST(StagedDir, CommitReplacesAndAbandonCleansUp) {
+  TempDir dir;
+  const std::string out = dir.File("out");
+  {
+    auto staged = StagedDir::Create(out);
+    ASSERT_TRUE(staged.ok());
+    ASSERT_TRUE(WriteStringToFile(staged->path() + "/a", "1").ok());
+  }  // abandoned
+  EXPECT_FALSE(fs::exists(out));
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir.path()), fs::directory_iterator()), 0);
+  for (const char* content : {"first", "second"}) {
+    auto staged = StagedDir::Create(out);
+    ASSERT_TRUE(WriteStringToFile(staged->path() + "/a", content).ok());
+    ASSERT_TRUE(staged->Commit().ok());
+  }
+  EXPECT_EQ(*ReadFileToString(out + "/a"), "second");
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir.path()), fs::directory_iterator()), 1);
+}
+
+}  // namespace
+}  // namespace llamafleet::trainer

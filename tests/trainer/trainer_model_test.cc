@@ -1,0 +1,358 @@
+// The Torch half of the trainer: model properties that do not need the Python reference
+// (GQA head mapping, causality, padding invariance), AdamW against its formula, the LR
+// schedules, seeded init, the HF directory loader's bad-input table and export.
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <functional>
+#include <fstream>
+
+#include "engine.h"
+#include "hf_io.h"
+#include "model.h"
+#include "train.h"
+#include "nlohmann/json.hpp"
+#include "util.h"
+
+namespace llamafleet::trainer {
+namespace {
+
+namespace fs = std::filesystem;
+
+class TempDir {
+ public:
+  TempDir() {
+    char tmpl[] = "/tmp/lf-model-test-XXXXXX";
+    path_ = ::mkdtemp(tmpl);
+  }
+  ~TempDir() { fs::remove_all(path_); }
+  std::string File(const std::string& name) const { return path_ + "/" + name; }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+LlamaConfig Tiny(int64_t kv_heads, bool tied = false) {
+  LlamaConfig c;
+  c.hidden_size = 32;
+  c.intermediate_size = 48;
+  c.num_hidden_layers = 2;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = kv_heads;
+  c.rms_norm_eps = 1e-5;
+  c.vocab_size = 50;
+  c.max_position_embeddings = 64;
+  c.tie_word_embeddings = tied;
+  return c;
+}
+
+std::vector<std::vector<at::Tensor>> RandomParams(const LlamaConfig& c, uint64_t seed) {
+  std::vector<std::vector<at::Tensor>> params;
+  for (const UnitLayout& u : MakeLayout(c)) {
+    auto p = InitUnit(u, seed);
+    for (at::Tensor& t : p) {
+      if (t.dim() == 1) t.add_(at::randn(t.sizes()) * 0.1);  // non-trivial norm weights
+    }
+    params.push_back(p);
+  }
+  return params;
+}
+
+double Loss(const LlamaConfig& c, std::vector<std::vector<at::Tensor>> params, const Batch& b) {
+  LocalEngine engine(MakeLayout(c), std::move(params), at::kCPU, at::kFloat, AdamWOptions{});
+  LlamaModel model(c, at::kCPU, at::kFloat);
+  at::NoGradGuard no_grad;
+  ModelInput in = MakeModelInput(b, at::kCPU);
+  return model.LossSum(engine, in).item<double>() / static_cast<double>(in.num_targets);
+}
+
+Batch TokensBatch(std::vector<std::vector<int32_t>> rows) {
+  std::vector<Sequence> seqs;
+  std::vector<int64_t> idx;
+  for (auto& r : rows) {
+    idx.push_back(static_cast<int64_t>(seqs.size()));
+    seqs.push_back(Sequence{r, std::vector<uint8_t>(r.size(), 1)});
+  }
+  return MakeBatch(seqs, idx);
+}
+
+TEST(Model, GqaEqualsMhaWithRepeatedKvHeads) {
+  // A GQA model with kv head j serving query heads 2j and 2j+1 must equal an MHA model
+  // whose k/v heads 2j and 2j+1 are both copies of kv head j (HF repeat_kv).
+  at::manual_seed(1);
+  LlamaConfig gqa = Tiny(2), mha = Tiny(4);
+  auto pg = RandomParams(gqa, 3);
+  auto pm = pg;
+  const int64_t d = gqa.head_dim();
+  for (int layer = 0; layer < 2; ++layer) {
+    auto& u = pm[LayerUnit(layer)];
+    for (int i : {2, 3}) {  // k, v: [KV*d, h] -> [H*d, h]
+      u[i] = u[i].view({2, d, -1}).repeat_interleave(2, 0).reshape({4 * d, -1}).contiguous();
+    }
+  }
+  Batch b = TokensBatch({{1, 5, 9, 3, 7, 2, 8}, {4, 4, 1, 0, 49, 12, 30}});
+  const double lg = Loss(gqa, pg, b), lm = Loss(mha, pm, b);
+  EXPECT_NEAR(lg, lm, 1e-6);
+  EXPECT_GT(lg, 0.5);
+}
+
+TEST(Model, CausalAndPaddingInvariant) {
+  at::manual_seed(2);
+  LlamaConfig c = Tiny(2, /*tied=*/true);
+  auto params = RandomParams(c, 5);
+  LocalEngine engine(MakeLayout(c), params, at::kCPU, at::kFloat, AdamWOptions{});
+  LlamaModel model(c, at::kCPU, at::kFloat);
+  at::NoGradGuard no_grad;
+  at::Tensor a = at::tensor(std::vector<int64_t>{1, 2, 3, 4, 5, 6}).view({1, 6});
+  at::Tensor b = a.clone();
+  b[0][5] = 17;
+  at::Tensor ha = model.Hidden(engine, a), hb = model.Hidden(engine, b);
+  EXPECT_TRUE(at::allclose(ha.narrow(1, 0, 5), hb.narrow(1, 0, 5), 0, 0));  // bit-identical past
+  EXPECT_FALSE(at::allclose(ha.narrow(1, 5, 1), hb.narrow(1, 5, 1)));
+
+  // A row's loss does not depend on the padding after it or on its batch-mates.
+  Batch alone = TokensBatch({{1, 7, 8, 9}});
+  Batch padded = TokensBatch({{1, 7, 8, 9}, {1, 3, 3, 3, 3, 3, 3, 3, 3}});
+  ModelInput in1 = MakeModelInput(alone, at::kCPU), in2 = MakeModelInput(padded, at::kCPU);
+  EXPECT_EQ(in1.num_targets, 3);
+  EXPECT_EQ(in2.num_targets, 3 + 8);
+  const double l1 = model.LossSum(engine, in1).item<double>();
+  Batch other = TokensBatch({{1, 3, 3, 3, 3, 3, 3, 3, 3}});
+  const double l2 = model.LossSum(engine, in2).item<double>() -
+                    model.LossSum(engine, MakeModelInput(other, at::kCPU)).item<double>();
+  EXPECT_NEAR(l1, l2, 1e-4);
+}
+
+TEST(Model, TiedEmbeddingReceivesBothGradients) {
+  LlamaConfig c = Tiny(4, /*tied=*/true);
+  auto layout = MakeLayout(c);
+  EXPECT_EQ(layout.back().param_names, std::vector<std::string>{"model.norm.weight"});
+  LocalEngine engine(layout, RandomParams(c, 1), at::kCPU, at::kFloat, AdamWOptions{});
+  LlamaModel model(c, at::kCPU, at::kFloat);
+  // Token 40 never appears as input, only as a target: its embedding row gets a gradient
+  // only through the (tied) output projection.
+  Batch b = TokensBatch({{1, 40, 2}});
+  b.tokens[1] = 3;  // input never contains 40 ...
+  b.tokens = {1, 3, 2};
+  ModelInput in = MakeModelInput(b, at::kCPU);
+  in.labels = at::tensor(std::vector<int64_t>{40, 2});
+  model.LossSum(engine, in).backward();
+  at::Tensor g = engine.Acquire(EmbedUnit())[0].grad();
+  ASSERT_TRUE(g.defined());
+  EXPECT_GT(g[40].abs().sum().item<double>(), 0);
+}
+
+TEST(AdamW, MatchesTheFormula) {
+  AdamWOptions o{0.9, 0.99, 1e-3, 0.1};
+  AdamW adam(o);
+  at::Tensor p = at::tensor(std::vector<float>{1.0f, -2.0f});
+  std::vector<double> pd = {1.0, -2.0}, m = {0, 0}, v = {0, 0};
+  const std::vector<std::vector<double>> grads = {{0.5, -1.0}, {0.25, 3.0}, {-1.0, 0.0}};
+  const double lr = 0.01;
+  for (size_t t = 0; t < grads.size(); ++t) {
+    at::Tensor g = at::tensor(std::vector<float>{float(grads[t][0]), float(grads[t][1])});
+    adam.Step({p}, {g}, lr);
+    for (int i = 0; i < 2; ++i) {
+      pd[i] *= 1 - lr * o.weight_decay;
+      m[i] = o.beta1 * m[i] + (1 - o.beta1) * grads[t][i];
+      v[i] = o.beta2 * v[i] + (1 - o.beta2) * grads[t][i] * grads[t][i];
+      const double mh = m[i] / (1 - std::pow(o.beta1, t + 1));
+      const double vh = v[i] / (1 - std::pow(o.beta2, t + 1));
+      pd[i] -= lr * mh / (std::sqrt(vh) + o.eps);
+    }
+  }
+  EXPECT_EQ(adam.steps(), 3);
+  EXPECT_NEAR(p[0].item<double>(), pd[0], 1e-6);
+  EXPECT_NEAR(p[1].item<double>(), pd[1], 1e-6);
+  // An undefined gradient leaves the tensor (and its moments) alone.
+  at::Tensor q = at::ones({2});
+  AdamW skip(o);
+  skip.Step({q}, {at::Tensor()}, lr);
+  EXPECT_TRUE(at::equal(q, at::ones({2})));
+}
+
+TEST(Engine, ClipMatchesTorchSemantics) {
+  LlamaConfig c = Tiny(4);
+  LocalEngine engine(MakeLayout(c), RandomParams(c, 1), at::kCPU, at::kFloat, AdamWOptions{});
+  LlamaModel model(c, at::kCPU, at::kFloat);
+  model.LossSum(engine, MakeModelInput(TokensBatch({{1, 5, 6, 7, 8}}), at::kCPU)).backward();
+  const double norm = engine.ClipGradNorm(0);
+  EXPECT_GT(norm, 0);
+  EXPECT_NEAR(engine.ClipGradNorm(norm / 4), norm, 1e-5 * norm);  // returns the pre-clip norm
+  EXPECT_NEAR(engine.ClipGradNorm(0), norm / 4, 1e-5 * norm);
+  EXPECT_GT(engine.PersistentBytes(), 0);
+}
+
+TEST(Schedule, ConstantStepCosineWarmup) {
+  LrScheduleOptions s;
+  EXPECT_DOUBLE_EQ(LearningRate(s, 1e-3, 5, 0, 10), 1e-3);
+  s.warmup_steps = 4;
+  EXPECT_DOUBLE_EQ(LearningRate(s, 1e-3, 0, 0, 10), 0.25e-3);
+  EXPECT_DOUBLE_EQ(LearningRate(s, 1e-3, 3, 0, 10), 1e-3);
+  s.kind = LrScheduleKind::kCosine;
+  s.min_lr_ratio = 0.1;
+  EXPECT_DOUBLE_EQ(LearningRate(s, 1e-3, 4, 0, 10), 1e-3);
+  EXPECT_NEAR(LearningRate(s, 1e-3, 7, 0, 10), 1e-3 * (0.1 + 0.9 * 0.5), 1e-15);
+  EXPECT_NEAR(LearningRate(s, 1e-3, 10, 0, 10), 1e-4, 1e-15);
+  LrScheduleOptions step;
+  step.kind = LrScheduleKind::kStep;
+  step.gamma = 0.85;
+  EXPECT_DOUBLE_EQ(LearningRate(step, 1e-4, 100, 0, 1000), 1e-4);
+  EXPECT_NEAR(LearningRate(step, 1e-4, 100, 2, 1000), 1e-4 * 0.85 * 0.85, 1e-18);
+}
+
+TEST(Init, SeededPerTensor) {
+  auto layout = MakeLayout(Tiny(2));
+  auto a = InitUnit(layout[1], 42), b = InitUnit(layout[1], 42), c = InitUnit(layout[1], 43);
+  EXPECT_TRUE(at::equal(a[1], b[1]));
+  EXPECT_FALSE(at::equal(a[1], c[1]));
+  EXPECT_FALSE(at::equal(a[1].flatten().narrow(0, 0, 100), a[2].flatten().narrow(0, 0, 100)));
+  EXPECT_TRUE(at::equal(a[0], at::ones({32})));
+  EXPECT_NEAR(a[6].std().item<double>(), 0.02, 0.003);
+}
+
+// ---------------------------------------------------------------- HF directories
+
+void WriteModelDir(const std::string& dir, const LlamaConfig& c,
+                   const std::vector<std::pair<std::string, at::Tensor>>& tensors,
+                   const std::string& file = "model.safetensors") {
+  fs::create_directories(dir);
+  ASSERT_TRUE(WriteStringToFile(dir + "/config.json", ConfigToJson(c, "float32")).ok());
+  std::vector<SafetensorsWriter::Entry> entries;
+  for (const auto& [name, t] : tensors) {
+    StDtype d = t.scalar_type() == at::kLong ? StDtype::kI64 : StDtype::kF32;
+    entries.push_back({name, d, t.sizes().vec()});
+  }
+  auto w = SafetensorsWriter::Open(dir + "/" + file, entries, {});
+  ASSERT_TRUE(w.ok());
+  for (const auto& [name, t] : tensors) {
+    at::Tensor ct = t.contiguous();
+    ASSERT_TRUE((*w)->Append(ct.data_ptr(), ct.numel() * ct.element_size()).ok());
+  }
+  ASSERT_TRUE((*w)->Finish().ok());
+}
+
+std::vector<std::pair<std::string, at::Tensor>> AllTensors(const LlamaConfig& c) {
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  auto layout = MakeLayout(c);
+  auto params = RandomParams(c, 9);
+  for (size_t u = 0; u < layout.size(); ++u) {
+    for (size_t i = 0; i < layout[u].param_names.size(); ++i) {
+      out.emplace_back(layout[u].param_names[i], params[u][i]);
+    }
+  }
+  return out;
+}
+
+TEST(HfModelDir, LoadsAndSlices) {
+  TempDir tmp;
+  LlamaConfig c = Tiny(2);
+  auto tensors = AllTensors(c);
+  tensors.emplace_back("model.layers.0.self_attn.rotary_emb.inv_freq", at::ones({8}));
+  WriteModelDir(tmp.File("m"), c, tensors);
+  auto m = HfModelDir::Open(tmp.File("m"));
+  ASSERT_TRUE(m.ok()) << m.status();
+  auto q = (*m)->Read("model.layers.1.self_attn.q_proj.weight");
+  ASSERT_TRUE(q.ok());
+  EXPECT_TRUE(at::equal(*q, tensors[1 + 9 + 1].second));
+  auto slice = (*m)->ReadFlatSlice("model.layers.1.self_attn.q_proj.weight", 10, 20, at::kBFloat16);
+  ASSERT_TRUE(slice.ok());
+  EXPECT_TRUE(at::equal(*slice, q->flatten().narrow(0, 10, 10).to(at::kBFloat16)));
+  EXPECT_FALSE((*m)->ReadFlatSlice("model.norm.weight", 0, 33).ok());
+  EXPECT_FALSE((*m)->Read("nope").ok());
+}
+
+TEST(HfModelDir, BadInputTable) {
+  TempDir tmp;
+  LlamaConfig c = Tiny(2);
+  struct Case {
+    const char* name;
+    std::function<void(std::vector<std::pair<std::string, at::Tensor>>&)> edit;
+    const char* needle;
+  };
+  const std::vector<Case> cases = {
+      {"missing", [](auto& t) { t.erase(t.begin() + 3); }, "missing tensor \"model.layers.0.self_attn.k_proj.weight\""},
+      {"shape", [](auto& t) { t[5].second = at::zeros({32, 4}); }, "has shape [32, 4] but config.json implies [32, 16]"},
+      {"int_dtype", [](auto& t) { t[1].second = at::zeros({32}, at::kLong); }, "has dtype I64"},
+      {"unexpected", [](auto& t) { t.emplace_back("model.layers.0.self_attn.q_proj.bias", at::zeros({32})); }, "unexpected tensor \"model.layers.0.self_attn.q_proj.bias\""},
+  };
+  for (const Case& cs : cases) {
+    SCOPED_TRACE(cs.name);
+    auto tensors = AllTensors(c);
+    cs.edit(tensors);
+    const std::string dir = tmp.File(cs.name);
+    WriteModelDir(dir, c, tensors);
+    auto m = HfModelDir::Open(dir);
+    ASSERT_FALSE(m.ok());
+    EXPECT_NE(m.status().message().find(cs.needle), std::string::npos) << m.status();
+    EXPECT_NE(m.status().message().find(dir), std::string::npos) << m.status();
+  }
+  EXPECT_NE(HfModelDir::Open(tmp.File("absent")).status().message().find("does not exist"), std::string::npos);
+
+  // Sharded: duplicates across shards, an index naming the wrong file, a bad file name.
+  auto tensors = AllTensors(c);
+  const std::string dir = tmp.File("sharded");
+  std::vector<std::pair<std::string, at::Tensor>> a(tensors.begin(), tensors.begin() + 10);
+  std::vector<std::pair<std::string, at::Tensor>> b(tensors.begin() + 9, tensors.end());  // overlap
+  WriteModelDir(dir, c, a, "a.safetensors");
+  WriteModelDir(dir, c, b, "b.safetensors");
+  nlohmann::json wm;
+  for (auto& [n, t] : a) wm[n] = "a.safetensors";
+  for (auto& [n, t] : b) wm[n] = "b.safetensors";
+  auto write_index = [&](const nlohmann::json& map) {
+    ASSERT_TRUE(WriteStringToFile(dir + "/model.safetensors.index.json",
+                                  nlohmann::json{{"weight_map", map}}.dump()).ok());
+  };
+  write_index(wm);
+  EXPECT_NE(HfModelDir::Open(dir).status().message().find("appears in both"), std::string::npos);
+  WriteModelDir(dir, c, std::vector<std::pair<std::string, at::Tensor>>(tensors.begin() + 10, tensors.end()),
+                "b.safetensors");
+  wm[tensors[0].first] = "b.safetensors";
+  write_index(wm);
+  EXPECT_NE(HfModelDir::Open(dir).status().message().find("is mapped to b.safetensors but is not in it"),
+            std::string::npos);
+  wm[tensors[0].first] = "../a.safetensors";
+  write_index(wm);
+  EXPECT_NE(HfModelDir::Open(dir).status().message().find("bad file"), std::string::npos);
+  wm[tensors[0].first] = "a.safetensors";
+  write_index(wm);
+  auto ok = HfModelDir::Open(dir);
+  EXPECT_TRUE(ok.ok()) << ok.status();
+}
+
+TEST(Export, FailureLeavesNothingBehind) {
+  TempDir tmp;
+  LlamaConfig c = Tiny(2);
+  auto layout = MakeLayout(c);
+  auto params = RandomParams(c, 1);
+  int calls = 0;
+  auto fetch = [&](int u) -> absl::StatusOr<std::vector<at::Tensor>> {
+    if (++calls == 3) return absl::DataLossError("injected failure");
+    return params[u];
+  };
+  ExportOptions o;
+  o.dtype = StDtype::kF32;
+  o.max_shard_bytes = 20000;
+  absl::Status s = ExportHfDir(c, layout, fetch, tmp.File("out"), o);
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(std::distance(fs::directory_iterator(tmp.path()), fs::directory_iterator()), 0);
+
+  calls = 0;
+  auto all = [&](int u) -> absl::StatusOr<std::vector<at::Tensor>> { return params[u]; };
+  ASSERT_TRUE(ExportHfDir(c, layout, all, tmp.File("out"), o).ok());
+  EXPECT_TRUE(fs::exists(tmp.File("out/model.safetensors.index.json")));
+  auto back = HfModelDir::Open(tmp.File("out"));
+  ASSERT_TRUE(back.ok()) << back.status();
+  auto read = (*back)->ReadAll(layout);
+  ASSERT_TRUE(read.ok());
+  for (size_t u = 0; u < layout.size(); ++u) {
+    for (size_t i = 0; i < params[u].size(); ++i) EXPECT_TRUE(at::equal((*read)[u][i], params[u][i]));
+  }
+}
+
+}  // namespace
+}  // namespace llamafleet::trainer
