@@ -1,0 +1,186 @@
+// TaskRunner with /bin/sh scripts standing in for the trainer's ranks: the supervision
+// (environment, gang failure, cancel, no process left behind, relay) is what is tested.
+#include "worker/task_runner.h"
+
+#include <signal.h>
+
+#include <condition_variable>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+
+#include <gtest/gtest.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "tests/testing/process.h"
+
+namespace llamafleet::worker {
+namespace {
+
+class Recorder : public TaskListener {
+ public:
+  void OnLine(const std::string& task_id, int rank, bool is_stderr,
+              const std::string& line) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    lines.push_back(absl::StrCat(rank, is_stderr ? " err " : " out ", line));
+  }
+  void OnFinished(const std::string& task_id, v1::TaskState s, const std::vector<v1::RankExit>& e,
+                  const std::string& m) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    state = s;
+    exits = e;
+    message = m;
+    done = true;
+    cv_.notify_all();
+  }
+  bool WaitDone(absl::Duration timeout) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, absl::ToChronoMilliseconds(timeout), [&] { return done; });
+  }
+  bool HasLine(const std::string& needle) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const std::string& l : lines) {
+      if (l.find(needle) != std::string::npos) return true;
+    }
+    return false;
+  }
+
+  std::vector<std::string> lines;
+  v1::TaskState state = v1::TASK_STATE_UNSPECIFIED;
+  std::vector<v1::RankExit> exits;
+  std::string message;
+  bool done = false;
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+};
+
+class TaskRunnerTest : public ::testing::Test {
+ protected:
+  TaskLaunch Launch(const std::string& script, int nproc = 2) {
+    TaskLaunch l;
+    l.task.set_task_id("7-1-0");
+    l.task.set_job_id("7");
+    l.task.set_attempt(1);
+    l.task.set_node_rank(1);
+    l.task.set_nnodes(2);
+    l.task.set_nproc_per_node(nproc);
+    l.task.set_master_addr("10.0.0.5");
+    l.task.set_master_port(29500);
+    l.task.mutable_spec()->set_name("test");
+    (*l.task.mutable_env())["EXTRA"] = "yes";
+    l.trainer_command = {"/bin/sh", "-c", script, "trainer"};
+    l.work_dir = dir_.path() + "/task";
+    l.gpu_indices = {3, 5};
+    l.efa = true;
+    return l;
+  }
+  testing::TempDir dir_;
+  Recorder recorder_;
+};
+
+// No live (non-zombie) process is left in the group. Zombies of reparented grandchildren
+// may linger until the container's init reaps them; they run nothing.
+bool ProcessGroupGone(pid_t pgid) {
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    bool alive = false;
+    for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+      std::ifstream stat(entry.path() / "stat");
+      std::string pid, comm, state, ppid, pgrp;
+      if (!(stat >> pid >> comm >> state >> ppid >> pgrp)) continue;
+      if (pgrp == std::to_string(pgid) && state != "Z") alive = true;
+    }
+    if (!alive) return true;
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  return false;
+}
+
+TEST_F(TaskRunnerTest, RanksGetTorchrunEnvironmentAndTheSpec) {
+  auto runner = TaskRunner::Start(
+      Launch("echo \"$RANK $LOCAL_RANK $WORLD_SIZE $LOCAL_WORLD_SIZE $MASTER_ADDR:$MASTER_PORT "
+             "cuda=$CUDA_VISIBLE_DEVICES efa=$FI_PROVIDER huge=$FI_EFA_USE_HUGE_PAGE "
+             "extra=$EXTRA args=$*\"; test -s spec.json && echo spec-ok"),
+      &recorder_, absl::Seconds(5));
+  ASSERT_TRUE(runner.ok()) << runner.status();
+  ASSERT_TRUE(recorder_.WaitDone(absl::Seconds(10)));
+  EXPECT_EQ(recorder_.state, v1::TASK_SUCCEEDED);
+  EXPECT_TRUE(recorder_.HasLine("2 out 2 0 4 2 10.0.0.5:29500 cuda=3,5 efa=efa huge=0 extra=yes "
+                                "args=train --spec "));
+  EXPECT_TRUE(recorder_.HasLine("3 out 3 1 4 2 10.0.0.5:29500"));
+  EXPECT_TRUE(recorder_.HasLine("2 out spec-ok"));
+  ASSERT_EQ(recorder_.exits.size(), 2u);
+  EXPECT_EQ(recorder_.exits[0].rank(), 2);
+  EXPECT_EQ(recorder_.exits[0].exit_code(), 0);
+}
+
+TEST_F(TaskRunnerTest, OneRankFailingStopsTheWholeGang) {
+  // Rank 3 fails fast; rank 2 would run for a minute.
+  const absl::Time start = absl::Now();
+  auto runner = TaskRunner::Start(
+      Launch("if [ \"$LOCAL_RANK\" = 1 ]; then echo 'error: bad shard' >&2; exit 3; fi; sleep 60"),
+      &recorder_, absl::Seconds(2));
+  ASSERT_TRUE(runner.ok());
+  ASSERT_TRUE(recorder_.WaitDone(absl::Seconds(20)));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+  EXPECT_EQ(recorder_.state, v1::TASK_FAILED);
+  EXPECT_NE(recorder_.message.find("rank 3 exited with code 3"), std::string::npos)
+      << recorder_.message;
+  EXPECT_NE(recorder_.message.find("error: bad shard"), std::string::npos) << recorder_.message;
+  EXPECT_EQ(recorder_.exits[0].exit_code(), 128 + SIGTERM);
+  EXPECT_TRUE(ProcessGroupGone((*runner)->process_group()));
+}
+
+TEST_F(TaskRunnerTest, StopIsSigtermThenSigkillAndLeavesNothing) {
+  // Ignores SIGTERM and starts a grandchild: both must be gone after the grace period.
+  auto runner = TaskRunner::Start(Launch("trap '' TERM; sleep 300 & echo started; wait"),
+                                  &recorder_, absl::Seconds(2));
+  ASSERT_TRUE(runner.ok());
+  while (!recorder_.HasLine("started")) absl::SleepFor(absl::Milliseconds(20));
+  const absl::Time start = absl::Now();
+  (*runner)->Stop(absl::Milliseconds(500), "cancelled by alice");
+  ASSERT_TRUE(recorder_.WaitDone(absl::Seconds(10)));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  EXPECT_EQ(recorder_.state, v1::TASK_KILLED);
+  EXPECT_EQ(recorder_.message, "cancelled by alice");
+  EXPECT_EQ(recorder_.exits[0].exit_code(), 128 + SIGKILL);
+  EXPECT_TRUE(ProcessGroupGone((*runner)->process_group()));
+}
+
+TEST_F(TaskRunnerTest, ErrorEventIsTheRankLastError) {
+  auto runner = TaskRunner::Start(
+      Launch("echo '{\"type\":\"event\",\"event\":\"error\",\"message\":\"data.train_path: no "
+             "such file\",\"code\":\"INVALID_ARGUMENT\"}'; exit 1",
+             1),
+      &recorder_, absl::Seconds(2));
+  ASSERT_TRUE(runner.ok());
+  ASSERT_TRUE(recorder_.WaitDone(absl::Seconds(10)));
+  EXPECT_EQ(recorder_.state, v1::TASK_FAILED);
+  ASSERT_EQ(recorder_.exits.size(), 1u);
+  EXPECT_EQ(recorder_.exits[0].last_error(), "INVALID_ARGUMENT: data.train_path: no such file");
+}
+
+TEST_F(TaskRunnerTest, MissingTrainerFailsTheTask) {
+  TaskLaunch l = Launch("", 1);
+  l.trainer_command = {dir_.path() + "/no-such-trainer"};
+  auto runner = TaskRunner::Start(l, &recorder_, absl::Seconds(1));
+  ASSERT_TRUE(runner.ok());
+  ASSERT_TRUE(recorder_.WaitDone(absl::Seconds(10)));
+  EXPECT_EQ(recorder_.state, v1::TASK_FAILED);
+  EXPECT_EQ(recorder_.exits[0].exit_code(), 127);
+}
+
+TEST_F(TaskRunnerTest, DestroyingTheRunnerKillsEverything) {
+  pid_t pgid;
+  {
+    auto runner = TaskRunner::Start(Launch("sleep 300"), &recorder_, absl::Seconds(1));
+    ASSERT_TRUE(runner.ok());
+    pgid = (*runner)->process_group();
+  }
+  EXPECT_TRUE(ProcessGroupGone(pgid));
+}
+
+}  // namespace
+}  // namespace llamafleet::worker
