@@ -358,8 +358,9 @@ absl::Status RunDescribeJob(const Context& ctx, const std::string& id) {
     std::string events_json = ToJson(event_list, /*pretty=*/false);
     job_json.pop_back();
     events_json.pop_back();
-    *ctx.out << "{\"job\":" << job_json << ",\"events\":" << events_json.substr(10)
-             << "\n";  // substr: drops the {"events": prefix, keeping the array and '}'
+    // Keep the events array and the closing brace of {"events":[...]}.
+    *ctx.out << "{\"job\":" << job_json << ",\"events\":"
+             << events_json.substr(events_json.find('[')) << "\n";
     return absl::OkStatus();
   }
   if (ctx.format == Format::kYaml) {

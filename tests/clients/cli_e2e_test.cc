@@ -440,6 +440,13 @@ TEST_F(CliTest, CoordinatorAddressFromTheEnvironment) {
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->exit_code, 0) << r->err;
   EXPECT_TRUE(absl::StrContains(r->out, "\"name\": \"env\"")) << r->out;
+
+  // A bearer token is sent as metadata; this coordinator does not check it yet.
+  auto with_token = RunCommand({BinaryPath("llamafleet"), "get", "jobs"}, "",
+                               {{"LLAMAFLEET_COORDINATOR", address_}, {"LLAMAFLEET_TOKEN", "t0k"}},
+                               absl::Seconds(20));
+  ASSERT_TRUE(with_token.ok()) << with_token.status();
+  EXPECT_EQ(with_token->exit_code, 0) << with_token->err;
 }
 
 TEST_F(CliTest, UsageErrorsExitTwoWithOneLine) {
