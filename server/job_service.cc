@@ -317,8 +317,16 @@ class JobServiceImpl::WatchReactor : public grpc::ServerWriteReactor<v1::WatchJo
   }
 
   void OnCancel() override {
+    bool stopping;
+    {
+      std::lock_guard<std::mutex> lock(service_->watches_mu_);
+      stopping = service_->watches_stopped_;
+    }
     std::lock_guard<std::mutex> lock(mu_);
-    FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "watch cancelled"));
+    // During shutdown gRPC cancels what is still open: say why, so clients reconnect.
+    FinishLocked(stopping ? grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                                         "coordinator is shutting down")
+                          : grpc::Status(grpc::StatusCode::CANCELLED, "watch cancelled"));
   }
 
   void OnDone() override {

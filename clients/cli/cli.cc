@@ -1,5 +1,8 @@
 #include "clients/cli/cli.h"
 
+#include <pwd.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -557,6 +560,8 @@ int RunCli(int argc, char** argv, std::istream& in, std::ostream& out, std::ostr
   app.fallthrough();  // global flags are accepted after the command, too
 
   GlobalFlags global;
+  // The login name when $USER is not set (cron, containers, CI).
+  if (const passwd* pw = getpwuid(getuid()); pw != nullptr) global.user = pw->pw_name;
   app.add_option("--coordinator", global.coordinator, "coordinator address HOST:PORT")
       ->envname("LLAMAFLEET_COORDINATOR")
       ->capture_default_str();
