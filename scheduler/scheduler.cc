@@ -66,6 +66,7 @@ struct WorkerState {
   std::vector<std::pair<absl::Time, int>> releases;
   bool releases_sorted = false;
   uint32_t stamp = 0;  // == Pass::stamp_ while a candidate of the job being considered
+  int cand = -1;       // position among Preempt's workers missing GPUs, -1 otherwise
 };
 
 struct RunState {
@@ -79,12 +80,13 @@ struct Cover {
   int64_t gpus_lost = 0;
   int max_priority = 0;
   absl::Time oldest_start = absl::InfiniteFuture();
-  std::vector<int> victims;  // running indices
+  std::vector<int> victims;   // running indices
+  std::vector<int64_t> ids;   // their job ids, ascending: the last tie-break
   bool operator<(const Cover& o) const {
     if (gpus_lost != o.gpus_lost) return gpus_lost < o.gpus_lost;
     if (max_priority != o.max_priority) return max_priority < o.max_priority;
     if (oldest_start != o.oldest_start) return oldest_start > o.oldest_start;
-    return victims < o.victims;
+    return ids < o.ids;
   }
 };
 
@@ -526,18 +528,27 @@ class Pass {
 
   // Cheapest set of eligible victims on one worker freeing `deficit` GPUs there: exact
   // over every subset when the worker runs few eligible jobs, greedy otherwise.
-  std::optional<Cover> CoverWorker(int idx, int deficit, int priority) const {
+  // Victims in `taken` are already chosen and do not count.
+  std::optional<Cover> CoverWorker(int idx, int deficit, int priority,
+                                   const std::set<int>& taken) const {
     constexpr size_t kExactUpTo = 8;
     std::vector<std::pair<int, int>> cand;  // (running index, GPUs here)
     int total = 0;
     for (auto [r, gpus] : state_[idx].jobs) {
-      if (Victim(running_[r], run_[r], priority)) {
+      if (Victim(running_[r], run_[r], priority) && !taken.count(r)) {
         cand.emplace_back(r, gpus);
         total += gpus;
       }
     }
     if (total < deficit) return std::nullopt;
-    std::sort(cand.begin(), cand.end());
+    std::sort(cand.begin(), cand.end(), [this](auto a, auto b) {
+      return running_[a.first].job_id < running_[b.first].job_id;
+    });
+    auto finish = [this](Cover c) {
+      for (int r : c.victims) c.ids.push_back(running_[r].job_id);
+      std::sort(c.ids.begin(), c.ids.end());
+      return c;
+    };
     auto cost_of = [&](auto&& members) {
       Cover c;
       c.max_priority = std::numeric_limits<int>::min();
@@ -582,14 +593,14 @@ class Pass {
       for (size_t i = 0; i < cand.size(); ++i) {
         if (best_mask & (1u << i)) best->victims.push_back(cand[i].first);
       }
-      return best;
+      return finish(std::move(*best));
     }
     // Many small jobs on one worker: greedy, most GPUs freed here per GPU lost first.
     std::sort(cand.begin(), cand.end(), [this](auto a, auto b) {
       int64_t lhs = static_cast<int64_t>(a.second) * run_[b.first].total_gpus;
       int64_t rhs = static_cast<int64_t>(b.second) * run_[a.first].total_gpus;
       if (lhs != rhs) return lhs > rhs;
-      return a.first < b.first;
+      return running_[a.first].job_id < running_[b.first].job_id;
     });
     std::vector<int> victims;
     int freed = 0;
@@ -599,9 +610,8 @@ class Pass {
       freed += gpus;
     }
     Cover c = cost_of(victims);
-    std::sort(victims.begin(), victims.end());
     c.victims = std::move(victims);
-    return c;
+    return finish(std::move(c));
   }
 
   // Workers (candidates of the current job) with at least g GPUs once `victims` stop.
@@ -642,8 +652,10 @@ class Pass {
     }
     ++stamp_;
     int free_ok = 0;
-    std::vector<std::pair<Cover, int>> covers;  // (cover, worker)
+    std::vector<int> short_workers;            // candidates missing GPUs
+    std::vector<std::optional<Cover>> covers;  // parallel: cheapest cover alone
     int cooldown_ok = 0;
+    const std::set<int> none;
     for (int ci : shape.classes) {
       for (int idx : classes_[ci].members) {
         WorkerState& s = state_[idx];
@@ -661,12 +673,15 @@ class Pass {
         }
         if (s.free + lower >= g) ++cooldown_ok;
         if (must_recheck_cooldown) continue;
-        if (std::optional<Cover> c = CoverWorker(idx, g - s.free, job.priority)) {
-          covers.emplace_back(std::move(*c), idx);
+        if (std::optional<Cover> c = CoverWorker(idx, g - s.free, job.priority, none)) {
+          s.cand = static_cast<int>(short_workers.size());
+          short_workers.push_back(idx);
+          covers.push_back(std::move(c));
         }
       }
     }
     auto fail = [&](PendingCode code) {
+      for (int idx : short_workers) state_[idx].cand = -1;
       if (job.excluded_workers.empty()) {
         shape.preempt_failures.push_back({job.priority, n, g, code});
       }
@@ -677,15 +692,43 @@ class Pass {
       return fail(cooldown_ok >= n ? PendingCode::kPreemptionCooldown
                                    : PendingCode::kInsufficientCapacity);
     }
-    // Cheapest covers for the missing nodes; their union frees a whole gang.
-    std::sort(covers.begin(), covers.end());
-    std::set<int> victim_set;
-    for (int i = 0; i < n - free_ok; ++i) {
-      victim_set.insert(covers[i].first.victims.begin(), covers[i].first.victims.end());
+    // Greedy by marginal cost: repeatedly take the cheapest cover of a worker still
+    // missing GPUs, counting victims already taken as free (a multi-node victim frees
+    // GPUs on several workers at once), until a whole gang is free.
+    std::set<int> taken;
+    std::map<int, int> freed;  // worker -> GPUs freed by taken victims
+    int satisfied = free_ok;
+    while (satisfied < n) {
+      int best = -1;
+      for (size_t i = 0; i < covers.size(); ++i) {
+        if (covers[i] && (best < 0 || *covers[i] < *covers[best])) best = static_cast<int>(i);
+      }
+      if (best < 0) return fail(PendingCode::kInsufficientCapacity);  // not reached
+      std::set<int> touched;
+      for (int r : covers[best]->victims) {
+        taken.insert(r);
+        for (const Allocation& a : running_[r].allocations) {
+          auto it = index_.find(a.worker_id);
+          if (it == index_.end() || a.gpus <= 0) continue;
+          freed[it->second] += a.gpus;
+          touched.insert(it->second);
+        }
+      }
+      for (int idx : touched) {
+        const WorkerState& s = state_[idx];
+        if (s.stamp != stamp_ || s.free >= g || s.cand < 0 || !covers[s.cand]) continue;
+        int deficit = g - s.free - freed[idx];
+        if (deficit <= 0) {
+          covers[s.cand].reset();
+          ++satisfied;
+        } else {
+          covers[s.cand] = CoverWorker(idx, deficit, job.priority, taken);
+        }
+      }
     }
-    // Drop victims the gang does not need (a multi-node victim may have covered several
-    // workers), most expensive first, so the set is minimal.
-    std::vector<int> victims(victim_set.begin(), victim_set.end());
+    for (int idx : short_workers) state_[idx].cand = -1;
+    // Drop victims the gang does not need, most expensive first, so the set is minimal.
+    std::vector<int> victims(taken.begin(), taken.end());
     std::vector<int> by_cost = victims;
     std::sort(by_cost.begin(), by_cost.end(), [this](int a, int b) {
       if (run_[a].total_gpus != run_[b].total_gpus) return run_[a].total_gpus > run_[b].total_gpus;
@@ -693,7 +736,7 @@ class Pass {
         return running_[a].priority > running_[b].priority;
       if (running_[a].started != running_[b].started)
         return running_[a].started < running_[b].started;
-      return a < b;
+      return running_[a].job_id < running_[b].job_id;
     });
     for (int r : by_cost) {
       std::vector<int> without;
