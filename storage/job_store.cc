@@ -6,6 +6,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "google/protobuf/util/time_util.h"
 #include "spdlog/spdlog.h"
@@ -58,11 +59,77 @@ CREATE TABLE job_events (
   PRIMARY KEY (job_id, seq)
 ) WITHOUT ROWID;
 )sql",
+    // 2: workers, attempts, tasks, checkpoints, metrics; scheduling fields on jobs.
+    R"sql(
+ALTER TABLE jobs ADD COLUMN queued_since_us INTEGER NOT NULL DEFAULT 0;  -- FIFO and reservations
+ALTER TABLE jobs ADD COLUMN eligible_us INTEGER NOT NULL DEFAULT 0;      -- restart backoff
+ALTER TABLE jobs ADD COLUMN restarts INTEGER NOT NULL DEFAULT 0;         -- of run_policy.max_restarts
+ALTER TABLE jobs ADD COLUMN excluded_workers TEXT NOT NULL DEFAULT '';   -- node faults, comma-separated
+ALTER TABLE jobs ADD COLUMN last_preempted_us INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE jobs ADD COLUMN first_start_us INTEGER NOT NULL DEFAULT 0;   -- active_deadline counts from here
+ALTER TABLE jobs ADD COLUMN finish_us INTEGER NOT NULL DEFAULT 0;        -- ttl_after_finished counts from here
+ALTER TABLE jobs ADD COLUMN workers TEXT NOT NULL DEFAULT '';            -- current/last attempt, by node rank
+ALTER TABLE jobs ADD COLUMN latest_metrics BLOB;                         -- llamafleet.v1.JobMetricsPoint
+UPDATE jobs SET queued_since_us = create_time_us;
+CREATE TABLE workers (
+  name          TEXT PRIMARY KEY,
+  inventory     BLOB NOT NULL,            -- llamafleet.v1.Inventory
+  state         INTEGER NOT NULL,         -- llamafleet.v1.WorkerState
+  registered_us INTEGER NOT NULL,
+  last_seen_us  INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE attempts (
+  job_id        INTEGER NOT NULL REFERENCES jobs(id) ON DELETE CASCADE,
+  attempt       INTEGER NOT NULL,         -- 1, 2, ...
+  state         INTEGER NOT NULL,         -- 0 active, 1 succeeded, 2 failed, 3 stopped
+  start_us      INTEGER NOT NULL,
+  end_us        INTEGER NOT NULL DEFAULT 0,
+  master_addr   TEXT NOT NULL,
+  master_port   INTEGER NOT NULL,
+  resume_from   TEXT NOT NULL,
+  failure_class TEXT NOT NULL DEFAULT '',
+  reason        TEXT NOT NULL DEFAULT '',
+  PRIMARY KEY (job_id, attempt)
+) WITHOUT ROWID;
+CREATE INDEX attempts_by_state ON attempts(state);
+CREATE TABLE tasks (
+  task_id    TEXT PRIMARY KEY,
+  job_id     INTEGER NOT NULL,
+  attempt    INTEGER NOT NULL,
+  node_rank  INTEGER NOT NULL,
+  worker     TEXT NOT NULL,
+  ranks      INTEGER NOT NULL,            -- GPUs (or CPU ranks) it holds
+  state      INTEGER NOT NULL,            -- llamafleet.v1.TaskState
+  message    TEXT NOT NULL DEFAULT '',
+  exits      BLOB,                        -- llamafleet.v1.TaskStatus
+  FOREIGN KEY (job_id, attempt) REFERENCES attempts(job_id, attempt) ON DELETE CASCADE
+) WITHOUT ROWID;
+CREATE INDEX tasks_by_attempt ON tasks(job_id, attempt);
+CREATE TABLE checkpoints (
+  job_id          INTEGER NOT NULL REFERENCES jobs(id) ON DELETE CASCADE,
+  step            INTEGER NOT NULL,
+  attempt         INTEGER NOT NULL,
+  path            TEXT NOT NULL,
+  bytes           INTEGER NOT NULL,
+  manifest_sha256 TEXT NOT NULL,
+  loss            REAL NOT NULL,
+  time_us         INTEGER NOT NULL,
+  PRIMARY KEY (job_id, step)
+) WITHOUT ROWID;
+CREATE TABLE job_metrics (
+  job_id     INTEGER NOT NULL REFERENCES jobs(id) ON DELETE CASCADE,
+  attempt    INTEGER NOT NULL,
+  step       INTEGER NOT NULL,
+  time_us    INTEGER NOT NULL,
+  point      BLOB NOT NULL                -- llamafleet.v1.JobMetricsPoint
+);
+CREATE INDEX job_metrics_by_job ON job_metrics(job_id, step);
+)sql",
 };
 
 constexpr char kJobColumns[] =
     "id, owner, state, status_reason, spec, idempotency_key, create_time_us, update_time_us, "
-    "attempts, last_event_seq";
+    "attempts, last_event_seq, restarts, workers, latest_metrics";
 
 absl::StatusOr<v1::Job> JobFromRow(const sqlite::Statement& s) {
   v1::Job job;
@@ -78,6 +145,11 @@ absl::StatusOr<v1::Job> JobFromRow(const sqlite::Statement& s) {
   *job.mutable_update_time() = TimeUtil::MicrosecondsToTimestamp(s.ColumnInt(7));
   job.set_attempts(static_cast<int32_t>(s.ColumnInt(8)));
   job.set_last_event_seq(s.ColumnInt(9));
+  job.set_restarts(static_cast<int32_t>(s.ColumnInt(10)));
+  for (absl::string_view w : absl::StrSplit(s.ColumnText(11), ',', absl::SkipEmpty())) {
+    job.add_workers(std::string(w));
+  }
+  if (!s.ColumnIsNull(12)) (void)job.mutable_latest_metrics()->ParseFromString(s.ColumnText(12));
   return job;
 }
 
@@ -128,6 +200,7 @@ absl::StatusOr<int64_t> ParseJobId(absl::string_view text, absl::string_view fie
 // ---------------------------------------------------------------------------
 
 struct JobStore::WriterStatements {
+  std::map<std::string, sqlite::Statement> cache;  // JobStore::Write's statements
   sqlite::Statement begin, commit, rollback, savepoint, release, rollback_to;
   sqlite::Statement find_by_key;
   sqlite::Statement insert_job;
@@ -157,8 +230,8 @@ struct JobStore::WriterStatements {
              .ok() ||
         !(s = prep(&insert_job,
                    "INSERT INTO jobs (owner, name, queue, priority, state, status_reason, spec, "
-                   "idempotency_key, create_time_us, update_time_us, last_event_seq) "
-                   "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?9, 1)"))
+                   "idempotency_key, create_time_us, update_time_us, last_event_seq, "
+                   "queued_since_us) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?9, 1, ?9)"))
              .ok() ||
         !(s = prep(&insert_label, "INSERT INTO job_labels (job_id, key, value) VALUES (?1, ?2, ?3)"))
              .ok() ||
@@ -393,6 +466,57 @@ class TransitionOp : public JobStore::WriteOp {
   CancelJobResult result_;
 };
 
+// A TxnFunction's transaction: the writer's statements plus the op's event list.
+class TxnImpl : public Txn {
+ public:
+  TxnImpl(JobStore::WriterStatements& w, std::vector<v1::JobEvent>* events)
+      : w_(w), events_(events), now_us_(absl::ToUnixMicros(w.clock->Now())) {}
+
+  absl::StatusOr<sqlite::Statement*> Statement(const std::string& sql) override {
+    auto it = w_.cache.find(sql);
+    if (it == w_.cache.end()) {
+      absl::StatusOr<sqlite::Statement> s = w_.conn->Prepare(sql);
+      if (!s.ok()) return s.status();
+      it = w_.cache.emplace(sql, std::move(*s)).first;
+    }
+    it->second.Reset();
+    return &it->second;
+  }
+  absl::StatusOr<std::optional<v1::Job>> LoadJob(int64_t job_id) override {
+    return w_.LoadJob(job_id);
+  }
+  absl::Status Transition(v1::Job* job, absl::string_view type, v1::JobState to,
+                          absl::string_view reason,
+                          std::optional<absl::string_view> status_reason) override {
+    absl::StatusOr<v1::JobEvent> e = w_.AppendEvent(job, type, to, reason, now_us_, status_reason);
+    if (!e.ok()) return e.status();
+    events_->push_back(std::move(*e));
+    return absl::OkStatus();
+  }
+  int64_t NowMicros() const override { return now_us_; }
+
+ private:
+  JobStore::WriterStatements& w_;
+  std::vector<v1::JobEvent>* events_;
+  const int64_t now_us_;
+};
+
+class FunctionOp : public JobStore::WriteOp {
+ public:
+  FunctionOp(TxnFunction fn, std::function<void(absl::Status)> done)
+      : fn_(std::move(fn)), done_(std::move(done)) {}
+  absl::Status Apply(JobStore::WriterStatements& w) override {
+    events.clear();
+    TxnImpl txn(w, &events);
+    return fn_(txn);
+  }
+  void Complete(absl::Status status) override { done_(std::move(status)); }
+
+ private:
+  TxnFunction fn_;
+  std::function<void(absl::Status)> done_;
+};
+
 // Runs a statement on the writer connection, in order with the other writes.
 class ExecOp : public JobStore::WriteOp {
  public:
@@ -424,6 +548,7 @@ class JobStore::ReaderLease {
     store_->readers_cv_.notify_one();
   }
   sqlite::Connection* operator->() { return conn_.get(); }
+  sqlite::Connection* get() { return conn_.get(); }
 
  private:
   JobStore* store_;
@@ -661,6 +786,22 @@ void JobStore::TransitionJob(int64_t job_id, std::vector<v1::JobState> from, v1:
           done(r.status());
         }
       }));
+}
+
+void JobStore::Write(TxnFunction fn, std::function<void(absl::Status)> done) {
+  Enqueue(std::make_unique<FunctionOp>(std::move(fn), std::move(done)));
+}
+
+absl::Status JobStore::WriteAndWait(TxnFunction fn) {
+  std::promise<absl::Status> promise;
+  auto future = promise.get_future();
+  Write(std::move(fn), [&promise](absl::Status s) { promise.set_value(std::move(s)); });
+  return future.get();
+}
+
+absl::Status JobStore::Read(const std::function<absl::Status(sqlite::Connection&)>& fn) {
+  ReaderLease reader = AcquireReader();
+  return fn(*reader.get());
 }
 
 absl::Status JobStore::SetMaxPageCount(int64_t pages) {

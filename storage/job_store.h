@@ -14,6 +14,7 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <optional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -88,6 +89,26 @@ struct JobCounts {
   std::map<v1::JobState, int64_t> by_state;
 };
 
+// A write transaction as seen by a function given to JobStore::Write: the building block
+// for multi-table state changes composed elsewhere in storage/ (cluster_store.h). Valid
+// only during that call, on the writer thread.
+class Txn {
+ public:
+  virtual ~Txn() = default;
+  // A prepared statement for `sql`, cached across transactions; reset, no bindings.
+  virtual absl::StatusOr<sqlite::Statement*> Statement(const std::string& sql) = 0;
+  // The job as stored now (nullopt if there is none).
+  virtual absl::StatusOr<std::optional<v1::Job>> LoadJob(int64_t job_id) = 0;
+  // Moves `job` to `to` and records the event, published to subscribers after commit.
+  // The job's status reason becomes `status_reason` (default: `reason`).
+  virtual absl::Status Transition(v1::Job* job, absl::string_view type, v1::JobState to,
+                                  absl::string_view reason,
+                                  std::optional<absl::string_view> status_reason = {}) = 0;
+  // The store clock's time for this transaction.
+  virtual int64_t NowMicros() const = 0;
+};
+using TxnFunction = std::function<absl::Status(Txn& txn)>;
+
 class JobStore {
  public:
   // Opens or creates the database, migrates the schema, starts the writer thread.
@@ -118,6 +139,13 @@ class JobStore {
   using JobCallback = std::function<void(absl::StatusOr<v1::Job>)>;
   void TransitionJob(int64_t job_id, std::vector<v1::JobState> from, v1::JobState to,
                      std::string type, std::string reason, JobCallback done);
+
+  // Runs `fn` in the writer's next transaction, in a savepoint of its own: an error
+  // from `fn` undoes only its changes. `done` runs after the commit (or failure).
+  void Write(TxnFunction fn, std::function<void(absl::Status)> done);
+  absl::Status WriteAndWait(TxnFunction fn);
+  // Runs `fn` with a read connection from the pool (any thread).
+  absl::Status Read(const std::function<absl::Status(sqlite::Connection&)>& fn);
 
   // Caps the database at `pages` pages (PRAGMA max_page_count; 0 = SQLite's maximum).
   // Writes that would grow it further fail with RESOURCE_EXHAUSTED and change nothing;
