@@ -6,6 +6,7 @@
 #include <unordered_map>
 #include <utility>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
@@ -80,8 +81,8 @@ struct Cover {
   int64_t gpus_lost = 0;
   int max_priority = 0;
   absl::Time oldest_start = absl::InfiniteFuture();
-  std::vector<int> victims;   // running indices
-  std::vector<int64_t> ids;   // their job ids, ascending: the last tie-break
+  absl::InlinedVector<int, 8> victims;   // running indices
+  absl::InlinedVector<int64_t, 8> ids;   // their job ids, ascending: the last tie-break
   bool operator<(const Cover& o) const {
     if (gpus_lost != o.gpus_lost) return gpus_lost < o.gpus_lost;
     if (max_priority != o.max_priority) return max_priority < o.max_priority;
@@ -100,6 +101,9 @@ struct PreemptFailure {
 struct Shape {
   std::vector<int> classes;  // ascending
   std::vector<PreemptFailure> preempt_failures;
+  // Holders() text, valid while Pass::holds_version_ == holders_version.
+  uint64_t holders_version = ~uint64_t{0};
+  std::string holders_text;
 };
 
 // Orders shapes by the job's selectors without copying them.
@@ -279,7 +283,10 @@ class Pass {
     }
     SetFree(idx, s.free - gpus, s.raw);
     WorkerClass& c = classes_[s.cls];
-    if (c.holders.empty() || c.holders.back() != job_id) c.holders.push_back(job_id);
+    if (c.holders.empty() || c.holders.back() != job_id) {
+      c.holders.push_back(job_id);
+      ++holds_version_;
+    }
   }
 
   void Take(int idx, int gpus, const PendingJob& job) {
@@ -468,7 +475,7 @@ class Pass {
     if (!last_preempt_code_ && CountRaw(job, shape, g) >= n) {
       AddPending(job, PendingCode::kBlockedByReservation,
                  absl::StrCat(Needs(job), "; enough are free, but held for ",
-                              Holders(shape, job.job_id), reserved),
+                              Holders(shape, job.job_id, !reserved.empty()), reserved),
                  estimate);
       return;
     }
@@ -532,7 +539,8 @@ class Pass {
   std::optional<Cover> CoverWorker(int idx, int deficit, int priority,
                                    const std::set<int>& taken) const {
     constexpr size_t kExactUpTo = 8;
-    std::vector<std::pair<int, int>> cand;  // (running index, GPUs here)
+    std::vector<std::pair<int, int>>& cand = scratch_cand_;  // (running index, GPUs here)
+    cand.clear();
     int total = 0;
     for (auto [r, gpus] : state_[idx].jobs) {
       if (Victim(running_[r], run_[r], priority) && !taken.count(r)) {
@@ -602,7 +610,7 @@ class Pass {
       if (lhs != rhs) return lhs > rhs;
       return running_[a.first].job_id < running_[b.first].job_id;
     });
-    std::vector<int> victims;
+    absl::InlinedVector<int, 8> victims;
     int freed = 0;
     for (auto [r, gpus] : cand) {
       if (freed >= deficit) break;
@@ -852,7 +860,21 @@ class Pass {
     return s;
   }
 
-  std::string Holders(const Shape& shape, int64_t self) const {
+  // "job 4" or "jobs 4, 7, 9, 12, 20 and 3 more": who holds capacity this job could use.
+  // Cached per shape until the next hold, unless the job holds capacity itself.
+  const std::string& Holders(Shape& shape, int64_t self, bool self_holds) {
+    if (self_holds) {
+      scratch_text_ = HoldersText(shape, self);
+      return scratch_text_;
+    }
+    if (shape.holders_version != holds_version_) {
+      shape.holders_text = HoldersText(shape, self);
+      shape.holders_version = holds_version_;
+    }
+    return shape.holders_text;
+  }
+
+  std::string HoldersText(const Shape& shape, int64_t self) const {
     std::set<int64_t> ids;
     for (int ci : shape.classes) {
       for (int64_t id : classes_[ci].holders) {
@@ -902,6 +924,9 @@ class Pass {
   int estimates_ = 0;
   uint32_t stamp_ = 0;
   std::optional<PendingCode> last_preempt_code_;
+  uint64_t holds_version_ = 0;
+  std::string scratch_text_;
+  mutable std::vector<std::pair<int, int>> scratch_cand_;  // CoverWorker's candidates
 
   Decisions out_;
   std::vector<const std::string*> pending_queue_;  // parallel to out_.pending
