@@ -131,6 +131,10 @@ constexpr char kJobColumns[] =
     "id, owner, state, status_reason, spec, idempotency_key, create_time_us, update_time_us, "
     "attempts, last_event_seq, restarts, workers, latest_metrics";
 
+}  // namespace
+
+const char* JobColumns() { return kJobColumns; }
+
 absl::StatusOr<v1::Job> JobFromRow(const sqlite::Statement& s) {
   v1::Job job;
   job.set_id(JobIdString(s.ColumnInt(0)));
@@ -152,6 +156,8 @@ absl::StatusOr<v1::Job> JobFromRow(const sqlite::Statement& s) {
   if (!s.ColumnIsNull(12)) (void)job.mutable_latest_metrics()->ParseFromString(s.ColumnText(12));
   return job;
 }
+
+namespace {
 
 v1::JobEvent EventFromRow(const sqlite::Statement& s) {
   v1::JobEvent e;

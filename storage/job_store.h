@@ -236,6 +236,11 @@ class JobStore {
   std::thread checkpoint_thread_;
 };
 
+// The columns JobFromRow reads, for queries composed elsewhere in storage/.
+const char* JobColumns();
+// Reads a job from a row that starts with JobColumns() at column `first`.
+absl::StatusOr<v1::Job> JobFromRow(const sqlite::Statement& row);
+
 // Helpers shared by the coordinator.
 bool IsTerminal(v1::JobState state);
 std::string JobIdString(int64_t id);

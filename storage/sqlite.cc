@@ -61,6 +61,10 @@ Statement& Statement::BindBlob(int i, absl::string_view v) {
   sqlite3_bind_blob(stmt_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
   return *this;
 }
+Statement& Statement::BindDouble(int i, double v) {
+  sqlite3_bind_double(stmt_, i, v);
+  return *this;
+}
 Statement& Statement::BindNull(int i) {
   sqlite3_bind_null(stmt_, i);
   return *this;

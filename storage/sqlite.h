@@ -38,6 +38,7 @@ class Statement {
   Statement& Bind(int i, absl::string_view v);
   Statement& BindBlob(int i, absl::string_view v);
   Statement& BindNull(int i);
+  Statement& BindDouble(int i, double v);
 
   // Steps once: true when a row is available, false when done.
   absl::StatusOr<bool> Step();
@@ -47,6 +48,7 @@ class Statement {
 
   int64_t ColumnInt(int i) const { return sqlite3_column_int64(stmt_, i); }
   std::string ColumnText(int i) const;
+  double ColumnDouble(int i) const { return sqlite3_column_double(stmt_, i); }
   bool ColumnIsNull(int i) const { return sqlite3_column_type(stmt_, i) == SQLITE_NULL; }
 
  private:

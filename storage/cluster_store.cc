@@ -1,0 +1,470 @@
+#include "storage/cluster_store.h"
+
+#include <algorithm>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "google/protobuf/util/time_util.h"
+
+namespace llamafleet {
+namespace {
+
+using google::protobuf::util::TimeUtil;
+
+// Runs `sql` with `bind` applied, to completion.
+template <typename BindFn>
+absl::Status Exec(Txn& txn, const std::string& sql, BindFn bind) {
+  absl::StatusOr<sqlite::Statement*> s = txn.Statement(sql);
+  if (!s.ok()) return s.status();
+  bind(**s);
+  return (*s)->Run();
+}
+
+absl::StatusOr<v1::Job> RequireJob(Txn& txn, int64_t job_id) {
+  absl::StatusOr<std::optional<v1::Job>> job = txn.LoadJob(job_id);
+  if (!job.ok()) return job.status();
+  if (!job->has_value()) return absl::NotFoundError(absl::StrCat("job ", job_id, " not found"));
+  return std::move(**job);
+}
+
+absl::Status MarkFinished(Txn& txn, int64_t job_id) {
+  return Exec(txn, "UPDATE jobs SET finish_us = ?2 WHERE id = ?1",
+              [&](sqlite::Statement& s) { s.Bind(1, job_id).Bind(2, txn.NowMicros()); });
+}
+
+template <typename RowFn>
+absl::Status Query(sqlite::Connection& conn, const std::string& sql,
+                   const std::function<void(sqlite::Statement&)>& bind, RowFn row) {
+  absl::StatusOr<sqlite::Statement> s = conn.Prepare(sql);
+  if (!s.ok()) return s.status();
+  bind(*s);
+  while (true) {
+    absl::StatusOr<bool> has = s->Step();
+    if (!has.ok()) return has.status();
+    if (!*has) return absl::OkStatus();
+    if (absl::Status r = row(*s); !r.ok()) return r;
+  }
+}
+
+absl::Time FromMicros(int64_t us) { return us == 0 ? absl::InfinitePast() : absl::FromUnixMicros(us); }
+
+}  // namespace
+
+TxnFunction StartAttemptTxn(AttemptRecord a) {
+  return [a = std::move(a)](Txn& txn) -> absl::Status {
+    absl::StatusOr<v1::Job> job = RequireJob(txn, a.job_id);
+    if (!job.ok()) return job.status();
+    if (job->state() != v1::QUEUED) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("job ", a.job_id, " is ", v1::JobState_Name(job->state()), ", not QUEUED"));
+    }
+    const int64_t now = txn.NowMicros();
+    absl::Status s = Exec(txn,
+                          "INSERT INTO attempts (job_id, attempt, state, start_us, master_addr, "
+                          "master_port, resume_from) VALUES (?1, ?2, 0, ?3, ?4, ?5, ?6)",
+                          [&](sqlite::Statement& st) {
+                            st.Bind(1, a.job_id).Bind(2, int64_t{a.attempt}).Bind(3, now);
+                            st.Bind(4, a.master_addr).Bind(5, int64_t{a.master_port});
+                            st.Bind(6, a.resume_from);
+                          });
+    if (!s.ok()) return s;
+    std::vector<std::string> placed, workers;
+    for (const TaskRecord& t : a.tasks) {
+      s = Exec(txn,
+               "INSERT INTO tasks (task_id, job_id, attempt, node_rank, worker, ranks, state) "
+               "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+               [&](sqlite::Statement& st) {
+                 st.Bind(1, t.task_id).Bind(2, a.job_id).Bind(3, int64_t{a.attempt});
+                 st.Bind(4, int64_t{t.node_rank}).Bind(5, t.worker).Bind(6, int64_t{t.ranks});
+                 st.Bind(7, static_cast<int64_t>(v1::TASK_STARTING));
+               });
+      if (!s.ok()) return s;
+      placed.push_back(absl::StrCat(t.worker, " (node ", t.node_rank, ")"));
+      workers.push_back(t.worker);
+    }
+    s = Exec(txn,
+             "UPDATE jobs SET attempts = ?2, workers = ?3, "
+             "first_start_us = CASE WHEN first_start_us = 0 THEN ?4 ELSE first_start_us END "
+             "WHERE id = ?1",
+             [&](sqlite::Statement& st) {
+               st.Bind(1, a.job_id).Bind(2, int64_t{a.attempt}).Bind(3, absl::StrJoin(workers, ","));
+               st.Bind(4, now);
+             });
+    if (!s.ok()) return s;
+    std::string reason = absl::StrCat("attempt ", a.attempt, " placed on ", absl::StrJoin(placed, ", "));
+    if (!a.resume_from.empty()) absl::StrAppend(&reason, "; resuming from ", a.resume_from);
+    return txn.Transition(&*job, "scheduled", v1::SCHEDULED, reason, "starting ranks");
+  };
+}
+
+TxnFunction AttemptRunningTxn(int64_t job_id, int attempt) {
+  return [=](Txn& txn) -> absl::Status {
+    absl::StatusOr<v1::Job> job = RequireJob(txn, job_id);
+    if (!job.ok()) return job.status();
+    if (job->state() != v1::SCHEDULED || job->attempts() != attempt) return absl::OkStatus();
+    return txn.Transition(&*job, "running", v1::RUNNING,
+                          absl::StrCat("attempt ", attempt, ": every rank started"), "training");
+  };
+}
+
+TxnFunction SetTaskStateTxn(const std::string& task_id, const v1::TaskStatus& status) {
+  return [task_id, status](Txn& txn) -> absl::Status {
+    return Exec(txn, "UPDATE tasks SET state = ?2, message = ?3, exits = ?4 WHERE task_id = ?1",
+                [&](sqlite::Statement& st) {
+                  st.Bind(1, task_id).Bind(2, static_cast<int64_t>(status.state()));
+                  st.Bind(3, status.message()).BindBlob(4, status.SerializeAsString());
+                });
+  };
+}
+
+TxnFunction EndAttemptTxn(AttemptEnd end) {
+  return [end = std::move(end)](Txn& txn) -> absl::Status {
+    const char* failure_class = "";
+    AttemptState state = AttemptState::kFailed;
+    switch (end.outcome) {
+      case AttemptOutcome::kSucceeded: state = AttemptState::kSucceeded; break;
+      case AttemptOutcome::kRetryable: failure_class = "retryable"; break;
+      case AttemptOutcome::kNodeFault: failure_class = "node_fault"; break;
+      case AttemptOutcome::kPermanent: failure_class = "permanent"; break;
+      case AttemptOutcome::kDeadline: failure_class = "deadline"; break;
+      case AttemptOutcome::kPreempted: state = AttemptState::kStopped; failure_class = "preempted"; break;
+      case AttemptOutcome::kStopped: state = AttemptState::kStopped; break;
+    }
+    absl::StatusOr<sqlite::Statement*> update = txn.Statement(
+        "UPDATE attempts SET state = ?3, end_us = ?4, failure_class = ?5, reason = ?6 "
+        "WHERE job_id = ?1 AND attempt = ?2 AND state = 0");
+    if (!update.ok()) return update.status();
+    (*update)->Bind(1, end.job_id).Bind(2, int64_t{end.attempt}).Bind(3, static_cast<int64_t>(state));
+    (*update)->Bind(4, txn.NowMicros()).Bind(5, failure_class).Bind(6, end.reason);
+    if (absl::Status s = (*update)->Run(); !s.ok()) return s;
+    // (Ending an attempt twice is harmless: the job moves only from the states below.)
+    absl::StatusOr<v1::Job> job = RequireJob(txn, end.job_id);
+    if (!job.ok()) return job.status();
+    if (IsTerminal(job->state()) || job->attempts() != end.attempt) return absl::OkStatus();
+    const v1::RunPolicy& policy = job->spec().run_policy();
+    const int64_t now = txn.NowMicros();
+    switch (end.outcome) {
+      case AttemptOutcome::kStopped:
+        return absl::OkStatus();
+      case AttemptOutcome::kSucceeded:
+        if (absl::Status s = MarkFinished(txn, end.job_id); !s.ok()) return s;
+        return txn.Transition(&*job, "succeeded", v1::SUCCEEDED, end.reason);
+      case AttemptOutcome::kPermanent:
+      case AttemptOutcome::kDeadline:
+        if (absl::Status s = MarkFinished(txn, end.job_id); !s.ok()) return s;
+        return txn.Transition(&*job, "failed", v1::FAILED, end.reason);
+      case AttemptOutcome::kPreempted: {
+        absl::Status s = Exec(txn, "UPDATE jobs SET last_preempted_us = ?2 WHERE id = ?1",
+                              [&](sqlite::Statement& st) { st.Bind(1, end.job_id).Bind(2, now); });
+        if (!s.ok()) return s;
+        return txn.Transition(&*job, "requeued", v1::QUEUED,
+                              absl::StrCat("preempted: ", end.reason,
+                                           "; requeued without using a restart"),
+                              "waiting to be scheduled (preempted)");
+      }
+      case AttemptOutcome::kRetryable:
+      case AttemptOutcome::kNodeFault: {
+        if (job->restarts() >= policy.max_restarts()) {
+          if (absl::Status s = MarkFinished(txn, end.job_id); !s.ok()) return s;
+          return txn.Transition(&*job, "failed", v1::FAILED,
+                                absl::StrCat(end.reason, "; no restarts left (",
+                                             job->restarts(), " of ", policy.max_restarts(),
+                                             " used)"));
+        }
+        std::string excluded;
+        if (end.outcome == AttemptOutcome::kNodeFault && !end.excluded_worker.empty()) {
+          excluded = end.excluded_worker;
+        }
+        absl::Status s = Exec(
+            txn,
+            "UPDATE jobs SET restarts = restarts + 1, eligible_us = ?2, excluded_workers = "
+            "CASE WHEN ?3 = '' THEN excluded_workers WHEN excluded_workers = '' THEN ?3 "
+            "ELSE excluded_workers || ',' || ?3 END WHERE id = ?1",
+            [&](sqlite::Statement& st) {
+              st.Bind(1, end.job_id);
+              st.Bind(2, now + policy.restart_backoff_seconds() * 1000000);
+              st.Bind(3, excluded);
+            });
+        if (!s.ok()) return s;
+        s = txn.Transition(&*job, "restarting", v1::RESTARTING, end.reason);
+        if (!s.ok()) return s;
+        return txn.Transition(
+            &*job, "requeued", v1::QUEUED,
+            absl::StrCat("restart ", job->restarts() + 1, " of ", policy.max_restarts(), " after ",
+                         policy.restart_backoff_seconds(), "s backoff",
+                         excluded.empty() ? "" : absl::StrCat("; excluding worker ", excluded),
+                         "; resumes from the newest checkpoint"),
+            "waiting to restart");
+      }
+    }
+    return absl::OkStatus();
+  };
+}
+
+TxnFunction BeginPreemptionTxn(int64_t job_id, std::string reason) {
+  return [job_id, reason = std::move(reason)](Txn& txn) -> absl::Status {
+    absl::StatusOr<v1::Job> job = RequireJob(txn, job_id);
+    if (!job.ok()) return job.status();
+    if (job->state() != v1::RUNNING && job->state() != v1::SCHEDULED) {
+      return absl::FailedPreconditionError(absl::StrCat("job ", job_id, " is not running"));
+    }
+    return txn.Transition(&*job, "preempting", v1::PREEMPTING, reason,
+                          "checkpointing and stopping for a higher-priority job");
+  };
+}
+
+TxnFunction RecordCheckpointTxn(int64_t job_id, int attempt, const v1::CheckpointReport& r) {
+  return [=](Txn& txn) -> absl::Status {
+    return Exec(txn,
+                "INSERT OR IGNORE INTO checkpoints (job_id, step, attempt, path, bytes, "
+                "manifest_sha256, loss, time_us) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                [&](sqlite::Statement& st) {
+                  st.Bind(1, job_id).Bind(2, r.step()).Bind(3, int64_t{attempt});
+                  st.Bind(4, r.path()).Bind(5, r.bytes()).Bind(6, r.manifest_sha256());
+                  st.BindDouble(7, r.loss()).Bind(8, txn.NowMicros());
+                });
+  };
+}
+
+TxnFunction ForgetCheckpointsTxn(int64_t job_id, std::vector<int64_t> steps) {
+  return [=](Txn& txn) -> absl::Status {
+    for (int64_t step : steps) {
+      absl::Status s = Exec(txn, "DELETE FROM checkpoints WHERE job_id = ?1 AND step = ?2",
+                            [&](sqlite::Statement& st) { st.Bind(1, job_id).Bind(2, step); });
+      if (!s.ok()) return s;
+    }
+    return absl::OkStatus();
+  };
+}
+
+TxnFunction RecordMetricsTxn(int64_t job_id, v1::JobMetricsPoint point, int max_rows) {
+  return [=](Txn& txn) -> absl::Status {
+    const std::string bytes = point.SerializeAsString();
+    absl::Status s = Exec(txn,
+                          "INSERT INTO job_metrics (job_id, attempt, step, time_us, point) "
+                          "VALUES (?1, ?2, ?3, ?4, ?5)",
+                          [&](sqlite::Statement& st) {
+                            st.Bind(1, job_id).Bind(2, int64_t{point.attempt()}).Bind(3, point.step());
+                            st.Bind(4, txn.NowMicros()).BindBlob(5, bytes);
+                          });
+    if (!s.ok()) return s;
+    s = Exec(txn, "UPDATE jobs SET latest_metrics = ?2 WHERE id = ?1",
+             [&](sqlite::Statement& st) { st.Bind(1, job_id).BindBlob(2, bytes); });
+    if (!s.ok()) return s;
+    absl::StatusOr<sqlite::Statement*> count =
+        txn.Statement("SELECT COUNT(*) FROM job_metrics WHERE job_id = ?1");
+    if (!count.ok()) return count.status();
+    (*count)->Bind(1, job_id);
+    absl::StatusOr<bool> row = (*count)->Step();
+    if (!row.ok()) return row.status();
+    const int64_t rows = *row ? (*count)->ColumnInt(0) : 0;
+    (*count)->Reset();
+    if (rows <= max_rows) return absl::OkStatus();
+    // Thin the history: every other point goes, the newest always stays.
+    return Exec(txn,
+                "DELETE FROM job_metrics WHERE rowid IN (SELECT rowid FROM (SELECT rowid, "
+                "ROW_NUMBER() OVER (ORDER BY step DESC, rowid DESC) AS n FROM job_metrics "
+                "WHERE job_id = ?1) WHERE n % 2 = 0)",
+                [&](sqlite::Statement& st) { st.Bind(1, job_id); });
+  };
+}
+
+TxnFunction UpsertWorkerTxn(const std::string& name, const v1::Inventory& inventory,
+                            v1::WorkerState state) {
+  return [=](Txn& txn) -> absl::Status {
+    return Exec(txn,
+                "INSERT INTO workers (name, inventory, state, registered_us, last_seen_us) "
+                "VALUES (?1, ?2, ?3, ?4, ?4) ON CONFLICT(name) DO UPDATE SET "
+                "inventory = excluded.inventory, state = excluded.state, "
+                "last_seen_us = excluded.last_seen_us",
+                [&](sqlite::Statement& st) {
+                  st.Bind(1, name).BindBlob(2, inventory.SerializeAsString());
+                  st.Bind(3, static_cast<int64_t>(state)).Bind(4, txn.NowMicros());
+                });
+  };
+}
+
+TxnFunction SetWorkerStateTxn(const std::string& name, v1::WorkerState state) {
+  return [=](Txn& txn) -> absl::Status {
+    return Exec(txn, "UPDATE workers SET state = ?2, last_seen_us = ?3 WHERE name = ?1",
+                [&](sqlite::Statement& st) {
+                  st.Bind(1, name).Bind(2, static_cast<int64_t>(state)).Bind(3, txn.NowMicros());
+                });
+  };
+}
+
+TxnFunction DeleteJobTxn(int64_t job_id) {
+  return [=](Txn& txn) -> absl::Status {
+    return Exec(txn, "DELETE FROM jobs WHERE id = ?1",
+                [&](sqlite::Statement& st) { st.Bind(1, job_id); });
+  };
+}
+
+absl::StatusOr<std::vector<AttemptRecord>> LoadActiveAttempts(JobStore& store) {
+  std::vector<AttemptRecord> out;
+  absl::Status s = store.Read([&](sqlite::Connection& conn) -> absl::Status {
+    absl::Status q = Query(
+        conn,
+        "SELECT job_id, attempt, start_us, master_addr, master_port, resume_from FROM attempts "
+        "WHERE state = 0 ORDER BY job_id",
+        [](sqlite::Statement&) {},
+        [&](sqlite::Statement& row) {
+          AttemptRecord a;
+          a.job_id = row.ColumnInt(0);
+          a.attempt = static_cast<int>(row.ColumnInt(1));
+          a.started = absl::FromUnixMicros(row.ColumnInt(2));
+          a.master_addr = row.ColumnText(3);
+          a.master_port = static_cast<int>(row.ColumnInt(4));
+          a.resume_from = row.ColumnText(5);
+          out.push_back(std::move(a));
+          return absl::OkStatus();
+        });
+    if (!q.ok()) return q;
+    for (AttemptRecord& a : out) {
+      q = Query(
+          conn,
+          "SELECT task_id, node_rank, worker, ranks, state FROM tasks WHERE job_id = ?1 AND "
+          "attempt = ?2 ORDER BY node_rank",
+          [&](sqlite::Statement& st) { st.Bind(1, a.job_id).Bind(2, int64_t{a.attempt}); },
+          [&](sqlite::Statement& row) {
+            TaskRecord t;
+            t.task_id = row.ColumnText(0);
+            t.node_rank = static_cast<int>(row.ColumnInt(1));
+            t.worker = row.ColumnText(2);
+            t.ranks = static_cast<int>(row.ColumnInt(3));
+            t.state = static_cast<v1::TaskState>(row.ColumnInt(4));
+            a.tasks.push_back(std::move(t));
+            return absl::OkStatus();
+          });
+      if (!q.ok()) return q;
+    }
+    return absl::OkStatus();
+  });
+  if (!s.ok()) return s;
+  return out;
+}
+
+absl::StatusOr<std::vector<SchedulableJob>> LoadJobsInStates(
+    JobStore& store, const std::vector<v1::JobState>& states) {
+  std::vector<std::string> codes;
+  for (v1::JobState s : states) codes.push_back(absl::StrCat(static_cast<int>(s)));
+  std::vector<SchedulableJob> out;
+  absl::Status s = store.Read([&](sqlite::Connection& conn) {
+    return Query(
+        conn,
+        absl::StrCat("SELECT ", JobColumns(),
+                     ", queued_since_us, eligible_us, last_preempted_us, first_start_us, "
+                     "excluded_workers FROM jobs WHERE state IN (",
+                     absl::StrJoin(codes, ","), ") ORDER BY id"),
+        [](sqlite::Statement&) {},
+        [&](sqlite::Statement& row) -> absl::Status {
+          absl::StatusOr<v1::Job> job = JobFromRow(row);
+          if (!job.ok()) return job.status();
+          SchedulableJob j;
+          j.job = std::move(*job);
+          const int base = 13;  // columns after JobColumns()
+          j.queued_since = absl::FromUnixMicros(row.ColumnInt(base));
+          j.eligible = absl::FromUnixMicros(row.ColumnInt(base + 1));
+          j.last_preempted = FromMicros(row.ColumnInt(base + 2));
+          j.first_start = FromMicros(row.ColumnInt(base + 3));
+          for (absl::string_view w : absl::StrSplit(row.ColumnText(base + 4), ',', absl::SkipEmpty())) {
+            j.excluded_workers.insert(std::string(w));
+          }
+          out.push_back(std::move(j));
+          return absl::OkStatus();
+        });
+  });
+  if (!s.ok()) return s;
+  return out;
+}
+
+absl::StatusOr<std::vector<v1::Checkpoint>> ListCheckpoints(JobStore& store, int64_t job_id) {
+  std::vector<v1::Checkpoint> out;
+  absl::Status s = store.Read([&](sqlite::Connection& conn) {
+    return Query(
+        conn,
+        "SELECT step, attempt, path, bytes, manifest_sha256, loss, time_us FROM checkpoints "
+        "WHERE job_id = ?1 ORDER BY step DESC",
+        [&](sqlite::Statement& st) { st.Bind(1, job_id); },
+        [&](sqlite::Statement& row) {
+          v1::Checkpoint c;
+          c.set_job_id(JobIdString(job_id));
+          c.set_step(row.ColumnInt(0));
+          c.set_attempt(static_cast<int32_t>(row.ColumnInt(1)));
+          c.set_path(row.ColumnText(2));
+          c.set_bytes(row.ColumnInt(3));
+          c.set_manifest_sha256(row.ColumnText(4));
+          c.set_loss(row.ColumnDouble(5));
+          *c.mutable_time() = TimeUtil::MicrosecondsToTimestamp(row.ColumnInt(6));
+          out.push_back(std::move(c));
+          return absl::OkStatus();
+        });
+  });
+  if (!s.ok()) return s;
+  return out;
+}
+
+absl::StatusOr<std::vector<v1::JobMetricsPoint>> MetricsHistory(JobStore& store, int64_t job_id,
+                                                                int max_points) {
+  std::vector<v1::JobMetricsPoint> all;
+  absl::Status s = store.Read([&](sqlite::Connection& conn) {
+    return Query(
+        conn, "SELECT point FROM job_metrics WHERE job_id = ?1 ORDER BY step, rowid",
+        [&](sqlite::Statement& st) { st.Bind(1, job_id); },
+        [&](sqlite::Statement& row) {
+          v1::JobMetricsPoint p;
+          (void)p.ParseFromString(row.ColumnText(0));
+          all.push_back(std::move(p));
+          return absl::OkStatus();
+        });
+  });
+  if (!s.ok()) return s;
+  if (max_points <= 0 || static_cast<int>(all.size()) <= max_points) return all;
+  // Even spacing over the history, always ending with the newest point.
+  std::vector<v1::JobMetricsPoint> out;
+  const double stride = static_cast<double>(all.size() - 1) / (max_points - 1);
+  for (int i = 0; i < max_points; ++i) out.push_back(all[static_cast<size_t>(i * stride + 0.5)]);
+  return out;
+}
+
+absl::StatusOr<std::vector<WorkerRecord>> ListWorkerRecords(JobStore& store) {
+  std::vector<WorkerRecord> out;
+  absl::Status s = store.Read([&](sqlite::Connection& conn) {
+    return Query(conn, "SELECT name, inventory, state, last_seen_us FROM workers ORDER BY name",
+                 [](sqlite::Statement&) {},
+                 [&](sqlite::Statement& row) {
+                   WorkerRecord w;
+                   w.name = row.ColumnText(0);
+                   (void)w.inventory.ParseFromString(row.ColumnText(1));
+                   w.state = static_cast<v1::WorkerState>(row.ColumnInt(2));
+                   w.last_seen = absl::FromUnixMicros(row.ColumnInt(3));
+                   out.push_back(std::move(w));
+                   return absl::OkStatus();
+                 });
+  });
+  if (!s.ok()) return s;
+  return out;
+}
+
+absl::StatusOr<std::vector<int64_t>> ExpiredJobs(JobStore& store, absl::Time now) {
+  std::vector<int64_t> out;
+  absl::Status s = store.Read([&](sqlite::Connection& conn) {
+    return Query(conn, "SELECT id, spec, finish_us FROM jobs WHERE finish_us > 0",
+                 [](sqlite::Statement&) {},
+                 [&](sqlite::Statement& row) {
+                   v1::JobSpec spec;
+                   (void)spec.ParseFromString(row.ColumnText(1));
+                   const int64_t ttl = spec.run_policy().ttl_after_finished_seconds();
+                   if (ttl > 0 && absl::FromUnixMicros(row.ColumnInt(2)) + absl::Seconds(ttl) <= now) {
+                     out.push_back(row.ColumnInt(0));
+                   }
+                   return absl::OkStatus();
+                 });
+  });
+  if (!s.ok()) return s;
+  return out;
+}
+
+}  // namespace llamafleet

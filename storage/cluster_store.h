@@ -1,0 +1,117 @@
+#ifndef LLAMAFLEET_STORAGE_CLUSTER_STORE_H_
+#define LLAMAFLEET_STORAGE_CLUSTER_STORE_H_
+
+// The cluster's durable state beside the jobs: workers, attempts and their tasks,
+// checkpoints and metrics. Every change is a TxnFunction run through JobStore::Write, so it
+// is group-committed with everything else and its job events are written in the same
+// transaction as the state change they describe.
+
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "llamafleet/v1/job.pb.h"
+#include "llamafleet/v1/worker.pb.h"
+#include "storage/job_store.h"
+
+namespace llamafleet {
+
+enum class AttemptState { kActive = 0, kSucceeded = 1, kFailed = 2, kStopped = 3 };
+
+struct TaskRecord {
+  std::string task_id;
+  int node_rank = 0;
+  std::string worker;  // worker name
+  int ranks = 0;       // GPUs or CPU ranks held
+  v1::TaskState state = v1::TASK_STARTING;
+};
+
+struct AttemptRecord {
+  int64_t job_id = 0;
+  int attempt = 0;
+  AttemptState state = AttemptState::kActive;
+  absl::Time started;
+  std::string master_addr;
+  int master_port = 0;
+  std::string resume_from;
+  std::vector<TaskRecord> tasks;  // by node rank
+};
+
+// How an attempt ended, and what the job does next.
+enum class AttemptOutcome {
+  kSucceeded,   // job → SUCCEEDED
+  kRetryable,   // RESTARTING → QUEUED after backoff while restarts last, else FAILED
+  kNodeFault,   // as kRetryable, and the worker is excluded from the job's next placement
+  kPermanent,   // job → FAILED now (bad spec, bad data)
+  kPreempted,   // PREEMPTING → QUEUED, restart budget untouched
+  kStopped,     // the job was already ended (cancelled); only the attempt is closed
+  kDeadline,    // active_deadline exceeded: job → FAILED
+};
+
+struct AttemptEnd {
+  int64_t job_id = 0;
+  int attempt = 0;
+  AttemptOutcome outcome = AttemptOutcome::kSucceeded;
+  std::string reason;             // human-readable; becomes the event's reason
+  std::string excluded_worker;    // kNodeFault
+};
+
+// --- Write operations (run with JobStore::Write / WriteAndWait).
+
+// Job QUEUED → SCHEDULED with the attempt and its tasks. FAILED_PRECONDITION if the job is
+// no longer QUEUED (cancelled meanwhile): nothing is written.
+TxnFunction StartAttemptTxn(AttemptRecord attempt);
+// Job SCHEDULED → RUNNING once every rank has started.
+TxnFunction AttemptRunningTxn(int64_t job_id, int attempt);
+TxnFunction SetTaskStateTxn(const std::string& task_id, const v1::TaskStatus& status);
+// Closes the attempt and moves the job as `end.outcome` says (see AttemptOutcome).
+TxnFunction EndAttemptTxn(AttemptEnd end);
+// Job RUNNING/SCHEDULED → PREEMPTING.
+TxnFunction BeginPreemptionTxn(int64_t job_id, std::string reason);
+// Records a complete checkpoint (idempotent per job and step).
+TxnFunction RecordCheckpointTxn(int64_t job_id, int attempt, const v1::CheckpointReport& report);
+// Deletes the rows of checkpoints whose files retention has already removed.
+TxnFunction ForgetCheckpointsTxn(int64_t job_id, std::vector<int64_t> steps);
+// Appends a metrics point and makes it the job's latest; keeps at most `max_rows` per job
+// by thinning older history (every other row) when exceeded.
+TxnFunction RecordMetricsTxn(int64_t job_id, v1::JobMetricsPoint point, int max_rows = 4096);
+TxnFunction UpsertWorkerTxn(const std::string& name, const v1::Inventory& inventory,
+                            v1::WorkerState state);
+TxnFunction SetWorkerStateTxn(const std::string& name, v1::WorkerState state);
+
+// --- Reads.
+
+// Attempts still active (with their tasks), for recovery after a restart.
+absl::StatusOr<std::vector<AttemptRecord>> LoadActiveAttempts(JobStore& store);
+
+struct SchedulableJob {
+  v1::Job job;
+  absl::Time queued_since;
+  absl::Time eligible;          // not before (restart backoff)
+  absl::Time last_preempted;    // InfinitePast if never
+  absl::Time first_start;       // InfinitePast if never started
+  std::set<std::string> excluded_workers;
+};
+// QUEUED jobs, and RUNNING/SCHEDULED/PREEMPTING ones' scheduling fields, by job id.
+absl::StatusOr<std::vector<SchedulableJob>> LoadJobsInStates(JobStore& store,
+                                                             const std::vector<v1::JobState>& states);
+absl::StatusOr<std::vector<v1::Checkpoint>> ListCheckpoints(JobStore& store, int64_t job_id);
+absl::StatusOr<std::vector<v1::JobMetricsPoint>> MetricsHistory(JobStore& store, int64_t job_id,
+                                                                int max_points);
+struct WorkerRecord {
+  std::string name;
+  v1::Inventory inventory;
+  v1::WorkerState state = v1::WORKER_STATE_UNSPECIFIED;
+  absl::Time last_seen;
+};
+absl::StatusOr<std::vector<WorkerRecord>> ListWorkerRecords(JobStore& store);
+// Finished jobs whose ttl_after_finished has passed at `now`.
+absl::StatusOr<std::vector<int64_t>> ExpiredJobs(JobStore& store, absl::Time now);
+TxnFunction DeleteJobTxn(int64_t job_id);
+
+}  // namespace llamafleet
+
+#endif  // LLAMAFLEET_STORAGE_CLUSTER_STORE_H_
