@@ -1,0 +1,565 @@
+#include "sharded_engine.h"
+
+#include <torch/csrc/autograd/custom_function.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "hf_io.h"
+#include "util.h"
+
+namespace llamafleet::trainer {
+
+const char* ShardingStrategyName(ShardingStrategy s) {
+  switch (s) {
+    case ShardingStrategy::kFullShard: return "FULL_SHARD";
+    case ShardingStrategy::kShardGradOp: return "SHARD_GRAD_OP";
+    case ShardingStrategy::kHybridShard: return "HYBRID_SHARD";
+    case ShardingStrategy::kNoShard: return "NO_SHARD";
+  }
+  return "?";
+}
+
+absl::StatusOr<ShardingStrategy> ParseShardingStrategy(const std::string& name) {
+  for (ShardingStrategy s : {ShardingStrategy::kFullShard, ShardingStrategy::kShardGradOp,
+                             ShardingStrategy::kHybridShard, ShardingStrategy::kNoShard}) {
+    if (name == ShardingStrategyName(s)) return s;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown sharding strategy \"", name, "\" (FULL_SHARD, SHARD_GRAD_OP, HYBRID_SHARD, NO_SHARD)"));
+}
+
+std::vector<std::vector<int>> ShardGroups(int world_size, int group) {
+  std::vector<std::vector<int>> out;
+  for (int g = 0; g < world_size / group; ++g) {
+    out.emplace_back();
+    for (int i = 0; i < group; ++i) out.back().push_back(g * group + i);
+  }
+  return out;
+}
+
+std::vector<std::vector<int>> ReplicaGroups(int world_size, int group) {
+  std::vector<std::vector<int>> out(group);
+  for (int r = 0; r < world_size; ++r) out[r % group].push_back(r);
+  return out;
+}
+
+ShardSource HfShardSource(const HfModelDir& dir, const std::vector<UnitLayout>& layout) {
+  return [&dir, layout](int unit, int64_t begin, int64_t end, at::Tensor out) -> absl::Status {
+    const UnitLayout& u = layout[unit];
+    int64_t offset = 0;
+    for (size_t i = 0; i < u.param_names.size(); ++i) {
+      int64_t n = 1;
+      for (int64_t d : u.shapes[i]) n *= d;
+      const int64_t lo = std::max(begin, offset), hi = std::min(end, offset + n);
+      if (lo < hi) {
+        LF_ASSIGN_OR_RETURN(at::Tensor part, dir.ReadFlatSlice(u.param_names[i], lo - offset, hi - offset));
+        out.narrow(0, lo - begin, hi - lo).copy_(part);
+      }
+      offset += n;
+    }
+    return absl::OkStatus();
+  };
+}
+
+ShardSource SeededShardSource(const std::vector<UnitLayout>& layout, uint64_t seed) {
+  auto cache = std::make_shared<std::pair<int, at::Tensor>>(-1, at::Tensor());
+  return [layout, seed, cache](int unit, int64_t begin, int64_t end, at::Tensor out) -> absl::Status {
+    if (cache->first != unit) {
+      std::vector<at::Tensor> flat;
+      for (const at::Tensor& t : InitUnit(layout[unit], seed)) flat.push_back(t.reshape({-1}));
+      *cache = {unit, at::cat(flat)};
+    }
+    out.copy_(cache->second.narrow(0, begin, end - begin));
+    return absl::OkStatus();
+  };
+}
+
+// ---------------------------------------------------------------------------------------
+// One acquisition of a unit: a gathered flat buffer [padded] in the compute dtype. Its
+// storage object lives as long as autograd holds views of it; Free() drops the bytes
+// (nbytes 0) and Regather() brings them back into the same storage.
+struct ShardedEngine::Gathered {
+  int unit = -1;
+  at::Tensor buffer;     // [padded], plain (no autograd)
+  size_t nbytes = 0;
+  bool freed = false;
+  bool released = false;
+  bool needs_backward = false;  // acquired with grad mode on
+  bool backward_done = false;
+  std::unique_ptr<CommWork> work;  // all-gather in flight into `buffer`
+  at::Tensor send;                 // the cast local shard, alive while `work` runs
+};
+
+// The autograd node between a unit's master shard and its gathered parameters.
+class ShardedEngine::GatherFunction : public torch::autograd::Function<GatherFunction> {
+ public:
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, at::Tensor master,
+                            ShardedEngine* engine, int64_t instance, int64_t generation) {
+    ctx->saved_data["engine"] = reinterpret_cast<int64_t>(engine);
+    ctx->saved_data["instance"] = instance;
+    ctx->saved_data["generation"] = generation;
+    const at::Tensor& buf = engine->pass_[instance]->buffer;
+    // A new tensor object on the same storage (not an autograd view of it).
+    return at::empty({0}, buf.options()).set_(buf.storage(), 0, {buf.numel()}, {1});
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    auto* engine = reinterpret_cast<ShardedEngine*>(ctx->saved_data["engine"].toInt());
+    TORCH_CHECK(ctx->saved_data["generation"].toInt() == engine->pass_generation_,
+                "backward of a forward pass that a later forward pass replaced (run backward "
+                "after each forward)");
+    engine->PostBackward(static_cast<int>(ctx->saved_data["instance"].toInt()), grads[0]);
+    return {at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
+namespace {
+void FreeStorage(const at::Tensor& t) {
+  c10::StorageImpl* s = t.storage().unsafeGetStorageImpl();
+  s->set_data_ptr_noswap(c10::DataPtr(nullptr, t.device()));
+  s->set_nbytes(0);
+}
+void AllocStorage(const at::Tensor& t, size_t nbytes) {
+  c10::StorageImpl* s = t.storage().unsafeGetStorageImpl();
+  s->set_data_ptr_noswap(s->allocator()->allocate(nbytes));
+  s->set_nbytes(nbytes);
+}
+void ThrowIfError(const absl::Status& s) { TORCH_CHECK(s.ok(), std::string(s.message())); }
+}  // namespace
+
+ShardedEngine::ShardedEngine(std::vector<UnitLayout> layout, const ShardingOptions& options,
+                             Comm* world, Comm* shard_comm, Comm* replica_comm, int world_rank,
+                             int world_size)
+    : layout_(std::move(layout)),
+      options_(options),
+      world_(world),
+      shard_comm_(shard_comm),
+      replica_comm_(replica_comm),
+      world_rank_(world_rank),
+      world_size_(world_size),
+      adamw_(options.adamw) {}
+
+ShardedEngine::~ShardedEngine() {
+  // Collectives still in flight write into our buffers: finish them first.
+  for (auto& p : pending_) {
+    if (p.work) (void)p.work->Wait();
+  }
+  for (auto& g : prefetched_) {
+    if (g && g->work) (void)g->work->Wait();
+  }
+  for (auto& g : pass_) {
+    if (g && g->work) (void)g->work->Wait();
+  }
+}
+
+absl::StatusOr<std::unique_ptr<ShardedEngine>> ShardedEngine::Create(
+    std::vector<UnitLayout> layout, const ShardingOptions& o, Comm* world, Comm* shard_comm,
+    Comm* replica_comm, int world_rank, int world_size, const ShardSource& source) {
+  auto float_type = [](at::ScalarType t) {
+    return t == at::kFloat || t == at::kBFloat16 || t == at::kHalf;
+  };
+  if (!float_type(o.compute_dtype) || !float_type(o.reduce_dtype)) {
+    return absl::InvalidArgumentError("compute and reduce dtypes must be fp32, bf16 or fp16");
+  }
+  if (o.max_inflight_all_gathers < 1) {
+    return absl::InvalidArgumentError("fsdp.max_inflight_all_gathers must be >= 1");
+  }
+  if (world == nullptr || shard_comm == nullptr) return absl::InvalidArgumentError("missing communicator");
+  std::unique_ptr<ShardedEngine> e(new ShardedEngine(std::move(layout), o, world, shard_comm, replica_comm,
+                                                     world_rank, world_size));
+  try {
+    const int64_t n = shard_comm->size();
+    const auto fp32 = at::TensorOptions().dtype(at::kFloat);
+    e->prefetched_.resize(e->layout_.size());
+    e->accum_.resize(e->layout_.size());
+    for (size_t u = 0; u < e->layout_.size(); ++u) {
+      const UnitLayout& unit = e->layout_[u];
+      ShardSpan sp;
+      sp.numel = unit.numel();
+      sp.padded = (sp.numel + n - 1) / n * n;
+      sp.shard = sp.padded / n;
+      sp.begin = shard_comm->rank() * sp.shard;
+      e->spans_.push_back(sp);
+      std::vector<std::tuple<int64_t, int64_t, std::vector<int64_t>>> views;
+      int64_t off = 0;
+      for (const auto& shape : unit.shapes) {
+        int64_t k = 1;
+        for (int64_t d : shape) k *= d;
+        views.emplace_back(off, k, shape);
+        off += k;
+      }
+      e->views_.push_back(std::move(views));
+
+      // Only this rank's slice [begin, min(begin + S, numel)) is read; padding stays 0.
+      at::Tensor master = at::zeros({sp.shard}, fp32);
+      const int64_t end = std::min(sp.begin + sp.shard, sp.numel);
+      if (end > sp.begin) {
+        absl::Status s = source(static_cast<int>(u), sp.begin, end, master.narrow(0, 0, end - sp.begin));
+        if (!s.ok()) return s;
+      }
+      master = master.to(o.device);
+      master.set_requires_grad(true);
+      e->masters_.push_back(master);
+      e->grads_.push_back(at::zeros({sp.shard}, fp32.device(o.device)));
+    }
+    // AdamW state exists from the start (zeros are what the first step would create), so
+    // a checkpoint can be restored into it before any step.
+    e->adamw_.exp_avg().clear();
+    e->adamw_.exp_avg_sq().clear();
+    for (const at::Tensor& m : e->masters_) {
+      e->adamw_.exp_avg().push_back(at::zeros_like(m).detach());
+      e->adamw_.exp_avg_sq().push_back(at::zeros_like(m).detach());
+    }
+    e->loss_scale_ = o.compute_dtype == at::kHalf ? o.initial_loss_scale : 1.0;
+  } catch (const c10::Error& err) {
+    return absl::InternalError(absl::StrCat("initializing shards: ", err.what_without_backtrace()));
+  }
+  return e;
+}
+
+absl::StatusOr<std::unique_ptr<ShardedEngine>> ShardedEngine::CreateWithContext(
+    std::vector<UnitLayout> layout, const ShardingOptions& o, DistContext& ctx, const ShardSource& source) {
+  const int w = ctx.world_size();
+  std::vector<std::unique_ptr<Comm>> owned;
+  Comm* shard = nullptr;
+  Comm* replica = nullptr;
+  switch (o.strategy) {
+    case ShardingStrategy::kFullShard:
+    case ShardingStrategy::kShardGradOp:
+      shard = &ctx.world();
+      break;
+    case ShardingStrategy::kNoShard:
+      owned.push_back(MakeLocalComm());
+      shard = owned.back().get();
+      replica = &ctx.world();
+      break;
+    case ShardingStrategy::kHybridShard: {
+      const int g = o.hybrid_group_size > 0 ? o.hybrid_group_size : w;
+      if (g > w || w % g != 0) {
+        return absl::InvalidArgumentError(absl::StrCat("fsdp.hybrid_shard_group_size ", g,
+                                                       " must divide the world size ", w));
+      }
+      LF_ASSIGN_OR_RETURN(std::unique_ptr<Comm> s, ctx.NewGroup(ShardGroups(w, g), "shard"));
+      LF_ASSIGN_OR_RETURN(std::unique_ptr<Comm> r, ctx.NewGroup(ReplicaGroups(w, g), "replica"));
+      shard = s.get();
+      replica = r.get();
+      owned.push_back(std::move(s));
+      owned.push_back(std::move(r));
+      break;
+    }
+  }
+  LF_ASSIGN_OR_RETURN(std::unique_ptr<ShardedEngine> e,
+                      Create(std::move(layout), o, &ctx.world(), shard, replica, ctx.rank(), w, source));
+  e->owned_comms_ = std::move(owned);
+  return e;
+}
+
+bool ShardedEngine::ReshardsAfterForward() const {
+  return options_.strategy == ShardingStrategy::kFullShard ||
+         options_.strategy == ShardingStrategy::kHybridShard;
+}
+
+void ShardedEngine::IssueGather(Gathered& g) {
+  at::NoGradGuard no_grad;
+  at::Tensor src = masters_[g.unit].detach();
+  if (src.scalar_type() != options_.compute_dtype) src = src.to(options_.compute_dtype);
+  if (shard_comm_->size() == 1) {
+    g.buffer.copy_(src);
+    return;
+  }
+  g.send = src;
+  g.work = shard_comm_->AllGather(g.buffer, g.send);
+}
+
+std::unique_ptr<ShardedEngine::Gathered> ShardedEngine::StartGather(int unit) {
+  auto g = std::make_unique<Gathered>();
+  g->unit = unit;
+  g->buffer = at::empty({spans_[unit].padded},
+                        at::TensorOptions().dtype(options_.compute_dtype).device(options_.device));
+  g->nbytes = g->buffer.nbytes();
+  IssueGather(*g);
+  return g;
+}
+
+void ShardedEngine::Regather(Gathered& g) {
+  if (!g.freed) return;
+  AllocStorage(g.buffer, g.nbytes);
+  g.freed = false;
+  IssueGather(g);
+}
+
+void ShardedEngine::WaitGathered(Gathered& g) {
+  if (!g.work) return;
+  absl::Status s = g.work->Wait();
+  g.work.reset();
+  g.send = at::Tensor();
+  ThrowIfError(s);
+}
+
+void ShardedEngine::Free(Gathered& g) {
+  if (g.freed) return;
+  if (g.work) {
+    (void)g.work->Wait();
+    g.work.reset();
+    g.send = at::Tensor();
+  }
+  FreeStorage(g.buffer);
+  g.freed = true;
+}
+
+void ShardedEngine::Prefetch(int unit) {
+  if (unit < 0 || unit >= static_cast<int>(layout_.size()) || prefetched_[unit]) return;
+  prefetched_[unit] = StartGather(unit);
+}
+
+void ShardedEngine::DropPrefetched() {
+  for (auto& g : prefetched_) {
+    if (g) Free(*g);
+    g.reset();
+  }
+}
+
+void ShardedEngine::EndPass() {
+  for (auto& g : pass_) Free(*g);
+  pass_.clear();
+  held_ = 0;
+  max_unit_in_pass_ = -1;
+  ++pass_generation_;
+}
+
+std::vector<at::Tensor> ShardedEngine::Acquire(int unit) {
+  TORCH_CHECK(unit >= 0 && unit < static_cast<int>(layout_.size()), "Acquire: bad unit ", unit);
+  const bool grad = at::GradMode::is_enabled();
+  // A forward always starts with the embedding while nothing is held (the tied output
+  // projection acquires it again while the head is held).
+  if (unit == 0 && held_ == 0) {
+    ThrowIfError(DrainPending());
+    EndPass();
+  }
+  std::unique_ptr<Gathered> g = std::move(prefetched_[unit]);
+  if (!g) g = StartGather(unit);
+  WaitGathered(*g);
+  g->needs_backward = grad;
+  const int64_t instance = static_cast<int64_t>(pass_.size());
+  pass_.push_back(std::move(g));
+  ++held_;
+  // Forward prefetch: the next units in forward order, when the forward is moving on.
+  if (unit > max_unit_in_pass_) {
+    max_unit_in_pass_ = unit;
+    for (int k = 1; k < options_.max_inflight_all_gathers; ++k) Prefetch(unit + k);
+  }
+
+  at::Tensor flat = pass_.back()->buffer;
+  if (grad) flat = GatherFunction::apply(masters_[unit], this, instance, pass_generation_);
+  std::vector<int64_t> sizes;
+  for (const auto& [off, n, shape] : views_[unit]) sizes.push_back(n);
+  sizes.push_back(spans_[unit].padded - spans_[unit].numel);  // padding
+  std::vector<at::Tensor> parts = flat.split_with_sizes(sizes);
+  std::vector<at::Tensor> out;
+  for (size_t i = 0; i < views_[unit].size(); ++i) out.push_back(parts[i].view(std::get<2>(views_[unit][i])));
+  return out;
+}
+
+void ShardedEngine::Release(int unit) {
+  for (int i = static_cast<int>(pass_.size()) - 1; i >= 0; --i) {
+    Gathered& g = *pass_[i];
+    if (g.unit != unit || g.released) continue;
+    g.released = true;
+    --held_;
+    const bool last = i == static_cast<int>(pass_.size()) - 1;
+    // Without backward nothing needs the unit again; FULL_SHARD re-gathers in backward,
+    // except the last unit of the forward, whose backward comes first.
+    if (!g.needs_backward || (ReshardsAfterForward() && !last)) Free(g);
+    return;
+  }
+  TORCH_CHECK(false, "Release(", unit, ") without a matching Acquire");
+}
+
+void ShardedEngine::PostBackward(int instance, const at::Tensor& grad) {
+  Gathered& g = *pass_[instance];
+  TORCH_CHECK(!g.backward_done, "unit ", layout_[g.unit].name, " got two backward passes for one forward");
+  g.backward_done = true;
+  if (ReshardsAfterForward()) {
+    // The unit acquired before this one runs its backward next: gather it now (it may
+    // already be in flight), and start the following ones (bounded).
+    for (int k = 1; k <= options_.max_inflight_all_gathers && instance - k >= 0; ++k) {
+      Gathered& p = *pass_[instance - k];
+      if (p.needs_backward && !p.backward_done) Regather(p);
+    }
+    if (instance >= 1) WaitGathered(*pass_[instance - 1]);
+  }
+  if (grad.defined()) LaunchReduce(g.unit, grad);
+  Free(g);
+}
+
+void ShardedEngine::LaunchReduce(int unit, at::Tensor grad) {
+  at::NoGradGuard no_grad;
+  const bool may_defer = options_.strategy == ShardingStrategy::kNoShard ||
+                         options_.strategy == ShardingStrategy::kShardGradOp;
+  if (!sync_ && may_defer) {
+    // Unsynced micro-step: accumulate locally, no collective.
+    if (!accum_[unit].defined()) accum_[unit] = at::zeros({spans_[unit].padded}, grad.options().dtype(at::kFloat));
+    accum_[unit].add_(grad);
+    return;
+  }
+  at::Tensor full = grad;
+  if (accum_[unit].defined()) {
+    full = accum_[unit].add_(grad);
+    accum_[unit] = at::Tensor();
+  }
+  PendingReduce p;
+  p.unit = unit;
+  p.in = full.to(options_.reduce_dtype).contiguous();
+  if (shard_comm_->size() > 1) {
+    p.out = at::empty({spans_[unit].shard}, p.in.options());
+    p.work = shard_comm_->ReduceScatterSum(p.out, p.in);
+  } else {
+    p.out = p.in;
+    if (replica_comm_ && replica_comm_->size() > 1) p.work = replica_comm_->AllReduceSum(p.out);
+  }
+  pending_.push_back(std::move(p));
+}
+
+absl::Status ShardedEngine::DrainPending() {
+  absl::Status status;
+  for (auto& p : pending_) {
+    if (!p.work) continue;
+    absl::Status s = p.work->Wait();
+    if (status.ok()) status = s;
+  }
+  if (status.ok() && shard_comm_->size() > 1 && replica_comm_ && replica_comm_->size() > 1) {
+    // HYBRID_SHARD: the shard groups' sums, summed across the replicas.
+    std::vector<std::unique_ptr<CommWork>> works;
+    for (auto& p : pending_) works.push_back(replica_comm_->AllReduceSum(p.out));
+    for (auto& w : works) {
+      absl::Status s = w->Wait();
+      if (status.ok()) status = s;
+    }
+  }
+  if (status.ok()) {
+    at::NoGradGuard no_grad;
+    for (auto& p : pending_) grads_[p.unit].add_(p.out);
+  }
+  pending_.clear();
+  return status;
+}
+
+void ShardedEngine::ZeroGrad() {
+  at::NoGradGuard no_grad;
+  (void)DrainPending();
+  for (at::Tensor& g : grads_) g.zero_();
+  for (at::Tensor& a : accum_) a = at::Tensor();
+  sync_ = true;
+  found_inf_ = false;
+}
+
+absl::Status ShardedEngine::ReduceGradients() {
+  try {
+    const bool saved_sync = sync_;
+    sync_ = true;
+    for (size_t u = 0; u < accum_.size(); ++u) {
+      if (!accum_[u].defined()) continue;
+      at::Tensor a = std::move(accum_[u]);
+      accum_[u] = at::Tensor();
+      LaunchReduce(static_cast<int>(u), a);
+    }
+    sync_ = saved_sync;
+    LF_RETURN_IF_ERROR(DrainPending());
+    EndPass();
+    found_inf_ = false;
+    if (options_.compute_dtype == at::kHalf) {
+      at::NoGradGuard no_grad;
+      std::vector<at::Tensor> flags;
+      for (at::Tensor& g : grads_) {
+        g.mul_(1.0 / loss_scale_);
+        flags.push_back(g.isfinite().all().logical_not());
+      }
+      at::Tensor any = at::stack(flags).any().to(at::kDouble).reshape({1});
+      LF_RETURN_IF_ERROR(world_->AllReduceSum(any)->Wait());
+      found_inf_ = any.item<double>() > 0;
+    }
+  } catch (const c10::Error& e) {
+    return absl::InternalError(absl::StrCat("reducing gradients: ", e.what_without_backtrace()));
+  }
+  return absl::OkStatus();
+}
+
+double ShardedEngine::ClipGradNorm(double max_norm) {
+  at::NoGradGuard no_grad;
+  if (found_inf_) return std::numeric_limits<double>::infinity();
+  std::vector<at::Tensor> sums;
+  for (const at::Tensor& g : grads_) sums.push_back(g.square().sum());
+  at::Tensor total = at::stack(sums).sum().to(at::kDouble).reshape({1});
+  // Shards are disjoint inside a shard group and identical across replicas.
+  if (shard_comm_->size() > 1) ThrowIfError(shard_comm_->AllReduceSum(total)->Wait());
+  const double norm = std::sqrt(total.item<double>());
+  if (max_norm > 0) {
+    // torch.nn.utils.clip_grad_norm_: coef = max_norm / (norm + 1e-6), clamped to 1.
+    const double coef = std::min(1.0, max_norm / (norm + 1e-6));
+    if (coef < 1.0) {
+      for (at::Tensor& g : grads_) g.mul_(coef);
+    }
+  }
+  return norm;
+}
+
+void ShardedEngine::Step(double lr) {
+  DropPrefetched();  // gathered from the old masters
+  EndPass();
+  if (found_inf_) {
+    loss_scale_ *= 0.5;
+    clean_steps_ = 0;
+    return;
+  }
+  std::vector<at::Tensor> params;
+  for (const at::Tensor& m : masters_) params.push_back(m.detach());
+  adamw_.Step(params, grads_, lr);
+  if (options_.compute_dtype == at::kHalf && ++clean_steps_ >= options_.loss_scale_growth_interval) {
+    loss_scale_ *= 2.0;
+    clean_steps_ = 0;
+  }
+}
+
+double ShardedEngine::AllReduceSum(double value) {
+  at::Tensor t = at::full({1}, value, at::TensorOptions().dtype(at::kDouble).device(options_.device));
+  ThrowIfError(world_->AllReduceSum(t)->Wait());
+  return t.item<double>();
+}
+
+std::vector<at::Tensor> ShardedEngine::FullUnit(int unit) {
+  at::NoGradGuard no_grad;
+  const ShardSpan& sp = spans_[unit];
+  at::Tensor full = at::empty({sp.padded}, at::TensorOptions().dtype(at::kFloat).device(options_.device));
+  at::Tensor src = masters_[unit].detach();
+  ThrowIfError(shard_comm_->AllGather(full, src)->Wait());
+  full = full.to(at::kCPU);
+  std::vector<at::Tensor> out;
+  for (const auto& [off, n, shape] : views_[unit]) out.push_back(full.narrow(0, off, n).view(shape).clone());
+  return out;
+}
+
+at::Tensor ShardedEngine::exp_avg(int unit) { return adamw_.exp_avg()[unit]; }
+at::Tensor ShardedEngine::exp_avg_sq(int unit) { return adamw_.exp_avg_sq()[unit]; }
+
+int64_t ShardedEngine::PersistentBytes() const {
+  int64_t bytes = 0;
+  auto add = [&](const at::Tensor& t) {
+    if (t.defined()) bytes += static_cast<int64_t>(t.storage().nbytes());
+  };
+  for (const at::Tensor& t : masters_) add(t);
+  for (const at::Tensor& t : grads_) add(t);
+  for (const at::Tensor& t : accum_) add(t);
+  auto& self = const_cast<ShardedEngine&>(*this);
+  for (const at::Tensor& t : self.adamw_.exp_avg()) add(t);
+  for (const at::Tensor& t : self.adamw_.exp_avg_sq()) add(t);
+  for (const auto& g : pass_) add(g->buffer);
+  for (const auto& g : prefetched_) {
+    if (g) add(g->buffer);
+  }
+  for (const auto& p : pending_) add(p.out);
+  return bytes;
+}
+
+}  // namespace llamafleet::trainer

@@ -1,0 +1,230 @@
+// ShardedEngine: the FSDP-style ParamEngine (engine.h) over c10d collectives.
+//
+// Each unit of the layout (embedding, one per decoder layer, final norm + lm_head) is
+// flattened into one flat parameter (its tensors in layout order), padded to a multiple
+// of the shard group size N:
+//
+//   flat unit u   [padded_u]      padded_u = ceil(numel_u / N) * N, zeros after numel_u
+//   rank r keeps  [S_u]           S_u = padded_u / N, elements [r*S_u, (r+1)*S_u)
+//
+// Between steps a rank holds only its fp32 master shard, its fp32 gradient shard and the
+// AdamW moments of that shard. Strategies (as PyTorch FSDP defines them):
+//   FULL_SHARD     Acquire all-gathers the unit (cast to the compute dtype); Release frees
+//                  it (except the last unit of the forward, needed first in backward);
+//                  backward re-gathers it just before the unit's backward (prefetching
+//                  the next one), then reduce-scatters its gradient and frees it again.
+//   SHARD_GRAD_OP  as FULL_SHARD, but the gathered unit stays from forward to the end of
+//                  that unit's backward (no re-gather).
+//   NO_SHARD       N = 1: full replicas; gradients all-reduced over the world (DDP).
+//   HYBRID_SHARD   FULL_SHARD inside a shard group of `hybrid_group_size` consecutive
+//                  ranks (one node), gradient shards all-reduced across the replica
+//                  groups (ranks with the same position in their shard group).
+//
+// How backward reaches the engine: Acquire returns views of a gathered flat tensor that is
+// the output of a custom autograd node whose input is the master shard. That node's
+// backward runs once all of the unit's parameter gradients of this pass are summed (its
+// "post-backward"), and — because autograd runs ready nodes in decreasing creation order —
+// before any backward op of the unit acquired before it. So the post-backward of unit j
+// (a) makes sure unit j-1 is gathered again (FULL_SHARD), prefetching j-2, and (b) issues
+// unit j's gradient reduce-scatter asynchronously; ReduceGradients() waits for them.
+// Freed units keep their storage object with zero bytes (as FSDP does), so tensors that
+// autograd saved for backward see the re-gathered values.
+//
+// Mixed precision: masters and AdamW state fp32; compute dtype fp32/bf16/fp16 (parameters
+// cast before the all-gather, so gathers move the compute dtype); gradients reduced in
+// `reduce_dtype` and accumulated into fp32 shards. fp16 uses dynamic loss scaling: the
+// loop multiplies the loss by loss_scale(); ReduceGradients unscales and checks for
+// inf/NaN across all ranks; an overflowing step is skipped and the scale halved, and the
+// scale doubles after `loss_scale_growth_interval` clean steps (torch.cuda.amp.GradScaler).
+//
+// Gradient accumulation: SetGradientSync(false) before a micro-step's backward keeps that
+// micro-step's gradients local (no collective) for NO_SHARD and SHARD_GRAD_OP, which then
+// hold an unsharded fp32 gradient accumulator until the next synced backward or
+// ReduceGradients(). FULL_SHARD and HYBRID_SHARD ignore it and reduce-scatter every
+// micro-step: they exist to keep memory at 1/N.
+//
+// Threading: one training thread; collectives run on the process group's threads.
+// Errors inside backward (a failed collective) are thrown as c10::Error and come out of
+// backward(); the other methods return Status where the interface allows and otherwise
+// throw c10::Error, which the trainer converts once at its boundary.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "collectives.h"
+#include "engine.h"
+
+namespace llamafleet::trainer {
+
+enum class ShardingStrategy { kFullShard = 1, kShardGradOp = 2, kHybridShard = 3, kNoShard = 4 };
+const char* ShardingStrategyName(ShardingStrategy s);  // "FULL_SHARD", ...
+absl::StatusOr<ShardingStrategy> ParseShardingStrategy(const std::string& name);
+
+struct ShardingOptions {
+  ShardingStrategy strategy = ShardingStrategy::kFullShard;  // see the file comment
+  int hybrid_group_size = 0;           // HYBRID_SHARD: ranks per shard group (0 = local world size)
+  at::ScalarType compute_dtype = at::kFloat;  // gathered params + activations: fp32/bf16/fp16
+  at::ScalarType reduce_dtype = at::kFloat;   // gradient collectives: fp32/bf16/fp16
+  int max_inflight_all_gathers = 2;    // units gathered ahead of use, at most (>= 1)
+  AdamWOptions adamw;                  // optimizer hyper-parameters
+  double initial_loss_scale = 65536.0;  // fp16 only
+  int loss_scale_growth_interval = 2000;  // fp16 only: clean steps before the scale doubles
+  at::Device device{at::kCPU};         // where shards and gathered units live
+};
+
+// Fills `out` (fp32, CPU, [end - begin]) with elements [begin, end) of unit `unit`'s flat
+// parameters (its tensors flattened in layout order, unpadded; end <= numel). This is how
+// a rank initialises only its own shard: from memory-mapped safetensors, a seeded init or
+// a checkpoint.
+using ShardSource = std::function<absl::Status(int unit, int64_t begin, int64_t end, at::Tensor out)>;
+
+// Reads slices from an HF directory (only the overlapping parts of each tensor are copied).
+class HfModelDir;
+ShardSource HfShardSource(const HfModelDir& dir, const std::vector<UnitLayout>& layout);
+// Seeded init identical to LocalEngine's InitUnit (one unit materialised at a time).
+ShardSource SeededShardSource(const std::vector<UnitLayout>& layout, uint64_t seed);
+
+// Where a unit's shard lies (identical on every rank but `begin`).
+struct ShardSpan {
+  int64_t numel = 0;   // unpadded elements of the unit
+  int64_t padded = 0;  // numel rounded up to a multiple of the shard group size
+  int64_t shard = 0;   // padded / shard group size
+  int64_t begin = 0;   // this rank's first element: shard_rank * shard
+};
+
+class ShardedEngine : public ParamEngine {
+ public:
+  // `shard_comm`: the group a unit is sharded over (the world for FULL_SHARD and
+  // SHARD_GRAD_OP, the node group for HYBRID_SHARD, a local comm for NO_SHARD);
+  // `replica_comm`: the group gradient shards are all-reduced over (world for NO_SHARD,
+  // across nodes for HYBRID_SHARD, nullptr otherwise); `world` for AllReduceSum.
+  // `world_rank`/`world_size` are reported by rank()/world_size(). Only this rank's
+  // slices are read from `source`.
+  static absl::StatusOr<std::unique_ptr<ShardedEngine>> Create(
+      std::vector<UnitLayout> layout, const ShardingOptions& options, Comm* world, Comm* shard_comm,
+      Comm* replica_comm, int world_rank, int world_size, const ShardSource& source);
+
+  // Builds the groups a strategy needs from a DistContext (every rank must call it, in the
+  // same order) and creates the engine. The context must outlive the engine.
+  static absl::StatusOr<std::unique_ptr<ShardedEngine>> CreateWithContext(
+      std::vector<UnitLayout> layout, const ShardingOptions& options, DistContext& ctx,
+      const ShardSource& source);
+
+  ~ShardedEngine() override;
+
+  // ParamEngine.
+  const std::vector<UnitLayout>& layout() const override { return layout_; }
+  int rank() const override { return world_rank_; }
+  int world_size() const override { return world_size_; }
+  std::vector<at::Tensor> Acquire(int unit) override;
+  void Release(int unit) override;
+  void ZeroGrad() override;
+  absl::Status ReduceGradients() override;
+  double ClipGradNorm(double max_norm) override;
+  void Step(double lr) override;
+  double AllReduceSum(double value) override;
+  std::vector<at::Tensor> FullUnit(int unit) override;
+
+  // Micro-step hint (see the file comment); reset to true by ZeroGrad().
+  void SetGradientSync(bool sync) { sync_ = sync; }
+  // The factor the loop multiplies the loss by before backward (1 unless fp16).
+  double loss_scale() const { return loss_scale_; }
+  // Whether the last ReduceGradients() found inf/NaN (fp16: Step() is then skipped).
+  bool found_inf() const { return found_inf_; }
+
+  const ShardingOptions& options() const { return options_; }
+  const ShardSpan& span(int unit) const { return spans_[unit]; }
+  int shard_rank() const { return shard_comm_->rank(); }
+  int shard_size() const { return shard_comm_->size(); }
+  // Replica index (HYBRID_SHARD/NO_SHARD: which copy of the shards this rank holds).
+  int replica_rank() const { return replica_comm_ ? replica_comm_->rank() : 0; }
+
+  // State for checkpoints: fp32 shards [S_u] (views; modify in place to restore).
+  at::Tensor master(int unit) const { return masters_[unit]; }
+  // AdamW moments [S_u], zero-filled before the first step; restoring sets them in place.
+  at::Tensor exp_avg(int unit);
+  at::Tensor exp_avg_sq(int unit);
+  int64_t optimizer_steps() const { return adamw_.steps(); }
+  void set_optimizer_steps(int64_t steps) { adamw_.set_steps(steps); }
+  void set_loss_scale(double scale) { loss_scale_ = scale; }
+
+  // Bytes of parameters + gradients + optimizer state (+ any gathered units or unsharded
+  // accumulators) held right now; between steps this is the persistent footprint.
+  int64_t PersistentBytes() const;
+
+ private:
+  struct Gathered;
+  class GatherFunction;
+  friend class GatherFunction;
+
+  ShardedEngine(std::vector<UnitLayout> layout, const ShardingOptions& options, Comm* world,
+                Comm* shard_comm, Comm* replica_comm, int world_rank, int world_size);
+
+  bool ReshardsAfterForward() const;
+  // Issues the all-gather of unit `unit` into a new Gathered (not waited on).
+  std::unique_ptr<Gathered> StartGather(int unit);
+  void Regather(Gathered& g);  // re-allocates freed storage and issues the all-gather
+  void WaitGathered(Gathered& g);
+  void Free(Gathered& g);
+  void Prefetch(int unit);
+  void PostBackward(int instance, const at::Tensor& grad);
+  void EnsureGatheredForBackward(int instance);
+  void LaunchReduce(int unit, at::Tensor full_grad);
+  void EndPass();
+
+  // Constant after construction.
+  const std::vector<UnitLayout> layout_;
+  const ShardingOptions options_;
+  Comm* const world_;
+  Comm* const shard_comm_;
+  Comm* const replica_comm_;  // may be null
+  const int world_rank_;
+  const int world_size_;
+  std::vector<ShardSpan> spans_;
+  // unit -> [(offset in flat, numel, shape)] per tensor
+  std::vector<std::vector<std::tuple<int64_t, int64_t, std::vector<int64_t>>>> views_;
+
+  // Training state.
+  std::vector<at::Tensor> masters_;  // [S_u] fp32 leaves (requires_grad, never get .grad)
+  std::vector<at::Tensor> grads_;    // [S_u] fp32 gradient shards
+  std::vector<at::Tensor> accum_;    // [padded_u] fp32 unsynced accumulators (or undefined)
+  AdamW adamw_;
+  bool sync_ = true;
+  double loss_scale_ = 1.0;
+  int64_t clean_steps_ = 0;
+  bool found_inf_ = false;
+  bool grads_reduced_ = false;
+
+  // The current forward/backward pass: gathered instances in acquisition order.
+  std::vector<std::unique_ptr<Gathered>> pass_;
+  std::vector<std::unique_ptr<Gathered>> prefetched_;  // [unit]: forward prefetches
+  int held_ = 0;  // acquired and not yet released in this pass
+  struct PendingReduce {
+    int unit;
+    std::unique_ptr<CommWork> work;
+    at::Tensor in;   // keeps the send buffer alive
+    at::Tensor out;  // [S_u] reduce dtype (or [padded] for NO_SHARD)
+  };
+  std::vector<PendingReduce> pending_;
+  int64_t pass_generation_ = 0;
+  int max_unit_in_pass_ = -1;
+  std::vector<std::unique_ptr<Comm>> owned_comms_;  // groups made by CreateWithContext
+
+  absl::Status DrainPending();
+  void DropPrefetched();
+  void IssueGather(Gathered& g);
+};
+
+// Builds ShardingOptions' groups: the partition of world ranks into shard groups for a
+// strategy (consecutive blocks of `group` ranks) and the matching replica groups.
+std::vector<std::vector<int>> ShardGroups(int world_size, int group);
+std::vector<std::vector<int>> ReplicaGroups(int world_size, int group);
+
+}  // namespace llamafleet::trainer
