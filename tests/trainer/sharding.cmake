@@ -1,0 +1,12 @@
+# Sharding engine tests (issue 4). sharded_rank is one rank of a deterministic tiny
+# training run; sharded_engine_test starts several of them with real Gloo process groups.
+if(TARGET llamafleet_trainer_sharding)
+  add_executable(sharded_rank sharded_rank_main.cc)
+  target_link_libraries(sharded_rank PRIVATE llamafleet_trainer_sharding CLI11::CLI11)
+  target_compile_options(sharded_rank PRIVATE ${LLAMAFLEET_WARNINGS})
+
+  llamafleet_add_test(sharded_engine_test SOURCES sharded_engine_test.cc
+    LIBS llamafleet_trainer_sharding)
+  add_dependencies(sharded_engine_test sharded_rank)
+  set_tests_properties(sharded_engine_test PROPERTIES TIMEOUT 600 ENVIRONMENT "OMP_NUM_THREADS=1")
+endif()

@@ -1,0 +1,505 @@
+#include "sharded_checkpoint.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <fcntl.h>
+#include <openssl/evp.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <cstdio>
+#include <filesystem>
+#include <mutex>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "util.h"
+
+namespace llamafleet::trainer {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+constexpr char kFormat[] = "llamafleet-sharded-v1";
+constexpr const char* kKinds[] = {"param", "exp_avg", "exp_avg_sq"};
+constexpr int64_t kDigestBytes = 32;
+
+std::string ShardFileName(int index, int count) {
+  return absl::StrFormat("shard-%05d-of-%05d.safetensors", index, count);
+}
+std::string RankFileName(int rank) { return absl::StrFormat("rank-%05d.json", rank); }
+
+std::string Hex(const unsigned char* d, size_t n) {
+  static const char* kDigits = "0123456789abcdef";
+  std::string s;
+  for (size_t i = 0; i < n; ++i) {
+    s.push_back(kDigits[d[i] >> 4]);
+    s.push_back(kDigits[d[i] & 15]);
+  }
+  return s;
+}
+
+absl::StatusOr<std::string> Sha256Raw(const std::string& path) {
+  FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
+  EVP_MD_CTX* ctx = EVP_MD_CTX_new();
+  EVP_DigestInit_ex(ctx, EVP_sha256(), nullptr);
+  std::vector<char> buf(1 << 20);
+  size_t n;
+  while ((n = std::fread(buf.data(), 1, buf.size(), f)) > 0) EVP_DigestUpdate(ctx, buf.data(), n);
+  const bool err = std::ferror(f);
+  std::fclose(f);
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  EVP_DigestFinal_ex(ctx, md, &len);
+  EVP_MD_CTX_free(ctx);
+  if (err) return absl::DataLossError(absl::StrCat(path, ": read error"));
+  return std::string(reinterpret_cast<char*>(md), len);
+}
+
+absl::Status FsyncDir(const std::string& dir) {
+  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return absl::PermissionDeniedError(absl::StrCat(dir, ": cannot open directory"));
+  ::fsync(fd);
+  ::close(fd);
+  return absl::OkStatus();
+}
+
+int64_t FileSize(const std::string& path) {
+  std::error_code ec;
+  auto n = fs::file_size(path, ec);
+  return ec ? -1 : static_cast<int64_t>(n);
+}
+
+std::string RngStateHex() {
+  at::Generator gen = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  at::Tensor state = gen.get_state();
+  return Hex(state.data_ptr<uint8_t>(), static_cast<size_t>(state.numel()));
+}
+
+void SetRngStateHex(const std::string& hex) {
+  if (hex.empty() || hex.size() % 2) return;
+  at::Tensor state = at::empty({static_cast<int64_t>(hex.size() / 2)}, at::kByte);
+  uint8_t* p = state.data_ptr<uint8_t>();
+  for (size_t i = 0; i < hex.size() / 2; ++i) p[i] = static_cast<uint8_t>(std::stoi(hex.substr(2 * i, 2), nullptr, 16));
+  at::Generator gen = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  gen.set_state(state);
+}
+
+// Complete checkpoints under root: (step, path), oldest first.
+std::vector<std::pair<int64_t, std::string>> ListComplete(const std::string& root) {
+  std::vector<std::pair<int64_t, std::string>> out;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(root, ec)) {
+    const std::string name = entry.path().filename().string();
+    int64_t step;
+    if (name.rfind("step-", 0) == 0 && absl::SimpleAtoi(name.substr(5), &step) &&
+        fs::exists(entry.path() / "manifest.json", ec)) {
+      out.emplace_back(step, entry.path().string());
+    }
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+template <typename F>
+absl::Status CatchTorch(const char* what, F&& body) {
+  try {
+    return body();
+  } catch (const c10::Error& e) {
+    return absl::InternalError(absl::StrCat(what, ": ", e.what_without_backtrace()));
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat(what, ": ", e.what()));
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> Sha256File(const std::string& path) {
+  LF_ASSIGN_OR_RETURN(std::string raw, Sha256Raw(path));
+  return Hex(reinterpret_cast<const unsigned char*>(raw.data()), raw.size());
+}
+
+absl::StatusOr<SavedCheckpoint> SaveShardedCheckpoint(ShardedEngine& engine, Comm& world,
+                                                      const LlamaConfig& config, const std::string& root,
+                                                      const TrainerProgress& progress, int keep_last) {
+  SavedCheckpoint result;
+  absl::Status st = CatchTorch("saving checkpoint", [&]() -> absl::Status {
+    const int rank = world.rank(), W = world.size();
+    const bool rank0 = rank == 0;
+    const std::string final_dir = (fs::path(root) / absl::StrCat("step-", progress.step)).string();
+    const std::string partial = final_dir + ".partial";
+    auto barrier = [&]() -> absl::Status {
+      at::Tensor t = at::zeros({1}, at::TensorOptions().dtype(at::kFloat).device(engine.options().device));
+      return world.AllReduceSum(t)->Wait();
+    };
+    // Every rank learns whether rank 0 could prepare the directory (errors stay collective).
+    double prep_failed = 0;
+    if (rank0) {
+      std::error_code ec;
+      fs::create_directories(root, ec);
+      fs::remove_all(partial, ec);
+      if (!fs::create_directories(partial, ec)) prep_failed = 1;
+    }
+    {
+      at::Tensor t = at::full({1}, prep_failed, at::TensorOptions().dtype(at::kDouble).device(engine.options().device));
+      LF_RETURN_IF_ERROR(world.AllReduceSum(t)->Wait());
+      if (t.item<double>() > 0) return absl::PermissionDeniedError(absl::StrCat(partial, ": cannot create"));
+    }
+
+    // This rank's files: its shard (replica 0 only) and its state.
+    const int shards = engine.shard_size();
+    const bool writes_shard = engine.replica_rank() == 0;
+    std::vector<std::pair<std::string, std::string>> mine;  // (name, raw digest)
+    std::vector<int64_t> sizes;
+    if (writes_shard) {
+      const std::string name = ShardFileName(engine.shard_rank(), shards);
+      const std::string path = (fs::path(partial) / name).string();
+      std::vector<SafetensorsWriter::Entry> entries;
+      std::vector<at::Tensor> tensors;
+      for (size_t u = 0; u < engine.layout().size(); ++u) {
+        const int unit = static_cast<int>(u);
+        const at::Tensor parts[] = {engine.master(unit), engine.exp_avg(unit), engine.exp_avg_sq(unit)};
+        for (int k = 0; k < 3; ++k) {
+          entries.push_back({absl::StrCat(u, ".", kKinds[k]), StDtype::kF32, {engine.span(unit).shard}});
+          tensors.push_back(parts[k].detach().to(at::kCPU, at::kFloat).contiguous());
+        }
+      }
+      LF_ASSIGN_OR_RETURN(auto writer, SafetensorsWriter::Open(path, entries, {{"format", "pt"}}));
+      for (const at::Tensor& t : tensors) LF_RETURN_IF_ERROR(writer->Append(t.data_ptr(), t.nbytes()));
+      LF_RETURN_IF_ERROR(writer->Finish());
+      LF_ASSIGN_OR_RETURN(std::string digest, Sha256Raw(path));
+      mine.emplace_back(name, digest);
+      sizes.push_back(FileSize(path));
+    }
+    {
+      const std::string name = RankFileName(rank);
+      const std::string path = (fs::path(partial) / name).string();
+      json state = {{"rank", rank},
+                    {"step", progress.step},
+                    {"epoch", progress.epoch},
+                    {"seed", progress.seed},
+                    {"tokens_seen", progress.tokens_seen},
+                    {"rng_cpu", RngStateHex()}};
+      LF_RETURN_IF_ERROR(WriteStringToFile(path, state.dump(2)));
+      LF_ASSIGN_OR_RETURN(std::string digest, Sha256Raw(path));
+      mine.emplace_back(name, digest);
+      sizes.push_back(FileSize(path));
+    }
+
+    // Rank 0 learns every rank's digests and sizes: 2 slots of (32-byte digest, 8-byte
+    // size, 1 present flag) per rank, all-gathered as bytes.
+    constexpr int64_t kSlot = kDigestBytes + 8 + 1;
+    at::Tensor local = at::zeros({2 * kSlot}, at::kByte);
+    // The shard file is always slot 0, the state file slot 1.
+    for (size_t i = 0; i < mine.size(); ++i) {
+      const int slot = writes_shard ? static_cast<int>(i) : 1;
+      uint8_t* p = local.data_ptr<uint8_t>() + slot * kSlot;
+      std::memcpy(p, mine[i].second.data(), kDigestBytes);
+      std::memcpy(p + kDigestBytes, &sizes[i], 8);
+      p[kDigestBytes + 8] = 1;
+    }
+    at::Tensor all_dev = at::zeros({W * 2 * kSlot}, at::TensorOptions().dtype(at::kByte).device(engine.options().device));
+    LF_RETURN_IF_ERROR(world.AllGather(all_dev, local.to(engine.options().device))->Wait());
+    const at::Tensor all = all_dev.to(at::kCPU);
+
+    double failed = 0;
+    std::string error;
+    if (rank0) {
+      absl::Status s = [&]() -> absl::Status {
+        json files = json::array();
+        int64_t total = 0;
+        const uint8_t* a = all.data_ptr<uint8_t>();
+        for (int r = 0; r < W; ++r) {
+          for (int slot = 0; slot < 2; ++slot) {
+            const uint8_t* p = a + (r * 2 + slot) * kSlot;
+            if (!p[kDigestBytes + 8]) continue;
+            int64_t size;
+            std::memcpy(&size, p + kDigestBytes, 8);
+            // Which shard rank r wrote: shard ranks are positions in the shard group.
+            std::string name;
+            if (slot == 1) {
+              name = RankFileName(r);
+            } else {
+              const int group = shards;  // shard groups are consecutive blocks of ranks
+              name = ShardFileName(r % group, shards);
+            }
+            files.push_back({{"name", name}, {"bytes", size}, {"sha256", Hex(p, kDigestBytes)}});
+            total += size;
+          }
+        }
+        const std::string config_path = (fs::path(partial) / "config.json").string();
+        LF_RETURN_IF_ERROR(WriteStringToFile(config_path, ConfigToJson(config, "float32")));
+        LF_ASSIGN_OR_RETURN(std::string config_sha, Sha256File(config_path));
+        files.push_back({{"name", "config.json"}, {"bytes", FileSize(config_path)}, {"sha256", config_sha}});
+        total += FileSize(config_path);
+        json units = json::array();
+        for (size_t u = 0; u < engine.layout().size(); ++u) {
+          units.push_back({{"name", engine.layout()[u].name},
+                           {"numel", engine.span(static_cast<int>(u)).numel},
+                           {"padded", engine.span(static_cast<int>(u)).padded}});
+        }
+        json manifest = {{"format", kFormat},
+                         {"step", progress.step},
+                         {"epoch", progress.epoch},
+                         {"loss", progress.loss},
+                         {"seed", progress.seed},
+                         {"tokens_seen", progress.tokens_seen},
+                         {"world_size", W},
+                         {"strategy", ShardingStrategyName(engine.options().strategy)},
+                         {"shard_group_size", shards},
+                         {"optimizer_steps", engine.optimizer_steps()},
+                         {"loss_scale", engine.loss_scale()},
+                         {"units", units},
+                         {"files", files}};
+        const std::string text = manifest.dump(2);
+        const std::string tmp = (fs::path(partial) / "manifest.json.tmp").string();
+        LF_RETURN_IF_ERROR(WriteStringToFile(tmp, text));
+        std::error_code ec;
+        fs::rename(tmp, fs::path(partial) / "manifest.json", ec);
+        if (ec) return absl::DataLossError(absl::StrCat(partial, ": cannot rename the manifest: ", ec.message()));
+        LF_RETURN_IF_ERROR(FsyncDir(partial));
+        // Into place. A complete step-N from an earlier attempt is replaced.
+        if (fs::exists(final_dir, ec)) {
+          const std::string aside = absl::StrCat(final_dir, ".old-", ::getpid());
+          fs::rename(final_dir, aside, ec);
+          fs::remove_all(aside, ec);
+        }
+        fs::rename(partial, final_dir, ec);
+        if (ec) return absl::DataLossError(absl::StrCat(final_dir, ": cannot rename into place: ", ec.message()));
+        LF_RETURN_IF_ERROR(FsyncDir(root));
+        LF_ASSIGN_OR_RETURN(std::string manifest_sha, Sha256File((fs::path(final_dir) / "manifest.json").string()));
+        result.path = final_dir;
+        result.bytes = total + static_cast<int64_t>(text.size());
+        result.manifest_sha256 = manifest_sha;
+        // Only now, with the new one complete, drop the oldest beyond keep_last.
+        if (keep_last > 0) {
+          auto complete = ListComplete(root);
+          for (size_t i = 0; i + keep_last < complete.size(); ++i) {
+            if (complete[i].second == final_dir) continue;
+            fs::remove_all(complete[i].second, ec);
+          }
+        }
+        return absl::OkStatus();
+      }();
+      if (!s.ok()) {
+        failed = 1;
+        error = std::string(s.message());
+      }
+    }
+    at::Tensor t = at::full({1}, failed, at::TensorOptions().dtype(at::kDouble).device(engine.options().device));
+    LF_RETURN_IF_ERROR(world.AllReduceSum(t)->Wait());
+    if (t.item<double>() > 0) {
+      return absl::DataLossError(rank0 ? error : "rank 0 failed to complete the checkpoint");
+    }
+    LF_RETURN_IF_ERROR(barrier());
+    if (!rank0) {
+      result.path = final_dir;
+      auto sha = Sha256File((fs::path(final_dir) / "manifest.json").string());
+      if (sha.ok()) result.manifest_sha256 = *sha;
+    }
+    return absl::OkStatus();
+  });
+  if (!st.ok()) return st;
+  return result;
+}
+
+ShardedCheckpoint::~ShardedCheckpoint() = default;
+
+absl::StatusOr<std::unique_ptr<ShardedCheckpoint>> ShardedCheckpoint::Open(const std::string& dir,
+                                                                           bool verify_hashes) {
+  std::unique_ptr<ShardedCheckpoint> c(new ShardedCheckpoint());
+  c->dir_ = dir;
+  const std::string mpath = (fs::path(dir) / "manifest.json").string();
+  std::error_code ec;
+  if (!fs::exists(mpath, ec)) {
+    return absl::NotFoundError(absl::StrCat(dir, ": no manifest.json (an incomplete checkpoint, or not a "
+                                            "sharded checkpoint)"));
+  }
+  LF_ASSIGN_OR_RETURN(std::string text, ReadFileToString(mpath));
+  try {
+    c->manifest_ = json::parse(text);
+  } catch (const std::exception& e) {
+    return absl::DataLossError(absl::StrCat(mpath, ": not valid JSON: ", e.what()));
+  }
+  const json& m = c->manifest_;
+  if (!m.is_object() || m.value("format", "") != kFormat || !m.contains("files") || !m.contains("units")) {
+    return absl::DataLossError(absl::StrCat(mpath, ": not a ", kFormat, " manifest"));
+  }
+  try {
+    for (const json& f : m.at("files")) {
+      const std::string name = f.at("name").get<std::string>();
+      if (name.find('/') != std::string::npos || name.find("..") != std::string::npos) {
+        return absl::DataLossError(absl::StrCat(mpath, ": bad file name \"", name, "\""));
+      }
+      const int64_t bytes = f.at("bytes").get<int64_t>();
+      const std::string sha = f.at("sha256").get<std::string>();
+      const std::string path = (fs::path(dir) / name).string();
+      const int64_t actual = FileSize(path);
+      if (actual < 0) return absl::DataLossError(absl::StrCat(path, ": listed in the manifest but missing"));
+      if (actual != bytes) {
+        return absl::DataLossError(absl::StrCat(path, ": ", actual, " bytes, the manifest says ", bytes,
+                                                " (truncated or damaged checkpoint)"));
+      }
+      if (verify_hashes) {
+        LF_ASSIGN_OR_RETURN(std::string got, Sha256File(path));
+        if (got != sha) return absl::DataLossError(absl::StrCat(path, ": sha256 does not match the manifest"));
+      }
+      c->files_[name] = {bytes, sha};
+    }
+    for (const json& u : m.at("units")) c->unit_padded_.push_back(u.at("padded").get<int64_t>());
+  } catch (const std::exception& e) {
+    return absl::DataLossError(absl::StrCat(mpath, ": malformed manifest: ", e.what()));
+  }
+  LF_ASSIGN_OR_RETURN(c->config_, LoadConfigFile((fs::path(dir) / "config.json").string()));
+  c->shards_.resize(c->shard_group_size());
+  return c;
+}
+
+TrainerProgress ShardedCheckpoint::progress() const {
+  TrainerProgress p;
+  p.step = manifest_.value("step", int64_t{0});
+  p.epoch = manifest_.value("epoch", int64_t{0});
+  p.loss = manifest_.value("loss", 0.0);
+  p.seed = manifest_.value("seed", uint64_t{0});
+  p.tokens_seen = manifest_.value("tokens_seen", int64_t{0});
+  return p;
+}
+
+absl::Status ShardedCheckpoint::CheckLayout(const std::vector<UnitLayout>& layout) const {
+  const json& units = manifest_.at("units");
+  if (units.size() != layout.size()) {
+    return absl::FailedPreconditionError(absl::StrCat(dir_, ": checkpoint has ", units.size(),
+                                                      " units, the model has ", layout.size()));
+  }
+  for (size_t u = 0; u < layout.size(); ++u) {
+    if (units[u].value("name", "") != layout[u].name || units[u].value("numel", int64_t{-1}) != layout[u].numel()) {
+      return absl::FailedPreconditionError(absl::StrCat(dir_, ": unit ", u, " (", layout[u].name,
+                                                        ") does not match the checkpoint's shape"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<const SafetensorsFile*> ShardedCheckpoint::Shard(int index) {
+  if (index < 0 || index >= static_cast<int>(shards_.size())) {
+    return absl::OutOfRangeError(absl::StrCat(dir_, ": no shard ", index));
+  }
+  if (!shards_[index]) {
+    const std::string name = ShardFileName(index, static_cast<int>(shards_.size()));
+    auto it = files_.find(name);
+    if (it == files_.end()) return absl::DataLossError(absl::StrCat(dir_, ": manifest lists no ", name));
+    const std::string path = (fs::path(dir_) / name).string();
+    LF_ASSIGN_OR_RETURN(std::string sha, Sha256File(path));
+    if (sha != it->second.second) {
+      return absl::DataLossError(absl::StrCat(path, ": sha256 does not match the manifest (damaged checkpoint)"));
+    }
+    LF_ASSIGN_OR_RETURN(shards_[index], SafetensorsFile::Open(path));
+  }
+  return shards_[index].get();
+}
+
+absl::Status ShardedCheckpoint::ReadRange(int unit, const std::string& kind, int64_t begin, int64_t end,
+                                          at::Tensor out) {
+  if (unit < 0 || unit >= static_cast<int>(unit_padded_.size())) {
+    return absl::OutOfRangeError(absl::StrCat(dir_, ": no unit ", unit));
+  }
+  const int n = static_cast<int>(shards_.size());
+  const int64_t shard = unit_padded_[unit] / n;
+  for (int i = static_cast<int>(begin / shard); i < n && i * shard < end; ++i) {
+    const int64_t lo = std::max(begin, i * shard), hi = std::min(end, (i + 1) * shard);
+    if (lo >= hi) continue;
+    LF_ASSIGN_OR_RETURN(const SafetensorsFile* f, Shard(i));
+    const std::string name = absl::StrCat(unit, ".", kind);
+    const StTensorInfo* info = f->Find(name);
+    if (!info || info->dtype != StDtype::kF32 || info->numel() != shard) {
+      return absl::DataLossError(absl::StrCat(f->path(), ": tensor ", name, " missing or of the wrong shape"));
+    }
+    const float* data = reinterpret_cast<const float*>(f->Data(*info));
+    at::Tensor src = at::from_blob(const_cast<float*>(data) + (lo - i * shard), {hi - lo}, at::kFloat);
+    out.narrow(0, lo - begin, hi - lo).copy_(src);
+  }
+  return absl::OkStatus();
+}
+
+ShardSource ShardedCheckpoint::ParamSource() {
+  return [this](int unit, int64_t begin, int64_t end, at::Tensor out) {
+    return ReadRange(unit, "param", begin, end, out);
+  };
+}
+
+absl::Status ShardedCheckpoint::RestoreEngine(ShardedEngine& engine) {
+  return CatchTorch("restoring optimizer state", [&]() -> absl::Status {
+    LF_RETURN_IF_ERROR(CheckLayout(engine.layout()));
+    for (size_t u = 0; u < engine.layout().size(); ++u) {
+      const int unit = static_cast<int>(u);
+      const ShardSpan& sp = engine.span(unit);
+      const int64_t end = std::min(sp.begin + sp.shard, sp.numel);
+      for (const char* kind : {"exp_avg", "exp_avg_sq"}) {
+        at::Tensor dst = std::string(kind) == "exp_avg" ? engine.exp_avg(unit) : engine.exp_avg_sq(unit);
+        at::Tensor tmp = at::zeros({sp.shard}, at::kFloat);
+        if (end > sp.begin) LF_RETURN_IF_ERROR(ReadRange(unit, kind, sp.begin, end, tmp.narrow(0, 0, end - sp.begin)));
+        at::NoGradGuard no_grad;
+        dst.copy_(tmp);
+      }
+    }
+    engine.set_optimizer_steps(manifest_.value("optimizer_steps", int64_t{0}));
+    const double scale = manifest_.value("loss_scale", 1.0);
+    if (engine.options().compute_dtype == at::kHalf && scale > 0) engine.set_loss_scale(scale);
+    const std::string rank_file = (fs::path(dir_) / RankFileName(engine.rank())).string();
+    if (files_.count(RankFileName(engine.rank()))) {
+      LF_ASSIGN_OR_RETURN(std::string text, ReadFileToString(rank_file));
+      json state = json::parse(text, nullptr, false);
+      if (state.is_object()) SetRngStateHex(state.value("rng_cpu", ""));
+    }
+    return absl::OkStatus();
+  });
+}
+
+bool IsShardedCheckpoint(const std::string& dir) {
+  auto text = ReadFileToString((fs::path(dir) / "manifest.json").string());
+  if (!text.ok()) return false;
+  json m = json::parse(*text, nullptr, false);
+  return m.is_object() && m.value("format", "") == kFormat;
+}
+
+absl::StatusOr<std::string> LatestCheckpoint(const std::string& root) {
+  auto complete = ListComplete(root);
+  for (auto it = complete.rbegin(); it != complete.rend(); ++it) {
+    auto c = ShardedCheckpoint::Open(it->second);
+    if (c.ok()) return it->second;
+    LogWarning(absl::StrCat("skipping checkpoint ", it->second, ": ", c.status().message()));
+  }
+  return absl::NotFoundError(absl::StrCat(root, ": no complete checkpoint"));
+}
+
+absl::Status ExportShardedCheckpoint(const std::string& dir, const std::string& out_dir,
+                                     const ExportOptions& options) {
+  LF_ASSIGN_OR_RETURN(std::unique_ptr<ShardedCheckpoint> ckpt, ShardedCheckpoint::Open(dir));
+  const std::vector<UnitLayout> layout = MakeLayout(ckpt->config());
+  LF_RETURN_IF_ERROR(ckpt->CheckLayout(layout));
+  return CatchTorch("export", [&]() -> absl::Status {
+    // One unit at a time: its numel elements, split into its tensors.
+    auto fetch = [&](int u) -> absl::StatusOr<std::vector<at::Tensor>> {
+      at::Tensor flat = at::empty({layout[u].numel()}, at::kFloat);
+      LF_RETURN_IF_ERROR(ckpt->ReadRange(u, "param", 0, layout[u].numel(), flat));
+      std::vector<at::Tensor> out;
+      int64_t off = 0;
+      for (const auto& shape : layout[u].shapes) {
+        int64_t n = 1;
+        for (int64_t d : shape) n *= d;
+        out.push_back(flat.narrow(0, off, n).view(shape));
+        off += n;
+      }
+      return out;
+    };
+    return ExportHfDir(ckpt->config(), layout, fetch, out_dir, options);
+  });
+}
+
+}  // namespace llamafleet::trainer

@@ -1,0 +1,118 @@
+// Sharded checkpoints of a ShardedEngine: every rank writes its own files, rank 0 writes a
+// manifest last, and a checkpoint can be resumed on any world size and strategy.
+//
+// Layout of <root>/step-N/:
+//   shard-SSSSS-of-NNNNN.safetensors  shard S of N (N = shard group size): for each unit u,
+//                                     "u.param", "u.exp_avg", "u.exp_avg_sq", fp32 [S_u]
+//                                     (elements [S*S_u, (S+1)*S_u) of the padded flat unit).
+//                                     Written by the ranks of replica 0 only (replicas hold
+//                                     identical shards).
+//   rank-RRRRR.json                   per-rank state: step, epoch, sampler position, RNG.
+//   config.json                       the model config (rank 0), for export.
+//   manifest.json                     written last by rank 0 (write + fsync + rename): format,
+//                                     step, epoch, loss, world size, strategy, shard group
+//                                     size, optimizer steps, loss scale, units (name, numel,
+//                                     padded), and every file with its size and sha256.
+// The directory is assembled as step-N.partial and renamed to step-N once the manifest is
+// in place, so a reader that sees step-N with a manifest sees a complete checkpoint, and a
+// checkpoint whose files do not match the manifest (truncated, altered) is refused.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "config.h"
+#include "hf_io.h"
+#include "nlohmann/json.hpp"
+#include "sharded_engine.h"
+
+namespace llamafleet::trainer {
+
+// What the training loop adds to a checkpoint beyond the engine's state.
+struct TrainerProgress {
+  int64_t step = 0;        // optimizer steps completed
+  int64_t epoch = 0;       // epoch of the next step
+  double loss = 0;         // loss of the last step
+  uint64_t seed = 0;       // run seed (data order)
+  int64_t tokens_seen = 0; // tokens trained on so far
+};
+
+struct SavedCheckpoint {
+  std::string path;             // <root>/step-N (holds the manifest)
+  int64_t bytes = 0;            // all files, manifest included
+  std::string manifest_sha256;  // hex sha256 of manifest.json
+};
+
+// Collective: every rank calls it with the same arguments (but its own engine). Removes an
+// old step-N.partial, writes this rank's files, and on rank 0 the manifest, renames the
+// directory into place, then (keep_last > 0) removes the oldest complete checkpoints beyond
+// keep_last — only after the new one is complete. Returns the same result on every rank.
+absl::StatusOr<SavedCheckpoint> SaveShardedCheckpoint(ShardedEngine& engine, Comm& world,
+                                                      const LlamaConfig& config, const std::string& root,
+                                                      const TrainerProgress& progress, int keep_last);
+
+// A complete checkpoint, opened for reading (files memory-mapped lazily).
+class ShardedCheckpoint {
+ public:
+  // Reads and checks the manifest (NOT_FOUND without one: an incomplete checkpoint) and
+  // that every listed file exists with its recorded size (DATA_LOSS naming the file
+  // otherwise). `verify_hashes` also checks every file's sha256.
+  static absl::StatusOr<std::unique_ptr<ShardedCheckpoint>> Open(const std::string& dir,
+                                                                 bool verify_hashes = false);
+  ~ShardedCheckpoint();
+
+  const std::string& dir() const { return dir_; }
+  const nlohmann::json& manifest() const { return manifest_; }
+  const LlamaConfig& config() const { return config_; }
+  int64_t step() const { return manifest_.value("step", int64_t{0}); }
+  int world_size() const { return manifest_.value("world_size", 1); }
+  int shard_group_size() const { return manifest_.value("shard_group_size", 1); }
+  TrainerProgress progress() const;
+
+  // Elements [begin, end) of unit `unit`'s flat `kind` ("param", "exp_avg", "exp_avg_sq")
+  // into `out` (fp32 CPU [end - begin]), reading only the overlapping slices of the shard
+  // files (whose sha256 is checked the first time each is opened).
+  absl::Status ReadRange(int unit, const std::string& kind, int64_t begin, int64_t end, at::Tensor out);
+  // A ShardSource over the master parameters (valid while this object lives).
+  ShardSource ParamSource();
+
+  // Restores the AdamW moments, step count and loss scale of `engine` (any world size or
+  // strategy: the slices this rank's shards cover are read), and this rank's RNG state
+  // when the checkpoint has a file for it.
+  absl::Status RestoreEngine(ShardedEngine& engine);
+
+  // The units' names must match the layout the caller will train (same model shape).
+  absl::Status CheckLayout(const std::vector<UnitLayout>& layout) const;
+
+ private:
+  ShardedCheckpoint() = default;
+  absl::StatusOr<const SafetensorsFile*> Shard(int index);
+
+  std::string dir_;
+  nlohmann::json manifest_;
+  LlamaConfig config_;
+  std::map<std::string, std::pair<int64_t, std::string>> files_;  // name -> (bytes, sha256)
+  std::vector<std::unique_ptr<SafetensorsFile>> shards_;
+  std::vector<int64_t> unit_padded_;
+};
+
+// The newest complete checkpoint under `root` (step-N directories whose manifest exists
+// and whose files have their recorded sizes); NOT_FOUND when there is none. Incomplete or
+// damaged ones are skipped with a warning.
+absl::StatusOr<std::string> LatestCheckpoint(const std::string& root);
+
+// True when `dir` holds a sharded checkpoint (a manifest.json of this format).
+bool IsShardedCheckpoint(const std::string& dir);
+
+// Consolidates a sharded checkpoint into an HF-format directory, one unit at a time.
+absl::Status ExportShardedCheckpoint(const std::string& dir, const std::string& out_dir,
+                                     const ExportOptions& options);
+
+// Hex sha256 of a file's contents (streamed).
+absl::StatusOr<std::string> Sha256File(const std::string& path);
+
+}  // namespace llamafleet::trainer
