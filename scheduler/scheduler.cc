@@ -70,8 +70,14 @@ struct WorkerState {
   int cand = -1;       // position among Preempt's workers missing GPUs, -1 otherwise
 };
 
+// What victim selection reads of a running job, packed (RunningJob is large).
 struct RunState {
+  int64_t job_id = 0;
+  absl::Time started;
+  int priority = 0;
   int total_gpus = 0;
+  bool preempting = false;
+  bool cooling = false;  // preempted within the cool-down
   bool claimed = false;  // chosen as a victim in this pass
 };
 
@@ -89,6 +95,11 @@ struct Cover {
     if (oldest_start != o.oldest_start) return oldest_start > o.oldest_start;
     return ids < o.ids;
   }
+};
+
+struct QueueState {
+  int64_t quota = 0;  // 0 = unlimited
+  int64_t used = 0;   // GPUs held by running jobs and this pass's placements
 };
 
 struct PreemptFailure {
@@ -113,6 +124,20 @@ struct ShapeKey {
   const Labels* labels;
   bool operator<(const ShapeKey& o) const {
     return std::tie(*instance_type, efa, *labels) < std::tie(*o.instance_type, o.efa, *o.labels);
+  }
+  bool operator==(const ShapeKey& o) const {
+    return efa == o.efa && *instance_type == *o.instance_type && *labels == *o.labels;
+  }
+};
+
+struct ShapeKeyHash {
+  size_t operator()(const ShapeKey& k) const {
+    size_t h = std::hash<std::string>()(*k.instance_type) * 31 + static_cast<size_t>(k.efa);
+    for (const auto& [key, value] : *k.labels) {
+      h = h * 131 + std::hash<std::string>()(key);
+      h = h * 131 + std::hash<std::string>()(value);
+    }
+    return h;
   }
 };
 
@@ -139,16 +164,27 @@ class Pass {
   Decisions Run() {
     IndexWorkers();
     IndexRunning();
-    std::vector<int> order(pending_.size());
-    for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int>(i);
-    std::sort(order.begin(), order.end(), [this](int a, int b) {
-      const PendingJob& x = pending_[a];
-      const PendingJob& y = pending_[b];
+    // Sort compact keys, not the (large) jobs themselves.
+    struct Key {
+      int priority;
+      absl::Time queued_since;
+      int64_t job_id;
+      int index;
+    };
+    std::vector<Key> order;
+    order.reserve(pending_.size());
+    for (size_t i = 0; i < pending_.size(); ++i) {
+      const PendingJob& j = pending_[i];
+      order.push_back(Key{j.priority, j.queued_since, j.job_id, static_cast<int>(i)});
+    }
+    std::sort(order.begin(), order.end(), [](const Key& x, const Key& y) {
       if (x.priority != y.priority) return x.priority > y.priority;
       if (x.queued_since != y.queued_since) return x.queued_since < y.queued_since;
       return x.job_id < y.job_id;
     });
-    for (int i : order) Consider(pending_[i]);
+    out_.pending.reserve(pending_.size());
+    pending_queue_.reserve(pending_.size());
+    for (const Key& k : order) Consider(pending_[k.index]);
     // Queue positions: scheduling order among what is still pending, per queue.
     std::unordered_map<std::string, int> position;
     for (size_t i = 0; i < out_.pending.size(); ++i) {
@@ -212,8 +248,14 @@ class Pass {
         s.releases.emplace_back(job.expected_end.value_or(absl::InfiniteFuture()), a.gpus);
         if (job.preempting) s.freeing += a.gpus;
       }
-      run_[r].total_gpus = total;
-      queue_used_[job.queue] += total;
+      RunState& rs = run_[r];
+      rs.job_id = job.job_id;
+      rs.started = job.started;
+      rs.priority = job.priority;
+      rs.total_gpus = total;
+      rs.preempting = job.preempting;
+      rs.cooling = now_ - job.last_preempted < config_.preemption_cooldown;
+      QueueFor(job.queue).used += total;
       if (!job.preempting) min_victim_priority_ = std::min(min_victim_priority_, job.priority);
     }
     for (WorkerClass& c : classes_) {
@@ -229,6 +271,15 @@ class Pass {
         if (s.freeing > 0) c.freeing.push_back(idx);
       }
     }
+  }
+
+  QueueState& QueueFor(const std::string& name) {
+    auto [it, inserted] = queue_state_.try_emplace(name);
+    if (inserted) {
+      auto q = queues_.find(name);
+      if (q != queues_.end()) it->second.quota = q->second.gpu_quota;
+    }
+    return it->second;
   }
 
   Shape& ShapeFor(const PendingJob& job) {
@@ -369,9 +420,9 @@ class Pass {
       return;
     }
     const int64_t want = static_cast<int64_t>(n) * g;
-    auto quota_it = queues_.find(job.queue);
-    const int64_t quota = quota_it == queues_.end() ? 0 : quota_it->second.gpu_quota;
-    int64_t& used = queue_used_[job.queue];
+    QueueState& queue = QueueFor(job.queue);
+    const int64_t quota = queue.quota;
+    int64_t& used = queue.used;
     if (quota > 0 && used + want > quota) {
       AddPending(job, PendingCode::kQuotaExceeded,
                  want > quota
@@ -528,9 +579,8 @@ class Pass {
     return true;
   }
 
-  bool Victim(const RunningJob& r, const RunState& rs, int priority) const {
-    return !r.preempting && !rs.claimed && r.priority < priority &&
-           now_ - r.last_preempted >= config_.preemption_cooldown;
+  static bool Victim(const RunState& r, int priority) {
+    return !r.preempting && !r.claimed && !r.cooling && r.priority < priority;
   }
 
   // Cheapest set of eligible victims on one worker freeing `deficit` GPUs there: exact
@@ -543,17 +593,17 @@ class Pass {
     cand.clear();
     int total = 0;
     for (auto [r, gpus] : state_[idx].jobs) {
-      if (Victim(running_[r], run_[r], priority) && !taken.count(r)) {
+      if (Victim(run_[r], priority) && (taken.empty() || !taken.count(r))) {
         cand.emplace_back(r, gpus);
         total += gpus;
       }
     }
     if (total < deficit) return std::nullopt;
     std::sort(cand.begin(), cand.end(), [this](auto a, auto b) {
-      return running_[a.first].job_id < running_[b.first].job_id;
+      return run_[a.first].job_id < run_[b.first].job_id;
     });
     auto finish = [this](Cover c) {
-      for (int r : c.victims) c.ids.push_back(running_[r].job_id);
+      for (int r : c.victims) c.ids.push_back(run_[r].job_id);
       std::sort(c.ids.begin(), c.ids.end());
       return c;
     };
@@ -562,8 +612,8 @@ class Pass {
       c.max_priority = std::numeric_limits<int>::min();
       for (int r : members) {
         c.gpus_lost += run_[r].total_gpus;
-        c.max_priority = std::max(c.max_priority, running_[r].priority);
-        c.oldest_start = std::min(c.oldest_start, running_[r].started);
+        c.max_priority = std::max(c.max_priority, run_[r].priority);
+        c.oldest_start = std::min(c.oldest_start, run_[r].started);
       }
       return c;
     };
@@ -608,7 +658,7 @@ class Pass {
       int64_t lhs = static_cast<int64_t>(a.second) * run_[b.first].total_gpus;
       int64_t rhs = static_cast<int64_t>(b.second) * run_[a.first].total_gpus;
       if (lhs != rhs) return lhs > rhs;
-      return running_[a.first].job_id < running_[b.first].job_id;
+      return run_[a.first].job_id < run_[b.first].job_id;
     });
     absl::InlinedVector<int, 8> victims;
     int freed = 0;
@@ -660,10 +710,21 @@ class Pass {
     }
     ++stamp_;
     int free_ok = 0;
-    std::vector<int> short_workers;            // candidates missing GPUs
-    std::vector<std::optional<Cover>> covers;  // parallel: cheapest cover alone
+    // Workers missing GPUs that eligible victims could complete. Their covers (victim
+    // sets) are computed lazily, fewest missing GPUs first: a cover loses at least as many
+    // GPUs as the worker misses, so once the best cover found is cheaper than what the
+    // next worker misses, no later worker can beat it.
+    struct Candidate {
+      int idx = 0;
+      int deficit = 0;       // GPUs missing before any victim is taken
+      int min_priority = 0;  // of its eligible victims: no cover has a lower max
+      absl::Time latest_start;  // of its eligible victims: no cover starts later
+      int cover = -1;           // index into `covers` once computed
+      bool done = false;        // enough GPUs freed by victims already taken
+    };
+    std::vector<std::optional<Cover>> covers;
+    std::vector<Candidate> cands;
     int cooldown_ok = 0;
-    const std::set<int> none;
     for (int ci : shape.classes) {
       for (int idx : classes_[ci].members) {
         WorkerState& s = state_[idx];
@@ -674,46 +735,100 @@ class Pass {
           ++cooldown_ok;
           continue;
         }
-        int lower = 0;  // every lower-priority GPU here, cool-down ignored
+        int lower = 0;     // every lower-priority GPU here, cool-down ignored
+        int eligible = 0;  // of those, the ones outside their cool-down
+        int min_priority = std::numeric_limits<int>::max();
+        absl::Time latest_start = absl::InfinitePast();
         for (auto [r, gpus] : s.jobs) {
-          if (!running_[r].preempting && !run_[r].claimed && running_[r].priority < job.priority)
+          const RunState& rs = run_[r];
+          if (!rs.preempting && !rs.claimed && rs.priority < job.priority) {
             lower += gpus;
+            if (!rs.cooling) {
+              eligible += gpus;
+              min_priority = std::min(min_priority, rs.priority);
+              latest_start = std::max(latest_start, rs.started);
+            }
+          }
         }
         if (s.free + lower >= g) ++cooldown_ok;
-        if (must_recheck_cooldown) continue;
-        if (std::optional<Cover> c = CoverWorker(idx, g - s.free, job.priority, none)) {
-          s.cand = static_cast<int>(short_workers.size());
-          short_workers.push_back(idx);
-          covers.push_back(std::move(c));
-        }
+        if (must_recheck_cooldown || s.free + eligible < g) continue;
+        s.cand = static_cast<int>(cands.size());
+        cands.push_back(Candidate{idx, g - s.free, min_priority, latest_start});
       }
     }
+    auto clear_cands = [&] {
+      for (const Candidate& c : cands) state_[c.idx].cand = -1;
+    };
     auto fail = [&](PendingCode code) {
-      for (int idx : short_workers) state_[idx].cand = -1;
+      clear_cands();
       if (job.excluded_workers.empty()) {
         shape.preempt_failures.push_back({job.priority, n, g, code});
       }
       if (code == PendingCode::kPreemptionCooldown) last_preempt_code_ = code;
       return false;
     };
-    if (must_recheck_cooldown || free_ok + static_cast<int>(covers.size()) < n) {
+    if (must_recheck_cooldown || free_ok + static_cast<int>(cands.size()) < n) {
       return fail(cooldown_ok >= n ? PendingCode::kPreemptionCooldown
                                    : PendingCode::kInsufficientCapacity);
     }
+    // A min-heap on the candidates' lower bounds: only the few popped are ordered.
+    std::vector<int> heap(cands.size());
+    for (size_t i = 0; i < heap.size(); ++i) heap[i] = static_cast<int>(i);
+    auto later = [&](int a, int b) {  // heap order: true when a comes after b
+      const Candidate& x = cands[a];
+      const Candidate& y = cands[b];
+      if (x.deficit != y.deficit) return x.deficit > y.deficit;
+      if (x.min_priority != y.min_priority) return x.min_priority > y.min_priority;
+      if (x.latest_start != y.latest_start) return x.latest_start < y.latest_start;
+      return x.idx > y.idx;
+    };
+    std::make_heap(heap.begin(), heap.end(), later);
+    // True when `cover` beats anything candidate `c` could offer (ids aside).
+    auto beats_bound = [&](const Cover& cover, const Candidate& c) {
+      if (cover.gpus_lost != c.deficit) return cover.gpus_lost < c.deficit;
+      if (cover.max_priority != c.min_priority) return cover.max_priority < c.min_priority;
+      return cover.oldest_start >= c.latest_start;
+    };
     // Greedy by marginal cost: repeatedly take the cheapest cover of a worker still
     // missing GPUs, counting victims already taken as free (a multi-node victim frees
     // GPUs on several workers at once), until a whole gang is free.
     std::set<int> taken;
     std::map<int, int> freed;  // worker -> GPUs freed by taken victims
+    std::vector<int> computed;  // candidates with a cover, in computing order
+    auto compute = [&](int c) {
+      Candidate& cand = cands[c];
+      if (cand.cover < 0) {
+        cand.cover = static_cast<int>(covers.size());
+        covers.emplace_back();
+        computed.push_back(c);
+      }
+      auto f = freed.find(cand.idx);
+      int deficit = g - state_[cand.idx].free - (f == freed.end() ? 0 : f->second);
+      covers[cand.cover] = CoverWorker(cand.idx, deficit, job.priority, taken);
+    };
+    auto cover_of = [&](int c) -> const std::optional<Cover>& { return covers[cands[c].cover]; };
+    auto better = [&](int c, int best) {
+      return !cands[c].done && cover_of(c) && (best < 0 || *cover_of(c) < *cover_of(best));
+    };
     int satisfied = free_ok;
     while (satisfied < n) {
       int best = -1;
-      for (size_t i = 0; i < covers.size(); ++i) {
-        if (covers[i] && (best < 0 || *covers[i] < *covers[best])) best = static_cast<int>(i);
+      for (int c : computed) {
+        if (better(c, best)) best = c;
+      }
+      while (!heap.empty()) {
+        int c = heap.front();
+        if (cands[c].cover < 0) {
+          if (best >= 0 && beats_bound(*cover_of(best), cands[c])) break;
+          compute(c);
+          if (better(c, best)) best = c;
+        }
+        std::pop_heap(heap.begin(), heap.end(), later);
+        heap.pop_back();
       }
       if (best < 0) return fail(PendingCode::kInsufficientCapacity);  // not reached
       std::set<int> touched;
-      for (int r : covers[best]->victims) {
+      for (int r : cover_of(best)->victims) {
         taken.insert(r);
         for (const Allocation& a : running_[r].allocations) {
           auto it = index_.find(a.worker_id);
@@ -724,27 +839,27 @@ class Pass {
       }
       for (int idx : touched) {
         const WorkerState& s = state_[idx];
-        if (s.stamp != stamp_ || s.free >= g || s.cand < 0 || !covers[s.cand]) continue;
-        int deficit = g - s.free - freed[idx];
-        if (deficit <= 0) {
-          covers[s.cand].reset();
+        if (s.stamp != stamp_ || s.cand < 0 || cands[s.cand].done) continue;
+        // (s.cand < 0 also covers workers with enough free GPUs: they are not candidates.)
+        if (g - s.free - freed[idx] <= 0) {
+          cands[s.cand].done = true;
           ++satisfied;
         } else {
-          covers[s.cand] = CoverWorker(idx, deficit, job.priority, taken);
+          compute(s.cand);  // cheaper now, or computed for the first time
         }
       }
     }
-    for (int idx : short_workers) state_[idx].cand = -1;
+    clear_cands();
     // Drop victims the gang does not need, most expensive first, so the set is minimal.
     std::vector<int> victims(taken.begin(), taken.end());
     std::vector<int> by_cost = victims;
     std::sort(by_cost.begin(), by_cost.end(), [this](int a, int b) {
       if (run_[a].total_gpus != run_[b].total_gpus) return run_[a].total_gpus > run_[b].total_gpus;
-      if (running_[a].priority != running_[b].priority)
-        return running_[a].priority > running_[b].priority;
-      if (running_[a].started != running_[b].started)
-        return running_[a].started < running_[b].started;
-      return running_[a].job_id < running_[b].job_id;
+      if (run_[a].priority != run_[b].priority)
+        return run_[a].priority > run_[b].priority;
+      if (run_[a].started != run_[b].started)
+        return run_[a].started < run_[b].started;
+      return run_[a].job_id < run_[b].job_id;
     });
     for (int r : by_cost) {
       std::vector<int> without;
@@ -762,7 +877,7 @@ class Pass {
     std::vector<int64_t> ids;
     for (int r : victims) {
       run_[r].claimed = true;
-      ids.push_back(running_[r].job_id);
+      ids.push_back(run_[r].job_id);
     }
     std::sort(ids.begin(), ids.end());
     for (int64_t id : ids) out_.preemptions.push_back(Preemption{id, job.job_id});
@@ -916,8 +1031,8 @@ class Pass {
   std::vector<WorkerState> state_;
   std::vector<WorkerClass> classes_;
   std::vector<RunState> run_;
-  std::map<ShapeKey, Shape> shapes_;
-  std::unordered_map<std::string, int64_t> queue_used_;
+  std::unordered_map<ShapeKey, Shape, ShapeKeyHash> shapes_;
+  std::unordered_map<std::string, QueueState> queue_state_;
   int min_victim_priority_ = 0;
   bool any_reservation_ = false;
   int reservations_ = 0;
