@@ -1,0 +1,178 @@
+#ifndef LLAMAFLEET_SERVER_CLUSTER_MANAGER_H_
+#define LLAMAFLEET_SERVER_CLUSTER_MANAGER_H_
+
+// The coordinator's control loop: worker sessions, scheduling passes, attempts, failure
+// handling. All of its state is confined to one thread (the strand); everything else
+// posts to it. Every decision is committed to the database before anyone is told: an
+// attempt is written before its tasks are sent, a failure is written before the gang is
+// stopped.
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/time/time.h"
+#include "llamafleet/v1/job.pb.h"
+#include "llamafleet/v1/worker.pb.h"
+#include "scheduler/clock.h"
+#include "scheduler/scheduler.h"
+#include "storage/cluster_store.h"
+#include "storage/job_store.h"
+
+namespace llamafleet {
+
+// The coordinator's end of one worker session. Thread-safe; after Detach() it drops
+// everything.
+class WorkerLink {
+ public:
+  virtual ~WorkerLink() = default;
+  virtual void Send(v1::CoordinatorMessage message) = 0;
+  // Ends the session with `status` (e.g. UNAUTHENTICATED, or replaced by a newer one).
+  virtual void Close(const absl::Status& status) = 0;
+};
+
+struct ClusterOptions {
+  // Workers must present this in their hello. Empty: every hello is refused.
+  std::string join_token;
+  // A worker silent this long is lost; its tasks fail.
+  absl::Duration heartbeat_timeout = absl::Seconds(10);
+  // What workers are told to use.
+  absl::Duration heartbeat_interval = absl::Seconds(2);
+  // How often the loop checks timeouts and retries scheduling.
+  absl::Duration tick = absl::Milliseconds(250);
+  // SIGTERM → SIGKILL grace for cancelled jobs and for the rest of a failed gang.
+  absl::Duration cancel_grace = absl::Seconds(15);
+  // Preempted jobs get this long to checkpoint and stop.
+  absl::Duration preemption_grace = absl::Seconds(60);
+  // After a coordinator restart or a reconnect, how long a task the worker does not
+  // report may take to show up (as a late status) before its attempt fails.
+  absl::Duration missing_task_grace = absl::Seconds(3);
+  sched::Config scheduler;
+  std::map<std::string, sched::QueueConfig> queues;
+  // Checkpoints of jobs without checkpoint.dir go to checkpoint_root/<job id>.
+  std::string checkpoint_root;
+  // First TCP port handed out as MASTER_PORT (a range of 1000).
+  int master_port_base = 29500;
+  Clock* clock = Clock::Real();
+};
+
+// Where QUEUED jobs stand, from the last scheduling pass (thread-safe).
+class PendingInfoSource {
+ public:
+  virtual ~PendingInfoSource() = default;
+  virtual bool PendingInfoFor(int64_t job_id, v1::PendingInfo* info) const = 0;
+};
+
+class ClusterManager : public PendingInfoSource {
+ public:
+  // `store` must outlive the manager. Recovers active attempts from the database, then
+  // starts the loop.
+  static absl::StatusOr<std::unique_ptr<ClusterManager>> Start(JobStore* store,
+                                                               ClusterOptions options);
+  // Stops the loop (tasks keep running on the workers; a restarted coordinator picks
+  // them up again).
+  ~ClusterManager() override;
+
+  // --- From worker sessions (any thread).
+  void OnHello(std::shared_ptr<WorkerLink> link, v1::Hello hello);
+  void OnWorkerMessage(const std::string& worker, v1::WorkerMessage message);
+  void OnDisconnected(const std::string& worker, const WorkerLink* link);
+
+  // Asks for a scheduling pass soon (after submissions).
+  void Poke();
+
+  // Snapshot for ListWorkers (any thread).
+  std::vector<v1::WorkerInfo> Workers() const;
+  bool PendingInfoFor(int64_t job_id, v1::PendingInfo* info) const override;
+
+  // Blocks until the loop has processed everything posted so far (tests).
+  void Sync();
+
+ private:
+  struct LiveWorker {
+    std::string name;
+    v1::Inventory inventory;
+    std::shared_ptr<WorkerLink> link;  // null while disconnected
+    absl::Time last_heartbeat;
+    std::vector<v1::GpuSample> gpus;
+    bool lost = false;
+  };
+  struct ActiveAttempt {
+    AttemptRecord record;
+    v1::JobSpec spec;
+    std::map<std::string, v1::TaskState> task_states;   // by task id
+    std::map<std::string, absl::Time> missing_since;    // tasks a worker did not report
+    bool committed = false;        // StartAttempt is durable (tasks were sent)
+    bool running_recorded = false;
+    bool stopping = false;         // ended or being stopped: waiting for tasks to exit
+    bool ended = false;            // EndAttempt written (or being written)
+    absl::Time last_progress;
+    int64_t last_step = -1;
+    int master_port = 0;
+  };
+
+  ClusterManager(JobStore* store, ClusterOptions options);
+  void Post(std::function<void()> fn);
+  void Loop();
+
+  // Strand-only.
+  void Tick();
+  void SchedulePass();
+  void HandleHello(std::shared_ptr<WorkerLink> link, const v1::Hello& hello);
+  void HandleTaskStatus(const std::string& worker, const v1::TaskStatus& status);
+  void HandleMetrics(const v1::TrainMetrics& metrics);
+  void HandleCheckpoint(const v1::CheckpointReport& report);
+  void HandleJobEvent(const v1::JobEvent& event);
+  // Writes how the attempt ended (once) and stops the rest of its gang.
+  void EndAttempt(ActiveAttempt& attempt, AttemptOutcome outcome, const std::string& reason,
+                  const std::string& excluded_worker = "");
+  void StopTasks(ActiveAttempt& attempt, absl::Duration grace, const std::string& reason);
+  void SendAssignments(int64_t job_id);
+  void MaybeRelease(int64_t job_id);
+  void ApplyRetention(int64_t job_id, int keep_last);
+  ActiveAttempt* AttemptOfTask(const std::string& task_id);
+  int AllocateMasterPort();
+  void PublishWorkers();
+
+  // Constant after construction.
+  JobStore* const store_;
+  const ClusterOptions options_;
+  const sched::Scheduler scheduler_;
+  int64_t subscription_ = 0;
+
+  // Strand state.
+  std::map<std::string, LiveWorker> workers_;
+  std::map<int64_t, ActiveAttempt> attempts_;
+  std::set<int> ports_in_use_;
+  bool schedule_wanted_ = true;
+  absl::Time last_pass_ = absl::InfinitePast();
+  absl::Time last_ttl_sweep_ = absl::InfinitePast();
+
+  // The loop.
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> queue_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread thread_;
+
+  // Published for readers on other threads.
+  mutable std::mutex published_mu_;
+  std::map<int64_t, v1::PendingInfo> pending_ ABSL_GUARDED_BY(published_mu_);
+  std::vector<v1::WorkerInfo> worker_infos_ ABSL_GUARDED_BY(published_mu_);
+};
+
+// How a failed task's exits are classified (exposed for tests): a bad spec or bad data is
+// permanent, a task the worker could not start is a node fault, anything else retryable.
+AttemptOutcome ClassifyFailure(const v1::TaskStatus& status);
+
+}  // namespace llamafleet
+
+#endif  // LLAMAFLEET_SERVER_CLUSTER_MANAGER_H_
