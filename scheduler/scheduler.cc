@@ -115,6 +115,7 @@ struct Shape {
   // Holders() text, valid while Pass::holds_version_ == holders_version.
   uint64_t holders_version = ~uint64_t{0};
   std::string holders_text;
+  mutable std::unordered_map<uint64_t, std::string> needs;  // (nodes, gpus_per_node) -> Needs()
 };
 
 // Orders shapes by the job's selectors without copying them.
@@ -184,7 +185,17 @@ class Pass {
     });
     out_.pending.reserve(pending_.size());
     pending_queue_.reserve(pending_.size());
-    for (const Key& k : order) Consider(pending_[k.index]);
+    // Jobs are visited in scheduling order, i.e. all over memory: fetch ahead.
+    constexpr size_t kAhead = 8;
+    for (size_t i = 0; i < order.size(); ++i) {
+      if (i + kAhead < order.size()) {
+        const char* next = reinterpret_cast<const char*>(&pending_[order[i + kAhead].index]);
+        __builtin_prefetch(next);
+        __builtin_prefetch(next + 64);
+        __builtin_prefetch(next + 128);
+      }
+      Consider(pending_[order[i].index]);
+    }
     // Queue positions: scheduling order among what is still pending, per queue.
     std::unordered_map<std::string, int> position;
     for (size_t i = 0; i < out_.pending.size(); ++i) {
@@ -234,6 +245,7 @@ class Pass {
 
   void IndexRunning() {
     run_.resize(running_.size());
+    run_allocs_.resize(running_.size());
     min_victim_priority_ = std::numeric_limits<int>::max();
     for (size_t r = 0; r < running_.size(); ++r) {
       const RunningJob& job = running_[r];
@@ -242,6 +254,7 @@ class Pass {
         total += std::max(0, a.gpus);
         auto it = index_.find(a.worker_id);
         if (it == index_.end() || a.gpus <= 0) continue;
+        run_allocs_[r].emplace_back(it->second, a.gpus);
         WorkerState& s = state_[it->second];
         s.free -= a.gpus;
         s.jobs.emplace_back(static_cast<int>(r), a.gpus);
@@ -408,13 +421,13 @@ class Pass {
     Shape& shape = ShapeFor(job);
     if (shape.classes.empty()) {
       AddPending(job, PendingCode::kNoMatchingWorkers,
-                 absl::StrCat(Needs(job), "; no schedulable worker matches"));
+                 absl::StrCat(Needs(job, shape), "; no schedulable worker matches"));
       return;
     }
     int capacity = CountCapacity(job, shape, g);
     if (capacity < n) {
       AddPending(job, PendingCode::kLargerThanCluster,
-                 absl::StrCat(Needs(job), "; only ", capacity, " matching ",
+                 absl::StrCat(Needs(job, shape), "; only ", capacity, " matching ",
                               capacity == 1 ? "worker has" : "workers have", " ", g,
                               " or more GPUs in total"));
       return;
@@ -525,13 +538,13 @@ class Pass {
     }
     if (!last_preempt_code_ && CountRaw(job, shape, g) >= n) {
       AddPending(job, PendingCode::kBlockedByReservation,
-                 absl::StrCat(Needs(job), "; enough are free, but held for ",
+                 absl::StrCat(Needs(job, shape), "; enough are free, but held for ",
                               Holders(shape, job.job_id, !reserved.empty()), reserved),
                  estimate);
       return;
     }
     PendingCode code = last_preempt_code_.value_or(PendingCode::kInsufficientCapacity);
-    std::string message = absl::StrCat(Needs(job), "; ", CountFree(job, shape, g), " match");
+    std::string message = absl::StrCat(Needs(job, shape), "; ", CountFree(job, shape, g), " match");
     if (code == PendingCode::kPreemptionCooldown) {
       absl::StrAppend(&message, "; lower-priority jobs could make room but were preempted ",
                       "less than ", absl::FormatDuration(config_.preemption_cooldown),
@@ -574,7 +587,7 @@ class Pass {
       Hold(idx, g, job.job_id, std::nullopt);
     }
     AddPending(job, PendingCode::kWaitingForPreemption,
-               absl::StrCat(Needs(job), "; waiting for preempted jobs to stop on ",
+               absl::StrCat(Needs(job, shape), "; waiting for preempted jobs to stop on ",
                             Plural(need_helped, "worker", "workers")));
     return true;
   }
@@ -675,13 +688,19 @@ class Pass {
   // Workers (candidates of the current job) with at least g GPUs once `victims` stop.
   int FitsWith(const std::vector<int>& victims, int g, int free_ok,
                std::vector<int>* chosen) {
-    std::map<int, int> freed;  // worker -> GPUs freed there
-    for (int r : victims) {
-      for (const Allocation& a : running_[r].allocations) {
-        auto it = index_.find(a.worker_id);
-        if (it != index_.end() && a.gpus > 0) freed[it->second] += a.gpus;
+    std::vector<std::pair<int, int>>& freed = scratch_freed_;  // (worker, GPUs freed there)
+    freed.clear();
+    for (int r : victims) freed.insert(freed.end(), run_allocs_[r].begin(), run_allocs_[r].end());
+    std::sort(freed.begin(), freed.end());
+    size_t out = 0;  // merge entries of the same worker
+    for (size_t i = 0; i < freed.size(); ++i) {
+      if (out > 0 && freed[out - 1].first == freed[i].first) {
+        freed[out - 1].second += freed[i].second;
+      } else {
+        freed[out++] = freed[i];
       }
     }
+    freed.resize(out);
     int n = free_ok;
     for (auto [idx, gpus] : freed) {
       const WorkerState& s = state_[idx];
@@ -830,11 +849,9 @@ class Pass {
       std::set<int> touched;
       for (int r : cover_of(best)->victims) {
         taken.insert(r);
-        for (const Allocation& a : running_[r].allocations) {
-          auto it = index_.find(a.worker_id);
-          if (it == index_.end() || a.gpus <= 0) continue;
-          freed[it->second] += a.gpus;
-          touched.insert(it->second);
+        for (auto [idx, gpus] : run_allocs_[r]) {
+          freed[idx] += gpus;
+          touched.insert(idx);
         }
       }
       for (int idx : touched) {
@@ -883,7 +900,7 @@ class Pass {
     for (int64_t id : ids) out_.preemptions.push_back(Preemption{id, job.job_id});
     for (int idx : chosen) Hold(idx, g, job.job_id, std::nullopt);
     AddPending(job, PendingCode::kWaitingForPreemption,
-               absl::StrCat(Needs(job), "; preempting lower-priority ",
+               absl::StrCat(Needs(job, shape), "; preempting lower-priority ",
                             ids.size() == 1 ? "job " : "jobs ", absl::StrJoin(ids, ", ")));
     return true;
   }
@@ -954,8 +971,22 @@ class Pass {
 
   // ---- explanations -------------------------------------------------------------
 
+  // NeedsText, cached per shape and size (jobs with exclusions are rare: not cached).
+  // The view is valid until the next call.
+  absl::string_view Needs(const PendingJob& job, const Shape& shape) const {
+    if (!job.excluded_workers.empty()) {
+      scratch_needs_ = NeedsText(job);
+      return scratch_needs_;
+    }
+    uint64_t key = (static_cast<uint64_t>(static_cast<uint32_t>(job.nodes)) << 32) |
+                   static_cast<uint32_t>(job.gpus_per_node);
+    auto [it, inserted] = shape.needs.try_emplace(key);
+    if (inserted) it->second = NeedsText(job);
+    return it->second;
+  }
+
   // "needs 3 nodes with 8 free GPUs and instance type p5.48xlarge"
-  std::string Needs(const PendingJob& job) const {
+  std::string NeedsText(const PendingJob& job) const {
     std::vector<std::string> extra;
     if (!job.instance_type.empty()) extra.push_back(absl::StrCat("instance type ", job.instance_type));
     if (job.efa_per_node > 0) extra.push_back(Plural(job.efa_per_node, "EFA device", "EFA devices"));
@@ -1031,6 +1062,7 @@ class Pass {
   std::vector<WorkerState> state_;
   std::vector<WorkerClass> classes_;
   std::vector<RunState> run_;
+  std::vector<absl::InlinedVector<std::pair<int, int>, 2>> run_allocs_;  // (worker, GPUs)
   std::unordered_map<ShapeKey, Shape, ShapeKeyHash> shapes_;
   std::unordered_map<std::string, QueueState> queue_state_;
   int min_victim_priority_ = 0;
@@ -1042,6 +1074,8 @@ class Pass {
   uint64_t holds_version_ = 0;
   std::string scratch_text_;
   mutable std::vector<std::pair<int, int>> scratch_cand_;  // CoverWorker's candidates
+  std::vector<std::pair<int, int>> scratch_freed_;         // FitsWith's tally
+  mutable std::string scratch_needs_;                      // Needs() for jobs with exclusions
 
   Decisions out_;
   std::vector<const std::string*> pending_queue_;  // parallel to out_.pending
