@@ -87,8 +87,8 @@ struct Cover {
   int64_t gpus_lost = 0;
   int max_priority = 0;
   absl::Time oldest_start = absl::InfiniteFuture();
-  absl::InlinedVector<int, 8> victims;   // running indices
-  absl::InlinedVector<int64_t, 8> ids;   // their job ids, ascending: the last tie-break
+  absl::InlinedVector<int, 8> victims;  // running indices
+  absl::InlinedVector<int64_t, 8> ids;  // their job ids, ascending: the last tie-break
   bool operator<(const Cover& o) const {
     if (gpus_lost != o.gpus_lost) return gpus_lost < o.gpus_lost;
     if (max_priority != o.max_priority) return max_priority < o.max_priority;
@@ -226,8 +226,8 @@ class Pass {
       s.gpus = std::max(0, w.gpus);
       s.free = s.raw = s.gpus;
       if (w.schedulable) {
-        auto [it, inserted] = class_of.emplace(
-            ShapeKey{&w.instance_type, w.efa, &w.labels}, static_cast<int>(classes_.size()));
+        auto [it, inserted] = class_of.emplace(ShapeKey{&w.instance_type, w.efa, &w.labels},
+                                               static_cast<int>(classes_.size()));
         if (inserted) {
           classes_.emplace_back();
           classes_.back().instance_type = &w.instance_type;
@@ -393,7 +393,8 @@ class Pass {
 
   int CountFree(const PendingJob& job, const Shape& shape, int g) const {
     return CountAtLeast(
-        job, shape, g, [](const WorkerClass& c, int f) { return static_cast<int>(c.by_free[f].size()); },
+        job, shape, g,
+        [](const WorkerClass& c, int f) { return static_cast<int>(c.by_free[f].size()); },
         [](const WorkerState& s) { return s.free; });
   }
   int CountRaw(const PendingJob& job, const Shape& shape, int g) const {
@@ -438,11 +439,10 @@ class Pass {
     int64_t& used = queue.used;
     if (quota > 0 && used + want > quota) {
       AddPending(job, PendingCode::kQuotaExceeded,
-                 want > quota
-                     ? absl::StrCat("needs ", want, " GPUs, more than queue '", job.queue,
-                                    "' may ever hold (quota ", quota, ")")
-                     : absl::StrCat("queue '", job.queue, "' holds ", used, " of its ", quota,
-                                    " GPU quota; this job needs ", want, " more"));
+                 want > quota ? absl::StrCat("needs ", want, " GPUs, more than queue '", job.queue,
+                                             "' may ever hold (quota ", quota, ")")
+                              : absl::StrCat("queue '", job.queue, "' holds ", used, " of its ",
+                                             quota, " GPU quota; this job needs ", want, " more"));
       return;
     }
     if (Place(job, shape)) {
@@ -529,9 +529,8 @@ class Pass {
       std::vector<int> workers;
       estimate = EarliestStart(job, shape, &workers);
       Reserve(job, workers, estimate);
-      reserved = absl::StrCat("; waiting since ", Rfc3339(job.queued_since),
-                              ", so ", Plural(n, "worker is", "workers are"),
-                              " reserved for it");
+      reserved = absl::StrCat("; waiting since ", Rfc3339(job.queued_since), ", so ",
+                              Plural(n, "worker is", "workers are"), " reserved for it");
     } else if (estimates_ < config_.max_estimates) {
       ++estimates_;
       estimate = EarliestStart(job, shape, nullptr);
@@ -547,8 +546,7 @@ class Pass {
     std::string message = absl::StrCat(Needs(job, shape), "; ", CountFree(job, shape, g), " match");
     if (code == PendingCode::kPreemptionCooldown) {
       absl::StrAppend(&message, "; lower-priority jobs could make room but were preempted ",
-                      "less than ", absl::FormatDuration(config_.preemption_cooldown),
-                      " ago");
+                      "less than ", absl::FormatDuration(config_.preemption_cooldown), " ago");
     }
     absl::StrAppend(&message, reserved);
     AddPending(job, code, std::move(message), estimate);
@@ -612,9 +610,8 @@ class Pass {
       }
     }
     if (total < deficit) return std::nullopt;
-    std::sort(cand.begin(), cand.end(), [this](auto a, auto b) {
-      return run_[a.first].job_id < run_[b.first].job_id;
-    });
+    std::sort(cand.begin(), cand.end(),
+              [this](auto a, auto b) { return run_[a.first].job_id < run_[b.first].job_id; });
     auto finish = [this](Cover c) {
       for (int r : c.victims) c.ids.push_back(run_[r].job_id);
       std::sort(c.ids.begin(), c.ids.end());
@@ -651,11 +648,11 @@ class Pass {
           const int* end() const { return e; }
         } span{members, members + count};
         Cover c = cost_of(span);
-        bool better = !best || c.gpus_lost < best->gpus_lost ||
-                      (c.gpus_lost == best->gpus_lost &&
-                       (c.max_priority < best->max_priority ||
-                        (c.max_priority == best->max_priority &&
-                         c.oldest_start > best->oldest_start)));
+        bool better =
+            !best || c.gpus_lost < best->gpus_lost ||
+            (c.gpus_lost == best->gpus_lost &&
+             (c.max_priority < best->max_priority ||
+              (c.max_priority == best->max_priority && c.oldest_start > best->oldest_start)));
         if (better) {
           best = std::move(c);
           best_mask = m;
@@ -686,8 +683,7 @@ class Pass {
   }
 
   // Workers (candidates of the current job) with at least g GPUs once `victims` stop.
-  int FitsWith(const std::vector<int>& victims, int g, int free_ok,
-               std::vector<int>* chosen) {
+  int FitsWith(const std::vector<int>& victims, int g, int free_ok, std::vector<int>* chosen) {
     std::vector<std::pair<int, int>>& freed = scratch_freed_;  // (worker, GPUs freed there)
     freed.clear();
     for (int r : victims) freed.insert(freed.end(), run_allocs_[r].begin(), run_allocs_[r].end());
@@ -735,8 +731,8 @@ class Pass {
     // next worker misses, no later worker can beat it.
     struct Candidate {
       int idx = 0;
-      int deficit = 0;       // GPUs missing before any victim is taken
-      int min_priority = 0;  // of its eligible victims: no cover has a lower max
+      int deficit = 0;          // GPUs missing before any victim is taken
+      int min_priority = 0;     // of its eligible victims: no cover has a lower max
       absl::Time latest_start;  // of its eligible victims: no cover starts later
       int cover = -1;           // index into `covers` once computed
       bool done = false;        // enough GPUs freed by victims already taken
@@ -812,7 +808,7 @@ class Pass {
     // missing GPUs, counting victims already taken as free (a multi-node victim frees
     // GPUs on several workers at once), until a whole gang is free.
     std::set<int> taken;
-    std::map<int, int> freed;  // worker -> GPUs freed by taken victims
+    std::map<int, int> freed;   // worker -> GPUs freed by taken victims
     std::vector<int> computed;  // candidates with a cover, in computing order
     auto compute = [&](int c) {
       Candidate& cand = cands[c];
@@ -872,10 +868,8 @@ class Pass {
     std::vector<int> by_cost = victims;
     std::sort(by_cost.begin(), by_cost.end(), [this](int a, int b) {
       if (run_[a].total_gpus != run_[b].total_gpus) return run_[a].total_gpus > run_[b].total_gpus;
-      if (run_[a].priority != run_[b].priority)
-        return run_[a].priority > run_[b].priority;
-      if (run_[a].started != run_[b].started)
-        return run_[a].started < run_[b].started;
+      if (run_[a].priority != run_[b].priority) return run_[a].priority > run_[b].priority;
+      if (run_[a].started != run_[b].started) return run_[a].started < run_[b].started;
       return run_[a].job_id < run_[b].job_id;
     });
     for (int r : by_cost) {
@@ -888,8 +882,7 @@ class Pass {
     std::vector<int> helped;
     FitsWith(victims, g, free_ok, &helped);
     // The gang's workers: those the victims free first, then the fullest free ones.
-    std::vector<int> chosen(helped.begin(),
-                            helped.begin() + std::min<size_t>(helped.size(), n));
+    std::vector<int> chosen(helped.begin(), helped.begin() + std::min<size_t>(helped.size(), n));
     FillFree(job, shape, n, &chosen);
     std::vector<int64_t> ids;
     for (int r : victims) {
@@ -988,8 +981,10 @@ class Pass {
   // "needs 3 nodes with 8 free GPUs and instance type p5.48xlarge"
   std::string NeedsText(const PendingJob& job) const {
     std::vector<std::string> extra;
-    if (!job.instance_type.empty()) extra.push_back(absl::StrCat("instance type ", job.instance_type));
-    if (job.efa_per_node > 0) extra.push_back(Plural(job.efa_per_node, "EFA device", "EFA devices"));
+    if (!job.instance_type.empty())
+      extra.push_back(absl::StrCat("instance type ", job.instance_type));
+    if (job.efa_per_node > 0)
+      extra.push_back(Plural(job.efa_per_node, "EFA device", "EFA devices"));
     if (!job.node_labels.empty()) {
       extra.push_back(absl::StrCat(job.node_labels.size() == 1 ? "label " : "labels ",
                                    absl::StrJoin(job.node_labels, ",", absl::PairFormatter("="))));
@@ -1000,7 +995,8 @@ class Pass {
       absl::StrAppend(&s, i + 1 == extra.size() ? " and " : ", ", extra[i]);
     }
     if (!job.excluded_workers.empty()) {
-      absl::StrAppend(&s, " (", Plural(static_cast<int>(job.excluded_workers.size()), "worker", "workers"),
+      absl::StrAppend(&s, " (",
+                      Plural(static_cast<int>(job.excluded_workers.size()), "worker", "workers"),
                       " excluded after node faults)");
     }
     return s;

@@ -156,11 +156,9 @@ class Scheduler {
   // Running jobs' allocations on unknown workers are ignored; GPUs over-allocated on a
   // worker count as zero free. A queue missing from `queues` has no quota. Every pending
   // job appears exactly once, either in placements or in pending.
-  Decisions Schedule(const std::vector<PendingJob>& pending,
-                     const std::vector<Worker>& workers,
+  Decisions Schedule(const std::vector<PendingJob>& pending, const std::vector<Worker>& workers,
                      const std::vector<RunningJob>& running,
-                     const std::map<std::string, QueueConfig>& queues,
-                     absl::Time now) const;
+                     const std::map<std::string, QueueConfig>& queues, absl::Time now) const;
 
   const Config& config() const { return config_; }
 

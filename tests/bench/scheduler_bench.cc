@@ -18,8 +18,8 @@
 // is time spent waiting for a core.
 #include <algorithm>
 #include <chrono>
-#include <ctime>
 #include <cstdio>
+#include <ctime>
 #include <map>
 #include <random>
 #include <unordered_map>
@@ -101,7 +101,8 @@ struct Generator {
       j.instance_type = Type(type);
       if (j.nodes > 1 && Efa(type) > 0) j.efa_per_node = Efa(type);
     }
-    if (Chance(0.2)) j.node_labels = {{"zone", std::string(1, static_cast<char>('a' + Uniform(0, 2)))}};
+    if (Chance(0.2))
+      j.node_labels = {{"zone", std::string(1, static_cast<char>('a' + Uniform(0, 2)))}};
     if (Chance(0.1)) j.expected_duration = absl::Minutes(Uniform(5, 60));
     return j;
   }
@@ -218,15 +219,14 @@ int Main(int argc, char** argv) {
   for (int i = 0; i < num_pending; ++i) {
     pending.push_back(gen.Job(gen.now - absl::Minutes(gen.Uniform(0, 120))));
   }
-  std::map<std::string, QueueConfig> queues = {{"team-0", {2000}}, {"team-1", {1500}},
-                                               {"team-2", {0}}, {"team-3", {0}},
-                                               {"team-4", {800}}};
+  std::map<std::string, QueueConfig> queues = {
+      {"team-0", {2000}}, {"team-1", {1500}}, {"team-2", {0}}, {"team-3", {0}}, {"team-4", {800}}};
   config.reservation_after = absl::Minutes(reservation_after_min);
   Scheduler scheduler{config};
 
   // ---- 1. one full pass ----
-  std::printf("full pass: %d pending jobs, %d workers x %d GPUs, %zu running jobs\n",
-              num_pending, num_workers, gpus, running.size());
+  std::printf("full pass: %d pending jobs, %d workers x %d GPUs, %zu running jobs\n", num_pending,
+              num_workers, gpus, running.size());
   std::vector<double> pass_ms, pass_cpu_ms, naive_ms;
   Decisions d;
   int naive_placed = 0;
@@ -257,9 +257,10 @@ int Main(int argc, char** argv) {
     Percentiles("  naive first-fit baseline", naive_ms);
     std::sort(pass_ms.begin(), pass_ms.end());
     std::sort(naive_ms.begin(), naive_ms.end());
-    std::printf("  ratio scheduler/baseline (medians): %.2f  (baseline placed %d, no "
-              "reservations/preemption/explanations)\n",
-                pass_ms[pass_ms.size() / 2] / naive_ms[naive_ms.size() / 2], naive_placed);
+    std::printf(
+        "  ratio scheduler/baseline (medians): %.2f  (baseline placed %d, no "
+        "reservations/preemption/explanations)\n",
+        pass_ms[pass_ms.size() / 2] / naive_ms[naive_ms.size() / 2], naive_placed);
   }
 
   // ---- 2. sustained admissions ----
@@ -342,8 +343,8 @@ int Main(int argc, char** argv) {
     }
   }
   double wall_ms = Ms(Clock::now() - wall0);
-  std::printf("sustained: %d passes, %d simulated minute(s) apart, queue kept at %d jobs\n",
-              ticks, tick_minutes, num_pending);
+  std::printf("sustained: %d passes, %d simulated minute(s) apart, queue kept at %d jobs\n", ticks,
+              tick_minutes, num_pending);
   std::printf("  %lld gang admissions, %lld preemptions\n", static_cast<long long>(admissions),
               static_cast<long long>(preemptions));
   Percentiles("  pass while sustained", tick_ms);

@@ -39,8 +39,7 @@ PendingJob P(int64_t id, int nodes, int gpus, int priority, absl::Time queued,
 }
 
 RunningJob R(int64_t id, std::vector<Allocation> allocs, int priority, absl::Time started,
-             std::optional<absl::Time> expected_end = std::nullopt,
-             std::string queue = "default") {
+             std::optional<absl::Time> expected_end = std::nullopt, std::string queue = "default") {
   RunningJob r;
   r.job_id = id;
   r.allocations = std::move(allocs);
@@ -176,22 +175,67 @@ TEST_F(SchedulerTest, SelectorsMatchInstanceTypeEfaLabelsAndExclusions) {
       {"efa", "", 8, {}, {}, 2, 8, {"p5-a", "p5-b"}, {}, ""},
       {"label", "p5.48xlarge", 0, {{"zone", "b"}}, {}, 1, 8, {"p5-b"}, {}, ""},
       {"excluded", "p5.48xlarge", 0, {}, {"p5-a"}, 1, 8, {"p5-b"}, {}, ""},
-      {"no such type", "trn1.32xlarge", 0, {}, {}, 1, 8, {}, PendingCode::kNoMatchingWorkers,
+      {"no such type",
+       "trn1.32xlarge",
+       0,
+       {},
+       {},
+       1,
+       8,
+       {},
+       PendingCode::kNoMatchingWorkers,
        "needs 1 node with 8 free GPUs and instance type trn1.32xlarge; no schedulable worker "
        "matches"},
-      {"no such label", "", 0, {{"zone", "c"}}, {}, 1, 1, {}, PendingCode::kNoMatchingWorkers,
+      {"no such label",
+       "",
+       0,
+       {{"zone", "c"}},
+       {},
+       1,
+       1,
+       {},
+       PendingCode::kNoMatchingWorkers,
        "needs 1 node with 1 free GPU and label zone=c; no schedulable worker matches"},
-      {"too much efa", "", 64, {}, {}, 1, 1, {}, PendingCode::kNoMatchingWorkers,
+      {"too much efa",
+       "",
+       64,
+       {},
+       {},
+       1,
+       1,
+       {},
+       PendingCode::kNoMatchingWorkers,
        "needs 1 node with 1 free GPU and 64 EFA devices; no schedulable worker matches"},
-      {"larger than cluster", "p5.48xlarge", 32, {}, {}, 3, 8, {},
+      {"larger than cluster",
+       "p5.48xlarge",
+       32,
+       {},
+       {},
+       3,
+       8,
+       {},
        PendingCode::kLargerThanCluster,
        "needs 3 nodes with 8 free GPUs, instance type p5.48xlarge and 32 EFA devices; only 2 "
        "matching workers have 8 or more GPUs in total"},
-      {"gpus larger than any worker", "g5.12xlarge", 0, {}, {}, 1, 8, {},
+      {"gpus larger than any worker",
+       "g5.12xlarge",
+       0,
+       {},
+       {},
+       1,
+       8,
+       {},
        PendingCode::kLargerThanCluster,
        "needs 1 node with 8 free GPUs and instance type g5.12xlarge; only 0 matching workers "
        "have 8 or more GPUs in total"},
-      {"exclusions make it larger", "p5.48xlarge", 0, {}, {"p5-a"}, 2, 8, {},
+      {"exclusions make it larger",
+       "p5.48xlarge",
+       0,
+       {},
+       {"p5-a"},
+       2,
+       8,
+       {},
        PendingCode::kLargerThanCluster,
        "needs 2 nodes with 8 free GPUs and instance type p5.48xlarge (1 worker excluded after "
        "node faults); only 1 matching worker has 8 or more GPUs in total"},
@@ -228,10 +272,10 @@ TEST_F(SchedulerTest, InvalidShapeIsPendingNotACrash) {
 TEST_F(SchedulerTest, PriorityThenFifoThenJobId) {
   absl::Time t = Now();
   std::vector<PendingJob> pending = {
-      P(1, 1, 8, 0, t),                      // old, low priority
-      P(2, 1, 8, 5, t + absl::Seconds(2)),   // high priority, queued later
-      P(3, 1, 8, 5, t + absl::Seconds(1)),   // high priority, queued first
-      P(4, 1, 8, 5, t + absl::Seconds(1)),   // same time as 3: lower id first
+      P(1, 1, 8, 0, t),                     // old, low priority
+      P(2, 1, 8, 5, t + absl::Seconds(2)),  // high priority, queued later
+      P(3, 1, 8, 5, t + absl::Seconds(1)),  // high priority, queued first
+      P(4, 1, 8, 5, t + absl::Seconds(1)),  // same time as 3: lower id first
   };
   config_.preemption = false;
   Decisions d = Run(pending, {W("a", 8), W("b", 8)});
@@ -250,11 +294,11 @@ TEST_F(SchedulerTest, QueueQuotaCountsRunningAndThisPassesPlacements) {
   std::vector<RunningJob> running = {R(9, {{"a", 8}}, 0, Now(), std::nullopt, "research")};
   absl::Time t = Now();
   std::vector<PendingJob> pending = {
-      P(1, 1, 4, 0, t, "research"),                        // 8 + 4 = 12: fits
-      P(2, 1, 8, 0, t + absl::Seconds(1), "research"),     // 12 + 8 > 16
-      P(3, 1, 4, 0, t + absl::Seconds(2), "research"),     // 12 + 4 = 16: fits
-      P(4, 3, 8, 0, t + absl::Seconds(3), "research"),     // 24 > 16 ever
-      P(5, 1, 8, 0, t + absl::Seconds(4), "prod"),         // unlimited
+      P(1, 1, 4, 0, t, "research"),                     // 8 + 4 = 12: fits
+      P(2, 1, 8, 0, t + absl::Seconds(1), "research"),  // 12 + 8 > 16
+      P(3, 1, 4, 0, t + absl::Seconds(2), "research"),  // 12 + 4 = 16: fits
+      P(4, 3, 8, 0, t + absl::Seconds(3), "research"),  // 24 > 16 ever
+      P(5, 1, 8, 0, t + absl::Seconds(4), "prod"),      // unlimited
   };
   Decisions d = Run(pending, {W("a", 8), W("b", 8), W("c", 8), W("d", 8)}, running, queues);
   EXPECT_EQ(Placed(d), (std::vector<int64_t>{1, 3, 5}));
@@ -275,9 +319,9 @@ TEST_F(SchedulerTest, QueueQuotaCountsRunningAndThisPassesPlacements) {
 TEST_F(SchedulerTest, SmallJobsBackfillAroundABlockedLargeJob) {
   std::vector<RunningJob> running = {R(9, {{"a", 8}}, 0, Now())};
   absl::Time t = Now();
-  Decisions d = Run({P(1, 2, 8, 0, t), P(2, 1, 8, 0, t + absl::Seconds(1)),
-                     P(3, 1, 8, 0, t + absl::Seconds(2))},
-                    {W("a", 8), W("b", 8)}, running);
+  Decisions d = Run(
+      {P(1, 2, 8, 0, t), P(2, 1, 8, 0, t + absl::Seconds(1)), P(3, 1, 8, 0, t + absl::Seconds(2))},
+      {W("a", 8), W("b", 8)}, running);
   EXPECT_EQ(Placed(d), (std::vector<int64_t>{2}));
   EXPECT_EQ(FindPending(d, 1)->code, PendingCode::kInsufficientCapacity);
   EXPECT_EQ(FindPending(d, 3)->code, PendingCode::kInsufficientCapacity);
@@ -297,10 +341,9 @@ TEST_F(SchedulerTest, StarvingJobReservesTheWorkersThatFreeSoonest) {
       R(94, {{"d", 4}}, 0, t, t + absl::Minutes(20)),
   };
   std::vector<Worker> workers = {W("a", 8), W("b", 8), W("c", 8), W("d", 8)};
-  std::vector<PendingJob> pending = {P(1, 2, 8, 0, t - absl::Minutes(31)),
-                                     P(2, 1, 4, 0, t - absl::Minutes(1)),
-                                     P(3, 1, 4, 0, t - absl::Minutes(1)),
-                                     P(4, 1, 4, 0, t - absl::Seconds(30))};
+  std::vector<PendingJob> pending = {
+      P(1, 2, 8, 0, t - absl::Minutes(31)), P(2, 1, 4, 0, t - absl::Minutes(1)),
+      P(3, 1, 4, 0, t - absl::Minutes(1)), P(4, 1, 4, 0, t - absl::Seconds(30))};
   Decisions d = Run(pending, workers, running);
   ASSERT_EQ(Placed(d), (std::vector<int64_t>{2, 3}));
   EXPECT_EQ(WorkersOf(*FindPlacement(d, 2)), (std::vector<std::string>{"a"}));
@@ -310,8 +353,7 @@ TEST_F(SchedulerTest, StarvingJobReservesTheWorkersThatFreeSoonest) {
   EXPECT_EQ(big->code, PendingCode::kInsufficientCapacity);
   ASSERT_TRUE(big->estimated_start.has_value());
   EXPECT_EQ(*big->estimated_start, t + absl::Minutes(20));
-  EXPECT_NE(big->message.find("2 workers are reserved for it"), std::string::npos)
-      << big->message;
+  EXPECT_NE(big->message.find("2 workers are reserved for it"), std::string::npos) << big->message;
   const Pending* blocked = FindPending(d, 4);
   ASSERT_NE(blocked, nullptr);
   EXPECT_EQ(blocked->code, PendingCode::kBlockedByReservation);
@@ -375,6 +417,31 @@ TEST_F(SchedulerTest, ReservationWithUnknownEndHoldsTheClosestWorkers) {
   EXPECT_FALSE(FindPending(d, 1)->estimated_start.has_value());
 }
 
+TEST_F(SchedulerTest, UnknownReservationStartAdmitsNoBackfillIntoIt) {
+  // The reservation's start is unknown (the running job has no expected end), so even a
+  // short job cannot be shown to end before it.
+  absl::Time t = Now();
+  std::vector<PendingJob> pending = {P(1, 1, 8, 0, t - absl::Hours(1)), P(2, 1, 4, 0, t)};
+  pending[1].expected_duration = absl::Minutes(1);
+  Decisions d = Run(pending, {W("a", 8)}, {R(91, {{"a", 4}}, 0, t)});
+  EXPECT_TRUE(d.placements.empty());
+  EXPECT_EQ(FindPending(d, 2)->code, PendingCode::kBlockedByReservation);
+}
+
+TEST_F(SchedulerTest, ReservationsPerPassAreCapped) {
+  // Two starving gangs, room for neither; with a cap of 1 only the first (in scheduling
+  // order) holds workers, so the 4-GPU job may use the second's would-be workers.
+  config_.max_reservations = 1;
+  absl::Time t = Now();
+  std::vector<RunningJob> running = {R(91, {{"a", 4}}, 0, t), R(92, {{"b", 4}}, 0, t)};
+  std::vector<PendingJob> pending = {P(1, 1, 8, 0, t - absl::Hours(2)),
+                                     P(2, 1, 8, 0, t - absl::Hours(1)), P(3, 1, 4, 0, t)};
+  Decisions d = Run(pending, {W("a", 8), W("b", 8)}, running);
+  EXPECT_EQ(Placed(d), (std::vector<int64_t>{3}));
+  EXPECT_NE(FindPending(d, 1)->message.find("reserved for it"), std::string::npos);
+  EXPECT_EQ(FindPending(d, 2)->message.find("reserved for it"), std::string::npos);
+}
+
 // ---- preemption --------------------------------------------------------------------
 
 struct PreemptRow {
@@ -403,7 +470,8 @@ TEST_F(SchedulerTest, PreemptionPicksTheSmallestSetThatFreesAWholeGang) {
        P(1, 1, 2, 5, t),
        {12},
        PendingCode::kWaitingForPreemption},
-      {"two small victims rather than one bigger", {W("a", 8)},
+      {"two small victims rather than one bigger",
+       {W("a", 8)},
        {R(11, {{"a", 5}}, 0, old), R(12, {{"a", 1}}, 0, old), R(13, {{"a", 2}}, 0, old)},
        P(1, 1, 3, 5, t),
        {12, 13},
@@ -466,8 +534,8 @@ TEST_F(SchedulerTest, PreemptionPicksTheSmallestSetThatFreesAWholeGang) {
 
 TEST_F(SchedulerTest, PreemptionMessageNamesVictims) {
   absl::Time t = Now();
-  Decisions d = Run({P(1, 1, 8, 5, t)}, {W("a", 8)},
-                    {R(11, {{"a", 4}}, 0, t), R(12, {{"a", 4}}, 0, t)});
+  Decisions d =
+      Run({P(1, 1, 8, 5, t)}, {W("a", 8)}, {R(11, {{"a", 4}}, 0, t), R(12, {{"a", 4}}, 0, t)});
   ASSERT_EQ(d.pending.size(), 1u);
   EXPECT_EQ(d.pending[0].message,
             "needs 1 node with 8 free GPUs and instance type p5.48xlarge; preempting "
@@ -506,8 +574,8 @@ TEST_F(SchedulerTest, CapacityWaitingForAPreemptionIsNotBackfilled) {
   // Job 1 preempts 11 on "a" and also needs "b"'s free GPUs; job 2 (lower priority) may
   // not take "b" meanwhile.
   absl::Time t = Now();
-  Decisions d = Run({P(1, 2, 8, 5, t), P(2, 1, 8, 0, t)}, {W("a", 8), W("b", 8)},
-                    {R(11, {{"a", 8}}, 0, t)});
+  Decisions d =
+      Run({P(1, 2, 8, 5, t), P(2, 1, 8, 0, t)}, {W("a", 8), W("b", 8)}, {R(11, {{"a", 8}}, 0, t)});
   EXPECT_EQ(Victims(d), (std::vector<int64_t>{11}));
   EXPECT_TRUE(d.placements.empty());
   EXPECT_EQ(FindPending(d, 2)->code, PendingCode::kBlockedByReservation);
@@ -558,10 +626,9 @@ TEST_F(SchedulerTest, QueuePositionsAreWithinEachQueueInSchedulingOrder) {
 
 TEST_F(SchedulerTest, EstimatedStartFromExpectedEnds) {
   absl::Time t = Now();
-  std::vector<RunningJob> running = {R(91, {{"a", 8}}, 0, t, t + absl::Minutes(5)),
-                                     R(92, {{"b", 4}}, 0, t, t + absl::Minutes(7)),
-                                     R(93, {{"b", 4}}, 0, t, t + absl::Minutes(9)),
-                                     R(94, {{"c", 8}}, 0, t)};
+  std::vector<RunningJob> running = {
+      R(91, {{"a", 8}}, 0, t, t + absl::Minutes(5)), R(92, {{"b", 4}}, 0, t, t + absl::Minutes(7)),
+      R(93, {{"b", 4}}, 0, t, t + absl::Minutes(9)), R(94, {{"c", 8}}, 0, t)};
   Decisions d = Run({P(1, 2, 8, 0, t), P(2, 1, 8, 0, t), P(3, 3, 8, 0, t)},
                     {W("a", 8), W("b", 8), W("c", 8)}, running);
   ASSERT_EQ(d.pending.size(), 3u);
@@ -594,10 +661,10 @@ TEST_F(SchedulerTest, RandomizedInvariantsAndDeterminism) {
       int g = 1 + rng() % 4;
       if (used[w.id] + g > w.gpus) continue;
       used[w.id] += g;
-      RunningJob r = R(1000 + i, {{w.id, g}}, rng() % 3, t - absl::Minutes(rng() % 60),
-                       rng() % 2 ? std::optional<absl::Time>(t + absl::Minutes(rng() % 60))
-                                 : std::nullopt,
-                       rng() % 2 ? "q1" : "q2");
+      RunningJob r =
+          R(1000 + i, {{w.id, g}}, rng() % 3, t - absl::Minutes(rng() % 60),
+            rng() % 2 ? std::optional<absl::Time>(t + absl::Minutes(rng() % 60)) : std::nullopt,
+            rng() % 2 ? "q1" : "q2");
       r.preempting = rng() % 6 == 0;
       r.last_preempted = rng() % 4 == 0 ? t - absl::Minutes(5) : absl::InfinitePast();
       running.push_back(r);
@@ -841,11 +908,11 @@ TEST_F(SchedulerTest, RegressionNoPreemptionLoops) {
   again.Submit(P(10, 1, 8, 0, Now()), absl::Hours(10));
   again.Step();
   again.Submit(P(11, 1, 8, 5, Now()), absl::Minutes(2));
-  again.Step();                        // 10 asked to stop
-  again.Advance(absl::Seconds(30));    // 10 stops and is requeued
-  again.Step();                        // 11 starts
-  again.Advance(absl::Minutes(3));     // 11 ends
-  again.Step();                        // 10 restarts
+  again.Step();                      // 10 asked to stop
+  again.Advance(absl::Seconds(30));  // 10 stops and is requeued
+  again.Step();                      // 11 starts
+  again.Advance(absl::Minutes(3));   // 11 ends
+  again.Step();                      // 10 restarts
   EXPECT_TRUE(again.IsRunning(10));
   again.Submit(P(12, 1, 8, 5, Now()), absl::Minutes(2));
   Decisions d = again.Step();
