@@ -7,6 +7,9 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+
+#include <openssl/rand.h>
 
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
@@ -14,7 +17,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "server/cluster_manager.h"
 #include "server/job_service.h"
+#include "server/log_store.h"
+#include "server/worker_service.h"
 #include "spdlog/spdlog.h"
 #include "storage/job_store.h"
 
@@ -42,6 +48,29 @@ absl::StatusOr<int> LockDataDir(const std::string& dir) {
     spdlog::warn("cannot record pid in {}: {}", path, std::strerror(errno));
   }
   return fd;
+}
+
+// The join token from DIR/join-token, created (mode 0600, random) if missing.
+absl::StatusOr<std::string> LoadOrCreateJoinToken(const std::string& dir) {
+  const std::string path = dir + "/join-token";
+  std::ifstream in(path);
+  std::string token;
+  if (in && std::getline(in, token) && !token.empty()) return token;
+  unsigned char random[24];
+  if (RAND_bytes(random, sizeof(random)) != 1) return absl::InternalError("no randomness for a join token");
+  static const char* kHex = "0123456789abcdef";
+  for (unsigned char b : random) {
+    token.push_back(kHex[b >> 4]);
+    token.push_back(kHex[b & 15]);
+  }
+  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0 || write(fd, (token + "\n").data(), token.size() + 1) < 0) {
+    if (fd >= 0) close(fd);
+    return absl::FailedPreconditionError(absl::StrCat("cannot write ", path, ": ", std::strerror(errno)));
+  }
+  fsync(fd);
+  close(fd);
+  return token;
 }
 
 }  // namespace
@@ -85,12 +114,37 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinato
   spdlog::info("recovered {} jobs from {}{}", total, store_options.path,
                summary.empty() ? "" : absl::StrCat(" (", summary, ")"));
 
+  c->join_token_ = options.join_token;
+  if (c->join_token_.empty()) {
+    absl::StatusOr<std::string> token = LoadOrCreateJoinToken(options.data_dir);
+    if (!token.ok()) return token.status();
+    c->join_token_ = *token;
+    spdlog::info("workers join with --join-token-file {}/join-token", options.data_dir);
+  }
+  c->logs_ = std::make_unique<LogStore>(options.data_dir + "/logs", options.max_log_file_bytes);
+  ClusterOptions cluster;
+  cluster.join_token = c->join_token_;
+  cluster.heartbeat_timeout = options.heartbeat_timeout;
+  cluster.heartbeat_interval = options.heartbeat_interval;
+  cluster.cancel_grace = options.cancel_grace;
+  cluster.checkpoint_root = options.data_dir + "/checkpoints";
+  cluster.clock = options.clock;
+  absl::StatusOr<std::unique_ptr<ClusterManager>> manager =
+      ClusterManager::Start(c->store_.get(), cluster);
+  if (!manager.ok()) return manager.status();
+  c->cluster_ = std::move(*manager);
+  c->worker_service_ =
+      std::make_unique<WorkerServiceImpl>(c->cluster_.get(), c->logs_.get(), c->join_token_);
+
   c->job_service_ = std::make_unique<JobServiceImpl>(c->store_.get());
+  c->job_service_->set_pending_source(c->cluster_.get());
+  c->job_service_->set_log_store(c->logs_.get());
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(), &c->port_);
   builder.RegisterService(c->job_service_.get());
+  builder.RegisterService(c->worker_service_.get());
   builder.SetMaxReceiveMessageSize(options.max_request_bytes);
   c->server_ = builder.BuildAndStart();
   if (c->server_ == nullptr || c->port_ == 0) {
@@ -106,6 +160,7 @@ void Coordinator::Shutdown(absl::Duration grace) {
   shut_down_ = true;
   spdlog::info("shutting down: refusing new calls, finishing in-flight calls");
   job_service_->StopWatches();
+  worker_service_->CloseSessions();
   server_->GetHealthCheckService()->Shutdown();
   spdlog::debug("health stopped");
   server_->Shutdown(std::chrono::system_clock::now() + absl::ToChronoSeconds(grace));
@@ -121,6 +176,7 @@ void Coordinator::Shutdown(absl::Duration grace) {
         absl::ToDoubleMilliseconds(stats.apply_time) / stats.transactions,
         absl::ToDoubleMilliseconds(stats.commit_time) / stats.transactions);
   }
+  cluster_.reset();  // the loop stops; tasks keep running on the workers
   store_.reset();  // commits what was accepted, checkpoints the WAL, closes
   spdlog::info("database closed");
 }

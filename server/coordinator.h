@@ -5,6 +5,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "scheduler/clock.h"
 
 namespace grpc {
@@ -15,6 +16,9 @@ namespace llamafleet {
 
 class JobStore;
 class JobServiceImpl;
+class WorkerServiceImpl;
+class ClusterManager;
+class LogStore;
 
 struct CoordinatorOptions {
   // gRPC listen address, HOST:PORT; port 0 picks a free port (see Coordinator::address()).
@@ -29,6 +33,16 @@ struct CoordinatorOptions {
   int max_request_bytes = 4 << 20;
   // For tests; 0 = default.
   int64_t max_page_count = 0;
+  // Shared secret workers present. Empty: read DATA_DIR/join-token, creating it with a
+  // random token on first start.
+  std::string join_token;
+  // A worker silent this long is lost.
+  absl::Duration heartbeat_timeout = absl::Seconds(10);
+  absl::Duration heartbeat_interval = absl::Seconds(2);
+  // SIGTERM → SIGKILL grace when a job is cancelled or its gang fails.
+  absl::Duration cancel_grace = absl::Seconds(15);
+  // Largest log file per job, attempt and rank.
+  int64_t max_log_file_bytes = 64 << 20;
   // Not owned.
   Clock* clock = Clock::Real();
 };
@@ -47,6 +61,8 @@ class Coordinator {
   const std::string& address() const { return address_; }
   int port() const { return port_; }
   JobStore* store() { return store_.get(); }
+  ClusterManager* cluster() { return cluster_.get(); }
+  const std::string& join_token() const { return join_token_; }
 
   // Graceful stop: refuse new calls, end watch streams, let in-flight calls finish
   // (at most `grace`), commit pending writes, close the database. Idempotent.
@@ -61,8 +77,12 @@ class Coordinator {
   int lock_fd_ = -1;
   std::string address_;
   int port_ = 0;
+  std::string join_token_;
   std::unique_ptr<JobStore> store_;
+  std::unique_ptr<LogStore> logs_;
+  std::unique_ptr<ClusterManager> cluster_;
   std::unique_ptr<JobServiceImpl> job_service_;
+  std::unique_ptr<WorkerServiceImpl> worker_service_;
   std::unique_ptr<grpc::Server> server_;
   bool shut_down_ = false;
 };

@@ -10,6 +10,8 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "clients/jobspec/jobspec.h"
+#include "storage/cluster_store.h"
+#include <grpcpp/alarm.h>
 #include "spdlog/spdlog.h"
 
 namespace llamafleet {
@@ -174,7 +176,18 @@ grpc::ServerUnaryReactor* JobServiceImpl::GetJob(grpc::CallbackServerContext* co
   absl::StatusOr<v1::Job> job = store_->GetJob(*id);
   if (!job.ok()) return FinishNow(context, job.status());
   *response = std::move(*job);
+  AddPendingInfo(response);
   return FinishNow(context, grpc::Status::OK);
+}
+
+void JobServiceImpl::AddPendingInfo(v1::Job* job) const {
+  int64_t id;
+  if (pending_source_ == nullptr || job->state() != v1::QUEUED ||
+      !absl::SimpleAtoi(job->id(), &id)) {
+    return;
+  }
+  v1::PendingInfo info;
+  if (pending_source_->PendingInfoFor(id, &info)) *job->mutable_pending() = std::move(info);
 }
 
 grpc::ServerUnaryReactor* JobServiceImpl::ListJobs(grpc::CallbackServerContext* context,
@@ -209,7 +222,10 @@ grpc::ServerUnaryReactor* JobServiceImpl::ListJobs(grpc::CallbackServerContext* 
   query.before_id = *before;
   absl::StatusOr<ListJobsResult> result = store_->ListJobs(query);
   if (!result.ok()) return FinishNow(context, result.status());
-  for (v1::Job& job : result->jobs) *response->add_jobs() = std::move(job);
+  for (v1::Job& job : result->jobs) {
+    AddPendingInfo(&job);
+    *response->add_jobs() = std::move(job);
+  }
   response->set_next_page_token(EncodePageToken(result->next_before_id));
   return FinishNow(context, grpc::Status::OK);
 }
@@ -256,6 +272,179 @@ grpc::ServerUnaryReactor* JobServiceImpl::GetJobEvents(grpc::CallbackServerConte
   if (!events.ok()) return FinishNow(context, events.status());
   for (v1::JobEvent& e : *events) *response->add_events() = std::move(e);
   return FinishNow(context, grpc::Status::OK);
+}
+
+grpc::ServerUnaryReactor* JobServiceImpl::ListCheckpoints(grpc::CallbackServerContext* context,
+                                                          const v1::ListCheckpointsRequest* request,
+                                                          v1::ListCheckpointsResponse* response) {
+  absl::StatusOr<int64_t> id = ParseJobId(request->job_id(), "job_id");
+  if (!id.ok()) return FinishNow(context, id.status());
+  if (absl::StatusOr<v1::Job> job = store_->GetJob(*id); !job.ok()) {
+    return FinishNow(context, job.status());
+  }
+  absl::StatusOr<std::vector<v1::Checkpoint>> list = llamafleet::ListCheckpoints(*store_, *id);
+  if (!list.ok()) return FinishNow(context, list.status());
+  for (v1::Checkpoint& c : *list) *response->add_checkpoints() = std::move(c);
+  return FinishNow(context, grpc::Status::OK);
+}
+
+grpc::ServerUnaryReactor* JobServiceImpl::GetJobMetrics(grpc::CallbackServerContext* context,
+                                                        const v1::GetJobMetricsRequest* request,
+                                                        v1::GetJobMetricsResponse* response) {
+  absl::StatusOr<int64_t> id = ParseJobId(request->job_id(), "job_id");
+  if (!id.ok()) return FinishNow(context, id.status());
+  if (request->max_points() < 0 || request->max_points() > 5000) {
+    return FinishNow(context, absl::InvalidArgumentError("max_points must be in [0, 5000]"));
+  }
+  if (absl::StatusOr<v1::Job> job = store_->GetJob(*id); !job.ok()) {
+    return FinishNow(context, job.status());
+  }
+  absl::StatusOr<std::vector<v1::JobMetricsPoint>> points =
+      MetricsHistory(*store_, *id, request->max_points() == 0 ? 500 : request->max_points());
+  if (!points.ok()) return FinishNow(context, points.status());
+  for (v1::JobMetricsPoint& p : *points) *response->add_points() = std::move(p);
+  return FinishNow(context, grpc::Status::OK);
+}
+
+// ---------------------------------------------------------------------------
+// StreamJobLogs: reads the rank files from where it left off, on a timer when following,
+// until the job is terminal and every file is read to its end.
+// ---------------------------------------------------------------------------
+
+class JobServiceImpl::LogReactor : public grpc::ServerWriteReactor<v1::LogChunk> {
+ public:
+  LogReactor(JobServiceImpl* service, int64_t job_id, const v1::StreamJobLogsRequest& request)
+      : service_(service), job_id_(job_id), request_(request) {}
+
+  void Start() { Poll(); }
+
+  void OnWriteDone(bool ok) override {
+    if (!ok) {
+      Done(grpc::Status(grpc::StatusCode::CANCELLED, "client went away"));
+      return;
+    }
+    Poll();
+  }
+
+  void OnCancel() override { cancelled_ = true; }
+
+  void OnDone() override { delete this; }
+
+ private:
+  // Sends the next chunk, or finishes, or waits a little and looks again.
+  void Poll() {
+    if (cancelled_) {
+      Done(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled"));
+      return;
+    }
+    // Terminal before reading: whatever it wrote is on disk by now.
+    absl::StatusOr<v1::Job> job = service_->store_->GetJob(job_id_);
+    const bool over = !job.ok() || IsTerminal(job->state());
+    for (const LogStore::Source& s : service_->logs_->Sources(job_id_, request_.attempt())) {
+      if (request_.rank() >= 0 && s.rank != request_.rank()) continue;
+      Cursor& c = cursors_[s.path];
+      if (!c.opened) {
+        c.opened = true;
+        c.offset = StartOffset(s.path);
+      }
+      std::vector<std::string> lines = ReadLines(s.path, &c);
+      if (!lines.empty()) {
+        chunk_.Clear();
+        chunk_.set_attempt(s.attempt);
+        chunk_.set_rank(s.rank);
+        for (std::string& l : lines) chunk_.add_lines(std::move(l));
+        StartWrite(&chunk_);
+        return;
+      }
+    }
+    if (!request_.follow() || over) {
+      Done(grpc::Status::OK);
+      return;
+    }
+    alarm_.Set(std::chrono::system_clock::now() + std::chrono::milliseconds(250),
+               [this](bool ok) { Poll(); });
+  }
+
+  struct Cursor {
+    bool opened = false;
+    int64_t offset = 0;
+  };
+
+  // Offset of the last `tail_lines` lines (0 = from the start).
+  int64_t StartOffset(const std::string& path) {
+    if (request_.tail_lines() <= 0) return 0;
+    FILE* f = fopen(path.c_str(), "rb");
+    if (f == nullptr) return 0;
+    fseek(f, 0, SEEK_END);
+    int64_t pos = ftell(f);
+    int newlines = 0;
+    while (pos > 0) {
+      fseek(f, --pos, SEEK_SET);
+      if (fgetc(f) == '\n' && ++newlines > request_.tail_lines()) {
+        ++pos;
+        break;
+      }
+    }
+    fclose(f);
+    return pos;
+  }
+
+  // Up to 1000 complete lines from the cursor.
+  static std::vector<std::string> ReadLines(const std::string& path, Cursor* c) {
+    std::vector<std::string> lines;
+    FILE* f = fopen(path.c_str(), "rb");
+    if (f == nullptr) return lines;
+    fseek(f, c->offset, SEEK_SET);
+    std::string line;
+    int ch;
+    int64_t consumed = 0;
+    while (lines.size() < 1000 && (ch = fgetc(f)) != EOF) {
+      ++consumed;
+      if (ch == '\n') {
+        lines.push_back(std::move(line));
+        line.clear();
+        c->offset += consumed;
+        consumed = 0;
+      } else {
+        line.push_back(static_cast<char>(ch));
+      }
+    }
+    fclose(f);
+    return lines;
+  }
+
+  void Done(grpc::Status status) {
+    if (finished_) return;
+    finished_ = true;
+    Finish(std::move(status));
+  }
+
+  JobServiceImpl* const service_;
+  const int64_t job_id_;
+  const v1::StreamJobLogsRequest request_;
+  std::map<std::string, Cursor> cursors_;
+  v1::LogChunk chunk_;
+  grpc::Alarm alarm_;
+  std::atomic<bool> cancelled_{false};
+  bool finished_ = false;
+};
+
+grpc::ServerWriteReactor<v1::LogChunk>* JobServiceImpl::StreamJobLogs(
+    grpc::CallbackServerContext* context, const v1::StreamJobLogsRequest* request) {
+  absl::StatusOr<int64_t> id = ParseJobId(request->job_id(), "job_id");
+  absl::Status error = id.status();
+  if (error.ok()) error = store_->GetJob(*id).status();
+  if (error.ok() && (request->attempt() < 0 || request->tail_lines() < 0 || request->rank() < -1)) {
+    error = absl::InvalidArgumentError("attempt and tail_lines must be >= 0, rank >= -1");
+  }
+  if (error.ok() && logs_ == nullptr) error = absl::UnimplementedError("no log store");
+  auto* reactor = new LogReactor(this, id.ok() ? *id : 0, *request);
+  if (!error.ok()) {
+    reactor->Finish(ToGrpcStatus(error));
+    return reactor;
+  }
+  reactor->Start();
+  return reactor;
 }
 
 // ---------------------------------------------------------------------------

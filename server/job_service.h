@@ -7,6 +7,8 @@
 
 #include "absl/base/thread_annotations.h"
 #include "llamafleet/v1/job.grpc.pb.h"
+#include "server/cluster_manager.h"
+#include "server/log_store.h"
 #include "storage/job_store.h"
 
 namespace llamafleet {
@@ -22,6 +24,11 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
   // `store` is not owned and must outlive the service.
   explicit JobServiceImpl(JobStore* store);
   ~JobServiceImpl() override;
+
+  // Optional parts, set before serving (not owned): where QUEUED jobs stand, and the
+  // trainers' logs.
+  void set_pending_source(const PendingInfoSource* source) { pending_source_ = source; }
+  void set_log_store(LogStore* logs) { logs_ = logs; }
 
   // Ends every open WatchJob stream with UNAVAILABLE; new watches are refused. Called
   // at shutdown, before the server waits for in-flight calls.
@@ -49,8 +56,17 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
   grpc::ServerUnaryReactor* GetJobEvents(grpc::CallbackServerContext* context,
                                          const v1::GetJobEventsRequest* request,
                                          v1::GetJobEventsResponse* response) override;
+  grpc::ServerUnaryReactor* ListCheckpoints(grpc::CallbackServerContext* context,
+                                            const v1::ListCheckpointsRequest* request,
+                                            v1::ListCheckpointsResponse* response) override;
+  grpc::ServerUnaryReactor* GetJobMetrics(grpc::CallbackServerContext* context,
+                                          const v1::GetJobMetricsRequest* request,
+                                          v1::GetJobMetricsResponse* response) override;
+  grpc::ServerWriteReactor<v1::LogChunk>* StreamJobLogs(
+      grpc::CallbackServerContext* context, const v1::StreamJobLogsRequest* request) override;
 
   class WatchReactor;
+  class LogReactor;
 
  private:
   // Validates and stores a batch; `respond` gets one response per request.
@@ -59,7 +75,12 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
                                    bool dry_run, bool batch,
                                    std::function<void(std::vector<v1::SubmitJobResponse>)> respond);
 
+  // Fills job.pending for a QUEUED job from the last scheduling pass.
+  void AddPendingInfo(v1::Job* job) const;
+
   JobStore* const store_;
+  const PendingInfoSource* pending_source_ = nullptr;
+  LogStore* logs_ = nullptr;
 
   std::mutex watches_mu_;
   bool watches_stopped_ ABSL_GUARDED_BY(watches_mu_) = false;

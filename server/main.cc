@@ -30,6 +30,8 @@ int main(int argc, char** argv) {
   std::string synchronous = "full";
   bool no_group_commit = false;
   std::string log_level = "info";
+  std::string join_token_file;
+  double heartbeat_timeout_s = 10;
 
   CLI::App app{"llamafleet coordinator: job API, durable queue, scheduler"};
   app.add_option("--listen", options.listen, "gRPC address HOST:PORT (port 0 = any free port)");
@@ -40,6 +42,11 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"full", "normal"}));
   app.add_flag("--no-group-commit", no_group_commit,
                "one transaction per write (for measuring the group-commit baseline)");
+  app.add_option("--join-token", options.join_token,
+                 "shared secret workers must present (default: DATA_DIR/join-token, created)");
+  app.add_option("--join-token-file", join_token_file, "file holding the join token");
+  app.add_option("--heartbeat-timeout", heartbeat_timeout_s,
+                 "seconds without a heartbeat before a worker is lost");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}));
   CLI11_PARSE(app, argc, argv);
@@ -81,6 +88,13 @@ int main(int argc, char** argv) {
     }
   }
   options.synchronous_full = synchronous == "full";
+  options.heartbeat_timeout = absl::Seconds(heartbeat_timeout_s);
+  if (!join_token_file.empty()) {
+    std::ifstream in(join_token_file);
+    if (!std::getline(in, options.join_token) || options.join_token.empty()) {
+      return Fail(absl::StrCat("cannot read a join token from ", join_token_file));
+    }
+  }
   options.group_commit = !no_group_commit;
   spdlog::set_level(spdlog::level::from_str(log_level));
   spdlog::set_default_logger(spdlog::stderr_color_mt("coordinator"));

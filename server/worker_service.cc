@@ -1,0 +1,159 @@
+#include "server/worker_service.h"
+
+#include <openssl/crypto.h>
+
+#include <deque>
+
+#include "server/job_service.h"
+#include "spdlog/spdlog.h"
+
+namespace llamafleet {
+
+class WorkerServiceImpl::SessionReactor
+    : public grpc::ServerBidiReactor<v1::WorkerMessage, v1::CoordinatorMessage> {
+ public:
+  // The coordinator's handle on this session; outlives the reactor safely.
+  class Link : public WorkerLink {
+   public:
+    explicit Link(SessionReactor* r) : reactor_(r) {}
+    void Send(v1::CoordinatorMessage message) override {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (reactor_ != nullptr) reactor_->Enqueue(std::move(message));
+    }
+    void Close(const absl::Status& status) override {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (reactor_ != nullptr) reactor_->FinishOnce(ToGrpcStatus(status));
+    }
+    void Detach() {
+      std::lock_guard<std::mutex> lock(mu_);
+      reactor_ = nullptr;
+    }
+
+   private:
+    std::mutex mu_;
+    SessionReactor* reactor_;
+  };
+
+  SessionReactor(WorkerServiceImpl* service, std::string peer)
+      : service_(service), peer_(std::move(peer)), link_(std::make_shared<Link>(this)) {
+    StartRead(&in_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {  // the worker closed its side, or the call is gone
+      FinishOnce(grpc::Status::OK);
+      return;
+    }
+    if (name_.empty()) {
+      if (!in_.has_hello()) {
+        FinishOnce(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "the first message must be hello"));
+        return;
+      }
+      const std::string& token = in_.hello().join_token();
+      const std::string& expected = service_->join_token_;
+      if (expected.empty() || token.size() != expected.size() ||
+          CRYPTO_memcmp(token.data(), expected.data(), token.size()) != 0) {
+        spdlog::warn("worker session from {}: bad join token", peer_);
+        FinishOnce(grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "bad join token"));
+        return;
+      }
+      if (in_.hello().worker_name().empty()) {
+        FinishOnce(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "hello.worker_name is required"));
+        return;
+      }
+      name_ = in_.hello().worker_name();
+      service_->manager_->OnHello(link_, std::move(*in_.mutable_hello()));
+    } else if (in_.has_logs()) {
+      const v1::LogLines& l = in_.logs();
+      service_->logs_->Append(l.task_id(), l.rank(), {l.lines().begin(), l.lines().end()},
+                              l.dropped());
+    } else {
+      service_->manager_->OnWorkerMessage(name_, std::move(in_));
+    }
+    in_.Clear();
+    StartRead(&in_);
+  }
+
+  void Enqueue(v1::CoordinatorMessage message) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (finished_) return;
+    out_.push_back(std::move(message));
+    if (!writing_) {
+      writing_ = true;
+      StartWrite(&out_.front());
+    }
+  }
+
+  void OnWriteDone(bool ok) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    out_.pop_front();
+    if (!ok || finished_ || out_.empty()) {
+      writing_ = false;
+      return;
+    }
+    StartWrite(&out_.front());
+  }
+
+  void FinishOnce(grpc::Status status) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (finished_) return;
+    finished_ = true;
+    Finish(std::move(status));
+  }
+
+  void OnDone() override {
+    link_->Detach();
+    if (!name_.empty()) service_->manager_->OnDisconnected(name_, link_.get());
+    {
+      std::lock_guard<std::mutex> lock(service_->mu_);
+      service_->sessions_.erase(this);
+    }
+    delete this;
+  }
+
+ private:
+  WorkerServiceImpl* const service_;
+  const std::string peer_;
+  std::shared_ptr<Link> link_;
+  std::string name_;  // set once hello is accepted (reactor thread only)
+  v1::WorkerMessage in_;
+  std::mutex mu_;
+  std::deque<v1::CoordinatorMessage> out_;  // guarded by mu_; front is being written
+  bool writing_ = false;                    // guarded by mu_
+  bool finished_ = false;                   // guarded by mu_
+};
+
+WorkerServiceImpl::WorkerServiceImpl(ClusterManager* manager, LogStore* logs, std::string join_token)
+    : manager_(manager), logs_(logs), join_token_(std::move(join_token)) {}
+
+WorkerServiceImpl::~WorkerServiceImpl() = default;
+
+grpc::ServerBidiReactor<v1::WorkerMessage, v1::CoordinatorMessage>* WorkerServiceImpl::Session(
+    grpc::CallbackServerContext* context) {
+  auto* reactor = new SessionReactor(this, context->peer());
+  std::lock_guard<std::mutex> lock(mu_);
+  sessions_.insert(reactor);
+  if (closed_) {
+    reactor->FinishOnce(grpc::Status(grpc::StatusCode::UNAVAILABLE, "coordinator is shutting down"));
+  }
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* WorkerServiceImpl::ListWorkers(grpc::CallbackServerContext* context,
+                                                         const v1::ListWorkersRequest* request,
+                                                         v1::ListWorkersResponse* response) {
+  for (v1::WorkerInfo& w : manager_->Workers()) *response->add_workers() = std::move(w);
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+void WorkerServiceImpl::CloseSessions() {
+  std::lock_guard<std::mutex> lock(mu_);
+  closed_ = true;
+  for (SessionReactor* s : sessions_) {
+    s->FinishOnce(grpc::Status(grpc::StatusCode::UNAVAILABLE, "coordinator is shutting down"));
+  }
+}
+
+}  // namespace llamafleet

@@ -1,0 +1,44 @@
+#ifndef LLAMAFLEET_SERVER_WORKER_SERVICE_H_
+#define LLAMAFLEET_SERVER_WORKER_SERVICE_H_
+
+#include <mutex>
+#include <set>
+
+#include "llamafleet/v1/worker.grpc.pb.h"
+#include "server/cluster_manager.h"
+#include "server/log_store.h"
+
+namespace llamafleet {
+
+// WorkerService over the callback API: one bidi reactor per worker session. The join
+// token is checked on the first message, before anything from the session is used; log
+// lines go straight to the LogStore, everything else to the ClusterManager's strand.
+class WorkerServiceImpl final : public v1::WorkerService::CallbackService {
+ public:
+  // Not owned; must outlive the service.
+  WorkerServiceImpl(ClusterManager* manager, LogStore* logs, std::string join_token);
+  ~WorkerServiceImpl() override;
+
+  grpc::ServerBidiReactor<v1::WorkerMessage, v1::CoordinatorMessage>* Session(
+      grpc::CallbackServerContext* context) override;
+  grpc::ServerUnaryReactor* ListWorkers(grpc::CallbackServerContext* context,
+                                        const v1::ListWorkersRequest* request,
+                                        v1::ListWorkersResponse* response) override;
+
+  // Ends every session (at shutdown).
+  void CloseSessions();
+
+  class SessionReactor;
+
+ private:
+  ClusterManager* const manager_;
+  LogStore* const logs_;
+  const std::string join_token_;
+  std::mutex mu_;
+  std::set<SessionReactor*> sessions_;  // guarded by mu_
+  bool closed_ = false;                  // guarded by mu_
+};
+
+}  // namespace llamafleet
+
+#endif  // LLAMAFLEET_SERVER_WORKER_SERVICE_H_
