@@ -116,6 +116,11 @@ struct Shape {
   uint64_t holders_version = ~uint64_t{0};
   std::string holders_text;
   mutable std::unordered_map<uint64_t, std::string> needs;  // (nodes, gpus_per_node) -> Needs()
+  struct Estimate {
+    uint64_t version = 0;  // Pass::state_version_ it was computed at
+    std::optional<absl::Time> start;
+  };
+  mutable std::unordered_map<uint64_t, Estimate> estimates;  // (nodes, gpus_per_node) ->
 };
 
 // Orders shapes by the job's selectors without copying them.
@@ -320,6 +325,7 @@ class Pass {
   // ---- capacity bookkeeping -------------------------------------------------------
 
   void SetFree(int idx, int free, int raw) {
+    ++state_version_;
     WorkerState& s = state_[idx];
     WorkerClass& c = classes_[s.cls];
     if (free != s.free) {
@@ -531,9 +537,8 @@ class Pass {
       Reserve(job, workers, estimate);
       reserved = absl::StrCat("; waiting since ", Rfc3339(job.queued_since), ", so ",
                               Plural(n, "worker is", "workers are"), " reserved for it");
-    } else if (estimates_ < config_.max_estimates) {
-      ++estimates_;
-      estimate = EarliestStart(job, shape, nullptr);
+    } else {
+      estimate = CachedEarliestStart(job, shape);
     }
     if (!last_preempt_code_ && CountRaw(job, shape, g) >= n) {
       AddPending(job, PendingCode::kBlockedByReservation,
@@ -940,6 +945,27 @@ class Pass {
     return start;
   }
 
+  // EarliestStart for a job without a reservation. Jobs of the same shape and size see
+  // the same answer until capacity changes, so it is computed once per (shape, size,
+  // state); at most Config::max_estimates computations per pass.
+  std::optional<absl::Time> CachedEarliestStart(const PendingJob& job, const Shape& shape) {
+    if (!job.excluded_workers.empty()) {
+      if (estimates_ >= config_.max_estimates) return std::nullopt;
+      ++estimates_;
+      return EarliestStart(job, shape, nullptr);
+    }
+    uint64_t key = (static_cast<uint64_t>(static_cast<uint32_t>(job.nodes)) << 32) |
+                   static_cast<uint32_t>(job.gpus_per_node);
+    auto [it, inserted] = shape.estimates.try_emplace(key);
+    Shape::Estimate& e = it->second;
+    if (!inserted && e.version == state_version_) return e.start;
+    if (estimates_ >= config_.max_estimates) return std::nullopt;
+    ++estimates_;
+    e.version = state_version_;
+    e.start = EarliestStart(job, shape, nullptr);
+    return e.start;
+  }
+
   // Holds, on each reserved worker, the available GPUs the job will need at `start`:
   // all of them up to gpus_per_node when the start is unknown; otherwise only what
   // running jobs ending by `start` will not give back.
@@ -1065,6 +1091,7 @@ class Pass {
   bool any_reservation_ = false;
   int reservations_ = 0;
   int estimates_ = 0;
+  uint64_t state_version_ = 1;  // bumped on every change of a worker's free GPUs
   uint32_t stamp_ = 0;
   std::optional<PendingCode> last_preempt_code_;
   uint64_t holds_version_ = 0;

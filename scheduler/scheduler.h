@@ -36,8 +36,10 @@
 //   4. Every job left pending gets a code, a message in the form "needs 3 nodes with 8
 //      free GPUs and instance type p5.48xlarge; 2 match", its 1-based position among
 //      the pending jobs of its queue, and an estimated start where expected_end values
-//      allow one (always for reserved jobs; for the first Config::max_estimates other
-//      blocked jobs).
+//      allow one (always for reserved jobs; for other blocked jobs, computed once per
+//      job shape and size while capacity is unchanged, up to Config::max_estimates
+//      computations per pass). Without a reservation the estimate is the earliest time
+//      the job could start, ignoring jobs ahead of it: a lower bound.
 
 #include <cstdint>
 #include <map>
@@ -106,8 +108,9 @@ struct Config {
   // the pass's cost; a starving job beyond the cap gets its reservation once those ahead
   // of it have started.
   int max_reservations = 32;
-  // Estimated starts computed per pass for blocked jobs without a reservation.
-  int max_estimates = 64;
+  // Estimated-start computations per pass for blocked jobs without a reservation (jobs
+  // of the same shape and size share one while capacity is unchanged).
+  int max_estimates = 256;
 };
 
 struct Placement {

@@ -242,7 +242,11 @@ int Main(int argc, char** argv) {
     naive_ms.push_back(Ms(t2 - t1));
   }
   std::map<PendingCode, int> codes;
-  for (const Pending& p : d.pending) ++codes[p.code];
+  int estimated = 0;
+  for (const Pending& p : d.pending) {
+    ++codes[p.code];
+    estimated += p.estimated_start.has_value();
+  }
   std::printf("  decisions: %zu placed, %zu preemptions, %zu pending (", d.placements.size(),
               d.preemptions.size(), d.pending.size());
   const char* sep = "";
@@ -250,7 +254,7 @@ int Main(int argc, char** argv) {
     std::printf("%s%s %d", sep, PendingCodeName(code), n);
     sep = ", ";
   }
-  std::printf(")\n");
+  std::printf("); %d with an estimated start\n", estimated);
   Percentiles("  scheduler pass", pass_ms);
   Percentiles("  scheduler pass (CPU time)", pass_cpu_ms);
   if (baseline) {
