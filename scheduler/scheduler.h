@@ -20,11 +20,16 @@
 //   3. A job that does not fit, in this order:
 //      a. GPUs already being freed by jobs marked `preempting` count as free for it
 //         (claimed in scheduling order): kWaitingForPreemption, no new victims.
-//      b. Preemption (Config::preemption): the smallest set of strictly lower-priority,
-//         not recently preempted running jobs that frees a whole gang for it (see
-//         ChooseVictims in scheduler.cc). None chosen unless the job then fits.
-//         kWaitingForPreemption, or kPreemptionCooldown when only jobs inside their
-//         cool-down could make room.
+//      b. Preemption (Config::preemption): a small set of strictly lower-priority
+//         running jobs, none preempted within Config::preemption_cooldown and none
+//         already stopping, that frees a whole gang for it; none is chosen unless the
+//         job then fits. Cost order: fewer GPUs lost (a victim's whole gang counts),
+//         then lower priority, then most recently started, then job id. The set is
+//         exact per worker (every subset of up to 8 eligible jobs), greedy across
+//         workers by marginal cost (a multi-node victim already taken counts as free
+//         everywhere it runs), then pruned until no victim can be dropped. Set cover is
+//         NP-hard, so this is minimal, not always minimum. kWaitingForPreemption, or
+//         kPreemptionCooldown when only jobs inside their cool-down could make room.
 //      c. A job waiting longer than Config::reservation_after gets a reservation: the
 //         `nodes` matching workers that will have `gpus_per_node` free soonest
 //         (from running jobs' expected_end; workers closer to enough free GPUs first
@@ -33,6 +38,9 @@
 //         whose expected_duration ends before that start may use them (EASY backfill).
 //      Capacity held for a job in (a)-(c) is not available to any later job in the pass;
 //      a later job that would fit without those holds gets kBlockedByReservation.
+//      Holds live for one pass; the next pass recomputes them from its input. Two
+//      reservations sharing a worker each hold what they need, but the second's estimate
+//      does not subtract GPUs the first will take when they free up.
 //   4. Every job left pending gets a code, a message in the form "needs 3 nodes with 8
 //      free GPUs and instance type p5.48xlarge; 2 match", its 1-based position among
 //      the pending jobs of its queue, and an estimated start where expected_end values
