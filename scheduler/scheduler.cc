@@ -781,7 +781,11 @@ class Pass {
     };
     auto fail = [&](PendingCode code) {
       clear_cands();
-      if (job.excluded_workers.empty()) {
+      // Remember the failure for later jobs of this shape, unless an entry already
+      // implies it (keeps the list short: it is checked for every such job).
+      constexpr size_t kMaxFailures = 64;
+      if (job.excluded_workers.empty() && shape.preempt_failures.size() < kMaxFailures &&
+          !(must_recheck_cooldown && code == PendingCode::kPreemptionCooldown)) {
         shape.preempt_failures.push_back({job.priority, n, g, code});
       }
       if (code == PendingCode::kPreemptionCooldown) last_preempt_code_ = code;
