@@ -32,6 +32,7 @@ int main(int argc, char** argv) {
   std::string log_level = "info";
   std::string join_token_file;
   double heartbeat_timeout_s = 10;
+  double cancel_grace_s = 15;
 
   CLI::App app{"llamafleet coordinator: job API, durable queue, scheduler"};
   app.add_option("--listen", options.listen, "gRPC address HOST:PORT (port 0 = any free port)");
@@ -47,6 +48,8 @@ int main(int argc, char** argv) {
   app.add_option("--join-token-file", join_token_file, "file holding the join token");
   app.add_option("--heartbeat-timeout", heartbeat_timeout_s,
                  "seconds without a heartbeat before a worker is lost");
+  app.add_option("--cancel-grace", cancel_grace_s,
+                 "seconds between SIGTERM and SIGKILL when a job is cancelled or its gang fails");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}));
   CLI11_PARSE(app, argc, argv);
@@ -89,6 +92,7 @@ int main(int argc, char** argv) {
   }
   options.synchronous_full = synchronous == "full";
   options.heartbeat_timeout = absl::Seconds(heartbeat_timeout_s);
+  options.cancel_grace = absl::Seconds(cancel_grace_s);
   if (!join_token_file.empty()) {
     std::ifstream in(join_token_file);
     if (!std::getline(in, options.join_token) || options.join_token.empty()) {

@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <climits>
 #include <filesystem>
 #include <fstream>
@@ -93,16 +94,19 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
   llamafleet::worker::WorkerAgent agent(options);
+  std::atomic<bool> refused{false};
   std::thread signals([&] {
     int sig = 0;
     sigwait(&stop_signals, &sig);
+    if (refused) return;  // raised below to release this thread
     spdlog::info("received {}: stopping tasks", sig == SIGTERM ? "SIGTERM" : "SIGINT");
     agent.Shutdown();
   });
   absl::Status status = agent.Run();
   if (!status.ok()) {
     std::cerr << "llamafleet-worker: " << status.message() << "\n";
-    kill(getpid(), SIGTERM);  // release the signal thread
+    refused = true;
+    kill(getpid(), SIGTERM);
     signals.join();
     return 1;
   }

@@ -307,7 +307,9 @@ void TaskRunner::Monitor() {
     if (failing) {
       state = v1::TASK_FAILED;
       message = failure_message;
-    } else if (stop_requested_ && !all_ok) {
+    } else if (stop_requested_) {
+      // Stopped on request, however the ranks exited (a preempted trainer that saved a
+      // checkpoint exits 0).
       state = v1::TASK_KILLED;
       message = stop_reason_;
     } else if (all_ok) {

@@ -1,6 +1,7 @@
 #include "model.h"
 
 #include <cmath>
+#include <cstdlib>
 
 #include "engine.h"
 
@@ -66,8 +67,20 @@ ModelInput MakeModelInput(const Batch& b, const at::Device& device) {
   return in;
 }
 
+namespace {
+bool UseOneDnnGemm(const at::Device& device, at::ScalarType dtype) {
+  if (!device.is_cpu() || dtype != at::kFloat || !at::hasMKLDNN()) return false;
+  const char* env = std::getenv("LLAMAFLEET_CPU_GEMM");
+  return env == nullptr || std::string(env) != "aten";
+}
+
+}  // namespace
+
 LlamaModel::LlamaModel(const LlamaConfig& config, at::Device device, at::ScalarType compute_dtype)
-    : config_(config), device_(device), dtype_(compute_dtype) {
+    : config_(config),
+      device_(device),
+      dtype_(compute_dtype),
+      onednn_gemm_(UseOneDnnGemm(device, compute_dtype)) {
   // HF LlamaRotaryEmbedding: inv_freq = 1 / theta^(arange(0, d, 2) / d), emb = cat(f, f).
   const int64_t d = config.head_dim();
   at::Tensor inv_freq =
@@ -77,6 +90,16 @@ LlamaModel::LlamaModel(const LlamaConfig& config, at::Device device, at::ScalarT
   at::Tensor emb = at::cat({freqs, freqs}, -1);  // [P, d]
   cos_ = emb.cos().to(device);
   sin_ = emb.sin().to(device);
+}
+
+at::Tensor LlamaModel::Linear(const at::Tensor& x, const at::Tensor& w) const {
+  if (!onednn_gemm_) return at::linear(x, w);
+  // y = x w^T through oneDNN; autograd differentiates mkldnn_linear and the layout
+  // conversions, so the backward GEMMs run in oneDNN too.
+  std::vector<int64_t> shape = x.sizes().vec();
+  shape.back() = w.size(0);
+  at::Tensor x2 = x.reshape({-1, x.size(-1)}).contiguous().to_mkldnn();  // [rows, in]
+  return at::mkldnn_linear(x2, w).to_dense().view(shape);                 // [..., out]
 }
 
 at::Tensor LlamaModel::RmsNorm(const at::Tensor& x, const at::Tensor& weight) const {
@@ -105,9 +128,9 @@ at::Tensor LlamaModel::DecoderLayer(const std::vector<at::Tensor>& p, const at::
   const int64_t d = config_.head_dim(), G = H / KV;
 
   at::Tensor xn = RmsNorm(x, ln1);                                   // [B, T, h]
-  at::Tensor q = at::linear(xn, wq).view({B, T, H, d}).transpose(1, 2);   // [B, H, T, d]
-  at::Tensor k = at::linear(xn, wk).view({B, T, KV, d}).transpose(1, 2);  // [B, KV, T, d]
-  at::Tensor v = at::linear(xn, wv).view({B, T, KV, d}).transpose(1, 2);  // [B, KV, T, d]
+  at::Tensor q = Linear(xn, wq).view({B, T, H, d}).transpose(1, 2);   // [B, H, T, d]
+  at::Tensor k = Linear(xn, wk).view({B, T, KV, d}).transpose(1, 2);  // [B, KV, T, d]
+  at::Tensor v = Linear(xn, wv).view({B, T, KV, d}).transpose(1, 2);  // [B, KV, T, d]
   q = q * cos + RotateHalf(q) * sin;
   k = k * cos + RotateHalf(k) * sin;
 
@@ -127,10 +150,10 @@ at::Tensor LlamaModel::DecoderLayer(const std::vector<at::Tensor>& p, const at::
   at::Tensor probs = at::softmax(scores, -1, at::kFloat).to(q.scalar_type());
   attn = at::bmm(probs, v.reshape({B * KV, T, d})).view({B, H, T, d});
 #endif
-  at::Tensor h1 = x + at::linear(attn.transpose(1, 2).reshape({B, T, H * d}), wo);
+  at::Tensor h1 = x + Linear(attn.transpose(1, 2).reshape({B, T, H * d}), wo);
 
   at::Tensor hn = RmsNorm(h1, ln2);
-  at::Tensor mlp = at::linear(at::silu(at::linear(hn, wg)) * at::linear(hn, wu), wd);
+  at::Tensor mlp = Linear(at::silu(Linear(hn, wg)) * Linear(hn, wu), wd);
   return h1 + mlp;
 }
 
@@ -185,7 +208,7 @@ at::Tensor LlamaModel::LossSum(ParamEngine& engine, const ModelInput& in) {
   } else {
     w_out = p[1];
   }
-  at::Tensor logits = at::linear(y, w_out).to(at::kFloat);  // [N, V]
+  at::Tensor logits = Linear(y, w_out).to(at::kFloat);  // [N, V]
   engine.Release(head);
   if (config_.tie_word_embeddings) engine.Release(EmbedUnit());
   return at::cross_entropy_loss(logits, in.labels, {}, at::Reduction::Sum);

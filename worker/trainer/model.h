@@ -70,11 +70,16 @@ class LlamaModel {
   at::Tensor DecoderLayer(const std::vector<at::Tensor>& p, const at::Tensor& x,
                           const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& mask);
   at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight) const;
+  at::Tensor Linear(const at::Tensor& x, const at::Tensor& w) const;  // x w^T
   at::Tensor Trunk(ParamEngine& engine, const at::Tensor& tokens);  // before the final norm
 
   LlamaConfig config_;
   at::Device device_;
   at::ScalarType dtype_;
+  // fp32 on the CPU: projections run through oneDNN's GEMM (at::mkldnn_linear), several
+  // times faster than the generic BLAS Debian's LibTorch is built with. Off with
+  // LLAMAFLEET_CPU_GEMM=aten.
+  bool onednn_gemm_;
   at::Tensor cos_;  // [max_pos, head_dim] fp32
   at::Tensor sin_;  // [max_pos, head_dim] fp32
 };
