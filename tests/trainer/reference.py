@@ -397,9 +397,12 @@ def cmd_train(a):
     opt = torch.optim.AdamW(model.parameters(), lr=a.lr, betas=tuple(a.betas), eps=a.eps,
                             weight_decay=a.weight_decay, foreach=False)
     losses = []
+    step_seconds = []
+    step_tokens = []
     tokens = 0
     t0 = time.perf_counter()
     for step in range(a.steps):
+        ts = time.perf_counter()
         base = (step % steps_per_epoch) * per_step
         micro = [collate(rows[base + m * a.micro_batch: base + (m + 1) * a.micro_batch])
                  for m in range(a.grad_accum)]
@@ -410,13 +413,15 @@ def cmd_train(a):
             loss, _ = model.loss_sum(ids, lab)
             (loss / n_total).backward()
             step_loss += float(loss)
-            tokens += sum(len(r[0]) for r in rows[base:base + per_step]) // a.grad_accum
+        step_tokens.append(sum(len(r[0]) for r in rows[base:base + per_step]))
+        tokens += step_tokens[-1]
         if a.grad_clip > 0:
             torch.nn.utils.clip_grad_norm_(model.parameters(), a.grad_clip)
         for group in opt.param_groups:
             group["lr"] = lr_at(a, step, a.steps)
         opt.step()
         losses.append(step_loss / n_total)
+        step_seconds.append(time.perf_counter() - ts)
     elapsed = time.perf_counter() - t0
     if a.out:
         os.makedirs(a.out, exist_ok=True)
@@ -424,7 +429,8 @@ def cmd_train(a):
         write_safetensors(os.path.join(a.out, "model.safetensors"), items, {"format": "pt"})
         with open(os.path.join(a.out, "config.json"), "w") as f:
             json.dump(cfg, f, indent=2)
-    return {"losses": losses, "tokens": tokens, "seconds": elapsed,
+    return {"losses": losses, "tokens": tokens, "seconds": elapsed, "step_seconds": step_seconds,
+            "step_tokens": step_tokens,
             "tokens_per_s": tokens / elapsed if elapsed > 0 else 0.0}
 
 

@@ -47,7 +47,7 @@ int FreePort() {
   return port;
 }
 
-struct Run {
+struct RankRun {
   std::vector<int> exit_codes;
   std::vector<json> reports;  // rank-R.json, per rank
   std::string out;            // its --out directory
@@ -58,8 +58,8 @@ struct Run {
 // Common flags of every run: the same global batch of 8 rows per step.
 const std::vector<std::string> kBase = {"--steps", "4", "--global-rows", "8", "--micro-batch", "2"};
 
-Run Launch(int world, std::vector<std::string> args, const std::string& out, int timeout_s = 120) {
-  Run run;
+RankRun Launch(int world, std::vector<std::string> args, const std::string& out, int timeout_s = 120) {
+  RankRun run;
   run.out = out;
   const int port = FreePort();
   std::vector<std::unique_ptr<Subprocess>> procs;
@@ -95,7 +95,7 @@ Run Launch(int world, std::vector<std::string> args, const std::string& out, int
   return run;
 }
 
-bool AllOk(const Run& r) {
+bool AllOk(const RankRun& r) {
   for (int c : r.exit_codes) {
     if (c != 0) return false;
   }
@@ -139,7 +139,7 @@ class ShardedTest : public ::testing::Test {
     for (const char* tied : {"untied", "tied"}) {
       std::vector<std::string> args = {"--engine", "local"};
       if (std::string(tied) == "tied") args.push_back("--tied");
-      Run r = Launch(1, args, absl::StrCat(dir_->path(), "/ref-", tied));
+      RankRun r = Launch(1, args, absl::StrCat(dir_->path(), "/ref-", tied));
       ASSERT_TRUE(AllOk(r)) << r.stderr_text;
     }
   }
@@ -158,7 +158,7 @@ class ShardedTest : public ::testing::Test {
 
   void ExpectMatchesReference(int world, const std::vector<std::string>& args, const std::string& name,
                               bool tied = false) {
-    Run r = Launch(world, args, Out(name));
+    RankRun r = Launch(world, args, Out(name));
     ASSERT_TRUE(AllOk(r)) << r.stderr_text;
     const double w = MaxRelativeDiff(r.out + "/weights", Ref(tied) + "/weights");
     const double l = MaxLossRelativeDiff(r.reports[0], RefReport(tied));
@@ -201,7 +201,7 @@ TEST_F(ShardedTest, FullShardFourRanksWithPadding) {
 
 TEST_F(ShardedTest, Bf16AndFp16TrackFp32) {
   for (const char* dtype : {"bf16", "fp16"}) {
-    Run r = Launch(2, {"--strategy", "FULL_SHARD", "--dtype", dtype}, Out(absl::StrCat("mp-", dtype)));
+    RankRun r = Launch(2, {"--strategy", "FULL_SHARD", "--dtype", dtype}, Out(absl::StrCat("mp-", dtype)));
     ASSERT_TRUE(AllOk(r)) << r.stderr_text;
     const double l = MaxLossRelativeDiff(r.reports[0], RefReport());
     const double w = MaxRelativeDiff(r.out + "/weights", Ref() + "/weights");
@@ -210,14 +210,14 @@ TEST_F(ShardedTest, Bf16AndFp16TrackFp32) {
     EXPECT_LE(w, 0.02) << dtype;
   }
   // bf16 gradient reduction too.
-  Run r = Launch(2, {"--strategy", "FULL_SHARD", "--dtype", "bf16", "--reduce-dtype", "bf16"}, Out("mp-bf16-bf16"));
+  RankRun r = Launch(2, {"--strategy", "FULL_SHARD", "--dtype", "bf16", "--reduce-dtype", "bf16"}, Out("mp-bf16-bf16"));
   ASSERT_TRUE(AllOk(r)) << r.stderr_text;
   EXPECT_LE(MaxLossRelativeDiff(r.reports[0], RefReport()), 0.02);
 }
 
 TEST_F(ShardedTest, FullShardPersistentBytesAreOneNthOfNoShard) {
-  Run full = Launch(2, {"--strategy", "FULL_SHARD", "--steps", "1"}, Out("mem-full"));
-  Run none = Launch(2, {"--strategy", "NO_SHARD", "--steps", "1"}, Out("mem-none"));
+  RankRun full = Launch(2, {"--strategy", "FULL_SHARD", "--steps", "1"}, Out("mem-full"));
+  RankRun none = Launch(2, {"--strategy", "NO_SHARD", "--steps", "1"}, Out("mem-none"));
   ASSERT_TRUE(AllOk(full)) << full.stderr_text;
   ASSERT_TRUE(AllOk(none)) << none.stderr_text;
   const int64_t none_bytes = none.reports[0].at("persistent_bytes").get<int64_t>();
@@ -236,7 +236,7 @@ TEST_F(ShardedTest, ResumeSameWorldIsExactAndReshardedMatches) {
   const std::string ckpt = Out("ckpt");
   // Uninterrupted, checkpointing every 2 steps (keep_last 1: only step-4 remains... so
   // keep 2 to resume from step-2).
-  Run whole = Launch(2, {"--strategy", "FULL_SHARD", "--checkpoint-dir", ckpt, "--checkpoint-every", "2",
+  RankRun whole = Launch(2, {"--strategy", "FULL_SHARD", "--checkpoint-dir", ckpt, "--checkpoint-every", "2",
                          "--keep-last", "2"},
                      Out("whole"));
   ASSERT_TRUE(AllOk(whole)) << whole.stderr_text;
@@ -245,7 +245,7 @@ TEST_F(ShardedTest, ResumeSameWorldIsExactAndReshardedMatches) {
   EXPECT_FALSE(fs::exists(ckpt + "/step-2.partial"));
 
   // Same world size and strategy: the continued run is bit-identical.
-  Run same = Launch(2, {"--strategy", "FULL_SHARD", "--resume", ckpt + "/step-2"}, Out("resume-same"));
+  RankRun same = Launch(2, {"--strategy", "FULL_SHARD", "--resume", ckpt + "/step-2"}, Out("resume-same"));
   ASSERT_TRUE(AllOk(same)) << same.stderr_text;
   const auto& wl = whole.reports[0].at("losses");
   const auto& sl = same.reports[0].at("losses");
@@ -265,7 +265,7 @@ TEST_F(ShardedTest, ResumeSameWorldIsExactAndReshardedMatches) {
                         Case{2, {"--strategy", "NO_SHARD"}, "resume-noshard"}}) {
     std::vector<std::string> args = c.args;
     args.insert(args.end(), {"--resume", ckpt + "/step-2"});
-    Run r = Launch(c.world, args, Out(c.name));
+    RankRun r = Launch(c.world, args, Out(c.name));
     ASSERT_TRUE(AllOk(r)) << c.name << r.stderr_text;
     const double w = MaxRelativeDiff(r.out + "/weights", whole.out + "/weights");
     std::printf("[ %s ] resumed from step 2 of a 2-rank FULL_SHARD run: weight rel diff %.3g\n", c.name.c_str(), w);
@@ -275,7 +275,7 @@ TEST_F(ShardedTest, ResumeSameWorldIsExactAndReshardedMatches) {
 
 TEST_F(ShardedTest, KeepLastRemovesOnlyOlderCompleteCheckpoints) {
   const std::string ckpt = Out("keep");
-  Run r = Launch(2, {"--strategy", "FULL_SHARD", "--checkpoint-dir", ckpt, "--checkpoint-every", "1",
+  RankRun r = Launch(2, {"--strategy", "FULL_SHARD", "--checkpoint-dir", ckpt, "--checkpoint-every", "1",
                      "--keep-last", "2"},
                  Out("keep-run"));
   ASSERT_TRUE(AllOk(r)) << r.stderr_text;
@@ -287,13 +287,15 @@ TEST_F(ShardedTest, KeepLastRemovesOnlyOlderCompleteCheckpoints) {
   ASSERT_TRUE(latest.ok()) << latest.status();
   EXPECT_EQ(fs::path(*latest).filename(), "step-4");
   // The consolidated export equals the run's own weights.
-  ASSERT_TRUE(ExportShardedCheckpoint(*latest, Out("keep-export"), ExportOptions{StDtype::kF32}).ok());
+  ExportOptions eo;
+  eo.dtype = StDtype::kF32;
+  ASSERT_TRUE(ExportShardedCheckpoint(*latest, Out("keep-export"), eo).ok());
   EXPECT_EQ(MaxRelativeDiff(Out("keep-export"), r.out + "/weights"), 0.0);
 }
 
 TEST_F(ShardedTest, TruncatedCheckpointIsRefused) {
   const std::string ckpt = Out("trunc");
-  Run r = Launch(2, {"--strategy", "FULL_SHARD", "--steps", "2", "--checkpoint-dir", ckpt, "--checkpoint-every",
+  RankRun r = Launch(2, {"--strategy", "FULL_SHARD", "--steps", "2", "--checkpoint-dir", ckpt, "--checkpoint-every",
                      "1"},
                  Out("trunc-run"));
   ASSERT_TRUE(AllOk(r)) << r.stderr_text;
@@ -309,7 +311,7 @@ TEST_F(ShardedTest, TruncatedCheckpointIsRefused) {
   ASSERT_TRUE(latest.ok());
   EXPECT_EQ(fs::path(*latest).filename(), "step-1");
   // Resuming from it fails with a clear error on every rank.
-  Run bad = Launch(2, {"--strategy", "FULL_SHARD", "--resume", ckpt + "/step-2"}, Out("trunc-resume"));
+  RankRun bad = Launch(2, {"--strategy", "FULL_SHARD", "--resume", ckpt + "/step-2"}, Out("trunc-resume"));
   for (int c : bad.exit_codes) EXPECT_NE(c, 0);
   EXPECT_NE(bad.stderr_text.find("truncated"), std::string::npos) << bad.stderr_text;
   // A directory without a manifest is incomplete.
@@ -321,7 +323,7 @@ TEST_F(ShardedTest, KilledRankMakesTheOthersExitNonZeroWithinTheTimeout) {
   // Rank 1 SIGKILLs itself after the forward of step 1; rank 0 is then in (or about to
   // start) a collective with a dead peer. Timeout 10 s; rank 0 must be gone well before
   // the test's 60 s wait, with a non-zero code and an error naming the collective.
-  Run r = Launch(2, {"--strategy", "FULL_SHARD", "--die-at-step", "1", "--die-rank", "1", "--timeout", "10"},
+  RankRun r = Launch(2, {"--strategy", "FULL_SHARD", "--die-at-step", "1", "--die-rank", "1", "--timeout", "10"},
                  Out("kill"), 60);
   ASSERT_EQ(r.exit_codes.size(), 2u);
   EXPECT_EQ(r.exit_codes[1], 128 + SIGKILL);

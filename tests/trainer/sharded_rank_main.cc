@@ -65,6 +65,7 @@ struct Flags {
   int die_rank = 1;
   int timeout_s = 120;
   int inflight = 2;
+  int warmup = 0;  // steps before the throughput clock starts
 };
 
 lt::LlamaConfig MakeConfig(const Flags& f) {
@@ -159,6 +160,10 @@ absl::Status Run(const Flags& f) {
   double tokens = 0;
   auto t0 = std::chrono::steady_clock::now();
   for (int step = start; step < f.steps; ++step) {
+    if (step == start + f.warmup && f.warmup > 0) {
+      t0 = std::chrono::steady_clock::now();
+      tokens = 0;
+    }
     at::Tensor all = batch_for_step(step);
     at::Tensor mine = all.narrow(0, engine.rank() * per_rank, per_rank);
     std::vector<lt::ModelInput> inputs;
@@ -251,6 +256,7 @@ absl::Status Run(const Flags& f) {
 int main(int argc, char** argv) {
   CLI::App app{"sharded_rank: one rank of a deterministic sharded training run (tests)"};
   Flags f;
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // later flags win
   app.add_option("--engine", f.engine);
   app.add_option("--strategy", f.strategy);
   app.add_option("--dtype", f.dtype);
@@ -281,6 +287,7 @@ int main(int argc, char** argv) {
   app.add_option("--die-rank", f.die_rank);
   app.add_option("--timeout", f.timeout_s);
   app.add_option("--inflight", f.inflight);
+  app.add_option("--warmup", f.warmup);
   CLI11_PARSE(app, argc, argv);
   absl::Status s;
   try {
