@@ -1,20 +1,28 @@
 #include "clients/cli/cli.h"
 
 #include <pwd.h>
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <condition_variable>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <iterator>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/ascii.h"
@@ -26,7 +34,9 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "clients/cli/interrupt.h"
 #include "clients/cli/output.h"
+#include "clients/cli/progress.h"
 #include "clients/client/client.h"
 #include "clients/jobspec/jobspec.h"
 #include "google/protobuf/util/json_util.h"
@@ -47,6 +57,23 @@ absl::Status UsageError(const std::string& message) {
 
 bool IsUsageError(const absl::Status& status) {
   return status.GetPayload(kUsagePayload).has_value();
+}
+
+// Marks a status as "stopped by this signal" (Ctrl-C): exit 128+signal, nothing printed.
+constexpr char kInterruptedPayload[] = "llamafleet.dev/interrupted";
+
+absl::Status Interrupted(int signo) {
+  absl::Status status = absl::CancelledError("interrupted");
+  status.SetPayload(kInterruptedPayload, absl::Cord(absl::StrCat(signo)));
+  return status;
+}
+
+// The signal that interrupted a command, or 0.
+int InterruptSignal(const absl::Status& status) {
+  const auto payload = status.GetPayload(kInterruptedPayload);
+  int signo = 0;
+  if (!payload.has_value() || !absl::SimpleAtoi(std::string(*payload), &signo)) return 0;
+  return signo;
 }
 
 // Prefixes the message of an error with what we were doing, keeping code and payloads.
@@ -74,20 +101,25 @@ struct Context {
   ClientOptions client_options;
   // Bounds a whole watch (reconnects included); infinite unless --timeout is given.
   absl::Duration watch_timeout = absl::InfiniteDuration();
+  // `out` is a terminal: `watch` draws a live progress line instead of printing lines.
+  bool out_is_tty = false;
+  // Columns of that terminal (a redrawn line must not wrap).
+  size_t terminal_width = 80;
   std::istream* in = nullptr;
   std::ostream* out = nullptr;
   std::ostream* err = nullptr;
 };
 
-absl::StatusOr<absl::Duration> ParseTimeout(const std::string& text) {
+// A positive duration: "30s", "2m", "500ms", or a number of seconds.
+absl::StatusOr<absl::Duration> ParseDuration(const std::string& flag, const std::string& text) {
   double seconds = 0;
   absl::Duration d;
   if (absl::SimpleAtod(text, &seconds)) {
     d = absl::Seconds(seconds);
   } else if (!absl::ParseDuration(text, &d)) {
-    return UsageError(absl::StrCat("--timeout: '", text, "' is not a duration (e.g. 30s, 2m)"));
+    return UsageError(absl::StrCat(flag, ": '", text, "' is not a duration (e.g. 30s, 2m)"));
   }
-  if (d <= absl::ZeroDuration()) return UsageError("--timeout must be > 0");
+  if (d <= absl::ZeroDuration()) return UsageError(absl::StrCat(flag, " must be > 0"));
   return d;
 }
 
@@ -105,7 +137,7 @@ absl::StatusOr<Context> MakeContext(const GlobalFlags& flags, bool watch_timeout
     return UsageError(
         absl::StrCat("-o: '", flags.output, "' is not one of table, wide, json, yaml"));
   }
-  absl::StatusOr<absl::Duration> timeout = ParseTimeout(flags.timeout);
+  absl::StatusOr<absl::Duration> timeout = ParseDuration("--timeout", flags.timeout);
   if (!timeout.ok()) return timeout.status();
   ctx.client_options.address = flags.coordinator;
   ctx.client_options.user = flags.user;
@@ -353,17 +385,24 @@ absl::Status RunDescribeJob(const Context& ctx, const std::string& id) {
   if (!job.ok()) return job.status();
   absl::StatusOr<std::vector<v1::JobEvent>> events = (*client)->GetAllJobEvents(id);
   if (!events.ok()) return events.status();
+  absl::StatusOr<v1::ListCheckpointsResponse> checkpoints = (*client)->ListCheckpoints(id);
+  if (!checkpoints.ok()) return checkpoints.status();
   v1::GetJobEventsResponse event_list;
   for (const v1::JobEvent& e : *events) *event_list.add_events() = e;
-  // No proto message holds a job with its events; compose the two stable renderings.
+  // No proto message holds a job with its events and checkpoints; compose the stable
+  // renderings: {"job": Job, "events": [JobEvent], "checkpoints": [Checkpoint]}.
   if (ctx.format == Format::kJson) {
     std::string job_json = ToJson(*job, /*pretty=*/false);
     std::string events_json = ToJson(event_list, /*pretty=*/false);
+    std::string checkpoints_json = ToJson(*checkpoints, /*pretty=*/false);
     job_json.pop_back();
-    events_json.pop_back();
-    // Keep the events array and the closing brace of {"events":[...]}.
-    *ctx.out << "{\"job\":" << job_json << ",\"events\":"
-             << events_json.substr(events_json.find('[')) << "\n";
+    // Keep only the arrays of {"events":[...]} and {"checkpoints":[...]}.
+    events_json = events_json.substr(events_json.find('['));
+    events_json.resize(events_json.rfind(']') + 1);
+    checkpoints_json = checkpoints_json.substr(checkpoints_json.find('['));
+    checkpoints_json.resize(checkpoints_json.rfind(']') + 1);
+    *ctx.out << "{\"job\":" << job_json << ",\"events\":" << events_json
+             << ",\"checkpoints\":" << checkpoints_json << "}\n";
     return absl::OkStatus();
   }
   if (ctx.format == Format::kYaml) {
@@ -373,9 +412,16 @@ absl::Status RunDescribeJob(const Context& ctx, const std::string& id) {
     } else {
       *ctx.out << ToYaml(event_list);
     }
+    if (checkpoints->checkpoints().empty()) {
+      *ctx.out << "checkpoints: []\n";
+    } else {
+      *ctx.out << ToYaml(*checkpoints);
+    }
     return absl::OkStatus();
   }
-  *ctx.out << DescribeJob(*job, *events, absl::Now());
+  const std::vector<v1::Checkpoint> checkpoint_list(checkpoints->checkpoints().begin(),
+                                                    checkpoints->checkpoints().end());
+  *ctx.out << DescribeJob(*job, *events, checkpoint_list, absl::Now());
   return absl::OkStatus();
 }
 
@@ -412,18 +458,57 @@ bool IsTerminal(v1::JobState state) {
 
 // How long a watch keeps trying to resume after losing the coordinator.
 constexpr absl::Duration kWatchResumeWindow = absl::Seconds(60);
+// A metrics poll must not hold up the end of a watch for a whole --timeout.
+constexpr absl::Duration kMaxPollTimeout = absl::Seconds(5);
+// Metrics history points fetched once to start the ETA estimate.
+constexpr int kEtaHistoryPoints = 200;
 
-// Prints a watch, across reconnects: the first snapshot, then each event once.
+// Erases the terminal line the cursor is on (after '\r').
+constexpr char kClearLine[] = "\r\x1b[K";
+
+// Prints a watch, across reconnects: the first snapshot, then each event once. In the
+// table formats it also shows training progress from the metrics polls: a live line
+// redrawn in place on a terminal, a "step ..." line per new step through a pipe.
+// -o json|yaml print only the WatchJobResponse messages, one per line/document.
+//
+// Thread-safe: the event stream (main thread) and the metrics poller call in.
 class WatchPrinter {
  public:
-  WatchPrinter(const Context& ctx, bool history) : ctx_(ctx), history_(history) {}
+  enum class Mode { kMachine, kLines, kProgress };
+
+  // `fetch` reads the job now; it is used to show the final metrics before the event
+  // that ends the job.
+  WatchPrinter(const Context& ctx, bool history, std::function<absl::StatusOr<v1::Job>()> fetch)
+      : ctx_(ctx),
+        history_(history),
+        fetch_(std::move(fetch)),
+        mode_(ctx.format == Format::kJson || ctx.format == Format::kYaml ? Mode::kMachine
+              : ctx.out_is_tty                                          ? Mode::kProgress
+                                                                        : Mode::kLines) {}
+
+  Mode mode() const { return mode_; }
 
   // Where a (re)started stream should begin.
-  int64_t after_seq() const { return have_snapshot_ ? last_seq_ : 0; }
-  bool have_snapshot() const { return have_snapshot_; }
-  v1::JobState state() const { return state_; }
+  int64_t after_seq() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return have_snapshot_ ? last_seq_ : 0;
+  }
+  bool have_snapshot() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return have_snapshot_;
+  }
+  // The state the event stream has reached.
+  v1::JobState state() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return state_;
+  }
 
   absl::Status OnMessage(const v1::WatchJobResponse& message) {
+    // The job's final metrics come before the event that ends it.
+    if (mode_ != Mode::kMachine && message.has_event() && IsTerminal(message.event().to_state())) {
+      if (absl::StatusOr<v1::Job> job = fetch_(); job.ok()) OnPoll(*job);
+    }
+    std::lock_guard<std::mutex> lock(mu_);
     if (message.has_job()) {
       state_ = message.job().state();
       // A resumed stream starts with a fresh snapshot; the events tell the story.
@@ -432,51 +517,194 @@ class WatchPrinter {
       // The server replays history from seq 1; without --history only what happens from
       // now on is shown, i.e. everything newer than the snapshot.
       last_seq_ = history_ ? 0 : message.job().last_event_seq();
-      Print(message);
+      job_ = message.job();
+      PrintLocked(message);
+      UpdateMetricsLocked(message.job());
       return absl::OkStatus();
     }
     if (message.has_event()) {
       if (message.event().seq() <= last_seq_) return absl::OkStatus();
       last_seq_ = message.event().seq();
       state_ = message.event().to_state();
-      Print(message);
+      // The live line shows the newest state even between polls.
+      if (message.event().seq() > job_.last_event_seq()) {
+        job_.set_state(state_);
+        job_.set_status_reason(message.event().reason());
+        job_.clear_pending();
+      }
+      PrintLocked(message);
     }
     return absl::OkStatus();
   }
 
+  // Metrics history, oldest first: starts the ETA estimate before two polls have passed.
+  void OnHistory(const v1::GetJobMetricsResponse& history) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const v1::JobMetricsPoint& p : history.points()) eta_.Observe(p);
+  }
+
+  // The job as a poll found it.
+  void OnPoll(const v1::Job& job) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (mode_ == Mode::kMachine || !have_snapshot_) return;
+    // An event newer than this poll already moved the line on; keep its state.
+    if (job.last_event_seq() >= job_.last_event_seq()) {
+      job_ = job;
+    } else {
+      *job_.mutable_latest_metrics() = job.latest_metrics();
+    }
+    UpdateMetricsLocked(job);
+  }
+
+  // Ends the live line, so whatever follows starts on a fresh one.
+  void Close() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (mode_ == Mode::kProgress && drawn_) {
+      *ctx_.out << "\n";
+      ctx_.out->flush();
+      drawn_ = false;
+    }
+  }
+
  private:
-  void Print(const v1::WatchJobResponse& message) {
+  void PrintLocked(const v1::WatchJobResponse& message) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (ctx_.format == Format::kJson) {
       *ctx_.out << ToJson(message, /*pretty=*/false);
     } else if (ctx_.format == Format::kYaml) {
       *ctx_.out << "---\n" << ToYaml(message);
-    } else if (message.has_job()) {
-      *ctx_.out << JobStateLine(message.job()) << "\n";
     } else {
-      *ctx_.out << EventLine(message.event()) << "\n";
+      if (drawn_) *ctx_.out << kClearLine;
+      if (message.has_job()) {
+        *ctx_.out << JobStateLine(message.job()) << "\n";
+      } else {
+        *ctx_.out << EventLine(message.event()) << "\n";
+      }
+      drawn_ = false;
+      if (mode_ == Mode::kProgress) DrawLocked();
     }
     // Someone may be following along through a pipe.
     ctx_.out->flush();
   }
 
+  // Feeds the ETA; through a pipe prints a line per new step; on a terminal redraws.
+  void UpdateMetricsLocked(const v1::Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (mode_ == Mode::kMachine) return;
+    if (job.has_latest_metrics()) {
+      const v1::JobMetricsPoint& m = job.latest_metrics();
+      eta_.Observe(m);
+      const bool is_new = m.attempt() != printed_attempt_ || m.step() != printed_step_;
+      if (mode_ == Mode::kLines && is_new) {
+        *ctx_.out << MetricsLine(m, eta_.Remaining(absl::Now())) << "\n";
+        ctx_.out->flush();
+      }
+      printed_attempt_ = m.attempt();
+      printed_step_ = m.step();
+    }
+    if (mode_ == Mode::kProgress) DrawLocked();
+  }
+
+  void DrawLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    // One column short of the width: a line that fills it exactly wraps on some terminals.
+    const size_t width = ctx_.terminal_width > 1 ? ctx_.terminal_width - 1 : 79;
+    *ctx_.out << kClearLine << ProgressLine(job_, eta_.Remaining(absl::Now()), width);
+    ctx_.out->flush();
+    drawn_ = true;
+  }
+
+  // Constant after construction.
   const Context& ctx_;
   const bool history_;
-  bool have_snapshot_ = false;
-  int64_t last_seq_ = 0;
-  v1::JobState state_ = v1::JOB_STATE_UNSPECIFIED;
+  const std::function<absl::StatusOr<v1::Job>()> fetch_;
+  const Mode mode_;
+
+  mutable std::mutex mu_;
+  bool have_snapshot_ ABSL_GUARDED_BY(mu_) = false;
+  int64_t last_seq_ ABSL_GUARDED_BY(mu_) = 0;
+  v1::JobState state_ ABSL_GUARDED_BY(mu_) = v1::JOB_STATE_UNSPECIFIED;
+  // What the live line shows: the newest of the stream's and the polls' view.
+  v1::Job job_ ABSL_GUARDED_BY(mu_);
+  EtaEstimator eta_ ABSL_GUARDED_BY(mu_);
+  int32_t printed_attempt_ ABSL_GUARDED_BY(mu_) = -1;
+  int64_t printed_step_ ABSL_GUARDED_BY(mu_) = -1;
+  // The live line is on screen (the cursor is at its end).
+  bool drawn_ ABSL_GUARDED_BY(mu_) = false;
 };
 
-absl::Status RunWatch(const Context& ctx, const std::string& id, bool history) {
+// Calls `poll` every `interval` on its own thread until stopped (or destroyed).
+class Poller {
+ public:
+  Poller(absl::Duration interval, std::function<void()> poll)
+      : interval_(interval), poll_(std::move(poll)), thread_([this] { Run(); }) {}
+  ~Poller() { Stop(); }
+
+  // Waits for a poll in progress to return; no poll starts after this.
+  void Stop() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stopped_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  void Run() {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!stopped_) {
+      lock.unlock();
+      poll_();
+      lock.lock();
+      cv_.wait_for(lock, absl::ToChronoMilliseconds(interval_), [this] { return stopped_; });
+    }
+  }
+
+  const absl::Duration interval_;
+  const std::function<void()> poll_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread thread_;  // last: starts once the rest is ready
+};
+
+absl::Status RunWatch(const Context& ctx, const std::string& id, bool history,
+                      absl::Duration interval) {
   absl::StatusOr<std::unique_ptr<Client>> client = Connect(ctx);
   if (!client.ok()) return client.status();
+  // Polls get their own short deadline, so a coordinator that went away does not hold up
+  // the end of the watch.
+  ClientOptions poll_options = ctx.client_options;
+  poll_options.timeout = std::min(poll_options.timeout, kMaxPollTimeout);
+  absl::StatusOr<std::unique_ptr<Client>> poll_client = Client::Create(poll_options);
+  if (!poll_client.ok()) return UsageError(std::string(poll_client.status().message()));
   const absl::Time deadline = ctx.watch_timeout == absl::InfiniteDuration()
                                   ? absl::InfiniteFuture()
                                   : absl::Now() + ctx.watch_timeout;
-  WatchPrinter printer(ctx, history);
+  WatchPrinter printer(ctx, history, [&] { return (*poll_client)->GetJob(id); });
+
+  std::optional<Poller> poller;
+  InterruptWatcher interrupt([&] {
+    (*client)->CancelStreams();
+    (*poll_client)->CancelStreams();
+  });
+  if (printer.mode() != WatchPrinter::Mode::kMachine) {
+    poller.emplace(interval, [&, seeded = false]() mutable {
+      if (!printer.have_snapshot()) return;  // the first line comes from the stream
+      absl::StatusOr<v1::Job> job = (*poll_client)->GetJob(id);
+      if (!job.ok()) return;  // the stream reports a coordinator that is gone
+      if (!seeded && job->has_latest_metrics()) {
+        seeded = true;
+        absl::StatusOr<v1::GetJobMetricsResponse> history_points =
+            (*poll_client)->GetJobMetrics(id, kEtaHistoryPoints);
+        if (history_points.ok()) printer.OnHistory(*history_points);
+      }
+      printer.OnPoll(*job);
+    });
+  }
+
   absl::Time give_up = absl::InfiniteFuture();
   absl::Duration backoff = absl::Milliseconds(200);
   absl::Status status;
-  while (true) {
+  while (interrupt.signal() == 0) {
     v1::WatchJobRequest request;
     request.set_job_id(id);
     request.set_after_seq(printer.after_seq());
@@ -484,6 +712,7 @@ absl::Status RunWatch(const Context& ctx, const std::string& id, bool history) {
     status = (*client)->WatchJob(
         request, [&printer](const v1::WatchJobResponse& m) { return printer.OnMessage(m); },
         deadline);
+    if (interrupt.signal() != 0) break;
     // Resume only a watch that once worked: an address that never answered is a typo.
     // CANCELLED counts as an interruption too: we never cancel a watch we keep, and a
     // coordinator shutting down cancels the streams it still has.
@@ -492,6 +721,7 @@ absl::Status RunWatch(const Context& ctx, const std::string& id, bool history) {
     if (!interrupted || !printer.have_snapshot()) break;
     if (printer.after_seq() != before) give_up = absl::InfiniteFuture();  // made progress
     if (give_up == absl::InfiniteFuture()) {
+      printer.Close();
       *ctx.err << "llamafleet: watch interrupted (" << status.message() << "); resuming\n";
       give_up = absl::Now() + kWatchResumeWindow;
       backoff = absl::Milliseconds(200);
@@ -500,6 +730,9 @@ absl::Status RunWatch(const Context& ctx, const std::string& id, bool history) {
     absl::SleepFor(backoff);
     backoff = std::min(backoff * 2, absl::Seconds(2));
   }
+  if (poller.has_value()) poller->Stop();
+  printer.Close();
+  if (interrupt.signal() != 0) return Interrupted(interrupt.signal());
   if (status.code() == absl::StatusCode::kDeadlineExceeded ||
       (!status.ok() && absl::Now() >= deadline)) {
     return absl::DeadlineExceededError(absl::StrCat("job ", id, " is still ",
@@ -511,6 +744,114 @@ absl::Status RunWatch(const Context& ctx, const std::string& id, bool history) {
     return absl::UnavailableError(absl::StrCat("watch of job ", id, " ended while it was ",
                                                StateName(printer.state())));
   }
+  return absl::OkStatus();
+}
+
+// ---------------------------------------------------------------------------
+// logs
+// ---------------------------------------------------------------------------
+
+struct LogsFlags {
+  bool follow = false;
+  int rank = -1;  // -1: every rank
+  int attempt = 0;  // 0: the newest
+  int tail = 0;  // 0: from the beginning
+};
+
+absl::Status RunLogs(const Context& ctx, const std::string& id, const LogsFlags& flags,
+                     bool rank_given) {
+  if (rank_given && flags.rank < 0) return UsageError("--rank must be >= 0");
+  if (flags.attempt < 0) return UsageError("--attempt must be >= 1 (or 0 for the newest)");
+  if (flags.tail < 0) return UsageError("--tail must be >= 0");
+  absl::StatusOr<std::unique_ptr<Client>> client = Connect(ctx);
+  if (!client.ok()) return client.status();
+  absl::StatusOr<v1::Job> job = (*client)->GetJob(id);
+  if (!job.ok()) return job.status();
+  const v1::ResourceSpec& resources = job->spec().resources();
+  const int64_t world = static_cast<int64_t>(std::max(resources.nodes(), resources.max_nodes())) *
+                        std::max(resources.gpus_per_node(), 1);
+  if (flags.rank >= world) {
+    return absl::InvalidArgumentError(absl::StrCat("job ", id, " has ranks 0..", world - 1,
+                                                   "; --rank ", flags.rank, " is not one of them"));
+  }
+  if (flags.attempt > job->attempts()) {
+    return absl::InvalidArgumentError(absl::StrCat("job ", id, " has no attempt ", flags.attempt,
+                                                   " (attempts so far: ", job->attempts(), ")"));
+  }
+  // Several ranks interleave by chunk; each line says whose it is.
+  const bool prefix = flags.rank < 0 && world > 1;
+
+  v1::StreamJobLogsRequest request;
+  request.set_job_id(id);
+  request.set_attempt(flags.attempt);
+  request.set_rank(flags.rank);
+  request.set_follow(flags.follow);
+  request.set_tail_lines(flags.tail);
+  int64_t lines = 0;
+  auto print = [&](const v1::LogChunk& chunk) {
+    if (ctx.format == Format::kJson) {
+      *ctx.out << ToJson(chunk, /*pretty=*/false);
+    } else if (ctx.format == Format::kYaml) {
+      *ctx.out << "---\n" << ToYaml(chunk);
+    } else {
+      for (const std::string& line : chunk.lines()) {
+        if (prefix) *ctx.out << "[rank " << chunk.rank() << "] ";
+        *ctx.out << line << "\n";
+      }
+    }
+    lines += chunk.lines_size();
+    ctx.out->flush();
+    return absl::OkStatus();
+  };
+  absl::Status status;
+  if (flags.follow) {
+    InterruptWatcher interrupt([&] { (*client)->CancelStreams(); });
+    status = (*client)->StreamJobLogs(request, print);
+    if (interrupt.signal() != 0) return Interrupted(interrupt.signal());
+  } else {
+    status = (*client)->StreamJobLogs(request, print, absl::Now() + ctx.client_options.timeout);
+  }
+  if (!status.ok()) return status;
+  if (lines == 0 && !flags.follow && job->attempts() == 0) {
+    // A note, not an error: stdout stays empty, as the log is.
+    *ctx.err << "llamafleet: job " << id << " has not started yet (" << StateName(job->state())
+             << "); use -f to wait for its logs\n";
+  }
+  return absl::OkStatus();
+}
+
+// ---------------------------------------------------------------------------
+// checkpoints, workers
+// ---------------------------------------------------------------------------
+
+absl::Status RunCheckpoints(const Context& ctx, const std::string& id) {
+  absl::StatusOr<std::unique_ptr<Client>> client = Connect(ctx);
+  if (!client.ok()) return client.status();
+  absl::StatusOr<v1::ListCheckpointsResponse> response = (*client)->ListCheckpoints(id);
+  if (!response.ok()) return response.status();
+  if (PrintMachine(ctx, *response)) return absl::OkStatus();
+  if (response->checkpoints().empty()) {
+    *ctx.out << "No checkpoints recorded for job " << id << ".\n";
+    return absl::OkStatus();
+  }
+  *ctx.out << CheckpointsTable({response->checkpoints().begin(), response->checkpoints().end()});
+  return absl::OkStatus();
+}
+
+absl::Status RunWorkers(const Context& ctx) {
+  absl::StatusOr<std::unique_ptr<Client>> client = Connect(ctx);
+  if (!client.ok()) return client.status();
+  absl::StatusOr<v1::ListWorkersResponse> response = (*client)->ListWorkers();
+  if (!response.ok()) return response.status();
+  if (PrintMachine(ctx, *response)) return absl::OkStatus();
+  if (response->workers().empty()) {
+    *ctx.out << "No workers registered.\n";
+    return absl::OkStatus();
+  }
+  std::vector<v1::WorkerInfo> workers(response->workers().begin(), response->workers().end());
+  std::sort(workers.begin(), workers.end(),
+            [](const v1::WorkerInfo& a, const v1::WorkerInfo& b) { return a.name() < b.name(); });
+  *ctx.out << WorkersTable(workers, ctx.format == Format::kWide, absl::Now());
   return absl::OkStatus();
 }
 
@@ -541,6 +882,8 @@ std::string ParseErrorMessage(const CLI::App& app, const CLI::ParseError& e) {
 
 int Finish(const absl::Status& status, std::ostream& err) {
   if (status.ok()) return kExitOk;
+  // The user stopped it; they know why, and the output so far is complete.
+  if (const int signo = InterruptSignal(status); signo != 0) return 128 + signo;
   std::string message(status.message());
   // One line, whatever the message holds.
   for (char& c : message) {
@@ -548,6 +891,18 @@ int Finish(const absl::Status& status, std::ostream& err) {
   }
   err << "llamafleet: " << message << std::endl;
   return IsUsageError(status) ? kExitUsage : kExitFailure;
+}
+
+// Columns of the terminal on stdout: the window size, else $COLUMNS, else 80.
+size_t TerminalWidth() {
+  winsize size = {};
+  if (ioctl(STDOUT_FILENO, TIOCGWINSZ, &size) == 0 && size.ws_col > 0) return size.ws_col;
+  int columns = 0;
+  if (const char* env = std::getenv("COLUMNS"); env != nullptr && absl::SimpleAtoi(env, &columns) &&
+                                                columns > 0) {
+    return static_cast<size_t>(columns);
+  }
+  return 80;
 }
 
 }  // namespace
@@ -609,9 +964,12 @@ int RunCli(int argc, char** argv, std::istream& in, std::ostream& out, std::ostr
   get_job_cmd->add_option("ID", job_id, "job id")->required();
 
   // describe job ID
-  CLI::App* describe_cmd = app.add_subcommand("describe", "show a job's spec and events");
+  CLI::App* describe_cmd = app.add_subcommand("describe", "show a job in detail");
   describe_cmd->require_subcommand(1);
-  CLI::App* describe_job_cmd = describe_cmd->add_subcommand("job", "show a job's spec and events");
+  CLI::App* describe_job_cmd = describe_cmd->add_subcommand(
+      "job",
+      "show a job: why it is pending, restarts, workers, latest metrics, checkpoints, spec, "
+      "events");
   describe_job_cmd->add_option("ID", job_id, "job id")->required();
 
   // cancel ID
@@ -622,13 +980,39 @@ int RunCli(int argc, char** argv, std::istream& in, std::ostream& out, std::ostr
 
   // watch ID
   bool history = false;
-  CLI::App* watch_cmd =
-      app.add_subcommand("watch", "follow a job's events until it finishes");
+  std::string interval_text = "1s";
+  CLI::App* watch_cmd = app.add_subcommand(
+      "watch",
+      "follow a job's events until it finishes; on a terminal with a live progress line "
+      "(step/total, loss, tokens/s, ETA), through a pipe with a 'step ...' line per new step");
   watch_cmd->add_option("ID", job_id, "job id")->required();
   watch_cmd->add_flag("--history", history, "print the job's earlier events first");
+  watch_cmd->add_option("--interval", interval_text, "how often to poll the job's metrics")
+      ->capture_default_str();
+
+  // logs ID
+  LogsFlags logs;
+  CLI::App* logs_cmd = app.add_subcommand(
+      "logs", "print a job's trainer output (each line prefixed [rank N] when several ranks "
+              "are shown)");
+  logs_cmd->add_option("ID", job_id, "job id")->required();
+  logs_cmd->add_flag("-f,--follow", logs.follow, "keep printing new lines until the job ends");
+  CLI::Option* rank_option = logs_cmd->add_option("--rank", logs.rank, "only this global rank");
+  logs_cmd->add_option("--attempt", logs.attempt, "this attempt (1, 2, ...; default the newest)");
+  logs_cmd->add_option("--tail", logs.tail, "start N lines before the end of each rank's log");
+
+  // checkpoints ID
+  CLI::App* checkpoints_cmd =
+      app.add_subcommand("checkpoints", "list a job's recorded checkpoints, newest first");
+  checkpoints_cmd->add_option("ID", job_id, "job id")->required();
+
+  // workers
+  CLI::App* workers_cmd =
+      app.add_subcommand("workers", "list the workers, their capacity and what they run");
 
   for (CLI::App* sub : {submit_cmd, get_cmd, get_jobs_cmd, get_job_cmd, describe_cmd,
-                        describe_job_cmd, cancel_cmd, watch_cmd}) {
+                        describe_job_cmd, cancel_cmd, watch_cmd, logs_cmd, checkpoints_cmd,
+                        workers_cmd}) {
     sub->fallthrough();
   }
 
@@ -649,6 +1033,9 @@ int RunCli(int argc, char** argv, std::istream& in, std::ostream& out, std::ostr
   ctx->in = &in;
   ctx->out = &out;
   ctx->err = &err;
+  // Only the process's own stdout can be a terminal; tests hand in string streams.
+  ctx->out_is_tty = &out == &std::cout && isatty(STDOUT_FILENO) == 1;
+  if (ctx->out_is_tty) ctx->terminal_width = TerminalWidth();
 
   absl::Status status;
   if (submit_cmd->parsed()) {
@@ -662,7 +1049,14 @@ int RunCli(int argc, char** argv, std::istream& in, std::ostream& out, std::ostr
   } else if (cancel_cmd->parsed()) {
     status = RunCancel(*ctx, job_id, reason);
   } else if (watch_cmd->parsed()) {
-    status = RunWatch(*ctx, job_id, history);
+    absl::StatusOr<absl::Duration> interval = ParseDuration("--interval", interval_text);
+    status = interval.ok() ? RunWatch(*ctx, job_id, history, *interval) : interval.status();
+  } else if (logs_cmd->parsed()) {
+    status = RunLogs(*ctx, job_id, logs, rank_option->count() > 0);
+  } else if (checkpoints_cmd->parsed()) {
+    status = RunCheckpoints(*ctx, job_id);
+  } else if (workers_cmd->parsed()) {
+    status = RunWorkers(*ctx);
   }
   out.flush();
   return Finish(status, err);

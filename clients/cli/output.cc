@@ -1,9 +1,14 @@
 #include "clients/cli/output.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <set>
 
 #include "absl/strings/numbers.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
@@ -39,7 +44,90 @@ std::string ModelName(const v1::ModelSpec& model) {
   return model.preset().empty() ? OrDash(model.path()) : model.preset();
 }
 
+// "2026-11-30T01:02:03Z (in 5m)" or "(5m ago)"; "-" when unset.
+std::string TimeWithDistance(const google::protobuf::Timestamp& time, absl::Time now) {
+  if (!IsSet(time)) return "-";
+  const absl::Duration d = ToTime(time) - now;
+  if (d >= absl::ZeroDuration()) return absl::StrCat(FormatTime(time), " (in ", FormatEta(d), ")");
+  return absl::StrCat(FormatTime(time), " (", FormatAge(time, now), " ago)");
+}
+
+// Loss with four decimals (nan and inf as such: a diverged run should say so).
+std::string FormatLoss(double loss) {
+  if (!std::isfinite(loss)) return absl::StrCat(loss);
+  return absl::StrFormat("%.4f", loss);
+}
+
+std::string WorkerStateName(v1::WorkerState state) {
+  std::string name = v1::WorkerState_Name(state);
+  absl::string_view short_name = name;
+  absl::ConsumePrefix(&short_name, "WORKER_");
+  if (state == v1::WORKER_STATE_UNSPECIFIED) return "-";
+  return std::string(short_name);
+}
+
+// "3" GPUs or CPU ranks a worker offers.
+int WorkerSlots(const v1::WorkerInfo& worker) {
+  const v1::Inventory& inv = worker.inventory();
+  return inv.gpus_size() > 0 ? inv.gpus_size() : inv.cpu_ranks();
+}
+
+std::string GpuModels(const v1::Inventory& inv) {
+  if (inv.gpus_size() == 0) return "cpu";
+  std::set<std::string> models;
+  for (const v1::Gpu& gpu : inv.gpus()) models.insert(OrDash(gpu.model()));
+  return absl::StrJoin(models, ",");
+}
+
+std::string Labels(const google::protobuf::Map<std::string, std::string>& labels) {
+  // Map order is unspecified; sort so the output is stable.
+  std::set<std::string> pairs;
+  for (const auto& [k, v] : labels) pairs.insert(absl::StrCat(k, "=", v));
+  return OrDash(absl::StrJoin(pairs, ","));
+}
+
 }  // namespace
+
+std::string FormatBytes(int64_t bytes) {
+  if (bytes < 0) return "-";
+  if (bytes < 1024) return absl::StrCat(bytes, " B");
+  static constexpr const char* kUnits[] = {"KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  double value = static_cast<double>(bytes) / 1024;
+  size_t unit = 0;
+  while (value >= 1024 && unit + 1 < std::size(kUnits)) {
+    value /= 1024;
+    ++unit;
+  }
+  return absl::StrFormat("%.1f %s", value, kUnits[unit]);
+}
+
+std::string FormatCount(int64_t n) {
+  // -(n + 1) + 1 stays in range for INT64_MIN.
+  const uint64_t magnitude =
+      n < 0 ? static_cast<uint64_t>(-(n + 1)) + 1 : static_cast<uint64_t>(n);
+  const std::string digits = absl::StrCat(magnitude);
+  std::string out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return n < 0 ? absl::StrCat("-", out) : out;
+}
+
+std::string FormatEta(absl::Duration d) {
+  const int64_t s = std::max<int64_t>(0, absl::ToInt64Seconds(d));
+  if (s < 60) return absl::StrCat(s, "s");
+  if (s < 3600) return absl::StrFormat("%dm%02ds", s / 60, s % 60);
+  if (s < 86400) return absl::StrFormat("%dh%02dm", s / 3600, (s % 3600) / 60);
+  return absl::StrFormat("%dd%02dh", s / 86400, (s % 86400) / 3600);
+}
+
+std::string JobReason(const v1::Job& job) {
+  if (job.state() == v1::QUEUED && !job.pending().message().empty()) {
+    return OneLine(job.pending().message());
+  }
+  return OneLine(job.status_reason());
+}
 
 std::string FormatTable(const std::vector<std::vector<std::string>>& rows) {
   std::vector<size_t> widths;
@@ -81,13 +169,15 @@ std::string JobsTable(const std::vector<v1::Job>& jobs, bool wide, absl::Time no
   std::vector<std::vector<std::string>> rows;
   if (wide) {
     rows.push_back({"ID", "NAME", "OWNER", "QUEUE", "PRIORITY", "STATE", "NODES", "GPUS/NODE",
-                    "MODEL", "SHARDING", "ATTEMPTS", "CREATED", "AGE", "REASON"});
+                    "MODEL", "SHARDING", "ATTEMPTS", "CREATED", "AGE", "POSITION", "EST-START",
+                    "REASON"});
   } else {
     rows.push_back({"ID", "NAME", "OWNER", "QUEUE", "PRIORITY", "STATE", "AGE", "REASON"});
   }
   for (const v1::Job& job : jobs) {
     const v1::JobSpec& spec = job.spec();
-    const std::string reason = OneLine(job.status_reason());
+    const std::string reason = JobReason(job);
+    const bool pending = job.state() == v1::QUEUED && job.has_pending();
     if (wide) {
       rows.push_back({job.id(), spec.name(), job.owner(), spec.queue(),
                       absl::StrCat(spec.priority()), StateName(job.state()),
@@ -95,12 +185,64 @@ std::string JobsTable(const std::vector<v1::Job>& jobs, bool wide, absl::Time no
                       absl::StrCat(spec.resources().gpus_per_node()), ModelName(spec.model()),
                       v1::ShardingStrategy_Name(spec.fsdp().sharding()),
                       absl::StrCat(job.attempts()), FormatTime(job.create_time()),
-                      FormatAge(job.create_time(), now), reason});
+                      FormatAge(job.create_time(), now),
+                      pending && job.pending().queue_position() > 0
+                          ? absl::StrCat(job.pending().queue_position())
+                          : "-",
+                      pending ? FormatTime(job.pending().estimated_start()) : "-", reason});
     } else {
       rows.push_back({job.id(), spec.name(), job.owner(), spec.queue(),
                       absl::StrCat(spec.priority()), StateName(job.state()),
                       FormatAge(job.create_time(), now), Shorten(reason, kReasonWidth)});
     }
+  }
+  return FormatTable(rows);
+}
+
+std::string WorkersTable(const std::vector<v1::WorkerInfo>& workers, bool wide, absl::Time now) {
+  std::vector<std::vector<std::string>> rows;
+  std::vector<std::string> header = {"NAME", "STATE", "SLOTS", "GPU-MODEL", "EFA", "INSTANCE",
+                                     "LAST-HEARTBEAT", "TASKS"};
+  if (wide) {
+    header.insert(header.end(), {"HOST", "ADDRESS", "CPUS", "MEMORY", "GPU-UTIL", "LABELS"});
+  }
+  rows.push_back(std::move(header));
+  for (const v1::WorkerInfo& w : workers) {
+    const v1::Inventory& inv = w.inventory();
+    std::string tasks = OrDash(absl::StrJoin(w.running_task_ids(), ","));
+    if (!wide) tasks = Shorten(tasks, kReasonWidth);
+    std::vector<std::string> row = {
+        OrDash(w.name()),
+        WorkerStateName(w.state()),
+        absl::StrCat(w.gpus_allocated(), "/", WorkerSlots(w)),
+        GpuModels(inv),
+        absl::StrCat(inv.efa_devices()),
+        OrDash(inv.instance_type()),
+        IsSet(w.last_heartbeat()) ? absl::StrCat(FormatAge(w.last_heartbeat(), now), " ago") : "-",
+        tasks};
+    if (wide) {
+      std::string util = "-";
+      if (w.gpus_size() > 0) {
+        double sum = 0;
+        for (const v1::GpuSample& g : w.gpus()) sum += g.gpu_util();
+        util = absl::StrFormat("%.0f%%", sum / w.gpus_size());
+      }
+      row.insert(row.end(), {OrDash(inv.host()), OrDash(inv.address()),
+                             inv.cpus() > 0 ? absl::StrCat(inv.cpus()) : "-",
+                             inv.memory_bytes() > 0 ? FormatBytes(inv.memory_bytes()) : "-", util,
+                             Labels(inv.labels())});
+    }
+    rows.push_back(std::move(row));
+  }
+  return FormatTable(rows);
+}
+
+std::string CheckpointsTable(const std::vector<v1::Checkpoint>& checkpoints) {
+  std::vector<std::vector<std::string>> rows = {
+      {"STEP", "ATTEMPT", "LOSS", "SIZE", "TIME", "PATH"}};
+  for (const v1::Checkpoint& c : checkpoints) {
+    rows.push_back({absl::StrCat(c.step()), absl::StrCat(c.attempt()), FormatLoss(c.loss()),
+                    FormatBytes(c.bytes()), FormatTime(c.time()), OrDash(c.path())});
   }
   return FormatTable(rows);
 }
@@ -116,7 +258,8 @@ std::string EventLine(const v1::JobEvent& event) {
 std::string JobStateLine(const v1::Job& job) {
   std::string line = absl::StrCat("job ", job.id(), " (", job.spec().name(), ") is ",
                                   StateName(job.state()));
-  if (!job.status_reason().empty()) absl::StrAppend(&line, ": ", OneLine(job.status_reason()));
+  const std::string reason = JobReason(job);
+  if (!reason.empty()) absl::StrAppend(&line, ": ", reason);
   return line;
 }
 
@@ -133,23 +276,70 @@ std::string Indent(const std::string& text, int spaces) {
 }
 
 std::string DescribeJob(const v1::Job& job, const std::vector<v1::JobEvent>& events,
-                        absl::Time now) {
+                        const std::vector<v1::Checkpoint>& checkpoints, absl::Time now) {
+  const v1::JobSpec& spec = job.spec();
   std::vector<std::vector<std::string>> fields = {
       {"ID:", job.id()},
-      {"Name:", job.spec().name()},
+      {"Name:", spec.name()},
       {"Owner:", job.owner()},
-      {"Queue:", job.spec().queue()},
-      {"Priority:", absl::StrCat(job.spec().priority())},
+      {"Queue:", spec.queue()},
+      {"Priority:", absl::StrCat(spec.priority())},
       {"State:", StateName(job.state())},
       {"Reason:", OrDash(OneLine(job.status_reason()))},
       {"Created:", absl::StrCat(FormatTime(job.create_time()), " (",
                                 FormatAge(job.create_time(), now), " ago)")},
       {"Updated:", FormatTime(job.update_time())},
       {"Attempts:", absl::StrCat(job.attempts())},
+      {"Restarts:", spec.run_policy().has_max_restarts()
+                        ? absl::StrCat(job.restarts(), " of ", spec.run_policy().max_restarts())
+                        : absl::StrCat(job.restarts())},
+      {"Workers:", OrDash(absl::StrJoin(job.workers(), ", "))},
       {"Idempotency key:", OrDash(job.idempotency_key())},
   };
   std::string out = FormatTable(fields);
-  absl::StrAppend(&out, "Spec:\n", Indent(MessageToYaml(job.spec()), 2));
+
+  if (job.state() == v1::QUEUED && job.has_pending()) {
+    const v1::PendingInfo& p = job.pending();
+    std::vector<std::vector<std::string>> pending = {
+        {"Code:", OrDash(p.code())},
+        {"Message:", OrDash(OneLine(p.message()))},
+        {"Queue position:", p.queue_position() > 0
+                                ? absl::StrCat(p.queue_position(), " in queue ", spec.queue())
+                                : "-"},
+        {"Estimated start:",
+         IsSet(p.estimated_start()) ? TimeWithDistance(p.estimated_start(), now) : "unknown"},
+    };
+    absl::StrAppend(&out, "Pending:\n", Indent(FormatTable(pending), 2));
+  }
+
+  if (job.has_latest_metrics()) {
+    const v1::JobMetricsPoint& m = job.latest_metrics();
+    std::vector<std::vector<std::string>> metrics = {
+        {"Step:", m.total_steps() > 0 ? absl::StrCat(m.step(), "/", m.total_steps())
+                                      : absl::StrCat(m.step())},
+        {"Attempt:", absl::StrCat(m.attempt())},
+        {"Loss:", FormatLoss(m.loss())},
+        {"Learning rate:", absl::StrFormat("%.3g", m.lr())},
+        {"Tokens/s:", FormatCount(std::llround(m.tokens_per_second()))},
+    };
+    if (m.grad_norm() != 0) metrics.push_back({"Grad norm:", absl::StrFormat("%.4g", m.grad_norm())});
+    if (m.tflops() != 0) metrics.push_back({"TFLOPS:", absl::StrFormat("%.1f", m.tflops())});
+    if (m.mfu() != 0) metrics.push_back({"MFU:", absl::StrFormat("%.1f%%", m.mfu() * 100)});
+    if (m.peak_memory_bytes() != 0) {
+      metrics.push_back({"Peak memory:", FormatBytes(m.peak_memory_bytes())});
+    }
+    metrics.push_back({"Reported:", TimeWithDistance(m.time(), now)});
+    absl::StrAppend(&out, "Latest metrics:\n", Indent(FormatTable(metrics), 2));
+  }
+
+  absl::StrAppend(&out, "Checkpoints:\n");
+  if (checkpoints.empty()) {
+    absl::StrAppend(&out, "  <none>\n");
+  } else {
+    absl::StrAppend(&out, Indent(CheckpointsTable(checkpoints), 2));
+  }
+
+  absl::StrAppend(&out, "Spec:\n", Indent(MessageToYaml(spec), 2));
   if (out.back() != '\n') out += "\n";
   absl::StrAppend(&out, "Events:\n");
   if (events.empty()) {

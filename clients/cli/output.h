@@ -1,7 +1,8 @@
 #ifndef LLAMAFLEET_CLIENTS_CLI_OUTPUT_H_
 #define LLAMAFLEET_CLIENTS_CLI_OUTPUT_H_
 
-// How the CLI shows jobs and events to people: tables, ages, event lines, `describe`.
+// How the CLI shows jobs, events, workers and checkpoints to people: tables, ages, event
+// lines, `describe`.
 // Pure functions of their inputs (the current time is passed in), so they are testable
 // without a coordinator. Machine-readable output (-o json|yaml) is protobuf's JSON
 // mapping and lives in jobspec.h, not here.
@@ -11,6 +12,7 @@
 
 #include "absl/time/time.h"
 #include "llamafleet/v1/job.pb.h"
+#include "llamafleet/v1/worker.pb.h"
 
 namespace llamafleet::cli {
 
@@ -26,19 +28,41 @@ std::string FormatTime(const google::protobuf::Timestamp& time);
 // Compact age as kubectl shows it: 45s, 12m, 5h, 3d; "-" when unset.
 std::string FormatAge(const google::protobuf::Timestamp& time, absl::Time now);
 
-// The `get jobs` table. `wide` adds resource and model columns and never shortens the
-// reason.
+// Binary units with one decimal: 512 B, 1.5 KiB, 3.2 GiB; "-" when negative.
+std::string FormatBytes(int64_t bytes);
+
+// Thousands separated: 1,234,567 (negative numbers keep their sign).
+std::string FormatCount(int64_t n);
+
+// A countdown as people read it: 45s, 1m05s, 2h03m, 3d04h. Negative counts as zero.
+std::string FormatEta(absl::Duration d);
+
+// Why a job is where it is, on one line: the scheduler's message for a pending QUEUED
+// job, otherwise the job's status reason.
+std::string JobReason(const v1::Job& job);
+
+// The `get jobs` table. `wide` adds resource, model and queue-position columns and never
+// shortens the reason.
 std::string JobsTable(const std::vector<v1::Job>& jobs, bool wide, absl::Time now);
+
+// The `workers` table: NAME STATE SLOTS GPU-MODEL EFA INSTANCE LAST-HEARTBEAT TASKS.
+// SLOTS is allocated/total GPUs (CPU ranks on a CPU worker, whose GPU-MODEL is "cpu").
+// `wide` adds host, address, CPUs, memory, labels and mean GPU utilisation.
+std::string WorkersTable(const std::vector<v1::WorkerInfo>& workers, bool wide, absl::Time now);
+
+// The `checkpoints` table: STEP ATTEMPT LOSS SIZE TIME PATH, in the order given.
+std::string CheckpointsTable(const std::vector<v1::Checkpoint>& checkpoints);
 
 // "SEQ TIME FROM -> TO reason", one event per line, as `watch` prints them.
 std::string EventLine(const v1::JobEvent& event);
 
-// The first line of `watch`: "job 42 (name) is QUEUED: reason".
+// The first line of `watch`: "job 42 (name) is QUEUED: reason" (JobReason).
 std::string JobStateLine(const v1::Job& job);
 
-// `describe job`: the job's fields, its spec as YAML, and its events as a table.
+// `describe job`: the job's fields (restarts, workers), why it is pending, its latest
+// metrics, its checkpoints, its spec as YAML, and its events as a table.
 std::string DescribeJob(const v1::Job& job, const std::vector<v1::JobEvent>& events,
-                        absl::Time now);
+                        const std::vector<v1::Checkpoint>& checkpoints, absl::Time now);
 
 // The coordinator names fields by request path (spec.training.lr, jobs[2].spec.model);
 // a person thinks in the file they wrote. Rewrites each "; "-separated violation to

@@ -57,7 +57,8 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Create(const ClientOptions& opti
 Client::Client(ClientOptions options, std::shared_ptr<grpc::Channel> channel)
     : options_(std::move(options)),
       channel_(std::move(channel)),
-      stub_(v1::JobService::NewStub(channel_)) {}
+      stub_(v1::JobService::NewStub(channel_)),
+      worker_stub_(v1::WorkerService::NewStub(channel_)) {}
 
 void Client::Prepare(grpc::ClientContext* context, absl::Time deadline) const {
   if (!options_.user.empty()) context->AddMetadata("x-llamafleet-user", options_.user);
@@ -156,24 +157,107 @@ absl::StatusOr<std::vector<v1::JobEvent>> Client::GetAllJobEvents(const std::str
   }
 }
 
+bool Client::AddStream(grpc::ClientContext* context) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (streams_cancelled_) return false;
+  streams_.insert(context);
+  return true;
+}
+
+void Client::RemoveStream(grpc::ClientContext* context) {
+  std::lock_guard<std::mutex> lock(mu_);
+  streams_.erase(context);
+}
+
+void Client::CancelStreams() {
+  std::lock_guard<std::mutex> lock(mu_);
+  streams_cancelled_ = true;
+  for (grpc::ClientContext* context : streams_) context->TryCancel();
+}
+
+template <typename Message>
+absl::Status Client::ReadStream(grpc::ClientContext& context, grpc::ClientReader<Message>& reader,
+                                const std::function<absl::Status(const Message&)>& on_message,
+                                absl::Time deadline) {
+  Message message;
+  while (reader.Read(&message)) {
+    absl::Status handled = on_message(message);
+    if (!handled.ok()) {
+      context.TryCancel();
+      (void)reader.Finish();
+      return handled;
+    }
+  }
+  const grpc::Status finished = reader.Finish();
+  {
+    // Our own cancel reads as an interruption, not as the server's CANCELLED.
+    std::lock_guard<std::mutex> lock(mu_);
+    if (streams_cancelled_ && !finished.ok()) return absl::CancelledError("interrupted");
+  }
+  return Convert(finished, deadline - absl::Now());
+}
+
 absl::Status Client::WatchJob(
     const v1::WatchJobRequest& request,
     const std::function<absl::Status(const v1::WatchJobResponse&)>& on_message,
     absl::Time deadline) {
   grpc::ClientContext context;
   Prepare(&context, deadline);
+  if (!AddStream(&context)) return absl::CancelledError("interrupted");
   std::unique_ptr<grpc::ClientReader<v1::WatchJobResponse>> reader =
       stub_->WatchJob(&context, request);
-  v1::WatchJobResponse message;
-  while (reader->Read(&message)) {
-    absl::Status handled = on_message(message);
-    if (!handled.ok()) {
-      context.TryCancel();
-      (void)reader->Finish();
-      return handled;
-    }
-  }
-  return Convert(reader->Finish(), deadline - absl::Now());
+  absl::Status status = ReadStream(context, *reader, on_message, deadline);
+  RemoveStream(&context);
+  return status;
+}
+
+absl::Status Client::StreamJobLogs(
+    const v1::StreamJobLogsRequest& request,
+    const std::function<absl::Status(const v1::LogChunk&)>& on_chunk, absl::Time deadline) {
+  grpc::ClientContext context;
+  Prepare(&context, deadline);
+  if (!AddStream(&context)) return absl::CancelledError("interrupted");
+  std::unique_ptr<grpc::ClientReader<v1::LogChunk>> reader =
+      stub_->StreamJobLogs(&context, request);
+  absl::Status status = ReadStream(context, *reader, on_chunk, deadline);
+  RemoveStream(&context);
+  return status;
+}
+
+absl::StatusOr<v1::ListCheckpointsResponse> Client::ListCheckpoints(const std::string& job_id) {
+  grpc::ClientContext context;
+  Prepare(&context, absl::Now() + options_.timeout);
+  v1::ListCheckpointsRequest request;
+  request.set_job_id(job_id);
+  v1::ListCheckpointsResponse response;
+  absl::Status status =
+      Convert(stub_->ListCheckpoints(&context, request, &response), options_.timeout);
+  if (!status.ok()) return status;
+  return response;
+}
+
+absl::StatusOr<v1::GetJobMetricsResponse> Client::GetJobMetrics(const std::string& job_id,
+                                                                int max_points) {
+  grpc::ClientContext context;
+  Prepare(&context, absl::Now() + options_.timeout);
+  v1::GetJobMetricsRequest request;
+  request.set_job_id(job_id);
+  request.set_max_points(max_points);
+  v1::GetJobMetricsResponse response;
+  absl::Status status =
+      Convert(stub_->GetJobMetrics(&context, request, &response), options_.timeout);
+  if (!status.ok()) return status;
+  return response;
+}
+
+absl::StatusOr<v1::ListWorkersResponse> Client::ListWorkers() {
+  grpc::ClientContext context;
+  Prepare(&context, absl::Now() + options_.timeout);
+  v1::ListWorkersResponse response;
+  absl::Status status = Convert(
+      worker_stub_->ListWorkers(&context, v1::ListWorkersRequest(), &response), options_.timeout);
+  if (!status.ok()) return status;
+  return response;
 }
 
 }  // namespace llamafleet

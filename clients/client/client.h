@@ -1,7 +1,8 @@
 #ifndef LLAMAFLEET_CLIENTS_CLIENT_CLIENT_H_
 #define LLAMAFLEET_CLIENTS_CLIENT_CLIENT_H_
 
-// A small synchronous client for the coordinator's JobService.
+// A small synchronous client for the coordinator's JobService (and the read-only part of
+// its WorkerService).
 //
 // It owns the channel and the caller's identity, and converts every gRPC outcome into an
 // absl::Status once, here, so callers (the CLI, scripts, tests) deal in one error type.
@@ -11,12 +12,17 @@
 
 #include <functional>
 #include <memory>
+#include <mutex>
+#include <set>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "absl/base/thread_annotations.h"
 #include "llamafleet/v1/job.grpc.pb.h"
+#include "llamafleet/v1/worker.grpc.pb.h"
 
 namespace llamafleet {
 
@@ -60,6 +66,26 @@ class Client {
                         const std::function<absl::Status(const v1::WatchJobResponse&)>& on_message,
                         absl::Time deadline = absl::InfiniteFuture());
 
+  // Recorded checkpoints of a job, newest first.
+  absl::StatusOr<v1::ListCheckpointsResponse> ListCheckpoints(const std::string& job_id);
+  // A job's metrics history, oldest first, at most `max_points` (0 = the server's default).
+  absl::StatusOr<v1::GetJobMetricsResponse> GetJobMetrics(const std::string& job_id,
+                                                          int max_points = 0);
+  // Every registered worker, live or lost.
+  absl::StatusOr<v1::ListWorkersResponse> ListWorkers();
+
+  // Streams StreamJobLogs, calling `on_chunk` for each chunk in order. Returns OK when the
+  // server ends the stream (the logs are read to their end; with follow, once the job is
+  // terminal); otherwise as WatchJob.
+  absl::Status StreamJobLogs(const v1::StreamJobLogsRequest& request,
+                             const std::function<absl::Status(const v1::LogChunk&)>& on_chunk,
+                             absl::Time deadline = absl::InfiniteFuture());
+
+  // Cancels the streams in progress (WatchJob, StreamJobLogs) and every one started later;
+  // each returns CANCELLED with the message "interrupted". Thread-safe and non-blocking,
+  // so a signal watcher thread may call it (never a signal handler itself).
+  void CancelStreams();
+
  private:
   Client(ClientOptions options, std::shared_ptr<grpc::Channel> channel);
 
@@ -68,10 +94,26 @@ class Client {
   // The one place a grpc::Status becomes an absl::Status.
   absl::Status Convert(const grpc::Status& status, absl::Duration timeout) const;
 
+  // Registers a stream's context so CancelStreams reaches it; false once cancelled (the
+  // caller must not start the stream then).
+  bool AddStream(grpc::ClientContext* context);
+  void RemoveStream(grpc::ClientContext* context);
+
+  // Reads a server stream to its end, cancelling it if `on_message` fails.
+  template <typename Message>
+  absl::Status ReadStream(grpc::ClientContext& context, grpc::ClientReader<Message>& reader,
+                          const std::function<absl::Status(const Message&)>& on_message,
+                          absl::Time deadline);
+
   // Constant after construction.
   const ClientOptions options_;
   const std::shared_ptr<grpc::Channel> channel_;
   const std::unique_ptr<v1::JobService::Stub> stub_;
+  const std::unique_ptr<v1::WorkerService::Stub> worker_stub_;
+
+  std::mutex mu_;
+  bool streams_cancelled_ ABSL_GUARDED_BY(mu_) = false;
+  std::set<grpc::ClientContext*> streams_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace llamafleet

@@ -1,6 +1,8 @@
 #include "clients/cli/output.h"
 
+#include "absl/strings/match.h"
 #include "absl/time/clock.h"
+#include "clients/cli/progress.h"
 #include "gtest/gtest.h"
 
 namespace llamafleet::cli {
@@ -74,6 +76,261 @@ TEST(JobsTableTest, ShortensLongReasonsUnlessWide) {
 
 TEST(IndentTest, IndentsNonEmptyLinesOnly) {
   EXPECT_EQ(Indent("a:\n  b\n\nc\n", 2), "  a:\n    b\n\n  c\n");
+}
+
+TEST(FormatBytesTest, BinaryUnitsWithOneDecimal) {
+  EXPECT_EQ(FormatBytes(0), "0 B");
+  EXPECT_EQ(FormatBytes(1023), "1023 B");
+  EXPECT_EQ(FormatBytes(1536), "1.5 KiB");
+  EXPECT_EQ(FormatBytes(int64_t{5} << 30), "5.0 GiB");
+  EXPECT_EQ(FormatBytes(-1), "-");
+}
+
+TEST(FormatCountTest, SeparatesThousands) {
+  EXPECT_EQ(FormatCount(0), "0");
+  EXPECT_EQ(FormatCount(999), "999");
+  EXPECT_EQ(FormatCount(1234), "1,234");
+  EXPECT_EQ(FormatCount(1234567), "1,234,567");
+  EXPECT_EQ(FormatCount(-1234), "-1,234");
+  EXPECT_EQ(FormatCount(INT64_MIN), "-9,223,372,036,854,775,808");
+}
+
+TEST(FormatEtaTest, TwoUnitsAtMost) {
+  EXPECT_EQ(FormatEta(absl::Seconds(45)), "45s");
+  EXPECT_EQ(FormatEta(absl::Seconds(65)), "1m05s");
+  EXPECT_EQ(FormatEta(absl::Hours(2) + absl::Minutes(3) + absl::Seconds(59)), "2h03m");
+  EXPECT_EQ(FormatEta(absl::Hours(76)), "3d04h");
+  EXPECT_EQ(FormatEta(absl::Seconds(-5)), "0s");
+}
+
+v1::Job QueuedJob() {
+  v1::Job job;
+  job.set_id("7");
+  job.mutable_spec()->set_name("big");
+  job.mutable_spec()->set_queue("research");
+  job.set_state(v1::QUEUED);
+  job.set_status_reason("submitted");
+  job.mutable_pending()->set_code("LARGER_THAN_CLUSTER");
+  job.mutable_pending()->set_message("needs 3 nodes with 1 free GPUs; 2 match");
+  job.mutable_pending()->set_queue_position(2);
+  return job;
+}
+
+TEST(JobsTableTest, QueuedJobsShowTheSchedulersExplanation) {
+  v1::Job queued = QueuedJob();
+  *queued.mutable_pending()->mutable_estimated_start() = At(1'796'000'000);
+  v1::Job running = queued;
+  running.set_state(v1::RUNNING);
+  running.set_status_reason("running on w1, w2");  // a stale pending must not show
+  const std::string narrow = JobsTable({queued, running}, /*wide=*/false, absl::Now());
+  EXPECT_TRUE(absl::StrContains(narrow, "QUEUED    -     needs 3 nodes with 1 free GPUs; 2 match"))
+      << narrow;
+  EXPECT_TRUE(absl::StrContains(narrow, "running on w1, w2")) << narrow;
+  EXPECT_FALSE(absl::StrContains(narrow, "submitted")) << narrow;
+  const std::string wide = JobsTable({queued}, /*wide=*/true, absl::Now());
+  EXPECT_TRUE(absl::StrContains(wide, "POSITION   EST-START")) << wide;
+  EXPECT_TRUE(absl::StrContains(wide, "2          2026-11-30T00:53:20Z   needs 3 nodes")) << wide;
+}
+
+TEST(WorkersTableTest, GpuAndCpuWorkers) {
+  v1::WorkerInfo gpu;
+  gpu.set_name("p5-a");
+  gpu.set_state(v1::WORKER_READY);
+  for (int i = 0; i < 8; ++i) gpu.mutable_inventory()->add_gpus()->set_model("NVIDIA H100 80GB HBM3");
+  gpu.mutable_inventory()->set_efa_devices(32);
+  gpu.mutable_inventory()->set_instance_type("p5.48xlarge");
+  gpu.mutable_inventory()->set_host("ip-10-0-0-1");
+  (*gpu.mutable_inventory()->mutable_labels())["zone"] = "a";
+  (*gpu.mutable_inventory()->mutable_labels())["pool"] = "train";
+  gpu.set_gpus_allocated(8);
+  gpu.add_running_task_ids("3-1-0");
+  gpu.add_running_task_ids("4-2-1");
+  *gpu.mutable_last_heartbeat() = At(1'000'000 - 2);
+  gpu.add_gpus()->set_gpu_util(50);
+  gpu.add_gpus()->set_gpu_util(100);
+  v1::WorkerInfo cpu;
+  cpu.set_name("cpu-1");
+  cpu.set_state(v1::WORKER_LOST);
+  cpu.mutable_inventory()->set_cpu_ranks(2);
+
+  const absl::Time now = absl::FromUnixSeconds(1'000'000);
+  EXPECT_EQ(WorkersTable({gpu, cpu}, /*wide=*/false, now),
+            "NAME    STATE   SLOTS   GPU-MODEL               EFA   INSTANCE      LAST-HEARTBEAT"
+            "   TASKS\n"
+            "p5-a    READY   8/8     NVIDIA H100 80GB HBM3   32    p5.48xlarge   2s ago"
+            "           3-1-0,4-2-1\n"
+            "cpu-1   LOST    0/2     cpu                     0     -             -"
+            "                -\n");
+  const std::string wide = WorkersTable({gpu}, /*wide=*/true, now);
+  EXPECT_TRUE(absl::StrContains(wide, "ip-10-0-0-1")) << wide;
+  EXPECT_TRUE(absl::StrContains(wide, "75%")) << wide;
+  EXPECT_TRUE(absl::StrContains(wide, "pool=train,zone=a")) << wide;
+}
+
+v1::Checkpoint MakeCheckpoint(int64_t step, int attempt, double loss) {
+  v1::Checkpoint c;
+  c.set_job_id("3");
+  c.set_step(step);
+  c.set_attempt(attempt);
+  c.set_loss(loss);
+  c.set_bytes(3 << 20);
+  c.set_path("/ckpt/step-" + std::to_string(step));
+  *c.mutable_time() = At(1'796'000'000);
+  return c;
+}
+
+TEST(CheckpointsTableTest, OneRowPerCheckpointInOrder) {
+  EXPECT_EQ(CheckpointsTable({MakeCheckpoint(20, 2, 1.5), MakeCheckpoint(10, 1, 2.25)}),
+            "STEP   ATTEMPT   LOSS     SIZE      TIME                   PATH\n"
+            "20     2         1.5000   3.0 MiB   2026-11-30T00:53:20Z   /ckpt/step-20\n"
+            "10     1         2.2500   3.0 MiB   2026-11-30T00:53:20Z   /ckpt/step-10\n");
+}
+
+TEST(DescribeJobTest, PendingSectionForAQueuedJob) {
+  v1::Job job = QueuedJob();
+  job.mutable_spec()->mutable_run_policy()->set_max_restarts(3);
+  const absl::Time now = absl::FromUnixSeconds(1'796'000'000);
+  *job.mutable_pending()->mutable_estimated_start() = At(1'796'000'000 + 300);
+  const std::string out = DescribeJob(job, {}, {}, now);
+  EXPECT_TRUE(absl::StrContains(out, "Restarts:          0 of 3\n")) << out;
+  EXPECT_TRUE(absl::StrContains(out, "Workers:           -\n")) << out;
+  EXPECT_TRUE(absl::StrContains(out,
+                                "Pending:\n"
+                                "  Code:              LARGER_THAN_CLUSTER\n"
+                                "  Message:           needs 3 nodes with 1 free GPUs; 2 match\n"
+                                "  Queue position:    2 in queue research\n"
+                                "  Estimated start:   2026-11-30T00:58:20Z (in 5m00s)\n"))
+      << out;
+  EXPECT_TRUE(absl::StrContains(out, "Checkpoints:\n  <none>\n")) << out;
+  EXPECT_FALSE(absl::StrContains(out, "Latest metrics")) << out;
+
+  job.mutable_pending()->clear_estimated_start();
+  EXPECT_TRUE(absl::StrContains(DescribeJob(job, {}, {}, now), "Estimated start:   unknown\n"));
+  // Once it runs, an old explanation is history, not news.
+  job.set_state(v1::RUNNING);
+  EXPECT_FALSE(absl::StrContains(DescribeJob(job, {}, {}, now), "Pending:"));
+}
+
+TEST(DescribeJobTest, RunningJobShowsWorkersMetricsAndCheckpoints) {
+  v1::Job job;
+  job.set_id("3");
+  job.set_state(v1::RUNNING);
+  job.set_restarts(1);
+  job.add_workers("w1");
+  job.add_workers("w2");
+  v1::JobMetricsPoint* m = job.mutable_latest_metrics();
+  m->set_step(120);
+  m->set_total_steps(200);
+  m->set_loss(2.3141);
+  m->set_lr(3e-4);
+  m->set_tokens_per_second(1234.4);
+  m->set_mfu(0.412);
+  m->set_attempt(2);
+  *m->mutable_time() = At(1'796'000'000 - 5);
+  const std::string out = DescribeJob(job, {}, {MakeCheckpoint(100, 2, 2.4)},
+                                      absl::FromUnixSeconds(1'796'000'000));
+  EXPECT_TRUE(absl::StrContains(out, "Restarts:          1\n")) << out;
+  EXPECT_TRUE(absl::StrContains(out, "Workers:           w1, w2\n")) << out;
+  EXPECT_TRUE(absl::StrContains(out, "Latest metrics:\n  Step:            120/200\n")) << out;
+  EXPECT_TRUE(absl::StrContains(out, "  Loss:            2.3141\n")) << out;
+  EXPECT_TRUE(absl::StrContains(out, "  Tokens/s:        1,234\n")) << out;
+  EXPECT_TRUE(absl::StrContains(out, "  MFU:             41.2%\n")) << out;
+  EXPECT_TRUE(absl::StrContains(out, "  Reported:        2026-11-30T00:53:15Z (5s ago)\n")) << out;
+  EXPECT_TRUE(absl::StrContains(out, "Checkpoints:\n  STEP   ATTEMPT")) << out;
+  EXPECT_TRUE(absl::StrContains(out, "  100    2         2.4000   3.0 MiB")) << out;
+  EXPECT_FALSE(absl::StrContains(out, "Pending:")) << out;
+}
+
+v1::JobMetricsPoint Point(int attempt, int64_t step, int64_t total, int64_t seconds) {
+  v1::JobMetricsPoint p;
+  p.set_attempt(attempt);
+  p.set_step(step);
+  p.set_total_steps(total);
+  *p.mutable_time() = At(seconds);
+  return p;
+}
+
+TEST(EtaEstimatorTest, StepRateOfTheCurrentAttempt) {
+  EtaEstimator eta;
+  const absl::Time t0 = absl::FromUnixSeconds(1000);
+  EXPECT_FALSE(eta.Remaining(t0).has_value());
+  eta.Observe(Point(1, 10, 110, 1000));
+  EXPECT_FALSE(eta.Remaining(t0).has_value()) << "one point has no rate";
+  eta.Observe(Point(1, 10, 110, 1000));  // the same point polled twice
+  EXPECT_FALSE(eta.Remaining(t0).has_value());
+  eta.Observe(Point(1, 20, 110, 1010));  // 1 step/s, 90 steps left
+  EXPECT_EQ(eta.Remaining(absl::FromUnixSeconds(1010)), absl::Seconds(90));
+  // Counts down between points, never below zero.
+  EXPECT_EQ(eta.Remaining(absl::FromUnixSeconds(1040)), absl::Seconds(60));
+  EXPECT_EQ(eta.Remaining(absl::FromUnixSeconds(9999)), absl::ZeroDuration());
+
+  // A restart begins a new estimate; late points of the old attempt are ignored.
+  eta.Observe(Point(2, 15, 110, 2000));
+  EXPECT_FALSE(eta.Remaining(absl::FromUnixSeconds(2000)).has_value());
+  eta.Observe(Point(1, 30, 110, 1020));
+  EXPECT_FALSE(eta.Remaining(absl::FromUnixSeconds(2000)).has_value());
+  eta.Observe(Point(2, 25, 110, 2005));  // 2 steps/s, 85 left
+  EXPECT_EQ(eta.Remaining(absl::FromUnixSeconds(2005)), absl::Seconds(42.5));
+
+  // Without a total there is nothing to count down to.
+  EtaEstimator open_ended;
+  open_ended.Observe(Point(1, 1, 0, 1000));
+  open_ended.Observe(Point(1, 5, 0, 1004));
+  EXPECT_FALSE(open_ended.Remaining(absl::FromUnixSeconds(1004)).has_value());
+}
+
+TEST(ProgressLineTest, BarStepsLossThroughputAndEta) {
+  v1::Job job;
+  job.set_id("3");
+  job.set_state(v1::RUNNING);
+  v1::JobMetricsPoint* m = job.mutable_latest_metrics();
+  m->set_step(120);
+  m->set_total_steps(200);
+  m->set_loss(2.314);
+  m->set_tokens_per_second(1234);
+  EXPECT_EQ(ProgressLine(job, absl::Seconds(65), 200),
+            "job 3 RUNNING [############........] 120/200 loss 2.3140 1,234 tok/s ETA 1m05s");
+  EXPECT_EQ(ProgressLine(job, std::nullopt, 200),
+            "job 3 RUNNING [############........] 120/200 loss 2.3140 1,234 tok/s");
+  EXPECT_EQ(ProgressLine(job, absl::Seconds(65), 20), "job 3 RUNNING [#####");
+  // A finished job has no ETA.
+  job.set_state(v1::SUCCEEDED);
+  m->set_step(200);
+  EXPECT_EQ(ProgressLine(job, absl::Seconds(1), 200),
+            "job 3 SUCCEEDED [####################] 200/200 loss 2.3140 1,234 tok/s");
+  // Without a total: no bar.
+  m->set_total_steps(0);
+  EXPECT_EQ(ProgressLine(job, std::nullopt, 200), "job 3 SUCCEEDED step 200 loss 2.3140 1,234 tok/s");
+}
+
+TEST(ProgressLineTest, WaitingJobSaysWhy) {
+  EXPECT_EQ(ProgressLine(QueuedJob(), std::nullopt, 200),
+            "job 7 QUEUED: needs 3 nodes with 1 free GPUs; 2 match");
+  v1::Job job;
+  job.set_id("8");
+  job.set_state(v1::SCHEDULED);
+  EXPECT_EQ(ProgressLine(job, std::nullopt, 200), "job 8 SCHEDULED");
+}
+
+TEST(BarTest, ClampsToTheRange) {
+  EXPECT_EQ(Bar(0, 10, 10), "..........");
+  EXPECT_EQ(Bar(5, 10, 10), "#####.....");
+  EXPECT_EQ(Bar(15, 10, 10), "##########");
+  EXPECT_EQ(Bar(-1, 10, 4), "....");
+  EXPECT_EQ(Bar(3, 0, 4), "....");
+}
+
+TEST(MetricsLineTest, PlainLineForPipes) {
+  v1::JobMetricsPoint m = Point(1, 120, 200, 0);
+  m.set_loss(2.314);
+  m.set_lr(0.0003);
+  m.set_tokens_per_second(1234.6);
+  m.set_mfu(0.25);
+  EXPECT_EQ(MetricsLine(m, absl::Seconds(65)),
+            "step 120/200 loss 2.3140 lr 0.0003 1,235 tok/s mfu 25.0% ETA 1m05s");
+  m.set_mfu(0);
+  m.set_total_steps(0);
+  EXPECT_EQ(MetricsLine(m, std::nullopt), "step 120 loss 2.3140 lr 0.0003 1,235 tok/s");
 }
 
 }  // namespace
