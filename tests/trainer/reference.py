@@ -19,7 +19,7 @@ Subcommands (all print JSON on stdout):
                --seq-len --batching --format --tokenizer --weight-decay --grad-clip
                --warmup --schedule constant|cosine --min-lr-ratio --betas --eps]
   tokenize    --data FILE --format F [--tokenizer M]
-  compare     --a DIR --b DIR [--rtol 1e-5]
+  compare     --a DIR --b DIR [--rtol 1e-5] [--metric max|fro]
 """
 import argparse
 import json
@@ -444,6 +444,7 @@ def cmd_compare(a):
     _, ta = read_model_dir(a.a)
     _, tb = read_model_dir(a.b)
     worst = 0.0
+    worst_fro = 0.0
     problems = []
     if set(ta) != set(tb):
         problems.append("tensor names differ: %s" % sorted(set(ta) ^ set(tb)))
@@ -453,10 +454,12 @@ def cmd_compare(a):
             problems.append("%s: shape %s vs %s" % (name, list(x.shape), list(y.shape)))
             continue
         rel = float((x - y).abs().max() / y.abs().max().clamp_min(1e-30))
+        fro = float((x - y).norm() / y.norm().clamp_min(1e-30))
         worst = max(worst, rel)
-        if rel > a.rtol:
-            problems.append("%s: max relative difference %.3g" % (name, rel))
-    return {"max_rel": worst, "problems": problems}
+        worst_fro = max(worst_fro, fro)
+        if (fro if a.metric == "fro" else rel) > a.rtol:
+            problems.append("%s: %s relative difference %.3g" % (name, a.metric, fro if a.metric == "fro" else rel))
+    return {"max_rel": worst, "fro_rel": worst_fro, "problems": problems}
 
 
 def build_parser():
@@ -515,6 +518,8 @@ def build_parser():
     c.add_argument("--a", required=True)
     c.add_argument("--b", required=True)
     c.add_argument("--rtol", type=float, default=1e-5)
+    c.add_argument("--metric", default="max", choices=["max", "fro"],
+                   help="max: max|a-b|/max|b| per tensor; fro: ||a-b||/||b|| per tensor")
     return p
 
 

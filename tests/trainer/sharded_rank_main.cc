@@ -65,7 +65,8 @@ struct Flags {
   int die_rank = 1;
   int timeout_s = 120;
   int inflight = 2;
-  int warmup = 0;  // steps before the throughput clock starts
+  int warmup = 0;
+  std::string device = "cpu";  // cpu | cuda (LOCAL_RANK picks the GPU; NCCL then)  // steps before the throughput clock starts
 };
 
 lt::LlamaConfig MakeConfig(const Flags& f) {
@@ -101,6 +102,9 @@ absl::Status Run(const Flags& f) {
   const lt::LlamaConfig config = MakeConfig(f);
   const std::vector<lt::UnitLayout> layout = lt::MakeLayout(config);
   LF_ASSIGN_OR_RETURN(at::ScalarType compute, Dtype(f.dtype));
+  if (f.device == "cuda" && !at::hasCUDA()) return absl::FailedPreconditionError("--device cuda: no CUDA");
+  const at::Device device = f.device == "cuda" ? at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(env.local_rank))
+                                               : at::Device(at::kCPU);
   LF_ASSIGN_OR_RETURN(at::ScalarType reduce, Dtype(f.reduce_dtype));
   const lt::AdamWOptions adam{0.9, 0.999, 1e-8, f.weight_decay};
 
@@ -115,7 +119,7 @@ absl::Status Run(const Flags& f) {
     if (env.world_size != 1) return absl::InvalidArgumentError("--engine local runs as one process");
     std::vector<std::vector<at::Tensor>> params;
     for (const auto& u : layout) params.push_back(lt::InitUnit(u, f.seed));
-    engine_owner = std::make_unique<lt::LocalEngine>(layout, std::move(params), at::Device(at::kCPU), compute, adam);
+    engine_owner = std::make_unique<lt::LocalEngine>(layout, std::move(params), device, compute, adam);
   } else {
     lt::RendezvousOptions ro;
     ro.rank = env.rank;
@@ -123,6 +127,7 @@ absl::Status Run(const Flags& f) {
     ro.master_addr = env.master_addr;
     ro.master_port = env.master_port;
     ro.timeout = std::chrono::seconds(f.timeout_s);
+    ro.device = device;
     LF_ASSIGN_OR_RETURN(ctx, lt::DistContext::Create(ro));
     lt::ShardingOptions so;
     LF_ASSIGN_OR_RETURN(so.strategy, lt::ParseShardingStrategy(f.strategy));
@@ -131,6 +136,7 @@ absl::Status Run(const Flags& f) {
     so.reduce_dtype = reduce;
     so.adamw = adam;
     so.max_inflight_all_gathers = f.inflight;
+    so.device = device;
     lt::ShardSource source = resume ? resume->ParamSource() : lt::SeededShardSource(layout, f.seed);
     if (resume) LF_RETURN_IF_ERROR(resume->CheckLayout(layout));
     LF_ASSIGN_OR_RETURN(auto e, lt::ShardedEngine::CreateWithContext(layout, so, *ctx, source));
@@ -139,7 +145,7 @@ absl::Status Run(const Flags& f) {
     engine_owner = std::move(e);
   }
   lt::ParamEngine& engine = *engine_owner;
-  lt::LlamaModel model(config, at::Device(at::kCPU), compute);
+  lt::LlamaModel model(config, device, compute);
 
   // The fixed global batch: rows of random tokens from a seeded generator, identical on
   // every rank; rank r takes rows [r*R, (r+1)*R), micro-step m the m-th slice of those.
@@ -177,7 +183,7 @@ absl::Status Run(const Flags& f) {
       batch.tokens.assign(t.data_ptr<int64_t>(), t.data_ptr<int64_t>() + t.numel());
       batch.target.assign(batch.tokens.size(), 1);
       batch.real_tokens = static_cast<int64_t>(batch.tokens.size());
-      inputs.push_back(lt::MakeModelInput(batch, at::Device(at::kCPU)));
+      inputs.push_back(lt::MakeModelInput(batch, device));
       local_targets += inputs.back().num_targets;
     }
     const double denom = engine.AllReduceSum(static_cast<double>(local_targets));
@@ -288,6 +294,7 @@ int main(int argc, char** argv) {
   app.add_option("--timeout", f.timeout_s);
   app.add_option("--inflight", f.inflight);
   app.add_option("--warmup", f.warmup);
+  app.add_option("--device", f.device);
   CLI11_PARSE(app, argc, argv);
   absl::Status s;
   try {
