@@ -30,19 +30,6 @@ int WorkerSlots(const v1::Inventory& inv) {
   return inv.gpus_size() > 0 ? inv.gpus_size() : inv.cpu_ranks();
 }
 
-std::string PendingCodeString(sched::PendingCode code) {
-  std::string name = sched::PendingCodeName(code);
-  // "kInsufficientCapacity" → "INSUFFICIENT_CAPACITY"
-  std::string out;
-  for (size_t i = 0; i < name.size(); ++i) {
-    char c = name[i];
-    if (i == 0 && c == 'k') continue;
-    if (std::isupper(static_cast<unsigned char>(c)) && !out.empty()) out.push_back('_');
-    out.push_back(static_cast<char>(std::toupper(static_cast<unsigned char>(c))));
-  }
-  return out;
-}
-
 }  // namespace
 
 AttemptOutcome ClassifyFailure(const v1::TaskStatus& status) {
@@ -87,7 +74,8 @@ absl::StatusOr<std::unique_ptr<ClusterManager>> ClusterManager::Start(JobStore* 
       if (!m->workers_.count(t.worker)) {
         LiveWorker w;
         w.name = t.worker;
-        w.last_heartbeat = now;  // grace: one heartbeat timeout to come back
+        // Silent "heartbeat" in the future: the worker has the recovery grace to come back.
+        w.last_heartbeat = now + m->options_.recovery_grace - m->options_.heartbeat_timeout;
         m->workers_[t.worker] = std::move(w);
       }
     }
@@ -685,7 +673,7 @@ void ClusterManager::SchedulePass() {
   }
   for (const sched::Pending& p : d.pending) {
     v1::PendingInfo& info = pending_info[p.job_id];
-    info.set_code(PendingCodeString(p.code));
+    info.set_code(sched::PendingCodeName(p.code));
     info.set_message(p.message);
     info.set_queue_position(p.queue_position);
     if (p.estimated_start.has_value()) {

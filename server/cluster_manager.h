@@ -55,6 +55,9 @@ struct ClusterOptions {
   // After a coordinator restart or a reconnect, how long a task the worker does not
   // report may take to show up (as a late status) before its attempt fails.
   absl::Duration missing_task_grace = absl::Seconds(3);
+  // After a coordinator restart, how long the workers of recovered attempts have to
+  // reconnect (their reconnect backoff reaches 5 s) before they count as lost.
+  absl::Duration recovery_grace = absl::Seconds(15);
   sched::Config scheduler;
   std::map<std::string, sched::QueueConfig> queues;
   // Checkpoints of jobs without checkpoint.dir go to checkpoint_root/<job id>.

@@ -1,0 +1,383 @@
+// The cluster end to end with real processes on loopback: a coordinator, CPU workers,
+// and a /bin/sh stand-in for llamafleet-train that behaves like it at the interface the
+// coordinator and workers see (rank environment, JSON metrics and checkpoint events,
+// --resume, SIGTERM). What is tested is scheduling, supervision and failure handling.
+#include <grpcpp/grpcpp.h>
+#include <signal.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "clients/jobspec/jobspec.h"
+#include "llamafleet/v1/job.grpc.pb.h"
+#include "llamafleet/v1/worker.grpc.pb.h"
+#include "tests/testing/process.h"
+
+namespace llamafleet {
+namespace {
+
+using testing::BinaryPath;
+using testing::RunCommand;
+using testing::Subprocess;
+using testing::TempDir;
+
+// STEPS steps of 0.1 s; rank 0 reports metrics every step and a checkpoint (with its
+// manifest) every CKPT_EVERY steps; resumes from --resume DIR/step; on SIGTERM writes a
+// checkpoint and exits 0. Every rank's command line carries the marker so tests can find
+// leftover processes.
+constexpr char kFakeTrainer[] = R"sh(#!/bin/sh
+# llamafleet-fake-trainer
+SPEC=""; RESUME=""
+while [ $# -gt 0 ]; do
+  case "$1" in --spec) SPEC="$2"; shift ;; --resume) RESUME="$2"; shift ;; esac
+  shift
+done
+CK=$(sed -n 's/.*"checkpoint":{[^}]*"dir":"\([^"]*\)".*/\1/p' "$SPEC")
+STEPS=${FAKE_STEPS:-30}
+CKPT_EVERY=${FAKE_CKPT_EVERY:-10}
+step=0
+if [ -n "$RESUME" ]; then step=$(cat "$RESUME/step"); fi
+echo "rank $RANK/$WORLD_SIZE master $MASTER_ADDR:$MASTER_PORT resume=[$RESUME] start=$step" >&2
+save() {
+  if [ "$RANK" = 0 ] && [ -n "$CK" ]; then
+    mkdir -p "$CK/step-$step" && echo $step > "$CK/step-$step/step" && echo '{}' > "$CK/step-$step/manifest.json"
+    echo "{\"type\":\"event\",\"event\":\"checkpoint_saved\",\"step\":$step,\"path\":\"$CK/step-$step\",\"bytes\":3,\"manifest_sha256\":\"x\",\"loss\":1.0}"
+  fi
+}
+trap 'save; exit 0' TERM
+[ "$RANK" = 0 ] && echo "{\"type\":\"event\",\"event\":\"started\",\"total_steps\":$STEPS}"
+while [ $step -lt $STEPS ]; do
+  sleep 0.1 &
+  wait $!
+  step=$((step + 1))
+  [ "$RANK" = 0 ] && echo "{\"type\":\"metrics\",\"step\":$step,\"loss\":$((100 - step)),\"lr\":0.001,\"tokens_per_s\":1000}"
+  if [ $((step % CKPT_EVERY)) = 0 ]; then save; fi
+done
+exit 0
+)sh";
+
+// Live trainer ranks started from `trainer` (its command line is "sh TRAINER train ...";
+// the workers' own command lines name the trainer too, but not followed by "train").
+int CountProcesses(const std::string& trainer) {
+  const std::string marker = trainer + std::string("\0train", 6);
+  int n = 0;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    std::ifstream stat(entry.path() / "stat");
+    std::string pid, comm, state;
+    if (!(stat >> pid >> comm >> state) || state == "Z") continue;
+    std::ifstream in(entry.path() / "cmdline");
+    std::string cmdline((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (cmdline.find(marker) != std::string::npos) ++n;
+  }
+  return n;
+}
+
+class ClusterTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    trainer_ = dir_.path() + "/fake-train.sh";
+    std::ofstream(trainer_) << kFakeTrainer;
+    std::filesystem::permissions(trainer_, std::filesystem::perms::owner_all);
+    StartCoordinator();
+  }
+
+  // `listen`: the first start picks a free port; a restart reuses it (workers redial it).
+  void StartCoordinator(const std::string& listen = "127.0.0.1:0") {
+    auto p = Subprocess::Start({BinaryPath("llamafleet-coordinator"), "--listen", listen,
+                                "--data-dir", dir_.path() + "/coord", "--join-token", "secret",
+                                "--heartbeat-timeout", "2", "--cancel-grace", "2"},
+                               {}, dir_.path() + "/coordinator.log");
+    ASSERT_TRUE(p.ok());
+    coordinator_ = std::move(*p);
+    absl::StatusOr<std::string> addr = coordinator_->WaitForListening();
+    ASSERT_TRUE(addr.ok()) << addr.status();
+    address_ = *addr;
+    channel_ = grpc::CreateChannel(address_, grpc::InsecureChannelCredentials());
+    jobs_ = v1::JobService::NewStub(channel_);
+    workers_stub_ = v1::WorkerService::NewStub(channel_);
+  }
+
+  void StartWorker(const std::string& name, std::map<std::string, std::string> env = {}) {
+    if (env.empty()) env = worker_env_;
+    auto p = Subprocess::Start({BinaryPath("llamafleet-worker"), "--coordinator", address_,
+                                "--join-token", "secret", "--data-dir", dir_.path() + "/" + name,
+                                "--cpu-ranks", "1", "--name", name, "--address", "127.0.0.1",
+                                "--trainer", trainer_, "--heartbeat-interval", "0.3"},
+                               env, dir_.path() + "/" + name + ".log");
+    ASSERT_TRUE(p.ok());
+    workers_[name] = std::move(*p);
+  }
+
+  void WaitForWorkers(size_t n) {
+    const absl::Time deadline = absl::Now() + absl::Seconds(20);
+    while (absl::Now() < deadline) {
+      v1::ListWorkersResponse resp;
+      grpc::ClientContext ctx;
+      size_t ready = 0;
+      if (workers_stub_->ListWorkers(&ctx, v1::ListWorkersRequest(), &resp).ok()) {
+        for (const auto& w : resp.workers()) ready += w.state() == v1::WORKER_READY;
+      }
+      if (ready >= n) return;
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+    FAIL() << "workers did not register";
+  }
+
+  std::string Submit(const std::string& extra_yaml, int nodes = 2) {
+    absl::StatusOr<std::vector<ParsedJob>> parsed = ParseJobDocuments(absl::StrCat(
+        "name: e2e\nmodel: {preset: tiny, tokenizer: /t.model}\ndata: {train_path: /d.jsonl}\n"
+        "resources: {nodes: ",
+        nodes, ", gpus_per_node: 1}\n", extra_yaml));
+    EXPECT_TRUE(parsed.ok()) << parsed.status();
+    v1::SubmitJobRequest req;
+    *req.mutable_spec() = (*parsed)[0].spec;
+    v1::SubmitJobResponse resp;
+    grpc::ClientContext ctx;
+    grpc::Status s = jobs_->SubmitJob(&ctx, req, &resp);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return resp.job().id();
+  }
+
+  v1::Job Get(const std::string& id) {
+    v1::GetJobRequest req;
+    req.set_job_id(id);
+    v1::Job job;
+    grpc::ClientContext ctx;
+    (void)jobs_->GetJob(&ctx, req, &job);
+    return job;
+  }
+
+  v1::Job WaitFor(const std::string& id, v1::JobState state, absl::Duration timeout) {
+    const absl::Time deadline = absl::Now() + timeout;
+    v1::Job job;
+    while (absl::Now() < deadline) {
+      job = Get(id);
+      if (job.state() == state) return job;
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+    ADD_FAILURE() << "job " << id << " is " << v1::JobState_Name(job.state()) << " ("
+                  << job.status_reason() << "), not " << v1::JobState_Name(state);
+    return job;
+  }
+
+  int64_t WaitForStep(const std::string& id, int64_t step) {
+    const absl::Time deadline = absl::Now() + absl::Seconds(30);
+    while (absl::Now() < deadline) {
+      v1::Job job = Get(id);
+      if (job.latest_metrics().step() >= step) return job.latest_metrics().step();
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+    ADD_FAILURE() << "job " << id << " did not reach step " << step;
+    return -1;
+  }
+
+  std::vector<v1::JobEvent> Events(const std::string& id) {
+    v1::GetJobEventsRequest req;
+    req.set_job_id(id);
+    v1::GetJobEventsResponse resp;
+    grpc::ClientContext ctx;
+    (void)jobs_->GetJobEvents(&ctx, req, &resp);
+    return {resp.events().begin(), resp.events().end()};
+  }
+
+  std::vector<v1::Checkpoint> Checkpoints(const std::string& id) {
+    v1::ListCheckpointsRequest req;
+    req.set_job_id(id);
+    v1::ListCheckpointsResponse resp;
+    grpc::ClientContext ctx;
+    (void)jobs_->ListCheckpoints(&ctx, req, &resp);
+    return {resp.checkpoints().begin(), resp.checkpoints().end()};
+  }
+
+  std::string RankLog(const std::string& id, int attempt, int rank) {
+    std::ifstream in(absl::StrCat(dir_.path(), "/coord/logs/", id, "/attempt-", attempt, "/rank-",
+                                  rank, ".log"));
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  }
+
+  void TearDown() override {
+    if (HasFailure()) {  // show what the processes said
+      for (const std::string& name : {std::string("coordinator"), std::string("w1"),
+                                      std::string("w2"), std::string("w3")}) {
+        std::ifstream in(dir_.path() + "/" + name + ".log");
+        std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+        if (!text.empty()) std::cout << "---- " << name << ".log\n" << text.substr(text.size() > 6000 ? text.size() - 6000 : 0);
+      }
+    }
+    for (auto& [name, w] : workers_) w->Signal(SIGTERM);
+    for (auto& [name, w] : workers_) (void)w->Wait(absl::Seconds(20));
+    workers_.clear();
+    coordinator_.reset();
+    EXPECT_EQ(CountProcesses(trainer_), 0) << "a trainer outlived its worker";
+  }
+
+  TempDir dir_;
+  std::string trainer_;
+  std::unique_ptr<Subprocess> coordinator_;
+  std::string address_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::JobService::Stub> jobs_;
+  std::unique_ptr<v1::WorkerService::Stub> workers_stub_;
+  std::map<std::string, std::unique_ptr<Subprocess>> workers_;
+  std::map<std::string, std::string> worker_env_;
+};
+
+TEST_F(ClusterTest, TwoNodeJobSucceedsWithCheckpointsAndMetricsRecorded) {
+  StartWorker("w1");
+  StartWorker("w2");
+  WaitForWorkers(2);
+  const std::string id = Submit("");
+  v1::Job job = WaitFor(id, v1::SUCCEEDED, absl::Seconds(30));
+  EXPECT_EQ(job.attempts(), 1);
+  EXPECT_EQ(job.latest_metrics().step(), 30);
+  EXPECT_EQ(job.latest_metrics().total_steps(), 30);
+  ASSERT_EQ(job.workers_size(), 2);
+  std::vector<v1::Checkpoint> ckpts = Checkpoints(id);
+  ASSERT_GE(ckpts.size(), 2u);
+  EXPECT_EQ(ckpts[0].step(), 30);  // newest first
+  // Both ranks ran, with the gang's environment.
+  EXPECT_NE(RankLog(id, 1, 0).find("rank 0/2 master 127.0.0.1:"), std::string::npos);
+  EXPECT_NE(RankLog(id, 1, 1).find("rank 1/2 master 127.0.0.1:"), std::string::npos);
+  std::vector<std::string> types;
+  for (const v1::JobEvent& e : Events(id)) types.push_back(e.type());
+  EXPECT_EQ(types, (std::vector<std::string>{"submitted", "scheduled", "running", "succeeded"}));
+}
+
+TEST_F(ClusterTest, WorkerKilledMidJobRestartsTheGangFromTheNewestCheckpoint) {
+  StartWorker("w1");
+  StartWorker("w2");
+  WaitForWorkers(2);
+  const std::string id =
+      Submit("training: {max_steps: 60}\nrun_policy: {restart_backoff_seconds: 1}\n");
+  WaitFor(id, v1::RUNNING, absl::Seconds(20));
+  WaitForStep(id, 12);  // a checkpoint at step 10 exists
+  const std::string victim = Get(id).workers(1);
+  workers_[victim]->Signal(SIGKILL);
+  (void)workers_[victim]->Wait(absl::Seconds(10));
+  workers_.erase(victim);
+  StartWorker("w3");  // the lost node is excluded from the job's next placement
+  v1::Job job = WaitFor(id, v1::SUCCEEDED, absl::Seconds(60));
+  EXPECT_EQ(job.attempts(), 2);
+  EXPECT_EQ(job.restarts(), 1);
+  for (const std::string& w : job.workers()) EXPECT_NE(w, victim);
+  const std::string log = RankLog(id, 2, 0);
+  EXPECT_NE(log.find("resume=["), std::string::npos);
+  EXPECT_EQ(log.find("resume=[]"), std::string::npos) << "attempt 2 did not resume: " << log;
+  std::vector<std::string> types;
+  for (const v1::JobEvent& e : Events(id)) types.push_back(e.type());
+  EXPECT_NE(std::find(types.begin(), types.end(), "restarting"), types.end());
+  bool node_fault = false;
+  for (const v1::JobEvent& e : Events(id)) {
+    node_fault |= e.reason().find(absl::StrCat("worker ", victim, " lost")) != std::string::npos;
+  }
+  EXPECT_TRUE(node_fault);
+}
+
+TEST_F(ClusterTest, CoordinatorKilledMidJobAndRestartedFinishesTheJob) {
+  StartWorker("w1");
+  StartWorker("w2");
+  WaitForWorkers(2);
+  const std::string id = Submit("training: {max_steps: 40}\n");
+  WaitForStep(id, 5);
+  coordinator_->Signal(SIGKILL);
+  (void)coordinator_->Wait(absl::Seconds(10));
+  StartCoordinator(address_);  // same data dir and port; workers reconnect on their own
+  v1::Job job = WaitFor(id, v1::SUCCEEDED, absl::Seconds(60));
+  EXPECT_EQ(job.attempts(), 1) << "the running attempt was kept, not restarted";
+  int scheduled = 0;
+  for (const v1::JobEvent& e : Events(id)) scheduled += e.type() == "scheduled";
+  EXPECT_EQ(scheduled, 1);
+}
+
+TEST_F(ClusterTest, CancelMidRunLeavesNoTrainerProcess) {
+  StartWorker("w1");
+  StartWorker("w2");
+  WaitForWorkers(2);
+  const std::string id = Submit("training: {max_steps: 600}\n");
+  WaitForStep(id, 3);
+  EXPECT_GE(CountProcesses(trainer_), 2);  // (a rank forking its sleep may count twice)
+  v1::CancelJobRequest req;
+  req.set_job_id(id);
+  v1::CancelJobResponse resp;
+  grpc::ClientContext ctx;
+  ASSERT_TRUE(jobs_->CancelJob(&ctx, req, &resp).ok());
+  EXPECT_EQ(resp.job().state(), v1::CANCELLED);
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);  // grace 2 s
+  while (CountProcesses(trainer_) > 0 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(50));
+  EXPECT_EQ(CountProcesses(trainer_), 0);
+  EXPECT_EQ(Get(id).state(), v1::CANCELLED);
+}
+
+TEST_F(ClusterTest, JobLargerThanTheClusterStaysQueuedWithItsReason) {
+  StartWorker("w1");
+  StartWorker("w2");
+  WaitForWorkers(2);
+  const std::string id = Submit("", /*nodes=*/5);
+  absl::SleepFor(absl::Milliseconds(800));
+  v1::Job job = Get(id);
+  EXPECT_EQ(job.state(), v1::QUEUED);
+  EXPECT_EQ(job.pending().code(), "LARGER_THAN_CLUSTER") << job.pending().message();
+  EXPECT_NE(job.pending().message().find("5"), std::string::npos) << job.pending().message();
+  EXPECT_EQ(job.pending().queue_position(), 1);
+}
+
+TEST_F(ClusterTest, StalledRankIsDetectedByTheStallTimeout) {
+  StartWorker("w1");
+  StartWorker("w2");
+  WaitForWorkers(2);
+  const std::string id =
+      Submit("training: {max_steps: 600}\nrun_policy: {stall_timeout_seconds: 2, max_restarts: 0}\n");
+  WaitForStep(id, 3);
+  // Freeze every trainer process (rank 0 stops reporting progress).
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    std::ifstream in(entry.path() / "cmdline");
+    std::string cmdline((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    int pid;
+    if (cmdline.find(trainer_ + std::string("\0train", 6)) != std::string::npos &&
+        absl::SimpleAtoi(entry.path().filename().string(), &pid)) {
+      kill(pid, SIGSTOP);
+    }
+  }
+  v1::Job job = WaitFor(id, v1::FAILED, absl::Seconds(20));
+  EXPECT_NE(job.status_reason().find("stalled"), std::string::npos) << job.status_reason();
+}
+
+TEST_F(ClusterTest, HigherPriorityJobPreemptsWithCheckpointAndVictimRequeues) {
+  StartWorker("w1");
+  StartWorker("w2");
+  WaitForWorkers(2);
+  const std::string low = Submit("priority: 0\ntraining: {max_steps: 600}\n");
+  WaitForStep(low, 3);
+  const std::string high = Submit("priority: 100\ntraining: {max_steps: 10}\n");
+  WaitFor(high, v1::SUCCEEDED, absl::Seconds(40));
+  v1::Job victim = Get(low);
+  EXPECT_EQ(victim.restarts(), 0) << "preemption must not use the restart budget";
+  std::vector<std::string> types;
+  for (const v1::JobEvent& e : Events(low)) types.push_back(e.type());
+  EXPECT_NE(std::find(types.begin(), types.end(), "preempting"), types.end());
+  EXPECT_NE(std::find(types.begin(), types.end(), "requeued"), types.end());
+  // It checkpointed on SIGTERM, and its next attempt resumes from that checkpoint.
+  WaitFor(low, v1::RUNNING, absl::Seconds(30));
+  EXPECT_EQ(Get(low).attempts(), 2);
+  EXPECT_FALSE(Checkpoints(low).empty());
+}
+
+TEST_F(ClusterTest, WorkerWithABadJoinTokenIsRefused) {
+  absl::StatusOr<testing::CommandResult> r = RunCommand(
+      {BinaryPath("llamafleet-worker"), "--coordinator", address_, "--join-token", "wrong",
+       "--data-dir", dir_.path() + "/bad", "--cpu-ranks", "1", "--trainer", trainer_});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->exit_code, 1);
+  EXPECT_NE(r->err.find("bad join token"), std::string::npos) << r->err;
+}
+
+}  // namespace
+}  // namespace llamafleet
