@@ -16,6 +16,8 @@ bash deploy/local/install-deps.sh
 build_dir="${LLAMAFLEET_BUILD_DIR:-build}"
 jobs="${JOBS:-$(nproc)}"
 export CCACHE_DIR="${CCACHE_DIR:-$HOME/.cache/ccache}"
+# Paths relative to the checkout, so a fresh clone elsewhere reuses the cache.
+export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$PWD}"
 cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DLLAMAFLEET_BUILD_TRAINER="${LLAMAFLEET_BUILD_TRAINER:-ON}" >/dev/null
 cmake --build "$build_dir" -j"$jobs"

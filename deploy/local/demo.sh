@@ -24,6 +24,8 @@ say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 say "installing missing packages and building (first run: a few minutes)"
 bash deploy/local/install-deps.sh
 export CCACHE_DIR="${CCACHE_DIR:-$HOME/.cache/ccache}"
+# Paths relative to the checkout, so a fresh clone elsewhere reuses the cache.
+export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$PWD}"
 cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build "$build_dir" -j"$(nproc)" --target llamafleet-coordinator llamafleet >/dev/null
 bin="$build_dir/bin"
