@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <limits>
 
 #include "engine.h"
 
@@ -161,12 +162,13 @@ at::Tensor LlamaModel::Trunk(ParamEngine& engine, const at::Tensor& tokens) {
   const int64_t T = tokens.size(1);
   TORCH_CHECK(T <= config_.max_position_embeddings, "sequence length ", T,
               " exceeds max_position_embeddings ", config_.max_position_embeddings);
-  const int64_t G = config_.num_attention_heads / config_.num_key_value_heads;
   at::Tensor cos = cos_.narrow(0, 0, T).to(dtype_);  // [T, d]
   at::Tensor sin = sin_.narrow(0, 0, T).to(dtype_);
   // Additive causal mask for the grouped scores: [G*T, T], row g*T+i masks columns > i.
+  // (LibTorch 2.x uses scaled_dot_product_attention's is_causal instead.)
   at::Tensor mask;
 #if TORCH_VERSION_MAJOR < 2
+  const int64_t G = config_.num_attention_heads / config_.num_key_value_heads;
   mask = at::full({T, T}, -std::numeric_limits<float>::infinity(),
                   at::TensorOptions().dtype(dtype_).device(device_))
              .triu(1)
