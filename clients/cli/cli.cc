@@ -503,38 +503,26 @@ class WatchPrinter {
     return state_;
   }
 
-  absl::Status OnMessage(const v1::WatchJobResponse& message) {
-    // The job's final metrics come before the event that ends it.
-    if (mode_ != Mode::kMachine && message.has_event() && IsTerminal(message.event().to_state())) {
-      if (absl::StatusOr<v1::Job> job = fetch_(); job.ok()) OnPoll(*job);
-    }
-    std::lock_guard<std::mutex> lock(mu_);
-    if (message.has_job()) {
-      state_ = message.job().state();
-      // A resumed stream starts with a fresh snapshot; the events tell the story.
-      if (have_snapshot_) return absl::OkStatus();
-      have_snapshot_ = true;
-      // The server replays history from seq 1; without --history only what happens from
-      // now on is shown, i.e. everything newer than the snapshot.
-      last_seq_ = history_ ? 0 : message.job().last_event_seq();
-      job_ = message.job();
-      PrintLocked(message);
-      UpdateMetricsLocked(message.job());
-      return absl::OkStatus();
-    }
-    if (message.has_event()) {
-      if (message.event().seq() <= last_seq_) return absl::OkStatus();
-      last_seq_ = message.event().seq();
-      state_ = message.event().to_state();
-      // The live line shows the newest state even between polls.
-      if (message.event().seq() > job_.last_event_seq()) {
-        job_.set_state(state_);
-        job_.set_status_reason(message.event().reason());
-        job_.clear_pending();
+  absl::Status OnMessage(const v1::WatchJobResponse& received) {
+    const v1::WatchJobResponse* message = &received;
+    v1::WatchJobResponse completed;
+    if (mode_ != Mode::kMachine) {
+      // The job's final metrics come before the event that ends it.
+      if (received.has_event() && IsTerminal(received.event().to_state())) {
+        if (absl::StatusOr<v1::Job> job = fetch_(); job.ok()) OnPoll(*job);
       }
-      PrintLocked(message);
+      // The stream's snapshot carries no pending explanation; GetJob has it.
+      if (received.has_job() && received.job().state() == v1::QUEUED &&
+          !received.job().has_pending() && !have_snapshot()) {
+        absl::StatusOr<v1::Job> job = fetch_();
+        if (job.ok() && job->state() == v1::QUEUED && job->has_pending()) {
+          completed = received;
+          *completed.mutable_job()->mutable_pending() = job->pending();
+          message = &completed;
+        }
+      }
     }
-    return absl::OkStatus();
+    return OnStreamMessage(*message);
   }
 
   // Metrics history, oldest first: starts the ETA estimate before two polls have passed.
@@ -567,6 +555,38 @@ class WatchPrinter {
   }
 
  private:
+  // The snapshot or event as received (after OnMessage completed it).
+  absl::Status OnStreamMessage(const v1::WatchJobResponse& message) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (message.has_job()) {
+      state_ = message.job().state();
+      // A resumed stream starts with a fresh snapshot; the events tell the story.
+      if (have_snapshot_) return absl::OkStatus();
+      have_snapshot_ = true;
+      // The server replays history from seq 1; without --history only what happens from
+      // now on is shown, i.e. everything newer than the snapshot.
+      last_seq_ = history_ ? 0 : message.job().last_event_seq();
+      job_ = message.job();
+      PrintLocked(message);
+      UpdateMetricsLocked(message.job());
+      return absl::OkStatus();
+    }
+    if (message.has_event()) {
+      if (message.event().seq() <= last_seq_) return absl::OkStatus();
+      last_seq_ = message.event().seq();
+      state_ = message.event().to_state();
+      // The live line shows the newest state even between polls.
+      if (message.event().seq() > job_.last_event_seq()) {
+        job_.set_last_event_seq(message.event().seq());
+        job_.set_state(state_);
+        job_.set_status_reason(message.event().reason());
+        job_.clear_pending();
+      }
+      PrintLocked(message);
+    }
+    return absl::OkStatus();
+  }
+
   void PrintLocked(const v1::WatchJobResponse& message) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (ctx_.format == Format::kJson) {
       *ctx_.out << ToJson(message, /*pretty=*/false);

@@ -115,7 +115,8 @@ std::string FormatCount(int64_t n) {
 }
 
 std::string FormatEta(absl::Duration d) {
-  const int64_t s = std::max<int64_t>(0, absl::ToInt64Seconds(d));
+  // Rounded up: "0s" would claim it is done.
+  const int64_t s = std::max<int64_t>(0, absl::ToInt64Seconds(absl::Ceil(d, absl::Seconds(1))));
   if (s < 60) return absl::StrCat(s, "s");
   if (s < 3600) return absl::StrFormat("%dm%02ds", s / 60, s % 60);
   if (s < 86400) return absl::StrFormat("%dh%02dm", s / 3600, (s % 3600) / 60);

@@ -34,7 +34,8 @@ std::string FormatBytes(int64_t bytes);
 // Thousands separated: 1,234,567 (negative numbers keep their sign).
 std::string FormatCount(int64_t n);
 
-// A countdown as people read it: 45s, 1m05s, 2h03m, 3d04h. Negative counts as zero.
+// A countdown as people read it: 45s, 1m05s, 2h03m, 3d04h; a fraction of a second
+// rounds up. Negative counts as zero.
 std::string FormatEta(absl::Duration d);
 
 // Why a job is where it is, on one line: the scheduler's message for a pending QUEUED

@@ -100,6 +100,8 @@ TEST(FormatEtaTest, TwoUnitsAtMost) {
   EXPECT_EQ(FormatEta(absl::Seconds(65)), "1m05s");
   EXPECT_EQ(FormatEta(absl::Hours(2) + absl::Minutes(3) + absl::Seconds(59)), "2h03m");
   EXPECT_EQ(FormatEta(absl::Hours(76)), "3d04h");
+  EXPECT_EQ(FormatEta(absl::Milliseconds(300)), "1s");
+  EXPECT_EQ(FormatEta(absl::ZeroDuration()), "0s");
   EXPECT_EQ(FormatEta(absl::Seconds(-5)), "0s");
 }
 

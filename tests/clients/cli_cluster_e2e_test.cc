@@ -1,0 +1,523 @@
+// The real `llamafleet` binary against a real cluster: a coordinator and two CPU workers
+// on loopback, whose "trainer" is a shell script printing what llamafleet-train prints
+// (started/metrics/checkpoint_saved JSON on rank 0's stdout, plain log lines on stderr).
+// Covers the commands that need jobs to run: workers, logs, checkpoints, the watch
+// progress line (on a pseudo-terminal and through a pipe), and pending explanations.
+
+#include <fcntl.h>
+#include <poll.h>
+#include <pty.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <iterator>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "google/protobuf/util/json_util.h"
+#include "gtest/gtest.h"
+#include "llamafleet/v1/job.pb.h"
+#include "llamafleet/v1/worker.pb.h"
+#include "tests/testing/process.h"
+
+namespace llamafleet {
+namespace {
+
+using ::llamafleet::testing::BinaryPath;
+using ::llamafleet::testing::CommandResult;
+using ::llamafleet::testing::RunCommand;
+using ::llamafleet::testing::Subprocess;
+using ::llamafleet::testing::TempDir;
+
+constexpr char kJoinToken[] = "cli-test-token";
+
+// Stands in for llamafleet-train. Steps and the pause between them come from the spec
+// (training.max_steps, labels.fake_pause); every other step rank 0 saves a "checkpoint"
+// (a directory with a manifest.json) under its task directory.
+constexpr char kFakeTrainer[] = R"sh(#!/bin/sh
+spec="$3"
+steps=$(sed -n 's/.*"max_steps":"\([0-9]*\)".*/\1/p' "$spec")
+pause=$(sed -n 's/.*"fake_pause":"\([0-9.]*\)".*/\1/p' "$spec")
+steps=${steps:-4}
+pause=${pause:-0.1}
+echo "rank $RANK of $WORLD_SIZE starting" >&2
+if [ "$RANK" = 0 ]; then echo '{"type":"event","event":"started","total_steps":'$steps'}'; fi
+i=1
+while [ $i -le $steps ]; do
+  sleep $pause
+  echo "rank $RANK step $i" >&2
+  if [ "$RANK" = 0 ]; then
+    echo '{"type":"metrics","step":'$i',"loss":'$((100 - i))'.5,"lr":0.0003,"tokens_per_s":1234.4,"mfu":0.25}'
+    if [ $((i % 2)) = 0 ]; then
+      d="$PWD/ckpt/step-$i"
+      mkdir -p "$d" && echo '{}' > "$d/manifest.json"
+      echo '{"type":"event","event":"checkpoint_saved","step":'$i',"path":"'$d'","bytes":2048,"manifest_sha256":"abc","loss":'$((100 - i))'.5}'
+    fi
+  fi
+  i=$((i + 1))
+done
+echo "rank $RANK done" >&2
+)sh";
+
+// A 2-node job of `steps` steps, `pause` seconds each; `extra` is appended as YAML.
+std::string Spec(const std::string& name, int steps, const std::string& pause,
+                 const std::string& extra = "") {
+  return absl::StrCat("name: ", name, "\nlabels: {fake_pause: \"", pause,
+                      "\"}\n"
+                      "model: {preset: tiny, tokenizer: /data/tok.model}\n"
+                      "data: {train_path: /data/train.jsonl}\n"
+                      "training: {max_steps: ",
+                      steps,
+                      ", seq_len: 64}\n"
+                      "run_policy: {max_restarts: 0}\n",
+                      extra.empty() ? "resources: {nodes: 2, gpus_per_node: 1}\n" : extra);
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+class CliClusterTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    trainer_ = dir_.path() + "/fake-train.sh";
+    std::ofstream(trainer_) << kFakeTrainer;
+    ASSERT_EQ(chmod(trainer_.c_str(), 0755), 0);
+
+    auto coordinator = Subprocess::Start(
+        {BinaryPath("llamafleet-coordinator"), "--listen", "127.0.0.1:0", "--data-dir",
+         dir_.path() + "/coordinator", "--join-token", kJoinToken, "--cancel-grace", "2",
+         "--log-level", "warn"},
+        {}, dir_.path() + "/coordinator.log");
+    ASSERT_TRUE(coordinator.ok()) << coordinator.status();
+    coordinator_ = std::move(*coordinator);
+    auto address = coordinator_->WaitForListening();
+    ASSERT_TRUE(address.ok()) << address.status();
+    address_ = *address;
+
+    for (const std::string name : {"w1", "w2"}) {
+      auto worker = Subprocess::Start(
+          {BinaryPath("llamafleet-worker"), "--coordinator", address_, "--join-token", kJoinToken,
+           "--data-dir", dir_.path() + "/" + name, "--cpu-ranks", "1", "--name", name,
+           "--address", "127.0.0.1", "--trainer", trainer_, "--heartbeat-interval", "0.5",
+           "--log-level", "warn"},
+          {}, dir_.path() + "/" + name + ".log");
+      ASSERT_TRUE(worker.ok()) << worker.status();
+      workers_.push_back(std::move(*worker));
+    }
+    // Both registered and ready before any test submits.
+    const absl::Time deadline = absl::Now() + absl::Seconds(20);
+    while (true) {
+      v1::ListWorkersResponse listed = Workers();
+      int ready = 0;
+      for (const v1::WorkerInfo& w : listed.workers()) ready += w.state() == v1::WORKER_READY;
+      if (ready == 2) break;
+      ASSERT_LT(absl::Now(), deadline) << "workers did not register:\n"
+                                       << ReadFile(dir_.path() + "/w1.log");
+      absl::SleepFor(absl::Milliseconds(100));
+    }
+  }
+
+  void TearDown() override {
+    // Workers first (they stop their trainers), then the coordinator; each must exit.
+    for (auto& worker : workers_) worker->Signal(SIGTERM);
+    for (auto& worker : workers_) {
+      auto code = worker->Wait(absl::Seconds(15));
+      EXPECT_TRUE(code.ok()) << "worker did not stop";
+    }
+    workers_.clear();
+    if (coordinator_ != nullptr) {
+      coordinator_->Signal(SIGTERM);
+      auto code = coordinator_->Wait(absl::Seconds(15));
+      EXPECT_TRUE(code.ok() && *code == 0) << "coordinator did not shut down cleanly";
+      coordinator_.reset();
+    }
+  }
+
+  std::vector<std::string> Argv(const std::vector<std::string>& args) const {
+    std::vector<std::string> argv = {BinaryPath("llamafleet"), "--coordinator", address_, "--user",
+                                     "alice"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return argv;
+  }
+
+  CommandResult Cli(const std::vector<std::string>& args, const std::string& input = "") const {
+    auto result = RunCommand(Argv(args), input, {}, absl::Seconds(60));
+    EXPECT_TRUE(result.ok()) << result.status();
+    return result.ok() ? *result : CommandResult{};
+  }
+
+  std::string Ok(const std::vector<std::string>& args, const std::string& input = "") const {
+    CommandResult r = Cli(args, input);
+    EXPECT_EQ(r.exit_code, 0) << "args: " << absl::StrJoin(args, " ") << "\nstderr: " << r.err;
+    EXPECT_EQ(r.err, "") << absl::StrJoin(args, " ");
+    return r.out;
+  }
+
+  v1::ListWorkersResponse Workers() const {
+    v1::ListWorkersResponse response;
+    const std::string out = Ok({"workers", "-o", "json"});
+    EXPECT_TRUE(google::protobuf::util::JsonStringToMessage(out, &response).ok()) << out;
+    return response;
+  }
+
+  v1::Job GetJob(const std::string& id) const {
+    v1::Job job;
+    const std::string out = Ok({"get", "job", id, "-o", "json"});
+    EXPECT_TRUE(google::protobuf::util::JsonStringToMessage(out, &job).ok()) << out;
+    return job;
+  }
+
+  // Waits until `done(job)` holds.
+  template <typename Predicate>
+  v1::Job WaitForJob(const std::string& id, Predicate done,
+                     absl::Duration timeout = absl::Seconds(30)) const {
+    const absl::Time deadline = absl::Now() + timeout;
+    v1::Job job = GetJob(id);
+    while (!done(job) && absl::Now() < deadline) {
+      absl::SleepFor(absl::Milliseconds(100));
+      job = GetJob(id);
+    }
+    EXPECT_TRUE(done(job)) << "job " << id << " is " << v1::JobState_Name(job.state()) << ": "
+                           << job.status_reason();
+    return job;
+  }
+
+  // Starts the CLI with stdout and stderr going to files (read them with ReadFile).
+  std::unique_ptr<Subprocess> StartCli(const std::vector<std::string>& args,
+                                       const std::string& out_path,
+                                       const std::string& err_path) const {
+    std::vector<std::string> argv = {"/bin/sh", "-c", "exec \"$0\" \"$@\" >\"$OUT\""};
+    for (const std::string& a : Argv(args)) argv.push_back(a);
+    auto started = Subprocess::Start(argv, {{"OUT", out_path}}, err_path);
+    EXPECT_TRUE(started.ok()) << started.status();
+    return started.ok() ? std::move(*started) : nullptr;
+  }
+
+  // Waits until the file at `path` contains `text`.
+  bool WaitForText(const std::string& path, const std::string& text,
+                   absl::Duration timeout = absl::Seconds(30)) const {
+    const absl::Time deadline = absl::Now() + timeout;
+    while (absl::Now() < deadline) {
+      if (absl::StrContains(ReadFile(path), text)) return true;
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+    ADD_FAILURE() << "no '" << text << "' in " << path << ":\n" << ReadFile(path);
+    return false;
+  }
+
+  TempDir dir_;
+  std::string trainer_;
+  std::unique_ptr<Subprocess> coordinator_;
+  std::vector<std::unique_ptr<Subprocess>> workers_;
+  std::string address_;
+};
+
+void ExpectOneErrorLine(const CommandResult& r, int exit_code, const std::string& substring) {
+  EXPECT_EQ(r.exit_code, exit_code) << r.err;
+  EXPECT_TRUE(absl::StartsWith(r.err, "llamafleet: ")) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  EXPECT_TRUE(absl::StrContains(r.err, substring)) << "want '" << substring << "' in: " << r.err;
+}
+
+std::vector<std::string> Lines(const std::string& text) {
+  return absl::StrSplit(text, '\n', absl::SkipEmpty());
+}
+
+// ---------------------------------------------------------------------------
+// workers
+// ---------------------------------------------------------------------------
+
+TEST_F(CliClusterTest, WorkersTableAndMachineFormats) {
+  const std::string table = Ok({"workers"});
+  std::vector<std::string> lines = Lines(table);
+  ASSERT_EQ(lines.size(), 3u) << table;
+  EXPECT_TRUE(absl::StartsWith(lines[0], "NAME   STATE   SLOTS   GPU-MODEL   EFA   INSTANCE   "
+                                         "LAST-HEARTBEAT   TASKS"))
+      << table;
+  EXPECT_TRUE(absl::StartsWith(lines[1], "w1     READY   0/1     cpu         0     -          "))
+      << table;
+  EXPECT_TRUE(absl::StrContains(lines[1], "s ago")) << table;
+  EXPECT_TRUE(absl::StartsWith(lines[2], "w2     READY   0/1     cpu")) << table;
+
+  v1::ListWorkersResponse listed = Workers();
+  ASSERT_EQ(listed.workers_size(), 2);
+  for (const v1::WorkerInfo& w : listed.workers()) {
+    EXPECT_EQ(w.inventory().cpu_ranks(), 1);
+    EXPECT_EQ(w.inventory().address(), "127.0.0.1");
+  }
+  EXPECT_TRUE(absl::StrContains(Ok({"workers", "-o", "yaml"}), "name: w2"));
+  const std::string wide = Ok({"workers", "-o", "wide"});
+  EXPECT_TRUE(absl::StrContains(wide, "ADDRESS")) << wide;
+  EXPECT_TRUE(absl::StrContains(wide, "127.0.0.1")) << wide;
+}
+
+// ---------------------------------------------------------------------------
+// A job that runs: watch (piped), logs, checkpoints, describe, workers while running
+// ---------------------------------------------------------------------------
+
+TEST_F(CliClusterTest, FinishedJobLogsCheckpointsAndDescribe) {
+  EXPECT_EQ(Ok({"submit", "-f", "-"}, Spec("small", 4, "0.2")), "job 1 created\n");
+
+  // While it runs, both workers show a slot in use and its task.
+  v1::Job running = WaitForJob("1", [](const v1::Job& j) {
+    return j.state() == v1::RUNNING || j.state() == v1::SUCCEEDED;
+  });
+  if (running.state() == v1::RUNNING) {
+    const std::string table = Ok({"workers"});
+    EXPECT_TRUE(absl::StrContains(table, "1/1")) << table;
+    EXPECT_TRUE(absl::StrContains(table, "1-1-")) << table;
+  }
+
+  // Piped watch: plain event lines and a "step ..." line per new step, exit 0 at the end.
+  const std::string watched = Ok({"watch", "1", "--interval", "100ms"});
+  EXPECT_TRUE(absl::StartsWith(watched, "job 1 (small) is ")) << watched;
+  EXPECT_TRUE(absl::StrContains(watched, "step 4/4 loss 96.5000 lr 0.0003 1,234 tok/s mfu 25.0%"))
+      << watched;
+  EXPECT_TRUE(absl::StrContains(watched, "RUNNING -> SUCCEEDED")) << watched;
+  EXPECT_LT(watched.find("step 4/4"), watched.find("-> SUCCEEDED"))
+      << "final metrics come before the final event:\n" << watched;
+  EXPECT_EQ(watched.find('\r'), std::string::npos) << "no redraws through a pipe";
+
+  // All ranks: every line says whose it is.
+  const std::string all = Ok({"logs", "1"});
+  for (const std::string& line : Lines(all)) {
+    EXPECT_TRUE(absl::StartsWith(line, "[rank 0] ") || absl::StartsWith(line, "[rank 1] "))
+        << line;
+  }
+  EXPECT_TRUE(absl::StrContains(all, "[rank 0] rank 0 of 2 starting\n")) << all;
+  EXPECT_TRUE(absl::StrContains(all, "[rank 1] rank 1 step 4\n")) << all;
+  EXPECT_TRUE(absl::StrContains(all, "[rank 0] {\"type\":\"metrics\",\"step\":4")) << all;
+
+  // One rank: no prefix, nothing of the other rank.
+  EXPECT_EQ(Ok({"logs", "1", "--rank", "1"}),
+            "rank 1 of 2 starting\nrank 1 step 1\nrank 1 step 2\nrank 1 step 3\nrank 1 step 4\n"
+            "rank 1 done\n");
+  EXPECT_EQ(Ok({"logs", "1", "--rank", "1", "--tail", "2"}), "rank 1 step 4\nrank 1 done\n");
+  EXPECT_EQ(Ok({"logs", "1", "--rank", "1", "--attempt", "1", "--tail", "1"}), "rank 1 done\n");
+  // -o json: one LogChunk per line.
+  for (const std::string& line : Lines(Ok({"logs", "1", "-o", "json"}))) {
+    v1::LogChunk chunk;
+    EXPECT_TRUE(google::protobuf::util::JsonStringToMessage(line, &chunk).ok()) << line;
+    EXPECT_EQ(chunk.attempt(), 1);
+  }
+  ExpectOneErrorLine(Cli({"logs", "1", "--rank", "2"}), 1, "job 1 has ranks 0..1");
+  ExpectOneErrorLine(Cli({"logs", "1", "--attempt", "2"}), 1, "job 1 has no attempt 2");
+  ExpectOneErrorLine(Cli({"logs", "1", "--tail", "-1"}), 2, "--tail must be >= 0");
+  ExpectOneErrorLine(Cli({"logs", "99"}), 1, "job 99 not found");
+
+  // Checkpoints: newest first.
+  const std::string checkpoints = Ok({"checkpoints", "1"});
+  std::vector<std::string> rows = Lines(checkpoints);
+  ASSERT_EQ(rows.size(), 3u) << checkpoints;
+  EXPECT_TRUE(absl::StartsWith(rows[0], "STEP   ATTEMPT   LOSS      SIZE      TIME")) << rows[0];
+  EXPECT_TRUE(absl::StartsWith(rows[1], "4      1         96.5000   2.0 KiB   ")) << rows[1];
+  EXPECT_TRUE(absl::EndsWith(rows[1], "/ckpt/step-4")) << rows[1];
+  EXPECT_TRUE(absl::StartsWith(rows[2], "2      1         98.5000   2.0 KiB   ")) << rows[2];
+  v1::ListCheckpointsResponse listed;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(Ok({"checkpoints", "1", "-o", "json"}),
+                                                          &listed)
+                  .ok());
+  ASSERT_EQ(listed.checkpoints_size(), 2);
+  EXPECT_EQ(listed.checkpoints(0).manifest_sha256(), "abc");
+  ExpectOneErrorLine(Cli({"checkpoints", "99"}), 1, "job 99 not found");
+
+  // describe: workers, restarts, latest metrics, checkpoints, then spec and events.
+  const std::string described = Ok({"describe", "job", "1"});
+  EXPECT_TRUE(absl::StrContains(described, "State:             SUCCEEDED\n")) << described;
+  EXPECT_TRUE(absl::StrContains(described, "Restarts:          0 of 0\n")) << described;
+  EXPECT_TRUE(absl::StrContains(described, "Workers:           w1, w2\n") ||
+              absl::StrContains(described, "Workers:           w2, w1\n"))
+      << described;
+  EXPECT_TRUE(absl::StrContains(described, "Latest metrics:\n  Step:            4/4\n"))
+      << described;
+  EXPECT_TRUE(absl::StrContains(described, "  Tokens/s:        1,234\n")) << described;
+  EXPECT_TRUE(absl::StrContains(described, "Checkpoints:\n  STEP   ATTEMPT")) << described;
+  EXPECT_FALSE(absl::StrContains(described, "Pending:")) << described;
+  EXPECT_LT(described.find("Checkpoints:"), described.find("Spec:")) << described;
+  const std::string json = Ok({"describe", "job", "1", "-o", "json"});
+  EXPECT_TRUE(absl::StrContains(json, "\"checkpoints\":[{\"job_id\":\"1\",\"attempt\":1,\"step\":\"4\""))
+      << json;
+  EXPECT_TRUE(absl::EndsWith(json, "]}\n")) << json;
+  const std::string yaml = Ok({"describe", "job", "1", "-o", "yaml"});
+  EXPECT_TRUE(absl::StrContains(yaml, "\ncheckpoints:\n")) << yaml;
+}
+
+// ---------------------------------------------------------------------------
+// logs -f
+// ---------------------------------------------------------------------------
+
+TEST_F(CliClusterTest, LogsFollowEndsWhenTheJobEnds) {
+  Ok({"submit", "-f", "-"}, Spec("followed", 6, "0.2"));
+  // Started while the job may still be queued: it waits for the attempt's logs.
+  const std::string out = dir_.path() + "/logs.out";
+  const std::string err = dir_.path() + "/logs.err";
+  std::unique_ptr<Subprocess> logs = StartCli({"logs", "1", "-f", "--rank", "0"}, out, err);
+  ASSERT_NE(logs, nullptr);
+  ASSERT_TRUE(WaitForText(out, "rank 0 step 1\n"));
+  auto code = logs->Wait(absl::Seconds(30));
+  ASSERT_TRUE(code.ok()) << code.status();
+  EXPECT_EQ(*code, 0) << ReadFile(err);
+  EXPECT_EQ(ReadFile(err), "");
+  const std::string text = ReadFile(out);
+  // stdout and stderr are relayed separately: only the order within each is kept.
+  EXPECT_TRUE(absl::StrContains(text, "rank 0 of 2 starting\n")) << text;
+  EXPECT_TRUE(absl::StrContains(text, "rank 0 step 6\n")) << text;
+  EXPECT_TRUE(absl::StrContains(text, "rank 0 done\n")) << text;
+  EXPECT_FALSE(absl::StrContains(text, "rank 1")) << text;
+  EXPECT_EQ(GetJob("1").state(), v1::SUCCEEDED);
+}
+
+TEST_F(CliClusterTest, CtrlCEndsLogsFollowAndWatchCleanly) {
+  Ok({"submit", "-f", "-"}, Spec("long", 100, "0.5"));
+  const std::string logs_out = dir_.path() + "/logs.out";
+  const std::string logs_err = dir_.path() + "/logs.err";
+  const std::string watch_out = dir_.path() + "/watch.out";
+  const std::string watch_err = dir_.path() + "/watch.err";
+  std::unique_ptr<Subprocess> logs = StartCli({"logs", "1", "-f"}, logs_out, logs_err);
+  std::unique_ptr<Subprocess> watch =
+      StartCli({"watch", "1", "--interval", "100ms"}, watch_out, watch_err);
+  ASSERT_NE(logs, nullptr);
+  ASSERT_NE(watch, nullptr);
+  ASSERT_TRUE(WaitForText(logs_out, "[rank 1] rank 1 step 1\n"));
+  ASSERT_TRUE(WaitForText(watch_out, "step 1/100 loss 99.5000"));
+
+  for (Subprocess* p : {logs.get(), watch.get()}) {
+    p->Signal(SIGINT);
+    auto code = p->Wait(absl::Seconds(10));
+    ASSERT_TRUE(code.ok()) << code.status();
+    EXPECT_EQ(*code, 128 + SIGINT);
+  }
+  EXPECT_EQ(ReadFile(logs_err), "");
+  EXPECT_EQ(ReadFile(watch_err), "");
+  EXPECT_TRUE(absl::EndsWith(ReadFile(logs_out), "\n")) << "whole lines only";
+  EXPECT_TRUE(absl::EndsWith(ReadFile(watch_out), "\n"));
+  // Only the CLI stopped: the job keeps running.
+  EXPECT_EQ(GetJob("1").state(), v1::RUNNING);
+  Ok({"cancel", "1"});
+}
+
+// ---------------------------------------------------------------------------
+// Pending explanations
+// ---------------------------------------------------------------------------
+
+TEST_F(CliClusterTest, QueuedJobExplainsWhyItWaits) {
+  Ok({"submit", "-f", "-"},
+     Spec("too-big", 4, "0.1", "resources: {nodes: 3, gpus_per_node: 1}\n"));
+  const v1::Job job = WaitForJob("1", [](const v1::Job& j) { return !j.pending().code().empty(); });
+  ASSERT_EQ(job.state(), v1::QUEUED);
+  const v1::PendingInfo& pending = job.pending();
+  EXPECT_FALSE(pending.message().empty());
+  EXPECT_EQ(pending.queue_position(), 1);
+
+  const std::string table = Ok({"get", "jobs"});
+  EXPECT_TRUE(absl::StrContains(table, pending.message().substr(0, 40))) << table;
+  const std::string wide = Ok({"get", "jobs", "-o", "wide"});
+  EXPECT_TRUE(absl::StrContains(wide, pending.message())) << wide;
+
+  const std::string described = Ok({"describe", "job", "1"});
+  EXPECT_TRUE(absl::StrContains(
+      described, absl::StrCat("Pending:\n  Code:              ", pending.code(),
+                              "\n  Message:           ", pending.message(),
+                              "\n  Queue position:    1 in queue default\n  Estimated start:   ")))
+      << described;
+
+  // The watch's first line says why, too.
+  CommandResult watched = Cli({"watch", "1", "--timeout", "1s"});
+  EXPECT_TRUE(absl::StartsWith(watched.out,
+                               absl::StrCat("job 1 (too-big) is QUEUED: ", pending.message())))
+      << watched.out;
+  ExpectOneErrorLine(watched, 1, "job 1 is still QUEUED");
+
+  // No logs yet: an empty stdout and a note on stderr.
+  CommandResult logs = Cli({"logs", "1"});
+  EXPECT_EQ(logs.exit_code, 0);
+  EXPECT_EQ(logs.out, "");
+  EXPECT_TRUE(absl::StrContains(logs.err, "job 1 has not started yet (QUEUED)")) << logs.err;
+  EXPECT_EQ(Ok({"checkpoints", "1"}), "No checkpoints recorded for job 1.\n");
+}
+
+// ---------------------------------------------------------------------------
+// watch on a terminal
+// ---------------------------------------------------------------------------
+
+// Runs `argv` on a pseudo-terminal of `columns` columns; returns everything it wrote
+// and its exit code.
+struct TerminalRun {
+  std::string output;
+  int exit_code = -1;
+};
+
+TerminalRun RunOnTerminal(const std::vector<std::string>& argv, int columns,
+                          absl::Duration timeout) {
+  TerminalRun run;
+  winsize size = {};
+  size.ws_row = 24;
+  size.ws_col = static_cast<unsigned short>(columns);
+  int master = -1;
+  const pid_t pid = forkpty(&master, nullptr, nullptr, &size);
+  if (pid < 0) {
+    ADD_FAILURE() << "forkpty failed";
+    return run;
+  }
+  if (pid == 0) {
+    std::vector<char*> args;
+    for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    execv(args[0], args.data());
+    _exit(127);
+  }
+  const absl::Time deadline = absl::Now() + timeout;
+  while (absl::Now() < deadline) {
+    pollfd pfd{master, POLLIN, 0};
+    if (poll(&pfd, 1, 100) <= 0) continue;
+    char chunk[4096];
+    const ssize_t n = read(master, chunk, sizeof(chunk));
+    if (n <= 0) break;  // EIO once the child has exited and closed the terminal
+    run.output.append(chunk, n);
+  }
+  if (absl::Now() >= deadline) {
+    ADD_FAILURE() << "still running after " << timeout << ":\n" << run.output;
+    kill(pid, SIGKILL);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  close(master);
+  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return run;
+}
+
+TEST_F(CliClusterTest, WatchDrawsALiveProgressLineOnATerminal) {
+  Ok({"submit", "-f", "-"}, Spec("tty", 8, "0.3"));
+  const TerminalRun run =
+      RunOnTerminal(Argv({"watch", "1", "--interval", "100ms"}), 100, absl::Seconds(60));
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  const std::string& out = run.output;
+  // The header line, then the live line redrawn in place ('\r', erase to end of line).
+  EXPECT_TRUE(absl::StartsWith(out, "job 1 (tty) is ")) << out;
+  EXPECT_TRUE(absl::StrContains(out, "\r\x1b[Kjob 1 RUNNING [")) << out;
+  EXPECT_TRUE(absl::StrContains(out, "/8 loss ")) << out;
+  EXPECT_TRUE(absl::StrContains(out, " 1,234 tok/s ETA ")) << out;
+  // Events are printed above the live line, which ends in its final state.
+  EXPECT_TRUE(absl::StrContains(out, "RUNNING -> SUCCEEDED")) << out;
+  EXPECT_TRUE(absl::StrContains(
+      out, "\r\x1b[Kjob 1 SUCCEEDED [####################] 8/8 loss 92.5000 1,234 tok/s\r\n"))
+      << out;
+  EXPECT_TRUE(absl::EndsWith(out, "\n")) << out;
+  // Never wider than the terminal: a wrapped line could not be redrawn.
+  for (absl::string_view piece : absl::StrSplit(out, absl::ByAnyChar("\r\n"))) {
+    EXPECT_LE(piece.size(), 100u + 3) << piece;  // + the erase sequence
+  }
+}
+
+}  // namespace
+}  // namespace llamafleet
