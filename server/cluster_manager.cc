@@ -104,6 +104,20 @@ ClusterManager::~ClusterManager() {
   }
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
+  // Writes already handed to the store call back into this object: wait for them.
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] { return inflight_writes_.load() == 0; });
+}
+
+void ClusterManager::Write(TxnFunction fn, std::function<void(absl::Status)> done) {
+  inflight_writes_.fetch_add(1);
+  store_->Write(std::move(fn), [this, done = std::move(done)](absl::Status s) {
+    done(std::move(s));
+    if (inflight_writes_.fetch_sub(1) == 1) {
+      std::lock_guard<std::mutex> lock(mu_);
+      cv_.notify_all();
+    }
+  });
 }
 
 void ClusterManager::Post(std::function<void()> fn) {
@@ -205,7 +219,7 @@ void ClusterManager::HandleHello(std::shared_ptr<WorkerLink> link, const v1::Hel
   w.link = link;
   w.last_heartbeat = options_.clock->Now();
   w.lost = false;
-  store_->Write(UpsertWorkerTxn(name, w.inventory, v1::WORKER_READY), [](absl::Status) {});
+  Write(UpsertWorkerTxn(name, w.inventory, v1::WORKER_READY), [](absl::Status) {});
 
   // Tasks it reports that no active attempt wants any more: kill them. Tasks an attempt
   // placed here that it does not report: resend if never started, else give them a
@@ -255,7 +269,7 @@ void ClusterManager::HandleTaskStatus(const std::string& worker, const v1::TaskS
   if (a == nullptr) return;  // an old attempt's late report
   a->task_states[status.task_id()] = status.state();
   a->missing_since.erase(status.task_id());
-  store_->Write(SetTaskStateTxn(status.task_id(), status), [](absl::Status) {});
+  Write(SetTaskStateTxn(status.task_id(), status), [](absl::Status) {});
   const int64_t job_id = a->record.job_id;
 
   if (status.state() == v1::TASK_RUNNING) {
@@ -264,7 +278,7 @@ void ClusterManager::HandleTaskStatus(const std::string& worker, const v1::TaskS
     if (all_running && !a->running_recorded && !a->stopping) {
       a->running_recorded = true;
       a->last_progress = options_.clock->Now();
-      store_->Write(AttemptRunningTxn(job_id, a->record.attempt), [](absl::Status) {});
+      Write(AttemptRunningTxn(job_id, a->record.attempt), [](absl::Status) {});
     }
   } else if (status.state() == v1::TASK_FAILED && !a->stopping) {
     const AttemptOutcome outcome = ClassifyFailure(status);
@@ -306,7 +320,7 @@ void ClusterManager::HandleMetrics(const v1::TrainMetrics& m) {
   p.set_peak_memory_bytes(m.peak_memory_bytes());
   *p.mutable_time() = m.has_time() ? m.time() : TimeUtil::GetCurrentTime();
   p.set_attempt(a->record.attempt);
-  store_->Write(RecordMetricsTxn(a->record.job_id, p), [](absl::Status) {});
+  Write(RecordMetricsTxn(a->record.job_id, p), [](absl::Status) {});
 }
 
 void ClusterManager::HandleCheckpoint(const v1::CheckpointReport& report) {
@@ -324,7 +338,7 @@ void ClusterManager::HandleCheckpoint(const v1::CheckpointReport& report) {
   }
   const int64_t job_id = a->record.job_id;
   const int keep_last = a->spec.checkpoint().keep_last();
-  store_->Write(RecordCheckpointTxn(job_id, a->record.attempt, report),
+  Write(RecordCheckpointTxn(job_id, a->record.attempt, report),
                 [this, job_id, keep_last](absl::Status s) {
                   if (s.ok() && keep_last > 0) {
                     Post([this, job_id, keep_last] { ApplyRetention(job_id, keep_last); });
@@ -348,7 +362,7 @@ void ClusterManager::ApplyRetention(int64_t job_id, int keep_last) {
     }
     forget.push_back((*all)[i].step());
   }
-  if (!forget.empty()) store_->Write(ForgetCheckpointsTxn(job_id, forget), [](absl::Status) {});
+  if (!forget.empty()) Write(ForgetCheckpointsTxn(job_id, forget), [](absl::Status) {});
 }
 
 void ClusterManager::HandleJobEvent(const v1::JobEvent& e) {
@@ -375,7 +389,7 @@ void ClusterManager::EndAttempt(ActiveAttempt& a, AttemptOutcome outcome,
   end.excluded_worker = excluded_worker;
   const int64_t job_id = a.record.job_id;
   // Durable first; the gang is stopped once the outcome is committed.
-  store_->Write(EndAttemptTxn(std::move(end)), [this, job_id, reason](absl::Status s) {
+  Write(EndAttemptTxn(std::move(end)), [this, job_id, reason](absl::Status s) {
     if (!s.ok()) spdlog::error("job {}: cannot record the end of its attempt: {}", job_id, s.ToString());
     Post([this, job_id, reason] {
       auto it = attempts_.find(job_id);
@@ -455,7 +469,7 @@ void ClusterManager::Tick() {
     w.lost = true;
     spdlog::warn("worker {} lost: no heartbeat for {}", name,
                  absl::FormatDuration(now - w.last_heartbeat));
-    store_->Write(SetWorkerStateTxn(name, v1::WORKER_LOST), [](absl::Status) {});
+    Write(SetWorkerStateTxn(name, v1::WORKER_LOST), [](absl::Status) {});
     if (w.link != nullptr) w.link->Close(absl::UnavailableError("heartbeat timeout"));
     w.link.reset();
     std::vector<int64_t> affected;
@@ -512,7 +526,7 @@ void ClusterManager::Tick() {
     if (expired.ok()) {
       for (int64_t id : *expired) {
         spdlog::info("job {}: ttl_after_finished passed; deleting its record", id);
-        store_->Write(DeleteJobTxn(id), [](absl::Status) {});
+        Write(DeleteJobTxn(id), [](absl::Status) {});
       }
     }
   }
@@ -544,7 +558,7 @@ void ClusterManager::SchedulePass() {
       end.attempt = j.job.attempts();
       end.outcome = AttemptOutcome::kDeadline;
       end.reason = absl::StrCat("active_deadline_seconds (", deadline, ") exceeded");
-      store_->Write(
+      Write(
           [id, reason = end.reason](Txn& txn) -> absl::Status {
             absl::StatusOr<std::optional<v1::Job>> job = txn.LoadJob(id);
             if (!job.ok() || !job->has_value() || (*job)->state() != v1::QUEUED) return absl::OkStatus();
@@ -634,7 +648,7 @@ void ClusterManager::SchedulePass() {
     const int64_t job_id = p.job_id;
     // Hold the resources now, so the next pass cannot place on them twice; tell the
     // workers once the attempt is durable.
-    store_->Write(StartAttemptTxn(a.record), [this, job_id](absl::Status s) {
+    Write(StartAttemptTxn(a.record), [this, job_id](absl::Status s) {
       Post([this, job_id, s] {
         auto it = attempts_.find(job_id);
         if (it == attempts_.end()) return;
@@ -658,7 +672,7 @@ void ClusterManager::SchedulePass() {
     victim.stopping = true;  // counts as freeing from now on
     const std::string reason = absl::StrCat("preempted by job ", p.for_job_id, " (priority)");
     const int64_t victim_id = p.victim_job_id;
-    store_->Write(BeginPreemptionTxn(victim_id, reason), [this, victim_id, reason](absl::Status s) {
+    Write(BeginPreemptionTxn(victim_id, reason), [this, victim_id, reason](absl::Status s) {
       Post([this, victim_id, reason, s] {
         auto it = attempts_.find(victim_id);
         if (it == attempts_.end()) return;

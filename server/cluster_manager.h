@@ -7,6 +7,7 @@
 // attempt is written before its tasks are sent, a failure is written before the gang is
 // stopped.
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -124,6 +125,8 @@ class ClusterManager : public PendingInfoSource {
 
   ClusterManager(JobStore* store, ClusterOptions options);
   void Post(std::function<void()> fn);
+  // store_->Write, counted: the destructor waits for every callback.
+  void Write(TxnFunction fn, std::function<void(absl::Status)> done);
   void Loop();
 
   // Strand-only.
@@ -165,6 +168,7 @@ class ClusterManager : public PendingInfoSource {
   std::deque<std::function<void()>> queue_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;
+  std::atomic<int64_t> inflight_writes_{0};
 
   // Published for readers on other threads.
   mutable std::mutex published_mu_;
