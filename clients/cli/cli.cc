@@ -200,7 +200,8 @@ absl::StatusOr<std::string> ReadInput(const std::string& file, std::istream& in)
     return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
   }
   std::ifstream stream(file, std::ios::binary);
-  if (!stream) return absl::NotFoundError(absl::StrCat("cannot read ", file, ": ", std::strerror(errno)));
+  if (!stream)
+    return absl::NotFoundError(absl::StrCat("cannot read ", file, ": ", std::strerror(errno)));
   std::ostringstream text;
   text << stream.rdbuf();
   if (stream.bad()) return absl::DataLossError(absl::StrCat("cannot read ", file));
@@ -243,9 +244,8 @@ absl::Status RunSubmit(const Context& ctx, const SubmitFlags& flags) {
   absl::StatusOr<std::vector<ParsedJob>> parsed = ParseJobDocuments(*text);
   if (!parsed.ok()) return WithContext(parsed.status(), absl::StrCat(source, ": "));
   if (!flags.idempotency_key.empty() && parsed->size() > 1) {
-    return UsageError(absl::StrCat("--idempotency-key applies to a single job; ", source,
-                                   " holds ", parsed->size(),
-                                   " (each gets a key derived from its document)"));
+    return UsageError(absl::StrCat("--idempotency-key applies to a single job; ", source, " holds ",
+                                   parsed->size(), " (each gets a key derived from its document)"));
   }
   absl::StatusOr<std::unique_ptr<Client>> client = Connect(ctx);
   if (!client.ok()) return client.status();
@@ -483,8 +483,8 @@ class WatchPrinter {
         history_(history),
         fetch_(std::move(fetch)),
         mode_(ctx.format == Format::kJson || ctx.format == Format::kYaml ? Mode::kMachine
-              : ctx.out_is_tty                                          ? Mode::kProgress
-                                                                        : Mode::kLines) {}
+              : ctx.out_is_tty                                           ? Mode::kProgress
+                                                                         : Mode::kLines) {}
 
   Mode mode() const { return mode_; }
 
@@ -761,8 +761,8 @@ absl::Status RunWatch(const Context& ctx, const std::string& id, bool history,
   }
   if (!status.ok()) return status;
   if (!IsTerminal(printer.state())) {
-    return absl::UnavailableError(absl::StrCat("watch of job ", id, " ended while it was ",
-                                               StateName(printer.state())));
+    return absl::UnavailableError(
+        absl::StrCat("watch of job ", id, " ended while it was ", StateName(printer.state())));
   }
   return absl::OkStatus();
 }
@@ -773,9 +773,9 @@ absl::Status RunWatch(const Context& ctx, const std::string& id, bool history,
 
 struct LogsFlags {
   bool follow = false;
-  int rank = -1;  // -1: every rank
+  int rank = -1;    // -1: every rank
   int attempt = 0;  // 0: the newest
-  int tail = 0;  // 0: from the beginning
+  int tail = 0;     // 0: from the beginning
 };
 
 absl::Status RunLogs(const Context& ctx, const std::string& id, const LogsFlags& flags,
@@ -893,8 +893,9 @@ std::string ParseErrorMessage(const CLI::App& app, const CLI::ParseError& e) {
                           absl::StrJoin(names, ", "), "; see llamafleet --help)");
     }
     if (rest.empty()) {
-      return absl::StrCat("'", command->get_display_name(), "' needs a command: ",
-                          absl::StrJoin(names, ", "), " (see llamafleet --help)");
+      return absl::StrCat("'", command->get_display_name(),
+                          "' needs a command: ", absl::StrJoin(names, ", "),
+                          " (see llamafleet --help)");
     }
   }
   return absl::StrCat(e.what(), " (see llamafleet --help)");
@@ -903,7 +904,7 @@ std::string ParseErrorMessage(const CLI::App& app, const CLI::ParseError& e) {
 int Finish(const absl::Status& status, std::ostream& err) {
   if (status.ok()) return kExitOk;
   // The user stopped it; they know why, and the output so far is complete.
-  if (const int signo = InterruptSignal(status); signo != 0) return 128 + signo;
+  if (const int signo = InterruptSignal(status); signo != 0) return kExitSignalBase + signo;
   std::string message(status.message());
   // One line, whatever the message holds.
   for (char& c : message) {
@@ -918,8 +919,8 @@ size_t TerminalWidth() {
   winsize size = {};
   if (ioctl(STDOUT_FILENO, TIOCGWINSZ, &size) == 0 && size.ws_col > 0) return size.ws_col;
   int columns = 0;
-  if (const char* env = std::getenv("COLUMNS"); env != nullptr && absl::SimpleAtoi(env, &columns) &&
-                                                columns > 0) {
+  if (const char* env = std::getenv("COLUMNS");
+      env != nullptr && absl::SimpleAtoi(env, &columns) && columns > 0) {
     return static_cast<size_t>(columns);
   }
   return 80;
@@ -942,8 +943,7 @@ int RunCli(int argc, char** argv, std::istream& in, std::ostream& out, std::ostr
       ->capture_default_str();
   app.add_option("-o,--output", global.output, "output format: table, wide, json, yaml")
       ->capture_default_str();
-  app.add_option("--user", global.user, "caller identity sent to the coordinator")
-      ->envname("USER");
+  app.add_option("--user", global.user, "caller identity sent to the coordinator")->envname("USER");
   app.add_option("--token", global.token, "bearer token for the coordinator")
       ->envname("LLAMAFLEET_TOKEN");
   CLI::Option* timeout_option =
@@ -1013,8 +1013,9 @@ int RunCli(int argc, char** argv, std::istream& in, std::ostream& out, std::ostr
   // logs ID
   LogsFlags logs;
   CLI::App* logs_cmd = app.add_subcommand(
-      "logs", "print a job's trainer output (each line prefixed [rank N] when several ranks "
-              "are shown)");
+      "logs",
+      "print a job's trainer output (each line prefixed [rank N] when several ranks "
+      "are shown)");
   logs_cmd->add_option("ID", job_id, "job id")->required();
   logs_cmd->add_flag("-f,--follow", logs.follow, "keep printing new lines until the job ends");
   CLI::Option* rank_option = logs_cmd->add_option("--rank", logs.rank, "only this global rank");
@@ -1030,9 +1031,9 @@ int RunCli(int argc, char** argv, std::istream& in, std::ostream& out, std::ostr
   CLI::App* workers_cmd =
       app.add_subcommand("workers", "list the workers, their capacity and what they run");
 
-  for (CLI::App* sub : {submit_cmd, get_cmd, get_jobs_cmd, get_job_cmd, describe_cmd,
-                        describe_job_cmd, cancel_cmd, watch_cmd, logs_cmd, checkpoints_cmd,
-                        workers_cmd}) {
+  for (CLI::App* sub :
+       {submit_cmd, get_cmd, get_jobs_cmd, get_job_cmd, describe_cmd, describe_job_cmd, cancel_cmd,
+        watch_cmd, logs_cmd, checkpoints_cmd, workers_cmd}) {
     sub->fallthrough();
   }
 

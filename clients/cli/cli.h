@@ -5,8 +5,10 @@
 //
 // Contract: returns the process exit code. 0 on success; 2 for a usage error (bad flag,
 // missing argument); 1 for anything else, after writing exactly one line
-// "llamafleet: <message>" to `err`. Results go to `out` only; `in` is read by
-// `submit -f -`.
+// "llamafleet: <message>" to `err`; 128+N, with nothing on `err`, when signal N (SIGINT,
+// SIGTERM) stopped a streaming command (`logs -f`, `watch`). Results go to `out` only;
+// `in` is read by `submit -f -`. `watch` draws its live progress line only when `out` is
+// std::cout and stdout is a terminal.
 
 #include <iosfwd>
 
@@ -15,6 +17,8 @@ namespace llamafleet::cli {
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitFailure = 1;
 inline constexpr int kExitUsage = 2;
+// Plus the signal number.
+inline constexpr int kExitSignalBase = 128;
 
 int RunCli(int argc, char** argv, std::istream& in, std::ostream& out, std::ostream& err);
 

@@ -31,7 +31,7 @@ void OnSignal(int signo) {
 
 InterruptWatcher::InterruptWatcher(std::function<void()> on_interrupt)
     : on_interrupt_(std::move(on_interrupt)) {
-  if (g_write_fd != -1) std::abort();  // one watcher at a time
+  if (g_write_fd != -1) std::abort();        // one watcher at a time
   if (pipe2(pipe_, O_CLOEXEC) != 0) return;  // no watcher: signals keep their default
   g_write_fd = pipe_[1];
   struct sigaction action = {};

@@ -5,8 +5,8 @@
 #include <cstdlib>
 #include <set>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -103,8 +103,7 @@ std::string FormatBytes(int64_t bytes) {
 
 std::string FormatCount(int64_t n) {
   // -(n + 1) + 1 stays in range for INT64_MIN.
-  const uint64_t magnitude =
-      n < 0 ? static_cast<uint64_t>(-(n + 1)) + 1 : static_cast<uint64_t>(n);
+  const uint64_t magnitude = n < 0 ? static_cast<uint64_t>(-(n + 1)) + 1 : static_cast<uint64_t>(n);
   const std::string digits = absl::StrCat(magnitude);
   std::string out;
   for (size_t i = 0; i < digits.size(); ++i) {
@@ -180,17 +179,16 @@ std::string JobsTable(const std::vector<v1::Job>& jobs, bool wide, absl::Time no
     const std::string reason = JobReason(job);
     const bool pending = job.state() == v1::QUEUED && job.has_pending();
     if (wide) {
-      rows.push_back({job.id(), spec.name(), job.owner(), spec.queue(),
-                      absl::StrCat(spec.priority()), StateName(job.state()),
-                      absl::StrCat(spec.resources().nodes()),
-                      absl::StrCat(spec.resources().gpus_per_node()), ModelName(spec.model()),
-                      v1::ShardingStrategy_Name(spec.fsdp().sharding()),
-                      absl::StrCat(job.attempts()), FormatTime(job.create_time()),
-                      FormatAge(job.create_time(), now),
-                      pending && job.pending().queue_position() > 0
-                          ? absl::StrCat(job.pending().queue_position())
-                          : "-",
-                      pending ? FormatTime(job.pending().estimated_start()) : "-", reason});
+      rows.push_back(
+          {job.id(), spec.name(), job.owner(), spec.queue(), absl::StrCat(spec.priority()),
+           StateName(job.state()), absl::StrCat(spec.resources().nodes()),
+           absl::StrCat(spec.resources().gpus_per_node()), ModelName(spec.model()),
+           v1::ShardingStrategy_Name(spec.fsdp().sharding()), absl::StrCat(job.attempts()),
+           FormatTime(job.create_time()), FormatAge(job.create_time(), now),
+           pending && job.pending().queue_position() > 0
+               ? absl::StrCat(job.pending().queue_position())
+               : "-",
+           pending ? FormatTime(job.pending().estimated_start()) : "-", reason});
     } else {
       rows.push_back({job.id(), spec.name(), job.owner(), spec.queue(),
                       absl::StrCat(spec.priority()), StateName(job.state()),
@@ -202,8 +200,8 @@ std::string JobsTable(const std::vector<v1::Job>& jobs, bool wide, absl::Time no
 
 std::string WorkersTable(const std::vector<v1::WorkerInfo>& workers, bool wide, absl::Time now) {
   std::vector<std::vector<std::string>> rows;
-  std::vector<std::string> header = {"NAME", "STATE", "SLOTS", "GPU-MODEL", "EFA", "INSTANCE",
-                                     "LAST-HEARTBEAT", "TASKS"};
+  std::vector<std::string> header = {"NAME", "STATE",    "SLOTS",          "GPU-MODEL",
+                                     "EFA",  "INSTANCE", "LAST-HEARTBEAT", "TASKS"};
   if (wide) {
     header.insert(header.end(), {"HOST", "ADDRESS", "CPUS", "MEMORY", "GPU-UTIL", "LABELS"});
   }
@@ -249,16 +247,16 @@ std::string CheckpointsTable(const std::vector<v1::Checkpoint>& checkpoints) {
 }
 
 std::string EventLine(const v1::JobEvent& event) {
-  std::string line = absl::StrCat(event.seq(), " ", FormatTime(event.time()), " ",
-                                  StateName(event.from_state()), " -> ",
-                                  StateName(event.to_state()));
+  std::string line =
+      absl::StrCat(event.seq(), " ", FormatTime(event.time()), " ", StateName(event.from_state()),
+                   " -> ", StateName(event.to_state()));
   if (!event.reason().empty()) absl::StrAppend(&line, " ", OneLine(event.reason()));
   return line;
 }
 
 std::string JobStateLine(const v1::Job& job) {
-  std::string line = absl::StrCat("job ", job.id(), " (", job.spec().name(), ") is ",
-                                  StateName(job.state()));
+  std::string line =
+      absl::StrCat("job ", job.id(), " (", job.spec().name(), ") is ", StateName(job.state()));
   const std::string reason = JobReason(job);
   if (!reason.empty()) absl::StrAppend(&line, ": ", reason);
   return line;
@@ -323,7 +321,8 @@ std::string DescribeJob(const v1::Job& job, const std::vector<v1::JobEvent>& eve
         {"Learning rate:", absl::StrFormat("%.3g", m.lr())},
         {"Tokens/s:", FormatCount(std::llround(m.tokens_per_second()))},
     };
-    if (m.grad_norm() != 0) metrics.push_back({"Grad norm:", absl::StrFormat("%.4g", m.grad_norm())});
+    if (m.grad_norm() != 0)
+      metrics.push_back({"Grad norm:", absl::StrFormat("%.4g", m.grad_norm())});
     if (m.tflops() != 0) metrics.push_back({"TFLOPS:", absl::StrFormat("%.1f", m.tflops())});
     if (m.mfu() != 0) metrics.push_back({"MFU:", absl::StrFormat("%.1f%%", m.mfu() * 100)});
     if (m.peak_memory_bytes() != 0) {

@@ -72,8 +72,7 @@ std::string Bar(int64_t step, int64_t total, int width) {
   return absl::StrCat(std::string(done, '#'), std::string(width - done, '.'));
 }
 
-std::string ProgressLine(const v1::Job& job, std::optional<absl::Duration> eta,
-                         size_t max_width) {
+std::string ProgressLine(const v1::Job& job, std::optional<absl::Duration> eta, size_t max_width) {
   std::string line = absl::StrCat("job ", job.id(), " ", v1::JobState_Name(job.state()));
   if (job.has_latest_metrics() && job.state() != v1::QUEUED) {
     const v1::JobMetricsPoint& m = job.latest_metrics();

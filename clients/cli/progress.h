@@ -41,8 +41,7 @@ class EtaEstimator {
 // The terminal line: "job 3 RUNNING [#######.............] 120/200 loss 2.3140
 // 1,234 tok/s ETA 1m05s". Without metrics it says why the job waits ("job 3 QUEUED:
 // needs 3 nodes ..."). Cut to `max_width` characters so a redraw with '\r' never wraps.
-std::string ProgressLine(const v1::Job& job, std::optional<absl::Duration> eta,
-                         size_t max_width);
+std::string ProgressLine(const v1::Job& job, std::optional<absl::Duration> eta, size_t max_width);
 
 // The piped line: "step 120/200 loss 2.3140 lr 3e-04 1,234 tok/s mfu 41.2% ETA 1m05s".
 std::string MetricsLine(const v1::JobMetricsPoint& point, std::optional<absl::Duration> eta);

@@ -76,17 +76,17 @@ absl::Status Client::Convert(const grpc::Status& status, absl::Duration timeout)
   const grpc_connectivity_state state = channel_->GetState(/*try_to_connect=*/false);
   const bool never_connected = state != GRPC_CHANNEL_READY;
   if (status.error_code() == grpc::StatusCode::UNAVAILABLE && never_connected) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot reach coordinator at ", options_.address, ": ", status.error_message()));
+    return absl::UnavailableError(absl::StrCat("cannot reach coordinator at ", options_.address,
+                                               ": ", status.error_message()));
   }
   if (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
-    return absl::DeadlineExceededError(
-        absl::StrCat(never_connected ? "cannot reach coordinator at " : "no answer from coordinator at ",
-                     options_.address, " within ", absl::FormatDuration(timeout),
-                     " (--timeout)"));
+    return absl::DeadlineExceededError(absl::StrCat(
+        never_connected ? "cannot reach coordinator at " : "no answer from coordinator at ",
+        options_.address, " within ", absl::FormatDuration(timeout), " (--timeout)"));
   }
   std::string message = status.error_message();
-  if (message.empty()) message = absl::StatusCodeToString(static_cast<absl::StatusCode>(status.error_code()));
+  if (message.empty())
+    message = absl::StatusCodeToString(static_cast<absl::StatusCode>(status.error_code()));
   return absl::Status(static_cast<absl::StatusCode>(status.error_code()), message);
 }
 
@@ -211,9 +211,9 @@ absl::Status Client::WatchJob(
   return status;
 }
 
-absl::Status Client::StreamJobLogs(
-    const v1::StreamJobLogsRequest& request,
-    const std::function<absl::Status(const v1::LogChunk&)>& on_chunk, absl::Time deadline) {
+absl::Status Client::StreamJobLogs(const v1::StreamJobLogsRequest& request,
+                                   const std::function<absl::Status(const v1::LogChunk&)>& on_chunk,
+                                   absl::Time deadline) {
   grpc::ClientContext context;
   Prepare(&context, deadline);
   if (!AddStream(&context)) return absl::CancelledError("interrupted");

@@ -17,10 +17,10 @@
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "absl/base/thread_annotations.h"
 #include "llamafleet/v1/job.grpc.pb.h"
 #include "llamafleet/v1/worker.grpc.pb.h"
 

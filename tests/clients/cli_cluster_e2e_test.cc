@@ -93,11 +93,11 @@ class CliClusterTest : public ::testing::Test {
     std::ofstream(trainer_) << kFakeTrainer;
     ASSERT_EQ(chmod(trainer_.c_str(), 0755), 0);
 
-    auto coordinator = Subprocess::Start(
-        {BinaryPath("llamafleet-coordinator"), "--listen", "127.0.0.1:0", "--data-dir",
-         dir_.path() + "/coordinator", "--join-token", kJoinToken, "--cancel-grace", "2",
-         "--log-level", "warn"},
-        {}, dir_.path() + "/coordinator.log");
+    auto coordinator =
+        Subprocess::Start({BinaryPath("llamafleet-coordinator"), "--listen", "127.0.0.1:0",
+                           "--data-dir", dir_.path() + "/coordinator", "--join-token", kJoinToken,
+                           "--cancel-grace", "2", "--log-level", "warn"},
+                          {}, dir_.path() + "/coordinator.log");
     ASSERT_TRUE(coordinator.ok()) << coordinator.status();
     coordinator_ = std::move(*coordinator);
     auto address = coordinator_->WaitForListening();
@@ -107,9 +107,9 @@ class CliClusterTest : public ::testing::Test {
     for (const std::string name : {"w1", "w2"}) {
       auto worker = Subprocess::Start(
           {BinaryPath("llamafleet-worker"), "--coordinator", address_, "--join-token", kJoinToken,
-           "--data-dir", dir_.path() + "/" + name, "--cpu-ranks", "1", "--name", name,
-           "--address", "127.0.0.1", "--trainer", trainer_, "--heartbeat-interval", "0.5",
-           "--log-level", "warn"},
+           "--data-dir", dir_.path() + "/" + name, "--cpu-ranks", "1", "--name", name, "--address",
+           "127.0.0.1", "--trainer", trainer_, "--heartbeat-interval", "0.5", "--log-level",
+           "warn"},
           {}, dir_.path() + "/" + name + ".log");
       ASSERT_TRUE(worker.ok()) << worker.status();
       workers_.push_back(std::move(*worker));
@@ -241,8 +241,9 @@ TEST_F(CliClusterTest, WorkersTableAndMachineFormats) {
   const std::string table = Ok({"workers"});
   std::vector<std::string> lines = Lines(table);
   ASSERT_EQ(lines.size(), 3u) << table;
-  EXPECT_TRUE(absl::StartsWith(lines[0], "NAME   STATE   SLOTS   GPU-MODEL   EFA   INSTANCE   "
-                                         "LAST-HEARTBEAT   TASKS"))
+  EXPECT_TRUE(absl::StartsWith(lines[0],
+                               "NAME   STATE   SLOTS   GPU-MODEL   EFA   INSTANCE   "
+                               "LAST-HEARTBEAT   TASKS"))
       << table;
   EXPECT_TRUE(absl::StartsWith(lines[1], "w1     READY   0/1     cpu         0     -          "))
       << table;
@@ -269,9 +270,8 @@ TEST_F(CliClusterTest, FinishedJobLogsCheckpointsAndDescribe) {
   EXPECT_EQ(Ok({"submit", "-f", "-"}, Spec("small", 4, "0.2")), "job 1 created\n");
 
   // While it runs, both workers show a slot in use and its task.
-  v1::Job running = WaitForJob("1", [](const v1::Job& j) {
-    return j.state() == v1::RUNNING || j.state() == v1::SUCCEEDED;
-  });
+  v1::Job running = WaitForJob(
+      "1", [](const v1::Job& j) { return j.state() == v1::RUNNING || j.state() == v1::SUCCEEDED; });
   if (running.state() == v1::RUNNING) {
     const std::string table = Ok({"workers"});
     EXPECT_TRUE(absl::StrContains(table, "1/1")) << table;
@@ -285,14 +285,14 @@ TEST_F(CliClusterTest, FinishedJobLogsCheckpointsAndDescribe) {
       << watched;
   EXPECT_TRUE(absl::StrContains(watched, "RUNNING -> SUCCEEDED")) << watched;
   EXPECT_LT(watched.find("step 4/4"), watched.find("-> SUCCEEDED"))
-      << "final metrics come before the final event:\n" << watched;
+      << "final metrics come before the final event:\n"
+      << watched;
   EXPECT_EQ(watched.find('\r'), std::string::npos) << "no redraws through a pipe";
 
   // All ranks: every line says whose it is.
   const std::string all = Ok({"logs", "1"});
   for (const std::string& line : Lines(all)) {
-    EXPECT_TRUE(absl::StartsWith(line, "[rank 0] ") || absl::StartsWith(line, "[rank 1] "))
-        << line;
+    EXPECT_TRUE(absl::StartsWith(line, "[rank 0] ") || absl::StartsWith(line, "[rank 1] ")) << line;
   }
   EXPECT_TRUE(absl::StrContains(all, "[rank 0] rank 0 of 2 starting\n")) << all;
   EXPECT_TRUE(absl::StrContains(all, "[rank 1] rank 1 step 4\n")) << all;
@@ -324,9 +324,9 @@ TEST_F(CliClusterTest, FinishedJobLogsCheckpointsAndDescribe) {
   EXPECT_TRUE(absl::EndsWith(rows[1], "/ckpt/step-4")) << rows[1];
   EXPECT_TRUE(absl::StartsWith(rows[2], "2      1         98.5000   2.0 KiB   ")) << rows[2];
   v1::ListCheckpointsResponse listed;
-  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(Ok({"checkpoints", "1", "-o", "json"}),
-                                                          &listed)
-                  .ok());
+  ASSERT_TRUE(
+      google::protobuf::util::JsonStringToMessage(Ok({"checkpoints", "1", "-o", "json"}), &listed)
+          .ok());
   ASSERT_EQ(listed.checkpoints_size(), 2);
   EXPECT_EQ(listed.checkpoints(0).manifest_sha256(), "abc");
   ExpectOneErrorLine(Cli({"checkpoints", "99"}), 1, "job 99 not found");
@@ -345,7 +345,8 @@ TEST_F(CliClusterTest, FinishedJobLogsCheckpointsAndDescribe) {
   EXPECT_FALSE(absl::StrContains(described, "Pending:")) << described;
   EXPECT_LT(described.find("Checkpoints:"), described.find("Spec:")) << described;
   const std::string json = Ok({"describe", "job", "1", "-o", "json"});
-  EXPECT_TRUE(absl::StrContains(json, "\"checkpoints\":[{\"job_id\":\"1\",\"attempt\":1,\"step\":\"4\""))
+  EXPECT_TRUE(
+      absl::StrContains(json, "\"checkpoints\":[{\"job_id\":\"1\",\"attempt\":1,\"step\":\"4\""))
       << json;
   EXPECT_TRUE(absl::EndsWith(json, "]}\n")) << json;
   const std::string yaml = Ok({"describe", "job", "1", "-o", "yaml"});
@@ -411,8 +412,7 @@ TEST_F(CliClusterTest, CtrlCEndsLogsFollowAndWatchCleanly) {
 // ---------------------------------------------------------------------------
 
 TEST_F(CliClusterTest, QueuedJobExplainsWhyItWaits) {
-  Ok({"submit", "-f", "-"},
-     Spec("too-big", 4, "0.1", "resources: {nodes: 3, gpus_per_node: 1}\n"));
+  Ok({"submit", "-f", "-"}, Spec("too-big", 4, "0.1", "resources: {nodes: 3, gpus_per_node: 1}\n"));
   const v1::Job job = WaitForJob("1", [](const v1::Job& j) { return !j.pending().code().empty(); });
   ASSERT_EQ(job.state(), v1::QUEUED);
   const v1::PendingInfo& pending = job.pending();
@@ -433,8 +433,8 @@ TEST_F(CliClusterTest, QueuedJobExplainsWhyItWaits) {
 
   // The watch's first line says why, too.
   CommandResult watched = Cli({"watch", "1", "--timeout", "1s"});
-  EXPECT_TRUE(absl::StartsWith(watched.out,
-                               absl::StrCat("job 1 (too-big) is QUEUED: ", pending.message())))
+  EXPECT_TRUE(
+      absl::StartsWith(watched.out, absl::StrCat("job 1 (too-big) is QUEUED: ", pending.message())))
       << watched.out;
   ExpectOneErrorLine(watched, 1, "job 1 is still QUEUED");
 

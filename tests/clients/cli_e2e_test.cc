@@ -16,8 +16,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "google/protobuf/util/json_util.h"
 #include "gmock/gmock.h"
+#include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
 #include "llamafleet/v1/job.pb.h"
 #include "tests/testing/process.h"
@@ -47,10 +47,9 @@ class CliTest : public ::testing::Test {
   void TearDown() override { StopCoordinator(); }
 
   void StartCoordinator(const std::string& listen) {
-    auto started = Subprocess::Start(
-        {BinaryPath("llamafleet-coordinator"), "--listen", listen, "--data-dir",
-         dir_.path() + "/data", "--log-level", "warn"},
-        {}, dir_.path() + "/coordinator.log");
+    auto started = Subprocess::Start({BinaryPath("llamafleet-coordinator"), "--listen", listen,
+                                      "--data-dir", dir_.path() + "/data", "--log-level", "warn"},
+                                     {}, dir_.path() + "/coordinator.log");
     ASSERT_TRUE(started.ok()) << started.status();
     coordinator_ = std::move(*started);
     auto address = coordinator_->WaitForListening();
@@ -70,8 +69,8 @@ class CliTest : public ::testing::Test {
   // argv for the CLI pointed at this test's coordinator, as user alice.
   std::vector<std::string> Argv(const std::vector<std::string>& args,
                                 const std::string& user = "alice") const {
-    std::vector<std::string> argv = {BinaryPath("llamafleet"), "--coordinator", address_,
-                                     "--user", user};
+    std::vector<std::string> argv = {BinaryPath("llamafleet"), "--coordinator", address_, "--user",
+                                     user};
     argv.insert(argv.end(), args.begin(), args.end());
     return argv;
   }
@@ -217,8 +216,8 @@ TEST_F(CliTest, InvalidSpecNamesTheFieldAndNothingIsStored) {
 
   // In a batch the error names the document, and the valid documents are not stored either.
   const std::string batch = WriteFile(
-      "batch.yaml",
-      absl::StrCat(Spec("fine"), "---\nname: broken\nmodel: {preset: tiny, tokenizer: /t}\n"
+      "batch.yaml", absl::StrCat(Spec("fine"),
+                                 "---\nname: broken\nmodel: {preset: tiny, tokenizer: /t}\n"
                                  "data: {train_path: /d}\ntraining: {lr: -1}\n"));
   ExpectOneErrorLine(Cli({"submit", "-f", batch}), 1,
                      "invalid job spec: document 2: training.lr must be > 0");
@@ -280,8 +279,7 @@ TEST_F(CliTest, GetJobsFilters) {
   EXPECT_THAT(Names(AllJobs({"--label", "team=nlp", "--owner", "alice"})), ElementsAre("a1"));
   EXPECT_THAT(Names(AllJobs({"--state", "cancelled"})), ElementsAre("a2"));
   EXPECT_THAT(Names(AllJobs({"--state", "queued,cancelled"})), ElementsAre("b1", "a2", "a1"));
-  EXPECT_THAT(Names(AllJobs({"--state", "QUEUED", "--state", "RUNNING"})),
-              ElementsAre("b1", "a1"));
+  EXPECT_THAT(Names(AllJobs({"--state", "QUEUED", "--state", "RUNNING"})), ElementsAre("b1", "a1"));
   ExpectOneErrorLine(Cli({"get", "jobs", "--state", "sleeping"}), 2, "--state: 'sleeping'");
 }
 
@@ -306,11 +304,11 @@ TEST_F(CliTest, GetJobsTableAndPaging) {
   EXPECT_THAT(Names({first.jobs().begin(), first.jobs().end()}), ElementsAre("job5", "job4"));
   ASSERT_FALSE(first.next_page_token().empty());
   v1::ListJobsResponse second;
-  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(
-                  Ok({"get", "jobs", "--limit", "2", "--page-token", first.next_page_token(),
-                      "-o", "json"}),
-                  &second)
-                  .ok());
+  ASSERT_TRUE(
+      google::protobuf::util::JsonStringToMessage(Ok({"get", "jobs", "--limit", "2", "--page-token",
+                                                      first.next_page_token(), "-o", "json"}),
+                                                  &second)
+          .ok());
   EXPECT_THAT(Names({second.jobs().begin(), second.jobs().end()}), ElementsAre("job3", "job2"));
 
   // --all follows every token, here two jobs per request.
@@ -427,8 +425,8 @@ TEST_F(CliTest, WatchWithTimeoutGivesUpOnAJobThatDoesNotFinish) {
 
 TEST_F(CliTest, UnreachableCoordinatorIsOneLineNamingTheAddress) {
   // Port 1 on loopback: nothing listens there, and an unprivileged test cannot bind it.
-  auto r = RunCommand({BinaryPath("llamafleet"), "--coordinator", "127.0.0.1:1", "get", "jobs"},
-                      "", {}, absl::Seconds(20));
+  auto r = RunCommand({BinaryPath("llamafleet"), "--coordinator", "127.0.0.1:1", "get", "jobs"}, "",
+                      {}, absl::Seconds(20));
   ASSERT_TRUE(r.ok()) << r.status();
   ExpectOneErrorLine(*r, 1, "llamafleet: cannot reach coordinator at 127.0.0.1:1: ");
 }
@@ -456,7 +454,8 @@ TEST_F(CliTest, UsageErrorsExitTwoWithOneLine) {
   ExpectOneErrorLine(Cli({"frobnicate"}), 2, "frobnicate");
   ExpectOneErrorLine(Cli({"get", "jobs", "--timeout", "soon"}), 2, "--timeout");
   ExpectOneErrorLine(Cli({"get", "foo"}), 2, "unknown command 'foo'");
-  auto no_port = RunCommand({BinaryPath("llamafleet"), "--coordinator", "localhost", "get", "jobs"});
+  auto no_port =
+      RunCommand({BinaryPath("llamafleet"), "--coordinator", "localhost", "get", "jobs"});
   ASSERT_TRUE(no_port.ok());
   ExpectOneErrorLine(*no_port, 2, "HOST:PORT");
   ExpectOneErrorLine(Cli({"submit", "-f", dir_.path() + "/missing.yaml"}), 1,

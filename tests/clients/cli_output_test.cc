@@ -1,7 +1,6 @@
-#include "clients/cli/output.h"
-
 #include "absl/strings/match.h"
 #include "absl/time/clock.h"
+#include "clients/cli/output.h"
 #include "clients/cli/progress.h"
 #include "gtest/gtest.h"
 
@@ -44,8 +43,7 @@ TEST(FormatAgeTest, UsesTheLargestReadableUnit) {
 }
 
 TEST(FormatTableTest, AlignsColumnsAndTrimsTrailingSpace) {
-  EXPECT_EQ(FormatTable({{"ID", "NAME"}, {"10", "a"}, {"7", ""}}),
-            "ID   NAME\n10   a\n7\n");
+  EXPECT_EQ(FormatTable({{"ID", "NAME"}, {"10", "a"}, {"7", ""}}), "ID   NAME\n10   a\n7\n");
 }
 
 TEST(EventLineTest, ShowsSeqTimeTransitionAndReason) {
@@ -138,7 +136,8 @@ TEST(WorkersTableTest, GpuAndCpuWorkers) {
   v1::WorkerInfo gpu;
   gpu.set_name("p5-a");
   gpu.set_state(v1::WORKER_READY);
-  for (int i = 0; i < 8; ++i) gpu.mutable_inventory()->add_gpus()->set_model("NVIDIA H100 80GB HBM3");
+  for (int i = 0; i < 8; ++i)
+    gpu.mutable_inventory()->add_gpus()->set_model("NVIDIA H100 80GB HBM3");
   gpu.mutable_inventory()->set_efa_devices(32);
   gpu.mutable_inventory()->set_instance_type("p5.48xlarge");
   gpu.mutable_inventory()->set_host("ip-10-0-0-1");
@@ -229,8 +228,8 @@ TEST(DescribeJobTest, RunningJobShowsWorkersMetricsAndCheckpoints) {
   m->set_mfu(0.412);
   m->set_attempt(2);
   *m->mutable_time() = At(1'796'000'000 - 5);
-  const std::string out = DescribeJob(job, {}, {MakeCheckpoint(100, 2, 2.4)},
-                                      absl::FromUnixSeconds(1'796'000'000));
+  const std::string out =
+      DescribeJob(job, {}, {MakeCheckpoint(100, 2, 2.4)}, absl::FromUnixSeconds(1'796'000'000));
   EXPECT_TRUE(absl::StrContains(out, "Restarts:          1\n")) << out;
   EXPECT_TRUE(absl::StrContains(out, "Workers:           w1, w2\n")) << out;
   EXPECT_TRUE(absl::StrContains(out, "Latest metrics:\n  Step:            120/200\n")) << out;
@@ -302,7 +301,8 @@ TEST(ProgressLineTest, BarStepsLossThroughputAndEta) {
             "job 3 SUCCEEDED [####################] 200/200 loss 2.3140 1,234 tok/s");
   // Without a total: no bar.
   m->set_total_steps(0);
-  EXPECT_EQ(ProgressLine(job, std::nullopt, 200), "job 3 SUCCEEDED step 200 loss 2.3140 1,234 tok/s");
+  EXPECT_EQ(ProgressLine(job, std::nullopt, 200),
+            "job 3 SUCCEEDED step 200 loss 2.3140 1,234 tok/s");
 }
 
 TEST(ProgressLineTest, WaitingJobSaysWhy) {
