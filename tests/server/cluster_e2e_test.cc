@@ -53,6 +53,10 @@ save() {
   fi
 }
 trap 'save; exit 0' TERM
+if [ "$FAKE_FAIL" = permanent ]; then
+  echo '{"type":"event","event":"error","message":"data.train_path: no such file","code":"INVALID_ARGUMENT"}'
+  exit 1
+fi
 [ "$RANK" = 0 ] && echo "{\"type\":\"event\",\"event\":\"started\",\"total_steps\":$STEPS}"
 while [ $step -lt $STEPS ]; do
   sleep 0.1 &
@@ -368,6 +372,48 @@ TEST_F(ClusterTest, HigherPriorityJobPreemptsWithCheckpointAndVictimRequeues) {
   WaitFor(low, v1::RUNNING, absl::Seconds(30));
   EXPECT_EQ(Get(low).attempts(), 2);
   EXPECT_FALSE(Checkpoints(low).empty());
+}
+
+TEST_F(ClusterTest, BadDataFailsAtOnceWithoutRestarts) {
+  StartWorker("w1", {{"FAKE_FAIL", "permanent"}});
+  StartWorker("w2", {{"FAKE_FAIL", "permanent"}});
+  WaitForWorkers(2);
+  const std::string id = Submit("run_policy: {max_restarts: 3, restart_backoff_seconds: 0}\n");
+  v1::Job job = WaitFor(id, v1::FAILED, absl::Seconds(20));
+  EXPECT_EQ(job.attempts(), 1);
+  EXPECT_EQ(job.restarts(), 0);
+  EXPECT_NE(job.status_reason().find("INVALID_ARGUMENT: data.train_path: no such file"),
+            std::string::npos)
+      << job.status_reason();
+}
+
+TEST_F(ClusterTest, ActiveDeadlineFailsTheJob) {
+  StartWorker("w1");
+  StartWorker("w2");
+  WaitForWorkers(2);
+  const std::string id =
+      Submit("training: {max_steps: 600}\nrun_policy: {active_deadline_seconds: 1}\n");
+  v1::Job job = WaitFor(id, v1::FAILED, absl::Seconds(20));
+  EXPECT_NE(job.status_reason().find("active_deadline_seconds (1) exceeded"), std::string::npos)
+      << job.status_reason();
+}
+
+TEST_F(ClusterTest, RetentionKeepsTheNewestCheckpointsFilesFirst) {
+  StartWorker("w1");
+  StartWorker("w2");
+  WaitForWorkers(2);
+  const std::string id = Submit("checkpoint: {keep_last: 1}\n");
+  WaitFor(id, v1::SUCCEEDED, absl::Seconds(30));
+  std::vector<v1::Checkpoint> ckpts;
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  do {
+    ckpts = Checkpoints(id);
+  } while (ckpts.size() > 1 && absl::Now() < deadline && (absl::SleepFor(absl::Milliseconds(50)), true));
+  ASSERT_EQ(ckpts.size(), 1u);
+  EXPECT_EQ(ckpts[0].step(), 30);
+  EXPECT_TRUE(std::filesystem::exists(ckpts[0].path()));
+  const std::string older = ckpts[0].path().substr(0, ckpts[0].path().rfind('-') + 1) + "10";
+  EXPECT_FALSE(std::filesystem::exists(older)) << older;
 }
 
 TEST_F(ClusterTest, WorkerWithABadJoinTokenIsRefused) {
