@@ -10,3 +10,11 @@ if(TARGET llamafleet_trainer_sharding)
   add_dependencies(sharded_engine_test sharded_rank)
   set_tests_properties(sharded_engine_test PROPERTIES TIMEOUT 600 ENVIRONMENT "OMP_NUM_THREADS=1")
 endif()
+
+# The throughput benchmark tests/gpu/run.sh runs on a GPU (built and smoke-run on the CPU
+# here with a tiny preset). Not a ctest test.
+if(TARGET llamafleet_trainer_sharding)
+  add_executable(trainer_gpu_bench ${PROJECT_SOURCE_DIR}/tests/bench/trainer_gpu_bench.cc)
+  target_link_libraries(trainer_gpu_bench PRIVATE llamafleet_trainer_sharding CLI11::CLI11)
+  target_compile_options(trainer_gpu_bench PRIVATE ${LLAMAFLEET_WARNINGS})
+endif()

@@ -2,6 +2,13 @@
 
 #include <torch/csrc/autograd/custom_function.h>
 
+#if defined(LLAMAFLEET_HAVE_CUDA) && __has_include(<c10/cuda/CUDACachingAllocator.h>) && \
+    __has_include(<cuda_runtime_api.h>)
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <cuda_runtime_api.h>
+#define LLAMAFLEET_CUDA_STATS 1
+#endif
+
 #include <algorithm>
 #include <cmath>
 
@@ -28,6 +35,26 @@ absl::StatusOr<ShardingStrategy> ParseShardingStrategy(const std::string& name) 
   }
   return absl::InvalidArgumentError(absl::StrCat(
       "unknown sharding strategy \"", name, "\" (FULL_SHARD, SHARD_GRAD_OP, HYBRID_SHARD, NO_SHARD)"));
+}
+
+int64_t PeakDeviceMemoryBytes(const at::Device& device) {
+#if defined(LLAMAFLEET_CUDA_STATS)
+  if (device.is_cuda()) {
+    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
+    return stats.allocated_bytes[0].peak;  // StatType::AGGREGATE
+  }
+#endif
+  return 0;
+}
+
+std::string DeviceName(const at::Device& device) {
+#if defined(LLAMAFLEET_CUDA_STATS)
+  if (device.is_cuda()) {
+    cudaDeviceProp prop;
+    if (cudaGetDeviceProperties(&prop, device.index()) == cudaSuccess) return prop.name;
+  }
+#endif
+  return device.str();
 }
 
 std::vector<std::vector<int>> ShardGroups(int world_size, int group) {

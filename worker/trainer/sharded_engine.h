@@ -222,6 +222,12 @@ class ShardedEngine : public ParamEngine {
   void IssueGather(Gathered& g);
 };
 
+// Device figures for the metrics: peak bytes allocated by the CUDA caching allocator on
+// `device` since the last reset (0 on the CPU or in a build without CUDA), and the
+// device's name ("NVIDIA H200", or "cpu").
+int64_t PeakDeviceMemoryBytes(const at::Device& device);
+std::string DeviceName(const at::Device& device);
+
 // Builds ShardingOptions' groups: the partition of world ranks into shard groups for a
 // strategy (consecutive blocks of `group` ranks) and the matching replica groups.
 std::vector<std::vector<int>> ShardGroups(int world_size, int group);

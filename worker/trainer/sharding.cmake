@@ -20,6 +20,7 @@ if(TORCH_CUDA_LIBRARIES OR CUDA_FOUND OR CUDAToolkit_FOUND)
   set(LLAMAFLEET_TORCH_HAS_CUDA ON)
 endif()
 if(LLAMAFLEET_TORCH_HAS_CUDA)
+  target_compile_definitions(llamafleet_trainer_sharding PUBLIC LLAMAFLEET_HAVE_CUDA=1)
   find_path(NCCL_INCLUDE_DIR nccl.h
     HINTS ${NCCL_INCLUDE_DIR} $ENV{NCCL_INCLUDE_DIR} ${CUDAToolkit_INCLUDE_DIRS}
           ${LLAMAFLEET_NCCL_HINT})
@@ -27,7 +28,6 @@ if(LLAMAFLEET_TORCH_HAS_CUDA)
     target_include_directories(llamafleet_trainer_sharding PRIVATE ${NCCL_INCLUDE_DIR})
     target_compile_definitions(llamafleet_trainer_sharding PRIVATE
       LLAMAFLEET_HAVE_NCCL=1 USE_C10D_NCCL=1)
-    target_compile_definitions(llamafleet_trainer_sharding PUBLIC LLAMAFLEET_HAVE_CUDA=1)
     message(STATUS "llamafleet: NCCL process groups enabled (nccl.h in ${NCCL_INCLUDE_DIR})")
   else()
     message(WARNING "llamafleet: LibTorch has CUDA but nccl.h was not found: GPU ranks fall back "
