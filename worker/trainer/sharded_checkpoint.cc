@@ -5,7 +5,10 @@
 #include <openssl/evp.h>
 #include <unistd.h>
 
+#include <signal.h>
+
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <cstdio>
 #include <filesystem>
@@ -119,6 +122,21 @@ absl::Status CatchTorch(const char* what, F&& body) {
 }
 
 }  // namespace
+
+namespace {
+std::atomic<bool> g_preempt{false};
+extern "C" void OnSigterm(int) { g_preempt.store(true); }
+}  // namespace
+
+void InstallPreemptionHandler() {
+  struct sigaction sa {};
+  sa.sa_handler = OnSigterm;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  sigaction(SIGTERM, &sa, nullptr);
+}
+
+bool PreemptionRequested() { return g_preempt.load(); }
 
 absl::StatusOr<std::string> Sha256File(const std::string& path) {
   LF_ASSIGN_OR_RETURN(std::string raw, Sha256Raw(path));

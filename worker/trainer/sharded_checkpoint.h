@@ -112,6 +112,12 @@ bool IsShardedCheckpoint(const std::string& dir);
 absl::Status ExportShardedCheckpoint(const std::string& dir, const std::string& out_dir,
                                      const ExportOptions& options);
 
+// Preemption: SIGTERM asks the trainer to checkpoint and stop. The handler only records
+// the request (async-signal-safe); the loop polls PreemptionRequested() after each step
+// and agrees on it across ranks (an all-reduce), so every rank saves at the same step.
+void InstallPreemptionHandler();
+bool PreemptionRequested();
+
 // Hex sha256 of a file's contents (streamed).
 absl::StatusOr<std::string> Sha256File(const std::string& path);
 
