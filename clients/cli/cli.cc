@@ -989,7 +989,7 @@ int RunCli(int argc, char** argv, std::istream& in, std::ostream& out, std::ostr
   CLI::App* describe_job_cmd = describe_cmd->add_subcommand(
       "job",
       "show a job: why it is pending, restarts, workers, latest metrics, checkpoints, spec, "
-      "events");
+      "events; -o json prints {job, events, checkpoints}");
   describe_job_cmd->add_option("ID", job_id, "job id")->required();
 
   // cancel ID
@@ -1004,7 +1004,9 @@ int RunCli(int argc, char** argv, std::istream& in, std::ostream& out, std::ostr
   CLI::App* watch_cmd = app.add_subcommand(
       "watch",
       "follow a job's events until it finishes; on a terminal with a live progress line "
-      "(step/total, loss, tokens/s, ETA), through a pipe with a 'step ...' line per new step");
+      "(step/total, loss, tokens/s, ETA), through a pipe with a 'step ...' line per new step; "
+      "-o json|yaml prints only the WatchJobResponse messages; Ctrl-C stops watching, not the "
+      "job");
   watch_cmd->add_option("ID", job_id, "job id")->required();
   watch_cmd->add_flag("--history", history, "print the job's earlier events first");
   watch_cmd->add_option("--interval", interval_text, "how often to poll the job's metrics")
@@ -1015,7 +1017,7 @@ int RunCli(int argc, char** argv, std::istream& in, std::ostream& out, std::ostr
   CLI::App* logs_cmd = app.add_subcommand(
       "logs",
       "print a job's trainer output (each line prefixed [rank N] when several ranks "
-      "are shown)");
+      "are shown); -o json prints one LogChunk per line");
   logs_cmd->add_option("ID", job_id, "job id")->required();
   logs_cmd->add_flag("-f,--follow", logs.follow, "keep printing new lines until the job ends");
   CLI::Option* rank_option = logs_cmd->add_option("--rank", logs.rank, "only this global rank");
