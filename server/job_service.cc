@@ -477,6 +477,7 @@ class JobServiceImpl::WatchReactor : public grpc::ServerWriteReactor<v1::WatchJo
       return;
     }
     if (IsTerminal(job->state())) terminal_seq_ = job->last_event_seq();
+    service_->AddPendingInfo(&*job);
     v1::WatchJobResponse first;
     *first.mutable_job() = std::move(*job);
     // The snapshot goes first; any live events already buffered follow in seq order.
