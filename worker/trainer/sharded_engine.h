@@ -69,7 +69,8 @@ absl::StatusOr<ShardingStrategy> ParseShardingStrategy(const std::string& name);
 
 struct ShardingOptions {
   ShardingStrategy strategy = ShardingStrategy::kFullShard;  // see the file comment
-  int hybrid_group_size = 0;           // HYBRID_SHARD: ranks per shard group (0 = local world size)
+  int hybrid_group_size = 0;           // HYBRID_SHARD: ranks per shard group (0 = the whole world;
+                                       // the trainer passes LOCAL_WORLD_SIZE, one group per node)
   at::ScalarType compute_dtype = at::kFloat;  // gathered params + activations: fp32/bf16/fp16
   at::ScalarType reduce_dtype = at::kFloat;   // gradient collectives: fp32/bf16/fp16
   int max_inflight_all_gathers = 2;    // units gathered ahead of use, at most (>= 1)
