@@ -326,6 +326,24 @@ checkpoint: {dir: %s, every_steps: 2, keep_last: 2}
                             [m["loss"] for m in other if m.get("type") == "metrics"])
 
 
+    def test_bf16_compute_tracks_fp32(self):
+        data = self.make_tokens("d.jsonl", vocab=1000, rows=8, min_len=30, max_len=60)
+        losses = {}
+        for precision in ("FP32", "BF16"):
+            spec = self.write_spec("job-%s.yaml" % precision, """
+name: tiny-%s
+model: {preset: tiny}
+data: {train_path: %s, format: TOKENS}
+training: {max_steps: 4, micro_batch_size: 2, seq_len: 32, lr: 0.001, log_every: 1}
+fsdp: {mixed_precision: %s}
+""" % (precision.lower(), data, precision))
+            lines = json_lines(trainer("train", "--spec", spec).stdout)
+            losses[precision] = [l["loss"] for l in lines if l.get("type") == "metrics"]
+        self.assertEqual(len(losses["BF16"]), 4)
+        for a, b in zip(losses["FP32"], losses["BF16"]):
+            self.assertAlmostEqual(a, b, delta=0.02 * a)  # bf16 has ~3 significant digits
+
+
 # --------------------------------------------------------------------------- tokenizer / data
 
 
