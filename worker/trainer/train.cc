@@ -276,8 +276,9 @@ absl::Status RunTraining(const TrainOptions& opt, const DistEnv& env) {
     const int64_t flops_per_token =
         6 * config.NumNonEmbeddingParameters() +
         6 * config.num_hidden_layers * config.num_attention_heads * 2 * config.head_dim() * seq_len;
-    double peak = opt.peak_tflops;
-    if (peak <= 0 && device.is_cuda()) peak = PeakTflopsForDevice("cuda");  // refined with CUDA
+    // MFU needs the device's peak: --peak-tflops / LLAMAFLEET_PEAK_TFLOPS (the CUDA device-name
+    // lookup for PeakTflopsForDevice comes with the GPU path); without one, "mfu" is null.
+    const double peak = opt.peak_tflops;
     if (rank0) {
       LogInfo(absl::StrCat("model: ", config.NumParameters(), " parameters, ", config.num_hidden_layers,
                            " layers, dim ", config.hidden_size, "; data: ", train.rows.size(),
