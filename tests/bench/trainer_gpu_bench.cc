@@ -65,11 +65,7 @@ absl::Status Run(const Flags& f) {
   LF_ASSIGN_OR_RETURN(auto engine, lt::ShardedEngine::CreateWithContext(layout, so, *ctx,
                                                                         lt::SeededShardSource(layout, 42)));
   lt::LlamaModel model(config, device, dtype);
-#if defined(LLAMAFLEET_MODEL_HAS_CHECKPOINTING)
   model.set_activation_checkpointing(f.activation_checkpointing);
-#else
-  if (f.activation_checkpointing) return absl::UnimplementedError("this model has no activation checkpointing");
-#endif
 
   const int64_t flops_per_token =
       6 * config.NumNonEmbeddingParameters() +

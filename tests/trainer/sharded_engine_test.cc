@@ -199,6 +199,13 @@ TEST_F(ShardedTest, HybridShardFourRanksGroupsOfTwoMatchesSingleProcess) {
 TEST_F(ShardedTest, FullShardTiedEmbeddingsAndNoPrefetch) {
   ExpectMatchesReference(2, {"--strategy", "FULL_SHARD", "--tied", "--inflight", "1"}, "full2tied", true);
 }
+TEST_F(ShardedTest, ActivationCheckpointingMatchesSingleProcess) {
+  // Recomputed layers give the same gradients: FULL_SHARD (tied: the head and the
+  // embedding re-gathered around recomputed layers) and NO_SHARD, 2 ranks.
+  ExpectMatchesReference(2, {"--strategy", "FULL_SHARD", "--activation-checkpointing"}, "full2ac");
+  ExpectMatchesReference(2, {"--strategy", "FULL_SHARD", "--activation-checkpointing", "--tied"}, "full2act", true);
+  ExpectMatchesReference(2, {"--strategy", "NO_SHARD", "--activation-checkpointing"}, "none2ac");
+}
 TEST_F(ShardedTest, FullShardFourRanksWithPadding) {
   // 4 does not divide the embedding's 3030 elements: the flat units are padded.
   ExpectMatchesReference(4, {"--strategy", "FULL_SHARD", "--micro-batch", "1"}, "full4");

@@ -66,6 +66,7 @@ struct Flags {
   int timeout_s = 120;
   int inflight = 2;
   int warmup = 0;
+  bool checkpointing = false;  // activation checkpointing (recompute layers in backward)
   std::string device = "cpu";  // cpu | cuda (LOCAL_RANK picks the GPU; NCCL then)  // steps before the throughput clock starts
 };
 
@@ -146,6 +147,7 @@ absl::Status Run(const Flags& f) {
   }
   lt::ParamEngine& engine = *engine_owner;
   lt::LlamaModel model(config, device, compute);
+  model.set_activation_checkpointing(f.checkpointing);
 
   // The fixed global batch: rows of random tokens from a seeded generator, identical on
   // every rank; rank r takes rows [r*R, (r+1)*R), micro-step m the m-th slice of those.
@@ -295,6 +297,7 @@ int main(int argc, char** argv) {
   app.add_option("--inflight", f.inflight);
   app.add_option("--warmup", f.warmup);
   app.add_option("--device", f.device);
+  app.add_flag("--activation-checkpointing", f.checkpointing);
   CLI11_PARSE(app, argc, argv);
   absl::Status s;
   try {

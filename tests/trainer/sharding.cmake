@@ -18,3 +18,11 @@ if(TARGET llamafleet_trainer_sharding)
   target_link_libraries(trainer_gpu_bench PRIVATE llamafleet_trainer_sharding CLI11::CLI11)
   target_compile_options(trainer_gpu_bench PRIVATE ${LLAMAFLEET_WARNINGS})
 endif()
+
+find_program(LLAMAFLEET_SYSTEM_PYTHON3 NAMES python3 PATHS /usr/bin NO_DEFAULT_PATH)
+if(TARGET llamafleet_trainer_sharding AND LLAMAFLEET_SYSTEM_PYTHON3)
+  add_test(NAME trainer_sharded_train_test
+    COMMAND ${LLAMAFLEET_SYSTEM_PYTHON3} ${CMAKE_CURRENT_SOURCE_DIR}/test_sharded_train.py
+            ${CMAKE_RUNTIME_OUTPUT_DIRECTORY})
+  set_tests_properties(trainer_sharded_train_test PROPERTIES TIMEOUT 600 ENVIRONMENT "OMP_NUM_THREADS=1")
+endif()

@@ -312,9 +312,11 @@ checkpoint: {dir: %s, every_steps: 2, keep_last: 2}
         saved = [l["path"] for l in lines if l.get("event") == "checkpoint_saved"]
         self.assertEqual(len(saved), 3)
         self.assertEqual(sorted(os.listdir(self.path("ckpt"))), ["step-4", "step-6"])
-        # A checkpoint is an HF directory: eval and export read it.
-        out = json_lines(trainer("eval", "--model", saved[-1], "--data", data, "--format", "tokens",
-                                 "--batching", "packing", "--seq-len", 64).stdout)[-1]
+        # A checkpoint is sharded (see test_sharded_train.py); export consolidates it into an
+        # HF directory that eval reads.
+        trainer("export", "--checkpoint", saved[-1], "--out", self.path("ckpt-export"), "--dtype", "fp32")
+        out = json_lines(trainer("eval", "--model", self.path("ckpt-export"), "--data", data, "--format",
+                                 "tokens", "--batching", "packing", "--seq-len", 64).stdout)[-1]
         self.assertGreater(out["tokens"], 0)
         # Same seed, same run: bit-identical losses (seeded init and data order).
         again = json_lines(trainer("train", "--spec", spec, "--set", "checkpoint.dir=" + self.path("c2")).stdout)

@@ -52,7 +52,8 @@ def read_weights(d):
     for f in sorted(os.listdir(d)):
         if not f.endswith(".safetensors"):
             continue
-        b = open(os.path.join(d, f), "rb").read()
+        with open(os.path.join(d, f), "rb") as fh:
+            b = fh.read()
         n = struct.unpack("<Q", b[:8])[0]
         h = json.loads(b[8:8 + n])
         for k, v in h.items():

@@ -99,20 +99,30 @@ absl::StatusOr<lt::TrainOptions> OptionsFromSpecFile(const std::string& path,
   o.grad_clip = t.grad_clip();
   o.seed = t.seed();
   o.log_every = t.log_every();
-  switch (spec.fsdp().mixed_precision()) {
-    case v1::FP32: o.compute_dtype = "fp32"; break;
-    case v1::BF16: o.compute_dtype = "bf16"; break;
-    default:
-      return absl::UnimplementedError(
-          "fsdp.mixed_precision FP16 needs loss scaling, which the single-process trainer does not "
-          "implement yet; use FP32 or BF16");
+  auto precision = [](v1::Precision p, const char* fallback) -> std::string {
+    switch (p) {
+      case v1::FP32: return "fp32";
+      case v1::BF16: return "bf16";
+      case v1::FP16: return "fp16";  // dynamic loss scaling in the engine
+      default: return fallback;
+    }
+  };
+  const auto& fsdp = spec.fsdp();
+  o.compute_dtype = precision(fsdp.mixed_precision(), "bf16");
+  o.reduce_dtype = precision(fsdp.reduce_precision(), "fp32");
+  switch (fsdp.sharding()) {
+    case v1::SHARD_GRAD_OP: o.sharding = "SHARD_GRAD_OP"; break;
+    case v1::HYBRID_SHARD: o.sharding = "HYBRID_SHARD"; break;
+    case v1::NO_SHARD: o.sharding = "NO_SHARD"; break;
+    default: o.sharding = "FULL_SHARD"; break;
   }
+  o.hybrid_group_size = fsdp.hybrid_shard_group_size();
+  o.activation_checkpointing = fsdp.activation_checkpointing();
+  o.max_inflight_all_gathers = fsdp.max_inflight_all_gathers();
   o.checkpoint_dir = spec.checkpoint().dir();
   o.checkpoint_every = spec.checkpoint().every_steps();
   o.keep_last = spec.checkpoint().keep_last();
-  if (!spec.checkpoint().resume().empty()) {
-    return absl::UnimplementedError("checkpoint.resume is not supported by this trainer build yet");
-  }
+  o.resume = spec.checkpoint().resume();
   o.export_dir = spec.output().export_dir();
   switch (spec.output().export_dtype()) {
     case v1::FP32: o.export_dtype = lt::StDtype::kF32; break;
@@ -139,6 +149,11 @@ int main(int argc, char** argv) {
   train->add_option("--set", sets, "override a spec field: key=value (repeatable)");
   train->add_option("--peak-tflops", peak_tflops, "peak TFLOP/s for MFU (default: device table)");
   train->add_option("--device", device, "auto, cpu or cuda");
+  std::string resume;
+  int collective_timeout_s = 120;
+  train->add_option("--resume", resume, "continue from this sharded checkpoint (overrides checkpoint.resume)");
+  train->add_option("--collective-timeout-s", collective_timeout_s,
+                    "a collective or rendezvous longer than this ends the run (default 120)");
 
   // eval
   CLI::App* eval = app.add_subcommand("eval", "evaluate an HF-format model on a JSONL file");
@@ -180,6 +195,8 @@ int main(int argc, char** argv) {
     if (!opts.ok()) return Fail(opts.status());
     opts->device = device;
     opts->peak_tflops = peak_tflops;
+    if (!resume.empty()) opts->resume = resume;
+    opts->collective_timeout_s = collective_timeout_s;
     if (const char* env = std::getenv("LLAMAFLEET_PEAK_TFLOPS"); env && opts->peak_tflops <= 0) {
       opts->peak_tflops = std::atof(env);
     }

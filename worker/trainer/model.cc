@@ -1,5 +1,8 @@
 #include "model.h"
 
+#include <torch/csrc/autograd/autograd.h>
+#include <torch/csrc/autograd/custom_function.h>
+
 #include <cmath>
 #include <cstdlib>
 #include <limits>
@@ -158,6 +161,45 @@ at::Tensor LlamaModel::DecoderLayer(const std::vector<at::Tensor>& p, const at::
   return h1 + mlp;
 }
 
+// One decoder layer under activation checkpointing (see set_activation_checkpointing).
+class CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
+ public:
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, at::Tensor x, LlamaModel* model,
+                            ParamEngine* engine, int64_t layer, at::Tensor cos, at::Tensor sin,
+                            at::Tensor mask) {
+    ctx->saved_data["model"] = reinterpret_cast<int64_t>(model);
+    ctx->saved_data["engine"] = reinterpret_cast<int64_t>(engine);
+    ctx->saved_data["layer"] = layer;
+    ctx->saved_data["cos"] = cos;
+    ctx->saved_data["sin"] = sin;
+    ctx->saved_data["mask"] = mask;
+    ctx->save_for_backward({x});
+    // Autograd is off here: the engine frees the gathered layer at Release.
+    const int unit = LayerUnit(static_cast<int>(layer));
+    std::vector<at::Tensor> p = engine->Acquire(unit);
+    at::Tensor y = model->DecoderLayer(p, x, cos, sin, mask);
+    engine->Release(unit);
+    return y;
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    auto* model = reinterpret_cast<LlamaModel*>(ctx->saved_data["model"].toInt());
+    auto* engine = reinterpret_cast<ParamEngine*>(ctx->saved_data["engine"].toInt());
+    const int unit = LayerUnit(static_cast<int>(ctx->saved_data["layer"].toInt()));
+    at::Tensor x = ctx->get_saved_variables()[0].detach().requires_grad_(true);
+    at::Tensor y;
+    {
+      at::AutoGradMode enable(true);
+      std::vector<at::Tensor> p = engine->Acquire(unit);
+      const at::Tensor mask = ctx->saved_data["mask"].isTensor() ? ctx->saved_data["mask"].toTensor() : at::Tensor();
+      y = model->DecoderLayer(p, x, ctx->saved_data["cos"].toTensor(), ctx->saved_data["sin"].toTensor(), mask);
+      engine->Release(unit);
+    }
+    torch::autograd::backward({y}, {grads[0]});
+    return {x.grad(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
 at::Tensor LlamaModel::Trunk(ParamEngine& engine, const at::Tensor& tokens) {
   const int64_t T = tokens.size(1);
   TORCH_CHECK(T <= config_.max_position_embeddings, "sequence length ", T,
@@ -180,6 +222,10 @@ at::Tensor LlamaModel::Trunk(ParamEngine& engine, const at::Tensor& tokens) {
   engine.Release(EmbedUnit());
   for (int64_t i = 0; i < config_.num_hidden_layers; ++i) {
     const int unit = LayerUnit(static_cast<int>(i));
+    if (checkpointing_ && at::GradMode::is_enabled()) {
+      x = CheckpointedLayer::apply(x, this, &engine, i, cos, sin, mask);
+      continue;
+    }
     std::vector<at::Tensor> p = engine.Acquire(unit);
     x = DecoderLayer(p, x, cos, sin, mask);
     engine.Release(unit);

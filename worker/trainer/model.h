@@ -63,10 +63,18 @@ class LlamaModel {
   // max_position_embeddings.
   at::Tensor LossSum(ParamEngine& engine, const ModelInput& input);
 
+  // Recompute each decoder layer's activations in backward instead of keeping them: the
+  // forward keeps only each layer's input; backward acquires the layer's parameters again,
+  // re-runs it with autograd and back-propagates through it (PyTorch's reentrant
+  // checkpoint). Same results, a fraction of the activation memory, one extra forward.
+  void set_activation_checkpointing(bool on) { checkpointing_ = on; }
+  bool activation_checkpointing() const { return checkpointing_; }
+
   // Final hidden states after the last norm, [B, T, h] (used by tests).
   at::Tensor Hidden(ParamEngine& engine, const at::Tensor& tokens);
 
  private:
+  friend class CheckpointedLayer;
   at::Tensor DecoderLayer(const std::vector<at::Tensor>& p, const at::Tensor& x,
                           const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& mask);
   at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight) const;
@@ -82,6 +90,7 @@ class LlamaModel {
   bool onednn_gemm_;
   at::Tensor cos_;  // [max_pos, head_dim] fp32
   at::Tensor sin_;  // [max_pos, head_dim] fp32
+  bool checkpointing_ = false;
 };
 
 }  // namespace llamafleet::trainer

@@ -14,6 +14,8 @@
 #include "engine.h"
 #include "hf_io.h"
 #include "model.h"
+#include "sharded_checkpoint.h"
+#include "sharded_engine.h"
 #include "nlohmann/json.hpp"
 #include "util.h"
 
@@ -101,8 +103,8 @@ absl::StatusOr<at::Device> ResolveDevice(const std::string& name, int local_rank
 absl::StatusOr<at::ScalarType> ResolveComputeDtype(const std::string& name) {
   if (name == "fp32") return at::kFloat;
   if (name == "bf16") return at::kBFloat16;
-  return absl::UnimplementedError(absl::StrCat(
-      "compute precision \"", name, "\" is not supported by the single-process trainer (fp32, bf16)"));
+  if (name == "fp16") return at::kHalf;
+  return absl::InvalidArgumentError(absl::StrCat("precision \"", name, "\" (fp32, bf16, fp16)"));
 }
 
 int64_t PeakRssBytes() {
@@ -193,29 +195,9 @@ EvalResult Evaluate(LlamaModel& model, ParamEngine& engine, const LoadedData& da
   return r;
 }
 
-std::vector<std::pair<int64_t, fs::path>> CompleteCheckpoints(const std::string& dir) {
-  std::vector<std::pair<int64_t, fs::path>> out;
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(dir, ec)) {
-    const std::string name = entry.path().filename().string();
-    int64_t step;
-    if (name.rfind("step-", 0) == 0 && absl::SimpleAtoi(name.substr(5), &step) &&
-        fs::exists(entry.path() / "trainer_state.json", ec)) {
-      out.emplace_back(step, entry.path());
-    }
-  }
-  std::sort(out.begin(), out.end());
-  return out;
-}
-
 }  // namespace
 
 absl::Status RunTraining(const TrainOptions& opt, const DistEnv& env) {
-  if (env.world_size > 1) {
-    return absl::UnimplementedError(absl::StrCat(
-        "WORLD_SIZE=", env.world_size, ": multi-rank training needs the sharding engine, which this "
-        "build does not have yet; run with a single process"));
-  }
   return CatchTorch("training", [&]() -> absl::Status {
     const bool rank0 = env.rank == 0;
     LF_ASSIGN_OR_RETURN(at::Device device, ResolveDevice(opt.device, env.local_rank));
@@ -261,24 +243,72 @@ absl::Status RunTraining(const TrainOptions& opt, const DistEnv& env) {
     if (opt.max_steps > 0) total_steps = std::min(total_steps, opt.max_steps);
     if (total_steps <= 0) return absl::InvalidArgumentError("nothing to train: zero steps");
 
-    // Parameters: from the checkpoint, or seeded init unit by unit.
-    std::vector<std::vector<at::Tensor>> params;
-    if (hf) {
-      LF_ASSIGN_OR_RETURN(params, hf->ReadAll(layout));
-    } else {
-      for (const UnitLayout& unit : layout) params.push_back(InitUnit(unit, opt.seed));
+    // Process groups, then the engine: each rank reads only its shard's slices (from the
+    // resumed checkpoint, the HF weights, or the seeded init).
+    RendezvousOptions ro;
+    ro.rank = env.rank;
+    ro.world_size = env.world_size;
+    ro.master_addr = env.master_addr;
+    ro.master_port = env.master_port;
+    ro.timeout = std::chrono::seconds(opt.collective_timeout_s);
+    ro.device = device;
+    LF_ASSIGN_OR_RETURN(std::unique_ptr<DistContext> dist, DistContext::Create(ro));
+    ShardingOptions sh;
+    LF_ASSIGN_OR_RETURN(sh.strategy, ParseShardingStrategy(opt.sharding));
+    sh.hybrid_group_size = opt.hybrid_group_size > 0 ? opt.hybrid_group_size : env.local_world_size;
+    sh.compute_dtype = compute_dtype;
+    LF_ASSIGN_OR_RETURN(sh.reduce_dtype, ResolveComputeDtype(opt.reduce_dtype));
+    sh.max_inflight_all_gathers = opt.max_inflight_all_gathers;
+    sh.adamw = AdamWOptions{opt.beta1, opt.beta2, opt.eps, opt.weight_decay};
+    sh.device = device;
+
+    std::string resume_dir = opt.resume;
+    if (resume_dir == "latest") {
+      if (opt.checkpoint_dir.empty()) {
+        return absl::InvalidArgumentError("checkpoint.resume: latest needs checkpoint.dir");
+      }
+      auto latest = LatestCheckpoint(opt.checkpoint_dir);
+      if (latest.ok()) {
+        resume_dir = *latest;
+      } else {
+        if (rank0) LogInfo(absl::StrCat("no complete checkpoint in ", opt.checkpoint_dir, ": starting fresh"));
+        resume_dir.clear();
+      }
     }
-    AdamWOptions adam{opt.beta1, opt.beta2, opt.eps, opt.weight_decay};
-    LocalEngine engine(layout, std::move(params), device, compute_dtype, adam);
-    LlamaModel model(config, device, compute_dtype);
+    std::unique_ptr<ShardedCheckpoint> resume;
+    if (!resume_dir.empty()) {
+      LF_ASSIGN_OR_RETURN(resume, ShardedCheckpoint::Open(resume_dir));
+      LF_RETURN_IF_ERROR(resume->CheckLayout(layout));
+    }
+    const ShardSource source = resume ? resume->ParamSource()
+                               : hf   ? HfShardSource(*hf, layout)
+                                      : SeededShardSource(layout, opt.seed);
+    LF_ASSIGN_OR_RETURN(std::unique_ptr<ShardedEngine> engine_owner,
+                        ShardedEngine::CreateWithContext(layout, sh, *dist, source));
+    ShardedEngine& engine = *engine_owner;
+    int64_t start_step = 0, tokens_seen = 0;
+    if (resume) {
+      LF_RETURN_IF_ERROR(resume->RestoreEngine(engine));
+      start_step = std::min(resume->step(), total_steps);
+      tokens_seen = resume->progress().tokens_seen;
+      if (rank0) {
+        LogInfo(absl::StrCat("resumed from ", resume_dir, " at step ", start_step, " (saved by ",
+                             resume->world_size(), " ranks, ", resume->manifest().value("strategy", "?"),
+                             ")"));
+      }
+    }
+    resume.reset();
     hf.reset();  // unmap the source files
+    LlamaModel model(config, device, compute_dtype);
+    model.set_activation_checkpointing(opt.activation_checkpointing);
 
     const int64_t flops_per_token =
         6 * config.NumNonEmbeddingParameters() +
         6 * config.num_hidden_layers * config.num_attention_heads * 2 * config.head_dim() * seq_len;
     // MFU needs the device's peak: --peak-tflops / LLAMAFLEET_PEAK_TFLOPS (the CUDA device-name
     // lookup for PeakTflopsForDevice comes with the GPU path); without one, "mfu" is null.
-    const double peak = opt.peak_tflops;
+    double peak = opt.peak_tflops;
+    if (peak <= 0 && device.is_cuda()) peak = PeakTflopsForDevice(DeviceName(device));
     if (rank0) {
       LogInfo(absl::StrCat("model: ", config.NumParameters(), " parameters, ", config.num_hidden_layers,
                            " layers, dim ", config.hidden_size, "; data: ", train.rows.size(),
@@ -295,37 +325,37 @@ absl::Status RunTraining(const TrainOptions& opt, const DistEnv& env) {
                        .dump());
     }
 
+    // Collective: every rank writes its shard; rank 0 the manifest, last.
     auto save_checkpoint = [&](int64_t step, double loss) -> absl::Status {
       if (opt.checkpoint_dir.empty()) return absl::OkStatus();
-      const std::string dir = (fs::path(opt.checkpoint_dir) / absl::StrCat("step-", step)).string();
-      ExportOptions eo;
-      eo.dtype = StDtype::kF32;
-      eo.max_shard_bytes = opt.max_shard_bytes;
-      eo.extra_files["trainer_state.json"] =
-          json{{"step", step}, {"epoch", step / spe}, {"loss", loss}, {"world_size", env.world_size},
-               {"seed", opt.seed}}
-              .dump(2);
-      LF_RETURN_IF_ERROR(ExportHfDir(
-          config, layout, [&](int u) -> absl::StatusOr<std::vector<at::Tensor>> { return engine.FullUnit(u); },
-          dir, eo));
-      if (opt.keep_last > 0) {
-        auto complete = CompleteCheckpoints(opt.checkpoint_dir);
-        for (size_t i = 0; i + opt.keep_last < complete.size(); ++i) {
-          std::error_code ec;
-          fs::remove_all(complete[i].second, ec);
-        }
-      }
+      TrainerProgress progress;
+      progress.step = step;
+      progress.epoch = step / spe;
+      progress.loss = loss;
+      progress.seed = opt.seed;
+      progress.tokens_seen = tokens_seen;
+      LF_ASSIGN_OR_RETURN(SavedCheckpoint saved, SaveShardedCheckpoint(engine, dist->world(), config,
+                                                                       opt.checkpoint_dir, progress,
+                                                                       opt.keep_last));
       if (rank0) {
-        EmitJsonLine(json{{"type", "event"}, {"event", "checkpoint_saved"}, {"step", step}, {"path", dir}}.dump());
+        EmitJsonLine(json{{"type", "event"},
+                          {"event", "checkpoint_saved"},
+                          {"path", saved.path},
+                          {"step", step},
+                          {"bytes", saved.bytes},
+                          {"manifest_sha256", saved.manifest_sha256},
+                          {"loss", loss}}
+                         .dump());
       }
       return absl::OkStatus();
     };
+    InstallPreemptionHandler();
 
     using Clock = std::chrono::steady_clock;
     auto interval_start = Clock::now();
-    int64_t interval_tokens = 0, interval_steps = 0, tokens_seen = 0;
+    int64_t interval_tokens = 0, interval_steps = 0;
     double interval_loss = 0, last_loss = 0;
-    for (int64_t step = 0; step < total_steps; ++step) {
+    for (int64_t step = start_step; step < total_steps; ++step) {
       const int64_t epoch = step / spe, in_epoch = step % spe;
       std::vector<ModelInput> micro;
       int64_t local_targets = 0, local_real = 0;
@@ -339,9 +369,11 @@ absl::Status RunTraining(const TrainOptions& opt, const DistEnv& env) {
       const double denom = std::max(1.0, global_targets);
       engine.ZeroGrad();
       double loss_sum = 0;
-      for (const ModelInput& in : micro) {
-        at::Tensor l = model.LossSum(engine, in);
-        (l / denom).backward();
+      for (size_t m = 0; m < micro.size(); ++m) {
+        // Only the last micro-step's backward reduces (where the strategy allows).
+        engine.SetGradientSync(m + 1 == micro.size());
+        at::Tensor l = model.LossSum(engine, micro[m]);
+        (l * (engine.loss_scale() / denom)).backward();
         loss_sum += l.item<double>();
       }
       LF_RETURN_IF_ERROR(engine.ReduceGradients());
@@ -374,7 +406,7 @@ absl::Status RunTraining(const TrainOptions& opt, const DistEnv& env) {
                      {"tokens", tokens_seen},
                      {"tokens_per_s", tps},
                      {"tflops", tflops},
-                     {"peak_mem_bytes", PeakRssBytes()}};
+                     {"peak_mem_bytes", device.is_cuda() ? PeakDeviceMemoryBytes(device) : PeakRssBytes()}};
         line["mfu"] = peak > 0 ? json(tflops / (peak * env.world_size)) : json(nullptr);
         EmitJsonLine(line.dump());
         LogInfo(absl::StrCat("step ", step + 1, "/", total_steps, " loss ", line["loss"].get<double>(),
@@ -383,8 +415,19 @@ absl::Status RunTraining(const TrainOptions& opt, const DistEnv& env) {
         interval_tokens = interval_steps = 0;
         interval_loss = 0;
       }
+      bool saved_now = false;
       if (opt.checkpoint_every > 0 && (step + 1) % opt.checkpoint_every == 0 && !last) {
         LF_RETURN_IF_ERROR(save_checkpoint(step + 1, loss));
+        saved_now = true;
+      }
+      // Preemption (SIGTERM on any rank): all ranks agree, checkpoint, and stop cleanly.
+      if (engine.AllReduceSum(PreemptionRequested() ? 1.0 : 0.0) > 0 && !last) {
+        if (!saved_now) LF_RETURN_IF_ERROR(save_checkpoint(step + 1, loss));
+        if (rank0) {
+          LogInfo(absl::StrCat("SIGTERM: stopped after step ", step + 1, " with a checkpoint"));
+          EmitJsonLine(json{{"type", "event"}, {"event", "preempted"}, {"step", step + 1}, {"loss", loss}}.dump());
+        }
+        return absl::OkStatus();
       }
     }
     if (eval) {
@@ -405,10 +448,15 @@ absl::Status RunTraining(const TrainOptions& opt, const DistEnv& env) {
                                 ? (fs::path(opt.model_path) / "tokenizer.model").string()
                                 : opt.tokenizer_path;
       }
-      LF_RETURN_IF_ERROR(ExportHfDir(
-          config, layout, [&](int u) -> absl::StatusOr<std::vector<at::Tensor>> { return engine.FullUnit(u); },
-          opt.export_dir, eo));
-      if (rank0) LogInfo(absl::StrCat("exported ", opt.export_dir));
+      // Gathering a unit is collective; only rank 0 writes.
+      if (rank0) {
+        LF_RETURN_IF_ERROR(ExportHfDir(
+            config, layout, [&](int u) -> absl::StatusOr<std::vector<at::Tensor>> { return engine.FullUnit(u); },
+            opt.export_dir, eo));
+        LogInfo(absl::StrCat("exported ", opt.export_dir));
+      } else {
+        for (size_t u = 0; u < layout.size(); ++u) engine.FullUnit(static_cast<int>(u));
+      }
     }
     if (rank0) {
       EmitJsonLine(json{{"type", "event"}, {"event", "finished"}, {"steps", total_steps},
@@ -449,6 +497,17 @@ absl::StatusOr<EvalResult> RunEval(const EvalOptions& opt) {
 absl::Status RunExport(const std::string& checkpoint_dir, const std::string& out_dir, StDtype dtype,
                        uint64_t max_shard_bytes) {
   return CatchTorch("export", [&]() -> absl::Status {
+    if (IsShardedCheckpoint(checkpoint_dir)) {
+      std::error_code same_ec;
+      if (fs::weakly_canonical(checkpoint_dir, same_ec) == fs::weakly_canonical(out_dir, same_ec)) {
+        return absl::InvalidArgumentError("--out must differ from --checkpoint");
+      }
+      // A sharded training checkpoint: consolidated one unit at a time.
+      ExportOptions eo;
+      eo.dtype = dtype;
+      eo.max_shard_bytes = max_shard_bytes;
+      return ExportShardedCheckpoint(checkpoint_dir, out_dir, eo);
+    }
     LF_ASSIGN_OR_RETURN(std::unique_ptr<HfModelDir> hf, HfModelDir::Open(checkpoint_dir));
     const std::vector<UnitLayout> layout = MakeLayout(hf->config());
     ExportOptions eo;

@@ -77,6 +77,14 @@ struct TrainOptions {
   uint64_t max_shard_bytes = 5120ull << 20;
   double peak_tflops = 0.0;     // MFU denominator; 0 = from the device table
   std::string device = "auto";  // auto | cpu | cuda
+  // Sharding (the JobSpec's fsdp block); see sharded_engine.h.
+  std::string sharding = "FULL_SHARD";  // FULL_SHARD | SHARD_GRAD_OP | HYBRID_SHARD | NO_SHARD
+  int hybrid_group_size = 0;            // HYBRID_SHARD: ranks per shard group (0 = LOCAL_WORLD_SIZE)
+  std::string reduce_dtype = "fp32";    // fp32 | bf16 | fp16: gradient collectives
+  int max_inflight_all_gathers = 2;     // units gathered ahead of use, at most
+  bool activation_checkpointing = false;  // recompute decoder layers in backward
+  std::string resume;                   // "" | "latest" (newest in checkpoint_dir) | a step-N dir
+  int collective_timeout_s = 120;       // a collective (or rendezvous) longer than this fails
 };
 
 // Runs training to completion. Metrics and events go to stdout as JSON lines (rank 0),
