@@ -10,9 +10,10 @@
 //   ClipGradNorm(max_norm);     // global norm over all ranks
 //   Step(lr);                   // AdamW on whatever the engine holds (full or shard)
 //
-// LocalEngine is the single-process case: full fp32 parameters, nothing to gather. The
-// sharded engine (FSDP-style, next issue) implements the same interface: Acquire
-// all-gathers a unit's flat shard, Release frees it, backward hooks reduce-scatter.
+// LocalEngine is the single-process case: full fp32 parameters, nothing to gather (eval and
+// tests use it). ShardedEngine (sharded_engine.h, FSDP-style; the training loop's engine)
+// implements the same interface: Acquire all-gathers a unit's flat shard, Release frees it,
+// backward hooks reduce-scatter.
 #pragma once
 
 #include <ATen/ATen.h>
