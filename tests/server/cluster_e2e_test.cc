@@ -97,7 +97,7 @@ class ClusterTest : public ::testing::Test {
   void StartCoordinator(const std::string& listen = "127.0.0.1:0") {
     auto p = Subprocess::Start({BinaryPath("llamafleet-coordinator"), "--listen", listen,
                                 "--data-dir", dir_.path() + "/coord", "--join-token", "secret",
-                                "--heartbeat-timeout", "2", "--cancel-grace", "2"},
+                                "--heartbeat-timeout", "3", "--cancel-grace", "2"},
                                {}, dir_.path() + "/coordinator.log");
     ASSERT_TRUE(p.ok());
     coordinator_ = std::move(*p);

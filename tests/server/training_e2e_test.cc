@@ -46,7 +46,7 @@ class TrainingTest : public ::testing::Test {
     }
     auto p = Subprocess::Start({BinaryPath("llamafleet-coordinator"), "--listen", "127.0.0.1:0",
                                 "--data-dir", dir_.path() + "/coord", "--join-token", "secret",
-                                "--heartbeat-timeout", "3", "--cancel-grace", "5"},
+                                "--heartbeat-timeout", "5", "--cancel-grace", "5"},
                                {}, dir_.path() + "/coordinator.log");
     ASSERT_TRUE(p.ok());
     coordinator_ = std::move(*p);
