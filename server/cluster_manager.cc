@@ -553,18 +553,9 @@ void ClusterManager::SchedulePass() {
     const int64_t deadline = spec.run_policy().active_deadline_seconds();
     if (deadline > 0 && j.first_start != absl::InfinitePast() &&
         now - j.first_start > absl::Seconds(deadline)) {
-      AttemptEnd end;  // no active attempt: fail the job directly
-      end.job_id = id;
-      end.attempt = j.job.attempts();
-      end.outcome = AttemptOutcome::kDeadline;
-      end.reason = absl::StrCat("active_deadline_seconds (", deadline, ") exceeded");
-      Write(
-          [id, reason = end.reason](Txn& txn) -> absl::Status {
-            absl::StatusOr<std::optional<v1::Job>> job = txn.LoadJob(id);
-            if (!job.ok() || !job->has_value() || (*job)->state() != v1::QUEUED) return absl::OkStatus();
-            return txn.Transition(&**job, "failed", v1::FAILED, reason);
-          },
-          [](absl::Status) {});
+      // No active attempt to end: the job fails straight from the queue.
+      Write(FailQueuedJobTxn(id, absl::StrCat("active_deadline_seconds (", deadline, ") exceeded")),
+            [](absl::Status) {});
       continue;
     }
     if (j.eligible > now) {

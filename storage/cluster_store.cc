@@ -203,6 +203,15 @@ TxnFunction EndAttemptTxn(AttemptEnd end) {
   };
 }
 
+TxnFunction FailQueuedJobTxn(int64_t job_id, std::string reason) {
+  return [job_id, reason = std::move(reason)](Txn& txn) -> absl::Status {
+    absl::StatusOr<v1::Job> job = RequireJob(txn, job_id);
+    if (!job.ok() || job->state() != v1::QUEUED) return absl::OkStatus();
+    if (absl::Status s = MarkFinished(txn, job_id); !s.ok()) return s;
+    return txn.Transition(&*job, "failed", v1::FAILED, reason);
+  };
+}
+
 TxnFunction BeginPreemptionTxn(int64_t job_id, std::string reason) {
   return [job_id, reason = std::move(reason)](Txn& txn) -> absl::Status {
     absl::StatusOr<v1::Job> job = RequireJob(txn, job_id);

@@ -69,6 +69,9 @@ TxnFunction AttemptRunningTxn(int64_t job_id, int attempt);
 TxnFunction SetTaskStateTxn(const std::string& task_id, const v1::TaskStatus& status);
 // Closes the attempt and moves the job as `end.outcome` says (see AttemptOutcome).
 TxnFunction EndAttemptTxn(AttemptEnd end);
+// Job QUEUED → FAILED (e.g. its active deadline passed between attempts); a job no
+// longer QUEUED is left as it is.
+TxnFunction FailQueuedJobTxn(int64_t job_id, std::string reason);
 // Job RUNNING/SCHEDULED → PREEMPTING.
 TxnFunction BeginPreemptionTxn(int64_t job_id, std::string reason);
 // Records a complete checkpoint (idempotent per job and step).
