@@ -129,6 +129,7 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinato
   cluster.cancel_grace = options.cancel_grace;
   cluster.checkpoint_root = options.data_dir + "/checkpoints";
   cluster.clock = options.clock;
+  for (const auto& [queue, quota] : options.queue_gpu_quotas) cluster.queues[queue].gpu_quota = quota;
   absl::StatusOr<std::unique_ptr<ClusterManager>> manager =
       ClusterManager::Start(c->store_.get(), cluster);
   if (!manager.ok()) return manager.status();

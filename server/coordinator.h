@@ -1,6 +1,7 @@
 #ifndef LLAMAFLEET_SERVER_COORDINATOR_H_
 #define LLAMAFLEET_SERVER_COORDINATOR_H_
 
+#include <map>
 #include <memory>
 #include <string>
 
@@ -43,6 +44,19 @@ struct CoordinatorOptions {
   absl::Duration cancel_grace = absl::Seconds(15);
   // Largest log file per job, attempt and rank.
   int64_t max_log_file_bytes = 64 << 20;
+  // HTTP/JSON API, portal and /metrics (Boost.Beast), HOST:PORT; port 0 picks a free
+  // port (see Coordinator::http_address()). Empty: no HTTP server.
+  std::string http_listen;
+  // Largest HTTP request body accepted, in bytes (413 beyond it).
+  int64_t max_http_body_bytes = 4 << 20;
+  // PEM certificate chain and private key: when both are set, gRPC and HTTP serve TLS only.
+  std::string tls_cert_file;
+  std::string tls_key_file;
+  // Bearer-token authentication and role checks. false only with --insecure-no-auth:
+  // every caller is then an admin named by x-llamafleet-user (or "anonymous").
+  bool auth_enabled = true;
+  // GPU quotas per queue (scheduler::QueueConfig); queues not named are unlimited.
+  std::map<std::string, int64_t> queue_gpu_quotas;
   // Not owned.
   Clock* clock = Clock::Real();
 };
@@ -63,6 +77,8 @@ class Coordinator {
   JobStore* store() { return store_.get(); }
   ClusterManager* cluster() { return cluster_.get(); }
   const std::string& join_token() const { return join_token_; }
+  // "HOST:PORT" of the HTTP server actually bound ("" without one).
+  const std::string& http_address() const { return http_address_; }
 
   // Graceful stop: refuse new calls, end watch streams, let in-flight calls finish
   // (at most `grace`), commit pending writes, close the database. Idempotent.
@@ -78,6 +94,7 @@ class Coordinator {
   std::string address_;
   int port_ = 0;
   std::string join_token_;
+  std::string http_address_;
   std::unique_ptr<JobStore> store_;
   std::unique_ptr<LogStore> logs_;
   std::unique_ptr<ClusterManager> cluster_;

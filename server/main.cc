@@ -50,6 +50,14 @@ int main(int argc, char** argv) {
                  "seconds without a heartbeat before a worker is lost");
   app.add_option("--cancel-grace", cancel_grace_s,
                  "seconds between SIGTERM and SIGKILL when a job is cancelled or its gang fails");
+  app.add_option("--http-listen", options.http_listen,
+                 "HTTP/JSON API, web portal and /metrics on HOST:PORT (port 0 = any free port)");
+  app.add_option("--tls-cert", options.tls_cert_file, "PEM certificate chain: serve gRPC and HTTP over TLS")
+      ->check(CLI::ExistingFile);
+  app.add_option("--tls-key", options.tls_key_file, "PEM private key for --tls-cert")->check(CLI::ExistingFile);
+  bool insecure_no_auth = false;
+  app.add_flag("--insecure-no-auth", insecure_no_auth,
+               "turn off token authentication: every caller is an admin (local demos only)");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}));
   CLI11_PARSE(app, argc, argv);
@@ -65,8 +73,8 @@ int main(int argc, char** argv) {
     if (!config.IsNull() && !config.IsMap()) {
       return Fail(absl::StrCat("config ", config_file, ": expected a mapping"));
     }
-    const std::set<std::string> known = {"listen", "data_dir", "synchronous", "group_commit",
-                                         "log_level"};
+    const std::set<std::string> known = {"listen",    "data_dir",    "synchronous", "group_commit",
+                                         "log_level", "http_listen", "queues"};
     try {
       for (const auto& kv : config) {
         const std::string key = kv.first.as<std::string>();
@@ -85,12 +93,36 @@ int main(int argc, char** argv) {
           no_group_commit = !kv.second.as<bool>();
         }
         if (key == "log_level" && app.count("--log-level") == 0) log_level = kv.second.as<std::string>();
+        if (key == "http_listen" && app.count("--http-listen") == 0) {
+          options.http_listen = kv.second.as<std::string>();
+        }
+        if (key == "queues") {
+          // queues: {NAME: {gpu_quota: N}, ...}
+          if (!kv.second.IsMap()) return Fail(absl::StrCat("config ", config_file, ": queues must be a mapping"));
+          for (const auto& q : kv.second) {
+            const std::string name = q.first.as<std::string>();
+            if (!q.second.IsMap() || !q.second["gpu_quota"] || q.second.size() != 1) {
+              return Fail(absl::StrCat("config ", config_file, ": queues.", name,
+                                       " must be a mapping with gpu_quota"));
+            }
+            const int64_t quota = q.second["gpu_quota"].as<int64_t>();
+            if (quota < 0) {
+              return Fail(absl::StrCat("config ", config_file, ": queues.", name,
+                                       ".gpu_quota must be >= 0"));
+            }
+            options.queue_gpu_quotas[name] = quota;
+          }
+        }
       }
     } catch (const YAML::Exception& e) {
       return Fail(absl::StrCat("config ", config_file, ": ", e.what()));
     }
   }
   options.synchronous_full = synchronous == "full";
+  options.auth_enabled = !insecure_no_auth;
+  if (options.tls_cert_file.empty() != options.tls_key_file.empty()) {
+    return Fail("--tls-cert and --tls-key go together");
+  }
   options.heartbeat_timeout = absl::Seconds(heartbeat_timeout_s);
   options.cancel_grace = absl::Seconds(cancel_grace_s);
   if (!join_token_file.empty()) {
@@ -115,9 +147,18 @@ int main(int argc, char** argv) {
       llamafleet::Coordinator::Start(options);
   if (!coordinator.ok()) return Fail(std::string(coordinator.status().message()));
   std::printf("listening on %s\n", (*coordinator)->address().c_str());
+  if (!(*coordinator)->http_address().empty()) {
+    std::printf("http listening on %s\n", (*coordinator)->http_address().c_str());
+  }
   std::fflush(stdout);
   spdlog::info("data dir {}, synchronous={}, group commit {}", options.data_dir, synchronous,
                options.group_commit ? "on" : "off");
+  if (!options.auth_enabled) {
+    spdlog::warn("*****************************************************************");
+    spdlog::warn("AUTHENTICATION IS OFF (--insecure-no-auth): anyone who can reach");
+    spdlog::warn("{} can submit and cancel any job as an admin.", (*coordinator)->address());
+    spdlog::warn("*****************************************************************");
+  }
 
   int signal_number = 0;
   sigwait(&stop_signals, &signal_number);
