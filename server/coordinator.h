@@ -20,6 +20,7 @@ class JobServiceImpl;
 class WorkerServiceImpl;
 class ClusterManager;
 class LogStore;
+class Authenticator;
 
 struct CoordinatorOptions {
   // gRPC listen address, HOST:PORT; port 0 picks a free port (see Coordinator::address()).
@@ -96,6 +97,7 @@ class Coordinator {
   std::string join_token_;
   std::string http_address_;
   std::unique_ptr<JobStore> store_;
+  std::unique_ptr<Authenticator> auth_;
   std::unique_ptr<LogStore> logs_;
   std::unique_ptr<ClusterManager> cluster_;
   std::unique_ptr<JobServiceImpl> job_service_;
