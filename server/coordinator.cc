@@ -155,6 +155,7 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinato
   c->job_service_ = std::make_unique<JobServiceImpl>(c->store_.get(), c->auth_.get());
   c->job_service_->set_pending_source(c->cluster_.get());
   c->job_service_->set_log_store(c->logs_.get());
+  c->job_service_->set_queue_quotas(options.queue_gpu_quotas);
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <deque>
+#include <map>
 #include <set>
 
 #include "absl/strings/ascii.h"
@@ -11,7 +12,9 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "clients/jobspec/jobspec.h"
+#include "google/protobuf/util/time_util.h"
 #include "storage/cluster_store.h"
+#include "storage/sqlite.h"
 #include <grpcpp/alarm.h>
 #include "spdlog/spdlog.h"
 
@@ -681,6 +684,63 @@ grpc::ServerWriteReactor<v1::WatchJobResponse>* JobServiceImpl::WatchJob(
   }
   reactor->Start();
   return reactor;
+}
+
+grpc::ServerUnaryReactor* JobServiceImpl::ListQueues(grpc::CallbackServerContext* context,
+                                                     const v1::ListQueuesRequest* /*request*/,
+                                                     v1::ListQueuesResponse* response) {
+  if (absl::StatusOr<Principal> caller = auth_->Check(*context, Operation::kRead); !caller.ok()) {
+    return FinishNow(context, caller.status());
+  }
+  std::map<std::string, v1::Queue> queues;
+  for (const auto& [name, quota] : queue_quotas_) {
+    queues[name].set_name(name);
+    queues[name].set_gpu_quota(quota);
+  }
+  // Depth and oldest submission per queue in one grouped scan of the state index; the
+  // jobs holding workers are few (bounded by the cluster), so their GPUs are summed from
+  // their specs: nodes x gpus_per_node, as the scheduler allocates them.
+  absl::Status read = store_->Read([&](sqlite::Connection& conn) -> absl::Status {
+    absl::StatusOr<sqlite::Statement> q = conn.Prepare(absl::StrCat(
+        "SELECT queue, state, count(*), min(create_time_us) FROM jobs WHERE state IN (",
+        static_cast<int>(v1::QUEUED), ",", static_cast<int>(v1::SCHEDULED), ",",
+        static_cast<int>(v1::RUNNING), ",", static_cast<int>(v1::RESTARTING), ",",
+        static_cast<int>(v1::PREEMPTING), ") GROUP BY queue, state"));
+    if (!q.ok()) return q.status();
+    while (true) {
+      absl::StatusOr<bool> row = q->Step();
+      if (!row.ok()) return row.status();
+      if (!*row) break;
+      v1::Queue& queue = queues[q->ColumnText(0)];
+      queue.set_name(q->ColumnText(0));
+      const auto state = static_cast<v1::JobState>(q->ColumnInt(1));
+      if (state == v1::QUEUED) {
+        queue.set_queued(q->ColumnInt(2));
+        *queue.mutable_oldest_queued_time() =
+            google::protobuf::util::TimeUtil::MicrosecondsToTimestamp(q->ColumnInt(3));
+      } else {
+        queue.set_running(queue.running() + q->ColumnInt(2));
+      }
+    }
+    absl::StatusOr<sqlite::Statement> held = conn.Prepare(absl::StrCat(
+        "SELECT queue, spec FROM jobs WHERE state IN (", static_cast<int>(v1::SCHEDULED), ",",
+        static_cast<int>(v1::RUNNING), ",", static_cast<int>(v1::PREEMPTING), ")"));
+    if (!held.ok()) return held.status();
+    while (true) {
+      absl::StatusOr<bool> row = held->Step();
+      if (!row.ok()) return row.status();
+      if (!*row) break;
+      v1::JobSpec spec;
+      if (!spec.ParseFromString(held->ColumnText(1))) continue;
+      v1::Queue& queue = queues[held->ColumnText(0)];
+      queue.set_gpus_allocated(queue.gpus_allocated() +
+                               int64_t{spec.resources().nodes()} * spec.resources().gpus_per_node());
+    }
+    return absl::OkStatus();
+  });
+  if (!read.ok()) return FinishNow(context, read);
+  for (auto& [name, queue] : queues) *response->add_queues() = std::move(queue);
+  return FinishNow(context, grpc::Status::OK);
 }
 
 grpc::ServerUnaryReactor* JobServiceImpl::WhoAmI(grpc::CallbackServerContext* context,

@@ -1,6 +1,7 @@
 #ifndef LLAMAFLEET_SERVER_JOB_SERVICE_H_
 #define LLAMAFLEET_SERVER_JOB_SERVICE_H_
 
+#include <map>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -31,6 +32,8 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
   // trainers' logs.
   void set_pending_source(const PendingInfoSource* source) { pending_source_ = source; }
   void set_log_store(LogStore* logs) { logs_ = logs; }
+  // GPU quotas per queue, shown by ListQueues.
+  void set_queue_quotas(std::map<std::string, int64_t> quotas) { queue_quotas_ = std::move(quotas); }
 
   // Ends every open WatchJob stream with UNAVAILABLE; new watches are refused. Called
   // at shutdown, before the server waits for in-flight calls.
@@ -64,6 +67,9 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
                                           v1::GetJobMetricsResponse* response) override;
   grpc::ServerWriteReactor<v1::LogChunk>* StreamJobLogs(
       grpc::CallbackServerContext* context, const v1::StreamJobLogsRequest* request) override;
+  grpc::ServerUnaryReactor* ListQueues(grpc::CallbackServerContext* context,
+                                       const v1::ListQueuesRequest* request,
+                                       v1::ListQueuesResponse* response) override;
   grpc::ServerUnaryReactor* WhoAmI(grpc::CallbackServerContext* context,
                                    const v1::WhoAmIRequest* request,
                                    v1::WhoAmIResponse* response) override;
@@ -86,6 +92,7 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
   const Authenticator* const auth_;
   const PendingInfoSource* pending_source_ = nullptr;
   LogStore* logs_ = nullptr;
+  std::map<std::string, int64_t> queue_quotas_;
 
   std::mutex watches_mu_;
   bool watches_stopped_ ABSL_GUARDED_BY(watches_mu_) = false;
