@@ -77,7 +77,13 @@ absl::Status WorkerAgent::Run() {
 }
 
 absl::Status WorkerAgent::RunSession() {
-  auto channel = grpc::CreateChannel(options_.coordinator, grpc::InsecureChannelCredentials());
+  std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
+  if (!options_.tls_ca_pem.empty()) {
+    grpc::SslCredentialsOptions ssl;
+    ssl.pem_root_certs = options_.tls_ca_pem;
+    credentials = grpc::SslCredentials(ssl);
+  }
+  auto channel = grpc::CreateChannel(options_.coordinator, credentials);
   auto stub = v1::WorkerService::NewStub(channel);
   grpc::ClientContext context;
   {

@@ -26,6 +26,7 @@ namespace llamafleet::worker {
 struct AgentOptions {
   std::string coordinator;              // HOST:PORT
   std::string join_token;
+  std::string tls_ca_pem;               // CA of the coordinator's TLS certificate; "" = plaintext
   std::string data_dir;                 // task dirs live in data_dir/tasks/
   std::string name;                     // default: host name
   std::string address;                  // what peers dial for MASTER_ADDR; default: host name

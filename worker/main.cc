@@ -54,6 +54,8 @@ int main(int argc, char** argv) {
   app.add_option("--trainer", trainer, "llamafleet-train executable");
   app.add_option("--heartbeat-interval", heartbeat_s, "seconds between heartbeats");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error");
+  std::string tls_ca;
+  app.add_option("--tls-ca", tls_ca, "PEM CA certificate of a coordinator serving TLS");
   CLI11_PARSE(app, argc, argv);
 
   spdlog::set_default_logger(spdlog::stderr_color_mt("worker"));
@@ -63,6 +65,14 @@ int main(int argc, char** argv) {
     if (!std::getline(in, options.join_token)) {
       std::cerr << "llamafleet-worker: cannot read join token from " << token_file << "\n";
       return 1;
+    }
+  }
+  if (!tls_ca.empty()) {
+    std::ifstream in(tls_ca, std::ios::binary);
+    options.tls_ca_pem.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    if (options.tls_ca_pem.find("-----BEGIN CERTIFICATE-----") == std::string::npos) {
+      std::cerr << "llamafleet-worker: --tls-ca " << tls_ca << ": no PEM certificate in it\n";
+      return 2;
     }
   }
   if (options.join_token.empty()) {

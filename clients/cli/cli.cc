@@ -92,6 +92,7 @@ struct GlobalFlags {
   std::string output = "table";
   std::string user;
   std::string token;
+  std::string tls_ca;
   std::string timeout = "30s";
 };
 
@@ -142,6 +143,7 @@ absl::StatusOr<Context> MakeContext(const GlobalFlags& flags, bool watch_timeout
   ctx.client_options.address = flags.coordinator;
   ctx.client_options.user = flags.user;
   ctx.client_options.token = flags.token;
+  ctx.client_options.tls_ca_file = flags.tls_ca;
   ctx.client_options.timeout = *timeout;
   // A watch runs until the job ends; only an explicit --timeout bounds it.
   if (watch_timeout_set) ctx.watch_timeout = *timeout;
@@ -943,7 +945,11 @@ int RunCli(int argc, char** argv, std::istream& in, std::ostream& out, std::ostr
       ->capture_default_str();
   app.add_option("-o,--output", global.output, "output format: table, wide, json, yaml")
       ->capture_default_str();
-  app.add_option("--user", global.user, "caller identity sent to the coordinator")->envname("USER");
+  app.add_option("--user", global.user,
+                 "caller name, used only by a coordinator running with --insecure-no-auth")
+      ->envname("USER");
+  app.add_option("--tls-ca", global.tls_ca, "PEM CA certificate: talk TLS to the coordinator")
+      ->envname("LLAMAFLEET_TLS_CA");
   app.add_option("--token", global.token, "bearer token for the coordinator")
       ->envname("LLAMAFLEET_TOKEN");
   CLI::Option* timeout_option =

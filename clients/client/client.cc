@@ -1,5 +1,7 @@
 #include "clients/client/client.h"
 
+#include <fstream>
+
 #include <utility>
 
 #include "absl/strings/ascii.h"
@@ -49,8 +51,23 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Create(const ClientOptions& opti
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 200);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 200);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
+  std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
+  if (!options.tls_ca_file.empty()) {
+    std::ifstream in(options.tls_ca_file, std::ios::binary);
+    std::string pem((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (!in.good() && !in.eof()) {
+      return absl::InvalidArgumentError(absl::StrCat("--tls-ca ", options.tls_ca_file, ": cannot read"));
+    }
+    if (pem.find("-----BEGIN CERTIFICATE-----") == std::string::npos) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--tls-ca ", options.tls_ca_file, ": no PEM certificate in it"));
+    }
+    grpc::SslCredentialsOptions ssl;
+    ssl.pem_root_certs = pem;
+    credentials = grpc::SslCredentials(ssl);
+  }
   std::shared_ptr<grpc::Channel> channel =
-      grpc::CreateCustomChannel(options.address, grpc::InsecureChannelCredentials(), args);
+      grpc::CreateCustomChannel(options.address, credentials, args);
   return std::unique_ptr<Client>(new Client(options, std::move(channel)));
 }
 

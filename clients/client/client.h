@@ -29,10 +29,14 @@ namespace llamafleet {
 struct ClientOptions {
   // Coordinator address, HOST:PORT.
   std::string address = "127.0.0.1:7070";
-  // Sent as x-llamafleet-user metadata when non-empty (until tokens replace it).
+  // Sent as x-llamafleet-user metadata when non-empty; names the caller only on a
+  // coordinator running with --insecure-no-auth (tokens name callers otherwise).
   std::string user;
   // Sent as "authorization: Bearer <token>" when non-empty.
   std::string token;
+  // PEM file of the CA that signed the coordinator's certificate: the channel uses TLS
+  // (the coordinator was started with --tls-cert/--tls-key). Empty: plaintext.
+  std::string tls_ca_file;
   // Deadline of each unary call. Watches take their own deadline.
   absl::Duration timeout = absl::Seconds(30);
 };

@@ -12,6 +12,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "clients/jobspec/jobspec.h"
 #include "llamafleet/v1/job.grpc.pb.h"
 #include "llamafleet/v1/worker.grpc.pb.h"
@@ -353,6 +354,67 @@ TEST(TokenCommandTest, CreateListRevokeWithTheRealBinary) {
   EXPECT_EQ(r->exit_code, 0) << r->err;
   r = testing::RunCommand({bin, "token", "list", "--data-dir", dir.path()});
   EXPECT_NE(r->out.find("revoked"), std::string::npos) << r->out;
+}
+
+// TLS with the real binaries: a self-signed certificate made at test time; the CLI and a
+// worker trust it with --tls-ca; a plaintext client cannot talk to a TLS coordinator.
+TEST(TlsTest, CoordinatorCliAndWorkerOverTls) {
+  TempDir dir;
+  const std::string cert = dir.path() + "/cert.pem", key = dir.path() + "/key.pem";
+  absl::StatusOr<testing::CommandResult> r = testing::RunCommand(
+      {"/usr/bin/openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", cert,
+       "-subj", "/CN=localhost", "-days", "1", "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost"});
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->exit_code, 0) << r->err;
+  const std::string bin_dir = testing::BinaryPath("");
+  r = testing::RunCommand({bin_dir + "llamafleet-coordinator", "token", "create", "--data-dir",
+                           dir.path() + "/coord", "--user", "ann", "--role", "user"});
+  ASSERT_TRUE(r.ok() && r->exit_code == 0);
+  const std::string token(absl::StripAsciiWhitespace(r->out));
+  auto coordinator = testing::Subprocess::Start(
+      {bin_dir + "llamafleet-coordinator", "--listen", "127.0.0.1:0", "--data-dir",
+       dir.path() + "/coord", "--join-token", "secret", "--tls-cert", cert, "--tls-key", key,
+       "--log-level", "warn"});
+  ASSERT_TRUE(coordinator.ok());
+  absl::StatusOr<std::string> address = (*coordinator)->WaitForListening();
+  ASSERT_TRUE(address.ok()) << address.status();
+  auto worker = testing::Subprocess::Start(
+      {bin_dir + "llamafleet-worker", "--coordinator", *address, "--tls-ca", cert, "--join-token",
+       "secret", "--data-dir", dir.path() + "/w", "--cpu-ranks", "1", "--name", "tls-worker"});
+  ASSERT_TRUE(worker.ok());
+  const std::vector<std::string> cli = {bin_dir + "llamafleet", "--coordinator", *address,
+                                        "--token", token, "--timeout", "5s"};
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> argv = cli;
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    return testing::RunCommand(argv);
+  };
+  // The worker registers over TLS.
+  bool ready = false;
+  for (int i = 0; i < 100 && !ready; ++i) {
+    r = with({"--tls-ca", cert, "workers"});
+    ready = r.ok() && r->exit_code == 0 && r->out.find("tls-worker") != std::string::npos &&
+            r->out.find("READY") != std::string::npos;
+    if (!ready) absl::SleepFor(absl::Milliseconds(100));
+  }
+  EXPECT_TRUE(ready) << (r.ok() ? r->out + r->err : r.status().ToString());
+  r = with({"--tls-ca", cert, "get", "jobs"});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->exit_code, 0) << r->err;
+  r = with({"get", "jobs"});  // plaintext to a TLS port
+  ASSERT_TRUE(r.ok());
+  EXPECT_NE(r->exit_code, 0);
+  EXPECT_NE(r->err.find("cannot reach coordinator"), std::string::npos) << r->err;
+  r = with({"--tls-ca", dir.path() + "/missing.pem", "get", "jobs"});
+  ASSERT_TRUE(r.ok());
+  EXPECT_NE(r->exit_code, 0);
+  EXPECT_NE(r->err.find("--tls-ca"), std::string::npos) << r->err;
+  // A key that does not exist: one clear start-up error naming the flag.
+  r = testing::RunCommand({bin_dir + "llamafleet-coordinator", "--listen", "127.0.0.1:0",
+                           "--data-dir", dir.path() + "/c2", "--tls-cert", cert, "--tls-key",
+                           cert});
+  ASSERT_TRUE(r.ok());
+  EXPECT_NE(r->exit_code, 0);
 }
 
 }  // namespace
