@@ -253,6 +253,83 @@ TEST_F(JobServiceTest, ListPagesNewestFirstWithFilters) {
             grpc::StatusCode::INVALID_ARGUMENT);
 }
 
+TEST_F(JobServiceTest, ListSearchesByNameSortsAndCountsAcrossPages) {
+  // Names chosen so that name order, priority order and id order all differ.
+  const std::vector<std::pair<std::string, int>> jobs = {
+      {"llama-b", 5}, {"Llama-a", -3}, {"mistral", 9}, {"llama-c", 0}, {"gemma", 5}};
+  for (const auto& [name, priority] : jobs) {
+    v1::JobSpec spec = ValidSpec(name);
+    spec.set_priority(priority);
+    Submit(spec);
+  }
+  auto list_all = [&](v1::ListJobsRequest req, int64_t* total) {
+    std::vector<std::string> names;
+    req.set_page_size(2);
+    while (true) {
+      v1::ListJobsResponse resp;
+      grpc::Status s = stub_->ListJobs(Context().get(), req, &resp);
+      EXPECT_TRUE(s.ok()) << s.error_message();
+      if (!s.ok()) break;
+      *total = resp.total_size();
+      for (const v1::Job& j : resp.jobs()) names.push_back(j.spec().name());
+      if (resp.next_page_token().empty()) break;
+      req.set_page_token(resp.next_page_token());
+    }
+    return names;
+  };
+  int64_t total = 0;
+  v1::ListJobsRequest req;
+  req.set_name_contains("LLAMA");  // case-insensitive
+  EXPECT_EQ(list_all(req, &total), (std::vector<std::string>{"llama-c", "Llama-a", "llama-b"}));
+  EXPECT_EQ(total, 3);
+  req.set_order_by("name");
+  EXPECT_EQ(list_all(req, &total), (std::vector<std::string>{"Llama-a", "llama-b", "llama-c"}));
+  req.Clear();
+  req.set_order_by("-priority");  // ties: newest first
+  EXPECT_EQ(list_all(req, &total),
+            (std::vector<std::string>{"mistral", "gemma", "llama-b", "llama-c", "Llama-a"}));
+  EXPECT_EQ(total, 5);
+  req.set_order_by("create_time");
+  EXPECT_EQ(list_all(req, &total),
+            (std::vector<std::string>{"llama-b", "Llama-a", "mistral", "llama-c", "gemma"}));
+
+  // A token from one order is refused by another; unknown orders are named.
+  v1::ListJobsRequest first;
+  first.set_order_by("name");
+  first.set_page_size(2);
+  v1::ListJobsResponse resp;
+  ASSERT_TRUE(stub_->ListJobs(Context().get(), first, &resp).ok());
+  v1::ListJobsRequest other;
+  other.set_order_by("-name");
+  other.set_page_token(resp.next_page_token());
+  grpc::Status s = stub_->ListJobs(Context().get(), other, &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("order_by"), std::string::npos) << s.error_message();
+  other.Clear();
+  other.set_order_by("size");
+  s = stub_->ListJobs(Context().get(), other, &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("order_by must be one of"), std::string::npos);
+}
+
+TEST_F(JobServiceTest, ListQueuesShowsDepthRunningAndQuota) {
+  for (int i = 0; i < 3; ++i) {
+    v1::JobSpec spec = ValidSpec(absl::StrCat("q", i));
+    spec.set_queue(i == 0 ? "research" : "default");
+    Submit(spec);
+  }
+  v1::ListQueuesResponse resp;
+  grpc::Status s = stub_->ListQueues(Context().get(), v1::ListQueuesRequest(), &resp);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  ASSERT_EQ(resp.queues_size(), 2);
+  EXPECT_EQ(resp.queues(0).name(), "default");
+  EXPECT_EQ(resp.queues(0).queued(), 2);
+  EXPECT_EQ(resp.queues(0).running(), 0);
+  EXPECT_TRUE(resp.queues(0).has_oldest_queued_time());
+  EXPECT_EQ(resp.queues(1).name(), "research");
+  EXPECT_EQ(resp.queues(1).queued(), 1);
+}
+
 TEST_F(JobServiceTest, CancelIsIdempotentAndTerminalJobsStayAsTheyWere) {
   v1::Job job = Submit(ValidSpec());
   v1::CancelJobResponse resp;
