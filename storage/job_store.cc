@@ -944,6 +944,21 @@ absl::StatusOr<JobCounts> JobStore::CountJobs() {
   return counts;
 }
 
+absl::StatusOr<std::map<std::string, JobCounts>> JobStore::CountJobsByQueue() {
+  ReaderLease reader = AcquireReader();
+  absl::StatusOr<sqlite::Statement> s =
+      reader->Prepare("SELECT queue, state, COUNT(*) FROM jobs GROUP BY queue, state");
+  if (!s.ok()) return s.status();
+  std::map<std::string, JobCounts> counts;
+  while (true) {
+    absl::StatusOr<bool> row = s->Step();
+    if (!row.ok()) return row.status();
+    if (!*row) break;
+    counts[s->ColumnText(0)].by_state[static_cast<v1::JobState>(s->ColumnInt(1))] = s->ColumnInt(2);
+  }
+  return counts;
+}
+
 int64_t JobStore::Subscribe(EventListener listener) {
   std::lock_guard<std::mutex> lock(listeners_mu_);
   int64_t handle = next_listener_++;
