@@ -9,6 +9,7 @@
 #include "llamafleet/v1/job.grpc.pb.h"
 #include "server/cluster_manager.h"
 #include "server/log_store.h"
+#include "server/metrics.h"
 #include "storage/job_store.h"
 
 namespace llamafleet {
@@ -29,6 +30,8 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
   // trainers' logs.
   void set_pending_source(const PendingInfoSource* source) { pending_source_ = source; }
   void set_log_store(LogStore* logs) { logs_ = logs; }
+  // Where submissions are counted (not owned; must outlive the service). Null: nowhere.
+  void set_metrics(CoordinatorMetrics* metrics) { metrics_ = metrics; }
 
   // Ends every open WatchJob stream with UNAVAILABLE; new watches are refused. Called
   // at shutdown, before the server waits for in-flight calls.
@@ -81,6 +84,7 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
   JobStore* const store_;
   const PendingInfoSource* pending_source_ = nullptr;
   LogStore* logs_ = nullptr;
+  CoordinatorMetrics* metrics_ = nullptr;
 
   std::mutex watches_mu_;
   bool watches_stopped_ ABSL_GUARDED_BY(watches_mu_) = false;
