@@ -2,6 +2,7 @@
 
 #include <openssl/crypto.h>
 
+#include <chrono>
 #include <filesystem>
 #include <future>
 
@@ -10,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "google/protobuf/util/time_util.h"
+#include "server/metrics.h"
 #include "spdlog/spdlog.h"
 
 namespace llamafleet {
@@ -534,6 +536,7 @@ void ClusterManager::Tick() {
 }
 
 void ClusterManager::SchedulePass() {
+  const auto pass_start = std::chrono::steady_clock::now();
   const absl::Time now = options_.clock->Now();
   schedule_wanted_ = false;
   last_pass_ = now;
@@ -691,16 +694,24 @@ void ClusterManager::SchedulePass() {
     pending_.swap(pending_info);
   }
   PublishWorkers();
+  if (options_.metrics != nullptr) {
+    options_.metrics->RecordSchedulingPass(
+        absl::FromChrono(std::chrono::steady_clock::now() - pass_start));
+  }
 }
 
 void ClusterManager::PublishWorkers() {
   std::vector<v1::WorkerInfo> infos;
   std::map<std::string, int> allocated;
   std::map<std::string, std::vector<std::string>> tasks;
+  ClusterUsage usage;
   for (const auto& [job_id, a] : attempts_) {
+    QueueUsage& q = usage.queues[a.spec.queue()];
+    if (!a.ended) ++q.running_jobs;
     for (const TaskRecord& t : a.record.tasks) {
       allocated[t.worker] += t.ranks;
       tasks[t.worker].push_back(t.task_id);
+      q.gpus_allocated += t.ranks;
     }
   }
   for (const auto& [name, w] : workers_) {
@@ -713,15 +724,26 @@ void ClusterManager::PublishWorkers() {
     for (const std::string& t : tasks[name]) info.add_running_task_ids(t);
     info.set_gpus_allocated(allocated[name]);
     for (const v1::GpuSample& g : w.gpus) *info.add_gpus() = g;
+    ++usage.workers[info.state()];
+    if (!w.lost) {
+      usage.gpus_total += WorkerSlots(w.inventory);
+      usage.gpus_allocated += allocated[name];
+    }
     infos.push_back(std::move(info));
   }
   std::lock_guard<std::mutex> lock(published_mu_);
   worker_infos_.swap(infos);
+  usage_ = std::move(usage);
 }
 
 std::vector<v1::WorkerInfo> ClusterManager::Workers() const {
   std::lock_guard<std::mutex> lock(published_mu_);
   return worker_infos_;
+}
+
+ClusterUsage ClusterManager::Usage() const {
+  std::lock_guard<std::mutex> lock(published_mu_);
+  return usage_;
 }
 
 bool ClusterManager::PendingInfoFor(int64_t job_id, v1::PendingInfo* info) const {

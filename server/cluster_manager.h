@@ -30,6 +30,8 @@
 
 namespace llamafleet {
 
+class CoordinatorMetrics;
+
 // The coordinator's end of one worker session. Thread-safe; after Detach() it drops
 // everything.
 class WorkerLink {
@@ -66,6 +68,23 @@ struct ClusterOptions {
   // First TCP port handed out as MASTER_PORT (a range of 1000).
   int master_port_base = 29500;
   Clock* clock = Clock::Real();
+  // Where scheduling passes are recorded (not owned; must outlive the manager). Null: none.
+  CoordinatorMetrics* metrics = nullptr;
+};
+
+// What the cluster holds, as of the last scheduling pass (or worker coming or going).
+struct QueueUsage {
+  // Jobs with an attempt not yet ended (scheduled, running, preempting).
+  int running_jobs = 0;
+  // GPUs (CPU ranks on CPU workers) held by the queue's attempts, including ended ones
+  // whose tasks are still stopping.
+  int64_t gpus_allocated = 0;
+};
+struct ClusterUsage {
+  std::map<std::string, QueueUsage> queues;  // only queues that hold something
+  std::map<v1::WorkerState, int> workers;    // workers by state
+  int64_t gpus_total = 0;      // on workers not lost: GPUs, or CPU ranks on CPU-only workers
+  int64_t gpus_allocated = 0;  // of those, held by attempts
 };
 
 // Where QUEUED jobs stand, from the last scheduling pass (thread-safe).
@@ -95,6 +114,8 @@ class ClusterManager : public PendingInfoSource {
 
   // Snapshot for ListWorkers (any thread).
   std::vector<v1::WorkerInfo> Workers() const;
+  // Snapshot for ListQueues and metrics (any thread).
+  ClusterUsage Usage() const;
   bool PendingInfoFor(int64_t job_id, v1::PendingInfo* info) const override;
 
   // Blocks until the loop has processed everything posted so far (tests).
@@ -174,6 +195,7 @@ class ClusterManager : public PendingInfoSource {
   mutable std::mutex published_mu_;
   std::map<int64_t, v1::PendingInfo> pending_ ABSL_GUARDED_BY(published_mu_);
   std::vector<v1::WorkerInfo> worker_infos_ ABSL_GUARDED_BY(published_mu_);
+  ClusterUsage usage_ ABSL_GUARDED_BY(published_mu_);
 };
 
 // How a failed task's exits are classified (exposed for tests): a bad spec or bad data is

@@ -21,6 +21,7 @@
 #include "server/cluster_manager.h"
 #include "server/job_service.h"
 #include "server/log_store.h"
+#include "server/metrics.h"
 #include "server/worker_service.h"
 #include "spdlog/spdlog.h"
 #include "storage/job_store.h"
@@ -135,6 +136,11 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinato
     spdlog::info("workers join with --join-token-file {}/join-token", options.data_dir);
   }
   c->logs_ = std::make_unique<LogStore>(options.data_dir + "/logs", options.max_log_file_bytes);
+  CoordinatorMetricsOptions metrics_options;
+  metrics_options.database_path = store_options.path;
+  metrics_options.queue_gpu_quotas = options.queue_gpu_quotas;
+  metrics_options.start_time = options.clock->Now();
+  c->metrics_ = std::make_unique<CoordinatorMetrics>(std::move(metrics_options));
   ClusterOptions cluster;
   cluster.join_token = c->join_token_;
   cluster.heartbeat_timeout = options.heartbeat_timeout;
@@ -142,6 +148,7 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinato
   cluster.cancel_grace = options.cancel_grace;
   cluster.checkpoint_root = options.data_dir + "/checkpoints";
   cluster.clock = options.clock;
+  cluster.metrics = c->metrics_.get();
   for (const auto& [queue, quota] : options.queue_gpu_quotas) cluster.queues[queue].gpu_quota = quota;
   absl::StatusOr<std::unique_ptr<ClusterManager>> manager =
       ClusterManager::Start(c->store_.get(), cluster);
@@ -156,6 +163,8 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinato
   c->job_service_->set_pending_source(c->cluster_.get());
   c->job_service_->set_log_store(c->logs_.get());
   c->job_service_->set_queue_quotas(options.queue_gpu_quotas);
+  c->job_service_->set_metrics(c->metrics_.get());
+  c->metrics_->Attach(c->store_.get(), c->cluster_.get());
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
@@ -204,12 +213,15 @@ void Coordinator::Shutdown(absl::Duration grace) {
         absl::ToDoubleMilliseconds(stats.apply_time) / stats.transactions,
         absl::ToDoubleMilliseconds(stats.commit_time) / stats.transactions);
   }
+  metrics_->Detach();  // scrapes stop reading the cluster and the store
   cluster_.reset();  // the loop stops; tasks keep running on the workers
   store_.reset();  // commits what was accepted, checkpoints the WAL, closes
   spdlog::info("database closed");
 }
 
 void Coordinator::Wait() { server_->Wait(); }
+
+std::string Coordinator::MetricsText() { return metrics_ != nullptr ? metrics_->Render() : ""; }
 
 Coordinator::~Coordinator() {
   if (server_ != nullptr) Shutdown();

@@ -21,6 +21,7 @@ class WorkerServiceImpl;
 class ClusterManager;
 class LogStore;
 class Authenticator;
+class CoordinatorMetrics;
 
 struct CoordinatorOptions {
   // gRPC listen address, HOST:PORT; port 0 picks a free port (see Coordinator::address()).
@@ -80,6 +81,9 @@ class Coordinator {
   const std::string& join_token() const { return join_token_; }
   // "HOST:PORT" of the HTTP server actually bound ("" without one).
   const std::string& http_address() const { return http_address_; }
+  // One Prometheus scrape (text format 0.0.4; CoordinatorMetrics::kContentType), for
+  // GET /metrics. Thread-safe; after Shutdown only the process's own counters.
+  std::string MetricsText();
 
   // Graceful stop: refuse new calls, end watch streams, let in-flight calls finish
   // (at most `grace`), commit pending writes, close the database. Idempotent.
@@ -96,6 +100,8 @@ class Coordinator {
   int port_ = 0;
   std::string join_token_;
   std::string http_address_;
+  // Declared before what records into it, so it is destroyed after them.
+  std::unique_ptr<CoordinatorMetrics> metrics_;
   std::unique_ptr<JobStore> store_;
   std::unique_ptr<Authenticator> auth_;
   std::unique_ptr<LogStore> logs_;

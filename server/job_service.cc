@@ -1,6 +1,7 @@
 #include "server/job_service.h"
 
 #include <algorithm>
+#include <chrono>
 #include <deque>
 #include <map>
 #include <set>
@@ -27,6 +28,7 @@ constexpr int kDefaultEventLimit = 1000;
 constexpr int kMaxEventLimit = 10000;
 constexpr size_t kMaxReasonLength = 1024;
 constexpr char kPageTokenPrefix[] = "lf1:";
+using SubmitResult = CoordinatorMetrics::SubmitResult;
 
 // Page tokens: "lf1:<id>" continues an id-ordered listing after that id (keyset, stable
 // under inserts); "lf2:<order_by>:<offset>" continues any other order.
@@ -111,6 +113,7 @@ grpc::ServerUnaryReactor* JobServiceImpl::Submit(
                                   "jobs has ", requests.size(), " entries; at most ",
                                   kMaxBatchSize, " per call")));
   }
+  const auto received = std::chrono::steady_clock::now();  // for the submit latency
   // Validate everything first: a batch is stored whole or not at all.
   std::vector<SubmitJobInput> inputs;
   inputs.reserve(requests.size());
@@ -134,10 +137,12 @@ grpc::ServerUnaryReactor* JobServiceImpl::Submit(
     inputs.push_back(std::move(in));
   }
   if (!errors.empty()) {
+    if (metrics_ != nullptr) metrics_->RecordSubmissions(SubmitResult::kInvalid, inputs.size());
     return FinishNow(context, WithFieldViolations(
                                   absl::InvalidArgumentError(absl::StrJoin(errors, "; ")), violations));
   }
   if (dry_run) {
+    if (metrics_ != nullptr) metrics_->RecordSubmissions(SubmitResult::kDryRun, inputs.size());
     std::vector<v1::SubmitJobResponse> responses(inputs.size());
     for (size_t i = 0; i < inputs.size(); ++i) {
       v1::Job* job = responses[i].mutable_job();
@@ -150,11 +155,18 @@ grpc::ServerUnaryReactor* JobServiceImpl::Submit(
     return FinishNow(context, grpc::Status::OK);
   }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  store_->SubmitJobs(std::move(inputs), [reactor, respond = std::move(respond)](
+  const int64_t jobs = static_cast<int64_t>(inputs.size());
+  store_->SubmitJobs(std::move(inputs), [reactor, respond = std::move(respond), metrics = metrics_,
+                                         received, jobs](
                                             absl::StatusOr<std::vector<SubmitJobResult>> result) {
     if (!result.ok()) {
+      if (metrics != nullptr) metrics->RecordSubmissions(SubmitResult::kError, jobs);
       reactor->Finish(ToGrpcStatus(result.status()));
       return;
+    }
+    if (metrics != nullptr) {
+      metrics->RecordSubmitted(*result,
+                               absl::FromChrono(std::chrono::steady_clock::now() - received));
     }
     std::vector<v1::SubmitJobResponse> responses(result->size());
     for (size_t i = 0; i < result->size(); ++i) {

@@ -11,6 +11,7 @@
 #include "server/auth.h"
 #include "server/cluster_manager.h"
 #include "server/log_store.h"
+#include "server/metrics.h"
 #include "storage/job_store.h"
 
 namespace llamafleet {
@@ -34,6 +35,8 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
   void set_log_store(LogStore* logs) { logs_ = logs; }
   // GPU quotas per queue, shown by ListQueues.
   void set_queue_quotas(std::map<std::string, int64_t> quotas) { queue_quotas_ = std::move(quotas); }
+  // Where submissions are counted (not owned; must outlive the service). Null: nowhere.
+  void set_metrics(CoordinatorMetrics* metrics) { metrics_ = metrics; }
 
   // Ends every open WatchJob stream with UNAVAILABLE; new watches are refused. Called
   // at shutdown, before the server waits for in-flight calls.
@@ -93,6 +96,7 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
   const PendingInfoSource* pending_source_ = nullptr;
   LogStore* logs_ = nullptr;
   std::map<std::string, int64_t> queue_quotas_;
+  CoordinatorMetrics* metrics_ = nullptr;
 
   std::mutex watches_mu_;
   bool watches_stopped_ ABSL_GUARDED_BY(watches_mu_) = false;

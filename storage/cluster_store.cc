@@ -457,6 +457,24 @@ absl::StatusOr<std::vector<WorkerRecord>> ListWorkerRecords(JobStore& store) {
   return out;
 }
 
+absl::StatusOr<std::map<std::string, int64_t>> CountAttemptFailures(JobStore& store) {
+  std::map<std::string, int64_t> out;
+  absl::Status s = store.Read([&](sqlite::Connection& conn) {
+    // "> ''" rather than "!= ''": a range, so an index on failure_class skips successes.
+    return Query(
+        conn,
+        "SELECT failure_class, COUNT(*) FROM attempts WHERE failure_class > '' "
+        "GROUP BY failure_class",
+        [](sqlite::Statement&) {},
+        [&](sqlite::Statement& row) {
+          out[row.ColumnText(0)] = row.ColumnInt(1);
+          return absl::OkStatus();
+        });
+  });
+  if (!s.ok()) return s;
+  return out;
+}
+
 absl::StatusOr<std::vector<int64_t>> ExpiredJobs(JobStore& store, absl::Time now) {
   std::vector<int64_t> out;
   absl::Status s = store.Read([&](sqlite::Connection& conn) {

@@ -6,6 +6,7 @@
 // is group-committed with everything else and its job events are written in the same
 // transaction as the state change they describe.
 
+#include <map>
 #include <optional>
 #include <set>
 #include <string>
@@ -111,6 +112,10 @@ struct WorkerRecord {
   absl::Time last_seen;
 };
 absl::StatusOr<std::vector<WorkerRecord>> ListWorkerRecords(JobStore& store);
+// Attempts that ended with a failure class ("retryable", "node_fault", "permanent",
+// "deadline", "preempted"), counted per class. Jobs deleted by ttl_after_finished take
+// their attempts with them.
+absl::StatusOr<std::map<std::string, int64_t>> CountAttemptFailures(JobStore& store);
 // Finished jobs whose ttl_after_finished has passed at `now`.
 absl::StatusOr<std::vector<int64_t>> ExpiredJobs(JobStore& store, absl::Time now);
 TxnFunction DeleteJobTxn(int64_t job_id);

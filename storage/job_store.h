@@ -175,6 +175,9 @@ class JobStore {
   absl::StatusOr<std::vector<v1::JobEvent>> GetEvents(int64_t job_id, int64_t after_seq,
                                                       int limit);
   absl::StatusOr<JobCounts> CountJobs();
+  // Jobs per queue and state, in one GROUP BY query (for metrics). Queues without jobs
+  // are absent.
+  absl::StatusOr<std::map<std::string, JobCounts>> CountJobsByQueue();
 
   // --- Committed events, in commit order, delivered on the writer thread right after
   // the commit that made them durable. Listeners must not block or call back into

@@ -10,7 +10,7 @@ packages=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libssl-dev
   libsqlite3-dev libspdlog-dev libfmt-dev libyaml-cpp-dev libcli11-dev
   # tests
-  libgtest-dev libgmock-dev
+  libgtest-dev libgmock-dev prometheus
   # trainer (LibTorch 1.13 CPU, Gloo for c10d, SentencePiece) and its Python reference
   libtorch-dev libgloo-dev libsentencepiece-dev sentencepiece nlohmann-json3-dev
   python3-torch python3-sentencepiece python3-numpy

@@ -1,0 +1,676 @@
+#include "server/metrics.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <set>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "llamafleet/v1/job.pb.h"
+#include "llamafleet/v1/worker.pb.h"
+#include "server/cluster_manager.h"
+#include "spdlog/spdlog.h"
+#include "storage/cluster_store.h"
+#include "storage/job_store.h"
+
+#ifndef LLAMAFLEET_VERSION
+#define LLAMAFLEET_VERSION "dev"
+#endif
+
+namespace llamafleet {
+namespace metrics {
+namespace {
+
+// An invariant broken by the code itself (not by input): stop loudly.
+[[noreturn]] void Invariant(const std::string& what) {
+  spdlog::critical("metrics: {}", what);
+  std::abort();
+}
+
+// Adds `amount` to an atomic double (C++17 has no fetch_add for floating point).
+void AtomicAdd(std::atomic<double>& target, double amount) {
+  double current = target.load(std::memory_order_relaxed);
+  while (!target.compare_exchange_weak(current, current + amount, std::memory_order_relaxed)) {
+  }
+}
+
+const char* TypeName(MetricType type) {
+  switch (type) {
+    case MetricType::kCounter:
+      return "counter";
+    case MetricType::kGauge:
+      return "gauge";
+    case MetricType::kHistogram:
+      return "histogram";
+  }
+  return "untyped";
+}
+
+// Length of the valid UTF-8 sequence at s[i], or 0 if it is not one.
+size_t Utf8SequenceLength(absl::string_view s, size_t i) {
+  const auto byte = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
+  const unsigned char c = byte(i);
+  if (c < 0x80) return 1;
+  size_t n;
+  uint32_t cp;
+  if ((c & 0xE0) == 0xC0) {
+    n = 2;
+    cp = c & 0x1F;
+  } else if ((c & 0xF0) == 0xE0) {
+    n = 3;
+    cp = c & 0x0F;
+  } else if ((c & 0xF8) == 0xF0) {
+    n = 4;
+    cp = c & 0x07;
+  } else {
+    return 0;
+  }
+  if (i + n > s.size()) return 0;
+  for (size_t k = 1; k < n; ++k) {
+    if ((byte(i + k) & 0xC0) != 0x80) return 0;
+    cp = (cp << 6) | (byte(i + k) & 0x3F);
+  }
+  // Overlong forms, surrogates and values past U+10FFFF are not valid UTF-8.
+  static constexpr uint32_t kMin[] = {0, 0, 0x80, 0x800, 0x10000};
+  if (cp < kMin[n] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
+  return n;
+}
+
+std::string RenderLabels(const Labels& labels) {
+  if (labels.empty()) return "";
+  std::string out = "{";
+  for (size_t i = 0; i < labels.size(); ++i) {
+    absl::StrAppend(&out, i ? "," : "", labels[i].first, "=\"", EscapeLabelValue(labels[i].second),
+                    "\"");
+  }
+  out += "}";
+  return out;
+}
+
+Labels Zip(const std::vector<std::string>& names, const std::vector<std::string>& values) {
+  Labels labels;
+  for (size_t i = 0; i < names.size(); ++i) labels.emplace_back(names[i], values[i]);
+  return labels;
+}
+
+}  // namespace
+
+bool IsValidMetricName(absl::string_view name) {
+  if (name.empty()) return false;
+  for (size_t i = 0; i < name.size(); ++i) {
+    const char c = name[i];
+    const bool ok =
+        absl::ascii_isalpha(c) || c == '_' || c == ':' || (i > 0 && absl::ascii_isdigit(c));
+    if (!ok) return false;
+  }
+  return true;
+}
+
+bool IsValidLabelName(absl::string_view name) {
+  if (name.empty() || absl::StartsWith(name, "__")) return false;
+  for (size_t i = 0; i < name.size(); ++i) {
+    const char c = name[i];
+    const bool ok = absl::ascii_isalpha(c) || c == '_' || (i > 0 && absl::ascii_isdigit(c));
+    if (!ok) return false;
+  }
+  return true;
+}
+
+std::string EscapeLabelValue(absl::string_view value) {
+  std::string out;
+  out.reserve(value.size());
+  for (size_t i = 0; i < value.size();) {
+    const size_t n = Utf8SequenceLength(value, i);
+    if (n == 0) {
+      // Label values come from outside (worker names, GPU models); Prometheus rejects a
+      // scrape with invalid UTF-8, so a bad byte becomes U+FFFD.
+      out += "\xEF\xBF\xBD";
+      ++i;
+      continue;
+    }
+    if (n == 1) {
+      switch (value[i]) {
+        case '\\':
+          out += "\\\\";
+          break;
+        case '"':
+          out += "\\\"";
+          break;
+        case '\n':
+          out += "\\n";
+          break;
+        default:
+          out += value[i];
+      }
+    } else {
+      out.append(value.data() + i, n);
+    }
+    i += n;
+  }
+  return out;
+}
+
+std::string EscapeHelp(absl::string_view help) {
+  std::string out;
+  for (char c : help) {
+    if (c == '\\') {
+      out += "\\\\";
+    } else if (c == '\n') {
+      out += "\\n";
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+std::string FormatValue(double value) {
+  if (std::isnan(value)) return "NaN";
+  if (std::isinf(value)) return value > 0 ? "+Inf" : "-Inf";
+  const double magnitude = std::fabs(value);
+  if (value == std::trunc(value) && magnitude < 9007199254740992.0) {  // 2^53: exact integers
+    return absl::StrCat(static_cast<int64_t>(value));
+  }
+  // Shortest round-trip digits; plain decimals where that reads naturally (le="0.0005",
+  // not "5e-04"), exponents for the very small and the very large.
+  char buf[400];
+  const std::chars_format format = magnitude >= 1e-4 && magnitude < 1e21
+                                       ? std::chars_format::fixed
+                                       : std::chars_format::scientific;
+  const std::to_chars_result r = std::to_chars(buf, buf + sizeof(buf), value, format);
+  return std::string(buf, r.ptr);
+}
+
+void Counter::Increment(double amount) {
+  if (!(amount >= 0)) return;  // negative or NaN
+  AtomicAdd(value_, amount);
+}
+
+Histogram::Histogram(std::vector<double> upper_bounds)
+    : upper_bounds_(std::move(upper_bounds)),
+      buckets_(new std::atomic<uint64_t>[upper_bounds_.size() + 1]) {
+  for (size_t i = 0; i < upper_bounds_.size(); ++i) {
+    if (!std::isfinite(upper_bounds_[i]) || (i > 0 && upper_bounds_[i] <= upper_bounds_[i - 1])) {
+      Invariant("histogram bucket bounds must be finite and strictly increasing");
+    }
+  }
+  for (size_t i = 0; i <= upper_bounds_.size(); ++i) buckets_[i].store(0);
+}
+
+void Histogram::Observe(double value) {
+  if (std::isnan(value)) return;
+  // Bucket i counts values in (bound[i-1], bound[i]]; past the last bound: +Inf.
+  const size_t i =
+      std::lower_bound(upper_bounds_.begin(), upper_bounds_.end(), value) - upper_bounds_.begin();
+  buckets_[i].fetch_add(1, std::memory_order_relaxed);
+  AtomicAdd(sum_, value);
+}
+
+Histogram::Snapshot Histogram::Snap() const {
+  Snapshot s;
+  s.upper_bounds = upper_bounds_;
+  s.cumulative.resize(upper_bounds_.size() + 1);
+  uint64_t total = 0;
+  for (size_t i = 0; i <= upper_bounds_.size(); ++i) {
+    total += buckets_[i].load(std::memory_order_relaxed);
+    s.cumulative[i] = total;
+  }
+  s.count = total;  // == the +Inf bucket, by construction
+  s.sum = sum_.load(std::memory_order_relaxed);
+  return s;
+}
+
+std::vector<double> ExponentialBuckets(double base, double factor, int count) {
+  std::vector<double> out;
+  double v = base;
+  for (int i = 0; i < count; ++i, v *= factor) out.push_back(v);
+  return out;
+}
+
+// ---------------------------------------------------------------------------
+// Exposition
+// ---------------------------------------------------------------------------
+
+Exposition::Family* Exposition::Find(absl::string_view name) {
+  auto it = index_.find(name);
+  return it == index_.end() ? nullptr : &families_[it->second];
+}
+
+void Exposition::Declare(absl::string_view name, absl::string_view help, MetricType type) {
+  if (Family* f = Find(name)) {
+    if (f->type != type) {
+      spdlog::error("metrics: {} declared as {} and as {}", std::string(name), TypeName(f->type),
+                    TypeName(type));
+      ++dropped_;
+    }
+    return;
+  }
+  Family f;
+  f.name = std::string(name);
+  f.help = std::string(help);
+  f.type = type;
+  f.refused = !IsValidMetricName(name);
+  if (f.refused) spdlog::error("metrics: invalid metric name '{}'", std::string(name));
+  index_.emplace(f.name, families_.size());
+  families_.push_back(std::move(f));
+}
+
+void Exposition::AddLine(Family& family, absl::string_view sample_name, const Labels& labels,
+                         absl::string_view value) {
+  if (family.refused) {
+    ++dropped_;
+    return;
+  }
+  std::set<absl::string_view> names;
+  for (const auto& [name, v] : labels) {
+    if (!IsValidLabelName(name) || !names.insert(name).second) {
+      spdlog::error("metrics: {}: invalid or repeated label name '{}'", std::string(sample_name),
+                    std::string(name));
+      ++dropped_;
+      return;
+    }
+  }
+  // The same series is the same set of labels, whatever their order.
+  Labels sorted = labels;
+  std::sort(sorted.begin(), sorted.end());
+  std::string key = absl::StrCat(sample_name, RenderLabels(sorted));
+  if (!series_.emplace(std::move(key), true).second) {
+    ++dropped_;
+    return;
+  }
+  absl::StrAppend(&family.samples, sample_name, RenderLabels(labels), " ", value, "\n");
+}
+
+void Exposition::Add(absl::string_view name, const Labels& labels, double value) {
+  Family* f = Find(name);
+  if (f == nullptr || f->type == MetricType::kHistogram) {
+    spdlog::error("metrics: sample of undeclared (or histogram) family {}", std::string(name));
+    ++dropped_;
+    return;
+  }
+  AddLine(*f, name, labels, FormatValue(value));
+}
+
+void Exposition::AddHistogram(absl::string_view name, const Labels& labels,
+                              const Histogram::Snapshot& snapshot) {
+  Family* f = Find(name);
+  if (f == nullptr || f->type != MetricType::kHistogram) {
+    spdlog::error("metrics: histogram samples for undeclared (or other) family {}",
+                  std::string(name));
+    ++dropped_;
+    return;
+  }
+  for (const auto& [label, v] : labels) {
+    if (label == "le") {  // reserved for the bucket bound
+      ++dropped_;
+      return;
+    }
+  }
+  const std::string bucket = absl::StrCat(name, "_bucket");
+  for (size_t i = 0; i < snapshot.cumulative.size(); ++i) {
+    Labels with_le = labels;
+    with_le.emplace_back("le", i < snapshot.upper_bounds.size()
+                                   ? FormatValue(snapshot.upper_bounds[i])
+                                   : std::string("+Inf"));
+    AddLine(*f, bucket, with_le, absl::StrCat(snapshot.cumulative[i]));
+  }
+  AddLine(*f, absl::StrCat(name, "_sum"), labels, FormatValue(snapshot.sum));
+  AddLine(*f, absl::StrCat(name, "_count"), labels, absl::StrCat(snapshot.count));
+}
+
+std::string Exposition::Text() const {
+  std::string out;
+  for (const Family& f : families_) {
+    if (f.refused || f.samples.empty()) continue;
+    absl::StrAppend(&out, "# HELP ", f.name, " ", EscapeHelp(f.help), "\n# TYPE ", f.name, " ",
+                    TypeName(f.type), "\n", f.samples);
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------------------
+// Families
+// ---------------------------------------------------------------------------
+
+CounterFamily::CounterFamily(std::string name, std::string help,
+                             std::vector<std::string> label_names)
+    : name_(std::move(name)), help_(std::move(help)), label_names_(std::move(label_names)) {}
+
+Counter& CounterFamily::WithLabels(const std::vector<std::string>& values) {
+  if (values.size() != label_names_.size()) {
+    Invariant(absl::StrCat(name_, ": ", values.size(), " label values for ", label_names_.size(),
+                           " labels"));
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_ptr<Counter>& c = children_[values];
+  if (c == nullptr) c = std::make_unique<Counter>();
+  return *c;
+}
+
+void CounterFamily::Collect(Exposition* out) const {
+  out->Declare(name_, help_, MetricType::kCounter);
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& [values, counter] : children_) {
+    out->Add(name_, Zip(label_names_, values), counter->Value());
+  }
+}
+
+HistogramFamily::HistogramFamily(std::string name, std::string help,
+                                 std::vector<std::string> label_names,
+                                 std::vector<double> upper_bounds)
+    : name_(std::move(name)),
+      help_(std::move(help)),
+      label_names_(std::move(label_names)),
+      upper_bounds_(std::move(upper_bounds)) {}
+
+Histogram& HistogramFamily::WithLabels(const std::vector<std::string>& values) {
+  if (values.size() != label_names_.size()) {
+    Invariant(absl::StrCat(name_, ": ", values.size(), " label values for ", label_names_.size(),
+                           " labels"));
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_ptr<Histogram>& h = children_[values];
+  if (h == nullptr) h = std::make_unique<Histogram>(upper_bounds_);
+  return *h;
+}
+
+void HistogramFamily::Collect(Exposition* out) const {
+  out->Declare(name_, help_, MetricType::kHistogram);
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& [values, histogram] : children_) {
+    out->AddHistogram(name_, Zip(label_names_, values), histogram->Snap());
+  }
+}
+
+}  // namespace metrics
+
+// ---------------------------------------------------------------------------
+// CoordinatorMetrics
+// ---------------------------------------------------------------------------
+
+namespace {
+
+using metrics::Exposition;
+using metrics::Labels;
+using metrics::MetricType;
+
+constexpr const char* kSubmitResults[] = {"created", "duplicate", "invalid", "dry_run", "error"};
+
+// Failure classes written by EndAttemptTxn (storage/cluster_store.cc): always reported,
+// so a class that never happened is a 0, not a missing series.
+constexpr const char* kFailureClasses[] = {"retryable", "node_fault", "permanent", "deadline",
+                                           "preempted"};
+
+// Submit latency is dominated by the commit's fsync: 0.5 ms .. 10 s.
+const std::vector<double> kSubmitLatencyBuckets = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+                                                   0.1,    0.25,  0.5,    1,     2.5,  5,     10};
+// A scheduling pass reads the queue and runs the scheduler: 100 µs .. 10 s.
+const std::vector<double> kPassBuckets = {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005,
+                                          0.01,   0.025,   0.05,   0.1,   0.25,   0.5,
+                                          1,      2.5,     5,      10};
+
+const char* WorkerStateLabel(v1::WorkerState state) {
+  switch (state) {
+    case v1::WORKER_READY:
+      return "ready";
+    case v1::WORKER_LOST:
+      return "lost";
+    case v1::WORKER_DRAINING:
+      return "draining";
+    default:
+      return nullptr;
+  }
+}
+
+int64_t FileSize(const std::string& path) {
+  std::error_code ec;
+  const uintmax_t size = std::filesystem::file_size(path, ec);
+  return ec ? 0 : static_cast<int64_t>(size);
+}
+
+// The per-GPU series, named and labelled as NVIDIA's dcgm-exporter names them (its
+// default counters), so dashboards written for it work on these.
+struct DcgmField {
+  const char* name;
+  const char* help;
+  double (*value)(const v1::GpuSample&);
+};
+const DcgmField kDcgmFields[] = {
+    {"DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %).",
+     [](const v1::GpuSample& g) { return g.gpu_util(); }},
+    {"DCGM_FI_DEV_MEM_COPY_UTIL", "Memory utilization (in %).",
+     [](const v1::GpuSample& g) { return g.mem_copy_util(); }},
+    {"DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB).",
+     [](const v1::GpuSample& g) {
+       return static_cast<double>(g.memory_used_bytes() / (int64_t{1} << 20));
+     }},
+    {"DCGM_FI_DEV_GPU_TEMP", "GPU temperature (in C).",
+     [](const v1::GpuSample& g) { return g.temperature_c(); }},
+    {"DCGM_FI_DEV_POWER_USAGE", "Power draw (in W).",
+     [](const v1::GpuSample& g) { return g.power_w(); }},
+    {"DCGM_FI_DEV_SM_CLOCK", "SM clock frequency (in MHz).",
+     [](const v1::GpuSample& g) { return g.sm_clock_mhz(); }},
+    {"DCGM_FI_DEV_XID_ERRORS", "Value of the last XID error encountered.",
+     [](const v1::GpuSample& g) { return static_cast<double>(g.xid_errors()); }},
+};
+
+}  // namespace
+
+CoordinatorMetrics::CoordinatorMetrics(CoordinatorMetricsOptions options)
+    : options_(std::move(options)),
+      submissions_("llamafleet_job_submissions_total",
+                   "Jobs submitted, by how they were answered: created, duplicate (an "
+                   "idempotency key matched an existing job), invalid (refused by validation), "
+                   "dry_run, error (the store could not commit).",
+                   {"result"}),
+      submit_latency_("llamafleet_submit_latency_seconds",
+                      "Submit requests that were stored, from receipt to the durable "
+                      "acknowledgement (after the commit's fsync).",
+                      {}, kSubmitLatencyBuckets),
+      pass_duration_("llamafleet_scheduling_pass_duration_seconds",
+                     "Duration of the coordinator's scheduling passes (reading the queue, "
+                     "placing gangs, publishing the results).",
+                     {}, kPassBuckets),
+      passes_("llamafleet_scheduling_passes_total", "Scheduling passes run.", {}) {
+  for (int i = 0; i < 5; ++i)
+    submissions_by_result_[i] = &submissions_.WithLabels({kSubmitResults[i]});
+  submit_latency_all_ = &submit_latency_.WithLabels({});
+  pass_duration_all_ = &pass_duration_.WithLabels({});
+  passes_all_ = &passes_.WithLabels({});
+}
+
+CoordinatorMetrics::~CoordinatorMetrics() = default;
+
+void CoordinatorMetrics::Attach(JobStore* store, const ClusterManager* cluster) {
+  std::lock_guard<std::mutex> lock(scrape_mu_);
+  store_ = store;
+  cluster_ = cluster;
+}
+
+void CoordinatorMetrics::Detach() { Attach(nullptr, nullptr); }
+
+void CoordinatorMetrics::RecordSubmissions(SubmitResult result, int64_t jobs) {
+  submissions_by_result_[static_cast<int>(result)]->Increment(static_cast<double>(jobs));
+}
+
+void CoordinatorMetrics::RecordSubmitted(const std::vector<SubmitJobResult>& results,
+                                         absl::Duration latency) {
+  int64_t created = 0;
+  for (const SubmitJobResult& r : results) created += r.created ? 1 : 0;
+  if (created > 0) RecordSubmissions(SubmitResult::kCreated, created);
+  if (created < static_cast<int64_t>(results.size())) {
+    RecordSubmissions(SubmitResult::kDuplicate, static_cast<int64_t>(results.size()) - created);
+  }
+  submit_latency_all_->Observe(absl::ToDoubleSeconds(latency));
+}
+
+void CoordinatorMetrics::RecordSchedulingPass(absl::Duration duration) {
+  pass_duration_all_->Observe(absl::ToDoubleSeconds(duration));
+  passes_all_->Increment();
+}
+
+std::string CoordinatorMetrics::Render() {
+  std::lock_guard<std::mutex> lock(scrape_mu_);
+  Exposition out;
+  out.Declare("llamafleet_build_info",
+              "A constant 1, labelled with the coordinator's version and compiler.",
+              MetricType::kGauge);
+  out.Add("llamafleet_build_info", {{"version", LLAMAFLEET_VERSION}, {"compiler", __VERSION__}}, 1);
+  out.Declare("llamafleet_coordinator_start_time_seconds",
+              "When the coordinator started, in seconds since the Unix epoch.", MetricType::kGauge);
+  out.Add("llamafleet_coordinator_start_time_seconds", {},
+          absl::ToDoubleSeconds(options_.start_time - absl::UnixEpoch()));
+  submissions_.Collect(&out);
+  submit_latency_.Collect(&out);
+  pass_duration_.Collect(&out);
+  passes_.Collect(&out);
+  if (store_ != nullptr && cluster_ != nullptr) CollectSources(&out);
+  if (out.dropped() > 0) spdlog::error("metrics: {} samples dropped from a scrape", out.dropped());
+  return out.Text();
+}
+
+void CoordinatorMetrics::CollectSources(Exposition* out) {
+  // Jobs by queue and state (SQLite), and the queues' view.
+  const ClusterUsage usage = cluster_->Usage();
+  std::set<std::string> queues;
+  for (const auto& [queue, quota] : options_.queue_gpu_quotas) queues.insert(queue);
+  for (const auto& [queue, u] : usage.queues) queues.insert(queue);
+  absl::StatusOr<std::map<std::string, JobCounts>> counts = store_->CountJobsByQueue();
+  if (!counts.ok()) {
+    spdlog::warn("metrics: cannot count jobs: {}", counts.status().ToString());
+  } else {
+    out->Declare("llamafleet_jobs", "Jobs in the database, by state and queue.",
+                 MetricType::kGauge);
+    for (const auto& [queue, c] : *counts) {
+      queues.insert(queue);
+      for (int s = v1::JobState_MIN; s <= v1::JobState_MAX; ++s) {
+        if (!v1::JobState_IsValid(s) || s == v1::JOB_STATE_UNSPECIFIED) continue;
+        const auto state = static_cast<v1::JobState>(s);
+        auto it = c.by_state.find(state);
+        out->Add("llamafleet_jobs", {{"state", v1::JobState_Name(state)}, {"queue", queue}},
+                 it == c.by_state.end() ? 0 : static_cast<double>(it->second));
+      }
+    }
+    out->Declare("llamafleet_queue_depth", "Jobs waiting in the queue (QUEUED).",
+                 MetricType::kGauge);
+    for (const std::string& queue : queues) {
+      int64_t queued = 0;
+      if (auto q = counts->find(queue); q != counts->end()) {
+        if (auto s = q->second.by_state.find(v1::QUEUED); s != q->second.by_state.end()) {
+          queued = s->second;
+        }
+      }
+      out->Add("llamafleet_queue_depth", {{"queue", queue}}, static_cast<double>(queued));
+    }
+  }
+  out->Declare("llamafleet_queue_gpu_quota", "GPUs a queue may hold at once (configured quotas).",
+               MetricType::kGauge);
+  for (const auto& [queue, quota] : options_.queue_gpu_quotas) {
+    out->Add("llamafleet_queue_gpu_quota", {{"queue", queue}}, static_cast<double>(quota));
+  }
+  out->Declare("llamafleet_queue_gpus_allocated",
+               "GPUs (CPU ranks on CPU workers) held by a queue's attempts.", MetricType::kGauge);
+  out->Declare("llamafleet_queue_running_jobs",
+               "A queue's jobs with an active attempt (scheduled, running or preempting).",
+               MetricType::kGauge);
+  for (const std::string& queue : queues) {
+    auto it = usage.queues.find(queue);
+    const QueueUsage u = it == usage.queues.end() ? QueueUsage{} : it->second;
+    out->Add("llamafleet_queue_gpus_allocated", {{"queue", queue}},
+             static_cast<double>(u.gpus_allocated));
+    out->Add("llamafleet_queue_running_jobs", {{"queue", queue}},
+             static_cast<double>(u.running_jobs));
+  }
+
+  // Workers and GPUs (the cluster manager's last published snapshot).
+  out->Declare("llamafleet_workers", "Registered workers, by state.", MetricType::kGauge);
+  for (v1::WorkerState state : {v1::WORKER_READY, v1::WORKER_LOST, v1::WORKER_DRAINING}) {
+    auto it = usage.workers.find(state);
+    out->Add("llamafleet_workers", {{"state", WorkerStateLabel(state)}},
+             it == usage.workers.end() ? 0 : it->second);
+  }
+  out->Declare("llamafleet_gpus",
+               "GPUs on workers that are not lost (CPU ranks on CPU-only workers: the "
+               "scheduler's unit).",
+               MetricType::kGauge);
+  out->Add("llamafleet_gpus", {}, static_cast<double>(usage.gpus_total));
+  out->Declare("llamafleet_gpus_allocated", "Of llamafleet_gpus, those held by attempts.",
+               MetricType::kGauge);
+  out->Add("llamafleet_gpus_allocated", {}, static_cast<double>(usage.gpus_allocated));
+
+  // Per GPU, from the workers' last heartbeats; a lost worker's GPUs are not reported.
+  for (const DcgmField& field : kDcgmFields)
+    out->Declare(field.name, field.help, MetricType::kGauge);
+  for (const v1::WorkerInfo& w : cluster_->Workers()) {
+    if (w.state() == v1::WORKER_LOST) continue;
+    for (const v1::GpuSample& g : w.gpus()) {
+      std::string uuid, model;
+      for (const v1::Gpu& inv : w.inventory().gpus()) {
+        if (inv.index() == g.index()) {
+          uuid = inv.uuid();
+          model = inv.model();
+        }
+      }
+      // dcgm-exporter's labels, except modelName: promtool's linter refuses camelCase
+      // label names, so it is model_name here.
+      const Labels labels = {
+          {"gpu", absl::StrCat(g.index())},
+          {"UUID", uuid},
+          {"device", absl::StrCat("nvidia", g.index())},
+          {"model_name", model},
+          {"Hostname", w.inventory().host().empty() ? w.name() : w.inventory().host()},
+          {"worker", w.name()}};
+      for (const DcgmField& field : kDcgmFields) out->Add(field.name, labels, field.value(g));
+    }
+  }
+
+  // The database.
+  out->Declare("llamafleet_database_size_bytes",
+               "Size of the SQLite database file (db) and its write-ahead log (wal).",
+               MetricType::kGauge);
+  out->Add("llamafleet_database_size_bytes", {{"file", "db"}},
+           static_cast<double>(FileSize(options_.database_path)));
+  out->Add("llamafleet_database_size_bytes", {{"file", "wal"}},
+           static_cast<double>(FileSize(options_.database_path + "-wal")));
+  const JobStore::WriterStats stats = store_->writer_stats();
+  out->Declare("llamafleet_database_transactions_total",
+               "Write transactions committed (each holds a group of writes).",
+               MetricType::kCounter);
+  out->Add("llamafleet_database_transactions_total", {}, static_cast<double>(stats.transactions));
+  out->Declare("llamafleet_database_writes_total", "Writes committed.", MetricType::kCounter);
+  out->Add("llamafleet_database_writes_total", {}, static_cast<double>(stats.writes));
+  CollectRestarts(out);
+}
+
+void CoordinatorMetrics::CollectRestarts(Exposition* out) {
+  absl::StatusOr<std::map<std::string, int64_t>> counts = CountAttemptFailures(*store_);
+  if (!counts.ok()) {
+    spdlog::warn("metrics: cannot count attempt failures: {}", counts.status().ToString());
+    return;
+  }
+  std::set<std::string> classes(std::begin(kFailureClasses), std::end(kFailureClasses));
+  for (const auto& [c, n] : *counts) classes.insert(c);
+  for (const auto& [c, n] : restarts_seen_) classes.insert(c);
+  out->Declare("llamafleet_job_restarts_total",
+               "Attempts ended by a failure or a preemption, by failure class (from the "
+               "database, so it survives coordinator restarts). retryable and node_fault "
+               "attempts are restarted while the run policy has restarts left, preempted ones "
+               "always; permanent and deadline fail the job.",
+               MetricType::kCounter);
+  for (const std::string& c : classes) {
+    const auto it = counts->find(c);
+    const int64_t now = it == counts->end() ? 0 : it->second;
+    int64_t& seen = restarts_seen_[c];
+    if (now < seen) restarts_deleted_[c] += seen - now;  // jobs deleted since the last scrape
+    seen = now;
+    out->Add("llamafleet_job_restarts_total", {{"failure_class", c}},
+             static_cast<double>(now + restarts_deleted_[c]));
+  }
+}
+
+}  // namespace llamafleet
