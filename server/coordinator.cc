@@ -17,6 +17,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "server/auth.h"
 #include "server/cluster_manager.h"
 #include "server/http/http_server.h"
 #include "server/job_service.h"
@@ -72,6 +73,18 @@ absl::StatusOr<std::string> LoadOrCreateJoinToken(const std::string& dir) {
   fsync(fd);
   close(fd);
   return token;
+}
+
+absl::StatusOr<std::string> ReadFile(const std::string& path, const std::string& what) {
+  std::ifstream in(path, std::ios::binary);
+  std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (!in.good() && !in.eof()) {
+    return absl::FailedPreconditionError(absl::StrCat(what, " ", path, ": cannot read"));
+  }
+  if (data.find("-----BEGIN") == std::string::npos) {
+    return absl::FailedPreconditionError(absl::StrCat(what, " ", path, ": not a PEM file"));
+  }
+  return data;
 }
 
 }  // namespace
@@ -135,16 +148,30 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinato
       ClusterManager::Start(c->store_.get(), cluster);
   if (!manager.ok()) return manager.status();
   c->cluster_ = std::move(*manager);
+  c->auth_ = std::make_unique<Authenticator>(c->store_.get(), options.auth_enabled);
   c->worker_service_ =
       std::make_unique<WorkerServiceImpl>(c->cluster_.get(), c->logs_.get(), c->join_token_);
+  c->worker_service_->set_authenticator(c->auth_.get());
 
-  c->job_service_ = std::make_unique<JobServiceImpl>(c->store_.get());
+  c->job_service_ = std::make_unique<JobServiceImpl>(c->store_.get(), c->auth_.get());
   c->job_service_->set_pending_source(c->cluster_.get());
   c->job_service_->set_log_store(c->logs_.get());
+  c->job_service_->set_queue_quotas(options.queue_gpu_quotas);
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(), &c->port_);
+  std::shared_ptr<grpc::ServerCredentials> credentials = grpc::InsecureServerCredentials();
+  if (!options.tls_cert_file.empty()) {
+    absl::StatusOr<std::string> cert = ReadFile(options.tls_cert_file, "--tls-cert");
+    if (!cert.ok()) return cert.status();
+    absl::StatusOr<std::string> key = ReadFile(options.tls_key_file, "--tls-key");
+    if (!key.ok()) return key.status();
+    grpc::SslServerCredentialsOptions ssl;
+    ssl.pem_key_cert_pairs.push_back({*key, *cert});
+    credentials = grpc::SslServerCredentials(ssl);
+    spdlog::info("gRPC serves TLS with {}", options.tls_cert_file);
+  }
+  builder.AddListeningPort(options.listen, credentials, &c->port_);
   builder.RegisterService(c->job_service_.get());
   builder.RegisterService(c->worker_service_.get());
   builder.SetMaxReceiveMessageSize(options.max_request_bytes);

@@ -20,6 +20,7 @@ class JobServiceImpl;
 class WorkerServiceImpl;
 class ClusterManager;
 class LogStore;
+class Authenticator;
 namespace http {
 class HttpServer;
 }
@@ -99,6 +100,7 @@ class Coordinator {
   std::string join_token_;
   std::string http_address_;
   std::unique_ptr<JobStore> store_;
+  std::unique_ptr<Authenticator> auth_;
   std::unique_ptr<LogStore> logs_;
   std::unique_ptr<ClusterManager> cluster_;
   std::unique_ptr<JobServiceImpl> job_service_;
