@@ -1043,8 +1043,7 @@ void Gateway::Metrics(const Request& http, std::shared_ptr<Responder> out) {
   // the caller's token is good.
   jobs_->async()->WhoAmI(
       &call->context, &call->request, &call->response, [self, call, out](grpc::Status status) {
-        // TODO(http): drop UNIMPLEMENTED once WhoAmI (auth) is merged from main.
-        if (status.ok() || status.error_code() == grpc::StatusCode::UNIMPLEMENTED) {
+        if (status.ok()) {
           Response response(bhttp::status::ok, 11);
           response.set(bhttp::field::content_type, "text/plain; version=0.0.4; charset=utf-8");
           response.body() = self->options_.metrics ? self->options_.metrics() : std::string();

@@ -22,6 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "clients/jobspec/jobspec.h"
 #include "nlohmann/json.hpp"
+#include "server/auth.h"
 #include "server/coordinator.h"
 #include "tests/testing/process.h"
 
@@ -367,8 +368,9 @@ TEST_F(HttpApiTest, ListWithFiltersAndPaging) {
     r = client_->Get(absl::StrCat("/api/v1/jobs?page_size=2&page_token=", token));
     ASSERT_EQ(r.status, 200) << r.body;
     EXPECT_EQ(r.Json()["total_size"], "5");
-    for (const json& j : r.Json()["jobs"]) ids.push_back(j["id"]);
-    token = r.Json()["next_page_token"];
+    const json page = r.Json();
+    for (const json& j : page["jobs"]) ids.push_back(j["id"]);
+    token = page["next_page_token"];
   } while (!token.empty());
   EXPECT_EQ(ids, (std::vector<std::string>{"5", "4", "3", "2", "1"}));
 
@@ -472,17 +474,14 @@ TEST_F(HttpApiTest, LogsCheckpointsMetricsWorkersQueues) {
   EXPECT_EQ(r.status, 200) << r.body;
   EXPECT_TRUE(r.Json()["workers"].is_array());
 
-  // ListQueues and WhoAmI are the lead's (issue 6); until merged they are UNIMPLEMENTED.
   r = client_->Get("/api/v1/queues");
-  EXPECT_TRUE(r.status == 200 || r.status == 501) << r.body;
-  if (r.status == 501) {
-    EXPECT_EQ(r.Json()["error"]["status"], "UNIMPLEMENTED");
-  }
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_TRUE(r.Json()["queues"].is_array()) << r.body;
   r = client_->Get("/api/v1/whoami", {{"X-Llamafleet-User", "carol"}});
-  EXPECT_TRUE(r.status == 200 || r.status == 501) << r.body;
-  if (r.status == 200) {
-    EXPECT_EQ(r.Json()["user"], "carol");
-  }
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.Json()["user"], "carol");
+  EXPECT_EQ(r.Json()["role"], "ADMIN");
+  EXPECT_EQ(r.Json()["auth_enabled"], false);
 }
 
 TEST_F(HttpApiTest, ForwardsTheCallerAndMetricsEndpoint) {
@@ -545,6 +544,9 @@ TEST_F(HttpApiTest, BadInput) {
   r = client_->PostJson("/api/v1/jobs", json({{"spec", spec}}).dump());
   EXPECT_EQ(r.status, 400);
   EXPECT_TRUE(absl::StrContains(r.body, "spec.training.lr")) << r.body;
+  ASSERT_EQ(r.Json()["error"]["field_violations"].size(), 1u) << r.body;
+  EXPECT_EQ(r.Json()["error"]["field_violations"][0]["field"], "spec.training.lr");
+  EXPECT_FALSE(r.Json()["error"]["field_violations"][0]["description"].get<std::string>().empty());
 
   // The connection is still good after all that.
   EXPECT_EQ(client_->Get("/healthz").status, 200);
@@ -622,11 +624,121 @@ TEST_F(HttpApiTest, ShutdownEndsOpenStreams) {
   EXPECT_TRUE(stream.ReadToEnd(absl::Seconds(5)));
 }
 
+// Auth is enforced by the gRPC services; the gateway only forwards the token. Every role
+// against every route, over HTTP.
+class HttpAuthTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    CoordinatorOptions options;
+    options.listen = "127.0.0.1:0";
+    options.http_listen = "127.0.0.1:0";
+    options.data_dir = dir_.path();
+    options.synchronous_full = false;
+    absl::StatusOr<std::unique_ptr<Coordinator>> c = Coordinator::Start(options);
+    ASSERT_TRUE(c.ok()) << c.status();
+    coordinator_ = std::move(*c);
+    client_ = std::make_unique<Client>(coordinator_->http_address());
+    for (const auto& [user, role] : std::vector<std::pair<std::string, v1::Role>>{
+             {"root", v1::ADMIN}, {"alice", v1::USER}, {"bob", v1::USER}, {"vera", v1::VIEWER}}) {
+      absl::StatusOr<std::string> token = CreateApiToken(coordinator_->store(), user, role);
+      ASSERT_TRUE(token.ok()) << token.status();
+      tokens_[user] = *token;
+    }
+  }
+  void TearDown() override {
+    client_.reset();
+    coordinator_.reset();
+  }
+
+  Reply As(const std::string& user, bhttp::verb method, const std::string& target,
+           const std::string& body = "", const std::string& type = "") {
+    std::map<std::string, std::string> headers;
+    if (user == "bogus") headers["Authorization"] = "Bearer not-a-token";
+    if (tokens_.count(user)) headers["Authorization"] = "Bearer " + tokens_[user];
+    return client_->Do(method, target, body, type, headers);
+  }
+  Reply Get(const std::string& user, const std::string& target) {
+    return As(user, bhttp::verb::get, target);
+  }
+
+  TempDir dir_;
+  std::unique_ptr<Coordinator> coordinator_;
+  std::unique_ptr<Client> client_;
+  std::map<std::string, std::string> tokens_;
+};
+
+TEST_F(HttpAuthTest, EveryRoleAgainstEveryRoute) {
+  Reply r = As("alice", bhttp::verb::post, "/api/v1/jobs", SpecYaml("alices"), "application/yaml");
+  ASSERT_EQ(r.status, 201) << r.body;
+  EXPECT_EQ(r.Json()["job"]["owner"], "alice");
+  const std::string alices = r.Json()["job"]["id"];
+
+  const std::vector<std::string> reads = {
+      "/api/v1/jobs", "/api/v1/jobs/" + alices, "/api/v1/jobs/" + alices + "/events",
+      "/api/v1/jobs/" + alices + "/logs", "/api/v1/jobs/" + alices + "/checkpoints",
+      "/api/v1/jobs/" + alices + "/metrics", "/api/v1/workers", "/api/v1/queues",
+      "/api/v1/whoami", "/metrics"};
+  for (const std::string& target : reads) {
+    for (const std::string user : {"root", "alice", "bob", "vera"}) {
+      EXPECT_EQ(Get(user, target).status, 200) << user << " " << target;
+    }
+    r = Get("", target);
+    EXPECT_EQ(r.status, 401) << target << " " << r.body;
+    EXPECT_EQ(Get("bogus", target).status, 401) << target;
+  }
+  EXPECT_EQ(Get("", "/api/v1/jobs").Json()["error"]["status"], "UNAUTHENTICATED");
+  EXPECT_EQ(Get("", "/api/v1/jobs/" + alices + "/events?follow=true").status, 401);
+  EXPECT_EQ(Get("", "/api/v1/jobs/" + alices + "/logs?follow=true").status, 401);
+  // The portal and the health check need no token.
+  EXPECT_EQ(Get("", "/healthz").status, 200);
+  EXPECT_EQ(Get("", "/ui/static/index.html").status, 200);
+  EXPECT_EQ(Get("", "/ui/jobs").status, 200);
+
+  r = Get("vera", "/api/v1/whoami");
+  EXPECT_EQ(r.Json()["user"], "vera");
+  EXPECT_EQ(r.Json()["role"], "VIEWER");
+  EXPECT_EQ(r.Json()["auth_enabled"], true);
+
+  // Submitting: users and admins; not viewers, not strangers.
+  const std::string json_body = absl::StrCat("{\"spec\":", SpecJson("j"), "}");
+  const std::string batch = absl::StrCat(SpecYaml("b1"), "---\n", SpecYaml("b2"));
+  for (const std::string user : {"root", "bob"}) {
+    EXPECT_EQ(As(user, bhttp::verb::post, "/api/v1/jobs", json_body, "application/json").status, 201) << user;
+    EXPECT_EQ(As(user, bhttp::verb::post, "/api/v1/jobs?dry_run=true", json_body, "application/json").status, 200) << user;
+    EXPECT_EQ(As(user, bhttp::verb::post, "/api/v1/jobs:batch", batch, "application/yaml").status, 201) << user;
+  }
+  const int64_t before = std::stoll(Get("root", "/api/v1/jobs").Json()["total_size"].get<std::string>());
+  r = As("vera", bhttp::verb::post, "/api/v1/jobs", json_body, "application/json");
+  EXPECT_EQ(r.status, 403) << r.body;
+  EXPECT_EQ(r.Json()["error"]["status"], "PERMISSION_DENIED");
+  EXPECT_EQ(As("vera", bhttp::verb::post, "/api/v1/jobs?dry_run=true", json_body, "application/json").status, 403);
+  EXPECT_EQ(As("vera", bhttp::verb::post, "/api/v1/jobs:batch", batch, "application/yaml").status, 403);
+  EXPECT_EQ(As("", bhttp::verb::post, "/api/v1/jobs", json_body, "application/json").status, 401);
+  EXPECT_EQ(std::stoll(Get("root", "/api/v1/jobs").Json()["total_size"].get<std::string>()), before);
+
+  // Cancelling: the owner and admins only; a refusal changes nothing.
+  const std::string cancel = "/api/v1/jobs/" + alices + ":cancel";
+  for (const std::string user : {"bob", "vera", "", "bogus"}) {
+    r = As(user, bhttp::verb::post, cancel, "{}", "application/json");
+    EXPECT_EQ(r.status, user == "bob" || user == "vera" ? 403 : 401) << user << " " << r.body;
+  }
+  r = Get("root", "/api/v1/jobs/" + alices);
+  EXPECT_EQ(r.Json()["state"], "QUEUED");
+  EXPECT_EQ(r.Json()["last_event_seq"], "1");
+  EXPECT_EQ(As("alice", bhttp::verb::post, cancel, "{}", "application/json").status, 200);
+  EXPECT_EQ(Get("vera", "/api/v1/jobs/" + alices).Json()["state"], "CANCELLED");
+
+  r = As("bob", bhttp::verb::post, "/api/v1/jobs", SpecYaml("bobs"), "application/yaml");
+  const std::string bobs = r.Json()["job"]["id"];
+  EXPECT_EQ(As("root", bhttp::verb::post, "/api/v1/jobs/" + bobs + ":cancel").status, 200);
+  EXPECT_EQ(Get("alice", "/api/v1/jobs/" + bobs).Json()["state"], "CANCELLED");
+}
+
 TEST(HttpsTest, ServesTlsWithAGeneratedCertificate) {
   TempDir dir;
   const std::string cert = dir.path() + "/cert.pem", key = dir.path() + "/key.pem";
   absl::StatusOr<testing::CommandResult> made =
-      RunCommand({"openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=localhost",
+      RunCommand({"/usr/bin/openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=localhost",
                   "-days", "1", "-keyout", key, "-out", cert});
   ASSERT_TRUE(made.ok() && made->exit_code == 0) << (made.ok() ? made->err : made.status().ToString());
 
