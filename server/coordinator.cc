@@ -19,6 +19,7 @@
 #include "absl/synchronization/mutex.h"
 #include "server/auth.h"
 #include "server/cluster_manager.h"
+#include "server/http/http_server.h"
 #include "server/job_service.h"
 #include "server/log_store.h"
 #include "server/metrics.h"
@@ -189,6 +190,23 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinato
   }
   const size_t colon = options.listen.rfind(':');
   c->address_ = absl::StrCat(options.listen.substr(0, colon), ":", c->port_);
+
+  if (!options.http_listen.empty()) {
+    http::HttpServerOptions http;
+    http.listen = options.http_listen;
+    http.tls_cert_file = options.tls_cert_file;
+    http.tls_key_file = options.tls_key_file;
+    http.max_body_bytes = options.max_http_body_bytes;
+    // The HTTP server stops before metrics_ is detached and destroyed.
+    http.metrics = [metrics = c->metrics_.get()] { return metrics->Render(); };
+    absl::StatusOr<std::unique_ptr<http::HttpServer>> server =
+        http::HttpServer::Start(http, c->server_->InProcessChannel(grpc::ChannelArguments()));
+    if (!server.ok()) return server.status();
+    c->http_ = std::move(*server);
+    c->http_address_ = c->http_->address();
+    spdlog::info("HTTP API and portal on {}://{}/", c->http_->tls() ? "https" : "http",
+                 c->http_address_);
+  }
   return c;
 }
 
@@ -196,6 +214,13 @@ void Coordinator::Shutdown(absl::Duration grace) {
   if (shut_down_) return;
   shut_down_ = true;
   spdlog::info("shutting down: refusing new calls, finishing in-flight calls");
+  if (http_ != nullptr) {
+    // First: it is a client of the services below, and its event streams would hold
+    // their calls open.
+    http_->Shutdown();
+    http_.reset();
+    spdlog::debug("http stopped");
+  }
   job_service_->StopWatches();
   worker_service_->CloseSessions();
   server_->GetHealthCheckService()->Shutdown();

@@ -22,6 +22,9 @@ class ClusterManager;
 class LogStore;
 class Authenticator;
 class CoordinatorMetrics;
+namespace http {
+class HttpServer;
+}
 
 struct CoordinatorOptions {
   // gRPC listen address, HOST:PORT; port 0 picks a free port (see Coordinator::address()).
@@ -85,7 +88,7 @@ class Coordinator {
   // GET /metrics. Thread-safe; after Shutdown only the process's own counters.
   std::string MetricsText();
 
-  // Graceful stop: refuse new calls, end watch streams, let in-flight calls finish
+  // Graceful stop: stop the HTTP server (its event streams end), refuse new calls, end watch streams, let in-flight calls finish
   // (at most `grace`), commit pending writes, close the database. Idempotent.
   void Shutdown(absl::Duration grace = absl::Seconds(10));
   // Blocks until the server has shut down.
@@ -109,6 +112,8 @@ class Coordinator {
   std::unique_ptr<JobServiceImpl> job_service_;
   std::unique_ptr<WorkerServiceImpl> worker_service_;
   std::unique_ptr<grpc::Server> server_;
+  // Calls the services through server_'s in-process channel: stopped before server_.
+  std::unique_ptr<http::HttpServer> http_;
   bool shut_down_ = false;
 };
 
