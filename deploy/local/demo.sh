@@ -94,16 +94,22 @@ fifo="$var_dir/.coordinator.stdout"
 rm -f "$fifo" && mkfifo "$fifo"
 # --insecure-no-auth: a local demo on 127.0.0.1 with no tokens to hand out. A real
 # cluster runs with tokens (README: Authentication).
-"$bin/llamafleet-coordinator" --listen 127.0.0.1:0 --data-dir "$var_dir/coordinator" \
-  --insecure-no-auth --log-level info >"$fifo" 2>>"$var_dir/coordinator.log" &
+"$bin/llamafleet-coordinator" --listen 127.0.0.1:0 --http-listen 127.0.0.1:0 \
+  --data-dir "$var_dir/coordinator" --insecure-no-auth --log-level info \
+  >"$fifo" 2>>"$var_dir/coordinator.log" &
 pids+=($!)
 address=""
+http_address=""
 while IFS= read -r -t 30 line; do
-  case "$line" in "listening on "*) address="${line#listening on }"; break ;; esac
+  case "$line" in
+    "listening on "*) address="${line#listening on }" ;;
+    "http listening on "*) http_address="${line#http listening on }"; break ;;
+  esac
 done <"$fifo"
 rm -f "$fifo"
 [ -n "$address" ] || { echo "demo: the coordinator did not start; see $var_dir/coordinator.log" >&2; exit 1; }
 export LLAMAFLEET_COORDINATOR="$address"
+echo "web portal: http://$http_address/ui/   (metrics: http://$http_address/metrics)"
 for n in 1 2; do
   "$bin/llamafleet-worker" --coordinator "$address" \
     --join-token-file "$var_dir/coordinator/join-token" --data-dir "$var_dir/worker-$n" \
@@ -178,7 +184,7 @@ else
   echo "the job ended $state; see: $cli describe job $job; $cli logs $job" >&2
 fi
 if [ "$keep" = 1 ]; then
-  echo "coordinator at $address with two workers; Ctrl-C stops them"
+  echo "coordinator at $address (portal http://$http_address/ui/) with two workers; Ctrl-C stops them"
   wait
 fi
 [ "$state" = SUCCEEDED ]
