@@ -154,7 +154,10 @@ document.addEventListener('keydown', (e) => {
   if (e.ctrlKey || e.metaKey || e.altKey || e.defaultPrevented) return;
   if (document.querySelector('dialog[open]')) return;
   if (isTyping(e.target)) {
-    if (e.key === 'Escape' && e.target.tagName !== 'TEXTAREA') e.target.blur();
+    if (e.key === 'Escape' && e.target.tagName !== 'TEXTAREA') {
+      e.preventDefault();  // leave the field; do not also clear a search box
+      e.target.blur();
+    }
     return;
   }
   // Enter/space on a link or button activates it; page shortcuts must not steal that.

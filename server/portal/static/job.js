@@ -46,6 +46,7 @@ export function mountJob(root, ctx, id) {
   const timeline = h('ol.timeline', {'aria-label': 'State timeline'});
   const ckptBody = h('tbody');
   const ckptTable = h('table.grid-table.compact',
+    h('colgroup', ['6em', '5em', '6em', '7em', '8em', 'auto'].map((w) => h('col', {style: {width: w}}))),
     h('thead', h('tr', ['Step', 'Attempt', 'Loss', 'Size', 'Time', 'Path'].map((t) => h('th', {scope: 'col'}, t)))), ckptBody);
 
   // Logs.
@@ -63,6 +64,7 @@ export function mountJob(root, ctx, id) {
     h('div.job-grid',
       h('div.col-main',
         h('section.panel', h('h2', 'Training'), chartGrid),
+        h('section.panel', h('h2', 'Checkpoints'), h('div.table-wrap', ckptTable)),
         h('section.panel', h('h2', 'Logs'),
           h('div.toolbar',
             h('div.field', h('label', {for: 'log-attempt'}, 'Attempt'), attemptSel),
@@ -74,8 +76,7 @@ export function mountJob(root, ctx, id) {
       h('div.col-side',
         h('section.panel', h('h2', 'Summary'), summary),
         h('section.panel', h('h2', 'Workers'), gpuPanel),
-        h('section.panel', h('h2', 'Timeline'), timeline),
-        h('section.panel', h('h2', 'Checkpoints'), h('div.table-wrap', ckptTable))))));
+        h('section.panel', h('h2', 'Timeline'), timeline)))));
 
   // --- rendering ---------------------------------------------------------------------
   function canCancel() {
@@ -155,11 +156,12 @@ export function mountJob(root, ctx, id) {
     events.set(seq, ev);
     lastSeq = Math.max(lastSeq, seq);
     const changed = ev.from_state !== ev.to_state;
+    const fromKnown = ev.from_state && ev.from_state !== 'JOB_STATE_UNSPECIFIED';
     const li = h('li', {class: changed ? 'changed' : '', dataset: {seq}},
       h('time', {datetime: ev.time, title: fmtFullTime(ev.time)}, fmtTime(ev.time)),
       h('span.ev-type', ev.type),
-      changed ? h('span.ev-states', h('span.badge', {class: `badge state-${String(ev.from_state).toLowerCase()}`}, ev.from_state),
-        ' → ', h('span.badge', {class: `badge state-${String(ev.to_state).toLowerCase()}`}, ev.to_state)) : null,
+      changed ? h('span.ev-states', fromKnown ? [h('span.badge', {class: `badge state-${String(ev.from_state).toLowerCase()}`}, ev.from_state),
+        ' → '] : '→ ', h('span.badge', {class: `badge state-${String(ev.to_state).toLowerCase()}`}, ev.to_state)) : null,
       ev.reason ? h('div.ev-reason', ev.reason) : null);
     // Keep seq order even if a reconnect delivers something late.
     const after = [...timeline.children].find((x) => Number(x.dataset.seq) > seq);

@@ -35,12 +35,13 @@ export function mountWorkers(root, ctx) {
       ' · tasks: ', taskLinks(w.running_task_ids));
     const gpus = w.gpus || [];
     const table = gpus.length ? h('table.grid-table.compact.gpu-table',
+      h('colgroup', ['4em', '16em', '10em', '16em', '6em', '6em', '7em', '6em', '4em'].map((w) => h('col', {style: {width: w}}))),
       h('thead', h('tr', ['GPU', 'Model', 'Utilisation', 'Memory', 'Temp', 'Power', 'SM clock', 'Mem copy', 'XID'].map((t) => h('th', {scope: 'col'}, t)))),
       h('tbody', gpus.map((g) => {
         const info = gpuInfo.get(g.index) || {};
         const memPct = info.memory_bytes ? (100 * Number(g.memory_used_bytes || 0)) / Number(info.memory_bytes) : 0;
         return h('tr',
-          h('td.num', g.index),
+          h('td', String(g.index)),
           h('td', info.model || ''),
           h('td', h('span.meter', h('span.meter-fill', {style: {width: `${Math.min(100, g.gpu_util || 0)}%`}})), ` ${Math.round(g.gpu_util || 0)}%`),
           h('td', h('span.meter', h('span.meter-fill.mem', {style: {width: `${Math.min(100, memPct)}%`}})),
