@@ -5,16 +5,33 @@
 # to $ARTIFACT_DIR (default build/test-artifacts/portal).
 #
 #   tests/portal/run.sh BIN_DIR          # BIN_DIR holds llamafleet-coordinator, -worker, -train
+#   tests/portal/run.sh --install        # only install the npm dependency (tests/run.sh does)
 #
 # Needs node + npm (playwright-core is installed from package-lock.json with `npm ci` into
 # tests/portal/node_modules on first use) and Debian's chromium ($CHROMIUM to override).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
+fail() { echo "portal test: $*" >&2; exit 1; }
+
+# playwright-core, exactly as package-lock.json says, into tests/portal/node_modules (git-
+# ignored); again whenever the lock file changed since the last install.
+install_npm_deps() {
+  command -v npm >/dev/null || fail "npm is missing (deploy/local/install-deps.sh installs it)"
+  if [ ! -d "$here/node_modules/playwright-core" ] ||
+     ! cmp -s "$here/package-lock.json" "$here/node_modules/.installed-package-lock.json"; then
+    (cd "$here" && npm ci --no-audit --no-fund --loglevel=error) || fail "npm ci failed"
+    cp "$here/package-lock.json" "$here/node_modules/.installed-package-lock.json"
+  fi
+}
+if [ "${1:-}" = --install ]; then
+  install_npm_deps
+  exit 0
+fi
+
 bin="$(cd "${1:?usage: tests/portal/run.sh BIN_DIR}" && pwd)"
 artifacts="${ARTIFACT_DIR:-$repo/build/test-artifacts/portal}"
 chromium="${CHROMIUM:-/usr/bin/chromium}"
-fail() { echo "portal test: $*" >&2; exit 1; }
 
 for tool in node npm; do
   command -v "$tool" >/dev/null || fail "$tool is missing (deploy/local/install-deps.sh installs it)"
@@ -23,9 +40,7 @@ done
 for b in llamafleet-coordinator llamafleet-worker llamafleet-train; do
   [ -x "$bin/$b" ] || fail "$bin/$b is missing; build it first"
 done
-if [ ! -d "$here/node_modules/playwright-core" ]; then
-  (cd "$here" && npm ci --no-audit --no-fund --loglevel=error) || fail "npm ci failed"
-fi
+install_npm_deps
 mkdir -p "$artifacts"
 artifacts="$(cd "$artifacts" && pwd)"
 rm -f "$artifacts"/*.png "$artifacts"/*.log

@@ -94,7 +94,11 @@ export class LineChart {
   // points: [{x, y}] in arrival order. x may go back (a restarted attempt resumes from an
   // earlier checkpoint step): the line then starts a new segment instead of zig-zagging.
   setData(points) {
-    this.points = points.filter((p) => Number.isFinite(p.x) && Number.isFinite(p.y));
+    const pts = points.filter((p) => Number.isFinite(p.x) && Number.isFinite(p.y));
+    const sig = pts.length ? `${pts.length}:${pts[0].x},${pts[0].y}:${pts[pts.length - 1].x},${pts[pts.length - 1].y}` : '0';
+    if (sig === this.sig) return;  // a refresh with nothing new: leave the SVG alone
+    this.sig = sig;
+    this.points = pts;
     this.render();
   }
 

@@ -23,7 +23,8 @@ export function mountJob(root, ctx, id) {
   let lastSeq = 0;
 
   // --- layout ------------------------------------------------------------------------
-  const title = h('h1#job-title', `Job ${id}`);
+  const titleName = h('span', 'job');
+  const title = h('h1#job-title', titleName, ' ', h('span.muted', `#${id}`));
   const badge = h('span.badge');
   const cancelBtn = h('button#cancel-job.btn-danger', {type: 'button'}, 'Cancel');
   const resubmitBtn = h('button#resubmit-job', {type: 'button'}, 'Resubmit');
@@ -90,8 +91,7 @@ export function mountJob(root, ctx, id) {
   function renderJob() {
     if (!job) return;
     const spec = job.spec || {};
-    setText(title, `${spec.name || 'job'} `);
-    title.append(h('span.muted', `#${job.id}`));
+    setText(titleName, spec.name || 'job');
     setText(badge, job.state);
     badge.className = `badge state-${String(job.state).toLowerCase()}`;
     const res = spec.resources || {};
