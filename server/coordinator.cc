@@ -17,7 +17,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "server/auth.h"
 #include "server/cluster_manager.h"
+#include "server/http/http_server.h"
 #include "server/job_service.h"
 #include "server/log_store.h"
 #include "server/worker_service.h"
@@ -71,6 +73,18 @@ absl::StatusOr<std::string> LoadOrCreateJoinToken(const std::string& dir) {
   fsync(fd);
   close(fd);
   return token;
+}
+
+absl::StatusOr<std::string> ReadFile(const std::string& path, const std::string& what) {
+  std::ifstream in(path, std::ios::binary);
+  std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (!in.good() && !in.eof()) {
+    return absl::FailedPreconditionError(absl::StrCat(what, " ", path, ": cannot read"));
+  }
+  if (data.find("-----BEGIN") == std::string::npos) {
+    return absl::FailedPreconditionError(absl::StrCat(what, " ", path, ": not a PEM file"));
+  }
+  return data;
 }
 
 }  // namespace
@@ -134,16 +148,30 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinato
       ClusterManager::Start(c->store_.get(), cluster);
   if (!manager.ok()) return manager.status();
   c->cluster_ = std::move(*manager);
+  c->auth_ = std::make_unique<Authenticator>(c->store_.get(), options.auth_enabled);
   c->worker_service_ =
       std::make_unique<WorkerServiceImpl>(c->cluster_.get(), c->logs_.get(), c->join_token_);
+  c->worker_service_->set_authenticator(c->auth_.get());
 
-  c->job_service_ = std::make_unique<JobServiceImpl>(c->store_.get());
+  c->job_service_ = std::make_unique<JobServiceImpl>(c->store_.get(), c->auth_.get());
   c->job_service_->set_pending_source(c->cluster_.get());
   c->job_service_->set_log_store(c->logs_.get());
+  c->job_service_->set_queue_quotas(options.queue_gpu_quotas);
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(), &c->port_);
+  std::shared_ptr<grpc::ServerCredentials> credentials = grpc::InsecureServerCredentials();
+  if (!options.tls_cert_file.empty()) {
+    absl::StatusOr<std::string> cert = ReadFile(options.tls_cert_file, "--tls-cert");
+    if (!cert.ok()) return cert.status();
+    absl::StatusOr<std::string> key = ReadFile(options.tls_key_file, "--tls-key");
+    if (!key.ok()) return key.status();
+    grpc::SslServerCredentialsOptions ssl;
+    ssl.pem_key_cert_pairs.push_back({*key, *cert});
+    credentials = grpc::SslServerCredentials(ssl);
+    spdlog::info("gRPC serves TLS with {}", options.tls_cert_file);
+  }
+  builder.AddListeningPort(options.listen, credentials, &c->port_);
   builder.RegisterService(c->job_service_.get());
   builder.RegisterService(c->worker_service_.get());
   builder.SetMaxReceiveMessageSize(options.max_request_bytes);
@@ -153,6 +181,23 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinato
   }
   const size_t colon = options.listen.rfind(':');
   c->address_ = absl::StrCat(options.listen.substr(0, colon), ":", c->port_);
+
+  if (!options.http_listen.empty()) {
+    http::HttpServerOptions http;
+    http.listen = options.http_listen;
+    http.tls_cert_file = options.tls_cert_file;
+    http.tls_key_file = options.tls_key_file;
+    http.max_body_bytes = options.max_http_body_bytes;
+    // TODO(metrics): the renderer from server/metrics.h once merged.
+    http.metrics = [] { return std::string(); };
+    absl::StatusOr<std::unique_ptr<http::HttpServer>> server =
+        http::HttpServer::Start(http, c->server_->InProcessChannel(grpc::ChannelArguments()));
+    if (!server.ok()) return server.status();
+    c->http_ = std::move(*server);
+    c->http_address_ = c->http_->address();
+    spdlog::info("HTTP API and portal on {}://{}/", c->http_->tls() ? "https" : "http",
+                 c->http_address_);
+  }
   return c;
 }
 
@@ -160,6 +205,13 @@ void Coordinator::Shutdown(absl::Duration grace) {
   if (shut_down_) return;
   shut_down_ = true;
   spdlog::info("shutting down: refusing new calls, finishing in-flight calls");
+  if (http_ != nullptr) {
+    // First: it is a client of the services below, and its event streams would hold
+    // their calls open.
+    http_->Shutdown();
+    http_.reset();
+    spdlog::debug("http stopped");
+  }
   job_service_->StopWatches();
   worker_service_->CloseSessions();
   server_->GetHealthCheckService()->Shutdown();

@@ -20,6 +20,10 @@ class JobServiceImpl;
 class WorkerServiceImpl;
 class ClusterManager;
 class LogStore;
+class Authenticator;
+namespace http {
+class HttpServer;
+}
 
 struct CoordinatorOptions {
   // gRPC listen address, HOST:PORT; port 0 picks a free port (see Coordinator::address()).
@@ -80,7 +84,7 @@ class Coordinator {
   // "HOST:PORT" of the HTTP server actually bound ("" without one).
   const std::string& http_address() const { return http_address_; }
 
-  // Graceful stop: refuse new calls, end watch streams, let in-flight calls finish
+  // Graceful stop: stop the HTTP server (its event streams end), refuse new calls, end watch streams, let in-flight calls finish
   // (at most `grace`), commit pending writes, close the database. Idempotent.
   void Shutdown(absl::Duration grace = absl::Seconds(10));
   // Blocks until the server has shut down.
@@ -96,11 +100,14 @@ class Coordinator {
   std::string join_token_;
   std::string http_address_;
   std::unique_ptr<JobStore> store_;
+  std::unique_ptr<Authenticator> auth_;
   std::unique_ptr<LogStore> logs_;
   std::unique_ptr<ClusterManager> cluster_;
   std::unique_ptr<JobServiceImpl> job_service_;
   std::unique_ptr<WorkerServiceImpl> worker_service_;
   std::unique_ptr<grpc::Server> server_;
+  // Calls the services through server_'s in-process channel: stopped before server_.
+  std::unique_ptr<http::HttpServer> http_;
   bool shut_down_ = false;
 };
 

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <deque>
+#include <map>
+#include <set>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
@@ -10,7 +12,9 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "clients/jobspec/jobspec.h"
+#include "google/protobuf/util/time_util.h"
 #include "storage/cluster_store.h"
+#include "storage/sqlite.h"
 #include <grpcpp/alarm.h>
 #include "spdlog/spdlog.h"
 
@@ -24,24 +28,41 @@ constexpr int kMaxEventLimit = 10000;
 constexpr size_t kMaxReasonLength = 1024;
 constexpr char kPageTokenPrefix[] = "lf1:";
 
-std::string EncodePageToken(int64_t before_id) {
-  if (before_id <= 0) return "";
-  return absl::WebSafeBase64Escape(absl::StrCat(kPageTokenPrefix, before_id));
+// Page tokens: "lf1:<id>" continues an id-ordered listing after that id (keyset, stable
+// under inserts); "lf2:<order_by>:<offset>" continues any other order.
+struct PageCursor {
+  int64_t id = 0;
+  int64_t offset = 0;
+};
+
+std::string EncodePageToken(const std::string& order_by, bool by_id, int64_t id, int64_t offset) {
+  return absl::WebSafeBase64Escape(by_id ? absl::StrCat(kPageTokenPrefix, id)
+                                         : absl::StrCat("lf2:", order_by, ":", offset));
 }
 
-absl::StatusOr<int64_t> DecodePageToken(const std::string& token) {
-  if (token.empty()) return 0;
+absl::StatusOr<PageCursor> DecodePageToken(const std::string& token, const std::string& order_by,
+                                           bool by_id) {
+  PageCursor cursor;
+  if (token.empty()) return cursor;
+  const absl::Status bad = absl::InvalidArgumentError("page_token is not a token this server issued");
   std::string raw;
-  int64_t id;
-  absl::string_view rest;
-  if (!absl::WebSafeBase64Unescape(token, &raw) ||
-      !absl::StartsWith(raw, kPageTokenPrefix) ||
-      !absl::SimpleAtoi(absl::string_view(raw).substr(sizeof(kPageTokenPrefix) - 1), &id) ||
-      id <= 0) {
-    return absl::InvalidArgumentError("page_token is not a token this server issued");
+  if (!absl::WebSafeBase64Unescape(token, &raw)) return bad;
+  absl::string_view rest(raw);
+  if (absl::ConsumePrefix(&rest, kPageTokenPrefix)) {
+    if (!by_id) return absl::InvalidArgumentError("page_token was made for a different order_by");
+    if (!absl::SimpleAtoi(rest, &cursor.id) || cursor.id <= 0) return bad;
+    return cursor;
   }
-  (void)rest;
-  return id;
+  if (absl::ConsumePrefix(&rest, "lf2:")) {
+    const size_t colon = rest.rfind(':');
+    if (colon == absl::string_view::npos) return bad;
+    if (by_id || rest.substr(0, colon) != order_by) {
+      return absl::InvalidArgumentError("page_token was made for a different order_by");
+    }
+    if (!absl::SimpleAtoi(rest.substr(colon + 1), &cursor.offset) || cursor.offset < 0) return bad;
+    return cursor;
+  }
+  return bad;
 }
 
 grpc::ServerUnaryReactor* FinishNow(grpc::CallbackServerContext* context, grpc::Status status) {
@@ -59,34 +80,29 @@ grpc::ServerUnaryReactor* FinishNow(grpc::CallbackServerContext* context,
 
 grpc::Status ToGrpcStatus(const absl::Status& status) {
   if (status.ok()) return grpc::Status::OK;
+  const std::vector<v1::FieldViolation> violations = FieldViolationsOf(status);
+  if (!violations.empty()) {
+    v1::ErrorDetails details;
+    for (const v1::FieldViolation& v : violations) *details.add_field_violations() = v;
+    return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()),
+                        details.SerializeAsString());
+  }
   return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
 }
 
-absl::StatusOr<std::string> CallerFromContext(const grpc::CallbackServerContext& context) {
-  const auto& metadata = context.client_metadata();
-  auto it = metadata.find(JobServiceImpl::kUserMetadataKey);
-  if (it == metadata.end()) return std::string("anonymous");
-  std::string user(it->second.data(), it->second.size());
-  if (user.empty() || user.size() > 64 ||
-      !std::all_of(user.begin(), user.end(), [](char c) {
-        return absl::ascii_isalnum(c) || c == '-' || c == '_' || c == '.' || c == '@';
-      })) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "metadata ", JobServiceImpl::kUserMetadataKey,
-        " must be 1..64 characters of letters, digits, '-', '_', '.' and '@'"));
-  }
-  return user;
-}
-
-JobServiceImpl::JobServiceImpl(JobStore* store) : store_(store) {}
+JobServiceImpl::JobServiceImpl(JobStore* store, const Authenticator* auth)
+    : store_(store),
+      own_auth_(auth == nullptr ? std::make_unique<Authenticator>(store, /*enabled=*/false) : nullptr),
+      auth_(auth == nullptr ? own_auth_.get() : auth) {}
 
 JobServiceImpl::~JobServiceImpl() = default;
 
 grpc::ServerUnaryReactor* JobServiceImpl::Submit(
     grpc::CallbackServerContext* context, std::vector<const v1::SubmitJobRequest*> requests,
     bool dry_run, bool batch, std::function<void(std::vector<v1::SubmitJobResponse>)> respond) {
-  absl::StatusOr<std::string> owner = CallerFromContext(*context);
-  if (!owner.ok()) return FinishNow(context, owner.status());
+  absl::StatusOr<Principal> caller = auth_->Check(*context, Operation::kSubmit);
+  if (!caller.ok()) return FinishNow(context, caller.status());
+  const std::string* owner = &caller->user;
   if (requests.empty()) {
     return FinishNow(context, absl::InvalidArgumentError("jobs must contain at least one job"));
   }
@@ -99,6 +115,7 @@ grpc::ServerUnaryReactor* JobServiceImpl::Submit(
   std::vector<SubmitJobInput> inputs;
   inputs.reserve(requests.size());
   std::vector<std::string> errors;
+  std::vector<v1::FieldViolation> violations;
   for (size_t i = 0; i < requests.size(); ++i) {
     const std::string prefix = batch ? absl::StrCat("jobs[", i, "].") : "";
     SubmitJobInput in;
@@ -107,14 +124,18 @@ grpc::ServerUnaryReactor* JobServiceImpl::Submit(
     in.idempotency_key = requests[i]->idempotency_key();
     ApplyDefaults(&in.spec);
     absl::Status valid = ValidateJobSpec(in.spec, absl::StrCat(prefix, "spec."));
-    if (!valid.ok()) errors.emplace_back(valid.message());
     absl::Status key = ValidateIdempotencyKey(in.idempotency_key,
                                               absl::StrCat(prefix, "idempotency_key"));
-    if (!key.ok()) errors.emplace_back(key.message());
+    for (const absl::Status* st : {&valid, &key}) {
+      if (st->ok()) continue;
+      errors.emplace_back(st->message());
+      for (v1::FieldViolation& v : FieldViolationsOf(*st)) violations.push_back(std::move(v));
+    }
     inputs.push_back(std::move(in));
   }
   if (!errors.empty()) {
-    return FinishNow(context, absl::InvalidArgumentError(absl::StrJoin(errors, "; ")));
+    return FinishNow(context, WithFieldViolations(
+                                  absl::InvalidArgumentError(absl::StrJoin(errors, "; ")), violations));
   }
   if (dry_run) {
     std::vector<v1::SubmitJobResponse> responses(inputs.size());
@@ -171,6 +192,9 @@ grpc::ServerUnaryReactor* JobServiceImpl::SubmitJobs(grpc::CallbackServerContext
 grpc::ServerUnaryReactor* JobServiceImpl::GetJob(grpc::CallbackServerContext* context,
                                                  const v1::GetJobRequest* request,
                                                  v1::Job* response) {
+  if (absl::StatusOr<Principal> caller = auth_->Check(*context, Operation::kRead); !caller.ok()) {
+    return FinishNow(context, caller.status());
+  }
   absl::StatusOr<int64_t> id = ParseJobId(request->job_id(), "job_id");
   if (!id.ok()) return FinishNow(context, id.status());
   absl::StatusOr<v1::Job> job = store_->GetJob(*id);
@@ -193,6 +217,9 @@ void JobServiceImpl::AddPendingInfo(v1::Job* job) const {
 grpc::ServerUnaryReactor* JobServiceImpl::ListJobs(grpc::CallbackServerContext* context,
                                                    const v1::ListJobsRequest* request,
                                                    v1::ListJobsResponse* response) {
+  if (absl::StatusOr<Principal> caller = auth_->Check(*context, Operation::kRead); !caller.ok()) {
+    return FinishNow(context, caller.status());
+  }
   ListJobsQuery query;
   for (int s : request->states()) {
     if (!v1::JobState_IsValid(s) || s == v1::JOB_STATE_UNSPECIFIED) {
@@ -217,23 +244,50 @@ grpc::ServerUnaryReactor* JobServiceImpl::ListJobs(grpc::CallbackServerContext* 
   }
   query.page_size = request->page_size() == 0 ? kDefaultPageSize
                                               : std::min(request->page_size(), kMaxPageSize);
-  absl::StatusOr<int64_t> before = DecodePageToken(request->page_token());
-  if (!before.ok()) return FinishNow(context, before.status());
-  query.before_id = *before;
+  if (request->name_contains().size() > 128) {
+    return FinishNow(context, absl::InvalidArgumentError("name_contains must be at most 128 characters"));
+  }
+  query.name_contains = request->name_contains();
+  // order_by: [-]create_time (default -create_time), update_time, name, priority, state,
+  // owner, queue.
+  absl::string_view order = request->order_by();
+  query.descending = absl::ConsumePrefix(&order, "-");
+  if (order.empty() && request->order_by().empty()) query.descending = true;
+  static const auto* kOrders = new std::set<std::string>{
+      "create_time", "update_time", "name", "priority", "state", "owner", "queue"};
+  if (!order.empty() && !kOrders->count(std::string(order))) {
+    return FinishNow(context, absl::InvalidArgumentError(absl::StrCat(
+                                  "order_by must be one of create_time, update_time, name, "
+                                  "priority, state, owner, queue (optionally prefixed by '-'), got '",
+                                  request->order_by(), "'")));
+  }
+  query.order_by = order == "create_time" ? "" : std::string(order);
+  const bool by_id = query.order_by.empty();
+  absl::StatusOr<PageCursor> cursor =
+      DecodePageToken(request->page_token(), request->order_by(), by_id);
+  if (!cursor.ok()) return FinishNow(context, cursor.status());
+  query.before_id = cursor->id;
+  query.offset = cursor->offset;
+  query.count_total = true;
   absl::StatusOr<ListJobsResult> result = store_->ListJobs(query);
   if (!result.ok()) return FinishNow(context, result.status());
+  const int64_t returned = static_cast<int64_t>(result->jobs.size());
   for (v1::Job& job : result->jobs) {
     AddPendingInfo(&job);
     *response->add_jobs() = std::move(job);
   }
-  response->set_next_page_token(EncodePageToken(result->next_before_id));
+  if (result->more) {
+    response->set_next_page_token(EncodePageToken(request->order_by(), by_id, result->next_before_id,
+                                                  query.offset + returned));
+  }
+  response->set_total_size(result->total);
   return FinishNow(context, grpc::Status::OK);
 }
 
 grpc::ServerUnaryReactor* JobServiceImpl::CancelJob(grpc::CallbackServerContext* context,
                                                     const v1::CancelJobRequest* request,
                                                     v1::CancelJobResponse* response) {
-  absl::StatusOr<std::string> caller = CallerFromContext(*context);
+  absl::StatusOr<Principal> caller = auth_->Authenticate(*context);
   if (!caller.ok()) return FinishNow(context, caller.status());
   absl::StatusOr<int64_t> id = ParseJobId(request->job_id(), "job_id");
   if (!id.ok()) return FinishNow(context, id.status());
@@ -241,8 +295,23 @@ grpc::ServerUnaryReactor* JobServiceImpl::CancelJob(grpc::CallbackServerContext*
     return FinishNow(context, absl::InvalidArgumentError(absl::StrCat(
                                   "reason must be at most ", kMaxReasonLength, " characters")));
   }
+  // Who may cancel depends on the owner, which never changes once a job exists. A caller
+  // who may not cancel learns nothing more than a reader would.
+  if (caller->role != v1::ADMIN) {
+    absl::StatusOr<v1::Job> job = store_->GetJob(*id);
+    if (!job.ok()) {
+      if (absl::Status read = Authorize(*caller, Operation::kRead); !read.ok()) {
+        return FinishNow(context, read);
+      }
+      return FinishNow(context, job.status());
+    }
+    if (absl::Status allowed = Authorize(*caller, Operation::kCancel, job->owner(), job->id());
+        !allowed.ok()) {
+      return FinishNow(context, allowed);
+    }
+  }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  store_->CancelJob(*id, *caller, request->reason(),
+  store_->CancelJob(*id, caller->user, request->reason(),
                     [reactor, response](absl::StatusOr<CancelJobResult> result) {
                       if (!result.ok()) {
                         reactor->Finish(ToGrpcStatus(result.status()));
@@ -258,6 +327,9 @@ grpc::ServerUnaryReactor* JobServiceImpl::CancelJob(grpc::CallbackServerContext*
 grpc::ServerUnaryReactor* JobServiceImpl::GetJobEvents(grpc::CallbackServerContext* context,
                                                        const v1::GetJobEventsRequest* request,
                                                        v1::GetJobEventsResponse* response) {
+  if (absl::StatusOr<Principal> caller = auth_->Check(*context, Operation::kRead); !caller.ok()) {
+    return FinishNow(context, caller.status());
+  }
   absl::StatusOr<int64_t> id = ParseJobId(request->job_id(), "job_id");
   if (!id.ok()) return FinishNow(context, id.status());
   if (request->after_seq() < 0 || request->limit() < 0) {
@@ -277,6 +349,9 @@ grpc::ServerUnaryReactor* JobServiceImpl::GetJobEvents(grpc::CallbackServerConte
 grpc::ServerUnaryReactor* JobServiceImpl::ListCheckpoints(grpc::CallbackServerContext* context,
                                                           const v1::ListCheckpointsRequest* request,
                                                           v1::ListCheckpointsResponse* response) {
+  if (absl::StatusOr<Principal> caller = auth_->Check(*context, Operation::kRead); !caller.ok()) {
+    return FinishNow(context, caller.status());
+  }
   absl::StatusOr<int64_t> id = ParseJobId(request->job_id(), "job_id");
   if (!id.ok()) return FinishNow(context, id.status());
   if (absl::StatusOr<v1::Job> job = store_->GetJob(*id); !job.ok()) {
@@ -291,6 +366,9 @@ grpc::ServerUnaryReactor* JobServiceImpl::ListCheckpoints(grpc::CallbackServerCo
 grpc::ServerUnaryReactor* JobServiceImpl::GetJobMetrics(grpc::CallbackServerContext* context,
                                                         const v1::GetJobMetricsRequest* request,
                                                         v1::GetJobMetricsResponse* response) {
+  if (absl::StatusOr<Principal> caller = auth_->Check(*context, Operation::kRead); !caller.ok()) {
+    return FinishNow(context, caller.status());
+  }
   absl::StatusOr<int64_t> id = ParseJobId(request->job_id(), "job_id");
   if (!id.ok()) return FinishNow(context, id.status());
   if (request->max_points() < 0 || request->max_points() > 5000) {
@@ -432,7 +510,8 @@ class JobServiceImpl::LogReactor : public grpc::ServerWriteReactor<v1::LogChunk>
 grpc::ServerWriteReactor<v1::LogChunk>* JobServiceImpl::StreamJobLogs(
     grpc::CallbackServerContext* context, const v1::StreamJobLogsRequest* request) {
   absl::StatusOr<int64_t> id = ParseJobId(request->job_id(), "job_id");
-  absl::Status error = id.status();
+  absl::Status error = auth_->Check(*context, Operation::kRead).status();
+  if (error.ok()) error = id.status();
   if (error.ok()) error = store_->GetJob(*id).status();
   if (error.ok() && (request->attempt() < 0 || request->tail_lines() < 0 || request->rank() < -1)) {
     error = absl::InvalidArgumentError("attempt and tail_lines must be >= 0, rank >= -1");
@@ -586,7 +665,8 @@ class JobServiceImpl::WatchReactor : public grpc::ServerWriteReactor<v1::WatchJo
 grpc::ServerWriteReactor<v1::WatchJobResponse>* JobServiceImpl::WatchJob(
     grpc::CallbackServerContext* context, const v1::WatchJobRequest* request) {
   absl::StatusOr<int64_t> id = ParseJobId(request->job_id(), "job_id");
-  absl::Status error = id.status();
+  absl::Status error = auth_->Check(*context, Operation::kRead).status();
+  if (error.ok()) error = id.status();
   if (error.ok() && request->after_seq() < 0) {
     error = absl::InvalidArgumentError("after_seq must be >= 0");
   }
@@ -604,6 +684,74 @@ grpc::ServerWriteReactor<v1::WatchJobResponse>* JobServiceImpl::WatchJob(
   }
   reactor->Start();
   return reactor;
+}
+
+grpc::ServerUnaryReactor* JobServiceImpl::ListQueues(grpc::CallbackServerContext* context,
+                                                     const v1::ListQueuesRequest* /*request*/,
+                                                     v1::ListQueuesResponse* response) {
+  if (absl::StatusOr<Principal> caller = auth_->Check(*context, Operation::kRead); !caller.ok()) {
+    return FinishNow(context, caller.status());
+  }
+  std::map<std::string, v1::Queue> queues;
+  for (const auto& [name, quota] : queue_quotas_) {
+    queues[name].set_name(name);
+    queues[name].set_gpu_quota(quota);
+  }
+  // Depth and oldest submission per queue in one grouped scan of the state index; the
+  // jobs holding workers are few (bounded by the cluster), so their GPUs are summed from
+  // their specs: nodes x gpus_per_node, as the scheduler allocates them.
+  absl::Status read = store_->Read([&](sqlite::Connection& conn) -> absl::Status {
+    absl::StatusOr<sqlite::Statement> q = conn.Prepare(absl::StrCat(
+        "SELECT queue, state, count(*), min(create_time_us) FROM jobs WHERE state IN (",
+        static_cast<int>(v1::QUEUED), ",", static_cast<int>(v1::SCHEDULED), ",",
+        static_cast<int>(v1::RUNNING), ",", static_cast<int>(v1::RESTARTING), ",",
+        static_cast<int>(v1::PREEMPTING), ") GROUP BY queue, state"));
+    if (!q.ok()) return q.status();
+    while (true) {
+      absl::StatusOr<bool> row = q->Step();
+      if (!row.ok()) return row.status();
+      if (!*row) break;
+      v1::Queue& queue = queues[q->ColumnText(0)];
+      queue.set_name(q->ColumnText(0));
+      const auto state = static_cast<v1::JobState>(q->ColumnInt(1));
+      if (state == v1::QUEUED) {
+        queue.set_queued(q->ColumnInt(2));
+        *queue.mutable_oldest_queued_time() =
+            google::protobuf::util::TimeUtil::MicrosecondsToTimestamp(q->ColumnInt(3));
+      } else {
+        queue.set_running(queue.running() + q->ColumnInt(2));
+      }
+    }
+    absl::StatusOr<sqlite::Statement> held = conn.Prepare(absl::StrCat(
+        "SELECT queue, spec FROM jobs WHERE state IN (", static_cast<int>(v1::SCHEDULED), ",",
+        static_cast<int>(v1::RUNNING), ",", static_cast<int>(v1::PREEMPTING), ")"));
+    if (!held.ok()) return held.status();
+    while (true) {
+      absl::StatusOr<bool> row = held->Step();
+      if (!row.ok()) return row.status();
+      if (!*row) break;
+      v1::JobSpec spec;
+      if (!spec.ParseFromString(held->ColumnText(1))) continue;
+      v1::Queue& queue = queues[held->ColumnText(0)];
+      queue.set_gpus_allocated(queue.gpus_allocated() +
+                               int64_t{spec.resources().nodes()} * spec.resources().gpus_per_node());
+    }
+    return absl::OkStatus();
+  });
+  if (!read.ok()) return FinishNow(context, read);
+  for (auto& [name, queue] : queues) *response->add_queues() = std::move(queue);
+  return FinishNow(context, grpc::Status::OK);
+}
+
+grpc::ServerUnaryReactor* JobServiceImpl::WhoAmI(grpc::CallbackServerContext* context,
+                                                 const v1::WhoAmIRequest* /*request*/,
+                                                 v1::WhoAmIResponse* response) {
+  absl::StatusOr<Principal> caller = auth_->Authenticate(*context);
+  if (!caller.ok()) return FinishNow(context, caller.status());
+  response->set_user(caller->user);
+  response->set_role(caller->role);
+  response->set_auth_enabled(auth_->enabled());
+  return FinishNow(context, grpc::Status::OK);
 }
 
 void JobServiceImpl::StopWatches() {

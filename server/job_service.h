@@ -1,12 +1,14 @@
 #ifndef LLAMAFLEET_SERVER_JOB_SERVICE_H_
 #define LLAMAFLEET_SERVER_JOB_SERVICE_H_
 
+#include <map>
 #include <memory>
 #include <mutex>
 #include <set>
 
 #include "absl/base/thread_annotations.h"
 #include "llamafleet/v1/job.grpc.pb.h"
+#include "server/auth.h"
 #include "server/cluster_manager.h"
 #include "server/log_store.h"
 #include "storage/job_store.h"
@@ -21,21 +23,22 @@ grpc::Status ToGrpcStatus(const absl::Status& status);
 // hears "submitted" only once the job is durable. No reaction blocks on a write.
 class JobServiceImpl final : public v1::JobService::CallbackService {
  public:
-  // `store` is not owned and must outlive the service.
-  explicit JobServiceImpl(JobStore* store);
+  // `store` and `auth` are not owned and must outlive the service. Without `auth`,
+  // authentication is off (every caller an admin named by x-llamafleet-user).
+  explicit JobServiceImpl(JobStore* store, const Authenticator* auth = nullptr);
   ~JobServiceImpl() override;
 
   // Optional parts, set before serving (not owned): where QUEUED jobs stand, and the
   // trainers' logs.
   void set_pending_source(const PendingInfoSource* source) { pending_source_ = source; }
   void set_log_store(LogStore* logs) { logs_ = logs; }
+  // GPU quotas per queue, shown by ListQueues.
+  void set_queue_quotas(std::map<std::string, int64_t> quotas) { queue_quotas_ = std::move(quotas); }
 
   // Ends every open WatchJob stream with UNAVAILABLE; new watches are refused. Called
   // at shutdown, before the server waits for in-flight calls.
   void StopWatches();
 
-  // The metadata key that names the caller until token authentication exists.
-  static constexpr char kUserMetadataKey[] = "x-llamafleet-user";
 
   grpc::ServerUnaryReactor* SubmitJob(grpc::CallbackServerContext* context,
                                       const v1::SubmitJobRequest* request,
@@ -64,6 +67,12 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
                                           v1::GetJobMetricsResponse* response) override;
   grpc::ServerWriteReactor<v1::LogChunk>* StreamJobLogs(
       grpc::CallbackServerContext* context, const v1::StreamJobLogsRequest* request) override;
+  grpc::ServerUnaryReactor* ListQueues(grpc::CallbackServerContext* context,
+                                       const v1::ListQueuesRequest* request,
+                                       v1::ListQueuesResponse* response) override;
+  grpc::ServerUnaryReactor* WhoAmI(grpc::CallbackServerContext* context,
+                                   const v1::WhoAmIRequest* request,
+                                   v1::WhoAmIResponse* response) override;
 
   class WatchReactor;
   class LogReactor;
@@ -79,16 +88,16 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
   void AddPendingInfo(v1::Job* job) const;
 
   JobStore* const store_;
+  const std::unique_ptr<Authenticator> own_auth_;
+  const Authenticator* const auth_;
   const PendingInfoSource* pending_source_ = nullptr;
   LogStore* logs_ = nullptr;
+  std::map<std::string, int64_t> queue_quotas_;
 
   std::mutex watches_mu_;
   bool watches_stopped_ ABSL_GUARDED_BY(watches_mu_) = false;
   std::set<WatchReactor*> watches_ ABSL_GUARDED_BY(watches_mu_);
 };
-
-// The caller's identity from request metadata; INVALID_ARGUMENT if malformed.
-absl::StatusOr<std::string> CallerFromContext(const grpc::CallbackServerContext& context);
 
 }  // namespace llamafleet
 

@@ -3,6 +3,7 @@
 #include <signal.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <set>
@@ -10,16 +11,73 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
+#include "server/auth.h"
 #include "server/coordinator.h"
+#include "storage/job_store.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
 #include "yaml-cpp/yaml.h"
 
 namespace {
 
+namespace v1 = llamafleet::v1;
+
 int Fail(const std::string& message) {
   std::cerr << "llamafleet-coordinator: " << message << std::endl;
   return 1;
+}
+
+// The `token` subcommands. Exit 0 on success, 1 on failure with one error line.
+int RunTokenCommand(const std::string& command, const std::string& data_dir, const std::string& user,
+                    const std::string& role_name, int64_t id) {
+  v1::Role role = v1::ROLE_UNSPECIFIED;
+  if (command == "create") {
+    // Check the arguments before touching the data dir: nothing is created for bad input.
+    absl::StatusOr<v1::Role> parsed = llamafleet::ParseRole(role_name);
+    if (!parsed.ok()) return Fail(absl::StrCat("--role: ", parsed.status().message()));
+    if (absl::Status s = llamafleet::ValidateUserName(user, "--user"); !s.ok()) {
+      return Fail(std::string(s.message()));
+    }
+    role = *parsed;
+  }
+  std::error_code ec;
+  if (command == "create") std::filesystem::create_directories(data_dir, ec);
+  if (ec) return Fail(absl::StrCat("cannot create data dir ", data_dir, ": ", ec.message()));
+  const std::string db = data_dir + "/coordinator.db";
+  if (command != "create" && !std::filesystem::exists(db)) {
+    return Fail(absl::StrCat("no coordinator database in ", data_dir));
+  }
+  llamafleet::JobStoreOptions options;
+  options.path = db;
+  absl::StatusOr<std::unique_ptr<llamafleet::JobStore>> store = llamafleet::JobStore::Open(options);
+  if (!store.ok()) return Fail(std::string(store.status().message()));
+  if (command == "create") {
+    absl::StatusOr<std::string> token = llamafleet::CreateApiToken(store->get(), user, role);
+    if (!token.ok()) return Fail(std::string(token.status().message()));
+    std::printf("%s\n", token->c_str());
+    std::fprintf(stderr, "created a %s token for %s; it is shown only now\n",
+                 llamafleet::RoleName(role).c_str(), user.c_str());
+    return 0;
+  }
+  if (command == "list") {
+    absl::StatusOr<std::vector<llamafleet::ApiTokenRecord>> tokens = llamafleet::ListApiTokens(store->get());
+    if (!tokens.ok()) return Fail(std::string(tokens.status().message()));
+    std::printf("%-6s %-24s %-8s %-20s %s\n", "ID", "USER", "ROLE", "CREATED", "STATE");
+    for (const auto& t : *tokens) {
+      std::printf("%-6lld %-24s %-8s %-20s %s\n", static_cast<long long>(t.id), t.user.c_str(),
+                  llamafleet::RoleName(t.role).c_str(),
+                  absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", absl::FromUnixMicros(t.create_time_us),
+                                   absl::UTCTimeZone())
+                      .c_str(),
+                  t.revoked ? "revoked" : "active");
+    }
+    return 0;
+  }
+  if (absl::Status s = llamafleet::RevokeApiToken(store->get(), id); !s.ok()) {
+    return Fail(std::string(s.message()));
+  }
+  std::fprintf(stderr, "revoked token %lld\n", static_cast<long long>(id));
+  return 0;
 }
 
 }  // namespace
@@ -60,7 +118,29 @@ int main(int argc, char** argv) {
                "turn off token authentication: every caller is an admin (local demos only)");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}));
+
+  // llamafleet-coordinator token create|list|revoke: API tokens in DATA_DIR's database.
+  // Safe while a coordinator serves the same data dir (SQLite WAL; the coordinator reads
+  // tokens from the database on every call, so a new or revoked token counts at once).
+  CLI::App* token_cmd = app.add_subcommand("token", "manage API tokens (admin, on the coordinator host)");
+  token_cmd->require_subcommand(1);
+  std::string token_dir, token_user, token_role;
+  int64_t token_id = 0;
+  CLI::App* token_create = token_cmd->add_subcommand("create", "create a token; prints it alone on stdout");
+  token_create->add_option("--data-dir", token_dir, "the coordinator's data dir")->required();
+  token_create->add_option("--user", token_user, "user the token names")->required();
+  token_create->add_option("--role", token_role, "viewer, user or admin")->required();
+  CLI::App* token_list = token_cmd->add_subcommand("list", "list tokens (never the secrets)");
+  token_list->add_option("--data-dir", token_dir, "the coordinator's data dir")->required();
+  CLI::App* token_revoke = token_cmd->add_subcommand("revoke", "revoke a token by id");
+  token_revoke->add_option("--data-dir", token_dir, "the coordinator's data dir")->required();
+  token_revoke->add_option("--id", token_id, "token id (from token list)")->required();
   CLI11_PARSE(app, argc, argv);
+  if (token_cmd->parsed()) {
+    spdlog::set_level(spdlog::level::warn);
+    return RunTokenCommand(token_create->parsed() ? "create" : token_list->parsed() ? "list" : "revoke",
+                           token_dir, token_user, token_role, token_id);
+  }
 
   // The config file fills in what the command line did not set.
   if (!config_file.empty()) {

@@ -142,8 +142,14 @@ grpc::ServerBidiReactor<v1::WorkerMessage, v1::CoordinatorMessage>* WorkerServic
 grpc::ServerUnaryReactor* WorkerServiceImpl::ListWorkers(grpc::CallbackServerContext* context,
                                                          const v1::ListWorkersRequest* request,
                                                          v1::ListWorkersResponse* response) {
-  for (v1::WorkerInfo& w : manager_->Workers()) *response->add_workers() = std::move(w);
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (auth_ != nullptr) {
+    if (absl::StatusOr<Principal> caller = auth_->Check(*context, Operation::kRead); !caller.ok()) {
+      reactor->Finish(ToGrpcStatus(caller.status()));
+      return reactor;
+    }
+  }
+  for (v1::WorkerInfo& w : manager_->Workers()) *response->add_workers() = std::move(w);
   reactor->Finish(grpc::Status::OK);
   return reactor;
 }

@@ -5,6 +5,7 @@
 #include <set>
 
 #include "llamafleet/v1/worker.grpc.pb.h"
+#include "server/auth.h"
 #include "server/cluster_manager.h"
 #include "server/log_store.h"
 
@@ -17,6 +18,9 @@ class WorkerServiceImpl final : public v1::WorkerService::CallbackService {
  public:
   // Not owned; must outlive the service.
   WorkerServiceImpl(ClusterManager* manager, LogStore* logs, std::string join_token);
+  // Client calls (ListWorkers) are checked by `auth` (not owned; null = no checks).
+  // Worker sessions authenticate with the join token only.
+  void set_authenticator(const Authenticator* auth) { auth_ = auth; }
   ~WorkerServiceImpl() override;
 
   grpc::ServerBidiReactor<v1::WorkerMessage, v1::CoordinatorMessage>* Session(
@@ -31,6 +35,7 @@ class WorkerServiceImpl final : public v1::WorkerService::CallbackService {
   class SessionReactor;
 
  private:
+  const Authenticator* auth_ = nullptr;
   ClusterManager* const manager_;
   LogStore* const logs_;
   const std::string join_token_;

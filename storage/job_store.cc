@@ -125,6 +125,17 @@ CREATE TABLE job_metrics (
 );
 CREATE INDEX job_metrics_by_job ON job_metrics(job_id, step);
 )sql",
+    // 3: API tokens (only their SHA-256 is kept).
+    R"sql(
+CREATE TABLE api_tokens (
+  id             INTEGER PRIMARY KEY,
+  token_sha256   TEXT NOT NULL UNIQUE,      -- lowercase hex
+  user           TEXT NOT NULL,
+  role           INTEGER NOT NULL,          -- llamafleet.v1.Role
+  create_time_us INTEGER NOT NULL,
+  revoked        INTEGER NOT NULL DEFAULT 0
+);
+)sql",
 };
 
 constexpr char kJobColumns[] =
@@ -857,51 +868,80 @@ absl::StatusOr<v1::Job> JobStore::GetJob(int64_t job_id) {
 }
 
 absl::StatusOr<ListJobsResult> JobStore::ListJobs(const ListJobsQuery& query) {
-  std::string sql = absl::StrCat("SELECT ", kJobColumns, " FROM jobs WHERE 1");
-  std::vector<std::string> text_params;
+  static const auto* kOrderColumns = new std::map<std::string, std::string>{
+      {"", "id"},       {"id", "id"},       {"update_time", "update_time_us"},
+      {"name", "name"}, {"priority", "priority"}, {"state", "state"},
+      {"owner", "owner"}, {"queue", "queue"}};
+  auto column = kOrderColumns->find(query.order_by);
+  if (column == kOrderColumns->end()) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot order by ", query.order_by));
+  }
+  const bool by_id = column->second == "id";
+  std::string where = " WHERE 1";
   int next = 1;
   std::vector<std::pair<int, std::string>> binds_text;
   std::vector<std::pair<int, int64_t>> binds_int;
   if (!query.states.empty()) {
     std::vector<std::string> states;
     for (v1::JobState s : query.states) states.push_back(absl::StrCat(static_cast<int>(s)));
-    absl::StrAppend(&sql, " AND state IN (", absl::StrJoin(states, ","), ")");
+    absl::StrAppend(&where, " AND state IN (", absl::StrJoin(states, ","), ")");
   }
   if (!query.queue.empty()) {
-    absl::StrAppend(&sql, " AND queue = ?", next);
+    absl::StrAppend(&where, " AND queue = ?", next);
     binds_text.emplace_back(next++, query.queue);
   }
   if (!query.owner.empty()) {
-    absl::StrAppend(&sql, " AND owner = ?", next);
+    absl::StrAppend(&where, " AND owner = ?", next);
     binds_text.emplace_back(next++, query.owner);
   }
+  if (!query.name_contains.empty()) {
+    absl::StrAppend(&where, " AND instr(lower(name), lower(?", next, ")) > 0");
+    binds_text.emplace_back(next++, query.name_contains);
+  }
   for (const auto& [key, value] : query.labels) {
-    absl::StrAppend(&sql, " AND id IN (SELECT job_id FROM job_labels WHERE key = ?", next,
+    absl::StrAppend(&where, " AND id IN (SELECT job_id FROM job_labels WHERE key = ?", next,
                     " AND value = ?", next + 1, ")");
     binds_text.emplace_back(next++, key);
     binds_text.emplace_back(next++, value);
   }
-  if (query.before_id > 0) {
-    absl::StrAppend(&sql, " AND id < ?", next);
+  const int filter_params = next;
+  std::string page_where = where;
+  if (by_id && query.before_id > 0) {
+    absl::StrAppend(&page_where, query.descending ? " AND id < ?" : " AND id > ?", next);
     binds_int.emplace_back(next++, query.before_id);
   }
   const int page_size = std::clamp(query.page_size, 1, 10000);
-  absl::StrAppend(&sql, " ORDER BY id DESC LIMIT ", page_size + 1);
+  const char* dir = query.descending ? "DESC" : "ASC";
+  std::string sql = absl::StrCat("SELECT ", kJobColumns, " FROM jobs", page_where, " ORDER BY ",
+                                 column->second, " ", dir);
+  if (!by_id) absl::StrAppend(&sql, ", id DESC");
+  absl::StrAppend(&sql, " LIMIT ", page_size + 1);
+  if (!by_id && query.offset > 0) absl::StrAppend(&sql, " OFFSET ", query.offset);
 
   ReaderLease reader = AcquireReader();
+  ListJobsResult result;
+  if (query.count_total) {
+    absl::StatusOr<sqlite::Statement> c =
+        reader->Prepare(absl::StrCat("SELECT count(*) FROM jobs", where));
+    if (!c.ok()) return c.status();
+    for (const auto& [i, v] : binds_text) {
+      if (i < filter_params) c->Bind(i, v);
+    }
+    absl::StatusOr<bool> row = c->Step();
+    if (!row.ok()) return row.status();
+    result.total = *row ? c->ColumnInt(0) : 0;
+  }
   absl::StatusOr<sqlite::Statement> s = reader->Prepare(sql);
   if (!s.ok()) return s.status();
   for (const auto& [i, v] : binds_text) s->Bind(i, v);
   for (const auto& [i, v] : binds_int) s->Bind(i, v);
-  ListJobsResult result;
   while (true) {
     absl::StatusOr<bool> row = s->Step();
     if (!row.ok()) return row.status();
     if (!*row) break;
     if (static_cast<int>(result.jobs.size()) == page_size) {
-      int64_t last;
-      (void)absl::SimpleAtoi(result.jobs.back().id(), &last);
-      result.next_before_id = last;
+      result.more = true;
+      (void)absl::SimpleAtoi(result.jobs.back().id(), &result.next_before_id);
       break;
     }
     absl::StatusOr<v1::Job> job = JobFromRow(*s);

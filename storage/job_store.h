@@ -76,13 +76,24 @@ struct ListJobsQuery {
   std::string queue;                 // "" = any
   std::string owner;                 // "" = any
   std::vector<std::pair<std::string, std::string>> labels;  // all must match
+  std::string name_contains;          // case-insensitive substring; "" = any
+  // Sort column: "" or "id" (= creation order), "update_time", "name", "priority",
+  // "state", "owner", "queue"; ties newest first.
+  std::string order_by;
+  bool descending = true;
   int page_size = 100;
-  int64_t before_id = 0;  // only ids < before_id; 0 = from the newest
+  // Paging: by id order, only ids < before_id (0 = from the newest); by any other
+  // order, skip `offset` rows.
+  int64_t before_id = 0;
+  int64_t offset = 0;
+  bool count_total = false;  // fill ListJobsResult::total
 };
 
 struct ListJobsResult {
   std::vector<v1::Job> jobs;
-  int64_t next_before_id = 0;  // 0 = no more pages
+  bool more = false;           // another page follows
+  int64_t next_before_id = 0;  // id order: where the next page starts
+  int64_t total = -1;          // matching jobs, when asked for
 };
 
 struct JobCounts {

@@ -6,9 +6,11 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/cord.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -388,15 +390,20 @@ class Violations {
   explicit Violations(absl::string_view prefix) : prefix_(prefix) {}
   void Add(absl::string_view field, absl::string_view rule) {
     list_.push_back(absl::StrCat(prefix_, field, " ", rule));
+    v1::FieldViolation v;
+    v.set_field(absl::StrCat(prefix_, field));
+    v.set_description(std::string(rule));
+    fields_.push_back(std::move(v));
   }
   absl::Status ToStatus() const {
     if (list_.empty()) return absl::OkStatus();
-    return absl::InvalidArgumentError(absl::StrJoin(list_, "; "));
+    return WithFieldViolations(absl::InvalidArgumentError(absl::StrJoin(list_, "; ")), fields_);
   }
 
  private:
   std::string prefix_;
   std::vector<std::string> list_;
+  std::vector<v1::FieldViolation> fields_;
 };
 
 bool IsNameChar(char c) { return absl::ascii_isalnum(c) || c == '-' || c == '_' || c == '.'; }
@@ -584,16 +591,36 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec, absl::string_view path_pre
 }
 
 absl::Status ValidateIdempotencyKey(absl::string_view key, absl::string_view path) {
+  Violations v("");
   if (key.size() > static_cast<size_t>(kMaxIdempotencyKeyLength)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, " must be at most ", kMaxIdempotencyKeyLength, " characters"));
+    v.Add(path, absl::StrCat("must be at most ", kMaxIdempotencyKeyLength, " characters"));
+  } else if (!std::all_of(key.begin(), key.end(),
+                          [](char c) { return absl::ascii_isprint(static_cast<unsigned char>(c)); })) {
+    v.Add(path, "must be printable ASCII");
   }
-  for (char c : key) {
-    if (!absl::ascii_isprint(static_cast<unsigned char>(c))) {
-      return absl::InvalidArgumentError(absl::StrCat(path, " must be printable ASCII"));
-    }
-  }
-  return absl::OkStatus();
+  return v.ToStatus();
+}
+
+namespace {
+constexpr char kFieldViolationsUrl[] = "type.googleapis.com/llamafleet.v1.ErrorDetails";
+}  // namespace
+
+absl::Status WithFieldViolations(absl::Status status,
+                                 const std::vector<v1::FieldViolation>& violations) {
+  if (status.ok() || violations.empty()) return status;
+  v1::ErrorDetails details;
+  for (const v1::FieldViolation& v : violations) *details.add_field_violations() = v;
+  status.SetPayload(kFieldViolationsUrl, absl::Cord(details.SerializeAsString()));
+  return status;
+}
+
+std::vector<v1::FieldViolation> FieldViolationsOf(const absl::Status& status) {
+  std::vector<v1::FieldViolation> out;
+  auto payload = status.GetPayload(kFieldViolationsUrl);
+  v1::ErrorDetails details;
+  if (!payload.has_value() || !details.ParseFromString(std::string(*payload))) return out;
+  for (v1::FieldViolation& v : *details.mutable_field_violations()) out.push_back(std::move(v));
+  return out;
 }
 
 std::string MessageToJson(const Message& message, bool pretty) {

@@ -68,6 +68,13 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec, absl::string_view path_pre
 // Validation of the other user-supplied request fields.
 absl::Status ValidateIdempotencyKey(absl::string_view key, absl::string_view path);
 
+// Field-level detail carried by INVALID_ARGUMENT statuses from the validators above (as
+// an absl::Status payload): which field, and what rule it broke. Clients get it as
+// grpc-status-details-bin (ErrorDetails) and in HTTP error bodies, to mark the field.
+absl::Status WithFieldViolations(absl::Status status,
+                                 const std::vector<v1::FieldViolation>& violations);
+std::vector<v1::FieldViolation> FieldViolationsOf(const absl::Status& status);
+
 // Renders a message as block YAML (proto field names, enum names).
 std::string MessageToYaml(const google::protobuf::Message& message);
 // Renders a message as JSON (proto field names, enum names, one line unless `pretty`).

@@ -92,8 +92,10 @@ trap 'exit 130' INT TERM
 say "starting the coordinator and two CPU workers (logs in $var_dir/*.log)"
 fifo="$var_dir/.coordinator.stdout"
 rm -f "$fifo" && mkfifo "$fifo"
+# --insecure-no-auth: a local demo on 127.0.0.1 with no tokens to hand out. A real
+# cluster runs with tokens (README: Authentication).
 "$bin/llamafleet-coordinator" --listen 127.0.0.1:0 --data-dir "$var_dir/coordinator" \
-  --log-level info >"$fifo" 2>>"$var_dir/coordinator.log" &
+  --insecure-no-auth --log-level info >"$fifo" 2>>"$var_dir/coordinator.log" &
 pids+=($!)
 address=""
 while IFS= read -r -t 30 line; do

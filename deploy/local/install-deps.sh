@@ -8,6 +8,7 @@ packages=(
   cmake g++ make ccache pkg-config
   # coordinator, CLI, storage
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libssl-dev
+  libboost-dev libboost-system-dev openssl
   libsqlite3-dev libspdlog-dev libfmt-dev libyaml-cpp-dev libcli11-dev
   # tests
   libgtest-dev libgmock-dev

@@ -113,7 +113,7 @@ int main(int argc, char** argv) {
 
   testing::TempDir dir;
   auto coordinator = testing::Subprocess::Start(
-      {testing::BinaryPath("llamafleet-coordinator"), "--listen", "127.0.0.1:0", "--data-dir",
+      {testing::BinaryPath("llamafleet-coordinator"), "--listen", "127.0.0.1:0", "--insecure-no-auth", "--data-dir",
        dir.path(), "--join-token", "bench", "--log-level", "warn"});
   if (!coordinator.ok()) return 1;
   absl::StatusOr<std::string> address = (*coordinator)->WaitForListening();

@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "CLI/CLI.hpp"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
@@ -31,6 +32,10 @@ namespace {
 using testing::BinaryPath;
 using testing::Subprocess;
 using testing::TempDir;
+
+// Every submission carries a real API token (a user token made with `token create`), so
+// the figures include the coordinator's per-call credential check.
+std::string g_bearer;
 
 struct RunResult {
   double acks_per_second = 0;
@@ -79,7 +84,7 @@ class Client {
       return;
     }
     context_ = std::make_unique<grpc::ClientContext>();
-    context_->AddMetadata("x-llamafleet-user", "bench");
+    context_->AddMetadata("authorization", g_bearer);
     context_->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
     request_ = request_template_;
     request_.mutable_spec()->set_name(absl::StrCat("bench-", index_, "-", sequence_++));
@@ -125,6 +130,15 @@ RunResult RunOnce(bool group_commit, int clients, double seconds, const v1::JobS
                                    "--data-dir", dir.path(), "--synchronous", "full",
                                    "--log-level", "info"};
   if (!group_commit) argv.push_back("--no-group-commit");
+  absl::StatusOr<testing::CommandResult> token =
+      testing::RunCommand({BinaryPath("llamafleet-coordinator"), "token", "create", "--data-dir",
+                           dir.path(), "--user", "bench", "--role", "user"});
+  if (!token.ok() || token->exit_code != 0) {
+    std::fprintf(stderr, "cannot create a token: %s\n",
+                 token.ok() ? token->err.c_str() : token.status().ToString().c_str());
+    std::exit(1);
+  }
+  g_bearer = "Bearer " + std::string(absl::StripAsciiWhitespace(token->out));
   const std::string log = dir.path() + "/coordinator.log";
   auto coordinator = Subprocess::Start(argv, {}, log);
   if (!coordinator.ok()) {

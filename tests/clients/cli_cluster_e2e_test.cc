@@ -94,7 +94,7 @@ class CliClusterTest : public ::testing::Test {
     ASSERT_EQ(chmod(trainer_.c_str(), 0755), 0);
 
     auto coordinator =
-        Subprocess::Start({BinaryPath("llamafleet-coordinator"), "--listen", "127.0.0.1:0",
+        Subprocess::Start({BinaryPath("llamafleet-coordinator"), "--listen", "127.0.0.1:0", "--insecure-no-auth",
                            "--data-dir", dir_.path() + "/coordinator", "--join-token", kJoinToken,
                            "--cancel-grace", "2", "--log-level", "warn"},
                           {}, dir_.path() + "/coordinator.log");

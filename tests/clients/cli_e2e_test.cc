@@ -47,7 +47,7 @@ class CliTest : public ::testing::Test {
   void TearDown() override { StopCoordinator(); }
 
   void StartCoordinator(const std::string& listen) {
-    auto started = Subprocess::Start({BinaryPath("llamafleet-coordinator"), "--listen", listen,
+    auto started = Subprocess::Start({BinaryPath("llamafleet-coordinator"), "--listen", listen, "--insecure-no-auth",
                                       "--data-dir", dir_.path() + "/data", "--log-level", "warn"},
                                      {}, dir_.path() + "/coordinator.log");
     ASSERT_TRUE(started.ok()) << started.status();

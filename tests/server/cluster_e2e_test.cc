@@ -95,7 +95,7 @@ class ClusterTest : public ::testing::Test {
 
   // `listen`: the first start picks a free port; a restart reuses it (workers redial it).
   void StartCoordinator(const std::string& listen = "127.0.0.1:0") {
-    auto p = Subprocess::Start({BinaryPath("llamafleet-coordinator"), "--listen", listen,
+    auto p = Subprocess::Start({BinaryPath("llamafleet-coordinator"), "--listen", listen, "--insecure-no-auth",
                                 "--data-dir", dir_.path() + "/coord", "--join-token", "secret",
                                 "--heartbeat-timeout", "3", "--cancel-grace", "2"},
                                {}, dir_.path() + "/coordinator.log");

@@ -34,7 +34,7 @@ v1::JobSpec ValidSpec(const std::string& name) {
 
 std::unique_ptr<Subprocess> StartCoordinator(const std::string& data_dir, std::string* address) {
   absl::StatusOr<std::unique_ptr<Subprocess>> p = Subprocess::Start(
-      {BinaryPath("llamafleet-coordinator"), "--listen", "127.0.0.1:0", "--data-dir", data_dir,
+      {BinaryPath("llamafleet-coordinator"), "--listen", "127.0.0.1:0", "--insecure-no-auth", "--data-dir", data_dir,
        "--log-level", "warn"});
   EXPECT_TRUE(p.ok()) << p.status();
   absl::StatusOr<std::string> addr = (*p)->WaitForListening();
@@ -133,7 +133,7 @@ TEST(CoordinatorProcessTest, SecondCoordinatorOnTheSameDataDirIsRefused) {
   std::string address;
   std::unique_ptr<Subprocess> first = StartCoordinator(dir.path(), &address);
   absl::StatusOr<testing::CommandResult> second = RunCommand(
-      {BinaryPath("llamafleet-coordinator"), "--listen", "127.0.0.1:0", "--data-dir", dir.path()});
+      {BinaryPath("llamafleet-coordinator"), "--listen", "127.0.0.1:0", "--insecure-no-auth", "--data-dir", dir.path()});
   ASSERT_TRUE(second.ok());
   EXPECT_NE(second->exit_code, 0);
   EXPECT_NE(second->err.find("is in use by another coordinator"), std::string::npos)
@@ -152,7 +152,7 @@ TEST(CoordinatorProcessTest, StartupErrorsAreOneClearLine) {
     ASSERT_TRUE((*conn)->Exec("PRAGMA user_version=999").ok());
   }
   absl::StatusOr<testing::CommandResult> r = RunCommand(
-      {BinaryPath("llamafleet-coordinator"), "--listen", "127.0.0.1:0", "--data-dir", dir.path()});
+      {BinaryPath("llamafleet-coordinator"), "--listen", "127.0.0.1:0", "--insecure-no-auth", "--data-dir", dir.path()});
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->exit_code, 1);
   EXPECT_NE(r->err.find("schema version 999, newer than this llamafleet build supports"),

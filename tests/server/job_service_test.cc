@@ -35,6 +35,7 @@ class JobServiceTest : public ::testing::Test {
     CoordinatorOptions options;
     options.listen = "127.0.0.1:0";
     options.data_dir = dir_.path();
+    options.auth_enabled = false;  // callers named by x-llamafleet-user; auth_test checks tokens
     absl::StatusOr<std::unique_ptr<Coordinator>> c = Coordinator::Start(options);
     ASSERT_TRUE(c.ok()) << c.status();
     coordinator_ = std::move(*c);

@@ -44,7 +44,7 @@ class TrainingTest : public ::testing::Test {
       for (int i = 0; i < 33; ++i) out << (i ? ", " : "") << 3 + rng() % 500;
       out << "]}\n";
     }
-    auto p = Subprocess::Start({BinaryPath("llamafleet-coordinator"), "--listen", "127.0.0.1:0",
+    auto p = Subprocess::Start({BinaryPath("llamafleet-coordinator"), "--listen", "127.0.0.1:0", "--insecure-no-auth",
                                 "--data-dir", dir_.path() + "/coord", "--join-token", "secret",
                                 "--heartbeat-timeout", "5", "--cancel-grace", "5"},
                                {}, dir_.path() + "/coordinator.log");

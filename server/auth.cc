@@ -1,0 +1,229 @@
+#include "server/auth.h"
+
+#include <openssl/rand.h>
+
+#include <algorithm>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "clients/jobspec/jobspec.h"
+#include "storage/job_store.h"
+#include "storage/sqlite.h"
+
+namespace llamafleet {
+namespace {
+
+constexpr char kBearer[] = "Bearer ";
+constexpr char kTokenPrefix[] = "lft_";
+constexpr char kUserMetadataKey[] = "x-llamafleet-user";
+constexpr char kHowToGetToken[] =
+    "send 'authorization: Bearer <token>' (an admin creates one with: llamafleet-coordinator "
+    "token create --data-dir DIR --user NAME --role viewer|user|admin)";
+
+std::string Metadata(const grpc::CallbackServerContext& context, const char* key) {
+  const auto& metadata = context.client_metadata();
+  auto it = metadata.find(key);
+  if (it == metadata.end()) return "";
+  return std::string(it->second.data(), it->second.size());
+}
+
+const char* OperationName(Operation op) {
+  switch (op) {
+    case Operation::kRead:
+      return "read jobs";
+    case Operation::kSubmit:
+      return "submit jobs";
+    case Operation::kCancel:
+      return "cancel jobs";
+  }
+  return "do that";
+}
+
+}  // namespace
+
+std::string RoleName(v1::Role role) {
+  switch (role) {
+    case v1::VIEWER:
+      return "viewer";
+    case v1::USER:
+      return "user";
+    case v1::ADMIN:
+      return "admin";
+    default:
+      return "none";
+  }
+}
+
+absl::StatusOr<v1::Role> ParseRole(const std::string& name) {
+  const std::string lower = absl::AsciiStrToLower(name);
+  if (lower == "viewer") return v1::VIEWER;
+  if (lower == "user") return v1::USER;
+  if (lower == "admin") return v1::ADMIN;
+  return absl::InvalidArgumentError(
+      absl::StrCat("role must be one of viewer, user, admin (got \"", name, "\")"));
+}
+
+absl::Status ValidateUserName(const std::string& user, const std::string& field) {
+  if (user.empty() || user.size() > 64 ||
+      !std::all_of(user.begin(), user.end(), [](char c) {
+        return absl::ascii_isalnum(c) || c == '-' || c == '_' || c == '.' || c == '@';
+      })) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, " must be 1..64 characters of letters, digits, '-', '_', '.' and '@'"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Principal> Authenticator::Authenticate(
+    const grpc::CallbackServerContext& context) const {
+  if (!enabled_) {
+    Principal p;
+    p.user = Metadata(context, kUserMetadataKey);
+    if (p.user.empty()) p.user = "anonymous";
+    if (absl::Status s = ValidateUserName(p.user, absl::StrCat("metadata ", kUserMetadataKey));
+        !s.ok()) {
+      return s;
+    }
+    p.role = v1::ADMIN;
+    return p;
+  }
+  const std::string header = Metadata(context, "authorization");
+  if (header.empty()) {
+    return absl::UnauthenticatedError(absl::StrCat("missing credentials: ", kHowToGetToken));
+  }
+  if (!absl::StartsWithIgnoreCase(header, kBearer) || header.size() > 512) {
+    return absl::UnauthenticatedError(
+        "malformed authorization: expected 'Bearer <token>'");
+  }
+  const std::string token = std::string(absl::StripAsciiWhitespace(header.substr(sizeof(kBearer) - 1)));
+  const std::string hash = Sha256Hex(token);
+  Principal p;
+  bool found = false;
+  absl::Status s = store_->Read([&](sqlite::Connection& conn) -> absl::Status {
+    absl::StatusOr<sqlite::Statement> q =
+        conn.Prepare("SELECT user, role FROM api_tokens WHERE token_sha256 = ?1 AND revoked = 0");
+    if (!q.ok()) return q.status();
+    q->Bind(1, hash);
+    absl::StatusOr<bool> row = q->Step();
+    if (!row.ok()) return row.status();
+    if (*row) {
+      found = true;
+      p.user = q->ColumnText(0);
+      p.role = static_cast<v1::Role>(q->ColumnInt(1));
+    }
+    return absl::OkStatus();
+  });
+  if (!s.ok()) return absl::UnavailableError(absl::StrCat("cannot check credentials: ", s.message()));
+  if (!found) return absl::UnauthenticatedError("invalid or revoked token");
+  return p;
+}
+
+absl::Status Authorize(const Principal& principal, Operation op, const std::string& job_owner,
+                       const std::string& job_id) {
+  const v1::Role role = principal.role;
+  bool allowed = false;
+  switch (op) {
+    case Operation::kRead:
+      allowed = role == v1::VIEWER || role == v1::USER || role == v1::ADMIN;
+      break;
+    case Operation::kSubmit:
+      allowed = role == v1::USER || role == v1::ADMIN;
+      break;
+    case Operation::kCancel:
+      allowed = role == v1::ADMIN || (role == v1::USER && job_owner == principal.user);
+      if (!allowed && role == v1::USER) {
+        return absl::PermissionDeniedError(absl::StrCat(
+            "user ", principal.user, " may not cancel job ", job_id, ", owned by ", job_owner,
+            " (users cancel their own jobs; admins cancel any)"));
+      }
+      break;
+  }
+  if (allowed) return absl::OkStatus();
+  return absl::PermissionDeniedError(absl::StrCat(principal.user, " (role ", RoleName(role),
+                                                  ") may not ", OperationName(op)));
+}
+
+absl::StatusOr<Principal> Authenticator::Check(const grpc::CallbackServerContext& context,
+                                               Operation op, const std::string& job_owner) const {
+  absl::StatusOr<Principal> p = Authenticate(context);
+  if (!p.ok()) return p.status();
+  if (absl::Status s = Authorize(*p, op, job_owner); !s.ok()) return s;
+  return p;
+}
+
+absl::StatusOr<std::string> CreateApiToken(JobStore* store, const std::string& user,
+                                           v1::Role role) {
+  if (absl::Status s = ValidateUserName(user, "user"); !s.ok()) return s;
+  if (role != v1::VIEWER && role != v1::USER && role != v1::ADMIN) {
+    return absl::InvalidArgumentError("role must be one of viewer, user, admin");
+  }
+  unsigned char random[32];
+  if (RAND_bytes(random, sizeof(random)) != 1) {
+    return absl::InternalError("no randomness available for a token");
+  }
+  static const char* kHex = "0123456789abcdef";
+  std::string token = kTokenPrefix;
+  for (unsigned char b : random) {
+    token.push_back(kHex[b >> 4]);
+    token.push_back(kHex[b & 15]);
+  }
+  const std::string hash = Sha256Hex(token);
+  absl::Status s = store->WriteAndWait([&](Txn& txn) -> absl::Status {
+    absl::StatusOr<sqlite::Statement*> q = txn.Statement(
+        "INSERT INTO api_tokens (token_sha256, user, role, create_time_us) VALUES (?1, ?2, ?3, ?4)");
+    if (!q.ok()) return q.status();
+    (*q)->Bind(1, hash).Bind(2, user).Bind(3, static_cast<int64_t>(role)).Bind(4, txn.NowMicros());
+    return (*q)->Run();
+  });
+  if (!s.ok()) return s;
+  return token;
+}
+
+absl::StatusOr<std::vector<ApiTokenRecord>> ListApiTokens(JobStore* store) {
+  std::vector<ApiTokenRecord> out;
+  absl::Status s = store->Read([&](sqlite::Connection& conn) -> absl::Status {
+    absl::StatusOr<sqlite::Statement> q =
+        conn.Prepare("SELECT id, user, role, create_time_us, revoked FROM api_tokens ORDER BY id");
+    if (!q.ok()) return q.status();
+    while (true) {
+      absl::StatusOr<bool> row = q->Step();
+      if (!row.ok()) return row.status();
+      if (!*row) break;
+      ApiTokenRecord r;
+      r.id = q->ColumnInt(0);
+      r.user = q->ColumnText(1);
+      r.role = static_cast<v1::Role>(q->ColumnInt(2));
+      r.create_time_us = q->ColumnInt(3);
+      r.revoked = q->ColumnInt(4) != 0;
+      out.push_back(std::move(r));
+    }
+    return absl::OkStatus();
+  });
+  if (!s.ok()) return s;
+  return out;
+}
+
+absl::Status RevokeApiToken(JobStore* store, int64_t id) {
+  bool found = false;
+  absl::Status s = store->WriteAndWait([&](Txn& txn) -> absl::Status {
+    absl::StatusOr<sqlite::Statement*> q =
+        txn.Statement("UPDATE api_tokens SET revoked = 1 WHERE id = ?1");
+    if (!q.ok()) return q.status();
+    (*q)->Bind(1, id);
+    if (absl::Status r = (*q)->Run(); !r.ok()) return r;
+    absl::StatusOr<sqlite::Statement*> c = txn.Statement("SELECT changes()");
+    if (!c.ok()) return c.status();
+    absl::StatusOr<bool> row = (*c)->Step();
+    if (!row.ok()) return row.status();
+    found = *row && (*c)->ColumnInt(0) > 0;
+    return absl::OkStatus();
+  });
+  if (!s.ok()) return s;
+  if (!found) return absl::NotFoundError(absl::StrCat("no token with id ", id));
+  return absl::OkStatus();
+}
+
+}  // namespace llamafleet

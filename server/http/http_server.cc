@@ -1,0 +1,594 @@
+#include "server/http/http_server.h"
+
+#include <openssl/ssl.h>
+
+#include <array>
+#include <atomic>
+#include <deque>
+#include <future>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <type_traits>
+
+#include <boost/asio.hpp>
+#include <boost/asio/ssl.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "server/http/gateway.h"
+#include "spdlog/spdlog.h"
+
+namespace llamafleet::http {
+namespace {
+
+namespace net = boost::asio;
+namespace ssl = boost::asio::ssl;
+namespace beast = boost::beast;
+namespace bhttp = boost::beast::http;
+using tcp = boost::asio::ip::tcp;
+
+std::chrono::steady_clock::duration Chrono(absl::Duration d) {
+  return absl::ToChronoNanoseconds(d);
+}
+
+class SessionBase {
+ public:
+  virtual ~SessionBase() = default;
+  // Closes the connection (from any thread); an open event stream is abandoned.
+  virtual void Close() = 0;
+};
+
+// What the listener and the sessions share; outlives both.
+struct Registry {
+  std::mutex mu;
+  bool stopping = false;
+  uint64_t next_id = 0;
+  std::map<uint64_t, std::weak_ptr<SessionBase>> sessions;
+  std::atomic<int> connections{0};
+};
+
+// One HTTP/1.1 connection, plain (beast::tcp_stream) or TLS (beast::ssl_stream of one):
+// the same code, the TLS handshake aside. Everything runs on the connection's strand
+// (the stream's executor); the Responder methods post there.
+//
+// Requests are read one at a time: header first (431 beyond the header limit, 413 from
+// Content-Length before any body byte is read), then the body; the next request is read
+// once the response is written (keep-alive). An event stream owns the connection until it
+// ends; a read left pending meanwhile notices the client leaving.
+template <typename Stream>
+class Session final : public SessionBase,
+                      public Responder,
+                      public std::enable_shared_from_this<Session<Stream>> {
+ public:
+  static constexpr bool kTls = !std::is_same_v<Stream, beast::tcp_stream>;
+
+  Session(Stream stream, std::shared_ptr<net::io_context> ioc, std::shared_ptr<Gateway> gateway,
+          const HttpServerOptions& options, std::shared_ptr<Registry> registry, uint64_t id)
+      : ioc_(std::move(ioc)),
+        stream_(std::move(stream)),
+        gateway_(std::move(gateway)),
+        options_(options),
+        registry_(std::move(registry)),
+        id_(id) {}
+
+  ~Session() override {
+    registry_->connections.fetch_sub(1);
+    std::lock_guard<std::mutex> lock(registry_->mu);
+    registry_->sessions.erase(id_);
+  }
+
+  void Run() {
+    net::dispatch(stream_.get_executor(), [self = this->shared_from_this()] {
+      if constexpr (kTls) {
+        self->Lowest().expires_after(Chrono(self->options_.read_timeout));
+        self->stream_.async_handshake(ssl::stream_base::server,
+                                      [self](beast::error_code ec) {
+                                        if (ec) {
+                                          spdlog::debug("http: TLS handshake failed: {}", ec.message());
+                                          self->DoClose();
+                                          return;
+                                        }
+                                        self->ReadHeader();
+                                      });
+      } else {
+        self->ReadHeader();
+      }
+    });
+  }
+
+  void Close() override {
+    net::post(stream_.get_executor(), [self = this->shared_from_this()] { self->DoClose(); });
+  }
+
+  // Responder.
+  void Reply(Response response) override {
+    net::post(stream_.get_executor(),
+              [self = this->shared_from_this(), r = std::move(response)]() mutable {
+                self->DoReply(std::move(r), /*linger=*/false);
+              });
+  }
+
+  void SendEvent(std::string text, std::function<void(bool)> written) override {
+    net::post(stream_.get_executor(), [self = this->shared_from_this(), t = std::move(text),
+                                       w = std::move(written)]() mutable {
+      if (self->closed_) {
+        w(false);
+        return;
+      }
+      self->queue_.push_back({std::move(t), std::move(w), false});
+      self->StartStreamOrWrite();
+    });
+  }
+
+  void EndStream() override {
+    net::post(stream_.get_executor(), [self = this->shared_from_this()] {
+      if (self->closed_) return;
+      self->on_close_ = nullptr;  // ended normally: nothing to abandon
+      self->queue_.push_back({"", nullptr, true});
+      self->StartStreamOrWrite();
+    });
+  }
+
+  void OnClose(std::function<void()> closed) override {
+    net::post(stream_.get_executor(), [self = this->shared_from_this(), c = std::move(closed)]() mutable {
+      if (self->closed_) {
+        c();
+        return;
+      }
+      self->on_close_ = std::move(c);
+    });
+  }
+
+ private:
+  struct Pending {
+    std::string text;
+    std::function<void(bool)> written;
+    bool last = false;
+  };
+
+  beast::tcp_stream& Lowest() { return beast::get_lowest_layer(stream_); }
+
+  void ReadHeader() {
+    if (closed_) return;
+    parser_.emplace();
+    parser_->header_limit(options_.max_header_bytes);
+    parser_->body_limit(static_cast<uint64_t>(options_.max_body_bytes));
+    Lowest().expires_after(Chrono(options_.read_timeout));
+    bhttp::async_read_header(stream_, buffer_, *parser_,
+                             [self = this->shared_from_this()](beast::error_code ec, size_t) {
+                               self->OnHeader(ec);
+                             });
+  }
+
+  void OnHeader(beast::error_code ec) {
+    if (ec == bhttp::error::header_limit) {
+      RejectAndClose(ErrorResponse(
+          431, "REQUEST_HEADER_FIELDS_TOO_LARGE",
+          absl::StrCat("the request line and headers exceed ", options_.max_header_bytes, " bytes")));
+      return;
+    }
+    if (ec == bhttp::error::body_limit ||
+        (!ec && parser_->content_length() &&
+         *parser_->content_length() > static_cast<uint64_t>(options_.max_body_bytes))) {
+      RejectAndClose(TooLarge());
+      return;
+    }
+    if (ec) {
+      if (ec.category() == bhttp::make_error_code(bhttp::error::bad_target).category() && ec != bhttp::error::end_of_stream &&
+          ec != bhttp::error::partial_message) {
+        RejectAndClose(ErrorResponse(400, "INVALID_ARGUMENT",
+                                     absl::StrCat("malformed HTTP request: ", ec.message())));
+        return;
+      }
+      DoClose();  // the client left, or timed out
+      return;
+    }
+    auto expect = parser_->get().find(bhttp::field::expect);
+    if (expect != parser_->get().end() && beast::iequals(expect->value(), "100-continue")) {
+      static const char kContinue[] = "HTTP/1.1 100 Continue\r\n\r\n";
+      net::async_write(stream_, net::buffer(kContinue, sizeof(kContinue) - 1),
+                       [self = this->shared_from_this()](beast::error_code ec, size_t) {
+                         if (ec) {
+                           self->DoClose();
+                           return;
+                         }
+                         self->ReadBody();
+                       });
+      return;
+    }
+    ReadBody();
+  }
+
+  void ReadBody() {
+    if (parser_->is_done()) {
+      OnBody({});
+      return;
+    }
+    bhttp::async_read(stream_, buffer_, *parser_,
+                      [self = this->shared_from_this()](beast::error_code ec, size_t) {
+                        self->OnBody(ec);
+                      });
+  }
+
+  void OnBody(beast::error_code ec) {
+    if (ec == bhttp::error::body_limit) {
+      RejectAndClose(TooLarge());
+      return;
+    }
+    if (ec) {
+      DoClose();
+      return;
+    }
+    Lowest().expires_never();
+    Request request = parser_->release();
+    keep_alive_ = request.keep_alive();
+    gateway_->Handle(std::move(request), this->shared_from_this());
+  }
+
+  Response TooLarge() const {
+    return ErrorResponse(413, "PAYLOAD_TOO_LARGE",
+                         absl::StrCat("the request body exceeds ", options_.max_body_bytes, " bytes"));
+  }
+
+  // Answers a request that cannot be read further, then closes.
+  void RejectAndClose(Response response) {
+    keep_alive_ = false;
+    DoReply(std::move(response), /*linger=*/true);
+  }
+
+  void DoReply(Response response, bool linger) {
+    if (closed_ || streaming_) return;
+    on_close_ = nullptr;
+    bool stopping;
+    {
+      std::lock_guard<std::mutex> lock(registry_->mu);
+      stopping = registry_->stopping;
+    }
+    const bool keep_alive = keep_alive_ && !stopping && !linger;
+    response.version(11);
+    response.set(bhttp::field::server, "llamafleet");
+    response.keep_alive(keep_alive);
+    response.prepare_payload();
+    response_ = std::make_unique<Response>(std::move(response));
+    Lowest().expires_after(Chrono(options_.write_timeout));
+    bhttp::async_write(stream_, *response_,
+                       [self = this->shared_from_this(), keep_alive, linger](beast::error_code ec,
+                                                                             size_t) {
+                         self->response_.reset();
+                         if (ec) {
+                           self->DoClose();
+                         } else if (linger) {
+                           self->LingerClose();
+                         } else if (!keep_alive) {
+                           self->DoClose();
+                         } else {
+                           self->ReadHeader();
+                         }
+                       });
+  }
+
+  // After an early answer (413, 431) the client may still be sending: stop writing, read
+  // and drop what comes for a moment, then close, so the client reads the answer instead
+  // of a connection reset.
+  void LingerClose() {
+    beast::error_code ignored;
+    Lowest().socket().shutdown(tcp::socket::shutdown_send, ignored);
+    Lowest().expires_after(std::chrono::seconds(2));
+    Drain();
+  }
+
+  void Drain() {
+    Lowest().async_read_some(net::buffer(scratch_),
+                             [self = this->shared_from_this()](beast::error_code ec, size_t) {
+                               if (ec) {
+                                 self->DoClose();
+                                 return;
+                               }
+                               self->Drain();
+                             });
+  }
+
+  // Event streams.
+  void StartStreamOrWrite() {
+    if (streaming_) {
+      WriteNext();
+      return;
+    }
+    streaming_ = true;
+    // Notice the client leaving while the stream is quiet. Started before the write
+    // timeout is set, so only writes time out.
+    Lowest().expires_never();
+    Watch();
+    head_ = std::make_unique<bhttp::response<bhttp::empty_body>>(bhttp::status::ok, 11);
+    head_->set(bhttp::field::server, "llamafleet");
+    head_->set(bhttp::field::content_type, "text/event-stream; charset=utf-8");
+    head_->set(bhttp::field::cache_control, "no-cache");
+    head_->set("X-Accel-Buffering", "no");
+    head_->keep_alive(false);
+    head_->chunked(true);
+    serializer_ = std::make_unique<bhttp::response_serializer<bhttp::empty_body>>(*head_);
+    writing_ = true;
+    Lowest().expires_after(Chrono(options_.write_timeout));
+    bhttp::async_write_header(stream_, *serializer_,
+                              [self = this->shared_from_this()](beast::error_code ec, size_t) {
+                                self->writing_ = false;
+                                if (ec) {
+                                  self->DoClose();
+                                  return;
+                                }
+                                self->WriteNext();
+                              });
+  }
+
+  void Watch() {
+    stream_.async_read_some(net::buffer(scratch_),
+                            [self = this->shared_from_this()](beast::error_code ec, size_t) {
+                              if (ec) {
+                                self->DoClose();
+                                return;
+                              }
+                              self->Watch();  // a client does not send during a stream
+                            });
+  }
+
+  void WriteNext() {
+    if (writing_ || closed_ || queue_.empty()) return;
+    writing_ = true;
+    Lowest().expires_after(Chrono(options_.write_timeout));
+    auto done = [self = this->shared_from_this()](beast::error_code ec, size_t) {
+      self->writing_ = false;
+      Pending item = std::move(self->queue_.front());
+      self->queue_.pop_front();
+      if (ec || item.last) {
+        if (item.written) item.written(false);
+        self->DoClose();
+        return;
+      }
+      if (item.written) item.written(true);
+      self->WriteNext();
+    };
+    if (queue_.front().last) {
+      net::async_write(stream_, bhttp::make_chunk_last(), std::move(done));
+    } else {
+      net::async_write(stream_, bhttp::make_chunk(net::buffer(queue_.front().text)), std::move(done));
+    }
+  }
+
+  void DoClose() {
+    if (closed_) return;
+    closed_ = true;
+    if (auto closed = std::move(on_close_)) closed();
+    on_close_ = nullptr;
+    // Queued events are dropped (their writers hear `false`); one being written finishes
+    // with an error once the socket is closed.
+    for (size_t i = writing_ ? 1 : 0; i < queue_.size(); ++i) {
+      if (queue_[i].written) queue_[i].written(false);
+      queue_[i].written = nullptr;
+    }
+    beast::error_code ignored;
+    Lowest().socket().shutdown(tcp::socket::shutdown_both, ignored);
+    Lowest().close();
+  }
+
+  // Keeps the io_context alive as long as the socket (a gRPC callback may hold the last
+  // reference to a session after the server stopped).
+  const std::shared_ptr<net::io_context> ioc_;
+  Stream stream_;
+  const std::shared_ptr<Gateway> gateway_;
+  const HttpServerOptions options_;  // a copy: a session can outlive the server
+  const std::shared_ptr<Registry> registry_;
+  const uint64_t id_;
+
+  // On the strand.
+  beast::flat_buffer buffer_;
+  std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
+  std::unique_ptr<Response> response_;
+  bool keep_alive_ = false;
+  bool closed_ = false;
+  bool streaming_ = false;
+  bool writing_ = false;
+  std::deque<Pending> queue_;
+  std::unique_ptr<bhttp::response<bhttp::empty_body>> head_;
+  std::unique_ptr<bhttp::response_serializer<bhttp::empty_body>> serializer_;
+  std::function<void()> on_close_;
+  std::array<char, 512> scratch_;
+};
+
+}  // namespace
+
+struct HttpServer::Impl {
+  HttpServerOptions options;
+  std::shared_ptr<net::io_context> ioc = std::make_shared<net::io_context>();
+  std::optional<ssl::context> tls;
+  std::optional<tcp::acceptor> acceptor;
+  std::shared_ptr<Registry> registry = std::make_shared<Registry>();
+  std::shared_ptr<Gateway> gateway;
+  std::optional<net::executor_work_guard<net::io_context::executor_type>> work;
+  std::vector<std::thread> threads;
+  bool stopped = false;
+
+  void Accept() {
+    acceptor->async_accept(net::make_strand(*ioc), [this](beast::error_code ec, tcp::socket socket) {
+      if (ec == net::error::operation_aborted || !acceptor->is_open()) return;
+      if (ec) {
+        spdlog::warn("http: accept failed: {}", ec.message());
+      } else {
+        Serve(std::move(socket));
+      }
+      Accept();
+    });
+  }
+
+  void Serve(tcp::socket socket) {
+    uint64_t id;
+    {
+      std::lock_guard<std::mutex> lock(registry->mu);
+      if (registry->stopping) return;
+      id = registry->next_id++;
+    }
+    if (registry->connections.fetch_add(1) >= options.max_connections) {
+      registry->connections.fetch_sub(1);
+      // Over the cap: a short answer (plain HTTP only), then close.
+      auto s = std::make_shared<tcp::socket>(std::move(socket));
+      static const char kBusy[] =
+          "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+          "Connection: close\r\nContent-Length: 100\r\n\r\n"
+          "{\"error\":{\"code\":503,\"status\":\"UNAVAILABLE\",\"message\":\"too many connections\","
+          "\"field_violations\":[]}}";
+      static_assert(sizeof("{\"error\":{\"code\":503,\"status\":\"UNAVAILABLE\",\"message\":\"too "
+                           "many connections\",\"field_violations\":[]}}") -
+                        1 ==
+                    100);
+      if (tls) {
+        beast::error_code ignored;
+        s->close(ignored);
+        return;
+      }
+      net::async_write(*s, net::buffer(kBusy, sizeof(kBusy) - 1), [s](beast::error_code, size_t) {
+        beast::error_code ignored;
+        s->shutdown(tcp::socket::shutdown_both, ignored);
+        s->close(ignored);
+      });
+      return;
+    }
+    std::shared_ptr<SessionBase> session;
+    if (tls) {
+      auto s = std::make_shared<Session<beast::ssl_stream<beast::tcp_stream>>>(
+          beast::ssl_stream<beast::tcp_stream>(std::move(socket), *tls), ioc, gateway, options,
+          registry, id);
+      session = s;
+      s->Run();
+    } else {
+      auto s = std::make_shared<Session<beast::tcp_stream>>(beast::tcp_stream(std::move(socket)),
+                                                            ioc, gateway, options, registry, id);
+      session = s;
+      s->Run();
+    }
+    std::lock_guard<std::mutex> lock(registry->mu);
+    registry->sessions[id] = session;
+  }
+};
+
+absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpServerOptions& options,
+                                                              std::shared_ptr<grpc::Channel> channel) {
+  std::unique_ptr<HttpServer> server(new HttpServer());
+  server->impl_ = std::make_unique<Impl>();
+  Impl& impl = *server->impl_;
+  impl.options = options;
+
+  if (!options.tls_cert_file.empty() || !options.tls_key_file.empty()) {
+    if (options.tls_cert_file.empty() || options.tls_key_file.empty()) {
+      return absl::InvalidArgumentError("TLS needs both a certificate and a key file");
+    }
+    impl.tls.emplace(ssl::context::tls_server);
+    impl.tls->set_options(ssl::context::default_workarounds | ssl::context::no_sslv2 |
+                          ssl::context::no_sslv3 | ssl::context::no_tlsv1 |
+                          ssl::context::no_tlsv1_1 | ssl::context::single_dh_use);
+    beast::error_code ec;
+    impl.tls->use_certificate_chain_file(options.tls_cert_file, ec);
+    if (ec) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "cannot load the TLS certificate chain from ", options.tls_cert_file, ": ", ec.message()));
+    }
+    impl.tls->use_private_key_file(options.tls_key_file, ssl::context::pem, ec);
+    if (ec) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "cannot load the TLS private key from ", options.tls_key_file, ": ", ec.message()));
+    }
+    if (SSL_CTX_check_private_key(impl.tls->native_handle()) != 1) {
+      return absl::InvalidArgumentError(absl::StrCat("TLS key ", options.tls_key_file,
+                                                     " does not match the certificate ",
+                                                     options.tls_cert_file));
+    }
+    server->tls_ = true;
+  }
+
+  const size_t colon = options.listen.rfind(':');
+  if (colon == std::string::npos) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("HTTP listen address ", options.listen, " is not HOST:PORT"));
+  }
+  std::string host = options.listen.substr(0, colon);
+  const std::string port = options.listen.substr(colon + 1);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  beast::error_code ec;
+  tcp::resolver resolver(*impl.ioc);
+  auto endpoints = resolver.resolve(host.empty() ? "0.0.0.0" : host, port,
+                                    tcp::resolver::passive | tcp::resolver::numeric_service, ec);
+  if (ec || endpoints.empty()) {
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", options.listen, ": ",
+                                               ec ? ec.message() : "no address"));
+  }
+  const tcp::endpoint endpoint = endpoints.begin()->endpoint();
+  impl.acceptor.emplace(net::make_strand(*impl.ioc));
+  impl.acceptor->open(endpoint.protocol(), ec);
+  if (!ec) impl.acceptor->set_option(net::socket_base::reuse_address(true), ec);
+  if (!ec) impl.acceptor->bind(endpoint, ec);
+  if (!ec) impl.acceptor->listen(net::socket_base::max_listen_connections, ec);
+  if (ec) {
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", options.listen, ": ", ec.message()));
+  }
+  server->address_ = absl::StrCat(options.listen.substr(0, colon), ":",
+                                  impl.acceptor->local_endpoint().port());
+
+  GatewayOptions gateway;
+  gateway.max_event_streams = options.max_event_streams;
+  gateway.call_timeout = options.call_timeout;
+  gateway.metrics = options.metrics;
+  impl.gateway = std::make_shared<Gateway>(std::move(channel), std::move(gateway));
+
+  impl.work.emplace(impl.ioc->get_executor());
+  net::post(impl.acceptor->get_executor(), [&impl] { impl.Accept(); });
+  for (int i = 0; i < std::max(1, options.threads); ++i) {
+    impl.threads.emplace_back([ioc = impl.ioc] { ioc->run(); });
+  }
+  return server;
+}
+
+void HttpServer::Shutdown(absl::Duration grace) {
+  if (impl_ == nullptr || impl_->stopped) return;
+  Impl& impl = *impl_;
+  impl.stopped = true;
+  std::vector<std::shared_ptr<SessionBase>> sessions;
+  {
+    std::lock_guard<std::mutex> lock(impl.registry->mu);
+    impl.registry->stopping = true;
+    for (auto& [id, weak] : impl.registry->sessions) {
+      if (auto s = weak.lock()) sessions.push_back(std::move(s));
+    }
+  }
+  std::promise<void> closed;
+  net::post(impl.acceptor->get_executor(), [&impl, &closed] {
+    beast::error_code ignored;
+    impl.acceptor->close(ignored);
+    closed.set_value();
+  });
+  closed.get_future().wait();
+  // Ends event streams (their gRPC calls are cancelled) and idle keep-alive connections.
+  for (auto& s : sessions) s->Close();
+  sessions.clear();
+  impl.gateway->CancelAll();
+  impl.work.reset();
+  // Cancelled calls and closed sockets finish quickly; then run() runs out of work.
+  const absl::Time deadline = absl::Now() + grace;
+  while ((impl.gateway->calls_in_flight() > 0 || impl.registry->connections.load() > 0) &&
+         absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  if (impl.gateway->calls_in_flight() > 0 || impl.registry->connections.load() > 0) {
+    spdlog::warn("http: {} calls and {} connections still open after {}; stopping anyway",
+                 impl.gateway->calls_in_flight(), impl.registry->connections.load(),
+                 absl::FormatDuration(grace));
+  }
+  impl.ioc->stop();
+  for (std::thread& t : impl.threads) t.join();
+  impl.threads.clear();
+}
+
+HttpServer::~HttpServer() { Shutdown(); }
+
+}  // namespace llamafleet::http

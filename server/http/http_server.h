@@ -1,0 +1,80 @@
+#ifndef LLAMAFLEET_SERVER_HTTP_HTTP_SERVER_H_
+#define LLAMAFLEET_SERVER_HTTP_HTTP_SERVER_H_
+
+// The coordinator's HTTP/JSON API, web portal and /metrics (Boost.Beast), a gateway in
+// front of the gRPC services: every /api/v1 route is one call through the server's
+// in-process channel, so authentication, validation and behaviour live in one place.
+// Routes and the JSON mapping are in gateway.h; this file is the transport.
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace grpc {
+class Channel;
+}
+
+namespace llamafleet::http {
+
+struct HttpServerOptions {
+  // HOST:PORT; port 0 picks a free port (see HttpServer::address()).
+  std::string listen = "127.0.0.1:0";
+  // PEM certificate chain and private key: when both are set the server speaks HTTPS only.
+  std::string tls_cert_file;
+  std::string tls_key_file;
+  // Largest request body (413 beyond it, sent before the body is read).
+  int64_t max_body_bytes = 4 << 20;
+  // Largest request line + header block (431 beyond it).
+  uint32_t max_header_bytes = 16 << 10;
+  // Time allowed to receive one request (and for an idle keep-alive connection), and to
+  // write one response or event to a client that is not reading.
+  absl::Duration read_timeout = absl::Seconds(30);
+  absl::Duration write_timeout = absl::Seconds(30);
+  // Connections beyond this are answered 503 and closed.
+  int max_connections = 512;
+  // Concurrent event streams (?follow=true) beyond this are answered 503.
+  int max_event_streams = 256;
+  // Threads running the io_context (the handlers never block: gRPC calls are async).
+  int threads = 2;
+  // Deadline of each gRPC call a unary route makes.
+  absl::Duration call_timeout = absl::Seconds(30);
+  // The Prometheus text served at /metrics (after a WhoAmI check of the caller's token).
+  std::function<std::string()> metrics;
+};
+
+class HttpServer {
+ public:
+  // Binds, loads the TLS files if set, and starts serving. `channel` reaches the
+  // coordinator's gRPC services (Server::InProcessChannel). Errors: the address cannot be
+  // bound (UNAVAILABLE), a TLS file cannot be loaded (INVALID_ARGUMENT naming the file).
+  static absl::StatusOr<std::unique_ptr<HttpServer>> Start(const HttpServerOptions& options,
+                                                           std::shared_ptr<grpc::Channel> channel);
+  // Shutdown(), if not done yet.
+  ~HttpServer();
+
+  // "HOST:PORT" actually bound.
+  const std::string& address() const { return address_; }
+  bool tls() const { return tls_; }
+
+  // Stops accepting, ends every event stream (cancelling its gRPC call) and closes every
+  // connection, waits (at most `grace`) for the gRPC calls in flight, stops the threads.
+  // Call before shutting the gRPC server down. Idempotent.
+  void Shutdown(absl::Duration grace = absl::Seconds(5));
+
+  struct Impl;
+
+ private:
+  HttpServer() = default;
+
+  std::string address_;
+  bool tls_ = false;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace llamafleet::http
+
+#endif  // LLAMAFLEET_SERVER_HTTP_HTTP_SERVER_H_
