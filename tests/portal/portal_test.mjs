@@ -231,11 +231,14 @@ try {
     check(res.jobs.length === 1000, `batch ${b + 1} returned 1000 jobs`);
     log(`batch ${b + 1}: 1000 jobs in ${Date.now() - t0} ms`);
   }
+  await page.keyboard.press('g');
+  await page.keyboard.press('j');
   await page.fill('#filter-label', 'batch=bulk');
   await rangeIs('1–100 of 2,000');
   check(await page.$$eval('table.jobs tbody tr[data-id]', (r) => r.length) === 100, '100 rows on a page');
   check((await page.textContent('table.jobs tbody tr:first-child')).includes('bulk-1999'), 'newest first');
   await screenshot('jobs-2000');
+  await page.keyboard.press('Escape');  // leave the label field: keys are shortcuts again
   await page.keyboard.press('n');
   await rangeIs('101–200 of 2,000');
   await page.click('#next-page');

@@ -18,7 +18,7 @@ function svg(tag, attrs = {}) {
 }
 
 // Ticks at 1, 2 or 5 × 10^k covering [lo, hi]; returns {lo, hi, ticks} extended to them.
-export function niceTicks(lo, hi, count = 4) {
+export function niceTicks(lo, hi, count = 4, minStep = 0) {
   if (!Number.isFinite(lo) || !Number.isFinite(hi)) return {lo: 0, hi: 1, ticks: [0, 1]};
   if (hi - lo < 1e-12 * Math.max(1, Math.abs(hi))) {
     const pad = Math.abs(hi) * 0.05 || 1;
@@ -27,26 +27,29 @@ export function niceTicks(lo, hi, count = 4) {
   }
   const raw = (hi - lo) / count;
   const mag = 10 ** Math.floor(Math.log10(raw));
-  const step = [1, 2, 2.5, 5, 10].map((m) => m * mag).find((s) => s >= raw) || 10 * mag;
+  const step = Math.max(minStep, [1, 2, 2.5, 5, 10].map((m) => m * mag).find((s) => s >= raw) || 10 * mag);
   const first = Math.floor(lo / step) * step;
   const last = Math.ceil(hi / step) * step;
   const ticks = [];
   for (let v = first; v <= last + step / 2; v += step) ticks.push(Number(v.toPrecision(12)));
-  return {lo: first, hi: last, ticks};
+  return {lo: first, hi: last, ticks, step};
 }
 
-function defaultFormat(v) {
+// Tick labels show as many decimals as the tick step needs (10.372, 10.374, ... rather
+// than 10.37 twice); readouts (no step) keep 4 significant digits.
+function defaultFormat(v, step) {
   if (v === 0) return '0';
   const a = Math.abs(v);
-  if (a >= 1e6 || a < 1e-3) return v.toExponential(1).replace('e+', 'e');
-  if (a >= 1e4) return `${Number((v / 1e3).toPrecision(3))}k`;
+  if (a >= 1e6 || a < 1e-3) return v.toExponential(step ? 2 : 3).replace('e+', 'e');
+  if (a >= 1e4) return `${Number((v / 1e3).toPrecision(step ? 4 : 4))}k`;
+  if (step) return v.toFixed(Math.max(0, Math.min(8, Math.ceil(-Math.log10(step) - 1e-9))));
   return String(Number(v.toPrecision(4)));
 }
 
 export class LineChart {
   // title: heading; format(y): tick/readout text; color: CSS color of the line;
   // xLabel: name of the x value in the readout ("step").
-  constructor({title, format = defaultFormat, color = 'var(--accent)', xLabel = 'step'}) {
+  constructor({title, format = defaultFormat, color = 'var(--accent)', xLabel = 'step', emptyText = 'no data yet'}) {
     this.title = title;
     this.format = format;
     this.xLabel = xLabel;
@@ -73,7 +76,7 @@ export class LineChart {
     this.hoverLine = svg('line', {class: 'hover-line', visibility: 'hidden'});
     this.hoverDot = svg('circle', {r: 3.5, class: 'hover-dot', fill: color, visibility: 'hidden'});
     this.empty = svg('text', {class: 'empty', 'text-anchor': 'middle'});
-    this.empty.textContent = 'no data yet';
+    this.empty.textContent = emptyText;
     this.overlay = svg('rect', {class: 'overlay', fill: 'transparent'});
     this.svg.append(this.gridY, this.axisX, this.axisY, this.path, this.lastDot, this.hoverLine,
       this.hoverDot, this.empty, this.overlay);
@@ -129,7 +132,7 @@ export class LineChart {
     if (!pts.length) { xMin = 0; xMax = 10; yMin = 0; yMax = 1; }
     if (xMax === xMin) xMax = xMin + 1;
     const yt = niceTicks(yMin, yMax, 4);
-    const xt = niceTicks(xMin, xMax, Math.max(2, Math.floor(innerW / 90)));
+    const xt = niceTicks(xMin, xMax, Math.max(2, Math.floor(innerW / 90)), 1);  // steps are integers
     const sx = (x) => MARGIN.left + ((x - xMin) / (xMax - xMin)) * innerW;
     const sy = (y) => MARGIN.top + (1 - (y - yt.lo) / (yt.hi - yt.lo)) * innerH;
     this.scale = {sx, sy};
@@ -144,7 +147,7 @@ export class LineChart {
       text.setAttribute('x', MARGIN.left - 6);
       text.setAttribute('y', y + 3.5);
       text.setAttribute('text-anchor', 'end');
-      text.textContent = this.format(v);
+      text.textContent = this.format(v, yt.step);
     });
     const xTicks = xt.ticks.filter((v) => v >= xMin - 1e-9 && v <= xMax + 1e-9);
     this.syncTicks(this.axisX, xTicks, (g, v) => {

@@ -12,7 +12,7 @@ const REFRESH_MS = 3000;
 const MAX_LOG_LINES = 5000;
 export const DRAFT_KEY = 'llamafleet.draft';
 
-const pct = (v) => `${fmtNum(v * 100, 3)}%`;
+const pct = (v, step) => (step ? `${Number((v * 100).toFixed(Math.max(0, Math.ceil(-Math.log10(step * 100) - 1e-9))))}%` : `${fmtNum(v * 100, 3)}%`);
 
 export function mountJob(root, ctx, id) {
   const base = `/api/v1/jobs/${encodeURIComponent(id)}`;
@@ -38,7 +38,8 @@ export function mountJob(root, ctx, id) {
     loss: new LineChart({title: 'Loss', color: 'var(--c1)'}),
     lr: new LineChart({title: 'Learning rate', color: 'var(--c2)'}),
     tps: new LineChart({title: 'Tokens / s', color: 'var(--c3)'}),
-    mfu: new LineChart({title: 'MFU', color: 'var(--c4)', format: pct}),
+    // The trainer reports MFU only when it knows the device's peak FLOPS (not on CPU ranks).
+    mfu: new LineChart({title: 'MFU', color: 'var(--c4)', format: pct, emptyText: 'not reported for this job'}),
   };
   const chartGrid = h('div.charts', Object.values(charts).map((c) => c.el));
   charts.loss.el.id = 'chart-loss';

@@ -165,7 +165,11 @@ export class Poller {
   }
 }
 
+// True when keys typed go into a text field (shortcuts must then stay out of the way);
+// checkboxes, buttons and selects keep the shortcuts working.
+const NON_TEXT_INPUTS = new Set(['checkbox', 'radio', 'button', 'submit', 'reset', 'range', 'color', 'file', 'image']);
 export function isTyping(target) {
-  const t = target && target.tagName;
-  return t === 'INPUT' || t === 'TEXTAREA' || t === 'SELECT' || (target && target.isContentEditable);
+  if (!target || !target.tagName) return false;
+  if (target.tagName === 'INPUT') return !NON_TEXT_INPUTS.has(target.type);
+  return target.tagName === 'TEXTAREA' || target.isContentEditable;
 }
