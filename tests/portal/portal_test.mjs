@@ -81,7 +81,9 @@ async function screenshot(name, opts = {}) {
 }
 async function rangeIs(text, timeout = 20_000) {
   await page.waitForFunction((t) => document.querySelector('#page-range')?.textContent === t, text, {timeout})
-    .catch(async () => { throw new Error(`expected "${text}" in the pager, saw "${await page.textContent('#page-range')}"`); });
+    .catch(async () => {
+      throw new Error(`expected "${text}" in the pager, saw "${await page.textContent('#page-range')}" (page ${await page.getAttribute('#page-range', 'data-page')}, prev ${await page.isDisabled('#prev-page') ? 'disabled' : 'enabled'})`);
+    });
 }
 async function jobState() { return (await page.textContent('.job-page .page-head .badge'))?.trim(); }
 async function waitJobState(states, timeout) {

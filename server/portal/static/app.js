@@ -111,6 +111,7 @@ function signIn(message) {
         applyWho(await api('/api/v1/whoami'));
         form.removeEventListener('submit', onSubmit);
         dialog.close();
+        main.focus();  // not back on "Sign out", where the dialog would return focus
         signingIn = null;
         resolve();
       } catch (err) {

@@ -27,12 +27,23 @@ export function niceTicks(lo, hi, count = 4, minStep = 0) {
   }
   const raw = (hi - lo) / count;
   const mag = 10 ** Math.floor(Math.log10(raw));
-  const step = Math.max(minStep, [1, 2, 2.5, 5, 10].map((m) => m * mag).find((s) => s >= raw) || 10 * mag);
+  // 2.5 only for real-valued axes: integer axes (steps) tick at 1, 2, 5 × 10^k.
+  const mults = minStep ? [1, 2, 5, 10] : [1, 2, 2.5, 5, 10];
+  const step = Math.max(minStep, mults.map((m) => m * mag).find((s) => s >= raw) || 10 * mag);
   const first = Math.floor(lo / step) * step;
   const last = Math.ceil(hi / step) * step;
   const ticks = [];
   for (let v = first; v <= last + step / 2; v += step) ticks.push(Number(v.toPrecision(12)));
   return {lo: first, hi: last, ticks, step};
+}
+
+// Decimals needed to write `step` exactly (0.25 → 2, 0.005 → 3, 20 → 0).
+export function decimalsOf(step) {
+  for (let d = 0; d < 10; d++) {
+    const scaled = step * 10 ** d;
+    if (Math.abs(scaled - Math.round(scaled)) < 1e-6 * Math.max(1, scaled)) return d;
+  }
+  return 10;
 }
 
 // Tick labels show as many decimals as the tick step needs (10.372, 10.374, ... rather
@@ -42,7 +53,7 @@ function defaultFormat(v, step) {
   const a = Math.abs(v);
   if (a >= 1e6 || a < 1e-3) return v.toExponential(step ? 2 : 3).replace('e+', 'e');
   if (a >= 1e4) return `${Number((v / 1e3).toPrecision(step ? 4 : 4))}k`;
-  if (step) return v.toFixed(Math.max(0, Math.min(8, Math.ceil(-Math.log10(step) - 1e-9))));
+  if (step) return v.toFixed(decimalsOf(step));
   return String(Number(v.toPrecision(4)));
 }
 

@@ -3,7 +3,7 @@
 // (rank filter, follow via SSE) and the spec. Everything refreshes in place.
 
 import {api, query, sse} from './api.js';
-import {LineChart} from './chart.js';
+import {LineChart, decimalsOf} from './chart.js';
 import {toYaml, specForResubmit} from './yaml.js';
 import {h, setText, clear, Poller, fmtInt, fmtNum, fmtBytes, fmtTime, fmtFullTime, fmtAgo,
   TERMINAL_STATES} from './util.js';
@@ -12,7 +12,7 @@ const REFRESH_MS = 3000;
 const MAX_LOG_LINES = 5000;
 export const DRAFT_KEY = 'llamafleet.draft';
 
-const pct = (v, step) => (step ? `${Number((v * 100).toFixed(Math.max(0, Math.ceil(-Math.log10(step * 100) - 1e-9))))}%` : `${fmtNum(v * 100, 3)}%`);
+const pct = (v, step) => (step ? `${(v * 100).toFixed(decimalsOf(step * 100))}%` : `${fmtNum(v * 100, 3)}%`);
 
 export function mountJob(root, ctx, id) {
   const base = `/api/v1/jobs/${encodeURIComponent(id)}`;

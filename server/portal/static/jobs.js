@@ -250,6 +250,7 @@ export function mountJobs(root, ctx) {
     const start = (tokens.length - 1) * filters.pageSize;
     setText(range, shown.length ? `${fmtInt(start + 1)}–${fmtInt(start + shown.length)} of ${fmtInt(total)}`
       : `0 of ${fmtInt(total)}`);
+    range.dataset.page = String(tokens.length);  // 1-based page number, for tests and styling
     prev.disabled = tokens.length < 2;
     next.disabled = !nextToken;
     renderHead();
