@@ -12,6 +12,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 bash deploy/local/install-deps.sh
+# The portal browser test's npm dependency (playwright-core, from its package-lock.json).
+bash tests/portal/run.sh --install
 
 build_dir="${LLAMAFLEET_BUILD_DIR:-build}"
 jobs="${JOBS:-$(nproc)}"

@@ -15,7 +15,13 @@ packages=(
   # trainer (LibTorch 1.13 CPU, Gloo for c10d, SentencePiece) and its Python reference
   libtorch-dev libgloo-dev libsentencepiece-dev sentencepiece nlohmann-json3-dev
   python3-torch python3-sentencepiece python3-numpy
+  # portal browser test (playwright-core from npm drives Debian's chromium) and
+  # `promtool check metrics` for /metrics
+  nodejs chromium prometheus
 )
+# Debian ships npm as its own package; NodeSource's nodejs bundles it (and conflicts with
+# Debian's npm), so ask for npm only when there is none.
+command -v npm >/dev/null 2>&1 || packages+=(npm)
 
 missing=()
 for p in "${packages[@]}"; do

@@ -1,0 +1,255 @@
+// A small SVG line chart: axes with "nice" ticks, a hover readout, and in-place updates.
+//
+// Why hand-drawn SVG instead of a charting library: the portal needs one chart type
+// (a line per metric over training steps) with at most a few thousand points per series
+// (the metrics endpoint downsamples to <= 5,000). That is a few hundred lines here,
+// with nothing to vendor, update or audit, no build step, and full control over the two
+// things that matter on a live page: the chart keeps a fixed size (no layout jumps) and
+// updates reuse the same SVG nodes (no flicker, hover state survives a refresh).
+
+const SVG = 'http://www.w3.org/2000/svg';
+const HEIGHT = 150;
+const MARGIN = {left: 52, right: 10, top: 8, bottom: 20};
+
+function svg(tag, attrs = {}) {
+  const el = document.createElementNS(SVG, tag);
+  for (const [k, v] of Object.entries(attrs)) el.setAttribute(k, v);
+  return el;
+}
+
+// Ticks at 1, 2 or 5 × 10^k covering [lo, hi]; returns {lo, hi, ticks} extended to them.
+export function niceTicks(lo, hi, count = 4, minStep = 0) {
+  if (!Number.isFinite(lo) || !Number.isFinite(hi)) return {lo: 0, hi: 1, ticks: [0, 1]};
+  if (hi - lo < 1e-12 * Math.max(1, Math.abs(hi))) {
+    const pad = Math.abs(hi) * 0.05 || 1;
+    lo -= pad;
+    hi += pad;
+  }
+  const raw = (hi - lo) / count;
+  const mag = 10 ** Math.floor(Math.log10(raw));
+  // 2.5 only for real-valued axes: integer axes (steps) tick at 1, 2, 5 × 10^k.
+  const mults = minStep ? [1, 2, 5, 10] : [1, 2, 2.5, 5, 10];
+  const step = Math.max(minStep, mults.map((m) => m * mag).find((s) => s >= raw) || 10 * mag);
+  const first = Math.floor(lo / step) * step;
+  const last = Math.ceil(hi / step) * step;
+  const ticks = [];
+  for (let v = first; v <= last + step / 2; v += step) ticks.push(Number(v.toPrecision(12)));
+  return {lo: first, hi: last, ticks, step};
+}
+
+// Decimals needed to write `step` exactly (0.25 → 2, 0.005 → 3, 20 → 0).
+export function decimalsOf(step) {
+  for (let d = 0; d < 10; d++) {
+    const scaled = step * 10 ** d;
+    if (Math.abs(scaled - Math.round(scaled)) < 1e-6 * Math.max(1, scaled)) return d;
+  }
+  return 10;
+}
+
+// Tick labels show as many decimals as the tick step needs (10.372, 10.374, ... rather
+// than 10.37 twice); readouts (no step) keep 4 significant digits.
+function defaultFormat(v, step) {
+  if (v === 0) return '0';
+  const a = Math.abs(v);
+  if (a >= 1e6 || a < 1e-3) return v.toExponential(step ? 2 : 3).replace('e+', 'e');
+  if (a >= 1e4) return `${Number((v / 1e3).toPrecision(step ? 4 : 4))}k`;
+  if (step) return v.toFixed(decimalsOf(step));
+  return String(Number(v.toPrecision(4)));
+}
+
+export class LineChart {
+  // title: heading; format(y): tick/readout text; color: CSS color of the line;
+  // xLabel: name of the x value in the readout ("step").
+  constructor({title, format = defaultFormat, color = 'var(--accent)', xLabel = 'step', emptyText = 'no data yet'}) {
+    this.title = title;
+    this.format = format;
+    this.xLabel = xLabel;
+    this.points = [];
+    this.width = 0;
+    this.hoverIndex = -1;
+
+    this.el = document.createElement('figure');
+    this.el.className = 'chart';
+    const caption = document.createElement('figcaption');
+    this.titleEl = document.createElement('span');
+    this.titleEl.className = 'chart-title';
+    this.titleEl.textContent = title;
+    this.readout = document.createElement('span');
+    this.readout.className = 'chart-readout';
+    caption.append(this.titleEl, this.readout);
+
+    this.svg = svg('svg', {height: HEIGHT, role: 'img', 'aria-label': title});
+    this.gridY = svg('g', {class: 'grid'});
+    this.axisX = svg('g', {class: 'axis'});
+    this.axisY = svg('g', {class: 'axis'});
+    this.path = svg('path', {class: 'line', fill: 'none', stroke: color});
+    this.lastDot = svg('circle', {r: 2.5, class: 'dot', fill: color});
+    this.hoverLine = svg('line', {class: 'hover-line', visibility: 'hidden'});
+    this.hoverDot = svg('circle', {r: 3.5, class: 'hover-dot', fill: color, visibility: 'hidden'});
+    this.empty = svg('text', {class: 'empty', 'text-anchor': 'middle'});
+    this.empty.textContent = emptyText;
+    this.overlay = svg('rect', {class: 'overlay', fill: 'transparent'});
+    this.svg.append(this.gridY, this.axisX, this.axisY, this.path, this.lastDot, this.hoverLine,
+      this.hoverDot, this.empty, this.overlay);
+    this.el.append(caption, this.svg);
+
+    this.overlay.addEventListener('pointermove', (e) => this.hover(e));
+    this.overlay.addEventListener('pointerleave', () => this.hover(null));
+    this.resizeObserver = new ResizeObserver(() => {
+      const w = Math.floor(this.svg.getBoundingClientRect().width);
+      if (w && w !== this.width) {
+        this.width = w;
+        this.render();
+      }
+    });
+    this.resizeObserver.observe(this.svg);
+  }
+
+  // points: [{x, y}] in arrival order. x may go back (a restarted attempt resumes from an
+  // earlier checkpoint step): the line then starts a new segment instead of zig-zagging.
+  setData(points) {
+    const pts = points.filter((p) => Number.isFinite(p.x) && Number.isFinite(p.y));
+    const sig = pts.length ? `${pts.length}:${pts[0].x},${pts[0].y}:${pts[pts.length - 1].x},${pts[pts.length - 1].y}` : '0';
+    if (sig === this.sig) return;  // a refresh with nothing new: leave the SVG alone
+    this.sig = sig;
+    this.points = pts;
+    this.render();
+  }
+
+  destroy() { this.resizeObserver.disconnect(); }
+
+  render() {
+    const w = this.width || Math.floor(this.svg.getBoundingClientRect().width) || 400;
+    this.svg.setAttribute('viewBox', `0 0 ${w} ${HEIGHT}`);
+    const pts = this.points;
+    const innerW = w - MARGIN.left - MARGIN.right;
+    const innerH = HEIGHT - MARGIN.top - MARGIN.bottom;
+    this.overlay.setAttribute('x', MARGIN.left);
+    this.overlay.setAttribute('y', MARGIN.top);
+    this.overlay.setAttribute('width', Math.max(0, innerW));
+    this.overlay.setAttribute('height', innerH);
+    this.empty.setAttribute('x', MARGIN.left + innerW / 2);
+    this.empty.setAttribute('y', MARGIN.top + innerH / 2);
+    this.empty.style.display = pts.length ? 'none' : '';
+    this.el.dataset.points = String(pts.length);
+
+    let xMin = Infinity, xMax = -Infinity, yMin = Infinity, yMax = -Infinity;
+    for (const p of pts) {
+      if (p.x < xMin) xMin = p.x;
+      if (p.x > xMax) xMax = p.x;
+      if (p.y < yMin) yMin = p.y;
+      if (p.y > yMax) yMax = p.y;
+    }
+    if (!pts.length) { xMin = 0; xMax = 10; yMin = 0; yMax = 1; }
+    if (xMax === xMin) xMax = xMin + 1;
+    const yt = niceTicks(yMin, yMax, 4);
+    const xt = niceTicks(xMin, xMax, Math.max(2, Math.floor(innerW / 90)), 1);  // steps are integers
+    const sx = (x) => MARGIN.left + ((x - xMin) / (xMax - xMin)) * innerW;
+    const sy = (y) => MARGIN.top + (1 - (y - yt.lo) / (yt.hi - yt.lo)) * innerH;
+    this.scale = {sx, sy};
+
+    this.syncTicks(this.gridY, yt.ticks, (g, v) => {
+      const y = sy(v);
+      const [line, text] = g.children;
+      line.setAttribute('x1', MARGIN.left);
+      line.setAttribute('x2', MARGIN.left + innerW);
+      line.setAttribute('y1', y);
+      line.setAttribute('y2', y);
+      text.setAttribute('x', MARGIN.left - 6);
+      text.setAttribute('y', y + 3.5);
+      text.setAttribute('text-anchor', 'end');
+      text.textContent = this.format(v, yt.step);
+    });
+    const xTicks = xt.ticks.filter((v) => v >= xMin - 1e-9 && v <= xMax + 1e-9);
+    this.syncTicks(this.axisX, xTicks, (g, v) => {
+      const x = sx(v);
+      const [line, text] = g.children;
+      line.setAttribute('x1', x);
+      line.setAttribute('x2', x);
+      line.setAttribute('y1', MARGIN.top + innerH);
+      line.setAttribute('y2', MARGIN.top + innerH + 4);
+      text.setAttribute('x', x);
+      text.setAttribute('y', HEIGHT - 5);
+      text.setAttribute('text-anchor', 'middle');
+      text.textContent = defaultFormat(v);
+    });
+    // Axis base lines.
+    if (!this.baseX) {
+      this.baseX = svg('line', {class: 'base'});
+      this.axisY.append(this.baseX);
+    }
+    this.baseX.setAttribute('x1', MARGIN.left);
+    this.baseX.setAttribute('x2', MARGIN.left + innerW);
+    this.baseX.setAttribute('y1', MARGIN.top + innerH);
+    this.baseX.setAttribute('y2', MARGIN.top + innerH);
+
+    let d = '';
+    let prevX = -Infinity;
+    for (const p of pts) {
+      d += `${p.x < prevX || !d ? 'M' : 'L'}${sx(p.x).toFixed(1)},${sy(p.y).toFixed(1)}`;
+      prevX = p.x;
+    }
+    this.path.setAttribute('d', d || 'M0,0');
+    this.path.style.display = d ? '' : 'none';
+    if (pts.length) {
+      const last = pts[pts.length - 1];
+      this.lastDot.setAttribute('cx', sx(last.x));
+      this.lastDot.setAttribute('cy', sy(last.y));
+      this.lastDot.style.display = '';
+    } else {
+      this.lastDot.style.display = 'none';
+    }
+    this.svg.setAttribute('aria-label', pts.length
+      ? `${this.title}: ${pts.length} points, latest ${this.format(pts[pts.length - 1].y)} at ${this.xLabel} ${pts[pts.length - 1].x}`
+      : `${this.title}: no data yet`);
+    if (this.hoverIndex >= pts.length) this.hoverIndex = -1;
+    this.showReadout();
+  }
+
+  // Reuses one <g><line/><text/></g> per tick; adds or removes only the difference.
+  syncTicks(group, values, update) {
+    while (group.children.length < values.length) {
+      const g = svg('g');
+      g.append(svg('line'), svg('text'));
+      group.append(g);
+    }
+    while (group.children.length > values.length) group.lastChild.remove();
+    values.forEach((v, i) => update(group.children[i], v));
+  }
+
+  hover(e) {
+    if (!e || !this.points.length || !this.scale) {
+      this.hoverIndex = -1;
+    } else {
+      const rect = this.svg.getBoundingClientRect();
+      const vbW = this.width || rect.width;
+      const px = ((e.clientX - rect.left) / rect.width) * vbW;
+      let best = -1, bestDist = Infinity;
+      this.points.forEach((p, i) => {
+        const dist = Math.abs(this.scale.sx(p.x) - px);
+        if (dist <= bestDist) { bestDist = dist; best = i; }
+      });
+      this.hoverIndex = best;
+    }
+    this.showReadout();
+  }
+
+  showReadout() {
+    const pts = this.points;
+    const i = this.hoverIndex;
+    const hovering = i >= 0 && i < pts.length;
+    for (const el of [this.hoverLine, this.hoverDot]) el.setAttribute('visibility', hovering ? 'visible' : 'hidden');
+    if (!pts.length) { this.readout.textContent = ''; return; }
+    const p = hovering ? pts[i] : pts[pts.length - 1];
+    if (hovering) {
+      const x = this.scale.sx(p.x), y = this.scale.sy(p.y);
+      this.hoverLine.setAttribute('x1', x);
+      this.hoverLine.setAttribute('x2', x);
+      this.hoverLine.setAttribute('y1', MARGIN.top);
+      this.hoverLine.setAttribute('y2', HEIGHT - MARGIN.bottom);
+      this.hoverDot.setAttribute('cx', x);
+      this.hoverDot.setAttribute('cy', y);
+    }
+    this.readout.textContent = `${hovering ? '' : 'latest '}${this.xLabel} ${p.x}: ${this.format(p.y)}`;
+  }
+}

@@ -1,0 +1,367 @@
+// One job: header with cancel/resubmit, pending explanation, live charts from the metrics
+// history, GPU utilisation of its workers, state timeline (SSE), checkpoints, logs
+// (rank filter, follow via SSE) and the spec. Everything refreshes in place.
+
+import {api, query, sse} from './api.js';
+import {LineChart, decimalsOf} from './chart.js';
+import {toYaml, specForResubmit} from './yaml.js';
+import {h, setText, clear, Poller, fmtInt, fmtNum, fmtBytes, fmtTime, fmtFullTime, fmtAgo,
+  TERMINAL_STATES} from './util.js';
+
+const REFRESH_MS = 3000;
+const MAX_LOG_LINES = 5000;
+export const DRAFT_KEY = 'llamafleet.draft';
+
+const pct = (v, step) => (step ? `${(v * 100).toFixed(decimalsOf(step * 100))}%` : `${fmtNum(v * 100, 3)}%`);
+
+export function mountJob(root, ctx, id) {
+  const base = `/api/v1/jobs/${encodeURIComponent(id)}`;
+  const aborts = new Set();     // AbortControllers of open streams
+  let job = null;
+  let stopped = false;
+  const events = new Map();     // seq → JobEvent
+  let lastSeq = 0;
+
+  // --- layout ------------------------------------------------------------------------
+  const titleName = h('span', 'job');
+  const title = h('h1#job-title', titleName, ' ', h('span.muted', `#${id}`));
+  const badge = h('span.badge');
+  const cancelBtn = h('button#cancel-job.btn-danger', {type: 'button'}, 'Cancel');
+  const resubmitBtn = h('button#resubmit-job', {type: 'button'}, 'Resubmit');
+  const meta = h('p.meta');
+  const reason = h('p.reason');
+  const notice = h('div.banner', {role: 'status', hidden: true});
+  const pending = h('section.panel.pending', {hidden: true, 'aria-label': 'Why this job is waiting'});
+  const summary = h('dl.summary');
+
+  const charts = {
+    loss: new LineChart({title: 'Loss', color: 'var(--c1)'}),
+    lr: new LineChart({title: 'Learning rate', color: 'var(--c2)'}),
+    tps: new LineChart({title: 'Tokens / s', color: 'var(--c3)'}),
+    // The trainer reports MFU only when it knows the device's peak FLOPS (not on CPU ranks).
+    mfu: new LineChart({title: 'MFU', color: 'var(--c4)', format: pct, emptyText: 'not reported for this job'}),
+  };
+  const chartGrid = h('div.charts', Object.values(charts).map((c) => c.el));
+  charts.loss.el.id = 'chart-loss';
+
+  const gpuPanel = h('div.gpu-list');
+  const timeline = h('ol.timeline', {'aria-label': 'State timeline'});
+  const ckptBody = h('tbody');
+  const ckptTable = h('table.grid-table.compact',
+    h('colgroup', ['6em', '5em', '6em', '7em', '8em', 'auto'].map((w) => h('col', {style: {width: w}}))),
+    h('thead', h('tr', ['Step', 'Attempt', 'Loss', 'Size', 'Time', 'Path'].map((t) => h('th', {scope: 'col'}, t)))), ckptBody);
+
+  // Logs.
+  const attemptSel = h('select#log-attempt', h('option', {value: 0}, 'newest'));
+  const rankSel = h('select#log-rank', h('option', {value: -1}, 'all ranks'));
+  const follow = h('input#log-follow', {type: 'checkbox'});
+  const logStatus = h('span.muted.log-status', {'aria-live': 'polite'});
+  const logBox = h('div#logs.logs', {tabindex: 0, role: 'log', 'aria-label': 'Trainer logs'});
+  const specPre = h('pre#spec.spec');
+  const specFmt = h('select#spec-format', {'aria-label': 'Spec format'}, h('option', {value: 'yaml'}, 'YAML'), h('option', {value: 'json'}, 'JSON'));
+
+  root.append(h('section.page.job-page',
+    h('div.page-head', title, badge, h('span.spacer'), resubmitBtn, cancelBtn),
+    meta, reason, notice, pending,
+    h('div.job-grid',
+      h('div.col-main',
+        h('section.panel', h('h2', 'Training'), chartGrid),
+        h('section.panel', h('h2', 'Checkpoints'), h('div.table-wrap', ckptTable)),
+        h('section.panel', h('h2', 'Logs'),
+          h('div.toolbar',
+            h('div.field', h('label', {for: 'log-attempt'}, 'Attempt'), attemptSel),
+            h('div.field', h('label', {for: 'log-rank'}, 'Rank'), rankSel),
+            h('div.field', follow, h('label', {for: 'log-follow'}, 'Follow')),
+            logStatus),
+          logBox),
+        h('section.panel', h('h2', 'Spec', h('span.spacer'), specFmt), specPre)),
+      h('div.col-side',
+        h('section.panel', h('h2', 'Summary'), summary),
+        h('section.panel', h('h2', 'Workers'), gpuPanel),
+        h('section.panel', h('h2', 'Timeline'), timeline)))));
+
+  // --- rendering ---------------------------------------------------------------------
+  function canCancel() {
+    const s = ctx.session;
+    if (!job || TERMINAL_STATES.has(job.state)) return [false, 'The job has finished'];
+    if (s.role === 'ADMIN') return [true, ''];
+    if (s.role === 'USER' && job.owner === s.user) return [true, ''];
+    return [false, s.role === 'USER' ? `Only ${job.owner} or an admin can cancel this job` : 'Viewers cannot cancel jobs'];
+  }
+
+  function renderJob() {
+    if (!job) return;
+    const spec = job.spec || {};
+    setText(titleName, spec.name || 'job');
+    setText(badge, job.state);
+    badge.className = `badge state-${String(job.state).toLowerCase()}`;
+    const res = spec.resources || {};
+    setText(meta, `owner ${job.owner} · queue ${spec.queue || 'default'} · priority ${spec.priority || 0} · ` +
+      `${res.nodes || 1} × ${res.gpus_per_node || 1} ranks · created ${fmtFullTime(job.create_time)}`);
+    setText(reason, job.status_reason || '');
+    const [ok, why] = canCancel();
+    cancelBtn.disabled = !ok;
+    cancelBtn.title = why;
+    resubmitBtn.disabled = ctx.session.role === 'VIEWER';
+    resubmitBtn.title = resubmitBtn.disabled ? 'Viewers cannot submit jobs' : 'Open the submit page with this spec';
+
+    const p = job.pending || {};
+    pending.hidden = job.state !== 'QUEUED';
+    if (!pending.hidden) {
+      pending.replaceChildren(h('h2', 'Waiting'),
+        h('p', h('strong', p.code || 'QUEUED'), ' ', p.message || 'waiting for the next scheduling pass'),
+        h('p.muted', p.queue_position ? `position ${fmtInt(p.queue_position)} in queue ${spec.queue || 'default'}` : '',
+          p.estimated_start ? ` · estimated start ${fmtFullTime(p.estimated_start)}` : ''));
+    }
+
+    const m = job.latest_metrics || {};
+    const rows = [
+      ['Progress', m.total_steps && Number(m.total_steps) ? `step ${fmtInt(m.step)} of ${fmtInt(m.total_steps)}` : (Number(m.step) ? `step ${fmtInt(m.step)}` : '—')],
+      ['Loss', Number(m.step) ? fmtNum(m.loss) : '—'],
+      ['Attempts', String(job.attempts || 0)],
+      ['Restarts', `${job.restarts || 0} of ${spec.run_policy?.max_restarts ?? 0}`],
+      ['Workers', (job.workers || []).join(', ') || '—'],
+      ['Updated', `${fmtTime(job.update_time)} (${fmtAgo(job.update_time)})`],
+      ['Tokens / s', Number(m.step) ? fmtNum(m.tokens_per_second) : '—'],
+      ['Peak memory', Number(m.peak_memory_bytes) ? fmtBytes(m.peak_memory_bytes) : '—'],
+    ];
+    if (summary.children.length !== rows.length * 2) {
+      summary.replaceChildren(...rows.flatMap(([k]) => [h('dt', k), h('dd')]));
+    }
+    rows.forEach(([, v], i) => setText(summary.children[2 * i + 1], v));
+
+    // Selectors for logs: attempts 1..N, ranks 0..world-1.
+    const attempts = Number(job.attempts || 0);
+    while (attemptSel.options.length - 1 < attempts) {
+      const n = attemptSel.options.length;
+      attemptSel.append(h('option', {value: n}, `attempt ${n}`));
+    }
+    const world = (res.nodes || 1) * (res.gpus_per_node || 1);
+    while (rankSel.options.length - 1 < world) {
+      const r = rankSel.options.length - 1;
+      rankSel.append(h('option', {value: r}, `rank ${r}`));
+    }
+    renderSpec();
+  }
+
+  function renderSpec() {
+    if (!job) return;
+    const text = specFmt.value === 'json' ? JSON.stringify(job.spec, null, 2) : toYaml(specForResubmit(job.spec, ''));
+    setText(specPre, text);
+  }
+  specFmt.addEventListener('change', renderSpec);
+
+  function addEvent(ev) {
+    const seq = Number(ev.seq);
+    if (events.has(seq)) return;
+    events.set(seq, ev);
+    lastSeq = Math.max(lastSeq, seq);
+    const changed = ev.from_state !== ev.to_state;
+    const fromKnown = ev.from_state && ev.from_state !== 'JOB_STATE_UNSPECIFIED';
+    const li = h('li', {class: changed ? 'changed' : '', dataset: {seq}},
+      h('time', {datetime: ev.time, title: fmtFullTime(ev.time)}, fmtTime(ev.time)),
+      h('span.ev-type', ev.type),
+      changed ? h('span.ev-states', fromKnown ? [h('span.badge', {class: `badge state-${String(ev.from_state).toLowerCase()}`}, ev.from_state),
+        ' → '] : '→ ', h('span.badge', {class: `badge state-${String(ev.to_state).toLowerCase()}`}, ev.to_state)) : null,
+      ev.reason ? h('div.ev-reason', ev.reason) : null);
+    // Keep seq order even if a reconnect delivers something late.
+    const after = [...timeline.children].find((x) => Number(x.dataset.seq) > seq);
+    timeline.insertBefore(li, after || null);
+  }
+
+  function renderCheckpoints(list) {
+    const sig = JSON.stringify(list.map((c) => [c.step, c.attempt, c.path]));
+    if (ckptBody.dataset.sig === sig) return;
+    ckptBody.dataset.sig = sig;
+    ckptBody.replaceChildren(...(list.length ? list.map((c) => h('tr',
+      h('td.num', fmtInt(c.step)), h('td.num', c.attempt), h('td.num', fmtNum(c.loss)), h('td.num', fmtBytes(c.bytes)),
+      h('td', {title: fmtFullTime(c.time)}, fmtTime(c.time)), h('td.path', {title: c.path}, c.path)))
+      : [h('tr.empty', h('td', {colspan: 6}, 'No checkpoints yet.'))]));
+  }
+
+  function renderGpus(workers) {
+    const mine = (job?.workers || []).map((w) => workers.find((x) => x.id === w || x.name === w) || {name: w, missing: true});
+    if (!mine.length) {
+      if (!gpuPanel.querySelector('.empty')) gpuPanel.replaceChildren(h('p.muted.empty', 'Not placed on any worker yet.'));
+      return;
+    }
+    const sig = JSON.stringify(mine.map((w) => [w.name, w.state, w.gpus, w.last_heartbeat]));
+    if (gpuPanel.dataset.sig === sig) return;
+    gpuPanel.dataset.sig = sig;
+    gpuPanel.replaceChildren(...mine.map((w, rank) => {
+      const inv = w.inventory || {};
+      const total = new Map((inv.gpus || []).map((g) => [g.index, g]));
+      const gpus = w.gpus || [];
+      return h('div.gpu-worker',
+        h('div.gpu-worker-head', h('span.muted', `node ${rank}`), ' ', h('a', {href: '#/workers'}, w.name || w.id),
+          ' ', w.state ? h('span.badge', {class: `badge ${String(w.state).toLowerCase()}`}, String(w.state).replace('WORKER_', '')) : null),
+        gpus.length ? gpus.map((g) => h('div.gpu-row',
+          h('span.gpu-idx', `GPU ${g.index}`),
+          h('span.meter', {title: `${fmtNum(g.gpu_util, 3)}% utilisation`}, h('span.meter-fill', {style: {width: `${Math.min(100, g.gpu_util || 0)}%`}})),
+          h('span.num', `${Math.round(g.gpu_util || 0)}%`),
+          h('span.muted', `${fmtBytes(g.memory_used_bytes)} / ${fmtBytes(total.get(g.index)?.memory_bytes || 0)}`)))
+          : h('p.muted', w.missing ? 'worker no longer registered' : `CPU worker (${inv.cpu_ranks || 0} ranks): no GPU telemetry`));
+    }));
+  }
+
+  // --- data --------------------------------------------------------------------------
+  async function refreshMetrics() {
+    const res = await api(`${base}/metrics?max_points=2000`);
+    const pts = res.points || [];
+    const series = (f) => pts.map((p) => ({x: Number(p.step), y: Number(f(p))}));
+    charts.loss.setData(series((p) => p.loss));
+    charts.lr.setData(series((p) => p.lr));
+    charts.tps.setData(series((p) => p.tokens_per_second));
+    charts.mfu.setData(pts.some((p) => p.mfu) ? series((p) => p.mfu) : []);
+  }
+
+  let ckptTick = 0;
+  let finalDone = false;
+  async function refresh() {
+    try {
+      job = await api(base);
+      ctx.setConn(true);
+    } catch (err) {
+      if (err.httpStatus === 404) {
+        notice.hidden = false;
+        notice.className = 'banner error';
+        setText(notice, `Job ${id} does not exist.`);
+        poller.stop();
+        return;
+      }
+      if (err instanceof TypeError) ctx.setConn(false);
+      throw err;
+    }
+    renderJob();
+    const terminal = TERMINAL_STATES.has(job.state);
+    await Promise.all([
+      refreshMetrics(),
+      (ckptTick++ % 3 === 0 || terminal) ? api(`${base}/checkpoints`).then((r) => renderCheckpoints(r.checkpoints || [])) : null,
+      api('/api/v1/workers').then((r) => renderGpus(r.workers || [])),
+    ]);
+    if (terminal) {
+      // One last full refresh after the end, then stop polling.
+      if (finalDone) poller.stop();
+      finalDone = true;
+    }
+  }
+  const poller = new Poller(refresh, REFRESH_MS);
+
+  // Timeline: the first message is the job, then one per event; the stream ends after the
+  // terminal event. Reconnects resume after the last seq seen.
+  async function followEvents() {
+    while (!stopped) {
+      const ac = new AbortController();
+      aborts.add(ac);
+      try {
+        await sse(`${base}/events${query({follow: 'true', after_seq: lastSeq})}`, (ev) => {
+          if (ev.event === 'job') {
+            job = ev.data;
+            renderJob();
+          } else if (ev.event === 'event') {
+            addEvent(ev.data);
+            poller.poke();  // state changed: refresh job, metrics and checkpoints now
+          }
+        }, ac.signal);
+        if (job && TERMINAL_STATES.has(job.state) || lastSeq && [...events.values()].some((e) => TERMINAL_STATES.has(e.to_state))) {
+          poller.poke();
+          return;
+        }
+      } catch (err) {
+        if (stopped || err.name === 'AbortError' || err.httpStatus === 404 || err.httpStatus === 401) return;
+      } finally {
+        aborts.delete(ac);
+      }
+      await new Promise((r) => setTimeout(r, 2000));
+    }
+  }
+
+  // Logs: a snapshot (tail) or, with follow, a stream that keeps appending.
+  let logAbort = null;
+  let logLines = 0;
+  function appendChunk(chunk, showRank) {
+    const atBottom = logBox.scrollTop + logBox.clientHeight >= logBox.scrollHeight - 24;
+    const frag = document.createDocumentFragment();
+    for (const line of chunk.lines || []) {
+      frag.append(h('div.line', showRank ? h('span.rank', `[rank ${chunk.rank}] `) : null, line));
+      logLines++;
+    }
+    logBox.append(frag);
+    while (logLines > MAX_LOG_LINES) { logBox.firstChild.remove(); logLines--; }
+    if (atBottom) logBox.scrollTop = logBox.scrollHeight;
+  }
+  async function loadLogs() {
+    if (logAbort) logAbort.abort();
+    const ac = new AbortController();
+    logAbort = ac;
+    clear(logBox);
+    logLines = 0;
+    const rank = Number(rankSel.value);
+    const params = {attempt: attemptSel.value, rank, tail_lines: 500};
+    const showRank = rank < 0;
+    try {
+      if (follow.checked) {
+        setText(logStatus, 'following…');
+        await sse(`${base}/logs${query({...params, follow: 'true'})}`, (ev) => {
+          if (ev.event === 'log') appendChunk(ev.data, showRank);
+        }, ac.signal);
+        if (logAbort === ac) setText(logStatus, 'the job has ended; no more lines');
+      } else {
+        setText(logStatus, '');
+        const res = await api(`${base}/logs${query(params)}`, {signal: ac.signal});
+        for (const c of res.chunks || []) appendChunk(c, showRank);
+        logBox.scrollTop = logBox.scrollHeight;
+        if (!logLines) setText(logStatus, 'no log lines');
+      }
+    } catch (err) {
+      if (err.name !== 'AbortError' && logAbort === ac) setText(logStatus, `logs: ${err.message}`);
+    }
+  }
+  for (const el of [attemptSel, rankSel, follow]) el.addEventListener('change', loadLogs);
+
+  // --- actions -----------------------------------------------------------------------
+  cancelBtn.addEventListener('click', async () => {
+    if (!job) return;
+    if (!confirm(`Cancel job ${job.id} (${job.spec?.name || ''})? Its ranks are stopped.`)) return;
+    cancelBtn.disabled = true;
+    try {
+      const res = await api(`${base}:cancel`, {method: 'POST', body: {reason: `cancelled from the portal by ${ctx.session.user}`}});
+      job = res.job || job;
+      notice.hidden = false;
+      notice.className = 'banner';
+      setText(notice, res.message || 'cancelled');
+      renderJob();
+      poller.poke();
+    } catch (err) {
+      notice.hidden = false;
+      notice.className = 'banner error';
+      setText(notice, `Cannot cancel: ${err.message}`);
+      renderJob();
+    }
+  });
+  resubmitBtn.addEventListener('click', () => {
+    if (!job) return;
+    sessionStorage.setItem(DRAFT_KEY, `# resubmitted from job ${job.id}\n${toYaml(specForResubmit(job.spec, job.id))}`);
+    ctx.navigate('/submit');
+  });
+
+  // --- start -------------------------------------------------------------------------
+  poller.start();
+  followEvents();
+  api(base).then((j) => {
+    job = j;
+    follow.checked = !TERMINAL_STATES.has(j.state);
+    renderJob();
+    loadLogs();
+  }).catch(() => {});
+
+  return {
+    cleanup() {
+      stopped = true;
+      poller.stop();
+      for (const ac of aborts) ac.abort();
+      if (logAbort) logAbort.abort();
+      for (const c of Object.values(charts)) c.destroy();
+    },
+  };
+}

@@ -1,0 +1,331 @@
+// Browser test of the llamafleet portal: a real headless Chromium (Debian's) driven by
+// playwright-core against a real coordinator and CPU worker that run.sh started.
+//
+// Scenario: sign in with a token (a wrong one first); submit a job through the form after
+// seeing a bad field marked on its line; watch it train with the loss chart gaining
+// points while its logs are followed; resubmit it as a long job and cancel that one;
+// check a viewer cannot cancel; submit 2,000 jobs through POST /api/v1/jobs:batch and
+// page, sort, search and filter through them; the workers and queues pages. Screenshots
+// of every page go to ARTIFACT_DIR.
+//
+// Environment (from run.sh): PORTAL_URL, ARTIFACT_DIR, TRAIN_DATA, CHROMIUM,
+// TOKEN_USER / TOKEN_VIEWER (empty when the coordinator runs with --insecure-no-auth).
+
+import {chromium} from 'playwright-core';
+import path from 'node:path';
+
+const base = process.env.PORTAL_URL;
+const artifacts = process.env.ARTIFACT_DIR;
+const trainData = process.env.TRAIN_DATA;
+const userToken = process.env.TOKEN_USER || '';
+const viewerToken = process.env.TOKEN_VIEWER || '';
+const auth = Boolean(userToken);
+const started = Date.now();
+
+function log(msg) { console.log(`[portal ${((Date.now() - started) / 1000).toFixed(1).padStart(6)}s] ${msg}`); }
+function check(cond, msg) { if (!cond) throw new Error(`check failed: ${msg}`); }
+
+// Direct API calls (batch submission and waiting), with the user's token.
+async function apiCall(p, {method = 'GET', body, contentType} = {}) {
+  const headers = {};
+  if (userToken) headers.Authorization = `Bearer ${userToken}`;
+  if (body !== undefined) headers['Content-Type'] = contentType || 'application/json';
+  const res = await fetch(base + p, {method, headers, body: typeof body === 'string' || body === undefined ? body : JSON.stringify(body)});
+  const text = await res.text();
+  if (!res.ok) throw new Error(`${method} ${p}: HTTP ${res.status}: ${text.slice(0, 300)}`);
+  return JSON.parse(text);
+}
+
+function trainingYaml(name, {lr = '3.0e-3', maxSteps = 40} = {}) {
+  return `# portal test job
+name: ${name}
+labels: {suite: portal}
+model:
+  preset: tiny
+data:
+  train_path: ${trainData}
+  format: tokens
+training:
+  max_steps: ${maxSteps}
+  micro_batch_size: 2
+  seq_len: 32
+  lr: ${lr}
+  log_every: 1
+  seed: 11
+fsdp:
+  sharding: FULL_SHARD
+  mixed_precision: fp32
+  activation_checkpointing: false
+resources:
+  nodes: 1
+  gpus_per_node: 1
+run_policy:
+  max_restarts: 0
+`;
+}
+
+const browser = await chromium.launch({executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
+  args: ['--no-sandbox', '--disable-dev-shm-usage']});
+const context = await browser.newContext({viewport: {width: 1440, height: 1000}});
+const page = await context.newPage();
+const pageErrors = [];
+page.on('pageerror', (e) => pageErrors.push(e.message));
+page.on('console', (m) => { if (m.type() === 'error' && !/status of (400|401|404)/.test(m.text())) pageErrors.push(m.text()); });
+page.setDefaultTimeout(20_000);
+
+let shot = 0;
+async function screenshot(name, opts = {}) {
+  const file = path.join(artifacts, `${String(++shot).padStart(2, '0')}-${name}.png`);
+  await page.screenshot({path: file, ...opts});
+  log(`screenshot ${path.basename(file)}`);
+}
+async function rangeIs(text, timeout = 20_000) {
+  await page.waitForFunction((t) => document.querySelector('#page-range')?.textContent === t, text, {timeout})
+    .catch(async () => {
+      throw new Error(`expected "${text}" in the pager, saw "${await page.textContent('#page-range')}" (page ${await page.getAttribute('#page-range', 'data-page')}, prev ${await page.isDisabled('#prev-page') ? 'disabled' : 'enabled'})`);
+    });
+}
+async function jobState() { return (await page.textContent('.job-page .page-head .badge'))?.trim(); }
+async function waitJobState(states, timeout) {
+  await page.waitForFunction((s) => s.includes(document.querySelector('.job-page .page-head .badge')?.textContent), states, {timeout})
+    .catch(async () => { throw new Error(`job did not reach ${states.join('/')} in ${timeout / 1000} s; it is ${await jobState()}: ${await page.textContent('.job-page .reason')}`); });
+}
+async function chartPoints() { return Number(await page.getAttribute('#chart-loss', 'data-points')); }
+async function signIn(token, expectUser) {
+  await page.waitForSelector('#signin[open]');
+  await page.fill('#signin-token', token);
+  await page.click('#signin button[type=submit]');
+  await page.waitForFunction((u) => document.querySelector('#whoami')?.textContent.startsWith(u), expectUser);
+}
+async function signOut() {
+  await page.click('#signout');
+  await page.waitForSelector('#signin[open]');
+}
+
+let failed = false;
+try {
+  // --- sign in -------------------------------------------------------------------------
+  log(`portal at ${base}, auth ${auth ? 'on' : 'off (--insecure-no-auth)'}`);
+  await page.goto(`${base}/ui/`);
+  if (auth) {
+    await page.waitForSelector('#signin[open]');
+    await screenshot('sign-in');
+    await page.fill('#signin-token', 'not-a-token');
+    await page.click('#signin button[type=submit]');
+    await page.waitForFunction(() => /not accepted/.test(document.querySelector('#signin-error').textContent));
+    await signIn(userToken, 'alice');
+    check((await page.textContent('#whoami')).includes('user'), 'whoami shows the role');
+    log('signed in as alice (user); a wrong token was refused');
+  } else {
+    await page.waitForFunction(() => /auth off/.test(document.querySelector('#whoami')?.textContent || ''));
+    log('auth is off: no token asked for');
+  }
+  await page.waitForSelector('table.jobs');
+  await screenshot('jobs-empty');
+
+  // --- submit through the form, a bad field first ---------------------------------------
+  await page.keyboard.press('g');
+  await page.keyboard.press('s');
+  await page.waitForSelector('#job-yaml');
+  const bad = trainingYaml('portal-train', {lr: '0'});
+  const lrLine = bad.split('\n').findIndex((l) => l.trim() === 'lr: 0') + 1;
+  await page.fill('#job-yaml', bad);
+  await page.waitForSelector('.gutter div.bad');
+  const marked = await page.$$eval('.gutter div.bad', (els) => els.map((e) => Number(e.textContent)));
+  check(marked.length === 1 && marked[0] === lrLine, `the lr line (${lrLine}) is marked, marked: ${marked}`);
+  const violations = await page.textContent('.violations');
+  check(/training\.lr/.test(violations), `the violation names training.lr: ${violations}`);
+  check(await page.getAttribute('#job-yaml', 'aria-invalid') === 'true', 'editor is aria-invalid');
+  await screenshot('submit-bad-field');
+  log(`bad field marked on line ${lrLine}: ${violations.trim()}`);
+
+  // Tab inserts two spaces in the editor.
+  await page.fill('#job-yaml', trainingYaml('portal-train'));
+  await page.focus('#job-yaml');
+  await page.keyboard.press('Control+End');
+  await page.keyboard.press('Tab');
+  check((await page.inputValue('#job-yaml')).endsWith('\n  '), 'Tab inserts two spaces');
+  await page.keyboard.press('Backspace');
+  await page.keyboard.press('Backspace');
+  await page.waitForFunction(() => document.querySelector('#validation').textContent === 'Valid', null, {timeout: 15_000});
+  check(await page.$$eval('.gutter div.bad', (e) => e.length) === 0, 'no line marked once valid');
+  await page.click('#submit-job');
+  await page.waitForFunction(() => /^#\/jobs\/\d+$/.test(location.hash));
+  const trainId = (await page.evaluate(() => location.hash)).split('/').pop();
+  log(`submitted job ${trainId} through the form`);
+
+  // --- watch it run: chart gains points, logs followed ----------------------------------
+  await page.waitForSelector('#chart-loss');
+  await waitJobState(['RUNNING', 'SUCCEEDED'], 120_000);
+  await page.waitForFunction(() => Number(document.querySelector('#chart-loss')?.dataset.points) > 0, null, {timeout: 120_000});
+  const first = await chartPoints();
+  const firstState = await jobState();
+  check(await page.isChecked('#log-follow'), 'logs follow a running job');
+  await screenshot('job-running', {fullPage: true});
+  await waitJobState(['SUCCEEDED', 'FAILED', 'CANCELLED'], 240_000);
+  check(await jobState() === 'SUCCEEDED', `job ${trainId} succeeded (is ${await jobState()}: ${await page.textContent('.job-page .reason')})`);
+  await page.waitForFunction(() => Number(document.querySelector('#chart-loss')?.dataset.points) >= 40, null, {timeout: 20_000});
+  const last = await chartPoints();
+  check(last > first, `the loss chart gained points while the page was open (${first} → ${last})`);
+  log(`loss chart: ${first} points when first seen (${firstState}), ${last} at the end`);
+  await page.waitForFunction(() => document.querySelectorAll('#logs .line').length > 0, null, {timeout: 20_000});
+  const logText = await page.textContent('#logs');
+  check(/loss/.test(logText), 'the followed logs show the trainer\'s metrics lines');
+  await page.waitForFunction(() => /ended/.test(document.querySelector('.log-status').textContent), null, {timeout: 20_000});
+  const timeline = await page.textContent('.timeline');
+  check(/SUCCEEDED/.test(timeline) && /RUNNING/.test(timeline), `the timeline shows the transitions: ${timeline}`);
+  // Rank filter: rank 0 only, no rank prefix.
+  await page.selectOption('#log-rank', '0');
+  await page.waitForFunction(() => document.querySelectorAll('#logs .line').length > 0 && !document.querySelector('#logs .rank'));
+  // Hover readout on the chart.
+  const box = await page.locator('#chart-loss svg').boundingBox();
+  await page.mouse.move(box.x + box.width / 2, box.y + box.height / 2);
+  check(/^step \d+: /.test(await page.textContent('#chart-loss .chart-readout')), 'hovering the chart reads a point');
+  await screenshot('job-succeeded', {fullPage: true});
+  log(`job ${trainId} SUCCEEDED; logs followed (${await page.$$eval('#logs .line', (e) => e.length)} rank-0 lines)`);
+
+  // --- resubmit as a long job, watch the list update live, cancel it --------------------
+  await page.click('#resubmit-job');
+  await page.waitForSelector('#job-yaml');
+  const pre = await page.inputValue('#job-yaml');
+  check(pre.includes(`resubmitted from job ${trainId}`) && pre.includes('max_steps: 40'), 'resubmit prefills the spec');
+  await page.fill('#job-yaml', pre.replace('max_steps: 40', 'max_steps: 1000000').replace('name: portal-train', 'name: portal-long'));
+  await page.waitForFunction(() => document.querySelector('#validation').textContent === 'Valid', null, {timeout: 15_000});
+  await page.click('#submit-job');
+  await page.waitForFunction((id) => /^#\/jobs\/\d+$/.test(location.hash) && !location.hash.endsWith(`/${id}`), trainId);
+  const longId = (await page.evaluate(() => location.hash)).split('/').pop();
+  await waitJobState(['RUNNING'], 120_000);
+  await page.waitForFunction(() => Number(document.querySelector('#chart-loss')?.dataset.points) > 1, null, {timeout: 120_000});
+  log(`long job ${longId} is running`);
+
+  await page.keyboard.press('g');
+  await page.keyboard.press('j');
+  const row = page.locator(`table.jobs tr[data-id="${longId}"]`);
+  await row.waitFor();
+  const progress0 = await row.locator('.progress-text').textContent();
+  const rowHandle = await row.elementHandle();
+  await page.waitForFunction(([tr, p]) => tr.isConnected && tr.querySelector('.progress-text').textContent !== p,
+    [rowHandle, progress0], {timeout: 30_000});
+  log(`jobs list updated the row in place: ${progress0} → ${await row.locator('.progress-text').textContent()}`);
+  await screenshot('jobs-live');
+  // Keyboard: select the long job (newest first: row 1) and open it.
+  await page.keyboard.press('j');
+  check(await page.getAttribute('table.jobs tbody tr:nth-child(1)', 'aria-selected') === 'true', 'j selects the first row');
+  await page.keyboard.press('Enter');
+  await page.waitForFunction((id) => location.hash === `#/jobs/${id}`, longId);
+  await page.waitForFunction(() => !document.querySelector('#cancel-job').disabled);
+  page.once('dialog', (d) => d.accept());
+  await page.click('#cancel-job');
+  await waitJobState(['CANCELLED'], 60_000);
+  check(await page.isDisabled('#cancel-job'), 'cancel is disabled once the job is terminal');
+  await page.waitForFunction(() => /cancelled by alice|cancelled/.test(document.querySelector('.timeline').textContent));
+  await screenshot('job-cancelled', {fullPage: true});
+  log(`cancelled job ${longId} from its page`);
+
+  // --- 2,000 jobs through the batch API, paged in the UI -------------------------------
+  const bulkSpec = (i) => ({spec: {name: `bulk-${String(i).padStart(4, '0')}`, labels: {batch: 'bulk'},
+    model: {preset: 'tiny'}, data: {train_path: trainData, format: 'TOKENS'}, training: {max_steps: '10'},
+    resources: {nodes: 50, gpus_per_node: 1}}, idempotency_key: `portal-bulk-${i}`});
+  for (let b = 0; b < 2; b++) {
+    const t0 = Date.now();
+    const res = await apiCall('/api/v1/jobs:batch', {method: 'POST',
+      body: {jobs: Array.from({length: 1000}, (_, k) => bulkSpec(b * 1000 + k))}});
+    check(res.jobs.length === 1000, `batch ${b + 1} returned 1000 jobs`);
+    log(`batch ${b + 1}: 1000 jobs in ${Date.now() - t0} ms`);
+  }
+  await page.keyboard.press('g');
+  await page.keyboard.press('j');
+  await page.fill('#filter-label', 'batch=bulk');
+  await rangeIs('1–100 of 2,000');
+  check(await page.$$eval('table.jobs tbody tr[data-id]', (r) => r.length) === 100, '100 rows on a page');
+  check((await page.textContent('table.jobs tbody tr:first-child')).includes('bulk-1999'), 'newest first');
+  await screenshot('jobs-2000');
+  await page.keyboard.press('Escape');  // leave the label field: keys are shortcuts again
+  await page.keyboard.press('n');
+  await rangeIs('101–200 of 2,000');
+  await page.click('#next-page');
+  await rangeIs('201–300 of 2,000');
+  check((await page.textContent('table.jobs tbody tr:first-child')).includes('bulk-1799'), 'page 3 starts at bulk-1799');
+  await page.keyboard.press('p');
+  await page.keyboard.press('p');
+  await rangeIs('1–100 of 2,000');
+  check(await page.isDisabled('#prev-page'), 'no previous page on the first page');
+  await page.selectOption('#page-size', '1000');
+  await rangeIs('1–1,000 of 2,000');
+  await page.click('#next-page');
+  await rangeIs('1,001–2,000 of 2,000');
+  check(await page.$$eval('table.jobs tbody tr[data-id]', (r) => r.length) === 1000, '1000 rows on a page');
+  check(await page.isDisabled('#next-page'), 'no next page on the last page');
+  await page.click('#prev-page');
+  await rangeIs('1–1,000 of 2,000');
+  await page.selectOption('#page-size', '100');
+  await rangeIs('1–100 of 2,000');
+  // Sort by name: descending, then ascending.
+  await page.click('th[data-col=name] button');
+  await page.waitForFunction(() => document.querySelector('table.jobs tbody tr:first-child td[data-col=name]')?.textContent === 'bulk-1999');
+  await page.click('th[data-col=name] button');
+  await page.waitForFunction(() => document.querySelector('table.jobs tbody tr:first-child td[data-col=name]')?.textContent === 'bulk-0000');
+  check(await page.getAttribute('th[data-col=name]', 'aria-sort') === 'ascending', 'aria-sort on the sorted column');
+  // State filter: all 2,000 are QUEUED (50 nodes never fit); none RUNNING.
+  await page.click('label.chip.state-queued');
+  await rangeIs('1–100 of 2,000');
+  await page.click('label.chip.state-running');
+  await rangeIs('1–100 of 2,000');
+  await page.click('label.chip.state-queued');
+  await rangeIs('0 of 0');
+  await page.click('label.chip.state-running');
+  // Search by name (debounced), focused with "/".
+  await page.keyboard.press('/');
+  await page.keyboard.type('bulk-1234');
+  await rangeIs('1–1 of 1');
+  await page.fill('#job-search', 'bulk-123');
+  await rangeIs('1–10 of 10');
+  await page.keyboard.press('Escape');
+  await page.keyboard.press('j');
+  await page.keyboard.press('Enter');
+  await page.waitForSelector('.pending:not([hidden])');
+  const pendingText = await page.textContent('.pending');
+  check(/position \d+/.test(pendingText), `a queued job shows its queue position: ${pendingText}`);
+  await screenshot('job-queued');
+  log(`paged, sorted, filtered and searched 2,000 jobs; pending: ${pendingText.replace(/\s+/g, ' ').trim()}`);
+
+  // --- a viewer cannot cancel ----------------------------------------------------------
+  if (viewerToken) {
+    const queuedUrl = await page.evaluate(() => location.hash);
+    await signOut();
+    await signIn(viewerToken, 'victor');
+    await page.evaluate((h) => { location.hash = h; }, queuedUrl);
+    await page.waitForSelector('.pending:not([hidden])');
+    check(await page.isDisabled('#cancel-job'), 'a viewer cannot cancel');
+    check(/Viewers/.test(await page.getAttribute('#cancel-job', 'title')), 'the disabled cancel button says why');
+    check(await page.isDisabled('#resubmit-job'), 'a viewer cannot resubmit');
+    await signOut();
+    await signIn(userToken, 'alice');
+    log('viewer: cancel and resubmit disabled');
+  }
+
+  // --- workers and queues ----------------------------------------------------------------
+  await page.keyboard.press('g');
+  await page.keyboard.press('w');
+  await page.waitForSelector('.worker[data-id] .badge.ready');
+  check((await page.textContent('.workers')).includes('w1'), 'worker w1 is listed');
+  check(/heartbeat \d+ s ago/.test(await page.textContent('.workers')), 'last heartbeat shown');
+  await screenshot('workers');
+  await page.keyboard.press('g');
+  await page.keyboard.press('q');
+  await page.waitForSelector('tr[data-queue=default]');
+  const q = await page.textContent('tr[data-queue=default]');
+  check(q.includes('2,000'), `the default queue has 2,000 queued jobs: ${q}`);
+  await screenshot('queues');
+
+  check(pageErrors.length === 0, `no script errors in the page: ${pageErrors.join(' | ')}`);
+  log(`PASS in ${((Date.now() - started) / 1000).toFixed(1)} s`);
+} catch (err) {
+  failed = true;
+  console.error(`\nportal test FAILED: ${err.message}`);
+  if (pageErrors.length) console.error(`page errors: ${pageErrors.join(' | ')}`);
+  try { await screenshot('failure', {fullPage: true}); } catch { /* browser gone */ }
+} finally {
+  await browser.close();
+}
+process.exit(failed ? 1 : 0);
