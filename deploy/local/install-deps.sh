@@ -11,7 +11,7 @@ packages=(
   libboost-dev libboost-system-dev openssl
   libsqlite3-dev libspdlog-dev libfmt-dev libyaml-cpp-dev libcli11-dev
   # tests
-  libgtest-dev libgmock-dev prometheus
+  libgtest-dev libgmock-dev
   # trainer (LibTorch 1.13 CPU, Gloo for c10d, SentencePiece) and its Python reference
   libtorch-dev libgloo-dev libsentencepiece-dev sentencepiece nlohmann-json3-dev
   python3-torch python3-sentencepiece python3-numpy
