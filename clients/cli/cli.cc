@@ -860,6 +860,33 @@ absl::Status RunCheckpoints(const Context& ctx, const std::string& id) {
   return absl::OkStatus();
 }
 
+absl::Status RunQueues(const Context& ctx) {
+  absl::StatusOr<std::unique_ptr<Client>> client = Connect(ctx);
+  if (!client.ok()) return client.status();
+  absl::StatusOr<v1::ListQueuesResponse> response = (*client)->ListQueues();
+  if (!response.ok()) return response.status();
+  if (PrintMachine(ctx, *response)) return absl::OkStatus();
+  if (response->queues().empty()) {
+    *ctx.out << "No queues: nothing queued or running, no quotas configured.\n";
+    return absl::OkStatus();
+  }
+  *ctx.out << QueuesTable({response->queues().begin(), response->queues().end()}, absl::Now());
+  return absl::OkStatus();
+}
+
+absl::Status RunWhoAmI(const Context& ctx) {
+  absl::StatusOr<std::unique_ptr<Client>> client = Connect(ctx);
+  if (!client.ok()) return client.status();
+  absl::StatusOr<v1::WhoAmIResponse> response = (*client)->WhoAmI();
+  if (!response.ok()) return response.status();
+  if (PrintMachine(ctx, *response)) return absl::OkStatus();
+  std::string role = absl::AsciiStrToLower(v1::Role_Name(response->role()));
+  *ctx.out << response->user() << " (" << role << ")"
+           << (response->auth_enabled() ? "" : "; the coordinator runs without authentication")
+           << "\n";
+  return absl::OkStatus();
+}
+
 absl::Status RunWorkers(const Context& ctx) {
   absl::StatusOr<std::unique_ptr<Client>> client = Connect(ctx);
   if (!client.ok()) return client.status();
@@ -1038,10 +1065,13 @@ int RunCli(int argc, char** argv, std::istream& in, std::ostream& out, std::ostr
   // workers
   CLI::App* workers_cmd =
       app.add_subcommand("workers", "list the workers, their capacity and what they run");
+  CLI::App* queues_cmd =
+      app.add_subcommand("queues", "list the queues: depth, running jobs, GPUs used and quota");
+  CLI::App* whoami_cmd = app.add_subcommand("whoami", "show the user and role your token names");
 
   for (CLI::App* sub :
        {submit_cmd, get_cmd, get_jobs_cmd, get_job_cmd, describe_cmd, describe_job_cmd, cancel_cmd,
-        watch_cmd, logs_cmd, checkpoints_cmd, workers_cmd}) {
+        watch_cmd, logs_cmd, checkpoints_cmd, workers_cmd, queues_cmd, whoami_cmd}) {
     sub->fallthrough();
   }
 
@@ -1086,6 +1116,10 @@ int RunCli(int argc, char** argv, std::istream& in, std::ostream& out, std::ostr
     status = RunCheckpoints(*ctx, job_id);
   } else if (workers_cmd->parsed()) {
     status = RunWorkers(*ctx);
+  } else if (queues_cmd->parsed()) {
+    status = RunQueues(*ctx);
+  } else if (whoami_cmd->parsed()) {
+    status = RunWhoAmI(*ctx);
   }
   out.flush();
   return Finish(status, err);

@@ -236,6 +236,20 @@ std::string WorkersTable(const std::vector<v1::WorkerInfo>& workers, bool wide, 
   return FormatTable(rows);
 }
 
+std::string QueuesTable(const std::vector<v1::Queue>& queues, absl::Time now) {
+  std::vector<std::vector<std::string>> rows = {
+      {"QUEUE", "QUEUED", "RUNNING", "GPUS", "OLDEST-QUEUED"}};
+  for (const v1::Queue& q : queues) {
+    rows.push_back({q.name(), absl::StrCat(q.queued()), absl::StrCat(q.running()),
+                    q.gpu_quota() > 0 ? absl::StrCat(q.gpus_allocated(), "/", q.gpu_quota())
+                                      : absl::StrCat(q.gpus_allocated(), "/-"),
+                    IsSet(q.oldest_queued_time())
+                        ? absl::StrCat(FormatAge(q.oldest_queued_time(), now), " ago")
+                        : "-"});
+  }
+  return FormatTable(rows);
+}
+
 std::string CheckpointsTable(const std::vector<v1::Checkpoint>& checkpoints) {
   std::vector<std::vector<std::string>> rows = {
       {"STEP", "ATTEMPT", "LOSS", "SIZE", "TIME", "PATH"}};

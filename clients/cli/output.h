@@ -50,6 +50,8 @@ std::string JobsTable(const std::vector<v1::Job>& jobs, bool wide, absl::Time no
 // SLOTS is allocated/total GPUs (CPU ranks on a CPU worker, whose GPU-MODEL is "cpu").
 // `wide` adds host, address, CPUs, memory, labels and mean GPU utilisation.
 std::string WorkersTable(const std::vector<v1::WorkerInfo>& workers, bool wide, absl::Time now);
+// QUEUE QUEUED RUNNING GPUS (allocated/quota) OLDEST-QUEUED
+std::string QueuesTable(const std::vector<v1::Queue>& queues, absl::Time now);
 
 // The `checkpoints` table: STEP ATTEMPT LOSS SIZE TIME PATH, in the order given.
 std::string CheckpointsTable(const std::vector<v1::Checkpoint>& checkpoints);

@@ -277,4 +277,24 @@ absl::StatusOr<v1::ListWorkersResponse> Client::ListWorkers() {
   return response;
 }
 
+absl::StatusOr<v1::ListQueuesResponse> Client::ListQueues() {
+  grpc::ClientContext context;
+  Prepare(&context, absl::Now() + options_.timeout);
+  v1::ListQueuesResponse response;
+  absl::Status status = Convert(stub_->ListQueues(&context, v1::ListQueuesRequest(), &response),
+                                options_.timeout);
+  if (!status.ok()) return status;
+  return response;
+}
+
+absl::StatusOr<v1::WhoAmIResponse> Client::WhoAmI() {
+  grpc::ClientContext context;
+  Prepare(&context, absl::Now() + options_.timeout);
+  v1::WhoAmIResponse response;
+  absl::Status status =
+      Convert(stub_->WhoAmI(&context, v1::WhoAmIRequest(), &response), options_.timeout);
+  if (!status.ok()) return status;
+  return response;
+}
+
 }  // namespace llamafleet

@@ -77,6 +77,10 @@ class Client {
                                                           int max_points = 0);
   // Every registered worker, live or lost.
   absl::StatusOr<v1::ListWorkersResponse> ListWorkers();
+  // Queues: depth, running jobs, GPUs in use and quota.
+  absl::StatusOr<v1::ListQueuesResponse> ListQueues();
+  // The user and role the caller's token names.
+  absl::StatusOr<v1::WhoAmIResponse> WhoAmI();
 
   // Streams StreamJobLogs, calling `on_chunk` for each chunk in order. Returns OK when the
   // server ends the stream (the logs are read to their end; with follow, once the job is

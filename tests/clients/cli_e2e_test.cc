@@ -149,6 +149,23 @@ TEST_F(CliTest, SubmitSingleDocumentCreatesOneJob) {
   EXPECT_EQ(job.spec().training().micro_batch_size(), 4) << "defaults are filled in";
 }
 
+TEST_F(CliTest, QueuesAndWhoAmI) {
+  EXPECT_EQ(Ok({"queues"}), "No queues: nothing queued or running, no quotas configured.\n");
+  Ok({"submit", "-f", WriteFile("a.yaml", Spec("a", "queue: research\n"))});
+  Ok({"submit", "-f", WriteFile("b.yaml", Spec("b", "queue: research\n"))});
+  Ok({"submit", "-f", WriteFile("c.yaml", Spec("c"))});
+  const std::string table = Ok({"queues"});
+  EXPECT_NE(table.find("QUEUE"), std::string::npos) << table;
+  EXPECT_NE(table.find("research   2        0         0/-"), std::string::npos) << table;
+  EXPECT_NE(table.find("default    1"), std::string::npos) << table;
+  v1::ListQueuesResponse queues;
+  ASSERT_TRUE(
+      google::protobuf::util::JsonStringToMessage(Ok({"queues", "-o", "json"}), &queues).ok());
+  ASSERT_EQ(queues.queues_size(), 2);
+  // This coordinator runs with --insecure-no-auth: --user names the caller, an admin.
+  EXPECT_EQ(Ok({"whoami"}, "", "bob"), "bob (admin); the coordinator runs without authentication\n");
+}
+
 TEST_F(CliTest, SubmitMultiDocumentFileIsOneBatch) {
   const std::string file =
       WriteFile("batch.yaml", absl::StrCat(Spec("a"), "---\n", Spec("b"), "---\n", Spec("c")));
