@@ -35,6 +35,21 @@ std::chrono::steady_clock::duration Chrono(absl::Duration d) {
   return absl::ToChronoNanoseconds(d);
 }
 
+// On every response. The portal keeps an API token in sessionStorage, so script injection
+// must be impossible: scripts only from this origin (the portal has no inline script),
+// no framing, no sniffing, no referrer leaving the site. Styles may be inline (the portal
+// sets sizes on elements).
+template <typename Message>
+void SetSecurityHeaders(Message& m) {
+  m.set("Content-Security-Policy",
+        "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
+        "img-src 'self' data:; connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; "
+        "form-action 'self'");
+  m.set(bhttp::field::x_frame_options, "DENY");
+  m.set("X-Content-Type-Options", "nosniff");
+  m.set("Referrer-Policy", "no-referrer");
+}
+
 class SessionBase {
  public:
   virtual ~SessionBase() = default;
@@ -251,6 +266,7 @@ class Session final : public SessionBase,
     const bool keep_alive = keep_alive_ && !stopping && !linger;
     response.version(11);
     response.set(bhttp::field::server, "llamafleet");
+    SetSecurityHeaders(response);
     response.keep_alive(keep_alive);
     response.prepare_payload();
     response_ = std::make_unique<Response>(std::move(response));
@@ -305,6 +321,7 @@ class Session final : public SessionBase,
     Watch();
     head_ = std::make_unique<bhttp::response<bhttp::empty_body>>(bhttp::status::ok, 11);
     head_->set(bhttp::field::server, "llamafleet");
+    SetSecurityHeaders(*head_);
     head_->set(bhttp::field::content_type, "text/event-stream; charset=utf-8");
     head_->set(bhttp::field::cache_control, "no-cache");
     head_->set("X-Accel-Buffering", "no");
