@@ -34,6 +34,16 @@ absl::Status MarkFinished(Txn& txn, int64_t job_id) {
               [&](sqlite::Statement& s) { s.Bind(1, job_id).Bind(2, txn.NowMicros()); });
 }
 
+v1::AttemptState AttemptStateProto(AttemptState state) {
+  switch (state) {
+    case AttemptState::kActive: return v1::ATTEMPT_ACTIVE;
+    case AttemptState::kSucceeded: return v1::ATTEMPT_SUCCEEDED;
+    case AttemptState::kFailed: return v1::ATTEMPT_FAILED;
+    case AttemptState::kStopped: return v1::ATTEMPT_STOPPED;
+  }
+  return v1::ATTEMPT_STATE_UNSPECIFIED;  // a value a newer schema wrote
+}
+
 template <typename RowFn>
 absl::Status Query(sqlite::Connection& conn, const std::string& sql,
                    const std::function<void(sqlite::Statement&)>& bind, RowFn row) {
@@ -408,6 +418,55 @@ absl::StatusOr<std::vector<v1::Checkpoint>> ListCheckpoints(JobStore& store, int
           c.set_loss(row.ColumnDouble(5));
           *c.mutable_time() = TimeUtil::MicrosecondsToTimestamp(row.ColumnInt(6));
           out.push_back(std::move(c));
+          return absl::OkStatus();
+        });
+  });
+  if (!s.ok()) return s;
+  return out;
+}
+
+absl::StatusOr<std::vector<v1::Attempt>> ListAttempts(JobStore& store, int64_t job_id) {
+  std::vector<v1::Attempt> out;
+  absl::Status s = store.Read([&](sqlite::Connection& conn) -> absl::Status {
+    std::map<int, size_t> index;  // attempt number → position in `out`
+    absl::Status q = Query(
+        conn,
+        "SELECT attempt, state, start_us, end_us, resume_from, failure_class, reason "
+        "FROM attempts WHERE job_id = ?1 ORDER BY attempt DESC",
+        [&](sqlite::Statement& st) { st.Bind(1, job_id); },
+        [&](sqlite::Statement& row) {
+          v1::Attempt a;
+          a.set_job_id(JobIdString(job_id));
+          a.set_attempt(static_cast<int32_t>(row.ColumnInt(0)));
+          a.set_state(AttemptStateProto(static_cast<AttemptState>(row.ColumnInt(1))));
+          *a.mutable_start_time() = TimeUtil::MicrosecondsToTimestamp(row.ColumnInt(2));
+          if (const int64_t end_us = row.ColumnInt(3); end_us != 0) {
+            *a.mutable_end_time() = TimeUtil::MicrosecondsToTimestamp(end_us);
+          }
+          a.set_resume_from(row.ColumnText(4));
+          a.set_failure_class(row.ColumnText(5));
+          a.set_reason(row.ColumnText(6));
+          index[a.attempt()] = out.size();
+          out.push_back(std::move(a));
+          return absl::OkStatus();
+        });
+    if (!q.ok()) return q;
+    // One query for every attempt's tasks (tasks_by_attempt covers it).
+    return Query(
+        conn,
+        "SELECT attempt, task_id, node_rank, worker, ranks, state, message FROM tasks "
+        "WHERE job_id = ?1 ORDER BY attempt, node_rank",
+        [&](sqlite::Statement& st) { st.Bind(1, job_id); },
+        [&](sqlite::Statement& row) {
+          auto it = index.find(static_cast<int>(row.ColumnInt(0)));
+          if (it == index.end()) return absl::OkStatus();  // cascade keeps this from happening
+          v1::AttemptTask* t = out[it->second].add_tasks();
+          t->set_task_id(row.ColumnText(1));
+          t->set_node_rank(static_cast<int32_t>(row.ColumnInt(2)));
+          t->set_worker(row.ColumnText(3));
+          t->set_ranks(static_cast<int32_t>(row.ColumnInt(4)));
+          t->set_state(static_cast<v1::TaskState>(row.ColumnInt(5)));
+          t->set_message(row.ColumnText(6));
           return absl::OkStatus();
         });
   });

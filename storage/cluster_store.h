@@ -103,6 +103,9 @@ struct SchedulableJob {
 absl::StatusOr<std::vector<SchedulableJob>> LoadJobsInStates(JobStore& store,
                                                              const std::vector<v1::JobState>& states);
 absl::StatusOr<std::vector<v1::Checkpoint>> ListCheckpoints(JobStore& store, int64_t job_id);
+// Every attempt of the job, newest first, each with its tasks by node rank. An unknown job
+// has no attempts (callers that must tell it apart check the job first).
+absl::StatusOr<std::vector<v1::Attempt>> ListAttempts(JobStore& store, int64_t job_id);
 absl::StatusOr<std::vector<v1::JobMetricsPoint>> MetricsHistory(JobStore& store, int64_t job_id,
                                                                 int max_points);
 struct WorkerRecord {

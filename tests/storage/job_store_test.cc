@@ -13,6 +13,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "clients/jobspec/jobspec.h"
+#include "google/protobuf/util/time_util.h"
+#include "storage/cluster_store.h"
 #include "tests/testing/process.h"
 
 namespace llamafleet {
@@ -378,6 +380,105 @@ TEST_F(JobStoreTest, SigkillMidLoadLosesNoAcknowledgedJob) {
     ASSERT_TRUE(job.ok()) << "acknowledged job " << id << " lost: " << job.status();
     EXPECT_EQ(job->idempotency_key(), key);
   }
+}
+
+TEST_F(JobStoreTest, ListAttemptsShowsEachStartWithItsOutcomeAndTasksNewestFirst) {
+  using google::protobuf::util::TimeUtil;
+  std::unique_ptr<JobStore> store = Open();
+  const int64_t id = SubmitOne(store.get(), Input("restarted"));
+  auto start = [&](int attempt, std::string resume_from) {
+    AttemptRecord a;
+    a.job_id = id;
+    a.attempt = attempt;
+    a.master_addr = "10.0.0.1";
+    a.master_port = 29500;
+    a.resume_from = std::move(resume_from);
+    for (int node = 0; node < 2; ++node) {
+      a.tasks.push_back(TaskRecord{absl::StrCat("t", attempt, "-", node), node,
+                                   absl::StrCat("w", attempt + node), 8, v1::TASK_STARTING});
+    }
+    return store->WriteAndWait(StartAttemptTxn(std::move(a)));
+  };
+  auto task_state = [&](const std::string& task_id, v1::TaskState state, std::string message) {
+    v1::TaskStatus status;
+    status.set_task_id(task_id);
+    status.set_state(state);
+    status.set_message(std::move(message));
+    return store->WriteAndWait(SetTaskStateTxn(task_id, status));
+  };
+
+  absl::StatusOr<std::vector<v1::Attempt>> list = ListAttempts(*store, id);
+  ASSERT_TRUE(list.ok()) << list.status();
+  EXPECT_TRUE(list->empty()) << "never scheduled";
+
+  const absl::Time t0 = clock_.Now();
+  ASSERT_TRUE(start(1, "").ok());
+  list = ListAttempts(*store, id);
+  ASSERT_TRUE(list.ok()) << list.status();
+  ASSERT_EQ(list->size(), 1u);
+  EXPECT_EQ((*list)[0].state(), v1::ATTEMPT_ACTIVE);
+  EXPECT_EQ(TimeUtil::TimestampToMicroseconds((*list)[0].start_time()), absl::ToUnixMicros(t0));
+  EXPECT_FALSE((*list)[0].has_end_time()) << "unset while active";
+
+  // Attempt 1: node 1's rank fails, node 0 is stopped with the gang; retried.
+  clock_.Advance(absl::Seconds(30));
+  ASSERT_TRUE(task_state("t1-1", v1::TASK_FAILED, "rank 1 exited with code 3").ok());
+  ASSERT_TRUE(task_state("t1-0", v1::TASK_KILLED, "").ok());
+  AttemptEnd end{id, 1, AttemptOutcome::kRetryable, "rank 1 exited with code 3", ""};
+  ASSERT_TRUE(store->WriteAndWait(EndAttemptTxn(end)).ok());
+  // Attempt 2 resumes and succeeds.
+  clock_.Advance(absl::Seconds(10));
+  ASSERT_TRUE(start(2, "/ckpt/step-10").ok());
+  ASSERT_TRUE(task_state("t2-0", v1::TASK_SUCCEEDED, "").ok());
+  ASSERT_TRUE(task_state("t2-1", v1::TASK_SUCCEEDED, "").ok());
+  clock_.Advance(absl::Seconds(60));
+  end = AttemptEnd{id, 2, AttemptOutcome::kSucceeded, "every rank finished", ""};
+  ASSERT_TRUE(store->WriteAndWait(EndAttemptTxn(end)).ok());
+
+  list = ListAttempts(*store, id);
+  ASSERT_TRUE(list.ok()) << list.status();
+  ASSERT_EQ(list->size(), 2u);
+  const v1::Attempt& second = (*list)[0];
+  const v1::Attempt& first = (*list)[1];
+  EXPECT_EQ(second.job_id(), absl::StrCat(id));
+  EXPECT_EQ(second.attempt(), 2);
+  EXPECT_EQ(second.state(), v1::ATTEMPT_SUCCEEDED);
+  EXPECT_EQ(second.failure_class(), "");
+  EXPECT_EQ(second.reason(), "every rank finished");
+  EXPECT_EQ(second.resume_from(), "/ckpt/step-10");
+  EXPECT_EQ(TimeUtil::TimestampToMicroseconds(second.start_time()),
+            absl::ToUnixMicros(t0 + absl::Seconds(40)));
+  EXPECT_EQ(TimeUtil::TimestampToMicroseconds(second.end_time()),
+            absl::ToUnixMicros(t0 + absl::Seconds(100)));
+  ASSERT_EQ(second.tasks_size(), 2);
+  EXPECT_EQ(second.tasks(1).task_id(), "t2-1");
+  EXPECT_EQ(second.tasks(1).node_rank(), 1);
+  EXPECT_EQ(second.tasks(1).worker(), "w3");
+  EXPECT_EQ(second.tasks(1).ranks(), 8);
+  EXPECT_EQ(second.tasks(1).state(), v1::TASK_SUCCEEDED);
+
+  EXPECT_EQ(first.attempt(), 1);
+  EXPECT_EQ(first.state(), v1::ATTEMPT_FAILED);
+  EXPECT_EQ(first.failure_class(), "retryable");
+  EXPECT_EQ(first.reason(), "rank 1 exited with code 3");
+  EXPECT_EQ(first.resume_from(), "");
+  EXPECT_EQ(TimeUtil::TimestampToMicroseconds(first.end_time()),
+            absl::ToUnixMicros(t0 + absl::Seconds(30)));
+  ASSERT_EQ(first.tasks_size(), 2);
+  EXPECT_EQ(first.tasks(0).worker(), "w1");
+  EXPECT_EQ(first.tasks(0).state(), v1::TASK_KILLED);
+  EXPECT_EQ(first.tasks(1).worker(), "w2");
+  EXPECT_EQ(first.tasks(1).state(), v1::TASK_FAILED);
+  EXPECT_EQ(first.tasks(1).message(), "rank 1 exited with code 3");
+
+  // Another job's history is its own; an unknown job has none.
+  const int64_t other = SubmitOne(store.get(), Input("other"));
+  list = ListAttempts(*store, other);
+  ASSERT_TRUE(list.ok());
+  EXPECT_TRUE(list->empty());
+  list = ListAttempts(*store, 999);
+  ASSERT_TRUE(list.ok());
+  EXPECT_TRUE(list->empty());
 }
 
 }  // namespace
