@@ -375,6 +375,23 @@ grpc::ServerUnaryReactor* JobServiceImpl::ListCheckpoints(grpc::CallbackServerCo
   return FinishNow(context, grpc::Status::OK);
 }
 
+grpc::ServerUnaryReactor* JobServiceImpl::ListAttempts(grpc::CallbackServerContext* context,
+                                                       const v1::ListAttemptsRequest* request,
+                                                       v1::ListAttemptsResponse* response) {
+  if (absl::StatusOr<Principal> caller = auth_->Check(*context, Operation::kRead); !caller.ok()) {
+    return FinishNow(context, caller.status());
+  }
+  absl::StatusOr<int64_t> id = ParseJobId(request->job_id(), "job_id");
+  if (!id.ok()) return FinishNow(context, id.status());
+  if (absl::StatusOr<v1::Job> job = store_->GetJob(*id); !job.ok()) {
+    return FinishNow(context, job.status());
+  }
+  absl::StatusOr<std::vector<v1::Attempt>> list = llamafleet::ListAttempts(*store_, *id);
+  if (!list.ok()) return FinishNow(context, list.status());
+  for (v1::Attempt& a : *list) *response->add_attempts() = std::move(a);
+  return FinishNow(context, grpc::Status::OK);
+}
+
 grpc::ServerUnaryReactor* JobServiceImpl::GetJobMetrics(grpc::CallbackServerContext* context,
                                                         const v1::GetJobMetricsRequest* request,
                                                         v1::GetJobMetricsResponse* response) {

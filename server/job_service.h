@@ -65,6 +65,9 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
   grpc::ServerUnaryReactor* ListCheckpoints(grpc::CallbackServerContext* context,
                                             const v1::ListCheckpointsRequest* request,
                                             v1::ListCheckpointsResponse* response) override;
+  grpc::ServerUnaryReactor* ListAttempts(grpc::CallbackServerContext* context,
+                                         const v1::ListAttemptsRequest* request,
+                                         v1::ListAttemptsResponse* response) override;
   grpc::ServerUnaryReactor* GetJobMetrics(grpc::CallbackServerContext* context,
                                           const v1::GetJobMetricsRequest* request,
                                           v1::GetJobMetricsResponse* response) override;

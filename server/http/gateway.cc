@@ -654,7 +654,7 @@ void Gateway::Api(const Request& http, absl::string_view path, absl::string_view
     out->Reply(NotFound(absl::StrCat(kApiPrefix, path)));
     return;
   }
-  // jobs/{id}, jobs/{id}:cancel, jobs/{id}/{events,logs,checkpoints,metrics}
+  // jobs/{id}, jobs/{id}:cancel, jobs/{id}/{events,logs,checkpoints,attempts,metrics}
   absl::string_view rest = path.substr(5);
   const size_t slash = rest.find('/');
   absl::string_view id_part = rest.substr(0, slash);
@@ -700,6 +700,18 @@ void Gateway::Api(const Request& http, absl::string_view path, absl::string_view
         http, out, std::move(request),
         [this](auto* ctx, auto* req, auto* resp, auto cb) {
           jobs_->async()->ListCheckpoints(ctx, req, resp, std::move(cb));
+        },
+        json);
+    return;
+  }
+  if (sub == "attempts") {
+    if (!MethodIs(http, {kGet}, *out) || !only({})) return;
+    v1::ListAttemptsRequest request;
+    request.set_job_id(id);
+    Unary<v1::ListAttemptsRequest, v1::ListAttemptsResponse>(
+        http, out, std::move(request),
+        [this](auto* ctx, auto* req, auto* resp, auto cb) {
+          jobs_->async()->ListAttempts(ctx, req, resp, std::move(cb));
         },
         json);
     return;

@@ -169,6 +169,13 @@ TEST_F(AuthTest, EveryRoleAgainstEveryOperation) {
          v1::ListCheckpointsResponse resp;
          return code(jobs_->ListCheckpoints(Context(who).get(), req, &resp));
        }},
+      {"ListAttempts",
+       [&](const std::string& who) {
+         v1::ListAttemptsRequest req;
+         req.set_job_id(alices);
+         v1::ListAttemptsResponse resp;
+         return code(jobs_->ListAttempts(Context(who).get(), req, &resp));
+       }},
       {"GetJobMetrics",
        [&](const std::string& who) {
          v1::GetJobMetricsRequest req;

@@ -17,6 +17,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "clients/jobspec/jobspec.h"
+#include "google/protobuf/util/time_util.h"
 #include "llamafleet/v1/job.grpc.pb.h"
 #include "llamafleet/v1/worker.grpc.pb.h"
 #include "tests/testing/process.h"
@@ -201,6 +202,16 @@ class ClusterTest : public ::testing::Test {
     return {resp.checkpoints().begin(), resp.checkpoints().end()};
   }
 
+  std::vector<v1::Attempt> Attempts(const std::string& id) {
+    v1::ListAttemptsRequest req;
+    req.set_job_id(id);
+    v1::ListAttemptsResponse resp;
+    grpc::ClientContext ctx;
+    grpc::Status s = jobs_->ListAttempts(&ctx, req, &resp);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return {resp.attempts().begin(), resp.attempts().end()};
+  }
+
   std::string RankLog(const std::string& id, int attempt, int rank) {
     std::ifstream in(absl::StrCat(dir_.path(), "/coord/logs/", id, "/attempt-", attempt, "/rank-",
                                   rank, ".log"));
@@ -253,6 +264,20 @@ TEST_F(ClusterTest, TwoNodeJobSucceedsWithCheckpointsAndMetricsRecorded) {
   std::vector<std::string> types;
   for (const v1::JobEvent& e : Events(id)) types.push_back(e.type());
   EXPECT_EQ(types, (std::vector<std::string>{"submitted", "scheduled", "running", "succeeded"}));
+  std::vector<v1::Attempt> attempts = Attempts(id);
+  ASSERT_EQ(attempts.size(), 1u);
+  EXPECT_EQ(attempts[0].attempt(), 1);
+  EXPECT_EQ(attempts[0].state(), v1::ATTEMPT_SUCCEEDED);
+  EXPECT_EQ(attempts[0].failure_class(), "");
+  EXPECT_TRUE(attempts[0].has_end_time());
+  EXPECT_EQ(attempts[0].resume_from(), "");
+  ASSERT_EQ(attempts[0].tasks_size(), 2);
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(attempts[0].tasks(i).node_rank(), i);
+    EXPECT_EQ(attempts[0].tasks(i).worker(), job.workers(i));
+    EXPECT_EQ(attempts[0].tasks(i).ranks(), 1);
+    EXPECT_EQ(attempts[0].tasks(i).state(), v1::TASK_SUCCEEDED);
+  }
 }
 
 TEST_F(ClusterTest, WorkerKilledMidJobRestartsTheGangFromTheNewestCheckpoint) {
@@ -283,6 +308,37 @@ TEST_F(ClusterTest, WorkerKilledMidJobRestartsTheGangFromTheNewestCheckpoint) {
     node_fault |= e.reason().find(absl::StrCat("worker ", victim, " lost")) != std::string::npos;
   }
   EXPECT_TRUE(node_fault);
+  // The history shows both attempts, newest first: the success on the new gang, and the
+  // node fault with the lost worker among its tasks.
+  std::vector<v1::Attempt> attempts = Attempts(id);
+  ASSERT_EQ(attempts.size(), 2u);
+  EXPECT_EQ(attempts[0].attempt(), 2);
+  EXPECT_EQ(attempts[0].state(), v1::ATTEMPT_SUCCEEDED);
+  EXPECT_EQ(attempts[0].failure_class(), "");
+  EXPECT_NE(attempts[0].resume_from(), "");
+  ASSERT_EQ(attempts[0].tasks_size(), 2);
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(attempts[0].tasks(i).worker(), job.workers(i));
+    EXPECT_EQ(attempts[0].tasks(i).state(), v1::TASK_SUCCEEDED);
+  }
+  EXPECT_EQ(attempts[1].attempt(), 1);
+  EXPECT_EQ(attempts[1].state(), v1::ATTEMPT_FAILED);
+  EXPECT_EQ(attempts[1].failure_class(), "node_fault");
+  EXPECT_NE(attempts[1].reason().find(absl::StrCat("worker ", victim, " lost")), std::string::npos)
+      << attempts[1].reason();
+  EXPECT_EQ(attempts[1].resume_from(), "");
+  EXPECT_TRUE(attempts[1].has_end_time());
+  EXPECT_LE(google::protobuf::util::TimeUtil::TimestampToMicroseconds(attempts[1].end_time()),
+            google::protobuf::util::TimeUtil::TimestampToMicroseconds(attempts[0].start_time()));
+  ASSERT_EQ(attempts[1].tasks_size(), 2);
+  EXPECT_EQ(attempts[1].tasks(1).node_rank(), 1);
+  EXPECT_EQ(attempts[1].tasks(1).worker(), victim);
+  // The survivor either finished its ranks or was stopped with the gang (a race: the fake
+  // trainer is short); the lost worker never reported a successful end.
+  const v1::TaskState survivor = attempts[1].tasks(0).state();
+  EXPECT_TRUE(survivor == v1::TASK_SUCCEEDED || survivor == v1::TASK_KILLED)
+      << v1::TaskState_Name(survivor) << ": " << attempts[1].tasks(0).message();
+  EXPECT_NE(attempts[1].tasks(1).state(), v1::TASK_SUCCEEDED);
 }
 
 TEST_F(ClusterTest, CoordinatorKilledMidJobAndRestartedFinishesTheJob) {

@@ -433,7 +433,7 @@ TEST_F(HttpApiTest, FollowEventsEndsWithTheTerminalEvent) {
   EXPECT_EQ(client_->Get(absl::StrCat("/api/v1/jobs/", id, "/events?follow=true&limit=3")).status, 400);
 }
 
-TEST_F(HttpApiTest, LogsCheckpointsMetricsWorkersQueues) {
+TEST_F(HttpApiTest, LogsCheckpointsAttemptsMetricsWorkersQueues) {
   const std::string id = Submit("logged");
   // What a worker relayed for attempt 1, rank 0 (LogStore's layout).
   const std::string log_dir = absl::StrCat(dir_.path(), "/logs/", id, "/attempt-1");
@@ -465,6 +465,16 @@ TEST_F(HttpApiTest, LogsCheckpointsMetricsWorkersQueues) {
   r = client_->Get(absl::StrCat("/api/v1/jobs/", id, "/checkpoints"));
   EXPECT_EQ(r.status, 200) << r.body;
   EXPECT_TRUE(r.Json()["checkpoints"].is_array());
+  // No worker ever ran it: an empty history, not an error.
+  r = client_->Get(absl::StrCat("/api/v1/jobs/", id, "/attempts"));
+  EXPECT_EQ(r.status, 200) << r.body;
+  ASSERT_TRUE(r.Json()["attempts"].is_array()) << r.body;
+  EXPECT_EQ(r.Json()["attempts"].size(), 0u) << r.body;
+  EXPECT_EQ(client_->Get("/api/v1/jobs/99/attempts").status, 404);
+  EXPECT_EQ(client_->Get(absl::StrCat("/api/v1/jobs/", id, "/attempts?limit=1")).status, 400);
+  r = client_->PostJson(absl::StrCat("/api/v1/jobs/", id, "/attempts"), "{}");
+  EXPECT_EQ(r.status, 405) << r.body;
+  EXPECT_EQ(r.Header("allow"), "GET");
   r = client_->Get(absl::StrCat("/api/v1/jobs/", id, "/metrics?max_points=10"));
   EXPECT_EQ(r.status, 200) << r.body;
   EXPECT_TRUE(r.Json()["points"].is_array());
@@ -676,6 +686,7 @@ TEST_F(HttpAuthTest, EveryRoleAgainstEveryRoute) {
   const std::vector<std::string> reads = {
       "/api/v1/jobs", "/api/v1/jobs/" + alices, "/api/v1/jobs/" + alices + "/events",
       "/api/v1/jobs/" + alices + "/logs", "/api/v1/jobs/" + alices + "/checkpoints",
+      "/api/v1/jobs/" + alices + "/attempts",
       "/api/v1/jobs/" + alices + "/metrics", "/api/v1/workers", "/api/v1/queues",
       "/api/v1/whoami", "/metrics"};
   for (const std::string& target : reads) {

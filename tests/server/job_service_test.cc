@@ -343,6 +343,23 @@ TEST_F(JobServiceTest, CancelIsIdempotentAndTerminalJobsStayAsTheyWere) {
   EXPECT_EQ(Cancel("", &resp).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
 }
 
+TEST_F(JobServiceTest, ListAttemptsIsEmptyUntilScheduledAndNamesAnUnknownJob) {
+  // Attempts with outcomes and tasks: job_store_test (storage) and cluster_e2e_test (live).
+  v1::Job job = Submit(ValidSpec());
+  v1::ListAttemptsRequest req;
+  req.set_job_id(job.id());
+  v1::ListAttemptsResponse resp;
+  grpc::Status s = stub_->ListAttempts(Context().get(), req, &resp);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(resp.attempts_size(), 0);
+  req.set_job_id("999");
+  s = stub_->ListAttempts(Context().get(), req, &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND) << s.error_message();
+  req.set_job_id("x");
+  s = stub_->ListAttempts(Context().get(), req, &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+}
+
 TEST_F(JobServiceTest, ConcurrentCancelsChangeTheJobExactlyOnce) {
   for (int round = 0; round < 5; ++round) {
     v1::Job job = Submit(ValidSpec());
