@@ -174,6 +174,15 @@ try {
   await page.waitForFunction(() => /ended/.test(document.querySelector('.log-status').textContent), null, {timeout: 20_000});
   const timeline = await page.textContent('.timeline');
   check(/SUCCEEDED/.test(timeline) && /RUNNING/.test(timeline), `the timeline shows the transitions: ${timeline}`);
+  // Attempts: one, succeeded, its single task on w1 (node 0) succeeded too.
+  await page.waitForFunction(() => /succeeded/.test(document.querySelector('#attempts tr[data-attempt="1"]')?.textContent || ''),
+    null, {timeout: 20_000});
+  const attemptRows = await page.$$eval('#attempts tbody tr', (rows) => rows.map((r) => [...r.cells].map((c) => c.textContent.trim())));
+  check(attemptRows.length === 1, `one attempt row: ${JSON.stringify(attemptRows)}`);
+  const [num, aState, , ended, failure, workers] = attemptRows[0];
+  check(num === '1' && aState === 'succeeded' && failure === '', `attempt 1 succeeded: ${JSON.stringify(attemptRows[0])}`);
+  check(/·/.test(ended), `attempt 1 shows when it ended and how long it took: ${ended}`);
+  check(/^0:\s*w1\s+succeeded$/.test(workers), `attempt 1 ran on w1 as node 0, whose task succeeded: ${workers}`);
   // Rank filter: rank 0 only, no rank prefix.
   await page.selectOption('#log-rank', '0');
   await page.waitForFunction(() => document.querySelectorAll('#logs .line').length > 0 && !document.querySelector('#logs .rank'));

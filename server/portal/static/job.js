@@ -1,16 +1,38 @@
 // One job: header with cancel/resubmit, pending explanation, live charts from the metrics
-// history, GPU utilisation of its workers, state timeline (SSE), checkpoints, logs
-// (rank filter, follow via SSE) and the spec. Everything refreshes in place.
+// history, GPU utilisation of its workers, state timeline (SSE), attempts with their
+// outcome and workers, checkpoints, logs (rank filter, follow via SSE) and the spec.
+// Everything refreshes in place.
 
 import {api, query, sse} from './api.js';
 import {LineChart, decimalsOf} from './chart.js';
 import {toYaml, specForResubmit} from './yaml.js';
 import {h, setText, clear, Poller, fmtInt, fmtNum, fmtBytes, fmtTime, fmtFullTime, fmtAgo,
-  TERMINAL_STATES} from './util.js';
+  parseTime, TERMINAL_STATES} from './util.js';
 
 const REFRESH_MS = 3000;
 const MAX_LOG_LINES = 5000;
 export const DRAFT_KEY = 'llamafleet.draft';
+
+// "42 s", "5 min 3 s", "2 h 5 min".
+function fmtDuration(ms) {
+  const s = Math.max(0, Math.round(ms / 1000));
+  if (s < 60) return `${s} s`;
+  if (s < 3600) return `${Math.floor(s / 60)} min ${s % 60} s`;
+  return `${Math.floor(s / 3600)} h ${Math.floor((s % 3600) / 60)} min`;
+}
+
+// AttemptState → label and badge colour (a preempted attempt is STOPPED with its class).
+const ATTEMPT_STATES = {
+  ATTEMPT_ACTIVE: ['active', 'state-running'],
+  ATTEMPT_SUCCEEDED: ['succeeded', 'state-succeeded'],
+  ATTEMPT_FAILED: ['failed', 'state-failed'],
+  ATTEMPT_STOPPED: ['stopped', 'state-cancelled'],
+};
+const TASK_ENDED = new Set(['TASK_SUCCEEDED', 'TASK_FAILED', 'TASK_KILLED']);
+const TASK_STATE_CLASS = {
+  TASK_STARTING: 'state-scheduled', TASK_RUNNING: 'state-running', TASK_SUCCEEDED: 'state-succeeded',
+  TASK_FAILED: 'state-failed', TASK_KILLED: 'state-cancelled',
+};
 
 const pct = (v, step) => (step ? `${(v * 100).toFixed(decimalsOf(step * 100))}%` : `${fmtNum(v * 100, 3)}%`);
 
@@ -46,6 +68,11 @@ export function mountJob(root, ctx, id) {
 
   const gpuPanel = h('div.gpu-list');
   const timeline = h('ol.timeline', {'aria-label': 'State timeline'});
+  const attemptBody = h('tbody');
+  const attemptTable = h('table#attempts.grid-table.compact.attempts',
+    h('colgroup', ['3em', '7.5em', '6.5em', '10em', '7em', 'auto', 'auto'].map((w) => h('col', {style: {width: w}}))),
+    h('thead', h('tr', ['#', 'State', 'Started', 'Ended', 'Failure', 'Workers', 'Reason'].map((t) => h('th', {scope: 'col'}, t)))),
+    attemptBody);
   const ckptBody = h('tbody');
   const ckptTable = h('table.grid-table.compact',
     h('colgroup', ['6em', '5em', '6em', '7em', '8em', 'auto'].map((w) => h('col', {style: {width: w}}))),
@@ -66,6 +93,7 @@ export function mountJob(root, ctx, id) {
     h('div.job-grid',
       h('div.col-main',
         h('section.panel', h('h2', 'Training'), chartGrid),
+        h('section.panel', h('h2', 'Attempts'), h('div.table-wrap', attemptTable)),
         h('section.panel', h('h2', 'Checkpoints'), h('div.table-wrap', ckptTable)),
         h('section.panel', h('h2', 'Logs'),
           h('div.toolbar',
@@ -179,6 +207,38 @@ export function mountJob(root, ctx, id) {
       : [h('tr.empty', h('td', {colspan: 6}, 'No checkpoints yet.'))]));
   }
 
+  // Newest first. Workers by node rank, each with its task's last reported state.
+  function renderAttempts(list) {
+    const sig = JSON.stringify(list.map((a) => [a.attempt, a.state, a.end_time, a.reason,
+      (a.tasks || []).map((t) => [t.worker, t.state, t.message])]));
+    if (attemptBody.dataset.sig === sig) return;
+    attemptBody.dataset.sig = sig;
+    attemptBody.replaceChildren(...(list.length ? list.map((a) => {
+      const [label, cls] = ATTEMPT_STATES[a.state] || [String(a.state || '?'), ''];
+      const start = parseTime(a.start_time);
+      const end = parseTime(a.end_time);
+      const took = start && end ? fmtDuration(end - start) : '';
+      const tasks = a.tasks || [];
+      // A task of an ended attempt still STARTING/RUNNING was on a worker that was lost
+      // before it could report: say so rather than "running".
+      const taskState = (t) => (end && !TASK_ENDED.has(t.state) ? 'no report' : String(t.state || '?').replace('TASK_', '').toLowerCase());
+      const tasksText = tasks.map((t) => `node ${t.node_rank || 0}: ${t.worker} ${taskState(t)}` +
+        (t.message ? ` (${t.message})` : '')).join('\n');
+      return h('tr', {dataset: {attempt: a.attempt}},
+        h('td.num', a.attempt),
+        h('td', h('span', {class: `badge ${cls}`}, label)),
+        h('td', {title: fmtFullTime(a.start_time)}, fmtTime(a.start_time)),
+        h('td', {title: end ? fmtFullTime(a.end_time) : 'still running'},
+          end ? `${fmtTime(a.end_time)} · ${took}` : h('span.muted', 'running')),
+        h('td.failure', a.failure_class || ''),
+        h('td.tasks', {title: tasksText}, tasks.map((t) => h('span.task',
+          h('span.muted', `${t.node_rank || 0}:`), ' ', t.worker, ' ',
+          h('span', {class: `badge task-badge ${end && !TASK_ENDED.has(t.state) ? '' : TASK_STATE_CLASS[t.state] || ''}`}, taskState(t))))),
+        h('td.reason', {title: [a.reason, a.resume_from && `resumed from ${a.resume_from}`].filter(Boolean).join('\n')},
+          a.reason || (a.resume_from ? h('span.muted', `resumed from ${a.resume_from}`) : '')));
+    }) : [h('tr.empty', h('td', {colspan: 7}, 'Not started yet.'))]));
+  }
+
   function renderGpus(workers) {
     const mine = (job?.workers || []).map((w) => workers.find((x) => x.id === w || x.name === w) || {name: w, missing: true});
     if (!mine.length) {
@@ -215,6 +275,23 @@ export function mountJob(root, ctx, id) {
     charts.mfu.setData(pts.some((p) => p.mfu) ? series((p) => p.mfu) : []);
   }
 
+  // Attempts change with the job's events (start, end) and, in between, with task states:
+  // fetched when an event arrived, every third tick, and once more at the end.
+  let attemptTick = 0;
+  let attemptsSeenSeq = null;
+  function refreshAttempts(terminal) {
+    if (!Number(job.attempts)) {
+      renderAttempts([]);
+      return null;
+    }
+    const seq = job.last_event_seq;
+    if (!terminal && attemptTick++ % 3 !== 0 && seq === attemptsSeenSeq) return null;
+    return api(`${base}/attempts`).then((r) => {
+      attemptsSeenSeq = seq;
+      renderAttempts(r.attempts || []);
+    });
+  }
+
   let ckptTick = 0;
   let finalDone = false;
   async function refresh() {
@@ -236,6 +313,7 @@ export function mountJob(root, ctx, id) {
     const terminal = TERMINAL_STATES.has(job.state);
     await Promise.all([
       refreshMetrics(),
+      refreshAttempts(terminal),
       (ckptTick++ % 3 === 0 || terminal) ? api(`${base}/checkpoints`).then((r) => renderCheckpoints(r.checkpoints || [])) : null,
       api('/api/v1/workers').then((r) => renderGpus(r.workers || [])),
     ]);
