@@ -520,6 +520,11 @@ TEST_F(HttpApiTest, PortalAssets) {
   ASSERT_EQ(etag.size(), 34u) << etag;  // quoted 32 hex digits
   EXPECT_FALSE(r.Header("cache-control").empty());
   EXPECT_TRUE(absl::StrContains(r.body, "<html"));
+  // Scripts only from this origin, never framed: the page holds an API token.
+  EXPECT_TRUE(absl::StrContains(r.Header("content-security-policy"), "script-src 'self'"))
+      << r.Header("content-security-policy");
+  EXPECT_EQ(r.Header("x-frame-options"), "DENY");
+  EXPECT_EQ(r.Header("x-content-type-options"), "nosniff");
 
   r = client_->Get("/ui/static/index.html", {{"If-None-Match", etag}});
   EXPECT_EQ(r.status, 304);
