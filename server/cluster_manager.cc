@@ -480,13 +480,22 @@ void ClusterManager::Tick() {
         if (t.worker == name) affected.push_back(job_id);
       }
     }
+    const std::string lost_reason = absl::StrCat(
+        "worker ", name, " lost (no heartbeat for ", absl::FormatDuration(options_.heartbeat_timeout), ")");
     for (int64_t job_id : affected) {
       auto it = attempts_.find(job_id);
       if (it == attempts_.end()) continue;
-      EndAttempt(it->second, AttemptOutcome::kNodeFault,
-                 absl::StrCat("worker ", name, " lost (no heartbeat for ",
-                              absl::FormatDuration(options_.heartbeat_timeout), ")"),
-                 name);
+      // The record says what became of the lost worker's unfinished tasks (the attempts
+      // history shows them); the in-memory state waits for a late report, if one comes.
+      for (const TaskRecord& t : it->second.record.tasks) {
+        if (t.worker != name || IsTerminalTask(it->second.task_states[t.task_id])) continue;
+        v1::TaskStatus lost;
+        lost.set_task_id(t.task_id);
+        lost.set_state(v1::TASK_FAILED);
+        lost.set_message(absl::StrCat(lost_reason, "; its ranks' fate is unknown"));
+        Write(SetTaskStateTxn(t.task_id, lost), [](absl::Status) {});
+      }
+      EndAttempt(it->second, AttemptOutcome::kNodeFault, lost_reason, name);
       MaybeRelease(job_id);
     }
     schedule_wanted_ = true;

@@ -338,7 +338,11 @@ TEST_F(ClusterTest, WorkerKilledMidJobRestartsTheGangFromTheNewestCheckpoint) {
   const v1::TaskState survivor = attempts[1].tasks(0).state();
   EXPECT_TRUE(survivor == v1::TASK_SUCCEEDED || survivor == v1::TASK_KILLED)
       << v1::TaskState_Name(survivor) << ": " << attempts[1].tasks(0).message();
-  EXPECT_NE(attempts[1].tasks(1).state(), v1::TASK_SUCCEEDED);
+  // The lost worker's task is recorded as failed with it, not left "running".
+  EXPECT_EQ(attempts[1].tasks(1).state(), v1::TASK_FAILED) << v1::TaskState_Name(attempts[1].tasks(1).state());
+  EXPECT_NE(attempts[1].tasks(1).message().find(absl::StrCat("worker ", victim, " lost")),
+            std::string::npos)
+      << attempts[1].tasks(1).message();
 }
 
 TEST_F(ClusterTest, CoordinatorKilledMidJobAndRestartedFinishesTheJob) {
