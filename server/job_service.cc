@@ -358,17 +358,22 @@ grpc::ServerUnaryReactor* JobServiceImpl::GetJobEvents(grpc::CallbackServerConte
   return FinishNow(context, grpc::Status::OK);
 }
 
+absl::StatusOr<int64_t> JobServiceImpl::ReadableJob(const grpc::CallbackServerContext& context,
+                                                    const std::string& job_id) const {
+  if (absl::StatusOr<Principal> caller = auth_->Check(context, Operation::kRead); !caller.ok()) {
+    return caller.status();
+  }
+  absl::StatusOr<int64_t> id = ParseJobId(job_id, "job_id");
+  if (!id.ok()) return id.status();
+  if (absl::StatusOr<v1::Job> job = store_->GetJob(*id); !job.ok()) return job.status();
+  return *id;
+}
+
 grpc::ServerUnaryReactor* JobServiceImpl::ListCheckpoints(grpc::CallbackServerContext* context,
                                                           const v1::ListCheckpointsRequest* request,
                                                           v1::ListCheckpointsResponse* response) {
-  if (absl::StatusOr<Principal> caller = auth_->Check(*context, Operation::kRead); !caller.ok()) {
-    return FinishNow(context, caller.status());
-  }
-  absl::StatusOr<int64_t> id = ParseJobId(request->job_id(), "job_id");
+  absl::StatusOr<int64_t> id = ReadableJob(*context, request->job_id());
   if (!id.ok()) return FinishNow(context, id.status());
-  if (absl::StatusOr<v1::Job> job = store_->GetJob(*id); !job.ok()) {
-    return FinishNow(context, job.status());
-  }
   absl::StatusOr<std::vector<v1::Checkpoint>> list = llamafleet::ListCheckpoints(*store_, *id);
   if (!list.ok()) return FinishNow(context, list.status());
   for (v1::Checkpoint& c : *list) *response->add_checkpoints() = std::move(c);
@@ -378,14 +383,8 @@ grpc::ServerUnaryReactor* JobServiceImpl::ListCheckpoints(grpc::CallbackServerCo
 grpc::ServerUnaryReactor* JobServiceImpl::ListAttempts(grpc::CallbackServerContext* context,
                                                        const v1::ListAttemptsRequest* request,
                                                        v1::ListAttemptsResponse* response) {
-  if (absl::StatusOr<Principal> caller = auth_->Check(*context, Operation::kRead); !caller.ok()) {
-    return FinishNow(context, caller.status());
-  }
-  absl::StatusOr<int64_t> id = ParseJobId(request->job_id(), "job_id");
+  absl::StatusOr<int64_t> id = ReadableJob(*context, request->job_id());
   if (!id.ok()) return FinishNow(context, id.status());
-  if (absl::StatusOr<v1::Job> job = store_->GetJob(*id); !job.ok()) {
-    return FinishNow(context, job.status());
-  }
   absl::StatusOr<std::vector<v1::Attempt>> list = llamafleet::ListAttempts(*store_, *id);
   if (!list.ok()) return FinishNow(context, list.status());
   for (v1::Attempt& a : *list) *response->add_attempts() = std::move(a);

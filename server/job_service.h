@@ -90,6 +90,11 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
                                    bool dry_run, bool batch,
                                    std::function<void(std::vector<v1::SubmitJobResponse>)> respond);
 
+  // The id of a job the caller may read: UNAUTHENTICATED/PERMISSION_DENIED, INVALID_ARGUMENT
+  // for a malformed id, NOT_FOUND for no such job.
+  absl::StatusOr<int64_t> ReadableJob(const grpc::CallbackServerContext& context,
+                                      const std::string& job_id) const;
+
   // Fills job.pending for a QUEUED job from the last scheduling pass.
   void AddPendingInfo(v1::Job* job) const;
 
