@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <mutex>
+#include <functional>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -780,6 +781,44 @@ void Gateway::ListJobs(const Request& http, absl::string_view query, std::shared
       [](const v1::ListJobsResponse& r) { return JsonResponse(r); });
 }
 
+namespace {
+
+// The body of a submission: JSON (the request message itself) or YAML job documents,
+// parsed exactly as `llamafleet submit -f` parses them (spec and derived idempotency key)
+// and handed to `from_yaml`; then ?dry_run. An error reply, or nullopt when `request` is
+// ready to send.
+template <typename SubmitRequest>
+std::optional<Response> ReadSubmission(
+    const Request& http, const Query& params, absl::string_view expected,
+    const std::function<absl::Status(std::vector<ParsedJob>)>& from_yaml,
+    SubmitRequest* request) {
+  if (http.body().empty()) {
+    return BadRequest(absl::StrCat("the request body is empty: send ", expected));
+  }
+  absl::Status s;
+  switch (TypeOf(http)) {
+    case BodyType::kJson:
+      s = FromJson(http.body(), request);
+      break;
+    case BodyType::kYaml: {
+      absl::StatusOr<std::vector<ParsedJob>> parsed = ParseJobDocuments(http.body());
+      s = parsed.ok() ? from_yaml(std::move(*parsed)) : parsed.status();
+      break;
+    }
+    default:
+      return UnsupportedType(http, true);
+  }
+  if (s.ok()) {
+    bool dry_run = request->dry_run();
+    s = params.GetBool("dry_run", &dry_run);
+    request->set_dry_run(dry_run);
+  }
+  if (!s.ok()) return AbslError(s);
+  return std::nullopt;
+}
+
+}  // namespace
+
 void Gateway::SubmitJob(const Request& http, absl::string_view query, std::shared_ptr<Responder> out) {
   absl::StatusOr<Query> params = Query::Parse(query);
   absl::Status s = params.status();
@@ -789,42 +828,25 @@ void Gateway::SubmitJob(const Request& http, absl::string_view query, std::share
     return;
   }
   v1::SubmitJobRequest request;
-  const BodyType type = TypeOf(http);
-  if (http.body().empty()) {
-    out->Reply(BadRequest("the request body is empty: send a SubmitJobRequest (JSON) or a job "
-                          "document (YAML)"));
+  std::optional<Response> error = ReadSubmission(
+      http, *params, "a SubmitJobRequest (JSON) or a job document (YAML)",
+      [&request](std::vector<ParsedJob> parsed) -> absl::Status {
+        if (parsed.size() != 1) {
+          return absl::InvalidArgumentError(absl::StrCat("the body holds ", parsed.size(),
+                                                         " job documents; POST them to ",
+                                                         kApiPrefix, "jobs:batch"));
+        }
+        *request.mutable_spec() = std::move(parsed[0].spec);
+        request.set_idempotency_key(parsed[0].idempotency_key);
+        return absl::OkStatus();
+      },
+      &request);
+  if (error.has_value()) {
+    out->Reply(std::move(*error));
     return;
   }
-  if (type == BodyType::kJson) {
-    s = FromJson(http.body(), &request);
-  } else if (type == BodyType::kYaml) {
-    // Exactly what `llamafleet submit -f` sends: the spec, and the key derived from it.
-    absl::StatusOr<std::vector<ParsedJob>> parsed = ParseJobDocuments(http.body());
-    s = parsed.status();
-    if (s.ok() && parsed->size() != 1) {
-      s = absl::InvalidArgumentError(absl::StrCat("the body holds ", parsed->size(),
-                                                  " job documents; POST them to ",
-                                                  kApiPrefix, "jobs:batch"));
-    }
-    if (s.ok()) {
-      *request.mutable_spec() = std::move((*parsed)[0].spec);
-      request.set_idempotency_key((*parsed)[0].idempotency_key);
-    }
-  } else {
-    out->Reply(UnsupportedType(http, true));
-    return;
-  }
-  if (s.ok()) {
-    if (std::optional<std::string> key = params->Get("idempotency_key")) {
-      request.set_idempotency_key(*key);
-    }
-    bool dry_run = request.dry_run();
-    s = params->GetBool("dry_run", &dry_run);
-    request.set_dry_run(dry_run);
-  }
-  if (!s.ok()) {
-    out->Reply(AbslError(s));
-    return;
+  if (std::optional<std::string> key = params->Get("idempotency_key")) {
+    request.set_idempotency_key(*key);
   }
   Unary<v1::SubmitJobRequest, v1::SubmitJobResponse>(
       http, out, std::move(request),
@@ -846,35 +868,19 @@ void Gateway::SubmitJobs(const Request& http, absl::string_view query,
     return;
   }
   v1::SubmitJobsRequest request;
-  const BodyType type = TypeOf(http);
-  if (http.body().empty()) {
-    out->Reply(BadRequest("the request body is empty: send a SubmitJobsRequest (JSON) or job "
-                          "documents (YAML)"));
-    return;
-  }
-  if (type == BodyType::kJson) {
-    s = FromJson(http.body(), &request);
-  } else if (type == BodyType::kYaml) {
-    absl::StatusOr<std::vector<ParsedJob>> parsed = ParseJobDocuments(http.body());
-    s = parsed.status();
-    if (s.ok()) {
-      for (ParsedJob& job : *parsed) {
-        v1::SubmitJobRequest* item = request.add_jobs();
-        *item->mutable_spec() = std::move(job.spec);
-        item->set_idempotency_key(job.idempotency_key);
-      }
-    }
-  } else {
-    out->Reply(UnsupportedType(http, true));
-    return;
-  }
-  if (s.ok()) {
-    bool dry_run = request.dry_run();
-    s = params->GetBool("dry_run", &dry_run);
-    request.set_dry_run(dry_run);
-  }
-  if (!s.ok()) {
-    out->Reply(AbslError(s));
+  std::optional<Response> error = ReadSubmission(
+      http, *params, "a SubmitJobsRequest (JSON) or job documents (YAML)",
+      [&request](std::vector<ParsedJob> parsed) -> absl::Status {
+        for (ParsedJob& job : parsed) {
+          v1::SubmitJobRequest* item = request.add_jobs();
+          *item->mutable_spec() = std::move(job.spec);
+          item->set_idempotency_key(job.idempotency_key);
+        }
+        return absl::OkStatus();
+      },
+      &request);
+  if (error.has_value()) {
+    out->Reply(std::move(*error));
     return;
   }
   Unary<v1::SubmitJobsRequest, v1::SubmitJobsResponse>(
