@@ -87,14 +87,16 @@ struct ClusterUsage {
   int64_t gpus_allocated = 0;  // of those, held by attempts
 };
 
-// Where QUEUED jobs stand, from the last scheduling pass (thread-safe).
-class PendingInfoSource {
+// What the job service reads of the cluster (thread-safe): where QUEUED jobs stand, from
+// the last scheduling pass, and what the running attempts hold.
+class ClusterView {
  public:
-  virtual ~PendingInfoSource() = default;
+  virtual ~ClusterView() = default;
   virtual bool PendingInfoFor(int64_t job_id, v1::PendingInfo* info) const = 0;
+  virtual ClusterUsage Usage() const = 0;
 };
 
-class ClusterManager : public PendingInfoSource {
+class ClusterManager : public ClusterView {
  public:
   // `store` must outlive the manager. Recovers active attempts from the database, then
   // starts the loop.
@@ -115,7 +117,7 @@ class ClusterManager : public PendingInfoSource {
   // Snapshot for ListWorkers (any thread).
   std::vector<v1::WorkerInfo> Workers() const;
   // Snapshot for ListQueues and metrics (any thread).
-  ClusterUsage Usage() const;
+  ClusterUsage Usage() const override;
   bool PendingInfoFor(int64_t job_id, v1::PendingInfo* info) const override;
 
   // Blocks until the loop has processed everything posted so far (tests).

@@ -161,7 +161,7 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinato
   c->worker_service_->set_authenticator(c->auth_.get());
 
   c->job_service_ = std::make_unique<JobServiceImpl>(c->store_.get(), c->auth_.get());
-  c->job_service_->set_pending_source(c->cluster_.get());
+  c->job_service_->set_cluster_view(c->cluster_.get());
   c->job_service_->set_log_store(c->logs_.get());
   c->job_service_->set_queue_quotas(options.queue_gpu_quotas);
   c->job_service_->set_metrics(c->metrics_.get());

@@ -218,12 +218,12 @@ grpc::ServerUnaryReactor* JobServiceImpl::GetJob(grpc::CallbackServerContext* co
 
 void JobServiceImpl::AddPendingInfo(v1::Job* job) const {
   int64_t id;
-  if (pending_source_ == nullptr || job->state() != v1::QUEUED ||
+  if (cluster_ == nullptr || job->state() != v1::QUEUED ||
       !absl::SimpleAtoi(job->id(), &id)) {
     return;
   }
   v1::PendingInfo info;
-  if (pending_source_->PendingInfoFor(id, &info)) *job->mutable_pending() = std::move(info);
+  if (cluster_->PendingInfoFor(id, &info)) *job->mutable_pending() = std::move(info);
 }
 
 grpc::ServerUnaryReactor* JobServiceImpl::ListJobs(grpc::CallbackServerContext* context,
@@ -725,44 +725,42 @@ grpc::ServerUnaryReactor* JobServiceImpl::ListQueues(grpc::CallbackServerContext
     queues[name].set_name(name);
     queues[name].set_gpu_quota(quota);
   }
-  // Depth and oldest submission per queue in one grouped scan of the state index; the
-  // jobs holding workers are few (bounded by the cluster), so their GPUs are summed from
-  // their specs: nodes x gpus_per_node, as the scheduler allocates them.
+  // Depth and running jobs from the database (the same grouped count /metrics uses);
+  // GPUs from what the scheduler actually allocated.
+  absl::StatusOr<std::map<std::string, JobCounts>> counts = store_->CountJobsByQueue();
+  if (!counts.ok()) return FinishNow(context, counts.status());
+  for (const auto& [name, by_queue] : *counts) {
+    int64_t queued = 0, running = 0;
+    for (const auto& [state, n] : by_queue.by_state) {
+      if (state == v1::QUEUED) queued += n;
+      if (state == v1::SCHEDULED || state == v1::RUNNING || state == v1::RESTARTING ||
+          state == v1::PREEMPTING) {
+        running += n;
+      }
+    }
+    if (queued == 0 && running == 0) continue;  // only finished jobs: not a live queue
+    v1::Queue& queue = queues[name];
+    queue.set_name(name);
+    queue.set_queued(queued);
+    queue.set_running(running);
+  }
+  if (cluster_ != nullptr) {
+    for (const auto& [name, usage] : cluster_->Usage().queues) {
+      queues[name].set_name(name);
+      queues[name].set_gpus_allocated(usage.gpus_allocated);
+    }
+  }
   absl::Status read = store_->Read([&](sqlite::Connection& conn) -> absl::Status {
     absl::StatusOr<sqlite::Statement> q = conn.Prepare(absl::StrCat(
-        "SELECT queue, state, count(*), min(create_time_us) FROM jobs WHERE state IN (",
-        static_cast<int>(v1::QUEUED), ",", static_cast<int>(v1::SCHEDULED), ",",
-        static_cast<int>(v1::RUNNING), ",", static_cast<int>(v1::RESTARTING), ",",
-        static_cast<int>(v1::PREEMPTING), ") GROUP BY queue, state"));
+        "SELECT queue, min(create_time_us) FROM jobs WHERE state = ",
+        static_cast<int>(v1::QUEUED), " GROUP BY queue"));
     if (!q.ok()) return q.status();
     while (true) {
       absl::StatusOr<bool> row = q->Step();
       if (!row.ok()) return row.status();
       if (!*row) break;
-      v1::Queue& queue = queues[q->ColumnText(0)];
-      queue.set_name(q->ColumnText(0));
-      const auto state = static_cast<v1::JobState>(q->ColumnInt(1));
-      if (state == v1::QUEUED) {
-        queue.set_queued(q->ColumnInt(2));
-        *queue.mutable_oldest_queued_time() =
-            google::protobuf::util::TimeUtil::MicrosecondsToTimestamp(q->ColumnInt(3));
-      } else {
-        queue.set_running(queue.running() + q->ColumnInt(2));
-      }
-    }
-    absl::StatusOr<sqlite::Statement> held = conn.Prepare(absl::StrCat(
-        "SELECT queue, spec FROM jobs WHERE state IN (", static_cast<int>(v1::SCHEDULED), ",",
-        static_cast<int>(v1::RUNNING), ",", static_cast<int>(v1::PREEMPTING), ")"));
-    if (!held.ok()) return held.status();
-    while (true) {
-      absl::StatusOr<bool> row = held->Step();
-      if (!row.ok()) return row.status();
-      if (!*row) break;
-      v1::JobSpec spec;
-      if (!spec.ParseFromString(held->ColumnText(1))) continue;
-      v1::Queue& queue = queues[held->ColumnText(0)];
-      queue.set_gpus_allocated(queue.gpus_allocated() +
-                               int64_t{spec.resources().nodes()} * spec.resources().gpus_per_node());
+      *queues[q->ColumnText(0)].mutable_oldest_queued_time() =
+          google::protobuf::util::TimeUtil::MicrosecondsToTimestamp(q->ColumnInt(1));
     }
     return absl::OkStatus();
   });

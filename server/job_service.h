@@ -31,7 +31,7 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
 
   // Optional parts, set before serving (not owned): where QUEUED jobs stand, and the
   // trainers' logs.
-  void set_pending_source(const PendingInfoSource* source) { pending_source_ = source; }
+  void set_cluster_view(const ClusterView* cluster) { cluster_ = cluster; }
   void set_log_store(LogStore* logs) { logs_ = logs; }
   // GPU quotas per queue, shown by ListQueues.
   void set_queue_quotas(std::map<std::string, int64_t> quotas) { queue_quotas_ = std::move(quotas); }
@@ -101,7 +101,7 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
   JobStore* const store_;
   const std::unique_ptr<Authenticator> own_auth_;
   const Authenticator* const auth_;
-  const PendingInfoSource* pending_source_ = nullptr;
+  const ClusterView* cluster_ = nullptr;
   LogStore* logs_ = nullptr;
   std::map<std::string, int64_t> queue_quotas_;
   CoordinatorMetrics* metrics_ = nullptr;
