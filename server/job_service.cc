@@ -104,7 +104,6 @@ grpc::ServerUnaryReactor* JobServiceImpl::Submit(
     bool dry_run, bool batch, std::function<void(std::vector<v1::SubmitJobResponse>)> respond) {
   absl::StatusOr<Principal> caller = auth_->Check(*context, Operation::kSubmit);
   if (!caller.ok()) return FinishNow(context, caller.status());
-  const std::string* owner = &caller->user;
   if (requests.empty()) {
     return FinishNow(context, absl::InvalidArgumentError("jobs must contain at least one job"));
   }
@@ -123,7 +122,7 @@ grpc::ServerUnaryReactor* JobServiceImpl::Submit(
     const std::string prefix = batch ? absl::StrCat("jobs[", i, "].") : "";
     SubmitJobInput in;
     in.spec = requests[i]->spec();
-    in.owner = *owner;
+    in.owner = caller->user;
     in.idempotency_key = requests[i]->idempotency_key();
     ApplyDefaults(&in.spec);
     absl::Status valid = ValidateJobSpec(in.spec, absl::StrCat(prefix, "spec."));
@@ -147,7 +146,7 @@ grpc::ServerUnaryReactor* JobServiceImpl::Submit(
     for (size_t i = 0; i < inputs.size(); ++i) {
       v1::Job* job = responses[i].mutable_job();
       *job->mutable_spec() = std::move(inputs[i].spec);
-      job->set_owner(*owner);
+      job->set_owner(caller->user);
       job->set_idempotency_key(inputs[i].idempotency_key);
       job->set_status_reason("dry run: valid, not stored");
     }
