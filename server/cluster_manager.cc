@@ -12,6 +12,7 @@
 #include "absl/strings/str_join.h"
 #include "google/protobuf/util/time_util.h"
 #include "server/metrics.h"
+#include "server/scheduler_input.h"
 #include "spdlog/spdlog.h"
 
 namespace llamafleet {
@@ -24,34 +25,13 @@ bool TokenMatches(const std::string& expected, const std::string& given) {
   return CRYPTO_memcmp(expected.data(), given.data(), expected.size()) == 0;
 }
 
-bool IsTerminalTask(v1::TaskState s) {
-  return s == v1::TASK_SUCCEEDED || s == v1::TASK_FAILED || s == v1::TASK_KILLED;
-}
-
-int WorkerSlots(const v1::Inventory& inv) {
-  return inv.gpus_size() > 0 ? inv.gpus_size() : inv.cpu_ranks();
-}
-
 }  // namespace
 
-AttemptOutcome ClassifyFailure(const v1::TaskStatus& status) {
-  bool started = false;
-  for (const v1::RankExit& e : status.exits()) {
-    const std::string& err = e.last_error();
-    if (absl::StartsWith(err, "INVALID_ARGUMENT") || absl::StartsWith(err, "NOT_FOUND") ||
-        absl::StartsWith(err, "FAILED_PRECONDITION") || absl::StartsWith(err, "OUT_OF_RANGE")) {
-      return AttemptOutcome::kPermanent;
-    }
-    if (e.exit_code() == 127 || e.exit_code() == 126) continue;  // could not execute the trainer
-    started = true;
-  }
-  if (status.exits_size() > 0 && !started) return AttemptOutcome::kNodeFault;
-  if (status.exits_size() == 0) return AttemptOutcome::kNodeFault;  // the worker could not launch it
-  return AttemptOutcome::kRetryable;
-}
-
 ClusterManager::ClusterManager(JobStore* store, ClusterOptions options)
-    : store_(store), options_(std::move(options)), scheduler_(options_.scheduler) {}
+    : store_(store),
+      options_(std::move(options)),
+      scheduler_(options_.scheduler),
+      files_(std::make_unique<SerialExecutor>()) {}
 
 absl::StatusOr<std::unique_ptr<ClusterManager>> ClusterManager::Start(JobStore* store,
                                                                       ClusterOptions options) {
@@ -61,6 +41,16 @@ absl::StatusOr<std::unique_ptr<ClusterManager>> ClusterManager::Start(JobStore* 
   absl::StatusOr<std::vector<AttemptRecord>> active = LoadActiveAttempts(*store);
   if (!active.ok()) return active.status();
   const absl::Time now = m->options_.clock->Now();
+  std::map<int64_t, absl::Time> last_preempted;
+  if (!active->empty()) {
+    absl::StatusOr<std::vector<SchedulableJob>> running = LoadJobsInStates(
+        *store, {v1::SCHEDULED, v1::RUNNING, v1::PREEMPTING});
+    if (!running.ok()) return running.status();
+    for (const SchedulableJob& j : *running) {
+      int64_t id;
+      if (absl::SimpleAtoi(j.job.id(), &id)) last_preempted[id] = j.last_preempted;
+    }
+  }
   for (AttemptRecord& rec : *active) {
     absl::StatusOr<v1::Job> job = store->GetJob(rec.job_id);
     if (!job.ok()) return job.status();
@@ -70,6 +60,9 @@ absl::StatusOr<std::unique_ptr<ClusterManager>> ClusterManager::Start(JobStore* 
     a.running_recorded = job->state() == v1::RUNNING;
     a.last_progress = now;
     a.master_port = rec.master_port;
+    if (auto lp = last_preempted.find(rec.job_id); lp != last_preempted.end()) {
+      a.last_preempted = lp->second;
+    }
     m->ports_in_use_.insert(rec.master_port);
     for (const TaskRecord& t : rec.tasks) {
       a.task_states[t.task_id] = t.state;
@@ -82,7 +75,10 @@ absl::StatusOr<std::unique_ptr<ClusterManager>> ClusterManager::Start(JobStore* 
       }
     }
     if (IsTerminal(job->state()) || job->state() == v1::PREEMPTING) {
-      a.stopping = true;
+      // Stopping before the restart: its tasks get the recovery grace to reconnect and
+      // the usual time to report that they stopped.
+      a.BeginStopping(now + m->options_.recovery_grace, m->options_.preemption_grace,
+                      m->options_.stop_report_slack);
     }
     a.record = std::move(rec);
     spdlog::info("recovered attempt {} of job {} ({} tasks, job {})", a.record.attempt,
@@ -94,6 +90,7 @@ absl::StatusOr<std::unique_ptr<ClusterManager>> ClusterManager::Start(JobStore* 
     // Runs on the writer thread: hand over, never block.
     raw->Post([raw, e] { raw->HandleJobEvent(e); });
   });
+  m->PublishAssignments();
   m->thread_ = std::thread([raw] { raw->Loop(); });
   return m;
 }
@@ -106,6 +103,7 @@ ClusterManager::~ClusterManager() {
   }
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
+  files_.reset();  // finishes queued retention (which may write) before the wait below
   // Writes already handed to the store call back into this object: wait for them.
   std::unique_lock<std::mutex> lock(mu_);
   cv_.wait(lock, [&] { return inflight_writes_.load() == 0; });
@@ -157,6 +155,16 @@ void ClusterManager::Sync() {
   f.wait();
 }
 
+void ClusterManager::TickNow() {
+  std::promise<void> done;
+  auto f = done.get_future();
+  Post([this, &done] {
+    Tick();
+    done.set_value();
+  });
+  f.wait();
+}
+
 void ClusterManager::Poke() {
   Post([this] { schedule_wanted_ = true; });
 }
@@ -189,10 +197,10 @@ void ClusterManager::OnWorkerMessage(const std::string& worker, v1::WorkerMessag
         HandleTaskStatus(worker, message.task_status());
         break;
       case v1::WorkerMessage::kMetrics:
-        HandleMetrics(message.metrics());
+        HandleMetrics(worker, message.metrics());
         break;
       case v1::WorkerMessage::kCheckpoint:
-        HandleCheckpoint(message.checkpoint());
+        HandleCheckpoint(worker, message.checkpoint());
         break;
       default:
         break;
@@ -212,7 +220,12 @@ void ClusterManager::HandleHello(std::shared_ptr<WorkerLink> link, const v1::Hel
     return;
   }
   LiveWorker& w = workers_[name];
-  if (w.link != nullptr && w.link != link) {
+  // A new hello while the old session still looked alive: the worker restarted (or its
+  // connection broke without a reset). Known now, not after a heartbeat timeout: the
+  // tasks it does not list below are missing from this moment.
+  const bool replaced = w.link != nullptr && w.link != link;
+  if (replaced) {
+    spdlog::warn("worker {} re-registered while its previous session looked alive", name);
     w.link->Close(absl::AbortedError("replaced by a newer session of the same worker"));
   }
   const bool was_lost = w.lost;
@@ -233,7 +246,10 @@ void ClusterManager::HandleHello(std::shared_ptr<WorkerLink> link, const v1::Hel
   wm->set_heartbeat_interval_ms(absl::ToInt64Milliseconds(options_.heartbeat_interval));
   for (const std::string& id : reported) {
     ActiveAttempt* a = AttemptOfTask(id);
-    if (a == nullptr || (a->stopping && a->ended)) wm->add_kill_task_ids(id);
+    if (a == nullptr || (a->stopping && a->ended) || a->WorkerOf(id) != name ||
+        IsTerminalTask(a->task_states[id])) {
+      wm->add_kill_task_ids(id);
+    }
   }
   link->Send(welcome);
   const absl::Time now = options_.clock->Now();
@@ -246,11 +262,15 @@ void ClusterManager::HandleHello(std::shared_ptr<WorkerLink> link, const v1::Hel
       if (state == v1::TASK_STARTING && !a.stopping) {
         SendAssignments(job_id);  // repeated assignments are ignored by the worker
       } else {
-        a.missing_since.emplace(t.task_id, now);
+        // Gone unless a late status shows up within missing_task_grace; this holds for
+        // an attempt that already ended too (ReleaseAbandoned), so a restarted worker
+        // never keeps a dead attempt's slots.
+        a.MarkMissing(t.task_id, now);
       }
     }
   }
-  spdlog::info("worker {} {} ({} slots{})", name, was_lost ? "is back" : "registered",
+  spdlog::info("worker {} {} ({} slots{})", name,
+               was_lost ? "is back" : (replaced ? "re-registered" : "registered"),
                WorkerSlots(w.inventory),
                w.inventory.efa_devices() ? absl::StrCat(", ", w.inventory.efa_devices(), " EFA") : "");
   schedule_wanted_ = true;
@@ -266,50 +286,41 @@ ClusterManager::ActiveAttempt* ClusterManager::AttemptOfTask(const std::string& 
   return &it->second;
 }
 
+ClusterManager::ActiveAttempt* ClusterManager::BoundAttempt(const std::string& worker,
+                                                           const std::string& task_id,
+                                                           const char* what) {
+  ActiveAttempt* a = AttemptOfTask(task_id);
+  if (a == nullptr) return nullptr;  // an old attempt's late report
+  const std::string assigned = a->WorkerOf(task_id);
+  if (assigned != worker) {
+    // A worker is trusted only for the tasks assigned to it.
+    spdlog::warn("ignored {} for task {} from worker {}: the task is assigned to {}", what,
+                 task_id, worker, assigned);
+    return nullptr;
+  }
+  return a;
+}
+
 void ClusterManager::HandleTaskStatus(const std::string& worker, const v1::TaskStatus& status) {
-  ActiveAttempt* a = AttemptOfTask(status.task_id());
-  if (a == nullptr) return;  // an old attempt's late report
-  a->task_states[status.task_id()] = status.state();
-  a->missing_since.erase(status.task_id());
+  ActiveAttempt* a = BoundAttempt(worker, status.task_id(), "a task status");
+  if (a == nullptr) return;
+  const TaskReportEffect effect = a->OnTaskStatus(worker, status);
+  if (!effect.applied) return;  // already final (abandoned, then a late report)
   Write(SetTaskStateTxn(status.task_id(), status), [](absl::Status) {});
   const int64_t job_id = a->record.job_id;
-
-  if (status.state() == v1::TASK_RUNNING) {
-    bool all_running = true;
-    for (const auto& [id, s] : a->task_states) all_running = all_running && s == v1::TASK_RUNNING;
-    if (all_running && !a->running_recorded && !a->stopping) {
-      a->running_recorded = true;
-      a->last_progress = options_.clock->Now();
-      Write(AttemptRunningTxn(job_id, a->record.attempt), [](absl::Status) {});
-    }
-  } else if (status.state() == v1::TASK_FAILED && !a->stopping) {
-    const AttemptOutcome outcome = ClassifyFailure(status);
-    EndAttempt(*a, outcome,
-               absl::StrCat("task ", status.task_id(), " on ", worker, " failed: ",
-                            status.message()),
-               outcome == AttemptOutcome::kNodeFault ? worker : "");
-  } else if (status.state() == v1::TASK_KILLED && !a->stopping) {
-    EndAttempt(*a, AttemptOutcome::kRetryable,
-               absl::StrCat("task ", status.task_id(), " was stopped on ", worker, ": ",
-                            status.message()));
-  } else if (status.state() == v1::TASK_SUCCEEDED && !a->stopping) {
-    bool all_done = true;
-    for (const auto& [id, s] : a->task_states) all_done = all_done && s == v1::TASK_SUCCEEDED;
-    if (all_done) {
-      EndAttempt(*a, AttemptOutcome::kSucceeded,
-                 absl::StrCat("attempt ", a->record.attempt, ": every rank exited 0"));
-    }
+  if (effect.record_running) {
+    a->last_progress = options_.clock->Now();
+    Write(AttemptRunningTxn(job_id, a->record.attempt), [](absl::Status) {});
   }
+  if (effect.end.has_value()) EndAttempt(*a, *effect.end, effect.reason, effect.excluded_worker);
+  if (IsTerminalTask(status.state())) PublishWorkers();  // its slots are free again
   MaybeRelease(job_id);
 }
 
-void ClusterManager::HandleMetrics(const v1::TrainMetrics& m) {
-  ActiveAttempt* a = AttemptOfTask(m.task_id());
+void ClusterManager::HandleMetrics(const std::string& worker, const v1::TrainMetrics& m) {
+  ActiveAttempt* a = BoundAttempt(worker, m.task_id(), "metrics");
   if (a == nullptr) return;
-  if (m.step() > a->last_step) {
-    a->last_step = m.step();
-    a->last_progress = options_.clock->Now();
-  }
+  a->OnStep(m.step(), m.total_steps(), options_.clock->Now());
   v1::JobMetricsPoint p;
   p.set_step(m.step());
   p.set_total_steps(m.total_steps());
@@ -325,44 +336,60 @@ void ClusterManager::HandleMetrics(const v1::TrainMetrics& m) {
   Write(RecordMetricsTxn(a->record.job_id, p), [](absl::Status) {});
 }
 
-void ClusterManager::HandleCheckpoint(const v1::CheckpointReport& report) {
-  ActiveAttempt* a = AttemptOfTask(report.task_id());
+void ClusterManager::HandleCheckpoint(const std::string& worker,
+                                      const v1::CheckpointReport& report) {
+  ActiveAttempt* a = BoundAttempt(worker, report.task_id(), "a checkpoint report");
   if (a == nullptr) return;
-  // Only a complete checkpoint is recorded: the trainer reports it after rank 0 wrote the
-  // manifest last; the manifest must be there.
-  const std::string manifest = report.path() + "/manifest.json";
-  std::error_code ec;
-  if (!report.path().empty() && !std::filesystem::exists(manifest, ec) &&
-      std::filesystem::exists(report.path(), ec)) {
-    spdlog::warn("job {}: checkpoint {} has no manifest; not recorded", a->record.job_id,
-                 report.path());
+  const int64_t job_id = a->record.job_id;
+  const std::string job_dir = a->spec.checkpoint().dir();
+  // Only the job's own step-N directories are recorded: the coordinator deletes what it
+  // records (keep_last), so a path anywhere else must never get in.
+  if (absl::Status s = CheckCheckpointPath(job_dir, report.path()); !s.ok()) {
+    spdlog::warn("job {}: checkpoint report from {} ignored: {}", job_id, worker, std::string(s.message()));
     return;
   }
-  const int64_t job_id = a->record.job_id;
+  // Only a complete checkpoint is recorded: the trainer reports it after rank 0 wrote the
+  // manifest last; where the directory is visible here, the manifest must be there.
+  const std::string manifest = report.path() + "/manifest.json";
+  std::error_code ec;
+  if (!std::filesystem::exists(manifest, ec) && std::filesystem::exists(report.path(), ec)) {
+    spdlog::warn("job {}: checkpoint {} has no manifest; not recorded", job_id, report.path());
+    return;
+  }
   const int keep_last = a->spec.checkpoint().keep_last();
+  // Retention after recording, off the loop: the files of checkpoints beyond keep_last,
+  // then their rows.
   Write(RecordCheckpointTxn(job_id, a->record.attempt, report),
-                [this, job_id, keep_last](absl::Status s) {
-                  if (s.ok() && keep_last > 0) {
-                    Post([this, job_id, keep_last] { ApplyRetention(job_id, keep_last); });
-                  }
-                });
+        [this, job_id, keep_last, job_dir](absl::Status s) {
+          if (!s.ok() || keep_last <= 0) return;
+          Post([this, job_id, keep_last, job_dir] {
+            files_->Post([this, job_id, keep_last, job_dir] {
+              ApplyRetention(job_id, keep_last, job_dir);
+            });
+          });
+        });
   a->last_progress = options_.clock->Now();
 }
 
-void ClusterManager::ApplyRetention(int64_t job_id, int keep_last) {
+void ClusterManager::ApplyRetention(int64_t job_id, int keep_last, const std::string& job_dir) {
   absl::StatusOr<std::vector<v1::Checkpoint>> all = ListCheckpoints(*store_, job_id);
-  if (!all.ok() || static_cast<int>(all->size()) <= keep_last) return;
+  if (!all.ok()) return;
+  RetentionPlan plan = PlanRetention(job_dir, *all, keep_last);
+  for (size_t i = 0; i < plan.refused.size(); ++i) {
+    spdlog::warn("job {}: retention leaves {} alone: {}", job_id, plan.refused[i].path(),
+                 plan.refusals[i]);
+  }
   std::vector<int64_t> forget;
-  for (size_t i = keep_last; i < all->size(); ++i) {
+  for (const v1::Checkpoint& c : plan.remove) {
     // Files first, rows after: a crash in between leaves a row whose files are gone,
     // which the next pass removes again (remove_all of a missing path is a no-op).
     std::error_code ec;
-    std::filesystem::remove_all((*all)[i].path(), ec);
+    std::filesystem::remove_all(c.path(), ec);
     if (ec) {
-      spdlog::warn("job {}: cannot remove checkpoint {}: {}", job_id, (*all)[i].path(), ec.message());
+      spdlog::warn("job {}: cannot remove checkpoint {}: {}", job_id, c.path(), ec.message());
       continue;
     }
-    forget.push_back((*all)[i].step());
+    forget.push_back(c.step());
   }
   if (!forget.empty()) Write(ForgetCheckpointsTxn(job_id, forget), [](absl::Status) {});
 }
@@ -404,7 +431,7 @@ void ClusterManager::EndAttempt(ActiveAttempt& a, AttemptOutcome outcome,
 }
 
 void ClusterManager::StopTasks(ActiveAttempt& a, absl::Duration grace, const std::string& reason) {
-  a.stopping = true;
+  a.BeginStopping(options_.clock->Now(), grace, options_.stop_report_slack);
   for (const TaskRecord& t : a.record.tasks) {
     if (IsTerminalTask(a.task_states[t.task_id])) continue;
     auto w = workers_.find(t.worker);
@@ -422,15 +449,57 @@ void ClusterManager::MaybeRelease(int64_t job_id) {
   if (it == attempts_.end()) return;
   ActiveAttempt& a = it->second;
   if (!a.ended) return;
+  // A lost worker's tasks are gone with it.
+  if (!a.AllTasksDone([this](const std::string& worker) {
+        auto w = workers_.find(worker);
+        return w == workers_.end() || w->second.lost;
+      })) {
+    return;
+  }
+  const int attempt = a.record.attempt;
+  // Its last log lines may still be on their way (logs do not pass through the loop):
+  // the binding outlives the attempt for a while.
   for (const TaskRecord& t : a.record.tasks) {
-    if (IsTerminalTask(a.task_states[t.task_id])) continue;
-    auto w = workers_.find(t.worker);
-    // A lost worker's tasks are gone with it.
-    if (w != workers_.end() && !w->second.lost) return;
+    recently_released_.emplace_back(t.task_id, t.worker);
+    if (recently_released_.size() > 4096) recently_released_.pop_front();
   }
   ports_in_use_.erase(a.master_port);
   attempts_.erase(it);
   schedule_wanted_ = true;
+  PublishAssignments();
+  PublishWorkers();
+  if (options_.on_attempt_released) options_.on_attempt_released(job_id, attempt);
+}
+
+void ClusterManager::ReleaseAbandoned(absl::Time now) {
+  std::vector<int64_t> ids;
+  for (auto& [job_id, a] : attempts_) ids.push_back(job_id);
+  for (int64_t job_id : ids) {
+    auto it = attempts_.find(job_id);
+    if (it == attempts_.end()) continue;
+    ActiveAttempt& a = it->second;
+    if (!a.committed) continue;
+    const std::vector<std::string> gone = a.Abandoned(now, options_.missing_task_grace);
+    if (gone.empty()) continue;
+    for (const std::string& task_id : gone) {
+      const bool missing = a.missing_since.count(task_id) > 0;
+      const std::string why =
+          missing ? absl::StrCat("task ", task_id, " is no longer running on its worker ",
+                                 a.WorkerOf(task_id))
+                  : absl::StrCat("task ", task_id, " did not report stopping on ",
+                                 a.WorkerOf(task_id), " in time; released");
+      spdlog::warn("job {}: {}", job_id, why);
+      a.Abandon(task_id);
+      v1::TaskStatus failed;
+      failed.set_task_id(task_id);
+      failed.set_state(v1::TASK_FAILED);
+      failed.set_message(why);
+      Write(SetTaskStateTxn(task_id, failed), [](absl::Status) {});
+      if (!a.ended) EndAttempt(a, AttemptOutcome::kRetryable, why);
+    }
+    PublishWorkers();
+    MaybeRelease(job_id);
+  }
 }
 
 int ClusterManager::AllocateMasterPort() {
@@ -458,6 +527,12 @@ void ClusterManager::SendAssignments(int64_t job_id) {
     ts->set_master_addr(a.record.master_addr);
     ts->set_master_port(a.record.master_port);
     ts->set_resume_from(a.record.resume_from);
+    for (const v1::Checkpoint& c : a.resume_candidates) {
+      v1::ResumeCandidate* rc = ts->add_resume_candidates();
+      rc->set_path(c.path());
+      rc->set_step(c.step());
+      rc->set_manifest_sha256(c.manifest_sha256());
+    }
     *ts->mutable_spec() = a.spec;
     w->second.link->Send(std::move(m));
   }
@@ -501,21 +576,15 @@ void ClusterManager::Tick() {
     schedule_wanted_ = true;
     PublishWorkers();
   }
-  // Stalls, deadlines, missing tasks.
+  // Tasks nobody will report any more (missing, or silent past their stop deadline).
+  ReleaseAbandoned(now);
+  // Stalls, deadlines.
   std::vector<int64_t> ids;
   for (auto& [job_id, a] : attempts_) ids.push_back(job_id);
   for (int64_t job_id : ids) {
     auto it = attempts_.find(job_id);
     if (it == attempts_.end()) continue;
     ActiveAttempt& a = it->second;
-    if (a.ended) continue;
-    for (const auto& [task_id, since] : a.missing_since) {
-      if (now - since >= options_.missing_task_grace) {
-        EndAttempt(a, AttemptOutcome::kRetryable,
-                   absl::StrCat("task ", task_id, " is no longer running on its worker"));
-        break;
-      }
-    }
     if (a.ended) continue;
     const absl::Duration stall = absl::Seconds(a.spec.run_policy().stall_timeout_seconds());
     if (a.running_recorded && stall > absl::ZeroDuration() && now - a.last_progress > stall) {
@@ -554,71 +623,22 @@ void ClusterManager::SchedulePass() {
     spdlog::error("scheduling pass: cannot read the queue: {}", queued.status().ToString());
     return;
   }
-  std::map<int64_t, v1::PendingInfo> pending_info;
-  std::vector<sched::PendingJob> pending;
-  std::map<int64_t, const SchedulableJob*> by_id;
-  for (const SchedulableJob& j : *queued) {
-    int64_t id;
-    (void)absl::SimpleAtoi(j.job.id(), &id);
-    if (attempts_.count(id)) continue;  // previous attempt still stopping
-    const v1::JobSpec& spec = j.job.spec();
-    const int64_t deadline = spec.run_policy().active_deadline_seconds();
-    if (deadline > 0 && j.first_start != absl::InfinitePast() &&
-        now - j.first_start > absl::Seconds(deadline)) {
-      // No active attempt to end: the job fails straight from the queue.
-      Write(FailQueuedJobTxn(id, absl::StrCat("active_deadline_seconds (", deadline, ") exceeded")),
-            [](absl::Status) {});
-      continue;
-    }
-    if (j.eligible > now) {
-      v1::PendingInfo& info = pending_info[id];
-      info.set_code("BACKOFF");
-      info.set_message(absl::StrCat("restarting after backoff in ",
-                                    absl::FormatDuration(absl::Trunc(j.eligible - now, absl::Seconds(1)))));
-      *info.mutable_estimated_start() = TimeUtil::MicrosecondsToTimestamp(absl::ToUnixMicros(j.eligible));
-      continue;
-    }
-    sched::PendingJob p;
-    p.job_id = id;
-    p.queue = spec.queue();
-    p.priority = spec.priority();
-    p.queued_since = j.queued_since;
-    p.nodes = spec.resources().nodes();
-    p.gpus_per_node = spec.resources().gpus_per_node();
-    p.efa_per_node = spec.resources().efa_per_node();
-    p.instance_type = spec.resources().instance_type();
-    p.node_labels.insert(spec.resources().node_labels().begin(), spec.resources().node_labels().end());
-    p.excluded_workers = j.excluded_workers;
-    p.last_preempted = j.last_preempted;
-    pending.push_back(std::move(p));
-    by_id[id] = &j;
-  }
-  std::vector<sched::Worker> workers;
+  std::vector<WorkerView> views;
   for (const auto& [name, w] : workers_) {
-    sched::Worker sw;
-    sw.id = name;
-    sw.instance_type = w.inventory.instance_type();
-    sw.labels.insert(w.inventory.labels().begin(), w.inventory.labels().end());
-    sw.gpus = WorkerSlots(w.inventory);
-    sw.efa = w.inventory.efa_devices();
-    sw.schedulable = !w.lost && w.link != nullptr;
-    workers.push_back(std::move(sw));
+    views.push_back({name, w.inventory, !w.lost && w.link != nullptr});
   }
-  std::vector<sched::RunningJob> running;
-  for (const auto& [job_id, a] : attempts_) {
-    sched::RunningJob r;
-    r.job_id = job_id;
-    r.queue = a.spec.queue();
-    r.priority = a.spec.priority();
-    for (const TaskRecord& t : a.record.tasks) r.allocations.push_back({t.worker, t.ranks});
-    r.started = a.record.started;
-    r.preempting = a.stopping;
-    running.push_back(std::move(r));
+  SchedulerInput input = BuildSchedulerInput(*queued, views, attempts_, now);
+  for (const auto& [id, reason] : input.deadline_passed) {
+    // No active attempt to end: the job fails straight from the queue.
+    Write(FailQueuedJobTxn(id, reason), [](absl::Status) {});
   }
-  sched::Decisions d = scheduler_.Schedule(pending, workers, running, options_.queues, now);
+  std::map<int64_t, v1::PendingInfo> pending_info = std::move(input.held_back);
+  const std::map<int64_t, const SchedulableJob*>& by_id = input.jobs;
+  sched::Decisions d =
+      scheduler_.Schedule(input.pending, input.workers, input.running, options_.queues, now);
 
   for (const sched::Placement& p : d.placements) {
-    const SchedulableJob& j = *by_id[p.job_id];
+    const SchedulableJob& j = *by_id.at(p.job_id);
     ActiveAttempt a;
     a.spec = j.job.spec();
     if (a.spec.checkpoint().dir().empty() && !options_.checkpoint_root.empty()) {
@@ -630,11 +650,15 @@ void ClusterManager::SchedulePass() {
     a.master_port = AllocateMasterPort();
     a.record.master_port = a.master_port;
     a.record.master_addr = workers_[p.allocations[0].worker_id].inventory.address();
-    // Resume from the newest recorded checkpoint (restart), or as the spec asks.
+    a.last_preempted = j.last_preempted;
+    // Resume from the recorded checkpoints (restart), newest first: the trainer takes the
+    // newest that still verifies against its recorded manifest hash and falls back to
+    // older ones; resume_from names the newest for older trainers and the record.
     absl::StatusOr<std::vector<v1::Checkpoint>> ckpts = ListCheckpoints(*store_, p.job_id);
     if (ckpts.ok() && !ckpts->empty() &&
         (a.record.attempt > 1 || a.spec.checkpoint().resume() == "latest")) {
       a.record.resume_from = (*ckpts)[0].path();
+      a.resume_candidates = *ckpts;
     } else if (a.spec.checkpoint().resume() != "" && a.spec.checkpoint().resume() != "latest") {
       a.record.resume_from = a.spec.checkpoint().resume();
     }
@@ -660,6 +684,7 @@ void ClusterManager::SchedulePass() {
           ports_in_use_.erase(it->second.master_port);
           attempts_.erase(it);
           schedule_wanted_ = true;
+          PublishAssignments();
           return;
         }
         it->second.committed = true;
@@ -702,6 +727,7 @@ void ClusterManager::SchedulePass() {
     std::lock_guard<std::mutex> lock(published_mu_);
     pending_.swap(pending_info);
   }
+  if (!d.placements.empty()) PublishAssignments();
   PublishWorkers();
   if (options_.metrics != nullptr) {
     options_.metrics->RecordSchedulingPass(
@@ -717,7 +743,11 @@ void ClusterManager::PublishWorkers() {
   for (const auto& [job_id, a] : attempts_) {
     QueueUsage& q = usage.queues[a.spec.queue()];
     if (!a.ended) ++q.running_jobs;
+    // Only tasks not yet terminal hold slots (a finished rank's GPUs are free even while
+    // the rest of its gang stops).
     for (const TaskRecord& t : a.record.tasks) {
+      auto st = a.task_states.find(t.task_id);
+      if (st != a.task_states.end() && IsTerminalTask(st->second)) continue;
       allocated[t.worker] += t.ranks;
       tasks[t.worker].push_back(t.task_id);
       q.gpus_allocated += t.ranks;
@@ -743,6 +773,22 @@ void ClusterManager::PublishWorkers() {
   std::lock_guard<std::mutex> lock(published_mu_);
   worker_infos_.swap(infos);
   usage_ = std::move(usage);
+}
+
+void ClusterManager::PublishAssignments() {
+  std::map<std::string, std::string> assignments;
+  for (const auto& [job_id, a] : attempts_) {
+    for (const TaskRecord& t : a.record.tasks) assignments[t.task_id] = t.worker;
+  }
+  for (const auto& [task_id, worker] : recently_released_) assignments.emplace(task_id, worker);
+  std::lock_guard<std::mutex> lock(published_mu_);
+  assignments_.swap(assignments);
+}
+
+bool ClusterManager::IsAssigned(const std::string& task_id, const std::string& worker) const {
+  std::lock_guard<std::mutex> lock(published_mu_);
+  auto it = assignments_.find(task_id);
+  return it != assignments_.end() && it->second == worker;
 }
 
 std::vector<v1::WorkerInfo> ClusterManager::Workers() const {

@@ -25,6 +25,9 @@
 #include "llamafleet/v1/worker.pb.h"
 #include "scheduler/clock.h"
 #include "scheduler/scheduler.h"
+#include "server/attempt_tracker.h"
+#include "server/checkpoint_retention.h"
+#include "server/serial_executor.h"
 #include "storage/cluster_store.h"
 #include "storage/job_store.h"
 
@@ -57,7 +60,14 @@ struct ClusterOptions {
   absl::Duration preemption_grace = absl::Seconds(60);
   // After a coordinator restart or a reconnect, how long a task the worker does not
   // report may take to show up (as a late status) before its attempt fails.
+  // The same grace applies to a task of an attempt that has already ended: once it passes,
+  // the task counts as failed and its slots are free again (its worker is told to kill it
+  // should it ever report it running).
   absl::Duration missing_task_grace = absl::Seconds(3);
+  // A task asked to stop has its grace (cancel or preemption) plus this long to report
+  // that it stopped; after that it is released as abandoned, so a silent worker never
+  // holds capacity for a task nobody runs.
+  absl::Duration stop_report_slack = absl::Seconds(10);
   // After a coordinator restart, how long the workers of recovered attempts have to
   // reconnect (their reconnect backoff reaches 5 s) before they count as lost.
   absl::Duration recovery_grace = absl::Seconds(15);
@@ -70,6 +80,9 @@ struct ClusterOptions {
   Clock* clock = Clock::Real();
   // Where scheduling passes are recorded (not owned; must outlive the manager). Null: none.
   CoordinatorMetrics* metrics = nullptr;
+  // Called on the loop's thread when an attempt holds nothing any more (every task
+  // terminal or abandoned), e.g. to close its log files. Must not block. Null: none.
+  std::function<void(int64_t job_id, int attempt)> on_attempt_released;
 };
 
 // What the cluster holds, as of the last scheduling pass (or worker coming or going).
@@ -120,8 +133,15 @@ class ClusterManager : public ClusterView {
   ClusterUsage Usage() const override;
   bool PendingInfoFor(int64_t job_id, v1::PendingInfo* info) const override;
 
+  // Whether `task_id` belongs to an active attempt and was assigned to `worker` (any
+  // thread): reports about a task are accepted only from its own worker.
+  bool IsAssigned(const std::string& task_id, const std::string& worker) const;
+
   // Blocks until the loop has processed everything posted so far (tests).
   void Sync();
+  // Runs one tick (timeouts, abandoned tasks, a scheduling pass) now and waits for it
+  // (tests with a fake clock).
+  void TickNow();
 
  private:
   struct LiveWorker {
@@ -132,19 +152,7 @@ class ClusterManager : public ClusterView {
     std::vector<v1::GpuSample> gpus;
     bool lost = false;
   };
-  struct ActiveAttempt {
-    AttemptRecord record;
-    v1::JobSpec spec;
-    std::map<std::string, v1::TaskState> task_states;   // by task id
-    std::map<std::string, absl::Time> missing_since;    // tasks a worker did not report
-    bool committed = false;        // StartAttempt is durable (tasks were sent)
-    bool running_recorded = false;
-    bool stopping = false;         // ended or being stopped: waiting for tasks to exit
-    bool ended = false;            // EndAttempt written (or being written)
-    absl::Time last_progress;
-    int64_t last_step = -1;
-    int master_port = 0;
-  };
+  using ActiveAttempt = AttemptTracker;
 
   ClusterManager(JobStore* store, ClusterOptions options);
   void Post(std::function<void()> fn);
@@ -157,8 +165,15 @@ class ClusterManager : public ClusterView {
   void SchedulePass();
   void HandleHello(std::shared_ptr<WorkerLink> link, const v1::Hello& hello);
   void HandleTaskStatus(const std::string& worker, const v1::TaskStatus& status);
-  void HandleMetrics(const v1::TrainMetrics& metrics);
-  void HandleCheckpoint(const v1::CheckpointReport& report);
+  void HandleMetrics(const std::string& worker, const v1::TrainMetrics& metrics);
+  void HandleCheckpoint(const std::string& worker, const v1::CheckpointReport& report);
+  // The attempt of a task reported by `worker`, or null (logged) when the task is not
+  // an active attempt's or was assigned to another worker.
+  ActiveAttempt* BoundAttempt(const std::string& worker, const std::string& task_id,
+                              const char* what);
+  // Releases tasks nobody will report any more (missing past the grace, or past their
+  // stop deadline): recorded as failed, their attempt ended if it was not.
+  void ReleaseAbandoned(absl::Time now);
   void HandleJobEvent(const v1::JobEvent& event);
   // Writes how the attempt ended (once) and stops the rest of its gang.
   void EndAttempt(ActiveAttempt& attempt, AttemptOutcome outcome, const std::string& reason,
@@ -166,10 +181,13 @@ class ClusterManager : public ClusterView {
   void StopTasks(ActiveAttempt& attempt, absl::Duration grace, const std::string& reason);
   void SendAssignments(int64_t job_id);
   void MaybeRelease(int64_t job_id);
-  void ApplyRetention(int64_t job_id, int keep_last);
+  // On files_ (not the strand): deletes the job's checkpoints beyond keep_last that are
+  // its own step-N directories, then forgets their rows.
+  void ApplyRetention(int64_t job_id, int keep_last, const std::string& job_dir);
   ActiveAttempt* AttemptOfTask(const std::string& task_id);
   int AllocateMasterPort();
   void PublishWorkers();
+  void PublishAssignments();
 
   // Constant after construction.
   JobStore* const store_;
@@ -181,6 +199,7 @@ class ClusterManager : public ClusterView {
   std::map<std::string, LiveWorker> workers_;
   std::map<int64_t, ActiveAttempt> attempts_;
   std::set<int> ports_in_use_;
+  std::deque<std::pair<std::string, std::string>> recently_released_;  // (task, worker), bounded
   bool schedule_wanted_ = true;
   absl::Time last_pass_ = absl::InfinitePast();
   absl::Time last_ttl_sweep_ = absl::InfinitePast();
@@ -198,11 +217,14 @@ class ClusterManager : public ClusterView {
   std::map<int64_t, v1::PendingInfo> pending_ ABSL_GUARDED_BY(published_mu_);
   std::vector<v1::WorkerInfo> worker_infos_ ABSL_GUARDED_BY(published_mu_);
   ClusterUsage usage_ ABSL_GUARDED_BY(published_mu_);
+  std::map<std::string, std::string> assignments_ ABSL_GUARDED_BY(published_mu_);  // task → worker
+
+  // File-system work (checkpoint retention) off the loop. Declared last: destroyed
+  // first, finishing what was queued while the store is still there.
+  std::unique_ptr<SerialExecutor> files_;
 };
 
-// How a failed task's exits are classified (exposed for tests): a bad spec or bad data is
-// permanent, a task the worker could not start is a node fault, anything else retryable.
-AttemptOutcome ClassifyFailure(const v1::TaskStatus& status);
+// ClassifyFailure (how a failed task's exits are classified) is in attempt_tracker.h.
 
 }  // namespace llamafleet
 

@@ -150,6 +150,10 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinato
   cluster.checkpoint_root = options.data_dir + "/checkpoints";
   cluster.clock = options.clock;
   cluster.metrics = c->metrics_.get();
+  // An attempt's log files are closed once it holds nothing (descriptors stay bounded).
+  cluster.on_attempt_released = [logs = c->logs_.get()](int64_t job_id, int attempt) {
+    logs->CloseAttempt(job_id, attempt);
+  };
   for (const auto& [queue, quota] : options.queue_gpu_quotas) cluster.queues[queue].gpu_quota = quota;
   absl::StatusOr<std::unique_ptr<ClusterManager>> manager =
       ClusterManager::Start(c->store_.get(), cluster);

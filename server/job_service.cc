@@ -413,7 +413,9 @@ grpc::ServerUnaryReactor* JobServiceImpl::GetJobMetrics(grpc::CallbackServerCont
 
 // ---------------------------------------------------------------------------
 // StreamJobLogs: reads the rank files from where it left off, on a timer when following,
-// until the job is terminal and every file is read to its end.
+// until the job is terminal and every file is read to its end. Reads (the job's state and
+// the files) run on the log store's reader thread, never on a gRPC callback thread; each
+// chunk is at most LogStore::kMaxChunkBytes of lines.
 // ---------------------------------------------------------------------------
 
 class JobServiceImpl::LogReactor : public grpc::ServerWriteReactor<v1::LogChunk> {
@@ -425,8 +427,7 @@ class JobServiceImpl::LogReactor : public grpc::ServerWriteReactor<v1::LogChunk>
 
   void OnWriteDone(bool ok) override {
     if (!ok) {
-      Done(grpc::Status(grpc::StatusCode::CANCELLED, "client went away"));
-      return;
+      cancelled_ = true;  // client went away; the next poll finishes
     }
     Poll();
   }
@@ -436,8 +437,12 @@ class JobServiceImpl::LogReactor : public grpc::ServerWriteReactor<v1::LogChunk>
   void OnDone() override { delete this; }
 
  private:
-  // Sends the next chunk, or finishes, or waits a little and looks again.
   void Poll() {
+    service_->logs_->RunRead([this] { PollOnReader(); });
+  }
+
+  // Sends the next chunk, or finishes, or waits a little and looks again.
+  void PollOnReader() {
     if (cancelled_) {
       Done(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled"));
       return;
@@ -447,12 +452,12 @@ class JobServiceImpl::LogReactor : public grpc::ServerWriteReactor<v1::LogChunk>
     const bool over = !job.ok() || IsTerminal(job->state());
     for (const LogStore::Source& s : service_->logs_->Sources(job_id_, request_.attempt())) {
       if (request_.rank() >= 0 && s.rank != request_.rank()) continue;
-      Cursor& c = cursors_[s.path];
+      LogStore::Cursor& c = cursors_[s.path];
       if (!c.opened) {
         c.opened = true;
-        c.offset = StartOffset(s.path);
+        c.offset = LogStore::TailOffset(s.path, request_.tail_lines());
       }
-      std::vector<std::string> lines = ReadLines(s.path, &c);
+      std::vector<std::string> lines = LogStore::ReadLines(s.path, &c);
       if (!lines.empty()) {
         chunk_.Clear();
         chunk_.set_attempt(s.attempt);
@@ -467,55 +472,7 @@ class JobServiceImpl::LogReactor : public grpc::ServerWriteReactor<v1::LogChunk>
       return;
     }
     alarm_.Set(std::chrono::system_clock::now() + std::chrono::milliseconds(250),
-               [this](bool ok) { Poll(); });
-  }
-
-  struct Cursor {
-    bool opened = false;
-    int64_t offset = 0;
-  };
-
-  // Offset of the last `tail_lines` lines (0 = from the start).
-  int64_t StartOffset(const std::string& path) {
-    if (request_.tail_lines() <= 0) return 0;
-    FILE* f = fopen(path.c_str(), "rb");
-    if (f == nullptr) return 0;
-    fseek(f, 0, SEEK_END);
-    int64_t pos = ftell(f);
-    int newlines = 0;
-    while (pos > 0) {
-      fseek(f, --pos, SEEK_SET);
-      if (fgetc(f) == '\n' && ++newlines > request_.tail_lines()) {
-        ++pos;
-        break;
-      }
-    }
-    fclose(f);
-    return pos;
-  }
-
-  // Up to 1000 complete lines from the cursor.
-  static std::vector<std::string> ReadLines(const std::string& path, Cursor* c) {
-    std::vector<std::string> lines;
-    FILE* f = fopen(path.c_str(), "rb");
-    if (f == nullptr) return lines;
-    fseek(f, c->offset, SEEK_SET);
-    std::string line;
-    int ch;
-    int64_t consumed = 0;
-    while (lines.size() < 1000 && (ch = fgetc(f)) != EOF) {
-      ++consumed;
-      if (ch == '\n') {
-        lines.push_back(std::move(line));
-        line.clear();
-        c->offset += consumed;
-        consumed = 0;
-      } else {
-        line.push_back(static_cast<char>(ch));
-      }
-    }
-    fclose(f);
-    return lines;
+               [this](bool) { Poll(); });
   }
 
   void Done(grpc::Status status) {
@@ -527,11 +484,11 @@ class JobServiceImpl::LogReactor : public grpc::ServerWriteReactor<v1::LogChunk>
   JobServiceImpl* const service_;
   const int64_t job_id_;
   const v1::StreamJobLogsRequest request_;
-  std::map<std::string, Cursor> cursors_;
+  std::map<std::string, LogStore::Cursor> cursors_;  // reader thread only
   v1::LogChunk chunk_;
   grpc::Alarm alarm_;
   std::atomic<bool> cancelled_{false};
-  bool finished_ = false;
+  bool finished_ = false;  // reader thread only
 };
 
 grpc::ServerWriteReactor<v1::LogChunk>* JobServiceImpl::StreamJobLogs(

@@ -65,8 +65,15 @@ class WorkerServiceImpl::SessionReactor
       service_->manager_->OnHello(link_, std::move(*in_.mutable_hello()));
     } else if (in_.has_logs()) {
       const v1::LogLines& l = in_.logs();
-      service_->logs_->Append(l.task_id(), l.rank(), {l.lines().begin(), l.lines().end()},
-                              l.dropped());
+      // Log lines are accepted only for a task assigned to this worker.
+      if (service_->manager_->IsAssigned(l.task_id(), name_)) {
+        service_->logs_->Append(l.task_id(), l.rank(), {l.lines().begin(), l.lines().end()},
+                                l.dropped());
+      } else if (!warned_foreign_logs_) {
+        warned_foreign_logs_ = true;
+        spdlog::warn("worker {}: ignored log lines for task {}, which is not assigned to it",
+                     name_, l.task_id());
+      }
     } else {
       service_->manager_->OnWorkerMessage(name_, std::move(in_));
     }
@@ -116,6 +123,7 @@ class WorkerServiceImpl::SessionReactor
   const std::string peer_;
   std::shared_ptr<Link> link_;
   std::string name_;  // set once hello is accepted (reactor thread only)
+  bool warned_foreign_logs_ = false;  // reactor thread only
   v1::WorkerMessage in_;
   std::mutex mu_;
   std::deque<v1::CoordinatorMessage> out_;  // guarded by mu_; front is being written

@@ -428,15 +428,34 @@ struct HttpServer::Impl {
   std::vector<std::thread> threads;
   bool stopped = false;
 
+  // Accept failures (out of descriptors, above all) back off from 10 ms doubling to 1 s,
+  // logged once per streak, instead of retrying at once in a loop that burns a core.
+  std::optional<net::steady_timer> accept_timer;  // on the acceptor's executor
+  std::chrono::milliseconds accept_backoff{0};
+  int64_t accept_failures = 0;
+
   void Accept() {
     acceptor->async_accept(net::make_strand(*ioc), [this](beast::error_code ec, tcp::socket socket) {
       if (ec == net::error::operation_aborted || !acceptor->is_open()) return;
-      if (ec) {
-        spdlog::warn("http: accept failed: {}", ec.message());
-      } else {
+      if (!ec) {
+        if (accept_failures > 1) {
+          spdlog::info("http: accepting again after {} failed accepts", accept_failures);
+        }
+        accept_failures = 0;
+        accept_backoff = std::chrono::milliseconds(0);
         Serve(std::move(socket));
+        Accept();
+        return;
       }
-      Accept();
+      if (accept_failures++ == 0) spdlog::warn("http: accept failed: {}; backing off", ec.message());
+      accept_backoff = std::min(std::chrono::milliseconds(1000),
+                                std::max(std::chrono::milliseconds(10), accept_backoff * 2));
+      if (!accept_timer.has_value()) accept_timer.emplace(acceptor->get_executor());
+      accept_timer->expires_after(accept_backoff);
+      accept_timer->async_wait([this](beast::error_code wait_ec) {
+        if (wait_ec == net::error::operation_aborted || !acceptor->is_open()) return;
+        Accept();
+      });
     });
   }
 
@@ -582,6 +601,7 @@ void HttpServer::Shutdown(absl::Duration grace) {
   net::post(impl.acceptor->get_executor(), [&impl, &closed] {
     beast::error_code ignored;
     impl.acceptor->close(ignored);
+    if (impl.accept_timer.has_value()) impl.accept_timer->cancel();
     closed.set_value();
   });
   closed.get_future().wait();

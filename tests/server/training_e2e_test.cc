@@ -67,7 +67,7 @@ class TrainingTest : public ::testing::Test {
     workers_[name] = std::move(*p);
   }
 
-  std::string Submit(const std::string& name) {
+  std::string Submit(const std::string& name, int every_steps = 4, int max_restarts = 2) {
     absl::StatusOr<std::vector<ParsedJob>> parsed = ParseJobDocuments(absl::StrCat(
         "name: ", name, "\nmodel: {preset: tiny}\n",
         "data: {train_path: ", dir_.path(), "/train.jsonl, format: tokens}\n",
@@ -75,9 +75,9 @@ class TrainingTest : public ::testing::Test {
         "seed: 11}\n",
         "fsdp: {sharding: FULL_SHARD, mixed_precision: fp32, activation_checkpointing: false}\n",
         "resources: {nodes: 2, gpus_per_node: 1}\n",
-        "checkpoint: {dir: ", dir_.path(), "/ckpt-", name, ", every_steps: 4}\n",
+        "checkpoint: {dir: ", dir_.path(), "/ckpt-", name, ", every_steps: ", every_steps, "}\n",
         "output: {export_dir: ", dir_.path(), "/export-", name, ", export_dtype: fp32}\n",
-        "run_policy: {max_restarts: 2, restart_backoff_seconds: 1}\n"));
+        "run_policy: {max_restarts: ", max_restarts, ", restart_backoff_seconds: 1}\n"));
     EXPECT_TRUE(parsed.ok()) << parsed.status();
     v1::SubmitJobRequest req;
     *req.mutable_spec() = (*parsed)[0].spec;
@@ -111,6 +111,26 @@ class TrainingTest : public ::testing::Test {
     return job;
   }
 
+  std::vector<v1::Checkpoint> Checkpoints(const std::string& id) {
+    v1::ListCheckpointsRequest req;
+    req.set_job_id(id);
+    v1::ListCheckpointsResponse resp;
+    grpc::ClientContext ctx;
+    (void)jobs_->ListCheckpoints(&ctx, req, &resp);
+    return {resp.checkpoints().begin(), resp.checkpoints().end()};
+  }
+
+  // Busy slots per worker, as `llamafleet workers` shows them.
+  std::map<std::string, int> BusySlots() {
+    auto stub = v1::WorkerService::NewStub(grpc::CreateChannel(address_, grpc::InsecureChannelCredentials()));
+    v1::ListWorkersResponse resp;
+    grpc::ClientContext ctx;
+    (void)stub->ListWorkers(&ctx, v1::ListWorkersRequest(), &resp);
+    std::map<std::string, int> out;
+    for (const v1::WorkerInfo& w : resp.workers()) out[w.name()] = w.gpus_allocated();
+    return out;
+  }
+
   double EvalLoss(const std::string& model_dir) {
     absl::StatusOr<testing::CommandResult> r =
         RunCommand({BinaryPath("llamafleet-train"), "eval", "--model", model_dir, "--data",
@@ -127,7 +147,7 @@ class TrainingTest : public ::testing::Test {
 
   void TearDown() override {
     if (HasFailure()) {
-      for (const char* name : {"coordinator", "w1", "w2", "w3"}) {
+      for (const char* name : {"coordinator", "w0", "w1", "w2", "w3"}) {
         std::ifstream in(dir_.path() + "/" + name + ".log");
         std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
         std::cout << "---- " << name << ".log\n" << text.substr(text.size() > 4000 ? text.size() - 4000 : 0);
@@ -169,6 +189,49 @@ TEST_F(TrainingTest, WorkerKilledMidJobResumesToTheSameWeightsAsAnUninterruptedR
   EXPECT_EQ(job.attempts(), 1);
 
   const double a = EvalLoss(dir_.path() + "/export-interrupted");
+  const double b = EvalLoss(dir_.path() + "/export-straight");
+  ASSERT_GT(a, 0);
+  EXPECT_NEAR(a, b, 1e-6 * b) << "resumed run diverged from the uninterrupted one";
+}
+
+// Issue 11's stranded restart: two workers, no spare. After the first checkpoint, w1 is
+// killed with SIGKILL and started again at once under the same name and data dir (what
+// systemd or a DaemonSet does). The dead attempt's task on w1 is never reported by the
+// new session; it must not hold w1, so the job restarts on w0 + w1, resumes from the
+// checkpoint and ends with the weights of an uninterrupted run.
+TEST_F(TrainingTest, WorkerRestartedAtOnceUnderTheSameNameDoesNotStrandTheJob) {
+  StartWorker("w0");
+  StartWorker("w1");
+  const std::string id = Submit("restarted", /*every_steps=*/5, /*max_restarts=*/3);
+  v1::Job job;
+  const absl::Time deadline = absl::Now() + absl::Minutes(4);
+  while (Checkpoints(id).empty() && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(50));
+  ASSERT_FALSE(Checkpoints(id).empty()) << "no checkpoint recorded";
+  job = Get(id);
+  ASSERT_EQ(job.state(), v1::RUNNING) << job.status_reason();
+  workers_["w1"]->Signal(SIGKILL);
+  (void)workers_["w1"]->Wait(absl::Seconds(10));
+  StartWorker("w1");  // same name, same data dir, at once
+
+  job = WaitUntil(id, [](const v1::Job& j) { return IsTerminalState(j); }, absl::Minutes(5));
+  ASSERT_EQ(job.state(), v1::SUCCEEDED) << job.status_reason();
+  EXPECT_GE(job.attempts(), 2);
+  // Every slot is free again once the job is over.
+  std::map<std::string, int> busy;
+  for (int i = 0; i < 100; ++i) {
+    busy = BusySlots();
+    if (busy["w0"] == 0 && busy["w1"] == 0) break;
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  EXPECT_EQ(busy["w0"], 0);
+  EXPECT_EQ(busy["w1"], 0);
+
+  const std::string straight = Submit("straight", /*every_steps=*/5, /*max_restarts=*/3);
+  job = WaitUntil(straight, [](const v1::Job& j) { return IsTerminalState(j); }, absl::Minutes(5));
+  ASSERT_EQ(job.state(), v1::SUCCEEDED) << job.status_reason();
+  EXPECT_EQ(job.attempts(), 1);
+
+  const double a = EvalLoss(dir_.path() + "/export-restarted");
   const double b = EvalLoss(dir_.path() + "/export-straight");
   ASSERT_GT(a, 0);
   EXPECT_NEAR(a, b, 1e-6 * b) << "resumed run diverged from the uninterrupted one";

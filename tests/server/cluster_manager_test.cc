@@ -1,0 +1,369 @@
+// ClusterManager with a real SQLite store, a fake clock and fake worker links: the
+// stranded restart (a worker re-registers without the dead attempt's task), a silent
+// worker, slot accounting, report binding (only the assigned worker's reports count),
+// checkpoint confinement and retention, and resume candidates.
+#include "server/cluster_manager.h"
+
+#include <filesystem>
+#include <fstream>
+
+#include <gtest/gtest.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "clients/jobspec/jobspec.h"
+#include "tests/testing/process.h"
+
+namespace llamafleet {
+namespace {
+
+namespace fs = std::filesystem;
+
+// The coordinator's end of a session, recording what it was told.
+class FakeLink : public WorkerLink {
+ public:
+  void Send(v1::CoordinatorMessage message) override {
+    absl::MutexLock lock(&mu_);
+    sent_.push_back(std::move(message));
+  }
+  void Close(const absl::Status& status) override {
+    absl::MutexLock lock(&mu_);
+    closed_ = status;
+  }
+  std::vector<v1::TaskSpec> Assignments() {
+    absl::MutexLock lock(&mu_);
+    std::vector<v1::TaskSpec> out;
+    for (const auto& m : sent_) {
+      if (m.has_assign()) out.push_back(m.assign().task());
+    }
+    return out;
+  }
+  std::vector<std::string> Cancels() {
+    absl::MutexLock lock(&mu_);
+    std::vector<std::string> out;
+    for (const auto& m : sent_) {
+      if (m.has_cancel()) out.push_back(m.cancel().task_id());
+    }
+    return out;
+  }
+  std::vector<std::string> Kills() {
+    absl::MutexLock lock(&mu_);
+    std::vector<std::string> out;
+    for (const auto& m : sent_) {
+      if (m.has_welcome()) out.assign(m.welcome().kill_task_ids().begin(), m.welcome().kill_task_ids().end());
+    }
+    return out;
+  }
+  std::optional<absl::Status> closed() {
+    absl::MutexLock lock(&mu_);
+    return closed_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::vector<v1::CoordinatorMessage> sent_;
+  std::optional<absl::Status> closed_;
+};
+
+class ClusterManagerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    JobStoreOptions so;
+    so.path = dir_.path() + "/coordinator.db";
+    so.synchronous_full = false;
+    so.clock = &clock_;
+    absl::StatusOr<std::unique_ptr<JobStore>> store = JobStore::Open(so);
+    ASSERT_TRUE(store.ok()) << store.status();
+    store_ = std::move(*store);
+    ClusterOptions o;
+    o.join_token = "t";
+    o.clock = &clock_;
+    o.heartbeat_timeout = absl::Seconds(10);
+    o.missing_task_grace = absl::Seconds(3);
+    o.cancel_grace = absl::Seconds(15);
+    o.stop_report_slack = absl::Seconds(10);
+    o.tick = absl::Milliseconds(20);
+    o.checkpoint_root = dir_.path() + "/checkpoints";
+    o.on_attempt_released = [this](int64_t job, int attempt) {
+      absl::MutexLock lock(&released_mu_);
+      released_.push_back({job, attempt});
+    };
+    absl::StatusOr<std::unique_ptr<ClusterManager>> m = ClusterManager::Start(store_.get(), o);
+    ASSERT_TRUE(m.ok()) << m.status();
+    manager_ = std::move(*m);
+  }
+
+  void TearDown() override {
+    manager_.reset();
+    store_.reset();
+  }
+
+  std::shared_ptr<FakeLink> Hello(const std::string& name, std::vector<std::string> running = {}) {
+    auto link = std::make_shared<FakeLink>();
+    v1::Hello h;
+    h.set_worker_name(name);
+    h.set_join_token("t");
+    h.mutable_inventory()->set_cpu_ranks(1);
+    h.mutable_inventory()->set_address("127.0.0.1");
+    for (const std::string& t : running) h.add_running_task_ids(t);
+    manager_->OnHello(link, h);
+    manager_->Sync();
+    return link;
+  }
+
+  int64_t Submit(const std::string& extra = "") {
+    absl::StatusOr<std::vector<ParsedJob>> parsed = ParseJobDocuments(absl::StrCat(
+        "name: t\nmodel: {preset: tiny}\ndata: {train_path: /data/train.jsonl}\n",
+        "resources: {nodes: 2, gpus_per_node: 1}\n",
+        "run_policy: {max_restarts: 3, restart_backoff_seconds: 1}\n", extra));
+    EXPECT_TRUE(parsed.ok()) << parsed.status();
+    v1::JobSpec spec = (*parsed)[0].spec;
+    ApplyDefaults(&spec);
+    absl::StatusOr<std::vector<SubmitJobResult>> r =
+        store_->SubmitJobsAndWait({SubmitJobInput{spec, "alice", ""}});
+    EXPECT_TRUE(r.ok()) << r.status();
+    return std::stoll((*r)[0].job.id());
+  }
+
+  void Send(const std::string& worker, v1::WorkerMessage m) {
+    manager_->OnWorkerMessage(worker, std::move(m));
+    manager_->Sync();
+  }
+  void Report(const std::string& worker, const std::string& task, v1::TaskState state,
+              int exit_code = 0) {
+    v1::WorkerMessage m;
+    m.mutable_task_status()->set_task_id(task);
+    m.mutable_task_status()->set_state(state);
+    if (state == v1::TASK_FAILED || state == v1::TASK_SUCCEEDED) {
+      v1::RankExit* e = m.mutable_task_status()->add_exits();
+      e->set_exit_code(exit_code);
+      e->set_last_error("RuntimeError: gloo reduce-scatter: Connection reset by peer");
+    }
+    Send(worker, std::move(m));
+  }
+  void Heartbeat(const std::string& worker) {
+    v1::WorkerMessage m;
+    m.mutable_heartbeat();
+    Send(worker, std::move(m));
+  }
+  // Moves the clock in steps shorter than the heartbeat timeout, the workers heartbeating
+  // between steps (the loop's own ticks see every step).
+  void AdvanceWithHeartbeats(absl::Duration d, const std::vector<std::string>& workers) {
+    while (d > absl::ZeroDuration()) {
+      const absl::Duration step = std::min(d, absl::Seconds(4));
+      for (const std::string& w : workers) Heartbeat(w);
+      clock_.Advance(step);
+      for (const std::string& w : workers) Heartbeat(w);
+      d -= step;
+    }
+  }
+  void Checkpoint(const std::string& worker, const std::string& task, int64_t step,
+                  const std::string& path) {
+    v1::WorkerMessage m;
+    m.mutable_checkpoint()->set_task_id(task);
+    m.mutable_checkpoint()->set_step(step);
+    m.mutable_checkpoint()->set_path(path);
+    m.mutable_checkpoint()->set_manifest_sha256(absl::StrCat("sha-", step));
+    Send(worker, std::move(m));
+  }
+
+  // Waits (for the store's writer and the loop, not for time to pass) until `done`.
+  bool Eventually(const std::function<bool()>& done) {
+    for (int i = 0; i < 500; ++i) {
+      manager_->TickNow();
+      if (done()) return true;
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+    return false;
+  }
+  v1::Job Job(int64_t id) { return *store_->GetJob(id); }
+  int Allocated(const std::string& worker) {
+    for (const v1::WorkerInfo& w : manager_->Workers()) {
+      if (w.name() == worker) return w.gpus_allocated();
+    }
+    return -1;
+  }
+  std::vector<v1::Checkpoint> Checkpoints(int64_t job) { return *ListCheckpoints(*store_, job); }
+  void MakeCheckpoint(const std::string& path) {
+    fs::create_directories(path);
+    std::ofstream(path + "/manifest.json") << "{}";
+  }
+
+  testing::TempDir dir_;
+  FakeClock clock_;
+  std::unique_ptr<JobStore> store_;
+  std::unique_ptr<ClusterManager> manager_;
+  absl::Mutex released_mu_;
+  std::vector<std::pair<int64_t, int>> released_;
+};
+
+// Issue 11's stranded restart, with the real manager and store: w1 is killed after the
+// first checkpoint and comes back at once under the same name without the task; the
+// dead attempt's task must not hold w1 forever, and the restart resumes from the
+// recorded checkpoint on both workers.
+TEST_F(ClusterManagerTest, WorkerRestartedUnderTheSameNameDoesNotStrandTheRestart) {
+  std::shared_ptr<FakeLink> w0 = Hello("w0");
+  std::shared_ptr<FakeLink> w1 = Hello("w1");
+  const int64_t id = Submit();
+  const std::string t0 = absl::StrCat(id, "-1-0"), t1 = absl::StrCat(id, "-1-1");
+  ASSERT_TRUE(Eventually([&] { return !w0->Assignments().empty() && !w1->Assignments().empty(); }));
+  Report("w0", t0, v1::TASK_RUNNING);
+  Report("w1", t1, v1::TASK_RUNNING);
+  ASSERT_TRUE(Eventually([&] { return Job(id).state() == v1::RUNNING; }));
+  const std::string ckpt_dir = dir_.path() + "/checkpoints/" + std::to_string(id);
+  MakeCheckpoint(ckpt_dir + "/step-5");
+  Checkpoint("w0", t0, 5, ckpt_dir + "/step-5");
+  ASSERT_TRUE(Eventually([&] { return Checkpoints(id).size() == 1; }));
+
+  // kill -9 w1, restarted at once: its new hello arrives while the old session still
+  // looks alive, and lists no task. Node 0's rank then fails (its peer reset).
+  std::shared_ptr<FakeLink> w1b = Hello("w1");
+  ASSERT_TRUE(w1->closed().has_value()) << "the replaced session is closed";
+  Report("w0", t0, v1::TASK_FAILED, 1);
+  ASSERT_TRUE(Eventually([&] { return Job(id).state() == v1::QUEUED; }));
+  EXPECT_EQ(Allocated("w0"), 0) << "a failed task holds no slot";
+
+  // Within the grace the task may still report; past it, it is released.
+  clock_.Advance(absl::Seconds(2));
+  manager_->TickNow();
+  EXPECT_EQ(Allocated("w1"), 1);
+  clock_.Advance(absl::Seconds(2));  // 4 s > missing_task_grace; and past the 1 s backoff
+  ASSERT_TRUE(Eventually([&] { return w0->Assignments().size() == 2 && w1b->Assignments().size() == 1; }))
+      << v1::JobState_Name(Job(id).state()) << ": " << Job(id).status_reason();
+  {
+    absl::MutexLock lock(&released_mu_);
+    ASSERT_EQ(released_.size(), 1u);
+    EXPECT_EQ(released_[0], std::make_pair(id, 1));
+  }
+  const v1::TaskSpec next = w1b->Assignments()[0];
+  EXPECT_EQ(next.attempt(), 2);
+  EXPECT_EQ(next.resume_from(), ckpt_dir + "/step-5");
+  ASSERT_EQ(next.resume_candidates_size(), 1);
+  EXPECT_EQ(next.resume_candidates(0).path(), ckpt_dir + "/step-5");
+  EXPECT_EQ(next.resume_candidates(0).step(), 5);
+  EXPECT_EQ(next.resume_candidates(0).manifest_sha256(), "sha-5");
+  EXPECT_EQ(Job(id).restarts(), 1);
+
+  // The second attempt completes.
+  const std::string u0 = absl::StrCat(id, "-2-0"), u1 = absl::StrCat(id, "-2-1");
+  Report("w0", u0, v1::TASK_RUNNING);
+  Report("w1", u1, v1::TASK_RUNNING);
+  Report("w0", u0, v1::TASK_SUCCEEDED);
+  Report("w1", u1, v1::TASK_SUCCEEDED);
+  ASSERT_TRUE(Eventually([&] { return Job(id).state() == v1::SUCCEEDED; }));
+  ASSERT_TRUE(Eventually([&] { return Allocated("w0") == 0 && Allocated("w1") == 0; }));
+}
+
+TEST_F(ClusterManagerTest, SilentWorkerReleasesAStoppedTaskAfterItsStopDeadline) {
+  std::shared_ptr<FakeLink> w0 = Hello("w0");
+  std::shared_ptr<FakeLink> w1 = Hello("w1");
+  const int64_t id = Submit();
+  const std::string t0 = absl::StrCat(id, "-1-0"), t1 = absl::StrCat(id, "-1-1");
+  ASSERT_TRUE(Eventually([&] { return !w1->Assignments().empty(); }));
+  Report("w0", t0, v1::TASK_RUNNING);
+  Report("w1", t1, v1::TASK_RUNNING);
+  Report("w0", t0, v1::TASK_FAILED, 1);
+  ASSERT_TRUE(Eventually([&] { return !w1->Cancels().empty(); })) << "the rest of the gang is stopped";
+  EXPECT_EQ(Allocated("w0"), 0);
+  // w1 keeps heartbeating but never reports t1 as stopped.
+  AdvanceWithHeartbeats(absl::Seconds(20), {"w0", "w1"});
+  manager_->TickNow();
+  EXPECT_EQ(Allocated("w1"), 1) << "within cancel grace + slack";
+  EXPECT_EQ(w1->Assignments().size(), 1u);
+  AdvanceWithHeartbeats(absl::Seconds(6), {"w0", "w1"});  // past cancel grace (15 s) + slack (10 s)
+  // Released: the restart gets both workers again.
+  ASSERT_TRUE(Eventually([&] { return w1->Assignments().size() == 2; }))
+      << v1::JobState_Name(Job(id).state()) << ": " << Job(id).status_reason();
+  absl::StatusOr<std::vector<v1::Attempt>> attempts = ListAttempts(*store_, id);
+  ASSERT_TRUE(attempts.ok());
+  ASSERT_EQ(attempts->size(), 2u);
+  const v1::Attempt& first = attempts->back();
+  ASSERT_EQ(first.tasks_size(), 2);
+  EXPECT_EQ(first.tasks(1).state(), v1::TASK_FAILED);
+  EXPECT_NE(first.tasks(1).message().find("did not report stopping"), std::string::npos)
+      << first.tasks(1).message();
+  // A late report about the released task changes nothing.
+  Report("w1", t1, v1::TASK_RUNNING);
+  EXPECT_FALSE(manager_->IsAssigned(t1, "w1") && Allocated("w1") > 1);
+  // Should the worker list it as running in a later session, it is told to kill it.
+  std::shared_ptr<FakeLink> again = Hello("w1", {t1});
+  EXPECT_EQ(again->Kills(), std::vector<std::string>{t1});
+}
+
+TEST_F(ClusterManagerTest, ReportsAreAcceptedOnlyFromTheAssignedWorker) {
+  std::shared_ptr<FakeLink> w0 = Hello("w0");
+  std::shared_ptr<FakeLink> w1 = Hello("w1");
+  std::shared_ptr<FakeLink> intruder = Hello("w9");
+  const int64_t id = Submit();
+  const std::string t0 = absl::StrCat(id, "-1-0"), t1 = absl::StrCat(id, "-1-1");
+  ASSERT_TRUE(Eventually([&] { return !w0->Assignments().empty() && !w1->Assignments().empty(); }));
+  EXPECT_TRUE(manager_->IsAssigned(t0, "w0"));
+  EXPECT_FALSE(manager_->IsAssigned(t0, "w1"));
+  EXPECT_FALSE(manager_->IsAssigned(t0, "w9"));
+  Report("w0", t0, v1::TASK_RUNNING);
+  Report("w1", t1, v1::TASK_RUNNING);
+  ASSERT_TRUE(Eventually([&] { return Job(id).state() == v1::RUNNING; }));
+
+  // Another worker (here w1 for w0's task, and w9 that runs nothing) cannot fail,
+  // finish, checkpoint or report metrics for it.
+  Report("w1", t0, v1::TASK_FAILED, 1);
+  Report("w9", t0, v1::TASK_SUCCEEDED);
+  Report("w9", t1, v1::TASK_SUCCEEDED);
+  const std::string ckpt = dir_.path() + "/checkpoints/" + std::to_string(id) + "/step-3";
+  MakeCheckpoint(ckpt);
+  Checkpoint("w9", t0, 3, ckpt);
+  v1::WorkerMessage metrics;
+  metrics.mutable_metrics()->set_task_id(t0);
+  metrics.mutable_metrics()->set_step(7);
+  Send("w9", metrics);
+  manager_->TickNow();
+  absl::SleepFor(absl::Milliseconds(100));  // let the writer commit anything wrongly queued
+  v1::Job job = Job(id);
+  EXPECT_EQ(job.state(), v1::RUNNING);
+  EXPECT_EQ(job.attempts(), 1);
+  EXPECT_TRUE(Checkpoints(id).empty());
+  EXPECT_EQ(job.latest_metrics().step(), 0);
+
+  // The assigned worker's reports count.
+  Checkpoint("w0", t0, 3, ckpt);
+  Send("w0", metrics);
+  ASSERT_TRUE(Eventually([&] { return Checkpoints(id).size() == 1 && Job(id).latest_metrics().step() == 7; }));
+}
+
+TEST_F(ClusterManagerTest, CheckpointsOutsideTheJobDirAreIgnoredAndRetentionDeletesOnlyStepDirs) {
+  std::shared_ptr<FakeLink> w0 = Hello("w0");
+  std::shared_ptr<FakeLink> w1 = Hello("w1");
+  const std::string outside = dir_.path() + "/precious";
+  fs::create_directories(outside);
+  std::ofstream(outside + "/data.bin") << "keep me";
+  const int64_t id = Submit("checkpoint: {keep_last: 1}\n");
+  const std::string t0 = absl::StrCat(id, "-1-0");
+  ASSERT_TRUE(Eventually([&] { return !w0->Assignments().empty(); }));
+  const std::string dir = dir_.path() + "/checkpoints/" + std::to_string(id);
+  // Reports naming a path outside the job's dir, or a symlink out of it, are ignored.
+  Checkpoint("w0", t0, 1, outside);
+  fs::create_directories(dir);
+  fs::create_symlink(outside, dir + "/step-2");
+  Checkpoint("w0", t0, 2, dir + "/step-2");
+  Checkpoint("w0", t0, 3, dir + "/../" + std::to_string(id) + "x/step-3");
+  manager_->TickNow();
+  absl::SleepFor(absl::Milliseconds(100));
+  EXPECT_TRUE(Checkpoints(id).empty());
+  // The job's own: recorded, and keep_last 1 removes the older one's files and row.
+  MakeCheckpoint(dir + "/step-4");
+  Checkpoint("w0", t0, 4, dir + "/step-4");
+  ASSERT_TRUE(Eventually([&] { return Checkpoints(id).size() == 1; }));
+  MakeCheckpoint(dir + "/step-8");
+  Checkpoint("w0", t0, 8, dir + "/step-8");
+  ASSERT_TRUE(Eventually([&] {
+    std::vector<v1::Checkpoint> c = Checkpoints(id);
+    return c.size() == 1 && c[0].step() == 8 && !fs::exists(dir + "/step-4");
+  }));
+  EXPECT_TRUE(fs::exists(dir + "/step-8/manifest.json"));
+  EXPECT_TRUE(fs::exists(outside + "/data.bin"));
+  EXPECT_TRUE(fs::is_symlink(dir + "/step-2"));
+}
+
+}  // namespace
+}  // namespace llamafleet

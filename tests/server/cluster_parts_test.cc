@@ -1,0 +1,358 @@
+// The pure parts ClusterManager is built from: failure classification (table), the
+// attempt tracker (task states → outcome, abandoned tasks, held slots, expected end),
+// the scheduler-input builder (table), and checkpoint path confinement. The builder's
+// output is also fed to the real scheduler to show that the preemption cool-down and
+// backfill around running jobs now fire.
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include <gtest/gtest.h>
+
+#include "scheduler/scheduler.h"
+#include "server/attempt_tracker.h"
+#include "server/checkpoint_retention.h"
+#include "server/scheduler_input.h"
+#include "tests/testing/process.h"
+
+namespace llamafleet {
+namespace {
+
+const absl::Time kNow = absl::FromUnixSeconds(1700000000);
+
+v1::RankExit Exit(int exit_code, int status_code = 0, const std::string& message = "",
+                  const std::string& last_error = "") {
+  v1::RankExit e;
+  e.set_exit_code(exit_code);
+  e.set_status_code(status_code);
+  e.set_status_message(message);
+  e.set_last_error(last_error);
+  return e;
+}
+
+v1::TaskStatus Failed(std::vector<v1::RankExit> exits) {
+  v1::TaskStatus s;
+  s.set_task_id("1-1-0");
+  s.set_state(v1::TASK_FAILED);
+  for (v1::RankExit& e : exits) *s.add_exits() = std::move(e);
+  return s;
+}
+
+TEST(ClassifyFailureTest, Table) {
+  constexpr int kInvalid = 3, kNotFound = 5, kPermission = 7, kPrecondition = 9, kAborted = 10,
+                kInternal = 13, kUnavailable = 14;
+  FailureContext ctx;
+  ctx.checkpoint_paths = {"/ckpt/7", "/ckpt/7/step-10"};
+  struct Row {
+    const char* name;
+    std::vector<v1::RankExit> exits;
+    AttemptOutcome want;
+  };
+  const std::vector<Row> rows = {
+      {"no exits: not launched", {}, AttemptOutcome::kNodeFault},
+      {"127 everywhere: trainer missing", {Exit(127), Exit(127)}, AttemptOutcome::kNodeFault},
+      {"killed by SIGKILL, no record", {Exit(137)}, AttemptOutcome::kRetryable},
+      {"exit 1, no record", {Exit(1), Exit(0)}, AttemptOutcome::kRetryable},
+      {"INVALID_ARGUMENT", {Exit(1, kInvalid, "data.train_path: bad")}, AttemptOutcome::kPermanent},
+      {"FAILED_PRECONDITION", {Exit(1, kPrecondition)}, AttemptOutcome::kPermanent},
+      {"PERMISSION_DENIED", {Exit(1, kPermission)}, AttemptOutcome::kPermanent},
+      {"NOT_FOUND of a data path", {Exit(1, kNotFound, "/data/train.jsonl: no such file")},
+       AttemptOutcome::kPermanent},
+      {"NOT_FOUND of a resume candidate", {Exit(1, kNotFound, "/ckpt/7/step-10: no manifest")},
+       AttemptOutcome::kRetryable},
+      {"NOT_FOUND naming a checkpoint", {Exit(1, kNotFound, "no checkpoint verifies")},
+       AttemptOutcome::kRetryable},
+      {"UNAVAILABLE", {Exit(1, kUnavailable, "gloo: connection reset")}, AttemptOutcome::kRetryable},
+      {"INTERNAL", {Exit(1, kInternal)}, AttemptOutcome::kRetryable},
+      {"ABORTED", {Exit(1, kAborted)}, AttemptOutcome::kRetryable},
+      {"permanent rank wins over its killed peer", {Exit(137), Exit(1, kInvalid)},
+       AttemptOutcome::kPermanent},
+      {"legacy relay 'INVALID_ARGUMENT: ...'", {Exit(1, 0, "", "INVALID_ARGUMENT: data.x: bad")},
+       AttemptOutcome::kPermanent},
+      {"stderr text that merely starts like a code", {Exit(1, 0, "", "INVALID_ARGUMENTS everywhere")},
+       AttemptOutcome::kRetryable},
+      {"'error' line without a code", {Exit(1, 0, "", "RuntimeError: Connection reset by peer")},
+       AttemptOutcome::kRetryable},
+  };
+  for (const Row& r : rows) {
+    EXPECT_EQ(ClassifyFailure(Failed(r.exits), ctx), r.want) << r.name;
+  }
+}
+
+AttemptTracker TwoNodeAttempt() {
+  AttemptTracker a;
+  a.record.job_id = 1;
+  a.record.attempt = 1;
+  a.record.started = kNow;
+  a.record.tasks = {{"1-1-0", 0, "w0", 1, v1::TASK_STARTING}, {"1-1-1", 1, "w1", 1, v1::TASK_STARTING}};
+  for (const TaskRecord& t : a.record.tasks) a.task_states[t.task_id] = v1::TASK_STARTING;
+  a.committed = true;
+  return a;
+}
+
+v1::TaskStatus Status(const std::string& task, v1::TaskState state) {
+  v1::TaskStatus s;
+  s.set_task_id(task);
+  s.set_state(state);
+  return s;
+}
+
+TEST(AttemptTrackerTest, TaskStatesDecideTheOutcome) {
+  AttemptTracker a = TwoNodeAttempt();
+  EXPECT_FALSE(a.OnTaskStatus("w0", Status("1-1-0", v1::TASK_RUNNING)).record_running);
+  EXPECT_TRUE(a.OnTaskStatus("w1", Status("1-1-1", v1::TASK_RUNNING)).record_running);
+  EXPECT_FALSE(a.OnTaskStatus("w0", Status("1-1-0", v1::TASK_SUCCEEDED)).end.has_value());
+  TaskReportEffect done = a.OnTaskStatus("w1", Status("1-1-1", v1::TASK_SUCCEEDED));
+  ASSERT_TRUE(done.end.has_value());
+  EXPECT_EQ(*done.end, AttemptOutcome::kSucceeded);
+
+  AttemptTracker b = TwoNodeAttempt();
+  v1::TaskStatus failed = Status("1-1-1", v1::TASK_FAILED);  // no exits: not launched
+  TaskReportEffect f = b.OnTaskStatus("w1", failed);
+  ASSERT_TRUE(f.end.has_value());
+  EXPECT_EQ(*f.end, AttemptOutcome::kNodeFault);
+  EXPECT_EQ(f.excluded_worker, "w1");
+
+  AttemptTracker c = TwoNodeAttempt();
+  TaskReportEffect k = c.OnTaskStatus("w0", Status("1-1-0", v1::TASK_KILLED));
+  ASSERT_TRUE(k.end.has_value());
+  EXPECT_EQ(*k.end, AttemptOutcome::kRetryable);
+}
+
+TEST(AttemptTrackerTest, ATerminalTaskFreesItsSlotAndStaysTerminal) {
+  AttemptTracker a = TwoNodeAttempt();
+  EXPECT_EQ(a.HeldAllocations().size(), 2u);
+  a.OnTaskStatus("w0", Status("1-1-0", v1::TASK_FAILED));
+  std::vector<sched::Allocation> held = a.HeldAllocations();
+  ASSERT_EQ(held.size(), 1u);
+  EXPECT_EQ(held[0].worker_id, "w1");
+  // A late RUNNING cannot bring it back.
+  EXPECT_FALSE(a.OnTaskStatus("w0", Status("1-1-0", v1::TASK_RUNNING)).applied);
+  EXPECT_EQ(a.task_states["1-1-0"], v1::TASK_FAILED);
+}
+
+TEST(AttemptTrackerTest, MissingAndSilentTasksAreAbandonedAfterTheirGrace) {
+  AttemptTracker a = TwoNodeAttempt();
+  a.OnTaskStatus("w0", Status("1-1-0", v1::TASK_RUNNING));
+  a.OnTaskStatus("w1", Status("1-1-1", v1::TASK_RUNNING));
+  a.OnTaskStatus("w0", Status("1-1-0", v1::TASK_FAILED));
+  a.ended = true;
+  a.BeginStopping(kNow, absl::Seconds(15), absl::Seconds(10));
+  // The worker came back without 1-1-1: missing, abandoned after the grace even though
+  // the attempt has ended (the stranded restart).
+  a.MarkMissing("1-1-1", kNow);
+  EXPECT_TRUE(a.Abandoned(kNow + absl::Seconds(2), absl::Seconds(3)).empty());
+  EXPECT_EQ(a.Abandoned(kNow + absl::Seconds(3), absl::Seconds(3)),
+            std::vector<std::string>{"1-1-1"});
+  // A late status within the grace clears it.
+  a.OnTaskStatus("w1", Status("1-1-1", v1::TASK_RUNNING));
+  EXPECT_TRUE(a.Abandoned(kNow + absl::Seconds(5), absl::Seconds(3)).empty());
+  // Silent past the stop deadline (grace + slack): abandoned too.
+  EXPECT_EQ(a.Abandoned(kNow + absl::Seconds(25), absl::Seconds(3)),
+            std::vector<std::string>{"1-1-1"});
+  a.Abandon("1-1-1");
+  EXPECT_TRUE(a.AllTasksDone([](const std::string&) { return false; }));
+  EXPECT_TRUE(a.HeldAllocations().empty());
+  // A later, shorter stop does not move the first deadline.
+  AttemptTracker b = TwoNodeAttempt();
+  b.BeginStopping(kNow, absl::Seconds(60), absl::Seconds(10));
+  b.BeginStopping(kNow, absl::Seconds(15), absl::Seconds(10));
+  EXPECT_TRUE(b.Abandoned(kNow + absl::Seconds(30), absl::Seconds(3)).empty());
+}
+
+TEST(AttemptTrackerTest, ExpectedEndFromStepRateOrDeadline) {
+  AttemptTracker a = TwoNodeAttempt();
+  EXPECT_FALSE(a.ExpectedEnd(kNow).has_value());
+  a.OnStep(10, 100, kNow);
+  EXPECT_FALSE(a.ExpectedEnd(kNow).has_value());  // one point gives no rate
+  a.OnStep(20, 100, kNow + absl::Seconds(10));    // 1 s per step, 80 to go
+  EXPECT_EQ(a.ExpectedEnd(kNow + absl::Seconds(10)), kNow + absl::Seconds(90));
+  a.spec.mutable_run_policy()->set_active_deadline_seconds(60);  // earlier: wins
+  EXPECT_EQ(a.ExpectedEnd(kNow + absl::Seconds(10)), kNow + absl::Seconds(60));
+  AttemptTracker b = TwoNodeAttempt();
+  b.spec.mutable_run_policy()->set_active_deadline_seconds(300);
+  EXPECT_EQ(b.ExpectedEnd(kNow), kNow + absl::Seconds(300));
+}
+
+SchedulableJob Queued(int64_t id, int nodes, int gpus, int priority = 0,
+                      absl::Time queued_since = kNow - absl::Minutes(1)) {
+  SchedulableJob j;
+  j.job.set_id(JobIdString(id));
+  j.job.mutable_spec()->set_queue("default");
+  j.job.mutable_spec()->set_priority(priority);
+  j.job.mutable_spec()->mutable_resources()->set_nodes(nodes);
+  j.job.mutable_spec()->mutable_resources()->set_gpus_per_node(gpus);
+  j.queued_since = queued_since;
+  j.eligible = absl::InfinitePast();
+  j.last_preempted = absl::InfinitePast();
+  j.first_start = absl::InfinitePast();
+  return j;
+}
+
+WorkerView GpuWorker(const std::string& name, int gpus, bool schedulable = true) {
+  WorkerView w;
+  w.name = name;
+  for (int i = 0; i < gpus; ++i) w.inventory.add_gpus()->set_index(i);
+  w.schedulable = schedulable;
+  return w;
+}
+
+AttemptTracker Running(int64_t job_id, const std::string& worker, int gpus, int priority = 0) {
+  AttemptTracker a;
+  a.record.job_id = job_id;
+  a.record.attempt = 1;
+  a.record.started = kNow - absl::Minutes(20);
+  a.spec.set_queue("default");
+  a.spec.set_priority(priority);
+  const std::string task = absl::StrCat(job_id, "-1-0");
+  a.record.tasks = {{task, 0, worker, gpus, v1::TASK_RUNNING}};
+  a.task_states[task] = v1::TASK_RUNNING;
+  return a;
+}
+
+TEST(SchedulerInputTest, Table) {
+  std::vector<SchedulableJob> queued;
+  queued.push_back(Queued(1, 1, 1));                      // pending
+  queued.push_back(Queued(2, 1, 1));                      // previous attempt still stopping
+  queued.push_back(Queued(3, 1, 1));                      // in backoff
+  queued[2].eligible = kNow + absl::Seconds(4);
+  queued.push_back(Queued(4, 1, 1));                      // deadline passed
+  queued[3].job.mutable_spec()->mutable_run_policy()->set_active_deadline_seconds(60);
+  queued[3].first_start = kNow - absl::Seconds(61);
+  queued.push_back(Queued(5, 2, 1));                      // preempted before, has a deadline
+  queued[4].last_preempted = kNow - absl::Minutes(3);
+  queued[4].job.mutable_spec()->mutable_run_policy()->set_active_deadline_seconds(600);
+  std::map<int64_t, AttemptTracker> attempts;
+  attempts[2] = Running(2, "a", 1);
+  attempts[2].stopping = true;
+  attempts[2].last_preempted = kNow - absl::Minutes(1);
+  attempts[6] = TwoNodeAttempt();
+  attempts[6].record.job_id = 6;
+  attempts[6].task_states["1-1-0"] = v1::TASK_FAILED;  // node 0 done: holds nothing
+  attempts[6].OnStep(1, 16, kNow - absl::Seconds(10));
+  attempts[6].OnStep(6, 16, kNow - absl::Seconds(5));
+
+  SchedulerInput in = BuildSchedulerInput(
+      queued, {GpuWorker("a", 2), GpuWorker("b", 1, /*schedulable=*/false)}, attempts, kNow);
+
+  ASSERT_EQ(in.pending.size(), 2u);
+  EXPECT_EQ(in.pending[0].job_id, 1);
+  EXPECT_FALSE(in.pending[0].expected_duration.has_value());
+  EXPECT_EQ(in.pending[1].job_id, 5);
+  EXPECT_EQ(in.pending[1].nodes, 2);
+  EXPECT_EQ(in.pending[1].last_preempted, kNow - absl::Minutes(3));
+  EXPECT_EQ(in.pending[1].expected_duration, absl::Seconds(600));
+  ASSERT_EQ(in.held_back.count(3), 1u);
+  EXPECT_EQ(in.held_back[3].code(), "BACKOFF");
+  EXPECT_EQ(in.held_back[3].message(), "restarting after backoff in 4s");
+  ASSERT_EQ(in.deadline_passed.count(4), 1u);
+  EXPECT_EQ(in.deadline_passed[4], "active_deadline_seconds (60) exceeded");
+  EXPECT_EQ(in.jobs.size(), 2u);
+
+  ASSERT_EQ(in.workers.size(), 2u);
+  EXPECT_EQ(in.workers[0].gpus, 2);
+  EXPECT_TRUE(in.workers[0].schedulable);
+  EXPECT_FALSE(in.workers[1].schedulable);
+
+  ASSERT_EQ(in.running.size(), 2u);
+  EXPECT_EQ(in.running[0].job_id, 2);
+  EXPECT_TRUE(in.running[0].preempting);
+  EXPECT_EQ(in.running[0].last_preempted, kNow - absl::Minutes(1));
+  EXPECT_FALSE(in.running[0].expected_end.has_value());
+  EXPECT_EQ(in.running[1].job_id, 6);
+  ASSERT_EQ(in.running[1].allocations.size(), 1u);  // only the task still running
+  EXPECT_EQ(in.running[1].allocations[0].worker_id, "w1");
+  EXPECT_EQ(in.running[1].expected_end, kNow + absl::Seconds(5));  // 1 s/step, 10 to go
+}
+
+TEST(SchedulerInputTest, PreemptionCooldownNowApplies) {
+  // A low-priority job holds the only GPU; it was preempted a minute ago (cool-down 10
+  // minutes), so the high-priority job may not take it again.
+  std::map<int64_t, AttemptTracker> attempts;
+  attempts[1] = Running(1, "a", 1, /*priority=*/0);
+  attempts[1].last_preempted = kNow - absl::Minutes(1);
+  const std::vector<SchedulableJob> queued = {Queued(2, 1, 1, /*priority=*/100)};
+  const sched::Scheduler scheduler{sched::Config{}};
+  SchedulerInput in = BuildSchedulerInput(queued, {GpuWorker("a", 1)}, attempts, kNow);
+  sched::Decisions d = scheduler.Schedule(in.pending, in.workers, in.running, {}, kNow);
+  EXPECT_TRUE(d.preemptions.empty());
+  ASSERT_EQ(d.pending.size(), 1u);
+  EXPECT_EQ(d.pending[0].code, sched::PendingCode::kPreemptionCooldown);
+
+  // Past its cool-down it is a victim again.
+  attempts[1].last_preempted = kNow - absl::Minutes(11);
+  in = BuildSchedulerInput(queued, {GpuWorker("a", 1)}, attempts, kNow);
+  d = scheduler.Schedule(in.pending, in.workers, in.running, {}, kNow);
+  ASSERT_EQ(d.preemptions.size(), 1u);
+  EXPECT_EQ(d.preemptions[0].victim_job_id, 1);
+}
+
+TEST(SchedulerInputTest, BackfillAroundARunningJobsExpectedEnd) {
+  // Worker a: 3 GPUs, one held by job 1 that will end in ~500 s (its step rate). Job 2
+  // (3 GPUs) has waited past reservation_after and reserves a for then. Job 3 (1 GPU,
+  // 60 s deadline) ends before that: it backfills. Job 4 (1 GPU, no deadline) may not
+  // take the reserved GPU.
+  std::map<int64_t, AttemptTracker> attempts;
+  attempts[1] = Running(1, "a", 1);
+  std::vector<SchedulableJob> queued = {Queued(2, 1, 3, 0, kNow - absl::Hours(1)),
+                                        Queued(3, 1, 1), Queued(4, 1, 1)};
+  queued[1].job.mutable_spec()->mutable_run_policy()->set_active_deadline_seconds(60);
+  const sched::Scheduler scheduler{sched::Config{}};
+  auto schedule = [&] {
+    SchedulerInput in = BuildSchedulerInput(queued, {GpuWorker("a", 3)}, attempts, kNow);
+    sched::Decisions d = scheduler.Schedule(in.pending, in.workers, in.running, {}, kNow);
+    std::map<int64_t, sched::Pending> pending;
+    for (const sched::Pending& p : d.pending) pending[p.job_id] = p;
+    return std::make_pair(d.placements, pending);
+  };
+  // Without a step rate the running job's end is unknown: no estimate, no backfill.
+  auto [placed_blind, pending_blind] = schedule();
+  EXPECT_TRUE(placed_blind.empty());
+  EXPECT_FALSE(pending_blind[2].estimated_start.has_value());
+
+  attempts[1].OnStep(100, 700, kNow - absl::Seconds(100));
+  attempts[1].OnStep(200, 700, kNow);  // 1 s/step, 500 left
+  auto [placed, pending] = schedule();
+  ASSERT_EQ(placed.size(), 1u);
+  EXPECT_EQ(placed[0].job_id, 3);
+  ASSERT_EQ(pending.count(2), 1u);
+  EXPECT_EQ(pending[2].estimated_start, kNow + absl::Seconds(500));
+  ASSERT_EQ(pending.count(4), 1u);
+  EXPECT_EQ(pending[4].code, sched::PendingCode::kBlockedByReservation);
+}
+
+TEST(CheckpointPathTest, OnlyStepDirectoriesDirectlyInsideTheJobDir) {
+  testing::TempDir tmp;
+  const std::string dir = tmp.path() + "/ckpt/7";
+  std::filesystem::create_directories(dir + "/step-5");
+  std::filesystem::create_directories(tmp.path() + "/elsewhere");
+  std::filesystem::create_symlink(tmp.path() + "/elsewhere", dir + "/step-9");
+  EXPECT_TRUE(CheckCheckpointPath(dir, dir + "/step-5").ok());
+  EXPECT_TRUE(CheckCheckpointPath(dir, dir + "/step-6").ok());  // not visible here: lexical
+  EXPECT_TRUE(CheckCheckpointPath(dir + "/", dir + "/./step-5/").ok());
+  for (const std::string& bad :
+       {dir, dir + "/step-", dir + "/step-5x", dir + "/x/step-5", dir + "/../8/step-5",
+        tmp.path() + "/elsewhere", std::string("relative/step-5"), std::string("/"),
+        dir + "/step-9" /* a symlink out of the dir */}) {
+    absl::Status s = CheckCheckpointPath(dir, bad);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << bad;
+  }
+  EXPECT_FALSE(CheckCheckpointPath("", dir + "/step-5").ok());
+
+  std::vector<v1::Checkpoint> ckpts(4);
+  ckpts[0].set_path(dir + "/step-40");
+  ckpts[1].set_path(dir + "/step-30");
+  ckpts[2].set_path("/etc");
+  ckpts[3].set_path(dir + "/step-10");
+  RetentionPlan plan = PlanRetention(dir, ckpts, 1);
+  ASSERT_EQ(plan.remove.size(), 2u);
+  EXPECT_EQ(plan.remove[0].path(), dir + "/step-30");
+  EXPECT_EQ(plan.remove[1].path(), dir + "/step-10");
+  ASSERT_EQ(plan.refused.size(), 1u);
+  EXPECT_EQ(plan.refused[0].path(), "/etc");
+  EXPECT_TRUE(PlanRetention(dir, ckpts, 0).remove.empty());  // keep all
+}
+
+}  // namespace
+}  // namespace llamafleet
