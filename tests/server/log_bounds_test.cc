@@ -4,6 +4,7 @@
 // jobs leave the coordinator under 100 descriptors (printed with its RSS).
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
 #include <atomic>
 #include <filesystem>
 #include <fstream>
@@ -149,6 +150,15 @@ class InstantWorker {
       logs->set_stream("stderr");
       for (int i = 0; i < 5; ++i) logs->add_lines(absl::StrCat("step ", i, " loss 1.0"));
       stream_->Write(out);
+      if (t.task_id() == "1-1-0") {
+        // 1200 lines of 5 KB (what once broke the portal's log view), in messages that
+        // fit the 4 MiB limit.
+        for (int batch = 0; batch < 12; ++batch) {
+          logs->clear_lines();
+          for (int i = 0; i < 100; ++i) logs->add_lines(std::string(5000, 'a' + batch));
+          stream_->Write(out);
+        }
+      }
       out.Clear();
       v1::TaskStatus* done = out.mutable_task_status();
       done->set_task_id(t.task_id());
@@ -245,6 +255,28 @@ TEST(CoordinatorLogBoundsTest, ThousandFinishedTwoRankJobsLeaveFewDescriptors) {
             << " rank log files) in " << absl::FormatDuration(took) << ": " << fds
             << " descriptors (baseline " << baseline << "), RSS " << rss / 1024 << " MiB\n";
   EXPECT_LT(fds, 100);
+  // Every chunk of StreamJobLogs (which HTTP and SSE relay) stays within 1 MiB.
+  {
+    v1::StreamJobLogsRequest req;
+    req.set_job_id("1");
+    req.set_rank(0);
+    grpc::ClientContext ctx;
+    std::unique_ptr<grpc::ClientReader<v1::LogChunk>> reader = jobs->StreamJobLogs(&ctx, req);
+    v1::LogChunk chunk;
+    int lines = 0, chunks = 0;
+    size_t largest = 0;
+    while (reader->Read(&chunk)) {
+      ++chunks;
+      lines += chunk.lines_size();
+      largest = std::max(largest, chunk.ByteSizeLong());
+    }
+    grpc::Status s = reader->Finish();
+    ASSERT_TRUE(s.ok()) << s.error_message();
+    EXPECT_EQ(lines, 1205);
+    EXPECT_LE(largest, static_cast<size_t>(1 << 20));
+    std::cout << "StreamJobLogs: 1205 lines (1200 of 5 KB) in " << chunks
+              << " chunks, largest " << largest << " bytes\n";
+  }
   int log_files = 0;
   for (const auto& e : std::filesystem::recursive_directory_iterator(dir.path() + "/coord/logs")) {
     if (e.path().extension() == ".log") ++log_files;
