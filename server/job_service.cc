@@ -447,9 +447,14 @@ class JobServiceImpl::LogReactor : public grpc::ServerWriteReactor<v1::LogChunk>
       Done(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled"));
       return;
     }
-    // Terminal before reading: whatever it wrote is on disk by now.
+    // Terminal before reading: its last lines were queued before its final status, so
+    // once the log store's queue is flushed they are on disk.
     absl::StatusOr<v1::Job> job = service_->store_->GetJob(job_id_);
     const bool over = !job.ok() || IsTerminal(job->state());
+    if (over && !flushed_) {
+      flushed_ = true;
+      service_->logs_->Flush();
+    }
     for (const LogStore::Source& s : service_->logs_->Sources(job_id_, request_.attempt())) {
       if (request_.rank() >= 0 && s.rank != request_.rank()) continue;
       LogStore::Cursor& c = cursors_[s.path];
@@ -489,6 +494,7 @@ class JobServiceImpl::LogReactor : public grpc::ServerWriteReactor<v1::LogChunk>
   grpc::Alarm alarm_;
   std::atomic<bool> cancelled_{false};
   bool finished_ = false;  // reader thread only
+  bool flushed_ = false;   // reader thread only
 };
 
 grpc::ServerWriteReactor<v1::LogChunk>* JobServiceImpl::StreamJobLogs(
