@@ -120,6 +120,25 @@ class TrainingTest : public ::testing::Test {
     return {resp.checkpoints().begin(), resp.checkpoints().end()};
   }
 
+  // Each attempt's outcome, for failure messages.
+  std::string AttemptsText(const std::string& id) {
+    v1::ListAttemptsRequest req;
+    req.set_job_id(id);
+    v1::ListAttemptsResponse resp;
+    grpc::ClientContext ctx;
+    (void)jobs_->ListAttempts(&ctx, req, &resp);
+    std::string out;
+    for (const v1::Attempt& a : resp.attempts()) {
+      absl::StrAppend(&out, "\n  attempt ", a.attempt(), " [", a.failure_class(), "] ", a.reason(),
+                      " resume_from=", a.resume_from());
+      for (const v1::AttemptTask& t : a.tasks()) {
+        absl::StrAppend(&out, "\n    ", t.task_id(), " on ", t.worker(), ": ",
+                        v1::TaskState_Name(t.state()), " ", t.message());
+      }
+    }
+    return out;
+  }
+
   // Busy slots per worker, as `llamafleet workers` shows them.
   std::map<std::string, int> BusySlots() {
     auto stub = v1::WorkerService::NewStub(grpc::CreateChannel(address_, grpc::InsecureChannelCredentials()));
@@ -214,8 +233,9 @@ TEST_F(TrainingTest, WorkerRestartedAtOnceUnderTheSameNameDoesNotStrandTheJob) {
   StartWorker("w1");  // same name, same data dir, at once
 
   job = WaitUntil(id, [](const v1::Job& j) { return IsTerminalState(j); }, absl::Minutes(5));
-  ASSERT_EQ(job.state(), v1::SUCCEEDED) << job.status_reason();
+  ASSERT_EQ(job.state(), v1::SUCCEEDED) << job.status_reason() << AttemptsText(id);
   EXPECT_GE(job.attempts(), 2);
+  std::cout << "restarted job's attempts:" << AttemptsText(id) << "\n";
   // Every slot is free again once the job is over.
   std::map<std::string, int> busy;
   for (int i = 0; i < 100; ++i) {
@@ -229,7 +249,7 @@ TEST_F(TrainingTest, WorkerRestartedAtOnceUnderTheSameNameDoesNotStrandTheJob) {
   const std::string straight = Submit("straight", /*every_steps=*/5, /*max_restarts=*/3);
   job = WaitUntil(straight, [](const v1::Job& j) { return IsTerminalState(j); }, absl::Minutes(5));
   ASSERT_EQ(job.state(), v1::SUCCEEDED) << job.status_reason();
-  EXPECT_EQ(job.attempts(), 1);
+  EXPECT_EQ(job.attempts(), 1) << AttemptsText(straight);
 
   const double a = EvalLoss(dir_.path() + "/export-restarted");
   const double b = EvalLoss(dir_.path() + "/export-straight");
