@@ -503,8 +503,15 @@ void ClusterManager::ReleaseAbandoned(absl::Time now) {
 }
 
 int ClusterManager::AllocateMasterPort() {
-  for (int p = options_.master_port_base; p < options_.master_port_base + 1000; ++p) {
-    if (ports_in_use_.insert(p).second) return p;
+  // Round robin from after the last port handed out: a port an attempt just released may
+  // still be in TIME_WAIT on node 0, and a restart that reused it at once would fail its
+  // rendezvous with "address already in use".
+  for (int i = 0; i < 1000; ++i) {
+    const int p = options_.master_port_base + (next_master_port_ + i) % 1000;
+    if (ports_in_use_.insert(p).second) {
+      next_master_port_ = (next_master_port_ + i + 1) % 1000;
+      return p;
+    }
   }
   return options_.master_port_base;
 }

@@ -199,6 +199,7 @@ class ClusterManager : public ClusterView {
   std::map<std::string, LiveWorker> workers_;
   std::map<int64_t, ActiveAttempt> attempts_;
   std::set<int> ports_in_use_;
+  int next_master_port_ = 0;  // offset from master_port_base where the next search starts
   std::deque<std::pair<std::string, std::string>> recently_released_;  // (task, worker), bounded
   bool schedule_wanted_ = true;
   absl::Time last_pass_ = absl::InfinitePast();
