@@ -198,8 +198,8 @@ TEST_F(TrainingTest, WorkerKilledMidJobResumesToTheSameWeightsAsAnUninterruptedR
   workers_.erase(victim);
 
   job = WaitUntil(interrupted, [](const v1::Job& j) { return IsTerminalState(j); }, absl::Minutes(5));
-  ASSERT_EQ(job.state(), v1::SUCCEEDED) << job.status_reason();
-  EXPECT_EQ(job.attempts(), 2);
+  ASSERT_EQ(job.state(), v1::SUCCEEDED) << job.status_reason() << AttemptsText(interrupted);
+  EXPECT_EQ(job.attempts(), 2) << AttemptsText(interrupted);
   EXPECT_EQ(job.restarts(), 1);
 
   const std::string straight = Submit("straight");
