@@ -199,13 +199,33 @@ TEST_F(TrainingTest, WorkerKilledMidJobResumesToTheSameWeightsAsAnUninterruptedR
 
   job = WaitUntil(interrupted, [](const v1::Job& j) { return IsTerminalState(j); }, absl::Minutes(5));
   ASSERT_EQ(job.state(), v1::SUCCEEDED) << job.status_reason() << AttemptsText(interrupted);
-  EXPECT_EQ(job.attempts(), 2) << AttemptsText(interrupted);
-  EXPECT_EQ(job.restarts(), 1);
+  // One restart for the kill; on a loaded machine Gloo may also refuse a first
+  // rendezvous connection (an attempt that fails before step 1 and is retried). Either
+  // way the successful attempt resumed from a checkpoint.
+  EXPECT_GE(job.attempts(), 2) << AttemptsText(interrupted);
+  EXPECT_EQ(job.restarts(), job.attempts() - 1);
+  {
+    v1::ListAttemptsRequest req;
+    req.set_job_id(interrupted);
+    v1::ListAttemptsResponse resp;
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(jobs_->ListAttempts(&ctx, req, &resp).ok());
+    ASSERT_GT(resp.attempts_size(), 0);
+    EXPECT_NE(resp.attempts(0).resume_from(), "") << AttemptsText(interrupted);
+  }
 
   const std::string straight = Submit("straight");
   job = WaitUntil(straight, [](const v1::Job& j) { return IsTerminalState(j); }, absl::Minutes(5));
   ASSERT_EQ(job.state(), v1::SUCCEEDED) << job.status_reason();
-  EXPECT_EQ(job.attempts(), 1);
+  {
+    v1::ListAttemptsRequest req;
+    req.set_job_id(straight);
+    v1::ListAttemptsResponse resp;
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(jobs_->ListAttempts(&ctx, req, &resp).ok());
+    ASSERT_GT(resp.attempts_size(), 0);
+    EXPECT_EQ(resp.attempts(0).resume_from(), "") << AttemptsText(straight);
+  }
 
   const double a = EvalLoss(dir_.path() + "/export-interrupted");
   const double b = EvalLoss(dir_.path() + "/export-straight");
