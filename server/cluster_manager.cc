@@ -459,6 +459,7 @@ void ClusterManager::SendAssignments(int64_t job_id) {
     ts->set_master_port(a.record.master_port);
     ts->set_resume_from(a.record.resume_from);
     *ts->mutable_spec() = a.spec;
+    for (const std::string& root : options_.path_roots) ts->add_path_roots(root);
     w->second.link->Send(std::move(m));
   }
 }
@@ -537,7 +538,9 @@ void ClusterManager::Tick() {
     if (expired.ok()) {
       for (int64_t id : *expired) {
         spdlog::info("job {}: ttl_after_finished passed; deleting its record", id);
-        Write(DeleteJobTxn(id), [](absl::Status) {});
+        Write(DeleteJobTxn(id), [this, id](absl::Status s) {
+          if (s.ok() && options_.on_job_deleted) Post([this, id] { options_.on_job_deleted(id); });
+        });
       }
     }
   }

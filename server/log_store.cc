@@ -2,6 +2,7 @@
 
 #include <filesystem>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -52,6 +53,20 @@ void LogStore::Append(const std::string& task_id, int rank, const std::vector<st
   }
   for (const std::string& line : lines) write_line(line);
   fflush(file.f);
+}
+
+absl::Status LogStore::RemoveJob(int64_t job_id) {
+  const std::string job_dir = absl::StrCat(dir_, "/", job_id);
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto it = files_.lower_bound(job_dir + "/"); it != files_.end() &&
+                                                    absl::StartsWith(it->first, job_dir + "/");) {
+    if (it->second.f != nullptr) fclose(it->second.f);
+    it = files_.erase(it);
+  }
+  std::error_code ec;
+  std::filesystem::remove_all(job_dir, ec);
+  if (ec) return absl::InternalError(absl::StrCat("cannot remove logs ", job_dir, ": ", ec.message()));
+  return absl::OkStatus();
 }
 
 std::vector<LogStore::Source> LogStore::Sources(int64_t job_id, int attempt) const {

@@ -34,6 +34,10 @@ class LogStore {
   // The rank logs of a job's attempt (0 = newest), by rank.
   std::vector<Source> Sources(int64_t job_id, int attempt) const;
 
+  // Closes the job's files and deletes DIR/<job>, for a job whose record was deleted
+  // (ttl_after_finished). Errors name the directory.
+  absl::Status RemoveJob(int64_t job_id);
+
  private:
   struct File {
     FILE* f = nullptr;

@@ -47,8 +47,12 @@ class CliTest : public ::testing::Test {
   void TearDown() override { StopCoordinator(); }
 
   void StartCoordinator(const std::string& listen) {
+    // Specs name /data/... and the queue research: both must be configured.
+    const std::string config = WriteFile("coordinator.yaml",
+                                         "paths: {roots: [/]}\nqueues: {research: {gpu_quota: 0}}\n");
     auto started = Subprocess::Start({BinaryPath("llamafleet-coordinator"), "--listen", listen, "--insecure-no-auth",
-                                      "--data-dir", dir_.path() + "/data", "--log-level", "warn"},
+                                      "--data-dir", dir_.path() + "/data", "--log-level", "warn",
+                                      "--config", config},
                                      {}, dir_.path() + "/coordinator.log");
     ASSERT_TRUE(started.ok()) << started.status();
     coordinator_ = std::move(*started);

@@ -183,6 +183,7 @@ class HttpApiTest : public ::testing::Test {
     options.data_dir = dir_.path();
     options.auth_enabled = false;
     options.max_http_body_bytes = kMaxBody;
+    options.path_roots = {"/"};
     options.synchronous_full = false;
     absl::StatusOr<std::unique_ptr<Coordinator>> c = Coordinator::Start(options);
     ASSERT_TRUE(c.ok()) << c.status();
@@ -649,6 +650,7 @@ class HttpAuthTest : public ::testing::Test {
     options.http_listen = "127.0.0.1:0";
     options.data_dir = dir_.path();
     options.synchronous_full = false;
+    options.path_roots = {"/"};
     absl::StatusOr<std::unique_ptr<Coordinator>> c = Coordinator::Start(options);
     ASSERT_TRUE(c.ok()) << c.status();
     coordinator_ = std::move(*c);

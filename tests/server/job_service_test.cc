@@ -36,6 +36,7 @@ class JobServiceTest : public ::testing::Test {
     options.listen = "127.0.0.1:0";
     options.data_dir = dir_.path();
     options.auth_enabled = false;  // callers named by x-llamafleet-user; auth_test checks tokens
+    options.path_roots = {"/"};    // the specs name /d.jsonl; tests/security checks roots
     absl::StatusOr<std::unique_ptr<Coordinator>> c = Coordinator::Start(options);
     ASSERT_TRUE(c.ok()) << c.status();
     coordinator_ = std::move(*c);
