@@ -174,6 +174,7 @@ absl::Status RebuildJobsWithAutoincrement(sqlite::Connection& conn) {
   if (!row.ok()) return row.status();
   if (!*row) return absl::InternalError("no jobs table to rebuild");
   std::string create = table->ColumnText(0);
+  table->Reset();  // an open statement would keep the table locked against DROP
   if (create.find("AUTOINCREMENT") != std::string::npos) return absl::OkStatus();
   const std::string kKey = "INTEGER PRIMARY KEY";
   const size_t key = create.find(kKey);
@@ -193,6 +194,7 @@ absl::Status RebuildJobsWithAutoincrement(sqlite::Connection& conn) {
     if (!*more) break;
     indexes.push_back(index->ColumnText(0));
   }
+  index->Reset();
   for (const std::string& sql :
        {create, std::string("INSERT INTO jobs_rebuilt SELECT * FROM jobs"), std::string("DROP TABLE jobs"),
         std::string("ALTER TABLE jobs_rebuilt RENAME TO jobs")}) {
@@ -211,13 +213,18 @@ absl::Status BackfillCheckpointDirs(sqlite::Connection& conn) {
       conn.Prepare("UPDATE jobs SET checkpoint_dir = ?2 WHERE id = ?1");
   if (!select.ok()) return select.status();
   if (!update.ok()) return update.status();
+  std::vector<std::pair<int64_t, std::string>> dirs;  // read all first, then write
   while (true) {
     absl::StatusOr<bool> row = select->Step();
     if (!row.ok()) return row.status();
     if (!*row) break;
     v1::JobSpec spec;
     if (!spec.ParseFromString(select->ColumnText(1)) || spec.checkpoint().dir().empty()) continue;
-    update->Bind(1, select->ColumnInt(0)).Bind(2, spec.checkpoint().dir());
+    dirs.emplace_back(select->ColumnInt(0), spec.checkpoint().dir());
+  }
+  select->Reset();
+  for (const auto& [id, dir] : dirs) {
+    update->Bind(1, id).Bind(2, dir);
     if (absl::Status s = update->Run(); !s.ok()) return s;
     update->Reset();
   }

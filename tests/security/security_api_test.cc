@@ -14,6 +14,7 @@
 #include <fstream>
 #include <map>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <boost/asio.hpp>
@@ -220,11 +221,20 @@ TEST_F(SecurityApiTest, EveryPathFieldOutsideTheRootIsRefusedNamingTheFieldAndTh
       {"output.export_dir", "output: {export_dir: relative/dir}\n"},
       {"checkpoint.dir", "checkpoint: {dir: /tmp/elsewhere}\n"},
       {"checkpoint.resume", "checkpoint: {resume: /var/lib/other/step-10}\n"},
-      {"model.tokenizer", "model: {preset: tiny, tokenizer: /etc/shadow}\n"},
-      {"data.eval_path", "data: {train_path: /x/train.jsonl, eval_path: /x/eval.jsonl}\n"},
   };
-  for (const auto& [field, yaml] : cases) {
-    grpc::Status s = Submit("alice", Spec(yaml));
+  std::vector<std::tuple<std::string, std::string, v1::JobSpec>> specs;
+  for (const auto& [field, yaml] : cases) specs.emplace_back(field, yaml, Spec(yaml));
+  v1::JobSpec spec = Spec();
+  spec.mutable_model()->set_tokenizer("/etc/shadow");
+  specs.emplace_back("model.tokenizer", "tokenizer", spec);
+  spec = Spec();
+  spec.mutable_data()->set_eval_path("/x/eval.jsonl");
+  specs.emplace_back("data.eval_path", "eval_path", spec);
+  spec = Spec();
+  spec.mutable_data()->set_train_path(root_ + "/../train.jsonl");
+  specs.emplace_back("data.train_path", "train_path", spec);
+  for (const auto& [field, yaml, job] : specs) {
+    grpc::Status s = Submit("alice", job);
     EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << yaml;
     EXPECT_NE(s.error_message().find("spec." + field), std::string::npos) << s.error_message();
     EXPECT_NE(s.error_message().find(root_), std::string::npos) << "names the roots: " << s.error_message();
@@ -232,7 +242,7 @@ TEST_F(SecurityApiTest, EveryPathFieldOutsideTheRootIsRefusedNamingTheFieldAndTh
     EXPECT_NE(std::find(fields.begin(), fields.end(), "spec." + field), fields.end()) << yaml;
   }
   // model.path too (it excludes model.preset).
-  v1::JobSpec spec = Spec();
+  spec = Spec();
   spec.mutable_model()->clear_preset();
   spec.mutable_model()->set_path("/root/.ssh");
   grpc::Status s = Submit("alice", spec);
