@@ -176,14 +176,16 @@ absl::Status RebuildJobsWithAutoincrement(sqlite::Connection& conn) {
   std::string create = table->ColumnText(0);
   table->Reset();  // an open statement would keep the table locked against DROP
   if (create.find("AUTOINCREMENT") != std::string::npos) return absl::OkStatus();
+  // "CREATE TABLE jobs (" or, after a rename, "CREATE TABLE \"jobs\" (".
   const std::string kKey = "INTEGER PRIMARY KEY";
   const size_t key = create.find(kKey);
-  const std::string kCreate = "CREATE TABLE jobs";
-  if (key == std::string::npos || create.rfind(kCreate, 0) != 0) {
+  const size_t paren = create.find('(');
+  if (key == std::string::npos || paren == std::string::npos || key < paren ||
+      create.rfind("CREATE TABLE ", 0) != 0) {
     return absl::InternalError(absl::StrCat("unexpected jobs table: ", create.substr(0, 80)));
   }
   create.insert(key + kKey.size(), " AUTOINCREMENT");
-  create.replace(0, kCreate.size(), "CREATE TABLE jobs_rebuilt");
+  create.replace(0, paren, "CREATE TABLE jobs_rebuilt ");
   std::vector<std::string> indexes;
   absl::StatusOr<sqlite::Statement> index = conn.Prepare(
       "SELECT sql FROM sqlite_master WHERE type = 'index' AND tbl_name = 'jobs' AND sql IS NOT NULL");

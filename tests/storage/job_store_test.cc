@@ -550,7 +550,7 @@ TEST_F(JobStoreTest, MigrationFromSchemaThreeKeepsEveryRowAndStopsIdReuse) {
   sqlite3_finalize(st);
   ASSERT_NE(create.find(" AUTOINCREMENT"), std::string::npos);
   create.erase(create.find(" AUTOINCREMENT"), std::string(" AUTOINCREMENT").size());
-  create.replace(0, std::string("CREATE TABLE jobs").size(), "CREATE TABLE jobs_v3");
+  create.replace(0, create.find('('), "CREATE TABLE jobs_v3 ");  // the name may be quoted
   exec("PRAGMA foreign_keys=OFF");
   exec("BEGIN; DROP INDEX jobs_by_checkpoint_dir; DROP INDEX jobs_by_owner_state;"
        "ALTER TABLE jobs DROP COLUMN checkpoint_dir;");
