@@ -154,7 +154,9 @@ TEST_F(CliTest, SubmitSingleDocumentCreatesOneJob) {
 }
 
 TEST_F(CliTest, QueuesAndWhoAmI) {
-  EXPECT_EQ(Ok({"queues"}), "No queues: nothing queued or running, no quotas configured.\n");
+  // The configured queue is listed before anything is queued in it.
+  EXPECT_EQ(Ok({"queues"}),
+            "QUEUE      QUEUED   RUNNING   GPUS   OLDEST-QUEUED\nresearch   0        0         0/-    -\n");
   Ok({"submit", "-f", WriteFile("a.yaml", Spec("a", "queue: research\n"))});
   Ok({"submit", "-f", WriteFile("b.yaml", Spec("b", "queue: research\n"))});
   Ok({"submit", "-f", WriteFile("c.yaml", Spec("c"))});
