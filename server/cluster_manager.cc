@@ -541,6 +541,7 @@ void ClusterManager::SendAssignments(int64_t job_id) {
       rc->set_manifest_sha256(c.manifest_sha256());
     }
     *ts->mutable_spec() = a.spec;
+    for (const std::string& root : options_.path_roots) ts->add_path_roots(root);
     w->second.link->Send(std::move(m));
   }
 }
@@ -613,7 +614,9 @@ void ClusterManager::Tick() {
     if (expired.ok()) {
       for (int64_t id : *expired) {
         spdlog::info("job {}: ttl_after_finished passed; deleting its record", id);
-        Write(DeleteJobTxn(id), [](absl::Status) {});
+        Write(DeleteJobTxn(id), [this, id](absl::Status s) {
+          if (s.ok() && options_.on_job_deleted) Post([this, id] { options_.on_job_deleted(id); });
+        });
       }
     }
   }

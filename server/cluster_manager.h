@@ -75,6 +75,11 @@ struct ClusterOptions {
   std::map<std::string, sched::QueueConfig> queues;
   // Checkpoints of jobs without checkpoint.dir go to checkpoint_root/<job id>.
   std::string checkpoint_root;
+  // Sent in every task (TaskSpec.path_roots): workers re-check the job's paths against them.
+  std::vector<std::string> path_roots;
+  // Runs on the manager's thread after ttl_after_finished deleted a job's record (to
+  // remove what the job left: logs, its default checkpoint dir). Empty: nothing.
+  std::function<void(int64_t job_id)> on_job_deleted;
   // First TCP port handed out as MASTER_PORT (a range of 1000).
   int master_port_base = 29500;
   Clock* clock = Clock::Real();

@@ -16,6 +16,7 @@
 #include <grpcpp/health_check_service_interface.h>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "server/auth.h"
 #include "server/cluster_manager.h"
@@ -23,6 +24,7 @@
 #include "server/job_service.h"
 #include "server/log_store.h"
 #include "server/metrics.h"
+#include "server/submit_policy.h"
 #include "server/worker_service.h"
 #include "spdlog/spdlog.h"
 #include "storage/job_store.h"
@@ -136,6 +138,26 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinato
     c->join_token_ = *token;
     spdlog::info("workers join with --join-token-file {}/join-token", options.data_dir);
   }
+  absl::StatusOr<std::vector<std::string>> roots = NormalizeRoots(options.path_roots, "path roots");
+  if (!roots.ok()) return roots.status();
+  SubmitPolicy policy;
+  policy.path_roots = *roots;
+  for (const auto& [queue, quota] : options.queue_gpu_quotas) policy.queues.insert(queue);
+  policy.max_active_jobs_per_user = options.max_active_jobs_per_user;
+  for (const auto& [role_name, max] : options.max_priority) {
+    absl::StatusOr<v1::Role> role = ParseRole(role_name);
+    if (!role.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("limits.max_priority.", role_name, ": ",
+                                                     role.status().message()));
+    }
+    policy.max_priority[*role] = max;
+  }
+  if (policy.path_roots.empty()) {
+    spdlog::warn("no path roots (--path-root DIR or paths.roots): every job names a path, so "
+                 "every submission is refused until one is configured");
+  } else {
+    spdlog::info("path roots: {}", absl::StrJoin(policy.path_roots, ", "));
+  }
   c->logs_ = std::make_unique<LogStore>(options.data_dir + "/logs", options.max_log_file_bytes);
   CoordinatorMetricsOptions metrics_options;
   metrics_options.database_path = store_options.path;
@@ -147,7 +169,24 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinato
   cluster.heartbeat_timeout = options.heartbeat_timeout;
   cluster.heartbeat_interval = options.heartbeat_interval;
   cluster.cancel_grace = options.cancel_grace;
-  cluster.checkpoint_root = options.data_dir + "/checkpoints";
+  // Default checkpoint dirs live under the first root, where workers may write; without
+  // roots (no job can be submitted) jobs from before roots existed keep the old place.
+  cluster.checkpoint_root = policy.path_roots.empty() ? options.data_dir + "/checkpoints"
+                                                      : DefaultCheckpointRoot(policy.path_roots);
+  cluster.path_roots = policy.path_roots;
+  // A job deleted by ttl_after_finished takes its logs and its default checkpoint dir
+  // (llamafleet's own, <first root>/llamafleet/checkpoints/<id>: ids are never reused)
+  // with it. A checkpoint.dir the user named is theirs and stays.
+  cluster.on_job_deleted = [logs = c->logs_.get(), checkpoint_root = cluster.checkpoint_root](
+                               int64_t job_id) {
+    if (absl::Status s = logs->RemoveJob(job_id); !s.ok()) {
+      spdlog::warn("job {}: {}", job_id, std::string(s.message()));
+    }
+    const std::string dir = absl::StrCat(checkpoint_root, "/", job_id);
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+    if (ec) spdlog::warn("job {}: cannot remove its checkpoint dir {}: {}", job_id, dir, ec.message());
+  };
   cluster.clock = options.clock;
   cluster.metrics = c->metrics_.get();
   // An attempt's log files are closed once it holds nothing (descriptors stay bounded).
@@ -168,6 +207,7 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinato
   c->job_service_->set_cluster_view(c->cluster_.get());
   c->job_service_->set_log_store(c->logs_.get());
   c->job_service_->set_queue_quotas(options.queue_gpu_quotas);
+  c->job_service_->set_submit_policy(std::move(policy));
   c->job_service_->set_metrics(c->metrics_.get());
   c->metrics_->Attach(c->store_.get(), c->cluster_.get());
   grpc::EnableDefaultHealthCheckService(true);

@@ -4,6 +4,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -61,7 +62,17 @@ struct CoordinatorOptions {
   // every caller is then an admin named by x-llamafleet-user (or "anonymous").
   bool auth_enabled = true;
   // GPU quotas per queue (scheduler::QueueConfig); queues not named are unlimited.
+  // Jobs may name only these queues and "default".
   std::map<std::string, int64_t> queue_gpu_quotas;
+  // Directories jobs may name paths in (--path-root, paths.roots; absolute). Empty: no job
+  // may name a path, which refuses every job (data.train_path is required). The first
+  // holds default checkpoint dirs: <root>/llamafleet/checkpoints/<job id>.
+  std::vector<std::string> path_roots;
+  // Active (queued + running) jobs per user (limits.max_active_jobs_per_user); 0 = none.
+  int64_t max_active_jobs_per_user = 10000;
+  // Highest spec.priority per role name ("viewer", "user", "admin"; limits.max_priority).
+  // A role not named may use the whole range.
+  std::map<std::string, int32_t> max_priority;
   // Not owned.
   Clock* clock = Clock::Real();
 };

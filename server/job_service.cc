@@ -124,11 +124,17 @@ grpc::ServerUnaryReactor* JobServiceImpl::Submit(
     in.spec = requests[i]->spec();
     in.owner = caller->user;
     in.idempotency_key = requests[i]->idempotency_key();
+    in.field_prefix = absl::StrCat(prefix, "spec.");
     ApplyDefaults(&in.spec);
-    absl::Status valid = ValidateJobSpec(in.spec, absl::StrCat(prefix, "spec."));
+    absl::Status valid = ValidateJobSpec(in.spec, in.field_prefix);
     absl::Status key = ValidateIdempotencyKey(in.idempotency_key,
                                               absl::StrCat(prefix, "idempotency_key"));
-    for (const absl::Status* st : {&valid, &key}) {
+    absl::Status policy;
+    if (policy_.has_value()) {
+      in.max_active_jobs = policy_->max_active_jobs_per_user;
+      if (valid.ok()) policy = ApplySubmitPolicy(*policy_, caller->role, in.field_prefix, &in.spec);
+    }
+    for (const absl::Status* st : {&valid, &key, &policy}) {
       if (st->ok()) continue;
       errors.emplace_back(st->message());
       for (v1::FieldViolation& v : FieldViolationsOf(*st)) violations.push_back(std::move(v));
@@ -139,6 +145,14 @@ grpc::ServerUnaryReactor* JobServiceImpl::Submit(
     if (metrics_ != nullptr) metrics_->RecordSubmissions(SubmitResult::kInvalid, inputs.size());
     return FinishNow(context, WithFieldViolations(
                                   absl::InvalidArgumentError(absl::StrJoin(errors, "; ")), violations));
+  }
+  if (policy_.has_value()) {
+    for (const SubmitJobInput& in : inputs) {
+      if (absl::Status s = CheckCheckpointReads(*caller, in.spec, in.field_prefix); !s.ok()) {
+        if (metrics_ != nullptr) metrics_->RecordSubmissions(SubmitResult::kInvalid, inputs.size());
+        return FinishNow(context, s);
+      }
+    }
   }
   if (dry_run) {
     if (metrics_ != nullptr) metrics_->RecordSubmissions(SubmitResult::kDryRun, inputs.size());
@@ -176,6 +190,48 @@ grpc::ServerUnaryReactor* JobServiceImpl::Submit(
     reactor->Finish(grpc::Status::OK);
   });
   return reactor;
+}
+
+absl::Status JobServiceImpl::CheckCheckpointReads(const Principal& caller, const v1::JobSpec& spec,
+                                                  const std::string& prefix) const {
+  if (caller.role == v1::ADMIN) return absl::OkStatus();
+  const std::vector<std::string>& roots = policy_->path_roots;
+  for (const auto& [field, path] :
+       {std::pair<absl::string_view, const std::string*>{"checkpoint.resume", &spec.checkpoint().resume()},
+        {"model.path", &spec.model().path()}}) {
+    if (path->empty() || *path == "latest") continue;
+    auto denied = [&, field = field, path = path](const std::string& why) {
+      v1::FieldViolation v;
+      v.set_field(absl::StrCat(prefix, field));
+      v.set_description(why);
+      return WithFieldViolations(
+          absl::PermissionDeniedError(absl::StrCat(
+              prefix, field, " ", *path, " ", why,
+              "; only that job's owner or an admin may read it (user ", caller.user, ")")),
+          {v});
+    };
+    if (std::optional<int64_t> id = DefaultCheckpointDirJob(roots, *path)) {
+      absl::StatusOr<v1::Job> job = store_->GetJob(*id);
+      if (!job.ok() && job.status().code() != absl::StatusCode::kNotFound) return job.status();
+      if (!job.ok()) return denied(absl::StrCat("is a checkpoint of job ", *id, ", which no longer exists"));
+      if (job->owner() != caller.user) {
+        return denied(absl::StrCat("is a checkpoint of job ", *id, ", owned by ", job->owner()));
+      }
+      continue;
+    }
+    if (std::optional<std::string> reserved = InsideReservedDir(roots, *path)) {
+      return denied(absl::StrCat("is inside ", *reserved, ", which holds jobs' checkpoints"));
+    }
+    absl::StatusOr<std::vector<CheckpointDirOwner>> owners = CheckpointDirOwners(*store_, *path);
+    if (!owners.ok()) return owners.status();
+    for (const CheckpointDirOwner& o : *owners) {
+      if (o.owner != caller.user) {
+        return denied(absl::StrCat("is inside ", o.dir, ", the checkpoint directory of job ",
+                                   o.job_id, ", owned by ", o.owner));
+      }
+    }
+  }
+  return absl::OkStatus();
 }
 
 grpc::ServerUnaryReactor* JobServiceImpl::SubmitJob(grpc::CallbackServerContext* context,

@@ -4,6 +4,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 
 #include "absl/base/thread_annotations.h"
@@ -12,6 +13,7 @@
 #include "server/cluster_manager.h"
 #include "server/log_store.h"
 #include "server/metrics.h"
+#include "server/submit_policy.h"
 #include "storage/job_store.h"
 
 namespace llamafleet {
@@ -35,6 +37,9 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
   void set_log_store(LogStore* logs) { logs_ = logs; }
   // GPU quotas per queue, shown by ListQueues.
   void set_queue_quotas(std::map<std::string, int64_t> quotas) { queue_quotas_ = std::move(quotas); }
+  // Path roots, queues, priority and active-job limits for submissions (submit_policy.h).
+  // Unset: none of these checks (the coordinator always sets one).
+  void set_submit_policy(SubmitPolicy policy) { policy_ = std::move(policy); }
   // Where submissions are counted (not owned; must outlive the service). Null: nowhere.
   void set_metrics(CoordinatorMetrics* metrics) { metrics_ = metrics; }
 
@@ -95,6 +100,12 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
   absl::StatusOr<int64_t> ReadableJob(const grpc::CallbackServerContext& context,
                                       const std::string& job_id) const;
 
+  // PERMISSION_DENIED unless `caller` may read what the spec's checkpoint.resume and
+  // model.path name: a path inside another job's checkpoint directory (its own
+  // checkpoint.dir, or its default one) is for that job's owner and admins only.
+  absl::Status CheckCheckpointReads(const Principal& caller, const v1::JobSpec& spec,
+                                    const std::string& prefix) const;
+
   // Fills job.pending for a QUEUED job from the last scheduling pass.
   void AddPendingInfo(v1::Job* job) const;
 
@@ -105,6 +116,7 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
   LogStore* logs_ = nullptr;
   std::map<std::string, int64_t> queue_quotas_;
   CoordinatorMetrics* metrics_ = nullptr;
+  std::optional<SubmitPolicy> policy_;
 
   std::mutex watches_mu_;
   bool watches_stopped_ ABSL_GUARDED_BY(watches_mu_) = false;

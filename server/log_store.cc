@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <future>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -152,6 +153,28 @@ void LogStore::Flush() {
 int LogStore::OpenFiles() const {
   std::lock_guard<std::mutex> lock(mu_);
   return open_files_;
+}
+
+absl::Status LogStore::RemoveJob(int64_t job_id) {
+  const std::string job_dir = absl::StrCat(dir_, "/", job_id);
+  // files_ belongs to the writer thread: close the job's files and delete there, after
+  // every line already queued for it (a write after the delete would recreate the dir).
+  std::promise<absl::Status> done;
+  auto result = done.get_future();
+  writer_->Post([this, job_dir, &done] {
+    const std::string prefix = job_dir + "/";
+    for (auto it = files_.lower_bound(prefix);
+         it != files_.end() && it->first.compare(0, prefix.size(), prefix) == 0;) {
+      CloseFile(it->first, &it->second);
+      it = files_.erase(it);
+    }
+    std::error_code ec;
+    std::filesystem::remove_all(job_dir, ec);
+    done.set_value(ec ? absl::InternalError(absl::StrCat("cannot remove logs ", job_dir, ": ",
+                                                         ec.message()))
+                      : absl::OkStatus());
+  });
+  return result.get();
 }
 
 std::vector<LogStore::Source> LogStore::Sources(int64_t job_id, int attempt) const {

@@ -73,6 +73,10 @@ class LogStore {
   // (a longer line is returned cut at kMaxChunkBytes); advances the cursor.
   static std::vector<std::string> ReadLines(const std::string& path, Cursor* cursor);
 
+  // Closes the job's files and deletes DIR/<job>, for a job whose record was deleted
+  // (ttl_after_finished). Errors name the directory.
+  absl::Status RemoveJob(int64_t job_id);
+
  private:
   struct File {
     FILE* f = nullptr;

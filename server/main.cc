@@ -96,7 +96,9 @@ int main(int argc, char** argv) {
   app.add_option("--listen", options.listen, "gRPC address HOST:PORT (port 0 = any free port)");
   app.add_option("--data-dir", options.data_dir, "directory for the database");
   app.add_option("--config", config_file,
-                 "YAML file with any of: listen, data_dir, synchronous, group_commit, log_level");
+                 "YAML file with any of: listen, data_dir, synchronous, group_commit, log_level, "
+                 "http_listen, queues, paths (roots), limits (max_active_jobs_per_user, "
+                 "max_priority)");
   app.add_option("--synchronous", synchronous, "SQLite durability: full (fsync every commit) or normal")
       ->check(CLI::IsMember({"full", "normal"}));
   app.add_flag("--no-group-commit", no_group_commit,
@@ -113,6 +115,10 @@ int main(int argc, char** argv) {
   app.add_option("--tls-cert", options.tls_cert_file, "PEM certificate chain: serve gRPC and HTTP over TLS")
       ->check(CLI::ExistingFile);
   app.add_option("--tls-key", options.tls_key_file, "PEM private key for --tls-cert")->check(CLI::ExistingFile);
+  app.add_option("--path-root", options.path_roots,
+                 "directory jobs may name paths in (repeatable; shared storage such as an FSx "
+                 "mount); the first also holds default checkpoint dirs. Without one, no job "
+                 "can be submitted");
   bool insecure_no_auth = false;
   app.add_flag("--insecure-no-auth", insecure_no_auth,
                "turn off token authentication: every caller is an admin (local demos only)");
@@ -154,7 +160,8 @@ int main(int argc, char** argv) {
       return Fail(absl::StrCat("config ", config_file, ": expected a mapping"));
     }
     const std::set<std::string> known = {"listen",    "data_dir",    "synchronous", "group_commit",
-                                         "log_level", "http_listen", "queues"};
+                                         "log_level", "http_listen", "queues",
+                                         "paths",     "limits"};
     try {
       for (const auto& kv : config) {
         const std::string key = kv.first.as<std::string>();
@@ -175,6 +182,46 @@ int main(int argc, char** argv) {
         if (key == "log_level" && app.count("--log-level") == 0) log_level = kv.second.as<std::string>();
         if (key == "http_listen" && app.count("--http-listen") == 0) {
           options.http_listen = kv.second.as<std::string>();
+        }
+        if (key == "paths") {
+          // paths: {roots: [DIR, ...]}
+          if (!kv.second.IsMap() || !kv.second["roots"] || !kv.second["roots"].IsSequence() ||
+              kv.second.size() != 1) {
+            return Fail(absl::StrCat("config ", config_file, ": paths must be a mapping with roots: [DIR, ...]"));
+          }
+          if (app.count("--path-root") == 0) {
+            options.path_roots = kv.second["roots"].as<std::vector<std::string>>();
+          }
+        }
+        if (key == "limits") {
+          // limits: {max_active_jobs_per_user: N, max_priority: {ROLE: N, ...}}
+          if (!kv.second.IsMap()) return Fail(absl::StrCat("config ", config_file, ": limits must be a mapping"));
+          for (const auto& limit : kv.second) {
+            const std::string name = limit.first.as<std::string>();
+            if (name == "max_active_jobs_per_user") {
+              options.max_active_jobs_per_user = limit.second.as<int64_t>();
+              if (options.max_active_jobs_per_user < 0) {
+                return Fail(absl::StrCat("config ", config_file,
+                                         ": limits.max_active_jobs_per_user must be >= 0 (0: no limit)"));
+              }
+            } else if (name == "max_priority") {
+              if (!limit.second.IsMap()) {
+                return Fail(absl::StrCat("config ", config_file,
+                                         ": limits.max_priority must map roles (viewer, user, admin) to priorities"));
+              }
+              for (const auto& role : limit.second) {
+                const std::string role_name = role.first.as<std::string>();
+                if (!llamafleet::ParseRole(role_name).ok()) {
+                  return Fail(absl::StrCat("config ", config_file, ": limits.max_priority.", role_name,
+                                           ": not a role (viewer, user, admin)"));
+                }
+                options.max_priority[role_name] = role.second.as<int32_t>();
+              }
+            } else {
+              return Fail(absl::StrCat("config ", config_file, ": unknown key limits.", name,
+                                       " (max_active_jobs_per_user, max_priority)"));
+            }
+          }
         }
         if (key == "queues") {
           // queues: {NAME: {gpu_quota: N}, ...}

@@ -1,5 +1,11 @@
 #include "storage/job_store.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 #include <future>
 #include <optional>
 
@@ -15,6 +21,17 @@ namespace llamafleet {
 namespace {
 
 using google::protobuf::util::TimeUtil;
+
+// Job ids are never reused (jobs is rebuilt with AUTOINCREMENT first, by
+// RebuildJobsWithAutoincrement: a job deleted by ttl_after_finished never lends its id,
+// and so its logs, to a later job); each job's own checkpoint directory, so a second
+// job cannot take it; active jobs per owner, for the per-user limit.
+// Runs between RebuildJobsWithAutoincrement (before) and BackfillCheckpointDirs (after).
+const char kJobsAutoincrementMigration[] = R"sql(
+ALTER TABLE jobs ADD COLUMN checkpoint_dir TEXT;  -- spec.checkpoint.dir, normalized; NULL = default dir
+CREATE INDEX jobs_by_checkpoint_dir ON jobs(checkpoint_dir) WHERE checkpoint_dir IS NOT NULL;
+CREATE INDEX jobs_by_owner_state ON jobs(owner, state);
+)sql";
 
 // Schema migrations, in order; PRAGMA user_version = number applied. Never edit an
 // applied migration: add a new one.
@@ -140,7 +157,81 @@ CREATE TABLE api_tokens (
 CREATE INDEX jobs_by_queue_state ON jobs(queue, state);
 CREATE INDEX attempts_by_failure_class ON attempts(failure_class);
 )sql",
+    // 4: ids never reused, jobs' own checkpoint dirs, active jobs per owner (above).
+    kJobsAutoincrementMigration,
 };
+
+
+// SQLite cannot add AUTOINCREMENT to a table: rebuild it (the documented create-copy-drop-
+// rename sequence, with foreign keys off so that dropping the old table cascades nothing).
+// The new table is the old one's own CREATE statement with AUTOINCREMENT added, so columns
+// that other migrations added are kept; the indexes are recreated from their statements.
+absl::Status RebuildJobsWithAutoincrement(sqlite::Connection& conn) {
+  absl::StatusOr<sqlite::Statement> table =
+      conn.Prepare("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'jobs'");
+  if (!table.ok()) return table.status();
+  absl::StatusOr<bool> row = table->Step();
+  if (!row.ok()) return row.status();
+  if (!*row) return absl::InternalError("no jobs table to rebuild");
+  std::string create = table->ColumnText(0);
+  table->Reset();  // an open statement would keep the table locked against DROP
+  if (create.find("AUTOINCREMENT") != std::string::npos) return absl::OkStatus();
+  // "CREATE TABLE jobs (" or, after a rename, "CREATE TABLE \"jobs\" (".
+  const std::string kKey = "INTEGER PRIMARY KEY";
+  const size_t key = create.find(kKey);
+  const size_t paren = create.find('(');
+  if (key == std::string::npos || paren == std::string::npos || key < paren ||
+      create.rfind("CREATE TABLE ", 0) != 0) {
+    return absl::InternalError(absl::StrCat("unexpected jobs table: ", create.substr(0, 80)));
+  }
+  create.insert(key + kKey.size(), " AUTOINCREMENT");
+  create.replace(0, paren, "CREATE TABLE jobs_rebuilt ");
+  std::vector<std::string> indexes;
+  absl::StatusOr<sqlite::Statement> index = conn.Prepare(
+      "SELECT sql FROM sqlite_master WHERE type = 'index' AND tbl_name = 'jobs' AND sql IS NOT NULL");
+  if (!index.ok()) return index.status();
+  while (true) {
+    absl::StatusOr<bool> more = index->Step();
+    if (!more.ok()) return more.status();
+    if (!*more) break;
+    indexes.push_back(index->ColumnText(0));
+  }
+  index->Reset();
+  for (const std::string& sql :
+       {create, std::string("INSERT INTO jobs_rebuilt SELECT * FROM jobs"), std::string("DROP TABLE jobs"),
+        std::string("ALTER TABLE jobs_rebuilt RENAME TO jobs")}) {
+    if (absl::Status s = conn.Exec(sql); !s.ok()) return s;
+  }
+  for (const std::string& sql : indexes) {
+    if (absl::Status s = conn.Exec(sql); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+// Fills jobs.checkpoint_dir from the stored specs of jobs submitted before it existed.
+absl::Status BackfillCheckpointDirs(sqlite::Connection& conn) {
+  absl::StatusOr<sqlite::Statement> select = conn.Prepare("SELECT id, spec FROM jobs");
+  absl::StatusOr<sqlite::Statement> update =
+      conn.Prepare("UPDATE jobs SET checkpoint_dir = ?2 WHERE id = ?1");
+  if (!select.ok()) return select.status();
+  if (!update.ok()) return update.status();
+  std::vector<std::pair<int64_t, std::string>> dirs;  // read all first, then write
+  while (true) {
+    absl::StatusOr<bool> row = select->Step();
+    if (!row.ok()) return row.status();
+    if (!*row) break;
+    v1::JobSpec spec;
+    if (!spec.ParseFromString(select->ColumnText(1)) || spec.checkpoint().dir().empty()) continue;
+    dirs.emplace_back(select->ColumnInt(0), spec.checkpoint().dir());
+  }
+  select->Reset();
+  for (const auto& [id, dir] : dirs) {
+    update->Bind(1, id).Bind(2, dir);
+    if (absl::Status s = update->Run(); !s.ok()) return s;
+    update->Reset();
+  }
+  return absl::OkStatus();
+}
 
 constexpr char kJobColumns[] =
     "id, owner, state, status_reason, spec, idempotency_key, create_time_us, update_time_us, "
@@ -216,6 +307,36 @@ absl::StatusOr<int64_t> ParseJobId(absl::string_view text, absl::string_view fie
   return id;
 }
 
+namespace {
+
+// States in which a job counts against its owner's active-job limit (JobState numbers).
+std::vector<int> ActiveStates() {
+  return {v1::QUEUED, v1::SCHEDULED, v1::RUNNING, v1::RESTARTING, v1::PREEMPTING};
+}
+
+// `dir` (normalized: absolute, no trailing '/', no '.' or '..') and its ancestors, "/" last.
+std::vector<std::string> SelfAndAncestors(const std::string& dir) {
+  std::vector<std::string> out;
+  std::string d = dir;
+  while (!d.empty()) {
+    out.push_back(d);
+    if (d == "/") break;
+    const size_t slash = d.rfind('/');
+    d = slash == 0 ? "/" : d.substr(0, slash);
+  }
+  return out;
+}
+
+// [low, high): every normalized path strictly below `dir`.
+std::pair<std::string, std::string> BelowRange(const std::string& dir) {
+  std::string low = dir == "/" ? "/" : dir + "/";
+  std::string high = low;
+  high.back() = static_cast<char>(high.back() + 1);  // '/' + 1 == '0'
+  return {low, high};
+}
+
+}  // namespace
+
 // ---------------------------------------------------------------------------
 // Writer-side statements and operations.
 // ---------------------------------------------------------------------------
@@ -225,6 +346,10 @@ struct JobStore::WriterStatements {
   sqlite::Statement begin, commit, rollback, savepoint, release, rollback_to;
   sqlite::Statement find_by_key;
   sqlite::Statement insert_job;
+  sqlite::Statement count_active;
+  sqlite::Statement set_finish;
+  sqlite::Statement find_checkpoint_dir;
+  sqlite::Statement find_checkpoint_dir_below;
   sqlite::Statement insert_label;
   sqlite::Statement insert_event;
   sqlite::Statement select_job;
@@ -252,7 +377,20 @@ struct JobStore::WriterStatements {
         !(s = prep(&insert_job,
                    "INSERT INTO jobs (owner, name, queue, priority, state, status_reason, spec, "
                    "idempotency_key, create_time_us, update_time_us, last_event_seq, "
-                   "queued_since_us) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?9, 1, ?9)"))
+                   "queued_since_us, checkpoint_dir) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, "
+                   "?9, 1, ?9, ?10)"))
+             .ok() ||
+        !(s = prep(&count_active,
+                   absl::StrCat("SELECT COUNT(*) FROM jobs WHERE owner = ?1 AND state IN (",
+                                absl::StrJoin(ActiveStates(), ", "), ")")))
+             .ok() ||
+        !(s = prep(&find_checkpoint_dir, "SELECT id FROM jobs WHERE checkpoint_dir = ?1 LIMIT 1"))
+             .ok() ||
+        !(s = prep(&set_finish, "UPDATE jobs SET finish_us = ?2 WHERE id = ?1 AND finish_us = 0"))
+             .ok() ||
+        !(s = prep(&find_checkpoint_dir_below,
+                   "SELECT id, checkpoint_dir FROM jobs WHERE checkpoint_dir > ?1 AND "
+                   "checkpoint_dir < ?2 LIMIT 1"))
              .ok() ||
         !(s = prep(&insert_label, "INSERT INTO job_labels (job_id, key, value) VALUES (?1, ?2, ?3)"))
              .ok() ||
@@ -355,6 +493,7 @@ class SubmitOp : public JobStore::WriteOp {
     results_.clear();
     events.clear();
     const int64_t now_us = absl::ToUnixMicros(w.clock->Now());
+    std::map<std::string, int64_t> active;  // by owner, counting this batch's new jobs
     for (const SubmitJobInput& in : inputs_) {
       SubmitJobResult r;
       if (!in.idempotency_key.empty()) {
@@ -372,6 +511,28 @@ class SubmitOp : public JobStore::WriteOp {
           continue;
         }
       }
+      if (in.max_active_jobs > 0) {
+        auto [it, first] = active.try_emplace(in.owner, 0);
+        if (first) {
+          w.count_active.Bind(1, in.owner);
+          absl::StatusOr<bool> row = w.count_active.Step();
+          it->second = row.ok() && *row ? w.count_active.ColumnInt(0) : 0;
+          w.count_active.Reset();
+          if (!row.ok()) return row.status();
+        }
+        if (++it->second > in.max_active_jobs) {
+          return absl::ResourceExhaustedError(absl::StrCat(
+              "user ", in.owner, " may have at most ", in.max_active_jobs,
+              " active (queued or running) jobs (limits.max_active_jobs_per_user); this "
+              "submission would make ", it->second));
+        }
+      }
+      const std::string& checkpoint_dir = in.spec.checkpoint().dir();
+      if (!checkpoint_dir.empty()) {
+        if (absl::Status s = CheckCheckpointDirFree(w, in.field_prefix, checkpoint_dir); !s.ok()) {
+          return s;
+        }
+      }
       std::string spec_bytes;
       in.spec.SerializeToString(&spec_bytes);
       const std::string reason = "waiting to be scheduled";
@@ -385,6 +546,11 @@ class SubmitOp : public JobStore::WriteOp {
         w.insert_job.Bind(8, in.idempotency_key);
       }
       w.insert_job.Bind(9, now_us);
+      if (checkpoint_dir.empty()) {
+        w.insert_job.BindNull(10);
+      } else {
+        w.insert_job.Bind(10, checkpoint_dir);
+      }
       if (absl::Status s = w.insert_job.Run(); !s.ok()) return s;
       const int64_t id = sqlite3_last_insert_rowid(w.conn->raw());
       for (const auto& [key, value] : in.spec.labels()) {
@@ -412,6 +578,39 @@ class SubmitOp : public JobStore::WriteOp {
       r.created = true;
       results_.push_back(std::move(r));
     }
+    return absl::OkStatus();
+  }
+
+  // FAILED_PRECONDITION if another job's own checkpoint directory is `dir`, lies above it
+  // or below it: checkpoints of two jobs must never share files, and retention deletes
+  // step-N directories inside a job's directory.
+  static absl::Status CheckCheckpointDirFree(JobStore::WriterStatements& w,
+                                             const std::string& prefix, const std::string& dir) {
+    auto taken = [&](int64_t job, absl::string_view how) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          prefix, "checkpoint.dir ", dir, " ", how, " job ", job,
+          "; every job needs a checkpoint directory of its own (leave checkpoint.dir empty for "
+          "the default, or read another job's checkpoint with checkpoint.resume)"));
+    };
+    for (const std::string& d : SelfAndAncestors(dir)) {
+      w.find_checkpoint_dir.Bind(1, d);
+      absl::StatusOr<bool> row = w.find_checkpoint_dir.Step();
+      const int64_t job = row.ok() && *row ? w.find_checkpoint_dir.ColumnInt(0) : 0;
+      w.find_checkpoint_dir.Reset();
+      if (!row.ok()) return row.status();
+      if (job != 0) {
+        return taken(job, d == dir ? "is the checkpoint directory of"
+                                   : absl::StrCat("is inside ", d, ", the checkpoint directory of"));
+      }
+    }
+    const auto [low, high] = BelowRange(dir);
+    w.find_checkpoint_dir_below.Bind(1, low).Bind(2, high);
+    absl::StatusOr<bool> row = w.find_checkpoint_dir_below.Step();
+    const int64_t job = row.ok() && *row ? w.find_checkpoint_dir_below.ColumnInt(0) : 0;
+    const std::string below = job != 0 ? w.find_checkpoint_dir_below.ColumnText(1) : "";
+    w.find_checkpoint_dir_below.Reset();
+    if (!row.ok()) return row.status();
+    if (job != 0) return taken(job, absl::StrCat("contains ", below, ", the checkpoint directory of"));
     return absl::OkStatus();
   }
 
@@ -459,9 +658,15 @@ class TransitionOp : public JobStore::WriteOp {
       if (cancel_ && IsTerminal(job.state())) return absl::OkStatus();
       return absl::FailedPreconditionError(result_.message);
     }
-    absl::StatusOr<v1::JobEvent> e =
-        w.AppendEvent(&job, type_, to_, reason_, absl::ToUnixMicros(w.clock->Now()));
+    const int64_t now_us = absl::ToUnixMicros(w.clock->Now());
+    absl::StatusOr<v1::JobEvent> e = w.AppendEvent(&job, type_, to_, reason_, now_us);
     if (!e.ok()) return e.status();
+    if (IsTerminal(to_)) {
+      // ttl_after_finished counts from here (a job cancelled while QUEUED never had an
+      // attempt whose end would have set it, and so was never deleted).
+      w.set_finish.Bind(1, job_id_).Bind(2, now_us);
+      if (absl::Status s = w.set_finish.Run(); !s.ok()) return s;
+    }
     events.push_back(std::move(*e));
     result_.changed = true;
     result_.message = cancel_ ? "cancelled" : v1::JobState_Name(to_);
@@ -586,7 +791,34 @@ absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const JobStoreOptions& 
   return store;
 }
 
+// The database holds token hashes, every job's spec and its events: only the coordinator's
+// user may read it. Creates the file with mode 0600 (SQLite gives the -wal and -shm files
+// the database file's mode) and narrows an existing one, its -wal and -shm included.
+absl::Status RestrictDatabaseFiles(const std::string& path) {
+  int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot open database ", path, ": ", std::strerror(errno)));
+  }
+  const int rc = fchmod(fd, 0600);
+  const int error = errno;
+  close(fd);
+  if (rc != 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot make database ", path, " private (mode 0600): ", std::strerror(error)));
+  }
+  for (const char* suffix : {"-wal", "-shm"}) {
+    const std::string file = path + suffix;
+    if (chmod(file.c_str(), 0600) != 0 && errno != ENOENT) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("cannot make ", file, " private (mode 0600): ", std::strerror(errno)));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status JobStore::Init() {
+  if (absl::Status s = RestrictDatabaseFiles(options_.path); !s.ok()) return s;
   absl::StatusOr<std::unique_ptr<sqlite::Connection>> writer =
       sqlite::Connection::Open(options_.path, /*create=*/true, /*read_only=*/false);
   if (!writer.ok()) return writer.status();
@@ -615,15 +847,37 @@ absl::Status JobStore::Init() {
       !s.ok()) {
     return s;
   }
+  // Foreign keys stay off while migrating (a table rebuild must not cascade; PRAGMA
+  // foreign_keys cannot change inside a transaction) and are checked afterwards.
+  const bool migrating = *version < CurrentSchemaVersion();
+  if (migrating) {
+    if (absl::Status s = writer_->Exec("PRAGMA foreign_keys=OFF"); !s.ok()) return s;
+  }
   for (int v = static_cast<int>(*version); v < CurrentSchemaVersion(); ++v) {
-    absl::Status s = writer_->Exec(
-        absl::StrCat("BEGIN IMMEDIATE;", kMigrations[v], "PRAGMA user_version=", v + 1, ";COMMIT;"));
+    absl::Status s = writer_->Exec("BEGIN IMMEDIATE");
+    const bool rebuild = kMigrations[v] == kJobsAutoincrementMigration;
+    if (s.ok() && rebuild) s = RebuildJobsWithAutoincrement(*writer_);
+    if (s.ok()) s = writer_->Exec(kMigrations[v]);
+    if (s.ok() && rebuild) s = BackfillCheckpointDirs(*writer_);
+    if (s.ok()) s = writer_->Exec(absl::StrCat("PRAGMA user_version=", v + 1, ";COMMIT;"));
     if (!s.ok()) {
       (void)writer_->Exec("ROLLBACK");
       return absl::Status(s.code(), absl::StrCat("database ", options_.path, ": migration to schema ",
                                                  v + 1, " failed: ", s.message()));
     }
     spdlog::info("database {}: migrated schema to version {}", options_.path, v + 1);
+  }
+  if (migrating) {
+    absl::StatusOr<sqlite::Statement> check = writer_->Prepare("PRAGMA foreign_key_check");
+    if (!check.ok()) return check.status();
+    absl::StatusOr<bool> violation = check->Step();
+    if (!violation.ok()) return violation.status();
+    if (*violation) {
+      return absl::DataLossError(absl::StrCat("database ", options_.path, ": table ",
+                                              check->ColumnText(0), " has rows without their ",
+                                              check->ColumnText(2), " row after migrating"));
+    }
+    if (absl::Status s = writer_->Exec("PRAGMA foreign_keys=ON"); !s.ok()) return s;
   }
   if (options_.max_page_count > 0) {
     if (absl::Status s =
@@ -1028,6 +1282,29 @@ JobStore::WriterStats JobStore::writer_stats() const {
 int64_t JobStore::writes_committed() const {
   std::lock_guard<std::mutex> lock(queue_mu_);
   return writes_;
+}
+
+absl::StatusOr<std::vector<CheckpointDirOwner>> CheckpointDirOwners(JobStore& store,
+                                                                     const std::string& path) {
+  std::vector<CheckpointDirOwner> out;
+  absl::Status s = store.Read([&](sqlite::Connection& conn) -> absl::Status {
+    absl::StatusOr<sqlite::Statement> q =
+        conn.Prepare("SELECT id, owner FROM jobs WHERE checkpoint_dir = ?1");
+    if (!q.ok()) return q.status();
+    for (const std::string& d : SelfAndAncestors(path)) {
+      q->Reset();
+      q->Bind(1, d);
+      while (true) {
+        absl::StatusOr<bool> row = q->Step();
+        if (!row.ok()) return row.status();
+        if (!*row) break;
+        out.push_back({q->ColumnInt(0), q->ColumnText(1), d});
+      }
+    }
+    return absl::OkStatus();
+  });
+  if (!s.ok()) return s;
+  return out;
 }
 
 }  // namespace llamafleet

@@ -55,9 +55,14 @@ struct JobStoreOptions {
 int CurrentSchemaVersion();
 
 struct SubmitJobInput {
-  v1::JobSpec spec;        // validated, defaults applied
+  v1::JobSpec spec;        // validated, defaults applied, paths normalized
   std::string owner;
   std::string idempotency_key;  // "" = none
+  // RESOURCE_EXHAUSTED (nothing stored) if the owner would have more active (queued or
+  // running) jobs than this; 0 = no limit.
+  int64_t max_active_jobs = 0;
+  // Put before field names in errors ("spec.", "jobs[3].spec.").
+  std::string field_prefix = "spec.";
 };
 
 struct SubmitJobResult {
@@ -136,7 +141,10 @@ class JobStore {
   // block. RESOURCE_EXHAUSTED means the database or disk is full: nothing was written.
 
   // Stores the batch in one transaction: all or nothing. With an idempotency key the
-  // owner already used, the existing job is returned (created = false).
+  // owner already used, the existing job is returned (created = false). A job whose
+  // spec.checkpoint.dir is, contains or lies inside another job's (this batch's included)
+  // fails with FAILED_PRECONDITION naming checkpoint.dir; past an owner's
+  // max_active_jobs, RESOURCE_EXHAUSTED. Job ids are never reused, deleted jobs' included.
   using SubmitCallback = std::function<void(absl::StatusOr<std::vector<SubmitJobResult>>)>;
   void SubmitJobs(std::vector<SubmitJobInput> jobs, SubmitCallback done);
 
@@ -254,6 +262,16 @@ class JobStore {
 const char* JobColumns();
 // Reads a job from a row that starts with JobColumns() at column `first`.
 absl::StatusOr<v1::Job> JobFromRow(const sqlite::Statement& row);
+
+// Jobs whose own checkpoint.dir (as submitted, normalized) is `path` or one of its
+// ancestors; `path` must be normalized (absolute, no '.', '..' or trailing '/').
+struct CheckpointDirOwner {
+  int64_t job_id = 0;
+  std::string owner;
+  std::string dir;
+};
+absl::StatusOr<std::vector<CheckpointDirOwner>> CheckpointDirOwners(JobStore& store,
+                                                                     const std::string& path);
 
 // Helpers shared by the coordinator.
 bool IsTerminal(v1::JobState state);

@@ -107,8 +107,11 @@ struct Context {
   // Columns of that terminal (a redrawn line must not wrap).
   size_t terminal_width = 80;
   std::istream* in = nullptr;
+  // Everything the coordinator sent passes through EscapeControls on its way out.
   std::ostream* out = nullptr;
   std::ostream* err = nullptr;
+  // The same stdout without escaping, for the CLI's own control sequences only.
+  std::ostream* raw_out = nullptr;
 };
 
 // A positive duration: "30s", "2m", "500ms", or a number of seconds.
@@ -595,7 +598,7 @@ class WatchPrinter {
     } else if (ctx_.format == Format::kYaml) {
       *ctx_.out << "---\n" << ToYaml(message);
     } else {
-      if (drawn_) *ctx_.out << kClearLine;
+      if (drawn_) *ctx_.raw_out << kClearLine;
       if (message.has_job()) {
         *ctx_.out << JobStateLine(message.job()) << "\n";
       } else {
@@ -628,7 +631,8 @@ class WatchPrinter {
   void DrawLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     // One column short of the width: a line that fills it exactly wraps on some terminals.
     const size_t width = ctx_.terminal_width > 1 ? ctx_.terminal_width - 1 : 79;
-    *ctx_.out << kClearLine << ProgressLine(job_, eta_.Remaining(absl::Now()), width);
+    *ctx_.raw_out << kClearLine;
+    *ctx_.out << ProgressLine(job_, eta_.Remaining(absl::Now()), width);
     ctx_.out->flush();
     drawn_ = true;
   }
@@ -1087,11 +1091,17 @@ int RunCli(int argc, char** argv, std::istream& in, std::ostream& out, std::ostr
     return Finish(UsageError(ParseErrorMessage(app, e)), err);
   }
 
+  // Text from the coordinator reaches the terminal only through these (EscapeControls).
+  EscapingStreambuf safe_out_buf(out.rdbuf());
+  EscapingStreambuf safe_err_buf(err.rdbuf());
+  std::ostream safe_out(&safe_out_buf);
+  std::ostream safe_err(&safe_err_buf);
   absl::StatusOr<Context> ctx = MakeContext(global, timeout_option->count() > 0);
-  if (!ctx.ok()) return Finish(ctx.status(), err);
+  if (!ctx.ok()) return Finish(ctx.status(), safe_err);
   ctx->in = &in;
-  ctx->out = &out;
-  ctx->err = &err;
+  ctx->out = &safe_out;
+  ctx->err = &safe_err;
+  ctx->raw_out = &out;
   // Only the process's own stdout can be a terminal; tests hand in string streams.
   ctx->out_is_tty = &out == &std::cout && isatty(STDOUT_FILENO) == 1;
   if (ctx->out_is_tty) ctx->terminal_width = TerminalWidth();
@@ -1121,8 +1131,9 @@ int RunCli(int argc, char** argv, std::istream& in, std::ostream& out, std::ostr
   } else if (whoami_cmd->parsed()) {
     status = RunWhoAmI(*ctx);
   }
+  safe_out.flush();
   out.flush();
-  return Finish(status, err);
+  return Finish(status, safe_err);
 }
 
 }  // namespace llamafleet::cli

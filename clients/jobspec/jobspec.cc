@@ -8,6 +8,7 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <sstream>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/cord.h"
@@ -20,6 +21,7 @@
 #include "google/protobuf/message.h"
 #include "google/protobuf/reflection.h"
 #include "google/protobuf/util/json_util.h"
+#include "yaml-cpp/eventhandler.h"
 #include "yaml-cpp/yaml.h"
 
 namespace llamafleet {
@@ -256,10 +258,70 @@ void MergeYamlIntoMessage(const YAML::Node& node, const std::string& path, Messa
   }
 }
 
+namespace {
+
+// Anchors and aliases let a few KB of YAML stand for gigabytes once expanded (the "billion
+// laughs"); a job spec never needs them. This pass walks the parser's events, building
+// nothing, and stops at the first anchor or alias.
+class AnchorFinder : public YAML::EventHandler {
+ public:
+  struct Found {
+    YAML::Mark mark;
+    bool alias;
+  };
+  void OnDocumentStart(const YAML::Mark&) override {}
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark& mark, YAML::anchor_t anchor) override { Check(mark, anchor); }
+  void OnAlias(const YAML::Mark& mark, YAML::anchor_t) override { throw Found{mark, true}; }
+  void OnScalar(const YAML::Mark& mark, const std::string&, YAML::anchor_t anchor,
+                const std::string&) override {
+    Check(mark, anchor);
+  }
+  void OnSequenceStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t anchor,
+                       YAML::EmitterStyle::value) override {
+    Check(mark, anchor);
+  }
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t anchor,
+                  YAML::EmitterStyle::value) override {
+    Check(mark, anchor);
+  }
+  void OnMapEnd() override {}
+  void OnAnchor(const YAML::Mark& mark, const std::string&) override { throw Found{mark, false}; }
+
+ private:
+  static void Check(const YAML::Mark& mark, YAML::anchor_t anchor) {
+    if (anchor != YAML::NullAnchor) throw Found{mark, false};
+  }
+};
+
+absl::Status RefuseAnchors(const std::string& text) {
+  std::istringstream in(text);
+  YAML::Parser parser(in);
+  AnchorFinder finder;
+  try {
+    while (parser.HandleNextDocument(finder)) {
+    }
+  } catch (const AnchorFinder::Found& found) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cannot parse job file: line ", found.mark.line + 1, ", column ", found.mark.column + 1,
+        ": YAML ", found.alias ? "aliases (*name)" : "anchors (&name)",
+        " are not accepted in job files; write the values out"));
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot parse job file: line ", e.mark.line + 1,
+                                                   ", column ", e.mark.column + 1, ": ", e.msg));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<std::vector<ParsedJob>> ParseJobDocuments(absl::string_view text) {
   std::vector<YAML::Node> documents;
+  const std::string copy(text);
+  if (absl::Status s = RefuseAnchors(copy); !s.ok()) return s;
   try {
-    documents = YAML::LoadAll(std::string(text));
+    documents = YAML::LoadAll(copy);
   } catch (const YAML::Exception& e) {
     return absl::InvalidArgumentError(absl::StrCat("cannot parse job file: line ", e.mark.line + 1,
                                                    ", column ", e.mark.column + 1, ": ", e.msg));

@@ -43,7 +43,9 @@ struct ParsedJob {
 // Parses a job file: one YAML/JSON document holding a JobSpec, several YAML documents
 // ("---"), or a list of JobSpecs. Unknown fields are rejected by name; enum values are
 // case-insensitive ("full_shard"). Returns INVALID_ARGUMENT naming the document and the
-// field path ("document 2: training.lrr: unknown field (did you mean lr?)").
+// field path ("document 2: training.lrr: unknown field (did you mean lr?)"). YAML anchors
+// and aliases are refused (INVALID_ARGUMENT naming the line) before any node is built:
+// expanding them lets a small file cost gigabytes.
 // Does not apply defaults or validate.
 absl::StatusOr<std::vector<ParsedJob>> ParseJobDocuments(absl::string_view text);
 

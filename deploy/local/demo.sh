@@ -95,7 +95,7 @@ rm -f "$fifo" && mkfifo "$fifo"
 # --insecure-no-auth: a local demo on 127.0.0.1 with no tokens to hand out. A real
 # cluster runs with tokens (README: Authentication).
 "$bin/llamafleet-coordinator" --listen 127.0.0.1:0 --http-listen 127.0.0.1:0 \
-  --data-dir "$var_dir/coordinator" --insecure-no-auth --log-level info \
+  --data-dir "$var_dir/coordinator" --insecure-no-auth --log-level info --path-root "$demo" \
   >"$fifo" 2>>"$var_dir/coordinator.log" &
 pids+=($!)
 address=""

@@ -1073,6 +1073,26 @@ void Gateway::Metrics(const Request& http, std::shared_ptr<Responder> out) {
       });
 }
 
+void Gateway::Authenticate(const Request& header, std::function<void(std::optional<Response>)> done) {
+  auto call = std::make_shared<UnaryCall<v1::WhoAmIRequest, v1::WhoAmIResponse>>();
+  if (absl::Status f = ForwardCredentials(header, &call->context); !f.ok()) {
+    done(AbslError(f));
+    return;
+  }
+  call->context.set_deadline(Deadline(options_.call_timeout));
+  CallStarted(&call->context);
+  auto self = shared_from_this();
+  jobs_->async()->WhoAmI(&call->context, &call->request, &call->response,
+                         [self, call, done = std::move(done)](grpc::Status status) {
+                           self->CallEnded(&call->context);
+                           if (status.ok()) {
+                             done(std::nullopt);
+                           } else {
+                             done(GrpcError(status));
+                           }
+                         });
+}
+
 void Gateway::Portal(const Request& http, absl::string_view path, Responder& out) {
   if (!MethodIs(http, {bhttp::verb::get}, out)) return;
   if (path == "/" || path == "/ui") {

@@ -9,6 +9,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 
@@ -36,6 +37,13 @@ class Gateway : public std::enable_shared_from_this<Gateway> {
 
   // Answers `request` through `out`, now or later (from a gRPC thread). Never blocks.
   void Handle(Request request, std::shared_ptr<Responder> out);
+
+  // Called with a request's header before its body is read: asks WhoAmI (through the
+  // same gRPC auth as every route) whether the credentials it carries are good. `done`
+  // gets nullopt to go on, or the error response (401, 400) to answer instead of reading
+  // the body: a caller without a valid token never gets a body parsed. Never blocks;
+  // `done` may run on a gRPC thread.
+  void Authenticate(const Request& header, std::function<void(std::optional<Response>)> done);
 
   // gRPC calls started and not yet finished (unary and streams).
   int calls_in_flight() const { return calls_.load(); }

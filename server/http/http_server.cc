@@ -71,7 +71,8 @@ struct Registry {
 // (the stream's executor); the Responder methods post there.
 //
 // Requests are read one at a time: header first (431 beyond the header limit, 413 from
-// Content-Length before any body byte is read), then the body; the next request is read
+// Content-Length before any body byte is read), then, if the request has a body, the
+// caller's token is checked (401 without reading the body), then the body; the next request is read
 // once the response is written (keep-alive). An event stream owns the connection until it
 // ends; a read left pending meanwhile notices the client leaving.
 template <typename Stream>
@@ -202,6 +203,26 @@ class Session final : public SessionBase,
       DoClose();  // the client left, or timed out
       return;
     }
+    // A body is read only from a caller whose token is good (nothing has been parsed of
+    // it yet): an unauthenticated client cannot make the server hold or parse a body.
+    if (!parser_->is_done()) {
+      gateway_->Authenticate(parser_->get(), [self = this->shared_from_this()](
+                                                 std::optional<Response> refused) {
+        net::post(self->stream_.get_executor(), [self, refused = std::move(refused)]() mutable {
+          if (self->closed_) return;
+          if (refused.has_value()) {
+            self->RejectAndClose(std::move(*refused));
+          } else {
+            self->ContinueToBody();
+          }
+        });
+      });
+      return;
+    }
+    ContinueToBody();
+  }
+
+  void ContinueToBody() {
     auto expect = parser_->get().find(bhttp::field::expect);
     if (expect != parser_->get().end() && beast::iequals(expect->value(), "100-continue")) {
       static const char kContinue[] = "HTTP/1.1 100 Continue\r\n\r\n";

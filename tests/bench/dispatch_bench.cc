@@ -114,7 +114,8 @@ int main(int argc, char** argv) {
   testing::TempDir dir;
   auto coordinator = testing::Subprocess::Start(
       {testing::BinaryPath("llamafleet-coordinator"), "--listen", "127.0.0.1:0", "--insecure-no-auth", "--data-dir",
-       dir.path(), "--join-token", "bench", "--log-level", "warn"});
+       dir.path(), "--join-token", "bench", "--log-level", "warn", "--path-root", dir.path(),
+       "--path-root", "/"});
   if (!coordinator.ok()) return 1;
   absl::StatusOr<std::string> address = (*coordinator)->WaitForListening();
   if (!address.ok()) return 1;

@@ -46,6 +46,7 @@ int main(int argc, char** argv) {
   options.data_dir = dir.path();
   options.auth_enabled = false;
   options.synchronous_full = false;
+  options.path_roots = {"/"};
   auto coordinator = llamafleet::Coordinator::Start(options);
   if (!coordinator.ok()) {
     std::fprintf(stderr, "%s\n", coordinator.status().ToString().c_str());

@@ -128,7 +128,12 @@ RunResult RunOnce(bool group_commit, int clients, double seconds, const v1::JobS
   TempDir dir;
   std::vector<std::string> argv = {BinaryPath("llamafleet-coordinator"), "--listen", "127.0.0.1:0",
                                    "--data-dir", dir.path(), "--synchronous", "full",
-                                   "--log-level", "info"};
+                                   "--log-level", "info", "--config", dir.path() + "/config.yaml"};
+  // The spec names /fsx/... and the queue bench; the bench submits more jobs than the
+  // default per-user limit.
+  std::ofstream(dir.path() + "/config.yaml")
+      << "paths: {roots: [/fsx]}\nqueues: {bench: {gpu_quota: 0}}\n"
+         "limits: {max_active_jobs_per_user: 0}\n";
   if (!group_commit) argv.push_back("--no-group-commit");
   absl::StatusOr<testing::CommandResult> token =
       testing::RunCommand({BinaryPath("llamafleet-coordinator"), "token", "create", "--data-dir",

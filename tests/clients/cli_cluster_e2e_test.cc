@@ -96,7 +96,9 @@ class CliClusterTest : public ::testing::Test {
     auto coordinator =
         Subprocess::Start({BinaryPath("llamafleet-coordinator"), "--listen", "127.0.0.1:0", "--insecure-no-auth",
                            "--data-dir", dir_.path() + "/coordinator", "--join-token", kJoinToken,
-                           "--cancel-grace", "2", "--log-level", "warn"},
+                           "--cancel-grace", "2", "--log-level", "warn",
+                           // default checkpoint dirs under the first; specs name /data/...
+                           "--path-root", dir_.path(), "--path-root", "/"},
                           {}, dir_.path() + "/coordinator.log");
     ASSERT_TRUE(coordinator.ok()) << coordinator.status();
     coordinator_ = std::move(*coordinator);

@@ -47,8 +47,12 @@ class CliTest : public ::testing::Test {
   void TearDown() override { StopCoordinator(); }
 
   void StartCoordinator(const std::string& listen) {
+    // Specs name /data/... and the queue research: both must be configured.
+    const std::string config = WriteFile("coordinator.yaml",
+                                         "paths: {roots: [/]}\nqueues: {research: {gpu_quota: 0}}\n");
     auto started = Subprocess::Start({BinaryPath("llamafleet-coordinator"), "--listen", listen, "--insecure-no-auth",
-                                      "--data-dir", dir_.path() + "/data", "--log-level", "warn"},
+                                      "--data-dir", dir_.path() + "/data", "--log-level", "warn",
+                                      "--config", config},
                                      {}, dir_.path() + "/coordinator.log");
     ASSERT_TRUE(started.ok()) << started.status();
     coordinator_ = std::move(*started);
@@ -150,7 +154,9 @@ TEST_F(CliTest, SubmitSingleDocumentCreatesOneJob) {
 }
 
 TEST_F(CliTest, QueuesAndWhoAmI) {
-  EXPECT_EQ(Ok({"queues"}), "No queues: nothing queued or running, no quotas configured.\n");
+  // The configured queue is listed before anything is queued in it.
+  EXPECT_EQ(Ok({"queues"}),
+            "QUEUE      QUEUED   RUNNING   GPUS   OLDEST-QUEUED\nresearch   0        0         0/-    -\n");
   Ok({"submit", "-f", WriteFile("a.yaml", Spec("a", "queue: research\n"))});
   Ok({"submit", "-f", WriteFile("b.yaml", Spec("b", "queue: research\n"))});
   Ok({"submit", "-f", WriteFile("c.yaml", Spec("c"))});

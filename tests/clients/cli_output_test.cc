@@ -1,3 +1,5 @@
+#include <sstream>
+
 #include "absl/strings/match.h"
 #include "absl/time/clock.h"
 #include "clients/cli/output.h"
@@ -333,6 +335,26 @@ TEST(MetricsLineTest, PlainLineForPipes) {
   m.set_mfu(0);
   m.set_total_steps(0);
   EXPECT_EQ(MetricsLine(m, std::nullopt), "step 120 loss 2.3140 lr 0.0003 1,235 tok/s");
+}
+
+TEST(EscapeControlsTest, ControlCharactersBecomeVisibleEscapes) {
+  EXPECT_EQ(EscapeControls("plain text, tabs\tand\nlines"), "plain text, tabs\tand\nlines");
+  EXPECT_EQ(EscapeControls("\x1b]0;title\x07"), "\\x1b]0;title\\x07");
+  EXPECT_EQ(EscapeControls("a\rb\x7f"), "a\\rb\\x7f");
+  EXPECT_EQ(EscapeControls("\xc2\x9b" "2J"), "\\u009b2J");            // C1 CSI in UTF-8
+  EXPECT_EQ(EscapeControls("caf\xc3\xa9 \xc2\xa0"), "caf\xc3\xa9 \xc2\xa0");  // other UTF-8 stays
+  EXPECT_EQ(EscapeControls("end\xc2"), "end\xc2");
+}
+
+TEST(EscapingStreambufTest, EscapesAcrossWritesAndKeepsOrderWithTheTarget) {
+  std::ostringstream target;
+  EscapingStreambuf buf(target.rdbuf());
+  std::ostream out(&buf);
+  out << "job \x1b[31mred" << '\r' << "x\xc2";
+  target << "|raw\x1b[K|";  // the CLI's own sequence, straight to the target
+  out << "\x9b" << "ok\n";
+  out.flush();
+  EXPECT_EQ(target.str(), "job \\x1b[31mred\\rx|raw\x1b[K|\\u009bok\n");
 }
 
 }  // namespace

@@ -93,7 +93,7 @@ else
 fi
 
 "$bin/llamafleet-coordinator" --listen 127.0.0.1:0 --http-listen 127.0.0.1:0 --data-dir "$coord_dir" \
-  --join-token portal-secret --heartbeat-timeout 10 --cancel-grace 5 "${auth_flag[@]}" \
+  --join-token portal-secret --heartbeat-timeout 10 --cancel-grace 5 --path-root "$tmp" "${auth_flag[@]}" \
   >"$tmp/coordinator.out" 2>"$tmp/coordinator.log" &
 pids+=($!)
 grpc="" http=""

@@ -39,6 +39,7 @@ class AuthTest : public ::testing::Test {
     CoordinatorOptions options;
     options.listen = "127.0.0.1:0";
     options.data_dir = dir_.path();
+    options.path_roots = {"/"};
     absl::StatusOr<std::unique_ptr<Coordinator>> c = Coordinator::Start(options);
     ASSERT_TRUE(c.ok()) << c.status();
     coordinator_ = std::move(*c);

@@ -98,7 +98,9 @@ class ClusterTest : public ::testing::Test {
   void StartCoordinator(const std::string& listen = "127.0.0.1:0") {
     auto p = Subprocess::Start({BinaryPath("llamafleet-coordinator"), "--listen", listen, "--insecure-no-auth",
                                 "--data-dir", dir_.path() + "/coord", "--join-token", "secret",
-                                "--heartbeat-timeout", "3", "--cancel-grace", "2"},
+                                "--heartbeat-timeout", "3", "--cancel-grace", "2",
+                                // default checkpoint dirs under the first; specs name /d.jsonl
+                                "--path-root", dir_.path(), "--path-root", "/"},
                                {}, dir_.path() + "/coordinator.log");
     ASSERT_TRUE(p.ok());
     coordinator_ = std::move(*p);

@@ -35,7 +35,7 @@ v1::JobSpec ValidSpec(const std::string& name) {
 std::unique_ptr<Subprocess> StartCoordinator(const std::string& data_dir, std::string* address) {
   absl::StatusOr<std::unique_ptr<Subprocess>> p = Subprocess::Start(
       {BinaryPath("llamafleet-coordinator"), "--listen", "127.0.0.1:0", "--insecure-no-auth", "--data-dir", data_dir,
-       "--log-level", "warn"});
+       "--log-level", "warn", "--path-root", "/"});
   EXPECT_TRUE(p.ok()) << p.status();
   absl::StatusOr<std::string> addr = (*p)->WaitForListening();
   EXPECT_TRUE(addr.ok()) << addr.status();

@@ -91,14 +91,19 @@ Reply RoundTrip(Stream& stream, beast::flat_buffer& buffer, bhttp::verb method,
 
 class Client {
  public:
-  explicit Client(const std::string& address) : stream_(ioc_) {
-    const size_t colon = address.rfind(':');
-    tcp::resolver resolver(ioc_);
-    stream_.connect(resolver.resolve(address.substr(0, colon), address.substr(colon + 1)));
-  }
+  explicit Client(const std::string& address) : address_(address), stream_(ioc_) { Connect(); }
+  // A server that answers "Connection: close" (as it does when it refuses a request
+  // before reading its body) is reconnected to for the next request.
   Reply Do(bhttp::verb method, const std::string& target, const std::string& body = "",
            const std::string& content_type = "", const std::map<std::string, std::string>& headers = {}) {
-    return RoundTrip(stream_, buffer_, method, target, body, content_type, headers);
+    Reply reply = RoundTrip(stream_, buffer_, method, target, body, content_type, headers);
+    if (absl::EqualsIgnoreCase(reply.Header("connection"), "close")) {
+      beast::error_code ignored;
+      stream_.socket().close(ignored);
+      buffer_.clear();
+      Connect();
+    }
+    return reply;
   }
   Reply Get(const std::string& target, const std::map<std::string, std::string>& headers = {}) {
     return Do(bhttp::verb::get, target, "", "", headers);
@@ -108,6 +113,13 @@ class Client {
   }
 
  private:
+  void Connect() {
+    const size_t colon = address_.rfind(':');
+    tcp::resolver resolver(ioc_);
+    stream_.connect(resolver.resolve(address_.substr(0, colon), address_.substr(colon + 1)));
+  }
+
+  const std::string address_;
   net::io_context ioc_;
   beast::tcp_stream stream_;
   beast::flat_buffer buffer_;
@@ -183,6 +195,7 @@ class HttpApiTest : public ::testing::Test {
     options.data_dir = dir_.path();
     options.auth_enabled = false;
     options.max_http_body_bytes = kMaxBody;
+    options.path_roots = {"/"};
     options.synchronous_full = false;
     absl::StatusOr<std::unique_ptr<Coordinator>> c = Coordinator::Start(options);
     ASSERT_TRUE(c.ok()) << c.status();
@@ -649,6 +662,7 @@ class HttpAuthTest : public ::testing::Test {
     options.http_listen = "127.0.0.1:0";
     options.data_dir = dir_.path();
     options.synchronous_full = false;
+    options.path_roots = {"/"};
     absl::StatusOr<std::unique_ptr<Coordinator>> c = Coordinator::Start(options);
     ASSERT_TRUE(c.ok()) << c.status();
     coordinator_ = std::move(*c);
@@ -765,6 +779,7 @@ TEST(HttpsTest, ServesTlsWithAGeneratedCertificate) {
   options.auth_enabled = false;
   options.tls_cert_file = cert;
   options.tls_key_file = dir.path() + "/missing.pem";
+  options.path_roots = {"/"};
   absl::StatusOr<std::unique_ptr<Coordinator>> bad = Coordinator::Start(options);
   ASSERT_FALSE(bad.ok());
   EXPECT_TRUE(absl::StrContains(bad.status().message(), "missing.pem")) << bad.status();

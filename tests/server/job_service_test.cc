@@ -36,6 +36,9 @@ class JobServiceTest : public ::testing::Test {
     options.listen = "127.0.0.1:0";
     options.data_dir = dir_.path();
     options.auth_enabled = false;  // callers named by x-llamafleet-user; auth_test checks tokens
+    options.path_roots = {"/"};    // the specs name /d.jsonl; tests/security checks roots
+    // Jobs may name only configured queues (and default).
+    options.queue_gpu_quotas = {{"even", 0}, {"odd", 0}, {"research", 0}};
     absl::StatusOr<std::unique_ptr<Coordinator>> c = Coordinator::Start(options);
     ASSERT_TRUE(c.ok()) << c.status();
     coordinator_ = std::move(*c);
@@ -321,13 +324,16 @@ TEST_F(JobServiceTest, ListQueuesShowsDepthRunningAndQuota) {
   v1::ListQueuesResponse resp;
   grpc::Status s = stub_->ListQueues(Context().get(), v1::ListQueuesRequest(), &resp);
   ASSERT_TRUE(s.ok()) << s.error_message();
-  ASSERT_EQ(resp.queues_size(), 2);
+  // By name: default and the configured ones (even and odd hold nothing).
+  ASSERT_EQ(resp.queues_size(), 4);
   EXPECT_EQ(resp.queues(0).name(), "default");
   EXPECT_EQ(resp.queues(0).queued(), 2);
   EXPECT_EQ(resp.queues(0).running(), 0);
   EXPECT_TRUE(resp.queues(0).has_oldest_queued_time());
-  EXPECT_EQ(resp.queues(1).name(), "research");
-  EXPECT_EQ(resp.queues(1).queued(), 1);
+  EXPECT_EQ(resp.queues(1).name(), "even");
+  EXPECT_EQ(resp.queues(1).queued(), 0);
+  EXPECT_EQ(resp.queues(3).name(), "research");
+  EXPECT_EQ(resp.queues(3).queued(), 1);
 }
 
 TEST_F(JobServiceTest, CancelIsIdempotentAndTerminalJobsStayAsTheyWere) {

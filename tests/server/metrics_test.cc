@@ -349,6 +349,7 @@ class CoordinatorMetricsTest : public ::testing::Test {
     options.data_dir = dir_.path();
     options.join_token = kJoinToken;
     options.queue_gpu_quotas = {{"research", 8}};
+    options.path_roots = {"/"};
     options.auth_enabled = false;  // callers are named by x-llamafleet-user
     options.heartbeat_timeout = heartbeat_timeout_;
     absl::StatusOr<std::unique_ptr<Coordinator>> c = Coordinator::Start(options);

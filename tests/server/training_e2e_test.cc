@@ -46,7 +46,8 @@ class TrainingTest : public ::testing::Test {
     }
     auto p = Subprocess::Start({BinaryPath("llamafleet-coordinator"), "--listen", "127.0.0.1:0", "--insecure-no-auth",
                                 "--data-dir", dir_.path() + "/coord", "--join-token", "secret",
-                                "--heartbeat-timeout", "5", "--cancel-grace", "5"},
+                                "--heartbeat-timeout", "5", "--cancel-grace", "5",
+                                "--path-root", dir_.path()},
                                {}, dir_.path() + "/coordinator.log");
     ASSERT_TRUE(p.ok());
     coordinator_ = std::move(*p);

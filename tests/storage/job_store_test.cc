@@ -1,6 +1,7 @@
 #include "storage/job_store.h"
 
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -479,6 +480,109 @@ TEST_F(JobStoreTest, ListAttemptsShowsEachStartWithItsOutcomeAndTasksNewestFirst
   list = ListAttempts(*store, 999);
   ASSERT_TRUE(list.ok());
   EXPECT_TRUE(list->empty());
+}
+
+}  // namespace
+}  // namespace llamafleet
+
+namespace llamafleet {
+namespace {
+
+TEST_F(JobStoreTest, JobIdsAreNeverReusedAfterADeletion) {
+  auto store = Open();
+  SubmitOne(store.get(), Input("a"));
+  const int64_t newest = SubmitOne(store.get(), Input("b"));
+  ASSERT_TRUE(store->WriteAndWait(DeleteJobTxn(newest)).ok());
+  EXPECT_EQ(store->GetJob(newest).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(SubmitOne(store.get(), Input("c")), newest + 1);
+  store.reset();
+  store = Open();
+  ASSERT_TRUE(store->WriteAndWait(DeleteJobTxn(newest + 1)).ok());
+  store.reset();
+  store = Open();  // the high-water mark is durable, not only in memory
+  EXPECT_EQ(SubmitOne(store.get(), Input("d")), newest + 2);
+}
+
+TEST_F(JobStoreTest, DatabaseFilesAreModeSixHundred) {
+  auto store = Open();
+  SubmitOne(store.get(), Input("a"));
+  for (const std::string& suffix : {"", "-wal", "-shm"}) {
+    struct stat st;
+    ASSERT_EQ(stat((Options().path + suffix).c_str(), &st), 0) << suffix;
+    EXPECT_EQ(st.st_mode & 0777, 0600u) << suffix;
+  }
+}
+
+// A database of schema 3 (ids reusable: no AUTOINCREMENT) migrates: every job keeps its
+// row, labels and events (the rebuild cascades nothing), its checkpoint.dir is recorded,
+// and the next id follows the largest.
+TEST_F(JobStoreTest, MigrationFromSchemaThreeKeepsEveryRowAndStopsIdReuse) {
+  const std::string path = Options().path;
+  {
+    auto store = Open();
+    v1::JobSpec spec = Spec("with-dir", "default", {{"team", "nlp"}});
+    spec.mutable_checkpoint()->set_dir("/fsx/ck");
+    SubmitOne(store.get(), SubmitJobInput{spec, "alice", ""});
+    SubmitOne(store.get(), Input("two"));
+  }
+  // Turn it back into schema 3: jobs without AUTOINCREMENT and without checkpoint_dir.
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  auto exec = [&](const std::string& sql) {
+    char* error = nullptr;
+    int rc = sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &error);
+    EXPECT_EQ(rc, SQLITE_OK) << sql << ": " << (error ? error : "");
+    sqlite3_free(error);
+  };
+  std::string create, indexes;
+  sqlite3_stmt* st = nullptr;
+  sqlite3_prepare_v2(db, "SELECT type, sql FROM sqlite_master WHERE tbl_name = 'jobs' AND sql IS NOT NULL",
+                     -1, &st, nullptr);
+  while (sqlite3_step(st) == SQLITE_ROW) {
+    const std::string type = reinterpret_cast<const char*>(sqlite3_column_text(st, 0));
+    const std::string sql = reinterpret_cast<const char*>(sqlite3_column_text(st, 1));
+    if (type == "table") create = sql;
+    if (type == "index" && sql.find("checkpoint_dir") == std::string::npos &&
+        sql.find("jobs_by_owner_state") == std::string::npos) {
+      indexes += sql + ";";
+    }
+  }
+  sqlite3_finalize(st);
+  ASSERT_NE(create.find(" AUTOINCREMENT"), std::string::npos);
+  create.erase(create.find(" AUTOINCREMENT"), std::string(" AUTOINCREMENT").size());
+  create.replace(0, create.find('('), "CREATE TABLE jobs_v3 ");  // the name may be quoted
+  exec("PRAGMA foreign_keys=OFF");
+  exec("BEGIN; DROP INDEX jobs_by_checkpoint_dir; DROP INDEX jobs_by_owner_state;"
+       "ALTER TABLE jobs DROP COLUMN checkpoint_dir;");
+  // The column is gone from `create` too: drop it from the text.
+  const std::string kColumn = "checkpoint_dir TEXT";
+  const size_t column = create.find(kColumn);
+  ASSERT_NE(column, std::string::npos) << create;
+  const size_t comma = create.rfind(',', column);
+  create.erase(comma, column + kColumn.size() - comma);
+  exec(create + "; INSERT INTO jobs_v3 SELECT * FROM jobs; DROP TABLE jobs;"
+                "ALTER TABLE jobs_v3 RENAME TO jobs;" + indexes +
+       "DELETE FROM sqlite_sequence WHERE name = 'jobs'; PRAGMA user_version = 3; COMMIT;");
+  // Job 2 deleted under schema 3; the migration cannot know of it. Job 1 is the largest.
+  exec("PRAGMA foreign_keys=ON; DELETE FROM jobs WHERE id = 2;");
+  sqlite3_close(db);
+
+  auto store = Open();
+  ASSERT_NE(store, nullptr);
+  absl::StatusOr<v1::Job> job = store->GetJob(1);
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->spec().labels().at("team"), "nlp");
+  absl::StatusOr<std::vector<v1::JobEvent>> events = store->GetEvents(1, 0, 10);
+  ASSERT_TRUE(events.ok());
+  EXPECT_EQ(events->size(), 1u) << "events survived the rebuild";
+  absl::StatusOr<std::vector<CheckpointDirOwner>> owners = CheckpointDirOwners(*store, "/fsx/ck/step-1");
+  ASSERT_TRUE(owners.ok());
+  ASSERT_EQ(owners->size(), 1u);
+  EXPECT_EQ(owners->at(0).job_id, 1);
+  const int64_t next = SubmitOne(store.get(), Input("three"));
+  EXPECT_EQ(next, 2) << "the first id after the largest at migration";
+  ASSERT_TRUE(store->WriteAndWait(DeleteJobTxn(next)).ok());
+  EXPECT_EQ(SubmitOne(store.get(), Input("four")), next + 1);
 }
 
 }  // namespace
