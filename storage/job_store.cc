@@ -140,6 +140,15 @@ CREATE TABLE api_tokens (
 CREATE INDEX jobs_by_queue_state ON jobs(queue, state);
 CREATE INDEX attempts_by_failure_class ON attempts(failure_class);
 )sql",
+    // worker identities (storage/worker_credential_store.h): per-worker credentials, bound
+    // to the worker's name; only their SHA-256 is kept.
+    R"sql(
+CREATE TABLE worker_credentials (
+  name              TEXT PRIMARY KEY,
+  credential_sha256 TEXT NOT NULL,          -- lowercase hex
+  create_time_us    INTEGER NOT NULL
+);
+)sql",
 };
 
 constexpr char kJobColumns[] =
