@@ -202,6 +202,8 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinato
   c->worker_service_ =
       std::make_unique<WorkerServiceImpl>(c->cluster_.get(), c->logs_.get(), c->join_token_);
   c->worker_service_->set_authenticator(c->auth_.get());
+  c->worker_identity_ = std::make_unique<WorkerIdentity>(c->store_.get());
+  c->worker_service_->set_identity(c->worker_identity_.get());
 
   c->job_service_ = std::make_unique<JobServiceImpl>(c->store_.get(), c->auth_.get());
   c->job_service_->set_cluster_view(c->cluster_.get());

@@ -22,6 +22,7 @@ class WorkerServiceImpl;
 class ClusterManager;
 class LogStore;
 class Authenticator;
+class WorkerIdentity;
 class CoordinatorMetrics;
 namespace http {
 class HttpServer;
@@ -118,6 +119,7 @@ class Coordinator {
   std::unique_ptr<CoordinatorMetrics> metrics_;
   std::unique_ptr<JobStore> store_;
   std::unique_ptr<Authenticator> auth_;
+  std::unique_ptr<WorkerIdentity> worker_identity_;
   std::unique_ptr<LogStore> logs_;
   std::unique_ptr<ClusterManager> cluster_;
   std::unique_ptr<JobServiceImpl> job_service_;

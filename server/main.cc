@@ -3,6 +3,7 @@
 #include <signal.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -14,6 +15,7 @@
 #include "server/auth.h"
 #include "server/coordinator.h"
 #include "storage/job_store.h"
+#include "storage/worker_credential_store.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
 #include "yaml-cpp/yaml.h"
@@ -80,6 +82,26 @@ int RunTokenCommand(const std::string& command, const std::string& data_dir, con
   return 0;
 }
 
+// `worker forget NAME`: releases a worker name, so that the next worker joining under it
+// (with the join token) gets a new credential. Works while the coordinator runs: hellos
+// read the table each time. Exit 0 on success, 1 on failure with one error line.
+int RunWorkerForget(const std::string& data_dir, const std::string& name) {
+  const std::string db = data_dir + "/coordinator.db";
+  if (!std::filesystem::exists(db)) return Fail(absl::StrCat("no coordinator database in ", data_dir));
+  llamafleet::JobStoreOptions options;
+  options.path = db;
+  absl::StatusOr<std::unique_ptr<llamafleet::JobStore>> store = llamafleet::JobStore::Open(options);
+  if (!store.ok()) return Fail(std::string(store.status().message()));
+  if (absl::Status s = llamafleet::ForgetWorkerCredential(store->get(), name); !s.ok()) {
+    return Fail(std::string(s.message()));
+  }
+  std::fprintf(stderr,
+               "released worker name %s: the next worker to join under it with the join token "
+               "gets a new credential\n",
+               name.c_str());
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -104,7 +126,8 @@ int main(int argc, char** argv) {
   app.add_flag("--no-group-commit", no_group_commit,
                "one transaction per write (for measuring the group-commit baseline)");
   app.add_option("--join-token", options.join_token,
-                 "shared secret workers must present (default: DATA_DIR/join-token, created)");
+                 "shared secret workers must present (visible in ps: prefer --join-token-file or "
+                 "LLAMAFLEET_JOIN_TOKEN; default: DATA_DIR/join-token, created)");
   app.add_option("--join-token-file", join_token_file, "file holding the join token");
   app.add_option("--heartbeat-timeout", heartbeat_timeout_s,
                  "seconds without a heartbeat before a worker is lost");
@@ -141,7 +164,20 @@ int main(int argc, char** argv) {
   CLI::App* token_revoke = token_cmd->add_subcommand("revoke", "revoke a token by id");
   token_revoke->add_option("--data-dir", token_dir, "the coordinator's data dir")->required();
   token_revoke->add_option("--id", token_id, "token id (from token list)")->required();
+  // llamafleet-coordinator worker forget NAME: release a worker name's credential.
+  CLI::App* worker_cmd = app.add_subcommand("worker", "manage worker identities (admin, on the coordinator host)");
+  worker_cmd->require_subcommand(1);
+  std::string worker_dir, worker_name;
+  CLI::App* worker_forget = worker_cmd->add_subcommand(
+      "forget", "release a worker name: the next worker joining under it gets a new credential");
+  worker_forget->add_option("name", worker_name, "the worker's name")->required();
+  worker_forget->add_option("--data-dir", worker_dir, "the coordinator's data dir")->required();
   CLI11_PARSE(app, argc, argv);
+
+  if (worker_cmd->parsed()) {
+    spdlog::set_level(spdlog::level::warn);
+    return RunWorkerForget(worker_dir, worker_name);
+  }
   if (token_cmd->parsed()) {
     spdlog::set_level(spdlog::level::warn);
     return RunTokenCommand(token_create->parsed() ? "create" : token_list->parsed() ? "list" : "revoke",
@@ -252,6 +288,14 @@ int main(int argc, char** argv) {
   }
   options.heartbeat_timeout = absl::Seconds(heartbeat_timeout_s);
   options.cancel_grace = absl::Seconds(cancel_grace_s);
+  if (!options.join_token.empty()) {
+    std::cerr << "llamafleet-coordinator: warning: --join-token is visible to every user in ps; "
+                 "use --join-token-file or LLAMAFLEET_JOIN_TOKEN\n";
+  } else if (const char* env = std::getenv("LLAMAFLEET_JOIN_TOKEN");
+             env != nullptr && join_token_file.empty()) {
+    options.join_token = env;
+  }
+  unsetenv("LLAMAFLEET_JOIN_TOKEN");
   if (!join_token_file.empty()) {
     std::ifstream in(join_token_file);
     if (!std::getline(in, options.join_token) || options.join_token.empty()) {

@@ -61,6 +61,19 @@ class WorkerServiceImpl::SessionReactor
         FinishOnce(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "hello.worker_name is required"));
         return;
       }
+      if (service_->identity_ != nullptr) {
+        absl::StatusOr<std::string> issued =
+            service_->identity_->Admit(in_.hello().worker_name(), in_.hello().credential());
+        if (!issued.ok()) {
+          spdlog::warn("worker session from {} as {}: {}", peer_, in_.hello().worker_name(),
+                       std::string(issued.status().message()));
+          FinishOnce(ToGrpcStatus(issued.status()));
+          return;
+        }
+        std::lock_guard<std::mutex> lock(mu_);
+        issued_credential_ = std::move(*issued);
+      }
+      in_.mutable_hello()->clear_credential();  // kept nowhere beyond this check
       name_ = in_.hello().worker_name();
       service_->manager_->OnHello(link_, std::move(*in_.mutable_hello()));
     } else if (in_.has_logs()) {
@@ -84,6 +97,11 @@ class WorkerServiceImpl::SessionReactor
   void Enqueue(v1::CoordinatorMessage message) {
     std::lock_guard<std::mutex> lock(mu_);
     if (finished_) return;
+    if (message.has_welcome() && !issued_credential_.empty()) {
+      // A first join: the welcome carries the worker's new credential, once.
+      message.mutable_welcome()->set_credential(std::move(issued_credential_));
+      issued_credential_.clear();
+    }
     out_.push_back(std::move(message));
     if (!writing_) {
       writing_ = true;
@@ -129,6 +147,7 @@ class WorkerServiceImpl::SessionReactor
   std::deque<v1::CoordinatorMessage> out_;  // guarded by mu_; front is being written
   bool writing_ = false;                    // guarded by mu_
   bool finished_ = false;                   // guarded by mu_
+  std::string issued_credential_;           // guarded by mu_; for the welcome
 };
 
 WorkerServiceImpl::WorkerServiceImpl(ClusterManager* manager, LogStore* logs, std::string join_token)

@@ -8,11 +8,13 @@
 #include "server/auth.h"
 #include "server/cluster_manager.h"
 #include "server/log_store.h"
+#include "server/worker_identity.h"
 
 namespace llamafleet {
 
 // WorkerService over the callback API: one bidi reactor per worker session. The join
-// token is checked on the first message, before anything from the session is used; log
+// token, then the worker's credential (WorkerIdentity), are checked on the first message,
+// before anything from the session is used or an existing session is touched; log
 // lines go straight to the LogStore, everything else to the ClusterManager's strand.
 class WorkerServiceImpl final : public v1::WorkerService::CallbackService {
  public:
@@ -21,6 +23,8 @@ class WorkerServiceImpl final : public v1::WorkerService::CallbackService {
   // Client calls (ListWorkers) are checked by `auth` (not owned; null = no checks).
   // Worker sessions authenticate with the join token only.
   void set_authenticator(const Authenticator* auth) { auth_ = auth; }
+  // Per-worker credentials (not owned; null = the join token alone admits any name).
+  void set_identity(WorkerIdentity* identity) { identity_ = identity; }
   ~WorkerServiceImpl() override;
 
   grpc::ServerBidiReactor<v1::WorkerMessage, v1::CoordinatorMessage>* Session(
@@ -36,6 +40,7 @@ class WorkerServiceImpl final : public v1::WorkerService::CallbackService {
 
  private:
   const Authenticator* auth_ = nullptr;
+  WorkerIdentity* identity_ = nullptr;
   ClusterManager* const manager_;
   LogStore* const logs_;
   const std::string join_token_;

@@ -159,6 +159,15 @@ CREATE INDEX attempts_by_failure_class ON attempts(failure_class);
 )sql",
     // 4: ids never reused, jobs' own checkpoint dirs, active jobs per owner (above).
     kJobsAutoincrementMigration,
+    // 5: worker identities (storage/worker_credential_store.h): per-worker credentials, bound
+    // to the worker's name; only their SHA-256 is kept.
+    R"sql(
+CREATE TABLE worker_credentials (
+  name              TEXT PRIMARY KEY,
+  credential_sha256 TEXT NOT NULL,          -- lowercase hex
+  create_time_us    INTEGER NOT NULL
+);
+)sql",
 };
 
 

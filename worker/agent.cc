@@ -1,8 +1,13 @@
 #include "worker/agent.h"
 
+#include <fcntl.h>
 #include <grpcpp/grpcpp.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
@@ -11,6 +16,7 @@
 #include "nlohmann/json.hpp"
 #include "spdlog/spdlog.h"
 #include "worker/inventory.h"
+#include "worker/path_guard.h"
 
 namespace llamafleet::worker {
 namespace {
@@ -23,7 +29,66 @@ absl::Status FromGrpc(const grpc::Status& s) {
   return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
 }
 
+// Every path the task names stays inside the roots it came with (links resolved), and
+// its export directory is new, empty or this job's own: checked before anything starts.
+absl::Status CheckTaskPaths(const v1::TaskSpec& task) {
+  const v1::JobSpec& spec = task.spec();
+  if (task.path_roots_size() > 0) {
+    const std::vector<std::string> roots(task.path_roots().begin(), task.path_roots().end());
+    const std::pair<const char*, const std::string*> fields[] = {
+        {"model.path", &spec.model().path()},
+        {"model.tokenizer", &spec.model().tokenizer()},
+        {"data.train_path", &spec.data().train_path()},
+        {"data.eval_path", &spec.data().eval_path()},
+        {"checkpoint.dir", &spec.checkpoint().dir()},
+        {"checkpoint.resume", &spec.checkpoint().resume()},
+        {"output.export_dir", &spec.output().export_dir()},
+        {"resume_from", &task.resume_from()}};
+    for (const auto& [field, value] : fields) {
+      if (value->empty() || (*value == "latest" && std::string(field) == "checkpoint.resume")) continue;
+      if (absl::Status s = CheckPathInRoots(field, *value, roots); !s.ok()) return s;
+    }
+  }
+  if (task.node_rank() == 0 && !spec.output().export_dir().empty()) {
+    return CheckExportDir(spec.output().export_dir(), task.job_id());
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
+
+std::string CredentialPath(const std::string& data_dir) {
+  return absl::StrCat(data_dir, "/worker-credential");
+}
+
+std::string WorkerAgent::WorkerName() const {
+  return options_.name.empty() ? inventory_.host() : options_.name;
+}
+
+std::string WorkerAgent::LoadCredential() const {
+  std::ifstream in(CredentialPath(options_.data_dir));
+  std::string name, credential;
+  if (!std::getline(in, name) || !std::getline(in, credential)) return "";
+  return name == WorkerName() ? credential : "";
+}
+
+absl::Status WorkerAgent::SaveCredential(const std::string& credential) const {
+  // Written whole under a temporary name, synced, then renamed: a crash leaves the old
+  // file or the new one. Mode 0600 from the start.
+  const std::string path = CredentialPath(options_.data_dir);
+  const std::string tmp = path + ".tmp";
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0) return absl::FailedPreconditionError(absl::StrCat("cannot write ", tmp));
+  const std::string content = absl::StrCat(WorkerName(), "\n", credential, "\n");
+  const bool ok = ::fchmod(fd, 0600) == 0 &&
+                  ::write(fd, content.data(), content.size()) == static_cast<ssize_t>(content.size()) &&
+                  ::fsync(fd) == 0;
+  if (::close(fd) != 0 || !ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
+    ::unlink(tmp.c_str());
+    return absl::FailedPreconditionError(absl::StrCat("cannot save the worker credential to ", path));
+  }
+  return absl::OkStatus();
+}
 
 WorkerAgent::WorkerAgent(AgentOptions options) : options_(std::move(options)) {
   DetectHost(&inventory_);
@@ -64,7 +129,8 @@ absl::Status WorkerAgent::Run() {
     absl::Status s = RunSession();
     if (s.code() == absl::StatusCode::kUnauthenticated ||
         s.code() == absl::StatusCode::kPermissionDenied ||
-        s.code() == absl::StatusCode::kInvalidArgument) {
+        s.code() == absl::StatusCode::kInvalidArgument ||
+        s.code() == absl::StatusCode::kFailedPrecondition) {
       return s;
     }
     std::unique_lock<std::mutex> lock(mu_);
@@ -100,8 +166,9 @@ absl::Status WorkerAgent::RunSession() {
 
   v1::WorkerMessage hello;
   v1::Hello* h = hello.mutable_hello();
-  h->set_worker_name(options_.name.empty() ? inventory_.host() : options_.name);
+  h->set_worker_name(WorkerName());
   h->set_join_token(options_.join_token);
+  h->set_credential(LoadCredential());
   *h->mutable_inventory() = inventory_;
   h->set_version("0.1.0");
   {
@@ -121,6 +188,17 @@ absl::Status WorkerAgent::RunSession() {
     stream->Finish();
     clear_context();
     return absl::InternalError("coordinator did not answer hello with welcome");
+  }
+  if (!first.welcome().credential().empty()) {
+    // First join under this name: without the credential saved, no later session would be
+    // accepted, so a failure to save it ends the worker.
+    if (absl::Status saved = SaveCredential(first.welcome().credential()); !saved.ok()) {
+      context.TryCancel();
+      stream->Finish();
+      clear_context();
+      return saved;
+    }
+    spdlog::info("received this worker's credential; saved in {}", CredentialPath(options_.data_dir));
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -240,6 +318,28 @@ void WorkerAgent::StartTask(const v1::TaskSpec& task) {
     s->set_message(why);
     EnqueueReliable(std::move(m));
   };
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (shutting_down_ || tasks_.count(task.task_id())) return;  // repeated assignment
+  }
+  if (absl::Status refused = CheckTaskPaths(task); !refused.ok()) {
+    // The job's fault, not the node's: reported the way a trainer reports bad input (an
+    // exit whose last error carries the status code), so the job fails permanently.
+    const std::string why = absl::StrCat(absl::StatusCodeToString(refused.code()), ": ",
+                                         refused.message());
+    spdlog::error("task {}: refused before start: {}", task.task_id(), why);
+    v1::WorkerMessage m;
+    v1::TaskStatus* s = m.mutable_task_status();
+    s->set_task_id(task.task_id());
+    s->set_state(v1::TASK_FAILED);
+    s->set_message(absl::StrCat("refused before start: ", why));
+    v1::RankExit* e = s->add_exits();
+    e->set_rank(task.node_rank() * task.nproc_per_node());
+    e->set_exit_code(1);
+    e->set_last_error(why);
+    EnqueueReliable(std::move(m));
+    return;
+  }
   TaskLaunch launch;
   {
     std::unique_lock<std::mutex> lock(mu_);
@@ -263,6 +363,7 @@ void WorkerAgent::StartTask(const v1::TaskSpec& task) {
     launch.cpu_threads_per_rank = std::max(1, inventory_.cpus() / std::max(1, task.nproc_per_node()));
   }
   launch.efa = inventory_.efa_devices() > 0;
+  launch.run_as = options_.run_as;
   spdlog::info("starting task {}: job {} attempt {}, node {}/{}, {} ranks", task.task_id(),
                task.job_id(), task.attempt(), task.node_rank(), task.nnodes(),
                task.nproc_per_node());

@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -27,7 +28,8 @@ struct AgentOptions {
   std::string coordinator;              // HOST:PORT
   std::string join_token;
   std::string tls_ca_pem;               // CA of the coordinator's TLS certificate; "" = plaintext
-  std::string data_dir;                 // task dirs live in data_dir/tasks/
+  std::string data_dir;                 // task dirs live in data_dir/tasks/; the worker's
+                                        // credential in data_dir/worker-credential (0600)
   std::string name;                     // default: host name
   std::string address;                  // what peers dial for MASTER_ADDR; default: host name
   int cpu_ranks = 0;                    // > 0: a CPU worker with this many ranks
@@ -37,7 +39,12 @@ struct AgentOptions {
   absl::Duration heartbeat_interval = absl::Seconds(2);
   absl::Duration failure_grace = absl::Seconds(10);  // SIGTERM → SIGKILL when a rank failed
   size_t max_buffered_log_lines = 10000;             // beyond: dropped, counted
+  std::optional<RunAs> run_as;          // identity of the trainers (see worker/run_as.h)
 };
+
+// The credential file in a worker's data dir: the name it was issued for, then the
+// credential, one per line. Exposed for tests.
+std::string CredentialPath(const std::string& data_dir);
 
 class WorkerAgent : public TaskListener {
  public:
@@ -64,6 +71,10 @@ class WorkerAgent : public TaskListener {
   absl::Status RunSession();
   void HandleMessage(const v1::CoordinatorMessage& message);
   void StartTask(const v1::TaskSpec& task);
+  // The credential saved for this worker's name ("" = none yet).
+  std::string LoadCredential() const;
+  absl::Status SaveCredential(const std::string& credential) const;
+  std::string WorkerName() const;
   void SendLoop(grpc::ClientReaderWriter<v1::WorkerMessage, v1::CoordinatorMessage>* stream,
                 const std::atomic<bool>* session_done);
   void EnqueueReliable(v1::WorkerMessage message);

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <climits>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -15,6 +16,7 @@
 #include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
 #include "worker/agent.h"
+#include "worker/run_as.h"
 
 namespace {
 
@@ -42,8 +44,13 @@ int main(int argc, char** argv) {
 
   CLI::App app{"llamafleet worker: runs trainer ranks for the coordinator"};
   app.add_option("--coordinator", options.coordinator, "coordinator HOST:PORT")->required();
-  app.add_option("--join-token", options.join_token, "shared secret the coordinator requires");
+  app.add_option("--join-token", options.join_token,
+                 "shared secret the coordinator requires (visible in ps: prefer "
+                 "--join-token-file or LLAMAFLEET_JOIN_TOKEN)");
   app.add_option("--join-token-file", token_file, "file holding the join token");
+  std::string run_as;
+  app.add_option("--run-as", run_as,
+                 "USER[:GROUP] the trainers run as (a root worker's default: llamafleet)");
   app.add_option("--data-dir", options.data_dir, "directory for task files")->required();
   app.add_option("--cpu-ranks", options.cpu_ranks, "run as a CPU worker with N ranks");
   app.add_option("--instance-type", options.instance_type, "instance type (e.g. p5.48xlarge)");
@@ -60,6 +67,14 @@ int main(int argc, char** argv) {
 
   spdlog::set_default_logger(spdlog::stderr_color_mt("worker"));
   spdlog::set_level(spdlog::level::from_str(log_level));
+  if (!options.join_token.empty()) {
+    spdlog::warn("--join-token is visible to every user in ps; use --join-token-file or the "
+                 "environment variable LLAMAFLEET_JOIN_TOKEN");
+  } else if (const char* env = std::getenv("LLAMAFLEET_JOIN_TOKEN");
+             env != nullptr && token_file.empty()) {
+    options.join_token = env;
+  }
+  unsetenv("LLAMAFLEET_JOIN_TOKEN");  // never handed to anything this process starts
   if (!token_file.empty()) {
     std::ifstream in(token_file);
     if (!std::getline(in, options.join_token)) {
@@ -76,8 +91,27 @@ int main(int argc, char** argv) {
     }
   }
   if (options.join_token.empty()) {
-    std::cerr << "llamafleet-worker: --join-token (or --join-token-file) is required\n";
+    std::cerr << "llamafleet-worker: a join token is required: --join-token-file FILE or "
+                 "LLAMAFLEET_JOIN_TOKEN\n";
     return 2;
+  }
+  absl::StatusOr<std::optional<llamafleet::worker::RunAs>> identity =
+      llamafleet::worker::ResolveRunAs(run_as, geteuid());
+  if (!identity.ok()) {
+    std::cerr << "llamafleet-worker: " << identity.status().message() << "\n";
+    return 2;
+  }
+  options.run_as = *identity;
+  if (options.run_as.has_value()) {
+    const llamafleet::worker::RunAs& r = *options.run_as;
+    if (r.uid == 0) {
+      spdlog::warn("--run-as {}: trainers run as root; a job can then do anything root can", run_as);
+    } else {
+      spdlog::info("trainers run as user {} (uid {}, gid {}){}", r.user, r.uid, r.gid,
+                   run_as.empty() ? ": the worker runs as root and no --run-as was given" : "");
+    }
+  } else {
+    spdlog::info("trainers run as this worker's user (uid {})", geteuid());
   }
   for (absl::string_view kv : absl::StrSplit(labels, ',', absl::SkipEmpty())) {
     std::pair<std::string, std::string> p = absl::StrSplit(kv, absl::MaxSplits('=', 1));

@@ -1,9 +1,13 @@
 #include "worker/task_runner.h"
 
 #include <fcntl.h>
+#include <grp.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -27,6 +31,15 @@ namespace {
 constexpr size_t kMaxLineBytes = 64 * 1024;  // longer lines are cut (and marked)
 
 void SetNonBlocking(int fd) { fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK); }
+
+// Closes every descriptor from 3 up (async-signal-safe: for the child between fork and
+// exec). close_range where the kernel has it, else a loop up to the descriptor limit.
+void CloseFrom3(int max_fd) {
+#ifdef SYS_close_range
+  if (syscall(SYS_close_range, 3u, ~0u, 0u) == 0) return;
+#endif
+  for (int fd = 3; fd < max_fd; ++fd) close(fd);
+}
 
 }  // namespace
 
@@ -94,6 +107,15 @@ absl::Status TaskRunner::Launch() {
     return absl::FailedPreconditionError(
         absl::StrCat("cannot create task dir ", launch_.work_dir, ": ", ec.message()));
   }
+  if (launch_.run_as.has_value()) {
+    // The ranks' working directory belongs to them (and to no one else).
+    if (chown(launch_.work_dir.c_str(), launch_.run_as->uid, launch_.run_as->gid) != 0 ||
+        chmod(launch_.work_dir.c_str(), 0700) != 0) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "cannot hand task dir ", launch_.work_dir, " to ", launch_.run_as->user, ": ",
+          std::strerror(errno)));
+    }
+  }
   std::string spec_json;
   google::protobuf::util::JsonPrintOptions options;
   options.preserve_proto_field_names = true;
@@ -104,9 +126,26 @@ absl::Status TaskRunner::Launch() {
     out << spec_json << "\n";
     if (!out) return absl::FailedPreconditionError(absl::StrCat("cannot write ", spec_path));
   }
+  if (launch_.run_as.has_value() &&
+      chown(spec_path.c_str(), launch_.run_as->uid, launch_.run_as->gid) != 0) {
+    return absl::FailedPreconditionError(absl::StrCat("cannot chown ", spec_path));
+  }
   std::vector<std::string> argv = launch_.trainer_command;
-  argv.insert(argv.end(), {"train", "--spec", spec_path});
+  // Relative to the working directory: the ranks need not be able to walk the worker's
+  // data dir to find it.
+  argv.insert(argv.end(), {"train", "--spec", "spec.json"});
   if (!t.resume_from().empty()) argv.insert(argv.end(), {"--resume", t.resume_from()});
+  for (const std::string& root : t.path_roots()) argv.insert(argv.end(), {"--path-root", root});
+  const std::vector<std::string> base_env =
+      TrainerBaseEnvironment(environ, launch_.run_as, launch_.work_dir);
+  struct rlimit nofile;
+  const int max_fd = getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur != RLIM_INFINITY
+                         ? static_cast<int>(std::min<rlim_t>(nofile.rlim_cur, 1 << 20))
+                         : 65536;
+  const bool switch_user = launch_.run_as.has_value();
+  const uid_t uid = switch_user ? launch_.run_as->uid : 0;
+  const gid_t gid = switch_user ? launch_.run_as->gid : 0;
+  const std::vector<gid_t> groups = switch_user ? launch_.run_as->groups : std::vector<gid_t>();
 
   for (int local = 0; local < t.nproc_per_node(); ++local) {
     int out[2], err[2];
@@ -116,8 +155,7 @@ absl::Status TaskRunner::Launch() {
     std::map<std::string, std::string> env_map = RankEnvironment(launch_, local);
     // Prepare everything the child needs before fork: after fork only async-signal-safe calls.
     std::vector<std::string> env_strings;
-    for (char** e = environ; *e != nullptr; ++e) {
-      std::string entry(*e);
+    for (const std::string& entry : base_env) {
       if (!env_map.count(entry.substr(0, entry.find('=')))) env_strings.push_back(entry);
     }
     for (const auto& [k, v] : env_map) env_strings.push_back(k + "=" + v);
@@ -134,8 +172,6 @@ absl::Status TaskRunner::Launch() {
     if (pid < 0) return absl::InternalError(absl::StrCat("fork: ", std::strerror(errno)));
     if (pid == 0) {
       setpgid(0, group);  // 0 for the first rank: it leads the task's group
-      prctl(PR_SET_PDEATHSIG, SIGKILL);
-      if (getppid() != parent) _exit(137);  // the worker died before prctl took effect
       sigset_t none;
       sigemptyset(&none);
       sigprocmask(SIG_SETMASK, &none, nullptr);
@@ -144,6 +180,19 @@ absl::Status TaskRunner::Launch() {
       int devnull = open("/dev/null", O_RDONLY);
       if (devnull >= 0) dup2(devnull, STDIN_FILENO);
       if (chdir(dir) != 0) _exit(126);
+      if (switch_user) {
+        // Groups first: after setuid there is no permission left to change them.
+        if (setgroups(groups.size(), groups.data()) != 0 || setgid(gid) != 0 ||
+            setuid(uid) != 0) {
+          const char msg[] = "llamafleet-worker: error: cannot switch to the trainer user\n";
+          (void)!write(STDERR_FILENO, msg, sizeof(msg) - 1);
+          _exit(126);
+        }
+      }
+      // After the identity change, which clears the parent-death signal.
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (getppid() != parent) _exit(137);  // the worker died before prctl took effect
+      CloseFrom3(max_fd);  // nothing of the worker's (sockets, database, pipes) leaks
       execve(args[0], args.data(), envp.data());
       const char msg[] = "llamafleet-worker: cannot execute the trainer\n";
       (void)!write(STDERR_FILENO, msg, sizeof(msg) - 1);

@@ -18,13 +18,15 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "llamafleet/v1/worker.pb.h"
+#include "worker/run_as.h"
 
 namespace llamafleet::worker {
 
 struct TaskLaunch {
   v1::TaskSpec task;
   // Executable and leading arguments; the runner appends
-  // `train --spec <work_dir>/spec.json [--resume <dir>]`.
+  // `train --spec spec.json [--resume <dir>] [--path-root <root>...]` (the spec relative to
+  // the ranks' working directory, `work_dir`).
   std::vector<std::string> trainer_command;
   // Per-task directory (created): spec.json, and the ranks' working directory.
   std::string work_dir;
@@ -34,6 +36,10 @@ struct TaskLaunch {
   bool efa = false;
   // Threads per CPU rank (OMP_NUM_THREADS); 0 = leave unset.
   int cpu_threads_per_rank = 0;
+  // Identity of the ranks (set: the worker is root and switches to it; `work_dir` is
+  // handed to it). Every rank starts with no inherited descriptor beyond stdin/out/err and
+  // the minimal environment of TrainerBaseEnvironment().
+  std::optional<RunAs> run_as;
 };
 
 // Receives what the ranks print and how the task ends. Called on the runner's own thread;
@@ -100,7 +106,7 @@ class TaskRunner {
   std::thread monitor_;
 };
 
-// The environment of one rank (exposed for tests).
+// The variables a rank gets on top of TrainerBaseEnvironment() (exposed for tests).
 std::map<std::string, std::string> RankEnvironment(const TaskLaunch& launch, int local_rank);
 
 }  // namespace llamafleet::worker

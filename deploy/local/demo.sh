@@ -89,6 +89,11 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
+# Workers started as root run trainers as the unprivileged user llamafleet (README:
+# Security model): it reads the tokenizer and data here and writes checkpoints and the
+# export here, so the demo directory is its own.
+if [ "$(id -u)" -eq 0 ]; then chown -R llamafleet: "$demo"; fi
+
 say "starting the coordinator and two CPU workers (logs in $var_dir/*.log)"
 fifo="$var_dir/.coordinator.stdout"
 rm -f "$fifo" && mkfifo "$fifo"

@@ -37,3 +37,11 @@ if ((${#missing[@]})); then
   $sudo apt-get update -q
   $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
+
+# The unprivileged user a root llamafleet-worker runs trainers as (README: Security model).
+if ! id llamafleet >/dev/null 2>&1; then
+  echo "install-deps: creating the system user llamafleet (trainers of a root worker run as it)" >&2
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo useradd --system --no-create-home --shell /usr/sbin/nologin llamafleet
+fi

@@ -111,7 +111,7 @@ class CliClusterTest : public ::testing::Test {
           {BinaryPath("llamafleet-worker"), "--coordinator", address_, "--join-token", kJoinToken,
            "--data-dir", dir_.path() + "/" + name, "--cpu-ranks", "1", "--name", name, "--address",
            "127.0.0.1", "--trainer", trainer_, "--heartbeat-interval", "0.5", "--log-level",
-           "warn"},
+           "warn", "--run-as", std::to_string(geteuid())},
           {}, dir_.path() + "/" + name + ".log");
       ASSERT_TRUE(worker.ok()) << worker.status();
       workers_.push_back(std::move(*worker));

@@ -109,7 +109,7 @@ echo "portal test: coordinator gRPC $grpc, HTTP $http"
 
 OMP_NUM_THREADS=1 "$bin/llamafleet-worker" --coordinator "$grpc" --join-token portal-secret \
   --data-dir "$tmp/w1" --cpu-ranks 1 --name w1 --address 127.0.0.1 --trainer "$bin/llamafleet-train" \
-  --heartbeat-interval 1 2>"$tmp/worker-w1.log" &
+  --heartbeat-interval 1 --run-as "$(id -u)" 2>"$tmp/worker-w1.log" &
 pids+=($!)
 
 PORTAL_URL="http://$http" ARTIFACT_DIR="$artifacts" TRAIN_DATA="$tmp/train.jsonl" CHROMIUM="$chromium" \

@@ -4,6 +4,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <filesystem>
+#include <unistd.h>
 #include <functional>
 #include <set>
 #include <map>
@@ -388,7 +389,8 @@ TEST(TlsTest, CoordinatorCliAndWorkerOverTls) {
   ASSERT_TRUE(address.ok()) << address.status();
   auto worker = testing::Subprocess::Start(
       {bin_dir + "llamafleet-worker", "--coordinator", *address, "--tls-ca", cert, "--join-token",
-       "secret", "--data-dir", dir.path() + "/w", "--cpu-ranks", "1", "--name", "tls-worker"});
+       "secret", "--data-dir", dir.path() + "/w", "--cpu-ranks", "1", "--name", "tls-worker",
+       "--run-as", std::to_string(geteuid())});
   ASSERT_TRUE(worker.ok());
   const std::vector<std::string> cli = {bin_dir + "llamafleet", "--coordinator", *address,
                                         "--token", token, "--timeout", "5s"};

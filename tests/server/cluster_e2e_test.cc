@@ -4,6 +4,7 @@
 // --resume, SIGTERM). What is tested is scheduling, supervision and failure handling.
 #include <grpcpp/grpcpp.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -33,7 +34,8 @@ using testing::TempDir;
 // STEPS steps of 0.1 s; rank 0 reports metrics every step and a checkpoint (with its
 // manifest) every CKPT_EVERY steps; resumes from --resume DIR/step; on SIGTERM writes a
 // checkpoint and exits 0. Every rank's command line carries the marker so tests can find
-// leftover processes.
+// leftover processes. Its knobs are LLAMAFLEET_FAKE_* variables set on the worker: a
+// trainer sees only the worker's LLAMAFLEET_* variables, not its whole environment.
 constexpr char kFakeTrainer[] = R"sh(#!/bin/sh
 # llamafleet-fake-trainer
 SPEC=""; RESUME=""
@@ -42,8 +44,8 @@ while [ $# -gt 0 ]; do
   shift
 done
 CK=$(sed -n 's/.*"checkpoint":{[^}]*"dir":"\([^"]*\)".*/\1/p' "$SPEC")
-STEPS=${FAKE_STEPS:-30}
-CKPT_EVERY=${FAKE_CKPT_EVERY:-10}
+STEPS=${LLAMAFLEET_FAKE_STEPS:-30}
+CKPT_EVERY=${LLAMAFLEET_FAKE_CKPT_EVERY:-10}
 step=0
 if [ -n "$RESUME" ]; then step=$(cat "$RESUME/step"); fi
 echo "rank $RANK/$WORLD_SIZE master $MASTER_ADDR:$MASTER_PORT resume=[$RESUME] start=$step" >&2
@@ -54,7 +56,7 @@ save() {
   fi
 }
 trap 'save; exit 0' TERM
-if [ "$FAKE_FAIL" = permanent ]; then
+if [ "$LLAMAFLEET_FAKE_FAIL" = permanent ]; then
   echo '{"type":"event","event":"error","message":"data.train_path: no such file","code":"INVALID_ARGUMENT"}'
   exit 1
 fi
@@ -117,7 +119,9 @@ class ClusterTest : public ::testing::Test {
     auto p = Subprocess::Start({BinaryPath("llamafleet-worker"), "--coordinator", address_,
                                 "--join-token", "secret", "--data-dir", dir_.path() + "/" + name,
                                 "--cpu-ranks", "1", "--name", name, "--address", "127.0.0.1",
-                                "--trainer", trainer_, "--heartbeat-interval", "0.3"},
+                                "--trainer", trainer_, "--heartbeat-interval", "0.3",
+                                // Trainers as this test's user: the fixture's files are its own.
+                                "--run-as", std::to_string(geteuid())},
                                env, dir_.path() + "/" + name + ".log");
     ASSERT_TRUE(p.ok());
     workers_[name] = std::move(*p);
@@ -437,8 +441,8 @@ TEST_F(ClusterTest, HigherPriorityJobPreemptsWithCheckpointAndVictimRequeues) {
 }
 
 TEST_F(ClusterTest, BadDataFailsAtOnceWithoutRestarts) {
-  StartWorker("w1", {{"FAKE_FAIL", "permanent"}});
-  StartWorker("w2", {{"FAKE_FAIL", "permanent"}});
+  StartWorker("w1", {{"LLAMAFLEET_FAKE_FAIL", "permanent"}});
+  StartWorker("w2", {{"LLAMAFLEET_FAKE_FAIL", "permanent"}});
   WaitForWorkers(2);
   const std::string id = Submit("run_policy: {max_restarts: 3, restart_backoff_seconds: 0}\n");
   v1::Job job = WaitFor(id, v1::FAILED, absl::Seconds(20));
@@ -481,7 +485,8 @@ TEST_F(ClusterTest, RetentionKeepsTheNewestCheckpointsFilesFirst) {
 TEST_F(ClusterTest, WorkerWithABadJoinTokenIsRefused) {
   absl::StatusOr<testing::CommandResult> r = RunCommand(
       {BinaryPath("llamafleet-worker"), "--coordinator", address_, "--join-token", "wrong",
-       "--data-dir", dir_.path() + "/bad", "--cpu-ranks", "1", "--trainer", trainer_});
+       "--data-dir", dir_.path() + "/bad", "--cpu-ranks", "1", "--trainer", trainer_,
+       "--run-as", std::to_string(geteuid())});
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->exit_code, 1);
   EXPECT_NE(r->err.find("bad join token"), std::string::npos) << r->err;

@@ -5,6 +5,7 @@
 // by evaluating both exported models on the same data).
 #include <grpcpp/grpcpp.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -62,7 +63,9 @@ class TrainingTest : public ::testing::Test {
                                 "--join-token", "secret", "--data-dir", dir_.path() + "/" + name,
                                 "--cpu-ranks", "1", "--name", name, "--address", "127.0.0.1",
                                 "--trainer", BinaryPath("llamafleet-train"),
-                                "--heartbeat-interval", "0.5"},
+                                "--heartbeat-interval", "0.5",
+                                // Trainers as this test's user: the fixture's files are its own.
+                                "--run-as", std::to_string(geteuid())},
                                {{"OMP_NUM_THREADS", "1"}}, dir_.path() + "/" + name + ".log");
     ASSERT_TRUE(p.ok());
     workers_[name] = std::move(*p);

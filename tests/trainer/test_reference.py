@@ -449,8 +449,18 @@ class ExportRoundTrip(TempDirTest):
         os.makedirs(out)
         with open(os.path.join(out, "stale.txt"), "w") as fh:
             fh.write("old")
+        # A directory of someone else's files is never replaced (issue 10)...
+        p = trainer("export", "--checkpoint", src, "--out", out, "--dtype", "bf16", check=False)
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertIn("FAILED_PRECONDITION", p.stdout)
+        self.assertEqual(sorted(os.listdir(out)), ["stale.txt"])
+        # ...an earlier export is: the marker file says whose it is.
+        os.remove(os.path.join(out, "stale.txt"))
+        trainer("export", "--checkpoint", src, "--out", out, "--dtype", "fp32")
+        with open(os.path.join(out, "stale.txt"), "w") as fh:
+            fh.write("old")
         trainer("export", "--checkpoint", src, "--out", out, "--dtype", "bf16")
-        self.assertEqual(sorted(os.listdir(out)), ["config.json", "model.safetensors"])
+        self.assertEqual(sorted(os.listdir(out)), [".llamafleet-export", "config.json", "model.safetensors"])
         cfg, back = ref.read_model_dir(out)
         self.assertTrue(cfg["tie_word_embeddings"])
         self.assertNotIn("lm_head.weight", back)

@@ -390,5 +390,34 @@ TEST(StagedDir, CommitReplacesAndAbandonCleansUp) {
   EXPECT_EQ(std::distance(fs::directory_iterator(dir.path()), fs::directory_iterator()), 1);
 }
 
+TEST(StagedDir, NeverReplacesWhatItDidNotWrite) {
+  TempDir dir;
+  // Someone's directory: refused at Create, untouched.
+  const std::string theirs = dir.File("theirs");
+  fs::create_directories(theirs);
+  ASSERT_TRUE(WriteStringToFile(theirs + "/notes", "keep").ok());
+  auto refused = StagedDir::Create(theirs, "7");
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(*ReadFileToString(theirs + "/notes"), "keep");
+  // A job's own output carries its marker; another job may not replace it.
+  const std::string mine = dir.File("mine");
+  {
+    auto staged = StagedDir::Create(mine, "7");
+    ASSERT_TRUE(staged.ok()) << staged.status();
+    ASSERT_TRUE(staged->Commit().ok());
+  }
+  EXPECT_EQ(*ReadFileToString(mine + "/.llamafleet-export"), "7");
+  EXPECT_EQ(StagedDir::Create(mine, "8").status().code(), absl::StatusCode::kFailedPrecondition);
+  // Files that appear at the final path while the output is staged stop the commit.
+  const std::string late = dir.File("late");
+  auto staged = StagedDir::Create(late, "7");
+  ASSERT_TRUE(staged.ok());
+  fs::create_directories(late);
+  ASSERT_TRUE(WriteStringToFile(late + "/intruder", "x").ok());
+  EXPECT_EQ(staged->Commit().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(*ReadFileToString(late + "/intruder"), "x");
+}
+
 }  // namespace
 }  // namespace llamafleet::trainer

@@ -59,10 +59,14 @@ struct ExportOptions {
                                              // (a single larger tensor gets its own shard)
   std::string tokenizer_path;              // copied as tokenizer.model when non-empty
   std::map<std::string, std::string> extra_files;  // name -> contents, written alongside
+  // Job id recorded in the directory's marker file: only an earlier export of the same
+  // owner may be replaced ("" = a manual export; see StagedDir).
+  std::string owner;
 };
 
 // Writes an HF-format directory to `out_dir` through a staged temporary directory that is
-// renamed into place at the end (an existing directory is replaced; on error nothing is
+// renamed into place at the end (an earlier export of the same owner is replaced, any
+// other existing directory refused with FAILED_PRECONDITION; on error nothing is
 // left behind). `fetch_unit(u)` returns unit u's full parameters (any float dtype, CPU);
 // it is called once per unit, in order, so only one unit is held at a time. One shard is
 // written as model.safetensors; more as model-0000i-of-0000n.safetensors plus

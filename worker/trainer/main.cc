@@ -152,6 +152,9 @@ int main(int argc, char** argv) {
   std::string resume;
   int collective_timeout_s = 120;
   train->add_option("--resume", resume, "continue from this sharded checkpoint (overrides checkpoint.resume)");
+  std::vector<std::string> path_roots;
+  train->add_option("--path-root", path_roots,
+                    "directory the job may use (repeatable; the worker passes the coordinator's roots)");
   train->add_option("--collective-timeout-s", collective_timeout_s,
                     "a collective or rendezvous longer than this ends the run (default 120)");
 
@@ -197,6 +200,8 @@ int main(int argc, char** argv) {
     opts->peak_tflops = peak_tflops;
     if (!resume.empty()) opts->resume = resume;
     opts->collective_timeout_s = collective_timeout_s;
+    opts->path_roots = path_roots;
+    if (const char* job = std::getenv("LLAMAFLEET_JOB_ID")) opts->job_id = job;
     if (const char* env = std::getenv("LLAMAFLEET_PEAK_TFLOPS"); env && opts->peak_tflops <= 0) {
       opts->peak_tflops = std::atof(env);
     }

@@ -18,6 +18,7 @@
 #include "sharded_engine.h"
 #include "nlohmann/json.hpp"
 #include "util.h"
+#include "worker/path_guard.h"
 
 namespace llamafleet::trainer {
 
@@ -197,9 +198,34 @@ EvalResult Evaluate(LlamaModel& model, ParamEngine& engine, const LoadedData& da
 
 }  // namespace
 
+namespace {
+
+// Before anything is read or written: every path the job names stays inside the roots
+// with links resolved, and the export directory is new, empty or this job's own.
+absl::Status CheckJobPaths(const TrainOptions& opt, bool rank0) {
+  if (!opt.path_roots.empty()) {
+    const std::pair<const char*, const std::string*> fields[] = {
+        {"model.path", &opt.model_path},         {"model.tokenizer", &opt.tokenizer_path},
+        {"data.train_path", &opt.train_path},     {"data.eval_path", &opt.eval_path},
+        {"checkpoint.dir", &opt.checkpoint_dir}, {"checkpoint.resume", &opt.resume},
+        {"output.export_dir", &opt.export_dir}};
+    for (const auto& [field, value] : fields) {
+      if (value->empty() || (*value == "latest" && std::string(field) == "checkpoint.resume")) continue;
+      LF_RETURN_IF_ERROR(worker::CheckPathInRoots(field, *value, opt.path_roots));
+    }
+  }
+  if (rank0 && !opt.export_dir.empty()) {
+    LF_RETURN_IF_ERROR(worker::CheckExportDir(opt.export_dir, opt.job_id));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status RunTraining(const TrainOptions& opt, const DistEnv& env) {
   return CatchTorch("training", [&]() -> absl::Status {
     const bool rank0 = env.rank == 0;
+    LF_RETURN_IF_ERROR(CheckJobPaths(opt, rank0));
     LF_ASSIGN_OR_RETURN(at::Device device, ResolveDevice(opt.device, env.local_rank));
     LF_ASSIGN_OR_RETURN(at::ScalarType compute_dtype, ResolveComputeDtype(opt.compute_dtype));
     at::manual_seed(opt.seed);
@@ -270,6 +296,9 @@ absl::Status RunTraining(const TrainOptions& opt, const DistEnv& env) {
       auto latest = LatestCheckpoint(opt.checkpoint_dir);
       if (latest.ok()) {
         resume_dir = *latest;
+        if (!opt.path_roots.empty()) {
+          LF_RETURN_IF_ERROR(worker::CheckPathInRoots("checkpoint.resume (latest)", resume_dir, opt.path_roots));
+        }
       } else {
         if (rank0) LogInfo(absl::StrCat("no complete checkpoint in ", opt.checkpoint_dir, ": starting fresh"));
         resume_dir.clear();
@@ -443,6 +472,7 @@ absl::Status RunTraining(const TrainOptions& opt, const DistEnv& env) {
       ExportOptions eo;
       eo.dtype = opt.export_dtype;
       eo.max_shard_bytes = opt.max_shard_bytes;
+      eo.owner = opt.job_id;
       if (tokenizer) {
         eo.tokenizer_path = opt.tokenizer_path.empty()
                                 ? (fs::path(opt.model_path) / "tokenizer.model").string()

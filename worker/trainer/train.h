@@ -85,6 +85,13 @@ struct TrainOptions {
   bool activation_checkpointing = false;  // recompute decoder layers in backward
   std::string resume;                   // "" | "latest" (newest in checkpoint_dir) | a step-N dir
   int collective_timeout_s = 120;       // a collective (or rendezvous) longer than this fails
+  // Directories the job may use (the coordinator's path roots, passed by the worker as
+  // --path-root). Non-empty: every path above is re-checked with symbolic links resolved
+  // before it is opened (worker/path_guard.h); empty: no confinement (a manual run).
+  std::vector<std::string> path_roots;
+  // Owner written into the export's marker file (LLAMAFLEET_JOB_ID): only an earlier export
+  // of the same job may be replaced.
+  std::string job_id;
 };
 
 // Runs training to completion. Metrics and events go to stdout as JSON lines (rank 0),

@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "worker/path_guard.h"
 
 namespace llamafleet::trainer {
 
@@ -50,10 +51,12 @@ absl::Status WriteStringToFile(const std::string& path, absl::string_view data) 
   return absl::OkStatus();
 }
 
-absl::StatusOr<StagedDir> StagedDir::Create(const std::string& final_path) {
+absl::StatusOr<StagedDir> StagedDir::Create(const std::string& final_path,
+                                           const std::string& owner) {
   static std::atomic<int> counter{0};
   fs::path final_p = fs::absolute(fs::path(final_path)).lexically_normal();
   if (final_p.filename().empty()) final_p = final_p.parent_path();
+  LF_RETURN_IF_ERROR(worker::CheckExportDir(final_p.string(), owner));
   std::error_code ec;
   const fs::path parent = final_p.parent_path();
   if (!fs::is_directory(parent, ec)) {
@@ -72,11 +75,14 @@ absl::StatusOr<StagedDir> StagedDir::Create(const std::string& final_path) {
   if (!fs::create_directory(tmp, ec) || ec) {
     return absl::PermissionDeniedError(absl::StrCat(tmp, ": cannot create directory"));
   }
-  return StagedDir(final_p.string(), tmp);
+  return StagedDir(final_p.string(), tmp, owner);
 }
 
 StagedDir::StagedDir(StagedDir&& o) noexcept
-    : final_path_(std::move(o.final_path_)), tmp_path_(std::move(o.tmp_path_)), done_(o.done_) {
+    : final_path_(std::move(o.final_path_)),
+      tmp_path_(std::move(o.tmp_path_)),
+      owner_(std::move(o.owner_)),
+      done_(o.done_) {
   o.done_ = true;
 }
 
@@ -88,6 +94,9 @@ StagedDir::~StagedDir() {
 }
 
 absl::Status StagedDir::Commit() {
+  // Someone may have put files there since Create: check again, just before the rename.
+  LF_RETURN_IF_ERROR(worker::CheckExportDir(final_path_, owner_));
+  LF_RETURN_IF_ERROR(WriteStringToFile(absl::StrCat(tmp_path_, "/", worker::kExportMarker), owner_));
   std::error_code ec;
   std::string old;
   if (fs::exists(final_path_, ec)) {

@@ -35,27 +35,33 @@ absl::Status WriteStringToFile(const std::string& path, absl::string_view data);
 
 // A directory that is written in full under a temporary sibling name and then renamed into
 // place, so a reader never sees a half-written output. If the destructor runs before
-// Commit() (an error path), the temporary directory is removed.
+// Commit() (an error path), the temporary directory is removed. It replaces only what
+// llamafleet wrote: the final path must not exist, be empty, or be an earlier output of the
+// same `owner` (a job id; its marker file, worker/path_guard.h kExportMarker, is written
+// into every committed directory), else FAILED_PRECONDITION and nothing is touched.
 class StagedDir {
  public:
-  // Creates `<final>.tmp-<pid>-<n>` next to `final_path`; fails if the parent is missing or
-  // not writable.
-  static absl::StatusOr<StagedDir> Create(const std::string& final_path);
+  // Checks the final path (see above), then creates `<final>.tmp-<pid>-<n>` next to
+  // `final_path`; fails if the parent is missing or not writable.
+  static absl::StatusOr<StagedDir> Create(const std::string& final_path,
+                                          const std::string& owner = "");
   StagedDir(StagedDir&& other) noexcept;
   StagedDir& operator=(StagedDir&&) = delete;
   ~StagedDir();
 
   // Where to write the files.
   const std::string& path() const { return tmp_path_; }
-  // Renames the staged directory to its final path, replacing an existing directory there
-  // (the old one is moved aside first and removed after the rename).
+  // Checks the final path again, writes the owner marker, and renames the staged directory
+  // to its final path, replacing an earlier output of the same owner there (moved aside
+  // first and removed after the rename).
   absl::Status Commit();
 
  private:
-  StagedDir(std::string final_path, std::string tmp_path)
-      : final_path_(std::move(final_path)), tmp_path_(std::move(tmp_path)) {}
+  StagedDir(std::string final_path, std::string tmp_path, std::string owner)
+      : final_path_(std::move(final_path)), tmp_path_(std::move(tmp_path)), owner_(std::move(owner)) {}
   std::string final_path_;
   std::string tmp_path_;
+  std::string owner_;
   bool done_ = false;
 };
 

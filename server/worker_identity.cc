@@ -1,0 +1,62 @@
+#include "server/worker_identity.h"
+
+#include <openssl/crypto.h>
+#include <openssl/rand.h>
+
+#include "absl/strings/str_cat.h"
+#include "clients/jobspec/jobspec.h"
+#include "storage/worker_credential_store.h"
+
+namespace llamafleet {
+namespace {
+
+constexpr char kCredentialPrefix[] = "lfw_";
+
+absl::Status Refused(const std::string& name, bool presented) {
+  return absl::UnauthenticatedError(absl::StrCat(
+      "worker name '", name, "' is already registered with its own credential, and this hello ",
+      presented ? "carries a different one" : "carries none",
+      ": start the worker with the data dir it first joined with (it keeps "
+      "DATA_DIR/worker-credential), choose another --name, or have an admin release the name "
+      "on the coordinator host with: llamafleet-coordinator worker forget ",
+      name, " --data-dir DIR"));
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> WorkerIdentity::Admit(const std::string& name,
+                                                  const std::string& credential) {
+  absl::StatusOr<std::optional<std::string>> known = LookupWorkerCredential(store_, name);
+  if (!known.ok()) {
+    return absl::UnavailableError(absl::StrCat("cannot check the worker credential: ",
+                                               known.status().message()));
+  }
+  if (known->has_value()) {
+    const std::string given = Sha256Hex(credential);
+    const std::string& expected = **known;
+    if (credential.empty() || given.size() != expected.size() ||
+        CRYPTO_memcmp(given.data(), expected.data(), given.size()) != 0) {
+      return Refused(name, !credential.empty());
+    }
+    return std::string();
+  }
+  // A new name (or one an admin released): issue its credential.
+  unsigned char random[32];
+  if (RAND_bytes(random, sizeof(random)) != 1) {
+    return absl::UnavailableError("no randomness available for a worker credential");
+  }
+  static const char* kHex = "0123456789abcdef";
+  std::string issued = kCredentialPrefix;
+  for (unsigned char b : random) {
+    issued.push_back(kHex[b >> 4]);
+    issued.push_back(kHex[b & 15]);
+  }
+  absl::Status s = InsertWorkerCredential(store_, name, Sha256Hex(issued));
+  if (absl::IsAlreadyExists(s)) return Refused(name, !credential.empty());  // a concurrent first join won
+  if (!s.ok()) {
+    return absl::UnavailableError(absl::StrCat("cannot record the worker credential: ", s.message()));
+  }
+  return issued;
+}
+
+}  // namespace llamafleet

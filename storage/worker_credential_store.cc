@@ -1,0 +1,75 @@
+#include "storage/worker_credential_store.h"
+
+#include "absl/strings/str_cat.h"
+#include "storage/sqlite.h"
+
+namespace llamafleet {
+namespace {
+
+// Rows changed by the last statement of `txn`.
+absl::StatusOr<int64_t> Changes(Txn& txn) {
+  absl::StatusOr<sqlite::Statement*> c = txn.Statement("SELECT changes()");
+  if (!c.ok()) return c.status();
+  absl::StatusOr<bool> row = (*c)->Step();
+  if (!row.ok()) return row.status();
+  return *row ? (*c)->ColumnInt(0) : 0;
+}
+
+}  // namespace
+
+absl::StatusOr<std::optional<std::string>> LookupWorkerCredential(JobStore* store,
+                                                                  const std::string& name) {
+  std::optional<std::string> hash;
+  absl::Status s = store->Read([&](sqlite::Connection& conn) -> absl::Status {
+    absl::StatusOr<sqlite::Statement> q =
+        conn.Prepare("SELECT credential_sha256 FROM worker_credentials WHERE name = ?1");
+    if (!q.ok()) return q.status();
+    q->Bind(1, name);
+    absl::StatusOr<bool> row = q->Step();
+    if (!row.ok()) return row.status();
+    if (*row) hash = q->ColumnText(0);
+    return absl::OkStatus();
+  });
+  if (!s.ok()) return s;
+  return hash;
+}
+
+absl::Status InsertWorkerCredential(JobStore* store, const std::string& name,
+                                    const std::string& sha256) {
+  bool inserted = false;
+  absl::Status s = store->WriteAndWait([&](Txn& txn) -> absl::Status {
+    absl::StatusOr<sqlite::Statement*> q = txn.Statement(
+        "INSERT OR IGNORE INTO worker_credentials (name, credential_sha256, create_time_us) "
+        "VALUES (?1, ?2, ?3)");
+    if (!q.ok()) return q.status();
+    (*q)->Bind(1, name).Bind(2, sha256).Bind(3, txn.NowMicros());
+    if (absl::Status r = (*q)->Run(); !r.ok()) return r;
+    absl::StatusOr<int64_t> changed = Changes(txn);
+    if (!changed.ok()) return changed.status();
+    inserted = *changed > 0;
+    return absl::OkStatus();
+  });
+  if (!s.ok()) return s;
+  if (!inserted) return absl::AlreadyExistsError(absl::StrCat("worker name ", name, " is taken"));
+  return absl::OkStatus();
+}
+
+absl::Status ForgetWorkerCredential(JobStore* store, const std::string& name) {
+  bool found = false;
+  absl::Status s = store->WriteAndWait([&](Txn& txn) -> absl::Status {
+    absl::StatusOr<sqlite::Statement*> q =
+        txn.Statement("DELETE FROM worker_credentials WHERE name = ?1");
+    if (!q.ok()) return q.status();
+    (*q)->Bind(1, name);
+    if (absl::Status r = (*q)->Run(); !r.ok()) return r;
+    absl::StatusOr<int64_t> changed = Changes(txn);
+    if (!changed.ok()) return changed.status();
+    found = *changed > 0;
+    return absl::OkStatus();
+  });
+  if (!s.ok()) return s;
+  if (!found) return absl::NotFoundError(absl::StrCat("no worker named ", name, " holds a credential"));
+  return absl::OkStatus();
+}
+
+}  // namespace llamafleet

@@ -1,0 +1,40 @@
+#ifndef LLAMAFLEET_WORKER_PATH_GUARD_H_
+#define LLAMAFLEET_WORKER_PATH_GUARD_H_
+
+// Where a job may read and write on a worker: the checks the worker runs before it starts
+// a trainer, and the trainer runs again where it opens its paths (README "Security model").
+// The coordinator already refused paths that are lexically outside the roots; these checks
+// resolve symbolic links (realpath) on the machine that opens the files, so a link inside a
+// root that leads outside is refused too. No Torch, no protobuf: the trainer links this.
+
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+
+namespace llamafleet::worker {
+
+// The file an export directory carries so that a later run of the same job may replace it;
+// it holds the job id ("" for an export made by hand with `llamafleet-train export`).
+inline constexpr char kExportMarker[] = ".llamafleet-export";
+
+// Checks that `path` (the value of the job-spec field `field`, e.g. "data.train_path") is
+// absolute and, with every symbolic link resolved, inside one of `roots` (directories,
+// themselves resolved; a root that does not exist matches nothing). A path that does not
+// exist yet is judged by its nearest existing ancestor. When the path is an existing
+// directory, its entries are checked too, two levels deep (a model directory's shards, a
+// checkpoint's step-N/ files), up to a bound; a directory with more entries is refused.
+// Returns INVALID_ARGUMENT naming the field, the path, where it leads and the roots.
+// Reads metadata only; never creates, opens for writing or removes anything.
+absl::Status CheckPathInRoots(const std::string& field, const std::string& path,
+                              const std::vector<std::string>& roots);
+
+// Checks that an export may be written to `dir`: it does not exist, is an empty directory,
+// or is an earlier export of the same job (its kExportMarker file holds `owner`).
+// Anything else, a file or a directory of someone else's files, is FAILED_PRECONDITION
+// naming output.export_dir; nothing is touched.
+absl::Status CheckExportDir(const std::string& dir, const std::string& owner);
+
+}  // namespace llamafleet::worker
+
+#endif  // LLAMAFLEET_WORKER_PATH_GUARD_H_
