@@ -509,7 +509,10 @@ class Scenario:
 
     def check_invariants(self, c, job_id, j, fd_baseline):
         if j.get("state") not in TERMINAL:
-            return  # already reported
+            # Already reported; say what holds it (the stranded restart: slots of a dead attempt).
+            if self.busy(c):
+                self.problems.append("slots: held while the job is %s: %s" % (j.get("state"), "; ".join(self.busy(c))))
+            return
         expected = "CANCELLED" if self.cancel_when_waiting else "SUCCEEDED"
         if j.get("state") != expected:
             self.problems.append("outcome: %s, expected %s (%s)" % (j.get("state"), expected, j.get("status_reason")))
