@@ -13,10 +13,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "google/protobuf/util/time_util.h"
-#include "nlohmann/json.hpp"
 #include "spdlog/spdlog.h"
 #include "worker/inventory.h"
 #include "worker/path_guard.h"
+#include "worker/trainer_events.h"
 
 namespace llamafleet::worker {
 namespace {
@@ -391,45 +391,39 @@ void WorkerAgent::StartTask(const v1::TaskSpec& task) {
 void WorkerAgent::OnLine(const std::string& task_id, int rank, bool is_stderr,
                          const std::string& line) {
   std::optional<v1::WorkerMessage> structured;
-  if (rank == 0 && !is_stderr && !line.empty() && line[0] == '{') {
-    nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
-    if (j.is_object()) {
-      const std::string type = j.value("type", "");
-      const std::string event = j.value("event", "");
-      if (type == "metrics") {
-        v1::WorkerMessage m;
-        v1::TrainMetrics* t = m.mutable_metrics();
-        t->set_task_id(task_id);
-        t->set_step(j.value("step", int64_t{0}));
-        t->set_epoch(j.value("epoch", 0));
-        auto number = [&](const char* key) {
-          return j.contains(key) && j[key].is_number() ? j[key].get<double>() : 0.0;
-        };
-        t->set_loss(number("loss"));
-        t->set_lr(number("lr"));
-        t->set_grad_norm(number("grad_norm"));
-        t->set_tokens_per_second(number("tokens_per_s"));
-        t->set_tflops(number("tflops"));
-        t->set_mfu(number("mfu"));
-        t->set_peak_memory_bytes(static_cast<int64_t>(number("peak_mem_bytes")));
-        *t->mutable_time() = TimeUtil::GetCurrentTime();
-        std::lock_guard<std::mutex> lock(mu_);
-        t->set_total_steps(total_steps_[task_id]);
-        structured = std::move(m);
-      } else if (type == "event" && event == "started") {
-        std::lock_guard<std::mutex> lock(mu_);
-        total_steps_[task_id] = j.value("total_steps", int64_t{0});
-      } else if (type == "event" && event == "checkpoint_saved") {
-        v1::WorkerMessage m;
-        v1::CheckpointReport* c = m.mutable_checkpoint();
-        c->set_task_id(task_id);
-        c->set_step(j.value("step", int64_t{0}));
-        c->set_path(j.value("path", ""));
-        c->set_bytes(j.value("bytes", int64_t{0}));
-        c->set_manifest_sha256(j.value("manifest_sha256", ""));
-        if (j.contains("loss") && j["loss"].is_number()) c->set_loss(j["loss"].get<double>());
-        structured = std::move(m);
-      }
+  std::optional<trainer_events::Event> event;
+  if (rank == 0 && !is_stderr) event = trainer_events::ParseLine(line);
+  if (event.has_value()) {
+    if (const auto* x = std::get_if<trainer_events::Metrics>(&*event)) {
+      v1::WorkerMessage m;
+      v1::TrainMetrics* t = m.mutable_metrics();
+      t->set_task_id(task_id);
+      t->set_step(x->step);
+      t->set_epoch(static_cast<int32_t>(x->epoch));
+      t->set_loss(x->loss);
+      t->set_lr(x->lr);
+      t->set_grad_norm(x->grad_norm);
+      t->set_tokens_per_second(x->tokens_per_s);
+      t->set_tflops(x->tflops);
+      t->set_mfu(x->mfu.value_or(0.0));
+      t->set_peak_memory_bytes(x->peak_mem_bytes);
+      *t->mutable_time() = TimeUtil::GetCurrentTime();
+      std::lock_guard<std::mutex> lock(mu_);
+      t->set_total_steps(total_steps_[task_id]);
+      structured = std::move(m);
+    } else if (const auto* x = std::get_if<trainer_events::Started>(&*event)) {
+      std::lock_guard<std::mutex> lock(mu_);
+      total_steps_[task_id] = x->total_steps;
+    } else if (const auto* x = std::get_if<trainer_events::CheckpointSaved>(&*event)) {
+      v1::WorkerMessage m;
+      v1::CheckpointReport* c = m.mutable_checkpoint();
+      c->set_task_id(task_id);
+      c->set_step(x->step);
+      c->set_path(x->path);
+      c->set_bytes(x->bytes);
+      c->set_manifest_sha256(x->manifest_sha256);
+      c->set_loss(x->loss);
+      structured = std::move(m);
     }
   }
   {

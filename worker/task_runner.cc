@@ -16,12 +16,13 @@
 #include <filesystem>
 #include <fstream>
 #include <future>
+#include <variant>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "google/protobuf/util/json_util.h"
-#include "nlohmann/json.hpp"
+#include "worker/trainer_events.h"
 
 extern char** environ;
 
@@ -134,7 +135,25 @@ absl::Status TaskRunner::Launch() {
   // Relative to the working directory: the ranks need not be able to walk the worker's
   // data dir to find it.
   argv.insert(argv.end(), {"train", "--spec", "spec.json"});
-  if (!t.resume_from().empty()) argv.insert(argv.end(), {"--resume", t.resume_from()});
+  if (t.resume_candidates_size() > 0) {
+    std::vector<trainer_events::ResumeCandidate> candidates;
+    for (const v1::ResumeCandidate& c : t.resume_candidates()) {
+      candidates.push_back({c.path(), c.step(), c.manifest_sha256()});
+    }
+    const std::string path = launch_.work_dir + "/resume_candidates.json";
+    {
+      std::ofstream out(path, std::ios::trunc);
+      out << trainer_events::CandidatesToJson(candidates) << "\n";
+      if (!out) return absl::FailedPreconditionError(absl::StrCat("cannot write ", path));
+    }
+    if (launch_.run_as.has_value() &&
+        chown(path.c_str(), launch_.run_as->uid, launch_.run_as->gid) != 0) {
+      return absl::FailedPreconditionError(absl::StrCat("cannot chown ", path));
+    }
+    argv.insert(argv.end(), {"--resume-candidates", "resume_candidates.json"});
+  } else if (!t.resume_from().empty()) {
+    argv.insert(argv.end(), {"--resume", t.resume_from()});
+  }
   for (const std::string& root : t.path_roots()) argv.insert(argv.end(), {"--path-root", root});
   const std::vector<std::string> base_env =
       TrainerBaseEnvironment(environ, launch_.run_as, launch_.work_dir);
@@ -242,12 +261,13 @@ void TaskRunner::Monitor() {
       while ((nl = buffer.find('\n', start)) != std::string::npos) {
         std::string line = buffer.substr(start, nl - start);
         start = nl + 1;
-        if (is_stderr && line.find("error") != std::string::npos) r.last_error = line;
-        if (!is_stderr && line.find("\"event\":\"error\"") != std::string::npos) {
-          auto parsed = nlohmann::json::parse(line, nullptr, false);
-          if (parsed.is_object()) {
-            r.last_error = absl::StrCat(parsed.value("code", std::string("UNKNOWN")), ": ",
-                                        parsed.value("message", std::string()));
+        // Stderr is logs only; how a rank ended comes from its exit record.
+        if (!is_stderr && !line.empty() && line[0] == '{' &&
+            line.find("\"event\"") != std::string::npos) {
+          std::optional<trainer_events::Event> e = trainer_events::ParseLine(line);
+          if (e.has_value() && std::holds_alternative<trainer_events::Exit>(*e)) {
+            const auto& x = std::get<trainer_events::Exit>(*e);
+            r.exit_record = absl::Status(x.code, x.message);
           }
         }
         listener_->OnLine(id, r.global_rank, is_stderr, line);
@@ -296,15 +316,21 @@ void TaskRunner::Monitor() {
       if (waitpid(r.pid, &status, WNOHANG) == r.pid) {
         r.exited = true;
         r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        if (r.out_fd >= 0 && drain(r, r.out_fd, r.out_buffer, false)) {
+          // Its exit record may have arrived after the last poll.
+          close(r.out_fd);
+          r.out_fd = -1;
+        }
         if (r.exit_code != 0 && !failing) {
           std::lock_guard<std::mutex> lock(mu_);
           if (!stop_requested_) {
             // One rank failed: the gang cannot go on. Stop the others now instead of
             // letting them wait in a collective until a timeout.
             failing = true;
-            failure_message = absl::StrCat("rank ", r.global_rank, " exited with code ",
-                                           r.exit_code, r.last_error.empty() ? "" : ": ",
-                                           r.last_error);
+            failure_message = absl::StrCat("rank ", r.global_rank, " exited with code ", r.exit_code,
+                                           r.exit_record.has_value() && !r.exit_record->ok()
+                                               ? absl::StrCat(": ", r.exit_record->ToString())
+                                               : " (no exit record)");
             killpg(pgid_, SIGTERM);
             failure_kill_at = absl::Now() + failure_grace_;
           }
@@ -345,7 +371,12 @@ void TaskRunner::Monitor() {
     v1::RankExit e;
     e.set_rank(r.global_rank);
     e.set_exit_code(r.exit_code);
-    e.set_last_error(r.last_error);
+    if (r.exit_record.has_value()) {
+      e.set_status_code(static_cast<int32_t>(r.exit_record->code()));
+      e.set_status_message(std::string(r.exit_record->message()));
+      // "CODE: message", what coordinators before status_code classify from.
+      if (!r.exit_record->ok()) e.set_last_error(r.exit_record->ToString());
+    }
     exits.push_back(std::move(e));
     all_ok = all_ok && r.exit_code == 0;
   }

@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -25,8 +26,9 @@ namespace llamafleet::worker {
 struct TaskLaunch {
   v1::TaskSpec task;
   // Executable and leading arguments; the runner appends
-  // `train --spec spec.json [--resume <dir>] [--path-root <root>...]` (the spec relative to
-  // the ranks' working directory, `work_dir`).
+  // `train --spec spec.json [--path-root <root>...]` (the spec relative to the ranks' working
+  // directory, `work_dir`) and `--resume-candidates resume_candidates.json` (the task's
+  // recorded checkpoints) or, when it has none, `--resume <dir>` (resume_from, if set).
   std::vector<std::string> trainer_command;
   // Per-task directory (created): spec.json, and the ranks' working directory.
   std::string work_dir;
@@ -49,7 +51,8 @@ class TaskListener {
   virtual ~TaskListener() = default;
   virtual void OnLine(const std::string& task_id, int rank, bool is_stderr,
                       const std::string& line) = 0;
-  // Exactly once per task, after every rank has been reaped.
+  // Exactly once per task, after every rank has been reaped. Each RankExit carries the
+  // rank's exit record (status_code/status_message) when it printed one.
   virtual void OnFinished(const std::string& task_id, v1::TaskState state,
                           const std::vector<v1::RankExit>& exits, const std::string& message) = 0;
 };
@@ -87,7 +90,8 @@ class TaskRunner {
     std::string out_buffer, err_buffer;
     bool exited = false;
     int exit_code = 0;
-    std::string last_error;
+    // The rank's exit record (its "exit" event line), if it printed one.
+    std::optional<absl::Status> exit_record;
   };
 
   // Constant after construction.

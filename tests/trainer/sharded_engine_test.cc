@@ -260,10 +260,8 @@ TEST_F(ShardedTest, FullShardPersistentBytesAreOneNthOfNoShard) {
 
 TEST_F(ShardedTest, ResumeSameWorldIsExactAndReshardedMatches) {
   const std::string ckpt = Out("ckpt");
-  // Uninterrupted, checkpointing every 2 steps (keep_last 1: only step-4 remains... so
-  // keep 2 to resume from step-2).
-  RankRun whole = Launch(2, {"--strategy", "FULL_SHARD", "--checkpoint-dir", ckpt, "--checkpoint-every", "2",
-                         "--keep-last", "2"},
+  // Uninterrupted, checkpointing every 2 steps.
+  RankRun whole = Launch(2, {"--strategy", "FULL_SHARD", "--checkpoint-dir", ckpt, "--checkpoint-every", "2"},
                      Out("whole"));
   ASSERT_TRUE(AllOk(whole)) << whole.stderr_text;
   ASSERT_TRUE(fs::exists(ckpt + "/step-2/manifest.json"));
@@ -299,16 +297,15 @@ TEST_F(ShardedTest, ResumeSameWorldIsExactAndReshardedMatches) {
   }
 }
 
-TEST_F(ShardedTest, KeepLastRemovesOnlyOlderCompleteCheckpoints) {
+TEST_F(ShardedTest, SavingNeverDeletesAndVerifyRefusesDamage) {
+  // Retention is the coordinator's: the trainer keeps every checkpoint it wrote.
   const std::string ckpt = Out("keep");
-  RankRun r = Launch(2, {"--strategy", "FULL_SHARD", "--checkpoint-dir", ckpt, "--checkpoint-every", "1",
-                     "--keep-last", "2"},
+  RankRun r = Launch(2, {"--strategy", "FULL_SHARD", "--checkpoint-dir", ckpt, "--checkpoint-every", "1"},
                  Out("keep-run"));
   ASSERT_TRUE(AllOk(r)) << r.stderr_text;
-  EXPECT_FALSE(fs::exists(ckpt + "/step-1"));
-  EXPECT_FALSE(fs::exists(ckpt + "/step-2"));
-  EXPECT_TRUE(fs::exists(ckpt + "/step-3/manifest.json"));
-  EXPECT_TRUE(fs::exists(ckpt + "/step-4/manifest.json"));
+  for (int step = 1; step <= 4; ++step) {
+    EXPECT_TRUE(fs::exists(absl::StrCat(ckpt, "/step-", step, "/manifest.json"))) << step;
+  }
   auto latest = LatestCheckpoint(ckpt);
   ASSERT_TRUE(latest.ok()) << latest.status();
   EXPECT_EQ(fs::path(*latest).filename(), "step-4");
@@ -317,6 +314,34 @@ TEST_F(ShardedTest, KeepLastRemovesOnlyOlderCompleteCheckpoints) {
   eo.dtype = StDtype::kF32;
   ASSERT_TRUE(ExportShardedCheckpoint(*latest, Out("keep-export"), eo).ok());
   EXPECT_EQ(MaxRelativeDiff(Out("keep-export"), r.out + "/weights"), 0.0);
+
+  // Verification against the recorded manifest hash, and of every file's hash.
+  auto sha3 = Sha256File(ckpt + "/step-3/manifest.json");
+  auto sha4 = Sha256File(ckpt + "/step-4/manifest.json");
+  ASSERT_TRUE(sha3.ok() && sha4.ok());
+  EXPECT_TRUE(VerifyCheckpoint(ckpt + "/step-4", *sha4).ok());
+  EXPECT_EQ(VerifyCheckpoint(ckpt + "/step-4", *sha3).code(), absl::StatusCode::kDataLoss);  // replaced
+  // One flipped byte in a shard (same size): only the shard hash can tell.
+  const std::string shard = ckpt + "/step-4/shard-00001-of-00002.safetensors";
+  ASSERT_TRUE(fs::exists(shard));
+  {
+    std::fstream f(shard, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(-1, std::ios::end);
+    char c = 0;
+    f.get(c);
+    f.seekp(-1, std::ios::end);
+    f.put(static_cast<char>(c ^ 0xff));
+  }
+  absl::Status damaged = VerifyCheckpoint(ckpt + "/step-4", *sha4);
+  EXPECT_EQ(damaged.code(), absl::StatusCode::kDataLoss) << damaged;
+  EXPECT_NE(damaged.message().find("shard-00001-of-00002"), std::string::npos) << damaged;
+  // Split over ranks: the part that holds the shard finds it, together they refuse it.
+  int refused = 0;
+  for (int part = 0; part < 3; ++part) refused += !VerifyCheckpoint(ckpt + "/step-4", *sha4, part, 3).ok();
+  EXPECT_EQ(refused, 1);
+  EXPECT_TRUE(VerifyCheckpoint(ckpt + "/step-3", *sha3).ok());
+  fs::remove_all(ckpt + "/step-2");
+  EXPECT_FALSE(VerifyCheckpoint(ckpt + "/step-2", "").ok());
 }
 
 TEST_F(ShardedTest, TruncatedCheckpointIsRefused) {

@@ -59,7 +59,6 @@ struct Flags {
   std::string out;
   std::string checkpoint_dir;
   int checkpoint_every = 0;
-  int keep_last = 0;
   std::string resume;
   int die_at_step = -1;
   int die_rank = 1;
@@ -216,7 +215,7 @@ absl::Status Run(const Flags& f) {
       p.loss = loss;
       p.seed = f.seed;
       LF_ASSIGN_OR_RETURN(lt::SavedCheckpoint saved,
-                          lt::SaveShardedCheckpoint(*sharded, ctx->world(), config, f.checkpoint_dir, p, f.keep_last));
+                          lt::SaveShardedCheckpoint(*sharded, ctx->world(), config, f.checkpoint_dir, p));
       if (engine.rank() == 0) {
         std::printf("%s\n", json{{"event", "checkpoint_saved"}, {"path", saved.path}, {"step", p.step},
                                  {"bytes", saved.bytes}, {"manifest_sha256", saved.manifest_sha256},
@@ -289,7 +288,6 @@ int main(int argc, char** argv) {
   app.add_option("--out", f.out);
   app.add_option("--checkpoint-dir", f.checkpoint_dir);
   app.add_option("--checkpoint-every", f.checkpoint_every);
-  app.add_option("--keep-last", f.keep_last);
   app.add_option("--resume", f.resume);
   app.add_option("--die-at-step", f.die_at_step);
   app.add_option("--die-rank", f.die_rank);

@@ -235,7 +235,8 @@ output: {export_dir: %s, export_dtype: FP32, max_shard_size_mb: 1}
         self.assertEqual(cmp["problems"], [], cmp)
         events = [l["event"] for l in lines if l.get("type") == "event"]
         self.assertEqual(events[0], "started")
-        self.assertEqual(events[-1], "finished")
+        self.assertEqual(events[-2:], ["finished", "exit"])
+        self.assertEqual(lines[-1], {"type": "event", "event": "exit", "code": "OK", "message": ""})
         self.assert_no_leftovers(self.tmp)
         return lines
 
@@ -311,7 +312,8 @@ checkpoint: {dir: %s, every_steps: 2, keep_last: 2}
         self.assertEqual(len(evals), 1)
         saved = [l["path"] for l in lines if l.get("event") == "checkpoint_saved"]
         self.assertEqual(len(saved), 3)
-        self.assertEqual(sorted(os.listdir(self.path("ckpt"))), ["step-4", "step-6"])
+        # keep_last is the coordinator's to apply: the trainer deletes nothing.
+        self.assertEqual(sorted(os.listdir(self.path("ckpt"))), ["step-2", "step-4", "step-6"])
         # A checkpoint is sharded (see test_sharded_train.py); export consolidates it into an
         # HF directory that eval reads.
         trainer("export", "--checkpoint", saved[-1], "--out", self.path("ckpt-export"), "--dtype", "fp32")
@@ -483,8 +485,9 @@ class BadInput(TempDirTest):
         err_lines = [l for l in p.stderr.splitlines() if "error" in l]
         self.assertEqual(len(err_lines), 1, p.stderr)
         self.assertIn(needle, err_lines[0])
-        events = [l for l in json_lines(p.stdout) if l.get("event") == "error"]
+        events = [l for l in json_lines(p.stdout) if l.get("event") == "exit"]
         self.assertEqual(len(events), 1)
+        self.assertNotEqual(events[0]["code"], "OK")
         if out_dir:
             self.assertFalse(os.path.exists(out_dir), "output written despite the error")
         self.assert_no_leftovers(self.tmp)

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <tuple>
 
 #include <gtest/gtest.h>
 
@@ -128,7 +129,12 @@ TEST_F(TaskRunnerTest, OneRankFailingStopsTheWholeGang) {
   EXPECT_EQ(recorder_.state, v1::TASK_FAILED);
   EXPECT_NE(recorder_.message.find("rank 3 exited with code 3"), std::string::npos)
       << recorder_.message;
-  EXPECT_NE(recorder_.message.find("error: bad shard"), std::string::npos) << recorder_.message;
+  // Stderr is logs only: a rank that printed no exit record says so.
+  EXPECT_EQ(recorder_.message.find("error: bad shard"), std::string::npos) << recorder_.message;
+  EXPECT_NE(recorder_.message.find("rank 3 exited with code 3 (no exit record)"), std::string::npos)
+      << recorder_.message;
+  EXPECT_EQ(recorder_.exits[1].status_code(), 0);
+  EXPECT_EQ(recorder_.exits[1].last_error(), "");
   EXPECT_EQ(recorder_.exits[0].exit_code(), 128 + SIGTERM);
   EXPECT_TRUE(ProcessGroupGone((*runner)->process_group()));
 }
@@ -160,6 +166,67 @@ TEST_F(TaskRunnerTest, ErrorEventIsTheRankLastError) {
   EXPECT_EQ(recorder_.state, v1::TASK_FAILED);
   ASSERT_EQ(recorder_.exits.size(), 1u);
   EXPECT_EQ(recorder_.exits[0].last_error(), "INVALID_ARGUMENT: data.train_path: no such file");
+  EXPECT_EQ(recorder_.exits[0].status_code(), static_cast<int>(absl::StatusCode::kInvalidArgument));
+  EXPECT_EQ(recorder_.exits[0].status_message(), "data.train_path: no such file");
+}
+
+TEST_F(TaskRunnerTest, ExitRecordIsRelayedAndStderrIsNot) {
+  // The exit record is the last stdout line, written just before the rank exits; a later
+  // stderr line mentioning an error changes nothing.
+  auto runner = TaskRunner::Start(
+      Launch("echo 'RuntimeError: some error in a log' >&2; "
+             "echo '{\"type\":\"event\",\"event\":\"exit\",\"code\":\"UNAVAILABLE\",\"message\":\"none "
+             "of the 2 recorded checkpoints verifies\"}'; echo 'error: later' >&2; exit 1",
+             1),
+      &recorder_, absl::Seconds(2));
+  ASSERT_TRUE(runner.ok());
+  ASSERT_TRUE(recorder_.WaitDone(absl::Seconds(10)));
+  EXPECT_EQ(recorder_.state, v1::TASK_FAILED);
+  ASSERT_EQ(recorder_.exits.size(), 1u);
+  EXPECT_EQ(recorder_.exits[0].status_code(), static_cast<int>(absl::StatusCode::kUnavailable));
+  EXPECT_EQ(recorder_.exits[0].status_message(), "none of the 2 recorded checkpoints verifies");
+  EXPECT_EQ(recorder_.message,
+            "rank 1 exited with code 1: UNAVAILABLE: none of the 2 recorded checkpoints verifies");
+}
+
+TEST_F(TaskRunnerTest, SuccessfulRankRecordsOk) {
+  auto runner = TaskRunner::Start(
+      Launch("echo '{\"type\":\"event\",\"event\":\"exit\",\"code\":\"OK\",\"message\":\"\"}'", 1),
+      &recorder_, absl::Seconds(2));
+  ASSERT_TRUE(runner.ok());
+  ASSERT_TRUE(recorder_.WaitDone(absl::Seconds(10)));
+  EXPECT_EQ(recorder_.state, v1::TASK_SUCCEEDED);
+  EXPECT_EQ(recorder_.exits[0].status_code(), 0);
+  EXPECT_EQ(recorder_.exits[0].last_error(), "");
+}
+
+TEST_F(TaskRunnerTest, ResumeCandidatesGoToTheTrainerAsAFile) {
+  TaskLaunch l = Launch("echo \"args=$*\"; cat resume_candidates.json", 1);
+  l.task.set_resume_from("/ck/step-8");  // ignored when candidates are given
+  for (auto [path, step, sha] : {std::tuple{"/ck/step-8", 8, "aa"}, std::tuple{"/ck/step-4", 4, "bb"}}) {
+    v1::ResumeCandidate* c = l.task.add_resume_candidates();
+    c->set_path(path);
+    c->set_step(step);
+    c->set_manifest_sha256(sha);
+  }
+  auto runner = TaskRunner::Start(l, &recorder_, absl::Seconds(2));
+  ASSERT_TRUE(runner.ok());
+  ASSERT_TRUE(recorder_.WaitDone(absl::Seconds(10)));
+  EXPECT_EQ(recorder_.state, v1::TASK_SUCCEEDED);
+  EXPECT_TRUE(recorder_.HasLine("--resume-candidates " + dir_.path() + "/task/resume_candidates.json"));
+  EXPECT_FALSE(recorder_.HasLine("--resume "));
+  EXPECT_TRUE(recorder_.HasLine(
+      "[{\"manifest_sha256\":\"aa\",\"path\":\"/ck/step-8\",\"step\":8},"
+      "{\"manifest_sha256\":\"bb\",\"path\":\"/ck/step-4\",\"step\":4}]"));
+
+  // Without candidates the single resume path is passed as before.
+  Recorder single;
+  TaskLaunch l2 = Launch("echo \"args=$*\"", 1);
+  l2.task.set_resume_from("/ck/step-8");
+  auto r2 = TaskRunner::Start(l2, &single, absl::Seconds(2));
+  ASSERT_TRUE(r2.ok());
+  ASSERT_TRUE(single.WaitDone(absl::Seconds(10)));
+  EXPECT_TRUE(single.HasLine("--resume /ck/step-8"));
 }
 
 TEST_F(TaskRunnerTest, MissingTrainerFailsTheTask) {

@@ -4,9 +4,11 @@
 //   llamafleet-train eval --model DIR --data FILE [--batching padding|packing] [--seq-len N]
 //   llamafleet-train export --checkpoint DIR --out DIR [--dtype bf16] [--max-shard-size-mb N]
 //
-// stdout carries JSON lines only (metrics, events, the eval result); human logs go to
-// stderr. Any error ends the process with one line on stderr, an "error" event on stdout
-// and exit status 1 (2 for usage errors).
+// stdout carries JSON lines only (metrics, events, the eval result; see
+// worker/trainer_events.h); human logs go to stderr. `train` always ends with an "exit"
+// event (its status code and message), which the worker relays as the rank's exit record.
+// Any error ends the process with one line on stderr, an "exit" event with the error's code
+// on stdout and exit status 1 (2 for usage errors).
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -18,6 +20,7 @@
 #include "nlohmann/json.hpp"
 #include "train.h"
 #include "util.h"
+#include "worker/trainer_events.h"
 
 #ifdef LLAMAFLEET_HAVE_JOBSPEC
 #include "clients/jobspec/jobspec.h"
@@ -31,9 +34,7 @@ namespace {
 int Fail(const absl::Status& status) {
   std::string msg(status.message());
   std::fprintf(stderr, "llamafleet-train: error: %s\n", msg.c_str());
-  lt::EmitJsonLine(json{{"type", "event"}, {"event", "error"}, {"message", msg},
-                        {"code", absl::StatusCodeToString(status.code())}}
-                       .dump());
+  lt::EmitJsonLine(llamafleet::trainer_events::ToLine(llamafleet::trainer_events::Exit::From(status)));
   return 1;
 }
 
@@ -121,7 +122,6 @@ absl::StatusOr<lt::TrainOptions> OptionsFromSpecFile(const std::string& path,
   o.max_inflight_all_gathers = fsdp.max_inflight_all_gathers();
   o.checkpoint_dir = spec.checkpoint().dir();
   o.checkpoint_every = spec.checkpoint().every_steps();
-  o.keep_last = spec.checkpoint().keep_last();
   o.resume = spec.checkpoint().resume();
   o.export_dir = spec.output().export_dir();
   switch (spec.output().export_dtype()) {
@@ -155,6 +155,10 @@ int main(int argc, char** argv) {
   std::vector<std::string> path_roots;
   train->add_option("--path-root", path_roots,
                     "directory the job may use (repeatable; the worker passes the coordinator's roots)");
+  std::string resume_candidates;
+  train->add_option("--resume-candidates", resume_candidates,
+                    "JSON file: the job's recorded checkpoints, newest first; resume from the newest that "
+                    "verifies (overrides --resume)");
   train->add_option("--collective-timeout-s", collective_timeout_s,
                     "a collective or rendezvous longer than this ends the run (default 120)");
 
@@ -199,6 +203,16 @@ int main(int argc, char** argv) {
     opts->device = device;
     opts->peak_tflops = peak_tflops;
     if (!resume.empty()) opts->resume = resume;
+    if (!resume_candidates.empty()) {
+      auto text = lt::ReadFileToString(resume_candidates);
+      if (!text.ok()) return Fail(text.status());
+      auto parsed = llamafleet::trainer_events::ParseCandidates(*text);
+      if (!parsed.ok()) {
+        return Fail(absl::InvalidArgumentError(absl::StrCat("--resume-candidates ", resume_candidates, ": ",
+                                                            parsed.status().message())));
+      }
+      opts->resume_candidates = std::move(*parsed);
+    }
     opts->collective_timeout_s = collective_timeout_s;
     opts->path_roots = path_roots;
     if (const char* job = std::getenv("LLAMAFLEET_JOB_ID")) opts->job_id = job;
@@ -208,7 +222,9 @@ int main(int argc, char** argv) {
     auto env = lt::DistEnvFromEnvironment();
     if (!env.ok()) return Fail(env.status());
     absl::Status s = lt::RunTraining(*opts, *env);
-    return s.ok() ? 0 : Fail(s);
+    if (!s.ok()) return Fail(s);
+    lt::EmitJsonLine(llamafleet::trainer_events::ToLine(llamafleet::trainer_events::Exit::From(s)));
+    return 0;
 #else
     return Fail(absl::UnimplementedError("built without the job-spec library"));
 #endif

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cctype>
 #include <cstring>
 #include <set>
@@ -265,7 +266,7 @@ absl::Status SafetensorsWriter::Append(const void* data, size_t nbytes) {
   size_t done = 0;
   while (done < nbytes) {
     ssize_t n = ::write(fd_, p + done, nbytes - done);
-    if (n <= 0) return absl::DataLossError(absl::StrCat(path_, ": write failed"));
+    if (n <= 0) return absl::DataLossError(absl::StrCat(path_, ": write failed: ", std::strerror(errno)));
     done += static_cast<size_t>(n);
   }
   written_ += nbytes;

@@ -145,7 +145,7 @@ absl::StatusOr<std::string> Sha256File(const std::string& path) {
 
 absl::StatusOr<SavedCheckpoint> SaveShardedCheckpoint(ShardedEngine& engine, Comm& world,
                                                       const LlamaConfig& config, const std::string& root,
-                                                      const TrainerProgress& progress, int keep_last) {
+                                                      const TrainerProgress& progress) {
   SavedCheckpoint result;
   absl::Status st = CatchTorch("saving checkpoint", [&]() -> absl::Status {
     const int rank = world.rank(), W = world.size();
@@ -295,14 +295,6 @@ absl::StatusOr<SavedCheckpoint> SaveShardedCheckpoint(ShardedEngine& engine, Com
         result.path = final_dir;
         result.bytes = total + static_cast<int64_t>(text.size());
         result.manifest_sha256 = manifest_sha;
-        // Only now, with the new one complete, drop the oldest beyond keep_last.
-        if (keep_last > 0) {
-          auto complete = ListComplete(root);
-          for (size_t i = 0; i + keep_last < complete.size(); ++i) {
-            if (complete[i].second == final_dir) continue;
-            fs::remove_all(complete[i].second, ec);
-          }
-        }
         return absl::OkStatus();
       }();
       if (!s.ok()) {
@@ -484,6 +476,33 @@ bool IsShardedCheckpoint(const std::string& dir) {
   if (!text.ok()) return false;
   json m = json::parse(*text, nullptr, false);
   return m.is_object() && m.value("format", "") == kFormat;
+}
+
+absl::Status VerifyCheckpoint(const std::string& dir, const std::string& manifest_sha256, int part, int parts) {
+  const std::string mpath = (fs::path(dir) / "manifest.json").string();
+  if (!manifest_sha256.empty()) {
+    auto got = Sha256File(mpath);
+    if (!got.ok()) {
+      return absl::NotFoundError(absl::StrCat(dir, ": cannot read manifest.json: ", got.status().message()));
+    }
+    if (*got != manifest_sha256) {
+      return absl::DataLossError(absl::StrCat(mpath, ": sha256 ", *got, " is not the recorded ", manifest_sha256,
+                                              " (replaced or damaged checkpoint)"));
+    }
+  }
+  // Existence and sizes of every file, and a well-formed manifest.
+  LF_ASSIGN_OR_RETURN(std::unique_ptr<ShardedCheckpoint> c, ShardedCheckpoint::Open(dir));
+  const json& files = c->manifest().at("files");
+  for (size_t i = 0; i < files.size(); ++i) {
+    if (parts > 1 && static_cast<int>(i % parts) != part) continue;
+    const std::string name = files[i].at("name").get<std::string>();
+    const std::string path = (fs::path(dir) / name).string();
+    LF_ASSIGN_OR_RETURN(std::string got, Sha256File(path));
+    if (got != files[i].at("sha256").get<std::string>()) {
+      return absl::DataLossError(absl::StrCat(path, ": sha256 does not match the manifest (damaged checkpoint)"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::string> LatestCheckpoint(const std::string& root) {

@@ -48,12 +48,21 @@ struct SavedCheckpoint {
 };
 
 // Collective: every rank calls it with the same arguments (but its own engine). Removes an
-// old step-N.partial, writes this rank's files, and on rank 0 the manifest, renames the
-// directory into place, then (keep_last > 0) removes the oldest complete checkpoints beyond
-// keep_last — only after the new one is complete. Returns the same result on every rank.
+// old step-N.partial, writes this rank's files, and on rank 0 the manifest, then renames the
+// directory into place. Never deletes a complete checkpoint: retention (keep_last) is the
+// coordinator's, which applies it to the checkpoints it recorded. Returns the same result on
+// every rank.
 absl::StatusOr<SavedCheckpoint> SaveShardedCheckpoint(ShardedEngine& engine, Comm& world,
                                                       const LlamaConfig& config, const std::string& root,
-                                                      const TrainerProgress& progress, int keep_last);
+                                                      const TrainerProgress& progress);
+
+// Verifies a recorded checkpoint before a resume: `dir`/manifest.json must hash to
+// `manifest_sha256` (skipped when empty), be a complete manifest whose files all exist with
+// their recorded sizes, and the files with index % parts == part must match their recorded
+// sha256 (so `parts` ranks share the hashing; parts = 1 checks every file). DATA_LOSS or
+// NOT_FOUND naming the file otherwise.
+absl::Status VerifyCheckpoint(const std::string& dir, const std::string& manifest_sha256, int part = 0,
+                              int parts = 1);
 
 // A complete checkpoint, opened for reading (files memory-mapped lazily).
 class ShardedCheckpoint {

@@ -19,6 +19,7 @@
 #include "nlohmann/json.hpp"
 #include "util.h"
 #include "worker/path_guard.h"
+#include "worker/trainer_events.h"
 
 namespace llamafleet::trainer {
 
@@ -289,7 +290,48 @@ absl::Status RunTraining(const TrainOptions& opt, const DistEnv& env) {
     sh.device = device;
 
     std::string resume_dir = opt.resume;
-    if (resume_dir == "latest") {
+    if (!opt.resume_candidates.empty()) {
+      // Every rank checks the manifest hash and its share of the files' hashes; the ranks
+      // agree (one all-reduce) on the newest candidate none of them refused.
+      const size_t n = opt.resume_candidates.size();
+      std::vector<std::string> reasons(n);
+      at::Tensor refused = at::zeros({static_cast<int64_t>(n)}, at::TensorOptions().dtype(at::kDouble));
+      for (size_t i = 0; i < n; ++i) {
+        absl::Status v = VerifyCheckpoint(opt.resume_candidates[i].path, opt.resume_candidates[i].manifest_sha256,
+                                          env.rank, env.world_size);
+        if (!v.ok()) {
+          reasons[i] = std::string(v.message());
+          refused[static_cast<int64_t>(i)] = 1.0;
+        }
+      }
+      at::Tensor agreed = refused.to(device);
+      LF_RETURN_IF_ERROR(dist->world().AllReduceSum(agreed)->Wait());
+      agreed = agreed.cpu();
+      trainer_events::Resumed used;
+      for (size_t i = 0; i < n && used.path.empty(); ++i) {
+        const trainer_events::ResumeCandidate& c = opt.resume_candidates[i];
+        if (agreed[static_cast<int64_t>(i)].item<double>() == 0) {
+          used.path = c.path;
+          used.step = c.step;
+        } else {
+          used.skipped.push_back({c.path, reasons[i].empty() ? "refused by another rank" : reasons[i]});
+          if (rank0) LogWarning(absl::StrCat("not resuming from ", c.path, ": ", used.skipped.back().reason));
+        }
+      }
+      if (used.path.empty()) {
+        // The job has recorded checkpoints, so starting fresh would lose its progress
+        // silently; the storage may come back (or an older attempt's files be restored).
+        return absl::UnavailableError(absl::StrCat("none of the ", n, " recorded checkpoints verifies (newest ",
+                                                   opt.resume_candidates[0].path, ": ", used.skipped[0].reason,
+                                                   "); not starting from scratch"));
+      }
+      if (rank0) {
+        LogInfo(absl::StrCat("resuming from ", used.path, " (step ", used.step, "; ", used.skipped.size(),
+                             " newer recorded checkpoint(s) refused)"));
+        EmitJsonLine(trainer_events::ToLine(used));
+      }
+      resume_dir = used.path;
+    } else if (resume_dir == "latest") {
       if (opt.checkpoint_dir.empty()) {
         return absl::InvalidArgumentError("checkpoint.resume: latest needs checkpoint.dir");
       }
@@ -343,15 +385,9 @@ absl::Status RunTraining(const TrainOptions& opt, const DistEnv& env) {
                            " layers, dim ", config.hidden_size, "; data: ", train.rows.size(),
                            " rows of <= ", seq_len, " tokens; ", total_steps, " steps (", spe,
                            " per epoch); device ", device.str()));
-      EmitJsonLine(json{{"type", "event"},
-                        {"event", "started"},
-                        {"world_size", env.world_size},
-                        {"parameters", config.NumParameters()},
-                        {"total_steps", total_steps},
-                        {"steps_per_epoch", spe},
-                        {"train_rows", train.rows.size()},
-                        {"seq_len", seq_len}}
-                       .dump());
+      EmitJsonLine(trainer_events::ToLine(trainer_events::Started{
+          env.world_size, static_cast<int64_t>(config.NumParameters()), total_steps, spe,
+          static_cast<int64_t>(train.rows.size()), seq_len}));
     }
 
     // Collective: every rank writes its shard; rank 0 the manifest, last.
@@ -364,17 +400,10 @@ absl::Status RunTraining(const TrainOptions& opt, const DistEnv& env) {
       progress.seed = opt.seed;
       progress.tokens_seen = tokens_seen;
       LF_ASSIGN_OR_RETURN(SavedCheckpoint saved, SaveShardedCheckpoint(engine, dist->world(), config,
-                                                                       opt.checkpoint_dir, progress,
-                                                                       opt.keep_last));
+                                                                       opt.checkpoint_dir, progress));
       if (rank0) {
-        EmitJsonLine(json{{"type", "event"},
-                          {"event", "checkpoint_saved"},
-                          {"path", saved.path},
-                          {"step", step},
-                          {"bytes", saved.bytes},
-                          {"manifest_sha256", saved.manifest_sha256},
-                          {"loss", loss}}
-                         .dump());
+        EmitJsonLine(trainer_events::ToLine(
+            trainer_events::CheckpointSaved{saved.path, step, saved.bytes, saved.manifest_sha256, loss}));
       }
       return absl::OkStatus();
     };
@@ -426,19 +455,19 @@ absl::Status RunTraining(const TrainOptions& opt, const DistEnv& env) {
         const double secs = std::chrono::duration<double>(Clock::now() - interval_start).count();
         const double tps = secs > 0 ? static_cast<double>(interval_tokens) / secs : 0.0;
         const double tflops = tps * static_cast<double>(flops_per_token) / 1e12;
-        json line = {{"type", "metrics"},
-                     {"step", step + 1},
-                     {"epoch", epoch},
-                     {"loss", interval_loss / static_cast<double>(interval_steps)},
-                     {"lr", lr},
-                     {"grad_norm", grad_norm},
-                     {"tokens", tokens_seen},
-                     {"tokens_per_s", tps},
-                     {"tflops", tflops},
-                     {"peak_mem_bytes", device.is_cuda() ? PeakDeviceMemoryBytes(device) : PeakRssBytes()}};
-        line["mfu"] = peak > 0 ? json(tflops / (peak * env.world_size)) : json(nullptr);
-        EmitJsonLine(line.dump());
-        LogInfo(absl::StrCat("step ", step + 1, "/", total_steps, " loss ", line["loss"].get<double>(),
+        trainer_events::Metrics line;
+        line.step = step + 1;
+        line.epoch = epoch;
+        line.loss = interval_loss / static_cast<double>(interval_steps);
+        line.lr = lr;
+        line.grad_norm = grad_norm;
+        line.tokens = tokens_seen;
+        line.tokens_per_s = tps;
+        line.tflops = tflops;
+        line.peak_mem_bytes = device.is_cuda() ? PeakDeviceMemoryBytes(device) : PeakRssBytes();
+        if (peak > 0) line.mfu = tflops / (peak * env.world_size);
+        EmitJsonLine(trainer_events::ToLine(line));
+        LogInfo(absl::StrCat("step ", step + 1, "/", total_steps, " loss ", line.loss,
                              " lr ", lr, " grad_norm ", grad_norm, " tokens/s ", static_cast<int64_t>(tps)));
         interval_start = Clock::now();
         interval_tokens = interval_steps = 0;
@@ -454,7 +483,7 @@ absl::Status RunTraining(const TrainOptions& opt, const DistEnv& env) {
         if (!saved_now) LF_RETURN_IF_ERROR(save_checkpoint(step + 1, loss));
         if (rank0) {
           LogInfo(absl::StrCat("SIGTERM: stopped after step ", step + 1, " with a checkpoint"));
-          EmitJsonLine(json{{"type", "event"}, {"event", "preempted"}, {"step", step + 1}, {"loss", loss}}.dump());
+          EmitJsonLine(trainer_events::ToLine(trainer_events::Preempted{step + 1, loss}));
         }
         return absl::OkStatus();
       }
@@ -462,9 +491,7 @@ absl::Status RunTraining(const TrainOptions& opt, const DistEnv& env) {
     if (eval) {
       EvalResult r = Evaluate(model, engine, *eval, opt.micro_batch, device);
       if (rank0) {
-        EmitJsonLine(json{{"type", "eval"}, {"step", total_steps}, {"loss", r.loss},
-                          {"perplexity", r.perplexity}, {"tokens", r.tokens}}
-                         .dump());
+        EmitJsonLine(trainer_events::ToLine(trainer_events::Eval{total_steps, r.loss, r.perplexity, r.tokens}));
       }
     }
     LF_RETURN_IF_ERROR(save_checkpoint(total_steps, last_loss));
@@ -489,9 +516,7 @@ absl::Status RunTraining(const TrainOptions& opt, const DistEnv& env) {
       }
     }
     if (rank0) {
-      EmitJsonLine(json{{"type", "event"}, {"event", "finished"}, {"steps", total_steps},
-                        {"loss", last_loss}, {"export_dir", opt.export_dir}}
-                       .dump());
+      EmitJsonLine(trainer_events::ToLine(trainer_events::Finished{total_steps, last_loss, opt.export_dir}));
     }
     return absl::OkStatus();
   });

@@ -9,10 +9,12 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "data.h"
 #include "safetensors.h"
+#include "worker/trainer_events.h"
 
 namespace llamafleet::trainer {
 
@@ -71,7 +73,6 @@ struct TrainOptions {
   bool shuffle = true;          // shuffle rows each epoch
   std::string checkpoint_dir;   // where step-N checkpoints go ("" = none)
   int64_t checkpoint_every = 0;  // optimizer steps between checkpoints; 0 = at the end only
-  int32_t keep_last = 0;        // complete checkpoints kept; 0 = all
   std::string export_dir;       // HF export at the end ("" = none)
   StDtype export_dtype = StDtype::kBF16;
   uint64_t max_shard_bytes = 5120ull << 20;
@@ -84,6 +85,10 @@ struct TrainOptions {
   int max_inflight_all_gathers = 2;     // units gathered ahead of use, at most
   bool activation_checkpointing = false;  // recompute decoder layers in backward
   std::string resume;                   // "" | "latest" (newest in checkpoint_dir) | a step-N dir
+  // The job's recorded checkpoints, newest first (the agent's --resume-candidates). When
+  // non-empty it replaces `resume`: the newest that verifies on every rank is used, older
+  // ones are the fallback, and none verifying is UNAVAILABLE (retryable), never a fresh start.
+  std::vector<trainer_events::ResumeCandidate> resume_candidates;
   int collective_timeout_s = 120;       // a collective (or rendezvous) longer than this fails
   // Directories the job may use (the coordinator's path roots, passed by the worker as
   // --path-root). Non-empty: every path above is re-checked with symbolic links resolved

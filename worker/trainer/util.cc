@@ -4,8 +4,10 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
@@ -40,8 +42,9 @@ absl::Status WriteStringToFile(const std::string& path, absl::string_view data) 
   while (done < data.size()) {
     ssize_t n = ::write(fd, data.data() + done, data.size() - done);
     if (n <= 0) {
+      const int err = errno;  // ENOSPC: a full checkpoint filesystem, worth a retry
       ::close(fd);
-      return absl::DataLossError(absl::StrCat(path, ": write failed"));
+      return absl::DataLossError(absl::StrCat(path, ": write failed: ", std::strerror(err)));
     }
     done += static_cast<size_t>(n);
   }

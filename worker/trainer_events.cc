@@ -1,0 +1,187 @@
+#include "worker/trainer_events.h"
+
+#include "nlohmann/json.hpp"
+
+namespace llamafleet::trainer_events {
+namespace {
+
+using nlohmann::json;
+
+json EventObject(const char* name) { return json{{"type", "event"}, {"event", name}}; }
+
+// Field readers that never throw: a wrong type reads as the default.
+std::string Str(const json& j, const char* key) {
+  auto it = j.find(key);
+  return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+int64_t Int(const json& j, const char* key) {
+  auto it = j.find(key);
+  if (it == j.end() || !it->is_number()) return 0;
+  return it->is_number_float() ? static_cast<int64_t>(it->get<double>()) : it->get<int64_t>();
+}
+double Num(const json& j, const char* key) {
+  auto it = j.find(key);
+  return it != j.end() && it->is_number() ? it->get<double>() : 0.0;
+}
+
+}  // namespace
+
+std::optional<absl::StatusCode> StatusCodeFromName(std::string_view name) {
+  for (int c = 0; c <= 16; ++c) {
+    const auto code = static_cast<absl::StatusCode>(c);
+    if (absl::StatusCodeToString(code) == name) return code;
+  }
+  return std::nullopt;
+}
+
+std::string ToLine(const Started& e) {
+  json j = EventObject("started");
+  j["world_size"] = e.world_size;
+  j["parameters"] = e.parameters;
+  j["total_steps"] = e.total_steps;
+  j["steps_per_epoch"] = e.steps_per_epoch;
+  j["train_rows"] = e.train_rows;
+  j["seq_len"] = e.seq_len;
+  return j.dump();
+}
+
+std::string ToLine(const Metrics& e) {
+  json j = {{"type", "metrics"},          {"step", e.step},
+            {"epoch", e.epoch},           {"loss", e.loss},
+            {"lr", e.lr},                 {"grad_norm", e.grad_norm},
+            {"tokens", e.tokens},         {"tokens_per_s", e.tokens_per_s},
+            {"tflops", e.tflops},         {"peak_mem_bytes", e.peak_mem_bytes}};
+  j["mfu"] = e.mfu.has_value() ? json(*e.mfu) : json(nullptr);
+  return j.dump();
+}
+
+std::string ToLine(const Resumed& e) {
+  json j = EventObject("resumed");
+  j["path"] = e.path;
+  j["step"] = e.step;
+  j["skipped"] = json::array();
+  for (const Resumed::Skipped& s : e.skipped) j["skipped"].push_back({{"path", s.path}, {"reason", s.reason}});
+  return j.dump();
+}
+
+std::string ToLine(const CheckpointSaved& e) {
+  json j = EventObject("checkpoint_saved");
+  j["path"] = e.path;
+  j["step"] = e.step;
+  j["bytes"] = e.bytes;
+  j["manifest_sha256"] = e.manifest_sha256;
+  j["loss"] = e.loss;
+  return j.dump();
+}
+
+std::string ToLine(const Preempted& e) {
+  json j = EventObject("preempted");
+  j["step"] = e.step;
+  j["loss"] = e.loss;
+  return j.dump();
+}
+
+std::string ToLine(const Eval& e) {
+  return json{{"type", "eval"}, {"step", e.step}, {"loss", e.loss}, {"perplexity", e.perplexity}, {"tokens", e.tokens}}
+      .dump();
+}
+
+std::string ToLine(const Finished& e) {
+  json j = EventObject("finished");
+  j["steps"] = e.steps;
+  j["loss"] = e.loss;
+  j["export_dir"] = e.export_dir;
+  return j.dump();
+}
+
+std::string ToLine(const Exit& e) {
+  json j = EventObject("exit");
+  j["code"] = absl::StatusCodeToString(e.code);
+  // Invalid UTF-8 in a message (a path, an OS error) must not make dump() throw.
+  j["message"] = e.message;
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+std::optional<Event> ParseLine(std::string_view line) {
+  if (line.empty() || line.front() != '{') return std::nullopt;
+  json j = json::parse(line.begin(), line.end(), nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) return std::nullopt;
+  const std::string type = Str(j, "type");
+  if (type == "metrics") {
+    Metrics m;
+    m.step = Int(j, "step");
+    m.epoch = Int(j, "epoch");
+    m.loss = Num(j, "loss");
+    m.lr = Num(j, "lr");
+    m.grad_norm = Num(j, "grad_norm");
+    m.tokens = Int(j, "tokens");
+    m.tokens_per_s = Num(j, "tokens_per_s");
+    m.tflops = Num(j, "tflops");
+    m.peak_mem_bytes = Int(j, "peak_mem_bytes");
+    if (auto it = j.find("mfu"); it != j.end() && it->is_number()) m.mfu = it->get<double>();
+    return m;
+  }
+  if (type == "eval") {
+    return trainer_events::Eval{Int(j, "step"), Num(j, "loss"), Num(j, "perplexity"), Int(j, "tokens")};
+  }
+  if (type != "event") return std::nullopt;
+  const std::string event = Str(j, "event");
+  if (event == "started") {
+    Started s;
+    s.world_size = static_cast<int>(Int(j, "world_size"));
+    s.parameters = Int(j, "parameters");
+    s.total_steps = Int(j, "total_steps");
+    s.steps_per_epoch = Int(j, "steps_per_epoch");
+    s.train_rows = Int(j, "train_rows");
+    s.seq_len = Int(j, "seq_len");
+    return s;
+  }
+  if (event == "resumed") {
+    Resumed r;
+    r.path = Str(j, "path");
+    r.step = Int(j, "step");
+    if (auto it = j.find("skipped"); it != j.end() && it->is_array()) {
+      for (const json& s : *it) {
+        if (s.is_object()) r.skipped.push_back({Str(s, "path"), Str(s, "reason")});
+      }
+    }
+    return r;
+  }
+  if (event == "checkpoint_saved") {
+    return CheckpointSaved{Str(j, "path"), Int(j, "step"), Int(j, "bytes"), Str(j, "manifest_sha256"),
+                           Num(j, "loss")};
+  }
+  if (event == "preempted") return Preempted{Int(j, "step"), Num(j, "loss")};
+  if (event == "finished") return Finished{Int(j, "steps"), Num(j, "loss"), Str(j, "export_dir")};
+  if (event == "exit" || event == "error") {
+    Exit e;
+    e.code = StatusCodeFromName(Str(j, "code")).value_or(absl::StatusCode::kUnknown);
+    e.message = Str(j, "message");
+    return e;
+  }
+  return std::nullopt;
+}
+
+std::string CandidatesToJson(const std::vector<ResumeCandidate>& candidates) {
+  json a = json::array();
+  for (const ResumeCandidate& c : candidates) {
+    a.push_back({{"path", c.path}, {"step", c.step}, {"manifest_sha256", c.manifest_sha256}});
+  }
+  return a.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+absl::StatusOr<std::vector<ResumeCandidate>> ParseCandidates(std::string_view text) {
+  json a = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
+  if (!a.is_array()) return absl::InvalidArgumentError("resume candidates: not a JSON array");
+  std::vector<ResumeCandidate> out;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const json& c = a[i];
+    if (!c.is_object() || Str(c, "path").empty()) {
+      return absl::InvalidArgumentError("resume candidates[" + std::to_string(i) + "]: needs a path");
+    }
+    out.push_back({Str(c, "path"), Int(c, "step"), Str(c, "manifest_sha256")});
+  }
+  return out;
+}
+
+}  // namespace llamafleet::trainer_events

@@ -1,0 +1,136 @@
+#ifndef LLAMAFLEET_WORKER_TRAINER_EVENTS_H_
+#define LLAMAFLEET_WORKER_TRAINER_EVENTS_H_
+
+// The trainer's stdout contract, in one place: every JSON line `llamafleet-train train`
+// prints is written with ToLine() here and read back with ParseLine() here (by the worker
+// agent, which turns them into metrics/checkpoint reports and the rank's exit record).
+// No Torch: the agent links it too.
+//
+// Lines (one JSON object each; keys as written by ToLine):
+//   {"type":"event","event":"started", world_size, parameters, total_steps, ...}
+//   {"type":"metrics", step, epoch, loss, lr, grad_norm, tokens, tokens_per_s, tflops,
+//    peak_mem_bytes, mfu (null when unknown)}
+//   {"type":"event","event":"resumed", path, step, skipped: [{path, reason}]}
+//   {"type":"event","event":"checkpoint_saved", path, step, bytes, manifest_sha256, loss}
+//   {"type":"event","event":"preempted", step, loss}
+//   {"type":"eval", step, loss, perplexity, tokens}
+//   {"type":"event","event":"finished", steps, loss, export_dir}
+//   {"type":"event","event":"exit", code, message}    always the last line of a run
+// The exit record's code is an absl canonical code name ("OK", "INVALID_ARGUMENT", ...).
+// An older trainer's {"event":"error", code, message} line is read as an exit record.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace llamafleet::trainer_events {
+
+struct Started {
+  int world_size = 1;
+  int64_t parameters = 0;
+  int64_t total_steps = 0;
+  int64_t steps_per_epoch = 0;
+  int64_t train_rows = 0;
+  int64_t seq_len = 0;
+};
+
+struct Metrics {
+  int64_t step = 0;  // optimizer steps completed
+  int64_t epoch = 0;
+  double loss = 0;  // mean over the steps since the last metrics line
+  double lr = 0;
+  double grad_norm = 0;
+  int64_t tokens = 0;  // tokens trained on so far
+  double tokens_per_s = 0;
+  double tflops = 0;
+  int64_t peak_mem_bytes = 0;
+  std::optional<double> mfu;  // unknown without the device's peak
+};
+
+// Which checkpoint a run resumed from, and the newer candidates it refused (and why).
+struct Resumed {
+  struct Skipped {
+    std::string path;
+    std::string reason;
+  };
+  std::string path;
+  int64_t step = 0;
+  std::vector<Skipped> skipped;
+};
+
+struct CheckpointSaved {
+  std::string path;  // the step-N directory holding the manifest
+  int64_t step = 0;
+  int64_t bytes = 0;
+  std::string manifest_sha256;
+  double loss = 0;
+};
+
+struct Preempted {
+  int64_t step = 0;
+  double loss = 0;
+};
+
+struct Eval {
+  int64_t step = 0;
+  double loss = 0;
+  double perplexity = 0;
+  int64_t tokens = 0;
+};
+
+struct Finished {
+  int64_t steps = 0;
+  double loss = 0;
+  std::string export_dir;
+};
+
+// How the run ended; the last line the trainer prints.
+struct Exit {
+  absl::StatusCode code = absl::StatusCode::kUnknown;
+  std::string message;
+  static Exit From(const absl::Status& status) {
+    return Exit{status.code(), std::string(status.message())};
+  }
+};
+
+using Event = std::variant<Started, Metrics, Resumed, CheckpointSaved, Preempted, Eval, Finished, Exit>;
+
+// One JSON line (no trailing newline).
+std::string ToLine(const Started& e);
+std::string ToLine(const Metrics& e);
+std::string ToLine(const Resumed& e);
+std::string ToLine(const CheckpointSaved& e);
+std::string ToLine(const Preempted& e);
+std::string ToLine(const Eval& e);
+std::string ToLine(const Finished& e);
+std::string ToLine(const Exit& e);
+
+// The event a stdout line carries; nullopt for anything else (plain text, other JSON,
+// malformed JSON). Missing or mistyped fields read as their defaults: a line comes from a
+// process that may have been cut off mid-write. An unknown code name reads as kUnknown.
+std::optional<Event> ParseLine(std::string_view line);
+
+// "INVALID_ARGUMENT" → kInvalidArgument; nullopt for a name that is not a canonical code.
+std::optional<absl::StatusCode> StatusCodeFromName(std::string_view name);
+
+// The other direction: the checkpoints the agent offers the trainer to resume from (the
+// job's recorded checkpoints, newest first), written to a file passed as
+// `--resume-candidates FILE`: a JSON array of {path, step, manifest_sha256}.
+struct ResumeCandidate {
+  std::string path;
+  int64_t step = 0;
+  std::string manifest_sha256;  // as recorded from the checkpoint_saved event
+};
+std::string CandidatesToJson(const std::vector<ResumeCandidate>& candidates);
+// INVALID_ARGUMENT naming the entry for anything but an array of objects with a path.
+absl::StatusOr<std::vector<ResumeCandidate>> ParseCandidates(std::string_view text);
+
+}  // namespace llamafleet::trainer_events
+
+#endif  // LLAMAFLEET_WORKER_TRAINER_EVENTS_H_
