@@ -111,7 +111,12 @@ struct Context {
   std::istream* in = nullptr;
   std::ostream* out = nullptr;
   std::ostream* err = nullptr;
+  // Clients made by Connect, owned by RunCli.
+  std::vector<std::unique_ptr<Client>>* clients = nullptr;
 };
+
+// Set by LeaveConnectionsOpenAtExit.
+bool g_leave_connections_open = false;
 
 // A positive duration: "30s", "2m", "500ms", or a number of seconds.
 absl::StatusOr<absl::Duration> ParseDuration(const std::string& flag, const std::string& text) {
@@ -183,10 +188,12 @@ bool PrintMachine(const Context& ctx, const google::protobuf::Message& message) 
   return false;
 }
 
-absl::StatusOr<std::unique_ptr<Client>> Connect(const Context& ctx) {
+// The client for this command; RunCli owns it (see LeaveConnectionsOpenAtExit).
+absl::StatusOr<Client*> Connect(const Context& ctx) {
   absl::StatusOr<std::unique_ptr<Client>> client = Client::Create(ctx.client_options);
   if (!client.ok()) return UsageError(std::string(client.status().message()));
-  return client;
+  ctx.clients->push_back(std::move(*client));
+  return ctx.clients->back().get();
 }
 
 // ---------------------------------------------------------------------------
@@ -308,7 +315,7 @@ absl::Status RunSubmit(const Context& ctx, const SubmitFlags& flags) {
   }
   // One file keeps its errors as "document N"; several name the file.
   if (files->size() == 1) documents.clear();
-  absl::StatusOr<std::unique_ptr<Client>> client = Connect(ctx);
+  absl::StatusOr<Client*> client = Connect(ctx);
   if (!client.ok()) return client.status();
 
   v1::SubmitJobsResponse responses;
@@ -425,7 +432,7 @@ absl::StatusOr<v1::ListJobsResponse> ListPages(Client& client, v1::ListJobsReque
 absl::Status RunGetJobs(const Context& ctx, const ListFlags& flags) {
   absl::StatusOr<v1::ListJobsRequest> request = MakeListRequest(flags);
   if (!request.ok()) return request.status();
-  absl::StatusOr<std::unique_ptr<Client>> client = Connect(ctx);
+  absl::StatusOr<Client*> client = Connect(ctx);
   if (!client.ok()) return client.status();
   absl::StatusOr<v1::ListJobsResponse> response = ListPages(**client, *request, flags);
   if (!response.ok()) return response.status();
@@ -445,7 +452,7 @@ absl::Status RunGetJobs(const Context& ctx, const ListFlags& flags) {
 }
 
 absl::Status RunGetJob(const Context& ctx, const std::string& id) {
-  absl::StatusOr<std::unique_ptr<Client>> client = Connect(ctx);
+  absl::StatusOr<Client*> client = Connect(ctx);
   if (!client.ok()) return client.status();
   absl::StatusOr<v1::Job> job = (*client)->GetJob(id);
   if (!job.ok()) return job.status();
@@ -459,7 +466,7 @@ absl::Status RunGetJob(const Context& ctx, const std::string& id) {
 // ---------------------------------------------------------------------------
 
 absl::Status RunDescribeJob(const Context& ctx, const std::string& id) {
-  absl::StatusOr<std::unique_ptr<Client>> client = Connect(ctx);
+  absl::StatusOr<Client*> client = Connect(ctx);
   if (!client.ok()) return client.status();
   absl::StatusOr<v1::Job> job = (*client)->GetJob(id);
   if (!job.ok()) return job.status();
@@ -510,7 +517,7 @@ absl::Status RunDescribeJob(const Context& ctx, const std::string& id) {
 // ---------------------------------------------------------------------------
 
 absl::Status RunCancel(const Context& ctx, const std::string& id, const std::string& reason) {
-  absl::StatusOr<std::unique_ptr<Client>> client = Connect(ctx);
+  absl::StatusOr<Client*> client = Connect(ctx);
   if (!client.ok()) return client.status();
   v1::CancelJobRequest request;
   request.set_job_id(id);
@@ -768,7 +775,7 @@ class Poller {
 
 absl::Status RunWatch(const Context& ctx, const std::string& id, bool history,
                       absl::Duration interval) {
-  absl::StatusOr<std::unique_ptr<Client>> client = Connect(ctx);
+  absl::StatusOr<Client*> client = Connect(ctx);
   if (!client.ok()) return client.status();
   // Polls get their own short deadline, so a coordinator that went away does not hold up
   // the end of the watch.
@@ -863,7 +870,7 @@ absl::Status RunLogs(const Context& ctx, const std::string& id, const LogsFlags&
   if (rank_given && flags.rank < 0) return UsageError("--rank must be >= 0");
   if (flags.attempt < 0) return UsageError("--attempt must be >= 1 (or 0 for the newest)");
   if (flags.tail < 0) return UsageError("--tail must be >= 0");
-  absl::StatusOr<std::unique_ptr<Client>> client = Connect(ctx);
+  absl::StatusOr<Client*> client = Connect(ctx);
   if (!client.ok()) return client.status();
   absl::StatusOr<v1::Job> job = (*client)->GetJob(id);
   if (!job.ok()) return job.status();
@@ -925,7 +932,7 @@ absl::Status RunLogs(const Context& ctx, const std::string& id, const LogsFlags&
 // ---------------------------------------------------------------------------
 
 absl::Status RunCheckpoints(const Context& ctx, const std::string& id) {
-  absl::StatusOr<std::unique_ptr<Client>> client = Connect(ctx);
+  absl::StatusOr<Client*> client = Connect(ctx);
   if (!client.ok()) return client.status();
   absl::StatusOr<v1::ListCheckpointsResponse> response = (*client)->ListCheckpoints(id);
   if (!response.ok()) return response.status();
@@ -939,7 +946,7 @@ absl::Status RunCheckpoints(const Context& ctx, const std::string& id) {
 }
 
 absl::Status RunQueues(const Context& ctx) {
-  absl::StatusOr<std::unique_ptr<Client>> client = Connect(ctx);
+  absl::StatusOr<Client*> client = Connect(ctx);
   if (!client.ok()) return client.status();
   absl::StatusOr<v1::ListQueuesResponse> response = (*client)->ListQueues();
   if (!response.ok()) return response.status();
@@ -953,7 +960,7 @@ absl::Status RunQueues(const Context& ctx) {
 }
 
 absl::Status RunWhoAmI(const Context& ctx) {
-  absl::StatusOr<std::unique_ptr<Client>> client = Connect(ctx);
+  absl::StatusOr<Client*> client = Connect(ctx);
   if (!client.ok()) return client.status();
   absl::StatusOr<v1::WhoAmIResponse> response = (*client)->WhoAmI();
   if (!response.ok()) return response.status();
@@ -966,7 +973,7 @@ absl::Status RunWhoAmI(const Context& ctx) {
 }
 
 absl::Status RunWorkers(const Context& ctx) {
-  absl::StatusOr<std::unique_ptr<Client>> client = Connect(ctx);
+  absl::StatusOr<Client*> client = Connect(ctx);
   if (!client.ok()) return client.status();
   absl::StatusOr<v1::ListWorkersResponse> response = (*client)->ListWorkers();
   if (!response.ok()) return response.status();
@@ -1177,6 +1184,8 @@ int RunCli(int argc, char** argv, std::istream& in, std::ostream& out, std::ostr
   ctx->in = &in;
   ctx->out = &out;
   ctx->err = &err;
+  auto clients = std::make_unique<std::vector<std::unique_ptr<Client>>>();
+  ctx->clients = clients.get();
   // Only the process's own stdout can be a terminal; tests hand in string streams.
   ctx->out_is_tty = &out == &std::cout && isatty(STDOUT_FILENO) == 1;
   if (ctx->out_is_tty) ctx->terminal_width = TerminalWidth();
@@ -1207,7 +1216,11 @@ int RunCli(int argc, char** argv, std::istream& in, std::ostream& out, std::ostr
     status = RunWhoAmI(*ctx);
   }
   out.flush();
+  // The process ends right after: closing the channels would only add gRPC's teardown.
+  if (g_leave_connections_open) (void)clients.release();
   return Finish(status, err);
 }
+
+void LeaveConnectionsOpenAtExit() { g_leave_connections_open = true; }
 
 }  // namespace llamafleet::cli
