@@ -147,9 +147,11 @@ for i in range(n):
         f.write(f"name: bench-{i}\nmodel: {{preset: tiny, tokenizer: /data/tok.model}}\n"
                 "data: {train_path: /data/train.jsonl}\ntraining: {max_steps: 5, seq_len: 64}\n")
 EOF
+# take_file sets FILE to the next unused job file (in this shell: no command substitution).
 NEXT=0
-next_file() { echo "$T/jobs/job-$NEXT.yaml"; NEXT=$((NEXT + 1)); }
-"$BIN/llamafleet" submit -f "$(next_file)" >/dev/null  # warm up
+take_file() { FILE="$T/jobs/job-$NEXT.yaml"; NEXT=$((NEXT + 1)); }
+take_file
+"$BIN/llamafleet" submit -f "$FILE" >/dev/null  # warm up
 
 echo "cli_vs_sbatch: $ROUNDS rounds x $CALLS sequential calls each; slurm $(sbatch --version | awk '{print $2}'), munge auth; llamafleet synchronous=FULL, token auth"
 echo "  load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
@@ -163,10 +165,10 @@ for r in $(seq "$ROUNDS"); do
   cpu_now
   sbc=$(awk -v a="$c" -v b="$CPU_NOW" -v n="$CALLS" 'BEGIN {printf "%.2f", (b - a) / n * 1e3}')
   files=()
-  for _ in $(seq "$CALLS"); do files+=("$(next_file)"); done
+  for _ in $(seq "$CALLS"); do take_file; files+=("$FILE"); done
   cpu_now; c=$CPU_NOW
   s=$(now_ns)
-  for f in "${files[@]}"; do "$BIN/llamafleet" submit -f "$f" >/dev/null; done
+  for f in "${files[@]}"; do "$BIN/llamafleet" submit -f "$f" >>"$T/submitted"; done
   e=$(now_ns)
   lf=$(awk -v d=$((e - s)) -v n="$CALLS" 'BEGIN {printf "%.2f", d / n / 1e6}')
   cpu_now
@@ -177,6 +179,10 @@ done
 SB_MED=$(printf '%s\n' "${SB[@]}" | median)
 LF_MED=$(printf '%s\n' "${LF[@]}" | median)
 echo "median: sbatch --hold $SB_MED ms (client CPU $(printf '%s\n' "${SBC[@]}" | median) ms)   llamafleet submit $LF_MED ms (client CPU $(printf '%s\n' "${LFC[@]}" | median) ms)"
+# Every timed submission stored a new job (none was answered from the idempotency index).
+if grep -qv ' created$' "$T/submitted"; then
+  echo "a timed llamafleet submit did not create a new job:" >&2; grep -v ' created$' "$T/submitted" >&2; exit 1
+fi
 echo "llamafleet/sbatch time ratio: $(awk -v a="$LF_MED" -v b="$SB_MED" 'BEGIN {printf "%.2f", a / b}') (target <= 0.50)"
 
 SB_PAR_MED=""
@@ -189,14 +195,14 @@ if [[ $PARALLEL -gt 0 ]]; then
     e=$(now_ns)
     sbp=$(awk -v d=$((e - s)) -v n="$PARALLEL_JOBS" 'BEGIN {printf "%.0f", n / (d / 1e9)}')
     files=()
-    for _ in $(seq "$PARALLEL_JOBS"); do files+=("$(next_file)"); done
+    for _ in $(seq "$PARALLEL_JOBS"); do take_file; files+=("$FILE"); done
     s=$(now_ns)
     printf '%s\n' "${files[@]}" | xargs -P "$PARALLEL" -I{} "$BIN/llamafleet" submit -f {} >/dev/null
     e=$(now_ns)
     lfp=$(awk -v d=$((e - s)) -v n="$PARALLEL_JOBS" 'BEGIN {printf "%.0f", n / (d / 1e9)}')
     # The same number of files again, as one invocation (one batch per 1000 jobs).
     rm -rf "$T/batch" && mkdir "$T/batch"
-    for _ in $(seq "$PARALLEL_JOBS"); do mv "$(next_file)" "$T/batch/"; done
+    for _ in $(seq "$PARALLEL_JOBS"); do take_file; mv "$FILE" "$T/batch/"; done
     s=$(now_ns)
     "$BIN/llamafleet" submit -f "$T/batch" >/dev/null
     e=$(now_ns)
