@@ -628,7 +628,7 @@ void ClusterManager::SchedulePass() {
   const absl::Time now = options_.clock->Now();
   schedule_wanted_ = false;
   last_pass_ = now;
-  absl::StatusOr<std::vector<SchedulableJob>> queued = LoadJobsInStates(*store_, {v1::QUEUED});
+  absl::StatusOr<QueuedJobsSnapshot> queued = store_->SnapshotQueuedJobs();  // from memory
   if (!queued.ok()) {
     spdlog::error("scheduling pass: cannot read the queue: {}", queued.status().ToString());
     return;

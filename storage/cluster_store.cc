@@ -58,8 +58,6 @@ absl::Status Query(sqlite::Connection& conn, const std::string& sql,
   }
 }
 
-absl::Time FromMicros(int64_t us) { return us == 0 ? absl::InfinitePast() : absl::FromUnixMicros(us); }
-
 }  // namespace
 
 TxnFunction StartAttemptTxn(AttemptRecord a) {
@@ -373,25 +371,13 @@ absl::StatusOr<std::vector<SchedulableJob>> LoadJobsInStates(
   absl::Status s = store.Read([&](sqlite::Connection& conn) {
     return Query(
         conn,
-        absl::StrCat("SELECT ", JobColumns(),
-                     ", queued_since_us, eligible_us, last_preempted_us, first_start_us, "
-                     "excluded_workers FROM jobs WHERE state IN (",
+        absl::StrCat("SELECT ", SchedulableJobColumns(), " FROM jobs WHERE state IN (",
                      absl::StrJoin(codes, ","), ") ORDER BY id"),
         [](sqlite::Statement&) {},
         [&](sqlite::Statement& row) -> absl::Status {
-          absl::StatusOr<v1::Job> job = JobFromRow(row);
-          if (!job.ok()) return job.status();
-          SchedulableJob j;
-          j.job = std::move(*job);
-          const int base = 13;  // columns after JobColumns()
-          j.queued_since = absl::FromUnixMicros(row.ColumnInt(base));
-          j.eligible = absl::FromUnixMicros(row.ColumnInt(base + 1));
-          j.last_preempted = FromMicros(row.ColumnInt(base + 2));
-          j.first_start = FromMicros(row.ColumnInt(base + 3));
-          for (absl::string_view w : absl::StrSplit(row.ColumnText(base + 4), ',', absl::SkipEmpty())) {
-            j.excluded_workers.insert(std::string(w));
-          }
-          out.push_back(std::move(j));
+          absl::StatusOr<SchedulableJob> j = SchedulableJobFromRow(row);
+          if (!j.ok()) return j.status();
+          out.push_back(std::move(*j));
           return absl::OkStatus();
         });
   });

@@ -17,6 +17,7 @@
 #include "llamafleet/v1/job.pb.h"
 #include "llamafleet/v1/worker.pb.h"
 #include "storage/job_store.h"
+#include "storage/queued_jobs.h"
 
 namespace llamafleet {
 
@@ -91,15 +92,9 @@ TxnFunction SetWorkerStateTxn(const std::string& name, v1::WorkerState state);
 // Attempts still active (with their tasks), for recovery after a restart.
 absl::StatusOr<std::vector<AttemptRecord>> LoadActiveAttempts(JobStore& store);
 
-struct SchedulableJob {
-  v1::Job job;
-  absl::Time queued_since;
-  absl::Time eligible;          // not before (restart backoff)
-  absl::Time last_preempted;    // InfinitePast if never
-  absl::Time first_start;       // InfinitePast if never started
-  std::set<std::string> excluded_workers;
-};
-// QUEUED jobs, and RUNNING/SCHEDULED/PREEMPTING ones' scheduling fields, by job id.
+// Jobs in `states` with their scheduling fields (SchedulableJob, storage/queued_jobs.h), by
+// job id, read from SQLite. The scheduler's QUEUED jobs come from memory instead:
+// JobStore::SnapshotQueuedJobs.
 absl::StatusOr<std::vector<SchedulableJob>> LoadJobsInStates(JobStore& store,
                                                              const std::vector<v1::JobState>& states);
 absl::StatusOr<std::vector<v1::Checkpoint>> ListCheckpoints(JobStore& store, int64_t job_id);

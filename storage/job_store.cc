@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstring>
 #include <future>
+#include <set>
 #include <optional>
 
 #include "absl/strings/numbers.h"
@@ -362,6 +363,7 @@ struct JobStore::WriterStatements {
   sqlite::Statement insert_label;
   sqlite::Statement insert_event;
   sqlite::Statement select_job;
+  sqlite::Statement select_schedulable;  // one job with its scheduling columns
   sqlite::Statement update_state;
   sqlite::Connection* conn = nullptr;
   Clock* clock = nullptr;
@@ -408,6 +410,9 @@ struct JobStore::WriterStatements {
                    "reason) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)"))
              .ok() ||
         !(s = prep(&select_job, absl::StrCat("SELECT ", kJobColumns, " FROM jobs WHERE id = ?1")))
+             .ok() ||
+        !(s = prep(&select_schedulable, absl::StrCat("SELECT ", SchedulableJobColumns(),
+                                                     " FROM jobs WHERE id = ?1")))
              .ok() ||
         !(s = prep(&update_state,
                    "UPDATE jobs SET state = ?2, status_reason = ?3, update_time_us = ?4, "
@@ -486,6 +491,10 @@ class JobStore::WriteOp {
   virtual absl::Status Apply(WriterStatements& w) = 0;
   // Runs once: after the commit that made the write durable (OK), or on failure.
   virtual void Complete(absl::Status status) = 0;
+
+  // The jobs this write created (committed), for the queued-jobs view; each is QUEUED,
+  // queued since its create time.
+  virtual void ForEachCreatedJob(const std::function<void(const v1::Job&)>& fn) const {}
 
   absl::Status result;                // Apply's result in the last attempt
   std::vector<v1::JobEvent> events;  // published after commit
@@ -628,6 +637,12 @@ class SubmitOp : public JobStore::WriteOp {
       done_(std::move(results_));
     } else {
       done_(status);
+    }
+  }
+
+  void ForEachCreatedJob(const std::function<void(const v1::Job&)>& fn) const override {
+    for (const SubmitJobResult& r : results_) {
+      if (r.created) fn(r.job);
     }
   }
 
@@ -905,6 +920,7 @@ absl::Status JobStore::Init() {
   stmts_ = std::make_unique<WriterStatements>();
   stmts_->clock = options_.clock;
   if (absl::Status s = stmts_->Prepare(writer_.get()); !s.ok()) return s;
+  if (absl::Status s = RebuildQueuedJobs(); !s.ok()) return s;
 
   for (int i = 0; i < std::max(1, options_.read_connections); ++i) {
     absl::StatusOr<std::unique_ptr<sqlite::Connection>> reader =
@@ -1034,6 +1050,8 @@ void JobStore::CommitBatch(std::vector<std::unique_ptr<WriteOp>>& batch) {
     }
   }
   if (!txn.ok()) spdlog::warn("database {}: write failed: {}", options_.path, txn.ToString());
+  // The view first: whoever reacts to an event below must see the job in it.
+  if (txn.ok()) UpdateQueuedJobs(batch);
   // Publish first, so anyone told "done" can already see the events through a watch.
   {
     std::lock_guard<std::mutex> lock(listeners_mu_);
@@ -1045,6 +1063,103 @@ void JobStore::CommitBatch(std::vector<std::unique_ptr<WriteOp>>& batch) {
   }
   for (auto& op : batch) op->Complete(op->result);
 }
+
+absl::Status JobStore::RebuildQueuedJobs() {
+  absl::StatusOr<sqlite::Statement> s =
+      writer_->Prepare(absl::StrCat("SELECT ", SchedulableJobColumns(), " FROM jobs WHERE state = ",
+                                    static_cast<int>(v1::QUEUED), " ORDER BY id"));
+  if (!s.ok()) return s.status();
+  std::map<int64_t, QueuedJobsSnapshot::Entry> jobs;
+  while (true) {
+    absl::StatusOr<bool> row = s->Step();
+    if (!row.ok()) return row.status();
+    if (!*row) break;
+    absl::StatusOr<SchedulableJob> job = SchedulableJobFromRow(*s);
+    if (!job.ok()) return job.status();
+    const int64_t id = s->ColumnInt(0);
+    jobs[id] = std::make_shared<const SchedulableJob>(std::move(*job));
+  }
+  queued_.Replace(std::move(jobs));
+  queued_stale_.store(false);
+  return absl::OkStatus();
+}
+
+absl::Status JobStore::ReloadQueuedJob(int64_t job_id) {
+  sqlite::Statement& st = stmts_->select_schedulable;
+  st.Bind(1, job_id);
+  absl::StatusOr<bool> row = st.Step();
+  absl::Status status = row.status();
+  if (row.ok() && *row && static_cast<v1::JobState>(st.ColumnInt(2)) == v1::QUEUED) {
+    absl::StatusOr<SchedulableJob> job = SchedulableJobFromRow(st);
+    if (job.ok()) {
+      queued_.Put(job_id, std::move(*job));
+    } else {
+      status = job.status();
+    }
+  } else if (row.ok()) {
+    queued_.Erase(job_id);  // gone from QUEUED, or deleted
+  }
+  st.Reset();
+  return status;
+}
+
+void JobStore::UpdateQueuedJobs(std::vector<std::unique_ptr<WriteOp>>& batch) {
+  // Jobs a write created go in as built; any other job an event moved into or out of
+  // QUEUED is re-read from its committed row, once, after all the batch's writes.
+  std::set<int64_t> reload;
+  for (auto& op : batch) {
+    if (!op->result.ok()) continue;  // rolled back to its savepoint
+    std::set<int64_t> created;
+    op->ForEachCreatedJob([&](const v1::Job& job) {
+      int64_t id = 0;
+      (void)absl::SimpleAtoi(job.id(), &id);
+      SchedulableJob j;
+      j.job = job;
+      j.queued_since = absl::FromUnixMicros(TimeUtil::TimestampToMicroseconds(job.create_time()));
+      j.eligible = absl::FromUnixMicros(0);
+      j.last_preempted = absl::InfinitePast();
+      j.first_start = absl::InfinitePast();
+      queued_.Put(id, std::move(j));
+      created.insert(id);
+    });
+    for (const v1::JobEvent& e : op->events) {
+      if (e.from_state() != v1::QUEUED && e.to_state() != v1::QUEUED) continue;
+      int64_t id = 0;
+      if (!absl::SimpleAtoi(e.job_id(), &id)) continue;
+      if (created.count(id) && e.type() == "submitted") continue;
+      reload.insert(id);
+    }
+  }
+  if (queued_stale_.load()) {
+    if (absl::Status s = RebuildQueuedJobs(); !s.ok()) {
+      spdlog::error("database {}: cannot rebuild the queued-jobs view: {}", options_.path,
+                    s.ToString());
+    }
+    return;
+  }
+  for (int64_t id : reload) {
+    if (absl::Status s = ReloadQueuedJob(id); !s.ok()) {
+      spdlog::error("database {}: cannot refresh job {} in the queued-jobs view: {}; rebuilding it",
+                    options_.path, id, s.ToString());
+      queued_stale_.store(true);
+      if (absl::Status r = RebuildQueuedJobs(); !r.ok()) {
+        spdlog::error("database {}: cannot rebuild the queued-jobs view: {}", options_.path,
+                      r.ToString());
+      }
+      return;
+    }
+  }
+}
+
+absl::StatusOr<QueuedJobsSnapshot> JobStore::SnapshotQueuedJobs() const {
+  if (queued_stale_.load()) {
+    return absl::UnavailableError(
+        "the queued-jobs view is being rebuilt after a read error (see the log)");
+  }
+  return queued_.Snapshot();
+}
+
+size_t JobStore::queued_jobs_size() const { return queued_.size(); }
 
 void JobStore::SubmitJobs(std::vector<SubmitJobInput> jobs, SubmitCallback done) {
   Enqueue(std::make_unique<SubmitOp>(std::move(jobs), std::move(done)));

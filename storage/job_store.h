@@ -9,6 +9,7 @@
 // acknowledgement built on it survives kill -9 and power loss. Reads use a pool of
 // separate connections and never wait for the writer (WAL).
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -26,6 +27,7 @@
 #include "absl/status/statusor.h"
 #include "llamafleet/v1/job.pb.h"
 #include "scheduler/clock.h"
+#include "storage/queued_jobs.h"
 #include "storage/sqlite.h"
 
 namespace llamafleet {
@@ -187,6 +189,13 @@ class JobStore {
   // are absent.
   absl::StatusOr<std::map<std::string, JobCounts>> CountJobsByQueue();
 
+  // The QUEUED jobs with their scheduling columns, in id order, from memory (see
+  // queued_jobs.h): what a query for state = QUEUED would return after the newest commit
+  // whose events have been published. UNAVAILABLE while the view is being rebuilt after
+  // a read error (the next commit retries).
+  absl::StatusOr<QueuedJobsSnapshot> SnapshotQueuedJobs() const;
+  size_t queued_jobs_size() const;
+
   // --- Committed events, in commit order, delivered on the writer thread right after
   // the commit that made them durable. Listeners must not block or call back into
   // writes synchronously. Returns a handle for Unsubscribe.
@@ -249,6 +258,13 @@ class JobStore {
   std::map<int64_t, EventListener> listeners_ ABSL_GUARDED_BY(listeners_mu_);
 
   std::thread writer_thread_;
+
+  // The queued-jobs view: written on the writer thread (Init, then after each commit).
+  absl::Status RebuildQueuedJobs();
+  absl::Status ReloadQueuedJob(int64_t job_id);
+  void UpdateQueuedJobs(std::vector<std::unique_ptr<WriteOp>>& batch);
+  QueuedJobs queued_;
+  std::atomic<bool> queued_stale_{false};
 
   // WAL checkpoints run here, off the commit path, so a commit never pays for one.
   void CheckpointLoop();

@@ -1,7 +1,9 @@
 #include "clients/cli/cli.h"
 
+#include <dirent.h>
 #include <pwd.h>
 #include <sys/ioctl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -112,7 +114,12 @@ struct Context {
   std::ostream* err = nullptr;
   // The same stdout without escaping, for the CLI's own control sequences only.
   std::ostream* raw_out = nullptr;
+  // Clients made by Connect, owned by RunCli.
+  std::vector<std::unique_ptr<Client>>* clients = nullptr;
 };
+
+// Set by LeaveConnectionsOpenAtExit.
+bool g_leave_connections_open = false;
 
 // A positive duration: "30s", "2m", "500ms", or a number of seconds.
 absl::StatusOr<absl::Duration> ParseDuration(const std::string& flag, const std::string& text) {
@@ -184,10 +191,12 @@ bool PrintMachine(const Context& ctx, const google::protobuf::Message& message) 
   return false;
 }
 
-absl::StatusOr<std::unique_ptr<Client>> Connect(const Context& ctx) {
+// The client for this command; RunCli owns it (see LeaveConnectionsOpenAtExit).
+absl::StatusOr<Client*> Connect(const Context& ctx) {
   absl::StatusOr<std::unique_ptr<Client>> client = Client::Create(ctx.client_options);
   if (!client.ok()) return UsageError(std::string(client.status().message()));
-  return client;
+  ctx.clients->push_back(std::move(*client));
+  return ctx.clients->back().get();
 }
 
 // ---------------------------------------------------------------------------
@@ -195,7 +204,8 @@ absl::StatusOr<std::unique_ptr<Client>> Connect(const Context& ctx) {
 // ---------------------------------------------------------------------------
 
 struct SubmitFlags {
-  std::string file;
+  // Files, directories (their *.yaml, *.yml and *.json files, by name) or "-" for stdin.
+  std::vector<std::string> files;
   bool dry_run = false;
   std::string idempotency_key;
 };
@@ -213,15 +223,55 @@ absl::StatusOr<std::string> ReadInput(const std::string& file, std::istream& in)
   return text.str();
 }
 
+// The job files `-f` names: a directory stands for its *.yaml, *.yml and *.json files
+// (not recursive, sorted by name, so a re-run batches them the same way).
+absl::StatusOr<std::vector<std::string>> ExpandJobFiles(const std::vector<std::string>& args) {
+  std::vector<std::string> files;
+  for (const std::string& arg : args) {
+    struct stat st = {};
+    if (arg == "-" || stat(arg.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+      files.push_back(arg);  // a missing file is reported when it is read
+      continue;
+    }
+    DIR* dir = opendir(arg.c_str());
+    if (dir == nullptr) {
+      return absl::NotFoundError(absl::StrCat("cannot read ", arg, ": ", std::strerror(errno)));
+    }
+    std::vector<std::string> names;
+    while (const dirent* entry = readdir(dir)) {
+      const std::string name = entry->d_name;
+      if (name.empty() || name[0] == '.') continue;
+      if (!absl::EndsWith(name, ".yaml") && !absl::EndsWith(name, ".yml") &&
+          !absl::EndsWith(name, ".json")) {
+        continue;
+      }
+      const std::string path = absl::StrCat(arg, absl::EndsWith(arg, "/") ? "" : "/", name);
+      if (stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode)) names.push_back(path);
+    }
+    closedir(dir);
+    if (names.empty()) {
+      return UsageError(absl::StrCat("-f ", arg, ": no *.yaml, *.yml or *.json files in it"));
+    }
+    std::sort(names.begin(), names.end());
+    files.insert(files.end(), names.begin(), names.end());
+  }
+  if (std::count(files.begin(), files.end(), "-") > 1) {
+    return UsageError("-f -: stdin can be read only once");
+  }
+  return files;
+}
+
 // Submission errors read in terms of the file the user wrote.
-absl::Status SubmitError(const absl::Status& status) {
+// `documents` names each job of the batch by file and document ("b.yaml document 2") when
+// the batch came from several files; empty otherwise.
+absl::Status SubmitError(const absl::Status& status, const std::vector<std::string>& documents) {
   const absl::string_view message = status.message();
   if (status.code() != absl::StatusCode::kInvalidArgument ||
       !(absl::StartsWith(message, "spec.") || absl::StartsWith(message, "jobs["))) {
     return status;  // not about the spec (e.g. a malformed --user)
   }
   return absl::InvalidArgumentError(
-      absl::StrCat("invalid job spec: ", SpecErrorsForFile(std::string(status.message()))));
+      absl::StrCat("invalid job spec: ", SpecErrorsForFile(std::string(status.message()), documents)));
 }
 
 void PrintSubmitted(const Context& ctx, const v1::SubmitJobsResponse& response, bool dry_run) {
@@ -243,40 +293,75 @@ void PrintSubmitted(const Context& ctx, const v1::SubmitJobsResponse& response, 
 }
 
 absl::Status RunSubmit(const Context& ctx, const SubmitFlags& flags) {
-  absl::StatusOr<std::string> text = ReadInput(flags.file, *ctx.in);
-  if (!text.ok()) return text.status();
-  const std::string source = flags.file == "-" ? "stdin" : flags.file;
-  absl::StatusOr<std::vector<ParsedJob>> parsed = ParseJobDocuments(*text);
-  if (!parsed.ok()) return WithContext(parsed.status(), absl::StrCat(source, ": "));
-  if (!flags.idempotency_key.empty() && parsed->size() > 1) {
-    return UsageError(absl::StrCat("--idempotency-key applies to a single job; ", source, " holds ",
-                                   parsed->size(), " (each gets a key derived from its document)"));
+  absl::StatusOr<std::vector<std::string>> files = ExpandJobFiles(flags.files);
+  if (!files.ok()) return files.status();
+  // Every document of every file, in order; `documents` names each one for errors.
+  std::vector<ParsedJob> parsed;
+  std::vector<std::string> documents;
+  for (const std::string& file : *files) {
+    absl::StatusOr<std::string> text = ReadInput(file, *ctx.in);
+    if (!text.ok()) return text.status();
+    const std::string source = file == "-" ? "stdin" : file;
+    absl::StatusOr<std::vector<ParsedJob>> jobs = ParseJobDocuments(*text);
+    if (!jobs.ok()) return WithContext(jobs.status(), absl::StrCat(source, ": "));
+    for (size_t i = 0; i < jobs->size(); ++i) {
+      documents.push_back(jobs->size() == 1 ? source
+                                            : absl::StrCat(source, " document ", i + 1));
+      parsed.push_back(std::move((*jobs)[i]));
+    }
   }
-  absl::StatusOr<std::unique_ptr<Client>> client = Connect(ctx);
+  if (!flags.idempotency_key.empty() && parsed.size() > 1) {
+    return UsageError(absl::StrCat("--idempotency-key applies to a single job; ",
+                                   files->size() == 1 ? (*files)[0] : "the files",
+                                   " hold ", parsed.size(),
+                                   " (each gets a key derived from its document)"));
+  }
+  // One file keeps its errors as "document N"; several name the file.
+  if (files->size() == 1) documents.clear();
+  absl::StatusOr<Client*> client = Connect(ctx);
   if (!client.ok()) return client.status();
 
   v1::SubmitJobsResponse responses;
-  if (parsed->size() == 1) {
+  if (parsed.size() == 1) {
     v1::SubmitJobRequest request;
-    *request.mutable_spec() = std::move((*parsed)[0].spec);
-    request.set_idempotency_key(flags.idempotency_key.empty() ? (*parsed)[0].idempotency_key
+    *request.mutable_spec() = std::move(parsed[0].spec);
+    request.set_idempotency_key(flags.idempotency_key.empty() ? parsed[0].idempotency_key
                                                               : flags.idempotency_key);
     request.set_dry_run(flags.dry_run);
     absl::StatusOr<v1::SubmitJobResponse> response = (*client)->SubmitJob(request);
-    if (!response.ok()) return SubmitError(response.status());
+    if (!response.ok()) return SubmitError(response.status(), documents);
     *responses.add_jobs() = std::move(*response);
   } else {
-    // One call: the coordinator stores the whole batch or none of it.
-    v1::SubmitJobsRequest request;
-    request.set_dry_run(flags.dry_run);
-    for (ParsedJob& job : *parsed) {
-      v1::SubmitJobRequest* item = request.add_jobs();
-      *item->mutable_spec() = std::move(job.spec);
-      item->set_idempotency_key(job.idempotency_key);
+    // One call per kMaxBatchSize jobs: the coordinator stores each batch whole or not at
+    // all. A later batch that fails leaves the earlier ones stored; re-running the same
+    // command is safe, since every document keeps its derived idempotency key.
+    for (size_t begin = 0; begin < parsed.size(); begin += kMaxBatchSize) {
+      const size_t end = std::min(parsed.size(), begin + static_cast<size_t>(kMaxBatchSize));
+      v1::SubmitJobsRequest request;
+      request.set_dry_run(flags.dry_run);
+      for (size_t i = begin; i < end; ++i) {
+        v1::SubmitJobRequest* item = request.add_jobs();
+        *item->mutable_spec() = std::move(parsed[i].spec);
+        item->set_idempotency_key(parsed[i].idempotency_key);
+      }
+      absl::StatusOr<v1::SubmitJobsResponse> response = (*client)->SubmitJobs(request);
+      if (!response.ok()) {
+        const std::vector<std::string> names =
+            documents.empty() ? documents
+                              : std::vector<std::string>(documents.begin() + begin,
+                                                         documents.begin() + end);
+        absl::Status status = SubmitError(response.status(), names);
+        if (begin > 0) {
+          PrintSubmitted(ctx, responses, flags.dry_run);
+          status = WithContext(status, absl::StrCat("jobs ", begin + 1, "-", end, " (the first ",
+                                                    begin, " were submitted): "));
+        }
+        return status;
+      }
+      for (v1::SubmitJobResponse& r : *response->mutable_jobs()) {
+        *responses.add_jobs() = std::move(r);
+      }
     }
-    absl::StatusOr<v1::SubmitJobsResponse> response = (*client)->SubmitJobs(request);
-    if (!response.ok()) return SubmitError(response.status());
-    responses = std::move(*response);
   }
   PrintSubmitted(ctx, responses, flags.dry_run);
   return absl::OkStatus();
@@ -350,7 +435,7 @@ absl::StatusOr<v1::ListJobsResponse> ListPages(Client& client, v1::ListJobsReque
 absl::Status RunGetJobs(const Context& ctx, const ListFlags& flags) {
   absl::StatusOr<v1::ListJobsRequest> request = MakeListRequest(flags);
   if (!request.ok()) return request.status();
-  absl::StatusOr<std::unique_ptr<Client>> client = Connect(ctx);
+  absl::StatusOr<Client*> client = Connect(ctx);
   if (!client.ok()) return client.status();
   absl::StatusOr<v1::ListJobsResponse> response = ListPages(**client, *request, flags);
   if (!response.ok()) return response.status();
@@ -370,7 +455,7 @@ absl::Status RunGetJobs(const Context& ctx, const ListFlags& flags) {
 }
 
 absl::Status RunGetJob(const Context& ctx, const std::string& id) {
-  absl::StatusOr<std::unique_ptr<Client>> client = Connect(ctx);
+  absl::StatusOr<Client*> client = Connect(ctx);
   if (!client.ok()) return client.status();
   absl::StatusOr<v1::Job> job = (*client)->GetJob(id);
   if (!job.ok()) return job.status();
@@ -384,7 +469,7 @@ absl::Status RunGetJob(const Context& ctx, const std::string& id) {
 // ---------------------------------------------------------------------------
 
 absl::Status RunDescribeJob(const Context& ctx, const std::string& id) {
-  absl::StatusOr<std::unique_ptr<Client>> client = Connect(ctx);
+  absl::StatusOr<Client*> client = Connect(ctx);
   if (!client.ok()) return client.status();
   absl::StatusOr<v1::Job> job = (*client)->GetJob(id);
   if (!job.ok()) return job.status();
@@ -435,7 +520,7 @@ absl::Status RunDescribeJob(const Context& ctx, const std::string& id) {
 // ---------------------------------------------------------------------------
 
 absl::Status RunCancel(const Context& ctx, const std::string& id, const std::string& reason) {
-  absl::StatusOr<std::unique_ptr<Client>> client = Connect(ctx);
+  absl::StatusOr<Client*> client = Connect(ctx);
   if (!client.ok()) return client.status();
   v1::CancelJobRequest request;
   request.set_job_id(id);
@@ -694,7 +779,7 @@ class Poller {
 
 absl::Status RunWatch(const Context& ctx, const std::string& id, bool history,
                       absl::Duration interval) {
-  absl::StatusOr<std::unique_ptr<Client>> client = Connect(ctx);
+  absl::StatusOr<Client*> client = Connect(ctx);
   if (!client.ok()) return client.status();
   // Polls get their own short deadline, so a coordinator that went away does not hold up
   // the end of the watch.
@@ -789,7 +874,7 @@ absl::Status RunLogs(const Context& ctx, const std::string& id, const LogsFlags&
   if (rank_given && flags.rank < 0) return UsageError("--rank must be >= 0");
   if (flags.attempt < 0) return UsageError("--attempt must be >= 1 (or 0 for the newest)");
   if (flags.tail < 0) return UsageError("--tail must be >= 0");
-  absl::StatusOr<std::unique_ptr<Client>> client = Connect(ctx);
+  absl::StatusOr<Client*> client = Connect(ctx);
   if (!client.ok()) return client.status();
   absl::StatusOr<v1::Job> job = (*client)->GetJob(id);
   if (!job.ok()) return job.status();
@@ -851,7 +936,7 @@ absl::Status RunLogs(const Context& ctx, const std::string& id, const LogsFlags&
 // ---------------------------------------------------------------------------
 
 absl::Status RunCheckpoints(const Context& ctx, const std::string& id) {
-  absl::StatusOr<std::unique_ptr<Client>> client = Connect(ctx);
+  absl::StatusOr<Client*> client = Connect(ctx);
   if (!client.ok()) return client.status();
   absl::StatusOr<v1::ListCheckpointsResponse> response = (*client)->ListCheckpoints(id);
   if (!response.ok()) return response.status();
@@ -865,7 +950,7 @@ absl::Status RunCheckpoints(const Context& ctx, const std::string& id) {
 }
 
 absl::Status RunQueues(const Context& ctx) {
-  absl::StatusOr<std::unique_ptr<Client>> client = Connect(ctx);
+  absl::StatusOr<Client*> client = Connect(ctx);
   if (!client.ok()) return client.status();
   absl::StatusOr<v1::ListQueuesResponse> response = (*client)->ListQueues();
   if (!response.ok()) return response.status();
@@ -879,7 +964,7 @@ absl::Status RunQueues(const Context& ctx) {
 }
 
 absl::Status RunWhoAmI(const Context& ctx) {
-  absl::StatusOr<std::unique_ptr<Client>> client = Connect(ctx);
+  absl::StatusOr<Client*> client = Connect(ctx);
   if (!client.ok()) return client.status();
   absl::StatusOr<v1::WhoAmIResponse> response = (*client)->WhoAmI();
   if (!response.ok()) return response.status();
@@ -892,7 +977,7 @@ absl::Status RunWhoAmI(const Context& ctx) {
 }
 
 absl::Status RunWorkers(const Context& ctx) {
-  absl::StatusOr<std::unique_ptr<Client>> client = Connect(ctx);
+  absl::StatusOr<Client*> client = Connect(ctx);
   if (!client.ok()) return client.status();
   absl::StatusOr<v1::ListWorkersResponse> response = (*client)->ListWorkers();
   if (!response.ok()) return response.status();
@@ -969,8 +1054,11 @@ int RunCli(int argc, char** argv, std::istream& in, std::ostream& out, std::ostr
   app.fallthrough();  // global flags are accepted after the command, too
 
   GlobalFlags global;
-  // The login name when $USER is not set (cron, containers, CI).
-  if (const passwd* pw = getpwuid(getuid()); pw != nullptr) global.user = pw->pw_name;
+  // The login name when $USER is not set (cron, containers, CI). Only then: the passwd
+  // lookup loads NSS modules, a cost every scripted invocation would pay.
+  if (std::getenv("USER") == nullptr) {
+    if (const passwd* pw = getpwuid(getuid()); pw != nullptr) global.user = pw->pw_name;
+  }
   app.add_option("--coordinator", global.coordinator, "coordinator address HOST:PORT")
       ->envname("LLAMAFLEET_COORDINATOR")
       ->capture_default_str();
@@ -994,7 +1082,11 @@ int RunCli(int argc, char** argv, std::istream& in, std::ostream& out, std::ostr
       "submit",
       "submit jobs from a YAML or JSON file (several documents or a list: one batch); "
       "-o json|yaml prints {jobs: [{job, created}]} whether the file holds one job or many");
-  submit_cmd->add_option("-f,--file", submit.file, "job file, or - for stdin")->required();
+  submit_cmd
+      ->add_option("-f,--file", submit.files,
+                   "job file, directory (its *.yaml, *.yml, *.json files) or - for stdin; "
+                   "repeatable: every document of every file goes in one batch")
+      ->required();
   submit_cmd->add_flag("--dry-run", submit.dry_run,
                        "validate on the coordinator and print the effective spec; store nothing");
   submit_cmd->add_option("--idempotency-key", submit.idempotency_key,
@@ -1102,6 +1194,8 @@ int RunCli(int argc, char** argv, std::istream& in, std::ostream& out, std::ostr
   ctx->out = &safe_out;
   ctx->err = &safe_err;
   ctx->raw_out = &out;
+  auto clients = std::make_unique<std::vector<std::unique_ptr<Client>>>();
+  ctx->clients = clients.get();
   // Only the process's own stdout can be a terminal; tests hand in string streams.
   ctx->out_is_tty = &out == &std::cout && isatty(STDOUT_FILENO) == 1;
   if (ctx->out_is_tty) ctx->terminal_width = TerminalWidth();
@@ -1133,7 +1227,11 @@ int RunCli(int argc, char** argv, std::istream& in, std::ostream& out, std::ostr
   }
   safe_out.flush();
   out.flush();
+  // The process ends right after: closing the channels would only add gRPC's teardown.
+  if (g_leave_connections_open) (void)clients.release();
   return Finish(status, safe_err);
 }
+
+void LeaveConnectionsOpenAtExit() { g_leave_connections_open = true; }
 
 }  // namespace llamafleet::cli

@@ -22,6 +22,11 @@ inline constexpr int kExitSignalBase = 128;
 
 int RunCli(int argc, char** argv, std::istream& in, std::ostream& out, std::ostream& err);
 
+// For a main() that ends the process right after RunCli with std::_Exit: RunCli then
+// leaves its gRPC channels open instead of tearing them down (gRPC's shutdown waits for
+// its threads, a cost every scripted command would pay for nothing).
+void LeaveConnectionsOpenAtExit();
+
 }  // namespace llamafleet::cli
 
 #endif  // LLAMAFLEET_CLIENTS_CLI_CLI_H_

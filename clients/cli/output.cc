@@ -369,7 +369,8 @@ std::string DescribeJob(const v1::Job& job, const std::vector<v1::JobEvent>& eve
   return out;
 }
 
-std::string SpecErrorsForFile(const std::string& server_message) {
+std::string SpecErrorsForFile(const std::string& server_message,
+                              const std::vector<std::string>& documents) {
   std::vector<std::string> parts;
   for (absl::string_view part : absl::StrSplit(server_message, "; ")) {
     absl::string_view rest = part;
@@ -385,7 +386,11 @@ std::string SpecErrorsForFile(const std::string& server_message) {
         absl::SimpleAtoi(part.substr(5, close - 5), &index)) {
       absl::string_view field = part.substr(close + 2);
       absl::ConsumePrefix(&field, "spec.");
-      parts.push_back(absl::StrCat("document ", index + 1, ": ", field));
+      if (index >= 0 && static_cast<size_t>(index) < documents.size()) {
+        parts.push_back(absl::StrCat(documents[index], ": ", field));
+      } else {
+        parts.push_back(absl::StrCat("document ", index + 1, ": ", field));
+      }
       continue;
     }
     parts.emplace_back(part);

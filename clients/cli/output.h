@@ -71,8 +71,10 @@ std::string DescribeJob(const v1::Job& job, const std::vector<v1::JobEvent>& eve
 
 // The coordinator names fields by request path (spec.training.lr, jobs[2].spec.model);
 // a person thinks in the file they wrote. Rewrites each "; "-separated violation to
-// "training.lr ..." (single document) or "document 3: model ..." (batch).
-std::string SpecErrorsForFile(const std::string& server_message);
+// "training.lr ..." (single document) or "document 3: model ..." (batch); with
+// `documents` (one name per batch entry, e.g. "b.yaml document 2"), "<name>: model ...".
+std::string SpecErrorsForFile(const std::string& server_message,
+                              const std::vector<std::string>& documents = {});
 
 // Indents every non-empty line by `spaces`.
 std::string Indent(const std::string& text, int spaces);

@@ -714,8 +714,19 @@ std::string MessageToYaml(const Message& message) {
 }
 
 std::string Sha256Hex(absl::string_view data) {
+  // Not the one-shot SHA256(): in OpenSSL 3 it fetches the digest through the provider
+  // machinery, whose first use loads openssl.cnf and the default provider (1.5 ms of CPU,
+  // paid by every CLI invocation) and looks the digest up again on every call (paid per
+  // request by the coordinator's token check). The low-level functions hash directly;
+  // they are deprecated in OpenSSL 3 but still part of its API.
   unsigned char digest[SHA256_DIGEST_LENGTH];
-  SHA256(reinterpret_cast<const unsigned char*>(data.data()), data.size(), digest);
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+  SHA256_CTX ctx;
+  SHA256_Init(&ctx);
+  SHA256_Update(&ctx, data.data(), data.size());
+  SHA256_Final(digest, &ctx);
+#pragma GCC diagnostic pop
   static const char* kHex = "0123456789abcdef";
   std::string out;
   out.reserve(2 * SHA256_DIGEST_LENGTH);

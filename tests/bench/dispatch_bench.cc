@@ -7,15 +7,37 @@
 // the worker receiving its AssignTask. Prints p50/p90/p99 and the max.
 //
 //   build/bin/dispatch_bench [--workers 8] [--gpus 8] [--jobs 500]
+//
+// Deep-queue mode (issue 13), with --queued N: the same coordinator holds N queued jobs
+// no worker can take (an instance type none reports), so every scheduling pass reads,
+// orders and explains all of them, while W workers (1,000 in the issue) are connected:
+//   1. idle: C clients submit backlog jobs to the coordinator before any worker or
+//      backlog exists; their submit latency is the baseline;
+//   2. the backlog is filled to N (batches), and the workers connect;
+//   3. admissions: C clients submit --gangs jobs of --nodes nodes x all GPUs at a higher
+//      priority; a gang is admitted when all its nodes received their AssignTask. Prints
+//      admissions/s (first submit to last admission) and the submit latency against (1);
+//   4. passes: one job at a time, the time from the durable acknowledgement to the
+//      assignment arriving (≈ one scheduling pass over the deep queue), against the
+//      coordinator's own llamafleet_scheduling_pass_duration_seconds histogram (scraped
+//      from /metrics before and after).
+//   build/bin/dispatch_bench --queued 10000 --workers 1000 [--clients 16] [--gangs 2000]
 #include <grpcpp/grpcpp.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <iterator>
 #include <atomic>
 #include <condition_variable>
 #include <cstdio>
+#include <fstream>
 #include <map>
 #include <mutex>
+#include <sstream>
 #include <thread>
 
 #include "CLI/CLI.hpp"
@@ -34,15 +56,21 @@ struct Arrivals {
   std::mutex mu;
   std::condition_variable cv;
   std::map<std::string, absl::Time> by_job;  // job id → when its assignment arrived
+  // Gangs: job id → nodes that received their task so far, and when the last one did.
+  std::map<std::string, int> nodes_by_job;
+  std::map<std::string, absl::Time> gang_by_job;  // job id → all nodes assigned
 };
 
 // One simulated worker: a session stream, a reader thread.
 class FakeWorker {
  public:
   FakeWorker(const std::string& address, const std::string& name, int gpus, Arrivals* arrivals)
-      : stub_(v1::WorkerService::NewStub(
-            grpc::CreateChannel(address, grpc::InsecureChannelCredentials()))),
-        arrivals_(arrivals) {
+      : FakeWorker(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()), name, gpus,
+                   arrivals) {}
+  // Workers may share a channel (one HTTP/2 connection, a stream each).
+  FakeWorker(std::shared_ptr<grpc::Channel> channel, const std::string& name, int gpus,
+             Arrivals* arrivals)
+      : stub_(v1::WorkerService::NewStub(std::move(channel))), arrivals_(arrivals) {
     stream_ = stub_->Session(&context_);
     v1::WorkerMessage hello;
     hello.mutable_hello()->set_worker_name(name);
@@ -73,6 +101,9 @@ class FakeWorker {
       {
         std::lock_guard<std::mutex> lock(arrivals_->mu);
         arrivals_->by_job.emplace(t.job_id(), now);
+        if (++arrivals_->nodes_by_job[t.job_id()] == t.nnodes()) {
+          arrivals_->gang_by_job[t.job_id()] = now;
+        }
       }
       arrivals_->cv.notify_all();
       for (v1::TaskState s : {v1::TASK_RUNNING, v1::TASK_SUCCEEDED}) {
@@ -94,8 +125,270 @@ class FakeWorker {
 };
 
 double Percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
   return v[std::min(v.size() - 1, static_cast<size_t>(p * v.size()))];
+}
+
+// The first three fields of /proc/loadavg: this machine is shared, figures are noisy.
+std::string LoadAverage() {
+  std::ifstream in("/proc/loadavg");
+  std::string a, b, c;
+  in >> a >> b >> c;
+  return absl::StrCat(a, " ", b, " ", c);
+}
+
+// User + system CPU time of a process so far (from /proc/PID/stat), in milliseconds.
+double ProcessCpuMillis(pid_t pid) {
+  std::ifstream in(absl::StrCat("/proc/", pid, "/stat"));
+  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const size_t close = stat.rfind(')');
+  if (close == std::string::npos) return 0;
+  std::istringstream fields(stat.substr(close + 2));
+  std::string field;
+  double ticks = 0;
+  for (int i = 3; fields >> field && i <= 15; ++i) {  // utime (14) + stime (15)
+    if (i >= 14) ticks += std::stod(field);
+  }
+  return ticks * 1e3 / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
+// GET http://host:port/metrics over a plain socket (HTTP/1.1, Connection: close).
+std::string ScrapeMetrics(const std::string& http_address) {
+  const size_t colon = http_address.rfind(':');
+  const std::string host = http_address.substr(0, colon);
+  const int port = std::stoi(http_address.substr(colon + 1));
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr = {};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  inet_pton(AF_INET, host.c_str(), &addr.sin_addr);
+  std::string response;
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
+    const std::string request =
+        absl::StrCat("GET /metrics HTTP/1.1\r\nHost: ", http_address, "\r\nConnection: close\r\n\r\n");
+    (void)!write(fd, request.data(), request.size());
+    char buf[65536];
+    for (ssize_t n; (n = read(fd, buf, sizeof(buf))) > 0;) response.append(buf, n);
+  }
+  close(fd);
+  return response;
+}
+
+// The scheduling-pass histogram: cumulative counts by upper bound, and the sum.
+struct PassHistogram {
+  std::map<double, double> cumulative;  // le → count
+  double count = 0;
+  double sum = 0;
+};
+
+PassHistogram ParsePassHistogram(const std::string& text) {
+  PassHistogram h;
+  const std::string name = "llamafleet_scheduling_pass_duration_seconds";
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind(name, 0) != 0) continue;
+    const size_t space = line.rfind(' ');
+    const double value = std::stod(line.substr(space + 1));
+    if (line.rfind(name + "_bucket{le=\"", 0) == 0) {
+      const std::string le = line.substr(name.size() + 12, line.find('"', name.size() + 12) - name.size() - 12);
+      h.cumulative[le == "+Inf" ? 1e300 : std::stod(le)] = value;
+    } else if (line.rfind(name + "_count", 0) == 0) {
+      h.count = value;
+    } else if (line.rfind(name + "_sum", 0) == 0) {
+      h.sum = value;
+    }
+  }
+  return h;
+}
+
+// The p-quantile of the passes between two scrapes, interpolated within its bucket as
+// Prometheus' histogram_quantile does.
+double HistogramQuantile(const PassHistogram& before, const PassHistogram& after, double p) {
+  const double total = after.count - before.count;
+  if (total <= 0) return 0;
+  double lower = 0, below = 0;
+  for (const auto& [le, cum] : after.cumulative) {
+    auto it = before.cumulative.find(le);
+    const double n = cum - (it == before.cumulative.end() ? 0 : it->second);
+    if (n >= p * total) {
+      if (le >= 1e300) return lower;
+      return lower + (le - lower) * (p * total - below) / std::max(1.0, n - below);
+    }
+    lower = le;
+    below = n;
+  }
+  return lower;
+}
+
+// C clients, each submitting its share of `total` requests one at a time; returns every
+// latency (ms) and, through `ids`, the job ids in the order they were acknowledged.
+std::vector<double> SubmitConcurrently(const std::string& address, int clients, int total,
+                                       const v1::SubmitJobRequest& request,
+                                       std::vector<std::pair<std::string, absl::Time>>* ids) {
+  std::mutex mu;
+  std::vector<double> latencies;
+  std::vector<std::thread> threads;
+  for (int c = 0; c < clients; ++c) {
+    threads.emplace_back([&, c] {
+      grpc::ChannelArguments args;
+      args.SetInt("llamafleet.bench.client", c);  // a connection per client
+      auto stub = v1::JobService::NewStub(
+          grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args));
+      for (int i = c; i < total; i += clients) {
+        v1::SubmitJobRequest req = request;
+        req.mutable_spec()->set_name(absl::StrCat(request.spec().name(), "-", i));
+        v1::SubmitJobResponse resp;
+        grpc::ClientContext ctx;
+        const absl::Time start = absl::Now();
+        const grpc::Status status = stub->SubmitJob(&ctx, req, &resp);
+        const absl::Time end = absl::Now();
+        std::lock_guard<std::mutex> lock(mu);
+        if (!status.ok()) {
+          std::fprintf(stderr, "submit failed: %s\n", status.error_message().c_str());
+          continue;
+        }
+        latencies.push_back(absl::ToDoubleMilliseconds(end - start));
+        if (ids != nullptr) ids->emplace_back(resp.job().id(), start);
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  return latencies;
+}
+
+int RunDeepQueue(int queued, int workers, int gpus, int clients, int gangs, int nodes,
+                 int idle_submits, int sequential) {
+  testing::TempDir dir;
+  auto coordinator = testing::Subprocess::Start(
+      {testing::BinaryPath("llamafleet-coordinator"), "--listen", "127.0.0.1:0",
+       "--http-listen", "127.0.0.1:0", "--insecure-no-auth", "--data-dir", dir.path(),
+       "--join-token", "bench", "--log-level", "warn",
+       // The simulated workers do not heartbeat; the run is longer than the default.
+       "--heartbeat-timeout", "3600"});
+  if (!coordinator.ok()) return 1;
+  absl::StatusOr<std::string> address = (*coordinator)->WaitForListening();
+  if (!address.ok()) return 1;
+  absl::StatusOr<std::string> http = (*coordinator)->ReadLineWithPrefix("http listening on ", absl::Seconds(10));
+  if (!http.ok()) return 1;
+  std::printf("dispatch_bench (deep queue): %d queued jobs no worker can take, %d simulated workers x %d GPUs, "
+              "%d clients, gangs of %d nodes, synchronous=FULL; load average %s\n",
+              queued, workers, gpus, clients, nodes, LoadAverage().c_str());
+
+  auto backlog_spec = ParseJobDocuments(
+      "name: backlog\nmodel: {preset: tiny, tokenizer: /t.model}\ndata: {train_path: /d}\n"
+      "resources: {nodes: 1, gpus_per_node: 8, instance_type: p5.48xlarge}\n");
+  v1::SubmitJobRequest backlog;
+  *backlog.mutable_spec() = (*backlog_spec)[0].spec;
+
+  // 1. Idle queue: no workers, nothing queued yet.
+  const std::vector<double> idle = SubmitConcurrently(*address, clients, idle_submits, backlog, nullptr);
+
+  // 2. Fill the backlog in batches, then connect the workers.
+  auto stub = v1::JobService::NewStub(grpc::CreateChannel(*address, grpc::InsecureChannelCredentials()));
+  for (int done = idle_submits; done < queued;) {
+    v1::SubmitJobsRequest batch;
+    for (int i = 0; i < 1000 && done < queued; ++i, ++done) {
+      v1::SubmitJobRequest* r = batch.add_jobs();
+      *r = backlog;
+      r->mutable_spec()->set_name(absl::StrCat("backlog-", done));
+    }
+    v1::SubmitJobsResponse resp;
+    grpc::ClientContext ctx;
+    if (grpc::Status st = stub->SubmitJobs(&ctx, batch, &resp); !st.ok()) {
+      std::fprintf(stderr, "backlog batch failed: %s\n", st.error_message().c_str());
+      return 1;
+    }
+  }
+  Arrivals arrivals;
+  std::vector<std::unique_ptr<FakeWorker>> pool;
+  std::vector<std::shared_ptr<grpc::Channel>> channels;
+  for (int i = 0; i < workers; ++i) {
+    if (i % 50 == 0) {
+      grpc::ChannelArguments args;
+      args.SetInt("llamafleet.bench.workers", i);
+      channels.push_back(grpc::CreateCustomChannel(*address, grpc::InsecureChannelCredentials(), args));
+    }
+    pool.push_back(std::make_unique<FakeWorker>(channels.back(), absl::StrCat("sim-", i), gpus, &arrivals));
+  }
+  absl::SleepFor(absl::Seconds(3));  // workers registered; a few passes over the backlog
+
+  // 3. Admissions of gangs through the deep queue.
+  auto gang_spec = ParseJobDocuments(absl::StrCat(
+      "name: gang\npriority: 10\nmodel: {preset: tiny, tokenizer: /t.model}\ndata: {train_path: /d}\n"
+      "resources: {nodes: ", nodes, ", gpus_per_node: ", gpus, "}\n"));
+  v1::SubmitJobRequest gang;
+  *gang.mutable_spec() = (*gang_spec)[0].spec;
+  const PassHistogram h0 = ParsePassHistogram(ScrapeMetrics(*http));
+  std::vector<std::pair<std::string, absl::Time>> submitted;
+  const absl::Time first = absl::Now();
+  const std::vector<double> busy = SubmitConcurrently(*address, clients, gangs, gang, &submitted);
+  absl::Time last = first;
+  int admitted = 0;
+  {
+    std::unique_lock<std::mutex> lock(arrivals.mu);
+    arrivals.cv.wait_for(lock, std::chrono::seconds(60), [&] {
+      for (const auto& [id, t] : submitted) {
+        if (!arrivals.gang_by_job.count(id)) return false;
+      }
+      return true;
+    });
+    for (const auto& [id, t] : submitted) {
+      auto it = arrivals.gang_by_job.find(id);
+      if (it == arrivals.gang_by_job.end()) continue;
+      ++admitted;
+      last = std::max(last, it->second);
+    }
+  }
+  const double seconds = absl::ToDoubleSeconds(last - first);
+
+  // 4. One at a time: acknowledgement to assignment ≈ one pass over the deep queue.
+  const PassHistogram h1 = ParsePassHistogram(ScrapeMetrics(*http));
+  const double cpu1 = ProcessCpuMillis((*coordinator)->pid());
+  std::vector<double> ack_to_assign;
+  for (int i = 0; i < sequential; ++i) {
+    v1::SubmitJobRequest req = gang;
+    req.mutable_spec()->set_name(absl::StrCat("single-", i));
+    v1::SubmitJobResponse resp;
+    grpc::ClientContext ctx;
+    if (!stub->SubmitJob(&ctx, req, &resp).ok()) return 1;
+    const absl::Time acked = absl::Now();
+    std::unique_lock<std::mutex> lock(arrivals.mu);
+    if (arrivals.cv.wait_for(lock, std::chrono::seconds(5),
+                             [&] { return arrivals.gang_by_job.count(resp.job().id()) > 0; })) {
+      ack_to_assign.push_back(absl::ToDoubleMilliseconds(arrivals.gang_by_job[resp.job().id()] - acked));
+    }
+  }
+  const double cpu2 = ProcessCpuMillis((*coordinator)->pid());
+  const PassHistogram h2 = ParsePassHistogram(ScrapeMetrics(*http));
+
+  const double idle_p99 = Percentile(idle, 0.99), busy_p99 = Percentile(busy, 0.99);
+  std::printf("submit latency, idle queue (%zu submits):        p50 %6.2f ms  p99 %6.2f ms\n",
+              idle.size(), Percentile(idle, 0.5), idle_p99);
+  std::printf("submit latency, deep queue + passes (%zu submits): p50 %6.2f ms  p99 %6.2f ms  "
+              "(p99 ratio %.2fx, target <= 1.5x)\n",
+              busy.size(), Percentile(busy, 0.5), busy_p99, idle_p99 > 0 ? busy_p99 / idle_p99 : 0);
+  std::printf("gang admissions: %d of %d in %.2f s = %.0f/s end to end (target >= 1000/s)\n",
+              admitted, gangs, seconds, seconds > 0 ? admitted / seconds : 0);
+  std::printf("passes during admissions (coordinator histogram): %.0f, p50 %.2f ms, mean %.2f ms\n",
+              h1.count - h0.count, 1000 * HistogramQuantile(h0, h1, 0.5),
+              h1.count > h0.count ? 1000 * (h1.sum - h0.sum) / (h1.count - h0.count) : 0);
+  std::printf("one job at a time (%zu): acknowledgement to assignment p50 %.2f ms  p90 %.2f ms "
+              "(bench's own view of one pass)\n",
+              ack_to_assign.size(), Percentile(ack_to_assign, 0.5), Percentile(ack_to_assign, 0.9));
+  std::printf("passes meanwhile (coordinator histogram): %.0f, p50 %.2f ms, p90 %.2f ms, mean %.2f ms "
+              "(target p50 <= 15 ms)\n",
+              h2.count - h1.count, 1000 * HistogramQuantile(h1, h2, 0.5),
+              1000 * HistogramQuantile(h1, h2, 0.9),
+              h2.count > h1.count ? 1000 * (h2.sum - h1.sum) / (h2.count - h1.count) : 0);
+  std::printf("coordinator CPU meanwhile: %.1f ms per pass (everything it did, / passes; an upper "
+              "bound of a pass's CPU, independent of how busy the machine is)\n",
+              h2.count > h1.count ? (cpu2 - cpu1) / (h2.count - h1.count) : 0);
+  std::fflush(stdout);
+  pool.clear();
+  (*coordinator)->Signal(SIGTERM);
+  (void)(*coordinator)->Wait(absl::Seconds(30));
+  return 0;
 }
 
 }  // namespace
@@ -108,8 +401,18 @@ int main(int argc, char** argv) {
   app.add_option("--workers", workers, "simulated workers");
   app.add_option("--gpus", gpus, "GPUs per simulated worker");
   app.add_option("--jobs", jobs, "jobs submitted one after another");
+  int queued = 0, clients = 16, gangs = 2000, nodes = 2, idle_submits = 2000, sequential = 100;
+  app.add_option("--queued", queued, "deep-queue mode: queued jobs no worker can take");
+  app.add_option("--clients", clients, "deep-queue mode: concurrent submitters");
+  app.add_option("--gangs", gangs, "deep-queue mode: gang jobs admitted through the deep queue");
+  app.add_option("--nodes", nodes, "deep-queue mode: nodes per gang");
+  app.add_option("--idle-submits", idle_submits, "deep-queue mode: submissions timed on the idle queue");
+  app.add_option("--sequential", sequential, "deep-queue mode: jobs submitted one at a time at the end");
   CLI11_PARSE(app, argc, argv);
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+  if (queued > 0) {
+    return RunDeepQueue(queued, workers, gpus, clients, gangs, nodes, idle_submits, sequential);
+  }
 
   testing::TempDir dir;
   auto coordinator = testing::Subprocess::Start(

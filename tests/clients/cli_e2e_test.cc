@@ -3,6 +3,7 @@
 
 #include <dirent.h>
 #include <signal.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <fstream>
@@ -177,6 +178,42 @@ TEST_F(CliTest, SubmitMultiDocumentFileIsOneBatch) {
       WriteFile("batch.yaml", absl::StrCat(Spec("a"), "---\n", Spec("b"), "---\n", Spec("c")));
   EXPECT_EQ(Ok({"submit", "-f", file}), "job 1 created\njob 2 created\njob 3 created\n");
   EXPECT_THAT(Names(AllJobs()), ElementsAre("c", "b", "a"));  // newest first
+}
+
+TEST_F(CliTest, SubmitSeveralFilesAndADirectoryIsOneBatch) {
+  const std::string a = WriteFile("a.yaml", Spec("a"));
+  const std::string bc = WriteFile("bc.yaml", absl::StrCat(Spec("b"), "---\n", Spec("c")));
+  ASSERT_EQ(mkdir((dir_.path() + "/more").c_str(), 0755), 0);
+  WriteFile("more/2.yml", Spec("e"));
+  WriteFile("more/1.json", R"({"name": "d", "model": {"preset": "tiny", "tokenizer": "/t"},
+                               "data": {"train_path": "/d"}})");
+  WriteFile("more/notes.txt", "not a job");
+  EXPECT_EQ(Ok({"submit", "-f", a, "-f", bc, "-f", dir_.path() + "/more"}),
+            "job 1 created\njob 2 created\njob 3 created\njob 4 created\njob 5 created\n");
+  // The files in the order given, a directory's files by name.
+  EXPECT_THAT(Names(AllJobs()), ElementsAre("e", "d", "c", "b", "a"));
+  // Each document keeps the key it has when its file is submitted alone.
+  EXPECT_EQ(Ok({"submit", "-f", a}), absl::StrCat("job 1 already exists (idempotency key ",
+                                                  AllJobs().back().idempotency_key(), ")\n"));
+  EXPECT_EQ(AllJobs().size(), 5u);
+}
+
+TEST_F(CliTest, SubmitSeveralFilesNamesTheFileAndStoresNothingOnError) {
+  const std::string good = WriteFile("good.yaml", Spec("good"));
+  const std::string bad = WriteFile(
+      "bad.yaml", absl::StrCat(Spec("fine"),
+                               "---\nname: broken\nmodel: {preset: tiny, tokenizer: /t}\n"
+                               "data: {train_path: /d}\ntraining: {lr: -1}\n"));
+  ExpectOneErrorLine(Cli({"submit", "-f", good, "-f", bad}), 1,
+                     absl::StrCat("invalid job spec: ", bad, " document 2: training.lr must be > 0"));
+  ExpectOneErrorLine(Cli({"submit", "-f", good, "-f", dir_.path() + "/missing.yaml"}), 1,
+                     "missing.yaml");
+  ASSERT_EQ(mkdir((dir_.path() + "/empty").c_str(), 0755), 0);
+  ExpectOneErrorLine(Cli({"submit", "-f", dir_.path() + "/empty"}), 2,
+                     "no *.yaml, *.yml or *.json files in it");
+  ExpectOneErrorLine(Cli({"submit", "-f", good, "-f", good, "--idempotency-key", "k"}), 2,
+                     "--idempotency-key applies to a single job");
+  EXPECT_TRUE(AllJobs().empty());
 }
 
 TEST_F(CliTest, SubmitJsonListAndJsonOutput) {

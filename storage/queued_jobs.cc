@@ -1,0 +1,77 @@
+#include "storage/queued_jobs.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "storage/job_store.h"
+
+namespace llamafleet {
+namespace {
+
+// Columns of JobColumns(); the scheduling columns follow.
+constexpr int kSchedulingBase = 13;
+
+absl::Time FromMicrosOrPast(int64_t us) {
+  return us == 0 ? absl::InfinitePast() : absl::FromUnixMicros(us);
+}
+
+}  // namespace
+
+const std::string& SchedulableJobColumns() {
+  static const std::string* const columns = new std::string(absl::StrCat(
+      JobColumns(), ", queued_since_us, eligible_us, last_preempted_us, first_start_us, "
+                    "excluded_workers"));
+  return *columns;
+}
+
+absl::StatusOr<SchedulableJob> SchedulableJobFromRow(const sqlite::Statement& row) {
+  absl::StatusOr<v1::Job> job = JobFromRow(row);
+  if (!job.ok()) return job.status();
+  SchedulableJob j;
+  j.job = std::move(*job);
+  j.queued_since = absl::FromUnixMicros(row.ColumnInt(kSchedulingBase));
+  j.eligible = absl::FromUnixMicros(row.ColumnInt(kSchedulingBase + 1));
+  j.last_preempted = FromMicrosOrPast(row.ColumnInt(kSchedulingBase + 2));
+  j.first_start = FromMicrosOrPast(row.ColumnInt(kSchedulingBase + 3));
+  for (absl::string_view w :
+       absl::StrSplit(row.ColumnText(kSchedulingBase + 4), ',', absl::SkipEmpty())) {
+    j.excluded_workers.insert(std::string(w));
+  }
+  return j;
+}
+
+QueuedJobsSnapshot QueuedJobs::Snapshot() const {
+  std::vector<QueuedJobsSnapshot::Entry> jobs;
+  std::lock_guard<std::mutex> lock(mu_);
+  jobs.reserve(jobs_.size());
+  for (const auto& [id, entry] : jobs_) jobs.push_back(entry);
+  return QueuedJobsSnapshot(std::move(jobs));
+}
+
+size_t QueuedJobs::size() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return jobs_.size();
+}
+
+void QueuedJobs::Replace(std::map<int64_t, QueuedJobsSnapshot::Entry> jobs) {
+  std::lock_guard<std::mutex> lock(mu_);
+  jobs_.swap(jobs);
+}
+
+void QueuedJobs::Put(int64_t job_id, SchedulableJob job) {
+  auto entry = std::make_shared<const SchedulableJob>(std::move(job));
+  std::lock_guard<std::mutex> lock(mu_);
+  jobs_[job_id] = std::move(entry);
+}
+
+void QueuedJobs::Erase(int64_t job_id) {
+  QueuedJobsSnapshot::Entry old;  // released outside the lock
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) return;
+  old = std::move(it->second);
+  jobs_.erase(it);
+}
+
+}  // namespace llamafleet
