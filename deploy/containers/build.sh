@@ -42,7 +42,8 @@ case "$tag" in *[!A-Za-z0-9_.-]* | "" | [.-]*) echo "build.sh: --tag: letters, d
 cache="${LLAMAFLEET_IMAGE_CACHE:-$HOME/.cache/llamafleet/images}"
 mirror="${LLAMAFLEET_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 base_image=localhost/llamafleet-base:bookworm
-bin="$root/$build_dir/bin"
+case "$build_dir" in /*) ;; *) build_dir="$root/$build_dir" ;; esac
+bin="$build_dir/bin"
 say() { echo "build.sh: $*" >&2; }
 
 # What each image carries from the build (the CLI goes everywhere: handy in `podman exec`).
@@ -143,7 +144,7 @@ if [ -n "$stage_only" ]; then
   exit 0
 fi
 
-work="$root/$build_dir/images"
+work="$build_dir/images"
 mkdir -p "$work"
 build_image() {  # build_image ROLE CONTAINERFILE BINARIES... [-- MODULES...]
   local role="$1" file="$2"; shift 2

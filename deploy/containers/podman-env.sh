@@ -14,6 +14,6 @@ _lf_limit() {  # _lf_limit HARD WANT: the smaller, "unlimited" counting as infin
   if [ "$1" = unlimited ] || [ "$1" -gt "$2" ]; then echo "$2"; else echo "$1"; fi
 }
 _lf_nofile=$(_lf_limit "$(ulimit -Hn)" 65536)
-_lf_nproc=$(_lf_limit "$(ulimit -Hu)" 65536)
+_lf_nproc=$(_lf_limit "$(ulimit -Hu)" 32768)  # more fails here although below -Hu
 podman_ulimit_opts+=(--ulimit "nofile=$_lf_nofile:$_lf_nofile" --ulimit "nproc=$_lf_nproc:$_lf_nproc")
 unset _lf_nofile _lf_nproc

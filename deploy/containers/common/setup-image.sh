@@ -15,7 +15,7 @@ install -d -m 0750 -o llamafleet -g llamafleet /var/lib/llamafleet /var/lib/llam
 # The binaries' own libraries (those the base lacks) live apart from the distribution's.
 echo /opt/llamafleet/lib >/etc/ld.so.conf.d/llamafleet.conf
 ldconfig
-for b in /opt/llamafleet/bin/*; do ln -sf "$b" /usr/local/bin/; done
+for b in /opt/llamafleet/bin/llamafleet*; do ln -sf "$b" /usr/local/bin/; done
 # Every binary must load: a missing library fails the image build, not the first job.
 for b in /opt/llamafleet/bin/*; do
   if ldd "$b" | grep -q 'not found'; then
