@@ -70,6 +70,7 @@ synchronous: full
 log_level: info
 queues:
   default: {gpu_quota: 0}   # 0: no GPU quota
+  research: {gpu_quota: 0}
 YAML
   keep_or_write "$dest/etc/llamafleet/coordinator.env" 0644 <<'ENV'
 # The shared filesystem (FSx for Lustre, NFS...) mounted at the same path on every node:
