@@ -25,7 +25,7 @@ workers=$(podman ps -a -q --filter "label=$label" --filter "name=^$name-worker-[
 podman stop -t 30 "$name-coordinator" >/dev/null 2>&1 || true
 left=$(podman ps -a -q --filter "label=$label")
 # shellcheck disable=SC2086
-[ -z "$left" ] || podman rm -f $left >/dev/null
+[ -z "$left" ] || podman rm -f -v $left 2>&1 >/dev/null | grep -v 'systemd connection' >&2 || true
 if podman network exists "$name"; then podman network rm "$name" >/dev/null; fi
 volumes=$(podman volume ls -q --filter "label=$label")
 # shellcheck disable=SC2086

@@ -89,11 +89,14 @@ umask 077
 head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$state/join-token"
 podman secret create --label "$label" "$name-join-token" "$state/join-token" >/dev/null
 rm -f "$state/join-token"  # the secret holds it now
-secret="$name-join-token,type=mount,target=/run/secrets/llamafleet/join-token,uid=10001,gid=10001,mode=0400"
+secret="$name-join-token,type=mount,target=/run/secrets/llamafleet-join-token,uid=10001,gid=10001,mode=0400"
 
 podman network create --label "$label" "$name" >/dev/null
 podman volume create --label "$label" "$name-coordinator-data" >/dev/null
 
+# Without systemd, podman reports on every run that it cannot add timers for health
+# checks; that noise is dropped (up.sh runs the checks itself).
+prun() { podman run "$@" 2> >(grep -v 'systemd connection' >&2); }
 common=("${podman_runtime_opts[@]}" "${podman_ulimit_opts[@]}" --label "$label"
   --security-opt no-new-privileges)
 # Health checks are run by up.sh itself (podman healthcheck run); automatic ones need
@@ -101,7 +104,7 @@ common=("${podman_runtime_opts[@]}" "${podman_ulimit_opts[@]}" --label "$label"
 [ -d /run/systemd/system ] || common+=(--health-interval disable)
 
 # An admin token, made in the (still empty) database before the coordinator starts.
-podman run --rm "${common[@]}" --network none -v "$name-coordinator-data:/var/lib/llamafleet" \
+prun --rm "${common[@]}" --network none -v "$name-coordinator-data:/var/lib/llamafleet" \
   "$coordinator_image" token create --data-dir /var/lib/llamafleet --user admin --role admin \
   >"$state/admin-token" 2>/dev/null || fail "could not create the admin token"
 chmod 0600 "$state/admin-token"
@@ -109,16 +112,16 @@ chmod 0600 "$state/admin-token"
 # Jobs' paths must lie in the shared directory: coordinators that know path roots (issue 7)
 # are told so.
 path_root=()
-if podman run --rm "${common[@]}" --network none "$coordinator_image" --help 2>&1 | grep -q -- '--path-root'; then
+if prun --rm "${common[@]}" --network none "$coordinator_image" --help 2>&1 | grep -q -- '--path-root'; then
   path_root=(--path-root "$shared")
 fi
 # shellcheck disable=SC2206  # word splitting of the extra arguments is intended
-podman run -d "${common[@]}" --name "$name-coordinator" --hostname "$name-coordinator" \
+prun -d "${common[@]}" --name "$name-coordinator" --hostname "$name-coordinator" \
   --network "$name" -p 127.0.0.1::50051 -p 127.0.0.1::8080 \
-  --read-only --cap-drop all \
+  --cap-drop all \
   -v "$name-coordinator-data:/var/lib/llamafleet" -v "$shared:$shared" --secret "$secret" \
   "$coordinator_image" --listen 0.0.0.0:50051 --http-listen 0.0.0.0:8080 \
-  --data-dir /var/lib/llamafleet --join-token-file /run/secrets/llamafleet/join-token \
+  --data-dir /var/lib/llamafleet --join-token-file /run/secrets/llamafleet-join-token \
   "${path_root[@]}" $coordinator_args >/dev/null
 for _ in $(seq 1 120); do
   podman healthcheck run "$name-coordinator" >/dev/null 2>&1 && break
@@ -136,11 +139,11 @@ for i in $(seq 1 "$workers"); do
   # podman's DNS resolves on this network (and /etc/hosts inside the container itself,
   # which Gloo uses to pick its interface).
   # shellcheck disable=SC2206
-  podman run -d "${common[@]}" --name "$w" --hostname "$w" --network "$name" \
+  prun -d "${common[@]}" --name "$w" --hostname "$w" --network "$name" \
     --cap-drop NET_RAW,MKNOD,AUDIT_WRITE,SYS_CHROOT,SETFCAP,NET_BIND_SERVICE --shm-size 1g \
     -v "$w-data:/var/lib/llamafleet-worker" -v "$shared:$shared" --secret "$secret" \
     "$worker_image" --coordinator "$name-coordinator:50051" \
-    --join-token-file /run/secrets/llamafleet/join-token --data-dir /var/lib/llamafleet-worker \
+    --join-token-file /run/secrets/llamafleet-join-token --data-dir /var/lib/llamafleet-worker \
     --cpu-ranks "$cpu_ranks" --name "$w" --address "$w" $worker_args >/dev/null
 done
 
