@@ -26,7 +26,7 @@ podman stop -t 30 "$name-coordinator" >/dev/null 2>&1 || true
 left=$(podman ps -a -q --filter "label=$label")
 # shellcheck disable=SC2086
 [ -z "$left" ] || podman rm -f -v $left 2>&1 >/dev/null | grep -v 'systemd connection' >&2 || true
-if podman network exists "$name"; then podman network rm "$name" >/dev/null; fi
+if podman network exists "$name"; then podman network rm "$name" 2>&1 >/dev/null | grep -v syslog >&2 || true; fi
 volumes=$(podman volume ls -q --filter "label=$label")
 # shellcheck disable=SC2086
 [ -z "$volumes" ] || podman volume rm -f $volumes >/dev/null
