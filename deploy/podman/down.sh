@@ -18,6 +18,8 @@ while [ $# -gt 0 ]; do
 done
 [[ "$name" =~ ^[a-z][a-z0-9-]{0,30}$ ]] || { echo "down.sh: --name: not a cluster name: '$name'" >&2; exit 2; }
 label="io.llamafleet.cluster=$name"
+# podman without systemd or syslog complains on stderr about both; real errors still show.
+pm() { podman "$@" 2>&1 >/dev/null | grep -vE 'systemd connection|syslog' >&2 || true; }
 
 workers=$(podman ps -a -q --filter "label=$label" --filter "name=^$name-worker-[0-9]+\$")
 # shellcheck disable=SC2086
@@ -25,11 +27,11 @@ workers=$(podman ps -a -q --filter "label=$label" --filter "name=^$name-worker-[
 podman stop -t 30 "$name-coordinator" >/dev/null 2>&1 || true
 left=$(podman ps -a -q --filter "label=$label")
 # shellcheck disable=SC2086
-[ -z "$left" ] || podman rm -f -v $left 2>&1 >/dev/null | grep -v 'systemd connection' >&2 || true
-if podman network exists "$name"; then podman network rm "$name" 2>&1 >/dev/null | grep -v syslog >&2 || true; fi
+[ -z "$left" ] || pm rm -f -v $left
+if podman network exists "$name"; then pm network rm "$name"; fi
 volumes=$(podman volume ls -q --filter "label=$label")
 # shellcheck disable=SC2086
-[ -z "$volumes" ] || podman volume rm -f $volumes >/dev/null
+[ -z "$volumes" ] || pm volume rm -f $volumes
 podman secret rm "$name-join-token" >/dev/null 2>&1 || true
 state="${LLAMAFLEET_PODMAN_STATE:-$HOME/.local/state/llamafleet-podman}/$name"
 rm -f "$state/admin-token" "$state/join-token"
