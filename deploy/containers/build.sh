@@ -79,13 +79,15 @@ if [ -z "$stage_only" ]; then
       [ "$(id -u)" -eq 0 ] || mode=unshare
       # minbase: dpkg, apt, coreutils, util-linux (setpriv), passwd (useradd), bash. Docs,
       # manuals and locales are left out.
-      mmdebstrap --variant=minbase --mode="$mode" --components=main \
+      partial="$cache/bookworm-minbase.partial.tar"
+      rm -rf "$partial"
+      mmdebstrap --variant=minbase --mode="$mode" --format=tar --components=main \
         --dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/locale/*' \
         --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-include=/usr/share/doc/*/copyright' \
         --dpkgopt='path-exclude=/usr/share/info/*' \
-        bookworm "$tarball.tmp" "$mirror" </dev/null >"$cache/mmdebstrap.log" 2>&1 ||
-        { tail -20 "$cache/mmdebstrap.log" >&2; rm -f "$tarball.tmp"; say "mmdebstrap failed (log $cache/mmdebstrap.log)"; exit 1; }
-      mv "$tarball.tmp" "$tarball"
+        bookworm "$partial" "$mirror" </dev/null >"$cache/mmdebstrap.log" 2>&1 ||
+        { tail -20 "$cache/mmdebstrap.log" >&2; rm -rf "$partial"; say "mmdebstrap failed (log $cache/mmdebstrap.log)"; exit 1; }
+      mv "$partial" "$tarball"
     fi
     say "importing $tarball as $base_image"
     podman import --change 'CMD ["/bin/bash"]' --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
