@@ -90,8 +90,11 @@ if [ -z "$stage_only" ]; then
       mv "$partial" "$tarball"
     fi
     say "importing $tarball as $base_image"
+    previous_base=$(podman image inspect --format '{{.Id}}' "$base_image" 2>/dev/null || true)
     podman import --change 'CMD ["/bin/bash"]' --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
       "$tarball" "$base_image" >/dev/null
+    # A replaced base is untagged now; images built on it keep their layers.
+    [ -z "$previous_base" ] || podman rmi "$previous_base" >/dev/null 2>&1 || true
   fi
   # Libraries the base already provides, by soname: those are not copied.
   base_sonames=$(podman run --rm "${podman_runtime_opts[@]}" "${podman_ulimit_opts[@]}" --network none \
