@@ -18,10 +18,18 @@ packages=(
   # portal browser test (playwright-core from npm drives Debian's chromium) and
   # `promtool check metrics` for /metrics
   nodejs chromium prometheus
+  # deploy/ (issue 12): container images and the podman cluster test (rootful podman with
+  # runc; netavark + aardvark-dns for networks with DNS, iptables for their NAT), the
+  # images' Debian base (mmdebstrap), `systemd-analyze verify` for the units, and PyYAML
+  # for the rendered Kubernetes manifests' checks
+  podman runc netavark aardvark-dns iptables mmdebstrap systemd python3-yaml
 )
 # Debian ships npm as its own package; NodeSource's nodejs bundles it (and conflicts with
 # Debian's npm), so ask for npm only when there is none.
 command -v npm >/dev/null 2>&1 || packages+=(npm)
+# `kubectl kustomize` for deploy/k8s: Debian's kubernetes-client, unless a kubectl is
+# already installed (another package owning /usr/bin/kubectl conflicts with it).
+command -v kubectl >/dev/null 2>&1 || packages+=(kubernetes-client)
 
 missing=()
 for p in "${packages[@]}"; do

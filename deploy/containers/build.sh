@@ -1,0 +1,178 @@
+#!/usr/bin/env bash
+# Builds the llamafleet container images on this machine, offline from any registry:
+#   localhost/llamafleet-base:bookworm     Debian bookworm minbase (mmdebstrap), imported
+#   localhost/llamafleet-coordinator:TAG   coordinator + CLI + health probe
+#   localhost/llamafleet-worker:TAG        CPU worker + trainer (LibTorch CPU, Gloo)
+# The binaries are the ones already built in the build directory; their shared libraries
+# that the base lacks (the ldd closure) are staged next to them. Nothing is compiled in an
+# image. The CUDA worker image is built elsewhere (see Containerfile.worker-cuda): this
+# script stages its files with --stage-only.
+#
+#   deploy/containers/build.sh [--build-dir DIR] [--tag TAG] [--only coordinator|worker]
+#                              [--rebuild-base] [--stage-only DIR]
+#
+# Environment: LLAMAFLEET_BUILD_DIR (default build), LLAMAFLEET_IMAGE_TAG (default latest),
+# LLAMAFLEET_IMAGE_CACHE (base tarball cache, default ~/.cache/llamafleet/images),
+# LLAMAFLEET_DEBIAN_MIRROR (default http://deb.debian.org/debian).
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+cd "$here/../.."
+root=$PWD
+
+build_dir="${LLAMAFLEET_BUILD_DIR:-build}"
+tag="${LLAMAFLEET_IMAGE_TAG:-latest}"
+only=""
+rebuild_base=0
+stage_only=""
+usage() { sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --build-dir) build_dir="$2"; shift ;;
+    --tag) tag="$2"; shift ;;
+    --only) only="$2"; shift
+      case "$only" in coordinator | worker) ;; *) echo "build.sh: --only: coordinator or worker, not '$only'" >&2; exit 2 ;; esac ;;
+    --rebuild-base) rebuild_base=1 ;;
+    --stage-only) stage_only="$2"; shift ;;
+    -h | --help) usage ;;
+    *) echo "build.sh: unknown argument '$1'" >&2; usage ;;
+  esac
+  shift
+done
+case "$tag" in *[!A-Za-z0-9_.-]* | "" | [.-]*) echo "build.sh: --tag: letters, digits, '_', '.', '-' only" >&2; exit 2 ;; esac
+cache="${LLAMAFLEET_IMAGE_CACHE:-$HOME/.cache/llamafleet/images}"
+mirror="${LLAMAFLEET_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
+base_image=localhost/llamafleet-base:bookworm
+case "$build_dir" in /*) ;; *) build_dir="$root/$build_dir" ;; esac
+bin="$build_dir/bin"
+say() { echo "build.sh: $*" >&2; }
+
+# What each image carries from the build (the CLI goes everywhere: handy in `podman exec`).
+coordinator_bins=(llamafleet-coordinator llamafleet llamafleet-health-probe)
+worker_bins=(llamafleet-worker llamafleet-train llamafleet)
+worker_modules=(libllamafleet_spm.so)  # dlopen()ed from the executables' directory
+need=()
+for b in "${coordinator_bins[@]}" "${worker_bins[@]}" "${worker_modules[@]}"; do
+  [ -e "$bin/$b" ] || need+=("$b")
+done
+if ((${#need[@]})); then
+  say "missing in $bin: ${need[*]}"
+  say "build them first: cmake --build $build_dir --target llamafleet-coordinator llamafleet-worker llamafleet-train llamafleet llamafleet-health-probe"
+  exit 1
+fi
+
+if [ -z "$stage_only" ]; then
+  command -v podman >/dev/null || { say "podman is not installed (deploy/local/install-deps.sh installs it)"; exit 1; }
+  # shellcheck source=podman-env.sh
+  . "$here/podman-env.sh"
+fi
+
+# --- the base image: Debian's own packages, no registry ---------------------------------
+base_sonames=""
+if [ -z "$stage_only" ]; then
+  if ((rebuild_base)) || ! podman image exists "$base_image"; then
+    tarball="$cache/bookworm-minbase.tar"
+    if ((rebuild_base)) || [ ! -s "$tarball" ]; then
+      command -v mmdebstrap >/dev/null || { say "mmdebstrap is not installed (deploy/local/install-deps.sh installs it)"; exit 1; }
+      mkdir -p "$cache"
+      say "making the Debian bookworm base with mmdebstrap (about 2 minutes; cached in $tarball)"
+      mode=root
+      [ "$(id -u)" -eq 0 ] || mode=unshare
+      # minbase: dpkg, apt, coreutils, util-linux (setpriv), passwd (useradd), bash. Docs,
+      # manuals and locales are left out.
+      partial="$cache/bookworm-minbase.partial.tar"
+      rm -rf "$partial"
+      mmdebstrap --variant=minbase --mode="$mode" --format=tar --components=main \
+        --dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/locale/*' \
+        --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-include=/usr/share/doc/*/copyright' \
+        --dpkgopt='path-exclude=/usr/share/info/*' \
+        bookworm "$partial" "$mirror" </dev/null >"$cache/mmdebstrap.log" 2>&1 ||
+        { tail -20 "$cache/mmdebstrap.log" >&2; rm -rf "$partial"; say "mmdebstrap failed (log $cache/mmdebstrap.log)"; exit 1; }
+      mv "$partial" "$tarball"
+    fi
+    say "importing $tarball as $base_image"
+    previous_base=$(podman image inspect --format '{{.Id}}' "$base_image" 2>/dev/null || true)
+    podman import --change 'CMD ["/bin/bash"]' --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
+      "$tarball" "$base_image" >/dev/null
+    # A replaced base is untagged now; images built on it keep their layers.
+    [ -z "$previous_base" ] || podman rmi "$previous_base" >/dev/null 2>&1 || true
+  fi
+  # Libraries the base already provides, by soname: those are not copied.
+  base_sonames=$(podman run --rm "${podman_runtime_opts[@]}" "${podman_ulimit_opts[@]}" --network none \
+    "$base_image" /sbin/ldconfig -p | awk 'NR > 1 {print $1}' | sort -u)
+else
+  # A CUDA image's base has its own C and C++ runtimes; copy everything but the C library.
+  base_sonames=$(printf '%s\n' linux-vdso.so.1 libc.so.6 libm.so.6 libdl.so.2 libpthread.so.0 librt.so.1 \
+    libresolv.so.2 libutil.so.1 ld-linux-x86-64.so.2)
+fi
+
+# --- staging: binaries plus the libraries the base lacks ---------------------------------
+# stage ROLE DIR BINARIES... [-- MODULES...]
+stage() {
+  local dir="$1"; shift
+  local files=() modules=() in_modules=0
+  for a in "$@"; do
+    if [ "$a" = -- ]; then in_modules=1; continue; fi
+    if ((in_modules)); then modules+=("$a"); else files+=("$a"); fi
+  done
+  rm -rf "$dir"
+  mkdir -p "$dir/rootfs/opt/llamafleet/bin" "$dir/rootfs/opt/llamafleet/lib"
+  cp -r "$here/common" "$dir/common"
+  local f
+  for f in "${files[@]}" "${modules[@]}"; do
+    cp -L "$bin/$f" "$dir/rootfs/opt/llamafleet/bin/$f"
+  done
+  # ldd lists the whole closure (transitive); each library is copied under the name the
+  # loader asks for, resolved through symlinks and Debian's alternatives.
+  local line name path missing=0
+  while read -r line; do
+    case "$line" in
+      *"=> not found"*) say "unresolved: $line"; missing=1; continue ;;
+      *"=> /"*) name="${line%% =>*}"; path="${line#*=> }"; path="${path%% (*}" ;;
+      *) continue ;;
+    esac
+    name="${name//[[:space:]]/}"
+    grep -qxF "$name" <<<"$base_sonames" && continue
+    [ -e "$dir/rootfs/opt/llamafleet/lib/$name" ] || cp -L "$path" "$dir/rootfs/opt/llamafleet/lib/$name"
+  done < <(for f in "${files[@]}" "${modules[@]}"; do ldd "$bin/$f"; done)
+  ((missing == 0)) || { say "some libraries are not found on this machine"; exit 1; }
+  if [ -z "$stage_only" ]; then  # image layers need no debug info; the build keeps it
+    strip --strip-debug "$dir"/rootfs/opt/llamafleet/bin/* 2>/dev/null || true
+  fi
+}
+
+version=$(sed -n 's/^project(llamafleet VERSION \([0-9.]*\).*/\1/p' CMakeLists.txt)
+revision=$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
+if [ -n "$stage_only" ]; then
+  stage "$stage_only" "${worker_bins[@]}" -- "${worker_modules[@]}"
+  cp "$here/Containerfile.worker-cuda" "$stage_only/"
+  say "staged the worker files in $stage_only; build the CUDA image there (see Containerfile.worker-cuda)"
+  exit 0
+fi
+
+work="$build_dir/images"
+mkdir -p "$work"
+build_image() {  # build_image ROLE CONTAINERFILE BINARIES... [-- MODULES...]
+  local role="$1" file="$2"; shift 2
+  local ctx="$work/$role"
+  say "staging $role in $ctx"
+  stage "$ctx" "$@"
+  cp "$here/$file" "$ctx/Containerfile"
+  local previous
+  previous=$(podman image inspect --format '{{.Id}}' "localhost/llamafleet-$role:$tag" 2>/dev/null || true)
+  say "building localhost/llamafleet-$role:$tag ($(du -sh "$ctx/rootfs" | cut -f1) of binaries and libraries)"
+  podman build "${podman_runtime_opts[@]}" "${podman_ulimit_opts[@]}" --network none --format docker \
+    --layers=false --build-arg BASE_IMAGE="$base_image" --build-arg VERSION="$version" \
+    --build-arg REVISION="$revision" -t "localhost/llamafleet-$role:$tag" -f "$ctx/Containerfile" "$ctx" \
+    >"$work/$role.log" 2>&1 || { tail -20 "$work/$role.log" >&2; say "building $role failed (log $work/$role.log)"; exit 1; }
+  rm -rf "$ctx/rootfs"
+  # The image this tag named before is now untagged: remove it unless a container uses it.
+  if [ -n "$previous" ] && [ "$previous" != "$(podman image inspect --format '{{.Id}}' "localhost/llamafleet-$role:$tag")" ]; then
+    podman rmi "$previous" >/dev/null 2>&1 || true
+  fi
+}
+[ "$only" = worker ] || build_image coordinator Containerfile.coordinator "${coordinator_bins[@]}"
+[ "$only" = coordinator ] || build_image worker Containerfile.worker "${worker_bins[@]}" -- "${worker_modules[@]}"
+for role in coordinator worker; do
+  [ -n "$only" ] && [ "$only" != "$role" ] && continue
+  echo "localhost/llamafleet-$role:$tag"
+done
