@@ -5,6 +5,7 @@
 #include <chrono>
 #include <filesystem>
 #include <future>
+#include <random>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -31,7 +32,9 @@ ClusterManager::ClusterManager(JobStore* store, ClusterOptions options)
     : store_(store),
       options_(std::move(options)),
       scheduler_(options_.scheduler),
-      files_(std::make_unique<SerialExecutor>()) {}
+      files_(std::make_unique<SerialExecutor>()) {
+  next_master_port_ = static_cast<int>(std::random_device()() % 1000);
+}
 
 absl::StatusOr<std::unique_ptr<ClusterManager>> ClusterManager::Start(JobStore* store,
                                                                       ClusterOptions options) {

@@ -204,7 +204,10 @@ class ClusterManager : public ClusterView {
   std::map<std::string, LiveWorker> workers_;
   std::map<int64_t, ActiveAttempt> attempts_;
   std::set<int> ports_in_use_;
-  int next_master_port_ = 0;  // offset from master_port_base where the next search starts
+  // Offset from master_port_base where the next search starts. It begins at a random
+  // offset: coordinators sharing hosts (tests, several clusters on one box) would otherwise
+  // all hand out master_port_base first and collide in their ranks' rendezvous.
+  int next_master_port_ = 0;
   std::deque<std::pair<std::string, std::string>> recently_released_;  // (task, worker), bounded
   bool schedule_wanted_ = true;
   absl::Time last_pass_ = absl::InfinitePast();

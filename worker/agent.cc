@@ -324,7 +324,7 @@ void WorkerAgent::StartTask(const v1::TaskSpec& task) {
   }
   if (absl::Status refused = CheckTaskPaths(task); !refused.ok()) {
     // The job's fault, not the node's: reported the way a trainer reports bad input (an
-    // exit whose last error carries the status code), so the job fails permanently.
+    // exit record with the status code), so the job fails permanently.
     const std::string why = absl::StrCat(absl::StatusCodeToString(refused.code()), ": ",
                                          refused.message());
     spdlog::error("task {}: refused before start: {}", task.task_id(), why);
@@ -337,6 +337,8 @@ void WorkerAgent::StartTask(const v1::TaskSpec& task) {
     e->set_rank(task.node_rank() * task.nproc_per_node());
     e->set_exit_code(1);
     e->set_last_error(why);
+    e->set_status_code(static_cast<int>(refused.code()));
+    e->set_status_message(std::string(refused.message()));
     EnqueueReliable(std::move(m));
     return;
   }

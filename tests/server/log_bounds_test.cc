@@ -204,7 +204,7 @@ TEST(CoordinatorLogBoundsTest, ThousandFinishedTwoRankJobsLeaveFewDescriptors) {
   auto p = Subprocess::Start({BinaryPath("llamafleet-coordinator"), "--listen", "127.0.0.1:0",
                               "--insecure-no-auth", "--data-dir", dir.path() + "/coord",
                               "--join-token", "secret", "--synchronous", "normal",
-                              "--log-level", "warn"},
+                              "--path-root", dir.path(), "--log-level", "warn"},
                              {}, dir.path() + "/coordinator.log");
   ASSERT_TRUE(p.ok()) << p.status();
   std::unique_ptr<Subprocess> coordinator = std::move(*p);
@@ -215,8 +215,9 @@ TEST(CoordinatorLogBoundsTest, ThousandFinishedTwoRankJobsLeaveFewDescriptors) {
 
   InstantWorker w0(*address, "w0", 16), w1(*address, "w1", 16);
   absl::StatusOr<std::vector<ParsedJob>> parsed = ParseJobDocuments(
-      "name: fd\nmodel: {preset: tiny, tokenizer: /t/tokenizer.model}\ndata: {train_path: /d.jsonl}\n"
-      "resources: {nodes: 2, gpus_per_node: 1}\n");
+      absl::StrCat("name: fd\nmodel: {preset: tiny, tokenizer: ", dir.path(),
+                   "/t/tokenizer.model}\ndata: {train_path: ", dir.path(), "/d.jsonl}\n"
+                   "resources: {nodes: 2, gpus_per_node: 1}\n"));
   ASSERT_TRUE(parsed.ok()) << parsed.status();
   constexpr int kJobs = 1000;
   const absl::Time start = absl::Now();
