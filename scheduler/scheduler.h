@@ -8,7 +8,8 @@
 //
 // One pass, in scheduling order (priority descending, then FIFO by queued_since, then
 // job id):
-//   1. A job whose selectors match no schedulable worker: kNoMatchingWorkers. A job
+//   1. A job whose selectors (instance type, EFA, labels, and GPU memory holding its
+//      memory estimate) match no schedulable worker: kNoMatchingWorkers. A job
 //      needing more nodes than there are matching workers big enough (in total GPUs,
 //      free or not): kLargerThanCluster. A job that would push its queue past its GPU
 //      quota: kQuotaExceeded. None of these take or hold capacity.
@@ -68,6 +69,7 @@ struct Worker {
   int gpus = 0;
   int efa = 0;              // EFA devices
   bool schedulable = true;  // alive and not draining
+  int64_t gpu_memory_bytes = 0;  // memory of its smallest GPU; 0 = unknown or a CPU worker
 };
 
 // `gpus` GPUs (or CPU ranks) of one worker given to one node of a job.
@@ -100,6 +102,9 @@ struct PendingJob {
   std::set<std::string> excluded_workers;  // node faults from earlier attempts
   absl::Time last_preempted = absl::InfinitePast();
   std::optional<absl::Duration> expected_duration;  // enables backfill into reservations
+  // Memory one rank needs (memory_estimate.h); workers whose GPUs report less do not
+  // match. 0 = no requirement. Workers without a GPU memory figure are not checked.
+  int64_t memory_per_gpu_bytes = 0;
 };
 
 struct QueueConfig {

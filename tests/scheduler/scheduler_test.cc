@@ -106,6 +106,32 @@ TEST_F(SchedulerTest, GangGetsDistinctWorkersWithEnoughGpus) {
   EXPECT_TRUE(d.pending.empty());
 }
 
+// ---- memory fit -----------------------------------------------------------------
+
+TEST_F(SchedulerTest, JobGoesOnlyToWorkersWhoseGpusHoldItsMemoryEstimate) {
+  Worker small = W("small", 8, ""), big = W("big", 8, ""), cpu = W("cpu", 8, "");
+  small.gpu_memory_bytes = int64_t{40} << 30;
+  big.gpu_memory_bytes = int64_t{80} << 30;
+  PendingJob job = P(1, 1, 8, 0, Now());
+  job.instance_type.clear();
+  job.memory_per_gpu_bytes = int64_t{50} << 30;
+  Decisions d = Run({job}, {small, big});
+  ASSERT_EQ(Placed(d), (std::vector<int64_t>{1}));
+  EXPECT_EQ(WorkersOf(d.placements[0]), (std::vector<std::string>{"big"}));
+
+  // Too big for every GPU: the reason names the estimate and the largest GPU.
+  job.memory_per_gpu_bytes = int64_t{90} << 30;
+  d = Run({job}, {small, big});
+  const Pending* p = FindPending(d, 1);
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(p->code, PendingCode::kNoMatchingWorkers);
+  EXPECT_EQ(p->message,
+            "needs 1 node with 8 free GPUs and 90.0 GiB per GPU (memory estimate); no schedulable "
+            "worker matches (the largest GPUs otherwise matching have 80.0 GiB)");
+  // A worker without a GPU memory figure (a CPU worker) is not checked.
+  EXPECT_EQ(Placed(Run({job}, {small, cpu})), (std::vector<int64_t>{1}));
+}
+
 TEST_F(SchedulerTest, GangIsAllOrNothing) {
   // Two of three nodes are available: nothing is placed, nothing is held half-way.
   std::vector<RunningJob> running = {R(9, {{"c", 4}}, 0, Now())};
