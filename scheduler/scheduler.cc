@@ -452,8 +452,10 @@ class Pass {
                      : absl::StrCat(Needs(job, shape), "; no schedulable worker matches"));
       return;
     }
+    // Elastic: the gang may start on as few as min_nodes (see scheduler.h).
+    const int min_n = job.min_nodes > 0 ? std::min(job.min_nodes, n) : n;
     int capacity = CountCapacity(job, shape, g);
-    if (capacity < n) {
+    if (capacity < min_n) {
       AddPending(job, PendingCode::kLargerThanCluster,
                  absl::StrCat(Needs(job, shape), "; only ", capacity, " matching ",
                               capacity == 1 ? "worker has" : "workers have", " ", g,
@@ -464,6 +466,16 @@ class Pass {
     QueueState& queue = QueueFor(job.queue);
     const int64_t quota = queue.quota;
     int64_t& used = queue.used;
+    if (min_n < n && quota > 0 && used + want > quota && used + int64_t{min_n} * g <= quota) {
+      // An elastic job shrinks to what its quota leaves, down to min_nodes.
+      const int k = static_cast<int>((quota - used) / g);
+      if (int placed = PlaceElastic(job, shape, k, min_n); placed > 0) {
+        used += static_cast<int64_t>(placed) * g;
+        return;
+      }
+      Blocked(job, shape);
+      return;
+    }
     if (quota > 0 && used + want > quota) {
       AddPending(job, PendingCode::kQuotaExceeded,
                  want > quota ? absl::StrCat("needs ", want, " GPUs, more than queue '", job.queue,
@@ -476,7 +488,34 @@ class Pass {
       used += want;
       return;
     }
+    if (min_n < n) {
+      if (int placed = PlaceElastic(job, shape, n - 1, min_n); placed > 0) {
+        used += static_cast<int64_t>(placed) * g;
+        return;
+      }
+    }
     Blocked(job, shape);
+  }
+
+  // An elastic job that does not fit on `nodes`: the most free workers, at most `at_most`
+  // and at least `at_least`, best fit; never preemption or reserved GPUs. Returns the
+  // nodes placed (0: nothing changed).
+  int PlaceElastic(const PendingJob& job, const Shape& shape, int at_most, int at_least) {
+    const int g = job.gpus_per_node;
+    const int k = std::min(at_most, CountFree(job, shape, g));
+    if (k < at_least || k < 1) return 0;
+    std::vector<int> chosen;
+    chosen.reserve(k);
+    FillFree(job, shape, k, &chosen);
+    if (static_cast<int>(chosen.size()) < k) return 0;
+    Placement p;
+    p.job_id = job.job_id;
+    for (int idx : chosen) {
+      Take(idx, g, job);
+      p.allocations.push_back(Allocation{order_[idx]->id, g});
+    }
+    out_.placements.push_back(std::move(p));
+    return k;
   }
 
   // Best-fit gang placement on available GPUs; false (and no change) when it does not fit.

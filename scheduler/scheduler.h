@@ -42,6 +42,14 @@
 //      Holds live for one pass; the next pass recomputes them from its input. Two
 //      reservations sharing a worker each hold what they need, but the second's estimate
 //      does not subtract GPUs the first will take when they free up.
+//   Elastic jobs (min_nodes < nodes): the capacity check of (1) uses min_nodes. A job that
+//      does not fit on `nodes` in (2) (or whose quota leaves less than `nodes`) starts
+//      on as many free workers as there are, down to min_nodes. Rules against starving
+//      rigid jobs: only GPUs free in this pass are taken (never ones held for a
+//      reservation or a preemption of a job ahead in the order), an elastic job never
+//      preempts or reserves for fewer than `nodes`, and it never takes more than
+//      `nodes`. A job that cannot start even on min_nodes continues with (3) as a rigid
+//      job of `nodes` nodes.
 //   4. Every job left pending gets a code, a message in the form "needs 3 nodes with 8
 //      free GPUs and instance type p5.48xlarge; 2 match", its 1-based position among
 //      the pending jobs of its queue, and an estimated start where expected_end values
@@ -105,6 +113,8 @@ struct PendingJob {
   // Memory one rank needs (memory_estimate.h); workers whose GPUs report less do not
   // match. 0 = no requirement. Workers without a GPU memory figure are not checked.
   int64_t memory_per_gpu_bytes = 0;
+  // Elastic jobs: the gang may start on fewer nodes, down to min_nodes (0 = nodes: rigid).
+  int min_nodes = 0;
 };
 
 struct QueueConfig {
