@@ -10,12 +10,38 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "clients/jobspec/jobspec.h"
 #include "google/protobuf/util/time_util.h"
 #include "server/metrics.h"
 #include "spdlog/spdlog.h"
 
 namespace llamafleet {
 namespace {
+
+// An elastic gang placed on another size than its last attempt (or than `nodes` at its
+// first start): "resized 3 → 2 nodes: worker w3 lost". "" when the size did not change.
+std::string ResizeNote(const SchedulableJob& j, const std::vector<sched::Allocation>& placed) {
+  const int now = static_cast<int>(placed.size());
+  const int before = j.job.workers_size() > 0 ? j.job.workers_size() : j.job.spec().resources().nodes();
+  if (now == before) return "";
+  if (j.job.workers_size() == 0) {
+    return absl::StrCat("elastic: started on ", now, " of ", before, " nodes (min_nodes ",
+                        j.job.spec().resources().min_nodes(), ")");
+  }
+  std::vector<std::string> lost;
+  for (const std::string& w : j.job.workers()) {
+    if (j.excluded_workers.count(w)) lost.push_back(w);
+  }
+  std::string note = absl::StrCat("resized ", before, " \u2192 ", now, " nodes");
+  if (!lost.empty()) {
+    absl::StrAppend(&note, ": ", lost.size() == 1 ? "worker " : "workers ", absl::StrJoin(lost, ", "), " lost");
+  } else if (now < before) {
+    absl::StrAppend(&note, ": only ", now, " matching workers free");
+  } else {
+    absl::StrAppend(&note, ": capacity returned");
+  }
+  return note;
+}
 
 using google::protobuf::util::TimeUtil;
 
@@ -590,6 +616,8 @@ void ClusterManager::SchedulePass() {
     p.node_labels.insert(spec.resources().node_labels().begin(), spec.resources().node_labels().end());
     p.excluded_workers = j.excluded_workers;
     p.last_preempted = j.last_preempted;
+    if (std::optional<v1::MemoryEstimate> e = EstimateJobMemory(spec)) p.memory_per_gpu_bytes = e->total_bytes();
+    p.min_nodes = spec.resources().min_nodes();  // elastic: 0 or >= 1 (validated)
     pending.push_back(std::move(p));
     by_id[id] = &j;
   }
@@ -601,6 +629,9 @@ void ClusterManager::SchedulePass() {
     sw.labels.insert(w.inventory.labels().begin(), w.inventory.labels().end());
     sw.gpus = WorkerSlots(w.inventory);
     sw.efa = w.inventory.efa_devices();
+    for (const auto& gpu : w.inventory.gpus()) {
+      if (sw.gpu_memory_bytes == 0 || gpu.memory_bytes() < sw.gpu_memory_bytes) sw.gpu_memory_bytes = gpu.memory_bytes();
+    }
     sw.schedulable = !w.lost && w.link != nullptr;
     workers.push_back(std::move(sw));
   }
@@ -638,6 +669,7 @@ void ClusterManager::SchedulePass() {
     } else if (a.spec.checkpoint().resume() != "" && a.spec.checkpoint().resume() != "latest") {
       a.record.resume_from = a.spec.checkpoint().resume();
     }
+    a.record.resize_note = ResizeNote(j, p.allocations);
     for (size_t rank = 0; rank < p.allocations.size(); ++rank) {
       TaskRecord t;
       t.task_id = absl::StrCat(p.job_id, "-", a.record.attempt, "-", rank);
