@@ -72,7 +72,10 @@ MemoryEstimate EstimateMemory(const MemoryInputs& in) {
   const int64_t attention = in.fused_attention ? 0 : t * m.heads * in.seq_len * (4 + (c == 4 ? 0 : c));
   const int64_t layer = t * (6 * h + 2 * kv + 4 * f) * c + t * 2 * h * 4 + attention;
   const int64_t saved_layers = in.activation_checkpointing ? m.layers * t * h * c + layer : m.layers * layer;
-  const int64_t head = t * (4 * h + 2 * h * c) + t * m.vocab * (c == 4 ? 12 : 12 + 2 * c);
+  // Logits: 16 bytes per logit in FP32 and BF16 alike (calibrated on the CPU: the lm_head
+  // output, its fp32 copy or log-softmax, the incoming gradient and log-softmax backward's
+  // softmax temporary).
+  const int64_t head = t * (4 * h + 2 * h * c) + t * m.vocab * 16;
   const int64_t activations = saved_layers + head;
   const int64_t gathered_fwd = keeps_gathered ? P * c : (in.max_inflight_all_gathers + 1) * U * c;
   const int64_t forward = activations + gathered_fwd;

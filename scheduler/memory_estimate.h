@@ -24,9 +24,9 @@
 //                     fp32 RMSNorm copies) + attention t x H x T x (4 + c) unless fused
 //                     (LibTorch >= 2 on a GPU: scaled_dot_product_attention keeps O(t));
 //                     with activation checkpointing only t x h x c per layer, plus one
-//                     layer recomputed in backward. Logits t x V x (12, or 12 + 2c when
-//                     c != 4): the lm_head output, its fp32 copy, log-softmax, and their
-//                     gradients.
+//                     layer recomputed in backward. Logits t x V x 16: the lm_head output
+//                     (and its fp32 copy), log-softmax, the incoming gradient and the
+//                     softmax temporary of log-softmax backward (calibrated on the CPU).
 //   communication     P x r: every unit's reduce-scatter input stays alive until
 //                     ReduceGradients() drains them at the end of backward.
 //   workspace         runtime (CUDA context, cuBLAS/NCCL workspaces: 1 GiB on a GPU; the

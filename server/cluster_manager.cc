@@ -5,6 +5,7 @@
 #include <chrono>
 #include <filesystem>
 #include <future>
+#include <set>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -20,7 +21,8 @@ namespace {
 
 // An elastic gang placed on another size than its last attempt (or than `nodes` at its
 // first start): "resized 3 → 2 nodes: worker w3 lost". "" when the size did not change.
-std::string ResizeNote(const SchedulableJob& j, const std::vector<sched::Allocation>& placed) {
+std::string ResizeNote(const SchedulableJob& j, const std::vector<sched::Allocation>& placed,
+                       const std::set<std::string>& gone) {
   const int now = static_cast<int>(placed.size());
   const int before = j.job.workers_size() > 0 ? j.job.workers_size() : j.job.spec().resources().nodes();
   if (now == before) return "";
@@ -30,7 +32,7 @@ std::string ResizeNote(const SchedulableJob& j, const std::vector<sched::Allocat
   }
   std::vector<std::string> lost;
   for (const std::string& w : j.job.workers()) {
-    if (j.excluded_workers.count(w)) lost.push_back(w);
+    if (j.excluded_workers.count(w) || gone.count(w)) lost.push_back(w);
   }
   std::string note = absl::StrCat("resized ", before, " \u2192 ", now, " nodes");
   if (!lost.empty()) {
@@ -647,6 +649,10 @@ void ClusterManager::SchedulePass() {
     running.push_back(std::move(r));
   }
   sched::Decisions d = scheduler_.Schedule(pending, workers, running, options_.queues, now);
+  std::set<std::string> gone;  // lost or disconnected: named when a gang shrinks
+  for (const auto& [name, w] : workers_) {
+    if (w.lost || w.link == nullptr) gone.insert(name);
+  }
 
   for (const sched::Placement& p : d.placements) {
     const SchedulableJob& j = *by_id[p.job_id];
@@ -669,7 +675,7 @@ void ClusterManager::SchedulePass() {
     } else if (a.spec.checkpoint().resume() != "" && a.spec.checkpoint().resume() != "latest") {
       a.record.resume_from = a.spec.checkpoint().resume();
     }
-    a.record.resize_note = ResizeNote(j, p.allocations);
+    a.record.resize_note = ResizeNote(j, p.allocations, gone);
     for (size_t rank = 0; rank < p.allocations.size(); ++rank) {
       TaskRecord t;
       t.task_id = absl::StrCat(p.job_id, "-", a.record.attempt, "-", rank);
