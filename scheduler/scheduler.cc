@@ -8,6 +8,7 @@
 
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 
 namespace llamafleet::sched {
@@ -43,6 +44,7 @@ using Labels = std::map<std::string, std::string>;
 struct WorkerClass {
   const std::string* instance_type = nullptr;
   int efa = 0;
+  int64_t gpu_memory = 0;  // 0 = unknown
   const Labels* labels = nullptr;
   int max_gpus = 0;
   std::vector<int> members;            // worker indices, ascending (= by worker id)
@@ -111,6 +113,7 @@ struct PreemptFailure {
 
 struct Shape {
   std::vector<int> classes;  // ascending
+  int64_t largest_too_small = 0;  // GPU memory of the biggest class excluded only by memory
   std::vector<PreemptFailure> preempt_failures;
   // Holders() text, valid while Pass::holds_version_ == holders_version.
   uint64_t holders_version = ~uint64_t{0};
@@ -128,17 +131,21 @@ struct ShapeKey {
   const std::string* instance_type;
   int efa;
   const Labels* labels;
+  int64_t memory = 0;  // workers: GPU memory; jobs: memory needed per GPU
   bool operator<(const ShapeKey& o) const {
-    return std::tie(*instance_type, efa, *labels) < std::tie(*o.instance_type, o.efa, *o.labels);
+    return std::tie(*instance_type, efa, *labels, memory) <
+           std::tie(*o.instance_type, o.efa, *o.labels, o.memory);
   }
   bool operator==(const ShapeKey& o) const {
-    return efa == o.efa && *instance_type == *o.instance_type && *labels == *o.labels;
+    return efa == o.efa && memory == o.memory && *instance_type == *o.instance_type &&
+           *labels == *o.labels;
   }
 };
 
 struct ShapeKeyHash {
   size_t operator()(const ShapeKey& k) const {
     size_t h = std::hash<std::string>()(*k.instance_type) * 31 + static_cast<size_t>(k.efa);
+    h = h * 31 + std::hash<int64_t>()(k.memory);
     for (const auto& [key, value] : *k.labels) {
       h = h * 131 + std::hash<std::string>()(key);
       h = h * 131 + std::hash<std::string>()(value);
@@ -146,6 +153,10 @@ struct ShapeKeyHash {
     return h;
   }
 };
+
+std::string GiB(int64_t bytes) {
+  return absl::StrFormat("%.1f GiB", static_cast<double>(bytes) / static_cast<double>(int64_t{1} << 30));
+}
 
 std::string Plural(int n, const char* one, const char* many) {
   return absl::StrCat(n, " ", n == 1 ? one : many);
@@ -231,12 +242,14 @@ class Pass {
       s.gpus = std::max(0, w.gpus);
       s.free = s.raw = s.gpus;
       if (w.schedulable) {
-        auto [it, inserted] = class_of.emplace(ShapeKey{&w.instance_type, w.efa, &w.labels},
+        const int64_t memory = std::max<int64_t>(0, w.gpu_memory_bytes);
+        auto [it, inserted] = class_of.emplace(ShapeKey{&w.instance_type, w.efa, &w.labels, memory},
                                                static_cast<int>(classes_.size()));
         if (inserted) {
           classes_.emplace_back();
           classes_.back().instance_type = &w.instance_type;
           classes_.back().efa = w.efa;
+          classes_.back().gpu_memory = memory;
           classes_.back().labels = &w.labels;
         }
         s.cls = it->second;
@@ -301,7 +314,7 @@ class Pass {
   }
 
   Shape& ShapeFor(const PendingJob& job) {
-    ShapeKey key{&job.instance_type, job.efa_per_node, &job.node_labels};
+    ShapeKey key{&job.instance_type, job.efa_per_node, &job.node_labels, job.memory_per_gpu_bytes};
     auto it = shapes_.find(key);
     if (it != shapes_.end()) return it->second;
     Shape& shape = shapes_[key];
@@ -317,7 +330,12 @@ class Pass {
           break;
         }
       }
-      if (labels_match) shape.classes.push_back(static_cast<int>(ci));
+      if (!labels_match) continue;
+      if (c.gpu_memory > 0 && c.gpu_memory < job.memory_per_gpu_bytes) {
+        shape.largest_too_small = std::max(shape.largest_too_small, c.gpu_memory);
+        continue;
+      }
+      shape.classes.push_back(static_cast<int>(ci));
     }
     return shape;
   }
@@ -428,11 +446,16 @@ class Pass {
     Shape& shape = ShapeFor(job);
     if (shape.classes.empty()) {
       AddPending(job, PendingCode::kNoMatchingWorkers,
-                 absl::StrCat(Needs(job, shape), "; no schedulable worker matches"));
+                 shape.largest_too_small > 0
+                     ? absl::StrCat(Needs(job, shape), "; no schedulable worker matches (the largest "
+                                    "GPUs otherwise matching have ", GiB(shape.largest_too_small), ")")
+                     : absl::StrCat(Needs(job, shape), "; no schedulable worker matches"));
       return;
     }
+    // Elastic: the gang may start on as few as min_nodes (see scheduler.h).
+    const int min_n = job.min_nodes > 0 ? std::min(job.min_nodes, n) : n;
     int capacity = CountCapacity(job, shape, g);
-    if (capacity < n) {
+    if (capacity < min_n) {
       AddPending(job, PendingCode::kLargerThanCluster,
                  absl::StrCat(Needs(job, shape), "; only ", capacity, " matching ",
                               capacity == 1 ? "worker has" : "workers have", " ", g,
@@ -443,6 +466,16 @@ class Pass {
     QueueState& queue = QueueFor(job.queue);
     const int64_t quota = queue.quota;
     int64_t& used = queue.used;
+    if (min_n < n && quota > 0 && used + want > quota && used + int64_t{min_n} * g <= quota) {
+      // An elastic job shrinks to what its quota leaves, down to min_nodes.
+      const int k = static_cast<int>((quota - used) / g);
+      if (int placed = PlaceElastic(job, shape, k, min_n); placed > 0) {
+        used += static_cast<int64_t>(placed) * g;
+        return;
+      }
+      Blocked(job, shape);
+      return;
+    }
     if (quota > 0 && used + want > quota) {
       AddPending(job, PendingCode::kQuotaExceeded,
                  want > quota ? absl::StrCat("needs ", want, " GPUs, more than queue '", job.queue,
@@ -455,7 +488,34 @@ class Pass {
       used += want;
       return;
     }
+    if (min_n < n) {
+      if (int placed = PlaceElastic(job, shape, n - 1, min_n); placed > 0) {
+        used += static_cast<int64_t>(placed) * g;
+        return;
+      }
+    }
     Blocked(job, shape);
+  }
+
+  // An elastic job that does not fit on `nodes`: the most free workers, at most `at_most`
+  // and at least `at_least`, best fit; never preemption or reserved GPUs. Returns the
+  // nodes placed (0: nothing changed).
+  int PlaceElastic(const PendingJob& job, const Shape& shape, int at_most, int at_least) {
+    const int g = job.gpus_per_node;
+    const int k = std::min(at_most, CountFree(job, shape, g));
+    if (k < at_least || k < 1) return 0;
+    std::vector<int> chosen;
+    chosen.reserve(k);
+    FillFree(job, shape, k, &chosen);
+    if (static_cast<int>(chosen.size()) < k) return 0;
+    Placement p;
+    p.job_id = job.job_id;
+    for (int idx : chosen) {
+      Take(idx, g, job);
+      p.allocations.push_back(Allocation{order_[idx]->id, g});
+    }
+    out_.placements.push_back(std::move(p));
+    return k;
   }
 
   // Best-fit gang placement on available GPUs; false (and no change) when it does not fit.
@@ -1015,6 +1075,8 @@ class Pass {
       extra.push_back(absl::StrCat("instance type ", job.instance_type));
     if (job.efa_per_node > 0)
       extra.push_back(Plural(job.efa_per_node, "EFA device", "EFA devices"));
+    if (job.memory_per_gpu_bytes > 0)
+      extra.push_back(absl::StrCat(GiB(job.memory_per_gpu_bytes), " per GPU (memory estimate)"));
     if (!job.node_labels.empty()) {
       extra.push_back(absl::StrCat(job.node_labels.size() == 1 ? "label " : "labels ",
                                    absl::StrJoin(job.node_labels, ",", absl::PairFormatter("="))));

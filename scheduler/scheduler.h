@@ -8,7 +8,8 @@
 //
 // One pass, in scheduling order (priority descending, then FIFO by queued_since, then
 // job id):
-//   1. A job whose selectors match no schedulable worker: kNoMatchingWorkers. A job
+//   1. A job whose selectors (instance type, EFA, labels, and GPU memory holding its
+//      memory estimate) match no schedulable worker: kNoMatchingWorkers. A job
 //      needing more nodes than there are matching workers big enough (in total GPUs,
 //      free or not): kLargerThanCluster. A job that would push its queue past its GPU
 //      quota: kQuotaExceeded. None of these take or hold capacity.
@@ -41,6 +42,14 @@
 //      Holds live for one pass; the next pass recomputes them from its input. Two
 //      reservations sharing a worker each hold what they need, but the second's estimate
 //      does not subtract GPUs the first will take when they free up.
+//   Elastic jobs (min_nodes < nodes): the capacity check of (1) uses min_nodes. A job that
+//      does not fit on `nodes` in (2) (or whose quota leaves less than `nodes`) starts
+//      on as many free workers as there are, down to min_nodes. Rules against starving
+//      rigid jobs: only GPUs free in this pass are taken (never ones held for a
+//      reservation or a preemption of a job ahead in the order), an elastic job never
+//      preempts or reserves for fewer than `nodes`, and it never takes more than
+//      `nodes`. A job that cannot start even on min_nodes continues with (3) as a rigid
+//      job of `nodes` nodes.
 //   4. Every job left pending gets a code, a message in the form "needs 3 nodes with 8
 //      free GPUs and instance type p5.48xlarge; 2 match", its 1-based position among
 //      the pending jobs of its queue, and an estimated start where expected_end values
@@ -68,6 +77,7 @@ struct Worker {
   int gpus = 0;
   int efa = 0;              // EFA devices
   bool schedulable = true;  // alive and not draining
+  int64_t gpu_memory_bytes = 0;  // memory of its smallest GPU; 0 = unknown or a CPU worker
 };
 
 // `gpus` GPUs (or CPU ranks) of one worker given to one node of a job.
@@ -100,6 +110,11 @@ struct PendingJob {
   std::set<std::string> excluded_workers;  // node faults from earlier attempts
   absl::Time last_preempted = absl::InfinitePast();
   std::optional<absl::Duration> expected_duration;  // enables backfill into reservations
+  // Memory one rank needs (memory_estimate.h); workers whose GPUs report less do not
+  // match. 0 = no requirement. Workers without a GPU memory figure are not checked.
+  int64_t memory_per_gpu_bytes = 0;
+  // Elastic jobs: the gang may start on fewer nodes, down to min_nodes (0 = nodes: rigid).
+  int min_nodes = 0;
 };
 
 struct QueueConfig {

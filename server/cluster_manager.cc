@@ -6,11 +6,13 @@
 #include <filesystem>
 #include <future>
 #include <random>
+#include <set>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "clients/jobspec/jobspec.h"
 #include "google/protobuf/util/time_util.h"
 #include "server/metrics.h"
 #include "server/scheduler_input.h"
@@ -18,6 +20,32 @@
 
 namespace llamafleet {
 namespace {
+
+// An elastic gang placed on another size than its last attempt (or than `nodes` at its
+// first start): "resized 3 → 2 nodes: worker w3 lost". "" when the size did not change.
+std::string ResizeNote(const SchedulableJob& j, const std::vector<sched::Allocation>& placed,
+                       const std::set<std::string>& gone) {
+  const int now = static_cast<int>(placed.size());
+  const int before = j.job.workers_size() > 0 ? j.job.workers_size() : j.job.spec().resources().nodes();
+  if (now == before) return "";
+  if (j.job.workers_size() == 0) {
+    return absl::StrCat("elastic: started on ", now, " of ", before, " nodes (min_nodes ",
+                        j.job.spec().resources().min_nodes(), ")");
+  }
+  std::vector<std::string> lost;
+  for (const std::string& w : j.job.workers()) {
+    if (j.excluded_workers.count(w) || gone.count(w)) lost.push_back(w);
+  }
+  std::string note = absl::StrCat("resized ", before, " \u2192 ", now, " nodes");
+  if (!lost.empty()) {
+    absl::StrAppend(&note, ": ", lost.size() == 1 ? "worker " : "workers ", absl::StrJoin(lost, ", "), " lost");
+  } else if (now < before) {
+    absl::StrAppend(&note, ": only ", now, " matching workers free");
+  } else {
+    absl::StrAppend(&note, ": capacity returned");
+  }
+  return note;
+}
 
 using google::protobuf::util::TimeUtil;
 
@@ -649,6 +677,10 @@ void ClusterManager::SchedulePass() {
   const std::map<int64_t, const SchedulableJob*>& by_id = input.jobs;
   sched::Decisions d =
       scheduler_.Schedule(input.pending, input.workers, input.running, options_.queues, now);
+  std::set<std::string> gone;  // lost or disconnected: named when a gang shrinks
+  for (const auto& [name, w] : workers_) {
+    if (w.lost || w.link == nullptr) gone.insert(name);
+  }
 
   for (const sched::Placement& p : d.placements) {
     const SchedulableJob& j = *by_id.at(p.job_id);
@@ -675,6 +707,7 @@ void ClusterManager::SchedulePass() {
     } else if (a.spec.checkpoint().resume() != "" && a.spec.checkpoint().resume() != "latest") {
       a.record.resume_from = a.spec.checkpoint().resume();
     }
+    a.record.resize_note = ResizeNote(j, p.allocations, gone);
     for (size_t rank = 0; rank < p.allocations.size(); ++rank) {
       TaskRecord t;
       t.task_id = absl::StrCat(p.job_id, "-", a.record.attempt, "-", rank);

@@ -78,6 +78,13 @@ grpc::ServerUnaryReactor* FinishNow(grpc::CallbackServerContext* context,
   return FinishNow(context, ToGrpcStatus(status));
 }
 
+// The spec's memory-fit estimate (derived, never stored: the formula may improve).
+void AddMemoryEstimate(v1::Job* job) {
+  if (std::optional<v1::MemoryEstimate> e = EstimateJobMemory(job->spec())) {
+    *job->mutable_memory_estimate() = std::move(*e);
+  }
+}
+
 }  // namespace
 
 grpc::Status ToGrpcStatus(const absl::Status& status) {
@@ -163,6 +170,7 @@ grpc::ServerUnaryReactor* JobServiceImpl::Submit(
       job->set_owner(caller->user);
       job->set_idempotency_key(inputs[i].idempotency_key);
       job->set_status_reason("dry run: valid, not stored");
+      AddMemoryEstimate(job);
     }
     respond(std::move(responses));
     return FinishNow(context, grpc::Status::OK);
@@ -184,6 +192,7 @@ grpc::ServerUnaryReactor* JobServiceImpl::Submit(
     std::vector<v1::SubmitJobResponse> responses(result->size());
     for (size_t i = 0; i < result->size(); ++i) {
       *responses[i].mutable_job() = std::move((*result)[i].job);
+      AddMemoryEstimate(responses[i].mutable_job());
       responses[i].set_created((*result)[i].created);
     }
     respond(std::move(responses));
@@ -268,6 +277,7 @@ grpc::ServerUnaryReactor* JobServiceImpl::GetJob(grpc::CallbackServerContext* co
   if (!job.ok()) return FinishNow(context, job.status());
   *response = std::move(*job);
   AddPendingInfo(response);
+  AddMemoryEstimate(response);
   return FinishNow(context, grpc::Status::OK);
 }
 

@@ -1,7 +1,10 @@
 #include "server/scheduler_input.h"
 
+#include <optional>
+
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "clients/jobspec/jobspec.h"
 #include "google/protobuf/util/time_util.h"
 
 namespace llamafleet {
@@ -12,10 +15,13 @@ int WorkerSlots(const v1::Inventory& inv) {
   return inv.gpus_size() > 0 ? inv.gpus_size() : inv.cpu_ranks();
 }
 
-SchedulerInput BuildSchedulerInput(const std::vector<SchedulableJob>& queued,
-                                   const std::vector<WorkerView>& workers,
-                                   const std::map<int64_t, AttemptTracker>& attempts,
-                                   absl::Time now) {
+namespace {
+
+// One body for both kinds of queue (a vector in tests, the store's in-memory snapshot in
+// the coordinator): `in.jobs` points into `queued`, which must outlive the input.
+template <typename Jobs>
+SchedulerInput Build(const Jobs& queued, const std::vector<WorkerView>& workers,
+                     const std::map<int64_t, AttemptTracker>& attempts, absl::Time now) {
   SchedulerInput in;
   for (const SchedulableJob& j : queued) {
     int64_t id;
@@ -51,6 +57,10 @@ SchedulerInput BuildSchedulerInput(const std::vector<SchedulableJob>& queued,
     p.excluded_workers = j.excluded_workers;
     p.last_preempted = j.last_preempted;
     if (deadline > 0) p.expected_duration = absl::Seconds(deadline);
+    if (std::optional<v1::MemoryEstimate> e = EstimateJobMemory(spec)) {
+      p.memory_per_gpu_bytes = e->total_bytes();
+    }
+    p.min_nodes = spec.resources().min_nodes();  // elastic: 0 or >= 1 (validated)
     in.pending.push_back(std::move(p));
     in.jobs[id] = &j;
   }
@@ -61,6 +71,11 @@ SchedulerInput BuildSchedulerInput(const std::vector<SchedulableJob>& queued,
     sw.labels.insert(w.inventory.labels().begin(), w.inventory.labels().end());
     sw.gpus = WorkerSlots(w.inventory);
     sw.efa = w.inventory.efa_devices();
+    for (const auto& gpu : w.inventory.gpus()) {  // the smallest GPU bounds a job's shard
+      if (sw.gpu_memory_bytes == 0 || gpu.memory_bytes() < sw.gpu_memory_bytes) {
+        sw.gpu_memory_bytes = gpu.memory_bytes();
+      }
+    }
     sw.schedulable = w.schedulable;
     in.workers.push_back(std::move(sw));
   }
@@ -77,6 +92,22 @@ SchedulerInput BuildSchedulerInput(const std::vector<SchedulableJob>& queued,
     in.running.push_back(std::move(r));
   }
   return in;
+}
+
+}  // namespace
+
+SchedulerInput BuildSchedulerInput(const std::vector<SchedulableJob>& queued,
+                                   const std::vector<WorkerView>& workers,
+                                   const std::map<int64_t, AttemptTracker>& attempts,
+                                   absl::Time now) {
+  return Build(queued, workers, attempts, now);
+}
+
+SchedulerInput BuildSchedulerInput(const QueuedJobsSnapshot& queued,
+                                   const std::vector<WorkerView>& workers,
+                                   const std::map<int64_t, AttemptTracker>& attempts,
+                                   absl::Time now) {
+  return Build(queued, workers, attempts, now);
 }
 
 }  // namespace llamafleet

@@ -16,6 +16,7 @@
 #include "scheduler/scheduler.h"
 #include "server/attempt_tracker.h"
 #include "storage/cluster_store.h"
+#include "storage/queued_jobs.h"
 
 namespace llamafleet {
 
@@ -53,6 +54,11 @@ struct SchedulerInput {
 // every attempt, holding only its tasks that are not terminal, with its last preemption
 // time, its expected end (AttemptTracker::ExpectedEnd) and `preempting` once stopping.
 SchedulerInput BuildSchedulerInput(const std::vector<SchedulableJob>& queued,
+                                   const std::vector<WorkerView>& workers,
+                                   const std::map<int64_t, AttemptTracker>& attempts,
+                                   absl::Time now);
+// The same over the store's in-memory view of the queue (JobStore::SnapshotQueuedJobs).
+SchedulerInput BuildSchedulerInput(const QueuedJobsSnapshot& queued,
                                    const std::vector<WorkerView>& workers,
                                    const std::map<int64_t, AttemptTracker>& attempts,
                                    absl::Time now);

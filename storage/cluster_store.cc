@@ -101,7 +101,8 @@ TxnFunction StartAttemptTxn(AttemptRecord a) {
                st.Bind(4, now);
              });
     if (!s.ok()) return s;
-    std::string reason = absl::StrCat("attempt ", a.attempt, " placed on ", absl::StrJoin(placed, ", "));
+    std::string reason = absl::StrCat(a.resize_note.empty() ? "" : absl::StrCat(a.resize_note, "; "), "attempt ",
+                                      a.attempt, " placed on ", absl::StrJoin(placed, ", "));
     if (!a.resume_from.empty()) absl::StrAppend(&reason, "; resuming from ", a.resume_from);
     return txn.Transition(&*job, "scheduled", v1::SCHEDULED, reason, "starting ranks");
   };

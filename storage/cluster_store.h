@@ -40,6 +40,9 @@ struct AttemptRecord {
   int master_port = 0;
   std::string resume_from;
   std::vector<TaskRecord> tasks;  // by node rank
+  // An elastic gang's size change, leading the "scheduled" event's reason ("resized 3 → 2
+  // nodes: worker w3 lost"); "" for none.
+  std::string resize_note;
 };
 
 // How an attempt ended, and what the job does next.

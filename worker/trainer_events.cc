@@ -42,6 +42,18 @@ std::string ToLine(const Started& e) {
   j["steps_per_epoch"] = e.steps_per_epoch;
   j["train_rows"] = e.train_rows;
   j["seq_len"] = e.seq_len;
+  j["global_batch"] = e.global_batch;
+  j["grad_accum"] = e.grad_accum;
+  const MemoryEstimateBytes& m = e.memory_estimate;
+  j["memory_estimate"] = json{{"total_bytes", m.total},
+                              {"parameters_bytes", m.parameters},
+                              {"gradients_bytes", m.gradients},
+                              {"optimizer_state_bytes", m.optimizer_state},
+                              {"gathered_params_bytes", m.gathered_params},
+                              {"activations_bytes", m.activations},
+                              {"communication_bytes", m.communication},
+                              {"workspace_bytes", m.workspace},
+                              {"peak_phase", m.peak_phase}};
   return j.dump();
 }
 
@@ -134,6 +146,20 @@ std::optional<Event> ParseLine(std::string_view line) {
     s.steps_per_epoch = Int(j, "steps_per_epoch");
     s.train_rows = Int(j, "train_rows");
     s.seq_len = Int(j, "seq_len");
+    s.global_batch = Int(j, "global_batch");
+    s.grad_accum = Int(j, "grad_accum");
+    if (auto it = j.find("memory_estimate"); it != j.end() && it->is_object()) {
+      MemoryEstimateBytes& m = s.memory_estimate;
+      m.total = Int(*it, "total_bytes");
+      m.parameters = Int(*it, "parameters_bytes");
+      m.gradients = Int(*it, "gradients_bytes");
+      m.optimizer_state = Int(*it, "optimizer_state_bytes");
+      m.gathered_params = Int(*it, "gathered_params_bytes");
+      m.activations = Int(*it, "activations_bytes");
+      m.communication = Int(*it, "communication_bytes");
+      m.workspace = Int(*it, "workspace_bytes");
+      m.peak_phase = Str(*it, "peak_phase");
+    }
     return s;
   }
   if (event == "resumed") {

@@ -31,6 +31,20 @@
 
 namespace llamafleet::trainer_events {
 
+// The memory-fit estimate of the run as it really is (scheduler/memory_estimate.h), in
+// bytes per device, next to which the metrics' peak_mem_bytes is measured.
+struct MemoryEstimateBytes {
+  int64_t total = 0;
+  int64_t parameters = 0;
+  int64_t gradients = 0;
+  int64_t optimizer_state = 0;
+  int64_t gathered_params = 0;
+  int64_t activations = 0;
+  int64_t communication = 0;
+  int64_t workspace = 0;
+  std::string peak_phase;
+};
+
 struct Started {
   int world_size = 1;
   int64_t parameters = 0;
@@ -38,6 +52,9 @@ struct Started {
   int64_t steps_per_epoch = 0;
   int64_t train_rows = 0;
   int64_t seq_len = 0;
+  int64_t global_batch = 0;  // sequences per optimizer step
+  int64_t grad_accum = 0;    // micro-steps per optimizer step on this world size
+  MemoryEstimateBytes memory_estimate;
 };
 
 struct Metrics {

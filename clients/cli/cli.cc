@@ -281,8 +281,11 @@ void PrintSubmitted(const Context& ctx, const v1::SubmitJobsResponse& response, 
     if (dry_run) {
       // The effective specs, as a multi-document YAML that could be submitted as is.
       if (i > 0) *ctx.out << "---\n";
-      *ctx.out << "# " << r.job().spec().name() << ": valid (dry run, nothing stored)\n"
-               << ToYaml(r.job().spec());
+      *ctx.out << "# " << r.job().spec().name() << ": valid (dry run, nothing stored)\n";
+      if (r.job().has_memory_estimate()) {
+        *ctx.out << "# memory estimate: " << MemoryEstimateLine(r.job().memory_estimate()) << "\n";
+      }
+      *ctx.out << ToYaml(r.job().spec());
     } else if (r.created()) {
       *ctx.out << "job " << r.job().id() << " created\n";
     } else {

@@ -288,6 +288,16 @@ std::string Indent(const std::string& text, int spaces) {
   return out;
 }
 
+std::string MemoryEstimateLine(const v1::MemoryEstimate& e) {
+  auto gib = [](int64_t b) { return absl::StrFormat("%.1f GiB", static_cast<double>(b) / (1 << 30)); };
+  return absl::StrCat(gib(e.total_bytes()), " per GPU on ", e.world_size(), e.world_size() == 1 ? " rank" : " ranks",
+                      " (peak at the end of ", e.peak_phase(), "): parameters ", gib(e.parameters_bytes()),
+                      ", gradients ", gib(e.gradients_bytes()), ", optimizer state ",
+                      gib(e.optimizer_state_bytes()), ", gathered parameters ", gib(e.gathered_params_bytes()),
+                      ", activations ", gib(e.activations_bytes()), ", communication ",
+                      gib(e.communication_bytes()), ", workspace ", gib(e.workspace_bytes()));
+}
+
 std::string DescribeJob(const v1::Job& job, const std::vector<v1::JobEvent>& events,
                         const std::vector<v1::Checkpoint>& checkpoints, absl::Time now) {
   const v1::JobSpec& spec = job.spec();
@@ -308,6 +318,8 @@ std::string DescribeJob(const v1::Job& job, const std::vector<v1::JobEvent>& eve
                         : absl::StrCat(job.restarts())},
       {"Workers:", OrDash(absl::StrJoin(job.workers(), ", "))},
       {"Idempotency key:", OrDash(job.idempotency_key())},
+      {"Memory estimate:", job.has_memory_estimate() ? MemoryEstimateLine(job.memory_estimate())
+                                                     : "- (model shape known only to the trainer)"},
   };
   std::string out = FormatTable(fields);
 

@@ -64,6 +64,9 @@ std::string EventLine(const v1::JobEvent& event);
 // The first line of `watch`: "job 42 (name) is QUEUED: reason" (JobReason).
 std::string JobStateLine(const v1::Job& job);
 
+// "23.4 GiB per GPU on 16 ranks (peak at the end of forward): parameters 1.6 GiB, ..."
+std::string MemoryEstimateLine(const v1::MemoryEstimate& e);
+
 // `describe job`: the job's fields (restarts, workers), why it is pending, its latest
 // metrics, its checkpoints, its spec as YAML, and its events as a table.
 std::string DescribeJob(const v1::Job& job, const std::vector<v1::JobEvent>& events,

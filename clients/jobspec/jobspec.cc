@@ -22,6 +22,7 @@
 #include "google/protobuf/reflection.h"
 #include "google/protobuf/util/json_util.h"
 #include "yaml-cpp/eventhandler.h"
+#include "scheduler/memory_estimate.h"
 #include "yaml-cpp/yaml.h"
 
 namespace llamafleet {
@@ -404,7 +405,17 @@ void ApplyDefaults(v1::JobSpec* spec) {
   v1::TrainingSpec* t = spec->mutable_training();
   if (!t->has_epochs() && t->max_steps() == 0) t->set_epochs(1);
   if (!t->has_micro_batch_size()) t->set_micro_batch_size(4);
-  if (!t->has_grad_accum()) t->set_grad_accum(1);
+  if (t->has_global_batch_size() && !t->has_grad_accum()) {
+    // Derived for the nominal world size; left unset (and reported by validation) when it
+    // does not divide. The trainer derives it again from the world it actually runs on.
+    const int64_t per_step = static_cast<int64_t>(t->micro_batch_size()) *
+                             std::max(1, spec->resources().has_nodes() ? spec->resources().nodes() : 1) *
+                             std::max(1, spec->resources().has_gpus_per_node() ? spec->resources().gpus_per_node() : 1);
+    if (per_step > 0 && t->global_batch_size() > 0 && t->global_batch_size() % per_step == 0) {
+      t->set_grad_accum(static_cast<int32_t>(t->global_batch_size() / per_step));
+    }
+  }
+  if (!t->has_grad_accum() && !t->has_global_batch_size()) t->set_grad_accum(1);
   if (!t->has_seq_len()) t->set_seq_len(4096);
   if (t->batching() == v1::BATCHING_UNSPECIFIED) t->set_batching(v1::PACKING);
   if (t->optimizer() == v1::OPTIMIZER_UNSPECIFIED) t->set_optimizer(v1::ADAMW);
@@ -461,6 +472,7 @@ class Violations {
     if (list_.empty()) return absl::OkStatus();
     return WithFieldViolations(absl::InvalidArgumentError(absl::StrJoin(list_, "; ")), fields_);
   }
+  bool empty() const { return list_.empty(); }
 
  private:
   std::string prefix_;
@@ -490,7 +502,159 @@ void AtLeast(Violations& v, absl::string_view field, T value, T min) {
   if (value < min) v.Add(field, absl::StrCat("must be >= ", min, " (got ", value, ")"));
 }
 
+// training.global_batch_size: a multiple of micro_batch_size x ranks; grad_accum (derived
+// by ApplyDefaults when unset) equal to the quotient.
+void CheckGlobalBatch(const v1::JobSpec& spec, Violations& v) {
+  const v1::TrainingSpec& t = spec.training();
+  const int64_t global = t.global_batch_size();
+  const int64_t micro = t.micro_batch_size();
+  const int64_t nodes = spec.resources().nodes(), gpus = spec.resources().gpus_per_node();
+  const int64_t ranks = nodes * gpus;
+  if (global < 1) {
+    v.Add("training.global_batch_size", absl::StrCat("must be >= 1 (got ", global, ")"));
+    return;
+  }
+  if (micro < 1 || ranks < 1) return;  // reported on their own fields
+  if (global % (micro * ranks) != 0) {
+    std::vector<int64_t> work;
+    if (global % micro == 0) {
+      for (int64_t w = 1; w <= global / micro; ++w) {
+        if ((global / micro) % w == 0) work.push_back(w);
+      }
+    }
+    v.Add("training.global_batch_size",
+          absl::StrCat("(", global, ") must be a multiple of micro_batch_size (", micro, ") x ranks (",
+                       ranks, " = nodes ", nodes, " x gpus_per_node ", gpus, "); ",
+                       work.empty() ? absl::StrCat("no world size works with micro_batch_size ", micro)
+                                    : absl::StrCat("world sizes that work: ", absl::StrJoin(work, ", "))));
+    return;
+  }
+  if (t.grad_accum() != global / (micro * ranks)) {
+    v.Add("training.grad_accum", absl::StrCat("(", t.grad_accum(), ") must equal global_batch_size / (",
+                                              "micro_batch_size x ranks) = ", global / (micro * ranks),
+                                              ", or be left unset"));
+  }
+}
+
+sched::Strategy ToStrategy(v1::ShardingStrategy s) {
+  switch (s) {
+    case v1::SHARD_GRAD_OP: return sched::Strategy::kShardGradOp;
+    case v1::HYBRID_SHARD: return sched::Strategy::kHybridShard;
+    case v1::NO_SHARD: return sched::Strategy::kNoShard;
+    default: return sched::Strategy::kFullShard;
+  }
+}
+
+std::optional<sched::MemoryInputs> MemoryInputsOf(const v1::JobSpec& spec, int world_size) {
+  std::optional<sched::ModelShape> shape = sched::PresetShape(spec.model().preset());
+  if (!shape) return std::nullopt;
+  const v1::TrainingSpec& t = spec.training();
+  const v1::FsdpSpec& f = spec.fsdp();
+  const v1::ResourceSpec& r = spec.resources();
+  sched::MemoryInputs in;
+  in.model = *shape;
+  in.strategy = ToStrategy(f.sharding());
+  in.world_size = world_size > 0 ? world_size : std::max(1, r.nodes()) * std::max(1, r.gpus_per_node());
+  in.shard_group_size = f.hybrid_shard_group_size();
+  in.compute_bytes = f.mixed_precision() == v1::FP32 ? 4 : 2;
+  in.reduce_bytes = f.reduce_precision() == v1::FP32 ? 4 : 2;
+  in.activation_checkpointing = f.activation_checkpointing();
+  in.micro_batch = std::max(1, t.micro_batch_size());
+  // The trainer caps seq_len at max_position_embeddings (4096 for every preset).
+  in.seq_len = std::min(std::max(1, t.seq_len()), 4096);
+  in.grad_accum = std::max(1, t.grad_accum());
+  in.max_inflight_all_gathers = std::max(1, f.max_inflight_all_gathers());
+  return in;
+}
+
+v1::MemoryEstimate ToProto(const sched::MemoryEstimate& e, int world_size) {
+  v1::MemoryEstimate out;
+  out.set_total_bytes(e.total);
+  out.set_parameters_bytes(e.parameters);
+  out.set_gradients_bytes(e.gradients);
+  out.set_optimizer_state_bytes(e.optimizer_state);
+  out.set_gathered_params_bytes(e.gathered_params);
+  out.set_activations_bytes(e.activations);
+  out.set_communication_bytes(e.communication);
+  out.set_workspace_bytes(e.workspace);
+  out.set_peak_phase(e.peak_phase);
+  out.set_world_size(world_size);
+  return out;
+}
+
+// resources.instance_type names a known GPU instance: gpus_per_node must not exceed its
+// GPUs, and the estimate must fit one of them. The refusal says what would fit.
+void CheckInstanceFit(const v1::JobSpec& spec, Violations& v) {
+  const sched::InstanceType* type = sched::FindInstanceType(spec.resources().instance_type());
+  if (type == nullptr) return;  // a site-specific type: the scheduler checks real workers
+  const v1::ResourceSpec& res = spec.resources();
+  if (res.gpus_per_node() > type->gpus) {
+    v.Add("resources.gpus_per_node", absl::StrCat("(", res.gpus_per_node(), ") exceeds the ", type->gpus,
+                                                  " GPUs of ", type->name));
+    return;
+  }
+  std::optional<sched::MemoryInputs> in = MemoryInputsOf(spec, 0);
+  if (!in) return;
+  const sched::MemoryEstimate e = sched::EstimateMemory(*in);
+  if (e.total <= type->gpu_memory_bytes) return;
+
+  std::vector<std::string> fits;
+  auto total_with = [&](const sched::MemoryInputs& alt) { return sched::EstimateMemory(alt).total; };
+  if (in->strategy != sched::Strategy::kFullShard) {
+    sched::MemoryInputs alt = *in;
+    alt.strategy = sched::Strategy::kFullShard;
+    const int64_t b = total_with(alt);
+    if (b <= type->gpu_memory_bytes) fits.push_back(absl::StrCat("fsdp.sharding FULL_SHARD (", sched::FormatGiB(b), ")"));
+  }
+  if (!in->activation_checkpointing) {
+    sched::MemoryInputs alt = *in;
+    alt.activation_checkpointing = true;
+    const int64_t b = total_with(alt);
+    if (b <= type->gpu_memory_bytes) {
+      fits.push_back(absl::StrCat("fsdp.activation_checkpointing true (", sched::FormatGiB(b), ")"));
+    }
+  }
+  {
+    // More nodes, FULL_SHARD, activation checkpointing, every GPU of the instance.
+    sched::MemoryInputs alt = *in;
+    alt.strategy = sched::Strategy::kFullShard;
+    alt.activation_checkpointing = true;
+    for (int nodes = std::max(1, res.nodes()); nodes <= 4096; nodes *= 2) {
+      alt.world_size = nodes * type->gpus;
+      const int64_t b = total_with(alt);
+      if (b <= type->gpu_memory_bytes) {
+        fits.push_back(absl::StrCat(nodes, " nodes x ", type->gpus, " GPUs with FULL_SHARD and activation "
+                                    "checkpointing (", sched::FormatGiB(b), ")"));
+        break;
+      }
+    }
+  }
+  for (const sched::InstanceType& other : sched::KnownInstanceTypes()) {
+    if (other.gpu_memory_bytes > type->gpu_memory_bytes && e.total <= other.gpu_memory_bytes &&
+        res.gpus_per_node() <= other.gpus) {
+      fits.push_back(absl::StrCat("instance type ", other.name, " (", other.gpu, ")"));
+      break;
+    }
+  }
+  v.Add("resources.instance_type",
+        absl::StrCat(type->name, ": estimated ", sched::FormatGiB(e.total), " per GPU (parameters ",
+                     sched::FormatGiB(e.parameters), ", gradients ", sched::FormatGiB(e.gradients),
+                     ", optimizer state ", sched::FormatGiB(e.optimizer_state), ", gathered parameters ",
+                     sched::FormatGiB(e.gathered_params), ", activations ", sched::FormatGiB(e.activations),
+                     ", communication ", sched::FormatGiB(e.communication), ", workspace ",
+                     sched::FormatGiB(e.workspace), ") does not fit its ", sched::FormatGiB(type->gpu_memory_bytes),
+                     " ", type->gpu, " GPUs; ",
+                     fits.empty() ? "nothing within 4096 nodes fits this model with this engine"
+                                  : absl::StrCat("would fit: ", absl::StrJoin(fits, "; or "))));
+}
+
 }  // namespace
+
+std::optional<v1::MemoryEstimate> EstimateJobMemory(const v1::JobSpec& spec, int world_size) {
+  std::optional<sched::MemoryInputs> in = MemoryInputsOf(spec, world_size);
+  if (!in) return std::nullopt;
+  return ToProto(sched::EstimateMemory(*in), in->world_size);
+}
 
 absl::Status ValidateJobSpec(const v1::JobSpec& spec, absl::string_view path_prefix) {
   Violations v(path_prefix);
@@ -553,7 +717,11 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec, absl::string_view path_pre
   if (t.has_epochs()) AtLeast(v, "training.epochs", t.epochs(), 1);
   AtLeast<int64_t>(v, "training.max_steps", t.max_steps(), 0);
   AtLeast(v, "training.micro_batch_size", t.micro_batch_size(), 1);
-  AtLeast(v, "training.grad_accum", t.grad_accum(), 1);
+  if (t.has_global_batch_size()) {
+    CheckGlobalBatch(spec, v);
+  } else {
+    AtLeast(v, "training.grad_accum", t.grad_accum(), 1);
+  }
   AtLeast(v, "training.seq_len", t.seq_len(), 2);
   if (t.seq_len() > 1 << 17) v.Add("training.seq_len", "must be <= 131072");
   if (!(t.lr() > 0)) v.Add("training.lr", absl::StrCat("must be > 0 (got ", t.lr(), ")"));
@@ -603,6 +771,32 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec, absl::string_view path_pre
   if (res.max_nodes() > 0 && res.max_nodes() < res.nodes()) {
     v.Add("resources.max_nodes", absl::StrCat("(", res.max_nodes(), ") must be >= resources.nodes (",
                                               res.nodes(), ")"));
+  } else if (res.max_nodes() > res.nodes()) {
+    v.Add("resources.max_nodes",
+          absl::StrCat("(", res.max_nodes(), ") above resources.nodes (", res.nodes(),
+                       ") is not supported: an elastic gang runs on min_nodes..nodes; set max_nodes to ",
+                       res.nodes(), " or leave it unset"));
+  }
+  if (res.min_nodes() > 0 && res.min_nodes() < res.nodes()) {
+    // Elastic: the result must not depend on how many nodes the gang gets.
+    if (!spec.training().has_global_batch_size()) {
+      v.Add("training.global_batch_size", absl::StrCat("is required for an elastic job (resources.min_nodes ",
+                                                       res.min_nodes(), " < nodes ", res.nodes(), ")"));
+    } else if (spec.training().global_batch_size() > 0 && spec.training().micro_batch_size() > 0 &&
+               res.gpus_per_node() > 0) {
+      const int64_t global = spec.training().global_batch_size();
+      std::vector<std::string> bad;
+      for (int k = std::max(1, res.min_nodes()); k < res.nodes(); ++k) {
+        const int64_t per = int64_t{spec.training().micro_batch_size()} * k * res.gpus_per_node();
+        if (global % per != 0) bad.push_back(absl::StrCat(k));
+      }
+      if (!bad.empty()) {
+        v.Add("training.global_batch_size",
+              absl::StrCat("(", global, ") must be a multiple of micro_batch_size x gpus_per_node x nodes for every ",
+                           "node count the elastic gang may run on; it is not for ", absl::StrJoin(bad, ", "),
+                           " nodes"));
+      }
+    }
   }
 
   // fsdp
@@ -648,6 +842,10 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec, absl::string_view path_pre
   } else {
     v.Add("output.export_dtype", "must be FP32, BF16 or FP16");
   }
+
+  // The named instance type: enough GPUs, and GPUs that hold the memory estimate (checked
+  // last, on an otherwise valid spec, so the estimate reads sane values).
+  if (v.empty() && !res.instance_type().empty()) CheckInstanceFit(spec, v);
 
   return v.ToStatus();
 }

@@ -7,6 +7,7 @@
 // (parses files, --dry-run) and the trainer (`llamafleet-train train --spec`), so a spec
 // means the same thing everywhere.
 
+#include <optional>
 #include <string>
 #include "absl/strings/string_view.h"
 #include <vector>
@@ -66,6 +67,11 @@ void ApplyDefaults(v1::JobSpec* spec);
 // with its field path, prefixed by `path_prefix` ("jobs[3]." for batches), joined by "; ".
 // Expects defaults applied.
 absl::Status ValidateJobSpec(const v1::JobSpec& spec, absl::string_view path_prefix = "");
+
+// Memory one rank of `spec` needs at its peak on a GPU (scheduler/memory_estimate.h), for
+// `world_size` ranks (0 = nodes x gpus_per_node). nullopt when the shape is unknown here
+// (model.path: only the trainer reads config.json). Expects defaults applied.
+std::optional<v1::MemoryEstimate> EstimateJobMemory(const v1::JobSpec& spec, int world_size = 0);
 
 // Validation of the other user-supplied request fields.
 absl::Status ValidateIdempotencyKey(absl::string_view key, absl::string_view path);

@@ -67,6 +67,14 @@ absl::Status Run(const Flags& f) {
   lt::LlamaModel model(config, device, dtype);
   model.set_activation_checkpointing(f.activation_checkpointing);
 
+  // The coordinator's memory-fit estimate for this run (its grad_accum is 1), printed next to
+  // the measured allocator peak; on a GPU the estimate's workspace adds 1 GiB for the CUDA
+  // context and libraries, which the allocator peak does not see.
+  lt::TrainOptions topt;
+  topt.micro_batch = f.micro_batch;
+  topt.activation_checkpointing = f.activation_checkpointing;
+  const llamafleet::sched::MemoryEstimate estimate =
+      lt::EstimateForRun(config, topt, so, env.world_size, f.seq_len, 1, device, 0);
   const int64_t flops_per_token =
       6 * config.NumNonEmbeddingParameters() +
       6 * config.num_hidden_layers * config.num_attention_heads * 2 * config.head_dim() * f.seq_len;
@@ -123,6 +131,8 @@ absl::Status Run(const Flags& f) {
                         {"tflops_per_device", tflops},
                         {"peak_tflops", peak},
                         {"peak_device_memory_bytes", lt::PeakDeviceMemoryBytes(device)},
+                        {"memory_estimate_bytes", estimate.total},
+                        {"memory_estimate_phase", estimate.peak_phase},
                         {"last_loss", loss}};
   out["mfu"] = peak > 0 ? nlohmann::json(tflops / peak) : nlohmann::json(nullptr);
   if (engine->rank() == 0) std::printf("%s\n", out.dump().c_str());

@@ -12,7 +12,8 @@
 #          update-sized differences, ~lr per step);
 #      and, when >= 2 GPUs are visible, FULL_SHARD on 2 NCCL ranks vs the same reference;
 #   3. the throughput benchmark: Llama-2-7B shape, random init, bf16, FULL_SHARD,
-#      activation checkpointing, seq 4096, world size 1; prints tokens/s, TFLOP/s, MFU.
+#      activation checkpointing, seq 4096, world size 1; prints tokens/s, TFLOP/s, MFU;
+#   4. its memory-fit estimate against the measured allocator peak.
 # Environment: PYTHON (default python3), BUILD (default build-gpu), JOBS, BENCH_STEPS (6).
 # Exits non-zero when a build step or a check fails.
 set -euo pipefail
@@ -100,5 +101,16 @@ for name, wtol, ltol in [("full", 1e-5, 1e-5), ("nccl2", 1e-5, 1e-5), ("bf16", 0
 sys.exit(1 if failed else 0)
 PY
 
-"$bin/trainer_gpu_bench" --preset llama2-7b --seq-len 4096 --micro-batch 1 --dtype bf16 \
-  --strategy FULL_SHARD --activation-checkpointing --device cuda --steps "${BENCH_STEPS:-6}" --warmup 2
+bench_line="$("$bin/trainer_gpu_bench" --preset llama2-7b --seq-len 4096 --micro-batch 1 --dtype bf16 \
+  --strategy FULL_SHARD --activation-checkpointing --device cuda --steps "${BENCH_STEPS:-6}" --warmup 2)"
+echo "$bench_line"
+# 4. the memory-fit estimate (scheduler/memory_estimate.h) against the measured allocator peak.
+"$PYTHON" - "$bench_line" <<'PY'
+import json, sys
+b = json.loads(sys.argv[1])
+gib = lambda x: x / 2**30
+est, meas = b["memory_estimate_bytes"], b["peak_device_memory_bytes"]
+print(f"memory estimate {gib(est):.1f} GiB (peak at the end of {b['memory_estimate_phase']}) vs measured "
+      f"allocator peak {gib(meas):.1f} GiB: estimate / measured {est / max(meas, 1):.2f} "
+      f"(the estimate adds 1 GiB + 10% for the CUDA context, libraries and fragmentation)")
+PY

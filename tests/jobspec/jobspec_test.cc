@@ -177,6 +177,15 @@ INSTANTIATE_TEST_SUITE_P(
         ValidateCase{"labels: {'bad key!': x}", "labels.bad key! key must be"},
         ValidateCase{"resources: {nodes: 2, min_nodes: 3}", "resources.min_nodes (3) must be <="},
         ValidateCase{"resources: {nodes: 2, max_nodes: 1}", "resources.max_nodes (1) must be >="},
+        ValidateCase{"resources: {nodes: 2, max_nodes: 3}", "resources.max_nodes (3) above resources.nodes (2) is not supported"},
+        ValidateCase{"resources: {nodes: 3, min_nodes: 2}", "training.global_batch_size is required for an elastic job"},
+        ValidateCase{"{training: {global_batch_size: 12, micro_batch_size: 2}, resources: {nodes: 5}}",
+                     "training.global_batch_size (12) must be a multiple of micro_batch_size (2) x ranks (5 = nodes 5 x gpus_per_node 1); world sizes that work: 1, 2, 3, 6"},
+        ValidateCase{"{training: {global_batch_size: 12, micro_batch_size: 2, grad_accum: 3}, resources: {nodes: 3}}",
+                     "training.grad_accum (3) must equal global_batch_size / (micro_batch_size x ranks) = 2"},
+        ValidateCase{"{training: {global_batch_size: 12, micro_batch_size: 2}, resources: {nodes: 6, min_nodes: 4}}",
+                     "it is not for 4, 5 nodes"},
+        ValidateCase{"{training: {global_batch_size: 0}}", "training.global_batch_size must be >= 1"},
         ValidateCase{"run_policy: {max_restarts: -1}", "run_policy.max_restarts must be >= 0"},
         ValidateCase{"run_policy: {stall_timeout_seconds: 0}",
                      "run_policy.stall_timeout_seconds must be >= 1"},
@@ -227,6 +236,97 @@ TEST(JobSpecTest, IdempotencyKeyLimits) {
 TEST(JobSpecTest, Sha256) {
   EXPECT_EQ(Sha256Hex("abc"),
             "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+}
+
+}  // namespace
+}  // namespace llamafleet
+
+namespace llamafleet {
+namespace {
+
+// Memory fit against the named instance type (issue 14's acceptance cases).
+constexpr char kFitBase[] = R"(
+name: fit
+model: {preset: llama2-70b, tokenizer: /fsx/tok/tokenizer.model}
+data: {train_path: /fsx/data/train.jsonl}
+training: {max_steps: 10, micro_batch_size: 1}
+resources: {nodes: 2, gpus_per_node: 8, instance_type: p5.48xlarge}
+)";
+
+TEST(JobSpecGlobalBatch, GradAccumIsDerivedAndElasticRangesAccepted) {
+  v1::JobSpec spec = ParseOne(R"(
+name: elastic
+model: {preset: tiny, tokenizer: /t/tokenizer.model}
+data: {train_path: /d.jsonl}
+training: {global_batch_size: 12, micro_batch_size: 2}
+resources: {nodes: 3, min_nodes: 2, max_nodes: 3}
+)");
+  EXPECT_EQ(spec.training().grad_accum(), 2);  // 12 / (2 x 3)
+  EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
+  v1::JobSpec again = spec;
+  ApplyDefaults(&again);
+  EXPECT_EQ(again.SerializeAsString(), spec.SerializeAsString());
+}
+
+TEST(JobSpecMemoryFit, Llama70bNoShardOnP5IsRefusedWithTheEstimateInGiB) {
+  v1::JobSpec spec = ParseOne(kFitBase);
+  spec.mutable_fsdp()->set_sharding(v1::NO_SHARD);
+  absl::Status s = ValidateJobSpec(spec);
+  ASSERT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  const std::string m(s.message());
+  EXPECT_NE(m.find("resources.instance_type p5.48xlarge: estimated 1416.0 GiB per GPU"), std::string::npos) << m;
+  EXPECT_NE(m.find("does not fit its 79.6 GiB H100 80GB GPUs"), std::string::npos) << m;
+  ASSERT_EQ(FieldViolationsOf(s).size(), 1u);
+  EXPECT_EQ(FieldViolationsOf(s)[0].field(), "resources.instance_type");
+  std::optional<v1::MemoryEstimate> e = EstimateJobMemory(spec);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->world_size(), 16);
+  EXPECT_EQ(e->total_bytes(), 1520442441728);  // memory_estimate_test's hand-computed figure
+}
+
+TEST(JobSpecMemoryFit, Llama7bFullShardOn2x8IsAcceptedAndEstimated) {
+  v1::JobSpec spec = ParseOne(kFitBase);
+  spec.mutable_model()->set_preset("llama2-7b");
+  spec.mutable_training()->set_micro_batch_size(4);
+  spec.mutable_fsdp()->set_sharding(v1::FULL_SHARD);
+  EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
+  std::optional<v1::MemoryEstimate> e = EstimateJobMemory(spec);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->total_bytes(), 38580271104);
+  EXPECT_EQ(e->peak_phase(), "backward");
+}
+
+TEST(JobSpecMemoryFit, RefusalSaysWhatWouldFit) {
+  // 13B NO_SHARD without checkpointing on 40 GB A100s: FULL_SHARD would fit.
+  v1::JobSpec spec = ParseOne(kFitBase);
+  spec.mutable_model()->set_preset("llama2-13b");
+  spec.mutable_resources()->set_instance_type("p4de.24xlarge");
+  spec.mutable_fsdp()->set_sharding(v1::NO_SHARD);
+  spec.mutable_fsdp()->set_activation_checkpointing(false);
+  absl::Status s = ValidateJobSpec(spec);
+  ASSERT_FALSE(s.ok());
+  const std::string m(s.message());
+  EXPECT_NE(m.find("would fit: fsdp.sharding FULL_SHARD ("), std::string::npos) << m;
+  EXPECT_NE(m.find("nodes x 8 GPUs with FULL_SHARD and activation checkpointing"), std::string::npos) << m;
+}
+
+TEST(JobSpecMemoryFit, MoreGpusPerNodeThanTheInstanceHasIsRefused) {
+  v1::JobSpec spec = ParseOne(kFitBase);
+  spec.mutable_resources()->set_gpus_per_node(16);
+  absl::Status s = ValidateJobSpec(spec);
+  EXPECT_NE(std::string(s.message()).find("resources.gpus_per_node (16) exceeds the 8 GPUs of p5.48xlarge"),
+            std::string::npos)
+      << s;
+}
+
+TEST(JobSpecMemoryFit, ModelPathAndUnknownInstanceTypesAreNotEstimatedHere) {
+  v1::JobSpec spec = ParseOne(kFitBase);
+  spec.mutable_resources()->set_instance_type("my-site-gpu");
+  spec.mutable_fsdp()->set_sharding(v1::NO_SHARD);
+  EXPECT_TRUE(ValidateJobSpec(spec).ok());  // the scheduler checks the real workers
+  spec.mutable_model()->clear_preset();
+  spec.mutable_model()->set_path("/fsx/models/llama");
+  EXPECT_FALSE(EstimateJobMemory(spec).has_value());
 }
 
 }  // namespace

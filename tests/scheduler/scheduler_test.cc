@@ -106,6 +106,32 @@ TEST_F(SchedulerTest, GangGetsDistinctWorkersWithEnoughGpus) {
   EXPECT_TRUE(d.pending.empty());
 }
 
+// ---- memory fit -----------------------------------------------------------------
+
+TEST_F(SchedulerTest, JobGoesOnlyToWorkersWhoseGpusHoldItsMemoryEstimate) {
+  Worker small = W("small", 8, ""), big = W("big", 8, ""), cpu = W("cpu", 8, "");
+  small.gpu_memory_bytes = int64_t{40} << 30;
+  big.gpu_memory_bytes = int64_t{80} << 30;
+  PendingJob job = P(1, 1, 8, 0, Now());
+  job.instance_type.clear();
+  job.memory_per_gpu_bytes = int64_t{50} << 30;
+  Decisions d = Run({job}, {small, big});
+  ASSERT_EQ(Placed(d), (std::vector<int64_t>{1}));
+  EXPECT_EQ(WorkersOf(d.placements[0]), (std::vector<std::string>{"big"}));
+
+  // Too big for every GPU: the reason names the estimate and the largest GPU.
+  job.memory_per_gpu_bytes = int64_t{90} << 30;
+  d = Run({job}, {small, big});
+  const Pending* p = FindPending(d, 1);
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(p->code, PendingCode::kNoMatchingWorkers);
+  EXPECT_EQ(p->message,
+            "needs 1 node with 8 free GPUs and 90.0 GiB per GPU (memory estimate); no schedulable "
+            "worker matches (the largest GPUs otherwise matching have 80.0 GiB)");
+  // A worker without a GPU memory figure (a CPU worker) is not checked.
+  EXPECT_EQ(Placed(Run({job}, {small, cpu})), (std::vector<int64_t>{1}));
+}
+
 TEST_F(SchedulerTest, GangIsAllOrNothing) {
   // Two of three nodes are available: nothing is placed, nothing is held half-way.
   std::vector<RunningJob> running = {R(9, {{"c", 4}}, 0, Now())};
@@ -325,6 +351,68 @@ TEST_F(SchedulerTest, SmallJobsBackfillAroundABlockedLargeJob) {
   EXPECT_EQ(Placed(d), (std::vector<int64_t>{2}));
   EXPECT_EQ(FindPending(d, 1)->code, PendingCode::kInsufficientCapacity);
   EXPECT_EQ(FindPending(d, 3)->code, PendingCode::kInsufficientCapacity);
+}
+
+// ---- elastic gangs ----------------------------------------------------------------
+
+PendingJob Elastic(int64_t id, int nodes, int min_nodes, absl::Time queued) {
+  PendingJob j = P(id, nodes, 8, 0, queued);
+  j.min_nodes = min_nodes;
+  return j;
+}
+
+TEST_F(SchedulerTest, ElasticJobStartsOnWhatIsFreeWithinItsRange) {
+  std::vector<Worker> workers = {W("a", 8), W("b", 8), W("c", 8)};
+  // All three free: the preferred size.
+  Decisions d = Run({Elastic(1, 3, 2, Now())}, workers);
+  ASSERT_EQ(Placed(d), (std::vector<int64_t>{1}));
+  EXPECT_EQ(d.placements[0].allocations.size(), 3u);
+  // One busy: two nodes, not a wait.
+  std::vector<RunningJob> running = {R(9, {{"c", 4}}, 0, Now())};
+  d = Run({Elastic(1, 3, 2, Now())}, workers, running);
+  ASSERT_EQ(Placed(d), (std::vector<int64_t>{1}));
+  EXPECT_EQ(WorkersOf(d.placements[0]), (std::vector<std::string>{"a", "b"}));
+  // Two busy: below min_nodes, it waits like a rigid job of 3.
+  running.push_back(R(10, {{"b", 8}}, 0, Now()));
+  d = Run({Elastic(1, 3, 2, Now())}, workers, running);
+  EXPECT_TRUE(d.placements.empty());
+  EXPECT_EQ(FindPending(d, 1)->code, PendingCode::kInsufficientCapacity);
+  // A lost worker (only two exist): not larger than the cluster, it runs on the two.
+  PendingJob survivor = Elastic(1, 3, 2, Now());
+  survivor.excluded_workers = {"c"};
+  d = Run({survivor}, workers);
+  ASSERT_EQ(Placed(d), (std::vector<int64_t>{1}));
+  EXPECT_EQ(WorkersOf(d.placements[0]), (std::vector<std::string>{"a", "b"}));
+  d = Run({Elastic(1, 3, 2, Now())}, {W("a", 8), W("b", 8)});
+  EXPECT_EQ(Placed(d), (std::vector<int64_t>{1}));
+}
+
+TEST_F(SchedulerTest, ElasticJobNeverTakesGpusReservedForAStarvingRigidJob) {
+  absl::Time t = Now();
+  // A starving rigid 2-node job reserves a and b (c frees up in 2 hours, a and b soon);
+  // the elastic job behind it could run on a and b now, but they are held.
+  std::vector<Worker> workers = {W("a", 8), W("b", 8), W("c", 8)};
+  std::vector<RunningJob> running = {R(91, {{"a", 4}}, 0, t, t + absl::Minutes(10)),
+                                     R(92, {{"c", 8}}, 0, t, t + absl::Hours(2))};
+  std::vector<PendingJob> pending = {P(1, 2, 8, 0, t - absl::Hours(1)), Elastic(2, 3, 1, t)};
+  Decisions d = Run(pending, workers, running);
+  EXPECT_TRUE(d.placements.empty());
+  EXPECT_NE(FindPending(d, 1)->message.find("reserved for it"), std::string::npos);
+  ASSERT_NE(FindPending(d, 2), nullptr);
+  // Without the reservation (job 1 not yet starving) the elastic job runs on b alone.
+  pending[0].queued_since = t - absl::Minutes(1);
+  d = Run(pending, workers, running);
+  ASSERT_EQ(Placed(d), (std::vector<int64_t>{2}));
+  EXPECT_EQ(WorkersOf(d.placements[0]), (std::vector<std::string>{"b"}));
+}
+
+TEST_F(SchedulerTest, ElasticJobShrinksToItsQuota) {
+  std::vector<Worker> workers = {W("a", 8), W("b", 8), W("c", 8)};
+  Decisions d = Run({Elastic(1, 3, 2, Now())}, workers, {}, {{"default", QueueConfig{16}}});
+  ASSERT_EQ(Placed(d), (std::vector<int64_t>{1}));
+  EXPECT_EQ(d.placements[0].allocations.size(), 2u);
+  d = Run({Elastic(1, 3, 3, Now())}, workers, {}, {{"default", QueueConfig{16}}});
+  EXPECT_EQ(FindPending(d, 1)->code, PendingCode::kQuotaExceeded);
 }
 
 // ---- reservations (no starvation) -------------------------------------------------

@@ -7,6 +7,8 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -20,6 +22,7 @@
 #include "clients/jobspec/jobspec.h"
 #include "llamafleet/v1/job.grpc.pb.h"
 #include "llamafleet/v1/worker.grpc.pb.h"
+#include "safetensors.h"
 #include "tests/testing/process.h"
 
 namespace llamafleet {
@@ -82,6 +85,18 @@ class TrainingTest : public ::testing::Test {
         "checkpoint: {dir: ", dir_.path(), "/ckpt-", name, ", every_steps: ", every_steps, "}\n",
         "output: {export_dir: ", dir_.path(), "/export-", name, ", export_dtype: fp32}\n",
         "run_policy: {max_restarts: ", max_restarts, ", restart_backoff_seconds: 1}\n"));
+    EXPECT_TRUE(parsed.ok()) << parsed.status();
+    v1::SubmitJobRequest req;
+    *req.mutable_spec() = (*parsed)[0].spec;
+    v1::SubmitJobResponse resp;
+    grpc::ClientContext ctx;
+    grpc::Status s = jobs_->SubmitJob(&ctx, req, &resp);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return resp.job().id();
+  }
+
+  std::string SubmitYaml(const std::string& yaml) {
+    absl::StatusOr<std::vector<ParsedJob>> parsed = ParseJobDocuments(yaml);
     EXPECT_TRUE(parsed.ok()) << parsed.status();
     v1::SubmitJobRequest req;
     *req.mutable_spec() = (*parsed)[0].spec;
@@ -290,6 +305,115 @@ TEST_F(TrainingTest, WorkerRestartedAtOnceUnderTheSameNameDoesNotStrandTheJob) {
   const double b = EvalLoss(dir_.path() + "/export-straight");
   ASSERT_GT(a, 0);
   EXPECT_NEAR(a, b, 1e-6 * b) << "resumed run diverged from the uninterrupted one";
+}
+
+// Every fp32 tensor of an exported HF directory, by name.
+std::map<std::string, std::vector<float>> ReadWeights(const std::string& dir) {
+  std::map<std::string, std::vector<float>> out;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    if (entry.path().extension() != ".safetensors") continue;
+    auto file = trainer::SafetensorsFile::Open(entry.path().string());
+    EXPECT_TRUE(file.ok()) << file.status();
+    if (!file.ok()) continue;
+    for (const auto& [name, info] : (*file)->tensors()) {
+      EXPECT_EQ(info.dtype, trainer::StDtype::kF32) << name;
+      std::vector<float>& v = out[name];
+      v.resize(info.numel());
+      std::memcpy(v.data(), (*file)->Data(info), v.size() * sizeof(float));
+    }
+  }
+  return out;
+}
+
+// max over tensors of max|a - b| / max|b| (the trainer tests' measure).
+double MaxRelativeDifference(const std::map<std::string, std::vector<float>>& a,
+                             const std::map<std::string, std::vector<float>>& b) {
+  double worst = 0;
+  EXPECT_EQ(a.size(), b.size());
+  for (const auto& [name, want] : b) {
+    auto it = a.find(name);
+    if (it == a.end() || it->second.size() != want.size()) {
+      ADD_FAILURE() << "tensor " << name << " missing or reshaped";
+      return 1e9;
+    }
+    double diff = 0, scale = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+      diff = std::max(diff, static_cast<double>(std::fabs(it->second[i] - want[i])));
+      scale = std::max(scale, static_cast<double>(std::fabs(want[i])));
+    }
+    worst = std::max(worst, scale > 0 ? diff / scale : diff);
+  }
+  return worst;
+}
+
+// Issue 14's acceptance: an elastic gang (nodes 3, min_nodes 2) loses a worker for good
+// after its first checkpoint, restarts on the two survivors from that checkpoint (the
+// trainer derives grad_accum 3 instead of 2 from global_batch_size 12), and ends with the
+// weights of a single-process full-batch run of the same steps.
+TEST_F(TrainingTest, ElasticGangLosesANodeAndFinishesOnTwoWithTheSingleProcessWeights) {
+  StartWorker("w1");
+  StartWorker("w2");
+  StartWorker("w3");
+  // All three registered first: an elastic job would otherwise start on the two there are.
+  auto workers = v1::WorkerService::NewStub(grpc::CreateChannel(address_, grpc::InsecureChannelCredentials()));
+  for (const absl::Time deadline = absl::Now() + absl::Seconds(30); absl::Now() < deadline;) {
+    v1::ListWorkersResponse resp;
+    grpc::ClientContext ctx;
+    int ready = 0;
+    if (workers->ListWorkers(&ctx, v1::ListWorkersRequest(), &resp).ok()) {
+      for (const auto& w : resp.workers()) ready += w.state() == v1::WORKER_READY;
+    }
+    if (ready == 3) break;
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  auto spec = [&](const std::string& name, const std::string& resources, int micro) {
+    return absl::StrCat(
+        "name: ", name, "\nmodel: {preset: tiny}\n",
+        "data: {train_path: ", dir_.path(), "/train.jsonl, format: tokens}\n",
+        "training: {max_steps: 16, global_batch_size: 12, micro_batch_size: ", micro,
+        ", seq_len: 32, lr: 3.0e-3, eps: 1.0e-6, log_every: 1, seed: 11}\n",
+        "fsdp: {sharding: FULL_SHARD, mixed_precision: fp32, activation_checkpointing: false}\n",
+        "resources: ", resources, "\n",
+        "checkpoint: {dir: ", dir_.path(), "/ckpt-", name, ", every_steps: 4}\n",
+        "output: {export_dir: ", dir_.path(), "/export-", name, ", export_dtype: fp32}\n",
+        "run_policy: {max_restarts: 2, restart_backoff_seconds: 1}\n");
+  };
+  const std::string id =
+      SubmitYaml(spec("elastic", "{nodes: 3, min_nodes: 2, max_nodes: 3, gpus_per_node: 1}", 2));
+  v1::Job job = WaitUntil(
+      id, [](const v1::Job& j) { return j.latest_metrics().step() >= 5; }, absl::Minutes(4));
+  ASSERT_EQ(job.workers_size(), 3);
+  const std::string victim = job.workers(2);
+  workers_[victim]->Signal(SIGKILL);
+  (void)workers_[victim]->Wait(absl::Seconds(10));
+  workers_.erase(victim);
+
+  job = WaitUntil(id, [](const v1::Job& j) { return IsTerminalState(j); }, absl::Minutes(6));
+  ASSERT_EQ(job.state(), v1::SUCCEEDED) << job.status_reason();
+  EXPECT_GE(job.attempts(), 2);  // a retryable rendezvous failure on a loaded machine adds one
+  EXPECT_EQ(job.workers_size(), 2);
+  // The resize is an event.
+  v1::GetJobEventsRequest ereq;
+  ereq.set_job_id(id);
+  v1::GetJobEventsResponse events;
+  grpc::ClientContext ectx;
+  ASSERT_TRUE(jobs_->GetJobEvents(&ectx, ereq, &events).ok());
+  bool resized = false;
+  for (const v1::JobEvent& e : events.events()) {
+    resized |= e.reason().find(absl::StrCat("resized 3 \u2192 2 nodes: worker ", victim, " lost")) != std::string::npos;
+  }
+  EXPECT_TRUE(resized);
+
+  // The reference: one process, the whole global batch in one micro-step.
+  std::ofstream(dir_.path() + "/single.yaml") << spec("single", "{nodes: 1, gpus_per_node: 1}", 12);
+  absl::StatusOr<testing::CommandResult> r = RunCommand(
+      {BinaryPath("llamafleet-train"), "train", "--spec", dir_.path() + "/single.yaml"}, "",
+      {{"OMP_NUM_THREADS", "1"}}, absl::Minutes(4));
+  ASSERT_TRUE(r.ok() && r->exit_code == 0) << (r.ok() ? r->err : r.status().ToString());
+  const double diff =
+      MaxRelativeDifference(ReadWeights(dir_.path() + "/export-elastic"), ReadWeights(dir_.path() + "/export-single"));
+  std::cout << "elastic 3 -> 2 nodes vs single process: max relative weight difference " << diff << "\n";
+  EXPECT_LE(diff, 1e-4);
 }
 
 }  // namespace

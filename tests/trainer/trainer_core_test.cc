@@ -323,6 +323,47 @@ TEST(Data, PaddingBatchesMaskPads) {
 
 // ---------------------------------------------------------------- sampler
 
+TEST(Sampler, AGlobalBatchTakesTheSameRowsOnEveryWorldSize) {
+  // 12 rows per step split as micro_batch x grad_accum x world in every way that divides:
+  // the concatenation over ranks and micro-steps is always the same slice of the epoch's
+  // permutation, so a step trains on the same rows whatever the world size.
+  struct Split {
+    int64_t micro, accum, world;
+  };
+  std::vector<std::vector<int64_t>> reference;
+  for (Split split : {Split{1, 12, 1}, Split{2, 6, 1}, Split{2, 3, 2}, Split{1, 4, 3}, Split{2, 2, 3},
+                      Split{1, 3, 4}, Split{3, 1, 4}, Split{2, 1, 6}}) {
+    Sampler::Options o;
+    o.num_rows = 50;  // 4 steps per epoch, 2 rows dropped
+    o.micro_batch = split.micro;
+    o.grad_accum = split.accum;
+    o.world_size = split.world;
+    o.seed = 9;
+    auto s = Sampler::Create(o);
+    ASSERT_TRUE(s.ok());
+    ASSERT_EQ(s->global_batch(), 12);
+    ASSERT_EQ(s->steps_per_epoch(), 4);
+    std::vector<std::vector<int64_t>> steps;
+    for (int64_t epoch = 0; epoch < 2; ++epoch) {
+      for (int64_t step = 0; step < 4; ++step) {
+        std::vector<int64_t> rows;
+        for (int64_t rank = 0; rank < split.world; ++rank) {
+          for (int64_t m = 0; m < split.accum; ++m) {
+            std::vector<int64_t> r = s->Rows(epoch, step, m, rank);
+            rows.insert(rows.end(), r.begin(), r.end());
+          }
+        }
+        steps.push_back(rows);
+      }
+    }
+    if (reference.empty()) {
+      reference = steps;
+    } else {
+      EXPECT_EQ(steps, reference) << split.micro << "x" << split.accum << "x" << split.world;
+    }
+  }
+}
+
 TEST(Sampler, DeterministicDisjointAndResumable) {
   Sampler::Options o;
   o.num_rows = 103;

@@ -85,6 +85,7 @@ absl::StatusOr<lt::TrainOptions> OptionsFromSpecFile(const std::string& path,
   o.max_steps = t.max_steps();
   o.micro_batch = t.micro_batch_size();
   o.grad_accum = t.grad_accum();
+  o.global_batch = t.has_global_batch_size() ? t.global_batch_size() : 0;
   o.seq_len = t.seq_len();
   o.lr = t.lr();
   if (t.betas_size() == 2) {

@@ -268,6 +268,8 @@ absl::StatusOr<SavedCheckpoint> SaveShardedCheckpoint(ShardedEngine& engine, Com
                          {"loss", progress.loss},
                          {"seed", progress.seed},
                          {"tokens_seen", progress.tokens_seen},
+                         {"rows_seen", progress.rows_seen},
+                         {"global_batch", progress.global_batch},
                          {"world_size", W},
                          {"strategy", ShardingStrategyName(engine.options().strategy)},
                          {"shard_group_size", shards},
@@ -378,6 +380,8 @@ TrainerProgress ShardedCheckpoint::progress() const {
   p.loss = manifest_.value("loss", 0.0);
   p.seed = manifest_.value("seed", uint64_t{0});
   p.tokens_seen = manifest_.value("tokens_seen", int64_t{0});
+  p.rows_seen = manifest_.value("rows_seen", int64_t{0});
+  p.global_batch = manifest_.value("global_batch", int64_t{0});
   return p;
 }
 

@@ -39,6 +39,10 @@ struct TrainerProgress {
   double loss = 0;         // loss of the last step
   uint64_t seed = 0;       // run seed (data order)
   int64_t tokens_seen = 0; // tokens trained on so far
+  // The data position, independent of the world size: rows (sequences) consumed so far
+  // and rows per optimizer step. 0 in checkpoints written before they were recorded.
+  int64_t rows_seen = 0;
+  int64_t global_batch = 0;
 };
 
 struct SavedCheckpoint {

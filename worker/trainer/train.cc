@@ -1,7 +1,11 @@
 #include "train.h"
 
 #include <ATen/ATen.h>
+#include <torch/version.h>
 #include <sys/resource.h>
+#include <unistd.h>
+
+#include <cstdio>
 
 #include <algorithm>
 #include <chrono>
@@ -11,9 +15,11 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "engine.h"
 #include "hf_io.h"
 #include "model.h"
+#include "scheduler/memory_estimate.h"
 #include "sharded_checkpoint.h"
 #include "sharded_engine.h"
 #include "nlohmann/json.hpp"
@@ -109,6 +115,52 @@ absl::StatusOr<at::ScalarType> ResolveComputeDtype(const std::string& name) {
   return absl::InvalidArgumentError(absl::StrCat("precision \"", name, "\" (fp32, bf16, fp16)"));
 }
 
+// Resident bytes of this process now (/proc/self/statm), 0 if unreadable.
+int64_t CurrentRssBytes() {
+  std::FILE* f = std::fopen("/proc/self/statm", "r");
+  if (f == nullptr) return 0;
+  long pages_total = 0, pages_resident = 0;
+  const int n = std::fscanf(f, "%ld %ld", &pages_total, &pages_resident);
+  std::fclose(f);
+  return n == 2 ? static_cast<int64_t>(pages_resident) * sysconf(_SC_PAGESIZE) : 0;
+}
+
+}  // namespace
+
+sched::MemoryEstimate EstimateForRun(const LlamaConfig& config, const TrainOptions& opt,
+                                     const ShardingOptions& sh, int world_size, int64_t seq_len,
+                                     int64_t grad_accum, const at::Device& device, int64_t runtime_rss) {
+  sched::MemoryInputs in;
+  in.model.hidden = config.hidden_size;
+  in.model.intermediate = config.intermediate_size;
+  in.model.layers = config.num_hidden_layers;
+  in.model.heads = config.num_attention_heads;
+  in.model.kv_heads = config.num_key_value_heads;
+  in.model.vocab = config.vocab_size;
+  in.model.tied_embeddings = config.tie_word_embeddings;
+  switch (sh.strategy) {
+    case ShardingStrategy::kShardGradOp: in.strategy = sched::Strategy::kShardGradOp; break;
+    case ShardingStrategy::kHybridShard: in.strategy = sched::Strategy::kHybridShard; break;
+    case ShardingStrategy::kNoShard: in.strategy = sched::Strategy::kNoShard; break;
+    default: in.strategy = sched::Strategy::kFullShard; break;
+  }
+  in.world_size = world_size;
+  in.shard_group_size = sh.strategy == ShardingStrategy::kHybridShard ? sh.hybrid_group_size : 0;
+  in.compute_bytes = static_cast<int>(c10::elementSize(sh.compute_dtype));
+  in.reduce_bytes = static_cast<int>(c10::elementSize(sh.reduce_dtype));
+  in.activation_checkpointing = opt.activation_checkpointing;
+  in.micro_batch = opt.micro_batch;
+  in.seq_len = seq_len;
+  in.grad_accum = grad_accum;
+  in.max_inflight_all_gathers = sh.max_inflight_all_gathers;
+  in.fused_attention = TORCH_VERSION_MAJOR >= 2;  // model.cc uses scaled_dot_product_attention
+  in.gpu = device.is_cuda();
+  in.cpu_runtime_bytes = runtime_rss;
+  return sched::EstimateMemory(in);
+}
+
+namespace {
+
 int64_t PeakRssBytes() {
   struct rusage ru;
   getrusage(RUSAGE_SELF, &ru);
@@ -170,6 +222,28 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> MaybeLoadTokenizer(DataFormat format,
   return tok;
 }
 
+}  // namespace
+
+absl::StatusOr<int64_t> GradAccumFor(const TrainOptions& opt, int world_size) {
+  if (opt.global_batch <= 0) return opt.grad_accum;
+  const int64_t per_step = opt.micro_batch * world_size;
+  if (per_step <= 0 || opt.global_batch % per_step != 0) {
+    std::vector<std::string> work;
+    if (opt.micro_batch > 0 && opt.global_batch % opt.micro_batch == 0) {
+      for (int64_t w = 1; w <= opt.global_batch / opt.micro_batch; ++w) {
+        if ((opt.global_batch / opt.micro_batch) % w == 0) work.push_back(absl::StrCat(w));
+      }
+    }
+    return absl::InvalidArgumentError(absl::StrCat(
+        "training.global_batch_size (", opt.global_batch, ") is not a multiple of micro_batch_size (",
+        opt.micro_batch, ") x world size (", world_size, "); world sizes that work: ",
+        work.empty() ? "none" : absl::StrJoin(work, ", ")));
+  }
+  return opt.global_batch / per_step;
+}
+
+namespace {
+
 // Mean loss over all target tokens of `rows` (rows split round-robin across ranks).
 EvalResult Evaluate(LlamaModel& model, ParamEngine& engine, const LoadedData& data,
                     int64_t micro_batch, const at::Device& device) {
@@ -224,6 +298,7 @@ absl::Status CheckJobPaths(const TrainOptions& opt, bool rank0) {
 }  // namespace
 
 absl::Status RunTraining(const TrainOptions& opt, const DistEnv& env) {
+  const int64_t runtime_rss = CurrentRssBytes();  // before training allocates anything
   return CatchTorch("training", [&]() -> absl::Status {
     const bool rank0 = env.rank == 0;
     LF_RETURN_IF_ERROR(CheckJobPaths(opt, rank0));
@@ -257,10 +332,13 @@ absl::Status RunTraining(const TrainOptions& opt, const DistEnv& env) {
       LF_ASSIGN_OR_RETURN(eval, LoadRows(opt.eval_path, opt.format, tokenizer.get(), config,
                                          opt.batching, seq_len));
     }
+    // With a global batch, the micro-steps per step follow from the world this run got, so
+    // every step consumes the same rows whatever the world size (see Sampler).
+    LF_ASSIGN_OR_RETURN(const int64_t grad_accum, GradAccumFor(opt, env.world_size));
     Sampler::Options so;
     so.num_rows = static_cast<int64_t>(train.rows.size());
     so.micro_batch = opt.micro_batch;
-    so.grad_accum = opt.grad_accum;
+    so.grad_accum = grad_accum;
     so.world_size = env.world_size;
     so.seed = opt.seed;
     so.shuffle = opt.shuffle;
@@ -359,8 +437,23 @@ absl::Status RunTraining(const TrainOptions& opt, const DistEnv& env) {
     ShardedEngine& engine = *engine_owner;
     int64_t start_step = 0, tokens_seen = 0;
     if (resume) {
+      // The data position is global: rows consumed, in rows per step. A different global
+      // batch would replay or skip rows, so it is refused rather than guessed.
+      const TrainerProgress saved = resume->progress();
+      if (saved.global_batch > 0 && saved.global_batch != sampler.global_batch()) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            resume_dir, ": checkpoint was written with ", saved.global_batch,
+            " rows per step, this run takes ", sampler.global_batch(),
+            " (set training.global_batch_size to ", saved.global_batch,
+            " to continue the same data order on any world size)"));
+      }
       LF_RETURN_IF_ERROR(resume->RestoreEngine(engine));
       start_step = std::min(resume->step(), total_steps);
+      if (saved.global_batch > 0 && saved.rows_seen != saved.step * saved.global_batch) {
+        return absl::DataLossError(absl::StrCat(resume_dir, ": manifest rows_seen ", saved.rows_seen,
+                                                " disagrees with step ", saved.step, " x global_batch ",
+                                                saved.global_batch));
+      }
       tokens_seen = resume->progress().tokens_seen;
       if (rank0) {
         LogInfo(absl::StrCat("resumed from ", resume_dir, " at step ", start_step, " (saved by ",
@@ -380,14 +473,24 @@ absl::Status RunTraining(const TrainOptions& opt, const DistEnv& env) {
     // lookup for PeakTflopsForDevice comes with the GPU path); without one, "mfu" is null.
     double peak = opt.peak_tflops;
     if (peak <= 0 && device.is_cuda()) peak = PeakTflopsForDevice(DeviceName(device));
+    const sched::MemoryEstimate estimate =
+        EstimateForRun(config, opt, sh, env.world_size, seq_len, grad_accum, device, runtime_rss);
     if (rank0) {
       LogInfo(absl::StrCat("model: ", config.NumParameters(), " parameters, ", config.num_hidden_layers,
                            " layers, dim ", config.hidden_size, "; data: ", train.rows.size(),
                            " rows of <= ", seq_len, " tokens; ", total_steps, " steps (", spe,
                            " per epoch); device ", device.str()));
-      EmitJsonLine(trainer_events::ToLine(trainer_events::Started{
-          env.world_size, static_cast<int64_t>(config.NumParameters()), total_steps, spe,
-          static_cast<int64_t>(train.rows.size()), seq_len}));
+      trainer_events::Started started{env.world_size, static_cast<int64_t>(config.NumParameters()),
+                                      total_steps, spe, static_cast<int64_t>(train.rows.size()),
+                                      seq_len};
+      started.global_batch = sampler.global_batch();
+      started.grad_accum = grad_accum;
+      started.memory_estimate = {estimate.total,           estimate.parameters,
+                                 estimate.gradients,       estimate.optimizer_state,
+                                 estimate.gathered_params, estimate.activations,
+                                 estimate.communication,   estimate.workspace,
+                                 estimate.peak_phase};
+      EmitJsonLine(trainer_events::ToLine(started));
     }
 
     // Collective: every rank writes its shard; rank 0 the manifest, last.
@@ -399,6 +502,8 @@ absl::Status RunTraining(const TrainOptions& opt, const DistEnv& env) {
       progress.loss = loss;
       progress.seed = opt.seed;
       progress.tokens_seen = tokens_seen;
+      progress.rows_seen = step * sampler.global_batch();
+      progress.global_batch = sampler.global_batch();
       LF_ASSIGN_OR_RETURN(SavedCheckpoint saved, SaveShardedCheckpoint(engine, dist->world(), config,
                                                                        opt.checkpoint_dir, progress));
       if (rank0) {
@@ -417,7 +522,7 @@ absl::Status RunTraining(const TrainOptions& opt, const DistEnv& env) {
       const int64_t epoch = step / spe, in_epoch = step % spe;
       std::vector<ModelInput> micro;
       int64_t local_targets = 0, local_real = 0;
-      for (int64_t m = 0; m < opt.grad_accum; ++m) {
+      for (int64_t m = 0; m < grad_accum; ++m) {
         Batch b = MakeBatch(train.rows, sampler.Rows(epoch, in_epoch, m, env.rank), train.pad_id);
         local_real += b.real_tokens;
         micro.push_back(MakeModelInput(b, device));

@@ -11,9 +11,13 @@
 #include <string>
 #include <vector>
 
+#include <c10/core/Device.h>
+
 #include "absl/status/statusor.h"
+#include "config.h"
 #include "data.h"
 #include "safetensors.h"
+#include "scheduler/memory_estimate.h"
 #include "worker/trainer_events.h"
 
 namespace llamafleet::trainer {
@@ -58,7 +62,10 @@ struct TrainOptions {
   int64_t epochs = 1;           // passes over the data; 0 = until max_steps
   int64_t max_steps = 0;        // optimizer steps; 0 = no limit
   int64_t micro_batch = 4;      // rows per rank per micro-step
-  int64_t grad_accum = 1;       // micro-steps per optimizer step
+  int64_t grad_accum = 1;       // micro-steps per optimizer step (ignored with global_batch)
+  int64_t global_batch = 0;     // rows per optimizer step over all ranks; 0 = micro x accum x world.
+                                // Set: grad_accum = global_batch / (micro_batch x WORLD_SIZE), so
+                                // the rows of each step, and the result, do not depend on the world
   int64_t seq_len = 4096;       // tokens per row (capped by max_position_embeddings)
   double lr = 1e-4;             // peak learning rate
   double beta1 = 0.9;           // AdamW
@@ -98,6 +105,20 @@ struct TrainOptions {
   // of the same job may be replaced.
   std::string job_id;
 };
+
+// Micro-steps per optimizer step on `world_size` ranks: options.grad_accum, or with a global
+// batch global_batch / (micro_batch x world_size), INVALID_ARGUMENT (naming
+// training.global_batch_size and the world sizes that work) when that does not divide.
+absl::StatusOr<int64_t> GradAccumFor(const TrainOptions& options, int world_size);
+
+// The coordinator's memory-fit estimate (scheduler/memory_estimate.h) for a run as it
+// really is: its world size, device, sequence length and grad_accum. On a CPU the
+// workspace is the process as it was before training allocated anything (`runtime_rss`);
+// the trainer reports it in its "started" event next to the measured peak_mem_bytes.
+struct ShardingOptions;
+sched::MemoryEstimate EstimateForRun(const LlamaConfig& config, const TrainOptions& options,
+                                     const ShardingOptions& sharding, int world_size, int64_t seq_len,
+                                     int64_t grad_accum, const at::Device& device, int64_t runtime_rss);
 
 // Runs training to completion. Metrics and events go to stdout as JSON lines (rank 0),
 // human logs to stderr. Returns the first error (bad input names the file/field).

@@ -1,0 +1,136 @@
+#include "scheduler/memory_estimate.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_format.h"
+
+namespace llamafleet::sched {
+
+int64_t ModelShape::Parameters() const {
+  const int64_t d = heads > 0 ? hidden / heads : 0;
+  const int64_t kv = kv_heads * d;
+  const int64_t layer = 2 * hidden + 2 * hidden * hidden + 2 * hidden * kv + 3 * hidden * intermediate;
+  const int64_t embed = vocab * hidden;
+  return embed + layers * layer + hidden + (tied_embeddings ? 0 : embed);
+}
+
+int64_t ModelShape::LargestUnitParameters() const {
+  const int64_t d = heads > 0 ? hidden / heads : 0;
+  const int64_t kv = kv_heads * d;
+  const int64_t layer = 2 * hidden + 2 * hidden * hidden + 2 * hidden * kv + 3 * hidden * intermediate;
+  const int64_t embed = vocab * hidden;
+  const int64_t head = hidden + (tied_embeddings ? 0 : embed);
+  return std::max({layer, embed, head});
+}
+
+std::optional<ModelShape> PresetShape(const std::string& preset) {
+  ModelShape m;
+  m.vocab = 32000;
+  if (preset == "llama2-7b") {
+    m.hidden = 4096, m.intermediate = 11008, m.layers = 32, m.heads = 32, m.kv_heads = 32;
+  } else if (preset == "llama2-13b") {
+    m.hidden = 5120, m.intermediate = 13824, m.layers = 40, m.heads = 40, m.kv_heads = 40;
+  } else if (preset == "llama2-70b") {
+    m.hidden = 8192, m.intermediate = 28672, m.layers = 80, m.heads = 64, m.kv_heads = 8;
+  } else if (preset == "tiny" || preset == "tiny-gqa") {
+    m.hidden = 64, m.intermediate = 176, m.layers = 2, m.heads = 4;
+    m.kv_heads = preset == "tiny" ? 4 : 2;
+  } else {
+    return std::nullopt;
+  }
+  return m;
+}
+
+MemoryEstimate EstimateMemory(const MemoryInputs& in) {
+  const ModelShape& m = in.model;
+  const int64_t P = m.Parameters();
+  const int64_t U = m.LargestUnitParameters();
+  const int64_t c = in.compute_bytes;
+  const int64_t r = in.reduce_bytes;
+  int64_t n = 1;
+  switch (in.strategy) {
+    case Strategy::kFullShard:
+    case Strategy::kShardGradOp: n = std::max(1, in.world_size); break;
+    case Strategy::kHybridShard:
+      n = in.shard_group_size > 0 ? in.shard_group_size : std::max(1, in.world_size);
+      break;
+    case Strategy::kNoShard: n = 1; break;
+  }
+  const bool keeps_gathered = in.strategy == Strategy::kShardGradOp || in.strategy == Strategy::kNoShard;
+  auto shard = [&](int64_t bytes_per_param) { return (bytes_per_param * P + n - 1) / n; };
+
+  MemoryEstimate e;
+  e.parameters = shard(4);
+  e.gradients = shard(4);
+  if (keeps_gathered && in.grad_accum > 1) e.gradients += 4 * P;
+  e.optimizer_state = shard(8);
+
+  // End of forward.
+  const int64_t t = std::max<int64_t>(1, in.micro_batch) * std::max<int64_t>(1, in.seq_len);
+  const int64_t h = m.hidden, f = m.intermediate;
+  const int64_t kv = m.heads > 0 ? m.kv_heads * (m.hidden / m.heads) : 0;
+  const int64_t attention = in.fused_attention ? 0 : t * m.heads * in.seq_len * (4 + (c == 4 ? 0 : c));
+  const int64_t layer = t * (6 * h + 2 * kv + 4 * f) * c + t * 2 * h * 4 + attention;
+  const int64_t saved_layers = in.activation_checkpointing ? m.layers * t * h * c + layer : m.layers * layer;
+  // Logits: 16 bytes per logit in FP32 and BF16 alike (calibrated on the CPU: the lm_head
+  // output, its fp32 copy or log-softmax, the incoming gradient and log-softmax backward's
+  // softmax temporary).
+  const int64_t head = t * (4 * h + 2 * h * c) + t * m.vocab * 16;
+  const int64_t activations = saved_layers + head;
+  const int64_t gathered_fwd = keeps_gathered ? P * c : (in.max_inflight_all_gathers + 1) * U * c;
+  const int64_t forward = activations + gathered_fwd;
+  // End of backward.
+  const int64_t communication = P * r;
+  const int64_t gathered_bwd = U * c;
+  const int64_t backward = communication + gathered_bwd;
+
+  if (forward >= backward) {
+    e.peak_phase = "forward";
+    e.gathered_params = gathered_fwd;
+    e.activations = activations;
+  } else {
+    e.peak_phase = "backward";
+    e.gathered_params = gathered_bwd;
+    e.communication = communication;
+  }
+  const int64_t rest = e.parameters + e.gradients + e.optimizer_state + e.gathered_params +
+                       e.activations + e.communication;
+  e.workspace = in.gpu ? (int64_t{1} << 30) + rest / 10 : in.cpu_runtime_bytes;
+  e.total = rest + e.workspace;
+  return e;
+}
+
+namespace {
+constexpr int64_t kMiB = int64_t{1} << 20;
+}  // namespace
+
+const std::vector<InstanceType>& KnownInstanceTypes() {
+  // Memory as nvidia-smi reports it (MiB) on each instance type's GPUs.
+  static const auto* types = new std::vector<InstanceType>{
+      {"p3.16xlarge", 8, 16160 * kMiB, "V100 16GB"},
+      {"p3dn.24xlarge", 8, 32510 * kMiB, "V100 32GB"},
+      {"g5.xlarge", 1, 23028 * kMiB, "A10G 24GB"},
+      {"g5.12xlarge", 4, 23028 * kMiB, "A10G 24GB"},
+      {"g5.48xlarge", 8, 23028 * kMiB, "A10G 24GB"},
+      {"g6e.48xlarge", 8, 46068 * kMiB, "L40S 48GB"},
+      {"p4d.24xlarge", 8, 40960 * kMiB, "A100 40GB"},
+      {"p4de.24xlarge", 8, 81920 * kMiB, "A100 80GB"},
+      {"p5.48xlarge", 8, 81559 * kMiB, "H100 80GB"},
+      {"p5e.48xlarge", 8, 143771 * kMiB, "H200 141GB"},
+      {"p5en.48xlarge", 8, 143771 * kMiB, "H200 141GB"},
+  };
+  return *types;
+}
+
+const InstanceType* FindInstanceType(const std::string& name) {
+  for (const InstanceType& t : KnownInstanceTypes()) {
+    if (t.name == name) return &t;
+  }
+  return nullptr;
+}
+
+std::string FormatGiB(int64_t bytes) {
+  return absl::StrFormat("%.1f GiB", static_cast<double>(bytes) / static_cast<double>(int64_t{1} << 30));
+}
+
+}  // namespace llamafleet::sched

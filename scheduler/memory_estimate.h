@@ -1,0 +1,113 @@
+#ifndef LLAMAFLEET_SCHEDULER_MEMORY_ESTIMATE_H_
+#define LLAMAFLEET_SCHEDULER_MEMORY_ESTIMATE_H_
+
+// Memory-fit estimate: bytes one trainer rank needs at its peak, from the job's shape
+// alone. A pure function on plain structs (no proto, no Torch) shared by the job-spec
+// validator (refusal at submission), the CLI (--dry-run, describe) and the scheduler
+// (placement only on workers whose per-GPU memory holds it).
+//
+// It models llamafleet's own engine (worker/trainer/sharded_engine.h), not FSDP in
+// general. With P parameters, N the shard group size (FULL_SHARD / SHARD_GRAD_OP: the
+// world; HYBRID_SHARD: the group; NO_SHARD: 1), c the compute bytes (2 for BF16/FP16,
+// 4 for FP32), r the reduce bytes, t = micro_batch x seq_len tokens, U the largest unit
+// (a decoder layer, or the embedding / head when larger):
+//
+//   parameters        4P/N     fp32 master shard
+//   gradients         4P/N     fp32 gradient shard
+//                     + 4P     unsharded fp32 accumulator (NO_SHARD / SHARD_GRAD_OP with
+//                              grad_accum > 1: micro-steps accumulate locally)
+//   optimizer_state   8P/N     AdamW exp_avg + exp_avg_sq, fp32
+//   gathered_params   FULL_SHARD / HYBRID_SHARD: (max_inflight_all_gathers + 1) x U x c
+//                     SHARD_GRAD_OP / NO_SHARD:  P x c (every unit stays gathered from
+//                     forward to its backward)
+//   activations       forward end: per layer t x (10h + 3kv + 4f) x c + t x 2h x 4 (the
+//                     fp32 RMSNorm copies) + attention t x H x T x (4 + c) unless fused
+//                     (LibTorch >= 2 on a GPU: scaled_dot_product_attention keeps O(t));
+//                     with activation checkpointing only t x h x c per layer, plus one
+//                     layer recomputed in backward. Logits t x V x 16: the lm_head output
+//                     (and its fp32 copy), log-softmax, the incoming gradient and the
+//                     softmax temporary of log-softmax backward (calibrated on the CPU).
+//   communication     P x r: every unit's reduce-scatter input stays alive until
+//                     ReduceGradients() drains them at the end of backward.
+//   workspace         runtime (CUDA context, cuBLAS/NCCL workspaces: 1 GiB on a GPU; the
+//                     process itself on a CPU) + 10% of the rest on a GPU for allocator
+//                     fragmentation.
+//
+// The peak is the larger of two moments: the end of forward (parameters, gradients,
+// optimizer state, gathered parameters, activations) and the end of backward
+// (parameters, gradients, optimizer state, communication, one gathered unit). The
+// breakdown reports the terms of the moment that wins (the other moment's terms are 0).
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace llamafleet::sched {
+
+// A Llama-2 shape (the fields of config.json the estimate reads).
+struct ModelShape {
+  int64_t hidden = 0;         // h
+  int64_t intermediate = 0;   // f (SwiGLU width)
+  int64_t layers = 0;         // L
+  int64_t heads = 0;          // H
+  int64_t kv_heads = 0;       // KV
+  int64_t vocab = 0;          // V
+  bool tied_embeddings = false;
+
+  int64_t Parameters() const;
+  int64_t LargestUnitParameters() const;  // the biggest of embedding, one layer, head
+};
+
+// The built-in presets (the same shapes as the trainer's PresetConfig); nullopt if unknown.
+std::optional<ModelShape> PresetShape(const std::string& preset);
+
+enum class Strategy { kFullShard, kShardGradOp, kHybridShard, kNoShard };
+
+struct MemoryInputs {
+  ModelShape model;
+  Strategy strategy = Strategy::kFullShard;
+  int world_size = 1;               // ranks in the job
+  int shard_group_size = 0;         // HYBRID_SHARD only (0 = world)
+  int compute_bytes = 2;            // 2 (BF16/FP16) or 4 (FP32)
+  int reduce_bytes = 4;             // gradient collectives
+  bool activation_checkpointing = true;
+  int64_t micro_batch = 4;          // rows per micro-step
+  int64_t seq_len = 4096;           // tokens per row
+  int64_t grad_accum = 1;           // micro-steps per optimizer step
+  int max_inflight_all_gathers = 2;
+  bool fused_attention = true;      // LibTorch 2 SDPA on a GPU; false: the explicit T x T path
+  bool gpu = true;                  // GPU workspace rules; false: CPU process (RSS)
+  int64_t cpu_runtime_bytes = 0;    // !gpu: the trainer process before it allocates
+};
+
+struct MemoryEstimate {
+  int64_t parameters = 0;
+  int64_t gradients = 0;
+  int64_t optimizer_state = 0;
+  int64_t gathered_params = 0;
+  int64_t activations = 0;
+  int64_t communication = 0;
+  int64_t workspace = 0;
+  int64_t total = 0;          // the sum of the above: bytes per device at the peak
+  std::string peak_phase;     // "forward" or "backward"
+};
+
+MemoryEstimate EstimateMemory(const MemoryInputs& in);
+
+// A GPU instance type with its accelerator memory (as the driver reports it).
+struct InstanceType {
+  std::string name;
+  int gpus = 0;
+  int64_t gpu_memory_bytes = 0;
+  std::string gpu;  // "H100 80GB", ...
+};
+const std::vector<InstanceType>& KnownInstanceTypes();
+const InstanceType* FindInstanceType(const std::string& name);
+
+// "12.3 GiB"
+std::string FormatGiB(int64_t bytes);
+
+}  // namespace llamafleet::sched
+
+#endif  // LLAMAFLEET_SCHEDULER_MEMORY_ESTIMATE_H_

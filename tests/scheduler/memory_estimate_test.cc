@@ -1,0 +1,114 @@
+// The memory-fit estimate against figures computed by hand (an independent Python
+// transcription of the README formula, run once to produce the literals) for the
+// released Llama-2 shapes, and the instance-type table.
+#include "scheduler/memory_estimate.h"
+
+#include <gtest/gtest.h>
+
+namespace llamafleet::sched {
+namespace {
+
+MemoryInputs Inputs(const char* preset, Strategy strategy, int world) {
+  MemoryInputs in;
+  in.model = *PresetShape(preset);
+  in.strategy = strategy;
+  in.world_size = world;
+  return in;
+}
+
+TEST(MemoryEstimate, ParameterCountsAreTheReleasedModels) {
+  // The counts Hugging Face reports for meta-llama/Llama-2-{7,13,70}b-hf.
+  EXPECT_EQ(PresetShape("llama2-7b")->Parameters(), 6738415616);
+  EXPECT_EQ(PresetShape("llama2-13b")->Parameters(), 13015864320);
+  EXPECT_EQ(PresetShape("llama2-70b")->Parameters(), 68976648192);
+  EXPECT_FALSE(PresetShape("llama3").has_value());
+}
+
+TEST(MemoryEstimate, Llama7bFullShard16RanksPeaksAtEndOfBackward) {
+  // BF16 compute, FP32 reduce, activation checkpointing, micro-batch 4 x 4096 tokens.
+  MemoryEstimate e = EstimateMemory(Inputs("llama2-7b", Strategy::kFullShard, 16));
+  EXPECT_EQ(e.parameters, 1684603904);     // 4P/16
+  EXPECT_EQ(e.gradients, 1684603904);      // 4P/16
+  EXPECT_EQ(e.optimizer_state, 3369207808);  // 8P/16
+  EXPECT_EQ(e.peak_phase, "backward");
+  EXPECT_EQ(e.communication, 26953662464);  // 4P: every unit's reduce-scatter input
+  EXPECT_EQ(e.gathered_params, 404766720);  // one decoder layer (202383360 params) in bf16
+  EXPECT_EQ(e.activations, 0);
+  EXPECT_EQ(e.workspace, 4483426304);       // 1 GiB + 10%
+  EXPECT_EQ(e.total, 38580271104);          // 35.9 GiB
+  EXPECT_EQ(FormatGiB(e.total), "35.9 GiB");
+}
+
+TEST(MemoryEstimate, Llama13bHybridFp32WithoutCheckpointingPeaksAtEndOfForward) {
+  MemoryInputs in = Inputs("llama2-13b", Strategy::kHybridShard, 16);
+  in.shard_group_size = 8;
+  in.compute_bytes = 4;
+  in.activation_checkpointing = false;
+  in.micro_batch = 1;
+  in.seq_len = 2048;
+  in.fused_attention = false;  // the explicit T x T scores of the LibTorch 1.x path
+  MemoryEstimate e = EstimateMemory(in);
+  EXPECT_EQ(e.parameters, 6507932160);  // 4P/8
+  EXPECT_EQ(e.optimizer_state, 13015864320);
+  EXPECT_EQ(e.peak_phase, "forward");
+  EXPECT_EQ(e.gathered_params, 3806453760);  // 3 layers of 317194240 params, fp32
+  EXPECT_EQ(e.activations, 62914560000);
+  EXPECT_EQ(e.communication, 0);
+  EXPECT_EQ(e.total, 103101758464);
+}
+
+TEST(MemoryEstimate, Llama70bNoShardIsFarBeyondAnyGpu) {
+  MemoryInputs in = Inputs("llama2-70b", Strategy::kNoShard, 16);
+  in.micro_batch = 1;
+  MemoryEstimate e = EstimateMemory(in);
+  EXPECT_EQ(e.parameters, 275906592768);  // 4P, unsharded
+  EXPECT_EQ(e.optimizer_state, 551813185536);
+  EXPECT_EQ(e.total, 1520442441728);       // 1416.0 GiB
+  for (const InstanceType& t : KnownInstanceTypes()) EXPECT_GT(e.total, t.gpu_memory_bytes) << t.name;
+}
+
+TEST(MemoryEstimate, ShardGradOpWithAccumulationKeepsAnUnshardedAccumulator) {
+  MemoryInputs in = Inputs("llama2-7b", Strategy::kShardGradOp, 8);
+  in.reduce_bytes = 2;
+  in.micro_batch = 2;
+  in.grad_accum = 4;
+  MemoryEstimate e = EstimateMemory(in);
+  EXPECT_EQ(e.gradients, 30322870272);  // 4P/8 + 4P
+  EXPECT_EQ(e.gathered_params, 13476831232);  // the whole model in bf16
+  EXPECT_EQ(e.activations, 8136949760);
+  EXPECT_EQ(e.total, 69322443980);
+  in.grad_accum = 1;
+  EXPECT_EQ(EstimateMemory(in).gradients, 3369207808);
+}
+
+TEST(MemoryEstimate, ShardingMoreRanksNeverNeedsMore) {
+  for (const char* preset : {"llama2-7b", "llama2-13b", "llama2-70b"}) {
+    int64_t previous = INT64_MAX;
+    for (int world : {1, 2, 8, 16, 64, 512}) {
+      const int64_t total = EstimateMemory(Inputs(preset, Strategy::kFullShard, world)).total;
+      EXPECT_LE(total, previous) << preset << " on " << world;
+      previous = total;
+    }
+  }
+}
+
+TEST(MemoryEstimate, CpuWorkspaceIsTheProcessItself) {
+  MemoryInputs in = Inputs("tiny", Strategy::kFullShard, 1);
+  in.gpu = false;
+  in.cpu_runtime_bytes = 123456789;
+  MemoryEstimate e = EstimateMemory(in);
+  EXPECT_EQ(e.workspace, 123456789);
+  EXPECT_EQ(e.total, e.parameters + e.gradients + e.optimizer_state + e.gathered_params + e.activations +
+                         e.communication + e.workspace);
+}
+
+TEST(InstanceTypes, KnownTable) {
+  ASSERT_NE(FindInstanceType("p5.48xlarge"), nullptr);
+  EXPECT_EQ(FindInstanceType("p5.48xlarge")->gpus, 8);
+  EXPECT_EQ(FindInstanceType("p4d.24xlarge")->gpu_memory_bytes, int64_t{40960} << 20);
+  EXPECT_EQ(FindInstanceType("p5en.48xlarge")->gpu, "H200 141GB");
+  EXPECT_EQ(FindInstanceType("m5.large"), nullptr);
+}
+
+}  // namespace
+}  // namespace llamafleet::sched
