@@ -48,6 +48,9 @@ steps=$(sed -n 's/.*"max_steps":"\([0-9]*\)".*/\1/p' "$spec")
 pause=$(sed -n 's/.*"fake_pause":"\([0-9.]*\)".*/\1/p' "$spec")
 steps=${steps:-4}
 pause=${pause:-0.1}
+# The job's checkpoint dir as the coordinator filled it in (its default under the first path
+# root): it records only step-N directories inside it.
+ckpt=$(sed -n 's/.*"checkpoint":{"dir":"\([^"]*\)".*/\1/p' "$spec")
 echo "rank $RANK of $WORLD_SIZE starting" >&2
 if [ "$RANK" = 0 ]; then echo '{"type":"event","event":"started","total_steps":'$steps'}'; fi
 i=1
@@ -57,7 +60,7 @@ while [ $i -le $steps ]; do
   if [ "$RANK" = 0 ]; then
     echo '{"type":"metrics","step":'$i',"loss":'$((100 - i))'.5,"lr":0.0003,"tokens_per_s":1234.4,"mfu":0.25}'
     if [ $((i % 2)) = 0 ]; then
-      d="$PWD/ckpt/step-$i"
+      d="$ckpt/step-$i"
       mkdir -p "$d" && echo '{}' > "$d/manifest.json"
       echo '{"type":"event","event":"checkpoint_saved","step":'$i',"path":"'$d'","bytes":2048,"manifest_sha256":"abc","loss":'$((100 - i))'.5}'
     fi
@@ -315,7 +318,7 @@ TEST_F(CliClusterTest, FinishedJobLogsCheckpointsAndDescribe) {
   ASSERT_EQ(rows.size(), 3u) << checkpoints;
   EXPECT_TRUE(absl::StartsWith(rows[0], "STEP   ATTEMPT   LOSS      SIZE      TIME")) << rows[0];
   EXPECT_TRUE(absl::StartsWith(rows[1], "4      1         96.5000   2.0 KiB   ")) << rows[1];
-  EXPECT_TRUE(absl::EndsWith(rows[1], "/ckpt/step-4")) << rows[1];
+  EXPECT_TRUE(absl::EndsWith(rows[1], "/llamafleet/checkpoints/1/step-4")) << rows[1];
   EXPECT_TRUE(absl::StartsWith(rows[2], "2      1         98.5000   2.0 KiB   ")) << rows[2];
   v1::ListCheckpointsResponse listed;
   ASSERT_TRUE(

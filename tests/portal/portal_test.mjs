@@ -130,7 +130,10 @@ try {
   const bad = trainingYaml('portal-train', {lr: '0'});
   const lrLine = bad.split('\n').findIndex((l) => l.trim() === 'lr: 0') + 1;
   await page.fill('#job-yaml', bad);
-  await page.waitForSelector('.gutter div.bad');
+  // Wait for this text's verdict: the editor's initial example (whose paths need not be
+  // inside this coordinator's path roots) may have been marked before the fill.
+  await page.waitForFunction((n) => [...document.querySelectorAll('.gutter div.bad')]
+    .some((e) => Number(e.textContent) === n), lrLine, {timeout: 15000}).catch(() => {});
   const marked = await page.$$eval('.gutter div.bad', (els) => els.map((e) => Number(e.textContent)));
   check(marked.length === 1 && marked[0] === lrLine, `the lr line (${lrLine}) is marked, marked: ${marked}`);
   const violations = await page.textContent('.violations');

@@ -213,7 +213,8 @@ TEST_F(TaskRunnerTest, ResumeCandidatesGoToTheTrainerAsAFile) {
   ASSERT_TRUE(runner.ok());
   ASSERT_TRUE(recorder_.WaitDone(absl::Seconds(10)));
   EXPECT_EQ(recorder_.state, v1::TASK_SUCCEEDED);
-  EXPECT_TRUE(recorder_.HasLine("--resume-candidates " + dir_.path() + "/task/resume_candidates.json"));
+  // Relative to the ranks' working directory (the task dir), like spec.json.
+  EXPECT_TRUE(recorder_.HasLine("--resume-candidates resume_candidates.json"));
   EXPECT_FALSE(recorder_.HasLine("--resume "));
   EXPECT_TRUE(recorder_.HasLine(
       "[{\"manifest_sha256\":\"aa\",\"path\":\"/ck/step-8\",\"step\":8},"
