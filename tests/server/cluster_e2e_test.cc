@@ -32,7 +32,8 @@ using testing::Subprocess;
 using testing::TempDir;
 
 // STEPS steps of 0.1 s; rank 0 reports metrics every step and a checkpoint (with its
-// manifest) every CKPT_EVERY steps; resumes from --resume DIR/step; on SIGTERM writes a
+// manifest) every CKPT_EVERY steps; resumes from --resume DIR/step (or the newest of
+// --resume-candidates); on SIGTERM writes a
 // checkpoint and exits 0. Every rank's command line carries the marker so tests can find
 // leftover processes. Its knobs are LLAMAFLEET_FAKE_* variables set on the worker: a
 // trainer sees only the worker's LLAMAFLEET_* variables, not its whole environment.
@@ -40,7 +41,12 @@ constexpr char kFakeTrainer[] = R"sh(#!/bin/sh
 # llamafleet-fake-trainer
 SPEC=""; RESUME=""
 while [ $# -gt 0 ]; do
-  case "$1" in --spec) SPEC="$2"; shift ;; --resume) RESUME="$2"; shift ;; esac
+  case "$1" in
+    --spec) SPEC="$2"; shift ;;
+    --resume) RESUME="$2"; shift ;;
+    # The recorded checkpoints, newest first: a fake takes the newest without verifying.
+    --resume-candidates) RESUME=$(grep -o '"path":"[^"]*"' "$2" | head -1 | cut -d'"' -f4); shift ;;
+  esac
   shift
 done
 CK=$(sed -n 's/.*"checkpoint":{[^}]*"dir":"\([^"]*\)".*/\1/p' "$SPEC")
