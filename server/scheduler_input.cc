@@ -55,6 +55,16 @@ SchedulerInput Build(const Jobs& queued, const std::vector<WorkerView>& workers,
     p.node_labels.insert(spec.resources().node_labels().begin(),
                          spec.resources().node_labels().end());
     p.excluded_workers = j.excluded_workers;
+    if (!p.excluded_workers.empty()) {
+      // A node fault keeps the worker out of the job's next placement only while the
+      // cluster could run the job without it: with no spare (two workers, one lost and
+      // back after a network cut) the job would otherwise wait forever.
+      const int64_t need = spec.resources().min_nodes() > 0 ? spec.resources().min_nodes()
+                                                             : spec.resources().nodes();
+      int64_t others = 0;
+      for (const WorkerView& w : workers) others += p.excluded_workers.count(w.name) ? 0 : 1;
+      if (others < need) p.excluded_workers.clear();
+    }
     p.last_preempted = j.last_preempted;
     if (deadline > 0) p.expected_duration = absl::Seconds(deadline);
     if (std::optional<v1::MemoryEstimate> e = EstimateJobMemory(spec)) {

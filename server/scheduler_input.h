@@ -48,7 +48,9 @@ struct SchedulerInput {
 //     start goes to deadline_passed;
 //   - a job in its restart backoff (eligible > now) goes to held_back as BACKOFF with
 //     the time it becomes eligible;
-//   - otherwise it is pending, with its last preemption and, when it has an active
+//   - otherwise it is pending, with its last preemption, its node-fault exclusions
+//     (dropped when fewer workers than it needs are known besides the excluded ones: the
+//     job could never start without them) and, when it has an active
 //     deadline, that as its expected duration (it will not run longer; backfill may use it).
 // Workers: schedulable when connected and not lost, with WorkerSlots GPUs. Running jobs:
 // every attempt, holding only its tasks that are not terminal, with its last preemption

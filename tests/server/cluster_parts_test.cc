@@ -354,5 +354,24 @@ TEST(CheckpointPathTest, OnlyStepDirectoriesDirectlyInsideTheJobDir) {
   EXPECT_TRUE(PlanRetention(dir, ckpts, 0).remove.empty());  // keep all
 }
 
+TEST(SchedulerInputTest, NodeFaultExclusionHoldsOnlyWhileTheClusterCanDoWithoutTheWorker) {
+  // Job 1 needs 2 nodes and excluded w1 after a node fault.
+  std::vector<SchedulableJob> queued = {Queued(1, 2, 1)};
+  queued[0].excluded_workers = {"w1"};
+  const std::map<int64_t, AttemptTracker> attempts;
+  // A spare (w2): w1 stays out of the next placement.
+  SchedulerInput in = BuildSchedulerInput(
+      queued, {GpuWorker("w0", 1), GpuWorker("w1", 1), GpuWorker("w2", 1)}, attempts, kNow);
+  ASSERT_EQ(in.pending.size(), 1u);
+  EXPECT_EQ(in.pending[0].excluded_workers, std::set<std::string>{"w1"});
+  // No spare (w1 came back after a cut connection): without w1 the job could never start.
+  in = BuildSchedulerInput(queued, {GpuWorker("w0", 1), GpuWorker("w1", 1)}, attempts, kNow);
+  ASSERT_EQ(in.pending.size(), 1u);
+  EXPECT_TRUE(in.pending[0].excluded_workers.empty());
+  const sched::Scheduler scheduler{sched::Config{}};
+  sched::Decisions d = scheduler.Schedule(in.pending, in.workers, in.running, {}, kNow);
+  EXPECT_EQ(d.placements.size(), 1u);
+}
+
 }  // namespace
 }  // namespace llamafleet
