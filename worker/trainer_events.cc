@@ -44,7 +44,7 @@ std::string ToLine(const Started& e) {
   j["seq_len"] = e.seq_len;
   j["global_batch"] = e.global_batch;
   j["grad_accum"] = e.grad_accum;
-  const MemoryEstimateBytes& m = e.memory_estimate;
+  const sched::MemoryEstimate& m = e.memory_estimate;
   j["memory_estimate"] = json{{"total_bytes", m.total},
                               {"parameters_bytes", m.parameters},
                               {"gradients_bytes", m.gradients},
@@ -149,7 +149,7 @@ std::optional<Event> ParseLine(std::string_view line) {
     s.global_batch = Int(j, "global_batch");
     s.grad_accum = Int(j, "grad_accum");
     if (auto it = j.find("memory_estimate"); it != j.end() && it->is_object()) {
-      MemoryEstimateBytes& m = s.memory_estimate;
+      sched::MemoryEstimate& m = s.memory_estimate;
       m.total = Int(*it, "total_bytes");
       m.parameters = Int(*it, "parameters_bytes");
       m.gradients = Int(*it, "gradients_bytes");

@@ -28,22 +28,9 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "scheduler/memory_estimate.h"
 
 namespace llamafleet::trainer_events {
-
-// The memory-fit estimate of the run as it really is (scheduler/memory_estimate.h), in
-// bytes per device, next to which the metrics' peak_mem_bytes is measured.
-struct MemoryEstimateBytes {
-  int64_t total = 0;
-  int64_t parameters = 0;
-  int64_t gradients = 0;
-  int64_t optimizer_state = 0;
-  int64_t gathered_params = 0;
-  int64_t activations = 0;
-  int64_t communication = 0;
-  int64_t workspace = 0;
-  std::string peak_phase;
-};
 
 struct Started {
   int world_size = 1;
@@ -54,7 +41,9 @@ struct Started {
   int64_t seq_len = 0;
   int64_t global_batch = 0;  // sequences per optimizer step
   int64_t grad_accum = 0;    // micro-steps per optimizer step on this world size
-  MemoryEstimateBytes memory_estimate;
+  // The memory-fit estimate of the run as it really is, in bytes per device, next to
+  // which the metrics' peak_mem_bytes is measured.
+  sched::MemoryEstimate memory_estimate;
 };
 
 struct Metrics {

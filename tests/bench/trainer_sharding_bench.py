@@ -15,30 +15,18 @@ DDP baseline. Targets: NO_SHARD >= 1.0x DDP, FULL_SHARD >= 0.8x with per-rank st
 import argparse
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
+sys.path.insert(0, os.path.join(HERE, "..", "trainer"))
+from ranks import launch_ranks  # noqa: E402
 
 
 def launch(argvs, world=2, timeout=600):
-    port = free_port()
-    procs = []
-    for r in range(world):
-        env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(world), LOCAL_RANK=str(r),
-                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1")
-        procs.append(subprocess.Popen(argvs, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    procs = launch_ranks(argvs, world)
     outs = []
     for p in procs:
         out, err = p.communicate(timeout=timeout)

@@ -22,7 +22,8 @@ first checkpoint a fault is injected; then the harness waits for the job and che
 
 Scenarios marked needs=coord depend on the coordinator-side recovery fixes of issue 11
 (release of tasks of an ended attempt that a re-registered/lost worker does not report,
-bounded log-store descriptors). They fail on a coordinator without them.
+bounded log-store descriptors). They fail on a coordinator without them; `--without-coord-fixes`
+leaves them out (for measuring an older build).
 
 Usage (see run.sh): chaos.py --bin BUILD/bin [--scenarios a,b | --set ctest | --soak N]
                               [--seed S] [--keep]
@@ -656,9 +657,11 @@ def main():
     ap.add_argument("--soak", type=int, default=0, help="run N scenarios drawn at random")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--keep", action="store_true", help="keep every scenario's directory")
-    ap.add_argument("--coord-fixes", action="store_true",
-                    help="the coordinator has the issue 11 recovery fixes: run the scenarios that need them, "
-                         "and fail on rank log files left open")
+    ap.add_argument("--coord-fixes", dest="coord_fixes", action="store_true", default=True,
+                    help="the coordinator has the issue 11 recovery fixes (the default since they are on main): "
+                         "run the scenarios that need them, and fail on rank log files left open")
+    ap.add_argument("--without-coord-fixes", dest="coord_fixes", action="store_false",
+                    help="an older coordinator: leave out the scenarios that need the fixes, only note open log files")
     ap.add_argument("--bound", type=int, default=TERMINAL_BOUND_S, help="seconds a job has to end after the fault (default %(default)s)")
     ap.add_argument("--list", action="store_true")
     a = ap.parse_args()

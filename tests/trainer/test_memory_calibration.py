@@ -18,8 +18,7 @@ import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_sharded_train import free_port, json_lines  # noqa: E402
-import subprocess  # noqa: E402
+from ranks import json_lines, launch_ranks, wait_ranks  # noqa: E402
 
 BIN = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "..", "build", "bin")
 TRAIN = os.path.join(BIN, "llamafleet-train")
@@ -63,18 +62,9 @@ training: {max_steps: 3, micro_batch_size: %d, grad_accum: %d, seq_len: %d, log_
 fsdp: {sharding: %s, mixed_precision: %s, activation_checkpointing: %s%s}
 """ % (name, preset, self.data, micro, accum, seq_len, sharding, precision, "true" if ckpt else "false",
                 ", hybrid_shard_group_size: 1" if sharding == "HYBRID_SHARD" else ""))
-        port = free_port()
-        procs = []
-        for r in range(world):
-            env = dict(os.environ, OMP_NUM_THREADS="1")
-            if world > 1:
-                env.update(RANK=str(r), WORLD_SIZE=str(world), LOCAL_RANK=str(r), LOCAL_WORLD_SIZE=str(world),
-                           MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-            procs.append(subprocess.Popen([TRAIN, "train", "--spec", spec, "--device", "cpu"], env=env,
-                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
-        outs = [p.communicate(timeout=300) for p in procs]
-        for p, (_, err) in zip(procs, outs):
-            self.assertEqual(p.returncode, 0, err[-2000:])
+        codes, outs = wait_ranks(launch_ranks([TRAIN, "train", "--spec", spec, "--device", "cpu"], world))
+        for code, (_, err) in zip(codes, outs):
+            self.assertEqual(code, 0, err[-2000:])
         lines = json_lines(outs[0][0])
         estimate = [l for l in lines if l.get("event") == "started"][0]["memory_estimate"]
         measured = max(l["peak_mem_bytes"] for l in lines if l.get("type") == "metrics")

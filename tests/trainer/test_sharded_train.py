@@ -17,54 +17,17 @@ import os
 import random
 import shutil
 import signal
-import socket
-import struct
 import subprocess
 import sys
 import tempfile
 import time
 import unittest
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from ranks import json_lines, launch_ranks, max_rel, read_weights, wait_ranks  # noqa: E402,F401
+
 BIN = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "..", "build", "bin")
 TRAIN = os.path.join(BIN, "llamafleet-train")
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
-
-
-def json_lines(text):
-    out = []
-    for line in text.splitlines():
-        line = line.strip()
-        if line.startswith("{"):
-            out.append(json.loads(line))
-    return out
-
-
-def read_weights(d):
-    import torch
-    t = {}
-    for f in sorted(os.listdir(d)):
-        if not f.endswith(".safetensors"):
-            continue
-        with open(os.path.join(d, f), "rb") as fh:
-            b = fh.read()
-        n = struct.unpack("<Q", b[:8])[0]
-        h = json.loads(b[8:8 + n])
-        for k, v in h.items():
-            if k != "__metadata__":
-                s, e = v["data_offsets"]
-                t[k] = torch.frombuffer(bytearray(b[8 + n + s:8 + n + e]), dtype=torch.float32).reshape(v["shape"])
-    return t
-
-
-def max_rel(a, b):
-    return max(float((a[k] - b[k]).abs().max() / b[k].abs().max()) for k in b)
 
 
 class ShardedTrain(unittest.TestCase):
@@ -96,25 +59,16 @@ fsdp: {sharding: %s, mixed_precision: FP32, activation_checkpointing: false}
         return path
 
     def launch(self, world, args, env_extra=None):
-        port = free_port()
-        procs = []
-        for r in range(world):
-            env = dict(os.environ, OMP_NUM_THREADS="1", LLAMAFLEET_CPU_GEMM="onednn")
-            if world > 1:
-                env.update(RANK=str(r), WORLD_SIZE=str(world), LOCAL_RANK=str(r % 2),
-                           LOCAL_WORLD_SIZE=str(min(world, 2)), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-            env.update(env_extra or {})
-            procs.append(subprocess.Popen([TRAIN] + args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                          text=True))
-        return procs
+        # HYBRID_SHARD on 4 ranks: two "nodes" of two local ranks each.
+        return launch_ranks([TRAIN] + args, world, local_world=2,
+                            env_extra=dict(env_extra or {}, LLAMAFLEET_CPU_GEMM="onednn"))
 
     def run_ranks(self, world, args, check=True):
-        procs = self.launch(world, args)
-        outs = [p.communicate(timeout=300) for p in procs]
+        codes, outs = wait_ranks(self.launch(world, args))
         if check:
-            for p, (o, e) in zip(procs, outs):
-                self.assertEqual(p.returncode, 0, e[-3000:])
-        return [p.returncode for p in procs], outs
+            for code, (o, e) in zip(codes, outs):
+                self.assertEqual(code, 0, e[-3000:])
+        return codes, outs
 
     def metrics(self, out):
         return [l["loss"] for l in json_lines(out) if l.get("type") == "metrics"]

@@ -23,7 +23,7 @@ import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_sharded_train import free_port, json_lines, max_rel, read_weights  # noqa: E402
+from ranks import free_port, json_lines, launch_ranks, max_rel, read_weights, wait_ranks  # noqa: E402
 
 BIN = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "..", "build", "bin")
 TRAIN = os.path.join(BIN, "llamafleet-train")
@@ -63,18 +63,7 @@ output: {export_dir: %s, export_dtype: FP32}
         return path
 
     def launch(self, world, args, extra_env=None):
-        port = free_port()
-        procs = []
-        for r in range(world):
-            env = dict(os.environ, OMP_NUM_THREADS="1")
-            if world > 1:
-                env.update(RANK=str(r), WORLD_SIZE=str(world), LOCAL_RANK=str(r), LOCAL_WORLD_SIZE=str(world),
-                           MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-            env.update(extra_env or {})
-            procs.append(subprocess.Popen([TRAIN] + args, env=env, stdout=subprocess.PIPE,
-                                          stderr=subprocess.PIPE, text=True))
-        outs = [p.communicate(timeout=300) for p in procs]
-        return [p.returncode for p in procs], outs
+        return wait_ranks(launch_ranks([TRAIN] + args, world, env_extra=extra_env))
 
     def train(self, name, world, resume=None, spec_name=None):
         args = ["train", "--spec", self.spec(spec_name or name)]

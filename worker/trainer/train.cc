@@ -485,11 +485,7 @@ absl::Status RunTraining(const TrainOptions& opt, const DistEnv& env) {
                                       seq_len};
       started.global_batch = sampler.global_batch();
       started.grad_accum = grad_accum;
-      started.memory_estimate = {estimate.total,           estimate.parameters,
-                                 estimate.gradients,       estimate.optimizer_state,
-                                 estimate.gathered_params, estimate.activations,
-                                 estimate.communication,   estimate.workspace,
-                                 estimate.peak_phase};
+      started.memory_estimate = estimate;
       EmitJsonLine(trainer_events::ToLine(started));
     }
 
