@@ -297,14 +297,18 @@ class Cluster:
         return out
 
     def trainer_of(self, worker_name):
-        marker = ("worker-%s/" % worker_name).encode()
+        """A trainer process of the worker: its working directory is a task directory inside
+        the worker's data dir (the agent starts it there with relative --spec paths)."""
+        marker = "worker-%s/" % worker_name
         for pid in self.trainer_pids():
             try:
+                cwd = os.readlink("/proc/%d/cwd" % pid) + "/"
                 with open("/proc/%d/cmdline" % pid, "rb") as f:
-                    if marker in f.read():
-                        return pid
+                    argv = f.read()
             except OSError:
-                pass
+                continue
+            if marker in cwd or marker.encode() in argv:
+                return pid
         return None
 
     def coordinator_fds(self):
