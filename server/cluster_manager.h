@@ -172,6 +172,9 @@ class ClusterManager : public ClusterView {
   void HandleTaskStatus(const std::string& worker, const v1::TaskStatus& status);
   void HandleMetrics(const std::string& worker, const v1::TrainMetrics& metrics);
   void HandleCheckpoint(const std::string& worker, const v1::CheckpointReport& report);
+  // After checkpoint `step` of the job's `attempt` was recorded: ends the attempt of an
+  // elastic gang below `nodes` to grow it back when capacity returned (elastic_grow.h).
+  void MaybeGrow(int64_t job_id, int attempt, int64_t step);
   // The attempt of a task reported by `worker`, or null (logged) when the task is not
   // an active attempt's or was assigned to another worker.
   ActiveAttempt* BoundAttempt(const std::string& worker, const std::string& task_id,
