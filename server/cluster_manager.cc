@@ -428,6 +428,8 @@ void ClusterManager::MaybeGrow(int64_t job_id, int attempt, int64_t step) {
   check.attempt_started = a.record.started;
   check.running = a.running_recorded && !a.stopping && !a.ended;
   check.checkpoint_recorded = true;
+  check.checkpoint_step = step;
+  check.total_steps = a.total_steps;
   check.cooldown = absl::Seconds(a.spec.resources().elastic_cooldown_seconds());
   // Rules 1-4 first: most checkpoints are of jobs that cannot grow; they read nothing.
   if (!GrowBlocked(check, now).empty()) return;

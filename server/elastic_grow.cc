@@ -14,6 +14,7 @@ std::string GrowBlocked(const GrowCheck& c, absl::Time now) {
   }
   if (!c.running) return "not running";
   if (!c.checkpoint_recorded) return "no new checkpoint";
+  if (c.total_steps > 0 && c.checkpoint_step >= c.total_steps) return "the checkpoint is the last step's";
   if (now - c.attempt_started < c.cooldown) {
     return absl::StrCat("cooldown: the attempt started ", absl::FormatDuration(now - c.attempt_started),
                         " ago (elastic_cooldown_seconds ", absl::ToInt64Seconds(c.cooldown), ")");

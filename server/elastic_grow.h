@@ -11,8 +11,9 @@
 //   1. The job is elastic (min_nodes < nodes) and its attempt runs on fewer than
 //      `nodes` nodes: it never grows beyond `nodes`.
 //   2. Every rank has started and the attempt is not ending.
-//   3. A checkpoint of this attempt was just recorded: the regrown gang resumes from it
-//      and loses no steps.
+//   3. A checkpoint of this attempt was just recorded, and it is not the last step's (a
+//      job about to finish is not restarted): the regrown gang resumes from it and loses
+//      no steps.
 //   4. The cooldown (resources.elastic_cooldown_seconds) has passed since the attempt
 //      started: at most one resize per cooldown.
 //   5. Growing would gain nodes without taking any from a job ahead. The decision replays
@@ -46,6 +47,8 @@ struct GrowCheck {
   absl::Time attempt_started;
   bool running = false;              // every rank started, not ending
   bool checkpoint_recorded = false;  // a checkpoint of this attempt was just recorded
+  int64_t checkpoint_step = 0;       // its step
+  int64_t total_steps = 0;           // the run's last step as the trainer reports it; 0 unknown
   absl::Duration cooldown = absl::Minutes(5);
 };
 
