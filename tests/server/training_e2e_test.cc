@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -188,8 +189,8 @@ class TrainingTest : public ::testing::Test {
     (void)jobs_->ListAttempts(&ctx, req, &resp);
     std::string out;
     for (const v1::Attempt& a : resp.attempts()) {
-      absl::StrAppend(&out, "\n  attempt ", a.attempt(), " [", a.failure_class(), "] ", a.reason(),
-                      " resume_from=", a.resume_from());
+      absl::StrAppend(&out, "\n  attempt ", a.attempt(), " on ", a.nodes(), " nodes [", a.failure_class(), "] ",
+                      a.resize_reason(), " | ", a.reason(), " resume_from=", a.resume_from());
       for (const v1::AttemptTask& t : a.tasks()) {
         absl::StrAppend(&out, "\n    ", t.task_id(), " on ", t.worker(), ": ",
                         v1::TaskState_Name(t.state()), " ", t.message());
@@ -437,18 +438,26 @@ TEST_F(TrainingTest, ElasticGangGrowsBackWhenAWorkerJoinsAndKeepsTheSingleProces
   job = WaitUntil(id, [](const v1::Job& j) { return IsTerminalState(j); }, absl::Minutes(6));
   ASSERT_EQ(job.state(), v1::SUCCEEDED) << job.status_reason() << AttemptsText(id);
   EXPECT_EQ(job.workers_size(), 3) << AttemptsText(id);
-  EXPECT_EQ(job.restarts(), 0) << "growing uses no restart" << AttemptsText(id);
   EXPECT_TRUE(HasEvent(id, "resized 2 \u2192 3 nodes: capacity returned (w3)")) << AttemptsText(id);
   // The attempts record it: the grown attempt on three nodes, resumed from a checkpoint,
-  // after one on two that stopped to grow (not a failure).
+  // after one on two that stopped to grow. Growing uses no restart (on a loaded machine a
+  // refused Gloo rendezvous may add a retried attempt; that one does).
   const std::vector<v1::Attempt> attempts = Attempts(id);
-  ASSERT_GE(attempts.size(), 2u);
-  EXPECT_EQ(attempts[0].nodes(), 3);
-  EXPECT_EQ(attempts[0].resize_reason(), "resized 2 \u2192 3 nodes: capacity returned (w3)");
-  EXPECT_NE(attempts[0].resume_from(), "");
-  EXPECT_EQ(attempts[1].nodes(), 2);
-  EXPECT_EQ(attempts[1].failure_class(), "");
-  EXPECT_NE(attempts[1].reason().find("resizing 2 \u2192 3 nodes: capacity returned (w3)"), std::string::npos)
+  int failures = 0;
+  for (const v1::Attempt& a : attempts) failures += !a.failure_class().empty();
+  EXPECT_EQ(job.restarts(), failures) << AttemptsText(id);
+  auto grown = std::find_if(attempts.begin(), attempts.end(), [](const v1::Attempt& a) {
+    return a.resize_reason() == "resized 2 \u2192 3 nodes: capacity returned (w3)";
+  });
+  ASSERT_NE(grown, attempts.end()) << AttemptsText(id);
+  EXPECT_EQ(grown->nodes(), 3);
+  EXPECT_NE(grown->resume_from(), "");
+  ASSERT_NE(grown + 1, attempts.end());
+  const v1::Attempt& before = *(grown + 1);  // newest first
+  EXPECT_EQ(before.nodes(), 2);
+  EXPECT_EQ(before.failure_class(), "") << "a grow is not a failure";
+  EXPECT_NE(before.reason().find("resizing 2 \u2192 3 nodes: capacity returned (w3); stopping after checkpoint step"),
+            std::string::npos)
       << AttemptsText(id);
 
   const double diff = SingleProcessDifference("grown");
