@@ -556,16 +556,20 @@ void ClusterManager::MaybeRelease(int64_t job_id) {
   if (options_.on_attempt_released) options_.on_attempt_released(job_id, attempt);
 }
 
-void ClusterManager::ReleaseAbandoned(absl::Time now) {
+void ClusterManager::ForEachAttemptMayErase(const std::function<void(int64_t, ActiveAttempt&)>& fn) {
   std::vector<int64_t> ids;
   for (auto& [job_id, a] : attempts_) ids.push_back(job_id);
   for (int64_t job_id : ids) {
     auto it = attempts_.find(job_id);
-    if (it == attempts_.end()) continue;
-    ActiveAttempt& a = it->second;
-    if (!a.committed) continue;
+    if (it != attempts_.end()) fn(job_id, it->second);
+  }
+}
+
+void ClusterManager::ReleaseAbandoned(absl::Time now) {
+  ForEachAttemptMayErase([&](int64_t job_id, ActiveAttempt& a) {
+    if (!a.committed) return;
     const std::vector<std::string> gone = a.Abandoned(now, options_.missing_task_grace);
-    if (gone.empty()) continue;
+    if (gone.empty()) return;
     for (const std::string& task_id : gone) {
       const bool missing = a.missing_since.count(task_id) > 0;
       const std::string why =
@@ -584,7 +588,7 @@ void ClusterManager::ReleaseAbandoned(absl::Time now) {
     }
     PublishWorkers();
     MaybeRelease(job_id);
-  }
+  });
 }
 
 int ClusterManager::AllocateMasterPort() {
@@ -672,18 +676,13 @@ void ClusterManager::Tick() {
   // Tasks nobody will report any more (missing, or silent past their stop deadline).
   ReleaseAbandoned(now);
   // Stalls, deadlines.
-  std::vector<int64_t> ids;
-  for (auto& [job_id, a] : attempts_) ids.push_back(job_id);
-  for (int64_t job_id : ids) {
-    auto it = attempts_.find(job_id);
-    if (it == attempts_.end()) continue;
-    ActiveAttempt& a = it->second;
-    if (a.ended) continue;
+  ForEachAttemptMayErase([&](int64_t, ActiveAttempt& a) {
+    if (a.ended) return;
     const absl::Duration stall = absl::Seconds(a.spec.run_policy().stall_timeout_seconds());
     if (a.running_recorded && stall > absl::ZeroDuration() && now - a.last_progress > stall) {
       EndAttempt(a, AttemptOutcome::kRetryable,
                  absl::StrCat("stalled: no step progress for ", absl::FormatDuration(now - a.last_progress)));
-      continue;
+      return;
     }
     const int64_t deadline = a.spec.run_policy().active_deadline_seconds();
     if (deadline > 0 && now - a.record.started > absl::Seconds(deadline)) {
@@ -692,7 +691,7 @@ void ClusterManager::Tick() {
       EndAttempt(a, AttemptOutcome::kDeadline,
                  absl::StrCat("active_deadline_seconds (", deadline, ") exceeded"));
     }
-  }
+  });
   if (now - last_ttl_sweep_ > absl::Seconds(30)) {
     last_ttl_sweep_ = now;
     absl::StatusOr<std::vector<int64_t>> expired = ExpiredJobs(*store_, now);

@@ -182,6 +182,9 @@ class ClusterManager : public ClusterView {
   // Releases tasks nobody will report any more (missing past the grace, or past their
   // stop deadline): recorded as failed, their attempt ended if it was not.
   void ReleaseAbandoned(absl::Time now);
+  // Calls fn for each attempt there is now, looking each up again first: fn (or what it
+  // calls, e.g. MaybeRelease) may erase attempts, and an erased one is skipped.
+  void ForEachAttemptMayErase(const std::function<void(int64_t job_id, ActiveAttempt& attempt)>& fn);
   void HandleJobEvent(const v1::JobEvent& event);
   // Writes how the attempt ended (once) and stops the rest of its gang.
   void EndAttempt(ActiveAttempt& attempt, AttemptOutcome outcome, const std::string& reason,
