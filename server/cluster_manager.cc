@@ -2,6 +2,7 @@
 
 #include <openssl/crypto.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <future>
@@ -14,6 +15,7 @@
 #include "absl/strings/str_join.h"
 #include "clients/jobspec/jobspec.h"
 #include "google/protobuf/util/time_util.h"
+#include "server/elastic_grow.h"
 #include "server/metrics.h"
 #include "server/scheduler_input.h"
 #include "spdlog/spdlog.h"
@@ -37,12 +39,18 @@ std::string ResizeNote(const SchedulableJob& j, const std::vector<sched::Allocat
     if (j.excluded_workers.count(w) || gone.count(w)) lost.push_back(w);
   }
   std::string note = absl::StrCat("resized ", before, " \u2192 ", now, " nodes");
-  if (!lost.empty()) {
+  if (now > before) {  // grown back (ClusterManager::MaybeGrow): name the workers it gained
+    std::vector<std::string> added;
+    for (const sched::Allocation& a : placed) {
+      if (std::find(j.job.workers().begin(), j.job.workers().end(), a.worker_id) == j.job.workers().end()) {
+        added.push_back(a.worker_id);
+      }
+    }
+    absl::StrAppend(&note, ": capacity returned", added.empty() ? "" : absl::StrCat(" (", absl::StrJoin(added, ", "), ")"));
+  } else if (!lost.empty()) {
     absl::StrAppend(&note, ": ", lost.size() == 1 ? "worker " : "workers ", absl::StrJoin(lost, ", "), " lost");
-  } else if (now < before) {
-    absl::StrAppend(&note, ": only ", now, " matching workers free");
   } else {
-    absl::StrAppend(&note, ": capacity returned");
+    absl::StrAppend(&note, ": only ", now, " matching workers free");
   }
   return note;
 }
@@ -391,8 +399,12 @@ void ClusterManager::HandleCheckpoint(const std::string& worker,
   // Retention after recording, off the loop: the files of checkpoints beyond keep_last,
   // then their rows.
   Write(RecordCheckpointTxn(job_id, a->record.attempt, report),
-        [this, job_id, keep_last, job_dir](absl::Status s) {
-          if (!s.ok() || keep_last <= 0) return;
+        [this, job_id, keep_last, job_dir, attempt = a->record.attempt,
+         step = report.step()](absl::Status s) {
+          if (!s.ok()) return;
+          // Durable now: an elastic gang below its size may grow back from it.
+          Post([this, job_id, attempt, step] { MaybeGrow(job_id, attempt, step); });
+          if (keep_last <= 0) return;
           Post([this, job_id, keep_last, job_dir] {
             files_->Post([this, job_id, keep_last, job_dir] {
               ApplyRetention(job_id, keep_last, job_dir);
@@ -400,6 +412,48 @@ void ClusterManager::HandleCheckpoint(const std::string& worker,
           });
         });
   a->last_progress = options_.clock->Now();
+}
+
+void ClusterManager::MaybeGrow(int64_t job_id, int attempt, int64_t step) {
+  auto it = attempts_.find(job_id);
+  if (it == attempts_.end() || it->second.record.attempt != attempt) return;
+  ActiveAttempt& a = it->second;
+  const absl::Time now = options_.clock->Now();
+  GrowCheck check;
+  check.job.job_id = job_id;
+  check.job.nodes = a.spec.resources().nodes();
+  check.job.min_nodes = a.spec.resources().min_nodes();
+  check.nodes_now = static_cast<int>(a.record.tasks.size());
+  for (const TaskRecord& t : a.record.tasks) check.workers_now.push_back(t.worker);
+  check.attempt_started = a.record.started;
+  check.running = a.running_recorded && !a.stopping && !a.ended;
+  check.checkpoint_recorded = true;
+  check.checkpoint_step = step;
+  check.total_steps = a.total_steps;
+  check.cooldown = absl::Seconds(a.spec.resources().elastic_cooldown_seconds());
+  // Rules 1-4 first: most checkpoints are of jobs that cannot grow; they read nothing.
+  if (!GrowBlocked(check, now).empty()) return;
+  absl::StatusOr<QueuedJobsSnapshot> queued = store_->SnapshotQueuedJobs();
+  absl::StatusOr<std::vector<SchedulableJob>> running = LoadJobsInStates(*store_, {v1::RUNNING});
+  if (!queued.ok() || !running.ok()) return;
+  auto self = std::find_if(running->begin(), running->end(),
+                           [&](const SchedulableJob& j) { return j.job.id() == JobIdString(job_id); });
+  if (self == running->end()) return;
+  std::vector<WorkerView> views;
+  for (const auto& [name, w] : workers_) views.push_back({name, w.inventory, !w.lost && w.link != nullptr});
+  check.job = MakePendingJob(job_id, *self, views);
+  const SchedulerInput input = BuildSchedulerInput(*queued, views, attempts_, now);
+  const GrowDecision d =
+      DecideGrow(check, input.pending, input.workers, input.running, options_.queues, scheduler_, now);
+  if (!d.grow) {
+    spdlog::info("job {}: stays on {} nodes after checkpoint step {}: {}", job_id, check.nodes_now, step, d.why);
+    return;
+  }
+  // Not a failure: no restart used, no backoff, not a preemption (AttemptOutcome::kResized).
+  EndAttempt(a, AttemptOutcome::kResized,
+             absl::StrCat("resizing ", check.nodes_now, " \u2192 ", d.nodes_after,
+                          " nodes: capacity returned (", absl::StrJoin(d.added_workers, ", "),
+                          "); stopping after checkpoint step ", step));
 }
 
 void ClusterManager::ApplyRetention(int64_t job_id, int keep_last, const std::string& job_dir) {
@@ -502,16 +556,20 @@ void ClusterManager::MaybeRelease(int64_t job_id) {
   if (options_.on_attempt_released) options_.on_attempt_released(job_id, attempt);
 }
 
-void ClusterManager::ReleaseAbandoned(absl::Time now) {
+void ClusterManager::ForEachAttemptMayErase(const std::function<void(int64_t, ActiveAttempt&)>& fn) {
   std::vector<int64_t> ids;
   for (auto& [job_id, a] : attempts_) ids.push_back(job_id);
   for (int64_t job_id : ids) {
     auto it = attempts_.find(job_id);
-    if (it == attempts_.end()) continue;
-    ActiveAttempt& a = it->second;
-    if (!a.committed) continue;
+    if (it != attempts_.end()) fn(job_id, it->second);
+  }
+}
+
+void ClusterManager::ReleaseAbandoned(absl::Time now) {
+  ForEachAttemptMayErase([&](int64_t job_id, ActiveAttempt& a) {
+    if (!a.committed) return;
     const std::vector<std::string> gone = a.Abandoned(now, options_.missing_task_grace);
-    if (gone.empty()) continue;
+    if (gone.empty()) return;
     for (const std::string& task_id : gone) {
       const bool missing = a.missing_since.count(task_id) > 0;
       const std::string why =
@@ -530,7 +588,7 @@ void ClusterManager::ReleaseAbandoned(absl::Time now) {
     }
     PublishWorkers();
     MaybeRelease(job_id);
-  }
+  });
 }
 
 int ClusterManager::AllocateMasterPort() {
@@ -618,18 +676,13 @@ void ClusterManager::Tick() {
   // Tasks nobody will report any more (missing, or silent past their stop deadline).
   ReleaseAbandoned(now);
   // Stalls, deadlines.
-  std::vector<int64_t> ids;
-  for (auto& [job_id, a] : attempts_) ids.push_back(job_id);
-  for (int64_t job_id : ids) {
-    auto it = attempts_.find(job_id);
-    if (it == attempts_.end()) continue;
-    ActiveAttempt& a = it->second;
-    if (a.ended) continue;
+  ForEachAttemptMayErase([&](int64_t, ActiveAttempt& a) {
+    if (a.ended) return;
     const absl::Duration stall = absl::Seconds(a.spec.run_policy().stall_timeout_seconds());
     if (a.running_recorded && stall > absl::ZeroDuration() && now - a.last_progress > stall) {
       EndAttempt(a, AttemptOutcome::kRetryable,
                  absl::StrCat("stalled: no step progress for ", absl::FormatDuration(now - a.last_progress)));
-      continue;
+      return;
     }
     const int64_t deadline = a.spec.run_policy().active_deadline_seconds();
     if (deadline > 0 && now - a.record.started > absl::Seconds(deadline)) {
@@ -638,7 +691,7 @@ void ClusterManager::Tick() {
       EndAttempt(a, AttemptOutcome::kDeadline,
                  absl::StrCat("active_deadline_seconds (", deadline, ") exceeded"));
     }
-  }
+  });
   if (now - last_ttl_sweep_ > absl::Seconds(30)) {
     last_ttl_sweep_ = now;
     absl::StatusOr<std::vector<int64_t>> expired = ExpiredJobs(*store_, now);

@@ -172,6 +172,9 @@ class ClusterManager : public ClusterView {
   void HandleTaskStatus(const std::string& worker, const v1::TaskStatus& status);
   void HandleMetrics(const std::string& worker, const v1::TrainMetrics& metrics);
   void HandleCheckpoint(const std::string& worker, const v1::CheckpointReport& report);
+  // After checkpoint `step` of the job's `attempt` was recorded: ends the attempt of an
+  // elastic gang below `nodes` to grow it back when capacity returned (elastic_grow.h).
+  void MaybeGrow(int64_t job_id, int attempt, int64_t step);
   // The attempt of a task reported by `worker`, or null (logged) when the task is not
   // an active attempt's or was assigned to another worker.
   ActiveAttempt* BoundAttempt(const std::string& worker, const std::string& task_id,
@@ -179,6 +182,9 @@ class ClusterManager : public ClusterView {
   // Releases tasks nobody will report any more (missing past the grace, or past their
   // stop deadline): recorded as failed, their attempt ended if it was not.
   void ReleaseAbandoned(absl::Time now);
+  // Calls fn for each attempt there is now, looking each up again first: fn (or what it
+  // calls, e.g. MaybeRelease) may erase attempts, and an erased one is skipped.
+  void ForEachAttemptMayErase(const std::function<void(int64_t job_id, ActiveAttempt& attempt)>& fn);
   void HandleJobEvent(const v1::JobEvent& event);
   // Writes how the attempt ended (once) and stops the rest of its gang.
   void EndAttempt(ActiveAttempt& attempt, AttemptOutcome outcome, const std::string& reason,

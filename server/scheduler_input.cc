@@ -15,6 +15,41 @@ int WorkerSlots(const v1::Inventory& inv) {
   return inv.gpus_size() > 0 ? inv.gpus_size() : inv.cpu_ranks();
 }
 
+sched::PendingJob MakePendingJob(int64_t id, const SchedulableJob& j,
+                                 const std::vector<WorkerView>& workers) {
+  const v1::JobSpec& spec = j.job.spec();
+  const int64_t deadline = spec.run_policy().active_deadline_seconds();
+  sched::PendingJob p;
+  p.job_id = id;
+  p.queue = spec.queue();
+  p.priority = spec.priority();
+  p.queued_since = j.queued_since;
+  p.nodes = spec.resources().nodes();
+  p.gpus_per_node = spec.resources().gpus_per_node();
+  p.efa_per_node = spec.resources().efa_per_node();
+  p.instance_type = spec.resources().instance_type();
+  p.node_labels.insert(spec.resources().node_labels().begin(),
+                       spec.resources().node_labels().end());
+  p.excluded_workers = j.excluded_workers;
+  if (!p.excluded_workers.empty()) {
+    // A node fault keeps the worker out of the job's next placement only while the
+    // cluster could run the job without it: with no spare (two workers, one lost and
+    // back after a network cut) the job would otherwise wait forever.
+    const int64_t need = spec.resources().min_nodes() > 0 ? spec.resources().min_nodes()
+                                                           : spec.resources().nodes();
+    int64_t others = 0;
+    for (const WorkerView& w : workers) others += p.excluded_workers.count(w.name) ? 0 : 1;
+    if (others < need) p.excluded_workers.clear();
+  }
+  p.last_preempted = j.last_preempted;
+  if (deadline > 0) p.expected_duration = absl::Seconds(deadline);
+  if (std::optional<v1::MemoryEstimate> e = EstimateJobMemory(spec)) {
+    p.memory_per_gpu_bytes = e->total_bytes();
+  }
+  p.min_nodes = spec.resources().min_nodes();  // elastic: 0 or >= 1 (validated)
+  return p;
+}
+
 namespace {
 
 // One body for both kinds of queue (a vector in tests, the store's in-memory snapshot in
@@ -43,35 +78,7 @@ SchedulerInput Build(const Jobs& queued, const std::vector<WorkerView>& workers,
           TimeUtil::MicrosecondsToTimestamp(absl::ToUnixMicros(j.eligible));
       continue;
     }
-    sched::PendingJob p;
-    p.job_id = id;
-    p.queue = spec.queue();
-    p.priority = spec.priority();
-    p.queued_since = j.queued_since;
-    p.nodes = spec.resources().nodes();
-    p.gpus_per_node = spec.resources().gpus_per_node();
-    p.efa_per_node = spec.resources().efa_per_node();
-    p.instance_type = spec.resources().instance_type();
-    p.node_labels.insert(spec.resources().node_labels().begin(),
-                         spec.resources().node_labels().end());
-    p.excluded_workers = j.excluded_workers;
-    if (!p.excluded_workers.empty()) {
-      // A node fault keeps the worker out of the job's next placement only while the
-      // cluster could run the job without it: with no spare (two workers, one lost and
-      // back after a network cut) the job would otherwise wait forever.
-      const int64_t need = spec.resources().min_nodes() > 0 ? spec.resources().min_nodes()
-                                                             : spec.resources().nodes();
-      int64_t others = 0;
-      for (const WorkerView& w : workers) others += p.excluded_workers.count(w.name) ? 0 : 1;
-      if (others < need) p.excluded_workers.clear();
-    }
-    p.last_preempted = j.last_preempted;
-    if (deadline > 0) p.expected_duration = absl::Seconds(deadline);
-    if (std::optional<v1::MemoryEstimate> e = EstimateJobMemory(spec)) {
-      p.memory_per_gpu_bytes = e->total_bytes();
-    }
-    p.min_nodes = spec.resources().min_nodes();  // elastic: 0 or >= 1 (validated)
-    in.pending.push_back(std::move(p));
+    in.pending.push_back(MakePendingJob(id, j, workers));
     in.jobs[id] = &j;
   }
   for (const WorkerView& w : workers) {

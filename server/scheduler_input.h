@@ -55,6 +55,11 @@ struct SchedulerInput {
 // Workers: schedulable when connected and not lost, with WorkerSlots GPUs. Running jobs:
 // every attempt, holding only its tasks that are not terminal, with its last preemption
 // time, its expected end (AttemptTracker::ExpectedEnd) and `preempting` once stopping.
+// One queued job as the scheduler sees it (the "otherwise it is pending" rule above):
+// also used to replay the pass a running elastic job would meet if it were queued again.
+sched::PendingJob MakePendingJob(int64_t id, const SchedulableJob& job,
+                                 const std::vector<WorkerView>& workers);
+
 SchedulerInput BuildSchedulerInput(const std::vector<SchedulableJob>& queued,
                                    const std::vector<WorkerView>& workers,
                                    const std::map<int64_t, AttemptTracker>& attempts,

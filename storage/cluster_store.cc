@@ -71,11 +71,13 @@ TxnFunction StartAttemptTxn(AttemptRecord a) {
     const int64_t now = txn.NowMicros();
     absl::Status s = Exec(txn,
                           "INSERT INTO attempts (job_id, attempt, state, start_us, master_addr, "
-                          "master_port, resume_from) VALUES (?1, ?2, 0, ?3, ?4, ?5, ?6)",
+                          "master_port, resume_from, nodes, resize_reason) "
+                          "VALUES (?1, ?2, 0, ?3, ?4, ?5, ?6, ?7, ?8)",
                           [&](sqlite::Statement& st) {
                             st.Bind(1, a.job_id).Bind(2, int64_t{a.attempt}).Bind(3, now);
                             st.Bind(4, a.master_addr).Bind(5, int64_t{a.master_port});
-                            st.Bind(6, a.resume_from);
+                            st.Bind(6, a.resume_from).Bind(7, static_cast<int64_t>(a.tasks.size()));
+                            st.Bind(8, a.resize_note);
                           });
     if (!s.ok()) return s;
     std::vector<std::string> placed, workers;
@@ -140,6 +142,7 @@ TxnFunction EndAttemptTxn(AttemptEnd end) {
       case AttemptOutcome::kDeadline: failure_class = "deadline"; break;
       case AttemptOutcome::kPreempted: state = AttemptState::kStopped; failure_class = "preempted"; break;
       case AttemptOutcome::kStopped: state = AttemptState::kStopped; break;
+      case AttemptOutcome::kResized: state = AttemptState::kStopped; break;
     }
     absl::StatusOr<sqlite::Statement*> update = txn.Statement(
         "UPDATE attempts SET state = ?3, end_us = ?4, failure_class = ?5, reason = ?6 "
@@ -164,6 +167,11 @@ TxnFunction EndAttemptTxn(AttemptEnd end) {
       case AttemptOutcome::kDeadline:
         if (absl::Status s = MarkFinished(txn, end.job_id); !s.ok()) return s;
         return txn.Transition(&*job, "failed", v1::FAILED, end.reason);
+      case AttemptOutcome::kResized:
+        if (job->state() != v1::RUNNING) return absl::OkStatus();
+        return txn.Transition(&*job, "requeued", v1::QUEUED,
+                              absl::StrCat(end.reason, "; requeued without using a restart"),
+                              "waiting to be placed on more nodes");
       case AttemptOutcome::kPreempted: {
         absl::Status s = Exec(txn, "UPDATE jobs SET last_preempted_us = ?2 WHERE id = ?1",
                               [&](sqlite::Statement& st) { st.Bind(1, end.job_id).Bind(2, now); });
@@ -418,8 +426,8 @@ absl::StatusOr<std::vector<v1::Attempt>> ListAttempts(JobStore& store, int64_t j
     std::map<int, size_t> index;  // attempt number → position in `out`
     absl::Status q = Query(
         conn,
-        "SELECT attempt, state, start_us, end_us, resume_from, failure_class, reason "
-        "FROM attempts WHERE job_id = ?1 ORDER BY attempt DESC",
+        "SELECT attempt, state, start_us, end_us, resume_from, failure_class, reason, nodes, "
+        "resize_reason FROM attempts WHERE job_id = ?1 ORDER BY attempt DESC",
         [&](sqlite::Statement& st) { st.Bind(1, job_id); },
         [&](sqlite::Statement& row) {
           v1::Attempt a;
@@ -433,6 +441,8 @@ absl::StatusOr<std::vector<v1::Attempt>> ListAttempts(JobStore& store, int64_t j
           a.set_resume_from(row.ColumnText(4));
           a.set_failure_class(row.ColumnText(5));
           a.set_reason(row.ColumnText(6));
+          a.set_nodes(static_cast<int32_t>(row.ColumnInt(7)));
+          a.set_resize_reason(row.ColumnText(8));
           index[a.attempt()] = out.size();
           out.push_back(std::move(a));
           return absl::OkStatus();

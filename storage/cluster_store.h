@@ -54,6 +54,8 @@ enum class AttemptOutcome {
   kPreempted,   // PREEMPTING → QUEUED, restart budget untouched
   kStopped,     // the job was already ended (cancelled); only the attempt is closed
   kDeadline,    // active_deadline exceeded: job → FAILED
+  kResized,     // an elastic gang stopped to grow: RUNNING → QUEUED at once, restart
+                // budget, backoff and preemption record untouched; not a failure
 };
 
 struct AttemptEnd {

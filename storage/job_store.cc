@@ -169,6 +169,11 @@ CREATE TABLE worker_credentials (
   create_time_us    INTEGER NOT NULL
 );
 )sql",
+    // 6: each attempt's gang size and the elastic resize that started it (issue 14).
+    R"sql(
+ALTER TABLE attempts ADD COLUMN nodes INTEGER NOT NULL DEFAULT 0;          -- 0: before schema 6
+ALTER TABLE attempts ADD COLUMN resize_reason TEXT NOT NULL DEFAULT '';
+)sql",
 };
 
 

@@ -514,7 +514,10 @@ absl::Status RunDescribeJob(const Context& ctx, const std::string& id) {
   }
   const std::vector<v1::Checkpoint> checkpoint_list(checkpoints->checkpoints().begin(),
                                                     checkpoints->checkpoints().end());
-  *ctx.out << DescribeJob(*job, *events, checkpoint_list, absl::Now());
+  absl::StatusOr<v1::ListAttemptsResponse> attempts = (*client)->ListAttempts(id);
+  if (!attempts.ok()) return attempts.status();
+  *ctx.out << DescribeJob(*job, *events, checkpoint_list, absl::Now(),
+                          {attempts->attempts().begin(), attempts->attempts().end()});
   return absl::OkStatus();
 }
 
@@ -952,6 +955,20 @@ absl::Status RunCheckpoints(const Context& ctx, const std::string& id) {
   return absl::OkStatus();
 }
 
+absl::Status RunAttempts(const Context& ctx, const std::string& id) {
+  absl::StatusOr<Client*> client = Connect(ctx);
+  if (!client.ok()) return client.status();
+  absl::StatusOr<v1::ListAttemptsResponse> response = (*client)->ListAttempts(id);
+  if (!response.ok()) return response.status();
+  if (PrintMachine(ctx, *response)) return absl::OkStatus();
+  if (response->attempts().empty()) {
+    *ctx.out << "Job " << id << " has not started yet.\n";
+    return absl::OkStatus();
+  }
+  *ctx.out << AttemptsTable({response->attempts().begin(), response->attempts().end()});
+  return absl::OkStatus();
+}
+
 absl::Status RunQueues(const Context& ctx) {
   absl::StatusOr<Client*> client = Connect(ctx);
   if (!client.ok()) return client.status();
@@ -1161,6 +1178,11 @@ int RunCli(int argc, char** argv, std::istream& in, std::ostream& out, std::ostr
       app.add_subcommand("checkpoints", "list a job's recorded checkpoints, newest first");
   checkpoints_cmd->add_option("ID", job_id, "job id")->required();
 
+  // attempts ID
+  CLI::App* attempts_cmd = app.add_subcommand(
+      "attempts", "list a job's attempts, newest first: gang size, workers, how each ended, resizes");
+  attempts_cmd->add_option("ID", job_id, "job id")->required();
+
   // workers
   CLI::App* workers_cmd =
       app.add_subcommand("workers", "list the workers, their capacity and what they run");
@@ -1170,7 +1192,7 @@ int RunCli(int argc, char** argv, std::istream& in, std::ostream& out, std::ostr
 
   for (CLI::App* sub :
        {submit_cmd, get_cmd, get_jobs_cmd, get_job_cmd, describe_cmd, describe_job_cmd, cancel_cmd,
-        watch_cmd, logs_cmd, checkpoints_cmd, workers_cmd, queues_cmd, whoami_cmd}) {
+        watch_cmd, logs_cmd, checkpoints_cmd, attempts_cmd, workers_cmd, queues_cmd, whoami_cmd}) {
     sub->fallthrough();
   }
 
@@ -1221,6 +1243,8 @@ int RunCli(int argc, char** argv, std::istream& in, std::ostream& out, std::ostr
     status = RunLogs(*ctx, job_id, logs, rank_option->count() > 0);
   } else if (checkpoints_cmd->parsed()) {
     status = RunCheckpoints(*ctx, job_id);
+  } else if (attempts_cmd->parsed()) {
+    status = RunAttempts(*ctx, job_id);
   } else if (workers_cmd->parsed()) {
     status = RunWorkers(*ctx);
   } else if (queues_cmd->parsed()) {

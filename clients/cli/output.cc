@@ -260,6 +260,23 @@ std::string CheckpointsTable(const std::vector<v1::Checkpoint>& checkpoints) {
   return FormatTable(rows);
 }
 
+std::string AttemptsTable(const std::vector<v1::Attempt>& attempts) {
+  std::vector<std::vector<std::string>> rows = {
+      {"ATTEMPT", "STATE", "NODES", "WORKERS", "STARTED", "ENDED", "CLASS", "RESIZE", "REASON"}};
+  for (const v1::Attempt& a : attempts) {
+    std::vector<std::string> workers;
+    for (const v1::AttemptTask& t : a.tasks()) workers.push_back(t.worker());
+    std::string state = v1::AttemptState_Name(a.state());
+    if (absl::StartsWith(state, "ATTEMPT_")) state = state.substr(8);
+    rows.push_back({absl::StrCat(a.attempt()), state,
+                    absl::StrCat(a.nodes() > 0 ? a.nodes() : a.tasks_size()),
+                    OrDash(absl::StrJoin(workers, ",")), FormatTime(a.start_time()),
+                    a.has_end_time() ? FormatTime(a.end_time()) : "-", OrDash(a.failure_class()),
+                    OrDash(OneLine(a.resize_reason())), OrDash(OneLine(a.reason()))});
+  }
+  return FormatTable(rows);
+}
+
 std::string EventLine(const v1::JobEvent& event) {
   std::string line =
       absl::StrCat(event.seq(), " ", FormatTime(event.time()), " ", StateName(event.from_state()),
@@ -299,7 +316,8 @@ std::string MemoryEstimateLine(const v1::MemoryEstimate& e) {
 }
 
 std::string DescribeJob(const v1::Job& job, const std::vector<v1::JobEvent>& events,
-                        const std::vector<v1::Checkpoint>& checkpoints, absl::Time now) {
+                        const std::vector<v1::Checkpoint>& checkpoints, absl::Time now,
+                        const std::vector<v1::Attempt>& attempts) {
   const v1::JobSpec& spec = job.spec();
   std::vector<std::vector<std::string>> fields = {
       {"ID:", job.id()},
@@ -364,6 +382,7 @@ std::string DescribeJob(const v1::Job& job, const std::vector<v1::JobEvent>& eve
   } else {
     absl::StrAppend(&out, Indent(CheckpointsTable(checkpoints), 2));
   }
+  if (!attempts.empty()) absl::StrAppend(&out, "Attempts:\n", Indent(AttemptsTable(attempts), 2));
 
   absl::StrAppend(&out, "Spec:\n", Indent(MessageToYaml(spec), 2));
   if (out.back() != '\n') out += "\n";

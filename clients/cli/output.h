@@ -58,6 +58,10 @@ std::string QueuesTable(const std::vector<v1::Queue>& queues, absl::Time now);
 // The `checkpoints` table: STEP ATTEMPT LOSS SIZE TIME PATH, in the order given.
 std::string CheckpointsTable(const std::vector<v1::Checkpoint>& checkpoints);
 
+// The `attempts` table: ATTEMPT STATE NODES WORKERS STARTED ENDED CLASS RESIZE REASON, in
+// the order given. NODES is the gang size (the task count for records older than it).
+std::string AttemptsTable(const std::vector<v1::Attempt>& attempts);
+
 // "SEQ TIME FROM -> TO reason", one event per line, as `watch` prints them.
 std::string EventLine(const v1::JobEvent& event);
 
@@ -68,9 +72,11 @@ std::string JobStateLine(const v1::Job& job);
 std::string MemoryEstimateLine(const v1::MemoryEstimate& e);
 
 // `describe job`: the job's fields (restarts, workers), why it is pending, its latest
-// metrics, its checkpoints, its spec as YAML, and its events as a table.
+// metrics, its checkpoints, its attempts (gang size, resizes), its spec as YAML, and its
+// events as a table.
 std::string DescribeJob(const v1::Job& job, const std::vector<v1::JobEvent>& events,
-                        const std::vector<v1::Checkpoint>& checkpoints, absl::Time now);
+                        const std::vector<v1::Checkpoint>& checkpoints, absl::Time now,
+                        const std::vector<v1::Attempt>& attempts = {});
 
 // The coordinator names fields by request path (spec.training.lr, jobs[2].spec.model);
 // a person thinks in the file they wrote. Rewrites each "; "-separated violation to

@@ -253,6 +253,17 @@ absl::StatusOr<v1::ListCheckpointsResponse> Client::ListCheckpoints(const std::s
   return response;
 }
 
+absl::StatusOr<v1::ListAttemptsResponse> Client::ListAttempts(const std::string& job_id) {
+  grpc::ClientContext context;
+  Prepare(&context, absl::Now() + options_.timeout);
+  v1::ListAttemptsRequest request;
+  request.set_job_id(job_id);
+  v1::ListAttemptsResponse response;
+  absl::Status status = Convert(stub_->ListAttempts(&context, request, &response), options_.timeout);
+  if (!status.ok()) return status;
+  return response;
+}
+
 absl::StatusOr<v1::GetJobMetricsResponse> Client::GetJobMetrics(const std::string& job_id,
                                                                 int max_points) {
   grpc::ClientContext context;

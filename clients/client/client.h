@@ -72,6 +72,8 @@ class Client {
 
   // Recorded checkpoints of a job, newest first.
   absl::StatusOr<v1::ListCheckpointsResponse> ListCheckpoints(const std::string& job_id);
+  // Every attempt of a job, newest first, with its tasks, gang size and resize.
+  absl::StatusOr<v1::ListAttemptsResponse> ListAttempts(const std::string& job_id);
   // A job's metrics history, oldest first, at most `max_points` (0 = the server's default).
   absl::StatusOr<v1::GetJobMetricsResponse> GetJobMetrics(const std::string& job_id,
                                                           int max_points = 0);

@@ -441,6 +441,7 @@ void ApplyDefaults(v1::JobSpec* spec) {
   v1::ResourceSpec* res = spec->mutable_resources();
   if (!res->has_nodes()) res->set_nodes(1);
   if (!res->has_gpus_per_node()) res->set_gpus_per_node(1);
+  if (!res->has_elastic_cooldown_seconds()) res->set_elastic_cooldown_seconds(300);
   if (f->sharding() == v1::HYBRID_SHARD && f->hybrid_shard_group_size() == 0) {
     f->set_hybrid_shard_group_size(res->gpus_per_node());
   }
@@ -764,6 +765,7 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec, absl::string_view path_pre
   check_labels("resources.node_labels", res.node_labels());
   AtLeast(v, "resources.min_nodes", res.min_nodes(), 0);
   AtLeast(v, "resources.max_nodes", res.max_nodes(), 0);
+  AtLeast<int64_t>(v, "resources.elastic_cooldown_seconds", res.elastic_cooldown_seconds(), 0);
   if (res.min_nodes() > 0 && res.min_nodes() > res.nodes()) {
     v.Add("resources.min_nodes", absl::StrCat("(", res.min_nodes(), ") must be <= resources.nodes (",
                                               res.nodes(), ")"));

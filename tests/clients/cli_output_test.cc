@@ -189,6 +189,35 @@ TEST(CheckpointsTableTest, OneRowPerCheckpointInOrder) {
             "10     1         2.2500   3.0 MiB   2026-11-30T00:53:20Z   /ckpt/step-10\n");
 }
 
+// Each attempt's gang size and the resize that started it (issue 14); NODES falls back to
+// the task count for records from before schema 6.
+TEST(AttemptsTableTest, ShowsGangSizeAndResize) {
+  v1::Attempt grown;
+  grown.set_attempt(2);
+  grown.set_state(v1::ATTEMPT_ACTIVE);
+  grown.set_nodes(3);
+  grown.set_resize_reason("resized 2 \u2192 3 nodes: capacity returned (w3)");
+  *grown.mutable_start_time() = At(1'796'000'000);
+  for (const char* w : {"w1", "w2", "w3"}) grown.add_tasks()->set_worker(w);
+  v1::Attempt first;
+  first.set_attempt(1);
+  first.set_state(v1::ATTEMPT_STOPPED);
+  *first.mutable_start_time() = At(1'796'000'000 - 60);
+  *first.mutable_end_time() = At(1'796'000'000 - 1);
+  first.set_reason("resizing 2 \u2192 3 nodes: capacity returned (w3); stopping after checkpoint step 8");
+  for (const char* w : {"w1", "w2"}) first.add_tasks()->set_worker(w);
+  const std::string out = AttemptsTable({grown, first});
+  EXPECT_TRUE(absl::StrContains(out, "ATTEMPT   STATE     NODES   WORKERS    STARTED")) << out;
+  EXPECT_TRUE(absl::StrContains(out, "2         ACTIVE    3       w1,w2,w3   2026-11-30T00:53:20Z   -  ")) << out;
+  EXPECT_TRUE(absl::StrContains(out, "resized 2 \u2192 3 nodes: capacity returned (w3)")) << out;
+  EXPECT_TRUE(absl::StrContains(out, "1         STOPPED   2       w1,w2      2026-11-30T00:52:20Z   2026-11-30T00:53:19Z")) << out;
+  v1::Job job;
+  job.set_id("3");
+  job.set_state(v1::RUNNING);
+  const std::string described = DescribeJob(job, {}, {}, absl::FromUnixSeconds(1'796'000'000), {grown, first});
+  EXPECT_TRUE(absl::StrContains(described, "Attempts:\n  ATTEMPT   STATE")) << described;
+}
+
 TEST(DescribeJobTest, PendingSectionForAQueuedJob) {
   v1::Job job = QueuedJob();
   job.mutable_spec()->mutable_run_policy()->set_max_restarts(3);

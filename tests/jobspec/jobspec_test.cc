@@ -179,6 +179,7 @@ INSTANTIATE_TEST_SUITE_P(
         ValidateCase{"resources: {nodes: 2, max_nodes: 1}", "resources.max_nodes (1) must be >="},
         ValidateCase{"resources: {nodes: 2, max_nodes: 3}", "resources.max_nodes (3) above resources.nodes (2) is not supported"},
         ValidateCase{"resources: {nodes: 3, min_nodes: 2}", "training.global_batch_size is required for an elastic job"},
+        ValidateCase{"resources: {elastic_cooldown_seconds: -1}", "resources.elastic_cooldown_seconds must be >= 0"},
         ValidateCase{"{training: {global_batch_size: 12, micro_batch_size: 2}, resources: {nodes: 5}}",
                      "training.global_batch_size (12) must be a multiple of micro_batch_size (2) x ranks (5 = nodes 5 x gpus_per_node 1); world sizes that work: 1, 2, 3, 6"},
         ValidateCase{"{training: {global_batch_size: 12, micro_batch_size: 2, grad_accum: 3}, resources: {nodes: 3}}",

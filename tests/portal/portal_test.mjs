@@ -182,7 +182,8 @@ try {
     null, {timeout: 20_000});
   const attemptRows = await page.$$eval('#attempts tbody tr', (rows) => rows.map((r) => [...r.cells].map((c) => c.textContent.trim())));
   check(attemptRows.length === 1, `one attempt row: ${JSON.stringify(attemptRows)}`);
-  const [num, aState, , ended, failure, workers] = attemptRows[0];
+  const [num, aState, , ended, failure, workers, nodes] = attemptRows[0];
+  check(nodes === '1', `attempt 1 shows its gang size: ${nodes}`);
   check(num === '1' && aState === 'succeeded' && failure === '', `attempt 1 succeeded: ${JSON.stringify(attemptRows[0])}`);
   check(/·/.test(ended), `attempt 1 shows when it ended and how long it took: ${ended}`);
   check(/^0:\s*w1\s+succeeded$/.test(workers), `attempt 1 ran on w1 as node 0, whose task succeeded: ${workers}`);

@@ -1,7 +1,8 @@
 // ClusterManager with a real SQLite store, a fake clock and fake worker links: the
 // stranded restart (a worker re-registers without the dead attempt's task), a silent
 // worker, slot accounting, report binding (only the assigned worker's reports count),
-// checkpoint confinement and retention, and resume candidates.
+// checkpoint confinement and retention, resume candidates, and an elastic gang growing
+// back at a checkpoint.
 #include "server/cluster_manager.h"
 
 #include <filesystem>
@@ -112,10 +113,11 @@ class ClusterManagerTest : public ::testing::Test {
     return link;
   }
 
-  int64_t Submit(const std::string& extra = "") {
+  int64_t Submit(const std::string& extra = "",
+                 const std::string& resources = "{nodes: 2, gpus_per_node: 1}") {
     absl::StatusOr<std::vector<ParsedJob>> parsed = ParseJobDocuments(absl::StrCat(
         "name: t\nmodel: {preset: tiny}\ndata: {train_path: /data/train.jsonl}\n",
-        "resources: {nodes: 2, gpus_per_node: 1}\n",
+        "resources: ", resources, "\n",
         "run_policy: {max_restarts: 3, restart_backoff_seconds: 1}\n", extra));
     EXPECT_TRUE(parsed.ok()) << parsed.status();
     v1::JobSpec spec = (*parsed)[0].spec;
@@ -363,6 +365,93 @@ TEST_F(ClusterManagerTest, CheckpointsOutsideTheJobDirAreIgnoredAndRetentionDele
   EXPECT_TRUE(fs::exists(dir + "/step-8/manifest.json"));
   EXPECT_TRUE(fs::exists(outside + "/data.bin"));
   EXPECT_TRUE(fs::is_symlink(dir + "/step-2"));
+}
+
+// Issue 14: an elastic gang (nodes 3, min_nodes 2) started on the two workers there were
+// grows back when a third registers: not before its cooldown, only right after a
+// recorded checkpoint, without using a restart or waiting a backoff, resuming from that
+// checkpoint; the attempts record the size and why it changed.
+TEST_F(ClusterManagerTest, ElasticGangGrowsBackAtACheckpointAfterItsCooldown) {
+  std::shared_ptr<FakeLink> w1 = Hello("w1");
+  std::shared_ptr<FakeLink> w2 = Hello("w2");
+  const int64_t id = Submit("training: {global_batch_size: 12, micro_batch_size: 2}\n",
+                            "{nodes: 3, min_nodes: 2, gpus_per_node: 1, elastic_cooldown_seconds: 60}");
+  const std::string t0 = absl::StrCat(id, "-1-0"), t1 = absl::StrCat(id, "-1-1");
+  ASSERT_TRUE(Eventually([&] { return !w1->Assignments().empty() && !w2->Assignments().empty(); }));
+  EXPECT_EQ(w1->Assignments()[0].nnodes(), 2);
+  Report("w1", t0, v1::TASK_RUNNING);
+  Report("w2", t1, v1::TASK_RUNNING);
+  ASSERT_TRUE(Eventually([&] { return Job(id).state() == v1::RUNNING; }));
+  std::shared_ptr<FakeLink> w3 = Hello("w3");
+  manager_->TickNow();
+  EXPECT_TRUE(w3->Assignments().empty()) << "a running gang grows only at a checkpoint";
+
+  // A checkpoint inside the cooldown (60 s from the attempt's start): it stays on two.
+  const std::string dir = dir_.path() + "/checkpoints/" + std::to_string(id);
+  MakeCheckpoint(dir + "/step-4");
+  Checkpoint("w1", t0, 4, dir + "/step-4");
+  ASSERT_TRUE(Eventually([&] { return Checkpoints(id).size() == 1; }));
+  for (int i = 0; i < 5; ++i) manager_->TickNow();
+  EXPECT_EQ(Job(id).state(), v1::RUNNING);
+  EXPECT_TRUE(w1->Cancels().empty());
+
+  // Past the cooldown, nothing happens until the next checkpoint.
+  AdvanceWithHeartbeats(absl::Seconds(61), {"w1", "w2", "w3"});
+  manager_->TickNow();
+  EXPECT_TRUE(w1->Cancels().empty());
+  MakeCheckpoint(dir + "/step-8");
+  Checkpoint("w1", t0, 8, dir + "/step-8");
+  ASSERT_TRUE(Eventually([&] { return !w1->Cancels().empty() && !w2->Cancels().empty(); }))
+      << v1::JobState_Name(Job(id).state()) << ": " << Job(id).status_reason();
+  ASSERT_TRUE(Eventually([&] { return Job(id).state() == v1::QUEUED; }));
+  Report("w1", t0, v1::TASK_KILLED);
+  Report("w2", t1, v1::TASK_KILLED);
+  // Placed again at once (no restart backoff), on three nodes, from the checkpoint.
+  ASSERT_TRUE(Eventually([&] { return !w3->Assignments().empty(); }))
+      << v1::JobState_Name(Job(id).state()) << ": " << Job(id).status_reason();
+  const v1::TaskSpec next = w3->Assignments()[0];
+  EXPECT_EQ(next.attempt(), 2);
+  EXPECT_EQ(next.nnodes(), 3);
+  EXPECT_EQ(next.resume_from(), dir + "/step-8");
+  const v1::Job job = Job(id);
+  EXPECT_EQ(job.restarts(), 0) << "a grow is not a failure";
+  EXPECT_EQ(job.workers_size(), 3);
+
+  absl::StatusOr<std::vector<v1::Attempt>> attempts = ListAttempts(*store_, id);
+  ASSERT_TRUE(attempts.ok());
+  ASSERT_EQ(attempts->size(), 2u);
+  const v1::Attempt& grown = (*attempts)[0];
+  const v1::Attempt& first = (*attempts)[1];
+  EXPECT_EQ(first.nodes(), 2);
+  EXPECT_EQ(first.resize_reason(), "elastic: started on 2 of 3 nodes (min_nodes 2)");
+  EXPECT_EQ(first.state(), v1::ATTEMPT_STOPPED);
+  EXPECT_EQ(first.failure_class(), "") << "not counted as a failure or a preemption";
+  EXPECT_NE(first.reason().find("resizing 2 \u2192 3 nodes: capacity returned (w3); stopping after checkpoint step 8"),
+            std::string::npos)
+      << first.reason();
+  EXPECT_EQ(grown.nodes(), 3);
+  EXPECT_EQ(grown.resize_reason(), "resized 2 \u2192 3 nodes: capacity returned (w3)");
+  absl::StatusOr<std::vector<v1::JobEvent>> events = store_->GetEvents(id, 0, 100);
+  ASSERT_TRUE(events.ok());
+  bool scheduled_event = false;
+  for (const v1::JobEvent& e : *events) {
+    scheduled_event |= e.type() == "scheduled" &&
+                       e.reason().find("resized 2 \u2192 3 nodes: capacity returned (w3); attempt 2 placed on") == 0;
+  }
+  EXPECT_TRUE(scheduled_event);
+
+  // At `nodes` it never grows again.
+  Report("w1", absl::StrCat(id, "-2-0"), v1::TASK_RUNNING);
+  Report("w2", absl::StrCat(id, "-2-1"), v1::TASK_RUNNING);
+  Report("w3", absl::StrCat(id, "-2-2"), v1::TASK_RUNNING);
+  std::shared_ptr<FakeLink> w4 = Hello("w4");
+  AdvanceWithHeartbeats(absl::Seconds(61), {"w1", "w2", "w3", "w4"});
+  MakeCheckpoint(dir + "/step-12");
+  Checkpoint("w1", absl::StrCat(id, "-2-0"), 12, dir + "/step-12");
+  ASSERT_TRUE(Eventually([&] { return Checkpoints(id).size() == 3; }));
+  for (int i = 0; i < 5; ++i) manager_->TickNow();
+  EXPECT_EQ(Job(id).state(), v1::RUNNING);
+  EXPECT_TRUE(w4->Assignments().empty());
 }
 
 }  // namespace

@@ -2,7 +2,7 @@
 // attempt tracker (task states → outcome, abandoned tasks, held slots, expected end),
 // the scheduler-input builder (table), and checkpoint path confinement. The builder's
 // output is also fed to the real scheduler to show that the preemption cool-down and
-// backfill around running jobs now fire.
+// backfill around running jobs now fire. The elastic grow decision (table).
 #include <unistd.h>
 
 #include <filesystem>
@@ -13,6 +13,7 @@
 #include "scheduler/scheduler.h"
 #include "server/attempt_tracker.h"
 #include "server/checkpoint_retention.h"
+#include "server/elastic_grow.h"
 #include "server/scheduler_input.h"
 #include "tests/testing/process.h"
 
@@ -371,6 +372,105 @@ TEST(SchedulerInputTest, NodeFaultExclusionHoldsOnlyWhileTheClusterCanDoWithoutT
   const sched::Scheduler scheduler{sched::Config{}};
   sched::Decisions d = scheduler.Schedule(in.pending, in.workers, in.running, {}, kNow);
   EXPECT_EQ(d.placements.size(), 1u);
+}
+
+// The elastic grow decision (elastic_grow.h), one row per rule. The cluster: w1 and w2 run
+// the elastic job 1 (nodes 3, min_nodes 2), w3 (and w4 where a row adds it) returned.
+TEST(ElasticGrowTest, Table) {
+  const sched::Scheduler scheduler{sched::Config{}};
+  auto worker = [](const std::string& id) {
+    sched::Worker w;
+    w.id = id;
+    w.gpus = 1;
+    return w;
+  };
+  auto rigid = [](int64_t id, int nodes, int priority, absl::Time queued_since) {
+    sched::PendingJob p;
+    p.job_id = id;
+    p.nodes = nodes;
+    p.priority = priority;
+    p.queued_since = queued_since;
+    return p;
+  };
+  struct Row {
+    std::string name;
+    int nodes_now = 2;
+    bool running = true;
+    bool checkpoint = true;
+    int64_t step = 8;  // of 16
+    absl::Duration age = absl::Minutes(10);  // since the attempt started
+    absl::Duration cooldown = absl::Minutes(5);
+    int min_nodes = 2;
+    int nodes = 3;
+    std::vector<std::string> extra_workers = {"w3"};
+    std::vector<sched::PendingJob> pending;
+    std::vector<sched::RunningJob> others;
+    bool grow = false;
+    int nodes_after = 0;
+    std::string why;  // a part of the reason
+  };
+  const absl::Time created = kNow - absl::Hours(1);
+  sched::RunningJob on_w3;
+  on_w3.job_id = 7;
+  on_w3.allocations = {{"w3", 1}};
+  on_w3.started = kNow - absl::Minutes(1);
+  const std::vector<Row> rows = {
+      {.name = "capacity returned", .grow = true, .nodes_after = 3, .why = "capacity returned"},
+      {.name = "never beyond nodes", .extra_workers = {"w3", "w4"}, .grow = true, .nodes_after = 3},
+      {.name = "already at nodes", .nodes_now = 3, .why = "already on 3 of 3"},
+      {.name = "rigid job", .min_nodes = 0, .why = "not elastic"},
+      {.name = "not running", .running = false, .why = "not running"},
+      {.name = "only after a checkpoint", .checkpoint = false, .why = "no new checkpoint"},
+      {.name = "the last step's checkpoint", .step = 16, .why = "last step"},
+      {.name = "cooldown", .age = absl::Minutes(4), .why = "cooldown"},
+      {.name = "cooldown 0", .age = absl::ZeroDuration(), .cooldown = absl::ZeroDuration(), .grow = true,
+       .nodes_after = 3},
+      {.name = "no free worker", .extra_workers = {}, .why = "no free worker"},
+      {.name = "returned worker busy", .others = {on_w3}, .why = "no free worker"},
+      // Job 5 (rigid, 1 node, queued before job 1) can use w3: it goes first.
+      {.name = "queued job ahead takes w3", .pending = {rigid(5, 1, 0, created - absl::Minutes(1))}},
+      // Job 6 (rigid, 3 nodes, higher priority) would take w1..w3 once the attempt ends.
+      {.name = "queued job ahead would take the gang's workers", .pending = {rigid(6, 3, 10, kNow)},
+       .why = "ahead would take worker"},
+      // Job 8 (rigid, 1 node) queued after job 1 at the same priority: job 1 is ahead.
+      {.name = "queued job behind", .pending = {rigid(8, 1, 0, kNow)}, .grow = true, .nodes_after = 3},
+      // Job 9 needs 2 nodes and is ahead; w3 alone does not fit it, but w3 plus a worker
+      // the gang frees would: growing would hand the gang's worker to it.
+      {.name = "gang's freed worker needed ahead", .pending = {rigid(9, 2, 5, kNow)},
+       .why = "ahead would take worker"},
+  };
+  for (const Row& r : rows) {
+    SCOPED_TRACE(r.name);
+    GrowCheck c;
+    c.job.job_id = 1;
+    c.job.nodes = r.nodes;
+    c.job.min_nodes = r.min_nodes;
+    c.job.queued_since = created;
+    c.nodes_now = r.nodes_now;
+    c.workers_now = {"w1", "w2"};
+    if (r.nodes_now == 3) c.workers_now.push_back("w3");
+    c.attempt_started = kNow - r.age;
+    c.running = r.running;
+    c.checkpoint_recorded = r.checkpoint;
+    c.checkpoint_step = r.step;
+    c.total_steps = 16;
+    c.cooldown = r.cooldown;
+    std::vector<sched::Worker> workers = {worker("w1"), worker("w2")};
+    for (const std::string& w : r.extra_workers) workers.push_back(worker(w));
+    sched::RunningJob self;
+    self.job_id = 1;
+    for (const std::string& w : c.workers_now) self.allocations.push_back({w, 1});
+    self.started = c.attempt_started;
+    std::vector<sched::RunningJob> running = r.others;
+    running.push_back(self);
+    const GrowDecision d = DecideGrow(c, r.pending, workers, running, {}, scheduler, kNow);
+    EXPECT_EQ(d.grow, r.grow) << d.why;
+    if (r.grow) {
+      EXPECT_EQ(d.nodes_after, r.nodes_after);
+      EXPECT_EQ(d.added_workers.size(), static_cast<size_t>(r.nodes_after - r.nodes_now));
+    }
+    EXPECT_NE(d.why.find(r.why), std::string::npos) << d.why;
+  }
 }
 
 }  // namespace

@@ -70,8 +70,8 @@ export function mountJob(root, ctx, id) {
   const timeline = h('ol.timeline', {'aria-label': 'State timeline'});
   const attemptBody = h('tbody');
   const attemptTable = h('table#attempts.grid-table.compact.attempts',
-    h('colgroup', ['3em', '7.5em', '6.5em', '10em', '7em', 'auto', 'auto'].map((w) => h('col', {style: {width: w}}))),
-    h('thead', h('tr', ['#', 'State', 'Started', 'Ended', 'Failure', 'Workers', 'Reason'].map((t) => h('th', {scope: 'col'}, t)))),
+    h('colgroup', ['3em', '7.5em', '6.5em', '10em', '7em', 'auto', '4em', 'auto'].map((w) => h('col', {style: {width: w}}))),
+    h('thead', h('tr', ['#', 'State', 'Started', 'Ended', 'Failure', 'Workers', 'Nodes', 'Reason'].map((t) => h('th', {scope: 'col'}, t)))),
     attemptBody);
   const ckptBody = h('tbody');
   const ckptTable = h('table.grid-table.compact',
@@ -186,15 +186,26 @@ export function mountJob(root, ctx, id) {
     lastSeq = Math.max(lastSeq, seq);
     const changed = ev.from_state !== ev.to_state;
     const fromKnown = ev.from_state && ev.from_state !== 'JOB_STATE_UNSPECIFIED';
-    const li = h('li', {class: changed ? 'changed' : '', dataset: {seq}},
+    const resize = resizeOf(ev.reason);
+    const li = h('li', {class: [changed ? 'changed' : '', resize ? 'resize' : ''].filter(Boolean).join(' '), dataset: {seq}},
       h('time', {datetime: ev.time, title: fmtFullTime(ev.time)}, fmtTime(ev.time)),
       h('span.ev-type', ev.type),
+      resize ? h('span.badge.resize-badge', {title: 'elastic gang resized'}, `${resize.from} → ${resize.to} nodes`) : null,
       changed ? h('span.ev-states', fromKnown ? [h('span.badge', {class: `badge state-${String(ev.from_state).toLowerCase()}`}, ev.from_state),
         ' → '] : '→ ', h('span.badge', {class: `badge state-${String(ev.to_state).toLowerCase()}`}, ev.to_state)) : null,
       ev.reason ? h('div.ev-reason', ev.reason) : null);
     // Keep seq order even if a reconnect delivers something late.
     const after = [...timeline.children].find((x) => Number(x.dataset.seq) > seq);
     timeline.insertBefore(li, after || null);
+  }
+
+  // An elastic gang's size change named by an event ("resized 3 → 2 nodes: ...", "resizing
+  // 2 → 3 nodes: ..." when it stops to grow, "elastic: started on 2 of 3 nodes"), or null.
+  function resizeOf(reason) {
+    const m = /\bresiz(?:ed|ing) (\d+) → (\d+) nodes/.exec(reason || '');
+    if (m) return {from: Number(m[1]), to: Number(m[2])};
+    const s = /elastic: started on (\d+) of (\d+) nodes/.exec(reason || '');
+    return s ? {from: Number(s[2]), to: Number(s[1])} : null;
   }
 
   function renderCheckpoints(list) {
@@ -209,7 +220,7 @@ export function mountJob(root, ctx, id) {
 
   // Newest first. Workers by node rank, each with its task's last reported state.
   function renderAttempts(list) {
-    const sig = JSON.stringify(list.map((a) => [a.attempt, a.state, a.end_time, a.reason,
+    const sig = JSON.stringify(list.map((a) => [a.attempt, a.state, a.end_time, a.reason, a.nodes, a.resize_reason,
       (a.tasks || []).map((t) => [t.worker, t.state, t.message])]));
     if (attemptBody.dataset.sig === sig) return;
     attemptBody.dataset.sig = sig;
@@ -234,9 +245,11 @@ export function mountJob(root, ctx, id) {
         h('td.tasks', {title: tasksText}, tasks.map((t) => h('span.task',
           h('span.muted', `${t.node_rank || 0}:`), ' ', t.worker, ' ',
           h('span', {class: `badge task-badge ${end && !TASK_ENDED.has(t.state) ? '' : TASK_STATE_CLASS[t.state] || ''}`}, taskState(t))))),
-        h('td.reason', {title: [a.reason, a.resume_from && `resumed from ${a.resume_from}`].filter(Boolean).join('\n')},
+        h('td.num.nodes', String(a.nodes || tasks.length)),
+        h('td.reason', {title: [a.resize_reason, a.reason, a.resume_from && `resumed from ${a.resume_from}`].filter(Boolean).join('\n')},
+          a.resize_reason ? h('span.badge.resize-badge', a.resize_reason) : null, a.resize_reason && a.reason ? ' ' : null,
           a.reason || (a.resume_from ? h('span.muted', `resumed from ${a.resume_from}`) : '')));
-    }) : [h('tr.empty', h('td', {colspan: 7}, 'Not started yet.'))]));
+    }) : [h('tr.empty', h('td', {colspan: 8}, 'Not started yet.'))]));
   }
 
   function renderGpus(workers) {
