@@ -263,7 +263,7 @@ int RunDeepQueue(int queued, int workers, int gpus, int clients, int gangs, int 
   auto coordinator = testing::Subprocess::Start(
       {testing::BinaryPath("llamafleet-coordinator"), "--listen", "127.0.0.1:0",
        "--http-listen", "127.0.0.1:0", "--insecure-no-auth", "--data-dir", dir.path(),
-       "--join-token", "bench", "--log-level", "warn",
+       "--join-token", "bench", "--log-level", "warn", "--path-root", dir.path(), "--path-root", "/",
        // The simulated workers do not heartbeat; the run is longer than the default.
        "--heartbeat-timeout", "3600"});
   if (!coordinator.ok()) return 1;
