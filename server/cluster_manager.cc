@@ -218,6 +218,7 @@ void ClusterManager::OnDisconnected(const std::string& worker, const WorkerLink*
     if (it != workers_.end() && it->second.link.get() == link) {
       spdlog::info("worker {} disconnected", worker);
       it->second.link.reset();  // lost only if it stays silent past the heartbeat timeout
+      ++workers_version_;
     }
   });
 }
@@ -270,7 +271,9 @@ void ClusterManager::HandleHello(std::shared_ptr<WorkerLink> link, const v1::Hel
   const bool was_lost = w.lost;
   w.name = name;
   w.inventory = hello.inventory();
+  w.shared_inventory = std::make_shared<const v1::Inventory>(w.inventory);
   w.link = link;
+  ++workers_version_;
   w.last_heartbeat = options_.clock->Now();
   w.lost = false;
   Write(UpsertWorkerTxn(name, w.inventory, v1::WORKER_READY), [](absl::Status) {});
@@ -591,6 +594,7 @@ void ClusterManager::Tick() {
   for (auto& [name, w] : workers_) {
     if (w.lost || now - w.last_heartbeat < options_.heartbeat_timeout) continue;
     w.lost = true;
+    ++workers_version_;
     spdlog::warn("worker {} lost: no heartbeat for {}", name,
                  absl::FormatDuration(now - w.last_heartbeat));
     Write(SetWorkerStateTxn(name, v1::WORKER_LOST), [](absl::Status) {});
@@ -673,11 +677,15 @@ void ClusterManager::SchedulePass() {
     spdlog::error("scheduling pass: cannot read the queue: {}", queued.status().ToString());
     return;
   }
-  std::vector<WorkerView> views;
-  for (const auto& [name, w] : workers_) {
-    views.push_back({name, w.inventory, !w.lost && w.link != nullptr});
+  if (views_version_ != workers_version_) {  // a worker came, went or was lost
+    views_.clear();
+    for (const auto& [name, w] : workers_) {
+      views_.push_back({name, w.inventory, !w.lost && w.link != nullptr});
+    }
+    views_version_ = workers_version_;
   }
-  const PendingJobCache::Input& input = pending_jobs_.Build(*queued, views, attempts_, now);
+  const PendingJobCache::Input& input =
+      pending_jobs_.Build(*queued, views_, workers_version_, attempts_, now);
   for (const auto& [id, reason] : input.deadline_passed) {
     // No active attempt to end: the job fails straight from the queue.
     Write(FailQueuedJobTxn(id, reason), [](absl::Status) {});
@@ -794,7 +802,10 @@ void ClusterManager::SchedulePass() {
 }
 
 void ClusterManager::PublishWorkers() {
-  std::vector<v1::WorkerInfo> infos;
+  // What ListWorkers shows, without copying every worker's inventory: the protos are made
+  // by Workers() when someone asks (this runs after every pass and every released gang).
+  auto published = std::make_shared<std::vector<PublishedWorker>>();
+  published->reserve(workers_.size());
   std::map<std::string, int> allocated;
   std::map<std::string, std::vector<std::string>> tasks;
   ClusterUsage usage;
@@ -812,25 +823,28 @@ void ClusterManager::PublishWorkers() {
     }
   }
   for (const auto& [name, w] : workers_) {
-    v1::WorkerInfo info;
-    info.set_id(name);
-    info.set_name(name);
-    info.set_state(w.lost ? v1::WORKER_LOST : v1::WORKER_READY);
-    *info.mutable_inventory() = w.inventory;
-    *info.mutable_last_heartbeat() = TimeUtil::MicrosecondsToTimestamp(absl::ToUnixMicros(w.last_heartbeat));
-    for (const std::string& t : tasks[name]) info.add_running_task_ids(t);
-    info.set_gpus_allocated(allocated[name]);
-    for (const v1::GpuSample& g : w.gpus) *info.add_gpus() = g;
-    ++usage.workers[info.state()];
+    PublishedWorker info;
+    info.name = name;
+    info.state = w.lost ? v1::WORKER_LOST : v1::WORKER_READY;
+    info.inventory = w.shared_inventory;  // null for a recovered worker not back yet
+    info.last_heartbeat = w.last_heartbeat;
+    if (auto t = tasks.find(name); t != tasks.end()) info.running_task_ids = std::move(t->second);
+    auto al = allocated.find(name);
+    info.gpus_allocated = al == allocated.end() ? 0 : al->second;
+    info.gpus = w.gpus;
+    ++usage.workers[info.state];
     if (!w.lost) {
       usage.gpus_total += WorkerSlots(w.inventory);
-      usage.gpus_allocated += allocated[name];
+      usage.gpus_allocated += info.gpus_allocated;
     }
-    infos.push_back(std::move(info));
+    published->push_back(std::move(info));
   }
-  std::lock_guard<std::mutex> lock(published_mu_);
-  worker_infos_.swap(infos);
-  usage_ = std::move(usage);
+  std::shared_ptr<const std::vector<PublishedWorker>> done = std::move(published);
+  {
+    std::lock_guard<std::mutex> lock(published_mu_);
+    worker_infos_.swap(done);
+    usage_ = std::move(usage);
+  }
 }
 
 void ClusterManager::PublishAssignments() {
@@ -850,8 +864,28 @@ bool ClusterManager::IsAssigned(const std::string& task_id, const std::string& w
 }
 
 std::vector<v1::WorkerInfo> ClusterManager::Workers() const {
-  std::lock_guard<std::mutex> lock(published_mu_);
-  return worker_infos_;
+  std::shared_ptr<const std::vector<PublishedWorker>> published;
+  {
+    std::lock_guard<std::mutex> lock(published_mu_);
+    published = worker_infos_;
+  }
+  std::vector<v1::WorkerInfo> infos;
+  if (published == nullptr) return infos;
+  infos.reserve(published->size());
+  for (const PublishedWorker& w : *published) {
+    v1::WorkerInfo info;
+    info.set_id(w.name);
+    info.set_name(w.name);
+    info.set_state(w.state);
+    if (w.inventory != nullptr) *info.mutable_inventory() = *w.inventory;
+    *info.mutable_last_heartbeat() =
+        TimeUtil::MicrosecondsToTimestamp(absl::ToUnixMicros(w.last_heartbeat));
+    for (const std::string& t : w.running_task_ids) info.add_running_task_ids(t);
+    info.set_gpus_allocated(w.gpus_allocated);
+    for (const v1::GpuSample& g : w.gpus) *info.add_gpus() = g;
+    infos.push_back(std::move(info));
+  }
+  return infos;
 }
 
 ClusterUsage ClusterManager::Usage() const {

@@ -164,6 +164,18 @@ class ClusterManager : public ClusterView {
     absl::Time last_heartbeat;
     std::vector<v1::GpuSample> gpus;
     bool lost = false;
+    // A copy of `inventory` that published snapshots share (made at each hello).
+    std::shared_ptr<const v1::Inventory> shared_inventory;
+  };
+  // A worker as Workers() shows it, without its inventory copied.
+  struct PublishedWorker {
+    std::string name;
+    v1::WorkerState state = v1::WORKER_READY;
+    std::shared_ptr<const v1::Inventory> inventory;
+    absl::Time last_heartbeat;
+    std::vector<std::string> running_task_ids;
+    int gpus_allocated = 0;
+    std::vector<v1::GpuSample> gpus;
   };
   using ActiveAttempt = AttemptTracker;
 
@@ -223,6 +235,11 @@ class ClusterManager : public ClusterView {
   bool pass_wanted_ = false;
   std::chrono::steady_clock::time_point next_pass_allowed_;
   PendingJobCache pending_jobs_;  // the queued jobs as the scheduler sees them
+  // Bumped whenever a worker registers, disconnects or is lost: the scheduler's view of
+  // the workers (views_) is rebuilt only then.
+  uint64_t workers_version_ = 1;
+  uint64_t views_version_ = 0;
+  std::vector<WorkerView> views_;
   absl::Time last_pass_ = absl::InfinitePast();
   absl::Time last_ttl_sweep_ = absl::InfinitePast();
 
@@ -247,7 +264,7 @@ class ClusterManager : public ClusterView {
     bool Find(int64_t job_id, v1::PendingInfo* info) const;
   };
   std::shared_ptr<const PublishedPending> pending_ ABSL_GUARDED_BY(published_mu_);
-  std::vector<v1::WorkerInfo> worker_infos_ ABSL_GUARDED_BY(published_mu_);
+  std::shared_ptr<const std::vector<PublishedWorker>> worker_infos_ ABSL_GUARDED_BY(published_mu_);
   ClusterUsage usage_ ABSL_GUARDED_BY(published_mu_);
   std::map<std::string, std::string> assignments_ ABSL_GUARDED_BY(published_mu_);  // task → worker
 

@@ -179,6 +179,7 @@ namespace llamafleet {
 
 const PendingJobCache::Input& PendingJobCache::Build(const QueuedJobsSnapshot& queued,
                                                      const std::vector<WorkerView>& workers,
+                                                     uint64_t workers_version,
                                                      const std::map<int64_t, AttemptTracker>& attempts,
                                                      absl::Time now) {
   // Merge the snapshot (id order) with the cache (id order): an entry the cache holds
@@ -233,7 +234,10 @@ const PendingJobCache::Input& PendingJobCache::Build(const QueuedJobsSnapshot& q
       input_.pending.push_back(&c.job);
     }
   }
-  input_.workers = SchedulerWorkers(workers);
+  if (workers_version_ != workers_version) {
+    input_.workers = SchedulerWorkers(workers);
+    workers_version_ = workers_version;
+  }
   input_.running = SchedulerRunning(attempts, now);
   return input_;
 }

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -86,8 +87,11 @@ class PendingJobCache {
 
   // The input for one pass over `queued`. Valid until the next Build (it points into the
   // cache, which holds the entries it was built from).
+  // `workers_version` names `workers`: the same version as the last Build's means the
+  // same workers, whose conversion is reused.
   const Input& Build(const QueuedJobsSnapshot& queued, const std::vector<WorkerView>& workers,
-                     const std::map<int64_t, AttemptTracker>& attempts, absl::Time now);
+                     uint64_t workers_version, const std::map<int64_t, AttemptTracker>& attempts,
+                     absl::Time now);
 
   // The stored job behind a pending job of the last Build, or null.
   const SchedulableJob* Job(int64_t id) const;
@@ -105,6 +109,7 @@ class PendingJobCache {
   std::deque<sched::PendingJob> adjusted_;  // this pass's copies with exclusions dropped
   Input input_;
   size_t converted_ = 0;
+  std::optional<uint64_t> workers_version_;  // of input_.workers
 };
 
 }  // namespace llamafleet

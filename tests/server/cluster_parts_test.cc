@@ -409,14 +409,14 @@ TEST(PendingJobCacheTest, SameInputAsBuildSchedulerInputConvertingOnlyChangedEnt
   };
 
   PendingJobCache cache;
-  const PendingJobCache::Input& first = cache.Build(QueuedJobsSnapshot(entries), workers, attempts, kNow);
+  const PendingJobCache::Input& first = cache.Build(QueuedJobsSnapshot(entries), workers, 1, attempts, kNow);
   EXPECT_EQ(cache.converted(), 5u);
   expect_same(first, jobs);
   ASSERT_EQ(first.pending.size(), 2u);
   EXPECT_TRUE(first.pending[1]->excluded_workers.empty());
 
   // Nothing changed: nothing is converted again.
-  const PendingJobCache::Input& second = cache.Build(QueuedJobsSnapshot(entries), workers, attempts, kNow);
+  const PendingJobCache::Input& second = cache.Build(QueuedJobsSnapshot(entries), workers, 1, attempts, kNow);
   EXPECT_EQ(cache.converted(), 0u);
   expect_same(second, jobs);
 
@@ -429,7 +429,7 @@ TEST(PendingJobCacheTest, SameInputAsBuildSchedulerInputConvertingOnlyChangedEnt
   jobs.push_back(Queued(9, 1, 2));
   entries.push_back(std::make_shared<const SchedulableJob>(jobs.back()));
   const std::vector<WorkerView> more = {GpuWorker("w0", 2), GpuWorker("w1", 2), GpuWorker("w2", 2)};
-  const PendingJobCache::Input& third = cache.Build(QueuedJobsSnapshot(entries), more, attempts, kNow);
+  const PendingJobCache::Input& third = cache.Build(QueuedJobsSnapshot(entries), more, 2, attempts, kNow);
   EXPECT_EQ(cache.converted(), 2u);
   ASSERT_EQ(third.pending.size(), 3u);
   EXPECT_EQ(third.pending[0]->job_id, 1);
@@ -437,6 +437,7 @@ TEST(PendingJobCacheTest, SameInputAsBuildSchedulerInputConvertingOnlyChangedEnt
   EXPECT_EQ(third.pending[1]->job_id, 5);
   EXPECT_EQ(third.pending[1]->excluded_workers, std::set<std::string>{"w1"});
   EXPECT_EQ(third.pending[2]->job_id, 9);
+  EXPECT_EQ(third.workers.size(), 3u) << "a new workers version is converted again";
   EXPECT_TRUE(third.held_back.empty());
   EXPECT_EQ(cache.Job(3), nullptr);
   ASSERT_NE(cache.Job(9), nullptr);
