@@ -168,7 +168,7 @@ std::string Rfc3339(absl::Time t) {
 
 class Pass {
  public:
-  Pass(const Config& config, const std::vector<PendingJob>& pending,
+  Pass(const Config& config, const std::vector<const PendingJob*>& pending,
        const std::vector<Worker>& workers, const std::vector<RunningJob>& running,
        const std::map<std::string, QueueConfig>& queues, absl::Time now)
       : config_(config),
@@ -191,7 +191,7 @@ class Pass {
     std::vector<Key> order;
     order.reserve(pending_.size());
     for (size_t i = 0; i < pending_.size(); ++i) {
-      const PendingJob& j = pending_[i];
+      const PendingJob& j = *pending_[i];
       order.push_back(Key{j.priority, j.queued_since, j.job_id, static_cast<int>(i)});
     }
     std::sort(order.begin(), order.end(), [](const Key& x, const Key& y) {
@@ -205,12 +205,12 @@ class Pass {
     constexpr size_t kAhead = 8;
     for (size_t i = 0; i < order.size(); ++i) {
       if (i + kAhead < order.size()) {
-        const char* next = reinterpret_cast<const char*>(&pending_[order[i + kAhead].index]);
+        const char* next = reinterpret_cast<const char*>(pending_[order[i + kAhead].index]);
         __builtin_prefetch(next);
         __builtin_prefetch(next + 64);
         __builtin_prefetch(next + 128);
       }
-      Consider(pending_[order[i].index]);
+      Consider(*pending_[order[i].index]);
     }
     // Queue positions: scheduling order among what is still pending, per queue.
     std::unordered_map<std::string, int> position;
@@ -1138,7 +1138,7 @@ class Pass {
 
   // Constant for the pass.
   const Config& config_;
-  const std::vector<PendingJob>& pending_;
+  const std::vector<const PendingJob*>& pending_;
   const std::vector<Worker>& workers_;
   const std::vector<RunningJob>& running_;
   const std::map<std::string, QueueConfig>& queues_;
@@ -1175,6 +1175,17 @@ class Pass {
 Scheduler::Scheduler(Config config) : config_(std::move(config)) {}
 
 Decisions Scheduler::Schedule(const std::vector<PendingJob>& pending,
+                              const std::vector<Worker>& workers,
+                              const std::vector<RunningJob>& running,
+                              const std::map<std::string, QueueConfig>& queues,
+                              absl::Time now) const {
+  std::vector<const PendingJob*> jobs;
+  jobs.reserve(pending.size());
+  for (const PendingJob& j : pending) jobs.push_back(&j);
+  return Schedule(jobs, workers, running, queues, now);
+}
+
+Decisions Scheduler::Schedule(const std::vector<const PendingJob*>& pending,
                               const std::vector<Worker>& workers,
                               const std::vector<RunningJob>& running,
                               const std::map<std::string, QueueConfig>& queues,

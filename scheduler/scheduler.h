@@ -185,6 +185,10 @@ class Scheduler {
   Decisions Schedule(const std::vector<PendingJob>& pending, const std::vector<Worker>& workers,
                      const std::vector<RunningJob>& running,
                      const std::map<std::string, QueueConfig>& queues, absl::Time now) const;
+  // The same over jobs held elsewhere (the coordinator keeps them converted across passes).
+  Decisions Schedule(const std::vector<const PendingJob*>& pending,
+                     const std::vector<Worker>& workers, const std::vector<RunningJob>& running,
+                     const std::map<std::string, QueueConfig>& queues, absl::Time now) const;
 
   const Config& config() const { return config_; }
 

@@ -174,13 +174,21 @@ void ClusterManager::Loop() {
     std::deque<std::function<void()>> work;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait_for(lock, absl::ToChronoMilliseconds(options_.tick),
-                   [&] { return stopping_ || !queue_.empty(); });
+      auto wait = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+          absl::ToChronoMicroseconds(options_.tick));
+      if (pass_wanted_) {
+        wait = std::min(wait, std::max(std::chrono::steady_clock::duration::zero(),
+                                       next_pass_allowed_ - std::chrono::steady_clock::now()));
+      }
+      cv_.wait_for(lock, wait, [&] { return stopping_ || !queue_.empty(); });
       if (stopping_) return;
       work.swap(queue_);
     }
     for (auto& fn : work) fn();
-    if (options_.clock->Now() >= next_tick || schedule_wanted_) {
+    const bool pass_due =
+        schedule_wanted_ ||
+        (pass_wanted_ && std::chrono::steady_clock::now() >= next_pass_allowed_);
+    if (options_.clock->Now() >= next_tick || pass_due) {
       Tick();
       next_tick = options_.clock->Now() + options_.tick;
     }
@@ -205,7 +213,7 @@ void ClusterManager::TickNow() {
 }
 
 void ClusterManager::Poke() {
-  Post([this] { schedule_wanted_ = true; });
+  Post([this] { pass_wanted_ = true; });
 }
 
 void ClusterManager::OnHello(std::shared_ptr<WorkerLink> link, v1::Hello hello) {
@@ -218,6 +226,7 @@ void ClusterManager::OnDisconnected(const std::string& worker, const WorkerLink*
     if (it != workers_.end() && it->second.link.get() == link) {
       spdlog::info("worker {} disconnected", worker);
       it->second.link.reset();  // lost only if it stays silent past the heartbeat timeout
+      ++workers_version_;
     }
   });
 }
@@ -270,7 +279,9 @@ void ClusterManager::HandleHello(std::shared_ptr<WorkerLink> link, const v1::Hel
   const bool was_lost = w.lost;
   w.name = name;
   w.inventory = hello.inventory();
+  w.shared_inventory = std::make_shared<const v1::Inventory>(w.inventory);
   w.link = link;
+  ++workers_version_;
   w.last_heartbeat = options_.clock->Now();
   w.lost = false;
   Write(UpsertWorkerTxn(name, w.inventory, v1::WORKER_READY), [](absl::Status) {});
@@ -312,7 +323,7 @@ void ClusterManager::HandleHello(std::shared_ptr<WorkerLink> link, const v1::Hel
                was_lost ? "is back" : (replaced ? "re-registered" : "registered"),
                WorkerSlots(w.inventory),
                w.inventory.efa_devices() ? absl::StrCat(", ", w.inventory.efa_devices(), " EFA") : "");
-  schedule_wanted_ = true;
+  pass_wanted_ = true;  // coalesced: a thousand workers registering need not mean a thousand passes
   PublishWorkers();
 }
 
@@ -480,7 +491,7 @@ void ClusterManager::ApplyRetention(int64_t job_id, int keep_last, const std::st
 }
 
 void ClusterManager::HandleJobEvent(const v1::JobEvent& e) {
-  if (e.type() == "submitted" || e.to_state() == v1::QUEUED) schedule_wanted_ = true;
+  if (e.type() == "submitted" || e.to_state() == v1::QUEUED) pass_wanted_ = true;
   if (e.to_state() != v1::CANCELLED) return;
   int64_t job_id;
   if (!absl::SimpleAtoi(e.job_id(), &job_id)) return;
@@ -641,6 +652,7 @@ void ClusterManager::Tick() {
   for (auto& [name, w] : workers_) {
     if (w.lost || now - w.last_heartbeat < options_.heartbeat_timeout) continue;
     w.lost = true;
+    ++workers_version_;
     spdlog::warn("worker {} lost: no heartbeat for {}", name,
                  absl::FormatDuration(now - w.last_heartbeat));
     Write(SetWorkerStateTxn(name, v1::WORKER_LOST), [](absl::Status) {});
@@ -704,30 +716,33 @@ void ClusterManager::Tick() {
       }
     }
   }
-  if (schedule_wanted_ || now - last_pass_ > absl::Seconds(2)) SchedulePass();
+  if (schedule_wanted_ || pass_wanted_ || now - last_pass_ > absl::Seconds(2)) SchedulePass();
 }
 
 void ClusterManager::SchedulePass() {
   const auto pass_start = std::chrono::steady_clock::now();
   const absl::Time now = options_.clock->Now();
   schedule_wanted_ = false;
+  pass_wanted_ = false;
   last_pass_ = now;
   absl::StatusOr<QueuedJobsSnapshot> queued = store_->SnapshotQueuedJobs();  // from memory
   if (!queued.ok()) {
     spdlog::error("scheduling pass: cannot read the queue: {}", queued.status().ToString());
     return;
   }
-  std::vector<WorkerView> views;
-  for (const auto& [name, w] : workers_) {
-    views.push_back({name, w.inventory, !w.lost && w.link != nullptr});
+  if (views_version_ != workers_version_) {  // a worker came, went or was lost
+    views_.clear();
+    for (const auto& [name, w] : workers_) {
+      views_.push_back({name, w.inventory, !w.lost && w.link != nullptr});
+    }
+    views_version_ = workers_version_;
   }
-  SchedulerInput input = BuildSchedulerInput(*queued, views, attempts_, now);
+  const PendingJobCache::Input& input =
+      pending_jobs_.Build(*queued, views_, workers_version_, attempts_, now);
   for (const auto& [id, reason] : input.deadline_passed) {
     // No active attempt to end: the job fails straight from the queue.
     Write(FailQueuedJobTxn(id, reason), [](absl::Status) {});
   }
-  std::map<int64_t, v1::PendingInfo> pending_info = std::move(input.held_back);
-  const std::map<int64_t, const SchedulableJob*>& by_id = input.jobs;
   sched::Decisions d =
       scheduler_.Schedule(input.pending, input.workers, input.running, options_.queues, now);
   std::set<std::string> gone;  // lost or disconnected: named when a gang shrinks
@@ -736,7 +751,7 @@ void ClusterManager::SchedulePass() {
   }
 
   for (const sched::Placement& p : d.placements) {
-    const SchedulableJob& j = *by_id.at(p.job_id);
+    const SchedulableJob& j = *pending_jobs_.Job(p.job_id);
     ActiveAttempt a;
     a.spec = j.job.spec();
     if (a.spec.checkpoint().dir().empty() && !options_.checkpoint_root.empty()) {
@@ -812,30 +827,38 @@ void ClusterManager::SchedulePass() {
       });
     });
   }
-  for (const sched::Pending& p : d.pending) {
-    v1::PendingInfo& info = pending_info[p.job_id];
-    info.set_code(sched::PendingCodeName(p.code));
-    info.set_message(p.message);
-    info.set_queue_position(p.queue_position);
-    if (p.estimated_start.has_value()) {
-      *info.mutable_estimated_start() =
-          TimeUtil::MicrosecondsToTimestamp(absl::ToUnixMicros(*p.estimated_start));
-    }
-  }
+  // Explanations are published as the scheduler made them; PendingInfoFor turns one
+  // into a PendingInfo when asked (a pass over a deep queue would otherwise build one
+  // message per queued job that nobody reads).
+  auto made = std::make_shared<PublishedPending>();
+  made->held_back = input.held_back;
+  made->pending = std::move(d.pending);
+  std::shared_ptr<const PublishedPending> published = std::move(made);
   {
     std::lock_guard<std::mutex> lock(published_mu_);
-    pending_.swap(pending_info);
+    pending_.swap(published);
   }
+  published.reset();  // the previous pass's, unless a reader still holds it
   if (!d.placements.empty()) PublishAssignments();
   PublishWorkers();
+  const auto pass_end = std::chrono::steady_clock::now();
+  // The next pass for new submissions waits at least pass_interval, and twice as long as
+  // this one took: under a stream of submissions to a deep queue, passes take at most a
+  // third of the loop. Freed capacity (schedule_wanted_) does not wait.
+  next_pass_allowed_ =
+      pass_end + std::max(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                              absl::ToChronoMicroseconds(options_.pass_interval)),
+                          2 * (pass_end - pass_start));
   if (options_.metrics != nullptr) {
-    options_.metrics->RecordSchedulingPass(
-        absl::FromChrono(std::chrono::steady_clock::now() - pass_start));
+    options_.metrics->RecordSchedulingPass(absl::FromChrono(pass_end - pass_start));
   }
 }
 
 void ClusterManager::PublishWorkers() {
-  std::vector<v1::WorkerInfo> infos;
+  // What ListWorkers shows, without copying every worker's inventory: the protos are made
+  // by Workers() when someone asks (this runs after every pass and every released gang).
+  auto published = std::make_shared<std::vector<PublishedWorker>>();
+  published->reserve(workers_.size());
   std::map<std::string, int> allocated;
   std::map<std::string, std::vector<std::string>> tasks;
   ClusterUsage usage;
@@ -853,25 +876,28 @@ void ClusterManager::PublishWorkers() {
     }
   }
   for (const auto& [name, w] : workers_) {
-    v1::WorkerInfo info;
-    info.set_id(name);
-    info.set_name(name);
-    info.set_state(w.lost ? v1::WORKER_LOST : v1::WORKER_READY);
-    *info.mutable_inventory() = w.inventory;
-    *info.mutable_last_heartbeat() = TimeUtil::MicrosecondsToTimestamp(absl::ToUnixMicros(w.last_heartbeat));
-    for (const std::string& t : tasks[name]) info.add_running_task_ids(t);
-    info.set_gpus_allocated(allocated[name]);
-    for (const v1::GpuSample& g : w.gpus) *info.add_gpus() = g;
-    ++usage.workers[info.state()];
+    PublishedWorker info;
+    info.name = name;
+    info.state = w.lost ? v1::WORKER_LOST : v1::WORKER_READY;
+    info.inventory = w.shared_inventory;  // null for a recovered worker not back yet
+    info.last_heartbeat = w.last_heartbeat;
+    if (auto t = tasks.find(name); t != tasks.end()) info.running_task_ids = std::move(t->second);
+    auto al = allocated.find(name);
+    info.gpus_allocated = al == allocated.end() ? 0 : al->second;
+    info.gpus = w.gpus;
+    ++usage.workers[info.state];
     if (!w.lost) {
       usage.gpus_total += WorkerSlots(w.inventory);
-      usage.gpus_allocated += allocated[name];
+      usage.gpus_allocated += info.gpus_allocated;
     }
-    infos.push_back(std::move(info));
+    published->push_back(std::move(info));
   }
-  std::lock_guard<std::mutex> lock(published_mu_);
-  worker_infos_.swap(infos);
-  usage_ = std::move(usage);
+  std::shared_ptr<const std::vector<PublishedWorker>> done = std::move(published);
+  {
+    std::lock_guard<std::mutex> lock(published_mu_);
+    worker_infos_.swap(done);
+    usage_ = std::move(usage);
+  }
 }
 
 void ClusterManager::PublishAssignments() {
@@ -891,8 +917,28 @@ bool ClusterManager::IsAssigned(const std::string& task_id, const std::string& w
 }
 
 std::vector<v1::WorkerInfo> ClusterManager::Workers() const {
-  std::lock_guard<std::mutex> lock(published_mu_);
-  return worker_infos_;
+  std::shared_ptr<const std::vector<PublishedWorker>> published;
+  {
+    std::lock_guard<std::mutex> lock(published_mu_);
+    published = worker_infos_;
+  }
+  std::vector<v1::WorkerInfo> infos;
+  if (published == nullptr) return infos;
+  infos.reserve(published->size());
+  for (const PublishedWorker& w : *published) {
+    v1::WorkerInfo info;
+    info.set_id(w.name);
+    info.set_name(w.name);
+    info.set_state(w.state);
+    if (w.inventory != nullptr) *info.mutable_inventory() = *w.inventory;
+    *info.mutable_last_heartbeat() =
+        TimeUtil::MicrosecondsToTimestamp(absl::ToUnixMicros(w.last_heartbeat));
+    for (const std::string& t : w.running_task_ids) info.add_running_task_ids(t);
+    info.set_gpus_allocated(w.gpus_allocated);
+    for (const v1::GpuSample& g : w.gpus) *info.add_gpus() = g;
+    infos.push_back(std::move(info));
+  }
+  return infos;
 }
 
 ClusterUsage ClusterManager::Usage() const {
@@ -900,12 +946,36 @@ ClusterUsage ClusterManager::Usage() const {
   return usage_;
 }
 
-bool ClusterManager::PendingInfoFor(int64_t job_id, v1::PendingInfo* info) const {
-  std::lock_guard<std::mutex> lock(published_mu_);
-  auto it = pending_.find(job_id);
-  if (it == pending_.end()) return false;
-  *info = it->second;
+bool ClusterManager::PublishedPending::Find(int64_t job_id, v1::PendingInfo* info) const {
+  if (auto it = held_back.find(job_id); it != held_back.end()) {
+    *info = it->second;
+    return true;
+  }
+  std::call_once(index_once, [this] {
+    index.reserve(pending.size());
+    for (size_t i = 0; i < pending.size(); ++i) index.emplace(pending[i].job_id, i);
+  });
+  auto it = index.find(job_id);
+  if (it == index.end()) return false;
+  const sched::Pending& p = pending[it->second];
+  info->Clear();
+  info->set_code(sched::PendingCodeName(p.code));
+  info->set_message(p.message);
+  info->set_queue_position(p.queue_position);
+  if (p.estimated_start.has_value()) {
+    *info->mutable_estimated_start() =
+        TimeUtil::MicrosecondsToTimestamp(absl::ToUnixMicros(*p.estimated_start));
+  }
   return true;
+}
+
+bool ClusterManager::PendingInfoFor(int64_t job_id, v1::PendingInfo* info) const {
+  std::shared_ptr<const PublishedPending> published;
+  {
+    std::lock_guard<std::mutex> lock(published_mu_);
+    published = pending_;
+  }
+  return published != nullptr && published->Find(job_id, info);
 }
 
 }  // namespace llamafleet

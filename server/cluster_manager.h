@@ -8,6 +8,7 @@
 // stopped.
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -17,6 +18,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -27,6 +29,7 @@
 #include "scheduler/scheduler.h"
 #include "server/attempt_tracker.h"
 #include "server/checkpoint_retention.h"
+#include "server/scheduler_input.h"
 #include "server/serial_executor.h"
 #include "storage/cluster_store.h"
 #include "storage/job_store.h"
@@ -54,6 +57,11 @@ struct ClusterOptions {
   absl::Duration heartbeat_interval = absl::Seconds(2);
   // How often the loop checks timeouts and retries scheduling.
   absl::Duration tick = absl::Milliseconds(250);
+  // Passes for new submissions and registering workers are coalesced: at most one per
+  // this long (or twice the last pass's duration, if longer), measured on the steady
+  // clock, so a stream of commits is not one pass each. Capacity freed by an attempt
+  // that ended starts a pass at once. TickNow() always passes.
+  absl::Duration pass_interval = absl::Milliseconds(20);
   // SIGTERM → SIGKILL grace for cancelled jobs and for the rest of a failed gang.
   absl::Duration cancel_grace = absl::Seconds(15);
   // Preempted jobs get this long to checkpoint and stop.
@@ -156,6 +164,18 @@ class ClusterManager : public ClusterView {
     absl::Time last_heartbeat;
     std::vector<v1::GpuSample> gpus;
     bool lost = false;
+    // A copy of `inventory` that published snapshots share (made at each hello).
+    std::shared_ptr<const v1::Inventory> shared_inventory;
+  };
+  // A worker as Workers() shows it, without its inventory copied.
+  struct PublishedWorker {
+    std::string name;
+    v1::WorkerState state = v1::WORKER_READY;
+    std::shared_ptr<const v1::Inventory> inventory;
+    absl::Time last_heartbeat;
+    std::vector<std::string> running_task_ids;
+    int gpus_allocated = 0;
+    std::vector<v1::GpuSample> gpus;
   };
   using ActiveAttempt = AttemptTracker;
 
@@ -215,7 +235,17 @@ class ClusterManager : public ClusterView {
   // all hand out master_port_base first and collide in their ranks' rendezvous.
   int next_master_port_ = 0;
   std::deque<std::pair<std::string, std::string>> recently_released_;  // (task, worker), bounded
+  // A pass at the next turn of the loop (capacity freed, an attempt failed to start).
   bool schedule_wanted_ = true;
+  // A pass once next_pass_allowed_ is reached (new submissions, a worker registered).
+  bool pass_wanted_ = false;
+  std::chrono::steady_clock::time_point next_pass_allowed_;
+  PendingJobCache pending_jobs_;  // the queued jobs as the scheduler sees them
+  // Bumped whenever a worker registers, disconnects or is lost: the scheduler's view of
+  // the workers (views_) is rebuilt only then.
+  uint64_t workers_version_ = 1;
+  uint64_t views_version_ = 0;
+  std::vector<WorkerView> views_;
   absl::Time last_pass_ = absl::InfinitePast();
   absl::Time last_ttl_sweep_ = absl::InfinitePast();
 
@@ -229,8 +259,18 @@ class ClusterManager : public ClusterView {
 
   // Published for readers on other threads.
   mutable std::mutex published_mu_;
-  std::map<int64_t, v1::PendingInfo> pending_ ABSL_GUARDED_BY(published_mu_);
-  std::vector<v1::WorkerInfo> worker_infos_ ABSL_GUARDED_BY(published_mu_);
+  // The last pass's explanations of the jobs it left queued, as the scheduler made them
+  // (immutable once published; readers take a reference and look up without the lock).
+  struct PublishedPending {
+    std::map<int64_t, v1::PendingInfo> held_back;  // in restart backoff
+    std::vector<sched::Pending> pending;           // in scheduling order
+    // job id → position in `pending`, built by the first lookup.
+    mutable std::once_flag index_once;
+    mutable std::unordered_map<int64_t, size_t> index;
+    bool Find(int64_t job_id, v1::PendingInfo* info) const;
+  };
+  std::shared_ptr<const PublishedPending> pending_ ABSL_GUARDED_BY(published_mu_);
+  std::shared_ptr<const std::vector<PublishedWorker>> worker_infos_ ABSL_GUARDED_BY(published_mu_);
   ClusterUsage usage_ ABSL_GUARDED_BY(published_mu_);
   std::map<std::string, std::string> assignments_ ABSL_GUARDED_BY(published_mu_);  // task → worker
 

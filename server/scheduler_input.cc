@@ -1,5 +1,6 @@
 #include "server/scheduler_input.h"
 
+#include <algorithm>
 #include <optional>
 
 #include "absl/strings/numbers.h"
@@ -15,10 +16,43 @@ int WorkerSlots(const v1::Inventory& inv) {
   return inv.gpus_size() > 0 ? inv.gpus_size() : inv.cpu_ranks();
 }
 
-sched::PendingJob MakePendingJob(int64_t id, const SchedulableJob& j,
-                                 const std::vector<WorkerView>& workers) {
+namespace {
+
+// What a pass does with one queued job.
+enum class Disposition { kSkip, kDeadlinePassed, kBackoff, kPending };
+
+// The rules that depend on the pass (attempts, now), in the order of the header's list.
+Disposition Classify(const SchedulableJob& j, int64_t id,
+                     const std::map<int64_t, AttemptTracker>& attempts, absl::Time now) {
+  if (attempts.count(id)) return Disposition::kSkip;  // previous attempt still stopping
+  const int64_t deadline = j.job.spec().run_policy().active_deadline_seconds();
+  if (deadline > 0 && j.first_start != absl::InfinitePast() &&
+      now - j.first_start > absl::Seconds(deadline)) {
+    return Disposition::kDeadlinePassed;
+  }
+  if (j.eligible > now) return Disposition::kBackoff;
+  return Disposition::kPending;
+}
+
+std::string DeadlineReason(const SchedulableJob& j) {
+  return absl::StrCat("active_deadline_seconds (",
+                      j.job.spec().run_policy().active_deadline_seconds(), ") exceeded");
+}
+
+v1::PendingInfo BackoffInfo(const SchedulableJob& j, absl::Time now) {
+  v1::PendingInfo info;
+  info.set_code("BACKOFF");
+  info.set_message(absl::StrCat("restarting after backoff in ",
+                                absl::FormatDuration(absl::Ceil(j.eligible - now, absl::Seconds(1)))));
+  *info.mutable_estimated_start() =
+      TimeUtil::MicrosecondsToTimestamp(absl::ToUnixMicros(j.eligible));
+  return info;
+}
+
+// The part of a pending job that depends only on the stored job: the same in every pass
+// until a commit replaces the job's queue entry. Exclusions are the stored ones.
+sched::PendingJob PendingJobOf(int64_t id, const SchedulableJob& j) {
   const v1::JobSpec& spec = j.job.spec();
-  const int64_t deadline = spec.run_policy().active_deadline_seconds();
   sched::PendingJob p;
   p.job_id = id;
   p.queue = spec.queue();
@@ -31,22 +65,73 @@ sched::PendingJob MakePendingJob(int64_t id, const SchedulableJob& j,
   p.node_labels.insert(spec.resources().node_labels().begin(),
                        spec.resources().node_labels().end());
   p.excluded_workers = j.excluded_workers;
-  if (!p.excluded_workers.empty()) {
-    // A node fault keeps the worker out of the job's next placement only while the
-    // cluster could run the job without it: with no spare (two workers, one lost and
-    // back after a network cut) the job would otherwise wait forever.
-    const int64_t need = spec.resources().min_nodes() > 0 ? spec.resources().min_nodes()
-                                                           : spec.resources().nodes();
-    int64_t others = 0;
-    for (const WorkerView& w : workers) others += p.excluded_workers.count(w.name) ? 0 : 1;
-    if (others < need) p.excluded_workers.clear();
-  }
   p.last_preempted = j.last_preempted;
+  const int64_t deadline = spec.run_policy().active_deadline_seconds();
   if (deadline > 0) p.expected_duration = absl::Seconds(deadline);
   if (std::optional<v1::MemoryEstimate> e = EstimateJobMemory(spec)) {
     p.memory_per_gpu_bytes = e->total_bytes();
   }
   p.min_nodes = spec.resources().min_nodes();  // elastic: 0 or >= 1 (validated)
+  return p;
+}
+
+// A node fault keeps the worker out of the job's next placement only while the cluster
+// could run the job without it: with no spare (two workers, one lost and back after a
+// network cut) the job would otherwise wait forever. True: drop the exclusions this pass.
+bool ExclusionsStrand(const sched::PendingJob& p, const std::vector<WorkerView>& workers) {
+  if (p.excluded_workers.empty()) return false;
+  const int64_t need = p.min_nodes > 0 ? p.min_nodes : p.nodes;
+  int64_t others = 0;
+  for (const WorkerView& w : workers) others += p.excluded_workers.count(w.name) ? 0 : 1;
+  return others < need;
+}
+
+std::vector<sched::Worker> SchedulerWorkers(const std::vector<WorkerView>& workers) {
+  std::vector<sched::Worker> out;
+  out.reserve(workers.size());
+  for (const WorkerView& w : workers) {
+    sched::Worker sw;
+    sw.id = w.name;
+    sw.instance_type = w.inventory.instance_type();
+    sw.labels.insert(w.inventory.labels().begin(), w.inventory.labels().end());
+    sw.gpus = WorkerSlots(w.inventory);
+    sw.efa = w.inventory.efa_devices();
+    for (const auto& gpu : w.inventory.gpus()) {  // the smallest GPU bounds a job's shard
+      if (sw.gpu_memory_bytes == 0 || gpu.memory_bytes() < sw.gpu_memory_bytes) {
+        sw.gpu_memory_bytes = gpu.memory_bytes();
+      }
+    }
+    sw.schedulable = w.schedulable;
+    out.push_back(std::move(sw));
+  }
+  return out;
+}
+
+std::vector<sched::RunningJob> SchedulerRunning(const std::map<int64_t, AttemptTracker>& attempts,
+                                                absl::Time now) {
+  std::vector<sched::RunningJob> out;
+  out.reserve(attempts.size());
+  for (const auto& [job_id, a] : attempts) {
+    sched::RunningJob r;
+    r.job_id = job_id;
+    r.queue = a.spec.queue();
+    r.priority = a.spec.priority();
+    r.allocations = a.HeldAllocations();
+    r.started = a.record.started;
+    r.last_preempted = a.last_preempted;
+    r.expected_end = a.ExpectedEnd(now);
+    r.preempting = a.stopping;
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+}  // namespace
+
+sched::PendingJob MakePendingJob(int64_t id, const SchedulableJob& j,
+                                 const std::vector<WorkerView>& workers) {
+  sched::PendingJob p = PendingJobOf(id, j);
+  if (ExclusionsStrand(p, workers)) p.excluded_workers.clear();
   return p;
 }
 
@@ -61,53 +146,23 @@ SchedulerInput Build(const Jobs& queued, const std::vector<WorkerView>& workers,
   for (const SchedulableJob& j : queued) {
     int64_t id;
     if (!absl::SimpleAtoi(j.job.id(), &id)) continue;
-    if (attempts.count(id)) continue;  // previous attempt still stopping
-    const v1::JobSpec& spec = j.job.spec();
-    const int64_t deadline = spec.run_policy().active_deadline_seconds();
-    if (deadline > 0 && j.first_start != absl::InfinitePast() &&
-        now - j.first_start > absl::Seconds(deadline)) {
-      in.deadline_passed[id] = absl::StrCat("active_deadline_seconds (", deadline, ") exceeded");
-      continue;
-    }
-    if (j.eligible > now) {
-      v1::PendingInfo& info = in.held_back[id];
-      info.set_code("BACKOFF");
-      info.set_message(absl::StrCat("restarting after backoff in ",
-                                    absl::FormatDuration(absl::Ceil(j.eligible - now, absl::Seconds(1)))));
-      *info.mutable_estimated_start() =
-          TimeUtil::MicrosecondsToTimestamp(absl::ToUnixMicros(j.eligible));
-      continue;
+    switch (Classify(j, id, attempts, now)) {
+      case Disposition::kSkip:
+        continue;
+      case Disposition::kDeadlinePassed:
+        in.deadline_passed[id] = DeadlineReason(j);
+        continue;
+      case Disposition::kBackoff:
+        in.held_back[id] = BackoffInfo(j, now);
+        continue;
+      case Disposition::kPending:
+        break;
     }
     in.pending.push_back(MakePendingJob(id, j, workers));
     in.jobs[id] = &j;
   }
-  for (const WorkerView& w : workers) {
-    sched::Worker sw;
-    sw.id = w.name;
-    sw.instance_type = w.inventory.instance_type();
-    sw.labels.insert(w.inventory.labels().begin(), w.inventory.labels().end());
-    sw.gpus = WorkerSlots(w.inventory);
-    sw.efa = w.inventory.efa_devices();
-    for (const auto& gpu : w.inventory.gpus()) {  // the smallest GPU bounds a job's shard
-      if (sw.gpu_memory_bytes == 0 || gpu.memory_bytes() < sw.gpu_memory_bytes) {
-        sw.gpu_memory_bytes = gpu.memory_bytes();
-      }
-    }
-    sw.schedulable = w.schedulable;
-    in.workers.push_back(std::move(sw));
-  }
-  for (const auto& [job_id, a] : attempts) {
-    sched::RunningJob r;
-    r.job_id = job_id;
-    r.queue = a.spec.queue();
-    r.priority = a.spec.priority();
-    r.allocations = a.HeldAllocations();
-    r.started = a.record.started;
-    r.last_preempted = a.last_preempted;
-    r.expected_end = a.ExpectedEnd(now);
-    r.preempting = a.stopping;
-    in.running.push_back(std::move(r));
-  }
+  in.workers = SchedulerWorkers(workers);
+  in.running = SchedulerRunning(attempts, now);
   return in;
 }
 
@@ -125,6 +180,81 @@ SchedulerInput BuildSchedulerInput(const QueuedJobsSnapshot& queued,
                                    const std::map<int64_t, AttemptTracker>& attempts,
                                    absl::Time now) {
   return Build(queued, workers, attempts, now);
+}
+
+}  // namespace llamafleet
+
+namespace llamafleet {
+
+const PendingJobCache::Input& PendingJobCache::Build(const QueuedJobsSnapshot& queued,
+                                                     const std::vector<WorkerView>& workers,
+                                                     uint64_t workers_version,
+                                                     const std::map<int64_t, AttemptTracker>& attempts,
+                                                     absl::Time now) {
+  // Merge the snapshot (id order) with the cache (id order): an entry the cache holds
+  // (the same immutable object) keeps its conversion, anything else is converted now,
+  // and what left the queue is dropped.
+  std::vector<Cached> next;
+  next.reserve(queued.size());
+  converted_ = 0;
+  size_t old = 0;
+  for (const QueuedJobsSnapshot::Entry& entry : queued.entries()) {
+    int64_t id = 0;
+    const bool valid = absl::SimpleAtoi(entry->job.id(), &id);
+    while (valid && old < jobs_.size() && jobs_[old].id < id) ++old;
+    if (valid && old < jobs_.size() && jobs_[old].id == id && jobs_[old].entry == entry) {
+      next.push_back(std::move(jobs_[old++]));
+      continue;
+    }
+    if (!valid) continue;  // (never stored: ids are numbers)
+    Cached c;
+    c.id = id;
+    c.entry = entry;
+    c.job = PendingJobOf(id, *entry);
+    ++converted_;
+    next.push_back(std::move(c));
+  }
+  jobs_.swap(next);
+  next.clear();  // the dropped entries go here, not under anyone's lock
+
+  input_.pending.clear();
+  input_.held_back.clear();
+  input_.deadline_passed.clear();
+  adjusted_.clear();
+  input_.pending.reserve(jobs_.size());
+  for (const Cached& c : jobs_) {
+    switch (Classify(*c.entry, c.id, attempts, now)) {
+      case Disposition::kSkip:
+        continue;
+      case Disposition::kDeadlinePassed:
+        input_.deadline_passed[c.id] = DeadlineReason(*c.entry);
+        continue;
+      case Disposition::kBackoff:
+        input_.held_back[c.id] = BackoffInfo(*c.entry, now);
+        continue;
+      case Disposition::kPending:
+        break;
+    }
+    if (ExclusionsStrand(c.job, workers)) {
+      adjusted_.push_back(c.job);  // a deque: earlier pointers stay valid
+      adjusted_.back().excluded_workers.clear();
+      input_.pending.push_back(&adjusted_.back());
+    } else {
+      input_.pending.push_back(&c.job);
+    }
+  }
+  if (workers_version_ != workers_version) {
+    input_.workers = SchedulerWorkers(workers);
+    workers_version_ = workers_version;
+  }
+  input_.running = SchedulerRunning(attempts, now);
+  return input_;
+}
+
+const SchedulableJob* PendingJobCache::Job(int64_t id) const {
+  auto it = std::lower_bound(jobs_.begin(), jobs_.end(), id,
+                             [](const Cached& c, int64_t v) { return c.id < v; });
+  return it != jobs_.end() && it->id == id ? it->entry.get() : nullptr;
 }
 
 }  // namespace llamafleet

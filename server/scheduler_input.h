@@ -6,7 +6,9 @@
 // no I/O, no clock of its own.
 
 #include <cstdint>
+#include <deque>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -69,6 +71,51 @@ SchedulerInput BuildSchedulerInput(const QueuedJobsSnapshot& queued,
                                    const std::vector<WorkerView>& workers,
                                    const std::map<int64_t, AttemptTracker>& attempts,
                                    absl::Time now);
+
+// BuildSchedulerInput for the coordinator's passes, kept across them: a queue entry is an
+// immutable object shared by the store's snapshots (a commit that changes a queued job
+// replaces its entry), so its conversion to a sched::PendingJob (spec fields, labels,
+// memory estimate) is made once, when the entry first appears, and reused by every pass
+// while the entry stays. The rules that depend on the pass (attempts, deadlines, backoff,
+// exclusions against the current workers) are applied every pass, as BuildSchedulerInput
+// does; the result is the same as BuildSchedulerInput's for the same arguments.
+// Not thread-safe: one caller (the manager's strand).
+class PendingJobCache {
+ public:
+  struct Input {
+    std::vector<const sched::PendingJob*> pending;  // in job id order
+    std::vector<sched::Worker> workers;
+    std::vector<sched::RunningJob> running;
+    std::map<int64_t, v1::PendingInfo> held_back;
+    std::map<int64_t, std::string> deadline_passed;
+  };
+
+  // The input for one pass over `queued`. Valid until the next Build (it points into the
+  // cache, which holds the entries it was built from).
+  // `workers_version` names `workers`: the same version as the last Build's means the
+  // same workers, whose conversion is reused.
+  const Input& Build(const QueuedJobsSnapshot& queued, const std::vector<WorkerView>& workers,
+                     uint64_t workers_version, const std::map<int64_t, AttemptTracker>& attempts,
+                     absl::Time now);
+
+  // The stored job behind a pending job of the last Build, or null.
+  const SchedulableJob* Job(int64_t id) const;
+
+  // Queue entries converted by the last Build (the rest were reused).
+  size_t converted() const { return converted_; }
+
+ private:
+  struct Cached {
+    int64_t id = 0;
+    QueuedJobsSnapshot::Entry entry;
+    sched::PendingJob job;
+  };
+  std::vector<Cached> jobs_;  // in id order
+  std::deque<sched::PendingJob> adjusted_;  // this pass's copies with exclusions dropped
+  Input input_;
+  size_t converted_ = 0;
+  std::optional<uint64_t> workers_version_;  // of input_.workers
+};
 
 }  // namespace llamafleet
 

@@ -68,6 +68,9 @@ class QueuedJobsSnapshot {
   const_iterator end() const { return const_iterator(jobs_.end()); }
   size_t size() const { return jobs_.size(); }
   bool empty() const { return jobs_.empty(); }
+  // The entries themselves: an entry stays the same object until a commit replaces or
+  // removes that job, so its address tells a reader whether the job changed.
+  const std::vector<Entry>& entries() const { return jobs_; }
 
  private:
   std::vector<Entry> jobs_;

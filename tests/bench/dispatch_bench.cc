@@ -260,10 +260,13 @@ std::vector<double> SubmitConcurrently(const std::string& address, int clients, 
 int RunDeepQueue(int queued, int workers, int gpus, int clients, int gangs, int nodes,
                  int idle_submits, int sequential) {
   testing::TempDir dir;
+  // The backlog and the gangs are one user's: more than the default per-user limit.
+  std::ofstream(dir.path() + "/config.yaml") << "limits: {max_active_jobs_per_user: 0}\n";
   auto coordinator = testing::Subprocess::Start(
       {testing::BinaryPath("llamafleet-coordinator"), "--listen", "127.0.0.1:0",
        "--http-listen", "127.0.0.1:0", "--insecure-no-auth", "--data-dir", dir.path(),
-       "--join-token", "bench", "--log-level", "warn",
+       "--config", dir.path() + "/config.yaml",
+       "--join-token", "bench", "--log-level", "warn", "--path-root", dir.path(), "--path-root", "/",
        // The simulated workers do not heartbeat; the run is longer than the default.
        "--heartbeat-timeout", "3600"});
   if (!coordinator.ok()) return 1;

@@ -333,6 +333,59 @@ TEST_F(ClusterManagerTest, ReportsAreAcceptedOnlyFromTheAssignedWorker) {
   ASSERT_TRUE(Eventually([&] { return Checkpoints(id).size() == 1 && Job(id).latest_metrics().step() == 7; }));
 }
 
+// Passes for new submissions are coalesced (issue 13): a submitted job is still placed by
+// the loop's own passes, promptly, with nobody calling TickNow and the fake clock still.
+TEST_F(ClusterManagerTest, CoalescedPassesStillPlaceASubmittedJobPromptly) {
+  std::shared_ptr<FakeLink> w0 = Hello("w0");
+  std::shared_ptr<FakeLink> w1 = Hello("w1");
+  const absl::Time submitted = absl::Now();
+  const int64_t id = Submit();
+  while (w0->Assignments().empty() && absl::Now() - submitted < absl::Seconds(10)) {
+    absl::SleepFor(absl::Milliseconds(2));
+  }
+  ASSERT_EQ(w0->Assignments().size(), 1u);
+  EXPECT_EQ(w0->Assignments()[0].task_id(), absl::StrCat(id, "-1-0"));
+  // pass_interval is 20 ms; a loaded test machine gets a generous bound.
+  EXPECT_LT(absl::Now() - submitted, absl::Seconds(2));
+  // A burst of submissions with nothing free: each is explained by a pass soon after.
+  std::vector<int64_t> burst;
+  for (int i = 0; i < 20; ++i) burst.push_back(Submit());
+  v1::PendingInfo info;
+  const absl::Time start = absl::Now();
+  while (!manager_->PendingInfoFor(burst.back(), &info) && absl::Now() - start < absl::Seconds(10)) {
+    absl::SleepFor(absl::Milliseconds(2));
+  }
+  ASSERT_TRUE(manager_->PendingInfoFor(burst.back(), &info));
+  EXPECT_EQ(info.queue_position(), 20);
+}
+
+// The pass keeps the scheduler's explanations as they are and PendingInfoFor builds a
+// job's PendingInfo when asked: the same code, message and position as before.
+TEST_F(ClusterManagerTest, PendingInfoIsMadeWhenAskedAndMatchesThePass) {
+  std::shared_ptr<FakeLink> w0 = Hello("w0");
+  std::shared_ptr<FakeLink> w1 = Hello("w1");
+  const int64_t running = Submit();
+  ASSERT_TRUE(Eventually([&] { return !w0->Assignments().empty(); }));
+  const int64_t second = Submit();
+  const int64_t third = Submit();
+  v1::PendingInfo info;
+  ASSERT_TRUE(Eventually([&] { return manager_->PendingInfoFor(third, &info); }));
+  EXPECT_FALSE(manager_->PendingInfoFor(running, &info)) << "placed: not pending";
+  EXPECT_FALSE(manager_->PendingInfoFor(9999, &info)) << "no such job";
+  ASSERT_TRUE(manager_->PendingInfoFor(second, &info));
+  EXPECT_EQ(info.code(), "INSUFFICIENT_CAPACITY");
+  EXPECT_EQ(info.queue_position(), 1);
+  EXPECT_NE(info.message().find("needs 2 nodes with 1 free GPU"), std::string::npos) << info.message();
+  EXPECT_NE(info.message().find("0 match"), std::string::npos) << info.message();
+  ASSERT_TRUE(manager_->PendingInfoFor(third, &info));
+  EXPECT_EQ(info.code(), "INSUFFICIENT_CAPACITY");
+  EXPECT_EQ(info.queue_position(), 2);
+  // Asked again (the index is built once per pass), the same answer.
+  v1::PendingInfo again;
+  ASSERT_TRUE(manager_->PendingInfoFor(third, &again));
+  EXPECT_EQ(again.SerializeAsString(), info.SerializeAsString());
+}
+
 TEST_F(ClusterManagerTest, CheckpointsOutsideTheJobDirAreIgnoredAndRetentionDeletesOnlyStepDirs) {
   std::shared_ptr<FakeLink> w0 = Hello("w0");
   std::shared_ptr<FakeLink> w1 = Hello("w1");

@@ -473,5 +473,77 @@ TEST(ElasticGrowTest, Table) {
   }
 }
 
+// The coordinator's passes build their input through PendingJobCache: the same input as
+// BuildSchedulerInput, with each queue entry converted once and reused while it stays.
+TEST(PendingJobCacheTest, SameInputAsBuildSchedulerInputConvertingOnlyChangedEntries) {
+  std::vector<SchedulableJob> jobs = {Queued(1, 1, 1), Queued(2, 1, 1), Queued(3, 1, 1),
+                                      Queued(4, 1, 1), Queued(5, 2, 1)};
+  jobs[2].eligible = kNow + absl::Seconds(4);  // backoff
+  jobs[3].job.mutable_spec()->mutable_run_policy()->set_active_deadline_seconds(60);
+  jobs[3].first_start = kNow - absl::Seconds(61);  // deadline passed
+  jobs[4].excluded_workers = {"w1"};               // no spare: the exclusion is dropped
+  std::map<int64_t, AttemptTracker> attempts;
+  attempts[2] = Running(2, "w0", 1);  // previous attempt still stopping
+  const std::vector<WorkerView> workers = {GpuWorker("w0", 2), GpuWorker("w1", 2)};
+  std::vector<QueuedJobsSnapshot::Entry> entries;
+  for (const SchedulableJob& j : jobs) entries.push_back(std::make_shared<const SchedulableJob>(j));
+
+  auto expect_same = [&](const PendingJobCache::Input& got, const std::vector<SchedulableJob>& queued) {
+    SchedulerInput want = BuildSchedulerInput(queued, workers, attempts, kNow);
+    ASSERT_EQ(got.pending.size(), want.pending.size());
+    for (size_t i = 0; i < want.pending.size(); ++i) {
+      EXPECT_EQ(got.pending[i]->job_id, want.pending[i].job_id);
+      EXPECT_EQ(got.pending[i]->priority, want.pending[i].priority);
+      EXPECT_EQ(got.pending[i]->nodes, want.pending[i].nodes);
+      EXPECT_EQ(got.pending[i]->excluded_workers, want.pending[i].excluded_workers);
+      EXPECT_EQ(got.pending[i]->memory_per_gpu_bytes, want.pending[i].memory_per_gpu_bytes);
+    }
+    ASSERT_EQ(got.held_back.size(), want.held_back.size());
+    for (const auto& [id, info] : want.held_back) {
+      ASSERT_EQ(got.held_back.count(id), 1u);
+      EXPECT_EQ(got.held_back.at(id).message(), info.message());
+    }
+    EXPECT_EQ(got.deadline_passed, want.deadline_passed);
+    EXPECT_EQ(got.workers.size(), want.workers.size());
+    EXPECT_EQ(got.running.size(), want.running.size());
+  };
+
+  PendingJobCache cache;
+  const PendingJobCache::Input& first = cache.Build(QueuedJobsSnapshot(entries), workers, 1, attempts, kNow);
+  EXPECT_EQ(cache.converted(), 5u);
+  expect_same(first, jobs);
+  ASSERT_EQ(first.pending.size(), 2u);
+  EXPECT_TRUE(first.pending[1]->excluded_workers.empty());
+
+  // Nothing changed: nothing is converted again.
+  const PendingJobCache::Input& second = cache.Build(QueuedJobsSnapshot(entries), workers, 1, attempts, kNow);
+  EXPECT_EQ(cache.converted(), 0u);
+  expect_same(second, jobs);
+
+  // A commit replaced job 1 (new priority), job 3 left the queue, job 9 arrived; with a
+  // spare worker job 5 keeps its exclusion.
+  jobs[0].job.mutable_spec()->set_priority(7);
+  entries[0] = std::make_shared<const SchedulableJob>(jobs[0]);
+  jobs.erase(jobs.begin() + 2);
+  entries.erase(entries.begin() + 2);
+  jobs.push_back(Queued(9, 1, 2));
+  entries.push_back(std::make_shared<const SchedulableJob>(jobs.back()));
+  const std::vector<WorkerView> more = {GpuWorker("w0", 2), GpuWorker("w1", 2), GpuWorker("w2", 2)};
+  const PendingJobCache::Input& third = cache.Build(QueuedJobsSnapshot(entries), more, 2, attempts, kNow);
+  EXPECT_EQ(cache.converted(), 2u);
+  ASSERT_EQ(third.pending.size(), 3u);
+  EXPECT_EQ(third.pending[0]->job_id, 1);
+  EXPECT_EQ(third.pending[0]->priority, 7);
+  EXPECT_EQ(third.pending[1]->job_id, 5);
+  EXPECT_EQ(third.pending[1]->excluded_workers, std::set<std::string>{"w1"});
+  EXPECT_EQ(third.pending[2]->job_id, 9);
+  EXPECT_EQ(third.workers.size(), 3u) << "a new workers version is converted again";
+  EXPECT_TRUE(third.held_back.empty());
+  EXPECT_EQ(cache.Job(3), nullptr);
+  ASSERT_NE(cache.Job(9), nullptr);
+  EXPECT_EQ(cache.Job(9)->job.id(), JobIdString(9));
+  EXPECT_EQ(cache.Job(1)->job.spec().priority(), 7);
+}
+
 }  // namespace
 }  // namespace llamafleet
