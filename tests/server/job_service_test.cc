@@ -346,7 +346,7 @@ TEST_F(JobServiceTest, ListReturnsSummariesUnlessTheFullViewIsAsked) {
     }
     return out;
   };
-  for (const std::string order_by : {"", "name", "-priority"}) {
+  for (const char* order_by : {"", "name", "-priority"}) {
     const std::vector<v1::ListJobsResponse> unset = pages(v1::JOB_VIEW_UNSPECIFIED, order_by);
     const std::vector<v1::ListJobsResponse> basic = pages(v1::JOB_VIEW_BASIC, order_by);
     const std::vector<v1::ListJobsResponse> full = pages(v1::JOB_VIEW_FULL, order_by);
