@@ -85,6 +85,19 @@ void AddMemoryEstimate(v1::Job* job) {
   }
 }
 
+// JOB_VIEW_BASIC (job.proto): of the spec only what a list shows; no workers or key.
+void ReduceToBasicView(v1::Job* job) {
+  v1::JobSpec* spec = job->mutable_spec();
+  v1::JobSpec basic;
+  basic.set_name(std::move(*spec->mutable_name()));
+  basic.set_queue(std::move(*spec->mutable_queue()));
+  basic.set_priority(spec->priority());
+  if (spec->has_resources()) basic.mutable_resources()->Swap(spec->mutable_resources());
+  spec->Swap(&basic);
+  job->clear_workers();
+  job->clear_idempotency_key();
+}
+
 }  // namespace
 
 grpc::Status ToGrpcStatus(const absl::Status& status) {
@@ -345,11 +358,17 @@ grpc::ServerUnaryReactor* JobServiceImpl::ListJobs(grpc::CallbackServerContext* 
   if (!cursor.ok()) return FinishNow(context, cursor.status());
   query.before_id = cursor->id;
   query.offset = cursor->offset;
+  if (!v1::JobView_IsValid(request->view())) {
+    return FinishNow(context, absl::InvalidArgumentError(absl::StrCat(
+                                  "view must be JOB_VIEW_BASIC or JOB_VIEW_FULL, got ", request->view())));
+  }
+  const bool full = request->view() == v1::JOB_VIEW_FULL;
   query.count_total = true;
   absl::StatusOr<ListJobsResult> result = store_->ListJobs(query);
   if (!result.ok()) return FinishNow(context, result.status());
   const int64_t returned = static_cast<int64_t>(result->jobs.size());
   for (v1::Job& job : result->jobs) {
+    if (!full) ReduceToBasicView(&job);
     AddPendingInfo(&job);
     *response->add_jobs() = std::move(job);
   }

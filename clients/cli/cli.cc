@@ -438,6 +438,9 @@ absl::StatusOr<v1::ListJobsResponse> ListPages(Client& client, v1::ListJobsReque
 absl::Status RunGetJobs(const Context& ctx, const ListFlags& flags) {
   absl::StatusOr<v1::ListJobsRequest> request = MakeListRequest(flags);
   if (!request.ok()) return request.status();
+  // The plain table needs only the summary; -o wide shows model and sharding, and
+  // -o json/yaml print whole jobs.
+  request->set_view(ctx.format == Format::kTable ? v1::JOB_VIEW_BASIC : v1::JOB_VIEW_FULL);
   absl::StatusOr<Client*> client = Connect(ctx);
   if (!client.ok()) return client.status();
   absl::StatusOr<v1::ListJobsResponse> response = ListPages(**client, *request, flags);

@@ -743,7 +743,7 @@ void Gateway::ListJobs(const Request& http, absl::string_view query, std::shared
   absl::Status s = params.status();
   if (s.ok()) {
     s = params->Only(
-        {"state", "queue", "owner", "label", "name", "order_by", "page_size", "page_token"});
+        {"state", "queue", "owner", "label", "name", "order_by", "page_size", "page_token", "view"});
   }
   v1::ListJobsRequest request;
   if (s.ok()) {
@@ -758,6 +758,18 @@ void Gateway::ListJobs(const Request& http, absl::string_view query, std::shared
         }
         request.add_states(state);
       }
+    }
+  }
+  // view=basic (the default: what a list shows) or view=full (whole specs).
+  if (s.ok()) {
+    const std::string view = absl::AsciiStrToUpper(params->Get("view").value_or(""));
+    if (view == "FULL" || view == "JOB_VIEW_FULL") {
+      request.set_view(v1::JOB_VIEW_FULL);
+    } else if (view.empty() || view == "BASIC" || view == "JOB_VIEW_BASIC") {
+      request.set_view(v1::JOB_VIEW_BASIC);
+    } else {
+      s = absl::InvalidArgumentError(absl::StrCat(
+          "query parameter view must be basic or full (got \"", *params->Get("view"), "\")"));
     }
   }
   int32_t page_size = 0;

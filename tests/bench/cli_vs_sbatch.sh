@@ -129,8 +129,9 @@ sbatch --hold "$T/job.sh" >/dev/null  # warm up (and fail early if submission do
 mkdir -p "$T/lf"
 TOKEN=$("$BIN/llamafleet-coordinator" token create --data-dir "$T/lf" --user bench --role user) ||
   { echo "llamafleet-coordinator token create failed" >&2; exit 1; }
+# The job files name /data/...: jobs may name only paths under a configured root.
 "$BIN/llamafleet-coordinator" --listen 127.0.0.1:0 --data-dir "$T/lf" --log-level warn \
-  >"$T/coordinator.out" 2>"$T/coordinator.err" &
+  --path-root /data >"$T/coordinator.out" 2>"$T/coordinator.err" &
 PIDS+=($!)
 for _ in $(seq 100); do grep -q '^listening on ' "$T/coordinator.out" && break; sleep 0.1; done
 ADDR=$(sed -n 's/^listening on //p' "$T/coordinator.out")

@@ -190,6 +190,7 @@ class SecurityApiTest : public ::testing::Test {
   std::vector<v1::Job> Jobs() {
     v1::ListJobsRequest req;
     req.set_page_size(1000);
+    req.set_view(v1::JOB_VIEW_FULL);  // the stored specs, paths included
     v1::ListJobsResponse resp;
     grpc::Status s = stub_->ListJobs(Context("root").get(), req, &resp);
     EXPECT_TRUE(s.ok()) << s.error_message();

@@ -396,6 +396,64 @@ TEST_F(HttpApiTest, ListWithFiltersAndPaging) {
   EXPECT_EQ(client_->Get("/api/v1/jobs?name=%zz").status, 400);
 }
 
+TEST_F(HttpApiTest, ListShowsSummariesAndViewFullWholeJobs) {
+  for (int i = 0; i < 3; ++i) Submit(absl::StrCat("v-", i), absl::StrCat("key-", i));
+  const json one = client_->Get("/api/v1/jobs/2").Json();
+
+  Reply r = client_->Get("/api/v1/jobs?page_size=2");
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json basic = r.Json();
+  ASSERT_EQ(basic["jobs"].size(), 2u);
+  const json& b = basic["jobs"][1];
+  EXPECT_EQ(b["id"], "2");
+  // What the portal's list and `llamafleet get jobs` show.
+  for (const char* key : {"id", "owner", "state", "status_reason", "create_time", "update_time",
+                          "attempts", "restarts", "last_event_seq"}) {
+    EXPECT_EQ(b[key], one[key]) << key;
+  }
+  EXPECT_EQ(b["spec"]["name"], "v-1");
+  EXPECT_EQ(b["spec"]["queue"], one["spec"]["queue"]);
+  EXPECT_EQ(b["spec"]["priority"], one["spec"]["priority"]);
+  EXPECT_EQ(b["spec"]["resources"], one["spec"]["resources"]);
+  // Left to view=full.
+  EXPECT_FALSE(b["spec"].contains("model")) << b.dump();
+  EXPECT_FALSE(b["spec"].contains("training")) << b.dump();
+  EXPECT_EQ(b["idempotency_key"], "");
+  EXPECT_EQ(b["workers"], json::array());
+
+  // view=full: the job as GET /jobs/{id} has it, less what is derived per call; the
+  // same page token either way.
+  for (const char* view : {"full", "FULL", "JOB_VIEW_FULL"}) {
+    r = client_->Get(absl::StrCat("/api/v1/jobs?page_size=2&view=", view));
+    ASSERT_EQ(r.status, 200) << r.body;
+    json full = r.Json();
+    EXPECT_EQ(full["next_page_token"], basic["next_page_token"]);
+    EXPECT_EQ(full["total_size"], "3");
+    json expected = one;
+    // The scheduler's pending info may move between the calls.
+    for (const char* derived : {"memory_estimate", "pending"}) {
+      expected.erase(derived);
+      full["jobs"][1].erase(derived);
+    }
+    EXPECT_EQ(full["jobs"][1], expected) << view;
+    EXPECT_EQ(full["jobs"][1]["idempotency_key"], "key-1");
+  }
+  EXPECT_EQ(client_->Get("/api/v1/jobs?page_size=2&view=basic").Json(), basic);
+  r = client_->Get(absl::StrCat("/api/v1/jobs?view=full&page_size=2&page_token=",
+                                basic["next_page_token"].get<std::string>()));
+  ASSERT_EQ(r.status, 200) << r.body;
+  ASSERT_EQ(r.Json()["jobs"].size(), 1u);
+  EXPECT_EQ(r.Json()["jobs"][0]["id"], "1");
+  EXPECT_TRUE(r.Json()["jobs"][0]["spec"].contains("model"));
+
+  r = client_->Get("/api/v1/jobs?view=everything");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_TRUE(absl::StrContains(r.body, "view must be basic or full")) << r.body;
+  // A summary is a fraction of the bytes.
+  EXPECT_LT(client_->Get("/api/v1/jobs").body.size() * 2,
+            client_->Get("/api/v1/jobs?view=full").body.size());
+}
+
 TEST_F(HttpApiTest, CancelAndEvents) {
   const std::string id = Submit("victim");
   Reply r = client_->Do(bhttp::verb::post, absl::StrCat("/api/v1/jobs/", id, ":cancel"), "x",

@@ -315,6 +315,112 @@ TEST_F(JobServiceTest, ListSearchesByNameSortsAndCountsAcrossPages) {
   EXPECT_NE(s.error_message().find("order_by must be one of"), std::string::npos);
 }
 
+TEST_F(JobServiceTest, ListReturnsSummariesUnlessTheFullViewIsAsked) {
+  for (int i = 0; i < 5; ++i) {
+    v1::JobSpec spec = ValidSpec(absl::StrCat("v", i));
+    spec.set_queue("research");
+    spec.set_priority(10 * i);
+    (*spec.mutable_labels())["team"] = "nlp";
+    Submit(spec, absl::StrCat("key-", i));
+  }
+  v1::GetJobRequest get;
+  get.set_job_id("3");
+  v1::Job stored;
+  ASSERT_TRUE(stub_->GetJob(Context().get(), get, &stored).ok());
+
+  // Every page in both views: the same jobs, the same tokens, the same total.
+  auto pages = [&](v1::JobView view, const std::string& order_by) {
+    std::vector<v1::ListJobsResponse> out;
+    v1::ListJobsRequest req;
+    req.set_page_size(2);
+    req.set_view(view);
+    req.set_order_by(order_by);
+    while (true) {
+      v1::ListJobsResponse resp;
+      grpc::Status s = stub_->ListJobs(Context().get(), req, &resp);
+      EXPECT_TRUE(s.ok()) << s.error_message();
+      if (!s.ok()) break;
+      out.push_back(resp);
+      if (resp.next_page_token().empty()) break;
+      req.set_page_token(resp.next_page_token());
+    }
+    return out;
+  };
+  for (const char* order_by : {"", "name", "-priority"}) {
+    const std::vector<v1::ListJobsResponse> unset = pages(v1::JOB_VIEW_UNSPECIFIED, order_by);
+    const std::vector<v1::ListJobsResponse> basic = pages(v1::JOB_VIEW_BASIC, order_by);
+    const std::vector<v1::ListJobsResponse> full = pages(v1::JOB_VIEW_FULL, order_by);
+    ASSERT_EQ(unset.size(), 3u) << order_by;
+    ASSERT_EQ(basic.size(), 3u) << order_by;
+    ASSERT_EQ(full.size(), 3u) << order_by;
+    for (size_t p = 0; p < full.size(); ++p) {
+      EXPECT_EQ(basic[p].next_page_token(), full[p].next_page_token()) << order_by;
+      EXPECT_EQ(unset[p].next_page_token(), full[p].next_page_token()) << order_by;
+      EXPECT_EQ(basic[p].total_size(), 5);
+      EXPECT_EQ(full[p].total_size(), 5);
+      ASSERT_EQ(basic[p].jobs_size(), full[p].jobs_size());
+      for (int j = 0; j < full[p].jobs_size(); ++j) {
+        const v1::Job& b = basic[p].jobs(j);
+        const v1::Job& f = full[p].jobs(j);
+        EXPECT_EQ(unset[p].jobs(j).SerializeAsString(), b.SerializeAsString());
+        EXPECT_EQ(b.id(), f.id());
+        // What a list shows.
+        EXPECT_EQ(b.owner(), "alice");
+        EXPECT_EQ(b.state(), f.state());
+        EXPECT_EQ(b.status_reason(), f.status_reason());
+        EXPECT_EQ(b.create_time().seconds(), f.create_time().seconds());
+        EXPECT_EQ(b.update_time().seconds(), f.update_time().seconds());
+        EXPECT_EQ(b.last_event_seq(), f.last_event_seq());
+        EXPECT_EQ(b.spec().name(), f.spec().name());
+        EXPECT_EQ(b.spec().queue(), "research");
+        EXPECT_EQ(b.spec().priority(), f.spec().priority());
+        EXPECT_EQ(b.spec().resources().nodes(), 2);
+        EXPECT_EQ(b.spec().resources().gpus_per_node(), 1);
+        // What it leaves to the full view.
+        EXPECT_FALSE(b.spec().has_model());
+        EXPECT_FALSE(b.spec().has_data());
+        EXPECT_FALSE(b.spec().has_training());
+        EXPECT_TRUE(b.spec().labels().empty());
+        EXPECT_TRUE(b.idempotency_key().empty());
+        EXPECT_TRUE(f.spec().has_model());
+        EXPECT_EQ(f.spec().labels().at("team"), "nlp");
+        EXPECT_EQ(f.idempotency_key(), absl::StrCat("key-", f.id().back() - '1'));
+        EXPECT_LT(b.ByteSizeLong() + 100, f.ByteSizeLong());
+      }
+    }
+  }
+  // The full view is the job GetJob returns (less what is derived per call).
+  for (const v1::ListJobsResponse& page : pages(v1::JOB_VIEW_FULL, "")) {
+    for (const v1::Job& f : page.jobs()) {
+      if (f.id() != "3") continue;
+      v1::Job expected = stored;
+      expected.clear_memory_estimate();
+      expected.clear_pending();  // the scheduler's, may move between the calls
+      v1::Job got = f;
+      got.clear_pending();
+      EXPECT_EQ(got.SerializeAsString(), expected.SerializeAsString());
+    }
+  }
+  // A token made in one view pages on in the other.
+  v1::ListJobsRequest req;
+  req.set_page_size(2);
+  v1::ListJobsResponse first, second;
+  ASSERT_TRUE(stub_->ListJobs(Context().get(), req, &first).ok());
+  req.set_view(v1::JOB_VIEW_FULL);
+  req.set_page_token(first.next_page_token());
+  ASSERT_TRUE(stub_->ListJobs(Context().get(), req, &second).ok());
+  ASSERT_EQ(second.jobs_size(), 2);
+  EXPECT_EQ(second.jobs(0).id(), "3");
+  EXPECT_TRUE(second.jobs(0).spec().has_model());
+
+  v1::ListJobsRequest bad;
+  bad.set_view(static_cast<v1::JobView>(7));
+  v1::ListJobsResponse resp;
+  grpc::Status s = stub_->ListJobs(Context().get(), bad, &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("view"), std::string::npos) << s.error_message();
+}
+
 TEST_F(JobServiceTest, ListQueuesShowsDepthRunningAndQuota) {
   for (int i = 0; i < 3; ++i) {
     v1::JobSpec spec = ValidSpec(absl::StrCat("q", i));
