@@ -73,17 +73,10 @@ fi
 import glob, json, os, struct, sys
 import torch
 out = sys.argv[1]
+sys.path.insert(0, os.path.join("tests", "trainer"))  # run.sh runs from the repository root
+from ranks import max_rel as rel, read_weights
 def weights(d):
-    t = {}
-    for f in glob.glob(os.path.join(d, "weights", "*.safetensors")):
-        b = open(f, "rb").read(); n = struct.unpack("<Q", b[:8])[0]; h = json.loads(b[8:8 + n])
-        for k, v in h.items():
-            if k != "__metadata__":
-                s, e = v["data_offsets"]
-                t[k] = torch.frombuffer(bytearray(b[8 + n + s:8 + n + e]), dtype=torch.float32).reshape(v["shape"])
-    return t
-def rel(a, b):
-    return max(float((a[k] - b[k]).abs().max() / b[k].abs().max()) for k in b)
+    return read_weights(os.path.join(d, "weights"))
 def losses(d):
     return json.load(open(os.path.join(d, "rank-0.json")))["losses"]
 ref_w, ref_l = weights(os.path.join(out, "ref")), losses(os.path.join(out, "ref"))
