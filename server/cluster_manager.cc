@@ -513,12 +513,15 @@ void ClusterManager::EndAttempt(ActiveAttempt& a, AttemptOutcome outcome,
   end.reason = reason;
   end.excluded_worker = excluded_worker;
   const int64_t job_id = a.record.job_id;
+  const int attempt = a.record.attempt;
   // Durable first; the gang is stopped once the outcome is committed.
-  Write(EndAttemptTxn(std::move(end)), [this, job_id, reason](absl::Status s) {
+  Write(EndAttemptTxn(std::move(end)), [this, job_id, attempt, reason](absl::Status s) {
     if (!s.ok()) spdlog::error("job {}: cannot record the end of its attempt: {}", job_id, s.ToString());
-    Post([this, job_id, reason] {
+    Post([this, job_id, attempt, reason] {
       auto it = attempts_.find(job_id);
-      if (it == attempts_.end()) return;
+      // The commit requeued the job: by now this attempt may be released and the next one
+      // placed under the same job id, which must not be stopped for its predecessor.
+      if (it == attempts_.end() || it->second.record.attempt != attempt) return;
       StopTasks(it->second, options_.cancel_grace, reason);
       MaybeRelease(job_id);
       schedule_wanted_ = true;
@@ -814,10 +817,11 @@ void ClusterManager::SchedulePass() {
     victim.stopping = true;  // counts as freeing from now on
     const std::string reason = absl::StrCat("preempted by job ", p.for_job_id, " (priority)");
     const int64_t victim_id = p.victim_job_id;
-    Write(BeginPreemptionTxn(victim_id, reason), [this, victim_id, reason](absl::Status s) {
-      Post([this, victim_id, reason, s] {
+    const int victim_attempt = victim.record.attempt;
+    Write(BeginPreemptionTxn(victim_id, reason), [this, victim_id, victim_attempt, reason](absl::Status s) {
+      Post([this, victim_id, victim_attempt, reason, s] {
         auto it = attempts_.find(victim_id);
-        if (it == attempts_.end()) return;
+        if (it == attempts_.end() || it->second.record.attempt != victim_attempt) return;
         if (!s.ok()) {
           it->second.stopping = false;
           return;

@@ -253,7 +253,15 @@ TEST_F(ClusterManagerTest, WorkerRestartedUnderTheSameNameDoesNotStrandTheRestar
   Report("w1", u1, v1::TASK_RUNNING);
   Report("w0", u0, v1::TASK_SUCCEEDED);
   Report("w1", u1, v1::TASK_SUCCEEDED);
-  ASSERT_TRUE(Eventually([&] { return Job(id).state() == v1::SUCCEEDED; }));
+  ASSERT_TRUE(Eventually([&] { return Job(id).state() == v1::SUCCEEDED; }))
+      << v1::JobState_Name(Job(id).state()) << ": " << Job(id).status_reason() << "\n" << [&] {
+           std::string out;
+           absl::StatusOr<std::vector<v1::Attempt>> all = ListAttempts(*store_, id);
+           if (all.ok()) {
+             for (const v1::Attempt& at : *all) out += at.DebugString();
+           }
+           return out;
+         }();
   ASSERT_TRUE(Eventually([&] { return Allocated("w0") == 0 && Allocated("w1") == 0; }));
 }
 
