@@ -52,6 +52,9 @@
 namespace llamafleet {
 namespace {
 
+using testing::Percentile;
+using testing::ProcessCpuMicros;
+
 struct Arrivals {
   std::mutex mu;
   std::condition_variable cv;
@@ -124,33 +127,12 @@ class FakeWorker {
   std::thread reader_;
 };
 
-double Percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[std::min(v.size() - 1, static_cast<size_t>(p * v.size()))];
-}
-
 // The first three fields of /proc/loadavg: this machine is shared, figures are noisy.
 std::string LoadAverage() {
   std::ifstream in("/proc/loadavg");
   std::string a, b, c;
   in >> a >> b >> c;
   return absl::StrCat(a, " ", b, " ", c);
-}
-
-// User + system CPU time of a process so far (from /proc/PID/stat), in milliseconds.
-double ProcessCpuMillis(pid_t pid) {
-  std::ifstream in(absl::StrCat("/proc/", pid, "/stat"));
-  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  const size_t close = stat.rfind(')');
-  if (close == std::string::npos) return 0;
-  std::istringstream fields(stat.substr(close + 2));
-  std::string field;
-  double ticks = 0;
-  for (int i = 3; fields >> field && i <= 15; ++i) {  // utime (14) + stime (15)
-    if (i >= 14) ticks += std::stod(field);
-  }
-  return ticks * 1e3 / static_cast<double>(sysconf(_SC_CLK_TCK));
 }
 
 // GET http://host:port/metrics over a plain socket (HTTP/1.1, Connection: close).
@@ -347,7 +329,7 @@ int RunDeepQueue(int queued, int workers, int gpus, int clients, int gangs, int 
 
   // 4. One at a time: acknowledgement to assignment ≈ one pass over the deep queue.
   const PassHistogram h1 = ParsePassHistogram(ScrapeMetrics(*http));
-  const double cpu1 = ProcessCpuMillis((*coordinator)->pid());
+  const double cpu1 = ProcessCpuMicros((*coordinator)->pid()) / 1e3;
   std::vector<double> ack_to_assign;
   for (int i = 0; i < sequential; ++i) {
     v1::SubmitJobRequest req = gang;
@@ -362,7 +344,7 @@ int RunDeepQueue(int queued, int workers, int gpus, int clients, int gangs, int 
       ack_to_assign.push_back(absl::ToDoubleMilliseconds(arrivals.gang_by_job[resp.job().id()] - acked));
     }
   }
-  const double cpu2 = ProcessCpuMillis((*coordinator)->pid());
+  const double cpu2 = ProcessCpuMicros((*coordinator)->pid()) / 1e3;
   const PassHistogram h2 = ParsePassHistogram(ScrapeMetrics(*http));
 
   const double idle_p99 = Percentile(idle, 0.99), busy_p99 = Percentile(busy, 0.99);

@@ -35,6 +35,8 @@ namespace llamafleet {
 namespace {
 
 using testing::BinaryPath;
+using testing::Percentile;
+using testing::ProcessCpuMicros;
 using testing::Subprocess;
 using testing::TempDir;
 
@@ -124,33 +126,6 @@ class Client {
   std::condition_variable cv_;
   bool done_ = false;
 };
-
-// User + system CPU time of a process so far (from /proc/PID/stat), in microseconds.
-double ProcessCpuMicros(pid_t pid) {
-  std::ifstream in(absl::StrCat("/proc/", pid, "/stat"));
-  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  // Fields after the command name (which may hold spaces) start after the last ')'.
-  const size_t close = stat.rfind(')');
-  if (close == std::string::npos) return 0;
-  std::istringstream fields(stat.substr(close + 2));
-  std::string field;
-  double utime = 0, stime = 0;
-  for (int i = 3; fields >> field; ++i) {  // field 3 is the state
-    if (i == 14) utime = std::stod(field);
-    if (i == 15) {
-      stime = std::stod(field);
-      break;
-    }
-  }
-  return (utime + stime) * 1e6 / static_cast<double>(sysconf(_SC_CLK_TCK));
-}
-
-double Percentile(std::vector<double>& v, double p) {
-  if (v.empty()) return 0;
-  size_t k = std::min(v.size() - 1, static_cast<size_t>(p * v.size()));
-  std::nth_element(v.begin(), v.begin() + k, v.end());
-  return v[k];
-}
 
 RunResult RunOnce(bool group_commit, int clients, double seconds, const v1::JobSpec& spec) {
   TempDir dir;

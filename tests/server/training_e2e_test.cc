@@ -116,7 +116,7 @@ class TrainingTest : public ::testing::Test {
   }
 
   std::string Submit(const std::string& name, int every_steps = 4, int max_restarts = 2) {
-    absl::StatusOr<std::vector<ParsedJob>> parsed = ParseJobDocuments(absl::StrCat(
+    return SubmitYaml(absl::StrCat(
         "name: ", name, "\nmodel: {preset: tiny}\n",
         "data: {train_path: ", dir_.path(), "/train.jsonl, format: tokens}\n",
         "training: {max_steps: 24, micro_batch_size: 2, seq_len: 32, lr: 3.0e-3, log_every: 1, "
@@ -126,14 +126,6 @@ class TrainingTest : public ::testing::Test {
         "checkpoint: {dir: ", dir_.path(), "/ckpt-", name, ", every_steps: ", every_steps, "}\n",
         "output: {export_dir: ", dir_.path(), "/export-", name, ", export_dtype: fp32}\n",
         "run_policy: {max_restarts: ", max_restarts, ", restart_backoff_seconds: 1}\n"));
-    EXPECT_TRUE(parsed.ok()) << parsed.status();
-    v1::SubmitJobRequest req;
-    *req.mutable_spec() = (*parsed)[0].spec;
-    v1::SubmitJobResponse resp;
-    grpc::ClientContext ctx;
-    grpc::Status s = jobs_->SubmitJob(&ctx, req, &resp);
-    EXPECT_TRUE(s.ok()) << s.error_message();
-    return resp.job().id();
   }
 
   std::string SubmitYaml(const std::string& yaml) {

@@ -70,6 +70,13 @@ absl::StatusOr<CommandResult> RunCommand(const std::vector<std::string>& argv,
                                          const std::map<std::string, std::string>& env = {},
                                          absl::Duration timeout = absl::Seconds(60));
 
+// User + system CPU time of a process so far (from /proc/PID/stat), in microseconds;
+// 0 if it cannot be read.
+double ProcessCpuMicros(pid_t pid);
+
+// The p-quantile (0..1) of the samples, nearest rank; 0 for no samples.
+double Percentile(std::vector<double> samples, double p);
+
 }  // namespace llamafleet::testing
 
 #endif  // LLAMAFLEET_TESTS_TESTING_PROCESS_H_
