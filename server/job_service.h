@@ -54,6 +54,9 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
   grpc::ServerUnaryReactor* SubmitJobs(grpc::CallbackServerContext* context,
                                        const v1::SubmitJobsRequest* request,
                                        v1::SubmitJobsResponse* response) override;
+  grpc::ServerUnaryReactor* SubmitJobFile(grpc::CallbackServerContext* context,
+                                          const v1::SubmitJobFileRequest* request,
+                                          v1::SubmitJobsResponse* response) override;
   grpc::ServerUnaryReactor* GetJob(grpc::CallbackServerContext* context,
                                    const v1::GetJobRequest* request, v1::Job* response) override;
   grpc::ServerUnaryReactor* ListJobs(grpc::CallbackServerContext* context,

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/strings/string_view.h"
+#include "clients/cli/escape.h"
 #include "absl/time/time.h"
 #include "llamafleet/v1/job.pb.h"
 #include "llamafleet/v1/worker.pb.h"
@@ -87,31 +88,6 @@ std::string SpecErrorsForFile(const std::string& server_message,
 
 // Indents every non-empty line by `spaces`.
 std::string Indent(const std::string& text, int spaces);
-
-// Text from the coordinator (job names, labels, reasons, log lines, messages) is written
-// by others: it must not reach a terminal as control sequences (cursor moves, title
-// changes, a fake prompt). C0 controls other than '\n' and '\t', DEL and the C1 controls
-// (U+0080..U+009F, in UTF-8) become visible escapes: "\r", "\x1b", "\u009b".
-std::string EscapeControls(absl::string_view text);
-
-// A streambuf that writes everything through EscapeControls to `target` (not owned).
-// Unbuffered: what goes through it and what goes straight to `target` stay in order, so
-// the CLI's own control sequences (the progress line's redraw) can bypass it.
-class EscapingStreambuf : public std::streambuf {
- public:
-  explicit EscapingStreambuf(std::streambuf* target) : target_(target) {}
-  ~EscapingStreambuf() override;
-
- protected:
-  int_type overflow(int_type c) override;
-  std::streamsize xsputn(const char* s, std::streamsize n) override;
-  int sync() override { return target_->pubsync(); }
-
- private:
-  void Put(unsigned char c);
-  std::streambuf* const target_;
-  bool pending_c2_ = false;  // a 0xC2 byte whose next byte decides if it starts a C1 control
-};
 
 }  // namespace llamafleet::cli
 
