@@ -38,7 +38,7 @@ while [[ $# -gt 0 ]]; do
   esac
 done
 BIN=$(cd "$BIN" && pwd)
-for b in llamafleet llamafleet-coordinator; do
+for b in llamafleet llamafleet-cli llamafleet-coordinator; do
   [[ -x $BIN/$b ]] || { echo "missing $BIN/$b (build it first)" >&2; exit 1; }
 done
 
@@ -152,10 +152,12 @@ EOF
 NEXT=0
 take_file() { FILE="$T/jobs/job-$NEXT.yaml"; NEXT=$((NEXT + 1)); }
 take_file
-"$BIN/llamafleet" submit -f "$FILE" >/dev/null  # warm up
+# Warm up, and say whether `llamafleet` submits itself (one-shot) or runs llamafleet-cli.
+ONESHOT_WHY=$(LLAMAFLEET_ONESHOT_DEBUG=1 "$BIN/llamafleet" submit -f "$FILE" 2>&1 >/dev/null) || true
 
 echo "cli_vs_sbatch: $ROUNDS rounds x $CALLS sequential calls each; slurm $(sbatch --version | awk '{print $2}'), munge auth; llamafleet synchronous=FULL, token auth"
 echo "  load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "  llamafleet submit path: ${ONESHOT_WHY:-one-shot (no gRPC runtime)}"
 SB=() LF=() SBC=() LFC=()
 for r in $(seq "$ROUNDS"); do
   cpu_now; c=$CPU_NOW
