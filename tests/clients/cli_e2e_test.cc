@@ -1,9 +1,7 @@
 // The real `llamafleet` binary against a real `llamafleet-coordinator` process: what a
 // user or a script sees (stdout, one stderr line, exit codes), and what got stored.
 
-#include <arpa/inet.h>
 #include <dirent.h>
-#include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 #include <signal.h>
@@ -654,15 +652,10 @@ TEST_F(CliTest, OneShotAgainstADownCoordinatorGivesTheFullClisError) {
 // A server that answers every connection with junk: the one-shot client trusts none of
 // it and hands over to the full CLI, whose gRPC refuses it too.
 TEST_F(CliTest, OneShotDoesNotTrustAJunkServer) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-  ASSERT_EQ(listen(fd, 16), 0);
-  socklen_t len = sizeof(addr);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  const std::string junk_address = absl::StrCat("127.0.0.1:", ntohs(addr.sin_port));
+  int port = 0;
+  const int fd = ::llamafleet::testing::ListenOnLoopback(&port);
+  ASSERT_GE(fd, 0);
+  const std::string junk_address = absl::StrCat("127.0.0.1:", port);
   std::thread server([fd] {
     // A SETTINGS frame, then a HEADERS frame whose HPACK block indexes entry 0, then noise.
     const std::string junk = std::string("\0\0\0\x04\0\0\0\0\0" "\0\0\x01\x01\x05\0\0\0\x01\x80", 19) +

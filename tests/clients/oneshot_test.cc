@@ -5,8 +5,6 @@
 
 #include "clients/cli/oneshot.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -20,6 +18,7 @@
 #include "google/protobuf/unknown_field_set.h"
 #include "gtest/gtest.h"
 #include "llamafleet/v1/job.pb.h"
+#include "tests/testing/process.h"
 
 namespace llamafleet::oneshot {
 namespace {
@@ -301,7 +300,7 @@ TEST(ProtoTest, MalformedInputIsRefusedWithoutCrashing) {
                                  std::string(11, '\xff')}) {
     std::vector<SubmittedJob> jobs;
     EXPECT_FALSE(DecodeSubmitJobsResponse(reinterpret_cast<const uint8_t*>(bad.data()), bad.size(), &jobs))
-        << testing::PrintToString(bad);
+        << ::testing::PrintToString(bad);
   }
   std::mt19937 rng(13);
   for (int i = 0; i < 20000; ++i) {
@@ -343,15 +342,8 @@ std::string Literal(const std::string& name, const std::string& value) {
 class ScriptedServer {
  public:
   explicit ScriptedServer(std::string script, bool answer = true) : script_(std::move(script)) {
-    fd_ = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    EXPECT_EQ(bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-    EXPECT_EQ(listen(fd_, 4), 0);
-    socklen_t len = sizeof(addr);
-    getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len);
-    port_ = ntohs(addr.sin_port);
+    fd_ = ::llamafleet::testing::ListenOnLoopback(&port_);
+    EXPECT_GE(fd_, 0);
     thread_ = std::thread([this, answer] {
       const int c = accept(fd_, nullptr, nullptr);
       if (c < 0) return;

@@ -77,6 +77,10 @@ double ProcessCpuMicros(pid_t pid);
 // The p-quantile (0..1) of the samples, nearest rank; 0 for no samples.
 double Percentile(std::vector<double> samples, double p);
 
+// A TCP socket listening on 127.0.0.1 at a free port (stored in *port), for fake servers;
+// -1 on failure. The caller closes it.
+int ListenOnLoopback(int* port);
+
 }  // namespace llamafleet::testing
 
 #endif  // LLAMAFLEET_TESTS_TESTING_PROCESS_H_
