@@ -540,7 +540,7 @@ TEST_F(CliTest, UsageErrorsExitTwoWithOneLine) {
 const std::map<std::string, std::string> kOneShotDebug = {{"LLAMAFLEET_ONESHOT_DEBUG", "1"}};
 const std::map<std::string, std::string> kFullCliOnly = {{"LLAMAFLEET_ONESHOT", "0"}};
 
-CommandResult Run(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env) {
+CommandResult RunWithEnv(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env) {
   auto result = RunCommand(argv, "", env, absl::Seconds(30));
   EXPECT_TRUE(result.ok()) << result.status();
   return result.ok() ? *result : CommandResult{};
@@ -554,7 +554,7 @@ void ExpectSameResult(const CommandResult& one_shot, const CommandResult& full) 
 
 TEST_F(CliTest, OneShotSubmitAndTheFullCliAgreeOnJobsAndKeys) {
   const std::string a = WriteFile("a.yaml", Spec("a", "queue: research\n"));
-  CommandResult created = Run(Argv({"submit", "-f", a}), kOneShotDebug);
+  CommandResult created = RunWithEnv(Argv({"submit", "-f", a}), kOneShotDebug);
   EXPECT_EQ(created.exit_code, 0) << created.err;
   EXPECT_EQ(created.err, "") << "the one-shot path was not taken";
   EXPECT_EQ(created.out, "job 1 created\n");
@@ -562,33 +562,33 @@ TEST_F(CliTest, OneShotSubmitAndTheFullCliAgreeOnJobsAndKeys) {
   const std::string key = AllJobs().at(0).idempotency_key();
   EXPECT_TRUE(absl::StartsWith(key, "auto-")) << key;
   const std::string exists = absl::StrCat("job 1 already exists (idempotency key ", key, ")\n");
-  CommandResult full = Run(Argv({"submit", "-f", a}), kFullCliOnly);
+  CommandResult full = RunWithEnv(Argv({"submit", "-f", a}), kFullCliOnly);
   EXPECT_EQ(full.exit_code, 0) << full.err;
   EXPECT_EQ(full.out, exists);
-  ExpectSameResult(Run(Argv({"submit", "-f", a}), kOneShotDebug), full);
+  ExpectSameResult(RunWithEnv(Argv({"submit", "-f", a}), kOneShotDebug), full);
 
   // The other way round: stored by the full CLI, found by the one-shot path. Global flags
   // after the command and the --file=, -fFILE spellings are read like the full CLI reads them.
   const std::string b = WriteFile("b.yaml", Spec("b"));
-  EXPECT_EQ(Run(Argv({"submit", "-f", b}), kFullCliOnly).out, "job 2 created\n");
-  CommandResult again = Run({BinaryPath("llamafleet"), "submit", "--file=" + b, "--coordinator",
+  EXPECT_EQ(RunWithEnv(Argv({"submit", "-f", b}), kFullCliOnly).out, "job 2 created\n");
+  CommandResult again = RunWithEnv({BinaryPath("llamafleet"), "submit", "--file=" + b, "--coordinator",
                              address_, "--user", "alice", "--timeout", "10s", "-o", "table"},
                             kOneShotDebug);
   EXPECT_EQ(again.err, "");
   EXPECT_TRUE(absl::StartsWith(again.out, "job 2 already exists (idempotency key auto-")) << again.out;
-  EXPECT_EQ(Run(Argv({"submit", "-f" + b}), kOneShotDebug).out, again.out);
+  EXPECT_EQ(RunWithEnv(Argv({"submit", "-f" + b}), kOneShotDebug).out, again.out);
 
   // Several documents are one batch; an explicit key names one job.
   const std::string batch = WriteFile("batch.yaml", absl::StrCat(Spec("c"), "---\n", Spec("d")));
-  CommandResult two = Run(Argv({"submit", "-f", batch}), kOneShotDebug);
+  CommandResult two = RunWithEnv(Argv({"submit", "-f", batch}), kOneShotDebug);
   EXPECT_EQ(two.err, "");
   EXPECT_EQ(two.out, "job 3 created\njob 4 created\n");
-  EXPECT_EQ(Run(Argv({"submit", "-f", batch}), kFullCliOnly).out,
-            Run(Argv({"submit", "-f", batch}), kOneShotDebug).out);
-  CommandResult keyed = Run(Argv({"submit", "--idempotency-key", "k-1", "-f", b}), kOneShotDebug);
+  EXPECT_EQ(RunWithEnv(Argv({"submit", "-f", batch}), kFullCliOnly).out,
+            RunWithEnv(Argv({"submit", "-f", batch}), kOneShotDebug).out);
+  CommandResult keyed = RunWithEnv(Argv({"submit", "--idempotency-key", "k-1", "-f", b}), kOneShotDebug);
   EXPECT_EQ(keyed.err, "");
   EXPECT_EQ(keyed.out, "job 5 created\n");
-  EXPECT_EQ(Run(Argv({"submit", "-f", b, "--idempotency-key", "k-1"}), kFullCliOnly).out,
+  EXPECT_EQ(RunWithEnv(Argv({"submit", "-f", b, "--idempotency-key", "k-1"}), kFullCliOnly).out,
             "job 5 already exists (idempotency key k-1)\n");
   EXPECT_EQ(AllJobs().size(), 5u);
 }
@@ -599,7 +599,7 @@ TEST_F(CliTest, OneShotFileLargerThanTheFlowControlWindow) {
   std::string text = Spec("big");
   for (int i = 0; i < 3000; ++i) text += "# " + std::string(98, 'x') + "\n";
   const std::string file = WriteFile("big.yaml", text);
-  CommandResult r = Run(Argv({"submit", "-f", file}), kOneShotDebug);
+  CommandResult r = RunWithEnv(Argv({"submit", "-f", file}), kOneShotDebug);
   EXPECT_EQ(r.err, "");
   EXPECT_EQ(r.out, "job 1 created\n");
 }
@@ -614,25 +614,25 @@ TEST_F(CliTest, OneShotErrorsAreTheFullClisByteForByte) {
   };
   for (const auto& [name, text] : files) {
     const std::string file = WriteFile(name, text);
-    CommandResult one_shot = Run(Argv({"submit", "-f", file}), {});
-    CommandResult full = Run(Argv({"submit", "-f", file}), kFullCliOnly);
+    CommandResult one_shot = RunWithEnv(Argv({"submit", "-f", file}), {});
+    CommandResult full = RunWithEnv(Argv({"submit", "-f", file}), kFullCliOnly);
     SCOPED_TRACE(name);
     EXPECT_NE(full.exit_code, 0);
     ExpectSameResult(one_shot, full);
-    CommandResult debug = Run(Argv({"submit", "-f", file}), kOneShotDebug);
+    CommandResult debug = RunWithEnv(Argv({"submit", "-f", file}), kOneShotDebug);
     EXPECT_TRUE(absl::StartsWith(debug.err, "llamafleet: one-shot submit not used: grpc-status 3"))
         << debug.err;
   }
   // A key for a batch is the full CLI's usage error (exit 2).
   const std::string batch = WriteFile("two.yaml", absl::StrCat(Spec("a"), "---\n", Spec("b")));
-  ExpectSameResult(Run(Argv({"submit", "-f", batch, "--idempotency-key", "k"}), {}),
-                   Run(Argv({"submit", "-f", batch, "--idempotency-key", "k"}), kFullCliOnly));
+  ExpectSameResult(RunWithEnv(Argv({"submit", "-f", batch, "--idempotency-key", "k"}), {}),
+                   RunWithEnv(Argv({"submit", "-f", batch, "--idempotency-key", "k"}), kFullCliOnly));
   EXPECT_TRUE(AllJobs().empty());
 }
 
 TEST_F(CliTest, OneShotUsesUserFromTheEnvironment) {
   const std::string file = WriteFile("job.yaml", Spec("mine"));
-  CommandResult r = Run({BinaryPath("llamafleet"), "submit", "-f", file, "--coordinator", address_},
+  CommandResult r = RunWithEnv({BinaryPath("llamafleet"), "submit", "-f", file, "--coordinator", address_},
                         {{"USER", "carol"}, {"LLAMAFLEET_ONESHOT_DEBUG", "1"}});
   EXPECT_EQ(r.err, "");
   EXPECT_EQ(r.out, "job 1 created\n");
@@ -643,8 +643,8 @@ TEST_F(CliTest, OneShotAgainstADownCoordinatorGivesTheFullClisError) {
   const std::string file = WriteFile("job.yaml", Spec("late"));
   const std::vector<std::string> argv = Argv({"submit", "-f", file, "--timeout", "3s"});
   StopCoordinator();
-  CommandResult one_shot = Run(argv, {});
-  CommandResult full = Run(argv, kFullCliOnly);
+  CommandResult one_shot = RunWithEnv(argv, {});
+  CommandResult full = RunWithEnv(argv, kFullCliOnly);
   ExpectOneErrorLine(full, 1, "cannot reach coordinator at " + address_);
   ExpectSameResult(one_shot, full);
 }
@@ -670,7 +670,7 @@ TEST_F(CliTest, OneShotDoesNotTrustAJunkServer) {
     }
   });
   const std::string file = WriteFile("job.yaml", Spec("junk"));
-  CommandResult r = Run({BinaryPath("llamafleet"), "--coordinator", junk_address, "--user", "alice",
+  CommandResult r = RunWithEnv({BinaryPath("llamafleet"), "--coordinator", junk_address, "--user", "alice",
                          "--timeout", "2s", "submit", "-f", file},
                         kOneShotDebug);
   shutdown(fd, SHUT_RDWR);
@@ -698,7 +698,7 @@ TEST_F(CliTest, FrontRunsTheFullCliForEverythingElse) {
        {std::vector<std::string>{"submit", "-f", file, "-o", "json"},
         std::vector<std::string>{"submit", "-f", file, "--dry-run"},
         std::vector<std::string>{"get", "jobs"}}) {
-    CommandResult r = Run(Argv(args), kOneShotDebug);
+    CommandResult r = RunWithEnv(Argv(args), kOneShotDebug);
     EXPECT_EQ(r.exit_code, 0) << r.err;
     EXPECT_TRUE(absl::StartsWith(r.err, "llamafleet: one-shot submit not used: ")) << r.err;
   }
