@@ -211,6 +211,59 @@ bool ReadRegularFile(const char* path, std::string* text) {
   return ok;
 }
 
+// The login name getpwuid(uid) gives, without loading NSS when it need not (~0.4 ms of
+// a ~3 ms submit; scripts under cron and in containers often have no $USER): where
+// /etc/nsswitch.conf consults `files` first for passwd, glibc's answer is the first
+// /etc/passwd line with that uid, so that line is read here. Anything else (another
+// source first, no such line, compat "+"/"-" lines, an unreadable file) asks getpwuid.
+std::string LoginName(uid_t uid) {
+  auto slow = [uid]() -> std::string {
+    const passwd* pw = getpwuid(uid);
+    return pw != nullptr ? pw->pw_name : "";
+  };
+  auto read_file = [](const char* path, std::string* text) {
+    FILE* f = std::fopen(path, "re");
+    if (f == nullptr) return false;
+    char buf[8192];
+    size_t n = 0;
+    while ((n = std::fread(buf, 1, sizeof(buf), f)) > 0) text->append(buf, n);
+    const bool ok = !std::ferror(f);
+    std::fclose(f);
+    return ok;
+  };
+  std::string conf;
+  if (!read_file("/etc/nsswitch.conf", &conf)) return slow();
+  bool files_first = false;
+  for (size_t pos = 0; pos < conf.size();) {
+    size_t end = conf.find('\n', pos);
+    if (end == std::string::npos) end = conf.size();
+    std::string line = conf.substr(pos, end - pos);
+    pos = end + 1;
+    const size_t start = line.find_first_not_of(" \t");
+    if (start == std::string::npos || line.compare(start, 7, "passwd:") != 0) continue;
+    const size_t source = line.find_first_not_of(" \t", start + 7);
+    files_first = source != std::string::npos && line.compare(source, 5, "files") == 0 &&
+                  (source + 5 == line.size() || line[source + 5] == ' ' || line[source + 5] == '\t');
+  }
+  std::string text;
+  if (!files_first || !read_file("/etc/passwd", &text)) return slow();
+  const std::string want = std::to_string(uid);
+  for (size_t pos = 0; pos < text.size();) {
+    size_t end = text.find('\n', pos);
+    if (end == std::string::npos) end = text.size();
+    const std::string line = text.substr(pos, end - pos);
+    pos = end + 1;
+    if (line.empty() || line[0] == '#') continue;
+    if (line[0] == '+' || line[0] == '-') return slow();
+    const size_t c1 = line.find(':');
+    const size_t c2 = c1 == std::string::npos ? c1 : line.find(':', c1 + 1);
+    const size_t c3 = c2 == std::string::npos ? c2 : line.find(':', c2 + 1);
+    if (c3 == std::string::npos) continue;
+    if (line.compare(c2 + 1, c3 - c2 - 1, want) == 0) return line.substr(0, c1);
+  }
+  return slow();
+}
+
 // Non-empty environment variable, as CLI11's envname reads it.
 const char* Env(const char* name) {
   const char* v = std::getenv(name);
@@ -244,8 +297,8 @@ int main(int argc, char** argv) {
     user = r.user;
   } else if (const char* env = std::getenv("USER"); env != nullptr) {
     user = env;
-  } else if (const passwd* pw = getpwuid(getuid()); pw != nullptr) {
-    user = pw->pw_name;
+  } else {
+    user = LoginName(getuid());
   }
   const std::string token = r.token != nullptr ? r.token : Env("LLAMAFLEET_TOKEN") != nullptr ? Env("LLAMAFLEET_TOKEN") : "";
   // Metadata as clients/client/client.cc sends it; values gRPC would refuse go there too.

@@ -2,6 +2,7 @@
 // user or a script sees (stdout, one stderr line, exit codes), and what got stored.
 
 #include <dirent.h>
+#include <pwd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 #include <signal.h>
@@ -637,6 +638,25 @@ TEST_F(CliTest, OneShotUsesUserFromTheEnvironment) {
   EXPECT_EQ(r.err, "");
   EXPECT_EQ(r.out, "job 1 created\n");
   EXPECT_EQ(AllJobs().at(0).owner(), "carol");
+
+  // Without $USER (cron, containers): the passwd entry's name, as the full CLI finds it.
+  const passwd* pw = getpwuid(getuid());
+  ASSERT_NE(pw, nullptr);
+  const std::string login = pw->pw_name;
+  const std::string other = WriteFile("other.yaml", Spec("theirs"));
+  CommandResult no_user = RunWithEnv({"/usr/bin/env", "-u", "USER", "LLAMAFLEET_ONESHOT_DEBUG=1",
+                                      BinaryPath("llamafleet"), "submit", "-f", other,
+                                      "--coordinator", address_},
+                                     {});
+  EXPECT_EQ(no_user.err, "");
+  EXPECT_EQ(no_user.out, "job 2 created\n");
+  EXPECT_EQ(AllJobs().at(0).owner(), login);
+  // The full CLI, same environment, names the same owner: its key is found, not a new job.
+  CommandResult full = RunWithEnv({"/usr/bin/env", "-u", "USER", "LLAMAFLEET_ONESHOT=0",
+                                   BinaryPath("llamafleet"), "submit", "-f", other, "--coordinator",
+                                   address_},
+                                  {});
+  EXPECT_TRUE(absl::StartsWith(full.out, "job 2 already exists")) << full.out << full.err;
 }
 
 TEST_F(CliTest, OneShotAgainstADownCoordinatorGivesTheFullClisError) {
