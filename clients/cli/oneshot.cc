@@ -558,6 +558,10 @@ class Connection {
     return connected;
   }
 
+  // Past the deadline: a server that keeps sending (PINGs, SETTINGS) never makes a read
+  // wait, so the frame loop checks this too.
+  bool Expired() const { return NowMs() >= deadline_ms_; }
+
   // Queues bytes; Flush sends them.
   std::string& out() { return out_; }
 
@@ -790,6 +794,10 @@ CallResult UnaryCall(const CallOptions& options, const std::string& path,
     if (!out.empty() && !c.Flush(&error)) return result;
     if (stream_ended) break;
 
+    if (c.Expired()) {
+      error = "deadline exceeded";
+      return result;
+    }
     Frame f;
     if (!ReadFrame(&c, &f, &error)) return result;
     switch (f.type) {

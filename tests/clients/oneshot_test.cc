@@ -341,10 +341,12 @@ std::string Literal(const std::string& name, const std::string& value) {
 // and keeps the connection open until the client closes it (or `hold` ends).
 class ScriptedServer {
  public:
-  explicit ScriptedServer(std::string script, bool answer = true) : script_(std::move(script)) {
+  // `repeat`: send `script` again and again until the client goes away.
+  explicit ScriptedServer(std::string script, bool answer = true, bool repeat = false)
+      : script_(std::move(script)) {
     fd_ = ::llamafleet::testing::ListenOnLoopback(&port_);
     EXPECT_GE(fd_, 0);
-    thread_ = std::thread([this, answer] {
+    thread_ = std::thread([this, answer, repeat] {
       const int c = accept(fd_, nullptr, nullptr);
       if (c < 0) return;
       char buf[65536];
@@ -357,6 +359,10 @@ class ScriptedServer {
         if (received_.size() > 24 && answer) break;
       }
       if (answer) (void)send(c, script_.data(), script_.size(), MSG_NOSIGNAL);
+      while (repeat && send(c, script_.data(), script_.size(), MSG_NOSIGNAL) > 0) {
+        while (recv(c, buf, sizeof(buf), MSG_DONTWAIT) > 0) {
+        }
+      }
       while (poll(&p, 1, 3000) > 0) {
         const ssize_t n = recv(c, buf, sizeof(buf), 0);
         if (n <= 0) break;
@@ -464,6 +470,17 @@ TEST(UnaryCallTest, JunkAndBrokenProtocolFail) {
 TEST(UnaryCallTest, SilentServerTimesOutAndRefusedPortFails) {
   {
     ScriptedServer server("", /*answer=*/false);
+    const auto start = std::chrono::steady_clock::now();
+    const CallResult r = Call(server.port(), 300);
+    EXPECT_FALSE(r.ok);
+    EXPECT_EQ(r.error, "deadline exceeded");
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
+  }
+  {
+    // A server that never stops talking (PING after PING) still meets the deadline.
+    std::string pings;
+    for (int i = 0; i < 1000; ++i) pings += Frame(6, 0, 0, "12345678");
+    ScriptedServer server(pings, /*answer=*/true, /*repeat=*/true);
     const auto start = std::chrono::steady_clock::now();
     const CallResult r = Call(server.port(), 300);
     EXPECT_FALSE(r.ok);
