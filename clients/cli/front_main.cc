@@ -198,10 +198,8 @@ bool Printable(const std::string& s) {
   return true;
 }
 
-bool ReadRegularFile(const char* path, std::string* text) {
-  struct stat st = {};
-  if (stat(path, &st) != 0 || !S_ISREG(st.st_mode)) return false;
-  FILE* f = std::fopen(path, "rb");
+bool ReadFile(const char* path, std::string* text) {
+  FILE* f = std::fopen(path, "rbe");
   if (f == nullptr) return false;
   char buf[65536];
   size_t n = 0;
@@ -209,6 +207,11 @@ bool ReadRegularFile(const char* path, std::string* text) {
   const bool ok = !std::ferror(f);
   std::fclose(f);
   return ok;
+}
+
+bool ReadRegularFile(const char* path, std::string* text) {
+  struct stat st = {};
+  return stat(path, &st) == 0 && S_ISREG(st.st_mode) && ReadFile(path, text);
 }
 
 // The login name getpwuid(uid) gives, without loading NSS when it need not (~0.4 ms of
@@ -221,18 +224,8 @@ std::string LoginName(uid_t uid) {
     const passwd* pw = getpwuid(uid);
     return pw != nullptr ? pw->pw_name : "";
   };
-  auto read_file = [](const char* path, std::string* text) {
-    FILE* f = std::fopen(path, "re");
-    if (f == nullptr) return false;
-    char buf[8192];
-    size_t n = 0;
-    while ((n = std::fread(buf, 1, sizeof(buf), f)) > 0) text->append(buf, n);
-    const bool ok = !std::ferror(f);
-    std::fclose(f);
-    return ok;
-  };
   std::string conf;
-  if (!read_file("/etc/nsswitch.conf", &conf)) return slow();
+  if (!ReadFile("/etc/nsswitch.conf", &conf)) return slow();
   bool files_first = false;
   for (size_t pos = 0; pos < conf.size();) {
     size_t end = conf.find('\n', pos);
@@ -246,7 +239,7 @@ std::string LoginName(uid_t uid) {
                   (source + 5 == line.size() || line[source + 5] == ' ' || line[source + 5] == '\t');
   }
   std::string text;
-  if (!files_first || !read_file("/etc/passwd", &text)) return slow();
+  if (!files_first || !ReadFile("/etc/passwd", &text)) return slow();
   const std::string want = std::to_string(uid);
   for (size_t pos = 0; pos < text.size();) {
     size_t end = text.find('\n', pos);
