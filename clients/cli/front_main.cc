@@ -333,7 +333,9 @@ int main(int argc, char** argv) {
   while (written < out.size()) {
     const ssize_t n = write(STDOUT_FILENO, out.data() + written, out.size() - written);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;  // like the full CLI, a closed stdout does not change the exit code
+    // Like the full CLI: a closed pipe is SIGPIPE (default disposition), other write
+    // errors do not change the exit code.
+    if (n <= 0) break;
     written += static_cast<size_t>(n);
   }
   return 0;
