@@ -373,6 +373,32 @@ struct JobStore::WriterStatements {
   sqlite::Connection* conn = nullptr;
   Clock* clock = nullptr;
 
+  // Active (queued or running) jobs per owner, for limits.max_active_jobs_per_user,
+  // without counting rows on every submission (a COUNT over the owner's index range
+  // reads every active job of theirs: ~10,000 at the default limit).
+  // `active_committed`: as of the last commit, for owners counted since the cache was
+  // last dropped; `active_txn`: jobs the open transaction's successful writes created.
+  // Only submissions add active jobs; after a commit that held any other write (a job
+  // may have ended) the committed counts are dropped and counted again when needed.
+  std::map<std::string, int64_t> active_committed;
+  std::map<std::string, int64_t> active_txn;
+
+  // The owner's active jobs as the open transaction sees them.
+  absl::StatusOr<int64_t> ActiveJobs(const std::string& owner) {
+    auto txn = active_txn.find(owner);
+    const int64_t in_txn = txn == active_txn.end() ? 0 : txn->second;
+    if (auto it = active_committed.find(owner); it != active_committed.end()) {
+      return it->second + in_txn;
+    }
+    count_active.Bind(1, owner);
+    absl::StatusOr<bool> row = count_active.Step();
+    const int64_t n = row.ok() && *row ? count_active.ColumnInt(0) : 0;
+    count_active.Reset();
+    if (!row.ok()) return row.status();
+    active_committed[owner] = n - in_txn;  // the rows include this transaction's
+    return n;
+  }
+
   absl::Status Prepare(sqlite::Connection* c) {
     conn = c;
     auto prep = [&](sqlite::Statement* out, const std::string& sql) -> absl::Status {
@@ -503,6 +529,10 @@ class JobStore::WriteOp {
   // state stay on the writer, in commit order.
   virtual bool CompletesOffWriter() const { return false; }
 
+  // True when committing this write can only add active jobs (a submission), so the
+  // writer's per-owner active counts stay exact without counting again.
+  virtual bool OnlyAddsActiveJobs() const { return false; }
+
   // After the commit, on the writer: hands each job this write created (QUEUED, queued
   // since its create time) to `put`, which files it in the queued-jobs view and returns
   // the view's entry. The write may keep the entry to answer its caller (shared, not
@@ -525,7 +555,10 @@ class SubmitOp : public JobStore::WriteOp {
     results_.clear();
     events.clear();
     const int64_t now_us = absl::ToUnixMicros(w.clock->Now());
-    std::map<std::string, int64_t> active;  // by owner, counting this batch's new jobs
+    // By owner: active jobs including those this write created so far. Merged into
+    // w.active_txn only when the whole write succeeds (a failed write is rolled back).
+    std::map<std::string, int64_t> active;
+    std::map<std::string, int64_t> created;
     for (const SubmitJobInput& in : inputs_) {
       SubmitJobResult r;
       if (!in.idempotency_key.empty()) {
@@ -546,11 +579,9 @@ class SubmitOp : public JobStore::WriteOp {
       if (in.max_active_jobs > 0) {
         auto [it, first] = active.try_emplace(in.owner, 0);
         if (first) {
-          w.count_active.Bind(1, in.owner);
-          absl::StatusOr<bool> row = w.count_active.Step();
-          it->second = row.ok() && *row ? w.count_active.ColumnInt(0) : 0;
-          w.count_active.Reset();
-          if (!row.ok()) return row.status();
+          absl::StatusOr<int64_t> n = w.ActiveJobs(in.owner);
+          if (!n.ok()) return n.status();
+          it->second = *n + created[in.owner];
         }
         if (++it->second > in.max_active_jobs) {
           return absl::ResourceExhaustedError(absl::StrCat(
@@ -609,9 +640,13 @@ class SubmitOp : public JobStore::WriteOp {
       events.push_back(std::move(e));
       r.created = true;
       results_.push_back(std::move(r));
+      ++created[in.owner];
     }
+    for (const auto& [owner, n] : created) w.active_txn[owner] += n;
     return absl::OkStatus();
   }
+
+  bool OnlyAddsActiveJobs() const override { return true; }
 
   // FAILED_PRECONDITION if another job's own checkpoint directory is `dir`, lies above it
   // or below it: checkpoints of two jobs must never share files, and retention deletes
@@ -1043,6 +1078,7 @@ absl::Status JobStore::RunInTransaction(std::vector<std::unique_ptr<WriteOp>>& o
   // the writer's time, and writes rarely fail. When one does, everything is rolled back
   // and applied again with a savepoint per write, so only the failing write is undone
   // (Apply is re-runnable: the batch retry below relies on that too).
+  w.active_txn.clear();
   if (absl::Status s = w.begin.Run(); !s.ok()) return abort(s);
   bool all_ok = true;
   for (auto& op : ops) {
@@ -1054,6 +1090,7 @@ absl::Status JobStore::RunInTransaction(std::vector<std::unique_ptr<WriteOp>>& o
   }
   if (!all_ok) {
     if (writer_->InTransaction()) (void)w.rollback.Run();
+    w.active_txn.clear();
     if (absl::Status s = w.begin.Run(); !s.ok()) return abort(s);
     for (auto& op : ops) {
       if (absl::Status s = w.savepoint.Run(); !s.ok()) return abort(s);
@@ -1095,6 +1132,16 @@ void JobStore::CommitBatch(std::vector<std::unique_ptr<WriteOp>>& batch) {
     }
     if (op->result.ok()) ++committed;
   }
+  WriterStatements& w = *stmts_;
+  if (txn.ok() && std::all_of(batch.begin(), batch.end(),
+                              [](const auto& op) { return op->OnlyAddsActiveJobs(); })) {
+    for (const auto& [owner, n] : w.active_txn) {
+      if (auto it = w.active_committed.find(owner); it != w.active_committed.end()) it->second += n;
+    }
+  } else {
+    w.active_committed.clear();  // a job may have ended, or the transaction did not commit
+  }
+  w.active_txn.clear();
   if (txn.ok()) {
     std::lock_guard<std::mutex> lock(queue_mu_);
     ++transactions_;
