@@ -103,18 +103,20 @@ absl::StatusOr<Principal> Authenticator::Authenticate(
   Principal p;
   bool found = false;
   absl::Status s = store_->Read([&](sqlite::Connection& conn) -> absl::Status {
-    absl::StatusOr<sqlite::Statement> q =
-        conn.Prepare("SELECT user, role FROM api_tokens WHERE token_sha256 = ?1 AND revoked = 0");
-    if (!q.ok()) return q.status();
-    q->Bind(1, hash);
-    absl::StatusOr<bool> row = q->Step();
-    if (!row.ok()) return row.status();
-    if (*row) {
+    // Every call runs this: prepared once per connection.
+    absl::StatusOr<sqlite::Statement*> cached =
+        conn.Cached("SELECT user, role FROM api_tokens WHERE token_sha256 = ?1 AND revoked = 0");
+    if (!cached.ok()) return cached.status();
+    sqlite::Statement& q = **cached;
+    q.Bind(1, hash);
+    absl::StatusOr<bool> row = q.Step();
+    if (row.ok() && *row) {
       found = true;
-      p.user = q->ColumnText(0);
-      p.role = static_cast<v1::Role>(q->ColumnInt(1));
+      p.user = q.ColumnText(0);
+      p.role = static_cast<v1::Role>(q.ColumnInt(1));
     }
-    return absl::OkStatus();
+    q.Reset();
+    return row.status();
   });
   if (!s.ok()) return absl::UnavailableError(absl::StrCat("cannot check credentials: ", s.message()));
   if (!found) return absl::UnauthenticatedError("invalid or revoked token");

@@ -259,6 +259,14 @@ class JobStore {
 
   std::thread writer_thread_;
 
+  // Callbacks of writes that CompletesOffWriter(), batch by batch in commit order.
+  void CompletionLoop();
+  std::mutex completions_mu_;
+  std::condition_variable completions_cv_;
+  std::deque<std::vector<std::unique_ptr<WriteOp>>> completions_ ABSL_GUARDED_BY(completions_mu_);
+  bool completions_stopping_ ABSL_GUARDED_BY(completions_mu_) = false;
+  std::thread completion_thread_;
+
   // The queued-jobs view: written on the writer thread (Init, then after each commit).
   absl::Status RebuildQueuedJobs();
   absl::Status ReloadQueuedJob(int64_t job_id);

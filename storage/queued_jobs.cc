@@ -59,10 +59,14 @@ void QueuedJobs::Replace(std::map<int64_t, QueuedJobsSnapshot::Entry> jobs) {
   jobs_.swap(jobs);
 }
 
-void QueuedJobs::Put(int64_t job_id, SchedulableJob job) {
+QueuedJobsSnapshot::Entry QueuedJobs::Put(int64_t job_id, SchedulableJob job) {
   auto entry = std::make_shared<const SchedulableJob>(std::move(job));
+  QueuedJobsSnapshot::Entry old;  // released outside the lock
   std::lock_guard<std::mutex> lock(mu_);
-  jobs_[job_id] = std::move(entry);
+  QueuedJobsSnapshot::Entry& slot = jobs_[job_id];
+  old = std::move(slot);
+  slot = entry;
+  return entry;
 }
 
 void QueuedJobs::Erase(int64_t job_id) {

@@ -84,7 +84,8 @@ class QueuedJobs {
 
   // --- For JobStore (writer thread).
   void Replace(std::map<int64_t, QueuedJobsSnapshot::Entry> jobs);
-  void Put(int64_t job_id, SchedulableJob job);
+  // Returns the entry now in the view for `job_id`.
+  QueuedJobsSnapshot::Entry Put(int64_t job_id, SchedulableJob job);
   void Erase(int64_t job_id);
 
  private:

@@ -101,7 +101,22 @@ std::string Statement::ColumnText(int i) const {
   return data == nullptr ? std::string() : std::string(static_cast<const char*>(data), size);
 }
 
-Connection::~Connection() { sqlite3_close_v2(db_); }
+Connection::~Connection() {
+  cached_.clear();  // finalized before the connection closes
+  sqlite3_close_v2(db_);
+}
+
+absl::StatusOr<Statement*> Connection::Cached(const std::string& sql) {
+  auto it = cached_.find(sql);
+  if (it == cached_.end()) {
+    absl::StatusOr<Statement> st = Prepare(sql);
+    if (!st.ok()) return st.status();
+    it = cached_.emplace(sql, std::move(*st)).first;
+  } else {
+    it->second.Reset();
+  }
+  return &it->second;
+}
 
 absl::StatusOr<std::unique_ptr<Connection>> Connection::Open(const std::string& path, bool create,
                                                             bool read_only) {

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <unordered_map>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -72,6 +73,11 @@ class Connection {
   absl::StatusOr<Statement> Prepare(absl::string_view sql) {
     return Statement::Prepare(db_, sql);
   }
+  // The statement for `sql`, prepared once per connection and kept: later calls hand back
+  // the same statement, reset and unbound. For statements run on every request (parsing
+  // the SQL again costs more than running a point lookup). The statement stays owned by
+  // the connection; reset it when done so it does not hold a read snapshot open.
+  absl::StatusOr<Statement*> Cached(const std::string& sql);
   // Runs a query whose result is one integer (e.g. a PRAGMA).
   absl::StatusOr<int64_t> QueryInt(absl::string_view sql);
   sqlite3* raw() const { return db_; }
@@ -80,6 +86,7 @@ class Connection {
  private:
   explicit Connection(sqlite3* db) : db_(db) {}
   sqlite3* db_;
+  std::unordered_map<std::string, Statement> cached_;
 };
 
 }  // namespace llamafleet::sqlite

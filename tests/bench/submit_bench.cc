@@ -52,6 +52,9 @@ struct RunResult {
   // The coordinator's CPU time (user + system, all threads) over the measured window,
   // per acknowledged submission: what one submission costs the server.
   double server_cpu_us_per_ack = 0;
+  // This process's CPU time per acknowledged submission: the 64 clients' gRPC work,
+  // which shares the machine's cores with the coordinator.
+  double client_cpu_us_per_ack = 0;
   std::string writer_line;  // the coordinator's own account of its transactions
 };
 
@@ -168,9 +171,11 @@ RunResult RunOnce(bool group_commit, int clients, double seconds, const v1::JobS
   measuring = true;
   const absl::Time begin = absl::Now();
   const double cpu_begin = ProcessCpuMicros((*coordinator)->pid());
+  const double client_cpu_begin = ProcessCpuMicros(getpid());
   std::this_thread::sleep_for(absl::ToChronoMilliseconds(absl::Seconds(seconds)));
   measuring = false;
   const double cpu_end = ProcessCpuMicros((*coordinator)->pid());
+  const double client_cpu_end = ProcessCpuMicros(getpid());
   const double elapsed = absl::ToDoubleSeconds(absl::Now() - begin);
   stopping = true;
   for (auto& c : pool) c->WaitDone();
@@ -182,7 +187,10 @@ RunResult RunOnce(bool group_commit, int clients, double seconds, const v1::JobS
     result.errors += c->errors;
   }
   result.acks_per_second = all.size() / elapsed;
-  if (!all.empty()) result.server_cpu_us_per_ack = (cpu_end - cpu_begin) / all.size();
+  if (!all.empty()) {
+    result.server_cpu_us_per_ack = (cpu_end - cpu_begin) / all.size();
+    result.client_cpu_us_per_ack = (client_cpu_end - client_cpu_begin) / all.size();
+  }
   result.p50_ms = Percentile(all, 0.50);
   result.p99_ms = Percentile(all, 0.99);
   (*coordinator)->Signal(SIGTERM);
@@ -226,22 +234,24 @@ int main(int argc, char** argv) {
 
   std::printf("submit_bench: %d clients, %.0f s per run, %d runs per mode, synchronous=FULL\n",
               clients, seconds, runs);
-  std::vector<double> mode_rate[2], mode_p50[2], mode_p99[2], mode_cpu[2];
+  std::vector<double> mode_rate[2], mode_p50[2], mode_p99[2], mode_cpu[2], mode_client_cpu[2];
   for (int run = 0; run < runs; ++run) {
     for (int mode = 0; mode < (group_only ? 1 : 2); ++mode) {
       const bool group = mode == 0;
       llamafleet::RunResult r = llamafleet::RunOnce(group, clients, seconds, spec);
       std::printf(
           "  run %d %-22s %9.0f acks/s  p50 %7.2f ms  p99 %7.2f ms  server CPU %6.1f us/ack  "
-          "errors %lld\n",
+          "client CPU %6.1f us/ack  errors %lld\n",
           run + 1, group ? "group commit:" : "one txn per submit:", r.acks_per_second, r.p50_ms,
-          r.p99_ms, r.server_cpu_us_per_ack, static_cast<long long>(r.errors));
+          r.p99_ms, r.server_cpu_us_per_ack, r.client_cpu_us_per_ack,
+          static_cast<long long>(r.errors));
       std::printf("        coordinator %s\n", r.writer_line.c_str());
       std::fflush(stdout);
       mode_rate[mode].push_back(r.acks_per_second);
       mode_p50[mode].push_back(r.p50_ms);
       mode_p99[mode].push_back(r.p99_ms);
       mode_cpu[mode].push_back(r.server_cpu_us_per_ack);
+      mode_client_cpu[mode].push_back(r.client_cpu_us_per_ack);
     }
   }
   const char* names[2] = {"group commit", "one txn per submit (baseline)"};
@@ -251,6 +261,15 @@ int main(int argc, char** argv) {
                 llamafleet::Median(mode_p50[mode]), llamafleet::Median(mode_p99[mode]),
                 llamafleet::Median(mode_cpu[mode]));
   }
+  // What the cores allow: with every core busy on nothing but submissions (server and
+  // clients), at most cores / (server + client CPU per ack).
+  const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  const double per_ack = llamafleet::Median(mode_cpu[0]) + llamafleet::Median(mode_client_cpu[0]);
+  std::printf("CPU per ack (group commit): server %.1f us + clients %.1f us; %ld cores allow at most "
+              "%.0f acks/s; the server alone on %ld cores: %.0f acks/s\n",
+              llamafleet::Median(mode_cpu[0]), llamafleet::Median(mode_client_cpu[0]), cores,
+              per_ack > 0 ? cores * 1e6 / per_ack : 0.0, cores,
+              llamafleet::Median(mode_cpu[0]) > 0 ? cores * 1e6 / llamafleet::Median(mode_cpu[0]) : 0.0);
   if (!group_only) {
     std::printf("group commit / baseline throughput ratio: %.2fx\n",
                 llamafleet::Median(mode_rate[0]) / llamafleet::Median(mode_rate[1]));

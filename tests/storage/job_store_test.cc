@@ -223,6 +223,72 @@ TEST_F(JobStoreTest, ConcurrentWritersAreGroupCommitted) {
   }
 }
 
+// limits.max_active_jobs_per_user is enforced from per-owner counts the writer keeps
+// between commits (not a COUNT per submission): concurrent group-committed submissions,
+// writes that fail inside the same transaction, other owners, a batch that would cross
+// the limit, and a job that ends must all leave the counts exact.
+TEST_F(JobStoreTest, ActiveJobLimitHoldsUnderConcurrentGroupCommits) {
+  auto store = Open();
+  constexpr int kLimit = 40;
+  auto limited = [&](const std::string& name, const std::string& owner, const std::string& dir = "") {
+    SubmitJobInput in = Input(name, owner);
+    in.max_active_jobs = kLimit;
+    if (!dir.empty()) in.spec.mutable_checkpoint()->set_dir(dir);
+    return in;
+  };
+  // A job owning /ckpt/taken: later submissions naming it fail inside their transaction.
+  ASSERT_TRUE(store->SubmitJobsAndWait({limited("owner-of-dir", "carol", "/ckpt/taken")}).ok());
+  std::atomic<int> accepted{0}, refused{0}, conflicts{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 10; ++i) {
+        // Every third submission of a thread fails (checkpoint dir taken) in the same
+        // group commits as the others; it must not count.
+        const bool conflict = i % 3 == 2;
+        absl::StatusOr<std::vector<SubmitJobResult>> r = store->SubmitJobsAndWait(
+            {limited(absl::StrCat("t", t, "-", i), "alice", conflict ? "/ckpt/taken" : "")});
+        if (r.ok()) {
+          ++accepted;
+        } else if (r.status().code() == absl::StatusCode::kResourceExhausted) {
+          ++refused;
+        } else if (r.status().code() == absl::StatusCode::kFailedPrecondition) {
+          ++conflicts;
+        } else {
+          ADD_FAILURE() << r.status();
+        }
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(accepted.load(), kLimit);
+  EXPECT_EQ(accepted.load() + refused.load() + conflicts.load(), 80);
+  EXPECT_GT(store->transactions_committed(), 0);
+  // Others are not affected; a batch that would cross the limit is refused whole.
+  EXPECT_TRUE(store->SubmitJobsAndWait({limited("b", "bob")}).ok());
+  std::vector<SubmitJobInput> batch;
+  for (int i = 0; i < kLimit; ++i) batch.push_back(limited(absl::StrCat("bb", i), "bob"));
+  EXPECT_EQ(store->SubmitJobsAndWait(std::move(batch)).status().code(),
+            absl::StatusCode::kResourceExhausted);
+  // A job that ends frees exactly one slot.
+  ListJobsQuery list;
+  list.owner = "alice";
+  list.states = {v1::QUEUED};
+  list.page_size = 1;
+  absl::StatusOr<ListJobsResult> page = store->ListJobs(list);
+  ASSERT_TRUE(page.ok()) << page.status();
+  ASSERT_EQ(page->jobs.size(), 1u);
+  ASSERT_TRUE(store->CancelJobAndWait(std::stoll(page->jobs[0].id()), "alice", "").ok());
+  EXPECT_TRUE(store->SubmitJobsAndWait({limited("again", "alice")}).ok());
+  EXPECT_EQ(store->SubmitJobsAndWait({limited("one-too-many", "alice")}).status().code(),
+            absl::StatusCode::kResourceExhausted);
+  // The counts survive a restart (rebuilt from the rows).
+  store.reset();
+  store = Open();
+  EXPECT_EQ(store->SubmitJobsAndWait({limited("after-restart", "alice")}).status().code(),
+            absl::StatusCode::kResourceExhausted);
+}
+
 TEST_F(JobStoreTest, ListFiltersAndPagesNewestFirst) {
   auto store = Open();
   std::vector<SubmitJobInput> inputs;
