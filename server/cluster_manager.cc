@@ -192,13 +192,17 @@ void ClusterManager::Loop() {
       Tick();
       next_tick = options_.clock->Now() + options_.tick;
     }
+    Publish();
   }
 }
 
 void ClusterManager::Sync() {
   std::promise<void> done;
   auto f = done.get_future();
-  Post([&done] { done.set_value(); });
+  Post([this, &done] {
+    Publish();  // what the work before it changed is visible once Sync returns
+    done.set_value();
+  });
   f.wait();
 }
 
@@ -207,6 +211,7 @@ void ClusterManager::TickNow() {
   auto f = done.get_future();
   Post([this, &done] {
     Tick();
+    Publish();
     done.set_value();
   });
   f.wait();
@@ -324,7 +329,7 @@ void ClusterManager::HandleHello(std::shared_ptr<WorkerLink> link, const v1::Hel
                WorkerSlots(w.inventory),
                w.inventory.efa_devices() ? absl::StrCat(", ", w.inventory.efa_devices(), " EFA") : "");
   pass_wanted_ = true;  // coalesced: a thousand workers registering need not mean a thousand passes
-  PublishWorkers();
+  publish_workers_ = true;
 }
 
 ClusterManager::ActiveAttempt* ClusterManager::AttemptOfTask(const std::string& task_id) {
@@ -363,7 +368,7 @@ void ClusterManager::HandleTaskStatus(const std::string& worker, const v1::TaskS
     Write(AttemptRunningTxn(job_id, a->record.attempt), [](absl::Status) {});
   }
   if (effect.end.has_value()) EndAttempt(*a, *effect.end, effect.reason, effect.excluded_worker);
-  if (IsTerminalTask(status.state())) PublishWorkers();  // its slots are free again
+  if (IsTerminalTask(status.state())) publish_workers_ = true;  // its slots are free again
   MaybeRelease(job_id);
 }
 
@@ -565,8 +570,8 @@ void ClusterManager::MaybeRelease(int64_t job_id) {
   ports_in_use_.erase(a.master_port);
   attempts_.erase(it);
   schedule_wanted_ = true;
-  PublishAssignments();
-  PublishWorkers();
+  publish_assignments_ = true;
+  publish_workers_ = true;
   if (options_.on_attempt_released) options_.on_attempt_released(job_id, attempt);
 }
 
@@ -600,7 +605,7 @@ void ClusterManager::ReleaseAbandoned(absl::Time now) {
       Write(SetTaskStateTxn(task_id, failed), [](absl::Status) {});
       if (!a.ended) EndAttempt(a, AttemptOutcome::kRetryable, why);
     }
-    PublishWorkers();
+    publish_workers_ = true;
     MaybeRelease(job_id);
   });
 }
@@ -686,7 +691,7 @@ void ClusterManager::Tick() {
       MaybeRelease(job_id);
     }
     schedule_wanted_ = true;
-    PublishWorkers();
+    publish_workers_ = true;
   }
   // Tasks nobody will report any more (missing, or silent past their stop deadline).
   ReleaseAbandoned(now);
@@ -801,7 +806,7 @@ void ClusterManager::SchedulePass() {
           ports_in_use_.erase(it->second.master_port);
           attempts_.erase(it);
           schedule_wanted_ = true;
-          PublishAssignments();
+          publish_assignments_ = true;
           return;
         }
         it->second.committed = true;
@@ -843,8 +848,8 @@ void ClusterManager::SchedulePass() {
     pending_.swap(published);
   }
   published.reset();  // the previous pass's, unless a reader still holds it
-  if (!d.placements.empty()) PublishAssignments();
-  PublishWorkers();
+  if (!d.placements.empty()) publish_assignments_ = true;
+  publish_workers_ = true;
   const auto pass_end = std::chrono::steady_clock::now();
   // The next pass for new submissions waits at least pass_interval, and twice as long as
   // this one took: under a stream of submissions to a deep queue, passes take at most a
@@ -855,6 +860,17 @@ void ClusterManager::SchedulePass() {
                           2 * (pass_end - pass_start));
   if (options_.metrics != nullptr) {
     options_.metrics->RecordSchedulingPass(absl::FromChrono(pass_end - pass_start));
+  }
+}
+
+void ClusterManager::Publish() {
+  if (publish_assignments_) {
+    publish_assignments_ = false;
+    PublishAssignments();
+  }
+  if (publish_workers_) {
+    publish_workers_ = false;
+    PublishWorkers();
   }
 }
 
