@@ -733,7 +733,8 @@ void ClusterManager::SchedulePass() {
   schedule_wanted_ = false;
   pass_wanted_ = false;
   last_pass_ = now;
-  absl::StatusOr<QueuedJobsSnapshot> queued = store_->SnapshotQueuedJobs();  // from memory
+  // From memory: what changed in the queue since the last pass.
+  absl::StatusOr<QueuedJobsChanges> queued = store_->QueuedJobChangesSince(pending_jobs_.version());
   if (!queued.ok()) {
     spdlog::error("scheduling pass: cannot read the queue: {}", queued.status().ToString());
     return;
@@ -746,7 +747,7 @@ void ClusterManager::SchedulePass() {
     views_version_ = workers_version_;
   }
   const PendingJobCache::Input& input =
-      pending_jobs_.Build(*queued, views_, workers_version_, attempts_, now);
+      pending_jobs_.Update(*queued, views_, workers_version_, attempts_, now);
   for (const auto& [id, reason] : input.deadline_passed) {
     // No active attempt to end: the job fails straight from the queue.
     Write(FailQueuedJobTxn(id, reason), [](absl::Status) {});

@@ -1164,6 +1164,14 @@ absl::StatusOr<QueuedJobsSnapshot> JobStore::SnapshotQueuedJobs() const {
   return queued_.Snapshot();
 }
 
+absl::StatusOr<QueuedJobsChanges> JobStore::QueuedJobChangesSince(uint64_t version) const {
+  if (queued_stale_.load()) {
+    return absl::UnavailableError(
+        "the queued-jobs view is being rebuilt after a read error (see the log)");
+  }
+  return queued_.ChangesSince(version);
+}
+
 size_t JobStore::queued_jobs_size() const { return queued_.size(); }
 
 void JobStore::SubmitJobs(std::vector<SubmitJobInput> jobs, SubmitCallback done) {

@@ -194,6 +194,9 @@ class JobStore {
   // whose events have been published. UNAVAILABLE while the view is being rebuilt after
   // a read error (the next commit retries).
   absl::StatusOr<QueuedJobsSnapshot> SnapshotQueuedJobs() const;
+  // The view's changes after `version` (QueuedJobs::ChangesSince), for a reader that keeps
+  // its own copy; UNAVAILABLE as above.
+  absl::StatusOr<QueuedJobsChanges> QueuedJobChangesSince(uint64_t version) const;
   size_t queued_jobs_size() const;
 
   // --- Committed events, in commit order, delivered on the writer thread right after
