@@ -159,6 +159,22 @@ void ClusterManager::Write(TxnFunction fn, std::function<void(absl::Status)> don
   });
 }
 
+void ClusterManager::WriteEach(
+    std::vector<std::pair<TxnFunction, std::function<void(absl::Status)>>> writes) {
+  if (writes.empty()) return;
+  for (auto& [fn, done] : writes) {
+    inflight_writes_.fetch_add(1);
+    done = [this, done = std::move(done)](absl::Status s) {
+      done(std::move(s));
+      if (inflight_writes_.fetch_sub(1) == 1) {
+        std::lock_guard<std::mutex> lock(mu_);
+        cv_.notify_all();
+      }
+    };
+  }
+  store_->WriteEach(std::move(writes));
+}
+
 void ClusterManager::Post(std::function<void()> fn) {
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -759,6 +775,9 @@ void ClusterManager::SchedulePass() {
     if (w.lost || w.link == nullptr) gone.insert(name);
   }
 
+  // The attempts this pass starts, written in one transaction (each in a savepoint of its
+  // own: one that fails leaves the others started).
+  std::vector<std::pair<TxnFunction, std::function<void(absl::Status)>>> starts;
   for (const sched::Placement& p : d.placements) {
     const SchedulableJob& j = *pending_jobs_.Job(p.job_id);
     ActiveAttempt a;
@@ -798,7 +817,7 @@ void ClusterManager::SchedulePass() {
     const int64_t job_id = p.job_id;
     // Hold the resources now, so the next pass cannot place on them twice; tell the
     // workers once the attempt is durable.
-    Write(StartAttemptTxn(a.record), [this, job_id](absl::Status s) {
+    starts.emplace_back(StartAttemptTxn(a.record), [this, job_id](absl::Status s) {
       Post([this, job_id, s] {
         auto it = attempts_.find(job_id);
         if (it == attempts_.end()) return;
@@ -816,6 +835,7 @@ void ClusterManager::SchedulePass() {
     });
     attempts_[job_id] = std::move(a);
   }
+  WriteEach(std::move(starts));
   for (const sched::Preemption& p : d.preemptions) {
     auto it = attempts_.find(p.victim_job_id);
     if (it == attempts_.end() || it->second.stopping) continue;

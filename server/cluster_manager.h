@@ -183,6 +183,8 @@ class ClusterManager : public ClusterView {
   void Post(std::function<void()> fn);
   // store_->Write, counted: the destructor waits for every callback.
   void Write(TxnFunction fn, std::function<void(absl::Status)> done);
+  // store_->WriteEach (one transaction, a savepoint each), counted the same way.
+  void WriteEach(std::vector<std::pair<TxnFunction, std::function<void(absl::Status)>>> writes);
   void Loop();
 
   // Strand-only.

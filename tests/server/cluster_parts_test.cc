@@ -605,7 +605,8 @@ TEST(PendingJobCacheTest, UpdateByChangesGivesTheSameInputAsTheWholeQueue) {
   check(0);
   // A rebuilt view (whole view again): entries that stayed the same keep their conversion.
   std::map<int64_t, QueuedJobsSnapshot::Entry> same;
-  for (const QueuedJobsSnapshot::Entry& e : view.Snapshot().entries()) same[std::stoll(e->job.id())] = e;
+  const QueuedJobsSnapshot snapshot = view.Snapshot();
+  for (const QueuedJobsSnapshot::Entry& e : snapshot.entries()) same[std::stoll(e->job.id())] = e;
   same.erase(1);
   queue.erase(1);
   view.Replace(same);
