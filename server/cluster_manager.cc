@@ -148,30 +148,25 @@ ClusterManager::~ClusterManager() {
   cv_.wait(lock, [&] { return inflight_writes_.load() == 0; });
 }
 
-void ClusterManager::Write(TxnFunction fn, std::function<void(absl::Status)> done) {
+std::function<void(absl::Status)> ClusterManager::Counted(std::function<void(absl::Status)> done) {
   inflight_writes_.fetch_add(1);
-  store_->Write(std::move(fn), [this, done = std::move(done)](absl::Status s) {
+  return [this, done = std::move(done)](absl::Status s) {
     done(std::move(s));
     if (inflight_writes_.fetch_sub(1) == 1) {
       std::lock_guard<std::mutex> lock(mu_);
       cv_.notify_all();
     }
-  });
+  };
+}
+
+void ClusterManager::Write(TxnFunction fn, std::function<void(absl::Status)> done) {
+  store_->Write(std::move(fn), Counted(std::move(done)));
 }
 
 void ClusterManager::WriteEach(
     std::vector<std::pair<TxnFunction, std::function<void(absl::Status)>>> writes) {
   if (writes.empty()) return;
-  for (auto& [fn, done] : writes) {
-    inflight_writes_.fetch_add(1);
-    done = [this, done = std::move(done)](absl::Status s) {
-      done(std::move(s));
-      if (inflight_writes_.fetch_sub(1) == 1) {
-        std::lock_guard<std::mutex> lock(mu_);
-        cv_.notify_all();
-      }
-    };
-  }
+  for (auto& write : writes) write.second = Counted(std::move(write.second));
   store_->WriteEach(std::move(writes));
 }
 
@@ -545,7 +540,7 @@ void ClusterManager::EndAttempt(ActiveAttempt& a, AttemptOutcome outcome,
       if (it == attempts_.end() || it->second.record.attempt != attempt) return;
       StopTasks(it->second, options_.cancel_grace, reason);
       MaybeRelease(job_id);
-      schedule_wanted_ = true;
+      WantPassForFreedCapacity(job_id);
     });
   });
 }
@@ -585,10 +580,22 @@ void ClusterManager::MaybeRelease(int64_t job_id) {
   }
   ports_in_use_.erase(a.master_port);
   attempts_.erase(it);
-  schedule_wanted_ = true;
+  WantPassForFreedCapacity(job_id);
   publish_assignments_ = true;
   publish_workers_ = true;
   if (options_.on_attempt_released) options_.on_attempt_released(job_id, attempt);
+}
+
+void ClusterManager::WantPassForFreedCapacity(int64_t job_id) {
+  // Freed capacity is worth a pass at once only to a queued job that could use it: one
+  // the last pass left waiting for capacity, or this job itself, queued again (its
+  // attempt kept it out of that pass; a requeue the last pass did not see yet has asked
+  // for a pass through its event). Jobs no worker matches, or larger than the cluster,
+  // stay so however many GPUs are free: a deep queue of them no longer costs a pass per
+  // finished gang; the periodic pass and new submissions still look at them.
+  if (last_pass_waits_for_capacity_ || pending_jobs_.Job(job_id) != nullptr) {
+    schedule_wanted_ = true;
+  }
 }
 
 void ClusterManager::ForEachAttemptMayErase(const std::function<void(int64_t, ActiveAttempt&)>& fn) {
@@ -753,6 +760,7 @@ void ClusterManager::SchedulePass() {
   absl::StatusOr<QueuedJobsChanges> queued = store_->QueuedJobChangesSince(pending_jobs_.version());
   if (!queued.ok()) {
     spdlog::error("scheduling pass: cannot read the queue: {}", queued.status().ToString());
+    last_pass_waits_for_capacity_ = true;  // not known
     return;
   }
   if (views_version_ != workers_version_) {  // a worker came, went or was lost
@@ -860,6 +868,14 @@ void ClusterManager::SchedulePass() {
   // Explanations are published as the scheduler made them; PendingInfoFor turns one
   // into a PendingInfo when asked (a pass over a deep queue would otherwise build one
   // message per queued job that nobody reads).
+  last_pass_waits_for_capacity_ = false;
+  for (const sched::Pending& p : d.pending) {
+    if (p.code != sched::PendingCode::kNoMatchingWorkers &&
+        p.code != sched::PendingCode::kLargerThanCluster) {
+      last_pass_waits_for_capacity_ = true;
+      break;
+    }
+  }
   auto made = std::make_shared<PublishedPending>();
   made->held_back = input.held_back;
   made->pending = std::move(d.pending);

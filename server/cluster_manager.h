@@ -182,6 +182,8 @@ class ClusterManager : public ClusterView {
   ClusterManager(JobStore* store, ClusterOptions options);
   void Post(std::function<void()> fn);
   // store_->Write, counted: the destructor waits for every callback.
+  // `done`, counted as a write in flight until it has run.
+  std::function<void(absl::Status)> Counted(std::function<void(absl::Status)> done);
   void Write(TxnFunction fn, std::function<void(absl::Status)> done);
   // store_->WriteEach (one transaction, a savepoint each), counted the same way.
   void WriteEach(std::vector<std::pair<TxnFunction, std::function<void(absl::Status)>>> writes);
@@ -214,6 +216,9 @@ class ClusterManager : public ClusterView {
   void StopTasks(ActiveAttempt& attempt, absl::Duration grace, const std::string& reason);
   void SendAssignments(int64_t job_id);
   void MaybeRelease(int64_t job_id);
+  // After `job_id`'s attempt ended or released its slots: a pass at once if a queued job
+  // could use them (see last_pass_waits_for_capacity_).
+  void WantPassForFreedCapacity(int64_t job_id);
   // On files_ (not the strand): deletes the job's checkpoints beyond keep_last that are
   // its own step-N directories, then forgets their rows.
   void ApplyRetention(int64_t job_id, int keep_last, const std::string& job_dir);
@@ -248,6 +253,10 @@ class ClusterManager : public ClusterView {
   bool schedule_wanted_ = true;
   // A pass once next_pass_allowed_ is reached (new submissions, a worker registered).
   bool pass_wanted_ = false;
+  // Whether the last pass left a job waiting for capacity (any explanation but "no
+  // matching workers" and "larger than the cluster"): only then does a released attempt
+  // start a pass at once (MaybeRelease).
+  bool last_pass_waits_for_capacity_ = true;
   std::chrono::steady_clock::time_point next_pass_allowed_;
   PendingJobCache pending_jobs_;  // the queued jobs as the scheduler sees them
   // Bumped whenever a worker registers, disconnects or is lost: the scheduler's view of
