@@ -747,6 +747,20 @@ void ClusterManager::Tick() {
       }
     }
   }
+  if (pass_wanted_ && !schedule_wanted_ && views_version_ == workers_version_) {
+    // A submission is announced twice (the job service's Poke, the commit's event): when
+    // the pass for the first already saw the queue as it is, the second has nothing new
+    // to look at (and would only delay the pass for the next submission). Jobs that left
+    // the queue because a pass started them are nothing new either.
+    absl::StatusOr<QueuedJobsChanges> changes =
+        store_->QueuedJobChangesSince(pending_jobs_.version());
+    if (changes.ok() && !changes->full &&
+        std::all_of(changes->changed.begin(), changes->changed.end(), [&](const auto& c) {
+          return c.second == nullptr && attempts_.count(c.first) > 0;
+        })) {
+      pass_wanted_ = false;
+    }
+  }
   if (schedule_wanted_ || pass_wanted_ || now - last_pass_ > absl::Seconds(2)) SchedulePass();
 }
 
