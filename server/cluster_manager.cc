@@ -593,7 +593,9 @@ void ClusterManager::WantPassForFreedCapacity(int64_t job_id) {
   // for a pass through its event). Jobs no worker matches, or larger than the cluster,
   // stay so however many GPUs are free: a deep queue of them no longer costs a pass per
   // finished gang; the periodic pass and new submissions still look at them.
-  if (last_pass_waits_for_capacity_ || pending_jobs_.Job(job_id) != nullptr) {
+  if (last_pass_waits_for_capacity_ ||
+      std::binary_search(last_pass_held_by_attempt_.begin(), last_pass_held_by_attempt_.end(),
+                         job_id)) {
     schedule_wanted_ = true;
   }
 }
@@ -883,6 +885,7 @@ void ClusterManager::SchedulePass() {
   // into a PendingInfo when asked (a pass over a deep queue would otherwise build one
   // message per queued job that nobody reads).
   last_pass_waits_for_capacity_ = false;
+  last_pass_held_by_attempt_ = input.held_by_attempt;
   for (const sched::Pending& p : d.pending) {
     if (p.code != sched::PendingCode::kNoMatchingWorkers &&
         p.code != sched::PendingCode::kLargerThanCluster) {

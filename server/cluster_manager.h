@@ -257,6 +257,8 @@ class ClusterManager : public ClusterView {
   // matching workers" and "larger than the cluster"): only then does a released attempt
   // start a pass at once (MaybeRelease).
   bool last_pass_waits_for_capacity_ = true;
+  // The last pass's queued jobs left out while their previous attempt was active.
+  std::vector<int64_t> last_pass_held_by_attempt_;
   std::chrono::steady_clock::time_point next_pass_allowed_;
   PendingJobCache pending_jobs_;  // the queued jobs as the scheduler sees them
   // Bumped whenever a worker registers, disconnects or is lost: the scheduler's view of

@@ -270,6 +270,7 @@ const PendingJobCache::Input& PendingJobCache::Assemble(const std::vector<Worker
   input_.pending.clear();
   input_.held_back.clear();
   input_.deadline_passed.clear();
+  input_.held_by_attempt.clear();
   adjusted_.clear();
   input_.pending.reserve(jobs_.size());
   // Both in id order: a job's attempt is found by walking the (few) attempts alongside.
@@ -279,6 +280,7 @@ const PendingJobCache::Input& PendingJobCache::Assemble(const std::vector<Worker
     const bool has_attempt = attempt != attempts.end() && attempt->first == id;
     switch (Classify(has_attempt, c.deadline_seconds, c.first_start, c.eligible, now)) {
       case Disposition::kSkip:
+        input_.held_by_attempt.push_back(id);
         continue;
       case Disposition::kDeadlinePassed:
         input_.deadline_passed[id] = DeadlineReason(*c.entry);

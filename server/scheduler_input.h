@@ -91,6 +91,8 @@ class PendingJobCache {
     std::vector<sched::RunningJob> running;
     std::map<int64_t, v1::PendingInfo> held_back;
     std::map<int64_t, std::string> deadline_passed;
+    // Queued jobs left out because their previous attempt is still active, in id order.
+    std::vector<int64_t> held_by_attempt;
   };
 
   // The input for one pass over `queued` (the whole queue). Valid until the next Build or
