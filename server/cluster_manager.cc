@@ -905,13 +905,13 @@ void ClusterManager::SchedulePass() {
   if (!d.placements.empty()) publish_assignments_ = true;
   publish_workers_ = true;
   const auto pass_end = std::chrono::steady_clock::now();
-  // The next pass for new submissions waits at least pass_interval, and twice as long as
-  // this one took: under a stream of submissions to a deep queue, passes take at most a
-  // third of the loop. Freed capacity (schedule_wanted_) does not wait.
+  // The next pass for new submissions waits at least pass_interval, and as long as this
+  // one took: under a stream of submissions to a deep queue, passes take at most half of
+  // the loop. Freed capacity (schedule_wanted_) does not wait.
   next_pass_allowed_ =
       pass_end + std::max(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                               absl::ToChronoMicroseconds(options_.pass_interval)),
-                          2 * (pass_end - pass_start));
+                          pass_end - pass_start);
   if (options_.metrics != nullptr) {
     options_.metrics->RecordSchedulingPass(absl::FromChrono(pass_end - pass_start));
   }

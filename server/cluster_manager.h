@@ -58,9 +58,9 @@ struct ClusterOptions {
   // How often the loop checks timeouts and retries scheduling.
   absl::Duration tick = absl::Milliseconds(250);
   // Passes for new submissions and registering workers are coalesced: at most one per
-  // this long (or twice the last pass's duration, if longer), measured on the steady
-  // clock, so a stream of commits is not one pass each. Capacity freed by an attempt
-  // that ended starts a pass at once. TickNow() always passes.
+  // this long (or the last pass's duration, if longer), measured on the steady clock, so
+  // a stream of commits is not one pass each. Capacity freed by an attempt that ended
+  // starts a pass at once when a queued job could use it. TickNow() always passes.
   absl::Duration pass_interval = absl::Milliseconds(20);
   // SIGTERM → SIGKILL grace for cancelled jobs and for the rest of a failed gang.
   absl::Duration cancel_grace = absl::Seconds(15);
