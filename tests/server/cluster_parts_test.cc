@@ -473,6 +473,26 @@ TEST(ElasticGrowTest, Table) {
   }
 }
 
+// A PendingJobCache input against BuildSchedulerInput's for the same queue.
+void ExpectSameInput(const PendingJobCache::Input& got, const SchedulerInput& want) {
+  ASSERT_EQ(got.pending.size(), want.pending.size());
+  for (size_t i = 0; i < want.pending.size(); ++i) {
+    EXPECT_EQ(got.pending[i]->job_id, want.pending[i].job_id);
+    EXPECT_EQ(got.pending[i]->priority, want.pending[i].priority);
+    EXPECT_EQ(got.pending[i]->nodes, want.pending[i].nodes);
+    EXPECT_EQ(got.pending[i]->excluded_workers, want.pending[i].excluded_workers);
+    EXPECT_EQ(got.pending[i]->memory_per_gpu_bytes, want.pending[i].memory_per_gpu_bytes);
+  }
+  ASSERT_EQ(got.held_back.size(), want.held_back.size());
+  for (const auto& [id, info] : want.held_back) {
+    ASSERT_EQ(got.held_back.count(id), 1u);
+    EXPECT_EQ(got.held_back.at(id).message(), info.message());
+  }
+  EXPECT_EQ(got.deadline_passed, want.deadline_passed);
+  EXPECT_EQ(got.workers.size(), want.workers.size());
+  EXPECT_EQ(got.running.size(), want.running.size());
+}
+
 // The coordinator's passes build their input through PendingJobCache: the same input as
 // BuildSchedulerInput, with each queue entry converted once and reused while it stays.
 TEST(PendingJobCacheTest, SameInputAsBuildSchedulerInputConvertingOnlyChangedEntries) {
@@ -489,23 +509,7 @@ TEST(PendingJobCacheTest, SameInputAsBuildSchedulerInputConvertingOnlyChangedEnt
   for (const SchedulableJob& j : jobs) entries.push_back(std::make_shared<const SchedulableJob>(j));
 
   auto expect_same = [&](const PendingJobCache::Input& got, const std::vector<SchedulableJob>& queued) {
-    SchedulerInput want = BuildSchedulerInput(queued, workers, attempts, kNow);
-    ASSERT_EQ(got.pending.size(), want.pending.size());
-    for (size_t i = 0; i < want.pending.size(); ++i) {
-      EXPECT_EQ(got.pending[i]->job_id, want.pending[i].job_id);
-      EXPECT_EQ(got.pending[i]->priority, want.pending[i].priority);
-      EXPECT_EQ(got.pending[i]->nodes, want.pending[i].nodes);
-      EXPECT_EQ(got.pending[i]->excluded_workers, want.pending[i].excluded_workers);
-      EXPECT_EQ(got.pending[i]->memory_per_gpu_bytes, want.pending[i].memory_per_gpu_bytes);
-    }
-    ASSERT_EQ(got.held_back.size(), want.held_back.size());
-    for (const auto& [id, info] : want.held_back) {
-      ASSERT_EQ(got.held_back.count(id), 1u);
-      EXPECT_EQ(got.held_back.at(id).message(), info.message());
-    }
-    EXPECT_EQ(got.deadline_passed, want.deadline_passed);
-    EXPECT_EQ(got.workers.size(), want.workers.size());
-    EXPECT_EQ(got.running.size(), want.running.size());
+    ExpectSameInput(got, BuildSchedulerInput(queued, workers, attempts, kNow));
   };
 
   PendingJobCache cache;
@@ -572,15 +576,7 @@ TEST(PendingJobCacheTest, UpdateByChangesGivesTheSameInputAsTheWholeQueue) {
     EXPECT_EQ(cache.converted(), converted);
     std::vector<SchedulableJob> all;
     for (const auto& [id, j] : queue) all.push_back(j);
-    SchedulerInput want = BuildSchedulerInput(all, workers, attempts, kNow);
-    ASSERT_EQ(got.pending.size(), want.pending.size());
-    for (size_t i = 0; i < want.pending.size(); ++i) {
-      EXPECT_EQ(got.pending[i]->job_id, want.pending[i].job_id);
-      EXPECT_EQ(got.pending[i]->priority, want.pending[i].priority);
-      EXPECT_EQ(got.pending[i]->excluded_workers, want.pending[i].excluded_workers);
-    }
-    EXPECT_EQ(got.held_back.size(), want.held_back.size());
-    EXPECT_EQ(got.deadline_passed, want.deadline_passed);
+    ExpectSameInput(got, BuildSchedulerInput(all, workers, attempts, kNow));
     for (const auto& [id, j] : queue) {
       ASSERT_NE(cache.Job(id), nullptr) << id;
       EXPECT_EQ(cache.Job(id)->job.spec().priority(), j.job.spec().priority());
