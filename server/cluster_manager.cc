@@ -148,15 +148,26 @@ ClusterManager::~ClusterManager() {
   cv_.wait(lock, [&] { return inflight_writes_.load() == 0; });
 }
 
-void ClusterManager::Write(TxnFunction fn, std::function<void(absl::Status)> done) {
+std::function<void(absl::Status)> ClusterManager::Counted(std::function<void(absl::Status)> done) {
   inflight_writes_.fetch_add(1);
-  store_->Write(std::move(fn), [this, done = std::move(done)](absl::Status s) {
+  return [this, done = std::move(done)](absl::Status s) {
     done(std::move(s));
     if (inflight_writes_.fetch_sub(1) == 1) {
       std::lock_guard<std::mutex> lock(mu_);
       cv_.notify_all();
     }
-  });
+  };
+}
+
+void ClusterManager::Write(TxnFunction fn, std::function<void(absl::Status)> done) {
+  store_->Write(std::move(fn), Counted(std::move(done)));
+}
+
+void ClusterManager::WriteEach(
+    std::vector<std::pair<TxnFunction, std::function<void(absl::Status)>>> writes) {
+  if (writes.empty()) return;
+  for (auto& write : writes) write.second = Counted(std::move(write.second));
+  store_->WriteEach(std::move(writes));
 }
 
 void ClusterManager::Post(std::function<void()> fn) {
@@ -192,13 +203,17 @@ void ClusterManager::Loop() {
       Tick();
       next_tick = options_.clock->Now() + options_.tick;
     }
+    Publish();
   }
 }
 
 void ClusterManager::Sync() {
   std::promise<void> done;
   auto f = done.get_future();
-  Post([&done] { done.set_value(); });
+  Post([this, &done] {
+    Publish();  // what the work before it changed is visible once Sync returns
+    done.set_value();
+  });
   f.wait();
 }
 
@@ -207,6 +222,7 @@ void ClusterManager::TickNow() {
   auto f = done.get_future();
   Post([this, &done] {
     Tick();
+    Publish();
     done.set_value();
   });
   f.wait();
@@ -324,7 +340,7 @@ void ClusterManager::HandleHello(std::shared_ptr<WorkerLink> link, const v1::Hel
                WorkerSlots(w.inventory),
                w.inventory.efa_devices() ? absl::StrCat(", ", w.inventory.efa_devices(), " EFA") : "");
   pass_wanted_ = true;  // coalesced: a thousand workers registering need not mean a thousand passes
-  PublishWorkers();
+  publish_workers_ = true;
 }
 
 ClusterManager::ActiveAttempt* ClusterManager::AttemptOfTask(const std::string& task_id) {
@@ -363,7 +379,7 @@ void ClusterManager::HandleTaskStatus(const std::string& worker, const v1::TaskS
     Write(AttemptRunningTxn(job_id, a->record.attempt), [](absl::Status) {});
   }
   if (effect.end.has_value()) EndAttempt(*a, *effect.end, effect.reason, effect.excluded_worker);
-  if (IsTerminalTask(status.state())) PublishWorkers();  // its slots are free again
+  if (IsTerminalTask(status.state())) publish_workers_ = true;  // its slots are free again
   MaybeRelease(job_id);
 }
 
@@ -524,7 +540,7 @@ void ClusterManager::EndAttempt(ActiveAttempt& a, AttemptOutcome outcome,
       if (it == attempts_.end() || it->second.record.attempt != attempt) return;
       StopTasks(it->second, options_.cancel_grace, reason);
       MaybeRelease(job_id);
-      schedule_wanted_ = true;
+      WantPassForFreedCapacity(job_id);
     });
   });
 }
@@ -564,10 +580,24 @@ void ClusterManager::MaybeRelease(int64_t job_id) {
   }
   ports_in_use_.erase(a.master_port);
   attempts_.erase(it);
-  schedule_wanted_ = true;
-  PublishAssignments();
-  PublishWorkers();
+  WantPassForFreedCapacity(job_id);
+  publish_assignments_ = true;
+  publish_workers_ = true;
   if (options_.on_attempt_released) options_.on_attempt_released(job_id, attempt);
+}
+
+void ClusterManager::WantPassForFreedCapacity(int64_t job_id) {
+  // Freed capacity is worth a pass at once only to a queued job that could use it: one
+  // the last pass left waiting for capacity, or this job itself, queued again (its
+  // attempt kept it out of that pass; a requeue the last pass did not see yet has asked
+  // for a pass through its event). Jobs no worker matches, or larger than the cluster,
+  // stay so however many GPUs are free: a deep queue of them no longer costs a pass per
+  // finished gang; the periodic pass and new submissions still look at them.
+  if (last_pass_waits_for_capacity_ ||
+      std::binary_search(last_pass_held_by_attempt_.begin(), last_pass_held_by_attempt_.end(),
+                         job_id)) {
+    schedule_wanted_ = true;
+  }
 }
 
 void ClusterManager::ForEachAttemptMayErase(const std::function<void(int64_t, ActiveAttempt&)>& fn) {
@@ -600,7 +630,7 @@ void ClusterManager::ReleaseAbandoned(absl::Time now) {
       Write(SetTaskStateTxn(task_id, failed), [](absl::Status) {});
       if (!a.ended) EndAttempt(a, AttemptOutcome::kRetryable, why);
     }
-    PublishWorkers();
+    publish_workers_ = true;
     MaybeRelease(job_id);
   });
 }
@@ -686,7 +716,7 @@ void ClusterManager::Tick() {
       MaybeRelease(job_id);
     }
     schedule_wanted_ = true;
-    PublishWorkers();
+    publish_workers_ = true;
   }
   // Tasks nobody will report any more (missing, or silent past their stop deadline).
   ReleaseAbandoned(now);
@@ -719,6 +749,20 @@ void ClusterManager::Tick() {
       }
     }
   }
+  if (pass_wanted_ && !schedule_wanted_ && views_version_ == workers_version_) {
+    // A submission is announced twice (the job service's Poke, the commit's event): when
+    // the pass for the first already saw the queue as it is, the second has nothing new
+    // to look at (and would only delay the pass for the next submission). Jobs that left
+    // the queue because a pass started them are nothing new either.
+    absl::StatusOr<QueuedJobsChanges> changes =
+        store_->QueuedJobChangesSince(pending_jobs_.version());
+    if (changes.ok() && !changes->full &&
+        std::all_of(changes->changed.begin(), changes->changed.end(), [&](const auto& c) {
+          return c.second == nullptr && attempts_.count(c.first) > 0;
+        })) {
+      pass_wanted_ = false;
+    }
+  }
   if (schedule_wanted_ || pass_wanted_ || now - last_pass_ > absl::Seconds(2)) SchedulePass();
 }
 
@@ -728,9 +772,11 @@ void ClusterManager::SchedulePass() {
   schedule_wanted_ = false;
   pass_wanted_ = false;
   last_pass_ = now;
-  absl::StatusOr<QueuedJobsSnapshot> queued = store_->SnapshotQueuedJobs();  // from memory
+  // From memory: what changed in the queue since the last pass.
+  absl::StatusOr<QueuedJobsChanges> queued = store_->QueuedJobChangesSince(pending_jobs_.version());
   if (!queued.ok()) {
     spdlog::error("scheduling pass: cannot read the queue: {}", queued.status().ToString());
+    last_pass_waits_for_capacity_ = true;  // not known
     return;
   }
   if (views_version_ != workers_version_) {  // a worker came, went or was lost
@@ -741,7 +787,7 @@ void ClusterManager::SchedulePass() {
     views_version_ = workers_version_;
   }
   const PendingJobCache::Input& input =
-      pending_jobs_.Build(*queued, views_, workers_version_, attempts_, now);
+      pending_jobs_.Update(*queued, views_, workers_version_, attempts_, now);
   for (const auto& [id, reason] : input.deadline_passed) {
     // No active attempt to end: the job fails straight from the queue.
     Write(FailQueuedJobTxn(id, reason), [](absl::Status) {});
@@ -753,6 +799,9 @@ void ClusterManager::SchedulePass() {
     if (w.lost || w.link == nullptr) gone.insert(name);
   }
 
+  // The attempts this pass starts, written in one transaction (each in a savepoint of its
+  // own: one that fails leaves the others started).
+  std::vector<std::pair<TxnFunction, std::function<void(absl::Status)>>> starts;
   for (const sched::Placement& p : d.placements) {
     const SchedulableJob& j = *pending_jobs_.Job(p.job_id);
     ActiveAttempt a;
@@ -792,7 +841,7 @@ void ClusterManager::SchedulePass() {
     const int64_t job_id = p.job_id;
     // Hold the resources now, so the next pass cannot place on them twice; tell the
     // workers once the attempt is durable.
-    Write(StartAttemptTxn(a.record), [this, job_id](absl::Status s) {
+    starts.emplace_back(StartAttemptTxn(a.record), [this, job_id](absl::Status s) {
       Post([this, job_id, s] {
         auto it = attempts_.find(job_id);
         if (it == attempts_.end()) return;
@@ -801,7 +850,7 @@ void ClusterManager::SchedulePass() {
           ports_in_use_.erase(it->second.master_port);
           attempts_.erase(it);
           schedule_wanted_ = true;
-          PublishAssignments();
+          publish_assignments_ = true;
           return;
         }
         it->second.committed = true;
@@ -810,6 +859,7 @@ void ClusterManager::SchedulePass() {
     });
     attempts_[job_id] = std::move(a);
   }
+  WriteEach(std::move(starts));
   for (const sched::Preemption& p : d.preemptions) {
     auto it = attempts_.find(p.victim_job_id);
     if (it == attempts_.end() || it->second.stopping) continue;
@@ -834,6 +884,15 @@ void ClusterManager::SchedulePass() {
   // Explanations are published as the scheduler made them; PendingInfoFor turns one
   // into a PendingInfo when asked (a pass over a deep queue would otherwise build one
   // message per queued job that nobody reads).
+  last_pass_waits_for_capacity_ = false;
+  last_pass_held_by_attempt_ = input.held_by_attempt;
+  for (const sched::Pending& p : d.pending) {
+    if (p.code != sched::PendingCode::kNoMatchingWorkers &&
+        p.code != sched::PendingCode::kLargerThanCluster) {
+      last_pass_waits_for_capacity_ = true;
+      break;
+    }
+  }
   auto made = std::make_shared<PublishedPending>();
   made->held_back = input.held_back;
   made->pending = std::move(d.pending);
@@ -843,18 +902,29 @@ void ClusterManager::SchedulePass() {
     pending_.swap(published);
   }
   published.reset();  // the previous pass's, unless a reader still holds it
-  if (!d.placements.empty()) PublishAssignments();
-  PublishWorkers();
+  if (!d.placements.empty()) publish_assignments_ = true;
+  publish_workers_ = true;
   const auto pass_end = std::chrono::steady_clock::now();
-  // The next pass for new submissions waits at least pass_interval, and twice as long as
-  // this one took: under a stream of submissions to a deep queue, passes take at most a
-  // third of the loop. Freed capacity (schedule_wanted_) does not wait.
+  // The next pass for new submissions waits at least pass_interval, and as long as this
+  // one took: under a stream of submissions to a deep queue, passes take at most half of
+  // the loop. Freed capacity (schedule_wanted_) does not wait.
   next_pass_allowed_ =
       pass_end + std::max(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                               absl::ToChronoMicroseconds(options_.pass_interval)),
-                          2 * (pass_end - pass_start));
+                          pass_end - pass_start);
   if (options_.metrics != nullptr) {
     options_.metrics->RecordSchedulingPass(absl::FromChrono(pass_end - pass_start));
+  }
+}
+
+void ClusterManager::Publish() {
+  if (publish_assignments_) {
+    publish_assignments_ = false;
+    PublishAssignments();
+  }
+  if (publish_workers_) {
+    publish_workers_ = false;
+    PublishWorkers();
   }
 }
 

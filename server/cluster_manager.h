@@ -58,9 +58,9 @@ struct ClusterOptions {
   // How often the loop checks timeouts and retries scheduling.
   absl::Duration tick = absl::Milliseconds(250);
   // Passes for new submissions and registering workers are coalesced: at most one per
-  // this long (or twice the last pass's duration, if longer), measured on the steady
-  // clock, so a stream of commits is not one pass each. Capacity freed by an attempt
-  // that ended starts a pass at once. TickNow() always passes.
+  // this long (or the last pass's duration, if longer), measured on the steady clock, so
+  // a stream of commits is not one pass each. Capacity freed by an attempt that ended
+  // starts a pass at once when a queued job could use it. TickNow() always passes.
   absl::Duration pass_interval = absl::Milliseconds(20);
   // SIGTERM → SIGKILL grace for cancelled jobs and for the rest of a failed gang.
   absl::Duration cancel_grace = absl::Seconds(15);
@@ -182,7 +182,11 @@ class ClusterManager : public ClusterView {
   ClusterManager(JobStore* store, ClusterOptions options);
   void Post(std::function<void()> fn);
   // store_->Write, counted: the destructor waits for every callback.
+  // `done`, counted as a write in flight until it has run.
+  std::function<void(absl::Status)> Counted(std::function<void(absl::Status)> done);
   void Write(TxnFunction fn, std::function<void(absl::Status)> done);
+  // store_->WriteEach (one transaction, a savepoint each), counted the same way.
+  void WriteEach(std::vector<std::pair<TxnFunction, std::function<void(absl::Status)>>> writes);
   void Loop();
 
   // Strand-only.
@@ -212,13 +216,23 @@ class ClusterManager : public ClusterView {
   void StopTasks(ActiveAttempt& attempt, absl::Duration grace, const std::string& reason);
   void SendAssignments(int64_t job_id);
   void MaybeRelease(int64_t job_id);
+  // After `job_id`'s attempt ended or released its slots: a pass at once if a queued job
+  // could use them (see last_pass_waits_for_capacity_).
+  void WantPassForFreedCapacity(int64_t job_id);
   // On files_ (not the strand): deletes the job's checkpoints beyond keep_last that are
   // its own step-N directories, then forgets their rows.
   void ApplyRetention(int64_t job_id, int keep_last, const std::string& job_dir);
   ActiveAttempt* AttemptOfTask(const std::string& task_id);
   int AllocateMasterPort();
+  // What readers on other threads see (Workers, Usage, IsAssigned) is rebuilt from the
+  // strand's state, which costs O(workers + tasks): changes only mark it stale, and
+  // Publish() rebuilds it once per turn of the loop (and before Sync/TickNow return), not
+  // once per task report (500 gangs finishing rebuilt the list of 1,000 workers ~1,500 times).
+  void Publish();
   void PublishWorkers();
   void PublishAssignments();
+  bool publish_workers_ = false;
+  bool publish_assignments_ = false;
 
   // Constant after construction.
   JobStore* const store_;
@@ -239,6 +253,12 @@ class ClusterManager : public ClusterView {
   bool schedule_wanted_ = true;
   // A pass once next_pass_allowed_ is reached (new submissions, a worker registered).
   bool pass_wanted_ = false;
+  // Whether the last pass left a job waiting for capacity (any explanation but "no
+  // matching workers" and "larger than the cluster"): only then does a released attempt
+  // start a pass at once (MaybeRelease).
+  bool last_pass_waits_for_capacity_ = true;
+  // The last pass's queued jobs left out while their previous attempt was active.
+  std::vector<int64_t> last_pass_held_by_attempt_;
   std::chrono::steady_clock::time_point next_pass_allowed_;
   PendingJobCache pending_jobs_;  // the queued jobs as the scheduler sees them
   // Bumped whenever a worker registers, disconnects or is lost: the scheduler's view of

@@ -73,13 +73,16 @@ SchedulerInput BuildSchedulerInput(const QueuedJobsSnapshot& queued,
                                    absl::Time now);
 
 // BuildSchedulerInput for the coordinator's passes, kept across them: a queue entry is an
-// immutable object shared by the store's snapshots (a commit that changes a queued job
+// immutable object shared by the store's view (a commit that changes a queued job
 // replaces its entry), so its conversion to a sched::PendingJob (spec fields, labels,
 // memory estimate) is made once, when the entry first appears, and reused by every pass
-// while the entry stays. The rules that depend on the pass (attempts, deadlines, backoff,
-// exclusions against the current workers) are applied every pass, as BuildSchedulerInput
-// does; the result is the same as BuildSchedulerInput's for the same arguments.
-// Not thread-safe: one caller (the manager's strand).
+// while the entry stays. Update follows the store's view by its changes since the last
+// one (QueuedJobs::ChangesSince), so a pass costs what changed in the queue plus one walk
+// over the cached jobs' compact fields, not a copy and merge of the whole queue. The rules
+// that depend on the pass (attempts, deadlines, backoff, exclusions against the current
+// workers) are applied every pass, as BuildSchedulerInput does; the result is the same as
+// BuildSchedulerInput's for the same queue. Not thread-safe: one caller (the manager's
+// strand).
 class PendingJobCache {
  public:
   struct Input {
@@ -88,32 +91,50 @@ class PendingJobCache {
     std::vector<sched::RunningJob> running;
     std::map<int64_t, v1::PendingInfo> held_back;
     std::map<int64_t, std::string> deadline_passed;
+    // Queued jobs left out because their previous attempt is still active, in id order.
+    std::vector<int64_t> held_by_attempt;
   };
 
-  // The input for one pass over `queued`. Valid until the next Build (it points into the
-  // cache, which holds the entries it was built from).
-  // `workers_version` names `workers`: the same version as the last Build's means the
+  // The input for one pass over `queued` (the whole queue). Valid until the next Build or
+  // Update (it points into the cache, which holds the entries it was built from).
+  // `workers_version` names `workers`: the same version as the last call's means the
   // same workers, whose conversion is reused.
   const Input& Build(const QueuedJobsSnapshot& queued, const std::vector<WorkerView>& workers,
                      uint64_t workers_version, const std::map<int64_t, AttemptTracker>& attempts,
                      absl::Time now);
+  // The same after applying `changes` (the view's changes since version()) to the queue
+  // the cache holds.
+  const Input& Update(const QueuedJobsChanges& changes, const std::vector<WorkerView>& workers,
+                      uint64_t workers_version, const std::map<int64_t, AttemptTracker>& attempts,
+                      absl::Time now);
+  // The view's version the cache holds (0: none; ask for everything).
+  uint64_t version() const { return version_; }
 
-  // The stored job behind a pending job of the last Build, or null.
+  // The stored job behind a pending job of the last Build or Update, or null.
   const SchedulableJob* Job(int64_t id) const;
 
-  // Queue entries converted by the last Build (the rest were reused).
+  // Queue entries converted by the last Build or Update (the rest were reused).
   size_t converted() const { return converted_; }
 
  private:
   struct Cached {
-    int64_t id = 0;
     QueuedJobsSnapshot::Entry entry;
     sched::PendingJob job;
+    // What the pass-dependent rules read, copied out of the entry.
+    int64_t deadline_seconds = 0;
+    absl::Time first_start;
+    absl::Time eligible;
   };
-  std::vector<Cached> jobs_;  // in id order
+  Cached Convert(int64_t id, QueuedJobsSnapshot::Entry entry);
+  void Apply(const QueuedJobsChanges& changes);
+  const Input& Assemble(const std::vector<WorkerView>& workers, uint64_t workers_version,
+                        const std::map<int64_t, AttemptTracker>& attempts, absl::Time now);
+
+  std::map<int64_t, Cached> jobs_;
   std::deque<sched::PendingJob> adjusted_;  // this pass's copies with exclusions dropped
   Input input_;
   size_t converted_ = 0;
+  uint64_t version_ = 0;
   std::optional<uint64_t> workers_version_;  // of input_.workers
 };
 

@@ -4,9 +4,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <future>
+#include <iterator>
 #include <set>
 #include <optional>
 
@@ -540,8 +542,13 @@ class JobStore::WriteOp {
   virtual void PutCreatedJobs(
       const std::function<QueuedJobsSnapshot::Entry(v1::Job&&)>& put) {}
 
+  // Background writes (the coordinator's own bookkeeping: attempts, task reports) yield
+  // to writes a client waits for (submissions, cancellations): see WriterLoop.
+  virtual bool background() const { return false; }
+
   absl::Status result;                // Apply's result in the last attempt
   std::vector<v1::JobEvent> events;  // published after commit
+  uint64_t seq = 0;                   // order of arrival (Enqueue)
 };
 
 namespace {
@@ -830,10 +837,46 @@ class FunctionOp : public JobStore::WriteOp {
     return fn_(txn);
   }
   void Complete(absl::Status status) override { done_(std::move(status)); }
+  bool background() const override { return true; }
 
  private:
   TxnFunction fn_;
   std::function<void(absl::Status)> done_;
+};
+
+// Several functions in one write, so they share one transaction (JobStore::WriteEach):
+// each runs in a savepoint of its own inside the op's, so one that fails undoes only its
+// own changes and the others commit.
+class FunctionsOp : public JobStore::WriteOp {
+ public:
+  explicit FunctionsOp(std::vector<std::pair<TxnFunction, std::function<void(absl::Status)>>> fns)
+      : fns_(std::move(fns)), results_(fns_.size()) {}
+  absl::Status Apply(JobStore::WriterStatements& w) override {
+    events.clear();
+    for (size_t i = 0; i < fns_.size(); ++i) {
+      if (absl::Status s = w.savepoint.Run(); !s.ok()) return s;
+      std::vector<v1::JobEvent> own;
+      TxnImpl txn(w, &own);
+      results_[i] = fns_[i].first(txn);
+      if (!results_[i].ok()) {
+        if (!w.conn->InTransaction()) return results_[i];  // SQLite rolled everything back
+        if (absl::Status s = w.rollback_to.Run(); !s.ok()) return s;
+      } else {
+        for (v1::JobEvent& e : own) events.push_back(std::move(e));
+      }
+      if (absl::Status s = w.release.Run(); !s.ok()) return s;
+    }
+    return absl::OkStatus();
+  }
+  // `status` not OK: the transaction failed, and with it every function.
+  void Complete(absl::Status status) override {
+    for (size_t i = 0; i < fns_.size(); ++i) fns_[i].second(status.ok() ? results_[i] : status);
+  }
+  bool background() const override { return true; }
+
+ private:
+  std::vector<std::pair<TxnFunction, std::function<void(absl::Status)>>> fns_;
+  std::vector<absl::Status> results_;
 };
 
 // Runs a statement on the writer connection, in order with the other writes.
@@ -843,6 +886,7 @@ class ExecOp : public JobStore::WriteOp {
       : sql_(std::move(sql)), done_(std::move(done)) {}
   absl::Status Apply(JobStore::WriterStatements& w) override { return w.conn->Exec(sql_); }
   void Complete(absl::Status status) override { done_(std::move(status)); }
+  bool background() const override { return true; }
 
  private:
   const std::string sql_;
@@ -1042,7 +1086,8 @@ void JobStore::Enqueue(std::unique_ptr<WriteOp> op) {
   {
     std::lock_guard<std::mutex> lock(queue_mu_);
     if (!stopping_) {
-      queue_.push_back(std::move(op));
+      op->seq = next_seq_++;
+      (op->background() ? background_ : queue_).push_back(std::move(op));
       queue_cv_.notify_one();
       return;
     }
@@ -1055,13 +1100,47 @@ void JobStore::WriterLoop() {
     std::vector<std::unique_ptr<WriteOp>> batch;
     {
       std::unique_lock<std::mutex> lock(queue_mu_);
-      queue_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-      if (queue_.empty()) return;  // stopping, and everything accepted is committed
+      queue_cv_.wait(lock, [&] { return stopping_ || !queue_.empty() || !background_.empty(); });
+      // Stopping, and everything accepted is committed.
+      if (queue_.empty() && background_.empty()) return;
+      // A transaction takes the waiting client writes (up to max_batch) and at most
+      // max_background background writes, each kind oldest first. A submission arriving
+      // behind a flood of background writes (a thousand gangs' task reports) waits for at
+      // most one transaction holding max_background of them, never for the whole flood;
+      // and a stream of submissions cannot starve background writes: when both kinds
+      // exceed max_batch, background writes keep a share of every transaction.
       const size_t limit = options_.group_commit ? static_cast<size_t>(options_.max_batch) : 1;
-      while (!queue_.empty() && batch.size() < limit) {
-        batch.push_back(std::move(queue_.front()));
+      const size_t background_limit =
+          options_.group_commit ? static_cast<size_t>(std::max(1, options_.max_background)) : 1;
+      size_t client_n = std::min(queue_.size(), limit);
+      size_t bulk_n = std::min(background_.size(), background_limit);
+      if (client_n + bulk_n > limit) {
+        if (limit == 1) {  // one write per transaction: the older of the two
+          const bool bulk_first = background_.front()->seq < queue_.front()->seq;
+          client_n = bulk_first ? 0 : 1;
+          bulk_n = bulk_first ? 1 : 0;
+        } else {  // more of both than fit: background writes keep a share, at most half
+          bulk_n = std::min(bulk_n, std::max<size_t>(1, limit / 2));
+          client_n = std::min(client_n, limit - bulk_n);
+        }
+      }
+      std::vector<std::unique_ptr<WriteOp>> client, bulk;
+      for (size_t i = 0; i < client_n; ++i) {
+        client.push_back(std::move(queue_.front()));
         queue_.pop_front();
       }
+      for (size_t i = 0; i < bulk_n; ++i) {
+        bulk.push_back(std::move(background_.front()));
+        background_.pop_front();
+      }
+      // Applied in order of arrival, as one queue would have.
+      batch.reserve(client.size() + bulk.size());
+      std::merge(std::make_move_iterator(client.begin()), std::make_move_iterator(client.end()),
+                 std::make_move_iterator(bulk.begin()), std::make_move_iterator(bulk.end()),
+                 std::back_inserter(batch),
+                 [](const std::unique_ptr<WriteOp>& a, const std::unique_ptr<WriteOp>& b) {
+                   return a->seq < b->seq;
+                 });
     }
     CommitBatch(batch);
   }
@@ -1289,6 +1368,14 @@ absl::StatusOr<QueuedJobsSnapshot> JobStore::SnapshotQueuedJobs() const {
   return queued_.Snapshot();
 }
 
+absl::StatusOr<QueuedJobsChanges> JobStore::QueuedJobChangesSince(uint64_t version) const {
+  if (queued_stale_.load()) {
+    return absl::UnavailableError(
+        "the queued-jobs view is being rebuilt after a read error (see the log)");
+  }
+  return queued_.ChangesSince(version);
+}
+
 size_t JobStore::queued_jobs_size() const { return queued_.size(); }
 
 void JobStore::SubmitJobs(std::vector<SubmitJobInput> jobs, SubmitCallback done) {
@@ -1319,6 +1406,11 @@ void JobStore::TransitionJob(int64_t job_id, std::vector<v1::JobState> from, v1:
 
 void JobStore::Write(TxnFunction fn, std::function<void(absl::Status)> done) {
   Enqueue(std::make_unique<FunctionOp>(std::move(fn), std::move(done)));
+}
+
+void JobStore::WriteEach(std::vector<std::pair<TxnFunction, std::function<void(absl::Status)>>> writes) {
+  if (writes.empty()) return;
+  Enqueue(std::make_unique<FunctionsOp>(std::move(writes)));
 }
 
 absl::Status JobStore::WriteAndWait(TxnFunction fn) {

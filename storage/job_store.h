@@ -42,6 +42,10 @@ struct JobStoreOptions {
   bool group_commit = true;
   // Upper bound of writes per transaction.
   int max_batch = 1024;
+  // Upper bound of background writes (JobStore::Write, WriteEach: the coordinator's own
+  // bookkeeping) per transaction; writes a client waits for (submissions, cancellations)
+  // take the rest of max_batch first. See JobStore::WriterLoop.
+  int max_background = 256;
   // PRAGMA max_page_count for the writer (0 = SQLite's default). Tests use it to make
   // the database "full" without filling a disk.
   int64_t max_page_count = 0;
@@ -164,6 +168,11 @@ class JobStore {
   // Runs `fn` in the writer's next transaction, in a savepoint of its own: an error
   // from `fn` undoes only its changes. `done` runs after the commit (or failure).
   void Write(TxnFunction fn, std::function<void(absl::Status)> done);
+  // Runs every function in one transaction (never split across two), each in a
+  // savepoint of its own: an error from one undoes only its changes, the others commit.
+  // Each `done` gets its own function's result after the commit (or the transaction's
+  // error). For writes that belong together, e.g. the attempts one scheduling pass starts.
+  void WriteEach(std::vector<std::pair<TxnFunction, std::function<void(absl::Status)>>> writes);
   absl::Status WriteAndWait(TxnFunction fn);
   // Runs `fn` with a read connection from the pool (any thread).
   absl::Status Read(const std::function<absl::Status(sqlite::Connection&)>& fn);
@@ -194,6 +203,9 @@ class JobStore {
   // whose events have been published. UNAVAILABLE while the view is being rebuilt after
   // a read error (the next commit retries).
   absl::StatusOr<QueuedJobsSnapshot> SnapshotQueuedJobs() const;
+  // The view's changes after `version` (QueuedJobs::ChangesSince), for a reader that keeps
+  // its own copy; UNAVAILABLE as above.
+  absl::StatusOr<QueuedJobsChanges> QueuedJobChangesSince(uint64_t version) const;
   size_t queued_jobs_size() const;
 
   // --- Committed events, in commit order, delivered on the writer thread right after
@@ -239,7 +251,10 @@ class JobStore {
 
   mutable std::mutex queue_mu_;
   std::condition_variable queue_cv_;
+  // Writes waiting: those a client waits for, and background ones (WriteOp::background).
   std::deque<std::unique_ptr<WriteOp>> queue_ ABSL_GUARDED_BY(queue_mu_);
+  std::deque<std::unique_ptr<WriteOp>> background_ ABSL_GUARDED_BY(queue_mu_);
+  uint64_t next_seq_ ABSL_GUARDED_BY(queue_mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(queue_mu_) = false;
   int64_t transactions_ ABSL_GUARDED_BY(queue_mu_) = 0;
   int64_t writes_ ABSL_GUARDED_BY(queue_mu_) = 0;

@@ -1,5 +1,6 @@
 #include "storage/queued_jobs.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -54,9 +55,44 @@ size_t QueuedJobs::size() const {
   return jobs_.size();
 }
 
+QueuedJobsChanges QueuedJobs::ChangesSince(uint64_t version) const {
+  QueuedJobsChanges out;
+  std::lock_guard<std::mutex> lock(mu_);
+  out.version = version_;
+  if (version == version_) return out;
+  if (version < log_start_ || version > version_) {
+    out.full = true;
+    out.changed.reserve(jobs_.size());
+    for (const auto& [id, entry] : jobs_) out.changed.emplace_back(id, entry);
+    return out;
+  }
+  std::vector<int64_t> ids;
+  for (auto it = log_.rbegin(); it != log_.rend() && it->first > version; ++it) {
+    ids.push_back(it->second);
+  }
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  out.changed.reserve(ids.size());
+  for (int64_t id : ids) {
+    auto it = jobs_.find(id);
+    out.changed.emplace_back(id, it == jobs_.end() ? nullptr : it->second);
+  }
+  return out;
+}
+
+void QueuedJobs::Log(int64_t job_id) {
+  log_.emplace_back(++version_, job_id);
+  if (log_.size() > kMaxLog) {
+    log_start_ = log_.front().first;
+    log_.pop_front();
+  }
+}
+
 void QueuedJobs::Replace(std::map<int64_t, QueuedJobsSnapshot::Entry> jobs) {
   std::lock_guard<std::mutex> lock(mu_);
   jobs_.swap(jobs);
+  log_.clear();
+  log_start_ = ++version_;  // every reader gets the full view
 }
 
 QueuedJobsSnapshot::Entry QueuedJobs::Put(int64_t job_id, SchedulableJob job) {
@@ -66,6 +102,7 @@ QueuedJobsSnapshot::Entry QueuedJobs::Put(int64_t job_id, SchedulableJob job) {
   QueuedJobsSnapshot::Entry& slot = jobs_[job_id];
   old = std::move(slot);
   slot = entry;
+  Log(job_id);
   return entry;
 }
 
@@ -76,6 +113,7 @@ void QueuedJobs::Erase(int64_t job_id) {
   if (it == jobs_.end()) return;
   old = std::move(it->second);
   jobs_.erase(it);
+  Log(job_id);
 }
 
 }  // namespace llamafleet

@@ -12,6 +12,7 @@
 // records an event that moves the job into or out of QUEUED.
 
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -76,11 +77,28 @@ class QueuedJobsSnapshot {
   std::vector<Entry> jobs_;
 };
 
+// What changed in the view since a version (QueuedJobs::ChangesSince): lets a reader
+// that keeps its own copy (the scheduler's PendingJobCache) follow the queue at the cost
+// of what changed, not of the queue's length.
+struct QueuedJobsChanges {
+  uint64_t version = 0;  // the view's version these changes bring the reader to
+  // True: `changed` is the whole view (the reader asked for version 0, was further behind
+  // than the change log reaches, or the view was rebuilt): whatever the reader holds that
+  // is not in it has left the queue.
+  bool full = false;
+  // In job id order, each id once, with its entry now; a null entry: it left the queue.
+  std::vector<std::pair<int64_t, QueuedJobsSnapshot::Entry>> changed;
+};
+
 // The view itself. Reads from any thread; writes only by JobStore's writer thread.
 class QueuedJobs {
  public:
   QueuedJobsSnapshot Snapshot() const;
   size_t size() const;
+  // The changes after `version` (0: everything, as a full change set).
+  QueuedJobsChanges ChangesSince(uint64_t version) const;
+  // Changes remembered for ChangesSince; a reader further behind gets the full view.
+  static constexpr size_t kMaxLog = 1 << 16;
 
   // --- For JobStore (writer thread).
   void Replace(std::map<int64_t, QueuedJobsSnapshot::Entry> jobs);
@@ -91,6 +109,11 @@ class QueuedJobs {
  private:
   mutable std::mutex mu_;
   std::map<int64_t, QueuedJobsSnapshot::Entry> jobs_ ABSL_GUARDED_BY(mu_);
+  uint64_t version_ ABSL_GUARDED_BY(mu_) = 1;
+  // (version, job id) of each Put or Erase, in version order; complete after log_start_.
+  std::deque<std::pair<uint64_t, int64_t>> log_ ABSL_GUARDED_BY(mu_);
+  uint64_t log_start_ ABSL_GUARDED_BY(mu_) = 1;
+  void Log(int64_t job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 };
 
 }  // namespace llamafleet

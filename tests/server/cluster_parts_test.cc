@@ -473,6 +473,26 @@ TEST(ElasticGrowTest, Table) {
   }
 }
 
+// A PendingJobCache input against BuildSchedulerInput's for the same queue.
+void ExpectSameInput(const PendingJobCache::Input& got, const SchedulerInput& want) {
+  ASSERT_EQ(got.pending.size(), want.pending.size());
+  for (size_t i = 0; i < want.pending.size(); ++i) {
+    EXPECT_EQ(got.pending[i]->job_id, want.pending[i].job_id);
+    EXPECT_EQ(got.pending[i]->priority, want.pending[i].priority);
+    EXPECT_EQ(got.pending[i]->nodes, want.pending[i].nodes);
+    EXPECT_EQ(got.pending[i]->excluded_workers, want.pending[i].excluded_workers);
+    EXPECT_EQ(got.pending[i]->memory_per_gpu_bytes, want.pending[i].memory_per_gpu_bytes);
+  }
+  ASSERT_EQ(got.held_back.size(), want.held_back.size());
+  for (const auto& [id, info] : want.held_back) {
+    ASSERT_EQ(got.held_back.count(id), 1u);
+    EXPECT_EQ(got.held_back.at(id).message(), info.message());
+  }
+  EXPECT_EQ(got.deadline_passed, want.deadline_passed);
+  EXPECT_EQ(got.workers.size(), want.workers.size());
+  EXPECT_EQ(got.running.size(), want.running.size());
+}
+
 // The coordinator's passes build their input through PendingJobCache: the same input as
 // BuildSchedulerInput, with each queue entry converted once and reused while it stays.
 TEST(PendingJobCacheTest, SameInputAsBuildSchedulerInputConvertingOnlyChangedEntries) {
@@ -489,23 +509,7 @@ TEST(PendingJobCacheTest, SameInputAsBuildSchedulerInputConvertingOnlyChangedEnt
   for (const SchedulableJob& j : jobs) entries.push_back(std::make_shared<const SchedulableJob>(j));
 
   auto expect_same = [&](const PendingJobCache::Input& got, const std::vector<SchedulableJob>& queued) {
-    SchedulerInput want = BuildSchedulerInput(queued, workers, attempts, kNow);
-    ASSERT_EQ(got.pending.size(), want.pending.size());
-    for (size_t i = 0; i < want.pending.size(); ++i) {
-      EXPECT_EQ(got.pending[i]->job_id, want.pending[i].job_id);
-      EXPECT_EQ(got.pending[i]->priority, want.pending[i].priority);
-      EXPECT_EQ(got.pending[i]->nodes, want.pending[i].nodes);
-      EXPECT_EQ(got.pending[i]->excluded_workers, want.pending[i].excluded_workers);
-      EXPECT_EQ(got.pending[i]->memory_per_gpu_bytes, want.pending[i].memory_per_gpu_bytes);
-    }
-    ASSERT_EQ(got.held_back.size(), want.held_back.size());
-    for (const auto& [id, info] : want.held_back) {
-      ASSERT_EQ(got.held_back.count(id), 1u);
-      EXPECT_EQ(got.held_back.at(id).message(), info.message());
-    }
-    EXPECT_EQ(got.deadline_passed, want.deadline_passed);
-    EXPECT_EQ(got.workers.size(), want.workers.size());
-    EXPECT_EQ(got.running.size(), want.running.size());
+    ExpectSameInput(got, BuildSchedulerInput(queued, workers, attempts, kNow));
   };
 
   PendingJobCache cache;
@@ -543,6 +547,67 @@ TEST(PendingJobCacheTest, SameInputAsBuildSchedulerInputConvertingOnlyChangedEnt
   ASSERT_NE(cache.Job(9), nullptr);
   EXPECT_EQ(cache.Job(9)->job.id(), JobIdString(9));
   EXPECT_EQ(cache.Job(1)->job.spec().priority(), 7);
+}
+
+// The coordinator follows the store's view by its changes (Update): after any sequence
+// of commits the input is BuildSchedulerInput's over the whole queue, and only the jobs a
+// commit changed are converted again.
+TEST(PendingJobCacheTest, UpdateByChangesGivesTheSameInputAsTheWholeQueue) {
+  QueuedJobs view;
+  std::map<int64_t, SchedulableJob> queue;  // what the view holds, for BuildSchedulerInput
+  auto put = [&](SchedulableJob j) {
+    const int64_t id = std::stoll(j.job.id());
+    queue[id] = j;
+    view.Put(id, std::move(j));
+  };
+  auto erase = [&](int64_t id) {
+    queue.erase(id);
+    view.Erase(id);
+  };
+  for (int64_t id = 1; id <= 6; ++id) put(Queued(id, 1, 1));
+  std::map<int64_t, AttemptTracker> attempts;
+  attempts[2] = Running(2, "w0", 1);  // previous attempt still stopping
+  const std::vector<WorkerView> workers = {GpuWorker("w0", 2), GpuWorker("w1", 2)};
+
+  PendingJobCache cache;
+  auto check = [&](size_t converted) {
+    const QueuedJobsChanges c = view.ChangesSince(cache.version());
+    const PendingJobCache::Input& got = cache.Update(c, workers, 1, attempts, kNow);
+    EXPECT_EQ(cache.converted(), converted);
+    std::vector<SchedulableJob> all;
+    for (const auto& [id, j] : queue) all.push_back(j);
+    ExpectSameInput(got, BuildSchedulerInput(all, workers, attempts, kNow));
+    for (const auto& [id, j] : queue) {
+      ASSERT_NE(cache.Job(id), nullptr) << id;
+      EXPECT_EQ(cache.Job(id)->job.spec().priority(), j.job.spec().priority());
+    }
+  };
+  check(6);
+  check(0);  // nothing changed
+  SchedulableJob backoff = Queued(3, 1, 1);
+  backoff.eligible = kNow + absl::Seconds(4);
+  put(backoff);
+  SchedulableJob late = Queued(4, 1, 1);
+  late.job.mutable_spec()->mutable_run_policy()->set_active_deadline_seconds(60);
+  late.first_start = kNow - absl::Seconds(61);
+  put(late);
+  SchedulableJob raised = Queued(5, 1, 1, 9);
+  put(raised);
+  erase(6);
+  put(Queued(11, 1, 1));
+  check(4);
+  EXPECT_EQ(cache.Job(6), nullptr);
+  attempts.erase(2);  // the stopping attempt is gone: job 2 is pending again, unconverted
+  check(0);
+  // A rebuilt view (whole view again): entries that stayed the same keep their conversion.
+  std::map<int64_t, QueuedJobsSnapshot::Entry> same;
+  const QueuedJobsSnapshot snapshot = view.Snapshot();
+  for (const QueuedJobsSnapshot::Entry& e : snapshot.entries()) same[std::stoll(e->job.id())] = e;
+  same.erase(1);
+  queue.erase(1);
+  view.Replace(same);
+  check(0);
+  EXPECT_EQ(cache.Job(1), nullptr);
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 // a query for state = QUEUED returns, field by field; it is rebuilt when the store opens;
 // a write that is rolled back leaves it alone; a snapshot never changes under its reader.
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -189,6 +190,148 @@ TEST_F(QueuedJobsTest, RolledBackWritesAndOldSnapshotsAreUntouched) {
   ASSERT_EQ(before->size(), 2u);
   EXPECT_EQ(before->begin()->job.spec().name(), "a");
   EXPECT_EQ(before->begin()->job.state(), v1::QUEUED);
+}
+
+// A reader that applies ChangesSince to a copy of its own ends with what Snapshot shows.
+std::map<int64_t, QueuedJobsSnapshot::Entry> Follow(const QueuedJobs& view, uint64_t* version,
+                                                    std::map<int64_t, QueuedJobsSnapshot::Entry> held,
+                                                    bool* full = nullptr) {
+  QueuedJobsChanges c = view.ChangesSince(*version);
+  if (full != nullptr) *full = c.full;
+  if (c.full) held.clear();
+  int64_t last = 0;
+  for (const auto& [id, entry] : c.changed) {
+    EXPECT_GT(id, last) << "in id order, each id once";
+    last = id;
+    if (entry == nullptr) {
+      held.erase(id);
+    } else {
+      held[id] = entry;
+    }
+  }
+  *version = c.version;
+  return held;
+}
+
+void ExpectSame(const std::map<int64_t, QueuedJobsSnapshot::Entry>& held, const QueuedJobs& view) {
+  const QueuedJobsSnapshot snap = view.Snapshot();
+  ASSERT_EQ(held.size(), snap.size());
+  auto it = held.begin();
+  for (const QueuedJobsSnapshot::Entry& e : snap.entries()) {
+    EXPECT_EQ(it->second, e) << "job " << it->first << ": the same entry object";
+    ++it;
+  }
+}
+
+SchedulableJob Job(int64_t id, int priority = 0) {
+  SchedulableJob j;
+  j.job.set_id(JobIdString(id));
+  j.job.mutable_spec()->set_priority(priority);
+  return j;
+}
+
+TEST(QueuedJobsChangesTest, AReaderFollowsPutsAndErasesByTheirChangesOnly) {
+  QueuedJobs view;
+  uint64_t version = 0;
+  bool full = false;
+  std::map<int64_t, QueuedJobsSnapshot::Entry> held = Follow(view, &version, {}, &full);
+  EXPECT_TRUE(full) << "version 0: the whole view";
+  EXPECT_TRUE(held.empty());
+
+  for (int64_t id = 1; id <= 5; ++id) view.Put(id, Job(id));
+  held = Follow(view, &version, held, &full);
+  EXPECT_FALSE(full);
+  ExpectSame(held, view);
+
+  // Nothing changed: nothing to apply, same version.
+  const uint64_t before = version;
+  QueuedJobsChanges none = view.ChangesSince(version);
+  EXPECT_FALSE(none.full);
+  EXPECT_TRUE(none.changed.empty());
+  EXPECT_EQ(none.version, before);
+
+  // Job 2 replaced twice, 3 erased, 4 erased then put back, 9 new, an unknown id erased.
+  view.Put(2, Job(2, 1));
+  view.Put(2, Job(2, 2));
+  view.Erase(3);
+  view.Erase(4);
+  view.Put(4, Job(4, 7));
+  view.Put(9, Job(9));
+  view.Erase(42);
+  QueuedJobsChanges c = view.ChangesSince(version);
+  ASSERT_EQ(c.changed.size(), 4u) << "2, 3, 4, 9: each once";
+  EXPECT_EQ(c.changed[0].second->job.spec().priority(), 2) << "the entry as it is now";
+  EXPECT_EQ(c.changed[1].second, nullptr) << "3 left";
+  EXPECT_EQ(c.changed[2].second->job.spec().priority(), 7);
+  held = Follow(view, &version, held);
+  ExpectSame(held, view);
+
+  // A rebuild: readers get the whole view once, then changes again.
+  std::map<int64_t, QueuedJobsSnapshot::Entry> rebuilt;
+  rebuilt[7] = std::make_shared<const SchedulableJob>(Job(7));
+  view.Replace(rebuilt);
+  held = Follow(view, &version, held, &full);
+  EXPECT_TRUE(full);
+  ExpectSame(held, view);
+  view.Put(8, Job(8));
+  held = Follow(view, &version, held, &full);
+  EXPECT_FALSE(full);
+  ExpectSame(held, view);
+}
+
+TEST(QueuedJobsChangesTest, AReaderFurtherBehindThanTheLogGetsTheWholeView) {
+  QueuedJobs view;
+  uint64_t version = 0;
+  std::map<int64_t, QueuedJobsSnapshot::Entry> held = Follow(view, &version, {});
+  view.Put(1, Job(1));
+  view.Put(2, Job(2));
+  held = Follow(view, &version, held);
+  // More changes than the log keeps, ending with job 1 gone.
+  for (size_t i = 0; i <= QueuedJobs::kMaxLog; ++i) view.Put(3 + static_cast<int64_t>(i % 100), Job(3));
+  view.Erase(1);
+  bool full = false;
+  held = Follow(view, &version, held, &full);
+  EXPECT_TRUE(full);
+  EXPECT_EQ(held.count(1), 0u) << "a job that left while the reader was behind is dropped";
+  ExpectSame(held, view);
+}
+
+// Through the store: a reader following QueuedJobChangesSince across real commits holds
+// what SnapshotQueuedJobs shows.
+TEST_F(QueuedJobsTest, ChangesSinceFollowsTheCommits) {
+  std::unique_ptr<JobStore> store = Open();
+  ASSERT_NE(store, nullptr);
+  uint64_t version = 0;
+  std::map<int64_t, QueuedJobsSnapshot::Entry> held;
+  auto follow = [&] {
+    absl::StatusOr<QueuedJobsChanges> c = store->QueuedJobChangesSince(version);
+    ASSERT_TRUE(c.ok()) << c.status();
+    if (c->full) held.clear();
+    for (const auto& [id, entry] : c->changed) {
+      if (entry == nullptr) {
+        held.erase(id);
+      } else {
+        held[id] = entry;
+      }
+    }
+    version = c->version;
+    absl::StatusOr<QueuedJobsSnapshot> snap = store->SnapshotQueuedJobs();
+    ASSERT_TRUE(snap.ok());
+    ASSERT_EQ(held.size(), snap->size());
+    auto it = held.begin();
+    for (const QueuedJobsSnapshot::Entry& e : snap->entries()) EXPECT_EQ((it++)->second, e);
+  };
+  follow();
+  std::vector<int64_t> ids = Submit(*store, {Input("a"), Input("b"), Input("c")});
+  ASSERT_EQ(ids.size(), 3u);
+  follow();
+  EXPECT_EQ(held.size(), 3u);
+  ASSERT_TRUE(Start(*store, ids[0], 1, "w1").ok());
+  follow();
+  EXPECT_EQ(held.count(ids[0]), 0u);
+  ASSERT_TRUE(store->CancelJobAndWait(ids[1], "alice", "no").ok());
+  follow();
+  EXPECT_EQ(held.size(), 1u);
 }
 
 }  // namespace
