@@ -126,7 +126,8 @@ TEST_F(WriterQueueTest, WriteEachIsOneTransactionAndAFailingWriteUndoesOnlyItsel
   EXPECT_FALSE(events.empty());
 }
 
-// Completion order, recorded by the callbacks (they run on the writer thread).
+// Commit order, recorded by background writes' callbacks and event listeners (both run on
+// the writer thread, in commit order).
 struct Order {
   std::mutex mu;
   std::vector<std::string> done;
@@ -155,14 +156,20 @@ TEST_F(WriterQueueTest, ASubmissionDoesNotWaitBehindAFloodOfBackgroundWrites) {
     store->Write([](Txn&) { return absl::OkStatus(); },
                  [&order, i](absl::Status) { order.Add(absl::StrCat("bg", i)); });
   }
+  // A submission's callback runs on the completion thread, after its commit; its
+  // "submitted" event is published on the writer, in commit order, so that is what
+  // places the submission among the background writes.
+  const int64_t listener = store->Subscribe([&order](const v1::JobEvent& e) {
+    if (e.type() == "submitted") order.Add("submit");
+  });
   std::promise<void> submitted;
   store->SubmitJobs({Input("urgent")}, [&](absl::StatusOr<std::vector<SubmitJobResult>> r) {
     EXPECT_TRUE(r.ok()) << r.status();
-    order.Add("submit");
     submitted.set_value();
   });
   release->set_value();
   submitted.get_future().wait();
+  store->Unsubscribe(listener);
   store.reset();  // commits the rest
   // FIFO would have committed all 200 first; it shares the first transaction with 8.
   EXPECT_LE(order.Before("submit", "bg"), 8);
@@ -174,11 +181,16 @@ TEST_F(WriterQueueTest, BackgroundWritesAreNotStarvedByAStreamOfSubmissions) {
   ASSERT_NE(store, nullptr);
   Order order;
   std::shared_ptr<std::promise<void>> release = BlockWriter(*store);
+  // Submissions are placed by their "submitted" events (published on the writer in commit
+  // order; their callbacks run later, on the completion thread).
+  int submitted = 0;
+  const int64_t listener = store->Subscribe([&order, &submitted](const v1::JobEvent& e) {
+    if (e.type() == "submitted") order.Add(absl::StrCat("submit", submitted++));
+  });
   for (int i = 0; i < 300; ++i) {
     store->SubmitJobs({Input(absl::StrCat("job-", i))},
-                      [&order, i](absl::StatusOr<std::vector<SubmitJobResult>> r) {
+                      [](absl::StatusOr<std::vector<SubmitJobResult>> r) {
                         EXPECT_TRUE(r.ok()) << r.status();
-                        order.Add(absl::StrCat("submit", i));
                       });
   }
   std::promise<void> background;
@@ -189,7 +201,7 @@ TEST_F(WriterQueueTest, BackgroundWritesAreNotStarvedByAStreamOfSubmissions) {
   });
   release->set_value();
   background.get_future().wait();
-  store.reset();
+  store.reset();  // commits the rest
   // 300 submissions arrived before it, more than a transaction holds: it still went into
   // the first transaction after the blocker (FIFO, or submissions first, would have
   // committed all 300 before it).
