@@ -438,7 +438,15 @@ TEST_F(HttpApiTest, ListShowsSummariesAndViewFullWholeJobs) {
     EXPECT_EQ(full["jobs"][1], expected) << view;
     EXPECT_EQ(full["jobs"][1]["idempotency_key"], "key-1");
   }
-  EXPECT_EQ(client_->Get("/api/v1/jobs?page_size=2&view=basic").Json(), basic);
+  {
+    // The same page again, less the scheduler's pending info (a pass may have run since).
+    json again = client_->Get("/api/v1/jobs?page_size=2&view=basic").Json();
+    json before = basic;
+    for (json* page : {&again, &before}) {
+      for (json& job : (*page)["jobs"]) job.erase("pending");
+    }
+    EXPECT_EQ(again, before);
+  }
   r = client_->Get(absl::StrCat("/api/v1/jobs?view=full&page_size=2&page_token=",
                                 basic["next_page_token"].get<std::string>()));
   ASSERT_EQ(r.status, 200) << r.body;
