@@ -507,7 +507,9 @@ void ClusterManager::ApplyRetention(int64_t job_id, int keep_last, const std::st
 }
 
 void ClusterManager::HandleJobEvent(const v1::JobEvent& e) {
-  if (e.type() == "submitted" || e.to_state() == v1::QUEUED) pass_wanted_ = true;
+  if ((e.type() == "submitted" || e.to_state() == v1::QUEUED) && AnyWorkerConnected()) {
+    pass_wanted_ = true;
+  }
   if (e.to_state() != v1::CANCELLED) return;
   int64_t job_id;
   if (!absl::SimpleAtoi(e.job_id(), &job_id)) return;
@@ -515,6 +517,13 @@ void ClusterManager::HandleJobEvent(const v1::JobEvent& e) {
   if (it == attempts_.end()) return;
   // The job is already CANCELLED in the database; close the attempt and stop its gang.
   EndAttempt(it->second, AttemptOutcome::kStopped, e.reason());
+}
+
+bool ClusterManager::AnyWorkerConnected() const {
+  for (const auto& [name, w] : workers_) {
+    if (!w.lost && w.link != nullptr) return true;
+  }
+  return false;
 }
 
 void ClusterManager::EndAttempt(ActiveAttempt& a, AttemptOutcome outcome,

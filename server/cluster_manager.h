@@ -180,6 +180,7 @@ class ClusterManager : public ClusterView {
   using ActiveAttempt = AttemptTracker;
 
   ClusterManager(JobStore* store, ClusterOptions options);
+  bool AnyWorkerConnected() const;
   void Post(std::function<void()> fn);
   // store_->Write, counted: the destructor waits for every callback.
   // `done`, counted as a write in flight until it has run.

@@ -120,10 +120,9 @@ JobServiceImpl::JobServiceImpl(JobStore* store, const Authenticator* auth)
 JobServiceImpl::~JobServiceImpl() = default;
 
 grpc::ServerUnaryReactor* JobServiceImpl::Submit(
-    grpc::CallbackServerContext* context, std::vector<const v1::SubmitJobRequest*> requests,
-    bool dry_run, bool batch, std::function<void(std::vector<v1::SubmitJobResponse>)> respond) {
-  absl::StatusOr<Principal> caller = auth_->Check(*context, Operation::kSubmit);
-  if (!caller.ok()) return FinishNow(context, caller.status());
+    grpc::CallbackServerContext* context, const Principal& caller,
+    std::vector<const v1::SubmitJobRequest*> requests, bool dry_run, bool batch,
+    std::function<void(std::vector<v1::SubmitJobResponse>)> respond) {
   if (requests.empty()) {
     return FinishNow(context, absl::InvalidArgumentError("jobs must contain at least one job"));
   }
@@ -142,7 +141,7 @@ grpc::ServerUnaryReactor* JobServiceImpl::Submit(
     const std::string prefix = batch ? absl::StrCat("jobs[", i, "].") : "";
     SubmitJobInput in;
     in.spec = requests[i]->spec();
-    in.owner = caller->user;
+    in.owner = caller.user;
     in.idempotency_key = requests[i]->idempotency_key();
     in.field_prefix = absl::StrCat(prefix, "spec.");
     ApplyDefaults(&in.spec);
@@ -152,7 +151,7 @@ grpc::ServerUnaryReactor* JobServiceImpl::Submit(
     absl::Status policy;
     if (policy_.has_value()) {
       in.max_active_jobs = policy_->max_active_jobs_per_user;
-      if (valid.ok()) policy = ApplySubmitPolicy(*policy_, caller->role, in.field_prefix, &in.spec);
+      if (valid.ok()) policy = ApplySubmitPolicy(*policy_, caller.role, in.field_prefix, &in.spec);
     }
     for (const absl::Status* st : {&valid, &key, &policy}) {
       if (st->ok()) continue;
@@ -168,7 +167,7 @@ grpc::ServerUnaryReactor* JobServiceImpl::Submit(
   }
   if (policy_.has_value()) {
     for (const SubmitJobInput& in : inputs) {
-      if (absl::Status s = CheckCheckpointReads(*caller, in.spec, in.field_prefix); !s.ok()) {
+      if (absl::Status s = CheckCheckpointReads(caller, in.spec, in.field_prefix); !s.ok()) {
         if (metrics_ != nullptr) metrics_->RecordSubmissions(SubmitResult::kInvalid, inputs.size());
         return FinishNow(context, s);
       }
@@ -180,7 +179,7 @@ grpc::ServerUnaryReactor* JobServiceImpl::Submit(
     for (size_t i = 0; i < inputs.size(); ++i) {
       v1::Job* job = responses[i].mutable_job();
       *job->mutable_spec() = std::move(inputs[i].spec);
-      job->set_owner(caller->user);
+      job->set_owner(caller.user);
       job->set_idempotency_key(inputs[i].idempotency_key);
       job->set_status_reason("dry run: valid, not stored");
       AddMemoryEstimate(job);
@@ -256,35 +255,47 @@ absl::Status JobServiceImpl::CheckCheckpointReads(const Principal& caller, const
   return absl::OkStatus();
 }
 
+namespace {
+
+// How SubmitJobs and SubmitJobFile answer: the results in request order.
+std::function<void(std::vector<v1::SubmitJobResponse>)> AppendJobsTo(v1::SubmitJobsResponse* response) {
+  return [response](std::vector<v1::SubmitJobResponse> r) {
+    for (auto& item : r) *response->add_jobs() = std::move(item);
+  };
+}
+
+}  // namespace
+
 grpc::ServerUnaryReactor* JobServiceImpl::SubmitJob(grpc::CallbackServerContext* context,
                                                     const v1::SubmitJobRequest* request,
                                                     v1::SubmitJobResponse* response) {
-  return Submit(context, {request}, request->dry_run(), /*batch=*/false,
+  absl::StatusOr<Principal> caller = auth_->Check(*context, Operation::kSubmit);
+  if (!caller.ok()) return FinishNow(context, caller.status());
+  return Submit(context, *caller, {request}, request->dry_run(), /*batch=*/false,
                 [response](std::vector<v1::SubmitJobResponse> r) { *response = std::move(r[0]); });
 }
 
 grpc::ServerUnaryReactor* JobServiceImpl::SubmitJobs(grpc::CallbackServerContext* context,
                                                      const v1::SubmitJobsRequest* request,
                                                      v1::SubmitJobsResponse* response) {
+  absl::StatusOr<Principal> caller = auth_->Check(*context, Operation::kSubmit);
+  if (!caller.ok()) return FinishNow(context, caller.status());
   std::vector<const v1::SubmitJobRequest*> requests;
   bool dry_run = request->dry_run();
   for (const v1::SubmitJobRequest& r : request->jobs()) {
     requests.push_back(&r);
     dry_run = dry_run || r.dry_run();
   }
-  return Submit(context, std::move(requests), dry_run, /*batch=*/true,
-                [response](std::vector<v1::SubmitJobResponse> r) {
-                  for (auto& item : r) *response->add_jobs() = std::move(item);
-                });
+  return Submit(context, *caller, std::move(requests), dry_run, /*batch=*/true,
+                AppendJobsTo(response));
 }
 
 grpc::ServerUnaryReactor* JobServiceImpl::SubmitJobFile(grpc::CallbackServerContext* context,
                                                         const v1::SubmitJobFileRequest* request,
                                                         v1::SubmitJobsResponse* response) {
   // The text is anyone's input: only a caller allowed to submit gets it parsed.
-  if (absl::StatusOr<Principal> caller = auth_->Check(*context, Operation::kSubmit); !caller.ok()) {
-    return FinishNow(context, caller.status());
-  }
+  absl::StatusOr<Principal> caller = auth_->Check(*context, Operation::kSubmit);
+  if (!caller.ok()) return FinishNow(context, caller.status());
   absl::StatusOr<std::vector<ParsedJob>> parsed = ParseJobDocuments(request->text());
   if (!parsed.ok()) return FinishNow(context, absl::InvalidArgumentError(parsed.status().message()));
   if (!request->idempotency_key().empty() && parsed->size() > 1) {
@@ -303,10 +314,8 @@ grpc::ServerUnaryReactor* JobServiceImpl::SubmitJobFile(grpc::CallbackServerCont
   }
   // One document reads like SubmitJob (`spec.x`), several like SubmitJobs (`jobs[i].spec.x`).
   const bool batch = requests.size() > 1;
-  return Submit(context, std::move(requests), request->dry_run(), batch,
-                [response](std::vector<v1::SubmitJobResponse> r) {
-                  for (auto& item : r) *response->add_jobs() = std::move(item);
-                });
+  return Submit(context, *caller, std::move(requests), request->dry_run(), batch,
+                AppendJobsTo(response));
 }
 
 grpc::ServerUnaryReactor* JobServiceImpl::GetJob(grpc::CallbackServerContext* context,

@@ -92,8 +92,9 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
   class LogReactor;
 
  private:
-  // Validates and stores a batch; `respond` gets one response per request.
-  grpc::ServerUnaryReactor* Submit(grpc::CallbackServerContext* context,
+  // Validates and stores a batch for `caller` (authenticated by the RPC, once); `respond`
+  // gets one response per request.
+  grpc::ServerUnaryReactor* Submit(grpc::CallbackServerContext* context, const Principal& caller,
                                    std::vector<const v1::SubmitJobRequest*> requests,
                                    bool dry_run, bool batch,
                                    std::function<void(std::vector<v1::SubmitJobResponse>)> respond);
