@@ -20,7 +20,13 @@
 //   4. passes: one job at a time, the time from the durable acknowledgement to the
 //      assignment arriving (≈ one scheduling pass over the deep queue), against the
 //      coordinator's own llamafleet_scheduling_pass_duration_seconds histogram (scraped
-//      from /metrics before and after).
+//      from /metrics before and after);
+//   5. paced: --paced-submits jobs at --paced-rate per second (open loop, as scripts and
+//      services submit), once in (1)'s idle queue and once into the deep queue with the
+//      workers connected, where every submission asks for a pass over all of it: the
+//      submit latency with passes running back to back against the same load without.
+//      (3)'s closed loop saturates both cores with its own clients and 1,000 simulated
+//      workers, so its ratio says how much CPU was left, not what a pass does.
 //   build/bin/dispatch_bench --queued 10000 --workers 1000 [--clients 16] [--gangs 2000]
 #include <grpcpp/grpcpp.h>
 #include <arpa/inet.h>
@@ -164,9 +170,9 @@ struct PassHistogram {
   double sum = 0;
 };
 
-PassHistogram ParsePassHistogram(const std::string& text) {
+PassHistogram ParsePassHistogram(const std::string& text,
+                                 const std::string& name = "llamafleet_scheduling_pass_duration_seconds") {
   PassHistogram h;
-  const std::string name = "llamafleet_scheduling_pass_duration_seconds";
   std::istringstream in(text);
   for (std::string line; std::getline(in, line);) {
     if (line.rfind(name, 0) != 0) continue;
@@ -239,8 +245,48 @@ std::vector<double> SubmitConcurrently(const std::string& address, int clients, 
   return latencies;
 }
 
+// Open loop: `total` submissions at `rate` per second in all, started on schedule by
+// `threads` clients (each paced at rate/threads, staggered) whatever the answers take, as
+// scripts and services submit; a saturating closed loop (SubmitConcurrently) measures
+// what the CPU left over, not what a pass does to a submission. Latencies in ms.
+std::vector<double> SubmitPaced(const std::string& address, double rate, int total, int threads,
+                                const v1::SubmitJobRequest& request, const std::string& name) {
+  std::mutex mu;
+  std::vector<double> latencies;
+  std::vector<std::thread> clients;
+  const absl::Time begin = absl::Now() + absl::Milliseconds(20);
+  const absl::Duration interval = absl::Seconds(1) / rate;
+  for (int c = 0; c < threads; ++c) {
+    clients.emplace_back([&, c] {
+      grpc::ChannelArguments args;
+      args.SetInt("llamafleet.bench.paced", c);  // a connection per client
+      auto stub = v1::JobService::NewStub(
+          grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args));
+      for (int i = c; i < total; i += threads) {
+        const absl::Time due = begin + interval * i;
+        if (absl::Now() < due) absl::SleepFor(due - absl::Now());
+        v1::SubmitJobRequest req = request;
+        req.mutable_spec()->set_name(absl::StrCat(name, "-", i));
+        v1::SubmitJobResponse resp;
+        grpc::ClientContext ctx;
+        const absl::Time start = absl::Now();
+        const grpc::Status status = stub->SubmitJob(&ctx, req, &resp);
+        const absl::Time end = absl::Now();
+        std::lock_guard<std::mutex> lock(mu);
+        if (!status.ok()) {
+          std::fprintf(stderr, "submit failed: %s\n", status.error_message().c_str());
+          continue;
+        }
+        latencies.push_back(absl::ToDoubleMilliseconds(end - start));
+      }
+    });
+  }
+  for (std::thread& t : clients) t.join();
+  return latencies;
+}
+
 int RunDeepQueue(int queued, int workers, int gpus, int clients, int gangs, int nodes,
-                 int idle_submits, int sequential) {
+                 int idle_submits, int sequential, double paced_rate, int paced_submits) {
   testing::TempDir dir;
   // The backlog and the gangs are one user's: more than the default per-user limit.
   std::ofstream(dir.path() + "/config.yaml") << "limits: {max_active_jobs_per_user: 0}\n";
@@ -268,6 +314,10 @@ int RunDeepQueue(int queued, int workers, int gpus, int clients, int gangs, int 
 
   // 1. Idle queue: no workers, nothing queued yet.
   const std::vector<double> idle = SubmitConcurrently(*address, clients, idle_submits, backlog, nullptr);
+  const PassHistogram s0 = ParsePassHistogram(ScrapeMetrics(*http), "llamafleet_submit_latency_seconds");
+  const std::vector<double> idle_paced =
+      SubmitPaced(*address, paced_rate, paced_submits, 4, backlog, "paced-idle");
+  const PassHistogram s1 = ParsePassHistogram(ScrapeMetrics(*http), "llamafleet_submit_latency_seconds");
 
   // 2. Fill the backlog in batches, then connect the workers.
   auto stub = v1::JobService::NewStub(grpc::CreateChannel(*address, grpc::InsecureChannelCredentials()));
@@ -347,6 +397,18 @@ int RunDeepQueue(int queued, int workers, int gpus, int clients, int gangs, int 
   const double cpu2 = ProcessCpuMicros((*coordinator)->pid()) / 1e3;
   const PassHistogram h2 = ParsePassHistogram(ScrapeMetrics(*http));
 
+  // 5. Paced submissions again, now into the deep queue with the workers connected: each
+  // asks for a pass over all of it, so passes run back to back (spaced by their own
+  // length) while the submissions arrive.
+  const PassHistogram s2 = ParsePassHistogram(ScrapeMetrics(*http), "llamafleet_submit_latency_seconds");
+  const absl::Time paced_start = absl::Now();
+  const std::vector<double> deep_paced =
+      SubmitPaced(*address, paced_rate, paced_submits, 4, backlog, "paced-deep");
+  const double paced_seconds = absl::ToDoubleSeconds(absl::Now() - paced_start);
+  const std::string scrape3 = ScrapeMetrics(*http);
+  const PassHistogram h3 = ParsePassHistogram(scrape3);
+  const PassHistogram s3 = ParsePassHistogram(scrape3, "llamafleet_submit_latency_seconds");
+
   const double idle_p99 = Percentile(idle, 0.99), busy_p99 = Percentile(busy, 0.99);
   std::printf("submit latency, idle queue (%zu submits):        p50 %6.2f ms  p99 %6.2f ms\n",
               idle.size(), Percentile(idle, 0.5), idle_p99);
@@ -369,6 +431,19 @@ int RunDeepQueue(int queued, int workers, int gpus, int clients, int gangs, int 
   std::printf("coordinator CPU meanwhile: %.1f ms per pass (everything it did, / passes; an upper "
               "bound of a pass's CPU, independent of how busy the machine is)\n",
               h2.count > h1.count ? (cpu2 - cpu1) / (h2.count - h1.count) : 0);
+  const double paced_idle_p99 = Percentile(idle_paced, 0.99);
+  const double paced_deep_p99 = Percentile(deep_paced, 0.99);
+  std::printf("paced submits (%.0f/s, %d), idle queue, no pass:   p50 %6.2f ms  p99 %6.2f ms\n",
+              paced_rate, paced_submits, Percentile(idle_paced, 0.5), paced_idle_p99);
+  std::printf("paced submits (%.0f/s, %d), deep queue + passes:   p50 %6.2f ms  p99 %6.2f ms  "
+              "(p99 ratio %.2fx, target <= 1.5x; %.0f passes meanwhile, running %.0f%% of the time)\n",
+              paced_rate, paced_submits, Percentile(deep_paced, 0.5), paced_deep_p99,
+              paced_idle_p99 > 0 ? paced_deep_p99 / paced_idle_p99 : 0, h3.count - h2.count,
+              paced_seconds > 0 ? 100 * (h3.sum - h2.sum) / paced_seconds : 0);
+  std::printf("  the same in the coordinator (receipt to durable acknowledgement, its histogram): "
+              "idle p50 %.2f ms p99 %.2f ms; deep p50 %.2f ms p99 %.2f ms\n",
+              1000 * HistogramQuantile(s0, s1, 0.5), 1000 * HistogramQuantile(s0, s1, 0.99),
+              1000 * HistogramQuantile(s2, s3, 0.5), 1000 * HistogramQuantile(s2, s3, 0.99));
   std::fflush(stdout);
   pool.clear();
   (*coordinator)->Signal(SIGTERM);
@@ -393,10 +468,15 @@ int main(int argc, char** argv) {
   app.add_option("--nodes", nodes, "deep-queue mode: nodes per gang");
   app.add_option("--idle-submits", idle_submits, "deep-queue mode: submissions timed on the idle queue");
   app.add_option("--sequential", sequential, "deep-queue mode: jobs submitted one at a time at the end");
+  double paced_rate = 200;
+  int paced_submits = 1000;
+  app.add_option("--paced-rate", paced_rate, "deep-queue mode: submissions/s of the paced (open-loop) phases");
+  app.add_option("--paced-submits", paced_submits, "deep-queue mode: submissions in each paced phase");
   CLI11_PARSE(app, argc, argv);
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   if (queued > 0) {
-    return RunDeepQueue(queued, workers, gpus, clients, gangs, nodes, idle_submits, sequential);
+    return RunDeepQueue(queued, workers, gpus, clients, gangs, nodes, idle_submits, sequential,
+                        paced_rate, paced_submits);
   }
 
   testing::TempDir dir;
