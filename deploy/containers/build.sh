@@ -134,7 +134,11 @@ stage() {
     name="${name//[[:space:]]/}"
     grep -qxF "$name" <<<"$base_sonames" && continue
     [ -e "$dir/rootfs/opt/llamafleet/lib/$name" ] || cp -L "$path" "$dir/rootfs/opt/llamafleet/lib/$name"
-  done < <(for f in "${files[@]}" "${modules[@]}"; do ldd "$bin/$f"; done)
+  done < <(for f in "${files[@]}" "${modules[@]}"; do
+    # A statically linked binary (the `llamafleet` front) has no libraries, and ldd exits 1
+    # on it: under set -e that would end this list before the files after it.
+    ldd "$bin/$f" 2>/dev/null || true
+  done)
   ((missing == 0)) || { say "some libraries are not found on this machine"; exit 1; }
   if [ -z "$stage_only" ]; then  # image layers need no debug info; the build keeps it
     strip --strip-debug "$dir"/rootfs/opt/llamafleet/bin/* 2>/dev/null || true

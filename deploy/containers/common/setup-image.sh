@@ -18,7 +18,8 @@ ldconfig
 for b in /opt/llamafleet/bin/llamafleet*; do ln -sf "$b" /usr/local/bin/; done
 # Every binary must load: a missing library fails the image build, not the first job.
 for b in /opt/llamafleet/bin/*; do
-  if ldd "$b" | grep -q 'not found'; then
+  # (ldd says "not a dynamic executable" on stderr for the statically linked front.)
+  if ldd "$b" 2>/dev/null | grep -q 'not found'; then
     echo "setup-image: $b misses libraries:" >&2
     ldd "$b" | grep 'not found' >&2
     exit 1
