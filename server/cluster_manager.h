@@ -180,6 +180,8 @@ class ClusterManager : public ClusterView {
   using ActiveAttempt = AttemptTracker;
 
   ClusterManager(JobStore* store, ClusterOptions options);
+  // A worker is connected and not lost: only then can a pass for a new submission place
+  // anything (without one, the periodic pass still explains the queue).
   bool AnyWorkerConnected() const;
   void Post(std::function<void()> fn);
   // store_->Write, counted: the destructor waits for every callback.
