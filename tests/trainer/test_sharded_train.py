@@ -145,7 +145,10 @@ fsdp: {sharding: %s, mixed_precision: FP32, activation_checkpointing: false}
         codes, outs = self.run_ranks(2, ["train", "--spec", self.spec("t2", 2), "--resume", os.path.join(ck, "step-2")],
                                      check=False)
         self.assertTrue(all(c != 0 for c in codes), codes)
-        self.assertIn("truncated", outs[0][1])
+        # Every rank checks every file the manifest lists; the first to find the short one
+        # exits, and a rank still joining the process group may then fail there instead
+        # ("Connection closed by peer"): which rank says "truncated" is a race.
+        self.assertTrue(any("truncated" in e for _, e in outs), [e[-500:] for _, e in outs])
 
 
 if __name__ == "__main__":
