@@ -211,19 +211,32 @@ double HistogramQuantile(const PassHistogram& before, const PassHistogram& after
 
 // C clients, each submitting its share of `total` requests one at a time; returns every
 // latency (ms) and, through `ids`, the job ids in the order they were acknowledged.
+// rate 0: closed loop, each client as fast as its answers come. rate > 0: open loop, the
+// i-th submission starts on schedule (i / rate seconds in) whatever the answers take, as
+// scripts and services submit; a saturating closed loop measures what the CPU left over,
+// not what a pass does to a submission. Job names are the request's name plus "-i".
 std::vector<double> SubmitConcurrently(const std::string& address, int clients, int total,
                                        const v1::SubmitJobRequest& request,
-                                       std::vector<std::pair<std::string, absl::Time>>* ids) {
+                                       std::vector<std::pair<std::string, absl::Time>>* ids,
+                                       double rate = 0) {
+  static std::atomic<int> calls{0};
+  const int call = calls++;
   std::mutex mu;
   std::vector<double> latencies;
   std::vector<std::thread> threads;
+  const absl::Time begin = absl::Now() + absl::Milliseconds(20);
+  const absl::Duration interval = rate > 0 ? absl::Seconds(1) / rate : absl::ZeroDuration();
   for (int c = 0; c < clients; ++c) {
     threads.emplace_back([&, c] {
       grpc::ChannelArguments args;
-      args.SetInt("llamafleet.bench.client", c);  // a connection per client
+      args.SetInt("llamafleet.bench.client", call * 1000 + c);  // a connection per client
       auto stub = v1::JobService::NewStub(
           grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args));
       for (int i = c; i < total; i += clients) {
+        if (rate > 0) {
+          const absl::Time due = begin + interval * i;
+          if (absl::Now() < due) absl::SleepFor(due - absl::Now());
+        }
         v1::SubmitJobRequest req = request;
         req.mutable_spec()->set_name(absl::StrCat(request.spec().name(), "-", i));
         v1::SubmitJobResponse resp;
@@ -245,44 +258,12 @@ std::vector<double> SubmitConcurrently(const std::string& address, int clients, 
   return latencies;
 }
 
-// Open loop: `total` submissions at `rate` per second in all, started on schedule by
-// `threads` clients (each paced at rate/threads, staggered) whatever the answers take, as
-// scripts and services submit; a saturating closed loop (SubmitConcurrently) measures
-// what the CPU left over, not what a pass does to a submission. Latencies in ms.
-std::vector<double> SubmitPaced(const std::string& address, double rate, int total, int threads,
+// `total` submissions at `rate` per second in all, by 4 clients, named NAME-i.
+std::vector<double> SubmitPaced(const std::string& address, double rate, int total,
                                 const v1::SubmitJobRequest& request, const std::string& name) {
-  std::mutex mu;
-  std::vector<double> latencies;
-  std::vector<std::thread> clients;
-  const absl::Time begin = absl::Now() + absl::Milliseconds(20);
-  const absl::Duration interval = absl::Seconds(1) / rate;
-  for (int c = 0; c < threads; ++c) {
-    clients.emplace_back([&, c] {
-      grpc::ChannelArguments args;
-      args.SetInt("llamafleet.bench.paced", c);  // a connection per client
-      auto stub = v1::JobService::NewStub(
-          grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args));
-      for (int i = c; i < total; i += threads) {
-        const absl::Time due = begin + interval * i;
-        if (absl::Now() < due) absl::SleepFor(due - absl::Now());
-        v1::SubmitJobRequest req = request;
-        req.mutable_spec()->set_name(absl::StrCat(name, "-", i));
-        v1::SubmitJobResponse resp;
-        grpc::ClientContext ctx;
-        const absl::Time start = absl::Now();
-        const grpc::Status status = stub->SubmitJob(&ctx, req, &resp);
-        const absl::Time end = absl::Now();
-        std::lock_guard<std::mutex> lock(mu);
-        if (!status.ok()) {
-          std::fprintf(stderr, "submit failed: %s\n", status.error_message().c_str());
-          continue;
-        }
-        latencies.push_back(absl::ToDoubleMilliseconds(end - start));
-      }
-    });
-  }
-  for (std::thread& t : clients) t.join();
-  return latencies;
+  v1::SubmitJobRequest named = request;
+  named.mutable_spec()->set_name(name);
+  return SubmitConcurrently(address, 4, total, named, nullptr, rate);
 }
 
 int RunDeepQueue(int queued, int workers, int gpus, int clients, int gangs, int nodes,
@@ -316,7 +297,7 @@ int RunDeepQueue(int queued, int workers, int gpus, int clients, int gangs, int 
   const std::vector<double> idle = SubmitConcurrently(*address, clients, idle_submits, backlog, nullptr);
   const PassHistogram s0 = ParsePassHistogram(ScrapeMetrics(*http), "llamafleet_submit_latency_seconds");
   const std::vector<double> idle_paced =
-      SubmitPaced(*address, paced_rate, paced_submits, 4, backlog, "paced-idle");
+      SubmitPaced(*address, paced_rate, paced_submits, backlog, "paced-idle");
   const PassHistogram s1 = ParsePassHistogram(ScrapeMetrics(*http), "llamafleet_submit_latency_seconds");
 
   // 2. Fill the backlog in batches, then connect the workers.
@@ -403,7 +384,7 @@ int RunDeepQueue(int queued, int workers, int gpus, int clients, int gangs, int 
   const PassHistogram s2 = ParsePassHistogram(ScrapeMetrics(*http), "llamafleet_submit_latency_seconds");
   const absl::Time paced_start = absl::Now();
   const std::vector<double> deep_paced =
-      SubmitPaced(*address, paced_rate, paced_submits, 4, backlog, "paced-deep");
+      SubmitPaced(*address, paced_rate, paced_submits, backlog, "paced-deep");
   const double paced_seconds = absl::ToDoubleSeconds(absl::Now() - paced_start);
   const std::string scrape3 = ScrapeMetrics(*http);
   const PassHistogram h3 = ParsePassHistogram(scrape3);
