@@ -184,7 +184,8 @@ TEST_F(WriterQueueTest, BackgroundWritesAreNotStarvedByAStreamOfSubmissions) {
   // Submissions are placed by their "submitted" events (published on the writer in commit
   // order; their callbacks run later, on the completion thread).
   int submitted = 0;
-  const int64_t listener = store->Subscribe([&order, &submitted](const v1::JobEvent& e) {
+  // Not unsubscribed: the store is reset below, before `order` and `submitted` go.
+  store->Subscribe([&order, &submitted](const v1::JobEvent& e) {
     if (e.type() == "submitted") order.Add(absl::StrCat("submit", submitted++));
   });
   for (int i = 0; i < 300; ++i) {
