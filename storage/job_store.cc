@@ -955,6 +955,57 @@ absl::Status RestrictDatabaseFiles(const std::string& path) {
   return absl::OkStatus();
 }
 
+namespace {
+
+// Gives the WAL file room for the frames written between checkpoints, as zeros, so that a
+// commit overwrites blocks the file already has. A commit that grows the file makes its
+// fdatasync also commit the new size through the filesystem's journal: on ext4 here that
+// is ~0.25 ms of a ~0.7 ms sync (0.25 ms of a one-shot `llamafleet submit`). After a
+// checkpoint SQLite restarts the WAL from its start and overwrites it anyway; this makes
+// the first pass through the file do the same.
+// Safe for the database: SQLite reads frames only up to the first one whose salt and
+// checksum do not match (zeros never do), and treats a WAL whose header is zeros as empty.
+// Runs under BEGIN IMMEDIATE, so no other connection or process appends meanwhile, and
+// writes only past the current end. Best effort: a full disk leaves what fitted and logs.
+void PreallocateWal(sqlite::Connection& conn, const std::string& db_path, int checkpoint_pages) {
+  absl::StatusOr<int64_t> page_size = conn.QueryInt("PRAGMA page_size");
+  if (!page_size.ok() || *page_size <= 0 || checkpoint_pages <= 0) return;
+  // The WAL keeps growing while a checkpoint runs: room for 1.5 times the threshold
+  // (6 MB at the defaults; writing and syncing it takes ~15 ms at open).
+  const int64_t kWalHeader = 32, kFrameHeader = 24;
+  const int64_t want = kWalHeader + int64_t{checkpoint_pages} * 3 / 2 * (*page_size + kFrameHeader);
+  if (!conn.Exec("BEGIN IMMEDIATE").ok()) return;
+  const std::string wal = db_path + "-wal";
+  const int fd = open(wal.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+  std::string error;
+  if (fd < 0) {
+    error = std::strerror(errno);
+  } else {
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+      error = std::strerror(errno);
+    } else if (st.st_size < want) {
+      const std::string zeros(1 << 20, '\0');
+      for (int64_t at = st.st_size; at < want && error.empty();) {
+        const ssize_t n = pwrite(fd, zeros.data(),
+                                 static_cast<size_t>(std::min<int64_t>(zeros.size(), want - at)), at);
+        if (n <= 0) error = std::strerror(n < 0 ? errno : ENOSPC);
+        at += std::max<ssize_t>(n, 0);
+      }
+      if (error.empty() && fdatasync(fd) != 0) error = std::strerror(errno);
+    }
+    close(fd);
+  }
+  (void)conn.Exec("COMMIT");
+  if (!error.empty()) {
+    spdlog::warn("database {}: could not preallocate the WAL ({} bytes): {}; commits still work, "
+                 "each one that grows the WAL syncs its new size too",
+                 db_path, want, error);
+  }
+}
+
+}  // namespace
+
 absl::Status JobStore::Init() {
   if (absl::Status s = RestrictDatabaseFiles(options_.path); !s.ok()) return s;
   absl::StatusOr<std::unique_ptr<sqlite::Connection>> writer =
@@ -1026,6 +1077,7 @@ absl::Status JobStore::Init() {
   }
   // Checkpoints happen on their own thread and connection, not inside commits.
   if (absl::Status s = writer_->Exec("PRAGMA wal_autocheckpoint=0"); !s.ok()) return s;
+  PreallocateWal(*writer_, options_.path, options_.checkpoint_pages);
   sqlite3_wal_hook(writer_->raw(), &RecordWalPages, nullptr);
   absl::StatusOr<std::unique_ptr<sqlite::Connection>> checkpointer =
       sqlite::Connection::Open(options_.path, /*create=*/false, /*read_only=*/false);

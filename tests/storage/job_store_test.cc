@@ -449,6 +449,53 @@ TEST_F(JobStoreTest, SigkillMidLoadLosesNoAcknowledgedJob) {
   }
 }
 
+// The WAL is written full of zeros at open, so commits overwrite blocks the file has
+// instead of growing it (a smaller fdatasync); a process killed with valid frames
+// followed by those zeros loses nothing on reopen.
+TEST_F(JobStoreTest, PreallocatedWalIsOverwrittenAndSurvivesSigkill) {
+  const std::string path = Options().path;
+  const int64_t want = 32 + 150 * int64_t{4096 + 24};  // 1.5 x checkpoint_pages frames
+  auto wal_size = [&] {
+    struct stat st;
+    return stat((path + "-wal").c_str(), &st) == 0 ? int64_t{st.st_size} : int64_t{-1};
+  };
+  int sizes[2];
+  ASSERT_EQ(pipe(sizes), 0);
+  pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    close(sizes[0]);
+    JobStoreOptions o;
+    o.path = path;
+    o.checkpoint_pages = 100;
+    auto store = JobStore::Open(o);
+    if (!store.ok()) _exit(3);
+    const int64_t before = wal_size();
+    // ~9 pages each: below checkpoint_pages, so no checkpoint restarts the WAL meanwhile.
+    for (int i = 0; i < 10; ++i) {
+      if (!(*store)->SubmitJobsAndWait({Input(absl::StrCat("w", i))}).ok()) _exit(4);
+    }
+    const std::string line = absl::StrCat(before, " ", wal_size(), "\n");
+    if (write(sizes[1], line.data(), line.size()) < 0) _exit(5);
+    raise(SIGKILL);
+  }
+  close(sizes[1]);
+  FILE* in = fdopen(sizes[0], "r");
+  long long before = -1, after = -1;
+  ASSERT_EQ(fscanf(in, "%lld %lld", &before, &after), 2);
+  fclose(in);
+  int status;
+  waitpid(child, &status, 0);
+  ASSERT_TRUE(WIFSIGNALED(status)) << "child exited with " << WEXITSTATUS(status);
+  EXPECT_GE(before, want);
+  EXPECT_EQ(after, before) << "10 commits grew the WAL instead of overwriting it";
+
+  auto store = Open();
+  absl::StatusOr<ListJobsResult> page = store->ListJobs({});
+  ASSERT_TRUE(page.ok()) << page.status();
+  EXPECT_EQ(page->jobs.size(), 10u);
+}
+
 TEST_F(JobStoreTest, ListAttemptsShowsEachStartWithItsOutcomeAndTasksNewestFirst) {
   using google::protobuf::util::TimeUtil;
   std::unique_ptr<JobStore> store = Open();
