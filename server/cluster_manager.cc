@@ -1,9 +1,15 @@
 #include "server/cluster_manager.h"
 
 #include <openssl/crypto.h>
+#include <pthread.h>
+#include <sched.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <future>
 #include <random>
@@ -68,8 +74,21 @@ ClusterManager::ClusterManager(JobStore* store, ClusterOptions options)
     : store_(store),
       options_(std::move(options)),
       scheduler_(options_.scheduler),
-      files_(std::make_unique<SerialExecutor>()) {
+      files_(std::make_unique<SerialExecutor>()),
+      pass_thread_(std::make_unique<SerialExecutor>()) {
   next_master_port_ = static_cast<int>(std::random_device()() % 1000);
+  std::promise<int> idle;  // 0 or errno
+  pass_thread_->Post([&idle] {
+    pthread_setname_np(pthread_self(), "lf-sched-pass");
+    sched_param param{};
+    const int rc = sched_setscheduler(static_cast<pid_t>(syscall(SYS_gettid)), SCHED_IDLE, &param);
+    idle.set_value(rc == 0 ? 0 : errno);
+  });
+  if (const int error = idle.get_future().get(); error != 0) {
+    spdlog::warn("cannot run scheduling passes at SCHED_IDLE ({}); they run on the cluster loop",
+                 std::strerror(error));
+    pass_thread_.reset();
+  }
 }
 
 absl::StatusOr<std::unique_ptr<ClusterManager>> ClusterManager::Start(JobStore* store,
@@ -130,7 +149,10 @@ absl::StatusOr<std::unique_ptr<ClusterManager>> ClusterManager::Start(JobStore* 
     raw->Post([raw, e] { raw->HandleJobEvent(e); });
   });
   m->PublishAssignments();
-  m->thread_ = std::thread([raw] { raw->Loop(); });
+  m->thread_ = std::thread([raw] {
+    pthread_setname_np(pthread_self(), "lf-scheduler");  // for top -H, perf and gdb
+    raw->Loop();
+  });
   return m;
 }
 
@@ -775,7 +797,38 @@ void ClusterManager::Tick() {
   if (schedule_wanted_ || pass_wanted_ || now - last_pass_ > absl::Seconds(2)) SchedulePass();
 }
 
+namespace {
+std::chrono::nanoseconds ThreadCpuTime() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return std::chrono::seconds(ts.tv_sec) + std::chrono::nanoseconds(ts.tv_nsec);
+}
+}  // namespace
+
 void ClusterManager::SchedulePass() {
+  const auto start = std::chrono::steady_clock::now();
+  if (pass_thread_ == nullptr || start < passes_inline_until_) {
+    RunPass();
+    return;
+  }
+  std::promise<std::chrono::nanoseconds> done;
+  pass_thread_->Post([this, &done] {
+    const std::chrono::nanoseconds cpu = ThreadCpuTime();
+    RunPass();
+    done.set_value(ThreadCpuTime() - cpu);
+  });
+  const std::chrono::nanoseconds cpu = done.get_future().get();
+  const auto waited = std::chrono::steady_clock::now() - start - cpu;
+  if (waited > std::max<std::chrono::nanoseconds>(2 * cpu, std::chrono::milliseconds(50))) {
+    passes_inline_until_ = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    spdlog::info("a scheduling pass waited {} ms for a CPU (it computed for {} ms): every CPU is "
+                 "busy; passes run at normal priority for 10 s",
+                 std::chrono::duration_cast<std::chrono::milliseconds>(waited).count(),
+                 std::chrono::duration_cast<std::chrono::milliseconds>(cpu).count());
+  }
+}
+
+void ClusterManager::RunPass() {
   const auto pass_start = std::chrono::steady_clock::now();
   const absl::Time now = options_.clock->Now();
   schedule_wanted_ = false;

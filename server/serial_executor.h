@@ -12,7 +12,8 @@
 namespace llamafleet {
 
 // Runs functions in order on one thread of its own: file-system work (checkpoint
-// retention, log files) that must not run on the cluster loop or a gRPC callback thread.
+// retention, log files) that must not run on the cluster loop or a gRPC callback thread,
+// and the cluster loop's scheduling passes (at a priority of their own).
 // The destructor finishes what was queued.
 class SerialExecutor {
  public:

@@ -1,6 +1,7 @@
 #include "storage/job_store.h"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -923,9 +924,19 @@ JobStore::JobStore(const JobStoreOptions& options) : options_(options) {}
 absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const JobStoreOptions& options) {
   std::unique_ptr<JobStore> store(new JobStore(options));
   if (absl::Status s = store->Init(); !s.ok()) return s;
-  store->completion_thread_ = std::thread([s = store.get()] { s->CompletionLoop(); });
-  store->writer_thread_ = std::thread([s = store.get()] { s->WriterLoop(); });
-  store->checkpoint_thread_ = std::thread([s = store.get()] { s->CheckpointLoop(); });
+  // Named for top -H, perf and gdb (15 characters at most).
+  store->completion_thread_ = std::thread([s = store.get()] {
+    pthread_setname_np(pthread_self(), "lf-db-complete");
+    s->CompletionLoop();
+  });
+  store->writer_thread_ = std::thread([s = store.get()] {
+    pthread_setname_np(pthread_self(), "lf-db-writer");
+    s->WriterLoop();
+  });
+  store->checkpoint_thread_ = std::thread([s = store.get()] {
+    pthread_setname_np(pthread_self(), "lf-db-checkpt");
+    s->CheckpointLoop();
+  });
   return store;
 }
 

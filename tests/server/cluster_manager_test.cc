@@ -5,8 +5,12 @@
 // back at a checkpoint.
 #include "server/cluster_manager.h"
 
+#include <sched.h>
+
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <sstream>
 
 #include <gtest/gtest.h>
 
@@ -365,6 +369,33 @@ TEST_F(ClusterManagerTest, CoalescedPassesStillPlaceASubmittedJobPromptly) {
   }
   ASSERT_TRUE(manager_->PendingInfoFor(burst.back(), &info));
   EXPECT_EQ(info.queue_position(), 20);
+}
+
+// Passes run on a thread of their own at SCHED_IDLE, so a thread a pass wakes (the
+// database writer acknowledging a submission) runs at once instead of queueing behind
+// the pass's CPU time; the job is still placed by such a pass.
+TEST_F(ClusterManagerTest, PassesRunOnAnIdlePriorityThread) {
+  std::shared_ptr<FakeLink> w0 = Hello("w0");
+  std::shared_ptr<FakeLink> w1 = Hello("w1");
+  Submit();
+  manager_->TickNow();
+  ASSERT_TRUE(Eventually([&] { return w0->Assignments().size() == 1; }));
+  int pass_threads = 0;
+  for (const auto& task : fs::directory_iterator("/proc/self/task")) {
+    std::ifstream comm(task.path() / "comm");
+    std::string name;
+    std::getline(comm, name);
+    if (name != "lf-sched-pass") continue;
+    ++pass_threads;
+    std::ifstream stat(task.path() / "stat");
+    std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+    // Fields after the command's closing parenthesis; the policy is field 41 of stat.
+    std::istringstream fields(text.substr(text.rfind(')') + 2));
+    std::vector<std::string> f{std::istream_iterator<std::string>(fields), {}};
+    ASSERT_GE(f.size(), 39u);
+    EXPECT_EQ(f[38], std::to_string(SCHED_IDLE)) << "policy of lf-sched-pass";
+  }
+  EXPECT_EQ(pass_threads, 1);
 }
 
 // The pass keeps the scheduler's explanations as they are and PendingInfoFor builds a
