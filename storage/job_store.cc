@@ -977,7 +977,8 @@ namespace {
 // Safe for the database: SQLite reads frames only up to the first one whose salt and
 // checksum do not match (zeros never do), and treats a WAL whose header is zeros as empty.
 // Runs under BEGIN IMMEDIATE, so no other connection or process appends meanwhile, and
-// writes only past the current end. Best effort: a full disk leaves what fitted and logs.
+// writes only past the current end. Best effort: on a full disk it gives the space back
+// and logs.
 void PreallocateWal(sqlite::Connection& conn, const std::string& db_path, int checkpoint_pages) {
   absl::StatusOr<int64_t> page_size = conn.QueryInt("PRAGMA page_size");
   if (!page_size.ok() || *page_size <= 0 || checkpoint_pages <= 0) return;
@@ -1004,6 +1005,10 @@ void PreallocateWal(sqlite::Connection& conn, const std::string& db_path, int ch
         at += std::max<ssize_t>(n, 0);
       }
       if (error.empty() && fdatasync(fd) != 0) error = std::strerror(errno);
+      // A disk too full for it gets its space back: the WAL then grows as before.
+      if (!error.empty() && ftruncate(fd, st.st_size) != 0) {
+        error += absl::StrCat("; and could not give the space back: ", std::strerror(errno));
+      }
     }
     close(fd);
   }

@@ -1,6 +1,7 @@
 #include "storage/job_store.h"
 
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -496,6 +497,35 @@ TEST_F(JobStoreTest, PreallocatedWalIsOverwrittenAndSurvivesSigkill) {
   EXPECT_EQ(page->jobs.size(), 10u);
 }
 
+// Where the WAL cannot be preallocated (here: a file size limit, as a full disk would),
+// the store gives the space back, opens anyway and commits as before.
+TEST_F(JobStoreTest, WalPreallocationThatDoesNotFitIsGivenBack) {
+  const std::string path = Options().path;
+  pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    signal(SIGXFSZ, SIG_IGN);  // a write past the limit fails with EFBIG instead
+    struct rlimit limit = {1 << 20, 1 << 20};
+    if (setrlimit(RLIMIT_FSIZE, &limit) != 0) _exit(2);
+    JobStoreOptions o;
+    o.path = path;
+    auto store = JobStore::Open(o);
+    if (!store.ok()) _exit(3);
+    struct stat st;
+    if (stat((path + "-wal").c_str(), &st) != 0 || st.st_size >= (1 << 20)) _exit(4);
+    if (!(*store)->SubmitJobsAndWait({Input("after")}).ok()) _exit(5);
+    _exit(0);
+  }
+  int status;
+  waitpid(child, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "2: setrlimit, 3: open, 4: WAL not given back, 5: submit";
+  auto store = Open();
+  absl::StatusOr<ListJobsResult> page = store->ListJobs({});
+  ASSERT_TRUE(page.ok()) << page.status();
+  EXPECT_EQ(page->jobs.size(), 1u);
+}
+
 TEST_F(JobStoreTest, ListAttemptsShowsEachStartWithItsOutcomeAndTasksNewestFirst) {
   using google::protobuf::util::TimeUtil;
   std::unique_ptr<JobStore> store = Open();
@@ -619,7 +649,7 @@ TEST_F(JobStoreTest, JobIdsAreNeverReusedAfterADeletion) {
 TEST_F(JobStoreTest, DatabaseFilesAreModeSixHundred) {
   auto store = Open();
   SubmitOne(store.get(), Input("a"));
-  for (const std::string& suffix : {"", "-wal", "-shm"}) {
+  for (const char* suffix : {"", "-wal", "-shm"}) {
     struct stat st;
     ASSERT_EQ(stat((Options().path + suffix).c_str(), &st), 0) << suffix;
     EXPECT_EQ(st.st_mode & 0777, 0600u) << suffix;
