@@ -335,10 +335,14 @@ int RunDeepQueue(int queued, int workers, int gpus, int clients, int gangs, int 
       "resources: {nodes: ", nodes, ", gpus_per_node: ", gpus, "}\n"));
   v1::SubmitJobRequest gang;
   *gang.mutable_spec() = (*gang_spec)[0].spec;
-  const PassHistogram h0 = ParsePassHistogram(ScrapeMetrics(*http));
+  const std::string scrape0 = ScrapeMetrics(*http);
+  const PassHistogram h0 = ParsePassHistogram(scrape0);
+  const PassHistogram b0 = ParsePassHistogram(scrape0, "llamafleet_submit_latency_seconds");
   std::vector<std::pair<std::string, absl::Time>> submitted;
   const absl::Time first = absl::Now();
   const std::vector<double> busy = SubmitConcurrently(*address, clients, gangs, gang, &submitted);
+  const PassHistogram b1 =
+      ParsePassHistogram(ScrapeMetrics(*http), "llamafleet_submit_latency_seconds");
   absl::Time last = first;
   int admitted = 0;
   {
@@ -396,6 +400,12 @@ int RunDeepQueue(int queued, int workers, int gpus, int clients, int gangs, int 
   std::printf("submit latency, deep queue + passes (%zu submits): p50 %6.2f ms  p99 %6.2f ms  "
               "(p99 ratio %.2fx, target <= 1.5x)\n",
               busy.size(), Percentile(busy, 0.5), busy_p99, idle_p99 > 0 ? busy_p99 / idle_p99 : 0);
+  // The coordinator's histogram starts empty, so s0 covers exactly the idle closed loop.
+  const PassHistogram empty{};
+  std::printf("  the same in the coordinator (receipt to durable acknowledgement, its histogram): "
+              "idle p50 %.2f ms p99 %.2f ms; deep p50 %.2f ms p99 %.2f ms\n",
+              1000 * HistogramQuantile(empty, s0, 0.5), 1000 * HistogramQuantile(empty, s0, 0.99),
+              1000 * HistogramQuantile(b0, b1, 0.5), 1000 * HistogramQuantile(b0, b1, 0.99));
   std::printf("gang admissions: %d of %d in %.2f s = %.0f/s end to end (target >= 1000/s)\n",
               admitted, gangs, seconds, seconds > 0 ? admitted / seconds : 0);
   std::printf("passes during admissions (coordinator histogram): %.0f, p50 %.2f ms, mean %.2f ms\n",
