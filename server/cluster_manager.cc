@@ -74,12 +74,11 @@ ClusterManager::ClusterManager(JobStore* store, ClusterOptions options)
     : store_(store),
       options_(std::move(options)),
       scheduler_(options_.scheduler),
-      files_(std::make_unique<SerialExecutor>()),
-      pass_thread_(std::make_unique<SerialExecutor>()) {
+      files_(std::make_unique<SerialExecutor>("lf-files")),
+      pass_thread_(std::make_unique<SerialExecutor>("lf-sched-pass")) {
   next_master_port_ = static_cast<int>(std::random_device()() % 1000);
   std::promise<int> idle;  // 0 or errno
   pass_thread_->Post([&idle] {
-    pthread_setname_np(pthread_self(), "lf-sched-pass");
     sched_param param{};
     const int rc = sched_setscheduler(static_cast<pid_t>(syscall(SYS_gettid)), SCHED_IDLE, &param);
     idle.set_value(rc == 0 ? 0 : errno);

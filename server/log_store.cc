@@ -27,8 +27,8 @@ LogStore::LogStore(std::string dir, int64_t max_file_bytes, int max_open_files)
     : dir_(std::move(dir)),
       max_bytes_(max_file_bytes),
       max_open_(std::max(1, max_open_files)),
-      readers_(std::make_unique<SerialExecutor>()),
-      writer_(std::make_unique<SerialExecutor>()) {}
+      readers_(std::make_unique<SerialExecutor>("lf-log-read")),
+      writer_(std::make_unique<SerialExecutor>("lf-log-write")) {}
 
 LogStore::~LogStore() {
   writer_.reset();  // writes what was queued

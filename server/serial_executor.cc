@@ -1,9 +1,12 @@
 #include "server/serial_executor.h"
 
+#include <pthread.h>
+
 namespace llamafleet {
 
-SerialExecutor::SerialExecutor() {
-  thread_ = std::thread([this] {
+SerialExecutor::SerialExecutor(const char* name) {
+  thread_ = std::thread([this, name] {
+    pthread_setname_np(pthread_self(), name);
     while (true) {
       std::function<void()> fn;
       {

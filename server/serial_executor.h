@@ -14,10 +14,11 @@ namespace llamafleet {
 // Runs functions in order on one thread of its own: file-system work (checkpoint
 // retention, log files) that must not run on the cluster loop or a gRPC callback thread,
 // and the cluster loop's scheduling passes (at a priority of their own).
-// The destructor finishes what was queued.
+// The destructor finishes what was queued. The thread is named `name` (15 characters at
+// most) for top -H, perf and gdb.
 class SerialExecutor {
  public:
-  SerialExecutor();
+  explicit SerialExecutor(const char* name);
   ~SerialExecutor();
   void Post(std::function<void()> fn);
 
