@@ -56,6 +56,17 @@ class JobStoreTest : public ::testing::Test {
     return store.ok() ? std::move(*store) : nullptr;
   }
   std::unique_ptr<JobStore> Open() { return Open(Options()); }
+  // In a forked child: the store at `o`, or exit code 3.
+  static std::unique_ptr<JobStore> OpenOrExit(const JobStoreOptions& o) {
+    absl::StatusOr<std::unique_ptr<JobStore>> store = JobStore::Open(o);
+    if (!store.ok()) _exit(3);
+    return std::move(*store);
+  }
+  // Size of the database's WAL file, -1 if there is none.
+  int64_t WalSize() {
+    struct stat st;
+    return stat((Options().path + "-wal").c_str(), &st) == 0 ? int64_t{st.st_size} : int64_t{-1};
+  }
 
   int64_t SubmitOne(JobStore* store, SubmitJobInput in) {
     absl::StatusOr<std::vector<SubmitJobResult>> r = store->SubmitJobsAndWait({std::move(in)});
@@ -401,14 +412,13 @@ TEST_F(JobStoreTest, SigkillMidLoadLosesNoAcknowledgedJob) {
     close(ack_pipe[0]);
     JobStoreOptions o;
     o.path = path;
-    auto store = JobStore::Open(o);
-    if (!store.ok()) _exit(3);
+    std::unique_ptr<JobStore> store = OpenOrExit(o);
     std::mutex write_mu;
     std::vector<std::thread> threads;
     for (int t = 0; t < 8; ++t) {
       threads.emplace_back([&, t] {
         for (int i = 0;; ++i) {
-          auto r = (*store)->SubmitJobsAndWait(
+          auto r = store->SubmitJobsAndWait(
               {Input(absl::StrCat("c", t, "-", i), "alice", absl::StrCat("key-", t, "-", i))});
           if (!r.ok()) _exit(4);
           std::string line = absl::StrCat((*r)[0].job.id(), " key-", t, "-", i, "\n");
@@ -456,10 +466,6 @@ TEST_F(JobStoreTest, SigkillMidLoadLosesNoAcknowledgedJob) {
 TEST_F(JobStoreTest, PreallocatedWalIsOverwrittenAndSurvivesSigkill) {
   const std::string path = Options().path;
   const int64_t want = 32 + 150 * int64_t{4096 + 24};  // 1.5 x checkpoint_pages frames
-  auto wal_size = [&] {
-    struct stat st;
-    return stat((path + "-wal").c_str(), &st) == 0 ? int64_t{st.st_size} : int64_t{-1};
-  };
   int sizes[2];
   ASSERT_EQ(pipe(sizes), 0);
   pid_t child = fork();
@@ -469,14 +475,13 @@ TEST_F(JobStoreTest, PreallocatedWalIsOverwrittenAndSurvivesSigkill) {
     JobStoreOptions o;
     o.path = path;
     o.checkpoint_pages = 100;
-    auto store = JobStore::Open(o);
-    if (!store.ok()) _exit(3);
-    const int64_t before = wal_size();
+    std::unique_ptr<JobStore> store = OpenOrExit(o);
+    const int64_t before = WalSize();
     // ~9 pages each: below checkpoint_pages, so no checkpoint restarts the WAL meanwhile.
     for (int i = 0; i < 10; ++i) {
-      if (!(*store)->SubmitJobsAndWait({Input(absl::StrCat("w", i))}).ok()) _exit(4);
+      if (!store->SubmitJobsAndWait({Input(absl::StrCat("w", i))}).ok()) _exit(4);
     }
-    const std::string line = absl::StrCat(before, " ", wal_size(), "\n");
+    const std::string line = absl::StrCat(before, " ", WalSize(), "\n");
     if (write(sizes[1], line.data(), line.size()) < 0) _exit(5);
     raise(SIGKILL);
   }
@@ -509,11 +514,10 @@ TEST_F(JobStoreTest, WalPreallocationThatDoesNotFitIsGivenBack) {
     if (setrlimit(RLIMIT_FSIZE, &limit) != 0) _exit(2);
     JobStoreOptions o;
     o.path = path;
-    auto store = JobStore::Open(o);
-    if (!store.ok()) _exit(3);
-    struct stat st;
-    if (stat((path + "-wal").c_str(), &st) != 0 || st.st_size >= (1 << 20)) _exit(4);
-    if (!(*store)->SubmitJobsAndWait({Input("after")}).ok()) _exit(5);
+    std::unique_ptr<JobStore> store = OpenOrExit(o);
+    const int64_t wal = WalSize();
+    if (wal < 0 || wal >= (1 << 20)) _exit(4);
+    if (!store->SubmitJobsAndWait({Input("after")}).ok()) _exit(5);
     _exit(0);
   }
   int status;
