@@ -266,6 +266,18 @@ std::vector<double> SubmitPaced(const std::string& address, double rate, int tot
   return SubmitConcurrently(address, 4, total, named, nullptr, rate);
 }
 
+// The coordinator's receipt-to-durable-acknowledgement histogram.
+const char kSubmitLatency[] = "llamafleet_submit_latency_seconds";
+
+// p50 and p99 of the coordinator's own submit histogram over two windows (before, after).
+void PrintCoordinatorSubmits(const PassHistogram& idle0, const PassHistogram& idle1,
+                             const PassHistogram& deep0, const PassHistogram& deep1) {
+  std::printf("  the same in the coordinator (receipt to durable acknowledgement, its histogram): "
+              "idle p50 %.2f ms p99 %.2f ms; deep p50 %.2f ms p99 %.2f ms\n",
+              1000 * HistogramQuantile(idle0, idle1, 0.5), 1000 * HistogramQuantile(idle0, idle1, 0.99),
+              1000 * HistogramQuantile(deep0, deep1, 0.5), 1000 * HistogramQuantile(deep0, deep1, 0.99));
+}
+
 int RunDeepQueue(int queued, int workers, int gpus, int clients, int gangs, int nodes,
                  int idle_submits, int sequential, double paced_rate, int paced_submits) {
   testing::TempDir dir;
@@ -295,10 +307,10 @@ int RunDeepQueue(int queued, int workers, int gpus, int clients, int gangs, int 
 
   // 1. Idle queue: no workers, nothing queued yet.
   const std::vector<double> idle = SubmitConcurrently(*address, clients, idle_submits, backlog, nullptr);
-  const PassHistogram s0 = ParsePassHistogram(ScrapeMetrics(*http), "llamafleet_submit_latency_seconds");
+  const PassHistogram s0 = ParsePassHistogram(ScrapeMetrics(*http), kSubmitLatency);
   const std::vector<double> idle_paced =
       SubmitPaced(*address, paced_rate, paced_submits, backlog, "paced-idle");
-  const PassHistogram s1 = ParsePassHistogram(ScrapeMetrics(*http), "llamafleet_submit_latency_seconds");
+  const PassHistogram s1 = ParsePassHistogram(ScrapeMetrics(*http), kSubmitLatency);
 
   // 2. Fill the backlog in batches, then connect the workers.
   auto stub = v1::JobService::NewStub(grpc::CreateChannel(*address, grpc::InsecureChannelCredentials()));
@@ -337,12 +349,12 @@ int RunDeepQueue(int queued, int workers, int gpus, int clients, int gangs, int 
   *gang.mutable_spec() = (*gang_spec)[0].spec;
   const std::string scrape0 = ScrapeMetrics(*http);
   const PassHistogram h0 = ParsePassHistogram(scrape0);
-  const PassHistogram b0 = ParsePassHistogram(scrape0, "llamafleet_submit_latency_seconds");
+  const PassHistogram b0 = ParsePassHistogram(scrape0, kSubmitLatency);
   std::vector<std::pair<std::string, absl::Time>> submitted;
   const absl::Time first = absl::Now();
   const std::vector<double> busy = SubmitConcurrently(*address, clients, gangs, gang, &submitted);
   const PassHistogram b1 =
-      ParsePassHistogram(ScrapeMetrics(*http), "llamafleet_submit_latency_seconds");
+      ParsePassHistogram(ScrapeMetrics(*http), kSubmitLatency);
   absl::Time last = first;
   int admitted = 0;
   {
@@ -385,14 +397,14 @@ int RunDeepQueue(int queued, int workers, int gpus, int clients, int gangs, int 
   // 5. Paced submissions again, now into the deep queue with the workers connected: each
   // asks for a pass over all of it, so passes run back to back (spaced by their own
   // length) while the submissions arrive.
-  const PassHistogram s2 = ParsePassHistogram(ScrapeMetrics(*http), "llamafleet_submit_latency_seconds");
+  const PassHistogram s2 = ParsePassHistogram(ScrapeMetrics(*http), kSubmitLatency);
   const absl::Time paced_start = absl::Now();
   const std::vector<double> deep_paced =
       SubmitPaced(*address, paced_rate, paced_submits, backlog, "paced-deep");
   const double paced_seconds = absl::ToDoubleSeconds(absl::Now() - paced_start);
   const std::string scrape3 = ScrapeMetrics(*http);
   const PassHistogram h3 = ParsePassHistogram(scrape3);
-  const PassHistogram s3 = ParsePassHistogram(scrape3, "llamafleet_submit_latency_seconds");
+  const PassHistogram s3 = ParsePassHistogram(scrape3, kSubmitLatency);
 
   const double idle_p99 = Percentile(idle, 0.99), busy_p99 = Percentile(busy, 0.99);
   std::printf("submit latency, idle queue (%zu submits):        p50 %6.2f ms  p99 %6.2f ms\n",
@@ -401,11 +413,7 @@ int RunDeepQueue(int queued, int workers, int gpus, int clients, int gangs, int 
               "(p99 ratio %.2fx, target <= 1.5x)\n",
               busy.size(), Percentile(busy, 0.5), busy_p99, idle_p99 > 0 ? busy_p99 / idle_p99 : 0);
   // The coordinator's histogram starts empty, so s0 covers exactly the idle closed loop.
-  const PassHistogram empty{};
-  std::printf("  the same in the coordinator (receipt to durable acknowledgement, its histogram): "
-              "idle p50 %.2f ms p99 %.2f ms; deep p50 %.2f ms p99 %.2f ms\n",
-              1000 * HistogramQuantile(empty, s0, 0.5), 1000 * HistogramQuantile(empty, s0, 0.99),
-              1000 * HistogramQuantile(b0, b1, 0.5), 1000 * HistogramQuantile(b0, b1, 0.99));
+  PrintCoordinatorSubmits(PassHistogram{}, s0, b0, b1);
   std::printf("gang admissions: %d of %d in %.2f s = %.0f/s end to end (target >= 1000/s)\n",
               admitted, gangs, seconds, seconds > 0 ? admitted / seconds : 0);
   std::printf("passes during admissions (coordinator histogram): %.0f, p50 %.2f ms, mean %.2f ms\n",
@@ -431,10 +439,7 @@ int RunDeepQueue(int queued, int workers, int gpus, int clients, int gangs, int 
               paced_rate, paced_submits, Percentile(deep_paced, 0.5), paced_deep_p99,
               paced_idle_p99 > 0 ? paced_deep_p99 / paced_idle_p99 : 0, h3.count - h2.count,
               paced_seconds > 0 ? 100 * (h3.sum - h2.sum) / paced_seconds : 0);
-  std::printf("  the same in the coordinator (receipt to durable acknowledgement, its histogram): "
-              "idle p50 %.2f ms p99 %.2f ms; deep p50 %.2f ms p99 %.2f ms\n",
-              1000 * HistogramQuantile(s0, s1, 0.5), 1000 * HistogramQuantile(s0, s1, 0.99),
-              1000 * HistogramQuantile(s2, s3, 0.5), 1000 * HistogramQuantile(s2, s3, 0.99));
+  PrintCoordinatorSubmits(s0, s1, s2, s3);
   std::fflush(stdout);
   pool.clear();
   (*coordinator)->Signal(SIGTERM);
