@@ -1093,7 +1093,7 @@ absl::Status JobStore::Init() {
   }
   // Checkpoints happen on their own thread and connection, not inside commits.
   if (absl::Status s = writer_->Exec("PRAGMA wal_autocheckpoint=0"); !s.ok()) return s;
-  PreallocateWal(*writer_, options_.path, options_.checkpoint_pages);
+  if (options_.preallocate_wal) PreallocateWal(*writer_, options_.path, options_.checkpoint_pages);
   sqlite3_wal_hook(writer_->raw(), &RecordWalPages, nullptr);
   absl::StatusOr<std::unique_ptr<sqlite::Connection>> checkpointer =
       sqlite::Connection::Open(options_.path, /*create=*/false, /*read_only=*/false);
