@@ -5,9 +5,15 @@
 // first with group commit (the default), then with one transaction per submission as the
 // baseline; each mode runs R times and the medians are printed, with the ratio.
 //
-//   build/bin/submit_bench [--clients 64] [--seconds 5] [--runs 3] [--group-only]
+//   build/bin/submit_bench [--clients 64] [--seconds 5] [--runs 3] [--group-only] [--floor]
 //
 // Also prints the coordinator's CPU time per acknowledged submission (from /proc).
+//
+// --floor also runs the same clients, against the same coordinator build, with calls that
+// do less than a submission: the gRPC health check (no credential, no database) and
+// WhoAmI (the credential check, no write). They are the floor under the submission
+// figures on this machine: no submission path can be faster than the health check.
+#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 #include <signal.h>
 #include <unistd.h>
@@ -58,15 +64,25 @@ struct RunResult {
   std::string writer_line;  // the coordinator's own account of its transactions
 };
 
+// What each client calls in a loop.
+enum class Call {
+  kSubmit,  // SubmitJob: credential, validation, durable write
+  kWhoAmI,  // WhoAmI: the credential check alone
+  kHealth,  // grpc.health.v1.Health/Check: gRPC alone (no credential, no database)
+};
+
 // One client: a channel and a loop of SubmitJob calls, each started from the previous
 // call's completion callback.
 class Client {
  public:
-  Client(const std::string& address, int index, const v1::JobSpec& spec, std::atomic<bool>* measuring,
-         std::atomic<bool>* stopping)
-      : stub_(v1::JobService::NewStub(grpc::CreateCustomChannel(
-            address, grpc::InsecureChannelCredentials(), ChannelArgs(index)))),
+  Client(const std::string& address, int index, Call call, const v1::JobSpec& spec,
+         std::atomic<bool>* measuring, std::atomic<bool>* stopping)
+      : channel_(grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(),
+                                           ChannelArgs(index))),
+        stub_(v1::JobService::NewStub(channel_)),
+        generic_stub_(channel_),
         index_(index),
+        call_(call),
         measuring_(measuring),
         stopping_(stopping) {
     request_template_.mutable_spec()->CopyFrom(spec);
@@ -97,26 +113,47 @@ class Client {
       return;
     }
     context_ = std::make_unique<grpc::ClientContext>();
-    context_->AddMetadata("authorization", g_bearer);
+    if (call_ != Call::kHealth) context_->AddMetadata("authorization", g_bearer);
     context_->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
-    request_ = request_template_;
-    request_.mutable_spec()->set_name(absl::StrCat("bench-", index_, "-", sequence_++));
     start_ = absl::Now();
     const bool counted = measuring_->load();
-    stub_->async()->SubmitJob(context_.get(), &request_, &response_,
-                              [this, counted](grpc::Status status) {
-                                const double ms = absl::ToDoubleMilliseconds(absl::Now() - start_);
-                                if (!status.ok()) {
-                                  ++errors;
-                                } else if (counted && measuring_->load()) {
-                                  latencies_ms.push_back(ms);
-                                }
-                                Next();
-                              });
+    auto done = [this, counted](grpc::Status status) {
+      const double ms = absl::ToDoubleMilliseconds(absl::Now() - start_);
+      if (!status.ok()) {
+        if (errors++ == 0) std::fprintf(stderr, "call failed: %s\n", status.error_message().c_str());
+      } else if (counted && measuring_->load()) {
+        latencies_ms.push_back(ms);
+      }
+      Next();
+    };
+    switch (call_) {
+      case Call::kSubmit:
+        request_ = request_template_;
+        request_.mutable_spec()->set_name(absl::StrCat("bench-", index_, "-", sequence_++));
+        stub_->async()->SubmitJob(context_.get(), &request_, &response_, std::move(done));
+        break;
+      case Call::kWhoAmI:
+        stub_->async()->WhoAmI(context_.get(), &whoami_request_, &whoami_response_, std::move(done));
+        break;
+      case Call::kHealth: {
+        // An empty HealthCheckRequest (service "": the whole server) is zero bytes.
+        grpc::Slice empty("");
+        health_request_ = grpc::ByteBuffer(&empty, 1);
+        generic_stub_.UnaryCall(context_.get(), "/grpc.health.v1.Health/Check", grpc::StubOptions(),
+                                &health_request_, &health_response_, std::move(done));
+        break;
+      }
+    }
   }
 
+  std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::JobService::Stub> stub_;
+  grpc::GenericStub generic_stub_;
   const int index_;
+  const Call call_;
+  v1::WhoAmIRequest whoami_request_;
+  v1::WhoAmIResponse whoami_response_;
+  grpc::ByteBuffer health_request_, health_response_;
   std::atomic<bool>* measuring_;
   std::atomic<bool>* stopping_;
   v1::SubmitJobRequest request_template_;
@@ -130,7 +167,8 @@ class Client {
   bool done_ = false;
 };
 
-RunResult RunOnce(bool group_commit, int clients, double seconds, const v1::JobSpec& spec) {
+RunResult RunOnce(bool group_commit, Call call, int clients, double seconds,
+                  const v1::JobSpec& spec) {
   TempDir dir;
   std::vector<std::string> argv = {BinaryPath("llamafleet-coordinator"), "--listen", "127.0.0.1:0",
                                    "--data-dir", dir.path(), "--synchronous", "full",
@@ -164,7 +202,7 @@ RunResult RunOnce(bool group_commit, int clients, double seconds, const v1::JobS
   std::atomic<bool> measuring{false}, stopping{false};
   std::vector<std::unique_ptr<Client>> pool;
   for (int i = 0; i < clients; ++i) {
-    pool.push_back(std::make_unique<Client>(*address, i, spec, &measuring, &stopping));
+    pool.push_back(std::make_unique<Client>(*address, i, call, spec, &measuring, &stopping));
   }
   for (auto& c : pool) c->Start();
   std::this_thread::sleep_for(std::chrono::milliseconds(1000));  // warm-up: connections, caches
@@ -221,6 +259,10 @@ int main(int argc, char** argv) {
   app.add_option("--runs", runs, "runs per mode (medians are reported)");
   bool group_only = false;
   app.add_flag("--group-only", group_only, "skip the one-transaction-per-submit baseline");
+  bool floor = false;
+  app.add_flag("--floor", floor,
+               "also time WhoAmI and the gRPC health check with the same clients: the floor under "
+               "the submission figures on this machine");
   CLI11_PARSE(app, argc, argv);
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);  // as the coordinator
 
@@ -238,7 +280,8 @@ int main(int argc, char** argv) {
   for (int run = 0; run < runs; ++run) {
     for (int mode = 0; mode < (group_only ? 1 : 2); ++mode) {
       const bool group = mode == 0;
-      llamafleet::RunResult r = llamafleet::RunOnce(group, clients, seconds, spec);
+      llamafleet::RunResult r =
+          llamafleet::RunOnce(group, llamafleet::Call::kSubmit, clients, seconds, spec);
       std::printf(
           "  run %d %-22s %9.0f acks/s  p50 %7.2f ms  p99 %7.2f ms  server CPU %6.1f us/ack  "
           "client CPU %6.1f us/ack  errors %lld\n",
@@ -252,6 +295,28 @@ int main(int argc, char** argv) {
       mode_p99[mode].push_back(r.p99_ms);
       mode_cpu[mode].push_back(r.server_cpu_us_per_ack);
       mode_client_cpu[mode].push_back(r.client_cpu_us_per_ack);
+    }
+  }
+  // The floor: the same clients and harness, calls that do less. Interleaved by run, like
+  // the modes above, so that a drift of the machine's speed shows in both.
+  struct FloorMode {
+    llamafleet::Call call;
+    const char* name;
+    std::vector<double> rate, p99, cpu, client_cpu;
+  } floor_modes[] = {{llamafleet::Call::kWhoAmI, "WhoAmI (credential only)", {}, {}, {}, {}},
+                     {llamafleet::Call::kHealth, "health check (gRPC only)", {}, {}, {}, {}}};
+  for (int run = 0; floor && run < runs; ++run) {
+    for (FloorMode& m : floor_modes) {
+      llamafleet::RunResult r = llamafleet::RunOnce(true, m.call, clients, seconds, spec);
+      std::printf("  run %d %-27s %9.0f calls/s  p50 %7.2f ms  p99 %7.2f ms  server CPU %6.1f us/call  "
+                  "client CPU %6.1f us/call  errors %lld\n",
+                  run + 1, m.name, r.acks_per_second, r.p50_ms, r.p99_ms, r.server_cpu_us_per_ack,
+                  r.client_cpu_us_per_ack, static_cast<long long>(r.errors));
+      std::fflush(stdout);
+      m.rate.push_back(r.acks_per_second);
+      m.p99.push_back(r.p99_ms);
+      m.cpu.push_back(r.server_cpu_us_per_ack);
+      m.client_cpu.push_back(r.client_cpu_us_per_ack);
     }
   }
   const char* names[2] = {"group commit", "one txn per submit (baseline)"};
@@ -270,6 +335,14 @@ int main(int argc, char** argv) {
               llamafleet::Median(mode_cpu[0]), llamafleet::Median(mode_client_cpu[0]), cores,
               per_ack > 0 ? cores * 1e6 / per_ack : 0.0, cores,
               llamafleet::Median(mode_cpu[0]) > 0 ? cores * 1e6 / llamafleet::Median(mode_cpu[0]) : 0.0);
+  for (const FloorMode& m : floor_modes) {
+    if (!floor) break;
+    std::printf("median %-31s %9.0f calls/s p99 %7.2f ms  server CPU %6.1f us/call  client CPU "
+                "%6.1f us/call; submissions reach %.0f%% of it\n",
+                m.name, llamafleet::Median(m.rate), llamafleet::Median(m.p99),
+                llamafleet::Median(m.cpu), llamafleet::Median(m.client_cpu),
+                100 * llamafleet::Median(mode_rate[0]) / llamafleet::Median(m.rate));
+  }
   if (!group_only) {
     std::printf("group commit / baseline throughput ratio: %.2fx\n",
                 llamafleet::Median(mode_rate[0]) / llamafleet::Median(mode_rate[1]));
