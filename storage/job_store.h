@@ -43,8 +43,9 @@ struct JobStoreOptions {
   // Upper bound of writes per transaction.
   int max_batch = 1024;
   // Upper bound of background writes (JobStore::Write, WriteEach: the coordinator's own
-  // bookkeeping) per transaction; writes a client waits for (submissions, cancellations)
-  // take the rest of max_batch first. See JobStore::WriterLoop.
+  // bookkeeping; a WriteEach counts each of its functions) per transaction; writes a
+  // client waits for (submissions, cancellations) take the rest of max_batch first. See
+  // JobStore::WriterLoop.
   int max_background = 256;
   // PRAGMA max_page_count for the writer (0 = SQLite's default). Tests use it to make
   // the database "full" without filling a disk.
@@ -172,10 +173,13 @@ class JobStore {
   // Runs `fn` in the writer's next transaction, in a savepoint of its own: an error
   // from `fn` undoes only its changes. `done` runs after the commit (or failure).
   void Write(TxnFunction fn, std::function<void(absl::Status)> done);
-  // Runs every function in one transaction (never split across two), each in a
-  // savepoint of its own: an error from one undoes only its changes, the others commit.
-  // Each `done` gets its own function's result after the commit (or the transaction's
-  // error). For writes that belong together, e.g. the attempts one scheduling pass starts.
+  // Runs the functions in one transaction, in order, each in a savepoint of its own: an
+  // error from one undoes only its changes, the others commit. Each `done` gets its own
+  // function's result after the commit (or the transaction's error). More than
+  // max_background functions are split into consecutive transactions of that many, still
+  // in order, so a write a client waits for never queues behind one huge transaction.
+  // For many small writes at once, e.g. the attempts one scheduling pass starts: one
+  // commit and one fsync instead of one each.
   void WriteEach(std::vector<std::pair<TxnFunction, std::function<void(absl::Status)>>> writes);
   absl::Status WriteAndWait(TxnFunction fn);
   // Runs `fn` with a read connection from the pool (any thread).

@@ -176,6 +176,42 @@ TEST_F(WriterQueueTest, ASubmissionDoesNotWaitBehindAFloodOfBackgroundWrites) {
   EXPECT_EQ(order.Before("bg199", "bg"), 199) << "every background write committed, in order";
 }
 
+TEST_F(WriterQueueTest, ASubmissionDoesNotWaitBehindOneHugeWriteEach) {
+  // One WriteEach of 100 functions counts as 100 background writes, not one: with at
+  // most 8 per transaction it is split, in order, and a submission that arrives behind it
+  // shares the first transaction instead of waiting for all 100 (a pass that starts a
+  // thousand gangs must not hold every submission for one long transaction).
+  std::unique_ptr<JobStore> store = Open(/*max_batch=*/64, /*max_background=*/8);
+  ASSERT_NE(store, nullptr);
+  Order order;
+  std::shared_ptr<std::promise<void>> release = BlockWriter(*store);
+  const int64_t transactions = store->transactions_committed();
+  std::promise<void> last;
+  std::vector<std::pair<TxnFunction, std::function<void(absl::Status)>>> writes;
+  for (int i = 0; i < 100; ++i) {
+    writes.emplace_back([](Txn&) { return absl::OkStatus(); }, [&order, &last, i](absl::Status s) {
+      EXPECT_TRUE(s.ok()) << s;
+      order.Add(absl::StrCat("each", i));
+      if (i == 99) last.set_value();
+    });
+  }
+  store->WriteEach(std::move(writes));
+  const int64_t listener = store->Subscribe([&order](const v1::JobEvent& e) {
+    if (e.type() == "submitted") order.Add("submit");
+  });
+  store->SubmitJobs({Input("urgent")}, [](absl::StatusOr<std::vector<SubmitJobResult>> r) {
+    EXPECT_TRUE(r.ok()) << r.status();
+  });
+  release->set_value();
+  last.get_future().wait();
+  store->Unsubscribe(listener);
+  EXPECT_LE(order.Before("submit", "each"), 8);
+  EXPECT_EQ(order.Before("each99", "each"), 99) << "every function committed, in order";
+  // The blocker's transaction, then 13 of at most 8 functions (the first with the
+  // submission).
+  EXPECT_EQ(store->transactions_committed(), transactions + 1 + 13);
+}
+
 TEST_F(WriterQueueTest, BackgroundWritesAreNotStarvedByAStreamOfSubmissions) {
   std::unique_ptr<JobStore> store = Open(/*max_batch=*/64, /*max_background=*/8);
   ASSERT_NE(store, nullptr);
