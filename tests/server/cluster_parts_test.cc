@@ -403,11 +403,12 @@ TEST(ElasticGrowTest, Table) {
     int min_nodes = 2;
     int nodes = 3;
     std::vector<std::string> extra_workers = {"w3"};
-    std::vector<sched::PendingJob> pending;
-    std::vector<sched::RunningJob> others;
+    // Initialized, so that rows may leave them out (-Wmissing-field-initializers).
+    std::vector<sched::PendingJob> pending = {};
+    std::vector<sched::RunningJob> others = {};
     bool grow = false;
     int nodes_after = 0;
-    std::string why;  // a part of the reason
+    std::string why = "";  // a part of the reason
   };
   const absl::Time created = kNow - absl::Hours(1);
   sched::RunningJob on_w3;
