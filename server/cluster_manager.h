@@ -188,7 +188,8 @@ class ClusterManager : public ClusterView {
   // `done`, counted as a write in flight until it has run.
   std::function<void(absl::Status)> Counted(std::function<void(absl::Status)> done);
   void Write(TxnFunction fn, std::function<void(absl::Status)> done);
-  // store_->WriteEach (one transaction per max_background functions, a savepoint each), counted the same way.
+  // store_->WriteEach (a transaction per max_background functions, a savepoint each),
+  // counted the same way.
   void WriteEach(std::vector<std::pair<TxnFunction, std::function<void(absl::Status)>>> writes);
   void Loop();
 
