@@ -48,8 +48,10 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Create(const ClientOptions& opti
   args.SetMaxReceiveMessageSize(kMaxReceiveBytes);
   // A restarted coordinator is back within seconds; gRPC's default backoff (1s growing
   // to 120s) would keep a resuming watch waiting far longer than the restart took.
+  // Not GRPC_ARG_MIN_RECONNECT_BACKOFF_MS: gRPC takes it as the shortest time a
+  // connection attempt is given (default 20 s), and at 200 ms a busy coordinator that
+  // sent its SETTINGS frame late failed every command with "cannot reach coordinator".
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 200);
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 200);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
   std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
   if (!options.tls_ca_file.empty()) {

@@ -1,7 +1,10 @@
 // The real `llamafleet` binary against a real `llamafleet-coordinator` process: what a
 // user or a script sees (stdout, one stderr line, exit codes), and what got stored.
 
+#include <arpa/inet.h>
 #include <dirent.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <pwd.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -13,6 +16,7 @@
 #include <iterator>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -21,6 +25,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
@@ -493,6 +498,88 @@ TEST_F(CliTest, UnreachableCoordinatorIsOneLineNamingTheAddress) {
                       {}, absl::Seconds(20));
   ASSERT_TRUE(r.ok()) << r.status();
   ExpectOneErrorLine(*r, 1, "llamafleet: cannot reach coordinator at 127.0.0.1:1: ");
+}
+
+// A TCP relay to 127.0.0.1:`target_port` that holds each new connection for `delay`
+// before passing bytes both ways: a coordinator that is slow to answer a new connection
+// (its SETTINGS frame comes late), as one is when its CPUs are busy.
+class SlowRelay {
+ public:
+  SlowRelay(int target_port, absl::Duration delay) : target_port_(target_port), delay_(delay) {
+    listen_fd_ = ::llamafleet::testing::ListenOnLoopback(&port_);
+    if (listen_fd_ >= 0) acceptor_ = std::thread([this] { Accept(); });
+  }
+  ~SlowRelay() {
+    if (listen_fd_ >= 0) {
+      shutdown(listen_fd_, SHUT_RDWR);
+      close(listen_fd_);
+    }
+    if (acceptor_.joinable()) acceptor_.join();
+    std::lock_guard<std::mutex> lock(mu_);
+    for (std::thread& t : pumps_) t.join();
+  }
+  bool ok() const { return listen_fd_ >= 0; }
+  std::string address() const { return absl::StrCat("127.0.0.1:", port_); }
+  int connections() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return static_cast<int>(pumps_.size());
+  }
+
+ private:
+  void Accept() {
+    while (true) {
+      const int client = accept(listen_fd_, nullptr, nullptr);
+      if (client < 0) return;
+      std::lock_guard<std::mutex> lock(mu_);
+      pumps_.emplace_back([this, client] { Pump(client); });
+    }
+  }
+  void Pump(int client) {
+    absl::SleepFor(delay_);
+    const int server = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = htons(static_cast<uint16_t>(target_port_));
+    if (server >= 0 && connect(server, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
+      pollfd fds[2] = {{client, POLLIN, 0}, {server, POLLIN, 0}};
+      char buf[16384];
+      // Until either side closes (the CLI exits; the relay is destroyed).
+      while (poll(fds, 2, 10000) > 0) {
+        const int from = (fds[0].revents & (POLLIN | POLLHUP | POLLERR)) ? 0 : 1;
+        const ssize_t n = recv(fds[from].fd, buf, sizeof(buf), 0);
+        if (n <= 0 || send(fds[1 - from].fd, buf, n, MSG_NOSIGNAL) != n) break;
+      }
+    }
+    if (server >= 0) close(server);
+    close(client);
+  }
+
+  const int target_port_;
+  const absl::Duration delay_;
+  int port_ = 0;
+  int listen_fd_ = -1;
+  std::thread acceptor_;
+  std::mutex mu_;
+  std::vector<std::thread> pumps_;
+};
+
+// The full CLI's gRPC channel gives a new connection its default 20 s to finish: with
+// grpc.min_reconnect_backoff_ms at 200 (which gRPC also takes as the shortest time a
+// connection attempt may take) a coordinator that sent its SETTINGS frame 200 ms late,
+// as a loaded one does, made every command fail with "cannot reach coordinator".
+TEST_F(CliTest, ACoordinatorSlowToAnswerANewConnectionIsStillReached) {
+  Ok({"submit", "-f", "-"}, Spec("slow-answer"));
+  const size_t colon = address_.rfind(':');
+  SlowRelay relay(std::stoi(address_.substr(colon + 1)), absl::Milliseconds(700));
+  ASSERT_TRUE(relay.ok());
+  auto r = RunCommand({BinaryPath("llamafleet"), "--coordinator", relay.address(), "--user", "alice",
+                       "get", "jobs", "-o", "json"},
+                      "", {}, absl::Seconds(20));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->exit_code, 0) << r->err;
+  EXPECT_TRUE(absl::StrContains(r->out, "slow-answer")) << r->out;
+  EXPECT_EQ(relay.connections(), 1) << "the first connection should have been waited for";
 }
 
 TEST_F(CliTest, CoordinatorAddressFromTheEnvironment) {
