@@ -580,6 +580,15 @@ TEST_F(CliTest, ACoordinatorSlowToAnswerANewConnectionIsStillReached) {
   EXPECT_EQ(r->exit_code, 0) << r->err;
   EXPECT_TRUE(absl::StrContains(r->out, "slow-answer")) << r->out;
   EXPECT_EQ(relay.connections(), 1) << "the first connection should have been waited for";
+  // The one-shot submit (its own HTTP/2 client) waits for the late answer too.
+  const std::string file = WriteFile("late.yaml", Spec("slow-answer-2"));
+  auto submitted = RunCommand({BinaryPath("llamafleet"), "--coordinator", relay.address(), "--user",
+                               "alice", "submit", "-f", file},
+                              "", {}, absl::Seconds(20));
+  ASSERT_TRUE(submitted.ok()) << submitted.status();
+  EXPECT_EQ(submitted->exit_code, 0) << submitted->err;
+  EXPECT_EQ(submitted->out, "job 2 created\n");
+  EXPECT_EQ(relay.connections(), 2);
 }
 
 TEST_F(CliTest, CoordinatorAddressFromTheEnvironment) {
