@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <atomic>
 #include <condition_variable>
 #include <cstdio>
@@ -246,6 +247,42 @@ double Median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
+// One mode of the bench (a call, with or without group commit) and its runs.
+struct Mode {
+  bool group_commit;
+  Call call;
+  const char* name;
+  const char* unit;  // what a call is: "ack" (acknowledged submission) or "call"
+  std::vector<RunResult> runs;
+
+  double MedianOf(double RunResult::*field) const {
+    std::vector<double> v;
+    for (const RunResult& r : runs) v.push_back(r.*field);
+    return Median(std::move(v));
+  }
+
+  void Run(int run, int clients, double seconds, const v1::JobSpec& spec) {
+    RunResult r = RunOnce(group_commit, call, clients, seconds, spec);
+    std::printf("  run %d %-28s %9.0f %ss/s  p50 %7.2f ms  p99 %7.2f ms  server CPU %6.1f us/%s  "
+                "client CPU %6.1f us/%s  errors %lld\n",
+                run + 1, absl::StrCat(name, ":").c_str(), r.acks_per_second, unit, r.p50_ms, r.p99_ms,
+                r.server_cpu_us_per_ack, unit, r.client_cpu_us_per_ack, unit,
+                static_cast<long long>(r.errors));
+    if (call == Call::kSubmit) std::printf("        coordinator %s\n", r.writer_line.c_str());
+    std::fflush(stdout);
+    runs.push_back(std::move(r));
+  }
+
+  // "median <name> <rate> <unit>s/s ...": cli_vs_sbatch.sh reads the rate by field.
+  void PrintMedian(const std::string& suffix = "") const {
+    std::printf("median %-31s %9.0f %ss/s  p50 %7.2f ms  p99 %7.2f ms  server CPU %6.1f us/%s  "
+                "client CPU %6.1f us/%s%s\n",
+                name, MedianOf(&RunResult::acks_per_second), unit, MedianOf(&RunResult::p50_ms),
+                MedianOf(&RunResult::p99_ms), MedianOf(&RunResult::server_cpu_us_per_ack), unit,
+                MedianOf(&RunResult::client_cpu_us_per_ack), unit, suffix.c_str());
+  }
+};
+
 }  // namespace
 }  // namespace llamafleet
 
@@ -276,76 +313,42 @@ int main(int argc, char** argv) {
 
   std::printf("submit_bench: %d clients, %.0f s per run, %d runs per mode, synchronous=FULL\n",
               clients, seconds, runs);
-  std::vector<double> mode_rate[2], mode_p50[2], mode_p99[2], mode_cpu[2], mode_client_cpu[2];
+  using llamafleet::Call;
+  using llamafleet::Mode;
+  std::vector<Mode> modes = {{true, Call::kSubmit, "group commit", "ack", {}}};
+  if (!group_only) modes.push_back({false, Call::kSubmit, "one txn per submit (baseline)", "ack", {}});
+  // The floor: the same clients and harness, calls that do less.
+  if (floor) {
+    modes.push_back({true, Call::kWhoAmI, "WhoAmI (credential only)", "call", {}});
+    modes.push_back({true, Call::kHealth, "health check (gRPC only)", "call", {}});
+  }
+  // Interleaved by run, so that a drift of the machine's speed shows in every mode.
   for (int run = 0; run < runs; ++run) {
-    for (int mode = 0; mode < (group_only ? 1 : 2); ++mode) {
-      const bool group = mode == 0;
-      llamafleet::RunResult r =
-          llamafleet::RunOnce(group, llamafleet::Call::kSubmit, clients, seconds, spec);
-      std::printf(
-          "  run %d %-22s %9.0f acks/s  p50 %7.2f ms  p99 %7.2f ms  server CPU %6.1f us/ack  "
-          "client CPU %6.1f us/ack  errors %lld\n",
-          run + 1, group ? "group commit:" : "one txn per submit:", r.acks_per_second, r.p50_ms,
-          r.p99_ms, r.server_cpu_us_per_ack, r.client_cpu_us_per_ack,
-          static_cast<long long>(r.errors));
-      std::printf("        coordinator %s\n", r.writer_line.c_str());
-      std::fflush(stdout);
-      mode_rate[mode].push_back(r.acks_per_second);
-      mode_p50[mode].push_back(r.p50_ms);
-      mode_p99[mode].push_back(r.p99_ms);
-      mode_cpu[mode].push_back(r.server_cpu_us_per_ack);
-      mode_client_cpu[mode].push_back(r.client_cpu_us_per_ack);
-    }
+    for (Mode& m : modes) m.Run(run, clients, seconds, spec);
   }
-  // The floor: the same clients and harness, calls that do less. Interleaved by run, like
-  // the modes above, so that a drift of the machine's speed shows in both.
-  struct FloorMode {
-    llamafleet::Call call;
-    const char* name;
-    std::vector<double> rate, p99, cpu, client_cpu;
-  } floor_modes[] = {{llamafleet::Call::kWhoAmI, "WhoAmI (credential only)", {}, {}, {}, {}},
-                     {llamafleet::Call::kHealth, "health check (gRPC only)", {}, {}, {}, {}}};
-  for (int run = 0; floor && run < runs; ++run) {
-    for (FloorMode& m : floor_modes) {
-      llamafleet::RunResult r = llamafleet::RunOnce(true, m.call, clients, seconds, spec);
-      std::printf("  run %d %-27s %9.0f calls/s  p50 %7.2f ms  p99 %7.2f ms  server CPU %6.1f us/call  "
-                  "client CPU %6.1f us/call  errors %lld\n",
-                  run + 1, m.name, r.acks_per_second, r.p50_ms, r.p99_ms, r.server_cpu_us_per_ack,
-                  r.client_cpu_us_per_ack, static_cast<long long>(r.errors));
-      std::fflush(stdout);
-      m.rate.push_back(r.acks_per_second);
-      m.p99.push_back(r.p99_ms);
-      m.cpu.push_back(r.server_cpu_us_per_ack);
-      m.client_cpu.push_back(r.client_cpu_us_per_ack);
-    }
-  }
-  const char* names[2] = {"group commit", "one txn per submit (baseline)"};
-  for (int mode = 0; mode < (group_only ? 1 : 2); ++mode) {
-    std::printf("median %-31s %9.0f acks/s  p50 %7.2f ms  p99 %7.2f ms  server CPU %6.1f us/ack\n",
-                names[mode], llamafleet::Median(mode_rate[mode]),
-                llamafleet::Median(mode_p50[mode]), llamafleet::Median(mode_p99[mode]),
-                llamafleet::Median(mode_cpu[mode]));
+  const Mode& group = modes[0];
+  const double group_rate = group.MedianOf(&llamafleet::RunResult::acks_per_second);
+  for (const Mode& m : modes) {
+    m.PrintMedian(m.call == Call::kSubmit
+                      ? ""
+                      : absl::StrCat("; submissions reach ",
+                                     static_cast<int>(std::lround(
+                                         100 * group_rate /
+                                         m.MedianOf(&llamafleet::RunResult::acks_per_second))),
+                                     "% of it"));
   }
   // What the cores allow: with every core busy on nothing but submissions (server and
   // clients), at most cores / (server + client CPU per ack).
   const long cores = sysconf(_SC_NPROCESSORS_ONLN);
-  const double per_ack = llamafleet::Median(mode_cpu[0]) + llamafleet::Median(mode_client_cpu[0]);
+  const double server = group.MedianOf(&llamafleet::RunResult::server_cpu_us_per_ack);
+  const double client = group.MedianOf(&llamafleet::RunResult::client_cpu_us_per_ack);
   std::printf("CPU per ack (group commit): server %.1f us + clients %.1f us; %ld cores allow at most "
               "%.0f acks/s; the server alone on %ld cores: %.0f acks/s\n",
-              llamafleet::Median(mode_cpu[0]), llamafleet::Median(mode_client_cpu[0]), cores,
-              per_ack > 0 ? cores * 1e6 / per_ack : 0.0, cores,
-              llamafleet::Median(mode_cpu[0]) > 0 ? cores * 1e6 / llamafleet::Median(mode_cpu[0]) : 0.0);
-  for (const FloorMode& m : floor_modes) {
-    if (!floor) break;
-    std::printf("median %-31s %9.0f calls/s p99 %7.2f ms  server CPU %6.1f us/call  client CPU "
-                "%6.1f us/call; submissions reach %.0f%% of it\n",
-                m.name, llamafleet::Median(m.rate), llamafleet::Median(m.p99),
-                llamafleet::Median(m.cpu), llamafleet::Median(m.client_cpu),
-                100 * llamafleet::Median(mode_rate[0]) / llamafleet::Median(m.rate));
-  }
+              server, client, cores, server + client > 0 ? cores * 1e6 / (server + client) : 0.0, cores,
+              server > 0 ? cores * 1e6 / server : 0.0);
   if (!group_only) {
     std::printf("group commit / baseline throughput ratio: %.2fx\n",
-                llamafleet::Median(mode_rate[0]) / llamafleet::Median(mode_rate[1]));
+                group_rate / modes[1].MedianOf(&llamafleet::RunResult::acks_per_second));
   }
   std::printf("target: >= 11000 acks/s with p99 <= 20 ms at 64 clients (issue 13)\n");
   return 0;
