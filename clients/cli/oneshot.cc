@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <memory>
 
 namespace llamafleet::oneshot {
 namespace {
@@ -589,21 +590,24 @@ class Connection {
   bool Read(uint8_t* buf, size_t n, std::string* error) {
     size_t got = 0;
     while (got < n) {
-      if (in_pos_ < in_.size()) {
-        const size_t take = std::min(n - got, in_.size() - in_pos_);
-        std::memcpy(buf + got, in_.data() + in_pos_, take);
+      if (in_pos_ < in_len_) {
+        const size_t take = std::min(n - got, in_len_ - in_pos_);
+        std::memcpy(buf + got, in_.get() + in_pos_, take);
         in_pos_ += take;
         got += take;
         continue;
       }
-      in_.resize(65536);
+      // Not zero-filled: recv() touches only the pages it writes. Filling 64 KiB cost
+      // 14 of the front's 57 page faults, ~0.3 ms of a call on a VM where a fault is
+      // ~20 us.
+      if (in_ == nullptr) in_.reset(new uint8_t[kReceiveBuffer]);
       in_pos_ = 0;
-      const ssize_t r = recv(fd_, &in_[0], in_.size(), 0);
+      in_len_ = 0;
+      const ssize_t r = recv(fd_, in_.get(), kReceiveBuffer, 0);
       if (r > 0) {
-        in_.resize(static_cast<size_t>(r));
+        in_len_ = static_cast<size_t>(r);
         continue;
       }
-      in_.clear();
       if (r == 0) {
         *error = "connection closed by the server";
         return false;
@@ -671,7 +675,9 @@ class Connection {
   const int64_t deadline_ms_;
   int fd_ = -1;
   std::string out_;
-  std::string in_;
+  static constexpr size_t kReceiveBuffer = 65536;
+  std::unique_ptr<uint8_t[]> in_;  // kReceiveBuffer bytes, of which [in_pos_, in_len_) unread
+  size_t in_len_ = 0;
   size_t in_pos_ = 0;
 };
 

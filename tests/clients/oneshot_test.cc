@@ -341,12 +341,15 @@ std::string Literal(const std::string& name, const std::string& value) {
 // and keeps the connection open until the client closes it (or `hold` ends).
 class ScriptedServer {
  public:
-  // `repeat`: send `script` again and again until the client goes away.
-  explicit ScriptedServer(std::string script, bool answer = true, bool repeat = false)
+  // `repeat`: send `script` again and again until the client goes away. `piece`: send
+  // the answer in writes of that many bytes, pausing now and then, so that frames arrive
+  // split across the client's reads (0: in one write).
+  explicit ScriptedServer(std::string script, bool answer = true, bool repeat = false,
+                          size_t piece = 0)
       : script_(std::move(script)) {
     fd_ = ::llamafleet::testing::ListenOnLoopback(&port_);
     EXPECT_GE(fd_, 0);
-    thread_ = std::thread([this, answer, repeat] {
+    thread_ = std::thread([this, answer, repeat, piece] {
       const int c = accept(fd_, nullptr, nullptr);
       if (c < 0) return;
       char buf[65536];
@@ -358,7 +361,11 @@ class ScriptedServer {
         received_.append(buf, static_cast<size_t>(n));
         if (received_.size() > 24 && answer) break;
       }
-      if (answer) (void)send(c, script_.data(), script_.size(), MSG_NOSIGNAL);
+      if (answer && piece == 0) (void)send(c, script_.data(), script_.size(), MSG_NOSIGNAL);
+      for (size_t at = 0, n = 0; answer && piece > 0 && at < script_.size(); at += piece, ++n) {
+        if (send(c, script_.data() + at, std::min(piece, script_.size() - at), MSG_NOSIGNAL) <= 0) break;
+        if (n % 64 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
       while (repeat && send(c, script_.data(), script_.size(), MSG_NOSIGNAL) > 0) {
         while (recv(c, buf, sizeof(buf), MSG_DONTWAIT) > 0) {
         }
@@ -422,6 +429,25 @@ TEST(UnaryCallTest, ReadsAResponseWithTrailers) {
   EXPECT_EQ(server.received().compare(0, 24, "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"), 0);
   EXPECT_NE(server.received().find("/llamafleet.v1.JobService/SubmitJobFile"), std::string::npos);
   EXPECT_NE(server.received().find("alice"), std::string::npos);
+}
+
+TEST(UnaryCallTest, ReadsAResponseLargerThanOneReceiveArrivingInPieces) {
+  // 200 KB in DATA frames of 16 KiB, sent 1,000 bytes at a time: frame headers and
+  // payloads straddle reads, and the client's 64 KiB receive buffer is refilled many
+  // times (it is reused, never zero-filled: only what recv() wrote may be read back).
+  std::string message(200 * 1000, '\0');
+  for (size_t i = 0; i < message.size(); ++i) message[i] = static_cast<char>('a' + i * 7 % 26);
+  const std::string grpc = GrpcMessage(message);
+  std::string script = Frame(4, 0, 0, "") + Frame(1, 0x4, 1, "\x88" + Literal("content-type", "application/grpc"));
+  for (size_t at = 0; at < grpc.size(); at += 16384) {
+    script += Frame(0, 0, 1, grpc.substr(at, 16384));
+  }
+  script += Frame(1, 0x5, 1, std::string("\x40\x0bgrpc-status\x01" "0", 15));
+  ScriptedServer server(script, /*answer=*/true, /*repeat=*/false, /*piece=*/1000);
+  const CallResult r = Call(server.port());
+  ASSERT_TRUE(r.ok) << r.error;
+  EXPECT_EQ(r.grpc_status, 0);
+  EXPECT_TRUE(r.message == message) << "message of " << r.message.size() << " bytes differs";
 }
 
 TEST(UnaryCallTest, ReadsATrailersOnlyError) {
