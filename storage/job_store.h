@@ -235,6 +235,9 @@ class JobStore {
     int64_t writes = 0;          // committed writes (a batch submission counts once)
     absl::Duration apply_time;   // spent applying writes inside transactions
     absl::Duration commit_time;  // spent in COMMIT (with synchronous=FULL: the fsync)
+    // Batches of submissions answered on the writer, which had nothing else to do,
+    // rather than handed to the completion thread.
+    int64_t answered_on_writer = 0;
   };
   WriterStats writer_stats() const;
 
@@ -290,6 +293,9 @@ class JobStore {
   std::mutex completions_mu_;
   std::condition_variable completions_cv_;
   std::deque<std::vector<std::unique_ptr<WriteOp>>> completions_ ABSL_GUARDED_BY(completions_mu_);
+  // At most this many callbacks of one batch run on an idle writer instead (CommitBatch).
+  static constexpr size_t kInlineCompletions = 4;
+  std::atomic<int64_t> answered_on_writer_{0};
   bool completions_stopping_ ABSL_GUARDED_BY(completions_mu_) = false;
   std::thread completion_thread_;
 

@@ -3,6 +3,8 @@
 // are not held up by a flood of background writes, and background writes are not starved
 // by a stream of client writes.
 
+#include <pthread.h>
+
 #include <future>
 #include <memory>
 #include <mutex>
@@ -156,7 +158,8 @@ TEST_F(WriterQueueTest, ASubmissionDoesNotWaitBehindAFloodOfBackgroundWrites) {
     store->Write([](Txn&) { return absl::OkStatus(); },
                  [&order, i](absl::Status) { order.Add(absl::StrCat("bg", i)); });
   }
-  // A submission's callback runs on the completion thread, after its commit; its
+  // A submission's callback runs after its commit (on the completion thread, or on the
+  // writer when nothing else waits for it); its
   // "submitted" event is published on the writer, in commit order, so that is what
   // places the submission among the background writes.
   const int64_t listener = store->Subscribe([&order](const v1::JobEvent& e) {
@@ -174,6 +177,40 @@ TEST_F(WriterQueueTest, ASubmissionDoesNotWaitBehindAFloodOfBackgroundWrites) {
   // FIFO would have committed all 200 first; it shares the first transaction with 8.
   EXPECT_LE(order.Before("submit", "bg"), 8);
   EXPECT_EQ(order.Before("bg199", "bg"), 199) << "every background write committed, in order";
+}
+
+std::string ThreadName() {
+  char name[32] = {};
+  pthread_getname_np(pthread_self(), name, sizeof(name));
+  return name;
+}
+
+TEST_F(WriterQueueTest, AnIdleWriterAnswersASubmissionItselfAndABusyOneHandsItOff) {
+  std::unique_ptr<JobStore> store = Open(/*max_batch=*/64, /*max_background=*/8);
+  ASSERT_NE(store, nullptr);
+  // Alone: answered on the writer, without waking the completion thread.
+  std::promise<std::string> alone;
+  store->SubmitJobs({Input("alone")}, [&](absl::StatusOr<std::vector<SubmitJobResult>> r) {
+    EXPECT_TRUE(r.ok()) << r.status();
+    alone.set_value(ThreadName());
+  });
+  EXPECT_EQ(alone.get_future().get(), "lf-db-writer");
+  EXPECT_EQ(store->writer_stats().answered_on_writer, 1);
+
+  // With writes waiting behind it: handed to the completion thread, and the writer goes
+  // on committing.
+  std::shared_ptr<std::promise<void>> release = BlockWriter(*store);
+  std::promise<std::string> busy;
+  store->SubmitJobs({Input("busy")}, [&](absl::StatusOr<std::vector<SubmitJobResult>> r) {
+    EXPECT_TRUE(r.ok()) << r.status();
+    busy.set_value(ThreadName());
+  });
+  for (int i = 0; i < 50; ++i) {
+    store->Write([](Txn&) { return absl::OkStatus(); }, [](absl::Status) {});
+  }
+  release->set_value();
+  EXPECT_EQ(busy.get_future().get(), "lf-db-complete");
+  EXPECT_EQ(store->writer_stats().answered_on_writer, 1);
 }
 
 TEST_F(WriterQueueTest, ASubmissionDoesNotWaitBehindOneHugeWriteEach) {
