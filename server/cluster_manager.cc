@@ -143,9 +143,25 @@ absl::StatusOr<std::unique_ptr<ClusterManager>> ClusterManager::Start(JobStore* 
     m->attempts_[a.record.job_id] = std::move(a);
   }
   ClusterManager* raw = m.get();
-  m->subscription_ = store->Subscribe([raw](const v1::JobEvent& e) {
-    // Runs on the writer thread: hand over, never block.
-    raw->Post([raw, e] { raw->HandleJobEvent(e); });
+  m->subscription_ = store->SubscribeBatches([raw](const std::vector<const v1::JobEvent*>& events) {
+    // Runs on the writer thread: hand over, never block. Only two kinds of event matter to
+    // the loop (HandleJobEvent): a job joining the queue, and a cancellation. One hand-off
+    // per commit: posting each event (a copy, an allocation, a wake-up) cost the writer
+    // and the loop a context switch per job under a stream of submissions (issue 13).
+    bool queue_grew = false;
+    std::vector<v1::JobEvent> cancelled;
+    for (const v1::JobEvent* e : events) {
+      if (e->to_state() == v1::CANCELLED) {
+        cancelled.push_back(*e);
+      } else if (e->type() == "submitted" || e->to_state() == v1::QUEUED) {
+        queue_grew = true;
+      }
+    }
+    if (!queue_grew && cancelled.empty()) return;
+    raw->Post([raw, queue_grew, cancelled = std::move(cancelled)] {
+      if (queue_grew) raw->HandleQueueGrew();
+      for (const v1::JobEvent& e : cancelled) raw->HandleJobEvent(e);
+    });
   });
   m->PublishAssignments();
   m->thread_ = std::thread([raw] {
@@ -192,12 +208,18 @@ void ClusterManager::WriteEach(
 }
 
 void ClusterManager::Post(std::function<void()> fn) {
+  bool was_empty;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stopping_) return;
+    was_empty = queue_.empty();
     queue_.push_back(std::move(fn));
   }
-  cv_.notify_one();
+  // Only the first of a burst wakes the loop: it takes the whole queue when it wakes (and
+  // checks it again before it sleeps). A commit of many submissions publishes an event
+  // each; waking the loop for every one cost a futex call and two context switches per
+  // job under load (issue 13).
+  if (was_empty) cv_.notify_one();
 }
 
 void ClusterManager::Loop() {
@@ -527,10 +549,12 @@ void ClusterManager::ApplyRetention(int64_t job_id, int keep_last, const std::st
   if (!forget.empty()) Write(ForgetCheckpointsTxn(job_id, forget), [](absl::Status) {});
 }
 
+void ClusterManager::HandleQueueGrew() {
+  if (AnyWorkerConnected()) pass_wanted_ = true;
+}
+
 void ClusterManager::HandleJobEvent(const v1::JobEvent& e) {
-  if ((e.type() == "submitted" || e.to_state() == v1::QUEUED) && AnyWorkerConnected()) {
-    pass_wanted_ = true;
-  }
+  if (e.type() == "submitted" || e.to_state() == v1::QUEUED) HandleQueueGrew();
   if (e.to_state() != v1::CANCELLED) return;
   int64_t job_id;
   if (!absl::SimpleAtoi(e.job_id(), &job_id)) return;

@@ -217,6 +217,8 @@ class ClusterManager : public ClusterView {
   // calls, e.g. MaybeRelease) may erase attempts, and an erased one is skipped.
   void ForEachAttemptMayErase(const std::function<void(int64_t job_id, ActiveAttempt& attempt)>& fn);
   void HandleJobEvent(const v1::JobEvent& event);
+  // A job joined the queue ("submitted", or back to QUEUED): a pass once allowed.
+  void HandleQueueGrew();
   // Writes how the attempt ended (once) and stops the rest of its gang.
   void EndAttempt(ActiveAttempt& attempt, AttemptOutcome outcome, const std::string& reason,
                   const std::string& excluded_worker = "");

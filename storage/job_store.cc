@@ -1316,10 +1316,15 @@ void JobStore::CommitBatch(std::vector<std::unique_ptr<WriteOp>>& batch) {
   // Publish first, so anyone told "done" can already see the events through a watch.
   {
     std::lock_guard<std::mutex> lock(listeners_mu_);
+    std::vector<const v1::JobEvent*> all;
     for (auto& op : batch) {
       for (const v1::JobEvent& e : op->events) {
         for (auto& [handle, listener] : listeners_) listener(e);
+        if (!batch_listeners_.empty()) all.push_back(&e);
       }
+    }
+    if (!all.empty()) {
+      for (auto& [handle, listener] : batch_listeners_) listener(all);
     }
   }
   std::vector<std::unique_ptr<WriteOp>> later;
@@ -1723,9 +1728,17 @@ int64_t JobStore::Subscribe(EventListener listener) {
   return handle;
 }
 
+int64_t JobStore::SubscribeBatches(BatchListener listener) {
+  std::lock_guard<std::mutex> lock(listeners_mu_);
+  int64_t handle = next_listener_++;
+  batch_listeners_.emplace(handle, std::move(listener));
+  return handle;
+}
+
 void JobStore::Unsubscribe(int64_t handle) {
   std::lock_guard<std::mutex> lock(listeners_mu_);
   listeners_.erase(handle);
+  batch_listeners_.erase(handle);
 }
 
 int64_t JobStore::transactions_committed() const {

@@ -224,6 +224,11 @@ class JobStore {
   // writes synchronously. Returns a handle for Unsubscribe.
   using EventListener = std::function<void(const v1::JobEvent&)>;
   int64_t Subscribe(EventListener listener);
+  // The same events, once per commit: all of that commit's events, in order (a commit
+  // without events calls nothing). For a listener that hands work to another thread: one
+  // hand-off per commit, not one per job (issue 13). Unsubscribe takes its handle too.
+  using BatchListener = std::function<void(const std::vector<const v1::JobEvent*>&)>;
+  int64_t SubscribeBatches(BatchListener listener);
   void Unsubscribe(int64_t handle);
 
   // Transactions committed and writes applied so far (for metrics and benchmarks).
@@ -285,6 +290,7 @@ class JobStore {
   std::mutex listeners_mu_;
   int64_t next_listener_ ABSL_GUARDED_BY(listeners_mu_) = 1;
   std::map<int64_t, EventListener> listeners_ ABSL_GUARDED_BY(listeners_mu_);
+  std::map<int64_t, BatchListener> batch_listeners_ ABSL_GUARDED_BY(listeners_mu_);
 
   std::thread writer_thread_;
 

@@ -213,6 +213,45 @@ TEST_F(WriterQueueTest, AnIdleWriterAnswersASubmissionItselfAndABusyOneHandsItOf
   EXPECT_EQ(store->writer_stats().answered_on_writer, 1);
 }
 
+TEST_F(WriterQueueTest, BatchListenersGetEachCommitsEventsOnceInOrder) {
+  std::unique_ptr<JobStore> store = Open();
+  ASSERT_NE(store, nullptr);
+  std::mutex mu;
+  std::vector<std::vector<std::string>> commits;  // per batch-listener call: event job ids
+  std::vector<std::string> singles;
+  const int64_t batches = store->SubscribeBatches([&](const std::vector<const v1::JobEvent*>& events) {
+    std::vector<std::string> ids;
+    for (const v1::JobEvent* e : events) ids.push_back(e->job_id() + ":" + e->type());
+    std::lock_guard<std::mutex> lock(mu);
+    commits.push_back(std::move(ids));
+  });
+  const int64_t single = store->Subscribe([&](const v1::JobEvent& e) {
+    std::lock_guard<std::mutex> lock(mu);
+    singles.push_back(e.job_id() + ":" + e.type());
+  });
+  // Three jobs in one commit, then a write without events (no call), then one more job.
+  std::promise<void> first;
+  store->SubmitJobs({Input("a"), Input("b"), Input("c")},
+                    [&](absl::StatusOr<std::vector<SubmitJobResult>> r) {
+                      EXPECT_TRUE(r.ok()) << r.status();
+                      first.set_value();
+                    });
+  first.get_future().wait();
+  std::promise<void> quiet;
+  store->Write([](Txn&) { return absl::OkStatus(); }, [&](absl::Status) { quiet.set_value(); });
+  quiet.get_future().wait();
+  store->Unsubscribe(batches);
+  std::promise<void> second;
+  store->SubmitJobs({Input("d")}, [&](absl::StatusOr<std::vector<SubmitJobResult>>) { second.set_value(); });
+  second.get_future().wait();
+  store->Unsubscribe(single);
+  std::lock_guard<std::mutex> lock(mu);
+  ASSERT_EQ(commits.size(), 1u) << "one call for the commit; none for the write without events, "
+                                   "none after Unsubscribe";
+  EXPECT_EQ(commits[0], (std::vector<std::string>{"1:submitted", "2:submitted", "3:submitted"}));
+  EXPECT_EQ(singles, (std::vector<std::string>{"1:submitted", "2:submitted", "3:submitted", "4:submitted"}));
+}
+
 TEST_F(WriterQueueTest, ASubmissionDoesNotWaitBehindOneHugeWriteEach) {
   // One WriteEach of 100 functions counts as 100 background writes, not one: with at
   // most 8 per transaction it is split, in order, and a submission that arrives behind it
