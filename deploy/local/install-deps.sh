@@ -10,6 +10,7 @@ packages=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libssl-dev
   libboost-dev libboost-system-dev openssl
   libsqlite3-dev libspdlog-dev libfmt-dev libyaml-cpp-dev libcli11-dev
+  libgoogle-perftools-dev  # tcmalloc_minimal for the coordinator
   # tests
   libgtest-dev libgmock-dev
   # trainer (LibTorch 1.13 CPU, Gloo for c10d, SentencePiece) and its Python reference

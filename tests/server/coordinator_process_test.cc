@@ -128,6 +128,20 @@ TEST(CoordinatorProcessTest, SigtermShutsDownCleanlyAndRestartRecovers) {
   EXPECT_EQ(job.state(), v1::QUEUED);
 }
 
+TEST(CoordinatorProcessTest, RunsOnTcmallocWhenBuiltWithIt) {
+  // server/CMakeLists.txt links it --no-as-needed because nothing names its symbols: a
+  // linker that dropped it would leave glibc's malloc, silently.
+  if (!LLAMAFLEET_COORDINATOR_TCMALLOC) GTEST_SKIP() << "built without tcmalloc_minimal";
+  TempDir dir;
+  std::string address;
+  std::unique_ptr<Subprocess> coordinator = StartCoordinator(dir.path(), &address);
+  std::ifstream maps("/proc/" + std::to_string(coordinator->pid()) + "/maps");
+  std::string line;
+  bool tcmalloc = false;
+  while (std::getline(maps, line)) tcmalloc = tcmalloc || line.find("libtcmalloc") != std::string::npos;
+  EXPECT_TRUE(tcmalloc) << "libtcmalloc_minimal is not mapped into the coordinator";
+}
+
 TEST(CoordinatorProcessTest, SecondCoordinatorOnTheSameDataDirIsRefused) {
   TempDir dir;
   std::string address;
