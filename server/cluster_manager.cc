@@ -215,10 +215,9 @@ void ClusterManager::Post(std::function<void()> fn) {
     was_empty = queue_.empty();
     queue_.push_back(std::move(fn));
   }
-  // Only the first of a burst wakes the loop: it takes the whole queue when it wakes (and
-  // checks it again before it sleeps). A commit of many submissions publishes an event
-  // each; waking the loop for every one cost a futex call and two context switches per
-  // job under load (issue 13).
+  // Only the first post of a burst wakes the loop: it takes the whole queue when it wakes
+  // (and checks it again before it sleeps), so waking it again is a futex call and two
+  // context switches for nothing (issue 13).
   if (was_empty) cv_.notify_one();
 }
 

@@ -598,8 +598,8 @@ class Connection {
         continue;
       }
       // Not zero-filled: recv() touches only the pages it writes. Filling 64 KiB cost
-      // 14 of the front's 57 page faults, ~0.3 ms of a call on a VM where a fault is
-      // ~20 us.
+      // 14 of the front's 57 page faults, 0.15-0.3 ms of a call on a VM where a fault
+      // costs 10-20 us.
       if (in_ == nullptr) in_.reset(new uint8_t[kReceiveBuffer]);
       in_pos_ = 0;
       in_len_ = 0;
