@@ -270,6 +270,28 @@ TEST_F(ClusterManagerTest, WorkerRestartedUnderTheSameNameDoesNotStrandTheRestar
   ASSERT_TRUE(Eventually([&] { return Allocated("w0") == 0 && Allocated("w1") == 0; }));
 }
 
+// A user's cancellation reaches the running gang through the store's committed events
+// (JobStore::SubscribeBatches), not by waiting for a tick: the fake clock stands still
+// and only Sync (no Tick) turns the loop.
+TEST_F(ClusterManagerTest, ACancelledJobsGangIsStoppedByItsEventWithoutATick) {
+  std::shared_ptr<FakeLink> w0 = Hello("w0");
+  std::shared_ptr<FakeLink> w1 = Hello("w1");
+  const int64_t id = Submit();
+  const std::string t0 = absl::StrCat(id, "-1-0"), t1 = absl::StrCat(id, "-1-1");
+  ASSERT_TRUE(Eventually([&] { return !w0->Assignments().empty() && !w1->Assignments().empty(); }));
+  Report("w0", t0, v1::TASK_RUNNING);
+  Report("w1", t1, v1::TASK_RUNNING);
+  ASSERT_TRUE(Eventually([&] { return Job(id).state() == v1::RUNNING; }));
+  ASSERT_TRUE(store_->CancelJobAndWait(id, "alice", "changed my mind").ok());
+  bool stopped = false;
+  for (int i = 0; i < 200 && !stopped; ++i) {
+    manager_->Sync();
+    stopped = w0->Cancels() == std::vector<std::string>{t0} && w1->Cancels() == std::vector<std::string>{t1};
+    if (!stopped) absl::SleepFor(absl::Milliseconds(10));
+  }
+  EXPECT_TRUE(stopped) << "cancels sent: w0 " << w0->Cancels().size() << ", w1 " << w1->Cancels().size();
+}
+
 TEST_F(ClusterManagerTest, SilentWorkerReleasesAStoppedTaskAfterItsStopDeadline) {
   std::shared_ptr<FakeLink> w0 = Hello("w0");
   std::shared_ptr<FakeLink> w1 = Hello("w1");
