@@ -175,6 +175,24 @@ class ClusterManagerTest : public ::testing::Test {
     Send(worker, std::move(m));
   }
 
+  // Two workers, w0 and w1, and a two-node job whose tasks both report RUNNING.
+  struct RunningGang {
+    std::shared_ptr<FakeLink> w0, w1;
+    int64_t id = 0;
+    std::string t0, t1;
+  };
+  void StartRunningGang(RunningGang* g) {
+    g->w0 = Hello("w0");
+    g->w1 = Hello("w1");
+    g->id = Submit();
+    g->t0 = absl::StrCat(g->id, "-1-0");
+    g->t1 = absl::StrCat(g->id, "-1-1");
+    ASSERT_TRUE(Eventually([&] { return !g->w0->Assignments().empty() && !g->w1->Assignments().empty(); }));
+    Report("w0", g->t0, v1::TASK_RUNNING);
+    Report("w1", g->t1, v1::TASK_RUNNING);
+    ASSERT_TRUE(Eventually([&] { return Job(g->id).state() == v1::RUNNING; }));
+  }
+
   // Waits (for the store's writer and the loop, not for time to pass) until `done`.
   bool Eventually(const std::function<bool()>& done) {
     for (int i = 0; i < 500; ++i) {
@@ -210,14 +228,11 @@ class ClusterManagerTest : public ::testing::Test {
 // dead attempt's task must not hold w1 forever, and the restart resumes from the
 // recorded checkpoint on both workers.
 TEST_F(ClusterManagerTest, WorkerRestartedUnderTheSameNameDoesNotStrandTheRestart) {
-  std::shared_ptr<FakeLink> w0 = Hello("w0");
-  std::shared_ptr<FakeLink> w1 = Hello("w1");
-  const int64_t id = Submit();
-  const std::string t0 = absl::StrCat(id, "-1-0"), t1 = absl::StrCat(id, "-1-1");
-  ASSERT_TRUE(Eventually([&] { return !w0->Assignments().empty() && !w1->Assignments().empty(); }));
-  Report("w0", t0, v1::TASK_RUNNING);
-  Report("w1", t1, v1::TASK_RUNNING);
-  ASSERT_TRUE(Eventually([&] { return Job(id).state() == v1::RUNNING; }));
+  RunningGang g;
+  ASSERT_NO_FATAL_FAILURE(StartRunningGang(&g));
+  const std::shared_ptr<FakeLink> w0 = g.w0, w1 = g.w1;
+  const int64_t id = g.id;
+  const std::string t0 = g.t0, t1 = g.t1;
   const std::string ckpt_dir = dir_.path() + "/checkpoints/" + std::to_string(id);
   MakeCheckpoint(ckpt_dir + "/step-5");
   Checkpoint("w0", t0, 5, ckpt_dir + "/step-5");
@@ -274,22 +289,17 @@ TEST_F(ClusterManagerTest, WorkerRestartedUnderTheSameNameDoesNotStrandTheRestar
 // (JobStore::SubscribeBatches), not by waiting for a tick: the fake clock stands still
 // and only Sync (no Tick) turns the loop.
 TEST_F(ClusterManagerTest, ACancelledJobsGangIsStoppedByItsEventWithoutATick) {
-  std::shared_ptr<FakeLink> w0 = Hello("w0");
-  std::shared_ptr<FakeLink> w1 = Hello("w1");
-  const int64_t id = Submit();
-  const std::string t0 = absl::StrCat(id, "-1-0"), t1 = absl::StrCat(id, "-1-1");
-  ASSERT_TRUE(Eventually([&] { return !w0->Assignments().empty() && !w1->Assignments().empty(); }));
-  Report("w0", t0, v1::TASK_RUNNING);
-  Report("w1", t1, v1::TASK_RUNNING);
-  ASSERT_TRUE(Eventually([&] { return Job(id).state() == v1::RUNNING; }));
-  ASSERT_TRUE(store_->CancelJobAndWait(id, "alice", "changed my mind").ok());
+  RunningGang g;
+  ASSERT_NO_FATAL_FAILURE(StartRunningGang(&g));
+  ASSERT_TRUE(store_->CancelJobAndWait(g.id, "alice", "changed my mind").ok());
   bool stopped = false;
   for (int i = 0; i < 200 && !stopped; ++i) {
     manager_->Sync();
-    stopped = w0->Cancels() == std::vector<std::string>{t0} && w1->Cancels() == std::vector<std::string>{t1};
+    stopped = g.w0->Cancels() == std::vector<std::string>{g.t0} &&
+              g.w1->Cancels() == std::vector<std::string>{g.t1};
     if (!stopped) absl::SleepFor(absl::Milliseconds(10));
   }
-  EXPECT_TRUE(stopped) << "cancels sent: w0 " << w0->Cancels().size() << ", w1 " << w1->Cancels().size();
+  EXPECT_TRUE(stopped) << "cancels sent: w0 " << g.w0->Cancels().size() << ", w1 " << g.w1->Cancels().size();
 }
 
 TEST_F(ClusterManagerTest, SilentWorkerReleasesAStoppedTaskAfterItsStopDeadline) {
