@@ -145,7 +145,7 @@ absl::StatusOr<std::unique_ptr<ClusterManager>> ClusterManager::Start(JobStore* 
   ClusterManager* raw = m.get();
   m->subscription_ = store->SubscribeBatches([raw](const std::vector<const v1::JobEvent*>& events) {
     // Runs on the writer thread: hand over, never block. Only two kinds of event matter to
-    // the loop (HandleJobEvent): a job joining the queue, and a cancellation. One hand-off
+    // the loop: a job joining the queue, and a cancellation. One hand-off
     // per commit: posting each event (a copy, an allocation, a wake-up) cost the writer
     // and the loop a context switch per job under a stream of submissions (issue 13).
     bool queue_grew = false;
@@ -160,7 +160,7 @@ absl::StatusOr<std::unique_ptr<ClusterManager>> ClusterManager::Start(JobStore* 
     if (!queue_grew && cancelled.empty()) return;
     raw->Post([raw, queue_grew, cancelled = std::move(cancelled)] {
       if (queue_grew) raw->HandleQueueGrew();
-      for (const v1::JobEvent& e : cancelled) raw->HandleJobEvent(e);
+      for (const v1::JobEvent& e : cancelled) raw->HandleCancelled(e);
     });
   });
   m->PublishAssignments();
@@ -552,9 +552,7 @@ void ClusterManager::HandleQueueGrew() {
   if (AnyWorkerConnected()) pass_wanted_ = true;
 }
 
-void ClusterManager::HandleJobEvent(const v1::JobEvent& e) {
-  if (e.type() == "submitted" || e.to_state() == v1::QUEUED) HandleQueueGrew();
-  if (e.to_state() != v1::CANCELLED) return;
+void ClusterManager::HandleCancelled(const v1::JobEvent& e) {
   int64_t job_id;
   if (!absl::SimpleAtoi(e.job_id(), &job_id)) return;
   auto it = attempts_.find(job_id);

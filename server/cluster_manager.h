@@ -216,9 +216,10 @@ class ClusterManager : public ClusterView {
   // Calls fn for each attempt there is now, looking each up again first: fn (or what it
   // calls, e.g. MaybeRelease) may erase attempts, and an erased one is skipped.
   void ForEachAttemptMayErase(const std::function<void(int64_t job_id, ActiveAttempt& attempt)>& fn);
-  void HandleJobEvent(const v1::JobEvent& event);
   // A job joined the queue ("submitted", or back to QUEUED): a pass once allowed.
   void HandleQueueGrew();
+  // A job was cancelled (committed CANCELLED): its attempt ends and its gang is stopped.
+  void HandleCancelled(const v1::JobEvent& event);
   // Writes how the attempt ended (once) and stops the rest of its gang.
   void EndAttempt(ActiveAttempt& attempt, AttemptOutcome outcome, const std::string& reason,
                   const std::string& excluded_worker = "");
