@@ -22,9 +22,11 @@
 //      coordinator's own llamafleet_scheduling_pass_duration_seconds histogram (scraped
 //      from /metrics before and after);
 //   5. paced: --paced-submits jobs at --paced-rate per second (open loop, as scripts and
-//      services submit), once in (1)'s idle queue and once into the deep queue with the
-//      workers connected, where every submission asks for a pass over all of it: the
-//      submit latency with passes running back to back against the same load without.
+//      services submit) into the deep queue with the workers connected, where every
+//      submission asks for a pass over all of it, against the same load into an idle
+//      queue: a second coordinator, started fresh for each block, with nothing queued and
+//      no worker. --paced-blocks blocks of each, alternated (idle, deep, idle, ...), so a
+//      drift of the machine's speed lands on both sides; the p99s are over all blocks.
 //      (3)'s closed loop saturates both cores with its own clients and 1,000 simulated
 //      workers, so its ratio says how much CPU was left, not what a pass does.
 //   build/bin/dispatch_bench --queued 10000 --workers 1000 [--clients 16] [--gangs 2000]
@@ -48,6 +50,7 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "clients/jobspec/jobspec.h"
@@ -209,6 +212,16 @@ double HistogramQuantile(const PassHistogram& before, const PassHistogram& after
   return lower;
 }
 
+// Adds the observations between two scrapes (before, after) to `into`.
+void AddWindow(PassHistogram* into, const PassHistogram& before, const PassHistogram& after) {
+  for (const auto& [le, cum] : after.cumulative) {
+    auto it = before.cumulative.find(le);
+    into->cumulative[le] += cum - (it == before.cumulative.end() ? 0 : it->second);
+  }
+  into->count += after.count - before.count;
+  into->sum += after.sum - before.sum;
+}
+
 // C clients, each submitting its share of `total` requests one at a time; returns every
 // latency (ms) and, through `ids`, the job ids in the order they were acknowledged.
 // rate 0: closed loop, each client as fast as its answers come. rate > 0: open loop, the
@@ -278,23 +291,46 @@ void PrintCoordinatorSubmits(const PassHistogram& idle0, const PassHistogram& id
               1000 * HistogramQuantile(deep0, deep1, 0.5), 1000 * HistogramQuantile(deep0, deep1, 0.99));
 }
 
-int RunDeepQueue(int queued, int workers, int gpus, int clients, int gangs, int nodes,
-                 int idle_submits, int sequential, double paced_rate, int paced_submits) {
-  testing::TempDir dir;
+// A coordinator of the deep-queue mode, in `dir`: its gRPC and HTTP addresses.
+struct Coordinator {
+  std::unique_ptr<testing::Subprocess> process;
+  std::string address, http;
+};
+
+absl::StatusOr<Coordinator> StartCoordinator(const testing::TempDir& dir) {
   // The backlog and the gangs are one user's: more than the default per-user limit.
   std::ofstream(dir.path() + "/config.yaml") << "limits: {max_active_jobs_per_user: 0}\n";
-  auto coordinator = testing::Subprocess::Start(
+  absl::StatusOr<std::unique_ptr<testing::Subprocess>> process = testing::Subprocess::Start(
       {testing::BinaryPath("llamafleet-coordinator"), "--listen", "127.0.0.1:0",
        "--http-listen", "127.0.0.1:0", "--insecure-no-auth", "--data-dir", dir.path(),
        "--config", dir.path() + "/config.yaml",
        "--join-token", "bench", "--log-level", "warn", "--path-root", dir.path(), "--path-root", "/",
        // The simulated workers do not heartbeat; the run is longer than the default.
        "--heartbeat-timeout", "3600"});
-  if (!coordinator.ok()) return 1;
-  absl::StatusOr<std::string> address = (*coordinator)->WaitForListening();
-  if (!address.ok()) return 1;
-  absl::StatusOr<std::string> http = (*coordinator)->ReadLineWithPrefix("http listening on ", absl::Seconds(10));
-  if (!http.ok()) return 1;
+  if (!process.ok()) return process.status();
+  Coordinator c;
+  c.process = std::move(*process);
+  absl::StatusOr<std::string> address = c.process->WaitForListening();
+  if (!address.ok()) return address.status();
+  absl::StatusOr<std::string> http = c.process->ReadLineWithPrefix("http listening on ", absl::Seconds(10));
+  if (!http.ok()) return http.status();
+  c.address = *address;
+  c.http = *http;
+  return c;
+}
+
+int RunDeepQueue(int queued, int workers, int gpus, int clients, int gangs, int nodes,
+                 int idle_submits, int sequential, double paced_rate, int paced_submits,
+                 int paced_blocks) {
+  testing::TempDir dir;
+  absl::StatusOr<Coordinator> deep = StartCoordinator(dir);
+  if (!deep.ok()) {
+    std::fprintf(stderr, "cannot start the coordinator: %s\n", deep.status().ToString().c_str());
+    return 1;
+  }
+  std::unique_ptr<testing::Subprocess>& coordinator = deep->process;
+  const std::string* address = &deep->address;
+  const std::string* http = &deep->http;
   std::printf("dispatch_bench (deep queue): %d queued jobs no worker can take, %d simulated workers x %d GPUs, "
               "%d clients, gangs of %d nodes, synchronous=FULL; load average %s\n",
               queued, workers, gpus, clients, nodes, LoadAverage().c_str());
@@ -308,9 +344,6 @@ int RunDeepQueue(int queued, int workers, int gpus, int clients, int gangs, int 
   // 1. Idle queue: no workers, nothing queued yet.
   const std::vector<double> idle = SubmitConcurrently(*address, clients, idle_submits, backlog, nullptr);
   const PassHistogram s0 = ParsePassHistogram(ScrapeMetrics(*http), kSubmitLatency);
-  const std::vector<double> idle_paced =
-      SubmitPaced(*address, paced_rate, paced_submits, backlog, "paced-idle");
-  const PassHistogram s1 = ParsePassHistogram(ScrapeMetrics(*http), kSubmitLatency);
 
   // 2. Fill the backlog in batches, then connect the workers.
   auto stub = v1::JobService::NewStub(grpc::CreateChannel(*address, grpc::InsecureChannelCredentials()));
@@ -376,7 +409,7 @@ int RunDeepQueue(int queued, int workers, int gpus, int clients, int gangs, int 
 
   // 4. One at a time: acknowledgement to assignment ≈ one pass over the deep queue.
   const PassHistogram h1 = ParsePassHistogram(ScrapeMetrics(*http));
-  const double cpu1 = ProcessCpuMicros((*coordinator)->pid()) / 1e3;
+  const double cpu1 = ProcessCpuMicros(coordinator->pid()) / 1e3;
   std::vector<double> ack_to_assign;
   for (int i = 0; i < sequential; ++i) {
     v1::SubmitJobRequest req = gang;
@@ -391,20 +424,49 @@ int RunDeepQueue(int queued, int workers, int gpus, int clients, int gangs, int 
       ack_to_assign.push_back(absl::ToDoubleMilliseconds(arrivals.gang_by_job[resp.job().id()] - acked));
     }
   }
-  const double cpu2 = ProcessCpuMicros((*coordinator)->pid()) / 1e3;
+  const double cpu2 = ProcessCpuMicros(coordinator->pid()) / 1e3;
   const PassHistogram h2 = ParsePassHistogram(ScrapeMetrics(*http));
 
-  // 5. Paced submissions again, now into the deep queue with the workers connected: each
-  // asks for a pass over all of it, so passes run back to back (spaced by their own
-  // length) while the submissions arrive.
-  const PassHistogram s2 = ParsePassHistogram(ScrapeMetrics(*http), kSubmitLatency);
-  const absl::Time paced_start = absl::Now();
-  const std::vector<double> deep_paced =
-      SubmitPaced(*address, paced_rate, paced_submits, backlog, "paced-deep");
-  const double paced_seconds = absl::ToDoubleSeconds(absl::Now() - paced_start);
-  const std::string scrape3 = ScrapeMetrics(*http);
-  const PassHistogram h3 = ParsePassHistogram(scrape3);
-  const PassHistogram s3 = ParsePassHistogram(scrape3, kSubmitLatency);
+  // 5. Paced submissions into the deep queue with the workers connected (each asks for a
+  // pass over all of it, so passes run back to back, spaced by their own length) and,
+  // alternately, into an idle queue: a fresh coordinator per block, nothing queued, no
+  // worker. One block of each at a time, so both sides see the same minutes.
+  std::vector<double> idle_paced, deep_paced;
+  std::vector<double> idle_block_p99, deep_block_p99;
+  PassHistogram idle_coordinator, deep_coordinator;  // receipt-to-ack histograms, pooled
+  double passes = 0, pass_seconds = 0, paced_seconds = 0;
+  for (int block = 0; block < paced_blocks; ++block) {
+    {
+      testing::TempDir idle_dir;
+      absl::StatusOr<Coordinator> idle_queue = StartCoordinator(idle_dir);
+      if (!idle_queue.ok()) {
+        std::fprintf(stderr, "cannot start the idle-queue coordinator: %s\n",
+                     idle_queue.status().ToString().c_str());
+        return 1;
+      }
+      const std::vector<double> l =
+          SubmitPaced(idle_queue->address, paced_rate, paced_submits, backlog, "paced-idle");
+      idle_paced.insert(idle_paced.end(), l.begin(), l.end());
+      idle_block_p99.push_back(Percentile(l, 0.99));
+      AddWindow(&idle_coordinator, PassHistogram{},
+                ParsePassHistogram(ScrapeMetrics(idle_queue->http), kSubmitLatency));
+      idle_queue->process->Signal(SIGTERM);
+      (void)idle_queue->process->Wait(absl::Seconds(30));
+    }
+    const std::string before = ScrapeMetrics(*http);
+    const absl::Time start = absl::Now();
+    const std::vector<double> l =
+        SubmitPaced(*address, paced_rate, paced_submits, backlog, absl::StrCat("paced-deep-", block));
+    paced_seconds += absl::ToDoubleSeconds(absl::Now() - start);
+    const std::string after = ScrapeMetrics(*http);
+    deep_paced.insert(deep_paced.end(), l.begin(), l.end());
+    deep_block_p99.push_back(Percentile(l, 0.99));
+    AddWindow(&deep_coordinator, ParsePassHistogram(before, kSubmitLatency),
+              ParsePassHistogram(after, kSubmitLatency));
+    const PassHistogram p0 = ParsePassHistogram(before), p1 = ParsePassHistogram(after);
+    passes += p1.count - p0.count;
+    pass_seconds += p1.sum - p0.sum;
+  }
 
   const double idle_p99 = Percentile(idle, 0.99), busy_p99 = Percentile(busy, 0.99);
   std::printf("submit latency, idle queue (%zu submits):        p50 %6.2f ms  p99 %6.2f ms\n",
@@ -432,18 +494,26 @@ int RunDeepQueue(int queued, int workers, int gpus, int clients, int gangs, int 
               h2.count > h1.count ? (cpu2 - cpu1) / (h2.count - h1.count) : 0);
   const double paced_idle_p99 = Percentile(idle_paced, 0.99);
   const double paced_deep_p99 = Percentile(deep_paced, 0.99);
-  std::printf("paced submits (%.0f/s, %d), idle queue, no pass:   p50 %6.2f ms  p99 %6.2f ms\n",
-              paced_rate, paced_submits, Percentile(idle_paced, 0.5), paced_idle_p99);
-  std::printf("paced submits (%.0f/s, %d), deep queue + passes:   p50 %6.2f ms  p99 %6.2f ms  "
-              "(p99 ratio %.2fx, target <= 1.5x; %.0f passes meanwhile, running %.0f%% of the time)\n",
-              paced_rate, paced_submits, Percentile(deep_paced, 0.5), paced_deep_p99,
-              paced_idle_p99 > 0 ? paced_deep_p99 / paced_idle_p99 : 0, h3.count - h2.count,
-              paced_seconds > 0 ? 100 * (h3.sum - h2.sum) / paced_seconds : 0);
-  PrintCoordinatorSubmits(s0, s1, s2, s3);
+  auto list = [](const std::vector<double>& v) {
+    std::string out;
+    for (double x : v) absl::StrAppend(&out, out.empty() ? "" : " ", absl::StrFormat("%.2f", x));
+    return out;
+  };
+  std::printf("paced submits (%.0f/s, %d blocks of %d, alternated):\n", paced_rate, paced_blocks,
+              paced_submits);
+  std::printf("  idle queue, no pass:   p50 %6.2f ms  p99 %6.2f ms  (p99 by block: %s)\n",
+              Percentile(idle_paced, 0.5), paced_idle_p99, list(idle_block_p99).c_str());
+  std::printf("  deep queue + passes:   p50 %6.2f ms  p99 %6.2f ms  (p99 by block: %s)\n",
+              Percentile(deep_paced, 0.5), paced_deep_p99, list(deep_block_p99).c_str());
+  std::printf("  p99 ratio %.2fx (target <= 1.5x); %.0f passes during the deep blocks, running "
+              "%.0f%% of the time\n",
+              paced_idle_p99 > 0 ? paced_deep_p99 / paced_idle_p99 : 0, passes,
+              paced_seconds > 0 ? 100 * pass_seconds / paced_seconds : 0);
+  PrintCoordinatorSubmits(PassHistogram{}, idle_coordinator, PassHistogram{}, deep_coordinator);
   std::fflush(stdout);
   pool.clear();
-  (*coordinator)->Signal(SIGTERM);
-  (void)(*coordinator)->Wait(absl::Seconds(30));
+  coordinator->Signal(SIGTERM);
+  (void)coordinator->Wait(absl::Seconds(30));
   return 0;
 }
 
@@ -465,14 +535,16 @@ int main(int argc, char** argv) {
   app.add_option("--idle-submits", idle_submits, "deep-queue mode: submissions timed on the idle queue");
   app.add_option("--sequential", sequential, "deep-queue mode: jobs submitted one at a time at the end");
   double paced_rate = 200;
-  int paced_submits = 1000;
+  int paced_submits = 1000, paced_blocks = 4;
   app.add_option("--paced-rate", paced_rate, "deep-queue mode: submissions/s of the paced (open-loop) phases");
-  app.add_option("--paced-submits", paced_submits, "deep-queue mode: submissions in each paced phase");
+  app.add_option("--paced-submits", paced_submits, "deep-queue mode: submissions in each paced block");
+  app.add_option("--paced-blocks", paced_blocks,
+                 "deep-queue mode: paced blocks into each queue (idle, deep), alternated");
   CLI11_PARSE(app, argc, argv);
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   if (queued > 0) {
     return RunDeepQueue(queued, workers, gpus, clients, gangs, nodes, idle_submits, sequential,
-                        paced_rate, paced_submits);
+                        paced_rate, paced_submits, paced_blocks);
   }
 
   testing::TempDir dir;
