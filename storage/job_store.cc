@@ -20,6 +20,7 @@
 #include "absl/time/clock.h"
 #include "google/protobuf/util/time_util.h"
 #include "spdlog/spdlog.h"
+#include "storage/coalescing_vfs.h"
 
 namespace llamafleet {
 namespace {
@@ -1027,8 +1028,12 @@ void PreallocateWal(sqlite::Connection& conn, const std::string& db_path, int ch
 
 absl::Status JobStore::Init() {
   if (absl::Status s = RestrictDatabaseFiles(options_.path); !s.ok()) return s;
+  // With synchronous=FULL the writer writes each commit's WAL frames as one pwrite
+  // (storage/coalescing_vfs.h): every commit syncs the WAL before other connections can
+  // see its frames, which is when that VFS writes them out.
+  const char* vfs = options_.synchronous_full ? sqlite::CoalescingVfsName() : nullptr;
   absl::StatusOr<std::unique_ptr<sqlite::Connection>> writer =
-      sqlite::Connection::Open(options_.path, /*create=*/true, /*read_only=*/false);
+      sqlite::Connection::Open(options_.path, /*create=*/true, /*read_only=*/false, vfs);
   if (!writer.ok()) return writer.status();
   writer_ = std::move(*writer);
 
