@@ -7,8 +7,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <mutex>
-#include <memory>
 #include <memory>
 #include <new>
 #include <string>
@@ -40,6 +38,9 @@ struct File {
   std::string gathered;
   sqlite3_int64 gathered_at;
 };
+
+// The wrapped file starts right after ours: keep it aligned for its int64s and pointers.
+static_assert(sizeof(File) % 8 == 0, "the wrapped file would be misaligned");
 
 File* AsFile(sqlite3_file* f) { return reinterpret_cast<File*>(f); }
 const sqlite3_io_methods* Real(File* f) { return f->real->pMethods; }
