@@ -279,10 +279,14 @@ void Coordinator::Shutdown(absl::Duration grace) {
   if (stats.transactions > 0) {
     spdlog::info(
         "writer: {} writes in {} transactions ({:.1f} per transaction), apply {:.3f} ms and "
-        "commit {:.3f} ms per transaction",
+        "commit {:.3f} ms per transaction{}",
         stats.writes, stats.transactions, double(stats.writes) / stats.transactions,
         absl::ToDoubleMilliseconds(stats.apply_time) / stats.transactions,
-        absl::ToDoubleMilliseconds(stats.commit_time) / stats.transactions);
+        absl::ToDoubleMilliseconds(stats.commit_time) / stats.transactions,
+        stats.batches_retried_alone > 0
+            ? absl::StrCat("; ", stats.batches_retried_alone,
+                           " failed transactions retried write by write")
+            : "");
   }
   metrics_->Detach();  // scrapes stop reading the cluster and the store
   cluster_.reset();  // the loop stops; tasks keep running on the workers

@@ -1276,7 +1276,26 @@ void JobStore::CommitBatch(std::vector<std::unique_ptr<WriteOp>>& batch) {
   absl::Status txn = RunInTransaction(batch);
   if (!txn.ok() && batch.size() > 1) {
     // The transaction as a whole failed (disk full at commit, I/O error). Retry each
-    // write alone, so each caller learns the fate of its own write.
+    // write alone, so each caller learns the fate of its own write. Said in the log (at
+    // most every 10 s): if the singles succeed, nothing else would show that every batch
+    // now costs a transaction per write.
+    {
+      std::lock_guard<std::mutex> lock(queue_mu_);
+      ++batches_retried_alone_;
+    }
+    const absl::Time now = absl::Now();
+    if (now - last_retry_warning_ >= absl::Seconds(10)) {
+      spdlog::warn("database {}: a transaction of {} writes failed ({}); retrying each write "
+                   "alone{}",
+                   options_.path, batch.size(), txn.ToString(),
+                   retries_not_logged_ > 0
+                       ? absl::StrCat(" (", retries_not_logged_, " more since the last such line)")
+                       : "");
+      last_retry_warning_ = now;
+      retries_not_logged_ = 0;
+    } else {
+      ++retries_not_logged_;
+    }
     for (auto& op : batch) {
       std::vector<std::unique_ptr<WriteOp>> single;
       single.push_back(std::move(op));
@@ -1753,8 +1772,12 @@ int64_t JobStore::transactions_committed() const {
 
 JobStore::WriterStats JobStore::writer_stats() const {
   std::lock_guard<std::mutex> lock(queue_mu_);
-  return WriterStats{transactions_, writes_, apply_time_, commit_time_,
-                     answered_on_writer_.load(std::memory_order_relaxed)};
+  return WriterStats{transactions_,
+                     writes_,
+                     apply_time_,
+                     commit_time_,
+                     answered_on_writer_.load(std::memory_order_relaxed),
+                     batches_retried_alone_};
 }
 
 int64_t JobStore::writes_committed() const {

@@ -243,6 +243,9 @@ class JobStore {
     // Batches of submissions answered on the writer, which had nothing else to do,
     // rather than handed to the completion thread.
     int64_t answered_on_writer = 0;
+    // Transactions of several writes that failed as a whole (a full disk, an I/O error at
+    // commit) and were retried write by write, so each caller learns its own write's fate.
+    int64_t batches_retried_alone = 0;
   };
   WriterStats writer_stats() const;
 
@@ -302,6 +305,10 @@ class JobStore {
   // At most this many callbacks of one batch run on an idle writer instead (CommitBatch).
   static constexpr size_t kInlineCompletions = 4;
   std::atomic<int64_t> answered_on_writer_{0};
+  int64_t batches_retried_alone_ ABSL_GUARDED_BY(queue_mu_) = 0;
+  // Rate limit of the warning for a batch retried alone (writer thread only).
+  absl::Time last_retry_warning_ = absl::InfinitePast();
+  int64_t retries_not_logged_ = 0;
   bool completions_stopping_ ABSL_GUARDED_BY(completions_mu_) = false;
   std::thread completion_thread_;
 

@@ -17,6 +17,7 @@
 #include "clients/jobspec/jobspec.h"
 #include "storage/cluster_store.h"
 #include "storage/job_store.h"
+#include "storage/sqlite.h"
 #include "tests/testing/process.h"
 
 namespace llamafleet {
@@ -320,6 +321,58 @@ TEST_F(WriterQueueTest, BackgroundWritesAreNotStarvedByAStreamOfSubmissions) {
   // committed all 300 before it).
   EXPECT_LT(order.Before("bg", "submit"), 64);
   EXPECT_EQ(order.Before("submit299", "submit"), 299);
+}
+
+// Submissions batched into one transaction that fails as a whole (the database fills up:
+// SQLite rolls the whole transaction back) are retried one by one: each caller learns its
+// own write's fate, the ones that fit are stored, and the writer counts and logs the
+// retried transaction.
+TEST_F(WriterQueueTest, ATransactionThatFailsWholeIsRetriedWriteByWrite) {
+  std::unique_ptr<JobStore> store = Open();
+  ASSERT_NE(store, nullptr);
+  ASSERT_TRUE(store->SubmitJobsAndWait({Input("first")}).ok());
+  absl::StatusOr<int64_t> pages = [&]() -> absl::StatusOr<int64_t> {
+    auto conn = sqlite::Connection::Open(dir_.path() + "/coordinator.db", false, false);
+    if (!conn.ok()) return conn.status();
+    return (*conn)->QueryInt("PRAGMA page_count");
+  }();
+  ASSERT_TRUE(pages.ok()) << pages.status();
+  // Room for a few more jobs, not for all of them at once.
+  ASSERT_TRUE(store->SetMaxPageCount(*pages + 3).ok());
+  EXPECT_EQ(store->writer_stats().batches_retried_alone, 0);
+
+  constexpr int kJobs = 60;
+  std::shared_ptr<std::promise<void>> release = BlockWriter(*store);
+  std::vector<std::promise<absl::Status>> done(kJobs);
+  for (int i = 0; i < kJobs; ++i) {
+    v1::JobSpec spec = Input(absl::StrCat("j", i)).spec;
+    // ~2 KB each: 60 of them need far more than 3 pages.
+    (*spec.mutable_labels())["padding"] = std::string(2000, 'x');
+    SubmitJobInput input{std::move(spec), "alice", absl::StrCat("key-j", i)};
+    store->SubmitJobs({std::move(input)}, [&done, i](absl::StatusOr<std::vector<SubmitJobResult>> r) {
+      done[i].set_value(r.status());
+    });
+  }
+  const int64_t transactions = store->writer_stats().transactions;
+  release->set_value();
+  int ok = 0, full = 0;
+  for (int i = 0; i < kJobs; ++i) {
+    const absl::Status s = done[i].get_future().get();
+    if (s.ok()) {
+      ++ok;
+    } else {
+      EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+      ++full;
+    }
+  }
+  EXPECT_GT(ok, 0) << "the jobs that fit are stored";
+  EXPECT_GT(full, 0) << "the ones that do not fit are refused";
+  const JobStore::WriterStats stats = store->writer_stats();
+  EXPECT_EQ(stats.batches_retried_alone, 1);
+  EXPECT_GE(stats.transactions - transactions, ok) << "a transaction per stored job";
+  absl::StatusOr<ListJobsResult> list = store->ListJobs({});
+  ASSERT_TRUE(list.ok()) << list.status();
+  EXPECT_EQ(static_cast<int>(list->jobs.size()), 1 + ok);
 }
 
 }  // namespace
