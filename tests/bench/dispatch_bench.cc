@@ -329,8 +329,8 @@ int RunDeepQueue(int queued, int workers, int gpus, int clients, int gangs, int 
     return 1;
   }
   std::unique_ptr<testing::Subprocess>& coordinator = deep->process;
-  const std::string* address = &deep->address;
-  const std::string* http = &deep->http;
+  const std::string& address = deep->address;
+  const std::string& http = deep->http;
   std::printf("dispatch_bench (deep queue): %d queued jobs no worker can take, %d simulated workers x %d GPUs, "
               "%d clients, gangs of %d nodes, synchronous=FULL; load average %s\n",
               queued, workers, gpus, clients, nodes, LoadAverage().c_str());
@@ -342,11 +342,11 @@ int RunDeepQueue(int queued, int workers, int gpus, int clients, int gangs, int 
   *backlog.mutable_spec() = (*backlog_spec)[0].spec;
 
   // 1. Idle queue: no workers, nothing queued yet.
-  const std::vector<double> idle = SubmitConcurrently(*address, clients, idle_submits, backlog, nullptr);
-  const PassHistogram s0 = ParsePassHistogram(ScrapeMetrics(*http), kSubmitLatency);
+  const std::vector<double> idle = SubmitConcurrently(address, clients, idle_submits, backlog, nullptr);
+  const PassHistogram s0 = ParsePassHistogram(ScrapeMetrics(http), kSubmitLatency);
 
   // 2. Fill the backlog in batches, then connect the workers.
-  auto stub = v1::JobService::NewStub(grpc::CreateChannel(*address, grpc::InsecureChannelCredentials()));
+  auto stub = v1::JobService::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
   for (int done = idle_submits; done < queued;) {
     v1::SubmitJobsRequest batch;
     for (int i = 0; i < 1000 && done < queued; ++i, ++done) {
@@ -368,7 +368,7 @@ int RunDeepQueue(int queued, int workers, int gpus, int clients, int gangs, int 
     if (i % 50 == 0) {
       grpc::ChannelArguments args;
       args.SetInt("llamafleet.bench.workers", i);
-      channels.push_back(grpc::CreateCustomChannel(*address, grpc::InsecureChannelCredentials(), args));
+      channels.push_back(grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args));
     }
     pool.push_back(std::make_unique<FakeWorker>(channels.back(), absl::StrCat("sim-", i), gpus, &arrivals));
   }
@@ -380,14 +380,14 @@ int RunDeepQueue(int queued, int workers, int gpus, int clients, int gangs, int 
       "resources: {nodes: ", nodes, ", gpus_per_node: ", gpus, "}\n"));
   v1::SubmitJobRequest gang;
   *gang.mutable_spec() = (*gang_spec)[0].spec;
-  const std::string scrape0 = ScrapeMetrics(*http);
+  const std::string scrape0 = ScrapeMetrics(http);
   const PassHistogram h0 = ParsePassHistogram(scrape0);
   const PassHistogram b0 = ParsePassHistogram(scrape0, kSubmitLatency);
   std::vector<std::pair<std::string, absl::Time>> submitted;
   const absl::Time first = absl::Now();
-  const std::vector<double> busy = SubmitConcurrently(*address, clients, gangs, gang, &submitted);
+  const std::vector<double> busy = SubmitConcurrently(address, clients, gangs, gang, &submitted);
   const PassHistogram b1 =
-      ParsePassHistogram(ScrapeMetrics(*http), kSubmitLatency);
+      ParsePassHistogram(ScrapeMetrics(http), kSubmitLatency);
   absl::Time last = first;
   int admitted = 0;
   {
@@ -408,7 +408,7 @@ int RunDeepQueue(int queued, int workers, int gpus, int clients, int gangs, int 
   const double seconds = absl::ToDoubleSeconds(last - first);
 
   // 4. One at a time: acknowledgement to assignment ≈ one pass over the deep queue.
-  const PassHistogram h1 = ParsePassHistogram(ScrapeMetrics(*http));
+  const PassHistogram h1 = ParsePassHistogram(ScrapeMetrics(http));
   const double cpu1 = ProcessCpuMicros(coordinator->pid()) / 1e3;
   std::vector<double> ack_to_assign;
   for (int i = 0; i < sequential; ++i) {
@@ -425,7 +425,7 @@ int RunDeepQueue(int queued, int workers, int gpus, int clients, int gangs, int 
     }
   }
   const double cpu2 = ProcessCpuMicros(coordinator->pid()) / 1e3;
-  const PassHistogram h2 = ParsePassHistogram(ScrapeMetrics(*http));
+  const PassHistogram h2 = ParsePassHistogram(ScrapeMetrics(http));
 
   // 5. Paced submissions into the deep queue with the workers connected (each asks for a
   // pass over all of it, so passes run back to back, spaced by their own length) and,
@@ -453,12 +453,12 @@ int RunDeepQueue(int queued, int workers, int gpus, int clients, int gangs, int 
       idle_queue->process->Signal(SIGTERM);
       (void)idle_queue->process->Wait(absl::Seconds(30));
     }
-    const std::string before = ScrapeMetrics(*http);
+    const std::string before = ScrapeMetrics(http);
     const absl::Time start = absl::Now();
     const std::vector<double> l =
-        SubmitPaced(*address, paced_rate, paced_submits, backlog, absl::StrCat("paced-deep-", block));
+        SubmitPaced(address, paced_rate, paced_submits, backlog, absl::StrCat("paced-deep-", block));
     paced_seconds += absl::ToDoubleSeconds(absl::Now() - start);
-    const std::string after = ScrapeMetrics(*http);
+    const std::string after = ScrapeMetrics(http);
     deep_paced.insert(deep_paced.end(), l.begin(), l.end());
     deep_block_p99.push_back(Percentile(l, 0.99));
     AddWindow(&deep_coordinator, ParsePassHistogram(before, kSubmitLatency),

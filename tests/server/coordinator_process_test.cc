@@ -129,8 +129,9 @@ TEST(CoordinatorProcessTest, SigtermShutsDownCleanlyAndRestartRecovers) {
 }
 
 TEST(CoordinatorProcessTest, RunsOnTcmallocWhenBuiltWithIt) {
-  // server/CMakeLists.txt links it --no-as-needed because nothing names its symbols: a
-  // linker that dropped it would leave glibc's malloc, silently.
+  // The build links it --no-as-needed (llamafleet_link_tcmalloc, top-level CMakeLists.txt)
+  // because nothing names its symbols: a linker that dropped it would leave glibc's
+  // malloc, silently.
   if (!LLAMAFLEET_COORDINATOR_TCMALLOC) GTEST_SKIP() << "built without tcmalloc_minimal";
   TempDir dir;
   std::string address;
