@@ -11,6 +11,8 @@
 #include <fstream>
 #include <mutex>
 #include <thread>
+#include <tuple>
+#include <utility>
 
 #if LLAMAFLEET_HUGE_PAGE_HEAP
 #include <gperftools/malloc_extension.h>
@@ -70,6 +72,12 @@ class HugePageAllocator : public SysAllocator {
     return reinterpret_cast<void*>(at);
   }
 
+  // [first whole huge page not handed out, end of what is faulted in).
+  std::pair<uintptr_t, uintptr_t> Ahead() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return {AlignUp(next_, kHuge), faulted_};
+  }
+
   // The background thread: keeps the kAhead bytes past what tcmalloc has taken faulted in.
   void FaultAhead() {
     std::unique_lock<std::mutex> lock(mu_);
@@ -118,6 +126,8 @@ std::string TransparentHugePages() {
   return line.substr(open + 1, close - open - 1);
 }
 
+HugePageAllocator* g_allocator = nullptr;  // set once, before g_installed
+
 #endif  // LLAMAFLEET_HUGE_PAGE_HEAP
 
 }  // namespace
@@ -138,6 +148,7 @@ std::string InstallHugePageHeap() {
   MallocExtension* m = MallocExtension::instance();
   // Never freed: tcmalloc keeps using it until the process ends.
   auto* allocator = new HugePageAllocator(m->GetSystemAllocator());
+  g_allocator = allocator;
   std::thread([allocator] {
     pthread_setname_np(pthread_self(), "lf-heap-fault");
     allocator->FaultAhead();
@@ -158,6 +169,9 @@ HugePageHeapStats GetHugePageHeapStats() {
   s.handed_out_bytes = g_handed_out.load();
   s.prefaulted_bytes = g_prefaulted.load();
   s.fallback_calls = g_fallback.load();
+#if LLAMAFLEET_HUGE_PAGE_HEAP
+  if (s.installed) std::tie(s.ahead_begin, s.ahead_end) = g_allocator->Ahead();
+#endif
   return s;
 }
 

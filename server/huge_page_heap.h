@@ -33,6 +33,9 @@ struct HugePageHeapStats {
   uint64_t handed_out_bytes = 0;  // given to tcmalloc
   uint64_t prefaulted_bytes = 0;  // faulted in ahead by the background thread
   uint64_t fallback_calls = 0;    // requests sent to tcmalloc's own allocator
+  // Addresses [ahead_begin, ahead_end): the range of the current region past what
+  // tcmalloc has taken that the background thread has faulted in (for tests).
+  uintptr_t ahead_begin = 0, ahead_end = 0;
 };
 HugePageHeapStats GetHugePageHeapStats();
 
