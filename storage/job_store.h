@@ -249,6 +249,9 @@ class JobStore {
   };
   WriterStats writer_stats() const;
 
+  // The database file's path (JobStoreOptions.path).
+  const std::string& path() const { return options_.path; }
+
   class WriteOp;  // One queued write; defined in job_store.cc.
   struct WriterStatements;  // The writer's prepared statements; defined in job_store.cc.
 

@@ -20,6 +20,7 @@
 #include "server/auth.h"
 #include "server/coordinator.h"
 #include "storage/job_store.h"
+#include "storage/sqlite.h"
 #include "tests/testing/process.h"
 
 namespace llamafleet {
@@ -55,6 +56,16 @@ class AuthTest : public ::testing::Test {
     }
     tokens_["nobody"] = "";
     tokens_["forger"] = "lft_0000000000000000000000000000000000000000000000000000000000000000";
+  }
+
+  int64_t TokenId(const std::string& user) {
+    absl::StatusOr<std::vector<ApiTokenRecord>> list = ListApiTokens(coordinator_->store());
+    EXPECT_TRUE(list.ok()) << list.status();
+    for (const auto& t : list.ok() ? *list : std::vector<ApiTokenRecord>{}) {
+      if (t.user == user) return t.id;
+    }
+    ADD_FAILURE() << "no token for " << user;
+    return 0;
   }
 
   std::unique_ptr<grpc::ClientContext> Context(const std::string& who) {
@@ -325,6 +336,49 @@ TEST_F(AuthTest, RevokedTokenIsRefusedAtOnce) {
   EXPECT_EQ(jobs_->WhoAmI(Context("bob").get(), v1::WhoAmIRequest(), &resp).error_code(),
             grpc::StatusCode::UNAUTHENTICATED);
   EXPECT_EQ(RevokeApiToken(coordinator_->store(), 12345).code(), absl::StatusCode::kNotFound);
+}
+
+// Valid tokens are remembered (auth.h); a revocation by the real command, another
+// process, still counts for the very next call: it bumps the shared change counter.
+TEST_F(AuthTest, RevocationByTheTokenCommandIsRefusedAtOnce) {
+  v1::WhoAmIResponse resp;
+  for (int i = 0; i < 3; ++i) {  // remembered now
+    ASSERT_TRUE(jobs_->WhoAmI(Context("alice").get(), v1::WhoAmIRequest(), &resp).ok());
+  }
+  absl::StatusOr<testing::CommandResult> r = testing::RunCommand(
+      {testing::BinaryPath("llamafleet-coordinator"), "token", "revoke", "--data-dir", dir_.path(),
+       "--id", std::to_string(TokenId("alice"))});
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->exit_code, 0) << r->err;
+  EXPECT_EQ(r->err.find("may go on accepting"), std::string::npos) << r->err;
+  grpc::Status s = jobs_->WhoAmI(Context("alice").get(), v1::WhoAmIRequest(), &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED) << s.error_message();
+  // Another user's token, remembered before the change, is checked again and still good.
+  EXPECT_TRUE(jobs_->WhoAmI(Context("bob").get(), v1::WhoAmIRequest(), &resp).ok());
+}
+
+// A change the counter never hears of (SQL typed into the database) counts within the
+// cache's lifetime, 1 s by default.
+TEST_F(AuthTest, RevocationBehindTheCountersBackCountsWithinASecond) {
+  v1::WhoAmIResponse resp;
+  ASSERT_TRUE(jobs_->WhoAmI(Context("bob").get(), v1::WhoAmIRequest(), &resp).ok());
+  {
+    auto conn = sqlite::Connection::Open(dir_.path() + "/coordinator.db", false, false);
+    ASSERT_TRUE(conn.ok()) << conn.status();
+    ASSERT_TRUE((*conn)->Exec("PRAGMA busy_timeout=5000").ok());
+    ASSERT_TRUE((*conn)->Exec(absl::StrCat("UPDATE api_tokens SET revoked = 1 WHERE id = ",
+                                           TokenId("bob")))
+                    .ok());
+  }
+  const absl::Time revoked = absl::Now();
+  // Remembered: still accepted right after (this is what the cache saves).
+  grpc::Status s = jobs_->WhoAmI(Context("bob").get(), v1::WhoAmIRequest(), &resp);
+  if (absl::Now() - revoked < absl::Milliseconds(500)) {
+    EXPECT_TRUE(s.ok()) << s.error_message();
+  }
+  absl::SleepFor(absl::Milliseconds(1100));
+  s = jobs_->WhoAmI(Context("bob").get(), v1::WhoAmIRequest(), &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED) << s.error_message();
 }
 
 TEST_F(AuthTest, InvalidSpecCarriesFieldViolations) {
