@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <atomic>
 #include <condition_variable>
 #include <cstdlib>
@@ -93,9 +94,12 @@ class HugePageAllocator : public SysAllocator {
       lock.unlock();
       // Faulting never changes what is in memory: pages tcmalloc already wrote stay as
       // they are. A kernel without MADV_POPULATE_WRITE answers EINVAL: faults happen on use.
-      const bool ok = madvise(reinterpret_cast<void*>(from), to - from, MADV_POPULATE_WRITE) == 0;
+      int error = 0;
+      do {
+        error = madvise(reinterpret_cast<void*>(from), to - from, MADV_POPULATE_WRITE) == 0 ? 0 : errno;
+      } while (error == EINTR);
       lock.lock();
-      if (!ok) return;  // nothing ahead is faulted any more; the heap works as before
+      if (error != 0) return;  // nothing ahead is faulted any more; the heap works as before
       g_prefaulted.fetch_add(to - from, std::memory_order_relaxed);
       if (base_ == region) faulted_ = std::max(faulted_, to);
     }
@@ -113,7 +117,7 @@ class HugePageAllocator : public SysAllocator {
   std::condition_variable wake_;
   uintptr_t base_ = 0, end_ = 0;  // the current region
   uintptr_t next_ = 0;            // the first byte not handed out
-  uintptr_t faulted_ = 0;         // [next_, faulted_) is faulted in
+  uintptr_t faulted_ = 0;         // [AlignUp(next_), faulted_) is faulted in
 };
 
 // "always [madvise] never" -> the bracketed word.
