@@ -120,7 +120,12 @@ class HugePageAllocator : public SysAllocator {
   uintptr_t faulted_ = 0;         // [AlignUp(next_), faulted_) is faulted in
 };
 
-// "always [madvise] never" -> the bracketed word.
+HugePageAllocator* g_allocator = nullptr;  // set once, before g_installed
+
+#endif  // LLAMAFLEET_HUGE_PAGE_HEAP
+
+}  // namespace
+
 std::string TransparentHugePages() {
   std::ifstream in("/sys/kernel/mm/transparent_hugepage/enabled");
   std::string line;
@@ -129,12 +134,6 @@ std::string TransparentHugePages() {
   if (open == std::string::npos || close == std::string::npos || close < open) return "";
   return line.substr(open + 1, close - open - 1);
 }
-
-HugePageAllocator* g_allocator = nullptr;  // set once, before g_installed
-
-#endif  // LLAMAFLEET_HUGE_PAGE_HEAP
-
-}  // namespace
 
 std::string InstallHugePageHeap() {
 #if LLAMAFLEET_HUGE_PAGE_HEAP

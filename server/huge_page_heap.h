@@ -23,6 +23,10 @@
 
 namespace llamafleet {
 
+// The kernel's transparent huge pages setting: "always", "madvise" or "never" (the
+// bracketed word of /sys/kernel/mm/transparent_hugepage/enabled); empty if unknown.
+std::string TransparentHugePages();
+
 // Installs it if it can; returns a line for the log saying whether it did and why.
 // Call once, early in main, before the heap grows much.
 std::string InstallHugePageHeap();

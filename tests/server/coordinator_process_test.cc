@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "clients/jobspec/jobspec.h"
 #include "llamafleet/v1/job.grpc.pb.h"
+#include "server/huge_page_heap.h"
 #include "storage/job_store.h"
 #include "tests/testing/process.h"
 
@@ -143,10 +144,8 @@ TEST(CoordinatorProcessTest, RunsOnTcmallocWhenBuiltWithIt) {
   EXPECT_TRUE(tcmalloc) << "libtcmalloc_minimal is not mapped into the coordinator";
   // ... and takes its heap from huge pages (server/huge_page_heap.h), whose background
   // thread is there, unless the kernel's transparent huge pages are off.
-  std::ifstream thp_file("/sys/kernel/mm/transparent_hugepage/enabled");
-  std::string thp;
-  std::getline(thp_file, thp);
-  if (thp.empty() || thp.find("[never]") != std::string::npos) return;
+  const std::string thp = TransparentHugePages();
+  if (thp.empty() || thp == "never") return;
   bool fault_thread = false;
   for (const auto& task : std::filesystem::directory_iterator(
            "/proc/" + std::to_string(coordinator->pid()) + "/task")) {

@@ -26,13 +26,6 @@
 namespace llamafleet {
 namespace {
 
-std::string ThpMode() {
-  std::ifstream in("/sys/kernel/mm/transparent_hugepage/enabled");
-  std::string line;
-  std::getline(in, line);
-  return line;
-}
-
 // MADV_POPULATE_WRITE came with Linux 5.14.
 bool KernelCanPopulate() {
   utsname u{};
@@ -67,8 +60,8 @@ TEST(HugePageHeapTest, ServesTheHeapFromHugePageRegionsAndFaultsAhead) {
   EXPECT_FALSE(GetHugePageHeapStats().installed);
   GTEST_SKIP() << "built without tcmalloc";
 #else
-  const std::string thp = ThpMode();
-  if (thp.empty() || thp.find("[never]") != std::string::npos) {
+  const std::string thp = TransparentHugePages();
+  if (thp.empty() || thp == "never") {
     EXPECT_FALSE(GetHugePageHeapStats().installed) << line;
     GTEST_SKIP() << "transparent huge pages are off here: " << thp;
   }
