@@ -104,13 +104,18 @@ std::unique_ptr<TokenChangeCounter> TokenChangeCounter::Open(const std::string& 
     *error = absl::StrCat("cannot open ", path, ": ", std::strerror(errno));
     return nullptr;
   }
-  // One page; extending a file only ever adds zeros, so two processes creating it at once
-  // lose nothing.
+  // One page, with its disk block allocated: a write to a mapped hole on a full disk would
+  // kill the process with SIGBUS (after its revocation committed). Allocating never
+  // changes data, so two processes creating the file at once lose nothing.
   const size_t size = static_cast<size_t>(sysconf(_SC_PAGESIZE));
   struct stat st;
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) ||
-      (static_cast<size_t>(st.st_size) < size && ftruncate(fd, static_cast<off_t>(size)) != 0)) {
-    *error = absl::StrCat("cannot size ", path, ": ", std::strerror(errno));
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    *error = absl::StrCat("cannot use ", path, ": not a regular file we can stat");
+    close(fd);
+    return nullptr;
+  }
+  if (const int e = posix_fallocate(fd, 0, static_cast<off_t>(size)); e != 0) {
+    *error = absl::StrCat("cannot allocate ", path, ": ", std::strerror(e));
     close(fd);
     return nullptr;
   }
