@@ -78,21 +78,15 @@ MemoryEstimate EstimateMemory(const MemoryInputs& in) {
   const int64_t head = t * (4 * h + 2 * h * c) + t * m.vocab * 16;
   const int64_t activations = saved_layers + head;
   const int64_t gathered_fwd = keeps_gathered ? P * c : (in.max_inflight_all_gathers + 1) * U * c;
-  const int64_t forward = activations + gathered_fwd;
-  // End of backward.
-  const int64_t communication = P * r;
-  const int64_t gathered_bwd = U * c;
-  const int64_t backward = communication + gathered_bwd;
-
-  if (forward >= backward) {
-    e.peak_phase = "forward";
-    e.gathered_params = gathered_fwd;
-    e.activations = activations;
-  } else {
-    e.peak_phase = "backward";
-    e.gathered_params = gathered_bwd;
-    e.communication = communication;
-  }
+  // Backward: up to K + 1 unsharded gradients in reduce dtype are alive at once (the one
+  // just launched before the oldest is freed), early in backward while the activations
+  // are still held; Gloo's reduce-scatter (an all-to-all) adds a receive buffer per input.
+  const int64_t inflight = std::min<int64_t>((in.max_inflight_reduces + 1) * U, P);
+  const int64_t communication = inflight * r * (in.gpu ? 1 : 2);
+  e.peak_phase = "backward";
+  e.gathered_params = gathered_fwd;
+  e.activations = activations;
+  e.communication = communication;
   const int64_t rest = e.parameters + e.gradients + e.optimizer_state + e.gathered_params +
                        e.activations + e.communication;
   e.workspace = in.gpu ? (int64_t{1} << 30) + rest / 10 : in.cpu_runtime_bytes;

@@ -27,16 +27,17 @@
 //                     layer recomputed in backward. Logits t x V x 16: the lm_head output
 //                     (and its fp32 copy), log-softmax, the incoming gradient and the
 //                     softmax temporary of log-softmax backward (calibrated on the CPU).
-//   communication     P x r: every unit's reduce-scatter input stays alive until
-//                     ReduceGradients() drains them at the end of backward.
+//   communication     min((K + 1) x U, P) x r, K = max_inflight_reduces: the unsharded
+//                     gradients whose reduce-scatter is in flight (the engine waits for
+//                     the oldest before it holds more), x 2 on a CPU (Gloo's all-to-all
+//                     receive buffer).
 //   workspace         runtime (CUDA context, cuBLAS/NCCL workspaces: 1 GiB on a GPU; the
 //                     process itself on a CPU) + 10% of the rest on a GPU for allocator
 //                     fragmentation.
 //
-// The peak is the larger of two moments: the end of forward (parameters, gradients,
-// optimizer state, gathered parameters, activations) and the end of backward
-// (parameters, gradients, optimizer state, communication, one gathered unit). The
-// breakdown reports the terms of the moment that wins (the other moment's terms are 0).
+// The peak is early in backward: parameters, gradients, optimizer state, the gathered
+// units, every activation saved by forward (logits included) and the first reductions in
+// flight, all at once. It is reported as peak_phase "backward".
 
 #include <cstdint>
 #include <optional>
@@ -76,6 +77,7 @@ struct MemoryInputs {
   int64_t seq_len = 4096;           // tokens per row
   int64_t grad_accum = 1;           // micro-steps per optimizer step
   int max_inflight_all_gathers = 2;
+  int max_inflight_reduces = 2;     // the engine's bound on unsharded gradients in flight
   bool fused_attention = true;      // LibTorch 2 SDPA on a GPU; false: the explicit T x T path
   bool gpu = true;                  // GPU workspace rules; false: CPU process (RSS)
   int64_t cpu_runtime_bytes = 0;    // !gpu: the trainer process before it allocates
@@ -90,7 +92,7 @@ struct MemoryEstimate {
   int64_t communication = 0;
   int64_t workspace = 0;
   int64_t total = 0;          // the sum of the above: bytes per device at the peak
-  std::string peak_phase;     // "forward" or "backward"
+  std::string peak_phase;     // the moment modelled: "backward" (early backward, above)
 };
 
 MemoryEstimate EstimateMemory(const MemoryInputs& in);

@@ -24,6 +24,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
@@ -315,7 +316,8 @@ TEST_F(CliTest, EveryExampleInDeployExamplesPassesDryRun) {
     if (absl::EndsWith(name, ".yaml") || absl::EndsWith(name, ".json")) files.push_back(name);
   }
   closedir(dir);
-  for (const char* expected : {"tiny-fullshard.yaml", "batch.yaml", "llama2-7b-hybrid.yaml"}) {
+  for (const char* expected : {"tiny-fullshard.yaml", "batch.yaml", "llama2-7b-hybrid.yaml", "llama2-7b-2xp5.yaml",
+                               "llama2-13b-2xp5.yaml", "llama2-70b-16xp5.yaml"}) {
     EXPECT_NE(std::find(files.begin(), files.end(), expected), files.end()) << expected;
   }
   for (const std::string& name : files) {
@@ -330,6 +332,22 @@ TEST_F(CliTest, EveryExampleInDeployExamplesPassesDryRun) {
       EXPECT_EQ(response.jobs_size(), 3);
     }
   }
+  EXPECT_TRUE(AllJobs().empty());
+}
+
+TEST_F(CliTest, ThePostsP5ConfigurationsFitAndSeventyBNoShardDoesNot) {
+  // Llama-2 7B and 13B on 2 x p5.48xlarge, 70B on 16, as the EKS post runs them.
+  for (const char* name : {"llama2-7b-2xp5.yaml", "llama2-13b-2xp5.yaml", "llama2-70b-16xp5.yaml"}) {
+    SCOPED_TRACE(name);
+    const std::string out = Ok({"submit", "-f", absl::StrCat(LLAMAFLEET_EXAMPLES_DIR, "/", name), "--dry-run"});
+    EXPECT_TRUE(absl::StrContains(out, "# memory estimate: ")) << out;
+    EXPECT_TRUE(absl::StrContains(out, "nothing stored")) << out;
+  }
+  std::ifstream in(absl::StrCat(LLAMAFLEET_EXAMPLES_DIR, "/llama2-70b-16xp5.yaml"));
+  std::string spec((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  spec = absl::StrReplaceAll(spec, {{"sharding: FULL_SHARD", "sharding: NO_SHARD"}});
+  ExpectOneErrorLine(Cli({"submit", "-f", WriteFile("70b-noshard.yaml", spec), "--dry-run"}), 1,
+                     "resources.instance_type p5.48xlarge: estimated");
   EXPECT_TRUE(AllJobs().empty());
 }
 

@@ -64,6 +64,7 @@ struct Flags {
   int die_rank = 1;
   int timeout_s = 120;
   int inflight = 2;
+  int inflight_reduces = 2;
   int warmup = 0;
   bool checkpointing = false;  // activation checkpointing (recompute layers in backward)
   std::string device = "cpu";  // cpu | cuda (LOCAL_RANK picks the GPU; NCCL then)  // steps before the throughput clock starts
@@ -136,6 +137,7 @@ absl::Status Run(const Flags& f) {
     so.reduce_dtype = reduce;
     so.adamw = adam;
     so.max_inflight_all_gathers = f.inflight;
+    so.max_inflight_reduces = f.inflight_reduces;
     so.device = device;
     lt::ShardSource source = resume ? resume->ParamSource() : lt::SeededShardSource(layout, f.seed);
     if (resume) LF_RETURN_IF_ERROR(resume->CheckLayout(layout));
@@ -232,6 +234,7 @@ absl::Status Run(const Flags& f) {
   report["peak_rss_bytes"] = PeakRss();
   if (sharded) {
     report["persistent_bytes"] = sharded->PersistentBytes();
+    report["peak_reduce_bytes"] = sharded->peak_reduce_bytes();
     int64_t padding = 0;
     for (size_t u = 0; u < layout.size(); ++u) padding += sharded->span(static_cast<int>(u)).padded - layout[u].numel();
     report["padding_elements"] = padding;
@@ -285,6 +288,7 @@ int main(int argc, char** argv) {
   app.add_option("--layers", f.layers);
   app.add_option("--vocab", f.vocab);
   app.add_option("--seed", f.seed);
+  app.add_option("--inflight-reduces", f.inflight_reduces);
   app.add_option("--out", f.out);
   app.add_option("--checkpoint-dir", f.checkpoint_dir);
   app.add_option("--checkpoint-every", f.checkpoint_every);

@@ -193,6 +193,7 @@ absl::StatusOr<std::unique_ptr<ShardedEngine>> ShardedEngine::Create(
   if (o.max_inflight_all_gathers < 1) {
     return absl::InvalidArgumentError("fsdp.max_inflight_all_gathers must be >= 1");
   }
+  if (o.max_inflight_reduces < 1) return absl::InvalidArgumentError("max_inflight_reduces must be >= 1");
   if (world == nullptr || shard_comm == nullptr) return absl::InvalidArgumentError("missing communicator");
   std::unique_ptr<ShardedEngine> e(new ShardedEngine(std::move(layout), o, world, shard_comm, replica_comm,
                                                      world_rank, world_size));
@@ -447,29 +448,80 @@ void ShardedEngine::LaunchReduce(int unit, at::Tensor grad) {
     if (replica_comm_ && replica_comm_->size() > 1) p.work = replica_comm_->AllReduceSum(p.out);
   }
   pending_.push_back(std::move(p));
+  int64_t held = 0;
+  const int64_t gloo_recv = shard_comm_->size() > 1 && shard_comm_->backend() == "gloo" ? 1 : 0;
+  for (const PendingReduce& q : pending_) {
+    if (q.in.defined()) held += q.in.nbytes() * (1 + gloo_recv);
+    if (!q.out.is_same(q.in)) held += q.out.nbytes();
+  }
+  peak_reduce_bytes_ = std::max(peak_reduce_bytes_, held);
+  // Bounded gradient memory: past K unsharded inputs in flight, finish the oldest (its
+  // input is freed), so backward holds O(K x largest unit) of reduce buffers, not O(P).
+  while (InputsInFlight() > options_.max_inflight_reduces) ThrowIfError(AdvanceOldest(/*input_stage=*/true));
+  while (static_cast<int>(pending_.size()) > 2 * options_.max_inflight_reduces) ThrowIfError(AdvanceOldest(false));
+}
+
+int ShardedEngine::InputsInFlight() const {
+  int n = 0;
+  for (const PendingReduce& p : pending_) n += p.in.defined() ? 1 : 0;
+  return n;
+}
+
+absl::Status ShardedEngine::AdvanceOldest(bool input_stage) {
+  // Stages of one unit's reduction, always advanced oldest first so that every unit's
+  // contributions are added to its gradient shard in the order they were launched:
+  //   0  the shard-group reduce-scatter (or NO_SHARD's all-reduce) of `in` is in flight;
+  //   1  HYBRID_SHARD only: the shard's all-reduce across the replicas is in flight;
+  //   done: `out` is added to the fp32 gradient shard and the entry removed.
+  auto it = pending_.begin();
+  if (input_stage) {
+    while (it != pending_.end() && !it->in.defined()) ++it;
+    if (it == pending_.end()) return absl::OkStatus();
+  }
+  PendingReduce& p = *it;
+  if (p.work) {
+    absl::Status s = p.work->Wait();
+    p.work.reset();
+    if (!s.ok()) {
+      pending_.erase(it);
+      return s;
+    }
+  }
+  const bool hybrid = shard_comm_->size() > 1 && replica_comm_ && replica_comm_->size() > 1;
+  if (p.in.defined()) {
+    p.in = at::Tensor();  // the unsharded input: the memory this bound is about
+    if (hybrid) {
+      p.work = replica_comm_->AllReduceSum(p.out);
+      // Stage 1 stays queued; entries before it in the queue are finished first.
+      if (input_stage) return absl::OkStatus();
+      absl::Status s = p.work->Wait();
+      p.work.reset();
+      if (!s.ok()) {
+        pending_.erase(it);
+        return s;
+      }
+    }
+  }
+  if (it != pending_.begin()) return absl::OkStatus();  // added when it reaches the front
+  at::NoGradGuard no_grad;
+  grads_[p.unit].add_(p.out);
+  pending_.erase(it);
+  return absl::OkStatus();
 }
 
 absl::Status ShardedEngine::DrainPending() {
   absl::Status status;
-  for (auto& p : pending_) {
-    if (!p.work) continue;
-    absl::Status s = p.work->Wait();
-    if (status.ok()) status = s;
-  }
-  if (status.ok() && shard_comm_->size() > 1 && replica_comm_ && replica_comm_->size() > 1) {
-    // HYBRID_SHARD: the shard groups' sums, summed across the replicas.
-    std::vector<std::unique_ptr<CommWork>> works;
-    for (auto& p : pending_) works.push_back(replica_comm_->AllReduceSum(p.out));
-    for (auto& w : works) {
-      absl::Status s = w->Wait();
-      if (status.ok()) status = s;
+  while (!pending_.empty()) {
+    absl::Status s = AdvanceOldest(/*input_stage=*/false);
+    if (!s.ok() && status.ok()) status = s;
+    if (!status.ok()) {
+      // After a failure no gradient is trustworthy: finish what is in flight, add nothing.
+      for (auto& p : pending_) {
+        if (p.work) (void)p.work->Wait();
+      }
+      pending_.clear();
     }
   }
-  if (status.ok()) {
-    at::NoGradGuard no_grad;
-    for (auto& p : pending_) grads_[p.unit].add_(p.out);
-  }
-  pending_.clear();
   return status;
 }
 
@@ -585,7 +637,10 @@ int64_t ShardedEngine::PersistentBytes() const {
   for (const auto& g : prefetched_) {
     if (g) add(g->buffer);
   }
-  for (const auto& p : pending_) add(p.out);
+  for (const auto& p : pending_) {
+    add(p.in);
+    if (!p.out.is_same(p.in)) add(p.out);
+  }
   return bytes;
 }
 

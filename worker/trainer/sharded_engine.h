@@ -26,7 +26,12 @@
 // "post-backward"), and — because autograd runs ready nodes in decreasing creation order —
 // before any backward op of the unit acquired before it. So the post-backward of unit j
 // (a) makes sure unit j-1 is gathered again (FULL_SHARD), prefetching j-2, and (b) issues
-// unit j's gradient reduce-scatter asynchronously; ReduceGradients() waits for them.
+// unit j's gradient reduce-scatter asynchronously. At most `max_inflight_reduces`
+// unsharded gradients are in flight: launching one more first waits for the oldest,
+// adds its shard into the fp32 gradient shard and frees its input, so gradient
+// communication holds O(K x largest unit) bytes, not O(P) (PyTorch FSDP frees each
+// unsharded gradient once its reduce-scatter completes, the same way). ReduceGradients()
+// waits for the rest. Contributions to one shard are always added in launch order.
 // Freed units keep their storage object with zero bytes (as FSDP does), so tensors that
 // autograd saved for backward see the re-gathered values.
 //
@@ -51,6 +56,7 @@
 
 #include <ATen/ATen.h>
 
+#include <deque>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -74,6 +80,7 @@ struct ShardingOptions {
   at::ScalarType compute_dtype = at::kFloat;  // gathered params + activations: fp32/bf16/fp16
   at::ScalarType reduce_dtype = at::kFloat;   // gradient collectives: fp32/bf16/fp16
   int max_inflight_all_gathers = 2;    // units gathered ahead of use, at most (>= 1)
+  int max_inflight_reduces = 2;        // unsharded gradients in flight in backward, at most (>= 1)
   AdamWOptions adamw;                  // optimizer hyper-parameters
   double initial_loss_scale = 65536.0;  // fp16 only
   int loss_scale_growth_interval = 2000;  // fp16 only: clean steps before the scale doubles
@@ -159,6 +166,9 @@ class ShardedEngine : public ParamEngine {
   // Bytes of parameters + gradients + optimizer state (+ any gathered units or unsharded
   // accumulators) held right now; between steps this is the persistent footprint.
   int64_t PersistentBytes() const;
+  // The most bytes that gradient reductions in flight (unsharded inputs, their outputs and
+  // Gloo's receive buffers) have held at once since the engine was created.
+  int64_t peak_reduce_bytes() const { return peak_reduce_bytes_; }
 
  private:
   struct Gathered;
@@ -213,11 +223,16 @@ class ShardedEngine : public ParamEngine {
     at::Tensor in;   // keeps the send buffer alive
     at::Tensor out;  // [S_u] reduce dtype (or [padded] for NO_SHARD)
   };
-  std::vector<PendingReduce> pending_;
+  std::deque<PendingReduce> pending_;  // launch order
+  int64_t peak_reduce_bytes_ = 0;
   int64_t pass_generation_ = 0;
   int max_unit_in_pass_ = -1;
   std::vector<std::unique_ptr<Comm>> owned_comms_;  // groups made by CreateWithContext
 
+  int InputsInFlight() const;
+  // Advances the oldest pending reduction (the oldest with its input still held when
+  // `input_stage`) by one stage; see the comment in the .cc.
+  absl::Status AdvanceOldest(bool input_stage);
   absl::Status DrainPending();
   void DropPrefetched();
   void IssueGather(Gathered& g);

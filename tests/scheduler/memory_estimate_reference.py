@@ -1,0 +1,61 @@
+#!/usr/bin/python3
+"""An independent transcription of the memory-fit formula (scheduler/memory_estimate.h),
+written from its comment, not from the C++: it prints the figures that
+memory_estimate_test.cc and jobspec_test.cc hold as literals.
+
+Usage: memory_estimate_reference.py
+"""
+SHAPES = {
+    "llama2-7b": dict(h=4096, f=11008, L=32, H=32, KV=32, V=32000),
+    "llama2-13b": dict(h=5120, f=13824, L=40, H=40, KV=40, V=32000),
+    "llama2-70b": dict(h=8192, f=28672, L=80, H=64, KV=8, V=32000),
+}
+
+
+def estimate(preset, strategy="FULL_SHARD", world=1, group=0, c=2, r=4, ckpt=True, micro=4, seq=4096,
+             accum=1, ag=2, rs=2, fused=True, gpu=True):
+    m = SHAPES[preset]
+    h, f, L, H, V = m["h"], m["f"], m["L"], m["H"], m["V"]
+    kv = m["KV"] * (h // H)
+    layer_p = 2 * h + 2 * h * h + 2 * h * kv + 3 * h * f
+    embed = V * h
+    P = embed + L * layer_p + h + embed
+    U = max(layer_p, embed, h + embed)
+    n = {"FULL_SHARD": world, "SHARD_GRAD_OP": world, "HYBRID_SHARD": group or world, "NO_SHARD": 1}[strategy]
+    keeps = strategy in ("SHARD_GRAD_OP", "NO_SHARD")
+    shard = lambda b: (b * P + n - 1) // n
+    params, grads, optim = shard(4), shard(4), shard(8)
+    if keeps and accum > 1:
+        grads += 4 * P
+    t = micro * seq
+    attention = 0 if fused else t * H * seq * (4 + (0 if c == 4 else c))
+    layer = t * (6 * h + 2 * kv + 4 * f) * c + t * 2 * h * 4 + attention
+    saved = L * t * h * c + layer if ckpt else L * layer
+    head = t * (4 * h + 2 * h * c) + t * V * 16
+    acts = saved + head
+    gathered = P * c if keeps else (ag + 1) * U * c
+    comm = min((rs + 1) * U, P) * r * (1 if gpu else 2)
+    rest = params + grads + optim + gathered + acts + comm
+    work = (1 << 30) + rest // 10
+    return dict(parameters=params, gradients=grads, optimizer_state=optim, gathered_params=gathered,
+                activations=acts, communication=comm, workspace=work, total=rest + work)
+
+
+CASES = {
+    "7b FULL_SHARD 16 ranks": dict(preset="llama2-7b", world=16),
+    "13b HYBRID fp32 no ckpt": dict(preset="llama2-13b", strategy="HYBRID_SHARD", world=16, group=8, c=4,
+                                    ckpt=False, micro=1, seq=2048, fused=False),
+    "70b NO_SHARD 16 ranks": dict(preset="llama2-70b", strategy="NO_SHARD", world=16, micro=1),
+    "7b SHARD_GRAD_OP accum 4": dict(preset="llama2-7b", strategy="SHARD_GRAD_OP", world=8, r=2, micro=2, accum=4),
+    # The Kubeflow/EKS post's runs: FULL_SHARD, bf16, activation checkpointing, seq 4096.
+    "post 7b 2 x p5 micro 3": dict(preset="llama2-7b", world=16, micro=3),
+    "post 13b 2 x p5 micro 3": dict(preset="llama2-13b", world=16, micro=3),
+    "post 70b 16 x p5 micro 3": dict(preset="llama2-70b", world=128, micro=3),
+    "70b 8 x p5 micro 1": dict(preset="llama2-70b", world=64, micro=1),
+    "7b HYBRID 2 x p5 micro 3": dict(preset="llama2-7b", strategy="HYBRID_SHARD", world=16, group=8, micro=3),
+}
+
+if __name__ == "__main__":
+    for name, case in CASES.items():
+        e = estimate(**case)
+        print("%-28s %s  (%.1f GiB)" % (name, " ".join("%s=%d" % kv for kv in e.items()), e["total"] / 2**30))
