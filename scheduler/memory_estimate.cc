@@ -80,9 +80,10 @@ MemoryEstimate EstimateMemory(const MemoryInputs& in) {
   const int64_t gathered_fwd = keeps_gathered ? P * c : (in.max_inflight_all_gathers + 1) * U * c;
   // Backward: up to K + 1 unsharded gradients in reduce dtype are alive at once (the one
   // just launched before the oldest is freed), early in backward while the activations
-  // are still held; Gloo's reduce-scatter (an all-to-all) adds a receive buffer per input.
+  // are still held; Gloo's reduce-scatter (an all-to-all) adds a receive buffer per input,
+  // and each sharded reduction its output shard.
   const int64_t inflight = std::min<int64_t>((in.max_inflight_reduces + 1) * U, P);
-  const int64_t communication = inflight * r * (in.gpu ? 1 : 2);
+  const int64_t communication = inflight * r * (in.gpu ? 1 : 2) + (n > 1 ? (inflight * r + n - 1) / n : 0);
   e.peak_phase = "backward";
   e.gathered_params = gathered_fwd;
   e.activations = activations;

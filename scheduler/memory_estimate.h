@@ -30,7 +30,7 @@
 //   communication     min((K + 1) x U, P) x r, K = max_inflight_reduces: the unsharded
 //                     gradients whose reduce-scatter is in flight (the engine waits for
 //                     the oldest before it holds more), x 2 on a CPU (Gloo's all-to-all
-//                     receive buffer).
+//                     receive buffer), + 1/N of that for the output shards (N > 1).
 //   workspace         runtime (CUDA context, cuBLAS/NCCL workspaces: 1 GiB on a GPU; the
 //                     process itself on a CPU) + 10% of the rest on a GPU for allocator
 //                     fragmentation.

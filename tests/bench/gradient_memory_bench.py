@@ -72,7 +72,8 @@ def main():
         for m, k in modes.items():
             comm = statistics.median(r[0] for r in results[(m, L)])
             rss = statistics.median(r[1] for r in results[(m, L)])
-            est = min((k + 1) * U, P) * 4 * 2
+            inflight = min((k + 1) * U, P)
+            est = inflight * 4 * 2 + (inflight * 4 + 1) // 2
             print(f"{L:>6} {m:<15}{mib(comm):>18.1f} MiB{mib(rss):>11.0f} MiB{mib(est):>11.1f} MiB")
 
 

@@ -293,7 +293,7 @@ TEST(JobSpecMemoryFit, Llama7bFullShardOn2x8IsAcceptedAndEstimated) {
   EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
   std::optional<v1::MemoryEstimate> e = EstimateJobMemory(spec);
   ASSERT_TRUE(e.has_value());
-  EXPECT_EQ(e->total_bytes(), 30394479001);
+  EXPECT_EQ(e->total_bytes(), 30561445273);
   EXPECT_EQ(e->peak_phase(), "backward");
 }
 

@@ -34,7 +34,8 @@ def estimate(preset, strategy="FULL_SHARD", world=1, group=0, c=2, r=4, ckpt=Tru
     head = t * (4 * h + 2 * h * c) + t * V * 16
     acts = saved + head
     gathered = P * c if keeps else (ag + 1) * U * c
-    comm = min((rs + 1) * U, P) * r * (1 if gpu else 2)
+    inflight = min((rs + 1) * U, P)
+    comm = inflight * r * (1 if gpu else 2) + ((inflight * r + n - 1) // n if n > 1 else 0)
     rest = params + grads + optim + gathered + acts + comm
     work = (1 << 30) + rest // 10
     return dict(parameters=params, gradients=grads, optimizer_state=optim, gathered_params=gathered,

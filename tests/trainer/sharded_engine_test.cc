@@ -374,6 +374,70 @@ TEST_F(ShardedTest, TruncatedCheckpointIsRefused) {
   EXPECT_EQ(ShardedCheckpoint::Open(ckpt + "/step-1").status().code(), absl::StatusCode::kNotFound);
 }
 
+TEST_F(ShardedTest, RankKilledDuringABackgroundCheckpointWriteResumesFromThePreviousOne) {
+  // Uninterrupted: 6 steps, a checkpoint every 2 (written in the background).
+  RankRun whole = Launch(2, {"--strategy", "FULL_SHARD", "--steps", "6", "--checkpoint-dir", Out("whole-ck"),
+                             "--checkpoint-every", "2"},
+                         Out("whole6"));
+  ASSERT_TRUE(AllOk(whole)) << whole.stderr_text;
+
+  // Rank 1 is SIGKILLed on its writer thread after writing its files of step-4, before
+  // publishing them: step-4 never completes, rank 0 fails at its next collective.
+  const std::string ckpt = Out("killed-ck");
+  RankRun killed = Launch(2, {"--strategy", "FULL_SHARD", "--steps", "6", "--checkpoint-dir", ckpt,
+                              "--checkpoint-every", "2", "--die-in-checkpoint-write", "4", "--die-rank", "1",
+                              "--timeout", "10"},
+                          Out("killed"), 60);
+  ASSERT_EQ(killed.exit_codes.size(), 2u);
+  EXPECT_EQ(killed.exit_codes[1], 128 + SIGKILL) << killed.stderr_text;
+  EXPECT_NE(killed.exit_codes[0], 0);
+  EXPECT_NE(killed.exit_codes[0], -1) << "rank 0 did not exit within 60 s";
+  EXPECT_TRUE(fs::exists(ckpt + "/step-2/manifest.json"));
+  EXPECT_FALSE(fs::exists(ckpt + "/step-4/manifest.json"));
+  auto latest = LatestCheckpoint(ckpt);
+  ASSERT_TRUE(latest.ok()) << latest.status();
+  EXPECT_EQ(fs::path(*latest).filename(), "step-2");
+  EXPECT_TRUE(VerifyCheckpoint(*latest, "").ok());
+
+  // The restarted job resumes from step-2, saves step-4 and step-6 again over the debris,
+  // and ends with the uninterrupted run's weights, bit for bit.
+  RankRun resumed = Launch(2, {"--strategy", "FULL_SHARD", "--steps", "6", "--checkpoint-dir", ckpt,
+                               "--checkpoint-every", "2", "--resume", *latest},
+                           Out("resumed"));
+  ASSERT_TRUE(AllOk(resumed)) << resumed.stderr_text;
+  EXPECT_EQ(MaxRelativeDiff(resumed.out + "/weights", whole.out + "/weights"), 0.0);
+  EXPECT_TRUE(fs::exists(ckpt + "/step-6/manifest.json"));
+  EXPECT_FALSE(fs::exists(ckpt + "/step-4.partial"));
+}
+
+TEST_F(ShardedTest, SynchronousAndAsynchronousCheckpointsAreTheSameFiles) {
+  const std::string sync_ck = Out("sync-ck"), async_ck = Out("async-ck");
+  RankRun a = Launch(2, {"--strategy", "HYBRID_SHARD", "--hybrid-group", "1", "--checkpoint-dir", async_ck,
+                         "--checkpoint-every", "2"},
+                     Out("async"));
+  RankRun b = Launch(2, {"--strategy", "HYBRID_SHARD", "--hybrid-group", "1", "--checkpoint-dir", sync_ck,
+                         "--checkpoint-every", "2", "--sync-checkpoint"},
+                     Out("sync"));
+  ASSERT_TRUE(AllOk(a)) << a.stderr_text;
+  ASSERT_TRUE(AllOk(b)) << b.stderr_text;
+  for (const char* step : {"step-2", "step-4"}) {
+    auto x = ShardedCheckpoint::Open(absl::StrCat(async_ck, "/", step), /*verify_hashes=*/true);
+    auto y = ShardedCheckpoint::Open(absl::StrCat(sync_ck, "/", step), /*verify_hashes=*/true);
+    ASSERT_TRUE(x.ok()) << x.status();
+    ASSERT_TRUE(y.ok()) << y.status();
+    // The same shards and config (rank-R.json holds each process's own unseeded RNG state).
+    auto weights = [](const json& files) {
+      json out = json::array();
+      for (const json& f : files) {
+        if (f.at("name").get<std::string>().rfind("rank-", 0) != 0) out.push_back(f);
+      }
+      return out;
+    };
+    EXPECT_EQ(weights((*x)->manifest().at("files")), weights((*y)->manifest().at("files"))) << step;
+    EXPECT_EQ(weights((*x)->manifest().at("files")).size(), 2u);
+  }
+}
+
 TEST_F(ShardedTest, KilledRankMakesTheOthersExitNonZeroWithinTheTimeout) {
   // Rank 1 SIGKILLs itself after the forward of step 1; rank 0 is then in (or about to
   // start) a collective with a dead peer. Timeout 10 s; rank 0 must be gone well before

@@ -28,6 +28,7 @@
 #include "hf_io.h"
 #include "model.h"
 #include "nlohmann/json.hpp"
+#include "checkpoint_writer.h"
 #include "sharded_checkpoint.h"
 #include "sharded_engine.h"
 #include "train.h"
@@ -62,6 +63,8 @@ struct Flags {
   std::string resume;
   int die_at_step = -1;
   int die_rank = 1;
+  int die_in_checkpoint_write = -1;  // step whose background write --die-rank dies in
+  bool sync_checkpoint = false;      // checkpoint.async: false
   int timeout_s = 120;
   int inflight = 2;
   int inflight_reduces = 2;
@@ -163,10 +166,43 @@ absl::Status Run(const Flags& f) {
     return at::randint(f.vocab, {rows, f.seq_len}, gen, at::kLong);
   };
 
+  // Checkpoints as the trainer writes them (checkpoint_writer.h); rank 0 prints each one
+  // once it is complete.
+  std::unique_ptr<lt::CheckpointWriter> writer;
+  if (sharded && !f.checkpoint_dir.empty()) {
+    LF_ASSIGN_OR_RETURN(std::unique_ptr<lt::KeyValueStore> kv, ctx->NewKeyValueStore("checkpoint-writer"));
+    lt::CheckpointWriterOptions wo;
+    wo.root = f.checkpoint_dir;
+    wo.async = !f.sync_checkpoint;
+    if (f.die_in_checkpoint_write > 0) {
+      wo.after_files_written = [&f](const lt::CheckpointSnapshot& s) {
+        if (s.progress.step == f.die_in_checkpoint_write && s.rank == f.die_rank) {
+          std::fprintf(stderr, "sharded_rank: rank %d dying while writing checkpoint step-%d\n", s.rank,
+                       f.die_in_checkpoint_write);
+          std::fflush(stderr);
+          raise(SIGKILL);
+        }
+      };
+    }
+    writer = std::make_unique<lt::CheckpointWriter>(std::move(kv), wo);
+  }
+  auto report_saved = [&](const absl::StatusOr<std::optional<lt::SavedCheckpoint>>& done) -> absl::Status {
+    if (!done.ok()) return done.status();
+    if (engine.rank() == 0 && done->has_value()) {
+      const lt::SavedCheckpoint& saved = **done;
+      std::printf("%s\n", json{{"event", "checkpoint_saved"}, {"path", saved.path}, {"step", saved.step},
+                               {"bytes", saved.bytes}, {"manifest_sha256", saved.manifest_sha256},
+                               {"loss", saved.loss}, {"write_seconds", saved.write_seconds}}.dump().c_str());
+      std::fflush(stdout);
+    }
+    return absl::OkStatus();
+  };
+
   const int start = resume ? static_cast<int>(resume->step()) : 0;
   json report = {{"rank", engine.rank()}, {"world_size", world}, {"start_step", start}};
   std::vector<double> losses, norms;
   double tokens = 0;
+  double checkpoint_blocked = 0;  // seconds the step loop waited for checkpoints
   auto t0 = std::chrono::steady_clock::now();
   for (int step = start; step < f.steps; ++step) {
     if (step == start + f.warmup && f.warmup > 0) {
@@ -211,25 +247,30 @@ absl::Status Run(const Flags& f) {
     losses.push_back(loss);
     norms.push_back(norm);
     tokens += static_cast<double>(rows) * f.seq_len;
-    if (sharded && !f.checkpoint_dir.empty() && f.checkpoint_every > 0 && (step + 1) % f.checkpoint_every == 0) {
+    if (writer) LF_RETURN_IF_ERROR(report_saved(writer->Poll()));
+    if (writer && f.checkpoint_every > 0 && (step + 1) % f.checkpoint_every == 0) {
       lt::TrainerProgress p;
       p.step = step + 1;
       p.loss = loss;
       p.seed = f.seed;
-      LF_ASSIGN_OR_RETURN(lt::SavedCheckpoint saved,
-                          lt::SaveShardedCheckpoint(*sharded, ctx->world(), config, f.checkpoint_dir, p));
-      if (engine.rank() == 0) {
-        std::printf("%s\n", json{{"event", "checkpoint_saved"}, {"path", saved.path}, {"step", p.step},
-                                 {"bytes", saved.bytes}, {"manifest_sha256", saved.manifest_sha256},
-                                 {"loss", loss}}.dump().c_str());
-        std::fflush(stdout);
-      }
+      const auto blocked_from = std::chrono::steady_clock::now();
+      std::optional<lt::SavedCheckpoint> previous;
+      LF_RETURN_IF_ERROR(writer->Start(lt::TakeSnapshot(*sharded, config, p), &previous));
+      checkpoint_blocked += std::chrono::duration<double>(std::chrono::steady_clock::now() - blocked_from).count();
+      LF_RETURN_IF_ERROR(report_saved(previous));
     }
+  }
+  if (writer) {
+    const auto blocked_from = std::chrono::steady_clock::now();
+    absl::StatusOr<std::optional<lt::SavedCheckpoint>> last = writer->Wait();
+    checkpoint_blocked += std::chrono::duration<double>(std::chrono::steady_clock::now() - blocked_from).count();
+    LF_RETURN_IF_ERROR(report_saved(last));
   }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   report["losses"] = losses;
   report["grad_norms"] = norms;
   report["seconds"] = secs;
+  report["checkpoint_blocked_seconds"] = checkpoint_blocked;
   report["tokens_per_s"] = secs > 0 ? tokens / secs : 0.0;
   report["peak_rss_bytes"] = PeakRss();
   if (sharded) {
@@ -289,6 +330,8 @@ int main(int argc, char** argv) {
   app.add_option("--vocab", f.vocab);
   app.add_option("--seed", f.seed);
   app.add_option("--inflight-reduces", f.inflight_reduces);
+  app.add_option("--die-in-checkpoint-write", f.die_in_checkpoint_write);
+  app.add_flag("--sync-checkpoint", f.sync_checkpoint);
   app.add_option("--out", f.out);
   app.add_option("--checkpoint-dir", f.checkpoint_dir);
   app.add_option("--checkpoint-every", f.checkpoint_every);

@@ -399,6 +399,85 @@ absl::StatusOr<std::unique_ptr<Comm>> DistContext::NewGroup(const std::vector<st
   return absl::InvalidArgumentError(absl::StrCat("rank ", rank(), " is in no group of ", tag));
 }
 
+namespace {
+
+class LocalKeyValueStore : public KeyValueStore {
+ public:
+  absl::Status Set(const std::string& key, const std::string& value) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    values_[key] = value;
+    cv_.notify_all();
+    return absl::OkStatus();
+  }
+  absl::StatusOr<std::string> Get(const std::string& key, std::chrono::milliseconds timeout) override {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (!cv_.wait_for(lock, timeout, [&] { return values_.count(key) > 0; })) {
+      return absl::DeadlineExceededError(absl::StrCat("waiting for key ", key));
+    }
+    return values_[key];
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<std::string, std::string> values_;
+};
+
+class TcpKeyValueStore : public KeyValueStore {
+ public:
+  TcpKeyValueStore(c10::intrusive_ptr<c10d::Store> store, std::string where)
+      : store_(std::move(store)), where_(std::move(where)) {}
+  absl::Status Set(const std::string& key, const std::string& value) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    try {
+      store_->set(key, std::vector<uint8_t>(value.begin(), value.end()));
+    } catch (...) {
+      return absl::UnavailableError(absl::StrCat("setting ", key, " in the TCPStore at ", where_, ": ",
+                                                 ExceptionText(std::current_exception())));
+    }
+    return absl::OkStatus();
+  }
+  absl::StatusOr<std::string> Get(const std::string& key, std::chrono::milliseconds timeout) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    try {
+      store_->wait({key}, timeout);
+      const std::vector<uint8_t> v = store_->get(key);
+      return std::string(v.begin(), v.end());
+    } catch (...) {
+      return absl::DeadlineExceededError(absl::StrCat("waiting for ", key, " in the TCPStore at ", where_, ": ",
+                                                      ExceptionText(std::current_exception())));
+    }
+  }
+
+ private:
+  std::mutex mu_;
+  c10::intrusive_ptr<c10d::Store> store_;
+  const std::string where_;
+};
+
+}  // namespace
+
+std::unique_ptr<KeyValueStore> MakeLocalKeyValueStore() { return std::make_unique<LocalKeyValueStore>(); }
+
+absl::StatusOr<std::unique_ptr<KeyValueStore>> DistContext::NewKeyValueStore(const std::string& prefix) {
+  const RendezvousOptions& o = options_;
+  if (o.world_size == 1) return MakeLocalKeyValueStore();
+  const std::string where = absl::StrCat(o.master_addr, ":", o.master_port);
+  try {
+    c10d::TCPStoreOptions so;
+    so.port = static_cast<uint16_t>(o.master_port);
+    so.isServer = false;
+    so.waitWorkers = false;
+    so.timeout = o.timeout;
+    auto client = c10::make_intrusive<c10d::TCPStore>(o.master_addr, so);
+    return std::unique_ptr<KeyValueStore>(
+        new TcpKeyValueStore(c10::make_intrusive<c10d::PrefixStore>(prefix, client), where));
+  } catch (...) {
+    return absl::UnavailableError(absl::StrCat("connecting to the TCPStore at ", where, ": ",
+                                               ExceptionText(std::current_exception())));
+  }
+}
+
 absl::Status DistContext::Barrier() {
   at::Tensor t = at::zeros({1}, at::TensorOptions().dtype(at::kFloat).device(options_.device));
   return world_->AllReduceSum(t)->Wait();

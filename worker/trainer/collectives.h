@@ -66,6 +66,19 @@ class Comm {
 // A Comm of one rank (single process, or NO_SHARD's shard "group").
 std::unique_ptr<Comm> MakeLocalComm();
 
+// Keys and values shared by the job's ranks, for work off the training thread (the
+// background checkpoint writer): collectives there would interleave with the training
+// thread's. Thread-safe; each instance has its own connection.
+class KeyValueStore {
+ public:
+  virtual ~KeyValueStore() = default;
+  virtual absl::Status Set(const std::string& key, const std::string& value) = 0;
+  // Blocks until some rank has set `key` (DEADLINE_EXCEEDED after `timeout`).
+  virtual absl::StatusOr<std::string> Get(const std::string& key, std::chrono::milliseconds timeout) = 0;
+};
+// A store for one process (world size 1).
+std::unique_ptr<KeyValueStore> MakeLocalKeyValueStore();
+
 struct RendezvousOptions {
   int rank = 0;                    // global rank
   int world_size = 1;              // ranks in the job
@@ -99,6 +112,10 @@ class DistContext {
 
   // Blocks until every rank has reached the barrier (bounded by the timeout).
   absl::Status Barrier();
+
+  // A new connection to the job's TCPStore under `prefix` (a local store for world size 1),
+  // never shared with the process groups.
+  absl::StatusOr<std::unique_ptr<KeyValueStore>> NewKeyValueStore(const std::string& prefix);
 
  private:
   DistContext() = default;

@@ -123,6 +123,7 @@ absl::StatusOr<lt::TrainOptions> OptionsFromSpecFile(const std::string& path,
   o.max_inflight_all_gathers = fsdp.max_inflight_all_gathers();
   o.checkpoint_dir = spec.checkpoint().dir();
   o.checkpoint_every = spec.checkpoint().every_steps();
+  o.checkpoint_async = !spec.checkpoint().has_async() || spec.checkpoint().async();
   o.resume = spec.checkpoint().resume();
   o.export_dir = spec.output().export_dir();
   switch (spec.output().export_dtype()) {

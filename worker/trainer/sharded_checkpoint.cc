@@ -24,16 +24,17 @@ namespace llamafleet::trainer {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-namespace {
-
-constexpr char kFormat[] = "llamafleet-sharded-v1";
-constexpr const char* kKinds[] = {"param", "exp_avg", "exp_avg_sq"};
-constexpr int64_t kDigestBytes = 32;
+const char* const kShardKinds[3] = {"param", "exp_avg", "exp_avg_sq"};
 
 std::string ShardFileName(int index, int count) {
   return absl::StrFormat("shard-%05d-of-%05d.safetensors", index, count);
 }
 std::string RankFileName(int rank) { return absl::StrFormat("rank-%05d.json", rank); }
+
+namespace {
+
+constexpr const char* kFormat = kShardedCheckpointFormat;
+constexpr const char* const* kKinds = kShardKinds;
 
 std::string Hex(const unsigned char* d, size_t n) {
   static const char* kDigits = "0123456789abcdef";
@@ -63,6 +64,8 @@ absl::StatusOr<std::string> Sha256Raw(const std::string& path) {
   return std::string(reinterpret_cast<char*>(md), len);
 }
 
+}  // namespace
+
 absl::Status FsyncDir(const std::string& dir) {
   int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) return absl::PermissionDeniedError(absl::StrCat(dir, ": cannot open directory"));
@@ -71,18 +74,22 @@ absl::Status FsyncDir(const std::string& dir) {
   return absl::OkStatus();
 }
 
+namespace {
 int64_t FileSize(const std::string& path) {
   std::error_code ec;
   auto n = fs::file_size(path, ec);
   return ec ? -1 : static_cast<int64_t>(n);
 }
+}  // namespace
 
-std::string RngStateHex() {
+std::string CpuRngStateHex() {
   at::Generator gen = at::detail::getDefaultCPUGenerator();
   std::lock_guard<std::mutex> lock(gen.mutex());
   at::Tensor state = gen.get_state();
   return Hex(state.data_ptr<uint8_t>(), static_cast<size_t>(state.numel()));
 }
+
+namespace {
 
 void SetRngStateHex(const std::string& hex) {
   if (hex.empty() || hex.size() % 2) return;
@@ -141,184 +148,6 @@ bool PreemptionRequested() { return g_preempt.load(); }
 absl::StatusOr<std::string> Sha256File(const std::string& path) {
   LF_ASSIGN_OR_RETURN(std::string raw, Sha256Raw(path));
   return Hex(reinterpret_cast<const unsigned char*>(raw.data()), raw.size());
-}
-
-absl::StatusOr<SavedCheckpoint> SaveShardedCheckpoint(ShardedEngine& engine, Comm& world,
-                                                      const LlamaConfig& config, const std::string& root,
-                                                      const TrainerProgress& progress) {
-  SavedCheckpoint result;
-  absl::Status st = CatchTorch("saving checkpoint", [&]() -> absl::Status {
-    const int rank = world.rank(), W = world.size();
-    const bool rank0 = rank == 0;
-    const std::string final_dir = (fs::path(root) / absl::StrCat("step-", progress.step)).string();
-    const std::string partial = final_dir + ".partial";
-    auto barrier = [&]() -> absl::Status {
-      at::Tensor t = at::zeros({1}, at::TensorOptions().dtype(at::kFloat).device(engine.options().device));
-      return world.AllReduceSum(t)->Wait();
-    };
-    // Every rank learns whether rank 0 could prepare the directory (errors stay collective).
-    double prep_failed = 0;
-    if (rank0) {
-      std::error_code ec;
-      fs::create_directories(root, ec);
-      fs::remove_all(partial, ec);
-      if (!fs::create_directories(partial, ec)) prep_failed = 1;
-    }
-    {
-      at::Tensor t = at::full({1}, prep_failed, at::TensorOptions().dtype(at::kDouble).device(engine.options().device));
-      LF_RETURN_IF_ERROR(world.AllReduceSum(t)->Wait());
-      if (t.item<double>() > 0) return absl::PermissionDeniedError(absl::StrCat(partial, ": cannot create"));
-    }
-
-    // This rank's files: its shard (replica 0 only) and its state.
-    const int shards = engine.shard_size();
-    const bool writes_shard = engine.replica_rank() == 0;
-    std::vector<std::pair<std::string, std::string>> mine;  // (name, raw digest)
-    std::vector<int64_t> sizes;
-    if (writes_shard) {
-      const std::string name = ShardFileName(engine.shard_rank(), shards);
-      const std::string path = (fs::path(partial) / name).string();
-      std::vector<SafetensorsWriter::Entry> entries;
-      std::vector<at::Tensor> tensors;
-      for (size_t u = 0; u < engine.layout().size(); ++u) {
-        const int unit = static_cast<int>(u);
-        const at::Tensor parts[] = {engine.master(unit), engine.exp_avg(unit), engine.exp_avg_sq(unit)};
-        for (int k = 0; k < 3; ++k) {
-          entries.push_back({absl::StrCat(u, ".", kKinds[k]), StDtype::kF32, {engine.span(unit).shard}});
-          tensors.push_back(parts[k].detach().to(at::kCPU, at::kFloat).contiguous());
-        }
-      }
-      LF_ASSIGN_OR_RETURN(auto writer, SafetensorsWriter::Open(path, entries, {{"format", "pt"}}));
-      for (const at::Tensor& t : tensors) LF_RETURN_IF_ERROR(writer->Append(t.data_ptr(), t.nbytes()));
-      LF_RETURN_IF_ERROR(writer->Finish());
-      LF_ASSIGN_OR_RETURN(std::string digest, Sha256Raw(path));
-      mine.emplace_back(name, digest);
-      sizes.push_back(FileSize(path));
-    }
-    {
-      const std::string name = RankFileName(rank);
-      const std::string path = (fs::path(partial) / name).string();
-      json state = {{"rank", rank},
-                    {"step", progress.step},
-                    {"epoch", progress.epoch},
-                    {"seed", progress.seed},
-                    {"tokens_seen", progress.tokens_seen},
-                    {"rng_cpu", RngStateHex()}};
-      LF_RETURN_IF_ERROR(WriteStringToFile(path, state.dump(2)));
-      LF_ASSIGN_OR_RETURN(std::string digest, Sha256Raw(path));
-      mine.emplace_back(name, digest);
-      sizes.push_back(FileSize(path));
-    }
-
-    // Rank 0 learns every rank's digests and sizes: 2 slots of (32-byte digest, 8-byte
-    // size, 1 present flag) per rank, all-gathered as bytes.
-    constexpr int64_t kSlot = kDigestBytes + 8 + 1;
-    at::Tensor local = at::zeros({2 * kSlot}, at::kByte);
-    // The shard file is always slot 0, the state file slot 1.
-    for (size_t i = 0; i < mine.size(); ++i) {
-      const int slot = writes_shard ? static_cast<int>(i) : 1;
-      uint8_t* p = local.data_ptr<uint8_t>() + slot * kSlot;
-      std::memcpy(p, mine[i].second.data(), kDigestBytes);
-      std::memcpy(p + kDigestBytes, &sizes[i], 8);
-      p[kDigestBytes + 8] = 1;
-    }
-    at::Tensor all_dev = at::zeros({W * 2 * kSlot}, at::TensorOptions().dtype(at::kByte).device(engine.options().device));
-    LF_RETURN_IF_ERROR(world.AllGather(all_dev, local.to(engine.options().device))->Wait());
-    const at::Tensor all = all_dev.to(at::kCPU);
-
-    double failed = 0;
-    std::string error;
-    if (rank0) {
-      absl::Status s = [&]() -> absl::Status {
-        json files = json::array();
-        int64_t total = 0;
-        const uint8_t* a = all.data_ptr<uint8_t>();
-        for (int r = 0; r < W; ++r) {
-          for (int slot = 0; slot < 2; ++slot) {
-            const uint8_t* p = a + (r * 2 + slot) * kSlot;
-            if (!p[kDigestBytes + 8]) continue;
-            int64_t size;
-            std::memcpy(&size, p + kDigestBytes, 8);
-            // Which shard rank r wrote: shard ranks are positions in the shard group.
-            std::string name;
-            if (slot == 1) {
-              name = RankFileName(r);
-            } else {
-              const int group = shards;  // shard groups are consecutive blocks of ranks
-              name = ShardFileName(r % group, shards);
-            }
-            files.push_back({{"name", name}, {"bytes", size}, {"sha256", Hex(p, kDigestBytes)}});
-            total += size;
-          }
-        }
-        const std::string config_path = (fs::path(partial) / "config.json").string();
-        LF_RETURN_IF_ERROR(WriteStringToFile(config_path, ConfigToJson(config, "float32")));
-        LF_ASSIGN_OR_RETURN(std::string config_sha, Sha256File(config_path));
-        files.push_back({{"name", "config.json"}, {"bytes", FileSize(config_path)}, {"sha256", config_sha}});
-        total += FileSize(config_path);
-        json units = json::array();
-        for (size_t u = 0; u < engine.layout().size(); ++u) {
-          units.push_back({{"name", engine.layout()[u].name},
-                           {"numel", engine.span(static_cast<int>(u)).numel},
-                           {"padded", engine.span(static_cast<int>(u)).padded}});
-        }
-        json manifest = {{"format", kFormat},
-                         {"step", progress.step},
-                         {"epoch", progress.epoch},
-                         {"loss", progress.loss},
-                         {"seed", progress.seed},
-                         {"tokens_seen", progress.tokens_seen},
-                         {"rows_seen", progress.rows_seen},
-                         {"global_batch", progress.global_batch},
-                         {"world_size", W},
-                         {"strategy", ShardingStrategyName(engine.options().strategy)},
-                         {"shard_group_size", shards},
-                         {"optimizer_steps", engine.optimizer_steps()},
-                         {"loss_scale", engine.loss_scale()},
-                         {"units", units},
-                         {"files", files}};
-        const std::string text = manifest.dump(2);
-        const std::string tmp = (fs::path(partial) / "manifest.json.tmp").string();
-        LF_RETURN_IF_ERROR(WriteStringToFile(tmp, text));
-        std::error_code ec;
-        fs::rename(tmp, fs::path(partial) / "manifest.json", ec);
-        if (ec) return absl::DataLossError(absl::StrCat(partial, ": cannot rename the manifest: ", ec.message()));
-        LF_RETURN_IF_ERROR(FsyncDir(partial));
-        // Into place. A complete step-N from an earlier attempt is replaced.
-        if (fs::exists(final_dir, ec)) {
-          const std::string aside = absl::StrCat(final_dir, ".old-", ::getpid());
-          fs::rename(final_dir, aside, ec);
-          fs::remove_all(aside, ec);
-        }
-        fs::rename(partial, final_dir, ec);
-        if (ec) return absl::DataLossError(absl::StrCat(final_dir, ": cannot rename into place: ", ec.message()));
-        LF_RETURN_IF_ERROR(FsyncDir(root));
-        LF_ASSIGN_OR_RETURN(std::string manifest_sha, Sha256File((fs::path(final_dir) / "manifest.json").string()));
-        result.path = final_dir;
-        result.bytes = total + static_cast<int64_t>(text.size());
-        result.manifest_sha256 = manifest_sha;
-        return absl::OkStatus();
-      }();
-      if (!s.ok()) {
-        failed = 1;
-        error = std::string(s.message());
-      }
-    }
-    at::Tensor t = at::full({1}, failed, at::TensorOptions().dtype(at::kDouble).device(engine.options().device));
-    LF_RETURN_IF_ERROR(world.AllReduceSum(t)->Wait());
-    if (t.item<double>() > 0) {
-      return absl::DataLossError(rank0 ? error : "rank 0 failed to complete the checkpoint");
-    }
-    LF_RETURN_IF_ERROR(barrier());
-    if (!rank0) {
-      result.path = final_dir;
-      auto sha = Sha256File((fs::path(final_dir) / "manifest.json").string());
-      if (sha.ok()) result.manifest_sha256 = *sha;
-    }
-    return absl::OkStatus();
-  });
-  if (!st.ok()) return st;
-  return result;
 }
 
 ShardedCheckpoint::~ShardedCheckpoint() = default;

@@ -1,5 +1,6 @@
 // Sharded checkpoints of a ShardedEngine: every rank writes its own files, rank 0 writes a
-// manifest last, and a checkpoint can be resumed on any world size and strategy.
+// manifest last (checkpoint_writer.h writes them, off the step loop), and a checkpoint can
+// be resumed on any world size and strategy.
 //
 // Layout of <root>/step-N/:
 //   shard-SSSSS-of-NNNNN.safetensors  shard S of N (N = shard group size): for each unit u,
@@ -45,20 +46,22 @@ struct TrainerProgress {
   int64_t global_batch = 0;
 };
 
+// The layout's names, shared by the reader below and the writer (checkpoint_writer.h).
+inline constexpr char kShardedCheckpointFormat[] = "llamafleet-sharded-v1";
+extern const char* const kShardKinds[3];  // per unit: "param", "exp_avg", "exp_avg_sq"
+std::string ShardFileName(int index, int count);  // shard-SSSSS-of-NNNNN.safetensors
+std::string RankFileName(int rank);               // rank-RRRRR.json
+std::string CpuRngStateHex();                     // the default CPU generator's state
+absl::Status FsyncDir(const std::string& dir);
+
 struct SavedCheckpoint {
   std::string path;             // <root>/step-N (holds the manifest)
+  int64_t step = 0;             // optimizer steps it holds
+  double loss = 0;              // loss of its last step
+  double write_seconds = 0;     // this rank's write: start to complete (checkpoint_writer.h)
   int64_t bytes = 0;            // all files, manifest included
   std::string manifest_sha256;  // hex sha256 of manifest.json
 };
-
-// Collective: every rank calls it with the same arguments (but its own engine). Removes an
-// old step-N.partial, writes this rank's files, and on rank 0 the manifest, then renames the
-// directory into place. Never deletes a complete checkpoint: retention (keep_last) is the
-// coordinator's, which applies it to the checkpoints it recorded. Returns the same result on
-// every rank.
-absl::StatusOr<SavedCheckpoint> SaveShardedCheckpoint(ShardedEngine& engine, Comm& world,
-                                                      const LlamaConfig& config, const std::string& root,
-                                                      const TrainerProgress& progress);
 
 // Verifies a recorded checkpoint before a resume: `dir`/manifest.json must hash to
 // `manifest_sha256` (skipped when empty), be a complete manifest whose files all exist with

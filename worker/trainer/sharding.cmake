@@ -11,7 +11,8 @@ find_package(OpenSSL REQUIRED)
 target_sources(llamafleet_trainer PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/collectives.cc
   ${CMAKE_CURRENT_LIST_DIR}/sharded_engine.cc
-  ${CMAKE_CURRENT_LIST_DIR}/sharded_checkpoint.cc)
+  ${CMAKE_CURRENT_LIST_DIR}/sharded_checkpoint.cc
+  ${CMAKE_CURRENT_LIST_DIR}/checkpoint_writer.cc)
 target_link_libraries(llamafleet_trainer PRIVATE OpenSSL::Crypto)
 add_library(llamafleet_trainer_sharding INTERFACE)
 target_link_libraries(llamafleet_trainer_sharding INTERFACE llamafleet_trainer)

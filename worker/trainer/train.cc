@@ -20,6 +20,7 @@
 #include "hf_io.h"
 #include "model.h"
 #include "scheduler/memory_estimate.h"
+#include "checkpoint_writer.h"
 #include "sharded_checkpoint.h"
 #include "sharded_engine.h"
 #include "nlohmann/json.hpp"
@@ -489,9 +490,29 @@ absl::Status RunTraining(const TrainOptions& opt, const DistEnv& env) {
       EmitJsonLine(trainer_events::ToLine(started));
     }
 
-    // Collective: every rank writes its shard; rank 0 the manifest, last.
+    // Checkpoints: the step loop waits only for the snapshot of this rank's shards; the
+    // writer thread writes them (checkpoint_writer.h) and rank 0 reports each checkpoint
+    // once it is complete.
+    std::unique_ptr<CheckpointWriter> writer;
+    if (!opt.checkpoint_dir.empty()) {
+      LF_ASSIGN_OR_RETURN(std::unique_ptr<KeyValueStore> kv, dist->NewKeyValueStore("checkpoint-writer"));
+      CheckpointWriterOptions wo;
+      wo.root = opt.checkpoint_dir;
+      wo.async = opt.checkpoint_async;
+      wo.timeout = std::max<std::chrono::milliseconds>(std::chrono::minutes(30), dist->timeout());
+      writer = std::make_unique<CheckpointWriter>(std::move(kv), wo);
+    }
+    auto report = [&](const absl::StatusOr<std::optional<SavedCheckpoint>>& done) -> absl::Status {
+      if (!done.ok()) return done.status();
+      if (rank0 && done->has_value()) {
+        const SavedCheckpoint& saved = **done;
+        EmitJsonLine(trainer_events::ToLine(trainer_events::CheckpointSaved{
+            saved.path, saved.step, saved.bytes, saved.manifest_sha256, saved.loss}));
+      }
+      return absl::OkStatus();
+    };
     auto save_checkpoint = [&](int64_t step, double loss) -> absl::Status {
-      if (opt.checkpoint_dir.empty()) return absl::OkStatus();
+      if (!writer) return absl::OkStatus();
       TrainerProgress progress;
       progress.step = step;
       progress.epoch = step / spe;
@@ -500,14 +521,13 @@ absl::Status RunTraining(const TrainOptions& opt, const DistEnv& env) {
       progress.tokens_seen = tokens_seen;
       progress.rows_seen = step * sampler.global_batch();
       progress.global_batch = sampler.global_batch();
-      LF_ASSIGN_OR_RETURN(SavedCheckpoint saved, SaveShardedCheckpoint(engine, dist->world(), config,
-                                                                       opt.checkpoint_dir, progress));
-      if (rank0) {
-        EmitJsonLine(trainer_events::ToLine(
-            trainer_events::CheckpointSaved{saved.path, step, saved.bytes, saved.manifest_sha256, loss}));
-      }
-      return absl::OkStatus();
+      std::optional<SavedCheckpoint> previous;
+      LF_RETURN_IF_ERROR(writer->Start(TakeSnapshot(engine, config, progress), &previous));
+      LF_RETURN_IF_ERROR(report(previous));
+      return opt.checkpoint_async ? absl::OkStatus() : report(writer->Wait());
     };
+    // The save in flight, finished (before a preemption stop, the export, the end).
+    auto finish_checkpoint = [&]() -> absl::Status { return writer ? report(writer->Wait()) : absl::OkStatus(); };
     InstallPreemptionHandler();
 
     using Clock = std::chrono::steady_clock;
@@ -574,6 +594,7 @@ absl::Status RunTraining(const TrainOptions& opt, const DistEnv& env) {
         interval_tokens = interval_steps = 0;
         interval_loss = 0;
       }
+      if (writer) LF_RETURN_IF_ERROR(report(writer->Poll()));
       bool saved_now = false;
       if (opt.checkpoint_every > 0 && (step + 1) % opt.checkpoint_every == 0 && !last) {
         LF_RETURN_IF_ERROR(save_checkpoint(step + 1, loss));
@@ -582,6 +603,7 @@ absl::Status RunTraining(const TrainOptions& opt, const DistEnv& env) {
       // Preemption (SIGTERM on any rank): all ranks agree, checkpoint, and stop cleanly.
       if (engine.AllReduceSum(PreemptionRequested() ? 1.0 : 0.0) > 0 && !last) {
         if (!saved_now) LF_RETURN_IF_ERROR(save_checkpoint(step + 1, loss));
+        LF_RETURN_IF_ERROR(finish_checkpoint());
         if (rank0) {
           LogInfo(absl::StrCat("SIGTERM: stopped after step ", step + 1, " with a checkpoint"));
           EmitJsonLine(trainer_events::ToLine(trainer_events::Preempted{step + 1, loss}));
@@ -596,6 +618,7 @@ absl::Status RunTraining(const TrainOptions& opt, const DistEnv& env) {
       }
     }
     LF_RETURN_IF_ERROR(save_checkpoint(total_steps, last_loss));
+    LF_RETURN_IF_ERROR(finish_checkpoint());
     if (!opt.export_dir.empty()) {
       ExportOptions eo;
       eo.dtype = opt.export_dtype;

@@ -80,6 +80,7 @@ struct TrainOptions {
   bool shuffle = true;          // shuffle rows each epoch
   std::string checkpoint_dir;   // where step-N checkpoints go ("" = none)
   int64_t checkpoint_every = 0;  // optimizer steps between checkpoints; 0 = at the end only
+  bool checkpoint_async = true;  // write checkpoints on a background thread (checkpoint_writer.h)
   std::string export_dir;       // HF export at the end ("" = none)
   StDtype export_dtype = StDtype::kBF16;
   uint64_t max_shard_bytes = 5120ull << 20;

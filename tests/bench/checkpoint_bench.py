@@ -1,0 +1,114 @@
+#!/usr/bin/python3
+"""checkpoint_bench: how long checkpoints block training, asynchronous vs synchronous, and
+how fast the background writer writes against `dd conv=fsync` of the same bytes.
+
+Usage: tests/bench/checkpoint_bench.py --bin-dir build/bin [--runs 3] [--dir DIR]
+
+2 Gloo ranks of `sharded_rank`, FULL_SHARD fp32, a 26M-parameter model (checkpoints of
+~310 MB: fp32 parameters and both AdamW moments), 12 steps. Three runs side by side, in
+alternation: no checkpoints, a checkpoint every 3 steps written in the background (the
+default), and the same with `--sync-checkpoint` (checkpoint.async: false). Figures,
+medians over --runs:
+  blocked per save   (wall time of the run - wall time without checkpoints) / saves,
+                     and what the step loop itself measured waiting (snapshot + waits)
+  write throughput   checkpoint bytes / rank 0's write time (start to manifest), against
+                     dd of the same bytes, bs=1M conv=fsync, on the same filesystem
+"""
+import argparse
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "trainer"))
+from ranks import json_lines, launch_ranks  # noqa: E402
+
+SHAPE = ["--hidden", "512", "--layers", "8", "--heads", "8", "--kv-heads", "8", "--ffn", "1376",
+         "--vocab", "8192", "--seq-len", "64", "--micro-batch", "2", "--grad-accum", "1", "--global-rows", "4",
+         "--strategy", "FULL_SHARD"]
+STEPS, EVERY = 12, 3
+
+
+def run(rank_bin, out, extra):
+    argv = [rank_bin, "--steps", str(STEPS), "--out", out] + SHAPE + extra
+    procs = launch_ranks(argv, 2)
+    outs = []
+    for p in procs:
+        o, err = p.communicate(timeout=1200)
+        if p.returncode != 0:
+            sys.exit(f"rank failed ({p.returncode}): {' '.join(argv)}\n{err[-3000:]}")
+        outs.append(o)
+    reps = [json.load(open(os.path.join(out, f"rank-{r}.json"))) for r in range(2)]
+    saves = [l for l in json_lines(outs[0]) if l.get("event") == "checkpoint_saved"]
+    return max(r["seconds"] for r in reps), max(r["checkpoint_blocked_seconds"] for r in reps), saves
+
+
+def dd_seconds(directory, nbytes):
+    path = os.path.join(directory, "dd.bin")
+    r = subprocess.run(["dd", "if=/dev/zero", f"of={path}", "bs=1M", f"count={max(1, nbytes >> 20)}",
+                        "conv=fsync"], capture_output=True, text=True, check=True)
+    os.remove(path)
+    m = re.search(r"([0-9.]+) s,", r.stderr)
+    return float(m.group(1))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bin-dir", default=os.path.join(HERE, "..", "..", "build", "bin"))
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--dir", default=None, help="filesystem to write on (default: a temporary directory)")
+    a = ap.parse_args()
+    rank_bin = os.path.join(a.bin_dir, "sharded_rank")
+    wall = {"none": [], "async": [], "sync": []}
+    blocked = {"async": [], "sync": []}
+    write_s, dd_s, sizes = [], [], []
+    tmp = tempfile.mkdtemp(prefix="checkpoint-bench-", dir=a.dir)
+    try:
+        for i in range(a.runs):
+            for mode, extra in (("none", []), ("async", ["--checkpoint-every", str(EVERY)]),
+                                ("sync", ["--checkpoint-every", str(EVERY), "--sync-checkpoint"])):
+                ck = os.path.join(tmp, f"ck-{mode}-{i}")
+                if mode != "none":
+                    extra = extra + ["--checkpoint-dir", ck]
+                secs, blk, saves = run(rank_bin, os.path.join(tmp, f"out-{mode}-{i}"), extra)
+                wall[mode].append(secs)
+                if mode != "none":
+                    blocked[mode].append(blk)
+                    assert len(saves) == STEPS // EVERY, saves
+                    if mode == "async":
+                        write_s.extend(s["write_seconds"] for s in saves)
+                        sizes.append(saves[0]["bytes"])
+                        dd_s.append(dd_seconds(tmp, saves[0]["bytes"]))
+                shutil.rmtree(ck, ignore_errors=True)
+            print(f"run {i + 1}/{a.runs}: " + ", ".join(f"{k} {v[-1]:.2f} s" for k, v in wall.items()),
+                  file=sys.stderr, flush=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    saves = STEPS // EVERY
+    med = statistics.median
+    base = med(wall["none"])
+    nbytes = med(sizes)
+    print(f"checkpoint_bench: 2 Gloo ranks, FULL_SHARD fp32, 26M parameters, {STEPS} steps, a save every {EVERY} "
+          f"({saves} saves of {nbytes / 2**20:.0f} MiB); medians of {a.runs} runs; {os.cpu_count()} cores")
+    print(f"{'mode':<8}{'wall s':>9}{'blocked/save (wall)':>22}{'blocked/save (loop)':>22}")
+    print(f"{'none':<8}{base:>9.2f}")
+    per = {}
+    for mode in ("async", "sync"):
+        per[mode] = (med(wall[mode]) - base) / saves
+        print(f"{mode:<8}{med(wall[mode]):>9.2f}{per[mode]:>20.3f} s{med(blocked[mode]) / saves:>20.3f} s")
+    print(f"async / sync blocked per save: {per['async'] / per['sync']:.3f} (wall), "
+          f"{med(blocked['async']) / med(blocked['sync']):.3f} (loop)")
+    w, d = med(write_s), med(dd_s)
+    print(f"background write: {nbytes / w / 2**20:.0f} MiB/s ({w:.2f} s); dd conv=fsync of the same bytes: "
+          f"{nbytes / d / 2**20:.0f} MiB/s ({d:.2f} s); writer / dd = {d / w:.2f}")
+    print(f"synchronous save blocked {med(blocked['sync']) / saves:.2f} s per save = "
+          f"{med(blocked['sync']) / saves / d:.2f}x dd")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,301 @@
+#include "checkpoint_writer.h"
+
+#include <filesystem>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "nlohmann/json.hpp"
+#include "safetensors.h"
+#include "util.h"
+
+namespace llamafleet::trainer {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+// Store values: "ok <json>" or "error <message>".
+std::string Ok(const json& j) { return "ok " + j.dump(); }
+std::string Error(const absl::Status& s) { return absl::StrCat("error ", s.message()); }
+
+absl::StatusOr<json> Parse(const std::string& value, const std::string& what) {
+  if (value.rfind("ok ", 0) == 0) {
+    try {
+      return json::parse(value.substr(3));
+    } catch (const std::exception& e) {
+      return absl::DataLossError(absl::StrCat(what, ": malformed: ", e.what()));
+    }
+  }
+  return absl::DataLossError(absl::StrCat(what, ": ", value.rfind("error ", 0) == 0 ? value.substr(6) : value));
+}
+
+int64_t SizeOf(const std::string& path) {
+  std::error_code ec;
+  const auto n = fs::file_size(path, ec);
+  return ec ? -1 : static_cast<int64_t>(n);
+}
+
+// Writes `path` with `data`, fsynced; its sha256.
+absl::StatusOr<json> WriteDurable(const std::string& dir, const std::string& name, const std::string& data) {
+  const std::string path = (fs::path(dir) / name).string();
+  LF_RETURN_IF_ERROR(WriteStringToFile(path, data));
+  LF_ASSIGN_OR_RETURN(std::string sha, Sha256File(path));
+  return json{{"name", name}, {"bytes", SizeOf(path)}, {"sha256", sha}};
+}
+
+// This rank's files in `partial`: its shard (replica 0 only) and its state.
+absl::StatusOr<json> WriteRankFiles(const CheckpointSnapshot& s, const std::string& partial) {
+  json files = json::array();
+  if (s.writes_shard) {
+    const std::string name = ShardFileName(s.shard_rank, s.shard_size);
+    const std::string path = (fs::path(partial) / name).string();
+    std::vector<SafetensorsWriter::Entry> entries;
+    for (size_t u = 0; u < s.unit_names.size(); ++u) {
+      for (int k = 0; k < 3; ++k) entries.push_back({absl::StrCat(u, ".", kShardKinds[k]), StDtype::kF32, {s.unit_shard[u]}});
+    }
+    LF_ASSIGN_OR_RETURN(auto writer, SafetensorsWriter::Open(path, entries, {{"format", "pt"}}));
+    for (const at::Tensor& t : s.tensors) LF_RETURN_IF_ERROR(writer->Append(t.data_ptr(), t.nbytes()));
+    LF_RETURN_IF_ERROR(writer->Finish());
+    LF_ASSIGN_OR_RETURN(std::string sha, Sha256File(path));
+    files.push_back({{"name", name}, {"bytes", SizeOf(path)}, {"sha256", sha}});
+  }
+  const json state = {{"rank", s.rank},
+                      {"step", s.progress.step},
+                      {"epoch", s.progress.epoch},
+                      {"seed", s.progress.seed},
+                      {"tokens_seen", s.progress.tokens_seen},
+                      {"rng_cpu", s.rng_cpu}};
+  LF_ASSIGN_OR_RETURN(json state_file, WriteDurable(partial, RankFileName(s.rank), state.dump(2)));
+  files.push_back(state_file);
+  return files;
+}
+
+// Rank 0, once every rank's files are durable: config.json, the manifest (last), and the
+// rename into place.
+absl::StatusOr<SavedCheckpoint> Complete(const CheckpointSnapshot& s, const std::string& root,
+                                         const std::string& partial, json files) {
+  LF_ASSIGN_OR_RETURN(json config, WriteDurable(partial, "config.json", ConfigToJson(s.config, "float32")));
+  files.push_back(config);
+  int64_t total = 0;
+  for (const json& f : files) total += f.at("bytes").get<int64_t>();
+  json units = json::array();
+  for (size_t u = 0; u < s.unit_names.size(); ++u) {
+    units.push_back({{"name", s.unit_names[u]}, {"numel", s.unit_numel[u]}, {"padded", s.unit_padded[u]}});
+  }
+  const json manifest = {{"format", kShardedCheckpointFormat},
+                         {"step", s.progress.step},
+                         {"epoch", s.progress.epoch},
+                         {"loss", s.progress.loss},
+                         {"seed", s.progress.seed},
+                         {"tokens_seen", s.progress.tokens_seen},
+                         {"rows_seen", s.progress.rows_seen},
+                         {"global_batch", s.progress.global_batch},
+                         {"world_size", s.world_size},
+                         {"strategy", s.strategy},
+                         {"shard_group_size", s.shard_size},
+                         {"optimizer_steps", s.optimizer_steps},
+                         {"loss_scale", s.loss_scale},
+                         {"units", units},
+                         {"files", files}};
+  const std::string text = manifest.dump(2);
+  const std::string tmp = (fs::path(partial) / "manifest.json.tmp").string();
+  LF_RETURN_IF_ERROR(WriteStringToFile(tmp, text));
+  std::error_code ec;
+  fs::rename(tmp, fs::path(partial) / "manifest.json", ec);
+  if (ec) return absl::DataLossError(absl::StrCat(partial, ": cannot rename the manifest: ", ec.message()));
+  LF_RETURN_IF_ERROR(FsyncDir(partial));
+  // Into place. A complete step-N from an earlier attempt is replaced.
+  const std::string final_dir = (fs::path(root) / absl::StrCat("step-", s.progress.step)).string();
+  if (fs::exists(final_dir, ec)) {
+    const std::string aside = absl::StrCat(final_dir, ".old-", ::getpid());
+    fs::rename(final_dir, aside, ec);
+    fs::remove_all(aside, ec);
+  }
+  fs::rename(partial, final_dir, ec);
+  if (ec) return absl::DataLossError(absl::StrCat(final_dir, ": cannot rename into place: ", ec.message()));
+  LF_RETURN_IF_ERROR(FsyncDir(root));
+  SavedCheckpoint saved;
+  saved.step = s.progress.step;
+  saved.loss = s.progress.loss;
+  saved.path = final_dir;
+  LF_ASSIGN_OR_RETURN(saved.manifest_sha256, Sha256File((fs::path(final_dir) / "manifest.json").string()));
+  saved.bytes = total + static_cast<int64_t>(text.size());
+  return saved;
+}
+
+}  // namespace
+
+CheckpointSnapshot TakeSnapshot(ShardedEngine& engine, const LlamaConfig& config, const TrainerProgress& progress) {
+  at::NoGradGuard no_grad;
+  CheckpointSnapshot s;
+  s.progress = progress;
+  s.config = config;
+  s.rank = engine.rank();
+  s.world_size = engine.world_size();
+  s.shard_rank = engine.shard_rank();
+  s.shard_size = engine.shard_size();
+  s.writes_shard = engine.replica_rank() == 0;
+  s.strategy = ShardingStrategyName(engine.options().strategy);
+  s.optimizer_steps = engine.optimizer_steps();
+  s.loss_scale = engine.loss_scale();
+  for (size_t u = 0; u < engine.layout().size(); ++u) {
+    const int unit = static_cast<int>(u);
+    s.unit_names.push_back(engine.layout()[u].name);
+    s.unit_numel.push_back(engine.span(unit).numel);
+    s.unit_padded.push_back(engine.span(unit).padded);
+    s.unit_shard.push_back(engine.span(unit).shard);
+    if (!s.writes_shard) continue;
+    for (const at::Tensor& t : {engine.master(unit), engine.exp_avg(unit), engine.exp_avg_sq(unit)}) {
+      // A copy, never a view: training goes on updating the engine's tensors.
+      s.tensors.push_back(t.detach().to(at::kCPU, at::kFloat, /*non_blocking=*/false, /*copy=*/true).contiguous());
+    }
+  }
+  s.rng_cpu = CpuRngStateHex();
+  return s;
+}
+
+int64_t SnapshotBytes(const CheckpointSnapshot& snapshot) {
+  int64_t bytes = 0;
+  for (const at::Tensor& t : snapshot.tensors) bytes += static_cast<int64_t>(t.nbytes());
+  return bytes;
+}
+
+namespace {
+
+absl::StatusOr<SavedCheckpoint> WriteCheckpoint(const CheckpointSnapshot& s, int64_t sequence, KeyValueStore& kv,
+                                                const CheckpointWriterOptions& options) {
+  const std::string key = absl::StrCat("checkpoint/", sequence, "/");
+  const bool rank0 = s.rank == 0;
+  const std::string final_dir = (fs::path(options.root) / absl::StrCat("step-", s.progress.step)).string();
+  const std::string partial = final_dir + ".partial";
+  auto guarded = [](auto&& body) -> absl::Status {
+    try {
+      return body();
+    } catch (const std::exception& e) {
+      return absl::InternalError(e.what());
+    }
+  };
+
+  // 1. Rank 0 clears debris of an interrupted save of this step and creates the directory.
+  if (rank0) {
+    absl::Status prepared = guarded([&]() -> absl::Status {
+      std::error_code ec;
+      fs::create_directories(options.root, ec);
+      fs::remove_all(partial, ec);
+      if (!fs::create_directories(partial, ec)) {
+        return absl::PermissionDeniedError(absl::StrCat(partial, ": cannot create: ", ec.message()));
+      }
+      return absl::OkStatus();
+    });
+    LF_RETURN_IF_ERROR(kv.Set(key + "ready", prepared.ok() ? Ok(json::object()) : Error(prepared)));
+    if (!prepared.ok()) {
+      (void)kv.Set(key + "done", Error(prepared));
+      return prepared;
+    }
+  } else {
+    LF_ASSIGN_OR_RETURN(std::string ready, kv.Get(key + "ready", options.timeout));
+    LF_RETURN_IF_ERROR(Parse(ready, "checkpoint directory").status());
+  }
+
+  // 2. Every rank writes and publishes its files.
+  json mine;
+  absl::Status written = guarded([&]() -> absl::Status {
+    LF_ASSIGN_OR_RETURN(mine, WriteRankFiles(s, partial));
+    return absl::OkStatus();
+  });
+  if (written.ok() && options.after_files_written) options.after_files_written(s);
+  LF_RETURN_IF_ERROR(kv.Set(absl::StrCat(key, "rank-", s.rank), written.ok() ? Ok(mine) : Error(written)));
+
+  // 3. Rank 0 completes the checkpoint once every rank's files are durable; every rank
+  // returns its outcome.
+  if (!rank0) {
+    LF_ASSIGN_OR_RETURN(std::string done, kv.Get(key + "done", options.timeout));
+    LF_ASSIGN_OR_RETURN(json outcome, Parse(done, absl::StrCat("checkpoint step-", s.progress.step)));
+    if (!written.ok()) return written;
+    SavedCheckpoint saved;
+    saved.step = s.progress.step;
+    saved.loss = s.progress.loss;
+    saved.path = outcome.value("path", "");
+    saved.bytes = outcome.value("bytes", int64_t{0});
+    saved.manifest_sha256 = outcome.value("manifest_sha256", "");
+    return saved;
+  }
+  absl::StatusOr<SavedCheckpoint> saved = [&]() -> absl::StatusOr<SavedCheckpoint> {
+    LF_RETURN_IF_ERROR(written);
+    json files = json::array();
+    for (int r = 0; r < s.world_size; ++r) {
+      LF_ASSIGN_OR_RETURN(std::string value, kv.Get(absl::StrCat(key, "rank-", r), options.timeout));
+      LF_ASSIGN_OR_RETURN(json theirs, Parse(value, absl::StrCat("rank ", r, "'s checkpoint files")));
+      for (const json& f : theirs) files.push_back(f);
+    }
+    absl::StatusOr<SavedCheckpoint> out = absl::UnknownError("");
+    absl::Status st = guarded([&]() -> absl::Status {
+      out = Complete(s, options.root, partial, std::move(files));
+      return out.status();
+    });
+    if (!st.ok()) return st;
+    return out;
+  }();
+  (void)kv.Set(key + "done", saved.ok() ? Ok(json{{"path", saved->path},
+                                                    {"bytes", saved->bytes},
+                                                    {"manifest_sha256", saved->manifest_sha256}})
+                                          : Error(saved.status()));
+  return saved;
+}
+
+}  // namespace
+
+struct CheckpointWriter::Save {
+  CheckpointSnapshot snapshot;
+  std::atomic<bool> done{false};
+  absl::StatusOr<SavedCheckpoint> result{absl::UnknownError("not written")};
+};
+
+CheckpointWriter::CheckpointWriter(std::unique_ptr<KeyValueStore> kv, CheckpointWriterOptions options)
+    : kv_(std::move(kv)), options_(std::move(options)) {}
+
+CheckpointWriter::~CheckpointWriter() {
+  if (!thread_.joinable()) return;
+  if (save_->done.load()) {
+    thread_.join();
+  } else {
+    thread_.detach();  // it owns what it uses (the save, the store, the options)
+  }
+}
+
+absl::Status CheckpointWriter::Start(CheckpointSnapshot snapshot, std::optional<SavedCheckpoint>* finished) {
+  absl::StatusOr<std::optional<SavedCheckpoint>> previous = Wait();
+  if (!previous.ok()) return previous.status();
+  if (finished != nullptr) *finished = *previous;
+  save_ = std::make_shared<Save>();
+  save_->snapshot = std::move(snapshot);
+  thread_ = std::thread([save = save_, kv = kv_, options = options_, sequence = sequence_++] {
+    const auto t0 = std::chrono::steady_clock::now();
+    save->result = WriteCheckpoint(save->snapshot, sequence, *kv, options);
+    if (save->result.ok()) {
+      save->result->write_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    }
+    save->snapshot.tensors.clear();  // the staging memory goes as soon as the files are written
+    save->done.store(true);
+  });
+  if (!options_.async) {
+    LF_ASSIGN_OR_RETURN(std::optional<SavedCheckpoint> mine, Wait());
+    if (finished != nullptr && !finished->has_value()) *finished = mine;
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::optional<SavedCheckpoint>> CheckpointWriter::Poll() {
+  if (!thread_.joinable() || !save_->done.load()) return std::optional<SavedCheckpoint>();
+  return Wait();
+}
+
+absl::StatusOr<std::optional<SavedCheckpoint>> CheckpointWriter::Wait() {
+  if (!thread_.joinable()) return std::optional<SavedCheckpoint>();
+  thread_.join();
+  if (!save_->result.ok()) return save_->result.status();
+  return std::optional<SavedCheckpoint>(*save_->result);
+}
+
+}  // namespace llamafleet::trainer

@@ -1,0 +1,109 @@
+// Writing sharded checkpoints (the layout is sharded_checkpoint.h's) off the step loop.
+//
+// A save has two parts:
+//   TakeSnapshot  on the training thread, between steps: copies this rank's fp32 master,
+//                 exp_avg and exp_avg_sq shards (replica 0 only: the others hold identical
+//                 shards) into host memory, with the progress, RNG state and engine
+//                 metadata. No collective. This is all the step loop waits for.
+//   the write     on a background thread: rank 0 prepares step-N.partial; every rank
+//                 writes its files, fsyncs and hashes them and publishes their names,
+//                 sizes and sha256 under a key of the job's TCPStore; rank 0 waits for
+//                 every rank's key, writes config.json and the manifest last, renames the
+//                 directory into place and publishes the outcome, which every rank waits
+//                 for. So every rank's save ends with the same result, a checkpoint exists
+//                 only once every file is durable, and the background thread never runs a
+//                 collective that could interleave with the training thread's.
+// At most one save is in flight: Start() waits for the previous one first. With
+// `async = false` Start() also waits for its own save (the synchronous mode).
+//
+// A rank killed during the write leaves step-N.partial without a manifest: the previous
+// checkpoint stays the newest complete one, and the next save of step N removes the debris.
+// Host memory held while a save is in flight: 12 bytes per parameter of this rank's shard
+// (SnapshotBytes).
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "collectives.h"
+#include "config.h"
+#include "sharded_checkpoint.h"
+#include "sharded_engine.h"
+
+namespace llamafleet::trainer {
+
+// One rank's state at a checkpoint step, in host memory.
+struct CheckpointSnapshot {
+  TrainerProgress progress;
+  LlamaConfig config;
+  int rank = 0;
+  int world_size = 1;
+  int shard_rank = 0;
+  int shard_size = 1;
+  bool writes_shard = true;  // replica 0 of its shard
+  std::string strategy;      // ShardingStrategyName
+  int64_t optimizer_steps = 0;
+  double loss_scale = 1.0;
+  std::vector<std::string> unit_names;
+  std::vector<int64_t> unit_numel, unit_padded, unit_shard;
+  // Per unit: param, exp_avg, exp_avg_sq (fp32 CPU [shard]); empty unless writes_shard.
+  std::vector<at::Tensor> tensors;
+  std::string rng_cpu;  // hex of the default CPU generator's state
+};
+
+// Copies what a checkpoint of `engine` needs (see the file comment). Not a collective.
+CheckpointSnapshot TakeSnapshot(ShardedEngine& engine, const LlamaConfig& config, const TrainerProgress& progress);
+// Host bytes the snapshot's tensors hold.
+int64_t SnapshotBytes(const CheckpointSnapshot& snapshot);
+
+struct CheckpointWriterOptions {
+  std::string root;   // checkpoints go to <root>/step-N
+  bool async = true;  // false: Start() returns once the save is complete
+  // How long a rank waits for another's part of a save (rank 0 for every rank's files,
+  // the others for the outcome).
+  std::chrono::milliseconds timeout{std::chrono::minutes(30)};
+  // Tests: called on the writer thread after this rank's files are written, before they
+  // are published (e.g. to SIGKILL the rank mid-save).
+  std::function<void(const CheckpointSnapshot&)> after_files_written;
+};
+
+class CheckpointWriter {
+ public:
+  // `kv`: a store shared by the job's ranks (DistContext::NewKeyValueStore).
+  CheckpointWriter(std::unique_ptr<KeyValueStore> kv, CheckpointWriterOptions options);
+  // A save still in flight is abandoned, not waited for (its thread may be blocked on a
+  // peer that died): it leaves step-N.partial, which the next save of step N removes.
+  ~CheckpointWriter();
+  CheckpointWriter(const CheckpointWriter&) = delete;
+  CheckpointWriter& operator=(const CheckpointWriter&) = delete;
+
+  // Waits for the save in flight, if any (returning its error, or its result through
+  // `finished` when given), then starts writing `snapshot`. Every rank calls Start for
+  // the same steps in the same order.
+  absl::Status Start(CheckpointSnapshot snapshot, std::optional<SavedCheckpoint>* finished = nullptr);
+  // The save that finished since the last call, without blocking: nullopt while one is
+  // running or when none finished. The error of a failed save.
+  absl::StatusOr<std::optional<SavedCheckpoint>> Poll();
+  // Blocks until the save in flight is finished; its result (nullopt when none was running).
+  absl::StatusOr<std::optional<SavedCheckpoint>> Wait();
+
+ private:
+  struct Save;  // one save's state, shared with its thread
+
+  std::shared_ptr<KeyValueStore> kv_;
+  const CheckpointWriterOptions options_;
+  int64_t sequence_ = 0;  // saves started: names each save's store keys
+  std::shared_ptr<Save> save_;
+  std::thread thread_;
+};
+
+}  // namespace llamafleet::trainer
