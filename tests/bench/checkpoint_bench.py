@@ -31,7 +31,7 @@ from ranks import json_lines, launch_ranks  # noqa: E402
 SHAPE = ["--hidden", "512", "--layers", "8", "--heads", "8", "--kv-heads", "8", "--ffn", "1376",
          "--vocab", "8192", "--seq-len", "64", "--micro-batch", "2", "--grad-accum", "1", "--global-rows", "4",
          "--strategy", "FULL_SHARD"]
-STEPS, EVERY = 12, 3
+STEPS, EVERY = 14, 3
 
 
 def run(rank_bin, out, extra):

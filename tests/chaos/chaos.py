@@ -599,6 +599,24 @@ class Scenario:
         time.sleep(self.rng.uniform(0.5, 2.0))
         c.start_coordinator()
 
+    def fault_kill_rank_mid_checkpoint(self, c, job_id):
+        # SIGKILL rank 1 while a checkpoint's background write is in flight (a step-N.partial
+        # directory exists): the job must resume from the previous complete checkpoint.
+        pid = c.trainer_of(self.victim(c, job_id))
+        if pid is None:
+            if c.job(job_id).get("state") in TERMINAL:
+                self.notes.append("fault missed: the job ended before its rank could be killed")
+                return
+            raise RuntimeError("no trainer of rank 1 found")
+        deadline = time.time() + 20
+        while time.time() < deadline:
+            if any(n.endswith(".partial") for n in os.listdir(self.ckpt_dir)):
+                break
+            time.sleep(0.002)
+        else:
+            self.notes.append("no write in flight seen within 20 s: killed between saves")
+        os.kill(pid, signal.SIGKILL)
+
     def fault_sigstop_rank(self, c, job_id):
         pid = c.trainer_of(self.victim(c, job_id))
         if pid is None:
@@ -640,6 +658,7 @@ SCENARIOS = {
     "kill_worker_restart_later": ("coord", ["w0", "w1"]),
     "kill_coordinator": ("", ["w0", "w1"]),
     "sigstop_rank": ("", ["w0", "w1"]),
+    "kill_rank_mid_checkpoint": ("", ["w0", "w1"]),
     "fs_full": ("", ["w0", "w1"]),
     "cut_connection_short": ("", ["w0", "w1"]),
     "cut_connection_long": ("coord", ["w0", "w1"]),

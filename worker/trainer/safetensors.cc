@@ -227,7 +227,7 @@ const StTensorInfo* SafetensorsFile::Find(const std::string& name) const {
 
 absl::StatusOr<std::unique_ptr<SafetensorsWriter>> SafetensorsWriter::Open(
     const std::string& path, const std::vector<Entry>& entries,
-    const std::map<std::string, std::string>& metadata) {
+    const std::map<std::string, std::string>& metadata, std::function<void(const void*, size_t)> on_bytes) {
   json header = json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
   uint64_t offset = 0;
@@ -247,6 +247,7 @@ absl::StatusOr<std::unique_ptr<SafetensorsWriter>> SafetensorsWriter::Open(
   std::unique_ptr<SafetensorsWriter> w(new SafetensorsWriter());
   w->path_ = path;
   w->expected_ = offset;
+  w->on_bytes_ = std::move(on_bytes);
   w->fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (w->fd_ < 0) return absl::PermissionDeniedError(absl::StrCat(path, ": cannot create file"));
   uint8_t len[8];
@@ -270,6 +271,7 @@ absl::Status SafetensorsWriter::Append(const void* data, size_t nbytes) {
     done += static_cast<size_t>(n);
   }
   written_ += nbytes;
+  if (on_bytes_) on_bytes_(data, nbytes);
   return absl::OkStatus();
 }
 

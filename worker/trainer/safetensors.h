@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -82,9 +83,12 @@ class SafetensorsWriter {
     StDtype dtype;
     std::vector<int64_t> shape;
   };
+  // Every byte written (header included, in file order) is also passed to `on_bytes`
+  // when given: a checkpoint hashes its files while writing them.
   static absl::StatusOr<std::unique_ptr<SafetensorsWriter>> Open(
       const std::string& path, const std::vector<Entry>& entries,
-      const std::map<std::string, std::string>& metadata);
+      const std::map<std::string, std::string>& metadata,
+      std::function<void(const void*, size_t)> on_bytes = nullptr);
   ~SafetensorsWriter();
   // Appends bytes (may be called several times per tensor).
   absl::Status Append(const void* data, size_t nbytes);
@@ -96,6 +100,7 @@ class SafetensorsWriter {
   int fd_ = -1;
   uint64_t expected_ = 0;
   uint64_t written_ = 0;
+  std::function<void(const void*, size_t)> on_bytes_;
 };
 
 }  // namespace llamafleet::trainer
