@@ -360,6 +360,7 @@ void WorkerAgent::StartTask(const v1::TaskSpec& task) {
   launch.task = task;
   launch.trainer_command = options_.trainer_command;
   launch.work_dir = absl::StrCat(options_.data_dir, "/tasks/", task.task_id());
+  launch.token_cache_dir = absl::StrCat(options_.data_dir, "/token-cache");
   if (cpu) {
     launch.gpu_indices.clear();
     launch.cpu_threads_per_rank = std::max(1, inventory_.cpus() / std::max(1, task.nproc_per_node()));

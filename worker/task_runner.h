@@ -32,6 +32,10 @@ struct TaskLaunch {
   std::vector<std::string> trainer_command;
   // Per-task directory (created): spec.json, and the ranks' working directory.
   std::string work_dir;
+  // Tokenized datasets kept across tasks and jobs on this node (token_cache.h): created
+  // 0700 and owned by the ranks' identity, passed as --token-cache-dir; "" = the trainer's
+  // default.
+  std::string token_cache_dir;
   // GPU indices given to this task (CUDA_VISIBLE_DEVICES); empty on a CPU worker.
   std::vector<int> gpu_indices;
   // Set the NCCL/libfabric variables AWS documents for EFA.

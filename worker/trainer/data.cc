@@ -10,6 +10,77 @@ namespace llamafleet::trainer {
 
 using nlohmann::json;
 
+absl::StatusOr<Sequence> ParseRecord(const std::string& path, int64_t lineno, absl::string_view line,
+                                     const DataLoadOptions& opt) {
+  auto bad = [&](absl::string_view why) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ":", lineno, ": ", why));
+  };
+  json j = json::parse(line.begin(), line.end(), nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) return bad("not a JSON object");
+  Sequence s;
+  auto get_string = [&](const char* key, std::string* value) -> absl::Status {
+    auto it = j.find(key);
+    if (it == j.end()) return bad(absl::StrCat("missing field \"", key, "\""));
+    if (!it->is_string()) return bad(absl::StrCat("field \"", key, "\" must be a string"));
+    *value = it->get<std::string>();
+    return absl::OkStatus();
+  };
+  switch (opt.format) {
+    case DataFormat::kText: {
+      std::string text;
+      LF_RETURN_IF_ERROR(get_string("text", &text));
+      std::vector<int32_t> ids = opt.tokenizer->Encode(text);
+      s.tokens.push_back(static_cast<int32_t>(opt.bos_id));
+      s.tokens.insert(s.tokens.end(), ids.begin(), ids.end());
+      s.tokens.push_back(static_cast<int32_t>(opt.eos_id));
+      s.target.assign(s.tokens.size(), 1);
+      break;
+    }
+    case DataFormat::kPromptCompletion: {
+      std::string prompt, completion;
+      LF_RETURN_IF_ERROR(get_string("prompt", &prompt));
+      LF_RETURN_IF_ERROR(get_string("completion", &completion));
+      std::vector<int32_t> p = opt.tokenizer->Encode(prompt);
+      std::vector<int32_t> c = opt.tokenizer->Encode(completion);
+      s.tokens.push_back(static_cast<int32_t>(opt.bos_id));
+      s.tokens.insert(s.tokens.end(), p.begin(), p.end());
+      s.target.assign(s.tokens.size(), 0);
+      s.tokens.insert(s.tokens.end(), c.begin(), c.end());
+      s.tokens.push_back(static_cast<int32_t>(opt.eos_id));
+      s.target.resize(s.tokens.size(), 1);
+      break;
+    }
+    case DataFormat::kTokens: {
+      auto it = j.find("input_ids");
+      if (it == j.end()) return bad("missing field \"input_ids\"");
+      if (!it->is_array()) return bad("field \"input_ids\" must be an array of integers");
+      for (const json& v : *it) {
+        if (!v.is_number_integer()) return bad("field \"input_ids\" must be an array of integers");
+        int64_t id = v.get<int64_t>();
+        if (id < 0 || id > INT32_MAX) return bad(absl::StrCat("token id ", id, " out of range"));
+        s.tokens.push_back(static_cast<int32_t>(id));
+      }
+      s.target.assign(s.tokens.size(), 1);
+      break;
+    }
+  }
+  if (s.tokens.empty()) return bad("empty record (no tokens)");
+  if (opt.max_positions > 0 && static_cast<int64_t>(s.tokens.size()) > opt.max_positions) {
+    return bad(absl::StrCat("record has ", s.tokens.size(),
+                            " tokens, longer than max_position_embeddings ", opt.max_positions));
+  }
+  if (opt.vocab_size > 0) {
+    for (int32_t id : s.tokens) {
+      if (id >= opt.vocab_size) {
+        return bad(absl::StrCat("token id ", id, " is outside the vocabulary (vocab_size ", opt.vocab_size, ")"));
+      }
+    }
+  }
+  return s;
+}
+
+bool IsBlankLine(absl::string_view line) { return line.find_first_not_of(" \t\r\n") == absl::string_view::npos; }
+
 absl::StatusOr<std::vector<Sequence>> LoadJsonl(const std::string& path,
                                                 const DataLoadOptions& opt) {
   std::ifstream in(path);
@@ -23,72 +94,8 @@ absl::StatusOr<std::vector<Sequence>> LoadJsonl(const std::string& path,
   int64_t lineno = 0;
   while (std::getline(in, line)) {
     ++lineno;
-    if (line.find_first_not_of(" \t\r\n") == std::string::npos) continue;
-    auto bad = [&](absl::string_view why) {
-      return absl::InvalidArgumentError(absl::StrCat(path, ":", lineno, ": ", why));
-    };
-    json j = json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (j.is_discarded() || !j.is_object()) return bad("not a JSON object");
-    Sequence s;
-    auto get_string = [&](const char* key, std::string* value) -> absl::Status {
-      auto it = j.find(key);
-      if (it == j.end()) return bad(absl::StrCat("missing field \"", key, "\""));
-      if (!it->is_string()) return bad(absl::StrCat("field \"", key, "\" must be a string"));
-      *value = it->get<std::string>();
-      return absl::OkStatus();
-    };
-    switch (opt.format) {
-      case DataFormat::kText: {
-        std::string text;
-        LF_RETURN_IF_ERROR(get_string("text", &text));
-        std::vector<int32_t> ids = opt.tokenizer->Encode(text);
-        s.tokens.push_back(static_cast<int32_t>(opt.bos_id));
-        s.tokens.insert(s.tokens.end(), ids.begin(), ids.end());
-        s.tokens.push_back(static_cast<int32_t>(opt.eos_id));
-        s.target.assign(s.tokens.size(), 1);
-        break;
-      }
-      case DataFormat::kPromptCompletion: {
-        std::string prompt, completion;
-        LF_RETURN_IF_ERROR(get_string("prompt", &prompt));
-        LF_RETURN_IF_ERROR(get_string("completion", &completion));
-        std::vector<int32_t> p = opt.tokenizer->Encode(prompt);
-        std::vector<int32_t> c = opt.tokenizer->Encode(completion);
-        s.tokens.push_back(static_cast<int32_t>(opt.bos_id));
-        s.tokens.insert(s.tokens.end(), p.begin(), p.end());
-        s.target.assign(s.tokens.size(), 0);
-        s.tokens.insert(s.tokens.end(), c.begin(), c.end());
-        s.tokens.push_back(static_cast<int32_t>(opt.eos_id));
-        s.target.resize(s.tokens.size(), 1);
-        break;
-      }
-      case DataFormat::kTokens: {
-        auto it = j.find("input_ids");
-        if (it == j.end()) return bad("missing field \"input_ids\"");
-        if (!it->is_array()) return bad("field \"input_ids\" must be an array of integers");
-        for (const json& v : *it) {
-          if (!v.is_number_integer()) return bad("field \"input_ids\" must be an array of integers");
-          int64_t id = v.get<int64_t>();
-          if (id < 0 || id > INT32_MAX) return bad(absl::StrCat("token id ", id, " out of range"));
-          s.tokens.push_back(static_cast<int32_t>(id));
-        }
-        s.target.assign(s.tokens.size(), 1);
-        break;
-      }
-    }
-    if (s.tokens.empty()) return bad("empty record (no tokens)");
-    if (opt.max_positions > 0 && static_cast<int64_t>(s.tokens.size()) > opt.max_positions) {
-      return bad(absl::StrCat("record has ", s.tokens.size(),
-                              " tokens, longer than max_position_embeddings ", opt.max_positions));
-    }
-    if (opt.vocab_size > 0) {
-      for (int32_t id : s.tokens) {
-        if (id >= opt.vocab_size) {
-          return bad(absl::StrCat("token id ", id, " is outside the vocabulary (vocab_size ",
-                                  opt.vocab_size, ")"));
-        }
-      }
-    }
+    if (IsBlankLine(line)) continue;
+    LF_ASSIGN_OR_RETURN(Sequence s, ParseRecord(path, lineno, line, opt));
     out.push_back(std::move(s));
   }
   if (in.bad()) return absl::DataLossError(absl::StrCat(path, ": read error"));

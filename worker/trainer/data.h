@@ -47,6 +47,12 @@ struct DataLoadOptions {
 absl::StatusOr<std::vector<Sequence>> LoadJsonl(const std::string& path,
                                                 const DataLoadOptions& options);
 
+// One non-blank line (`lineno` 1-based, for errors) of a JSONL file as LoadJsonl reads it.
+// Thread-safe (the tokenizer's Encode is).
+absl::StatusOr<Sequence> ParseRecord(const std::string& path, int64_t lineno, absl::string_view line,
+                                     const DataLoadOptions& options);
+bool IsBlankLine(absl::string_view line);
+
 // llama-recipes' ConcatDataset: concatenates the sequences (tokens and masks) in order and
 // cuts the stream into rows of exactly seq_len tokens, dropping the remainder.
 std::vector<Sequence> PackSequences(const std::vector<Sequence>& sequences, int64_t seq_len);

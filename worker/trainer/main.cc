@@ -161,6 +161,10 @@ int main(int argc, char** argv) {
   train->add_option("--resume-candidates", resume_candidates,
                     "JSON file: the job's recorded checkpoints, newest first; resume from the newest that "
                     "verifies (overrides --resume)");
+  std::string token_cache_dir;
+  train->add_option("--token-cache-dir", token_cache_dir,
+                    "where tokenized datasets are kept and reused (default $LLAMAFLEET_TOKEN_CACHE_DIR, "
+                    "else ~/.cache/llamafleet/tokens)");
   train->add_option("--collective-timeout-s", collective_timeout_s,
                     "a collective or rendezvous longer than this ends the run (default 120)");
 
@@ -216,6 +220,7 @@ int main(int argc, char** argv) {
       opts->resume_candidates = std::move(*parsed);
     }
     opts->collective_timeout_s = collective_timeout_s;
+    opts->token_cache_dir = token_cache_dir;
     opts->path_roots = path_roots;
     if (const char* job = std::getenv("LLAMAFLEET_JOB_ID")) opts->job_id = job;
     if (const char* env = std::getenv("LLAMAFLEET_PEAK_TFLOPS"); env && opts->peak_tflops <= 0) {

@@ -70,6 +70,7 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::Load(const std::string& pa
   }
   std::unique_ptr<Tokenizer> t(new Tokenizer());
   t->handle_ = h;
+  t->path_ = path;
   t->bos_ = api.info(h, 0);
   t->eos_ = api.info(h, 1);
   t->vocab_ = api.info(h, 2);

@@ -30,11 +30,13 @@ class Tokenizer {
   int32_t bos_id() const { return bos_; }
   int32_t eos_id() const { return eos_; }
   int32_t vocab_size() const { return vocab_; }
+  const std::string& path() const { return path_; }  // the model file it was loaded from
 
  private:
   Tokenizer() = default;
   void* handle_ = nullptr;  // SentencePieceProcessor inside the shim
   int32_t bos_ = -1, eos_ = -1, vocab_ = 0;
+  std::string path_;
 };
 
 }  // namespace llamafleet::trainer

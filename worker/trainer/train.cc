@@ -15,12 +15,14 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "engine.h"
 #include "hf_io.h"
 #include "model.h"
 #include "scheduler/memory_estimate.h"
 #include "checkpoint_writer.h"
+#include "token_cache.h"
 #include "sharded_checkpoint.h"
 #include "sharded_engine.h"
 #include "nlohmann/json.hpp"
@@ -169,36 +171,42 @@ int64_t PeakRssBytes() {
 }
 
 struct LoadedData {
-  std::vector<Sequence> rows;
+  TokenRows rows;
   int32_t pad_id = 0;
+  int64_t vocab_size = 0;
 };
 
+// The rows of a JSONL file through the token cache (token_cache.h): tokenized once into
+// `cache_dir`, then memory-mapped. `log_progress`: this process reports a build's progress.
 absl::StatusOr<LoadedData> LoadRows(const std::string& path, DataFormat format,
                                     const Tokenizer* tokenizer, const LlamaConfig& config,
-                                    BatchingMode batching, int64_t seq_len) {
-  DataLoadOptions o;
-  o.format = format;
-  o.tokenizer = tokenizer;
-  o.bos_id = tokenizer && tokenizer->bos_id() >= 0 ? tokenizer->bos_id() : config.bos_token_id;
-  o.eos_id = tokenizer && tokenizer->eos_id() >= 0 ? tokenizer->eos_id() : config.eos_token_id;
-  o.vocab_size = config.vocab_size;
-  o.max_positions = config.max_position_embeddings;
-  LF_ASSIGN_OR_RETURN(std::vector<Sequence> seqs, LoadJsonl(path, o));
-  LoadedData out;
-  if (batching == BatchingMode::kPacking) {
-    int64_t tokens = 0;
-    for (const Sequence& s : seqs) tokens += static_cast<int64_t>(s.tokens.size());
-    out.rows = PackSequences(seqs, seq_len);
-    if (out.rows.empty()) {
-      return absl::InvalidArgumentError(absl::StrCat(path, ": ", tokens,
-                                                     " tokens in total, fewer than one packed row of seq_len ",
-                                                     seq_len));
-    }
-  } else {
-    LF_RETURN_IF_ERROR(CheckPaddingRows(seqs, seq_len, path));
-    out.rows = std::move(seqs);
+                                    BatchingMode batching, int64_t seq_len, const std::string& cache_dir,
+                                    bool log_progress) {
+  TokenCacheOptions o;
+  o.dir = cache_dir;
+  o.load.format = format;
+  o.load.tokenizer = tokenizer;
+  o.load.bos_id = tokenizer && tokenizer->bos_id() >= 0 ? tokenizer->bos_id() : config.bos_token_id;
+  o.load.eos_id = tokenizer && tokenizer->eos_id() >= 0 ? tokenizer->eos_id() : config.eos_token_id;
+  o.load.vocab_size = config.vocab_size;
+  o.load.max_positions = config.max_position_embeddings;
+  o.tokenizer_path = tokenizer ? tokenizer->path() : "";
+  if (log_progress) {
+    o.progress = [path](int64_t done, int64_t total) {
+      LogInfo(absl::StrFormat("tokenizing %s: %.0f%% (%.2f of %.2f GB)", path,
+                              total > 0 ? 100.0 * static_cast<double>(done) / static_cast<double>(total) : 100.0,
+                              static_cast<double>(done) / 1e9, static_cast<double>(total) / 1e9));
+    };
   }
-  return out;
+  LF_ASSIGN_OR_RETURN(TokenCacheResult cached, OpenTokenCache(path, o));
+  if (log_progress) {
+    LogInfo(cached.hit ? absl::StrCat("data ", path, ": token cache hit ", cached.file->path())
+                       : absl::StrFormat("data %s: tokenized into %s in %.1f s", path, cached.file->path(),
+                                         cached.build_seconds));
+  }
+  std::shared_ptr<const TokenFile> file = std::move(cached.file);
+  LF_ASSIGN_OR_RETURN(TokenRows rows, TokenRows::Create(file, batching, seq_len, path));
+  return LoadedData{std::move(rows), 0, config.vocab_size};
 }
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> MaybeLoadTokenizer(DataFormat format,
@@ -252,13 +260,15 @@ EvalResult Evaluate(LlamaModel& model, ParamEngine& engine, const LoadedData& da
   double loss_sum = 0;
   int64_t count = 0;
   std::vector<int64_t> mine;
-  for (int64_t i = engine.rank(); i < static_cast<int64_t>(data.rows.size()); i += engine.world_size()) {
+  for (int64_t i = engine.rank(); i < data.rows.size(); i += engine.world_size()) {
     mine.push_back(i);
   }
   for (size_t i = 0; i < mine.size(); i += micro_batch) {
     std::vector<int64_t> idx(mine.begin() + i,
                              mine.begin() + std::min(mine.size(), i + static_cast<size_t>(micro_batch)));
-    Batch b = MakeBatch(data.rows, idx, data.pad_id);
+    absl::StatusOr<Batch> b_or = data.rows.MakeBatch(idx, data.pad_id, data.vocab_size);
+    if (!b_or.ok()) throw std::runtime_error(std::string(b_or.status().message()));
+    const Batch& b = *b_or;
     ModelInput in = MakeModelInput(b, device);
     if (in.num_targets == 0) continue;
     loss_sum += model.LossSum(engine, in).item<double>();
@@ -326,18 +336,19 @@ absl::Status RunTraining(const TrainOptions& opt, const DistEnv& env) {
                               config.max_position_embeddings));
       seq_len = config.max_position_embeddings;
     }
+    const std::string cache_dir = opt.token_cache_dir.empty() ? DefaultTokenCacheDir() : opt.token_cache_dir;
     LF_ASSIGN_OR_RETURN(LoadedData train, LoadRows(opt.train_path, opt.format, tokenizer.get(), config,
-                                                   opt.batching, seq_len));
+                                                   opt.batching, seq_len, cache_dir, env.rank == 0));
     std::optional<LoadedData> eval;
     if (!opt.eval_path.empty()) {
       LF_ASSIGN_OR_RETURN(eval, LoadRows(opt.eval_path, opt.format, tokenizer.get(), config,
-                                         opt.batching, seq_len));
+                                         opt.batching, seq_len, cache_dir, env.rank == 0));
     }
     // With a global batch, the micro-steps per step follow from the world this run got, so
     // every step consumes the same rows whatever the world size (see Sampler).
     LF_ASSIGN_OR_RETURN(const int64_t grad_accum, GradAccumFor(opt, env.world_size));
     Sampler::Options so;
-    so.num_rows = static_cast<int64_t>(train.rows.size());
+    so.num_rows = train.rows.size();
     so.micro_batch = opt.micro_batch;
     so.grad_accum = grad_accum;
     so.world_size = env.world_size;
@@ -482,7 +493,7 @@ absl::Status RunTraining(const TrainOptions& opt, const DistEnv& env) {
                            " rows of <= ", seq_len, " tokens; ", total_steps, " steps (", spe,
                            " per epoch); device ", device.str()));
       trainer_events::Started started{env.world_size, static_cast<int64_t>(config.NumParameters()),
-                                      total_steps, spe, static_cast<int64_t>(train.rows.size()),
+                                      total_steps, spe, train.rows.size(),
                                       seq_len};
       started.global_batch = sampler.global_batch();
       started.grad_accum = grad_accum;
@@ -539,7 +550,8 @@ absl::Status RunTraining(const TrainOptions& opt, const DistEnv& env) {
       std::vector<ModelInput> micro;
       int64_t local_targets = 0, local_real = 0;
       for (int64_t m = 0; m < grad_accum; ++m) {
-        Batch b = MakeBatch(train.rows, sampler.Rows(epoch, in_epoch, m, env.rank), train.pad_id);
+        LF_ASSIGN_OR_RETURN(Batch b, train.rows.MakeBatch(sampler.Rows(epoch, in_epoch, m, env.rank), train.pad_id,
+                                                          train.vocab_size));
         local_real += b.real_tokens;
         micro.push_back(MakeModelInput(b, device));
         local_targets += micro.back().num_targets;
@@ -662,7 +674,7 @@ absl::StatusOr<EvalResult> RunEval(const EvalOptions& opt) {
     }
     if (opt.micro_batch <= 0) return absl::InvalidArgumentError("--micro-batch must be > 0");
     LF_ASSIGN_OR_RETURN(LoadedData data, LoadRows(opt.data_path, opt.format, tokenizer.get(), config,
-                                                  opt.batching, seq_len));
+                                                  opt.batching, seq_len, DefaultTokenCacheDir(), true));
     LF_ASSIGN_OR_RETURN(auto params, hf->ReadAll(layout));
     LocalEngine engine(layout, std::move(params), device, at::kFloat, AdamWOptions{});
     LlamaModel model(config, device, at::kFloat);

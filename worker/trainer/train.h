@@ -57,6 +57,7 @@ struct TrainOptions {
   std::string tokenizer_path;  // "" = <model_path>/tokenizer.model (unless tokens data)
   std::string train_path;      // JSONL training data
   std::string eval_path;       // optional JSONL eval data ("" = none)
+  std::string token_cache_dir;  // tokenized datasets (token_cache.h); "" = DefaultTokenCacheDir()
   DataFormat format = DataFormat::kText;
   BatchingMode batching = BatchingMode::kPacking;
   int64_t epochs = 1;           // passes over the data; 0 = until max_steps

@@ -1,0 +1,162 @@
+// The token cache (worker/trainer/token_cache.h) against the in-memory path it replaces
+// (data.h: LoadJsonl, PackSequences, CheckPaddingRows, MakeBatch): the same rows, the same
+// batches, the same errors; reuse, rebuild of a damaged entry, one builder at a time.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <thread>
+
+#include "data.h"
+#include "token_cache.h"
+
+namespace llamafleet::trainer {
+namespace {
+
+namespace fs = std::filesystem;
+
+class TokenCacheTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/lf-token-cache-XXXXXX";
+    dir_ = ::mkdtemp(tmpl);
+    data_ = dir_ + "/d.jsonl";
+    std::mt19937 rng(3);
+    std::ofstream out(data_);
+    for (int i = 0; i < 500; ++i) {
+      if (i % 37 == 5) out << "\n";  // blank lines are skipped, not records
+      out << "{\"input_ids\": [";
+      const int n = 1 + static_cast<int>(rng() % 60);
+      for (int t = 0; t < n; ++t) out << (t ? ", " : "") << rng() % 1000;
+      out << "]}\n";
+    }
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  TokenCacheOptions Options(int threads) const {
+    TokenCacheOptions o;
+    o.dir = dir_ + "/cache";
+    o.load.format = DataFormat::kTokens;
+    o.load.vocab_size = 1000;
+    o.load.max_positions = 64;
+    o.threads = threads;
+    return o;
+  }
+
+  std::string dir_, data_;
+};
+
+void ExpectSameBatch(const Batch& a, const Batch& b) {
+  EXPECT_EQ(a.rows, b.rows);
+  EXPECT_EQ(a.seq_len, b.seq_len);
+  EXPECT_EQ(a.tokens, b.tokens);
+  EXPECT_EQ(a.target, b.target);
+  EXPECT_EQ(a.real_tokens, b.real_tokens);
+}
+
+TEST_F(TokenCacheTest, RowsAndBatchesEqualTheInMemoryPath) {
+  DataLoadOptions lo = Options(1).load;
+  auto seqs = LoadJsonl(data_, lo);
+  ASSERT_TRUE(seqs.ok()) << seqs.status();
+  for (int threads : {1, 3, 8}) {
+    SCOPED_TRACE(threads);
+    fs::remove_all(dir_ + "/cache");
+    auto cached = OpenTokenCache(data_, Options(threads));
+    ASSERT_TRUE(cached.ok()) << cached.status();
+    EXPECT_FALSE(cached->hit);
+    std::shared_ptr<const TokenFile> file = std::move(cached->file);
+    EXPECT_EQ(file->num_sequences(), static_cast<int64_t>(seqs->size()));
+
+    const std::vector<Sequence> packed = PackSequences(*seqs, 48);
+    auto rows = TokenRows::Create(file, BatchingMode::kPacking, 48, data_);
+    ASSERT_TRUE(rows.ok()) << rows.status();
+    ASSERT_EQ(rows->size(), static_cast<int64_t>(packed.size()));
+    auto padded = TokenRows::Create(file, BatchingMode::kPadding, 64, data_);
+    ASSERT_TRUE(padded.ok()) << padded.status();
+    ASSERT_EQ(padded->size(), static_cast<int64_t>(seqs->size()));
+    std::mt19937 rng(threads);
+    for (int k = 0; k < 50; ++k) {
+      std::vector<int64_t> a = {static_cast<int64_t>(rng() % packed.size()), static_cast<int64_t>(rng() % packed.size())};
+      ExpectSameBatch(*rows->MakeBatch(a, 0, 1000), MakeBatch(packed, a, 0));
+      std::vector<int64_t> b = {static_cast<int64_t>(rng() % seqs->size()), static_cast<int64_t>(rng() % seqs->size()),
+                                static_cast<int64_t>(rng() % seqs->size())};
+      ExpectSameBatch(*padded->MakeBatch(b, 0, 1000), MakeBatch(*seqs, b, 0));
+    }
+    // Padding's length rule, with CheckPaddingRows' message.
+    auto too_long = TokenRows::Create(file, BatchingMode::kPadding, 10, data_);
+    ASSERT_FALSE(too_long.ok());
+    EXPECT_EQ(too_long.status().message(), CheckPaddingRows(*seqs, 10, data_).message());
+  }
+}
+
+TEST_F(TokenCacheTest, SecondOpenIsAHitAndAChangedFileIsANewEntry) {
+  auto first = OpenTokenCache(data_, Options(2));
+  ASSERT_TRUE(first.ok()) << first.status();
+  auto second = OpenTokenCache(data_, Options(2));
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_TRUE(second->hit);
+  EXPECT_EQ(second->file->path(), first->file->path());
+  // Other limits are another key.
+  TokenCacheOptions other = Options(2);
+  other.load.max_positions = 4096;
+  auto third = OpenTokenCache(data_, other);
+  ASSERT_TRUE(third.ok()) << third.status();
+  EXPECT_NE(third->file->path(), first->file->path());
+  // Changed contents: a new entry.
+  { std::ofstream(data_, std::ios::app) << "{\"input_ids\": [1, 2, 3]}\n"; }
+  auto changed = OpenTokenCache(data_, Options(2));
+  ASSERT_TRUE(changed.ok()) << changed.status();
+  EXPECT_FALSE(changed->hit);
+  EXPECT_EQ(changed->file->num_sequences(), first->file->num_sequences() + 1);
+}
+
+TEST_F(TokenCacheTest, MalformedLineNamesFileAndLineAndLeavesNothing) {
+  // Line numbers count every line, blank ones too, across the build threads' chunks.
+  std::vector<std::string> lines;
+  { std::ifstream in(data_); for (std::string l; std::getline(in, l);) lines.push_back(l); }
+  lines[400] = "{\"input_ids\": [1, \"x\"]}";
+  { std::ofstream out(data_); for (const std::string& l : lines) out << l << "\n"; }
+  auto expected = LoadJsonl(data_, Options(1).load);
+  ASSERT_FALSE(expected.ok());
+  EXPECT_NE(expected.status().message().find(":401: "), std::string::npos) << expected.status();
+  for (int threads : {1, 4}) {
+    auto r = OpenTokenCache(data_, Options(threads));
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().message(), expected.status().message()) << threads;
+  }
+  for (const auto& e : fs::directory_iterator(dir_ + "/cache")) {
+    EXPECT_EQ(e.path().string().find(".tokens"), std::string::npos) << e.path();
+  }
+}
+
+TEST_F(TokenCacheTest, DamagedEntryIsRebuilt) {
+  auto first = OpenTokenCache(data_, Options(2));
+  ASSERT_TRUE(first.ok()) << first.status();
+  const std::string path = first->file->path();
+  first->file.reset();
+  fs::resize_file(path, fs::file_size(path) - 7);
+  EXPECT_EQ(TokenFile::Open(path).status().code(), absl::StatusCode::kDataLoss);
+  auto again = OpenTokenCache(data_, Options(2));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_FALSE(again->hit);
+  EXPECT_TRUE(TokenFile::Open(path).ok());
+}
+
+TEST_F(TokenCacheTest, ConcurrentOpenersBuildOnce) {
+  std::vector<absl::StatusOr<TokenCacheResult>> results;
+  for (int i = 0; i < 4; ++i) results.emplace_back(absl::UnknownError("not run"));
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 4; ++i) threads.emplace_back([&, i] { results[i] = OpenTokenCache(data_, Options(1)); });
+  for (std::thread& t : threads) t.join();
+  int built = 0;
+  for (auto& r : results) {
+    ASSERT_TRUE(r.ok()) << r.status();
+    built += r->hit ? 0 : 1;
+  }
+  EXPECT_EQ(built, 1);
+}
+
+}  // namespace
+}  // namespace llamafleet::trainer

@@ -1,0 +1,454 @@
+#include "token_cache.h"
+
+#include <fcntl.h>
+#include <openssl/evp.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "util.h"
+
+namespace llamafleet::trainer {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr char kMagic[8] = {'L', 'F', 'T', 'O', 'K', 'v', '1', '\n'};
+constexpr uint64_t kHeaderBytes = 64;
+constexpr int kKeyVersion = 1;  // bump when the tokenization of a record changes
+
+class Sha256 {
+ public:
+  Sha256() : ctx_(EVP_MD_CTX_new()) { EVP_DigestInit_ex(ctx_, EVP_sha256(), nullptr); }
+  ~Sha256() { EVP_MD_CTX_free(ctx_); }
+  Sha256(const Sha256&) = delete;
+  Sha256& operator=(const Sha256&) = delete;
+  void Update(const void* p, size_t n) { EVP_DigestUpdate(ctx_, p, n); }
+  std::string Raw() {
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned int len = 0;
+    EVP_DigestFinal_ex(ctx_, md, &len);
+    return std::string(reinterpret_cast<char*>(md), len);
+  }
+
+ private:
+  EVP_MD_CTX* ctx_;
+};
+
+std::string HexOf(const std::string& raw) {
+  std::string out;
+  for (unsigned char c : raw) absl::StrAppendFormat(&out, "%02x", c);
+  return out;
+}
+
+absl::Status HashFile(const std::string& path, Sha256& h) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return absl::NotFoundError(absl::StrCat(path, ": cannot open: ", std::strerror(errno)));
+  std::vector<char> buf(1 << 20);
+  ssize_t n;
+  while ((n = ::read(fd, buf.data(), buf.size())) > 0) h.Update(buf.data(), static_cast<size_t>(n));
+  const int err = n < 0 ? errno : 0;
+  ::close(fd);
+  if (err) return absl::DataLossError(absl::StrCat(path, ": read error: ", std::strerror(err)));
+  return absl::OkStatus();
+}
+
+// What identifies a file's current contents without reading it: device, inode, size and
+// modification and change times (any write changes them).
+absl::StatusOr<std::string> StatSignature(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) return absl::NotFoundError(absl::StrCat(path, ": cannot open: ", std::strerror(errno)));
+  return absl::StrCat(path, " ", st.st_dev, " ", st.st_ino, " ", st.st_size, " ", st.st_mtim.tv_sec, ".",
+                      st.st_mtim.tv_nsec, " ", st.st_ctim.tv_sec, ".", st.st_ctim.tv_nsec, "\n");
+}
+
+// Everything but the two files' contents that decides the tokens.
+std::string KeyParameters(const DataLoadOptions& l) {
+  return absl::StrCat("llamafleet-tokens ", kKeyVersion, " format ", static_cast<int>(l.format), " bos ", l.bos_id,
+                      " eos ", l.eos_id, " vocab ", l.vocab_size, " max_positions ", l.max_positions, "\n");
+}
+
+absl::StatusOr<std::string> ContentKey(const std::string& data_path, const TokenCacheOptions& o) {
+  Sha256 h;
+  const std::string params = KeyParameters(o.load);
+  h.Update(params.data(), params.size());
+  LF_RETURN_IF_ERROR(HashFile(data_path, h));
+  if (o.load.format != DataFormat::kTokens) {
+    h.Update("tokenizer\n", 10);
+    LF_RETURN_IF_ERROR(HashFile(o.tokenizer_path, h));
+  }
+  return HexOf(h.Raw());
+}
+
+// The content key, remembered in <dir>/<signature hash>.key so that a start whose files are
+// unchanged does not read them again (a 1 GB dataset takes ~0.5 s to hash).
+absl::StatusOr<std::string> CacheKey(const std::string& data_path, const TokenCacheOptions& o) {
+  LF_ASSIGN_OR_RETURN(std::string sig, StatSignature(data_path));
+  sig = KeyParameters(o.load) + sig;
+  if (o.load.format != DataFormat::kTokens) {
+    LF_ASSIGN_OR_RETURN(std::string tok, StatSignature(o.tokenizer_path));
+    sig += tok;
+  }
+  Sha256 h;
+  h.Update(sig.data(), sig.size());
+  const std::string memo = (fs::path(o.dir) / (HexOf(h.Raw()) + ".key")).string();
+  if (absl::StatusOr<std::string> k = ReadFileToString(memo); k.ok() && k->size() == 64) return *k;
+  LF_ASSIGN_OR_RETURN(std::string key, ContentKey(data_path, o));
+  const std::string tmp = absl::StrCat(memo, ".tmp-", ::getpid());
+  if (WriteStringToFile(tmp, key).ok()) {
+    std::error_code ec;
+    fs::rename(tmp, memo, ec);
+  }
+  return key;
+}
+
+// One thread's share of the JSONL: [begin, end) of the mapped file, whole lines.
+struct Chunk {
+  const char* begin = nullptr;
+  const char* end = nullptr;
+  int64_t lines = 0;  // lines in the chunk (blank ones included), for global line numbers
+  std::vector<int32_t> tokens;
+  std::vector<uint8_t> target;
+  std::vector<uint64_t> lengths;
+  absl::Status error;       // the first bad line of the chunk
+  int64_t error_line = 0;   // its line number within the chunk (1-based)
+};
+
+void ParseChunk(const std::string& path, const DataLoadOptions& opt, Chunk& c, std::atomic<int64_t>& done) {
+  const char* p = c.begin;
+  int64_t since_report = 0;
+  while (p < c.end) {
+    const char* nl = static_cast<const char*>(std::memchr(p, '\n', static_cast<size_t>(c.end - p)));
+    const char* line_end = nl ? nl : c.end;
+    ++c.lines;
+    const absl::string_view line(p, static_cast<size_t>(line_end - p));
+    if (!IsBlankLine(line)) {
+      // The path and a local line number; the caller rewrites the number.
+      absl::StatusOr<Sequence> s = ParseRecord(path, c.lines, line, opt);
+      if (!s.ok()) {
+        c.error = s.status();
+        c.error_line = c.lines;
+        return;
+      }
+      c.tokens.insert(c.tokens.end(), s->tokens.begin(), s->tokens.end());
+      c.target.insert(c.target.end(), s->target.begin(), s->target.end());
+      c.lengths.push_back(s->tokens.size());
+    }
+    since_report += line_end - p + 1;
+    if (since_report > (1 << 20)) {
+      done += since_report;
+      since_report = 0;
+    }
+    p = line_end + 1;
+  }
+  done += since_report;
+}
+
+absl::Status WriteAll(int fd, const void* data, size_t n, const std::string& path) {
+  const char* p = static_cast<const char*>(data);
+  while (n > 0) {
+    const ssize_t w = ::write(fd, p, n);
+    if (w <= 0) return absl::DataLossError(absl::StrCat(path, ": write failed: ", std::strerror(errno)));
+    p += w;
+    n -= static_cast<size_t>(w);
+  }
+  return absl::OkStatus();
+}
+
+// Tokenizes `data_path` into `out_path` (a temporary name; the caller renames it).
+absl::Status Build(const std::string& data_path, const TokenCacheOptions& o, const std::string& out_path) {
+  if (o.load.format != DataFormat::kTokens && o.load.tokenizer == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(data_path, ": a tokenizer is required for text and prompt_completion data"));
+  }
+  const int fd = ::open(data_path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return absl::NotFoundError(absl::StrCat(data_path, ": cannot open data file"));
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    ::close(fd);
+    return absl::DataLossError(absl::StrCat(data_path, ": cannot stat"));
+  }
+  const size_t size = static_cast<size_t>(st.st_size);
+  void* map = size > 0 ? ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0) : nullptr;
+  ::close(fd);
+  if (map == MAP_FAILED) return absl::DataLossError(absl::StrCat(data_path, ": cannot map: ", std::strerror(errno)));
+  struct Unmap {
+    void* p;
+    size_t n;
+    ~Unmap() {
+      if (p) ::munmap(p, n);
+    }
+  } unmap{map, size};
+  if (map) ::madvise(map, size, MADV_SEQUENTIAL);
+
+  // Chunks of about equal bytes, cut after a newline.
+  const int threads = std::max(1, o.threads > 0 ? o.threads : static_cast<int>(std::thread::hardware_concurrency()));
+  const char* data = static_cast<const char*>(map);
+  std::vector<Chunk> chunks(static_cast<size_t>(threads));
+  const char* cur = data;
+  for (int i = 0; i < threads; ++i) {
+    Chunk& c = chunks[static_cast<size_t>(i)];
+    c.begin = cur;
+    const char* end = i + 1 == threads ? data + size : data + size * static_cast<size_t>(i + 1) / threads;
+    if (end < cur) end = cur;
+    if (end < data + size) {
+      const char* nl = static_cast<const char*>(std::memchr(end, '\n', static_cast<size_t>(data + size - end)));
+      end = nl ? nl + 1 : data + size;
+    }
+    c.end = end;
+    cur = end;
+  }
+  std::atomic<int64_t> done{0};
+  std::vector<std::thread> workers;
+  for (Chunk& c : chunks) {
+    if (c.begin < c.end) workers.emplace_back([&, cp = &c] { ParseChunk(data_path, o.load, *cp, done); });
+  }
+  auto last_report = std::chrono::steady_clock::now();
+  while (done.load() < static_cast<int64_t>(size)) {
+    bool any_error = false;
+    for (const Chunk& c : chunks) any_error |= !c.error.ok();
+    if (any_error) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    if (o.progress && std::chrono::steady_clock::now() - last_report > std::chrono::seconds(2)) {
+      o.progress(done.load(), static_cast<int64_t>(size));
+      last_report = std::chrono::steady_clock::now();
+    }
+  }
+  for (std::thread& t : workers) t.join();
+
+  // The first bad line of the file: the earliest chunk with an error.
+  int64_t lines_before = 0;
+  for (const Chunk& c : chunks) {
+    if (!c.error.ok()) {
+      const std::string prefix = absl::StrCat(data_path, ":", c.error_line, ": ");
+      std::string msg(c.error.message());
+      if (msg.rfind(prefix, 0) == 0) msg = absl::StrCat(data_path, ":", lines_before + c.error_line, ": ", msg.substr(prefix.size()));
+      return absl::Status(c.error.code(), msg);
+    }
+    lines_before += c.lines;
+  }
+  uint64_t sequences = 0, tokens = 0;
+  for (const Chunk& c : chunks) {
+    sequences += c.lengths.size();
+    tokens += c.tokens.size();
+  }
+  if (sequences == 0) return absl::InvalidArgumentError(absl::StrCat(data_path, ": dataset is empty"));
+  if (o.progress) o.progress(static_cast<int64_t>(size), static_cast<int64_t>(size));
+
+  std::vector<uint64_t> offsets;
+  offsets.reserve(sequences + 1);
+  offsets.push_back(0);
+  for (const Chunk& c : chunks) {
+    for (uint64_t n : c.lengths) offsets.push_back(offsets.back() + n);
+  }
+  Sha256 body;
+  body.Update(offsets.data(), offsets.size() * sizeof(uint64_t));
+  for (const Chunk& c : chunks) body.Update(c.tokens.data(), c.tokens.size() * sizeof(int32_t));
+  for (const Chunk& c : chunks) body.Update(c.target.data(), c.target.size());
+  char header[kHeaderBytes] = {};
+  std::memcpy(header, kMagic, 8);
+  std::memcpy(header + 8, &sequences, 8);
+  std::memcpy(header + 16, &tokens, 8);
+  std::memcpy(header + 24, &kHeaderBytes, 8);
+  const std::string digest = body.Raw();
+  std::memcpy(header + 32, digest.data(), 32);
+
+  const int out = ::open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (out < 0) return absl::PermissionDeniedError(absl::StrCat(out_path, ": cannot create: ", std::strerror(errno)));
+  absl::Status s = WriteAll(out, header, kHeaderBytes, out_path);
+  if (s.ok()) s = WriteAll(out, offsets.data(), offsets.size() * sizeof(uint64_t), out_path);
+  for (const Chunk& c : chunks) {
+    if (s.ok()) s = WriteAll(out, c.tokens.data(), c.tokens.size() * sizeof(int32_t), out_path);
+  }
+  for (const Chunk& c : chunks) {
+    if (s.ok()) s = WriteAll(out, c.target.data(), c.target.size(), out_path);
+  }
+  if (s.ok() && ::fsync(out) != 0) s = absl::DataLossError(absl::StrCat(out_path, ": fsync failed"));
+  if (::close(out) != 0 && s.ok()) s = absl::DataLossError(absl::StrCat(out_path, ": close failed"));
+  return s;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<TokenFile>> TokenFile::Open(const std::string& path) {
+  std::unique_ptr<TokenFile> f(new TokenFile());
+  f->path_ = path;
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
+  struct stat st;
+  const bool stat_ok = ::fstat(fd, &st) == 0;
+  const size_t size = stat_ok ? static_cast<size_t>(st.st_size) : 0;
+  if (size < kHeaderBytes) {
+    ::close(fd);
+    return absl::DataLossError(absl::StrCat(path, ": not a token file (", size, " bytes)"));
+  }
+  void* map = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
+  ::close(fd);
+  if (map == MAP_FAILED) return absl::DataLossError(absl::StrCat(path, ": cannot map: ", std::strerror(errno)));
+  f->map_ = map;
+  f->map_bytes_ = size;
+  const char* p = static_cast<const char*>(map);
+  uint64_t s = 0, t = 0, h = 0;
+  std::memcpy(&s, p + 8, 8);
+  std::memcpy(&t, p + 16, 8);
+  std::memcpy(&h, p + 24, 8);
+  if (std::memcmp(p, kMagic, 8) != 0 || h != kHeaderBytes) {
+    return absl::DataLossError(absl::StrCat(path, ": not a token file (bad header)"));
+  }
+  // Sizes that cannot overflow the checks below (a file this big cannot be mapped anyway).
+  if (s == 0 || s > (uint64_t{1} << 40) || t > (uint64_t{1} << 44) ||
+      size != kHeaderBytes + (s + 1) * 8 + t * 5) {
+    return absl::DataLossError(absl::StrCat(path, ": ", size, " bytes do not match its header (", s,
+                                            " sequences, ", t, " tokens): truncated or damaged"));
+  }
+  f->offsets_ = reinterpret_cast<const uint64_t*>(p + kHeaderBytes);
+  f->tokens_ = reinterpret_cast<const int32_t*>(p + kHeaderBytes + (s + 1) * 8);
+  f->target_ = reinterpret_cast<const uint8_t*>(p + kHeaderBytes + (s + 1) * 8 + t * 4);
+  if (f->offsets_[0] != 0 || f->offsets_[s] != t) return absl::DataLossError(absl::StrCat(path, ": bad offsets"));
+  for (uint64_t i = 0; i < s; ++i) {
+    if (f->offsets_[i + 1] <= f->offsets_[i]) {
+      return absl::DataLossError(absl::StrCat(path, ": bad offsets at sequence ", i));
+    }
+  }
+  f->num_sequences_ = static_cast<int64_t>(s);
+  f->num_tokens_ = static_cast<int64_t>(t);
+  return f;
+}
+
+TokenFile::~TokenFile() {
+  if (map_) ::munmap(map_, map_bytes_);
+}
+
+absl::StatusOr<TokenCacheResult> OpenTokenCache(const std::string& data_path, const TokenCacheOptions& o) {
+  std::error_code ec;
+  fs::create_directories(o.dir, ec);
+  ::chmod(o.dir.c_str(), 0700);
+  struct stat dst;
+  if (::stat(o.dir.c_str(), &dst) != 0 || !S_ISDIR(dst.st_mode)) {
+    return absl::PermissionDeniedError(absl::StrCat(o.dir, ": token cache directory cannot be created"));
+  }
+  if (dst.st_uid != ::geteuid()) {
+    return absl::PermissionDeniedError(absl::StrCat(o.dir, ": token cache directory is owned by uid ", dst.st_uid,
+                                                    ", not this process's ", ::geteuid()));
+  }
+  LF_ASSIGN_OR_RETURN(const std::string key, CacheKey(data_path, o));
+  const std::string path = (fs::path(o.dir) / (key + ".tokens")).string();
+  TokenCacheResult r;
+  if (auto f = TokenFile::Open(path); f.ok()) {
+    r.file = std::move(*f);
+    r.hit = true;
+    return r;
+  }
+  // One builder per entry; the others wait here and then map its file.
+  const std::string lock_path = (fs::path(o.dir) / (key + ".lock")).string();
+  const int lock = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (lock < 0) return absl::PermissionDeniedError(absl::StrCat(lock_path, ": cannot open"));
+  struct Unlock {
+    int fd;
+    ~Unlock() {
+      ::flock(fd, LOCK_UN);
+      ::close(fd);
+    }
+  } unlock{lock};
+  if (::flock(lock, LOCK_EX) != 0) return absl::InternalError(absl::StrCat(lock_path, ": flock failed"));
+  if (auto f = TokenFile::Open(path); f.ok()) {
+    r.file = std::move(*f);
+    r.hit = true;
+    return r;
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string tmp = absl::StrCat(path, ".tmp-", ::getpid());
+  absl::Status built = Build(data_path, o, tmp);
+  if (!built.ok()) {
+    fs::remove(tmp, ec);
+    return built;
+  }
+  fs::rename(tmp, path, ec);
+  if (ec) {
+    fs::remove(tmp, ec);
+    return absl::DataLossError(absl::StrCat(path, ": cannot rename into place: ", ec.message()));
+  }
+  if (int dfd = ::open(o.dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); dfd >= 0) {
+    ::fsync(dfd);
+    ::close(dfd);
+  }
+  LF_ASSIGN_OR_RETURN(r.file, TokenFile::Open(path));
+  r.build_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return r;
+}
+
+absl::StatusOr<TokenRows> TokenRows::Create(std::shared_ptr<const TokenFile> file, BatchingMode batching,
+                                            int64_t seq_len, const std::string& source) {
+  TokenRows r;
+  r.batching_ = batching;
+  r.seq_len_ = seq_len;
+  if (batching == BatchingMode::kPacking) {
+    r.rows_ = file->num_tokens() / seq_len;
+    if (r.rows_ == 0) {
+      return absl::InvalidArgumentError(absl::StrCat(source, ": ", file->num_tokens(),
+                                                     " tokens in total, fewer than one packed row of seq_len ",
+                                                     seq_len));
+    }
+  } else {
+    for (int64_t s = 0; s < file->num_sequences(); ++s) {
+      const int64_t n = file->sequence_end(s) - file->sequence_begin(s);
+      if (n > seq_len) {
+        return absl::InvalidArgumentError(absl::StrCat(source, ": record ", s + 1, " has ", n,
+                                                       " tokens, longer than seq_len ", seq_len,
+                                                       " (padding batching)"));
+      }
+    }
+    r.rows_ = file->num_sequences();
+  }
+  r.file_ = std::move(file);
+  return r;
+}
+
+absl::StatusOr<Batch> TokenRows::MakeBatch(const std::vector<int64_t>& indices, int32_t pad_id,
+                                           int64_t vocab_size) const {
+  auto span = [&](int64_t row) -> std::pair<int64_t, int64_t> {
+    if (batching_ == BatchingMode::kPacking) return {row * seq_len_, (row + 1) * seq_len_};
+    return {file_->sequence_begin(row), file_->sequence_end(row)};
+  };
+  Batch b;
+  b.rows = static_cast<int64_t>(indices.size());
+  for (int64_t i : indices) {
+    const auto [lo, hi] = span(i);
+    b.seq_len = std::max(b.seq_len, hi - lo);
+  }
+  b.tokens.assign(b.rows * b.seq_len, pad_id);
+  b.target.assign(b.rows * b.seq_len, 0);
+  for (int64_t r = 0; r < b.rows; ++r) {
+    const auto [lo, hi] = span(indices[r]);
+    for (int64_t t = lo; t < hi; ++t) {
+      const int32_t id = file_->tokens()[t];
+      if (id < 0 || (vocab_size > 0 && id >= vocab_size)) {
+        return absl::InvalidArgumentError(absl::StrCat(file_->path(), ": token id ", id,
+                                                       " is outside the vocabulary (a damaged token cache file)"));
+      }
+      b.tokens[r * b.seq_len + (t - lo)] = id;
+      b.target[r * b.seq_len + (t - lo)] = file_->target()[t] ? 1 : 0;
+    }
+    b.real_tokens += hi - lo;
+  }
+  return b;
+}
+
+std::string DefaultTokenCacheDir() {
+  if (const char* d = std::getenv("LLAMAFLEET_TOKEN_CACHE_DIR"); d && *d) return d;
+  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return (fs::path(x) / "llamafleet" / "tokens").string();
+  if (const char* h = std::getenv("HOME"); h && *h) return (fs::path(h) / ".cache" / "llamafleet" / "tokens").string();
+  return absl::StrCat("/tmp/llamafleet-tokens-", ::geteuid());
+}
+
+}  // namespace llamafleet::trainer

@@ -1,0 +1,107 @@
+// Datasets tokenized once into a memory-mapped token file, and the training rows over it.
+//
+// A JSONL dataset (data.h's formats) is turned once into a binary file keyed by the
+// content of everything that decides its tokens: the data file, the tokenizer file, the
+// format, BOS/EOS ids, the vocabulary size and the length limit. Every later attempt and
+// job with the same key maps it instead of tokenizing again, and each rank reads only the
+// rows its sampler hands it (the pages it touches), so start-up and host memory no longer
+// grow with the dataset.
+//
+// File <dir>/<key>.tokens, little-endian:
+//   0   char[8]  "LFTOKv1\n"
+//   8   u64      S  sequences (one per non-blank JSONL line)
+//   16  u64      T  tokens in all
+//   24  u64      64 (header bytes)
+//   32  char[32] sha256 of everything after the header (checked when the file is built)
+//   64  u64      offsets[S + 1]  sequence s is tokens [offsets[s], offsets[s+1])
+//       i32      tokens[T]
+//       u8       target[T]       1: a loss target (data.h's Sequence::target)
+// Opening checks the header, the file size and that the offsets are monotonic from 0 to T;
+// token ids are checked against the vocabulary when a batch is made.
+//
+// Building: one process per entry holds <key>.lock (flock) and writes <key>.tmp-<pid>,
+// fsyncs it and renames it into place; others wait on the lock and then map the result.
+// The JSONL is split at line boundaries across threads (SentencePiece encoding is
+// thread-safe); a malformed line fails the build with `file:line: why`, as LoadJsonl does.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "data.h"
+
+namespace llamafleet::trainer {
+
+class TokenFile {
+ public:
+  static absl::StatusOr<std::unique_ptr<TokenFile>> Open(const std::string& path);
+  ~TokenFile();
+  TokenFile(const TokenFile&) = delete;
+  TokenFile& operator=(const TokenFile&) = delete;
+
+  const std::string& path() const { return path_; }
+  int64_t num_sequences() const { return num_sequences_; }
+  int64_t num_tokens() const { return num_tokens_; }
+  int64_t sequence_begin(int64_t s) const { return static_cast<int64_t>(offsets_[s]); }
+  int64_t sequence_end(int64_t s) const { return static_cast<int64_t>(offsets_[s + 1]); }
+  const int32_t* tokens() const { return tokens_; }
+  const uint8_t* target() const { return target_; }
+
+ private:
+  TokenFile() = default;
+  std::string path_;
+  void* map_ = nullptr;
+  size_t map_bytes_ = 0;
+  int64_t num_sequences_ = 0, num_tokens_ = 0;
+  const uint64_t* offsets_ = nullptr;
+  const int32_t* tokens_ = nullptr;
+  const uint8_t* target_ = nullptr;
+};
+
+struct TokenCacheOptions {
+  std::string dir;         // where entries live (created 0700 if missing)
+  DataLoadOptions load;    // how records become tokens (part of the key)
+  std::string tokenizer_path;  // hashed into the key ("" for token data)
+  int threads = 0;         // build threads; 0 = the machine's cores
+  // Called about every 2 s during a build with bytes of JSONL done and in all.
+  std::function<void(int64_t done, int64_t total)> progress;
+};
+
+struct TokenCacheResult {
+  std::unique_ptr<TokenFile> file;
+  bool hit = false;         // an existing entry was mapped (built by nobody here)
+  double build_seconds = 0; // 0 on a hit
+};
+
+// The entry for `data_path`, built first when there is none.
+absl::StatusOr<TokenCacheResult> OpenTokenCache(const std::string& data_path, const TokenCacheOptions& options);
+
+// Training rows over a token file, in the semantics of data.h: packing cuts the token
+// stream into rows of exactly seq_len (the remainder dropped, as PackSequences); padding
+// makes each sequence a row (CheckPaddingRows' rule and error).
+class TokenRows {
+ public:
+  static absl::StatusOr<TokenRows> Create(std::shared_ptr<const TokenFile> file, BatchingMode batching,
+                                          int64_t seq_len, const std::string& source);
+  int64_t size() const { return rows_; }
+  // Rows `indices` as one batch (MakeBatch's layout and padding); INVALID_ARGUMENT when a
+  // token id is >= vocab_size (a damaged cache file).
+  absl::StatusOr<Batch> MakeBatch(const std::vector<int64_t>& indices, int32_t pad_id, int64_t vocab_size) const;
+
+ private:
+  std::shared_ptr<const TokenFile> file_;
+  BatchingMode batching_ = BatchingMode::kPacking;
+  int64_t seq_len_ = 0;
+  int64_t rows_ = 0;
+};
+
+// The default cache directory of a trainer run on its own: $LLAMAFLEET_TOKEN_CACHE_DIR,
+// else $XDG_CACHE_HOME/llamafleet/tokens, else $HOME/.cache/llamafleet/tokens.
+std::string DefaultTokenCacheDir();
+
+}  // namespace llamafleet::trainer
