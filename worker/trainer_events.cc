@@ -67,6 +67,15 @@ std::string ToLine(const Metrics& e) {
   return j.dump();
 }
 
+std::string ToLine(const Phase& e) {
+  json j = EventObject("phase");
+  j["phase"] = e.phase;
+  j["seconds"] = e.seconds;
+  j["since_start"] = e.since_start;
+  j["detail"] = e.detail;
+  return j.dump();
+}
+
 std::string ToLine(const Resumed& e) {
   json j = EventObject("resumed");
   j["path"] = e.path;
@@ -161,6 +170,14 @@ std::optional<Event> ParseLine(std::string_view line) {
       m.peak_phase = Str(*it, "peak_phase");
     }
     return s;
+  }
+  if (event == "phase") {
+    Phase p;
+    p.phase = Str(j, "phase");
+    p.seconds = Num(j, "seconds");
+    p.since_start = Num(j, "since_start");
+    p.detail = Str(j, "detail");
+    return p;
   }
   if (event == "resumed") {
     Resumed r;

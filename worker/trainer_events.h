@@ -12,6 +12,7 @@
 //    peak_mem_bytes, mfu (null when unknown)}
 //   {"type":"event","event":"resumed", path, step, skipped: [{path, reason}]}
 //   {"type":"event","event":"checkpoint_saved", path, step, bytes, manifest_sha256, loss}
+//   {"type":"event","event":"phase", phase, seconds, since_start, detail}
 //   {"type":"event","event":"preempted", step, loss}
 //   {"type":"eval", step, loss, perplexity, tokens}
 //   {"type":"event","event":"finished", steps, loss, export_dir}
@@ -78,6 +79,15 @@ struct CheckpointSaved {
   double loss = 0;
 };
 
+// A start-up phase done (rank 0): "rendezvous", "weights_loaded", "data_ready",
+// "first_step"; `seconds` it took, `since_start` seconds since the trainer started.
+struct Phase {
+  std::string phase;
+  double seconds = 0;
+  double since_start = 0;
+  std::string detail;  // e.g. "token cache hit", "resumed from step 40"
+};
+
 struct Preempted {
   int64_t step = 0;
   double loss = 0;
@@ -105,13 +115,14 @@ struct Exit {
   }
 };
 
-using Event = std::variant<Started, Metrics, Resumed, CheckpointSaved, Preempted, Eval, Finished, Exit>;
+using Event = std::variant<Started, Metrics, Resumed, CheckpointSaved, Phase, Preempted, Eval, Finished, Exit>;
 
 // One JSON line (no trailing newline).
 std::string ToLine(const Started& e);
 std::string ToLine(const Metrics& e);
 std::string ToLine(const Resumed& e);
 std::string ToLine(const CheckpointSaved& e);
+std::string ToLine(const Phase& e);
 std::string ToLine(const Preempted& e);
 std::string ToLine(const Eval& e);
 std::string ToLine(const Finished& e);

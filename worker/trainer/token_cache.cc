@@ -243,7 +243,6 @@ absl::Status Build(const std::string& data_path, const TokenCacheOptions& o, con
     tokens += c.tokens.size();
   }
   if (sequences == 0) return absl::InvalidArgumentError(absl::StrCat(data_path, ": dataset is empty"));
-  if (o.progress) o.progress(static_cast<int64_t>(size), static_cast<int64_t>(size));
 
   std::vector<uint64_t> offsets;
   offsets.reserve(sequences + 1);

@@ -21,8 +21,9 @@
 #include "hf_io.h"
 #include "model.h"
 #include "scheduler/memory_estimate.h"
-#include "checkpoint_writer.h"
 #include "token_cache.h"
+#include "train_parts.h"
+#include "trainer.h"
 #include "sharded_checkpoint.h"
 #include "sharded_engine.h"
 #include "nlohmann/json.hpp"
@@ -85,20 +86,6 @@ double PeakTflopsForDevice(const std::string& name) {
   return 0.0;
 }
 
-namespace {
-
-// Torch reports errors as exceptions; they become a Status here, once.
-template <typename F>
-absl::Status CatchTorch(const char* what, F&& body) {
-  try {
-    return body();
-  } catch (const c10::Error& e) {
-    return absl::InternalError(absl::StrCat(what, ": ", e.what_without_backtrace()));
-  } catch (const std::exception& e) {
-    return absl::InternalError(absl::StrCat(what, ": ", e.what()));
-  }
-}
-
 absl::StatusOr<at::Device> ResolveDevice(const std::string& name, int local_rank) {
   if (name == "cpu") return at::Device(at::kCPU);
   if (name == "cuda" || name == "auto") {
@@ -128,7 +115,6 @@ int64_t CurrentRssBytes() {
   return n == 2 ? static_cast<int64_t>(pages_resident) * sysconf(_SC_PAGESIZE) : 0;
 }
 
-}  // namespace
 
 sched::MemoryEstimate EstimateForRun(const LlamaConfig& config, const TrainOptions& opt,
                                      const ShardingOptions& sh, int world_size, int64_t seq_len,
@@ -162,19 +148,12 @@ sched::MemoryEstimate EstimateForRun(const LlamaConfig& config, const TrainOptio
   return sched::EstimateMemory(in);
 }
 
-namespace {
 
 int64_t PeakRssBytes() {
   struct rusage ru;
   getrusage(RUSAGE_SELF, &ru);
   return static_cast<int64_t>(ru.ru_maxrss) * 1024;
 }
-
-struct LoadedData {
-  TokenRows rows;
-  int32_t pad_id = 0;
-  int64_t vocab_size = 0;
-};
 
 // The rows of a JSONL file through the token cache (token_cache.h): tokenized once into
 // `cache_dir`, then memory-mapped. `log_progress`: this process reports a build's progress.
@@ -206,7 +185,7 @@ absl::StatusOr<LoadedData> LoadRows(const std::string& path, DataFormat format,
   }
   std::shared_ptr<const TokenFile> file = std::move(cached.file);
   LF_ASSIGN_OR_RETURN(TokenRows rows, TokenRows::Create(file, batching, seq_len, path));
-  return LoadedData{std::move(rows), 0, config.vocab_size};
+  return LoadedData{std::move(rows), 0, config.vocab_size, cached.hit};
 }
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> MaybeLoadTokenizer(DataFormat format,
@@ -231,7 +210,6 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> MaybeLoadTokenizer(DataFormat format,
   return tok;
 }
 
-}  // namespace
 
 absl::StatusOr<int64_t> GradAccumFor(const TrainOptions& opt, int world_size) {
   if (opt.global_batch <= 0) return opt.grad_accum;
@@ -251,7 +229,6 @@ absl::StatusOr<int64_t> GradAccumFor(const TrainOptions& opt, int world_size) {
   return opt.global_batch / per_step;
 }
 
-namespace {
 
 // Mean loss over all target tokens of `rows` (rows split round-robin across ranks).
 EvalResult Evaluate(LlamaModel& model, ParamEngine& engine, const LoadedData& data,
@@ -282,9 +259,7 @@ EvalResult Evaluate(LlamaModel& model, ParamEngine& engine, const LoadedData& da
   return r;
 }
 
-}  // namespace
 
-namespace {
 
 // Before anything is read or written: every path the job names stays inside the roots
 // with links resolved, and the export directory is new, empty or this job's own.
@@ -306,355 +281,12 @@ absl::Status CheckJobPaths(const TrainOptions& opt, bool rank0) {
   return absl::OkStatus();
 }
 
-}  // namespace
 
 absl::Status RunTraining(const TrainOptions& opt, const DistEnv& env) {
   const int64_t runtime_rss = CurrentRssBytes();  // before training allocates anything
   return CatchTorch("training", [&]() -> absl::Status {
-    const bool rank0 = env.rank == 0;
-    LF_RETURN_IF_ERROR(CheckJobPaths(opt, rank0));
-    LF_ASSIGN_OR_RETURN(at::Device device, ResolveDevice(opt.device, env.local_rank));
-    LF_ASSIGN_OR_RETURN(at::ScalarType compute_dtype, ResolveComputeDtype(opt.compute_dtype));
-    at::manual_seed(opt.seed);
-
-    // Model shape and weights.
-    LlamaConfig config;
-    std::unique_ptr<HfModelDir> hf;
-    if (!opt.model_path.empty()) {
-      LF_ASSIGN_OR_RETURN(hf, HfModelDir::Open(opt.model_path));
-      config = hf->config();
-    } else {
-      LF_ASSIGN_OR_RETURN(config, PresetConfig(opt.preset));
-    }
-    const std::vector<UnitLayout> layout = MakeLayout(config);
-    LF_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tokenizer,
-                        MaybeLoadTokenizer(opt.format, opt.tokenizer_path, opt.model_path, config));
-
-    int64_t seq_len = opt.seq_len;
-    if (seq_len > config.max_position_embeddings) {
-      LogWarning(absl::StrCat("seq_len ", seq_len, " capped to max_position_embeddings ",
-                              config.max_position_embeddings));
-      seq_len = config.max_position_embeddings;
-    }
-    const std::string cache_dir = opt.token_cache_dir.empty() ? DefaultTokenCacheDir() : opt.token_cache_dir;
-    LF_ASSIGN_OR_RETURN(LoadedData train, LoadRows(opt.train_path, opt.format, tokenizer.get(), config,
-                                                   opt.batching, seq_len, cache_dir, env.rank == 0));
-    std::optional<LoadedData> eval;
-    if (!opt.eval_path.empty()) {
-      LF_ASSIGN_OR_RETURN(eval, LoadRows(opt.eval_path, opt.format, tokenizer.get(), config,
-                                         opt.batching, seq_len, cache_dir, env.rank == 0));
-    }
-    // With a global batch, the micro-steps per step follow from the world this run got, so
-    // every step consumes the same rows whatever the world size (see Sampler).
-    LF_ASSIGN_OR_RETURN(const int64_t grad_accum, GradAccumFor(opt, env.world_size));
-    Sampler::Options so;
-    so.num_rows = train.rows.size();
-    so.micro_batch = opt.micro_batch;
-    so.grad_accum = grad_accum;
-    so.world_size = env.world_size;
-    so.seed = opt.seed;
-    so.shuffle = opt.shuffle;
-    LF_ASSIGN_OR_RETURN(Sampler sampler, Sampler::Create(so));
-    const int64_t spe = sampler.steps_per_epoch();
-    int64_t total_steps = opt.epochs > 0 ? opt.epochs * spe : opt.max_steps;
-    if (opt.max_steps > 0) total_steps = std::min(total_steps, opt.max_steps);
-    if (total_steps <= 0) return absl::InvalidArgumentError("nothing to train: zero steps");
-
-    // Process groups, then the engine: each rank reads only its shard's slices (from the
-    // resumed checkpoint, the HF weights, or the seeded init).
-    RendezvousOptions ro;
-    ro.rank = env.rank;
-    ro.world_size = env.world_size;
-    ro.master_addr = env.master_addr;
-    ro.master_port = env.master_port;
-    ro.timeout = std::chrono::seconds(opt.collective_timeout_s);
-    ro.device = device;
-    LF_ASSIGN_OR_RETURN(std::unique_ptr<DistContext> dist, DistContext::Create(ro));
-    ShardingOptions sh;
-    LF_ASSIGN_OR_RETURN(sh.strategy, ParseShardingStrategy(opt.sharding));
-    sh.hybrid_group_size = opt.hybrid_group_size > 0 ? opt.hybrid_group_size : env.local_world_size;
-    sh.compute_dtype = compute_dtype;
-    LF_ASSIGN_OR_RETURN(sh.reduce_dtype, ResolveComputeDtype(opt.reduce_dtype));
-    sh.max_inflight_all_gathers = opt.max_inflight_all_gathers;
-    sh.adamw = AdamWOptions{opt.beta1, opt.beta2, opt.eps, opt.weight_decay};
-    sh.device = device;
-
-    std::string resume_dir = opt.resume;
-    if (!opt.resume_candidates.empty()) {
-      // Every rank checks the manifest hash and its share of the files' hashes; the ranks
-      // agree (one all-reduce) on the newest candidate none of them refused.
-      const size_t n = opt.resume_candidates.size();
-      std::vector<std::string> reasons(n);
-      at::Tensor refused = at::zeros({static_cast<int64_t>(n)}, at::TensorOptions().dtype(at::kDouble));
-      for (size_t i = 0; i < n; ++i) {
-        absl::Status v = VerifyCheckpoint(opt.resume_candidates[i].path, opt.resume_candidates[i].manifest_sha256,
-                                          env.rank, env.world_size);
-        if (!v.ok()) {
-          reasons[i] = std::string(v.message());
-          refused[static_cast<int64_t>(i)] = 1.0;
-        }
-      }
-      at::Tensor agreed = refused.to(device);
-      LF_RETURN_IF_ERROR(dist->world().AllReduceSum(agreed)->Wait());
-      agreed = agreed.cpu();
-      trainer_events::Resumed used;
-      for (size_t i = 0; i < n && used.path.empty(); ++i) {
-        const trainer_events::ResumeCandidate& c = opt.resume_candidates[i];
-        if (agreed[static_cast<int64_t>(i)].item<double>() == 0) {
-          used.path = c.path;
-          used.step = c.step;
-        } else {
-          used.skipped.push_back({c.path, reasons[i].empty() ? "refused by another rank" : reasons[i]});
-          if (rank0) LogWarning(absl::StrCat("not resuming from ", c.path, ": ", used.skipped.back().reason));
-        }
-      }
-      if (used.path.empty()) {
-        // The job has recorded checkpoints, so starting fresh would lose its progress
-        // silently; the storage may come back (or an older attempt's files be restored).
-        return absl::UnavailableError(absl::StrCat("none of the ", n, " recorded checkpoints verifies (newest ",
-                                                   opt.resume_candidates[0].path, ": ", used.skipped[0].reason,
-                                                   "); not starting from scratch"));
-      }
-      if (rank0) {
-        LogInfo(absl::StrCat("resuming from ", used.path, " (step ", used.step, "; ", used.skipped.size(),
-                             " newer recorded checkpoint(s) refused)"));
-        EmitJsonLine(trainer_events::ToLine(used));
-      }
-      resume_dir = used.path;
-    } else if (resume_dir == "latest") {
-      if (opt.checkpoint_dir.empty()) {
-        return absl::InvalidArgumentError("checkpoint.resume: latest needs checkpoint.dir");
-      }
-      auto latest = LatestCheckpoint(opt.checkpoint_dir);
-      if (latest.ok()) {
-        resume_dir = *latest;
-        if (!opt.path_roots.empty()) {
-          LF_RETURN_IF_ERROR(worker::CheckPathInRoots("checkpoint.resume (latest)", resume_dir, opt.path_roots));
-        }
-      } else {
-        if (rank0) LogInfo(absl::StrCat("no complete checkpoint in ", opt.checkpoint_dir, ": starting fresh"));
-        resume_dir.clear();
-      }
-    }
-    std::unique_ptr<ShardedCheckpoint> resume;
-    if (!resume_dir.empty()) {
-      LF_ASSIGN_OR_RETURN(resume, ShardedCheckpoint::Open(resume_dir));
-      LF_RETURN_IF_ERROR(resume->CheckLayout(layout));
-    }
-    const ShardSource source = resume ? resume->ParamSource()
-                               : hf   ? HfShardSource(*hf, layout)
-                                      : SeededShardSource(layout, opt.seed);
-    LF_ASSIGN_OR_RETURN(std::unique_ptr<ShardedEngine> engine_owner,
-                        ShardedEngine::CreateWithContext(layout, sh, *dist, source));
-    ShardedEngine& engine = *engine_owner;
-    int64_t start_step = 0, tokens_seen = 0;
-    if (resume) {
-      // The data position is global: rows consumed, in rows per step. A different global
-      // batch would replay or skip rows, so it is refused rather than guessed.
-      const TrainerProgress saved = resume->progress();
-      if (saved.global_batch > 0 && saved.global_batch != sampler.global_batch()) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            resume_dir, ": checkpoint was written with ", saved.global_batch,
-            " rows per step, this run takes ", sampler.global_batch(),
-            " (set training.global_batch_size to ", saved.global_batch,
-            " to continue the same data order on any world size)"));
-      }
-      LF_RETURN_IF_ERROR(resume->RestoreEngine(engine));
-      start_step = std::min(resume->step(), total_steps);
-      if (saved.global_batch > 0 && saved.rows_seen != saved.step * saved.global_batch) {
-        return absl::DataLossError(absl::StrCat(resume_dir, ": manifest rows_seen ", saved.rows_seen,
-                                                " disagrees with step ", saved.step, " x global_batch ",
-                                                saved.global_batch));
-      }
-      tokens_seen = resume->progress().tokens_seen;
-      if (rank0) {
-        LogInfo(absl::StrCat("resumed from ", resume_dir, " at step ", start_step, " (saved by ",
-                             resume->world_size(), " ranks, ", resume->manifest().value("strategy", "?"),
-                             ")"));
-      }
-    }
-    resume.reset();
-    hf.reset();  // unmap the source files
-    LlamaModel model(config, device, compute_dtype);
-    model.set_activation_checkpointing(opt.activation_checkpointing);
-
-    const int64_t flops_per_token =
-        6 * config.NumNonEmbeddingParameters() +
-        6 * config.num_hidden_layers * config.num_attention_heads * 2 * config.head_dim() * seq_len;
-    // MFU needs the device's peak: --peak-tflops / LLAMAFLEET_PEAK_TFLOPS (the CUDA device-name
-    // lookup for PeakTflopsForDevice comes with the GPU path); without one, "mfu" is null.
-    double peak = opt.peak_tflops;
-    if (peak <= 0 && device.is_cuda()) peak = PeakTflopsForDevice(DeviceName(device));
-    const sched::MemoryEstimate estimate =
-        EstimateForRun(config, opt, sh, env.world_size, seq_len, grad_accum, device, runtime_rss);
-    if (rank0) {
-      LogInfo(absl::StrCat("model: ", config.NumParameters(), " parameters, ", config.num_hidden_layers,
-                           " layers, dim ", config.hidden_size, "; data: ", train.rows.size(),
-                           " rows of <= ", seq_len, " tokens; ", total_steps, " steps (", spe,
-                           " per epoch); device ", device.str()));
-      trainer_events::Started started{env.world_size, static_cast<int64_t>(config.NumParameters()),
-                                      total_steps, spe, train.rows.size(),
-                                      seq_len};
-      started.global_batch = sampler.global_batch();
-      started.grad_accum = grad_accum;
-      started.memory_estimate = estimate;
-      EmitJsonLine(trainer_events::ToLine(started));
-    }
-
-    // Checkpoints: the step loop waits only for the snapshot of this rank's shards; the
-    // writer thread writes them (checkpoint_writer.h) and rank 0 reports each checkpoint
-    // once it is complete.
-    std::unique_ptr<CheckpointWriter> writer;
-    if (!opt.checkpoint_dir.empty()) {
-      LF_ASSIGN_OR_RETURN(std::unique_ptr<KeyValueStore> kv, dist->NewKeyValueStore("checkpoint-writer"));
-      CheckpointWriterOptions wo;
-      wo.root = opt.checkpoint_dir;
-      wo.async = opt.checkpoint_async;
-      wo.timeout = std::max<std::chrono::milliseconds>(std::chrono::minutes(30), dist->timeout());
-      writer = std::make_unique<CheckpointWriter>(std::move(kv), wo);
-    }
-    auto report = [&](const absl::StatusOr<std::optional<SavedCheckpoint>>& done) -> absl::Status {
-      if (!done.ok()) return done.status();
-      if (rank0 && done->has_value()) {
-        const SavedCheckpoint& saved = **done;
-        EmitJsonLine(trainer_events::ToLine(trainer_events::CheckpointSaved{
-            saved.path, saved.step, saved.bytes, saved.manifest_sha256, saved.loss}));
-      }
-      return absl::OkStatus();
-    };
-    auto save_checkpoint = [&](int64_t step, double loss) -> absl::Status {
-      if (!writer) return absl::OkStatus();
-      TrainerProgress progress;
-      progress.step = step;
-      progress.epoch = step / spe;
-      progress.loss = loss;
-      progress.seed = opt.seed;
-      progress.tokens_seen = tokens_seen;
-      progress.rows_seen = step * sampler.global_batch();
-      progress.global_batch = sampler.global_batch();
-      std::optional<SavedCheckpoint> previous;
-      LF_RETURN_IF_ERROR(writer->Start(TakeSnapshot(engine, config, progress), &previous));
-      LF_RETURN_IF_ERROR(report(previous));
-      return opt.checkpoint_async ? absl::OkStatus() : report(writer->Wait());
-    };
-    // The save in flight, finished (before a preemption stop, the export, the end).
-    auto finish_checkpoint = [&]() -> absl::Status { return writer ? report(writer->Wait()) : absl::OkStatus(); };
-    InstallPreemptionHandler();
-
-    using Clock = std::chrono::steady_clock;
-    auto interval_start = Clock::now();
-    int64_t interval_tokens = 0, interval_steps = 0;
-    double interval_loss = 0, last_loss = 0;
-    for (int64_t step = start_step; step < total_steps; ++step) {
-      const int64_t epoch = step / spe, in_epoch = step % spe;
-      std::vector<ModelInput> micro;
-      int64_t local_targets = 0, local_real = 0;
-      for (int64_t m = 0; m < grad_accum; ++m) {
-        LF_ASSIGN_OR_RETURN(Batch b, train.rows.MakeBatch(sampler.Rows(epoch, in_epoch, m, env.rank), train.pad_id,
-                                                          train.vocab_size));
-        local_real += b.real_tokens;
-        micro.push_back(MakeModelInput(b, device));
-        local_targets += micro.back().num_targets;
-      }
-      const double global_targets = engine.AllReduceSum(static_cast<double>(local_targets));
-      const double denom = std::max(1.0, global_targets);
-      engine.ZeroGrad();
-      double loss_sum = 0;
-      for (size_t m = 0; m < micro.size(); ++m) {
-        // Only the last micro-step's backward reduces (where the strategy allows).
-        engine.SetGradientSync(m + 1 == micro.size());
-        at::Tensor l = model.LossSum(engine, micro[m]);
-        (l * (engine.loss_scale() / denom)).backward();
-        loss_sum += l.item<double>();
-      }
-      LF_RETURN_IF_ERROR(engine.ReduceGradients());
-      const double loss = engine.AllReduceSum(loss_sum) / denom;
-      if (!std::isfinite(loss)) {
-        return absl::InternalError(absl::StrCat("loss is ", loss, " at step ", step + 1,
-                                                " (diverged: lower training.lr or set grad_clip)"));
-      }
-      const double grad_norm = engine.ClipGradNorm(opt.grad_clip);
-      const double lr = LearningRate(opt.schedule, opt.lr, step, epoch, total_steps);
-      engine.Step(lr);
-      last_loss = loss;
-
-      const int64_t step_tokens = static_cast<int64_t>(engine.AllReduceSum(static_cast<double>(local_real)));
-      interval_tokens += step_tokens;
-      tokens_seen += step_tokens;
-      interval_loss += loss;
-      ++interval_steps;
-      const bool last = step + 1 == total_steps;
-      if (rank0 && ((step + 1) % opt.log_every == 0 || last)) {
-        const double secs = std::chrono::duration<double>(Clock::now() - interval_start).count();
-        const double tps = secs > 0 ? static_cast<double>(interval_tokens) / secs : 0.0;
-        const double tflops = tps * static_cast<double>(flops_per_token) / 1e12;
-        trainer_events::Metrics line;
-        line.step = step + 1;
-        line.epoch = epoch;
-        line.loss = interval_loss / static_cast<double>(interval_steps);
-        line.lr = lr;
-        line.grad_norm = grad_norm;
-        line.tokens = tokens_seen;
-        line.tokens_per_s = tps;
-        line.tflops = tflops;
-        line.peak_mem_bytes = device.is_cuda() ? PeakDeviceMemoryBytes(device) : PeakRssBytes();
-        if (peak > 0) line.mfu = tflops / (peak * env.world_size);
-        EmitJsonLine(trainer_events::ToLine(line));
-        LogInfo(absl::StrCat("step ", step + 1, "/", total_steps, " loss ", line.loss,
-                             " lr ", lr, " grad_norm ", grad_norm, " tokens/s ", static_cast<int64_t>(tps)));
-        interval_start = Clock::now();
-        interval_tokens = interval_steps = 0;
-        interval_loss = 0;
-      }
-      if (writer) LF_RETURN_IF_ERROR(report(writer->Poll()));
-      bool saved_now = false;
-      if (opt.checkpoint_every > 0 && (step + 1) % opt.checkpoint_every == 0 && !last) {
-        LF_RETURN_IF_ERROR(save_checkpoint(step + 1, loss));
-        saved_now = true;
-      }
-      // Preemption (SIGTERM on any rank): all ranks agree, checkpoint, and stop cleanly.
-      if (engine.AllReduceSum(PreemptionRequested() ? 1.0 : 0.0) > 0 && !last) {
-        if (!saved_now) LF_RETURN_IF_ERROR(save_checkpoint(step + 1, loss));
-        LF_RETURN_IF_ERROR(finish_checkpoint());
-        if (rank0) {
-          LogInfo(absl::StrCat("SIGTERM: stopped after step ", step + 1, " with a checkpoint"));
-          EmitJsonLine(trainer_events::ToLine(trainer_events::Preempted{step + 1, loss}));
-        }
-        return absl::OkStatus();
-      }
-    }
-    if (eval) {
-      EvalResult r = Evaluate(model, engine, *eval, opt.micro_batch, device);
-      if (rank0) {
-        EmitJsonLine(trainer_events::ToLine(trainer_events::Eval{total_steps, r.loss, r.perplexity, r.tokens}));
-      }
-    }
-    LF_RETURN_IF_ERROR(save_checkpoint(total_steps, last_loss));
-    LF_RETURN_IF_ERROR(finish_checkpoint());
-    if (!opt.export_dir.empty()) {
-      ExportOptions eo;
-      eo.dtype = opt.export_dtype;
-      eo.max_shard_bytes = opt.max_shard_bytes;
-      eo.owner = opt.job_id;
-      if (tokenizer) {
-        eo.tokenizer_path = opt.tokenizer_path.empty()
-                                ? (fs::path(opt.model_path) / "tokenizer.model").string()
-                                : opt.tokenizer_path;
-      }
-      // Gathering a unit is collective; only rank 0 writes.
-      if (rank0) {
-        LF_RETURN_IF_ERROR(ExportHfDir(
-            config, layout, [&](int u) -> absl::StatusOr<std::vector<at::Tensor>> { return engine.FullUnit(u); },
-            opt.export_dir, eo));
-        LogInfo(absl::StrCat("exported ", opt.export_dir));
-      } else {
-        for (size_t u = 0; u < layout.size(); ++u) engine.FullUnit(static_cast<int>(u));
-      }
-    }
-    if (rank0) {
-      EmitJsonLine(trainer_events::ToLine(trainer_events::Finished{total_steps, last_loss, opt.export_dir}));
-    }
-    return absl::OkStatus();
+    Trainer trainer(opt, env, runtime_rss);
+    return trainer.Run();
   });
 }
 

@@ -1,0 +1,69 @@
+// What the training loop (trainer.h), evaluation and export share (train.cc): resolving
+// devices and dtypes, loading data through the token cache, evaluating, checking paths.
+#pragma once
+
+#include <c10/core/Device.h>
+#include <c10/core/ScalarType.h>
+#include <c10/util/Exception.h>
+
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "config.h"
+#include "data.h"
+#include "engine.h"
+#include "model.h"
+#include "token_cache.h"
+#include "tokenizer.h"
+#include "train.h"
+
+namespace llamafleet::trainer {
+
+// Torch reports errors as exceptions; they become a Status here, once.
+template <typename F>
+absl::Status CatchTorch(const char* what, F&& body) {
+  try {
+    return body();
+  } catch (const c10::Error& e) {
+    return absl::InternalError(absl::StrCat(what, ": ", e.what_without_backtrace()));
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat(what, ": ", e.what()));
+  }
+}
+
+// "auto" | "cpu" | "cuda" (LOCAL_RANK picks the GPU).
+absl::StatusOr<at::Device> ResolveDevice(const std::string& name, int local_rank);
+// "fp32" | "bf16" | "fp16".
+absl::StatusOr<at::ScalarType> ResolveComputeDtype(const std::string& name);
+int64_t CurrentRssBytes();  // resident now
+int64_t PeakRssBytes();     // ru_maxrss
+
+// A dataset's rows (through the token cache) and how batches of it are made.
+struct LoadedData {
+  TokenRows rows;
+  int32_t pad_id = 0;
+  int64_t vocab_size = 0;
+  bool cache_hit = false;  // mapped an existing token file (nothing tokenized)
+};
+// The rows of a JSONL file, tokenized once into `cache_dir` and then memory-mapped.
+// `log_progress`: this process logs a build's progress.
+absl::StatusOr<LoadedData> LoadRows(const std::string& path, DataFormat format, const Tokenizer* tokenizer,
+                                    const LlamaConfig& config, BatchingMode batching, int64_t seq_len,
+                                    const std::string& cache_dir, bool log_progress);
+// The tokenizer a format needs (none for token data): `explicit_path`, else
+// <model_dir>/tokenizer.model; refused when it has more pieces than the model's vocabulary.
+absl::StatusOr<std::unique_ptr<Tokenizer>> MaybeLoadTokenizer(DataFormat format, const std::string& explicit_path,
+                                                              const std::string& model_dir,
+                                                              const LlamaConfig& config);
+// Mean loss over all target tokens of `data` (rows split round-robin across ranks).
+EvalResult Evaluate(LlamaModel& model, ParamEngine& engine, const LoadedData& data, int64_t micro_batch,
+                    const at::Device& device);
+// Every path the job names stays inside the roots with links resolved, and (rank 0) the
+// export directory is new, empty or this job's own.
+absl::Status CheckJobPaths(const TrainOptions& opt, bool rank0);
+
+}  // namespace llamafleet::trainer

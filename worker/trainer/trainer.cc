@@ -1,0 +1,406 @@
+#include "trainer.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "hf_io.h"
+#include "sharded_checkpoint.h"
+#include "util.h"
+#include "worker/path_guard.h"
+
+namespace llamafleet::trainer {
+
+namespace fs = std::filesystem;
+
+Trainer::Trainer(const TrainOptions& options, const DistEnv& env, int64_t runtime_rss)
+    : opt_(options), env_(env), runtime_rss_(runtime_rss), rank0_(env.rank == 0) {}
+
+Trainer::~Trainer() = default;
+
+void Trainer::PhaseDone(const std::string& phase, const std::string& detail) {
+  const Clock::time_point now = Clock::now();
+  const double seconds = std::chrono::duration<double>(now - phase_start_).count();
+  const double since = std::chrono::duration<double>(now - start_).count();
+  phase_start_ = now;
+  if (!rank0_) return;
+  // "started" is the first line a run prints: phases before it wait for it.
+  pending_phases_.push_back(trainer_events::ToLine(trainer_events::Phase{phase, seconds, since, detail}));
+  if (started_emitted_) FlushPhases();
+  phase_summary_.push_back(absl::StrFormat("%s %.2f s%s", phase, seconds, detail.empty() ? "" : " (" + detail + ")"));
+}
+
+void Trainer::FlushPhases() {
+  for (const std::string& line : pending_phases_) EmitJsonLine(line);
+  pending_phases_.clear();
+}
+
+absl::Status Trainer::Setup() {
+  LF_RETURN_IF_ERROR(CheckJobPaths(opt_, rank0_));
+  LF_ASSIGN_OR_RETURN(device_, ResolveDevice(opt_.device, env_.local_rank));
+  LF_ASSIGN_OR_RETURN(compute_dtype_, ResolveComputeDtype(opt_.compute_dtype));
+  at::manual_seed(opt_.seed);
+
+  // Model shape, tokenizer, data.
+  std::unique_ptr<HfModelDir> hf;
+  if (!opt_.model_path.empty()) {
+    LF_ASSIGN_OR_RETURN(hf, HfModelDir::Open(opt_.model_path));
+    config_ = hf->config();
+  } else {
+    LF_ASSIGN_OR_RETURN(config_, PresetConfig(opt_.preset));
+  }
+  layout_ = MakeLayout(config_);
+  LF_ASSIGN_OR_RETURN(tokenizer_, MaybeLoadTokenizer(opt_.format, opt_.tokenizer_path, opt_.model_path, config_));
+  seq_len_ = opt_.seq_len;
+  if (seq_len_ > config_.max_position_embeddings) {
+    LogWarning(absl::StrCat("seq_len ", seq_len_, " capped to max_position_embeddings ",
+                            config_.max_position_embeddings));
+    seq_len_ = config_.max_position_embeddings;
+  }
+  const std::string cache_dir = opt_.token_cache_dir.empty() ? DefaultTokenCacheDir() : opt_.token_cache_dir;
+  LF_ASSIGN_OR_RETURN(train_, LoadRows(opt_.train_path, opt_.format, tokenizer_.get(), config_, opt_.batching,
+                                       seq_len_, cache_dir, rank0_));
+  bool all_hits = train_->cache_hit;
+  if (!opt_.eval_path.empty()) {
+    LF_ASSIGN_OR_RETURN(eval_, LoadRows(opt_.eval_path, opt_.format, tokenizer_.get(), config_, opt_.batching,
+                                        seq_len_, cache_dir, rank0_));
+    all_hits = all_hits && eval_->cache_hit;
+  }
+  PhaseDone("data_ready", all_hits ? "token cache hit" : "tokenized");
+  // With a global batch, the micro-steps per step follow from the world this run got, so
+  // every step consumes the same rows whatever the world size (see Sampler).
+  LF_ASSIGN_OR_RETURN(grad_accum_, GradAccumFor(opt_, env_.world_size));
+  Sampler::Options so;
+  so.num_rows = train_->rows.size();
+  so.micro_batch = opt_.micro_batch;
+  so.grad_accum = grad_accum_;
+  so.world_size = env_.world_size;
+  so.seed = opt_.seed;
+  so.shuffle = opt_.shuffle;
+  LF_ASSIGN_OR_RETURN(sampler_, Sampler::Create(so));
+  steps_per_epoch_ = sampler_->steps_per_epoch();
+  total_steps_ = opt_.epochs > 0 ? opt_.epochs * steps_per_epoch_ : opt_.max_steps;
+  if (opt_.max_steps > 0) total_steps_ = std::min(total_steps_, opt_.max_steps);
+  if (total_steps_ <= 0) return absl::InvalidArgumentError("nothing to train: zero steps");
+
+  // Process groups, then the engine: each rank reads only its shard's slices (from the
+  // resumed checkpoint, the HF weights, or the seeded init).
+  RendezvousOptions ro;
+  ro.rank = env_.rank;
+  ro.world_size = env_.world_size;
+  ro.master_addr = env_.master_addr;
+  ro.master_port = env_.master_port;
+  ro.timeout = std::chrono::seconds(opt_.collective_timeout_s);
+  ro.device = device_;
+  LF_ASSIGN_OR_RETURN(dist_, DistContext::Create(ro));
+  PhaseDone("rendezvous", absl::StrCat(env_.world_size, env_.world_size == 1 ? " rank" : " ranks"));
+  LF_ASSIGN_OR_RETURN(sharding_.strategy, ParseShardingStrategy(opt_.sharding));
+  sharding_.hybrid_group_size = opt_.hybrid_group_size > 0 ? opt_.hybrid_group_size : env_.local_world_size;
+  sharding_.compute_dtype = compute_dtype_;
+  LF_ASSIGN_OR_RETURN(sharding_.reduce_dtype, ResolveComputeDtype(opt_.reduce_dtype));
+  sharding_.max_inflight_all_gathers = opt_.max_inflight_all_gathers;
+  sharding_.adamw = AdamWOptions{opt_.beta1, opt_.beta2, opt_.eps, opt_.weight_decay};
+  sharding_.device = device_;
+
+  std::string resume_dir;
+  LF_RETURN_IF_ERROR(ChooseResume(&resume_dir));
+  std::unique_ptr<ShardedCheckpoint> resume;
+  if (!resume_dir.empty()) {
+    LF_ASSIGN_OR_RETURN(resume, ShardedCheckpoint::Open(resume_dir));
+    LF_RETURN_IF_ERROR(resume->CheckLayout(layout_));
+  }
+  const ShardSource source = resume ? resume->ParamSource()
+                             : hf   ? HfShardSource(*hf, layout_)
+                                    : SeededShardSource(layout_, opt_.seed);
+  LF_ASSIGN_OR_RETURN(engine_, ShardedEngine::CreateWithContext(layout_, sharding_, *dist_, source));
+  if (resume) {
+    // The data position is global: rows consumed, in rows per step. A different global
+    // batch would replay or skip rows, so it is refused rather than guessed.
+    const TrainerProgress saved = resume->progress();
+    if (saved.global_batch > 0 && saved.global_batch != sampler_->global_batch()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          resume_dir, ": checkpoint was written with ", saved.global_batch, " rows per step, this run takes ",
+          sampler_->global_batch(), " (set training.global_batch_size to ", saved.global_batch,
+          " to continue the same data order on any world size)"));
+    }
+    LF_RETURN_IF_ERROR(resume->RestoreEngine(*engine_));
+    start_step_ = std::min(resume->step(), total_steps_);
+    if (saved.global_batch > 0 && saved.rows_seen != saved.step * saved.global_batch) {
+      return absl::DataLossError(absl::StrCat(resume_dir, ": manifest rows_seen ", saved.rows_seen,
+                                              " disagrees with step ", saved.step, " x global_batch ",
+                                              saved.global_batch));
+    }
+    tokens_seen_ = resume->progress().tokens_seen;
+    if (rank0_) {
+      LogInfo(absl::StrCat("resumed from ", resume_dir, " at step ", start_step_, " (saved by ",
+                           resume->world_size(), " ranks, ", resume->manifest().value("strategy", "?"), ")"));
+    }
+  }
+  PhaseDone("weights_loaded", resume ? absl::StrCat("resumed from step ", start_step_)
+                              : hf   ? "from " + opt_.model_path
+                                     : "seeded init");
+  resume.reset();
+  hf.reset();  // unmap the source files
+  model_ = std::make_unique<LlamaModel>(config_, device_, compute_dtype_);
+  model_->set_activation_checkpointing(opt_.activation_checkpointing);
+
+  flops_per_token_ = 6 * config_.NumNonEmbeddingParameters() +
+                     6 * config_.num_hidden_layers * config_.num_attention_heads * 2 * config_.head_dim() * seq_len_;
+  // MFU needs the device's peak: --peak-tflops / LLAMAFLEET_PEAK_TFLOPS, or the device table.
+  peak_tflops_ = opt_.peak_tflops;
+  if (peak_tflops_ <= 0 && device_.is_cuda()) peak_tflops_ = PeakTflopsForDevice(DeviceName(device_));
+  const sched::MemoryEstimate estimate = EstimateForRun(config_, opt_, sharding_, env_.world_size, seq_len_,
+                                                        grad_accum_, device_, runtime_rss_);
+  if (rank0_) {
+    LogInfo(absl::StrCat("model: ", config_.NumParameters(), " parameters, ", config_.num_hidden_layers,
+                         " layers, dim ", config_.hidden_size, "; data: ", train_->rows.size(), " rows of <= ",
+                         seq_len_, " tokens; ", total_steps_, " steps (", steps_per_epoch_, " per epoch); device ",
+                         device_.str()));
+    trainer_events::Started started{env_.world_size, static_cast<int64_t>(config_.NumParameters()),
+                                    total_steps_,    steps_per_epoch_,
+                                    train_->rows.size(), seq_len_};
+    started.global_batch = sampler_->global_batch();
+    started.grad_accum = grad_accum_;
+    started.memory_estimate = estimate;
+    EmitJsonLine(trainer_events::ToLine(started));
+    started_emitted_ = true;
+    FlushPhases();
+  }
+
+  // Checkpoints: the step loop waits only for the snapshot of this rank's shards; the
+  // writer thread writes them (checkpoint_writer.h).
+  if (!opt_.checkpoint_dir.empty()) {
+    LF_ASSIGN_OR_RETURN(std::unique_ptr<KeyValueStore> kv, dist_->NewKeyValueStore("checkpoint-writer"));
+    CheckpointWriterOptions wo;
+    wo.root = opt_.checkpoint_dir;
+    wo.async = opt_.checkpoint_async;
+    wo.timeout = std::max<std::chrono::milliseconds>(std::chrono::minutes(30), dist_->timeout());
+    writer_ = std::make_unique<CheckpointWriter>(std::move(kv), wo);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::ChooseResume(std::string* resume_dir) {
+  *resume_dir = opt_.resume;
+  if (!opt_.resume_candidates.empty()) {
+    // Every rank checks the manifest hash and its share of the files' hashes; the ranks
+    // agree (one all-reduce) on the newest candidate none of them refused.
+    const size_t n = opt_.resume_candidates.size();
+    std::vector<std::string> reasons(n);
+    at::Tensor refused = at::zeros({static_cast<int64_t>(n)}, at::TensorOptions().dtype(at::kDouble));
+    for (size_t i = 0; i < n; ++i) {
+      absl::Status v = VerifyCheckpoint(opt_.resume_candidates[i].path, opt_.resume_candidates[i].manifest_sha256,
+                                        env_.rank, env_.world_size);
+      if (!v.ok()) {
+        reasons[i] = std::string(v.message());
+        refused[static_cast<int64_t>(i)] = 1.0;
+      }
+    }
+    at::Tensor agreed = refused.to(device_);
+    LF_RETURN_IF_ERROR(dist_->world().AllReduceSum(agreed)->Wait());
+    agreed = agreed.cpu();
+    trainer_events::Resumed used;
+    for (size_t i = 0; i < n && used.path.empty(); ++i) {
+      const trainer_events::ResumeCandidate& c = opt_.resume_candidates[i];
+      if (agreed[static_cast<int64_t>(i)].item<double>() == 0) {
+        used.path = c.path;
+        used.step = c.step;
+      } else {
+        used.skipped.push_back({c.path, reasons[i].empty() ? "refused by another rank" : reasons[i]});
+        if (rank0_) LogWarning(absl::StrCat("not resuming from ", c.path, ": ", used.skipped.back().reason));
+      }
+    }
+    if (used.path.empty()) {
+      // The job has recorded checkpoints, so starting fresh would lose its progress
+      // silently; the storage may come back (or an older attempt's files be restored).
+      return absl::UnavailableError(absl::StrCat("none of the ", n, " recorded checkpoints verifies (newest ",
+                                                 opt_.resume_candidates[0].path, ": ", used.skipped[0].reason,
+                                                 "); not starting from scratch"));
+    }
+    if (rank0_) {
+      LogInfo(absl::StrCat("resuming from ", used.path, " (step ", used.step, "; ", used.skipped.size(),
+                           " newer recorded checkpoint(s) refused)"));
+      EmitJsonLine(trainer_events::ToLine(used));
+    }
+    *resume_dir = used.path;
+  } else if (*resume_dir == "latest") {
+    if (opt_.checkpoint_dir.empty()) return absl::InvalidArgumentError("checkpoint.resume: latest needs checkpoint.dir");
+    auto latest = LatestCheckpoint(opt_.checkpoint_dir);
+    if (latest.ok()) {
+      *resume_dir = *latest;
+      if (!opt_.path_roots.empty()) {
+        LF_RETURN_IF_ERROR(worker::CheckPathInRoots("checkpoint.resume (latest)", *resume_dir, opt_.path_roots));
+      }
+    } else {
+      if (rank0_) LogInfo(absl::StrCat("no complete checkpoint in ", opt_.checkpoint_dir, ": starting fresh"));
+      resume_dir->clear();
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<double> Trainer::Step(int64_t step) {
+  ShardedEngine& engine = *engine_;
+  const int64_t epoch = step / steps_per_epoch_, in_epoch = step % steps_per_epoch_;
+  std::vector<ModelInput> micro;
+  int64_t local_targets = 0, local_real = 0;
+  for (int64_t m = 0; m < grad_accum_; ++m) {
+    LF_ASSIGN_OR_RETURN(Batch b, train_->rows.MakeBatch(sampler_->Rows(epoch, in_epoch, m, env_.rank), train_->pad_id,
+                                                        train_->vocab_size));
+    local_real += b.real_tokens;
+    micro.push_back(MakeModelInput(b, device_));
+    local_targets += micro.back().num_targets;
+  }
+  const double global_targets = engine.AllReduceSum(static_cast<double>(local_targets));
+  const double denom = std::max(1.0, global_targets);
+  engine.ZeroGrad();
+  double loss_sum = 0;
+  for (size_t m = 0; m < micro.size(); ++m) {
+    // Only the last micro-step's backward reduces (where the strategy allows).
+    engine.SetGradientSync(m + 1 == micro.size());
+    at::Tensor l = model_->LossSum(engine, micro[m]);
+    (l * (engine.loss_scale() / denom)).backward();
+    loss_sum += l.item<double>();
+  }
+  LF_RETURN_IF_ERROR(engine.ReduceGradients());
+  const double loss = engine.AllReduceSum(loss_sum) / denom;
+  if (!std::isfinite(loss)) {
+    return absl::InternalError(absl::StrCat("loss is ", loss, " at step ", step + 1,
+                                            " (diverged: lower training.lr or set grad_clip)"));
+  }
+  const double grad_norm = engine.ClipGradNorm(opt_.grad_clip);
+  const double lr = LearningRate(opt_.schedule, opt_.lr, step, epoch, total_steps_);
+  engine.Step(lr);
+  last_loss_ = loss;
+
+  const int64_t step_tokens = static_cast<int64_t>(engine.AllReduceSum(static_cast<double>(local_real)));
+  interval_tokens_ += step_tokens;
+  tokens_seen_ += step_tokens;
+  interval_loss_ += loss;
+  ++interval_steps_;
+  if (rank0_ && ((step + 1) % opt_.log_every == 0 || step + 1 == total_steps_)) LogMetrics(step, lr, grad_norm);
+  return loss;
+}
+
+void Trainer::LogMetrics(int64_t step, double lr, double grad_norm) {
+  const double secs = std::chrono::duration<double>(Clock::now() - interval_start_).count();
+  const double tps = secs > 0 ? static_cast<double>(interval_tokens_) / secs : 0.0;
+  const double tflops = tps * static_cast<double>(flops_per_token_) / 1e12;
+  trainer_events::Metrics line;
+  line.step = step + 1;
+  line.epoch = step / steps_per_epoch_;
+  line.loss = interval_loss_ / static_cast<double>(interval_steps_);
+  line.lr = lr;
+  line.grad_norm = grad_norm;
+  line.tokens = tokens_seen_;
+  line.tokens_per_s = tps;
+  line.tflops = tflops;
+  line.peak_mem_bytes = device_.is_cuda() ? PeakDeviceMemoryBytes(device_) : PeakRssBytes();
+  if (peak_tflops_ > 0) line.mfu = tflops / (peak_tflops_ * env_.world_size);
+  EmitJsonLine(trainer_events::ToLine(line));
+  LogInfo(absl::StrCat("step ", step + 1, "/", total_steps_, " loss ", line.loss, " lr ", lr, " grad_norm ",
+                       grad_norm, " tokens/s ", static_cast<int64_t>(tps)));
+  interval_start_ = Clock::now();
+  interval_tokens_ = interval_steps_ = 0;
+  interval_loss_ = 0;
+}
+
+absl::Status Trainer::ReportSaved(const absl::StatusOr<std::optional<SavedCheckpoint>>& done) {
+  if (!done.ok()) return done.status();
+  if (rank0_ && done->has_value()) {
+    const SavedCheckpoint& saved = **done;
+    EmitJsonLine(trainer_events::ToLine(
+        trainer_events::CheckpointSaved{saved.path, saved.step, saved.bytes, saved.manifest_sha256, saved.loss}));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::Checkpoint(int64_t step, double loss) {
+  if (!writer_) return absl::OkStatus();
+  TrainerProgress progress;
+  progress.step = step;
+  progress.epoch = step / steps_per_epoch_;
+  progress.loss = loss;
+  progress.seed = opt_.seed;
+  progress.tokens_seen = tokens_seen_;
+  progress.rows_seen = step * sampler_->global_batch();
+  progress.global_batch = sampler_->global_batch();
+  std::optional<SavedCheckpoint> previous;
+  LF_RETURN_IF_ERROR(writer_->Start(TakeSnapshot(*engine_, config_, progress), &previous));
+  return ReportSaved(previous);
+}
+
+absl::Status Trainer::FinishCheckpoint() { return writer_ ? ReportSaved(writer_->Wait()) : absl::OkStatus(); }
+
+absl::Status Trainer::Run() {
+  LF_RETURN_IF_ERROR(Setup());
+  InstallPreemptionHandler();
+  interval_start_ = Clock::now();
+  for (int64_t step = start_step_; step < total_steps_; ++step) {
+    LF_ASSIGN_OR_RETURN(const double loss, Step(step));
+    if (step == start_step_) {
+      PhaseDone("first_step", "");
+      if (rank0_) LogInfo("start-up: " + absl::StrJoin(phase_summary_, ", "));
+    }
+    if (writer_) LF_RETURN_IF_ERROR(ReportSaved(writer_->Poll()));
+    const bool last = step + 1 == total_steps_;
+    bool saved_now = false;
+    if (opt_.checkpoint_every > 0 && (step + 1) % opt_.checkpoint_every == 0 && !last) {
+      LF_RETURN_IF_ERROR(Checkpoint(step + 1, loss));
+      saved_now = true;
+    }
+    // Preemption (SIGTERM on any rank): all ranks agree, checkpoint, and stop cleanly.
+    if (engine_->AllReduceSum(PreemptionRequested() ? 1.0 : 0.0) > 0 && !last) {
+      if (!saved_now) LF_RETURN_IF_ERROR(Checkpoint(step + 1, loss));
+      LF_RETURN_IF_ERROR(FinishCheckpoint());
+      if (rank0_) {
+        LogInfo(absl::StrCat("SIGTERM: stopped after step ", step + 1, " with a checkpoint"));
+        EmitJsonLine(trainer_events::ToLine(trainer_events::Preempted{step + 1, loss}));
+      }
+      return absl::OkStatus();
+    }
+  }
+  return Finish();
+}
+
+absl::Status Trainer::Finish() {
+  if (eval_) {
+    EvalResult r = Evaluate(*model_, *engine_, *eval_, opt_.micro_batch, device_);
+    if (rank0_) {
+      EmitJsonLine(trainer_events::ToLine(trainer_events::Eval{total_steps_, r.loss, r.perplexity, r.tokens}));
+    }
+  }
+  LF_RETURN_IF_ERROR(Checkpoint(total_steps_, last_loss_));
+  LF_RETURN_IF_ERROR(FinishCheckpoint());
+  if (!opt_.export_dir.empty()) {
+    ExportOptions eo;
+    eo.dtype = opt_.export_dtype;
+    eo.max_shard_bytes = opt_.max_shard_bytes;
+    eo.owner = opt_.job_id;
+    if (tokenizer_) {
+      eo.tokenizer_path = opt_.tokenizer_path.empty() ? (fs::path(opt_.model_path) / "tokenizer.model").string()
+                                                      : opt_.tokenizer_path;
+    }
+    // Gathering a unit is collective; only rank 0 writes.
+    if (rank0_) {
+      LF_RETURN_IF_ERROR(ExportHfDir(
+          config_, layout_,
+          [&](int u) -> absl::StatusOr<std::vector<at::Tensor>> { return engine_->FullUnit(u); }, opt_.export_dir,
+          eo));
+      LogInfo(absl::StrCat("exported ", opt_.export_dir));
+    } else {
+      for (size_t u = 0; u < layout_.size(); ++u) engine_->FullUnit(static_cast<int>(u));
+    }
+  }
+  if (rank0_) {
+    EmitJsonLine(trainer_events::ToLine(trainer_events::Finished{total_steps_, last_loss_, opt_.export_dir}));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace llamafleet::trainer

@@ -1,0 +1,93 @@
+// The training loop of `llamafleet-train train` as an object: Setup() resolves the model,
+// data, process groups, engine and resume point; Run() steps, checkpoints, evaluates and
+// finishes (export, the finished event). One Trainer per process and run.
+//
+// Start-up is timed in phases, each reported by rank 0 as a `phase` event line (those
+// before the "started" line right after it) and all of them in one log line: data_ready (the token cache hit or built), rendezvous (process
+// groups up), weights_loaded (the engine holds this rank's shards, from the HF weights, a
+// checkpoint or the seeded init), first_step (the first optimizer step done).
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "checkpoint_writer.h"
+#include "collectives.h"
+#include "config.h"
+#include "data.h"
+#include "model.h"
+#include "sharded_engine.h"
+#include "tokenizer.h"
+#include "train.h"
+#include "train_parts.h"
+#include "worker/trainer_events.h"
+
+namespace llamafleet::trainer {
+
+class Trainer {
+ public:
+  // `runtime_rss`: the process's resident bytes before training allocated anything (the
+  // CPU workspace term of the memory estimate).
+  Trainer(const TrainOptions& options, const DistEnv& env, int64_t runtime_rss);
+  ~Trainer();
+
+  // Setup, then every step to the end (or a preemption stop). Throws c10::Error from
+  // Torch; RunTraining converts it.
+  absl::Status Run();
+
+ private:
+  absl::Status Setup();
+  absl::Status ChooseResume(std::string* resume_dir);
+  // One optimizer step; its loss.
+  absl::StatusOr<double> Step(int64_t step);
+  void LogMetrics(int64_t step, double lr, double grad_norm);
+  absl::Status Checkpoint(int64_t step, double loss);
+  absl::Status FinishCheckpoint();  // the save in flight, finished and reported
+  absl::Status ReportSaved(const absl::StatusOr<std::optional<SavedCheckpoint>>& done);
+  absl::Status Finish();            // eval, final checkpoint, export, finished event
+  void PhaseDone(const std::string& phase, const std::string& detail);
+  void FlushPhases();
+
+  const TrainOptions& opt_;
+  const DistEnv env_;
+  const int64_t runtime_rss_;
+  const bool rank0_;
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point start_ = Clock::now();
+  Clock::time_point phase_start_ = start_;
+  std::vector<std::string> phase_summary_;
+  std::vector<std::string> pending_phases_;  // phase lines before "started" was printed
+  bool started_emitted_ = false;
+
+  at::Device device_{at::kCPU};
+  at::ScalarType compute_dtype_ = at::kFloat;
+  LlamaConfig config_;
+  std::vector<UnitLayout> layout_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  int64_t seq_len_ = 0;
+  std::optional<LoadedData> train_, eval_;
+  int64_t grad_accum_ = 1;
+  std::optional<Sampler> sampler_;
+  int64_t steps_per_epoch_ = 0;
+  int64_t total_steps_ = 0;
+  std::unique_ptr<DistContext> dist_;
+  ShardingOptions sharding_;
+  std::unique_ptr<ShardedEngine> engine_;
+  std::unique_ptr<LlamaModel> model_;
+  std::unique_ptr<CheckpointWriter> writer_;
+  int64_t start_step_ = 0;
+  int64_t tokens_seen_ = 0;
+  int64_t flops_per_token_ = 0;
+  double peak_tflops_ = 0;
+
+  // The metrics interval.
+  Clock::time_point interval_start_;
+  int64_t interval_tokens_ = 0, interval_steps_ = 0;
+  double interval_loss_ = 0, last_loss_ = 0;
+};
+
+}  // namespace llamafleet::trainer
