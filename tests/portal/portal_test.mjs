@@ -48,7 +48,7 @@ data:
 training:
   max_steps: ${maxSteps}
   micro_batch_size: 2
-  seq_len: 32
+  seq_len: 128  # steps long enough that the page sees the chart grow, even on a loaded machine
   lr: ${lr}
   log_every: 1
   seed: 11

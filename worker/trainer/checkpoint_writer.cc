@@ -1,6 +1,5 @@
 #include "checkpoint_writer.h"
 
-#include <openssl/evp.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -17,30 +16,6 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 namespace {
-
-class Sha256 {
- public:
-  Sha256() : ctx_(EVP_MD_CTX_new()) { EVP_DigestInit_ex(ctx_, EVP_sha256(), nullptr); }
-  ~Sha256() { EVP_MD_CTX_free(ctx_); }
-  Sha256(const Sha256&) = delete;
-  Sha256& operator=(const Sha256&) = delete;
-  void Update(const void* p, size_t n) { EVP_DigestUpdate(ctx_, p, n); }
-  std::string Hex() {
-    unsigned char md[EVP_MAX_MD_SIZE];
-    unsigned int len = 0;
-    EVP_DigestFinal_ex(ctx_, md, &len);
-    static const char* kDigits = "0123456789abcdef";
-    std::string out;
-    for (unsigned int i = 0; i < len; ++i) {
-      out.push_back(kDigits[md[i] >> 4]);
-      out.push_back(kDigits[md[i] & 15]);
-    }
-    return out;
-  }
-
- private:
-  EVP_MD_CTX* ctx_;
-};
 
 // Store values: "ok <json>" or "error <message>".
 std::string Ok(const json& j) { return "ok " + j.dump(); }

@@ -1,7 +1,6 @@
 #include "token_cache.h"
 
 #include <fcntl.h>
-#include <openssl/evp.h>
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -26,30 +25,6 @@ namespace {
 constexpr char kMagic[8] = {'L', 'F', 'T', 'O', 'K', 'v', '1', '\n'};
 constexpr uint64_t kHeaderBytes = 64;
 constexpr int kKeyVersion = 1;  // bump when the tokenization of a record changes
-
-class Sha256 {
- public:
-  Sha256() : ctx_(EVP_MD_CTX_new()) { EVP_DigestInit_ex(ctx_, EVP_sha256(), nullptr); }
-  ~Sha256() { EVP_MD_CTX_free(ctx_); }
-  Sha256(const Sha256&) = delete;
-  Sha256& operator=(const Sha256&) = delete;
-  void Update(const void* p, size_t n) { EVP_DigestUpdate(ctx_, p, n); }
-  std::string Raw() {
-    unsigned char md[EVP_MAX_MD_SIZE];
-    unsigned int len = 0;
-    EVP_DigestFinal_ex(ctx_, md, &len);
-    return std::string(reinterpret_cast<char*>(md), len);
-  }
-
- private:
-  EVP_MD_CTX* ctx_;
-};
-
-std::string HexOf(const std::string& raw) {
-  std::string out;
-  for (unsigned char c : raw) absl::StrAppendFormat(&out, "%02x", c);
-  return out;
-}
 
 absl::Status HashFile(const std::string& path, Sha256& h) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -87,7 +62,7 @@ absl::StatusOr<std::string> ContentKey(const std::string& data_path, const Token
     h.Update("tokenizer\n", 10);
     LF_RETURN_IF_ERROR(HashFile(o.tokenizer_path, h));
   }
-  return HexOf(h.Raw());
+  return h.Hex();
 }
 
 // The content key, remembered in <dir>/<signature hash>.key so that a start whose files are
@@ -101,7 +76,7 @@ absl::StatusOr<std::string> CacheKey(const std::string& data_path, const TokenCa
   }
   Sha256 h;
   h.Update(sig.data(), sig.size());
-  const std::string memo = (fs::path(o.dir) / (HexOf(h.Raw()) + ".key")).string();
+  const std::string memo = (fs::path(o.dir) / (h.Hex() + ".key")).string();
   if (absl::StatusOr<std::string> k = ReadFileToString(memo); k.ok() && k->size() == 64) return *k;
   LF_ASSIGN_OR_RETURN(std::string key, ContentKey(data_path, o));
   const std::string tmp = absl::StrCat(memo, ".tmp-", ::getpid());

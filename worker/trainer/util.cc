@@ -1,6 +1,7 @@
 #include "util.h"
 
 #include <fcntl.h>
+#include <openssl/evp.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -148,6 +149,27 @@ void EmitJsonLine(const std::string& json_object) {
   std::fwrite(json_object.data(), 1, json_object.size(), stdout);
   std::fputc('\n', stdout);
   std::fflush(stdout);
+}
+
+Sha256::Sha256() : ctx_(EVP_MD_CTX_new()) {
+  EVP_DigestInit_ex(static_cast<EVP_MD_CTX*>(ctx_), EVP_sha256(), nullptr);
+}
+Sha256::~Sha256() { EVP_MD_CTX_free(static_cast<EVP_MD_CTX*>(ctx_)); }
+void Sha256::Update(const void* data, size_t n) { EVP_DigestUpdate(static_cast<EVP_MD_CTX*>(ctx_), data, n); }
+std::string Sha256::Raw() {
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  EVP_DigestFinal_ex(static_cast<EVP_MD_CTX*>(ctx_), md, &len);
+  return std::string(reinterpret_cast<char*>(md), len);
+}
+std::string Sha256::Hex() {
+  static const char* kDigits = "0123456789abcdef";
+  std::string out;
+  for (unsigned char c : Raw()) {
+    out.push_back(kDigits[c >> 4]);
+    out.push_back(kDigits[c & 15]);
+  }
+  return out;
 }
 
 }  // namespace llamafleet::trainer

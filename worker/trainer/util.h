@@ -65,6 +65,20 @@ class StagedDir {
   bool done_ = false;
 };
 
+// SHA-256 fed in pieces (OpenSSL's EVP). Finish with Raw() or Hex(), once.
+class Sha256 {
+ public:
+  Sha256();
+  ~Sha256();
+  Sha256(const Sha256&) = delete;
+  Sha256& operator=(const Sha256&) = delete;
+  void Update(const void* data, size_t n);
+  std::string Raw();  // the 32-byte digest
+  std::string Hex();  // the digest in lowercase hex
+ private:
+  void* ctx_;  // EVP_MD_CTX
+};
+
 // Human-readable log line on stderr ("llamafleet-train [I] ...").
 void LogInfo(absl::string_view message);
 void LogWarning(absl::string_view message);
