@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -18,6 +19,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "clients/jobspec/jobspec.h"
 #include "google/protobuf/util/time_util.h"
@@ -308,6 +310,9 @@ void ClusterManager::OnWorkerMessage(const std::string& worker, v1::WorkerMessag
       case v1::WorkerMessage::kCheckpoint:
         HandleCheckpoint(worker, message.checkpoint());
         break;
+      case v1::WorkerMessage::kPhase:
+        HandlePhase(worker, message.phase());
+        break;
       default:
         break;
     }
@@ -442,6 +447,22 @@ void ClusterManager::HandleMetrics(const std::string& worker, const v1::TrainMet
   *p.mutable_time() = m.has_time() ? m.time() : TimeUtil::GetCurrentTime();
   p.set_attempt(a->record.attempt);
   Write(RecordMetricsTxn(a->record.job_id, p), [](absl::Status) {});
+}
+
+void ClusterManager::HandlePhase(const std::string& worker, const v1::StartupPhase& phase) {
+  ActiveAttempt* a = BoundAttempt(worker, phase.task_id(), "a start-up phase");
+  if (a == nullptr || !std::isfinite(phase.seconds()) || !std::isfinite(phase.since_start())) return;
+  // A worker's text: printable ASCII only, bounded, before it goes into an event.
+  auto clean = [](const std::string& s, size_t max) {
+    std::string out;
+    for (char c : s.substr(0, max)) out.push_back(c >= 0x20 && c < 0x7f ? c : '?');
+    return out;
+  };
+  std::string reason = absl::StrFormat("attempt %d start-up: %s in %.2f s (%.2f s since the trainer started)",
+                                       a->record.attempt, clean(phase.phase(), 64), phase.seconds(),
+                                       phase.since_start());
+  if (!phase.detail().empty()) absl::StrAppend(&reason, ", ", clean(phase.detail(), 256));
+  Write(RecordStartupPhaseTxn(a->record.job_id, a->record.attempt, reason), [](absl::Status) {});
 }
 
 void ClusterManager::HandleCheckpoint(const std::string& worker,

@@ -202,6 +202,7 @@ class ClusterManager : public ClusterView {
   void HandleHello(std::shared_ptr<WorkerLink> link, const v1::Hello& hello);
   void HandleTaskStatus(const std::string& worker, const v1::TaskStatus& status);
   void HandleMetrics(const std::string& worker, const v1::TrainMetrics& metrics);
+  void HandlePhase(const std::string& worker, const v1::StartupPhase& phase);
   void HandleCheckpoint(const std::string& worker, const v1::CheckpointReport& report);
   // After checkpoint `step` of the job's `attempt` was recorded: ends the attempt of an
   // elastic gang below `nodes` to grow it back when capacity returned (elastic_grow.h).

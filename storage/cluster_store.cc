@@ -120,6 +120,18 @@ TxnFunction AttemptRunningTxn(int64_t job_id, int attempt) {
   };
 }
 
+TxnFunction RecordStartupPhaseTxn(int64_t job_id, int attempt, std::string reason) {
+  return [=](Txn& txn) -> absl::Status {
+    absl::StatusOr<v1::Job> job = RequireJob(txn, job_id);
+    if (!job.ok()) return job.status();
+    if (job->attempts() != attempt || (job->state() != v1::SCHEDULED && job->state() != v1::RUNNING)) {
+      return absl::OkStatus();
+    }
+    const std::string status = job->status_reason();
+    return txn.Transition(&*job, "startup", job->state(), reason, status);
+  };
+}
+
 TxnFunction SetTaskStateTxn(const std::string& task_id, const v1::TaskStatus& status) {
   return [task_id, status](Txn& txn) -> absl::Status {
     return Exec(txn, "UPDATE tasks SET state = ?2, message = ?3, exits = ?4 WHERE task_id = ?1",

@@ -81,6 +81,9 @@ TxnFunction EndAttemptTxn(AttemptEnd end);
 TxnFunction FailQueuedJobTxn(int64_t job_id, std::string reason);
 // Job RUNNING/SCHEDULED → PREEMPTING.
 TxnFunction BeginPreemptionTxn(int64_t job_id, std::string reason);
+// A start-up phase of the job's current attempt, as an event ("startup") that leaves the
+// state and status reason as they are; ignored for another attempt or a finished job.
+TxnFunction RecordStartupPhaseTxn(int64_t job_id, int attempt, std::string reason);
 // Records a complete checkpoint (idempotent per job and step).
 TxnFunction RecordCheckpointTxn(int64_t job_id, int attempt, const v1::CheckpointReport& report);
 // Deletes the rows of checkpoints whose files retention has already removed.

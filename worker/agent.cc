@@ -417,6 +417,15 @@ void WorkerAgent::OnLine(const std::string& task_id, int rank, bool is_stderr,
     } else if (const auto* x = std::get_if<trainer_events::Started>(&*event)) {
       std::lock_guard<std::mutex> lock(mu_);
       total_steps_[task_id] = x->total_steps;
+    } else if (const auto* x = std::get_if<trainer_events::Phase>(&*event)) {
+      v1::WorkerMessage m;
+      v1::StartupPhase* p = m.mutable_phase();
+      p->set_task_id(task_id);
+      p->set_phase(x->phase.substr(0, 64));
+      p->set_seconds(x->seconds);
+      p->set_since_start(x->since_start);
+      p->set_detail(x->detail.substr(0, 256));
+      structured = std::move(m);
     } else if (const auto* x = std::get_if<trainer_events::CheckpointSaved>(&*event)) {
       v1::WorkerMessage m;
       v1::CheckpointReport* c = m.mutable_checkpoint();

@@ -341,6 +341,12 @@ TEST_F(TrainingTest, WorkerKilledMidJobResumesToTheSameWeightsAsAnUninterruptedR
   const std::vector<v1::Attempt> attempts = Attempts(interrupted);
   ASSERT_FALSE(attempts.empty());
   EXPECT_NE(attempts[0].resume_from(), "") << AttemptsText(interrupted);
+  // Each attempt's start-up phases are job events; the restart's weights come from the
+  // checkpoint.
+  EXPECT_TRUE(HasEvent(interrupted, "attempt 1 start-up: data_ready in")) << AttemptsText(interrupted);
+  EXPECT_TRUE(HasEvent(interrupted, "attempt 1 start-up: first_step in"));
+  EXPECT_TRUE(HasEvent(interrupted, absl::StrCat("attempt ", job.attempts(), " start-up: weights_loaded in")));
+  EXPECT_TRUE(HasEvent(interrupted, "resumed from step"));
 
   ExpectSameLossAsStraightRun("interrupted", /*every_steps=*/4, /*max_restarts=*/2);
 }
