@@ -463,6 +463,9 @@ void ClusterManager::HandlePhase(const std::string& worker, const v1::StartupPha
                                        phase.since_start());
   if (!phase.detail().empty()) absl::StrAppend(&reason, ", ", clean(phase.detail(), 256));
   Write(RecordStartupPhaseTxn(a->record.job_id, a->record.attempt, reason), [](absl::Status) {});
+  if (options_.metrics != nullptr && phase.seconds() >= 0) {
+    options_.metrics->RecordStartupPhase(phase.phase(), phase.seconds());
+  }
 }
 
 void ClusterManager::HandleCheckpoint(const std::string& worker,

@@ -409,6 +409,9 @@ constexpr const char* kFailureClasses[] = {"retryable", "node_fault", "permanent
 // Submit latency is dominated by the commit's fsync: 0.5 ms .. 10 s.
 const std::vector<double> kSubmitLatencyBuckets = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
                                                    0.1,    0.25,  0.5,    1,     2.5,  5,     10};
+// A start-up phase: under a second (a cache hit, a small model) to half an hour (a 70B
+// checkpoint read from shared storage, a first tokenization of a large dataset).
+const std::vector<double> kStartupBuckets = {0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800};
 // A scheduling pass reads the queue and runs the scheduler: 100 µs .. 10 s.
 const std::vector<double> kPassBuckets = {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005,
                                           0.01,   0.025,   0.05,   0.1,   0.25,   0.5,
@@ -476,7 +479,14 @@ CoordinatorMetrics::CoordinatorMetrics(CoordinatorMetricsOptions options)
                      "Duration of the coordinator's scheduling passes (reading the queue, "
                      "placing gangs, publishing the results).",
                      {}, kPassBuckets),
-      passes_("llamafleet_scheduling_passes_total", "Scheduling passes run.", {}) {
+      passes_("llamafleet_scheduling_passes_total", "Scheduling passes run.", {}),
+      startup_phase_("llamafleet_startup_phase_seconds",
+                     "Trainer start-up phases of each attempt (rank 0): data_ready (token cache hit "
+                     "or built), rendezvous, weights_loaded, first_step.",
+                     {"phase"}, kStartupBuckets) {
+  for (const char* phase : {"data_ready", "rendezvous", "weights_loaded", "first_step"}) {
+    startup_phase_.WithLabels({phase});
+  }
   for (int i = 0; i < 5; ++i)
     submissions_by_result_[i] = &submissions_.WithLabels({kSubmitResults[i]});
   submit_latency_all_ = &submit_latency_.WithLabels({});
@@ -509,6 +519,11 @@ void CoordinatorMetrics::RecordSubmitted(const std::vector<SubmitJobResult>& res
   submit_latency_all_->Observe(absl::ToDoubleSeconds(latency));
 }
 
+void CoordinatorMetrics::RecordStartupPhase(const std::string& phase, double seconds) {
+  if (phase != "data_ready" && phase != "rendezvous" && phase != "weights_loaded" && phase != "first_step") return;
+  startup_phase_.WithLabels({phase}).Observe(seconds);
+}
+
 void CoordinatorMetrics::RecordSchedulingPass(absl::Duration duration) {
   pass_duration_all_->Observe(absl::ToDoubleSeconds(duration));
   passes_all_->Increment();
@@ -529,6 +544,7 @@ std::string CoordinatorMetrics::Render() {
   submit_latency_.Collect(&out);
   pass_duration_.Collect(&out);
   passes_.Collect(&out);
+  startup_phase_.Collect(&out);
   if (store_ != nullptr && cluster_ != nullptr) CollectSources(&out);
   if (out.dropped() > 0) spdlog::error("metrics: {} samples dropped from a scrape", out.dropped());
   return out.Text();

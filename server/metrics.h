@@ -197,6 +197,9 @@ class CoordinatorMetrics {
   // request's latency (received → acknowledgement sent).
   void RecordSubmitted(const std::vector<SubmitJobResult>& results, absl::Duration latency);
   void RecordSchedulingPass(absl::Duration duration);
+  // A trainer's start-up phase (llamafleet_startup_phase_seconds{phase}); phases other than
+  // data_ready, rendezvous, weights_loaded and first_step are not recorded.
+  void RecordStartupPhase(const std::string& phase, double seconds);
 
   // One scrape, in the text exposition format 0.0.4. Thread-safe.
   std::string Render();
@@ -221,6 +224,7 @@ class CoordinatorMetrics {
   metrics::Histogram* pass_duration_all_;
   metrics::CounterFamily passes_;
   metrics::Counter* passes_all_;
+  metrics::HistogramFamily startup_phase_;
 
   // Scrapes are serialized; the sources are only used under this lock.
   std::mutex scrape_mu_;

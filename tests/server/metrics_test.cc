@@ -543,6 +543,22 @@ TEST_F(CoordinatorMetricsTest, ScrapesAfterShutdownShowOnlyTheProcessCounters) {
   ExpectPromtoolAccepts(after);
 }
 
+TEST(StartupPhaseMetricsTest, EachPhaseIsAHistogramAndUnknownPhasesAreDropped) {
+  CoordinatorMetrics m(CoordinatorMetricsOptions{});
+  m.RecordStartupPhase("first_step", 0.3);
+  m.RecordStartupPhase("first_step", 42);
+  m.RecordStartupPhase("weights_loaded", 700);
+  m.RecordStartupPhase("made-up", 1);  // a worker's string never becomes a label value
+  const std::string text = m.Render();
+  EXPECT_TRUE(absl::StrContains(text, "llamafleet_startup_phase_seconds_count{phase=\"first_step\"} 2")) << text;
+  EXPECT_TRUE(absl::StrContains(text, "llamafleet_startup_phase_seconds_bucket{phase=\"first_step\",le=\"0.5\"} 1"))
+      << text;
+  EXPECT_TRUE(absl::StrContains(text, "llamafleet_startup_phase_seconds_count{phase=\"weights_loaded\"} 1"));
+  EXPECT_TRUE(absl::StrContains(text, "llamafleet_startup_phase_seconds_count{phase=\"data_ready\"} 0"));
+  EXPECT_FALSE(absl::StrContains(text, "made-up"));
+  ExpectPromtoolAccepts(text);
+}
+
 // ---------------------------------------------------------------------------
 // The Grafana dashboard reads only metrics the coordinator exports.
 // ---------------------------------------------------------------------------
