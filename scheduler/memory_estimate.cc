@@ -91,7 +91,8 @@ MemoryEstimate EstimateMemory(const MemoryInputs& in) {
   const int64_t rest = e.parameters + e.gradients + e.optimizer_state + e.gathered_params +
                        e.activations + e.communication;
   e.workspace = in.gpu ? (int64_t{1} << 30) + rest / 10 : in.cpu_runtime_bytes;
-  e.total = rest + e.workspace;
+  e.checkpoint_staging = in.async_checkpoints ? shard(12) : 0;
+  e.total = rest + e.workspace + (in.gpu ? 0 : e.checkpoint_staging);
   return e;
 }
 

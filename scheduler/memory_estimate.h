@@ -31,6 +31,9 @@
 //                     gradients whose reduce-scatter is in flight (the engine waits for
 //                     the oldest before it holds more), x 2 on a CPU (Gloo's all-to-all
 //                     receive buffer), + 1/N of that for the output shards (N > 1).
+//   checkpoint staging  12P/N of host memory while a background checkpoint is written
+//                     (async checkpoints only): in the total on a CPU, where host memory
+//                     is the device's; beside it on a GPU.
 //   workspace         runtime (CUDA context, cuBLAS/NCCL workspaces: 1 GiB on a GPU; the
 //                     process itself on a CPU) + 10% of the rest on a GPU for allocator
 //                     fragmentation.
@@ -81,6 +84,7 @@ struct MemoryInputs {
   bool fused_attention = true;      // LibTorch 2 SDPA on a GPU; false: the explicit T x T path
   bool gpu = true;                  // GPU workspace rules; false: CPU process (RSS)
   int64_t cpu_runtime_bytes = 0;    // !gpu: the trainer process before it allocates
+  bool async_checkpoints = false;   // checkpoints written in the background (a host copy)
 };
 
 struct MemoryEstimate {
@@ -91,7 +95,8 @@ struct MemoryEstimate {
   int64_t activations = 0;
   int64_t communication = 0;
   int64_t workspace = 0;
-  int64_t total = 0;          // the sum of the above: bytes per device at the peak
+  int64_t checkpoint_staging = 0;  // host bytes (see above)
+  int64_t total = 0;          // the sum of the above but staging on a GPU: bytes per device
   std::string peak_phase;     // the moment modelled: "backward" (early backward, above)
 };
 

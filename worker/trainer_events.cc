@@ -53,6 +53,7 @@ std::string ToLine(const Started& e) {
                               {"activations_bytes", m.activations},
                               {"communication_bytes", m.communication},
                               {"workspace_bytes", m.workspace},
+                              {"checkpoint_staging_bytes", m.checkpoint_staging},
                               {"peak_phase", m.peak_phase}};
   return j.dump();
 }
@@ -167,6 +168,7 @@ std::optional<Event> ParseLine(std::string_view line) {
       m.activations = Int(*it, "activations_bytes");
       m.communication = Int(*it, "communication_bytes");
       m.workspace = Int(*it, "workspace_bytes");
+      m.checkpoint_staging = Int(*it, "checkpoint_staging_bytes");
       m.peak_phase = Str(*it, "peak_phase");
     }
     return s;

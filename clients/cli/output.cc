@@ -308,11 +308,14 @@ std::string Indent(const std::string& text, int spaces) {
 std::string MemoryEstimateLine(const v1::MemoryEstimate& e) {
   auto gib = [](int64_t b) { return absl::StrFormat("%.1f GiB", static_cast<double>(b) / (1 << 30)); };
   return absl::StrCat(gib(e.total_bytes()), " per GPU on ", e.world_size(), e.world_size() == 1 ? " rank" : " ranks",
-                      " (peak at the end of ", e.peak_phase(), "): parameters ", gib(e.parameters_bytes()),
+                      " (peak early in backward): parameters ", gib(e.parameters_bytes()),
                       ", gradients ", gib(e.gradients_bytes()), ", optimizer state ",
                       gib(e.optimizer_state_bytes()), ", gathered parameters ", gib(e.gathered_params_bytes()),
                       ", activations ", gib(e.activations_bytes()), ", communication ",
-                      gib(e.communication_bytes()), ", workspace ", gib(e.workspace_bytes()));
+                      gib(e.communication_bytes()), ", workspace ", gib(e.workspace_bytes()),
+                      e.checkpoint_staging_bytes() > 0
+                          ? absl::StrCat("; host memory for checkpoint staging ", gib(e.checkpoint_staging_bytes()))
+                          : "");
 }
 
 std::string DescribeJob(const v1::Job& job, const std::vector<v1::JobEvent>& events,

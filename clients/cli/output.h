@@ -69,7 +69,8 @@ std::string EventLine(const v1::JobEvent& event);
 // The first line of `watch`: "job 42 (name) is QUEUED: reason" (JobReason).
 std::string JobStateLine(const v1::Job& job);
 
-// "23.4 GiB per GPU on 16 ranks (peak at the end of forward): parameters 1.6 GiB, ..."
+// "23.4 GiB per GPU on 16 ranks (peak early in backward): parameters 1.6 GiB, ...; host
+// memory for checkpoint staging 4.7 GiB"
 std::string MemoryEstimateLine(const v1::MemoryEstimate& e);
 
 // `describe job`: the job's fields (restarts, workers), why it is pending, its latest

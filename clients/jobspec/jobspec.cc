@@ -568,6 +568,7 @@ std::optional<sched::MemoryInputs> MemoryInputsOf(const v1::JobSpec& spec, int w
   in.seq_len = std::min(std::max(1, t.seq_len()), 4096);
   in.grad_accum = std::max(1, t.grad_accum());
   in.max_inflight_all_gathers = std::max(1, f.max_inflight_all_gathers());
+  in.async_checkpoints = !spec.checkpoint().has_async() || spec.checkpoint().async();
   return in;
 }
 
@@ -581,6 +582,7 @@ v1::MemoryEstimate ToProto(const sched::MemoryEstimate& e, int world_size) {
   out.set_activations_bytes(e.activations);
   out.set_communication_bytes(e.communication);
   out.set_workspace_bytes(e.workspace);
+  out.set_checkpoint_staging_bytes(e.checkpoint_staging);
   out.set_peak_phase(e.peak_phase);
   out.set_world_size(world_size);
   return out;

@@ -135,6 +135,21 @@ TEST(MemoryEstimate, CpuWorkspaceIsTheProcessItself) {
                          e.communication + e.workspace);
 }
 
+TEST(MemoryEstimate, BackgroundCheckpointsStageTwelveBytesPerShardedParameterOnTheHost) {
+  MemoryInputs in = Inputs("llama2-70b", Strategy::kFullShard, 128);
+  const MemoryEstimate sync = EstimateMemory(in);
+  in.async_checkpoints = true;
+  const MemoryEstimate async = EstimateMemory(in);
+  EXPECT_EQ(async.checkpoint_staging, (12 * PresetShape("llama2-70b")->Parameters() + 127) / 128);
+  EXPECT_EQ(sync.checkpoint_staging, 0);
+  EXPECT_EQ(async.total, sync.total);  // host memory, not the GPU's
+  in.gpu = false;
+  in.async_checkpoints = false;
+  const int64_t cpu_sync = EstimateMemory(in).total;
+  in.async_checkpoints = true;
+  EXPECT_EQ(EstimateMemory(in).total, cpu_sync + async.checkpoint_staging);  // on a CPU it is
+}
+
 TEST(InstanceTypes, KnownTable) {
   ASSERT_NE(FindInstanceType("p5.48xlarge"), nullptr);
   EXPECT_EQ(FindInstanceType("p5.48xlarge")->gpus, 8);

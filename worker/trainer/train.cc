@@ -145,6 +145,7 @@ sched::MemoryEstimate EstimateForRun(const LlamaConfig& config, const TrainOptio
   in.fused_attention = TORCH_VERSION_MAJOR >= 2;  // model.cc uses scaled_dot_product_attention
   in.gpu = device.is_cuda();
   in.cpu_runtime_bytes = runtime_rss;
+  in.async_checkpoints = !opt.checkpoint_dir.empty() && opt.checkpoint_async;
   return sched::EstimateMemory(in);
 }
 
