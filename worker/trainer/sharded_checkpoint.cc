@@ -17,6 +17,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "train_parts.h"
 #include "util.h"
 
 namespace llamafleet::trainer {
@@ -117,16 +118,6 @@ std::vector<std::pair<int64_t, std::string>> ListComplete(const std::string& roo
   return out;
 }
 
-template <typename F>
-absl::Status CatchTorch(const char* what, F&& body) {
-  try {
-    return body();
-  } catch (const c10::Error& e) {
-    return absl::InternalError(absl::StrCat(what, ": ", e.what_without_backtrace()));
-  } catch (const std::exception& e) {
-    return absl::InternalError(absl::StrCat(what, ": ", e.what()));
-  }
-}
 
 }  // namespace
 
