@@ -21,6 +21,6 @@ export CCACHE_DIR="${CCACHE_DIR:-$HOME/.cache/ccache}"
 # Paths relative to the checkout, so a fresh clone elsewhere reuses the cache.
 export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$PWD}"
 cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DLLAMAFLEET_BUILD_TRAINER="${LLAMAFLEET_BUILD_TRAINER:-ON}" >/dev/null
+  -DLLAMAFLEET_BUILD_TRAINER="${LLAMAFLEET_BUILD_TRAINER:-ON}" -DLLAMAFLEET_BUILD_TESTS=ON >/dev/null
 cmake --build "$build_dir" -j"$jobs"
 ctest --test-dir "$build_dir" --output-on-failure --timeout 900 -j"$jobs" "$@"

@@ -9,36 +9,80 @@
 #   deploy/local/demo.sh --keep          # leave coordinator and workers running until Ctrl-C
 #   deploy/local/demo.sh --data FILE     # use your own prompt/completion JSONL
 #
-# Environment: LLAMAFLEET_BUILD_DIR (default build), LLAMAFLEET_DEMO_DIR (default ./var).
+# Building: installs only the packages building and running need
+# (deploy/local/install-deps.sh --build-only). A build directory configured for this
+# checkout is brought up to date; one that already holds the binaries but belongs to
+# another checkout (or has no CMake cache) is used as it is; otherwise a new one is
+# configured without tests (tests/run.sh turns them on in the same directory).
+#
+# Each run is a fresh cluster in DEMO_DIR/runs/<time>/ (database, worker dirs, logs), so
+# nothing of an earlier, interrupted run comes back; earlier runs' cluster directories are
+# removed unless their coordinator still runs. The tokenizer, data, checkpoints and
+# exports stay in DEMO_DIR/demo/. If the demo is interrupted while its job runs, the job
+# is cancelled before the cluster stops.
+#
+# Environment: LLAMAFLEET_BUILD_DIR (default build; relative to the checkout or absolute),
+# LLAMAFLEET_DEMO_DIR (DEMO_DIR, default ./var).
 set -euo pipefail
+caller_dir=$PWD
 cd "$(dirname "$0")/../.."
-root=$PWD
+root=$(pwd -P)
 
 keep=0
 own_data=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --keep) keep=1 ;;
-    --data) own_data="$2"; shift ;;
+    --data)
+      [ $# -ge 2 ] || { echo "usage: deploy/local/demo.sh [--keep] [--data FILE]" >&2; exit 2; }
+      case "$2" in /*) own_data="$2" ;; *) own_data="$caller_dir/$2" ;; esac
+      shift ;;
     *) echo "usage: deploy/local/demo.sh [--keep] [--data FILE]" >&2; exit 2 ;;
   esac
   shift
 done
 
 build_dir="${LLAMAFLEET_BUILD_DIR:-build}"
+case "$build_dir" in /*) ;; *) build_dir="$root/$build_dir" ;; esac
 var_dir="$(mkdir -p "${LLAMAFLEET_DEMO_DIR:-./var}" && cd "${LLAMAFLEET_DEMO_DIR:-./var}" && pwd)"
 demo="$var_dir/demo"
 run="$(date +%Y%m%d-%H%M%S)"
 say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 
-say "installing missing packages and building (first run on a fresh machine: several minutes)"
-bash deploy/local/install-deps.sh
+say "installing missing packages (first run on a fresh machine: several minutes)"
+bash deploy/local/install-deps.sh --build-only
+
+bin="$build_dir/bin"
+targets=(llamafleet-coordinator llamafleet-worker llamafleet-train llamafleet)
+have_binaries() {
+  local t
+  for t in "${targets[@]}"; do [ -x "$bin/$t" ] || return 1; done
+}
+# The source directory the build directory was configured for ("" without a cache).
+configured_for=""
+if [ -f "$build_dir/CMakeCache.txt" ]; then
+  configured_for="$(sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' "$build_dir/CMakeCache.txt")"
+  configured_for="$(cd "$configured_for" 2>/dev/null && pwd -P || echo "$configured_for")"
+fi
 export CCACHE_DIR="${CCACHE_DIR:-$HOME/.cache/ccache}"
-export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$PWD}"
-cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-cmake --build "$build_dir" -j"$(nproc)" \
-  --target llamafleet-coordinator llamafleet-worker llamafleet-train llamafleet >/dev/null
-bin="$root/$build_dir/bin"
+export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$root}"
+if [ "$configured_for" = "$root" ]; then
+  say "building (incremental) in $build_dir"
+  if grep -q '^LLAMAFLEET_BUILD_TRAINER:BOOL=OFF' "$build_dir/CMakeCache.txt"; then
+    cmake -S . -B "$build_dir" -DLLAMAFLEET_BUILD_TRAINER=ON >/dev/null  # the demo trains
+  fi
+  cmake --build "$build_dir" -j"$(nproc)" --target "${targets[@]}" >/dev/null
+elif have_binaries; then
+  echo "using the binaries in $bin${configured_for:+ (built from $configured_for)}, as they are"
+elif [ -n "$configured_for" ]; then
+  echo "demo: $build_dir is configured for another checkout ($configured_for) and lacks" \
+    "${targets[*]}; set LLAMAFLEET_BUILD_DIR to a new directory" >&2
+  exit 1
+else
+  say "configuring and building in $build_dir (first build: several minutes)"
+  cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLLAMAFLEET_BUILD_TESTS=OFF >/dev/null
+  cmake --build "$build_dir" -j"$(nproc)" --target "${targets[@]}" >/dev/null
+fi
 cli="$bin/llamafleet"
 start=$(date +%s)
 
@@ -49,8 +93,10 @@ if [ ! -f "$demo/tokenizer.model" ]; then
   spm_train --input="$demo/corpus.txt" --model_prefix="$demo/tokenizer" --vocab_size=1000 \
     --model_type=bpe --character_coverage=1.0 --minloglevel=2 >/dev/null 2>&1
 fi
+eval_line="  eval_path: $demo/eval.jsonl"
 if [ -n "$own_data" ]; then
   cp "$own_data" "$demo/train.jsonl"
+  eval_line=""  # no eval split of someone else's data
 else
   # Each sentence of the GPL: the first half is the prompt, the rest the completion
   # (the loss counts the completion only).
@@ -76,9 +122,27 @@ print(f"{len(rows) - split} training and {split} eval examples")
 PY
 fi
 
+# A fresh cluster per run. An earlier run's cluster is removed unless its coordinator
+# still holds DIR/LOCK (a --keep run in another terminal).
+mkdir -p "$var_dir/runs"
+for old in "$var_dir"/runs/*/; do
+  [ -d "$old" ] || continue
+  if [ -f "$old/coordinator/LOCK" ] && ! flock -n "$old/coordinator/LOCK" true; then continue; fi
+  rm -rf "$old"
+done
+cluster="$var_dir/runs/$run"
+mkdir -p "$cluster"
+
 pids=()
+job=""
+finished=0
 cleanup() {
   trap - EXIT INT TERM
+  if [ -n "$job" ] && [ "$finished" = 0 ]; then
+    echo
+    echo "cancelling job $job"
+    "$cli" cancel "$job" --reason "demo interrupted" --timeout 5s >/dev/null 2>&1 || true
+  fi
   if ((${#pids[@]})); then
     echo
     echo "stopping workers and coordinator"
@@ -89,19 +153,19 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-# Workers started as root run trainers as the unprivileged user llamafleet (README:
-# Security model): it reads the tokenizer and data here and writes checkpoints and the
+# Workers started as root run trainers as the unprivileged user llamafleet
+# (docs/security.md): it reads the tokenizer and data here and writes checkpoints and the
 # export here, so the demo directory is its own.
 if [ "$(id -u)" -eq 0 ]; then chown -R llamafleet: "$demo"; fi
 
-say "starting the coordinator and two CPU workers (logs in $var_dir/*.log)"
-fifo="$var_dir/.coordinator.stdout"
+say "starting the coordinator and two CPU workers (logs in $cluster/*.log)"
+fifo="$cluster/.coordinator.stdout"
 rm -f "$fifo" && mkfifo "$fifo"
 # --insecure-no-auth: a local demo on 127.0.0.1 with no tokens to hand out. A real
-# cluster runs with tokens (README: Authentication).
+# cluster runs with tokens (docs/security.md).
 "$bin/llamafleet-coordinator" --listen 127.0.0.1:0 --http-listen 127.0.0.1:0 \
-  --data-dir "$var_dir/coordinator" --insecure-no-auth --log-level info --path-root "$demo" \
-  >"$fifo" 2>>"$var_dir/coordinator.log" &
+  --data-dir "$cluster/coordinator" --insecure-no-auth --log-level info --path-root "$demo" \
+  >"$fifo" 2>>"$cluster/coordinator.log" &
 pids+=($!)
 address=""
 http_address=""
@@ -112,14 +176,14 @@ while IFS= read -r -t 30 line; do
   esac
 done <"$fifo"
 rm -f "$fifo"
-[ -n "$address" ] || { echo "demo: the coordinator did not start; see $var_dir/coordinator.log" >&2; exit 1; }
+[ -n "$address" ] || { echo "demo: the coordinator did not start; see $cluster/coordinator.log" >&2; exit 1; }
 export LLAMAFLEET_COORDINATOR="$address"
 echo "web portal: http://$http_address/ui/   (metrics: http://$http_address/metrics)"
 for n in 1 2; do
   "$bin/llamafleet-worker" --coordinator "$address" \
-    --join-token-file "$var_dir/coordinator/join-token" --data-dir "$var_dir/worker-$n" \
+    --join-token-file "$cluster/coordinator/join-token" --data-dir "$cluster/worker-$n" \
     --cpu-ranks 1 --name "worker-$n" --address 127.0.0.1 --trainer "$bin/llamafleet-train" \
-    2>>"$var_dir/worker-$n.log" &
+    2>>"$cluster/worker-$n.log" &
   pids+=($!)
 done
 for _ in $(seq 1 100); do
@@ -137,7 +201,7 @@ model:
   tokenizer: $demo/tokenizer.model
 data:
   train_path: $demo/train.jsonl
-  eval_path: $demo/eval.jsonl
+$eval_line
   format: prompt_completion
 training:
   max_steps: 60
@@ -176,6 +240,7 @@ say "training (llamafleet watch $job)"
 say "result"
 "$cli" get job "$job"
 state=$("$cli" get job "$job" -o json | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["state"])')
+case "$state" in SUCCEEDED | FAILED | CANCELLED) finished=1 ;; esac
 echo
 echo "\$ llamafleet checkpoints $job"
 "$cli" checkpoints "$job"

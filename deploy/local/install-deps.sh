@@ -1,7 +1,20 @@
 #!/usr/bin/env bash
-# Installs the Debian (bookworm) packages llamafleet builds and tests with; only those
-# missing, so it is cheap to re-run. Used by tests/run.sh and deploy/local/demo.sh.
+# Installs the Debian (bookworm) packages llamafleet needs; only those missing, so it is
+# cheap to re-run. Used by tests/run.sh (everything) and deploy/local/demo.sh (--build-only).
+#
+#   deploy/local/install-deps.sh               # build, run, and every test and deploy tool
+#   deploy/local/install-deps.sh --build-only  # only what building and running llamafleet
+#                                              # needs: the toolchain, the coordinator, CLI,
+#                                              # storage and trainer libraries
+# Either way it creates the system user `llamafleet` that a root worker runs trainers as.
 set -euo pipefail
+
+mode=all
+case "${1:-}" in
+  "") ;;
+  --build-only) mode=build ;;
+  *) echo "usage: deploy/local/install-deps.sh [--build-only]" >&2; exit 2 ;;
+esac
 
 packages=(
   # toolchain
@@ -11,26 +24,32 @@ packages=(
   libboost-dev libboost-system-dev openssl
   libsqlite3-dev libspdlog-dev libfmt-dev libyaml-cpp-dev libcli11-dev
   libgoogle-perftools-dev  # tcmalloc_minimal for the coordinator
-  # tests
-  libgtest-dev libgmock-dev
-  # trainer (LibTorch 1.13 CPU, Gloo for c10d, SentencePiece) and its Python reference
-  libtorch-dev libgloo-dev libsentencepiece-dev sentencepiece nlohmann-json3-dev
-  python3-torch python3-sentencepiece python3-numpy
-  # portal browser test (playwright-core from npm drives Debian's chromium) and
-  # `promtool check metrics` for /metrics
-  nodejs chromium prometheus
-  # deploy/ (issue 12): container images and the podman cluster test (rootful podman with
-  # runc; netavark + aardvark-dns for networks with DNS, iptables for their NAT), the
-  # images' Debian base (mmdebstrap), `systemd-analyze verify` for the units, and PyYAML
-  # for the rendered Kubernetes manifests' checks
-  podman runc netavark aardvark-dns iptables mmdebstrap systemd python3-yaml
+  # trainer (LibTorch 1.13 CPU, Gloo for c10d, SentencePiece; spm_train makes the demo's
+  # tokenizer) and python3 for the demo's data
+  libtorch-dev libgloo-dev libsentencepiece-dev sentencepiece nlohmann-json3-dev python3
 )
-# Debian ships npm as its own package; NodeSource's nodejs bundles it (and conflicts with
-# Debian's npm), so ask for npm only when there is none.
-command -v npm >/dev/null 2>&1 || packages+=(npm)
-# `kubectl kustomize` for deploy/k8s: Debian's kubernetes-client, unless a kubectl is
-# already installed (another package owning /usr/bin/kubectl conflicts with it).
-command -v kubectl >/dev/null 2>&1 || packages+=(kubernetes-client)
+if [ "$mode" = all ]; then
+  packages+=(
+    # tests
+    libgtest-dev libgmock-dev
+    # the trainer's Python reference
+    python3-torch python3-sentencepiece python3-numpy
+    # portal browser test (playwright-core from npm drives Debian's chromium) and
+    # `promtool check metrics` for /metrics
+    nodejs chromium prometheus
+    # deploy/: container images and the podman cluster test (rootful podman with runc;
+    # netavark + aardvark-dns for networks with DNS, iptables for their NAT), the images'
+    # Debian base (mmdebstrap), `systemd-analyze verify` for the units, and PyYAML for the
+    # rendered Kubernetes manifests' checks
+    podman runc netavark aardvark-dns iptables mmdebstrap systemd python3-yaml
+  )
+  # Debian ships npm as its own package; NodeSource's nodejs bundles it (and conflicts
+  # with Debian's npm), so ask for npm only when there is none.
+  command -v npm >/dev/null 2>&1 || packages+=(npm)
+  # `kubectl kustomize` for deploy/k8s: Debian's kubernetes-client, unless a kubectl is
+  # already installed (another package owning /usr/bin/kubectl conflicts with it).
+  command -v kubectl >/dev/null 2>&1 || packages+=(kubernetes-client)
+fi
 
 missing=()
 for p in "${packages[@]}"; do
@@ -47,7 +66,7 @@ if ((${#missing[@]})); then
   $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
 
-# The unprivileged user a root llamafleet-worker runs trainers as (README: Security model).
+# The unprivileged user a root llamafleet-worker runs trainers as (docs/security.md).
 if ! id llamafleet >/dev/null 2>&1; then
   echo "install-deps: creating the system user llamafleet (trainers of a root worker run as it)" >&2
   sudo=""
