@@ -7,10 +7,13 @@
 // (parses files, --dry-run) and the trainer (`llamafleet-train train --spec`), so a spec
 // means the same thing everywhere.
 
+#include <functional>
+#include <map>
 #include <optional>
 #include <string>
-#include "absl/strings/string_view.h"
 #include <vector>
+
+#include "absl/strings/string_view.h"
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -34,18 +37,46 @@ inline constexpr int kMaxIdempotencyKeyLength = 128;
 inline constexpr int kMaxPathLength = 4096;
 inline constexpr int kMaxBatchSize = 1000;
 
+// A place in a job file: 1-based line and column counted from the start of the file (not
+// of the document); 0 when unknown.
+struct SourcePosition {
+  int line = 0;
+  int column = 0;
+};
+
+// Where each field of one parsed document is written: the field's path as validation
+// names it ("training.lr", "training.betas[1]", "labels.team") mapped to the position of
+// its key (of the item, for list items).
+class FieldPositions {
+ public:
+  void Set(std::string path, SourcePosition position);
+  // The position of `path`; else that of its nearest written ancestor (a rule broken by a
+  // field the document leaves to its default points at the section the field belongs to);
+  // {} when neither is written.
+  SourcePosition Find(absl::string_view path) const;
+  bool empty() const { return positions_.empty(); }
+
+ private:
+  std::map<std::string, SourcePosition, std::less<>> positions_;
+};
+
 struct ParsedJob {
   v1::JobSpec spec;
   // Derived from the document's content and its occurrence in the file, so submitting
   // the same file twice maps each document to the same key.
   std::string idempotency_key;
+  // Where the document's fields are written in the file, to place violations found later
+  // (LocateFieldViolations).
+  FieldPositions positions;
 };
 
 // Parses a job file: one YAML/JSON document holding a JobSpec, several YAML documents
 // ("---"), or a list of JobSpecs. Unknown fields are rejected by name; enum values are
 // case-insensitive ("full_shard"). Returns INVALID_ARGUMENT naming the document and the
-// field path ("document 2: training.lrr: unknown field (did you mean lr?)"). YAML anchors
-// and aliases are refused (INVALID_ARGUMENT naming the line) before any node is built:
+// field path ("document 2: training.lrr: unknown field (did you mean lr?)"), with one
+// field violation per problem (field: the path within its document, "" for the document
+// itself) placed where the field is written (LocatedFieldViolationsOf). YAML anchors and
+// aliases are refused (INVALID_ARGUMENT naming the line) before any node is built:
 // expanding them lets a small file cost gigabytes.
 // Does not apply defaults or validate.
 absl::StatusOr<std::vector<ParsedJob>> ParseJobDocuments(absl::string_view text);
@@ -79,11 +110,33 @@ absl::Status ValidateIdempotencyKey(absl::string_view key, absl::string_view pat
 // Field-level detail carried by INVALID_ARGUMENT statuses from the validators above (as
 // an absl::Status payload): which field, and what rule it broke. Clients get it as
 // grpc-status-details-bin (ErrorDetails) and in HTTP error bodies, to mark the field.
+// WithFieldViolations replaces the violations (and positions) the status had.
 absl::Status WithFieldViolations(absl::Status status,
                                  const std::vector<v1::FieldViolation>& violations);
 std::vector<v1::FieldViolation> FieldViolationsOf(const absl::Status& status);
 
-// Renders a message as block YAML (proto field names, enum names).
+// A field violation with where its field is written in the job file. The position travels
+// as a second payload of the status, beside FieldViolationsOf's, in the same order; it
+// does not cross gRPC or HTTP (FieldViolation has no place for it).
+struct LocatedFieldViolation {
+  v1::FieldViolation violation;
+  SourcePosition position;
+};
+absl::Status WithLocatedFieldViolations(absl::Status status,
+                                        const std::vector<LocatedFieldViolation>& violations);
+// Every field violation of `status`, with its position ({} where unknown).
+std::vector<LocatedFieldViolation> LocatedFieldViolationsOf(const absl::Status& status);
+
+// Places the violations of `status` that ValidateJobSpec(spec, prefix) (or another
+// validator given `prefix`) reported on a document parsed with `positions`: each one whose
+// field starts with `prefix` and has no position yet gets positions.Find(the rest). Call
+// once per document of a batch, each with its prefix. Other statuses pass through.
+absl::Status LocateFieldViolations(absl::Status status, const FieldPositions& positions,
+                                   absl::string_view prefix = "");
+
+// Renders a message as block YAML (proto field names, enum names). Field presence is kept:
+// every set field is written, explicit zeros of `optional` fields included (seed: 0,
+// max_restarts: 0), and nothing unset is, so parsing the text gives the message back.
 std::string MessageToYaml(const google::protobuf::Message& message);
 // Renders a message as JSON (proto field names, enum names, one line unless `pretty`).
 std::string MessageToJson(const google::protobuf::Message& message, bool pretty = false);

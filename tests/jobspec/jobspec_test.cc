@@ -228,6 +228,156 @@ TEST(JobSpecTest, YamlAndJsonRoundTrip) {
   EXPECT_EQ(from_json.SerializeAsString(), spec.SerializeAsString()) << MessageToJson(spec);
 }
 
+TEST(JobSpecTest, YamlKeepsExplicitZeros) {
+  // Zeros the user wrote are not defaults: they survive MessageToYaml and a second parse.
+  v1::JobSpec spec = ParseOne(
+      "name: z\nmodel: {path: /m}\ndata: {train_path: /d}\ntraining: {seed: 0}\n"
+      "run_policy: {max_restarts: 0, restart_backoff_seconds: 0}\n");
+  const std::string yaml = MessageToYaml(spec);
+  EXPECT_NE(yaml.find("seed: 0"), std::string::npos) << yaml;
+  EXPECT_NE(yaml.find("max_restarts: 0"), std::string::npos) << yaml;
+  EXPECT_NE(yaml.find("restart_backoff_seconds: 0"), std::string::npos) << yaml;
+  v1::JobSpec again = ParseOne(yaml);  // ParseOne applies defaults again
+  EXPECT_TRUE(again.training().has_seed());
+  EXPECT_EQ(again.training().seed(), 0u);
+  EXPECT_EQ(again.run_policy().max_restarts(), 0);
+  EXPECT_EQ(again.run_policy().restart_backoff_seconds(), 0);
+  EXPECT_EQ(again.SerializeAsString(), spec.SerializeAsString()) << yaml;
+
+  // And what is unset stays unset: no field appears that the message does not have.
+  absl::StatusOr<std::vector<ParsedJob>> raw = ParseJobDocuments("name: z\ntraining: {lr: 0.5}\n");
+  ASSERT_TRUE(raw.ok()) << raw.status();
+  const std::string sparse = MessageToYaml((*raw)[0].spec);
+  EXPECT_EQ(sparse.find("seed"), std::string::npos) << sparse;
+  EXPECT_EQ(sparse.find("max_restarts"), std::string::npos) << sparse;
+  absl::StatusOr<std::vector<ParsedJob>> reparsed = ParseJobDocuments(sparse);
+  ASSERT_TRUE(reparsed.ok()) << reparsed.status();
+  EXPECT_EQ((*reparsed)[0].spec.SerializeAsString(), (*raw)[0].spec.SerializeAsString()) << sparse;
+}
+
+// A valid spec written in block style, seven lines; line 7 is `  lr: 2e-5`.
+constexpr char kBlockSpec[] =
+    "name: located\n"              // 1
+    "model:\n"                     // 2
+    "  path: /m\n"                 // 3
+    "data:\n"                      // 4
+    "  train_path: /d\n"           // 5
+    "training:\n"                  // 6
+    "  lr: 2e-5\n";                // 7
+
+TEST(JobSpecPositions, UnknownFieldOnLine7IsReportedOnLine7) {
+  std::string text = kBlockSpec;
+  text.replace(text.find("lr: 2e-5"), 8, "lrr: 2e-5");
+  absl::StatusOr<std::vector<ParsedJob>> jobs = ParseJobDocuments(text);
+  ASSERT_FALSE(jobs.ok());
+  EXPECT_NE(jobs.status().message().find("training.lrr: unknown field (did you mean lr?)"),
+            std::string::npos) << jobs.status();
+  std::vector<LocatedFieldViolation> v = LocatedFieldViolationsOf(jobs.status());
+  ASSERT_EQ(v.size(), 1u);
+  EXPECT_EQ(v[0].violation.field(), "training.lrr");
+  EXPECT_EQ(v[0].violation.description(), "unknown field (did you mean lr?)");
+  EXPECT_EQ(v[0].position.line, 7);
+  EXPECT_EQ(v[0].position.column, 3);
+  ASSERT_EQ(FieldViolationsOf(jobs.status()).size(), 1u);  // the plain view agrees
+}
+
+TEST(JobSpecPositions, BadValueOnLine7IsReportedOnLine7) {
+  std::string text = kBlockSpec;
+  text.replace(text.find("lr: 2e-5"), 8, "lr: -1");
+  absl::StatusOr<std::vector<ParsedJob>> jobs = ParseJobDocuments(text);
+  ASSERT_TRUE(jobs.ok()) << jobs.status();
+  ParsedJob& job = (*jobs)[0];
+  ApplyDefaults(&job.spec);
+  // The server's prefix for a single submission.
+  absl::Status s = LocateFieldViolations(ValidateJobSpec(job.spec, "spec."), job.positions, "spec.");
+  std::vector<LocatedFieldViolation> v = LocatedFieldViolationsOf(s);
+  ASSERT_EQ(v.size(), 1u) << s;
+  EXPECT_EQ(v[0].violation.field(), "spec.training.lr");
+  EXPECT_EQ(v[0].position.line, 7);
+  EXPECT_EQ(v[0].position.column, 3);
+  EXPECT_EQ(s.message(), ValidateJobSpec(job.spec, "spec.").message());  // text unchanged
+
+  // A type error in a value is placed at its field too.
+  text.replace(text.find("lr: -1"), 6, "lr: fast");
+  jobs = ParseJobDocuments(text);
+  ASSERT_FALSE(jobs.ok());
+  ASSERT_EQ(LocatedFieldViolationsOf(jobs.status()).size(), 1u);
+  EXPECT_EQ(LocatedFieldViolationsOf(jobs.status())[0].position.line, 7);
+}
+
+TEST(JobSpecPositions, LaterDocumentsAreCountedFromTheStartOfTheFile) {
+  const std::string text = std::string(kBlockSpec) +  // lines 1-7
+                           "---\n"                     // 8
+                           "name: second\n"            // 9
+                           "model: {path: /m}\n"       // 10
+                           "data: {train_path: /d}\n"  // 11
+                           "resources:\n"              // 12
+                           "  nodes: 0\n"              // 13
+                           "---\n"                     // 14
+                           "- name: third\n"           // 15
+                           "  model: {path: /m}\n"     // 16
+                           "  data: {train_path: /d}\n"  // 17
+                           "  training: {betas: [0.9, 1.5]}\n";  // 18
+  absl::StatusOr<std::vector<ParsedJob>> jobs = ParseJobDocuments(text);
+  ASSERT_TRUE(jobs.ok()) << jobs.status();
+  ASSERT_EQ(jobs->size(), 3u);
+  absl::Status batch = absl::OkStatus();
+  std::vector<v1::FieldViolation> all;
+  for (size_t i = 0; i < jobs->size(); ++i) {
+    ApplyDefaults(&(*jobs)[i].spec);
+    absl::Status s = ValidateJobSpec((*jobs)[i].spec, absl::StrCat("jobs[", i, "].spec."));
+    for (v1::FieldViolation& f : FieldViolationsOf(s)) all.push_back(std::move(f));
+  }
+  // One status for the batch, placed document by document.
+  batch = WithFieldViolations(absl::InvalidArgumentError("batch"), all);
+  for (size_t i = 0; i < jobs->size(); ++i) {
+    batch = LocateFieldViolations(batch, (*jobs)[i].positions, absl::StrCat("jobs[", i, "].spec."));
+  }
+  std::vector<LocatedFieldViolation> v = LocatedFieldViolationsOf(batch);
+  ASSERT_EQ(v.size(), 2u) << batch;
+  EXPECT_EQ(v[0].violation.field(), "jobs[1].spec.resources.nodes");
+  EXPECT_EQ(v[0].position.line, 13);
+  EXPECT_EQ(v[0].position.column, 3);
+  EXPECT_EQ(v[1].violation.field(), "jobs[2].spec.training.betas[1]");
+  EXPECT_EQ(v[1].position.line, 18);
+  EXPECT_EQ(v[1].position.column, 27);
+
+  // Parse problems in a later document are placed in the file, too.
+  absl::StatusOr<std::vector<ParsedJob>> bad =
+      ParseJobDocuments(std::string(kBlockSpec) + "---\nname: b\nbogus: 1\n");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("document 2: bogus: unknown field"), std::string::npos)
+      << bad.status();
+  std::vector<LocatedFieldViolation> p = LocatedFieldViolationsOf(bad.status());
+  ASSERT_EQ(p.size(), 1u);
+  EXPECT_EQ(p[0].violation.field(), "bogus");
+  EXPECT_EQ(p[0].position.line, 10);
+}
+
+TEST(JobSpecPositions, UnwrittenFieldsPointAtTheirSection) {
+  absl::StatusOr<std::vector<ParsedJob>> jobs = ParseJobDocuments(kBlockSpec);
+  ASSERT_TRUE(jobs.ok()) << jobs.status();
+  const FieldPositions& at = (*jobs)[0].positions;
+  EXPECT_EQ(at.Find("training.lr").line, 7);
+  EXPECT_EQ(at.Find("training.lr_schedule.gamma").line, 6);  // only training: is written
+  EXPECT_EQ(at.Find("data.train_path").line, 5);
+  EXPECT_EQ(at.Find("resources.nodes").line, 0);              // nothing of it is written
+  EXPECT_EQ(at.Find("").line, 0);
+}
+
+TEST(JobSpecPositions, PlainViolationsReplaceStalePositions) {
+  absl::StatusOr<std::vector<ParsedJob>> jobs = ParseJobDocuments("nmae: x\n");
+  ASSERT_FALSE(jobs.ok());
+  ASSERT_EQ(LocatedFieldViolationsOf(jobs.status())[0].position.line, 1);
+  v1::FieldViolation other;
+  other.set_field("spec.name");
+  absl::Status s = WithFieldViolations(jobs.status(), {other});
+  std::vector<LocatedFieldViolation> v = LocatedFieldViolationsOf(s);
+  ASSERT_EQ(v.size(), 1u);
+  EXPECT_EQ(v[0].violation.field(), "spec.name");
+  EXPECT_EQ(v[0].position.line, 0);
+}
+
 TEST(JobSpecTest, IdempotencyKeyLimits) {
   EXPECT_TRUE(ValidateIdempotencyKey("abc-123", "idempotency_key").ok());
   EXPECT_FALSE(ValidateIdempotencyKey(std::string(200, 'a'), "idempotency_key").ok());
@@ -245,7 +395,7 @@ TEST(JobSpecTest, Sha256) {
 namespace llamafleet {
 namespace {
 
-// Memory fit against the named instance type (issue 14's acceptance cases).
+// Memory fit against the named instance type: refusals name the estimate and what would fit.
 constexpr char kFitBase[] = R"(
 name: fit
 model: {preset: llama2-70b, tokenizer: /fsx/tok/tokenizer.model}

@@ -1,0 +1,69 @@
+// The defaults of job.proto, filled into unset fields.
+
+#include <algorithm>
+
+#include "clients/jobspec/jobspec.h"
+
+namespace llamafleet {
+
+void ApplyDefaults(v1::JobSpec* spec) {
+  if (spec->queue().empty()) spec->set_queue("default");
+  if (spec->data().format() == v1::DATA_FORMAT_UNSPECIFIED) {
+    spec->mutable_data()->set_format(v1::TEXT);
+  }
+
+  v1::TrainingSpec* t = spec->mutable_training();
+  if (!t->has_epochs() && t->max_steps() == 0) t->set_epochs(1);
+  if (!t->has_micro_batch_size()) t->set_micro_batch_size(4);
+  if (t->has_global_batch_size() && !t->has_grad_accum()) {
+    // Derived for the nominal world size; left unset (and reported by validation) when it
+    // does not divide. The trainer derives it again from the world it actually runs on.
+    const int64_t per_step = static_cast<int64_t>(t->micro_batch_size()) *
+                             std::max(1, spec->resources().has_nodes() ? spec->resources().nodes() : 1) *
+                             std::max(1, spec->resources().has_gpus_per_node() ? spec->resources().gpus_per_node() : 1);
+    if (per_step > 0 && t->global_batch_size() > 0 && t->global_batch_size() % per_step == 0) {
+      t->set_grad_accum(static_cast<int32_t>(t->global_batch_size() / per_step));
+    }
+  }
+  if (!t->has_grad_accum() && !t->has_global_batch_size()) t->set_grad_accum(1);
+  if (!t->has_seq_len()) t->set_seq_len(4096);
+  if (t->batching() == v1::BATCHING_UNSPECIFIED) t->set_batching(v1::PACKING);
+  if (t->optimizer() == v1::OPTIMIZER_UNSPECIFIED) t->set_optimizer(v1::ADAMW);
+  if (!t->has_lr()) t->set_lr(1e-4);
+  if (t->betas_size() == 0) {
+    t->add_betas(0.9);
+    t->add_betas(0.999);
+  }
+  if (!t->has_eps()) t->set_eps(1e-8);
+  v1::LrSchedule* schedule = t->mutable_lr_schedule();
+  if (schedule->type() == v1::LR_SCHEDULE_TYPE_UNSPECIFIED) schedule->set_type(v1::CONSTANT);
+  if (schedule->type() == v1::STEP && !schedule->has_gamma()) schedule->set_gamma(0.85);
+  if (!t->has_seed()) t->set_seed(42);
+  if (!t->has_log_every()) t->set_log_every(10);
+
+  v1::FsdpSpec* f = spec->mutable_fsdp();
+  if (f->sharding() == v1::SHARDING_STRATEGY_UNSPECIFIED) f->set_sharding(v1::FULL_SHARD);
+  if (f->mixed_precision() == v1::PRECISION_UNSPECIFIED) f->set_mixed_precision(v1::BF16);
+  if (f->reduce_precision() == v1::PRECISION_UNSPECIFIED) f->set_reduce_precision(v1::FP32);
+  if (!f->has_activation_checkpointing()) f->set_activation_checkpointing(true);
+  if (!f->has_max_inflight_all_gathers()) f->set_max_inflight_all_gathers(2);
+
+  v1::ResourceSpec* res = spec->mutable_resources();
+  if (!res->has_nodes()) res->set_nodes(1);
+  if (!res->has_gpus_per_node()) res->set_gpus_per_node(1);
+  if (!res->has_elastic_cooldown_seconds()) res->set_elastic_cooldown_seconds(300);
+  if (f->sharding() == v1::HYBRID_SHARD && f->hybrid_shard_group_size() == 0) {
+    f->set_hybrid_shard_group_size(res->gpus_per_node());
+  }
+
+  v1::RunPolicy* p = spec->mutable_run_policy();
+  if (!p->has_max_restarts()) p->set_max_restarts(3);
+  if (!p->has_restart_backoff_seconds()) p->set_restart_backoff_seconds(30);
+  if (!p->has_stall_timeout_seconds()) p->set_stall_timeout_seconds(300);
+
+  v1::OutputSpec* o = spec->mutable_output();
+  if (o->export_dtype() == v1::PRECISION_UNSPECIFIED) o->set_export_dtype(v1::BF16);
+  if (!o->has_max_shard_size_mb()) o->set_max_shard_size_mb(5120);
+}
+
+}  // namespace llamafleet

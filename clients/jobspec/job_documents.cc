@@ -1,0 +1,172 @@
+// Job files: the documents of a file as job specs with their idempotency keys and field
+// positions, and the trainer's --set overrides.
+
+#include <map>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "clients/jobspec/jobspec.h"
+#include "clients/jobspec/yaml_merge.h"
+#include "google/protobuf/io/coded_stream.h"
+#include "google/protobuf/io/zero_copy_stream_impl_lite.h"
+#include "yaml-cpp/eventhandler.h"
+#include "yaml-cpp/yaml.h"
+
+namespace llamafleet {
+namespace {
+
+// Anchors and aliases let a few KB of YAML stand for gigabytes once expanded (the "billion
+// laughs"); a job spec never needs them. This pass walks the parser's events, building
+// nothing, and stops at the first anchor or alias.
+class AnchorFinder : public YAML::EventHandler {
+ public:
+  struct Found {
+    YAML::Mark mark;
+    bool alias;
+  };
+  void OnDocumentStart(const YAML::Mark&) override {}
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark& mark, YAML::anchor_t anchor) override { Check(mark, anchor); }
+  void OnAlias(const YAML::Mark& mark, YAML::anchor_t) override { throw Found{mark, true}; }
+  void OnScalar(const YAML::Mark& mark, const std::string&, YAML::anchor_t anchor,
+                const std::string&) override {
+    Check(mark, anchor);
+  }
+  void OnSequenceStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t anchor,
+                       YAML::EmitterStyle::value) override {
+    Check(mark, anchor);
+  }
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t anchor,
+                  YAML::EmitterStyle::value) override {
+    Check(mark, anchor);
+  }
+  void OnMapEnd() override {}
+  void OnAnchor(const YAML::Mark& mark, const std::string&) override { throw Found{mark, false}; }
+
+ private:
+  static void Check(const YAML::Mark& mark, YAML::anchor_t anchor) {
+    if (anchor != YAML::NullAnchor) throw Found{mark, false};
+  }
+};
+
+// Text with neither '&' nor '*' has no anchor or alias and is not parsed twice (most job
+// files; a submission's parse is most of its CPU).
+absl::Status RefuseAnchors(const std::string& text) {
+  if (text.find_first_of("&*") == std::string::npos) return absl::OkStatus();
+  std::istringstream in(text);
+  YAML::Parser parser(in);
+  AnchorFinder finder;
+  try {
+    while (parser.HandleNextDocument(finder)) {
+    }
+  } catch (const AnchorFinder::Found& found) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cannot parse job file: line ", found.mark.line + 1, ", column ", found.mark.column + 1,
+        ": YAML ", found.alias ? "aliases (*name)" : "anchors (&name)",
+        " are not accepted in job files; write the values out"));
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot parse job file: line ", e.mark.line + 1,
+                                                   ", column ", e.mark.column + 1, ": ", e.msg));
+  }
+  return absl::OkStatus();
+}
+
+// "auto-<32 hex digits of the spec's deterministic serialization>-<occurrence>".
+std::string AutoIdempotencyKey(const v1::JobSpec& spec, std::map<std::string, int>& occurrences) {
+  std::string canonical;
+  google::protobuf::io::StringOutputStream out(&canonical);
+  {
+    google::protobuf::io::CodedOutputStream coded(&out);
+    coded.SetSerializationDeterministic(true);
+    spec.SerializeToCodedStream(&coded);
+  }
+  const std::string digest = Sha256Hex(canonical).substr(0, 32);
+  return absl::StrCat("auto-", digest, "-", occurrences[digest]++);
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<ParsedJob>> ParseJobDocuments(absl::string_view text) {
+  std::vector<YAML::Node> documents;
+  const std::string copy(text);
+  if (absl::Status s = RefuseAnchors(copy); !s.ok()) return s;
+  try {
+    documents = YAML::LoadAll(copy);
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot parse job file: line ", e.mark.line + 1,
+                                                   ", column ", e.mark.column + 1, ": ", e.msg));
+  }
+  // Flatten: each document is a spec, or a list of specs.
+  std::vector<YAML::Node> specs;
+  for (const YAML::Node& doc : documents) {
+    if (doc.IsNull()) continue;  // An empty document ("---" at the end) is not a job.
+    if (doc.IsSequence()) {
+      for (const YAML::Node& item : doc) specs.push_back(item);
+    } else {
+      specs.push_back(doc);
+    }
+  }
+  if (specs.empty()) return absl::InvalidArgumentError("job file contains no job spec");
+  if (specs.size() > static_cast<size_t>(kMaxBatchSize)) {
+    return absl::InvalidArgumentError(absl::StrCat("job file contains ", specs.size(),
+                                                   " specs; at most ", kMaxBatchSize, " per batch"));
+  }
+
+  std::vector<ParsedJob> jobs(specs.size());
+  std::vector<std::string> errors;
+  std::vector<LocatedFieldViolation> violations;
+  std::map<std::string, int> occurrences;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    std::vector<jobspec_internal::MergeProblem> problems;
+    jobspec_internal::MergeYaml(specs[i], "", &jobs[i].spec, &problems, &jobs[i].positions);
+    for (jobspec_internal::MergeProblem& p : problems) {
+      const std::string line = p.ToString();
+      errors.push_back(specs.size() == 1 ? line : absl::StrCat("document ", i + 1, ": ", line));
+      LocatedFieldViolation& v = violations.emplace_back();
+      v.violation.set_field(std::move(p.field));
+      v.violation.set_description(std::move(p.what));
+      v.position = p.position;
+    }
+    jobs[i].idempotency_key = AutoIdempotencyKey(jobs[i].spec, occurrences);
+  }
+  if (!errors.empty()) {
+    return WithLocatedFieldViolations(absl::InvalidArgumentError(absl::StrJoin(errors, "; ")),
+                                      violations);
+  }
+  return jobs;
+}
+
+absl::Status ApplySetOverride(v1::JobSpec* spec, absl::string_view key_eq_value) {
+  const size_t eq = key_eq_value.find('=');
+  if (eq == absl::string_view::npos || eq == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--set expects key=value (e.g. training.lr=1e-4), got '", key_eq_value, "'"));
+  }
+  const std::string key(key_eq_value.substr(0, eq));
+  const std::string value(key_eq_value.substr(eq + 1));
+  YAML::Node parsed;
+  try {
+    parsed = YAML::Load(value);
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat("--set ", key, ": cannot parse value: ", e.msg));
+  }
+  // Wrap the value in mappings along the path: a.b=v becomes {a: {b: v}}.
+  YAML::Node root = parsed;
+  std::vector<std::string> parts = absl::StrSplit(key, '.');
+  for (auto it = parts.rbegin(); it != parts.rend(); ++it) {
+    YAML::Node wrapper(YAML::NodeType::Map);
+    wrapper[*it] = root;
+    root = wrapper;
+  }
+  std::vector<std::string> errors;
+  v1::JobSpec updated = *spec;
+  MergeYamlIntoMessage(root, "", &updated, &errors);
+  if (!errors.empty()) return absl::InvalidArgumentError(absl::StrJoin(errors, "; "));
+  *spec = std::move(updated);
+  return absl::OkStatus();
+}
+
+}  // namespace llamafleet

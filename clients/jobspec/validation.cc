@@ -1,0 +1,283 @@
+// The rules of a job spec (ValidateJobSpec) and of the other user-supplied request fields.
+
+#include <algorithm>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "clients/jobspec/field_violations.h"
+#include "clients/jobspec/jobspec.h"
+#include "clients/jobspec/memory_fit.h"
+
+namespace llamafleet {
+namespace {
+
+using jobspec_internal::Violations;
+
+bool IsNameChar(char c) { return absl::ascii_isalnum(c) || c == '-' || c == '_' || c == '.'; }
+
+bool AllNameChars(absl::string_view s) { return std::all_of(s.begin(), s.end(), IsNameChar); }
+
+const std::set<std::string>& KnownPresets() {
+  static const auto* presets =
+      new std::set<std::string>{"llama2-7b", "llama2-13b", "llama2-70b", "tiny", "tiny-gqa"};
+  return *presets;
+}
+
+void CheckPath(Violations& v, absl::string_view field, const std::string& path) {
+  if (path.size() > static_cast<size_t>(kMaxPathLength)) {
+    v.Add(field, absl::StrCat("must be at most ", kMaxPathLength, " characters"));
+  }
+  if (path.find('\0') != std::string::npos) v.Add(field, "must not contain NUL");
+}
+
+template <typename T>
+void AtLeast(Violations& v, absl::string_view field, T value, T min) {
+  if (value < min) v.Add(field, absl::StrCat("must be >= ", min, " (got ", value, ")"));
+}
+
+// training.global_batch_size: a multiple of micro_batch_size x ranks; grad_accum (derived
+// by ApplyDefaults when unset) equal to the quotient.
+void CheckGlobalBatch(const v1::JobSpec& spec, Violations& v) {
+  const v1::TrainingSpec& t = spec.training();
+  const int64_t global = t.global_batch_size();
+  const int64_t micro = t.micro_batch_size();
+  const int64_t nodes = spec.resources().nodes(), gpus = spec.resources().gpus_per_node();
+  const int64_t ranks = nodes * gpus;
+  if (global < 1) {
+    v.Add("training.global_batch_size", absl::StrCat("must be >= 1 (got ", global, ")"));
+    return;
+  }
+  if (micro < 1 || ranks < 1) return;  // reported on their own fields
+  if (global % (micro * ranks) != 0) {
+    std::vector<int64_t> work;
+    if (global % micro == 0) {
+      for (int64_t w = 1; w <= global / micro; ++w) {
+        if ((global / micro) % w == 0) work.push_back(w);
+      }
+    }
+    v.Add("training.global_batch_size",
+          absl::StrCat("(", global, ") must be a multiple of micro_batch_size (", micro, ") x ranks (",
+                       ranks, " = nodes ", nodes, " x gpus_per_node ", gpus, "); ",
+                       work.empty() ? absl::StrCat("no world size works with micro_batch_size ", micro)
+                                    : absl::StrCat("world sizes that work: ", absl::StrJoin(work, ", "))));
+    return;
+  }
+  if (t.grad_accum() != global / (micro * ranks)) {
+    v.Add("training.grad_accum", absl::StrCat("(", t.grad_accum(), ") must equal global_batch_size / (",
+                                              "micro_batch_size x ranks) = ", global / (micro * ranks),
+                                              ", or be left unset"));
+  }
+}
+}  // namespace
+
+absl::Status ValidateJobSpec(const v1::JobSpec& spec, absl::string_view path_prefix) {
+  Violations v(path_prefix);
+
+  if (spec.name().empty()) {
+    v.Add("name", "is required");
+  } else if (spec.name().size() > static_cast<size_t>(kMaxNameLength)) {
+    v.Add("name", absl::StrCat("must be at most ", kMaxNameLength, " characters (got ",
+                               spec.name().size(), ")"));
+  } else if (!AllNameChars(spec.name())) {
+    v.Add("name", "may contain only letters, digits, '.', '_' and '-'");
+  }
+  if (spec.queue().empty() || spec.queue().size() > 63 || !AllNameChars(spec.queue())) {
+    v.Add("queue", "must be 1..63 characters of letters, digits, '.', '_' and '-'");
+  }
+  if (spec.priority() < -1000 || spec.priority() > 1000) {
+    v.Add("priority", absl::StrCat("must be in [-1000, 1000] (got ", spec.priority(), ")"));
+  }
+  auto check_labels = [&](absl::string_view field,
+                           const google::protobuf::Map<std::string, std::string>& labels) {
+    if (labels.size() > static_cast<size_t>(kMaxLabels)) {
+      v.Add(field, absl::StrCat("must have at most ", kMaxLabels, " entries"));
+    }
+    for (const auto& [key, value] : labels) {
+      if (key.empty() || key.size() > static_cast<size_t>(kMaxLabelKeyLength) ||
+          !std::all_of(key.begin(), key.end(), [](char c) { return IsNameChar(c) || c == '/'; })) {
+        v.Add(absl::StrCat(field, ".", key),
+              "key must be 1..63 characters of letters, digits, '.', '_', '-' and '/'");
+      }
+      if (value.size() > static_cast<size_t>(kMaxLabelValueLength)) {
+        v.Add(absl::StrCat(field, ".", key),
+              absl::StrCat("value must be at most ", kMaxLabelValueLength, " characters"));
+      }
+    }
+  };
+  check_labels("labels", spec.labels());
+
+  // model
+  const v1::ModelSpec& m = spec.model();
+  if (m.path().empty() == m.preset().empty()) {
+    v.Add("model", "must set exactly one of model.path and model.preset");
+  }
+  if (!m.preset().empty() && !KnownPresets().count(m.preset())) {
+    v.Add("model.preset", absl::StrCat("'", m.preset(), "' is not one of ",
+                                       absl::StrJoin(KnownPresets(), ", ")));
+  }
+  CheckPath(v, "model.path", m.path());
+  CheckPath(v, "model.tokenizer", m.tokenizer());
+  if (!m.preset().empty() && m.tokenizer().empty() && spec.data().format() != v1::TOKENS) {
+    v.Add("model.tokenizer", "is required with model.preset unless data.format is TOKENS");
+  }
+
+  // data
+  if (spec.data().train_path().empty()) v.Add("data.train_path", "is required");
+  CheckPath(v, "data.train_path", spec.data().train_path());
+  CheckPath(v, "data.eval_path", spec.data().eval_path());
+
+  // training
+  const v1::TrainingSpec& t = spec.training();
+  if (t.has_epochs()) AtLeast(v, "training.epochs", t.epochs(), 1);
+  AtLeast<int64_t>(v, "training.max_steps", t.max_steps(), 0);
+  AtLeast(v, "training.micro_batch_size", t.micro_batch_size(), 1);
+  if (t.has_global_batch_size()) {
+    CheckGlobalBatch(spec, v);
+  } else {
+    AtLeast(v, "training.grad_accum", t.grad_accum(), 1);
+  }
+  AtLeast(v, "training.seq_len", t.seq_len(), 2);
+  if (t.seq_len() > 1 << 17) v.Add("training.seq_len", "must be <= 131072");
+  if (!(t.lr() > 0)) v.Add("training.lr", absl::StrCat("must be > 0 (got ", t.lr(), ")"));
+  if (t.lr() > 1) v.Add("training.lr", absl::StrCat("must be <= 1 (got ", t.lr(), ")"));
+  if (t.betas_size() != 2) {
+    v.Add("training.betas", absl::StrCat("must have 2 values (got ", t.betas_size(), ")"));
+  } else {
+    for (int i = 0; i < 2; ++i) {
+      if (!(t.betas(i) >= 0 && t.betas(i) < 1)) {
+        v.Add(absl::StrCat("training.betas[", i, "]"),
+              absl::StrCat("must be in [0, 1) (got ", t.betas(i), ")"));
+      }
+    }
+  }
+  if (!(t.eps() > 0)) v.Add("training.eps", absl::StrCat("must be > 0 (got ", t.eps(), ")"));
+  AtLeast(v, "training.weight_decay", t.weight_decay(), 0.0);
+  AtLeast(v, "training.grad_clip", t.grad_clip(), 0.0);
+  AtLeast(v, "training.log_every", t.log_every(), 1);
+  const v1::LrSchedule& s = t.lr_schedule();
+  if (s.has_gamma() && !(s.gamma() > 0 && s.gamma() <= 1)) {
+    v.Add("training.lr_schedule.gamma", absl::StrCat("must be in (0, 1] (got ", s.gamma(), ")"));
+  }
+  AtLeast<int64_t>(v, "training.lr_schedule.warmup_steps", s.warmup_steps(), 0);
+  if (!(s.min_lr_ratio() >= 0 && s.min_lr_ratio() <= 1)) {
+    v.Add("training.lr_schedule.min_lr_ratio",
+          absl::StrCat("must be in [0, 1] (got ", s.min_lr_ratio(), ")"));
+  }
+
+  // resources
+  const v1::ResourceSpec& res = spec.resources();
+  AtLeast(v, "resources.nodes", res.nodes(), 1);
+  if (res.nodes() > 4096) v.Add("resources.nodes", "must be <= 4096");
+  AtLeast(v, "resources.gpus_per_node", res.gpus_per_node(), 1);
+  if (res.gpus_per_node() > 64) v.Add("resources.gpus_per_node", "must be <= 64");
+  AtLeast(v, "resources.efa_per_node", res.efa_per_node(), 0);
+  if (!res.instance_type().empty() &&
+      (res.instance_type().size() > 63 || !AllNameChars(res.instance_type()))) {
+    v.Add("resources.instance_type", "must be 1..63 characters of letters, digits, '.', '_', '-'");
+  }
+  check_labels("resources.node_labels", res.node_labels());
+  AtLeast(v, "resources.min_nodes", res.min_nodes(), 0);
+  AtLeast(v, "resources.max_nodes", res.max_nodes(), 0);
+  AtLeast<int64_t>(v, "resources.elastic_cooldown_seconds", res.elastic_cooldown_seconds(), 0);
+  if (res.min_nodes() > 0 && res.min_nodes() > res.nodes()) {
+    v.Add("resources.min_nodes", absl::StrCat("(", res.min_nodes(), ") must be <= resources.nodes (",
+                                              res.nodes(), ")"));
+  }
+  if (res.max_nodes() > 0 && res.max_nodes() < res.nodes()) {
+    v.Add("resources.max_nodes", absl::StrCat("(", res.max_nodes(), ") must be >= resources.nodes (",
+                                              res.nodes(), ")"));
+  } else if (res.max_nodes() > res.nodes()) {
+    v.Add("resources.max_nodes",
+          absl::StrCat("(", res.max_nodes(), ") above resources.nodes (", res.nodes(),
+                       ") is not supported: an elastic gang runs on min_nodes..nodes; set max_nodes to ",
+                       res.nodes(), " or leave it unset"));
+  }
+  if (res.min_nodes() > 0 && res.min_nodes() < res.nodes()) {
+    // Elastic: the result must not depend on how many nodes the gang gets.
+    if (!spec.training().has_global_batch_size()) {
+      v.Add("training.global_batch_size", absl::StrCat("is required for an elastic job (resources.min_nodes ",
+                                                       res.min_nodes(), " < nodes ", res.nodes(), ")"));
+    } else if (spec.training().global_batch_size() > 0 && spec.training().micro_batch_size() > 0 &&
+               res.gpus_per_node() > 0) {
+      const int64_t global = spec.training().global_batch_size();
+      std::vector<std::string> bad;
+      for (int k = std::max(1, res.min_nodes()); k < res.nodes(); ++k) {
+        const int64_t per = int64_t{spec.training().micro_batch_size()} * k * res.gpus_per_node();
+        if (global % per != 0) bad.push_back(absl::StrCat(k));
+      }
+      if (!bad.empty()) {
+        v.Add("training.global_batch_size",
+              absl::StrCat("(", global, ") must be a multiple of micro_batch_size x gpus_per_node x nodes for every ",
+                           "node count the elastic gang may run on; it is not for ", absl::StrJoin(bad, ", "),
+                           " nodes"));
+      }
+    }
+  }
+
+  // fsdp
+  const v1::FsdpSpec& f = spec.fsdp();
+  const int64_t world_size = static_cast<int64_t>(res.nodes()) * res.gpus_per_node();
+  if (f.sharding() == v1::HYBRID_SHARD) {
+    const int g = f.hybrid_shard_group_size();
+    if (g < 1) {
+      v.Add("fsdp.hybrid_shard_group_size", absl::StrCat("must be >= 1 (got ", g, ")"));
+    } else if (world_size > 0 && world_size % g != 0) {
+      v.Add("fsdp.hybrid_shard_group_size",
+            absl::StrCat("(", g, ") must divide the world size (", world_size, ")"));
+    }
+  } else if (f.hybrid_shard_group_size() != 0) {
+    v.Add("fsdp.hybrid_shard_group_size", "is only valid with sharding HYBRID_SHARD");
+  }
+  AtLeast(v, "fsdp.max_inflight_all_gathers", f.max_inflight_all_gathers(), 1);
+  if (f.mixed_precision() == v1::FP16 && f.reduce_precision() == v1::BF16) {
+    v.Add("fsdp.reduce_precision", "BF16 cannot be combined with FP16 compute");
+  }
+
+  // checkpoint
+  const v1::CheckpointSpec& c = spec.checkpoint();
+  CheckPath(v, "checkpoint.dir", c.dir());
+  AtLeast<int64_t>(v, "checkpoint.every_steps", c.every_steps(), 0);
+  AtLeast(v, "checkpoint.keep_last", c.keep_last(), 0);
+  CheckPath(v, "checkpoint.resume", c.resume());
+
+  // run_policy
+  const v1::RunPolicy& p = spec.run_policy();
+  AtLeast(v, "run_policy.max_restarts", p.max_restarts(), 0);
+  if (p.max_restarts() > 1000) v.Add("run_policy.max_restarts", "must be <= 1000");
+  AtLeast<int64_t>(v, "run_policy.restart_backoff_seconds", p.restart_backoff_seconds(), 0);
+  AtLeast<int64_t>(v, "run_policy.active_deadline_seconds", p.active_deadline_seconds(), 0);
+  AtLeast<int64_t>(v, "run_policy.ttl_after_finished_seconds", p.ttl_after_finished_seconds(), 0);
+  AtLeast<int64_t>(v, "run_policy.stall_timeout_seconds", p.stall_timeout_seconds(), 1);
+
+  // output
+  CheckPath(v, "output.export_dir", spec.output().export_dir());
+  AtLeast(v, "output.max_shard_size_mb", spec.output().max_shard_size_mb(), 1);
+  if (spec.output().export_dtype() == v1::FP16 || spec.output().export_dtype() == v1::BF16 ||
+      spec.output().export_dtype() == v1::FP32) {
+  } else {
+    v.Add("output.export_dtype", "must be FP32, BF16 or FP16");
+  }
+
+  // The named instance type: enough GPUs, and GPUs that hold the memory estimate (checked
+  // last, on an otherwise valid spec, so the estimate reads sane values).
+  if (v.empty() && !res.instance_type().empty()) jobspec_internal::CheckInstanceFit(spec, v);
+
+  return v.ToStatus();
+}
+
+absl::Status ValidateIdempotencyKey(absl::string_view key, absl::string_view path) {
+  Violations v("");
+  if (key.size() > static_cast<size_t>(kMaxIdempotencyKeyLength)) {
+    v.Add(path, absl::StrCat("must be at most ", kMaxIdempotencyKeyLength, " characters"));
+  } else if (!std::all_of(key.begin(), key.end(),
+                          [](char c) { return absl::ascii_isprint(static_cast<unsigned char>(c)); })) {
+    v.Add(path, "must be printable ASCII");
+  }
+  return v.ToStatus();
+}
+
+}  // namespace llamafleet

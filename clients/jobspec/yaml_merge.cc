@@ -1,0 +1,285 @@
+// YAML into protobuf messages, guided by the descriptor: the one reader of job files.
+
+#include "clients/jobspec/yaml_merge.h"
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "google/protobuf/descriptor.h"
+#include "google/protobuf/message.h"
+#include "google/protobuf/reflection.h"
+#include "yaml-cpp/yaml.h"
+
+namespace llamafleet {
+namespace jobspec_internal {
+namespace {
+
+using google::protobuf::Descriptor;
+using google::protobuf::EnumDescriptor;
+using google::protobuf::EnumValueDescriptor;
+using google::protobuf::FieldDescriptor;
+using google::protobuf::Message;
+using google::protobuf::Reflection;
+
+// yaml-cpp's marks are 0-based and count from the start of the stream, so positions of a
+// later document are relative to the file; a node built in code has no mark.
+SourcePosition PositionOf(const YAML::Node& node) {
+  const YAML::Mark mark = node.Mark();
+  if (mark.is_null()) return {};
+  return {mark.line + 1, mark.column + 1};
+}
+
+std::string JoinPath(const std::string& path, absl::string_view name) {
+  return path.empty() ? std::string(name) : absl::StrCat(path, ".", name);
+}
+
+// Levenshtein distance, for "did you mean" hints on unknown fields.
+size_t EditDistance(absl::string_view a, absl::string_view b) {
+  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] != b[j - 1])});
+    }
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+std::string UnknownFieldMessage(const Descriptor* d, const std::string& key) {
+  std::string best;
+  size_t best_distance = 3;
+  for (int i = 0; i < d->field_count(); ++i) {
+    size_t dist = EditDistance(key, d->field(i)->name());
+    if (dist < best_distance) {
+      best_distance = dist;
+      best = d->field(i)->name();
+    }
+  }
+  return best.empty() ? "unknown field" : absl::StrCat("unknown field (did you mean ", best, "?)");
+}
+
+std::string Describe(const YAML::Node& node) {
+  switch (node.Type()) {
+    case YAML::NodeType::Map: return "a mapping";
+    case YAML::NodeType::Sequence: return "a list";
+    case YAML::NodeType::Null: return "null";
+    default: return absl::StrCat("'", node.Scalar(), "'");
+  }
+}
+
+// Sets one scalar (or appends to a repeated field) from a YAML scalar node; a problem is
+// placed at `where` (the field's key or list item).
+void SetScalar(const YAML::Node& node, const std::string& path, const FieldDescriptor* field,
+               Message* message, std::vector<MergeProblem>* problems, SourcePosition where) {
+  const Reflection* r = message->GetReflection();
+  const bool repeated = field->is_repeated();
+  if (!node.IsScalar()) {
+    problems->push_back({path, absl::StrCat("expected a scalar value, got ", Describe(node)), where});
+    return;
+  }
+  const std::string& text = node.Scalar();
+  auto bad = [&](absl::string_view what) {
+    problems->push_back({path, absl::StrCat("expected ", what, ", got '", text, "'"), where});
+  };
+  switch (field->cpp_type()) {
+    case FieldDescriptor::CPPTYPE_INT32: {
+      int32_t v;
+      if (!absl::SimpleAtoi(text, &v)) return bad("an integer (32-bit)");
+      repeated ? r->AddInt32(message, field, v) : r->SetInt32(message, field, v);
+      return;
+    }
+    case FieldDescriptor::CPPTYPE_INT64: {
+      int64_t v;
+      if (!absl::SimpleAtoi(text, &v)) return bad("an integer");
+      repeated ? r->AddInt64(message, field, v) : r->SetInt64(message, field, v);
+      return;
+    }
+    case FieldDescriptor::CPPTYPE_UINT32: {
+      uint32_t v;
+      if (absl::StartsWith(text, "-") || !absl::SimpleAtoi(text, &v)) {
+        return bad("a non-negative integer (32-bit)");
+      }
+      repeated ? r->AddUInt32(message, field, v) : r->SetUInt32(message, field, v);
+      return;
+    }
+    case FieldDescriptor::CPPTYPE_UINT64: {
+      uint64_t v;
+      if (absl::StartsWith(text, "-") || !absl::SimpleAtoi(text, &v)) {
+        return bad("a non-negative integer");
+      }
+      repeated ? r->AddUInt64(message, field, v) : r->SetUInt64(message, field, v);
+      return;
+    }
+    case FieldDescriptor::CPPTYPE_DOUBLE:
+    case FieldDescriptor::CPPTYPE_FLOAT: {
+      double v;
+      if (!absl::SimpleAtod(text, &v) || !std::isfinite(v)) return bad("a finite number");
+      if (field->cpp_type() == FieldDescriptor::CPPTYPE_FLOAT) {
+        repeated ? r->AddFloat(message, field, static_cast<float>(v))
+                 : r->SetFloat(message, field, static_cast<float>(v));
+      } else {
+        repeated ? r->AddDouble(message, field, v) : r->SetDouble(message, field, v);
+      }
+      return;
+    }
+    case FieldDescriptor::CPPTYPE_BOOL: {
+      std::string lower = absl::AsciiStrToLower(text);
+      bool v;
+      if (lower == "true") {
+        v = true;
+      } else if (lower == "false") {
+        v = false;
+      } else {
+        return bad("true or false");
+      }
+      repeated ? r->AddBool(message, field, v) : r->SetBool(message, field, v);
+      return;
+    }
+    case FieldDescriptor::CPPTYPE_STRING:
+      repeated ? r->AddString(message, field, text) : r->SetString(message, field, text);
+      return;
+    case FieldDescriptor::CPPTYPE_ENUM: {
+      const EnumDescriptor* e = field->enum_type();
+      const EnumValueDescriptor* value = nullptr;
+      std::vector<std::string> allowed;
+      for (int i = 0; i < e->value_count(); ++i) {
+        const EnumValueDescriptor* candidate = e->value(i);
+        if (candidate->number() == 0) continue;  // *_UNSPECIFIED is not a user choice.
+        allowed.push_back(candidate->name());
+        if (absl::EqualsIgnoreCase(candidate->name(), text)) value = candidate;
+      }
+      if (value == nullptr) {
+        problems->push_back({path,
+                             absl::StrCat("unknown value '", text, "' (expected one of ",
+                                          absl::StrJoin(allowed, ", "), ")"),
+                             where});
+        return;
+      }
+      repeated ? r->AddEnum(message, field, value) : r->SetEnum(message, field, value);
+      return;
+    }
+    case FieldDescriptor::CPPTYPE_MESSAGE:
+      break;
+  }
+  problems->push_back({path, "unsupported field type", where});
+}
+
+void MergeMapField(const YAML::Node& node, const std::string& path, const FieldDescriptor* field,
+                   Message* message, std::vector<MergeProblem>* problems,
+                   FieldPositions* positions, SourcePosition where) {
+  if (!node.IsMap()) {
+    problems->push_back({path, absl::StrCat("expected a mapping, got ", Describe(node)), where});
+    return;
+  }
+  const Reflection* r = message->GetReflection();
+  r->ClearField(message, field);
+  const Descriptor* entry = field->message_type();
+  const FieldDescriptor* key_field = entry->map_key();
+  const FieldDescriptor* value_field = entry->map_value();
+  for (const auto& kv : node) {
+    Message* item = r->AddMessage(message, field);
+    const std::string key = kv.first.IsScalar() ? kv.first.Scalar() : "";
+    const std::string item_path = absl::StrCat(path, ".", key);
+    const SourcePosition at = PositionOf(kv.first);
+    if (positions != nullptr) positions->Set(item_path, at);
+    SetScalar(kv.first, item_path, key_field, item, problems, at);
+    if (value_field->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE) {
+      MergeYaml(kv.second, item_path, item->GetReflection()->MutableMessage(item, value_field),
+                problems, positions);
+    } else if (kv.second.IsNull()) {
+      SetScalar(YAML::Node(""), item_path, value_field, item, problems, at);
+    } else {
+      SetScalar(kv.second, item_path, value_field, item, problems, at);
+    }
+  }
+}
+
+}  // namespace
+
+std::string MergeProblem::ToString() const {
+  return absl::StrCat(field.empty() ? "document" : field, ": ", what);
+}
+
+void MergeYaml(const YAML::Node& node, const std::string& path, Message* message,
+               std::vector<MergeProblem>* problems, FieldPositions* positions) {
+  if (node.IsNull()) return;
+  if (!node.IsMap()) {
+    problems->push_back({path, absl::StrCat("expected a mapping, got ", Describe(node)),
+                         PositionOf(node)});
+    return;
+  }
+  const Descriptor* d = message->GetDescriptor();
+  const Reflection* r = message->GetReflection();
+  std::set<std::string> seen;
+  for (const auto& kv : node) {
+    const SourcePosition at = PositionOf(kv.first);
+    if (!kv.first.IsScalar()) {
+      problems->push_back({path, "keys must be plain names", at});
+      continue;
+    }
+    const std::string key = kv.first.Scalar();
+    const std::string field_path = JoinPath(path, key);
+    if (!seen.insert(key).second) {
+      problems->push_back({field_path, "given more than once", at});
+      continue;
+    }
+    const FieldDescriptor* field = d->FindFieldByName(key);
+    if (field == nullptr) field = d->FindFieldByCamelcaseName(key);
+    if (field == nullptr) {
+      problems->push_back({field_path, UnknownFieldMessage(d, key), at});
+      continue;
+    }
+    if (positions != nullptr) positions->Set(field_path, at);
+    const YAML::Node& value = kv.second;
+    if (value.IsNull()) {
+      r->ClearField(message, field);
+      continue;
+    }
+    if (field->is_map()) {
+      MergeMapField(value, field_path, field, message, problems, positions, at);
+    } else if (field->is_repeated()) {
+      r->ClearField(message, field);
+      if (!value.IsSequence()) {
+        problems->push_back({field_path, absl::StrCat("expected a list, got ", Describe(value)), at});
+        continue;
+      }
+      for (size_t i = 0; i < value.size(); ++i) {
+        const std::string item_path = absl::StrCat(field_path, "[", i, "]");
+        const SourcePosition item_at = PositionOf(value[i]);
+        if (positions != nullptr) positions->Set(item_path, item_at);
+        if (field->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE) {
+          MergeYaml(value[i], item_path, r->AddMessage(message, field), problems, positions);
+        } else {
+          SetScalar(value[i], item_path, field, message, problems, item_at);
+        }
+      }
+    } else if (field->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE) {
+      if (!value.IsMap()) {
+        problems->push_back({field_path, absl::StrCat("expected a mapping, got ", Describe(value)), at});
+        continue;
+      }
+      MergeYaml(value, field_path, r->MutableMessage(message, field), problems, positions);
+    } else {
+      SetScalar(value, field_path, field, message, problems, at);
+    }
+  }
+}
+
+}  // namespace jobspec_internal
+
+void MergeYamlIntoMessage(const YAML::Node& node, const std::string& path,
+                          google::protobuf::Message* message, std::vector<std::string>* errors) {
+  std::vector<jobspec_internal::MergeProblem> problems;
+  jobspec_internal::MergeYaml(node, path, message, &problems, nullptr);
+  for (const jobspec_internal::MergeProblem& p : problems) errors->push_back(p.ToString());
+}
+
+}  // namespace llamafleet

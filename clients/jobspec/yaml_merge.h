@@ -1,0 +1,31 @@
+#ifndef LLAMAFLEET_CLIENTS_JOBSPEC_YAML_MERGE_H_
+#define LLAMAFLEET_CLIENTS_JOBSPEC_YAML_MERGE_H_
+
+// Merging YAML nodes into protobuf messages (MergeYamlIntoMessage), with each problem kept
+// as data: the field, what is wrong with it and where it is written, so a caller can both
+// print it and report it as a located field violation.
+
+#include <string>
+#include <vector>
+
+#include "clients/jobspec/jobspec.h"
+
+namespace llamafleet::jobspec_internal {
+
+struct MergeProblem {
+  std::string field;        // path of the field; "" for the document itself
+  std::string what;         // "unknown field (did you mean lr?)"
+  SourcePosition position;  // of the field's key, or of the node that is wrong
+  // "<field>: <what>", "document: <what>" for the document itself.
+  std::string ToString() const;
+};
+
+// MergeYamlIntoMessage with problems as data; when `positions` is given, the position of
+// every field the node writes is recorded there (paths relative to the document).
+void MergeYaml(const YAML::Node& node, const std::string& path,
+               google::protobuf::Message* message, std::vector<MergeProblem>* problems,
+               FieldPositions* positions);
+
+}  // namespace llamafleet::jobspec_internal
+
+#endif  // LLAMAFLEET_CLIENTS_JOBSPEC_YAML_MERGE_H_
