@@ -824,20 +824,6 @@ void ClusterManager::Tick() {
       }
     }
   }
-  if (pass_wanted_ && !schedule_wanted_ && views_version_ == workers_version_) {
-    // A submission is announced twice (the job service's Poke, the commit's event): when
-    // the pass for the first already saw the queue as it is, the second has nothing new
-    // to look at (and would only delay the pass for the next submission). Jobs that left
-    // the queue because a pass started them are nothing new either.
-    absl::StatusOr<QueuedJobsChanges> changes =
-        store_->QueuedJobChangesSince(pending_jobs_.version());
-    if (changes.ok() && !changes->full &&
-        std::all_of(changes->changed.begin(), changes->changed.end(), [&](const auto& c) {
-          return c.second == nullptr && attempts_.count(c.first) > 0;
-        })) {
-      pass_wanted_ = false;
-    }
-  }
   if (schedule_wanted_ || pass_wanted_ || now - last_pass_ > absl::Seconds(2)) SchedulePass();
 }
 
@@ -878,8 +864,8 @@ void ClusterManager::RunPass() {
   schedule_wanted_ = false;
   pass_wanted_ = false;
   last_pass_ = now;
-  // From memory: what changed in the queue since the last pass.
-  absl::StatusOr<QueuedJobsChanges> queued = store_->QueuedJobChangesSince(pending_jobs_.version());
+  // From memory: the queue as of the newest published commit.
+  absl::StatusOr<QueuedJobsSnapshot> queued = store_->SnapshotQueuedJobs();
   if (!queued.ok()) {
     spdlog::error("scheduling pass: cannot read the queue: {}", queued.status().ToString());
     last_pass_waits_for_capacity_ = true;  // not known
@@ -893,7 +879,7 @@ void ClusterManager::RunPass() {
     views_version_ = workers_version_;
   }
   const PendingJobCache::Input& input =
-      pending_jobs_.Update(*queued, views_, workers_version_, attempts_, now);
+      pending_jobs_.Build(*queued, views_, workers_version_, attempts_, now);
   for (const auto& [id, reason] : input.deadline_passed) {
     // No active attempt to end: the job fails straight from the queue.
     Write(FailQueuedJobTxn(id, reason), [](absl::Status) {});

@@ -52,7 +52,6 @@ int RunTokenCommand(const std::string& command, const std::string& data_dir, con
   }
   llamafleet::JobStoreOptions options;
   options.path = db;
-  options.preallocate_wal = false;  // one write, then closed
   absl::StatusOr<std::unique_ptr<llamafleet::JobStore>> store = llamafleet::JobStore::Open(options);
   if (!store.ok()) return Fail(std::string(store.status().message()));
   if (command == "create") {
@@ -92,7 +91,6 @@ int RunWorkerForget(const std::string& data_dir, const std::string& name) {
   if (!std::filesystem::exists(db)) return Fail(absl::StrCat("no coordinator database in ", data_dir));
   llamafleet::JobStoreOptions options;
   options.path = db;
-  options.preallocate_wal = false;  // one write, then closed
   absl::StatusOr<std::unique_ptr<llamafleet::JobStore>> store = llamafleet::JobStore::Open(options);
   if (!store.ok()) return Fail(std::string(store.status().message()));
   if (absl::Status s = llamafleet::ForgetWorkerCredential(store->get(), name); !s.ok()) {

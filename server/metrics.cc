@@ -648,8 +648,8 @@ void CoordinatorMetrics::CollectSources(Exposition* out) {
   // The database.
   out->Declare("llamafleet_database_size_bytes",
                "Size of the SQLite database file (db) and its write-ahead log (wal). The WAL is "
-               "written full at start, to 1.5x the checkpoint threshold (6 MB by default), "
-               "and grows past that only while checkpoints fall behind.",
+               "checkpointed in the background once it passes the checkpoint threshold (1,000 "
+               "pages by default) and grows past that only while checkpoints fall behind.",
                MetricType::kGauge);
   out->Add("llamafleet_database_size_bytes", {{"file", "db"}},
            static_cast<double>(FileSize(options_.database_path)));

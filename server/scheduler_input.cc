@@ -203,34 +203,23 @@ PendingJobCache::Cached PendingJobCache::Convert(int64_t id, QueuedJobsSnapshot:
   return c;
 }
 
-void PendingJobCache::Apply(const QueuedJobsChanges& changes) {
-  if (changes.full) {
-    // Everything the view holds: an entry the cache holds (the same immutable object)
-    // keeps its conversion, anything else is converted now, and what is not in the view
-    // any more is dropped.
-    std::map<int64_t, Cached> next;
-    for (const auto& [id, entry] : changes.changed) {
-      if (entry == nullptr) continue;
-      auto it = jobs_.find(id);
-      if (it != jobs_.end() && it->second.entry == entry) {
-        auto node = jobs_.extract(it);
-        next.insert(next.end(), std::move(node));
-      } else {
-        next.emplace_hint(next.end(), id, Convert(id, entry));
-      }
-    }
-    jobs_.swap(next);
-    return;
-  }
-  for (const auto& [id, entry] : changes.changed) {
-    if (entry == nullptr) {
-      jobs_.erase(id);
-      continue;
-    }
+void PendingJobCache::Apply(const QueuedJobsSnapshot& queued) {
+  // Everything the view holds: an entry the cache holds (the same immutable object) keeps
+  // its conversion, anything else is converted now, and what is not in the view any more
+  // is dropped.
+  std::map<int64_t, Cached> next;
+  for (const QueuedJobsSnapshot::Entry& entry : queued.entries()) {
+    int64_t id = 0;
+    if (!absl::SimpleAtoi(entry->job.id(), &id)) continue;  // (never stored: ids are numbers)
     auto it = jobs_.find(id);
-    if (it != jobs_.end() && it->second.entry == entry) continue;
-    jobs_.insert_or_assign(id, Convert(id, entry));
+    if (it != jobs_.end() && it->second.entry == entry) {
+      auto node = jobs_.extract(it);
+      next.insert(next.end(), std::move(node));
+    } else {
+      next.emplace_hint(next.end(), id, Convert(id, entry));
+    }
   }
+  jobs_.swap(next);
 }
 
 const PendingJobCache::Input& PendingJobCache::Build(const QueuedJobsSnapshot& queued,
@@ -238,28 +227,8 @@ const PendingJobCache::Input& PendingJobCache::Build(const QueuedJobsSnapshot& q
                                                      uint64_t workers_version,
                                                      const std::map<int64_t, AttemptTracker>& attempts,
                                                      absl::Time now) {
-  QueuedJobsChanges all;
-  all.full = true;
-  all.changed.reserve(queued.size());
-  for (const QueuedJobsSnapshot::Entry& entry : queued.entries()) {
-    int64_t id = 0;
-    if (!absl::SimpleAtoi(entry->job.id(), &id)) continue;  // (never stored: ids are numbers)
-    all.changed.emplace_back(id, entry);
-  }
   converted_ = 0;
-  Apply(all);
-  version_ = 0;  // a snapshot has no version: the next Update starts from the whole view
-  return Assemble(workers, workers_version, attempts, now);
-}
-
-const PendingJobCache::Input& PendingJobCache::Update(const QueuedJobsChanges& changes,
-                                                      const std::vector<WorkerView>& workers,
-                                                      uint64_t workers_version,
-                                                      const std::map<int64_t, AttemptTracker>& attempts,
-                                                      absl::Time now) {
-  converted_ = 0;
-  Apply(changes);
-  version_ = changes.version;
+  Apply(queued);
   return Assemble(workers, workers_version, attempts, now);
 }
 

@@ -76,10 +76,8 @@ SchedulerInput BuildSchedulerInput(const QueuedJobsSnapshot& queued,
 // immutable object shared by the store's view (a commit that changes a queued job
 // replaces its entry), so its conversion to a sched::PendingJob (spec fields, labels,
 // memory estimate) is made once, when the entry first appears, and reused by every pass
-// while the entry stays. Update follows the store's view by its changes since the last
-// one (QueuedJobs::ChangesSince), so a pass costs what changed in the queue plus one walk
-// over the cached jobs' compact fields, not a copy and merge of the whole queue. The rules
-// that depend on the pass (attempts, deadlines, backoff, exclusions against the current
+// while the entry stays: a pass converts only the entries that changed since the last.
+// The rules that depend on the pass (attempts, deadlines, backoff, exclusions against the current
 // workers) are applied every pass, as BuildSchedulerInput does; the result is the same as
 // BuildSchedulerInput's for the same queue. Not thread-safe: one caller (the manager's
 // strand).
@@ -102,14 +100,6 @@ class PendingJobCache {
   const Input& Build(const QueuedJobsSnapshot& queued, const std::vector<WorkerView>& workers,
                      uint64_t workers_version, const std::map<int64_t, AttemptTracker>& attempts,
                      absl::Time now);
-  // The same after applying `changes` (the view's changes since version()) to the queue
-  // the cache holds.
-  const Input& Update(const QueuedJobsChanges& changes, const std::vector<WorkerView>& workers,
-                      uint64_t workers_version, const std::map<int64_t, AttemptTracker>& attempts,
-                      absl::Time now);
-  // The view's version the cache holds (0: none; ask for everything).
-  uint64_t version() const { return version_; }
-
   // The stored job behind a pending job of the last Build or Update, or null.
   const SchedulableJob* Job(int64_t id) const;
 
@@ -126,7 +116,7 @@ class PendingJobCache {
     absl::Time eligible;
   };
   Cached Convert(int64_t id, QueuedJobsSnapshot::Entry entry);
-  void Apply(const QueuedJobsChanges& changes);
+  void Apply(const QueuedJobsSnapshot& queued);
   const Input& Assemble(const std::vector<WorkerView>& workers, uint64_t workers_version,
                         const std::map<int64_t, AttemptTracker>& attempts, absl::Time now);
 
@@ -134,7 +124,6 @@ class PendingJobCache {
   std::deque<sched::PendingJob> adjusted_;  // this pass's copies with exclusions dropped
   Input input_;
   size_t converted_ = 0;
-  uint64_t version_ = 0;
   std::optional<uint64_t> workers_version_;  // of input_.workers
 };
 

@@ -3,23 +3,22 @@
 
 // The coordinator's durable state: jobs, their events, in one SQLite database (WAL).
 //
-// Writes go through one writer thread that batches whatever is waiting into one
-// transaction (group commit): a caller's callback runs only after the transaction that
-// holds its write has committed (with synchronous=FULL: after fsync), so an
-// acknowledgement built on it survives kill -9 and power loss. Reads use a pool of
-// separate connections and never wait for the writer (WAL).
+// JobStore owns the database: the writer (storage/writer.h: group commit; a caller's
+// callback runs only after the transaction that holds its write has committed, with
+// synchronous=FULL after fsync, so an acknowledgement built on it survives kill -9 and
+// power loss), a pool of read connections that never wait for the writer (WAL), and the
+// in-memory view of the queued jobs (storage/queued_jobs.h). What a write does is a
+// TxnFunction (storage/job_writes.h, storage/cluster_store.h); what a read does,
+// storage/job_reads.h.
 
-#include <atomic>
 #include <condition_variable>
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <map>
-#include <optional>
 #include <memory>
 #include <mutex>
 #include <string>
-#include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -27,8 +26,12 @@
 #include "absl/status/statusor.h"
 #include "llamafleet/v1/job.pb.h"
 #include "scheduler/clock.h"
+#include "storage/job_reads.h"
+#include "storage/job_writes.h"
 #include "storage/queued_jobs.h"
+#include "storage/schema.h"
 #include "storage/sqlite.h"
+#include "storage/writer.h"
 
 namespace llamafleet {
 
@@ -37,18 +40,15 @@ struct JobStoreOptions {
   std::string path;
   // PRAGMA synchronous: FULL (fsync every commit) when true, NORMAL otherwise.
   bool synchronous_full = true;
-  // Batch waiting writes into one transaction; false = one transaction per write
-  // (the baseline the benchmark compares against).
+  // Batch waiting writes into one transaction; false = one transaction per write.
   bool group_commit = true;
   // Upper bound of writes per transaction.
   int max_batch = 1024;
   // Upper bound of background writes (JobStore::Write, WriteEach: the coordinator's own
   // bookkeeping; a WriteEach counts each of its functions) per transaction; writes a
-  // client waits for (submissions, cancellations) take the rest of max_batch first. See
-  // JobStore::WriterLoop. 32: dispatch_bench's gang burst (500 gangs, 1,000 task
-  // reports) put the coordinator's submit p99 at 42-47 ms with 256 and 22-29 ms with
-  // 32, admissions/s the same (medians 1,069 and 1,074 over 7 runs each); 8 cut the tail
-  // further in some runs but slowed admissions in others.
+  // client waits for (submissions, cancellations) take the rest of max_batch first
+  // (storage/writer.h). Small, so that a burst of bookkeeping delays a submission by at
+  // most one short transaction.
   int max_background = 32;
   // PRAGMA max_page_count for the writer (0 = SQLite's default). Tests use it to make
   // the database "full" without filling a disk.
@@ -57,87 +57,9 @@ struct JobStoreOptions {
   int read_connections = 4;
   // Checkpoint the WAL into the database (in the background) once it has this many pages.
   int checkpoint_pages = 1000;
-  // Write the WAL full of zeros at open (1.5 x checkpoint_pages frames, ~15 ms), so that
-  // commits overwrite it instead of growing it (a shorter fdatasync). False for one-shot
-  // tools that make a write or two and close.
-  bool preallocate_wal = true;
   // Time source for timestamps. Not owned; must outlive the store.
   Clock* clock = Clock::Real();
 };
-
-// The newest schema version this build knows (PRAGMA user_version).
-int CurrentSchemaVersion();
-
-struct SubmitJobInput {
-  v1::JobSpec spec;        // validated, defaults applied, paths normalized
-  std::string owner;
-  std::string idempotency_key;  // "" = none
-  // RESOURCE_EXHAUSTED (nothing stored) if the owner would have more active (queued or
-  // running) jobs than this; 0 = no limit.
-  int64_t max_active_jobs = 0;
-  // Put before field names in errors ("spec.", "jobs[3].spec.").
-  std::string field_prefix = "spec.";
-};
-
-struct SubmitJobResult {
-  v1::Job job;
-  bool created = false;  // false: the idempotency key matched an existing job
-};
-
-struct CancelJobResult {
-  v1::Job job;
-  bool changed = false;
-  std::string message;
-};
-
-struct ListJobsQuery {
-  std::vector<v1::JobState> states;  // any of; empty = all
-  std::string queue;                 // "" = any
-  std::string owner;                 // "" = any
-  std::vector<std::pair<std::string, std::string>> labels;  // all must match
-  std::string name_contains;          // case-insensitive substring; "" = any
-  // Sort column: "" or "id" (= creation order), "update_time", "name", "priority",
-  // "state", "owner", "queue"; ties newest first.
-  std::string order_by;
-  bool descending = true;
-  int page_size = 100;
-  // Paging: by id order, only ids < before_id (0 = from the newest); by any other
-  // order, skip `offset` rows.
-  int64_t before_id = 0;
-  int64_t offset = 0;
-  bool count_total = false;  // fill ListJobsResult::total
-};
-
-struct ListJobsResult {
-  std::vector<v1::Job> jobs;
-  bool more = false;           // another page follows
-  int64_t next_before_id = 0;  // id order: where the next page starts
-  int64_t total = -1;          // matching jobs, when asked for
-};
-
-struct JobCounts {
-  std::map<v1::JobState, int64_t> by_state;
-};
-
-// A write transaction as seen by a function given to JobStore::Write: the building block
-// for multi-table state changes composed elsewhere in storage/ (cluster_store.h). Valid
-// only during that call, on the writer thread.
-class Txn {
- public:
-  virtual ~Txn() = default;
-  // A prepared statement for `sql`, cached across transactions; reset, no bindings.
-  virtual absl::StatusOr<sqlite::Statement*> Statement(const std::string& sql) = 0;
-  // The job as stored now (nullopt if there is none).
-  virtual absl::StatusOr<std::optional<v1::Job>> LoadJob(int64_t job_id) = 0;
-  // Moves `job` to `to` and records the event, published to subscribers after commit.
-  // The job's status reason becomes `status_reason` (default: `reason`).
-  virtual absl::Status Transition(v1::Job* job, absl::string_view type, v1::JobState to,
-                                  absl::string_view reason,
-                                  std::optional<absl::string_view> status_reason = {}) = 0;
-  // The store clock's time for this transaction.
-  virtual int64_t NowMicros() const = 0;
-};
-using TxnFunction = std::function<absl::Status(Txn& txn)>;
 
 class JobStore {
  public:
@@ -151,14 +73,16 @@ class JobStore {
   // Commits every write already accepted, runs their callbacks, then closes.
   ~JobStore();
 
-  // --- Writes. `done` runs on the writer thread after commit (or failure); it must not
-  // block. RESOURCE_EXHAUSTED means the database or disk is full: nothing was written.
+  // --- Writes. `done` runs on the writer thread after commit (or failure), in commit
+  // order; it must not block or wait for another write. RESOURCE_EXHAUSTED means the
+  // database or disk is full: nothing was written.
 
   // Stores the batch in one transaction: all or nothing. With an idempotency key the
   // owner already used, the existing job is returned (created = false). A job whose
   // spec.checkpoint.dir is, contains or lies inside another job's (this batch's included)
   // fails with FAILED_PRECONDITION naming checkpoint.dir; past an owner's
-  // max_active_jobs, RESOURCE_EXHAUSTED. Job ids are never reused, deleted jobs' included.
+  // max_active_jobs (counted in the transaction), RESOURCE_EXHAUSTED. Job ids are never
+  // reused, deleted jobs' included.
   using SubmitCallback = std::function<void(absl::StatusOr<std::vector<SubmitJobResult>>)>;
   void SubmitJobs(std::vector<SubmitJobInput> jobs, SubmitCallback done);
 
@@ -198,7 +122,7 @@ class JobStore {
   absl::StatusOr<CancelJobResult> CancelJobAndWait(int64_t job_id, std::string actor,
                                                    std::string reason);
 
-  // --- Reads (any thread).
+  // --- Reads (any thread), on a connection of the pool (storage/job_reads.h).
   absl::StatusOr<v1::Job> GetJob(int64_t job_id);
   absl::StatusOr<ListJobsResult> ListJobs(const ListJobsQuery& query);
   // Events with seq > after_seq, oldest first, at most `limit`.
@@ -214,9 +138,6 @@ class JobStore {
   // whose events have been published. UNAVAILABLE while the view is being rebuilt after
   // a read error (the next commit retries).
   absl::StatusOr<QueuedJobsSnapshot> SnapshotQueuedJobs() const;
-  // The view's changes after `version` (QueuedJobs::ChangesSince), for a reader that keeps
-  // its own copy; UNAVAILABLE as above.
-  absl::StatusOr<QueuedJobsChanges> QueuedJobChangesSince(uint64_t version) const;
   size_t queued_jobs_size() const;
 
   // --- Committed events, in commit order, delivered on the writer thread right after
@@ -226,7 +147,7 @@ class JobStore {
   int64_t Subscribe(EventListener listener);
   // The same events, once per commit: all of that commit's events, in order (a commit
   // without events calls nothing). For a listener that hands work to another thread: one
-  // hand-off per commit, not one per job (issue 13). Unsubscribe takes its handle too.
+  // hand-off per commit, not one per job. Unsubscribe takes its handle too.
   using BatchListener = std::function<void(const std::vector<const v1::JobEvent*>&)>;
   int64_t SubscribeBatches(BatchListener listener);
   void Unsubscribe(int64_t handle);
@@ -234,34 +155,19 @@ class JobStore {
   // Transactions committed and writes applied so far (for metrics and benchmarks).
   int64_t transactions_committed() const;
   int64_t writes_committed() const;
-
-  struct WriterStats {
-    int64_t transactions = 0;    // committed
-    int64_t writes = 0;          // committed writes (a batch submission counts once)
-    absl::Duration apply_time;   // spent applying writes inside transactions
-    absl::Duration commit_time;  // spent in COMMIT (with synchronous=FULL: the fsync)
-    // Batches of submissions answered on the writer, which had nothing else to do,
-    // rather than handed to the completion thread.
-    int64_t answered_on_writer = 0;
-    // Transactions of several writes that failed as a whole (a full disk, an I/O error at
-    // commit) and were retried write by write, so each caller learns its own write's fate.
-    int64_t batches_retried_alone = 0;
-  };
+  using WriterStats = ::llamafleet::WriterStats;
   WriterStats writer_stats() const;
 
   // The database file's path (JobStoreOptions.path).
   const std::string& path() const { return options_.path; }
 
-  class WriteOp;  // One queued write; defined in job_store.cc.
-  struct WriterStatements;  // The writer's prepared statements; defined in job_store.cc.
-
  private:
   explicit JobStore(const JobStoreOptions& options);
   absl::Status Init();
-  void Enqueue(std::unique_ptr<WriteOp> op);
-  void WriterLoop();
-  void CommitBatch(std::vector<std::unique_ptr<WriteOp>>& batch);
-  absl::Status RunInTransaction(std::vector<std::unique_ptr<WriteOp>>& ops);
+  void Enqueue(std::vector<std::pair<TxnFunction, JobWrite::Done>> fns, bool background);
+  // The writer's commit hook: the queued-jobs view, then the events to subscribers.
+  void Committed(sqlite::Connection& conn, std::vector<std::unique_ptr<WriteOp>>& batch,
+                 bool committed);
 
   // Borrow a read connection.
   class ReaderLease;
@@ -269,25 +175,6 @@ class JobStore {
 
   // Constant after construction.
   const JobStoreOptions options_;
-
-  // Owned by the writer thread after Init().
-  std::unique_ptr<sqlite::Connection> writer_;
-  std::unique_ptr<WriterStatements> stmts_;
-
-  mutable std::mutex queue_mu_;
-  std::condition_variable queue_cv_;
-  // Writes waiting: those a client waits for, and background ones (WriteOp::background).
-  std::deque<std::unique_ptr<WriteOp>> queue_ ABSL_GUARDED_BY(queue_mu_);
-  std::deque<std::unique_ptr<WriteOp>> background_ ABSL_GUARDED_BY(queue_mu_);
-  uint64_t next_seq_ ABSL_GUARDED_BY(queue_mu_) = 0;
-  bool stopping_ ABSL_GUARDED_BY(queue_mu_) = false;
-  int64_t transactions_ ABSL_GUARDED_BY(queue_mu_) = 0;
-  int64_t writes_ ABSL_GUARDED_BY(queue_mu_) = 0;
-  absl::Duration apply_time_ ABSL_GUARDED_BY(queue_mu_);
-  absl::Duration commit_time_ ABSL_GUARDED_BY(queue_mu_);
-  // Set by RunInTransaction for the batch it ran (writer thread only).
-  absl::Duration last_apply_time_;
-  absl::Duration last_commit_time_;
 
   std::mutex readers_mu_;
   std::condition_variable readers_cv_;
@@ -298,58 +185,12 @@ class JobStore {
   std::map<int64_t, EventListener> listeners_ ABSL_GUARDED_BY(listeners_mu_);
   std::map<int64_t, BatchListener> batch_listeners_ ABSL_GUARDED_BY(listeners_mu_);
 
-  std::thread writer_thread_;
-
-  // Callbacks of writes that CompletesOffWriter(), batch by batch in commit order.
-  void CompletionLoop();
-  std::mutex completions_mu_;
-  std::condition_variable completions_cv_;
-  std::deque<std::vector<std::unique_ptr<WriteOp>>> completions_ ABSL_GUARDED_BY(completions_mu_);
-  // At most this many callbacks of one batch run on an idle writer instead (CommitBatch).
-  static constexpr size_t kInlineCompletions = 4;
-  std::atomic<int64_t> answered_on_writer_{0};
-  int64_t batches_retried_alone_ ABSL_GUARDED_BY(queue_mu_) = 0;
-  // Rate limit of the warning for a batch retried alone (writer thread only).
-  absl::Time last_retry_warning_ = absl::InfinitePast();
-  int64_t retries_not_logged_ = 0;
-  bool completions_stopping_ ABSL_GUARDED_BY(completions_mu_) = false;
-  std::thread completion_thread_;
-
-  // The queued-jobs view: written on the writer thread (Init, then after each commit).
-  absl::Status RebuildQueuedJobs();
-  absl::Status ReloadQueuedJob(int64_t job_id);
-  void UpdateQueuedJobs(std::vector<std::unique_ptr<WriteOp>>& batch);
+  // Written on the writer thread (Init, then after each commit).
   QueuedJobs queued_;
-  std::atomic<bool> queued_stale_{false};
 
-  // WAL checkpoints run here, off the commit path, so a commit never pays for one.
-  void CheckpointLoop();
-  std::unique_ptr<sqlite::Connection> checkpointer_;
-  bool checkpoint_wanted_ ABSL_GUARDED_BY(queue_mu_) = false;
-  std::condition_variable checkpoint_cv_;
-  std::thread checkpoint_thread_;
+  // Last: destroyed first, so its final commits still find the view and the listeners.
+  std::unique_ptr<Writer> writer_;
 };
-
-// The columns JobFromRow reads, for queries composed elsewhere in storage/.
-const char* JobColumns();
-// Reads a job from a row that starts with JobColumns() at column `first`.
-absl::StatusOr<v1::Job> JobFromRow(const sqlite::Statement& row);
-
-// Jobs whose own checkpoint.dir (as submitted, normalized) is `path` or one of its
-// ancestors; `path` must be normalized (absolute, no '.', '..' or trailing '/').
-struct CheckpointDirOwner {
-  int64_t job_id = 0;
-  std::string owner;
-  std::string dir;
-};
-absl::StatusOr<std::vector<CheckpointDirOwner>> CheckpointDirOwners(JobStore& store,
-                                                                     const std::string& path);
-
-// Helpers shared by the coordinator.
-bool IsTerminal(v1::JobState state);
-std::string JobIdString(int64_t id);
-// Parses a job id as clients send it ("42"); INVALID_ARGUMENT names `field`.
-absl::StatusOr<int64_t> ParseJobId(absl::string_view text, absl::string_view field);
 
 }  // namespace llamafleet
 

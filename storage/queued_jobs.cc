@@ -5,7 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "storage/job_store.h"
+#include "storage/job_reads.h"
 
 namespace llamafleet {
 namespace {
@@ -55,44 +55,9 @@ size_t QueuedJobs::size() const {
   return jobs_.size();
 }
 
-QueuedJobsChanges QueuedJobs::ChangesSince(uint64_t version) const {
-  QueuedJobsChanges out;
-  std::lock_guard<std::mutex> lock(mu_);
-  out.version = version_;
-  if (version == version_) return out;
-  if (version < log_start_ || version > version_) {
-    out.full = true;
-    out.changed.reserve(jobs_.size());
-    for (const auto& [id, entry] : jobs_) out.changed.emplace_back(id, entry);
-    return out;
-  }
-  std::vector<int64_t> ids;
-  for (auto it = log_.rbegin(); it != log_.rend() && it->first > version; ++it) {
-    ids.push_back(it->second);
-  }
-  std::sort(ids.begin(), ids.end());
-  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
-  out.changed.reserve(ids.size());
-  for (int64_t id : ids) {
-    auto it = jobs_.find(id);
-    out.changed.emplace_back(id, it == jobs_.end() ? nullptr : it->second);
-  }
-  return out;
-}
-
-void QueuedJobs::Log(int64_t job_id) {
-  log_.emplace_back(++version_, job_id);
-  if (log_.size() > kMaxLog) {
-    log_start_ = log_.front().first;
-    log_.pop_front();
-  }
-}
-
 void QueuedJobs::Replace(std::map<int64_t, QueuedJobsSnapshot::Entry> jobs) {
   std::lock_guard<std::mutex> lock(mu_);
   jobs_.swap(jobs);
-  log_.clear();
-  log_start_ = ++version_;  // every reader gets the full view
 }
 
 QueuedJobsSnapshot::Entry QueuedJobs::Put(int64_t job_id, SchedulableJob job) {
@@ -102,7 +67,6 @@ QueuedJobsSnapshot::Entry QueuedJobs::Put(int64_t job_id, SchedulableJob job) {
   QueuedJobsSnapshot::Entry& slot = jobs_[job_id];
   old = std::move(slot);
   slot = entry;
-  Log(job_id);
   return entry;
 }
 
@@ -113,7 +77,68 @@ void QueuedJobs::Erase(int64_t job_id) {
   if (it == jobs_.end()) return;
   old = std::move(it->second);
   jobs_.erase(it);
-  Log(job_id);
+}
+
+absl::Status QueuedJobs::Rebuild(sqlite::Connection& conn) {
+  absl::StatusOr<sqlite::Statement> s =
+      conn.Prepare(absl::StrCat("SELECT ", SchedulableJobColumns(), " FROM jobs WHERE state = ",
+                                static_cast<int>(v1::QUEUED), " ORDER BY id"));
+  if (!s.ok()) return s.status();
+  std::map<int64_t, QueuedJobsSnapshot::Entry> jobs;
+  while (true) {
+    absl::StatusOr<bool> row = s->Step();
+    if (!row.ok()) return row.status();
+    if (!*row) break;
+    absl::StatusOr<SchedulableJob> job = SchedulableJobFromRow(*s);
+    if (!job.ok()) return job.status();
+    jobs[s->ColumnInt(0)] = std::make_shared<const SchedulableJob>(std::move(*job));
+  }
+  Replace(std::move(jobs));
+  stale_.store(false);
+  return absl::OkStatus();
+}
+
+absl::Status QueuedJobs::Reload(sqlite::Connection& conn, int64_t job_id) {
+  static const std::string* const kSql = new std::string(
+      absl::StrCat("SELECT ", SchedulableJobColumns(), " FROM jobs WHERE id = ?1"));
+  absl::StatusOr<sqlite::Statement*> select = conn.Cached(*kSql);
+  if (!select.ok()) return select.status();
+  sqlite::Statement& st = **select;
+  st.Bind(1, job_id);
+  absl::StatusOr<bool> row = st.Step();
+  absl::Status status = row.status();
+  if (row.ok() && *row && static_cast<v1::JobState>(st.ColumnInt(2)) == v1::QUEUED) {
+    absl::StatusOr<SchedulableJob> job = SchedulableJobFromRow(st);
+    if (job.ok()) {
+      Put(job_id, std::move(*job));
+    } else {
+      status = job.status();
+    }
+  } else if (row.ok()) {
+    Erase(job_id);  // gone from QUEUED, or deleted
+  }
+  st.Reset();
+  return status;
+}
+
+absl::Status QueuedJobs::Refresh(sqlite::Connection& conn, const std::set<int64_t>& job_ids) {
+  if (stale_.load()) {
+    if (absl::Status s = Rebuild(conn); !s.ok()) {
+      return absl::Status(s.code(), absl::StrCat("cannot rebuild the view: ", s.message()));
+    }
+    return absl::OkStatus();
+  }
+  for (int64_t id : job_ids) {
+    if (absl::Status s = Reload(conn, id); !s.ok()) {
+      stale_.store(true);
+      absl::Status rebuilt = Rebuild(conn);
+      return absl::Status(s.code(), absl::StrCat("cannot refresh job ", id, ": ", s.message(),
+                                                 rebuilt.ok() ? "; rebuilt the view"
+                                                              : absl::StrCat("; cannot rebuild the view: ",
+                                                                             rebuilt.message())));
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace llamafleet

@@ -1,18 +1,17 @@
 #ifndef LLAMAFLEET_STORAGE_QUEUED_JOBS_H_
 #define LLAMAFLEET_STORAGE_QUEUED_JOBS_H_
 
-// The scheduler's view of the QUEUED jobs, kept in memory (issue 13).
+// The scheduler's view of the QUEUED jobs, kept in memory, so that a scheduling pass
+// neither reads nor parses the queue from SQLite.
 //
-// A scheduling pass used to re-read and re-parse every queued job from SQLite; with a
-// deep queue that cost grew with the queue and competed with commits. JobStore now keeps
-// this view, updated on its writer thread by the same commits that change the rows,
-// after the commit and before the commit's events are published (so whoever reacts to
-// an event sees the view that includes it). SQLite stays the truth: the view is rebuilt
-// from it when the store opens, and an entry is re-read from its row whenever a commit
-// records an event that moves the job into or out of QUEUED.
+// JobStore keeps this view, updated on its writer thread by the same commits that change
+// the rows, after the commit and before the commit's events are published (so whoever
+// reacts to an event sees the view that includes it). SQLite stays the truth: the view is
+// rebuilt from it when the store opens, and an entry is re-read from its row whenever a
+// commit records an event that moves the job into or out of QUEUED.
 
+#include <atomic>
 #include <cstdint>
-#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -77,43 +76,32 @@ class QueuedJobsSnapshot {
   std::vector<Entry> jobs_;
 };
 
-// What changed in the view since a version (QueuedJobs::ChangesSince): lets a reader
-// that keeps its own copy (the scheduler's PendingJobCache) follow the queue at the cost
-// of what changed, not of the queue's length.
-struct QueuedJobsChanges {
-  uint64_t version = 0;  // the view's version these changes bring the reader to
-  // True: `changed` is the whole view (the reader asked for version 0, was further behind
-  // than the change log reaches, or the view was rebuilt): whatever the reader holds that
-  // is not in it has left the queue.
-  bool full = false;
-  // In job id order, each id once, with its entry now; a null entry: it left the queue.
-  std::vector<std::pair<int64_t, QueuedJobsSnapshot::Entry>> changed;
-};
-
 // The view itself. Reads from any thread; writes only by JobStore's writer thread.
 class QueuedJobs {
  public:
   QueuedJobsSnapshot Snapshot() const;
   size_t size() const;
-  // The changes after `version` (0: everything, as a full change set).
-  QueuedJobsChanges ChangesSince(uint64_t version) const;
-  // Changes remembered for ChangesSince; a reader further behind gets the full view.
-  static constexpr size_t kMaxLog = 1 << 16;
+  // True after a read error left the view behind the database, until a rebuild succeeds.
+  bool stale() const { return stale_.load(); }
 
   // --- For JobStore (writer thread).
+  // The whole view from the QUEUED rows.
+  absl::Status Rebuild(sqlite::Connection& conn);
+  // After a commit: re-reads each of `job_ids` (jobs an event moved into or out of QUEUED)
+  // from its committed row; a stale view is rebuilt instead. A read error leaves the view
+  // stale, to be rebuilt at the next commit, and is returned.
+  absl::Status Refresh(sqlite::Connection& conn, const std::set<int64_t>& job_ids);
   void Replace(std::map<int64_t, QueuedJobsSnapshot::Entry> jobs);
   // Returns the entry now in the view for `job_id`.
   QueuedJobsSnapshot::Entry Put(int64_t job_id, SchedulableJob job);
   void Erase(int64_t job_id);
 
  private:
+  absl::Status Reload(sqlite::Connection& conn, int64_t job_id);
+
   mutable std::mutex mu_;
   std::map<int64_t, QueuedJobsSnapshot::Entry> jobs_ ABSL_GUARDED_BY(mu_);
-  uint64_t version_ ABSL_GUARDED_BY(mu_) = 1;
-  // (version, job id) of each Put or Erase, in version order; complete after log_start_.
-  std::deque<std::pair<uint64_t, int64_t>> log_ ABSL_GUARDED_BY(mu_);
-  uint64_t log_start_ ABSL_GUARDED_BY(mu_) = 1;
-  void Log(int64_t job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::atomic<bool> stale_{false};
 };
 
 }  // namespace llamafleet

@@ -119,12 +119,12 @@ absl::StatusOr<Statement*> Connection::Cached(const std::string& sql) {
 }
 
 absl::StatusOr<std::unique_ptr<Connection>> Connection::Open(const std::string& path, bool create,
-                                                            bool read_only, const char* vfs) {
+                                                            bool read_only) {
   sqlite3* db = nullptr;
   int flags = SQLITE_OPEN_NOMUTEX;
   flags |= read_only ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE;
   if (create && !read_only) flags |= SQLITE_OPEN_CREATE;
-  int rc = sqlite3_open_v2(path.c_str(), &db, flags, vfs);
+  int rc = sqlite3_open_v2(path.c_str(), &db, flags, nullptr);
   if (rc != SQLITE_OK) {
     absl::Status s = ToStatus(rc, db, absl::StrCat("cannot open database ", path));
     sqlite3_close_v2(db);

@@ -66,9 +66,8 @@ class Connection {
 
   // Opens (creating if `create`) the database at `path`, sets busy timeout and
   // foreign keys. Errors name the path.
-  // `vfs`: an SQLite VFS name (sqlite3_vfs_register), null for the default.
   static absl::StatusOr<std::unique_ptr<Connection>> Open(const std::string& path, bool create,
-                                                         bool read_only, const char* vfs = nullptr);
+                                                         bool read_only);
 
   absl::Status Exec(absl::string_view sql);
   absl::StatusOr<Statement> Prepare(absl::string_view sql) {

@@ -1,4 +1,4 @@
-// The job store's writer queue (JobStore::WriterLoop, JobStore::WriteEach): writes that
+// The job store's writer queue (storage/writer.h, JobStore::WriteEach): writes that
 // belong together share one transaction, each all or nothing; writes a client waits for
 // are not held up by a flood of background writes, and background writes are not starved
 // by a stream of client writes.
@@ -159,10 +159,8 @@ TEST_F(WriterQueueTest, ASubmissionDoesNotWaitBehindAFloodOfBackgroundWrites) {
     store->Write([](Txn&) { return absl::OkStatus(); },
                  [&order, i](absl::Status) { order.Add(absl::StrCat("bg", i)); });
   }
-  // A submission's callback runs after its commit (on the completion thread, or on the
-  // writer when nothing else waits for it); its
-  // "submitted" event is published on the writer, in commit order, so that is what
-  // places the submission among the background writes.
+  // A submission's "submitted" event is published on the writer, in commit order, so
+  // that is what places the submission among the background writes.
   const int64_t listener = store->Subscribe([&order](const v1::JobEvent& e) {
     if (e.type() == "submitted") order.Add("submit");
   });
@@ -186,32 +184,41 @@ std::string ThreadName() {
   return name;
 }
 
-TEST_F(WriterQueueTest, AnIdleWriterAnswersASubmissionItselfAndABusyOneHandsItOff) {
+// Every callback, a submission's too, runs on the writer thread after its commit, in
+// commit order: a submission's answer comes after the events of its commit and before
+// the next commit's callbacks.
+TEST_F(WriterQueueTest, CallbacksRunOnTheWriterInCommitOrder) {
   std::unique_ptr<JobStore> store = Open(/*max_batch=*/64, /*max_background=*/8);
   ASSERT_NE(store, nullptr);
-  // Alone: answered on the writer, without waking the completion thread.
+  Order order;
+  const int64_t listener = store->Subscribe([&order](const v1::JobEvent& e) {
+    if (e.type() == "submitted") order.Add("event");
+  });
   std::promise<std::string> alone;
   store->SubmitJobs({Input("alone")}, [&](absl::StatusOr<std::vector<SubmitJobResult>> r) {
     EXPECT_TRUE(r.ok()) << r.status();
     alone.set_value(ThreadName());
   });
   EXPECT_EQ(alone.get_future().get(), "lf-db-writer");
-  EXPECT_EQ(store->writer_stats().answered_on_writer, 1);
 
-  // With writes waiting behind it: handed to the completion thread, and the writer goes
-  // on committing.
   std::shared_ptr<std::promise<void>> release = BlockWriter(*store);
   std::promise<std::string> busy;
   store->SubmitJobs({Input("busy")}, [&](absl::StatusOr<std::vector<SubmitJobResult>> r) {
     EXPECT_TRUE(r.ok()) << r.status();
+    order.Add("submit");
     busy.set_value(ThreadName());
   });
   for (int i = 0; i < 50; ++i) {
-    store->Write([](Txn&) { return absl::OkStatus(); }, [](absl::Status) {});
+    store->Write([](Txn&) { return absl::OkStatus(); },
+                 [&order, i](absl::Status) { order.Add(absl::StrCat("bg", i)); });
   }
   release->set_value();
-  EXPECT_EQ(busy.get_future().get(), "lf-db-complete");
-  EXPECT_EQ(store->writer_stats().answered_on_writer, 1);
+  EXPECT_EQ(busy.get_future().get(), "lf-db-writer");
+  store->Unsubscribe(listener);
+  store.reset();  // commits the rest
+  EXPECT_EQ(order.Before("submit", "event"), 2) << "after its own commit's event";
+  EXPECT_EQ(order.Before("bg49", "bg"), 49) << "every background write answered, in order";
+  EXPECT_LE(order.Before("submit", "bg"), 8) << "in the first transaction after the block";
 }
 
 TEST_F(WriterQueueTest, BatchListenersGetEachCommitsEventsOnceInOrder) {
@@ -295,7 +302,7 @@ TEST_F(WriterQueueTest, BackgroundWritesAreNotStarvedByAStreamOfSubmissions) {
   Order order;
   std::shared_ptr<std::promise<void>> release = BlockWriter(*store);
   // Submissions are placed by their "submitted" events (published on the writer in commit
-  // order; their callbacks run later, on the completion thread).
+  // order, before the commit's callbacks).
   int submitted = 0;
   // Not unsubscribed: the store is reset below, before `order` and `submitted` go.
   store->Subscribe([&order, &submitted](const v1::JobEvent& e) {

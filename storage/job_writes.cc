@@ -1,0 +1,359 @@
+#include "storage/job_writes.h"
+
+#include <algorithm>
+#include <map>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/time.h"
+#include "google/protobuf/util/time_util.h"
+#include "storage/job_reads.h"
+
+namespace llamafleet {
+namespace {
+
+using google::protobuf::util::TimeUtil;
+
+v1::JobEvent MakeEvent(const v1::Job& job, int64_t seq, absl::string_view type, v1::JobState from,
+                       v1::JobState to, absl::string_view reason, int64_t now_us) {
+  v1::JobEvent e;
+  e.set_job_id(job.id());
+  e.set_seq(seq);
+  *e.mutable_time() = TimeUtil::MicrosecondsToTimestamp(now_us);
+  e.set_type(std::string(type));
+  e.set_from_state(from);
+  e.set_to_state(to);
+  e.set_reason(std::string(reason));
+  return e;
+}
+
+// Steps `s` once for an integer in column `column` (0 when there is no row), then resets it.
+absl::StatusOr<int64_t> QueryInt(sqlite::Statement& s, int column = 0) {
+  absl::StatusOr<bool> row = s.Step();
+  const int64_t v = row.ok() && *row ? s.ColumnInt(column) : 0;
+  s.Reset();
+  if (!row.ok()) return row.status();
+  return v;
+}
+
+// FAILED_PRECONDITION if another job's own checkpoint directory is `dir`, lies above it
+// or below it: checkpoints of two jobs must never share files, and retention deletes
+// step-N directories inside a job's directory.
+absl::Status CheckCheckpointDirFree(Txn& txn, const std::string& prefix, const std::string& dir) {
+  auto taken = [&](int64_t job, absl::string_view how) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        prefix, "checkpoint.dir ", dir, " ", how, " job ", job,
+        "; every job needs a checkpoint directory of its own (leave checkpoint.dir empty for "
+        "the default, or read another job's checkpoint with checkpoint.resume)"));
+  };
+  absl::StatusOr<sqlite::Statement*> exact =
+      txn.Statement("SELECT id FROM jobs WHERE checkpoint_dir = ?1 LIMIT 1");
+  if (!exact.ok()) return exact.status();
+  for (const std::string& d : SelfAndAncestors(dir)) {
+    (*exact)->Bind(1, d);
+    absl::StatusOr<int64_t> job = QueryInt(**exact);
+    if (!job.ok()) return job.status();
+    if (*job != 0) {
+      return taken(*job, d == dir ? "is the checkpoint directory of"
+                                  : absl::StrCat("is inside ", d, ", the checkpoint directory of"));
+    }
+  }
+  absl::StatusOr<sqlite::Statement*> below = txn.Statement(
+      "SELECT id, checkpoint_dir FROM jobs WHERE checkpoint_dir > ?1 AND checkpoint_dir < ?2 LIMIT 1");
+  if (!below.ok()) return below.status();
+  // [low, high): every normalized path strictly below `dir` ('/' + 1 == '0').
+  const std::string low = dir == "/" ? "/" : dir + "/";
+  std::string high = low;
+  high.back() = static_cast<char>(high.back() + 1);
+  sqlite::Statement& s = **below;
+  s.Bind(1, low).Bind(2, high);
+  absl::StatusOr<bool> row = s.Step();
+  const int64_t job = row.ok() && *row ? s.ColumnInt(0) : 0;
+  const std::string inside = job != 0 ? s.ColumnText(1) : "";
+  s.Reset();
+  if (!row.ok()) return row.status();
+  if (job != 0) return taken(job, absl::StrCat("contains ", inside, ", the checkpoint directory of"));
+  return absl::OkStatus();
+}
+
+// Inserts one job QUEUED with its "submitted" event; returns its id.
+absl::StatusOr<int64_t> InsertJob(Txn& txn, const SubmitJobInput& in, v1::Job* job) {
+  const int64_t now_us = txn.NowMicros();
+  absl::StatusOr<sqlite::Statement*> insert = txn.Statement(
+      "INSERT INTO jobs (owner, name, queue, priority, state, status_reason, spec, "
+      "idempotency_key, create_time_us, update_time_us, last_event_seq, queued_since_us, "
+      "checkpoint_dir) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?9, 1, ?9, ?10)");
+  if (!insert.ok()) return insert.status();
+  sqlite::Statement& s = **insert;
+  std::string spec_bytes;
+  in.spec.SerializeToString(&spec_bytes);
+  const std::string reason = "waiting to be scheduled";
+  const std::string& checkpoint_dir = in.spec.checkpoint().dir();
+  s.Bind(1, in.owner).Bind(2, in.spec.name()).Bind(3, in.spec.queue());
+  s.Bind(4, static_cast<int64_t>(in.spec.priority()));
+  s.Bind(5, static_cast<int64_t>(v1::QUEUED)).Bind(6, reason).BindBlob(7, spec_bytes);
+  if (in.idempotency_key.empty()) {
+    s.BindNull(8);
+  } else {
+    s.Bind(8, in.idempotency_key);
+  }
+  s.Bind(9, now_us);
+  if (checkpoint_dir.empty()) {
+    s.BindNull(10);
+  } else {
+    s.Bind(10, checkpoint_dir);
+  }
+  if (absl::Status st = s.Run(); !st.ok()) return st;
+  const int64_t id = txn.LastInsertId();
+  if (!in.spec.labels().empty()) {
+    absl::StatusOr<sqlite::Statement*> label =
+        txn.Statement("INSERT INTO job_labels (job_id, key, value) VALUES (?1, ?2, ?3)");
+    if (!label.ok()) return label.status();
+    for (const auto& [key, value] : in.spec.labels()) {
+      (*label)->Bind(1, id).Bind(2, key).Bind(3, value);
+      if (absl::Status st = (*label)->Run(); !st.ok()) return st;
+    }
+  }
+  // The job is born QUEUED with its first event; the event names the submitter, the
+  // job's status says what happens next.
+  job->set_id(JobIdString(id));
+  job->set_owner(in.owner);
+  job->set_idempotency_key(in.idempotency_key);
+  job->set_state(v1::QUEUED);
+  job->set_status_reason(reason);
+  job->set_last_event_seq(1);
+  *job->mutable_create_time() = TimeUtil::MicrosecondsToTimestamp(now_us);
+  *job->mutable_update_time() = job->create_time();
+  if (absl::Status st = txn.AddEvent(id, MakeEvent(*job, 1, "submitted", v1::JOB_STATE_UNSPECIFIED,
+                                                    v1::QUEUED, absl::StrCat("submitted by ", in.owner),
+                                                    now_us));
+      !st.ok()) {
+    return st;
+  }
+  return id;
+}
+
+}  // namespace
+
+absl::StatusOr<sqlite::Statement*> Txn::Statement(const std::string& sql) { return conn_.Cached(sql); }
+
+absl::StatusOr<std::optional<v1::Job>> Txn::LoadJob(int64_t job_id) {
+  static const std::string* const kSql =
+      new std::string(absl::StrCat("SELECT ", JobColumns(), " FROM jobs WHERE id = ?1"));
+  absl::StatusOr<sqlite::Statement*> s = Statement(*kSql);
+  if (!s.ok()) return s.status();
+  return ReadJobRow(**s, job_id);
+}
+
+absl::Status Txn::AddEvent(int64_t job_id, v1::JobEvent e) {
+  absl::StatusOr<sqlite::Statement*> insert = Statement(
+      "INSERT INTO job_events (job_id, seq, time_us, type, from_state, to_state, reason) "
+      "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)");
+  if (!insert.ok()) return insert.status();
+  sqlite::Statement& s = **insert;
+  s.Bind(1, job_id).Bind(2, e.seq()).Bind(3, TimeUtil::TimestampToMicroseconds(e.time()));
+  s.Bind(4, e.type()).Bind(5, static_cast<int64_t>(e.from_state()));
+  s.Bind(6, static_cast<int64_t>(e.to_state())).Bind(7, e.reason());
+  if (absl::Status st = s.Run(); !st.ok()) return st;
+  events_.push_back(std::move(e));
+  return absl::OkStatus();
+}
+
+absl::Status Txn::Transition(v1::Job* job, absl::string_view type, v1::JobState to,
+                             absl::string_view reason,
+                             std::optional<absl::string_view> status_reason) {
+  const absl::string_view status = status_reason.value_or(reason);
+  int64_t id = 0;
+  (void)absl::SimpleAtoi(job->id(), &id);
+  v1::JobEvent e = MakeEvent(*job, job->last_event_seq() + 1, type, job->state(), to, reason, now_us_);
+  const int64_t seq = e.seq();
+  *job->mutable_update_time() = e.time();
+  if (absl::Status s = AddEvent(id, std::move(e)); !s.ok()) return s;
+  absl::StatusOr<sqlite::Statement*> update =
+      Statement("UPDATE jobs SET state = ?2, status_reason = ?3, update_time_us = ?4, "
+                "last_event_seq = ?5 WHERE id = ?1");
+  if (!update.ok()) return update.status();
+  (*update)->Bind(1, id).Bind(2, static_cast<int64_t>(to)).Bind(3, status).Bind(4, now_us_);
+  (*update)->Bind(5, seq);
+  if (absl::Status s = (*update)->Run(); !s.ok()) return s;
+  job->set_state(to);
+  job->set_status_reason(std::string(status));
+  job->set_last_event_seq(seq);
+  return absl::OkStatus();
+}
+
+absl::Status JobWrite::Apply(sqlite::Connection& conn) {
+  events_.clear();
+  queued_.clear();
+  const int64_t now_us = absl::ToUnixMicros(clock_->Now());
+  auto keep = [&](Txn& txn) {
+    for (v1::JobEvent& e : txn.events()) events_.push_back(std::move(e));
+    for (auto& q : txn.queued()) queued_.push_back(std::move(q));
+  };
+  if (fns_.size() == 1) {  // the writer's savepoint around the write is the function's
+    Txn txn(conn, now_us);
+    results_[0] = fns_[0].first(txn);
+    if (results_[0].ok()) keep(txn);
+    return results_[0];
+  }
+  auto run = [&](const char* sql) -> absl::Status {
+    absl::StatusOr<sqlite::Statement*> s = conn.Cached(sql);
+    return s.ok() ? (*s)->Run() : s.status();
+  };
+  for (size_t i = 0; i < fns_.size(); ++i) {
+    if (absl::Status s = run("SAVEPOINT fn"); !s.ok()) return s;
+    Txn txn(conn, now_us);
+    results_[i] = fns_[i].first(txn);
+    if (!results_[i].ok()) {
+      if (!conn.InTransaction()) return results_[i];  // SQLite rolled everything back
+      if (absl::Status s = run("ROLLBACK TO fn"); !s.ok()) return s;
+    } else {
+      keep(txn);
+    }
+    if (absl::Status s = run("RELEASE fn"); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+void JobWrite::Complete(absl::Status status) {
+  for (size_t i = 0; i < fns_.size(); ++i) fns_[i].second(status.ok() ? results_[i] : status);
+}
+
+std::vector<SubmitJobResult> SubmitBatch::TakeResults() {
+  for (size_t i = 0; i < results.size() && i < inputs.size(); ++i) {
+    if (results[i].created) *results[i].job.mutable_spec() = std::move(inputs[i].spec);
+  }
+  return std::move(results);
+}
+
+absl::StatusOr<int64_t> CountActiveJobs(Txn& txn, const std::string& owner) {
+  // Every state in which a job counts against its owner's limit.
+  static const std::string* const kSql = new std::string(absl::StrCat(
+      "SELECT COUNT(*) FROM jobs WHERE owner = ?1 AND state IN (",
+      absl::StrJoin({v1::QUEUED, v1::SCHEDULED, v1::RUNNING, v1::RESTARTING, v1::PREEMPTING}, ", "),
+      ")"));
+  absl::StatusOr<sqlite::Statement*> s = txn.Statement(*kSql);
+  if (!s.ok()) return s.status();
+  (*s)->Bind(1, owner);
+  return QueryInt(**s);
+}
+
+TxnFunction SubmitJobsTxn(std::shared_ptr<SubmitBatch> batch) {
+  return [batch = std::move(batch)](Txn& txn) -> absl::Status {
+    std::vector<SubmitJobResult>& results = batch->results;
+    results.clear();
+    // By owner, for those with a limit: active jobs, this submission's so far included.
+    std::map<std::string, int64_t> active;
+    for (const SubmitJobInput& in : batch->inputs) {
+      SubmitJobResult r;
+      if (!in.idempotency_key.empty()) {
+        absl::StatusOr<sqlite::Statement*> find =
+            txn.Statement("SELECT id FROM jobs WHERE owner = ?1 AND idempotency_key = ?2");
+        if (!find.ok()) return find.status();
+        (*find)->Bind(1, in.owner).Bind(2, in.idempotency_key);
+        absl::StatusOr<int64_t> existing = QueryInt(**find);
+        if (!existing.ok()) return existing.status();
+        if (*existing != 0) {
+          absl::StatusOr<std::optional<v1::Job>> job = txn.LoadJob(*existing);
+          if (!job.ok()) return job.status();
+          if (!job->has_value()) return absl::InternalError("job found by key is gone");
+          r.job = std::move(**job);
+          results.push_back(std::move(r));
+          continue;
+        }
+      }
+      if (in.max_active_jobs > 0) {
+        auto it = active.find(in.owner);
+        if (it == active.end()) {
+          // The count sees this transaction's rows, this submission's earlier jobs too.
+          absl::StatusOr<int64_t> n = CountActiveJobs(txn, in.owner);
+          if (!n.ok()) return n.status();
+          it = active.emplace(in.owner, *n).first;
+        }
+        if (it->second + 1 > in.max_active_jobs) {
+          return absl::ResourceExhaustedError(absl::StrCat(
+              "user ", in.owner, " may have at most ", in.max_active_jobs,
+              " active (queued or running) jobs (limits.max_active_jobs_per_user); this "
+              "submission would make ", it->second + 1));
+        }
+      }
+      const std::string& checkpoint_dir = in.spec.checkpoint().dir();
+      if (!checkpoint_dir.empty()) {
+        if (absl::Status s = CheckCheckpointDirFree(txn, in.field_prefix, checkpoint_dir); !s.ok()) {
+          return s;
+        }
+      }
+      absl::StatusOr<int64_t> id = InsertJob(txn, in, &r.job);
+      if (!id.ok()) return id.status();
+      if (auto it = active.find(in.owner); it != active.end()) ++it->second;
+      // The view's entry: the job with its spec, queued since its creation.
+      SchedulableJob queued;
+      queued.job = r.job;
+      *queued.job.mutable_spec() = in.spec;
+      queued.queued_since = absl::FromUnixMicros(txn.NowMicros());
+      queued.eligible = absl::FromUnixMicros(0);
+      queued.last_preempted = absl::InfinitePast();
+      queued.first_start = absl::InfinitePast();
+      txn.AddQueued(*id, std::move(queued));
+      r.created = true;
+      results.push_back(std::move(r));
+    }
+    return absl::OkStatus();
+  };
+}
+
+namespace {
+
+TxnFunction ChangeStateTxn(int64_t job_id, std::vector<v1::JobState> from, v1::JobState to,
+                           std::string type, std::string reason, bool cancel,
+                           std::shared_ptr<CancelJobResult> result) {
+  return [=, from = std::move(from), type = std::move(type), reason = std::move(reason),
+          result = std::move(result)](Txn& txn) -> absl::Status {
+    absl::StatusOr<std::optional<v1::Job>> loaded = txn.LoadJob(job_id);
+    if (!loaded.ok()) return loaded.status();
+    if (!loaded->has_value()) return absl::NotFoundError(absl::StrCat("job ", job_id, " not found"));
+    *result = CancelJobResult{std::move(**loaded), false, ""};
+    v1::Job& job = result->job;
+    const bool allowed = from.empty() ? !IsTerminal(job.state())
+                                      : std::find(from.begin(), from.end(), job.state()) != from.end();
+    if (!allowed) {
+      result->message = absl::StrCat("job ", job_id, " is already ", v1::JobState_Name(job.state()),
+                                     "; nothing changed");
+      if (cancel && IsTerminal(job.state())) return absl::OkStatus();
+      return absl::FailedPreconditionError(result->message);
+    }
+    if (absl::Status s = txn.Transition(&job, type, to, reason); !s.ok()) return s;
+    if (IsTerminal(to)) {
+      // ttl_after_finished counts from here (a job cancelled while QUEUED never had an
+      // attempt whose end would have set it).
+      absl::StatusOr<sqlite::Statement*> finish =
+          txn.Statement("UPDATE jobs SET finish_us = ?2 WHERE id = ?1 AND finish_us = 0");
+      if (!finish.ok()) return finish.status();
+      (*finish)->Bind(1, job_id).Bind(2, txn.NowMicros());
+      if (absl::Status s = (*finish)->Run(); !s.ok()) return s;
+    }
+    result->changed = true;
+    result->message = cancel ? "cancelled" : v1::JobState_Name(to);
+    return absl::OkStatus();
+  };
+}
+
+}  // namespace
+
+TxnFunction TransitionJobTxn(int64_t job_id, std::vector<v1::JobState> from, v1::JobState to,
+                             std::string type, std::string reason,
+                             std::shared_ptr<CancelJobResult> result) {
+  return ChangeStateTxn(job_id, std::move(from), to, std::move(type), std::move(reason),
+                        /*cancel=*/false, std::move(result));
+}
+
+TxnFunction CancelJobTxn(int64_t job_id, std::string actor, std::string reason,
+                         std::shared_ptr<CancelJobResult> result) {
+  std::string why = reason.empty() ? absl::StrCat("cancelled by ", actor)
+                                   : absl::StrCat("cancelled by ", actor, ": ", reason);
+  return ChangeStateTxn(job_id, {}, v1::CANCELLED, "cancelled", std::move(why), /*cancel=*/true,
+                        std::move(result));
+}
+
+}  // namespace llamafleet
