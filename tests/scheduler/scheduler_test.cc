@@ -420,8 +420,8 @@ TEST_F(SchedulerTest, ElasticJobShrunkByItsQuotaWaitsWhenNothingIsFree) {
   // over quota), as a rigid job of `nodes` nodes.
   absl::Time t = Now();
   std::vector<RunningJob> running = {R(91, {{"a", 8}}, 0, t), R(92, {{"b", 8}}, 0, t, {}, "other")};
-  Decisions d = Run({Elastic(1, 4, 1, t)}, {W("a", 8), W("b", 8)}, running,
-                    {{"default", QueueConfig{16}}});
+  Decisions d =
+      Run({Elastic(1, 4, 1, t)}, {W("a", 8), W("b", 8)}, running, {{"default", QueueConfig{16}}});
   EXPECT_TRUE(d.placements.empty());
   ASSERT_EQ(d.pending.size(), 1u);
   EXPECT_EQ(d.pending[0].code, PendingCode::kInsufficientCapacity);
@@ -651,12 +651,11 @@ TEST_F(SchedulerTest, PreemptionOnAWorkerWithManySmallJobsIsGreedy) {
 }
 
 TEST_F(SchedulerTest, MultiNodeVictimCountsAsFreedOnEveryWorkerItRuns) {
-  // Job 11 spans both workers: taking it for one worker leaves the other missing only 4,
-  // which job 13 (not the larger 12) makes up.
+  // Job 11 runs on both workers: once it is taken for one of them, the other's victim set
+  // is recomputed with 11's GPUs there counted as free. The gang needs every GPU of both.
   absl::Time t = Now();
-  std::vector<RunningJob> running = {R(11, {{"a", 4}, {"b", 4}}, 0, t),
-                                     R(12, {{"a", 4}}, 0, t), R(13, {{"b", 2}}, 0, t),
-                                     R(14, {{"b", 2}}, 0, t)};
+  std::vector<RunningJob> running = {R(11, {{"a", 4}, {"b", 4}}, 0, t), R(12, {{"a", 4}}, 0, t),
+                                     R(13, {{"b", 2}}, 0, t), R(14, {{"b", 2}}, 0, t)};
   Decisions d = Run({P(1, 2, 8, 5, t)}, {W("a", 8), W("b", 8)}, running);
   EXPECT_EQ(Victims(d), (std::vector<int64_t>{11, 12, 13, 14}));
   ASSERT_EQ(d.pending.size(), 1u);
