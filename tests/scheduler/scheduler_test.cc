@@ -415,6 +415,20 @@ TEST_F(SchedulerTest, ElasticJobShrinksToItsQuota) {
   EXPECT_EQ(FindPending(d, 1)->code, PendingCode::kQuotaExceeded);
 }
 
+TEST_F(SchedulerTest, ElasticJobShrunkByItsQuotaWaitsWhenNothingIsFree) {
+  // The quota leaves room for one node, but no worker is free: the job is blocked (not
+  // over quota), as a rigid job of `nodes` nodes.
+  absl::Time t = Now();
+  std::vector<RunningJob> running = {R(91, {{"a", 8}}, 0, t), R(92, {{"b", 8}}, 0, t, {}, "other")};
+  Decisions d =
+      Run({Elastic(1, 4, 1, t)}, {W("a", 8), W("b", 8)}, running, {{"default", QueueConfig{16}}});
+  EXPECT_TRUE(d.placements.empty());
+  ASSERT_EQ(d.pending.size(), 1u);
+  EXPECT_EQ(d.pending[0].code, PendingCode::kInsufficientCapacity);
+  EXPECT_EQ(d.pending[0].message,
+            "needs 4 nodes with 8 free GPUs and instance type p5.48xlarge; 0 match");
+}
+
 // ---- reservations (no starvation) -------------------------------------------------
 
 TEST_F(SchedulerTest, StarvingJobReservesTheWorkersThatFreeSoonest) {
@@ -620,6 +634,36 @@ TEST_F(SchedulerTest, PreemptionPicksTheSmallestSetThatFreesAWholeGang) {
   }
 }
 
+TEST_F(SchedulerTest, PreemptionOnAWorkerWithManySmallJobsIsGreedy) {
+  // More than 8 eligible jobs on one worker: victims by GPUs freed here per GPU lost,
+  // then job id (not every subset). Job 30 runs on two workers: it loses 2 GPUs to free
+  // 1 here, so it comes last.
+  absl::Time t = Now();
+  std::vector<RunningJob> running;
+  for (int i = 0; i < 10; ++i) {
+    running.push_back(R(11 + i, {{"a", 1}}, 0, t - absl::Minutes(100 - i)));
+  }
+  running.push_back(R(30, {{"a", 1}, {"b", 1}}, 0, t));
+  Decisions d = Run({P(1, 1, 10, 5, t)}, {W("a", 16), W("b", 8)}, running);
+  EXPECT_EQ(Victims(d), (std::vector<int64_t>{11, 12, 13, 14, 15}));
+  ASSERT_EQ(d.pending.size(), 1u);
+  EXPECT_EQ(d.pending[0].code, PendingCode::kWaitingForPreemption);
+}
+
+TEST_F(SchedulerTest, MultiNodeVictimCountsAsFreedOnEveryWorkerItRuns) {
+  // Job 11 runs on both workers: once it is taken for one of them, the other's victim set
+  // is recomputed with 11's GPUs there counted as free. The gang needs every GPU of both.
+  absl::Time t = Now();
+  std::vector<RunningJob> running = {R(11, {{"a", 4}, {"b", 4}}, 0, t), R(12, {{"a", 4}}, 0, t),
+                                     R(13, {{"b", 2}}, 0, t), R(14, {{"b", 2}}, 0, t)};
+  Decisions d = Run({P(1, 2, 8, 5, t)}, {W("a", 8), W("b", 8)}, running);
+  EXPECT_EQ(Victims(d), (std::vector<int64_t>{11, 12, 13, 14}));
+  ASSERT_EQ(d.pending.size(), 1u);
+  EXPECT_EQ(d.pending[0].message,
+            "needs 2 nodes with 8 free GPUs and instance type p5.48xlarge; preempting "
+            "lower-priority jobs 11, 12, 13, 14");
+}
+
 TEST_F(SchedulerTest, PreemptionMessageNamesVictims) {
   absl::Time t = Now();
   Decisions d =
@@ -723,6 +767,29 @@ TEST_F(SchedulerTest, EstimatedStartFromExpectedEnds) {
   EXPECT_EQ(FindPending(d, 1)->estimated_start, t + absl::Minutes(9));
   EXPECT_EQ(FindPending(d, 2)->estimated_start, t + absl::Minutes(5));
   EXPECT_FALSE(FindPending(d, 3)->estimated_start.has_value());  // c's end is unknown
+}
+
+TEST_F(SchedulerTest, BlockedMessageNamesTheFirstFiveHolders) {
+  // Seven starving jobs each reserve one half-busy worker; a small job that would fit on
+  // any of them names who holds the GPUs.
+  absl::Time t = Now();
+  std::vector<Worker> workers;
+  std::vector<RunningJob> running;
+  std::vector<PendingJob> pending;
+  for (int i = 0; i < 7; ++i) {
+    workers.push_back(W(absl::StrCat("w", i), 8));
+    running.push_back(R(91 + i, {{absl::StrCat("w", i), 4}}, 0, t));
+    pending.push_back(P(1 + i, 1, 8, 0, t - absl::Hours(1)));
+  }
+  pending.push_back(P(8, 1, 4, 0, t));
+  Decisions d = Run(pending, workers, running);
+  EXPECT_TRUE(d.placements.empty());
+  const Pending* small = FindPending(d, 8);
+  ASSERT_NE(small, nullptr);
+  EXPECT_EQ(small->code, PendingCode::kBlockedByReservation);
+  EXPECT_EQ(small->message,
+            "needs 1 node with 4 free GPUs and instance type p5.48xlarge; enough are free, but "
+            "held for jobs 1, 2, 3, 4, 5 and 2 more");
 }
 
 // ---- invariants --------------------------------------------------------------------
