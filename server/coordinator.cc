@@ -19,7 +19,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "server/auth.h"
-#include "server/cluster_manager.h"
+#include "server/cluster/cluster_manager.h"
 #include "server/http/http_server.h"
 #include "server/job_service.h"
 #include "server/log_store.h"

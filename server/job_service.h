@@ -10,7 +10,7 @@
 #include "absl/base/thread_annotations.h"
 #include "llamafleet/v1/job.grpc.pb.h"
 #include "server/auth.h"
-#include "server/cluster_manager.h"
+#include "server/cluster/cluster_manager.h"
 #include "server/log_store.h"
 #include "server/metrics.h"
 #include "server/submit_policy.h"

@@ -13,7 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "llamafleet/v1/job.pb.h"
 #include "llamafleet/v1/worker.pb.h"
-#include "server/cluster_manager.h"
+#include "server/cluster/cluster_manager.h"
 #include "spdlog/spdlog.h"
 #include "storage/cluster_store.h"
 #include "storage/job_store.h"

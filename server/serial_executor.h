@@ -12,8 +12,7 @@
 namespace llamafleet {
 
 // Runs functions in order on one thread of its own: file-system work (checkpoint
-// retention, log files) that must not run on the cluster loop or a gRPC callback thread,
-// and the cluster loop's scheduling passes (at a priority of their own).
+// retention, log files) that must not run on the cluster loop or a gRPC callback thread.
 // The destructor finishes what was queued. The thread is named `name` (15 characters at
 // most) for top -H, perf and gdb.
 class SerialExecutor {

@@ -6,9 +6,9 @@
 
 #include "llamafleet/v1/worker.grpc.pb.h"
 #include "server/auth.h"
-#include "server/cluster_manager.h"
+#include "server/cluster/cluster_manager.h"
 #include "server/log_store.h"
-#include "server/worker_identity.h"
+#include "server/cluster/worker_identity.h"
 
 namespace llamafleet {
 

@@ -2,7 +2,7 @@
 #define LLAMAFLEET_STORAGE_WORKER_CREDENTIAL_STORE_H_
 
 // Table worker_credentials: one row per worker name that has joined, holding the SHA-256
-// of the credential issued to it (server/worker_identity.h). Any thread; reads go through
+// of the credential issued to it (server/cluster/worker_identity.h). Any thread; reads go through
 // the read pool, writes through the writer (committed before they return).
 
 #include <optional>

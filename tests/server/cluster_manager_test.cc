@@ -3,15 +3,10 @@
 // worker, slot accounting, report binding (only the assigned worker's reports count),
 // checkpoint confinement and retention, resume candidates, and an elastic gang growing
 // back at a checkpoint.
-#include "server/cluster_manager.h"
-
-#include <sched.h>
+#include "server/cluster/cluster_manager.h"
 
 #include <filesystem>
 #include <fstream>
-#include <iterator>
-#include <sstream>
-#include <thread>
 
 #include <gtest/gtest.h>
 
@@ -223,7 +218,7 @@ class ClusterManagerTest : public ::testing::Test {
   std::vector<std::pair<int64_t, int>> released_;
 };
 
-// Issue 11's stranded restart, with the real manager and store: w1 is killed after the
+// The stranded restart, with the real manager and store: w1 is killed after the
 // first checkpoint and comes back at once under the same name without the task; the
 // dead attempt's task must not hold w1 forever, and the restart resumes from the
 // recorded checkpoint on both workers.
@@ -378,7 +373,7 @@ TEST_F(ClusterManagerTest, ReportsAreAcceptedOnlyFromTheAssignedWorker) {
   ASSERT_TRUE(Eventually([&] { return Checkpoints(id).size() == 1 && Job(id).latest_metrics().step() == 7; }));
 }
 
-// Passes for new submissions are coalesced (issue 13): a submitted job is still placed by
+// Passes for new submissions are coalesced: a submitted job is still placed by
 // the loop's own passes, promptly, with nobody calling TickNow and the fake clock still.
 TEST_F(ClusterManagerTest, CoalescedPassesStillPlaceASubmittedJobPromptly) {
   std::shared_ptr<FakeLink> w0 = Hello("w0");
@@ -402,39 +397,6 @@ TEST_F(ClusterManagerTest, CoalescedPassesStillPlaceASubmittedJobPromptly) {
   }
   ASSERT_TRUE(manager_->PendingInfoFor(burst.back(), &info));
   EXPECT_EQ(info.queue_position(), 20);
-}
-
-// Passes run on a thread of their own at SCHED_IDLE, so a thread a pass wakes (the
-// database writer acknowledging a submission) runs at once instead of queueing behind
-// the pass's CPU time; the job is still placed by such a pass.
-TEST_F(ClusterManagerTest, PassesRunOnAnIdlePriorityThread) {
-  bool allowed = false;  // a seccomp filter may refuse it (the coordinator then says so)
-  std::thread([&] {
-    sched_param param{};
-    allowed = sched_setscheduler(0, SCHED_IDLE, &param) == 0;
-  }).join();
-  if (!allowed) GTEST_SKIP() << "sched_setscheduler(SCHED_IDLE) is refused here";
-  std::shared_ptr<FakeLink> w0 = Hello("w0");
-  std::shared_ptr<FakeLink> w1 = Hello("w1");
-  Submit();
-  manager_->TickNow();
-  ASSERT_TRUE(Eventually([&] { return w0->Assignments().size() == 1; }));
-  int pass_threads = 0;
-  for (const auto& task : fs::directory_iterator("/proc/self/task")) {
-    std::ifstream comm(task.path() / "comm");
-    std::string name;
-    std::getline(comm, name);
-    if (name != "lf-sched-pass") continue;
-    ++pass_threads;
-    std::ifstream stat(task.path() / "stat");
-    std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
-    // Fields after the command's closing parenthesis; the policy is field 41 of stat.
-    std::istringstream fields(text.substr(text.rfind(')') + 2));
-    std::vector<std::string> f{std::istream_iterator<std::string>(fields), {}};
-    ASSERT_GE(f.size(), 39u);
-    EXPECT_EQ(f[38], std::to_string(SCHED_IDLE)) << "policy of lf-sched-pass";
-  }
-  EXPECT_EQ(pass_threads, 1);
 }
 
 // The pass keeps the scheduler's explanations as they are and PendingInfoFor builds a
@@ -498,7 +460,7 @@ TEST_F(ClusterManagerTest, CheckpointsOutsideTheJobDirAreIgnoredAndRetentionDele
   EXPECT_TRUE(fs::is_symlink(dir + "/step-2"));
 }
 
-// Issue 14: an elastic gang (nodes 3, min_nodes 2) started on the two workers there were
+// An elastic gang (nodes 3, min_nodes 2) started on the two workers there were
 // grows back when a third registers: not before its cooldown, only right after a
 // recorded checkpoint, without using a restart or waiting a backoff, resuming from that
 // checkpoint; the attempts record the size and why it changed.

@@ -2,7 +2,8 @@
 // attempt tracker (task states → outcome, abandoned tasks, held slots, expected end),
 // the scheduler-input builder (table), and checkpoint path confinement. The builder's
 // output is also fed to the real scheduler to show that the preemption cool-down and
-// backfill around running jobs now fire. The elastic grow decision (table).
+// backfill around running jobs now fire. The elastic grow decision (table). When a pass
+// runs (PassPolicy) and which MASTER_PORT an attempt gets (PortAllocator).
 #include <unistd.h>
 
 #include <filesystem>
@@ -11,10 +12,12 @@
 #include <gtest/gtest.h>
 
 #include "scheduler/scheduler.h"
-#include "server/attempt_tracker.h"
-#include "server/checkpoint_retention.h"
-#include "server/elastic_grow.h"
-#include "server/scheduler_input.h"
+#include "server/cluster/attempt_tracker.h"
+#include "server/cluster/checkpoint_retention.h"
+#include "server/cluster/elastic_grow.h"
+#include "server/cluster/pass_policy.h"
+#include "server/cluster/port_allocator.h"
+#include "server/cluster/scheduler_input.h"
 #include "tests/testing/process.h"
 
 namespace llamafleet {
@@ -249,6 +252,7 @@ TEST(SchedulerInputTest, Table) {
   EXPECT_EQ(in.held_back[3].message(), "restarting after backoff in 4s");
   ASSERT_EQ(in.deadline_passed.count(4), 1u);
   EXPECT_EQ(in.deadline_passed[4], "active_deadline_seconds (60) exceeded");
+  EXPECT_EQ(in.held_by_attempt, std::vector<int64_t>{2});
   EXPECT_EQ(in.jobs.size(), 2u);
 
   ASSERT_EQ(in.workers.size(), 2u);
@@ -474,141 +478,82 @@ TEST(ElasticGrowTest, Table) {
   }
 }
 
-// A PendingJobCache input against BuildSchedulerInput's for the same queue.
-void ExpectSameInput(const PendingJobCache::Input& got, const SchedulerInput& want) {
-  ASSERT_EQ(got.pending.size(), want.pending.size());
-  for (size_t i = 0; i < want.pending.size(); ++i) {
-    EXPECT_EQ(got.pending[i]->job_id, want.pending[i].job_id);
-    EXPECT_EQ(got.pending[i]->priority, want.pending[i].priority);
-    EXPECT_EQ(got.pending[i]->nodes, want.pending[i].nodes);
-    EXPECT_EQ(got.pending[i]->excluded_workers, want.pending[i].excluded_workers);
-    EXPECT_EQ(got.pending[i]->memory_per_gpu_bytes, want.pending[i].memory_per_gpu_bytes);
-  }
-  ASSERT_EQ(got.held_back.size(), want.held_back.size());
-  for (const auto& [id, info] : want.held_back) {
-    ASSERT_EQ(got.held_back.count(id), 1u);
-    EXPECT_EQ(got.held_back.at(id).message(), info.message());
-  }
-  EXPECT_EQ(got.deadline_passed, want.deadline_passed);
-  EXPECT_EQ(got.workers.size(), want.workers.size());
-  EXPECT_EQ(got.running.size(), want.running.size());
+// Ports are handed out round robin over the range, never one still held.
+TEST(PortAllocatorTest, RoundRobinOverTheRangeSkippingHeldPorts) {
+  PortAllocator ports(40000);
+  const int first = ports.Allocate();
+  ASSERT_GE(first, 40000);
+  ASSERT_LT(first, 40000 + PortAllocator::kRange);
+  auto after = [](int p) { return 40000 + (p - 40000 + 1) % PortAllocator::kRange; };
+  ports.Hold(after(first));  // a recovered attempt's
+  const int second = ports.Allocate();
+  EXPECT_EQ(second, after(after(first)));
+  ports.Release(first);  // released, but not handed out again at once (TIME_WAIT)
+  EXPECT_EQ(ports.Allocate(), after(second));
+  for (int i = 0; i < PortAllocator::kRange - 4; ++i) ports.Allocate();
+  EXPECT_EQ(ports.Allocate(), first);  // the only one left
 }
 
-// The coordinator's passes build their input through PendingJobCache: the same input as
-// BuildSchedulerInput, with each queue entry converted once and reused while it stays.
-TEST(PendingJobCacheTest, SameInputAsBuildSchedulerInputConvertingOnlyChangedEntries) {
-  std::vector<SchedulableJob> jobs = {Queued(1, 1, 1), Queued(2, 1, 1), Queued(3, 1, 1),
-                                      Queued(4, 1, 1), Queued(5, 2, 1)};
-  jobs[2].eligible = kNow + absl::Seconds(4);  // backoff
-  jobs[3].job.mutable_spec()->mutable_run_policy()->set_active_deadline_seconds(60);
-  jobs[3].first_start = kNow - absl::Seconds(61);  // deadline passed
-  jobs[4].excluded_workers = {"w1"};               // no spare: the exclusion is dropped
-  std::map<int64_t, AttemptTracker> attempts;
-  attempts[2] = Running(2, "w0", 1);  // previous attempt still stopping
-  const std::vector<WorkerView> workers = {GpuWorker("w0", 2), GpuWorker("w1", 2)};
-  std::vector<QueuedJobsSnapshot::Entry> entries;
-  for (const SchedulableJob& j : jobs) entries.push_back(std::make_shared<const SchedulableJob>(j));
-
-  auto expect_same = [&](const PendingJobCache::Input& got, const std::vector<SchedulableJob>& queued) {
-    ExpectSameInput(got, BuildSchedulerInput(queued, workers, attempts, kNow));
-  };
-
-  PendingJobCache cache;
-  const PendingJobCache::Input& first = cache.Build(QueuedJobsSnapshot(entries), workers, 1, attempts, kNow);
-  EXPECT_EQ(cache.converted(), 5u);
-  expect_same(first, jobs);
-  ASSERT_EQ(first.pending.size(), 2u);
-  EXPECT_TRUE(first.pending[1]->excluded_workers.empty());
-
-  // Nothing changed: nothing is converted again.
-  const PendingJobCache::Input& second = cache.Build(QueuedJobsSnapshot(entries), workers, 1, attempts, kNow);
-  EXPECT_EQ(cache.converted(), 0u);
-  expect_same(second, jobs);
-
-  // A commit replaced job 1 (new priority), job 3 left the queue, job 9 arrived; with a
-  // spare worker job 5 keeps its exclusion.
-  jobs[0].job.mutable_spec()->set_priority(7);
-  entries[0] = std::make_shared<const SchedulableJob>(jobs[0]);
-  jobs.erase(jobs.begin() + 2);
-  entries.erase(entries.begin() + 2);
-  jobs.push_back(Queued(9, 1, 2));
-  entries.push_back(std::make_shared<const SchedulableJob>(jobs.back()));
-  const std::vector<WorkerView> more = {GpuWorker("w0", 2), GpuWorker("w1", 2), GpuWorker("w2", 2)};
-  const PendingJobCache::Input& third = cache.Build(QueuedJobsSnapshot(entries), more, 2, attempts, kNow);
-  EXPECT_EQ(cache.converted(), 2u);
-  ASSERT_EQ(third.pending.size(), 3u);
-  EXPECT_EQ(third.pending[0]->job_id, 1);
-  EXPECT_EQ(third.pending[0]->priority, 7);
-  EXPECT_EQ(third.pending[1]->job_id, 5);
-  EXPECT_EQ(third.pending[1]->excluded_workers, std::set<std::string>{"w1"});
-  EXPECT_EQ(third.pending[2]->job_id, 9);
-  EXPECT_EQ(third.workers.size(), 3u) << "a new workers version is converted again";
-  EXPECT_TRUE(third.held_back.empty());
-  EXPECT_EQ(cache.Job(3), nullptr);
-  ASSERT_NE(cache.Job(9), nullptr);
-  EXPECT_EQ(cache.Job(9)->job.id(), JobIdString(9));
-  EXPECT_EQ(cache.Job(1)->job.spec().priority(), 7);
+QueuedJobsSnapshot::Entry Entry(int64_t id) {
+  return std::make_shared<const SchedulableJob>(Queued(id, 1, 1));
 }
 
-// The coordinator follows the store's view by its changes (Update): after any sequence
-// of commits the input is BuildSchedulerInput's over the whole queue, and only the jobs a
-// commit changed are converted again.
-TEST(PendingJobCacheTest, UpdateByChangesGivesTheSameInputAsTheWholeQueue) {
-  QueuedJobs view;
-  std::map<int64_t, SchedulableJob> queue;  // what the view holds, for BuildSchedulerInput
-  auto put = [&](SchedulableJob j) {
-    const int64_t id = std::stoll(j.job.id());
-    queue[id] = j;
-    view.Put(id, std::move(j));
-  };
-  auto erase = [&](int64_t id) {
-    queue.erase(id);
-    view.Erase(id);
-  };
-  for (int64_t id = 1; id <= 6; ++id) put(Queued(id, 1, 1));
+// A wish for a pass soon is dropped when the pass could see nothing new: the same
+// workers, and the queue the last pass saw but for the jobs it started.
+TEST(PassPolicyTest, ARepeatedWishIsDroppedOnlyWhenNothingChanged) {
+  PassPolicy policy(absl::Milliseconds(20));
+  const auto t0 = std::chrono::steady_clock::now();
   std::map<int64_t, AttemptTracker> attempts;
-  attempts[2] = Running(2, "w0", 1);  // previous attempt still stopping
-  const std::vector<WorkerView> workers = {GpuWorker("w0", 2), GpuWorker("w1", 2)};
+  EXPECT_TRUE(policy.Due(t0));  // the first turn of the loop passes
+  ASSERT_TRUE(policy.Run(kNow, nullptr, attempts));
+  policy.Began(kNow);
+  const QueuedJobsSnapshot::Entry e1 = Entry(1), e2 = Entry(2), e3 = Entry(3);
+  policy.Ran(QueuedJobsSnapshot({e1, e2, e3}), 7, {}, {}, t0, t0 + std::chrono::milliseconds(5));
+  EXPECT_FALSE(policy.Due(t0 + std::chrono::milliseconds(5)));
+  EXPECT_FALSE(policy.Run(kNow + absl::Seconds(1), nullptr, attempts));  // nothing wanted
+  EXPECT_TRUE(policy.Run(kNow + absl::Seconds(3), nullptr, attempts));   // periodic
 
-  PendingJobCache cache;
-  auto check = [&](size_t converted) {
-    const QueuedJobsChanges c = view.ChangesSince(cache.version());
-    const PendingJobCache::Input& got = cache.Update(c, workers, 1, attempts, kNow);
-    EXPECT_EQ(cache.converted(), converted);
-    std::vector<SchedulableJob> all;
-    for (const auto& [id, j] : queue) all.push_back(j);
-    ExpectSameInput(got, BuildSchedulerInput(all, workers, attempts, kNow));
-    for (const auto& [id, j] : queue) {
-      ASSERT_NE(cache.Job(id), nullptr) << id;
-      EXPECT_EQ(cache.Job(id)->job.spec().priority(), j.job.spec().priority());
-    }
-  };
-  check(6);
-  check(0);  // nothing changed
-  SchedulableJob backoff = Queued(3, 1, 1);
-  backoff.eligible = kNow + absl::Seconds(4);
-  put(backoff);
-  SchedulableJob late = Queued(4, 1, 1);
-  late.job.mutable_spec()->mutable_run_policy()->set_active_deadline_seconds(60);
-  late.first_start = kNow - absl::Seconds(61);
-  put(late);
-  SchedulableJob raised = Queued(5, 1, 1, 9);
-  put(raised);
-  erase(6);
-  put(Queued(11, 1, 1));
-  check(4);
-  EXPECT_EQ(cache.Job(6), nullptr);
-  attempts.erase(2);  // the stopping attempt is gone: job 2 is pending again, unconverted
-  check(0);
-  // A rebuilt view (whole view again): entries that stayed the same keep their conversion.
-  std::map<int64_t, QueuedJobsSnapshot::Entry> same;
-  const QueuedJobsSnapshot snapshot = view.Snapshot();
-  for (const QueuedJobsSnapshot::Entry& e : snapshot.entries()) same[std::stoll(e->job.id())] = e;
-  same.erase(1);
-  queue.erase(1);
-  view.Replace(same);
-  check(0);
-  EXPECT_EQ(cache.Job(1), nullptr);
+  policy.WantSoon();
+  EXPECT_FALSE(policy.Due(t0 + std::chrono::milliseconds(10)));  // coalesced: 20 ms
+  EXPECT_TRUE(policy.Due(t0 + std::chrono::milliseconds(26)));
+  EXPECT_FALSE(policy.ShouldCompareQueue(8));  // another worker came: not comparable
+  ASSERT_TRUE(policy.ShouldCompareQueue(7));
+  // Job 2 left the queue because the pass started it; 1 and 3 are the same entries.
+  attempts[2] = Running(2, "a", 1);
+  QueuedJobsSnapshot same({e1, e3});
+  EXPECT_FALSE(policy.Run(kNow + absl::Seconds(1), &same, attempts));
+  EXPECT_FALSE(policy.Due(t0 + std::chrono::milliseconds(26)));  // the wish is gone
+
+  // A new job, a replaced entry, or one that left without an attempt: the pass runs.
+  const std::vector<std::vector<QueuedJobsSnapshot::Entry>> changed = {
+      {e1, e2, e3, Entry(4)}, {e1, Entry(2), e3}, {Entry(0), e1, e2, e3}, {e1, e2}};
+  for (const auto& entries : changed) {
+    policy.WantSoon();
+    QueuedJobsSnapshot q(entries);
+    EXPECT_TRUE(policy.Run(kNow + absl::Seconds(1), &q, {})) << entries.size();
+    policy.Began(kNow);
+  }
+}
+
+// Freed capacity asks for a pass at once only when a queued job could use it.
+TEST(PassPolicyTest, FreedCapacityPassesAtOnceOnlyForAJobWaitingForIt) {
+  PassPolicy policy(absl::Milliseconds(20));
+  const auto t0 = std::chrono::steady_clock::now();
+  policy.Began(kNow);
+  sched::Pending unmatched;
+  unmatched.job_id = 5;
+  unmatched.code = sched::PendingCode::kNoMatchingWorkers;
+  policy.Ran(QueuedJobsSnapshot(), 1, {unmatched}, {9}, t0, t0);
+  policy.CapacityFreed(4);
+  EXPECT_FALSE(policy.Due(t0));
+  policy.CapacityFreed(9);  // held out of the last pass by its own attempt
+  EXPECT_TRUE(policy.Due(t0));
+  policy.Began(kNow);
+  sched::Pending waiting = unmatched;
+  waiting.code = sched::PendingCode::kInsufficientCapacity;
+  policy.Ran(QueuedJobsSnapshot(), 1, {unmatched, waiting}, {}, t0, t0);
+  policy.CapacityFreed(4);
+  EXPECT_TRUE(policy.Due(t0));
 }
 
 }  // namespace

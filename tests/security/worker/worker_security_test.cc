@@ -23,7 +23,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "llamafleet/v1/worker.grpc.pb.h"
-#include "server/cluster_manager.h"
+#include "server/cluster/cluster_manager.h"
 #include "tests/testing/process.h"
 #include "worker/path_guard.h"
 #include "worker/run_as.h"

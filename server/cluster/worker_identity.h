@@ -1,5 +1,5 @@
-#ifndef LLAMAFLEET_SERVER_WORKER_IDENTITY_H_
-#define LLAMAFLEET_SERVER_WORKER_IDENTITY_H_
+#ifndef LLAMAFLEET_SERVER_CLUSTER_WORKER_IDENTITY_H_
+#define LLAMAFLEET_SERVER_CLUSTER_WORKER_IDENTITY_H_
 
 // Worker identities: the join token lets a machine join once; from then on its name is
 // bound to a per-worker credential the coordinator issued on that first join. A hello
@@ -32,4 +32,4 @@ class WorkerIdentity {
 
 }  // namespace llamafleet
 
-#endif  // LLAMAFLEET_SERVER_WORKER_IDENTITY_H_
+#endif  // LLAMAFLEET_SERVER_CLUSTER_WORKER_IDENTITY_H_

@@ -1,4 +1,4 @@
-#include "server/scheduler_input.h"
+#include "server/cluster/scheduler_input.h"
 
 #include <algorithm>
 #include <optional>
@@ -21,23 +21,17 @@ namespace {
 // What a pass does with one queued job.
 enum class Disposition { kSkip, kDeadlinePassed, kBackoff, kPending };
 
-// The rules that depend on the pass (attempts, now), in the order of the header's list,
-// over what they read of a queued job (PendingJobCache keeps these fields compact).
-Disposition Classify(bool has_attempt, int64_t deadline_seconds, absl::Time first_start,
-                     absl::Time eligible, absl::Time now) {
-  if (has_attempt) return Disposition::kSkip;  // previous attempt still stopping
-  if (deadline_seconds > 0 && first_start != absl::InfinitePast() &&
-      now - first_start > absl::Seconds(deadline_seconds)) {
-    return Disposition::kDeadlinePassed;
-  }
-  if (eligible > now) return Disposition::kBackoff;
-  return Disposition::kPending;
-}
-
+// The rules that depend on the pass (attempts, now), in the order of the header's list.
 Disposition Classify(const SchedulableJob& j, int64_t id,
                      const std::map<int64_t, AttemptTracker>& attempts, absl::Time now) {
-  return Classify(attempts.count(id) > 0, j.job.spec().run_policy().active_deadline_seconds(),
-                  j.first_start, j.eligible, now);
+  if (attempts.count(id) > 0) return Disposition::kSkip;  // previous attempt still stopping
+  const int64_t deadline_seconds = j.job.spec().run_policy().active_deadline_seconds();
+  if (deadline_seconds > 0 && j.first_start != absl::InfinitePast() &&
+      now - j.first_start > absl::Seconds(deadline_seconds)) {
+    return Disposition::kDeadlinePassed;
+  }
+  if (j.eligible > now) return Disposition::kBackoff;
+  return Disposition::kPending;
 }
 
 std::string DeadlineReason(const SchedulableJob& j) {
@@ -55,8 +49,8 @@ v1::PendingInfo BackoffInfo(const SchedulableJob& j, absl::Time now) {
   return info;
 }
 
-// The part of a pending job that depends only on the stored job: the same in every pass
-// until a commit replaces the job's queue entry. Exclusions are the stored ones.
+// The part of a pending job that depends only on the stored job. Exclusions are the
+// stored ones.
 sched::PendingJob PendingJobOf(int64_t id, const SchedulableJob& j) {
   const v1::JobSpec& spec = j.job.spec();
   sched::PendingJob p;
@@ -154,6 +148,7 @@ SchedulerInput Build(const Jobs& queued, const std::vector<WorkerView>& workers,
     if (!absl::SimpleAtoi(j.job.id(), &id)) continue;
     switch (Classify(j, id, attempts, now)) {
       case Disposition::kSkip:
+        in.held_by_attempt.push_back(id);
         continue;
       case Disposition::kDeadlinePassed:
         in.deadline_passed[id] = DeadlineReason(j);
@@ -186,99 +181,6 @@ SchedulerInput BuildSchedulerInput(const QueuedJobsSnapshot& queued,
                                    const std::map<int64_t, AttemptTracker>& attempts,
                                    absl::Time now) {
   return Build(queued, workers, attempts, now);
-}
-
-}  // namespace llamafleet
-
-namespace llamafleet {
-
-PendingJobCache::Cached PendingJobCache::Convert(int64_t id, QueuedJobsSnapshot::Entry entry) {
-  Cached c;
-  c.job = PendingJobOf(id, *entry);
-  c.deadline_seconds = entry->job.spec().run_policy().active_deadline_seconds();
-  c.first_start = entry->first_start;
-  c.eligible = entry->eligible;
-  c.entry = std::move(entry);
-  ++converted_;
-  return c;
-}
-
-void PendingJobCache::Apply(const QueuedJobsSnapshot& queued) {
-  // Everything the view holds: an entry the cache holds (the same immutable object) keeps
-  // its conversion, anything else is converted now, and what is not in the view any more
-  // is dropped.
-  std::map<int64_t, Cached> next;
-  for (const QueuedJobsSnapshot::Entry& entry : queued.entries()) {
-    int64_t id = 0;
-    if (!absl::SimpleAtoi(entry->job.id(), &id)) continue;  // (never stored: ids are numbers)
-    auto it = jobs_.find(id);
-    if (it != jobs_.end() && it->second.entry == entry) {
-      auto node = jobs_.extract(it);
-      next.insert(next.end(), std::move(node));
-    } else {
-      next.emplace_hint(next.end(), id, Convert(id, entry));
-    }
-  }
-  jobs_.swap(next);
-}
-
-const PendingJobCache::Input& PendingJobCache::Build(const QueuedJobsSnapshot& queued,
-                                                     const std::vector<WorkerView>& workers,
-                                                     uint64_t workers_version,
-                                                     const std::map<int64_t, AttemptTracker>& attempts,
-                                                     absl::Time now) {
-  converted_ = 0;
-  Apply(queued);
-  return Assemble(workers, workers_version, attempts, now);
-}
-
-const PendingJobCache::Input& PendingJobCache::Assemble(const std::vector<WorkerView>& workers,
-                                                        uint64_t workers_version,
-                                                        const std::map<int64_t, AttemptTracker>& attempts,
-                                                        absl::Time now) {
-  input_.pending.clear();
-  input_.held_back.clear();
-  input_.deadline_passed.clear();
-  input_.held_by_attempt.clear();
-  adjusted_.clear();
-  input_.pending.reserve(jobs_.size());
-  // Both in id order: a job's attempt is found by walking the (few) attempts alongside.
-  auto attempt = attempts.begin();
-  for (const auto& [id, c] : jobs_) {
-    while (attempt != attempts.end() && attempt->first < id) ++attempt;
-    const bool has_attempt = attempt != attempts.end() && attempt->first == id;
-    switch (Classify(has_attempt, c.deadline_seconds, c.first_start, c.eligible, now)) {
-      case Disposition::kSkip:
-        input_.held_by_attempt.push_back(id);
-        continue;
-      case Disposition::kDeadlinePassed:
-        input_.deadline_passed[id] = DeadlineReason(*c.entry);
-        continue;
-      case Disposition::kBackoff:
-        input_.held_back[id] = BackoffInfo(*c.entry, now);
-        continue;
-      case Disposition::kPending:
-        break;
-    }
-    if (ExclusionsStrand(c.job, workers)) {
-      adjusted_.push_back(c.job);  // a deque: earlier pointers stay valid
-      adjusted_.back().excluded_workers.clear();
-      input_.pending.push_back(&adjusted_.back());
-    } else {
-      input_.pending.push_back(&c.job);
-    }
-  }
-  if (workers_version_ != workers_version) {
-    input_.workers = SchedulerWorkers(workers);
-    workers_version_ = workers_version;
-  }
-  input_.running = SchedulerRunning(attempts, now);
-  return input_;
-}
-
-const SchedulableJob* PendingJobCache::Job(int64_t id) const {
-  auto it = jobs_.find(id);
-  return it != jobs_.end() ? it->second.entry.get() : nullptr;
 }
 
 }  // namespace llamafleet

@@ -1,4 +1,4 @@
-#include "server/attempt_tracker.h"
+#include "server/cluster/attempt_tracker.h"
 
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"

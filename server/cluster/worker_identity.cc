@@ -1,4 +1,4 @@
-#include "server/worker_identity.h"
+#include "server/cluster/worker_identity.h"
 
 #include <openssl/crypto.h>
 #include <openssl/rand.h>

@@ -1,4 +1,4 @@
-#include "server/checkpoint_retention.h"
+#include "server/cluster/checkpoint_retention.h"
 
 #include <filesystem>
 

@@ -1,7 +1,7 @@
-#ifndef LLAMAFLEET_SERVER_ELASTIC_GROW_H_
-#define LLAMAFLEET_SERVER_ELASTIC_GROW_H_
+#ifndef LLAMAFLEET_SERVER_CLUSTER_ELASTIC_GROW_H_
+#define LLAMAFLEET_SERVER_CLUSTER_ELASTIC_GROW_H_
 
-// Whether a running elastic gang should grow back to more nodes now (issue 14). Pure: a
+// Whether a running elastic gang should grow back to more nodes now. Pure: a
 // function of its arguments, no I/O, no clock of its own; the ClusterManager calls it
 // right after a checkpoint of the job was durably recorded and, on "grow", ends the
 // attempt (AttemptOutcome::kResized) so that the next scheduling pass places the job
@@ -73,4 +73,4 @@ GrowDecision DecideGrow(const GrowCheck& check, const std::vector<sched::Pending
 
 }  // namespace llamafleet
 
-#endif  // LLAMAFLEET_SERVER_ELASTIC_GROW_H_
+#endif  // LLAMAFLEET_SERVER_CLUSTER_ELASTIC_GROW_H_

@@ -1,5 +1,5 @@
-#ifndef LLAMAFLEET_SERVER_ATTEMPT_TRACKER_H_
-#define LLAMAFLEET_SERVER_ATTEMPT_TRACKER_H_
+#ifndef LLAMAFLEET_SERVER_CLUSTER_ATTEMPT_TRACKER_H_
+#define LLAMAFLEET_SERVER_CLUSTER_ATTEMPT_TRACKER_H_
 
 // One active attempt of a job as the coordinator follows it: its tasks' states, which of
 // them a worker stopped reporting, its progress, and what its task reports mean for the
@@ -132,4 +132,4 @@ struct AttemptTracker {
 
 }  // namespace llamafleet
 
-#endif  // LLAMAFLEET_SERVER_ATTEMPT_TRACKER_H_
+#endif  // LLAMAFLEET_SERVER_CLUSTER_ATTEMPT_TRACKER_H_

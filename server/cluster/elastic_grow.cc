@@ -1,4 +1,4 @@
-#include "server/elastic_grow.h"
+#include "server/cluster/elastic_grow.h"
 
 #include <algorithm>
 

@@ -1,5 +1,5 @@
-#ifndef LLAMAFLEET_SERVER_CHECKPOINT_RETENTION_H_
-#define LLAMAFLEET_SERVER_CHECKPOINT_RETENTION_H_
+#ifndef LLAMAFLEET_SERVER_CLUSTER_CHECKPOINT_RETENTION_H_
+#define LLAMAFLEET_SERVER_CLUSTER_CHECKPOINT_RETENTION_H_
 
 // Which checkpoint directories the coordinator may record and delete. The coordinator is
 // the only one that deletes checkpoints (the trainer never does), and it deletes only
@@ -33,4 +33,4 @@ RetentionPlan PlanRetention(const std::string& job_dir,
 
 }  // namespace llamafleet
 
-#endif  // LLAMAFLEET_SERVER_CHECKPOINT_RETENTION_H_
+#endif  // LLAMAFLEET_SERVER_CLUSTER_CHECKPOINT_RETENTION_H_

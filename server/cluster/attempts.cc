@@ -1,0 +1,373 @@
+// The ClusterManager's attempts: how one starts from a placement, what task reports,
+// metrics and start-up phases do to it, how it ends, stops its gang and releases its
+// slots. Strand-only.
+#include "server/cluster/cluster_manager.h"
+
+#include <algorithm>
+#include <cmath>
+#include <utility>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "google/protobuf/util/time_util.h"
+#include "server/metrics.h"
+#include "spdlog/spdlog.h"
+
+namespace llamafleet {
+namespace {
+
+using google::protobuf::util::TimeUtil;
+
+// An elastic gang placed on another size than its last attempt (or than `nodes` at its
+// first start): "resized 3 → 2 nodes: worker w3 lost". "" when the size did not change.
+std::string ResizeNote(const SchedulableJob& j, const std::vector<sched::Allocation>& placed,
+                       const std::set<std::string>& gone) {
+  const int now = static_cast<int>(placed.size());
+  const int before = j.job.workers_size() > 0 ? j.job.workers_size() : j.job.spec().resources().nodes();
+  if (now == before) return "";
+  if (j.job.workers_size() == 0) {
+    return absl::StrCat("elastic: started on ", now, " of ", before, " nodes (min_nodes ",
+                        j.job.spec().resources().min_nodes(), ")");
+  }
+  std::vector<std::string> lost;
+  for (const std::string& w : j.job.workers()) {
+    if (j.excluded_workers.count(w) || gone.count(w)) lost.push_back(w);
+  }
+  std::string note = absl::StrCat("resized ", before, " \u2192 ", now, " nodes");
+  if (now > before) {  // grown back (ClusterManager::MaybeGrow): name the workers it gained
+    std::vector<std::string> added;
+    for (const sched::Allocation& a : placed) {
+      if (std::find(j.job.workers().begin(), j.job.workers().end(), a.worker_id) == j.job.workers().end()) {
+        added.push_back(a.worker_id);
+      }
+    }
+    absl::StrAppend(&note, ": capacity returned", added.empty() ? "" : absl::StrCat(" (", absl::StrJoin(added, ", "), ")"));
+  } else if (!lost.empty()) {
+    absl::StrAppend(&note, ": ", lost.size() == 1 ? "worker " : "workers ", absl::StrJoin(lost, ", "), " lost");
+  } else {
+    absl::StrAppend(&note, ": only ", now, " matching workers free");
+  }
+  return note;
+}
+
+}  // namespace
+
+std::pair<TxnFunction, std::function<void(absl::Status)>> ClusterManager::StartAttempt(
+    const SchedulableJob& j, const sched::Placement& p, const std::set<std::string>& gone,
+    absl::Time now) {
+  ActiveAttempt a;
+  a.spec = j.job.spec();
+  if (a.spec.checkpoint().dir().empty() && !options_.checkpoint_root.empty()) {
+    a.spec.mutable_checkpoint()->set_dir(absl::StrCat(options_.checkpoint_root, "/", p.job_id));
+  }
+  a.record.job_id = p.job_id;
+  a.record.attempt = j.job.attempts() + 1;
+  a.record.started = now;
+  a.master_port = ports_.Allocate();
+  a.record.master_port = a.master_port;
+  a.record.master_addr = workers_.Address(p.allocations[0].worker_id);
+  a.last_preempted = j.last_preempted;
+  // Resume from the recorded checkpoints (restart), newest first: the trainer takes the
+  // newest that still verifies against its recorded manifest hash and falls back to
+  // older ones; resume_from names the newest for older trainers and the record.
+  absl::StatusOr<std::vector<v1::Checkpoint>> ckpts = ListCheckpoints(*store_, p.job_id);
+  if (ckpts.ok() && !ckpts->empty() &&
+      (a.record.attempt > 1 || a.spec.checkpoint().resume() == "latest")) {
+    a.record.resume_from = (*ckpts)[0].path();
+    a.resume_candidates = *ckpts;
+  } else if (a.spec.checkpoint().resume() != "" && a.spec.checkpoint().resume() != "latest") {
+    a.record.resume_from = a.spec.checkpoint().resume();
+  }
+  a.record.resize_note = ResizeNote(j, p.allocations, gone);
+  for (size_t rank = 0; rank < p.allocations.size(); ++rank) {
+    TaskRecord t;
+    t.task_id = absl::StrCat(p.job_id, "-", a.record.attempt, "-", rank);
+    t.node_rank = static_cast<int>(rank);
+    t.worker = p.allocations[rank].worker_id;
+    t.ranks = p.allocations[rank].gpus;
+    a.task_states[t.task_id] = v1::TASK_STARTING;
+    a.record.tasks.push_back(t);
+  }
+  a.last_progress = now;
+  const int64_t job_id = p.job_id;
+  // Hold the resources now, so the next pass cannot place on them twice; tell the
+  // workers once the attempt is durable.
+  std::pair<TxnFunction, std::function<void(absl::Status)>> start(
+      StartAttemptTxn(a.record), [this, job_id](absl::Status s) {
+    Post([this, job_id, s] {
+      auto it = attempts_.find(job_id);
+      if (it == attempts_.end()) return;
+      if (!s.ok()) {
+        spdlog::info("job {}: not started: {}", job_id, s.ToString());
+        ports_.Release(it->second.master_port);
+        attempts_.erase(it);
+        pass_.WantNow();
+        publish_assignments_ = true;
+        return;
+      }
+      it->second.committed = true;
+      SendAssignments(job_id);
+    });
+  });
+  attempts_[job_id] = std::move(a);
+  return start;
+}
+
+void ClusterManager::Preempt(const sched::Preemption& p) {
+  auto it = attempts_.find(p.victim_job_id);
+  if (it == attempts_.end() || it->second.stopping) return;
+  ActiveAttempt& victim = it->second;
+  victim.stopping = true;  // counts as freeing from now on
+  const std::string reason = absl::StrCat("preempted by job ", p.for_job_id, " (priority)");
+  const int64_t victim_id = p.victim_job_id;
+  const int victim_attempt = victim.record.attempt;
+  Write(BeginPreemptionTxn(victim_id, reason), [this, victim_id, victim_attempt, reason](absl::Status s) {
+    Post([this, victim_id, victim_attempt, reason, s] {
+      auto it = attempts_.find(victim_id);
+      if (it == attempts_.end() || it->second.record.attempt != victim_attempt) return;
+      if (!s.ok()) {
+        it->second.stopping = false;
+        return;
+      }
+      StopTasks(it->second, options_.preemption_grace, reason);
+      EndAttempt(it->second, AttemptOutcome::kPreempted, reason);
+    });
+  });
+}
+
+ClusterManager::ActiveAttempt* ClusterManager::AttemptOfTask(const std::string& task_id) {
+  // Task ids are "<job>-<attempt>-<node_rank>".
+  int64_t job_id;
+  if (!absl::SimpleAtoi(task_id.substr(0, task_id.find('-')), &job_id)) return nullptr;
+  auto it = attempts_.find(job_id);
+  if (it == attempts_.end() || !it->second.task_states.count(task_id)) return nullptr;
+  return &it->second;
+}
+
+ClusterManager::ActiveAttempt* ClusterManager::BoundAttempt(const std::string& worker,
+                                                           const std::string& task_id,
+                                                           const char* what) {
+  ActiveAttempt* a = AttemptOfTask(task_id);
+  if (a == nullptr) return nullptr;  // an old attempt's late report
+  const std::string assigned = a->WorkerOf(task_id);
+  if (assigned != worker) {
+    // A worker is trusted only for the tasks assigned to it.
+    spdlog::warn("ignored {} for task {} from worker {}: the task is assigned to {}", what,
+                 task_id, worker, assigned);
+    return nullptr;
+  }
+  return a;
+}
+
+void ClusterManager::HandleTaskStatus(const std::string& worker, const v1::TaskStatus& status) {
+  ActiveAttempt* a = BoundAttempt(worker, status.task_id(), "a task status");
+  if (a == nullptr) return;
+  const TaskReportEffect effect = a->OnTaskStatus(worker, status);
+  if (!effect.applied) return;  // already final (abandoned, then a late report)
+  Write(SetTaskStateTxn(status.task_id(), status), [](absl::Status) {});
+  const int64_t job_id = a->record.job_id;
+  if (effect.record_running) {
+    a->last_progress = options_.clock->Now();
+    Write(AttemptRunningTxn(job_id, a->record.attempt), [](absl::Status) {});
+  }
+  if (effect.end.has_value()) EndAttempt(*a, *effect.end, effect.reason, effect.excluded_worker);
+  if (IsTerminalTask(status.state())) publish_workers_ = true;  // its slots are free again
+  MaybeRelease(job_id);
+}
+
+void ClusterManager::HandleMetrics(const std::string& worker, const v1::TrainMetrics& m) {
+  ActiveAttempt* a = BoundAttempt(worker, m.task_id(), "metrics");
+  if (a == nullptr) return;
+  a->OnStep(m.step(), m.total_steps(), options_.clock->Now());
+  v1::JobMetricsPoint p;
+  p.set_step(m.step());
+  p.set_total_steps(m.total_steps());
+  p.set_loss(m.loss());
+  p.set_lr(m.lr());
+  p.set_grad_norm(m.grad_norm());
+  p.set_tokens_per_second(m.tokens_per_second());
+  p.set_tflops(m.tflops());
+  p.set_mfu(m.mfu());
+  p.set_peak_memory_bytes(m.peak_memory_bytes());
+  *p.mutable_time() = m.has_time() ? m.time() : TimeUtil::GetCurrentTime();
+  p.set_attempt(a->record.attempt);
+  Write(RecordMetricsTxn(a->record.job_id, p), [](absl::Status) {});
+}
+
+void ClusterManager::HandlePhase(const std::string& worker, const v1::StartupPhase& phase) {
+  ActiveAttempt* a = BoundAttempt(worker, phase.task_id(), "a start-up phase");
+  if (a == nullptr || !std::isfinite(phase.seconds()) || !std::isfinite(phase.since_start())) return;
+  // A worker's text: printable ASCII only, bounded, before it goes into an event.
+  auto clean = [](const std::string& s, size_t max) {
+    std::string out;
+    for (char c : s.substr(0, max)) out.push_back(c >= 0x20 && c < 0x7f ? c : '?');
+    return out;
+  };
+  std::string reason = absl::StrFormat("attempt %d start-up: %s in %.2f s (%.2f s since the trainer started)",
+                                       a->record.attempt, clean(phase.phase(), 64), phase.seconds(),
+                                       phase.since_start());
+  if (!phase.detail().empty()) absl::StrAppend(&reason, ", ", clean(phase.detail(), 256));
+  Write(RecordStartupPhaseTxn(a->record.job_id, a->record.attempt, reason), [](absl::Status) {});
+  if (options_.metrics != nullptr && phase.seconds() >= 0) {
+    options_.metrics->RecordStartupPhase(phase.phase(), phase.seconds());
+  }
+}
+
+void ClusterManager::HandleCancelled(const v1::JobEvent& e) {
+  int64_t job_id;
+  if (!absl::SimpleAtoi(e.job_id(), &job_id)) return;
+  auto it = attempts_.find(job_id);
+  if (it == attempts_.end()) return;
+  // The job is already CANCELLED in the database; close the attempt and stop its gang.
+  EndAttempt(it->second, AttemptOutcome::kStopped, e.reason());
+}
+
+void ClusterManager::EndAttempt(ActiveAttempt& a, AttemptOutcome outcome,
+                                const std::string& reason, const std::string& excluded_worker) {
+  if (a.ended) return;
+  a.ended = true;
+  spdlog::info("job {} attempt {} ends: {}", a.record.job_id, a.record.attempt, reason);
+  AttemptEnd end;
+  end.job_id = a.record.job_id;
+  end.attempt = a.record.attempt;
+  end.outcome = outcome;
+  end.reason = reason;
+  end.excluded_worker = excluded_worker;
+  const int64_t job_id = a.record.job_id;
+  const int attempt = a.record.attempt;
+  // Durable first; the gang is stopped once the outcome is committed.
+  Write(EndAttemptTxn(std::move(end)), [this, job_id, attempt, reason](absl::Status s) {
+    if (!s.ok()) spdlog::error("job {}: cannot record the end of its attempt: {}", job_id, s.ToString());
+    Post([this, job_id, attempt, reason] {
+      auto it = attempts_.find(job_id);
+      // The commit requeued the job: by now this attempt may be released and the next one
+      // placed under the same job id, which must not be stopped for its predecessor.
+      if (it == attempts_.end() || it->second.record.attempt != attempt) return;
+      StopTasks(it->second, options_.cancel_grace, reason);
+      MaybeRelease(job_id);
+      pass_.CapacityFreed(job_id);
+    });
+  });
+}
+
+void ClusterManager::StopTasks(ActiveAttempt& a, absl::Duration grace, const std::string& reason) {
+  a.BeginStopping(options_.clock->Now(), grace, options_.stop_report_slack);
+  for (const TaskRecord& t : a.record.tasks) {
+    if (IsTerminalTask(a.task_states[t.task_id])) continue;
+    v1::CoordinatorMessage m;
+    m.mutable_cancel()->set_task_id(t.task_id);
+    m.mutable_cancel()->set_grace_period_ms(absl::ToInt64Milliseconds(grace));
+    m.mutable_cancel()->set_reason(reason);
+    workers_.Send(t.worker, std::move(m));
+  }
+}
+
+void ClusterManager::MaybeRelease(int64_t job_id) {
+  auto it = attempts_.find(job_id);
+  if (it == attempts_.end()) return;
+  ActiveAttempt& a = it->second;
+  if (!a.ended) return;
+  // A lost worker's tasks are gone with it.
+  if (!a.AllTasksDone([this](const std::string& worker) { return workers_.IsLost(worker); })) {
+    return;
+  }
+  const int attempt = a.record.attempt;
+  // Its last log lines may still be on their way (logs do not pass through the loop):
+  // the binding outlives the attempt for a while.
+  for (const TaskRecord& t : a.record.tasks) {
+    recently_released_.emplace_back(t.task_id, t.worker);
+    if (recently_released_.size() > 4096) recently_released_.pop_front();
+  }
+  ports_.Release(a.master_port);
+  attempts_.erase(it);
+  pass_.CapacityFreed(job_id);
+  publish_assignments_ = true;
+  publish_workers_ = true;
+  if (options_.on_attempt_released) options_.on_attempt_released(job_id, attempt);
+}
+
+void ClusterManager::ForEachAttemptMayErase(const std::function<void(int64_t, ActiveAttempt&)>& fn) {
+  std::vector<int64_t> ids;
+  for (auto& [job_id, a] : attempts_) ids.push_back(job_id);
+  for (int64_t job_id : ids) {
+    auto it = attempts_.find(job_id);
+    if (it != attempts_.end()) fn(job_id, it->second);
+  }
+}
+
+void ClusterManager::ReleaseAbandoned(absl::Time now) {
+  ForEachAttemptMayErase([&](int64_t job_id, ActiveAttempt& a) {
+    if (!a.committed) return;
+    const std::vector<std::string> gone = a.Abandoned(now, options_.missing_task_grace);
+    if (gone.empty()) return;
+    for (const std::string& task_id : gone) {
+      const bool missing = a.missing_since.count(task_id) > 0;
+      const std::string why =
+          missing ? absl::StrCat("task ", task_id, " is no longer running on its worker ",
+                                 a.WorkerOf(task_id))
+                  : absl::StrCat("task ", task_id, " did not report stopping on ",
+                                 a.WorkerOf(task_id), " in time; released");
+      spdlog::warn("job {}: {}", job_id, why);
+      a.Abandon(task_id);
+      v1::TaskStatus failed;
+      failed.set_task_id(task_id);
+      failed.set_state(v1::TASK_FAILED);
+      failed.set_message(why);
+      Write(SetTaskStateTxn(task_id, failed), [](absl::Status) {});
+      if (!a.ended) EndAttempt(a, AttemptOutcome::kRetryable, why);
+    }
+    publish_workers_ = true;
+    MaybeRelease(job_id);
+  });
+}
+
+void ClusterManager::SendAssignments(int64_t job_id) {
+  auto it = attempts_.find(job_id);
+  if (it == attempts_.end()) return;
+  ActiveAttempt& a = it->second;
+  for (const TaskRecord& t : a.record.tasks) {
+    v1::CoordinatorMessage m;
+    v1::TaskSpec* ts = m.mutable_assign()->mutable_task();
+    ts->set_task_id(t.task_id);
+    ts->set_job_id(JobIdString(job_id));
+    ts->set_attempt(a.record.attempt);
+    ts->set_node_rank(t.node_rank);
+    ts->set_nnodes(static_cast<int>(a.record.tasks.size()));
+    ts->set_nproc_per_node(t.ranks);
+    ts->set_master_addr(a.record.master_addr);
+    ts->set_master_port(a.record.master_port);
+    ts->set_resume_from(a.record.resume_from);
+    for (const v1::Checkpoint& c : a.resume_candidates) {
+      v1::ResumeCandidate* rc = ts->add_resume_candidates();
+      rc->set_path(c.path());
+      rc->set_step(c.step());
+      rc->set_manifest_sha256(c.manifest_sha256());
+    }
+    *ts->mutable_spec() = a.spec;
+    for (const std::string& root : options_.path_roots) ts->add_path_roots(root);
+    workers_.Send(t.worker, std::move(m));
+  }
+}
+
+void ClusterManager::EndStalledAndOverdue(absl::Time now) {
+  ForEachAttemptMayErase([&](int64_t, ActiveAttempt& a) {
+    if (a.ended) return;
+    const absl::Duration stall = absl::Seconds(a.spec.run_policy().stall_timeout_seconds());
+    if (a.running_recorded && stall > absl::ZeroDuration() && now - a.last_progress > stall) {
+      EndAttempt(a, AttemptOutcome::kRetryable,
+                 absl::StrCat("stalled: no step progress for ", absl::FormatDuration(now - a.last_progress)));
+      return;
+    }
+    const int64_t deadline = a.spec.run_policy().active_deadline_seconds();
+    if (deadline > 0 && now - a.record.started > absl::Seconds(deadline)) {
+      // (Counted from this attempt's start; earlier attempts' time is added by the
+      // scheduling pass, which fails a queued job whose deadline has passed.)
+      EndAttempt(a, AttemptOutcome::kDeadline,
+                 absl::StrCat("active_deadline_seconds (", deadline, ") exceeded"));
+    }
+  });
+}
+
+}  // namespace llamafleet

@@ -1,0 +1,119 @@
+// The ClusterManager's recorded checkpoints: a report from rank 0 is checked and
+// recorded, then drives retention (keep_last, off the loop) and, for an elastic gang
+// below its size, the decision to grow it back. Strand-only, except ApplyRetention.
+#include "server/cluster/cluster_manager.h"
+
+#include <algorithm>
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "server/cluster/elastic_grow.h"
+#include "spdlog/spdlog.h"
+
+namespace llamafleet {
+
+void ClusterManager::HandleCheckpoint(const std::string& worker,
+                                      const v1::CheckpointReport& report) {
+  ActiveAttempt* a = BoundAttempt(worker, report.task_id(), "a checkpoint report");
+  if (a == nullptr) return;
+  const int64_t job_id = a->record.job_id;
+  const std::string job_dir = a->spec.checkpoint().dir();
+  // Only the job's own step-N directories are recorded: the coordinator deletes what it
+  // records (keep_last), so a path anywhere else must never get in.
+  if (absl::Status s = CheckCheckpointPath(job_dir, report.path()); !s.ok()) {
+    spdlog::warn("job {}: checkpoint report from {} ignored: {}", job_id, worker, std::string(s.message()));
+    return;
+  }
+  // Only a complete checkpoint is recorded: the trainer reports it after rank 0 wrote the
+  // manifest last; where the directory is visible here, the manifest must be there.
+  const std::string manifest = report.path() + "/manifest.json";
+  std::error_code ec;
+  if (!std::filesystem::exists(manifest, ec) && std::filesystem::exists(report.path(), ec)) {
+    spdlog::warn("job {}: checkpoint {} has no manifest; not recorded", job_id, report.path());
+    return;
+  }
+  const int keep_last = a->spec.checkpoint().keep_last();
+  // Retention after recording, off the loop: the files of checkpoints beyond keep_last,
+  // then their rows.
+  Write(RecordCheckpointTxn(job_id, a->record.attempt, report),
+        [this, job_id, keep_last, job_dir, attempt = a->record.attempt,
+         step = report.step()](absl::Status s) {
+          if (!s.ok()) return;
+          // Durable now: an elastic gang below its size may grow back from it.
+          Post([this, job_id, attempt, step] { MaybeGrow(job_id, attempt, step); });
+          if (keep_last <= 0) return;
+          Post([this, job_id, keep_last, job_dir] {
+            files_->Post([this, job_id, keep_last, job_dir] {
+              ApplyRetention(job_id, keep_last, job_dir);
+            });
+          });
+        });
+  a->last_progress = options_.clock->Now();
+}
+
+void ClusterManager::MaybeGrow(int64_t job_id, int attempt, int64_t step) {
+  auto it = attempts_.find(job_id);
+  if (it == attempts_.end() || it->second.record.attempt != attempt) return;
+  ActiveAttempt& a = it->second;
+  const absl::Time now = options_.clock->Now();
+  GrowCheck check;
+  check.job.job_id = job_id;
+  check.job.nodes = a.spec.resources().nodes();
+  check.job.min_nodes = a.spec.resources().min_nodes();
+  check.nodes_now = static_cast<int>(a.record.tasks.size());
+  for (const TaskRecord& t : a.record.tasks) check.workers_now.push_back(t.worker);
+  check.attempt_started = a.record.started;
+  check.running = a.running_recorded && !a.stopping && !a.ended;
+  check.checkpoint_recorded = true;
+  check.checkpoint_step = step;
+  check.total_steps = a.total_steps;
+  check.cooldown = absl::Seconds(a.spec.resources().elastic_cooldown_seconds());
+  // Rules 1-4 first: most checkpoints are of jobs that cannot grow; they read nothing.
+  if (!GrowBlocked(check, now).empty()) return;
+  absl::StatusOr<QueuedJobsSnapshot> queued = store_->SnapshotQueuedJobs();
+  absl::StatusOr<std::vector<SchedulableJob>> running = LoadJobsInStates(*store_, {v1::RUNNING});
+  if (!queued.ok() || !running.ok()) return;
+  auto self = std::find_if(running->begin(), running->end(),
+                           [&](const SchedulableJob& j) { return j.job.id() == JobIdString(job_id); });
+  if (self == running->end()) return;
+  const std::vector<WorkerView>& views = workers_.Views();
+  check.job = MakePendingJob(job_id, *self, views);
+  const SchedulerInput input = BuildSchedulerInput(*queued, views, attempts_, now);
+  const GrowDecision d =
+      DecideGrow(check, input.pending, input.workers, input.running, options_.queues, scheduler_, now);
+  if (!d.grow) {
+    spdlog::info("job {}: stays on {} nodes after checkpoint step {}: {}", job_id, check.nodes_now, step, d.why);
+    return;
+  }
+  // Not a failure: no restart used, no backoff, not a preemption (AttemptOutcome::kResized).
+  EndAttempt(a, AttemptOutcome::kResized,
+             absl::StrCat("resizing ", check.nodes_now, " \u2192 ", d.nodes_after,
+                          " nodes: capacity returned (", absl::StrJoin(d.added_workers, ", "),
+                          "); stopping after checkpoint step ", step));
+}
+
+void ClusterManager::ApplyRetention(int64_t job_id, int keep_last, const std::string& job_dir) {
+  absl::StatusOr<std::vector<v1::Checkpoint>> all = ListCheckpoints(*store_, job_id);
+  if (!all.ok()) return;
+  RetentionPlan plan = PlanRetention(job_dir, *all, keep_last);
+  for (size_t i = 0; i < plan.refused.size(); ++i) {
+    spdlog::warn("job {}: retention leaves {} alone: {}", job_id, plan.refused[i].path(),
+                 plan.refusals[i]);
+  }
+  std::vector<int64_t> forget;
+  for (const v1::Checkpoint& c : plan.remove) {
+    // Files first, rows after: a crash in between leaves a row whose files are gone,
+    // which the next pass removes again (remove_all of a missing path is a no-op).
+    std::error_code ec;
+    std::filesystem::remove_all(c.path(), ec);
+    if (ec) {
+      spdlog::warn("job {}: cannot remove checkpoint {}: {}", job_id, c.path(), ec.message());
+      continue;
+    }
+    forget.push_back(c.step());
+  }
+  if (!forget.empty()) Write(ForgetCheckpointsTxn(job_id, forget), [](absl::Status) {});
+}
+
+}  // namespace llamafleet

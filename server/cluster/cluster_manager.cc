@@ -1,0 +1,370 @@
+#include "server/cluster/cluster_manager.h"
+
+#include <pthread.h>
+
+#include <chrono>
+#include <future>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "spdlog/spdlog.h"
+
+namespace llamafleet {
+
+ClusterManager::ClusterManager(JobStore* store, ClusterOptions options)
+    : store_(store),
+      options_(std::move(options)),
+      scheduler_(options_.scheduler),
+      ports_(options_.master_port_base),
+      pass_(options_.pass_interval),
+      files_(std::make_unique<SerialExecutor>("lf-files")) {}
+
+absl::StatusOr<std::unique_ptr<ClusterManager>> ClusterManager::Start(JobStore* store,
+                                                                      ClusterOptions options) {
+  std::unique_ptr<ClusterManager> m(new ClusterManager(store, std::move(options)));
+  // Recovery: attempts the database says are active. Their workers get one heartbeat
+  // timeout to reconnect and report their tasks.
+  absl::StatusOr<std::vector<AttemptRecord>> active = LoadActiveAttempts(*store);
+  if (!active.ok()) return active.status();
+  const absl::Time now = m->options_.clock->Now();
+  std::map<int64_t, absl::Time> last_preempted;
+  if (!active->empty()) {
+    absl::StatusOr<std::vector<SchedulableJob>> running = LoadJobsInStates(
+        *store, {v1::SCHEDULED, v1::RUNNING, v1::PREEMPTING});
+    if (!running.ok()) return running.status();
+    for (const SchedulableJob& j : *running) {
+      int64_t id;
+      if (absl::SimpleAtoi(j.job.id(), &id)) last_preempted[id] = j.last_preempted;
+    }
+  }
+  for (AttemptRecord& rec : *active) {
+    absl::StatusOr<v1::Job> job = store->GetJob(rec.job_id);
+    if (!job.ok()) return job.status();
+    ActiveAttempt a;
+    a.spec = job->spec();
+    a.committed = true;
+    a.running_recorded = job->state() == v1::RUNNING;
+    a.last_progress = now;
+    a.master_port = rec.master_port;
+    if (auto lp = last_preempted.find(rec.job_id); lp != last_preempted.end()) {
+      a.last_preempted = lp->second;
+    }
+    m->ports_.Hold(rec.master_port);
+    for (const TaskRecord& t : rec.tasks) {
+      a.task_states[t.task_id] = t.state;
+      // Silent "heartbeat" in the future: the worker has the recovery grace to come back.
+      m->workers_.AddRecovered(t.worker, now + m->options_.recovery_grace - m->options_.heartbeat_timeout);
+    }
+    if (IsTerminal(job->state()) || job->state() == v1::PREEMPTING) {
+      // Stopping before the restart: its tasks get the recovery grace to reconnect and
+      // the usual time to report that they stopped.
+      a.BeginStopping(now + m->options_.recovery_grace, m->options_.preemption_grace,
+                      m->options_.stop_report_slack);
+    }
+    a.record = std::move(rec);
+    spdlog::info("recovered attempt {} of job {} ({} tasks, job {})", a.record.attempt,
+                 a.record.job_id, a.record.tasks.size(), v1::JobState_Name(job->state()));
+    m->attempts_[a.record.job_id] = std::move(a);
+  }
+  ClusterManager* raw = m.get();
+  m->subscription_ = store->SubscribeBatches([raw](const std::vector<const v1::JobEvent*>& events) {
+    // Runs on the writer thread: hand over, never block. Only two kinds of event matter to
+    // the loop: a job joining the queue, and a cancellation. One hand-off per commit, not
+    // one per event.
+    bool queue_grew = false;
+    std::vector<v1::JobEvent> cancelled;
+    for (const v1::JobEvent* e : events) {
+      if (e->to_state() == v1::CANCELLED) {
+        cancelled.push_back(*e);
+      } else if (e->type() == "submitted" || e->to_state() == v1::QUEUED) {
+        queue_grew = true;
+      }
+    }
+    if (!queue_grew && cancelled.empty()) return;
+    raw->Post([raw, queue_grew, cancelled = std::move(cancelled)] {
+      if (queue_grew) raw->HandleQueueGrew();
+      for (const v1::JobEvent& e : cancelled) raw->HandleCancelled(e);
+    });
+  });
+  m->published_.SetAssignments(m->attempts_, m->recently_released_);
+  m->thread_ = std::thread([raw] {
+    pthread_setname_np(pthread_self(), "lf-scheduler");  // for top -H, perf and gdb
+    raw->Loop();
+  });
+  return m;
+}
+
+ClusterManager::~ClusterManager() {
+  store_->Unsubscribe(subscription_);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  files_.reset();  // finishes queued retention (which may write) before the wait below
+  // Writes already handed to the store call back into this object: wait for them.
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] { return inflight_writes_.load() == 0; });
+}
+
+std::function<void(absl::Status)> ClusterManager::Counted(std::function<void(absl::Status)> done) {
+  inflight_writes_.fetch_add(1);
+  return [this, done = std::move(done)](absl::Status s) {
+    done(std::move(s));
+    if (inflight_writes_.fetch_sub(1) == 1) {
+      std::lock_guard<std::mutex> lock(mu_);
+      cv_.notify_all();
+    }
+  };
+}
+
+void ClusterManager::Write(TxnFunction fn, std::function<void(absl::Status)> done) {
+  store_->Write(std::move(fn), Counted(std::move(done)));
+}
+
+void ClusterManager::WriteEach(
+    std::vector<std::pair<TxnFunction, std::function<void(absl::Status)>>> writes) {
+  if (writes.empty()) return;
+  for (auto& write : writes) write.second = Counted(std::move(write.second));
+  store_->WriteEach(std::move(writes));
+}
+
+void ClusterManager::Post(std::function<void()> fn) {
+  bool was_empty;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) return;
+    was_empty = queue_.empty();
+    queue_.push_back(std::move(fn));
+  }
+  // Only the first post of a burst wakes the loop: it takes the whole queue when it wakes
+  // (and checks it again before it sleeps).
+  if (was_empty) cv_.notify_one();
+}
+
+void ClusterManager::Loop() {
+  absl::Time next_tick = options_.clock->Now();
+  while (true) {
+    std::deque<std::function<void()>> work;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      const auto wait = pass_.Wait(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                       absl::ToChronoMicroseconds(options_.tick)),
+                                   std::chrono::steady_clock::now());
+      cv_.wait_for(lock, wait, [&] { return stopping_ || !queue_.empty(); });
+      if (stopping_) return;
+      work.swap(queue_);
+    }
+    for (auto& fn : work) fn();
+    if (options_.clock->Now() >= next_tick || pass_.Due(std::chrono::steady_clock::now())) {
+      Tick();
+      next_tick = options_.clock->Now() + options_.tick;
+    }
+    Publish();
+  }
+}
+
+void ClusterManager::Sync() {
+  std::promise<void> done;
+  auto f = done.get_future();
+  Post([this, &done] {
+    Publish();  // what the work before it changed is visible once Sync returns
+    done.set_value();
+  });
+  f.wait();
+}
+
+void ClusterManager::TickNow() {
+  std::promise<void> done;
+  auto f = done.get_future();
+  Post([this, &done] {
+    Tick();
+    Publish();
+    done.set_value();
+  });
+  f.wait();
+}
+
+void ClusterManager::Poke() {
+  Post([this] { pass_.WantSoon(); });
+}
+
+void ClusterManager::OnHello(std::shared_ptr<WorkerLink> link, v1::Hello hello) {
+  Post([this, link = std::move(link), hello = std::move(hello)] { HandleHello(link, hello); });
+}
+
+void ClusterManager::OnDisconnected(const std::string& worker, const WorkerLink* link) {
+  Post([this, worker, link] {
+    // Lost only if it stays silent past the heartbeat timeout.
+    if (workers_.Disconnect(worker, link)) spdlog::info("worker {} disconnected", worker);
+  });
+}
+
+void ClusterManager::OnWorkerMessage(const std::string& worker, v1::WorkerMessage message) {
+  Post([this, worker, message = std::move(message)] {
+    LiveWorker* w = workers_.Heard(worker, options_.clock->Now());  // any message proves it is alive
+    if (w == nullptr) return;
+    switch (message.kind_case()) {
+      case v1::WorkerMessage::kHeartbeat:
+        w->gpus.assign(message.heartbeat().gpus().begin(), message.heartbeat().gpus().end());
+        break;
+      case v1::WorkerMessage::kTaskStatus:
+        HandleTaskStatus(worker, message.task_status());
+        break;
+      case v1::WorkerMessage::kMetrics:
+        HandleMetrics(worker, message.metrics());
+        break;
+      case v1::WorkerMessage::kCheckpoint:
+        HandleCheckpoint(worker, message.checkpoint());
+        break;
+      case v1::WorkerMessage::kPhase:
+        HandlePhase(worker, message.phase());
+        break;
+      default:
+        break;
+    }
+  });
+}
+
+void ClusterManager::HandleHello(std::shared_ptr<WorkerLink> link, const v1::Hello& hello) {
+  if (!JoinTokenMatches(options_.join_token, hello.join_token())) {
+    spdlog::warn("refused worker {}: bad join token", hello.worker_name());
+    link->Close(absl::UnauthenticatedError("bad join token"));
+    return;
+  }
+  const std::string& name = hello.worker_name();
+  if (name.empty() || name.size() > 128) {
+    link->Close(absl::InvalidArgumentError("hello.worker_name must be 1..128 characters"));
+    return;
+  }
+  // A new hello while the old session still looked alive: the worker restarted (or its
+  // connection broke without a reset). Known now, not after a heartbeat timeout: the
+  // tasks it does not list below are missing from this moment.
+  const WorkerRegistry::Registration r =
+      workers_.Register(name, hello.inventory(), link, options_.clock->Now());
+  const LiveWorker& w = *r.worker;
+  Write(UpsertWorkerTxn(name, w.inventory, v1::WORKER_READY), [](absl::Status) {});
+
+  // Tasks it reports that no active attempt wants any more: kill them. Tasks an attempt
+  // placed here that it does not report: resend if never started, else give them a
+  // moment to show up as a late status.
+  std::set<std::string> reported(hello.running_task_ids().begin(), hello.running_task_ids().end());
+  v1::CoordinatorMessage welcome;
+  v1::Welcome* wm = welcome.mutable_welcome();
+  wm->set_worker_id(name);
+  wm->set_heartbeat_interval_ms(absl::ToInt64Milliseconds(options_.heartbeat_interval));
+  for (const std::string& id : reported) {
+    ActiveAttempt* a = AttemptOfTask(id);
+    if (a == nullptr || (a->stopping && a->ended) || a->WorkerOf(id) != name ||
+        IsTerminalTask(a->task_states[id])) {
+      wm->add_kill_task_ids(id);
+    }
+  }
+  link->Send(welcome);
+  const absl::Time now = options_.clock->Now();
+  for (auto& [job_id, a] : attempts_) {
+    if (!a.committed) continue;
+    for (const TaskRecord& t : a.record.tasks) {
+      if (t.worker != name || reported.count(t.task_id)) continue;
+      const v1::TaskState state = a.task_states[t.task_id];
+      if (IsTerminalTask(state)) continue;
+      if (state == v1::TASK_STARTING && !a.stopping) {
+        SendAssignments(job_id);  // repeated assignments are ignored by the worker
+      } else {
+        // Gone unless a late status shows up within missing_task_grace; this holds for
+        // an attempt that already ended too (ReleaseAbandoned), so a restarted worker
+        // never keeps a dead attempt's slots.
+        a.MarkMissing(t.task_id, now);
+      }
+    }
+  }
+  spdlog::info("worker {} {} ({} slots{})", name,
+               r.was_lost ? "is back" : (r.replaced ? "re-registered" : "registered"),
+               WorkerSlots(w.inventory),
+               w.inventory.efa_devices() ? absl::StrCat(", ", w.inventory.efa_devices(), " EFA") : "");
+  pass_.WantSoon();  // coalesced: a thousand workers registering need not mean a thousand passes
+  publish_workers_ = true;
+}
+
+void ClusterManager::HandleQueueGrew() {
+  if (workers_.AnyConnected()) pass_.WantSoon();
+}
+
+void ClusterManager::Tick() {
+  const absl::Time now = options_.clock->Now();
+  // Lost workers: their attempts fail as node faults.
+  for (const std::string& name : workers_.CollectLost(now, options_.heartbeat_timeout)) {
+    HandleWorkerLost(name);
+  }
+  // Tasks nobody will report any more (missing, or silent past their stop deadline).
+  ReleaseAbandoned(now);
+  EndStalledAndOverdue(now);
+  for (int64_t id : expiry_.Due(*store_, now)) {
+    spdlog::info("job {}: ttl_after_finished passed; deleting its record", id);
+    Write(DeleteJobTxn(id), [this, id](absl::Status s) {
+      if (s.ok() && options_.on_job_deleted) Post([this, id] { options_.on_job_deleted(id); });
+    });
+  }
+  std::optional<QueuedJobsSnapshot> queue;
+  if (pass_.ShouldCompareQueue(workers_.version())) {
+    absl::StatusOr<QueuedJobsSnapshot> now_queued = store_->SnapshotQueuedJobs();
+    if (now_queued.ok()) queue = *std::move(now_queued);
+  }
+  if (pass_.Run(now, queue ? &*queue : nullptr, attempts_)) RunPass(std::move(queue));
+}
+
+void ClusterManager::HandleWorkerLost(const std::string& name) {
+  Write(SetWorkerStateTxn(name, v1::WORKER_LOST), [](absl::Status) {});
+  std::vector<int64_t> affected;
+  for (auto& [job_id, a] : attempts_) {
+    for (const TaskRecord& t : a.record.tasks) {
+      if (t.worker == name) affected.push_back(job_id);
+    }
+  }
+  const std::string lost_reason = absl::StrCat(
+      "worker ", name, " lost (no heartbeat for ", absl::FormatDuration(options_.heartbeat_timeout), ")");
+  for (int64_t job_id : affected) {
+    auto it = attempts_.find(job_id);
+    if (it == attempts_.end()) continue;
+    // The record says what became of the lost worker's unfinished tasks (the attempts
+    // history shows them); the in-memory state waits for a late report, if one comes.
+    for (const TaskRecord& t : it->second.record.tasks) {
+      if (t.worker != name || IsTerminalTask(it->second.task_states[t.task_id])) continue;
+      v1::TaskStatus lost;
+      lost.set_task_id(t.task_id);
+      lost.set_state(v1::TASK_FAILED);
+      lost.set_message(absl::StrCat(lost_reason, "; its ranks' fate is unknown"));
+      Write(SetTaskStateTxn(t.task_id, lost), [](absl::Status) {});
+    }
+    EndAttempt(it->second, AttemptOutcome::kNodeFault, lost_reason, name);
+    MaybeRelease(job_id);
+  }
+  pass_.WantNow();
+  publish_workers_ = true;
+}
+
+void ClusterManager::Publish() {
+  if (publish_assignments_) {
+    publish_assignments_ = false;
+    published_.SetAssignments(attempts_, recently_released_);
+  }
+  if (publish_workers_) {
+    publish_workers_ = false;
+    published_.SetWorkers(workers_.workers(), attempts_);
+  }
+}
+
+std::vector<v1::WorkerInfo> ClusterManager::Workers() const { return published_.Workers(); }
+
+ClusterUsage ClusterManager::Usage() const { return published_.Usage(); }
+
+bool ClusterManager::PendingInfoFor(int64_t job_id, v1::PendingInfo* info) const {
+  return published_.PendingInfoFor(job_id, info);
+}
+
+bool ClusterManager::IsAssigned(const std::string& task_id, const std::string& worker) const {
+  return published_.IsAssigned(task_id, worker);
+}
+
+}  // namespace llamafleet

@@ -1,0 +1,257 @@
+#ifndef LLAMAFLEET_SERVER_CLUSTER_CLUSTER_MANAGER_H_
+#define LLAMAFLEET_SERVER_CLUSTER_CLUSTER_MANAGER_H_
+
+// The coordinator's control loop: worker sessions, scheduling passes, attempts, failure
+// handling. All of its state is confined to one thread (the strand); everything else
+// posts to it. Every decision is committed to the database before anyone is told: an
+// attempt is written before its tasks are sent, a failure is written before the gang is
+// stopped.
+//
+// The loop is defined across server/cluster/, one file per part of its work:
+//   cluster_manager.cc     the strand (posting, the loop, ticks), recovery, worker sessions
+//   attempts.cc            attempts: start, task reports, end, stop, release
+//   checkpoint_reports.cc  recorded checkpoints: retention, elastic grow
+//   scheduling_pass.cc     a pass: its input, the scheduler, applying its decisions
+// and the parts it is built from, each with its own header: worker_registry (nodes,
+// heartbeats, liveness), pass_policy (when a pass runs), port_allocator (MASTER_PORT),
+// job_expiry (ttl_after_finished), cluster_view (what other threads read),
+// attempt_tracker, scheduler_input, elastic_grow, checkpoint_retention.
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/time/time.h"
+#include "llamafleet/v1/job.pb.h"
+#include "llamafleet/v1/worker.pb.h"
+#include "scheduler/clock.h"
+#include "scheduler/scheduler.h"
+#include "server/cluster/attempt_tracker.h"
+#include "server/cluster/checkpoint_retention.h"
+#include "server/cluster/cluster_view.h"
+#include "server/cluster/job_expiry.h"
+#include "server/cluster/pass_policy.h"
+#include "server/cluster/port_allocator.h"
+#include "server/cluster/scheduler_input.h"
+#include "server/cluster/worker_registry.h"
+#include "server/serial_executor.h"
+#include "storage/cluster_store.h"
+#include "storage/job_store.h"
+
+namespace llamafleet {
+
+class CoordinatorMetrics;
+
+struct ClusterOptions {
+  // Workers must present this in their hello. Empty: every hello is refused.
+  std::string join_token;
+  // A worker silent this long is lost; its tasks fail.
+  absl::Duration heartbeat_timeout = absl::Seconds(10);
+  // What workers are told to use.
+  absl::Duration heartbeat_interval = absl::Seconds(2);
+  // How often the loop checks timeouts and retries scheduling.
+  absl::Duration tick = absl::Milliseconds(250);
+  // Passes for new submissions and registering workers are coalesced: at most one per
+  // this long (or the last pass's duration, if longer), measured on the steady clock, so
+  // a stream of commits is not one pass each. Capacity freed by an attempt that ended
+  // starts a pass at once when a queued job could use it. TickNow() always passes.
+  absl::Duration pass_interval = absl::Milliseconds(20);
+  // SIGTERM → SIGKILL grace for cancelled jobs and for the rest of a failed gang.
+  absl::Duration cancel_grace = absl::Seconds(15);
+  // Preempted jobs get this long to checkpoint and stop.
+  absl::Duration preemption_grace = absl::Seconds(60);
+  // After a coordinator restart or a reconnect, how long a task the worker does not
+  // report may take to show up (as a late status) before its attempt fails.
+  // The same grace applies to a task of an attempt that has already ended: once it passes,
+  // the task counts as failed and its slots are free again (its worker is told to kill it
+  // should it ever report it running).
+  absl::Duration missing_task_grace = absl::Seconds(3);
+  // A task asked to stop has its grace (cancel or preemption) plus this long to report
+  // that it stopped; after that it is released as abandoned, so a silent worker never
+  // holds capacity for a task nobody runs.
+  absl::Duration stop_report_slack = absl::Seconds(10);
+  // After a coordinator restart, how long the workers of recovered attempts have to
+  // reconnect (their reconnect backoff reaches 5 s) before they count as lost.
+  absl::Duration recovery_grace = absl::Seconds(15);
+  sched::Config scheduler;
+  std::map<std::string, sched::QueueConfig> queues;
+  // Checkpoints of jobs without checkpoint.dir go to checkpoint_root/<job id>.
+  std::string checkpoint_root;
+  // Sent in every task (TaskSpec.path_roots): workers re-check the job's paths against them.
+  std::vector<std::string> path_roots;
+  // Runs on the manager's thread after ttl_after_finished deleted a job's record (to
+  // remove what the job left: logs, its default checkpoint dir). Empty: nothing.
+  std::function<void(int64_t job_id)> on_job_deleted;
+  // First TCP port handed out as MASTER_PORT (a range of 1000).
+  int master_port_base = 29500;
+  Clock* clock = Clock::Real();
+  // Where scheduling passes are recorded (not owned; must outlive the manager). Null: none.
+  CoordinatorMetrics* metrics = nullptr;
+  // Called on the loop's thread when an attempt holds nothing any more (every task
+  // terminal or abandoned), e.g. to close its log files. Must not block. Null: none.
+  std::function<void(int64_t job_id, int attempt)> on_attempt_released;
+};
+
+class ClusterManager : public ClusterView {
+ public:
+  // `store` must outlive the manager. Recovers active attempts from the database, then
+  // starts the loop.
+  static absl::StatusOr<std::unique_ptr<ClusterManager>> Start(JobStore* store,
+                                                               ClusterOptions options);
+  // Stops the loop (tasks keep running on the workers; a restarted coordinator picks
+  // them up again).
+  ~ClusterManager() override;
+
+  // --- From worker sessions (any thread).
+  void OnHello(std::shared_ptr<WorkerLink> link, v1::Hello hello);
+  void OnWorkerMessage(const std::string& worker, v1::WorkerMessage message);
+  void OnDisconnected(const std::string& worker, const WorkerLink* link);
+
+  // Asks for a scheduling pass soon (after submissions).
+  void Poke();
+
+  // Snapshot for ListWorkers (any thread).
+  std::vector<v1::WorkerInfo> Workers() const;
+  // Snapshot for ListQueues and metrics (any thread).
+  ClusterUsage Usage() const override;
+  bool PendingInfoFor(int64_t job_id, v1::PendingInfo* info) const override;
+
+  // Whether `task_id` belongs to an active attempt and was assigned to `worker` (any
+  // thread): reports about a task are accepted only from its own worker.
+  bool IsAssigned(const std::string& task_id, const std::string& worker) const;
+
+  // Blocks until the loop has processed everything posted so far (tests).
+  void Sync();
+  // Runs one tick (timeouts, abandoned tasks, a scheduling pass) now and waits for it
+  // (tests with a fake clock).
+  void TickNow();
+
+ private:
+  using ActiveAttempt = AttemptTracker;
+
+  ClusterManager(JobStore* store, ClusterOptions options);
+
+  // --- The strand (cluster_manager.cc).
+  void Post(std::function<void()> fn);
+  // `done`, counted as a write in flight until it has run: the destructor waits for
+  // every callback.
+  std::function<void(absl::Status)> Counted(std::function<void(absl::Status)> done);
+  // store_->Write, counted.
+  void Write(TxnFunction fn, std::function<void(absl::Status)> done);
+  // store_->WriteEach (a transaction per max_background functions, a savepoint each),
+  // counted the same way.
+  void WriteEach(std::vector<std::pair<TxnFunction, std::function<void(absl::Status)>>> writes);
+  void Loop();
+  // Timeouts (lost workers, abandoned tasks, stalls, deadlines), expired jobs, and a
+  // scheduling pass when PassPolicy says so.
+  void Tick();
+  void HandleHello(std::shared_ptr<WorkerLink> link, const v1::Hello& hello);
+  // `name` was just marked lost: its unfinished tasks are recorded as failed and their
+  // attempts end as node faults.
+  void HandleWorkerLost(const std::string& name);
+  // A job joined the queue ("submitted", or back to QUEUED): a pass once allowed.
+  void HandleQueueGrew();
+  // What readers on other threads see (Workers, Usage, IsAssigned) is rebuilt from the
+  // strand's state, which costs O(workers + tasks): changes only mark it stale, and
+  // Publish() rebuilds it once per turn of the loop (and before Sync/TickNow return), not
+  // once per task report.
+  void Publish();
+  bool publish_workers_ = false;
+  bool publish_assignments_ = false;
+
+  // --- Attempts (attempts.cc).
+  void HandleTaskStatus(const std::string& worker, const v1::TaskStatus& status);
+  void HandleMetrics(const std::string& worker, const v1::TrainMetrics& metrics);
+  void HandlePhase(const std::string& worker, const v1::StartupPhase& phase);
+  // A job was cancelled (committed CANCELLED): its attempt ends and its gang is stopped.
+  void HandleCancelled(const v1::JobEvent& event);
+  ActiveAttempt* AttemptOfTask(const std::string& task_id);
+  // The attempt of a task reported by `worker`, or null (logged) when the task is not
+  // an active attempt's or was assigned to another worker.
+  ActiveAttempt* BoundAttempt(const std::string& worker, const std::string& task_id,
+                              const char* what);
+  // Holds the placement's resources as a new attempt of `job` (so the next pass cannot
+  // place on them twice) and returns the write that starts it; the workers are told once
+  // it is durable. `unavailable`: lost or disconnected workers (named when a gang shrinks).
+  std::pair<TxnFunction, std::function<void(absl::Status)>> StartAttempt(
+      const SchedulableJob& job, const sched::Placement& placement,
+      const std::set<std::string>& unavailable, absl::Time now);
+  // Stops the victim's gang once its preemption is committed.
+  void Preempt(const sched::Preemption& preemption);
+  // Writes how the attempt ended (once) and stops the rest of its gang.
+  void EndAttempt(ActiveAttempt& attempt, AttemptOutcome outcome, const std::string& reason,
+                  const std::string& excluded_worker = "");
+  void StopTasks(ActiveAttempt& attempt, absl::Duration grace, const std::string& reason);
+  void SendAssignments(int64_t job_id);
+  // Forgets an ended attempt once it holds nothing (every task terminal or on a lost worker).
+  void MaybeRelease(int64_t job_id);
+  // Releases tasks nobody will report any more (missing past the grace, or past their
+  // stop deadline): recorded as failed, their attempt ended if it was not.
+  void ReleaseAbandoned(absl::Time now);
+  // Ends attempts that stalled (no step progress for stall_timeout_seconds) or ran past
+  // their active deadline.
+  void EndStalledAndOverdue(absl::Time now);
+  // Calls fn for each attempt there is now, looking each up again first: fn (or what it
+  // calls, e.g. MaybeRelease) may erase attempts, and an erased one is skipped.
+  void ForEachAttemptMayErase(const std::function<void(int64_t job_id, ActiveAttempt& attempt)>& fn);
+
+  // --- Checkpoints (checkpoint_reports.cc).
+  void HandleCheckpoint(const std::string& worker, const v1::CheckpointReport& report);
+  // After checkpoint `step` of the job's `attempt` was recorded: ends the attempt of an
+  // elastic gang below `nodes` to grow it back when capacity returned (elastic_grow.h).
+  void MaybeGrow(int64_t job_id, int attempt, int64_t step);
+  // On files_ (not the strand): deletes the job's checkpoints beyond keep_last that are
+  // its own step-N directories, then forgets their rows.
+  void ApplyRetention(int64_t job_id, int keep_last, const std::string& job_dir);
+
+  // --- A scheduling pass (scheduling_pass.cc), over `queue` when given (read by Tick)
+  // or the queue as it is now.
+  void RunPass(std::optional<QueuedJobsSnapshot> queue);
+
+  // Constant after construction.
+  JobStore* const store_;
+  const ClusterOptions options_;
+  const sched::Scheduler scheduler_;
+  int64_t subscription_ = 0;
+
+  // Strand state.
+  WorkerRegistry workers_;
+  std::map<int64_t, ActiveAttempt> attempts_;
+  PortAllocator ports_;
+  PassPolicy pass_;
+  JobExpiry expiry_;
+  std::deque<std::pair<std::string, std::string>> recently_released_;  // (task, worker), bounded
+
+  // The loop.
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> queue_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread thread_;
+  std::atomic<int64_t> inflight_writes_{0};
+
+  // Published for readers on other threads.
+  PublishedCluster published_;
+
+  // File-system work (checkpoint retention) off the loop. Declared last: destroyed
+  // first, finishing what was queued while the store is still there.
+  std::unique_ptr<SerialExecutor> files_;
+};
+
+// ClassifyFailure (how a failed task's exits are classified) is in attempt_tracker.h.
+
+}  // namespace llamafleet
+
+#endif  // LLAMAFLEET_SERVER_CLUSTER_CLUSTER_MANAGER_H_
