@@ -109,8 +109,8 @@ prun --rm "${common[@]}" --network none -v "$name-coordinator-data:/var/lib/llam
   >"$state/admin-token" 2>/dev/null || fail "could not create the admin token"
 chmod 0600 "$state/admin-token"
 
-# Jobs' paths must lie in the shared directory: coordinators that know path roots (issue 7)
-# are told so.
+# Jobs' paths must lie in the shared directory: the coordinator's path roots
+# are set to it.
 path_root=()
 if prun --rm "${common[@]}" --network none "$coordinator_image" --help 2>&1 | grep -q -- '--path-root'; then
   path_root=(--path-root "$shared")

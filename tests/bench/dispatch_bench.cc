@@ -8,7 +8,7 @@
 //
 //   build/bin/dispatch_bench [--workers 8] [--gpus 8] [--jobs 500]
 //
-// Deep-queue mode (issue 13), with --queued N: the same coordinator holds N queued jobs
+// Deep-queue mode, with --queued N: the same coordinator holds N queued jobs
 // no worker can take (an instance type none reports), so every scheduling pass reads,
 // orders and explains all of them, while W workers (1,000 in the issue) are connected:
 //   1. idle: C clients submit backlog jobs to the coordinator before any worker or

@@ -20,7 +20,7 @@ first checkpoint a fault is injected; then the harness waits for the job and che
   events        the event history is consistent: seq 1..n without gaps, each event's
                 from_state is the previous to_state, nothing leaves a terminal state
 
-Scenarios marked needs=coord depend on the coordinator-side recovery fixes of issue 11
+Scenarios marked needs=coord depend on the coordinator-side recovery fixes
 (release of tasks of an ended attempt that a re-registered/lost worker does not report,
 bounded log-store descriptors). They fail on a coordinator without them; `--without-coord-fixes`
 leaves them out (for measuring an older build).
@@ -554,7 +554,7 @@ class Scenario:
                 self.problems.append(msg + ": " + ", ".join(extra[:6]))
             else:
                 # The log store keeping rank log files open is fixed on the coordinator side
-                # (issue 11 item 4); without --coord-fixes it is noted, not failed.
+                # (rank logs closed when an attempt ends); without --coord-fixes it is noted, not failed.
                 self.notes.append(msg)
         self.check_events(c.events(job_id))
 
@@ -681,7 +681,7 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--keep", action="store_true", help="keep every scenario's directory")
     ap.add_argument("--coord-fixes", dest="coord_fixes", action="store_true", default=True,
-                    help="the coordinator has the issue 11 recovery fixes (the default since they are on main): "
+                    help="the coordinator has the recovery fixes (the default since they are on main): "
                          "run the scenarios that need them, and fail on rank log files left open")
     ap.add_argument("--without-coord-fixes", dest="coord_fixes", action="store_false",
                     help="an older coordinator: leave out the scenarios that need the fixes, only note open log files")

@@ -71,8 +71,8 @@ exposed = {
     "coordinator": set(re.findall(r"\d+", " ".join(re.findall(r"^EXPOSE (.*)$", text(os.path.join(containers_dir, "Containerfile.coordinator")), re.M)))),
 }
 image_names = {"llamafleet-coordinator": "coordinator", "llamafleet-worker": "worker", "llamafleet-worker-cuda": "worker"}
-# Flags the binaries know. Flags other branches add (issue 7: --path-root) are allowed
-# while the binary here predates them.
+# Flags the binaries know. Flags newer than the binary here (--path-root)
+# are allowed.
 help_text = {
     "coordinator": text(os.path.join(work, "coordinator.help")),
     "worker": text(os.path.join(work, "worker.help")),

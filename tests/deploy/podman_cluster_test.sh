@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The podman cluster test (issue 12): builds the images (deploy/containers/build.sh), starts
+# The podman cluster test: builds the images (deploy/containers/build.sh), starts
 # a coordinator and three CPU workers as containers (deploy/podman/up.sh), and from the host
 # CLI with the printed admin token
 #   1. runs a 2-node FULL_SHARD job to SUCCEEDED on two worker containers (Gloo between

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""The memory-fit estimate against the trainer's measured peak (issue 14).
+"""The memory-fit estimate against the trainer's measured peak.
 
 llamafleet-train puts the coordinator's estimate for the run as it really is (world size,
 device, derived grad_accum; on a CPU the workspace is the process's resident size before

@@ -451,7 +451,7 @@ class ExportRoundTrip(TempDirTest):
         os.makedirs(out)
         with open(os.path.join(out, "stale.txt"), "w") as fh:
             fh.write("old")
-        # A directory of someone else's files is never replaced (issue 10)...
+        # A directory of someone else's files is never replaced...
         p = trainer("export", "--checkpoint", src, "--out", out, "--dtype", "bf16", check=False)
         self.assertEqual(p.returncode, 1, p.stderr)
         self.assertIn("FAILED_PRECONDITION", p.stdout)

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""training.global_batch_size makes the result independent of the world size (issue 14).
+"""training.global_batch_size makes the result independent of the world size.
 
 llamafleet-train ranks are started by hand with the torchrun-style environment on loopback,
 as the worker starts them. With global_batch_size 12 and micro_batch_size 1 the trainer

@@ -1,6 +1,6 @@
 #!/bin/sh
 # Entry point of the worker images. The agent starts as root only to hand its trainers an
-# unprivileged user: a worker that knows --run-as (issue 7) keeps root for itself and runs
+# unprivileged user: a worker that knows --run-as keeps root for itself and runs
 # trainers as `llamafleet`; an older worker is started as `llamafleet` outright. Started
 # as any other user (Kubernetes runAsUser, podman --user) it simply runs as that user.
 set -eu

@@ -1,4 +1,4 @@
-// Tenant safety in the real llamafleet-train (issue 10, items 1 and 3): the trainer checks
+// Tenant safety in the real llamafleet-train: the trainer checks
 // the job's paths again where it opens them (--path-root, links resolved) and writes an
 // export only where nothing foreign is replaced, failing before it touches any file.
 #include <unistd.h>

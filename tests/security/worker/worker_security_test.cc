@@ -1,4 +1,4 @@
-// Tenant safety on the worker side (issue 10, items 1, 3, 4, 5), against real processes:
+// Tenant safety on the worker side, against real processes:
 // a real llamafleet-worker driven by a stand-in coordinator (a WorkerService on a loopback
 // port that assigns hand-made tasks, path roots included) running a /bin/sh stand-in
 // trainer; and a real coordinator for worker identities. Each attack asserts the refusal,
