@@ -15,7 +15,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "clients/jobspec/jobspec.h"
+#include "jobspec/jobspec.h"
 #include "storage/job_store.h"
 #include "storage/sqlite.h"
 #include "spdlog/spdlog.h"

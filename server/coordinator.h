@@ -8,7 +8,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "scheduler/clock.h"
+#include "common/clock.h"
 
 namespace grpc {
 class Server;

@@ -12,7 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
-#include "clients/jobspec/jobspec.h"
+#include "jobspec/jobspec.h"
 #include "google/protobuf/util/time_util.h"
 #include "storage/cluster_store.h"
 #include "storage/sqlite.h"

@@ -74,10 +74,6 @@ absl::StatusOr<std::optional<v1::Job>> ReadJobRow(sqlite::Statement& select, int
   return result;
 }
 
-bool IsTerminal(v1::JobState state) {
-  return state == v1::SUCCEEDED || state == v1::FAILED || state == v1::CANCELLED;
-}
-
 std::string JobIdString(int64_t id) { return absl::StrCat(id); }
 
 absl::StatusOr<int64_t> ParseJobId(absl::string_view text, absl::string_view field) {

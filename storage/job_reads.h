@@ -14,6 +14,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "common/job_state.h"
 #include "llamafleet/v1/job.pb.h"
 #include "storage/sqlite.h"
 
@@ -79,7 +80,6 @@ absl::StatusOr<std::vector<CheckpointDirOwner>> CheckpointDirOwners(JobStore& st
 std::vector<std::string> SelfAndAncestors(const std::string& dir);
 
 // Helpers shared by the coordinator.
-bool IsTerminal(v1::JobState state);
 std::string JobIdString(int64_t id);
 // Parses a job id as clients send it ("42"); INVALID_ARGUMENT names `field`.
 absl::StatusOr<int64_t> ParseJobId(absl::string_view text, absl::string_view field);

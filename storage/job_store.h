@@ -25,7 +25,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "llamafleet/v1/job.pb.h"
-#include "scheduler/clock.h"
+#include "common/clock.h"
 #include "storage/job_reads.h"
 #include "storage/job_writes.h"
 #include "storage/queued_jobs.h"

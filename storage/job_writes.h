@@ -18,7 +18,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "llamafleet/v1/job.pb.h"
-#include "scheduler/clock.h"
+#include "common/clock.h"
 #include "storage/queued_jobs.h"
 #include "storage/sqlite.h"
 #include "storage/writer.h"

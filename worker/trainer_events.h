@@ -29,7 +29,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "scheduler/memory_estimate.h"
+#include "jobspec/memory_estimate.h"
 
 namespace llamafleet::trainer_events {
 

@@ -40,7 +40,7 @@
 #include "clients/cli/output.h"
 #include "clients/cli/progress.h"
 #include "clients/client/client.h"
-#include "clients/jobspec/jobspec.h"
+#include "jobspec/jobspec.h"
 #include "google/protobuf/util/json_util.h"
 
 namespace llamafleet::cli {

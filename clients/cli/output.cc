@@ -12,7 +12,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "clients/jobspec/jobspec.h"
+#include "jobspec/jobspec.h"
 
 namespace llamafleet::cli {
 namespace {

@@ -7,10 +7,6 @@
 
 namespace llamafleet {
 
-bool IsTerminalTask(v1::TaskState s) {
-  return s == v1::TASK_SUCCEEDED || s == v1::TASK_FAILED || s == v1::TASK_KILLED;
-}
-
 int ExitStatusCode(const v1::RankExit& e) {
   if (e.status_code() != 0) return e.status_code();
   // Legacy relay ("CODE: message"): only an exact canonical code name before the colon.

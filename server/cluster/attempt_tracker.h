@@ -15,14 +15,13 @@
 #include <vector>
 
 #include "absl/time/time.h"
+#include "common/job_state.h"
 #include "llamafleet/v1/job.pb.h"
 #include "llamafleet/v1/worker.pb.h"
 #include "scheduler/scheduler.h"
 #include "storage/cluster_store.h"
 
 namespace llamafleet {
-
-bool IsTerminalTask(v1::TaskState state);
 
 // The canonical status code (absl::StatusCode / grpc::StatusCode numbering) of one rank's
 // exit: its typed exit record (RankExit.status_code). A rank without a record (0) from a

@@ -36,7 +36,7 @@
 #include "absl/time/time.h"
 #include "llamafleet/v1/job.pb.h"
 #include "llamafleet/v1/worker.pb.h"
-#include "scheduler/clock.h"
+#include "common/clock.h"
 #include "scheduler/scheduler.h"
 #include "server/cluster/attempt_tracker.h"
 #include "server/cluster/checkpoint_retention.h"

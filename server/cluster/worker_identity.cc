@@ -4,7 +4,7 @@
 #include <openssl/rand.h>
 
 #include "absl/strings/str_cat.h"
-#include "clients/jobspec/jobspec.h"
+#include "jobspec/jobspec.h"
 #include "storage/worker_credential_store.h"
 
 namespace llamafleet {

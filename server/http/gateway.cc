@@ -17,7 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "clients/jobspec/jobspec.h"
+#include "jobspec/jobspec.h"
 #include "nlohmann/json.hpp"
 #include "server/http/portal_assets.h"
 

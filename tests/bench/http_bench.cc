@@ -18,7 +18,7 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
-#include "clients/jobspec/jobspec.h"
+#include "jobspec/jobspec.h"
 #include "llamafleet/v1/job.grpc.pb.h"
 #include "server/coordinator.h"
 #include "tests/testing/process.h"

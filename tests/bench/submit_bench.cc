@@ -34,7 +34,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
-#include "clients/jobspec/jobspec.h"
+#include "jobspec/jobspec.h"
 #include "llamafleet/v1/job.grpc.pb.h"
 #include "tests/testing/process.h"
 

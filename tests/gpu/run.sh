@@ -97,7 +97,7 @@ PY
 bench_line="$("$bin/trainer_gpu_bench" --preset llama2-7b --seq-len 4096 --micro-batch 1 --dtype bf16 \
   --strategy FULL_SHARD --activation-checkpointing --device cuda --steps "${BENCH_STEPS:-6}" --warmup 2)"
 echo "$bench_line"
-# 4. the memory-fit estimate (scheduler/memory_estimate.h) against the measured allocator peak.
+# 4. the memory-fit estimate (jobspec/memory_estimate.h) against the measured allocator peak.
 "$PYTHON" - "$bench_line" <<'PY'
 import json, sys
 b = json.loads(sys.argv[1])

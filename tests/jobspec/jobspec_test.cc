@@ -1,4 +1,4 @@
-#include "clients/jobspec/jobspec.h"
+#include "jobspec/jobspec.h"
 
 #include <gtest/gtest.h>
 

@@ -7,7 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
-#include "scheduler/clock.h"
+#include "common/clock.h"
 
 namespace llamafleet::sched {
 namespace {

@@ -20,7 +20,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "clients/jobspec/jobspec.h"
+#include "jobspec/jobspec.h"
 #include "nlohmann/json.hpp"
 #include "server/auth.h"
 #include "server/coordinator.h"

@@ -9,7 +9,7 @@
 #include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
-#include "clients/jobspec/jobspec.h"
+#include "jobspec/jobspec.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "llamafleet/v1/job.grpc.pb.h"
 #include "server/coordinator.h"

@@ -18,7 +18,7 @@
 #include "absl/strings/strip.h"
 #include "absl/strings/ascii.h"
 #include "absl/time/clock.h"
-#include "clients/jobspec/jobspec.h"
+#include "jobspec/jobspec.h"
 #include "llamafleet/v1/job.grpc.pb.h"
 #include "llamafleet/v1/worker.grpc.pb.h"
 #include "server/log_store.h"

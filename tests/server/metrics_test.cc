@@ -20,7 +20,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
-#include "clients/jobspec/jobspec.h"
+#include "jobspec/jobspec.h"
 #include "llamafleet/v1/job.grpc.pb.h"
 #include "llamafleet/v1/worker.grpc.pb.h"
 #include "server/coordinator.h"

@@ -5,7 +5,7 @@
 
 #include <gtest/gtest.h>
 
-#include "clients/jobspec/jobspec.h"
+#include "jobspec/jobspec.h"
 
 namespace llamafleet {
 namespace {

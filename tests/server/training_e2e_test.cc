@@ -21,7 +21,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "clients/jobspec/jobspec.h"
+#include "jobspec/jobspec.h"
 #include "llamafleet/v1/job.grpc.pb.h"
 #include "llamafleet/v1/worker.grpc.pb.h"
 #include "safetensors.h"

@@ -13,7 +13,7 @@
 #include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
-#include "clients/jobspec/jobspec.h"
+#include "jobspec/jobspec.h"
 #include "google/protobuf/util/time_util.h"
 #include "storage/cluster_store.h"
 #include "tests/testing/process.h"

@@ -11,7 +11,7 @@
 #include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
-#include "clients/jobspec/jobspec.h"
+#include "jobspec/jobspec.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "storage/cluster_store.h"
 #include "storage/job_store.h"

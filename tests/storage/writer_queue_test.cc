@@ -14,7 +14,7 @@
 #include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
-#include "clients/jobspec/jobspec.h"
+#include "jobspec/jobspec.h"
 #include "storage/cluster_store.h"
 #include "storage/job_store.h"
 #include "storage/sqlite.h"

@@ -23,7 +23,7 @@
 #include "worker/trainer_events.h"
 
 #ifdef LLAMAFLEET_HAVE_JOBSPEC
-#include "clients/jobspec/jobspec.h"
+#include "jobspec/jobspec.h"
 #endif
 
 namespace lt = llamafleet::trainer;

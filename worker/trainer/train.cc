@@ -20,7 +20,7 @@
 #include "engine.h"
 #include "hf_io.h"
 #include "model.h"
-#include "scheduler/memory_estimate.h"
+#include "jobspec/memory_estimate.h"
 #include "token_cache.h"
 #include "train_parts.h"
 #include "trainer.h"

@@ -17,7 +17,7 @@
 #include "config.h"
 #include "data.h"
 #include "safetensors.h"
-#include "scheduler/memory_estimate.h"
+#include "jobspec/memory_estimate.h"
 #include "worker/trainer_events.h"
 
 namespace llamafleet::trainer {
@@ -113,7 +113,7 @@ struct TrainOptions {
 // training.global_batch_size and the world sizes that work) when that does not divide.
 absl::StatusOr<int64_t> GradAccumFor(const TrainOptions& options, int world_size);
 
-// The coordinator's memory-fit estimate (scheduler/memory_estimate.h) for a run as it
+// The coordinator's memory-fit estimate (jobspec/memory_estimate.h) for a run as it
 // really is: its world size, device, sequence length and grad_accum. On a CPU the
 // workspace is the process as it was before training allocated anything (`runtime_rss`);
 // the trainer reports it in its "started" event next to the measured peak_mem_bytes.

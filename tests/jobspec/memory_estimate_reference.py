@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""An independent transcription of the memory-fit formula (scheduler/memory_estimate.h),
+"""An independent transcription of the memory-fit formula (jobspec/memory_estimate.h),
 written from its comment, not from the C++: it prints the figures that
 memory_estimate_test.cc and jobspec_test.cc hold as literals.
 

@@ -1,6 +1,6 @@
 // Field violations as absl::Status payloads, with the positions of their fields beside them.
 
-#include "clients/jobspec/field_violations.h"
+#include "jobspec/field_violations.h"
 
 #include "absl/strings/cord.h"
 #include "absl/strings/match.h"
@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "clients/jobspec/jobspec.h"
+#include "jobspec/jobspec.h"
 
 namespace llamafleet {
 namespace {

@@ -2,7 +2,7 @@
 
 #include <string>
 
-#include "clients/jobspec/jobspec.h"
+#include "common/proto_text.h"
 #include "google/protobuf/message.h"
 #include "google/protobuf/util/json_util.h"
 #include "yaml-cpp/yaml.h"
@@ -19,24 +19,32 @@ void SetBlockStyle(YAML::Node node) {
   }
 }
 
-}  // namespace
-
-// The JSON printer writes exactly the fields the message has (without
-// always_print_primitive_fields): an `optional` field set to zero is written, an unset one
-// is not. MessageToYaml relies on this for presence.
-std::string MessageToJson(const google::protobuf::Message& message, bool pretty) {
+// The JSON printer without always_print_primitive_fields writes exactly the fields the
+// message has: an `optional` field set to zero is written, an unset one is not.
+std::string JsonWithPresence(const google::protobuf::Message& message) {
   google::protobuf::util::JsonPrintOptions options;
   options.preserve_proto_field_names = true;
-  options.add_whitespace = pretty;
   std::string out;
   (void)google::protobuf::util::MessageToJsonString(message, &out, options);
   return out;
 }
 
-// JSON is YAML: the printer's output, restyled as block YAML, is what ParseJobDocuments
-// reads back into the same message.
+}  // namespace
+
+std::string MessageToJson(const google::protobuf::Message& message, bool pretty) {
+  google::protobuf::util::JsonPrintOptions options;
+  options.preserve_proto_field_names = true;
+  options.always_print_primitive_fields = true;
+  options.add_whitespace = pretty;
+  std::string out;
+  if (!google::protobuf::util::MessageToJsonString(message, &out, options).ok()) return "{}";
+  return out;
+}
+
+// JSON is YAML: the presence-keeping print, restyled as block YAML, is what
+// ParseJobDocuments reads back into the same message.
 std::string MessageToYaml(const google::protobuf::Message& message) {
-  YAML::Node node = YAML::Load(MessageToJson(message));
+  YAML::Node node = YAML::Load(JsonWithPresence(message));
   SetBlockStyle(node);
   YAML::Emitter out;
   out << node;

@@ -1,5 +1,5 @@
-#ifndef LLAMAFLEET_CLIENTS_JOBSPEC_FIELD_VIOLATIONS_H_
-#define LLAMAFLEET_CLIENTS_JOBSPEC_FIELD_VIOLATIONS_H_
+#ifndef LLAMAFLEET_JOBSPEC_FIELD_VIOLATIONS_H_
+#define LLAMAFLEET_JOBSPEC_FIELD_VIOLATIONS_H_
 
 // The validators' collector of violations: each one as a line of the status message
 // ("<prefix><field> <rule>") and as a field violation in its payload.
@@ -30,4 +30,4 @@ class Violations {
 
 }  // namespace llamafleet::jobspec_internal
 
-#endif  // LLAMAFLEET_CLIENTS_JOBSPEC_FIELD_VIOLATIONS_H_
+#endif  // LLAMAFLEET_JOBSPEC_FIELD_VIOLATIONS_H_

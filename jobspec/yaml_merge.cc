@@ -1,6 +1,6 @@
 // YAML into protobuf messages, guided by the descriptor: the one reader of job files.
 
-#include "clients/jobspec/yaml_merge.h"
+#include "jobspec/yaml_merge.h"
 
 #include <algorithm>
 #include <cmath>

@@ -8,9 +8,9 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "clients/jobspec/field_violations.h"
-#include "clients/jobspec/jobspec.h"
-#include "clients/jobspec/memory_fit.h"
+#include "jobspec/field_violations.h"
+#include "jobspec/jobspec.h"
+#include "jobspec/memory_fit.h"
 
 namespace llamafleet {
 namespace {

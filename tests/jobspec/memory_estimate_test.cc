@@ -1,7 +1,7 @@
 // The memory-fit estimate against figures from an independent Python transcription of
 // the formula (memory_estimate_reference.py beside this file prints them) for the
 // released Llama-2 shapes, and the instance-type table.
-#include "scheduler/memory_estimate.h"
+#include "jobspec/memory_estimate.h"
 
 #include <gtest/gtest.h>
 

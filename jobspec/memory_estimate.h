@@ -1,5 +1,5 @@
-#ifndef LLAMAFLEET_SCHEDULER_MEMORY_ESTIMATE_H_
-#define LLAMAFLEET_SCHEDULER_MEMORY_ESTIMATE_H_
+#ifndef LLAMAFLEET_JOBSPEC_MEMORY_ESTIMATE_H_
+#define LLAMAFLEET_JOBSPEC_MEMORY_ESTIMATE_H_
 
 // Memory-fit estimate: bytes one trainer rank needs at its peak, from the job's shape
 // alone. A pure function on plain structs (no proto, no Torch) shared by the job-spec
@@ -117,4 +117,4 @@ std::string FormatGiB(int64_t bytes);
 
 }  // namespace llamafleet::sched
 
-#endif  // LLAMAFLEET_SCHEDULER_MEMORY_ESTIMATE_H_
+#endif  // LLAMAFLEET_JOBSPEC_MEMORY_ESTIMATE_H_

@@ -1,6 +1,6 @@
 // Where the fields of a parsed document are written.
 
-#include "clients/jobspec/jobspec.h"
+#include "jobspec/jobspec.h"
 
 namespace llamafleet {
 

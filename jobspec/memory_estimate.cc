@@ -1,4 +1,4 @@
-#include "scheduler/memory_estimate.h"
+#include "jobspec/memory_estimate.h"
 
 #include <algorithm>
 

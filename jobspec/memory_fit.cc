@@ -1,7 +1,7 @@
-// The memory estimate of a spec (scheduler/memory_estimate.h) and its fit on the named
+// The memory estimate of a spec (jobspec/memory_estimate.h) and its fit on the named
 // instance type.
 
-#include "clients/jobspec/memory_fit.h"
+#include "jobspec/memory_fit.h"
 
 #include <algorithm>
 #include <optional>
@@ -10,8 +10,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "clients/jobspec/jobspec.h"
-#include "scheduler/memory_estimate.h"
+#include "jobspec/jobspec.h"
+#include "jobspec/memory_estimate.h"
 
 namespace llamafleet {
 namespace {

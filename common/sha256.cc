@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "clients/jobspec/jobspec.h"
+#include "common/sha256.h"
 
 namespace llamafleet {
 namespace {

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "clients/jobspec/jobspec.h"
+#include "jobspec/jobspec.h"
 
 namespace llamafleet {
 

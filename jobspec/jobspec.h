@@ -1,5 +1,5 @@
-#ifndef LLAMAFLEET_CLIENTS_JOBSPEC_JOBSPEC_H_
-#define LLAMAFLEET_CLIENTS_JOBSPEC_JOBSPEC_H_
+#ifndef LLAMAFLEET_JOBSPEC_JOBSPEC_H_
+#define LLAMAFLEET_JOBSPEC_JOBSPEC_H_
 
 // Job spec documents: parsing (YAML or JSON), defaults, validation.
 //
@@ -17,6 +17,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/proto_text.h"
+#include "common/sha256.h"
 #include "llamafleet/v1/job.pb.h"
 
 namespace google::protobuf {
@@ -99,7 +101,7 @@ void ApplyDefaults(v1::JobSpec* spec);
 // Expects defaults applied.
 absl::Status ValidateJobSpec(const v1::JobSpec& spec, absl::string_view path_prefix = "");
 
-// Memory one rank of `spec` needs at its peak on a GPU (scheduler/memory_estimate.h), for
+// Memory one rank of `spec` needs at its peak on a GPU (jobspec/memory_estimate.h), for
 // `world_size` ranks (0 = nodes x gpus_per_node). nullopt when the shape is unknown here
 // (model.path: only the trainer reads config.json). Expects defaults applied.
 std::optional<v1::MemoryEstimate> EstimateJobMemory(const v1::JobSpec& spec, int world_size = 0);
@@ -134,16 +136,6 @@ std::vector<LocatedFieldViolation> LocatedFieldViolationsOf(const absl::Status& 
 absl::Status LocateFieldViolations(absl::Status status, const FieldPositions& positions,
                                    absl::string_view prefix = "");
 
-// Renders a message as block YAML (proto field names, enum names). Field presence is kept:
-// every set field is written, explicit zeros of `optional` fields included (seed: 0,
-// max_restarts: 0), and nothing unset is, so parsing the text gives the message back.
-std::string MessageToYaml(const google::protobuf::Message& message);
-// Renders a message as JSON (proto field names, enum names, one line unless `pretty`).
-std::string MessageToJson(const google::protobuf::Message& message, bool pretty = false);
-
-// Lowercase hex SHA-256 of `data`.
-std::string Sha256Hex(absl::string_view data);
-
 }  // namespace llamafleet
 
-#endif  // LLAMAFLEET_CLIENTS_JOBSPEC_JOBSPEC_H_
+#endif  // LLAMAFLEET_JOBSPEC_JOBSPEC_H_

@@ -1,5 +1,5 @@
-#ifndef LLAMAFLEET_CLIENTS_JOBSPEC_YAML_MERGE_H_
-#define LLAMAFLEET_CLIENTS_JOBSPEC_YAML_MERGE_H_
+#ifndef LLAMAFLEET_JOBSPEC_YAML_MERGE_H_
+#define LLAMAFLEET_JOBSPEC_YAML_MERGE_H_
 
 // Merging YAML nodes into protobuf messages (MergeYamlIntoMessage), with each problem kept
 // as data: the field, what is wrong with it and where it is written, so a caller can both
@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "clients/jobspec/jobspec.h"
+#include "jobspec/jobspec.h"
 
 namespace llamafleet::jobspec_internal {
 
@@ -28,4 +28,4 @@ void MergeYaml(const YAML::Node& node, const std::string& path,
 
 }  // namespace llamafleet::jobspec_internal
 
-#endif  // LLAMAFLEET_CLIENTS_JOBSPEC_YAML_MERGE_H_
+#endif  // LLAMAFLEET_JOBSPEC_YAML_MERGE_H_

@@ -1,5 +1,5 @@
-#ifndef LLAMAFLEET_SCHEDULER_CLOCK_H_
-#define LLAMAFLEET_SCHEDULER_CLOCK_H_
+#ifndef LLAMAFLEET_COMMON_CLOCK_H_
+#define LLAMAFLEET_COMMON_CLOCK_H_
 
 #include <atomic>
 
@@ -34,4 +34,4 @@ class FakeClock : public Clock {
 
 }  // namespace llamafleet
 
-#endif  // LLAMAFLEET_SCHEDULER_CLOCK_H_
+#endif  // LLAMAFLEET_COMMON_CLOCK_H_

@@ -1,9 +1,9 @@
-#ifndef LLAMAFLEET_CLIENTS_JOBSPEC_MEMORY_FIT_H_
-#define LLAMAFLEET_CLIENTS_JOBSPEC_MEMORY_FIT_H_
+#ifndef LLAMAFLEET_JOBSPEC_MEMORY_FIT_H_
+#define LLAMAFLEET_JOBSPEC_MEMORY_FIT_H_
 
 // Whether a spec fits the instance type it names, by the trainer's memory model.
 
-#include "clients/jobspec/field_violations.h"
+#include "jobspec/field_violations.h"
 #include "llamafleet/v1/job.pb.h"
 
 namespace llamafleet::jobspec_internal {
@@ -16,4 +16,4 @@ void CheckInstanceFit(const v1::JobSpec& spec, Violations& v);
 
 }  // namespace llamafleet::jobspec_internal
 
-#endif  // LLAMAFLEET_CLIENTS_JOBSPEC_MEMORY_FIT_H_
+#endif  // LLAMAFLEET_JOBSPEC_MEMORY_FIT_H_
