@@ -257,7 +257,7 @@ absl::Status JobServiceImpl::CheckCheckpointReads(const Principal& caller, const
 
 namespace {
 
-// How SubmitJobs and SubmitJobFile answer: the results in request order.
+// How SubmitJobs answers: the results in request order.
 std::function<void(std::vector<v1::SubmitJobResponse>)> AppendJobsTo(v1::SubmitJobsResponse* response) {
   return [response](std::vector<v1::SubmitJobResponse> r) {
     for (auto& item : r) *response->add_jobs() = std::move(item);
@@ -287,34 +287,6 @@ grpc::ServerUnaryReactor* JobServiceImpl::SubmitJobs(grpc::CallbackServerContext
     dry_run = dry_run || r.dry_run();
   }
   return Submit(context, *caller, std::move(requests), dry_run, /*batch=*/true,
-                AppendJobsTo(response));
-}
-
-grpc::ServerUnaryReactor* JobServiceImpl::SubmitJobFile(grpc::CallbackServerContext* context,
-                                                        const v1::SubmitJobFileRequest* request,
-                                                        v1::SubmitJobsResponse* response) {
-  // The text is anyone's input: only a caller allowed to submit gets it parsed.
-  absl::StatusOr<Principal> caller = auth_->Check(*context, Operation::kSubmit);
-  if (!caller.ok()) return FinishNow(context, caller.status());
-  absl::StatusOr<std::vector<ParsedJob>> parsed = ParseJobDocuments(request->text());
-  if (!parsed.ok()) return FinishNow(context, absl::InvalidArgumentError(parsed.status().message()));
-  if (!request->idempotency_key().empty() && parsed->size() > 1) {
-    return FinishNow(context, absl::InvalidArgumentError(absl::StrCat(
-                                  "idempotency_key applies to a single job; the file holds ",
-                                  parsed->size())));
-  }
-  // Submit copies what it needs from the requests before it returns.
-  std::vector<v1::SubmitJobRequest> items(parsed->size());
-  std::vector<const v1::SubmitJobRequest*> requests;
-  for (size_t i = 0; i < items.size(); ++i) {
-    *items[i].mutable_spec() = std::move((*parsed)[i].spec);
-    items[i].set_idempotency_key(request->idempotency_key().empty() ? (*parsed)[i].idempotency_key
-                                                                    : request->idempotency_key());
-    requests.push_back(&items[i]);
-  }
-  // One document reads like SubmitJob (`spec.x`), several like SubmitJobs (`jobs[i].spec.x`).
-  const bool batch = requests.size() > 1;
-  return Submit(context, *caller, std::move(requests), request->dry_run(), batch,
                 AppendJobsTo(response));
 }
 
