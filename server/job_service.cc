@@ -1,34 +1,34 @@
+// JobServiceImpl: construction and the unary reads (jobs, events, checkpoints, attempts,
+// metrics, queues, the caller) and cancellation. Submission is in job_submit.cc, the
+// WatchJob and StreamJobLogs streams in job_streams.cc.
 #include "server/job_service.h"
 
 #include <algorithm>
-#include <chrono>
-#include <deque>
 #include <map>
 #include <set>
 
-#include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "jobspec/jobspec.h"
 #include "google/protobuf/util/time_util.h"
+#include "server/job_service_internal.h"
 #include "storage/cluster_store.h"
 #include "storage/sqlite.h"
-#include <grpcpp/alarm.h>
-#include "spdlog/spdlog.h"
 
 namespace llamafleet {
 namespace {
 
+using job_service_internal::AddMemoryEstimate;
+using job_service_internal::FinishNow;
+using job_service_internal::kMaxEventLimit;
+
 constexpr int kDefaultPageSize = 100;
 constexpr int kMaxPageSize = 1000;
 constexpr int kDefaultEventLimit = 1000;
-constexpr int kMaxEventLimit = 10000;
 constexpr size_t kMaxReasonLength = 1024;
 constexpr char kPageTokenPrefix[] = "lf1:";
-using SubmitResult = CoordinatorMetrics::SubmitResult;
 
 // Page tokens: "lf1:<id>" continues an id-ordered listing after that id (keyset, stable
 // under inserts); "lf2:<order_by>:<offset>" continues any other order.
@@ -67,24 +67,6 @@ absl::StatusOr<PageCursor> DecodePageToken(const std::string& token, const std::
   return bad;
 }
 
-grpc::ServerUnaryReactor* FinishNow(grpc::CallbackServerContext* context, grpc::Status status) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  reactor->Finish(std::move(status));
-  return reactor;
-}
-
-grpc::ServerUnaryReactor* FinishNow(grpc::CallbackServerContext* context,
-                                    const absl::Status& status) {
-  return FinishNow(context, ToGrpcStatus(status));
-}
-
-// The spec's memory-fit estimate (derived, never stored: the formula may improve).
-void AddMemoryEstimate(v1::Job* job) {
-  if (std::optional<v1::MemoryEstimate> e = EstimateJobMemory(job->spec())) {
-    *job->mutable_memory_estimate() = std::move(*e);
-  }
-}
-
 // JOB_VIEW_BASIC (job.proto): of the spec only what a list shows; no workers or key.
 void ReduceToBasicView(v1::Job* job) {
   v1::JobSpec* spec = job->mutable_spec();
@@ -118,205 +100,6 @@ JobServiceImpl::JobServiceImpl(JobStore* store, const Authenticator* auth)
       auth_(auth == nullptr ? own_auth_.get() : auth) {}
 
 JobServiceImpl::~JobServiceImpl() = default;
-
-grpc::ServerUnaryReactor* JobServiceImpl::Submit(
-    grpc::CallbackServerContext* context, const Principal& caller,
-    std::vector<const v1::SubmitJobRequest*> requests, bool dry_run, bool batch,
-    std::function<void(std::vector<v1::SubmitJobResponse>)> respond) {
-  if (requests.empty()) {
-    return FinishNow(context, absl::InvalidArgumentError("jobs must contain at least one job"));
-  }
-  if (requests.size() > static_cast<size_t>(kMaxBatchSize)) {
-    return FinishNow(context, absl::InvalidArgumentError(absl::StrCat(
-                                  "jobs has ", requests.size(), " entries; at most ",
-                                  kMaxBatchSize, " per call")));
-  }
-  const auto received = std::chrono::steady_clock::now();  // for the submit latency
-  // Validate everything first: a batch is stored whole or not at all.
-  std::vector<SubmitJobInput> inputs;
-  inputs.reserve(requests.size());
-  std::vector<std::string> errors;
-  std::vector<v1::FieldViolation> violations;
-  for (size_t i = 0; i < requests.size(); ++i) {
-    const std::string prefix = batch ? absl::StrCat("jobs[", i, "].") : "";
-    SubmitJobInput in;
-    in.spec = requests[i]->spec();
-    in.owner = caller.user;
-    in.idempotency_key = requests[i]->idempotency_key();
-    in.field_prefix = absl::StrCat(prefix, "spec.");
-    ApplyDefaults(&in.spec);
-    absl::Status valid = ValidateJobSpec(in.spec, in.field_prefix);
-    absl::Status key = ValidateIdempotencyKey(in.idempotency_key,
-                                              absl::StrCat(prefix, "idempotency_key"));
-    absl::Status policy;
-    if (policy_.has_value()) {
-      in.max_active_jobs = policy_->max_active_jobs_per_user;
-      if (valid.ok()) policy = ApplySubmitPolicy(*policy_, caller.role, in.field_prefix, &in.spec);
-    }
-    for (const absl::Status* st : {&valid, &key, &policy}) {
-      if (st->ok()) continue;
-      errors.emplace_back(st->message());
-      for (v1::FieldViolation& v : FieldViolationsOf(*st)) violations.push_back(std::move(v));
-    }
-    inputs.push_back(std::move(in));
-  }
-  if (!errors.empty()) {
-    if (metrics_ != nullptr) metrics_->RecordSubmissions(SubmitResult::kInvalid, inputs.size());
-    return FinishNow(context, WithFieldViolations(
-                                  absl::InvalidArgumentError(absl::StrJoin(errors, "; ")), violations));
-  }
-  if (policy_.has_value()) {
-    for (const SubmitJobInput& in : inputs) {
-      if (absl::Status s = CheckCheckpointReads(caller, in.spec, in.field_prefix); !s.ok()) {
-        if (metrics_ != nullptr) metrics_->RecordSubmissions(SubmitResult::kInvalid, inputs.size());
-        return FinishNow(context, s);
-      }
-    }
-  }
-  if (dry_run) {
-    if (metrics_ != nullptr) metrics_->RecordSubmissions(SubmitResult::kDryRun, inputs.size());
-    std::vector<v1::SubmitJobResponse> responses(inputs.size());
-    for (size_t i = 0; i < inputs.size(); ++i) {
-      v1::Job* job = responses[i].mutable_job();
-      *job->mutable_spec() = std::move(inputs[i].spec);
-      job->set_owner(caller.user);
-      job->set_idempotency_key(inputs[i].idempotency_key);
-      job->set_status_reason("dry run: valid, not stored");
-      AddMemoryEstimate(job);
-    }
-    respond(std::move(responses));
-    return FinishNow(context, grpc::Status::OK);
-  }
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  const int64_t jobs = static_cast<int64_t>(inputs.size());
-  store_->SubmitJobs(std::move(inputs), [reactor, respond = std::move(respond), metrics = metrics_,
-                                         received, jobs](
-                                            absl::StatusOr<std::vector<SubmitJobResult>> result) {
-    if (!result.ok()) {
-      if (metrics != nullptr) metrics->RecordSubmissions(SubmitResult::kError, jobs);
-      reactor->Finish(ToGrpcStatus(result.status()));
-      return;
-    }
-    if (metrics != nullptr) {
-      metrics->RecordSubmitted(*result,
-                               absl::FromChrono(std::chrono::steady_clock::now() - received));
-    }
-    std::vector<v1::SubmitJobResponse> responses(result->size());
-    for (size_t i = 0; i < result->size(); ++i) {
-      *responses[i].mutable_job() = std::move((*result)[i].job);
-      AddMemoryEstimate(responses[i].mutable_job());
-      responses[i].set_created((*result)[i].created);
-    }
-    respond(std::move(responses));
-    reactor->Finish(grpc::Status::OK);
-  });
-  return reactor;
-}
-
-absl::Status JobServiceImpl::CheckCheckpointReads(const Principal& caller, const v1::JobSpec& spec,
-                                                  const std::string& prefix) const {
-  if (caller.role == v1::ADMIN) return absl::OkStatus();
-  const std::vector<std::string>& roots = policy_->path_roots;
-  for (const auto& [field, path] :
-       {std::pair<absl::string_view, const std::string*>{"checkpoint.resume", &spec.checkpoint().resume()},
-        {"model.path", &spec.model().path()}}) {
-    if (path->empty() || *path == "latest") continue;
-    auto denied = [&, field = field, path = path](const std::string& why) {
-      v1::FieldViolation v;
-      v.set_field(absl::StrCat(prefix, field));
-      v.set_description(why);
-      return WithFieldViolations(
-          absl::PermissionDeniedError(absl::StrCat(
-              prefix, field, " ", *path, " ", why,
-              "; only that job's owner or an admin may read it (user ", caller.user, ")")),
-          {v});
-    };
-    if (std::optional<int64_t> id = DefaultCheckpointDirJob(roots, *path)) {
-      absl::StatusOr<v1::Job> job = store_->GetJob(*id);
-      if (!job.ok() && job.status().code() != absl::StatusCode::kNotFound) return job.status();
-      if (!job.ok()) return denied(absl::StrCat("is a checkpoint of job ", *id, ", which no longer exists"));
-      if (job->owner() != caller.user) {
-        return denied(absl::StrCat("is a checkpoint of job ", *id, ", owned by ", job->owner()));
-      }
-      continue;
-    }
-    if (std::optional<std::string> reserved = InsideReservedDir(roots, *path)) {
-      return denied(absl::StrCat("is inside ", *reserved, ", which holds jobs' checkpoints"));
-    }
-    absl::StatusOr<std::vector<CheckpointDirOwner>> owners = CheckpointDirOwners(*store_, *path);
-    if (!owners.ok()) return owners.status();
-    for (const CheckpointDirOwner& o : *owners) {
-      if (o.owner != caller.user) {
-        return denied(absl::StrCat("is inside ", o.dir, ", the checkpoint directory of job ",
-                                   o.job_id, ", owned by ", o.owner));
-      }
-    }
-  }
-  return absl::OkStatus();
-}
-
-namespace {
-
-// How SubmitJobs and SubmitJobFile answer: the results in request order.
-std::function<void(std::vector<v1::SubmitJobResponse>)> AppendJobsTo(v1::SubmitJobsResponse* response) {
-  return [response](std::vector<v1::SubmitJobResponse> r) {
-    for (auto& item : r) *response->add_jobs() = std::move(item);
-  };
-}
-
-}  // namespace
-
-grpc::ServerUnaryReactor* JobServiceImpl::SubmitJob(grpc::CallbackServerContext* context,
-                                                    const v1::SubmitJobRequest* request,
-                                                    v1::SubmitJobResponse* response) {
-  absl::StatusOr<Principal> caller = auth_->Check(*context, Operation::kSubmit);
-  if (!caller.ok()) return FinishNow(context, caller.status());
-  return Submit(context, *caller, {request}, request->dry_run(), /*batch=*/false,
-                [response](std::vector<v1::SubmitJobResponse> r) { *response = std::move(r[0]); });
-}
-
-grpc::ServerUnaryReactor* JobServiceImpl::SubmitJobs(grpc::CallbackServerContext* context,
-                                                     const v1::SubmitJobsRequest* request,
-                                                     v1::SubmitJobsResponse* response) {
-  absl::StatusOr<Principal> caller = auth_->Check(*context, Operation::kSubmit);
-  if (!caller.ok()) return FinishNow(context, caller.status());
-  std::vector<const v1::SubmitJobRequest*> requests;
-  bool dry_run = request->dry_run();
-  for (const v1::SubmitJobRequest& r : request->jobs()) {
-    requests.push_back(&r);
-    dry_run = dry_run || r.dry_run();
-  }
-  return Submit(context, *caller, std::move(requests), dry_run, /*batch=*/true,
-                AppendJobsTo(response));
-}
-
-grpc::ServerUnaryReactor* JobServiceImpl::SubmitJobFile(grpc::CallbackServerContext* context,
-                                                        const v1::SubmitJobFileRequest* request,
-                                                        v1::SubmitJobsResponse* response) {
-  // The text is anyone's input: only a caller allowed to submit gets it parsed.
-  absl::StatusOr<Principal> caller = auth_->Check(*context, Operation::kSubmit);
-  if (!caller.ok()) return FinishNow(context, caller.status());
-  absl::StatusOr<std::vector<ParsedJob>> parsed = ParseJobDocuments(request->text());
-  if (!parsed.ok()) return FinishNow(context, absl::InvalidArgumentError(parsed.status().message()));
-  if (!request->idempotency_key().empty() && parsed->size() > 1) {
-    return FinishNow(context, absl::InvalidArgumentError(absl::StrCat(
-                                  "idempotency_key applies to a single job; the file holds ",
-                                  parsed->size())));
-  }
-  // Submit copies what it needs from the requests before it returns.
-  std::vector<v1::SubmitJobRequest> items(parsed->size());
-  std::vector<const v1::SubmitJobRequest*> requests;
-  for (size_t i = 0; i < items.size(); ++i) {
-    *items[i].mutable_spec() = std::move((*parsed)[i].spec);
-    items[i].set_idempotency_key(request->idempotency_key().empty() ? (*parsed)[i].idempotency_key
-                                                                    : request->idempotency_key());
-    requests.push_back(&items[i]);
-  }
-  // One document reads like SubmitJob (`spec.x`), several like SubmitJobs (`jobs[i].spec.x`).
-  const bool batch = requests.size() > 1;
-  return Submit(context, *caller, std::move(requests), request->dry_run(), batch,
-                AppendJobsTo(response));
-}
 
 grpc::ServerUnaryReactor* JobServiceImpl::GetJob(grpc::CallbackServerContext* context,
                                                  const v1::GetJobRequest* request,
@@ -536,271 +319,6 @@ grpc::ServerUnaryReactor* JobServiceImpl::GetJobMetrics(grpc::CallbackServerCont
   return FinishNow(context, grpc::Status::OK);
 }
 
-// ---------------------------------------------------------------------------
-// StreamJobLogs: reads the rank files from where it left off, on a timer when following,
-// until the job is terminal and every file is read to its end. Reads (the job's state and
-// the files) run on the log store's reader thread, never on a gRPC callback thread; each
-// chunk is at most LogStore::kMaxChunkBytes of lines.
-// ---------------------------------------------------------------------------
-
-class JobServiceImpl::LogReactor : public grpc::ServerWriteReactor<v1::LogChunk> {
- public:
-  LogReactor(JobServiceImpl* service, int64_t job_id, const v1::StreamJobLogsRequest& request)
-      : service_(service), job_id_(job_id), request_(request) {}
-
-  void Start() { Poll(); }
-
-  void OnWriteDone(bool ok) override {
-    if (!ok) {
-      cancelled_ = true;  // client went away; the next poll finishes
-    }
-    Poll();
-  }
-
-  void OnCancel() override { cancelled_ = true; }
-
-  void OnDone() override { delete this; }
-
- private:
-  void Poll() {
-    service_->logs_->RunRead([this] { PollOnReader(); });
-  }
-
-  // Sends the next chunk, or finishes, or waits a little and looks again.
-  void PollOnReader() {
-    if (cancelled_) {
-      Done(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled"));
-      return;
-    }
-    // Terminal before reading: its last lines were queued before its final status, so
-    // once the log store's queue is flushed they are on disk.
-    absl::StatusOr<v1::Job> job = service_->store_->GetJob(job_id_);
-    const bool over = !job.ok() || IsTerminal(job->state());
-    if (over && !flushed_) {
-      flushed_ = true;
-      service_->logs_->Flush();
-    }
-    for (const LogStore::Source& s : service_->logs_->Sources(job_id_, request_.attempt())) {
-      if (request_.rank() >= 0 && s.rank != request_.rank()) continue;
-      LogStore::Cursor& c = cursors_[s.path];
-      if (!c.opened) {
-        c.opened = true;
-        c.offset = LogStore::TailOffset(s.path, request_.tail_lines());
-      }
-      std::vector<std::string> lines = LogStore::ReadLines(s.path, &c);
-      if (!lines.empty()) {
-        chunk_.Clear();
-        chunk_.set_attempt(s.attempt);
-        chunk_.set_rank(s.rank);
-        for (std::string& l : lines) chunk_.add_lines(std::move(l));
-        StartWrite(&chunk_);
-        return;
-      }
-    }
-    if (!request_.follow() || over) {
-      Done(grpc::Status::OK);
-      return;
-    }
-    alarm_.Set(std::chrono::system_clock::now() + std::chrono::milliseconds(250),
-               [this](bool) { Poll(); });
-  }
-
-  void Done(grpc::Status status) {
-    if (finished_) return;
-    finished_ = true;
-    Finish(std::move(status));
-  }
-
-  JobServiceImpl* const service_;
-  const int64_t job_id_;
-  const v1::StreamJobLogsRequest request_;
-  std::map<std::string, LogStore::Cursor> cursors_;  // reader thread only
-  v1::LogChunk chunk_;
-  grpc::Alarm alarm_;
-  std::atomic<bool> cancelled_{false};
-  bool finished_ = false;  // reader thread only
-  bool flushed_ = false;   // reader thread only
-};
-
-grpc::ServerWriteReactor<v1::LogChunk>* JobServiceImpl::StreamJobLogs(
-    grpc::CallbackServerContext* context, const v1::StreamJobLogsRequest* request) {
-  absl::StatusOr<int64_t> id = ParseJobId(request->job_id(), "job_id");
-  absl::Status error = auth_->Check(*context, Operation::kRead).status();
-  if (error.ok()) error = id.status();
-  if (error.ok()) error = store_->GetJob(*id).status();
-  if (error.ok() && (request->attempt() < 0 || request->tail_lines() < 0 || request->rank() < -1)) {
-    error = absl::InvalidArgumentError("attempt and tail_lines must be >= 0, rank >= -1");
-  }
-  if (error.ok() && logs_ == nullptr) error = absl::UnimplementedError("no log store");
-  auto* reactor = new LogReactor(this, id.ok() ? *id : 0, *request);
-  if (!error.ok()) {
-    reactor->Finish(ToGrpcStatus(error));
-    return reactor;
-  }
-  reactor->Start();
-  return reactor;
-}
-
-// ---------------------------------------------------------------------------
-// WatchJob: snapshot, history after `after_seq`, then live events, in seq order and
-// without duplicates, until the event that makes the job terminal has been sent.
-// ---------------------------------------------------------------------------
-
-class JobServiceImpl::WatchReactor : public grpc::ServerWriteReactor<v1::WatchJobResponse> {
- public:
-  WatchReactor(JobServiceImpl* service, int64_t job_id, int64_t after_seq)
-      : service_(service), job_id_(job_id), next_seq_(after_seq + 1) {}
-
-  // Subscribes, then reads the snapshot and history; live events that race with the
-  // read are buffered and de-duplicated by sequence number.
-  void Start() {
-    const std::string job_id_string = JobIdString(job_id_);
-    subscription_ = service_->store_->Subscribe([this, job_id_string](const v1::JobEvent& e) {
-      if (e.job_id() != job_id_string) return;
-      std::lock_guard<std::mutex> lock(mu_);
-      EnqueueEventLocked(e);
-      MaybeWriteLocked();
-    });
-    absl::StatusOr<v1::Job> job = service_->store_->GetJob(job_id_);
-    absl::StatusOr<std::vector<v1::JobEvent>> history =
-        job.ok() ? service_->store_->GetEvents(job_id_, next_seq_ - 1, kMaxEventLimit * 100)
-                 : absl::StatusOr<std::vector<v1::JobEvent>>(job.status());
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!history.ok()) {
-      FinishLocked(ToGrpcStatus(history.status()));
-      return;
-    }
-    if (IsTerminal(job->state())) terminal_seq_ = job->last_event_seq();
-    service_->AddPendingInfo(&*job);
-    v1::WatchJobResponse first;
-    *first.mutable_job() = std::move(*job);
-    // The snapshot goes first; any live events already buffered follow in seq order.
-    pending_.push_front(std::move(first));
-    std::deque<v1::WatchJobResponse> live = std::move(live_before_snapshot_);
-    loaded_ = true;
-    for (const v1::JobEvent& e : *history) EnqueueEventLocked(e);
-    for (const v1::WatchJobResponse& r : live) EnqueueEventLocked(r.event());
-    if (pending_.size() == 1 && terminal_seq_ > 0 && next_seq_ > terminal_seq_) {
-      finish_after_write_ = true;
-    }
-    MaybeWriteLocked();
-  }
-
-  void OnWriteDone(bool ok) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    writing_ = false;
-    if (!ok) {
-      FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "client went away"));
-      return;
-    }
-    if (finish_after_write_ && pending_.empty()) {
-      FinishLocked(grpc::Status::OK);
-      return;
-    }
-    MaybeWriteLocked();
-  }
-
-  void OnCancel() override {
-    bool stopping;
-    {
-      std::lock_guard<std::mutex> lock(service_->watches_mu_);
-      stopping = service_->watches_stopped_;
-    }
-    std::lock_guard<std::mutex> lock(mu_);
-    // During shutdown gRPC cancels what is still open: say why, so clients reconnect.
-    FinishLocked(stopping ? grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                                         "coordinator is shutting down")
-                          : grpc::Status(grpc::StatusCode::CANCELLED, "watch cancelled"));
-  }
-
-  void OnDone() override {
-    service_->store_->Unsubscribe(subscription_);
-    {
-      std::lock_guard<std::mutex> lock(service_->watches_mu_);
-      service_->watches_.erase(this);
-    }
-    delete this;
-  }
-
-  // Ends the stream (at most once). Safe under any lock: gRPC never runs a write
-  // reactor's reactions inline.
-  void FinishWith(grpc::Status status) {
-    std::lock_guard<std::mutex> lock(mu_);
-    FinishLocked(std::move(status));
-  }
-
- private:
-  void EnqueueEventLocked(const v1::JobEvent& e) {
-    if (!loaded_) {
-      v1::WatchJobResponse r;
-      *r.mutable_event() = e;
-      live_before_snapshot_.push_back(std::move(r));
-      return;
-    }
-    if (e.seq() < next_seq_ || finish_after_write_) return;  // already queued or sent
-    next_seq_ = e.seq() + 1;
-    v1::WatchJobResponse r;
-    *r.mutable_event() = e;
-    pending_.push_back(std::move(r));
-    if (IsTerminal(e.to_state()) || (terminal_seq_ > 0 && e.seq() >= terminal_seq_)) {
-      finish_after_write_ = true;
-    }
-  }
-
-  void MaybeWriteLocked() {
-    if (writing_ || finished_ || pending_.empty()) return;
-    current_ = std::move(pending_.front());
-    pending_.pop_front();
-    writing_ = true;
-    StartWrite(&current_);
-  }
-
-  void FinishLocked(grpc::Status status) {
-    if (finished_) return;
-    finished_ = true;
-    Finish(std::move(status));
-  }
-
-  JobServiceImpl* const service_;
-  const int64_t job_id_;
-  int64_t subscription_ = 0;
-
-  std::mutex mu_;
-  int64_t next_seq_;            // the next event seq to send
-  int64_t terminal_seq_ = 0;    // seq of the terminal event, once known
-  bool loaded_ = false;         // snapshot and history queued
-  bool writing_ = false;
-  bool finished_ = false;
-  bool finish_after_write_ = false;
-  std::deque<v1::WatchJobResponse> live_before_snapshot_;
-  std::deque<v1::WatchJobResponse> pending_;
-  v1::WatchJobResponse current_;
-};
-
-grpc::ServerWriteReactor<v1::WatchJobResponse>* JobServiceImpl::WatchJob(
-    grpc::CallbackServerContext* context, const v1::WatchJobRequest* request) {
-  absl::StatusOr<int64_t> id = ParseJobId(request->job_id(), "job_id");
-  absl::Status error = auth_->Check(*context, Operation::kRead).status();
-  if (error.ok()) error = id.status();
-  if (error.ok() && request->after_seq() < 0) {
-    error = absl::InvalidArgumentError("after_seq must be >= 0");
-  }
-  auto* reactor = new WatchReactor(this, id.ok() ? *id : 0, request->after_seq());
-  {
-    std::lock_guard<std::mutex> lock(watches_mu_);
-    if (error.ok() && watches_stopped_) {
-      error = absl::UnavailableError("coordinator is shutting down");
-    }
-    watches_.insert(reactor);
-  }
-  if (!error.ok()) {
-    reactor->FinishWith(ToGrpcStatus(error));
-    return reactor;
-  }
-  reactor->Start();
-  return reactor;
-}
-
 grpc::ServerUnaryReactor* JobServiceImpl::ListQueues(grpc::CallbackServerContext* context,
                                                      const v1::ListQueuesRequest* /*request*/,
                                                      v1::ListQueuesResponse* response) {
@@ -865,14 +383,6 @@ grpc::ServerUnaryReactor* JobServiceImpl::WhoAmI(grpc::CallbackServerContext* co
   response->set_role(caller->role);
   response->set_auth_enabled(auth_->enabled());
   return FinishNow(context, grpc::Status::OK);
-}
-
-void JobServiceImpl::StopWatches() {
-  std::lock_guard<std::mutex> lock(watches_mu_);
-  watches_stopped_ = true;
-  for (WatchReactor* w : watches_) {
-    w->FinishWith(grpc::Status(grpc::StatusCode::UNAVAILABLE, "coordinator is shutting down"));
-  }
 }
 
 }  // namespace llamafleet

@@ -47,16 +47,12 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
   // at shutdown, before the server waits for in-flight calls.
   void StopWatches();
 
-
   grpc::ServerUnaryReactor* SubmitJob(grpc::CallbackServerContext* context,
                                       const v1::SubmitJobRequest* request,
                                       v1::SubmitJobResponse* response) override;
   grpc::ServerUnaryReactor* SubmitJobs(grpc::CallbackServerContext* context,
                                        const v1::SubmitJobsRequest* request,
                                        v1::SubmitJobsResponse* response) override;
-  grpc::ServerUnaryReactor* SubmitJobFile(grpc::CallbackServerContext* context,
-                                          const v1::SubmitJobFileRequest* request,
-                                          v1::SubmitJobsResponse* response) override;
   grpc::ServerUnaryReactor* GetJob(grpc::CallbackServerContext* context,
                                    const v1::GetJobRequest* request, v1::Job* response) override;
   grpc::ServerUnaryReactor* ListJobs(grpc::CallbackServerContext* context,

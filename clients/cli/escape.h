@@ -1,5 +1,4 @@
-// Escaping of text from the coordinator on its way to a terminal. No absl or protobuf:
-// the small `llamafleet` front binary (front_main.cc) prints through it too.
+// Escaping of text from the coordinator on its way to a terminal.
 #ifndef LLAMAFLEET_CLIENTS_CLI_ESCAPE_H_
 #define LLAMAFLEET_CLIENTS_CLI_ESCAPE_H_
 
@@ -15,18 +14,9 @@ namespace llamafleet::cli {
 // (U+0080..U+009F, in UTF-8) become visible escapes: "\r", "\x1b", "\u009b".
 std::string EscapeControls(std::string_view text);
 
-namespace escape_internal {
-// Appends the visible form of control byte `c` (of C1 control U+0080 + (c - 0x80) when
-// `c1`). Shared by EscapeControls and EscapingStreambuf.
-void AppendEscape(unsigned char c, bool c1, std::string* out);
-// A C0 control other than '\n' and '\t', or DEL.
-bool IsControl(unsigned char c);
-}  // namespace escape_internal
-
 // A streambuf that writes everything through EscapeControls to `target` (not owned).
 // Unbuffered: what goes through it and what goes straight to `target` stay in order, so
-// the CLI's own control sequences (the progress line's redraw) can bypass it. Defined in
-// escape_streambuf.cc, part of llamafleet_cli: the front does not link it.
+// the CLI's own control sequences (the progress line's redraw) can bypass it.
 class EscapingStreambuf : public std::streambuf {
  public:
   explicit EscapingStreambuf(std::streambuf* target) : target_(target) {}

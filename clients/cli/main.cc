@@ -1,4 +1,5 @@
-// llamafleet: the command-line client for the coordinator. All logic is in cli.cc.
+// llamafleet: the command-line client for the coordinator. The command tree is in cli.cc,
+// each command in its cmd_*.cc.
 //
 // Scripts start this once per command, so start-up and exit are kept short: no absl
 // deadlock-detection graph, and no teardown at exit (std::_Exit after flushing; the OS

@@ -46,10 +46,9 @@ case "$build_dir" in /*) ;; *) build_dir="$root/$build_dir" ;; esac
 bin="$build_dir/bin"
 say() { echo "build.sh: $*" >&2; }
 
-# What each image carries from the build (the CLI goes everywhere: handy in `podman exec`;
-# `llamafleet` is the small front, `llamafleet-cli` next to it the full CLI it runs).
-coordinator_bins=(llamafleet-coordinator llamafleet llamafleet-cli llamafleet-health-probe)
-worker_bins=(llamafleet-worker llamafleet-train llamafleet llamafleet-cli)
+# What each image carries from the build (the CLI goes everywhere: handy in `podman exec`).
+coordinator_bins=(llamafleet-coordinator llamafleet llamafleet-health-probe)
+worker_bins=(llamafleet-worker llamafleet-train llamafleet)
 worker_modules=(libllamafleet_spm.so)  # dlopen()ed from the executables' directory
 need=()
 for b in "${coordinator_bins[@]}" "${worker_bins[@]}" "${worker_modules[@]}"; do

@@ -31,7 +31,7 @@ while [ $# -gt 0 ]; do
   shift
 done
 bin="$build_dir/bin"
-files=(llamafleet llamafleet-cli)  # the front and the full CLI it runs from the same directory
+files=(llamafleet)  # the CLI
 case "$role" in
   coordinator) files+=(llamafleet-coordinator llamafleet-health-probe) ;;
   worker) files+=(llamafleet-worker llamafleet-train libllamafleet_spm.so) ;;
@@ -46,7 +46,7 @@ install -d -m 0755 "$dest/opt/llamafleet/bin" "$dest/opt/llamafleet/libexec" "$d
   "$dest/usr/local/bin"
 install -d -m 0750 "$dest/etc/llamafleet"
 for f in "${files[@]}"; do install -m 0755 "$bin/$f" "$dest/opt/llamafleet/bin/$f"; done
-for f in llamafleet llamafleet-cli llamafleet-coordinator; do
+for f in llamafleet llamafleet-coordinator; do
   [ ! -e "$dest/opt/llamafleet/bin/$f" ] || ln -sf "/opt/llamafleet/bin/$f" "$dest/usr/local/bin/$f"
 done
 units=()

@@ -14,7 +14,6 @@
 #include <algorithm>
 #include <fstream>
 #include <iterator>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -598,7 +597,7 @@ TEST_F(CliTest, ACoordinatorSlowToAnswerANewConnectionIsStillReached) {
   EXPECT_EQ(r->exit_code, 0) << r->err;
   EXPECT_TRUE(absl::StrContains(r->out, "slow-answer")) << r->out;
   EXPECT_EQ(relay.connections(), 1) << "the first connection should have been waited for";
-  // The one-shot submit (its own HTTP/2 client) waits for the late answer too.
+  // So does a submission, on a connection of its own.
   const std::string file = WriteFile("late.yaml", Spec("slow-answer-2"));
   auto submitted = RunCommand({BinaryPath("llamafleet"), "--coordinator", relay.address(), "--user",
                                "alice", "submit", "-f", file},
@@ -645,147 +644,45 @@ TEST_F(CliTest, UsageErrorsExitTwoWithOneLine) {
 }
 
 
-// ---------------------------------------------------------------------------
-// The one-shot submit: `llamafleet` itself submits `submit -f FILE` over its own HTTP/2
-// client; everything else, and every failure, runs llamafleet-cli (the full CLI).
-// ---------------------------------------------------------------------------
-
-// LLAMAFLEET_ONESHOT_DEBUG=1 makes the front say on stderr why it ran the full CLI: an
-// empty stderr proves the one-shot path answered.
-const std::map<std::string, std::string> kOneShotDebug = {{"LLAMAFLEET_ONESHOT_DEBUG", "1"}};
-const std::map<std::string, std::string> kFullCliOnly = {{"LLAMAFLEET_ONESHOT", "0"}};
-
-CommandResult RunWithEnv(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env) {
-  auto result = RunCommand(argv, "", env, absl::Seconds(30));
-  EXPECT_TRUE(result.ok()) << result.status();
-  return result.ok() ? *result : CommandResult{};
-}
-
-void ExpectSameResult(const CommandResult& one_shot, const CommandResult& full) {
-  EXPECT_EQ(one_shot.exit_code, full.exit_code) << one_shot.err << "\nvs\n" << full.err;
-  EXPECT_EQ(one_shot.out, full.out);
-  EXPECT_EQ(one_shot.err, full.err);
-}
-
-TEST_F(CliTest, OneShotSubmitAndTheFullCliAgreeOnJobsAndKeys) {
-  const std::string a = WriteFile("a.yaml", Spec("a", "queue: research\n"));
-  CommandResult created = RunWithEnv(Argv({"submit", "-f", a}), kOneShotDebug);
-  EXPECT_EQ(created.exit_code, 0) << created.err;
-  EXPECT_EQ(created.err, "") << "the one-shot path was not taken";
-  EXPECT_EQ(created.out, "job 1 created\n");
-  // The full CLI derives the same key from the file as the coordinator did.
-  const std::string key = AllJobs().at(0).idempotency_key();
-  EXPECT_TRUE(absl::StartsWith(key, "auto-")) << key;
-  const std::string exists = absl::StrCat("job 1 already exists (idempotency key ", key, ")\n");
-  CommandResult full = RunWithEnv(Argv({"submit", "-f", a}), kFullCliOnly);
-  EXPECT_EQ(full.exit_code, 0) << full.err;
-  EXPECT_EQ(full.out, exists);
-  ExpectSameResult(RunWithEnv(Argv({"submit", "-f", a}), kOneShotDebug), full);
-
-  // The other way round: stored by the full CLI, found by the one-shot path. Global flags
-  // after the command and the --file=, -fFILE spellings are read like the full CLI reads them.
+// Global flags after the command, and the --file=, -fFILE spellings, read like any other.
+TEST_F(CliTest, SubmitFlagSpellingsAndGlobalFlagsAfterTheCommand) {
   const std::string b = WriteFile("b.yaml", Spec("b"));
-  EXPECT_EQ(RunWithEnv(Argv({"submit", "-f", b}), kFullCliOnly).out, "job 2 created\n");
-  CommandResult again = RunWithEnv({BinaryPath("llamafleet"), "submit", "--file=" + b, "--coordinator",
-                             address_, "--user", "alice", "--timeout", "10s", "-o", "table"},
-                            kOneShotDebug);
-  EXPECT_EQ(again.err, "");
-  EXPECT_TRUE(absl::StartsWith(again.out, "job 2 already exists (idempotency key auto-")) << again.out;
-  EXPECT_EQ(RunWithEnv(Argv({"submit", "-f" + b}), kOneShotDebug).out, again.out);
-
-  // Several documents are one batch; an explicit key names one job.
-  const std::string batch = WriteFile("batch.yaml", absl::StrCat(Spec("c"), "---\n", Spec("d")));
-  CommandResult two = RunWithEnv(Argv({"submit", "-f", batch}), kOneShotDebug);
-  EXPECT_EQ(two.err, "");
-  EXPECT_EQ(two.out, "job 3 created\njob 4 created\n");
-  EXPECT_EQ(RunWithEnv(Argv({"submit", "-f", batch}), kFullCliOnly).out,
-            RunWithEnv(Argv({"submit", "-f", batch}), kOneShotDebug).out);
-  CommandResult keyed = RunWithEnv(Argv({"submit", "--idempotency-key", "k-1", "-f", b}), kOneShotDebug);
-  EXPECT_EQ(keyed.err, "");
-  EXPECT_EQ(keyed.out, "job 5 created\n");
-  EXPECT_EQ(RunWithEnv(Argv({"submit", "-f", b, "--idempotency-key", "k-1"}), kFullCliOnly).out,
-            "job 5 already exists (idempotency key k-1)\n");
-  EXPECT_EQ(AllJobs().size(), 5u);
+  EXPECT_EQ(Ok({"submit", "-f", b}), "job 1 created\n");
+  auto again = RunCommand({BinaryPath("llamafleet"), "submit", "--file=" + b, "--coordinator",
+                           address_, "--user", "alice", "--timeout", "10s", "-o", "table"},
+                          "", {}, absl::Seconds(20));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->err, "");
+  EXPECT_TRUE(absl::StartsWith(again->out, "job 1 already exists (idempotency key auto-"))
+      << again->out;
+  EXPECT_EQ(Ok({"submit", "-f" + b}), again->out);
 }
 
-TEST_F(CliTest, OneShotFileLargerThanTheFlowControlWindow) {
-  // 300 KB of comment: more than HTTP/2's initial 64 KiB windows, so the request is sent
-  // as the coordinator's WINDOW_UPDATEs allow.
-  std::string text = Spec("big");
-  for (int i = 0; i < 3000; ++i) text += "# " + std::string(98, 'x') + "\n";
-  const std::string file = WriteFile("big.yaml", text);
-  CommandResult r = RunWithEnv(Argv({"submit", "-f", file}), kOneShotDebug);
-  EXPECT_EQ(r.err, "");
-  EXPECT_EQ(r.out, "job 1 created\n");
-}
-
-TEST_F(CliTest, OneShotErrorsAreTheFullClisByteForByte) {
-  const std::vector<std::pair<std::string, std::string>> files = {
-      {"invalid.yaml", Spec("bad", "resources: {nodes: 0}\n")},
-      {"typo.yaml", Spec("typo", "fsdp: {shardng: FULL_SHARD}\n")},
-      {"syntax.yaml", "name: [unclosed\n"},
-      {"batch.yaml", absl::StrCat(Spec("fine"), "---\nname: broken\nmodel: {preset: tiny, tokenizer: /t}\n"
-                                                "data: {train_path: /d}\ntraining: {lr: -1}\n")},
-  };
-  for (const auto& [name, text] : files) {
-    const std::string file = WriteFile(name, text);
-    CommandResult one_shot = RunWithEnv(Argv({"submit", "-f", file}), {});
-    CommandResult full = RunWithEnv(Argv({"submit", "-f", file}), kFullCliOnly);
-    SCOPED_TRACE(name);
-    EXPECT_NE(full.exit_code, 0);
-    ExpectSameResult(one_shot, full);
-    CommandResult debug = RunWithEnv(Argv({"submit", "-f", file}), kOneShotDebug);
-    EXPECT_TRUE(absl::StartsWith(debug.err, "llamafleet: one-shot submit not used: grpc-status 3"))
-        << debug.err;
-  }
-  // A key for a batch is the full CLI's usage error (exit 2).
-  const std::string batch = WriteFile("two.yaml", absl::StrCat(Spec("a"), "---\n", Spec("b")));
-  ExpectSameResult(RunWithEnv(Argv({"submit", "-f", batch, "--idempotency-key", "k"}), {}),
-                   RunWithEnv(Argv({"submit", "-f", batch, "--idempotency-key", "k"}), kFullCliOnly));
-  EXPECT_TRUE(AllJobs().empty());
-}
-
-TEST_F(CliTest, OneShotUsesUserFromTheEnvironment) {
+TEST_F(CliTest, SubmitUsesUserFromTheEnvironment) {
   const std::string file = WriteFile("job.yaml", Spec("mine"));
-  CommandResult r = RunWithEnv({BinaryPath("llamafleet"), "submit", "-f", file, "--coordinator", address_},
-                        {{"USER", "carol"}, {"LLAMAFLEET_ONESHOT_DEBUG", "1"}});
-  EXPECT_EQ(r.err, "");
-  EXPECT_EQ(r.out, "job 1 created\n");
+  auto r = RunCommand({BinaryPath("llamafleet"), "submit", "-f", file, "--coordinator", address_},
+                      "", {{"USER", "carol"}}, absl::Seconds(20));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->err, "");
+  EXPECT_EQ(r->out, "job 1 created\n");
   EXPECT_EQ(AllJobs().at(0).owner(), "carol");
 
-  // Without $USER (cron, containers): the passwd entry's name, as the full CLI finds it.
+  // Without $USER (cron, containers): the passwd entry's name.
   const passwd* pw = getpwuid(getuid());
   ASSERT_NE(pw, nullptr);
   const std::string login = pw->pw_name;
   const std::string other = WriteFile("other.yaml", Spec("theirs"));
-  CommandResult no_user = RunWithEnv({"/usr/bin/env", "-u", "USER", "LLAMAFLEET_ONESHOT_DEBUG=1",
-                                      BinaryPath("llamafleet"), "submit", "-f", other,
-                                      "--coordinator", address_},
-                                     {});
-  EXPECT_EQ(no_user.err, "");
-  EXPECT_EQ(no_user.out, "job 2 created\n");
+  auto no_user = RunCommand({"/usr/bin/env", "-u", "USER", BinaryPath("llamafleet"), "submit", "-f",
+                             other, "--coordinator", address_},
+                            "", {}, absl::Seconds(20));
+  ASSERT_TRUE(no_user.ok()) << no_user.status();
+  EXPECT_EQ(no_user->err, "");
+  EXPECT_EQ(no_user->out, "job 2 created\n");
   EXPECT_EQ(AllJobs().at(0).owner(), login);
-  // The full CLI, same environment, names the same owner: its key is found, not a new job.
-  CommandResult full = RunWithEnv({"/usr/bin/env", "-u", "USER", "LLAMAFLEET_ONESHOT=0",
-                                   BinaryPath("llamafleet"), "submit", "-f", other, "--coordinator",
-                                   address_},
-                                  {});
-  EXPECT_TRUE(absl::StartsWith(full.out, "job 2 already exists")) << full.out << full.err;
 }
 
-TEST_F(CliTest, OneShotAgainstADownCoordinatorGivesTheFullClisError) {
-  const std::string file = WriteFile("job.yaml", Spec("late"));
-  const std::vector<std::string> argv = Argv({"submit", "-f", file, "--timeout", "3s"});
-  StopCoordinator();
-  CommandResult one_shot = RunWithEnv(argv, {});
-  CommandResult full = RunWithEnv(argv, kFullCliOnly);
-  ExpectOneErrorLine(full, 1, "cannot reach coordinator at " + address_);
-  ExpectSameResult(one_shot, full);
-}
-
-// A server that answers every connection with junk: the one-shot client trusts none of
-// it and hands over to the full CLI, whose gRPC refuses it too.
-TEST_F(CliTest, OneShotDoesNotTrustAJunkServer) {
+// A server that answers every connection with junk: one error line, nothing on stdout.
+TEST_F(CliTest, AJunkServerIsOneErrorLine) {
   int port = 0;
   const int fd = ::llamafleet::testing::ListenOnLoopback(&port);
   ASSERT_GE(fd, 0);
@@ -804,38 +701,22 @@ TEST_F(CliTest, OneShotDoesNotTrustAJunkServer) {
     }
   });
   const std::string file = WriteFile("job.yaml", Spec("junk"));
-  CommandResult r = RunWithEnv({BinaryPath("llamafleet"), "--coordinator", junk_address, "--user", "alice",
-                         "--timeout", "2s", "submit", "-f", file},
-                        kOneShotDebug);
+  auto r = RunCommand({BinaryPath("llamafleet"), "--coordinator", junk_address, "--user", "alice",
+                       "--timeout", "2s", "submit", "-f", file},
+                      "", {}, absl::Seconds(30));
   shutdown(fd, SHUT_RDWR);
   close(fd);
   server.join();
-  EXPECT_EQ(r.exit_code, 1) << r.err;
-  EXPECT_TRUE(absl::StartsWith(r.err, "llamafleet: one-shot submit not used: HPACK decoding failed\n"))
-      << r.err;
-  // Then the full CLI's own one-line error.
-  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 2) << r.err;
-  EXPECT_TRUE(absl::StrContains(r.err, "\nllamafleet: ")) << r.err;
-  EXPECT_EQ(r.out, "");
+  ASSERT_TRUE(r.ok()) << r.status();
+  ExpectOneErrorLine(*r, 1, "");
+  EXPECT_EQ(r->out, "");
 }
 
-TEST_F(CliTest, FrontRunsTheFullCliForEverythingElse) {
-  // --version and help come from llamafleet-cli, unchanged.
+TEST_F(CliTest, VersionNamesTheProgram) {
   auto version = RunCommand({BinaryPath("llamafleet"), "--version"});
-  auto full_version = RunCommand({BinaryPath("llamafleet-cli"), "--version"});
-  ASSERT_TRUE(version.ok() && full_version.ok());
-  EXPECT_EQ(version->out, full_version->out);
+  ASSERT_TRUE(version.ok());
+  EXPECT_EQ(version->exit_code, 0);
   EXPECT_TRUE(absl::StartsWith(version->out, "llamafleet ")) << version->out;
-  const std::string file = WriteFile("job.yaml", Spec("json"));
-  // -o json, --dry-run, other commands: the full CLI, and the debug line says so.
-  for (const std::vector<std::string>& args :
-       {std::vector<std::string>{"submit", "-f", file, "-o", "json"},
-        std::vector<std::string>{"submit", "-f", file, "--dry-run"},
-        std::vector<std::string>{"get", "jobs"}}) {
-    CommandResult r = RunWithEnv(Argv(args), kOneShotDebug);
-    EXPECT_EQ(r.exit_code, 0) << r.err;
-    EXPECT_TRUE(absl::StartsWith(r.err, "llamafleet: one-shot submit not used: ")) << r.err;
-  }
 }
 
 }  // namespace

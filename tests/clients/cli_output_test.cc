@@ -189,7 +189,7 @@ TEST(CheckpointsTableTest, OneRowPerCheckpointInOrder) {
             "10     1         2.2500   3.0 MiB   2026-11-30T00:53:20Z   /ckpt/step-10\n");
 }
 
-// Each attempt's gang size and the resize that started it (issue 14); NODES falls back to
+// Each attempt's gang size and the resize that started it; NODES falls back to
 // the task count for records from before schema 6.
 TEST(AttemptsTableTest, ShowsGangSizeAndResize) {
   v1::Attempt grown;

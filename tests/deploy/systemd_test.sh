@@ -18,11 +18,11 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 dest="$work/root"
 "$root/deploy/systemd/install.sh" --build-dir "$(dirname "$bin")" --root "$dest" 2>"$work/install.log" ||
   { cat "$work/install.log" >&2; fail "install.sh failed"; }
-for f in opt/llamafleet/bin/llamafleet opt/llamafleet/bin/llamafleet-cli \
-  opt/llamafleet/bin/llamafleet-coordinator opt/llamafleet/bin/llamafleet-worker \
-  opt/llamafleet/bin/llamafleet-train opt/llamafleet/bin/libllamafleet_spm.so \
-  opt/llamafleet/libexec/llamafleet-worker-start etc/llamafleet/coordinator.yaml \
-  etc/llamafleet/coordinator.env etc/llamafleet/worker.env etc/llamafleet/join-token; do
+for f in opt/llamafleet/bin/llamafleet opt/llamafleet/bin/llamafleet-coordinator \
+  opt/llamafleet/bin/llamafleet-worker opt/llamafleet/bin/llamafleet-train \
+  opt/llamafleet/bin/libllamafleet_spm.so opt/llamafleet/libexec/llamafleet-worker-start \
+  etc/llamafleet/coordinator.yaml etc/llamafleet/coordinator.env etc/llamafleet/worker.env \
+  etc/llamafleet/join-token; do
   [ -e "$dest/$f" ] || fail "install.sh did not install /$f"
 done
 [ "$(stat -c %a "$dest/etc/llamafleet/join-token")" = 600 ] || fail "join-token is not 0600 in a --root install"

@@ -1,0 +1,37 @@
+// `checkpoints ID` and `attempts ID`: what a job has recorded so far.
+#include <ostream>
+
+#include "clients/cli/command.h"
+#include "clients/cli/output.h"
+
+namespace llamafleet::cli {
+
+absl::Status RunCheckpoints(const Context& ctx, const std::string& id) {
+  absl::StatusOr<Client*> client = Connect(ctx);
+  if (!client.ok()) return client.status();
+  absl::StatusOr<v1::ListCheckpointsResponse> response = (*client)->ListCheckpoints(id);
+  if (!response.ok()) return response.status();
+  if (PrintMachine(ctx, *response)) return absl::OkStatus();
+  if (response->checkpoints().empty()) {
+    *ctx.out << "No checkpoints recorded for job " << id << ".\n";
+    return absl::OkStatus();
+  }
+  *ctx.out << CheckpointsTable({response->checkpoints().begin(), response->checkpoints().end()});
+  return absl::OkStatus();
+}
+
+absl::Status RunAttempts(const Context& ctx, const std::string& id) {
+  absl::StatusOr<Client*> client = Connect(ctx);
+  if (!client.ok()) return client.status();
+  absl::StatusOr<v1::ListAttemptsResponse> response = (*client)->ListAttempts(id);
+  if (!response.ok()) return response.status();
+  if (PrintMachine(ctx, *response)) return absl::OkStatus();
+  if (response->attempts().empty()) {
+    *ctx.out << "Job " << id << " has not started yet.\n";
+    return absl::OkStatus();
+  }
+  *ctx.out << AttemptsTable({response->attempts().begin(), response->attempts().end()});
+  return absl::OkStatus();
+}
+
+}  // namespace llamafleet::cli

@@ -1,0 +1,75 @@
+// `logs ID`: a job's trainer output, per rank, optionally followed.
+#include <algorithm>
+#include <ostream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "clients/cli/command.h"
+#include "clients/cli/interrupt.h"
+#include "clients/cli/output.h"
+
+namespace llamafleet::cli {
+
+absl::Status RunLogs(const Context& ctx, const std::string& id, const LogsFlags& flags,
+                     bool rank_given) {
+  if (rank_given && flags.rank < 0) return UsageError("--rank must be >= 0");
+  if (flags.attempt < 0) return UsageError("--attempt must be >= 1 (or 0 for the newest)");
+  if (flags.tail < 0) return UsageError("--tail must be >= 0");
+  absl::StatusOr<Client*> client = Connect(ctx);
+  if (!client.ok()) return client.status();
+  absl::StatusOr<v1::Job> job = (*client)->GetJob(id);
+  if (!job.ok()) return job.status();
+  const v1::ResourceSpec& resources = job->spec().resources();
+  const int64_t world = static_cast<int64_t>(std::max(resources.nodes(), resources.max_nodes())) *
+                        std::max(resources.gpus_per_node(), 1);
+  if (flags.rank >= world) {
+    return absl::InvalidArgumentError(absl::StrCat("job ", id, " has ranks 0..", world - 1,
+                                                   "; --rank ", flags.rank, " is not one of them"));
+  }
+  if (flags.attempt > job->attempts()) {
+    return absl::InvalidArgumentError(absl::StrCat("job ", id, " has no attempt ", flags.attempt,
+                                                   " (attempts so far: ", job->attempts(), ")"));
+  }
+  // Several ranks interleave by chunk; each line says whose it is.
+  const bool prefix = flags.rank < 0 && world > 1;
+
+  v1::StreamJobLogsRequest request;
+  request.set_job_id(id);
+  request.set_attempt(flags.attempt);
+  request.set_rank(flags.rank);
+  request.set_follow(flags.follow);
+  request.set_tail_lines(flags.tail);
+  int64_t lines = 0;
+  auto print = [&](const v1::LogChunk& chunk) {
+    if (ctx.format == Format::kJson) {
+      *ctx.out << ToJson(chunk, /*pretty=*/false);
+    } else if (ctx.format == Format::kYaml) {
+      *ctx.out << "---\n" << ToYaml(chunk);
+    } else {
+      for (const std::string& line : chunk.lines()) {
+        if (prefix) *ctx.out << "[rank " << chunk.rank() << "] ";
+        *ctx.out << line << "\n";
+      }
+    }
+    lines += chunk.lines_size();
+    ctx.out->flush();
+    return absl::OkStatus();
+  };
+  absl::Status status;
+  if (flags.follow) {
+    InterruptWatcher interrupt([&] { (*client)->CancelStreams(); });
+    status = (*client)->StreamJobLogs(request, print);
+    if (interrupt.signal() != 0) return Interrupted(interrupt.signal());
+  } else {
+    status = (*client)->StreamJobLogs(request, print, absl::Now() + ctx.client_options.timeout);
+  }
+  if (!status.ok()) return status;
+  if (lines == 0 && !flags.follow && job->attempts() == 0) {
+    // A note, not an error: stdout stays empty, as the log is.
+    *ctx.err << "llamafleet: job " << id << " has not started yet (" << StateName(job->state())
+             << "); use -f to wait for its logs\n";
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace llamafleet::cli

@@ -1,0 +1,185 @@
+// `submit -f FILE...`: every document of every file; one job is a SubmitJob, more go as
+// SubmitJobs calls of at most kMaxBatchSize jobs each.
+#include <dirent.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <iterator>
+#include <sstream>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "clients/cli/command.h"
+#include "clients/cli/output.h"
+#include "jobspec/jobspec.h"
+
+namespace llamafleet::cli {
+namespace {
+
+absl::StatusOr<std::string> ReadInput(const std::string& file, std::istream& in) {
+  if (file == "-") {
+    return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  std::ifstream stream(file, std::ios::binary);
+  if (!stream)
+    return absl::NotFoundError(absl::StrCat("cannot read ", file, ": ", std::strerror(errno)));
+  std::ostringstream text;
+  text << stream.rdbuf();
+  if (stream.bad()) return absl::DataLossError(absl::StrCat("cannot read ", file));
+  return text.str();
+}
+
+// The job files `-f` names: a directory stands for its *.yaml, *.yml and *.json files
+// (not recursive, sorted by name, so a re-run batches them the same way).
+absl::StatusOr<std::vector<std::string>> ExpandJobFiles(const std::vector<std::string>& args) {
+  std::vector<std::string> files;
+  for (const std::string& arg : args) {
+    struct stat st = {};
+    if (arg == "-" || stat(arg.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+      files.push_back(arg);  // a missing file is reported when it is read
+      continue;
+    }
+    DIR* dir = opendir(arg.c_str());
+    if (dir == nullptr) {
+      return absl::NotFoundError(absl::StrCat("cannot read ", arg, ": ", std::strerror(errno)));
+    }
+    std::vector<std::string> names;
+    while (const dirent* entry = readdir(dir)) {
+      const std::string name = entry->d_name;
+      if (name.empty() || name[0] == '.') continue;
+      if (!absl::EndsWith(name, ".yaml") && !absl::EndsWith(name, ".yml") &&
+          !absl::EndsWith(name, ".json")) {
+        continue;
+      }
+      const std::string path = absl::StrCat(arg, absl::EndsWith(arg, "/") ? "" : "/", name);
+      if (stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode)) names.push_back(path);
+    }
+    closedir(dir);
+    if (names.empty()) {
+      return UsageError(absl::StrCat("-f ", arg, ": no *.yaml, *.yml or *.json files in it"));
+    }
+    std::sort(names.begin(), names.end());
+    files.insert(files.end(), names.begin(), names.end());
+  }
+  if (std::count(files.begin(), files.end(), "-") > 1) {
+    return UsageError("-f -: stdin can be read only once");
+  }
+  return files;
+}
+
+// Submission errors read in terms of the file the user wrote.
+// `documents` names each job of the batch by file and document ("b.yaml document 2") when
+// the batch came from several files; empty otherwise.
+absl::Status SubmitError(const absl::Status& status, const std::vector<std::string>& documents) {
+  const absl::string_view message = status.message();
+  if (status.code() != absl::StatusCode::kInvalidArgument ||
+      !(absl::StartsWith(message, "spec.") || absl::StartsWith(message, "jobs["))) {
+    return status;  // not about the spec (e.g. a malformed --user)
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("invalid job spec: ", SpecErrorsForFile(std::string(status.message()), documents)));
+}
+
+void PrintSubmitted(const Context& ctx, const v1::SubmitJobsResponse& response, bool dry_run) {
+  if (PrintMachine(ctx, response)) return;
+  for (int i = 0; i < response.jobs_size(); ++i) {
+    const v1::SubmitJobResponse& r = response.jobs(i);
+    if (dry_run) {
+      // The effective specs, as a multi-document YAML that could be submitted as is.
+      if (i > 0) *ctx.out << "---\n";
+      *ctx.out << "# " << r.job().spec().name() << ": valid (dry run, nothing stored)\n";
+      if (r.job().has_memory_estimate()) {
+        *ctx.out << "# memory estimate: " << MemoryEstimateLine(r.job().memory_estimate()) << "\n";
+      }
+      *ctx.out << ToYaml(r.job().spec());
+    } else if (r.created()) {
+      *ctx.out << "job " << r.job().id() << " created\n";
+    } else {
+      *ctx.out << "job " << r.job().id() << " already exists (idempotency key "
+               << r.job().idempotency_key() << ")\n";
+    }
+  }
+}
+
+}  // namespace
+
+absl::Status RunSubmit(const Context& ctx, const SubmitFlags& flags) {
+  absl::StatusOr<std::vector<std::string>> files = ExpandJobFiles(flags.files);
+  if (!files.ok()) return files.status();
+  // Every document of every file, in order; `documents` names each one for errors.
+  std::vector<ParsedJob> parsed;
+  std::vector<std::string> documents;
+  for (const std::string& file : *files) {
+    absl::StatusOr<std::string> text = ReadInput(file, *ctx.in);
+    if (!text.ok()) return text.status();
+    const std::string source = file == "-" ? "stdin" : file;
+    absl::StatusOr<std::vector<ParsedJob>> jobs = ParseJobDocuments(*text);
+    if (!jobs.ok()) return WithContext(jobs.status(), absl::StrCat(source, ": "));
+    for (size_t i = 0; i < jobs->size(); ++i) {
+      documents.push_back(jobs->size() == 1 ? source
+                                            : absl::StrCat(source, " document ", i + 1));
+      parsed.push_back(std::move((*jobs)[i]));
+    }
+  }
+  if (!flags.idempotency_key.empty() && parsed.size() > 1) {
+    return UsageError(absl::StrCat("--idempotency-key applies to a single job; ",
+                                   files->size() == 1 ? (*files)[0] : "the files",
+                                   " hold ", parsed.size(),
+                                   " (each gets a key derived from its document)"));
+  }
+  // One file keeps its errors as "document N"; several name the file.
+  if (files->size() == 1) documents.clear();
+  absl::StatusOr<Client*> client = Connect(ctx);
+  if (!client.ok()) return client.status();
+
+  v1::SubmitJobsResponse responses;
+  if (parsed.size() == 1) {
+    v1::SubmitJobRequest request;
+    *request.mutable_spec() = std::move(parsed[0].spec);
+    request.set_idempotency_key(flags.idempotency_key.empty() ? parsed[0].idempotency_key
+                                                              : flags.idempotency_key);
+    request.set_dry_run(flags.dry_run);
+    absl::StatusOr<v1::SubmitJobResponse> response = (*client)->SubmitJob(request);
+    if (!response.ok()) return SubmitError(response.status(), documents);
+    *responses.add_jobs() = std::move(*response);
+  } else {
+    // One call per kMaxBatchSize jobs: the coordinator stores each batch whole or not at
+    // all. A later batch that fails leaves the earlier ones stored; re-running the same
+    // command is safe, since every document keeps its derived idempotency key.
+    for (size_t begin = 0; begin < parsed.size(); begin += kMaxBatchSize) {
+      const size_t end = std::min(parsed.size(), begin + static_cast<size_t>(kMaxBatchSize));
+      v1::SubmitJobsRequest request;
+      request.set_dry_run(flags.dry_run);
+      for (size_t i = begin; i < end; ++i) {
+        v1::SubmitJobRequest* item = request.add_jobs();
+        *item->mutable_spec() = std::move(parsed[i].spec);
+        item->set_idempotency_key(parsed[i].idempotency_key);
+      }
+      absl::StatusOr<v1::SubmitJobsResponse> response = (*client)->SubmitJobs(request);
+      if (!response.ok()) {
+        const std::vector<std::string> names =
+            documents.empty() ? documents
+                              : std::vector<std::string>(documents.begin() + begin,
+                                                         documents.begin() + end);
+        absl::Status status = SubmitError(response.status(), names);
+        if (begin > 0) {
+          PrintSubmitted(ctx, responses, flags.dry_run);
+          status = WithContext(status, absl::StrCat("jobs ", begin + 1, "-", end, " (the first ",
+                                                    begin, " were submitted): "));
+        }
+        return status;
+      }
+      for (v1::SubmitJobResponse& r : *response->mutable_jobs()) {
+        *responses.add_jobs() = std::move(r);
+      }
+    }
+  }
+  PrintSubmitted(ctx, responses, flags.dry_run);
+  return absl::OkStatus();
+}
+
+}  // namespace llamafleet::cli

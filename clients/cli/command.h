@@ -1,0 +1,135 @@
+#ifndef LLAMAFLEET_CLIENTS_CLI_COMMAND_H_
+#define LLAMAFLEET_CLIENTS_CLI_COMMAND_H_
+
+// What every `llamafleet` command gets (the Context), the helpers they share, and the
+// commands themselves, one cmd_*.cc file each. cli.cc builds the command tree, fills in
+// each command's flags and calls its Run function; a command returns a status and
+// prints its results to ctx.out, never its errors (cli.h says how those reach the user).
+
+#include <iosfwd>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "clients/client/client.h"
+#include "google/protobuf/message.h"
+
+namespace llamafleet::cli {
+
+enum class Format { kTable, kWide, kJson, kYaml };
+
+// What a command needs once flags are parsed.
+struct Context {
+  Format format = Format::kTable;
+  ClientOptions client_options;
+  // Bounds a whole watch (reconnects included); infinite unless --timeout is given.
+  absl::Duration watch_timeout = absl::InfiniteDuration();
+  // `out` is a terminal: `watch` draws a live progress line instead of printing lines.
+  bool out_is_tty = false;
+  // Columns of that terminal (a redrawn line must not wrap).
+  size_t terminal_width = 80;
+  std::istream* in = nullptr;
+  // Everything the coordinator sent passes through EscapeControls on its way out.
+  std::ostream* out = nullptr;
+  std::ostream* err = nullptr;
+  // The same stdout without escaping, for the CLI's own control sequences only.
+  std::ostream* raw_out = nullptr;
+  // Clients made by Connect, owned by RunCli.
+  std::vector<std::unique_ptr<Client>>* clients = nullptr;
+};
+
+// ---------------------------------------------------------------------------
+// Shared helpers (command.cc).
+// ---------------------------------------------------------------------------
+
+// The user's mistake on the command line: exit 2, not 1.
+absl::Status UsageError(const std::string& message);
+bool IsUsageError(const absl::Status& status);
+
+// "Stopped by signal `signo`" (Ctrl-C): exit 128+signal, nothing printed.
+absl::Status Interrupted(int signo);
+// The signal that interrupted a command, or 0.
+int InterruptSignal(const absl::Status& status);
+
+// Prefixes the message of an error with what we were doing, keeping code and payloads.
+absl::Status WithContext(const absl::Status& status, const std::string& context);
+
+// A positive duration: "30s", "2m", "500ms", or a number of seconds; a usage error
+// naming `flag` otherwise.
+absl::StatusOr<absl::Duration> ParseDuration(const std::string& flag, const std::string& text);
+
+// Scripts parse this, so every field is printed, defaults included, under its proto
+// name. Ends with a newline.
+std::string ToJson(const google::protobuf::Message& message, bool pretty);
+// MessageToYaml, ending with a newline.
+std::string ToYaml(const google::protobuf::Message& message);
+
+// Prints a message in a machine format (-o json|yaml); returns false for table formats.
+bool PrintMachine(const Context& ctx, const google::protobuf::Message& message);
+
+// The client for this command; RunCli owns it. A bad address or TLS file is a usage error.
+absl::StatusOr<Client*> Connect(const Context& ctx);
+
+// ---------------------------------------------------------------------------
+// The commands.
+// ---------------------------------------------------------------------------
+
+// submit -f FILE... (cmd_submit.cc)
+struct SubmitFlags {
+  // Files, directories (their *.yaml, *.yml and *.json files, by name) or "-" for stdin.
+  std::vector<std::string> files;
+  bool dry_run = false;
+  std::string idempotency_key;
+};
+absl::Status RunSubmit(const Context& ctx, const SubmitFlags& flags);
+
+// get jobs, get job ID (cmd_get.cc)
+struct ListFlags {
+  std::vector<std::string> states;
+  std::string queue;
+  std::string owner;
+  std::vector<std::string> labels;
+  int limit = 100;
+  bool all = false;
+  int page_size = 0;
+  std::string page_token;
+};
+absl::Status RunGetJobs(const Context& ctx, const ListFlags& flags);
+absl::Status RunGetJob(const Context& ctx, const std::string& id);
+
+// describe job ID (cmd_describe.cc)
+absl::Status RunDescribeJob(const Context& ctx, const std::string& id);
+
+// cancel ID (cmd_cancel.cc)
+absl::Status RunCancel(const Context& ctx, const std::string& id, const std::string& reason);
+
+// watch ID (cmd_watch.cc): `interval` is how often the job's metrics are polled.
+absl::Status RunWatch(const Context& ctx, const std::string& id, bool history,
+                      absl::Duration interval);
+
+// logs ID (cmd_logs.cc)
+struct LogsFlags {
+  bool follow = false;
+  int rank = -1;    // -1: every rank
+  int attempt = 0;  // 0: the newest
+  int tail = 0;     // 0: from the beginning
+};
+// `rank_given`: --rank was on the command line (so a negative one is an error).
+absl::Status RunLogs(const Context& ctx, const std::string& id, const LogsFlags& flags,
+                     bool rank_given);
+
+// checkpoints ID, attempts ID: a job's recorded history (cmd_history.cc)
+absl::Status RunCheckpoints(const Context& ctx, const std::string& id);
+absl::Status RunAttempts(const Context& ctx, const std::string& id);
+
+// workers, queues, whoami: the cluster and the caller (cmd_cluster.cc)
+absl::Status RunWorkers(const Context& ctx);
+absl::Status RunQueues(const Context& ctx);
+absl::Status RunWhoAmI(const Context& ctx);
+
+}  // namespace llamafleet::cli
+
+#endif  // LLAMAFLEET_CLIENTS_CLI_COMMAND_H_

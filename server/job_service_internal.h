@@ -1,0 +1,39 @@
+#ifndef LLAMAFLEET_SERVER_JOB_SERVICE_INTERNAL_H_
+#define LLAMAFLEET_SERVER_JOB_SERVICE_INTERNAL_H_
+
+// What the files that implement JobServiceImpl (job_service.cc, job_submit.cc,
+// job_streams.cc) share. Not for use outside them.
+
+#include <optional>
+
+#include "jobspec/jobspec.h"
+#include "server/job_service.h"
+
+namespace llamafleet::job_service_internal {
+
+// GetJobEvents answers at most this many events per call.
+constexpr int kMaxEventLimit = 10000;
+
+// Finishes a unary call before it starts any work.
+inline grpc::ServerUnaryReactor* FinishNow(grpc::CallbackServerContext* context,
+                                           grpc::Status status) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(std::move(status));
+  return reactor;
+}
+
+inline grpc::ServerUnaryReactor* FinishNow(grpc::CallbackServerContext* context,
+                                           const absl::Status& status) {
+  return FinishNow(context, ToGrpcStatus(status));
+}
+
+// The spec's memory-fit estimate (derived, never stored: the formula may improve).
+inline void AddMemoryEstimate(v1::Job* job) {
+  if (std::optional<v1::MemoryEstimate> e = EstimateJobMemory(job->spec())) {
+    *job->mutable_memory_estimate() = std::move(*e);
+  }
+}
+
+}  // namespace llamafleet::job_service_internal
+
+#endif  // LLAMAFLEET_SERVER_JOB_SERVICE_INTERNAL_H_

@@ -1,0 +1,194 @@
+// JobServiceImpl's submissions: SubmitJob and SubmitJobs validate every spec (defaults,
+// the schema, the idempotency key, the submit policy and who may read a resumed
+// checkpoint) before anything reaches the store, and answer from the store's commit
+// callback, so a client hears "submitted" only once its jobs are durable.
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "jobspec/jobspec.h"
+#include "server/job_service.h"
+#include "server/job_service_internal.h"
+#include "storage/cluster_store.h"
+
+namespace llamafleet {
+namespace {
+
+using job_service_internal::AddMemoryEstimate;
+using job_service_internal::FinishNow;
+using SubmitResult = CoordinatorMetrics::SubmitResult;
+
+}  // namespace
+
+grpc::ServerUnaryReactor* JobServiceImpl::Submit(
+    grpc::CallbackServerContext* context, const Principal& caller,
+    std::vector<const v1::SubmitJobRequest*> requests, bool dry_run, bool batch,
+    std::function<void(std::vector<v1::SubmitJobResponse>)> respond) {
+  if (requests.empty()) {
+    return FinishNow(context, absl::InvalidArgumentError("jobs must contain at least one job"));
+  }
+  if (requests.size() > static_cast<size_t>(kMaxBatchSize)) {
+    return FinishNow(context, absl::InvalidArgumentError(absl::StrCat(
+                                  "jobs has ", requests.size(), " entries; at most ",
+                                  kMaxBatchSize, " per call")));
+  }
+  const auto received = std::chrono::steady_clock::now();  // for the submit latency
+  // Validate everything first: a batch is stored whole or not at all.
+  std::vector<SubmitJobInput> inputs;
+  inputs.reserve(requests.size());
+  std::vector<std::string> errors;
+  std::vector<v1::FieldViolation> violations;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const std::string prefix = batch ? absl::StrCat("jobs[", i, "].") : "";
+    SubmitJobInput in;
+    in.spec = requests[i]->spec();
+    in.owner = caller.user;
+    in.idempotency_key = requests[i]->idempotency_key();
+    in.field_prefix = absl::StrCat(prefix, "spec.");
+    ApplyDefaults(&in.spec);
+    absl::Status valid = ValidateJobSpec(in.spec, in.field_prefix);
+    absl::Status key = ValidateIdempotencyKey(in.idempotency_key,
+                                              absl::StrCat(prefix, "idempotency_key"));
+    absl::Status policy;
+    if (policy_.has_value()) {
+      in.max_active_jobs = policy_->max_active_jobs_per_user;
+      if (valid.ok()) policy = ApplySubmitPolicy(*policy_, caller.role, in.field_prefix, &in.spec);
+    }
+    for (const absl::Status* st : {&valid, &key, &policy}) {
+      if (st->ok()) continue;
+      errors.emplace_back(st->message());
+      for (v1::FieldViolation& v : FieldViolationsOf(*st)) violations.push_back(std::move(v));
+    }
+    inputs.push_back(std::move(in));
+  }
+  if (!errors.empty()) {
+    if (metrics_ != nullptr) metrics_->RecordSubmissions(SubmitResult::kInvalid, inputs.size());
+    return FinishNow(context, WithFieldViolations(
+                                  absl::InvalidArgumentError(absl::StrJoin(errors, "; ")), violations));
+  }
+  if (policy_.has_value()) {
+    for (const SubmitJobInput& in : inputs) {
+      if (absl::Status s = CheckCheckpointReads(caller, in.spec, in.field_prefix); !s.ok()) {
+        if (metrics_ != nullptr) metrics_->RecordSubmissions(SubmitResult::kInvalid, inputs.size());
+        return FinishNow(context, s);
+      }
+    }
+  }
+  if (dry_run) {
+    if (metrics_ != nullptr) metrics_->RecordSubmissions(SubmitResult::kDryRun, inputs.size());
+    std::vector<v1::SubmitJobResponse> responses(inputs.size());
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      v1::Job* job = responses[i].mutable_job();
+      *job->mutable_spec() = std::move(inputs[i].spec);
+      job->set_owner(caller.user);
+      job->set_idempotency_key(inputs[i].idempotency_key);
+      job->set_status_reason("dry run: valid, not stored");
+      AddMemoryEstimate(job);
+    }
+    respond(std::move(responses));
+    return FinishNow(context, grpc::Status::OK);
+  }
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  const int64_t jobs = static_cast<int64_t>(inputs.size());
+  store_->SubmitJobs(std::move(inputs), [reactor, respond = std::move(respond), metrics = metrics_,
+                                         received, jobs](
+                                            absl::StatusOr<std::vector<SubmitJobResult>> result) {
+    if (!result.ok()) {
+      if (metrics != nullptr) metrics->RecordSubmissions(SubmitResult::kError, jobs);
+      reactor->Finish(ToGrpcStatus(result.status()));
+      return;
+    }
+    if (metrics != nullptr) {
+      metrics->RecordSubmitted(*result,
+                               absl::FromChrono(std::chrono::steady_clock::now() - received));
+    }
+    std::vector<v1::SubmitJobResponse> responses(result->size());
+    for (size_t i = 0; i < result->size(); ++i) {
+      *responses[i].mutable_job() = std::move((*result)[i].job);
+      AddMemoryEstimate(responses[i].mutable_job());
+      responses[i].set_created((*result)[i].created);
+    }
+    respond(std::move(responses));
+    reactor->Finish(grpc::Status::OK);
+  });
+  return reactor;
+}
+
+absl::Status JobServiceImpl::CheckCheckpointReads(const Principal& caller, const v1::JobSpec& spec,
+                                                  const std::string& prefix) const {
+  if (caller.role == v1::ADMIN) return absl::OkStatus();
+  const std::vector<std::string>& roots = policy_->path_roots;
+  for (const auto& [field, path] :
+       {std::pair<absl::string_view, const std::string*>{"checkpoint.resume", &spec.checkpoint().resume()},
+        {"model.path", &spec.model().path()}}) {
+    if (path->empty() || *path == "latest") continue;
+    auto denied = [&, field = field, path = path](const std::string& why) {
+      v1::FieldViolation v;
+      v.set_field(absl::StrCat(prefix, field));
+      v.set_description(why);
+      return WithFieldViolations(
+          absl::PermissionDeniedError(absl::StrCat(
+              prefix, field, " ", *path, " ", why,
+              "; only that job's owner or an admin may read it (user ", caller.user, ")")),
+          {v});
+    };
+    if (std::optional<int64_t> id = DefaultCheckpointDirJob(roots, *path)) {
+      absl::StatusOr<v1::Job> job = store_->GetJob(*id);
+      if (!job.ok() && job.status().code() != absl::StatusCode::kNotFound) return job.status();
+      if (!job.ok()) return denied(absl::StrCat("is a checkpoint of job ", *id, ", which no longer exists"));
+      if (job->owner() != caller.user) {
+        return denied(absl::StrCat("is a checkpoint of job ", *id, ", owned by ", job->owner()));
+      }
+      continue;
+    }
+    if (std::optional<std::string> reserved = InsideReservedDir(roots, *path)) {
+      return denied(absl::StrCat("is inside ", *reserved, ", which holds jobs' checkpoints"));
+    }
+    absl::StatusOr<std::vector<CheckpointDirOwner>> owners = CheckpointDirOwners(*store_, *path);
+    if (!owners.ok()) return owners.status();
+    for (const CheckpointDirOwner& o : *owners) {
+      if (o.owner != caller.user) {
+        return denied(absl::StrCat("is inside ", o.dir, ", the checkpoint directory of job ",
+                                   o.job_id, ", owned by ", o.owner));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+namespace {
+
+// How SubmitJobs answers: the results in request order.
+std::function<void(std::vector<v1::SubmitJobResponse>)> AppendJobsTo(v1::SubmitJobsResponse* response) {
+  return [response](std::vector<v1::SubmitJobResponse> r) {
+    for (auto& item : r) *response->add_jobs() = std::move(item);
+  };
+}
+
+}  // namespace
+
+grpc::ServerUnaryReactor* JobServiceImpl::SubmitJob(grpc::CallbackServerContext* context,
+                                                    const v1::SubmitJobRequest* request,
+                                                    v1::SubmitJobResponse* response) {
+  absl::StatusOr<Principal> caller = auth_->Check(*context, Operation::kSubmit);
+  if (!caller.ok()) return FinishNow(context, caller.status());
+  return Submit(context, *caller, {request}, request->dry_run(), /*batch=*/false,
+                [response](std::vector<v1::SubmitJobResponse> r) { *response = std::move(r[0]); });
+}
+
+grpc::ServerUnaryReactor* JobServiceImpl::SubmitJobs(grpc::CallbackServerContext* context,
+                                                     const v1::SubmitJobsRequest* request,
+                                                     v1::SubmitJobsResponse* response) {
+  absl::StatusOr<Principal> caller = auth_->Check(*context, Operation::kSubmit);
+  if (!caller.ok()) return FinishNow(context, caller.status());
+  std::vector<const v1::SubmitJobRequest*> requests;
+  bool dry_run = request->dry_run();
+  for (const v1::SubmitJobRequest& r : request->jobs()) {
+    requests.push_back(&r);
+    dry_run = dry_run || r.dry_run();
+  }
+  return Submit(context, *caller, std::move(requests), dry_run, /*batch=*/true,
+                AppendJobsTo(response));
+}
+
+}  // namespace llamafleet
