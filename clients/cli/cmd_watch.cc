@@ -15,13 +15,10 @@
 #include "clients/cli/interrupt.h"
 #include "clients/cli/output.h"
 #include "clients/cli/progress.h"
+#include "common/job_state.h"
 
 namespace llamafleet::cli {
 namespace {
-
-bool IsTerminal(v1::JobState state) {
-  return state == v1::SUCCEEDED || state == v1::FAILED || state == v1::CANCELLED;
-}
 
 // How long a watch keeps trying to resume after losing the coordinator.
 constexpr absl::Duration kWatchResumeWindow = absl::Seconds(60);

@@ -63,12 +63,7 @@ absl::StatusOr<absl::Duration> ParseDuration(const std::string& flag, const std:
 }
 
 std::string ToJson(const google::protobuf::Message& message, bool pretty) {
-  google::protobuf::util::JsonPrintOptions options;
-  options.preserve_proto_field_names = true;
-  options.always_print_primitive_fields = true;
-  options.add_whitespace = pretty;
-  std::string json;
-  (void)google::protobuf::util::MessageToJsonString(message, &json, options);
+  std::string json = MessageToJson(message, pretty);
   if (json.empty() || json.back() != '\n') json += "\n";
   return json;
 }

@@ -61,8 +61,7 @@ absl::Status WithContext(const absl::Status& status, const std::string& context)
 // naming `flag` otherwise.
 absl::StatusOr<absl::Duration> ParseDuration(const std::string& flag, const std::string& text);
 
-// Scripts parse this, so every field is printed, defaults included, under its proto
-// name. Ends with a newline.
+// MessageToJson (every field, defaults included), ending with a newline.
 std::string ToJson(const google::protobuf::Message& message, bool pretty);
 // MessageToYaml, ending with a newline.
 std::string ToYaml(const google::protobuf::Message& message);

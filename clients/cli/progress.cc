@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "clients/cli/output.h"
+#include "common/job_state.h"
 
 namespace llamafleet::cli {
 namespace {
@@ -14,10 +15,6 @@ constexpr int kBarWidth = 20;
 
 absl::Time ToTime(const google::protobuf::Timestamp& t) {
   return absl::FromUnixSeconds(t.seconds()) + absl::Nanoseconds(t.nanos());
-}
-
-bool IsTerminal(v1::JobState state) {
-  return state == v1::SUCCEEDED || state == v1::FAILED || state == v1::CANCELLED;
 }
 
 // "120/200", or "120" while the total is unknown.
