@@ -23,6 +23,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "llamafleet/v1/job.pb.h"
+#include "server/permissions.h"
 
 namespace grpc {
 class CallbackServerContext;
@@ -31,17 +32,6 @@ class CallbackServerContext;
 namespace llamafleet {
 
 class JobStore;
-
-struct Principal {
-  std::string user;
-  v1::Role role = v1::ROLE_UNSPECIFIED;
-};
-
-enum class Operation {
-  kRead,    // any Get/List/Watch/Stream call
-  kSubmit,  // SubmitJob(s), dry runs included
-  kCancel,  // CancelJob: also needs the job's owner
-};
 
 struct ApiTokenRecord {
   int64_t id = 0;
@@ -79,14 +69,6 @@ class Authenticator {
   JobStore* const store_;
   const bool enabled_;
 };
-
-// PERMISSION_DENIED naming the user, their role and what was refused.
-absl::Status Authorize(const Principal& principal, Operation op, const std::string& job_owner = "",
-                       const std::string& job_id = "");
-
-// "viewer", "user", "admin" (case-insensitive) → Role; INVALID_ARGUMENT otherwise.
-absl::StatusOr<v1::Role> ParseRole(const std::string& name);
-std::string RoleName(v1::Role role);
 
 // User names: 1..64 characters of letters, digits, '-', '_', '.' and '@'.
 absl::Status ValidateUserName(const std::string& user, const std::string& field);

@@ -20,6 +20,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "server/http/gateway.h"
+#include "server/http/json_errors.h"
 #include "spdlog/spdlog.h"
 
 namespace llamafleet::http {
@@ -596,6 +597,8 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpServerOp
   gateway.max_event_streams = options.max_event_streams;
   gateway.call_timeout = options.call_timeout;
   gateway.metrics = options.metrics;
+  gateway.path_roots = options.path_roots;
+  gateway.checkpoint_root = options.checkpoint_root;
   impl.gateway = std::make_shared<Gateway>(std::move(channel), std::move(gateway));
 
   impl.work.emplace(impl.ioc->get_executor());
