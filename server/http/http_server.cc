@@ -204,8 +204,9 @@ class Session final : public SessionBase,
       DoClose();  // the client left, or timed out
       return;
     }
-    // A body is read only from a caller whose token is good (nothing has been parsed of
-    // it yet): an unauthenticated client cannot make the server hold or parse a body.
+    // A body is read only from a caller whose token is good and whose role may do what
+    // the route does (nothing has been parsed of it yet): an unauthenticated client, or a
+    // viewer posting a submission, cannot make the server hold or parse a body.
     if (!parser_->is_done()) {
       gateway_->Authenticate(parser_->get(), [self = this->shared_from_this()](
                                                  std::optional<Response> refused) {
