@@ -1,14 +1,8 @@
 #include "server/auth.h"
 
-#include <fcntl.h>
 #include <openssl/rand.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
 
 #include <grpcpp/grpcpp.h>
 
@@ -18,7 +12,6 @@
 #include "jobspec/jobspec.h"
 #include "storage/job_store.h"
 #include "storage/sqlite.h"
-#include "spdlog/spdlog.h"
 
 namespace llamafleet {
 namespace {
@@ -37,41 +30,7 @@ std::string Metadata(const grpc::CallbackServerContext& context, const char* key
   return std::string(it->second.data(), it->second.size());
 }
 
-const char* OperationName(Operation op) {
-  switch (op) {
-    case Operation::kRead:
-      return "read jobs";
-    case Operation::kSubmit:
-      return "submit jobs";
-    case Operation::kCancel:
-      return "cancel jobs";
-  }
-  return "do that";
-}
-
 }  // namespace
-
-std::string RoleName(v1::Role role) {
-  switch (role) {
-    case v1::VIEWER:
-      return "viewer";
-    case v1::USER:
-      return "user";
-    case v1::ADMIN:
-      return "admin";
-    default:
-      return "none";
-  }
-}
-
-absl::StatusOr<v1::Role> ParseRole(const std::string& name) {
-  const std::string lower = absl::AsciiStrToLower(name);
-  if (lower == "viewer") return v1::VIEWER;
-  if (lower == "user") return v1::USER;
-  if (lower == "admin") return v1::ADMIN;
-  return absl::InvalidArgumentError(
-      absl::StrCat("role must be one of viewer, user, admin (got \"", name, "\")"));
-}
 
 absl::Status ValidateUserName(const std::string& user, const std::string& field) {
   if (user.empty() || user.size() > 64 ||
@@ -84,74 +43,7 @@ absl::Status ValidateUserName(const std::string& user, const std::string& field)
   return absl::OkStatus();
 }
 
-Authenticator::Authenticator(JobStore* store, bool enabled, absl::Duration cache_ttl)
-    : store_(store), enabled_(enabled), cache_ttl_(cache_ttl) {
-  if (!enabled_ || cache_ttl_ <= absl::ZeroDuration()) return;
-  std::string error;
-  changes_ = TokenChangeCounter::Open(store_->path(), &error);
-  if (changes_ == nullptr) {
-    spdlog::info("API tokens: checked against the database on every call ({})", error);
-  }
-}
-
-Authenticator::~Authenticator() = default;
-
-std::unique_ptr<TokenChangeCounter> TokenChangeCounter::Open(const std::string& db_path,
-                                                             std::string* error) {
-  const std::string path = db_path + "-tokens";
-  const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
-  if (fd < 0) {
-    *error = absl::StrCat("cannot open ", path, ": ", std::strerror(errno));
-    return nullptr;
-  }
-  // One page, with its disk block allocated: a write to a mapped hole on a full disk would
-  // kill the process with SIGBUS (after its revocation committed). Allocating never
-  // changes data, so two processes creating the file at once lose nothing.
-  const size_t size = static_cast<size_t>(sysconf(_SC_PAGESIZE));
-  struct stat st;
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    *error = absl::StrCat("cannot use ", path, ": not a regular file we can stat");
-    close(fd);
-    return nullptr;
-  }
-  if (const int e = posix_fallocate(fd, 0, static_cast<off_t>(size)); e != 0) {
-    *error = absl::StrCat("cannot allocate ", path, ": ", std::strerror(e));
-    close(fd);
-    return nullptr;
-  }
-  void* map = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  close(fd);
-  if (map == MAP_FAILED) {
-    *error = absl::StrCat("cannot map ", path, ": ", std::strerror(errno));
-    return nullptr;
-  }
-  return std::unique_ptr<TokenChangeCounter>(new TokenChangeCounter(static_cast<uint64_t*>(map)));
-}
-
-TokenChangeCounter::~TokenChangeCounter() {
-  munmap(word_, static_cast<size_t>(sysconf(_SC_PAGESIZE)));
-}
-
-uint64_t TokenChangeCounter::Load() const { return __atomic_load_n(word_, __ATOMIC_ACQUIRE); }
-
-void TokenChangeCounter::Bump() { __atomic_fetch_add(word_, 1, __ATOMIC_ACQ_REL); }
-
-namespace {
-
-// After a token change commits: every process's remembered tokens are forgotten.
-// Returns a warning when running coordinators could not be told.
-std::string AnnounceTokenChange(JobStore* store) {
-  std::string error;
-  std::unique_ptr<TokenChangeCounter> changes = TokenChangeCounter::Open(store->path(), &error);
-  if (changes == nullptr) {
-    return absl::StrCat("a running coordinator may go on accepting tokens it checked in the "
-                        "last second for up to a second (", error, ")");
-  }
-  changes->Bump();
-  return "";
-}
-
-}  // namespace
+Authenticator::Authenticator(JobStore* store, bool enabled) : store_(store), enabled_(enabled) {}
 
 absl::StatusOr<Principal> Authenticator::Authenticate(
     const grpc::CallbackServerContext& context) const {
@@ -166,36 +58,22 @@ absl::StatusOr<Principal> Authenticator::Authenticate(
     p.role = v1::ADMIN;
     return p;
   }
-  const std::string header = Metadata(context, "authorization");
+  return AuthenticateBearer(Metadata(context, "authorization"));
+}
+
+absl::StatusOr<Principal> Authenticator::AuthenticateBearer(absl::string_view header) const {
   if (header.empty()) {
     return absl::UnauthenticatedError(absl::StrCat("missing credentials: ", kHowToGetToken));
   }
   if (!absl::StartsWithIgnoreCase(header, kBearer) || header.size() > 512) {
-    return absl::UnauthenticatedError(
-        "malformed authorization: expected 'Bearer <token>'");
+    return absl::UnauthenticatedError("malformed authorization: expected 'Bearer <token>'");
   }
-  const std::string token = std::string(absl::StripAsciiWhitespace(header.substr(sizeof(kBearer) - 1)));
-  const std::string hash = Sha256Hex(token);
-  // The cache (see auth.h): the counter is read before the database, so that a token
-  // change committed after this read bumps it past `generation` and the answer below is
-  // not remembered, or is forgotten at the next call.
-  const uint64_t generation = changes_ != nullptr ? changes_->Load() : 0;
-  if (changes_ != nullptr) {
-    absl::MutexLock lock(&mu_);
-    if (cache_generation_ != generation) {
-      cache_.clear();
-      cache_generation_ = generation;
-    }
-    auto it = cache_.find(hash);
-    if (it != cache_.end()) {
-      if (absl::Now() < it->second.expires) return it->second.principal;
-      cache_.erase(it);
-    }
-  }
+  const std::string hash =
+      Sha256Hex(absl::StripAsciiWhitespace(header.substr(sizeof(kBearer) - 1)));
   Principal p;
   bool found = false;
   absl::Status s = store_->Read([&](sqlite::Connection& conn) -> absl::Status {
-    // Every call runs this: prepared once per connection.
+    // Every call runs this: prepared once per connection; a lookup in token_sha256's index.
     absl::StatusOr<sqlite::Statement*> cached =
         conn.Cached("SELECT user, role FROM api_tokens WHERE token_sha256 = ?1 AND revoked = 0");
     if (!cached.ok()) return cached.status();
@@ -212,41 +90,7 @@ absl::StatusOr<Principal> Authenticator::Authenticate(
   });
   if (!s.ok()) return absl::UnavailableError(absl::StrCat("cannot check credentials: ", s.message()));
   if (!found) return absl::UnauthenticatedError("invalid or revoked token");
-  if (changes_ != nullptr) {
-    absl::MutexLock lock(&mu_);
-    // Bounded: at most kMaxRemembered tokens (a deployment has far fewer).
-    constexpr size_t kMaxRemembered = 4096;
-    if (cache_generation_ == generation && changes_->Load() == generation) {
-      if (cache_.size() >= kMaxRemembered) cache_.clear();
-      cache_[hash] = Remembered{p, absl::Now() + cache_ttl_};
-    }
-  }
   return p;
-}
-
-absl::Status Authorize(const Principal& principal, Operation op, const std::string& job_owner,
-                       const std::string& job_id) {
-  const v1::Role role = principal.role;
-  bool allowed = false;
-  switch (op) {
-    case Operation::kRead:
-      allowed = role == v1::VIEWER || role == v1::USER || role == v1::ADMIN;
-      break;
-    case Operation::kSubmit:
-      allowed = role == v1::USER || role == v1::ADMIN;
-      break;
-    case Operation::kCancel:
-      allowed = role == v1::ADMIN || (role == v1::USER && job_owner == principal.user);
-      if (!allowed && role == v1::USER) {
-        return absl::PermissionDeniedError(absl::StrCat(
-            "user ", principal.user, " may not cancel job ", job_id, ", owned by ", job_owner,
-            " (users cancel their own jobs; admins cancel any)"));
-      }
-      break;
-  }
-  if (allowed) return absl::OkStatus();
-  return absl::PermissionDeniedError(absl::StrCat(principal.user, " (role ", RoleName(role),
-                                                  ") may not ", OperationName(op)));
 }
 
 absl::StatusOr<Principal> Authenticator::Check(const grpc::CallbackServerContext& context,
@@ -282,7 +126,6 @@ absl::StatusOr<std::string> CreateApiToken(JobStore* store, const std::string& u
     return (*q)->Run();
   });
   if (!s.ok()) return s;
-  (void)AnnounceTokenChange(store);  // (a cache never holds a token it has not seen)
   return token;
 }
 
@@ -327,9 +170,6 @@ absl::Status RevokeApiToken(JobStore* store, int64_t id) {
   });
   if (!s.ok()) return s;
   if (!found) return absl::NotFoundError(absl::StrCat("no token with id ", id));
-  if (std::string warning = AnnounceTokenChange(store); !warning.empty()) {
-    spdlog::warn("token {} is revoked, but {}", id, warning);
-  }
   return absl::OkStatus();
 }
 

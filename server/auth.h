@@ -16,18 +16,14 @@
 // x-llamafleet-user metadata, or "anonymous".
 
 #include <cstdint>
-#include <memory>
 #include <string>
 #include <vector>
 
-#include "absl/base/thread_annotations.h"
-#include "absl/container/flat_hash_map.h"
-#include "absl/synchronization/mutex.h"
-#include "absl/time/time.h"
-
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "llamafleet/v1/job.pb.h"
+#include "server/permissions.h"
 
 namespace grpc {
 class CallbackServerContext;
@@ -37,17 +33,6 @@ namespace llamafleet {
 
 class JobStore;
 
-struct Principal {
-  std::string user;
-  v1::Role role = v1::ROLE_UNSPECIFIED;
-};
-
-enum class Operation {
-  kRead,    // any Get/List/Watch/Stream call
-  kSubmit,  // SubmitJob(s), dry runs included
-  kCancel,  // CancelJob: also needs the job's owner
-};
-
 struct ApiTokenRecord {
   int64_t id = 0;
   std::string user;
@@ -56,23 +41,15 @@ struct ApiTokenRecord {
   bool revoked = false;
 };
 
-// A token check is a SQLite read (~12 us of the coordinator's CPU on a warm connection,
-// about a tenth of what a submission costs). Valid tokens are therefore remembered, by
-// hash, for at most `cache_ttl`, and every remembered token is forgotten as soon as any
-// token is created or revoked: CreateApiToken and RevokeApiToken bump, after their
-// commit, a counter in a small shared file beside the database (DB-tokens, mapped by
-// every process that uses it), and the authenticator compares it on every call. So a
-// revocation through `llamafleet-coordinator token revoke` counts for every call that
-// starts after the command returns, as before; a change made some other way (SQL typed
-// into the database, an older binary) counts within cache_ttl. A process that cannot
-// map the file (a read-only data dir) checks every call against the database.
-class TokenChangeCounter;
-
+// Every call checks its token against the database: one indexed lookup of the token's
+// SHA-256 in api_tokens (token_sha256 is UNIQUE, so SQLite keeps an index on it), on a
+// statement prepared once per reader connection. Nothing is remembered between calls, so
+// a token created or revoked by any means (the `llamafleet-coordinator token` commands,
+// another process, SQL typed into the database) counts from the next call on.
 class Authenticator {
  public:
   // `store` is not owned and must outlive the authenticator.
-  Authenticator(JobStore* store, bool enabled, absl::Duration cache_ttl = absl::Seconds(1));
-  ~Authenticator();
+  Authenticator(JobStore* store, bool enabled);
 
   bool enabled() const { return enabled_; }
 
@@ -80,46 +57,18 @@ class Authenticator {
   // INVALID_ARGUMENT for a malformed x-llamafleet-user when authentication is off.
   absl::StatusOr<Principal> Authenticate(const grpc::CallbackServerContext& context) const;
 
+  // The token check alone, for an authentication that is on: `authorization` is the
+  // metadata's value ("Bearer <token>"; empty when absent).
+  absl::StatusOr<Principal> AuthenticateBearer(absl::string_view authorization) const;
+
   // Authenticate, then Authorize.
   absl::StatusOr<Principal> Check(const grpc::CallbackServerContext& context, Operation op,
                                   const std::string& job_owner = "") const;
 
  private:
-  struct Remembered {
-    Principal principal;
-    absl::Time expires;
-  };
   JobStore* const store_;
   const bool enabled_;
-  const absl::Duration cache_ttl_;
-  std::unique_ptr<TokenChangeCounter> changes_;  // null: no cache
-  mutable absl::Mutex mu_;
-  mutable uint64_t cache_generation_ ABSL_GUARDED_BY(mu_) = 0;
-  mutable absl::flat_hash_map<std::string, Remembered> cache_ ABSL_GUARDED_BY(mu_);
 };
-
-// The counter behind the token cache: one 64-bit word in DB_PATH + "-tokens", shared by
-// mapping the file.
-class TokenChangeCounter {
- public:
-  // Null, with `error` set, when the file cannot be opened or mapped.
-  static std::unique_ptr<TokenChangeCounter> Open(const std::string& db_path, std::string* error);
-  ~TokenChangeCounter();
-  uint64_t Load() const;
-  void Bump();
-
- private:
-  explicit TokenChangeCounter(uint64_t* word) : word_(word) {}
-  uint64_t* const word_;
-};
-
-// PERMISSION_DENIED naming the user, their role and what was refused.
-absl::Status Authorize(const Principal& principal, Operation op, const std::string& job_owner = "",
-                       const std::string& job_id = "");
-
-// "viewer", "user", "admin" (case-insensitive) → Role; INVALID_ARGUMENT otherwise.
-absl::StatusOr<v1::Role> ParseRole(const std::string& name);
-std::string RoleName(v1::Role role);
 
 // User names: 1..64 characters of letters, digits, '-', '_', '.' and '@'.
 absl::Status ValidateUserName(const std::string& user, const std::string& field);

@@ -245,6 +245,8 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinato
     http.max_body_bytes = options.max_http_body_bytes;
     // The HTTP server stops before metrics_ is detached and destroyed.
     http.metrics = [metrics = c->metrics_.get()] { return metrics->Render(); };
+    http.path_roots = cluster.path_roots;  // the normalized roots
+    http.checkpoint_root = cluster.checkpoint_root;
     absl::StatusOr<std::unique_ptr<http::HttpServer>> server =
         http::HttpServer::Start(http, c->server_->InProcessChannel(grpc::ChannelArguments()));
     if (!server.ok()) return server.status();

@@ -14,7 +14,6 @@
 #include "absl/strings/str_cat.h"
 #include "server/auth.h"
 #include "server/coordinator.h"
-#include "server/huge_page_heap.h"
 #include "storage/job_store.h"
 #include "storage/worker_credential_store.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
@@ -314,9 +313,6 @@ int main(int argc, char** argv) {
   sigaddset(&stop_signals, SIGTERM);
   sigaddset(&stop_signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
-  // Before the heap grows (Start rebuilds the queue in memory); after the signal mask, which
-  // its background thread inherits.
-  const std::string heap = llamafleet::InstallHugePageHeap();
 
   absl::StatusOr<std::unique_ptr<llamafleet::Coordinator>> coordinator =
       llamafleet::Coordinator::Start(options);
@@ -328,7 +324,6 @@ int main(int argc, char** argv) {
   std::fflush(stdout);
   spdlog::info("data dir {}, synchronous={}, group commit {}", options.data_dir, synchronous,
                options.group_commit ? "on" : "off");
-  spdlog::info("{}", heap);
   if (!options.auth_enabled) {
     spdlog::warn("*****************************************************************");
     spdlog::warn("AUTHENTICATION IS OFF (--insecure-no-auth): anyone who can reach");
@@ -341,10 +336,5 @@ int main(int argc, char** argv) {
   spdlog::info("received {}", signal_number == SIGTERM ? "SIGTERM" : "SIGINT");
   (*coordinator)->Shutdown();
   coordinator->reset();
-  if (const llamafleet::HugePageHeapStats h = llamafleet::GetHugePageHeapStats(); h.installed) {
-    spdlog::info("heap: {} MiB taken from {} huge-page regions, {} MiB faulted in ahead of use; "
-                 "{} requests to tcmalloc's own allocator",
-                 h.handed_out_bytes >> 20, h.regions, h.prefaulted_bytes >> 20, h.fallback_calls);
-  }
   return 0;
 }

@@ -2,22 +2,23 @@
 #define LLAMAFLEET_SERVER_HTTP_GATEWAY_H_
 
 // The HTTP routes: /api/v1 (JSON <-> the gRPC services, through the in-process channel),
-// /healthz, /metrics and the portal. Knows nothing of sockets: it answers through a
-// Responder (responder.h). The route table is in issue 6's contract ("HTTP API").
+// /healthz, /metrics and the portal, as one table (Gateway::Routes, gateway.cc): adding
+// an endpoint is one line there and a handler. Knows nothing of sockets: it answers
+// through a Responder (responder.h).
 
-#include <atomic>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
-#include <set>
 #include <string>
+#include <vector>
 
-#include "absl/base/thread_annotations.h"
 #include "absl/time/time.h"
 #include "llamafleet/v1/job.grpc.pb.h"
 #include "llamafleet/v1/worker.grpc.pb.h"
+#include "server/http/grpc_calls.h"
+#include "server/http/query.h"
 #include "server/http/responder.h"
+#include "server/http/router.h"
 
 namespace llamafleet::http {
 
@@ -28,6 +29,24 @@ struct GatewayOptions {
   absl::Duration call_timeout = absl::Seconds(30);
   // Body of /metrics (Prometheus text format 0.0.4). Empty function: an empty body.
   std::function<std::string()> metrics;
+  // The coordinator's path roots (GET /api/v1/config: what a job may name).
+  std::vector<std::string> path_roots;
+  // Where a job's checkpoints go when its spec names no checkpoint.dir: <root>/<job id>.
+  // GET /api/v1/jobs/{id}/spec.yaml leaves that dir out, so a resubmission gets its own.
+  std::string checkpoint_root;
+};
+
+class Gateway;
+
+// One request being answered by a route's handler.
+struct RouteCall {
+  const Request& http;
+  const Query& query;
+  const PathParams& params;
+  const std::string& path;  // percent-decoded
+  std::shared_ptr<Responder> out;
+
+  const std::string& param(absl::string_view name) const { return params.find(name)->second; }
 };
 
 // Shared-owned: every gRPC call in flight holds it, so it outlives its callbacks.
@@ -39,56 +58,58 @@ class Gateway : public std::enable_shared_from_this<Gateway> {
   void Handle(Request request, std::shared_ptr<Responder> out);
 
   // Called with a request's header before its body is read: asks WhoAmI (through the
-  // same gRPC auth as every route) whether the credentials it carries are good. `done`
-  // gets nullopt to go on, or the error response (401, 400) to answer instead of reading
-  // the body: a caller without a valid token never gets a body parsed. Never blocks;
-  // `done` may run on a gRPC thread.
+  // same gRPC auth as every route) whether the credentials it carries are good, and
+  // whether their role may do what the route does (its Permission). `done` gets nullopt
+  // to go on, or the error response (401, 403, 400) to answer instead of reading the
+  // body: a caller who may not submit never gets a body parsed. Never blocks; `done` may
+  // run on a gRPC thread.
   void Authenticate(const Request& header, std::function<void(std::optional<Response>)> done);
 
   // gRPC calls started and not yet finished (unary and streams).
-  int calls_in_flight() const { return calls_.load(); }
+  int calls_in_flight() const { return calls_->in_flight(); }
 
   // Cancels every gRPC call in flight, and every later one as it starts (shutdown).
-  void CancelAll();
-
-  // Bookkeeping of the calls (gateway.cc): a call registers its context while it runs.
-  bool AcquireStream();
-  void ReleaseStream() { streams_.fetch_sub(1); }
-  void CallStarted(grpc::ClientContext* context);
-  void CallEnded(grpc::ClientContext* context);
+  void CancelAll() { calls_->CancelAll(); }
 
  private:
-  // Unary call through the async stub: `start(ctx, req, resp, callback)`; `render` turns the
-  // answer into the HTTP response.
-  template <typename Req, typename Resp, typename Start>
-  void Unary(const Request& http, std::shared_ptr<Responder> out, Req request, Start start,
-             std::function<Response(const Resp&)> render);
+  using Handler = void (Gateway::*)(const RouteCall&);
+  static const std::vector<Route<Handler>>& Routes();
 
-  void Api(const Request& http, absl::string_view path, absl::string_view query,
-           std::shared_ptr<Responder> out);
-  void ListJobs(const Request& http, absl::string_view query, std::shared_ptr<Responder> out);
-  void SubmitJob(const Request& http, absl::string_view query, std::shared_ptr<Responder> out);
-  void SubmitJobs(const Request& http, absl::string_view query, std::shared_ptr<Responder> out);
-  void CancelJob(const Request& http, const std::string& id, std::shared_ptr<Responder> out);
-  void JobEvents(const Request& http, const std::string& id, absl::string_view query,
-                 std::shared_ptr<Responder> out);
-  void JobLogs(const Request& http, const std::string& id, absl::string_view query,
-               std::shared_ptr<Responder> out);
-  void Metrics(const Request& http, std::shared_ptr<Responder> out);
-  void Portal(const Request& http, absl::string_view path, Responder& out);
+  // Unary call through the async stub: `start(ctx, req, resp, callback)`; `render` turns
+  // the answer into the HTTP response.
+  template <typename Req, typename Resp, typename Start>
+  void Unary(const RouteCall& call, Req request, Start start,
+             std::function<Response(const Resp&)> render);
+  // WhoAmI with the request's credentials; `done` runs on a gRPC thread.
+  void WhoAmI(const Request& http,
+              std::function<void(const grpc::Status&, const v1::WhoAmIResponse&)> done);
+
+  // The handlers, one per route.
+  void Healthz(const RouteCall& call);
+  void Metrics(const RouteCall& call);
+  void Portal(const RouteCall& call);
+  void Config(const RouteCall& call);
+  void WhoAmIRoute(const RouteCall& call);
+  void ListJobs(const RouteCall& call);
+  void SubmitJob(const RouteCall& call);
+  void SubmitJobs(const RouteCall& call);
+  void GetJob(const RouteCall& call);
+  void JobSpecYaml(const RouteCall& call);
+  void CancelJob(const RouteCall& call);
+  void JobEvents(const RouteCall& call);
+  void JobLogs(const RouteCall& call);
+  void ListCheckpoints(const RouteCall& call);
+  void ListAttempts(const RouteCall& call);
+  void JobMetrics(const RouteCall& call);
+  void ListWorkers(const RouteCall& call);
+  void ListQueues(const RouteCall& call);
 
   // Constant after construction.
   const GatewayOptions options_;
   const std::shared_ptr<grpc::Channel> channel_;
   const std::unique_ptr<v1::JobService::Stub> jobs_;
   const std::unique_ptr<v1::WorkerService::Stub> workers_;
-
-  std::atomic<int> calls_{0};
-  std::atomic<int> streams_{0};
-  // Recursive: cancelling a call can run its callback (which calls CallEnded) inline.
-  std::recursive_mutex mu_;
-  bool stopped_ ABSL_GUARDED_BY(mu_) = false;
-  std::set<grpc::ClientContext*> contexts_ ABSL_GUARDED_BY(mu_);
+  const std::shared_ptr<CallRegistry> calls_;
 };
 
 }  // namespace llamafleet::http

@@ -20,6 +20,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "server/http/gateway.h"
+#include "server/http/json_errors.h"
 #include "spdlog/spdlog.h"
 
 namespace llamafleet::http {
@@ -203,8 +204,9 @@ class Session final : public SessionBase,
       DoClose();  // the client left, or timed out
       return;
     }
-    // A body is read only from a caller whose token is good (nothing has been parsed of
-    // it yet): an unauthenticated client cannot make the server hold or parse a body.
+    // A body is read only from a caller whose token is good and whose role may do what
+    // the route does (nothing has been parsed of it yet): an unauthenticated client, or a
+    // viewer posting a submission, cannot make the server hold or parse a body.
     if (!parser_->is_done()) {
       gateway_->Authenticate(parser_->get(), [self = this->shared_from_this()](
                                                  std::optional<Response> refused) {
@@ -596,6 +598,8 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpServerOp
   gateway.max_event_streams = options.max_event_streams;
   gateway.call_timeout = options.call_timeout;
   gateway.metrics = options.metrics;
+  gateway.path_roots = options.path_roots;
+  gateway.checkpoint_root = options.checkpoint_root;
   impl.gateway = std::make_shared<Gateway>(std::move(channel), std::move(gateway));
 
   impl.work.emplace(impl.ioc->get_executor());

@@ -10,6 +10,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -44,6 +45,9 @@ struct HttpServerOptions {
   absl::Duration call_timeout = absl::Seconds(30);
   // The Prometheus text served at /metrics (after a WhoAmI check of the caller's token).
   std::function<std::string()> metrics;
+  // The coordinator's path roots and default checkpoint root (GatewayOptions).
+  std::vector<std::string> path_roots;
+  std::string checkpoint_root;
 };
 
 class HttpServer {

@@ -8,6 +8,8 @@
 #include <string_view>
 #include <vector>
 
+#include "server/http/responder.h"
+
 namespace llamafleet::portal {
 
 struct Asset {
@@ -24,6 +26,11 @@ const std::vector<Asset>& Assets();
 
 // The asset at `path`, or nullptr.
 const Asset* FindAsset(std::string_view path);
+
+// GET of a portal path: "/" and "/ui" redirect to "/ui/"; "/ui/static/FILE" is that asset
+// (404 if none); any other "/ui/..." path is a page of the single-page app (index.html).
+// With ETag and If-None-Match (304).
+http::Response Serve(const http::Request& request, std::string_view path);
 
 }  // namespace llamafleet::portal
 

@@ -6,7 +6,6 @@
 
 #include <functional>
 #include <string>
-#include "absl/strings/string_view.h"
 
 #include <boost/beast/http.hpp>
 
@@ -40,11 +39,6 @@ class Responder {
   // went away, a write timed out, the server is stopping). Replaces an earlier one.
   virtual void OnClose(std::function<void()> closed) = 0;
 };
-
-// {"error":{"code":C,"status":"S","message":"M","field_violations":[...]}}; `violations_json`
-// is the JSON array of FieldViolation objects ("[]" when none).
-Response ErrorResponse(int http_status, absl::string_view status, absl::string_view message,
-                       absl::string_view violations_json = "[]");
 
 }  // namespace llamafleet::http
 

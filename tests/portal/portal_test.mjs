@@ -8,7 +8,7 @@
 // page, sort, search and filter through them; the workers and queues pages. Screenshots
 // of every page go to ARTIFACT_DIR.
 //
-// Environment (from run.sh): PORTAL_URL, ARTIFACT_DIR, TRAIN_DATA, CHROMIUM,
+// Environment (from run.sh): PORTAL_URL, ARTIFACT_DIR, TRAIN_DATA, PATH_ROOT, CHROMIUM,
 // TOKEN_USER / TOKEN_VIEWER (empty when the coordinator runs with --insecure-no-auth).
 
 import {chromium} from 'playwright-core';
@@ -17,6 +17,7 @@ import path from 'node:path';
 const base = process.env.PORTAL_URL;
 const artifacts = process.env.ARTIFACT_DIR;
 const trainData = process.env.TRAIN_DATA;
+const pathRoot = process.env.PATH_ROOT;
 const userToken = process.env.TOKEN_USER || '';
 const viewerToken = process.env.TOKEN_VIEWER || '';
 const auth = Boolean(userToken);
@@ -51,7 +52,7 @@ training:
   seq_len: 128  # steps long enough that the page sees the chart grow, even on a loaded machine
   lr: ${lr}
   log_every: 1
-  seed: 11
+  seed: 0  # explicit zeros survive a resubmission (run_policy.max_restarts too)
 fsdp:
   sharding: FULL_SHARD
   mixed_precision: fp32
@@ -127,11 +128,15 @@ try {
   await page.keyboard.press('g');
   await page.keyboard.press('s');
   await page.waitForSelector('#job-yaml');
+  // The example names paths under the coordinator's own root, and validates as it stands.
+  await page.waitForFunction((root) => document.querySelector('#job-yaml').value.includes(`${root}/data/`),
+    pathRoot, {timeout: 15_000});
+  await page.waitForFunction(() => document.querySelector('#validation').textContent === 'Valid', null, {timeout: 15_000});
+  log(`the example spec names ${pathRoot} and is valid`);
   const bad = trainingYaml('portal-train', {lr: '0'});
   const lrLine = bad.split('\n').findIndex((l) => l.trim() === 'lr: 0') + 1;
   await page.fill('#job-yaml', bad);
-  // Wait for this text's verdict: the editor's initial example (whose paths need not be
-  // inside this coordinator's path roots) may have been marked before the fill.
+  // Wait for this text's verdict, not an earlier one.
   await page.waitForFunction((n) => [...document.querySelectorAll('.gutter div.bad')]
     .some((e) => Number(e.textContent) === n), lrLine, {timeout: 15000}).catch(() => {});
   const marked = await page.$$eval('.gutter div.bad', (els) => els.map((e) => Number(e.textContent)));
@@ -202,6 +207,8 @@ try {
   await page.waitForSelector('#job-yaml');
   const pre = await page.inputValue('#job-yaml');
   check(pre.includes(`resubmitted from job ${trainId}`) && pre.includes('max_steps: 40'), 'resubmit prefills the spec');
+  check(/^\s*seed: 0$/m.test(pre) && /^\s*max_restarts: 0$/m.test(pre),
+    `resubmit keeps the explicit zeros (seed: 0, max_restarts: 0): ${pre}`);
   await page.fill('#job-yaml', pre.replace('max_steps: 40', 'max_steps: 1000000').replace('name: portal-train', 'name: portal-long'));
   await page.waitForFunction(() => document.querySelector('#validation').textContent === 'Valid', null, {timeout: 15_000});
   await page.click('#submit-job');

@@ -112,7 +112,8 @@ OMP_NUM_THREADS=1 "$bin/llamafleet-worker" --coordinator "$grpc" --join-token po
   --heartbeat-interval 1 --run-as "$(id -u)" 2>"$tmp/worker-w1.log" &
 pids+=($!)
 
-PORTAL_URL="http://$http" ARTIFACT_DIR="$artifacts" TRAIN_DATA="$tmp/train.jsonl" CHROMIUM="$chromium" \
+PORTAL_URL="http://$http" ARTIFACT_DIR="$artifacts" TRAIN_DATA="$tmp/train.jsonl" PATH_ROOT="$tmp" \
+  CHROMIUM="$chromium" \
   TOKEN_USER="$user_token" TOKEN_VIEWER="$viewer_token" \
   node "$here/portal_test.mjs"
 echo "portal test: screenshots in $artifacts"

@@ -464,7 +464,7 @@ TEST_F(SecurityApiTest, ATtlDeletionRemovesLogsAndTheDefaultCheckpointDirAndNeve
 
 TEST_F(SecurityApiTest, TheDatabaseIsReadableOnlyByItsOwner) {
   ASSERT_TRUE(Submit("alice", Spec()).ok());  // the WAL holds a write
-  for (const std::string& suffix : {"", "-wal", "-shm", "-tokens"}) {
+  for (const std::string& suffix : {"", "-wal", "-shm"}) {
     struct stat st;
     const std::string path = data_dir_ + "/coordinator.db" + suffix;
     ASSERT_EQ(stat(path.c_str(), &st), 0) << path;

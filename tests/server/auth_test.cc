@@ -3,6 +3,7 @@
 // at once, the token commands of the real binary, and field violations as status details.
 #include <grpcpp/grpcpp.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <unistd.h>
 #include <functional>
@@ -312,11 +313,11 @@ TEST_F(AuthTest, RevokedTokenIsRefusedAtOnce) {
   EXPECT_EQ(RevokeApiToken(coordinator_->store(), 12345).code(), absl::StatusCode::kNotFound);
 }
 
-// Valid tokens are remembered (auth.h); a revocation by the real command, another
-// process, still counts for the very next call: it bumps the shared change counter.
-TEST_F(AuthTest, RevocationByTheTokenCommandIsRefusedAtOnce) {
+// Revoked offline, by the real command in another process while the coordinator runs:
+// refused on the very next call (nothing remembers a token between calls).
+TEST_F(AuthTest, RevokedOfflineByTheTokenCommandIsRefusedOnTheNextCall) {
   v1::WhoAmIResponse resp;
-  for (int i = 0; i < 3; ++i) {  // remembered now
+  for (int i = 0; i < 3; ++i) {
     ASSERT_TRUE(jobs_->WhoAmI(Context("alice").get(), v1::WhoAmIRequest(), &resp).ok());
   }
   absl::StatusOr<testing::CommandResult> r = testing::RunCommand(
@@ -324,16 +325,16 @@ TEST_F(AuthTest, RevocationByTheTokenCommandIsRefusedAtOnce) {
        "--id", std::to_string(TokenId("alice"))});
   ASSERT_TRUE(r.ok()) << r.status();
   ASSERT_EQ(r->exit_code, 0) << r->err;
-  EXPECT_EQ(r->err.find("may go on accepting"), std::string::npos) << r->err;
   grpc::Status s = jobs_->WhoAmI(Context("alice").get(), v1::WhoAmIRequest(), &resp);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED) << s.error_message();
-  // Another user's token, remembered before the change, is checked again and still good.
+  // Another user's token is untouched.
   EXPECT_TRUE(jobs_->WhoAmI(Context("bob").get(), v1::WhoAmIRequest(), &resp).ok());
+  // No side file beside the database carries token changes.
+  EXPECT_FALSE(std::filesystem::exists(dir_.path() + "/coordinator.db-tokens"));
 }
 
-// A change the counter never hears of (SQL typed into the database) counts within the
-// cache's lifetime, 1 s by default.
-TEST_F(AuthTest, RevocationBehindTheCountersBackCountsWithinASecond) {
+// Revoked by SQL typed into the database: refused on the next call too.
+TEST_F(AuthTest, RevokedBySqlIsRefusedOnTheNextCall) {
   v1::WhoAmIResponse resp;
   ASSERT_TRUE(jobs_->WhoAmI(Context("bob").get(), v1::WhoAmIRequest(), &resp).ok());
   {
@@ -344,15 +345,44 @@ TEST_F(AuthTest, RevocationBehindTheCountersBackCountsWithinASecond) {
                                            TokenId("bob")))
                     .ok());
   }
-  const absl::Time revoked = absl::Now();
-  // Remembered: still accepted right after (this is what the cache saves).
   grpc::Status s = jobs_->WhoAmI(Context("bob").get(), v1::WhoAmIRequest(), &resp);
-  if (absl::Now() - revoked < absl::Milliseconds(500)) {
-    EXPECT_TRUE(s.ok()) << s.error_message();
-  }
-  absl::SleepFor(absl::Milliseconds(1100));
-  s = jobs_->WhoAmI(Context("bob").get(), v1::WhoAmIRequest(), &resp);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED) << s.error_message();
+}
+
+// The per-call token check is one lookup in token_sha256's index, and cheap: it prints
+// the mean time of one check on the coordinator's store (the bound is loose, for slow CI).
+TEST_F(AuthTest, TokenLookupIsOneIndexedQueryAndCheap) {
+  {
+    auto conn = sqlite::Connection::Open(dir_.path() + "/coordinator.db", false, false);
+    ASSERT_TRUE(conn.ok()) << conn.status();
+    absl::StatusOr<sqlite::Statement> plan = (*conn)->Prepare(
+        "EXPLAIN QUERY PLAN SELECT user, role FROM api_tokens WHERE token_sha256 = ?1 AND "
+        "revoked = 0");
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    std::string detail;
+    while (true) {
+      absl::StatusOr<bool> row = plan->Step();
+      ASSERT_TRUE(row.ok()) << row.status();
+      if (!*row) break;
+      detail += plan->ColumnText(3) + "\n";
+    }
+    EXPECT_NE(detail.find("USING INDEX"), std::string::npos) << detail;
+  }
+  Authenticator auth(coordinator_->store(), /*enabled=*/true);
+  const std::string header = "Bearer " + tokens_["alice"];
+  ASSERT_TRUE(auth.AuthenticateBearer(header).ok());
+  constexpr int kLookups = 20000;
+  const absl::Time start = absl::Now();
+  for (int i = 0; i < kLookups; ++i) {
+    absl::StatusOr<Principal> p = auth.AuthenticateBearer(header);
+    ASSERT_TRUE(p.ok()) << p.status();
+  }
+  const absl::Duration each = (absl::Now() - start) / kLookups;
+  std::printf("token lookup: %.2f us per call (%d calls)\n", absl::ToDoubleMicroseconds(each),
+              kLookups);
+  EXPECT_LT(each, absl::Milliseconds(1));
+  EXPECT_EQ(auth.AuthenticateBearer("Bearer " + tokens_["forger"]).status().code(),
+            absl::StatusCode::kUnauthenticated);
 }
 
 TEST_F(AuthTest, InvalidSpecCarriesFieldViolations) {

@@ -15,7 +15,6 @@
 #include "absl/strings/str_cat.h"
 #include "jobspec/jobspec.h"
 #include "llamafleet/v1/job.grpc.pb.h"
-#include "server/huge_page_heap.h"
 #include "storage/job_store.h"
 #include "tests/testing/process.h"
 
@@ -142,19 +141,6 @@ TEST(CoordinatorProcessTest, RunsOnTcmallocWhenBuiltWithIt) {
   bool tcmalloc = false;
   while (std::getline(maps, line)) tcmalloc = tcmalloc || line.find("libtcmalloc") != std::string::npos;
   EXPECT_TRUE(tcmalloc) << "libtcmalloc_minimal is not mapped into the coordinator";
-  // ... and takes its heap from huge pages (server/huge_page_heap.h), whose background
-  // thread is there, unless the kernel's transparent huge pages are off.
-  const std::string thp = TransparentHugePages();
-  if (thp.empty() || thp == "never") return;
-  bool fault_thread = false;
-  for (const auto& task : std::filesystem::directory_iterator(
-           "/proc/" + std::to_string(coordinator->pid()) + "/task")) {
-    std::ifstream comm(task.path() / "comm");
-    std::string name;
-    std::getline(comm, name);
-    fault_thread = fault_thread || name == "lf-heap-fault";
-  }
-  EXPECT_TRUE(fault_thread) << "no lf-heap-fault thread (transparent huge pages: " << thp << ")";
 }
 
 TEST(CoordinatorProcessTest, SecondCoordinatorOnTheSameDataDirIsRefused) {

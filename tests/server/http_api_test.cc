@@ -646,6 +646,90 @@ TEST_F(HttpApiTest, BadInput) {
   EXPECT_EQ(client_->Get("/healthz").status, 200);
 }
 
+// An unknown field is named in field_violations by its path, from JSON and from YAML.
+TEST_F(HttpApiTest, UnknownFieldsAreNamedInFieldViolations) {
+  auto fields = [](const Reply& r) {
+    std::vector<std::string> out;
+    const json body = r.Json();
+    for (const json& v : body["error"]["field_violations"]) {
+      out.push_back(v["field"].get<std::string>());
+      EXPECT_FALSE(v["description"].get<std::string>().empty()) << r.body;
+    }
+    return out;
+  };
+  using Fields = std::vector<std::string>;
+  Reply r = client_->PostJson("/api/v1/jobs", "{\"spek\": {}}");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_EQ(fields(r), Fields{"spek"}) << r.body;
+  json spec = json::parse(SpecJson("x"));
+  spec["trainin"] = json::object();
+  r = client_->PostJson("/api/v1/jobs", json({{"spec", spec}}).dump());
+  EXPECT_EQ(r.status, 400);
+  EXPECT_EQ(fields(r), Fields{"spec.trainin"}) << r.body;
+  r = client_->PostJson("/api/v1/jobs:batch",
+                        json({{"jobs", {{{"spec", json::parse(SpecJson("a"))}}, {{"spec", spec}}}}})
+                            .dump());
+  EXPECT_EQ(r.status, 400);
+  EXPECT_EQ(fields(r), Fields{"jobs[1].spec.trainin"}) << r.body;
+
+  r = client_->Do(bhttp::verb::post, "/api/v1/jobs", SpecYaml("x") + "trainin: {}\n",
+                  "application/yaml");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_EQ(fields(r), Fields{"spec.trainin"}) << r.body;
+  r = client_->Do(bhttp::verb::post, "/api/v1/jobs:batch",
+                  absl::StrCat(SpecYaml("a"), "---\n", SpecYaml("b"), "training: {lrr: 1}\n"),
+                  "application/yaml");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_EQ(fields(r), Fields{"jobs[1].spec.training.lrr"}) << r.body;
+  // A YAML syntax error is about no field.
+  r = client_->Do(bhttp::verb::post, "/api/v1/jobs", "name: [x\n", "application/yaml");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_TRUE(fields(r).empty()) << r.body;
+}
+
+// The stored spec rendered as YAML on the server: explicit zeros survive (the optional
+// fields keep their presence), and the YAML submits again as the same spec.
+TEST_F(HttpApiTest, SpecYamlKeepsExplicitZerosAndResubmits) {
+  const std::string yaml = SpecYaml("zeros") +
+                           "training: {seed: 0}\nrun_policy: {max_restarts: 0, "
+                           "restart_backoff_seconds: 0}\n";
+  Reply r = client_->Do(bhttp::verb::post, "/api/v1/jobs", yaml, "application/yaml");
+  ASSERT_EQ(r.status, 201) << r.body;
+  const std::string id = r.Json()["job"]["id"];
+  const json stored = r.Json()["job"]["spec"];
+
+  r = client_->Get("/api/v1/jobs/" + id + "/spec.yaml");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_TRUE(absl::StartsWith(r.Header("content-type"), "application/yaml")) << r.Header("content-type");
+  absl::StatusOr<std::vector<ParsedJob>> parsed = ParseJobDocuments(r.body);
+  ASSERT_TRUE(parsed.ok()) << parsed.status() << "\n" << r.body;
+  ASSERT_EQ(parsed->size(), 1u);
+  const v1::JobSpec& spec = (*parsed)[0].spec;
+  EXPECT_TRUE(spec.training().has_seed()) << r.body;
+  EXPECT_EQ(spec.training().seed(), 0u);
+  EXPECT_TRUE(spec.run_policy().has_max_restarts()) << r.body;
+  EXPECT_EQ(spec.run_policy().max_restarts(), 0);
+  EXPECT_TRUE(spec.run_policy().has_restart_backoff_seconds()) << r.body;
+  EXPECT_EQ(spec.run_policy().restart_backoff_seconds(), 0);
+
+  // Submitted again (another key): the same spec is stored.
+  r = client_->Do(bhttp::verb::post, "/api/v1/jobs?idempotency_key=again", r.body,
+                  "application/yaml");
+  ASSERT_EQ(r.status, 201) << r.body;
+  EXPECT_NE(r.Json()["job"]["id"], id);
+  EXPECT_EQ(r.Json()["job"]["spec"], stored);
+
+  EXPECT_EQ(client_->Get("/api/v1/jobs/999/spec.yaml").status, 404);
+  EXPECT_EQ(client_->Get("/api/v1/jobs/" + id + "/spec.yaml?x=1").status, 400);
+}
+
+// The coordinator's path roots, for the portal's example spec.
+TEST_F(HttpApiTest, ConfigNamesThePathRoots) {
+  Reply r = client_->Get("/api/v1/config");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.Json()["path_roots"], json::array({"/"})) << r.body;
+}
+
 TEST_F(HttpApiTest, LimitsOnBodyAndHeaders) {
   // 413 from Content-Length, before the body is sent.
   RawConnection big(coordinator_->http_address());
@@ -828,6 +912,32 @@ TEST_F(HttpAuthTest, EveryRoleAgainstEveryRoute) {
   const std::string bobs = r.Json()["job"]["id"];
   EXPECT_EQ(As("root", bhttp::verb::post, "/api/v1/jobs/" + bobs + ":cancel").status, 200);
   EXPECT_EQ(Get("alice", "/api/v1/jobs/" + bobs).Json()["state"], "CANCELLED");
+}
+
+// The route's permission is checked on the request's header: a viewer's submission is
+// refused before its body is sent, so no body of theirs is ever read or parsed.
+TEST_F(HttpAuthTest, PermissionIsCheckedBeforeTheBodyIsRead) {
+  for (const char* target : {"/api/v1/jobs", "/api/v1/jobs:batch", "/api/v1/jobs/1:cancel"}) {
+    RawConnection viewer(coordinator_->http_address());
+    viewer.Send(absl::StrCat("POST ", target, " HTTP/1.1\r\nHost: x\r\n"
+                             "Content-Type: application/yaml\r\nAuthorization: Bearer ",
+                             tokens_["vera"], "\r\nContent-Length: 4000000\r\n\r\n"));
+    ASSERT_TRUE(viewer.ReadUntil("\r\n\r\n")) << viewer.data();
+    EXPECT_TRUE(absl::StartsWith(viewer.data(), "HTTP/1.1 403")) << target << ": " << viewer.data();
+    ASSERT_TRUE(viewer.ReadToEnd()) << viewer.data();
+    EXPECT_TRUE(absl::StrContains(viewer.data(), "PERMISSION_DENIED")) << viewer.data();
+  }
+  // A user's header passes, and the body is read.
+  RawConnection user(coordinator_->http_address());
+  const std::string body = SpecYaml("after-header");
+  user.Send(absl::StrCat("POST /api/v1/jobs?dry_run=true HTTP/1.1\r\nHost: x\r\n"
+                         "Content-Type: application/yaml\r\nAuthorization: Bearer ",
+                         tokens_["alice"], "\r\nContent-Length: ", body.size(), "\r\n\r\n", body));
+  ASSERT_TRUE(user.ReadUntil("\r\n\r\n")) << user.data();
+  EXPECT_TRUE(absl::StartsWith(user.data(), "HTTP/1.1 200")) << user.data();
+  EXPECT_EQ(Get("vera", "/api/v1/config").status, 200);
+  EXPECT_EQ(Get("", "/api/v1/config").status, 401);
+  EXPECT_EQ(Get("vera", "/api/v1/jobs/1/spec.yaml").status, 404);
 }
 
 TEST(HttpsTest, ServesTlsWithAGeneratedCertificate) {

@@ -38,8 +38,9 @@ async function failure(res) {
   return err;
 }
 
-// api('/api/v1/jobs', {method: 'POST', body: {...} | 'yaml text', contentType, signal})
-// → the parsed JSON body; throws ApiError on a non-2xx answer, TypeError on network errors.
+// api('/api/v1/jobs', {method: 'POST', body: {...} | 'yaml text', contentType, signal, text})
+// → the parsed JSON body (the body's text with `text: true`); throws ApiError on a non-2xx
+// answer, TypeError on network errors.
 export async function api(path, opts = {}) {
   const init = {method: opts.method || 'GET', headers: headers(), signal: opts.signal};
   if (opts.body !== undefined) {
@@ -54,6 +55,7 @@ export async function api(path, opts = {}) {
   const res = await fetch(path, init);
   if (!res.ok) throw await failure(res);
   const text = await res.text();
+  if (opts.text) return text;
   return text ? JSON.parse(text) : {};
 }
 

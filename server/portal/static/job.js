@@ -5,7 +5,6 @@
 
 import {api, query, sse} from './api.js';
 import {LineChart, decimalsOf} from './chart.js';
-import {toYaml, specForResubmit} from './yaml.js';
 import {h, setText, clear, Poller, fmtInt, fmtNum, fmtBytes, fmtTime, fmtFullTime, fmtAgo,
   parseTime, TERMINAL_STATES} from './util.js';
 
@@ -172,10 +171,25 @@ export function mountJob(root, ctx, id) {
     renderSpec();
   }
 
+  // The YAML is the server's (GET .../spec.yaml: explicit zeros kept, the old job's
+  // default checkpoint dir left out), fetched once: a job's spec never changes.
+  let specYaml = null;
+  function loadSpecYaml() {
+    if (!specYaml) {
+      specYaml = api(`${base}/spec.yaml`, {text: true});
+      specYaml.catch(() => { specYaml = null; });
+    }
+    return specYaml;
+  }
   function renderSpec() {
     if (!job) return;
-    const text = specFmt.value === 'json' ? JSON.stringify(job.spec, null, 2) : toYaml(specForResubmit(job.spec, ''));
-    setText(specPre, text);
+    if (specFmt.value === 'json') {
+      setText(specPre, JSON.stringify(job.spec, null, 2));
+      return;
+    }
+    loadSpecYaml().then((text) => {
+      if (specFmt.value !== 'json') setText(specPre, text);
+    }, (err) => setText(specPre, `Cannot load the spec as YAML: ${err.message}`));
   }
   specFmt.addEventListener('change', renderSpec);
 
@@ -430,10 +444,17 @@ export function mountJob(root, ctx, id) {
       renderJob();
     }
   });
-  resubmitBtn.addEventListener('click', () => {
+  resubmitBtn.addEventListener('click', async () => {
     if (!job) return;
-    sessionStorage.setItem(DRAFT_KEY, `# resubmitted from job ${job.id}\n${toYaml(specForResubmit(job.spec, job.id))}`);
-    ctx.navigate('/submit');
+    try {
+      const text = await loadSpecYaml();
+      sessionStorage.setItem(DRAFT_KEY, `# resubmitted from job ${job.id}\n${text}`);
+      ctx.navigate('/submit');
+    } catch (err) {
+      notice.hidden = false;
+      notice.className = 'banner error';
+      setText(notice, `Cannot resubmit: ${err.message}`);
+    }
   });
 
   // --- start -------------------------------------------------------------------------

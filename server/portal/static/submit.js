@@ -8,14 +8,18 @@ import {lineForPath} from './yaml.js';
 import {h, setText, debounce} from './util.js';
 import {DRAFT_KEY} from './job.js';
 
-const EXAMPLE = `# A finetuning job (the same YAML \`llamafleet submit -f\` takes).
+// The example names paths under the coordinator's first path root (GET /api/v1/config), so
+// it validates as it stands.
+function example(root) {
+  root = root.replace(/\/+$/, '');
+  return `# A finetuning job (the same YAML \`llamafleet submit -f\` takes).
 name: my-finetune
 queue: default
 labels: {team: nlp}
 model:
-  preset: tiny            # or path: /fsx/models/llama-2-7b-hf
+  preset: tiny            # or path: ${root}/models/llama-2-7b-hf
 data:
-  train_path: /fsx/data/train.jsonl
+  train_path: ${root}/data/train.jsonl
   format: tokens          # text | prompt_completion | tokens
 training:
   max_steps: 100
@@ -30,6 +34,16 @@ resources:
   nodes: 1
   gpus_per_node: 1
 `;
+}
+
+async function exampleRoot() {
+  try {
+    const config = await api('/api/v1/config');
+    return (config.path_roots || [])[0] || '/shared';
+  } catch {
+    return '/shared';
+  }
+}
 
 function randomKey() {
   const bytes = new Uint8Array(12);
@@ -38,12 +52,13 @@ function randomKey() {
 }
 
 export function mountSubmit(root, ctx) {
-  const initial = sessionStorage.getItem(DRAFT_KEY) || EXAMPLE;
+  const draft = sessionStorage.getItem(DRAFT_KEY);
+  let exampleText = example('/shared');  // until the coordinator's roots are known
   const gutter = h('div.gutter', {'aria-hidden': 'true'});
   const marks = h('div.marks', {'aria-hidden': 'true'});
   const editor = h('textarea#job-yaml', {spellcheck: false, wrap: 'off', autocapitalize: 'off', autocomplete: 'off',
     'aria-label': 'Job spec (YAML)', 'aria-describedby': 'editor-help validation'});
-  editor.value = initial;
+  editor.value = draft || exampleText;
   const status = h('div#validation.validation', {role: 'status', 'aria-live': 'polite'});
   const violationList = h('ul.violations');
   const submitBtn = h('button#submit-job.btn-primary', {type: 'button'}, 'Submit');
@@ -220,12 +235,21 @@ export function mountSubmit(root, ctx) {
   }
   submitBtn.addEventListener('click', submit);
   resetBtn.addEventListener('click', () => {
-    editor.value = EXAMPLE;
+    editor.value = exampleText;
     editor.dispatchEvent(new Event('input'));
   });
 
   renderGutter();
-  validate();
+  if (draft) validate();
+  exampleRoot().then((root) => {
+    const untouched = !draft && editor.value === exampleText;
+    exampleText = example(root);
+    if (untouched) {
+      editor.value = exampleText;
+      renderGutter();
+      validate();
+    }
+  });
   editor.focus();
   return {cleanup() { validateSoon.cancel(); }};
 }
