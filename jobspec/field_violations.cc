@@ -1,38 +1,17 @@
-// Field violations as absl::Status payloads, with the positions of their fields beside them.
+// Field violations as absl::Status payloads (ErrorDetails), each with the position of its field in the job file when known.
 
 #include "jobspec/field_violations.h"
 
 #include "absl/strings/cord.h"
 #include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/str_split.h"
 #include "jobspec/jobspec.h"
 
 namespace llamafleet {
 namespace {
 
 constexpr char kFieldViolationsUrl[] = "type.googleapis.com/llamafleet.v1.ErrorDetails";
-// "line:column,line:column,...", one entry per field violation in payload order. Only
-// this library writes or reads it.
-constexpr char kFieldPositionsUrl[] = "llamafleet/jobspec/field-positions";
-
-std::vector<SourcePosition> PositionsOf(const absl::Status& status, size_t count) {
-  std::vector<SourcePosition> out(count);
-  auto payload = status.GetPayload(kFieldPositionsUrl);
-  if (!payload.has_value()) return out;
-  const std::string text(*payload);
-  const std::vector<absl::string_view> entries = absl::StrSplit(text, ',');
-  if (entries.size() != count) return out;  // not written for these violations
-  for (size_t i = 0; i < count; ++i) {
-    std::pair<absl::string_view, absl::string_view> lc = absl::StrSplit(entries[i], ':');
-    if (!absl::SimpleAtoi(lc.first, &out[i].line) || !absl::SimpleAtoi(lc.second, &out[i].column)) {
-      return std::vector<SourcePosition>(count);
-    }
-  }
-  return out;
-}
 
 }  // namespace
 
@@ -42,7 +21,6 @@ absl::Status WithFieldViolations(absl::Status status,
   v1::ErrorDetails details;
   for (const v1::FieldViolation& v : violations) *details.add_field_violations() = v;
   status.SetPayload(kFieldViolationsUrl, absl::Cord(details.SerializeAsString()));
-  status.ErasePayload(kFieldPositionsUrl);  // they were for other violations
   return status;
 }
 
@@ -58,27 +36,20 @@ std::vector<v1::FieldViolation> FieldViolationsOf(const absl::Status& status) {
 absl::Status WithLocatedFieldViolations(absl::Status status,
                                         const std::vector<LocatedFieldViolation>& violations) {
   std::vector<v1::FieldViolation> plain;
-  std::vector<std::string> positions;
-  bool any_position = false;
   for (const LocatedFieldViolation& v : violations) {
-    plain.push_back(v.violation);
-    positions.push_back(absl::StrCat(v.position.line, ":", v.position.column));
-    any_position = any_position || v.position.line > 0;
+    v1::FieldViolation& out = plain.emplace_back(v.violation);
+    out.set_line(v.position.line);
+    out.set_column(v.position.column);
   }
-  status = WithFieldViolations(std::move(status), plain);
-  if (!status.ok() && any_position) {
-    status.SetPayload(kFieldPositionsUrl, absl::Cord(absl::StrJoin(positions, ",")));
-  }
-  return status;
+  return WithFieldViolations(std::move(status), plain);
 }
 
 std::vector<LocatedFieldViolation> LocatedFieldViolationsOf(const absl::Status& status) {
-  std::vector<v1::FieldViolation> plain = FieldViolationsOf(status);
-  const std::vector<SourcePosition> positions = PositionsOf(status, plain.size());
-  std::vector<LocatedFieldViolation> out(plain.size());
-  for (size_t i = 0; i < plain.size(); ++i) {
-    out[i].violation = std::move(plain[i]);
-    out[i].position = positions[i];
+  std::vector<LocatedFieldViolation> out;
+  for (v1::FieldViolation& v : FieldViolationsOf(status)) {
+    LocatedFieldViolation& located = out.emplace_back();
+    located.position = SourcePosition{v.line(), v.column()};
+    located.violation = std::move(v);
   }
   return out;
 }

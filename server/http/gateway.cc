@@ -393,8 +393,8 @@ void Gateway::JobEvents(const RouteCall& call) {
   auto stream = std::make_shared<Stream>(calls_, call.out, /*sse=*/true,
                                          [](const v1::WatchJobResponse& r) {
                                            return r.has_job()
-                                                      ? SseEvent("job", ToJson(r.job()))
-                                                      : SseEvent("event", ToJson(r.event()),
+                                                      ? SseEvent("job", MessageToJson(r.job()))
+                                                      : SseEvent("event", MessageToJson(r.event()),
                                                                  r.event().seq());
                                          });
   if (absl::Status f = ForwardCredentials(call.http, stream->context()); !f.ok()) {
@@ -427,11 +427,11 @@ void Gateway::JobLogs(const RouteCall& call) {
   std::shared_ptr<Stream> stream;
   if (follow) {
     stream = std::make_shared<Stream>(calls_, call.out, /*sse=*/true, [](const v1::LogChunk& c) {
-      return SseEvent("log", ToJson(c));
+      return SseEvent("log", MessageToJson(c));
     });
   } else {
     stream = std::make_shared<Stream>(
-        calls_, call.out, /*sse=*/false, [](const v1::LogChunk& c) { return ToJson(c); },
+        calls_, call.out, /*sse=*/false, [](const v1::LogChunk& c) { return MessageToJson(c); },
         [](std::vector<std::string> chunks) {
           Response response(bhttp::status::ok, 11);
           response.set(bhttp::field::content_type, "application/json");

@@ -25,7 +25,7 @@ Response ErrorResponse(int http_status, absl::string_view status, absl::string_v
   };
   std::vector<std::string> items;
   items.reserve(violations.size());
-  for (const v1::FieldViolation& v : violations) items.push_back(ToJson(v));
+  for (const v1::FieldViolation& v : violations) items.push_back(MessageToJson(v));
   Response response(static_cast<bhttp::status>(http_status), 11);
   response.set(bhttp::field::content_type, "application/json");
   response.body() = absl::StrCat("{\"error\":{\"code\":", http_status, ",\"status\":", quote(status),
@@ -103,19 +103,10 @@ Response UnsupportedType(const Request& http, bool yaml_too) {
                                              : "application/json"));
 }
 
-std::string ToJson(const google::protobuf::Message& message) {
-  google::protobuf::util::JsonPrintOptions options;
-  options.preserve_proto_field_names = true;
-  options.always_print_primitive_fields = true;
-  std::string out;
-  if (!google::protobuf::util::MessageToJsonString(message, &out, options).ok()) return "{}";
-  return out;
-}
-
 Response JsonResponse(const google::protobuf::Message& message, bhttp::status status) {
   Response response(status, 11);
   response.set(bhttp::field::content_type, "application/json");
-  response.body() = ToJson(message);
+  response.body() = MessageToJson(message);
   response.body().push_back('\n');
   return response;
 }

@@ -16,6 +16,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "common/proto_text.h"
 #include "llamafleet/v1/job.pb.h"
 #include "server/http/responder.h"
 
@@ -39,8 +40,6 @@ Response MethodNotAllowed(const Request& http, const std::vector<std::string>& a
 // 415 naming the Content-Type received and the ones accepted.
 Response UnsupportedType(const Request& http, bool yaml_too);
 
-// Proto field names, enum names, every primitive field printed (zeros too).
-std::string ToJson(const google::protobuf::Message& message);
 Response JsonResponse(const google::protobuf::Message& message,
                       boost::beast::http::status status = boost::beast::http::status::ok);
 // Strict: unknown fields are refused, each named in the status's field violations by its

@@ -5,10 +5,10 @@
 #include <utility>
 #include <vector>
 
-#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "jobspec/jobspec.h"
 #include "server/http/json_errors.h"
@@ -32,40 +32,38 @@ BodyType TypeOf(const Request& http) {
 namespace {
 
 // ParseJobDocuments reports each problem as "[document N: ]PATH: what" (jobspec.h), joined
-// by "; ". A status without field violations of its own gets one per such problem, its
-// path as the API names fields: "spec.PATH" for one job, "jobs[N-1].spec.PATH" in a batch.
-absl::Status WithDocumentViolations(absl::Status status, bool batch) {
-  if (status.ok() || !FieldViolationsOf(status).empty()) return status;
-  auto is_path = [](absl::string_view p) {
-    if (p.empty() || p == "document" || !(absl::ascii_isalpha(p[0]) || p[0] == '_')) return false;
-    for (char c : p) {
-      if (!absl::ascii_isalnum(c) && c != '_' && c != '.' && c != '-' && c != '[' && c != ']') {
-        return false;
-      }
-    }
-    return true;
-  };
-  std::vector<v1::FieldViolation> violations;
-  for (absl::string_view problem : absl::StrSplit(status.message(), "; ")) {
+// by "; ", with one field violation per problem in the same order, its field the path
+// inside its document and its line in the file. The API names fields from the request:
+// "spec.PATH" for one job, "jobs[N-1].spec.PATH" in a batch; the document number comes
+// from the message.
+absl::Status WithRequestPaths(absl::Status status, bool batch) {
+  std::vector<LocatedFieldViolation> located = LocatedFieldViolationsOf(status);
+  const std::vector<absl::string_view> problems = absl::StrSplit(status.message(), "; ");
+  if (located.empty() || located.size() != problems.size()) return status;
+  for (size_t i = 0; i < located.size(); ++i) {
+    absl::string_view problem = problems[i];
     int document = 1;
     if (absl::ConsumePrefix(&problem, "document ")) {
       const size_t colon = problem.find(": ");
       if (colon == absl::string_view::npos ||
           !absl::SimpleAtoi(problem.substr(0, colon), &document) || document < 1) {
-        continue;
+        return status;
       }
-      problem.remove_prefix(colon + 2);
     }
-    const size_t colon = problem.find(": ");
-    if (colon == absl::string_view::npos || !is_path(problem.substr(0, colon))) continue;
-    const absl::string_view path = problem.substr(0, colon);
-    v1::FieldViolation v;
-    v.set_field(batch ? absl::StrCat("jobs[", document - 1, "].spec.", path)
-                      : absl::StrCat("spec.", path));
-    v.set_description(std::string(problem.substr(colon + 2)));
-    violations.push_back(std::move(v));
+    v1::FieldViolation& v = located[i].violation;
+    v.set_field(batch ? absl::StrCat("jobs[", document - 1, "].spec.", v.field())
+                      : absl::StrCat("spec.", v.field()));
   }
-  return violations.empty() ? status : WithFieldViolations(status, violations);
+  return WithLocatedFieldViolations(std::move(status), located);
+}
+
+// The rules the job service applies, checked here too while the file's positions are at
+// hand, so that each violation names its line. The service checks again; it finds the
+// same violations, with the same messages.
+absl::Status ValidateWhereWritten(const ParsedJob& job, const std::string& prefix) {
+  v1::JobSpec spec = job.spec;
+  ApplyDefaults(&spec);
+  return LocateFieldViolations(ValidateJobSpec(spec, prefix), job.positions, prefix);
 }
 
 template <typename SubmitRequest>
@@ -84,8 +82,7 @@ std::optional<Response> Read(const Request& http, const Query& query, absl::stri
       break;
     case BodyType::kYaml: {
       absl::StatusOr<std::vector<ParsedJob>> parsed = ParseJobDocuments(http.body());
-      s = parsed.ok() ? from_yaml(std::move(*parsed))
-                      : WithDocumentViolations(parsed.status(), batch);
+      s = parsed.ok() ? from_yaml(std::move(*parsed)) : WithRequestPaths(parsed.status(), batch);
       break;
     }
     default:
@@ -111,6 +108,7 @@ std::optional<Response> ReadSubmitJob(const Request& http, const Query& query,
           return absl::InvalidArgumentError(absl::StrCat(
               "the body holds ", parsed.size(), " job documents; POST them to /api/v1/jobs:batch"));
         }
+        if (absl::Status valid = ValidateWhereWritten(parsed[0], "spec."); !valid.ok()) return valid;
         *request->mutable_spec() = std::move(parsed[0].spec);
         request->set_idempotency_key(parsed[0].idempotency_key);
         return absl::OkStatus();
@@ -127,6 +125,19 @@ std::optional<Response> ReadSubmitJobs(const Request& http, const Query& query,
                                        v1::SubmitJobsRequest* request) {
   return Read(http, query, "a SubmitJobsRequest (JSON) or job documents (YAML)", /*batch=*/true,
               [request](std::vector<ParsedJob> parsed) -> absl::Status {
+                std::vector<std::string> errors;
+                std::vector<v1::FieldViolation> violations;
+                for (size_t i = 0; i < parsed.size(); ++i) {
+                  absl::Status valid =
+                      ValidateWhereWritten(parsed[i], absl::StrCat("jobs[", i, "].spec."));
+                  if (valid.ok()) continue;
+                  errors.emplace_back(valid.message());
+                  for (v1::FieldViolation& v : FieldViolationsOf(valid)) violations.push_back(v);
+                }
+                if (!errors.empty()) {
+                  return WithFieldViolations(
+                      absl::InvalidArgumentError(absl::StrJoin(errors, "; ")), violations);
+                }
                 for (ParsedJob& job : parsed) {
                   v1::SubmitJobRequest* item = request->add_jobs();
                   *item->mutable_spec() = std::move(job.spec);

@@ -2,7 +2,7 @@
 // the same calls over direct gRPC (loopback TCP), with N jobs in the store. Prints medians
 // and the ratio; the two transports alternate so machine noise hits both alike.
 //
-// Then what the portal's job list does (issue 13): page 1 and page 100 (page_size 100) of
+// Then what the portal's job list does: page 1 and page 100 (page_size 100) of
 // the N jobs through the gateway, in id order (page tokens) and sorted by name (offset),
 // with p50 and p99 against the target p99 <= 20 ms; each in the default summary view and
 // with view=full (whole specs, what lists returned before) as the baseline.

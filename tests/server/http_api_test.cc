@@ -687,6 +687,36 @@ TEST_F(HttpApiTest, UnknownFieldsAreNamedInFieldViolations) {
   EXPECT_TRUE(fields(r).empty()) << r.body;
 }
 
+// Each field violation of a YAML body names the line of its field in the file, so the
+// portal marks it without reading the YAML itself: unknown fields and broken rules, in
+// one document and in the second document of a batch.
+TEST_F(HttpApiTest, YamlViolationsCarryTheirLine) {
+  auto first = [](const Reply& r) { return r.Json()["error"]["field_violations"][0]; };
+  const std::string one = SpecYaml("x");
+  const int lines = static_cast<int>(std::count(one.begin(), one.end(), '\n'));
+  Reply r = client_->Do(bhttp::verb::post, "/api/v1/jobs?dry_run=true",
+                        one + "trainin: {}\n", "application/yaml");
+  ASSERT_EQ(r.status, 400) << r.body;
+  EXPECT_EQ(first(r)["field"], "spec.trainin") << r.body;
+  EXPECT_EQ(first(r)["line"], lines + 1) << r.body;
+
+  r = client_->Do(bhttp::verb::post, "/api/v1/jobs:batch?dry_run=true",
+                  absl::StrCat(one, "---\n", "# a comment\n", SpecYaml("b"),
+                               "run_policy:\n  max_restarts: -4\n"),
+                  "application/yaml");
+  ASSERT_EQ(r.status, 400) << r.body;
+  EXPECT_EQ(first(r)["field"], "jobs[1].spec.run_policy.max_restarts") << r.body;
+  EXPECT_EQ(first(r)["line"], 2 * lines + 4) << r.body;
+  EXPECT_EQ(first(r)["column"], 3) << r.body;
+
+  // JSON bodies have no lines to give.
+  json spec = json::parse(SpecJson("x"));
+  spec["training"]["lr"] = -1;
+  r = client_->PostJson("/api/v1/jobs", json({{"spec", spec}}).dump());
+  ASSERT_EQ(r.status, 400) << r.body;
+  EXPECT_EQ(first(r)["line"], 0) << r.body;
+}
+
 // The stored spec rendered as YAML on the server: explicit zeros survive (the optional
 // fields keep their presence), and the YAML submits again as the same spec.
 TEST_F(HttpApiTest, SpecYamlKeepsExplicitZerosAndResubmits) {

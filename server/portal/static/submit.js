@@ -4,7 +4,6 @@
 // parser, so what the editor accepts is exactly what the coordinator accepts.
 
 import {api, query} from './api.js';
-import {lineForPath} from './yaml.js';
 import {h, setText, debounce} from './util.js';
 import {DRAFT_KEY} from './job.js';
 
@@ -120,19 +119,14 @@ export function mountSubmit(root, ctx) {
   }
 
   // The server's answer → status line, violation list and marked lines.
+  // Each field violation carries its line in the file (the server parsed it); a YAML
+  // syntax error has none and says "line N" in its message.
   function showErrors(err) {
-    const text = editor.value;
-    let violations = err.violations || [];
-    if (!violations.length) {
-      // Parse errors carry no field list: "training.lr: expected ..." or "line 3, column 5".
-      violations = err.message.split('; ').map((part) => {
-        const m = /^(?:document \d+: )?([A-Za-z_][\w.[\]]*): (.*)$/.exec(part);
-        return m ? {field: m[1], description: m[2]} : {field: '', description: part};
-      });
-    }
+    const violations = err.violations.length ? err.violations
+      : err.message.split('; ').map((part) => ({field: '', description: part}));
     markedLines = new Set();
     const items = violations.map((v) => {
-      let line = v.field ? lineForPath(text, v.field) : 0;
+      let line = v.line || 0;
       const lm = /line (\d+)/.exec(v.description || '');
       if (!line && lm) line = Number(lm[1]);
       if (line) markedLines.add(line);
