@@ -296,8 +296,10 @@ TEST_F(ClusterTest, WorkerKilledMidJobRestartsTheGangFromTheNewestCheckpoint) {
   StartWorker("w1");
   StartWorker("w2");
   WaitForWorkers(2);
+  // Long enough that the kill after step 12 lands mid-run: the tiny model trains ~100
+  // steps a second once started, and start-up is most of a short job's time.
   const std::string id =
-      Submit("training: {max_steps: 60}\nrun_policy: {restart_backoff_seconds: 1}\n");
+      Submit("training: {max_steps: 300}\nrun_policy: {restart_backoff_seconds: 1}\n");
   WaitFor(id, v1::RUNNING, absl::Seconds(20));
   WaitForStep(id, 12);  // a checkpoint at step 10 exists
   const std::string victim = Get(id).workers(1);
