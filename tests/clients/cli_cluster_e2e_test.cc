@@ -26,6 +26,7 @@
 #include "gtest/gtest.h"
 #include "llamafleet/v1/job.pb.h"
 #include "llamafleet/v1/worker.pb.h"
+#include "tests/testing/cluster.h"
 #include "tests/testing/process.h"
 
 namespace llamafleet {
@@ -96,26 +97,25 @@ class CliClusterTest : public ::testing::Test {
     std::ofstream(trainer_) << kFakeTrainer;
     ASSERT_EQ(chmod(trainer_.c_str(), 0755), 0);
 
-    auto coordinator =
-        Subprocess::Start({BinaryPath("llamafleet-coordinator"), "--listen", "127.0.0.1:0", "--insecure-no-auth",
-                           "--data-dir", dir_.path() + "/coordinator", "--join-token", kJoinToken,
-                           "--cancel-grace", "2", "--log-level", "warn",
-                           // default checkpoint dirs under the first; specs name /data/...
-                           "--path-root", dir_.path(), "--path-root", "/"},
-                          {}, dir_.path() + "/coordinator.log");
+    auto coordinator = ::llamafleet::testing::StartCoordinator(
+        {.data_dir = dir_.path() + "/coordinator",
+         .join_token = kJoinToken,
+         // default checkpoint dirs under the first; specs name /data/...
+         .path_roots = {dir_.path(), "/"},
+         .flags = {"--cancel-grace", "2", "--log-level", "warn"},
+         .log_path = dir_.path() + "/coordinator.log"});
     ASSERT_TRUE(coordinator.ok()) << coordinator.status();
-    coordinator_ = std::move(*coordinator);
-    auto address = coordinator_->WaitForListening();
-    ASSERT_TRUE(address.ok()) << address.status();
-    address_ = *address;
+    coordinator_ = std::move(coordinator->process);
+    address_ = coordinator->address;
 
     for (const std::string name : {"w1", "w2"}) {
-      auto worker = Subprocess::Start(
-          {BinaryPath("llamafleet-worker"), "--coordinator", address_, "--join-token", kJoinToken,
-           "--data-dir", dir_.path() + "/" + name, "--cpu-ranks", "1", "--name", name, "--address",
-           "127.0.0.1", "--trainer", trainer_, "--heartbeat-interval", "0.5", "--log-level",
-           "warn", "--run-as", std::to_string(geteuid())},
-          {}, dir_.path() + "/" + name + ".log");
+      auto worker = ::llamafleet::testing::StartWorker({.coordinator = address_,
+                                                        .name = name,
+                                                        .data_dir = dir_.path() + "/" + name,
+                                                        .join_token = kJoinToken,
+                                                        .trainer = trainer_,
+                                                        .flags = {"--log-level", "warn"},
+                                                        .log_path = dir_.path() + "/" + name + ".log"});
       ASSERT_TRUE(worker.ok()) << worker.status();
       workers_.push_back(std::move(*worker));
     }

@@ -21,6 +21,7 @@
 #include "google/protobuf/util/time_util.h"
 #include "llamafleet/v1/job.grpc.pb.h"
 #include "llamafleet/v1/worker.grpc.pb.h"
+#include "tests/testing/cluster.h"
 #include "tests/testing/process.h"
 
 namespace llamafleet {
@@ -104,17 +105,17 @@ class ClusterTest : public ::testing::Test {
 
   // `listen`: the first start picks a free port; a restart reuses it (workers redial it).
   void StartCoordinator(const std::string& listen = "127.0.0.1:0") {
-    auto p = Subprocess::Start({BinaryPath("llamafleet-coordinator"), "--listen", listen, "--insecure-no-auth",
-                                "--data-dir", dir_.path() + "/coord", "--join-token", "secret",
-                                "--heartbeat-timeout", "3", "--cancel-grace", "2",
-                                // default checkpoint dirs under the first; specs name /d.jsonl
-                                "--path-root", dir_.path(), "--path-root", "/"},
-                               {}, dir_.path() + "/coordinator.log");
-    ASSERT_TRUE(p.ok());
-    coordinator_ = std::move(*p);
-    absl::StatusOr<std::string> addr = coordinator_->WaitForListening();
-    ASSERT_TRUE(addr.ok()) << addr.status();
-    address_ = *addr;
+    auto c = testing::StartCoordinator(
+        {.data_dir = dir_.path() + "/coord",
+         .listen = listen,
+         .join_token = "secret",
+         // default checkpoint dirs under the first; specs name /d.jsonl
+         .path_roots = {dir_.path(), "/"},
+         .flags = {"--heartbeat-timeout", "3", "--cancel-grace", "2"},
+         .log_path = dir_.path() + "/coordinator.log"});
+    ASSERT_TRUE(c.ok()) << c.status();
+    coordinator_ = std::move(c->process);
+    address_ = c->address;
     channel_ = grpc::CreateChannel(address_, grpc::InsecureChannelCredentials());
     jobs_ = v1::JobService::NewStub(channel_);
     workers_stub_ = v1::WorkerService::NewStub(channel_);
@@ -122,14 +123,15 @@ class ClusterTest : public ::testing::Test {
 
   void StartWorker(const std::string& name, std::map<std::string, std::string> env = {}) {
     if (env.empty()) env = worker_env_;
-    auto p = Subprocess::Start({BinaryPath("llamafleet-worker"), "--coordinator", address_,
-                                "--join-token", "secret", "--data-dir", dir_.path() + "/" + name,
-                                "--cpu-ranks", "1", "--name", name, "--address", "127.0.0.1",
-                                "--trainer", trainer_, "--heartbeat-interval", "0.3",
-                                // Trainers as this test's user: the fixture's files are its own.
-                                "--run-as", std::to_string(geteuid())},
-                               env, dir_.path() + "/" + name + ".log");
-    ASSERT_TRUE(p.ok());
+    auto p = testing::StartWorker({.coordinator = address_,
+                                   .name = name,
+                                   .data_dir = dir_.path() + "/" + name,
+                                   .join_token = "secret",
+                                   .trainer = trainer_,
+                                   .heartbeat_interval = 0.3,
+                                   .env = env,
+                                   .log_path = dir_.path() + "/" + name + ".log"});
+    ASSERT_TRUE(p.ok()) << p.status();
     workers_[name] = std::move(*p);
   }
 

@@ -22,6 +22,7 @@
 #include "llamafleet/v1/job.grpc.pb.h"
 #include "llamafleet/v1/worker.grpc.pb.h"
 #include "server/log_store.h"
+#include "tests/testing/cluster.h"
 #include "tests/testing/process.h"
 
 namespace llamafleet {
@@ -201,19 +202,18 @@ int64_t ResidentKiB(pid_t pid) {
 
 TEST(CoordinatorLogBoundsTest, ThousandFinishedTwoRankJobsLeaveFewDescriptors) {
   TempDir dir;
-  auto p = Subprocess::Start({BinaryPath("llamafleet-coordinator"), "--listen", "127.0.0.1:0",
-                              "--insecure-no-auth", "--data-dir", dir.path() + "/coord",
-                              "--join-token", "secret", "--synchronous", "normal",
-                              "--path-root", dir.path(), "--log-level", "warn"},
-                             {}, dir.path() + "/coordinator.log");
-  ASSERT_TRUE(p.ok()) << p.status();
-  std::unique_ptr<Subprocess> coordinator = std::move(*p);
-  absl::StatusOr<std::string> address = coordinator->WaitForListening();
-  ASSERT_TRUE(address.ok()) << address.status();
-  auto jobs = v1::JobService::NewStub(grpc::CreateChannel(*address, grpc::InsecureChannelCredentials()));
+  auto c = testing::StartCoordinator({.data_dir = dir.path() + "/coord",
+                                      .join_token = "secret",
+                                      .path_roots = {dir.path()},
+                                      .flags = {"--synchronous", "normal", "--log-level", "warn"},
+                                      .log_path = dir.path() + "/coordinator.log"});
+  ASSERT_TRUE(c.ok()) << c.status();
+  std::unique_ptr<Subprocess> coordinator = std::move(c->process);
+  const std::string address = c->address;
+  auto jobs = v1::JobService::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
   const int baseline = CountDescriptors(coordinator->pid());
 
-  InstantWorker w0(*address, "w0", 16), w1(*address, "w1", 16);
+  InstantWorker w0(address, "w0", 16), w1(address, "w1", 16);
   absl::StatusOr<std::vector<ParsedJob>> parsed = ParseJobDocuments(
       absl::StrCat("name: fd\nmodel: {preset: tiny, tokenizer: ", dir.path(),
                    "/t/tokenizer.model}\ndata: {train_path: ", dir.path(), "/d.jsonl}\n"

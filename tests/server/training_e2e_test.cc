@@ -25,6 +25,7 @@
 #include "llamafleet/v1/job.grpc.pb.h"
 #include "llamafleet/v1/worker.grpc.pb.h"
 #include "safetensors.h"
+#include "tests/testing/cluster.h"
 #include "tests/testing/process.h"
 
 namespace llamafleet {
@@ -89,29 +90,25 @@ class TrainingTest : public ::testing::Test {
       for (int i = 0; i < 33; ++i) out << (i ? ", " : "") << 3 + rng() % 500;
       out << "]}\n";
     }
-    auto p = Subprocess::Start({BinaryPath("llamafleet-coordinator"), "--listen", "127.0.0.1:0", "--insecure-no-auth",
-                                "--data-dir", dir_.path() + "/coord", "--join-token", "secret",
-                                "--heartbeat-timeout", "5", "--cancel-grace", "5",
-                                "--path-root", dir_.path()},
-                               {}, dir_.path() + "/coordinator.log");
-    ASSERT_TRUE(p.ok());
-    coordinator_ = std::move(*p);
-    absl::StatusOr<std::string> addr = coordinator_->WaitForListening();
-    ASSERT_TRUE(addr.ok());
-    address_ = *addr;
+    auto c = testing::StartCoordinator({.data_dir = dir_.path() + "/coord",
+                                        .join_token = "secret",
+                                        .path_roots = {dir_.path()},
+                                        .flags = {"--heartbeat-timeout", "5", "--cancel-grace", "5"},
+                                        .log_path = dir_.path() + "/coordinator.log"});
+    ASSERT_TRUE(c.ok()) << c.status();
+    coordinator_ = std::move(c->process);
+    address_ = c->address;
     jobs_ = v1::JobService::NewStub(grpc::CreateChannel(address_, grpc::InsecureChannelCredentials()));
   }
 
   void StartWorker(const std::string& name) {
-    auto p = Subprocess::Start({BinaryPath("llamafleet-worker"), "--coordinator", address_,
-                                "--join-token", "secret", "--data-dir", dir_.path() + "/" + name,
-                                "--cpu-ranks", "1", "--name", name, "--address", "127.0.0.1",
-                                "--trainer", BinaryPath("llamafleet-train"),
-                                "--heartbeat-interval", "0.5",
-                                // Trainers as this test's user: the fixture's files are its own.
-                                "--run-as", std::to_string(geteuid())},
-                               {{"OMP_NUM_THREADS", "1"}}, dir_.path() + "/" + name + ".log");
-    ASSERT_TRUE(p.ok());
+    auto p = testing::StartWorker({.coordinator = address_,
+                                   .name = name,
+                                   .data_dir = dir_.path() + "/" + name,
+                                   .join_token = "secret",
+                                   .env = {{"OMP_NUM_THREADS", "1"}},
+                                   .log_path = dir_.path() + "/" + name + ".log"});
+    ASSERT_TRUE(p.ok()) << p.status();
     workers_[name] = std::move(*p);
   }
 
