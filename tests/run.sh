@@ -20,6 +20,9 @@ jobs="${JOBS:-$(nproc)}"
 export CCACHE_DIR="${CCACHE_DIR:-$HOME/.cache/ccache}"
 # Paths relative to the checkout, so a fresh clone elsewhere reuses the cache.
 export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$PWD}"
+# -g puts the build directory into the objects, and ccache then keys on it; without that
+# key a second clone (or a worktree) of the same commit hits the cache.
+export CCACHE_NOHASHDIR="${CCACHE_NOHASHDIR:-1}"
 cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DLLAMAFLEET_BUILD_TRAINER="${LLAMAFLEET_BUILD_TRAINER:-ON}" -DLLAMAFLEET_BUILD_TESTS=ON >/dev/null
 cmake --build "$build_dir" -j"$jobs"
