@@ -30,6 +30,7 @@
 #include "absl/time/clock.h"
 #include "jobspec/jobspec.h"
 #include "llamafleet/v1/job.grpc.pb.h"
+#include "tests/testing/cluster.h"
 #include "tests/testing/process.h"
 
 namespace llamafleet {
@@ -139,17 +140,17 @@ class SecurityApiTest : public ::testing::Test {
   }
 
   void Start(std::vector<std::string> extra = {}) {
-    std::vector<std::string> argv = {BinaryPath("llamafleet-coordinator"), "--listen", "127.0.0.1:0",
-                                     "--http-listen", "127.0.0.1:0", "--data-dir", data_dir_,
-                                     "--join-token", "secret", "--config", config_,
-                                     "--log-level", "warn"};
-    argv.insert(argv.end(), extra.begin(), extra.end());
-    auto p = Subprocess::Start(argv, {}, dir_.path() + "/coordinator.log");
-    ASSERT_TRUE(p.ok()) << p.status();
-    coordinator_ = std::move(*p);
-    absl::StatusOr<std::string> address = coordinator_->WaitForListening();
-    ASSERT_TRUE(address.ok()) << address.status() << ReadAll(dir_.path() + "/coordinator.log");
-    address_ = *address;
+    std::vector<std::string> flags = {"--http-listen", "127.0.0.1:0", "--config", config_,
+                                      "--log-level", "warn"};
+    flags.insert(flags.end(), extra.begin(), extra.end());
+    auto c = ::llamafleet::testing::StartCoordinator({.data_dir = data_dir_,
+                                                      .auth = true,
+                                                      .join_token = "secret",
+                                                      .flags = flags,
+                                                      .log_path = dir_.path() + "/coordinator.log"});
+    ASSERT_TRUE(c.ok()) << c.status() << ReadAll(dir_.path() + "/coordinator.log");
+    coordinator_ = std::move(c->process);
+    address_ = c->address;
     absl::StatusOr<std::string> http = coordinator_->ReadLineWithPrefix("http listening on ", absl::Seconds(10));
     ASSERT_TRUE(http.ok()) << http.status();
     http_address_ = *http;
@@ -277,7 +278,7 @@ TEST_F(SecurityApiTest, ACheckpointDirAnotherJobUsesIsRefused) {
   std::string first;
   ASSERT_TRUE(Submit("alice", Spec(absl::StrCat("checkpoint: {dir: ", dir, "}\n")), &first).ok());
   for (const std::string& taken : {dir, dir + "/", dir + "/step-10", root_ + "/team"}) {
-    for (const std::string& who : {"bob", "alice", "root"}) {  // the owner and admins too
+    for (const std::string who : {"bob", "alice", "root"}) {  // the owner and admins too
       grpc::Status s = Submit(who, Spec(absl::StrCat("checkpoint: {dir: ", taken, "}\n")));
       EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << taken;
       EXPECT_NE(s.error_message().find("spec.checkpoint.dir"), std::string::npos) << s.error_message();
@@ -464,7 +465,7 @@ TEST_F(SecurityApiTest, ATtlDeletionRemovesLogsAndTheDefaultCheckpointDirAndNeve
 
 TEST_F(SecurityApiTest, TheDatabaseIsReadableOnlyByItsOwner) {
   ASSERT_TRUE(Submit("alice", Spec()).ok());  // the WAL holds a write
-  for (const std::string& suffix : {"", "-wal", "-shm"}) {
+  for (const std::string suffix : {"", "-wal", "-shm"}) {
     struct stat st;
     const std::string path = data_dir_ + "/coordinator.db" + suffix;
     ASSERT_EQ(stat(path.c_str(), &st), 0) << path;

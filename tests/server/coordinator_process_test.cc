@@ -16,6 +16,7 @@
 #include "jobspec/jobspec.h"
 #include "llamafleet/v1/job.grpc.pb.h"
 #include "storage/job_store.h"
+#include "tests/testing/cluster.h"
 #include "tests/testing/process.h"
 
 namespace llamafleet {
@@ -33,14 +34,12 @@ v1::JobSpec ValidSpec(const std::string& name) {
 }
 
 std::unique_ptr<Subprocess> StartCoordinator(const std::string& data_dir, std::string* address) {
-  absl::StatusOr<std::unique_ptr<Subprocess>> p = Subprocess::Start(
-      {BinaryPath("llamafleet-coordinator"), "--listen", "127.0.0.1:0", "--insecure-no-auth", "--data-dir", data_dir,
-       "--log-level", "warn", "--path-root", "/"});
-  EXPECT_TRUE(p.ok()) << p.status();
-  absl::StatusOr<std::string> addr = (*p)->WaitForListening();
-  EXPECT_TRUE(addr.ok()) << addr.status();
-  *address = addr.ok() ? *addr : "";
-  return std::move(*p);
+  absl::StatusOr<testing::Coordinator> c = testing::StartCoordinator(
+      {.data_dir = data_dir, .path_roots = {"/"}, .flags = {"--log-level", "warn"}});
+  EXPECT_TRUE(c.ok()) << c.status();
+  if (!c.ok()) return nullptr;
+  *address = c->address;
+  return std::move(c->process);
 }
 
 TEST(CoordinatorProcessTest, SigkillMidLoadLosesNoAcknowledgedJob) {
