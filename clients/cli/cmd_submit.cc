@@ -74,14 +74,17 @@ absl::StatusOr<std::vector<std::string>> ExpandJobFiles(const std::vector<std::s
 // Submission errors read in terms of the file the user wrote.
 // `documents` names each job of the batch by file and document ("b.yaml document 2") when
 // the batch came from several files; empty otherwise.
-absl::Status SubmitError(const absl::Status& status, const std::vector<std::string>& documents) {
+// `sources` names each job's file and field positions, for "<file>:<line>:" prefixes.
+absl::Status SubmitError(const absl::Status& status, const std::vector<std::string>& documents,
+                         const std::vector<JobSource>& sources) {
   const absl::string_view message = status.message();
   if (status.code() != absl::StatusCode::kInvalidArgument ||
       !(absl::StartsWith(message, "spec.") || absl::StartsWith(message, "jobs["))) {
     return status;  // not about the spec (e.g. a malformed --user)
   }
   return absl::InvalidArgumentError(
-      absl::StrCat("invalid job spec: ", SpecErrorsForFile(std::string(status.message()), documents)));
+      absl::StrCat("invalid job spec: ",
+                   SpecErrorsForFile(std::string(status.message()), documents, sources)));
 }
 
 void PrintSubmitted(const Context& ctx, const v1::SubmitJobsResponse& response, bool dry_run) {
@@ -113,6 +116,7 @@ absl::Status RunSubmit(const Context& ctx, const SubmitFlags& flags) {
   // Every document of every file, in order; `documents` names each one for errors.
   std::vector<ParsedJob> parsed;
   std::vector<std::string> documents;
+  std::vector<JobSource> sources;
   for (const std::string& file : *files) {
     absl::StatusOr<std::string> text = ReadInput(file, *ctx.in);
     if (!text.ok()) return text.status();
@@ -122,6 +126,7 @@ absl::Status RunSubmit(const Context& ctx, const SubmitFlags& flags) {
     for (size_t i = 0; i < jobs->size(); ++i) {
       documents.push_back(jobs->size() == 1 ? source
                                             : absl::StrCat(source, " document ", i + 1));
+      sources.push_back(JobSource{source, (*jobs)[i].positions});
       parsed.push_back(std::move((*jobs)[i]));
     }
   }
@@ -144,7 +149,7 @@ absl::Status RunSubmit(const Context& ctx, const SubmitFlags& flags) {
                                                               : flags.idempotency_key);
     request.set_dry_run(flags.dry_run);
     absl::StatusOr<v1::SubmitJobResponse> response = (*client)->SubmitJob(request);
-    if (!response.ok()) return SubmitError(response.status(), documents);
+    if (!response.ok()) return SubmitError(response.status(), documents, sources);
     *responses.add_jobs() = std::move(*response);
   } else {
     // One call per kMaxBatchSize jobs: the coordinator stores each batch whole or not at
@@ -165,7 +170,9 @@ absl::Status RunSubmit(const Context& ctx, const SubmitFlags& flags) {
             documents.empty() ? documents
                               : std::vector<std::string>(documents.begin() + begin,
                                                          documents.begin() + end);
-        absl::Status status = SubmitError(response.status(), names);
+        absl::Status status = SubmitError(
+            response.status(), names,
+            std::vector<JobSource>(sources.begin() + begin, sources.begin() + end));
         if (begin > 0) {
           PrintSubmitted(ctx, responses, flags.dry_run);
           status = WithContext(status, absl::StrCat("jobs ", begin + 1, "-", end, " (the first ",

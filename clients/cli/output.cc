@@ -404,12 +404,21 @@ std::string DescribeJob(const v1::Job& job, const std::vector<v1::JobEvent>& eve
 }
 
 std::string SpecErrorsForFile(const std::string& server_message,
-                              const std::vector<std::string>& documents) {
+                              const std::vector<std::string>& documents,
+                              const std::vector<JobSource>& sources) {
+  // "<file>:<line>: " when the violation's field (the part's first word) is placed.
+  auto placed = [&sources](size_t index, absl::string_view violation) -> std::string {
+    if (index >= sources.size()) return "";
+    const absl::string_view field = violation.substr(0, violation.find(' '));
+    const SourcePosition at = sources[index].positions.Find(field);
+    if (at.line <= 0) return "";
+    return absl::StrCat(sources[index].file, ":", at.line, ": ");
+  };
   std::vector<std::string> parts;
   for (absl::string_view part : absl::StrSplit(server_message, "; ")) {
     absl::string_view rest = part;
     if (absl::ConsumePrefix(&rest, "spec.")) {
-      parts.emplace_back(rest);
+      parts.push_back(absl::StrCat(placed(0, rest), rest));
       continue;
     }
     // jobs[N].spec.field or jobs[N].idempotency_key
@@ -419,8 +428,10 @@ std::string SpecErrorsForFile(const std::string& server_message,
     if (absl::ConsumePrefix(&probe, "jobs[") && close != absl::string_view::npos &&
         absl::SimpleAtoi(part.substr(5, close - 5), &index)) {
       absl::string_view field = part.substr(close + 2);
-      absl::ConsumePrefix(&field, "spec.");
-      if (index >= 0 && static_cast<size_t>(index) < documents.size()) {
+      const bool in_spec = absl::ConsumePrefix(&field, "spec.");
+      if (std::string at = in_spec && index >= 0 ? placed(index, field) : ""; !at.empty()) {
+        parts.push_back(absl::StrCat(at, field));
+      } else if (index >= 0 && static_cast<size_t>(index) < documents.size()) {
         parts.push_back(absl::StrCat(documents[index], ": ", field));
       } else {
         parts.push_back(absl::StrCat("document ", index + 1, ": ", field));

@@ -13,6 +13,7 @@
 
 #include "absl/strings/string_view.h"
 #include "clients/cli/escape.h"
+#include "jobspec/jobspec.h"
 #include "absl/time/time.h"
 #include "llamafleet/v1/job.pb.h"
 #include "llamafleet/v1/worker.pb.h"
@@ -80,12 +81,21 @@ std::string DescribeJob(const v1::Job& job, const std::vector<v1::JobEvent>& eve
                         const std::vector<v1::Checkpoint>& checkpoints, absl::Time now,
                         const std::vector<v1::Attempt>& attempts = {});
 
+// Where a submitted job came from: its file and where each of its fields is written.
+struct JobSource {
+  std::string file;
+  FieldPositions positions;
+};
+
 // The coordinator names fields by request path (spec.training.lr, jobs[2].spec.model);
 // a person thinks in the file they wrote. Rewrites each "; "-separated violation to
 // "training.lr ..." (single document) or "document 3: model ..." (batch); with
 // `documents` (one name per batch entry, e.g. "b.yaml document 2"), "<name>: model ...".
+// With `sources` (one per batch entry), a violation whose field (or its nearest written
+// parent) is in the file reads "<file>:<line>: model ...", as compilers print errors.
 std::string SpecErrorsForFile(const std::string& server_message,
-                              const std::vector<std::string>& documents = {});
+                              const std::vector<std::string>& documents = {},
+                              const std::vector<JobSource>& sources = {});
 
 // Indents every non-empty line by `spaces`.
 std::string Indent(const std::string& text, int spaces);

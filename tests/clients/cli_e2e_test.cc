@@ -214,7 +214,7 @@ TEST_F(CliTest, SubmitSeveralFilesNamesTheFileAndStoresNothingOnError) {
                                "---\nname: broken\nmodel: {preset: tiny, tokenizer: /t}\n"
                                "data: {train_path: /d}\ntraining: {lr: -1}\n"));
   ExpectOneErrorLine(Cli({"submit", "-f", good, "-f", bad}), 1,
-                     absl::StrCat("invalid job spec: ", bad, " document 2: training.lr must be > 0"));
+                     absl::StrCat("invalid job spec: ", bad, ":9: training.lr must be > 0"));
   ExpectOneErrorLine(Cli({"submit", "-f", good, "-f", dir_.path() + "/missing.yaml"}), 1,
                      "missing.yaml");
   ASSERT_EQ(mkdir((dir_.path() + "/empty").c_str(), 0755), 0);
@@ -281,15 +281,16 @@ TEST_F(CliTest, UnknownFieldIsRejectedByNameAndNothingIsStored) {
 TEST_F(CliTest, InvalidSpecNamesTheFieldAndNothingIsStored) {
   const std::string bad = WriteFile("bad.yaml", Spec("bad", "resources: {nodes: 0}\n"));
   ExpectOneErrorLine(Cli({"submit", "-f", bad}), 1,
-                     "llamafleet: invalid job spec: resources.nodes must be >= 1");
+                     absl::StrCat("llamafleet: invalid job spec: ", bad,
+                                  ":5: resources.nodes must be >= 1"));
 
-  // In a batch the error names the document, and the valid documents are not stored either.
+  // In a batch the error names the file's line, and the valid documents are not stored either.
   const std::string batch = WriteFile(
       "batch.yaml", absl::StrCat(Spec("fine"),
                                  "---\nname: broken\nmodel: {preset: tiny, tokenizer: /t}\n"
                                  "data: {train_path: /d}\ntraining: {lr: -1}\n"));
   ExpectOneErrorLine(Cli({"submit", "-f", batch}), 1,
-                     "invalid job spec: document 2: training.lr must be > 0");
+                     absl::StrCat("invalid job spec: ", batch, ":9: training.lr must be > 0"));
   EXPECT_TRUE(AllJobs().empty());
 }
 

@@ -28,6 +28,24 @@ TEST(SpecErrorsForFileTest, BatchNamesTheDocumentCountingFromOne) {
             "printable ASCII");
 }
 
+TEST(SpecErrorsForFileTest, PlacesFieldsOnTheLinesOfTheirFile) {
+  absl::StatusOr<std::vector<ParsedJob>> parsed = ParseJobDocuments(
+      "name: a\nmodel: {path: /m}\ndata: {train_path: /d}\n---\nname: b\nmodel: {path: /m}\n"
+      "data: {train_path: /d}\ntraining:\n  lr: -1\n");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  const std::vector<JobSource> sources = {{"j.yaml", (*parsed)[0].positions},
+                                          {"j.yaml", (*parsed)[1].positions}};
+  // A field left to its default points at its written parent; one with neither keeps
+  // the document's name.
+  EXPECT_EQ(SpecErrorsForFile("jobs[1].spec.training.lr must be > 0; jobs[0].spec.resources.nodes "
+                              "must be >= 1; jobs[1].idempotency_key bad",
+                              {}, sources),
+            "j.yaml:9: training.lr must be > 0; document 1: resources.nodes must be >= 1; "
+            "document 2: idempotency_key bad");
+  EXPECT_EQ(SpecErrorsForFile("spec.data.train_path must be absolute", {}, {sources[0]}),
+            "j.yaml:3: data.train_path must be absolute");
+}
+
 TEST(SpecErrorsForFileTest, LeavesOtherMessagesAlone) {
   EXPECT_EQ(SpecErrorsForFile("jobs must contain at least one job"),
             "jobs must contain at least one job");
