@@ -155,7 +155,8 @@ void Gateway::Authenticate(const Request& header,
 
 template <typename Req, typename Resp, typename Start>
 void Gateway::Unary(const RouteCall& route, Req request, Start start,
-                    std::function<Response(const Resp&)> render) {
+                    std::function<Response(const Resp&)> render,
+                    std::function<Response(const grpc::Status&)> error) {
   auto call = std::make_shared<UnaryCall<Req, Resp>>();
   call->request = std::move(request);
   if (absl::Status f = ForwardCredentials(route.http, &call->context); !f.ok()) {
@@ -165,8 +166,9 @@ void Gateway::Unary(const RouteCall& route, Req request, Start start,
   call->context.set_deadline(Deadline(options_.call_timeout));
   calls_->Started(&call->context);
   start(&call->context, &call->request, &call->response,
-        [calls = calls_, call, out = route.out, render = std::move(render)](grpc::Status status) {
-          out->Reply(status.ok() ? render(call->response) : GrpcError(status));
+        [calls = calls_, call, out = route.out, render = std::move(render),
+         error = std::move(error)](grpc::Status status) {
+          out->Reply(status.ok() ? render(call->response) : error(status));
           calls->Ended(&call->context);
         });
 }
@@ -262,7 +264,8 @@ void Gateway::ListJobs(const RouteCall& call) {
 
 void Gateway::SubmitJob(const RouteCall& call) {
   v1::SubmitJobRequest request;
-  if (std::optional<Response> error = ReadSubmitJob(call.http, call.query, &request)) {
+  std::vector<FieldPositions> positions;
+  if (std::optional<Response> error = ReadSubmitJob(call.http, call.query, &request, &positions)) {
     call.out->Reply(std::move(*error));
     return;
   }
@@ -273,12 +276,16 @@ void Gateway::SubmitJob(const RouteCall& call) {
       },
       [](const v1::SubmitJobResponse& r) {
         return JsonResponse(r, r.created() ? bhttp::status::created : bhttp::status::ok);
+      },
+      [positions = std::move(positions)](const grpc::Status& status) {
+        return SubmitError(status, positions, /*batch=*/false);
       });
 }
 
 void Gateway::SubmitJobs(const RouteCall& call) {
   v1::SubmitJobsRequest request;
-  if (std::optional<Response> error = ReadSubmitJobs(call.http, call.query, &request)) {
+  std::vector<FieldPositions> positions;
+  if (std::optional<Response> error = ReadSubmitJobs(call.http, call.query, &request, &positions)) {
     call.out->Reply(std::move(*error));
     return;
   }
@@ -291,6 +298,9 @@ void Gateway::SubmitJobs(const RouteCall& call) {
         bool created = false;
         for (const v1::SubmitJobResponse& j : r.jobs()) created = created || j.created();
         return JsonResponse(r, created ? bhttp::status::created : bhttp::status::ok);
+      },
+      [positions = std::move(positions)](const grpc::Status& status) {
+        return SubmitError(status, positions, /*batch=*/true);
       });
 }
 

@@ -16,6 +16,7 @@
 #include "llamafleet/v1/job.grpc.pb.h"
 #include "llamafleet/v1/worker.grpc.pb.h"
 #include "server/http/grpc_calls.h"
+#include "server/http/json_errors.h"
 #include "server/http/query.h"
 #include "server/http/responder.h"
 #include "server/http/router.h"
@@ -76,10 +77,11 @@ class Gateway : public std::enable_shared_from_this<Gateway> {
   static const std::vector<Route<Handler>>& Routes();
 
   // Unary call through the async stub: `start(ctx, req, resp, callback)`; `render` turns
-  // the answer into the HTTP response.
+  // the answer into the HTTP response, `error` a failed call.
   template <typename Req, typename Resp, typename Start>
   void Unary(const RouteCall& call, Req request, Start start,
-             std::function<Response(const Resp&)> render);
+             std::function<Response(const Resp&)> render,
+             std::function<Response(const grpc::Status&)> error = GrpcError);
   // WhoAmI with the request's credentials; `done` runs on a gRPC thread.
   void WhoAmI(const Request& http,
               std::function<void(const grpc::Status&, const v1::WhoAmIResponse&)> done);

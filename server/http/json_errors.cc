@@ -65,14 +65,18 @@ Response CodeError(int code, absl::string_view message,
 
 }  // namespace
 
-Response GrpcError(const grpc::Status& status) {
+absl::Status FromGrpc(const grpc::Status& status) {
   std::vector<v1::FieldViolation> violations;
   v1::ErrorDetails details;
   if (!status.error_details().empty() && details.ParseFromString(status.error_details())) {
     violations.assign(details.field_violations().begin(), details.field_violations().end());
   }
-  return CodeError(status.error_code(), status.error_message(), violations);
+  return WithFieldViolations(
+      absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message()),
+      violations);
 }
+
+Response GrpcError(const grpc::Status& status) { return StatusError(FromGrpc(status)); }
 
 Response StatusError(const absl::Status& status) {
   return CodeError(static_cast<int>(status.code()), status.message(), FieldViolationsOf(status));

@@ -8,7 +8,6 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "jobspec/jobspec.h"
 #include "server/http/json_errors.h"
@@ -57,20 +56,11 @@ absl::Status WithRequestPaths(absl::Status status, bool batch) {
   return WithLocatedFieldViolations(std::move(status), located);
 }
 
-// The rules the job service applies, checked here too while the file's positions are at
-// hand, so that each violation names its line. The service checks again; it finds the
-// same violations, with the same messages.
-absl::Status ValidateWhereWritten(const ParsedJob& job, const std::string& prefix) {
-  v1::JobSpec spec = job.spec;
-  ApplyDefaults(&spec);
-  return LocateFieldViolations(ValidateJobSpec(spec, prefix), job.positions, prefix);
-}
-
 template <typename SubmitRequest>
 std::optional<Response> Read(const Request& http, const Query& query, absl::string_view expected,
                              bool batch,
                              const std::function<absl::Status(std::vector<ParsedJob>)>& from_yaml,
-                             SubmitRequest* request) {
+                             SubmitRequest* request, std::vector<FieldPositions>* positions) {
   if (http.body().empty()) {
     return StatusError(
         absl::InvalidArgumentError(absl::StrCat("the request body is empty: send ", expected)));
@@ -82,7 +72,12 @@ std::optional<Response> Read(const Request& http, const Query& query, absl::stri
       break;
     case BodyType::kYaml: {
       absl::StatusOr<std::vector<ParsedJob>> parsed = ParseJobDocuments(http.body());
-      s = parsed.ok() ? from_yaml(std::move(*parsed)) : WithRequestPaths(parsed.status(), batch);
+      if (!parsed.ok()) {
+        s = WithRequestPaths(parsed.status(), batch);
+        break;
+      }
+      for (const ParsedJob& job : *parsed) positions->push_back(job.positions);
+      s = from_yaml(std::move(*parsed));
       break;
     }
     default:
@@ -100,7 +95,8 @@ std::optional<Response> Read(const Request& http, const Query& query, absl::stri
 }  // namespace
 
 std::optional<Response> ReadSubmitJob(const Request& http, const Query& query,
-                                      v1::SubmitJobRequest* request) {
+                                      v1::SubmitJobRequest* request,
+                                      std::vector<FieldPositions>* positions) {
   std::optional<Response> error = Read(
       http, query, "a SubmitJobRequest (JSON) or a job document (YAML)", /*batch=*/false,
       [request](std::vector<ParsedJob> parsed) -> absl::Status {
@@ -108,12 +104,11 @@ std::optional<Response> ReadSubmitJob(const Request& http, const Query& query,
           return absl::InvalidArgumentError(absl::StrCat(
               "the body holds ", parsed.size(), " job documents; POST them to /api/v1/jobs:batch"));
         }
-        if (absl::Status valid = ValidateWhereWritten(parsed[0], "spec."); !valid.ok()) return valid;
         *request->mutable_spec() = std::move(parsed[0].spec);
         request->set_idempotency_key(parsed[0].idempotency_key);
         return absl::OkStatus();
       },
-      request);
+      request, positions);
   if (error.has_value()) return error;
   if (std::optional<std::string> key = query.Get("idempotency_key")) {
     request->set_idempotency_key(*key);
@@ -122,22 +117,10 @@ std::optional<Response> ReadSubmitJob(const Request& http, const Query& query,
 }
 
 std::optional<Response> ReadSubmitJobs(const Request& http, const Query& query,
-                                       v1::SubmitJobsRequest* request) {
+                                       v1::SubmitJobsRequest* request,
+                                       std::vector<FieldPositions>* positions) {
   return Read(http, query, "a SubmitJobsRequest (JSON) or job documents (YAML)", /*batch=*/true,
               [request](std::vector<ParsedJob> parsed) -> absl::Status {
-                std::vector<std::string> errors;
-                std::vector<v1::FieldViolation> violations;
-                for (size_t i = 0; i < parsed.size(); ++i) {
-                  absl::Status valid =
-                      ValidateWhereWritten(parsed[i], absl::StrCat("jobs[", i, "].spec."));
-                  if (valid.ok()) continue;
-                  errors.emplace_back(valid.message());
-                  for (v1::FieldViolation& v : FieldViolationsOf(valid)) violations.push_back(v);
-                }
-                if (!errors.empty()) {
-                  return WithFieldViolations(
-                      absl::InvalidArgumentError(absl::StrJoin(errors, "; ")), violations);
-                }
                 for (ParsedJob& job : parsed) {
                   v1::SubmitJobRequest* item = request->add_jobs();
                   *item->mutable_spec() = std::move(job.spec);
@@ -145,7 +128,17 @@ std::optional<Response> ReadSubmitJobs(const Request& http, const Query& query,
                 }
                 return absl::OkStatus();
               },
-              request);
+              request, positions);
+}
+
+Response SubmitError(const grpc::Status& status, const std::vector<FieldPositions>& positions,
+                     bool batch) {
+  absl::Status s = FromGrpc(status);
+  for (size_t i = 0; i < positions.size(); ++i) {
+    s = LocateFieldViolations(std::move(s), positions[i],
+                              batch ? absl::StrCat("jobs[", i, "].spec.") : "spec.");
+  }
+  return StatusError(s);
 }
 
 }  // namespace llamafleet::http

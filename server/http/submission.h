@@ -9,7 +9,11 @@
 // parsed.
 
 #include <optional>
+#include <vector>
 
+#include <grpcpp/support/status.h>
+
+#include "jobspec/jobspec.h"
 #include "llamafleet/v1/job.pb.h"
 #include "server/http/query.h"
 #include "server/http/responder.h"
@@ -22,11 +26,20 @@ enum class BodyType { kNone, kJson, kYaml, kOther };
 BodyType TypeOf(const Request& http);
 
 // nullopt with `request` ready to send, or the error to answer (400 with the fields at
-// fault in field_violations, 415 for another Content-Type).
+// fault in field_violations, 415 for another Content-Type). For a YAML body `positions`
+// gets where each document's fields are written (one entry per job); for JSON, nothing.
 std::optional<Response> ReadSubmitJob(const Request& http, const Query& query,
-                                      v1::SubmitJobRequest* request);
+                                      v1::SubmitJobRequest* request,
+                                      std::vector<FieldPositions>* positions);
 std::optional<Response> ReadSubmitJobs(const Request& http, const Query& query,
-                                       v1::SubmitJobsRequest* request);
+                                       v1::SubmitJobsRequest* request,
+                                       std::vector<FieldPositions>* positions);
+
+// The job service's refusal of a submission read by the functions above: its field
+// violations ("spec.F" for one job, "jobs[N].spec.F" in a batch) get the line and column
+// of F in the document that wrote it.
+Response SubmitError(const grpc::Status& status, const std::vector<FieldPositions>& positions,
+                     bool batch);
 
 }  // namespace llamafleet::http
 
