@@ -64,6 +64,18 @@ void ApplyDefaults(v1::JobSpec* spec) {
   v1::OutputSpec* o = spec->mutable_output();
   if (o->export_dtype() == v1::PRECISION_UNSPECIFIED) o->set_export_dtype(v1::BF16);
   if (!o->has_max_shard_size_mb()) o->set_max_shard_size_mb(5120);
+  v1::PeftSpec* peft = spec->mutable_peft();
+  if (peft->method() == "lora" && peft->adapter_path().empty()) {
+    // llama-recipes' lora_config; with adapter_path the adapter's own values apply.
+    if (!peft->has_r()) peft->set_r(8);
+    if (!peft->has_alpha()) peft->set_alpha(32);
+    if (!peft->has_dropout()) peft->set_dropout(0.05);
+    if (peft->target_modules_size() == 0) {
+      peft->add_target_modules("q_proj");
+      peft->add_target_modules("v_proj");
+    }
+  }
+  if (peft->method().empty() && peft->ByteSizeLong() == 0) spec->clear_peft();
 }
 
 }  // namespace llamafleet

@@ -262,6 +262,36 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec, absl::string_view path_pre
     v.Add("output.export_dtype", "must be FP32, BF16 or FP16");
   }
 
+  // peft
+  const v1::PeftSpec& peft = spec.peft();
+  if (!peft.method().empty() && peft.method() != "lora") v.Add("peft.method", "must be \"lora\" (or absent for full finetuning)");
+  const bool lora = peft.method() == "lora";
+  if (!lora && (peft.has_r() || peft.has_alpha() || peft.has_dropout() || peft.target_modules_size() > 0 ||
+                !peft.adapter_path().empty())) {
+    v.Add("peft.method", "must be \"lora\" when other peft fields are set");
+  }
+  if (lora) {
+    if (peft.has_r() && (peft.r() < 1 || peft.r() > 4096)) v.Add("peft.r", "must be in [1, 4096]");
+    if (peft.has_alpha() && !(peft.alpha() > 0 && peft.alpha() < 1e6)) v.Add("peft.alpha", "must be > 0");
+    if (peft.has_dropout() && !(peft.dropout() >= 0 && peft.dropout() < 1)) v.Add("peft.dropout", "must be in [0, 1)");
+    static const std::set<std::string> kModules = {"q_proj",    "k_proj",  "v_proj",   "o_proj",
+                                                   "gate_proj", "up_proj", "down_proj"};
+    std::set<std::string> seen;
+    for (int i = 0; i < peft.target_modules_size(); ++i) {
+      const std::string& m = peft.target_modules(i);
+      const std::string field = absl::StrCat("peft.target_modules[", i, "]");
+      if (!kModules.count(m)) {
+        v.Add(field, absl::StrCat("unknown module \"", m.substr(0, 64),
+                                  "\" (q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj)"));
+      } else if (!seen.insert(m).second) {
+        v.Add(field, absl::StrCat("\"", m, "\" is listed twice"));
+      }
+    }
+    CheckPath(v, "peft.adapter_path", peft.adapter_path());
+  }
+  if (spec.output().merge() && !lora) v.Add("output.merge", "needs peft.method: lora");
+  if (spec.output().merge() && spec.output().export_dir().empty()) v.Add("output.merge", "needs output.export_dir");
+
   // The named instance type: enough GPUs, and GPUs that hold the memory estimate (checked
   // last, on an otherwise valid spec, so the estimate reads sane values).
   if (v.empty() && !res.instance_type().empty()) jobspec_internal::CheckInstanceFit(spec, v);

@@ -28,6 +28,7 @@ std::vector<std::pair<std::string, std::string*>> PathFields(v1::JobSpec* spec) 
       {"data.eval_path", spec->mutable_data()->mutable_eval_path()},
       {"checkpoint.dir", spec->mutable_checkpoint()->mutable_dir()},
       {"output.export_dir", spec->mutable_output()->mutable_export_dir()},
+      {"peft.adapter_path", spec->mutable_peft()->mutable_adapter_path()},
   };
   const std::string& resume = spec->checkpoint().resume();
   if (resume != "latest") {
@@ -41,7 +42,7 @@ std::vector<std::pair<std::string, std::string*>> PathFields(v1::JobSpec* spec) 
 const std::vector<std::string>& PathFieldNames() {
   static const auto* names = new std::vector<std::string>{
       "model.path",      "model.tokenizer", "data.train_path",  "data.eval_path",
-      "checkpoint.dir",  "checkpoint.resume", "output.export_dir"};
+      "checkpoint.dir",  "checkpoint.resume", "output.export_dir", "peft.adapter_path"};
   return *names;
 }
 

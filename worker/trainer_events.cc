@@ -44,6 +44,7 @@ std::string ToLine(const Started& e) {
   j["seq_len"] = e.seq_len;
   j["global_batch"] = e.global_batch;
   j["grad_accum"] = e.grad_accum;
+  j["trainable_parameters"] = e.trainable_parameters;
   const sched::MemoryEstimate& m = e.memory_estimate;
   j["memory_estimate"] = json{{"total_bytes", m.total},
                               {"parameters_bytes", m.parameters},
@@ -158,6 +159,7 @@ std::optional<Event> ParseLine(std::string_view line) {
     s.seq_len = Int(j, "seq_len");
     s.global_batch = Int(j, "global_batch");
     s.grad_accum = Int(j, "grad_accum");
+    s.trainable_parameters = Int(j, "trainable_parameters");
     if (auto it = j.find("memory_estimate"); it != j.end() && it->is_object()) {
       sched::MemoryEstimate& m = s.memory_estimate;
       m.total = Int(*it, "total_bytes");

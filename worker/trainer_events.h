@@ -42,6 +42,7 @@ struct Started {
   int64_t seq_len = 0;
   int64_t global_batch = 0;  // sequences per optimizer step
   int64_t grad_accum = 0;    // micro-steps per optimizer step on this world size
+  int64_t trainable_parameters = 0;  // what the optimizer updates (LoRA: the adapters)
   // The memory-fit estimate of the run as it really is, in bytes per device, next to
   // which the metrics' peak_mem_bytes is measured.
   sched::MemoryEstimate memory_estimate;

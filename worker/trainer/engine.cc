@@ -4,6 +4,8 @@
 
 #include <cmath>
 
+#include "absl/strings/match.h"
+
 namespace llamafleet::trainer {
 
 void AdamW::Step(const std::vector<at::Tensor>& params, const std::vector<at::Tensor>& grads,
@@ -41,16 +43,17 @@ LocalEngine::LocalEngine(std::vector<UnitLayout> layout,
     : layout_(std::move(layout)), compute_dtype_(compute_dtype), adamw_(adamw) {
   params_.resize(params.size());
   for (size_t u = 0; u < params.size(); ++u) {
-    for (at::Tensor& p : params[u]) {
+    for (size_t i = 0; i < params[u].size(); ++i) {
+      const at::Tensor& p = params[u][i];
       at::Tensor leaf = p.to(device, at::kFloat).contiguous();
       if (leaf.data_ptr() == p.data_ptr()) leaf = leaf.clone();
-      leaf.set_requires_grad(true);
+      leaf.set_requires_grad(!layout_[u].is_frozen(i));
       params_[u].push_back(leaf);
     }
   }
 }
 
-std::vector<at::Tensor> LocalEngine::Acquire(int unit) {
+std::vector<at::Tensor> LocalEngine::Acquire(int unit, at::Tensor* /*input*/) {
   if (compute_dtype_ == at::kFloat) return params_[unit];
   std::vector<at::Tensor> out;
   for (const at::Tensor& p : params_[unit]) out.push_back(p.to(compute_dtype_));
@@ -100,7 +103,7 @@ double LocalEngine::ClipGradNorm(double max_norm) {
 
 void LocalEngine::Step(double lr) { adamw_.Step(AllParams(), AllGrads(), lr); }
 
-std::vector<at::Tensor> LocalEngine::FullUnit(int unit) {
+std::vector<at::Tensor> LocalEngine::FullUnit(int unit, bool /*with_frozen*/) {
   at::NoGradGuard no_grad;
   std::vector<at::Tensor> out;
   for (const at::Tensor& p : params_[unit]) out.push_back(p.detach().to(at::kCPU));
@@ -124,12 +127,18 @@ std::vector<at::Tensor> InitUnit(const UnitLayout& unit, uint64_t seed) {
   for (size_t i = 0; i < unit.param_names.size(); ++i) {
     const std::string& name = unit.param_names[i];
     at::Tensor t = at::empty(unit.shapes[i], at::kFloat);
+    uint64_t name_hash = 1469598103934665603ull;  // FNV-1a: portable, unlike std::hash
+    for (unsigned char ch : name) name_hash = (name_hash ^ ch) * 1099511628211ull;
+    at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed * 1000003ull ^ name_hash);
     if (unit.shapes[i].size() == 1) {
       t.fill_(1.0);  // RMSNorm weights
+    } else if (absl::EndsWith(name, ".lora_B.weight")) {
+      t.zero_();  // LoRA: the adapter starts as the identity (lora.h)
+    } else if (absl::EndsWith(name, ".lora_A.weight")) {
+      // PEFT: kaiming_uniform_(a = sqrt(5)) = U(-1/sqrt(fan_in), 1/sqrt(fan_in)).
+      const double bound = 1.0 / std::sqrt(static_cast<double>(unit.shapes[i][1]));
+      t.uniform_(-bound, bound, gen);
     } else {
-      uint64_t name_hash = 1469598103934665603ull;  // FNV-1a: portable, unlike std::hash
-      for (unsigned char ch : name) name_hash = (name_hash ^ ch) * 1099511628211ull;
-      at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed * 1000003ull ^ name_hash);
       t.normal_(0.0, 0.02, gen);
     }
     out.push_back(t);

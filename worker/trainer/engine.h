@@ -67,10 +67,14 @@ class ParamEngine {
   virtual int world_size() const = 0;
 
   // Unit `unit`'s full parameters in the compute dtype, in layout order, connected to
-  // autograd so that backward deposits their gradients with the engine. Called in
-  // forward order; a unit may be acquired again before it is released (tied embeddings
-  // use the embedding unit a second time for the output projection).
-  virtual std::vector<at::Tensor> Acquire(int unit) = 0;
+  // autograd so that backward deposits their gradients with the engine (frozen tensors
+  // are not connected). Called in forward order; a unit may be acquired again before it
+  // is released (tied embeddings use the embedding unit a second time for the output
+  // projection). `input`, when given, is the activation the unit's computation starts
+  // from: the engine may replace it by an identity of itself whose backward tells the
+  // engine that the unit's backward is done (a unit with frozen tensors needs this; the
+  // caller must then compute from the replaced tensor).
+  virtual std::vector<at::Tensor> Acquire(int unit, at::Tensor* input = nullptr) = 0;
   // The forward is done with the unit (a sharded engine may free its gathered copy).
   virtual void Release(int unit) = 0;
 
@@ -87,8 +91,9 @@ class ParamEngine {
   virtual double AllReduceSum(double value) = 0;
 
   // Unit `unit`'s full fp32 parameters on the CPU (a collective in sharded engines: every
-  // rank must call it, in the same order). Used by export.
-  virtual std::vector<at::Tensor> FullUnit(int unit) = 0;
+  // rank must call it, in the same order). Used by export. Without `with_frozen` an
+  // engine may leave frozen tensors undefined (and skip gathering them).
+  virtual std::vector<at::Tensor> FullUnit(int unit, bool with_frozen = true) = 0;
 };
 
 // One process owning everything: fp32 master parameters (leaf tensors with
@@ -103,14 +108,14 @@ class LocalEngine : public ParamEngine {
   const std::vector<UnitLayout>& layout() const override { return layout_; }
   int rank() const override { return 0; }
   int world_size() const override { return 1; }
-  std::vector<at::Tensor> Acquire(int unit) override;
+  std::vector<at::Tensor> Acquire(int unit, at::Tensor* input = nullptr) override;
   void Release(int unit) override {}
   void ZeroGrad() override;
   absl::Status ReduceGradients() override { return absl::OkStatus(); }
   double ClipGradNorm(double max_norm) override;
   void Step(double lr) override;
   double AllReduceSum(double value) override { return value; }
-  std::vector<at::Tensor> FullUnit(int unit) override;
+  std::vector<at::Tensor> FullUnit(int unit, bool with_frozen = true) override;
 
   // Bytes of parameters + gradients + optimizer state held between steps.
   int64_t PersistentBytes() const;

@@ -213,11 +213,12 @@ absl::Status ExportHfDir(const LlamaConfig& config, const std::vector<UnitLayout
     }
   }
   const size_t n = shards.size();
-  auto shard_name = [n](size_t s) {
-    if (n == 1) return std::string("model.safetensors");
+  const std::string& stem = options.weights_name;
+  auto shard_name = [n, &stem](size_t s) {
+    if (n == 1) return stem + ".safetensors";
     char buf[64];
-    std::snprintf(buf, sizeof buf, "model-%05zu-of-%05zu.safetensors", s + 1, n);
-    return std::string(buf);
+    std::snprintf(buf, sizeof buf, "-%05zu-of-%05zu.safetensors", s + 1, n);
+    return stem + buf;
   };
 
   json weight_map = json::object();
@@ -256,13 +257,15 @@ absl::Status ExportHfDir(const LlamaConfig& config, const std::vector<UnitLayout
   if (n > 1) {
     json index = {{"metadata", {{"total_size", total_bytes}}}, {"weight_map", weight_map}};
     LF_RETURN_IF_ERROR(WriteStringToFile(
-        (fs::path(staged.path()) / "model.safetensors.index.json").string(), index.dump(2) + "\n"));
+        (fs::path(staged.path()) / (stem + ".safetensors.index.json")).string(), index.dump(2) + "\n"));
   }
   const char* dtype_name = options.dtype == StDtype::kF32   ? "float32"
                            : options.dtype == StDtype::kF16 ? "float16"
                                                             : "bfloat16";
-  LF_RETURN_IF_ERROR(WriteStringToFile((fs::path(staged.path()) / "config.json").string(),
-                                       ConfigToJson(config, dtype_name)));
+  if (options.write_config) {
+    LF_RETURN_IF_ERROR(WriteStringToFile((fs::path(staged.path()) / "config.json").string(),
+                                         ConfigToJson(config, dtype_name)));
+  }
   for (const auto& [name, contents] : options.extra_files) {
     LF_RETURN_IF_ERROR(WriteStringToFile((fs::path(staged.path()) / name).string(), contents));
   }

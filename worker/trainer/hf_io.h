@@ -62,6 +62,10 @@ struct ExportOptions {
   // Job id recorded in the directory's marker file: only an earlier export of the same
   // owner may be replaced ("" = a manual export; see StagedDir).
   std::string owner;
+  // Stem of the weight files ("adapter_model" for a PEFT adapter) and whether the
+  // model's config.json is written.
+  std::string weights_name = "model";
+  bool write_config = true;
 };
 
 // Writes an HF-format directory to `out_dir` through a staged temporary directory that is

@@ -132,6 +132,18 @@ absl::StatusOr<lt::TrainOptions> OptionsFromSpecFile(const std::string& path,
     default: o.export_dtype = lt::StDtype::kBF16; break;
   }
   o.max_shard_bytes = static_cast<uint64_t>(spec.output().max_shard_size_mb()) << 20;
+  o.merge = spec.output().merge();
+  const auto& peft = spec.peft();
+  if (peft.method() == "lora") {
+    // Unset fields stay "unset" here (0 / -1 / empty) when an adapter supplies them.
+    o.lora.r = peft.has_r() ? peft.r() : 0;
+    o.lora.alpha = peft.has_alpha() ? peft.alpha() : 0;
+    o.lora.dropout = peft.has_dropout() ? peft.dropout() : -1;
+    o.lora.target_modules.assign(peft.target_modules().begin(), peft.target_modules().end());
+    o.lora.adapter_path = peft.adapter_path();
+    o.lora.base_model_name = o.model_path.empty() ? o.preset : o.model_path;
+    o.lora.enabled = true;
+  }
   return o;
 }
 #endif

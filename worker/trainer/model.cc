@@ -8,16 +8,25 @@
 #include <limits>
 
 #include "engine.h"
+#include "lora.h"
 
 namespace llamafleet::trainer {
 
+int64_t UnitLayout::numel(size_t i) const {
+  int64_t k = 1;
+  for (int64_t d : shapes[i]) k *= d;
+  return k;
+}
+
 int64_t UnitLayout::numel() const {
   int64_t n = 0;
-  for (const auto& s : shapes) {
-    int64_t k = 1;
-    for (int64_t d : s) k *= d;
-    n += k;
-  }
+  for (size_t i = 0; i < shapes.size(); ++i) n += numel(i);
+  return n;
+}
+
+int64_t UnitLayout::trainable_numel() const {
+  int64_t n = 0;
+  for (size_t i = 0; i < shapes.size(); ++i) n += is_frozen(i) ? 0 : numel(i);
   return n;
 }
 
@@ -26,7 +35,7 @@ std::vector<UnitLayout> MakeLayout(const LlamaConfig& c) {
   const int64_t q_dim = c.num_attention_heads * c.head_dim();
   const int64_t kv_dim = c.num_key_value_heads * c.head_dim();
   std::vector<UnitLayout> units;
-  units.push_back({"embed", {"model.embed_tokens.weight"}, {{c.vocab_size, h}}});
+  units.push_back({"embed", {"model.embed_tokens.weight"}, {{c.vocab_size, h}}, {}});
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
     const std::string p = "model.layers." + std::to_string(i) + ".";
     units.push_back({"layers." + std::to_string(i),
@@ -36,9 +45,10 @@ std::vector<UnitLayout> MakeLayout(const LlamaConfig& c) {
                       p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight",
                       p + "mlp.down_proj.weight"},
                      {{h}, {q_dim, h}, {kv_dim, h}, {kv_dim, h}, {h, q_dim}, {h}, {ffn, h},
-                      {ffn, h}, {h, ffn}}});
+                      {ffn, h}, {h, ffn}},
+                     {}});
   }
-  UnitLayout head{"head", {"model.norm.weight"}, {{h}}};
+  UnitLayout head{"head", {"model.norm.weight"}, {{h}}, {}};
   if (!c.tie_word_embeddings) {
     head.param_names.push_back("lm_head.weight");
     head.shapes.push_back({c.vocab_size, h});
@@ -106,6 +116,21 @@ at::Tensor LlamaModel::Linear(const at::Tensor& x, const at::Tensor& w) const {
   return at::mkldnn_linear(x2, w).to_dense().view(shape);                 // [..., out]
 }
 
+void LlamaModel::set_lora(const LoraOptions& lora) {
+  lora_ = lora;
+  for (int m = 0; m < kLoraModules; ++m) lora_index_[m] = LoraIndex(lora, m);
+}
+
+at::Tensor LlamaModel::Project(const std::vector<at::Tensor>& p, int module, const at::Tensor& x) const {
+  static constexpr std::array<int, kLoraModules> kBase = {1, 2, 3, 4, 6, 7, 8};  // see MakeLayout
+  at::Tensor y = Linear(x, p[kBase[module]]);
+  const int a = lora_.enabled ? lora_index_[module] : -1;
+  if (a < 0) return y;
+  // PEFT: base(x) + lora_B(lora_A(dropout(x))) * scaling.
+  const at::Tensor xd = lora_.dropout > 0 && training_ ? at::dropout(x, lora_.dropout, /*train=*/true) : x;
+  return y + Linear(Linear(xd, p[a]), p[a + 1]) * lora_.scale();
+}
+
 at::Tensor LlamaModel::RmsNorm(const at::Tensor& x, const at::Tensor& weight) const {
   // HF LlamaRMSNorm: fp32 variance, normalize in fp32, cast back, then scale.
   at::Tensor xf = x.to(at::kFloat);
@@ -125,16 +150,15 @@ at::Tensor RotateHalf(const at::Tensor& x) {
 at::Tensor LlamaModel::DecoderLayer(const std::vector<at::Tensor>& p, const at::Tensor& x,
                                     const at::Tensor& cos, const at::Tensor& sin,
                                     const at::Tensor& mask) {
-  const at::Tensor &ln1 = p[0], &wq = p[1], &wk = p[2], &wv = p[3], &wo = p[4], &ln2 = p[5],
-                   &wg = p[6], &wu = p[7], &wd = p[8];
+  const at::Tensor &ln1 = p[0], &ln2 = p[5];
   const int64_t B = x.size(0), T = x.size(1);
   const int64_t H = config_.num_attention_heads, KV = config_.num_key_value_heads;
   const int64_t d = config_.head_dim(), G = H / KV;
 
   at::Tensor xn = RmsNorm(x, ln1);                                   // [B, T, h]
-  at::Tensor q = Linear(xn, wq).view({B, T, H, d}).transpose(1, 2);   // [B, H, T, d]
-  at::Tensor k = Linear(xn, wk).view({B, T, KV, d}).transpose(1, 2);  // [B, KV, T, d]
-  at::Tensor v = Linear(xn, wv).view({B, T, KV, d}).transpose(1, 2);  // [B, KV, T, d]
+  at::Tensor q = Project(p, 0, xn).view({B, T, H, d}).transpose(1, 2);   // [B, H, T, d]
+  at::Tensor k = Project(p, 1, xn).view({B, T, KV, d}).transpose(1, 2);  // [B, KV, T, d]
+  at::Tensor v = Project(p, 2, xn).view({B, T, KV, d}).transpose(1, 2);  // [B, KV, T, d]
   q = q * cos + RotateHalf(q) * sin;
   k = k * cos + RotateHalf(k) * sin;
 
@@ -154,10 +178,10 @@ at::Tensor LlamaModel::DecoderLayer(const std::vector<at::Tensor>& p, const at::
   at::Tensor probs = at::softmax(scores, -1, at::kFloat).to(q.scalar_type());
   attn = at::bmm(probs, v.reshape({B * KV, T, d})).view({B, H, T, d});
 #endif
-  at::Tensor h1 = x + Linear(attn.transpose(1, 2).reshape({B, T, H * d}), wo);
+  at::Tensor h1 = x + Project(p, 3, attn.transpose(1, 2).reshape({B, T, H * d}));
 
   at::Tensor hn = RmsNorm(h1, ln2);
-  at::Tensor mlp = Linear(at::silu(Linear(hn, wg)) * Linear(hn, wu), wd);
+  at::Tensor mlp = Project(p, 6, at::silu(Project(p, 4, hn)) * Project(p, 5, hn));
   return h1 + mlp;
 }
 
@@ -174,10 +198,18 @@ class CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
     ctx->saved_data["sin"] = sin;
     ctx->saved_data["mask"] = mask;
     ctx->save_for_backward({x});
+    // Dropout must draw the same masks when backward recomputes the layer (PyTorch's
+    // checkpoint with preserve_rng_state): keep the generator's state from here.
+    if (model->lora_.dropout > 0 && model->training_) {
+      at::Generator gen = at::globalContext().defaultGenerator(x.device());
+      std::lock_guard<std::mutex> lock(gen.mutex());
+      ctx->saved_data["rng"] = gen.get_state();
+    }
     // Autograd is off here: the engine frees the gathered layer at Release.
     const int unit = LayerUnit(static_cast<int>(layer));
-    std::vector<at::Tensor> p = engine->Acquire(unit);
-    at::Tensor y = model->DecoderLayer(p, x, cos, sin, mask);
+    at::Tensor input = x;
+    std::vector<at::Tensor> p = engine->Acquire(unit, &input);
+    at::Tensor y = model->DecoderLayer(p, input, cos, sin, mask);
     engine->Release(unit);
     return y;
   }
@@ -190,10 +222,22 @@ class CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
     at::Tensor y;
     {
       at::AutoGradMode enable(true);
-      std::vector<at::Tensor> p = engine->Acquire(unit);
+      at::Generator gen = at::globalContext().defaultGenerator(x.device());
+      at::Tensor rng_now;
+      if (ctx->saved_data.count("rng")) {
+        std::lock_guard<std::mutex> lock(gen.mutex());
+        rng_now = gen.get_state();
+        gen.set_state(ctx->saved_data["rng"].toTensor());
+      }
+      at::Tensor input = x;
+      std::vector<at::Tensor> p = engine->Acquire(unit, &input);
       const at::Tensor mask = ctx->saved_data["mask"].isTensor() ? ctx->saved_data["mask"].toTensor() : at::Tensor();
-      y = model->DecoderLayer(p, x, ctx->saved_data["cos"].toTensor(), ctx->saved_data["sin"].toTensor(), mask);
+      y = model->DecoderLayer(p, input, ctx->saved_data["cos"].toTensor(), ctx->saved_data["sin"].toTensor(), mask);
       engine->Release(unit);
+      if (rng_now.defined()) {
+        std::lock_guard<std::mutex> lock(gen.mutex());
+        gen.set_state(rng_now);
+      }
     }
     torch::autograd::backward({y}, {grads[0]});
     return {x.grad(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
@@ -220,13 +264,16 @@ at::Tensor LlamaModel::Trunk(ParamEngine& engine, const at::Tensor& tokens) {
   std::vector<at::Tensor> embed = engine.Acquire(EmbedUnit());
   at::Tensor x = at::embedding(embed[0], tokens);  // [B, T, h]
   engine.Release(EmbedUnit());
+  // A frozen embedding gives an input without a gradient, and a checkpointed layer is
+  // only differentiated through its input (HF's enable_input_require_grads for PEFT).
+  if (checkpointing_ && at::GradMode::is_enabled() && !x.requires_grad()) x = x.detach().requires_grad_(true);
   for (int64_t i = 0; i < config_.num_hidden_layers; ++i) {
     const int unit = LayerUnit(static_cast<int>(i));
     if (checkpointing_ && at::GradMode::is_enabled()) {
       x = CheckpointedLayer::apply(x, this, &engine, i, cos, sin, mask);
       continue;
     }
-    std::vector<at::Tensor> p = engine.Acquire(unit);
+    std::vector<at::Tensor> p = engine.Acquire(unit, &x);
     x = DecoderLayer(p, x, cos, sin, mask);
     engine.Release(unit);
   }
@@ -236,7 +283,7 @@ at::Tensor LlamaModel::Trunk(ParamEngine& engine, const at::Tensor& tokens) {
 at::Tensor LlamaModel::Hidden(ParamEngine& engine, const at::Tensor& tokens) {
   at::Tensor x = Trunk(engine, tokens);
   const int head = HeadUnit(config_);
-  std::vector<at::Tensor> p = engine.Acquire(head);
+  std::vector<at::Tensor> p = engine.Acquire(head, &x);
   at::Tensor y = RmsNorm(x, p[0]);
   engine.Release(head);
   return y;
@@ -248,11 +295,11 @@ at::Tensor LlamaModel::LossSum(ParamEngine& engine, const ModelInput& in) {
   // Only positions whose next token is a target reach the norm and lm_head.
   at::Tensor sel = x.narrow(1, 0, T - 1).reshape({B * (T - 1), h}).index_select(0, in.loss_positions);
   const int head = HeadUnit(config_);
-  std::vector<at::Tensor> p = engine.Acquire(head);
+  std::vector<at::Tensor> p = engine.Acquire(head, &sel);
   at::Tensor y = RmsNorm(sel, p[0]);  // [N, h]
   at::Tensor w_out;
   if (config_.tie_word_embeddings) {
-    w_out = engine.Acquire(EmbedUnit())[0];
+    w_out = engine.Acquire(EmbedUnit(), &y)[0];
   } else {
     w_out = p[1];
   }

@@ -18,16 +18,25 @@
 
 #include "config.h"
 #include "data.h"
+#include "lora_options.h"
 
 namespace llamafleet::trainer {
 
 // A parameter unit (FSDP's wrap policy): the embedding, one decoder layer, or the final
 // norm + lm_head. Names are the HF tensor names; shapes are [out, in] for projections.
+//
+// A frozen tensor (LoRA's base weights) gets no gradient, no fp32 master and no optimizer
+// state: an engine keeps it in the compute dtype, gathers it like the others and never
+// reduces it. `frozen` is empty (nothing frozen) or one flag per name.
 struct UnitLayout {
   std::string name;                          // "embed", "layers.N", "head"
   std::vector<std::string> param_names;      // HF names, in the order the model uses them
   std::vector<std::vector<int64_t>> shapes;  // one per name
+  std::vector<bool> frozen;                  // empty, or one per name
   int64_t numel() const;
+  bool is_frozen(size_t i) const { return i < frozen.size() && frozen[i]; }
+  int64_t numel(size_t i) const;             // elements of tensor i
+  int64_t trainable_numel() const;           // elements of the tensors not frozen
 };
 
 // Units in forward order: [embed, layers.0 .. layers.L-1, head]. In a decoder-layer unit
@@ -57,6 +66,12 @@ class LlamaModel {
 
   const LlamaConfig& config() const { return config_; }
 
+  // LoRA (lora.h): the layout's layer units carry the adapters of `lora`, which the
+  // decoder adds to their projections. Dropout applies while training() is true.
+  void set_lora(const LoraOptions& lora);
+  void set_training(bool training) { training_ = training; }
+  bool training() const { return training_; }
+
   // Sum over the N target positions of the token cross-entropy (fp32 scalar),
   // differentiable with respect to the engine's parameters. Divide by the global target
   // count before backward (see the loss semantics in train.h). T must not exceed
@@ -79,6 +94,9 @@ class LlamaModel {
                           const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& mask);
   at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight) const;
   at::Tensor Linear(const at::Tensor& x, const at::Tensor& w) const;  // x w^T
+  // Projection `module` (kLoraModuleNames' order) of a decoder layer's tensors `p`, plus
+  // its adapter when it has one.
+  at::Tensor Project(const std::vector<at::Tensor>& p, int module, const at::Tensor& x) const;
   at::Tensor Trunk(ParamEngine& engine, const at::Tensor& tokens);  // before the final norm
 
   LlamaConfig config_;
@@ -91,6 +109,9 @@ class LlamaModel {
   at::Tensor cos_;  // [max_pos, head_dim] fp32
   at::Tensor sin_;  // [max_pos, head_dim] fp32
   bool checkpointing_ = false;
+  LoraOptions lora_;                               // !enabled: no adapters
+  std::array<int, kLoraModules> lora_index_{};     // LoraIndex per module
+  bool training_ = true;
 };
 
 }  // namespace llamafleet::trainer

@@ -211,10 +211,14 @@ absl::Status ShardedCheckpoint::CheckLayout(const std::vector<UnitLayout>& layou
     return absl::FailedPreconditionError(absl::StrCat(dir_, ": checkpoint has ", units.size(),
                                                       " units, the model has ", layout.size()));
   }
+  // A checkpoint holds the trainable tensors only (with LoRA: the adapters).
   for (size_t u = 0; u < layout.size(); ++u) {
-    if (units[u].value("name", "") != layout[u].name || units[u].value("numel", int64_t{-1}) != layout[u].numel()) {
-      return absl::FailedPreconditionError(absl::StrCat(dir_, ": unit ", u, " (", layout[u].name,
-                                                        ") does not match the checkpoint's shape"));
+    const int64_t saved = units[u].value("numel", int64_t{-1});
+    if (units[u].value("name", "") != layout[u].name || saved != layout[u].trainable_numel()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          dir_, ": unit ", u, " (", layout[u].name, ") does not match the checkpoint's shape (", saved,
+          " trainable elements saved, this run trains ", layout[u].trainable_numel(),
+          "; a LoRA checkpoint resumes only with the same model, peft.r and peft.target_modules)"));
     }
   }
   return absl::OkStatus();

@@ -72,13 +72,13 @@ std::vector<std::vector<int>> ReplicaGroups(int world_size, int group) {
   return out;
 }
 
-ShardSource HfShardSource(const HfModelDir& dir, const std::vector<UnitLayout>& layout) {
-  return [&dir, layout](int unit, int64_t begin, int64_t end, at::Tensor out) -> absl::Status {
+ShardSource HfShardSource(const HfModelDir& dir, const std::vector<UnitLayout>& layout, bool frozen) {
+  return [&dir, layout, frozen](int unit, int64_t begin, int64_t end, at::Tensor out) -> absl::Status {
     const UnitLayout& u = layout[unit];
     int64_t offset = 0;
     for (size_t i = 0; i < u.param_names.size(); ++i) {
-      int64_t n = 1;
-      for (int64_t d : u.shapes[i]) n *= d;
+      if (u.is_frozen(i) != frozen) continue;
+      const int64_t n = u.numel(i);
       const int64_t lo = std::max(begin, offset), hi = std::min(end, offset + n);
       if (lo < hi) {
         LF_ASSIGN_OR_RETURN(at::Tensor part, dir.ReadFlatSlice(u.param_names[i], lo - offset, hi - offset));
@@ -90,13 +90,20 @@ ShardSource HfShardSource(const HfModelDir& dir, const std::vector<UnitLayout>& 
   };
 }
 
-ShardSource SeededShardSource(const std::vector<UnitLayout>& layout, uint64_t seed) {
+ShardSource SeededShardSource(const std::vector<UnitLayout>& layout, uint64_t seed, bool frozen) {
   auto cache = std::make_shared<std::pair<int, at::Tensor>>(-1, at::Tensor());
-  return [layout, seed, cache](int unit, int64_t begin, int64_t end, at::Tensor out) -> absl::Status {
+  return [layout, seed, frozen, cache](int unit, int64_t begin, int64_t end, at::Tensor out) -> absl::Status {
     if (cache->first != unit) {
+      // Only the selected tensors are drawn (each has its own generator, see InitUnit).
+      UnitLayout part{layout[unit].name, {}, {}, {}};
+      for (size_t i = 0; i < layout[unit].param_names.size(); ++i) {
+        if (layout[unit].is_frozen(i) != frozen) continue;
+        part.param_names.push_back(layout[unit].param_names[i]);
+        part.shapes.push_back(layout[unit].shapes[i]);
+      }
       std::vector<at::Tensor> flat;
-      for (const at::Tensor& t : InitUnit(layout[unit], seed)) flat.push_back(t.reshape({-1}));
-      *cache = {unit, at::cat(flat)};
+      for (const at::Tensor& t : InitUnit(part, seed)) flat.push_back(t.reshape({-1}));
+      *cache = {unit, flat.empty() ? at::empty({0}, at::kFloat) : at::cat(flat)};
     }
     out.copy_(cache->second.narrow(0, begin, end - begin));
     return absl::OkStatus();
@@ -111,6 +118,9 @@ struct ShardedEngine::Gathered {
   int unit = -1;
   at::Tensor buffer;     // [padded], plain (no autograd)
   size_t nbytes = 0;
+  at::Tensor frozen_buffer;  // [frozen padded], the frozen flat
+  size_t frozen_nbytes = 0;
+  std::unique_ptr<CommWork> frozen_work;
   bool freed = false;
   bool released = false;
   bool needs_backward = false;  // acquired with grad mode on
@@ -119,17 +129,24 @@ struct ShardedEngine::Gathered {
   at::Tensor send;                 // the cast local shard, alive while `work` runs
 };
 
-// The autograd node between a unit's master shard and its gathered parameters.
+// The autograd node between a unit's master shard and its gathered parameters. Outputs:
+// the gathered trainable flat, and, when the unit's input activation is passed, that
+// activation unchanged (autograd returns it as a new view whose grad_fn is this node), so
+// the node runs once the unit's backward has produced both gradients.
 class ShardedEngine::GatherFunction : public torch::autograd::Function<GatherFunction> {
  public:
-  static at::Tensor forward(torch::autograd::AutogradContext* ctx, at::Tensor master,
-                            ShardedEngine* engine, int64_t instance, int64_t generation) {
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, at::Tensor master,
+                                                at::Tensor input, ShardedEngine* engine, int64_t instance,
+                                                int64_t generation) {
     ctx->saved_data["engine"] = reinterpret_cast<int64_t>(engine);
     ctx->saved_data["instance"] = instance;
     ctx->saved_data["generation"] = generation;
+    ctx->saved_data["has_input"] = input.defined();
     const at::Tensor& buf = engine->pass_[instance]->buffer;
     // A new tensor object on the same storage (not an autograd view of it).
-    return at::empty({0}, buf.options()).set_(buf.storage(), 0, {buf.numel()}, {1});
+    at::Tensor flat = at::empty({0}, buf.options()).set_(buf.storage(), 0, {buf.numel()}, {1});
+    if (!input.defined()) return {flat};
+    return {flat, input};
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
@@ -138,7 +155,8 @@ class ShardedEngine::GatherFunction : public torch::autograd::Function<GatherFun
                 "backward of a forward pass that a later forward pass replaced (run backward "
                 "after each forward)");
     engine->PostBackward(static_cast<int>(ctx->saved_data["instance"].toInt()), grads[0]);
-    return {at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+    const at::Tensor input_grad = ctx->saved_data["has_input"].toBool() ? grads[1] : at::Tensor();
+    return {at::Tensor(), input_grad, at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -178,12 +196,17 @@ ShardedEngine::~ShardedEngine() {
   }
   for (auto& g : pass_) {
     if (g && g->work) (void)g->work->Wait();
+    if (g && g->frozen_work) (void)g->frozen_work->Wait();
+  }
+  for (auto& g : prefetched_) {
+    if (g && g->frozen_work) (void)g->frozen_work->Wait();
   }
 }
 
 absl::StatusOr<std::unique_ptr<ShardedEngine>> ShardedEngine::Create(
     std::vector<UnitLayout> layout, const ShardingOptions& o, Comm* world, Comm* shard_comm,
-    Comm* replica_comm, int world_rank, int world_size, const ShardSource& source) {
+    Comm* replica_comm, int world_rank, int world_size, const ShardSource& source,
+    const ShardSource& frozen_source) {
   auto float_type = [](at::ScalarType t) {
     return t == at::kFloat || t == at::kBFloat16 || t == at::kHalf;
   };
@@ -202,23 +225,39 @@ absl::StatusOr<std::unique_ptr<ShardedEngine>> ShardedEngine::Create(
     const auto fp32 = at::TensorOptions().dtype(at::kFloat);
     e->prefetched_.resize(e->layout_.size());
     e->accum_.resize(e->layout_.size());
-    for (size_t u = 0; u < e->layout_.size(); ++u) {
-      const UnitLayout& unit = e->layout_[u];
+    auto span_of = [&](int64_t numel) {
       ShardSpan sp;
-      sp.numel = unit.numel();
+      sp.numel = numel;
       sp.padded = (sp.numel + n - 1) / n * n;
       sp.shard = sp.padded / n;
       sp.begin = shard_comm->rank() * sp.shard;
+      return sp;
+    };
+    for (size_t u = 0; u < e->layout_.size(); ++u) {
+      const UnitLayout& unit = e->layout_[u];
+      const ShardSpan sp = span_of(unit.trainable_numel());
+      const ShardSpan fsp = span_of(unit.numel() - unit.trainable_numel());
       e->spans_.push_back(sp);
-      std::vector<std::tuple<int64_t, int64_t, std::vector<int64_t>>> views;
-      int64_t off = 0;
-      for (const auto& shape : unit.shapes) {
-        int64_t k = 1;
-        for (int64_t d : shape) k *= d;
-        views.emplace_back(off, k, shape);
-        off += k;
+      e->frozen_spans_.push_back(fsp);
+      std::vector<View> views;
+      int64_t off = 0, frozen_off = 0;
+      for (size_t i = 0; i < unit.shapes.size(); ++i) {
+        const bool frozen = unit.is_frozen(i);
+        int64_t& o_ref = frozen ? frozen_off : off;
+        views.push_back(View{frozen, o_ref, unit.numel(i), unit.shapes[i]});
+        o_ref += unit.numel(i);
       }
       e->views_.push_back(std::move(views));
+
+      // The frozen flat: read in fp32, kept in the compute dtype.
+      at::Tensor frozen = at::zeros({fsp.shard}, fp32);
+      const int64_t fend = std::min(fsp.begin + fsp.shard, fsp.numel);
+      if (fend > fsp.begin) {
+        if (!frozen_source) return absl::InvalidArgumentError("a layout with frozen tensors needs a frozen source");
+        absl::Status s = frozen_source(static_cast<int>(u), fsp.begin, fend, frozen.narrow(0, 0, fend - fsp.begin));
+        if (!s.ok()) return s;
+      }
+      e->frozen_.push_back(frozen.to(o.device, o.compute_dtype));
 
       // Only this rank's slice [begin, min(begin + S, numel)) is read; padding stays 0.
       at::Tensor master = at::zeros({sp.shard}, fp32);
@@ -248,7 +287,8 @@ absl::StatusOr<std::unique_ptr<ShardedEngine>> ShardedEngine::Create(
 }
 
 absl::StatusOr<std::unique_ptr<ShardedEngine>> ShardedEngine::CreateWithContext(
-    std::vector<UnitLayout> layout, const ShardingOptions& o, DistContext& ctx, const ShardSource& source) {
+    std::vector<UnitLayout> layout, const ShardingOptions& o, DistContext& ctx, const ShardSource& source,
+    const ShardSource& frozen_source) {
   const int w = ctx.world_size();
   std::vector<std::unique_ptr<Comm>> owned;
   Comm* shard = nullptr;
@@ -278,8 +318,8 @@ absl::StatusOr<std::unique_ptr<ShardedEngine>> ShardedEngine::CreateWithContext(
       break;
     }
   }
-  LF_ASSIGN_OR_RETURN(std::unique_ptr<ShardedEngine> e,
-                      Create(std::move(layout), o, &ctx.world(), shard, replica, ctx.rank(), w, source));
+  LF_ASSIGN_OR_RETURN(std::unique_ptr<ShardedEngine> e, Create(std::move(layout), o, &ctx.world(), shard, replica,
+                                                                ctx.rank(), w, source, frozen_source));
   e->owned_comms_ = std::move(owned);
   return e;
 }
@@ -291,22 +331,35 @@ bool ShardedEngine::ReshardsAfterForward() const {
 
 void ShardedEngine::IssueGather(Gathered& g) {
   at::NoGradGuard no_grad;
-  at::Tensor src = masters_[g.unit].detach();
-  if (src.scalar_type() != options_.compute_dtype) src = src.to(options_.compute_dtype);
-  if (shard_comm_->size() == 1) {
-    g.buffer.copy_(src);
-    return;
+  const bool one = shard_comm_->size() == 1;
+  if (spans_[g.unit].padded > 0) {
+    at::Tensor src = masters_[g.unit].detach();
+    if (src.scalar_type() != options_.compute_dtype) src = src.to(options_.compute_dtype);
+    if (one) {
+      g.buffer.copy_(src);
+    } else {
+      g.send = src;
+      g.work = shard_comm_->AllGather(g.buffer, g.send);
+    }
   }
-  g.send = src;
-  g.work = shard_comm_->AllGather(g.buffer, g.send);
+  if (frozen_spans_[g.unit].padded > 0) {
+    // Frozen shards are already in the compute dtype and never change during a pass.
+    if (one) {
+      g.frozen_buffer.copy_(frozen_[g.unit]);
+    } else {
+      g.frozen_work = shard_comm_->AllGather(g.frozen_buffer, frozen_[g.unit]);
+    }
+  }
 }
 
 std::unique_ptr<ShardedEngine::Gathered> ShardedEngine::StartGather(int unit) {
   auto g = std::make_unique<Gathered>();
   g->unit = unit;
-  g->buffer = at::empty({spans_[unit].padded},
-                        at::TensorOptions().dtype(options_.compute_dtype).device(options_.device));
+  const auto opts = at::TensorOptions().dtype(options_.compute_dtype).device(options_.device);
+  g->buffer = at::empty({spans_[unit].padded}, opts);
   g->nbytes = g->buffer.nbytes();
+  g->frozen_buffer = at::empty({frozen_spans_[unit].padded}, opts);
+  g->frozen_nbytes = g->frozen_buffer.nbytes();
   IssueGather(*g);
   return g;
 }
@@ -314,26 +367,31 @@ std::unique_ptr<ShardedEngine::Gathered> ShardedEngine::StartGather(int unit) {
 void ShardedEngine::Regather(Gathered& g) {
   if (!g.freed) return;
   AllocStorage(g.buffer, g.nbytes);
+  AllocStorage(g.frozen_buffer, g.frozen_nbytes);
   g.freed = false;
   IssueGather(g);
 }
 
 void ShardedEngine::WaitGathered(Gathered& g) {
-  if (!g.work) return;
-  absl::Status s = g.work->Wait();
+  absl::Status s, fs;
+  if (g.work) s = g.work->Wait();
+  if (g.frozen_work) fs = g.frozen_work->Wait();
   g.work.reset();
+  g.frozen_work.reset();
   g.send = at::Tensor();
   ThrowIfError(s);
+  ThrowIfError(fs);
 }
 
 void ShardedEngine::Free(Gathered& g) {
   if (g.freed) return;
-  if (g.work) {
-    (void)g.work->Wait();
-    g.work.reset();
-    g.send = at::Tensor();
-  }
+  if (g.work) (void)g.work->Wait();
+  if (g.frozen_work) (void)g.frozen_work->Wait();
+  g.work.reset();
+  g.frozen_work.reset();
+  g.send = at::Tensor();
   FreeStorage(g.buffer);
+  FreeStorage(g.frozen_buffer);
   g.freed = true;
 }
 
@@ -357,7 +415,7 @@ void ShardedEngine::EndPass() {
   ++pass_generation_;
 }
 
-std::vector<at::Tensor> ShardedEngine::Acquire(int unit) {
+std::vector<at::Tensor> ShardedEngine::Acquire(int unit, at::Tensor* input) {
   TORCH_CHECK(unit >= 0 && unit < static_cast<int>(layout_.size()), "Acquire: bad unit ", unit);
   const bool grad = at::GradMode::is_enabled();
   // A forward always starts with the embedding while nothing is held (the tied output
@@ -369,7 +427,12 @@ std::vector<at::Tensor> ShardedEngine::Acquire(int unit) {
   std::unique_ptr<Gathered> g = std::move(prefetched_[unit]);
   if (!g) g = StartGather(unit);
   WaitGathered(*g);
-  g->needs_backward = grad;
+  // Backward passes through the unit when it has trainable tensors or its input needs a
+  // gradient; otherwise (a frozen embedding) nothing in it is differentiated.
+  const bool through_input = frozen_spans_[unit].numel > 0 && input != nullptr && input->defined() &&
+                             input->requires_grad();
+  const bool node = grad && (spans_[unit].numel > 0 || through_input);
+  g->needs_backward = node;
   const int64_t instance = static_cast<int64_t>(pass_.size());
   pass_.push_back(std::move(g));
   ++held_;
@@ -380,13 +443,26 @@ std::vector<at::Tensor> ShardedEngine::Acquire(int unit) {
   }
 
   at::Tensor flat = pass_.back()->buffer;
-  if (grad) flat = GatherFunction::apply(masters_[unit], this, instance, pass_generation_);
+  if (node) {
+    torch::autograd::variable_list outs = GatherFunction::apply(
+        masters_[unit], through_input ? *input : at::Tensor(), this, instance, pass_generation_);
+    flat = outs[0];
+    if (through_input) *input = outs[1];
+  }
+  // One split of the trainable flat (a single autograd node gathers the tensors'
+  // gradients into one flat gradient); frozen tensors are plain views.
   std::vector<int64_t> sizes;
-  for (const auto& [off, n, shape] : views_[unit]) sizes.push_back(n);
+  for (const View& v : views_[unit]) {
+    if (!v.frozen) sizes.push_back(v.numel);
+  }
   sizes.push_back(spans_[unit].padded - spans_[unit].numel);  // padding
-  std::vector<at::Tensor> parts = flat.split_with_sizes(sizes);
+  const std::vector<at::Tensor> parts = flat.split_with_sizes(sizes);
+  const at::Tensor& frozen_flat = pass_.back()->frozen_buffer;
   std::vector<at::Tensor> out;
-  for (size_t i = 0; i < views_[unit].size(); ++i) out.push_back(parts[i].view(std::get<2>(views_[unit][i])));
+  size_t next = 0;
+  for (const View& v : views_[unit]) {
+    out.push_back(v.frozen ? frozen_flat.narrow(0, v.offset, v.numel).view(v.shape) : parts[next++].view(v.shape));
+  }
   return out;
 }
 
@@ -418,7 +494,7 @@ void ShardedEngine::PostBackward(int instance, const at::Tensor& grad) {
     }
     if (instance >= 1) WaitGathered(*pass_[instance - 1]);
   }
-  if (grad.defined()) LaunchReduce(g.unit, grad);
+  if (grad.defined() && spans_[g.unit].numel > 0) LaunchReduce(g.unit, grad);
   Free(g);
 }
 
@@ -607,15 +683,23 @@ double ShardedEngine::AllReduceSum(double value) {
   return t.item<double>();
 }
 
-std::vector<at::Tensor> ShardedEngine::FullUnit(int unit) {
+std::vector<at::Tensor> ShardedEngine::FullUnit(int unit, bool with_frozen) {
   at::NoGradGuard no_grad;
-  const ShardSpan& sp = spans_[unit];
-  at::Tensor full = at::empty({sp.padded}, at::TensorOptions().dtype(at::kFloat).device(options_.device));
-  at::Tensor src = masters_[unit].detach();
-  ThrowIfError(shard_comm_->AllGather(full, src)->Wait());
-  full = full.to(at::kCPU);
+  auto gather = [&](const at::Tensor& shard, int64_t padded) {
+    at::Tensor full = at::empty({padded}, shard.options());
+    if (padded > 0) ThrowIfError(shard_comm_->AllGather(full, shard)->Wait());
+    return full.to(at::kCPU, at::kFloat);
+  };
+  const at::Tensor trainable = gather(masters_[unit].detach(), spans_[unit].padded);
+  const at::Tensor frozen = with_frozen ? gather(frozen_[unit], frozen_spans_[unit].padded) : at::Tensor();
   std::vector<at::Tensor> out;
-  for (const auto& [off, n, shape] : views_[unit]) out.push_back(full.narrow(0, off, n).view(shape).clone());
+  for (const View& v : views_[unit]) {
+    if (v.frozen && !with_frozen) {
+      out.emplace_back();
+      continue;
+    }
+    out.push_back((v.frozen ? frozen : trainable).narrow(0, v.offset, v.numel).view(v.shape).clone());
+  }
   return out;
 }
 
@@ -628,14 +712,21 @@ int64_t ShardedEngine::PersistentBytes() const {
     if (t.defined()) bytes += static_cast<int64_t>(t.storage().nbytes());
   };
   for (const at::Tensor& t : masters_) add(t);
+  for (const at::Tensor& t : frozen_) add(t);
   for (const at::Tensor& t : grads_) add(t);
   for (const at::Tensor& t : accum_) add(t);
   auto& self = const_cast<ShardedEngine&>(*this);
   for (const at::Tensor& t : self.adamw_.exp_avg()) add(t);
   for (const at::Tensor& t : self.adamw_.exp_avg_sq()) add(t);
-  for (const auto& g : pass_) add(g->buffer);
+  for (const auto& g : pass_) {
+    add(g->buffer);
+    add(g->frozen_buffer);
+  }
   for (const auto& g : prefetched_) {
-    if (g) add(g->buffer);
+    if (g) {
+      add(g->buffer);
+      add(g->frozen_buffer);
+    }
   }
   for (const auto& p : pending_) {
     add(p.in);

@@ -35,6 +35,12 @@
 // Freed units keep their storage object with zero bytes (as FSDP does), so tensors that
 // autograd saved for backward see the re-gathered values.
 //
+// Frozen tensors (layout.h's `frozen`, LoRA's base weights) form a second flat per unit,
+// sharded the same way but held in the compute dtype: no master, no gradient, no AdamW
+// state, never reduced. Acquire gathers both flats; the autograd node then takes the
+// unit's input activation as a second input (Acquire's `input`), so its backward still
+// marks the end of the unit's backward when the unit has few or no trainable tensors.
+//
 // Mixed precision: masters and AdamW state fp32; compute dtype fp32/bf16/fp16 (parameters
 // cast before the all-gather, so gathers move the compute dtype); gradients reduced in
 // `reduce_dtype` and accumulated into fp32 shards. fp16 uses dynamic loss scaling: the
@@ -87,17 +93,19 @@ struct ShardingOptions {
   at::Device device{at::kCPU};         // where shards and gathered units live
 };
 
-// Fills `out` (fp32, CPU, [end - begin]) with elements [begin, end) of unit `unit`'s flat
-// parameters (its tensors flattened in layout order, unpadded; end <= numel). This is how
-// a rank initialises only its own shard: from memory-mapped safetensors, a seeded init or
-// a checkpoint.
+// Fills `out` (fp32, CPU, [end - begin]) with elements [begin, end) of one of unit
+// `unit`'s flats: its trainable tensors (or, for a frozen source, its frozen ones)
+// flattened in layout order, unpadded; end <= that flat's numel. This is how a rank
+// initialises only its own shard: from memory-mapped safetensors, a seeded init or a
+// checkpoint.
 using ShardSource = std::function<absl::Status(int unit, int64_t begin, int64_t end, at::Tensor out)>;
 
-// Reads slices from an HF directory (only the overlapping parts of each tensor are copied).
+// Reads slices from an HF directory (only the overlapping parts of each tensor are
+// copied); `frozen` selects which of the unit's tensors the flat is made of.
 class HfModelDir;
-ShardSource HfShardSource(const HfModelDir& dir, const std::vector<UnitLayout>& layout);
+ShardSource HfShardSource(const HfModelDir& dir, const std::vector<UnitLayout>& layout, bool frozen = false);
 // Seeded init identical to LocalEngine's InitUnit (one unit materialised at a time).
-ShardSource SeededShardSource(const std::vector<UnitLayout>& layout, uint64_t seed);
+ShardSource SeededShardSource(const std::vector<UnitLayout>& layout, uint64_t seed, bool frozen = false);
 
 // Where a unit's shard lies (identical on every rank but `begin`).
 struct ShardSpan {
@@ -114,16 +122,18 @@ class ShardedEngine : public ParamEngine {
   // `replica_comm`: the group gradient shards are all-reduced over (world for NO_SHARD,
   // across nodes for HYBRID_SHARD, nullptr otherwise); `world` for AllReduceSum.
   // `world_rank`/`world_size` are reported by rank()/world_size(). Only this rank's
-  // slices are read from `source`.
+  // slices are read from `source` (trainable tensors) and `frozen_source` (frozen ones;
+  // required when the layout has any).
   static absl::StatusOr<std::unique_ptr<ShardedEngine>> Create(
       std::vector<UnitLayout> layout, const ShardingOptions& options, Comm* world, Comm* shard_comm,
-      Comm* replica_comm, int world_rank, int world_size, const ShardSource& source);
+      Comm* replica_comm, int world_rank, int world_size, const ShardSource& source,
+      const ShardSource& frozen_source = nullptr);
 
   // Builds the groups a strategy needs from a DistContext (every rank must call it, in the
   // same order) and creates the engine. The context must outlive the engine.
   static absl::StatusOr<std::unique_ptr<ShardedEngine>> CreateWithContext(
       std::vector<UnitLayout> layout, const ShardingOptions& options, DistContext& ctx,
-      const ShardSource& source);
+      const ShardSource& source, const ShardSource& frozen_source = nullptr);
 
   ~ShardedEngine() override;
 
@@ -131,14 +141,14 @@ class ShardedEngine : public ParamEngine {
   const std::vector<UnitLayout>& layout() const override { return layout_; }
   int rank() const override { return world_rank_; }
   int world_size() const override { return world_size_; }
-  std::vector<at::Tensor> Acquire(int unit) override;
+  std::vector<at::Tensor> Acquire(int unit, at::Tensor* input = nullptr) override;
   void Release(int unit) override;
   void ZeroGrad() override;
   absl::Status ReduceGradients() override;
   double ClipGradNorm(double max_norm) override;
   void Step(double lr) override;
   double AllReduceSum(double value) override;
-  std::vector<at::Tensor> FullUnit(int unit) override;
+  std::vector<at::Tensor> FullUnit(int unit, bool with_frozen = true) override;
 
   // Micro-step hint (see the file comment); reset to true by ZeroGrad().
   void SetGradientSync(bool sync) { sync_ = sync; }
@@ -148,7 +158,10 @@ class ShardedEngine : public ParamEngine {
   bool found_inf() const { return found_inf_; }
 
   const ShardingOptions& options() const { return options_; }
+  // The unit's trainable flat (what masters, gradients, optimizer state and checkpoints
+  // hold) and its frozen flat.
   const ShardSpan& span(int unit) const { return spans_[unit]; }
+  const ShardSpan& frozen_span(int unit) const { return frozen_spans_[unit]; }
   int shard_rank() const { return shard_comm_->rank(); }
   int shard_size() const { return shard_comm_->size(); }
   // Replica index (HYBRID_SHARD/NO_SHARD: which copy of the shards this rank holds).
@@ -199,11 +212,18 @@ class ShardedEngine : public ParamEngine {
   const int world_rank_;
   const int world_size_;
   std::vector<ShardSpan> spans_;
-  // unit -> [(offset in flat, numel, shape)] per tensor
-  std::vector<std::vector<std::tuple<int64_t, int64_t, std::vector<int64_t>>>> views_;
+  std::vector<ShardSpan> frozen_spans_;
+  struct View {
+    bool frozen;                 // which flat the tensor lives in
+    int64_t offset;              // first element in that flat
+    int64_t numel;
+    std::vector<int64_t> shape;
+  };
+  std::vector<std::vector<View>> views_;  // [unit][tensor], layout order
 
   // Training state.
   std::vector<at::Tensor> masters_;  // [S_u] fp32 leaves (requires_grad, never get .grad)
+  std::vector<at::Tensor> frozen_;   // [frozen S_u] compute dtype
   std::vector<at::Tensor> grads_;    // [S_u] fp32 gradient shards
   std::vector<at::Tensor> accum_;    // [padded_u] fp32 unsynced accumulators (or undefined)
   AdamW adamw_;

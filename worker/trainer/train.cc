@@ -235,6 +235,12 @@ absl::StatusOr<int64_t> GradAccumFor(const TrainOptions& opt, int world_size) {
 EvalResult Evaluate(LlamaModel& model, ParamEngine& engine, const LoadedData& data,
                     int64_t micro_batch, const at::Device& device) {
   at::NoGradGuard no_grad;
+  struct EvalMode {  // no dropout while evaluating, restored however this returns
+    LlamaModel& m;
+    bool was;
+    ~EvalMode() { m.set_training(was); }
+  } mode{model, model.training()};
+  model.set_training(false);
   double loss_sum = 0;
   int64_t count = 0;
   std::vector<int64_t> mine;
@@ -270,7 +276,7 @@ absl::Status CheckJobPaths(const TrainOptions& opt, bool rank0) {
         {"model.path", &opt.model_path},         {"model.tokenizer", &opt.tokenizer_path},
         {"data.train_path", &opt.train_path},     {"data.eval_path", &opt.eval_path},
         {"checkpoint.dir", &opt.checkpoint_dir}, {"checkpoint.resume", &opt.resume},
-        {"output.export_dir", &opt.export_dir}};
+        {"output.export_dir", &opt.export_dir},  {"peft.adapter_path", &opt.lora.adapter_path}};
     for (const auto& [field, value] : fields) {
       if (value->empty() || (*value == "latest" && std::string(field) == "checkpoint.resume")) continue;
       LF_RETURN_IF_ERROR(worker::CheckPathInRoots(field, *value, opt.path_roots));

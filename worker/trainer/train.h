@@ -16,6 +16,7 @@
 #include "absl/status/statusor.h"
 #include "config.h"
 #include "data.h"
+#include "lora.h"
 #include "safetensors.h"
 #include "jobspec/memory_estimate.h"
 #include "worker/trainer_events.h"
@@ -82,7 +83,11 @@ struct TrainOptions {
   std::string checkpoint_dir;   // where step-N checkpoints go ("" = none)
   int64_t checkpoint_every = 0;  // optimizer steps between checkpoints; 0 = at the end only
   bool checkpoint_async = true;  // write checkpoints on a background thread (checkpoint_writer.h)
-  std::string export_dir;       // HF export at the end ("" = none)
+  std::string export_dir;       // HF export at the end ("" = none); with LoRA, the PEFT adapter
+  bool merge = false;           // LoRA: also the merged model in <export_dir>/merged
+  // LoRA (lora.h); lora.enabled() false = full finetuning. With adapter_path, r = 0, alpha
+  // <= 0, dropout < 0 and empty target_modules mean "the adapter's own value".
+  LoraOptions lora;
   StDtype export_dtype = StDtype::kBF16;
   uint64_t max_shard_bytes = 5120ull << 20;
   double peak_tflops = 0.0;     // MFU denominator; 0 = from the device table

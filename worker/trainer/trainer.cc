@@ -10,6 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "hf_io.h"
+#include "lora.h"
 #include "sharded_checkpoint.h"
 #include "util.h"
 #include "worker/path_guard.h"
@@ -55,6 +56,7 @@ absl::Status Trainer::Setup() {
     LF_ASSIGN_OR_RETURN(config_, PresetConfig(opt_.preset));
   }
   layout_ = MakeLayout(config_);
+  LF_RETURN_IF_ERROR(ResolveLora());
   LF_ASSIGN_OR_RETURN(tokenizer_, MaybeLoadTokenizer(opt_.format, opt_.tokenizer_path, opt_.model_path, config_));
   seq_len_ = opt_.seq_len;
   if (seq_len_ > config_.max_position_embeddings) {
@@ -114,10 +116,18 @@ absl::Status Trainer::Setup() {
     LF_ASSIGN_OR_RETURN(resume, ShardedCheckpoint::Open(resume_dir));
     LF_RETURN_IF_ERROR(resume->CheckLayout(layout_));
   }
-  const ShardSource source = resume ? resume->ParamSource()
-                             : hf   ? HfShardSource(*hf, layout_)
-                                    : SeededShardSource(layout_, opt_.seed);
-  LF_ASSIGN_OR_RETURN(engine_, ShardedEngine::CreateWithContext(layout_, sharding_, *dist_, source));
+  // Trainable tensors come from the checkpoint when resuming; with LoRA they are the
+  // adapters (from adapter_path, or seeded) and the frozen base comes from the model.
+  ShardSource source, frozen_source;
+  if (lora_.enabled) frozen_source = hf ? HfShardSource(*hf, layout_, true) : SeededShardSource(layout_, opt_.seed, true);
+  if (resume) {
+    source = resume->ParamSource();
+  } else if (lora_.enabled && !lora_.adapter_path.empty()) {
+    LF_ASSIGN_OR_RETURN(source, AdapterSource(lora_.adapter_path, layout_));
+  } else {
+    source = hf && !lora_.enabled ? HfShardSource(*hf, layout_) : SeededShardSource(layout_, opt_.seed);
+  }
+  LF_ASSIGN_OR_RETURN(engine_, ShardedEngine::CreateWithContext(layout_, sharding_, *dist_, source, frozen_source));
   if (resume) {
     // The data position is global: rows consumed, in rows per step. A different global
     // batch would replay or skip rows, so it is refused rather than guessed.
@@ -148,8 +158,12 @@ absl::Status Trainer::Setup() {
   hf.reset();  // unmap the source files
   model_ = std::make_unique<LlamaModel>(config_, device_, compute_dtype_);
   model_->set_activation_checkpointing(opt_.activation_checkpointing);
+  if (lora_.enabled) model_->set_lora(lora_);
 
-  flops_per_token_ = 6 * config_.NumNonEmbeddingParameters() +
+  // 6 FLOPs per parameter and token (forward 2, backward 4); a frozen weight skips its
+  // weight gradient (4), an adapter adds its own 6. Attention has no weights: always 6.
+  const int64_t adapter = AdapterParameters(layout_);
+  flops_per_token_ = (lora_.enabled ? 4 : 6) * config_.NumNonEmbeddingParameters() + 6 * adapter +
                      6 * config_.num_hidden_layers * config_.num_attention_heads * 2 * config_.head_dim() * seq_len_;
   // MFU needs the device's peak: --peak-tflops / LLAMAFLEET_PEAK_TFLOPS, or the device table.
   peak_tflops_ = opt_.peak_tflops;
@@ -157,14 +171,25 @@ absl::Status Trainer::Setup() {
   const sched::MemoryEstimate estimate = EstimateForRun(config_, opt_, sharding_, env_.world_size, seq_len_,
                                                         grad_accum_, device_, runtime_rss_);
   if (rank0_) {
+    if (lora_.enabled) {
+      LogInfo(absl::StrFormat("LoRA r %d alpha %g dropout %g on %s: %d trainable parameters (%.3f%%)%s", lora_.r,
+                              lora_.alpha, lora_.dropout, absl::StrJoin(lora_.target_modules, ","), adapter,
+                              100.0 * static_cast<double>(adapter) / static_cast<double>(config_.NumParameters()),
+                              lora_.adapter_path.empty() ? "" : ", from " + lora_.adapter_path));
+    }
     LogInfo(absl::StrCat("model: ", config_.NumParameters(), " parameters, ", config_.num_hidden_layers,
                          " layers, dim ", config_.hidden_size, "; data: ", train_->rows.size(), " rows of <= ",
                          seq_len_, " tokens; ", total_steps_, " steps (", steps_per_epoch_, " per epoch); device ",
                          device_.str()));
-    trainer_events::Started started{env_.world_size, static_cast<int64_t>(config_.NumParameters()),
-                                    total_steps_,    steps_per_epoch_,
-                                    train_->rows.size(), seq_len_};
+    trainer_events::Started started;
+    started.world_size = env_.world_size;
+    started.parameters = static_cast<int64_t>(config_.NumParameters());
+    started.total_steps = total_steps_;
+    started.steps_per_epoch = steps_per_epoch_;
+    started.train_rows = train_->rows.size();
+    started.seq_len = seq_len_;
     started.global_batch = sampler_->global_batch();
+    started.trainable_parameters = lora_.enabled ? adapter : static_cast<int64_t>(config_.NumParameters());
     started.grad_accum = grad_accum_;
     started.memory_estimate = estimate;
     EmitJsonLine(trainer_events::ToLine(started));
@@ -182,6 +207,34 @@ absl::Status Trainer::Setup() {
     wo.timeout = std::max<std::chrono::milliseconds>(std::chrono::minutes(30), dist_->timeout());
     writer_ = std::make_unique<CheckpointWriter>(std::move(kv), wo);
   }
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::ResolveLora() {
+  if (!opt_.lora.enabled) return absl::OkStatus();
+  lora_ = opt_.lora;
+  if (!lora_.adapter_path.empty()) {
+    // The spec's values win where it gives them; r and the targets must then agree with
+    // the adapter's tensors.
+    LF_ASSIGN_OR_RETURN(const LoraOptions saved, ReadAdapterConfig(lora_.adapter_path));
+    if (lora_.r == 0) lora_.r = saved.r;
+    if (lora_.alpha <= 0) lora_.alpha = saved.alpha;
+    if (lora_.dropout < 0) lora_.dropout = saved.dropout;
+    if (lora_.target_modules.empty()) lora_.target_modules = saved.target_modules;
+    auto sorted = [](std::vector<std::string> v) {
+      std::sort(v.begin(), v.end());
+      return v;
+    };
+    if (lora_.r != saved.r || sorted(lora_.target_modules) != sorted(saved.target_modules)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "peft: r ", lora_.r, " on [", absl::StrJoin(lora_.target_modules, ", "), "] disagrees with ",
+          lora_.adapter_path, "/adapter_config.json (r ", saved.r, " on [", absl::StrJoin(saved.target_modules, ", "),
+          "]); leave peft.r and peft.target_modules unset to continue that adapter"));
+    }
+  }
+  if (lora_.dropout < 0) lora_.dropout = 0;
+  LF_RETURN_IF_ERROR(ValidateLora(lora_));
+  ApplyLora(config_, lora_, layout_);
   return absl::OkStatus();
 }
 
@@ -387,7 +440,10 @@ absl::Status Trainer::Finish() {
                                                       : opt_.tokenizer_path;
     }
     // Gathering a unit is collective; only rank 0 writes.
-    if (rank0_) {
+    if (lora_.enabled) {
+      LF_RETURN_IF_ERROR(ExportLora(*engine_, config_, layout_, lora_, opt_.merge, opt_.export_dir, eo));
+      if (rank0_) LogInfo(absl::StrCat("exported the adapter to ", opt_.export_dir, opt_.merge ? " (and merged/)" : ""));
+    } else if (rank0_) {
       LF_RETURN_IF_ERROR(ExportHfDir(
           config_, layout_,
           [&](int u) -> absl::StatusOr<std::vector<at::Tensor>> { return engine_->FullUnit(u); }, opt_.export_dir,

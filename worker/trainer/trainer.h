@@ -41,6 +41,7 @@ class Trainer {
 
  private:
   absl::Status Setup();
+  absl::Status ResolveLora();  // lora_ from the options and adapter_path; the layout's adapters
   absl::Status ChooseResume(std::string* resume_dir);
   // One optimizer step; its loss.
   absl::StatusOr<double> Step(int64_t step);
@@ -67,6 +68,7 @@ class Trainer {
   at::ScalarType compute_dtype_ = at::kFloat;
   LlamaConfig config_;
   std::vector<UnitLayout> layout_;
+  LoraOptions lora_;  // resolved (adapter's values filled in); !enabled = full finetuning
   std::unique_ptr<Tokenizer> tokenizer_;
   int64_t seq_len_ = 0;
   std::optional<LoadedData> train_, eval_;

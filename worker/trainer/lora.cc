@@ -1,0 +1,268 @@
+#include "lora.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <memory>
+#include <set>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "nlohmann/json.hpp"
+#include "safetensors.h"
+#include "util.h"
+
+namespace llamafleet::trainer {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+const std::array<const char*, kLoraModules> kLoraModuleNames = {"q_proj",    "k_proj",  "v_proj",   "o_proj",
+                                                                "gate_proj", "up_proj", "down_proj"};
+
+namespace {
+// Position of each module's weight among a decoder layer's nine base tensors (model.h).
+constexpr std::array<int, kLoraModules> kBaseIndex = {1, 2, 3, 4, 6, 7, 8};
+constexpr int kBaseTensorsPerLayer = 9;
+
+int ModuleIndex(const std::string& name) {
+  for (int m = 0; m < kLoraModules; ++m) {
+    if (name == kLoraModuleNames[m]) return m;
+  }
+  return -1;
+}
+
+std::string Replace(const std::string& s, const std::string& from, const std::string& to) {
+  const size_t at = s.rfind(from);
+  return at == std::string::npos ? s : s.substr(0, at) + to + s.substr(at + from.size());
+}
+}  // namespace
+
+bool LoraOptions::targets(int module) const {
+  return std::find(target_modules.begin(), target_modules.end(), kLoraModuleNames[module]) != target_modules.end();
+}
+
+absl::Status ValidateLora(const LoraOptions& lora) {
+  if (lora.r < 1) return absl::InvalidArgumentError(absl::StrCat("peft.r must be >= 1 (got ", lora.r, ")"));
+  if (!(lora.alpha > 0)) return absl::InvalidArgumentError(absl::StrCat("peft.alpha must be > 0 (got ", lora.alpha, ")"));
+  if (!(lora.dropout >= 0 && lora.dropout < 1)) {
+    return absl::InvalidArgumentError(absl::StrCat("peft.dropout must be in [0, 1) (got ", lora.dropout, ")"));
+  }
+  if (lora.target_modules.empty()) return absl::InvalidArgumentError("peft.target_modules must name at least one module");
+  std::set<std::string> seen;
+  for (const std::string& m : lora.target_modules) {
+    if (ModuleIndex(m) < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("peft.target_modules: unknown module \"", m, "\" (",
+                                                     absl::StrJoin(kLoraModuleNames, ", "), ")"));
+    }
+    if (!seen.insert(m).second) {
+      return absl::InvalidArgumentError(absl::StrCat("peft.target_modules: \"", m, "\" is listed twice"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+void ApplyLora(const LlamaConfig& config, const LoraOptions& lora, std::vector<UnitLayout>& layout) {
+  for (UnitLayout& u : layout) u.frozen.assign(u.param_names.size(), true);
+  for (int64_t l = 0; l < config.num_hidden_layers; ++l) {
+    UnitLayout& u = layout[LayerUnit(static_cast<int>(l))];
+    for (int m = 0; m < kLoraModules; ++m) {
+      if (!lora.targets(m)) continue;
+      const std::string& base = u.param_names[kBaseIndex[m]];
+      const std::vector<int64_t> shape = u.shapes[kBaseIndex[m]];  // [out, in]
+      u.param_names.push_back(Replace(base, ".weight", ".lora_A.weight"));
+      u.shapes.push_back({lora.r, shape[1]});
+      u.frozen.push_back(false);
+      u.param_names.push_back(Replace(base, ".weight", ".lora_B.weight"));
+      u.shapes.push_back({shape[0], lora.r});
+      u.frozen.push_back(false);
+    }
+  }
+}
+
+int LoraIndex(const LoraOptions& lora, int module) {
+  if (!lora.enabled || !lora.targets(module)) return -1;
+  int index = kBaseTensorsPerLayer;
+  for (int m = 0; m < module; ++m) index += lora.targets(m) ? 2 : 0;
+  return index;
+}
+
+std::vector<std::pair<int, int>> AdapterTensors(const std::vector<UnitLayout>& layout) {
+  std::vector<std::pair<int, int>> out;
+  for (size_t u = 0; u < layout.size(); ++u) {
+    for (size_t i = 0; i < layout[u].param_names.size(); ++i) {
+      if (!layout[u].frozen.empty() && !layout[u].is_frozen(i)) out.emplace_back(static_cast<int>(u), static_cast<int>(i));
+    }
+  }
+  return out;
+}
+
+int64_t AdapterParameters(const std::vector<UnitLayout>& layout) {
+  int64_t n = 0;
+  for (const auto& [u, i] : AdapterTensors(layout)) n += layout[u].numel(i);
+  return n;
+}
+
+std::string PeftTensorName(const std::string& layout_name) { return "base_model.model." + layout_name; }
+
+std::string AdapterConfigJson(const LoraOptions& lora) {
+  // PEFT writes target_modules as a list; its order carries no meaning.
+  json targets = json::array();
+  for (int m = 0; m < kLoraModules; ++m) {
+    if (lora.targets(m)) targets.push_back(kLoraModuleNames[m]);
+  }
+  json j = {{"peft_type", "LORA"},
+            {"task_type", "CAUSAL_LM"},
+            {"r", lora.r},
+            {"lora_alpha", lora.alpha},
+            {"lora_dropout", lora.dropout},
+            {"target_modules", targets},
+            {"bias", "none"},
+            {"fan_in_fan_out", false},
+            {"inference_mode", true},
+            {"modules_to_save", nullptr},
+            {"base_model_name_or_path", lora.base_model_name}};
+  return j.dump(2) + "\n";
+}
+
+absl::StatusOr<LoraOptions> ReadAdapterConfig(const std::string& dir) {
+  const std::string path = (fs::path(dir) / "adapter_config.json").string();
+  LF_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
+  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) return absl::InvalidArgumentError(absl::StrCat(path, ": not a JSON object"));
+  auto bad = [&](const std::string& key, const std::string& why) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": ", key, " ", why));
+  };
+  if (j.value("peft_type", "") != "LORA") return bad("peft_type", "must be \"LORA\"");
+  if (j.contains("bias") && j["bias"] != "none") return bad("bias", "must be \"none\" (bias adapters are not supported)");
+  if (j.contains("modules_to_save") && !j["modules_to_save"].is_null()) {
+    return bad("modules_to_save", "is not supported (only LoRA matrices are trained)");
+  }
+  if (j.value("fan_in_fan_out", false)) return bad("fan_in_fan_out", "must be false (Llama's Linear layers)");
+  if (j.contains("use_dora") && j["use_dora"].is_boolean() && j["use_dora"].get<bool>()) {
+    return bad("use_dora", "is not supported");
+  }
+  LoraOptions o;
+  o.enabled = true;
+  o.adapter_path = dir;
+  if (!j.contains("r") || !j["r"].is_number_integer()) return bad("r", "must be an integer");
+  o.r = j["r"].get<int64_t>();
+  if (!j.contains("lora_alpha") || !j["lora_alpha"].is_number()) return bad("lora_alpha", "must be a number");
+  o.alpha = j["lora_alpha"].get<double>();
+  if (j.contains("lora_dropout") && j["lora_dropout"].is_number()) o.dropout = j["lora_dropout"].get<double>();
+  const json& t = j.contains("target_modules") ? j["target_modules"] : json();
+  if (!t.is_array()) return bad("target_modules", "must be a list of module names");
+  o.target_modules.clear();
+  for (const json& m : t) {
+    if (!m.is_string()) return bad("target_modules", "must be a list of module names");
+    o.target_modules.push_back(m.get<std::string>());
+  }
+  o.base_model_name = j.value("base_model_name_or_path", "");
+  absl::Status s = ValidateLora(o);
+  if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat(path, ": ", s.message()));
+  return o;
+}
+
+absl::StatusOr<std::function<absl::Status(int, int64_t, int64_t, at::Tensor)>> AdapterSource(
+    const std::string& dir, const std::vector<UnitLayout>& layout) {
+  const std::string path = (fs::path(dir) / "adapter_model.safetensors").string();
+  LF_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsFile> opened, SafetensorsFile::Open(path));
+  std::shared_ptr<SafetensorsFile> file(std::move(opened));
+  for (const auto& [u, i] : AdapterTensors(layout)) {
+    const std::string name = PeftTensorName(layout[u].param_names[i]);
+    const StTensorInfo* info = file->Find(name);
+    if (info == nullptr) return absl::InvalidArgumentError(absl::StrCat(path, ": tensor \"", name, "\" is missing"));
+    if (info->shape != layout[u].shapes[i]) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ": tensor \"", name, "\" has shape [",
+                                                     absl::StrJoin(info->shape, ", "), "], the adapter needs [",
+                                                     absl::StrJoin(layout[u].shapes[i], ", "), "]"));
+    }
+    if (info->dtype != StDtype::kF32 && info->dtype != StDtype::kF16 && info->dtype != StDtype::kBF16) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ": tensor \"", name, "\" is not F32, F16 or BF16"));
+    }
+  }
+  return [file, layout, path](int unit, int64_t begin, int64_t end, at::Tensor out) -> absl::Status {
+    const UnitLayout& u = layout[unit];
+    int64_t offset = 0;
+    for (size_t i = 0; i < u.param_names.size(); ++i) {
+      if (u.is_frozen(i)) continue;
+      const int64_t n = u.numel(i);
+      const int64_t lo = std::max(begin, offset), hi = std::min(end, offset + n);
+      if (lo < hi) {
+        const StTensorInfo* info = file->Find(PeftTensorName(u.param_names[i]));
+        const at::ScalarType dtype = info->dtype == StDtype::kF32 ? at::kFloat
+                                     : info->dtype == StDtype::kF16 ? at::kHalf
+                                                                    : at::kBFloat16;
+        at::Tensor all = at::from_blob(const_cast<uint8_t*>(file->Data(*info)), {n}, dtype);
+        out.narrow(0, lo - begin, hi - lo).copy_(all.narrow(0, lo - offset, hi - lo));
+      }
+      offset += n;
+    }
+    return absl::OkStatus();
+  };
+}
+
+std::vector<at::Tensor> MergeUnit(const LoraOptions& lora, const UnitLayout& unit,
+                                  const std::vector<at::Tensor>& tensors) {
+  std::vector<at::Tensor> out;
+  const size_t base = unit.frozen.empty() ? tensors.size()
+                                          : static_cast<size_t>(std::count(unit.frozen.begin(), unit.frozen.end(), true));
+  for (size_t i = 0; i < base; ++i) out.push_back(tensors[i].to(at::kFloat));
+  if (base == kBaseTensorsPerLayer && tensors.size() > base) {
+    for (int m = 0; m < kLoraModules; ++m) {
+      const int a = LoraIndex(lora, m);
+      if (a < 0) continue;
+      at::Tensor A = tensors[a].to(at::kFloat), B = tensors[a + 1].to(at::kFloat);
+      out[kBaseIndex[m]] = out[kBaseIndex[m]] + at::matmul(B, A) * lora.scale();
+    }
+  }
+  return out;
+}
+
+absl::Status ExportLora(ParamEngine& engine, const LlamaConfig& config, const std::vector<UnitLayout>& layout,
+                        const LoraOptions& lora, bool merge, const std::string& out_dir,
+                        const ExportOptions& options) {
+  const bool writer = engine.rank() == 0;
+  // The adapter: one unit per layout unit that has adapter tensors, under PEFT's names.
+  std::vector<UnitLayout> peft;
+  std::vector<int> source_unit;
+  for (size_t u = 0; u < layout.size(); ++u) {
+    UnitLayout part{layout[u].name, {}, {}, {}};
+    for (size_t i = 0; i < layout[u].param_names.size(); ++i) {
+      if (layout[u].frozen.empty() || layout[u].is_frozen(i)) continue;
+      part.param_names.push_back(PeftTensorName(layout[u].param_names[i]));
+      part.shapes.push_back(layout[u].shapes[i]);
+    }
+    if (part.param_names.empty()) continue;
+    peft.push_back(std::move(part));
+    source_unit.push_back(static_cast<int>(u));
+  }
+  auto adapter_of = [&](int p) -> absl::StatusOr<std::vector<at::Tensor>> {
+    const int u = source_unit[p];
+    std::vector<at::Tensor> all = engine.FullUnit(u, /*with_frozen=*/false), out;
+    for (size_t i = 0; i < all.size(); ++i) {
+      if (!layout[u].is_frozen(i)) out.push_back(all[i]);
+    }
+    return out;
+  };
+  ExportOptions ao = options;
+  ao.weights_name = "adapter_model";
+  ao.write_config = false;
+  ao.max_shard_bytes = ~0ull;  // PEFT loads a single adapter_model.safetensors
+  ao.extra_files["adapter_config.json"] = AdapterConfigJson(lora);
+  if (writer) {
+    LF_RETURN_IF_ERROR(ExportHfDir(config, peft, adapter_of, out_dir, ao));
+  } else {
+    for (size_t p = 0; p < peft.size(); ++p) (void)adapter_of(static_cast<int>(p));
+  }
+  if (!merge) return absl::OkStatus();
+  const std::vector<UnitLayout> base = MakeLayout(config);
+  auto merged_of = [&](int u) -> absl::StatusOr<std::vector<at::Tensor>> {
+    return MergeUnit(lora, layout[u], engine.FullUnit(u));
+  };
+  if (writer) return ExportHfDir(config, base, merged_of, (fs::path(out_dir) / "merged").string(), options);
+  for (size_t u = 0; u < layout.size(); ++u) (void)engine.FullUnit(static_cast<int>(u));
+  return absl::OkStatus();
+}
+
+}  // namespace llamafleet::trainer

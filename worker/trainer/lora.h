@@ -1,0 +1,78 @@
+// LoRA (low-rank adapters) in Hugging Face PEFT's convention.
+//
+// For each targeted projection W [out, in] of a decoder layer:
+//
+//   y = x W^T + dropout(x) A^T B^T * (alpha / r)      A [r, in], B [out, r]
+//
+// A starts Kaiming-uniform (PEFT: kaiming_uniform_(a = sqrt(5)), i.e. U(-1/sqrt(in),
+// 1/sqrt(in))) from a generator seeded by (seed, tensor name), B starts at zero, so step 0
+// computes exactly the base model. The base is frozen: every base tensor is marked frozen
+// in the layout (engines then keep it in the compute dtype with no gradient, no master and
+// no optimizer state), and the adapters are appended to their layer's unit after the nine
+// base tensors, in module order (q, k, v, o, gate, up, down), A before B, named as the
+// base tensor with ".weight" replaced by ".lora_A.weight" / ".lora_B.weight".
+//
+// On disk an adapter is a PEFT directory: adapter_config.json and adapter_model.safetensors
+// whose tensor names carry PEFT's "base_model.model." prefix.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <array>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "config.h"
+#include "engine.h"
+#include "hf_io.h"
+#include "lora_options.h"
+#include "model.h"
+
+namespace llamafleet::trainer {
+
+// Marks every tensor of `layout` frozen and appends the adapters (see the file comment).
+void ApplyLora(const LlamaConfig& config, const LoraOptions& lora, std::vector<UnitLayout>& layout);
+
+// Index in a layer unit's tensors of module `module`'s A (B follows it); -1 if untargeted.
+int LoraIndex(const LoraOptions& lora, int module);
+
+// Tensors of the adapter, all layers, in layout order: (layout unit, tensor index).
+std::vector<std::pair<int, int>> AdapterTensors(const std::vector<UnitLayout>& layout);
+int64_t AdapterParameters(const std::vector<UnitLayout>& layout);
+
+// PEFT's name of an adapter tensor: "base_model.model." + layout name.
+std::string PeftTensorName(const std::string& layout_name);
+
+// adapter_config.json: peft_type LORA, task_type CAUSAL_LM, r, lora_alpha, lora_dropout,
+// target_modules, bias none, base_model_name_or_path.
+std::string AdapterConfigJson(const LoraOptions& lora);
+
+// Reads `dir`/adapter_config.json into a LoraOptions (adapter_path = dir). Refuses a
+// non-LORA adapter, bias other than none, unknown target modules, or modules_to_save;
+// errors name the file and the key.
+absl::StatusOr<LoraOptions> ReadAdapterConfig(const std::string& dir);
+
+// Fills a ShardSource-shaped request for the adapter tensors of `layout` from
+// `dir`/adapter_model.safetensors: `out` [end - begin] gets elements [begin, end) of unit
+// `unit`'s trainable tensors flattened in layout order. Every adapter tensor must be
+// present with its layout shape (errors name the file and the tensor). The returned
+// function keeps the file mapped.
+absl::StatusOr<std::function<absl::Status(int unit, int64_t begin, int64_t end, at::Tensor out)>>
+AdapterSource(const std::string& dir, const std::vector<UnitLayout>& layout);
+
+// Unit `unit`'s base tensors with the adapter folded in, W + (alpha / r) B A, in the base
+// layout's order (fp32). `tensors` are the unit's tensors in the LoRA layout's order.
+std::vector<at::Tensor> MergeUnit(const LoraOptions& lora, const UnitLayout& unit,
+                                  const std::vector<at::Tensor>& tensors);
+
+// Writes the PEFT adapter directory `out_dir` (adapter_config.json,
+// adapter_model.safetensors in options.dtype, the tokenizer if given) and, with `merge`,
+// the merged model in HF format to `out_dir`/merged. Collective: every rank calls it
+// (units are gathered in order, the base only for the merge); only rank 0 writes.
+absl::Status ExportLora(ParamEngine& engine, const LlamaConfig& config, const std::vector<UnitLayout>& layout,
+                        const LoraOptions& lora, bool merge, const std::string& out_dir,
+                        const ExportOptions& options);
+
+}  // namespace llamafleet::trainer
