@@ -141,11 +141,12 @@ class ShardedEngine::GatherFunction : public torch::autograd::Function<GatherFun
     ctx->saved_data["engine"] = reinterpret_cast<int64_t>(engine);
     ctx->saved_data["instance"] = instance;
     ctx->saved_data["generation"] = generation;
-    ctx->saved_data["has_input"] = input.defined();
+    const bool has_input = input.requires_grad();
+    ctx->saved_data["has_input"] = has_input;
     const at::Tensor& buf = engine->pass_[instance]->buffer;
     // A new tensor object on the same storage (not an autograd view of it).
     at::Tensor flat = at::empty({0}, buf.options()).set_(buf.storage(), 0, {buf.numel()}, {1});
-    if (!input.defined()) return {flat};
+    if (!has_input) return {flat};
     return {flat, input};
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
@@ -444,8 +445,11 @@ std::vector<at::Tensor> ShardedEngine::Acquire(int unit, at::Tensor* input) {
 
   at::Tensor flat = pass_.back()->buffer;
   if (node) {
+    // LibTorch 1.13 refuses undefined inputs to a custom Function: an empty tensor stands
+    // for "no input" (has_input is decided by whether it requires a gradient).
     torch::autograd::variable_list outs = GatherFunction::apply(
-        masters_[unit], through_input ? *input : at::Tensor(), this, instance, pass_generation_);
+        masters_[unit], through_input ? *input : at::empty({0}, masters_[unit].options()), this, instance,
+        pass_generation_);
     flat = outs[0];
     if (through_input) *input = outs[1];
   }
