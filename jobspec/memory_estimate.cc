@@ -41,10 +41,32 @@ std::optional<ModelShape> PresetShape(const std::string& preset) {
   return m;
 }
 
+unsigned LoraModuleBit(const std::string& module) {
+  static const char* const kNames[] = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+  for (unsigned i = 0; i < 7; ++i) {
+    if (module == kNames[i]) return 1u << i;
+  }
+  return 0;
+}
+
+int64_t LoraLayerParameters(const ModelShape& m, int64_t r, unsigned modules) {
+  const int64_t h = m.hidden, f = m.intermediate;
+  const int64_t kv = m.heads > 0 ? m.kv_heads * (m.hidden / m.heads) : 0;
+  const int64_t in_out[7] = {h + h, h + kv, h + kv, h + h, h + f, h + f, f + h};
+  int64_t n = 0;
+  for (int i = 0; i < 7; ++i) n += (modules >> i & 1u) ? r * in_out[i] : 0;
+  return n;
+}
+
 MemoryEstimate EstimateMemory(const MemoryInputs& in) {
   const ModelShape& m = in.model;
-  const int64_t P = m.Parameters();
-  const int64_t U = m.LargestUnitParameters();
+  const bool lora = in.lora_r > 0;
+  const int64_t base = m.Parameters();
+  const int64_t adapter_layer = lora ? LoraLayerParameters(m, in.lora_r, in.lora_modules) : 0;
+  // P: what is trained (and reduced, and saved); U: the largest unit as gathered.
+  const int64_t P = lora ? m.layers * adapter_layer : base;
+  const int64_t U = m.LargestUnitParameters() + adapter_layer;
+  const int64_t U_trained = lora ? adapter_layer : U;
   const int64_t c = in.compute_bytes;
   const int64_t r = in.reduce_bytes;
   int64_t n = 1;
@@ -60,7 +82,7 @@ MemoryEstimate EstimateMemory(const MemoryInputs& in) {
   auto shard = [&](int64_t bytes_per_param) { return (bytes_per_param * P + n - 1) / n; };
 
   MemoryEstimate e;
-  e.parameters = shard(4);
+  e.parameters = shard(4) + (lora ? (in.compute_bytes * base + n - 1) / n : 0);
   e.gradients = shard(4);
   if (keeps_gathered && in.grad_accum > 1) e.gradients += 4 * P;
   e.optimizer_state = shard(8);
@@ -77,12 +99,13 @@ MemoryEstimate EstimateMemory(const MemoryInputs& in) {
   // softmax temporary).
   const int64_t head = t * (4 * h + 2 * h * c) + t * m.vocab * 16;
   const int64_t activations = saved_layers + head;
-  const int64_t gathered_fwd = keeps_gathered ? P * c : (in.max_inflight_all_gathers + 1) * U * c;
+  const int64_t everything = lora ? base + P : base;  // every tensor, gathered
+  const int64_t gathered_fwd = keeps_gathered ? everything * c : (in.max_inflight_all_gathers + 1) * U * c;
   // Backward: up to K + 1 unsharded gradients in reduce dtype are alive at once (the one
   // just launched before the oldest is freed), early in backward while the activations
   // are still held; Gloo's reduce-scatter (an all-to-all) adds a receive buffer per input,
   // and each sharded reduction its output shard.
-  const int64_t inflight = std::min<int64_t>((in.max_inflight_reduces + 1) * U, P);
+  const int64_t inflight = std::min<int64_t>((in.max_inflight_reduces + 1) * U_trained, P);
   const int64_t communication = inflight * r * (in.gpu ? 1 : 2) + (n > 1 ? (inflight * r + n - 1) / n : 0);
   e.peak_phase = "backward";
   e.gathered_params = gathered_fwd;
@@ -93,6 +116,8 @@ MemoryEstimate EstimateMemory(const MemoryInputs& in) {
   e.workspace = in.gpu ? (int64_t{1} << 30) + rest / 10 : in.cpu_runtime_bytes;
   e.checkpoint_staging = in.async_checkpoints ? shard(12) : 0;
   e.total = rest + e.workspace + (in.gpu ? 0 : e.checkpoint_staging);
+  e.model_parameters = base;
+  e.trainable_parameters = P;
   return e;
 }
 

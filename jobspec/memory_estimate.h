@@ -38,6 +38,13 @@
 //                     process itself on a CPU) + 10% of the rest on a GPU for allocator
 //                     fragmentation.
 //
+// LoRA (lora_r > 0): the base is frozen and held in the compute dtype, sharded (c x B/N
+// for the B base parameters); masters, gradients, optimizer state, checkpoint staging and
+// the reductions in flight count only the A adapter parameters (r x (in + out) per
+// targeted projection) in place of P, and U in communication is one layer's adapters.
+// Gathered units and activations are as for full finetuning (the adapters still need the
+// inputs of the targeted projections).
+//
 // The peak is early in backward: parameters, gradients, optimizer state, the gathered
 // units, every activation saved by forward (logits included) and the first reductions in
 // flight, all at once. It is reported as peak_phase "backward".
@@ -85,7 +92,15 @@ struct MemoryInputs {
   bool gpu = true;                  // GPU workspace rules; false: CPU process (RSS)
   int64_t cpu_runtime_bytes = 0;    // !gpu: the trainer process before it allocates
   bool async_checkpoints = false;   // checkpoints written in the background (a host copy)
+  int64_t lora_r = 0;               // LoRA adapter rank; 0 = full finetuning
+  // Targeted projections, bit i for kLoraModuleBits[i]: q, k, v, o, gate, up, down.
+  unsigned lora_modules = 0;
 };
+
+// Bits of MemoryInputs::lora_modules by module name ("q_proj" -> 1, ...); 0 if unknown.
+unsigned LoraModuleBit(const std::string& module);
+// Adapter parameters of one decoder layer: r x (in + out) per targeted projection.
+int64_t LoraLayerParameters(const ModelShape& m, int64_t r, unsigned modules);
 
 struct MemoryEstimate {
   int64_t parameters = 0;
@@ -97,6 +112,8 @@ struct MemoryEstimate {
   int64_t workspace = 0;
   int64_t checkpoint_staging = 0;  // host bytes (see above)
   int64_t total = 0;          // the sum of the above but staging on a GPU: bytes per device
+  int64_t model_parameters = 0;      // counts, not bytes: the whole model
+  int64_t trainable_parameters = 0;  // what the optimizer updates (LoRA: the adapters)
   std::string peak_phase;     // the moment modelled: "backward" (early backward, above)
 };
 

@@ -45,6 +45,13 @@ std::optional<sched::MemoryInputs> MemoryInputsOf(const v1::JobSpec& spec, int w
   in.grad_accum = std::max(1, t.grad_accum());
   in.max_inflight_all_gathers = std::max(1, f.max_inflight_all_gathers());
   in.async_checkpoints = !spec.checkpoint().has_async() || spec.checkpoint().async();
+  const v1::PeftSpec& peft = spec.peft();
+  if (peft.method() == "lora") {
+    // Without r or targets (an adapter_path supplies them), the defaults stand in.
+    in.lora_r = peft.has_r() ? std::max(1, peft.r()) : 8;
+    for (const std::string& m : peft.target_modules()) in.lora_modules |= sched::LoraModuleBit(m);
+    if (in.lora_modules == 0) in.lora_modules = sched::LoraModuleBit("q_proj") | sched::LoraModuleBit("v_proj");
+  }
   return in;
 }
 
@@ -61,6 +68,8 @@ v1::MemoryEstimate ToProto(const sched::MemoryEstimate& e, int world_size) {
   out.set_checkpoint_staging_bytes(e.checkpoint_staging);
   out.set_peak_phase(e.peak_phase);
   out.set_world_size(world_size);
+  out.set_parameters(e.model_parameters);
+  out.set_trainable_parameters(e.trainable_parameters);
   return out;
 }
 
@@ -112,6 +121,13 @@ void CheckInstanceFit(const v1::JobSpec& spec, Violations& v) {
         break;
       }
     }
+  }
+  if (in->lora_r == 0) {
+    sched::MemoryInputs alt = *in;
+    alt.lora_r = 8;
+    alt.lora_modules = sched::LoraModuleBit("q_proj") | sched::LoraModuleBit("v_proj");
+    const int64_t b = total_with(alt);
+    if (b <= type->gpu_memory_bytes) fits.push_back(absl::StrCat("peft.method lora (", sched::FormatGiB(b), ")"));
   }
   for (const sched::InstanceType& other : sched::KnownInstanceTypes()) {
     if (other.gpu_memory_bytes > type->gpu_memory_bytes && e.total <= other.gpu_memory_bytes &&

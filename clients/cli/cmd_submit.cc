@@ -98,6 +98,7 @@ void PrintSubmitted(const Context& ctx, const v1::SubmitJobsResponse& response, 
       if (r.job().has_memory_estimate()) {
         *ctx.out << "# memory estimate: " << MemoryEstimateLine(r.job().memory_estimate()) << "\n";
       }
+      if (r.job().spec().peft().method() == "lora") *ctx.out << "# finetuning: " << FinetuningLine(r.job()) << "\n";
       *ctx.out << ToYaml(r.job().spec());
     } else if (r.created()) {
       *ctx.out << "job " << r.job().id() << " created\n";

@@ -318,6 +318,29 @@ std::string MemoryEstimateLine(const v1::MemoryEstimate& e) {
                           : "");
 }
 
+std::string FinetuningLine(const v1::Job& job) {
+  auto count = [](int64_t n) {
+    return n >= 1000000000 ? absl::StrFormat("%.2fB", n / 1e9)
+           : n >= 1000000  ? absl::StrFormat("%.1fM", n / 1e6)
+                           : absl::StrCat(n);
+  };
+  const v1::PeftSpec& peft = job.spec().peft();
+  const v1::MemoryEstimate& e = job.memory_estimate();
+  std::string out = "full";
+  if (peft.method() == "lora") {
+    out = peft.adapter_path().empty() ? "LoRA" : absl::StrCat("LoRA from ", peft.adapter_path());
+    if (peft.has_r()) absl::StrAppend(&out, " r ", peft.r());
+    if (peft.has_alpha()) absl::StrAppend(&out, " alpha ", peft.alpha());
+    if (peft.target_modules_size() > 0) absl::StrAppend(&out, " on ", absl::StrJoin(peft.target_modules(), ", "));
+  }
+  if (e.parameters() > 0) {
+    absl::StrAppend(&out, ": ", count(e.trainable_parameters()), " trainable of ", count(e.parameters()),
+                    absl::StrFormat(" parameters (%.3g%%)", 100.0 * static_cast<double>(e.trainable_parameters()) /
+                                                                static_cast<double>(e.parameters())));
+  }
+  return out;
+}
+
 std::string DescribeJob(const v1::Job& job, const std::vector<v1::JobEvent>& events,
                         const std::vector<v1::Checkpoint>& checkpoints, absl::Time now,
                         const std::vector<v1::Attempt>& attempts) {
@@ -339,6 +362,7 @@ std::string DescribeJob(const v1::Job& job, const std::vector<v1::JobEvent>& eve
                         : absl::StrCat(job.restarts())},
       {"Workers:", OrDash(absl::StrJoin(job.workers(), ", "))},
       {"Idempotency key:", OrDash(job.idempotency_key())},
+      {"Finetuning:", FinetuningLine(job)},
       {"Memory estimate:", job.has_memory_estimate() ? MemoryEstimateLine(job.memory_estimate())
                                                      : "- (model shape known only to the trainer)"},
   };

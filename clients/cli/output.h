@@ -73,6 +73,8 @@ std::string JobStateLine(const v1::Job& job);
 // "23.4 GiB per GPU on 16 ranks (peak early in backward): parameters 1.6 GiB, ...; host
 // memory for checkpoint staging 4.7 GiB"
 std::string MemoryEstimateLine(const v1::MemoryEstimate& e);
+// "LoRA r 16 on q_proj, v_proj: 65.5M trainable of 68.98B parameters (0.095%)", or "full: ...".
+std::string FinetuningLine(const v1::Job& job);
 
 // `describe job`: the job's fields (restarts, workers), why it is pending, its latest
 // metrics, its checkpoints, its attempts (gang size, resizes), its spec as YAML, and its

@@ -316,8 +316,9 @@ TEST_F(CliTest, EveryExampleInDeployExamplesPassesDryRun) {
     if (absl::EndsWith(name, ".yaml") || absl::EndsWith(name, ".json")) files.push_back(name);
   }
   closedir(dir);
-  for (const char* expected : {"tiny-fullshard.yaml", "batch.yaml", "llama2-7b-hybrid.yaml", "llama2-7b-2xp5.yaml",
-                               "llama2-13b-2xp5.yaml", "llama2-70b-16xp5.yaml"}) {
+  for (const char* expected : {"tiny-fullshard.yaml", "tiny-lora.yaml", "batch.yaml", "llama2-7b-hybrid.yaml",
+                               "llama2-7b-2xp5.yaml", "llama2-13b-2xp5.yaml", "llama2-70b-16xp5.yaml",
+                               "llama2-70b-lora-1xp5.yaml", "llama2-7b-lora-1gpu.yaml"}) {
     EXPECT_NE(std::find(files.begin(), files.end(), expected), files.end()) << expected;
   }
   for (const std::string& name : files) {
@@ -348,6 +349,37 @@ TEST_F(CliTest, ThePostsP5ConfigurationsFitAndSeventyBNoShardDoesNot) {
   spec = absl::StrReplaceAll(spec, {{"sharding: FULL_SHARD", "sharding: NO_SHARD"}});
   ExpectOneErrorLine(Cli({"submit", "-f", WriteFile("70b-noshard.yaml", spec), "--dry-run"}), 1,
                      "resources.instance_type p5.48xlarge: estimated");
+  EXPECT_TRUE(AllJobs().empty());
+}
+
+TEST_F(CliTest, LoraFitsSeventyBOnOneP5AndSevenBOnOneGpu) {
+  for (const char* name : {"llama2-70b-lora-1xp5.yaml", "llama2-7b-lora-1gpu.yaml"}) {
+    SCOPED_TRACE(name);
+    const std::string out = Ok({"submit", "-f", absl::StrCat(LLAMAFLEET_EXAMPLES_DIR, "/", name), "--dry-run"});
+    EXPECT_TRUE(absl::StrContains(out, "# memory estimate: ")) << out;
+    EXPECT_TRUE(absl::StrContains(out, "method: lora")) << out;
+    EXPECT_TRUE(absl::StrContains(out, "# finetuning: LoRA r ")) << out;
+    EXPECT_TRUE(absl::StrContains(out, "trainable of ")) << out;
+  }
+  // The same 70B job as a full finetune does not fit one node; the refusal names LoRA.
+  std::ifstream in(absl::StrCat(LLAMAFLEET_EXAMPLES_DIR, "/llama2-70b-lora-1xp5.yaml"));
+  std::string spec((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const size_t peft = spec.find("peft:"), resources = spec.find("resources:");
+  ASSERT_NE(peft, std::string::npos);
+  spec.erase(peft, resources - peft);
+  ExpectOneErrorLine(Cli({"submit", "-f", WriteFile("70b-full-1node.yaml", spec), "--dry-run"}), 1,
+                     "peft.method lora (");
+  // Field-named refusals.
+  ExpectOneErrorLine(Cli({"submit", "-f", WriteFile("bad-r.yaml", Spec("bad", "peft: {method: lora, r: 0}\n")),
+                          "--dry-run"}),
+                     1, "peft.r must be in [1, 4096]");
+  ExpectOneErrorLine(Cli({"submit", "-f",
+                          WriteFile("bad-m.yaml", Spec("bad", "peft: {method: lora, target_modules: [q_proj, qkv]}\n")),
+                          "--dry-run"}),
+                     1, "peft.target_modules[1]");
+  ExpectOneErrorLine(Cli({"submit", "-f", WriteFile("bad-merge.yaml", Spec("bad", "output: {merge: true, export_dir: /data/out}\n")),
+                          "--dry-run"}),
+                     1, "output.merge");
   EXPECT_TRUE(AllJobs().empty());
 }
 

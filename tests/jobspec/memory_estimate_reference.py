@@ -13,18 +13,26 @@ SHAPES = {
 
 
 def estimate(preset, strategy="FULL_SHARD", world=1, group=0, c=2, r=4, ckpt=True, micro=4, seq=4096,
-             accum=1, ag=2, rs=2, fused=True, gpu=True):
+             accum=1, ag=2, rs=2, fused=True, gpu=True, lora_r=0, lora=()):
     m = SHAPES[preset]
     h, f, L, H, V = m["h"], m["f"], m["L"], m["H"], m["V"]
     kv = m["KV"] * (h // H)
     layer_p = 2 * h + 2 * h * h + 2 * h * kv + 3 * h * f
     embed = V * h
-    P = embed + L * layer_p + h + embed
-    U = max(layer_p, embed, h + embed)
+    base = embed + L * layer_p + h + embed
+    # LoRA: r x (in + out) per targeted projection of a layer; the base frozen in c bytes.
+    in_out = dict(q_proj=2 * h, k_proj=h + kv, v_proj=h + kv, o_proj=2 * h, gate_proj=h + f, up_proj=h + f,
+                  down_proj=f + h)
+    adapter_layer = sum(lora_r * in_out[x] for x in lora) if lora_r else 0
+    P = L * adapter_layer if lora_r else base
+    U = max(layer_p, embed, h + embed) + adapter_layer
+    U_trained = adapter_layer if lora_r else U
     n = {"FULL_SHARD": world, "SHARD_GRAD_OP": world, "HYBRID_SHARD": group or world, "NO_SHARD": 1}[strategy]
     keeps = strategy in ("SHARD_GRAD_OP", "NO_SHARD")
     shard = lambda b: (b * P + n - 1) // n
     params, grads, optim = shard(4), shard(4), shard(8)
+    if lora_r:
+        params += (c * base + n - 1) // n
     if keeps and accum > 1:
         grads += 4 * P
     t = micro * seq
@@ -33,8 +41,8 @@ def estimate(preset, strategy="FULL_SHARD", world=1, group=0, c=2, r=4, ckpt=Tru
     saved = L * t * h * c + layer if ckpt else L * layer
     head = t * (4 * h + 2 * h * c) + t * V * 16
     acts = saved + head
-    gathered = P * c if keeps else (ag + 1) * U * c
-    inflight = min((rs + 1) * U, P)
+    gathered = (base + (P if lora_r else 0)) * c if keeps else (ag + 1) * U * c
+    inflight = min((rs + 1) * U_trained, P)
     comm = inflight * r * (1 if gpu else 2) + ((inflight * r + n - 1) // n if n > 1 else 0)
     rest = params + grads + optim + gathered + acts + comm
     work = (1 << 30) + rest // 10
@@ -54,6 +62,10 @@ CASES = {
     "post 70b 16 x p5 micro 3": dict(preset="llama2-70b", world=128, micro=3),
     "70b 8 x p5 micro 1": dict(preset="llama2-70b", world=64, micro=1),
     "7b HYBRID 2 x p5 micro 3": dict(preset="llama2-7b", strategy="HYBRID_SHARD", world=16, group=8, micro=3),
+    # LoRA: 70B r 16 on q/v on one p5 (8 GPUs); 7B r 8 on all seven on one GPU.
+    "70b LoRA 1 x p5 micro 1": dict(preset="llama2-70b", world=8, micro=1, lora_r=16, lora=("q_proj", "v_proj")),
+    "7b LoRA 1 GPU micro 4": dict(preset="llama2-7b", world=1, micro=4, lora_r=8,
+                                  lora=("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")),
 }
 
 if __name__ == "__main__":

@@ -150,6 +150,31 @@ TEST(MemoryEstimate, BackgroundCheckpointsStageTwelveBytesPerShardedParameterOnT
   EXPECT_EQ(EstimateMemory(in).total, cpu_sync + async.checkpoint_staging);  // on a CPU it is
 }
 
+TEST(MemoryEstimate, LoraHoldsTheFrozenBaseInTheComputeDtypeAndTrainsOnlyTheAdapters) {
+  // 70B, r 16 on q/v, one p5.48xlarge (8 GPUs), micro-batch 1.
+  MemoryInputs in = Inputs("llama2-70b", Strategy::kFullShard, 8);
+  in.micro_batch = 1;
+  in.lora_r = 16;
+  in.lora_modules = LoraModuleBit("q_proj") | LoraModuleBit("v_proj");
+  EXPECT_EQ(LoraLayerParameters(in.model, 16, in.lora_modules), 16 * (2 * 8192) + 16 * (8192 + 1024));
+  MemoryEstimate e = EstimateMemory(in);
+  EXPECT_EQ(e.parameters, 17260546048);  // 2 x base / 8 + 4 x adapter / 8
+  EXPECT_EQ(e.gradients, 16384000);
+  EXPECT_EQ(e.optimizer_state, 32768000);
+  EXPECT_EQ(e.gathered_params, 5136384000);
+  EXPECT_EQ(e.activations, 9361686528);
+  EXPECT_EQ(e.communication, 5529600);
+  EXPECT_EQ(e.total, 36068369817);  // 33.6 GiB: fits an 80 GB H100
+  // 7B, r 8 on all seven projections, one GPU, micro-batch 4.
+  MemoryInputs one = Inputs("llama2-7b", Strategy::kFullShard, 1);
+  one.lora_r = 8;
+  for (const char* m : {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}) {
+    one.lora_modules |= LoraModuleBit(m);
+  }
+  EXPECT_EQ(EstimateMemory(one).total, 35499440947);  // 33.1 GiB
+  EXPECT_EQ(LoraModuleBit("qkv"), 0u);
+}
+
 TEST(InstanceTypes, KnownTable) {
   ASSERT_NE(FindInstanceType("p5.48xlarge"), nullptr);
   EXPECT_EQ(FindInstanceType("p5.48xlarge")->gpus, 8);

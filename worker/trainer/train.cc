@@ -118,7 +118,8 @@ int64_t CurrentRssBytes() {
 
 sched::MemoryEstimate EstimateForRun(const LlamaConfig& config, const TrainOptions& opt,
                                      const ShardingOptions& sh, int world_size, int64_t seq_len,
-                                     int64_t grad_accum, const at::Device& device, int64_t runtime_rss) {
+                                     int64_t grad_accum, const at::Device& device, int64_t runtime_rss,
+                                     const LoraOptions& lora) {
   sched::MemoryInputs in;
   in.model.hidden = config.hidden_size;
   in.model.intermediate = config.intermediate_size;
@@ -146,6 +147,10 @@ sched::MemoryEstimate EstimateForRun(const LlamaConfig& config, const TrainOptio
   in.gpu = device.is_cuda();
   in.cpu_runtime_bytes = runtime_rss;
   in.async_checkpoints = !opt.checkpoint_dir.empty() && opt.checkpoint_async;
+  if (lora.enabled) {
+    in.lora_r = lora.r;
+    for (const std::string& m : lora.target_modules) in.lora_modules |= sched::LoraModuleBit(m);
+  }
   return sched::EstimateMemory(in);
 }
 

@@ -125,7 +125,8 @@ absl::StatusOr<int64_t> GradAccumFor(const TrainOptions& options, int world_size
 struct ShardingOptions;
 sched::MemoryEstimate EstimateForRun(const LlamaConfig& config, const TrainOptions& options,
                                      const ShardingOptions& sharding, int world_size, int64_t seq_len,
-                                     int64_t grad_accum, const at::Device& device, int64_t runtime_rss);
+                                     int64_t grad_accum, const at::Device& device, int64_t runtime_rss,
+                                     const LoraOptions& lora = {});
 
 // Runs training to completion. Metrics and events go to stdout as JSON lines (rank 0),
 // human logs to stderr. Returns the first error (bad input names the file/field).

@@ -169,7 +169,7 @@ absl::Status Trainer::Setup() {
   peak_tflops_ = opt_.peak_tflops;
   if (peak_tflops_ <= 0 && device_.is_cuda()) peak_tflops_ = PeakTflopsForDevice(DeviceName(device_));
   const sched::MemoryEstimate estimate = EstimateForRun(config_, opt_, sharding_, env_.world_size, seq_len_,
-                                                        grad_accum_, device_, runtime_rss_);
+                                                        grad_accum_, device_, runtime_rss_, lora_);
   if (rank0_) {
     if (lora_.enabled) {
       LogInfo(absl::StrFormat("LoRA r %d alpha %g dropout %g on %s: %d trainable parameters (%.3f%%)%s", lora_.r,

@@ -116,6 +116,23 @@ export function mountJob(root, ctx, id) {
     return [false, s.role === 'USER' ? `Only ${job.owner} or an admin can cancel this job` : 'Viewers cannot cancel jobs'];
   }
 
+  // "LoRA r 16 on q_proj, v_proj · 65.5M trainable of 69.0B (0.095%)", or "full".
+  function finetuning(peft, est) {
+    let s = 'full';
+    if (peft.method === 'lora') {
+      s = peft.adapter_path ? `LoRA from ${peft.adapter_path}` : 'LoRA';
+      if (peft.r) s += ` r ${peft.r}`;
+      if (peft.alpha) s += ` alpha ${peft.alpha}`;
+      if ((peft.target_modules || []).length) s += ` on ${peft.target_modules.join(', ')}`;
+    }
+    const total = Number(est.parameters || 0), trainable = Number(est.trainable_parameters || 0);
+    if (total > 0) {
+      const n = (x) => x >= 1e9 ? `${(x / 1e9).toFixed(2)}B` : x >= 1e6 ? `${(x / 1e6).toFixed(1)}M` : String(x);
+      s += ` · ${n(trainable)} trainable of ${n(total)} (${(100 * trainable / total).toPrecision(3)}%)`;
+    }
+    return s;
+  }
+
   function renderJob() {
     if (!job) return;
     const spec = job.spec || {};
@@ -149,6 +166,7 @@ export function mountJob(root, ctx, id) {
       ['Restarts', `${job.restarts || 0} of ${spec.run_policy?.max_restarts ?? 0}`],
       ['Workers', (job.workers || []).join(', ') || '—'],
       ['Updated', `${fmtTime(job.update_time)} (${fmtAgo(job.update_time)})`],
+      ['Finetuning', finetuning(spec.peft || {}, job.memory_estimate || {})],
       ['Tokens / s', Number(m.step) ? fmtNum(m.tokens_per_second) : '—'],
       ['Peak memory', Number(m.peak_memory_bytes) ? fmtBytes(m.peak_memory_bytes) : '—'],
     ];
