@@ -8,6 +8,7 @@
 #   deploy/local/demo.sh                 # the whole demo
 #   deploy/local/demo.sh --keep          # leave coordinator and workers running until Ctrl-C
 #   deploy/local/demo.sh --data FILE     # use your own prompt/completion JSONL
+#   deploy/local/demo.sh --lora          # a LoRA job: a PEFT adapter and the merged model
 #
 # Building: installs only the packages building and running need
 # (deploy/local/install-deps.sh --build-only). A build directory configured for this
@@ -29,15 +30,17 @@ cd "$(dirname "$0")/../.."
 root=$(pwd -P)
 
 keep=0
+lora=0
 own_data=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --keep) keep=1 ;;
+    --lora) lora=1 ;;
     --data)
-      [ $# -ge 2 ] || { echo "usage: deploy/local/demo.sh [--keep] [--data FILE]" >&2; exit 2; }
+      [ $# -ge 2 ] || { echo "usage: deploy/local/demo.sh [--keep] [--lora] [--data FILE]" >&2; exit 2; }
       case "$2" in /*) own_data="$2" ;; *) own_data="$caller_dir/$2" ;; esac
       shift ;;
-    *) echo "usage: deploy/local/demo.sh [--keep] [--data FILE]" >&2; exit 2 ;;
+    *) echo "usage: deploy/local/demo.sh [--keep] [--lora] [--data FILE]" >&2; exit 2 ;;
   esac
   shift
 done
@@ -192,7 +195,13 @@ for _ in $(seq 1 100); do
 done
 "$cli" workers
 
-say "submitting a 2-node FULL_SHARD finetuning job"
+say "submitting a 2-node FULL_SHARD $([ "$lora" = 1 ] && echo "LoRA" || echo "full") finetuning job"
+peft_block=""
+merge_line=""
+if [ "$lora" = 1 ]; then
+  peft_block="peft: {method: lora, r: 8, alpha: 16, dropout: 0.05, target_modules: [q_proj, k_proj, v_proj, o_proj]}"
+  merge_line="  merge: true"
+fi
 cat >"$demo/job-$run.yaml" <<YAML
 name: demo-$run
 labels: {demo: "true"}
@@ -226,6 +235,8 @@ checkpoint:
 output:
   export_dir: $demo/export/$run
   export_dtype: fp32
+$merge_line
+$peft_block
 run_policy:
   max_restarts: 1
   restart_backoff_seconds: 2

@@ -314,6 +314,49 @@ class TrainingTest : public ::testing::Test {
   std::map<std::string, std::unique_ptr<Subprocess>> workers_;
 };
 
+// A LoRA job through the coordinator on two workers: the export is a PEFT adapter plus
+// the merged model, the checkpoints hold only the adapter, and the result equals the same
+// job run as one process (global batch 12 on any world size).
+TEST_F(TrainingTest, LoraJobOnTwoWorkersExportsThePeftAdapterOfASingleProcessRun) {
+  StartWorker("w0");
+  StartWorker("w1");
+  auto spec = [&](const std::string& name, const std::string& resources, int micro) {
+    return absl::StrCat(
+        "name: ", name, "\nmodel: {preset: tiny}\n",
+        "data: {train_path: ", dir_.path(), "/train.jsonl, format: tokens}\n",
+        "training: {max_steps: 8, global_batch_size: 12, micro_batch_size: ", micro,
+        ", seq_len: 32, lr: 3.0e-3, eps: 1.0e-6, log_every: 1, seed: 11}\n",
+        "fsdp: {sharding: FULL_SHARD, mixed_precision: fp32, activation_checkpointing: true}\n",
+        "peft: {method: lora, r: 4, alpha: 8, dropout: 0, target_modules: [q_proj, v_proj, down_proj]}\n",
+        "resources: ", resources, "\n",
+        "checkpoint: {dir: ", dir_.path(), "/ckpt-", name, ", every_steps: 4}\n",
+        "output: {export_dir: ", dir_.path(), "/export-", name, ", export_dtype: fp32, merge: true}\n");
+  };
+  const std::string id = SubmitYaml(spec("lora", "{nodes: 2, gpus_per_node: 1}", 2));
+  v1::Job job = WaitUntil(id, [](const v1::Job& j) { return IsTerminalState(j); }, absl::Minutes(5));
+  ASSERT_EQ(job.state(), v1::SUCCEEDED) << job.status_reason() << AttemptsText(id);
+  EXPECT_GT(job.memory_estimate().trainable_parameters(), 0);
+  EXPECT_LT(job.memory_estimate().trainable_parameters(), job.memory_estimate().parameters() / 100);
+  const std::string out = dir_.path() + "/export-lora";
+  EXPECT_TRUE(std::filesystem::exists(out + "/adapter_config.json"));
+  const auto adapter = ReadWeights(out);
+  EXPECT_EQ(adapter.size(), 2u * 3 * 2);  // layers x modules x (A, B)
+  EXPECT_TRUE(adapter.count("base_model.model.model.layers.1.mlp.down_proj.lora_B.weight"));
+  // Checkpoints of the adapter and its AdamW moments: kilobytes, not the model's megabytes.
+  const std::vector<v1::Checkpoint> checkpoints = Checkpoints(id);
+  ASSERT_FALSE(checkpoints.empty());
+  EXPECT_LT(checkpoints.back().bytes(), 256 << 10) << checkpoints.back().path();
+
+  std::ofstream(dir_.path() + "/single.yaml") << spec("single", "{nodes: 1, gpus_per_node: 1}", 12);
+  absl::StatusOr<testing::CommandResult> r =
+      RunCommand({BinaryPath("llamafleet-train"), "train", "--spec", dir_.path() + "/single.yaml"}, "",
+                 {{"OMP_NUM_THREADS", "1"}}, absl::Minutes(4));
+  ASSERT_TRUE(r.ok() && r->exit_code == 0) << (r.ok() ? r->err : r.status().ToString());
+  EXPECT_LE(MaxRelativeDifference(adapter, ReadWeights(dir_.path() + "/export-single")), 1e-5);
+  EXPECT_LE(MaxRelativeDifference(ReadWeights(out + "/merged"), ReadWeights(dir_.path() + "/export-single/merged")),
+            1e-5);
+}
+
 TEST_F(TrainingTest, WorkerKilledMidJobResumesToTheSameWeightsAsAnUninterruptedRun) {
   StartWorker("w1");
   StartWorker("w2");
