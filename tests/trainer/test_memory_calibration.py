@@ -5,7 +5,7 @@ llamafleet-train puts the coordinator's estimate for the run as it really is (wo
 device, derived grad_accum; on a CPU the workspace is the process's resident size before
 training allocates anything) in its "started" event, and reports the measured peak in
 every metrics line (peak RSS on a CPU: ru_maxrss). For the tiny presets across sharding
-strategies, precisions, activation checkpointing, gradient accumulation and 1 or 2 ranks,
+strategies, precisions, activation checkpointing, gradient accumulation, LoRA and 1 or 2 ranks,
 the estimate must be within +-20% of rank 0's measured peak. Prints the table.
 
 Usage: test_memory_calibration.py BIN_DIR
@@ -24,7 +24,8 @@ BIN = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file_
 TRAIN = os.path.join(BIN, "llamafleet-train")
 TOLERANCE = 0.20
 
-# (name, world, preset, sharding, precision, activation checkpointing, micro, accum, seq_len)
+# (name, world, preset, sharding, precision, activation checkpointing, micro, accum, seq_len[, LoRA targets])
+ALL7 = "q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj"
 CASES = [
     ("full-fp32", 1, "tiny", "FULL_SHARD", "FP32", False, 4, 1, 256),
     ("full-ckpt", 1, "tiny", "FULL_SHARD", "FP32", True, 4, 1, 256),
@@ -34,6 +35,8 @@ CASES = [
     ("full-2ranks", 2, "tiny", "FULL_SHARD", "FP32", False, 4, 1, 256),
     ("noshard-2ranks", 2, "tiny", "NO_SHARD", "FP32", False, 4, 1, 256),
     ("hybrid-2ranks", 2, "tiny-gqa", "HYBRID_SHARD", "FP32", True, 4, 1, 256),
+    ("lora-qv", 1, "tiny", "FULL_SHARD", "FP32", False, 4, 1, 256, "q_proj, v_proj"),
+    ("lora-all-2ranks", 2, "tiny", "FULL_SHARD", "FP32", True, 4, 1, 256, ALL7),
 ]
 
 
@@ -51,7 +54,7 @@ class MemoryCalibration(unittest.TestCase):
     def tearDownClass(cls):
         shutil.rmtree(cls.tmp, ignore_errors=True)
 
-    def run_case(self, name, world, preset, sharding, precision, ckpt, micro, accum, seq_len):
+    def run_case(self, name, world, preset, sharding, precision, ckpt, micro, accum, seq_len, lora=""):
         spec = os.path.join(self.tmp, name + ".yaml")
         with open(spec, "w") as f:
             f.write("""
@@ -60,8 +63,10 @@ model: {preset: %s}
 data: {train_path: %s, format: TOKENS}
 training: {max_steps: 3, micro_batch_size: %d, grad_accum: %d, seq_len: %d, log_every: 1}
 fsdp: {sharding: %s, mixed_precision: %s, activation_checkpointing: %s%s}
+%s
 """ % (name, preset, self.data, micro, accum, seq_len, sharding, precision, "true" if ckpt else "false",
-                ", hybrid_shard_group_size: 1" if sharding == "HYBRID_SHARD" else ""))
+                ", hybrid_shard_group_size: 1" if sharding == "HYBRID_SHARD" else "",
+                "peft: {method: lora, r: 16, target_modules: [%s]}" % lora if lora else ""))
         codes, outs = wait_ranks(launch_ranks([TRAIN, "train", "--spec", spec, "--device", "cpu"], world))
         for code, (_, err) in zip(codes, outs):
             self.assertEqual(code, 0, err[-2000:])

@@ -190,10 +190,7 @@ absl::StatusOr<std::function<absl::Status(int, int64_t, int64_t, at::Tensor)>> A
       const int64_t lo = std::max(begin, offset), hi = std::min(end, offset + n);
       if (lo < hi) {
         const StTensorInfo* info = file->Find(PeftTensorName(u.param_names[i]));
-        const at::ScalarType dtype = info->dtype == StDtype::kF32 ? at::kFloat
-                                     : info->dtype == StDtype::kF16 ? at::kHalf
-                                                                    : at::kBFloat16;
-        at::Tensor all = at::from_blob(const_cast<uint8_t*>(file->Data(*info)), {n}, dtype);
+        at::Tensor all = at::from_blob(const_cast<uint8_t*>(file->Data(*info)), {n}, ToTorchDtype(info->dtype));
         out.narrow(0, lo - begin, hi - lo).copy_(all.narrow(0, lo - offset, hi - lo));
       }
       offset += n;
