@@ -388,7 +388,14 @@ absl::Status Trainer::Checkpoint(int64_t step, double loss) {
   return ReportSaved(previous);
 }
 
-absl::Status Trainer::FinishCheckpoint() { return writer_ ? ReportSaved(writer_->Wait()) : absl::OkStatus(); }
+absl::Status Trainer::FinishCheckpoint() {
+  if (!writer_) return absl::OkStatus();
+  LF_RETURN_IF_ERROR(ReportSaved(writer_->Wait()));
+  // A barrier: the other ranks read the save's outcome from the store rank 0 hosts, so
+  // rank 0 must not exit (the end, a preemption) before they have it.
+  (void)engine_->AllReduceSum(0.0);
+  return absl::OkStatus();
+}
 
 absl::Status Trainer::Run() {
   LF_RETURN_IF_ERROR(Setup());
