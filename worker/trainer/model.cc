@@ -126,9 +126,10 @@ at::Tensor LlamaModel::Project(const std::vector<at::Tensor>& p, int module, con
   at::Tensor y = Linear(x, p[kBase[module]]);
   const int a = lora_.enabled ? lora_index_[module] : -1;
   if (a < 0) return y;
-  // PEFT: base(x) + lora_B(lora_A(dropout(x))) * scaling.
+  // PEFT: base(x) + lora_B(lora_A(dropout(x))) * scaling. The rank-r products go through
+  // ATen even on the oneDNN path: converting layouts for them costs more than they do.
   const at::Tensor xd = lora_.dropout > 0 && training_ ? at::dropout(x, lora_.dropout, /*train=*/true) : x;
-  return y + Linear(Linear(xd, p[a]), p[a + 1]) * lora_.scale();
+  return y + at::linear(at::linear(xd, p[a]), p[a + 1]) * lora_.scale();
 }
 
 at::Tensor LlamaModel::RmsNorm(const at::Tensor& x, const at::Tensor& weight) const {
