@@ -24,6 +24,8 @@ namespace {
 using google::protobuf::util::TimeUtil;
 
 constexpr int kLinesPerBatch = 200;
+// A token cache build's progress goes to the coordinator at most this often per task.
+constexpr absl::Duration kTokenizingRelayInterval = absl::Seconds(5);
 
 absl::Status FromGrpc(const grpc::Status& s) {
   return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
@@ -426,6 +428,22 @@ void WorkerAgent::OnLine(const std::string& task_id, int rank, bool is_stderr,
       p->set_since_start(x->since_start);
       p->set_detail(x->detail.substr(0, 256));
       structured = std::move(m);
+    } else if (const auto* x = std::get_if<trainer_events::Tokenizing>(&*event)) {
+      const absl::Time now = absl::Now();
+      const bool finished = x->total_bytes > 0 && x->done_bytes >= x->total_bytes;
+      std::lock_guard<std::mutex> lock(mu_);
+      auto last = last_tokenizing_.try_emplace(task_id, TokenizingRelayed{absl::InfinitePast(), ""}).first;
+      if ((finished && last->second.finished_path != x->path) || now - last->second.time >= kTokenizingRelayInterval) {
+        last->second.time = now;
+        if (finished) last->second.finished_path = x->path;
+        v1::WorkerMessage m;
+        v1::TokenizingProgress* p = m.mutable_tokenizing();
+        p->set_task_id(task_id);
+        p->set_path(x->path.substr(0, 256));
+        p->set_done_bytes(x->done_bytes);
+        p->set_total_bytes(x->total_bytes);
+        structured = std::move(m);
+      }
     } else if (const auto* x = std::get_if<trainer_events::CheckpointSaved>(&*event)) {
       v1::WorkerMessage m;
       v1::CheckpointReport* c = m.mutable_checkpoint();
@@ -479,6 +497,7 @@ void WorkerAgent::OnFinished(const std::string& task_id, v1::TaskState state,
     for (int g : task_gpus_[task_id]) free_gpus_.insert(g);
     task_gpus_.erase(task_id);
     total_steps_.erase(task_id);
+    last_tokenizing_.erase(task_id);
     // The runner cannot be destroyed on its own thread: hand it to the sender to join.
     auto it = tasks_.find(task_id);
     if (it != tasks_.end()) {

@@ -13,6 +13,8 @@
 //   {"type":"event","event":"resumed", path, step, skipped: [{path, reason}]}
 //   {"type":"event","event":"checkpoint_saved", path, step, bytes, manifest_sha256, loss}
 //   {"type":"event","event":"phase", phase, seconds, since_start, detail}
+//   {"type":"event","event":"tokenizing", path, done_bytes, total_bytes}
+//                                       (may come before "started": data is read first)
 //   {"type":"event","event":"preempted", step, loss}
 //   {"type":"eval", step, loss, perplexity, tokens}
 //   {"type":"event","event":"finished", steps, loss, export_dir}
@@ -88,6 +90,14 @@ struct Phase {
   std::string detail;  // e.g. "token cache hit", "resumed from step 40"
 };
 
+// A token cache build's progress (rank 0, about every 2 s and once when it is done):
+// `done_bytes` of the dataset's `total_bytes` read.
+struct Tokenizing {
+  std::string path;
+  int64_t done_bytes = 0;
+  int64_t total_bytes = 0;
+};
+
 struct Preempted {
   int64_t step = 0;
   double loss = 0;
@@ -115,7 +125,8 @@ struct Exit {
   }
 };
 
-using Event = std::variant<Started, Metrics, Resumed, CheckpointSaved, Phase, Preempted, Eval, Finished, Exit>;
+using Event =
+    std::variant<Started, Metrics, Resumed, CheckpointSaved, Phase, Preempted, Eval, Finished, Exit, Tokenizing>;
 
 // One JSON line (no trailing newline).
 std::string ToLine(const Started& e);
@@ -123,6 +134,7 @@ std::string ToLine(const Metrics& e);
 std::string ToLine(const Resumed& e);
 std::string ToLine(const CheckpointSaved& e);
 std::string ToLine(const Phase& e);
+std::string ToLine(const Tokenizing& e);
 std::string ToLine(const Preempted& e);
 std::string ToLine(const Eval& e);
 std::string ToLine(const Finished& e);

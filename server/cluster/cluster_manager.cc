@@ -221,6 +221,9 @@ void ClusterManager::OnWorkerMessage(const std::string& worker, v1::WorkerMessag
       case v1::WorkerMessage::kPhase:
         HandlePhase(worker, message.phase());
         break;
+      case v1::WorkerMessage::kTokenizing:
+        HandleTokenizing(worker, message.tokenizing());
+        break;
       default:
         break;
     }

@@ -200,6 +200,7 @@ absl::Status Build(const std::string& data_path, const TokenCacheOptions& o, con
     }
   }
   for (std::thread& t : workers) t.join();
+  if (o.progress && size > 0 && done.load() >= static_cast<int64_t>(size)) o.progress(static_cast<int64_t>(size), static_cast<int64_t>(size));
 
   // The first bad line of the file: the earliest chunk with an error.
   int64_t lines_before = 0;

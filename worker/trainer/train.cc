@@ -161,7 +161,7 @@ int64_t PeakRssBytes() {
 absl::StatusOr<LoadedData> LoadRows(const std::string& path, DataFormat format,
                                     const Tokenizer* tokenizer, const LlamaConfig& config,
                                     BatchingMode batching, int64_t seq_len, const std::string& cache_dir,
-                                    bool log_progress) {
+                                    bool log_progress, bool progress_events) {
   TokenCacheOptions o;
   o.dir = cache_dir;
   o.load.format = format;
@@ -172,7 +172,8 @@ absl::StatusOr<LoadedData> LoadRows(const std::string& path, DataFormat format,
   o.load.max_positions = config.max_position_embeddings;
   o.tokenizer_path = tokenizer ? tokenizer->path() : "";
   if (log_progress) {
-    o.progress = [path](int64_t done, int64_t total) {
+    o.progress = [path, progress_events](int64_t done, int64_t total) {
+      if (progress_events) EmitJsonLine(trainer_events::ToLine(trainer_events::Tokenizing{path, done, total}));
       LogInfo(absl::StrFormat("tokenizing %s: %.0f%% (%.2f of %.2f GB)", path,
                               total > 0 ? 100.0 * static_cast<double>(done) / static_cast<double>(total) : 100.0,
                               static_cast<double>(done) / 1e9, static_cast<double>(total) / 1e9));

@@ -50,10 +50,12 @@ struct LoadedData {
   bool cache_hit = false;  // mapped an existing token file (nothing tokenized)
 };
 // The rows of a JSONL file, tokenized once into `cache_dir` and then memory-mapped.
-// `log_progress`: this process logs a build's progress.
+// `log_progress`: this process logs a build's progress; `progress_events`: it also prints
+// each report as a `tokenizing` event line (a train run's rank 0: its worker relays them).
 absl::StatusOr<LoadedData> LoadRows(const std::string& path, DataFormat format, const Tokenizer* tokenizer,
                                     const LlamaConfig& config, BatchingMode batching, int64_t seq_len,
-                                    const std::string& cache_dir, bool log_progress);
+                                    const std::string& cache_dir, bool log_progress,
+                                    bool progress_events = false);
 // The tokenizer a format needs (none for token data): `explicit_path`, else
 // <model_dir>/tokenizer.model; refused when it has more pieces than the model's vocabulary.
 absl::StatusOr<std::unique_ptr<Tokenizer>> MaybeLoadTokenizer(DataFormat format, const std::string& explicit_path,
