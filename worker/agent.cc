@@ -16,6 +16,7 @@
 #include "spdlog/spdlog.h"
 #include "worker/inventory.h"
 #include "worker/path_guard.h"
+#include "worker/token_cache_dir.h"
 #include "worker/trainer_events.h"
 
 namespace llamafleet::worker {
@@ -324,9 +325,17 @@ void WorkerAgent::StartTask(const v1::TaskSpec& task) {
     std::lock_guard<std::mutex> lock(mu_);
     if (shutting_down_ || tasks_.count(task.task_id())) return;  // repeated assignment
   }
-  if (absl::Status refused = CheckTaskPaths(task); !refused.ok()) {
-    // The job's fault, not the node's: reported the way a trainer reports bad input (an
-    // exit record with the status code), so the job fails permanently.
+  // Each owner's tokenized datasets in a directory of their own (token_cache_dir.h).
+  absl::StatusOr<std::string> token_cache = absl::FailedPreconditionError("unchecked");
+  absl::Status refused = CheckTaskPaths(task);
+  if (refused.ok()) {
+    const std::vector<std::string> roots(task.path_roots().begin(), task.path_roots().end());
+    token_cache = PrepareTokenCacheDir(OwnerTokenCacheDir(roots, options_.data_dir, task.owner()), options_.run_as);
+    refused = token_cache.status();
+  }
+  if (!refused.ok()) {
+    // The job's fault (or its owner's cache's), not the node's: reported the way a trainer
+    // reports bad input (an exit record with the status code), so the job fails permanently.
     const std::string why = absl::StrCat(absl::StatusCodeToString(refused.code()), ": ",
                                          refused.message());
     spdlog::error("task {}: refused before start: {}", task.task_id(), why);
@@ -362,7 +371,7 @@ void WorkerAgent::StartTask(const v1::TaskSpec& task) {
   launch.task = task;
   launch.trainer_command = options_.trainer_command;
   launch.work_dir = absl::StrCat(options_.data_dir, "/tasks/", task.task_id());
-  launch.token_cache_dir = absl::StrCat(options_.data_dir, "/token-cache");
+  launch.token_cache_dir = *token_cache;
   if (cpu) {
     launch.gpu_indices.clear();
     launch.cpu_threads_per_rank = std::max(1, inventory_.cpus() / std::max(1, task.nproc_per_node()));

@@ -79,6 +79,7 @@ std::pair<TxnFunction, std::function<void(absl::Status)>> ClusterManager::StartA
   if (a.spec.checkpoint().dir().empty() && !options_.checkpoint_root.empty()) {
     a.spec.mutable_checkpoint()->set_dir(absl::StrCat(options_.checkpoint_root, "/", p.job_id));
   }
+  a.owner = j.job.owner();
   a.record.job_id = p.job_id;
   a.record.attempt = j.job.attempts() + 1;
   a.record.started = now;
@@ -399,6 +400,7 @@ void ClusterManager::SendAssignments(int64_t job_id) {
     }
     *ts->mutable_spec() = a.spec;
     for (const std::string& root : options_.path_roots) ts->add_path_roots(root);
+    ts->set_owner(a.owner);
     workers_.Send(t.worker, std::move(m));
   }
 }

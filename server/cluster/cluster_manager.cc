@@ -42,6 +42,7 @@ absl::StatusOr<std::unique_ptr<ClusterManager>> ClusterManager::Start(JobStore* 
     if (!job.ok()) return job.status();
     ActiveAttempt a;
     a.spec = job->spec();
+    a.owner = job->owner();
     a.committed = true;
     a.running_recorded = job->state() == v1::RUNNING;
     a.last_progress = now;
