@@ -10,6 +10,7 @@
 #include <fstream>
 #include <optional>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "google/protobuf/util/time_util.h"
@@ -406,7 +407,14 @@ void WorkerAgent::OnLine(const std::string& task_id, int rank, bool is_stderr,
                          const std::string& line) {
   std::optional<v1::WorkerMessage> structured;
   std::optional<trainer_events::Event> event;
-  if (rank == 0 && !is_stderr) event = trainer_events::ParseLine(line);
+  if (rank == 0 && !is_stderr) {
+    event = trainer_events::ParseLine(line);
+  } else if (!is_stderr && absl::StrContains(line, "\"event\":\"tokenizing\"")) {
+    // Whichever rank builds a token cache entry reports its progress; from the other
+    // ranks nothing else is taken.
+    event = trainer_events::ParseLine(line);
+    if (event.has_value() && !std::holds_alternative<trainer_events::Tokenizing>(*event)) event.reset();
+  }
   if (event.has_value()) {
     if (const auto* x = std::get_if<trainer_events::Metrics>(&*event)) {
       v1::WorkerMessage m;

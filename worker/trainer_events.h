@@ -90,8 +90,9 @@ struct Phase {
   std::string detail;  // e.g. "token cache hit", "resumed from step 40"
 };
 
-// A token cache build's progress (rank 0, about every 2 s and once when it is done):
-// `done_bytes` of the dataset's `total_bytes` read.
+// A token cache build's progress, from the rank that builds the entry (about every 2 s
+// and once when it is done): `done_bytes` of the dataset's `total_bytes` read. The agent
+// takes this event from any rank's stdout, every other event from rank 0's only.
 struct Tokenizing {
   std::string path;
   int64_t done_bytes = 0;

@@ -339,6 +339,7 @@ absl::StatusOr<TokenCacheResult> OpenTokenCache(const std::string& data_path, co
   if (auto f = TokenFile::Open(path); f.ok()) {
     r.file = std::move(*f);
     r.hit = true;
+    r.built_meanwhile = true;
     return r;
   }
   const auto t0 = std::chrono::steady_clock::now();

@@ -76,6 +76,9 @@ struct TokenCacheOptions {
 struct TokenCacheResult {
   std::unique_ptr<TokenFile> file;
   bool hit = false;         // an existing entry was mapped (built by nobody here)
+  // Of a hit: the entry was not there when this process first looked; another process
+  // built it meanwhile (this one waited on the entry's lock).
+  bool built_meanwhile = false;
   double build_seconds = 0; // 0 on a hit
 };
 

@@ -171,7 +171,7 @@ absl::StatusOr<LoadedData> LoadRows(const std::string& path, DataFormat format,
   o.load.vocab_size = config.vocab_size;
   o.load.max_positions = config.max_position_embeddings;
   o.tokenizer_path = tokenizer ? tokenizer->path() : "";
-  if (log_progress) {
+  if (log_progress || progress_events) {  // (only a process that builds the entry calls it)
     o.progress = [path, progress_events](int64_t done, int64_t total) {
       if (progress_events) EmitJsonLine(trainer_events::ToLine(trainer_events::Tokenizing{path, done, total}));
       LogInfo(absl::StrFormat("tokenizing %s: %.0f%% (%.2f of %.2f GB)", path,
@@ -181,13 +181,15 @@ absl::StatusOr<LoadedData> LoadRows(const std::string& path, DataFormat format,
   }
   LF_ASSIGN_OR_RETURN(TokenCacheResult cached, OpenTokenCache(path, o));
   if (log_progress) {
-    LogInfo(cached.hit ? absl::StrCat("data ", path, ": token cache hit ", cached.file->path())
-                       : absl::StrFormat("data %s: tokenized into %s in %.1f s", path, cached.file->path(),
-                                         cached.build_seconds));
+    LogInfo(cached.built_meanwhile ? absl::StrCat("data ", path, ": tokenized by another process into ", cached.file->path())
+            : cached.hit           ? absl::StrCat("data ", path, ": token cache hit ", cached.file->path())
+                                   : absl::StrFormat("data %s: tokenized into %s in %.1f s", path, cached.file->path(),
+                                                     cached.build_seconds));
   }
   std::shared_ptr<const TokenFile> file = std::move(cached.file);
   LF_ASSIGN_OR_RETURN(TokenRows rows, TokenRows::Create(file, batching, seq_len, path));
-  return LoadedData{std::move(rows), 0, config.vocab_size, cached.hit};
+  // Built by another process (a rank of this run) while this one waited: tokenized for this start.
+  return LoadedData{std::move(rows), 0, config.vocab_size, cached.hit && !cached.built_meanwhile};
 }
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> MaybeLoadTokenizer(DataFormat format,

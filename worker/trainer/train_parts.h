@@ -47,11 +47,12 @@ struct LoadedData {
   TokenRows rows;
   int32_t pad_id = 0;
   int64_t vocab_size = 0;
-  bool cache_hit = false;  // mapped an existing token file (nothing tokenized)
+  bool cache_hit = false;  // mapped a token file built before this run (nothing tokenized for it)
 };
 // The rows of a JSONL file, tokenized once into `cache_dir` and then memory-mapped.
-// `log_progress`: this process logs a build's progress; `progress_events`: it also prints
-// each report as a `tokenizing` event line (a train run's rank 0: its worker relays them).
+// `log_progress`: this process logs whether it found the entry; either flag: a build this
+// process does logs its progress, and with `progress_events` also prints each report as a
+// `tokenizing` event line (a train run's ranks: whichever builds, its worker relays them).
 absl::StatusOr<LoadedData> LoadRows(const std::string& path, DataFormat format, const Tokenizer* tokenizer,
                                     const LlamaConfig& config, BatchingMode batching, int64_t seq_len,
                                     const std::string& cache_dir, bool log_progress,
