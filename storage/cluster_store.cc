@@ -158,7 +158,9 @@ TxnFunction RecordStartupPhaseTxn(int64_t job_id, int attempt, v1::AttemptPhase 
                           "VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
                           [&](sqlite::Statement& st) {
                             st.Bind(1, job_id).Bind(2, int64_t{attempt}).Bind(3, phase.name());
-                            st.Bind(4, txn.NowMicros()).BindDouble(5, phase.seconds()).Bind(6, phase.detail());
+                            st.Bind(4, phase.has_time() ? TimeUtil::TimestampToMicroseconds(phase.time())
+                                                        : txn.NowMicros());
+                            st.BindDouble(5, phase.seconds()).Bind(6, phase.detail());
                           });
     if (!s.ok()) return s;
     if (txn.Changes() == 0) return absl::OkStatus();  // a repeat: the first report stands

@@ -85,8 +85,8 @@ TxnFunction EndAttemptTxn(AttemptEnd end);
 TxnFunction FailQueuedJobTxn(int64_t job_id, std::string reason);
 // Job RUNNING/SCHEDULED → PREEMPTING.
 TxnFunction BeginPreemptionTxn(int64_t job_id, std::string reason);
-// A start-up phase of the job's current attempt (phase.name, seconds and detail; its time
-// is the transaction's), stored as the attempt's phase and as an event ("startup", with
+// A start-up phase of the job's current attempt (phase.name, seconds, detail, and its
+// time when set, else the transaction's), stored as the attempt's phase and as an event ("startup", with
 // `reason`) that leaves the state and status reason as they are. Ignored for another
 // attempt or a finished job, and for a phase the attempt already has (the first report
 // stands: no second row, no second event). StartAttemptTxn records "placed" and

@@ -190,6 +190,7 @@ void ClusterManager::HandleTaskStatus(const std::string& worker, const v1::TaskS
   const int64_t job_id = a->record.job_id;
   if (effect.record_running) {
     a->last_progress = options_.clock->Now();
+    a->trainers_started = a->last_progress;
     Write(AttemptRunningTxn(job_id, a->record.attempt), [](absl::Status) {});
     if (options_.metrics != nullptr) {
       options_.metrics->RecordStartupPhase("trainers_started",
@@ -234,6 +235,15 @@ void ClusterManager::HandlePhase(const std::string& worker, const v1::StartupPha
   if (!a->phases_reported.insert(phase.phase()).second) return;
   v1::AttemptPhase record;
   record.set_name(phase.phase());
+  // When it was done: the trainers' start plus the trainer's own time since it started
+  // (rank 0 reports its first phases together, once it has printed "started"), never after
+  // the report arrived.
+  const absl::Time now = options_.clock->Now();
+  const absl::Time done =
+      a->trainers_started == absl::InfinitePast()
+          ? now
+          : std::clamp(a->trainers_started + absl::Seconds(phase.since_start()), a->trainers_started, now);
+  *record.mutable_time() = TimeUtil::MicrosecondsToTimestamp(absl::ToUnixMicros(done));
   record.set_seconds(phase.seconds());
   record.set_detail(CleanText(phase.detail(), kMaxPhaseDetail));
   std::string reason = absl::StrFormat("attempt %d start-up: %s in %.2f s (%.2f s since the trainer started)",
@@ -261,10 +271,10 @@ void ClusterManager::HandleTokenizing(const std::string& worker, const v1::Token
   const size_t slash = path.rfind('/');
   const std::string name = slash == std::string::npos ? path : path.substr(slash + 1);
   const double done = static_cast<double>(p.done_bytes()), total = static_cast<double>(p.total_bytes());
-  const bool gb = total >= 1e9;
+  const double unit = total >= 1e9 ? 1e9 : total >= 1e6 ? 1e6 : 1e3;
   const std::string reason =
       absl::StrFormat("attempt %d: tokenizing %s %.0f%% (%.1f of %.1f %s)", a->record.attempt, name,
-                      100.0 * done / total, done / (gb ? 1e9 : 1e6), total / (gb ? 1e9 : 1e6), gb ? "GB" : "MB");
+                      100.0 * done / total, done / unit, total / unit, unit == 1e9 ? "GB" : unit == 1e6 ? "MB" : "kB");
   Write(RecordAttemptNoteTxn(a->record.job_id, a->record.attempt, "tokenizing", reason), [](absl::Status) {});
 }
 

@@ -15,6 +15,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "google/protobuf/util/time_util.h"
 #include "jobspec/jobspec.h"
 #include "tests/testing/process.h"
 
@@ -572,6 +573,7 @@ TEST_F(ClusterManagerTest, StartupPhasesAndTokenizingProgressFromAWorkerAreBound
     m.mutable_phase()->set_detail(detail);
     Send(worker, std::move(m));
   };
+  clock_.Advance(absl::Seconds(2));  // the report comes later than the phase was done
   phase("w0", "made_up", 1, "");
   phase("w0", "rendezvous", -1, "");
   phase("w0", "rendezvous", std::nan(""), "");
@@ -620,6 +622,11 @@ TEST_F(ClusterManagerTest, StartupPhasesAndTokenizingProgressFromAWorkerAreBound
   EXPECT_EQ(names, (std::vector<std::string>{"placed", "trainers_started", "data_ready"}));
   EXPECT_EQ((*attempts)[0].phases(2).detail(), "token cache ?[2Jhit");
   EXPECT_DOUBLE_EQ((*attempts)[0].phases(2).seconds(), 0.5);
+  using google::protobuf::util::TimeUtil;
+  EXPECT_EQ(TimeUtil::TimestampToMicroseconds((*attempts)[0].phases(2).time()) -
+                TimeUtil::TimestampToMicroseconds((*attempts)[0].phases(1).time()),
+            500'000)
+      << "done 0.5 s after the trainers started, by the trainer's clock";
 }
 
 }  // namespace

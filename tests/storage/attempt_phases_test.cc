@@ -83,7 +83,9 @@ TEST_F(AttemptPhasesTest, EachPhaseIsRecordedOnceWithItsTimeAndReadBackInOrder) 
   EXPECT_EQ(Events(store.get(), job).size(), events_before);
   // A phase of another attempt than the job's current one changes nothing.
   ASSERT_TRUE(store->WriteAndWait(RecordStartupPhaseTxn(job, 2, Phase("rendezvous", 1, ""), "stale")).ok());
-  ASSERT_TRUE(store->WriteAndWait(RecordStartupPhaseTxn(job, 1, Phase("first_step", 0.2, ""), "first")).ok());
+  v1::AttemptPhase first_step = Phase("first_step", 0.2, "");
+  *first_step.mutable_time() = TimeUtil::MicrosecondsToTimestamp(absl::ToUnixMicros(submitted + absl::Seconds(7)));
+  ASSERT_TRUE(store->WriteAndWait(RecordStartupPhaseTxn(job, 1, first_step, "first")).ok());
 
   absl::StatusOr<std::vector<v1::Attempt>> list = ListAttempts(*store, job);
   ASSERT_TRUE(list.ok()) << list.status();
@@ -101,6 +103,8 @@ TEST_F(AttemptPhasesTest, EachPhaseIsRecordedOnceWithItsTimeAndReadBackInOrder) 
   EXPECT_EQ(TimeUtil::TimestampToMicroseconds(a.phases(2).time()),
             absl::ToUnixMicros(submitted + absl::Milliseconds(6400)));
   EXPECT_EQ(a.phases(3).name(), "first_step");
+  EXPECT_EQ(TimeUtil::TimestampToMicroseconds(a.phases(3).time()), absl::ToUnixMicros(submitted + absl::Seconds(7)))
+      << "a phase's own time when it comes with one";
 
   const std::vector<v1::JobEvent> events = Events(store.get(), job);
   int startup = 0;
