@@ -240,9 +240,8 @@ export function mountJob(root, ctx, id) {
       : [h('tr.empty', h('td', {colspan: 6}, 'No checkpoints yet.'))]));
   }
 
-  // Newest first. Workers by node rank, each with its task's last reported state.
   // An attempt's start-up phases as one row under it: each phase with its time since the
-  // placement and its own duration ("data_ready +1.52 s (0.06 s, token cache hit)").
+  // placement and its own duration ("data ready +1.52 s (0.06 s, token cache hit)").
   function phasesRow(a) {
     const phases = a.phases || [];
     if (!phases.length) return null;
@@ -255,6 +254,7 @@ export function mountJob(root, ctx, id) {
           h('span.muted', ` (${Number(p.seconds || 0).toFixed(2)} s${p.detail ? `, ${p.detail}` : ''})`))))));
   }
 
+  // Newest first. Workers by node rank, each with its task's last reported state.
   function renderAttempts(list) {
     const sig = JSON.stringify(list.map((a) => [a.attempt, a.state, a.end_time, a.reason, a.nodes, a.resize_reason,
       (a.tasks || []).map((t) => [t.worker, t.state, t.message]), (a.phases || []).map((p) => p.name)]));
