@@ -19,7 +19,7 @@
 // Opening checks the header, the file size and that the offsets are monotonic from 0 to T;
 // token ids are checked against the vocabulary when a batch is made.
 //
-// Building: one process per entry holds <key>.lock (flock) and writes <key>.tmp-<pid>,
+// Building: one process per entry holds <key>.lock (flock) and writes <key>.tmp-<host>-<pid>,
 // fsyncs it and renames it into place; others wait on the lock and then map the result.
 // The JSONL is split at line boundaries across threads (SentencePiece encoding is
 // thread-safe); a malformed line fails the build with `file:line: why`, as LoadJsonl does.
