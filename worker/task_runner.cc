@@ -59,6 +59,8 @@ std::map<std::string, std::string> RankEnvironment(const TaskLaunch& launch, int
   env["LLAMAFLEET_JOB_ID"] = t.job_id();
   env["LLAMAFLEET_TASK_ID"] = t.task_id();
   env["LLAMAFLEET_ATTEMPT"] = absl::StrCat(t.attempt());
+  // Token cache builds report progress as event lines (before "started"): the agent relays them.
+  env["LLAMAFLEET_PROGRESS_EVENTS"] = "1";
   // torchrun's convention: every local rank sees the node's devices and picks LOCAL_RANK.
   env["CUDA_VISIBLE_DEVICES"] = absl::StrJoin(launch.gpu_indices, ",");
   if (launch.cpu_threads_per_rank > 0) {

@@ -14,7 +14,8 @@
 //   {"type":"event","event":"checkpoint_saved", path, step, bytes, manifest_sha256, loss}
 //   {"type":"event","event":"phase", phase, seconds, since_start, detail}
 //   {"type":"event","event":"tokenizing", path, done_bytes, total_bytes}
-//                                       (may come before "started": data is read first)
+//                      (only a worker's ranks print it, and before "started": data comes
+//                      first; a run on its own prints "started" first)
 //   {"type":"event","event":"preempted", step, loss}
 //   {"type":"eval", step, loss, perplexity, tokens}
 //   {"type":"event","event":"finished", steps, loss, export_dir}

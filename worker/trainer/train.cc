@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <string_view>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -154,6 +155,11 @@ int64_t PeakRssBytes() {
   struct rusage ru;
   getrusage(RUSAGE_SELF, &ru);
   return static_cast<int64_t>(ru.ru_maxrss) * 1024;
+}
+
+bool ProgressEventsWanted() {
+  const char* v = std::getenv("LLAMAFLEET_PROGRESS_EVENTS");
+  return v != nullptr && std::string_view(v) == "1";
 }
 
 // The rows of a JSONL file through the token cache (token_cache.h): tokenized once into

@@ -53,6 +53,10 @@ struct LoadedData {
 // `log_progress`: this process logs whether it found the entry; either flag: a build this
 // process does logs its progress, and with `progress_events` also prints each report as a
 // `tokenizing` event line (a train run's ranks: whichever builds, its worker relays them).
+// Whether a build's progress goes out as event lines too: a worker's ranks
+// (LLAMAFLEET_PROGRESS_EVENTS=1, which the worker sets), so that a run on its own keeps
+// "started" as the first line it prints.
+bool ProgressEventsWanted();
 absl::StatusOr<LoadedData> LoadRows(const std::string& path, DataFormat format, const Tokenizer* tokenizer,
                                     const LlamaConfig& config, BatchingMode batching, int64_t seq_len,
                                     const std::string& cache_dir, bool log_progress,
