@@ -11,6 +11,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/startup_phases.h"
 #include "llamafleet/v1/job.pb.h"
 #include "llamafleet/v1/worker.pb.h"
 #include "server/cluster/cluster_manager.h"
@@ -481,12 +482,11 @@ CoordinatorMetrics::CoordinatorMetrics(CoordinatorMetricsOptions options)
                      {}, kPassBuckets),
       passes_("llamafleet_scheduling_passes_total", "Scheduling passes run.", {}),
       startup_phase_("llamafleet_startup_phase_seconds",
-                     "Trainer start-up phases of each attempt (rank 0): data_ready (token cache hit "
-                     "or built), rendezvous, weights_loaded, first_step.",
+                     "Start-up phases of each attempt: placed (time queued before the placement), "
+                     "trainers_started (placement to every rank running), and the trainer's rank 0's "
+                     "data_ready (token cache hit or built), rendezvous, weights_loaded, first_step.",
                      {"phase"}, kStartupBuckets) {
-  for (const char* phase : {"data_ready", "rendezvous", "weights_loaded", "first_step"}) {
-    startup_phase_.WithLabels({phase});
-  }
+  for (std::string_view phase : kStartupPhases) startup_phase_.WithLabels({std::string(phase)});
   for (int i = 0; i < 5; ++i)
     submissions_by_result_[i] = &submissions_.WithLabels({kSubmitResults[i]});
   submit_latency_all_ = &submit_latency_.WithLabels({});
@@ -520,7 +520,7 @@ void CoordinatorMetrics::RecordSubmitted(const std::vector<SubmitJobResult>& res
 }
 
 void CoordinatorMetrics::RecordStartupPhase(const std::string& phase, double seconds) {
-  if (phase != "data_ready" && phase != "rendezvous" && phase != "weights_loaded" && phase != "first_step") return;
+  if (!IsStartupPhase(phase)) return;
   startup_phase_.WithLabels({phase}).Observe(seconds);
 }
 

@@ -197,8 +197,8 @@ class CoordinatorMetrics {
   // request's latency (received → acknowledgement sent).
   void RecordSubmitted(const std::vector<SubmitJobResult>& results, absl::Duration latency);
   void RecordSchedulingPass(absl::Duration duration);
-  // A trainer's start-up phase (llamafleet_startup_phase_seconds{phase}); phases other than
-  // data_ready, rendezvous, weights_loaded and first_step are not recorded.
+  // An attempt's start-up phase (llamafleet_startup_phase_seconds{phase}); names that are
+  // not in kStartupPhases (common/startup_phases.h) are not recorded.
   void RecordStartupPhase(const std::string& phase, double seconds);
 
   // One scrape, in the text exposition format 0.0.4. Thread-safe.

@@ -14,6 +14,7 @@ namespace {
 
 constexpr char kReservedDir[] = "llamafleet";
 constexpr char kCheckpointsDir[] = "llamafleet/checkpoints";
+constexpr char kTokenCacheDir[] = "llamafleet/token-cache";  // owners' token caches (the workers')
 
 std::string Join(absl::string_view root, absl::string_view rest) {
   return root == "/" ? absl::StrCat("/", rest) : absl::StrCat(root, "/", rest);
@@ -140,6 +141,14 @@ absl::Status ApplySubmitPolicy(const SubmitPolicy& policy, v1::Role role, absl::
                                     [&](const std::string& r) { return PathWithin(*normalized, r); });
     if (!inside) {
       add(field, absl::StrCat("must be inside a path root (", roots, "), got ", *normalized));
+      continue;
+    }
+    const auto cache = std::find_if(policy.path_roots.begin(), policy.path_roots.end(), [&](const std::string& r) {
+      return PathWithin(*normalized, Join(r, kTokenCacheDir));
+    });
+    if (cache != policy.path_roots.end()) {
+      add(field, absl::StrCat("must not be inside ", Join(*cache, kTokenCacheDir),
+                              ", where workers keep each owner's tokenized datasets"));
       continue;
     }
     if (field == "checkpoint.dir" || field == "output.export_dir") {

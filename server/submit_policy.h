@@ -66,7 +66,8 @@ std::optional<std::string> InsideReservedDir(const std::vector<std::string>& roo
                                              absl::string_view path);
 
 // Checks the spec's path fields against the roots and normalizes them in place (the
-// stored spec names the paths that were checked). Also: the queue is configured, the
+// stored spec names the paths that were checked); no path may lie inside a root's
+// llamafleet/token-cache (the workers' per-owner token caches). Also: the queue is configured, the
 // priority is within the caller's role's maximum. Returns OK or INVALID_ARGUMENT listing
 // each violation as "<prefix><field> <rule>" with field violations attached (as
 // ValidateJobSpec does). `prefix` is "spec." or "jobs[3].spec.".

@@ -60,8 +60,8 @@ absl::Status Query(sqlite::Connection& conn, const std::string& sql,
 
 }  // namespace
 
-TxnFunction StartAttemptTxn(AttemptRecord a) {
-  return [a = std::move(a)](Txn& txn) -> absl::Status {
+TxnFunction StartAttemptTxn(AttemptRecord a, std::shared_ptr<double> queued_seconds) {
+  return [a = std::move(a), queued_seconds](Txn& txn) -> absl::Status {
     absl::StatusOr<v1::Job> job = RequireJob(txn, a.job_id);
     if (!job.ok()) return job.status();
     if (job->state() != v1::QUEUED) {
@@ -79,6 +79,24 @@ TxnFunction StartAttemptTxn(AttemptRecord a) {
                             st.Bind(6, a.resume_from).Bind(7, static_cast<int64_t>(a.tasks.size()));
                             st.Bind(8, a.resize_note);
                           });
+    if (!s.ok()) return s;
+    // The "placed" phase: how long the job waited since it last became QUEUED (submitted,
+    // or requeued by the attempt before).
+    absl::StatusOr<sqlite::Statement*> queued = txn.Statement(
+        "SELECT COALESCE(MAX(time_us), 0) FROM job_events WHERE job_id = ?1 AND to_state = ?2");
+    if (!queued.ok()) return queued.status();
+    (*queued)->Bind(1, a.job_id).Bind(2, static_cast<int64_t>(v1::QUEUED));
+    absl::StatusOr<bool> row = (*queued)->Step();
+    if (!row.ok()) return row.status();
+    const int64_t queued_us = *row ? (*queued)->ColumnInt(0) : 0;
+    (*queued)->Reset();
+    const double waited = queued_us > 0 && queued_us < now ? static_cast<double>(now - queued_us) / 1e6 : 0.0;
+    if (queued_seconds != nullptr) *queued_seconds = waited;
+    s = Exec(txn,
+             "INSERT INTO attempt_phases (job_id, attempt, phase, time_us, seconds) VALUES (?1, ?2, 'placed', ?3, ?4)",
+             [&](sqlite::Statement& st) {
+               st.Bind(1, a.job_id).Bind(2, int64_t{a.attempt}).Bind(3, now).BindDouble(4, waited);
+             });
     if (!s.ok()) return s;
     std::vector<std::string> placed, workers;
     for (const TaskRecord& t : a.tasks) {
@@ -115,12 +133,43 @@ TxnFunction AttemptRunningTxn(int64_t job_id, int attempt) {
     absl::StatusOr<v1::Job> job = RequireJob(txn, job_id);
     if (!job.ok()) return job.status();
     if (job->state() != v1::SCHEDULED || job->attempts() != attempt) return absl::OkStatus();
+    absl::Status s = Exec(txn,
+                          "INSERT OR IGNORE INTO attempt_phases (job_id, attempt, phase, time_us, seconds) "
+                          "SELECT job_id, attempt, 'trainers_started', ?3, MAX(0, ?3 - start_us) / 1e6 "
+                          "FROM attempts WHERE job_id = ?1 AND attempt = ?2",
+                          [&](sqlite::Statement& st) {
+                            st.Bind(1, job_id).Bind(2, int64_t{attempt}).Bind(3, txn.NowMicros());
+                          });
+    if (!s.ok()) return s;
     return txn.Transition(&*job, "running", v1::RUNNING,
                           absl::StrCat("attempt ", attempt, ": every rank started"), "training");
   };
 }
 
-TxnFunction RecordStartupPhaseTxn(int64_t job_id, int attempt, std::string reason) {
+TxnFunction RecordStartupPhaseTxn(int64_t job_id, int attempt, v1::AttemptPhase phase, std::string reason) {
+  return [=](Txn& txn) -> absl::Status {
+    absl::StatusOr<v1::Job> job = RequireJob(txn, job_id);
+    if (!job.ok()) return job.status();
+    if (job->attempts() != attempt || (job->state() != v1::SCHEDULED && job->state() != v1::RUNNING)) {
+      return absl::OkStatus();
+    }
+    absl::Status s = Exec(txn,
+                          "INSERT OR IGNORE INTO attempt_phases (job_id, attempt, phase, time_us, seconds, detail) "
+                          "VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                          [&](sqlite::Statement& st) {
+                            st.Bind(1, job_id).Bind(2, int64_t{attempt}).Bind(3, phase.name());
+                            st.Bind(4, phase.has_time() ? TimeUtil::TimestampToMicroseconds(phase.time())
+                                                        : txn.NowMicros());
+                            st.BindDouble(5, phase.seconds()).Bind(6, phase.detail());
+                          });
+    if (!s.ok()) return s;
+    if (txn.Changes() == 0) return absl::OkStatus();  // a repeat: the first report stands
+    const std::string status = job->status_reason();
+    return txn.Transition(&*job, "startup", job->state(), reason, status);
+  };
+}
+
+TxnFunction RecordAttemptNoteTxn(int64_t job_id, int attempt, std::string type, std::string reason) {
   return [=](Txn& txn) -> absl::Status {
     absl::StatusOr<v1::Job> job = RequireJob(txn, job_id);
     if (!job.ok()) return job.status();
@@ -128,7 +177,7 @@ TxnFunction RecordStartupPhaseTxn(int64_t job_id, int attempt, std::string reaso
       return absl::OkStatus();
     }
     const std::string status = job->status_reason();
-    return txn.Transition(&*job, "startup", job->state(), reason, status);
+    return txn.Transition(&*job, type, job->state(), reason, status);
   };
 }
 
@@ -460,8 +509,8 @@ absl::StatusOr<std::vector<v1::Attempt>> ListAttempts(JobStore& store, int64_t j
           return absl::OkStatus();
         });
     if (!q.ok()) return q;
-    // One query for every attempt's tasks (tasks_by_attempt covers it).
-    return Query(
+    // One query for every attempt's tasks (tasks_by_attempt covers it), one for their phases.
+    q = Query(
         conn,
         "SELECT attempt, task_id, node_rank, worker, ranks, state, message FROM tasks "
         "WHERE job_id = ?1 ORDER BY attempt, node_rank",
@@ -476,6 +525,22 @@ absl::StatusOr<std::vector<v1::Attempt>> ListAttempts(JobStore& store, int64_t j
           t->set_ranks(static_cast<int32_t>(row.ColumnInt(4)));
           t->set_state(static_cast<v1::TaskState>(row.ColumnInt(5)));
           t->set_message(row.ColumnText(6));
+          return absl::OkStatus();
+        });
+    if (!q.ok()) return q;
+    return Query(
+        conn,
+        "SELECT attempt, phase, time_us, seconds, detail FROM attempt_phases "
+        "WHERE job_id = ?1 ORDER BY attempt, time_us, rowid",
+        [&](sqlite::Statement& st) { st.Bind(1, job_id); },
+        [&](sqlite::Statement& row) {
+          auto it = index.find(static_cast<int>(row.ColumnInt(0)));
+          if (it == index.end()) return absl::OkStatus();
+          v1::AttemptPhase* p = out[it->second].add_phases();
+          p->set_name(row.ColumnText(1));
+          *p->mutable_time() = TimeUtil::MicrosecondsToTimestamp(row.ColumnInt(2));
+          p->set_seconds(row.ColumnDouble(3));
+          p->set_detail(row.ColumnText(4));
           return absl::OkStatus();
         });
   });

@@ -7,6 +7,7 @@
 // transaction as the state change they describe.
 
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
@@ -68,10 +69,13 @@ struct AttemptEnd {
 
 // --- Write operations (run with JobStore::Write / WriteAndWait).
 
-// Job QUEUED → SCHEDULED with the attempt and its tasks. FAILED_PRECONDITION if the job is
-// no longer QUEUED (cancelled meanwhile): nothing is written.
-TxnFunction StartAttemptTxn(AttemptRecord attempt);
-// Job SCHEDULED → RUNNING once every rank has started.
+// Job QUEUED → SCHEDULED with the attempt, its tasks and its "placed" phase (seconds: since
+// the job last became QUEUED), also stored in `*queued_seconds` when given (read it once
+// the write is done). FAILED_PRECONDITION if the job is no longer QUEUED (cancelled
+// meanwhile): nothing is written.
+TxnFunction StartAttemptTxn(AttemptRecord attempt, std::shared_ptr<double> queued_seconds = nullptr);
+// Job SCHEDULED → RUNNING once every rank has started, with the attempt's
+// "trainers_started" phase (seconds: since placed).
 TxnFunction AttemptRunningTxn(int64_t job_id, int attempt);
 TxnFunction SetTaskStateTxn(const std::string& task_id, const v1::TaskStatus& status);
 // Closes the attempt and moves the job as `end.outcome` says (see AttemptOutcome).
@@ -81,9 +85,17 @@ TxnFunction EndAttemptTxn(AttemptEnd end);
 TxnFunction FailQueuedJobTxn(int64_t job_id, std::string reason);
 // Job RUNNING/SCHEDULED → PREEMPTING.
 TxnFunction BeginPreemptionTxn(int64_t job_id, std::string reason);
-// A start-up phase of the job's current attempt, as an event ("startup") that leaves the
-// state and status reason as they are; ignored for another attempt or a finished job.
-TxnFunction RecordStartupPhaseTxn(int64_t job_id, int attempt, std::string reason);
+// A start-up phase of the job's current attempt (phase.name, seconds, detail, and its
+// time when set, else the transaction's), stored as the attempt's phase and as an event ("startup", with
+// `reason`) that leaves the state and status reason as they are. Ignored for another
+// attempt or a finished job, and for a phase the attempt already has (the first report
+// stands: no second row, no second event). StartAttemptTxn records "placed" and
+// AttemptRunningTxn "trainers_started" themselves.
+TxnFunction RecordStartupPhaseTxn(int64_t job_id, int attempt, v1::AttemptPhase phase, std::string reason);
+// An event of `type` about the job's current attempt (e.g. "tokenizing" progress) that
+// leaves the state and status reason as they are; ignored for another attempt or a job no
+// longer SCHEDULED or RUNNING.
+TxnFunction RecordAttemptNoteTxn(int64_t job_id, int attempt, std::string type, std::string reason);
 // Records a complete checkpoint (idempotent per job and step).
 TxnFunction RecordCheckpointTxn(int64_t job_id, int attempt, const v1::CheckpointReport& report);
 // Deletes the rows of checkpoints whose files retention has already removed.
@@ -106,7 +118,8 @@ absl::StatusOr<std::vector<AttemptRecord>> LoadActiveAttempts(JobStore& store);
 absl::StatusOr<std::vector<SchedulableJob>> LoadJobsInStates(JobStore& store,
                                                              const std::vector<v1::JobState>& states);
 absl::StatusOr<std::vector<v1::Checkpoint>> ListCheckpoints(JobStore& store, int64_t job_id);
-// Every attempt of the job, newest first, each with its tasks by node rank. An unknown job
+// Every attempt of the job, newest first, each with its tasks by node rank and its start-up
+// phases in the order they were done. An unknown job
 // has no attempts (callers that must tell it apart check the job first).
 absl::StatusOr<std::vector<v1::Attempt>> ListAttempts(JobStore& store, int64_t job_id);
 absl::StatusOr<std::vector<v1::JobMetricsPoint>> MetricsHistory(JobStore& store, int64_t job_id,

@@ -51,6 +51,8 @@ class Txn {
   void AddQueued(int64_t job_id, SchedulableJob job) {
     queued_.emplace_back(job_id, std::move(job));
   }
+  // Rows the last INSERT, UPDATE or DELETE changed.
+  int64_t Changes() const { return sqlite3_changes(conn_.raw()); }
   // The rowid of the last row this connection inserted.
   int64_t LastInsertId() const { return sqlite3_last_insert_rowid(conn_.raw()); }
   // The store clock's time for this transaction.

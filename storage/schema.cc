@@ -168,6 +168,20 @@ CREATE TABLE worker_credentials (
 ALTER TABLE attempts ADD COLUMN nodes INTEGER NOT NULL DEFAULT 0;          -- 0: before schema 6
 ALTER TABLE attempts ADD COLUMN resize_reason TEXT NOT NULL DEFAULT '';
 )sql",
+    // 7: each attempt's start-up phases (llamafleet.v1.AttemptPhase), at most one row per
+    // phase name, in the order they were done (time_us, then rowid).
+    R"sql(
+CREATE TABLE attempt_phases (
+  job_id   INTEGER NOT NULL,
+  attempt  INTEGER NOT NULL,
+  phase    TEXT NOT NULL,                 -- placed, trainers_started, data_ready, ...
+  time_us  INTEGER NOT NULL,
+  seconds  REAL NOT NULL,
+  detail   TEXT NOT NULL DEFAULT '',
+  PRIMARY KEY (job_id, attempt, phase),
+  FOREIGN KEY (job_id, attempt) REFERENCES attempts(job_id, attempt) ON DELETE CASCADE
+);
+)sql",
 };
 
 

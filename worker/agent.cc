@@ -10,12 +10,14 @@
 #include <fstream>
 #include <optional>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "google/protobuf/util/time_util.h"
 #include "spdlog/spdlog.h"
 #include "worker/inventory.h"
 #include "worker/path_guard.h"
+#include "worker/token_cache_dir.h"
 #include "worker/trainer_events.h"
 
 namespace llamafleet::worker {
@@ -24,6 +26,8 @@ namespace {
 using google::protobuf::util::TimeUtil;
 
 constexpr int kLinesPerBatch = 200;
+// A token cache build's progress goes to the coordinator at most this often per task.
+constexpr absl::Duration kTokenizingRelayInterval = absl::Seconds(5);
 
 absl::Status FromGrpc(const grpc::Status& s) {
   return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
@@ -322,9 +326,17 @@ void WorkerAgent::StartTask(const v1::TaskSpec& task) {
     std::lock_guard<std::mutex> lock(mu_);
     if (shutting_down_ || tasks_.count(task.task_id())) return;  // repeated assignment
   }
-  if (absl::Status refused = CheckTaskPaths(task); !refused.ok()) {
-    // The job's fault, not the node's: reported the way a trainer reports bad input (an
-    // exit record with the status code), so the job fails permanently.
+  // Each owner's tokenized datasets in a directory of their own (token_cache_dir.h).
+  absl::StatusOr<std::string> token_cache = absl::FailedPreconditionError("unchecked");
+  absl::Status refused = CheckTaskPaths(task);
+  if (refused.ok()) {
+    const std::vector<std::string> roots(task.path_roots().begin(), task.path_roots().end());
+    token_cache = PrepareTokenCacheDir(OwnerTokenCacheDir(roots, options_.data_dir, task.owner()), options_.run_as);
+    refused = token_cache.status();
+  }
+  if (!refused.ok()) {
+    // The job's fault (or its owner's cache's), not the node's: reported the way a trainer
+    // reports bad input (an exit record with the status code), so the job fails permanently.
     const std::string why = absl::StrCat(absl::StatusCodeToString(refused.code()), ": ",
                                          refused.message());
     spdlog::error("task {}: refused before start: {}", task.task_id(), why);
@@ -360,7 +372,7 @@ void WorkerAgent::StartTask(const v1::TaskSpec& task) {
   launch.task = task;
   launch.trainer_command = options_.trainer_command;
   launch.work_dir = absl::StrCat(options_.data_dir, "/tasks/", task.task_id());
-  launch.token_cache_dir = absl::StrCat(options_.data_dir, "/token-cache");
+  launch.token_cache_dir = *token_cache;
   if (cpu) {
     launch.gpu_indices.clear();
     launch.cpu_threads_per_rank = std::max(1, inventory_.cpus() / std::max(1, task.nproc_per_node()));
@@ -395,7 +407,14 @@ void WorkerAgent::OnLine(const std::string& task_id, int rank, bool is_stderr,
                          const std::string& line) {
   std::optional<v1::WorkerMessage> structured;
   std::optional<trainer_events::Event> event;
-  if (rank == 0 && !is_stderr) event = trainer_events::ParseLine(line);
+  if (rank == 0 && !is_stderr) {
+    event = trainer_events::ParseLine(line);
+  } else if (!is_stderr && absl::StrContains(line, "\"event\":\"tokenizing\"")) {
+    // Whichever rank builds a token cache entry reports its progress; from the other
+    // ranks nothing else is taken.
+    event = trainer_events::ParseLine(line);
+    if (event.has_value() && !std::holds_alternative<trainer_events::Tokenizing>(*event)) event.reset();
+  }
   if (event.has_value()) {
     if (const auto* x = std::get_if<trainer_events::Metrics>(&*event)) {
       v1::WorkerMessage m;
@@ -426,6 +445,22 @@ void WorkerAgent::OnLine(const std::string& task_id, int rank, bool is_stderr,
       p->set_since_start(x->since_start);
       p->set_detail(x->detail.substr(0, 256));
       structured = std::move(m);
+    } else if (const auto* x = std::get_if<trainer_events::Tokenizing>(&*event)) {
+      const absl::Time now = absl::Now();
+      const bool finished = x->total_bytes > 0 && x->done_bytes >= x->total_bytes;
+      std::lock_guard<std::mutex> lock(mu_);
+      auto last = last_tokenizing_.try_emplace(task_id, TokenizingRelayed{absl::InfinitePast(), ""}).first;
+      if ((finished && last->second.finished_path != x->path) || now - last->second.time >= kTokenizingRelayInterval) {
+        last->second.time = now;
+        if (finished) last->second.finished_path = x->path;
+        v1::WorkerMessage m;
+        v1::TokenizingProgress* p = m.mutable_tokenizing();
+        p->set_task_id(task_id);
+        p->set_path(x->path.substr(0, 256));
+        p->set_done_bytes(x->done_bytes);
+        p->set_total_bytes(x->total_bytes);
+        structured = std::move(m);
+      }
     } else if (const auto* x = std::get_if<trainer_events::CheckpointSaved>(&*event)) {
       v1::WorkerMessage m;
       v1::CheckpointReport* c = m.mutable_checkpoint();
@@ -479,6 +514,7 @@ void WorkerAgent::OnFinished(const std::string& task_id, v1::TaskState state,
     for (int g : task_gpus_[task_id]) free_gpus_.insert(g);
     task_gpus_.erase(task_id);
     total_steps_.erase(task_id);
+    last_tokenizing_.erase(task_id);
     // The runner cannot be destroyed on its own thread: hand it to the sender to join.
     auto it = tasks_.find(task_id);
     if (it != tasks_.end()) {

@@ -91,6 +91,14 @@ class WorkerAgent : public TaskListener {
   std::map<std::string, std::vector<int>> task_gpus_ ABSL_GUARDED_BY(mu_);
   std::set<int> free_gpus_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, int64_t> total_steps_ ABSL_GUARDED_BY(mu_);
+  // When each task's tokenizing progress was last relayed, and the dataset whose finished
+  // build was last relayed (at most one per kTokenizingRelayInterval, and each finished
+  // build once).
+  struct TokenizingRelayed {
+    absl::Time time;
+    std::string finished_path;
+  };
+  std::map<std::string, TokenizingRelayed> last_tokenizing_ ABSL_GUARDED_BY(mu_);
   // Outbound: reliable messages (status, checkpoints, metrics) are kept across
   // reconnects; log lines are bounded and dropped (counted) when the buffer is full.
   std::deque<v1::WorkerMessage> reliable_ ABSL_GUARDED_BY(mu_);

@@ -56,6 +56,14 @@ class RootSet {
     }
     return false;
   }
+  // The token cache directory of a root that `resolved` lies in, or "".
+  std::string TokenCacheHolding(const std::string& resolved) const {
+    for (const std::string& r : resolved_) {
+      const std::string cache = absl::StrCat(r == "/" ? "" : r, "/", kReservedRootDir, "/", kTokenCacheRootDir);
+      if (Inside(resolved, cache)) return cache;
+    }
+    return "";
+  }
   std::string Describe() const { return absl::StrCat("[", absl::StrJoin(given_, ", "), "]"); }
 
  private:
@@ -132,6 +140,10 @@ absl::Status ScanEntries(const std::string& field, const std::string& dir, int d
                                                      ", outside the path roots ",
                                                      roots.Describe()));
     }
+    if (const std::string cache = roots.TokenCacheHolding(real); !cache.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(field, ": ", entry, " leads to ", real, ", inside ", cache,
+                                                     ", which holds owners' token caches"));
+    }
     struct stat st;
     if (depth > 1 && ::stat(real.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
       absl::Status s = ScanEntries(field, entry, depth - 1, roots, budget);
@@ -156,6 +168,10 @@ absl::Status CheckPathInRoots(const std::string& field, const std::string& path,
     return absl::InvalidArgumentError(absl::StrCat(field, ": ", path, " leads to ", *resolved,
                                                    ", outside the path roots ",
                                                    root_set.Describe()));
+  }
+  if (const std::string cache = root_set.TokenCacheHolding(*resolved); !cache.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(field, ": ", path, " leads to ", *resolved, ", inside ", cache,
+                                                   ", which holds owners' token caches"));
   }
   struct stat st;
   if (::stat(resolved->c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {

@@ -18,12 +18,19 @@ namespace llamafleet::worker {
 // it holds the job id ("" for an export made by hand with `llamafleet-train export`).
 inline constexpr char kExportMarker[] = ".llamafleet-export";
 
+// <root>/llamafleet is llamafleet's own (jobs' default checkpoint directories), and
+// <root>/llamafleet/token-cache holds each owner's tokenized datasets (token_cache_dir.h).
+inline constexpr char kReservedRootDir[] = "llamafleet";
+inline constexpr char kTokenCacheRootDir[] = "token-cache";
+
 // Checks that `path` (the value of the job-spec field `field`, e.g. "data.train_path") is
 // absolute and, with every symbolic link resolved, inside one of `roots` (directories,
 // themselves resolved; a root that does not exist matches nothing). A path that does not
 // exist yet is judged by its nearest existing ancestor. When the path is an existing
 // directory, its entries are checked too, two levels deep (a model directory's shards, a
 // checkpoint's step-N/ files), up to a bound; a directory with more entries is refused.
+// Neither the path nor an entry may lead into a root's llamafleet/token-cache (owners'
+// token caches are the worker's to hand out, never a job's to name).
 // Returns INVALID_ARGUMENT naming the field, the path, where it leads and the roots.
 // Reads metadata only; never creates, opens for writing or removes anything.
 absl::Status CheckPathInRoots(const std::string& field, const std::string& path,

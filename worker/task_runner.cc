@@ -59,6 +59,8 @@ std::map<std::string, std::string> RankEnvironment(const TaskLaunch& launch, int
   env["LLAMAFLEET_JOB_ID"] = t.job_id();
   env["LLAMAFLEET_TASK_ID"] = t.task_id();
   env["LLAMAFLEET_ATTEMPT"] = absl::StrCat(t.attempt());
+  // Token cache builds report progress as event lines (before "started"): the agent relays them.
+  env["LLAMAFLEET_PROGRESS_EVENTS"] = "1";
   // torchrun's convention: every local rank sees the node's devices and picks LOCAL_RANK.
   env["CUDA_VISIBLE_DEVICES"] = absl::StrJoin(launch.gpu_indices, ",");
   if (launch.cpu_threads_per_rank > 0) {
@@ -155,16 +157,7 @@ absl::Status TaskRunner::Launch() {
     argv.insert(argv.end(), {"--resume", t.resume_from()});
   }
   for (const std::string& root : t.path_roots()) argv.insert(argv.end(), {"--path-root", root});
-  if (!launch_.token_cache_dir.empty()) {
-    std::error_code ec;
-    std::filesystem::create_directories(launch_.token_cache_dir, ec);
-    if (ec || ::chmod(launch_.token_cache_dir.c_str(), 0700) != 0 ||
-        (launch_.run_as.has_value() &&
-         ::chown(launch_.token_cache_dir.c_str(), launch_.run_as->uid, launch_.run_as->gid) != 0)) {
-      return absl::FailedPreconditionError(absl::StrCat("cannot prepare ", launch_.token_cache_dir));
-    }
-    argv.insert(argv.end(), {"--token-cache-dir", launch_.token_cache_dir});
-  }
+  if (!launch_.token_cache_dir.empty()) argv.insert(argv.end(), {"--token-cache-dir", launch_.token_cache_dir});
   const std::vector<std::string> base_env =
       TrainerBaseEnvironment(environ, launch_.run_as, launch_.work_dir);
   struct rlimit nofile;

@@ -32,9 +32,9 @@ struct TaskLaunch {
   std::vector<std::string> trainer_command;
   // Per-task directory (created): spec.json, and the ranks' working directory.
   std::string work_dir;
-  // Tokenized datasets kept across tasks and jobs on this node (token_cache.h): created
-  // 0700 and owned by the ranks' identity, passed as --token-cache-dir; "" = the trainer's
-  // default.
+  // Where the ranks keep tokenized datasets (worker/trainer/token_cache.h), passed as
+  // --token-cache-dir: the job owner's directory, already prepared (token_cache_dir.h);
+  // "" = the trainer's default.
   std::string token_cache_dir;
   // GPU indices given to this task (CUDA_VISIBLE_DEVICES); empty on a CPU worker.
   std::vector<int> gpu_indices;

@@ -78,6 +78,14 @@ std::string ToLine(const Phase& e) {
   return j.dump();
 }
 
+std::string ToLine(const Tokenizing& e) {
+  json j = EventObject("tokenizing");
+  j["path"] = e.path;
+  j["done_bytes"] = e.done_bytes;
+  j["total_bytes"] = e.total_bytes;
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
 std::string ToLine(const Resumed& e) {
   json j = EventObject("resumed");
   j["path"] = e.path;
@@ -183,6 +191,7 @@ std::optional<Event> ParseLine(std::string_view line) {
     p.detail = Str(j, "detail");
     return p;
   }
+  if (event == "tokenizing") return Tokenizing{Str(j, "path"), Int(j, "done_bytes"), Int(j, "total_bytes")};
   if (event == "resumed") {
     Resumed r;
     r.path = Str(j, "path");

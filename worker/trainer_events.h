@@ -13,6 +13,9 @@
 //   {"type":"event","event":"resumed", path, step, skipped: [{path, reason}]}
 //   {"type":"event","event":"checkpoint_saved", path, step, bytes, manifest_sha256, loss}
 //   {"type":"event","event":"phase", phase, seconds, since_start, detail}
+//   {"type":"event","event":"tokenizing", path, done_bytes, total_bytes}
+//                      (only a worker's ranks print it, and before "started": data comes
+//                      first; a run on its own prints "started" first)
 //   {"type":"event","event":"preempted", step, loss}
 //   {"type":"eval", step, loss, perplexity, tokens}
 //   {"type":"event","event":"finished", steps, loss, export_dir}
@@ -89,6 +92,15 @@ struct Phase {
   std::string detail;  // e.g. "token cache hit", "resumed from step 40"
 };
 
+// A token cache build's progress, from the rank that builds the entry (about every 2 s
+// and once when it is done): `done_bytes` of the dataset's `total_bytes` read. The agent
+// takes this event from any rank's stdout, every other event from rank 0's only.
+struct Tokenizing {
+  std::string path;
+  int64_t done_bytes = 0;
+  int64_t total_bytes = 0;
+};
+
 struct Preempted {
   int64_t step = 0;
   double loss = 0;
@@ -116,7 +128,8 @@ struct Exit {
   }
 };
 
-using Event = std::variant<Started, Metrics, Resumed, CheckpointSaved, Phase, Preempted, Eval, Finished, Exit>;
+using Event =
+    std::variant<Started, Metrics, Resumed, CheckpointSaved, Phase, Preempted, Eval, Finished, Exit, Tokenizing>;
 
 // One JSON line (no trailing newline).
 std::string ToLine(const Started& e);
@@ -124,6 +137,7 @@ std::string ToLine(const Metrics& e);
 std::string ToLine(const Resumed& e);
 std::string ToLine(const CheckpointSaved& e);
 std::string ToLine(const Phase& e);
+std::string ToLine(const Tokenizing& e);
 std::string ToLine(const Preempted& e);
 std::string ToLine(const Eval& e);
 std::string ToLine(const Finished& e);

@@ -30,7 +30,7 @@ absl::Status RunAttempts(const Context& ctx, const std::string& id) {
     *ctx.out << "Job " << id << " has not started yet.\n";
     return absl::OkStatus();
   }
-  *ctx.out << AttemptsTable({response->attempts().begin(), response->attempts().end()});
+  *ctx.out << AttemptsSection({response->attempts().begin(), response->attempts().end()});
   return absl::OkStatus();
 }
 

@@ -260,9 +260,27 @@ std::string CheckpointsTable(const std::vector<v1::Checkpoint>& checkpoints) {
   return FormatTable(rows);
 }
 
+namespace {
+
+// Seconds from the attempt's placement to `phase`, by the coordinator's clock.
+double SincePlaced(const v1::Attempt& a, const v1::AttemptPhase& phase) {
+  return absl::ToDoubleSeconds(ToTime(phase.time()) - ToTime(a.start_time()));
+}
+
+// The STARTUP cell: placement to the first step, or the phase the start has reached.
+std::string StartupCell(const v1::Attempt& a) {
+  for (const v1::AttemptPhase& p : a.phases()) {
+    if (p.name() == "first_step") return absl::StrFormat("%.2f s", SincePlaced(a, p));
+  }
+  if (a.phases().empty()) return "-";
+  return absl::StrCat("at ", OneLine(a.phases(a.phases_size() - 1).name()));
+}
+
+}  // namespace
+
 std::string AttemptsTable(const std::vector<v1::Attempt>& attempts) {
   std::vector<std::vector<std::string>> rows = {
-      {"ATTEMPT", "STATE", "NODES", "WORKERS", "STARTED", "ENDED", "CLASS", "RESIZE", "REASON"}};
+      {"ATTEMPT", "STATE", "NODES", "WORKERS", "STARTED", "ENDED", "STARTUP", "CLASS", "RESIZE", "REASON"}};
   for (const v1::Attempt& a : attempts) {
     std::vector<std::string> workers;
     for (const v1::AttemptTask& t : a.tasks()) workers.push_back(t.worker());
@@ -271,10 +289,32 @@ std::string AttemptsTable(const std::vector<v1::Attempt>& attempts) {
     rows.push_back({absl::StrCat(a.attempt()), state,
                     absl::StrCat(a.nodes() > 0 ? a.nodes() : a.tasks_size()),
                     OrDash(absl::StrJoin(workers, ",")), FormatTime(a.start_time()),
-                    a.has_end_time() ? FormatTime(a.end_time()) : "-", OrDash(a.failure_class()),
+                    a.has_end_time() ? FormatTime(a.end_time()) : "-", StartupCell(a), OrDash(a.failure_class()),
                     OrDash(OneLine(a.resize_reason())), OrDash(OneLine(a.reason()))});
   }
   return FormatTable(rows);
+}
+
+std::string AttemptPhasesTable(const v1::Attempt& attempt) {
+  std::vector<std::vector<std::string>> rows = {{"PHASE", "AT", "TOOK", "DETAIL"}};
+  for (const v1::AttemptPhase& p : attempt.phases()) {
+    std::string detail = OneLine(p.detail());
+    if (detail.empty() && p.name() == "placed") detail = "time in the queue";
+    if (detail.empty() && p.name() == "trainers_started") detail = "every rank running";
+    rows.push_back({OneLine(p.name()), absl::StrFormat("+%.2f s", SincePlaced(attempt, p)),
+                    absl::StrFormat("%.2f s", p.seconds()), OrDash(detail)});
+  }
+  return FormatTable(rows);
+}
+
+std::string AttemptsSection(const std::vector<v1::Attempt>& attempts) {
+  std::string out = AttemptsTable(attempts);
+  for (const v1::Attempt& a : attempts) {
+    if (a.phases().empty()) continue;
+    absl::StrAppend(&out, "Start-up of attempt ", a.attempt(), " (AT: since placed; TOOK: the phase itself):\n",
+                    Indent(AttemptPhasesTable(a), 2));
+  }
+  return out;
 }
 
 std::string EventLine(const v1::JobEvent& event) {
@@ -409,7 +449,7 @@ std::string DescribeJob(const v1::Job& job, const std::vector<v1::JobEvent>& eve
   } else {
     absl::StrAppend(&out, Indent(CheckpointsTable(checkpoints), 2));
   }
-  if (!attempts.empty()) absl::StrAppend(&out, "Attempts:\n", Indent(AttemptsTable(attempts), 2));
+  if (!attempts.empty()) absl::StrAppend(&out, "Attempts:\n", Indent(AttemptsSection(attempts), 2));
 
   absl::StrAppend(&out, "Spec:\n", Indent(MessageToYaml(spec), 2));
   if (out.back() != '\n') out += "\n";
@@ -419,7 +459,10 @@ std::string DescribeJob(const v1::Job& job, const std::vector<v1::JobEvent>& eve
     return out;
   }
   std::vector<std::vector<std::string>> rows = {{"SEQ", "TIME", "TYPE", "FROM", "TO", "REASON"}};
-  for (const v1::JobEvent& e : events) {
+  for (size_t i = 0; i < events.size(); ++i) {
+    const v1::JobEvent& e = events[i];
+    // Of a run of tokenizing progress events, the last says it all.
+    if (e.type() == "tokenizing" && i + 1 < events.size() && events[i + 1].type() == "tokenizing") continue;
     rows.push_back({absl::StrCat(e.seq()), FormatTime(e.time()), e.type(),
                     StateName(e.from_state()), StateName(e.to_state()), OneLine(e.reason())});
   }

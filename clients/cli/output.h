@@ -60,9 +60,17 @@ std::string QueuesTable(const std::vector<v1::Queue>& queues, absl::Time now);
 // The `checkpoints` table: STEP ATTEMPT LOSS SIZE TIME PATH, in the order given.
 std::string CheckpointsTable(const std::vector<v1::Checkpoint>& checkpoints);
 
-// The `attempts` table: ATTEMPT STATE NODES WORKERS STARTED ENDED CLASS RESIZE REASON, in
-// the order given. NODES is the gang size (the task count for records older than it).
+// The `attempts` table: ATTEMPT STATE NODES WORKERS STARTED ENDED STARTUP CLASS RESIZE
+// REASON, in the order given. NODES is the gang size (the task count for records older
+// than it); STARTUP is placement to the first step ("1.93 s"), else the phase the start has
+// reached ("at rendezvous"), else "-".
 std::string AttemptsTable(const std::vector<v1::Attempt>& attempts);
+// One attempt's start-up phases: PHASE AT (seconds since placed) TOOK (the phase's own
+// seconds; for "placed", the time queued) DETAIL, in the order they were done.
+std::string AttemptPhasesTable(const v1::Attempt& attempt);
+// AttemptsTable, then "Start-up of attempt N ...:" and its AttemptPhasesTable for each
+// attempt with phases (what `attempts` and `describe` print).
+std::string AttemptsSection(const std::vector<v1::Attempt>& attempts);
 
 // "SEQ TIME FROM -> TO reason", one event per line, as `watch` prints them.
 std::string EventLine(const v1::JobEvent& event);

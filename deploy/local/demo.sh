@@ -255,6 +255,9 @@ case "$state" in SUCCEEDED | FAILED | CANCELLED) finished=1 ;; esac
 echo
 echo "\$ llamafleet checkpoints $job"
 "$cli" checkpoints "$job"
+echo
+echo "\$ llamafleet attempts $job      # where each start went"
+"$cli" attempts "$job"
 if [ "$state" = SUCCEEDED ]; then
   echo
   echo "exported model: $demo/export/$run"

@@ -84,6 +84,16 @@ struct AttemptTracker {
   int64_t first_step = -1;        // first step reported in this attempt, and when
   absl::Time first_step_time;
   absl::Time last_step_time;
+  // The job's owner (TaskSpec.owner: the worker keeps a token cache per owner).
+  std::string owner;
+  // The trainer's start-up phases reported so far (each is taken once), and when every
+  // rank was running (InfinitePast when unknown, e.g. after a coordinator restart).
+  std::set<std::string> phases_reported;
+  absl::Time trainers_started = absl::InfinitePast();
+  // Tokenizing progress turned into events: when the last one was written, and the
+  // datasets whose finished build was (a few at most; see HandleTokenizing).
+  absl::Time last_tokenizing_event = absl::InfinitePast();
+  std::set<std::string> tokenized_paths;
 
   // The worker a task was assigned to ("" for a task of another attempt).
   std::string WorkerOf(const std::string& task_id) const;

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/startup_phases.h"
 #include "google/protobuf/util/time_util.h"
 #include "server/metrics.h"
 #include "spdlog/spdlog.h"
@@ -19,6 +20,22 @@ namespace llamafleet {
 namespace {
 
 using google::protobuf::util::TimeUtil;
+
+// A worker's report of a start-up phase's detail or a dataset path: at most this many bytes.
+constexpr size_t kMaxPhaseDetail = 256;
+// Tokenizing progress becomes at most one event per attempt this often (workers relay one
+// every 5 s; this bounds a worker that does not).
+constexpr absl::Duration kTokenizingEventInterval = absl::Seconds(4);
+
+// A worker's text: printable ASCII only, at most `max` bytes, before it goes into an event.
+std::string CleanText(const std::string& s, size_t max) {
+  std::string out;
+  for (char c : s.substr(0, max)) out.push_back(c >= 0x20 && c < 0x7f ? c : '?');
+  return out;
+}
+
+// A duration a worker reports for a start-up phase: finite, not negative, under a year.
+bool PlausibleSeconds(double s) { return std::isfinite(s) && s >= 0 && s < 365.0 * 86400; }
 
 // An elastic gang placed on another size than its last attempt (or than `nodes` at its
 // first start): "resized 3 → 2 nodes: worker w3 lost". "" when the size did not change.
@@ -62,6 +79,7 @@ std::pair<TxnFunction, std::function<void(absl::Status)>> ClusterManager::StartA
   if (a.spec.checkpoint().dir().empty() && !options_.checkpoint_root.empty()) {
     a.spec.mutable_checkpoint()->set_dir(absl::StrCat(options_.checkpoint_root, "/", p.job_id));
   }
+  a.owner = j.job.owner();
   a.record.job_id = p.job_id;
   a.record.attempt = j.job.attempts() + 1;
   a.record.started = now;
@@ -94,9 +112,10 @@ std::pair<TxnFunction, std::function<void(absl::Status)>> ClusterManager::StartA
   const int64_t job_id = p.job_id;
   // Hold the resources now, so the next pass cannot place on them twice; tell the
   // workers once the attempt is durable.
+  auto queued = std::make_shared<double>(0.0);  // set by the write, read after its commit
   std::pair<TxnFunction, std::function<void(absl::Status)>> start(
-      StartAttemptTxn(a.record), [this, job_id](absl::Status s) {
-    Post([this, job_id, s] {
+      StartAttemptTxn(a.record, queued), [this, job_id, queued](absl::Status s) {
+    Post([this, job_id, queued, s] {
       auto it = attempts_.find(job_id);
       if (it == attempts_.end()) return;
       if (!s.ok()) {
@@ -108,6 +127,7 @@ std::pair<TxnFunction, std::function<void(absl::Status)>> ClusterManager::StartA
         return;
       }
       it->second.committed = true;
+      if (options_.metrics != nullptr) options_.metrics->RecordStartupPhase("placed", *queued);
       SendAssignments(job_id);
     });
   });
@@ -170,7 +190,12 @@ void ClusterManager::HandleTaskStatus(const std::string& worker, const v1::TaskS
   const int64_t job_id = a->record.job_id;
   if (effect.record_running) {
     a->last_progress = options_.clock->Now();
+    a->trainers_started = a->last_progress;
     Write(AttemptRunningTxn(job_id, a->record.attempt), [](absl::Status) {});
+    if (options_.metrics != nullptr) {
+      options_.metrics->RecordStartupPhase("trainers_started",
+                                           absl::ToDoubleSeconds(a->last_progress - a->record.started));
+    }
   }
   if (effect.end.has_value()) EndAttempt(*a, *effect.end, effect.reason, effect.excluded_worker);
   if (IsTerminalTask(status.state())) publish_workers_ = true;  // its slots are free again
@@ -198,21 +223,59 @@ void ClusterManager::HandleMetrics(const std::string& worker, const v1::TrainMet
 
 void ClusterManager::HandlePhase(const std::string& worker, const v1::StartupPhase& phase) {
   ActiveAttempt* a = BoundAttempt(worker, phase.task_id(), "a start-up phase");
-  if (a == nullptr || !std::isfinite(phase.seconds()) || !std::isfinite(phase.since_start())) return;
-  // A worker's text: printable ASCII only, bounded, before it goes into an event.
-  auto clean = [](const std::string& s, size_t max) {
-    std::string out;
-    for (char c : s.substr(0, max)) out.push_back(c >= 0x20 && c < 0x7f ? c : '?');
-    return out;
-  };
-  std::string reason = absl::StrFormat("attempt %d start-up: %s in %.2f s (%.2f s since the trainer started)",
-                                       a->record.attempt, clean(phase.phase(), 64), phase.seconds(),
-                                       phase.since_start());
-  if (!phase.detail().empty()) absl::StrAppend(&reason, ", ", clean(phase.detail(), 256));
-  Write(RecordStartupPhaseTxn(a->record.job_id, a->record.attempt, reason), [](absl::Status) {});
-  if (options_.metrics != nullptr && phase.seconds() >= 0) {
-    options_.metrics->RecordStartupPhase(phase.phase(), phase.seconds());
+  if (a == nullptr) return;
+  // A worker's report: only the trainer's own phase names, with times a start can take.
+  if (!IsTrainerStartupPhase(phase.phase()) || !PlausibleSeconds(phase.seconds()) ||
+      !PlausibleSeconds(phase.since_start())) {
+    spdlog::warn("ignored a start-up phase for task {} from worker {}: '{}' in {} s", phase.task_id(),
+                 worker, CleanText(phase.phase(), 64), phase.seconds());
+    return;
   }
+  // Each phase once per attempt: the first report stands (also in the store).
+  if (!a->phases_reported.insert(phase.phase()).second) return;
+  v1::AttemptPhase record;
+  record.set_name(phase.phase());
+  // When it was done: the trainers' start plus the trainer's own time since it started
+  // (rank 0 reports its first phases together, once it has printed "started"), never after
+  // the report arrived.
+  const absl::Time now = options_.clock->Now();
+  const absl::Time done =
+      a->trainers_started == absl::InfinitePast()
+          ? now
+          : std::clamp(a->trainers_started + absl::Seconds(phase.since_start()), a->trainers_started, now);
+  *record.mutable_time() = TimeUtil::MicrosecondsToTimestamp(absl::ToUnixMicros(done));
+  record.set_seconds(phase.seconds());
+  record.set_detail(CleanText(phase.detail(), kMaxPhaseDetail));
+  std::string reason = absl::StrFormat("attempt %d start-up: %s in %.2f s (%.2f s since the trainer started)",
+                                       a->record.attempt, phase.phase(), phase.seconds(), phase.since_start());
+  if (!record.detail().empty()) absl::StrAppend(&reason, ", ", record.detail());
+  const int64_t job_id = a->record.job_id;
+  const int attempt = a->record.attempt;
+  Write(RecordStartupPhaseTxn(job_id, attempt, std::move(record), reason), [](absl::Status) {});
+  if (options_.metrics != nullptr) options_.metrics->RecordStartupPhase(phase.phase(), phase.seconds());
+}
+
+void ClusterManager::HandleTokenizing(const std::string& worker, const v1::TokenizingProgress& p) {
+  ActiveAttempt* a = BoundAttempt(worker, p.task_id(), "tokenizing progress");
+  if (a == nullptr || p.total_bytes() <= 0 || p.done_bytes() < 0 || p.done_bytes() > p.total_bytes()) return;
+  // At most one event per kTokenizingEventInterval per attempt, and the one that says a
+  // dataset's build finished (for a few datasets at most: a train and an eval file).
+  const absl::Time now = options_.clock->Now();
+  const std::string path = CleanText(p.path(), kMaxPhaseDetail);
+  const bool finished = p.done_bytes() == p.total_bytes();
+  const bool due = now - a->last_tokenizing_event >= kTokenizingEventInterval;
+  const bool first_finish = finished && a->tokenized_paths.size() < 4 && !a->tokenized_paths.count(path);
+  if (!due && !first_finish) return;
+  a->last_tokenizing_event = now;
+  if (finished && a->tokenized_paths.size() < 4) a->tokenized_paths.insert(path);
+  const size_t slash = path.rfind('/');
+  const std::string name = slash == std::string::npos ? path : path.substr(slash + 1);
+  const double done = static_cast<double>(p.done_bytes()), total = static_cast<double>(p.total_bytes());
+  const double unit = total >= 1e9 ? 1e9 : total >= 1e6 ? 1e6 : 1e3;
+  const std::string reason =
+      absl::StrFormat("attempt %d: tokenizing %s %.0f%% (%.1f of %.1f %s)", a->record.attempt, name,
+                      100.0 * done / total, done / unit, total / unit, unit == 1e9 ? "GB" : unit == 1e6 ? "MB" : "kB");
+  Write(RecordAttemptNoteTxn(a->record.job_id, a->record.attempt, "tokenizing", reason), [](absl::Status) {});
 }
 
 void ClusterManager::HandleCancelled(const v1::JobEvent& e) {
@@ -347,6 +410,7 @@ void ClusterManager::SendAssignments(int64_t job_id) {
     }
     *ts->mutable_spec() = a.spec;
     for (const std::string& root : options_.path_roots) ts->add_path_roots(root);
+    ts->set_owner(a.owner);
     workers_.Send(t.worker, std::move(m));
   }
 }

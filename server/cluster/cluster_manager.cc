@@ -42,6 +42,7 @@ absl::StatusOr<std::unique_ptr<ClusterManager>> ClusterManager::Start(JobStore* 
     if (!job.ok()) return job.status();
     ActiveAttempt a;
     a.spec = job->spec();
+    a.owner = job->owner();
     a.committed = true;
     a.running_recorded = job->state() == v1::RUNNING;
     a.last_progress = now;
@@ -220,6 +221,9 @@ void ClusterManager::OnWorkerMessage(const std::string& worker, v1::WorkerMessag
         break;
       case v1::WorkerMessage::kPhase:
         HandlePhase(worker, message.phase());
+        break;
+      case v1::WorkerMessage::kTokenizing:
+        HandleTokenizing(worker, message.tokenizing());
         break;
       default:
         break;

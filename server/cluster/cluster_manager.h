@@ -175,6 +175,7 @@ class ClusterManager : public ClusterView {
   void HandleTaskStatus(const std::string& worker, const v1::TaskStatus& status);
   void HandleMetrics(const std::string& worker, const v1::TrainMetrics& metrics);
   void HandlePhase(const std::string& worker, const v1::StartupPhase& phase);
+  void HandleTokenizing(const std::string& worker, const v1::TokenizingProgress& progress);
   // A job was cancelled (committed CANCELLED): its attempt ends and its gang is stopped.
   void HandleCancelled(const v1::JobEvent& event);
   ActiveAttempt* AttemptOfTask(const std::string& task_id);

@@ -53,13 +53,24 @@ pause=${pause:-0.1}
 # root): it records only step-N directories inside it.
 ckpt=$(sed -n 's/.*"checkpoint":{"dir":"\([^"]*\)".*/\1/p' "$spec")
 echo "rank $RANK of $WORLD_SIZE starting" >&2
-if [ "$RANK" = 0 ]; then echo '{"type":"event","event":"started","total_steps":'$steps'}'; fi
+if [ "$RANK" = 0 ]; then
+  # A token cache build's progress, then the start-up phases (and one the worker's
+  # coordinator must not take: a name that is not a phase).
+  echo '{"type":"event","event":"tokenizing","path":"/d/train.jsonl","done_bytes":1500000,"total_bytes":3000000}'
+  echo '{"type":"event","event":"tokenizing","path":"/d/train.jsonl","done_bytes":3000000,"total_bytes":3000000}'
+  echo '{"type":"event","event":"started","total_steps":'$steps'}'
+  echo '{"type":"event","event":"phase","phase":"data_ready","seconds":0.5,"since_start":0.5,"detail":"tokenized"}'
+  echo '{"type":"event","event":"phase","phase":"rendezvous","seconds":0.01,"since_start":0.51,"detail":"2 ranks"}'
+  echo '{"type":"event","event":"phase","phase":"made_up","seconds":1,"since_start":1,"detail":"x"}'
+  echo '{"type":"event","event":"phase","phase":"weights_loaded","seconds":0.02,"since_start":0.53,"detail":"seeded init"}'
+fi
 i=1
 while [ $i -le $steps ]; do
   sleep $pause
   echo "rank $RANK step $i" >&2
   if [ "$RANK" = 0 ]; then
     echo '{"type":"metrics","step":'$i',"loss":'$((100 - i))'.5,"lr":0.0003,"tokens_per_s":1234.4,"mfu":0.25}'
+    if [ $i = 1 ]; then echo '{"type":"event","event":"phase","phase":"first_step","seconds":0.1,"since_start":0.7}'; fi
     if [ $((i % 2)) = 0 ]; then
       d="$ckpt/step-$i"
       mkdir -p "$d" && echo '{}' > "$d/manifest.json"
@@ -285,6 +296,30 @@ TEST_F(CliClusterTest, FinishedJobLogsCheckpointsAndDescribe) {
       << "final metrics come before the final event:\n"
       << watched;
   EXPECT_EQ(watched.find('\r'), std::string::npos) << "no redraws through a pipe";
+  // Tokenizing progress and the start-up phases are events as they happen.
+  EXPECT_TRUE(absl::StrContains(watched, "attempt 1: tokenizing train.jsonl 50% (1.5 of 3.0 MB)")) << watched;
+  EXPECT_TRUE(absl::StrContains(watched, "attempt 1: tokenizing train.jsonl 100% (3.0 of 3.0 MB)")) << watched;
+  EXPECT_TRUE(absl::StrContains(watched, "attempt 1 start-up: weights_loaded in 0.02 s")) << watched;
+  EXPECT_FALSE(absl::StrContains(watched, "made_up")) << "only known phase names are taken:\n" << watched;
+
+  // attempts: when the first step came, and where the start went, phase by phase.
+  const std::string attempts = Ok({"attempts", "1"});
+  std::vector<std::string> attempt_rows = Lines(attempts);
+  ASSERT_GE(attempt_rows.size(), 10u) << attempts;
+  EXPECT_TRUE(absl::StrContains(attempt_rows[0], "ENDED                  STARTUP   CLASS")) << attempts;
+  EXPECT_TRUE(absl::StrContains(attempts, "Start-up of attempt 1 (AT: since placed; TOOK: the phase itself):\n"
+                                          "  PHASE              AT        TOOK     DETAIL\n  placed")) << attempts;
+  for (const char* phase : {"trainers_started ", "data_ready ", "rendezvous ", "weights_loaded ", "first_step "}) {
+    EXPECT_TRUE(absl::StrContains(attempts, absl::StrCat("\n  ", phase))) << phase << "\n" << attempts;
+  }
+  EXPECT_TRUE(absl::StrContains(attempts, "0.50 s   tokenized\n")) << attempts;
+  EXPECT_TRUE(absl::StrContains(attempts, "0.02 s   seeded init\n")) << attempts;
+  EXPECT_FALSE(absl::StrContains(attempts, "made_up")) << attempts;
+  v1::ListAttemptsResponse listed_attempts;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(Ok({"attempts", "1", "-o", "json"}), &listed_attempts).ok());
+  ASSERT_EQ(listed_attempts.attempts_size(), 1);
+  ASSERT_EQ(listed_attempts.attempts(0).phases_size(), 6) << listed_attempts.DebugString();
+  EXPECT_EQ(listed_attempts.attempts(0).phases(0).name(), "placed");
 
   // All ranks: every line says whose it is.
   const std::string all = Ok({"logs", "1"});
@@ -341,6 +376,10 @@ TEST_F(CliClusterTest, FinishedJobLogsCheckpointsAndDescribe) {
   EXPECT_TRUE(absl::StrContains(described, "Checkpoints:\n  STEP   ATTEMPT")) << described;
   EXPECT_FALSE(absl::StrContains(described, "Pending:")) << described;
   EXPECT_LT(described.find("Checkpoints:"), described.find("Spec:")) << described;
+  EXPECT_TRUE(absl::StrContains(described, "  Start-up of attempt 1 (AT: since placed")) << described;
+  // Of the run of tokenizing events, describe shows the last.
+  EXPECT_TRUE(absl::StrContains(described, "tokenizing train.jsonl 100%")) << described;
+  EXPECT_FALSE(absl::StrContains(described, "tokenizing train.jsonl 50%")) << described;
   const std::string json = Ok({"describe", "job", "1", "-o", "json"});
   EXPECT_TRUE(
       absl::StrContains(json, "\"checkpoints\":[{\"job_id\":\"1\",\"attempt\":1,\"step\":\"4\""))
@@ -518,8 +557,10 @@ TEST_F(CliClusterTest, WatchDrawsALiveProgressLineOnATerminal) {
       out, "\r\x1b[Kjob 1 SUCCEEDED [####################] 10/10 loss 90.5000 1,234 tok/s\r\n"))
       << out;
   EXPECT_TRUE(absl::EndsWith(out, "\n")) << out;
-  // Never wider than the terminal: a wrapped line could not be redrawn.
+  // The live line is never wider than the terminal: a wrapped line could not be redrawn.
+  // (Event lines above it may wrap: they are printed once, like any terminal output.)
   for (absl::string_view piece : absl::StrSplit(out, absl::ByAnyChar("\r\n"))) {
+    if (!absl::StartsWith(piece, "\x1b[Kjob 1 ")) continue;
     EXPECT_LE(piece.size(), 100u + 3) << piece;  // + the erase sequence
   }
 }

@@ -4,6 +4,7 @@
 #include "absl/time/clock.h"
 #include "clients/cli/output.h"
 #include "clients/cli/progress.h"
+#include "google/protobuf/util/time_util.h"
 #include "gtest/gtest.h"
 
 namespace llamafleet::cli {
@@ -234,6 +235,73 @@ TEST(AttemptsTableTest, ShowsGangSizeAndResize) {
   job.set_state(v1::RUNNING);
   const std::string described = DescribeJob(job, {}, {}, absl::FromUnixSeconds(1'796'000'000), {grown, first});
   EXPECT_TRUE(absl::StrContains(described, "Attempts:\n  ATTEMPT   STATE")) << described;
+}
+
+TEST(AttemptsTableTest, StartupColumnAndPhaseTables) {
+  v1::Attempt a;
+  a.set_attempt(2);
+  a.set_state(v1::ATTEMPT_ACTIVE);
+  *a.mutable_start_time() = At(1'796'000'000);
+  auto phase = [&](const char* name, int64_t ms_after_placed, double seconds, const char* detail) {
+    v1::AttemptPhase* p = a.add_phases();
+    p->set_name(name);
+    *p->mutable_time() = google::protobuf::util::TimeUtil::MillisecondsToTimestamp(int64_t{1'796'000'000'000} +
+                                                                                  ms_after_placed);
+    p->set_seconds(seconds);
+    p->set_detail(detail);
+  };
+  v1::Attempt never = a;  // a record older than phases
+  phase("placed", 0, 12.5, "");
+  phase("trainers_started", 400, 0.4, "");
+  phase("data_ready", 1500, 1.1, "token cache hit");
+  v1::Attempt starting = a;
+  phase("rendezvous", 1520, 0.02, "2 ranks");
+  phase("weights_loaded", 1700, 0.18, "resumed from step 40");
+  phase("first_step", 2230, 0.53, "");
+  std::string out = AttemptsTable({a, starting, never});
+  EXPECT_TRUE(absl::StrContains(out, "STARTED                ENDED   STARTUP         CLASS")) << out;
+  EXPECT_TRUE(absl::StrContains(out, "2026-11-30T00:53:20Z   -       2.23 s          -")) << out;
+  EXPECT_TRUE(absl::StrContains(out, "2026-11-30T00:53:20Z   -       at data_ready   -")) << out;
+  EXPECT_TRUE(absl::StrContains(out, "2026-11-30T00:53:20Z   -       -               -")) << out;
+  out = AttemptPhasesTable(a);
+  EXPECT_EQ(out,
+            "PHASE              AT        TOOK      DETAIL\n"
+            "placed             +0.00 s   12.50 s   time in the queue\n"
+            "trainers_started   +0.40 s   0.40 s    every rank running\n"
+            "data_ready         +1.50 s   1.10 s    token cache hit\n"
+            "rendezvous         +1.52 s   0.02 s    2 ranks\n"
+            "weights_loaded     +1.70 s   0.18 s    resumed from step 40\n"
+            "first_step         +2.23 s   0.53 s    -\n");
+  out = AttemptsSection({a, never});
+  EXPECT_TRUE(absl::StrContains(out, "Start-up of attempt 2 (AT: since placed; TOOK: the phase itself):\n  PHASE "))
+      << out;
+  EXPECT_EQ(out.find("Start-up of attempt 2"), out.rfind("Start-up of attempt 2")) << "none for the old record";
+}
+
+TEST(DescribeJobTest, ARunOfTokenizingEventsShowsItsLast) {
+  auto event = [](int64_t seq, const char* type, const char* reason) {
+    v1::JobEvent e;
+    e.set_seq(seq);
+    e.set_type(type);
+    e.set_from_state(v1::SCHEDULED);
+    e.set_to_state(v1::SCHEDULED);
+    e.set_reason(reason);
+    return e;
+  };
+  v1::Job job;
+  job.set_id("7");
+  job.set_state(v1::RUNNING);
+  const std::string out = DescribeJob(
+      job,
+      {event(2, "scheduled", "attempt 1 placed"), event(3, "tokenizing", "attempt 1: tokenizing t.jsonl 10%"),
+       event(4, "tokenizing", "attempt 1: tokenizing t.jsonl 40%"),
+       event(5, "tokenizing", "attempt 1: tokenizing t.jsonl 100%"), event(6, "startup", "data_ready"),
+       event(7, "tokenizing", "attempt 1: tokenizing e.jsonl 100%")},
+      {}, absl::FromUnixSeconds(1'796'000'000));
+  EXPECT_FALSE(absl::StrContains(out, "10%")) << out;
+  EXPECT_FALSE(absl::StrContains(out, "40%")) << out;
+  EXPECT_TRUE(absl::StrContains(out, "t.jsonl 100%")) << out;
+  EXPECT_TRUE(absl::StrContains(out, "e.jsonl 100%")) << out;
 }
 
 TEST(DescribeJobTest, PendingSectionForAQueuedJob) {

@@ -185,13 +185,17 @@ try {
   // Attempts: one, succeeded, its single task on w1 (node 0) succeeded too.
   await page.waitForFunction(() => /succeeded/.test(document.querySelector('#attempts tr[data-attempt="1"]')?.textContent || ''),
     null, {timeout: 20_000});
-  const attemptRows = await page.$$eval('#attempts tbody tr', (rows) => rows.map((r) => [...r.cells].map((c) => c.textContent.trim())));
+  const attemptRows = await page.$$eval('#attempts tbody tr:not(.phases)', (rows) => rows.map((r) => [...r.cells].map((c) => c.textContent.trim())));
   check(attemptRows.length === 1, `one attempt row: ${JSON.stringify(attemptRows)}`);
   const [num, aState, , ended, failure, workers, nodes] = attemptRows[0];
   check(nodes === '1', `attempt 1 shows its gang size: ${nodes}`);
   check(num === '1' && aState === 'succeeded' && failure === '', `attempt 1 succeeded: ${JSON.stringify(attemptRows[0])}`);
   check(/·/.test(ended), `attempt 1 shows when it ended and how long it took: ${ended}`);
   check(/^0:\s*w1\s+succeeded$/.test(workers), `attempt 1 ran on w1 as node 0, whose task succeeded: ${workers}`);
+  // Its start-up phases, in one row under it, in the order they were done.
+  const phases = await page.$$eval('#attempts tr.phases[data-phases-of="1"] li', (lis) => lis.map((li) => li.dataset.phase));
+  check(['placed', 'trainers_started', 'data_ready', 'rendezvous', 'weights_loaded', 'first_step'].every((p) => phases.includes(p)) &&
+    phases[0] === 'placed', `attempt 1 shows its start-up phases: ${JSON.stringify(phases)}`);
   // Rank filter: rank 0 only, no rank prefix.
   await page.selectOption('#log-rank', '0');
   await page.waitForFunction(() => document.querySelectorAll('#logs .line').length > 0 && !document.querySelector('#logs .rank'));

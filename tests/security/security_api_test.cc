@@ -252,6 +252,24 @@ TEST_F(SecurityApiTest, EveryPathFieldOutsideTheRootIsRefusedNamingTheFieldAndTh
   EXPECT_NE(s.error_message().find("spec.model.path"), std::string::npos) << s.error_message();
   EXPECT_TRUE(Jobs().empty()) << "nothing stored";
 
+  // Another owner's token cache is the workers' to hand out: no path may name it, to read
+  // or to write (the worker checks again with links resolved).
+  const std::string caches = root_ + "/llamafleet/token-cache";
+  std::vector<std::pair<std::string, v1::JobSpec>> into_caches(3, {"", Spec()});
+  into_caches[0].first = "data.train_path";
+  into_caches[0].second.mutable_data()->set_train_path(caches + "/bob/k.tokens");
+  into_caches[1].first = "model.tokenizer";
+  into_caches[1].second.mutable_model()->set_tokenizer(root_ + "/x/../llamafleet/token-cache/bob/t");
+  into_caches[2].first = "output.export_dir";
+  into_caches[2].second.mutable_output()->set_export_dir(caches + "/bob");
+  for (const auto& [field, job] : into_caches) {
+    s = Submit("alice", job);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << field;
+    EXPECT_NE(s.error_message().find("spec." + field + " must not be inside " + caches), std::string::npos)
+        << s.error_message();
+  }
+  EXPECT_TRUE(Jobs().empty()) << "nothing stored";
+
   // Inside the root, '.' and '..' resolved: accepted, and stored as checked.
   std::string id;
   ASSERT_TRUE(Submit("alice", Spec(absl::StrCat("output: {export_dir: ", root_, "/a/../out/./x/}\n")), &id)

@@ -5,14 +5,17 @@
 // back at a checkpoint.
 #include "server/cluster/cluster_manager.h"
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 
 #include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "google/protobuf/util/time_util.h"
 #include "jobspec/jobspec.h"
 #include "tests/testing/process.h"
 
@@ -545,6 +548,85 @@ TEST_F(ClusterManagerTest, ElasticGangGrowsBackAtACheckpointAfterItsCooldown) {
   for (int i = 0; i < 5; ++i) manager_->TickNow();
   EXPECT_EQ(Job(id).state(), v1::RUNNING);
   EXPECT_TRUE(w4->Assignments().empty());
+}
+
+}  // namespace
+}  // namespace llamafleet
+
+namespace llamafleet {
+namespace {
+
+// A worker's start-up phases and tokenizing progress: only known phase names with sane
+// times become the attempt's phases and events, each once; progress becomes at most one
+// event per attempt every few seconds, plus each dataset's 100%. The task names its owner.
+TEST_F(ClusterManagerTest, StartupPhasesAndTokenizingProgressFromAWorkerAreBounded) {
+  RunningGang g;
+  StartRunningGang(&g);
+  ASSERT_FALSE(g.w0->Assignments().empty());
+  EXPECT_EQ(g.w0->Assignments()[0].owner(), "alice") << "each owner gets a token cache of their own";
+  auto phase = [&](const std::string& worker, const std::string& name, double seconds, const std::string& detail) {
+    v1::WorkerMessage m;
+    m.mutable_phase()->set_task_id(g.t0);
+    m.mutable_phase()->set_phase(name);
+    m.mutable_phase()->set_seconds(seconds);
+    m.mutable_phase()->set_since_start(seconds);
+    m.mutable_phase()->set_detail(detail);
+    Send(worker, std::move(m));
+  };
+  clock_.Advance(absl::Seconds(2));  // the report comes later than the phase was done
+  phase("w0", "made_up", 1, "");
+  phase("w0", "rendezvous", -1, "");
+  phase("w0", "rendezvous", std::nan(""), "");
+  phase("w0", "placed", 1, "");  // the coordinator's own phase, not a worker's to report
+  phase("w9", "first_step", 1, "");
+  phase("w0", "data_ready", 0.5, "token cache \x1b[2Jhit");
+  phase("w0", "data_ready", 9, "again");
+  auto progress = [&](const std::string& path, int64_t done, int64_t total) {
+    v1::WorkerMessage m;
+    m.mutable_tokenizing()->set_task_id(g.t0);
+    m.mutable_tokenizing()->set_path(path);
+    m.mutable_tokenizing()->set_done_bytes(done);
+    m.mutable_tokenizing()->set_total_bytes(total);
+    Send("w0", std::move(m));
+  };
+  for (int i = 1; i <= 20; ++i) progress("/d/train.jsonl", i * 100'000'000, 3'000'000'000);  // one burst
+  progress("/d/train.jsonl", 3'100'000'000, 3'000'000'000);                                  // nonsense
+  progress("/d/train.jsonl", 3'000'000'000, 3'000'000'000);
+  progress("/d/train.jsonl", 3'000'000'000, 3'000'000'000);  // the same 100% again
+  clock_.Advance(absl::Seconds(4));
+  progress("/d/eval.jsonl", 1'000'000, 2'000'000);
+
+  auto events_of = [&](const std::string& type) {
+    std::vector<std::string> out;
+    const absl::StatusOr<std::vector<v1::JobEvent>> events = store_->GetEvents(g.id, 0, 1000);
+    for (const v1::JobEvent& e : *events) {
+      if (e.type() == type) out.push_back(e.reason());
+    }
+    return out;
+  };
+  ASSERT_TRUE(Eventually([&] { return events_of("tokenizing").size() >= 3; }));
+  absl::SleepFor(absl::Milliseconds(100));  // let the writer commit anything wrongly queued
+  EXPECT_EQ(events_of("tokenizing"),
+            (std::vector<std::string>{"attempt 1: tokenizing train.jsonl 3% (0.1 of 3.0 GB)",
+                                      "attempt 1: tokenizing train.jsonl 100% (3.0 of 3.0 GB)",
+                                      "attempt 1: tokenizing eval.jsonl 50% (1.0 of 2.0 MB)"}));
+  const std::vector<std::string> startup = events_of("startup");
+  ASSERT_EQ(startup.size(), 1u) << absl::StrJoin(startup, "\n");
+  EXPECT_EQ(startup[0], "attempt 1 start-up: data_ready in 0.50 s (0.50 s since the trainer started), "
+                        "token cache ?[2Jhit");
+  absl::StatusOr<std::vector<v1::Attempt>> attempts = ListAttempts(*store_, g.id);
+  ASSERT_TRUE(attempts.ok());
+  ASSERT_EQ(attempts->size(), 1u);
+  std::vector<std::string> names;
+  for (const v1::AttemptPhase& p : (*attempts)[0].phases()) names.push_back(p.name());
+  EXPECT_EQ(names, (std::vector<std::string>{"placed", "trainers_started", "data_ready"}));
+  EXPECT_EQ((*attempts)[0].phases(2).detail(), "token cache ?[2Jhit");
+  EXPECT_DOUBLE_EQ((*attempts)[0].phases(2).seconds(), 0.5);
+  using google::protobuf::util::TimeUtil;
+  EXPECT_EQ(TimeUtil::TimestampToMicroseconds((*attempts)[0].phases(2).time()) -
+                TimeUtil::TimestampToMicroseconds((*attempts)[0].phases(1).time()),
+            500'000)
+      << "done 0.5 s after the trainers started, by the trainer's clock";
 }
 
 }  // namespace

@@ -549,12 +549,17 @@ TEST(StartupPhaseMetricsTest, EachPhaseIsAHistogramAndUnknownPhasesAreDropped) {
   m.RecordStartupPhase("first_step", 42);
   m.RecordStartupPhase("weights_loaded", 700);
   m.RecordStartupPhase("made-up", 1);  // a worker's string never becomes a label value
+  m.RecordStartupPhase("placed", 12);  // the coordinator's own: time queued, ranks started
+  m.RecordStartupPhase("trainers_started", 0.2);
   const std::string text = m.Render();
   EXPECT_TRUE(absl::StrContains(text, "llamafleet_startup_phase_seconds_count{phase=\"first_step\"} 2")) << text;
   EXPECT_TRUE(absl::StrContains(text, "llamafleet_startup_phase_seconds_bucket{phase=\"first_step\",le=\"0.5\"} 1"))
       << text;
   EXPECT_TRUE(absl::StrContains(text, "llamafleet_startup_phase_seconds_count{phase=\"weights_loaded\"} 1"));
   EXPECT_TRUE(absl::StrContains(text, "llamafleet_startup_phase_seconds_count{phase=\"data_ready\"} 0"));
+  EXPECT_TRUE(absl::StrContains(text, "llamafleet_startup_phase_seconds_count{phase=\"placed\"} 1"));
+  EXPECT_TRUE(absl::StrContains(text, "llamafleet_startup_phase_seconds_count{phase=\"trainers_started\"} 1"));
+  EXPECT_TRUE(absl::StrContains(text, "llamafleet_startup_phase_seconds_count{phase=\"rendezvous\"} 0"));
   EXPECT_FALSE(absl::StrContains(text, "made-up"));
   ExpectPromtoolAccepts(text);
 }

@@ -14,10 +14,12 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <random>
 
 #include <gtest/gtest.h>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -387,6 +389,31 @@ TEST_F(TrainingTest, WorkerKilledMidJobResumesToTheSameWeightsAsAnUninterruptedR
   EXPECT_TRUE(HasEvent(interrupted, "attempt 1 start-up: first_step in"));
   EXPECT_TRUE(HasEvent(interrupted, absl::StrCat("attempt ", job.attempts(), " start-up: weights_loaded in")));
   EXPECT_TRUE(HasEvent(interrupted, "resumed from step"));
+  // The first attempt built the owner's token cache (its progress is an event); every
+  // attempt's phases are fields of the attempt too, from placement to the first step.
+  EXPECT_TRUE(HasEvent(interrupted, "attempt 1: tokenizing train.jsonl 100%")) << AttemptsText(interrupted);
+  auto phases_of = [](const v1::Attempt& a) {
+    std::map<std::string, v1::AttemptPhase> out;
+    for (const v1::AttemptPhase& p : a.phases()) out[p.name()] = p;
+    return out;
+  };
+  const std::map<std::string, v1::AttemptPhase> succeeded = phases_of(attempts[0]);
+  for (const char* name : {"placed", "trainers_started", "data_ready", "rendezvous", "weights_loaded", "first_step"}) {
+    EXPECT_TRUE(succeeded.count(name)) << "no " << name << ":\n" << attempts[0].DebugString();
+  }
+  for (const v1::Attempt& a : attempts) {  // (one that failed its rendezvous has fewer)
+    ASSERT_GT(a.phases_size(), 0) << a.DebugString();
+    EXPECT_EQ(a.phases(0).name(), "placed");
+    if (phases_of(a).count("first_step")) EXPECT_EQ(a.phases(a.phases_size() - 1).name(), "first_step");
+  }
+  auto detail = [&](const v1::Attempt& a, const std::string& name) {
+    const std::map<std::string, v1::AttemptPhase> phases = phases_of(a);
+    auto it = phases.find(name);
+    return it == phases.end() ? std::string("<none>") : it->second.detail();
+  };
+  EXPECT_TRUE(absl::StartsWith(detail(attempts[0], "weights_loaded"), "resumed from step")) << attempts[0].DebugString();
+  EXPECT_EQ(detail(attempts[0], "data_ready"), "token cache hit") << "the owner's cache, built by attempt 1";
+  EXPECT_EQ(detail(attempts.back(), "data_ready"), "tokenized");
 
   ExpectSameLossAsStraightRun("interrupted", /*every_steps=*/4, /*max_restarts=*/2);
 }

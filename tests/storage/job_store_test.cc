@@ -666,10 +666,11 @@ TEST_F(JobStoreTest, MigrationFromSchemaThreeKeepsEveryRowAndStopsIdReuse) {
   create.replace(0, create.find('('), "CREATE TABLE jobs_v3 ");  // the name may be quoted
   exec("PRAGMA foreign_keys=OFF");
   // Schema 3 had neither the checkpoint_dir column nor the later worker_credentials table
-  // nor the attempts' nodes and resize_reason columns (schema 6).
+  // nor the attempts' nodes and resize_reason columns (schema 6) nor their phases (schema 7).
   exec("BEGIN; DROP INDEX jobs_by_checkpoint_dir; DROP INDEX jobs_by_owner_state;"
        "ALTER TABLE jobs DROP COLUMN checkpoint_dir; DROP TABLE worker_credentials;"
-       "ALTER TABLE attempts DROP COLUMN nodes; ALTER TABLE attempts DROP COLUMN resize_reason;");
+       "ALTER TABLE attempts DROP COLUMN nodes; ALTER TABLE attempts DROP COLUMN resize_reason;"
+       "DROP TABLE attempt_phases;");
   // The column is gone from `create` too: drop it from the text.
   const std::string kColumn = "checkpoint_dir TEXT";
   const size_t column = create.find(kColumn);

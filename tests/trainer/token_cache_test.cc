@@ -154,8 +154,14 @@ TEST_F(TokenCacheTest, ConcurrentOpenersBuildOnce) {
   for (auto& r : results) {
     ASSERT_TRUE(r.ok()) << r.status();
     built += r->hit ? 0 : 1;
+    if (!r->hit) EXPECT_FALSE(r->built_meanwhile);
   }
   EXPECT_EQ(built, 1);
+  // A later opener finds the entry at once: a plain hit.
+  auto later = OpenTokenCache(data_, Options(1));
+  ASSERT_TRUE(later.ok()) << later.status();
+  EXPECT_TRUE(later->hit);
+  EXPECT_FALSE(later->built_meanwhile);
 }
 
 }  // namespace

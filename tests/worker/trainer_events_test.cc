@@ -67,6 +67,15 @@ TEST(TrainerEventsTest, EveryEventRoundTrips) {
   EXPECT_EQ(f.export_dir, "/out");
 }
 
+TEST(TrainerEventsTest, TokenizingProgressRoundTrips) {
+  Tokenizing t = RoundTrip(Tokenizing{"/fsx/data/train.jsonl", 1'300'000'000, 3'100'000'000});
+  EXPECT_EQ(t.path, "/fsx/data/train.jsonl");
+  EXPECT_EQ(t.done_bytes, 1'300'000'000);
+  EXPECT_EQ(t.total_bytes, 3'100'000'000);
+  // A path that is not UTF-8 still makes a line (bytes replaced), never an exception.
+  EXPECT_TRUE(ParseLine(ToLine(Tokenizing{"/d/\xff.jsonl", 1, 2})).has_value());
+}
+
 TEST(TrainerEventsTest, ExitRecordKeepsEveryCanonicalCode) {
   for (int c = 0; c <= 16; ++c) {
     const auto code = static_cast<absl::StatusCode>(c);

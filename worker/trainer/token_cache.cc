@@ -65,6 +65,14 @@ absl::StatusOr<std::string> ContentKey(const std::string& data_path, const Token
   return h.Hex();
 }
 
+// ".tmp-<host>-<pid>": unique among the live processes of every host that shares the cache
+// directory (the entry lock keeps builders apart, unless the filesystem does not do flock).
+std::string TmpSuffix() {
+  char host[256] = "host";
+  (void)::gethostname(host, sizeof(host) - 1);
+  return absl::StrCat(".tmp-", host, "-", ::getpid());
+}
+
 // The content key, remembered in <dir>/<signature hash>.key so that a start whose files are
 // unchanged does not read them again (a 1 GB dataset takes ~0.5 s to hash).
 absl::StatusOr<std::string> CacheKey(const std::string& data_path, const TokenCacheOptions& o) {
@@ -79,7 +87,7 @@ absl::StatusOr<std::string> CacheKey(const std::string& data_path, const TokenCa
   const std::string memo = (fs::path(o.dir) / (h.Hex() + ".key")).string();
   if (absl::StatusOr<std::string> k = ReadFileToString(memo); k.ok() && k->size() == 64) return *k;
   LF_ASSIGN_OR_RETURN(std::string key, ContentKey(data_path, o));
-  const std::string tmp = absl::StrCat(memo, ".tmp-", ::getpid());
+  const std::string tmp = absl::StrCat(memo, TmpSuffix());
   if (WriteStringToFile(tmp, key).ok()) {
     std::error_code ec;
     fs::rename(tmp, memo, ec);
@@ -200,6 +208,7 @@ absl::Status Build(const std::string& data_path, const TokenCacheOptions& o, con
     }
   }
   for (std::thread& t : workers) t.join();
+  if (o.progress && size > 0 && done.load() >= static_cast<int64_t>(size)) o.progress(static_cast<int64_t>(size), static_cast<int64_t>(size));
 
   // The first bad line of the file: the earliest chunk with an error.
   int64_t lines_before = 0;
@@ -338,10 +347,11 @@ absl::StatusOr<TokenCacheResult> OpenTokenCache(const std::string& data_path, co
   if (auto f = TokenFile::Open(path); f.ok()) {
     r.file = std::move(*f);
     r.hit = true;
+    r.built_meanwhile = true;
     return r;
   }
   const auto t0 = std::chrono::steady_clock::now();
-  const std::string tmp = absl::StrCat(path, ".tmp-", ::getpid());
+  const std::string tmp = absl::StrCat(path, TmpSuffix());
   absl::Status built = Build(data_path, o, tmp);
   if (!built.ok()) {
     fs::remove(tmp, ec);

@@ -19,7 +19,7 @@
 // Opening checks the header, the file size and that the offsets are monotonic from 0 to T;
 // token ids are checked against the vocabulary when a batch is made.
 //
-// Building: one process per entry holds <key>.lock (flock) and writes <key>.tmp-<pid>,
+// Building: one process per entry holds <key>.lock (flock) and writes <key>.tmp-<host>-<pid>,
 // fsyncs it and renames it into place; others wait on the lock and then map the result.
 // The JSONL is split at line boundaries across threads (SentencePiece encoding is
 // thread-safe); a malformed line fails the build with `file:line: why`, as LoadJsonl does.
@@ -68,13 +68,17 @@ struct TokenCacheOptions {
   DataLoadOptions load;    // how records become tokens (part of the key)
   std::string tokenizer_path;  // hashed into the key ("" for token data)
   int threads = 0;         // build threads; 0 = the machine's cores
-  // Called about every 2 s during a build with bytes of JSONL done and in all.
+  // Called about every 2 s during a build with bytes of JSONL done and in all, and once
+  // with done == total when every line is read (not after a malformed line).
   std::function<void(int64_t done, int64_t total)> progress;
 };
 
 struct TokenCacheResult {
   std::unique_ptr<TokenFile> file;
   bool hit = false;         // an existing entry was mapped (built by nobody here)
+  // Of a hit: the entry was not there when this process first looked; another process
+  // built it meanwhile (this one waited on the entry's lock).
+  bool built_meanwhile = false;
   double build_seconds = 0; // 0 on a hit
 };
 

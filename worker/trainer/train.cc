@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <string_view>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -161,12 +162,17 @@ int64_t PeakRssBytes() {
   return static_cast<int64_t>(ru.ru_maxrss) * 1024;
 }
 
+bool ProgressEventsWanted() {
+  const char* v = std::getenv("LLAMAFLEET_PROGRESS_EVENTS");
+  return v != nullptr && std::string_view(v) == "1";
+}
+
 // The rows of a JSONL file through the token cache (token_cache.h): tokenized once into
 // `cache_dir`, then memory-mapped. `log_progress`: this process reports a build's progress.
 absl::StatusOr<LoadedData> LoadRows(const std::string& path, DataFormat format,
                                     const Tokenizer* tokenizer, const LlamaConfig& config,
                                     BatchingMode batching, int64_t seq_len, const std::string& cache_dir,
-                                    bool log_progress) {
+                                    bool log_progress, bool progress_events) {
   TokenCacheOptions o;
   o.dir = cache_dir;
   o.load.format = format;
@@ -176,8 +182,9 @@ absl::StatusOr<LoadedData> LoadRows(const std::string& path, DataFormat format,
   o.load.vocab_size = config.vocab_size;
   o.load.max_positions = config.max_position_embeddings;
   o.tokenizer_path = tokenizer ? tokenizer->path() : "";
-  if (log_progress) {
-    o.progress = [path](int64_t done, int64_t total) {
+  if (log_progress || progress_events) {  // (only a process that builds the entry calls it)
+    o.progress = [path, progress_events](int64_t done, int64_t total) {
+      if (progress_events) EmitJsonLine(trainer_events::ToLine(trainer_events::Tokenizing{path, done, total}));
       LogInfo(absl::StrFormat("tokenizing %s: %.0f%% (%.2f of %.2f GB)", path,
                               total > 0 ? 100.0 * static_cast<double>(done) / static_cast<double>(total) : 100.0,
                               static_cast<double>(done) / 1e9, static_cast<double>(total) / 1e9));
@@ -185,13 +192,15 @@ absl::StatusOr<LoadedData> LoadRows(const std::string& path, DataFormat format,
   }
   LF_ASSIGN_OR_RETURN(TokenCacheResult cached, OpenTokenCache(path, o));
   if (log_progress) {
-    LogInfo(cached.hit ? absl::StrCat("data ", path, ": token cache hit ", cached.file->path())
-                       : absl::StrFormat("data %s: tokenized into %s in %.1f s", path, cached.file->path(),
-                                         cached.build_seconds));
+    LogInfo(cached.built_meanwhile ? absl::StrCat("data ", path, ": tokenized by another process into ", cached.file->path())
+            : cached.hit           ? absl::StrCat("data ", path, ": token cache hit ", cached.file->path())
+                                   : absl::StrFormat("data %s: tokenized into %s in %.1f s", path, cached.file->path(),
+                                                     cached.build_seconds));
   }
   std::shared_ptr<const TokenFile> file = std::move(cached.file);
   LF_ASSIGN_OR_RETURN(TokenRows rows, TokenRows::Create(file, batching, seq_len, path));
-  return LoadedData{std::move(rows), 0, config.vocab_size, cached.hit};
+  // Built by another process (a rank of this run) while this one waited: tokenized for this start.
+  return LoadedData{std::move(rows), 0, config.vocab_size, cached.hit && !cached.built_meanwhile};
 }
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> MaybeLoadTokenizer(DataFormat format,

@@ -47,13 +47,20 @@ struct LoadedData {
   TokenRows rows;
   int32_t pad_id = 0;
   int64_t vocab_size = 0;
-  bool cache_hit = false;  // mapped an existing token file (nothing tokenized)
+  bool cache_hit = false;  // mapped a token file built before this run (nothing tokenized for it)
 };
 // The rows of a JSONL file, tokenized once into `cache_dir` and then memory-mapped.
-// `log_progress`: this process logs a build's progress.
+// `log_progress`: this process logs whether it found the entry; either flag: a build this
+// process does logs its progress, and with `progress_events` also prints each report as a
+// `tokenizing` event line (a train run's ranks: whichever builds, its worker relays them).
+// Whether a build's progress goes out as event lines too: a worker's ranks
+// (LLAMAFLEET_PROGRESS_EVENTS=1, which the worker sets), so that a run on its own keeps
+// "started" as the first line it prints.
+bool ProgressEventsWanted();
 absl::StatusOr<LoadedData> LoadRows(const std::string& path, DataFormat format, const Tokenizer* tokenizer,
                                     const LlamaConfig& config, BatchingMode batching, int64_t seq_len,
-                                    const std::string& cache_dir, bool log_progress);
+                                    const std::string& cache_dir, bool log_progress,
+                                    bool progress_events = false);
 // The tokenizer a format needs (none for token data): `explicit_path`, else
 // <model_dir>/tokenizer.model; refused when it has more pieces than the model's vocabulary.
 absl::StatusOr<std::unique_ptr<Tokenizer>> MaybeLoadTokenizer(DataFormat format, const std::string& explicit_path,

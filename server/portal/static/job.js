@@ -216,10 +216,18 @@ export function mountJob(root, ctx, id) {
     if (events.has(seq)) return;
     events.set(seq, ev);
     lastSeq = Math.max(lastSeq, seq);
+    // Tokenizing progress: of a run of such events the timeline keeps only the newest.
+    const next = [...timeline.children].find((x) => Number(x.dataset.seq) > seq);
+    const prev = next ? next.previousElementSibling : timeline.lastElementChild;
+    if (ev.type === 'tokenizing') {
+      if (next && next.classList.contains('tokenizing')) return;
+      if (prev && prev.classList.contains('tokenizing')) prev.remove();
+    }
     const changed = ev.from_state !== ev.to_state;
     const fromKnown = ev.from_state && ev.from_state !== 'JOB_STATE_UNSPECIFIED';
     const resize = resizeOf(ev.reason);
-    const li = h('li', {class: [changed ? 'changed' : '', resize ? 'resize' : ''].filter(Boolean).join(' '), dataset: {seq}},
+    const li = h('li', {class: [changed ? 'changed' : '', resize ? 'resize' : '', ev.type === 'tokenizing' ? 'tokenizing' : '']
+      .filter(Boolean).join(' '), dataset: {seq}},
       h('time', {datetime: ev.time, title: fmtFullTime(ev.time)}, fmtTime(ev.time)),
       h('span.ev-type', ev.type),
       resize ? h('span.badge.resize-badge', {title: 'elastic gang resized'}, `${resize.from} → ${resize.to} nodes`) : null,
@@ -250,13 +258,27 @@ export function mountJob(root, ctx, id) {
       : [h('tr.empty', h('td', {colspan: 6}, 'No checkpoints yet.'))]));
   }
 
+  // An attempt's start-up phases as one row under it: each phase with its time since the
+  // placement and its own duration ("data ready +1.52 s (0.06 s, token cache hit)").
+  function phasesRow(a) {
+    const phases = a.phases || [];
+    if (!phases.length) return null;
+    const start = parseTime(a.start_time);
+    const at = (p) => (start && parseTime(p.time) ? `+${((parseTime(p.time) - start) / 1000).toFixed(2)} s` : '');
+    return h('tr.phases', {dataset: {phasesOf: a.attempt}},
+      h('td'), h('td', {colspan: 7}, h('ol.phase-list', {'aria-label': `Start-up of attempt ${a.attempt}`},
+        phases.map((p) => h('li', {dataset: {phase: p.name}},
+          h('span.phase-name', p.name.replaceAll('_', ' ')), ' ', h('span.phase-at', at(p)),
+          h('span.muted', ` (${Number(p.seconds || 0).toFixed(2)} s${p.detail ? `, ${p.detail}` : ''})`))))));
+  }
+
   // Newest first. Workers by node rank, each with its task's last reported state.
   function renderAttempts(list) {
     const sig = JSON.stringify(list.map((a) => [a.attempt, a.state, a.end_time, a.reason, a.nodes, a.resize_reason,
-      (a.tasks || []).map((t) => [t.worker, t.state, t.message])]));
+      (a.tasks || []).map((t) => [t.worker, t.state, t.message]), (a.phases || []).map((p) => p.name)]));
     if (attemptBody.dataset.sig === sig) return;
     attemptBody.dataset.sig = sig;
-    attemptBody.replaceChildren(...(list.length ? list.map((a) => {
+    attemptBody.replaceChildren(...(list.length ? list.flatMap((a) => {
       const [label, cls] = ATTEMPT_STATES[a.state] || [String(a.state || '?'), ''];
       const start = parseTime(a.start_time);
       const end = parseTime(a.end_time);
@@ -267,7 +289,7 @@ export function mountJob(root, ctx, id) {
       const taskState = (t) => (end && !TASK_ENDED.has(t.state) ? 'no report' : String(t.state || '?').replace('TASK_', '').toLowerCase());
       const tasksText = tasks.map((t) => `node ${t.node_rank || 0}: ${t.worker} ${taskState(t)}` +
         (t.message ? ` (${t.message})` : '')).join('\n');
-      return h('tr', {dataset: {attempt: a.attempt}},
+      return [h('tr', {dataset: {attempt: a.attempt}},
         h('td.num', a.attempt),
         h('td', h('span', {class: `badge ${cls}`}, label)),
         h('td', {title: fmtFullTime(a.start_time)}, fmtTime(a.start_time)),
@@ -280,7 +302,8 @@ export function mountJob(root, ctx, id) {
         h('td.num.nodes', String(a.nodes || tasks.length)),
         h('td.reason', {title: [a.resize_reason, a.reason, a.resume_from && `resumed from ${a.resume_from}`].filter(Boolean).join('\n')},
           a.resize_reason ? h('span.badge.resize-badge', a.resize_reason) : null, a.resize_reason && a.reason ? ' ' : null,
-          a.reason || (a.resume_from ? h('span.muted', `resumed from ${a.resume_from}`) : '')));
+          a.reason || (a.resume_from ? h('span.muted', `resumed from ${a.resume_from}`) : ''))),
+      phasesRow(a)].filter(Boolean);
     }) : [h('tr.empty', h('td', {colspan: 8}, 'Not started yet.'))]));
   }
 

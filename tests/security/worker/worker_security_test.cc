@@ -27,6 +27,7 @@
 #include "tests/testing/process.h"
 #include "worker/path_guard.h"
 #include "worker/run_as.h"
+#include "worker/token_cache_dir.h"
 
 namespace llamafleet {
 namespace {
@@ -305,6 +306,121 @@ TEST_F(WorkerSecurityTest, PathsAreRecheckedWithLinksResolvedAndExportsReplaceNo
   EXPECT_TRUE(Ran("13-1-0"));
   // The trainer gets the roots too, to check again where it opens its files.
   EXPECT_NE(coordinator.Line("13-1-0", "args=").find("--path-root " + root_), std::string::npos);
+}
+
+// ---------------------------------------------------------------- token caches per owner
+
+TEST_F(WorkerSecurityTest, EachOwnerHasATokenCacheNoOtherOwnersJobCanReadOrPlantIn) {
+  // A root worker runs its trainers as llamafleet; any other runs them as itself.
+  const struct passwd* pw = geteuid() == 0 ? getpwnam(worker::kDefaultTrainerUser) : nullptr;
+  const std::string run_as = pw != nullptr ? "" : std::to_string(geteuid());
+  const uid_t trainer_uid = pw != nullptr ? pw->pw_uid : geteuid();
+  std::ofstream(root_ + "/good.jsonl") << "{\"input_ids\": [1, 2, 3]}\n";
+  const std::string caches = root_ + "/llamafleet/token-cache";
+  auto task = [&](const std::string& id, const std::string& owner) {
+    v1::TaskSpec t = Task(id);
+    t.add_path_roots(root_);
+    t.set_owner(owner);
+    t.mutable_spec()->mutable_data()->set_train_path(root_ + "/good.jsonl");
+    return t;
+  };
+  auto private_to_trainers = [&](const std::string& dir) {
+    struct stat st;
+    if (::lstat(dir.c_str(), &st) != 0) return std::string("missing");
+    if (!S_ISDIR(st.st_mode)) return std::string("not a directory");
+    if (st.st_uid != trainer_uid) return absl::StrCat("owned by uid ", st.st_uid);
+    if ((st.st_mode & 07777) != 0700) return absl::StrCat("mode ", st.st_mode & 07777);
+    return std::string("ok");
+  };
+
+  // Yvonne's job: the worker makes her directory and hands only it to the trainer.
+  {
+    FakeCoordinator coordinator({task("21-1-0", "yvonne")});
+    std::unique_ptr<Subprocess> w = StartWorker(coordinator.address(), run_as);
+    v1::TaskStatus st = coordinator.WaitFinished("21-1-0", absl::Seconds(20));
+    ASSERT_EQ(st.state(), v1::TASK_SUCCEEDED) << st.message();
+    EXPECT_NE(coordinator.Line("21-1-0", "args=").find("--token-cache-dir " + caches + "/yvonne"), std::string::npos)
+        << coordinator.Line("21-1-0", "args=");
+  }
+  EXPECT_EQ(private_to_trainers(caches + "/yvonne"), "ok");
+  struct stat level;
+  ASSERT_EQ(::lstat(caches.c_str(), &level), 0);
+  EXPECT_EQ(level.st_uid, geteuid()) << "the level of owners' directories is the worker's";
+  EXPECT_EQ(level.st_mode & 07777, 0755u);
+  // An entry of hers, as her build left it.
+  std::ofstream(caches + "/yvonne/k.tokens") << "hers";
+  ASSERT_EQ(::chown((caches + "/yvonne/k.tokens").c_str(), trainer_uid, static_cast<gid_t>(-1)), 0);
+
+  // Xavier's jobs: one of his own, one that names her entry as its data, one that writes
+  // through a link of his into her directory; jobs of owners whose directory someone planted
+  // (a link out of the root; as root also one owned by another uid); an odd owner name.
+  fs::create_symlink(caches + "/yvonne", root_ + "/x-link");
+  v1::TaskSpec read = task("23-1-0", "xavier");
+  read.mutable_spec()->mutable_data()->set_train_path(caches + "/yvonne/k.tokens");
+  v1::TaskSpec plant = task("24-1-0", "xavier");
+  plant.mutable_spec()->mutable_checkpoint()->set_dir(root_ + "/x-link/ckpt");
+  fs::create_symlink(outside_, caches + "/zed");
+  std::vector<v1::TaskSpec> tasks = {task("22-1-0", "xavier"), read, plant, task("25-1-0", "zed"),
+                                     task("26-1-0", "../yvonne")};
+  if (geteuid() == 0) {
+    fs::create_directories(caches + "/wanda");
+    ASSERT_EQ(::chown((caches + "/wanda").c_str(), 65534, 65534), 0);
+    tasks.push_back(task("27-1-0", "wanda"));
+  }
+  FakeCoordinator coordinator(tasks);
+  std::unique_ptr<Subprocess> w = StartWorker(coordinator.address(), run_as);
+
+  v1::TaskStatus st = coordinator.WaitFinished("22-1-0", absl::Seconds(20));
+  ASSERT_EQ(st.state(), v1::TASK_SUCCEEDED) << st.message();
+  EXPECT_NE(coordinator.Line("22-1-0", "args=").find("--token-cache-dir " + caches + "/xavier"), std::string::npos);
+  EXPECT_EQ(private_to_trainers(caches + "/xavier"), "ok");
+  for (const auto& [id, field] : {std::pair<std::string, std::string>{"23-1-0", "data.train_path"},
+                                  {"24-1-0", "checkpoint.dir"}}) {
+    st = coordinator.WaitFinished(id, absl::Seconds(20));
+    EXPECT_EQ(st.state(), v1::TASK_FAILED) << id;
+    ASSERT_EQ(st.exits_size(), 1) << id;
+    EXPECT_TRUE(absl::StartsWith(st.exits(0).last_error(), "INVALID_ARGUMENT: " + field + ": ")) << st.exits(0).last_error();
+    EXPECT_NE(st.exits(0).last_error().find("which holds owners' token caches"), std::string::npos);
+    EXPECT_EQ(ClassifyFailure(st), AttemptOutcome::kPermanent);
+    EXPECT_FALSE(Ran(id)) << id;
+  }
+  st = coordinator.WaitFinished("25-1-0", absl::Seconds(20));
+  EXPECT_EQ(st.state(), v1::TASK_FAILED);
+  EXPECT_NE(st.message().find(caches + "/zed is not a directory (a symbolic link?)"), std::string::npos) << st.message();
+  EXPECT_EQ(ClassifyFailure(st), AttemptOutcome::kPermanent);
+  EXPECT_FALSE(Ran("25-1-0"));
+  EXPECT_TRUE(fs::is_empty(outside_)) << "nothing was made through the planted link";
+  st = coordinator.WaitFinished("26-1-0", absl::Seconds(20));
+  EXPECT_EQ(st.state(), v1::TASK_SUCCEEDED) << st.message();
+  EXPECT_NE(coordinator.Line("26-1-0", "args=").find("--token-cache-dir " + caches + "/%2E%2E%2Fyvonne"),
+            std::string::npos)
+      << "an owner's name is never a path: " << coordinator.Line("26-1-0", "args=");
+  if (geteuid() == 0) {
+    st = coordinator.WaitFinished("27-1-0", absl::Seconds(20));
+    EXPECT_EQ(st.state(), v1::TASK_FAILED);
+    EXPECT_NE(st.message().find(caches + "/wanda is owned by uid 65534, not by the trainers' uid"), std::string::npos)
+        << st.message();
+    EXPECT_FALSE(Ran("27-1-0"));
+  }
+  // Her directory holds her entry, unchanged, and nothing else.
+  EXPECT_EQ(ReadFile(caches + "/yvonne/k.tokens"), "hers");
+  EXPECT_EQ(std::distance(fs::directory_iterator(caches + "/yvonne"), fs::directory_iterator()), 1);
+  EXPECT_EQ(private_to_trainers(caches + "/yvonne"), "ok");
+}
+
+TEST_F(WorkerSecurityTest, OwnerNamesBecomeOneDirectoryNameEach) {
+  EXPECT_EQ(worker::TokenCacheOwnerName("alice"), "alice");
+  EXPECT_EQ(worker::TokenCacheOwnerName("a.b/c"), "a%2Eb%2Fc");
+  EXPECT_EQ(worker::TokenCacheOwnerName(".."), "%2E%2E");
+  EXPECT_EQ(worker::TokenCacheOwnerName(""), "%none");
+  EXPECT_NE(worker::TokenCacheOwnerName("%none"), "%none") << "no name escapes to another's";
+  const std::string long_name(200, 'x');
+  EXPECT_TRUE(absl::StartsWith(worker::TokenCacheOwnerName(long_name), "%sha256-"));
+  EXPECT_NE(worker::TokenCacheOwnerName(long_name), worker::TokenCacheOwnerName(long_name + "y"));
+  const worker::TokenCacheDir without_roots = worker::OwnerTokenCacheDir({}, "/var/lib/w", "bob");
+  EXPECT_EQ(without_roots.path(), "/var/lib/w/token-cache/bob");
+  EXPECT_EQ(worker::OwnerTokenCacheDir({"/fsx", "/other"}, "/var/lib/w", "bob").path(),
+            "/fsx/llamafleet/token-cache/bob");
 }
 
 // ---------------------------------------------------------------- the checks themselves

@@ -1,0 +1,138 @@
+#include "worker/token_cache_dir.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/sha256.h"
+#include "worker/path_guard.h"
+
+namespace llamafleet::worker {
+namespace {
+
+constexpr size_t kMaxOwnerName = 128;
+
+bool PlainByte(unsigned char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-';
+}
+
+struct Fd {
+  int fd = -1;
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+}  // namespace
+
+std::string TokenCacheDir::path() const {
+  std::string out = anchor;
+  for (const Level& l : levels) absl::StrAppend(&out, out.empty() || out.back() != '/' ? "/" : "", l.name);
+  return out;
+}
+
+std::string TokenCacheOwnerName(const std::string& owner) {
+  if (owner.empty()) return "%none";
+  std::string out;
+  for (unsigned char c : owner) {
+    if (PlainByte(c)) {
+      out.push_back(static_cast<char>(c));
+    } else {
+      absl::StrAppendFormat(&out, "%%%02X", c);
+    }
+  }
+  if (out.size() > kMaxOwnerName) return absl::StrCat("%sha256-", Sha256Hex(owner));
+  return out;
+}
+
+TokenCacheDir OwnerTokenCacheDir(const std::vector<std::string>& path_roots, const std::string& data_dir,
+                                 const std::string& owner) {
+  TokenCacheDir d;
+  if (!path_roots.empty()) {
+    d.anchor = path_roots[0];
+    // <root>/llamafleet is where trainers also create jobs' default checkpoint directories:
+    // made by the worker, it goes to them as if they had made it.
+    d.levels.push_back({kReservedRootDir, 0755, true});
+    d.levels.push_back({kTokenCacheRootDir, 0755, false});
+  } else {
+    d.anchor = data_dir;
+    d.levels.push_back({kTokenCacheRootDir, 0755, false});
+  }
+  d.levels.push_back({TokenCacheOwnerName(owner), 0700, true});
+  return d;
+}
+
+absl::StatusOr<std::string> PrepareTokenCacheDir(const TokenCacheDir& dir, const std::optional<RunAs>& run_as) {
+  const uid_t self = ::geteuid();
+  const uid_t trainer_uid = run_as.has_value() ? run_as->uid : self;
+  const gid_t trainer_gid = run_as.has_value() ? run_as->gid : ::getegid();
+  Fd at;
+  at.fd = ::open(dir.anchor.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (at.fd < 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("token cache: cannot open ", dir.anchor, ": ", std::strerror(errno)));
+  }
+  std::string path = dir.anchor;
+  for (size_t i = 0; i < dir.levels.size(); ++i) {
+    const TokenCacheDir::Level& level = dir.levels[i];
+    const bool owners_dir = i + 1 == dir.levels.size();
+    absl::StrAppend(&path, path.back() == '/' ? "" : "/", level.name);
+    const bool created = ::mkdirat(at.fd, level.name.c_str(), level.mode) == 0;
+    if (!created && errno != EEXIST) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("token cache: cannot create ", path, ": ", std::strerror(errno)));
+    }
+    Fd next;
+    next.fd = ::openat(at.fd, level.name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (next.fd < 0) {
+      const int error = errno;
+      return absl::FailedPreconditionError(absl::StrCat(
+          "token cache: ", path, (error == ELOOP || error == ENOTDIR) ? " is not a directory (a symbolic link?)" : "",
+          error == ELOOP || error == ENOTDIR ? "" : absl::StrCat(": cannot open: ", std::strerror(error))));
+    }
+    if (created) {
+      // Made by this worker just now: set its mode past the umask, and hand it over.
+      if (::fchmod(next.fd, level.mode) != 0 ||
+          (level.trainers_own && run_as.has_value() && ::fchown(next.fd, trainer_uid, trainer_gid) != 0)) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("token cache: cannot prepare ", path, ": ", std::strerror(errno)));
+      }
+    }
+    struct stat st;
+    if (::fstat(next.fd, &st) != 0) {
+      return absl::FailedPreconditionError(absl::StrCat("token cache: cannot inspect ", path));
+    }
+    if (owners_dir) {
+      if (st.st_uid != trainer_uid) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "token cache: ", path, " is owned by uid ", st.st_uid, ", not by the trainers' uid ", trainer_uid,
+            ": refusing a token cache someone else could have planted (remove it, or give it to uid ",
+            trainer_uid, ")"));
+      }
+      if ((st.st_mode & 07777) != 0700 && ::fchmod(next.fd, 0700) != 0) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("token cache: cannot make ", path, " private (mode 0700): ", std::strerror(errno)));
+      }
+    } else {
+      if (st.st_uid != 0 && st.st_uid != self && st.st_uid != trainer_uid) {
+        return absl::FailedPreconditionError(absl::StrCat("token cache: ", path, " is owned by uid ", st.st_uid,
+                                                          ", neither root, the worker's nor the trainers' uid"));
+      }
+      if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
+        return absl::FailedPreconditionError(
+            absl::StrFormat("token cache: %s is writable by others (mode %04o): anyone could replace what it "
+                            "holds; make it 0755",
+                            path, st.st_mode & 07777));
+      }
+    }
+    std::swap(at.fd, next.fd);
+  }
+  return path;
+}
+
+}  // namespace llamafleet::worker
