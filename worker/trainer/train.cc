@@ -1,6 +1,7 @@
 #include "train.h"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 #include <torch/version.h>
 #include <sys/resource.h>
 #include <unistd.h>
