@@ -107,24 +107,26 @@ apt_opts=(
   -o Dir::Etc::PreferencesParts=/dev/null -o APT::Architecture=amd64 -o Debug::NoLocking=1
   -o APT::Sandbox::User=root -o Acquire::Retries=2 -o Acquire::http::Timeout=30
 )
-sources="deb $mirror $suite $components
-deb $mirror $suite-updates $components
-deb $security_mirror $suite-security $components"
+sources="deb $mirror $suite ${components//,/ }
+deb $mirror $suite-updates ${components//,/ }
+deb $security_mirror $suite-security ${components//,/ }"
 
-# resolve_key: prints the key of the root the recipe makes from the mirror's packages now
-# (a hash of every package version the install resolves to), or nothing when the mirror
+# resolve_key: sets key to that of the root the recipe makes from the mirror's packages now
+# (a hash of every package version the install resolves to), or to "" when the mirror
 # cannot be read.
 resolve_key() {
+  key=""
   mkdir -p "$apt_dir/lists/partial" "$apt_dir/cache/archives/partial"
   : >"$apt_dir/status"
   printf '%s\n' "$sources" | sed 's|^deb |deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] |' \
     >"$apt_dir/sources.list"
   apt-get "${apt_opts[@]}" -qq update >"$apt_dir/update.log" 2>&1 || return 0
+  ! grep -q '^[WE]:' "$apt_dir/update.log" || return 0
   local closure
-  closure=$(apt-get "${apt_opts[@]}" -s install --no-install-recommends "${packages[@]}" 2>>"$apt_dir/update.log" |
-    awk '/^Inst / && $2 != "nvidia-cudnn" {print $2, $3}' | sort) || return 0
-  [ -n "$closure" ] || return 0
-  printf '%s\n%s\n' "$recipe" "$closure" | sha256sum | cut -c1-16
+  closure=$(apt-get "${apt_opts[@]}" -s install --no-install-recommends "${packages[@]}" 2>"$apt_dir/resolve.log" |
+    awk '/^Inst / && $2 != "nvidia-cudnn" {print $2, $3}' | sort)
+  [ -n "$closure" ] || { cat "$apt_dir/resolve.log" >&2; die "the package set does not resolve on $suite"; }
+  key=$(printf '%s\n%s\n' "$recipe" "$closure" | sha256sum | cut -c1-16)
 }
 
 # make_root KEY: makes $cache/root-KEY with mmdebstrap (directory format), atomically.
@@ -161,8 +163,7 @@ EOF
   while kill -0 "$pid" 2>/dev/null; do
     sleep 30
     kill -0 "$pid" 2>/dev/null || break
-    say "  ... $((SECONDS - started)) s: $(grep -c '^Unpacking\|^Setting up' "$log" 2>/dev/null || echo 0) dpkg steps," \
-      "$(du -sh "$partial" 2>/dev/null | cut -f1) so far"
+    say "  ... $((SECONDS - started)) s, $(du -sxh "$partial" 2>/dev/null | cut -f1) so far"
   done
   if ! wait "$pid"; then
     trap - INT TERM
@@ -188,7 +189,7 @@ flock -n 9 || { say "another tests/cuda/build.sh holds $cache/lock; waiting"; fl
 
 t0=$SECONDS
 say "resolving trixie's package versions (mirror $mirror)"
-key=$(resolve_key)
+resolve_key
 if [ -n "$key" ]; then
   root="$cache/root-$key"
   if [ ! -d "$root" ]; then
@@ -241,12 +242,17 @@ if [ "$targets" = trainer ]; then
 fi
 say "configuring and building in $root (build-cuda/, $jobs jobs)"
 t1=$SECONDS
+mkdir -p "$src/build-cuda"
 in_root sh -c 'cmake -S . -B build-cuda -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLLAMAFLEET_BUILD_TESTS=ON \
-    -DLLAMAFLEET_WERROR_TRAINER=ON >build-cuda.configure.log 2>&1 ||
-    { tail -30 build-cuda.configure.log >&2; exit 1; }
-  grep -E "llamafleet: (CUDA|NCCL)|Caffe2: CUDA|PyTorch: CUDA detected" build-cuda.configure.log >&2 || true
-  mv build-cuda.configure.log build-cuda/configure.log' ||
+    -DLLAMAFLEET_WERROR_TRAINER=ON >build-cuda/configure.log 2>&1 ||
+    { tail -30 build-cuda/configure.log >&2; exit 1; }
+  grep -E "llamafleet: (CUDA|NCCL)|PyTorch: CUDA detected" build-cuda/configure.log >&2 || true' ||
   die "cmake failed to configure (build-cuda/configure.log)"
+# Both must come from what CMake found: without them the GPU code is not compiled at all.
+for def in LLAMAFLEET_HAVE_CUDA LLAMAFLEET_HAVE_NCCL; do
+  grep -rqs -- "-D$def=1" "$src/build-cuda/worker/trainer/CMakeFiles/llamafleet_trainer.dir/flags.make" ||
+    die "CMake did not enable $def (build-cuda/configure.log)"
+done
 in_root cmake --build build-cuda -j"$jobs" "${build_targets[@]}" || die "the build failed"
 t_build=$((SECONDS - t1))
 
