@@ -236,9 +236,9 @@ esac
 # --- the build ------------------------------------------------------------------------------
 build_targets=()
 if [ "$targets" = trainer ]; then
-  build_targets=(--target llamafleet-train llamafleet-worker llamafleet llamafleet-health-probe
-    llamafleet-coordinator trainer_core_test token_cache_test trainer_model_test sharded_rank
-    sharded_engine_test trainer_gpu_bench)
+  # The trainer, the sharding engine's driver and benchmark, and the trainer's test programs.
+  build_targets=(--target llamafleet-train llamafleet_spm sharded_rank trainer_gpu_bench
+    trainer_core_test token_cache_test trainer_model_test sharded_engine_test)
 fi
 say "configuring and building in $root (build-cuda/, $jobs jobs)"
 t1=$SECONDS
