@@ -225,7 +225,7 @@ in_root() {
     exec chroot "$r" /usr/bin/env -i HOME=/root LANG=C.UTF-8 TERM="${TERM:-dumb}" CI="${CI:-}" \
       PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
       CCACHE_DIR=/ccache CCACHE_BASEDIR=/src CCACHE_NOHASHDIR=1 CCACHE_MAXSIZE=4G \
-      /bin/sh -c "cd /src && exec \"\$@\"" sh "$@"' sh "$root" "$src" "$cache/ccache" "$@"
+      /bin/sh -c "cd /src && exec \"\$@\"" sh "$@"' sh "$root" "$src" "$cache/ccache" "$@" 9>&-
 }
 
 case "$mode" in
@@ -253,7 +253,8 @@ for def in LLAMAFLEET_HAVE_CUDA LLAMAFLEET_HAVE_NCCL; do
   grep -rqs -- "-D$def=1" "$src/build-cuda/worker/trainer/CMakeFiles/llamafleet_trainer.dir/flags.make" ||
     die "CMake did not enable $def (build-cuda/configure.log)"
 done
-in_root cmake --build build-cuda -j"$jobs" "${build_targets[@]}" || die "the build failed"
+# (-k: every error of the run, not only the first.)
+in_root cmake --build build-cuda -j"$jobs" "${build_targets[@]}" -- -k || die "the build failed"
 t_build=$((SECONDS - t1))
 
 # What this build is for: the trainer linked to CUDA LibTorch and NCCL.
