@@ -236,9 +236,9 @@ esac
 # --- the build ------------------------------------------------------------------------------
 build_targets=()
 if [ "$targets" = trainer ]; then
-  # The trainer, the sharding engine's driver and benchmark, and the trainer's test programs.
-  build_targets=(--target llamafleet-train llamafleet_spm sharded_rank trainer_gpu_bench
-    trainer_core_test token_cache_test trainer_model_test sharded_engine_test)
+  # The trainer, the sharding engine's driver and benchmark, and the trainer's test programs
+  # (tests/trainer/CMakeLists.txt).
+  build_targets=(--target llamafleet-trainer-checks)
 fi
 say "configuring and building in $root (build-cuda/, $jobs jobs)"
 t1=$SECONDS
@@ -266,6 +266,16 @@ in_root ccache -s 2>/dev/null | grep -iE 'hits|misses' | sed 's/^/cuda\/build.sh
 say "built: llamafleet-train links $(grep -oE 'lib(torch_cuda|nccl)\.so[.0-9]*' <<<"$links" | sort -u | tr '\n' ' ')"
 say "times: root $t_root s, build $t_build s"
 [ "$mode" = test ] || exit 0
+
+# tests/gpu/run.sh's project (the trainer without gRPC or SQLite) must configure against a
+# CUDA LibTorch with the same options: a CMake error there would cost a lent GPU its time.
+say "configuring tests/gpu (what tests/gpu/run.sh builds on a GPU machine) in build-cuda/gpu"
+in_root sh -c 'cmake -S tests/gpu -B build-cuda/gpu -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DLLAMAFLEET_WERROR_TRAINER=ON >build-cuda/gpu-configure.log 2>&1 ||
+    { tail -30 build-cuda/gpu-configure.log >&2; exit 1; }' ||
+  die "tests/gpu does not configure (build-cuda/gpu-configure.log)"
+grep -qs -- "-DLLAMAFLEET_HAVE_NCCL=1" "$src/build-cuda/gpu/trainer/CMakeFiles/llamafleet_trainer.dir/flags.make" ||
+  die "tests/gpu configured without NCCL (build-cuda/gpu-configure.log)"
 
 # --- the tests ------------------------------------------------------------------------------
 # Left to tests/run.sh (they test no trainer code, and need what this root does not have):
