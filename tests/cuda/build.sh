@@ -130,10 +130,12 @@ resolve_key() {
 }
 
 # make_root KEY: makes $cache/root-KEY with mmdebstrap (directory format), atomically.
+# (Roots are removed with rm --one-file-system: if an interrupted mmdebstrap left /dev or
+# /proc mounted inside one, rm must not descend into the host's.)
 make_root() {
   local key="$1" final="$cache/root-$1" partial="$cache/root-$1.partial"
   local log="$cache/mmdebstrap-$key.log" work="$cache/standin"
-  rm -rf "$partial" "$work"
+  rm -rf --one-file-system "$partial" "$work"
   mkdir -p "$work/pkg/DEBIAN" "$work/pkg/usr/lib/x86_64-linux-gnu"
   cp -L "$cudnn_dir/libcudnn.so.9" "$work/pkg/usr/lib/x86_64-linux-gnu/libcudnn.so.9"
   cat >"$work/pkg/DEBIAN/control" <<EOF
@@ -150,7 +152,7 @@ EOF
   local opt dpkg_args=() mirrors=()
   for opt in "${dpkg_opts[@]}"; do dpkg_args+=("--dpkgopt=$opt"); done
   while read -r line; do mirrors+=("$line"); done <<<"$sources"
-  say "making the trixie root $final with mmdebstrap (about 7 minutes: ~2.5 GB of packages; log $log)"
+  say "making the trixie root $final with mmdebstrap (about 8 minutes: ~2.9 GB of packages; log $log)"
   local started=$SECONDS
   # The stand-in is installed with the essential packages, before apt resolves the rest.
   mmdebstrap --variant=apt --mode=root --format=directory --components="$components" \
@@ -159,7 +161,7 @@ EOF
     --include="$(IFS=,; echo "${packages[*]}")" \
     "$suite" "$partial" "${mirrors[@]}" </dev/null >"$log" 2>&1 &
   local pid=$!
-  trap 'kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null; rm -rf "$partial"; exit 130' INT TERM
+  trap 'kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null; rm -rf --one-file-system "$partial"; exit 130' INT TERM
   while kill -0 "$pid" 2>/dev/null; do
     sleep 30
     kill -0 "$pid" 2>/dev/null || break
@@ -168,7 +170,7 @@ EOF
   if ! wait "$pid"; then
     trap - INT TERM
     tail -25 "$log" >&2
-    rm -rf "$partial"
+    rm -rf --one-file-system "$partial"
     die "mmdebstrap failed (log $log)"
   fi
   trap - INT TERM
@@ -197,7 +199,7 @@ if [ -n "$key" ]; then
     make_root "$key"
     # Older roots (other package versions) go: each is several GB.
     for old in "$cache"/root-*; do
-      [ "$old" = "$root" ] || { say "removing the outdated root $old"; rm -rf "$old"; }
+      [ "$old" = "$root" ] || { say "removing the outdated root $old"; rm -rf --one-file-system "$old"; }
     done
   else
     say "reusing $root (same package versions)"
