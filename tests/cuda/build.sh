@@ -115,6 +115,12 @@ deb $security_mirror $suite-security ${components//,/ }"
 # (a hash of every package version the install resolves to), or to "" when the mirror
 # cannot be read.
 resolve_key() {
+  exec 8>"$cache/apt.lock"  # one apt-get at a time on CACHE/apt
+  flock 8
+  resolve_key_unlocked
+  exec 8>&-
+}
+resolve_key_unlocked() {
   key=""
   mkdir -p "$apt_dir/lists/partial" "$apt_dir/cache/archives/partial"
   : >"$apt_dir/status"
@@ -185,16 +191,21 @@ EOF
   say "root ready in $((SECONDS - started)) s: $(du -sh "$final" | cut -f1) ($final)"
 }
 
-# Making (or removing) a root takes the cache's lock exclusively; using one, shared. A run
-# that would make a root waits for the others to finish with theirs.
+# Runs hold the cache's lock shared while they use a root; making (and so removing) one
+# takes it exclusively, waiting for the runs that use the others.
 exec 9>"$cache/lock"
-flock -n 9 || { say "another tests/cuda/build.sh holds $cache/lock; waiting"; flock 9; }
+flock -s 9
 
 t0=$SECONDS
 say "resolving trixie's package versions (mirror $mirror)"
 resolve_key
 if [ -n "$key" ]; then
   root="$cache/root-$key"
+  if [ ! -d "$root" ]; then
+    # (Shared is given up first: two runs upgrading at once would wait on each other.)
+    flock -u 9
+    flock -n 9 || { say "waiting for the other runs on $cache to end (a new root replaces theirs)"; flock 9; }
+  fi
   if [ ! -d "$root" ]; then
     make_root "$key"
     # Older roots (other package versions) go: each is several GB.
