@@ -8,6 +8,9 @@
 #
 #   tests/cuda/image_test.sh [BIN]      # BIN: a bookworm build's bin (default build/bin)
 #
+# LLAMAFLEET_CUDA_IMAGE=IMAGE tests it instead of building one (e.g. the
+# localhost/llamafleet-worker-cuda:latest that build.sh --cuda made).
+#
 # Not in ctest or CI: it needs the whole CUDA build (~3.5 GB of image, minutes to stage).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -28,33 +31,41 @@ fail() {
   done
   exit 1
 }
+image="${LLAMAFLEET_CUDA_IMAGE:-}"
+built_image=0
 cleanup() {
   "$root/deploy/podman/down.sh" --name "$name" >/dev/null 2>&1 || true
-  podman rmi "localhost/llamafleet-worker-cuda:$tag" "localhost/llamafleet-coordinator:$tag" >/dev/null 2>&1 || true
+  podman rmi "localhost/llamafleet-coordinator:$tag" >/dev/null 2>&1 || true
+  ((built_image == 0)) || podman rmi "localhost/llamafleet-worker-cuda:$tag" >/dev/null 2>&1 || true
   rm -rf "$work"
 }
 trap cleanup EXIT
 [ "$(id -u)" -eq 0 ] || { echo "SKIP: needs root (rootful podman)"; exit 77; }
 command -v podman >/dev/null || { echo "SKIP: podman is not installed"; exit 77; }
 
-step "building localhost/llamafleet-worker-cuda:$tag"
-"$root/deploy/containers/build.sh" --cuda --tag "$tag" || fail "build.sh --cuda failed"
-podman image inspect --format '{{.Size}}' "localhost/llamafleet-worker-cuda:$tag" |
+if [ -z "$image" ]; then
+  image="localhost/llamafleet-worker-cuda:$tag"
+  step "building $image"
+  built_image=1
+  "$root/deploy/containers/build.sh" --cuda --tag "$tag" || fail "build.sh --cuda failed"
+fi
+podman image exists "$image" || fail "no image $image"
+podman image inspect --format '{{.Size}}' "$image" |
   awk '{printf "image size %.2f GB\n", $1 / 1e9}'
 step "building localhost/llamafleet-coordinator:$tag from $bin"
 "$root/deploy/containers/build.sh" --build-dir "$(dirname "$bin")" --only coordinator --tag "$tag" >/dev/null ||
   fail "build.sh --only coordinator failed"
 
 step "the image's trainer without a GPU"
-run_image() { podman run --rm --network none --entrypoint "$1" "localhost/llamafleet-worker-cuda:$tag" "${@:2}"; }
+run_image() { podman run --rm --network none --entrypoint "$1" "$image" "${@:2}"; }
 run_image ldd /opt/llamafleet/bin/llamafleet-train | grep -E 'libtorch_cuda|libnccl' || fail "the image's trainer links no CUDA LibTorch / NCCL"
 run_image ldd /opt/llamafleet/bin/llamafleet-train | grep -q 'libcuda\.so' && fail "the image carries a libcuda.so (the driver is the host's)"
 ls_cuda=$(run_image sh -c 'ls /opt/llamafleet/lib | grep -E "^libcuda\.so|^libnvidia-" || true')
 [ -z "$ls_cuda" ] || fail "the image carries driver libraries: $ls_cuda"
 
-step "up.sh --workers 2 --worker-image localhost/llamafleet-worker-cuda:$tag"
+step "up.sh --workers 2 --worker-image $image"
 out=$("$root/deploy/podman/up.sh" --name "$name" --workers 2 --shared "$shared" --tag "$tag" \
-  --worker-image "localhost/llamafleet-worker-cuda:$tag") || fail "up.sh failed"
+  --worker-image "$image") || fail "up.sh failed"
 echo "$out"
 export LLAMAFLEET_COORDINATOR="$(sed -n 's/^coordinator //p' <<<"$out")"
 LLAMAFLEET_TOKEN="$(cat "$(sed -n 's/^admin-token //p' <<<"$out")")"
