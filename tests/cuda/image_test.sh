@@ -57,7 +57,12 @@ step "building localhost/llamafleet-coordinator:$tag from $bin"
   fail "build.sh --only coordinator failed"
 
 step "the image's trainer without a GPU"
-run_image() { podman run --rm --network none --entrypoint "$1" "$image" "${@:2}"; }
+# shellcheck source=../../deploy/containers/podman-env.sh
+. "$root/deploy/containers/podman-env.sh"
+run_image() {
+  podman run --rm "${podman_runtime_opts[@]}" "${podman_ulimit_opts[@]}" --network none \
+    --entrypoint "$1" "$image" "${@:2}" 2> >(grep -v 'level=error msg="Removing timer' >&2)
+}
 run_image ldd /opt/llamafleet/bin/llamafleet-train | grep -E 'libtorch_cuda|libnccl' || fail "the image's trainer links no CUDA LibTorch / NCCL"
 run_image ldd /opt/llamafleet/bin/llamafleet-train | grep -q 'libcuda\.so' && fail "the image carries a libcuda.so (the driver is the host's)"
 ls_cuda=$(run_image sh -c 'ls /opt/llamafleet/lib | grep -E "^libcuda\.so|^libnvidia-" || true')
