@@ -3,13 +3,17 @@
 #   localhost/llamafleet-base:bookworm     Debian bookworm minbase (mmdebstrap), imported
 #   localhost/llamafleet-coordinator:TAG   coordinator + CLI + health probe
 #   localhost/llamafleet-worker:TAG        CPU worker + trainer (LibTorch CPU, Gloo)
+# and with --cuda, instead:
+#   localhost/llamafleet-base:trixie-cuda  Debian trixie minbase + libfabric1, ibverbs-providers
+#   localhost/llamafleet-worker-cuda:TAG   worker + CUDA trainer (LibTorch 2.6 CUDA, NCCL)
 # The binaries are the ones already built in the build directory; their shared libraries
 # that the base lacks (the ldd closure) are staged next to them. Nothing is compiled in an
-# image. The CUDA worker image is built elsewhere (see Containerfile.worker-cuda): this
-# script stages its files with --stage-only.
+# image. --cuda takes build-cuda/ (made by tests/cuda/build.sh) and stages from inside that
+# build's trixie root, so the libraries are the ones the binaries were linked against.
+# --stage-only stages the worker's files in DIR for a base of your own.
 #
 #   deploy/containers/build.sh [--build-dir DIR] [--tag TAG] [--only coordinator|worker]
-#                              [--rebuild-base] [--stage-only DIR]
+#                              [--cuda] [--rebuild-base] [--stage-only DIR]
 #
 # Environment: LLAMAFLEET_BUILD_DIR (default build), LLAMAFLEET_IMAGE_TAG (default latest),
 # LLAMAFLEET_IMAGE_CACHE (base tarball cache, default ~/.cache/llamafleet/images),
@@ -24,10 +28,16 @@ tag="${LLAMAFLEET_IMAGE_TAG:-latest}"
 only=""
 rebuild_base=0
 stage_only=""
-usage() { sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+cuda=0
+stage_cuda=""   # (internal) --stage-cuda DIR SONAMES: staging inside the CUDA build's root
+stage_cuda_sonames=""
+build_dir_set=0
+usage() { sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 while [ $# -gt 0 ]; do
   case "$1" in
-    --build-dir) build_dir="$2"; shift ;;
+    --build-dir) build_dir="$2"; build_dir_set=1; shift ;;
+    --cuda) cuda=1 ;;
+    --stage-cuda) stage_cuda="$2"; stage_cuda_sonames="$3"; shift 2 ;;
     --tag) tag="$2"; shift ;;
     --only) only="$2"; shift
       case "$only" in coordinator | worker) ;; *) echo "build.sh: --only: coordinator or worker, not '$only'" >&2; exit 2 ;; esac ;;
@@ -38,6 +48,8 @@ while [ $# -gt 0 ]; do
   esac
   shift
 done
+((cuda == 0 || build_dir_set)) || build_dir=build-cuda
+((cuda == 0)) || [ -z "$only$stage_only" ] || { echo "build.sh: --cuda builds the CUDA worker only (no --only, --stage-only)" >&2; exit 2; }
 case "$tag" in *[!A-Za-z0-9_.-]* | "" | [.-]*) echo "build.sh: --tag: letters, digits, '_', '.', '-' only" >&2; exit 2 ;; esac
 cache="${LLAMAFLEET_IMAGE_CACHE:-$HOME/.cache/llamafleet/images}"
 mirror="${LLAMAFLEET_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
@@ -51,16 +63,25 @@ coordinator_bins=(llamafleet-coordinator llamafleet llamafleet-health-probe)
 worker_bins=(llamafleet-worker llamafleet-train llamafleet)
 worker_modules=(libllamafleet_spm.so)  # dlopen()ed from the executables' directory
 need=()
-for b in "${coordinator_bins[@]}" "${worker_bins[@]}" "${worker_modules[@]}"; do
+wanted=("${coordinator_bins[@]}" "${worker_bins[@]}" "${worker_modules[@]}")
+((cuda == 0)) && [ -z "$stage_cuda" ] || wanted=("${worker_bins[@]}" "${worker_modules[@]}")
+for b in "${wanted[@]}"; do
   [ -e "$bin/$b" ] || need+=("$b")
 done
 if ((${#need[@]})); then
   say "missing in $bin: ${need[*]}"
-  say "build them first: cmake --build $build_dir --target llamafleet-coordinator llamafleet-worker llamafleet-train llamafleet llamafleet-health-probe"
+  if ((cuda)); then
+    say "build them first: tests/cuda/build.sh"
+  else
+    say "build them first: cmake --build $build_dir --target llamafleet-coordinator llamafleet-worker llamafleet-train llamafleet llamafleet-health-probe"
+  fi
   exit 1
 fi
+# Never staged: the NVIDIA driver's user-space libraries. The container toolkit mounts the
+# host's, which must match its kernel module; a copy in the image would shadow them.
+never_stage='^(libcuda\.so|libnvidia-|libnvcuvid\.so)'
 
-if [ -z "$stage_only" ]; then
+if [ -z "$stage_only$stage_cuda" ]; then
   command -v podman >/dev/null || { say "podman is not installed (deploy/local/install-deps.sh installs it)"; exit 1; }
   # shellcheck source=podman-env.sh
   . "$here/podman-env.sh"
@@ -68,7 +89,7 @@ fi
 
 # --- the base image: Debian's own packages, no registry ---------------------------------
 base_sonames=""
-if [ -z "$stage_only" ]; then
+if [ -z "$stage_only$stage_cuda" ] && ((cuda == 0)); then
   if ((rebuild_base)) || ! podman image exists "$base_image"; then
     tarball="$cache/bookworm-minbase.tar"
     if ((rebuild_base)) || [ ! -s "$tarball" ]; then
@@ -132,6 +153,7 @@ stage() {
     esac
     name="${name//[[:space:]]/}"
     grep -qxF "$name" <<<"$base_sonames" && continue
+    [[ "$name" =~ $never_stage ]] && continue
     [ -e "$dir/rootfs/opt/llamafleet/lib/$name" ] || cp -L "$path" "$dir/rootfs/opt/llamafleet/lib/$name"
   done < <(for f in "${files[@]}" "${modules[@]}"; do
     # A statically linked binary (the `llamafleet` front) has no libraries, and ldd exits 1
@@ -146,10 +168,76 @@ stage() {
 
 version=$(sed -n 's/^project(llamafleet VERSION \([0-9.]*\).*/\1/p' CMakeLists.txt)
 revision=$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
+
+# --- the CUDA worker ------------------------------------------------------------------------
+if [ -n "$stage_cuda" ]; then  # inside the CUDA build's trixie root (called by --cuda below)
+  base_sonames=$(cat "$stage_cuda_sonames")
+  stage "$stage_cuda" "${worker_bins[@]}" -- "${worker_modules[@]}"
+  exit 0
+fi
+if ((cuda)); then
+  case "$build_dir" in
+    "$root"/*) ;;
+    *) say "--cuda: the build directory must be inside this checkout (its root sees the checkout at /src)"; exit 1 ;;
+  esac
+  cuda_base=localhost/llamafleet-base:trixie-cuda
+  if ((rebuild_base)) || ! podman image exists "$cuda_base"; then
+    tarball="$cache/trixie-cuda-base.tar"
+    if ((rebuild_base)) || [ ! -s "$tarball" ]; then
+      command -v mmdebstrap >/dev/null || { say "mmdebstrap is not installed (deploy/local/install-deps.sh installs it)"; exit 1; }
+      mkdir -p "$cache"
+      say "making the Debian trixie base with mmdebstrap (about 2 minutes; cached in $tarball)"
+      security_mirror="${LLAMAFLEET_DEBIAN_SECURITY_MIRROR:-http://deb.debian.org/debian-security}"
+      # minbase, plus what NCCL's EFA path needs from Debian: libfabric (its efa provider)
+      # and rdma-core's verbs providers (libefa). No driver, no CUDA: those come staged or
+      # from the host.
+      partial="$cache/trixie-cuda-base.partial.tar"
+      rm -rf "$partial"
+      mmdebstrap --variant=minbase --mode=root --format=tar --components=main \
+        --include=libfabric1,ibverbs-providers \
+        --dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/locale/*' \
+        --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-include=/usr/share/doc/*/copyright' \
+        --dpkgopt='path-exclude=/usr/share/info/*' \
+        trixie "$partial" "deb $mirror trixie main" "deb $mirror trixie-updates main" \
+        "deb $security_mirror trixie-security main" </dev/null >"$cache/mmdebstrap-trixie.log" 2>&1 ||
+        { tail -20 "$cache/mmdebstrap-trixie.log" >&2; rm -rf "$partial"; say "mmdebstrap failed (log $cache/mmdebstrap-trixie.log)"; exit 1; }
+      mv "$partial" "$tarball"
+    fi
+    say "importing $tarball as $cuda_base"
+    previous_base=$(podman image inspect --format '{{.Id}}' "$cuda_base" 2>/dev/null || true)
+    podman import --change 'CMD ["/bin/bash"]' --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
+      "$tarball" "$cuda_base" >/dev/null
+    [ -z "$previous_base" ] || podman rmi "$previous_base" >/dev/null 2>&1 || true
+  fi
+  work="$build_dir/images"
+  ctx="$work/worker-cuda"
+  mkdir -p "$work"
+  podman run --rm "${podman_runtime_opts[@]}" "${podman_ulimit_opts[@]}" --network none \
+    "$cuda_base" /sbin/ldconfig -p | awk 'NR > 1 {print $1}' | sort -u >"$work/worker-cuda.base-sonames"
+  rel="${build_dir#"$root"/}"
+  say "staging worker-cuda in $ctx, inside the trixie root build-cuda was built in"
+  bash tests/cuda/build.sh --run bash deploy/containers/build.sh --build-dir "$rel" \
+    --stage-cuda "$rel/images/worker-cuda" "$rel/images/worker-cuda.base-sonames"
+  cp "$here/Containerfile.worker-cuda" "$ctx/Containerfile"
+  image="localhost/llamafleet-worker-cuda:$tag"
+  previous=$(podman image inspect --format '{{.Id}}' "$image" 2>/dev/null || true)
+  say "building $image ($(du -sh "$ctx/rootfs" | cut -f1) of binaries and libraries)"
+  podman build "${podman_runtime_opts[@]}" "${podman_ulimit_opts[@]}" --network none --format docker \
+    --layers=false --build-arg BASE_IMAGE="$cuda_base" --build-arg VERSION="$version" \
+    --build-arg REVISION="$revision" -t "$image" -f "$ctx/Containerfile" "$ctx" \
+    >"$work/worker-cuda.log" 2>&1 || { tail -20 "$work/worker-cuda.log" >&2; say "building worker-cuda failed (log $work/worker-cuda.log)"; exit 1; }
+  rm -rf "$ctx/rootfs"
+  if [ -n "$previous" ] && [ "$previous" != "$(podman image inspect --format '{{.Id}}' "$image")" ]; then
+    podman rmi "$previous" >/dev/null 2>&1 || true
+  fi
+  say "$image: $(podman image inspect --format '{{.Size}}' "$image" | awk '{printf "%.2f GB", $1 / 1e9}')"
+  echo "$image"
+  exit 0
+fi
 if [ -n "$stage_only" ]; then
   stage "$stage_only" "${worker_bins[@]}" -- "${worker_modules[@]}"
-  cp "$here/Containerfile.worker-cuda" "$stage_only/"
-  say "staged the worker files in $stage_only; build the CUDA image there (see Containerfile.worker-cuda)"
+  say "staged the worker files in $stage_only (every library but the C library's) for a base of your own;" \
+    "the CUDA worker image is deploy/containers/build.sh --cuda"
   exit 0
 fi
 

@@ -12,6 +12,10 @@
 #
 #   deploy/podman/up.sh [--name NAME] [--workers N] [--shared DIR] [--cpu-ranks R]
 #                       [--tag TAG] [--coordinator-args "ARGS"] [--worker-args "ARGS"]
+#                       [--worker-image IMAGE]
+#
+# --worker-image runs the workers from IMAGE instead of localhost/llamafleet-worker:TAG
+# (e.g. localhost/llamafleet-worker-cuda:TAG, which runs CPU jobs without a GPU too).
 #
 # Containers: NAME-coordinator, NAME-worker-1 … NAME-worker-N; network NAME; volumes
 # NAME-coordinator-data and NAME-worker-I-data; secret NAME-join-token; tokens in
@@ -28,7 +32,8 @@ cpu_ranks=1
 tag="${LLAMAFLEET_IMAGE_TAG:-latest}"
 coordinator_args=""
 worker_args=""
-usage() { sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+worker_image=""
+usage() { sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 while [ $# -gt 0 ]; do
   case "$1" in
     --name) name="$2"; shift ;;
@@ -38,6 +43,7 @@ while [ $# -gt 0 ]; do
     --tag) tag="$2"; shift ;;
     --coordinator-args) coordinator_args="$2"; shift ;;
     --worker-args) worker_args="$2"; shift ;;
+    --worker-image) worker_image="$2"; shift ;;
     -h | --help) usage ;;
     *) echo "up.sh: unknown argument '$1'" >&2; usage ;;
   esac
@@ -54,7 +60,7 @@ case "$shared" in /*) ;; *) shared="$PWD/$shared" ;; esac
 case "$shared" in *[!A-Za-z0-9_./-]*) fail "--shared: only letters, digits and _ . / - in the path (it is mounted at the same path in every container)" ;; esac
 
 coordinator_image="localhost/llamafleet-coordinator:$tag"
-worker_image="localhost/llamafleet-worker:$tag"
+[ -n "$worker_image" ] || worker_image="localhost/llamafleet-worker:$tag"
 for image in "$coordinator_image" "$worker_image"; do
   podman image exists "$image" || fail "no image $image: run deploy/containers/build.sh first"
 done

@@ -170,6 +170,8 @@ for overlay in ("eks", "kind"):
         check(sc and sc[0]["provisioner"] == "fsx.csi.aws.com", "eks: shared storage is not FSx for Lustre")
         check(claims and claims[0]["spec"].get("storageClassName") == sc[0]["metadata"]["name"], "eks: the PVC does not use the FSx StorageClass")
         check(wf.get("--instance-type") == "p5.48xlarge", "eks: workers do not report their instance type")
+        check(wm.get("aws-efa") == "/opt/amazon" and vols.get("aws-efa", {}).get("hostPath", {}).get("path") == "/opt/amazon",
+              "eks: workers do not mount the node's /opt/amazon (aws-ofi-nccl, which the CUDA image lacks)")
         sm = by_kind(docs, "ServiceMonitor")
         if sm:
             ep = sm[0]["spec"]["endpoints"][0]

@@ -3,7 +3,9 @@
 # PyTorch (pip's torch wheel brings LibTorch with CMake files and, through nvidia-nccl,
 # nccl.h). One script, one pass:
 #   1. builds tests/gpu (trainer + sharding engine + driver + benchmark) against the CUDA
-#      LibTorch at $(python3 -c 'import torch;print(torch.utils.cmake_prefix_path)');
+#      LibTorch at $(python3 -c 'import torch;print(torch.utils.cmake_prefix_path)'), with
+#      the CMake options of tests/cuda/build.sh (which compiles the same code against
+#      Debian's CUDA LibTorch 2.6 in CI, and configures tests/gpu there too);
 #   2. numeric equivalence on the GPU (world size 1; two NCCL ranks cannot share one GPU):
 #        ShardedEngine FULL_SHARD fp32 vs the single-process LocalEngine, fp32:
 #          weights within 1e-5 relative (max|a-b| <= 1e-5 max|b| per tensor);
@@ -46,8 +48,13 @@ if [ "$abi" = 0 ]; then
        "match it (or use a torch built with the C++11 ABI, e.g. >= 2.7)" >&2
 fi
 
-cmake -S tests/gpu -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$prefix" \
-  ${nccl_inc:+-DNCCL_INCLUDE_DIR="$nccl_inc"} >/dev/null
+# The options tests/cuda/build.sh builds the trainer with on every CI run (there against
+# Debian's CUDA LibTorch 2.6, without a GPU), so what compiles there compiles here.
+mkdir -p "$BUILD"
+cmake -S tests/gpu -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLLAMAFLEET_WERROR_TRAINER=ON \
+  -DCMAKE_PREFIX_PATH="$prefix" ${nccl_inc:+-DNCCL_INCLUDE_DIR="$nccl_inc"} >"$BUILD/configure.log" 2>&1 ||
+  { tail -30 "$BUILD/configure.log" >&2; exit 1; }
+grep -E "llamafleet: (CUDA|NCCL)" "$BUILD/configure.log" || true
 cmake --build "$BUILD" -j"$JOBS" --target sharded_rank trainer_gpu_bench
 bin="$BUILD/bin"
 

@@ -136,6 +136,13 @@ def repeat_kv(x, n_rep):
     return x[:, :, None, :, :].expand(b, kvh, n_rep, T, d).reshape(b, kvh * n_rep, T, d)
 
 
+# "eager": the mask-and-softmax attention above (HF's eager path). "sdpa": torch's fused
+# scaled_dot_product_attention with is_causal, what llamafleet-train uses on LibTorch 2.x,
+# so that a strict weight comparison there isolates the rest of the trainer's math (the two
+# kernels round differently, and Adam amplifies that in near-zero gradients).
+ATTENTION = "eager"
+
+
 class Attention(nn.Module):
     def __init__(self, c):
         super().__init__()
@@ -155,6 +162,9 @@ class Attention(nn.Module):
         k = k * cos + rotate_half(k) * sin
         k = repeat_kv(k, self.H // self.KV)
         v = repeat_kv(v, self.H // self.KV)
+        if ATTENTION == "sdpa":
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            return self.o_proj(out.transpose(1, 2).reshape(B, T, self.H * self.d))
         scores = torch.matmul(q, k.transpose(2, 3)) / math.sqrt(self.d)
         mask = torch.full((T, T), float("-inf"), dtype=scores.dtype).triu(1)
         scores = scores + mask
@@ -497,6 +507,7 @@ def build_parser():
         e.add_argument("--seq-len", type=int, default=0)
         e.add_argument("--micro-batch", type=int, default=4)
         e.add_argument("--threads", type=int, default=0)
+        e.add_argument("--attention", default="eager", choices=["eager", "sdpa"])
         if name == "train":
             e.add_argument("--out", default="")
             e.add_argument("--steps", type=int, default=3)
@@ -529,7 +540,9 @@ COMMANDS = {"make-model": cmd_make_model, "make-data": cmd_make_data, "eval": cm
 
 def run_command(argv):
     """Runs one subcommand in-process and returns its result dict (used by the tests)."""
+    global ATTENTION
     a = build_parser().parse_args([str(x) for x in argv])
+    ATTENTION = getattr(a, "attention", "eager")
     return COMMANDS[a.cmd](a)
 
 

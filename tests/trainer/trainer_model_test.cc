@@ -2,6 +2,7 @@
 // (GQA head mapping, causality, padding invariance), AdamW against its formula, the LR
 // schedules, seeded init, the HF directory loader's bad-input table and export.
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 

@@ -1,5 +1,6 @@
 #include "checkpoint_writer.h"
 
+#include <ATen/core/grad_mode.h>
 #include <unistd.h>
 
 #include <filesystem>

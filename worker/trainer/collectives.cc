@@ -33,6 +33,17 @@ using PgBase = c10d::Backend;
 using PgBase = c10d::ProcessGroup;
 #endif
 
+// TCPStore's libuv server: TCPStoreOptions::useLibUV exists from 2.2 on and defaults to
+// true from 2.4, but a LibTorch built without libuv (Debian's) then fails every rendezvous.
+// The classic server exists in every version, so it is asked for wherever the field exists;
+// on versions without the field this does nothing.
+template <typename Options>
+auto UseClassicTcpStore(Options& so, int) -> decltype(so.useLibUV = false, void()) {
+  so.useLibUV = false;
+}
+template <typename Options>
+void UseClassicTcpStore(Options&, long) {}
+
 std::string ExceptionText(const std::exception_ptr& e) {
   try {
     std::rethrow_exception(e);
@@ -344,6 +355,7 @@ absl::StatusOr<std::unique_ptr<DistContext>> DistContext::Create(const Rendezvou
     so.numWorkers = static_cast<size_t>(o.world_size);
     so.waitWorkers = true;
     so.timeout = o.timeout;
+    UseClassicTcpStore(so, 0);
     ctx->store_ = c10::make_intrusive<c10d::TCPStore>(o.master_addr, so);
   } catch (...) {
     return absl::UnavailableError(absl::StrCat("rendezvous with TCPStore at ", where, " (rank ", o.rank,
@@ -469,6 +481,7 @@ absl::StatusOr<std::unique_ptr<KeyValueStore>> DistContext::NewKeyValueStore(con
     so.isServer = false;
     so.waitWorkers = false;
     so.timeout = o.timeout;
+    UseClassicTcpStore(so, 0);
     auto client = c10::make_intrusive<c10d::TCPStore>(o.master_addr, so);
     return std::unique_ptr<KeyValueStore>(
         new TcpKeyValueStore(c10::make_intrusive<c10d::PrefixStore>(prefix, client), where));

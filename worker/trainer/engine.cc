@@ -1,6 +1,7 @@
 #include "engine.h"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/core/grad_mode.h>
 
 #include <cmath>
 

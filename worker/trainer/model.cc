@@ -187,11 +187,14 @@ at::Tensor LlamaModel::DecoderLayer(const std::vector<at::Tensor>& p, const at::
 }
 
 // One decoder layer under activation checkpointing (see set_activation_checkpointing).
+// The mask is optional: LibTorch 2.x has none (is_causal), and an undefined tensor is not a
+// valid input of a custom autograd function there (it records every tensor's device).
 class CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
  public:
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, at::Tensor x, LlamaModel* model,
                             ParamEngine* engine, int64_t layer, at::Tensor cos, at::Tensor sin,
-                            at::Tensor mask) {
+                            c10::optional<at::Tensor> mask_or_none) {
+    const at::Tensor mask = mask_or_none.has_value() ? *mask_or_none : at::Tensor();
     ctx->saved_data["model"] = reinterpret_cast<int64_t>(model);
     ctx->saved_data["engine"] = reinterpret_cast<int64_t>(engine);
     ctx->saved_data["layer"] = layer;
@@ -271,7 +274,8 @@ at::Tensor LlamaModel::Trunk(ParamEngine& engine, const at::Tensor& tokens) {
   for (int64_t i = 0; i < config_.num_hidden_layers; ++i) {
     const int unit = LayerUnit(static_cast<int>(i));
     if (checkpointing_ && at::GradMode::is_enabled()) {
-      x = CheckpointedLayer::apply(x, this, &engine, i, cos, sin, mask);
+      x = CheckpointedLayer::apply(x, this, &engine, i, cos, sin,
+                                   mask.defined() ? c10::optional<at::Tensor>(mask) : c10::nullopt);
       continue;
     }
     std::vector<at::Tensor> p = engine.Acquire(unit, &x);

@@ -1,6 +1,7 @@
 #include "sharded_checkpoint.h"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/core/grad_mode.h>
 #include <fcntl.h>
 #include <openssl/evp.h>
 #include <unistd.h>

@@ -1,5 +1,6 @@
 #include "sharded_engine.h"
 
+#include <ATen/core/grad_mode.h>
 #include <torch/csrc/autograd/custom_function.h>
 
 #if defined(LLAMAFLEET_HAVE_CUDA) && __has_include(<c10/cuda/CUDACachingAllocator.h>) && \

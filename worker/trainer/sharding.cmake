@@ -23,6 +23,12 @@ if(TORCH_CUDA_LIBRARIES OR CUDA_FOUND OR CUDAToolkit_FOUND)
 endif()
 if(LLAMAFLEET_TORCH_HAS_CUDA)
   target_compile_definitions(llamafleet_trainer PUBLIC LLAMAFLEET_HAVE_CUDA=1)
+  set(_llamafleet_cuda_version "${CUDAToolkit_VERSION}")
+  if(NOT _llamafleet_cuda_version)
+    set(_llamafleet_cuda_version "${CUDA_VERSION}")
+  endif()
+  message(STATUS "llamafleet: CUDA LibTorch ${Torch_VERSION} (CUDA ${_llamafleet_cuda_version}): "
+                 "LLAMAFLEET_HAVE_CUDA")
   find_path(NCCL_INCLUDE_DIR nccl.h
     HINTS ${NCCL_INCLUDE_DIR} $ENV{NCCL_INCLUDE_DIR} ${CUDAToolkit_INCLUDE_DIRS}
           ${LLAMAFLEET_NCCL_HINT})

@@ -1,6 +1,7 @@
 #include "train.h"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 #include <torch/version.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -90,9 +91,27 @@ double PeakTflopsForDevice(const std::string& name) {
 absl::StatusOr<at::Device> ResolveDevice(const std::string& name, int local_rank) {
   if (name == "cpu") return at::Device(at::kCPU);
   if (name == "cuda" || name == "auto") {
-    if (at::hasCUDA()) return at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(local_rank));
+    const char* cvd = std::getenv("CUDA_VISIBLE_DEVICES");
+    const std::string visible_env = cvd != nullptr ? cvd : "unset";
+    if (at::hasCUDA()) {
+      const size_t visible = at::getNumGPUs();
+      if (local_rank < 0 || static_cast<size_t>(local_rank) >= visible) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "LOCAL_RANK ", local_rank, " needs CUDA device ", local_rank, " but ", visible,
+            " are visible (CUDA_VISIBLE_DEVICES=", visible_env, ")"));
+      }
+      return at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(local_rank));
+    }
     if (name == "cuda") {
-      return absl::FailedPreconditionError("device cuda requested but this LibTorch has no CUDA");
+#if defined(LLAMAFLEET_HAVE_CUDA)
+      return absl::FailedPreconditionError(absl::StrCat(
+          "device cuda requested but no CUDA device is usable here: this trainer is built with CUDA, "
+          "and the CUDA runtime finds no GPU (no NVIDIA driver loaded, or none visible: "
+          "CUDA_VISIBLE_DEVICES=", visible_env, ")"));
+#else
+      return absl::FailedPreconditionError(
+          "device cuda requested but this LibTorch has no CUDA (a CPU build of llamafleet-train)");
+#endif
     }
     return at::Device(at::kCPU);
   }
