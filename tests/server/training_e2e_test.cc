@@ -404,7 +404,9 @@ TEST_F(TrainingTest, WorkerKilledMidJobResumesToTheSameWeightsAsAnUninterruptedR
   for (const v1::Attempt& a : attempts) {  // (one that failed its rendezvous has fewer)
     ASSERT_GT(a.phases_size(), 0) << a.DebugString();
     EXPECT_EQ(a.phases(0).name(), "placed");
-    if (phases_of(a).count("first_step")) EXPECT_EQ(a.phases(a.phases_size() - 1).name(), "first_step");
+    if (phases_of(a).count("first_step")) {
+      EXPECT_EQ(a.phases(a.phases_size() - 1).name(), "first_step");
+    }
   }
   auto detail = [&](const v1::Attempt& a, const std::string& name) {
     const std::map<std::string, v1::AttemptPhase> phases = phases_of(a);

@@ -18,7 +18,6 @@ import json
 import math
 import os
 import sys
-import time
 
 import torch
 import torch.nn as nn
@@ -121,33 +120,8 @@ def cmd_train(a):
     if a.threads:
         torch.set_num_threads(a.threads)
     cfg, model = load_with_adapter(a.model, a.adapter)
-    rows = ref.rows_for(a, cfg)
-    per_step = a.micro_batch * a.grad_accum
-    steps_per_epoch = len(rows) // per_step
-    assert steps_per_epoch >= 1, "fewer rows than one global batch"
     params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=a.lr, betas=tuple(a.betas), eps=a.eps, weight_decay=a.weight_decay,
-                            foreach=False)
-    losses, tokens, t0 = [], 0, time.perf_counter()
-    for step in range(a.steps):
-        base = (step % steps_per_epoch) * per_step
-        micro = [ref.collate(rows[base + m * a.micro_batch: base + (m + 1) * a.micro_batch])
-                 for m in range(a.grad_accum)]
-        n_total = sum(int((lab[:, 1:] != ref.IGNORE).sum()) for _, lab in micro)
-        opt.zero_grad()
-        step_loss = 0.0
-        for ids, lab in micro:
-            loss, _ = model.loss_sum(ids, lab)
-            (loss / n_total).backward()
-            step_loss += float(loss)
-        tokens += sum(len(r[0]) for r in rows[base:base + per_step])
-        if a.grad_clip > 0:
-            torch.nn.utils.clip_grad_norm_(params, a.grad_clip)
-        for group in opt.param_groups:
-            group["lr"] = ref.lr_at(a, step, a.steps)
-        opt.step()
-        losses.append(step_loss / n_total)
-    elapsed = time.perf_counter() - t0
+    result = ref.train_steps(a, model, ref.rows_for(a, cfg), params)
     if a.adapter_out:
         os.makedirs(a.adapter_out, exist_ok=True)
         ref.write_safetensors(os.path.join(a.adapter_out, "adapter_model.safetensors"), adapter_items(model),
@@ -157,8 +131,7 @@ def cmd_train(a):
         ref.write_safetensors(os.path.join(a.merged_out, "model.safetensors"), merged_items(model), {"format": "pt"})
         with open(os.path.join(a.merged_out, "config.json"), "w") as f:
             json.dump(cfg, f, indent=2)
-    return {"losses": losses, "tokens": tokens, "seconds": elapsed,
-            "trainable": sum(p.numel() for p in params)}
+    return dict(result, trainable=sum(p.numel() for p in params))
 
 
 def cmd_eval(a):

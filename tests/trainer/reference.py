@@ -394,22 +394,17 @@ def lr_at(a, step, total_steps):
     return a.lr * (a.min_lr_ratio + (1 - a.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * p)))
 
 
-def cmd_train(a):
-    if a.threads:
-        torch.set_num_threads(a.threads)
-    cfg, model = load_model(a.model)
-    if a.double:
-        model.double()
-    rows = rows_for(a, cfg)
+def train_steps(a, model, rows, params):
+    """a.steps AdamW steps of `params` (the ones requiring a gradient) on `rows`, in order,
+    a.micro_batch x a.grad_accum rows per step; the global-mean loss of each step."""
     per_step = a.micro_batch * a.grad_accum
     steps_per_epoch = len(rows) // per_step
     assert steps_per_epoch >= 1, "fewer rows than one global batch"
-    opt = torch.optim.AdamW(model.parameters(), lr=a.lr, betas=tuple(a.betas), eps=a.eps,
+    opt = torch.optim.AdamW(params, lr=a.lr, betas=tuple(a.betas), eps=a.eps,
                             weight_decay=a.weight_decay, foreach=False)
     losses = []
     step_seconds = []
     step_tokens = []
-    tokens = 0
     t0 = time.perf_counter()
     for step in range(a.steps):
         ts = time.perf_counter()
@@ -424,24 +419,33 @@ def cmd_train(a):
             (loss / n_total).backward()
             step_loss += float(loss)
         step_tokens.append(sum(len(r[0]) for r in rows[base:base + per_step]))
-        tokens += step_tokens[-1]
         if a.grad_clip > 0:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), a.grad_clip)
+            torch.nn.utils.clip_grad_norm_(params, a.grad_clip)
         for group in opt.param_groups:
             group["lr"] = lr_at(a, step, a.steps)
         opt.step()
         losses.append(step_loss / n_total)
         step_seconds.append(time.perf_counter() - ts)
     elapsed = time.perf_counter() - t0
+    tokens = sum(step_tokens)
+    return {"losses": losses, "tokens": tokens, "seconds": elapsed, "step_seconds": step_seconds,
+            "step_tokens": step_tokens, "tokens_per_s": tokens / elapsed if elapsed > 0 else 0.0}
+
+
+def cmd_train(a):
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    cfg, model = load_model(a.model)
+    if a.double:
+        model.double()
+    result = train_steps(a, model, rows_for(a, cfg), list(model.parameters()))
     if a.out:
         os.makedirs(a.out, exist_ok=True)
         items = [(n, p.detach().float()) for n, p in model.named_parameters()]
         write_safetensors(os.path.join(a.out, "model.safetensors"), items, {"format": "pt"})
         with open(os.path.join(a.out, "config.json"), "w") as f:
             json.dump(cfg, f, indent=2)
-    return {"losses": losses, "tokens": tokens, "seconds": elapsed, "step_seconds": step_seconds,
-            "step_tokens": step_tokens,
-            "tokens_per_s": tokens / elapsed if elapsed > 0 else 0.0}
+    return result
 
 
 def cmd_tokenize(a):

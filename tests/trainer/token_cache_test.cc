@@ -154,7 +154,9 @@ TEST_F(TokenCacheTest, ConcurrentOpenersBuildOnce) {
   for (auto& r : results) {
     ASSERT_TRUE(r.ok()) << r.status();
     built += r->hit ? 0 : 1;
-    if (!r->hit) EXPECT_FALSE(r->built_meanwhile);
+    if (!r->hit) {
+      EXPECT_FALSE(r->built_meanwhile);
+    }
   }
   EXPECT_EQ(built, 1);
   // A later opener finds the entry at once: a plain hit.
