@@ -258,8 +258,10 @@ class TrainingTest : public ::testing::Test {
     EXPECT_NEAR(a, b, 1e-6 * b) << "resumed run diverged from the uninterrupted one";
   }
 
-  // The elastic cases' job: 16 steps of global batch 12, a checkpoint every 4.
-  std::string ElasticSpec(const std::string& name, const std::string& resources, int micro) {
+  // The elastic cases' job: 16 steps of global batch 12, a checkpoint every 4. With
+  // `peft` (a peft block's fields) a LoRA job that also exports the merged model.
+  std::string ElasticSpec(const std::string& name, const std::string& resources, int micro,
+                          const std::string& peft = "") {
     return absl::StrCat(
         "name: ", name, "\nmodel: {preset: tiny}\n",
         "data: {train_path: ", dir_.path(), "/train.jsonl, format: tokens}\n",
@@ -268,14 +270,17 @@ class TrainingTest : public ::testing::Test {
         "fsdp: {sharding: FULL_SHARD, mixed_precision: fp32, activation_checkpointing: false}\n",
         "resources: ", resources, "\n",
         "checkpoint: {dir: ", dir_.path(), "/ckpt-", name, ", every_steps: 4}\n",
-        "output: {export_dir: ", dir_.path(), "/export-", name, ", export_dtype: fp32}\n",
+        peft.empty() ? "" : absl::StrCat("peft: {", peft, "}\n"),
+        "output: {export_dir: ", dir_.path(), "/export-", name, ", export_dtype: fp32",
+        peft.empty() ? "" : ", merge: true", "}\n",
         "run_policy: {max_restarts: 2, restart_backoff_seconds: 1}\n");
   }
 
   // The reference for an elastic job `name`: the same steps in one process, the whole
-  // global batch in one micro-step. Returns the max relative difference of the weights.
-  double SingleProcessDifference(const std::string& name) {
-    std::ofstream(dir_.path() + "/single.yaml") << ElasticSpec("single", "{nodes: 1, gpus_per_node: 1}", 12);
+  // global batch in one micro-step. Returns the max relative difference of the weights
+  // (with `peft`, of the adapters).
+  double SingleProcessDifference(const std::string& name, const std::string& peft = "") {
+    std::ofstream(dir_.path() + "/single.yaml") << ElasticSpec("single", "{nodes: 1, gpus_per_node: 1}", 12, peft);
     absl::StatusOr<testing::CommandResult> r = RunCommand(
         {BinaryPath("llamafleet-train"), "train", "--spec", dir_.path() + "/single.yaml"}, "",
         {{"OMP_NUM_THREADS", "1"}}, absl::Minutes(4));
@@ -322,19 +327,8 @@ class TrainingTest : public ::testing::Test {
 TEST_F(TrainingTest, LoraJobOnTwoWorkersExportsThePeftAdapterOfASingleProcessRun) {
   StartWorker("w0");
   StartWorker("w1");
-  auto spec = [&](const std::string& name, const std::string& resources, int micro) {
-    return absl::StrCat(
-        "name: ", name, "\nmodel: {preset: tiny}\n",
-        "data: {train_path: ", dir_.path(), "/train.jsonl, format: tokens}\n",
-        "training: {max_steps: 8, global_batch_size: 12, micro_batch_size: ", micro,
-        ", seq_len: 32, lr: 3.0e-3, eps: 1.0e-6, log_every: 1, seed: 11}\n",
-        "fsdp: {sharding: FULL_SHARD, mixed_precision: fp32, activation_checkpointing: true}\n",
-        "peft: {method: lora, r: 4, alpha: 8, dropout: 0, target_modules: [q_proj, v_proj, down_proj]}\n",
-        "resources: ", resources, "\n",
-        "checkpoint: {dir: ", dir_.path(), "/ckpt-", name, ", every_steps: 4}\n",
-        "output: {export_dir: ", dir_.path(), "/export-", name, ", export_dtype: fp32, merge: true}\n");
-  };
-  const std::string id = SubmitYaml(spec("lora", "{nodes: 2, gpus_per_node: 1}", 2));
+  const std::string peft = "method: lora, r: 4, alpha: 8, dropout: 0, target_modules: [q_proj, v_proj, down_proj]";
+  const std::string id = SubmitYaml(ElasticSpec("lora", "{nodes: 2, gpus_per_node: 1}", 2, peft));
   v1::Job job = WaitUntil(id, [](const v1::Job& j) { return IsTerminalState(j); }, absl::Minutes(5));
   ASSERT_EQ(job.state(), v1::SUCCEEDED) << job.status_reason() << AttemptsText(id);
   EXPECT_GT(job.memory_estimate().trainable_parameters(), 0);
@@ -349,12 +343,7 @@ TEST_F(TrainingTest, LoraJobOnTwoWorkersExportsThePeftAdapterOfASingleProcessRun
   ASSERT_FALSE(checkpoints.empty());
   EXPECT_LT(checkpoints.back().bytes(), 256 << 10) << checkpoints.back().path();
 
-  std::ofstream(dir_.path() + "/single.yaml") << spec("single", "{nodes: 1, gpus_per_node: 1}", 12);
-  absl::StatusOr<testing::CommandResult> r =
-      RunCommand({BinaryPath("llamafleet-train"), "train", "--spec", dir_.path() + "/single.yaml"}, "",
-                 {{"OMP_NUM_THREADS", "1"}}, absl::Minutes(4));
-  ASSERT_TRUE(r.ok() && r->exit_code == 0) << (r.ok() ? r->err : r.status().ToString());
-  EXPECT_LE(MaxRelativeDifference(adapter, ReadWeights(dir_.path() + "/export-single")), 1e-5);
+  EXPECT_LE(SingleProcessDifference("lora", peft), 1e-5);
   EXPECT_LE(MaxRelativeDifference(ReadWeights(out + "/merged"), ReadWeights(dir_.path() + "/export-single/merged")),
             1e-5);
 }
