@@ -223,16 +223,13 @@ absl::Status ExportLora(ParamEngine& engine, const LlamaConfig& config, const st
   // The adapter: one unit per layout unit that has adapter tensors, under PEFT's names.
   std::vector<UnitLayout> peft;
   std::vector<int> source_unit;
-  for (size_t u = 0; u < layout.size(); ++u) {
-    UnitLayout part{layout[u].name, {}, {}, {}};
-    for (size_t i = 0; i < layout[u].param_names.size(); ++i) {
-      if (layout[u].frozen.empty() || layout[u].is_frozen(i)) continue;
-      part.param_names.push_back(PeftTensorName(layout[u].param_names[i]));
-      part.shapes.push_back(layout[u].shapes[i]);
+  for (const auto& [u, i] : AdapterTensors(layout)) {
+    if (source_unit.empty() || source_unit.back() != u) {
+      peft.push_back(UnitLayout{layout[u].name, {}, {}, {}});
+      source_unit.push_back(u);
     }
-    if (part.param_names.empty()) continue;
-    peft.push_back(std::move(part));
-    source_unit.push_back(static_cast<int>(u));
+    peft.back().param_names.push_back(PeftTensorName(layout[u].param_names[i]));
+    peft.back().shapes.push_back(layout[u].shapes[i]);
   }
   auto adapter_of = [&](int p) -> absl::StatusOr<std::vector<at::Tensor>> {
     const int u = source_unit[p];
