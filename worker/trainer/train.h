@@ -97,6 +97,9 @@ struct TrainOptions {
   int hybrid_group_size = 0;            // HYBRID_SHARD: ranks per shard group (0 = LOCAL_WORLD_SIZE)
   std::string reduce_dtype = "fp32";    // fp32 | bf16 | fp16: gradient collectives
   int max_inflight_all_gathers = 2;     // units gathered ahead of use, at most
+  // Tensor parallelism (the JobSpec's parallelism block; model.h): ranks per tensor-parallel
+  // group, consecutive local ranks. The data-parallel world is WORLD_SIZE / tensor_parallel.
+  int tensor_parallel = 1;
   bool activation_checkpointing = false;  // recompute decoder layers in backward
   std::string resume;                   // "" | "latest" (newest in checkpoint_dir) | a step-N dir
   // The job's recorded checkpoints, newest first (the agent's --resume-candidates). When
