@@ -31,6 +31,7 @@
 #include "checkpoint_writer.h"
 #include "sharded_checkpoint.h"
 #include "sharded_engine.h"
+#include "tensor_parallel.h"
 #include "train.h"
 #include "util.h"
 
@@ -45,6 +46,7 @@ struct Flags {
   std::string dtype = "fp32";
   std::string reduce_dtype = "fp32";
   int hybrid = 0;
+  int tensor_parallel = 1;  // ranks per tensor-parallel group (consecutive ranks)
   int steps = 4;
   int micro_batch = 2;   // rows per rank per micro-step
   int grad_accum = 2;    // micro-steps per step
@@ -142,20 +144,29 @@ absl::Status Run(const Flags& f) {
     so.max_inflight_all_gathers = f.inflight;
     so.max_inflight_reduces = f.inflight_reduces;
     so.device = device;
-    lt::ShardSource source = resume ? resume->ParamSource() : lt::SeededShardSource(layout, f.seed);
+    so.tensor_parallel = f.tensor_parallel;
+    LF_RETURN_IF_ERROR(lt::CheckTensorParallel(config, f.tensor_parallel, env.world_size));
+    const int tp_rank = env.rank % f.tensor_parallel;
+    lt::ShardSource source =
+        resume ? resume->ParamSource(layout, f.tensor_parallel, tp_rank)
+               : lt::RetileSource(layout, false, 1, lt::Untiled(lt::SeededShardSource(layout, f.seed)),
+                                  f.tensor_parallel, tp_rank);
     if (resume) LF_RETURN_IF_ERROR(resume->CheckLayout(layout));
-    LF_ASSIGN_OR_RETURN(auto e, lt::ShardedEngine::CreateWithContext(layout, so, *ctx, source));
-    if (resume) LF_RETURN_IF_ERROR(resume->RestoreEngine(*e));
+    LF_ASSIGN_OR_RETURN(auto e, lt::ShardedEngine::CreateWithContext(
+                                    lt::TensorParallelLayout(layout, f.tensor_parallel), so, *ctx, source));
+    if (resume) LF_RETURN_IF_ERROR(resume->RestoreEngine(*e, layout));
     sharded = e.get();
     engine_owner = std::move(e);
   }
   lt::ParamEngine& engine = *engine_owner;
   lt::LlamaModel model(config, device, compute);
   model.set_activation_checkpointing(f.checkpointing);
+  if (sharded) model.set_tensor_parallel(sharded->tensor_parallel_comm());
 
   // The fixed global batch: rows of random tokens from a seeded generator, identical on
-  // every rank; rank r takes rows [r*R, (r+1)*R), micro-step m the m-th slice of those.
-  const int world = engine.world_size();
+  // every rank; data-parallel rank r takes rows [r*R, (r+1)*R), micro-step m the m-th
+  // slice of those.
+  const int world = engine.data_parallel_size();
   const int rows = f.global_rows > 0 ? f.global_rows : f.micro_batch * f.grad_accum * world;
   if (rows % world != 0) return absl::InvalidArgumentError("global rows must divide by the world size");
   const int per_rank = rows / world;
@@ -210,7 +221,7 @@ absl::Status Run(const Flags& f) {
       tokens = 0;
     }
     at::Tensor all = batch_for_step(step);
-    at::Tensor mine = all.narrow(0, engine.rank() * per_rank, per_rank);
+    at::Tensor mine = all.narrow(0, engine.data_parallel_rank() * per_rank, per_rank);
     std::vector<lt::ModelInput> inputs;
     int64_t local_targets = 0;
     for (int m = 0; m < micro_steps; ++m) {
@@ -277,7 +288,9 @@ absl::Status Run(const Flags& f) {
     report["persistent_bytes"] = sharded->PersistentBytes();
     report["peak_reduce_bytes"] = sharded->peak_reduce_bytes();
     int64_t padding = 0;
-    for (size_t u = 0; u < layout.size(); ++u) padding += sharded->span(static_cast<int>(u)).padded - layout[u].numel();
+    for (size_t u = 0; u < layout.size(); ++u) {
+      padding += sharded->span(static_cast<int>(u)).padded - sharded->layout()[u].numel();
+    }
     report["padding_elements"] = padding;
   } else {
     report["persistent_bytes"] = static_cast<lt::LocalEngine&>(engine).PersistentBytes();
@@ -313,6 +326,7 @@ int main(int argc, char** argv) {
   app.add_option("--dtype", f.dtype);
   app.add_option("--reduce-dtype", f.reduce_dtype);
   app.add_option("--hybrid-group", f.hybrid);
+  app.add_option("--tensor-parallel", f.tensor_parallel);
   app.add_option("--steps", f.steps);
   app.add_option("--micro-batch", f.micro_batch);
   app.add_option("--grad-accum", f.grad_accum);

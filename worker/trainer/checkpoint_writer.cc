@@ -51,7 +51,7 @@ absl::StatusOr<json> WriteDurable(const std::string& dir, const std::string& nam
 absl::StatusOr<json> WriteRankFiles(const CheckpointSnapshot& s, const std::string& partial) {
   json files = json::array();
   if (s.writes_shard) {
-    const std::string name = ShardFileName(s.shard_rank, s.shard_size);
+    const std::string name = ShardFileName(s.tp_rank * s.shard_size + s.shard_rank, s.tp_size * s.shard_size);
     const std::string path = (fs::path(partial) / name).string();
     std::vector<SafetensorsWriter::Entry> entries;
     for (size_t u = 0; u < s.unit_names.size(); ++u) {
@@ -100,6 +100,7 @@ absl::StatusOr<SavedCheckpoint> Complete(const CheckpointSnapshot& s, const std:
                          {"world_size", s.world_size},
                          {"strategy", s.strategy},
                          {"shard_group_size", s.shard_size},
+                         {"tensor_parallel", s.tp_size},
                          {"optimizer_steps", s.optimizer_steps},
                          {"loss_scale", s.loss_scale},
                          {"units", units},
@@ -141,6 +142,8 @@ CheckpointSnapshot TakeSnapshot(ShardedEngine& engine, const LlamaConfig& config
   s.world_size = engine.world_size();
   s.shard_rank = engine.shard_rank();
   s.shard_size = engine.shard_size();
+  s.tp_rank = engine.tp_rank();
+  s.tp_size = engine.tp_size();
   s.writes_shard = engine.replica_rank() == 0;
   s.strategy = ShardingStrategyName(engine.options().strategy);
   s.optimizer_steps = engine.optimizer_steps();

@@ -49,6 +49,8 @@ struct CheckpointSnapshot {
   int world_size = 1;
   int shard_rank = 0;
   int shard_size = 1;
+  int tp_rank = 0;           // tensor-parallel rank and group size (sharded_checkpoint.h)
+  int tp_size = 1;
   bool writes_shard = true;  // replica 0 of its shard
   std::string strategy;      // ShardingStrategyName
   int64_t optimizer_steps = 0;

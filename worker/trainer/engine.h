@@ -87,11 +87,17 @@ class ParamEngine {
   virtual double ClipGradNorm(double max_norm) = 0;
   virtual void Step(double lr) = 0;
 
-  // Sums over ranks (identity on one rank); used for token counts and losses.
+  // Sums over the data-parallel ranks (identity on one rank); used for token counts and
+  // losses. Every rank takes part; the ranks of a tensor-parallel group hold the same
+  // value, and the group counts once.
   virtual double AllReduceSum(double value) = 0;
+  // Which slice of the data this rank trains on, of how many (the ranks of a
+  // tensor-parallel group share one).
+  virtual int data_parallel_rank() const { return rank(); }
+  virtual int data_parallel_size() const { return world_size(); }
 
-  // Unit `unit`'s full fp32 parameters on the CPU (a collective in sharded engines: every
-  // rank must call it, in the same order). Used by export. Without `with_frozen` an
+  // Unit `unit`'s full fp32 parameters on the CPU, unsplit by tensor parallelism (a
+  // collective in sharded engines: every rank must call it, in the same order). Used by export. Without `with_frozen` an
   // engine may leave frozen tensors undefined (and skip gathering them).
   virtual std::vector<at::Tensor> FullUnit(int unit, bool with_frozen = true) = 0;
 };

@@ -70,12 +70,17 @@ void ApplyLora(const LlamaConfig& config, const LoraOptions& lora, std::vector<U
       if (!lora.targets(m)) continue;
       const std::string& base = u.param_names[kBaseIndex[m]];
       const std::vector<int64_t> shape = u.shapes[kBaseIndex[m]];  // [out, in]
+      // Tensor parallelism: A follows the base's input split, B its output split.
+      const bool row_parallel = u.split_of(kBaseIndex[m]) == TpSplit::kColumns;
+      u.split.resize(u.param_names.size(), TpSplit::kReplicated);
       u.param_names.push_back(Replace(base, ".weight", ".lora_A.weight"));
       u.shapes.push_back({lora.r, shape[1]});
       u.frozen.push_back(false);
+      u.split.push_back(row_parallel ? TpSplit::kColumns : TpSplit::kReplicated);
       u.param_names.push_back(Replace(base, ".weight", ".lora_B.weight"));
       u.shapes.push_back({shape[0], lora.r});
       u.frozen.push_back(false);
+      u.split.push_back(row_parallel ? TpSplit::kReplicated : TpSplit::kRows);
     }
   }
 }

@@ -9,6 +9,7 @@
 
 #include "engine.h"
 #include "lora.h"
+#include "tensor_parallel_ops.h"
 
 namespace llamafleet::trainer {
 
@@ -34,8 +35,9 @@ std::vector<UnitLayout> MakeLayout(const LlamaConfig& c) {
   const int64_t h = c.hidden_size, ffn = c.intermediate_size;
   const int64_t q_dim = c.num_attention_heads * c.head_dim();
   const int64_t kv_dim = c.num_key_value_heads * c.head_dim();
+  using S = TpSplit;
   std::vector<UnitLayout> units;
-  units.push_back({"embed", {"model.embed_tokens.weight"}, {{c.vocab_size, h}}, {}});
+  units.push_back({"embed", {"model.embed_tokens.weight"}, {{c.vocab_size, h}}, {}, {S::kRows}});
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
     const std::string p = "model.layers." + std::to_string(i) + ".";
     units.push_back({"layers." + std::to_string(i),
@@ -46,12 +48,15 @@ std::vector<UnitLayout> MakeLayout(const LlamaConfig& c) {
                       p + "mlp.down_proj.weight"},
                      {{h}, {q_dim, h}, {kv_dim, h}, {kv_dim, h}, {h, q_dim}, {h}, {ffn, h},
                       {ffn, h}, {h, ffn}},
-                     {}});
+                     {},
+                     {S::kReplicated, S::kRows, S::kRows, S::kRows, S::kColumns, S::kReplicated, S::kRows,
+                      S::kRows, S::kColumns}});
   }
-  UnitLayout head{"head", {"model.norm.weight"}, {{h}}, {}};
+  UnitLayout head{"head", {"model.norm.weight"}, {{h}}, {}, {S::kReplicated}};
   if (!c.tie_word_embeddings) {
     head.param_names.push_back("lm_head.weight");
     head.shapes.push_back({c.vocab_size, h});
+    head.split.push_back(S::kRows);
   }
   units.push_back(std::move(head));
   return units;
@@ -121,15 +126,28 @@ void LlamaModel::set_lora(const LoraOptions& lora) {
   for (int m = 0; m < kLoraModules; ++m) lora_index_[m] = LoraIndex(lora, m);
 }
 
-at::Tensor LlamaModel::Project(const std::vector<at::Tensor>& p, int module, const at::Tensor& x) const {
+void LlamaModel::set_tensor_parallel(Comm* tp) {
+  tp_ = tp;
+  tp_size_ = tp ? tp->size() : 1;
+}
+
+at::Tensor LlamaModel::Project(const std::vector<at::Tensor>& p, int module, const at::Tensor& x,
+                               const at::Tensor& x_whole) const {
   static constexpr std::array<int, kLoraModules> kBase = {1, 2, 3, 4, 6, 7, 8};  // see MakeLayout
+  const bool row_parallel = module == 3 || module == 6;                      // o, down
   at::Tensor y = Linear(x, p[kBase[module]]);
+  if (row_parallel) y = ReduceFromTensorParallel(y, tp_);
   const int a = lora_.enabled ? lora_index_[module] : -1;
   if (a < 0) return y;
   // PEFT: base(x) + lora_B(lora_A(dropout(x))) * scaling. The rank-r products go through
   // ATen even on the oneDNN path: converting layouts for them costs more than they do.
-  const at::Tensor xd = lora_.dropout > 0 && training_ ? at::dropout(x, lora_.dropout, /*train=*/true) : x;
-  return y + at::linear(at::linear(xd, p[a]), p[a + 1]) * lora_.scale();
+  // Under tensor parallelism the [.., r] product is whole on every rank before B: summed
+  // over the group (row-parallel A), or marked so that its gradient is (B split by rows).
+  const at::Tensor& in = row_parallel ? x : x_whole;
+  const at::Tensor xd = lora_.dropout > 0 && training_ ? at::dropout(in, lora_.dropout, /*train=*/true) : in;
+  at::Tensor z = at::linear(xd, p[a]);
+  z = row_parallel ? ReduceFromTensorParallel(z, tp_) : CopyToTensorParallel(z, tp_);
+  return y + at::linear(z, p[a + 1]) * lora_.scale();
 }
 
 at::Tensor LlamaModel::RmsNorm(const at::Tensor& x, const at::Tensor& weight) const {
@@ -153,13 +171,15 @@ at::Tensor LlamaModel::DecoderLayer(const std::vector<at::Tensor>& p, const at::
                                     const at::Tensor& mask) {
   const at::Tensor &ln1 = p[0], &ln2 = p[5];
   const int64_t B = x.size(0), T = x.size(1);
-  const int64_t H = config_.num_attention_heads, KV = config_.num_key_value_heads;
+  // This rank's heads (all of them without tensor parallelism).
+  const int64_t H = config_.num_attention_heads / tp_size_, KV = config_.num_key_value_heads / tp_size_;
   const int64_t d = config_.head_dim(), G = H / KV;
 
   at::Tensor xn = RmsNorm(x, ln1);                                   // [B, T, h]
-  at::Tensor q = Project(p, 0, xn).view({B, T, H, d}).transpose(1, 2);   // [B, H, T, d]
-  at::Tensor k = Project(p, 1, xn).view({B, T, KV, d}).transpose(1, 2);  // [B, KV, T, d]
-  at::Tensor v = Project(p, 2, xn).view({B, T, KV, d}).transpose(1, 2);  // [B, KV, T, d]
+  at::Tensor xc = CopyToTensorParallel(xn, tp_);
+  at::Tensor q = Project(p, 0, xc, xn).view({B, T, H, d}).transpose(1, 2);   // [B, H, T, d]
+  at::Tensor k = Project(p, 1, xc, xn).view({B, T, KV, d}).transpose(1, 2);  // [B, KV, T, d]
+  at::Tensor v = Project(p, 2, xc, xn).view({B, T, KV, d}).transpose(1, 2);  // [B, KV, T, d]
   q = q * cos + RotateHalf(q) * sin;
   k = k * cos + RotateHalf(k) * sin;
 
@@ -179,10 +199,13 @@ at::Tensor LlamaModel::DecoderLayer(const std::vector<at::Tensor>& p, const at::
   at::Tensor probs = at::softmax(scores, -1, at::kFloat).to(q.scalar_type());
   attn = at::bmm(probs, v.reshape({B * KV, T, d})).view({B, H, T, d});
 #endif
-  at::Tensor h1 = x + Project(p, 3, attn.transpose(1, 2).reshape({B, T, H * d}));
+  const at::Tensor heads = attn.transpose(1, 2).reshape({B, T, H * d});
+  at::Tensor h1 = x + Project(p, 3, heads, heads);
 
   at::Tensor hn = RmsNorm(h1, ln2);
-  at::Tensor mlp = Project(p, 6, at::silu(Project(p, 4, hn)) * Project(p, 5, hn));
+  at::Tensor hc = CopyToTensorParallel(hn, tp_);
+  at::Tensor act = at::silu(Project(p, 4, hc, hn)) * Project(p, 5, hc, hn);
+  at::Tensor mlp = Project(p, 6, act, act);
   return h1 + mlp;
 }
 
@@ -266,7 +289,7 @@ at::Tensor LlamaModel::Trunk(ParamEngine& engine, const at::Tensor& tokens) {
 #endif
 
   std::vector<at::Tensor> embed = engine.Acquire(EmbedUnit());
-  at::Tensor x = at::embedding(embed[0], tokens);  // [B, T, h]
+  at::Tensor x = VocabParallelEmbedding(embed[0], tokens, tp_);  // [B, T, h]
   engine.Release(EmbedUnit());
   // A frozen embedding gives an input without a gradient, and a checkpointed layer is
   // only differentiated through its input (HF's enable_input_require_grads for PEFT).
@@ -301,17 +324,17 @@ at::Tensor LlamaModel::LossSum(ParamEngine& engine, const ModelInput& in) {
   at::Tensor sel = x.narrow(1, 0, T - 1).reshape({B * (T - 1), h}).index_select(0, in.loss_positions);
   const int head = HeadUnit(config_);
   std::vector<at::Tensor> p = engine.Acquire(head, &sel);
-  at::Tensor y = RmsNorm(sel, p[0]);  // [N, h]
+  at::Tensor y = CopyToTensorParallel(RmsNorm(sel, p[0]), tp_);  // [N, h]
   at::Tensor w_out;
   if (config_.tie_word_embeddings) {
     w_out = engine.Acquire(EmbedUnit(), &y)[0];
   } else {
     w_out = p[1];
   }
-  at::Tensor logits = Linear(y, w_out).to(at::kFloat);  // [N, V]
+  at::Tensor logits = Linear(y, w_out).to(at::kFloat);  // [N, V] (this rank's V / T columns)
   engine.Release(head);
   if (config_.tie_word_embeddings) engine.Release(EmbedUnit());
-  return at::cross_entropy_loss(logits, in.labels, {}, at::Reduction::Sum);
+  return VocabParallelCrossEntropySum(logits, in.labels, tp_);
 }
 
 }  // namespace llamafleet::trainer

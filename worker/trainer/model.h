@@ -16,11 +16,16 @@
 #include <string>
 #include <vector>
 
+#include "collectives.h"
 #include "config.h"
 #include "data.h"
 #include "lora_options.h"
 
 namespace llamafleet::trainer {
+
+// How a tensor-parallel group splits a tensor (tensor_parallel.h): kept whole on every
+// rank, or cut into equal contiguous blocks along dim 0 or dim 1.
+enum class TpSplit : uint8_t { kReplicated = 0, kRows = 1, kColumns = 2 };
 
 // A parameter unit (FSDP's wrap policy): the embedding, one decoder layer, or the final
 // norm + lm_head. Names are the HF tensor names; shapes are [out, in] for projections.
@@ -33,8 +38,10 @@ struct UnitLayout {
   std::vector<std::string> param_names;      // HF names, in the order the model uses them
   std::vector<std::vector<int64_t>> shapes;  // one per name
   std::vector<bool> frozen;                  // empty, or one per name
+  std::vector<TpSplit> split;                // empty (all replicated), or one per name
   int64_t numel() const;
   bool is_frozen(size_t i) const { return i < frozen.size() && frozen[i]; }
+  TpSplit split_of(size_t i) const { return i < split.size() ? split[i] : TpSplit::kReplicated; }
   int64_t numel(size_t i) const;             // elements of tensor i
   int64_t trainable_numel() const;           // elements of the tensors not frozen
 };
@@ -70,6 +77,9 @@ class LlamaModel {
   // decoder adds to their projections. Dropout applies while training() is true.
   void set_lora(const LoraOptions& lora);
   void set_training(bool training) { training_ = training; }
+  // Tensor parallelism (tensor_parallel.h): the engine's layout is this rank's slice of a
+  // group of `tp->size()` ranks, which run every micro-batch together. nullptr: none.
+  void set_tensor_parallel(Comm* tp);
   bool training() const { return training_; }
 
   // Sum over the N target positions of the token cross-entropy (fp32 scalar),
@@ -95,8 +105,12 @@ class LlamaModel {
   at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight) const;
   at::Tensor Linear(const at::Tensor& x, const at::Tensor& w) const;  // x w^T
   // Projection `module` (kLoraModuleNames' order) of a decoder layer's tensors `p`, plus
-  // its adapter when it has one.
-  at::Tensor Project(const std::vector<at::Tensor>& p, int module, const at::Tensor& x) const;
+  // its adapter when it has one. Under tensor parallelism a column-parallel module takes
+  // `x` after CopyToTensorParallel and `x_whole` before it (the adapter's A reads the
+  // replicated input itself, so its input gradient is not summed over the group again);
+  // a row-parallel module (o, down) returns the group's sum.
+  at::Tensor Project(const std::vector<at::Tensor>& p, int module, const at::Tensor& x,
+                     const at::Tensor& x_whole) const;
   at::Tensor Trunk(ParamEngine& engine, const at::Tensor& tokens);  // before the final norm
 
   LlamaConfig config_;
@@ -112,6 +126,8 @@ class LlamaModel {
   LoraOptions lora_;                               // !enabled: no adapters
   std::array<int, kLoraModules> lora_index_{};     // LoraIndex per module
   bool training_ = true;
+  Comm* tp_ = nullptr;  // tensor-parallel group, or none
+  int64_t tp_size_ = 1;
 };
 
 }  // namespace llamafleet::trainer

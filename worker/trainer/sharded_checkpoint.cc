@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "train_parts.h"
+#include "tensor_parallel.h"
 #include "util.h"
 
 namespace llamafleet::trainer {
@@ -190,7 +191,12 @@ absl::StatusOr<std::unique_ptr<ShardedCheckpoint>> ShardedCheckpoint::Open(const
     return absl::DataLossError(absl::StrCat(mpath, ": malformed manifest: ", e.what()));
   }
   LF_ASSIGN_OR_RETURN(c->config_, LoadConfigFile((fs::path(dir) / "config.json").string()));
-  c->shards_.resize(c->shard_group_size());
+  if (c->tensor_parallel() < 1 || c->tensor_parallel() > 1024 || c->shard_group_size() < 1 ||
+      c->shard_group_size() > (1 << 20)) {
+    return absl::DataLossError(absl::StrCat(mpath, ": malformed manifest: tensor_parallel ", c->tensor_parallel(),
+                                            ", shard_group_size ", c->shard_group_size()));
+  }
+  c->shards_.resize(static_cast<size_t>(c->shard_group_size()) * c->tensor_parallel());
   return c;
 }
 
@@ -206,8 +212,9 @@ TrainerProgress ShardedCheckpoint::progress() const {
   return p;
 }
 
-absl::Status ShardedCheckpoint::CheckLayout(const std::vector<UnitLayout>& layout) const {
+absl::Status ShardedCheckpoint::CheckLayout(const std::vector<UnitLayout>& full) const {
   const json& units = manifest_.at("units");
+  const std::vector<UnitLayout> layout = TensorParallelLayout(full, tensor_parallel());
   if (units.size() != layout.size()) {
     return absl::FailedPreconditionError(absl::StrCat(dir_, ": checkpoint has ", units.size(),
                                                       " units, the model has ", layout.size()));
@@ -243,17 +250,20 @@ absl::StatusOr<const SafetensorsFile*> ShardedCheckpoint::Shard(int index) {
   return shards_[index].get();
 }
 
-absl::Status ShardedCheckpoint::ReadRange(int unit, const std::string& kind, int64_t begin, int64_t end,
-                                          at::Tensor out) {
+absl::Status ShardedCheckpoint::ReadRange(int tp_rank, int unit, const std::string& kind, int64_t begin,
+                                          int64_t end, at::Tensor out) {
   if (unit < 0 || unit >= static_cast<int>(unit_padded_.size())) {
     return absl::OutOfRangeError(absl::StrCat(dir_, ": no unit ", unit));
   }
-  const int n = static_cast<int>(shards_.size());
+  if (tp_rank < 0 || tp_rank >= tensor_parallel()) {
+    return absl::OutOfRangeError(absl::StrCat(dir_, ": no tensor-parallel rank ", tp_rank));
+  }
+  const int n = shard_group_size();
   const int64_t shard = unit_padded_[unit] / n;
   for (int i = static_cast<int>(begin / shard); i < n && i * shard < end; ++i) {
     const int64_t lo = std::max(begin, i * shard), hi = std::min(end, (i + 1) * shard);
     if (lo >= hi) continue;
-    LF_ASSIGN_OR_RETURN(const SafetensorsFile* f, Shard(i));
+    LF_ASSIGN_OR_RETURN(const SafetensorsFile* f, Shard(tp_rank * n + i));
     const std::string name = absl::StrCat(unit, ".", kind);
     const StTensorInfo* info = f->Find(name);
     if (!info || info->dtype != StDtype::kF32 || info->numel() != shard) {
@@ -266,23 +276,32 @@ absl::Status ShardedCheckpoint::ReadRange(int unit, const std::string& kind, int
   return absl::OkStatus();
 }
 
-ShardSource ShardedCheckpoint::ParamSource() {
-  return [this](int unit, int64_t begin, int64_t end, at::Tensor out) {
-    return ReadRange(unit, "param", begin, end, out);
+namespace {
+TpShardSource KindSource(ShardedCheckpoint* c, std::string kind) {
+  return [c, kind = std::move(kind)](int tp_rank, int unit, int64_t begin, int64_t end, at::Tensor out) {
+    return c->ReadRange(tp_rank, unit, kind, begin, end, out);
   };
 }
+}  // namespace
 
-absl::Status ShardedCheckpoint::RestoreEngine(ShardedEngine& engine) {
+ShardSource ShardedCheckpoint::ParamSource(const std::vector<UnitLayout>& full, int t, int tp_rank) {
+  return RetileSource(full, /*frozen=*/false, tensor_parallel(), KindSource(this, "param"), t, tp_rank);
+}
+
+absl::Status ShardedCheckpoint::RestoreEngine(ShardedEngine& engine, const std::vector<UnitLayout>& full) {
   return CatchTorch("restoring optimizer state", [&]() -> absl::Status {
-    LF_RETURN_IF_ERROR(CheckLayout(engine.layout()));
-    for (size_t u = 0; u < engine.layout().size(); ++u) {
-      const int unit = static_cast<int>(u);
-      const ShardSpan& sp = engine.span(unit);
-      const int64_t end = std::min(sp.begin + sp.shard, sp.numel);
-      for (const char* kind : {"exp_avg", "exp_avg_sq"}) {
+    LF_RETURN_IF_ERROR(CheckLayout(full));
+    for (const char* kind : {"exp_avg", "exp_avg_sq"}) {
+      const ShardSource source =
+          RetileSource(full, /*frozen=*/false, tensor_parallel(), KindSource(this, kind), engine.tp_size(),
+                       engine.tp_rank());
+      for (size_t u = 0; u < engine.layout().size(); ++u) {
+        const int unit = static_cast<int>(u);
+        const ShardSpan& sp = engine.span(unit);
+        const int64_t end = std::min(sp.begin + sp.shard, sp.numel);
         at::Tensor dst = std::string(kind) == "exp_avg" ? engine.exp_avg(unit) : engine.exp_avg_sq(unit);
         at::Tensor tmp = at::zeros({sp.shard}, at::kFloat);
-        if (end > sp.begin) LF_RETURN_IF_ERROR(ReadRange(unit, kind, sp.begin, end, tmp.narrow(0, 0, end - sp.begin)));
+        if (end > sp.begin) LF_RETURN_IF_ERROR(source(unit, sp.begin, end, tmp.narrow(0, 0, end - sp.begin)));
         at::NoGradGuard no_grad;
         dst.copy_(tmp);
       }
@@ -351,9 +370,10 @@ absl::Status ExportShardedCheckpoint(const std::string& dir, const std::string& 
   LF_RETURN_IF_ERROR(ckpt->CheckLayout(layout));
   return CatchTorch("export", [&]() -> absl::Status {
     // One unit at a time: its numel elements, split into its tensors.
+    const ShardSource source = ckpt->ParamSource(layout);
     auto fetch = [&](int u) -> absl::StatusOr<std::vector<at::Tensor>> {
       at::Tensor flat = at::empty({layout[u].numel()}, at::kFloat);
-      LF_RETURN_IF_ERROR(ckpt->ReadRange(u, "param", 0, layout[u].numel(), flat));
+      LF_RETURN_IF_ERROR(source(u, 0, layout[u].numel(), flat));
       std::vector<at::Tensor> out;
       int64_t off = 0;
       for (const auto& shape : layout[u].shapes) {

@@ -1,19 +1,22 @@
 // Sharded checkpoints of a ShardedEngine: every rank writes its own files, rank 0 writes a
 // manifest last (checkpoint_writer.h writes them, off the step loop), and a checkpoint can
-// be resumed on any world size and strategy.
+// be resumed on any world size, strategy and tensor-parallel degree (tensor_parallel.h
+// reslices it).
 //
 // Layout of <root>/step-N/:
-//   shard-SSSSS-of-NNNNN.safetensors  shard S of N (N = shard group size): for each unit u,
-//                                     "u.param", "u.exp_avg", "u.exp_avg_sq", fp32 [S_u]
-//                                     (elements [S*S_u, (S+1)*S_u) of the padded flat unit).
+//   shard-SSSSS-of-NNNNN.safetensors  shard S of N (N = shard group size x T): for each unit
+//                                     u, "u.param", "u.exp_avg", "u.exp_avg_sq", fp32 [S_u]
+//                                     (elements [s*S_u, (s+1)*S_u) of the padded flat unit
+//                                     of tensor-parallel rank S / (N / T), s = S % (N / T)).
 //                                     Written by the ranks of replica 0 only (replicas hold
-//                                     identical shards).
+//                                     identical shards). T = 1 without tensor parallelism.
 //   rank-RRRRR.json                   per-rank state: step, epoch, sampler position, RNG.
 //   config.json                       the model config (rank 0), for export.
 //   manifest.json                     written last by rank 0 (write + fsync + rename): format,
 //                                     step, epoch, loss, world size, strategy, shard group
-//                                     size, optimizer steps, loss scale, units (name, numel,
-//                                     padded), and every file with its size and sha256.
+//                                     size, tensor_parallel T, optimizer steps, loss scale,
+//                                     units (name, and numel and padded of one TP rank's
+//                                     slice), and every file with its size and sha256.
 // The directory is assembled as step-N.partial and renamed to step-N once the manifest is
 // in place, so a reader that sees step-N with a manifest sees a complete checkpoint, and a
 // checkpoint whose files do not match the manifest (truncated, altered) is refused.
@@ -87,22 +90,27 @@ class ShardedCheckpoint {
   int64_t step() const { return manifest_.value("step", int64_t{0}); }
   int world_size() const { return manifest_.value("world_size", 1); }
   int shard_group_size() const { return manifest_.value("shard_group_size", 1); }
+  int tensor_parallel() const { return manifest_.value("tensor_parallel", 1); }
   TrainerProgress progress() const;
 
-  // Elements [begin, end) of unit `unit`'s flat `kind` ("param", "exp_avg", "exp_avg_sq")
-  // into `out` (fp32 CPU [end - begin]), reading only the overlapping slices of the shard
-  // files (whose sha256 is checked the first time each is opened).
-  absl::Status ReadRange(int unit, const std::string& kind, int64_t begin, int64_t end, at::Tensor out);
-  // A ShardSource over the master parameters (valid while this object lives).
-  ShardSource ParamSource();
+  // Elements [begin, end) of tensor-parallel rank `tp_rank`'s flat `kind` ("param",
+  // "exp_avg", "exp_avg_sq") of unit `unit` into `out` (fp32 CPU [end - begin]), reading
+  // only the overlapping slices of the shard files (whose sha256 is checked the first time
+  // each is opened).
+  absl::Status ReadRange(int tp_rank, int unit, const std::string& kind, int64_t begin, int64_t end,
+                         at::Tensor out);
+  // A ShardSource over the master parameters of rank `tp_rank` of `tensor_parallel`, for
+  // the unsplit layout `full` (valid while this object lives).
+  ShardSource ParamSource(const std::vector<UnitLayout>& full, int tensor_parallel = 1, int tp_rank = 0);
 
-  // Restores the AdamW moments, step count and loss scale of `engine` (any world size or
-  // strategy: the slices this rank's shards cover are read), and this rank's RNG state
-  // when the checkpoint has a file for it.
-  absl::Status RestoreEngine(ShardedEngine& engine);
+  // Restores the AdamW moments, step count and loss scale of `engine` (any world size,
+  // strategy or tensor-parallel degree: the slices this rank's shards cover are read), and
+  // this rank's RNG state when the checkpoint has a file for it. `full`: the unsplit
+  // layout of the engine's.
+  absl::Status RestoreEngine(ShardedEngine& engine, const std::vector<UnitLayout>& full);
 
-  // The units' names must match the layout the caller will train (same model shape).
-  absl::Status CheckLayout(const std::vector<UnitLayout>& layout) const;
+  // The units must match the unsplit layout the caller will train (same model shape).
+  absl::Status CheckLayout(const std::vector<UnitLayout>& full) const;
 
  private:
   ShardedCheckpoint() = default;

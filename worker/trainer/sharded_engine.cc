@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "hf_io.h"
+#include "tensor_parallel.h"
 #include "util.h"
 
 namespace llamafleet::trainer {
@@ -208,7 +209,7 @@ absl::StatusOr<std::unique_ptr<ShardedEngine>> ShardedEngine::Create(
       for (size_t i = 0; i < unit.shapes.size(); ++i) {
         const bool frozen = unit.is_frozen(i);
         int64_t& o_ref = frozen ? frozen_off : off;
-        views.push_back(View{frozen, o_ref, unit.numel(i), unit.shapes[i]});
+        views.push_back(View{frozen, o_ref, unit.numel(i), unit.shapes[i], unit.split_of(i)});
         o_ref += unit.numel(i);
       }
       e->views_.push_back(std::move(views));
@@ -254,37 +255,82 @@ absl::StatusOr<std::unique_ptr<ShardedEngine>> ShardedEngine::CreateWithContext(
     std::vector<UnitLayout> layout, const ShardingOptions& o, DistContext& ctx, const ShardSource& source,
     const ShardSource& frozen_source) {
   const int w = ctx.world_size();
+  const int t = std::max(1, o.tensor_parallel);
+  if (w % t != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("parallelism.tensor_parallel ", t, " must divide the world size ", w));
+  }
+  const int dp = w / t;
+  // Groups over data-parallel indices become, per tensor-parallel rank, groups of the
+  // world ranks d * t + tp.
+  auto expand = [t](const std::vector<std::vector<int>>& groups) {
+    std::vector<std::vector<int>> out;
+    for (const auto& g : groups) {
+      for (int tp = 0; tp < t; ++tp) {
+        out.emplace_back();
+        for (int d : g) out.back().push_back(d * t + tp);
+      }
+    }
+    return out;
+  };
   std::vector<std::unique_ptr<Comm>> owned;
+  auto group = [&](const std::vector<std::vector<int>>& dp_groups, const std::string& tag) -> absl::StatusOr<Comm*> {
+    if (t == 1 && dp_groups.size() == 1) return &ctx.world();
+    LF_ASSIGN_OR_RETURN(std::unique_ptr<Comm> c, ctx.NewGroup(expand(dp_groups), tag));
+    owned.push_back(std::move(c));
+    return owned.back().get();
+  };
+  Comm* tp_comm = nullptr;
+  if (t > 1) {
+    LF_ASSIGN_OR_RETURN(std::unique_ptr<Comm> c, ctx.NewGroup(ShardGroups(w, t), "tp"));
+    tp_comm = c.get();
+    owned.push_back(std::move(c));
+  }
   Comm* shard = nullptr;
   Comm* replica = nullptr;
   switch (o.strategy) {
     case ShardingStrategy::kFullShard:
-    case ShardingStrategy::kShardGradOp:
-      shard = &ctx.world();
+    case ShardingStrategy::kShardGradOp: {
+      LF_ASSIGN_OR_RETURN(shard, group(ShardGroups(dp, dp), "dp"));
       break;
-    case ShardingStrategy::kNoShard:
+    }
+    case ShardingStrategy::kNoShard: {
       owned.push_back(MakeLocalComm());
       shard = owned.back().get();
-      replica = &ctx.world();
+      LF_ASSIGN_OR_RETURN(replica, group(ShardGroups(dp, dp), "dp"));
       break;
+    }
     case ShardingStrategy::kHybridShard: {
       const int g = o.hybrid_group_size > 0 ? o.hybrid_group_size : w;
       if (g > w || w % g != 0) {
         return absl::InvalidArgumentError(absl::StrCat("fsdp.hybrid_shard_group_size ", g,
                                                        " must divide the world size ", w));
       }
-      LF_ASSIGN_OR_RETURN(std::unique_ptr<Comm> s, ctx.NewGroup(ShardGroups(w, g), "shard"));
-      LF_ASSIGN_OR_RETURN(std::unique_ptr<Comm> r, ctx.NewGroup(ReplicaGroups(w, g), "replica"));
-      shard = s.get();
-      replica = r.get();
-      owned.push_back(std::move(s));
-      owned.push_back(std::move(r));
+      if (g % t != 0) {
+        return absl::InvalidArgumentError(absl::StrCat("parallelism.tensor_parallel ", t,
+                                                       " must divide HYBRID_SHARD's node group of ", g, " ranks"));
+      }
+      LF_ASSIGN_OR_RETURN(shard, group(ShardGroups(dp, g / t), "shard"));
+      LF_ASSIGN_OR_RETURN(replica, group(ReplicaGroups(dp, g / t), "replica"));
       break;
     }
   }
   LF_ASSIGN_OR_RETURN(std::unique_ptr<ShardedEngine> e, Create(std::move(layout), o, &ctx.world(), shard, replica,
                                                                 ctx.rank(), w, source, frozen_source));
   e->owned_comms_ = std::move(owned);
+  e->tp_comm_ = tp_comm;
+  if (tp_comm != nullptr) {
+    // The replicated trainable elements this rank's shard holds, for the gradient norm.
+    e->replicated_.resize(e->layout_.size());
+    for (size_t u = 0; u < e->layout_.size(); ++u) {
+      const ShardSpan& sp = e->spans_[u];
+      for (const View& v : e->views_[u]) {
+        if (v.frozen || v.split != TpSplit::kReplicated) continue;
+        const int64_t lo = std::max(v.offset, sp.begin), hi = std::min(v.offset + v.numel, sp.begin + sp.shard);
+        if (lo < hi) e->replicated_[u].emplace_back(lo - sp.begin, hi - lo);
+      }
+    }
+  }
   return e;
 }
 
@@ -612,10 +658,22 @@ double ShardedEngine::ClipGradNorm(double max_norm) {
   at::NoGradGuard no_grad;
   if (found_inf_) return std::numeric_limits<double>::infinity();
   std::vector<at::Tensor> sums;
-  for (const at::Tensor& g : grads_) sums.push_back(g.square().sum());
+  for (size_t u = 0; u < grads_.size(); ++u) {
+    at::Tensor sum = grads_[u].square().sum();
+    // A replicated tensor's gradient is the same on every rank of a tensor-parallel group:
+    // each rank adds 1/T of its square, so the group's sum counts it once.
+    if (!replicated_.empty()) {
+      for (const auto& [first, count] : replicated_[u]) {
+        sum = sum - grads_[u].narrow(0, first, count).square().sum() * (1.0 - 1.0 / tp_size());
+      }
+    }
+    sums.push_back(sum);
+  }
   at::Tensor total = at::stack(sums).sum().to(at::kDouble).reshape({1});
-  // Shards are disjoint inside a shard group and identical across replicas.
+  // Shards are disjoint inside a shard group and identical across replicas; slices are
+  // disjoint inside a tensor-parallel group.
   if (shard_comm_->size() > 1) ThrowIfError(shard_comm_->AllReduceSum(total)->Wait());
+  if (tp_size() > 1) ThrowIfError(tp_comm_->AllReduceSum(total)->Wait());
   const double norm = std::sqrt(total.item<double>());
   if (max_norm > 0) {
     // torch.nn.utils.clip_grad_norm_: coef = max_norm / (norm + 1e-6), clamped to 1.
@@ -645,9 +703,17 @@ void ShardedEngine::Step(double lr) {
 }
 
 double ShardedEngine::AllReduceSum(double value) {
-  at::Tensor t = at::full({1}, value, at::TensorOptions().dtype(at::kDouble).device(options_.device));
+  // One all-reduce over the world, to which each tensor-parallel group contributes once.
+  at::Tensor t = at::full({1}, tp_rank() == 0 ? value : 0.0,
+                          at::TensorOptions().dtype(at::kDouble).device(options_.device));
   ThrowIfError(world_->AllReduceSum(t)->Wait());
   return t.item<double>();
+}
+
+bool ShardedEngine::AnyRank(bool flag) {
+  at::Tensor t = at::full({1}, flag ? 1.0 : 0.0, at::TensorOptions().dtype(at::kDouble).device(options_.device));
+  ThrowIfError(world_->AllReduceSum(t)->Wait());
+  return t.item<double>() > 0;
 }
 
 std::vector<at::Tensor> ShardedEngine::FullUnit(int unit, bool with_frozen) {
@@ -657,15 +723,28 @@ std::vector<at::Tensor> ShardedEngine::FullUnit(int unit, bool with_frozen) {
     if (padded > 0) ThrowIfError(shard_comm_->AllGather(full, shard)->Wait());
     return full.to(at::kCPU, at::kFloat);
   };
-  const at::Tensor trainable = gather(masters_[unit].detach(), spans_[unit].padded);
-  const at::Tensor frozen = with_frozen ? gather(frozen_[unit], frozen_spans_[unit].padded) : at::Tensor();
+  // Then the slices of a tensor-parallel group: [T, numel] per flat, one all-gather each.
+  const int t = tp_size();
+  auto join = [&](const at::Tensor& flat, int64_t numel) {
+    at::Tensor mine = flat.narrow(0, 0, numel);
+    if (t == 1) return mine.view({1, numel});
+    mine = mine.to(options_.device).contiguous();
+    at::Tensor all = at::empty({t * numel}, mine.options());
+    if (numel > 0) ThrowIfError(tp_comm_->AllGather(all, mine)->Wait());
+    return all.to(at::kCPU).view({t, numel});
+  };
+  const at::Tensor trainable = join(gather(masters_[unit].detach(), spans_[unit].padded), spans_[unit].numel);
+  const at::Tensor frozen = with_frozen ? join(gather(frozen_[unit], frozen_spans_[unit].padded),
+                                               frozen_spans_[unit].numel)
+                                        : at::Tensor();
   std::vector<at::Tensor> out;
   for (const View& v : views_[unit]) {
     if (v.frozen && !with_frozen) {
       out.emplace_back();
       continue;
     }
-    out.push_back((v.frozen ? frozen : trainable).narrow(0, v.offset, v.numel).view(v.shape).clone());
+    const at::Tensor slices = (v.frozen ? frozen : trainable).narrow(1, v.offset, v.numel);
+    out.push_back(JoinSlices(slices, v.split, v.shape).clone());
   }
   return out;
 }

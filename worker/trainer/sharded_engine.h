@@ -41,6 +41,13 @@
 // unit's input activation as a second input (Acquire's `input`), so its backward still
 // marks the end of the unit's backward when the unit has few or no trainable tensors.
 //
+// Tensor parallelism (tensor_parallel.h): with `tensor_parallel` T > 1 the layout is one
+// rank's slice of the model, identical in shape on the T ranks of a group (consecutive
+// world ranks). Everything above then runs along the data-parallel dimension: the shard
+// and replica groups are made of the ranks that hold the same slice (world rank = dp * T +
+// tp), HYBRID_SHARD's node group holds whole TP groups. The gradient norm counts a
+// replicated tensor once per group; FullUnit joins the slices into the full tensors.
+//
 // Mixed precision: masters and AdamW state fp32; compute dtype fp32/bf16/fp16 (parameters
 // cast before the all-gather, so gathers move the compute dtype); gradients reduced in
 // `reduce_dtype` and accumulated into fp32 shards. fp16 uses dynamic loss scaling: the
@@ -91,6 +98,7 @@ struct ShardingOptions {
   double initial_loss_scale = 65536.0;  // fp16 only
   int loss_scale_growth_interval = 2000;  // fp16 only: clean steps before the scale doubles
   at::Device device{at::kCPU};         // where shards and gathered units live
+  int tensor_parallel = 1;             // ranks per tensor-parallel group (see the file comment)
 };
 
 // Fills `out` (fp32, CPU, [end - begin]) with elements [begin, end) of one of unit
@@ -148,7 +156,16 @@ class ShardedEngine : public ParamEngine {
   double ClipGradNorm(double max_norm) override;
   void Step(double lr) override;
   double AllReduceSum(double value) override;
+  int data_parallel_rank() const override { return world_rank_ / tp_size(); }
+  int data_parallel_size() const override { return world_size_ / tp_size(); }
   std::vector<at::Tensor> FullUnit(int unit, bool with_frozen = true) override;
+  // True on every rank when `flag` is true on any rank of the world (a collective).
+  bool AnyRank(bool flag);
+
+  // The tensor-parallel group (nullptr without one) the model's collectives run over.
+  Comm* tensor_parallel_comm() const { return tp_comm_; }
+  int tp_rank() const { return tp_comm_ ? tp_comm_->rank() : 0; }
+  int tp_size() const { return tp_comm_ ? tp_comm_->size() : 1; }
 
   // Micro-step hint (see the file comment); reset to true by ZeroGrad().
   void SetGradientSync(bool sync) { sync_ = sync; }
@@ -217,7 +234,8 @@ class ShardedEngine : public ParamEngine {
     bool frozen;                 // which flat the tensor lives in
     int64_t offset;              // first element in that flat
     int64_t numel;
-    std::vector<int64_t> shape;
+    std::vector<int64_t> shape;  // of this rank's slice
+    TpSplit split;
   };
   std::vector<std::vector<View>> views_;  // [unit][tensor], layout order
 
@@ -248,6 +266,9 @@ class ShardedEngine : public ParamEngine {
   int64_t pass_generation_ = 0;
   int max_unit_in_pass_ = -1;
   std::vector<std::unique_ptr<Comm>> owned_comms_;  // groups made by CreateWithContext
+  Comm* tp_comm_ = nullptr;                          // tensor-parallel group, or none
+  // [unit]: (first, count) of the replicated trainable elements inside this rank's shard.
+  std::vector<std::vector<std::pair<int64_t, int64_t>>> replicated_;
 
   int InputsInFlight() const;
   // Advances the oldest pending reduction (the oldest with its input still held when

@@ -12,6 +12,7 @@ target_sources(llamafleet_trainer PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/collectives.cc
   ${CMAKE_CURRENT_LIST_DIR}/sharded_engine.cc
   ${CMAKE_CURRENT_LIST_DIR}/shard_sources.cc
+  ${CMAKE_CURRENT_LIST_DIR}/tensor_parallel.cc
   ${CMAKE_CURRENT_LIST_DIR}/sharded_checkpoint.cc
   ${CMAKE_CURRENT_LIST_DIR}/checkpoint_writer.cc)
 target_link_libraries(llamafleet_trainer PRIVATE OpenSSL::Crypto)

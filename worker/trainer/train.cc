@@ -277,7 +277,7 @@ EvalResult Evaluate(LlamaModel& model, ParamEngine& engine, const LoadedData& da
   double loss_sum = 0;
   int64_t count = 0;
   std::vector<int64_t> mine;
-  for (int64_t i = engine.rank(); i < data.rows.size(); i += engine.world_size()) {
+  for (int64_t i = engine.data_parallel_rank(); i < data.rows.size(); i += engine.data_parallel_size()) {
     mine.push_back(i);
   }
   for (size_t i = 0; i < mine.size(); i += micro_batch) {

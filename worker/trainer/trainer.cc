@@ -12,6 +12,7 @@
 #include "hf_io.h"
 #include "lora.h"
 #include "sharded_checkpoint.h"
+#include "tensor_parallel.h"
 #include "util.h"
 #include "worker/path_guard.h"
 
@@ -55,8 +56,20 @@ absl::Status Trainer::Setup() {
   } else {
     LF_ASSIGN_OR_RETURN(config_, PresetConfig(opt_.preset));
   }
-  layout_ = MakeLayout(config_);
+  full_layout_ = MakeLayout(config_);
   LF_RETURN_IF_ERROR(ResolveLora());
+  // Tensor parallelism: groups of T consecutive ranks of one node hold slices of the
+  // model and run the same data; the data-parallel world is WORLD_SIZE / T.
+  tp_ = std::max(1, opt_.tensor_parallel);
+  LF_RETURN_IF_ERROR(CheckTensorParallel(config_, tp_, env_.world_size));
+  if (env_.local_world_size % tp_ != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("parallelism.tensor_parallel ", tp_, " must divide the ",
+                                                   env_.local_world_size, " ranks per node (a tensor-parallel "
+                                                   "group stays inside one node)"));
+  }
+  layout_ = TensorParallelLayout(full_layout_, tp_);
+  const int dp_world = env_.world_size / tp_;
+  dp_rank_ = env_.rank / tp_;
   LF_ASSIGN_OR_RETURN(tokenizer_, MaybeLoadTokenizer(opt_.format, opt_.tokenizer_path, opt_.model_path, config_));
   seq_len_ = opt_.seq_len;
   if (seq_len_ > config_.max_position_embeddings) {
@@ -76,12 +89,12 @@ absl::Status Trainer::Setup() {
   PhaseDone("data_ready", all_hits ? "token cache hit" : "tokenized");
   // With a global batch, the micro-steps per step follow from the world this run got, so
   // every step consumes the same rows whatever the world size (see Sampler).
-  LF_ASSIGN_OR_RETURN(grad_accum_, GradAccumFor(opt_, env_.world_size));
+  LF_ASSIGN_OR_RETURN(grad_accum_, GradAccumFor(opt_, dp_world));
   Sampler::Options so;
   so.num_rows = train_->rows.size();
   so.micro_batch = opt_.micro_batch;
   so.grad_accum = grad_accum_;
-  so.world_size = env_.world_size;
+  so.world_size = dp_world;
   so.seed = opt_.seed;
   so.shuffle = opt_.shuffle;
   LF_ASSIGN_OR_RETURN(sampler_, Sampler::Create(so));
@@ -108,24 +121,35 @@ absl::Status Trainer::Setup() {
   sharding_.max_inflight_all_gathers = opt_.max_inflight_all_gathers;
   sharding_.adamw = AdamWOptions{opt_.beta1, opt_.beta2, opt_.eps, opt_.weight_decay};
   sharding_.device = device_;
+  sharding_.tensor_parallel = tp_;
 
   std::string resume_dir;
   LF_RETURN_IF_ERROR(ChooseResume(&resume_dir));
   std::unique_ptr<ShardedCheckpoint> resume;
   if (!resume_dir.empty()) {
     LF_ASSIGN_OR_RETURN(resume, ShardedCheckpoint::Open(resume_dir));
-    LF_RETURN_IF_ERROR(resume->CheckLayout(layout_));
+    LF_RETURN_IF_ERROR(resume->CheckLayout(full_layout_));
   }
   // Trainable tensors come from the checkpoint when resuming; with LoRA they are the
   // adapters (from adapter_path, or seeded) and the frozen base comes from the model.
+  // Every source but a checkpoint holds whole tensors: this rank reads its slice of them.
+  const int tp_rank = env_.rank % tp_;
+  auto slice = [&](ShardSource whole, bool frozen) {
+    return RetileSource(full_layout_, frozen, 1, Untiled(std::move(whole)), tp_, tp_rank);
+  };
   ShardSource source, frozen_source;
-  if (lora_.enabled) frozen_source = hf ? HfShardSource(*hf, layout_, true) : SeededShardSource(layout_, opt_.seed, true);
+  if (lora_.enabled) {
+    frozen_source = slice(hf ? HfShardSource(*hf, full_layout_, true) : SeededShardSource(full_layout_, opt_.seed, true),
+                          true);
+  }
   if (resume) {
-    source = resume->ParamSource();
+    source = resume->ParamSource(full_layout_, tp_, tp_rank);
   } else if (lora_.enabled && !lora_.adapter_path.empty()) {
-    LF_ASSIGN_OR_RETURN(source, AdapterSource(lora_.adapter_path, layout_));
+    LF_ASSIGN_OR_RETURN(ShardSource adapter, AdapterSource(lora_.adapter_path, full_layout_));
+    source = slice(std::move(adapter), false);
   } else {
-    source = hf && !lora_.enabled ? HfShardSource(*hf, layout_) : SeededShardSource(layout_, opt_.seed);
+    source = slice(hf && !lora_.enabled ? HfShardSource(*hf, full_layout_) : SeededShardSource(full_layout_, opt_.seed),
+                   false);
   }
   LF_ASSIGN_OR_RETURN(engine_, ShardedEngine::CreateWithContext(layout_, sharding_, *dist_, source, frozen_source));
   if (resume) {
@@ -138,7 +162,7 @@ absl::Status Trainer::Setup() {
           sampler_->global_batch(), " (set training.global_batch_size to ", saved.global_batch,
           " to continue the same data order on any world size)"));
     }
-    LF_RETURN_IF_ERROR(resume->RestoreEngine(*engine_));
+    LF_RETURN_IF_ERROR(resume->RestoreEngine(*engine_, full_layout_));
     start_step_ = std::min(resume->step(), total_steps_);
     if (saved.global_batch > 0 && saved.rows_seen != saved.step * saved.global_batch) {
       return absl::DataLossError(absl::StrCat(resume_dir, ": manifest rows_seen ", saved.rows_seen,
@@ -158,11 +182,12 @@ absl::Status Trainer::Setup() {
   hf.reset();  // unmap the source files
   model_ = std::make_unique<LlamaModel>(config_, device_, compute_dtype_);
   model_->set_activation_checkpointing(opt_.activation_checkpointing);
+  model_->set_tensor_parallel(engine_->tensor_parallel_comm());
   if (lora_.enabled) model_->set_lora(lora_);
 
   // 6 FLOPs per parameter and token (forward 2, backward 4); a frozen weight skips its
   // weight gradient (4), an adapter adds its own 6. Attention has no weights: always 6.
-  const int64_t adapter = AdapterParameters(layout_);
+  const int64_t adapter = AdapterParameters(full_layout_);
   flops_per_token_ = (lora_.enabled ? 4 : 6) * config_.NumNonEmbeddingParameters() + 6 * adapter +
                      6 * config_.num_hidden_layers * config_.num_attention_heads * 2 * config_.head_dim() * seq_len_;
   // MFU needs the device's peak: --peak-tflops / LLAMAFLEET_PEAK_TFLOPS, or the device table.
@@ -180,7 +205,8 @@ absl::Status Trainer::Setup() {
     LogInfo(absl::StrCat("model: ", config_.NumParameters(), " parameters, ", config_.num_hidden_layers,
                          " layers, dim ", config_.hidden_size, "; data: ", train_->rows.size(), " rows of <= ",
                          seq_len_, " tokens; ", total_steps_, " steps (", steps_per_epoch_, " per epoch); device ",
-                         device_.str()));
+                         device_.str(),
+                         tp_ > 1 ? absl::StrCat("; tensor parallel ", tp_, " x data parallel ", dp_world) : ""));
     trainer_events::Started started;
     started.world_size = env_.world_size;
     started.parameters = static_cast<int64_t>(config_.NumParameters());
@@ -234,7 +260,7 @@ absl::Status Trainer::ResolveLora() {
   }
   if (lora_.dropout < 0) lora_.dropout = 0;
   LF_RETURN_IF_ERROR(ValidateLora(lora_));
-  ApplyLora(config_, lora_, layout_);
+  ApplyLora(config_, lora_, full_layout_);
   return absl::OkStatus();
 }
 
@@ -303,7 +329,7 @@ absl::StatusOr<double> Trainer::Step(int64_t step) {
   std::vector<ModelInput> micro;
   int64_t local_targets = 0, local_real = 0;
   for (int64_t m = 0; m < grad_accum_; ++m) {
-    LF_ASSIGN_OR_RETURN(Batch b, train_->rows.MakeBatch(sampler_->Rows(epoch, in_epoch, m, env_.rank), train_->pad_id,
+    LF_ASSIGN_OR_RETURN(Batch b, train_->rows.MakeBatch(sampler_->Rows(epoch, in_epoch, m, dp_rank_), train_->pad_id,
                                                         train_->vocab_size));
     local_real += b.real_tokens;
     micro.push_back(MakeModelInput(b, device_));
@@ -415,7 +441,7 @@ absl::Status Trainer::Run() {
       saved_now = true;
     }
     // Preemption (SIGTERM on any rank): all ranks agree, checkpoint, and stop cleanly.
-    if (engine_->AllReduceSum(PreemptionRequested() ? 1.0 : 0.0) > 0 && !last) {
+    if (engine_->AnyRank(PreemptionRequested()) && !last) {
       if (!saved_now) LF_RETURN_IF_ERROR(Checkpoint(step + 1, loss));
       LF_RETURN_IF_ERROR(FinishCheckpoint());
       if (rank0_) {
@@ -448,11 +474,11 @@ absl::Status Trainer::Finish() {
     }
     // Gathering a unit is collective; only rank 0 writes.
     if (lora_.enabled) {
-      LF_RETURN_IF_ERROR(ExportLora(*engine_, config_, layout_, lora_, opt_.merge, opt_.export_dir, eo));
+      LF_RETURN_IF_ERROR(ExportLora(*engine_, config_, full_layout_, lora_, opt_.merge, opt_.export_dir, eo));
       if (rank0_) LogInfo(absl::StrCat("exported the adapter to ", opt_.export_dir, opt_.merge ? " (and merged/)" : ""));
     } else if (rank0_) {
       LF_RETURN_IF_ERROR(ExportHfDir(
-          config_, layout_,
+          config_, full_layout_,
           [&](int u) -> absl::StatusOr<std::vector<at::Tensor>> { return engine_->FullUnit(u); }, opt_.export_dir,
           eo));
       LogInfo(absl::StrCat("exported ", opt_.export_dir));

@@ -67,7 +67,10 @@ class Trainer {
   at::Device device_{at::kCPU};
   at::ScalarType compute_dtype_ = at::kFloat;
   LlamaConfig config_;
-  std::vector<UnitLayout> layout_;
+  std::vector<UnitLayout> full_layout_;  // the model's units (with LoRA's adapters)
+  std::vector<UnitLayout> layout_;       // this rank's tensor-parallel slice of them
+  int tp_ = 1;                           // tensor-parallel group size
+  int dp_rank_ = 0;                      // this rank's data-parallel index
   LoraOptions lora_;  // resolved (adapter's values filled in); !enabled = full finetuning
   std::unique_ptr<Tokenizer> tokenizer_;
   int64_t seq_len_ = 0;
