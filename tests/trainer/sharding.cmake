@@ -49,3 +49,10 @@ if(TARGET llamafleet_trainer_sharding AND LLAMAFLEET_SYSTEM_PYTHON3)
     COMMAND ${LLAMAFLEET_SYSTEM_PYTHON3} ${CMAKE_CURRENT_SOURCE_DIR}/test_lora.py ${CMAKE_RUNTIME_OUTPUT_DIRECTORY})
   set_tests_properties(trainer_lora_test PROPERTIES TIMEOUT 600 ENVIRONMENT "OMP_NUM_THREADS=1")
 endif()
+
+# Tensor parallelism (x every strategy, LoRA, resliced resume) against reference.py.
+if(TARGET llamafleet_trainer_sharding AND LLAMAFLEET_SYSTEM_PYTHON3)
+  add_test(NAME trainer_tensor_parallel_test
+    COMMAND ${LLAMAFLEET_SYSTEM_PYTHON3} ${CMAKE_CURRENT_SOURCE_DIR}/test_tensor_parallel.py ${CMAKE_RUNTIME_OUTPUT_DIRECTORY})
+  set_tests_properties(trainer_tensor_parallel_test PROPERTIES TIMEOUT 900 ENVIRONMENT "OMP_NUM_THREADS=1")
+endif()

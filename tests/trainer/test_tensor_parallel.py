@@ -61,7 +61,7 @@ class TensorParallel(unittest.TestCase):
     def path(self, *p):
         return os.path.join(self.tmp, *p)
 
-    def spec(self, name, tp, sharding="FULL_SHARD", steps=None, extra="", ac=False, merge=False):
+    def spec(self, name, tp, world, local, sharding="FULL_SHARD", steps=None, extra="", ac=False, merge=False):
         f = self.path(name + ".yaml")
         with open(f, "w") as fh:
             fh.write("""
@@ -71,11 +71,13 @@ data: {train_path: %s, format: TOKENS}
 training: {max_steps: %d, micro_batch_size: 1, global_batch_size: 4, seq_len: 64, batching: PADDING,
            lr: 0.001, weight_decay: 0.01, grad_clip: 1.0, log_every: 1,
            lr_schedule: {type: COSINE, warmup_steps: 1}}
+resources: {nodes: %d, gpus_per_node: %d}
 fsdp: {sharding: %s, mixed_precision: FP32, activation_checkpointing: %s}
 parallelism: {tensor_parallel: %d}
 output: {export_dir: %s, export_dtype: FP32%s}
 %s
-""" % (name, self.model, self.data, steps or self.K, sharding, str(ac).lower(), tp, self.path(name + "-out"),
+""" % (name, self.model, self.data, steps or self.K, world // local, local, sharding, str(ac).lower(), tp,
+       self.path(name + "-out"),
        ", merge: true" if merge else "", extra))
         return f
 
@@ -110,7 +112,7 @@ output: {export_dir: %s, export_dtype: FP32%s}
                 (4, "FULL_SHARD", 4, 4, False))
         for tp, sharding, world, local, ac in runs:
             name = "tp%d-dp%d-%s%s" % (tp, world // tp, sharding.lower(), "-ac" if ac else "")
-            _, outs = self.train(self.spec(name, tp, sharding, ac=ac), world, local)
+            _, outs = self.train(self.spec(name, tp, world, local, sharding, ac=ac), world, local)
             self.assert_losses(outs[0][0], self.want["losses"], name)
             self.assert_close(self.path(name + "-out"), self.path("ref"), name)
             started = next(l for l in json_lines(outs[0][0]) if l.get("event") == "started")
@@ -126,7 +128,7 @@ output: {export_dir: %s, export_dtype: FP32%s}
                                  "--steps", self.K, "--micro-batch", 2, "--grad-accum", 2, "--lr", 1e-3,
                                  "--weight-decay", 0.01, "--grad-clip", 1.0, "--warmup", 1, "--schedule", "cosine",
                                  "--batching", "padding", "--seq-len", 64, "--format", "tokens"])
-        spec = self.spec("lora", 2, merge=True, extra="peft: {method: lora, dropout: 0, adapter_path: %s}" % start)
+        spec = self.spec("lora", 2, 4, 2, merge=True, extra="peft: {method: lora, dropout: 0, adapter_path: %s}" % start)
         _, outs = self.train(spec, 4, 2)
         self.assert_losses(outs[0][0], want["losses"], "lora")
         self.assert_close(self.path("lora-out"), out + "-adapter", "lora adapter")
@@ -134,7 +136,7 @@ output: {export_dir: %s, export_dtype: FP32%s}
 
     def test_checkpoint_resumes_on_other_layouts(self):
         steps = 4
-        whole = self.spec("whole", 2, steps=steps, extra="checkpoint: {dir: %s, every_steps: 2}" % self.path("ck"))
+        whole = self.spec("whole", 2, 4, 2, steps=steps, extra="checkpoint: {dir: %s, every_steps: 2}" % self.path("ck"))
         self.train(whole, 4, 2)
         step2 = self.path("ck", "step-2")
         with open(os.path.join(step2, "manifest.json")) as f:
@@ -142,7 +144,7 @@ output: {export_dir: %s, export_dtype: FP32%s}
         self.assertEqual((manifest["tensor_parallel"], manifest["shard_group_size"]), (2, 2))
         for tp, world, local in ((1, 4, 2), (4, 4, 4)):
             name = "resume-tp%d" % tp
-            spec = self.spec(name, tp, steps=steps, extra="checkpoint: {resume: %s}" % step2)
+            spec = self.spec(name, tp, world, local, steps=steps, extra="checkpoint: {resume: %s}" % step2)
             _, outs = self.train(spec, world, local)
             self.assertIn("resumed from", "".join(e for _, e in outs))
             self.assert_close(self.path(name + "-out"), self.path("whole-out"), name)
@@ -150,7 +152,7 @@ output: {export_dir: %s, export_dtype: FP32%s}
     def test_bad_tensor_parallel_is_one_clear_error(self):
         for tp, world, local, want in ((3, 3, 3, "parallelism.tensor_parallel 3 must divide the model's 8 heads"),
                                        (4, 4, 2, "parallelism.tensor_parallel 4 must divide the 2 ranks per node")):
-            codes, outs = self.train(self.spec("bad%d" % tp, tp), world, local, check=False)
+            codes, outs = self.train(self.spec("bad%d" % tp, tp, world, local), world, local, check=False)
             self.assertTrue(all(c != 0 for c in codes))
             self.assertIn(want, outs[0][1])
             self.assertFalse(os.path.exists(self.path("bad%d-out" % tp)))

@@ -11,6 +11,7 @@ find_package(OpenSSL REQUIRED)
 target_sources(llamafleet_trainer PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/collectives.cc
   ${CMAKE_CURRENT_LIST_DIR}/sharded_engine.cc
+  ${CMAKE_CURRENT_LIST_DIR}/sharded_engine_groups.cc
   ${CMAKE_CURRENT_LIST_DIR}/shard_sources.cc
   ${CMAKE_CURRENT_LIST_DIR}/tensor_parallel.cc
   ${CMAKE_CURRENT_LIST_DIR}/sharded_checkpoint.cc
