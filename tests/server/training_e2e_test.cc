@@ -103,11 +103,12 @@ class TrainingTest : public ::testing::Test {
     jobs_ = v1::JobService::NewStub(grpc::CreateChannel(address_, grpc::InsecureChannelCredentials()));
   }
 
-  void StartWorker(const std::string& name) {
+  void StartWorker(const std::string& name, int cpu_ranks = 1) {
     auto p = testing::StartWorker({.coordinator = address_,
                                    .name = name,
                                    .data_dir = dir_.path() + "/" + name,
                                    .join_token = "secret",
+                                   .cpu_ranks = cpu_ranks,
                                    .env = {{"OMP_NUM_THREADS", "1"}},
                                    .log_path = dir_.path() + "/" + name + ".log"});
     ASSERT_TRUE(p.ok()) << p.status();
@@ -261,7 +262,7 @@ class TrainingTest : public ::testing::Test {
   // The elastic cases' job: 16 steps of global batch 12, a checkpoint every 4. With
   // `peft` (a peft block's fields) a LoRA job that also exports the merged model.
   std::string ElasticSpec(const std::string& name, const std::string& resources, int micro,
-                          const std::string& peft = "") {
+                          const std::string& peft = "", const std::string& extra = "") {
     return absl::StrCat(
         "name: ", name, "\nmodel: {preset: tiny}\n",
         "data: {train_path: ", dir_.path(), "/train.jsonl, format: tokens}\n",
@@ -273,7 +274,7 @@ class TrainingTest : public ::testing::Test {
         peft.empty() ? "" : absl::StrCat("peft: {", peft, "}\n"),
         "output: {export_dir: ", dir_.path(), "/export-", name, ", export_dtype: fp32",
         peft.empty() ? "" : ", merge: true", "}\n",
-        "run_policy: {max_restarts: 2, restart_backoff_seconds: 1}\n");
+        "run_policy: {max_restarts: 2, restart_backoff_seconds: 1}\n", extra);
   }
 
   // The reference for an elastic job `name`: the same steps in one process, the whole
@@ -346,6 +347,19 @@ TEST_F(TrainingTest, LoraJobOnTwoWorkersExportsThePeftAdapterOfASingleProcessRun
   EXPECT_LE(SingleProcessDifference("lora", peft), 1e-5);
   EXPECT_LE(MaxRelativeDifference(ReadWeights(out + "/merged"), ReadWeights(dir_.path() + "/export-single/merged")),
             1e-5);
+}
+
+TEST_F(TrainingTest, TensorParallelJobOnTwoNodesMatchesASingleProcessRun) {
+  // Two "nodes" of two ranks; each node is one tensor-parallel group of 2, the
+  // data-parallel world is 2 (FULL_SHARD across the nodes).
+  StartWorker("w0", 2);
+  StartWorker("w1", 2);
+  const std::string id =
+      SubmitYaml(ElasticSpec("tp", "{nodes: 2, gpus_per_node: 2}", 3, "", "parallelism: {tensor_parallel: 2}\n"));
+  v1::Job job = WaitUntil(id, [](const v1::Job& j) { return IsTerminalState(j); }, absl::Minutes(5));
+  ASSERT_EQ(job.state(), v1::SUCCEEDED) << job.status_reason() << AttemptsText(id);
+  EXPECT_EQ(job.workers_size(), 2);
+  EXPECT_LE(SingleProcessDifference("tp"), 1e-5);
 }
 
 TEST_F(TrainingTest, WorkerKilledMidJobResumesToTheSameWeightsAsAnUninterruptedRun) {

@@ -12,12 +12,13 @@ rank a separate process over Gloo:
     and the export is the full HF model;
   - LoRA on all seven projections at T=2 x DP=2 gives the PEFT reference's adapter;
   - a checkpoint written at T=2 x DP=2 resumes at T=1 x DP=4 and T=4 x DP=1 to the
-    uninterrupted run's weights;
+    uninterrupted run's weights, and `llamafleet-train export` joins its slices;
   - a T that does not divide the model or the node is one error line naming the field.
 """
 import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import unittest
@@ -142,6 +143,11 @@ output: {export_dir: %s, export_dtype: FP32%s}
         with open(os.path.join(step2, "manifest.json")) as f:
             manifest = json.load(f)
         self.assertEqual((manifest["tensor_parallel"], manifest["shard_group_size"]), (2, 2))
+        # `llamafleet-train export` joins the slices of a tensor-parallel checkpoint.
+        exported = self.path("exported")
+        subprocess.run([os.path.join(BIN, "llamafleet-train"), "export", "--checkpoint", self.path("ck", "step-4"),
+                        "--out", exported, "--dtype", "fp32"], check=True, capture_output=True)
+        self.assert_close(exported, self.path("whole-out"), "export of a T=2 checkpoint")
         for tp, world, local in ((1, 4, 2), (4, 4, 4)):
             name = "resume-tp%d" % tp
             spec = self.spec(name, tp, world, local, steps=steps, extra="checkpoint: {resume: %s}" % step2)

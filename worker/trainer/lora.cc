@@ -230,7 +230,7 @@ absl::Status ExportLora(ParamEngine& engine, const LlamaConfig& config, const st
   std::vector<int> source_unit;
   for (const auto& [u, i] : AdapterTensors(layout)) {
     if (source_unit.empty() || source_unit.back() != u) {
-      peft.push_back(UnitLayout{layout[u].name, {}, {}, {}});
+      peft.push_back(UnitLayout{layout[u].name, {}, {}, {}, {}});
       source_unit.push_back(u);
     }
     peft.back().param_names.push_back(PeftTensorName(layout[u].param_names[i]));

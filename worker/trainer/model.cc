@@ -143,7 +143,7 @@ at::Tensor LlamaModel::Project(const std::vector<at::Tensor>& p, int module, con
   // ATen even on the oneDNN path: converting layouts for them costs more than they do.
   // Under tensor parallelism the [.., r] product is whole on every rank before B: summed
   // over the group (row-parallel A), or marked so that its gradient is (B split by rows).
-  const at::Tensor& in = row_parallel ? x : x_whole;
+  const at::Tensor in = row_parallel ? x : x_whole;
   const at::Tensor xd = lora_.dropout > 0 && training_ ? at::dropout(in, lora_.dropout, /*train=*/true) : in;
   at::Tensor z = at::linear(xd, p[a]);
   z = row_parallel ? ReduceFromTensorParallel(z, tp_) : CopyToTensorParallel(z, tp_);

@@ -8,6 +8,10 @@
 //
 // RMSNorm is computed in fp32; RoPE uses HF's rotate_half convention with cos/sin in fp32;
 // query head h attends with kv head h / (H / KV); causal mask; no biases.
+//
+// Under tensor parallelism (tensor_parallel.h, set_tensor_parallel) each rank computes its
+// heads and MLP rows with Megatron's f and g around the projections, a
+// vocabulary-parallel embedding and a vocabulary-parallel loss (tensor_parallel_ops.h).
 #pragma once
 
 #include <ATen/ATen.h>

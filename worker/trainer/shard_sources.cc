@@ -31,7 +31,7 @@ ShardSource SeededShardSource(const std::vector<UnitLayout>& layout, uint64_t se
   return [layout, seed, frozen, cache](int unit, int64_t begin, int64_t end, at::Tensor out) -> absl::Status {
     if (cache->first != unit) {
       // Only the selected tensors are drawn (each has its own generator, see InitUnit).
-      UnitLayout part{layout[unit].name, {}, {}, {}};
+      UnitLayout part{layout[unit].name, {}, {}, {}, {}};
       for (size_t i = 0; i < layout[unit].param_names.size(); ++i) {
         if (layout[unit].is_frozen(i) != frozen) continue;
         part.param_names.push_back(layout[unit].param_names[i]);
