@@ -40,7 +40,6 @@ std::string DeviceName(const at::Device& device) {
   return device.str();
 }
 
-
 // ---------------------------------------------------------------------------------------
 // One acquisition of a unit: a gathered flat buffer [padded] in the compute dtype. Its
 // storage object lives as long as autograd holds views of it; Free() drops the bytes
