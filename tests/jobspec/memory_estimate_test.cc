@@ -215,7 +215,8 @@ TEST(MemoryEstimate, Llama70bTensorParallel8FitsFourP5WithFullShardAcrossNodes) 
     in.tensor_parallel = t;
     const MemoryEstimate at = EstimateMemory(in);
     EXPECT_LT(at.total, previous) << t;
-    EXPECT_NEAR(static_cast<double>(at.optimizer_state), static_cast<double>(e.optimizer_state), 1e-3 * e.optimizer_state);
+    EXPECT_NEAR(static_cast<double>(at.optimizer_state), static_cast<double>(e.optimizer_state),
+                1e-3 * static_cast<double>(e.optimizer_state));
     previous = at.total;
   }
   in.tensor_parallel = 8;

@@ -104,7 +104,8 @@ TEST(TensorParallel, LoraIsAllowed) {
 
 TEST(TensorParallel, TheGlobalBatchCountsDataParallelRanks) {
   // 2 nodes x 8 GPUs / T 4 = 4 data-parallel ranks: 16 = 2 x 4 x grad_accum 2.
-  const v1::JobSpec ok = Spec("training: {global_batch_size: 16, micro_batch_size: 2}\nparallelism: {tensor_parallel: 4}");
+  const v1::JobSpec ok =
+      Spec("training: {global_batch_size: 16, micro_batch_size: 2}\nparallelism: {tensor_parallel: 4}");
   EXPECT_EQ(ok.training().grad_accum(), 2);
   EXPECT_TRUE(ValidateJobSpec(ok).ok()) << ValidateJobSpec(ok);
   // Without tensor parallelism 16 ranks x micro 2 would need 32.
@@ -126,7 +127,8 @@ TEST(TensorParallel, TheGlobalBatchCountsDataParallelRanks) {
              "be left unset");
   // A degree that does not divide the node leaves no whole data-parallel world: only its
   // own field is reported, and grad_accum is not derived.
-  const v1::JobSpec bad = Spec("training: {global_batch_size: 16, micro_batch_size: 2}\nparallelism: {tensor_parallel: 3}");
+  const v1::JobSpec bad =
+      Spec("training: {global_batch_size: 16, micro_batch_size: 2}\nparallelism: {tensor_parallel: 3}");
   EXPECT_FALSE(bad.training().has_grad_accum());
   ASSERT_EQ(FieldViolationsOf(ValidateJobSpec(bad)).size(), 1u) << ValidateJobSpec(bad);
   EXPECT_EQ(FieldViolationsOf(ValidateJobSpec(bad))[0].field(), "parallelism.tensor_parallel");
