@@ -16,11 +16,16 @@ void ApplyDefaults(v1::JobSpec* spec) {
   if (!t->has_epochs() && t->max_steps() == 0) t->set_epochs(1);
   if (!t->has_micro_batch_size()) t->set_micro_batch_size(4);
   if (t->has_global_batch_size() && !t->has_grad_accum()) {
-    // Derived for the nominal world size; left unset (and reported by validation) when it
-    // does not divide. The trainer derives it again from the world it actually runs on.
-    const int64_t per_step = static_cast<int64_t>(t->micro_batch_size()) *
-                             std::max(1, spec->resources().has_nodes() ? spec->resources().nodes() : 1) *
-                             std::max(1, spec->resources().has_gpus_per_node() ? spec->resources().gpus_per_node() : 1);
+    // Derived for the nominal data-parallel world (nodes x gpus_per_node / tensor_parallel);
+    // left unset (and reported by validation) when it does not divide. The trainer derives
+    // it again from the world it actually runs on.
+    const int gpus = std::max(1, spec->resources().has_gpus_per_node() ? spec->resources().gpus_per_node() : 1);
+    const int tp = TensorParallelOf(*spec);
+    const int64_t per_step = tp >= 1 && gpus % tp == 0
+                                 ? static_cast<int64_t>(t->micro_batch_size()) *
+                                       std::max(1, spec->resources().has_nodes() ? spec->resources().nodes() : 1) *
+                                       (gpus / tp)
+                                 : 0;
     if (per_step > 0 && t->global_batch_size() > 0 && t->global_batch_size() % per_step == 0) {
       t->set_grad_accum(static_cast<int32_t>(t->global_batch_size() / per_step));
     }
@@ -76,6 +81,8 @@ void ApplyDefaults(v1::JobSpec* spec) {
     }
   }
   if (peft->method().empty() && peft->ByteSizeLong() == 0) spec->clear_peft();
+  // An empty parallelism block is the default (tensor_parallel 1, read by TensorParallelOf).
+  if (spec->has_parallelism() && spec->parallelism().ByteSizeLong() == 0) spec->clear_parallelism();
 }
 
 }  // namespace llamafleet

@@ -101,6 +101,10 @@ void ApplyDefaults(v1::JobSpec* spec);
 // Expects defaults applied.
 absl::Status ValidateJobSpec(const v1::JobSpec& spec, absl::string_view path_prefix = "");
 
+// parallelism.tensor_parallel, or 1 when unset (ApplyDefaults leaves it unset). The
+// data-parallel world is nodes x gpus_per_node / TensorParallelOf(spec).
+int TensorParallelOf(const v1::JobSpec& spec);
+
 // Memory one rank of `spec` needs at its peak on a GPU (jobspec/memory_estimate.h), for
 // `world_size` ranks (0 = nodes x gpus_per_node). nullopt when the shape is unknown here
 // (model.path: only the trainer reads config.json). Expects defaults applied.

@@ -6,21 +6,37 @@
 
 namespace llamafleet::sched {
 
-int64_t ModelShape::Parameters() const {
-  const int64_t d = heads > 0 ? hidden / heads : 0;
-  const int64_t kv = kv_heads * d;
-  const int64_t layer = 2 * hidden + 2 * hidden * hidden + 2 * hidden * kv + 3 * hidden * intermediate;
-  const int64_t embed = vocab * hidden;
-  return embed + layers * layer + hidden + (tied_embeddings ? 0 : embed);
+namespace {
+
+// x / t rounded up: one tensor-parallel rank's share of x.
+int64_t Split(int64_t x, int64_t t) { return t > 1 ? (x + t - 1) / t : x; }
+
+// One tensor-parallel rank's parameters of a decoder layer, the embedding and the head.
+struct RankUnits {
+  int64_t layer = 0, embed = 0, head = 0;
+};
+
+RankUnits RankUnitsOf(const ModelShape& m, int tensor_parallel) {
+  const int64_t t = std::max(1, tensor_parallel);
+  const int64_t d = m.heads > 0 ? m.hidden / m.heads : 0;
+  const int64_t kv = m.kv_heads * d, h = m.hidden;
+  RankUnits u;
+  u.layer = 2 * h + Split(2 * h * h + 2 * h * kv + 3 * h * m.intermediate, t);  // the norms whole
+  u.embed = Split(m.vocab * h, t);
+  u.head = h + (m.tied_embeddings ? 0 : u.embed);
+  return u;
 }
 
-int64_t ModelShape::LargestUnitParameters() const {
-  const int64_t d = heads > 0 ? hidden / heads : 0;
-  const int64_t kv = kv_heads * d;
-  const int64_t layer = 2 * hidden + 2 * hidden * hidden + 2 * hidden * kv + 3 * hidden * intermediate;
-  const int64_t embed = vocab * hidden;
-  const int64_t head = hidden + (tied_embeddings ? 0 : embed);
-  return std::max({layer, embed, head});
+}  // namespace
+
+int64_t ModelShape::Parameters(int tensor_parallel) const {
+  const RankUnits u = RankUnitsOf(*this, tensor_parallel);
+  return u.embed + layers * u.layer + u.head;
+}
+
+int64_t ModelShape::LargestUnitParameters(int tensor_parallel) const {
+  const RankUnits u = RankUnitsOf(*this, tensor_parallel);
+  return std::max({u.layer, u.embed, u.head});
 }
 
 std::optional<ModelShape> PresetShape(const std::string& preset) {
@@ -49,32 +65,45 @@ unsigned LoraModuleBit(const std::string& module) {
   return 0;
 }
 
-int64_t LoraLayerParameters(const ModelShape& m, int64_t r, unsigned modules) {
-  const int64_t h = m.hidden, f = m.intermediate;
+int64_t LoraLayerParameters(const ModelShape& m, int64_t r, unsigned modules, int tensor_parallel) {
+  const int64_t h = m.hidden, f = m.intermediate, t = std::max(1, tensor_parallel);
   const int64_t kv = m.heads > 0 ? m.kv_heads * (m.hidden / m.heads) : 0;
-  const int64_t in_out[7] = {h + h, h + kv, h + kv, h + h, h + f, h + f, f + h};
+  // {in, out, split by output (column-parallel) or by input (row-parallel)}
+  struct Projection {
+    int64_t in, out;
+    bool column;
+  };
+  const Projection p[7] = {{h, h, true},  {h, kv, true}, {h, kv, true}, {h, h, false},
+                           {h, f, true},  {h, f, true},  {f, h, false}};
   int64_t n = 0;
-  for (int i = 0; i < 7; ++i) n += (modules >> i & 1u) ? r * in_out[i] : 0;
+  for (int i = 0; i < 7; ++i) {
+    if (!(modules >> i & 1u)) continue;
+    n += p[i].column ? r * p[i].in + Split(r * p[i].out, t) : Split(r * p[i].in, t) + r * p[i].out;
+  }
   return n;
 }
 
 MemoryEstimate EstimateMemory(const MemoryInputs& in) {
   const ModelShape& m = in.model;
   const bool lora = in.lora_r > 0;
-  const int64_t base = m.Parameters();
-  const int64_t adapter_layer = lora ? LoraLayerParameters(m, in.lora_r, in.lora_modules) : 0;
-  // P: what is trained (and reduced, and saved); U: the largest unit as gathered.
-  const int64_t P = lora ? m.layers * adapter_layer : base;
-  const int64_t U = m.LargestUnitParameters() + adapter_layer;
+  const int tp = std::max(1, in.tensor_parallel);
+  const int64_t base = m.Parameters();           // the whole model
+  const int64_t base_rank = m.Parameters(tp);    // this rank's tensor-parallel slice of it
+  const int64_t adapter_layer = lora ? LoraLayerParameters(m, in.lora_r, in.lora_modules, tp) : 0;
+  // P: what this rank trains (and reduces, and saves); U: the largest unit as gathered.
+  const int64_t P = lora ? m.layers * adapter_layer : base_rank;
+  const int64_t U = m.LargestUnitParameters(tp) + adapter_layer;
   const int64_t U_trained = lora ? adapter_layer : U;
   const int64_t c = in.compute_bytes;
   const int64_t r = in.reduce_bytes;
+  // Sharding runs over the data-parallel ranks.
+  const int64_t data_parallel = std::max(1, in.world_size / tp);
   int64_t n = 1;
   switch (in.strategy) {
     case Strategy::kFullShard:
-    case Strategy::kShardGradOp: n = std::max(1, in.world_size); break;
+    case Strategy::kShardGradOp: n = data_parallel; break;
     case Strategy::kHybridShard:
-      n = in.shard_group_size > 0 ? in.shard_group_size : std::max(1, in.world_size);
+      n = in.shard_group_size > 0 ? std::max(1, in.shard_group_size / tp) : data_parallel;
       break;
     case Strategy::kNoShard: n = 1; break;
   }
@@ -82,31 +111,35 @@ MemoryEstimate EstimateMemory(const MemoryInputs& in) {
   auto shard = [&](int64_t bytes_per_param) { return (bytes_per_param * P + n - 1) / n; };
 
   MemoryEstimate e;
-  e.parameters = shard(4) + (lora ? (in.compute_bytes * base + n - 1) / n : 0);
+  e.parameters = shard(4) + (lora ? (in.compute_bytes * base_rank + n - 1) / n : 0);
   e.gradients = shard(4);
   if (keeps_gathered && in.grad_accum > 1) e.gradients += 4 * P;
   e.optimizer_state = shard(8);
 
-  // End of forward.
+  // End of forward. What tensor parallelism splits is divided by tp (Split), the
+  // replicated residual stream and norms are not.
   const int64_t t = std::max<int64_t>(1, in.micro_batch) * std::max<int64_t>(1, in.seq_len);
   const int64_t h = m.hidden, f = m.intermediate;
   const int64_t kv = m.heads > 0 ? m.kv_heads * (m.hidden / m.heads) : 0;
-  const int64_t attention = in.fused_attention ? 0 : t * m.heads * in.seq_len * (4 + (c == 4 ? 0 : c));
-  const int64_t layer = t * (6 * h + 2 * kv + 4 * f) * c + t * 2 * h * 4 + attention;
+  const int64_t attention = in.fused_attention ? 0 : Split(t * m.heads * in.seq_len * (4 + (c == 4 ? 0 : c)), tp);
+  const int64_t layer = t * 4 * h * c + Split(t * (2 * h + 2 * kv + 4 * f) * c, tp) + t * 2 * h * 4 + attention;
   const int64_t saved_layers = in.activation_checkpointing ? m.layers * t * h * c + layer : m.layers * layer;
   // Logits: 16 bytes per logit in FP32 and BF16 alike (calibrated on the CPU: the lm_head
   // output, its fp32 copy or log-softmax, the incoming gradient and log-softmax backward's
-  // softmax temporary).
-  const int64_t head = t * (4 * h + 2 * h * c) + t * m.vocab * 16;
+  // softmax temporary); with tensor parallelism each rank's vocabulary slice.
+  const int64_t head = t * (4 * h + 2 * h * c) + Split(t * m.vocab * 16, tp);
   const int64_t activations = saved_layers + head;
-  const int64_t everything = lora ? base + P : base;  // every tensor, gathered
+  const int64_t everything = lora ? base_rank + P : base_rank;  // every tensor of the slice, gathered
   const int64_t gathered_fwd = keeps_gathered ? everything * c : (in.max_inflight_all_gathers + 1) * U * c;
   // Backward: up to K + 1 unsharded gradients in reduce dtype are alive at once (the one
   // just launched before the oldest is freed), early in backward while the activations
   // are still held; Gloo's reduce-scatter (an all-to-all) adds a receive buffer per input,
-  // and each sharded reduction its output shard.
+  // and each sharded reduction its output shard. Tensor parallelism adds its all-reduce
+  // buffers, one activation [micro_batch, seq_len, hidden] in the compute dtype each.
   const int64_t inflight = std::min<int64_t>((in.max_inflight_reduces + 1) * U_trained, P);
-  const int64_t communication = inflight * r * (in.gpu ? 1 : 2) + (n > 1 ? (inflight * r + n - 1) / n : 0);
+  const int64_t tp_all_reduce = tp > 1 ? std::max(1, in.max_inflight_tp_all_reduces) * t * h * c : 0;
+  const int64_t communication =
+      inflight * r * (in.gpu ? 1 : 2) + (n > 1 ? (inflight * r + n - 1) / n : 0) + tp_all_reduce;
   e.peak_phase = "backward";
   e.gathered_params = gathered_fwd;
   e.activations = activations;
@@ -117,7 +150,7 @@ MemoryEstimate EstimateMemory(const MemoryInputs& in) {
   e.checkpoint_staging = in.async_checkpoints ? shard(12) : 0;
   e.total = rest + e.workspace + (in.gpu ? 0 : e.checkpoint_staging);
   e.model_parameters = base;
-  e.trainable_parameters = P;
+  e.trainable_parameters = lora ? m.layers * LoraLayerParameters(m, in.lora_r, in.lora_modules) : base;
   return e;
 }
 

@@ -20,13 +20,16 @@
 //   gathered_params   FULL_SHARD / HYBRID_SHARD: (max_inflight_all_gathers + 1) x U x c
 //                     SHARD_GRAD_OP / NO_SHARD:  P x c (every unit stays gathered from
 //                     forward to its backward)
-//   activations       forward end: per layer t x (10h + 3kv + 4f) x c + t x 2h x 4 (the
-//                     fp32 RMSNorm copies) + attention t x H x T x (4 + c) unless fused
-//                     (LibTorch >= 2 on a GPU: scaled_dot_product_attention keeps O(t));
-//                     with activation checkpointing only t x h x c per layer, plus one
-//                     layer recomputed in backward. Logits t x V x 16: the lm_head output
-//                     (and its fp32 copy), log-softmax, the incoming gradient and the
-//                     softmax temporary of log-softmax backward (calibrated on the CPU).
+//   activations       forward end: per layer t x (6h + 2kv + 4f) x c + t x 2h x 4 (the
+//                     fp32 RMSNorm copies) + attention t x H x seq_len x (4 + c) unless
+//                     fused (LibTorch >= 2 on a GPU: scaled_dot_product_attention keeps
+//                     O(t)); with activation checkpointing only t x h x c per layer, plus
+//                     one layer recomputed in backward. Of the 6h: the layer input, both
+//                     norm outputs and the residual after attention (4h), the queries and
+//                     the attention output (2h). Final norm t x (4h + 2h x c). Logits
+//                     t x V x 16: the lm_head output (and its fp32 copy), log-softmax, the
+//                     incoming gradient and the softmax temporary of log-softmax backward
+//                     (calibrated on the CPU).
 //   communication     min((K + 1) x U, P) x r, K = max_inflight_reduces: the unsharded
 //                     gradients whose reduce-scatter is in flight (the engine waits for
 //                     the oldest before it holds more), x 2 on a CPU (Gloo's all-to-all
@@ -37,6 +40,24 @@
 //   workspace         runtime (CUDA context, cuBLAS/NCCL workspaces: 1 GiB on a GPU; the
 //                     process itself on a CPU) + 10% of the rest on a GPU for allocator
 //                     fragmentation.
+//
+// Tensor parallelism (tensor_parallel T > 1, Megatron-style; the data-parallel world is
+// D = world / T): each rank holds 1/T of every weight matrix (q/k/v and gate/up by output,
+// o and down by input, the embedding and lm_head by vocabulary) and all of the RMSNorm
+// weights, so P and U above are one rank's slice: P_T = (P - norms) / T + norms with
+// norms = (2L + 1) h, and likewise per unit. Sharding then runs over the data-parallel
+// ranks: N is D for FULL_SHARD / SHARD_GRAD_OP and shard_group_size / T for HYBRID_SHARD
+// (a group of G ranks holds G / T copies of each slice position). Activations follow the
+// split: the queries, keys, values, attention output, attention scores and the 4f of the
+// MLP are divided by T; the 4h of replicated residual stream and norm outputs, the fp32
+// norm copies, the checkpointed layer inputs and the final norm are not; the logits are
+// divided by T (vocabulary-parallel cross entropy never gathers them; its per-token
+// max / sum / target all-reduces, 12 bytes a token, are left out). Communication adds
+// the tensor-parallel all-reduce buffers: max_inflight_tp_all_reduces x t x h x c (the
+// row-parallel outputs in forward, the column-parallel input gradients in backward).
+// LoRA adapters follow their base projection's split: a column-parallel projection's A
+// is whole and its B split by output, a row-parallel one's A split by input and B whole.
+// model_parameters and trainable_parameters stay whole-model counts.
 //
 // LoRA (lora_r > 0): the base is frozen and held in the compute dtype, sharded (c x B/N
 // for the B base parameters); masters, gradients, optimizer state, checkpoint staging and
@@ -66,8 +87,11 @@ struct ModelShape {
   int64_t vocab = 0;          // V
   bool tied_embeddings = false;
 
-  int64_t Parameters() const;
-  int64_t LargestUnitParameters() const;  // the biggest of embedding, one layer, head
+  // One tensor-parallel rank's share (tensor_parallel 1: the whole model): each weight
+  // matrix split tensor_parallel ways (rounded up), the RMSNorm weights whole.
+  int64_t Parameters(int tensor_parallel = 1) const;
+  // The biggest of embedding, one layer, head (one rank's share of it).
+  int64_t LargestUnitParameters(int tensor_parallel = 1) const;
 };
 
 // The built-in presets (the same shapes as the trainer's PresetConfig); nullopt if unknown.
@@ -78,8 +102,12 @@ enum class Strategy { kFullShard, kShardGradOp, kHybridShard, kNoShard };
 struct MemoryInputs {
   ModelShape model;
   Strategy strategy = Strategy::kFullShard;
-  int world_size = 1;               // ranks in the job
-  int shard_group_size = 0;         // HYBRID_SHARD only (0 = world)
+  int world_size = 1;               // ranks in the job, tensor-parallel ranks included
+  // HYBRID_SHARD only: ranks per shard group, tensor-parallel ranks included (0 = world);
+  // it shards each slice shard_group_size / tensor_parallel ways.
+  int shard_group_size = 0;
+  int tensor_parallel = 1;          // ranks per tensor-parallel group (see above)
+  int max_inflight_tp_all_reduces = 1;  // tensor-parallel all-reduces in flight at once
   int compute_bytes = 2;            // 2 (BF16/FP16) or 4 (FP32)
   int reduce_bytes = 4;             // gradient collectives
   bool activation_checkpointing = true;
@@ -99,8 +127,9 @@ struct MemoryInputs {
 
 // Bits of MemoryInputs::lora_modules by module name ("q_proj" -> 1, ...); 0 if unknown.
 unsigned LoraModuleBit(const std::string& module);
-// Adapter parameters of one decoder layer: r x (in + out) per targeted projection.
-int64_t LoraLayerParameters(const ModelShape& m, int64_t r, unsigned modules);
+// Adapter parameters of one decoder layer: r x (in + out) per targeted projection; with
+// tensor_parallel > 1 one rank's share (the split side divided, rounded up; see above).
+int64_t LoraLayerParameters(const ModelShape& m, int64_t r, unsigned modules, int tensor_parallel = 1);
 
 struct MemoryEstimate {
   int64_t parameters = 0;

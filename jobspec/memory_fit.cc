@@ -12,6 +12,7 @@
 #include "absl/strings/str_join.h"
 #include "jobspec/jobspec.h"
 #include "jobspec/memory_estimate.h"
+#include "jobspec/parallelism.h"
 
 namespace llamafleet {
 namespace {
@@ -36,6 +37,7 @@ std::optional<sched::MemoryInputs> MemoryInputsOf(const v1::JobSpec& spec, int w
   in.strategy = ToStrategy(f.sharding());
   in.world_size = world_size > 0 ? world_size : std::max(1, r.nodes()) * std::max(1, r.gpus_per_node());
   in.shard_group_size = f.hybrid_shard_group_size();
+  in.tensor_parallel = std::max(1, TensorParallelOf(spec));
   in.compute_bytes = f.mixed_precision() == v1::FP32 ? 4 : 2;
   in.reduce_bytes = f.reduce_precision() == v1::FP32 ? 4 : 2;
   in.activation_checkpointing = f.activation_checkpointing();
@@ -118,6 +120,19 @@ void CheckInstanceFit(const v1::JobSpec& spec, Violations& v) {
       if (b <= type->gpu_memory_bytes) {
         fits.push_back(absl::StrCat(nodes, " nodes x ", type->gpus, " GPUs with FULL_SHARD and activation "
                                     "checkpointing (", sched::FormatGiB(b), ")"));
+        break;
+      }
+    }
+  }
+  {
+    // A higher tensor-parallel degree the spec allows: the smallest that fits.
+    for (int t : TensorParallelChoices(spec)) {
+      if (t <= in->tensor_parallel) continue;
+      sched::MemoryInputs alt = *in;
+      alt.tensor_parallel = t;
+      const int64_t b = total_with(alt);
+      if (b <= type->gpu_memory_bytes) {
+        fits.push_back(absl::StrCat("parallelism.tensor_parallel ", t, " (", sched::FormatGiB(b), ")"));
         break;
       }
     }

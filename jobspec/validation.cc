@@ -11,6 +11,7 @@
 #include "jobspec/field_violations.h"
 #include "jobspec/jobspec.h"
 #include "jobspec/memory_fit.h"
+#include "jobspec/parallelism.h"
 
 namespace llamafleet {
 namespace {
@@ -39,19 +40,24 @@ void AtLeast(Violations& v, absl::string_view field, T value, T min) {
   if (value < min) v.Add(field, absl::StrCat("must be >= ", min, " (got ", value, ")"));
 }
 
-// training.global_batch_size: a multiple of micro_batch_size x ranks; grad_accum (derived
-// by ApplyDefaults when unset) equal to the quotient.
+// training.global_batch_size: a multiple of micro_batch_size x data-parallel ranks
+// (nodes x gpus_per_node / tensor_parallel); grad_accum (derived by ApplyDefaults when
+// unset) equal to the quotient.
 void CheckGlobalBatch(const v1::JobSpec& spec, Violations& v) {
   const v1::TrainingSpec& t = spec.training();
   const int64_t global = t.global_batch_size();
   const int64_t micro = t.micro_batch_size();
   const int64_t nodes = spec.resources().nodes(), gpus = spec.resources().gpus_per_node();
-  const int64_t ranks = nodes * gpus;
   if (global < 1) {
     v.Add("training.global_batch_size", absl::StrCat("must be >= 1 (got ", global, ")"));
     return;
   }
-  if (micro < 1 || ranks < 1) return;  // reported on their own fields
+  // Reported on their own fields.
+  if (micro < 1 || nodes < 1 || !jobspec_internal::DataParallelWorldIsWhole(spec)) return;
+  const int tp = TensorParallelOf(spec);
+  const int64_t ranks = jobspec_internal::DataParallelRanks(spec, nodes);
+  // How the divisor is named: the world, or with tensor parallelism its data-parallel part.
+  const std::string ranks_name = tp == 1 ? "ranks" : "data-parallel ranks";
   if (global % (micro * ranks) != 0) {
     std::vector<int64_t> work;
     if (global % micro == 0) {
@@ -59,16 +65,21 @@ void CheckGlobalBatch(const v1::JobSpec& spec, Violations& v) {
         if ((global / micro) % w == 0) work.push_back(w);
       }
     }
+    const std::string how =
+        tp == 1 ? absl::StrCat("nodes ", nodes, " x gpus_per_node ", gpus)
+                : absl::StrCat("nodes ", nodes, " x gpus_per_node ", gpus, " / parallelism.tensor_parallel ", tp);
+    const std::string sizes = tp == 1 ? "world sizes" : "data-parallel world sizes";
     v.Add("training.global_batch_size",
-          absl::StrCat("(", global, ") must be a multiple of micro_batch_size (", micro, ") x ranks (",
-                       ranks, " = nodes ", nodes, " x gpus_per_node ", gpus, "); ",
-                       work.empty() ? absl::StrCat("no world size works with micro_batch_size ", micro)
-                                    : absl::StrCat("world sizes that work: ", absl::StrJoin(work, ", "))));
+          absl::StrCat("(", global, ") must be a multiple of micro_batch_size (", micro, ") x ", ranks_name, " (",
+                       ranks, " = ", how, "); ",
+                       work.empty() ? absl::StrCat("no ", tp == 1 ? "world size" : "data-parallel world size",
+                                                   " works with micro_batch_size ", micro)
+                                    : absl::StrCat(sizes, " that work: ", absl::StrJoin(work, ", "))));
     return;
   }
   if (t.grad_accum() != global / (micro * ranks)) {
     v.Add("training.grad_accum", absl::StrCat("(", t.grad_accum(), ") must equal global_batch_size / (",
-                                              "micro_batch_size x ranks) = ", global / (micro * ranks),
+                                              "micro_batch_size x ", ranks_name, ") = ", global / (micro * ranks),
                                               ", or be left unset"));
   }
 }
@@ -202,18 +213,21 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec, absl::string_view path_pre
       v.Add("training.global_batch_size", absl::StrCat("is required for an elastic job (resources.min_nodes ",
                                                        res.min_nodes(), " < nodes ", res.nodes(), ")"));
     } else if (spec.training().global_batch_size() > 0 && spec.training().micro_batch_size() > 0 &&
-               res.gpus_per_node() > 0) {
+               jobspec_internal::DataParallelWorldIsWhole(spec)) {
+      // Over the data-parallel ranks each node count leaves (gpus_per_node / tensor_parallel
+      // per node).
       const int64_t global = spec.training().global_batch_size();
       std::vector<std::string> bad;
       for (int k = std::max(1, res.min_nodes()); k < res.nodes(); ++k) {
-        const int64_t per = int64_t{spec.training().micro_batch_size()} * k * res.gpus_per_node();
+        const int64_t per = int64_t{spec.training().micro_batch_size()} * jobspec_internal::DataParallelRanks(spec, k);
         if (global % per != 0) bad.push_back(absl::StrCat(k));
       }
       if (!bad.empty()) {
         v.Add("training.global_batch_size",
-              absl::StrCat("(", global, ") must be a multiple of micro_batch_size x gpus_per_node x nodes for every ",
-                           "node count the elastic gang may run on; it is not for ", absl::StrJoin(bad, ", "),
-                           " nodes"));
+              absl::StrCat("(", global, ") must be a multiple of micro_batch_size x gpus_per_node",
+                           TensorParallelOf(spec) == 1 ? "" : " / parallelism.tensor_parallel",
+                           " x nodes for every node count the elastic gang may run on; it is not for ",
+                           absl::StrJoin(bad, ", "), " nodes"));
       }
     }
   }
@@ -236,6 +250,9 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec, absl::string_view path_pre
   if (f.mixed_precision() == v1::FP16 && f.reduce_precision() == v1::BF16) {
     v.Add("fsdp.reduce_precision", "BF16 cannot be combined with FP16 compute");
   }
+
+  // parallelism (after fsdp: a tensor-parallel group never crosses a shard group)
+  jobspec_internal::CheckTensorParallel(spec, v);
 
   // checkpoint
   const v1::CheckpointSpec& c = spec.checkpoint();

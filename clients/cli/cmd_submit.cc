@@ -99,6 +99,9 @@ void PrintSubmitted(const Context& ctx, const v1::SubmitJobsResponse& response, 
         *ctx.out << "# memory estimate: " << MemoryEstimateLine(r.job().memory_estimate()) << "\n";
       }
       if (r.job().spec().peft().method() == "lora") *ctx.out << "# finetuning: " << FinetuningLine(r.job()) << "\n";
+      if (const std::string tp = ParallelismLine(r.job().spec()); !tp.empty()) {
+        *ctx.out << "# parallelism: " << tp << "\n";
+      }
       *ctx.out << ToYaml(r.job().spec());
     } else if (r.created()) {
       *ctx.out << "job " << r.job().id() << " created\n";

@@ -381,6 +381,14 @@ std::string FinetuningLine(const v1::Job& job) {
   return out;
 }
 
+std::string ParallelismLine(const v1::JobSpec& spec) {
+  const int tp = TensorParallelOf(spec);
+  if (tp <= 1) return "";
+  const int64_t nodes = std::max(1, spec.resources().nodes()), gpus = std::max(1, spec.resources().gpus_per_node());
+  return absl::StrCat("tensor parallel ", tp, " x data parallel ", nodes * gpus / tp, " (", nodes * gpus,
+                      nodes * gpus == 1 ? " rank" : " ranks", ")");
+}
+
 std::string DescribeJob(const v1::Job& job, const std::vector<v1::JobEvent>& events,
                         const std::vector<v1::Checkpoint>& checkpoints, absl::Time now,
                         const std::vector<v1::Attempt>& attempts) {
@@ -403,9 +411,10 @@ std::string DescribeJob(const v1::Job& job, const std::vector<v1::JobEvent>& eve
       {"Workers:", OrDash(absl::StrJoin(job.workers(), ", "))},
       {"Idempotency key:", OrDash(job.idempotency_key())},
       {"Finetuning:", FinetuningLine(job)},
-      {"Memory estimate:", job.has_memory_estimate() ? MemoryEstimateLine(job.memory_estimate())
-                                                     : "- (model shape known only to the trainer)"},
   };
+  if (const std::string tp = ParallelismLine(spec); !tp.empty()) fields.push_back({"Parallelism:", tp});
+  fields.push_back({"Memory estimate:", job.has_memory_estimate() ? MemoryEstimateLine(job.memory_estimate())
+                                                                  : "- (model shape known only to the trainer)"});
   std::string out = FormatTable(fields);
 
   if (job.state() == v1::QUEUED && job.has_pending()) {

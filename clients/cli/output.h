@@ -83,6 +83,9 @@ std::string JobStateLine(const v1::Job& job);
 std::string MemoryEstimateLine(const v1::MemoryEstimate& e);
 // "LoRA r 16 on q_proj, v_proj: 65.5M trainable of 68.98B parameters (0.095%)", or "full: ...".
 std::string FinetuningLine(const v1::Job& job);
+// "tensor parallel 8 x data parallel 4 (32 ranks)" for the spec's nominal world; "" without
+// tensor parallelism (parallelism.tensor_parallel unset or 1).
+std::string ParallelismLine(const v1::JobSpec& spec);
 
 // `describe job`: the job's fields (restarts, workers), why it is pending, its latest
 // metrics, its checkpoints, its attempts (gang size, resizes), its spec as YAML, and its

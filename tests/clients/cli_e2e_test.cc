@@ -318,7 +318,7 @@ TEST_F(CliTest, EveryExampleInDeployExamplesPassesDryRun) {
   closedir(dir);
   for (const char* expected : {"tiny-fullshard.yaml", "tiny-lora.yaml", "batch.yaml", "llama2-7b-hybrid.yaml",
                                "llama2-7b-2xp5.yaml", "llama2-13b-2xp5.yaml", "llama2-70b-16xp5.yaml",
-                               "llama2-70b-lora-1xp5.yaml", "llama2-7b-lora-1gpu.yaml"}) {
+                               "llama2-70b-lora-1xp5.yaml", "llama2-7b-lora-1gpu.yaml", "llama2-70b-tp8-4xp5.yaml"}) {
     EXPECT_NE(std::find(files.begin(), files.end(), expected), files.end()) << expected;
   }
   for (const std::string& name : files) {
@@ -349,6 +349,19 @@ TEST_F(CliTest, ThePostsP5ConfigurationsFitAndSeventyBNoShardDoesNot) {
   spec = absl::StrReplaceAll(spec, {{"sharding: FULL_SHARD", "sharding: NO_SHARD"}});
   ExpectOneErrorLine(Cli({"submit", "-f", WriteFile("70b-noshard.yaml", spec), "--dry-run"}), 1,
                      "resources.instance_type p5.48xlarge: estimated");
+  EXPECT_TRUE(AllJobs().empty());
+}
+
+TEST_F(CliTest, DryRunShowsTensorParallelismAndItsDataParallelWorld) {
+  const std::string out =
+      Ok({"submit", "-f", absl::StrCat(LLAMAFLEET_EXAMPLES_DIR, "/llama2-70b-tp8-4xp5.yaml"), "--dry-run"});
+  EXPECT_TRUE(absl::StrContains(out, "# memory estimate: 45.4 GiB per GPU on 32 ranks")) << out;
+  EXPECT_TRUE(absl::StrContains(out, "# parallelism: tensor parallel 8 x data parallel 4 (32 ranks)\n")) << out;
+  EXPECT_TRUE(absl::StrContains(out, "tensor_parallel: 8")) << out;
+  EXPECT_TRUE(absl::StrContains(out, "grad_accum: 4")) << "16 / (1 x 4 data-parallel ranks): " << out;
+  ExpectOneErrorLine(Cli({"submit", "-f", WriteFile("bad-tp.yaml", Spec("bad", "parallelism: {tensor_parallel: 3}\n")),
+                          "--dry-run"}),
+                     1, "parallelism.tensor_parallel (3) must divide resources.gpus_per_node 1");
   EXPECT_TRUE(AllJobs().empty());
 }
 

@@ -359,6 +359,25 @@ TEST(DescribeJobTest, RunningJobShowsWorkersMetricsAndCheckpoints) {
   EXPECT_FALSE(absl::StrContains(out, "Pending:")) << out;
 }
 
+TEST(DescribeJobTest, TensorParallelJobShowsTheDegreeAndTheDataParallelWorld) {
+  v1::Job job;
+  job.set_id("4");
+  job.set_state(v1::QUEUED);
+  job.mutable_spec()->mutable_resources()->set_nodes(4);
+  job.mutable_spec()->mutable_resources()->set_gpus_per_node(8);
+  const absl::Time now = absl::FromUnixSeconds(1'796'000'000);
+  EXPECT_EQ(ParallelismLine(job.spec()), "");
+  EXPECT_FALSE(absl::StrContains(DescribeJob(job, {}, {}, now), "Parallelism:")) << "data parallel only";
+  job.mutable_spec()->mutable_parallelism()->set_tensor_parallel(1);
+  EXPECT_EQ(ParallelismLine(job.spec()), "");
+  job.mutable_spec()->mutable_parallelism()->set_tensor_parallel(8);
+  EXPECT_EQ(ParallelismLine(job.spec()), "tensor parallel 8 x data parallel 4 (32 ranks)");
+  const std::string out = DescribeJob(job, {}, {}, now);
+  EXPECT_TRUE(absl::StrContains(out, "Finetuning:        full\nParallelism:       tensor parallel 8 x data parallel 4 "
+                                     "(32 ranks)\nMemory estimate:"))
+      << out;
+}
+
 v1::JobMetricsPoint Point(int attempt, int64_t step, int64_t total, int64_t seconds) {
   v1::JobMetricsPoint p;
   p.set_attempt(attempt);

@@ -12,38 +12,63 @@ SHAPES = {
 }
 
 
+def split(x, tp):
+    """One tensor-parallel rank's share of x, rounded up."""
+    return -(-x // tp)
+
+
 def estimate(preset, strategy="FULL_SHARD", world=1, group=0, c=2, r=4, ckpt=True, micro=4, seq=4096,
-             accum=1, ag=2, rs=2, fused=True, gpu=True, lora_r=0, lora=()):
+             accum=1, ag=2, rs=2, fused=True, gpu=True, lora_r=0, lora=(), tp=1, tp_ar=1):
     m = SHAPES[preset]
     h, f, L, H, V = m["h"], m["f"], m["L"], m["H"], m["V"]
     kv = m["KV"] * (h // H)
     layer_p = 2 * h + 2 * h * h + 2 * h * kv + 3 * h * f
     embed = V * h
     base = embed + L * layer_p + h + embed
-    # LoRA: r x (in + out) per targeted projection of a layer; the base frozen in c bytes.
-    in_out = dict(q_proj=2 * h, k_proj=h + kv, v_proj=h + kv, o_proj=2 * h, gate_proj=h + f, up_proj=h + f,
-                  down_proj=f + h)
-    adapter_layer = sum(lora_r * in_out[x] for x in lora) if lora_r else 0
-    P = L * adapter_layer if lora_r else base
-    U = max(layer_p, embed, h + embed) + adapter_layer
+    # Tensor parallelism: every matrix split tp ways, the RMSNorm weights (2 a layer + the
+    # final one) whole.
+    layer_t = 2 * h + split(layer_p - 2 * h, tp)
+    embed_t = split(embed, tp)
+    base_t = embed_t + L * layer_t + h + embed_t
+    # LoRA: r x (in + out) per targeted projection of a layer, the base frozen in c bytes;
+    # column-parallel projections split B by output, row-parallel ones A by input.
+    proj = dict(q_proj=(h, h, "col"), k_proj=(h, kv, "col"), v_proj=(h, kv, "col"), o_proj=(h, h, "row"),
+                gate_proj=(h, f, "col"), up_proj=(h, f, "col"), down_proj=(f, h, "row"))
+
+    def adapters(t):
+        n = 0
+        for x in lora:
+            i, o, kind = proj[x]
+            n += lora_r * i + split(lora_r * o, t) if kind == "col" else split(lora_r * i, t) + lora_r * o
+        return n
+
+    adapter_layer = adapters(tp) if lora_r else 0
+    P = L * adapter_layer if lora_r else base_t
+    U = max(layer_t, embed_t, h + embed_t) + adapter_layer
     U_trained = adapter_layer if lora_r else U
-    n = {"FULL_SHARD": world, "SHARD_GRAD_OP": world, "HYBRID_SHARD": group or world, "NO_SHARD": 1}[strategy]
+    dp = max(1, world // tp)
+    n = {"FULL_SHARD": dp, "SHARD_GRAD_OP": dp, "HYBRID_SHARD": max(1, group // tp) if group else dp,
+         "NO_SHARD": 1}[strategy]
     keeps = strategy in ("SHARD_GRAD_OP", "NO_SHARD")
     shard = lambda b: (b * P + n - 1) // n
     params, grads, optim = shard(4), shard(4), shard(8)
     if lora_r:
-        params += (c * base + n - 1) // n
+        params += (c * base_t + n - 1) // n
     if keeps and accum > 1:
         grads += 4 * P
     t = micro * seq
-    attention = 0 if fused else t * H * seq * (4 + (0 if c == 4 else c))
-    layer = t * (6 * h + 2 * kv + 4 * f) * c + t * 2 * h * 4 + attention
+    attention = 0 if fused else split(t * H * seq * (4 + (0 if c == 4 else c)), tp)
+    # Replicated: layer input, both norm outputs, the residual after attention (4h) and the
+    # fp32 norm copies; split: queries, attention output, keys, values and the MLP's 4f.
+    layer = t * 4 * h * c + split(t * (2 * h + 2 * kv + 4 * f) * c, tp) + t * 2 * h * 4 + attention
     saved = L * t * h * c + layer if ckpt else L * layer
-    head = t * (4 * h + 2 * h * c) + t * V * 16
+    head = t * (4 * h + 2 * h * c) + split(t * V * 16, tp)
     acts = saved + head
-    gathered = (base + (P if lora_r else 0)) * c if keeps else (ag + 1) * U * c
+    gathered = (base_t + (P if lora_r else 0)) * c if keeps else (ag + 1) * U * c
     inflight = min((rs + 1) * U_trained, P)
     comm = inflight * r * (1 if gpu else 2) + ((inflight * r + n - 1) // n if n > 1 else 0)
+    if tp > 1:
+        comm += tp_ar * t * h * c  # the tensor-parallel all-reduce buffers
     rest = params + grads + optim + gathered + acts + comm
     work = (1 << 30) + rest // 10
     return dict(parameters=params, gradients=grads, optimizer_state=optim, gathered_params=gathered,
@@ -66,9 +91,20 @@ CASES = {
     "70b LoRA 1 x p5 micro 1": dict(preset="llama2-70b", world=8, micro=1, lora_r=16, lora=("q_proj", "v_proj")),
     "7b LoRA 1 GPU micro 4": dict(preset="llama2-7b", world=1, micro=4, lora_r=8,
                                   lora=("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")),
+    # Tensor parallelism: 70B T 8 inside each p5 x FULL_SHARD over 4 (deploy/examples/
+    # llama2-70b-tp8-4xp5.yaml); 7B T 2 with HYBRID groups of a node; 13B T 4 explicit
+    # attention; 70B LoRA on all seven projections T 8 on one p5.
+    "70b TP8 4 x p5 micro 1": dict(preset="llama2-70b", world=32, micro=1, tp=8),
+    "7b TP2 HYBRID 2 x p5 micro 3": dict(preset="llama2-7b", strategy="HYBRID_SHARD", world=16, group=8, micro=3,
+                                         tp=2),
+    "13b TP4 fp32 no ckpt": dict(preset="llama2-13b", world=16, c=4, ckpt=False, micro=1, seq=2048, fused=False,
+                                 tp=4),
+    "70b TP8 LoRA all 1 x p5": dict(preset="llama2-70b", world=8, micro=1, tp=8, lora_r=16,
+                                    lora=("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
+                                          "down_proj")),
 }
 
 if __name__ == "__main__":
     for name, case in CASES.items():
         e = estimate(**case)
-        print("%-28s %s  (%.1f GiB)" % (name, " ".join("%s=%d" % kv for kv in e.items()), e["total"] / 2**30))
+        print("%-30s %s  (%.1f GiB)" % (name, " ".join("%s=%d" % kv for kv in e.items()), e["total"] / 2**30))

@@ -175,6 +175,98 @@ TEST(MemoryEstimate, LoraHoldsTheFrozenBaseInTheComputeDtypeAndTrainsOnlyTheAdap
   EXPECT_EQ(LoraModuleBit("qkv"), 0u);
 }
 
+TEST(MemoryEstimate, TensorParallelismSplitsTheMatricesAndKeepsTheNormsWhole) {
+  const ModelShape m = *PresetShape("llama2-70b");
+  const int64_t norms = (2 * 80 + 1) * 8192;
+  EXPECT_EQ(m.Parameters(1), m.Parameters());
+  EXPECT_EQ(m.Parameters(8), (m.Parameters() - norms) / 8 + norms);
+  EXPECT_EQ(m.Parameters(8), 8623235072);
+  EXPECT_EQ(m.LargestUnitParameters(8), 2 * 8192 + (m.LargestUnitParameters() - 2 * 8192) / 8);  // a layer
+  // LoRA: q (column-parallel) keeps A whole and splits B; o (row-parallel) splits A.
+  const unsigned q = LoraModuleBit("q_proj"), o = LoraModuleBit("o_proj");
+  EXPECT_EQ(LoraLayerParameters(m, 16, q, 8), 16 * 8192 + 16 * 8192 / 8);
+  EXPECT_EQ(LoraLayerParameters(m, 16, o, 8), 16 * 8192 / 8 + 16 * 8192);
+  EXPECT_EQ(LoraLayerParameters(m, 16, q | o, 1), LoraLayerParameters(m, 16, q | o));
+}
+
+TEST(MemoryEstimate, Llama70bTensorParallel8FitsFourP5WithFullShardAcrossNodes) {
+  // deploy/examples/llama2-70b-tp8-4xp5.yaml: 32 H100s, T 8 inside each node, FULL_SHARD
+  // over the 4 data-parallel ranks, bf16, activation checkpointing, micro-batch 1 x 4096.
+  MemoryInputs in = Inputs("llama2-70b", Strategy::kFullShard, 32);
+  in.micro_batch = 1;
+  in.tensor_parallel = 8;
+  const MemoryEstimate e = EstimateMemory(in);
+  EXPECT_EQ(e.parameters, 8623235072);       // 4 x P_8 / 4
+  EXPECT_EQ(e.gradients, 8623235072);
+  EXPECT_EQ(e.optimizer_state, 17246470144);
+  EXPECT_EQ(e.gathered_params, 641826816);   // 3 layer slices in bf16
+  EXPECT_EQ(e.activations, 6572474368);
+  EXPECT_EQ(e.communication, 1671675904);    // + one [1, 4096, 8192] bf16 all-reduce buffer
+  EXPECT_EQ(e.workspace, 5411633561);
+  EXPECT_EQ(e.total, 48790550937);           // 45.4 GiB
+  EXPECT_EQ(FormatGiB(e.total), "45.4 GiB");
+  EXPECT_LT(e.total, FindInstanceType("p5.48xlarge")->gpu_memory_bytes);
+  EXPECT_EQ(e.model_parameters, 68976648192);  // whole-model counts
+  EXPECT_EQ(e.trainable_parameters, 68976648192);
+  // The same 32 GPUs without tensor parallelism need more: FULL_SHARD's state per rank is
+  // the same (P / world either way), the gathered units, activations and reductions are not.
+  int64_t previous = INT64_MAX;
+  for (int t : {1, 2, 4, 8}) {
+    in.tensor_parallel = t;
+    const MemoryEstimate at = EstimateMemory(in);
+    EXPECT_LT(at.total, previous) << t;
+    EXPECT_NEAR(static_cast<double>(at.optimizer_state), static_cast<double>(e.optimizer_state),
+                1e-3 * static_cast<double>(e.optimizer_state));
+    previous = at.total;
+  }
+  in.tensor_parallel = 8;
+  in.max_inflight_tp_all_reduces = 2;
+  EXPECT_EQ(EstimateMemory(in).communication, e.communication + int64_t{4096} * 8192 * 2);
+}
+
+TEST(MemoryEstimate, TensorParallelWithHybridShardShardsOverTheGroupsDataParallelRanks) {
+  // 7B, T 2, HYBRID groups of one node (8 ranks: 4 data-parallel copies of each slice).
+  MemoryInputs in = Inputs("llama2-7b", Strategy::kHybridShard, 16);
+  in.shard_group_size = 8;
+  in.micro_batch = 3;
+  in.tensor_parallel = 2;
+  const MemoryEstimate e = EstimateMemory(in);
+  EXPECT_EQ(e.parameters, 3369340928);  // 4 x P_2 / 4
+  EXPECT_EQ(e.gathered_params, 607174656);
+  EXPECT_EQ(e.activations, 8317304832);
+  EXPECT_EQ(e.communication, 1618599936);
+  EXPECT_EQ(e.total, 27496229273);
+  // 13B, T 4, fp32 without checkpointing, the explicit attention scores split by heads.
+  MemoryInputs fp32 = Inputs("llama2-13b", Strategy::kFullShard, 16);
+  fp32.compute_bytes = 4;
+  fp32.activation_checkpointing = false;
+  fp32.micro_batch = 1;
+  fp32.seq_len = 2048;
+  fp32.fused_attention = false;
+  fp32.tensor_parallel = 4;
+  const MemoryEstimate f = EstimateMemory(fp32);
+  EXPECT_EQ(f.activations, 23372759040);
+  EXPECT_EQ(f.total, 43504204800);
+}
+
+TEST(MemoryEstimate, LoraAdaptersFollowTheirBaseProjectionsTensorParallelSplit) {
+  // 70B, r 16 on all seven projections, T 8 on one p5.48xlarge (no data parallelism).
+  MemoryInputs in = Inputs("llama2-70b", Strategy::kFullShard, 8);
+  in.micro_batch = 1;
+  in.tensor_parallel = 8;
+  in.lora_r = 16;
+  for (const char* m : {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}) {
+    in.lora_modules |= LoraModuleBit(m);
+  }
+  const MemoryEstimate e = EstimateMemory(in);
+  EXPECT_EQ(e.parameters, 17606918144);  // 2 x P_8 (the frozen slice) + 4 x the adapters' slice
+  EXPECT_EQ(e.gradients, 360448000);
+  EXPECT_EQ(e.optimizer_state, 720896000);
+  EXPECT_EQ(e.communication, 80625664);
+  EXPECT_EQ(e.total, 29662683955);
+  EXPECT_EQ(e.trainable_parameters, 80 * LoraLayerParameters(in.model, 16, in.lora_modules));
+}
+
 TEST(InstanceTypes, KnownTable) {
   ASSERT_NE(FindInstanceType("p5.48xlarge"), nullptr);
   EXPECT_EQ(FindInstanceType("p5.48xlarge")->gpus, 8);

@@ -121,6 +121,7 @@ absl::StatusOr<lt::TrainOptions> OptionsFromSpecFile(const std::string& path,
   o.hybrid_group_size = fsdp.hybrid_shard_group_size();
   o.activation_checkpointing = fsdp.activation_checkpointing();
   o.max_inflight_all_gathers = fsdp.max_inflight_all_gathers();
+  o.tensor_parallel = llamafleet::TensorParallelOf(spec);  // 1 when the spec has no parallelism block
   o.checkpoint_dir = spec.checkpoint().dir();
   o.checkpoint_every = spec.checkpoint().every_steps();
   o.checkpoint_async = !spec.checkpoint().has_async() || spec.checkpoint().async();

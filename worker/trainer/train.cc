@@ -156,6 +156,9 @@ sched::MemoryEstimate EstimateForRun(const LlamaConfig& config, const TrainOptio
   }
   in.world_size = world_size;
   in.shard_group_size = sh.strategy == ShardingStrategy::kHybridShard ? sh.hybrid_group_size : 0;
+  // The estimate's contract: world_size and shard_group_size count every rank, tensor-parallel
+  // ones included; it divides them by tensor_parallel itself.
+  in.tensor_parallel = opt.tensor_parallel;
   in.compute_bytes = static_cast<int>(c10::elementSize(sh.compute_dtype));
   in.reduce_bytes = static_cast<int>(c10::elementSize(sh.reduce_dtype));
   in.activation_checkpointing = opt.activation_checkpointing;

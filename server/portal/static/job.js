@@ -133,6 +133,16 @@ export function mountJob(root, ctx, id) {
     return s;
   }
 
+  // "tensor parallel 8 × data parallel 4 (32 ranks)", or null without tensor parallelism
+  // (parallelism.tensor_parallel unset or 1): the Parallelism line of `llamafleet describe`.
+  function parallelism(spec) {
+    const tp = Number(spec.parallelism?.tensor_parallel || 1);
+    if (tp <= 1) return null;
+    const res = spec.resources || {};
+    const world = (res.nodes || 1) * (res.gpus_per_node || 1);
+    return `tensor parallel ${tp} × data parallel ${world / tp} (${world} ranks)`;
+  }
+
   function renderJob() {
     if (!job) return;
     const spec = job.spec || {};
@@ -167,6 +177,7 @@ export function mountJob(root, ctx, id) {
       ['Workers', (job.workers || []).join(', ') || '—'],
       ['Updated', `${fmtTime(job.update_time)} (${fmtAgo(job.update_time)})`],
       ['Finetuning', finetuning(spec.peft || {}, job.memory_estimate || {})],
+      ...(parallelism(spec) ? [['Parallelism', parallelism(spec)]] : []),
       ['Tokens / s', Number(m.step) ? fmtNum(m.tokens_per_second) : '—'],
       ['Peak memory', Number(m.peak_memory_bytes) ? fmtBytes(m.peak_memory_bytes) : '—'],
     ];
