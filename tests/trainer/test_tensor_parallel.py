@@ -156,8 +156,10 @@ output: {export_dir: %s, export_dtype: FP32%s}
             self.assert_close(self.path(name + "-out"), self.path("whole-out"), name)
 
     def test_bad_tensor_parallel_is_one_clear_error(self):
-        for tp, world, local, want in ((3, 3, 3, "parallelism.tensor_parallel 3 must divide the model's 8 heads"),
-                                       (4, 4, 2, "parallelism.tensor_parallel 4 must divide the 2 ranks per node")):
+        # The model's shape is known to the trainer (from config.json); the node's to the spec.
+        for tp, world, local, want in ((3, 3, 3, "parallelism.tensor_parallel (3) must divide the model's 8 heads, "
+                                                  "4 KV heads, 176 MLP width and 256 vocabulary (1, 2, 4 would)"),
+                                       (4, 4, 2, "parallelism.tensor_parallel (4) must divide resources.gpus_per_node 2")):
             codes, outs = self.train(self.spec("bad%d" % tp, tp, world, local), world, local, check=False)
             self.assertTrue(all(c != 0 for c in codes))
             self.assertIn(want, outs[0][1])

@@ -51,7 +51,7 @@ absl::StatusOr<std::unique_ptr<ShardedEngine>> ShardedEngine::CreateWithContext(
   const int t = std::max(1, o.tensor_parallel);
   if (w % t != 0) {
     return absl::InvalidArgumentError(
-        absl::StrCat("parallelism.tensor_parallel ", t, " must divide the world size ", w));
+        absl::StrCat("parallelism.tensor_parallel (", t, ") must divide the world size ", w));
   }
   const int dp = w / t;
   // Groups over data-parallel indices become, per tensor-parallel rank, groups of the
@@ -100,7 +100,7 @@ absl::StatusOr<std::unique_ptr<ShardedEngine>> ShardedEngine::CreateWithContext(
                                                        " must divide the world size ", w));
       }
       if (g % t != 0) {
-        return absl::InvalidArgumentError(absl::StrCat("parallelism.tensor_parallel ", t,
+        return absl::InvalidArgumentError(absl::StrCat("parallelism.tensor_parallel (", t, ")",
                                                        " must divide HYBRID_SHARD's node group of ", g, " ranks"));
       }
       LF_ASSIGN_OR_RETURN(shard, group(ShardGroups(dp, g / t), "shard"));

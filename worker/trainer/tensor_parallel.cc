@@ -20,7 +20,7 @@ absl::Status CheckTensorParallel(const LlamaConfig& c, int t, int world_size) {
     if (fits(k)) good.push_back(k);
   }
   return absl::InvalidArgumentError(absl::StrCat(
-      "parallelism.tensor_parallel ", t, " must divide the model's ", c.num_attention_heads, " heads, ",
+      "parallelism.tensor_parallel (", t, ") must divide the model's ", c.num_attention_heads, " heads, ",
       c.num_key_value_heads, " KV heads, ", c.intermediate_size, " MLP width and ", c.vocab_size, " vocabulary",
       world_size > 0 ? absl::StrCat(" and the world size ", world_size) : "", " (", absl::StrJoin(good, ", "),
       " would)"));

@@ -61,9 +61,9 @@ absl::Status Trainer::Setup() {
   // Tensor parallelism: groups of T consecutive ranks of one node hold slices of the
   // model and run the same data; the data-parallel world is WORLD_SIZE / T.
   tp_ = std::max(1, opt_.tensor_parallel);
-  LF_RETURN_IF_ERROR(CheckTensorParallel(config_, tp_, env_.world_size));
+  LF_RETURN_IF_ERROR(CheckTensorParallel(config_, tp_));
   if (env_.local_world_size % tp_ != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("parallelism.tensor_parallel ", tp_, " must divide the ",
+    return absl::InvalidArgumentError(absl::StrCat("parallelism.tensor_parallel (", tp_, ") must divide the ",
                                                    env_.local_world_size, " ranks per node (a tensor-parallel "
                                                    "group stays inside one node)"));
   }
