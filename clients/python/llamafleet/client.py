@@ -198,6 +198,11 @@ class Client:
             queue=queue or "", owner=owner or "", labels=_labels(label), page_size=page_size,
             name_contains=name_contains or "", order_by=order_by or "",
             view=job_pb2.JOB_VIEW_FULL if full else job_pb2.JOB_VIEW_BASIC)
+        return self._pages(request, limit)
+
+    def _pages(self, request: job_pb2.ListJobsRequest, limit: Optional[int]) -> Iterator[job_pb2.Job]:
+        """list()'s iterator: the filters were checked when list() was called, the pages are
+        fetched as the iteration reaches them."""
         returned = 0
         while True:
             response = self._call(self._jobs.ListJobs, request)
