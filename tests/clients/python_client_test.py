@@ -3,7 +3,8 @@
 on, two CPU workers running the real llamafleet-train, and clients/python/examples/
 finetune.py run as written. Then every reading method on the job it trained, the errors
 (a bad spec's field violations, a bad token), paging, cancel and wait's timeout, TLS, and
-`pip install` of the package offline.
+`pip install` of the package offline. SpecReadingTest, without processes: how job files and
+dicts are read (every deploy/examples file among them).
 
     python_client_test.py BIN_DIR PYTHON_DIR SOURCE_DIR [unittest args]
 
@@ -314,6 +315,69 @@ class PythonClientTest(unittest.TestCase):
         where, user = check.stdout.split()
         self.assertTrue(where.startswith(venv), where)
         self.assertEqual(user, "alice")
+
+
+class SpecReadingTest(unittest.TestCase):
+    """How the client reads job files and dicts (llamafleet.spec), without a coordinator."""
+
+    def test_every_example_job_file_reads(self):
+        from llamafleet.spec import specs_of
+        examples = os.path.join(SOURCE_DIR, "deploy", "examples")
+        for name in sorted(os.listdir(examples)):
+            if name.endswith(".yaml"):
+                with self.subTest(name):
+                    self.assertTrue(specs_of(os.path.join(examples, name), single=False))
+
+    def test_values_are_typed_by_the_field(self):
+        from llamafleet.spec import load_documents, spec_from_value
+        [doc] = load_documents("name: 123\nlabels: {team: yes, on: off}\ntraining: {lr: 1e-4, seed: 7}\n"
+                               "fsdp: {sharding: hybrid_shard, activation_checkpointing: FALSE}\n"
+                               "data: {trainPath: /d/t.jsonl, format: tokens}\nqueue: null\n")
+        spec = spec_from_value(doc)
+        self.assertEqual(spec.name, "123")
+        self.assertEqual(dict(spec.labels), {"team": "yes", "on": "off"})
+        self.assertAlmostEqual(spec.training.lr, 1e-4)
+        self.assertEqual(spec.fsdp.sharding, job_pb2.HYBRID_SHARD)
+        self.assertTrue(spec.fsdp.HasField("activation_checkpointing"))
+        self.assertFalse(spec.fsdp.activation_checkpointing)
+        self.assertEqual((spec.data.train_path, spec.data.format), ("/d/t.jsonl", job_pb2.TOKENS))
+        self.assertEqual(spec.queue, "")
+        # From Python, an enum may be the generated constant; from YAML only its name (as the CLI).
+        self.assertEqual(spec_from_value({"data": {"format": job_pb2.TOKENS}}).data.format, job_pb2.TOKENS)
+        with self.assertRaises(llamafleet.InvalidArgument) as e:
+            spec_from_value(load_documents("data: {format: 3}\n")[0])
+        self.assertEqual(e.exception.fields, ["spec.data.format"])
+
+    def test_every_problem_is_named_at_once(self):
+        from llamafleet.spec import specs_of
+        with self.assertRaises(llamafleet.InvalidArgument) as e:
+            specs_of({"training": {"lrr": 1, "seq_len": "abc", "micro_batch_size": 1 << 40, "betas": 0.9},
+                      "fsdp": {"sharding": "full"}, "model": "tiny"}, single=True)
+        self.assertEqual(sorted(e.exception.fields), [
+            "spec.fsdp.sharding", "spec.model", "spec.training.betas", "spec.training.lrr",
+            "spec.training.micro_batch_size", "spec.training.seq_len"])
+        self.assertIn("did you mean lr?", str(e.exception))
+        self.assertIn("expected one of FULL_SHARD, SHARD_GRAD_OP, HYBRID_SHARD, NO_SHARD", str(e.exception))
+        with self.assertRaises(llamafleet.InvalidArgument) as batch:
+            specs_of([{"name": "ok"}, {"nmae": "typo"}], single=False)
+        self.assertEqual(batch.exception.fields, ["jobs[1].spec.nmae"])
+
+    def test_files_refuse_anchors_duplicates_and_several_jobs_for_one(self):
+        from llamafleet.spec import load_documents, specs_of
+        for text, what in (("a: &x {b: 1}\nc: *x\n", "anchors (&name)"), ("a: 1\na: 2\n", "given more than once"),
+                           ("a: [1\n", "cannot parse"), ("---\n---\n", "contains no job spec")):
+            with self.subTest(text):
+                with self.assertRaises(llamafleet.InvalidArgument) as e:
+                    load_documents(text)
+                self.assertIn(what, str(e.exception))
+        path = os.path.join(tempfile.mkdtemp(), "two.yaml")
+        with open(path, "w") as f:
+            f.write("name: a\n---\n[{name: b}, {name: c}]\n")
+        self.assertEqual([s.name for s in specs_of(path, single=False)], ["a", "b", "c"])
+        with self.assertRaises(llamafleet.InvalidArgument) as e:
+            specs_of(path, single=True)
+        self.assertIn("holds 3 job specs", str(e.exception))
+        shutil.rmtree(os.path.dirname(path))
 
 
 if __name__ == "__main__":
