@@ -135,8 +135,9 @@ class PythonClientTest(unittest.TestCase):
         self.assertIn("calling as alice (USER)", run.stdout)
         self.assertRegex(run.stdout, r"job \d+ SUCCEEDED")
         self.assertIn("cost: not reported", run.stdout)
-        # wait()'s progress through a pipe: a line per change, with step/total, loss, tok/s.
-        self.assertRegex(run.stderr, r"job \d+ RUNNING step \d+/30 loss \d+\.\d{4} [\d,]+ tok/s")
+        # wait()'s progress through a pipe: a line per change, with step/total, loss, tok/s (the
+        # last one always: the final state with the final metrics).
+        self.assertRegex(run.stderr, r"job \d+ SUCCEEDED step 30/30 loss \d+\.\d{4} [\d,]+ tok/s")
 
         jobs = list(self.client.list(label={"example": "finetune-py"}))
         self.assertEqual(len(jobs), 1)
