@@ -34,6 +34,11 @@ if [ "$mode" = all ]; then
     libgtest-dev libgmock-dev
     # the trainer's Python reference
     python3-torch python3-sentencepiece python3-numpy
+    # the Python client (clients/python; its stubs come from protoc and grpc_python_plugin
+    # of the build list), tqdm for its progress bar, and what its offline `pip install`
+    # test builds with
+    python3-grpcio python3-protobuf python3-tqdm python3-venv python3-pip python3-setuptools
+    python3-wheel
     # portal browser test (playwright-core from npm drives Debian's chromium) and
     # `promtool check metrics` for /metrics
     nodejs chromium prometheus
