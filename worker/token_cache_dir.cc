@@ -108,6 +108,16 @@ absl::StatusOr<std::string> PrepareTokenCacheDir(const TokenCacheDir& dir, const
       return absl::FailedPreconditionError(absl::StrCat("token cache: cannot inspect ", path));
     }
     if (owners_dir) {
+      // Only a worker can create entries at this level (the level above is checked to be
+      // root's or the worker's, and not writable by others), so a directory owned by root or
+      // by this worker's uid is a peer worker's on the same shared storage, caught between
+      // its mkdir and its chown (or killed there): it is handed over, as if made here.
+      if (st.st_uid != trainer_uid && run_as.has_value() && (st.st_uid == 0 || st.st_uid == self)) {
+        if (::fchown(next.fd, trainer_uid, trainer_gid) != 0 || ::fstat(next.fd, &st) != 0) {
+          return absl::FailedPreconditionError(
+              absl::StrCat("token cache: cannot hand ", path, " to uid ", trainer_uid, ": ", std::strerror(errno)));
+        }
+      }
       if (st.st_uid != trainer_uid) {
         return absl::FailedPreconditionError(absl::StrCat(
             "token cache: ", path, " is owned by uid ", st.st_uid, ", not by the trainers' uid ", trainer_uid,

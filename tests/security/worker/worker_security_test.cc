@@ -15,6 +15,7 @@
 #include <mutex>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include <gtest/gtest.h>
 
@@ -406,6 +407,38 @@ TEST_F(WorkerSecurityTest, EachOwnerHasATokenCacheNoOtherOwnersJobCanReadOrPlant
   EXPECT_EQ(ReadFile(caches + "/yvonne/k.tokens"), "hers");
   EXPECT_EQ(std::distance(fs::directory_iterator(caches + "/yvonne"), fs::directory_iterator()), 1);
   EXPECT_EQ(private_to_trainers(caches + "/yvonne"), "ok");
+}
+
+TEST_F(WorkerSecurityTest, WorkersSharingStoragePrepareOneOwnersTokenCacheAtOnce) {
+  // Several workers start one job's tasks on the same shared root at the same moment: each
+  // may find the owner's directory made by a peer that has not yet handed it over.
+  if (geteuid() != 0) GTEST_SKIP() << "needs a root worker, whose trainers run as another uid";
+  const struct passwd* pw = getpwnam(worker::kDefaultTrainerUser);
+  ASSERT_NE(pw, nullptr) << "the default trainer user " << worker::kDefaultTrainerUser;
+  const worker::RunAs trainers{pw->pw_name, pw->pw_uid, pw->pw_gid, {}, ""};
+  const std::string caches = root_ + "/llamafleet/token-cache";
+  for (int round = 0; round < 20; ++round) {
+    const worker::TokenCacheDir dir = worker::OwnerTokenCacheDir({root_}, "/unused", absl::StrCat("o", round));
+    std::vector<absl::StatusOr<std::string>> got(4, absl::UnknownError("not run"));
+    std::vector<std::thread> peers;
+    for (size_t i = 0; i < got.size(); ++i) {
+      peers.emplace_back([&, i] { got[i] = worker::PrepareTokenCacheDir(dir, trainers); });
+    }
+    for (std::thread& t : peers) t.join();
+    for (const auto& g : got) ASSERT_TRUE(g.ok()) << "round " << round << ": " << g.status();
+    struct stat st;
+    ASSERT_EQ(::lstat(dir.path().c_str(), &st), 0);
+    EXPECT_EQ(st.st_uid, pw->pw_uid);
+    EXPECT_EQ(st.st_mode & 07777, 0700u);
+  }
+  // One a peer left behind (killed between its mkdir and its chown) is taken over too.
+  ASSERT_EQ(::mkdir((caches + "/left").c_str(), 0700), 0);
+  const absl::StatusOr<std::string> left =
+      worker::PrepareTokenCacheDir(worker::OwnerTokenCacheDir({root_}, "/unused", "left"), trainers);
+  ASSERT_TRUE(left.ok()) << left.status();
+  struct stat st;
+  ASSERT_EQ(::lstat(left->c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, pw->pw_uid);
 }
 
 TEST_F(WorkerSecurityTest, OwnerNamesBecomeOneDirectoryNameEach) {
