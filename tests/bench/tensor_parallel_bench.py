@@ -34,6 +34,7 @@ model: {path: %s}
 data: {train_path: %s, format: TOKENS}
 training: {max_steps: %d, micro_batch_size: 2, global_batch_size: 8, seq_len: 256, lr: 0.0001, log_every: 1}
 fsdp: {sharding: FULL_SHARD, mixed_precision: FP32, activation_checkpointing: false}
+resources: {nodes: 1, gpus_per_node: 4}
 parallelism: {tensor_parallel: %d}
 """ % (model, data, steps, tp))
     codes, outs = wait_ranks(launch_ranks([binary, "train", "--spec", spec], 4, local_world=4), timeout=1800)
