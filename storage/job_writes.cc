@@ -9,6 +9,7 @@
 #include "absl/time/time.h"
 #include "google/protobuf/util/time_util.h"
 #include "storage/job_reads.h"
+#include "storage/job_store.h"
 
 namespace llamafleet {
 namespace {
@@ -76,6 +77,35 @@ absl::Status CheckCheckpointDirFree(Txn& txn, const std::string& prefix, const s
   if (job != 0) return taken(job, absl::StrCat("contains ", inside, ", the checkpoint directory of"));
   return absl::OkStatus();
 }
+
+}  // namespace
+
+absl::Status CheckCheckpointDirsFree(JobStore& store, const std::vector<SubmitJobInput>& inputs) {
+  return store.Read([&](sqlite::Connection& conn) -> absl::Status {
+    Txn txn(conn, 0);
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      const std::string& dir = inputs[i].spec.checkpoint().dir();
+      if (dir.empty()) continue;
+      if (absl::Status s = CheckCheckpointDirFree(txn, inputs[i].field_prefix, dir); !s.ok()) return s;
+      for (size_t j = 0; j < i; ++j) {
+        const std::string& other = inputs[j].spec.checkpoint().dir();
+        if (other.empty()) continue;
+        const auto within = [](const std::string& a, const std::string& b) {
+          return a == b || (a.size() > b.size() && a.compare(0, b.size(), b) == 0 && a[b.size()] == '/');
+        };
+        if (within(dir, other) || within(other, dir)) {
+          return absl::FailedPreconditionError(absl::StrCat(
+              inputs[i].field_prefix, "checkpoint.dir ", dir, " shares files with ", other,
+              ", the checkpoint directory of ", inputs[j].field_prefix,
+              "; every job needs a checkpoint directory of its own"));
+        }
+      }
+    }
+    return absl::OkStatus();
+  });
+}
+
+namespace {
 
 // Inserts one job QUEUED with its "submitted" event; returns its id.
 absl::StatusOr<int64_t> InsertJob(Txn& txn, const SubmitJobInput& in, v1::Job* job) {
