@@ -78,7 +78,7 @@ grpc::ServerUnaryReactor* JobServiceImpl::Submit(
   }
   if (dry_run) {
     // What the store's transaction would refuse, refused the same way.
-    if (absl::Status s = CheckCheckpointDirsFree(*store_, inputs); !s.ok()) {
+    if (absl::Status s = CheckJobDirsFree(*store_, inputs); !s.ok()) {
       if (metrics_ != nullptr) metrics_->RecordSubmissions(SubmitResult::kInvalid, inputs.size());
       return FinishNow(context, s);
     }
