@@ -162,7 +162,7 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinato
     bool unchecked = false;
     if (absl::Status s = PrepareReservedDir(policy.path_roots[0], &unchecked); !s.ok()) return s;
     if (unchecked) {
-      spdlog::warn("path root {} is not there on this machine: {}/llamafleet is left to the workers to make",
+      spdlog::warn("path root {} is not there or not writable here: {}/llamafleet is left to the workers to make",
                    policy.path_roots[0], policy.path_roots[0]);
     }
   }

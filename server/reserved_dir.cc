@@ -63,6 +63,10 @@ absl::Status PrepareReservedDir(const std::string& first_root, bool* unchecked) 
   if (::mkdirat(root->get(), "llamafleet", 0755) == 0) {
     UniqueFd made(::openat(root->get(), "llamafleet", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
     if (made.valid()) ::fchmod(made.get(), 0755);
+  } else if (errno == EACCES || errno == EPERM || errno == EROFS) {
+    // Not ours to make (a root this user cannot write, read-only here): the workers make it.
+    *unchecked = true;
+    return absl::OkStatus();
   } else if (errno != EEXIST) {
     return absl::FailedPreconditionError(absl::StrCat("cannot create ", path, ": ", std::strerror(errno)));
   }

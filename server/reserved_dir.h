@@ -14,9 +14,9 @@
 
 namespace llamafleet {
 
-// OK when the directory is llamafleet's (made now, or found so). When the root is not
-// there on this machine (storage the coordinator does not mount) OK too, and
-// `*unchecked` is set. FAILED_PRECONDITION naming the directory, what is wrong, its
+// OK when the directory is llamafleet's (made now, or found so). When it is missing and
+// the coordinator cannot make it (the root is not there on this machine, or is not
+// writable by the coordinator's user) OK too, and `*unchecked` is set. FAILED_PRECONDITION naming the directory, what is wrong, its
 // owner's uid and the fix otherwise.
 absl::Status PrepareReservedDir(const std::string& first_root, bool* unchecked);
 
