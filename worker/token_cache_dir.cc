@@ -102,7 +102,7 @@ absl::StatusOr<std::string> PrepareTokenCacheDir(const TokenCacheDir& dir, const
     if (next.fd < 0) {
       const int error = errno;
       return absl::FailedPreconditionError(absl::StrCat(
-          absl::StrCat(dir.what, ": ", path, (error == ELOOP || error == ENOTDIR) ? " is not a directory (a symbolic link?)" : "",
+          dir.what, ": ", path, (error == ELOOP || error == ENOTDIR) ? " is not a directory (a symbolic link?)" : "",
           error == ELOOP || error == ENOTDIR ? "" : absl::StrCat(": cannot open: ", std::strerror(error))));
     }
     if (created) {
@@ -130,7 +130,7 @@ absl::StatusOr<std::string> PrepareTokenCacheDir(const TokenCacheDir& dir, const
       }
       if (st.st_uid != trainer_uid) {
         return absl::FailedPreconditionError(absl::StrCat(
-            absl::StrCat(dir.what, ": ", path, " is owned by uid ", st.st_uid, ", not by the trainers' uid ", trainer_uid,
+            dir.what, ": ", path, " is owned by uid ", st.st_uid, ", not by the trainers' uid ", trainer_uid,
             ": refusing a directory someone else could have planted (remove it, or give it to uid ",
             trainer_uid, ")"));
       }
