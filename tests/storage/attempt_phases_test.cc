@@ -164,7 +164,10 @@ TEST_F(AttemptPhasesTest, MigrationFromSchemaSixKeepsAttemptsAndAddsPhases) {
   {
     absl::StatusOr<std::unique_ptr<sqlite::Connection>> conn = sqlite::Connection::Open(Path(), false, false);
     ASSERT_TRUE(conn.ok()) << conn.status();
-    ASSERT_TRUE((*conn)->Exec("DROP TABLE attempt_phases; PRAGMA user_version = 6;").ok());
+    // Schema 6: no phases, nor the jobs' export_dir (schema 8).
+    ASSERT_TRUE((*conn)->Exec("DROP TABLE attempt_phases; DROP INDEX jobs_by_export_dir;"
+                              "ALTER TABLE jobs DROP COLUMN export_dir; PRAGMA user_version = 6;")
+                    .ok());
   }
   std::unique_ptr<JobStore> store = Open();
   ASSERT_NE(store, nullptr);
