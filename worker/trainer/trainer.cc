@@ -273,7 +273,8 @@ absl::Status Trainer::ResolveLora() {
 }
 
 absl::Status Trainer::ChooseResume(std::string* resume_dir) {
-  *resume_dir = opt_.resume;
+  // A step of the job's own directory is read through the held descriptor.
+  *resume_dir = worker::ThroughHeldDir(opt_.resume, opt_.checkpoint_dir, checkpoint_io_dir_);
   if (!opt_.resume_candidates.empty()) {
     // Every rank checks the manifest hash and its share of the files' hashes; the ranks
     // agree (one all-reduce) on the newest candidate none of them refused.
