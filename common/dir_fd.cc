@@ -135,9 +135,10 @@ std::optional<std::pair<std::string, std::string>> SplitBeneathRoot(const std::v
   std::optional<std::pair<std::string, std::string>> best;
   for (const std::string& root : roots) {
     const std::string base = root == "/" ? "/" : root + "/";
-    if (path.size() <= base.size() || path.substr(0, base.size()) != base) continue;
+    const bool self = path == root;
+    if (!self && (path.size() <= base.size() || path.substr(0, base.size()) != base)) continue;
     if (best.has_value() && best->first.size() >= root.size()) continue;
-    best = std::make_pair(root, std::string(path.substr(base.size())));
+    best = std::make_pair(root, self ? std::string() : std::string(path.substr(base.size())));
   }
   return best;
 }

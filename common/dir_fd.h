@@ -64,9 +64,9 @@ absl::StatusOr<UniqueFd> OpenRootDir(const std::string& root);
 absl::StatusOr<UniqueFd> OpenDirBeneath(int root_fd, absl::string_view relative,
                                         std::optional<mode_t> create_mode, absl::string_view shown);
 
-// The root of `roots` (normalized absolute paths) that holds `path` (normalized absolute)
-// strictly below it, the longest if several, with the rest of the path relative to it;
-// nullopt when none does.
+// The root of `roots` (normalized absolute paths) that is `path` (normalized absolute) or
+// holds it below it, the longest if several, with the rest of the path relative to it ("" for
+// the root itself); nullopt when none does.
 std::optional<std::pair<std::string, std::string>> SplitBeneathRoot(const std::vector<std::string>& roots,
                                                                     absl::string_view path);
 
