@@ -19,11 +19,13 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "server/auth.h"
+#include "server/cluster/checkpoint_retention.h"
 #include "server/cluster/cluster_manager.h"
 #include "server/http/http_server.h"
 #include "server/job_service.h"
 #include "server/log_store.h"
 #include "server/metrics.h"
+#include "server/reserved_dir.h"
 #include "server/submit_policy.h"
 #include "server/worker_service.h"
 #include "spdlog/spdlog.h"
@@ -157,6 +159,12 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinato
                  "every submission is refused until one is configured");
   } else {
     spdlog::info("path roots: {}", absl::StrJoin(policy.path_roots, ", "));
+    bool unchecked = false;
+    if (absl::Status s = PrepareReservedDir(policy.path_roots[0], &unchecked); !s.ok()) return s;
+    if (unchecked) {
+      spdlog::warn("path root {} is not there or not writable here: {}/llamafleet is left to the workers to make",
+                   policy.path_roots[0], policy.path_roots[0]);
+    }
   }
   c->logs_ = std::make_unique<LogStore>(options.data_dir + "/logs", options.max_log_file_bytes);
   CoordinatorMetricsOptions metrics_options;
@@ -177,15 +185,18 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinato
   // A job deleted by ttl_after_finished takes its logs and its default checkpoint dir
   // (llamafleet's own, <first root>/llamafleet/checkpoints/<id>: ids are never reused)
   // with it. A checkpoint.dir the user named is theirs and stays.
-  cluster.on_job_deleted = [logs = c->logs_.get(), checkpoint_root = cluster.checkpoint_root](
+  // Removed through descriptors, links never followed, only when the directory carries
+  // the job's marker (checkpoint_retention.h).
+  cluster.on_job_deleted = [logs = c->logs_.get(), checkpoint_root = cluster.checkpoint_root,
+                            anchors = DeletionAnchors(cluster.path_roots, cluster.checkpoint_root)](
                                int64_t job_id) {
     if (absl::Status s = logs->RemoveJob(job_id); !s.ok()) {
       spdlog::warn("job {}: {}", job_id, std::string(s.message()));
     }
     const std::string dir = absl::StrCat(checkpoint_root, "/", job_id);
-    std::error_code ec;
-    std::filesystem::remove_all(dir, ec);
-    if (ec) spdlog::warn("job {}: cannot remove its checkpoint dir {}: {}", job_id, dir, ec.message());
+    if (absl::Status s = RemoveJobDir(anchors, dir, job_id); !s.ok()) {
+      spdlog::warn("job {}: its checkpoint dir {} is left alone: {}", job_id, dir, std::string(s.message()));
+    }
   };
   cluster.clock = options.clock;
   cluster.metrics = c->metrics_.get();

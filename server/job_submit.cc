@@ -9,6 +9,7 @@
 #include "jobspec/jobspec.h"
 #include "server/job_service.h"
 #include "server/job_service_internal.h"
+#include "server/path_resolution.h"
 #include "storage/cluster_store.h"
 
 namespace llamafleet {
@@ -53,6 +54,7 @@ grpc::ServerUnaryReactor* JobServiceImpl::Submit(
     if (policy_.has_value()) {
       in.max_active_jobs = policy_->max_active_jobs_per_user;
       if (valid.ok()) policy = ApplySubmitPolicy(*policy_, caller.role, in.field_prefix, &in.spec);
+      if (valid.ok() && policy.ok()) policy = CheckWrittenDirsHaveNoLinks(policy_->path_roots, in.field_prefix, in.spec);
     }
     for (const absl::Status* st : {&valid, &key, &policy}) {
       if (st->ok()) continue;
@@ -75,6 +77,11 @@ grpc::ServerUnaryReactor* JobServiceImpl::Submit(
     }
   }
   if (dry_run) {
+    // What the store's transaction would refuse, refused the same way.
+    if (absl::Status s = CheckJobDirsFree(*store_, inputs); !s.ok()) {
+      if (metrics_ != nullptr) metrics_->RecordSubmissions(SubmitResult::kInvalid, inputs.size());
+      return FinishNow(context, s);
+    }
     if (metrics_ != nullptr) metrics_->RecordSubmissions(SubmitResult::kDryRun, inputs.size());
     std::vector<v1::SubmitJobResponse> responses(inputs.size());
     for (size_t i = 0; i < inputs.size(); ++i) {
@@ -132,24 +139,33 @@ absl::Status JobServiceImpl::CheckCheckpointReads(const Principal& caller, const
               "; only that job's owner or an admin may read it (user ", caller.user, ")")),
           {v});
     };
-    if (std::optional<int64_t> id = DefaultCheckpointDirJob(roots, *path)) {
-      absl::StatusOr<v1::Job> job = store_->GetJob(*id);
-      if (!job.ok() && job.status().code() != absl::StatusCode::kNotFound) return job.status();
-      if (!job.ok()) return denied(absl::StrCat("is a checkpoint of job ", *id, ", which no longer exists"));
-      if (job->owner() != caller.user) {
-        return denied(absl::StrCat("is a checkpoint of job ", *id, ", owned by ", job->owner()));
+    // Judged as written and as the storage resolves it (a link of the caller's may lead
+    // into another job's directory).
+    std::vector<std::string> candidates = {*path};
+    if (std::optional<std::string> resolved = ResolveBelowRoot(roots, *path); resolved && *resolved != *path) {
+      candidates.push_back(*resolved);
+    }
+    for (const std::string& p : candidates) {
+      const std::string via = p == *path ? "" : absl::StrCat("(through a link, ", p, ") ");
+      if (std::optional<int64_t> id = DefaultCheckpointDirJob(roots, p)) {
+        absl::StatusOr<v1::Job> job = store_->GetJob(*id);
+        if (!job.ok() && job.status().code() != absl::StatusCode::kNotFound) return job.status();
+        if (!job.ok()) return denied(absl::StrCat(via, "is a checkpoint of job ", *id, ", which no longer exists"));
+        if (job->owner() != caller.user) {
+          return denied(absl::StrCat(via, "is a checkpoint of job ", *id, ", owned by ", job->owner()));
+        }
+        continue;
       }
-      continue;
-    }
-    if (std::optional<std::string> reserved = InsideReservedDir(roots, *path)) {
-      return denied(absl::StrCat("is inside ", *reserved, ", which holds jobs' checkpoints"));
-    }
-    absl::StatusOr<std::vector<CheckpointDirOwner>> owners = CheckpointDirOwners(*store_, *path);
-    if (!owners.ok()) return owners.status();
-    for (const CheckpointDirOwner& o : *owners) {
-      if (o.owner != caller.user) {
-        return denied(absl::StrCat("is inside ", o.dir, ", the checkpoint directory of job ",
-                                   o.job_id, ", owned by ", o.owner));
+      if (std::optional<std::string> reserved = InsideReservedDir(roots, p)) {
+        return denied(absl::StrCat(via, "is inside ", *reserved, ", which holds jobs' checkpoints"));
+      }
+      absl::StatusOr<std::vector<CheckpointDirOwner>> owners = CheckpointDirOwners(*store_, p);
+      if (!owners.ok()) return owners.status();
+      for (const CheckpointDirOwner& o : *owners) {
+        if (o.owner != caller.user) {
+          return denied(absl::StrCat(via, "is inside ", o.dir, ", the checkpoint directory of job ", o.job_id,
+                                     ", owned by ", o.owner));
+        }
       }
     }
   }

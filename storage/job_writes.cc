@@ -9,6 +9,7 @@
 #include "absl/time/time.h"
 #include "google/protobuf/util/time_util.h"
 #include "storage/job_reads.h"
+#include "storage/job_store.h"
 
 namespace llamafleet {
 namespace {
@@ -37,45 +38,91 @@ absl::StatusOr<int64_t> QueryInt(sqlite::Statement& s, int column = 0) {
   return v;
 }
 
-// FAILED_PRECONDITION if another job's own checkpoint directory is `dir`, lies above it
-// or below it: checkpoints of two jobs must never share files, and retention deletes
-// step-N directories inside a job's directory.
-absl::Status CheckCheckpointDirFree(Txn& txn, const std::string& prefix, const std::string& dir) {
+// A job's own directories: the columns that record them, and how messages name them.
+struct DirColumn {
+  const char* column;
+  const char* what;
+};
+constexpr DirColumn kDirColumns[] = {{"checkpoint_dir", "the checkpoint directory"},
+                                     {"export_dir", "the export directory"}};
+
+// FAILED_PRECONDITION if another job's own checkpoint or export directory is `dir` (the
+// value of `field`, "checkpoint.dir" or "output.export_dir"), lies above it or below it:
+// two jobs must never share files, retention deletes step-N directories inside a job's
+// checkpoint directory, and an export replaces its directory whole.
+absl::Status CheckJobDirFree(Txn& txn, const std::string& prefix, absl::string_view field, const std::string& dir) {
+  const bool checkpoint = field == "checkpoint.dir";
   auto taken = [&](int64_t job, absl::string_view how) {
     return absl::FailedPreconditionError(absl::StrCat(
-        prefix, "checkpoint.dir ", dir, " ", how, " job ", job,
-        "; every job needs a checkpoint directory of its own (leave checkpoint.dir empty for "
-        "the default, or read another job's checkpoint with checkpoint.resume)"));
+        prefix, field, " ", dir, " ", how, " job ", job,
+        checkpoint ? "; every job needs a checkpoint directory of its own (leave checkpoint.dir empty for "
+                     "the default, or read another job's checkpoint with checkpoint.resume)"
+                   : "; every job needs an export directory of its own: name a new one"));
   };
-  absl::StatusOr<sqlite::Statement*> exact =
-      txn.Statement("SELECT id FROM jobs WHERE checkpoint_dir = ?1 LIMIT 1");
-  if (!exact.ok()) return exact.status();
-  for (const std::string& d : SelfAndAncestors(dir)) {
-    (*exact)->Bind(1, d);
-    absl::StatusOr<int64_t> job = QueryInt(**exact);
-    if (!job.ok()) return job.status();
-    if (*job != 0) {
-      return taken(*job, d == dir ? "is the checkpoint directory of"
-                                  : absl::StrCat("is inside ", d, ", the checkpoint directory of"));
+  for (const DirColumn& c : kDirColumns) {
+    absl::StatusOr<sqlite::Statement*> exact =
+        txn.Statement(absl::StrCat("SELECT id FROM jobs WHERE ", c.column, " = ?1 LIMIT 1"));
+    if (!exact.ok()) return exact.status();
+    for (const std::string& d : SelfAndAncestors(dir)) {
+      (*exact)->Bind(1, d);
+      absl::StatusOr<int64_t> job = QueryInt(**exact);
+      if (!job.ok()) return job.status();
+      if (*job != 0) {
+        return taken(*job, d == dir ? absl::StrCat("is ", c.what, " of")
+                                    : absl::StrCat("is inside ", d, ", ", c.what, " of"));
+      }
     }
+    absl::StatusOr<sqlite::Statement*> below = txn.Statement(absl::StrCat(
+        "SELECT id, ", c.column, " FROM jobs WHERE ", c.column, " > ?1 AND ", c.column, " < ?2 LIMIT 1"));
+    if (!below.ok()) return below.status();
+    // [low, high): every normalized path strictly below `dir` ('/' + 1 == '0').
+    const std::string low = dir == "/" ? "/" : dir + "/";
+    std::string high = low;
+    high.back() = static_cast<char>(high.back() + 1);
+    sqlite::Statement& s = **below;
+    s.Bind(1, low).Bind(2, high);
+    absl::StatusOr<bool> row = s.Step();
+    const int64_t job = row.ok() && *row ? s.ColumnInt(0) : 0;
+    const std::string inside = job != 0 ? s.ColumnText(1) : "";
+    s.Reset();
+    if (!row.ok()) return row.status();
+    if (job != 0) return taken(job, absl::StrCat("contains ", inside, ", ", c.what, " of"));
   }
-  absl::StatusOr<sqlite::Statement*> below = txn.Statement(
-      "SELECT id, checkpoint_dir FROM jobs WHERE checkpoint_dir > ?1 AND checkpoint_dir < ?2 LIMIT 1");
-  if (!below.ok()) return below.status();
-  // [low, high): every normalized path strictly below `dir` ('/' + 1 == '0').
-  const std::string low = dir == "/" ? "/" : dir + "/";
-  std::string high = low;
-  high.back() = static_cast<char>(high.back() + 1);
-  sqlite::Statement& s = **below;
-  s.Bind(1, low).Bind(2, high);
-  absl::StatusOr<bool> row = s.Step();
-  const int64_t job = row.ok() && *row ? s.ColumnInt(0) : 0;
-  const std::string inside = job != 0 ? s.ColumnText(1) : "";
-  s.Reset();
-  if (!row.ok()) return row.status();
-  if (job != 0) return taken(job, absl::StrCat("contains ", inside, ", the checkpoint directory of"));
   return absl::OkStatus();
 }
+
+// The job's own directories, by field name ("" when not set).
+std::vector<std::pair<absl::string_view, const std::string*>> OwnDirs(const v1::JobSpec& spec) {
+  return {{"checkpoint.dir", &spec.checkpoint().dir()}, {"output.export_dir", &spec.output().export_dir()}};
+}
+
+}  // namespace
+
+absl::Status CheckJobDirsFree(JobStore& store, const std::vector<SubmitJobInput>& inputs) {
+  const auto within = [](const std::string& a, const std::string& b) {
+    return a == b || (a.size() > b.size() && a.compare(0, b.size(), b) == 0 && a[b.size()] == '/');
+  };
+  return store.Read([&](sqlite::Connection& conn) -> absl::Status {
+    Txn txn(conn, 0);
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      for (const auto& [field, dir] : OwnDirs(inputs[i].spec)) {
+        if (dir->empty()) continue;
+        if (absl::Status s = CheckJobDirFree(txn, inputs[i].field_prefix, field, *dir); !s.ok()) return s;
+        for (size_t j = 0; j < i; ++j) {
+          for (const auto& [other_field, other] : OwnDirs(inputs[j].spec)) {
+            if (other->empty() || !(within(*dir, *other) || within(*other, *dir))) continue;
+            return absl::FailedPreconditionError(
+                absl::StrCat(inputs[i].field_prefix, field, " ", *dir, " shares files with ", *other, ", the ",
+                             inputs[j].field_prefix, other_field, "; every job needs directories of its own"));
+          }
+        }
+      }
+    }
+    return absl::OkStatus();
+  });
+}
+
+namespace {
 
 // Inserts one job QUEUED with its "submitted" event; returns its id.
 absl::StatusOr<int64_t> InsertJob(Txn& txn, const SubmitJobInput& in, v1::Job* job) {
@@ -83,7 +130,7 @@ absl::StatusOr<int64_t> InsertJob(Txn& txn, const SubmitJobInput& in, v1::Job* j
   absl::StatusOr<sqlite::Statement*> insert = txn.Statement(
       "INSERT INTO jobs (owner, name, queue, priority, state, status_reason, spec, "
       "idempotency_key, create_time_us, update_time_us, last_event_seq, queued_since_us, "
-      "checkpoint_dir) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?9, 1, ?9, ?10)");
+      "checkpoint_dir, export_dir) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?9, 1, ?9, ?10, ?11)");
   if (!insert.ok()) return insert.status();
   sqlite::Statement& s = **insert;
   std::string spec_bytes;
@@ -103,6 +150,11 @@ absl::StatusOr<int64_t> InsertJob(Txn& txn, const SubmitJobInput& in, v1::Job* j
     s.BindNull(10);
   } else {
     s.Bind(10, checkpoint_dir);
+  }
+  if (in.spec.output().export_dir().empty()) {
+    s.BindNull(11);
+  } else {
+    s.Bind(11, in.spec.output().export_dir());
   }
   if (absl::Status st = s.Run(); !st.ok()) return st;
   const int64_t id = txn.LastInsertId();
@@ -278,11 +330,9 @@ TxnFunction SubmitJobsTxn(std::shared_ptr<SubmitBatch> batch) {
               "submission would make ", it->second + 1));
         }
       }
-      const std::string& checkpoint_dir = in.spec.checkpoint().dir();
-      if (!checkpoint_dir.empty()) {
-        if (absl::Status s = CheckCheckpointDirFree(txn, in.field_prefix, checkpoint_dir); !s.ok()) {
-          return s;
-        }
+      for (const auto& [field, dir] : OwnDirs(in.spec)) {
+        if (dir->empty()) continue;
+        if (absl::Status s = CheckJobDirFree(txn, in.field_prefix, field, *dir); !s.ok()) return s;
       }
       absl::StatusOr<int64_t> id = InsertJob(txn, in, &r.job);
       if (!id.ok()) return id.status();

@@ -130,6 +130,14 @@ struct SubmitBatch {
 // Stores the batch's jobs, QUEUED with a "submitted" event: all or nothing (see
 // JobStore::SubmitJobs for the errors). Fills batch->results.
 TxnFunction SubmitJobsTxn(std::shared_ptr<SubmitBatch> batch);
+
+class JobStore;
+
+// A dry run's answer to what SubmitJobsTxn refuses about a job's own directories
+// (checkpoint.dir, output.export_dir): another job's (stored, or earlier in `inputs`) is,
+// contains or lies inside one of them. FAILED_PRECONDITION naming the field, as a real
+// submission's.
+absl::Status CheckJobDirsFree(JobStore& store, const std::vector<SubmitJobInput>& inputs);
 // Moves a job to `to` if it is in one of `from` (empty = any non-terminal state), with an
 // event of `type`; FAILED_PRECONDITION otherwise, NOT_FOUND for no job. Fills *result.
 TxnFunction TransitionJobTxn(int64_t job_id, std::vector<v1::JobState> from, v1::JobState to,

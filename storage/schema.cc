@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <functional>
 #include <iterator>
 #include <utility>
 #include <vector>
@@ -21,11 +22,18 @@ namespace {
 // RebuildJobsWithAutoincrement: a job deleted by ttl_after_finished never lends its id,
 // and so its logs, to a later job); each job's own checkpoint directory, so a second
 // job cannot take it; active jobs per owner, for the per-user limit.
-// Runs between RebuildJobsWithAutoincrement (before) and BackfillCheckpointDirs (after).
+// Runs between RebuildJobsWithAutoincrement (before) and BackfillJobDirs (after).
 const char kJobsAutoincrementMigration[] = R"sql(
 ALTER TABLE jobs ADD COLUMN checkpoint_dir TEXT;  -- spec.checkpoint.dir, normalized; NULL = default dir
 CREATE INDEX jobs_by_checkpoint_dir ON jobs(checkpoint_dir) WHERE checkpoint_dir IS NOT NULL;
 CREATE INDEX jobs_by_owner_state ON jobs(owner, state);
+)sql";
+
+// Each job's own export directory, so that a second job cannot take it (nor a checkpoint
+// directory inside it). Followed by BackfillJobDirs for output.export_dir.
+const char kExportDirMigration[] = R"sql(
+ALTER TABLE jobs ADD COLUMN export_dir TEXT;  -- spec.output.export_dir, normalized; NULL = none
+CREATE INDEX jobs_by_export_dir ON jobs(export_dir) WHERE export_dir IS NOT NULL;
 )sql";
 
 // Schema migrations, in order; PRAGMA user_version = number applied. Never edit an
@@ -182,6 +190,8 @@ CREATE TABLE attempt_phases (
   FOREIGN KEY (job_id, attempt) REFERENCES attempts(job_id, attempt) ON DELETE CASCADE
 );
 )sql",
+    // 8: jobs' own export dirs (above).
+    kExportDirMigration,
 };
 
 
@@ -231,11 +241,13 @@ absl::Status RebuildJobsWithAutoincrement(sqlite::Connection& conn) {
   return absl::OkStatus();
 }
 
-// Fills jobs.checkpoint_dir from the stored specs of jobs submitted before it existed.
-absl::Status BackfillCheckpointDirs(sqlite::Connection& conn) {
+// Fills `column` (checkpoint_dir, export_dir) from the stored specs of jobs submitted
+// before it existed; `field` reads the spec's value ("" = none).
+absl::Status BackfillJobDirs(sqlite::Connection& conn, const std::string& column,
+                             const std::function<const std::string&(const v1::JobSpec&)>& field) {
   absl::StatusOr<sqlite::Statement> select = conn.Prepare("SELECT id, spec FROM jobs");
   absl::StatusOr<sqlite::Statement> update =
-      conn.Prepare("UPDATE jobs SET checkpoint_dir = ?2 WHERE id = ?1");
+      conn.Prepare(absl::StrCat("UPDATE jobs SET ", column, " = ?2 WHERE id = ?1"));
   if (!select.ok()) return select.status();
   if (!update.ok()) return update.status();
   std::vector<std::pair<int64_t, std::string>> dirs;  // read all first, then write
@@ -244,8 +256,8 @@ absl::Status BackfillCheckpointDirs(sqlite::Connection& conn) {
     if (!row.ok()) return row.status();
     if (!*row) break;
     v1::JobSpec spec;
-    if (!spec.ParseFromString(select->ColumnText(1)) || spec.checkpoint().dir().empty()) continue;
-    dirs.emplace_back(select->ColumnInt(0), spec.checkpoint().dir());
+    if (!spec.ParseFromString(select->ColumnText(1)) || field(spec).empty()) continue;
+    dirs.emplace_back(select->ColumnInt(0), field(spec));
   }
   select->Reset();
   for (const auto& [id, dir] : dirs) {
@@ -305,7 +317,16 @@ absl::Status MigrateSchema(sqlite::Connection& conn, const std::string& path, in
     const bool rebuild = kMigrations[v] == kJobsAutoincrementMigration;
     if (s.ok() && rebuild) s = RebuildJobsWithAutoincrement(conn);
     if (s.ok()) s = conn.Exec(kMigrations[v]);
-    if (s.ok() && rebuild) s = BackfillCheckpointDirs(conn);
+    if (s.ok() && rebuild) {
+      s = BackfillJobDirs(conn, "checkpoint_dir", [](const v1::JobSpec& j) -> const std::string& {
+        return j.checkpoint().dir();
+      });
+    }
+    if (s.ok() && kMigrations[v] == kExportDirMigration) {
+      s = BackfillJobDirs(conn, "export_dir", [](const v1::JobSpec& j) -> const std::string& {
+        return j.output().export_dir();
+      });
+    }
     if (s.ok()) s = conn.Exec(absl::StrCat("PRAGMA user_version=", v + 1, ";COMMIT;"));
     if (!s.ok()) {
       (void)conn.Exec("ROLLBACK");

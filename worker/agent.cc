@@ -16,6 +16,7 @@
 #include "google/protobuf/util/time_util.h"
 #include "spdlog/spdlog.h"
 #include "worker/inventory.h"
+#include "worker/job_checkpoint_dir.h"
 #include "worker/path_guard.h"
 #include "worker/token_cache_dir.h"
 #include "worker/trainer_events.h"
@@ -51,6 +52,13 @@ absl::Status CheckTaskPaths(const v1::TaskSpec& task) {
     for (const auto& [field, value] : fields) {
       if (value->empty() || (*value == "latest" && std::string(field) == "checkpoint.resume")) continue;
       if (absl::Status s = CheckPathInRoots(field, *value, roots); !s.ok()) return s;
+    }
+    // The directories it writes are reached without following links (the trainer opens
+    // them so): a link in one fails the task before start.
+    for (const auto& [field, value] : {std::pair<const char*, const std::string*>{"checkpoint.dir", &spec.checkpoint().dir()},
+                                       {"output.export_dir", &spec.output().export_dir()}}) {
+      if (value->empty()) continue;
+      if (absl::Status s = CheckWrittenDirHasNoLinks(roots, *value, field); !s.ok()) return s;
     }
   }
   if (task.node_rank() == 0 && !spec.output().export_dir().empty()) {
@@ -333,6 +341,12 @@ void WorkerAgent::StartTask(const v1::TaskSpec& task) {
     const std::vector<std::string> roots(task.path_roots().begin(), task.path_roots().end());
     token_cache = PrepareTokenCacheDir(OwnerTokenCacheDir(roots, options_.data_dir, task.owner()), options_.run_as);
     refused = token_cache.status();
+    // A default checkpoint dir: the trainers make it in <root>/llamafleet/checkpoints,
+    // which the worker makes and hands to them (the levels above stay the worker's).
+    const TokenCacheDir checkpoints = DefaultCheckpointRootDir(roots);
+    if (refused.ok() && !roots.empty() && absl::StartsWith(task.spec().checkpoint().dir(), checkpoints.path() + "/")) {
+      refused = PrepareTokenCacheDir(checkpoints, options_.run_as).status();
+    }
   }
   if (!refused.ok()) {
     // The job's fault (or its owner's cache's), not the node's: reported the way a trainer

@@ -55,15 +55,25 @@ TokenCacheDir OwnerTokenCacheDir(const std::vector<std::string>& path_roots, con
   TokenCacheDir d;
   if (!path_roots.empty()) {
     d.anchor = path_roots[0];
-    // <root>/llamafleet is where trainers also create jobs' default checkpoint directories:
-    // made by the worker, it goes to them as if they had made it.
-    d.levels.push_back({kReservedRootDir, 0755, true});
+    // <root>/llamafleet is llamafleet's (the coordinator makes it where it sees the
+    // storage); trainers get only its checkpoints/ (DefaultCheckpointRootDir).
+    d.levels.push_back({kReservedRootDir, 0755, false});
     d.levels.push_back({kTokenCacheRootDir, 0755, false});
   } else {
     d.anchor = data_dir;
     d.levels.push_back({kTokenCacheRootDir, 0755, false});
   }
   d.levels.push_back({TokenCacheOwnerName(owner), 0700, true});
+  return d;
+}
+
+TokenCacheDir DefaultCheckpointRootDir(const std::vector<std::string>& path_roots) {
+  TokenCacheDir d;
+  d.what = "default checkpoint dirs";
+  if (path_roots.empty()) return d;
+  d.anchor = path_roots[0];
+  d.levels.push_back({kReservedRootDir, 0755, false});
+  d.levels.push_back({"checkpoints", 0755, true});
   return d;
 }
 
@@ -75,7 +85,7 @@ absl::StatusOr<std::string> PrepareTokenCacheDir(const TokenCacheDir& dir, const
   at.fd = ::open(dir.anchor.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (at.fd < 0) {
     return absl::FailedPreconditionError(
-        absl::StrCat("token cache: cannot open ", dir.anchor, ": ", std::strerror(errno)));
+        absl::StrCat(dir.what, ": ", "cannot open ", dir.anchor, ": ", std::strerror(errno)));
   }
   std::string path = dir.anchor;
   for (size_t i = 0; i < dir.levels.size(); ++i) {
@@ -85,14 +95,14 @@ absl::StatusOr<std::string> PrepareTokenCacheDir(const TokenCacheDir& dir, const
     const bool created = ::mkdirat(at.fd, level.name.c_str(), level.mode) == 0;
     if (!created && errno != EEXIST) {
       return absl::FailedPreconditionError(
-          absl::StrCat("token cache: cannot create ", path, ": ", std::strerror(errno)));
+          absl::StrCat(dir.what, ": ", "cannot create ", path, ": ", std::strerror(errno)));
     }
     Fd next;
     next.fd = ::openat(at.fd, level.name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (next.fd < 0) {
       const int error = errno;
       return absl::FailedPreconditionError(absl::StrCat(
-          "token cache: ", path, (error == ELOOP || error == ENOTDIR) ? " is not a directory (a symbolic link?)" : "",
+          dir.what, ": ", path, (error == ELOOP || error == ENOTDIR) ? " is not a directory (a symbolic link?)" : "",
           error == ELOOP || error == ENOTDIR ? "" : absl::StrCat(": cannot open: ", std::strerror(error))));
     }
     if (created) {
@@ -100,12 +110,12 @@ absl::StatusOr<std::string> PrepareTokenCacheDir(const TokenCacheDir& dir, const
       if (::fchmod(next.fd, level.mode) != 0 ||
           (level.trainers_own && run_as.has_value() && ::fchown(next.fd, trainer_uid, trainer_gid) != 0)) {
         return absl::FailedPreconditionError(
-            absl::StrCat("token cache: cannot prepare ", path, ": ", std::strerror(errno)));
+            absl::StrCat(dir.what, ": ", "cannot prepare ", path, ": ", std::strerror(errno)));
       }
     }
     struct stat st;
     if (::fstat(next.fd, &st) != 0) {
-      return absl::FailedPreconditionError(absl::StrCat("token cache: cannot inspect ", path));
+      return absl::FailedPreconditionError(absl::StrCat(dir.what, ": ", "cannot inspect ", path));
     }
     if (owners_dir) {
       // Only a worker can create entries at this level (the level above is checked to be
@@ -115,29 +125,31 @@ absl::StatusOr<std::string> PrepareTokenCacheDir(const TokenCacheDir& dir, const
       if (st.st_uid != trainer_uid && run_as.has_value() && (st.st_uid == 0 || st.st_uid == self)) {
         if (::fchown(next.fd, trainer_uid, trainer_gid) != 0 || ::fstat(next.fd, &st) != 0) {
           return absl::FailedPreconditionError(
-              absl::StrCat("token cache: cannot hand ", path, " to uid ", trainer_uid, ": ", std::strerror(errno)));
+              absl::StrCat(dir.what, ": ", "cannot hand ", path, " to uid ", trainer_uid, ": ", std::strerror(errno)));
         }
       }
       if (st.st_uid != trainer_uid) {
         return absl::FailedPreconditionError(absl::StrCat(
-            "token cache: ", path, " is owned by uid ", st.st_uid, ", not by the trainers' uid ", trainer_uid,
-            ": refusing a token cache someone else could have planted (remove it, or give it to uid ",
+            dir.what, ": ", path, " is owned by uid ", st.st_uid, ", not by the trainers' uid ", trainer_uid,
+            ": refusing a directory someone else could have planted (remove it, or give it to uid ",
             trainer_uid, ")"));
       }
-      if ((st.st_mode & 07777) != 0700 && ::fchmod(next.fd, 0700) != 0) {
-        return absl::FailedPreconditionError(
-            absl::StrCat("token cache: cannot make ", path, " private (mode 0700): ", std::strerror(errno)));
+      if ((st.st_mode & 07777) != level.mode && ::fchmod(next.fd, level.mode) != 0) {
+        return absl::FailedPreconditionError(absl::StrCat(dir.what, ": ", "cannot set ", path, " to mode ",
+                                                          absl::StrFormat("%04o", level.mode), ": ",
+                                                          std::strerror(errno)));
       }
     } else {
       if (st.st_uid != 0 && st.st_uid != self && st.st_uid != trainer_uid) {
-        return absl::FailedPreconditionError(absl::StrCat("token cache: ", path, " is owned by uid ", st.st_uid,
+        return absl::FailedPreconditionError(absl::StrCat(dir.what, ": ", path, " is owned by uid ", st.st_uid,
                                                           ", neither root, the worker's nor the trainers' uid"));
       }
       if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
         return absl::FailedPreconditionError(
-            absl::StrFormat("token cache: %s is writable by others (mode %04o): anyone could replace what it "
-                            "holds; make it 0755",
-                            path, st.st_mode & 07777));
+            absl::StrCat(dir.what, ": ",
+                         absl::StrFormat("%s is writable by others (mode %04o): anyone could replace what it "
+                                         "holds; make it 0755",
+                                         path, st.st_mode & 07777)));
       }
     }
     std::swap(at.fd, next.fd);

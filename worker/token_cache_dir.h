@@ -38,6 +38,8 @@ struct TokenCacheDir {
   std::string anchor;
   // Below the anchor, outermost first; the last is the owner's directory.
   std::vector<Level> levels;
+  // What errors call it.
+  std::string what = "token cache";
 
   std::string path() const;
 };
@@ -48,6 +50,10 @@ struct TokenCacheDir {
 // out of the escaping).
 std::string TokenCacheOwnerName(const std::string& owner);
 
+// <first path root>/llamafleet/checkpoints, where trainers make jobs' default checkpoint
+// directories: prepared the same way, its last level handed to the trainers (mode 0755).
+TokenCacheDir DefaultCheckpointRootDir(const std::vector<std::string>& path_roots);
+
 // The owner's directory for a task with these path roots on a worker with this data dir.
 TokenCacheDir OwnerTokenCacheDir(const std::vector<std::string>& path_roots, const std::string& data_dir,
                                  const std::string& owner);
@@ -57,7 +63,7 @@ TokenCacheDir OwnerTokenCacheDir(const std::vector<std::string>& path_roots, con
 // followed). Above the owner's directory a level must be a directory owned by root, the
 // worker or the trainers' user (`run_as`, or the worker itself when unset) and writable by
 // no one else. The owner's directory must be owned by the trainers' user; the worker sets
-// it to mode 0700. Returns the directory's path, or FAILED_PRECONDITION naming the level,
+// it to its level's mode (0700 for an owner's token cache). Returns the directory's path, or FAILED_PRECONDITION naming the level,
 // what is wrong with it and its owner's uid. Never removes or renames anything.
 absl::StatusOr<std::string> PrepareTokenCacheDir(const TokenCacheDir& dir, const std::optional<RunAs>& run_as);
 

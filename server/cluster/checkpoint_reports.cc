@@ -101,18 +101,10 @@ void ClusterManager::ApplyRetention(int64_t job_id, int keep_last, const std::st
     spdlog::warn("job {}: retention leaves {} alone: {}", job_id, plan.refused[i].path(),
                  plan.refusals[i]);
   }
-  std::vector<int64_t> forget;
-  for (const v1::Checkpoint& c : plan.remove) {
-    // Files first, rows after: a crash in between leaves a row whose files are gone,
-    // which the next pass removes again (remove_all of a missing path is a no-op).
-    std::error_code ec;
-    std::filesystem::remove_all(c.path(), ec);
-    if (ec) {
-      spdlog::warn("job {}: cannot remove checkpoint {}: {}", job_id, c.path(), ec.message());
-      continue;
-    }
-    forget.push_back(c.step());
-  }
+  std::vector<std::string> errors;
+  std::vector<int64_t> forget = RemoveCheckpointFiles(
+      DeletionAnchors(options_.path_roots, options_.checkpoint_root), job_dir, job_id, plan.remove, &errors);
+  for (const std::string& e : errors) spdlog::warn("job {}: retention: {}", job_id, e);
   if (!forget.empty()) Write(ForgetCheckpointsTxn(job_id, forget), [](absl::Status) {});
 }
 

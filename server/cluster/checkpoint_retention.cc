@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include "absl/strings/ascii.h"
+#include "common/job_dir_marker.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 
@@ -70,6 +71,83 @@ RetentionPlan PlanRetention(const std::string& job_dir,
     }
   }
   return plan;
+}
+
+std::vector<std::string> DeletionAnchors(const std::vector<std::string>& path_roots,
+                                         const std::string& checkpoint_root) {
+  // Below a root, the default checkpoint root is opened from the root like any job dir:
+  // <root>/llamafleet/checkpoints is not trusted as a path.
+  if (!path_roots.empty() || checkpoint_root.empty()) return path_roots;
+  return {checkpoint_root};
+}
+
+namespace {
+
+std::string Clean(const std::string& path) {
+  fs::path p = fs::path(path).lexically_normal();
+  if (!p.has_filename()) p = p.parent_path();
+  return p.string();
+}
+
+}  // namespace
+
+absl::StatusOr<UniqueFd> OpenJobDirToDelete(const std::vector<std::string>& anchors,
+                                            const std::string& job_dir, int64_t job_id) {
+  const std::string dir = Clean(job_dir);
+  absl::StatusOr<UniqueFd> fd = OpenDirInRoots(anchors, dir, std::nullopt);
+  if (!fd.ok()) {
+    if (fd.status().code() == absl::StatusCode::kInvalidArgument) {
+      return absl::FailedPreconditionError(fd.status().message());
+    }
+    return fd.status();
+  }
+  if (absl::Status s = CheckJobDirMarker(fd->get(), std::to_string(job_id), dir); !s.ok()) return s;
+  return fd;
+}
+
+std::vector<int64_t> RemoveCheckpointFiles(const std::vector<std::string>& anchors, const std::string& job_dir,
+                                           int64_t job_id, const std::vector<v1::Checkpoint>& remove,
+                                           std::vector<std::string>* errors) {
+  std::vector<int64_t> gone;
+  if (remove.empty()) return gone;
+  absl::StatusOr<UniqueFd> dir = OpenJobDirToDelete(anchors, job_dir, job_id);
+  if (!dir.ok() && dir.status().code() != absl::StatusCode::kNotFound) {
+    errors->push_back(absl::StrCat("nothing removed: ", dir.status().message()));
+    return gone;
+  }
+  for (const v1::Checkpoint& c : remove) {
+    // Files first, rows after: a crash in between leaves a row whose files are gone, which
+    // the next pass removes again (a missing entry is OK).
+    if (dir.ok()) {
+      const std::string name = fs::path(Clean(c.path())).filename().string();
+      if (absl::Status s = RemoveTreeAt(dir->get(), name); !s.ok()) {
+        errors->push_back(absl::StrCat("cannot remove checkpoint ", c.path(), ": ", s.message()));
+        continue;
+      }
+    }
+    gone.push_back(c.step());
+  }
+  return gone;
+}
+
+absl::Status RemoveJobDir(const std::vector<std::string>& anchors, const std::string& job_dir, int64_t job_id) {
+  const fs::path dir(Clean(job_dir));
+  const std::string parent = dir.parent_path().string();
+  const std::string name = dir.filename().string();
+  absl::StatusOr<UniqueFd> parent_fd = anchors.size() == 1 && Clean(anchors[0]) == parent
+                                           ? OpenRootDir(parent)
+                                           : OpenDirInRoots(anchors, parent, std::nullopt);
+  if (!parent_fd.ok()) {
+    if (parent_fd.status().code() == absl::StatusCode::kNotFound) return absl::OkStatus();
+    return parent_fd.status();
+  }
+  absl::StatusOr<UniqueFd> fd = OpenDirBeneath(parent_fd->get(), name, std::nullopt, dir.string());
+  if (!fd.ok()) {
+    if (fd.status().code() == absl::StatusCode::kNotFound) return absl::OkStatus();
+    return fd.status();
+  }
+  if (absl::Status s = CheckJobDirMarker(fd->get(), std::to_string(job_id), dir.string()); !s.ok()) return s;
+  return RemoveTreeAt(parent_fd->get(), name);
 }
 
 }  // namespace llamafleet

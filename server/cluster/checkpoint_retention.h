@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "common/dir_fd.h"
 #include "llamafleet/v1/job.pb.h"
 
 namespace llamafleet {
@@ -30,6 +32,31 @@ struct RetentionPlan {
 // `keep_last`, plans the rest for removal when CheckCheckpointPath allows it.
 RetentionPlan PlanRetention(const std::string& job_dir,
                             const std::vector<v1::Checkpoint>& checkpoints, int keep_last);
+
+// Deleting on the storage goes through descriptors (common/dir_fd.h). `anchors` are the
+// trusted directories a job directory is opened beneath: the path roots (or, on a
+// coordinator without roots, the default checkpoint root in its data dir).
+std::vector<std::string> DeletionAnchors(const std::vector<std::string>& path_roots,
+                                         const std::string& checkpoint_root);
+
+// Opens the job's checkpoint directory for deleting in it: beneath the anchor that holds
+// it, no link followed at any level, and its marker (common/job_dir_marker.h) naming the
+// job. NOT_FOUND when it (or its root) is not there on this machine: nothing to delete
+// here. FAILED_PRECONDITION naming why otherwise: a link, another job's marker, none.
+absl::StatusOr<UniqueFd> OpenJobDirToDelete(const std::vector<std::string>& anchors,
+                                            const std::string& job_dir, int64_t job_id);
+
+// Removes the planned step-N directories from the job's directory, opened as above, each
+// by unlinkat from its descriptor. Returns the steps whose files are gone (removed now,
+// or not on this machine); the others are logged by the caller from `errors`.
+std::vector<int64_t> RemoveCheckpointFiles(const std::vector<std::string>& anchors, const std::string& job_dir,
+                                           int64_t job_id, const std::vector<v1::Checkpoint>& remove,
+                                           std::vector<std::string>* errors);
+
+// Removes the whole job directory `job_dir` (a default checkpoint directory of a deleted
+// job) the same way: OK when it is gone or was never there; FAILED_PRECONDITION, with
+// nothing removed, when it is a link or does not carry the job's marker.
+absl::Status RemoveJobDir(const std::vector<std::string>& anchors, const std::string& job_dir, int64_t job_id);
 
 }  // namespace llamafleet
 

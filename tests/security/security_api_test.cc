@@ -8,7 +8,9 @@
 // workers join: submitted jobs stay QUEUED, which is all these checks need.
 #include <grpcpp/grpcpp.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -444,6 +446,8 @@ TEST_F(SecurityApiTest, ATtlDeletionRemovesLogsAndTheDefaultCheckpointDirAndNeve
     std::filesystem::create_directories(d);
     std::ofstream(d + "/file") << "secret of job " << expired;
   }
+  // The job's trainer marks the directories it makes (common/job_dir_marker.h).
+  std::ofstream(default_ckpt + "/.llamafleet-job") << expired << "\n";
   for (const std::string& id : {kept, expired}) {
     v1::CancelJobRequest cancel;
     cancel.set_job_id(id);
@@ -479,6 +483,135 @@ TEST_F(SecurityApiTest, ATtlDeletionRemovesLogsAndTheDefaultCheckpointDirAndNeve
   v1::LogChunk chunk;
   EXPECT_FALSE(reader->Read(&chunk));
   EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::NOT_FOUND);
+}
+
+// Issue finding H1, at submission: bob links a directory of his to alice's recorded
+// checkpoint directory and names the link. Refused, naming the field, in a dry run exactly
+// as in a real submission; reading her checkpoint through the link is refused as reading
+// it directly is.
+TEST_F(SecurityApiTest, ALinkIntoAnotherUsersCheckpointDirIsRefusedAtSubmitAndInADryRun) {
+  const std::string alices = root_ + "/alice/ck";
+  std::filesystem::create_directories(alices + "/step-2");
+  std::string alice_job;
+  ASSERT_TRUE(Submit("alice", Spec(absl::StrCat("checkpoint: {dir: ", alices, "}\n")), &alice_job).ok());
+  std::filesystem::create_directories(root_ + "/bob2");
+  std::filesystem::create_symlink(alices, root_ + "/bob2/ck2");
+  for (const bool dry_run : {true, false}) {
+    v1::SubmitJobRequest req;
+    *req.mutable_spec() = Spec(absl::StrCat("checkpoint: {dir: ", root_, "/bob2/ck2, keep_last: 1}\n"));
+    req.set_dry_run(dry_run);
+    v1::SubmitJobResponse resp;
+    grpc::Status s = stub_->SubmitJob(Context("bob").get(), req, &resp);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << dry_run;
+    EXPECT_NE(s.error_message().find("spec.checkpoint.dir"), std::string::npos) << s.error_message();
+    EXPECT_NE(s.error_message().find("symbolic link"), std::string::npos) << s.error_message();
+    const std::vector<std::string> fields = Fields(s);
+    EXPECT_NE(std::find(fields.begin(), fields.end(), "spec.checkpoint.dir"), fields.end());
+    // The same for an export dir below a link.
+    *req.mutable_spec() = Spec(absl::StrCat("output: {export_dir: ", root_, "/bob2/ck2/export}\n"));
+    s = stub_->SubmitJob(Context("bob").get(), req, &resp);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << dry_run;
+    EXPECT_NE(s.error_message().find("spec.output.export_dir"), std::string::npos) << s.error_message();
+    // Reading alice's checkpoint through the link: refused as reading it directly.
+    *req.mutable_spec() = Spec(absl::StrCat("checkpoint: {resume: ", root_, "/bob2/ck2/step-2}\n"));
+    s = stub_->SubmitJob(Context("bob").get(), req, &resp);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED) << dry_run;
+    EXPECT_NE(s.error_message().find("job " + alice_job), std::string::npos) << s.error_message();
+  }
+  EXPECT_EQ(Jobs().size(), 1u);
+}
+
+// An export dir that is another job's export, or inside its checkpoint dir (or a
+// checkpoint dir inside another job's export), is refused at submission, naming the field
+// and the job, in a dry run too: not after the job has queued.
+TEST_F(SecurityApiTest, AnExportDirClashingWithAnotherJobsDirsIsRefusedAtSubmitAndInADryRun) {
+  const std::string out = root_ + "/alice/out", ck = root_ + "/alice/ck";
+  std::string first;
+  ASSERT_TRUE(Submit("alice", Spec(absl::StrCat("checkpoint: {dir: ", ck, "}\noutput: {export_dir: ", out, "}\n")),
+                     &first)
+                  .ok());
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"output: {export_dir: " + out + "}\n", "spec.output.export_dir"},
+      {"output: {export_dir: " + out + "/sub}\n", "spec.output.export_dir"},
+      {"output: {export_dir: " + ck + "/export}\n", "spec.output.export_dir"},
+      {"output: {export_dir: " + root_ + "/alice}\n", "spec.output.export_dir"},
+      {"checkpoint: {dir: " + out + "/ck}\n", "spec.checkpoint.dir"},
+  };
+  for (const auto& [extra, field] : cases) {
+    for (const bool dry_run : {true, false}) {
+      for (const std::string who : {"bob", "alice"}) {
+        v1::SubmitJobRequest req;
+        *req.mutable_spec() = Spec(extra);
+        req.set_dry_run(dry_run);
+        v1::SubmitJobResponse resp;
+        grpc::Status s = stub_->SubmitJob(Context(who).get(), req, &resp);
+        EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << extra << dry_run;
+        EXPECT_NE(s.error_message().find(field), std::string::npos) << s.error_message();
+        EXPECT_NE(s.error_message().find("job " + first), std::string::npos) << s.error_message();
+      }
+    }
+  }
+  EXPECT_EQ(Jobs().size(), 1u);
+  EXPECT_TRUE(Submit("bob", Spec(absl::StrCat("output: {export_dir: ", root_, "/bob/out}\n"))).ok());
+}
+
+// A dry run refuses a checkpoint dir another job has, as the real submission does.
+TEST_F(SecurityApiTest, ADryRunRefusesATakenCheckpointDirAsASubmissionDoes) {
+  const std::string dir = root_ + "/team/ck";
+  std::string first;
+  ASSERT_TRUE(Submit("alice", Spec(absl::StrCat("checkpoint: {dir: ", dir, "}\n")), &first).ok());
+  for (const std::string& taken : {dir, dir + "/sub", root_ + "/team"}) {
+    v1::SubmitJobRequest req;
+    *req.mutable_spec() = Spec(absl::StrCat("checkpoint: {dir: ", taken, "}\n"));
+    req.set_dry_run(true);
+    v1::SubmitJobResponse resp;
+    grpc::Status s = stub_->SubmitJob(Context("bob").get(), req, &resp);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << taken;
+    EXPECT_NE(s.error_message().find("spec.checkpoint.dir"), std::string::npos) << s.error_message();
+    EXPECT_NE(s.error_message().find("job " + first), std::string::npos) << s.error_message();
+  }
+}
+
+// Issue finding M1: someone else makes <root>/llamafleet first (with checkpoints/1 a link
+// into his own directory), or makes it writable by all, or a link. The coordinator makes
+// it itself when missing and refuses to start on anything but its own.
+TEST_F(SecurityApiTest, TheCoordinatorRefusesToStartOnAReservedDirThatIsNotLlamafleets) {
+  const std::string reserved = root_ + "/llamafleet";
+  ASSERT_TRUE(std::filesystem::is_directory(reserved)) << "made at start";
+  EXPECT_EQ(std::filesystem::status(reserved).permissions() & std::filesystem::perms::others_write,
+            std::filesystem::perms::none);
+  Stop();
+  const std::string log = dir_.path() + "/coordinator.log";
+  auto refused = [&](const std::string& expect) {
+    auto c = ::llamafleet::testing::StartCoordinator(
+        {.data_dir = data_dir_, .auth = true, .join_token = "secret",
+         .flags = {"--config", config_, "--log-level", "warn"}, .log_path = log});
+    EXPECT_FALSE(c.ok()) << "started on " << expect;
+    const std::string text = ReadAll(log);
+    EXPECT_NE(text.find(reserved), std::string::npos) << text;
+    EXPECT_NE(text.find(expect), std::string::npos) << text;
+  };
+  std::filesystem::remove_all(reserved);
+  std::filesystem::create_directories(root_ + "/mallory");
+  std::filesystem::create_symlink(root_ + "/mallory", reserved);
+  refused("symbolic link");
+  std::filesystem::remove(reserved);
+  std::filesystem::create_directories(reserved + "/checkpoints");
+  std::filesystem::create_symlink(root_ + "/mallory", reserved + "/checkpoints/1");
+  std::filesystem::permissions(reserved, std::filesystem::perms::all);
+  refused("writable by group or others");
+  if (geteuid() == 0) {
+    std::filesystem::permissions(reserved, std::filesystem::perms::owner_all | std::filesystem::perms::group_read |
+                                               std::filesystem::perms::group_exec |
+                                               std::filesystem::perms::others_read |
+                                               std::filesystem::perms::others_exec);
+    ASSERT_EQ(::chown(reserved.c_str(), 4242, 4242), 0);
+    refused("owned by uid 4242");
+  }
+  // Its own again: the coordinator starts.
+  std::filesystem::remove_all(reserved);
+  Start();
+  EXPECT_TRUE(std::filesystem::is_directory(reserved));
 }
 
 TEST_F(SecurityApiTest, TheDatabaseIsReadableOnlyByItsOwner) {

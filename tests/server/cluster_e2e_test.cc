@@ -59,6 +59,8 @@ echo "rank $RANK/$WORLD_SIZE master $MASTER_ADDR:$MASTER_PORT resume=[$RESUME] s
 save() {
   if [ "$RANK" = 0 ] && [ -n "$CK" ]; then
     mkdir -p "$CK/step-$step" && echo $step > "$CK/step-$step/step" && echo '{}' > "$CK/step-$step/manifest.json"
+    # The job's mark on its directory, as the real trainer writes it (common/job_dir_marker.h).
+    echo "${LLAMAFLEET_TASK_ID%%-*}" > "$CK/.llamafleet-job"
     echo "{\"type\":\"event\",\"event\":\"checkpoint_saved\",\"step\":$step,\"path\":\"$CK/step-$step\",\"bytes\":3,\"manifest_sha256\":\"x\",\"loss\":1.0}"
   fi
 }

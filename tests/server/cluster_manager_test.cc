@@ -208,9 +208,12 @@ class ClusterManagerTest : public ::testing::Test {
     return -1;
   }
   std::vector<v1::Checkpoint> Checkpoints(int64_t job) { return *ListCheckpoints(*store_, job); }
+  // A checkpoint in a default dir (<root>/<job id>), the dir marked as the trainer marks it.
   void MakeCheckpoint(const std::string& path) {
     fs::create_directories(path);
     std::ofstream(path + "/manifest.json") << "{}";
+    const fs::path dir = fs::path(path).parent_path();
+    std::ofstream(dir / ".llamafleet-job") << dir.filename().string() << "\n";
   }
 
   testing::TempDir dir_;

@@ -164,7 +164,10 @@ TEST_F(AttemptPhasesTest, MigrationFromSchemaSixKeepsAttemptsAndAddsPhases) {
   {
     absl::StatusOr<std::unique_ptr<sqlite::Connection>> conn = sqlite::Connection::Open(Path(), false, false);
     ASSERT_TRUE(conn.ok()) << conn.status();
-    ASSERT_TRUE((*conn)->Exec("DROP TABLE attempt_phases; PRAGMA user_version = 6;").ok());
+    // Schema 6: no phases, nor the jobs' export_dir (schema 8).
+    ASSERT_TRUE((*conn)->Exec("DROP TABLE attempt_phases; DROP INDEX jobs_by_export_dir;"
+                              "ALTER TABLE jobs DROP COLUMN export_dir; PRAGMA user_version = 6;")
+                    .ok());
   }
   std::unique_ptr<JobStore> store = Open();
   ASSERT_NE(store, nullptr);
@@ -178,7 +181,7 @@ TEST_F(AttemptPhasesTest, MigrationFromSchemaSixKeepsAttemptsAndAddsPhases) {
   ASSERT_TRUE(list.ok());
   ASSERT_EQ((*list)[0].phases_size(), 1);
   EXPECT_EQ((*list)[0].phases(0).name(), "trainers_started");
-  EXPECT_EQ(CurrentSchemaVersion(), 7);
+  EXPECT_EQ(CurrentSchemaVersion(), 8);
 }
 
 }  // namespace

@@ -656,7 +656,7 @@ TEST_F(JobStoreTest, MigrationFromSchemaThreeKeepsEveryRowAndStopsIdReuse) {
     const std::string sql = reinterpret_cast<const char*>(sqlite3_column_text(st, 1));
     if (type == "table") create = sql;
     if (type == "index" && sql.find("checkpoint_dir") == std::string::npos &&
-        sql.find("jobs_by_owner_state") == std::string::npos) {
+        sql.find("export_dir") == std::string::npos && sql.find("jobs_by_owner_state") == std::string::npos) {
       indexes += sql + ";";
     }
   }
@@ -666,17 +666,20 @@ TEST_F(JobStoreTest, MigrationFromSchemaThreeKeepsEveryRowAndStopsIdReuse) {
   create.replace(0, create.find('('), "CREATE TABLE jobs_v3 ");  // the name may be quoted
   exec("PRAGMA foreign_keys=OFF");
   // Schema 3 had neither the checkpoint_dir column nor the later worker_credentials table
-  // nor the attempts' nodes and resize_reason columns (schema 6) nor their phases (schema 7).
-  exec("BEGIN; DROP INDEX jobs_by_checkpoint_dir; DROP INDEX jobs_by_owner_state;"
+  // nor the attempts' nodes and resize_reason columns (schema 6) nor their phases (schema 7)
+  // nor the jobs' export_dir (schema 8).
+  exec("BEGIN; DROP INDEX jobs_by_checkpoint_dir; DROP INDEX jobs_by_owner_state; DROP INDEX jobs_by_export_dir;"
+       "ALTER TABLE jobs DROP COLUMN export_dir;"
        "ALTER TABLE jobs DROP COLUMN checkpoint_dir; DROP TABLE worker_credentials;"
        "ALTER TABLE attempts DROP COLUMN nodes; ALTER TABLE attempts DROP COLUMN resize_reason;"
        "DROP TABLE attempt_phases;");
-  // The column is gone from `create` too: drop it from the text.
-  const std::string kColumn = "checkpoint_dir TEXT";
-  const size_t column = create.find(kColumn);
-  ASSERT_NE(column, std::string::npos) << create;
-  const size_t comma = create.rfind(',', column);
-  create.erase(comma, column + kColumn.size() - comma);
+  // The columns are gone from `create` too: drop them from the text.
+  for (const std::string kColumn : {"export_dir TEXT", "checkpoint_dir TEXT"}) {
+    const size_t column = create.find(kColumn);
+    ASSERT_NE(column, std::string::npos) << create;
+    const size_t comma = create.rfind(',', column);
+    create.erase(comma, column + kColumn.size() - comma);
+  }
   exec(create + "; INSERT INTO jobs_v3 SELECT * FROM jobs; DROP TABLE jobs;"
                 "ALTER TABLE jobs_v3 RENAME TO jobs;" + indexes +
        "DELETE FROM sqlite_sequence WHERE name = 'jobs'; PRAGMA user_version = 3; COMMIT;");

@@ -80,7 +80,7 @@ absl::StatusOr<json> WriteRankFiles(const CheckpointSnapshot& s, const std::stri
 // Rank 0, once every rank's files are durable: config.json, the manifest (last), and the
 // rename into place.
 absl::StatusOr<SavedCheckpoint> Complete(const CheckpointSnapshot& s, const std::string& root,
-                                         const std::string& partial, json files) {
+                                         const std::string& shown_root, const std::string& partial, json files) {
   LF_ASSIGN_OR_RETURN(json config, WriteDurable(partial, "config.json", ConfigToJson(s.config, "float32")));
   files.push_back(config);
   int64_t total = 0;
@@ -125,7 +125,7 @@ absl::StatusOr<SavedCheckpoint> Complete(const CheckpointSnapshot& s, const std:
   SavedCheckpoint saved;
   saved.step = s.progress.step;
   saved.loss = s.progress.loss;
-  saved.path = final_dir;
+  saved.path = (fs::path(shown_root.empty() ? root : shown_root) / absl::StrCat("step-", s.progress.step)).string();
   LF_ASSIGN_OR_RETURN(saved.manifest_sha256, Sha256File((fs::path(final_dir) / "manifest.json").string()));
   saved.bytes = total + static_cast<int64_t>(text.size());
   return saved;
@@ -240,7 +240,7 @@ absl::StatusOr<SavedCheckpoint> WriteCheckpoint(const CheckpointSnapshot& s, int
     }
     absl::StatusOr<SavedCheckpoint> out = absl::UnknownError("");
     absl::Status st = guarded([&]() -> absl::Status {
-      out = Complete(s, options.root, partial, std::move(files));
+      out = Complete(s, options.root, options.shown_root, partial, std::move(files));
       return out.status();
     });
     if (!st.ok()) return st;

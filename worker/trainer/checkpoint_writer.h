@@ -69,6 +69,9 @@ int64_t SnapshotBytes(const CheckpointSnapshot& snapshot);
 
 struct CheckpointWriterOptions {
   std::string root;   // checkpoints go to <root>/step-N
+  // How reports name `root` (the spec's checkpoint.dir when `root` is the FdPath of the
+  // held directory); "" = `root`.
+  std::string shown_root;
   bool async = true;  // false: Start() returns once the save is complete
   // How long a rank waits for another's part of a save (rank 0 for every rank's files,
   // the others for the outcome).

@@ -189,7 +189,7 @@ absl::Status ExportHfDir(const LlamaConfig& config, const std::vector<UnitLayout
     return absl::InvalidArgumentError("export dtype must be F32, F16 or BF16");
   }
   if (options.max_shard_bytes == 0) return absl::InvalidArgumentError("max shard size must be > 0");
-  LF_ASSIGN_OR_RETURN(StagedDir staged, StagedDir::Create(out_dir, options.owner));
+  LF_ASSIGN_OR_RETURN(StagedDir staged, StagedDir::Create(out_dir, options.owner, options.path_roots));
 
   // Plan shards in layout order: (unit, index) per tensor.
   struct Item {

@@ -62,6 +62,9 @@ struct ExportOptions {
   // Job id recorded in the directory's marker file: only an earlier export of the same
   // owner may be replaced ("" = a manual export; see StagedDir).
   std::string owner;
+  // The task's path roots: the export's parent is opened beneath them without following
+  // links (StagedDir). Empty for a manual export.
+  std::vector<std::string> path_roots;
   // Stem of the weight files ("adapter_model" for a PEFT adapter) and whether the
   // model's config.json is written.
   std::string weights_name = "model";

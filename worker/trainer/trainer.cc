@@ -14,6 +14,7 @@
 #include "sharded_checkpoint.h"
 #include "tensor_parallel.h"
 #include "util.h"
+#include "worker/job_checkpoint_dir.h"
 #include "worker/path_guard.h"
 
 namespace llamafleet::trainer {
@@ -44,6 +45,12 @@ void Trainer::FlushPhases() {
 
 absl::Status Trainer::Setup() {
   LF_RETURN_IF_ERROR(CheckJobPaths(opt_, rank0_));
+  checkpoint_io_dir_ = opt_.checkpoint_dir;
+  if (!opt_.checkpoint_dir.empty() && !opt_.path_roots.empty() && !opt_.job_id.empty()) {
+    LF_ASSIGN_OR_RETURN(checkpoint_dir_fd_,
+                        worker::OpenJobCheckpointDir(opt_.path_roots, opt_.checkpoint_dir, opt_.job_id));
+    checkpoint_io_dir_ = FdPath(checkpoint_dir_fd_.get());
+  }
   LF_ASSIGN_OR_RETURN(device_, ResolveDevice(opt_.device, env_.local_rank));
   LF_ASSIGN_OR_RETURN(compute_dtype_, ResolveComputeDtype(opt_.compute_dtype));
   at::manual_seed(opt_.seed);
@@ -228,7 +235,8 @@ absl::Status Trainer::Setup() {
   if (!opt_.checkpoint_dir.empty()) {
     LF_ASSIGN_OR_RETURN(std::unique_ptr<KeyValueStore> kv, dist_->NewKeyValueStore("checkpoint-writer"));
     CheckpointWriterOptions wo;
-    wo.root = opt_.checkpoint_dir;
+    wo.root = checkpoint_io_dir_;
+    wo.shown_root = opt_.checkpoint_dir;
     wo.async = opt_.checkpoint_async;
     wo.timeout = std::max<std::chrono::milliseconds>(std::chrono::minutes(30), dist_->timeout());
     writer_ = std::make_unique<CheckpointWriter>(std::move(kv), wo);
@@ -265,7 +273,8 @@ absl::Status Trainer::ResolveLora() {
 }
 
 absl::Status Trainer::ChooseResume(std::string* resume_dir) {
-  *resume_dir = opt_.resume;
+  // A step of the job's own directory is read through the held descriptor.
+  *resume_dir = worker::ThroughHeldDir(opt_.resume, opt_.checkpoint_dir, checkpoint_io_dir_);
   if (!opt_.resume_candidates.empty()) {
     // Every rank checks the manifest hash and its share of the files' hashes; the ranks
     // agree (one all-reduce) on the newest candidate none of them refused.
@@ -273,7 +282,9 @@ absl::Status Trainer::ChooseResume(std::string* resume_dir) {
     std::vector<std::string> reasons(n);
     at::Tensor refused = at::zeros({static_cast<int64_t>(n)}, at::TensorOptions().dtype(at::kDouble));
     for (size_t i = 0; i < n; ++i) {
-      absl::Status v = VerifyCheckpoint(opt_.resume_candidates[i].path, opt_.resume_candidates[i].manifest_sha256,
+      absl::Status v = VerifyCheckpoint(worker::ThroughHeldDir(opt_.resume_candidates[i].path, opt_.checkpoint_dir,
+                                                               checkpoint_io_dir_),
+                                        opt_.resume_candidates[i].manifest_sha256,
                                         env_.rank, env_.world_size);
       if (!v.ok()) {
         reasons[i] = std::string(v.message());
@@ -306,10 +317,10 @@ absl::Status Trainer::ChooseResume(std::string* resume_dir) {
                            " newer recorded checkpoint(s) refused)"));
       EmitJsonLine(trainer_events::ToLine(used));
     }
-    *resume_dir = used.path;
+    *resume_dir = worker::ThroughHeldDir(used.path, opt_.checkpoint_dir, checkpoint_io_dir_);
   } else if (*resume_dir == "latest") {
     if (opt_.checkpoint_dir.empty()) return absl::InvalidArgumentError("checkpoint.resume: latest needs checkpoint.dir");
-    auto latest = LatestCheckpoint(opt_.checkpoint_dir);
+    auto latest = LatestCheckpoint(checkpoint_io_dir_);
     if (latest.ok()) {
       *resume_dir = *latest;
       if (!opt_.path_roots.empty()) {
@@ -468,6 +479,7 @@ absl::Status Trainer::Finish() {
     eo.dtype = opt_.export_dtype;
     eo.max_shard_bytes = opt_.max_shard_bytes;
     eo.owner = opt_.job_id;
+    eo.path_roots = opt_.path_roots;
     if (tokenizer_) {
       eo.tokenizer_path = opt_.tokenizer_path.empty() ? (fs::path(opt_.model_path) / "tokenizer.model").string()
                                                       : opt_.tokenizer_path;

@@ -16,6 +16,7 @@
 
 #include "absl/status/statusor.h"
 #include "checkpoint_writer.h"
+#include "common/dir_fd.h"
 #include "collectives.h"
 #include "config.h"
 #include "data.h"
@@ -84,6 +85,11 @@ class Trainer {
   std::unique_ptr<ShardedEngine> engine_;
   std::unique_ptr<LlamaModel> model_;
   std::unique_ptr<CheckpointWriter> writer_;
+  // The job's checkpoint dir, held open from Setup on (worker/job_checkpoint_dir.h), and
+  // the path every checkpoint write and resume goes through: FdPath of it, or the spec's
+  // path when the task has no path roots.
+  UniqueFd checkpoint_dir_fd_;
+  std::string checkpoint_io_dir_;
   int64_t start_step_ = 0;
   int64_t tokens_seen_ = 0;
   int64_t flops_per_token_ = 0;

@@ -1,6 +1,7 @@
 #include "util.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <openssl/evp.h>
 #include <unistd.h>
 
@@ -16,6 +17,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "worker/path_guard.h"
 
 namespace llamafleet::trainer {
@@ -55,70 +57,89 @@ absl::Status WriteStringToFile(const std::string& path, absl::string_view data) 
   return absl::OkStatus();
 }
 
-absl::StatusOr<StagedDir> StagedDir::Create(const std::string& final_path,
-                                           const std::string& owner) {
+absl::StatusOr<StagedDir> StagedDir::Create(const std::string& final_path, const std::string& owner,
+                                            const std::vector<std::string>& path_roots) {
   static std::atomic<int> counter{0};
   fs::path final_p = fs::absolute(fs::path(final_path)).lexically_normal();
   if (final_p.filename().empty()) final_p = final_p.parent_path();
-  LF_RETURN_IF_ERROR(worker::CheckExportDir(final_p.string(), owner));
-  std::error_code ec;
   const fs::path parent = final_p.parent_path();
-  if (!fs::is_directory(parent, ec)) {
-    fs::create_directories(parent, ec);
-    if (ec) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(parent.string(), ": cannot create output parent directory: ", ec.message()));
+  StagedDir d;
+  d.final_path_ = final_p.string();
+  d.final_name_ = final_p.filename().string();
+  d.owner_ = owner;
+  if (!path_roots.empty()) {
+    absl::StatusOr<UniqueFd> fd = OpenDirInRoots(path_roots, parent.string(), 0755);
+    if (!fd.ok()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("output.export_dir: its parent ", fd.status().message()));
+    }
+    d.parent_fd_ = std::move(*fd);
+  } else {
+    std::error_code ec;
+    if (!fs::is_directory(parent, ec)) {
+      fs::create_directories(parent, ec);
+      if (ec) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(parent.string(), ": cannot create output parent directory: ", ec.message()));
+      }
+    }
+    d.parent_fd_ = UniqueFd(::open(parent.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (!d.parent_fd_.valid()) {
+      return absl::InvalidArgumentError(absl::StrCat(parent.string(), ": cannot open: ", std::strerror(errno)));
     }
   }
-  if (fs::exists(final_p, ec) && !fs::is_directory(final_p, ec)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(final_p.string(), ": exists and is not a directory"));
+  LF_RETURN_IF_ERROR(d.CheckFinal());
+  d.tmp_name_ = absl::StrCat(d.final_name_, ".tmp-", ::getpid(), "-", counter++);
+  (void)RemoveTreeAt(d.parent_fd_.get(), d.tmp_name_);
+  if (::mkdirat(d.parent_fd_.get(), d.tmp_name_.c_str(), 0755) != 0) {
+    return absl::PermissionDeniedError(
+        absl::StrCat((parent / d.tmp_name_).string(), ": cannot create directory: ", std::strerror(errno)));
   }
-  std::string tmp = absl::StrCat(final_p.string(), ".tmp-", ::getpid(), "-", counter++);
-  fs::remove_all(tmp, ec);
-  if (!fs::create_directory(tmp, ec) || ec) {
-    return absl::PermissionDeniedError(absl::StrCat(tmp, ": cannot create directory"));
+  d.tmp_fd_ = UniqueFd(::openat(d.parent_fd_.get(), d.tmp_name_.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!d.tmp_fd_.valid()) {
+    const int error = errno;
+    (void)RemoveTreeAt(d.parent_fd_.get(), d.tmp_name_);
+    return absl::PermissionDeniedError(
+        absl::StrCat((parent / d.tmp_name_).string(), ": cannot open: ", std::strerror(error)));
   }
-  return StagedDir(final_p.string(), tmp, owner);
+  d.tmp_path_ = FdPath(d.tmp_fd_.get());
+  return d;
 }
 
-StagedDir::StagedDir(StagedDir&& o) noexcept
-    : final_path_(std::move(o.final_path_)),
-      tmp_path_(std::move(o.tmp_path_)),
-      owner_(std::move(o.owner_)),
-      done_(o.done_) {
-  o.done_ = true;
+absl::Status StagedDir::CheckFinal() const {
+  // Through the parent's descriptor: the entry of the directory that was opened.
+  const std::string through = absl::StrCat(FdPath(parent_fd_.get()), "/", final_name_);
+  absl::Status s = worker::CheckExportDir(through, owner_);
+  if (s.ok()) return s;
+  return absl::Status(s.code(), absl::StrReplaceAll(s.message(), {{through, final_path_}}));
 }
 
 StagedDir::~StagedDir() {
-  if (!done_) {
-    std::error_code ec;
-    fs::remove_all(tmp_path_, ec);
-  }
+  if (!done_ && parent_fd_.valid() && !tmp_name_.empty()) (void)RemoveTreeAt(parent_fd_.get(), tmp_name_);
 }
 
 absl::Status StagedDir::Commit() {
   // Someone may have put files there since Create: check again, just before the rename.
-  LF_RETURN_IF_ERROR(worker::CheckExportDir(final_path_, owner_));
+  LF_RETURN_IF_ERROR(CheckFinal());
   LF_RETURN_IF_ERROR(WriteStringToFile(absl::StrCat(tmp_path_, "/", worker::kExportMarker), owner_));
-  std::error_code ec;
+  const int at = parent_fd_.get();
   std::string old;
-  if (fs::exists(final_path_, ec)) {
-    old = absl::StrCat(tmp_path_, ".old");
-    fs::rename(final_path_, old, ec);
-    if (ec) {
+  struct stat st;
+  if (::fstatat(at, final_name_.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) {
+    old = absl::StrCat(tmp_name_, ".old");
+    if (::renameat(at, final_name_.c_str(), at, old.c_str()) != 0) {
       return absl::PermissionDeniedError(
-          absl::StrCat(final_path_, ": cannot replace existing directory: ", ec.message()));
+          absl::StrCat(final_path_, ": cannot replace existing directory: ", std::strerror(errno)));
     }
   }
-  fs::rename(tmp_path_, final_path_, ec);
-  if (ec) {
-    if (!old.empty()) fs::rename(old, final_path_, ec);
+  if (::renameat(at, tmp_name_.c_str(), at, final_name_.c_str()) != 0) {
+    const int error = errno;
+    if (!old.empty()) ::renameat(at, old.c_str(), at, final_name_.c_str());
     return absl::PermissionDeniedError(
-        absl::StrCat(final_path_, ": cannot rename output into place: ", ec.message()));
+        absl::StrCat(final_path_, ": cannot rename output into place: ", std::strerror(error)));
   }
   done_ = true;
-  if (!old.empty()) fs::remove_all(old, ec);
+  if (!old.empty()) (void)RemoveTreeAt(at, old);
   return absl::OkStatus();
 }
 

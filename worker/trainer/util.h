@@ -3,10 +3,12 @@
 #pragma once
 
 #include <string>
+#include <vector>
 #include "absl/strings/string_view.h"
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/dir_fd.h"
 
 #define LF_CONCAT_INNER(a, b) a##b
 #define LF_CONCAT(a, b) LF_CONCAT_INNER(a, b)
@@ -39,17 +41,23 @@ absl::Status WriteStringToFile(const std::string& path, absl::string_view data);
 // llamafleet wrote: the final path must not exist, be empty, or be an earlier output of the
 // same `owner` (a job id; its marker file, worker/path_guard.h kExportMarker, is written
 // into every committed directory), else FAILED_PRECONDITION and nothing is touched.
+//
+// Everything goes through descriptors held from Create on: the parent (opened beneath
+// `path_roots` without following links, when given) and the staged directory, written
+// through its FdPath; the final rename is a renameat in the parent. A parent swapped for a
+// link, or renamed away, during the job changes nothing: the files land in the directory
+// that was checked, never outside the roots.
 class StagedDir {
  public:
   // Checks the final path (see above), then creates `<final>.tmp-<pid>-<n>` next to
-  // `final_path`; fails if the parent is missing or not writable.
-  static absl::StatusOr<StagedDir> Create(const std::string& final_path,
-                                          const std::string& owner = "");
-  StagedDir(StagedDir&& other) noexcept;
+  // `final_path` (creating missing parents); fails if the parent cannot be made or opened.
+  static absl::StatusOr<StagedDir> Create(const std::string& final_path, const std::string& owner = "",
+                                          const std::vector<std::string>& path_roots = {});
+  StagedDir(StagedDir&& other) noexcept = default;
   StagedDir& operator=(StagedDir&&) = delete;
   ~StagedDir();
 
-  // Where to write the files.
+  // Where to write the files: the staged directory through its descriptor.
   const std::string& path() const { return tmp_path_; }
   // Checks the final path again, writes the owner marker, and renames the staged directory
   // to its final path, replacing an earlier output of the same owner there (moved aside
@@ -57,11 +65,16 @@ class StagedDir {
   absl::Status Commit();
 
  private:
-  StagedDir(std::string final_path, std::string tmp_path, std::string owner)
-      : final_path_(std::move(final_path)), tmp_path_(std::move(tmp_path)), owner_(std::move(owner)) {}
-  std::string final_path_;
-  std::string tmp_path_;
+  StagedDir() = default;
+  // `final_path_`'s entry checked through the parent's descriptor; messages name it.
+  absl::Status CheckFinal() const;
+
+  std::string final_path_;  // as the caller named it
+  std::string final_name_;  // its last component, an entry of parent_fd_
+  std::string tmp_name_;    // the staged directory's entry in parent_fd_
+  std::string tmp_path_;    // FdPath(tmp_fd_)
   std::string owner_;
+  UniqueFd parent_fd_, tmp_fd_;
   bool done_ = false;
 };
 

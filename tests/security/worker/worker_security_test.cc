@@ -309,6 +309,39 @@ TEST_F(WorkerSecurityTest, PathsAreRecheckedWithLinksResolvedAndExportsReplaceNo
   EXPECT_NE(coordinator.Line("13-1-0", "args=").find("--path-root " + root_), std::string::npos);
 }
 
+// A link into another user's checkpoint dir, made after submission (the coordinator
+// refuses it at submission where it sees one): the worker refuses the directories a job
+// writes when a link is on the way, before any trainer starts.
+TEST_F(WorkerSecurityTest, ALinkOnTheWayToADirTheJobWritesFailsTheTaskBeforeStart) {
+  fs::create_directories(root_ + "/alice/ck/step-4");
+  std::ofstream(root_ + "/alice/ck/step-4/manifest.json") << "alice's";
+  fs::create_directories(root_ + "/bob2");
+  fs::create_symlink(root_ + "/alice/ck", root_ + "/bob2/ck2");
+  std::ofstream(root_ + "/good.jsonl") << "{\"input_ids\": [1, 2, 3]}\n";
+  v1::TaskSpec ck = Task("21-1-0"), exp = Task("22-1-0");
+  for (v1::TaskSpec* t : {&ck, &exp}) {
+    t->add_path_roots(root_);
+    t->mutable_spec()->mutable_data()->set_train_path(root_ + "/good.jsonl");
+  }
+  ck.mutable_spec()->mutable_checkpoint()->set_dir(root_ + "/bob2/ck2");
+  exp.mutable_spec()->mutable_output()->set_export_dir(root_ + "/bob2/ck2/export");
+  FakeCoordinator coordinator({ck, exp});
+  std::unique_ptr<Subprocess> w = StartWorker(coordinator.address(), std::to_string(geteuid()));
+  for (const auto& [id, field] : {std::pair<std::string, std::string>{"21-1-0", "checkpoint.dir"},
+                                  {"22-1-0", "output.export_dir"}}) {
+    v1::TaskStatus st = coordinator.WaitFinished(id, absl::Seconds(20));
+    EXPECT_EQ(st.state(), v1::TASK_FAILED);
+    ASSERT_EQ(st.exits_size(), 1);
+    EXPECT_TRUE(absl::StartsWith(st.exits(0).last_error(), "FAILED_PRECONDITION: " + field + ": "))
+        << st.exits(0).last_error();
+    EXPECT_NE(st.exits(0).last_error().find("symbolic link"), std::string::npos);
+    EXPECT_EQ(ClassifyFailure(st), AttemptOutcome::kPermanent);
+    EXPECT_FALSE(Ran(id));
+  }
+  EXPECT_EQ(ReadFile(root_ + "/alice/ck/step-4/manifest.json"), "alice's");
+  EXPECT_FALSE(fs::exists(root_ + "/alice/ck/export"));
+}
+
 // ---------------------------------------------------------------- token caches per owner
 
 TEST_F(WorkerSecurityTest, EachOwnerHasATokenCacheNoOtherOwnersJobCanReadOrPlantIn) {
