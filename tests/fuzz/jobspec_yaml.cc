@@ -1,11 +1,13 @@
 // Job files as `llamafleet submit -f` and POST /api/v1/jobs (YAML) read them: parse, then
 // for every document the defaults, the validation with field positions, and the memory
-// estimate. Property: a parsed spec written back as YAML (MessageToYaml) parses to the
-// same spec.
+// estimate. Properties: a parsed spec written back as YAML (MessageToYaml) parses to the
+// same spec; a refusal, as the HTTP API answers it (StatusError), is valid JSON.
 #include <google/protobuf/util/message_differencer.h>
 
 #include "fuzz_check.h"
 #include "jobspec/jobspec.h"
+#include "nlohmann/json.hpp"
+#include "server/http/json_errors.h"
 
 using namespace llamafleet;
 
@@ -14,7 +16,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!jobs.ok()) {
     FUZZ_CHECK(jobs.status().code() == absl::StatusCode::kInvalidArgument, "%s",
                jobs.status().ToString().c_str());
-    (void)LocatedFieldViolationsOf(jobs.status());
+    const std::string body = http::StatusError(jobs.status()).body();
+    FUZZ_CHECK(!nlohmann::json::parse(body, nullptr, false).is_discarded(), "error body is not JSON: %s",
+               body.c_str());
     return 0;
   }
   FUZZ_CHECK(!jobs->empty() && jobs->size() <= static_cast<size_t>(kMaxBatchSize), "%zu jobs", jobs->size());
