@@ -17,59 +17,77 @@
 namespace llamafleet {
 namespace {
 
-// Anchors and aliases let a few KB of YAML stand for gigabytes once expanded (the "billion
-// laughs"); a job spec never needs them. This pass walks the parser's events, building
-// nothing, and stops at the first anchor or alias.
-class AnchorFinder : public YAML::EventHandler {
+// The pass over the parser's events that runs before any node is built, and stops at the
+// first of:
+//   - an anchor or alias: they let a few KB of YAML stand for gigabytes once expanded
+//     (the "billion laughs"), and a job spec never needs them;
+//   - more than kMaxYamlNodes nodes: each costs a few hundred bytes once built;
+//   - a document that starts where the one before it started: yaml-cpp (0.7) makes no
+//     progress on text after a top-level flow collection ("{},", "[1] x") and returns the
+//     same empty document forever.
+class DocumentScan : public YAML::EventHandler {
  public:
-  struct Found {
+  struct Refused {
     YAML::Mark mark;
-    bool alias;
+    std::string what;
   };
-  void OnDocumentStart(const YAML::Mark&) override {}
+  void OnDocumentStart(const YAML::Mark& mark) override {
+    if (documents_ > 0 && mark.pos == last_start_) throw Refused{mark, "unexpected text here"};
+    ++documents_;
+    last_start_ = mark.pos;
+  }
   void OnDocumentEnd() override {}
-  void OnNull(const YAML::Mark& mark, YAML::anchor_t anchor) override { Check(mark, anchor); }
-  void OnAlias(const YAML::Mark& mark, YAML::anchor_t) override { throw Found{mark, true}; }
+  void OnNull(const YAML::Mark& mark, YAML::anchor_t anchor) override { Node(mark, anchor); }
+  void OnAlias(const YAML::Mark& mark, YAML::anchor_t) override { throw Refused{mark, kAliases}; }
   void OnScalar(const YAML::Mark& mark, const std::string&, YAML::anchor_t anchor,
                 const std::string&) override {
-    Check(mark, anchor);
+    Node(mark, anchor);
   }
   void OnSequenceStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t anchor,
                        YAML::EmitterStyle::value) override {
-    Check(mark, anchor);
+    Node(mark, anchor);
   }
   void OnSequenceEnd() override {}
   void OnMapStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t anchor,
                   YAML::EmitterStyle::value) override {
-    Check(mark, anchor);
+    Node(mark, anchor);
   }
   void OnMapEnd() override {}
-  void OnAnchor(const YAML::Mark& mark, const std::string&) override { throw Found{mark, false}; }
+  void OnAnchor(const YAML::Mark& mark, const std::string&) override { throw Refused{mark, kAnchors}; }
 
  private:
-  static void Check(const YAML::Mark& mark, YAML::anchor_t anchor) {
-    if (anchor != YAML::NullAnchor) throw Found{mark, false};
+  static constexpr const char* kAnchors =
+      "YAML anchors (&name) are not accepted in job files; write the values out";
+  static constexpr const char* kAliases =
+      "YAML aliases (*name) are not accepted in job files; write the values out";
+  void Node(const YAML::Mark& mark, YAML::anchor_t anchor) {
+    if (anchor != YAML::NullAnchor) throw Refused{mark, kAnchors};
+    if (++nodes_ > kMaxYamlNodes) {
+      throw Refused{mark, absl::StrCat("the job file holds more than ", kMaxYamlNodes,
+                                       " YAML nodes (values, lists and mappings)")};
+    }
   }
+  int64_t nodes_ = 0;
+  int documents_ = 0;
+  int last_start_ = -1;
 };
 
-// Text with neither '&' nor '*' has no anchor or alias and is not parsed twice (most job
-// files; a submission's parse is most of its CPU).
-absl::Status RefuseAnchors(const std::string& text) {
-  if (text.find_first_of("&*") == std::string::npos) return absl::OkStatus();
+std::string ParseError(const YAML::Mark& mark, absl::string_view what) {
+  return absl::StrCat("cannot parse job file: line ", mark.line + 1, ", column ", mark.column + 1, ": ",
+                      what);
+}
+
+absl::Status ScanDocuments(const std::string& text) {
   std::istringstream in(text);
   YAML::Parser parser(in);
-  AnchorFinder finder;
+  DocumentScan scan;
   try {
-    while (parser.HandleNextDocument(finder)) {
+    while (parser.HandleNextDocument(scan)) {
     }
-  } catch (const AnchorFinder::Found& found) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "cannot parse job file: line ", found.mark.line + 1, ", column ", found.mark.column + 1,
-        ": YAML ", found.alias ? "aliases (*name)" : "anchors (&name)",
-        " are not accepted in job files; write the values out"));
+  } catch (const DocumentScan::Refused& refused) {
+    return absl::InvalidArgumentError(ParseError(refused.mark, refused.what));
   } catch (const YAML::Exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat("cannot parse job file: line ", e.mark.line + 1,
-                                                   ", column ", e.mark.column + 1, ": ", e.msg));
+    return absl::InvalidArgumentError(ParseError(e.mark, e.msg));
   }
   return absl::OkStatus();
 }
@@ -92,12 +110,11 @@ std::string AutoIdempotencyKey(const v1::JobSpec& spec, std::map<std::string, in
 absl::StatusOr<std::vector<ParsedJob>> ParseJobDocuments(absl::string_view text) {
   std::vector<YAML::Node> documents;
   const std::string copy(text);
-  if (absl::Status s = RefuseAnchors(copy); !s.ok()) return s;
+  if (absl::Status s = ScanDocuments(copy); !s.ok()) return s;
   try {
     documents = YAML::LoadAll(copy);
   } catch (const YAML::Exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat("cannot parse job file: line ", e.mark.line + 1,
-                                                   ", column ", e.mark.column + 1, ": ", e.msg));
+    return absl::InvalidArgumentError(ParseError(e.mark, e.msg));
   }
   // Flatten: each document is a spec, or a list of specs.
   std::vector<YAML::Node> specs;

@@ -7,6 +7,7 @@
 // (parses files, --dry-run) and the trainer (`llamafleet-train train --spec`), so a spec
 // means the same thing everywhere.
 
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <optional>
@@ -38,6 +39,9 @@ inline constexpr int kMaxLabelValueLength = 255;
 inline constexpr int kMaxIdempotencyKeyLength = 128;
 inline constexpr int kMaxPathLength = 4096;
 inline constexpr int kMaxBatchSize = 1000;
+// YAML nodes (scalars, lists, mappings, empty documents) in one job file: a full spec is
+// well under a hundred, so a batch of kMaxBatchSize fits.
+inline constexpr int64_t kMaxYamlNodes = 100000;
 
 // A place in a job file: 1-based line and column counted from the start of the file (not
 // of the document); 0 when unknown.
@@ -77,9 +81,10 @@ struct ParsedJob {
 // case-insensitive ("full_shard"). Returns INVALID_ARGUMENT naming the document and the
 // field path ("document 2: training.lrr: unknown field (did you mean lr?)"), with one
 // field violation per problem (field: the path within its document, "" for the document
-// itself) placed where the field is written (LocatedFieldViolationsOf). YAML anchors and
-// aliases are refused (INVALID_ARGUMENT naming the line) before any node is built:
-// expanding them lets a small file cost gigabytes.
+// itself) placed where the field is written (LocatedFieldViolationsOf). Before any node
+// is built, YAML anchors and aliases (expanding them lets a small file cost gigabytes),
+// more than kMaxYamlNodes nodes, and text the YAML parser cannot get past are refused
+// (INVALID_ARGUMENT naming the line).
 // Does not apply defaults or validate.
 absl::StatusOr<std::vector<ParsedJob>> ParseJobDocuments(absl::string_view text);
 

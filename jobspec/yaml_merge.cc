@@ -75,6 +75,42 @@ std::string Describe(const YAML::Node& node) {
   }
 }
 
+// Well-formed UTF-8 (no overlong forms, surrogates or code points past U+10FFFF), which
+// protobuf requires of every string field: a spec holding anything else could not be
+// sent to the coordinator or read back from it.
+bool IsUtf8(absl::string_view s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    int n;
+    uint32_t cp;
+    if (c >= 0xc2 && c <= 0xdf) {
+      n = 1, cp = c & 0x1f;
+    } else if (c >= 0xe0 && c <= 0xef) {
+      n = 2, cp = c & 0x0f;
+    } else if (c >= 0xf0 && c <= 0xf4) {
+      n = 3, cp = c & 0x07;
+    } else {
+      return false;
+    }
+    if (i + n >= s.size()) return false;
+    for (int k = 1; k <= n; ++k) {
+      const unsigned char cc = static_cast<unsigned char>(s[i + k]);
+      if ((cc & 0xc0) != 0x80) return false;
+      cp = cp << 6 | (cc & 0x3f);
+    }
+    if ((n == 2 && cp < 0x800) || (n == 3 && cp < 0x10000) || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) {
+      return false;
+    }
+    i += n + 1;
+  }
+  return true;
+}
+
 // Sets one scalar (or appends to a repeated field) from a YAML scalar node; a problem is
 // placed at `where` (the field's key or list item).
 void SetScalar(const YAML::Node& node, const std::string& path, const FieldDescriptor* field,
@@ -144,6 +180,11 @@ void SetScalar(const YAML::Node& node, const std::string& path, const FieldDescr
       return;
     }
     case FieldDescriptor::CPPTYPE_STRING:
+      if (!IsUtf8(text)) {
+        // The bytes are not echoed: the message itself must stay UTF-8.
+        problems->push_back({path, "expected UTF-8 text (the value holds bytes that are not UTF-8)", where});
+        return;
+      }
       repeated ? r->AddString(message, field, text) : r->SetString(message, field, text);
       return;
     case FieldDescriptor::CPPTYPE_ENUM: {

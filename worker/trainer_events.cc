@@ -14,10 +14,17 @@ std::string Str(const json& j, const char* key) {
   auto it = j.find(key);
   return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
 }
+// An integer outside int64 (a float beyond it, NaN, an unsigned above INT64_MAX) reads
+// as the default too: converting it would be undefined.
 int64_t Int(const json& j, const char* key) {
   auto it = j.find(key);
   if (it == j.end() || !it->is_number()) return 0;
-  return it->is_number_float() ? static_cast<int64_t>(it->get<double>()) : it->get<int64_t>();
+  if (it->is_number_float()) {
+    const double d = it->get<double>();
+    return d >= -9.2e18 && d <= 9.2e18 ? static_cast<int64_t>(d) : 0;
+  }
+  if (it->is_number_unsigned() && it->get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) return 0;
+  return it->get<int64_t>();
 }
 double Num(const json& j, const char* key) {
   auto it = j.find(key);

@@ -46,6 +46,21 @@ std::string EscapeControls(std::string_view text) {
   return out;
 }
 
+std::string EscapeTableCell(std::string_view text) {
+  std::string flat;
+  flat.reserve(text.size());
+  for (char c : text) {
+    if (c == '\n') {
+      flat.append("\\n");
+    } else if (c == '\t') {
+      flat.append("\\t");
+    } else {
+      flat.push_back(c);
+    }
+  }
+  return EscapeControls(flat);
+}
+
 EscapingStreambuf::~EscapingStreambuf() {
   if (pending_c2_) target_->sputc(static_cast<char>(0xc2));
 }

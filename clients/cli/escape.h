@@ -14,6 +14,11 @@ namespace llamafleet::cli {
 // (U+0080..U+009F, in UTF-8) become visible escapes: "\r", "\x1b", "\u009b".
 std::string EscapeControls(std::string_view text);
 
+// One table cell: EscapeControls, and '\n' and '\t' too ("\n", "\t"), so a cell stays on
+// its line and in its column whatever it holds (a worker's GPU model name cannot forge a
+// row). The result holds no control character at all.
+std::string EscapeTableCell(std::string_view text);
+
 // A streambuf that writes everything through EscapeControls to `target` (not owned).
 // Unbuffered: what goes through it and what goes straight to `target` stay in order, so
 // the CLI's own control sequences (the progress line's redraw) can bypass it.

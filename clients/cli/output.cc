@@ -129,7 +129,15 @@ std::string JobReason(const v1::Job& job) {
   return OneLine(job.status_reason());
 }
 
-std::string FormatTable(const std::vector<std::vector<std::string>>& rows) {
+std::string FormatTable(const std::vector<std::vector<std::string>>& raw_rows) {
+  // Every cell is escaped first: what was measured is what is printed, one line per row.
+  std::vector<std::vector<std::string>> rows;
+  rows.reserve(raw_rows.size());
+  for (const auto& raw : raw_rows) {
+    std::vector<std::string>& row = rows.emplace_back();
+    row.reserve(raw.size());
+    for (const std::string& cell : raw) row.push_back(EscapeTableCell(cell));
+  }
   std::vector<size_t> widths;
   for (const auto& row : rows) {
     if (widths.size() < row.size()) widths.resize(row.size(), 0);

@@ -20,7 +20,9 @@
 
 namespace llamafleet::cli {
 
-// Left-aligned columns separated by three spaces; rows[0] is the header.
+// Left-aligned columns separated by three spaces; rows[0] is the header. Every cell goes
+// through EscapeTableCell: the table has exactly one line per row and no control
+// character but the '\n' ending each line.
 std::string FormatTable(const std::vector<std::vector<std::string>>& rows);
 
 // "-" for JOB_STATE_UNSPECIFIED (an event without a previous state), else the enum name.

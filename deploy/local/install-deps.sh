@@ -30,8 +30,8 @@ packages=(
 )
 if [ "$mode" = all ]; then
   packages+=(
-    # tests
-    libgtest-dev libgmock-dev
+    # tests; clang and its runtimes (libFuzzer, ASan, UBSan) for tests/fuzz
+    libgtest-dev libgmock-dev clang libclang-rt-14-dev
     # the trainer's Python reference
     python3-torch python3-sentencepiece python3-numpy
     # the Python client (clients/python; its stubs come from protoc and grpc_python_plugin

@@ -19,6 +19,7 @@
 #include <boost/beast/ssl.hpp>
 
 #include "absl/strings/str_cat.h"
+#include "server/http/connection_limits.h"
 #include "server/http/gateway.h"
 #include "server/http/json_errors.h"
 #include "spdlog/spdlog.h"
@@ -64,7 +65,8 @@ struct Registry {
   bool stopping = false;
   uint64_t next_id = 0;
   std::map<uint64_t, std::weak_ptr<SessionBase>> sessions;
-  std::atomic<int> connections{0};
+  // Connections held, in all and per peer address (set once by Start).
+  std::optional<ConnectionLimits> limits;
 };
 
 // One HTTP/1.1 connection, plain (beast::tcp_stream) or TLS (beast::ssl_stream of one):
@@ -84,16 +86,18 @@ class Session final : public SessionBase,
   static constexpr bool kTls = !std::is_same_v<Stream, beast::tcp_stream>;
 
   Session(Stream stream, std::shared_ptr<net::io_context> ioc, std::shared_ptr<Gateway> gateway,
-          const HttpServerOptions& options, std::shared_ptr<Registry> registry, uint64_t id)
+          const HttpServerOptions& options, std::shared_ptr<Registry> registry, uint64_t id,
+          std::string peer)
       : ioc_(std::move(ioc)),
         stream_(std::move(stream)),
         gateway_(std::move(gateway)),
         options_(options),
         registry_(std::move(registry)),
-        id_(id) {}
+        id_(id),
+        peer_(std::move(peer)) {}
 
   ~Session() override {
-    registry_->connections.fetch_sub(1);
+    registry_->limits->Release(peer_);
     std::lock_guard<std::mutex> lock(registry_->mu);
     registry_->sessions.erase(id_);
   }
@@ -174,7 +178,7 @@ class Session final : public SessionBase,
     parser_.emplace();
     parser_->header_limit(options_.max_header_bytes);
     parser_->body_limit(static_cast<uint64_t>(options_.max_body_bytes));
-    Lowest().expires_after(Chrono(options_.read_timeout));
+    Lowest().expires_after(Chrono(options_.header_timeout));
     bhttp::async_read_header(stream_, buffer_, *parser_,
                              [self = this->shared_from_this()](beast::error_code ec, size_t) {
                                self->OnHeader(ec);
@@ -225,6 +229,8 @@ class Session final : public SessionBase,
   }
 
   void ContinueToBody() {
+    // The body's own deadline, from the end of the header (and of its permission check).
+    Lowest().expires_after(Chrono(options_.read_timeout));
     auto expect = parser_->get().find(bhttp::field::expect);
     if (expect != parser_->get().end() && beast::iequals(expect->value(), "100-continue")) {
       static const char kContinue[] = "HTTP/1.1 100 Continue\r\n\r\n";
@@ -422,6 +428,7 @@ class Session final : public SessionBase,
   const HttpServerOptions options_;  // a copy: a session can outlive the server
   const std::shared_ptr<Registry> registry_;
   const uint64_t id_;
+  const std::string peer_;  // the client's address, as counted by registry_->limits
 
   // On the strand.
   beast::flat_buffer buffer_;
@@ -489,25 +496,28 @@ struct HttpServer::Impl {
       if (registry->stopping) return;
       id = registry->next_id++;
     }
-    if (registry->connections.fetch_add(1) >= options.max_connections) {
-      registry->connections.fetch_sub(1);
-      // Over the cap: a short answer (plain HTTP only), then close.
+    beast::error_code endpoint_ec;
+    const tcp::endpoint remote = socket.remote_endpoint(endpoint_ec);
+    std::string peer = endpoint_ec ? std::string() : remote.address().to_string();
+    const ConnectionLimits::Admission admission = registry->limits->Admit(peer);
+    if (admission != ConnectionLimits::Admission::kAdmitted) {
+      // Over a cap: a short answer (plain HTTP only), then close.
       auto s = std::make_shared<tcp::socket>(std::move(socket));
-      static const char kBusy[] =
-          "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
-          "Connection: close\r\nContent-Length: 100\r\n\r\n"
-          "{\"error\":{\"code\":503,\"status\":\"UNAVAILABLE\",\"message\":\"too many connections\","
-          "\"field_violations\":[]}}";
-      static_assert(sizeof("{\"error\":{\"code\":503,\"status\":\"UNAVAILABLE\",\"message\":\"too "
-                           "many connections\",\"field_violations\":[]}}") -
-                        1 ==
-                    100);
       if (tls) {
         beast::error_code ignored;
         s->close(ignored);
         return;
       }
-      net::async_write(*s, net::buffer(kBusy, sizeof(kBusy) - 1), [s](beast::error_code, size_t) {
+      const std::string body = absl::StrCat(
+          R"({"error":{"code":503,"status":"UNAVAILABLE","message":")",
+          admission == ConnectionLimits::Admission::kTooManyFromPeer ? "too many connections from this address"
+                                                                     : "too many connections",
+          R"(","field_violations":[]}})");
+      auto busy = std::make_shared<std::string>(absl::StrCat(
+          "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nConnection: close\r\n"
+          "Content-Length: ",
+          body.size(), "\r\n\r\n", body));
+      net::async_write(*s, net::buffer(*busy), [s, busy](beast::error_code, size_t) {
         beast::error_code ignored;
         s->shutdown(tcp::socket::shutdown_both, ignored);
         s->close(ignored);
@@ -518,12 +528,12 @@ struct HttpServer::Impl {
     if (tls) {
       auto s = std::make_shared<Session<beast::ssl_stream<beast::tcp_stream>>>(
           beast::ssl_stream<beast::tcp_stream>(std::move(socket), *tls), ioc, gateway, options,
-          registry, id);
+          registry, id, peer);
       session = s;
       s->Run();
     } else {
       auto s = std::make_shared<Session<beast::tcp_stream>>(beast::tcp_stream(std::move(socket)),
-                                                            ioc, gateway, options, registry, id);
+                                                            ioc, gateway, options, registry, id, peer);
       session = s;
       s->Run();
     }
@@ -538,6 +548,7 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpServerOp
   server->impl_ = std::make_unique<Impl>();
   Impl& impl = *server->impl_;
   impl.options = options;
+  impl.registry->limits.emplace(options.max_connections, options.max_connections_per_peer);
 
   if (!options.tls_cert_file.empty() || !options.tls_key_file.empty()) {
     if (options.tls_cert_file.empty() || options.tls_key_file.empty()) {
@@ -637,13 +648,13 @@ void HttpServer::Shutdown(absl::Duration grace) {
   impl.work.reset();
   // Cancelled calls and closed sockets finish quickly; then run() runs out of work.
   const absl::Time deadline = absl::Now() + grace;
-  while ((impl.gateway->calls_in_flight() > 0 || impl.registry->connections.load() > 0) &&
+  while ((impl.gateway->calls_in_flight() > 0 || impl.registry->limits->total() > 0) &&
          absl::Now() < deadline) {
     absl::SleepFor(absl::Milliseconds(5));
   }
-  if (impl.gateway->calls_in_flight() > 0 || impl.registry->connections.load() > 0) {
+  if (impl.gateway->calls_in_flight() > 0 || impl.registry->limits->total() > 0) {
     spdlog::warn("http: {} calls and {} connections still open after {}; stopping anyway",
-                 impl.gateway->calls_in_flight(), impl.registry->connections.load(),
+                 impl.gateway->calls_in_flight(), impl.registry->limits->total(),
                  absl::FormatDuration(grace));
   }
   impl.ioc->stop();

@@ -31,12 +31,17 @@ struct HttpServerOptions {
   int64_t max_body_bytes = 4 << 20;
   // Largest request line + header block (431 beyond it).
   uint32_t max_header_bytes = 16 << 10;
-  // Time allowed to receive one request (and for an idle keep-alive connection), and to
-  // write one response or event to a client that is not reading.
+  // Time allowed to receive a request's line and headers (and for an idle keep-alive
+  // connection to start its next request); then to receive its body; and to write one
+  // response or event to a client that is not reading. A client sending a request a byte
+  // at a time (slowloris) holds its connection for at most the first two.
+  absl::Duration header_timeout = absl::Seconds(10);
   absl::Duration read_timeout = absl::Seconds(30);
   absl::Duration write_timeout = absl::Seconds(30);
-  // Connections beyond this are answered 503 and closed.
+  // Connections beyond this, in all or from one peer address (0: no per-peer cap), are
+  // answered 503 and closed: one client cannot hold every connection.
   int max_connections = 512;
+  int max_connections_per_peer = 64;
   // Concurrent event streams (?follow=true) beyond this are answered 503.
   int max_event_streams = 256;
   // Threads running the io_context (the handlers never block: gRPC calls are async).

@@ -150,9 +150,43 @@ void UnknownFields(const nlohmann::json& value, const Descriptor* d, const std::
   }
 }
 
+// Counts the values of a JSON text (as a parse would build them) and stops past the cap;
+// builds nothing.
+class ValueCounter : public nlohmann::json_sax<nlohmann::json> {
+ public:
+  bool null() override { return Count(); }
+  bool boolean(bool) override { return Count(); }
+  bool number_integer(number_integer_t) override { return Count(); }
+  bool number_unsigned(number_unsigned_t) override { return Count(); }
+  bool number_float(number_float_t, const string_t&) override { return Count(); }
+  bool string(string_t&) override { return Count(); }
+  bool binary(binary_t&) override { return Count(); }
+  bool start_object(std::size_t) override { return Count(); }
+  bool key(string_t&) override { return true; }
+  bool end_object() override { return true; }
+  bool start_array(std::size_t) override { return Count(); }
+  bool end_array() override { return true; }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override {
+    return false;
+  }
+  bool over() const { return values_ > kMaxYamlNodes; }
+
+ private:
+  bool Count() { return ++values_ <= kMaxYamlNodes; }
+  int64_t values_ = 0;
+};
+
 }  // namespace
 
 absl::Status FromJson(absl::string_view body, google::protobuf::Message* message) {
+  // The same cap as a YAML job file's, before anything is built from the body.
+  ValueCounter counter;
+  nlohmann::json::sax_parse(body.begin(), body.end(), &counter, nlohmann::json::input_format_t::json,
+                            /*strict=*/false);
+  if (counter.over()) {
+    return absl::InvalidArgumentError(absl::StrCat("invalid JSON body for ", message->GetDescriptor()->name(),
+                                                   ": more than ", kMaxYamlNodes, " values"));
+  }
   google::protobuf::util::JsonParseOptions options;
   options.ignore_unknown_fields = false;
   auto status = google::protobuf::util::JsonStringToMessage(

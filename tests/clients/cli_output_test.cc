@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <sstream>
 
 #include "absl/strings/match.h"
@@ -187,6 +188,23 @@ TEST(WorkersTableTest, GpuAndCpuWorkers) {
   EXPECT_TRUE(absl::StrContains(wide, "ip-10-0-0-1")) << wide;
   EXPECT_TRUE(absl::StrContains(wide, "75%")) << wide;
   EXPECT_TRUE(absl::StrContains(wide, "pool=train,zone=a")) << wide;
+}
+
+TEST(WorkersTableTest, ANewlineInAGpuModelCannotForgeARow) {
+  v1::WorkerInfo w;
+  w.set_name("gpu-1");
+  w.set_state(v1::WORKER_READY);
+  w.mutable_inventory()->add_gpus()->set_model("A100\nfake-worker   READY   8/8\tx\x1b[2J");
+  const std::string table = WorkersTable({w}, /*wide=*/false, absl::FromUnixSeconds(0));
+  EXPECT_EQ(std::count(table.begin(), table.end(), '\n'), 2) << table;
+  EXPECT_TRUE(absl::StrContains(table, "A100\\nfake-worker   READY   8/8\\tx\\x1b[2J")) << table;
+}
+
+TEST(FormatTableTest, EveryCellIsEscapedBeforeItIsMeasured) {
+  EXPECT_EQ(FormatTable({{"A", "B"}, {"x\ny", "1"}, {"\xc2\x9b", "2"}}),
+            "A        B\n"
+            "x\\ny     1\n"
+            "\\u009b   2\n");
 }
 
 v1::Checkpoint MakeCheckpoint(int64_t step, int attempt, double loss) {

@@ -117,7 +117,30 @@ INSTANTIATE_TEST_SUITE_P(
         ParseCase{"name: a\n---\nname: b\nbogus: 1", "document 2: bogus: unknown field"},
         ParseCase{"name: 'unterminated", "cannot parse job file"},
         ParseCase{"", "contains no job spec"},
-        ParseCase{"42", "document: expected a mapping"}));
+        ParseCase{"42", "document: expected a mapping"},
+        // yaml-cpp makes no progress past a top-level flow collection followed by more
+        // text and would return the same empty document forever (found by fuzzing).
+        ParseCase{"{},", "line 1, column 3: unexpected text here"},
+        ParseCase{"[1],x", "line 1, column 4: unexpected text here"},
+        ParseCase{"name: a\n---\n{name: b},\n", "line 3, column 10: unexpected text here"}));
+
+TEST(JobSpecTest, NodeCountIsCappedBeforeAnyNodeIsBuilt) {
+  std::string list = "name: x\nlabels: [";
+  for (int64_t i = 0; i < kMaxYamlNodes; ++i) list += "0,";
+  list += "0]\n";
+  absl::StatusOr<std::vector<ParsedJob>> jobs = ParseJobDocuments(list);
+  ASSERT_FALSE(jobs.ok());
+  EXPECT_NE(jobs.status().message().find("more than 100000 YAML nodes"), std::string::npos)
+      << jobs.status().message();
+  // A full batch of ordinary specs stays well inside the cap.
+  std::string batch;
+  for (int i = 0; i < kMaxBatchSize; ++i) {
+    batch += "- name: job\n  labels: {team: a, project: b}\n  training: {lr: 1e-4, betas: [0.9, 0.95]}\n";
+  }
+  absl::StatusOr<std::vector<ParsedJob>> ok = ParseJobDocuments(batch);
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(ok->size(), static_cast<size_t>(kMaxBatchSize));
+}
 
 struct ValidateCase {
   std::string yaml;

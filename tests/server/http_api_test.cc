@@ -128,11 +128,14 @@ class Client {
 // A raw connection for event streams: sends one request, reads bytes as they come.
 class RawConnection {
  public:
-  explicit RawConnection(const std::string& address, int receive_buffer = 0) : socket_(ioc_) {
+  // `from`: the local address to connect from ("127.0.0.2": another peer on loopback).
+  explicit RawConnection(const std::string& address, int receive_buffer = 0, const std::string& from = "")
+      : socket_(ioc_) {
     const size_t colon = address.rfind(':');
     tcp::resolver resolver(ioc_);
     auto endpoints = resolver.resolve(address.substr(0, colon), address.substr(colon + 1));
     socket_.open(tcp::v4());
+    if (!from.empty()) socket_.bind(tcp::endpoint(net::ip::make_address(from), 0));
     if (receive_buffer > 0) socket_.set_option(net::socket_base::receive_buffer_size(receive_buffer));
     socket_.connect(*endpoints.begin());
   }
@@ -818,6 +821,39 @@ TEST_F(HttpApiTest, SlowEventReaderBlocksNobody) {
   // The others disconnect: their gRPC streams are cancelled and the slots come back.
   for (size_t i = 1; i < stalled.size(); ++i) stalled[i]->Close();
   EXPECT_EQ(client_->Get("/healthz").status, 200);
+}
+
+// Half-sent requests from one address (a slowloris) hold at most the per-peer cap of
+// connections; another address is still served, and a slot comes back when one closes.
+TEST_F(HttpApiTest, OneAddressCannotHoldEveryConnection) {
+  const std::string address = coordinator_->http_address();
+  std::vector<std::unique_ptr<RawConnection>> held;
+  for (int i = 0; i < 64; ++i) {
+    held.push_back(std::make_unique<RawConnection>(address));
+    held.back()->Send("GET /api/v1/jobs HTTP/1.1\r\nHost: x\r\n");
+  }
+  RawConnection refused(address);
+  ASSERT_TRUE(refused.ReadToEnd()) << refused.data();
+  EXPECT_TRUE(absl::StartsWith(refused.data(), "HTTP/1.1 503")) << refused.data();
+  EXPECT_TRUE(absl::StrContains(refused.data(), "too many connections from this address")) << refused.data();
+
+  RawConnection other(address, 0, "127.0.0.2");
+  other.SendGet("/healthz");
+  ASSERT_TRUE(other.ReadUntil("\r\n\r\n")) << other.data();
+  EXPECT_TRUE(absl::StartsWith(other.data(), "HTTP/1.1 200")) << other.data();
+
+  held.back()->Close();
+  held.pop_back();
+  // The server notices the close when its read fails; then the address has a slot again.
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  bool served = false;
+  while (!served && absl::Now() < deadline) {
+    RawConnection again(address);
+    again.SendGet("/healthz");
+    served = again.ReadUntil("\r\n\r\n", absl::Seconds(2)) && absl::StartsWith(again.data(), "HTTP/1.1 200");
+    if (!served) absl::SleepFor(absl::Milliseconds(50));
+  }
+  EXPECT_TRUE(served);
 }
 
 TEST_F(HttpApiTest, ShutdownEndsOpenStreams) {

@@ -3,12 +3,15 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <set>
 
+#include "adapter_config.h"
+#include "checkpoint_manifest.h"
 #include "config.h"
 #include "data.h"
 #include "nlohmann/json.hpp"
@@ -68,6 +71,8 @@ TEST(SafetensorsReader, RejectsBadHeaders) {
       {"gap", R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", 8, "contiguous"},
       {"overlap", R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", 8, "contiguous"},
       {"trailing", R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", 12, "trailing"},
+      // The shape's product wrapped to 0 in 128 bits, and numel() overflowed (found by fuzzing).
+      {"shape_wraps", R"({"a":{"dtype":"U8","shape":[4294967296,4294967296,4294967296,4294967296],"data_offsets":[0,0]}})", 0, "too many elements"},
       {"end_before_begin", R"({"a":{"dtype":"F32","shape":[0],"data_offsets":[4,0]}})", 4, "end before begin"},
       {"missing_offsets", R"({"a":{"dtype":"F32","shape":[1]}})", 4, "data_offsets"},
       {"metadata_not_string", R"({"__metadata__":{"k":1}})", 0, "not a string"},
@@ -207,6 +212,15 @@ TEST(Config, RejectsBadConfigs) {
       {"hidden_size", R"("64")", "must be an integer"},
       {"tie_word_embeddings", "3", "boolean"},
       {"rms_norm_eps", "-1", "rms_norm_eps"},
+      // Every dimension is bounded before the trainer sizes anything from it.
+      {"num_hidden_layers", "2147483648", "num_hidden_layers must be at most 1024, got 2147483648"},
+      {"hidden_size", "4611686018427387904", "hidden_size must be at most 65536"},
+      {"intermediate_size", "1000000000", "intermediate_size must be at most"},
+      {"vocab_size", "18446744073709551615", "\"vocab_size\" must be an integer (64-bit)"},
+      {"max_position_embeddings", "1099511627776", "max_position_embeddings must be at most"},
+      {"num_key_value_heads", "4096", "num_key_value_heads must be at most 1024"},
+      {"bos_token_id", "256", "bos_token_id must be in [0, vocab_size 256)"},
+      {"eos_token_id", "-1", "eos_token_id must be in [0, vocab_size 256)"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.edit_key);
@@ -223,6 +237,87 @@ TEST(Config, RejectsBadConfigs) {
   }
   EXPECT_FALSE(ParseConfigJson("not json", "x").ok());
   EXPECT_EQ(LoadConfigFile("/nonexistent/config.json").status().code(), absl::StatusCode::kNotFound);
+}
+
+// ---------------------------------------------------------------- adapter config
+
+TEST(AdapterConfig, ReadsWhatItWrites) {
+  LoraOptions o;
+  o.enabled = true;
+  o.r = 16;
+  o.alpha = 32;
+  o.dropout = 0.1;
+  o.target_modules = {"q_proj", "down_proj"};
+  o.base_model_name = "/models/llama";
+  auto back = ParseAdapterConfig(AdapterConfigJson(o), "adapter_config.json");
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->r, 16);
+  EXPECT_EQ(back->alpha, 32);
+  EXPECT_TRUE(back->targets(0) && back->targets(6) && !back->targets(2));
+  EXPECT_EQ(back->base_model_name, "/models/llama");
+}
+
+TEST(AdapterConfig, AKeyOfTheWrongTypeIsRefusedNamingIt) {
+  // Each of these threw nlohmann::type_error out of the reader (found by fuzzing).
+  const std::string base = R"("peft_type": "LORA", "r": 8, "lora_alpha": 16, "target_modules": ["q_proj"])";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {R"({"peft_type": 1})", "peft_type must be"},
+      {"{" + base + R"(, "fan_in_fan_out": "yes"})", "fan_in_fan_out must be false"},
+      {"{" + base + R"(, "base_model_name_or_path": 5})", "base_model_name_or_path must be a string"},
+      {"{" + base + R"(, "lora_dropout": "x"})", "lora_dropout must be a number"},
+      {R"({"peft_type": "LORA", "r": 18446744073709551615, "lora_alpha": 16, "target_modules": ["q_proj"]})",
+       "peft.r must be in [1, 4096]"},
+      {R"({"peft_type": "LORA", "r": 8, "lora_alpha": 1e300, "target_modules": ["q_proj"]})", "peft.alpha"},
+  };
+  for (const auto& [text, needle] : cases) {
+    auto r = ParseAdapterConfig(text, "a/adapter_config.json");
+    ASSERT_FALSE(r.ok()) << text;
+    EXPECT_NE(r.status().message().find("a/adapter_config.json: "), std::string::npos) << r.status();
+    EXPECT_NE(r.status().message().find(needle), std::string::npos) << r.status();
+  }
+}
+
+// ---------------------------------------------------------------- checkpoint manifest
+
+TEST(CheckpointManifest, EveryFieldHasItsTypeAndRange) {
+  const std::string ok = R"({"format": "llamafleet-sharded-v1", "step": 4, "loss": null, "world_size": 2,
+    "tensor_parallel": 2, "shard_group_size": 1, "units": [{"name": "u", "numel": 3, "padded": 4}],
+    "files": [{"name": "config.json", "bytes": 3, "sha256": "ab"}]})";
+  auto m = ParseCheckpointManifest(ok, "m.json");
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->step, 4);
+  EXPECT_TRUE(std::isnan(m->loss));  // a NaN loss is written as null
+  EXPECT_EQ(m->tensor_parallel, 2);
+  EXPECT_EQ(m->units.at(0).padded, 4);
+  EXPECT_EQ(m->files.at(0).name, "config.json");
+  const std::string head = R"({"format": "llamafleet-sharded-v1", "units": [], "files": [])";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {head + R"(, "tensor_parallel": "x"})", "tensor_parallel must be an integer in [1, 1024]"},
+      {head + R"(, "tensor_parallel": 0})", "tensor_parallel must be an integer in [1, 1024]"},
+      {head + R"(, "step": -1})", "step must be an integer"},
+      {head + R"(, "shard_group_size": 1048576, "tensor_parallel": 1024})", "shard files is more than"},
+      {R"({"format": "llamafleet-sharded-v1", "units": [], "files": {"a": 1}})", "files must be a list"},
+      {R"({"format": "llamafleet-sharded-v1", "units": [], "files": [{"name": "../x", "bytes": 1, "sha256": ""}]})",
+       "bad file name"},
+      {R"({"format": "llamafleet-sharded-v1", "units": [{"name": "u"}], "files": []})", "units[0].padded is missing"},
+      {R"({"format": "other", "units": [], "files": []})", "not a llamafleet-sharded-v1 manifest"},
+  };
+  for (const auto& [text, needle] : cases) {
+    auto r = ParseCheckpointManifest(text, "m.json");
+    ASSERT_FALSE(r.ok()) << text;
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kDataLoss);
+    EXPECT_NE(r.status().message().find(needle), std::string::npos) << r.status();
+  }
+}
+
+TEST(SafetensorsIndex, NamesPlainFilesOnly) {
+  auto ok = ParseSafetensorsIndex(R"({"weight_map": {"a": "model-1.safetensors"}})", "i.json");
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(ok->at("a"), "model-1.safetensors");
+  for (const char* text : {R"({"weight_map": {"a": "../x"}})", R"({"weight_map": {"a": ".."}})",
+                           R"({"weight_map": {"a": 1}})", R"({"weight_map": []})", "[]", "{"}) {
+    EXPECT_FALSE(ParseSafetensorsIndex(text, "i.json").ok()) << text;
+  }
 }
 
 TEST(Config, PresetsHaveTheReleasedShapes) {

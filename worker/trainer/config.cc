@@ -1,6 +1,8 @@
 #include "config.h"
 
+#include <cmath>
 #include <fstream>
+#include <tuple>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
@@ -26,18 +28,24 @@ int64_t LlamaConfig::NumParameters() const {
 }
 
 absl::Status ValidateConfig(const LlamaConfig& c) {
-  auto positive = [](const char* name, int64_t v) -> absl::Status {
+  // Every dimension is bounded before anything is sized from it: the products the model,
+  // the memory estimate and NumParameters form stay far inside int64.
+  for (auto [name, v, max] : {std::tuple<const char*, int64_t, int64_t>{"hidden_size", c.hidden_size, kMaxHiddenSize},
+                              {"intermediate_size", c.intermediate_size, kMaxIntermediateSize},
+                              {"num_hidden_layers", c.num_hidden_layers, kMaxHiddenLayers},
+                              {"num_attention_heads", c.num_attention_heads, kMaxAttentionHeads},
+                              {"num_key_value_heads", c.num_key_value_heads, kMaxAttentionHeads},
+                              {"vocab_size", c.vocab_size, kMaxVocabSize},
+                              {"max_position_embeddings", c.max_position_embeddings, kMaxPositionEmbeddings}}) {
     if (v <= 0) return absl::InvalidArgumentError(absl::StrCat(name, " must be > 0, got ", v));
-    return absl::OkStatus();
-  };
-  for (auto [name, v] : {std::pair<const char*, int64_t>{"hidden_size", c.hidden_size},
-                         {"intermediate_size", c.intermediate_size},
-                         {"num_hidden_layers", c.num_hidden_layers},
-                         {"num_attention_heads", c.num_attention_heads},
-                         {"num_key_value_heads", c.num_key_value_heads},
-                         {"vocab_size", c.vocab_size},
-                         {"max_position_embeddings", c.max_position_embeddings}}) {
-    LF_RETURN_IF_ERROR(positive(name, v));
+    if (v > max) return absl::InvalidArgumentError(absl::StrCat(name, " must be at most ", max, ", got ", v));
+  }
+  for (auto [name, v] : {std::pair<const char*, int64_t>{"bos_token_id", c.bos_token_id},
+                         {"eos_token_id", c.eos_token_id}}) {
+    if (v < 0 || v >= c.vocab_size) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, " must be in [0, vocab_size ", c.vocab_size, "), got ", v));
+    }
   }
   if (c.hidden_size % c.num_attention_heads != 0) {
     return absl::InvalidArgumentError(
@@ -57,8 +65,8 @@ absl::Status ValidateConfig(const LlamaConfig& c) {
     return absl::InvalidArgumentError(
         absl::StrCat("rms_norm_eps must be in (0, 1], got ", c.rms_norm_eps));
   }
-  if (!(c.rope_theta > 0)) {
-    return absl::InvalidArgumentError(absl::StrCat("rope_theta must be > 0, got ", c.rope_theta));
+  if (!(c.rope_theta > 0) || !std::isfinite(c.rope_theta)) {
+    return absl::InvalidArgumentError(absl::StrCat("rope_theta must be finite and > 0, got ", c.rope_theta));
   }
   return absl::OkStatus();
 }
@@ -72,8 +80,10 @@ absl::StatusOr<int64_t> GetInt(const json& j, const char* key, absl::string_view
     if (fallback) return *fallback;
     return absl::InvalidArgumentError(absl::StrCat(src, ": missing required field \"", key, "\""));
   }
-  if (!it->is_number_integer()) {
-    return absl::InvalidArgumentError(absl::StrCat(src, ": field \"", key, "\" must be an integer"));
+  if (!it->is_number_integer() ||
+      (it->is_number_unsigned() && it->get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(src, ": field \"", key, "\" must be an integer (64-bit)"));
   }
   return it->get<int64_t>();
 }

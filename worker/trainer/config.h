@@ -32,7 +32,17 @@ struct LlamaConfig {
   int64_t NumNonEmbeddingParameters() const;
 };
 
-// Checks the invariants above; the error names the offending field.
+// The largest dimensions accepted (a few times the largest released Llama shapes), so a
+// config.json cannot make the trainer allocate what no machine has.
+inline constexpr int64_t kMaxHiddenSize = 1 << 16;
+inline constexpr int64_t kMaxIntermediateSize = 1 << 18;
+inline constexpr int64_t kMaxHiddenLayers = 1024;
+inline constexpr int64_t kMaxAttentionHeads = 1024;
+inline constexpr int64_t kMaxVocabSize = 1 << 22;
+inline constexpr int64_t kMaxPositionEmbeddings = 1 << 22;
+
+// Checks the invariants above and every dimension against its bound (and the token ids
+// against vocab_size); the error names the offending field.
 absl::Status ValidateConfig(const LlamaConfig& config);
 
 // Parses the text of an HF config.json. Required: hidden_size, intermediate_size,

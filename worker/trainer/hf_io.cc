@@ -54,26 +54,9 @@ absl::StatusOr<std::unique_ptr<HfModelDir>> HfModelDir::Open(const std::string& 
   std::vector<std::string> file_names;
   if (fs::exists(index_path, ec)) {
     LF_ASSIGN_OR_RETURN(std::string text, ReadFileToString(index_path.string()));
-    json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
-    auto wm = j.is_object() ? j.find("weight_map") : j.end();
-    if (j.is_discarded() || !j.is_object() || wm == j.end() || !wm->is_object()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(index_path.string(), ": not a safetensors index (needs a \"weight_map\" object)"));
-    }
+    LF_ASSIGN_OR_RETURN(weight_map, ParseSafetensorsIndex(text, index_path.string()));
     std::set<std::string> files;
-    for (auto it = wm->begin(); it != wm->end(); ++it) {
-      if (!it.value().is_string()) {
-        return absl::InvalidArgumentError(absl::StrCat(index_path.string(), ": weight_map entry \"",
-                                                       it.key(), "\" is not a file name"));
-      }
-      std::string file = it.value().get<std::string>();
-      if (file.empty() || absl::StrContains(file, "/") || file == "." || file == "..") {
-        return absl::InvalidArgumentError(absl::StrCat(
-            index_path.string(), ": weight_map entry \"", it.key(), "\" names a bad file \"", file, "\""));
-      }
-      weight_map[it.key()] = file;
-      files.insert(file);
-    }
+    for (const auto& [tensor, file] : weight_map) files.insert(file);
     file_names.assign(files.begin(), files.end());
   } else if (fs::exists(single_path, ec)) {
     file_names.push_back("model.safetensors");

@@ -8,59 +8,23 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "nlohmann/json.hpp"
 #include "safetensors.h"
 #include "util.h"
 
 namespace llamafleet::trainer {
 
 namespace fs = std::filesystem;
-using json = nlohmann::json;
-
-const std::array<const char*, kLoraModules> kLoraModuleNames = {"q_proj",    "k_proj",  "v_proj",   "o_proj",
-                                                                "gate_proj", "up_proj", "down_proj"};
 
 namespace {
 // Position of each module's weight among a decoder layer's nine base tensors (model.h).
 constexpr std::array<int, kLoraModules> kBaseIndex = {1, 2, 3, 4, 6, 7, 8};
 constexpr int kBaseTensorsPerLayer = 9;
 
-int ModuleIndex(const std::string& name) {
-  for (int m = 0; m < kLoraModules; ++m) {
-    if (name == kLoraModuleNames[m]) return m;
-  }
-  return -1;
-}
-
 std::string Replace(const std::string& s, const std::string& from, const std::string& to) {
   const size_t at = s.rfind(from);
   return at == std::string::npos ? s : s.substr(0, at) + to + s.substr(at + from.size());
 }
 }  // namespace
-
-bool LoraOptions::targets(int module) const {
-  return std::find(target_modules.begin(), target_modules.end(), kLoraModuleNames[module]) != target_modules.end();
-}
-
-absl::Status ValidateLora(const LoraOptions& lora) {
-  if (lora.r < 1) return absl::InvalidArgumentError(absl::StrCat("peft.r must be >= 1 (got ", lora.r, ")"));
-  if (!(lora.alpha > 0)) return absl::InvalidArgumentError(absl::StrCat("peft.alpha must be > 0 (got ", lora.alpha, ")"));
-  if (!(lora.dropout >= 0 && lora.dropout < 1)) {
-    return absl::InvalidArgumentError(absl::StrCat("peft.dropout must be in [0, 1) (got ", lora.dropout, ")"));
-  }
-  if (lora.target_modules.empty()) return absl::InvalidArgumentError("peft.target_modules must name at least one module");
-  std::set<std::string> seen;
-  for (const std::string& m : lora.target_modules) {
-    if (ModuleIndex(m) < 0) {
-      return absl::InvalidArgumentError(absl::StrCat("peft.target_modules: unknown module \"", m, "\" (",
-                                                     absl::StrJoin(kLoraModuleNames, ", "), ")"));
-    }
-    if (!seen.insert(m).second) {
-      return absl::InvalidArgumentError(absl::StrCat("peft.target_modules: \"", m, "\" is listed twice"));
-    }
-  }
-  return absl::OkStatus();
-}
 
 void ApplyLora(const LlamaConfig& config, const LoraOptions& lora, std::vector<UnitLayout>& layout) {
   for (UnitLayout& u : layout) u.frozen.assign(u.param_names.size(), true);
@@ -109,64 +73,6 @@ int64_t AdapterParameters(const std::vector<UnitLayout>& layout) {
 }
 
 std::string PeftTensorName(const std::string& layout_name) { return "base_model.model." + layout_name; }
-
-std::string AdapterConfigJson(const LoraOptions& lora) {
-  // PEFT writes target_modules as a list; its order carries no meaning.
-  json targets = json::array();
-  for (int m = 0; m < kLoraModules; ++m) {
-    if (lora.targets(m)) targets.push_back(kLoraModuleNames[m]);
-  }
-  json j = {{"peft_type", "LORA"},
-            {"task_type", "CAUSAL_LM"},
-            {"r", lora.r},
-            {"lora_alpha", lora.alpha},
-            {"lora_dropout", lora.dropout},
-            {"target_modules", targets},
-            {"bias", "none"},
-            {"fan_in_fan_out", false},
-            {"inference_mode", true},
-            {"modules_to_save", nullptr},
-            {"base_model_name_or_path", lora.base_model_name}};
-  return j.dump(2) + "\n";
-}
-
-absl::StatusOr<LoraOptions> ReadAdapterConfig(const std::string& dir) {
-  const std::string path = (fs::path(dir) / "adapter_config.json").string();
-  LF_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
-  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (!j.is_object()) return absl::InvalidArgumentError(absl::StrCat(path, ": not a JSON object"));
-  auto bad = [&](const std::string& key, const std::string& why) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": ", key, " ", why));
-  };
-  if (j.value("peft_type", "") != "LORA") return bad("peft_type", "must be \"LORA\"");
-  if (j.contains("bias") && j["bias"] != "none") return bad("bias", "must be \"none\" (bias adapters are not supported)");
-  if (j.contains("modules_to_save") && !j["modules_to_save"].is_null()) {
-    return bad("modules_to_save", "is not supported (only LoRA matrices are trained)");
-  }
-  if (j.value("fan_in_fan_out", false)) return bad("fan_in_fan_out", "must be false (Llama's Linear layers)");
-  if (j.contains("use_dora") && j["use_dora"].is_boolean() && j["use_dora"].get<bool>()) {
-    return bad("use_dora", "is not supported");
-  }
-  LoraOptions o;
-  o.enabled = true;
-  o.adapter_path = dir;
-  if (!j.contains("r") || !j["r"].is_number_integer()) return bad("r", "must be an integer");
-  o.r = j["r"].get<int64_t>();
-  if (!j.contains("lora_alpha") || !j["lora_alpha"].is_number()) return bad("lora_alpha", "must be a number");
-  o.alpha = j["lora_alpha"].get<double>();
-  if (j.contains("lora_dropout") && j["lora_dropout"].is_number()) o.dropout = j["lora_dropout"].get<double>();
-  const json& t = j.contains("target_modules") ? j["target_modules"] : json();
-  if (!t.is_array()) return bad("target_modules", "must be a list of module names");
-  o.target_modules.clear();
-  for (const json& m : t) {
-    if (!m.is_string()) return bad("target_modules", "must be a list of module names");
-    o.target_modules.push_back(m.get<std::string>());
-  }
-  o.base_model_name = j.value("base_model_name_or_path", "");
-  absl::Status s = ValidateLora(o);
-  if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat(path, ": ", s.message()));
-  return o;
-}
 
 absl::StatusOr<std::function<absl::Status(int, int64_t, int64_t, at::Tensor)>> AdapterSource(
     const std::string& dir, const std::vector<UnitLayout>& layout) {

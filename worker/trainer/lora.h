@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "adapter_config.h"
 #include "config.h"
 #include "engine.h"
 #include "hf_io.h"
@@ -44,15 +45,6 @@ int64_t AdapterParameters(const std::vector<UnitLayout>& layout);
 
 // PEFT's name of an adapter tensor: "base_model.model." + layout name.
 std::string PeftTensorName(const std::string& layout_name);
-
-// adapter_config.json: peft_type LORA, task_type CAUSAL_LM, r, lora_alpha, lora_dropout,
-// target_modules, bias none, base_model_name_or_path.
-std::string AdapterConfigJson(const LoraOptions& lora);
-
-// Reads `dir`/adapter_config.json into a LoraOptions (adapter_path = dir). Refuses a
-// non-LORA adapter, bias other than none, unknown target modules, or modules_to_save;
-// errors name the file and the key.
-absl::StatusOr<LoraOptions> ReadAdapterConfig(const std::string& dir);
 
 // Fills a ShardSource-shaped request for the adapter tensors of `layout` from
 // `dir`/adapter_model.safetensors: `out` [end - begin] gets elements [begin, end) of unit

@@ -27,8 +27,12 @@ struct LoraOptions {
   bool targets(int module) const;  // module: index into kLoraModuleNames
 };
 
-// Checks r >= 1, alpha > 0, 0 <= dropout < 1, known and distinct module names; the error
-// names the peft.* field.
+// The bounds the job spec puts on peft.r and peft.alpha (jobspec/validation.cc).
+inline constexpr int64_t kMaxLoraRank = 4096;
+inline constexpr double kMaxLoraAlpha = 1e6;
+
+// Checks 1 <= r <= kMaxLoraRank, 0 < alpha < kMaxLoraAlpha, 0 <= dropout < 1, known and
+// distinct module names; the error names the peft.* field.
 absl::Status ValidateLora(const LoraOptions& lora);
 
 }  // namespace llamafleet::trainer

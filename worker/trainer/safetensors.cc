@@ -143,9 +143,13 @@ absl::StatusOr<std::vector<StTensorInfo>> ParseSafetensorsHeader(
                               ") extend past the end of the file (data buffer is ", buffer_size,
                               " bytes)"));
     }
-    // numel * itemsize, overflow-checked
+    // numel * itemsize, overflow-checked: the running product (as numel() forms it, left
+    // to right) stays below 2^63, so numel() and every byte count of the tensor fit int64.
     unsigned __int128 bytes = StDtypeSize(info.dtype);
-    for (int64_t d : info.shape) bytes *= static_cast<uint64_t>(d);
+    for (int64_t d : info.shape) {
+      bytes *= static_cast<uint64_t>(d);
+      if (bytes > static_cast<unsigned __int128>(INT64_MAX)) return bad("shape has too many elements");
+    }
     if (bytes != info.end - info.begin) {
       return bad(absl::StrCat("shape and dtype imply ", static_cast<uint64_t>(bytes),
                               " bytes but data_offsets span ", info.end - info.begin));
@@ -172,6 +176,30 @@ absl::StatusOr<std::vector<StTensorInfo>> ParseSafetensorsHeader(
                      " bytes (trailing or missing data)"));
   }
   return out;
+}
+
+absl::StatusOr<std::map<std::string, std::string>> ParseSafetensorsIndex(const std::string& text,
+                                                                          const std::string& source) {
+  const json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  auto wm = j.is_object() ? j.find("weight_map") : j.end();
+  if (!j.is_object() || wm == j.end() || !wm->is_object()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ": not a safetensors index (needs a \"weight_map\" object)"));
+  }
+  std::map<std::string, std::string> weight_map;
+  for (auto it = wm->begin(); it != wm->end(); ++it) {
+    if (!it.value().is_string()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(source, ": weight_map entry \"", it.key(), "\" is not a file name"));
+    }
+    const std::string& file = it.value().get_ref<const std::string&>();
+    if (file.empty() || file.find('/') != std::string::npos || file == "." || file == "..") {
+      return absl::InvalidArgumentError(absl::StrCat(source, ": weight_map entry \"", it.key(),
+                                                     "\" names a bad file \"", file, "\""));
+    }
+    weight_map[it.key()] = file;
+  }
+  return weight_map;
 }
 
 absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std::string& path) {

@@ -73,6 +73,12 @@ class SafetensorsFile {
 absl::StatusOr<std::vector<StTensorInfo>> ParseSafetensorsHeader(
     const std::string& header, uint64_t buffer_size, std::map<std::string, std::string>* metadata);
 
+// The weight_map of a sharded model's model.safetensors.index.json: tensor name -> file
+// name, each a plain name in the index's directory (not empty, no '/', not "." or "..").
+// INVALID_ARGUMENT naming `source` and the entry otherwise.
+absl::StatusOr<std::map<std::string, std::string>> ParseSafetensorsIndex(const std::string& text,
+                                                                          const std::string& source);
+
 // Streams one safetensors file: the header is written by Open() from the declared
 // tensors (offsets assigned in the given order), then each tensor's bytes are appended
 // in that order with Append(), then Finish() checks everything was written and fsyncs.

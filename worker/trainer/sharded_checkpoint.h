@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "checkpoint_manifest.h"
 #include "config.h"
 #include "hf_io.h"
 #include "nlohmann/json.hpp"
@@ -50,7 +51,6 @@ struct TrainerProgress {
 };
 
 // The layout's names, shared by the reader below and the writer (checkpoint_writer.h).
-inline constexpr char kShardedCheckpointFormat[] = "llamafleet-sharded-v1";
 extern const char* const kShardKinds[3];  // per unit: "param", "exp_avg", "exp_avg_sq"
 std::string ShardFileName(int index, int count);  // shard-SSSSS-of-NNNNN.safetensors
 std::string RankFileName(int rank);               // rank-RRRRR.json
@@ -85,12 +85,13 @@ class ShardedCheckpoint {
   ~ShardedCheckpoint();
 
   const std::string& dir() const { return dir_; }
-  const nlohmann::json& manifest() const { return manifest_; }
+  const nlohmann::json& manifest() const { return manifest_.json; }
+  const CheckpointManifest& parsed_manifest() const { return manifest_; }
   const LlamaConfig& config() const { return config_; }
-  int64_t step() const { return manifest_.value("step", int64_t{0}); }
-  int world_size() const { return manifest_.value("world_size", 1); }
-  int shard_group_size() const { return manifest_.value("shard_group_size", 1); }
-  int tensor_parallel() const { return manifest_.value("tensor_parallel", 1); }
+  int64_t step() const { return manifest_.step; }
+  int world_size() const { return manifest_.world_size; }
+  int shard_group_size() const { return manifest_.shard_group_size; }
+  int tensor_parallel() const { return manifest_.tensor_parallel; }
   TrainerProgress progress() const;
 
   // Elements [begin, end) of tensor-parallel rank `tp_rank`'s flat `kind` ("param",
@@ -117,7 +118,7 @@ class ShardedCheckpoint {
   absl::StatusOr<const SafetensorsFile*> Shard(int index);
 
   std::string dir_;
-  nlohmann::json manifest_;
+  CheckpointManifest manifest_;
   LlamaConfig config_;
   std::map<std::string, std::pair<int64_t, std::string>> files_;  // name -> (bytes, sha256)
   std::vector<std::unique_ptr<SafetensorsFile>> shards_;

@@ -179,7 +179,7 @@ absl::Status Trainer::Setup() {
     tokens_seen_ = resume->progress().tokens_seen;
     if (rank0_) {
       LogInfo(absl::StrCat("resumed from ", resume_dir, " at step ", start_step_, " (saved by ",
-                           resume->world_size(), " ranks, ", resume->manifest().value("strategy", "?"), ")"));
+                           resume->world_size(), " ranks, ", resume->parsed_manifest().strategy, ")"));
     }
   }
   PhaseDone("weights_loaded", resume ? absl::StrCat("resumed from step ", start_step_)
