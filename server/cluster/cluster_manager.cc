@@ -196,10 +196,7 @@ void ClusterManager::OnHello(std::shared_ptr<WorkerLink> link, v1::Hello hello) 
 }
 
 void ClusterManager::OnDisconnected(const std::string& worker, const WorkerLink* link) {
-  Post([this, worker, link] {
-    // Lost only if it stays silent past the heartbeat timeout.
-    if (workers_.Disconnect(worker, link)) spdlog::info("worker {} disconnected", worker);
-  });
+  Post([this, worker, link] { HandleDisconnected(worker, link); });
 }
 
 void ClusterManager::OnWorkerMessage(const std::string& worker, v1::WorkerMessage message) {
@@ -303,6 +300,7 @@ void ClusterManager::Tick() {
   }
   // Tasks nobody will report any more (missing, or silent past their stop deadline).
   ReleaseAbandoned(now);
+  SettleHeldFailures(now);
   EndStalledAndOverdue(now);
   for (int64_t id : expiry_.Due(*store_, now)) {
     spdlog::info("job {}: ttl_after_finished passed; deleting its record", id);

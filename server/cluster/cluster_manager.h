@@ -12,6 +12,7 @@
 //   attempts.cc            attempts: start, task reports, end, stop, release
 //   checkpoint_reports.cc  recorded checkpoints: retention, elastic grow
 //   scheduling_pass.cc     a pass: its input, the scheduler, applying its decisions
+//   node_faults.cc         node faults: sessions that end, failures blamed on a lost peer
 // and the parts it is built from, each with its own header: worker_registry (nodes,
 // heartbeats, liveness), pass_policy (when a pass runs), port_allocator (MASTER_PORT),
 // job_expiry (ttl_after_finished), cluster_view (what other threads read),
@@ -216,6 +217,17 @@ class ClusterManager : public ClusterView {
   // On files_ (not the strand): deletes the job's checkpoints beyond keep_last that are
   // its own step-N directories, then forgets their rows.
   void ApplyRetention(int64_t job_id, int keep_last, const std::string& job_dir);
+
+  // --- Node faults (node_faults.cc).
+  // The session `link` of `worker` ended: shown DISCONNECTED at once, and a failure held
+  // in its gang (node_loss.h) is blamed on it.
+  void HandleDisconnected(const std::string& worker, const WorkerLink* link);
+  // A task failure on `worker` that a lost peer may have caused: ended at once as the
+  // peer's node fault when one is gone already, else held for kPeerLossSettle.
+  void HoldOrBlame(ActiveAttempt& attempt, const std::string& worker, const TaskReportEffect& effect);
+  // Ends attempts whose held failure has a peer gone by now (blamed on it), or whose
+  // settle time has passed (as reported).
+  void SettleHeldFailures(absl::Time now);
 
   // --- A scheduling pass (scheduling_pass.cc), over `queue` when given (read by Tick)
   // or the queue as it is now.

@@ -43,7 +43,7 @@ void PublishedCluster::SetWorkers(const std::map<std::string, LiveWorker>& worke
   for (const auto& [name, w] : workers) {
     Worker info;
     info.name = name;
-    info.state = w.lost ? v1::WORKER_LOST : v1::WORKER_READY;
+    info.state = StateOf(w);
     info.inventory = w.shared_inventory;  // null for a recovered worker not back yet
     info.last_heartbeat = w.last_heartbeat;
     if (auto t = tasks.find(name); t != tasks.end()) info.running_task_ids = std::move(t->second);

@@ -11,6 +11,12 @@ bool JoinTokenMatches(const std::string& expected, const std::string& given) {
   return CRYPTO_memcmp(expected.data(), given.data(), expected.size()) == 0;
 }
 
+v1::WorkerState StateOf(const LiveWorker& w) {
+  if (w.lost) return v1::WORKER_LOST;
+  if (w.link == nullptr) return v1::WORKER_DISCONNECTED;
+  return v1::WORKER_READY;
+}
+
 WorkerRegistry::Registration WorkerRegistry::Register(const std::string& name,
                                                       const v1::Inventory& inventory,
                                                       std::shared_ptr<WorkerLink> link,
@@ -89,6 +95,11 @@ bool WorkerRegistry::AnyConnected() const {
 bool WorkerRegistry::IsLost(const std::string& name) const {
   auto it = workers_.find(name);
   return it == workers_.end() || it->second.lost;
+}
+
+bool WorkerRegistry::IsGone(const std::string& name) const {
+  auto it = workers_.find(name);
+  return it == workers_.end() || it->second.lost || it->second.link == nullptr;
 }
 
 std::set<std::string> WorkerRegistry::Unavailable() const {

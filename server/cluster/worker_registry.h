@@ -43,6 +43,10 @@ struct LiveWorker {
   std::shared_ptr<const v1::Inventory> shared_inventory;
 };
 
+// What `workers` shows for a worker: LOST once lost, DISCONNECTED from the moment its
+// session ends (or, recovered after a restart, until its first hello), else READY.
+v1::WorkerState StateOf(const LiveWorker& worker);
+
 // Whether `given` is the join token `expected`, in constant time. An empty expected token
 // matches nothing.
 bool JoinTokenMatches(const std::string& expected, const std::string& given);
@@ -79,6 +83,8 @@ class WorkerRegistry {
   bool AnyConnected() const;
   // Unknown or lost: tasks placed there are gone with it.
   bool IsLost(const std::string& name) const;
+  // Unknown, lost, or its session ended: a task placed there is not reported any more.
+  bool IsGone(const std::string& name) const;
   // Lost or disconnected workers.
   std::set<std::string> Unavailable() const;
   // The address of a known worker ("" when unknown or never heard from).
