@@ -130,6 +130,13 @@ std::pair<TxnFunction, std::function<void(absl::Status)>> ClusterManager::StartA
       it->second.committed = true;
       if (options_.metrics != nullptr) options_.metrics->RecordStartupPhase("placed", *queued);
       SendAssignments(job_id);
+      // A worker drained while the start was being written: the attempt moves elsewhere.
+      for (const TaskRecord& t : it->second.record.tasks) {
+        if (const WorkerDrainRecord* d = workers_.DrainOf(t.worker); d != nullptr) {
+          ApplyDrain(*d);
+          break;
+        }
+      }
     });
   });
   attempts_[job_id] = std::move(a);
