@@ -273,5 +273,108 @@ TEST_F(NodeHealthTest, KilledWorkerIsBlamedAndShownDisconnectedAtOnce) {
   EXPECT_TRUE(WaitForWorkerState(victim, v1::WORKER_LOST, absl::Seconds(15)));
 }
 
+// An operator drains a worker of a running gang: `workers` shows it DRAINING with the
+// reason at once, the gang restarts on the spare from its checkpoint without using a
+// restart (max_restarts is 0: a counted restart would fail the job), and no later
+// placement lands there until it is undrained.
+TEST_F(NodeHealthTest, OperatorDrainMovesTheJobToTheSpareWithoutUsingARestart) {
+  ASSERT_NO_FATAL_FAILURE(StartCoordinator());
+  for (const char* w : {"w1", "w2"}) StartWorker(w);
+  ASSERT_TRUE(WaitForWorkerState("w1", v1::WORKER_READY, absl::Seconds(20)));
+  ASSERT_TRUE(WaitForWorkerState("w2", v1::WORKER_READY, absl::Seconds(20)));
+  const std::string id = Submit("run_policy: {max_restarts: 0, restart_backoff_seconds: 30}\n");
+  const v1::Job running = WaitForStep(id, 12);
+  ASSERT_EQ(running.workers_size(), 2);
+  StartWorker("w3");
+  ASSERT_TRUE(WaitForWorkerState("w3", v1::WORKER_READY, absl::Seconds(20)));
+  const std::string victim = running.workers(1);
+  absl::StatusOr<testing::CommandResult> drained =
+      testing::RunCommand({BinaryPath("llamafleet-coordinator"), "worker", "drain", victim, "--reason",
+                           "bad DIMM", "--data-dir", dir_.path() + "/coord"});
+  ASSERT_TRUE(drained.ok()) << drained.status();
+  ASSERT_EQ(drained->exit_code, 0) << drained->err;
+  ASSERT_TRUE(WaitForWorkerState(victim, v1::WORKER_DRAINING, absl::Seconds(5)));
+  const v1::WorkerInfo info = Workers()[victim];
+  EXPECT_EQ(info.drain().reason(), "bad DIMM");
+  EXPECT_EQ(info.drain().source(), "operator");
+  EXPECT_TRUE(info.drain().has_since());
+  // `llamafleet workers` says so, with the reason.
+  absl::StatusOr<testing::CommandResult> table =
+      testing::RunCommand({BinaryPath("llamafleet"), "--coordinator", address_, "workers"});
+  ASSERT_TRUE(table.ok()) << table.status();
+  EXPECT_TRUE(absl::StrContains(table->out, "DRAINING (operator")) << table->out << table->err;
+  EXPECT_TRUE(absl::StrContains(table->out, "bad DIMM")) << table->out;
+
+  // Restarted at once (the 30 s backoff is not applied) on the others, no restart used.
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  v1::Job job;
+  while (absl::Now() < deadline) {
+    job = Get(id);
+    if (job.attempts() == 2 && job.state() == v1::RUNNING) break;
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  ASSERT_EQ(job.attempts(), 2) << v1::JobState_Name(job.state()) << " " << job.status_reason();
+  EXPECT_EQ(job.state(), v1::RUNNING) << job.status_reason();
+  EXPECT_EQ(job.restarts(), 0);
+  for (const std::string& w : job.workers()) EXPECT_NE(w, victim);
+  std::vector<v1::Attempt> attempts = Attempts(id);
+  ASSERT_EQ(attempts.size(), 2u);
+  EXPECT_EQ(attempts[1].failure_class(), "node_fault");
+  EXPECT_TRUE(absl::StrContains(attempts[1].reason(), absl::StrCat("worker ", victim, " drained (operator): bad DIMM")))
+      << attempts[1].reason();
+  EXPECT_NE(attempts[0].resume_from(), "") << "the restart resumes from the checkpoint";
+
+  // Undrained: ready again.
+  absl::StatusOr<testing::CommandResult> undrained = testing::RunCommand(
+      {BinaryPath("llamafleet-coordinator"), "worker", "undrain", victim, "--data-dir", dir_.path() + "/coord"});
+  ASSERT_TRUE(undrained.ok());
+  EXPECT_EQ(undrained->exit_code, 0) << undrained->err;
+  EXPECT_TRUE(WaitForWorkerState(victim, v1::WORKER_READY, absl::Seconds(5)));
+  EXPECT_FALSE(Workers()[victim].has_drain());
+  // Errors name what is wrong.
+  absl::StatusOr<testing::CommandResult> unknown = testing::RunCommand(
+      {BinaryPath("llamafleet-coordinator"), "worker", "drain", "nosuch", "--reason", "x", "--data-dir",
+       dir_.path() + "/coord"});
+  ASSERT_TRUE(unknown.ok());
+  EXPECT_EQ(unknown->exit_code, 1);
+  EXPECT_TRUE(absl::StrContains(unknown->err, "no worker named nosuch")) << unknown->err;
+}
+
+// A worker whose pre-flight fails is drained with the pre-flight's reason before anything
+// is placed there; the job runs on the spare without using a restart; once the fault is
+// gone a passing pre-flight after the cool-off brings the worker back.
+TEST_F(NodeHealthTest, FailedPreflightDrainsTheWorkerAndTheJobRunsOnTheSpare) {
+  ASSERT_NO_FATAL_FAILURE(StartCoordinator({"--drain-cooloff", "1"}));
+  const std::string knob = dir_.path() + "/w2-is-sick";
+  std::ofstream(knob) << "x";
+  StartWorker("w1");
+  StartWorker("w2", {"--preflight-fail-for-test", knob, "--preflight-interval", "0.5"});
+  StartWorker("w3");
+  ASSERT_TRUE(WaitForWorkerState("w2", v1::WORKER_DRAINING, absl::Seconds(20)));
+  ASSERT_TRUE(WaitForWorkerState("w1", v1::WORKER_READY, absl::Seconds(20)));
+  ASSERT_TRUE(WaitForWorkerState("w3", v1::WORKER_READY, absl::Seconds(20)));
+  auto ws = Workers();
+  EXPECT_EQ(ws["w2"].drain().source(), "preflight");
+  EXPECT_TRUE(absl::StrContains(ws["w2"].drain().reason(), "pre-flight failed: injected")) << ws["w2"].drain().reason();
+  EXPECT_FALSE(ws["w2"].preflight().passed());
+  // A healthy CPU worker's pre-flight: GEMM and loopback passed, the GPU probe skipped.
+  ASSERT_TRUE(ws["w1"].has_preflight());
+  EXPECT_TRUE(ws["w1"].preflight().passed());
+  ASSERT_GE(ws["w1"].preflight().checks_size(), 3);
+  EXPECT_EQ(ws["w1"].preflight().checks(2).state(), v1::PreflightCheck::SKIPPED);
+  EXPECT_EQ(ws["w1"].preflight().checks(2).detail(), "no GPU");
+
+  const std::string id = Submit();
+  const v1::Job job = WaitForStep(id, 3);
+  EXPECT_EQ(job.attempts(), 1);
+  EXPECT_EQ(job.restarts(), 0);
+  for (const std::string& w : job.workers()) EXPECT_NE(w, "w2");
+
+  // The fault is gone: the next pre-flight (every 0.5 s) passes after the 1 s cool-off.
+  std::filesystem::remove(knob);
+  EXPECT_TRUE(WaitForWorkerState("w2", v1::WORKER_READY, absl::Seconds(10)));
+  EXPECT_FALSE(Workers()["w2"].has_drain());
+}
+
 }  // namespace
 }  // namespace llamafleet
