@@ -177,6 +177,7 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinato
   cluster.heartbeat_timeout = options.heartbeat_timeout;
   cluster.heartbeat_interval = options.heartbeat_interval;
   cluster.cancel_grace = options.cancel_grace;
+  cluster.drain_cooloff = options.drain_cooloff;
   // Default checkpoint dirs live under the first root, where workers may write; without
   // roots (no job can be submitted) jobs from before roots existed keep the old place.
   cluster.checkpoint_root = policy.path_roots.empty() ? options.data_dir + "/checkpoints"

@@ -49,6 +49,8 @@ struct CoordinatorOptions {
   absl::Duration heartbeat_interval = absl::Seconds(2);
   // SIGTERM → SIGKILL grace when a job is cancelled or its gang fails.
   absl::Duration cancel_grace = absl::Seconds(15);
+  // A node drained by a failed pre-flight comes back when one passes this long after.
+  absl::Duration drain_cooloff = absl::Minutes(10);
   // Largest log file per job, attempt and rank.
   int64_t max_log_file_bytes = 64 << 20;
   // HTTP/JSON API, portal and /metrics (Boost.Beast), HOST:PORT; port 0 picks a free

@@ -16,6 +16,7 @@
 #include "server/coordinator.h"
 #include "storage/job_store.h"
 #include "storage/worker_credential_store.h"
+#include "storage/worker_drain_store.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
 #include "yaml-cpp/yaml.h"
@@ -102,6 +103,31 @@ int RunWorkerForget(const std::string& data_dir, const std::string& name) {
   return 0;
 }
 
+// `worker drain NAME --reason TEXT` / `worker undrain NAME`: rows of worker_drains, which a
+// running coordinator reads every second (its attempts on a drained worker restart
+// elsewhere without using a restart). Exit 0 on success, 1 with one error line.
+int RunWorkerDrain(const std::string& data_dir, const std::string& name, bool drain,
+                   const std::string& reason) {
+  const std::string db = data_dir + "/coordinator.db";
+  if (!std::filesystem::exists(db)) return Fail(absl::StrCat("no coordinator database in ", data_dir));
+  llamafleet::JobStoreOptions options;
+  options.path = db;
+  absl::StatusOr<std::unique_ptr<llamafleet::JobStore>> store = llamafleet::JobStore::Open(options);
+  if (!store.ok()) return Fail(std::string(store.status().message()));
+  absl::Status s = drain ? llamafleet::DrainWorker(store->get(), name, reason)
+                         : llamafleet::UndrainWorker(store->get(), name);
+  if (!s.ok()) return Fail(std::string(s.message()));
+  if (drain) {
+    std::fprintf(stderr,
+                 "drained worker %s: no new placements; its running attempts restart elsewhere "
+                 "without using a restart\n",
+                 name.c_str());
+  } else {
+    std::fprintf(stderr, "undrained worker %s: it takes placements again\n", name.c_str());
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -113,6 +139,7 @@ int main(int argc, char** argv) {
   std::string join_token_file;
   double heartbeat_timeout_s = 10;
   double cancel_grace_s = 15;
+  double drain_cooloff_s = 600;
 
   CLI::App app{"llamafleet coordinator: job API, durable queue, scheduler"};
   app.add_option("--listen", options.listen, "gRPC address HOST:PORT (port 0 = any free port)");
@@ -133,6 +160,8 @@ int main(int argc, char** argv) {
                  "seconds without a heartbeat before a worker is lost");
   app.add_option("--cancel-grace", cancel_grace_s,
                  "seconds between SIGTERM and SIGKILL when a job is cancelled or its gang fails");
+  app.add_option("--drain-cooloff", drain_cooloff_s,
+                 "seconds after a failed pre-flight drained a worker before a passing one brings it back");
   app.add_option("--http-listen", options.http_listen,
                  "HTTP/JSON API, web portal and /metrics on HOST:PORT (port 0 = any free port)");
   app.add_option("--tls-cert", options.tls_cert_file, "PEM certificate chain: serve gRPC and HTTP over TLS")
@@ -172,10 +201,24 @@ int main(int argc, char** argv) {
       "forget", "release a worker name: the next worker joining under it gets a new credential");
   worker_forget->add_option("name", worker_name, "the worker's name")->required();
   worker_forget->add_option("--data-dir", worker_dir, "the coordinator's data dir")->required();
+  // llamafleet-coordinator worker drain|undrain NAME: no new placements (or again).
+  std::string drain_reason;
+  CLI::App* worker_drain = worker_cmd->add_subcommand(
+      "drain", "stop placing work on a worker; its running attempts restart elsewhere");
+  worker_drain->add_option("name", worker_name, "the worker's name")->required();
+  worker_drain->add_option("--reason", drain_reason, "why (shown in workers, the portal and metrics)")
+      ->required();
+  worker_drain->add_option("--data-dir", worker_dir, "the coordinator's data dir")->required();
+  CLI::App* worker_undrain = worker_cmd->add_subcommand("undrain", "let a drained worker take placements again");
+  worker_undrain->add_option("name", worker_name, "the worker's name")->required();
+  worker_undrain->add_option("--reason", drain_reason, "why (logged)");
+  worker_undrain->add_option("--data-dir", worker_dir, "the coordinator's data dir")->required();
   CLI11_PARSE(app, argc, argv);
 
   if (worker_cmd->parsed()) {
     spdlog::set_level(spdlog::level::warn);
+    if (worker_drain->parsed()) return RunWorkerDrain(worker_dir, worker_name, true, drain_reason);
+    if (worker_undrain->parsed()) return RunWorkerDrain(worker_dir, worker_name, false, drain_reason);
     return RunWorkerForget(worker_dir, worker_name);
   }
   if (token_cmd->parsed()) {
@@ -288,6 +331,8 @@ int main(int argc, char** argv) {
   }
   options.heartbeat_timeout = absl::Seconds(heartbeat_timeout_s);
   options.cancel_grace = absl::Seconds(cancel_grace_s);
+  if (drain_cooloff_s < 0) return Fail("--drain-cooloff must be >= 0 seconds");
+  options.drain_cooloff = absl::Seconds(drain_cooloff_s);
   if (!options.join_token.empty()) {
     std::cerr << "llamafleet-coordinator: warning: --join-token is visible to every user in ps; "
                  "use --join-token-file or LLAMAFLEET_JOIN_TOKEN\n";

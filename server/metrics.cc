@@ -1,5 +1,7 @@
 #include "server/metrics.h"
 
+#include "server/worker_health_metrics.h"
+
 #include <algorithm>
 #include <charconv>
 #include <cmath>
@@ -426,6 +428,8 @@ const char* WorkerStateLabel(v1::WorkerState state) {
       return "lost";
     case v1::WORKER_DRAINING:
       return "draining";
+    case v1::WORKER_DISCONNECTED:
+      return "disconnected";
     default:
       return nullptr;
   }
@@ -605,7 +609,8 @@ void CoordinatorMetrics::CollectSources(Exposition* out) {
 
   // Workers and GPUs (the cluster manager's last published snapshot).
   out->Declare("llamafleet_workers", "Registered workers, by state.", MetricType::kGauge);
-  for (v1::WorkerState state : {v1::WORKER_READY, v1::WORKER_LOST, v1::WORKER_DRAINING}) {
+  for (v1::WorkerState state :
+       {v1::WORKER_READY, v1::WORKER_LOST, v1::WORKER_DRAINING, v1::WORKER_DISCONNECTED}) {
     auto it = usage.workers.find(state);
     out->Add("llamafleet_workers", {{"state", WorkerStateLabel(state)}},
              it == usage.workers.end() ? 0 : it->second);
@@ -618,6 +623,8 @@ void CoordinatorMetrics::CollectSources(Exposition* out) {
   out->Declare("llamafleet_gpus_allocated", "Of llamafleet_gpus, those held by attempts.",
                MetricType::kGauge);
   out->Add("llamafleet_gpus_allocated", {}, static_cast<double>(usage.gpus_allocated));
+
+  CollectWorkerHealth(cluster_->Workers(), out);
 
   // Per GPU, from the workers' last heartbeats; a lost worker's GPUs are not reported.
   for (const DcgmField& field : kDcgmFields)

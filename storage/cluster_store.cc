@@ -199,6 +199,7 @@ TxnFunction EndAttemptTxn(AttemptEnd end) {
       case AttemptOutcome::kSucceeded: state = AttemptState::kSucceeded; break;
       case AttemptOutcome::kRetryable: failure_class = "retryable"; break;
       case AttemptOutcome::kNodeFault: failure_class = "node_fault"; break;
+      case AttemptOutcome::kNodeDrained: failure_class = "node_fault"; break;
       case AttemptOutcome::kPermanent: failure_class = "permanent"; break;
       case AttemptOutcome::kDeadline: failure_class = "deadline"; break;
       case AttemptOutcome::kPreempted: state = AttemptState::kStopped; failure_class = "preempted"; break;
@@ -241,6 +242,18 @@ TxnFunction EndAttemptTxn(AttemptEnd end) {
                               absl::StrCat("preempted: ", end.reason,
                                            "; requeued without using a restart"),
                               "waiting to be scheduled (preempted)");
+      }
+      case AttemptOutcome::kNodeDrained: {
+        absl::Status s = Exec(txn, "UPDATE jobs SET eligible_us = ?2 WHERE id = ?1",
+                              [&](sqlite::Statement& st) { st.Bind(1, end.job_id).Bind(2, now); });
+        if (!s.ok()) return s;
+        s = txn.Transition(&*job, "restarting", v1::RESTARTING, end.reason);
+        if (!s.ok()) return s;
+        return txn.Transition(&*job, "requeued", v1::QUEUED,
+                              absl::StrCat("node drained: requeued at once without using a restart (",
+                                           job->restarts(), " of ", policy.max_restarts(),
+                                           " used); resumes from the newest checkpoint"),
+                              "waiting to restart");
       }
       case AttemptOutcome::kRetryable:
       case AttemptOutcome::kNodeFault: {

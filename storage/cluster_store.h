@@ -57,6 +57,9 @@ enum class AttemptOutcome {
   kDeadline,    // active_deadline exceeded: job → FAILED
   kResized,     // an elastic gang stopped to grow: RUNNING → QUEUED at once, restart
                 // budget, backoff and preemption record untouched; not a failure
+  kNodeDrained, // a worker of the gang was drained (a node fault, failure class
+                // node_fault): RESTARTING → QUEUED at once, restart budget and backoff
+                // untouched (the node's fault, not the job's)
 };
 
 struct AttemptEnd {

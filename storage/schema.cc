@@ -192,6 +192,15 @@ CREATE TABLE attempt_phases (
 )sql",
     // 8: jobs' own export dirs (above).
     kExportDirMigration,
+    // 9: drained workers (storage/worker_drain_store.h): no new placements until undrained.
+    R"sql(
+CREATE TABLE IF NOT EXISTS worker_drains (
+  name      TEXT PRIMARY KEY,          -- the worker's name
+  reason    TEXT NOT NULL,
+  source    TEXT NOT NULL,             -- operator | preflight
+  since_us  INTEGER NOT NULL
+);
+)sql",
 };
 
 

@@ -131,7 +131,69 @@ WorkerAgent::~WorkerAgent() {
   // OnFinished takes it).
 }
 
+v1::PreflightResult WorkerAgent::RunPreflightNow() {
+  int64_t sequence;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    sequence = ++preflight_sequence_;
+  }
+  PreflightOptions o;
+  o.expected_gpus = inventory_.gpus_size();
+  o.fail_while_exists = options_.preflight_fail_for_test;
+  v1::PreflightResult r = RunPreflight(o, sequence);
+  if (!r.passed()) {
+    spdlog::warn("pre-flight {} failed", sequence);
+    for (const v1::PreflightCheck& c : r.checks()) {
+      if (c.state() == v1::PreflightCheck::FAILED) spdlog::warn("pre-flight {}: {}: {}", sequence, c.name(), c.detail());
+    }
+  } else {
+    spdlog::debug("pre-flight {} passed in {:.3f} s", sequence, r.seconds());
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (sequence > preflight_.sequence()) preflight_ = r;
+  last_preflight_ = absl::Now();
+  return r;
+}
+
+void WorkerAgent::PreflightLoop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  last_preflight_ = absl::Now();  // the first hello runs one
+  while (!shutting_down_ && !preflights_done_) {
+    const absl::Time due = options_.preflight_interval > absl::ZeroDuration()
+                               ? last_preflight_ + options_.preflight_interval
+                               : absl::InfiniteFuture();
+    auto ready = [&] { return shutting_down_ || preflights_done_ || (tasks_.empty() && (preflight_wanted_ || absl::Now() >= due)); };
+    if (due == absl::InfiniteFuture()) {
+      cv_.wait(lock, ready);
+    } else {
+      cv_.wait_until(lock, absl::ToChronoTime(std::min(due, absl::Now() + absl::Seconds(1))), ready);
+    }
+    if (shutting_down_ || preflights_done_ || !ready()) continue;
+    preflight_wanted_ = false;
+    lock.unlock();
+    v1::PreflightResult r = RunPreflightNow();
+    v1::WorkerMessage hb;
+    *hb.mutable_heartbeat()->mutable_time() = TimeUtil::GetCurrentTime();
+    *hb.mutable_heartbeat()->mutable_preflight() = std::move(r);
+    EnqueueReliable(std::move(hb));  // at once: the coordinator may be about to place here
+    lock.lock();
+  }
+}
+
 absl::Status WorkerAgent::Run() {
+  std::thread preflights([this] { PreflightLoop(); });
+  struct JoinAtExit {
+    WorkerAgent* agent;
+    std::thread* thread;
+    ~JoinAtExit() {
+      {
+        std::lock_guard<std::mutex> lock(agent->mu_);
+        agent->preflights_done_ = true;  // Run() is over: no more sessions to check for
+      }
+      agent->cv_.notify_all();
+      thread->join();
+    }
+  } join_at_exit{this, &preflights};
   absl::Duration backoff = absl::Milliseconds(250);
   while (true) {
     {
@@ -183,8 +245,19 @@ absl::Status WorkerAgent::RunSession() {
   h->set_credential(LoadCredential());
   *h->mutable_inventory() = inventory_;
   h->set_version("0.1.0");
+  bool idle;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    idle = tasks_.empty();
+  }
+  // A fresh pre-flight with each hello, unless tasks run (they are not disturbed: the
+  // latest result goes instead).
+  if (idle) {
+    *h->mutable_preflight() = RunPreflightNow();
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!idle && preflight_.sequence() > 0) *h->mutable_preflight() = preflight_;
     for (const auto& [id, runner] : tasks_) {
       if (!runner->finished()) h->add_running_task_ids(id);
     }
@@ -248,12 +321,14 @@ void WorkerAgent::SendLoop(
   while (true) {
     std::vector<v1::WorkerMessage> batch;
     std::vector<std::unique_ptr<TaskRunner>> finished;
+    v1::PreflightResult latest_preflight;
     {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait_until(lock, absl::ToChronoTime(next_heartbeat), [&] {
         return session_done->load() || !reliable_.empty() || !logs_.empty();
       });
       if (session_done->load()) return;
+      latest_preflight = preflight_;
       while (!reliable_.empty()) {
         batch.push_back(std::move(reliable_.front()));
         reliable_.pop_front();
@@ -274,6 +349,7 @@ void WorkerAgent::SendLoop(
       if (have_gpus) {
         for (const v1::GpuSample& s : SampleGpus()) *hb.mutable_heartbeat()->add_gpus() = s;
       }
+      if (latest_preflight.sequence() > 0) *hb.mutable_heartbeat()->mutable_preflight() = latest_preflight;
       batch.push_back(std::move(hb));
       next_heartbeat = absl::Now() + options_.heartbeat_interval;
     }
@@ -535,6 +611,7 @@ void WorkerAgent::OnFinished(const std::string& task_id, v1::TaskState state,
       finished_runners_.push_back(std::move(it->second));
       tasks_.erase(it);
     }
+    if (tasks_.empty()) preflight_wanted_ = true;  // between attempts
     reliable_.push_back(std::move(m));
   }
   cv_.notify_all();

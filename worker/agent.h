@@ -20,6 +20,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/time/time.h"
 #include "llamafleet/v1/worker.grpc.pb.h"
+#include "worker/preflight.h"
 #include "worker/task_runner.h"
 
 namespace llamafleet::worker {
@@ -40,6 +41,10 @@ struct AgentOptions {
   absl::Duration failure_grace = absl::Seconds(10);  // SIGTERM → SIGKILL when a rank failed
   size_t max_buffered_log_lines = 10000;             // beyond: dropped, counted
   std::optional<RunAs> run_as;          // identity of the trainers (see worker/run_as.h)
+  // Pre-flight (worker/preflight.h): before each hello, after each task once none runs,
+  // and this often while idle (zero: only then).
+  absl::Duration preflight_interval = absl::Minutes(5);
+  std::string preflight_fail_for_test;  // fault injection: fail while this file exists
 };
 
 // The credential file in a worker's data dir: the name it was issued for, then the
@@ -79,6 +84,11 @@ class WorkerAgent : public TaskListener {
                 const std::atomic<bool>* session_done);
   void EnqueueReliable(v1::WorkerMessage message);
   std::vector<int> AllocateGpus(int count) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Runs a pre-flight now and records it as the latest (numbered); blocks for its length.
+  v1::PreflightResult RunPreflightNow();
+  // Runs pre-flights while the worker is idle: when one is wanted (a task ended) or the
+  // interval passed; each result is sent at once in a heartbeat. Until Shutdown().
+  void PreflightLoop();
 
   // Constant after construction.
   const AgentOptions options_;
@@ -107,6 +117,11 @@ class WorkerAgent : public TaskListener {
   std::map<std::pair<std::string, int>, int64_t> dropped_ ABSL_GUARDED_BY(mu_);
   std::vector<std::unique_ptr<TaskRunner>> finished_runners_ ABSL_GUARDED_BY(mu_);
   grpc::ClientContext* session_context_ ABSL_GUARDED_BY(mu_) = nullptr;
+  v1::PreflightResult preflight_ ABSL_GUARDED_BY(mu_);  // the latest (sequence 0: none yet)
+  int64_t preflight_sequence_ ABSL_GUARDED_BY(mu_) = 0;
+  bool preflight_wanted_ ABSL_GUARDED_BY(mu_) = false;
+  bool preflights_done_ ABSL_GUARDED_BY(mu_) = false;  // Run() returned
+  absl::Time last_preflight_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   std::string worker_id_ ABSL_GUARDED_BY(mu_);
 };
 

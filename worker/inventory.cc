@@ -15,7 +15,21 @@
 namespace llamafleet::worker {
 namespace {
 
-// Runs a command (no shell metacharacters from outside) and returns its stdout lines.
+std::vector<std::string> Fields(const std::string& line) {
+  std::vector<std::string> out;
+  for (absl::string_view f : absl::StrSplit(line, ',')) {
+    out.emplace_back(absl::StripAsciiWhitespace(f));
+  }
+  return out;
+}
+
+double Number(const std::string& s) {
+  double v = 0;
+  return absl::SimpleAtod(s, &v) ? v : 0;
+}
+
+}  // namespace
+
 std::vector<std::string> CommandLines(const std::string& command) {
   std::vector<std::string> lines;
   std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen((command + " 2>/dev/null").c_str(), "r"), pclose);
@@ -40,21 +54,6 @@ bool HaveNvidiaSmi() {
   }();
   return have;
 }
-
-std::vector<std::string> Fields(const std::string& line) {
-  std::vector<std::string> out;
-  for (absl::string_view f : absl::StrSplit(line, ',')) {
-    out.emplace_back(absl::StripAsciiWhitespace(f));
-  }
-  return out;
-}
-
-double Number(const std::string& s) {
-  double v = 0;
-  return absl::SimpleAtod(s, &v) ? v : 0;
-}
-
-}  // namespace
 
 std::vector<v1::Gpu> DetectGpus() {
   std::vector<v1::Gpu> gpus;

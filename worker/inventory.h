@@ -17,6 +17,11 @@ std::vector<v1::GpuSample> SampleGpus();
 int CountEfaDevices(const std::string& sysfs_root = "/sys/class/infiniband");
 // Host name, online CPUs and RAM.
 void DetectHost(v1::Inventory* inventory);
+// Whether nvidia-smi is on PATH.
+bool HaveNvidiaSmi();
+// Runs `command` (no shell metacharacters from outside) and returns its non-empty stdout
+// lines; stderr is dropped.
+std::vector<std::string> CommandLines(const std::string& command);
 
 }  // namespace llamafleet::worker
 

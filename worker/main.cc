@@ -63,6 +63,11 @@ int main(int argc, char** argv) {
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error");
   std::string tls_ca;
   app.add_option("--tls-ca", tls_ca, "PEM CA certificate of a coordinator serving TLS");
+  double preflight_interval_s = 300;
+  app.add_option("--preflight-interval", preflight_interval_s,
+                 "seconds between pre-flights while idle (0: only at join and after tasks)");
+  app.add_option("--preflight-fail-for-test", options.preflight_fail_for_test,
+                 "FILE: every pre-flight fails while FILE exists (fault injection for tests)");
   CLI11_PARSE(app, argc, argv);
 
   spdlog::set_default_logger(spdlog::stderr_color_mt("worker"));
@@ -123,6 +128,11 @@ int main(int argc, char** argv) {
   }
   options.trainer_command = {trainer};
   options.heartbeat_interval = absl::Seconds(heartbeat_s);
+  if (preflight_interval_s < 0) {
+    std::cerr << "llamafleet-worker: --preflight-interval must be >= 0 seconds\n";
+    return 2;
+  }
+  options.preflight_interval = absl::Seconds(preflight_interval_s);
   std::error_code ec;
   std::filesystem::create_directories(options.data_dir, ec);
   if (ec) {

@@ -66,6 +66,15 @@ std::string WorkerStateName(v1::WorkerState state) {
   return std::string(short_name);
 }
 
+// A worker's state; a drained one's with its source, age and reason ("DRAINING (operator
+// 5m: bad DIMM)"), the reason shortened like other reasons.
+std::string WorkerStateCell(const v1::WorkerInfo& w, absl::Time now) {
+  std::string state = WorkerStateName(w.state());
+  if (!w.has_drain()) return state;
+  return absl::StrCat(state, " (", w.drain().source(), " ", FormatAge(w.drain().since(), now), ": ",
+                      Shorten(w.drain().reason(), kReasonWidth), ")");
+}
+
 // "3" GPUs or CPU ranks a worker offers.
 int WorkerSlots(const v1::WorkerInfo& worker) {
   const v1::Inventory& inv = worker.inventory();
@@ -220,7 +229,7 @@ std::string WorkersTable(const std::vector<v1::WorkerInfo>& workers, bool wide, 
     if (!wide) tasks = Shorten(tasks, kReasonWidth);
     std::vector<std::string> row = {
         OrDash(w.name()),
-        WorkerStateName(w.state()),
+        WorkerStateCell(w, now),
         absl::StrCat(w.gpus_allocated(), "/", WorkerSlots(w)),
         GpuModels(inv),
         absl::StrCat(inv.efa_devices()),

@@ -94,6 +94,14 @@ struct AttemptTracker {
   // datasets whose finished build was (a few at most; see HandleTokenizing).
   absl::Time last_tokenizing_event = absl::InfinitePast();
   std::set<std::string> tokenized_paths;
+  // A task's retryable failure held back until `until` (node_loss.h): the attempt ends
+  // with it then, or as a node fault of a peer found gone first. Unset: none held.
+  struct HeldFailure {
+    std::string worker;  // the worker that reported it
+    TaskReportEffect effect;
+    absl::Time until;
+  };
+  std::optional<HeldFailure> held_failure;
 
   // The worker a task was assigned to ("" for a task of another attempt).
   std::string WorkerOf(const std::string& task_id) const;

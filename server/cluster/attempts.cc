@@ -13,6 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "common/startup_phases.h"
 #include "google/protobuf/util/time_util.h"
+#include "server/cluster/node_loss.h"
 #include "server/metrics.h"
 #include "spdlog/spdlog.h"
 
@@ -129,6 +130,13 @@ std::pair<TxnFunction, std::function<void(absl::Status)>> ClusterManager::StartA
       it->second.committed = true;
       if (options_.metrics != nullptr) options_.metrics->RecordStartupPhase("placed", *queued);
       SendAssignments(job_id);
+      // A worker drained while the start was being written: the attempt moves elsewhere.
+      for (const TaskRecord& t : it->second.record.tasks) {
+        if (const WorkerDrainRecord* d = workers_.DrainOf(t.worker); d != nullptr) {
+          ApplyDrain(*d);
+          break;
+        }
+      }
     });
   });
   attempts_[job_id] = std::move(a);
@@ -197,7 +205,12 @@ void ClusterManager::HandleTaskStatus(const std::string& worker, const v1::TaskS
                                            absl::ToDoubleSeconds(a->last_progress - a->record.started));
     }
   }
-  if (effect.end.has_value()) EndAttempt(*a, *effect.end, effect.reason, effect.excluded_worker);
+  if (MayBePeerLoss(*a, worker, effect)) {
+    HoldOrBlame(*a, worker, effect);
+  } else if (effect.end.has_value()) {
+    a->held_failure.reset();  // a later, more telling outcome (permanent, success) wins
+    EndAttempt(*a, *effect.end, effect.reason, effect.excluded_worker);
+  }
   if (IsTerminalTask(status.state())) publish_workers_ = true;  // its slots are free again
   MaybeRelease(job_id);
 }

@@ -8,6 +8,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "spdlog/spdlog.h"
+#include "storage/worker_drain_store.h"
 
 namespace llamafleet {
 
@@ -87,6 +88,12 @@ absl::StatusOr<std::unique_ptr<ClusterManager>> ClusterManager::Start(JobStore* 
       for (const v1::JobEvent& e : cancelled) raw->HandleCancelled(e);
     });
   });
+  // Drains outlive restarts: in force before the first pass.
+  absl::StatusOr<std::map<std::string, WorkerDrainRecord>> drains = ListWorkerDrains(*store);
+  if (!drains.ok()) return drains.status();
+  for (const auto& [name, d] : *drains) m->workers_.SetDrain(d);
+  m->drains_read_ = *std::move(drains);
+  m->next_drain_read_ = now + m->options_.drain_poll;
   m->published_.SetAssignments(m->attempts_, m->recently_released_);
   m->thread_ = std::thread([raw] {
     pthread_setname_np(pthread_self(), "lf-scheduler");  // for top -H, perf and gdb
@@ -196,10 +203,7 @@ void ClusterManager::OnHello(std::shared_ptr<WorkerLink> link, v1::Hello hello) 
 }
 
 void ClusterManager::OnDisconnected(const std::string& worker, const WorkerLink* link) {
-  Post([this, worker, link] {
-    // Lost only if it stays silent past the heartbeat timeout.
-    if (workers_.Disconnect(worker, link)) spdlog::info("worker {} disconnected", worker);
-  });
+  Post([this, worker, link] { HandleDisconnected(worker, link); });
 }
 
 void ClusterManager::OnWorkerMessage(const std::string& worker, v1::WorkerMessage message) {
@@ -209,6 +213,10 @@ void ClusterManager::OnWorkerMessage(const std::string& worker, v1::WorkerMessag
     switch (message.kind_case()) {
       case v1::WorkerMessage::kHeartbeat:
         w->gpus.assign(message.heartbeat().gpus().begin(), message.heartbeat().gpus().end());
+        if (message.heartbeat().preflight().sequence() != 0 &&
+            message.heartbeat().preflight().sequence() != w->preflight.sequence()) {
+          HandlePreflight(worker, message.heartbeat().preflight());
+        }
         break;
       case v1::WorkerMessage::kTaskStatus:
         HandleTaskStatus(worker, message.task_status());
@@ -249,6 +257,9 @@ void ClusterManager::HandleHello(std::shared_ptr<WorkerLink> link, const v1::Hel
       workers_.Register(name, hello.inventory(), link, options_.clock->Now());
   const LiveWorker& w = *r.worker;
   Write(UpsertWorkerTxn(name, w.inventory, v1::WORKER_READY), [](absl::Status) {});
+  // A new process numbers its pre-flights from 1 again: this hello's is always new.
+  r.worker->preflight.Clear();
+  if (hello.preflight().sequence() != 0) HandlePreflight(name, hello.preflight());
 
   // Tasks it reports that no active attempt wants any more: kill them. Tasks an attempt
   // placed here that it does not report: resend if never started, else give them a
@@ -303,6 +314,8 @@ void ClusterManager::Tick() {
   }
   // Tasks nobody will report any more (missing, or silent past their stop deadline).
   ReleaseAbandoned(now);
+  SettleHeldFailures(now);
+  ReadDrains(now);
   EndStalledAndOverdue(now);
   for (int64_t id : expiry_.Due(*store_, now)) {
     spdlog::info("job {}: ttl_after_finished passed; deleting its record", id);
@@ -355,7 +368,7 @@ void ClusterManager::Publish() {
   }
   if (publish_workers_) {
     publish_workers_ = false;
-    published_.SetWorkers(workers_.workers(), attempts_);
+    published_.SetWorkers(workers_.workers(), workers_.drains(), attempts_);
   }
 }
 

@@ -12,6 +12,8 @@
 //   attempts.cc            attempts: start, task reports, end, stop, release
 //   checkpoint_reports.cc  recorded checkpoints: retention, elastic grow
 //   scheduling_pass.cc     a pass: its input, the scheduler, applying its decisions
+//   node_faults.cc         node faults: sessions that end, failures blamed on a lost
+//                          peer, drains (operators', pre-flights') and pre-flight results
 // and the parts it is built from, each with its own header: worker_registry (nodes,
 // heartbeats, liveness), pass_policy (when a pass runs), port_allocator (MASTER_PORT),
 // job_expiry (ttl_after_finished), cluster_view (what other threads read),
@@ -85,6 +87,12 @@ struct ClusterOptions {
   // After a coordinator restart, how long the workers of recovered attempts have to
   // reconnect (their reconnect backoff reaches 5 s) before they count as lost.
   absl::Duration recovery_grace = absl::Seconds(15);
+  // A node drained by a failed pre-flight comes back when a pre-flight passes this long
+  // after the drain (node_health.h); operators' drains only by `worker undrain`.
+  absl::Duration drain_cooloff = absl::Minutes(10);
+  // How often the drains table is read for operators' drains and undrains (another
+  // process writes them), on this clock.
+  absl::Duration drain_poll = absl::Seconds(1);
   sched::Config scheduler;
   std::map<std::string, sched::QueueConfig> queues;
   // Checkpoints of jobs without checkpoint.dir go to checkpoint_root/<job id>.
@@ -217,6 +225,26 @@ class ClusterManager : public ClusterView {
   // its own step-N directories, then forgets their rows.
   void ApplyRetention(int64_t job_id, int keep_last, const std::string& job_dir);
 
+  // --- Node faults (node_faults.cc).
+  // The session `link` of `worker` ended: shown DISCONNECTED at once, and a failure held
+  // in its gang (node_loss.h) is blamed on it.
+  void HandleDisconnected(const std::string& worker, const WorkerLink* link);
+  // A task failure on `worker` that a lost peer may have caused: ended at once as the
+  // peer's node fault when one is gone already, else held for kPeerLossSettle.
+  void HoldOrBlame(ActiveAttempt& attempt, const std::string& worker, const TaskReportEffect& effect);
+  // Ends attempts whose held failure has a peer gone by now (blamed on it), or whose
+  // settle time has passed (as reported).
+  void SettleHeldFailures(absl::Time now);
+  // A worker's pre-flight result (from its hello or a heartbeat, each sequence once):
+  // recorded, and drains or undrains the worker as node_health.h says.
+  void HandlePreflight(const std::string& worker, const v1::PreflightResult& result);
+  // Reads the drains table (every drain_poll) and applies what changed since the last read.
+  void ReadDrains(absl::Time now);
+  // The worker gets no new placements from now on, and the attempts running on it end as
+  // kNodeDrained (restarted elsewhere at once, no restart used). Idempotent.
+  void ApplyDrain(const WorkerDrainRecord& drain);
+  void ApplyUndrain(const std::string& worker);
+
   // --- A scheduling pass (scheduling_pass.cc), over `queue` when given (read by Tick)
   // or the queue as it is now.
   void RunPass(std::optional<QueuedJobsSnapshot> queue);
@@ -234,6 +262,9 @@ class ClusterManager : public ClusterView {
   PassPolicy pass_;
   JobExpiry expiry_;
   std::deque<std::pair<std::string, std::string>> recently_released_;  // (task, worker), bounded
+  // The drains table as last read (ReadDrains applies only what changed since).
+  std::map<std::string, WorkerDrainRecord> drains_read_;
+  absl::Time next_drain_read_ = absl::InfinitePast();
 
   // The loop.
   std::mutex mu_;

@@ -21,6 +21,7 @@ void PublishedCluster::SetPending(std::map<int64_t, v1::PendingInfo> held_back,
 }
 
 void PublishedCluster::SetWorkers(const std::map<std::string, LiveWorker>& workers,
+                                  const std::map<std::string, WorkerDrainRecord>& drains,
                                   const std::map<int64_t, AttemptTracker>& attempts) {
   auto published = std::make_shared<std::vector<Worker>>();
   published->reserve(workers.size());
@@ -43,7 +44,9 @@ void PublishedCluster::SetWorkers(const std::map<std::string, LiveWorker>& worke
   for (const auto& [name, w] : workers) {
     Worker info;
     info.name = name;
-    info.state = w.lost ? v1::WORKER_LOST : v1::WORKER_READY;
+    if (auto d = drains.find(name); d != drains.end()) info.drain = d->second;
+    info.state = StateOf(w, info.drain.has_value());
+    info.preflight = w.preflight;
     info.inventory = w.shared_inventory;  // null for a recovered worker not back yet
     info.last_heartbeat = w.last_heartbeat;
     if (auto t = tasks.find(name); t != tasks.end()) info.running_task_ids = std::move(t->second);
@@ -103,6 +106,13 @@ std::vector<v1::WorkerInfo> PublishedCluster::Workers() const {
     for (const std::string& t : w.running_task_ids) info.add_running_task_ids(t);
     info.set_gpus_allocated(w.gpus_allocated);
     for (const v1::GpuSample& g : w.gpus) *info.add_gpus() = g;
+    if (w.drain.has_value()) {
+      info.mutable_drain()->set_reason(w.drain->reason);
+      info.mutable_drain()->set_source(w.drain->source);
+      *info.mutable_drain()->mutable_since() =
+          TimeUtil::MicrosecondsToTimestamp(absl::ToUnixMicros(w.drain->since));
+    }
+    if (w.preflight.sequence() > 0) *info.mutable_preflight() = w.preflight;
     infos.push_back(std::move(info));
   }
   return infos;

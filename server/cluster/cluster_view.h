@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -60,6 +61,7 @@ class PublishedCluster {
   // The workers and what the attempts hold of them. Inventories are shared, not copied:
   // the protos are made by Workers() when someone asks.
   void SetWorkers(const std::map<std::string, LiveWorker>& workers,
+                  const std::map<std::string, WorkerDrainRecord>& drains,
                   const std::map<int64_t, AttemptTracker>& attempts);
   // task → worker for every task of an active attempt and the recently released ones.
   void SetAssignments(const std::map<int64_t, AttemptTracker>& attempts,
@@ -75,6 +77,8 @@ class PublishedCluster {
   struct Worker {
     std::string name;
     v1::WorkerState state = v1::WORKER_READY;
+    std::optional<WorkerDrainRecord> drain;
+    v1::PreflightResult preflight;
     std::shared_ptr<const v1::Inventory> inventory;
     absl::Time last_heartbeat;
     std::vector<std::string> running_task_ids;

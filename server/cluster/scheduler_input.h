@@ -24,7 +24,7 @@ namespace llamafleet {
 struct WorkerView {
   std::string name;
   v1::Inventory inventory;
-  bool schedulable = false;  // connected and not lost
+  bool schedulable = false;  // connected, not lost and not drained
 };
 
 // Slots a worker offers: its GPUs, or its CPU ranks on a CPU-only worker.

@@ -11,6 +11,12 @@ bool JoinTokenMatches(const std::string& expected, const std::string& given) {
   return CRYPTO_memcmp(expected.data(), given.data(), expected.size()) == 0;
 }
 
+v1::WorkerState StateOf(const LiveWorker& w, bool drained) {
+  if (w.lost) return v1::WORKER_LOST;
+  if (w.link == nullptr) return v1::WORKER_DISCONNECTED;
+  return drained ? v1::WORKER_DRAINING : v1::WORKER_READY;
+}
+
 WorkerRegistry::Registration WorkerRegistry::Register(const std::string& name,
                                                       const v1::Inventory& inventory,
                                                       std::shared_ptr<WorkerLink> link,
@@ -91,6 +97,11 @@ bool WorkerRegistry::IsLost(const std::string& name) const {
   return it == workers_.end() || it->second.lost;
 }
 
+bool WorkerRegistry::IsGone(const std::string& name) const {
+  auto it = workers_.find(name);
+  return it == workers_.end() || it->second.lost || it->second.link == nullptr;
+}
+
 std::set<std::string> WorkerRegistry::Unavailable() const {
   std::set<std::string> out;
   for (const auto& [name, w] : workers_) {
@@ -104,11 +115,27 @@ std::string WorkerRegistry::Address(const std::string& name) const {
   return it == workers_.end() ? "" : it->second.inventory.address();
 }
 
+void WorkerRegistry::SetDrain(const WorkerDrainRecord& drain) {
+  drains_[drain.name] = drain;
+  ++version_;
+}
+
+bool WorkerRegistry::ClearDrain(const std::string& name) {
+  if (drains_.erase(name) == 0) return false;
+  ++version_;
+  return true;
+}
+
+const WorkerDrainRecord* WorkerRegistry::DrainOf(const std::string& name) const {
+  auto it = drains_.find(name);
+  return it == drains_.end() ? nullptr : &it->second;
+}
+
 const std::vector<WorkerView>& WorkerRegistry::Views() {
   if (views_version_ != version_) {
     views_.clear();
     for (const auto& [name, w] : workers_) {
-      views_.push_back({name, w.inventory, !w.lost && w.link != nullptr});
+      views_.push_back({name, w.inventory, !w.lost && w.link != nullptr && !drains_.count(name)});
     }
     views_version_ = version_;
   }

@@ -18,6 +18,7 @@
 #include "absl/time/time.h"
 #include "llamafleet/v1/worker.pb.h"
 #include "server/cluster/scheduler_input.h"
+#include "storage/worker_drain_store.h"
 
 namespace llamafleet {
 
@@ -41,7 +42,14 @@ struct LiveWorker {
   // A copy of `inventory` that published snapshots share (made at each hello); null for
   // a recovered worker that has not said hello yet.
   std::shared_ptr<const v1::Inventory> shared_inventory;
+  // The last pre-flight it reported (sequence 0: none yet from this process).
+  v1::PreflightResult preflight;
 };
+
+// What `workers` shows for a worker: LOST once lost, DISCONNECTED from the moment its
+// session ends (or, recovered after a restart, until its first hello), DRAINING while
+// `drained`, else READY.
+v1::WorkerState StateOf(const LiveWorker& worker, bool drained);
 
 // Whether `given` is the join token `expected`, in constant time. An empty expected token
 // matches nothing.
@@ -79,12 +87,22 @@ class WorkerRegistry {
   bool AnyConnected() const;
   // Unknown or lost: tasks placed there are gone with it.
   bool IsLost(const std::string& name) const;
+  // Unknown, lost, or its session ended: a task placed there is not reported any more.
+  bool IsGone(const std::string& name) const;
   // Lost or disconnected workers.
   std::set<std::string> Unavailable() const;
   // The address of a known worker ("" when unknown or never heard from).
   std::string Address(const std::string& name) const;
 
-  // Bumped whenever a worker registers, disconnects or is lost.
+  // Drained workers (node_health.h) are offered to no scheduling pass. A drain may name a
+  // worker not known yet (drained before a coordinator restart): it holds from its hello.
+  void SetDrain(const WorkerDrainRecord& drain);
+  // False when `name` was not drained.
+  bool ClearDrain(const std::string& name);
+  const WorkerDrainRecord* DrainOf(const std::string& name) const;
+  const std::map<std::string, WorkerDrainRecord>& drains() const { return drains_; }
+
+  // Bumped whenever a worker registers, disconnects, is lost, drained or undrained.
   uint64_t version() const { return version_; }
   // The workers as the scheduler sees them, rebuilt only when version() changed.
   const std::vector<WorkerView>& Views();
@@ -92,6 +110,7 @@ class WorkerRegistry {
 
  private:
   std::map<std::string, LiveWorker> workers_;
+  std::map<std::string, WorkerDrainRecord> drains_;
   uint64_t version_ = 1;
   uint64_t views_version_ = 0;
   std::vector<WorkerView> views_;

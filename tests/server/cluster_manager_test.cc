@@ -4,6 +4,7 @@
 // checkpoint confinement and retention, resume candidates, and an elastic gang growing
 // back at a checkpoint.
 #include "server/cluster/cluster_manager.h"
+#include "server/cluster/node_loss.h"
 
 #include <cmath>
 #include <filesystem>
@@ -312,6 +313,9 @@ TEST_F(ClusterManagerTest, SilentWorkerReleasesAStoppedTaskAfterItsStopDeadline)
   Report("w0", t0, v1::TASK_RUNNING);
   Report("w1", t1, v1::TASK_RUNNING);
   Report("w0", t0, v1::TASK_FAILED, 1);
+  // Held for a peer's loss to show (node_loss.h); w1 stays connected, so it is w0's own.
+  clock_.Advance(kPeerLossSettle);
+  manager_->TickNow();
   ASSERT_TRUE(Eventually([&] { return !w1->Cancels().empty(); })) << "the rest of the gang is stopped";
   EXPECT_EQ(Allocated("w0"), 0);
   // w1 keeps heartbeating but never reports t1 as stopped.

@@ -181,7 +181,7 @@ TEST_F(AttemptPhasesTest, MigrationFromSchemaSixKeepsAttemptsAndAddsPhases) {
   ASSERT_TRUE(list.ok());
   ASSERT_EQ((*list)[0].phases_size(), 1);
   EXPECT_EQ((*list)[0].phases(0).name(), "trainers_started");
-  EXPECT_EQ(CurrentSchemaVersion(), 8);
+  EXPECT_EQ(CurrentSchemaVersion(), 9);
 }
 
 }  // namespace

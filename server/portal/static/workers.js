@@ -1,4 +1,5 @@
-// Workers: state, last heartbeat, running tasks, and per GPU the DCGM fields the old
+// Workers: state, last heartbeat, running tasks, drain (reason, source, since) and last
+// pre-flight, and per GPU the DCGM fields the old
 // Grafana dashboard showed (utilisation, memory, temperature, power, SM clock, XID errors).
 
 import {api} from './api.js';
@@ -33,6 +34,20 @@ export function mountWorkers(root, ctx) {
       `${inv.efa_devices ? ` · ${inv.efa_devices} EFA` : ''}`,
       Object.keys(inv.labels || {}).length ? ` · ${Object.entries(inv.labels).map(([k, v]) => `${k}=${v}`).join(', ')}` : '',
       ' · tasks: ', taskLinks(w.running_task_ids));
+    // Drained: no new placements (why, by whom, since when); the last pre-flight's checks.
+    const health = [];
+    if (w.drain) {
+      health.push(h('p.worker-drain', h('span.badge.draining', 'drained'),
+        ` by ${w.drain.source || '?'}: ${w.drain.reason || ''} · since `,
+        h('span', {title: fmtFullTime(w.drain.since)}, fmtAgo(w.drain.since))));
+    }
+    if (w.preflight) {
+      const checks = (w.preflight.checks || []).map((c) =>
+        `${c.name} ${String(c.state || '').toLowerCase()}${c.detail ? ` (${c.detail})` : ''}`).join(' · ');
+      health.push(h(w.preflight.passed ? 'p.muted.worker-preflight' : 'p.worker-preflight.bad',
+        `pre-flight ${w.preflight.passed ? 'passed' : 'FAILED'} ${fmtAgo(w.preflight.time)} in ` +
+        `${fmtNum(1000 * (w.preflight.seconds || 0), 3)} ms: ${checks}`));
+    }
     const gpus = w.gpus || [];
     const table = gpus.length ? h('table.grid-table.compact.gpu-table',
       h('colgroup', ['4em', '16em', '10em', '16em', '6em', '6em', '7em', '6em', '4em'].map((w) => h('col', {style: {width: w}}))),
@@ -52,7 +67,7 @@ export function mountWorkers(root, ctx) {
           h('td.num', `${Math.round(g.mem_copy_util || 0)}%`),
           h('td.num', {class: Number(g.xid_errors) ? 'num bad' : 'num'}, fmtInt(g.xid_errors || 0)));
       }))) : h('p.muted', (inv.gpus || []).length ? 'no GPU samples yet' : 'CPU worker: no GPU telemetry');
-    return h('section.panel.worker', {dataset: {id: w.id}}, head, facts, table);
+    return h('section.panel.worker', {dataset: {id: w.id}}, head, facts, ...health, table);
   }
 
   async function load() {

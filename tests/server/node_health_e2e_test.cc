@@ -1,0 +1,380 @@
+// Sick and lost nodes end to end, with real coordinator and worker processes on loopback
+// and a /bin/sh stand-in for llamafleet-train whose ranks watch each other the way a real
+// gang's collectives do: when a peer rank's process is gone, the survivors fail (UNAVAILABLE,
+// "connection closed by peer"), as gloo and NCCL make them.
+#include <grpcpp/grpcpp.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+
+#include <gtest/gtest.h>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "jobspec/jobspec.h"
+#include "llamafleet/v1/job.grpc.pb.h"
+#include "llamafleet/v1/worker.grpc.pb.h"
+#include "tests/testing/cluster.h"
+#include "tests/testing/process.h"
+
+namespace llamafleet {
+namespace {
+
+using testing::BinaryPath;
+using testing::Subprocess;
+using testing::TempDir;
+
+// STEPS steps of 0.1 s (LLAMAFLEET_FAKE_STEPS); rank 0 reports metrics each step and a
+// checkpoint every 10; on SIGTERM it checkpoints and exits 0; it resumes from the newest
+// resume candidate. Each rank writes its pid to LLAMAFLEET_FAKE_PEER_DIR/<port>-<rank>.pid
+// and fails once any other rank of its gang (same MASTER_PORT) is gone.
+constexpr char kFakeTrainer[] = R"sh(#!/bin/sh
+SPEC=""; RESUME=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --spec) SPEC="$2"; shift ;;
+    --resume) RESUME="$2"; shift ;;
+    --resume-candidates) RESUME=$(grep -o '"path":"[^"]*"' "$2" | head -1 | cut -d'"' -f4); shift ;;
+  esac
+  shift
+done
+CK=$(sed -n 's/.*"checkpoint":{[^}]*"dir":"\([^"]*\)".*/\1/p' "$SPEC")
+STEPS=${LLAMAFLEET_FAKE_STEPS:-30}
+PEERS="$LLAMAFLEET_FAKE_PEER_DIR"
+step=0
+if [ -n "$RESUME" ]; then step=$(cat "$RESUME/step"); fi
+echo "rank $RANK/$WORLD_SIZE resume=[$RESUME] start=$step" >&2
+save() {
+  if [ "$RANK" = 0 ] && [ -n "$CK" ]; then
+    mkdir -p "$CK/step-$step" && echo $step > "$CK/step-$step/step" && echo '{}' > "$CK/step-$step/manifest.json"
+    echo "{\"type\":\"event\",\"event\":\"checkpoint_saved\",\"step\":$step,\"path\":\"$CK/step-$step\",\"bytes\":3,\"manifest_sha256\":\"x\",\"loss\":1.0}"
+  fi
+}
+trap 'save; exit 0' TERM
+[ -n "$PEERS" ] && echo $$ > "$PEERS/$MASTER_PORT-$RANK.pid"
+[ "$RANK" = 0 ] && echo "{\"type\":\"event\",\"event\":\"started\",\"total_steps\":$STEPS}"
+while [ $step -lt $STEPS ]; do
+  sleep 0.1 &
+  wait $!
+  step=$((step + 1))
+  [ "$RANK" = 0 ] && echo "{\"type\":\"metrics\",\"step\":$step,\"loss\":1,\"lr\":0.001,\"tokens_per_s\":1000}"
+  if [ $((step % 10)) = 0 ]; then save; fi
+  if [ -n "$PEERS" ]; then
+    for f in "$PEERS/$MASTER_PORT"-*.pid; do
+      [ -f "$f" ] || continue
+      p=$(cat "$f")
+      st=$(cut -d' ' -f3 "/proc/$p/stat" 2>/dev/null)
+      if [ -z "$st" ] || [ "$st" = Z ]; then
+        echo "{\"type\":\"event\",\"event\":\"error\",\"message\":\"gloo allreduce: connection closed by peer\",\"code\":\"UNAVAILABLE\"}"
+        exit 1
+      fi
+    done
+  fi
+done
+exit 0
+)sh";
+
+class NodeHealthTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    trainer_ = dir_.path() + "/fake-train.sh";
+    std::ofstream(trainer_) << kFakeTrainer;
+    std::filesystem::permissions(trainer_, std::filesystem::perms::owner_all);
+    peers_ = dir_.path() + "/peers";
+    std::filesystem::create_directories(peers_);
+  }
+
+  void StartCoordinator(std::vector<std::string> flags = {}) {
+    flags.insert(flags.end(), {"--heartbeat-timeout", "10", "--cancel-grace", "2"});
+    auto c = testing::StartCoordinator({.data_dir = dir_.path() + "/coord",
+                                        .join_token = "secret",
+                                        .path_roots = {dir_.path(), "/"},
+                                        .flags = flags,
+                                        .log_path = dir_.path() + "/coordinator.log"});
+    ASSERT_TRUE(c.ok()) << c.status();
+    coordinator_ = std::move(c->process);
+    channel_ = grpc::CreateChannel(c->address, grpc::InsecureChannelCredentials());
+    address_ = c->address;
+    jobs_ = v1::JobService::NewStub(channel_);
+    workers_stub_ = v1::WorkerService::NewStub(channel_);
+  }
+
+  void StartWorker(const std::string& name, std::vector<std::string> flags = {}) {
+    auto p = testing::StartWorker({.coordinator = address_,
+                                   .name = name,
+                                   .data_dir = dir_.path() + "/" + name,
+                                   .join_token = "secret",
+                                   .trainer = trainer_,
+                                   .heartbeat_interval = 0.3,
+                                   .flags = flags,
+                                   .env = {{"LLAMAFLEET_FAKE_STEPS", "200"},
+                                           {"LLAMAFLEET_FAKE_PEER_DIR", peers_}},
+                                   .log_path = dir_.path() + "/" + name + ".log"});
+    ASSERT_TRUE(p.ok()) << p.status();
+    workers_[name] = std::move(*p);
+  }
+
+  std::map<std::string, v1::WorkerInfo> Workers() {
+    v1::ListWorkersResponse resp;
+    grpc::ClientContext ctx;
+    std::map<std::string, v1::WorkerInfo> out;
+    if (workers_stub_->ListWorkers(&ctx, v1::ListWorkersRequest(), &resp).ok()) {
+      for (const auto& w : resp.workers()) out[w.name()] = w;
+    }
+    return out;
+  }
+
+  // Waits until `name` is shown in `state`; false after `timeout`.
+  bool WaitForWorkerState(const std::string& name, v1::WorkerState state, absl::Duration timeout) {
+    const absl::Time deadline = absl::Now() + timeout;
+    while (absl::Now() < deadline) {
+      auto ws = Workers();
+      if (auto it = ws.find(name); it != ws.end() && it->second.state() == state) return true;
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+    return false;
+  }
+
+  std::string Submit(const std::string& extra_yaml = "") {
+    absl::StatusOr<std::vector<ParsedJob>> parsed = ParseJobDocuments(absl::StrCat(
+        "name: e2e\nmodel: {preset: tiny, tokenizer: /t.model}\ndata: {train_path: /d.jsonl}\n"
+        "resources: {nodes: 2, gpus_per_node: 1}\n",
+        extra_yaml));
+    EXPECT_TRUE(parsed.ok()) << parsed.status();
+    v1::SubmitJobRequest req;
+    *req.mutable_spec() = (*parsed)[0].spec;
+    v1::SubmitJobResponse resp;
+    grpc::ClientContext ctx;
+    grpc::Status s = jobs_->SubmitJob(&ctx, req, &resp);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return resp.job().id();
+  }
+
+  v1::Job Get(const std::string& id) {
+    v1::GetJobRequest req;
+    req.set_job_id(id);
+    v1::Job job;
+    grpc::ClientContext ctx;
+    (void)jobs_->GetJob(&ctx, req, &job);
+    return job;
+  }
+
+  v1::Job WaitForStep(const std::string& id, int64_t step, absl::Duration timeout = absl::Seconds(30)) {
+    const absl::Time deadline = absl::Now() + timeout;
+    v1::Job job;
+    while (absl::Now() < deadline) {
+      job = Get(id);
+      if (job.state() == v1::RUNNING && job.latest_metrics().step() >= step) return job;
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+    ADD_FAILURE() << "job " << id << " did not reach step " << step << ": "
+                  << v1::JobState_Name(job.state()) << " " << job.status_reason();
+    return job;
+  }
+
+  std::vector<v1::Attempt> Attempts(const std::string& id) {
+    v1::ListAttemptsRequest req;
+    req.set_job_id(id);
+    v1::ListAttemptsResponse resp;
+    grpc::ClientContext ctx;
+    (void)jobs_->ListAttempts(&ctx, req, &resp);
+    return {resp.attempts().begin(), resp.attempts().end()};
+  }
+
+  std::vector<v1::JobEvent> Events(const std::string& id) {
+    v1::GetJobEventsRequest req;
+    req.set_job_id(id);
+    v1::GetJobEventsResponse resp;
+    grpc::ClientContext ctx;
+    (void)jobs_->GetJobEvents(&ctx, req, &resp);
+    return {resp.events().begin(), resp.events().end()};
+  }
+
+  void TearDown() override {
+    if (HasFailure()) {
+      for (const std::string& name : {"coordinator", "w1", "w2", "w3"}) {
+        std::ifstream in(dir_.path() + "/" + name + ".log");
+        std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+        if (!text.empty()) std::cout << "---- " << name << ".log\n" << text.substr(text.size() > 6000 ? text.size() - 6000 : 0);
+      }
+    }
+    for (auto& [name, w] : workers_) w->Signal(SIGTERM);
+    for (auto& [name, w] : workers_) (void)w->Wait(absl::Seconds(20));
+    workers_.clear();
+    coordinator_.reset();
+  }
+
+  TempDir dir_;
+  std::string trainer_;
+  std::string peers_;
+  std::unique_ptr<Subprocess> coordinator_;
+  std::string address_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::JobService::Stub> jobs_;
+  std::unique_ptr<v1::WorkerService::Stub> workers_stub_;
+  std::map<std::string, std::unique_ptr<Subprocess>> workers_;
+};
+
+// One worker of a 2-node gang is killed: the survivor's ranks fail at once (their peer is
+// gone), and that failure is the killed node's fault, said as such well before the
+// heartbeat timeout (10 s); `workers` shows the killed worker DISCONNECTED at once.
+TEST_F(NodeHealthTest, KilledWorkerIsBlamedAndShownDisconnectedAtOnce) {
+  ASSERT_NO_FATAL_FAILURE(StartCoordinator());
+  StartWorker("w1");
+  StartWorker("w2");
+  ASSERT_TRUE(WaitForWorkerState("w1", v1::WORKER_READY, absl::Seconds(20)));
+  ASSERT_TRUE(WaitForWorkerState("w2", v1::WORKER_READY, absl::Seconds(20)));
+  const std::string id = Submit("run_policy: {restart_backoff_seconds: 1}\n");
+  const v1::Job running = WaitForStep(id, 12);
+  ASSERT_EQ(running.workers_size(), 2);
+  const std::string victim = running.workers(1), survivor = running.workers(0);
+  const absl::Time killed = absl::Now();
+  workers_[victim]->Signal(SIGKILL);
+  EXPECT_TRUE(WaitForWorkerState(victim, v1::WORKER_DISCONNECTED, absl::Seconds(2)))
+      << "the killed worker is not shown DISCONNECTED within 2 s";
+  EXPECT_EQ(Workers()[survivor].state(), v1::WORKER_READY);
+
+  // The first attempt ends as the victim's node fault, before the heartbeat timeout.
+  v1::Attempt first;
+  while (absl::Now() < killed + absl::Seconds(8)) {
+    std::vector<v1::Attempt> attempts = Attempts(id);
+    if (!attempts.empty() && attempts.back().state() != v1::ATTEMPT_ACTIVE) {
+      first = attempts.back();
+      break;
+    }
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  ASSERT_EQ(first.attempt(), 1) << "attempt 1 did not end within 8 s of the kill";
+  EXPECT_EQ(first.failure_class(), "node_fault") << first.reason();
+  EXPECT_TRUE(absl::StartsWith(first.reason(), absl::StrCat("worker ", victim, " lost (its session ended)")))
+      << first.reason();
+  // The job is excluded from the victim: the restart runs on the survivor and a spare.
+  StartWorker("w3");
+  const absl::Time deadline = absl::Now() + absl::Seconds(40);
+  v1::Job job;
+  while (absl::Now() < deadline) {
+    job = Get(id);
+    if (job.attempts() == 2 && job.state() == v1::RUNNING) break;
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  ASSERT_EQ(job.attempts(), 2) << v1::JobState_Name(job.state()) << " " << job.status_reason();
+  for (const std::string& w : job.workers()) EXPECT_NE(w, victim);
+  bool excluded = false;
+  for (const v1::JobEvent& e : Events(id)) {
+    excluded |= absl::StrContains(e.reason(), absl::StrCat("excluding worker ", victim));
+    EXPECT_FALSE(absl::StrContains(e.reason(), absl::StrCat("excluding worker ", survivor))) << e.reason();
+  }
+  EXPECT_TRUE(excluded);
+  // And once the heartbeat timeout passes it is LOST.
+  EXPECT_TRUE(WaitForWorkerState(victim, v1::WORKER_LOST, absl::Seconds(15)));
+}
+
+// An operator drains a worker of a running gang: `workers` shows it DRAINING with the
+// reason at once, the gang restarts on the spare from its checkpoint without using a
+// restart (max_restarts is 0: a counted restart would fail the job), and no later
+// placement lands there until it is undrained.
+TEST_F(NodeHealthTest, OperatorDrainMovesTheJobToTheSpareWithoutUsingARestart) {
+  ASSERT_NO_FATAL_FAILURE(StartCoordinator());
+  for (const char* w : {"w1", "w2"}) StartWorker(w);
+  ASSERT_TRUE(WaitForWorkerState("w1", v1::WORKER_READY, absl::Seconds(20)));
+  ASSERT_TRUE(WaitForWorkerState("w2", v1::WORKER_READY, absl::Seconds(20)));
+  const std::string id = Submit("run_policy: {max_restarts: 0, restart_backoff_seconds: 30}\n");
+  const v1::Job running = WaitForStep(id, 12);
+  ASSERT_EQ(running.workers_size(), 2);
+  StartWorker("w3");
+  ASSERT_TRUE(WaitForWorkerState("w3", v1::WORKER_READY, absl::Seconds(20)));
+  const std::string victim = running.workers(1);
+  absl::StatusOr<testing::CommandResult> drained =
+      testing::RunCommand({BinaryPath("llamafleet-coordinator"), "worker", "drain", victim, "--reason",
+                           "bad DIMM", "--data-dir", dir_.path() + "/coord"});
+  ASSERT_TRUE(drained.ok()) << drained.status();
+  ASSERT_EQ(drained->exit_code, 0) << drained->err;
+  ASSERT_TRUE(WaitForWorkerState(victim, v1::WORKER_DRAINING, absl::Seconds(5)));
+  const v1::WorkerInfo info = Workers()[victim];
+  EXPECT_EQ(info.drain().reason(), "bad DIMM");
+  EXPECT_EQ(info.drain().source(), "operator");
+  EXPECT_TRUE(info.drain().has_since());
+  // `llamafleet workers` says so, with the reason.
+  absl::StatusOr<testing::CommandResult> table =
+      testing::RunCommand({BinaryPath("llamafleet"), "--coordinator", address_, "workers"});
+  ASSERT_TRUE(table.ok()) << table.status();
+  EXPECT_TRUE(absl::StrContains(table->out, "DRAINING (operator")) << table->out << table->err;
+  EXPECT_TRUE(absl::StrContains(table->out, "bad DIMM")) << table->out;
+
+  // Restarted at once (the 30 s backoff is not applied) on the others, no restart used.
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  v1::Job job;
+  while (absl::Now() < deadline) {
+    job = Get(id);
+    if (job.attempts() == 2 && job.state() == v1::RUNNING) break;
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  ASSERT_EQ(job.attempts(), 2) << v1::JobState_Name(job.state()) << " " << job.status_reason();
+  EXPECT_EQ(job.state(), v1::RUNNING) << job.status_reason();
+  EXPECT_EQ(job.restarts(), 0);
+  for (const std::string& w : job.workers()) EXPECT_NE(w, victim);
+  std::vector<v1::Attempt> attempts = Attempts(id);
+  ASSERT_EQ(attempts.size(), 2u);
+  EXPECT_EQ(attempts[1].failure_class(), "node_fault");
+  EXPECT_TRUE(absl::StrContains(attempts[1].reason(), absl::StrCat("worker ", victim, " drained (operator): bad DIMM")))
+      << attempts[1].reason();
+  EXPECT_NE(attempts[0].resume_from(), "") << "the restart resumes from the checkpoint";
+
+  // Undrained: ready again.
+  absl::StatusOr<testing::CommandResult> undrained = testing::RunCommand(
+      {BinaryPath("llamafleet-coordinator"), "worker", "undrain", victim, "--data-dir", dir_.path() + "/coord"});
+  ASSERT_TRUE(undrained.ok());
+  EXPECT_EQ(undrained->exit_code, 0) << undrained->err;
+  EXPECT_TRUE(WaitForWorkerState(victim, v1::WORKER_READY, absl::Seconds(5)));
+  EXPECT_FALSE(Workers()[victim].has_drain());
+  // Errors name what is wrong.
+  absl::StatusOr<testing::CommandResult> unknown = testing::RunCommand(
+      {BinaryPath("llamafleet-coordinator"), "worker", "drain", "nosuch", "--reason", "x", "--data-dir",
+       dir_.path() + "/coord"});
+  ASSERT_TRUE(unknown.ok());
+  EXPECT_EQ(unknown->exit_code, 1);
+  EXPECT_TRUE(absl::StrContains(unknown->err, "no worker named nosuch")) << unknown->err;
+}
+
+// A worker whose pre-flight fails is drained with the pre-flight's reason before anything
+// is placed there; the job runs on the spare without using a restart; once the fault is
+// gone a passing pre-flight after the cool-off brings the worker back.
+TEST_F(NodeHealthTest, FailedPreflightDrainsTheWorkerAndTheJobRunsOnTheSpare) {
+  ASSERT_NO_FATAL_FAILURE(StartCoordinator({"--drain-cooloff", "1"}));
+  const std::string knob = dir_.path() + "/w2-is-sick";
+  std::ofstream(knob) << "x";
+  StartWorker("w1");
+  StartWorker("w2", {"--preflight-fail-for-test", knob, "--preflight-interval", "0.5"});
+  StartWorker("w3");
+  ASSERT_TRUE(WaitForWorkerState("w2", v1::WORKER_DRAINING, absl::Seconds(20)));
+  ASSERT_TRUE(WaitForWorkerState("w1", v1::WORKER_READY, absl::Seconds(20)));
+  ASSERT_TRUE(WaitForWorkerState("w3", v1::WORKER_READY, absl::Seconds(20)));
+  auto ws = Workers();
+  EXPECT_EQ(ws["w2"].drain().source(), "preflight");
+  EXPECT_TRUE(absl::StrContains(ws["w2"].drain().reason(), "pre-flight failed: injected")) << ws["w2"].drain().reason();
+  EXPECT_FALSE(ws["w2"].preflight().passed());
+  // A healthy CPU worker's pre-flight: GEMM and loopback passed, the GPU probe skipped.
+  ASSERT_TRUE(ws["w1"].has_preflight());
+  EXPECT_TRUE(ws["w1"].preflight().passed());
+  ASSERT_GE(ws["w1"].preflight().checks_size(), 3);
+  EXPECT_EQ(ws["w1"].preflight().checks(2).state(), v1::PreflightCheck::SKIPPED);
+  EXPECT_EQ(ws["w1"].preflight().checks(2).detail(), "no GPU");
+
+  const std::string id = Submit();
+  const v1::Job job = WaitForStep(id, 3);
+  EXPECT_EQ(job.attempts(), 1);
+  EXPECT_EQ(job.restarts(), 0);
+  for (const std::string& w : job.workers()) EXPECT_NE(w, "w2");
+
+  // The fault is gone: the next pre-flight (every 0.5 s) passes after the 1 s cool-off.
+  std::filesystem::remove(knob);
+  EXPECT_TRUE(WaitForWorkerState("w2", v1::WORKER_READY, absl::Seconds(10)));
+  EXPECT_FALSE(Workers()["w2"].has_drain());
+}
+
+}  // namespace
+}  // namespace llamafleet
