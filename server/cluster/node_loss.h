@@ -5,9 +5,9 @@
 // collectives down on every survivor, and a survivor's failure report can reach the
 // coordinator before (or just after) the dead node's session ends. A retryable failure of
 // one task is therefore held for kPeerLossSettle: if another worker of the gang is gone by
-// then (lost, its session ended, or it restarted without its task), the attempt ends as a node fault of that worker (it
-// is excluded from the next placement), not of the survivor that reported. Pure: callers
-// pass what they know of the workers.
+// then (lost, its session ended, or it restarted without its task), the attempt ends as a
+// node fault of that worker (it is excluded from the next placement), not of the survivor
+// that reported. Pure: callers pass what they know of the workers.
 
 #include <functional>
 #include <string>
