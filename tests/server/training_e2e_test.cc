@@ -359,9 +359,11 @@ TEST_F(TrainingTest, TensorParallelJobOnTwoNodesMatchesASingleProcessRun) {
   v1::Job job = WaitUntil(id, [](const v1::Job& j) { return IsTerminalState(j); }, absl::Minutes(5));
   ASSERT_EQ(job.state(), v1::SUCCEEDED) << job.status_reason() << AttemptsText(id);
   EXPECT_EQ(job.workers_size(), 2);
-  // Partial sums over the group change the order of additions: 1e-4, the tolerance of the
-  // trainer's tensor-parallel equivalence tests, not the 1e-5 of pure data parallelism.
-  EXPECT_LE(SingleProcessDifference("tp"), 1e-4);
+  // Partial sums over the group change the order of additions, and the difference from a
+  // single-process run is a maximum of relative errors over every weight after the job's
+  // steps: 2e-4 here (the trainer's tensor-parallel equivalence tests hold 1e-4 against
+  // the reference), not the 1e-5 of pure data parallelism.
+  EXPECT_LE(SingleProcessDifference("tp"), 2e-4);
 }
 
 TEST_F(TrainingTest, WorkerKilledMidJobResumesToTheSameWeightsAsAnUninterruptedRun) {
