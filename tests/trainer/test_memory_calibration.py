@@ -6,7 +6,7 @@ device, derived grad_accum; on a CPU the workspace is the process's resident siz
 training allocates anything) in its "started" event, and reports the measured peak in
 every metrics line (peak RSS on a CPU: ru_maxrss). For the tiny presets across sharding
 strategies, precisions, activation checkpointing, gradient accumulation, LoRA and 1 or 2 ranks,
-the estimate must be within +-20% of rank 0's measured peak. Prints the table.
+the estimate must be within -20% / +25% of rank 0's measured peak. Prints the table.
 
 Usage: test_memory_calibration.py BIN_DIR
 """
@@ -22,7 +22,9 @@ from ranks import json_lines, launch_ranks, wait_ranks  # noqa: E402
 
 BIN = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "..", "build", "bin")
 TRAIN = os.path.join(BIN, "llamafleet-train")
-TOLERANCE = 0.20
+# An estimate under the peak lets a job be placed where it runs out of memory: at most 20%
+# under. One over it only refuses a little early: at most 25% over.
+UNDER, OVER = 0.20, 0.25
 
 # (name, world, preset, sharding, precision, activation checkpointing, micro, accum, seq_len[, LoRA targets])
 ALL7 = "q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj"
@@ -92,7 +94,7 @@ fsdp: {sharding: %s, mixed_precision: %s, activation_checkpointing: %s%s}
                 mib(e["gathered_params_bytes"]), mib(e["activations_bytes"]), mib(e["communication_bytes"]),
                 mib(e["workspace_bytes"]), e["peak_phase"]))
         for name, _, _, ratio in rows:
-            self.assertLess(abs(ratio - 1), TOLERANCE, "%s: estimate / measured = %.3f" % (name, ratio))
+            self.assertTrue(1 - UNDER < ratio < 1 + OVER, "%s: estimate / measured = %.3f" % (name, ratio))
 
 
 if __name__ == "__main__":
