@@ -2,12 +2,16 @@
 
 #include <algorithm>
 
+#include "jobspec/dependencies.h"
 #include "jobspec/jobspec.h"
 
 namespace llamafleet {
 
 void ApplyDefaults(v1::JobSpec* spec) {
   if (spec->queue().empty()) spec->set_queue("default");
+  for (v1::JobDependency& d : *spec->mutable_depends_on()) {
+    if (d.on().empty()) d.set_on(kDependsOnSucceeded);
+  }
   if (spec->data().format() == v1::DATA_FORMAT_UNSPECIFIED) {
     spec->mutable_data()->set_format(v1::TEXT);
   }

@@ -8,6 +8,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "jobspec/dependencies.h"
 #include "jobspec/field_violations.h"
 #include "jobspec/jobspec.h"
 #include "jobspec/memory_fit.h"
@@ -120,6 +121,25 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec, absl::string_view path_pre
     }
   };
   check_labels("labels", spec.labels());
+
+  // depends_on: the shape here; the references are resolved at submission
+  // (ResolveBatchDependencies).
+  if (spec.depends_on_size() > kMaxDependencies) {
+    v.Add("depends_on", absl::StrCat("must have at most ", kMaxDependencies, " entries (got ",
+                                     spec.depends_on_size(), ")"));
+  }
+  for (int i = 0; i < spec.depends_on_size() && i < kMaxDependencies; ++i) {
+    const v1::JobDependency& d = spec.depends_on(i);
+    const std::string field = absl::StrCat("depends_on[", i, "]");
+    if (d.job().empty() || d.job().size() > static_cast<size_t>(kMaxNameLength) || !AllNameChars(d.job())) {
+      v.Add(absl::StrCat(field, ".job"),
+            "must be a job id or the name of a job in the same batch (1..128 characters of letters, "
+            "digits, '.', '_' and '-')");
+    }
+    if (d.on() != kDependsOnSucceeded && d.on() != kDependsOnFinished) {
+      v.Add(absl::StrCat(field, ".on"), absl::StrCat("must be succeeded or finished (got \"", d.on(), "\")"));
+    }
+  }
 
   // model
   const v1::ModelSpec& m = spec.model();

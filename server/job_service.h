@@ -103,6 +103,9 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
   // PERMISSION_DENIED unless `caller` may read what the spec's checkpoint.resume and
   // model.path name: a path inside another job's checkpoint directory (its own
   // checkpoint.dir, or its default one) is for that job's owner and admins only.
+  // Resolves the batch's depends_on references and templates (jobspec/dependencies.h),
+  // reading the parents it names from the store; fills each input's batch_parents.
+  absl::Status ResolveDependencies(const Principal& caller, std::vector<SubmitJobInput>* inputs) const;
   absl::Status CheckCheckpointReads(const Principal& caller, const v1::JobSpec& spec,
                                     const std::string& prefix) const;
 

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "jobspec/dependencies.h"
 #include "jobspec/jobspec.h"
 #include "server/job_service.h"
 #include "server/job_service_internal.h"
@@ -47,6 +48,16 @@ grpc::ServerUnaryReactor* JobServiceImpl::Submit(
     in.idempotency_key = requests[i]->idempotency_key();
     in.field_prefix = absl::StrCat(prefix, "spec.");
     ApplyDefaults(&in.spec);
+    inputs.push_back(std::move(in));
+  }
+  // Dependencies first: their templates fill in paths the rules below check.
+  if (absl::Status s = ResolveDependencies(caller, &inputs); !s.ok()) {
+    if (metrics_ != nullptr) metrics_->RecordSubmissions(SubmitResult::kInvalid, inputs.size());
+    return FinishNow(context, s);
+  }
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    SubmitJobInput& in = inputs[i];
+    const std::string prefix = batch ? absl::StrCat("jobs[", i, "].") : "";
     absl::Status valid = ValidateJobSpec(in.spec, in.field_prefix);
     absl::Status key = ValidateIdempotencyKey(in.idempotency_key,
                                               absl::StrCat(prefix, "idempotency_key"));
@@ -61,7 +72,6 @@ grpc::ServerUnaryReactor* JobServiceImpl::Submit(
       errors.emplace_back(st->message());
       for (v1::FieldViolation& v : FieldViolationsOf(*st)) violations.push_back(std::move(v));
     }
-    inputs.push_back(std::move(in));
   }
   if (!errors.empty()) {
     if (metrics_ != nullptr) metrics_->RecordSubmissions(SubmitResult::kInvalid, inputs.size());
@@ -119,6 +129,21 @@ grpc::ServerUnaryReactor* JobServiceImpl::Submit(
     reactor->Finish(grpc::Status::OK);
   });
   return reactor;
+}
+
+absl::Status JobServiceImpl::ResolveDependencies(const Principal& caller,
+                                                 std::vector<SubmitJobInput>* inputs) const {
+  std::vector<BatchEntry> batch;
+  for (SubmitJobInput& in : *inputs) batch.push_back(BatchEntry{&in.spec, in.field_prefix, {}});
+  const ParentLookup lookup = [this](int64_t id) -> absl::StatusOr<ParentJob> {
+    absl::StatusOr<v1::Job> job = store_->GetJob(id);
+    if (!job.ok()) return job.status();
+    return ParentJob{job->owner(), job->spec().name(), job->spec().output().export_dir()};
+  };
+  absl::Status s = ResolveBatchDependencies(batch, caller.user, caller.role == v1::ADMIN, lookup);
+  if (!s.ok()) return s;
+  for (size_t i = 0; i < inputs->size(); ++i) (*inputs)[i].batch_parents = std::move(batch[i].batch_parents);
+  return absl::OkStatus();
 }
 
 absl::Status JobServiceImpl::CheckCheckpointReads(const Principal& caller, const v1::JobSpec& spec,

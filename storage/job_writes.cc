@@ -297,8 +297,20 @@ TxnFunction SubmitJobsTxn(std::shared_ptr<SubmitBatch> batch) {
     results.clear();
     // By owner, for those with a limit: active jobs, this submission's so far included.
     std::map<std::string, int64_t> active;
-    for (const SubmitJobInput& in : batch->inputs) {
+    for (const SubmitJobInput& input : batch->inputs) {
       SubmitJobResult r;
+      // Parents of this submission are named by their ids from here on.
+      std::optional<SubmitJobInput> with_ids;
+      if (!input.batch_parents.empty()) {
+        with_ids = input;
+        for (const auto& [k, b] : input.batch_parents) {
+          if (b < 0 || static_cast<size_t>(b) >= results.size() || k < 0 || k >= input.spec.depends_on_size()) {
+            return absl::InternalError("depends_on names a job not submitted before it");
+          }
+          with_ids->spec.mutable_depends_on(k)->set_job(results[b].job.id());
+        }
+      }
+      const SubmitJobInput& in = with_ids.has_value() ? *with_ids : input;
       if (!in.idempotency_key.empty()) {
         absl::StatusOr<sqlite::Statement*> find =
             txn.Statement("SELECT id FROM jobs WHERE owner = ?1 AND idempotency_key = ?2");

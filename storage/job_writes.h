@@ -106,6 +106,9 @@ struct SubmitJobInput {
   int64_t max_active_jobs = 0;
   // Put before field names in errors ("spec.", "jobs[3].spec.").
   std::string field_prefix = "spec.";
+  // {k, b}: spec.depends_on[k] names job b of the same submission (b before this one);
+  // the transaction stores b's id there.
+  std::vector<std::pair<int, int>> batch_parents;
 };
 
 struct SubmitJobResult {

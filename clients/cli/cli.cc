@@ -98,6 +98,7 @@ int Finish(const absl::Status& status, std::ostream& err) {
     if (c == '\n') c = ' ';
   }
   err << "llamafleet: " << message << std::endl;
+  if (const int code = JobOutcomeExitCode(status); code != 0) return code;
   return IsUsageError(status) ? kExitUsage : kExitFailure;
 }
 
@@ -161,6 +162,8 @@ int RunCli(int argc, char** argv, std::istream& in, std::ostream& out, std::ostr
   submit_cmd->add_option("--idempotency-key", submit.idempotency_key,
                          "key for a single job (default: derived from the document, so "
                          "re-submitting the same file creates nothing new)");
+  submit_cmd->add_flag("--wait", submit.wait,
+                       "then wait for every job submitted, as `wait --for succeeded` (same exit codes)");
 
   // get jobs / get job ID
   CLI::App* get_cmd = app.add_subcommand("get", "list jobs or show one");
@@ -210,6 +213,18 @@ int RunCli(int argc, char** argv, std::istream& in, std::ostream& out, std::ostr
   watch_cmd->add_option("--interval", interval_text, "how often to poll the job's metrics")
       ->capture_default_str();
 
+  // wait ID...
+  std::vector<std::string> wait_ids;
+  std::string wait_for = "succeeded";
+  CLI::App* wait_cmd = app.add_subcommand(
+      "wait",
+      "block until every job given has ended, printing a line per job as it ends; exit 0 only "
+      "if each met --for; 3 if one FAILED, 4 if one was CANCELLED, 5 if --timeout passed first");
+  wait_cmd->add_option("ID", wait_ids, "job ids")->required();
+  wait_cmd->add_option("--for", wait_for, "succeeded (a FAILED or CANCELLED job fails the wait) or finished")
+      ->check(CLI::IsMember({"succeeded", "finished"}))
+      ->capture_default_str();
+
   // logs ID
   LogsFlags logs;
   CLI::App* logs_cmd = app.add_subcommand(
@@ -241,7 +256,7 @@ int RunCli(int argc, char** argv, std::istream& in, std::ostream& out, std::ostr
 
   for (CLI::App* sub :
        {submit_cmd, get_cmd, get_jobs_cmd, get_job_cmd, describe_cmd, describe_job_cmd, cancel_cmd,
-        watch_cmd, logs_cmd, checkpoints_cmd, attempts_cmd, workers_cmd, queues_cmd, whoami_cmd}) {
+        watch_cmd, wait_cmd, logs_cmd, checkpoints_cmd, attempts_cmd, workers_cmd, queues_cmd, whoami_cmd}) {
     sub->fallthrough();
   }
 
@@ -288,6 +303,8 @@ int RunCli(int argc, char** argv, std::istream& in, std::ostream& out, std::ostr
   } else if (watch_cmd->parsed()) {
     absl::StatusOr<absl::Duration> interval = ParseDuration("--interval", interval_text);
     status = interval.ok() ? RunWatch(*ctx, job_id, history, *interval) : interval.status();
+  } else if (wait_cmd->parsed()) {
+    status = RunWait(*ctx, wait_ids, wait_for == "succeeded");
   } else if (logs_cmd->parsed()) {
     status = RunLogs(*ctx, job_id, logs, rank_option->count() > 0);
   } else if (checkpoints_cmd->parsed()) {

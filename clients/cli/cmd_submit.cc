@@ -190,7 +190,10 @@ absl::Status RunSubmit(const Context& ctx, const SubmitFlags& flags) {
     }
   }
   PrintSubmitted(ctx, responses, flags.dry_run);
-  return absl::OkStatus();
+  if (!flags.wait || flags.dry_run) return absl::OkStatus();
+  std::vector<std::string> ids;
+  for (const v1::SubmitJobResponse& r : responses.jobs()) ids.push_back(r.job().id());
+  return RunWait(ctx, ids, /*succeeded_only=*/true);
 }
 
 }  // namespace llamafleet::cli

@@ -11,6 +11,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "clients/cli/cli.h"
 #include "clients/cli/command.h"
 #include "clients/cli/interrupt.h"
 #include "clients/cli/output.h"
@@ -322,16 +323,17 @@ absl::Status RunWatch(const Context& ctx, const std::string& id, bool history,
   if (interrupt.signal() != 0) return Interrupted(interrupt.signal());
   if (status.code() == absl::StatusCode::kDeadlineExceeded ||
       (!status.ok() && absl::Now() >= deadline)) {
-    return absl::DeadlineExceededError(absl::StrCat("job ", id, " is still ",
-                                                    StateName(printer.state()), " after --timeout ",
-                                                    absl::FormatDuration(ctx.watch_timeout)));
+    return JobOutcomeError(absl::StatusCode::kDeadlineExceeded, kExitJobTimeout,
+                           absl::StrCat("job ", id, " is still ", StateName(printer.state()),
+                                        " after --timeout ", absl::FormatDuration(ctx.watch_timeout)));
   }
   if (!status.ok()) return status;
   if (!IsTerminal(printer.state())) {
     return absl::UnavailableError(
         absl::StrCat("watch of job ", id, " ended while it was ", StateName(printer.state())));
   }
-  return absl::OkStatus();
+  // Like `wait`: a job that did not succeed is not a watch that did.
+  return JobEndStatus(id, printer.state(), "", /*succeeded_only=*/true);
 }
 
 }  // namespace llamafleet::cli

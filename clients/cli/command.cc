@@ -17,8 +17,23 @@ namespace {
 constexpr char kUsagePayload[] = "llamafleet.dev/usage";
 // Marks a status as "stopped by this signal" (Ctrl-C): exit 128+signal, nothing printed.
 constexpr char kInterruptedPayload[] = "llamafleet.dev/interrupted";
+// Carries the exit code of a job outcome (`wait`, `watch`).
+constexpr char kOutcomePayload[] = "llamafleet.dev/exit-code";
 
 }  // namespace
+
+absl::Status JobOutcomeError(absl::StatusCode code, int exit_code, const std::string& message) {
+  absl::Status status(code, message);
+  status.SetPayload(kOutcomePayload, absl::Cord(absl::StrCat(exit_code)));
+  return status;
+}
+
+int JobOutcomeExitCode(const absl::Status& status) {
+  const auto payload = status.GetPayload(kOutcomePayload);
+  int code = 0;
+  if (!payload.has_value() || !absl::SimpleAtoi(std::string(*payload), &code)) return 0;
+  return code;
+}
 
 absl::Status UsageError(const std::string& message) {
   absl::Status status = absl::InvalidArgumentError(message);

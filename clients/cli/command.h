@@ -54,6 +54,13 @@ absl::Status Interrupted(int signo);
 // The signal that interrupted a command, or 0.
 int InterruptSignal(const absl::Status& status);
 
+// A job that ended otherwise than a command waited for (FAILED, CANCELLED) or did not end
+// in time: exits with `exit_code` (cli.h: kExitJobFailed, kExitJobCancelled,
+// kExitJobTimeout) after the usual one-line message.
+absl::Status JobOutcomeError(absl::StatusCode code, int exit_code, const std::string& message);
+// That exit code, or 0.
+int JobOutcomeExitCode(const absl::Status& status);
+
 // Prefixes the message of an error with what we were doing, keeping code and payloads.
 absl::Status WithContext(const absl::Status& status, const std::string& context);
 
@@ -82,6 +89,8 @@ struct SubmitFlags {
   std::vector<std::string> files;
   bool dry_run = false;
   std::string idempotency_key;
+  // Then wait for every job submitted, as `wait --for succeeded`.
+  bool wait = false;
 };
 absl::Status RunSubmit(const Context& ctx, const SubmitFlags& flags);
 
@@ -104,6 +113,15 @@ absl::Status RunDescribeJob(const Context& ctx, const std::string& id);
 
 // cancel ID (cmd_cancel.cc)
 absl::Status RunCancel(const Context& ctx, const std::string& id, const std::string& reason);
+
+// wait ID... (cmd_wait.cc): blocks on each job's watch stream until every job has ended,
+// printing one line per job as it ends. `succeeded_only`: a job that FAILED or was
+// CANCELLED fails the wait (--for succeeded); otherwise any end meets it (--for finished).
+// Bounded by ctx.watch_timeout. Exit codes as cli.h says.
+absl::Status RunWait(const Context& ctx, const std::vector<std::string>& ids, bool succeeded_only);
+// The exit status `wait` gives a job that ended in `state` (OK when it meets the wait).
+absl::Status JobEndStatus(const std::string& id, v1::JobState state, const std::string& reason,
+                          bool succeeded_only);
 
 // watch ID (cmd_watch.cc): `interval` is how often the job's metrics are polled.
 absl::Status RunWatch(const Context& ctx, const std::string& id, bool history,

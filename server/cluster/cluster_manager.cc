@@ -7,6 +7,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/job_state.h"
 #include "spdlog/spdlog.h"
 #include "storage/worker_drain_store.h"
 
@@ -70,22 +71,27 @@ absl::StatusOr<std::unique_ptr<ClusterManager>> ClusterManager::Start(JobStore* 
   }
   ClusterManager* raw = m.get();
   m->subscription_ = store->SubscribeBatches([raw](const std::vector<const v1::JobEvent*>& events) {
-    // Runs on the writer thread: hand over, never block. Only two kinds of event matter to
-    // the loop: a job joining the queue, and a cancellation. One hand-off per commit, not
-    // one per event.
+    // Runs on the writer thread: hand over, never block. Only three kinds of event matter
+    // to the loop: a job joining the queue, a cancellation, and a job ending (others may
+    // wait for it). One hand-off per commit, not one per event.
     bool queue_grew = false;
     std::vector<v1::JobEvent> cancelled;
+    std::vector<int64_t> ended;
     for (const v1::JobEvent* e : events) {
+      if (IsTerminal(e->to_state())) {
+        if (int64_t id; absl::SimpleAtoi(e->job_id(), &id)) ended.push_back(id);
+      }
       if (e->to_state() == v1::CANCELLED) {
         cancelled.push_back(*e);
       } else if (e->type() == "submitted" || e->to_state() == v1::QUEUED) {
         queue_grew = true;
       }
     }
-    if (!queue_grew && cancelled.empty()) return;
-    raw->Post([raw, queue_grew, cancelled = std::move(cancelled)] {
+    if (!queue_grew && cancelled.empty() && ended.empty()) return;
+    raw->Post([raw, queue_grew, cancelled = std::move(cancelled), ended = std::move(ended)] {
       if (queue_grew) raw->HandleQueueGrew();
       for (const v1::JobEvent& e : cancelled) raw->HandleCancelled(e);
+      for (int64_t id : ended) raw->pass_.JobEnded(id);
     });
   });
   // Drains outlive restarts: in force before the first pass.

@@ -248,6 +248,9 @@ class ClusterManager : public ClusterView {
   // --- A scheduling pass (scheduling_pass.cc), over `queue` when given (read by Tick)
   // or the queue as it is now.
   void RunPass(std::optional<QueuedJobsSnapshot> queue);
+  // The state of every job that a job of `queue` depends on, where the store still has it
+  // (queued ones from the snapshot, the others read).
+  std::map<int64_t, v1::JobState> ParentStates(const QueuedJobsSnapshot& queue);
 
   // Constant after construction.
   JobStore* const store_;

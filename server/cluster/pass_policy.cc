@@ -47,6 +47,10 @@ void PassPolicy::CapacityFreed(int64_t job_id) {
   }
 }
 
+void PassPolicy::JobEnded(int64_t job_id) {
+  if (std::binary_search(awaited_parents_.begin(), awaited_parents_.end(), job_id)) wanted_now_ = true;
+}
+
 PassPolicy::SteadyDuration PassPolicy::Wait(SteadyDuration tick, SteadyTime now) const {
   if (!wanted_soon_) return tick;
   return std::min(tick, std::max(SteadyDuration::zero(), next_allowed_ - now));
@@ -76,8 +80,10 @@ void PassPolicy::Began(absl::Time now) {
 
 void PassPolicy::Ran(QueuedJobsSnapshot queue, uint64_t workers_version,
                      const std::vector<sched::Pending>& pending,
-                     std::vector<int64_t> held_by_attempt, SteadyTime start, SteadyTime end) {
+                     std::vector<int64_t> held_by_attempt, std::vector<int64_t> awaited_parents,
+                     SteadyTime start, SteadyTime end) {
   ran_ = true;
+  awaited_parents_ = std::move(awaited_parents);
   last_queue_ = std::move(queue);
   last_workers_version_ = workers_version;
   held_by_attempt_ = std::move(held_by_attempt);

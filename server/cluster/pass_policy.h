@@ -43,6 +43,9 @@ class PassPolicy {
   void WantSoon() { wanted_soon_ = true; }
   // The attempt of `job_id` ended or released its slots.
   void CapacityFreed(int64_t job_id);
+  // `job_id` reached a terminal state: a pass at once if the last pass held a job back
+  // waiting for it (depends_on).
+  void JobEnded(int64_t job_id);
 
   // How long the loop may wait for work before a pass is due (at most `tick`).
   SteadyDuration Wait(SteadyDuration tick, SteadyTime now) const;
@@ -63,13 +66,15 @@ class PassPolicy {
   void Failed() { waits_for_capacity_ = true; }
   // The pass over `queue` and the workers of `workers_version` ran from `start` to `end`;
   // `pending` are the jobs it left queued, `held_by_attempt` those it left out while their
-  // previous attempt was active (in id order).
+  // previous attempt was active, `awaited_parents` the jobs others wait for (both in id
+  // order).
   void Ran(QueuedJobsSnapshot queue, uint64_t workers_version,
            const std::vector<sched::Pending>& pending, std::vector<int64_t> held_by_attempt,
-           SteadyTime start, SteadyTime end);
+           std::vector<int64_t> awaited_parents, SteadyTime start, SteadyTime end);
 
  private:
   const SteadyDuration interval_;
+  std::vector<int64_t> awaited_parents_;
   bool wanted_now_ = true;  // the first turn of the loop passes
   bool wanted_soon_ = false;
   SteadyTime next_allowed_;

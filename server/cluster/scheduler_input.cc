@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <optional>
+#include <set>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "jobspec/dependencies.h"
 #include "jobspec/jobspec.h"
 #include "google/protobuf/util/time_util.h"
 
@@ -19,17 +21,20 @@ int WorkerSlots(const v1::Inventory& inv) {
 namespace {
 
 // What a pass does with one queued job.
-enum class Disposition { kSkip, kDeadlinePassed, kBackoff, kPending };
+enum class Disposition { kSkip, kDeadlinePassed, kDependencyFailed, kWaitingForParent, kBackoff, kPending };
 
 // The rules that depend on the pass (attempts, now), in the order of the header's list.
 Disposition Classify(const SchedulableJob& j, int64_t id,
-                     const std::map<int64_t, AttemptTracker>& attempts, absl::Time now) {
+                     const std::map<int64_t, AttemptTracker>& attempts, absl::Time now,
+                     const DependencyVerdict& dependencies) {
   if (attempts.count(id) > 0) return Disposition::kSkip;  // previous attempt still stopping
   const int64_t deadline_seconds = j.job.spec().run_policy().active_deadline_seconds();
   if (deadline_seconds > 0 && j.first_start != absl::InfinitePast() &&
       now - j.first_start > absl::Seconds(deadline_seconds)) {
     return Disposition::kDeadlinePassed;
   }
+  if (dependencies.kind == DependencyVerdict::kImpossible) return Disposition::kDependencyFailed;
+  if (dependencies.kind == DependencyVerdict::kWaiting) return Disposition::kWaitingForParent;
   if (j.eligible > now) return Disposition::kBackoff;
   return Disposition::kPending;
 }
@@ -141,18 +146,34 @@ namespace {
 // the coordinator): `in.jobs` points into `queued`, which must outlive the input.
 template <typename Jobs>
 SchedulerInput Build(const Jobs& queued, const std::vector<WorkerView>& workers,
-                     const std::map<int64_t, AttemptTracker>& attempts, absl::Time now) {
+                     const std::map<int64_t, AttemptTracker>& attempts, absl::Time now,
+                     const std::map<int64_t, v1::JobState>& parents) {
   SchedulerInput in;
+  std::set<int64_t> awaited;
   for (const SchedulableJob& j : queued) {
     int64_t id;
     if (!absl::SimpleAtoi(j.job.id(), &id)) continue;
-    switch (Classify(j, id, attempts, now)) {
+    const DependencyVerdict dependencies = j.job.spec().depends_on().empty()
+                                               ? DependencyVerdict{}
+                                               : EvaluateDependencies(j.job.spec(), parents);
+    switch (Classify(j, id, attempts, now, dependencies)) {
       case Disposition::kSkip:
         in.held_by_attempt.push_back(id);
         continue;
       case Disposition::kDeadlinePassed:
         in.deadline_passed[id] = DeadlineReason(j);
         continue;
+      case Disposition::kDependencyFailed:
+        in.dependency_failed[id] = dependencies.message;
+        continue;
+      case Disposition::kWaitingForParent: {
+        v1::PendingInfo info;
+        info.set_code("DEPENDENCY");
+        info.set_message(dependencies.message);
+        in.held_back[id] = std::move(info);
+        for (int64_t parent : ParentIds(j.job.spec())) awaited.insert(parent);
+        continue;
+      }
       case Disposition::kBackoff:
         in.held_back[id] = BackoffInfo(j, now);
         continue;
@@ -162,6 +183,7 @@ SchedulerInput Build(const Jobs& queued, const std::vector<WorkerView>& workers,
     in.pending.push_back(MakePendingJob(id, j, workers));
     in.jobs[id] = &j;
   }
+  in.awaited_parents.assign(awaited.begin(), awaited.end());
   in.workers = SchedulerWorkers(workers);
   in.running = SchedulerRunning(attempts, now);
   return in;
@@ -172,15 +194,15 @@ SchedulerInput Build(const Jobs& queued, const std::vector<WorkerView>& workers,
 SchedulerInput BuildSchedulerInput(const std::vector<SchedulableJob>& queued,
                                    const std::vector<WorkerView>& workers,
                                    const std::map<int64_t, AttemptTracker>& attempts,
-                                   absl::Time now) {
-  return Build(queued, workers, attempts, now);
+                                   absl::Time now, const std::map<int64_t, v1::JobState>& parents) {
+  return Build(queued, workers, attempts, now, parents);
 }
 
 SchedulerInput BuildSchedulerInput(const QueuedJobsSnapshot& queued,
                                    const std::vector<WorkerView>& workers,
                                    const std::map<int64_t, AttemptTracker>& attempts,
-                                   absl::Time now) {
-  return Build(queued, workers, attempts, now);
+                                   absl::Time now, const std::map<int64_t, v1::JobState>& parents) {
+  return Build(queued, workers, attempts, now, parents);
 }
 
 }  // namespace llamafleet

@@ -38,6 +38,11 @@ struct SchedulerInput {
   std::map<int64_t, v1::PendingInfo> held_back;
   // Queued jobs whose active deadline passed between attempts: they fail from the queue.
   std::map<int64_t, std::string> deadline_passed;  // job → reason
+  // Queued jobs a dependency of which can no longer hold: they are cancelled.
+  std::map<int64_t, std::string> dependency_failed;  // job → reason
+  // The parents that jobs held back as DEPENDENCY wait for, in id order: one of them
+  // ending is worth a pass at once.
+  std::vector<int64_t> awaited_parents;
   // Queued jobs left out because their previous attempt is still active, in id order.
   std::vector<int64_t> held_by_attempt;
   // The stored job behind each pending job (points into `queued`).
@@ -49,6 +54,10 @@ struct SchedulerInput {
 //     held_by_attempt;
 //   - a job started before whose active_deadline_seconds has passed since its first
 //     start goes to deadline_passed;
+//   - a job whose depends_on can no longer hold goes to dependency_failed; one still
+//     waiting for a parent goes to held_back as DEPENDENCY ("waiting for job 41
+//     (RUNNING)"), its parents to awaited_parents (jobspec/dependencies.h; `parents` holds
+//     the state of every parent the store still has);
 //   - a job in its restart backoff (eligible > now) goes to held_back as BACKOFF with
 //     the time it becomes eligible;
 //   - otherwise it is pending, with its last preemption, its node-fault exclusions
@@ -66,13 +75,15 @@ sched::PendingJob MakePendingJob(int64_t id, const SchedulableJob& job,
 SchedulerInput BuildSchedulerInput(const std::vector<SchedulableJob>& queued,
                                    const std::vector<WorkerView>& workers,
                                    const std::map<int64_t, AttemptTracker>& attempts,
-                                   absl::Time now);
+                                   absl::Time now,
+                                   const std::map<int64_t, v1::JobState>& parents = {});
 // The same over the store's in-memory view of the queue (JobStore::SnapshotQueuedJobs):
 // what each scheduling pass reads.
 SchedulerInput BuildSchedulerInput(const QueuedJobsSnapshot& queued,
                                    const std::vector<WorkerView>& workers,
                                    const std::map<int64_t, AttemptTracker>& attempts,
-                                   absl::Time now);
+                                   absl::Time now,
+                                   const std::map<int64_t, v1::JobState>& parents = {});
 
 }  // namespace llamafleet
 

@@ -480,7 +480,7 @@ TEST_F(CliClusterTest, QueuedJobExplainsWhyItWaits) {
   EXPECT_TRUE(
       absl::StartsWith(watched.out, absl::StrCat("job 1 (too-big) is QUEUED: ", pending.message())))
       << watched.out;
-  ExpectOneErrorLine(watched, 1, "job 1 is still QUEUED");
+  ExpectOneErrorLine(watched, 5, "job 1 is still QUEUED");
 
   // No logs yet: an empty stdout and a note on stderr.
   CommandResult logs = Cli({"logs", "1"});

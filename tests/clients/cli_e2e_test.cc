@@ -509,14 +509,16 @@ TEST_F(CliTest, WatchEndsWhenTheJobIsCancelledElsewhere) {
   ASSERT_TRUE(event.ok()) << event.status();
   EXPECT_TRUE(absl::StrContains(*event, "QUEUED -> CANCELLED cancelled by alice: enough"))
       << *event;
+  // A job that did not succeed is not a watch that did: 4 for a cancelled one.
   auto code = (*watch)->Wait(absl::Seconds(10));
   ASSERT_TRUE(code.ok()) << code.status();
-  EXPECT_EQ(*code, 0);
+  EXPECT_EQ(*code, 4);
 
   // Watching a finished job prints where it ended and returns at once.
-  const std::string done = Ok({"watch", "1", "--history"});
-  EXPECT_TRUE(absl::StartsWith(done, "job 1 (watched) is CANCELLED")) << done;
-  EXPECT_TRUE(absl::StrContains(done, "\n1 ")) << done;
+  CommandResult done = Cli({"watch", "1", "--history"});
+  EXPECT_TRUE(absl::StartsWith(done.out, "job 1 (watched) is CANCELLED")) << done.out;
+  EXPECT_TRUE(absl::StrContains(done.out, "\n1 ")) << done.out;
+  ExpectOneErrorLine(done, 4, "job 1 was CANCELLED");
   ExpectOneErrorLine(Cli({"watch", "7"}), 1, "job 7 not found");
 }
 
@@ -537,7 +539,7 @@ TEST_F(CliTest, WatchResumesAcrossACoordinatorRestart) {
   EXPECT_TRUE(absl::StrContains(*event, "QUEUED -> CANCELLED")) << *event;
   auto code = (*watch)->Wait(absl::Seconds(10));
   ASSERT_TRUE(code.ok()) << code.status();
-  EXPECT_EQ(*code, 0);
+  EXPECT_EQ(*code, 4);  // cancelled
   std::ifstream err_file(watch_err);
   const std::string err((std::istreambuf_iterator<char>(err_file)),
                         std::istreambuf_iterator<char>());
@@ -548,7 +550,7 @@ TEST_F(CliTest, WatchWithTimeoutGivesUpOnAJobThatDoesNotFinish) {
   Ok({"submit", "-f", "-"}, Spec("slow"));
   CommandResult r = Cli({"watch", "1", "--timeout", "500ms"});
   EXPECT_TRUE(absl::StartsWith(r.out, "job 1 (slow) is QUEUED")) << r.out;
-  ExpectOneErrorLine(r, 1, "job 1 is still QUEUED after --timeout 500ms");
+  ExpectOneErrorLine(r, 5, "job 1 is still QUEUED after --timeout 500ms");
 }
 
 // ---------------------------------------------------------------------------
