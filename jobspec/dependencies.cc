@@ -16,8 +16,8 @@ namespace {
 
 using jobspec_internal::Violations;
 
-constexpr absl::string_view kOpen = "{{";
-constexpr absl::string_view kClose = "}}";
+constexpr char kOpen[] = "{{";
+constexpr char kClose[] = "}}";
 
 // A job id as depends_on writes it: decimal digits only, no sign, no leading zero.
 std::optional<int64_t> AsJobId(const std::string& text) {
@@ -199,7 +199,7 @@ class Resolver {
           break;
         }
         absl::string_view expr = absl::StripAsciiWhitespace(rest.substr(open + 2, close - open - 2));
-        out.append(rest.substr(0, open));
+        absl::StrAppend(&out, rest.substr(0, open));
         rest.remove_prefix(close + 2);
         changed = true;
         if (!absl::ConsumePrefix(&expr, "jobs.") || !absl::ConsumeSuffix(&expr, ".export_dir") ||
@@ -222,10 +222,10 @@ class Resolver {
           v.Add(field, absl::StrCat("reads job \"", ref, "\"'s export_dir, but that job sets no output.export_dir"));
           continue;
         }
-        out.append(t->export_dir);
+        absl::StrAppend(&out, t->export_dir);
       }
       if (changed) {
-        out.append(rest);
+        absl::StrAppend(&out, rest);
         *value = out;
       }
     }

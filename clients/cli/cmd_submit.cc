@@ -191,6 +191,7 @@ absl::Status RunSubmit(const Context& ctx, const SubmitFlags& flags) {
   }
   PrintSubmitted(ctx, responses, flags.dry_run);
   if (!flags.wait || flags.dry_run) return absl::OkStatus();
+  ctx.out->flush();  // a script sees its job ids before the wait begins
   std::vector<std::string> ids;
   for (const v1::SubmitJobResponse& r : responses.jobs()) ids.push_back(r.job().id());
   return RunWait(ctx, ids, /*succeeded_only=*/true);

@@ -19,6 +19,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
@@ -53,6 +54,10 @@ pause=${pause:-0.1}
 # root): it records only step-N directories inside it.
 ckpt=$(sed -n 's/.*"checkpoint":{"dir":"\([^"]*\)".*/\1/p' "$spec")
 echo "rank $RANK of $WORLD_SIZE starting" >&2
+if [ -n "$(sed -n 's/.*"fake_fail":"\([^"]*\)".*/\1/p' "$spec")" ]; then
+  echo "rank $RANK failing as asked" >&2
+  exit 3
+fi
 if [ "$RANK" = 0 ]; then
   # A token cache build's progress, then the start-up phases (and one the worker's
   # coordinator must not take: a name that is not a phase).
@@ -79,6 +84,9 @@ while [ $i -le $steps ]; do
   fi
   i=$((i + 1))
 done
+# An export for a dependent job to read.
+export_dir=$(sed -n 's/.*"export_dir":"\([^"]*\)".*/\1/p' "$spec")
+if [ "$RANK" = 0 ] && [ -n "$export_dir" ]; then mkdir -p "$export_dir" && echo '{}' > "$export_dir/config.json"; fi
 echo "rank $RANK done" >&2
 )sh";
 
@@ -563,6 +571,109 @@ TEST_F(CliClusterTest, WatchDrawsALiveProgressLineOnATerminal) {
     if (!absl::StartsWith(piece, "\x1b[Kjob 1 ")) continue;
     EXPECT_LE(piece.size(), 100u + 3) << piece;  // + the erase sequence
   }
+}
+
+// ---------------------------------------------------------------------------
+// Pipelines: depends_on, wait and submit --wait
+// ---------------------------------------------------------------------------
+
+// One node of `steps` steps; `extra` YAML is appended (after the defaults it overrides).
+std::string OneNode(const std::string& name, int steps, const std::string& pause, const std::string& extra = "") {
+  return absl::StrCat(Spec(name, steps, pause, "resources: {nodes: 1, gpus_per_node: 1}\n"), extra);
+}
+
+TEST_F(CliClusterTest, PipelineRunsInOrderReadingItsParentsExport) {
+  const std::string export_dir = dir_.path() + "/finetune-export";
+  const std::string file = dir_.path() + "/pipeline.yaml";
+  std::ofstream(file) << OneNode("finetune", 20, "0.3", absl::StrCat("output: {export_dir: ", export_dir, "}\n"))
+                      << "---\n"
+                      << "name: evaluate\nlabels: {fake_pause: \"0.1\"}\n"
+                         "model: {path: \"{{ jobs.finetune.export_dir }}\", tokenizer: /data/tok.model}\n"
+                         "data: {train_path: /data/train.jsonl}\ntraining: {max_steps: 2, seq_len: 64}\n"
+                         "run_policy: {max_restarts: 0}\nresources: {nodes: 1, gpus_per_node: 1}\n"
+                         "depends_on: [{job: finetune}]\n";
+  const std::string waited_out = dir_.path() + "/wait.out", waited_err = dir_.path() + "/wait.err";
+  std::unique_ptr<Subprocess> waiting = StartCli({"submit", "-f", file, "--wait"}, waited_out, waited_err);
+  ASSERT_NE(waiting, nullptr);
+  ASSERT_TRUE(WaitForText(waited_out, "job 2 created"));
+
+  // While the parent runs, the dependent waits and says for what (the explanation is the
+  // last pass's: at most a pass behind); a free worker stays free.
+  std::string seen;
+  v1::Job evaluate = WaitForJob("2", [&seen](const v1::Job& j) {
+    absl::StrAppend(&seen, v1::JobState_Name(j.state()), " ", j.pending().message(), "; ");
+    return j.state() != v1::QUEUED || j.pending().message() == "waiting for job 1 (RUNNING)";
+  });
+  SCOPED_TRACE(seen);
+  EXPECT_EQ(evaluate.state(), v1::QUEUED);
+  EXPECT_EQ(evaluate.pending().code(), "DEPENDENCY") << evaluate.ShortDebugString();
+  EXPECT_EQ(GetJob("1").state(), v1::RUNNING);
+  // Stored with the parent's id and the template filled in.
+  ASSERT_EQ(evaluate.spec().depends_on_size(), 1);
+  EXPECT_EQ(evaluate.spec().depends_on(0).job(), "1");
+  EXPECT_EQ(evaluate.spec().depends_on(0).on(), "succeeded");
+  EXPECT_EQ(evaluate.spec().model().path(), export_dir);
+
+  auto code = waiting->Wait(absl::Seconds(60));
+  ASSERT_TRUE(code.ok()) << code.status();
+  EXPECT_EQ(*code, 0) << ReadFile(waited_err);
+  const std::vector<std::string> lines = Lines(ReadFile(waited_out));
+  ASSERT_EQ(lines.size(), 4u) << ReadFile(waited_out);
+  EXPECT_TRUE(absl::StartsWith(lines[2], "job 1 SUCCEEDED")) << lines[2];
+  EXPECT_TRUE(absl::StartsWith(lines[3], "job 2 SUCCEEDED")) << lines[3];
+  EXPECT_TRUE(absl::StrContains(ReadFile(export_dir + "/config.json"), "{}"));
+
+  // Resubmitting the same file creates nothing, and waits on the same (finished) jobs.
+  CommandResult again = Cli({"submit", "-f", file, "--wait"});
+  EXPECT_EQ(again.exit_code, 0) << again.err;
+  EXPECT_TRUE(absl::StrContains(again.out, "job 2 already exists")) << again.out;
+  EXPECT_TRUE(absl::StrContains(again.out, "job 2 SUCCEEDED")) << again.out;
+}
+
+TEST_F(CliClusterTest, CancellingAParentCancelsItsDependentsAtOnce) {
+  Ok({"submit", "-f", "-"},
+     absl::StrCat(OneNode("long", 200, "0.2"), "---\n",
+                  OneNode("after", 2, "0.1", "depends_on: [{job: long}]\n"), "---\n",
+                  OneNode("anyway", 2, "0.1", "depends_on: [{job: long, on: finished}]\n")));
+  WaitForJob("2", [](const v1::Job& j) { return j.pending().message() == "waiting for job 1 (RUNNING)"; });
+  const absl::Time cancelled = absl::Now();
+  Ok({"cancel", "1", "--reason", "wrong data"});
+  v1::Job after = WaitForJob("2", [](const v1::Job& j) { return j.state() == v1::CANCELLED; }, absl::Seconds(10));
+  EXPECT_LT(absl::Now() - cancelled, absl::Seconds(3)) << "not at once";
+  EXPECT_EQ(after.status_reason(), "dependency job 1 CANCELLED (depends_on: succeeded)");
+  // "finished" holds however the parent ended.
+  WaitForJob("3", [](const v1::Job& j) { return j.state() == v1::SUCCEEDED; });
+
+  // wait's exit codes: 4 for a cancelled job (3 for a failed one, below), 0 under
+  // --for finished, and the worst of several decides.
+  CommandResult r = Cli({"wait", "2"});
+  EXPECT_EQ(r.out, "job 2 CANCELLED: dependency job 1 CANCELLED (depends_on: succeeded)\n");
+  ExpectOneErrorLine(r, 4, "job 2 was cancelled");
+  EXPECT_EQ(Cli({"wait", "2", "--for", "finished"}).exit_code, 0);
+  EXPECT_EQ(Cli({"wait", "3", "2", "3"}).exit_code, 4);
+  EXPECT_TRUE(absl::StartsWith(Ok({"wait", "3"}), "job 3 SUCCEEDED"));
+}
+
+TEST_F(CliClusterTest, WaitExitCodesSayHowJobsEnded) {
+  Ok({"submit", "-f", "-"}, absl::StrReplaceAll(OneNode("broken", 2, "0.1"), {{"labels: {", "labels: {fake_fail: yes, "}}));
+  CommandResult failed = Cli({"wait", "1"});
+  EXPECT_TRUE(absl::StartsWith(failed.out, "job 1 FAILED")) << failed.out;
+  ExpectOneErrorLine(failed, 3, "job 1 failed");
+  // watch says the same.
+  CommandResult watched = Cli({"watch", "1"});
+  ExpectOneErrorLine(watched, 3, "job 1 FAILED");
+
+  Ok({"submit", "-f", "-"}, OneNode("slow", 200, "0.2"));
+  CommandResult slow = Cli({"wait", "2", "1", "--timeout", "1s"});
+  EXPECT_EQ(slow.exit_code, 3) << slow.err;  // a failure outranks a timeout
+  CommandResult timed_out = Cli({"wait", "2", "--timeout", "1s"});
+  EXPECT_EQ(timed_out.out, "");
+  ExpectOneErrorLine(timed_out, 5, "job 2 (");
+  EXPECT_TRUE(absl::StrContains(timed_out.err, "still not finished after --timeout 1s")) << timed_out.err;
+  Ok({"cancel", "2"});
+
+  ExpectOneErrorLine(Cli({"wait", "99"}), 1, "job 99 not found");
+  ExpectOneErrorLine(Cli({"wait", "x1"}), 2, "'x1' is not a job id");
 }
 
 }  // namespace

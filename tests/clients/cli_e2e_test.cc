@@ -546,6 +546,31 @@ TEST_F(CliTest, WatchResumesAcrossACoordinatorRestart) {
   EXPECT_TRUE(absl::StrContains(err, "resuming")) << err;
 }
 
+TEST_F(CliTest, ADependentIsCancelledEvenIfTheCoordinatorDiesRightAfterItsParentEnds) {
+  // No workers: both jobs stay queued. The parent's cancel is durable before the reply;
+  // the coordinator is killed at once, before or after it cancelled the dependent. Either
+  // way the restarted one converges: the rule is re-read from the stored states.
+  Ok({"submit", "-f", "-"}, absl::StrCat(Spec("parent"), "---\n", Spec("child", "depends_on: [{job: parent}]\n")));
+  EXPECT_EQ(AllJobs()[0].state(), v1::QUEUED);
+  Ok({"cancel", "1"});
+  const std::string address = address_;
+  coordinator_->Signal(SIGKILL);
+  ASSERT_TRUE(coordinator_->Wait(absl::Seconds(10)).ok());
+  coordinator_.reset();
+  StartCoordinator(address);
+  CommandResult waited = Cli({"wait", "2", "--timeout", "20s"});
+  EXPECT_EQ(waited.out, "job 2 CANCELLED: dependency job 1 CANCELLED (depends_on: succeeded)\n");
+  EXPECT_EQ(waited.exit_code, 4) << waited.err;
+
+  // Refused at submission: a cycle, and a name that is not in the batch.
+  ExpectOneErrorLine(Cli({"submit", "-f", "-"},
+                         absl::StrCat(Spec("a", "depends_on: [{job: b}]\n"), "---\n", Spec("b", "depends_on: [{job: a}]\n"))),
+                     1, "forms a cycle: a -> b -> a");
+  ExpectOneErrorLine(Cli({"submit", "-f", "-"}, Spec("c", "depends_on: [{job: nope}]\n")), 1,
+                     "depends_on[0].job names \"nope\"");
+  EXPECT_EQ(AllJobs().size(), 2u);
+}
+
 TEST_F(CliTest, WatchWithTimeoutGivesUpOnAJobThatDoesNotFinish) {
   Ok({"submit", "-f", "-"}, Spec("slow"));
   CommandResult r = Cli({"watch", "1", "--timeout", "500ms"});

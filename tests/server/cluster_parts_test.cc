@@ -508,7 +508,7 @@ TEST(PassPolicyTest, ARepeatedWishIsDroppedOnlyWhenNothingChanged) {
   ASSERT_TRUE(policy.Run(kNow, nullptr, attempts));
   policy.Began(kNow);
   const QueuedJobsSnapshot::Entry e1 = Entry(1), e2 = Entry(2), e3 = Entry(3);
-  policy.Ran(QueuedJobsSnapshot({e1, e2, e3}), 7, {}, {}, t0, t0 + std::chrono::milliseconds(5));
+  policy.Ran(QueuedJobsSnapshot({e1, e2, e3}), 7, {}, {}, {}, t0, t0 + std::chrono::milliseconds(5));
   EXPECT_FALSE(policy.Due(t0 + std::chrono::milliseconds(5)));
   EXPECT_FALSE(policy.Run(kNow + absl::Seconds(1), nullptr, attempts));  // nothing wanted
   EXPECT_TRUE(policy.Run(kNow + absl::Seconds(3), nullptr, attempts));   // periodic
@@ -543,7 +543,7 @@ TEST(PassPolicyTest, FreedCapacityPassesAtOnceOnlyForAJobWaitingForIt) {
   sched::Pending unmatched;
   unmatched.job_id = 5;
   unmatched.code = sched::PendingCode::kNoMatchingWorkers;
-  policy.Ran(QueuedJobsSnapshot(), 1, {unmatched}, {9}, t0, t0);
+  policy.Ran(QueuedJobsSnapshot(), 1, {unmatched}, {9}, {}, t0, t0);
   policy.CapacityFreed(4);
   EXPECT_FALSE(policy.Due(t0));
   policy.CapacityFreed(9);  // held out of the last pass by its own attempt
@@ -551,9 +551,54 @@ TEST(PassPolicyTest, FreedCapacityPassesAtOnceOnlyForAJobWaitingForIt) {
   policy.Began(kNow);
   sched::Pending waiting = unmatched;
   waiting.code = sched::PendingCode::kInsufficientCapacity;
-  policy.Ran(QueuedJobsSnapshot(), 1, {unmatched, waiting}, {}, t0, t0);
+  policy.Ran(QueuedJobsSnapshot(), 1, {unmatched, waiting}, {}, {}, t0, t0);
   policy.CapacityFreed(4);
   EXPECT_TRUE(policy.Due(t0));
+}
+
+TEST(PassPolicyTest, AnAwaitedParentEndingPassesAtOnce) {
+  PassPolicy policy(absl::Milliseconds(20));
+  const auto t0 = std::chrono::steady_clock::now();
+  policy.Began(kNow);
+  policy.Ran(QueuedJobsSnapshot(), 1, {}, {}, /*awaited_parents=*/{3, 7}, t0, t0);
+  policy.JobEnded(5);  // nobody waits for it
+  EXPECT_FALSE(policy.Due(t0));
+  policy.JobEnded(7);
+  EXPECT_TRUE(policy.Due(t0));
+}
+
+TEST(SchedulerInputTest, DependenciesHoldBackOrCancelQueuedJobs) {
+  auto with_parents = [](SchedulableJob j, std::vector<std::pair<std::string, std::string>> parents) {
+    for (const auto& [job, on] : parents) {
+      v1::JobDependency* d = j.job.mutable_spec()->add_depends_on();
+      d->set_job(job);
+      d->set_on(on);
+    }
+    return j;
+  };
+  // 1: the parent, queued. 2 waits for 1. 3 needs 10 to succeed; it failed. 4 needs 10 to
+  // finish: ready. 5 names 11, whose record is gone. 6 waits for 12, running.
+  const std::vector<SchedulableJob> queued = {
+      Queued(1, 1, 1),
+      with_parents(Queued(2, 1, 1), {{"1", "succeeded"}}),
+      with_parents(Queued(3, 1, 1), {{"10", "succeeded"}}),
+      with_parents(Queued(4, 1, 1), {{"10", "finished"}}),
+      with_parents(Queued(5, 1, 1), {{"11", "succeeded"}}),
+      with_parents(Queued(6, 1, 1), {{"12", "succeeded"}, {"1", "finished"}}),
+  };
+  const std::map<int64_t, v1::JobState> parents = {{1, v1::QUEUED}, {10, v1::FAILED}, {12, v1::RUNNING}};
+  SchedulerInput in = BuildSchedulerInput(queued, {GpuWorker("a", 8)}, {}, kNow, parents);
+  ASSERT_EQ(in.pending.size(), 2u);
+  EXPECT_EQ(in.pending[0].job_id, 1);
+  EXPECT_EQ(in.pending[1].job_id, 4);
+  ASSERT_EQ(in.held_back.count(2), 1u);
+  EXPECT_EQ(in.held_back[2].code(), "DEPENDENCY");
+  EXPECT_EQ(in.held_back[2].message(), "waiting for job 1 (QUEUED)");
+  EXPECT_EQ(in.held_back[6].message(), "waiting for job 12 (RUNNING)");
+  EXPECT_EQ(in.dependency_failed[3], "dependency job 10 FAILED (depends_on: succeeded)");
+  EXPECT_EQ(in.dependency_failed[5], "dependency job 11 no longer exists (depends_on: succeeded)");
+  EXPECT_EQ(in.dependency_failed.size(), 2u);
+  EXPECT_EQ(in.awaited_parents, (std::vector<int64_t>{1, 12}));
 }
 
 }  // namespace

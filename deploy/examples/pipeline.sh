@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Runs deploy/examples/pipeline.yaml (LoRA finetune, then an evaluation of its merged
+# export) as a script would: submit both, wait, and branch on how they ended. Against a
+# running coordinator, e.g. `deploy/local/demo.sh --keep` in another terminal, whose data
+# (tokenizer, train.jsonl, eval.jsonl) are in DEMO_DIR; the /fsx/demo paths of the file
+# are replaced by it.
+#
+#   deploy/examples/pipeline.sh [DEMO_DIR]     # default ./var/demo
+#
+# Environment: LLAMAFLEET_COORDINATOR (default 127.0.0.1:7070, as the CLI),
+# LLAMAFLEET_CLI (default build/bin/llamafleet).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+demo="$(cd "${1:-var/demo}" && pwd)" || { echo "pipeline.sh: no demo dir ${1:-var/demo} (run deploy/local/demo.sh --keep)" >&2; exit 2; }
+cli="${LLAMAFLEET_CLI:-build/bin/llamafleet}"
+spec="$(mktemp --suffix=.yaml)"
+trap 'rm -f "$spec"' EXIT
+sed "s|/fsx/demo|$demo|g" deploy/examples/pipeline.yaml >"$spec"
+
+# One line per job as it ends; the exit code says how (README: exit codes).
+"$cli" submit -f "$spec" --wait --timeout 30m
+case $? in
+  0) echo "pipeline: finetuned and evaluated; the merged model is in $demo/pipeline/adapter/merged" ;;
+  3) echo "pipeline: a job failed (llamafleet logs ID)"; exit 3 ;;
+  4) echo "pipeline: a job was cancelled (the evaluation is cancelled with its parent)"; exit 4 ;;
+  5) echo "pipeline: still running after 30 minutes (llamafleet wait ID to go on waiting)"; exit 5 ;;
+  *) exit 1 ;;
+esac
