@@ -13,6 +13,7 @@
 #include "jobspec/jobspec.h"
 #include "jobspec/memory_fit.h"
 #include "jobspec/parallelism.h"
+#include "jobspec/sweep.h"
 
 namespace llamafleet {
 namespace {
@@ -138,6 +139,22 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec, absl::string_view path_pre
     }
     if (d.on() != kDependsOnSucceeded && d.on() != kDependsOnFinished) {
       v.Add(absl::StrCat(field, ".on"), absl::StrCat("must be succeeded or finished (got \"", d.on(), "\")"));
+    }
+  }
+
+  // sweep: a job of a sweep (the coordinator expands submitted sweeps with ExpandSweep).
+  if (spec.has_sweep()) {
+    const v1::SweepSpec& sw = spec.sweep();
+    if (!sw.parameters().empty()) {
+      v.Add("sweep.parameters", "stand for one job per point: submit the spec to the coordinator, "
+                                "which creates them");
+    }
+    if (!sw.mode().empty() && sw.mode() != kSweepGrid && sw.mode() != kSweepZip) {
+      v.Add("sweep.mode", absl::StrCat("must be grid or zip (got ", sw.mode(), ")"));
+    }
+    if (sw.has_point() && (sw.point().sweep().empty() || sw.point().index() < 0 ||
+                           sw.point().index() >= sw.point().points())) {
+      v.Add("sweep.point", "must name its sweep and an index below its number of points");
     }
   }
 

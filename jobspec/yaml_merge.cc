@@ -233,8 +233,17 @@ void MergeMapField(const YAML::Node& node, const std::string& path, const FieldD
     if (positions != nullptr) positions->Set(item_path, at);
     SetScalar(kv.first, item_path, key_field, item, problems, at);
     if (value_field->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE) {
-      MergeYaml(kv.second, item_path, item->GetReflection()->MutableMessage(item, value_field),
-                problems, positions);
+      Message* value = item->GetReflection()->MutableMessage(item, value_field);
+      const Descriptor* vd = value->GetDescriptor();
+      if (kv.second.IsSequence() && vd->field_count() == 1 && vd->field(0)->is_repeated()) {
+        // A value message that is only a list may be written as that list
+        // (sweep.parameters: `training.lr: [1e-4, 3e-4]`).
+        YAML::Node wrapped(YAML::NodeType::Map);
+        wrapped[vd->field(0)->name()] = kv.second;
+        MergeYaml(wrapped, item_path, value, problems, positions);
+      } else {
+        MergeYaml(kv.second, item_path, value, problems, positions);
+      }
     } else if (kv.second.IsNull()) {
       SetScalar(YAML::Node(""), item_path, value_field, item, problems, at);
     } else {

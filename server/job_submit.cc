@@ -1,13 +1,15 @@
-// JobServiceImpl's submissions: SubmitJob and SubmitJobs validate every spec (defaults,
-// the schema, the idempotency key, the submit policy and who may read a resumed
-// checkpoint) before anything reaches the store, and answer from the store's commit
-// callback, so a client hears "submitted" only once its jobs are durable.
+// JobServiceImpl's submissions: SubmitJob and SubmitJobs expand sweeps into their points
+// and validate every spec (defaults, the schema, the idempotency key, the submit policy
+// and who may read a resumed checkpoint) before anything reaches the store, and answer
+// from the store's commit callback, so a client hears "submitted" only once its jobs are
+// durable.
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "jobspec/dependencies.h"
 #include "jobspec/jobspec.h"
+#include "jobspec/sweep.h"
 #include "server/job_service.h"
 #include "server/job_service_internal.h"
 #include "server/path_resolution.h"
@@ -42,25 +44,49 @@ grpc::ServerUnaryReactor* JobServiceImpl::Submit(
   std::vector<v1::FieldViolation> violations;
   for (size_t i = 0; i < requests.size(); ++i) {
     const std::string prefix = batch ? absl::StrCat("jobs[", i, "].") : "";
-    SubmitJobInput in;
-    in.spec = requests[i]->spec();
-    in.owner = caller.user;
-    in.idempotency_key = requests[i]->idempotency_key();
-    in.field_prefix = absl::StrCat(prefix, "spec.");
-    ApplyDefaults(&in.spec);
-    inputs.push_back(std::move(in));
+    // A sweep stands for one job per point, each validated on its own below.
+    absl::StatusOr<std::vector<v1::JobSpec>> specs = ExpandSweep(requests[i]->spec(), absl::StrCat(prefix, "spec."));
+    if (!specs.ok()) {
+      if (metrics_ != nullptr) metrics_->RecordSubmissions(SubmitResult::kInvalid, requests.size());
+      return FinishNow(context, specs.status());
+    }
+    const bool sweep = requests[i]->spec().sweep().parameters_size() > 0;
+    if (sweep && !batch) {
+      return FinishNow(context, absl::InvalidArgumentError(
+                                    "spec.sweep: a sweep creates one job per point; submit it with SubmitJobs "
+                                    "(llamafleet submit and the Python client's submit_many do)"));
+    }
+    if (inputs.size() + specs->size() > static_cast<size_t>(kMaxBatchSize)) {
+      return FinishNow(context, absl::InvalidArgumentError(absl::StrCat(
+                                    "jobs: the batch makes more than ", kMaxBatchSize,
+                                    " jobs (sweeps count one per point); at most ", kMaxBatchSize, " per call")));
+    }
+    for (size_t k = 0; k < specs->size(); ++k) {
+      SubmitJobInput in;
+      in.spec = std::move((*specs)[k]);
+      in.owner = caller.user;
+      in.idempotency_key = requests[i]->idempotency_key();
+      in.field_prefix = absl::StrCat(prefix, "spec.");
+      if (sweep) {
+        // The same file resubmitted maps each point to the same key.
+        if (!in.idempotency_key.empty()) absl::StrAppend(&in.idempotency_key, "/", k);
+        absl::StrAppend(&in.field_prefix, SweepPointPrefix(static_cast<int>(k)));
+      }
+      ApplyDefaults(&in.spec);
+      inputs.push_back(std::move(in));
+    }
   }
   // Dependencies first: their templates fill in paths the rules below check.
   if (absl::Status s = ResolveDependencies(caller, &inputs); !s.ok()) {
     if (metrics_ != nullptr) metrics_->RecordSubmissions(SubmitResult::kInvalid, inputs.size());
     return FinishNow(context, s);
   }
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    SubmitJobInput& in = inputs[i];
-    const std::string prefix = batch ? absl::StrCat("jobs[", i, "].") : "";
+  for (SubmitJobInput& in : inputs) {
     absl::Status valid = ValidateJobSpec(in.spec, in.field_prefix);
+    // "jobs[3].spec.sweep.points[1]." → "jobs[3].idempotency_key"
+    const std::string request_prefix = in.field_prefix.substr(0, in.field_prefix.find("spec."));
     absl::Status key = ValidateIdempotencyKey(in.idempotency_key,
-                                              absl::StrCat(prefix, "idempotency_key"));
+                                              absl::StrCat(request_prefix, "idempotency_key"));
     absl::Status policy;
     if (policy_.has_value()) {
       in.max_active_jobs = policy_->max_active_jobs_per_user;

@@ -175,6 +175,7 @@ int RunCli(int argc, char** argv, std::istream& in, std::ostream& out, std::ostr
   get_jobs_cmd->add_option("--queue", list.queue, "only this queue");
   get_jobs_cmd->add_option("--owner", list.owner, "only this owner");
   get_jobs_cmd->add_option("--label", list.labels, "only jobs with label key=value (repeatable)");
+  get_jobs_cmd->add_option("--sweep", list.sweep, "only the jobs of this sweep (label sweep=NAME)");
   get_jobs_cmd->add_option("--limit", list.limit, "show at most N jobs")->capture_default_str();
   get_jobs_cmd->add_flag("--all", list.all, "show every job, following page tokens");
   get_jobs_cmd->add_option("--page-size", list.page_size, "jobs per request (default: as needed)");
@@ -195,8 +196,12 @@ int RunCli(int argc, char** argv, std::istream& in, std::ostream& out, std::ostr
 
   // cancel ID
   std::string reason;
-  CLI::App* cancel_cmd = app.add_subcommand("cancel", "cancel a job (a finished job stays as is)");
-  cancel_cmd->add_option("ID", job_id, "job id")->required();
+  std::string cancel_sweep;
+  CLI::App* cancel_cmd = app.add_subcommand("cancel", "cancel a job, or a sweep's unfinished jobs (a finished job stays as is)");
+  CLI::Option* cancel_id = cancel_cmd->add_option("ID", job_id, "job id");
+  CLI::Option* cancel_sweep_option =
+      cancel_cmd->add_option("--sweep", cancel_sweep, "every unfinished job of your sweep NAME instead");
+  cancel_id->excludes(cancel_sweep_option);
   cancel_cmd->add_option("--reason", reason, "why, recorded in the job's events");
 
   // watch ID
@@ -299,7 +304,13 @@ int RunCli(int argc, char** argv, std::istream& in, std::ostream& out, std::ostr
   } else if (describe_job_cmd->parsed()) {
     status = RunDescribeJob(*ctx, job_id);
   } else if (cancel_cmd->parsed()) {
-    status = RunCancel(*ctx, job_id, reason);
+    if (cancel_sweep_option->count() > 0) {
+      status = RunCancelSweep(*ctx, cancel_sweep, reason);
+    } else if (cancel_id->count() > 0) {
+      status = RunCancel(*ctx, job_id, reason);
+    } else {
+      status = UsageError("cancel: give a job ID or --sweep NAME");
+    }
   } else if (watch_cmd->parsed()) {
     absl::StatusOr<absl::Duration> interval = ParseDuration("--interval", interval_text);
     status = interval.ok() ? RunWatch(*ctx, job_id, history, *interval) : interval.status();

@@ -1,10 +1,26 @@
-// `cancel ID`.
+// `cancel ID` and `cancel --sweep NAME`.
 #include <ostream>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "clients/cli/command.h"
+#include "common/job_state.h"
+#include "jobspec/sweep.h"
 
 namespace llamafleet::cli {
+namespace {
+
+void PrintCancelled(const Context& ctx, const v1::CancelJobResponse& response) {
+  // The server says "cancelled", or a full sentence ("job 7 is already SUCCEEDED").
+  const std::string& message = response.message();
+  if (absl::StartsWith(message, "job ")) {
+    *ctx.out << message << "\n";
+  } else {
+    *ctx.out << "job " << response.job().id() << " " << message << "\n";
+  }
+}
+
+}  // namespace
 
 absl::Status RunCancel(const Context& ctx, const std::string& id, const std::string& reason) {
   absl::StatusOr<Client*> client = Connect(ctx);
@@ -15,14 +31,47 @@ absl::Status RunCancel(const Context& ctx, const std::string& id, const std::str
   absl::StatusOr<v1::CancelJobResponse> response = (*client)->CancelJob(request);
   if (!response.ok()) return response.status();
   if (PrintMachine(ctx, *response)) return absl::OkStatus();
-  // The server says "cancelled", or a full sentence ("job 7 is already SUCCEEDED").
-  const std::string& message = response->message();
-  if (absl::StartsWith(message, "job ")) {
-    *ctx.out << message << "\n";
-  } else {
-    *ctx.out << "job " << response->job().id() << " " << message << "\n";
-  }
+  PrintCancelled(ctx, *response);
   return absl::OkStatus();
+}
+
+absl::Status RunCancelSweep(const Context& ctx, const std::string& sweep, const std::string& reason) {
+  absl::StatusOr<Client*> client = Connect(ctx);
+  if (!client.ok()) return client.status();
+  // The caller's own sweep of that name, even for an admin: names are per user.
+  absl::StatusOr<v1::WhoAmIResponse> me = (*client)->WhoAmI();
+  if (!me.ok()) return me.status();
+  v1::ListJobsRequest list;
+  list.add_labels(absl::StrCat(kSweepLabel, "=", sweep));
+  list.set_owner(me->user());
+  list.set_page_size(1000);
+  for (v1::JobState s : {v1::QUEUED, v1::SCHEDULED, v1::RUNNING, v1::RESTARTING, v1::PREEMPTING}) list.add_states(s);
+  std::vector<std::string> ids;
+  while (true) {
+    absl::StatusOr<v1::ListJobsResponse> page = (*client)->ListJobs(list);
+    if (!page.ok()) return page.status();
+    for (const v1::Job& job : page->jobs()) ids.push_back(job.id());
+    if (page->next_page_token().empty() || page->jobs().empty()) break;
+    list.set_page_token(page->next_page_token());
+  }
+  if (ids.empty()) {
+    *ctx.out << "sweep " << sweep << ": no unfinished jobs of " << me->user() << "\n";
+    return absl::OkStatus();
+  }
+  absl::Status first_error;
+  for (const std::string& id : ids) {
+    v1::CancelJobRequest request;
+    request.set_job_id(id);
+    request.set_reason(reason.empty() ? absl::StrCat("sweep ", sweep, " cancelled") : reason);
+    absl::StatusOr<v1::CancelJobResponse> response = (*client)->CancelJob(request);
+    if (!response.ok()) {
+      *ctx.err << "job " << id << ": " << response.status().message() << "\n";
+      if (first_error.ok()) first_error = response.status();
+      continue;
+    }
+    if (!PrintMachine(ctx, *response)) PrintCancelled(ctx, *response);
+  }
+  return first_error;
 }
 
 }  // namespace llamafleet::cli

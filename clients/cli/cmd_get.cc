@@ -8,6 +8,7 @@
 #include "absl/time/clock.h"
 #include "clients/cli/command.h"
 #include "clients/cli/output.h"
+#include "jobspec/sweep.h"
 
 namespace llamafleet::cli {
 namespace {
@@ -35,6 +36,7 @@ absl::StatusOr<v1::ListJobsRequest> MakeListRequest(const ListFlags& flags) {
     }
     request.add_labels(label);
   }
+  if (!flags.sweep.empty()) request.add_labels(absl::StrCat(kSweepLabel, "=", flags.sweep));
   if (flags.limit < 1) return UsageError("--limit must be >= 1");
   if (flags.page_size < 0) return UsageError("--page-size must be >= 0");
   request.set_queue(flags.queue);

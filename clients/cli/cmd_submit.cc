@@ -146,7 +146,8 @@ absl::Status RunSubmit(const Context& ctx, const SubmitFlags& flags) {
   if (!client.ok()) return client.status();
 
   v1::SubmitJobsResponse responses;
-  if (parsed.size() == 1) {
+  // A sweep is one document but many jobs: only SubmitJobs answers with all of them.
+  if (parsed.size() == 1 && parsed[0].spec.sweep().parameters().empty()) {
     v1::SubmitJobRequest request;
     *request.mutable_spec() = std::move(parsed[0].spec);
     request.set_idempotency_key(flags.idempotency_key.empty() ? parsed[0].idempotency_key
@@ -166,7 +167,8 @@ absl::Status RunSubmit(const Context& ctx, const SubmitFlags& flags) {
       for (size_t i = begin; i < end; ++i) {
         v1::SubmitJobRequest* item = request.add_jobs();
         *item->mutable_spec() = std::move(parsed[i].spec);
-        item->set_idempotency_key(parsed[i].idempotency_key);
+        item->set_idempotency_key(flags.idempotency_key.empty() ? parsed[i].idempotency_key
+                                                                : flags.idempotency_key);
       }
       absl::StatusOr<v1::SubmitJobsResponse> response = (*client)->SubmitJobs(request);
       if (!response.ok()) {

@@ -100,6 +100,7 @@ struct ListFlags {
   std::string queue;
   std::string owner;
   std::vector<std::string> labels;
+  std::string sweep;  // only the jobs of this sweep (label sweep=NAME)
   int limit = 100;
   bool all = false;
   int page_size = 0;
@@ -111,8 +112,10 @@ absl::Status RunGetJob(const Context& ctx, const std::string& id);
 // describe job ID (cmd_describe.cc)
 absl::Status RunDescribeJob(const Context& ctx, const std::string& id);
 
-// cancel ID (cmd_cancel.cc)
+// cancel ID, cancel --sweep NAME (cmd_cancel.cc)
 absl::Status RunCancel(const Context& ctx, const std::string& id, const std::string& reason);
+// cancel --sweep NAME: every unfinished job of the caller's sweep NAME (label sweep=NAME).
+absl::Status RunCancelSweep(const Context& ctx, const std::string& sweep, const std::string& reason);
 
 // wait ID... (cmd_wait.cc): blocks on each job's watch stream until every job has ended,
 // printing one line per job as it ends. `succeeded_only`: a job that FAILED or was

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Runs deploy/examples/pipeline.yaml (LoRA finetune, then an evaluation of its merged
-# export) as a script would: submit both, wait, and branch on how they ended. Against a
+# Runs deploy/examples/sweep.yaml (a 2 x 2 LoRA sweep, two points at a time) and then
+# deploy/examples/pipeline.yaml (LoRA finetune, then an evaluation of its merged export)
+# as a script would: submit, wait, and branch on how the jobs ended. Against a
 # running coordinator, e.g. `deploy/local/demo.sh --keep` in another terminal, whose data
 # (tokenizer, train.jsonl, eval.jsonl) are in DEMO_DIR; the /fsx/demo paths of the file
 # are replaced by it.
@@ -15,6 +16,12 @@ demo="$(cd "${1:-var/demo}" && pwd)" || { echo "pipeline.sh: no demo dir ${1:-va
 cli="${LLAMAFLEET_CLI:-build/bin/llamafleet}"
 spec="$(mktemp --suffix=.yaml)"
 trap 'rm -f "$spec"' EXIT
+
+# The sweep: four jobs, at most two running; then its points and their final losses.
+sed "s|/fsx/demo|$demo|g" deploy/examples/sweep.yaml >"$spec"
+"$cli" submit -f "$spec" --wait --timeout 30m || { echo "sweep: not every point succeeded (exit $?)"; exit 1; }
+"$cli" get jobs --sweep lr-rank
+
 sed "s|/fsx/demo|$demo|g" deploy/examples/pipeline.yaml >"$spec"
 
 # One line per job as it ends; the exit code says how (README: exit codes).

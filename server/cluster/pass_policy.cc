@@ -42,13 +42,14 @@ PassPolicy::PassPolicy(absl::Duration pass_interval)
 
 void PassPolicy::CapacityFreed(int64_t job_id) {
   if (waits_for_capacity_ ||
-      std::binary_search(held_by_attempt_.begin(), held_by_attempt_.end(), job_id)) {
+      std::binary_search(held_by_attempt_.begin(), held_by_attempt_.end(), job_id) ||
+      std::binary_search(awaited_.begin(), awaited_.end(), job_id)) {
     wanted_now_ = true;
   }
 }
 
 void PassPolicy::JobEnded(int64_t job_id) {
-  if (std::binary_search(awaited_parents_.begin(), awaited_parents_.end(), job_id)) wanted_now_ = true;
+  if (std::binary_search(awaited_.begin(), awaited_.end(), job_id)) wanted_now_ = true;
 }
 
 PassPolicy::SteadyDuration PassPolicy::Wait(SteadyDuration tick, SteadyTime now) const {
@@ -80,10 +81,10 @@ void PassPolicy::Began(absl::Time now) {
 
 void PassPolicy::Ran(QueuedJobsSnapshot queue, uint64_t workers_version,
                      const std::vector<sched::Pending>& pending,
-                     std::vector<int64_t> held_by_attempt, std::vector<int64_t> awaited_parents,
+                     std::vector<int64_t> held_by_attempt, std::vector<int64_t> awaited_jobs,
                      SteadyTime start, SteadyTime end) {
   ran_ = true;
-  awaited_parents_ = std::move(awaited_parents);
+  awaited_ = std::move(awaited_jobs);
   last_queue_ = std::move(queue);
   last_workers_version_ = workers_version;
   held_by_attempt_ = std::move(held_by_attempt);

@@ -16,9 +16,9 @@
 //   - Otherwise a pass every 2 s, which keeps the queue's explanations current.
 //
 // Freed capacity is worth a pass at once only to a queued job that could use it: one the
-// last pass left waiting for capacity, or the job whose attempt freed it, queued again
-// (its attempt kept it out of that pass). Jobs no worker matches, or larger than the
-// cluster, stay so however many GPUs are free.
+// last pass left waiting for capacity, the job whose attempt freed it, queued again (its
+// attempt kept it out of that pass), or a job of a sweep whose throttle that attempt held.
+// Jobs no worker matches, or larger than the cluster, stay so however many GPUs are free.
 
 #include <chrono>
 #include <cstdint>
@@ -41,10 +41,11 @@ class PassPolicy {
 
   void WantNow() { wanted_now_ = true; }
   void WantSoon() { wanted_soon_ = true; }
-  // The attempt of `job_id` ended or released its slots.
+  // The attempt of `job_id` ended or released its slots: a pass at once if a queued job
+  // waits for capacity, or waits for this job (a sweep's throttle).
   void CapacityFreed(int64_t job_id);
   // `job_id` reached a terminal state: a pass at once if the last pass held a job back
-  // waiting for it (depends_on).
+  // waiting for it (depends_on, a sweep's throttle).
   void JobEnded(int64_t job_id);
 
   // How long the loop may wait for work before a pass is due (at most `tick`).
@@ -66,15 +67,15 @@ class PassPolicy {
   void Failed() { waits_for_capacity_ = true; }
   // The pass over `queue` and the workers of `workers_version` ran from `start` to `end`;
   // `pending` are the jobs it left queued, `held_by_attempt` those it left out while their
-  // previous attempt was active, `awaited_parents` the jobs others wait for (both in id
+  // previous attempt was active, `awaited_jobs` the jobs others wait for (both in id
   // order).
   void Ran(QueuedJobsSnapshot queue, uint64_t workers_version,
            const std::vector<sched::Pending>& pending, std::vector<int64_t> held_by_attempt,
-           std::vector<int64_t> awaited_parents, SteadyTime start, SteadyTime end);
+           std::vector<int64_t> awaited_jobs, SteadyTime start, SteadyTime end);
 
  private:
   const SteadyDuration interval_;
-  std::vector<int64_t> awaited_parents_;
+  std::vector<int64_t> awaited_;
   bool wanted_now_ = true;  // the first turn of the loop passes
   bool wanted_soon_ = false;
   SteadyTime next_allowed_;

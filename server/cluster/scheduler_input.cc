@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "jobspec/dependencies.h"
 #include "jobspec/jobspec.h"
+#include "jobspec/sweep.h"
 #include "google/protobuf/util/time_util.h"
 
 namespace llamafleet {
@@ -150,6 +151,15 @@ SchedulerInput Build(const Jobs& queued, const std::vector<WorkerView>& workers,
                      const std::map<int64_t, v1::JobState>& parents) {
   SchedulerInput in;
   std::set<int64_t> awaited;
+  // Jobs of each throttled sweep holding workers, then also those offered this pass.
+  std::map<std::string, uint32_t> sweep_holders;
+  std::map<std::string, std::vector<int64_t>> sweep_attempts;
+  for (const auto& [job_id, a] : attempts) {
+    if (std::string key = SweepThrottleKey(a.owner, a.spec); !key.empty()) {
+      ++sweep_holders[key];
+      sweep_attempts[key].push_back(job_id);
+    }
+  }
   for (const SchedulableJob& j : queued) {
     int64_t id;
     if (!absl::SimpleAtoi(j.job.id(), &id)) continue;
@@ -180,10 +190,24 @@ SchedulerInput Build(const Jobs& queued, const std::vector<WorkerView>& workers,
       case Disposition::kPending:
         break;
     }
+    if (std::string key = SweepThrottleKey(j.job.owner(), j.job.spec()); !key.empty()) {
+      const v1::SweepSpec& sweep = j.job.spec().sweep();
+      uint32_t& holders = sweep_holders[key];
+      if (holders >= sweep.max_concurrent()) {
+        v1::PendingInfo info;
+        info.set_code("SWEEP");
+        info.set_message(absl::StrCat("sweep ", sweep.point().sweep(), ": ", holders, " of ",
+                                      sweep.max_concurrent(), " running"));
+        in.held_back[id] = std::move(info);
+        for (int64_t holder : sweep_attempts[key]) awaited.insert(holder);
+        continue;
+      }
+      ++holders;
+    }
     in.pending.push_back(MakePendingJob(id, j, workers));
     in.jobs[id] = &j;
   }
-  in.awaited_parents.assign(awaited.begin(), awaited.end());
+  in.awaited_jobs.assign(awaited.begin(), awaited.end());
   in.workers = SchedulerWorkers(workers);
   in.running = SchedulerRunning(attempts, now);
   return in;

@@ -34,15 +34,16 @@ struct SchedulerInput {
   std::vector<sched::PendingJob> pending;
   std::vector<sched::Worker> workers;
   std::vector<sched::RunningJob> running;
-  // Queued jobs that are not offered to the scheduler this pass, with why (BACKOFF).
+  // Queued jobs that are not offered to the scheduler this pass, with why (DEPENDENCY,
+  // BACKOFF, SWEEP).
   std::map<int64_t, v1::PendingInfo> held_back;
   // Queued jobs whose active deadline passed between attempts: they fail from the queue.
   std::map<int64_t, std::string> deadline_passed;  // job → reason
   // Queued jobs a dependency of which can no longer hold: they are cancelled.
   std::map<int64_t, std::string> dependency_failed;  // job → reason
-  // The parents that jobs held back as DEPENDENCY wait for, in id order: one of them
-  // ending is worth a pass at once.
-  std::vector<int64_t> awaited_parents;
+  // The jobs whose end others held back wait for, in id order: the parents of DEPENDENCY
+  // jobs and the jobs holding a SWEEP throttle. One of them ending is worth a pass at once.
+  std::vector<int64_t> awaited_jobs;
   // Queued jobs left out because their previous attempt is still active, in id order.
   std::vector<int64_t> held_by_attempt;
   // The stored job behind each pending job (points into `queued`).
@@ -56,10 +57,14 @@ struct SchedulerInput {
 //     start goes to deadline_passed;
 //   - a job whose depends_on can no longer hold goes to dependency_failed; one still
 //     waiting for a parent goes to held_back as DEPENDENCY ("waiting for job 41
-//     (RUNNING)"), its parents to awaited_parents (jobspec/dependencies.h; `parents` holds
+//     (RUNNING)"), its parents to awaited_jobs (jobspec/dependencies.h; `parents` holds
 //     the state of every parent the store still has);
 //   - a job in its restart backoff (eligible > now) goes to held_back as BACKOFF with
 //     the time it becomes eligible;
+//   - a job of a sweep with max_concurrent (jobspec/sweep.h) goes to held_back as SWEEP
+//     ("sweep lr-rank: 2 of 2 running") when that many jobs of its sweep (same owner and
+//     sweep name) have attempts or were offered earlier in this pass, in queue order (the
+//     jobs with attempts go to awaited_jobs);
 //   - otherwise it is pending, with its last preemption, its node-fault exclusions
 //     (dropped when fewer workers than it needs are known besides the excluded ones: the
 //     job could never start without them) and, when it has an active

@@ -56,7 +56,7 @@ void ClusterManager::RunPass(std::optional<QueuedJobsSnapshot> queue) {
 
   const auto pass_end = std::chrono::steady_clock::now();
   pass_.Ran(*std::move(queue), workers_.version(), d.pending, input.held_by_attempt,
-            input.awaited_parents, pass_start, pass_end);
+            input.awaited_jobs, pass_start, pass_end);
   published_.SetPending(input.held_back, std::move(d.pending));
   if (!d.placements.empty()) publish_assignments_ = true;
   publish_workers_ = true;

@@ -11,8 +11,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -24,6 +26,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "google/protobuf/util/json_util.h"
+#include "google/protobuf/util/time_util.h"
 #include "gtest/gtest.h"
 #include "llamafleet/v1/job.pb.h"
 #include "llamafleet/v1/worker.pb.h"
@@ -33,6 +36,7 @@
 namespace llamafleet {
 namespace {
 
+using ::google::protobuf::util::TimeUtil;
 using ::llamafleet::testing::BinaryPath;
 using ::llamafleet::testing::CommandResult;
 using ::llamafleet::testing::RunCommand;
@@ -674,6 +678,105 @@ TEST_F(CliClusterTest, WaitExitCodesSayHowJobsEnded) {
 
   ExpectOneErrorLine(Cli({"wait", "99"}), 1, "job 99 not found");
   ExpectOneErrorLine(Cli({"wait", "x1"}), 2, "'x1' is not a job id");
+}
+
+TEST_F(CliClusterTest, ASweepRunsEveryPointNeverMoreThanItsLimitAtOnce) {
+  // A third free worker: without the throttle three points would run at once.
+  auto third = ::llamafleet::testing::StartWorker({.coordinator = address_,
+                                                   .name = "w3",
+                                                   .data_dir = dir_.path() + "/w3",
+                                                   .join_token = kJoinToken,
+                                                   .trainer = trainer_,
+                                                   .flags = {"--log-level", "warn"},
+                                                   .log_path = dir_.path() + "/w3.log"});
+  ASSERT_TRUE(third.ok()) << third.status();
+  workers_.push_back(std::move(*third));
+  for (const absl::Time deadline = absl::Now() + absl::Seconds(20);;) {
+    int ready = 0;
+    for (const v1::WorkerInfo& w : Workers().workers()) ready += w.state() == v1::WORKER_READY;
+    if (ready == 3) break;
+    ASSERT_LT(absl::Now(), deadline) << "w3 did not register";
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  const std::string file = dir_.path() + "/sweep.yaml";
+  std::ofstream(file) << OneNode("lr-rank", 8, "0.25",
+                                 "peft: {method: lora}\n"
+                                 "sweep:\n  parameters:\n    training.lr: [1.0e-4, 3.0e-4]\n    peft.r: [8, 16]\n"
+                                 "  max_concurrent: 2\n");
+  const std::string out = Ok({"submit", "-f", file});
+  EXPECT_EQ(out, "job 1 created\njob 2 created\njob 3 created\njob 4 created\n");
+
+  // Sampled every 50 ms until all four end: never more than two hold workers, and while
+  // two do the others say why they wait.
+  int most = 0;
+  std::string reason;
+  v1::ListJobsResponse listed;
+  for (const absl::Time deadline = absl::Now() + absl::Seconds(60);;) {
+    listed.Clear();
+    const std::string json = Ok({"get", "jobs", "--sweep", "lr-rank", "-o", "json"});
+    ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(json, &listed).ok()) << json;
+    ASSERT_EQ(listed.jobs_size(), 4) << json;
+    int holding = 0, ended = 0;
+    for (const v1::Job& j : listed.jobs()) {
+      holding += j.state() == v1::SCHEDULED || j.state() == v1::RUNNING;
+      ended += j.state() == v1::SUCCEEDED;
+      if (j.pending().code() == "SWEEP") reason = j.pending().message();
+    }
+    most = std::max(most, holding);
+    if (ended == 4) break;
+    ASSERT_LT(absl::Now(), deadline) << json;
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  EXPECT_EQ(most, 2);
+  EXPECT_EQ(reason, "sweep lr-rank: 2 of 2 running");
+  // The attempts' recorded times say the same without sampling: at most two overlap.
+  std::vector<std::pair<absl::Time, int>> edges;
+  for (const v1::Job& j : listed.jobs()) {
+    v1::ListAttemptsResponse attempts;
+    const std::string json = Ok({"attempts", j.id(), "-o", "json"});
+    ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(json, &attempts).ok()) << json;
+    ASSERT_EQ(attempts.attempts_size(), 1) << json;
+    edges.emplace_back(absl::FromUnixMicros(TimeUtil::TimestampToMicroseconds(attempts.attempts(0).start_time())), 1);
+    edges.emplace_back(absl::FromUnixMicros(TimeUtil::TimestampToMicroseconds(attempts.attempts(0).end_time())), -1);
+  }
+  std::sort(edges.begin(), edges.end());  // an end before a start at the same instant
+  int open = 0, most_open = 0;
+  for (const auto& [at, delta] : edges) most_open = std::max(most_open, open += delta);
+  EXPECT_EQ(most_open, 2);
+  // Each point is named, labelled and set as its index says (name order, the last fastest).
+  std::map<std::string, v1::Job> by_name;
+  for (const v1::Job& j : listed.jobs()) by_name[j.spec().name()] = j;
+  ASSERT_EQ(by_name.count("lr-rank-3"), 1u);
+  EXPECT_EQ(by_name["lr-rank-3"].spec().peft().r(), 16);
+  EXPECT_DOUBLE_EQ(by_name["lr-rank-3"].spec().training().lr(), 3e-4);
+  EXPECT_EQ(by_name["lr-rank-1"].spec().labels().at("training.lr"), "3.0e-4");
+  EXPECT_EQ(by_name["lr-rank-1"].spec().labels().at("sweep"), "lr-rank");
+
+  // Resubmitting the file creates nothing; cancel --sweep has nothing left to cancel.
+  const std::string again = Ok({"submit", "-f", file});
+  EXPECT_EQ(std::count(again.begin(), again.end(), '\n'), 4) << again;
+  EXPECT_TRUE(absl::StrContains(again, "job 4 already exists")) << again;
+  EXPECT_FALSE(absl::StrContains(again, "created")) << again;
+  EXPECT_EQ(Ok({"cancel", "--sweep", "lr-rank"}), "sweep lr-rank: no unfinished jobs of alice\n");
+}
+
+TEST_F(CliClusterTest, CancelSweepCancelsItsUnfinishedJobs) {
+  Ok({"submit", "-f", "-"}, OneNode("long", 200, "0.2",
+                                    "sweep:\n  parameters:\n    training.seed: [1, 2, 3]\n  max_concurrent: 1\n"));
+  WaitForJob("1", [](const v1::Job& j) { return j.state() == v1::RUNNING; });
+  const std::string out = Ok({"cancel", "--sweep", "long", "--reason", "bad idea"});
+  EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 3) << out;
+  for (const std::string id : {"1", "2", "3"}) {
+    v1::Job j = WaitForJob(id, [](const v1::Job& j) { return j.state() == v1::CANCELLED; });
+    EXPECT_EQ(j.status_reason(), "bad idea");
+  }
+  ExpectOneErrorLine(Cli({"cancel"}), 2, "give a job ID or --sweep NAME");
+  // A point's field that is wrong is named with its index before anything is stored.
+  CommandResult bad = Cli({"submit", "-f", "-"},
+                          OneNode("bad", 2, "0.1", "sweep:\n  parameters:\n    training.lr: [1.0e-4, -1]\n"));
+  EXPECT_EQ(bad.exit_code, 1) << bad.err;
+  EXPECT_TRUE(absl::StrContains(bad.err, "sweep.points[1].training.lr")) << bad.err;
+  EXPECT_EQ(Ok({"get", "jobs", "--sweep", "bad"}).find("bad-0"), std::string::npos);
 }
 
 }  // namespace

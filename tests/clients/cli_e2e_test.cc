@@ -318,7 +318,8 @@ TEST_F(CliTest, EveryExampleInDeployExamplesPassesDryRun) {
   closedir(dir);
   for (const char* expected : {"tiny-fullshard.yaml", "tiny-lora.yaml", "batch.yaml", "llama2-7b-hybrid.yaml",
                                "llama2-7b-2xp5.yaml", "llama2-13b-2xp5.yaml", "llama2-70b-16xp5.yaml",
-                               "llama2-70b-lora-1xp5.yaml", "llama2-7b-lora-1gpu.yaml", "llama2-70b-tp8-4xp5.yaml"}) {
+                               "llama2-70b-lora-1xp5.yaml", "llama2-7b-lora-1gpu.yaml", "llama2-70b-tp8-4xp5.yaml",
+                               "pipeline.yaml", "sweep.yaml"}) {
     EXPECT_NE(std::find(files.begin(), files.end(), expected), files.end()) << expected;
   }
   for (const std::string& name : files) {
@@ -331,6 +332,10 @@ TEST_F(CliTest, EveryExampleInDeployExamplesPassesDryRun) {
     EXPECT_GE(response.jobs_size(), 1);
     if (name == "batch.yaml") {
       EXPECT_EQ(response.jobs_size(), 3);
+    }
+    if (name == "sweep.yaml") {  // 2 x 2 points
+      ASSERT_EQ(response.jobs_size(), 4);
+      EXPECT_EQ(response.jobs(3).job().spec().name(), "lr-rank-3");
     }
   }
   EXPECT_TRUE(AllJobs().empty());

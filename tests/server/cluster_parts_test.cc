@@ -560,7 +560,7 @@ TEST(PassPolicyTest, AnAwaitedParentEndingPassesAtOnce) {
   PassPolicy policy(absl::Milliseconds(20));
   const auto t0 = std::chrono::steady_clock::now();
   policy.Began(kNow);
-  policy.Ran(QueuedJobsSnapshot(), 1, {}, {}, /*awaited_parents=*/{3, 7}, t0, t0);
+  policy.Ran(QueuedJobsSnapshot(), 1, {}, {}, /*awaited_jobs=*/{3, 7}, t0, t0);
   policy.JobEnded(5);  // nobody waits for it
   EXPECT_FALSE(policy.Due(t0));
   policy.JobEnded(7);
@@ -598,7 +598,57 @@ TEST(SchedulerInputTest, DependenciesHoldBackOrCancelQueuedJobs) {
   EXPECT_EQ(in.dependency_failed[3], "dependency job 10 FAILED (depends_on: succeeded)");
   EXPECT_EQ(in.dependency_failed[5], "dependency job 11 no longer exists (depends_on: succeeded)");
   EXPECT_EQ(in.dependency_failed.size(), 2u);
-  EXPECT_EQ(in.awaited_parents, (std::vector<int64_t>{1, 12}));
+  EXPECT_EQ(in.awaited_jobs, (std::vector<int64_t>{1, 12}));
+}
+
+TEST(SchedulerInputTest, ASweepsThrottleCountsItsAttemptsAndWhatThisPassOffers) {
+  auto point = [](SchedulableJob j, const std::string& owner, const std::string& sweep, uint32_t max) {
+    j.job.set_owner(owner);
+    v1::SweepSpec* s = j.job.mutable_spec()->mutable_sweep();
+    s->set_max_concurrent(max);
+    s->mutable_point()->set_sweep(sweep);
+    s->mutable_point()->set_points(4);
+    return j;
+  };
+  // alice's sweep "lr" allows 2: job 1's attempt holds one, so of 2..4 only 2 is offered.
+  // bob's sweep of the same name is his own throttle; alice's "other" has no limit.
+  const std::vector<SchedulableJob> queued = {
+      point(Queued(2, 1, 1), "alice", "lr", 2), point(Queued(3, 1, 1), "alice", "lr", 2),
+      point(Queued(4, 1, 1), "alice", "lr", 2), point(Queued(5, 1, 1), "bob", "lr", 2),
+      point(Queued(6, 1, 1), "alice", "other", 0), point(Queued(7, 1, 1), "alice", "other", 0),
+  };
+  std::map<int64_t, AttemptTracker> attempts;
+  attempts[1] = TwoNodeAttempt();
+  attempts[1].owner = "alice";
+  *attempts[1].spec.mutable_sweep() = queued[0].job.spec().sweep();
+  SchedulerInput in = BuildSchedulerInput(queued, {GpuWorker("a", 8)}, attempts, kNow);
+  std::vector<int64_t> offered;
+  for (const sched::PendingJob& p : in.pending) offered.push_back(p.job_id);
+  EXPECT_EQ(offered, (std::vector<int64_t>{2, 5, 6, 7}));
+  ASSERT_EQ(in.held_back.count(3), 1u);
+  EXPECT_EQ(in.held_back[3].code(), "SWEEP");
+  EXPECT_EQ(in.held_back[3].message(), "sweep lr: 2 of 2 running");
+  EXPECT_EQ(in.held_back[4].message(), "sweep lr: 2 of 2 running");
+  // Job 1's end (or its attempt's) is worth a pass at once.
+  EXPECT_EQ(in.awaited_jobs, (std::vector<int64_t>{1}));
+
+  // With job 1's attempt gone, two of the three are offered.
+  in = BuildSchedulerInput(queued, {GpuWorker("a", 8)}, {}, kNow);
+  offered.clear();
+  for (const sched::PendingJob& p : in.pending) offered.push_back(p.job_id);
+  EXPECT_EQ(offered, (std::vector<int64_t>{2, 3, 5, 6, 7}));
+  EXPECT_EQ(in.held_back[4].message(), "sweep lr: 2 of 2 running");
+}
+
+TEST(PassPolicyTest, FreedCapacityOfAnAwaitedJobPassesAtOnce) {
+  PassPolicy policy(absl::Milliseconds(20));
+  const auto t0 = std::chrono::steady_clock::now();
+  policy.Began(kNow);
+  policy.Ran(QueuedJobsSnapshot(), 1, {}, {}, /*awaited_jobs=*/{4}, t0, t0);
+  policy.CapacityFreed(3);
+  EXPECT_FALSE(policy.Due(t0));
+  policy.CapacityFreed(4);  // a sweep's job preempted: the next point may start
+  EXPECT_TRUE(policy.Due(t0));
 }
 
 }  // namespace

@@ -143,14 +143,16 @@ class Client:
         is stored. `dry_run` validates and fills in defaults only: the returned job has no
         id, its spec is the effective one, and its memory_estimate is set when the model's
         shape is known. A bad spec raises InvalidArgument with one FieldViolation per field
-        ("spec.training.lr")."""
+        ("spec.training.lr"). A sweep (sweep.parameters) makes one job per point: submit it
+        with submit_many."""
         request = job_pb2.SubmitJobRequest(spec=specs_of(spec, single=True)[0], dry_run=dry_run,
                                            idempotency_key=idempotency_key or "")
         return self._call(self._jobs.SubmitJob, request).job
 
     def submit_many(self, specs: Union[SpecLike, Sequence[SpecLike]], dry_run: bool = False,
                     idempotency_keys: Optional[Sequence[str]] = None) -> List[job_pb2.Job]:
-        """Submits several jobs, in order, and returns them in the same order.
+        """Submits several jobs, in order, and returns them in the same order (a sweep's
+        points in its place, one job each).
 
         `specs` is a list of JobSpecs, dicts and job file paths, or one file path (every
         document of it; a document may also be a list of specs). Each call of at most 1000

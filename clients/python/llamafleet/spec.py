@@ -138,6 +138,9 @@ class _Merger:
             item_path = "%s.%s" % (path, k)
             ok_k, key = self.scalar(k, item_path, key_field)
             if value_field.message_type is not None:
+                fields = value_field.message_type.fields
+                if isinstance(v, (list, tuple)) and len(fields) == 1 and fields[0].label == _FD.LABEL_REPEATED:
+                    v = {fields[0].name: v}  # a value that is only a list, written as that list
                 if ok_k:
                     self.message(v, item_path, target[key])
                 continue

@@ -178,13 +178,19 @@ export function mountJob(root, ctx, id) {
       ['Updated', `${fmtTime(job.update_time)} (${fmtAgo(job.update_time)})`],
       ['Finetuning', finetuning(spec.peft || {}, job.memory_estimate || {})],
       ...(parallelism(spec) ? [['Parallelism', parallelism(spec)]] : []),
+      ...(spec.sweep?.point ? [['Sweep', `${spec.sweep.point.sweep} · point ${spec.sweep.point.index || 0} of ` +
+        `${spec.sweep.point.points} (${(spec.sweep.point.values || []).join(', ')})`]] : []),
       ['Tokens / s', Number(m.step) ? fmtNum(m.tokens_per_second) : '—'],
       ['Peak memory', Number(m.peak_memory_bytes) ? fmtBytes(m.peak_memory_bytes) : '—'],
     ];
     if (summary.children.length !== rows.length * 2) {
       summary.replaceChildren(...rows.flatMap(([k]) => [h('dt', k), h('dd')]));
     }
-    rows.forEach(([, v], i) => setText(summary.children[2 * i + 1], v));
+    rows.forEach(([k, v], i) => {
+      const dd = summary.children[2 * i + 1];
+      if (k === 'Sweep') dd.replaceChildren(h('a#sweep-link', {href: `#/sweeps/${encodeURIComponent(spec.sweep.point.sweep)}`}, v));
+      else setText(dd, v);
+    });
 
     // Selectors for logs: attempts 1..N, ranks 0..world-1.
     const attempts = Number(job.attempts || 0);
