@@ -194,12 +194,15 @@ SchedulerInput Build(const Jobs& queued, const std::vector<WorkerView>& workers,
       const v1::SweepSpec& sweep = j.job.spec().sweep();
       uint32_t& holders = sweep_holders[key];
       if (holders >= sweep.max_concurrent()) {
+        const std::vector<int64_t>& running = sweep_attempts[key];
+        const size_t next = holders - running.size();  // offered earlier in this pass
         v1::PendingInfo info;
         info.set_code("SWEEP");
-        info.set_message(absl::StrCat("sweep ", sweep.point().sweep(), ": ", holders, " of ",
-                                      sweep.max_concurrent(), " running"));
+        info.set_message(absl::StrCat("sweep ", sweep.point().sweep(), ": ", running.size(), " of ",
+                                      sweep.max_concurrent(), " running",
+                                      next > 0 ? absl::StrCat(", ", next, " next in line") : ""));
         in.held_back[id] = std::move(info);
-        for (int64_t holder : sweep_attempts[key]) awaited.insert(holder);
+        for (int64_t holder : running) awaited.insert(holder);
         continue;
       }
       ++holders;

@@ -62,9 +62,10 @@ struct SchedulerInput {
 //   - a job in its restart backoff (eligible > now) goes to held_back as BACKOFF with
 //     the time it becomes eligible;
 //   - a job of a sweep with max_concurrent (jobspec/sweep.h) goes to held_back as SWEEP
-//     ("sweep lr-rank: 2 of 2 running") when that many jobs of its sweep (same owner and
-//     sweep name) have attempts or were offered earlier in this pass, in queue order (the
-//     jobs with attempts go to awaited_jobs);
+//     when that many jobs of its sweep (same owner and sweep name) have attempts or were
+//     offered earlier in this pass, in queue order: "sweep lr-rank: 2 of 2 running", or
+//     "sweep lr-rank: 1 of 2 running, 1 next in line" (the jobs with attempts go to
+//     awaited_jobs);
 //   - otherwise it is pending, with its last preemption, its node-fault exclusions
 //     (dropped when fewer workers than it needs are known besides the excluded ones: the
 //     job could never start without them) and, when it has an active

@@ -251,6 +251,23 @@ class PythonClientTest(unittest.TestCase):
         for job_id in ids:
             self.client.cancel(job_id)
 
+    def test_a_sweep_is_one_job_per_point(self):
+        spec = queued_spec("py-sweep")
+        spec["sweep"] = {"parameters": {"training.lr": [1e-4, 3e-4], "training.seed": [1, 2]}, "max_concurrent": 1}
+        with self.assertRaises(llamafleet.InvalidArgument) as single:
+            self.client.submit(spec)
+        self.assertIn("submit_many", str(single.exception))
+        jobs = self.client.submit_many([spec], idempotency_keys=["py-sweep-once"])
+        self.assertEqual([j.spec.name for j in jobs], ["py-sweep-%d" % i for i in range(4)])
+        self.assertEqual(jobs[1].spec.labels["training.seed"], "2")
+        self.assertAlmostEqual(jobs[2].spec.training.lr, 3e-4)
+        self.assertEqual(jobs[3].spec.sweep.point.points, 4)
+        again = self.client.submit_many([spec], idempotency_keys=["py-sweep-once"])
+        self.assertEqual([j.id for j in again], [j.id for j in jobs])
+        self.assertEqual(len(list(self.client.list(label="sweep=py-sweep"))), 4)
+        for job in jobs:
+            self.client.cancel(job.id)
+
     def test_wait_times_out_then_cancel_ends_it(self):
         job = self.client.submit(queued_spec("never-placed"))
         start = time.monotonic()

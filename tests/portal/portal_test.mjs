@@ -342,6 +342,25 @@ try {
   check(q.includes('2,000'), `the default queue has 2,000 queued jobs: ${q}`);
   await screenshot('queues');
 
+  // --- a sweep: one row per point with its parameters -----------------------------------
+  const swept = await apiCall('/api/v1/jobs:batch', {method: 'POST', body: {jobs: [{spec: {name: 'portal-sweep',
+    model: {preset: 'tiny'}, data: {train_path: trainData, format: 'TOKENS'}, training: {max_steps: '10'},
+    resources: {nodes: 50, gpus_per_node: 1},
+    sweep: {parameters: {'training.lr': {values: ['1e-4', '3e-4']}, 'training.seed': {values: ['1', '2']}},
+      max_concurrent: 1}}, idempotency_key: 'portal-sweep'}]}});
+  check(swept.jobs.length === 4, `a 2 x 2 sweep is 4 jobs: ${swept.jobs.length}`);
+  await page.goto(`${base}/ui/#/jobs/${swept.jobs[3].job.id}`);
+  await page.waitForSelector('#sweep-link');
+  check((await page.textContent('#sweep-link')).includes('point 3 of 4'), 'a point links to its sweep');
+  await page.click('#sweep-link');
+  await page.waitForFunction(() => document.querySelectorAll('table.sweep tbody tr[data-id]').length === 4);
+  const sweepHead = await page.textContent('table.sweep thead');
+  check(sweepHead.includes('training.lr') && sweepHead.includes('training.seed'), `parameter columns: ${sweepHead}`);
+  check((await page.textContent('table.sweep tbody tr:nth-child(4)')).includes('3e-4'), 'point 3 has lr 3e-4');
+  check((await page.textContent('#sweep-summary')).includes('4 points, at most 1 at once'), 'the sweep summary');
+  await page.waitForFunction(() => document.querySelector('table.sweep tbody')?.textContent.includes('next in line'));
+  await screenshot('sweep');
+
   check(pageErrors.length === 0, `no script errors in the page: ${pageErrors.join(' | ')}`);
   log(`PASS in ${((Date.now() - started) / 1000).toFixed(1)} s`);
 } catch (err) {

@@ -637,7 +637,7 @@ TEST(SchedulerInputTest, ASweepsThrottleCountsItsAttemptsAndWhatThisPassOffers) 
   offered.clear();
   for (const sched::PendingJob& p : in.pending) offered.push_back(p.job_id);
   EXPECT_EQ(offered, (std::vector<int64_t>{2, 3, 5, 6, 7}));
-  EXPECT_EQ(in.held_back[4].message(), "sweep lr: 2 of 2 running");
+  EXPECT_EQ(in.held_back[4].message(), "sweep lr: 0 of 2 running, 2 next in line");
 }
 
 TEST(PassPolicyTest, FreedCapacityOfAnAwaitedJobPassesAtOnce) {
