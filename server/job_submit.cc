@@ -54,7 +54,8 @@ grpc::ServerUnaryReactor* JobServiceImpl::Submit(
     if (sweep && !batch) {
       return FinishNow(context, absl::InvalidArgumentError(
                                     "spec.sweep: a sweep creates one job per point; submit it with SubmitJobs "
-                                    "(llamafleet submit and the Python client's submit_many do)"));
+                                    "(POST /api/v1/jobs:batch; llamafleet submit and the Python "
+                                    "client's submit_many do)"));
     }
     if (inputs.size() + specs->size() > static_cast<size_t>(kMaxBatchSize)) {
       return FinishNow(context, absl::InvalidArgumentError(absl::StrCat(

@@ -694,7 +694,8 @@ TEST_F(CliClusterTest, ASweepRunsEveryPointNeverMoreThanItsLimitAtOnce) {
   workers_.push_back(std::move(*third));
   for (const absl::Time deadline = absl::Now() + absl::Seconds(20);;) {
     int ready = 0;
-    for (const v1::WorkerInfo& w : Workers().workers()) ready += w.state() == v1::WORKER_READY;
+    const v1::ListWorkersResponse listed = Workers();
+    for (const v1::WorkerInfo& w : listed.workers()) ready += w.state() == v1::WORKER_READY;
     if (ready == 3) break;
     ASSERT_LT(absl::Now(), deadline) << "w3 did not register";
     absl::SleepFor(absl::Milliseconds(100));
@@ -769,7 +770,7 @@ TEST_F(CliClusterTest, CancelSweepCancelsItsUnfinishedJobs) {
   EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 3) << out;
   for (const std::string id : {"1", "2", "3"}) {
     v1::Job j = WaitForJob(id, [](const v1::Job& j) { return j.state() == v1::CANCELLED; });
-    EXPECT_EQ(j.status_reason(), "bad idea");
+    EXPECT_EQ(j.status_reason(), "cancelled by alice: bad idea");
   }
   ExpectOneErrorLine(Cli({"cancel"}), 2, "give a job ID or --sweep NAME");
   // A point's field that is wrong is named with its index before anything is stored.

@@ -627,8 +627,8 @@ TEST(SchedulerInputTest, ASweepsThrottleCountsItsAttemptsAndWhatThisPassOffers) 
   EXPECT_EQ(offered, (std::vector<int64_t>{2, 5, 6, 7}));
   ASSERT_EQ(in.held_back.count(3), 1u);
   EXPECT_EQ(in.held_back[3].code(), "SWEEP");
-  EXPECT_EQ(in.held_back[3].message(), "sweep lr: 2 of 2 running");
-  EXPECT_EQ(in.held_back[4].message(), "sweep lr: 2 of 2 running");
+  EXPECT_EQ(in.held_back[3].message(), "sweep lr: 1 of 2 running, 1 next in line");
+  EXPECT_EQ(in.held_back[4].message(), "sweep lr: 1 of 2 running, 1 next in line");
   // Job 1's end (or its attempt's) is worth a pass at once.
   EXPECT_EQ(in.awaited_jobs, (std::vector<int64_t>{1}));
 
