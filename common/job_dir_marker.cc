@@ -17,19 +17,19 @@ constexpr size_t kMaxMarkerBytes = 256;
 
 }  // namespace
 
-absl::StatusOr<std::optional<std::string>> ReadJobDirMarker(int dir_fd) {
-  const int fd = ::openat(dir_fd, kJobDirMarker, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+absl::StatusOr<std::optional<std::string>> ReadJobDirMarker(int dir_fd, const char* marker) {
+  const int fd = ::openat(dir_fd, marker, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     if (errno == ENOENT) return std::optional<std::string>();
     return absl::FailedPreconditionError(
-        absl::StrCat(kJobDirMarker, " cannot be opened (", std::strerror(errno), "; a symbolic link?)"));
+        absl::StrCat(marker, " cannot be opened (", std::strerror(errno), "; a symbolic link?)"));
   }
   struct stat st;
   char buf[kMaxMarkerBytes];
   ssize_t n = -1;
   if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) n = ::read(fd, buf, sizeof(buf));
   ::close(fd);
-  if (n < 0) return absl::FailedPreconditionError(absl::StrCat(kJobDirMarker, " is not a readable file"));
+  if (n < 0) return absl::FailedPreconditionError(absl::StrCat(marker, " is not a readable file"));
   absl::string_view content(buf, static_cast<size_t>(n));
   content = absl::StripSuffix(content, "\n");
   return std::optional<std::string>(std::string(content));
@@ -67,16 +67,17 @@ absl::Status ClaimJobDir(int dir_fd, const std::string& job_id, const std::strin
       " says so), not of job ", job_id, "; every job needs a checkpoint directory of its own"));
 }
 
-absl::Status CheckJobDirMarker(int dir_fd, const std::string& job_id, const std::string& shown) {
-  absl::StatusOr<std::optional<std::string>> marker = ReadJobDirMarker(dir_fd);
+absl::Status CheckJobDirMarker(int dir_fd, const std::string& job_id, const std::string& shown,
+                               const char* marker_name) {
+  absl::StatusOr<std::optional<std::string>> marker = ReadJobDirMarker(dir_fd, marker_name);
   if (!marker.ok()) return absl::FailedPreconditionError(absl::StrCat(shown, ": ", marker.status().message()));
   if (!marker->has_value()) {
     return absl::FailedPreconditionError(absl::StrCat(
-        shown, " has no ", kJobDirMarker, ": not the directory job ", job_id, "'s trainer made"));
+        shown, " has no ", marker_name, ": not the directory job ", job_id, "'s trainer made"));
   }
   if (**marker != job_id) {
     return absl::FailedPreconditionError(
-        absl::StrCat(shown, " holds the ", kJobDirMarker, " of job ", **marker, ", not of job ", job_id));
+        absl::StrCat(shown, " holds the ", marker_name, " of job ", **marker, ", not of job ", job_id));
   }
   return absl::OkStatus();
 }

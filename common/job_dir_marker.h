@@ -17,10 +17,13 @@
 namespace llamafleet {
 
 inline constexpr char kJobDirMarker[] = ".llamafleet-job";
+// The same for an export directory (output.export_dir): written by the trainer into the
+// staged export before it is renamed into place.
+inline constexpr char kExportMarker[] = ".llamafleet-export";
 
-// The job id the marker of the directory `dir_fd` holds, nullopt when it has none.
-// FAILED_PRECONDITION when the marker is a link, not a regular file, or unreadable.
-absl::StatusOr<std::optional<std::string>> ReadJobDirMarker(int dir_fd);
+// The job id the marker `marker` of the directory `dir_fd` holds, nullopt when it has
+// none. FAILED_PRECONDITION when the marker is a link, not a regular file, or unreadable.
+absl::StatusOr<std::optional<std::string>> ReadJobDirMarker(int dir_fd, const char* marker = kJobDirMarker);
 
 // Writes the marker (a temporary name, fsync, then renamed into place).
 absl::Status WriteJobDirMarker(int dir_fd, const std::string& job_id);
@@ -33,7 +36,8 @@ absl::Status ClaimJobDir(int dir_fd, const std::string& job_id, const std::strin
 
 // For deleting: OK only when the marker holds `job_id`. FAILED_PRECONDITION naming
 // `shown` otherwise, without a marker too.
-absl::Status CheckJobDirMarker(int dir_fd, const std::string& job_id, const std::string& shown);
+absl::Status CheckJobDirMarker(int dir_fd, const std::string& job_id, const std::string& shown,
+                               const char* marker = kJobDirMarker);
 
 }  // namespace llamafleet
 

@@ -188,16 +188,30 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinato
   // with it. A checkpoint.dir the user named is theirs and stays.
   // Removed through descriptors, links never followed, only when the directory carries
   // the job's marker (checkpoint_retention.h).
+  // DeleteJob's artifacts also take the export, under its own marker (kExportMarker).
   cluster.on_job_deleted = [logs = c->logs_.get(), checkpoint_root = cluster.checkpoint_root,
                             anchors = DeletionAnchors(cluster.path_roots, cluster.checkpoint_root)](
-                               int64_t job_id) {
+                               int64_t job_id, const std::string& export_dir) {
+    std::vector<std::string> lines;
     if (absl::Status s = logs->RemoveJob(job_id); !s.ok()) {
       spdlog::warn("job {}: {}", job_id, std::string(s.message()));
+      lines.push_back(absl::StrCat("logs kept: ", s.message()));
+    } else {
+      lines.push_back("logs removed");
     }
-    const std::string dir = absl::StrCat(checkpoint_root, "/", job_id);
-    if (absl::Status s = RemoveJobDir(anchors, dir, job_id); !s.ok()) {
-      spdlog::warn("job {}: its checkpoint dir {} is left alone: {}", job_id, dir, std::string(s.message()));
-    }
+    auto remove = [&](const char* what, const std::string& dir, const char* marker) {
+      std::error_code ec;
+      const bool there = std::filesystem::symlink_status(dir, ec).type() != std::filesystem::file_type::not_found;
+      if (absl::Status s = RemoveJobDir(anchors, dir, job_id, marker); !s.ok()) {
+        spdlog::warn("job {}: its {} {} is left alone: {}", job_id, what, dir, std::string(s.message()));
+        lines.push_back(absl::StrCat(what, " ", dir, " kept: ", s.message()));
+      } else {
+        lines.push_back(absl::StrCat(what, " ", dir, there ? " removed" : " was not there"));
+      }
+    };
+    remove("checkpoint dir", absl::StrCat(checkpoint_root, "/", job_id), kJobDirMarker);
+    if (!export_dir.empty()) remove("export dir", export_dir, kExportMarker);
+    return lines;
   };
   cluster.clock = options.clock;
   cluster.metrics = c->metrics_.get();
@@ -219,6 +233,9 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinato
 
   c->job_service_ = std::make_unique<JobServiceImpl>(c->store_.get(), c->auth_.get());
   c->job_service_->set_cluster_view(c->cluster_.get());
+  c->job_service_->set_job_deleter([cluster = c->cluster_.get()](int64_t id, std::string export_dir, auto done) {
+    cluster->DeleteJob(id, std::move(export_dir), std::move(done));
+  });
   c->job_service_->set_log_store(c->logs_.get());
   c->job_service_->set_queue_quotas(options.queue_gpu_quotas);
   c->job_service_->set_submit_policy(std::move(policy));

@@ -243,6 +243,39 @@ grpc::ServerUnaryReactor* JobServiceImpl::CancelJob(grpc::CallbackServerContext*
   return reactor;
 }
 
+grpc::ServerUnaryReactor* JobServiceImpl::DeleteJob(grpc::CallbackServerContext* context,
+                                                    const v1::DeleteJobRequest* request,
+                                                    v1::DeleteJobResponse* response) {
+  absl::StatusOr<Principal> caller = auth_->Authenticate(*context);
+  if (!caller.ok()) return FinishNow(context, caller.status());
+  absl::StatusOr<int64_t> id = ParseJobId(request->job_id(), "job_id");
+  if (!id.ok()) return FinishNow(context, id.status());
+  if (!deleter_) return FinishNow(context, absl::UnimplementedError("this coordinator cannot delete jobs"));
+  // As for CancelJob: the owner or an admin; a caller who may not learns no more than a
+  // reader would.
+  absl::StatusOr<v1::Job> job = store_->GetJob(*id);
+  if (!job.ok()) {
+    if (absl::Status read = Authorize(*caller, Operation::kRead); !read.ok()) return FinishNow(context, read);
+    return FinishNow(context, job.status());
+  }
+  if (caller->role != v1::ADMIN) {
+    if (absl::Status allowed = Authorize(*caller, Operation::kCancel, job->owner(), job->id()); !allowed.ok()) {
+      return FinishNow(context, allowed);
+    }
+  }
+  std::string export_dir = request->artifacts() ? job->spec().output().export_dir() : "";
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  deleter_(*id, std::move(export_dir), [reactor, response](absl::StatusOr<std::vector<std::string>> lines) {
+    if (!lines.ok()) {
+      reactor->Finish(ToGrpcStatus(lines.status()));
+      return;
+    }
+    for (std::string& line : *lines) response->add_removed(std::move(line));
+    reactor->Finish(grpc::Status::OK);
+  });
+  return reactor;
+}
+
 grpc::ServerUnaryReactor* JobServiceImpl::GetJobEvents(grpc::CallbackServerContext* context,
                                                        const v1::GetJobEventsRequest* request,
                                                        v1::GetJobEventsResponse* response) {

@@ -1,6 +1,7 @@
 #ifndef LLAMAFLEET_SERVER_JOB_SERVICE_H_
 #define LLAMAFLEET_SERVER_JOB_SERVICE_H_
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -42,6 +43,11 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
   void set_submit_policy(SubmitPolicy policy) { policy_ = std::move(policy); }
   // Where submissions are counted (not owned; must outlive the service). Null: nowhere.
   void set_metrics(CoordinatorMetrics* metrics) { metrics_ = metrics; }
+  // What DeleteJob calls once the caller may delete the job (ClusterManager::DeleteJob).
+  // Unset: DeleteJob is UNIMPLEMENTED.
+  using JobDeleter = std::function<void(int64_t job_id, std::string export_dir,
+                                        std::function<void(absl::StatusOr<std::vector<std::string>>)> done)>;
+  void set_job_deleter(JobDeleter deleter) { deleter_ = std::move(deleter); }
 
   // Ends every open WatchJob stream with UNAVAILABLE; new watches are refused. Called
   // at shutdown, before the server waits for in-flight calls.
@@ -58,6 +64,9 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
   grpc::ServerUnaryReactor* ListJobs(grpc::CallbackServerContext* context,
                                      const v1::ListJobsRequest* request,
                                      v1::ListJobsResponse* response) override;
+  grpc::ServerUnaryReactor* DeleteJob(grpc::CallbackServerContext* context,
+                                      const v1::DeleteJobRequest* request,
+                                      v1::DeleteJobResponse* response) override;
   grpc::ServerUnaryReactor* CancelJob(grpc::CallbackServerContext* context,
                                       const v1::CancelJobRequest* request,
                                       v1::CancelJobResponse* response) override;
@@ -120,6 +129,7 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
   std::map<std::string, int64_t> queue_quotas_;
   CoordinatorMetrics* metrics_ = nullptr;
   std::optional<SubmitPolicy> policy_;
+  JobDeleter deleter_;
 
   std::mutex watches_mu_;
   bool watches_stopped_ ABSL_GUARDED_BY(watches_mu_) = false;

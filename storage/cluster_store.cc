@@ -395,6 +395,18 @@ TxnFunction SetWorkerStateTxn(const std::string& name, v1::WorkerState state) {
   };
 }
 
+TxnFunction DeleteFinishedJobTxn(int64_t job_id) {
+  return [=](Txn& txn) -> absl::Status {
+    absl::StatusOr<v1::Job> job = RequireJob(txn, job_id);
+    if (!job.ok()) return job.status();
+    if (!IsTerminal(job->state())) {
+      return absl::FailedPreconditionError(absl::StrCat("job ", job_id, " is ", v1::JobState_Name(job->state()),
+                                                        "; cancel it first (llamafleet cancel ", job_id, ")"));
+    }
+    return Exec(txn, "DELETE FROM jobs WHERE id = ?1", [&](sqlite::Statement& st) { st.Bind(1, job_id); });
+  };
+}
+
 TxnFunction DeleteJobTxn(int64_t job_id) {
   return [=](Txn& txn) -> absl::Status {
     return Exec(txn, "DELETE FROM jobs WHERE id = ?1",

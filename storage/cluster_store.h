@@ -141,6 +141,9 @@ absl::StatusOr<std::map<std::string, int64_t>> CountAttemptFailures(JobStore& st
 // Finished jobs whose ttl_after_finished has passed at `now`.
 absl::StatusOr<std::vector<int64_t>> ExpiredJobs(JobStore& store, absl::Time now);
 TxnFunction DeleteJobTxn(int64_t job_id);
+// The same for a job that must have finished: NOT_FOUND without the job,
+// FAILED_PRECONDITION (naming its state) while it has not finished.
+TxnFunction DeleteFinishedJobTxn(int64_t job_id);
 
 }  // namespace llamafleet
 

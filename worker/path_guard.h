@@ -11,12 +11,14 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "common/job_dir_marker.h"
 
 namespace llamafleet::worker {
 
-// The file an export directory carries so that a later run of the same job may replace it;
-// it holds the job id ("" for an export made by hand with `llamafleet-train export`).
-inline constexpr char kExportMarker[] = ".llamafleet-export";
+// The file an export directory carries so that a later run of the same job may replace it
+// and deleting the job may remove it; it holds the job id ("" for an export made by hand
+// with `llamafleet-train export`).
+using ::llamafleet::kExportMarker;
 
 // <root>/llamafleet is llamafleet's own (jobs' default checkpoint directories), and
 // <root>/llamafleet/token-cache holds each owner's tokenized datasets (token_cache_dir.h).

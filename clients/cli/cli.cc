@@ -204,6 +204,15 @@ int RunCli(int argc, char** argv, std::istream& in, std::ostream& out, std::ostr
   cancel_id->excludes(cancel_sweep_option);
   cancel_cmd->add_option("--reason", reason, "why, recorded in the job's events");
 
+  // delete job ID
+  bool delete_artifacts = false;
+  CLI::App* delete_cmd = app.add_subcommand("delete", "delete a finished job");
+  delete_cmd->require_subcommand(1);
+  CLI::App* delete_job_cmd = delete_cmd->add_subcommand(
+      "job", "delete a finished job's records, logs and default checkpoint dir (owner or admin)");
+  delete_job_cmd->add_option("ID", job_id, "job id")->required();
+  delete_job_cmd->add_flag("--artifacts", delete_artifacts, "also its output.export_dir");
+
   // watch ID
   bool history = false;
   std::string interval_text = "1s";
@@ -260,7 +269,8 @@ int RunCli(int argc, char** argv, std::istream& in, std::ostream& out, std::ostr
   CLI::App* whoami_cmd = app.add_subcommand("whoami", "show the user and role your token names");
 
   for (CLI::App* sub :
-       {submit_cmd, get_cmd, get_jobs_cmd, get_job_cmd, describe_cmd, describe_job_cmd, cancel_cmd,
+       {submit_cmd, get_cmd, get_jobs_cmd, get_job_cmd, describe_cmd, describe_job_cmd, cancel_cmd, delete_cmd,
+        delete_job_cmd,
         watch_cmd, wait_cmd, logs_cmd, checkpoints_cmd, attempts_cmd, workers_cmd, queues_cmd, whoami_cmd}) {
     sub->fallthrough();
   }
@@ -311,6 +321,8 @@ int RunCli(int argc, char** argv, std::istream& in, std::ostream& out, std::ostr
     } else {
       status = UsageError("cancel: give a job ID or --sweep NAME");
     }
+  } else if (delete_job_cmd->parsed()) {
+    status = RunDeleteJob(*ctx, job_id, delete_artifacts);
   } else if (watch_cmd->parsed()) {
     absl::StatusOr<absl::Duration> interval = ParseDuration("--interval", interval_text);
     status = interval.ok() ? RunWatch(*ctx, job_id, history, *interval) : interval.status();

@@ -117,6 +117,10 @@ absl::Status RunCancel(const Context& ctx, const std::string& id, const std::str
 // cancel --sweep NAME: every unfinished job of the caller's sweep NAME (label sweep=NAME).
 absl::Status RunCancelSweep(const Context& ctx, const std::string& sweep, const std::string& reason);
 
+// delete job ID [--artifacts] (cmd_delete.cc): a finished job's records, logs and default
+// checkpoint dir; with `artifacts` its export too. Prints a line per thing removed or kept.
+absl::Status RunDeleteJob(const Context& ctx, const std::string& id, bool artifacts);
+
 // wait ID... (cmd_wait.cc): blocks on each job's watch stream until every job has ended,
 // printing one line per job as it ends. `succeeded_only`: a job that FAILED or was
 // CANCELLED fails the wait (--for succeeded); otherwise any end meets it (--for finished).

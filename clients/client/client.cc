@@ -156,6 +156,15 @@ absl::StatusOr<v1::CancelJobResponse> Client::CancelJob(const v1::CancelJobReque
   return response;
 }
 
+absl::StatusOr<v1::DeleteJobResponse> Client::DeleteJob(const v1::DeleteJobRequest& request) {
+  grpc::ClientContext context;
+  Prepare(&context, absl::Now() + options_.timeout);
+  v1::DeleteJobResponse response;
+  absl::Status status = Convert(stub_->DeleteJob(&context, request, &response), options_.timeout);
+  if (!status.ok()) return status;
+  return response;
+}
+
 absl::StatusOr<std::vector<v1::JobEvent>> Client::GetAllJobEvents(const std::string& job_id,
                                                                   int64_t after_seq) {
   std::vector<v1::JobEvent> events;

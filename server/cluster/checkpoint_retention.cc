@@ -130,7 +130,8 @@ std::vector<int64_t> RemoveCheckpointFiles(const std::vector<std::string>& ancho
   return gone;
 }
 
-absl::Status RemoveJobDir(const std::vector<std::string>& anchors, const std::string& job_dir, int64_t job_id) {
+absl::Status RemoveJobDir(const std::vector<std::string>& anchors, const std::string& job_dir, int64_t job_id,
+                          const char* marker) {
   const fs::path dir(Clean(job_dir));
   const std::string parent = dir.parent_path().string();
   const std::string name = dir.filename().string();
@@ -146,7 +147,9 @@ absl::Status RemoveJobDir(const std::vector<std::string>& anchors, const std::st
     if (fd.status().code() == absl::StatusCode::kNotFound) return absl::OkStatus();
     return fd.status();
   }
-  if (absl::Status s = CheckJobDirMarker(fd->get(), std::to_string(job_id), dir.string()); !s.ok()) return s;
+  if (absl::Status s = CheckJobDirMarker(fd->get(), std::to_string(job_id), dir.string(), marker); !s.ok()) {
+    return s;
+  }
   return RemoveTreeAt(parent_fd->get(), name);
 }
 

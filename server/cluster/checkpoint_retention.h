@@ -13,6 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/dir_fd.h"
+#include "common/job_dir_marker.h"
 #include "llamafleet/v1/job.pb.h"
 
 namespace llamafleet {
@@ -54,9 +55,11 @@ std::vector<int64_t> RemoveCheckpointFiles(const std::vector<std::string>& ancho
                                            std::vector<std::string>* errors);
 
 // Removes the whole job directory `job_dir` (a default checkpoint directory of a deleted
-// job) the same way: OK when it is gone or was never there; FAILED_PRECONDITION, with
-// nothing removed, when it is a link or does not carry the job's marker.
-absl::Status RemoveJobDir(const std::vector<std::string>& anchors, const std::string& job_dir, int64_t job_id);
+// job, or with `marker` kExportMarker its export) the same way: OK when it is gone or was
+// never there; FAILED_PRECONDITION, with nothing removed, when it is a link or does not
+// carry the job's marker.
+absl::Status RemoveJobDir(const std::vector<std::string>& anchors, const std::string& job_dir, int64_t job_id,
+                          const char* marker = kJobDirMarker);
 
 }  // namespace llamafleet
 

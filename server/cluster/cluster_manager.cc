@@ -326,7 +326,7 @@ void ClusterManager::Tick() {
   for (int64_t id : expiry_.Due(*store_, now)) {
     spdlog::info("job {}: ttl_after_finished passed; deleting its record", id);
     Write(DeleteJobTxn(id), [this, id](absl::Status s) {
-      if (s.ok() && options_.on_job_deleted) Post([this, id] { options_.on_job_deleted(id); });
+      if (s.ok() && options_.on_job_deleted) Post([this, id] { options_.on_job_deleted(id, ""); });
     });
   }
   std::optional<QueuedJobsSnapshot> queue;
@@ -335,6 +335,32 @@ void ClusterManager::Tick() {
     if (now_queued.ok()) queue = *std::move(now_queued);
   }
   if (pass_.Run(now, queue ? &*queue : nullptr, attempts_)) RunPass(std::move(queue));
+}
+
+void ClusterManager::DeleteJob(int64_t job_id, std::string export_dir,
+                               std::function<void(absl::StatusOr<std::vector<std::string>>)> done) {
+  Post([this, job_id, export_dir = std::move(export_dir), done = std::move(done)]() mutable {
+    if (attempts_.count(job_id) > 0) {
+      done(absl::FailedPreconditionError(absl::StrCat(
+          "job ", job_id, "'s last attempt is still stopping; delete it once its gang has stopped")));
+      return;
+    }
+    Write(DeleteFinishedJobTxn(job_id), [this, job_id, export_dir = std::move(export_dir),
+                                         done = std::move(done)](absl::Status s) mutable {
+      if (!s.ok()) {
+        done(s);
+        return;
+      }
+      spdlog::info("job {}: deleted on request", job_id);
+      Post([this, job_id, export_dir = std::move(export_dir), done = std::move(done)] {
+        std::vector<std::string> lines = {"record, events, metrics, attempts and checkpoint list deleted"};
+        if (options_.on_job_deleted) {
+          for (std::string& line : options_.on_job_deleted(job_id, export_dir)) lines.push_back(std::move(line));
+        }
+        done(std::move(lines));
+      });
+    });
+  });
 }
 
 void ClusterManager::HandleWorkerLost(const std::string& name) {

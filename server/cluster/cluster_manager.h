@@ -99,9 +99,11 @@ struct ClusterOptions {
   std::string checkpoint_root;
   // Sent in every task (TaskSpec.path_roots): workers re-check the job's paths against them.
   std::vector<std::string> path_roots;
-  // Runs on the manager's thread after ttl_after_finished deleted a job's record (to
-  // remove what the job left: logs, its default checkpoint dir). Empty: nothing.
-  std::function<void(int64_t job_id)> on_job_deleted;
+  // Runs on the manager's thread after a job's record was deleted (ttl_after_finished, or
+  // DeleteJob), to remove what the job left: logs, its default checkpoint dir and, when
+  // `export_dir` is not empty, that export. Returns a line per thing removed or kept
+  // ("checkpoint dir ... removed"). Empty: nothing.
+  std::function<std::vector<std::string>(int64_t job_id, const std::string& export_dir)> on_job_deleted;
   // First TCP port handed out as MASTER_PORT (a range of 1000).
   int master_port_base = 29500;
   Clock* clock = Clock::Real();
@@ -129,6 +131,13 @@ class ClusterManager : public ClusterView {
 
   // Asks for a scheduling pass soon (after submissions).
   void Poke();
+
+  // Deletes a finished job's record, then what on_job_deleted removes (`export_dir` too,
+  // when not empty), and calls `done` with its lines (any thread; `done` runs on the
+  // manager's thread). FAILED_PRECONDITION while the job is not finished or its last
+  // attempt is still stopping; NOT_FOUND when there is no such job.
+  void DeleteJob(int64_t job_id, std::string export_dir,
+                 std::function<void(absl::StatusOr<std::vector<std::string>>)> done);
 
   // Snapshot for ListWorkers (any thread).
   std::vector<v1::WorkerInfo> Workers() const;

@@ -65,6 +65,7 @@ const std::vector<Route<Gateway::Handler>>& Gateway::Routes() {
       {kPost, "/api/v1/jobs", P::kSubmit, {"dry_run", "idempotency_key"}, &Gateway::SubmitJob},
       {kPost, "/api/v1/jobs:batch", P::kSubmit, {"dry_run"}, &Gateway::SubmitJobs},
       {kPost, "/api/v1/jobs/{id}:cancel", P::kCancel, {}, &Gateway::CancelJob},
+      {kPost, "/api/v1/jobs/{id}:delete", P::kCancel, {}, &Gateway::DeleteJob},
       {kGet, "/api/v1/jobs/{id}", P::kRead, {}, &Gateway::GetJob},
       {kGet, "/api/v1/jobs/{id}/spec.yaml", P::kRead, {}, &Gateway::JobSpecYaml},
       {kGet, "/api/v1/jobs/{id}/events", P::kRead, {"after_seq", "limit", "follow"},
@@ -355,6 +356,27 @@ void Gateway::CancelJob(const RouteCall& call) {
       call, std::move(request),
       [this](auto* ctx, auto* req, auto* resp, auto cb) {
         jobs_->async()->CancelJob(ctx, req, resp, std::move(cb));
+      },
+      Json);
+}
+
+void Gateway::DeleteJob(const RouteCall& call) {
+  v1::DeleteJobRequest request;
+  if (!call.http.body().empty()) {
+    if (TypeOf(call.http) != BodyType::kJson) {
+      call.out->Reply(UnsupportedType(call.http, false));
+      return;
+    }
+    if (absl::Status s = FromJson(call.http.body(), &request); !s.ok()) {
+      call.out->Reply(StatusError(s));
+      return;
+    }
+  }
+  request.set_job_id(call.param("id"));  // the path names the job
+  Unary<v1::DeleteJobRequest, v1::DeleteJobResponse>(
+      call, std::move(request),
+      [this](auto* ctx, auto* req, auto* resp, auto cb) {
+        jobs_->async()->DeleteJob(ctx, req, resp, std::move(cb));
       },
       Json);
 }

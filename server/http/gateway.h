@@ -98,6 +98,7 @@ class Gateway : public std::enable_shared_from_this<Gateway> {
   void GetJob(const RouteCall& call);
   void JobSpecYaml(const RouteCall& call);
   void CancelJob(const RouteCall& call);
+  void DeleteJob(const RouteCall& call);
   void JobEvents(const RouteCall& call);
   void JobLogs(const RouteCall& call);
   void ListCheckpoints(const RouteCall& call);

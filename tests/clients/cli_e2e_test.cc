@@ -500,6 +500,27 @@ TEST_F(CliTest, CancelIsIdempotentAndUnknownJobFails) {
   EXPECT_EQ(AllJobs()[0].state(), v1::CANCELLED);
 }
 
+TEST_F(CliTest, DeleteJobTakesAFinishedJobAndItsDependentsNotice) {
+  Ok({"submit", "-f", "-"}, Spec("parent"));
+  Ok({"submit", "-f", "-"}, absl::StrCat(Spec("child"), "depends_on: [{job: \"1\", on: finished}]\n"));
+  ExpectOneErrorLine(Cli({"delete", "job", "1"}), 1, "job 1 is QUEUED; cancel it first (llamafleet cancel 1)");
+  Ok({"cancel", "1"});
+  const std::string out = Ok({"delete", "job", "1"});
+  EXPECT_TRUE(absl::StartsWith(out, "job 1 deleted\n  record, events, metrics, attempts and checkpoint list deleted\n"))
+      << out;
+  EXPECT_TRUE(absl::StrContains(out, "  logs removed\n")) << out;
+  ExpectOneErrorLine(Cli({"get", "job", "1"}), 1, "job 1 not found");
+  ExpectOneErrorLine(Cli({"delete", "job", "1"}), 1, "job 1 not found");
+  // The dependent can no longer be satisfied: cancelled, never left waiting.
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  v1::JobState state = v1::QUEUED;
+  while (state != v1::CANCELLED && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(100));
+    for (const v1::Job& j : AllJobs()) state = j.id() == "2" ? j.state() : state;
+  }
+  EXPECT_EQ(state, v1::CANCELLED);
+}
+
 TEST_F(CliTest, WatchEndsWhenTheJobIsCancelledElsewhere) {
   Ok({"submit", "-f", "-"}, Spec("watched"));
   auto watch = Subprocess::Start(Argv({"watch", "1"}), {}, dir_.path() + "/watch.err");

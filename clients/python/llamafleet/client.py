@@ -223,6 +223,13 @@ class Client:
         request = job_pb2.CancelJobRequest(job_id=_job_id(job_id), reason=reason)
         return self._call(self._jobs.CancelJob, request).job
 
+    def delete(self, job_id: JobId, artifacts: bool = False) -> List[str]:
+        """Deletes a finished job: its records, logs and default checkpoint dir, and with
+        `artifacts` its output.export_dir. Returns a line per thing removed or kept. A job
+        that has not finished raises FailedPrecondition (cancel it first)."""
+        request = job_pb2.DeleteJobRequest(job_id=_job_id(job_id), artifacts=artifacts)
+        return list(self._call(self._jobs.DeleteJob, request).removed)
+
     def wait(self, job_id: JobId, timeout: Optional[float] = None, progress: bool = True,
              poll_interval: float = 1.0) -> job_pb2.Job:
         """Waits until the job is SUCCEEDED, FAILED or CANCELLED and returns it; its state
