@@ -224,6 +224,12 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinato
       ClusterManager::Start(c->store_.get(), cluster);
   if (!manager.ok()) return manager.status();
   c->cluster_ = std::move(*manager);
+  if (!options.webhooks.urls.empty()) {
+    absl::StatusOr<std::unique_ptr<WebhookNotifier>> webhooks = WebhookNotifier::Start(c->store_.get(), options.webhooks);
+    if (!webhooks.ok()) return webhooks.status();
+    c->webhooks_ = std::move(*webhooks);
+    spdlog::info("webhooks: job and sweep ends posted to {}", absl::StrJoin(options.webhooks.urls, ", "));
+  }
   c->auth_ = std::make_unique<Authenticator>(c->store_.get(), options.auth_enabled);
   c->worker_service_ =
       std::make_unique<WorkerServiceImpl>(c->cluster_.get(), c->logs_.get(), c->join_token_);

@@ -9,6 +9,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "server/webhooks.h"
 
 namespace grpc {
 class Server;
@@ -76,6 +77,8 @@ struct CoordinatorOptions {
   // Highest spec.priority per role name ("viewer", "user", "admin"; limits.max_priority).
   // A role not named may use the whole range.
   std::map<std::string, int32_t> max_priority;
+  // Where job and sweep ends are posted (server/webhooks.h); no URLs: none.
+  WebhookOptions webhooks;
   // Not owned.
   Clock* clock = Clock::Real();
 };
@@ -124,6 +127,7 @@ class Coordinator {
   std::unique_ptr<WorkerIdentity> worker_identity_;
   std::unique_ptr<LogStore> logs_;
   std::unique_ptr<ClusterManager> cluster_;
+  std::unique_ptr<WebhookNotifier> webhooks_;  // before store_ is closed, it stops posting
   std::unique_ptr<JobServiceImpl> job_service_;
   std::unique_ptr<WorkerServiceImpl> worker_service_;
   std::unique_ptr<grpc::Server> server_;

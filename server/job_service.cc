@@ -75,6 +75,7 @@ void ReduceToBasicView(v1::Job* job) {
   basic.set_queue(std::move(*spec->mutable_queue()));
   basic.set_priority(spec->priority());
   if (spec->has_resources()) basic.mutable_resources()->Swap(spec->mutable_resources());
+  if (spec->has_sweep()) basic.mutable_sweep()->Swap(spec->mutable_sweep());  // which point, of what
   spec->Swap(&basic);
   job->clear_workers();
   job->clear_idempotency_key();

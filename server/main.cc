@@ -156,6 +156,11 @@ int main(int argc, char** argv) {
                  "shared secret workers must present (visible in ps: prefer --join-token-file or "
                  "LLAMAFLEET_JOIN_TOKEN; default: DATA_DIR/join-token, created)");
   app.add_option("--join-token-file", join_token_file, "file holding the join token");
+  std::string webhook_secret_file;
+  app.add_option("--webhook", options.webhooks.urls,
+                 "POST a signed JSON body here when a job or a sweep ends (repeatable; http:// or https://)");
+  app.add_option("--webhook-secret-file", webhook_secret_file,
+                 "file holding the webhooks' HMAC-SHA256 key (required with --webhook)");
   app.add_option("--heartbeat-timeout", heartbeat_timeout_s,
                  "seconds without a heartbeat before a worker is lost");
   app.add_option("--cancel-grace", cancel_grace_s,
@@ -348,6 +353,15 @@ int main(int argc, char** argv) {
     }
   }
   options.group_commit = !no_group_commit;
+  if (!options.webhooks.urls.empty() || !webhook_secret_file.empty()) {
+    std::ifstream in(webhook_secret_file);
+    if (webhook_secret_file.empty() || !std::getline(in, options.webhooks.secret) || options.webhooks.secret.empty()) {
+      return Fail("--webhook needs --webhook-secret-file naming a file that holds the secret");
+    }
+    for (const std::string& url : options.webhooks.urls) {
+      if (absl::Status s = llamafleet::ValidateWebhookUrl(url); !s.ok()) return Fail(std::string(s.message()));
+    }
+  }
   spdlog::set_level(spdlog::level::from_str(log_level));
   spdlog::set_default_logger(spdlog::stderr_color_mt("coordinator"));
   spdlog::set_level(spdlog::level::from_str(log_level));

@@ -181,6 +181,15 @@ TxnFunction RecordAttemptNoteTxn(int64_t job_id, int attempt, std::string type, 
   };
 }
 
+TxnFunction RecordJobNoteTxn(int64_t job_id, std::string type, std::string reason) {
+  return [=](Txn& txn) -> absl::Status {
+    absl::StatusOr<v1::Job> job = RequireJob(txn, job_id);
+    if (!job.ok()) return job.status();
+    const std::string status = job->status_reason();
+    return txn.Transition(&*job, type, job->state(), reason, status);
+  };
+}
+
 TxnFunction SetTaskStateTxn(const std::string& task_id, const v1::TaskStatus& status) {
   return [task_id, status](Txn& txn) -> absl::Status {
     return Exec(txn, "UPDATE tasks SET state = ?2, message = ?3, exits = ?4 WHERE task_id = ?1",

@@ -99,6 +99,9 @@ TxnFunction RecordStartupPhaseTxn(int64_t job_id, int attempt, v1::AttemptPhase 
 // leaves the state and status reason as they are; ignored for another attempt or a job no
 // longer SCHEDULED or RUNNING.
 TxnFunction RecordAttemptNoteTxn(int64_t job_id, int attempt, std::string type, std::string reason);
+// An event of `type` about the job in whatever state it is (a webhook's delivery after it
+// ended), leaving the state and status reason as they are. NOT_FOUND without the job.
+TxnFunction RecordJobNoteTxn(int64_t job_id, std::string type, std::string reason);
 // Records a complete checkpoint (idempotent per job and step).
 TxnFunction RecordCheckpointTxn(int64_t job_id, int attempt, const v1::CheckpointReport& report);
 // Deletes the rows of checkpoints whose files retention has already removed.

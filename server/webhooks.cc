@@ -1,0 +1,382 @@
+#include "server/webhooks.h"
+
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <openssl/ssl.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include <boost/asio/connect.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/ssl.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "common/job_state.h"
+#include "google/protobuf/util/time_util.h"
+#include "jobspec/sweep.h"
+#include "nlohmann/json.hpp"
+#include "spdlog/spdlog.h"
+#include "storage/cluster_store.h"
+#include "storage/job_store.h"
+
+namespace llamafleet {
+namespace {
+
+namespace beast = boost::beast;
+namespace http = beast::http;
+namespace net = boost::asio;
+using tcp = net::ip::tcp;
+using google::protobuf::util::TimeUtil;
+using json = nlohmann::json;
+
+struct Url {
+  bool tls = false;
+  std::string host, port, target;
+};
+
+absl::StatusOr<Url> ParseUrl(const std::string& url) {
+  Url u;
+  absl::string_view rest = url;
+  if (absl::ConsumePrefix(&rest, "https://")) {
+    u.tls = true;
+  } else if (!absl::ConsumePrefix(&rest, "http://")) {
+    return absl::InvalidArgumentError(absl::StrCat("webhook URL ", url, ": must start with http:// or https://"));
+  }
+  const size_t slash = rest.find('/');
+  absl::string_view authority = rest.substr(0, slash);
+  u.target = slash == absl::string_view::npos ? "/" : std::string(rest.substr(slash));
+  if (authority.find('@') != absl::string_view::npos) {
+    return absl::InvalidArgumentError(absl::StrCat("webhook URL ", url, ": credentials in the URL are not taken"));
+  }
+  const size_t colon = authority.rfind(':');
+  if (colon != absl::string_view::npos && authority.find(']') == absl::string_view::npos) {
+    int port = 0;
+    if (!absl::SimpleAtoi(authority.substr(colon + 1), &port) || port < 1 || port > 65535) {
+      return absl::InvalidArgumentError(absl::StrCat("webhook URL ", url, ": bad port"));
+    }
+    u.port = std::to_string(port);
+    authority = authority.substr(0, colon);
+  } else {
+    u.port = u.tls ? "443" : "80";
+  }
+  u.host = std::string(authority);
+  if (u.host.empty()) return absl::InvalidArgumentError(absl::StrCat("webhook URL ", url, ": no host"));
+  for (char c : u.target) {
+    if (static_cast<unsigned char>(c) <= ' ' || c == 0x7f) {
+      return absl::InvalidArgumentError(absl::StrCat("webhook URL ", url, ": spaces or control characters"));
+    }
+  }
+  return u;
+}
+
+// One POST within `timeout` (connect, TLS handshake, write and read together): the
+// HTTP status, or UNAVAILABLE saying what failed.
+absl::StatusOr<int> PostOnce(const Url& url, const std::vector<std::pair<std::string, std::string>>& headers,
+                             const std::string& body, absl::Duration timeout) {
+  net::io_context ioc;
+  beast::error_code ec;
+  tcp::resolver resolver(ioc);
+  const tcp::resolver::results_type endpoints = resolver.resolve(url.host, url.port, ec);
+  if (ec) return absl::UnavailableError(absl::StrCat("cannot resolve ", url.host, ": ", ec.message()));
+  http::request<http::string_body> req{http::verb::post, url.target, 11};
+  req.set(http::field::host, url.host);
+  req.set(http::field::user_agent, "llamafleet-coordinator");
+  req.set(http::field::content_type, "application/json");
+  for (const auto& [k, v] : headers) req.set(k, v);
+  req.body() = body;
+  req.prepare_payload();
+  http::response_parser<http::string_body> parser;
+  parser.body_limit(64 * 1024);  // the answer's body is not read; a bound on what it may cost
+  beast::flat_buffer buffer;
+  std::string failed;  // the stage that failed, "" while none has
+  const auto deadline = absl::ToChronoMilliseconds(timeout);
+
+  auto exchange = [&](auto& stream, auto&& handshake) {
+    beast::get_lowest_layer(stream).expires_after(deadline);
+    beast::get_lowest_layer(stream).async_connect(endpoints, [&](beast::error_code e, const tcp::endpoint&) {
+      if (e) {
+        failed = absl::StrCat("connect: ", e.message());
+        return;
+      }
+      handshake([&](beast::error_code h) {
+        if (h) {
+          failed = absl::StrCat("TLS: ", h.message());
+          return;
+        }
+        http::async_write(stream, req, [&](beast::error_code w, size_t) {
+          if (w) {
+            failed = absl::StrCat("write: ", w.message());
+            return;
+          }
+          http::async_read(stream, buffer, parser, [&](beast::error_code r, size_t) {
+            if (r) failed = absl::StrCat("read: ", r.message());
+          });
+        });
+      });
+    });
+    ioc.run();
+  };
+  if (url.tls) {
+    net::ssl::context ctx(net::ssl::context::tls_client);
+    ctx.set_default_verify_paths();
+    ctx.set_verify_mode(net::ssl::verify_peer);
+    beast::ssl_stream<beast::tcp_stream> stream(ioc, ctx);
+    if (!SSL_set_tlsext_host_name(stream.native_handle(), url.host.c_str())) {
+      return absl::UnavailableError("TLS: cannot set the server name");
+    }
+    stream.set_verify_callback(net::ssl::host_name_verification(url.host));
+    exchange(stream, [&](auto done) { stream.async_handshake(net::ssl::stream_base::client, done); });
+  } else {
+    beast::tcp_stream stream(ioc);
+    exchange(stream, [](auto done) { done(beast::error_code()); });
+  }
+  if (!failed.empty()) return absl::UnavailableError(failed);
+  if (!parser.is_done()) return absl::UnavailableError("no complete answer");
+  return parser.get().result_int();
+}
+
+// A body waiting to be posted to one URL.
+struct Delivery {
+  std::string id;      // X-Llamafleet-Delivery: the same on every try
+  std::string type;    // X-Llamafleet-Event
+  std::string body;
+  size_t url = 0;      // index into the options' URLs
+  int64_t job_id = 0;  // where the outcome is recorded
+  int tries = 0;
+};
+
+std::string Rfc3339(const google::protobuf::Timestamp& t) { return TimeUtil::ToString(t); }
+
+}  // namespace
+
+absl::Status ValidateWebhookUrl(const std::string& url) { return ParseUrl(url).status(); }
+
+std::string WebhookSignature(const std::string& secret, const std::string& body) {
+  unsigned char mac[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  HMAC(EVP_sha256(), secret.data(), static_cast<int>(secret.size()),
+       reinterpret_cast<const unsigned char*>(body.data()), body.size(), mac, &len);
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out = "sha256=";
+  for (unsigned int i = 0; i < len; ++i) {
+    out.push_back(kHex[mac[i] >> 4]);
+    out.push_back(kHex[mac[i] & 15]);
+  }
+  return out;
+}
+
+class WebhookNotifier::Impl {
+ public:
+  Impl(JobStore* store, WebhookOptions options, std::vector<Url> urls)
+      : store_(store), options_(std::move(options)), urls_(std::move(urls)) {}
+
+  void Start() {
+    subscription_ = store_->Subscribe([this](const v1::JobEvent& e) { OnCommitted(e); });
+    thread_ = std::thread([this] { Run(); });
+  }
+
+  ~Impl() {
+    store_->Unsubscribe(subscription_);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+    if (!ended_.empty() || !due_.empty()) {
+      spdlog::warn("webhooks: {} deliveries not sent at shutdown", ended_.size() + due_.size());
+    }
+  }
+
+  std::atomic<int64_t> failed{0};
+  std::atomic<int64_t> dropped{0};
+
+ private:
+  // The writer thread: hand over, never block.
+  void OnCommitted(const v1::JobEvent& e) {
+    if (!IsTerminal(e.to_state()) || e.from_state() == e.to_state()) return;  // notes on a finished job
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (ended_.size() + due_.size() >= options_.max_pending) {
+        ended_.pop_front();
+        ++dropped;
+        spdlog::warn("webhooks: more than {} deliveries waiting; the oldest job end is dropped", options_.max_pending);
+      }
+      ended_.push_back(e);
+    }
+    cv_.notify_one();
+  }
+
+  void Run() {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!stop_) {
+      if (!ended_.empty()) {
+        v1::JobEvent e = std::move(ended_.front());
+        ended_.pop_front();
+        lock.unlock();
+        std::vector<Delivery> made = Deliveries(e);
+        lock.lock();
+        const absl::Time now = absl::Now();
+        for (Delivery& d : made) due_.emplace(now, std::move(d));
+        continue;
+      }
+      if (due_.empty()) {
+        cv_.wait(lock);
+        continue;
+      }
+      auto first = due_.begin();
+      const absl::Time now = absl::Now();
+      if (first->first > now) {
+        cv_.wait_for(lock, absl::ToChronoMicroseconds(first->first - now));
+        continue;
+      }
+      Delivery d = std::move(first->second);
+      due_.erase(first);
+      lock.unlock();
+      std::optional<absl::Time> retry = Send(d);
+      lock.lock();
+      if (retry.has_value()) due_.emplace(*retry, std::move(d));
+    }
+  }
+
+  // The bodies one job's end makes: job.finished, and sweep.finished when it was the last
+  // unfinished point of its sweep; one delivery per URL each.
+  std::vector<Delivery> Deliveries(const v1::JobEvent& e) {
+    int64_t id = 0;
+    if (!absl::SimpleAtoi(e.job_id(), &id)) return {};
+    absl::StatusOr<v1::Job> job = store_->GetJob(id);
+    if (!job.ok()) return {};  // deleted since
+    json j = {{"id", job->id()},
+              {"name", job->spec().name()},
+              {"owner", job->owner()},
+              {"queue", job->spec().queue()},
+              {"state", v1::JobState_Name(e.to_state())},
+              {"reason", e.reason()},
+              {"attempts", job->attempts()},
+              {"restarts", job->restarts()},
+              {"labels", json::object()}};
+    for (const auto& [k, v] : job->spec().labels()) j["labels"][k] = v;
+    if (!job->spec().output().export_dir().empty()) j["export_dir"] = job->spec().output().export_dir();
+    json body = {{"type", "job.finished"}, {"time", Rfc3339(e.time())}, {"job", j}};
+    const v1::SweepPoint& point = job->spec().sweep().point();
+    if (!point.sweep().empty()) {
+      body["sweep"] = {{"name", point.sweep()}, {"index", point.index()}, {"points", point.points()}};
+    }
+    std::vector<Delivery> out;
+    auto add = [&](const std::string& type, const std::string& delivery_id, const json& b) {
+      for (size_t u = 0; u < urls_.size(); ++u) {
+        out.push_back(Delivery{delivery_id, type, b.dump(), u, id, 0});
+      }
+    };
+    add("job.finished", absl::StrCat("job-", job->id(), "-", e.seq()), body);
+    if (!point.sweep().empty()) {
+      if (std::optional<json> sweep = SweepFinished(*job); sweep.has_value()) {
+        add("sweep.finished", (*sweep)["delivery"].get<std::string>(), *sweep);
+      }
+    }
+    return out;
+  }
+
+  // The sweep.finished body when every job of `job`'s sweep (its owner's jobs labelled
+  // sweep=NAME) has ended, once per set of jobs; nullopt otherwise.
+  std::optional<json> SweepFinished(const v1::Job& job) {
+    const std::string& name = job.spec().sweep().point().sweep();
+    ListJobsQuery q;
+    q.owner = job.owner();
+    q.labels = {{kSweepLabel, name}};
+    q.page_size = kMaxSweepPoints;
+    absl::StatusOr<ListJobsResult> listed = store_->ListJobs(q);
+    if (!listed.ok()) return std::nullopt;
+    std::map<std::string, int> by_state;
+    int64_t low = 0, high = 0;
+    for (const v1::Job& j : listed->jobs) {
+      if (!IsTerminal(j.state())) return std::nullopt;
+      ++by_state[v1::JobState_Name(j.state())];
+      int64_t id = 0;
+      (void)absl::SimpleAtoi(j.id(), &id);
+      low = low == 0 ? id : std::min(low, id);
+      high = std::max(high, id);
+    }
+    const std::string key = absl::StrCat(job.owner(), "/", name, "/", low, "-", high, "-", listed->jobs.size());
+    if (!sweeps_told_.insert(key).second) return std::nullopt;  // a point ending at the same time told it
+    json counts = json::object();
+    for (const auto& [state, n] : by_state) counts[state] = n;
+    return json{{"type", "sweep.finished"},
+                {"delivery", absl::StrCat("sweep-", low, "-", high, "-", listed->jobs.size())},
+                {"sweep", {{"name", name}, {"owner", job.owner()}, {"jobs", listed->jobs.size()}, {"states", counts}}}};
+  }
+
+  // Posts `d` once; the time of its next try, or nullopt when it is done (delivered or
+  // given up), with the outcome recorded on the job.
+  std::optional<absl::Time> Send(Delivery& d) {
+    ++d.tries;
+    const std::string& url = options_.urls[d.url];
+    absl::StatusOr<int> status = PostOnce(urls_[d.url],
+                                          {{"X-Llamafleet-Signature", WebhookSignature(options_.secret, d.body)},
+                                           {"X-Llamafleet-Event", d.type},
+                                           {"X-Llamafleet-Delivery", d.id}},
+                                          d.body, options_.timeout);
+    std::string what;
+    if (status.ok() && *status >= 200 && *status < 300) {
+      what = absl::StrCat(d.type, " delivered to ", url, " (HTTP ", *status, ", try ", d.tries, ")");
+    } else {
+      const std::string why = status.ok() ? absl::StrCat("HTTP ", *status) : std::string(status.status().message());
+      if (d.tries < options_.max_attempts) {
+        spdlog::info("webhooks: {} to {} failed (try {}): {}", d.type, url, d.tries, why);
+        return absl::Now() + options_.first_backoff * (1 << std::min(d.tries - 1, 20));
+      }
+      ++failed;
+      what = absl::StrCat(d.type, " not delivered to ", url, " after ", d.tries, " tries: ", why);
+      spdlog::warn("webhooks: job {}: {}", d.job_id, what);
+    }
+    store_->Write(RecordJobNoteTxn(d.job_id, "webhook", what), [](absl::Status) {});
+    return std::nullopt;
+  }
+
+  JobStore* const store_;
+  const WebhookOptions options_;
+  const std::vector<Url> urls_;
+  int64_t subscription_ = 0;
+  std::set<std::string> sweeps_told_;  // the delivery thread's
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::deque<v1::JobEvent> ended_;                  // committed job ends, not yet made into bodies
+  std::multimap<absl::Time, Delivery> due_;         // by when each is (re)tried
+  std::thread thread_;
+};
+
+absl::StatusOr<std::unique_ptr<WebhookNotifier>> WebhookNotifier::Start(JobStore* store, WebhookOptions options) {
+  if (options.secret.empty()) return absl::InvalidArgumentError("webhooks need a secret (--webhook-secret-file)");
+  if (options.max_attempts < 1 || options.max_pending < 1) {
+    return absl::InvalidArgumentError("webhooks: max_attempts and max_pending must be >= 1");
+  }
+  std::vector<Url> urls;
+  for (const std::string& u : options.urls) {
+    absl::StatusOr<Url> parsed = ParseUrl(u);
+    if (!parsed.ok()) return parsed.status();
+    urls.push_back(*std::move(parsed));
+  }
+  auto impl = std::make_unique<Impl>(store, std::move(options), std::move(urls));
+  impl->Start();
+  return std::unique_ptr<WebhookNotifier>(new WebhookNotifier(std::move(impl)));
+}
+
+WebhookNotifier::WebhookNotifier(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+WebhookNotifier::~WebhookNotifier() = default;
+int64_t WebhookNotifier::failed() const { return impl_->failed.load(); }
+int64_t WebhookNotifier::dropped() const { return impl_->dropped.load(); }
+
+}  // namespace llamafleet

@@ -1,0 +1,257 @@
+// Webhooks against a real HTTP receiver on a loopback socket and a real job store: a job
+// end is posted once, signed, retried after a 500 and recorded as an event; a receiver
+// that never answers is given up after max_attempts and said so; the last point of a
+// sweep to end posts sweep.finished once (server/webhooks.h).
+#include "server/webhooks.h"
+
+#include <gtest/gtest.h>
+
+#include <future>
+#include <mutex>
+#include <thread>
+
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "tests/testing/process.h"
+#include "nlohmann/json.hpp"
+#include "storage/job_store.h"
+
+namespace llamafleet {
+namespace {
+
+namespace beast = boost::beast;
+namespace http = beast::http;
+namespace net = boost::asio;
+using tcp = net::ip::tcp;
+
+struct Received {
+  std::string target, signature, event, delivery, body;
+};
+
+// Answers each POST with the next status of `statuses` (the last one repeats).
+class Receiver {
+ public:
+  explicit Receiver(std::vector<int> statuses) : statuses_(std::move(statuses)), acceptor_(ioc_, {net::ip::make_address("127.0.0.1"), 0}) {
+    thread_ = std::thread([this] { Serve(); });
+  }
+  ~Receiver() {
+    stop_ = true;
+    beast::error_code ec;
+    tcp::socket poke(ioc_);
+    poke.connect(acceptor_.local_endpoint(), ec);  // wakes accept()
+    thread_.join();
+  }
+  std::string url(const std::string& path = "/hook") const {
+    return absl::StrCat("http://127.0.0.1:", acceptor_.local_endpoint().port(), path);
+  }
+  std::vector<Received> received() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return received_;
+  }
+  // Waits until `n` requests arrived.
+  std::vector<Received> WaitFor(size_t n, absl::Duration timeout = absl::Seconds(20)) {
+    const absl::Time deadline = absl::Now() + timeout;
+    while (received().size() < n && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(20));
+    return received();
+  }
+
+ private:
+  void Serve() {
+    size_t served = 0;
+    while (!stop_) {
+      tcp::socket socket(ioc_);
+      beast::error_code ec;
+      acceptor_.accept(socket, ec);
+      if (ec || stop_) continue;
+      beast::flat_buffer buffer;
+      http::request<http::string_body> req;
+      http::read(socket, buffer, req, ec);
+      if (ec) continue;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        received_.push_back({std::string(req.target()), std::string(req["X-Llamafleet-Signature"]),
+                             std::string(req["X-Llamafleet-Event"]), std::string(req["X-Llamafleet-Delivery"]),
+                             req.body()});
+      }
+      http::response<http::string_body> res{static_cast<http::status>(statuses_[std::min(served++, statuses_.size() - 1)]), 11};
+      res.body() = "ok";
+      res.prepare_payload();
+      http::write(socket, res, ec);
+    }
+  }
+
+  std::vector<int> statuses_;
+  net::io_context ioc_;
+  tcp::acceptor acceptor_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+  std::mutex mu_;
+  std::vector<Received> received_;
+};
+
+class WebhooksTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    JobStoreOptions so;
+    so.path = dir_.path() + "/coordinator.db";
+    so.synchronous_full = false;
+    absl::StatusOr<std::unique_ptr<JobStore>> store = JobStore::Open(so);
+    ASSERT_TRUE(store.ok()) << store.status();
+    store_ = std::move(*store);
+  }
+
+  std::unique_ptr<WebhookNotifier> Start(std::vector<std::string> urls, int max_attempts = 3) {
+    WebhookOptions o;
+    o.urls = std::move(urls);
+    o.secret = "s3cret";
+    o.max_attempts = max_attempts;
+    o.first_backoff = absl::Milliseconds(50);
+    o.timeout = absl::Milliseconds(500);
+    absl::StatusOr<std::unique_ptr<WebhookNotifier>> n = WebhookNotifier::Start(store_.get(), o);
+    EXPECT_TRUE(n.ok()) << n.status();
+    return n.ok() ? std::move(*n) : nullptr;
+  }
+
+  // Submits jobs named `names` (as points of sweep `sweep` when given) and returns their ids.
+  std::vector<int64_t> Submit(const std::vector<std::string>& names, const std::string& sweep = "") {
+    std::vector<SubmitJobInput> inputs;
+    for (size_t i = 0; i < names.size(); ++i) {
+      SubmitJobInput in;
+      in.owner = "alice";
+      in.spec.set_name(names[i]);
+      in.spec.set_queue("default");
+      if (!sweep.empty()) {
+        (*in.spec.mutable_labels())["sweep"] = sweep;
+        v1::SweepPoint* p = in.spec.mutable_sweep()->mutable_point();
+        p->set_sweep(sweep);
+        p->set_index(static_cast<int>(i));
+        p->set_points(static_cast<int>(names.size()));
+      }
+      inputs.push_back(std::move(in));
+    }
+    std::promise<std::vector<int64_t>> ids;
+    store_->SubmitJobs(std::move(inputs), [&](absl::StatusOr<std::vector<SubmitJobResult>> r) {
+      std::vector<int64_t> out;
+      if (r.ok()) {
+        for (const SubmitJobResult& j : *r) out.push_back(std::stoll(j.job.id()));
+      }
+      ids.set_value(out);
+    });
+    return ids.get_future().get();
+  }
+
+  void Cancel(int64_t id) {
+    std::promise<void> done;
+    store_->CancelJob(id, "alice", "enough", [&](absl::StatusOr<CancelJobResult>) { done.set_value(); });
+    done.get_future().wait();
+  }
+
+  // The job's "webhook" events' reasons.
+  std::vector<std::string> Notes(int64_t id, size_t want, absl::Duration timeout = absl::Seconds(20)) {
+    const absl::Time deadline = absl::Now() + timeout;
+    std::vector<std::string> notes;
+    do {
+      notes.clear();
+      absl::StatusOr<std::vector<v1::JobEvent>> events = store_->GetEvents(id, 0, 1000);
+      if (events.ok()) {
+        for (const v1::JobEvent& e : *events) {
+          if (e.type() == "webhook") notes.push_back(e.reason());
+        }
+      }
+      if (notes.size() >= want) break;
+      absl::SleepFor(absl::Milliseconds(20));
+    } while (absl::Now() < deadline);
+    return notes;
+  }
+
+  testing::TempDir dir_;
+  std::unique_ptr<JobStore> store_;
+};
+
+TEST_F(WebhooksTest, AJobsEndIsPostedSignedRetriedAndRecorded) {
+  Receiver receiver({500, 200});
+  std::unique_ptr<WebhookNotifier> notifier = Start({receiver.url()});
+  const int64_t id = Submit({"finetune"})[0];
+  Cancel(id);
+  std::vector<Received> got = receiver.WaitFor(2);
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(got[0].body, got[1].body) << "a retry posts the same body";
+  EXPECT_EQ(got[0].delivery, got[1].delivery);
+  EXPECT_EQ(got[1].target, "/hook");
+  EXPECT_EQ(got[1].event, "job.finished");
+  EXPECT_EQ(got[1].signature, WebhookSignature("s3cret", got[1].body));
+  EXPECT_NE(got[1].signature, WebhookSignature("another", got[1].body));
+  const nlohmann::json body = nlohmann::json::parse(got[1].body);
+  EXPECT_EQ(body["type"], "job.finished");
+  EXPECT_EQ(body["job"]["id"], std::to_string(id));
+  EXPECT_EQ(body["job"]["name"], "finetune");
+  EXPECT_EQ(body["job"]["owner"], "alice");
+  EXPECT_EQ(body["job"]["state"], "CANCELLED");
+  EXPECT_TRUE(absl::StrContains(body["job"]["reason"].get<std::string>(), "enough"));
+  const std::vector<std::string> notes = Notes(id, 1);
+  ASSERT_EQ(notes.size(), 1u);
+  EXPECT_EQ(notes[0], absl::StrCat("job.finished delivered to ", receiver.url(), " (HTTP 200, try 2)"));
+  // The note is not a job end: nothing more is posted.
+  absl::SleepFor(absl::Milliseconds(300));
+  EXPECT_EQ(receiver.received().size(), 2u);
+}
+
+TEST_F(WebhooksTest, AnUnreachableReceiverIsGivenUpAndSaidSo) {
+  // A port nothing listens on: connection refused on every try.
+  std::string url;
+  {
+    Receiver gone({200});
+    url = gone.url();
+  }
+  std::unique_ptr<WebhookNotifier> notifier = Start({url}, /*max_attempts=*/3);
+  const int64_t id = Submit({"lonely"})[0];
+  const absl::Time cancelled = absl::Now();
+  Cancel(id);
+  const std::vector<std::string> notes = Notes(id, 1);
+  ASSERT_EQ(notes.size(), 1u);
+  EXPECT_TRUE(absl::StartsWith(notes[0], absl::StrCat("job.finished not delivered to ", url, " after 3 tries: connect")))
+      << notes[0];
+  EXPECT_GE(absl::Now() - cancelled, absl::Milliseconds(150)) << "50 ms, then 100 ms between the tries";
+  EXPECT_EQ(notifier->failed(), 1);
+}
+
+TEST_F(WebhooksTest, TheLastPointOfASweepPostsSweepFinishedOnce) {
+  Receiver receiver({200});
+  std::unique_ptr<WebhookNotifier> notifier = Start({receiver.url()});
+  const std::vector<int64_t> ids = Submit({"lr-0", "lr-1", "lr-2"}, "lr");
+  Cancel(ids[0]);
+  receiver.WaitFor(1);
+  Cancel(ids[1]);
+  Cancel(ids[2]);
+  std::vector<Received> got = receiver.WaitFor(4);
+  absl::SleepFor(absl::Milliseconds(300));
+  got = receiver.received();
+  int sweeps = 0;
+  for (const Received& r : got) {
+    if (r.event != "sweep.finished") continue;
+    ++sweeps;
+    const nlohmann::json body = nlohmann::json::parse(r.body);
+    EXPECT_EQ(body["sweep"]["name"], "lr");
+    EXPECT_EQ(body["sweep"]["jobs"], 3);
+    EXPECT_EQ(body["sweep"]["states"]["CANCELLED"], 3);
+  }
+  EXPECT_EQ(sweeps, 1);
+  EXPECT_EQ(got.size(), 4u) << "three job.finished and one sweep.finished";
+}
+
+TEST(WebhookUrlTest, OnlyHttpAndHttpsWithAHost) {
+  EXPECT_TRUE(ValidateWebhookUrl("http://hooks.internal:8080/llamafleet").ok());
+  EXPECT_TRUE(ValidateWebhookUrl("https://hooks.example.com").ok());
+  for (const char* bad : {"ftp://x/y", "http://", "http://:80/x", "http://user:pw@h/x", "http://h:99999/",
+                          "http://h/a b", "file:///etc/passwd"}) {
+    EXPECT_EQ(ValidateWebhookUrl(bad).code(), absl::StatusCode::kInvalidArgument) << bad;
+  }
+}
+
+}  // namespace
+}  // namespace llamafleet
