@@ -22,6 +22,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "common/job_state.h"
 #include "google/protobuf/util/time_util.h"
 #include "jobspec/sweep.h"

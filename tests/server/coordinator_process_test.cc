@@ -187,6 +187,21 @@ TEST(CoordinatorProcessTest, StartupErrorsAreOneClearLine) {
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->exit_code, 1);
   EXPECT_NE(r->err.find("unknown key bogus_key"), std::string::npos) << r->err;
+
+  // Webhooks: a secret is required, and only http(s) URLs are taken.
+  r = RunCommand({BinaryPath("llamafleet-coordinator"), "--listen", "127.0.0.1:0", "--insecure-no-auth", "--data-dir",
+                  dir.path() + "/hooks", "--webhook", "http://hooks.internal/x"});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->exit_code, 1);
+  EXPECT_NE(r->err.find("--webhook needs --webhook-secret-file"), std::string::npos) << r->err;
+  std::ofstream(dir.path() + "/secret") << "k\n";
+  r = RunCommand({BinaryPath("llamafleet-coordinator"), "--listen", "127.0.0.1:0", "--insecure-no-auth", "--data-dir",
+                  dir.path() + "/hooks", "--webhook", "file:///etc/passwd", "--webhook-secret-file",
+                  dir.path() + "/secret"});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->exit_code, 1);
+  EXPECT_NE(r->err.find("webhook URL file:///etc/passwd: must start with http:// or https://"), std::string::npos)
+      << r->err;
 }
 
 TEST(CoordinatorProcessTest, ConfigFileSetsFlags) {
