@@ -17,6 +17,7 @@
 #include <map>
 #include <random>
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "absl/strings/match.h"
@@ -422,7 +423,9 @@ TEST_F(TrainingTest, WorkerKilledMidJobResumesToTheSameWeightsAsAnUninterruptedR
   };
   EXPECT_TRUE(absl::StartsWith(detail(attempts[0], "weights_loaded"), "resumed from step")) << attempts[0].DebugString();
   EXPECT_EQ(detail(attempts[0], "data_ready"), "token cache hit") << "the owner's cache, built by attempt 1";
-  EXPECT_EQ(detail(attempts.back(), "data_ready"), "tokenized");
+  // Attempt 1 built the cache (its tokenizing event, above): rank 0 tokenized, or its peer
+  // on the other worker finished first and rank 0 mapped that file. Which is a race.
+  EXPECT_THAT(detail(attempts.back(), "data_ready"), ::testing::AnyOf("tokenized", "token cache hit"));
 
   ExpectSameLossAsStraightRun("interrupted", /*every_steps=*/4, /*max_restarts=*/2);
 }
