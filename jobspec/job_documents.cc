@@ -170,19 +170,11 @@ absl::Status ApplySetOverride(v1::JobSpec* spec, absl::string_view key_eq_value)
   } catch (const YAML::Exception& e) {
     return absl::InvalidArgumentError(absl::StrCat("--set ", key, ": cannot parse value: ", e.msg));
   }
-  // Wrap the value in mappings along the path: a.b=v becomes {a: {b: v}}.
-  YAML::Node root = parsed;
-  std::vector<std::string> parts = absl::StrSplit(key, '.');
-  for (auto it = parts.rbegin(); it != parts.rend(); ++it) {
-    YAML::Node wrapper(YAML::NodeType::Map);
-    wrapper[*it] = root;
-    root = wrapper;
-  }
   std::vector<std::string> errors;
-  v1::JobSpec updated = *spec;
-  MergeYamlIntoMessage(root, "", &updated, &errors);
+  for (const jobspec_internal::MergeProblem& p : jobspec_internal::SetFieldFromYaml(spec, key, parsed)) {
+    errors.push_back(p.ToString());
+  }
   if (!errors.empty()) return absl::InvalidArgumentError(absl::StrJoin(errors, "; "));
-  *spec = std::move(updated);
   return absl::OkStatus();
 }
 

@@ -9,6 +9,7 @@
 #include "absl/strings/str_split.h"
 #include "jobspec/field_violations.h"
 #include "jobspec/jobspec.h"
+#include "jobspec/yaml_merge.h"
 #include "yaml-cpp/yaml.h"
 
 namespace llamafleet {
@@ -23,28 +24,16 @@ bool IsIdentifier(absl::string_view s) {
   });
 }
 
-// Sets `path` (dot-separated field names) of `spec` to the YAML scalar `value`, as --set
-// does but without parsing the value as a YAML document (a scalar stays a scalar: no
-// anchors, no nesting). "" on success, else what was wrong.
+// Sets `path` of `spec` to the YAML scalar `value`, as --set does but without parsing the
+// value as a YAML document (a scalar stays a scalar: no anchors, no nesting). "" on
+// success, else what was wrong.
 std::string SetField(v1::JobSpec* spec, const std::string& path, const std::string& value) {
-  YAML::Node root(value);
-  std::vector<std::string> parts = absl::StrSplit(path, '.');
-  for (auto it = parts.rbegin(); it != parts.rend(); ++it) {
-    YAML::Node wrapper(YAML::NodeType::Map);
-    wrapper[*it] = root;
-    root = wrapper;
-  }
-  std::vector<std::string> errors;
-  v1::JobSpec updated = *spec;
-  MergeYamlIntoMessage(root, "", &updated, &errors);
-  if (!errors.empty()) {
+  std::vector<std::string> whats;
+  for (const jobspec_internal::MergeProblem& p : jobspec_internal::SetFieldFromYaml(spec, path, YAML::Node(value))) {
     // "training.lrr: unknown field ..." is reported on the parameter; keep only the what.
-    std::string what = absl::StrJoin(errors, "; ");
-    if (absl::StartsWith(what, path + ": ")) what = what.substr(path.size() + 2);
-    return what;
+    whats.push_back(p.field == path ? p.what : p.ToString());
   }
-  *spec = std::move(updated);
-  return "";
+  return absl::StrJoin(whats, "; ");
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/str_join.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/message.h"
@@ -321,6 +322,22 @@ void MergeYaml(const YAML::Node& node, const std::string& path, Message* message
       SetScalar(value, field_path, field, message, problems, at);
     }
   }
+}
+
+std::vector<MergeProblem> SetFieldFromYaml(v1::JobSpec* spec, const std::string& path, const YAML::Node& value) {
+  // Wrap the value in mappings along the path: a.b=v becomes {a: {b: v}}.
+  YAML::Node root = value;
+  std::vector<std::string> parts = absl::StrSplit(path, '.');
+  for (auto it = parts.rbegin(); it != parts.rend(); ++it) {
+    YAML::Node wrapper(YAML::NodeType::Map);
+    wrapper[*it] = root;
+    root = wrapper;
+  }
+  std::vector<MergeProblem> problems;
+  v1::JobSpec updated = *spec;
+  MergeYaml(root, "", &updated, &problems, nullptr);
+  if (problems.empty()) *spec = std::move(updated);
+  return problems;
 }
 
 }  // namespace jobspec_internal

@@ -26,6 +26,11 @@ void MergeYaml(const YAML::Node& node, const std::string& path,
                google::protobuf::Message* message, std::vector<MergeProblem>* problems,
                FieldPositions* positions);
 
+// Sets the field at `path` ("training.lr": dot-separated names) of `spec` to `value`, as
+// if `value` were written there in a job file. On a problem the spec is unchanged and the
+// problems are returned, named by their paths ("training.lrr: unknown field ...").
+std::vector<MergeProblem> SetFieldFromYaml(v1::JobSpec* spec, const std::string& path, const YAML::Node& value);
+
 }  // namespace llamafleet::jobspec_internal
 
 #endif  // LLAMAFLEET_JOBSPEC_YAML_MERGE_H_

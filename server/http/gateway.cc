@@ -339,19 +339,31 @@ void Gateway::JobSpecYaml(const RouteCall& call) {
       });
 }
 
-void Gateway::CancelJob(const RouteCall& call) {
-  v1::CancelJobRequest request;
+namespace {
+
+// POST /api/v1/jobs/{id}:verb: an optional JSON body into `request`, whose job_id the path
+// names. False when the body was refused (the reply is sent).
+template <typename Request>
+bool ReadJobAction(const RouteCall& call, Request* request) {
   if (!call.http.body().empty()) {
     if (TypeOf(call.http) != BodyType::kJson) {
       call.out->Reply(UnsupportedType(call.http, false));
-      return;
+      return false;
     }
-    if (absl::Status s = FromJson(call.http.body(), &request); !s.ok()) {
+    if (absl::Status s = FromJson(call.http.body(), request); !s.ok()) {
       call.out->Reply(StatusError(s));
-      return;
+      return false;
     }
   }
-  request.set_job_id(call.param("id"));  // the path names the job
+  request->set_job_id(call.param("id"));
+  return true;
+}
+
+}  // namespace
+
+void Gateway::CancelJob(const RouteCall& call) {
+  v1::CancelJobRequest request;
+  if (!ReadJobAction(call, &request)) return;
   Unary<v1::CancelJobRequest, v1::CancelJobResponse>(
       call, std::move(request),
       [this](auto* ctx, auto* req, auto* resp, auto cb) {
@@ -362,17 +374,7 @@ void Gateway::CancelJob(const RouteCall& call) {
 
 void Gateway::DeleteJob(const RouteCall& call) {
   v1::DeleteJobRequest request;
-  if (!call.http.body().empty()) {
-    if (TypeOf(call.http) != BodyType::kJson) {
-      call.out->Reply(UnsupportedType(call.http, false));
-      return;
-    }
-    if (absl::Status s = FromJson(call.http.body(), &request); !s.ok()) {
-      call.out->Reply(StatusError(s));
-      return;
-    }
-  }
-  request.set_job_id(call.param("id"));  // the path names the job
+  if (!ReadJobAction(call, &request)) return;
   Unary<v1::DeleteJobRequest, v1::DeleteJobResponse>(
       call, std::move(request),
       [this](auto* ctx, auto* req, auto* resp, auto cb) {
