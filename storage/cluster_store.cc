@@ -4,6 +4,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "google/protobuf/util/time_util.h"
@@ -190,6 +191,27 @@ TxnFunction RecordJobNoteTxn(int64_t job_id, std::string type, std::string reaso
   };
 }
 
+TxnFunction RecordEvalTxn(int64_t job_id, int attempt, int64_t step, double loss, double perplexity) {
+  return [=](Txn& txn) -> absl::Status {
+    absl::StatusOr<v1::Job> job = RequireJob(txn, job_id);
+    if (!job.ok()) return job.status();
+    if (job->attempts() != attempt || (job->state() != v1::SCHEDULED && job->state() != v1::RUNNING)) {
+      return absl::OkStatus();
+    }
+    absl::StatusOr<v1::JobMetricsPoint> latest = LatestMetrics(txn, job_id);
+    if (!latest.ok()) return latest.status();
+    latest->set_eval_loss(loss);
+    latest->set_eval_perplexity(perplexity);
+    latest->set_eval_step(step);
+    if (!latest->has_best_eval_loss() || loss < latest->best_eval_loss()) latest->set_best_eval_loss(loss);
+    if (absl::Status s = SetLatestMetrics(txn, job_id, *latest); !s.ok()) return s;
+    const std::string status = job->status_reason();
+    return txn.Transition(&*job, "eval", job->state(),
+                          absl::StrFormat("eval loss %.4f (perplexity %.4g) after step %d", loss, perplexity, step),
+                          status);
+  };
+}
+
 TxnFunction SetTaskStateTxn(const std::string& task_id, const v1::TaskStatus& status) {
   return [task_id, status](Txn& txn) -> absl::Status {
     return Exec(txn, "UPDATE tasks SET state = ?2, message = ?3, exits = ?4 WHERE task_id = ?1",
@@ -348,6 +370,28 @@ TxnFunction ForgetCheckpointsTxn(int64_t job_id, std::vector<int64_t> steps) {
   };
 }
 
+namespace {
+
+// The job's latest_metrics as stored (empty when it has none).
+absl::StatusOr<v1::JobMetricsPoint> LatestMetrics(Txn& txn, int64_t job_id) {
+  absl::StatusOr<sqlite::Statement*> select = txn.Statement("SELECT latest_metrics FROM jobs WHERE id = ?1");
+  if (!select.ok()) return select.status();
+  (*select)->Bind(1, job_id);
+  absl::StatusOr<bool> row = (*select)->Step();
+  v1::JobMetricsPoint latest;
+  if (row.ok() && *row && !(*select)->ColumnIsNull(0)) (void)latest.ParseFromString((*select)->ColumnText(0));
+  (*select)->Reset();
+  if (!row.ok()) return row.status();
+  return latest;
+}
+
+absl::Status SetLatestMetrics(Txn& txn, int64_t job_id, const v1::JobMetricsPoint& latest) {
+  return Exec(txn, "UPDATE jobs SET latest_metrics = ?2 WHERE id = ?1",
+              [&](sqlite::Statement& st) { st.Bind(1, job_id).BindBlob(2, latest.SerializeAsString()); });
+}
+
+}  // namespace
+
 TxnFunction RecordMetricsTxn(int64_t job_id, v1::JobMetricsPoint point, int max_rows) {
   return [=](Txn& txn) -> absl::Status {
     const std::string bytes = point.SerializeAsString();
@@ -359,8 +403,15 @@ TxnFunction RecordMetricsTxn(int64_t job_id, v1::JobMetricsPoint point, int max_
                             st.Bind(4, txn.NowMicros()).BindBlob(5, bytes);
                           });
     if (!s.ok()) return s;
-    s = Exec(txn, "UPDATE jobs SET latest_metrics = ?2 WHERE id = ?1",
-             [&](sqlite::Statement& st) { st.Bind(1, job_id).BindBlob(2, bytes); });
+    // The latest point keeps the job's evaluation figures (RecordEvalTxn's).
+    absl::StatusOr<v1::JobMetricsPoint> before = LatestMetrics(txn, job_id);
+    if (!before.ok()) return before.status();
+    v1::JobMetricsPoint latest = point;
+    if (before->has_eval_loss()) latest.set_eval_loss(before->eval_loss());
+    if (before->has_eval_perplexity()) latest.set_eval_perplexity(before->eval_perplexity());
+    latest.set_eval_step(before->eval_step());
+    if (before->has_best_eval_loss()) latest.set_best_eval_loss(before->best_eval_loss());
+    s = SetLatestMetrics(txn, job_id, latest);
     if (!s.ok()) return s;
     absl::StatusOr<sqlite::Statement*> count =
         txn.Statement("SELECT COUNT(*) FROM job_metrics WHERE job_id = ?1");

@@ -109,6 +109,10 @@ TxnFunction ForgetCheckpointsTxn(int64_t job_id, std::vector<int64_t> steps);
 // Appends a metrics point and makes it the job's latest; keeps at most `max_rows` per job
 // by thinning older history (every other row) when exceeded.
 TxnFunction RecordMetricsTxn(int64_t job_id, v1::JobMetricsPoint point, int max_rows = 4096);
+// An evaluation of the job's current attempt: latest_metrics' eval fields (best_eval_loss
+// the lowest so far) and an "eval" event ("eval loss 2.3140 (perplexity 10.12) after step
+// 40"). Ignored for another attempt or a job no longer SCHEDULED or RUNNING.
+TxnFunction RecordEvalTxn(int64_t job_id, int attempt, int64_t step, double loss, double perplexity);
 TxnFunction UpsertWorkerTxn(const std::string& name, const v1::Inventory& inventory,
                             v1::WorkerState state);
 TxnFunction SetWorkerStateTxn(const std::string& name, v1::WorkerState state);

@@ -551,6 +551,15 @@ void WorkerAgent::OnLine(const std::string& task_id, int rank, bool is_stderr,
         p->set_total_bytes(x->total_bytes);
         structured = std::move(m);
       }
+    } else if (const auto* x = std::get_if<trainer_events::Eval>(&*event)) {
+      v1::WorkerMessage m;
+      v1::EvalResult* e = m.mutable_eval();
+      e->set_task_id(task_id);
+      e->set_step(x->step);
+      e->set_loss(x->loss);
+      e->set_perplexity(x->perplexity);
+      e->set_tokens(x->tokens);
+      structured = std::move(m);
     } else if (const auto* x = std::get_if<trainer_events::CheckpointSaved>(&*event)) {
       v1::WorkerMessage m;
       v1::CheckpointReport* c = m.mutable_checkpoint();

@@ -465,6 +465,10 @@ std::string DescribeJob(const v1::Job& job, const std::vector<v1::JobEvent>& eve
     if (m.peak_memory_bytes() != 0) {
       metrics.push_back({"Peak memory:", FormatBytes(m.peak_memory_bytes())});
     }
+    if (m.has_eval_loss()) {
+      metrics.push_back({"Eval loss:", absl::StrCat(FormatLoss(m.eval_loss()), " after step ", m.eval_step(),
+                                                    " (best ", FormatLoss(m.best_eval_loss()), ")")});
+    }
     metrics.push_back({"Reported:", TimeWithDistance(m.time(), now)});
     absl::StrAppend(&out, "Latest metrics:\n", Indent(FormatTable(metrics), 2));
   }

@@ -234,6 +234,17 @@ void ClusterManager::HandleMetrics(const std::string& worker, const v1::TrainMet
   Write(RecordMetricsTxn(a->record.job_id, p), [](absl::Status) {});
 }
 
+void ClusterManager::HandleEval(const std::string& worker, const v1::EvalResult& e) {
+  ActiveAttempt* a = BoundAttempt(worker, e.task_id(), "an evaluation");
+  if (a == nullptr) return;
+  if (!std::isfinite(e.loss()) || !std::isfinite(e.perplexity()) || e.loss() < 0 || e.step() < 0) {
+    spdlog::warn("ignored an evaluation for task {} from worker {}: loss {}, step {}", e.task_id(), worker, e.loss(),
+                 e.step());
+    return;
+  }
+  Write(RecordEvalTxn(a->record.job_id, a->record.attempt, e.step(), e.loss(), e.perplexity()), [](absl::Status) {});
+}
+
 void ClusterManager::HandlePhase(const std::string& worker, const v1::StartupPhase& phase) {
   ActiveAttempt* a = BoundAttempt(worker, phase.task_id(), "a start-up phase");
   if (a == nullptr) return;

@@ -241,6 +241,9 @@ void ClusterManager::OnWorkerMessage(const std::string& worker, v1::WorkerMessag
       case v1::WorkerMessage::kTokenizing:
         HandleTokenizing(worker, message.tokenizing());
         break;
+      case v1::WorkerMessage::kEval:
+        HandleEval(worker, message.eval());
+        break;
       default:
         break;
     }

@@ -89,6 +89,8 @@ while [ $i -le $steps ]; do
   fi
   i=$((i + 1))
 done
+# An evaluation at the end, as the trainer reports one on data.eval_path.
+if [ "$RANK" = 0 ]; then echo '{"type":"eval","step":'$steps',"loss":1.25,"perplexity":3.49,"tokens":640}'; fi
 # An export for a dependent job to read.
 export_dir=$(sed -n 's/.*"export_dir":"\([^"]*\)".*/\1/p' "$spec")
 if [ "$RANK" = 0 ] && [ -n "$export_dir" ]; then mkdir -p "$export_dir" && echo '{}' > "$export_dir/config.json"; fi
@@ -753,6 +755,9 @@ TEST_F(CliClusterTest, ASweepRunsEveryPointNeverMoreThanItsLimitAtOnce) {
   EXPECT_DOUBLE_EQ(by_name["lr-rank-3"].spec().training().lr(), 3e-4);
   EXPECT_EQ(by_name["lr-rank-1"].spec().labels().at("training.lr"), "3.0e-4");
   EXPECT_EQ(by_name["lr-rank-1"].spec().labels().at("sweep"), "lr-rank");
+  // Each point's evaluation, as the sweep view shows it.
+  EXPECT_DOUBLE_EQ(by_name["lr-rank-2"].latest_metrics().best_eval_loss(), 1.25)
+      << by_name["lr-rank-2"].latest_metrics().ShortDebugString();
 
   // Resubmitting the file creates nothing; cancel --sweep has nothing left to cancel.
   const std::string again = Ok({"submit", "-f", file});

@@ -383,6 +383,62 @@ TEST_F(ClusterManagerTest, ReportsAreAcceptedOnlyFromTheAssignedWorker) {
   ASSERT_TRUE(Eventually([&] { return Checkpoints(id).size() == 1 && Job(id).latest_metrics().step() == 7; }));
 }
 
+// Rank 0's evaluations: the latest one and the best eval loss stay on latest_metrics
+// while training points come and go, each is an "eval" event, and only the assigned
+// worker's finite figures count.
+TEST_F(ClusterManagerTest, EvaluationsKeepTheLatestAndTheBestEvalLoss) {
+  std::shared_ptr<FakeLink> w0 = Hello("w0");
+  std::shared_ptr<FakeLink> w1 = Hello("w1");
+  std::shared_ptr<FakeLink> intruder = Hello("w9");
+  const int64_t id = Submit();
+  const std::string t0 = absl::StrCat(id, "-1-0"), t1 = absl::StrCat(id, "-1-1");
+  ASSERT_TRUE(Eventually([&] { return !w0->Assignments().empty() && !w1->Assignments().empty(); }));
+  Report("w0", t0, v1::TASK_RUNNING);
+  Report("w1", t1, v1::TASK_RUNNING);
+  ASSERT_TRUE(Eventually([&] { return Job(id).state() == v1::RUNNING; }));
+  auto metrics = [&](int64_t step, double loss) {
+    v1::WorkerMessage m;
+    m.mutable_metrics()->set_task_id(t0);
+    m.mutable_metrics()->set_step(step);
+    m.mutable_metrics()->set_loss(loss);
+    Send("w0", m);
+  };
+  auto eval = [&](const std::string& worker, int64_t step, double loss) {
+    v1::WorkerMessage m;
+    m.mutable_eval()->set_task_id(t0);
+    m.mutable_eval()->set_step(step);
+    m.mutable_eval()->set_loss(loss);
+    m.mutable_eval()->set_perplexity(std::exp(loss));
+    Send(worker, m);
+  };
+  metrics(10, 3.5);
+  eval("w0", 10, 2.5);
+  metrics(20, 3.0);
+  ASSERT_TRUE(Eventually([&] { return Job(id).latest_metrics().step() == 20; }));
+  v1::JobMetricsPoint latest = Job(id).latest_metrics();
+  EXPECT_DOUBLE_EQ(latest.loss(), 3.0);
+  EXPECT_DOUBLE_EQ(latest.eval_loss(), 2.5) << "a training point keeps the evaluation";
+  EXPECT_EQ(latest.eval_step(), 10);
+  EXPECT_DOUBLE_EQ(latest.best_eval_loss(), 2.5);
+  eval("w0", 20, 2.75);              // worse: the latest changes, the best stays
+  eval("w9", 20, 0.1);               // not its task
+  eval("w0", 20, std::nan(""));      // not a number
+  metrics(30, 2.9);
+  ASSERT_TRUE(Eventually([&] { return Job(id).latest_metrics().step() == 30; }));
+  latest = Job(id).latest_metrics();
+  EXPECT_DOUBLE_EQ(latest.eval_loss(), 2.75);
+  EXPECT_EQ(latest.eval_step(), 20);
+  EXPECT_DOUBLE_EQ(latest.best_eval_loss(), 2.5);
+  absl::StatusOr<std::vector<v1::JobEvent>> events = store_->GetEvents(id, 0, 100);
+  ASSERT_TRUE(events.ok());
+  std::vector<std::string> evals;
+  for (const v1::JobEvent& e : *events) {
+    if (e.type() == "eval") evals.push_back(e.reason());
+  }
+  EXPECT_EQ(evals, (std::vector<std::string>{"eval loss 2.5000 (perplexity 12.18) after step 10",
+                                             "eval loss 2.7500 (perplexity 15.64) after step 20"}));
+}
+
 // Passes for new submissions are coalesced: a submitted job is still placed by
 // the loop's own passes, promptly, with nobody calling TickNow and the fake clock still.
 TEST_F(ClusterManagerTest, CoalescedPassesStillPlaceASubmittedJobPromptly) {

@@ -172,6 +172,8 @@ export function mountJob(root, ctx, id) {
     const rows = [
       ['Progress', m.total_steps && Number(m.total_steps) ? `step ${fmtInt(m.step)} of ${fmtInt(m.total_steps)}` : (Number(m.step) ? `step ${fmtInt(m.step)}` : '—')],
       ['Loss', Number(m.step) ? fmtNum(m.loss) : '—'],
+      ['Eval loss', m.eval_loss !== undefined
+        ? `${fmtNum(m.eval_loss)} after step ${fmtInt(m.eval_step || 0)} (best ${fmtNum(m.best_eval_loss)})` : '—'],
       ['Attempts', String(job.attempts || 0)],
       ['Restarts', `${job.restarts || 0} of ${spec.run_policy?.max_restarts ?? 0}`],
       ['Workers', (job.workers || []).join(', ') || '—'],

@@ -1,5 +1,5 @@
 // One sweep (#/sweeps/NAME): a row per point in index order with its parameters, state,
-// progress, latest loss and why it waits (the SWEEP throttle, say). The points are the
+// progress, latest loss, best eval loss and why it waits (the SWEEP throttle, say). The points are the
 // signed-in user's jobs labelled sweep=NAME (the label every point carries).
 
 import {api, query} from './api.js';
@@ -27,8 +27,9 @@ export function mountSweep(root, ctx, name) {
       lastSig = sig;
       // The parameters, in the order the sweep numbers them: "training.lr=3.0e-4".
       const params = points.length ? (points[0].spec.sweep.point.values || []).map((v) => v.split('=')[0]) : [];
-      head.replaceChildren(h('tr', ['Point', ...params, 'State', 'Step', 'Loss', 'Why'].map((t, i) =>
-        h('th', {scope: 'col', class: t === 'Step' || t === 'Loss' ? 'num' : ''}, t))));
+      const numeric = ['Step', 'Loss', 'Best eval loss'];
+      head.replaceChildren(h('tr', ['Point', ...params, 'State', ...numeric, 'Why'].map((t) =>
+        h('th', {scope: 'col', class: numeric.includes(t) ? 'num' : ''}, t))));
       const counts = {};
       tbody.replaceChildren(...(points.length ? points.map((j) => {
         counts[j.state] = (counts[j.state] || 0) + 1;
@@ -41,8 +42,9 @@ export function mountSweep(root, ctx, name) {
           h('td', stateBadge(j.state)),
           h('td.num', step ? `${fmtInt(step)} / ${fmtInt(m.total_steps || 0)}` : ''),
           h('td.num', step ? fmtNum(m.loss) : ''),
+          h('td.num', m.best_eval_loss !== undefined ? fmtNum(m.best_eval_loss) : ''),
           h('td.muted', j.state === 'QUEUED' ? (j.pending?.message || '') : (j.status_reason || '')));
-      }) : [h('tr.empty', h('td', {colspan: 5 + params.length}, `You have no jobs in sweep ${name}.`))]));
+      }) : [h('tr.empty', h('td', {colspan: 6 + params.length}, `You have no jobs in sweep ${name}.`))]));
       const total = points.length ? points[0].spec.sweep.point.points : 0;
       const limit = points.length ? points[0].spec.sweep.max_concurrent : 0;
       setText(summary, points.length
