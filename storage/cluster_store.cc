@@ -30,6 +30,24 @@ absl::StatusOr<v1::Job> RequireJob(Txn& txn, int64_t job_id) {
   return std::move(**job);
 }
 
+// The job's latest_metrics as stored (empty when it has none).
+absl::StatusOr<v1::JobMetricsPoint> LatestMetrics(Txn& txn, int64_t job_id) {
+  absl::StatusOr<sqlite::Statement*> select = txn.Statement("SELECT latest_metrics FROM jobs WHERE id = ?1");
+  if (!select.ok()) return select.status();
+  (*select)->Bind(1, job_id);
+  absl::StatusOr<bool> row = (*select)->Step();
+  v1::JobMetricsPoint latest;
+  if (row.ok() && *row && !(*select)->ColumnIsNull(0)) (void)latest.ParseFromString((*select)->ColumnText(0));
+  (*select)->Reset();
+  if (!row.ok()) return row.status();
+  return latest;
+}
+
+absl::Status SetLatestMetrics(Txn& txn, int64_t job_id, const v1::JobMetricsPoint& latest) {
+  return Exec(txn, "UPDATE jobs SET latest_metrics = ?2 WHERE id = ?1",
+              [&](sqlite::Statement& st) { st.Bind(1, job_id).BindBlob(2, latest.SerializeAsString()); });
+}
+
 absl::Status MarkFinished(Txn& txn, int64_t job_id) {
   return Exec(txn, "UPDATE jobs SET finish_us = ?2 WHERE id = ?1",
               [&](sqlite::Statement& s) { s.Bind(1, job_id).Bind(2, txn.NowMicros()); });
@@ -370,27 +388,6 @@ TxnFunction ForgetCheckpointsTxn(int64_t job_id, std::vector<int64_t> steps) {
   };
 }
 
-namespace {
-
-// The job's latest_metrics as stored (empty when it has none).
-absl::StatusOr<v1::JobMetricsPoint> LatestMetrics(Txn& txn, int64_t job_id) {
-  absl::StatusOr<sqlite::Statement*> select = txn.Statement("SELECT latest_metrics FROM jobs WHERE id = ?1");
-  if (!select.ok()) return select.status();
-  (*select)->Bind(1, job_id);
-  absl::StatusOr<bool> row = (*select)->Step();
-  v1::JobMetricsPoint latest;
-  if (row.ok() && *row && !(*select)->ColumnIsNull(0)) (void)latest.ParseFromString((*select)->ColumnText(0));
-  (*select)->Reset();
-  if (!row.ok()) return row.status();
-  return latest;
-}
-
-absl::Status SetLatestMetrics(Txn& txn, int64_t job_id, const v1::JobMetricsPoint& latest) {
-  return Exec(txn, "UPDATE jobs SET latest_metrics = ?2 WHERE id = ?1",
-              [&](sqlite::Statement& st) { st.Bind(1, job_id).BindBlob(2, latest.SerializeAsString()); });
-}
-
-}  // namespace
 
 TxnFunction RecordMetricsTxn(int64_t job_id, v1::JobMetricsPoint point, int max_rows) {
   return [=](Txn& txn) -> absl::Status {

@@ -108,7 +108,7 @@ struct SubmitJobInput {
   std::string field_prefix = "spec.";
   // {k, b}: spec.depends_on[k] names job b of the same submission (b before this one);
   // the transaction stores b's id there.
-  std::vector<std::pair<int, int>> batch_parents;
+  std::vector<std::pair<int, int>> batch_parents = {};
 };
 
 struct SubmitJobResult {

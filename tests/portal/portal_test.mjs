@@ -355,7 +355,8 @@ try {
   await page.click('#sweep-link');
   await page.waitForFunction(() => document.querySelectorAll('table.sweep tbody tr[data-id]').length === 4);
   const sweepHead = await page.textContent('table.sweep thead');
-  check(sweepHead.includes('training.lr') && sweepHead.includes('training.seed'), `parameter columns: ${sweepHead}`);
+  check(sweepHead.includes('training.lr') && sweepHead.includes('training.seed') && sweepHead.includes('Best eval loss'),
+    `parameter and eval columns: ${sweepHead}`);
   check((await page.textContent('table.sweep tbody tr:nth-child(4)')).includes('3e-4'), 'point 3 has lr 3e-4');
   check((await page.textContent('#sweep-summary')).includes('4 points, at most 1 at once'), 'the sweep summary');
   await page.waitForFunction(() => document.querySelector('table.sweep tbody')?.textContent.includes('next in line'));

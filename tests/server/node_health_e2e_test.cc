@@ -196,7 +196,7 @@ class NodeHealthTest : public ::testing::Test {
 
   void TearDown() override {
     if (HasFailure()) {
-      for (const std::string& name : {"coordinator", "w1", "w2", "w3"}) {
+      for (const std::string name : {"coordinator", "w1", "w2", "w3"}) {
         std::ifstream in(dir_.path() + "/" + name + ".log");
         std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
         if (!text.empty()) std::cout << "---- " << name << ".log\n" << text.substr(text.size() > 6000 ? text.size() - 6000 : 0);
