@@ -4,6 +4,7 @@
 #include <map>
 #include <sstream>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -105,6 +106,27 @@ std::string AutoIdempotencyKey(const v1::JobSpec& spec, std::map<std::string, in
   return absl::StrCat("auto-", digest, "-", occurrences[digest]++);
 }
 
+// A document that depends on an earlier one of the file by name stands for another job
+// when that one changes: its key also covers its parents' keys (in file order, so a chain
+// carries through). A name matches a document of that name, or a point ("NAME-<index>")
+// of a sweep document named NAME.
+void ChainDependentKeys(std::vector<ParsedJob>& jobs) {
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    std::string parents;
+    for (const v1::JobDependency& d : jobs[i].spec.depends_on()) {
+      for (size_t j = 0; j < i; ++j) {
+        const std::string& name = jobs[j].spec.name();
+        const bool sweep_point = jobs[j].spec.sweep().parameters_size() > 0 && absl::StartsWith(d.job(), name + "-");
+        if (d.job() == name || sweep_point) absl::StrAppend(&parents, "|", jobs[j].idempotency_key);
+      }
+    }
+    if (parents.empty()) continue;
+    std::string& key = jobs[i].idempotency_key;
+    const std::string occurrence = key.substr(key.rfind('-'));
+    key = absl::StrCat("auto-", Sha256Hex(key + parents).substr(0, 32), occurrence);
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<std::vector<ParsedJob>> ParseJobDocuments(absl::string_view text) {
@@ -153,6 +175,7 @@ absl::StatusOr<std::vector<ParsedJob>> ParseJobDocuments(absl::string_view text)
     return WithLocatedFieldViolations(absl::InvalidArgumentError(absl::StrJoin(errors, "; ")),
                                       violations);
   }
+  ChainDependentKeys(jobs);
   return jobs;
 }
 

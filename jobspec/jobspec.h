@@ -69,7 +69,9 @@ class FieldPositions {
 struct ParsedJob {
   v1::JobSpec spec;
   // Derived from the document's content and its occurrence in the file, so submitting
-  // the same file twice maps each document to the same key.
+  // the same file twice maps each document to the same key; a document that depends on
+  // an earlier one of the file by name also covers that one's key (a changed parent
+  // makes a new dependent).
   std::string idempotency_key;
   // Where the document's fields are written in the file, to place violations found later
   // (LocateFieldViolations).

@@ -82,6 +82,28 @@ TEST(JobSpecTest, MultiDocumentAndListsAreBatches) {
   EXPECT_EQ((*reformatted)[0].idempotency_key, (*jobs)[0].idempotency_key);
 }
 
+TEST(JobSpecTest, ADependentsKeyCoversItsParentsInTheFile) {
+  auto keys = [](const std::string& text) {
+    absl::StatusOr<std::vector<ParsedJob>> jobs = ParseJobDocuments(text);
+    EXPECT_TRUE(jobs.ok()) << jobs.status();
+    std::vector<std::string> out;
+    for (const ParsedJob& j : *jobs) out.push_back(j.idempotency_key);
+    return out;
+  };
+  const std::string child = "name: eval\ndepends_on: [{job: tune}]\n";
+  const std::vector<std::string> first = keys("name: tune\ntraining: {lr: 1.0e-4}\n---\n" + child);
+  EXPECT_EQ(keys("name: tune\ntraining: {lr: 1.0e-4}\n---\n" + child), first) << "the same file, the same jobs";
+  const std::vector<std::string> changed = keys("name: tune\ntraining: {lr: 3.0e-4}\n---\n" + child);
+  EXPECT_NE(changed[0], first[0]);
+  EXPECT_NE(changed[1], first[1]) << "the same text depending on another parent is another job";
+  // A point of a sweep document counts as that document.
+  const std::string sweep = "name: tune\nsweep: {parameters: {training.lr: [1.0e-4, 3.0e-4]}}\n---\n";
+  const std::string point_child = "name: eval\ndepends_on: [{job: tune-1}]\n";
+  EXPECT_NE(keys(sweep + point_child)[1], keys(point_child)[0]);
+  // Without a parent in the file the key is the content's alone.
+  EXPECT_EQ(keys("name: other\n---\n" + child)[1], keys(child)[0]);
+}
+
 struct ParseCase {
   std::string yaml;
   std::string expected;  // substring of the error
