@@ -44,6 +44,12 @@ dir="${LLAMAFLEET_FUZZ_DIR:-$HOME/.cache/llamafleet/fuzz}"
 build="$dir/build"
 out="$dir/out"
 rm -rf "$out"
+# A build configured from another checkout (a clone elsewhere) cannot be reused by CMake;
+# start it again (ccache keeps that cheap). The work corpora stay.
+if [ -f "$build/CMakeCache.txt" ] &&
+   ! grep -qxF "CMAKE_HOME_DIRECTORY:INTERNAL=$here" "$build/CMakeCache.txt"; then
+  rm -rf "$build"
+fi
 mkdir -p "$build" "$out"
 export CCACHE_DIR="${CCACHE_DIR:-$HOME/.cache/ccache}"
 export CCACHE_BASEDIR="$root"
