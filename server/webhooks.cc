@@ -210,9 +210,14 @@ class WebhookNotifier::Impl {
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (ended_.size() + due_.size() >= options_.max_pending) {
-        ended_.pop_front();
+        // The oldest waiting: a job end not yet made into bodies, else the next delivery due.
+        if (!ended_.empty()) {
+          ended_.pop_front();
+        } else {
+          due_.erase(due_.begin());
+        }
         ++dropped;
-        spdlog::warn("webhooks: more than {} deliveries waiting; the oldest job end is dropped", options_.max_pending);
+        spdlog::warn("webhooks: more than {} deliveries waiting; the oldest is dropped", options_.max_pending);
       }
       ended_.push_back(e);
     }
