@@ -204,6 +204,19 @@ grpc::ServerUnaryReactor* JobServiceImpl::ListJobs(grpc::CallbackServerContext* 
   return FinishNow(context, grpc::Status::OK);
 }
 
+absl::StatusOr<v1::Job> JobServiceImpl::JobToChange(const Principal& caller, int64_t id) const {
+  absl::StatusOr<v1::Job> job = store_->GetJob(id);
+  if (!job.ok()) {
+    if (absl::Status read = Authorize(caller, Operation::kRead); !read.ok()) return read;
+    return job.status();
+  }
+  if (caller.role == v1::ADMIN) return job;
+  if (absl::Status allowed = Authorize(caller, Operation::kCancel, job->owner(), job->id()); !allowed.ok()) {
+    return allowed;
+  }
+  return job;
+}
+
 grpc::ServerUnaryReactor* JobServiceImpl::CancelJob(grpc::CallbackServerContext* context,
                                                     const v1::CancelJobRequest* request,
                                                     v1::CancelJobResponse* response) {
@@ -215,20 +228,8 @@ grpc::ServerUnaryReactor* JobServiceImpl::CancelJob(grpc::CallbackServerContext*
     return FinishNow(context, absl::InvalidArgumentError(absl::StrCat(
                                   "reason must be at most ", kMaxReasonLength, " characters")));
   }
-  // Who may cancel depends on the owner, which never changes once a job exists. A caller
-  // who may not cancel learns nothing more than a reader would.
   if (caller->role != v1::ADMIN) {
-    absl::StatusOr<v1::Job> job = store_->GetJob(*id);
-    if (!job.ok()) {
-      if (absl::Status read = Authorize(*caller, Operation::kRead); !read.ok()) {
-        return FinishNow(context, read);
-      }
-      return FinishNow(context, job.status());
-    }
-    if (absl::Status allowed = Authorize(*caller, Operation::kCancel, job->owner(), job->id());
-        !allowed.ok()) {
-      return FinishNow(context, allowed);
-    }
+    if (absl::StatusOr<v1::Job> job = JobToChange(*caller, *id); !job.ok()) return FinishNow(context, job.status());
   }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   store_->CancelJob(*id, caller->user, request->reason(),
@@ -252,18 +253,8 @@ grpc::ServerUnaryReactor* JobServiceImpl::DeleteJob(grpc::CallbackServerContext*
   absl::StatusOr<int64_t> id = ParseJobId(request->job_id(), "job_id");
   if (!id.ok()) return FinishNow(context, id.status());
   if (!deleter_) return FinishNow(context, absl::UnimplementedError("this coordinator cannot delete jobs"));
-  // As for CancelJob: the owner or an admin; a caller who may not learns no more than a
-  // reader would.
-  absl::StatusOr<v1::Job> job = store_->GetJob(*id);
-  if (!job.ok()) {
-    if (absl::Status read = Authorize(*caller, Operation::kRead); !read.ok()) return FinishNow(context, read);
-    return FinishNow(context, job.status());
-  }
-  if (caller->role != v1::ADMIN) {
-    if (absl::Status allowed = Authorize(*caller, Operation::kCancel, job->owner(), job->id()); !allowed.ok()) {
-      return FinishNow(context, allowed);
-    }
-  }
+  absl::StatusOr<v1::Job> job = JobToChange(*caller, *id);
+  if (!job.ok()) return FinishNow(context, job.status());
   std::string export_dir = request->artifacts() ? job->spec().output().export_dir() : "";
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   deleter_(*id, std::move(export_dir), [reactor, response](absl::StatusOr<std::vector<std::string>> lines) {

@@ -118,6 +118,11 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
   absl::Status CheckCheckpointReads(const Principal& caller, const v1::JobSpec& spec,
                                     const std::string& prefix) const;
 
+  // The job `caller` may cancel or delete: its owner's, or any for an admin (who may is
+  // fixed by the owner, which never changes once a job exists). A caller who may not
+  // learns nothing more than a reader would: PERMISSION_DENIED, or the read's NOT_FOUND.
+  absl::StatusOr<v1::Job> JobToChange(const Principal& caller, int64_t id) const;
+
   // Fills job.pending for a QUEUED job from the last scheduling pass.
   void AddPendingInfo(v1::Job* job) const;
 

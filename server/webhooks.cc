@@ -206,7 +206,7 @@ class WebhookNotifier::Impl {
  private:
   // The writer thread: hand over, never block.
   void OnCommitted(const v1::JobEvent& e) {
-    if (!IsTerminal(e.to_state()) || e.from_state() == e.to_state()) return;  // notes on a finished job
+    if (!EndsJob(e)) return;
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (ended_.size() + due_.size() >= options_.max_pending) {

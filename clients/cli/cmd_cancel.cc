@@ -44,16 +44,13 @@ absl::Status RunCancelSweep(const Context& ctx, const std::string& sweep, const 
   v1::ListJobsRequest list;
   list.add_labels(absl::StrCat(kSweepLabel, "=", sweep));
   list.set_owner(me->user());
-  list.set_page_size(1000);
   for (v1::JobState s : {v1::QUEUED, v1::SCHEDULED, v1::RUNNING, v1::RESTARTING, v1::PREEMPTING}) list.add_states(s);
+  ListFlags every;
+  every.all = true;
+  absl::StatusOr<v1::ListJobsResponse> listed = ListPages(**client, std::move(list), every);
+  if (!listed.ok()) return listed.status();
   std::vector<std::string> ids;
-  while (true) {
-    absl::StatusOr<v1::ListJobsResponse> page = (*client)->ListJobs(list);
-    if (!page.ok()) return page.status();
-    for (const v1::Job& job : page->jobs()) ids.push_back(job.id());
-    if (page->next_page_token().empty() || page->jobs().empty()) break;
-    list.set_page_token(page->next_page_token());
-  }
+  for (const v1::Job& job : listed->jobs()) ids.push_back(job.id());
   if (ids.empty()) {
     *ctx.out << "sweep " << sweep << ": no unfinished jobs of " << me->user() << "\n";
     return absl::OkStatus();

@@ -45,8 +45,8 @@ absl::StatusOr<v1::ListJobsRequest> MakeListRequest(const ListFlags& flags) {
   return request;
 }
 
-// Follows page tokens until `limit` jobs (or all, with --all) are collected. The
-// returned next_page_token is set when more jobs may remain.
+}  // namespace
+
 absl::StatusOr<v1::ListJobsResponse> ListPages(Client& client, v1::ListJobsRequest request,
                                                const ListFlags& flags) {
   v1::ListJobsResponse collected;
@@ -65,8 +65,6 @@ absl::StatusOr<v1::ListJobsResponse> ListPages(Client& client, v1::ListJobsReque
     request.set_page_token(response->next_page_token());
   }
 }
-
-}  // namespace
 
 absl::Status RunGetJobs(const Context& ctx, const ListFlags& flags) {
   absl::StatusOr<v1::ListJobsRequest> request = MakeListRequest(flags);

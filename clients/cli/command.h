@@ -107,6 +107,10 @@ struct ListFlags {
   std::string page_token;
 };
 absl::Status RunGetJobs(const Context& ctx, const ListFlags& flags);
+// Follows page tokens until flags.limit jobs (or all, with flags.all) are collected; the
+// returned next_page_token is set when more jobs may remain.
+absl::StatusOr<v1::ListJobsResponse> ListPages(Client& client, v1::ListJobsRequest request,
+                                               const ListFlags& flags);
 absl::Status RunGetJob(const Context& ctx, const std::string& id);
 
 // describe job ID (cmd_describe.cc)

@@ -78,9 +78,8 @@ absl::StatusOr<std::unique_ptr<ClusterManager>> ClusterManager::Start(JobStore* 
     std::vector<v1::JobEvent> cancelled;
     std::vector<int64_t> ended;
     for (const v1::JobEvent* e : events) {
-      // A note on a finished job (a webhook's delivery) keeps its state: not a change.
-      if (e->from_state() == e->to_state() && IsTerminal(e->to_state())) continue;
-      if (IsTerminal(e->to_state())) {
+      if (IsTerminal(e->to_state()) && !EndsJob(*e)) continue;  // a note on a finished job
+      if (EndsJob(*e)) {
         if (int64_t id; absl::SimpleAtoi(e->job_id(), &id)) ended.push_back(id);
       }
       if (e->to_state() == v1::CANCELLED) {

@@ -151,14 +151,14 @@ SchedulerInput Build(const Jobs& queued, const std::vector<WorkerView>& workers,
                      const std::map<int64_t, v1::JobState>& parents) {
   SchedulerInput in;
   std::set<int64_t> awaited;
-  // Jobs of each throttled sweep holding workers, then also those offered this pass.
-  std::map<std::string, uint32_t> sweep_holders;
-  std::map<std::string, std::vector<int64_t>> sweep_attempts;
+  // Per throttled sweep: the jobs holding workers (attempts), and those offered this pass.
+  struct SweepUse {
+    std::vector<int64_t> running;
+    uint32_t offered = 0;
+  };
+  std::map<std::string, SweepUse> sweeps;
   for (const auto& [job_id, a] : attempts) {
-    if (std::string key = SweepThrottleKey(a.owner, a.spec); !key.empty()) {
-      ++sweep_holders[key];
-      sweep_attempts[key].push_back(job_id);
-    }
+    if (std::string key = SweepThrottleKey(a.owner, a.spec); !key.empty()) sweeps[key].running.push_back(job_id);
   }
   for (const SchedulableJob& j : queued) {
     int64_t id;
@@ -192,20 +192,18 @@ SchedulerInput Build(const Jobs& queued, const std::vector<WorkerView>& workers,
     }
     if (std::string key = SweepThrottleKey(j.job.owner(), j.job.spec()); !key.empty()) {
       const v1::SweepSpec& sweep = j.job.spec().sweep();
-      uint32_t& holders = sweep_holders[key];
-      if (holders >= sweep.max_concurrent()) {
-        const std::vector<int64_t>& running = sweep_attempts[key];
-        const size_t next = holders - running.size();  // offered earlier in this pass
+      SweepUse& use = sweeps[key];
+      if (use.running.size() + use.offered >= sweep.max_concurrent()) {
         v1::PendingInfo info;
         info.set_code("SWEEP");
-        info.set_message(absl::StrCat("sweep ", sweep.point().sweep(), ": ", running.size(), " of ",
+        info.set_message(absl::StrCat("sweep ", sweep.point().sweep(), ": ", use.running.size(), " of ",
                                       sweep.max_concurrent(), " running",
-                                      next > 0 ? absl::StrCat(", ", next, " next in line") : ""));
+                                      use.offered > 0 ? absl::StrCat(", ", use.offered, " next in line") : ""));
         in.held_back[id] = std::move(info);
-        for (int64_t holder : running) awaited.insert(holder);
+        awaited.insert(use.running.begin(), use.running.end());
         continue;
       }
-      ++holders;
+      ++use.offered;
     }
     in.pending.push_back(MakePendingJob(id, j, workers));
     in.jobs[id] = &j;
