@@ -201,6 +201,33 @@ CREATE TABLE IF NOT EXISTS worker_drains (
   since_us  INTEGER NOT NULL
 );
 )sql",
+    // 10: every evaluation (llamafleet.v1.EvalPoint) and its checkpoint's eval loss; GPU
+    // time and cost per attempt (cost NULL: no price covered its workers) and per user
+    // and queue, kept when jobs are deleted.
+    R"sql(
+CREATE TABLE job_evals (
+  job_id     INTEGER NOT NULL REFERENCES jobs(id) ON DELETE CASCADE,
+  attempt    INTEGER NOT NULL,
+  step       INTEGER NOT NULL,
+  time_us    INTEGER NOT NULL,
+  loss       REAL NOT NULL,
+  perplexity REAL NOT NULL
+);
+CREATE INDEX job_evals_by_job ON job_evals(job_id, step);
+ALTER TABLE checkpoints ADD COLUMN eval_loss REAL;                -- NULL: no evaluation at the step
+ALTER TABLE attempts ADD COLUMN gpu_seconds REAL NOT NULL DEFAULT 0;
+ALTER TABLE attempts ADD COLUMN cost REAL;
+CREATE TABLE usage_totals (
+  user               TEXT NOT NULL,
+  queue              TEXT NOT NULL,
+  jobs               INTEGER NOT NULL DEFAULT 0,
+  gpu_seconds        REAL NOT NULL DEFAULT 0,
+  failed_gpu_seconds REAL NOT NULL DEFAULT 0,
+  cost               REAL,
+  failed_cost        REAL,
+  PRIMARY KEY (user, queue)
+) WITHOUT ROWID;
+)sql",
 };
 
 
