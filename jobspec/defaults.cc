@@ -49,6 +49,9 @@ void ApplyDefaults(v1::JobSpec* spec) {
   if (schedule->type() == v1::STEP && !schedule->has_gamma()) schedule->set_gamma(0.85);
   if (!t->has_seed()) t->set_seed(42);
   if (!t->has_log_every()) t->set_log_every(10);
+  if (t->has_early_stopping() && t->early_stopping().metric() == v1::EARLY_STOPPING_METRIC_UNSPECIFIED) {
+    t->mutable_early_stopping()->set_metric(v1::EVAL_LOSS);
+  }
 
   v1::FsdpSpec* f = spec->mutable_fsdp();
   if (f->sharding() == v1::SHARDING_STRATEGY_UNSPECIFIED) f->set_sharding(v1::FULL_SHARD);
@@ -73,6 +76,7 @@ void ApplyDefaults(v1::JobSpec* spec) {
   v1::OutputSpec* o = spec->mutable_output();
   if (o->export_dtype() == v1::PRECISION_UNSPECIFIED) o->set_export_dtype(v1::BF16);
   if (!o->has_max_shard_size_mb()) o->set_max_shard_size_mb(5120);
+  if (o->export_() == v1::EXPORT_CHOICE_UNSPECIFIED) o->set_export_(v1::LAST);
   v1::PeftSpec* peft = spec->mutable_peft();
   if (peft->method() == "lora" && peft->adapter_path().empty()) {
     // llama-recipes' lora_config; with adapter_path the adapter's own values apply.

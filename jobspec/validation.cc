@@ -206,6 +206,20 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec, absl::string_view path_pre
   AtLeast(v, "training.weight_decay", t.weight_decay(), 0.0);
   AtLeast(v, "training.grad_clip", t.grad_clip(), 0.0);
   AtLeast(v, "training.log_every", t.log_every(), 1);
+  AtLeast<int64_t>(v, "training.eval_every_steps", t.eval_every_steps(), 0);
+  if (t.eval_every_steps() > 0 && spec.data().eval_path().empty()) {
+    v.Add("training.eval_every_steps", "needs data.eval_path (the data to evaluate on)");
+  }
+  if (t.has_early_stopping()) {
+    const v1::EarlyStopping& es = t.early_stopping();
+    AtLeast(v, "training.early_stopping.patience", es.patience(), 0);
+    if (!(es.min_delta() >= 0 && es.min_delta() < 1e6)) {
+      v.Add("training.early_stopping.min_delta", absl::StrCat("must be in [0, 1e6) (got ", es.min_delta(), ")"));
+    }
+    if (es.patience() > 0 && t.eval_every_steps() <= 0) {
+      v.Add("training.early_stopping", "needs training.eval_every_steps (evaluations to compare)");
+    }
+  }
   const v1::LrSchedule& s = t.lr_schedule();
   if (s.has_gamma() && !(s.gamma() > 0 && s.gamma() <= 1)) {
     v.Add("training.lr_schedule.gamma", absl::StrCat("must be in (0, 1] (got ", s.gamma(), ")"));
@@ -342,6 +356,12 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec, absl::string_view path_pre
       }
     }
     CheckPath(v, "peft.adapter_path", peft.adapter_path());
+  }
+  if (spec.output().export_() == v1::BEST) {
+    if (spec.output().export_dir().empty()) v.Add("output.export", "best needs output.export_dir");
+    if (spec.training().eval_every_steps() <= 0) {
+      v.Add("output.export", "best needs training.eval_every_steps (evaluations to choose from)");
+    }
   }
   if (spec.output().merge() && !lora) v.Add("output.merge", "needs peft.method: lora");
   if (spec.output().merge() && spec.output().export_dir().empty()) v.Add("output.merge", "needs output.export_dir");

@@ -14,6 +14,7 @@
 #include "jobspec/jobspec.h"
 #include "google/protobuf/util/time_util.h"
 #include "server/job_service_internal.h"
+#include "storage/metrics_store.h"
 #include "storage/cluster_store.h"
 #include "storage/sqlite.h"
 
@@ -341,6 +342,10 @@ grpc::ServerUnaryReactor* JobServiceImpl::GetJobMetrics(grpc::CallbackServerCont
       MetricsHistory(*store_, *id, request->max_points() == 0 ? 500 : request->max_points());
   if (!points.ok()) return FinishNow(context, points.status());
   for (v1::JobMetricsPoint& p : *points) *response->add_points() = std::move(p);
+  absl::StatusOr<std::vector<v1::EvalPoint>> evals =
+      EvalHistory(*store_, *id, request->max_points() == 0 ? 500 : request->max_points());
+  if (!evals.ok()) return FinishNow(context, evals.status());
+  for (v1::EvalPoint& e : *evals) *response->add_evals() = std::move(e);
   return FinishNow(context, grpc::Status::OK);
 }
 

@@ -1,4 +1,5 @@
 #include "storage/cluster_store.h"
+#include "storage/txn_helpers.h"
 
 #include <algorithm>
 
@@ -13,40 +14,9 @@ namespace llamafleet {
 namespace {
 
 using google::protobuf::util::TimeUtil;
-
-// Runs `sql` with `bind` applied, to completion.
-template <typename BindFn>
-absl::Status Exec(Txn& txn, const std::string& sql, BindFn bind) {
-  absl::StatusOr<sqlite::Statement*> s = txn.Statement(sql);
-  if (!s.ok()) return s.status();
-  bind(**s);
-  return (*s)->Run();
-}
-
-absl::StatusOr<v1::Job> RequireJob(Txn& txn, int64_t job_id) {
-  absl::StatusOr<std::optional<v1::Job>> job = txn.LoadJob(job_id);
-  if (!job.ok()) return job.status();
-  if (!job->has_value()) return absl::NotFoundError(absl::StrCat("job ", job_id, " not found"));
-  return std::move(**job);
-}
-
-// The job's latest_metrics as stored (empty when it has none).
-absl::StatusOr<v1::JobMetricsPoint> LatestMetrics(Txn& txn, int64_t job_id) {
-  absl::StatusOr<sqlite::Statement*> select = txn.Statement("SELECT latest_metrics FROM jobs WHERE id = ?1");
-  if (!select.ok()) return select.status();
-  (*select)->Bind(1, job_id);
-  absl::StatusOr<bool> row = (*select)->Step();
-  v1::JobMetricsPoint latest;
-  if (row.ok() && *row && !(*select)->ColumnIsNull(0)) (void)latest.ParseFromString((*select)->ColumnText(0));
-  (*select)->Reset();
-  if (!row.ok()) return row.status();
-  return latest;
-}
-
-absl::Status SetLatestMetrics(Txn& txn, int64_t job_id, const v1::JobMetricsPoint& latest) {
-  return Exec(txn, "UPDATE jobs SET latest_metrics = ?2 WHERE id = ?1",
-              [&](sqlite::Statement& st) { st.Bind(1, job_id).BindBlob(2, latest.SerializeAsString()); });
-}
+using storage_internal::Exec;
+using storage_internal::Query;
+using storage_internal::RequireJob;
 
 absl::Status MarkFinished(Txn& txn, int64_t job_id) {
   return Exec(txn, "UPDATE jobs SET finish_us = ?2 WHERE id = ?1",
@@ -61,20 +31,6 @@ v1::AttemptState AttemptStateProto(AttemptState state) {
     case AttemptState::kStopped: return v1::ATTEMPT_STOPPED;
   }
   return v1::ATTEMPT_STATE_UNSPECIFIED;  // a value a newer schema wrote
-}
-
-template <typename RowFn>
-absl::Status Query(sqlite::Connection& conn, const std::string& sql,
-                   const std::function<void(sqlite::Statement&)>& bind, RowFn row) {
-  absl::StatusOr<sqlite::Statement> s = conn.Prepare(sql);
-  if (!s.ok()) return s.status();
-  bind(*s);
-  while (true) {
-    absl::StatusOr<bool> has = s->Step();
-    if (!has.ok()) return has.status();
-    if (!*has) return absl::OkStatus();
-    if (absl::Status r = row(*s); !r.ok()) return r;
-  }
 }
 
 }  // namespace
@@ -206,27 +162,6 @@ TxnFunction RecordJobNoteTxn(int64_t job_id, std::string type, std::string reaso
     if (!job.ok()) return job.status();
     const std::string status = job->status_reason();
     return txn.Transition(&*job, type, job->state(), reason, status);
-  };
-}
-
-TxnFunction RecordEvalTxn(int64_t job_id, int attempt, int64_t step, double loss, double perplexity) {
-  return [=](Txn& txn) -> absl::Status {
-    absl::StatusOr<v1::Job> job = RequireJob(txn, job_id);
-    if (!job.ok()) return job.status();
-    if (job->attempts() != attempt || (job->state() != v1::SCHEDULED && job->state() != v1::RUNNING)) {
-      return absl::OkStatus();
-    }
-    absl::StatusOr<v1::JobMetricsPoint> latest = LatestMetrics(txn, job_id);
-    if (!latest.ok()) return latest.status();
-    latest->set_eval_loss(loss);
-    latest->set_eval_perplexity(perplexity);
-    latest->set_eval_step(step);
-    if (!latest->has_best_eval_loss() || loss < latest->best_eval_loss()) latest->set_best_eval_loss(loss);
-    if (absl::Status s = SetLatestMetrics(txn, job_id, *latest); !s.ok()) return s;
-    const std::string status = job->status_reason();
-    return txn.Transition(&*job, "eval", job->state(),
-                          absl::StrFormat("eval loss %.4f (perplexity %.4g) after step %d", loss, perplexity, step),
-                          status);
   };
 }
 
@@ -368,11 +303,16 @@ TxnFunction RecordCheckpointTxn(int64_t job_id, int attempt, const v1::Checkpoin
   return [=](Txn& txn) -> absl::Status {
     return Exec(txn,
                 "INSERT OR IGNORE INTO checkpoints (job_id, step, attempt, path, bytes, "
-                "manifest_sha256, loss, time_us) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                "manifest_sha256, loss, time_us, eval_loss) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
                 [&](sqlite::Statement& st) {
                   st.Bind(1, job_id).Bind(2, r.step()).Bind(3, int64_t{attempt});
                   st.Bind(4, r.path()).Bind(5, r.bytes()).Bind(6, r.manifest_sha256());
                   st.BindDouble(7, r.loss()).Bind(8, txn.NowMicros());
+                  if (r.has_eval_loss()) {
+                    st.BindDouble(9, r.eval_loss());
+                  } else {
+                    st.BindNull(9);
+                  }
                 });
   };
 }
@@ -385,46 +325,6 @@ TxnFunction ForgetCheckpointsTxn(int64_t job_id, std::vector<int64_t> steps) {
       if (!s.ok()) return s;
     }
     return absl::OkStatus();
-  };
-}
-
-
-TxnFunction RecordMetricsTxn(int64_t job_id, v1::JobMetricsPoint point, int max_rows) {
-  return [=](Txn& txn) -> absl::Status {
-    const std::string bytes = point.SerializeAsString();
-    absl::Status s = Exec(txn,
-                          "INSERT INTO job_metrics (job_id, attempt, step, time_us, point) "
-                          "VALUES (?1, ?2, ?3, ?4, ?5)",
-                          [&](sqlite::Statement& st) {
-                            st.Bind(1, job_id).Bind(2, int64_t{point.attempt()}).Bind(3, point.step());
-                            st.Bind(4, txn.NowMicros()).BindBlob(5, bytes);
-                          });
-    if (!s.ok()) return s;
-    // The latest point keeps the job's evaluation figures (RecordEvalTxn's).
-    absl::StatusOr<v1::JobMetricsPoint> before = LatestMetrics(txn, job_id);
-    if (!before.ok()) return before.status();
-    v1::JobMetricsPoint latest = point;
-    if (before->has_eval_loss()) latest.set_eval_loss(before->eval_loss());
-    if (before->has_eval_perplexity()) latest.set_eval_perplexity(before->eval_perplexity());
-    latest.set_eval_step(before->eval_step());
-    if (before->has_best_eval_loss()) latest.set_best_eval_loss(before->best_eval_loss());
-    s = SetLatestMetrics(txn, job_id, latest);
-    if (!s.ok()) return s;
-    absl::StatusOr<sqlite::Statement*> count =
-        txn.Statement("SELECT COUNT(*) FROM job_metrics WHERE job_id = ?1");
-    if (!count.ok()) return count.status();
-    (*count)->Bind(1, job_id);
-    absl::StatusOr<bool> row = (*count)->Step();
-    if (!row.ok()) return row.status();
-    const int64_t rows = *row ? (*count)->ColumnInt(0) : 0;
-    (*count)->Reset();
-    if (rows <= max_rows) return absl::OkStatus();
-    // Thin the history: every other point goes, the newest always stays.
-    return Exec(txn,
-                "DELETE FROM job_metrics WHERE rowid IN (SELECT rowid FROM (SELECT rowid, "
-                "ROW_NUMBER() OVER (ORDER BY step DESC, rowid DESC) AS n FROM job_metrics "
-                "WHERE job_id = ?1) WHERE n % 2 = 0)",
-                [&](sqlite::Statement& st) { st.Bind(1, job_id); });
   };
 }
 
@@ -542,7 +442,7 @@ absl::StatusOr<std::vector<v1::Checkpoint>> ListCheckpoints(JobStore& store, int
   absl::Status s = store.Read([&](sqlite::Connection& conn) {
     return Query(
         conn,
-        "SELECT step, attempt, path, bytes, manifest_sha256, loss, time_us FROM checkpoints "
+        "SELECT step, attempt, path, bytes, manifest_sha256, loss, time_us, eval_loss FROM checkpoints "
         "WHERE job_id = ?1 ORDER BY step DESC",
         [&](sqlite::Statement& st) { st.Bind(1, job_id); },
         [&](sqlite::Statement& row) {
@@ -555,6 +455,7 @@ absl::StatusOr<std::vector<v1::Checkpoint>> ListCheckpoints(JobStore& store, int
           c.set_manifest_sha256(row.ColumnText(4));
           c.set_loss(row.ColumnDouble(5));
           *c.mutable_time() = TimeUtil::MicrosecondsToTimestamp(row.ColumnInt(6));
+          if (!row.ColumnIsNull(7)) c.set_eval_loss(row.ColumnDouble(7));
           out.push_back(std::move(c));
           return absl::OkStatus();
         });
@@ -627,29 +528,6 @@ absl::StatusOr<std::vector<v1::Attempt>> ListAttempts(JobStore& store, int64_t j
         });
   });
   if (!s.ok()) return s;
-  return out;
-}
-
-absl::StatusOr<std::vector<v1::JobMetricsPoint>> MetricsHistory(JobStore& store, int64_t job_id,
-                                                                int max_points) {
-  std::vector<v1::JobMetricsPoint> all;
-  absl::Status s = store.Read([&](sqlite::Connection& conn) {
-    return Query(
-        conn, "SELECT point FROM job_metrics WHERE job_id = ?1 ORDER BY step, rowid",
-        [&](sqlite::Statement& st) { st.Bind(1, job_id); },
-        [&](sqlite::Statement& row) {
-          v1::JobMetricsPoint p;
-          (void)p.ParseFromString(row.ColumnText(0));
-          all.push_back(std::move(p));
-          return absl::OkStatus();
-        });
-  });
-  if (!s.ok()) return s;
-  if (max_points <= 0 || static_cast<int>(all.size()) <= max_points) return all;
-  // Even spacing over the history, always ending with the newest point.
-  std::vector<v1::JobMetricsPoint> out;
-  const double stride = static_cast<double>(all.size() - 1) / (max_points - 1);
-  for (int i = 0; i < max_points; ++i) out.push_back(all[static_cast<size_t>(i * stride + 0.5)]);
   return out;
 }
 

@@ -106,13 +106,6 @@ TxnFunction RecordJobNoteTxn(int64_t job_id, std::string type, std::string reaso
 TxnFunction RecordCheckpointTxn(int64_t job_id, int attempt, const v1::CheckpointReport& report);
 // Deletes the rows of checkpoints whose files retention has already removed.
 TxnFunction ForgetCheckpointsTxn(int64_t job_id, std::vector<int64_t> steps);
-// Appends a metrics point and makes it the job's latest; keeps at most `max_rows` per job
-// by thinning older history (every other row) when exceeded.
-TxnFunction RecordMetricsTxn(int64_t job_id, v1::JobMetricsPoint point, int max_rows = 4096);
-// An evaluation of the job's current attempt: latest_metrics' eval fields (best_eval_loss
-// the lowest so far) and an "eval" event ("eval loss 2.3140 (perplexity 10.12) after step
-// 40"). Ignored for another attempt or a job no longer SCHEDULED or RUNNING.
-TxnFunction RecordEvalTxn(int64_t job_id, int attempt, int64_t step, double loss, double perplexity);
 TxnFunction UpsertWorkerTxn(const std::string& name, const v1::Inventory& inventory,
                             v1::WorkerState state);
 TxnFunction SetWorkerStateTxn(const std::string& name, v1::WorkerState state);
@@ -132,8 +125,6 @@ absl::StatusOr<std::vector<v1::Checkpoint>> ListCheckpoints(JobStore& store, int
 // phases in the order they were done. An unknown job
 // has no attempts (callers that must tell it apart check the job first).
 absl::StatusOr<std::vector<v1::Attempt>> ListAttempts(JobStore& store, int64_t job_id);
-absl::StatusOr<std::vector<v1::JobMetricsPoint>> MetricsHistory(JobStore& store, int64_t job_id,
-                                                                int max_points);
 struct WorkerRecord {
   std::string name;
   v1::Inventory inventory;

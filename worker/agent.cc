@@ -569,6 +569,16 @@ void WorkerAgent::OnLine(const std::string& task_id, int rank, bool is_stderr,
       c->set_bytes(x->bytes);
       c->set_manifest_sha256(x->manifest_sha256);
       c->set_loss(x->loss);
+      if (x->eval_loss.has_value()) c->set_eval_loss(*x->eval_loss);
+      structured = std::move(m);
+    } else if (const auto* x = std::get_if<trainer_events::StoppedEarly>(&*event)) {
+      v1::WorkerMessage m;
+      v1::EarlyStop* e = m.mutable_early_stop();
+      e->set_task_id(task_id);
+      e->set_step(x->step);
+      e->set_best_step(x->best_step);
+      e->set_best_loss(x->best_loss);
+      e->set_reason(x->reason.substr(0, 512));
       structured = std::move(m);
     }
   }

@@ -109,6 +109,7 @@ std::string ToLine(const CheckpointSaved& e) {
   j["bytes"] = e.bytes;
   j["manifest_sha256"] = e.manifest_sha256;
   j["loss"] = e.loss;
+  if (e.eval_loss.has_value()) j["eval_loss"] = *e.eval_loss;
   return j.dump();
 }
 
@@ -122,6 +123,15 @@ std::string ToLine(const Preempted& e) {
 std::string ToLine(const Eval& e) {
   return json{{"type", "eval"}, {"step", e.step}, {"loss", e.loss}, {"perplexity", e.perplexity}, {"tokens", e.tokens}}
       .dump();
+}
+
+std::string ToLine(const StoppedEarly& e) {
+  json j = EventObject("stopped_early");
+  j["step"] = e.step;
+  j["best_step"] = e.best_step;
+  j["best_loss"] = e.best_loss;
+  j["reason"] = e.reason;
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
 std::string ToLine(const Finished& e) {
@@ -211,8 +221,12 @@ std::optional<Event> ParseLine(std::string_view line) {
     return r;
   }
   if (event == "checkpoint_saved") {
-    return CheckpointSaved{Str(j, "path"), Int(j, "step"), Int(j, "bytes"), Str(j, "manifest_sha256"),
-                           Num(j, "loss")};
+    CheckpointSaved c{Str(j, "path"), Int(j, "step"), Int(j, "bytes"), Str(j, "manifest_sha256"), Num(j, "loss")};
+    if (auto it = j.find("eval_loss"); it != j.end() && it->is_number()) c.eval_loss = it->get<double>();
+    return c;
+  }
+  if (event == "stopped_early") {
+    return StoppedEarly{Int(j, "step"), Int(j, "best_step"), Num(j, "best_loss"), Str(j, "reason")};
   }
   if (event == "preempted") return Preempted{Int(j, "step"), Num(j, "loss")};
   if (event == "finished") return Finished{Int(j, "steps"), Num(j, "loss"), Str(j, "export_dir")};

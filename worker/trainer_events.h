@@ -11,13 +11,16 @@
 //   {"type":"metrics", step, epoch, loss, lr, grad_norm, tokens, tokens_per_s, tflops,
 //    peak_mem_bytes, mfu (null when unknown)}
 //   {"type":"event","event":"resumed", path, step, skipped: [{path, reason}]}
-//   {"type":"event","event":"checkpoint_saved", path, step, bytes, manifest_sha256, loss}
+//   {"type":"event","event":"checkpoint_saved", path, step, bytes, manifest_sha256, loss,
+//    eval_loss (only when an evaluation ran at the step)}
 //   {"type":"event","event":"phase", phase, seconds, since_start, detail}
 //   {"type":"event","event":"tokenizing", path, done_bytes, total_bytes}
 //                      (only a worker's ranks print it, and before "started": data comes
 //                      first; a run on its own prints "started" first)
 //   {"type":"event","event":"preempted", step, loss}
 //   {"type":"eval", step, loss, perplexity, tokens}
+//   {"type":"event","event":"stopped_early", step, best_step, best_loss, reason}
+//                      (training.early_stopping; "finished" follows)
 //   {"type":"event","event":"finished", steps, loss, export_dir}
 //   {"type":"event","event":"exit", code, message}    always the last line of a run
 // The exit record's code is an absl canonical code name ("OK", "INVALID_ARGUMENT", ...).
@@ -81,6 +84,7 @@ struct CheckpointSaved {
   int64_t bytes = 0;
   std::string manifest_sha256;
   double loss = 0;
+  std::optional<double> eval_loss;  // the evaluation at this step, when one ran
 };
 
 // A start-up phase done (rank 0): "rendezvous", "weights_loaded", "data_ready",
@@ -113,6 +117,14 @@ struct Eval {
   int64_t tokens = 0;
 };
 
+// Early stopping ended training after `step`; the run then finishes (export, "finished").
+struct StoppedEarly {
+  int64_t step = 0;
+  int64_t best_step = 0;  // the evaluation with the lowest eval loss
+  double best_loss = 0;
+  std::string reason;     // "stopped early at step N: eval loss did not improve by ..."
+};
+
 struct Finished {
   int64_t steps = 0;
   double loss = 0;
@@ -129,7 +141,8 @@ struct Exit {
 };
 
 using Event =
-    std::variant<Started, Metrics, Resumed, CheckpointSaved, Phase, Preempted, Eval, Finished, Exit, Tokenizing>;
+    std::variant<Started, Metrics, Resumed, CheckpointSaved, Phase, Preempted, Eval, StoppedEarly, Finished, Exit,
+                 Tokenizing>;
 
 // One JSON line (no trailing newline).
 std::string ToLine(const Started& e);
@@ -140,6 +153,7 @@ std::string ToLine(const Phase& e);
 std::string ToLine(const Tokenizing& e);
 std::string ToLine(const Preempted& e);
 std::string ToLine(const Eval& e);
+std::string ToLine(const StoppedEarly& e);
 std::string ToLine(const Finished& e);
 std::string ToLine(const Exit& e);
 

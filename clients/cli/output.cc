@@ -182,12 +182,23 @@ std::string FormatAge(const google::protobuf::Timestamp& time, absl::Time now) {
   return absl::StrCat(seconds / 86400, "d");
 }
 
+namespace {
+
+// "40/100" (steps done / total) from the latest metrics; "-" before the first.
+std::string JobStep(const v1::Job& job) {
+  const v1::JobMetricsPoint& m = job.latest_metrics();
+  if (!job.has_latest_metrics() || m.step() <= 0) return "-";
+  return m.total_steps() > 0 ? absl::StrCat(m.step(), "/", m.total_steps()) : absl::StrCat(m.step());
+}
+
+}  // namespace
+
 std::string JobsTable(const std::vector<v1::Job>& jobs, bool wide, absl::Time now) {
   std::vector<std::vector<std::string>> rows;
   if (wide) {
     rows.push_back({"ID", "NAME", "OWNER", "QUEUE", "PRIORITY", "STATE", "NODES", "GPUS/NODE",
-                    "MODEL", "SHARDING", "ATTEMPTS", "CREATED", "AGE", "POSITION", "EST-START",
-                    "REASON"});
+                    "MODEL", "SHARDING", "ATTEMPTS", "STEP", "LOSS", "EVAL-LOSS", "CREATED", "AGE",
+                    "POSITION", "EST-START", "REASON"});
   } else {
     rows.push_back({"ID", "NAME", "OWNER", "QUEUE", "PRIORITY", "STATE", "AGE", "REASON"});
   }
@@ -200,7 +211,9 @@ std::string JobsTable(const std::vector<v1::Job>& jobs, bool wide, absl::Time no
           {job.id(), spec.name(), job.owner(), spec.queue(), absl::StrCat(spec.priority()),
            StateName(job.state()), absl::StrCat(spec.resources().nodes()),
            absl::StrCat(spec.resources().gpus_per_node()), ModelName(spec.model()),
-           v1::ShardingStrategy_Name(spec.fsdp().sharding()), absl::StrCat(job.attempts()),
+           v1::ShardingStrategy_Name(spec.fsdp().sharding()), absl::StrCat(job.attempts()), JobStep(job),
+           job.has_latest_metrics() && job.latest_metrics().step() > 0 ? FormatLoss(job.latest_metrics().loss()) : "-",
+           job.latest_metrics().has_eval_loss() ? FormatLoss(job.latest_metrics().eval_loss()) : "-",
            FormatTime(job.create_time()), FormatAge(job.create_time(), now),
            pending && job.pending().queue_position() > 0
                ? absl::StrCat(job.pending().queue_position())
@@ -269,10 +282,11 @@ std::string QueuesTable(const std::vector<v1::Queue>& queues, absl::Time now) {
 
 std::string CheckpointsTable(const std::vector<v1::Checkpoint>& checkpoints) {
   std::vector<std::vector<std::string>> rows = {
-      {"STEP", "ATTEMPT", "LOSS", "SIZE", "TIME", "PATH"}};
+      {"STEP", "ATTEMPT", "LOSS", "EVAL-LOSS", "SIZE", "TIME", "PATH"}};
   for (const v1::Checkpoint& c : checkpoints) {
     rows.push_back({absl::StrCat(c.step()), absl::StrCat(c.attempt()), FormatLoss(c.loss()),
-                    FormatBytes(c.bytes()), FormatTime(c.time()), OrDash(c.path())});
+                    c.has_eval_loss() ? FormatLoss(c.eval_loss()) : "-", FormatBytes(c.bytes()),
+                    FormatTime(c.time()), OrDash(c.path())});
   }
   return FormatTable(rows);
 }

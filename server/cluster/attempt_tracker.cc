@@ -113,7 +113,8 @@ TaskReportEffect AttemptTracker::OnTaskStatus(const std::string& worker,
     case v1::TASK_SUCCEEDED:
       if (all_in(v1::TASK_SUCCEEDED)) {
         effect.end = AttemptOutcome::kSucceeded;
-        effect.reason = absl::StrCat("attempt ", record.attempt, ": every rank exited 0");
+        effect.reason = stopped_early.empty() ? absl::StrCat("attempt ", record.attempt, ": every rank exited 0")
+                                              : stopped_early;
       }
       break;
     default:

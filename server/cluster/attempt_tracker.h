@@ -81,6 +81,7 @@ struct AttemptTracker {
   // Scheduler inputs.
   absl::Time last_preempted = absl::InfinitePast();
   int64_t total_steps = 0;
+  std::string stopped_early;      // rank 0's early-stop reason: the reason of the success
   int64_t first_step = -1;        // first step reported in this attempt, and when
   absl::Time first_step_time;
   absl::Time last_step_time;

@@ -15,6 +15,7 @@
 #include "google/protobuf/util/time_util.h"
 #include "server/cluster/node_loss.h"
 #include "server/metrics.h"
+#include "storage/metrics_store.h"
 #include "spdlog/spdlog.h"
 
 namespace llamafleet {
@@ -243,6 +244,16 @@ void ClusterManager::HandleEval(const std::string& worker, const v1::EvalResult&
     return;
   }
   Write(RecordEvalTxn(a->record.job_id, a->record.attempt, e.step(), e.loss(), e.perplexity()), [](absl::Status) {});
+}
+
+void ClusterManager::HandleEarlyStop(const std::string& worker, const v1::EarlyStop& e) {
+  ActiveAttempt* a = BoundAttempt(worker, e.task_id(), "an early stop");
+  if (a == nullptr) return;
+  // The reason becomes the job's when every rank has exited 0; the event says it now.
+  a->stopped_early = e.reason().substr(0, 512);
+  if (a->stopped_early.empty()) a->stopped_early = absl::StrCat("stopped early at step ", e.step());
+  Write(RecordAttemptNoteTxn(a->record.job_id, a->record.attempt, "stopped_early", a->stopped_early),
+        [](absl::Status) {});
 }
 
 void ClusterManager::HandlePhase(const std::string& worker, const v1::StartupPhase& phase) {

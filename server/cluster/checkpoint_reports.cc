@@ -4,6 +4,7 @@
 #include "server/cluster/cluster_manager.h"
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
@@ -33,10 +34,16 @@ void ClusterManager::HandleCheckpoint(const std::string& worker,
     spdlog::warn("job {}: checkpoint {} has no manifest; not recorded", job_id, report.path());
     return;
   }
+  v1::CheckpointReport recorded = report;
+  if (recorded.has_eval_loss() && !(std::isfinite(recorded.eval_loss()) && recorded.eval_loss() >= 0)) {
+    spdlog::warn("job {}: checkpoint {} reports eval loss {}; recorded without it", job_id, report.path(),
+                 report.eval_loss());
+    recorded.clear_eval_loss();
+  }
   const int keep_last = a->spec.checkpoint().keep_last();
   // Retention after recording, off the loop: the files of checkpoints beyond keep_last,
   // then their rows.
-  Write(RecordCheckpointTxn(job_id, a->record.attempt, report),
+  Write(RecordCheckpointTxn(job_id, a->record.attempt, recorded),
         [this, job_id, keep_last, job_dir, attempt = a->record.attempt,
          step = report.step()](absl::Status s) {
           if (!s.ok()) return;

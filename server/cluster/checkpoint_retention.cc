@@ -61,7 +61,16 @@ RetentionPlan PlanRetention(const std::string& job_dir,
                             const std::vector<v1::Checkpoint>& checkpoints, int keep_last) {
   RetentionPlan plan;
   if (keep_last <= 0) return plan;
+  // The lowest eval loss is kept whatever its age (the first of equals).
+  size_t best = checkpoints.size();
+  for (size_t i = 0; i < checkpoints.size(); ++i) {
+    if (checkpoints[i].has_eval_loss() &&
+        (best == checkpoints.size() || checkpoints[i].eval_loss() < checkpoints[best].eval_loss())) {
+      best = i;
+    }
+  }
   for (size_t i = keep_last; i < checkpoints.size(); ++i) {
+    if (i == best) continue;
     absl::Status s = CheckCheckpointPath(job_dir, checkpoints[i].path());
     if (s.ok()) {
       plan.remove.push_back(checkpoints[i]);

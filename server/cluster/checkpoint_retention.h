@@ -30,7 +30,8 @@ struct RetentionPlan {
   std::vector<std::string> refusals;    // why, one per refused checkpoint
 };
 // `checkpoints` newest first (as ListCheckpoints returns them): keeps the newest
-// `keep_last`, plans the rest for removal when CheckCheckpointPath allows it.
+// `keep_last` and the one with the lowest eval loss (output.export: best reads it back),
+// plans the rest for removal when CheckCheckpointPath allows it.
 RetentionPlan PlanRetention(const std::string& job_dir,
                             const std::vector<v1::Checkpoint>& checkpoints, int keep_last);
 

@@ -243,6 +243,9 @@ void ClusterManager::OnWorkerMessage(const std::string& worker, v1::WorkerMessag
       case v1::WorkerMessage::kEval:
         HandleEval(worker, message.eval());
         break;
+      case v1::WorkerMessage::kEarlyStop:
+        HandleEarlyStop(worker, message.early_stop());
+        break;
       default:
         break;
     }

@@ -195,6 +195,7 @@ class ClusterManager : public ClusterView {
   void HandleTokenizing(const std::string& worker, const v1::TokenizingProgress& progress);
   // Rank 0's evaluation: the job's eval figures and an "eval" event (finite values only).
   void HandleEval(const std::string& worker, const v1::EvalResult& eval);
+  void HandleEarlyStop(const std::string& worker, const v1::EarlyStop& stop);
   // A job was cancelled (committed CANCELLED): its attempt ends and its gang is stopped.
   void HandleCancelled(const v1::JobEvent& event);
   ActiveAttempt* AttemptOfTask(const std::string& task_id);

@@ -220,10 +220,30 @@ v1::Checkpoint MakeCheckpoint(int64_t step, int attempt, double loss) {
 }
 
 TEST(CheckpointsTableTest, OneRowPerCheckpointInOrder) {
-  EXPECT_EQ(CheckpointsTable({MakeCheckpoint(20, 2, 1.5), MakeCheckpoint(10, 1, 2.25)}),
-            "STEP   ATTEMPT   LOSS     SIZE      TIME                   PATH\n"
-            "20     2         1.5000   3.0 MiB   2026-11-30T00:53:20Z   /ckpt/step-20\n"
-            "10     1         2.2500   3.0 MiB   2026-11-30T00:53:20Z   /ckpt/step-10\n");
+  v1::Checkpoint evaluated = MakeCheckpoint(20, 2, 1.5);
+  evaluated.set_eval_loss(1.75);
+  EXPECT_EQ(CheckpointsTable({evaluated, MakeCheckpoint(10, 1, 2.25)}),
+            "STEP   ATTEMPT   LOSS     EVAL-LOSS   SIZE      TIME                   PATH\n"
+            "20     2         1.5000   1.7500      3.0 MiB   2026-11-30T00:53:20Z   /ckpt/step-20\n"
+            "10     1         2.2500   -           3.0 MiB   2026-11-30T00:53:20Z   /ckpt/step-10\n");
+}
+
+// -o wide shows where training is: steps, the train loss and the eval loss side by side
+// (overfitting shows as the two drifting apart).
+TEST(JobsTableTest, WideShowsTrainAndEvalLoss) {
+  v1::Job job;
+  job.set_id("7");
+  job.set_state(v1::RUNNING);
+  v1::JobMetricsPoint* m = job.mutable_latest_metrics();
+  m->set_step(40);
+  m->set_total_steps(100);
+  m->set_loss(2.18);
+  m->set_eval_loss(5.7);
+  const std::string wide = JobsTable({job}, /*wide=*/true, absl::Now());
+  EXPECT_NE(wide.find("EVAL-LOSS"), std::string::npos) << wide;
+  EXPECT_NE(wide.find("40/100"), std::string::npos) << wide;
+  EXPECT_NE(wide.find("2.1800"), std::string::npos) << wide;
+  EXPECT_NE(wide.find("5.7000"), std::string::npos) << wide;
 }
 
 // Each attempt's gang size and the resize that started it; NODES falls back to

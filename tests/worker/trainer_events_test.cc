@@ -58,6 +58,16 @@ TEST(TrainerEventsTest, EveryEventRoundTrips) {
   EXPECT_EQ(c.bytes, 4096);
   EXPECT_EQ(c.manifest_sha256, "ab12");
   EXPECT_EQ(c.loss, 1.25);
+  EXPECT_FALSE(c.eval_loss.has_value());
+  CheckpointSaved ce{"/ck/step-8", 8, 4096, "ab12", 1.25};
+  ce.eval_loss = 2.5;
+  EXPECT_EQ(RoundTrip(ce).eval_loss, 2.5);
+
+  StoppedEarly se = RoundTrip(StoppedEarly{30, 10, 2.25, "stopped early at step 30: eval loss did not improve"});
+  EXPECT_EQ(se.step, 30);
+  EXPECT_EQ(se.best_step, 10);
+  EXPECT_EQ(se.best_loss, 2.25);
+  EXPECT_EQ(se.reason, "stopped early at step 30: eval loss did not improve");
 
   EXPECT_EQ(RoundTrip(Preempted{7, 0.5}).step, 7);
   Eval ev = RoundTrip(Eval{24, 1.5, 4.48, 999});

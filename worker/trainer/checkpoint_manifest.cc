@@ -106,7 +106,10 @@ absl::StatusOr<CheckpointManifest> ParseCheckpointManifest(const std::string& te
       !r.Int("world_size", 1, kMaxManifestWorld, &m.world_size) || !r.String("strategy", &m.strategy) ||
       !r.Int("shard_group_size", 1, kMaxManifestWorld, &m.shard_group_size) ||
       !r.Int("tensor_parallel", 1, kMaxManifestTensorParallel, &m.tensor_parallel) ||
-      !r.Int("optimizer_steps", 0, kMax, &m.optimizer_steps) || !r.Number("loss_scale", &m.loss_scale)) {
+      !r.Int("optimizer_steps", 0, kMax, &m.optimizer_steps) || !r.Number("loss_scale", &m.loss_scale) ||
+      !r.Number("eval_loss", &m.eval_loss) || !r.Number("best_eval_loss", &m.best_eval_loss) ||
+      !r.Int("best_eval_step", 0, kMax, &m.best_eval_step) ||
+      !r.Int("evals_without_improvement", 0, kMax, &m.evals_without_improvement)) {
     return malformed(r.what());
   }
   if (static_cast<int64_t>(m.shard_group_size) * m.tensor_parallel > kMaxManifestWorld) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -38,6 +39,10 @@ struct CheckpointManifest {
   int64_t tokens_seen = 0;
   int64_t rows_seen = 0;
   int64_t global_batch = 0;
+  double eval_loss = std::numeric_limits<double>::quiet_NaN();       // absent: no eval at the step
+  double best_eval_loss = std::numeric_limits<double>::quiet_NaN();  // absent: no eval yet
+  int64_t best_eval_step = 0;
+  int64_t evals_without_improvement = 0;
   int world_size = 1;
   std::string strategy = "?";
   int shard_group_size = 1;  // shard_group_size x tensor_parallel <= kMaxManifestWorld

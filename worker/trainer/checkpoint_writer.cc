@@ -1,5 +1,7 @@
 #include "checkpoint_writer.h"
 
+#include <cmath>
+
 #include <ATen/core/grad_mode.h>
 #include <unistd.h>
 
@@ -89,7 +91,7 @@ absl::StatusOr<SavedCheckpoint> Complete(const CheckpointSnapshot& s, const std:
   for (size_t u = 0; u < s.unit_names.size(); ++u) {
     units.push_back({{"name", s.unit_names[u]}, {"numel", s.unit_numel[u]}, {"padded", s.unit_padded[u]}});
   }
-  const json manifest = {{"format", kShardedCheckpointFormat},
+  json manifest = {{"format", kShardedCheckpointFormat},
                          {"step", s.progress.step},
                          {"epoch", s.progress.epoch},
                          {"loss", s.progress.loss},
@@ -105,6 +107,13 @@ absl::StatusOr<SavedCheckpoint> Complete(const CheckpointSnapshot& s, const std:
                          {"loss_scale", s.loss_scale},
                          {"units", units},
                          {"files", files}};
+  // Evaluation and early stopping: written only once there is something to say.
+  if (std::isfinite(s.progress.eval_loss)) manifest["eval_loss"] = s.progress.eval_loss;
+  if (std::isfinite(s.progress.best_eval_loss)) {
+    manifest["best_eval_loss"] = s.progress.best_eval_loss;
+    manifest["best_eval_step"] = s.progress.best_eval_step;
+    manifest["evals_without_improvement"] = s.progress.evals_without_improvement;
+  }
   const std::string text = manifest.dump(2);
   const std::string tmp = (fs::path(partial) / "manifest.json.tmp").string();
   LF_RETURN_IF_ERROR(WriteStringToFile(tmp, text));
@@ -125,6 +134,7 @@ absl::StatusOr<SavedCheckpoint> Complete(const CheckpointSnapshot& s, const std:
   SavedCheckpoint saved;
   saved.step = s.progress.step;
   saved.loss = s.progress.loss;
+  saved.eval_loss = s.progress.eval_loss;
   saved.path = (fs::path(shown_root.empty() ? root : shown_root) / absl::StrCat("step-", s.progress.step)).string();
   LF_ASSIGN_OR_RETURN(saved.manifest_sha256, Sha256File((fs::path(final_dir) / "manifest.json").string()));
   saved.bytes = total + static_cast<int64_t>(text.size());
@@ -225,6 +235,7 @@ absl::StatusOr<SavedCheckpoint> WriteCheckpoint(const CheckpointSnapshot& s, int
     SavedCheckpoint saved;
     saved.step = s.progress.step;
     saved.loss = s.progress.loss;
+    saved.eval_loss = s.progress.eval_loss;
     saved.path = outcome.value("path", "");
     saved.bytes = outcome.value("bytes", int64_t{0});
     saved.manifest_sha256 = outcome.value("manifest_sha256", "");

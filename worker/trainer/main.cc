@@ -101,6 +101,10 @@ absl::StatusOr<lt::TrainOptions> OptionsFromSpecFile(const std::string& path,
   o.grad_clip = t.grad_clip();
   o.seed = t.seed();
   o.log_every = t.log_every();
+  o.eval_every = t.eval_every_steps();
+  o.early_stopping_patience = t.early_stopping().patience();
+  o.early_stopping_min_delta = t.early_stopping().min_delta();
+  o.export_best = spec.output().export_() == v1::BEST;
   auto precision = [](v1::Precision p, const char* fallback) -> std::string {
     switch (p) {
       case v1::FP32: return "fp32";

@@ -186,6 +186,10 @@ TrainerProgress ShardedCheckpoint::progress() const {
   p.tokens_seen = manifest_.tokens_seen;
   p.rows_seen = manifest_.rows_seen;
   p.global_batch = manifest_.global_batch;
+  p.eval_loss = manifest_.eval_loss;
+  p.best_eval_loss = manifest_.best_eval_loss;
+  p.best_eval_step = manifest_.best_eval_step;
+  p.evals_without_improvement = manifest_.evals_without_improvement;
   return p;
 }
 
@@ -265,24 +269,35 @@ ShardSource ShardedCheckpoint::ParamSource(const std::vector<UnitLayout>& full, 
   return RetileSource(full, /*frozen=*/false, tensor_parallel(), KindSource(this, "param"), t, tp_rank);
 }
 
+// Copies `kind`'s slices this rank's shards cover into the engine tensors `dst(unit)`.
+absl::Status ShardedCheckpoint::FillEngine(ShardedEngine& engine, const std::vector<UnitLayout>& full,
+                                           const char* kind, const std::function<at::Tensor(int)>& dst) {
+  const ShardSource source = RetileSource(full, /*frozen=*/false, tensor_parallel(), KindSource(this, kind),
+                                          engine.tp_size(), engine.tp_rank());
+  for (size_t u = 0; u < engine.layout().size(); ++u) {
+    const int unit = static_cast<int>(u);
+    const ShardSpan& sp = engine.span(unit);
+    const int64_t end = std::min(sp.begin + sp.shard, sp.numel);
+    at::Tensor tmp = at::zeros({sp.shard}, at::kFloat);
+    if (end > sp.begin) LF_RETURN_IF_ERROR(source(unit, sp.begin, end, tmp.narrow(0, 0, end - sp.begin)));
+    at::NoGradGuard no_grad;
+    dst(unit).copy_(tmp);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ShardedCheckpoint::RestoreParams(ShardedEngine& engine, const std::vector<UnitLayout>& full) {
+  return CatchTorch("restoring parameters", [&]() -> absl::Status {
+    LF_RETURN_IF_ERROR(CheckLayout(full));
+    return FillEngine(engine, full, "param", [&](int unit) { return engine.master(unit); });
+  });
+}
+
 absl::Status ShardedCheckpoint::RestoreEngine(ShardedEngine& engine, const std::vector<UnitLayout>& full) {
   return CatchTorch("restoring optimizer state", [&]() -> absl::Status {
     LF_RETURN_IF_ERROR(CheckLayout(full));
-    for (const char* kind : {"exp_avg", "exp_avg_sq"}) {
-      const ShardSource source =
-          RetileSource(full, /*frozen=*/false, tensor_parallel(), KindSource(this, kind), engine.tp_size(),
-                       engine.tp_rank());
-      for (size_t u = 0; u < engine.layout().size(); ++u) {
-        const int unit = static_cast<int>(u);
-        const ShardSpan& sp = engine.span(unit);
-        const int64_t end = std::min(sp.begin + sp.shard, sp.numel);
-        at::Tensor dst = std::string(kind) == "exp_avg" ? engine.exp_avg(unit) : engine.exp_avg_sq(unit);
-        at::Tensor tmp = at::zeros({sp.shard}, at::kFloat);
-        if (end > sp.begin) LF_RETURN_IF_ERROR(source(unit, sp.begin, end, tmp.narrow(0, 0, end - sp.begin)));
-        at::NoGradGuard no_grad;
-        dst.copy_(tmp);
-      }
-    }
+    LF_RETURN_IF_ERROR(FillEngine(engine, full, "exp_avg", [&](int unit) { return engine.exp_avg(unit); }));
+    LF_RETURN_IF_ERROR(FillEngine(engine, full, "exp_avg_sq", [&](int unit) { return engine.exp_avg_sq(unit); }));
     engine.set_optimizer_steps(manifest_.optimizer_steps);
     const double scale = manifest_.loss_scale;
     if (engine.options().compute_dtype == at::kHalf && scale > 0) engine.set_loss_scale(scale);

@@ -23,6 +23,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <limits>
 #include <map>
 #include <memory>
 #include <string>
@@ -48,6 +50,14 @@ struct TrainerProgress {
   // and rows per optimizer step. 0 in checkpoints written before they were recorded.
   int64_t rows_seen = 0;
   int64_t global_batch = 0;
+  // Evaluation (training.eval_every_steps): the eval loss at this step (NaN: none ran at
+  // it), and early stopping's state as of this step: the lowest eval loss so far and its
+  // step (NaN / 0: no evaluation yet), and the evaluations since the last one that
+  // improved on the best by at least min_delta.
+  double eval_loss = std::numeric_limits<double>::quiet_NaN();
+  double best_eval_loss = std::numeric_limits<double>::quiet_NaN();
+  int64_t best_eval_step = 0;
+  int64_t evals_without_improvement = 0;
 };
 
 // The layout's names, shared by the reader below and the writer (checkpoint_writer.h).
@@ -61,6 +71,7 @@ struct SavedCheckpoint {
   std::string path;             // <root>/step-N (holds the manifest)
   int64_t step = 0;             // optimizer steps it holds
   double loss = 0;              // loss of its last step
+  double eval_loss = std::numeric_limits<double>::quiet_NaN();  // the eval at its step (NaN: none)
   double write_seconds = 0;     // this rank's write: start to complete (checkpoint_writer.h)
   int64_t bytes = 0;            // all files, manifest included
   std::string manifest_sha256;  // hex sha256 of manifest.json
@@ -109,6 +120,9 @@ class ShardedCheckpoint {
   // this rank's RNG state when the checkpoint has a file for it. `full`: the unsplit
   // layout of the engine's.
   absl::Status RestoreEngine(ShardedEngine& engine, const std::vector<UnitLayout>& full);
+  // Overwrites the engine's master parameters with this checkpoint's (any world size,
+  // strategy or tensor-parallel degree, as above): exporting an earlier step's weights.
+  absl::Status RestoreParams(ShardedEngine& engine, const std::vector<UnitLayout>& full);
 
   // The units must match the unsplit layout the caller will train (same model shape).
   absl::Status CheckLayout(const std::vector<UnitLayout>& full) const;
@@ -116,6 +130,8 @@ class ShardedCheckpoint {
  private:
   ShardedCheckpoint() = default;
   absl::StatusOr<const SafetensorsFile*> Shard(int index);
+  absl::Status FillEngine(ShardedEngine& engine, const std::vector<UnitLayout>& full, const char* kind,
+                          const std::function<at::Tensor(int)>& dst);
 
   std::string dir_;
   CheckpointManifest manifest_;

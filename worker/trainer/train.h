@@ -78,6 +78,12 @@ struct TrainOptions {
   double grad_clip = 0.0;       // max global grad norm; 0 = off
   uint64_t seed = 42;           // init and data order
   int64_t log_every = 10;       // metrics line every N optimizer steps
+  int64_t eval_every = 0;       // evaluate on eval_path every N steps (and after the last); 0 = after the last
+  // Early stopping: stop after `patience` evaluations in a row whose eval loss did not go
+  // below best - min_delta (0 = off). The state travels in checkpoints (TrainerProgress).
+  int early_stopping_patience = 0;
+  double early_stopping_min_delta = 0.0;
+  bool export_best = false;     // export the weights of the lowest-eval-loss checkpoint, not the last
   std::string compute_dtype = "fp32";  // fp32 | bf16: activations and gathered params
   bool shuffle = true;          // shuffle rows each epoch
   std::string checkpoint_dir;   // where step-N checkpoints go ("" = none)

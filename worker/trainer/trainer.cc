@@ -45,6 +45,11 @@ void Trainer::FlushPhases() {
 
 absl::Status Trainer::Setup() {
   LF_RETURN_IF_ERROR(CheckJobPaths(opt_, rank0_));
+  if (opt_.export_best && (opt_.checkpoint_dir.empty() || opt_.eval_path.empty())) {
+    return absl::InvalidArgumentError(
+        "output.export: best needs data.eval_path and checkpoint.dir (the best weights are read back from the "
+        "checkpoint saved at their evaluation)");
+  }
   checkpoint_io_dir_ = opt_.checkpoint_dir;
   if (!opt_.checkpoint_dir.empty() && !opt_.path_roots.empty() && !opt_.job_id.empty()) {
     LF_ASSIGN_OR_RETURN(checkpoint_dir_fd_,
@@ -177,6 +182,9 @@ absl::Status Trainer::Setup() {
                                               saved.global_batch));
     }
     tokens_seen_ = resume->progress().tokens_seen;
+    best_eval_loss_ = saved.best_eval_loss;
+    best_eval_step_ = saved.best_eval_step;
+    evals_without_improvement_ = saved.evals_without_improvement;
     if (rank0_) {
       LogInfo(absl::StrCat("resumed from ", resume_dir, " at step ", start_step_, " (saved by ",
                            resume->world_size(), " ranks, ", resume->parsed_manifest().strategy, ")"));
@@ -404,8 +412,9 @@ absl::Status Trainer::ReportSaved(const absl::StatusOr<std::optional<SavedCheckp
   if (!done.ok()) return done.status();
   if (rank0_ && done->has_value()) {
     const SavedCheckpoint& saved = **done;
-    EmitJsonLine(trainer_events::ToLine(
-        trainer_events::CheckpointSaved{saved.path, saved.step, saved.bytes, saved.manifest_sha256, saved.loss}));
+    trainer_events::CheckpointSaved line{saved.path, saved.step, saved.bytes, saved.manifest_sha256, saved.loss};
+    if (std::isfinite(saved.eval_loss)) line.eval_loss = saved.eval_loss;
+    EmitJsonLine(trainer_events::ToLine(line));
   }
   return absl::OkStatus();
 }
@@ -420,6 +429,10 @@ absl::Status Trainer::Checkpoint(int64_t step, double loss) {
   progress.tokens_seen = tokens_seen_;
   progress.rows_seen = step * sampler_->global_batch();
   progress.global_batch = sampler_->global_batch();
+  if (last_eval_step_ == step) progress.eval_loss = last_eval_loss_;
+  progress.best_eval_loss = best_eval_loss_;
+  progress.best_eval_step = best_eval_step_;
+  progress.evals_without_improvement = evals_without_improvement_;
   std::optional<SavedCheckpoint> previous;
   LF_RETURN_IF_ERROR(writer_->Start(TakeSnapshot(*engine_, config_, progress), &previous));
   return ReportSaved(previous);
@@ -446,8 +459,20 @@ absl::Status Trainer::Run() {
     }
     if (writer_) LF_RETURN_IF_ERROR(ReportSaved(writer_->Poll()));
     const bool last = step + 1 == total_steps_;
+    // Evaluations every eval_every steps; the one after the last step is Finish's.
+    if (eval_ && !last && opt_.eval_every > 0 && (step + 1) % opt_.eval_every == 0 && EvaluateAt(step + 1)) {
+      const std::string reason = EarlyStopReason(step + 1);
+      if (rank0_) {
+        LogInfo(reason);
+        EmitJsonLine(trainer_events::ToLine(
+            trainer_events::StoppedEarly{step + 1, best_eval_step_, best_eval_loss_, reason}));
+      }
+      return Finish(step + 1);
+    }
+    // With export_best, each new best is checkpointed: Finish reads the best back from it.
+    const bool new_best = opt_.export_best && best_eval_step_ == step + 1;
     bool saved_now = false;
-    if (opt_.checkpoint_every > 0 && (step + 1) % opt_.checkpoint_every == 0 && !last) {
+    if (((opt_.checkpoint_every > 0 && (step + 1) % opt_.checkpoint_every == 0) || new_best) && !last) {
       LF_RETURN_IF_ERROR(Checkpoint(step + 1, loss));
       saved_now = true;
     }
@@ -462,18 +487,50 @@ absl::Status Trainer::Run() {
       return absl::OkStatus();
     }
   }
-  return Finish();
+  return Finish(total_steps_);
 }
 
-absl::Status Trainer::Finish() {
-  if (eval_) {
-    EvalResult r = Evaluate(*model_, *engine_, *eval_, opt_.micro_batch, device_);
+bool Trainer::EvaluateAt(int64_t step) {
+  const EvalResult r = Evaluate(*model_, *engine_, *eval_, opt_.micro_batch, device_);
+  if (rank0_) EmitJsonLine(trainer_events::ToLine(trainer_events::Eval{step, r.loss, r.perplexity, r.tokens}));
+  last_eval_step_ = step;
+  last_eval_loss_ = r.loss;
+  // Every rank computes the same all-reduced loss, so every rank decides alike.
+  const bool first = std::isnan(best_eval_loss_);
+  if (first || r.loss < best_eval_loss_ - opt_.early_stopping_min_delta) {
+    evals_without_improvement_ = 0;
+  } else {
+    ++evals_without_improvement_;
+  }
+  // The best is the lowest loss, improvements below min_delta included (the export's choice).
+  if (first || r.loss < best_eval_loss_) {
+    best_eval_loss_ = r.loss;
+    best_eval_step_ = step;
+  }
+  return opt_.early_stopping_patience > 0 && evals_without_improvement_ >= opt_.early_stopping_patience;
+}
+
+std::string Trainer::EarlyStopReason(int64_t step) const {
+  return absl::StrFormat(
+      "stopped early at step %d: eval loss did not improve by %g for %d evaluations (best %.4f at step %d)", step,
+      opt_.early_stopping_min_delta, evals_without_improvement_, best_eval_loss_, best_eval_step_);
+}
+
+absl::Status Trainer::Finish(int64_t end_step) {
+  if (eval_ && last_eval_step_ != end_step) EvaluateAt(end_step);
+  LF_RETURN_IF_ERROR(Checkpoint(end_step, last_loss_));
+  LF_RETURN_IF_ERROR(FinishCheckpoint());
+  if (opt_.export_best && !opt_.export_dir.empty() && best_eval_step_ > 0 && best_eval_step_ != end_step) {
+    // The best evaluation's weights, from the checkpoint saved at it (kept by the
+    // coordinator's retention as the lowest eval loss).
+    const std::string dir = (fs::path(checkpoint_io_dir_) / absl::StrCat("step-", best_eval_step_)).string();
+    LF_ASSIGN_OR_RETURN(std::unique_ptr<ShardedCheckpoint> best, ShardedCheckpoint::Open(dir));
+    LF_RETURN_IF_ERROR(best->RestoreParams(*engine_, full_layout_));
     if (rank0_) {
-      EmitJsonLine(trainer_events::ToLine(trainer_events::Eval{total_steps_, r.loss, r.perplexity, r.tokens}));
+      LogInfo(absl::StrFormat("exporting the weights of step %d (eval loss %.4f, the lowest of the run)",
+                              best_eval_step_, best_eval_loss_));
     }
   }
-  LF_RETURN_IF_ERROR(Checkpoint(total_steps_, last_loss_));
-  LF_RETURN_IF_ERROR(FinishCheckpoint());
   if (!opt_.export_dir.empty()) {
     ExportOptions eo;
     eo.dtype = opt_.export_dtype;
@@ -499,7 +556,7 @@ absl::Status Trainer::Finish() {
     }
   }
   if (rank0_) {
-    EmitJsonLine(trainer_events::ToLine(trainer_events::Finished{total_steps_, last_loss_, opt_.export_dir}));
+    EmitJsonLine(trainer_events::ToLine(trainer_events::Finished{end_step, last_loss_, opt_.export_dir}));
   }
   return absl::OkStatus();
 }

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <chrono>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -50,7 +51,14 @@ class Trainer {
   absl::Status Checkpoint(int64_t step, double loss);
   absl::Status FinishCheckpoint();  // the save in flight, finished and reported
   absl::Status ReportSaved(const absl::StatusOr<std::optional<SavedCheckpoint>>& done);
-  absl::Status Finish();            // eval, final checkpoint, export, finished event
+  // After the last step, or after `end_step` when early stopping ended training: the
+  // evaluation (unless one just ran), the final checkpoint, the export (of the best
+  // evaluation's weights with export_best) and the finished event.
+  absl::Status Finish(int64_t end_step);
+  // One evaluation after `step` steps, on every rank: reported by rank 0, the best and
+  // early stopping's count updated. True when early stopping says to stop here.
+  bool EvaluateAt(int64_t step);
+  std::string EarlyStopReason(int64_t step) const;
   void PhaseDone(const std::string& phase, const std::string& detail);
   void FlushPhases();
 
@@ -99,6 +107,13 @@ class Trainer {
   Clock::time_point interval_start_;
   int64_t interval_tokens_ = 0, interval_steps_ = 0;
   double interval_loss_ = 0, last_loss_ = 0;
+
+  // Evaluation and early stopping (TrainerProgress states the contract; restored on resume).
+  int64_t last_eval_step_ = -1;  // the step of last_eval_loss_
+  double last_eval_loss_ = 0;
+  double best_eval_loss_ = std::numeric_limits<double>::quiet_NaN();
+  int64_t best_eval_step_ = 0;
+  int64_t evals_without_improvement_ = 0;
 };
 
 }  // namespace llamafleet::trainer

@@ -14,7 +14,7 @@ import grpc
 from llamafleet import errors
 from llamafleet.connection import Connection
 from llamafleet.progress import Progress
-from llamafleet.records import LogLine, MetricsPoint, metrics_frame
+from llamafleet.records import EvalPoint, LogLine, MetricsPoint, metrics_frame
 from llamafleet.spec import SpecLike, specs_of
 from llamafleet.v1 import job_pb2, job_pb2_grpc, worker_pb2, worker_pb2_grpc
 
@@ -27,6 +27,18 @@ MAX_BATCH = 1000
 _EVENTS_PER_CALL = 1000
 # How long wait() keeps retrying while the coordinator cannot be reached (a restart).
 _WAIT_RESUME_WINDOW_S = 60.0
+
+
+def _maybe_frame(records: list, record, as_frame: Optional[bool]):
+    """`records` as a DataFrame (as_frame True, or None with pandas importable), else the list."""
+    if as_frame is False:
+        return records
+    if as_frame is None:
+        try:
+            import pandas  # noqa: F401
+        except ImportError:
+            return records
+    return metrics_frame(records, record)
 
 
 def _job_id(job_id: JobId) -> str:
@@ -305,14 +317,15 @@ class Client:
         ImportError without pandas), False = the list."""
         request = job_pb2.GetJobMetricsRequest(job_id=_job_id(job_id), max_points=max_points)
         points = [MetricsPoint.from_proto(p) for p in self._call(self._jobs.GetJobMetrics, request).points]
-        if as_frame is False:
-            return points
-        if as_frame is None:
-            try:
-                import pandas  # noqa: F401
-            except ImportError:
-                return points
-        return metrics_frame(points)
+        return _maybe_frame(points, MetricsPoint, as_frame)
+
+    def evals(self, job_id: JobId, max_points: int = 500, as_frame: Optional[bool] = None):
+        """Every evaluation on the job's data.eval_path (training.eval_every_steps, and the
+        one after the last step), all attempts, oldest first, at most the newest
+        `max_points`. A list of EvalPoint, or a DataFrame as metrics() decides."""
+        request = job_pb2.GetJobMetricsRequest(job_id=_job_id(job_id), max_points=max_points)
+        evals = [EvalPoint.from_proto(e) for e in self._call(self._jobs.GetJobMetrics, request).evals]
+        return _maybe_frame(evals, EvalPoint, as_frame)
 
     def checkpoints(self, job_id: JobId) -> List[job_pb2.Checkpoint]:
         """The job's recorded (complete) checkpoints, newest first."""

@@ -38,12 +38,27 @@ class MetricsPoint:
                             p.tflops, p.mfu, p.peak_memory_bytes, to_datetime(p.time), p.attempt)
 
 
-def metrics_frame(points: List[MetricsPoint]):
-    """The points as a pandas DataFrame, one row per point, columns named as the fields.
-    Raises ImportError without pandas."""
+@dataclasses.dataclass(frozen=True)
+class EvalPoint:
+    """One evaluation on the job's data.eval_path (llamafleet.v1.EvalPoint)."""
+
+    step: int  # the optimizer step evaluated after
+    loss: float
+    perplexity: float
+    time: Optional[datetime.datetime]
+    attempt: int
+
+    @staticmethod
+    def from_proto(p) -> "EvalPoint":
+        return EvalPoint(p.step, p.loss, p.perplexity, to_datetime(p.time), p.attempt)
+
+
+def metrics_frame(points: list, record=MetricsPoint):
+    """The points (MetricsPoint, or `record` records) as a pandas DataFrame, one row per
+    point, columns named as the fields. Raises ImportError without pandas."""
     import pandas  # optional dependency
 
-    columns = [f.name for f in dataclasses.fields(MetricsPoint)]
+    columns = [f.name for f in dataclasses.fields(record)]
     return pandas.DataFrame([dataclasses.astuple(p) for p in points], columns=columns)
 
 
