@@ -56,3 +56,10 @@ if(TARGET llamafleet_trainer_sharding AND LLAMAFLEET_SYSTEM_PYTHON3)
     COMMAND ${LLAMAFLEET_SYSTEM_PYTHON3} ${CMAKE_CURRENT_SOURCE_DIR}/test_tensor_parallel.py ${CMAKE_RUNTIME_OUTPUT_DIRECTORY})
   set_tests_properties(trainer_tensor_parallel_test PROPERTIES TIMEOUT 900 ENVIRONMENT "OMP_NUM_THREADS=1")
 endif()
+
+# Evaluation every N steps, early stopping and export best against reference.py's eval.
+if(TARGET llamafleet_trainer_sharding AND LLAMAFLEET_SYSTEM_PYTHON3)
+  add_test(NAME trainer_early_stopping_test
+    COMMAND ${LLAMAFLEET_SYSTEM_PYTHON3} ${CMAKE_CURRENT_SOURCE_DIR}/test_early_stopping.py ${CMAKE_RUNTIME_OUTPUT_DIRECTORY})
+  set_tests_properties(trainer_early_stopping_test PROPERTIES TIMEOUT 600 ENVIRONMENT "OMP_NUM_THREADS=1")
+endif()
