@@ -13,6 +13,9 @@ Usage: /usr/bin/python3 test_early_stopping.py BIN_DIR [unittest args]
     reference evaluates the export to exactly that minimum, and the checkpoint saved at
     that step records it;
   - a run stopped and resumed keeps its early-stopping state (it stops at the same step);
+  - TensorBoard: rank 0's events files (<checkpoint dir>/tensorboard/attempt-<N>, one run
+    per attempt) hold every metrics line's and every evaluation's scalars, read back by an
+    independent reader of the format (tests/testing/tensorboard_events.py);
   - bad input names the field and writes nothing.
 """
 import json
@@ -26,7 +29,9 @@ import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "testing"))
 import reference as ref  # noqa: E402
+import tensorboard_events as tb  # noqa: E402  (the independent reader of the events files)
 from ranks import json_lines, launch_ranks, wait_ranks  # noqa: E402
 
 BIN = None
@@ -78,9 +83,12 @@ output: {export_dir: %s, export_dtype: FP32, export: %s}
        self.path(name + "-out"), export, extra))
         return f
 
-    def train(self, spec, world, check=True, extra_args=()):
+    def train(self, spec, world, check=True, extra_args=(), attempt=None):
+        env = {"LLAMAFLEET_CPU_GEMM": "aten"}
+        if attempt is not None:
+            env["LLAMAFLEET_ATTEMPT"] = str(attempt)
         procs = launch_ranks([os.path.join(BIN, "llamafleet-train"), "train", "--spec", spec] + list(extra_args),
-                             world, local_world=2, env_extra={"LLAMAFLEET_CPU_GEMM": "aten"})
+                             world, local_world=2, env_extra=env)
         codes, outs = wait_ranks(procs)
         if check:
             for code, (_, err) in zip(codes, outs):
@@ -123,6 +131,27 @@ output: {export_dir: %s, export_dtype: FP32, export: %s}
         saved = [c for c in events(out, "checkpoint_saved") if c["step"] == evals[best]["step"]]
         self.assertEqual(len(saved), 1)
         self.assertAlmostEqual(saved[0]["eval_loss"], losses[best], delta=1e-12)
+        self.check_tensorboard(self.path("stop-ck", "tensorboard", "attempt-0"), out)
+
+    def check_tensorboard(self, run_dir, out):
+        """Every metrics line and evaluation of rank 0's stdout `out` is in the run's scalars."""
+        run = tb.read_events(run_dir)
+        self.assertEqual(run.file_version, "brain.Event:2")
+        self.assertEqual(run.truncated, [])
+        metrics = [j for j in json_lines(out) if j.get("type") == "metrics"]
+        self.assertGreater(len(metrics), 0)
+        want = {"train/loss": [(m["step"], m["loss"]) for m in metrics],
+                "train/lr": [(m["step"], m["lr"]) for m in metrics],
+                "train/grad_norm": [(m["step"], m["grad_norm"]) for m in metrics],
+                "perf/tokens_per_s": [(m["step"], m["tokens_per_s"]) for m in metrics],
+                "memory/peak_gib": [(m["step"], m["peak_mem_bytes"] / 2**30) for m in metrics],
+                "eval/loss": [(e["step"], e["loss"]) for e in events(out, "eval")],
+                "eval/perplexity": [(e["step"], e["perplexity"]) for e in events(out, "eval")]}
+        for tag, points in want.items():
+            got = [(step, value) for step, value, _ in run.scalars.get(tag, [])]
+            self.assertEqual([p[0] for p in got], [p[0] for p in points], tag)
+            for (_, g), (_, w) in zip(got, points):
+                self.assertLessEqual(abs(g - w), 1e-6 * max(1.0, abs(w)), tag)  # float precision
 
     def test_eval_is_the_same_at_any_world_size_and_matches_the_reference(self):
         # No early stopping, export the last weights: 1 rank and 2 ranks evaluate alike, and
@@ -145,14 +174,19 @@ output: {export_dir: %s, export_dtype: FP32, export: %s}
         whole = events(outs[0][0], "stopped_early")[0]
         # The same run cut at step 6 (max_steps), then resumed from its checkpoint with the
         # full step budget: it must stop at the same step with the same best.
-        self.train(self.spec("cut", steps=6), 2)
+        _, cut_outs = self.train(self.spec("cut", steps=6), 2, attempt=1)
         resumed_spec = self.spec("resumed", ck="cut")
-        _, outs = self.train(resumed_spec, 2, extra_args=["--resume", self.path("cut-ck", "step-6")])
+        _, outs = self.train(resumed_spec, 2, extra_args=["--resume", self.path("cut-ck", "step-6")], attempt=2)
         again = events(outs[0][0], "stopped_early")
         self.assertEqual(len(again), 1, outs[0][0][-3000:])
         self.assertEqual(again[0]["step"], whole["step"])
         self.assertEqual(again[0]["best_step"], whole["best_step"])
         self.assertLess(abs(again[0]["best_loss"] - whole["best_loss"]) / whole["best_loss"], TOL)
+        # One TensorBoard run per attempt, side by side under the job's checkpoint dir.
+        runs = tb.read_logdir(self.path("cut-ck", "tensorboard"))
+        self.assertEqual(sorted(runs), ["attempt-1", "attempt-2"])
+        self.check_tensorboard(self.path("cut-ck", "tensorboard", "attempt-1"), cut_outs[0][0])
+        self.check_tensorboard(self.path("cut-ck", "tensorboard", "attempt-2"), outs[0][0])
 
     def test_bad_input_names_the_field(self):
         cases = [

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
 #include "train.h"
@@ -240,6 +241,9 @@ int main(int argc, char** argv) {
     opts->token_cache_dir = token_cache_dir;
     opts->path_roots = path_roots;
     if (const char* job = std::getenv("LLAMAFLEET_JOB_ID")) opts->job_id = job;
+    if (const char* attempt = std::getenv("LLAMAFLEET_ATTEMPT")) {
+      if (!absl::SimpleAtoi(attempt, &opts->attempt) || opts->attempt < 0) opts->attempt = 0;
+    }
     if (const char* env = std::getenv("LLAMAFLEET_PEAK_TFLOPS"); env && opts->peak_tflops <= 0) {
       opts->peak_tflops = std::atof(env);
     }

@@ -120,6 +120,9 @@ struct TrainOptions {
   // Owner written into the export's marker file (LLAMAFLEET_JOB_ID): only an earlier export
   // of the same job may be replaced.
   std::string job_id;
+  // The coordinator's attempt number (LLAMAFLEET_ATTEMPT; 0 for a run started by hand):
+  // rank 0 writes TensorBoard scalars to <checkpoint_dir>/tensorboard/attempt-<N>.
+  int64_t attempt = 0;
 };
 
 // Micro-steps per optimizer step on `world_size` ranks: options.grad_accum, or with a global

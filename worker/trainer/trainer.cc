@@ -38,6 +38,32 @@ void Trainer::PhaseDone(const std::string& phase, const std::string& detail) {
   phase_summary_.push_back(absl::StrFormat("%s %.2f s%s", phase, seconds, detail.empty() ? "" : " (" + detail + ")"));
 }
 
+void Trainer::OpenTensorBoard() {
+  if (!rank0_ || opt_.checkpoint_dir.empty()) return;
+  const std::string run = TensorBoardAttemptDir(opt_.attempt);
+  absl::StatusOr<std::unique_ptr<TensorBoardWriter>> w =
+      checkpoint_dir_fd_.valid() ? TensorBoardWriter::Open(checkpoint_dir_fd_.get(), run, opt_.checkpoint_dir)
+                                 : TensorBoardWriter::Open((fs::path(opt_.checkpoint_dir) / run).string());
+  if (!w.ok()) {
+    LogWarning(absl::StrCat("no TensorBoard events: ", w.status().message()));
+    return;
+  }
+  tensorboard_ = std::move(*w);
+}
+
+void Trainer::ToTensorBoard(int64_t step, const std::vector<std::pair<const char*, double>>& scalars) {
+  if (!tensorboard_) return;
+  absl::Status s;
+  for (const auto& [tag, value] : scalars) {
+    if (s.ok()) s = tensorboard_->AddScalar(tag, step, value);
+  }
+  if (s.ok()) s = tensorboard_->Flush();
+  if (!s.ok()) {
+    LogWarning(absl::StrCat("TensorBoard events stopped: ", s.message()));
+    tensorboard_.reset();
+  }
+}
+
 void Trainer::FlushPhases() {
   for (const std::string& line : pending_phases_) EmitJsonLine(line);
   pending_phases_.clear();
@@ -401,6 +427,15 @@ void Trainer::LogMetrics(int64_t step, double lr, double grad_norm) {
   line.peak_mem_bytes = device_.is_cuda() ? PeakDeviceMemoryBytes(device_) : PeakRssBytes();
   if (peak_tflops_ > 0) line.mfu = tflops / (peak_tflops_ * env_.world_size);
   EmitJsonLine(trainer_events::ToLine(line));
+  std::vector<std::pair<const char*, double>> scalars = {
+      {"train/loss", line.loss},
+      {"train/lr", line.lr},
+      {"train/grad_norm", line.grad_norm},
+      {"perf/tokens_per_s", line.tokens_per_s},
+      {"perf/tflops", line.tflops},
+      {"memory/peak_gib", static_cast<double>(line.peak_mem_bytes) / (1 << 30)}};
+  if (line.mfu.has_value()) scalars.push_back({"perf/mfu", *line.mfu});
+  ToTensorBoard(line.step, scalars);
   LogInfo(absl::StrCat("step ", step + 1, "/", total_steps_, " loss ", line.loss, " lr ", lr, " grad_norm ",
                        grad_norm, " tokens/s ", static_cast<int64_t>(tps)));
   interval_start_ = Clock::now();
@@ -449,6 +484,7 @@ absl::Status Trainer::FinishCheckpoint() {
 
 absl::Status Trainer::Run() {
   LF_RETURN_IF_ERROR(Setup());
+  OpenTensorBoard();
   InstallPreemptionHandler();
   interval_start_ = Clock::now();
   for (int64_t step = start_step_; step < total_steps_; ++step) {
@@ -492,7 +528,10 @@ absl::Status Trainer::Run() {
 
 bool Trainer::EvaluateAt(int64_t step) {
   const EvalResult r = Evaluate(*model_, *engine_, *eval_, opt_.micro_batch, device_);
-  if (rank0_) EmitJsonLine(trainer_events::ToLine(trainer_events::Eval{step, r.loss, r.perplexity, r.tokens}));
+  if (rank0_) {
+    EmitJsonLine(trainer_events::ToLine(trainer_events::Eval{step, r.loss, r.perplexity, r.tokens}));
+    ToTensorBoard(step, {{"eval/loss", r.loss}, {"eval/perplexity", r.perplexity}});
+  }
   last_eval_step_ = step;
   last_eval_loss_ = r.loss;
   // Every rank computes the same all-reduced loss, so every rank decides alike.

@@ -13,11 +13,13 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "checkpoint_writer.h"
 #include "common/dir_fd.h"
+#include "common/tensorboard_writer.h"
 #include "collectives.h"
 #include "config.h"
 #include "data.h"
@@ -59,6 +61,10 @@ class Trainer {
   // early stopping's count updated. True when early stopping says to stop here.
   bool EvaluateAt(int64_t step);
   std::string EarlyStopReason(int64_t step) const;
+  // Rank 0's TensorBoard scalars at `step` (nothing when the run has no events file; a
+  // failed write is logged once and ends the file, never the training).
+  void OpenTensorBoard();
+  void ToTensorBoard(int64_t step, const std::vector<std::pair<const char*, double>>& scalars);
   void PhaseDone(const std::string& phase, const std::string& detail);
   void FlushPhases();
 
@@ -98,6 +104,7 @@ class Trainer {
   // path when the task has no path roots.
   UniqueFd checkpoint_dir_fd_;
   std::string checkpoint_io_dir_;
+  std::unique_ptr<TensorBoardWriter> tensorboard_;
   int64_t start_step_ = 0;
   int64_t tokens_seen_ = 0;
   int64_t flops_per_token_ = 0;
