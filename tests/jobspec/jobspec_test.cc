@@ -212,6 +212,19 @@ INSTANTIATE_TEST_SUITE_P(
         ValidateCase{"training: {lr_schedule: {type: step, gamma: 1.5}}",
                      "training.lr_schedule.gamma must be in (0, 1]"},
         ValidateCase{"training: {log_every: 0}", "training.log_every must be >= 1"},
+        ValidateCase{"training: {eval_every_steps: -1}", "training.eval_every_steps must be >= 0"},
+        ValidateCase{"training: {eval_every_steps: 10}", "training.eval_every_steps needs data.eval_path"},
+        ValidateCase{"{data: {train_path: /d, eval_path: /e}, training: {early_stopping: {patience: 3}}}",
+                     "training.early_stopping needs training.eval_every_steps"},
+        ValidateCase{"{data: {train_path: /d, eval_path: /e}, training: {eval_every_steps: 5, "
+                     "early_stopping: {patience: -1}}}",
+                     "training.early_stopping.patience must be >= 0"},
+        ValidateCase{"{data: {train_path: /d, eval_path: /e}, training: {eval_every_steps: 5, "
+                     "early_stopping: {patience: 3, min_delta: -0.1}}}",
+                     "training.early_stopping.min_delta must be in [0, 1e6)"},
+        ValidateCase{"output: {export: best, export_dir: /x}", "output.export best needs training.eval_every_steps"},
+        ValidateCase{"{data: {train_path: /d, eval_path: /e}, training: {eval_every_steps: 5}, output: {export: best}}",
+                     "output.export best needs output.export_dir"},
         ValidateCase{"name: ''", "name is required"},
         ValidateCase{"name: 'has space'", "name may contain only"},
         ValidateCase{"priority: 5000", "priority must be in [-1000, 1000]"},
@@ -239,6 +252,27 @@ INSTANTIATE_TEST_SUITE_P(
         ValidateCase{"output: {max_shard_size_mb: 0}", "output.max_shard_size_mb must be >= 1"},
         ValidateCase{"fsdp: {max_inflight_all_gathers: 0}",
                      "fsdp.max_inflight_all_gathers must be >= 1"}));
+
+// Evaluation every N steps with early stopping and the best export: accepted with an eval
+// set; export defaults to LAST and the metric to EVAL_LOSS.
+TEST(JobSpecTest, EarlyStoppingAndExportBestAreAccepted) {
+  absl::StatusOr<std::vector<ParsedJob>> jobs = ParseJobDocuments(
+      "name: es\nmodel: {path: /m}\ndata: {train_path: /d, eval_path: /e}\n"
+      "training: {eval_every_steps: 50, early_stopping: {patience: 3, min_delta: 0.01}}\n"
+      "output: {export_dir: /x, export: best}\n");
+  ASSERT_TRUE(jobs.ok()) << jobs.status();
+  v1::JobSpec spec = (*jobs)[0].spec;
+  ApplyDefaults(&spec);
+  ASSERT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
+  EXPECT_EQ(spec.training().eval_every_steps(), 50);
+  EXPECT_EQ(spec.training().early_stopping().patience(), 3);
+  EXPECT_EQ(spec.training().early_stopping().metric(), v1::EVAL_LOSS);
+  EXPECT_EQ(spec.output().export_(), v1::BEST);
+  v1::JobSpec plain;
+  ApplyDefaults(&plain);
+  EXPECT_EQ(plain.output().export_(), v1::LAST);
+  EXPECT_FALSE(plain.training().has_early_stopping());
+}
 
 TEST(JobSpecTest, EveryViolationIsReportedAtOnce) {
   v1::JobSpec spec = ParseOne(

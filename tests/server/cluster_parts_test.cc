@@ -11,6 +11,7 @@
 
 #include <gtest/gtest.h>
 
+#include "absl/strings/str_cat.h"
 #include "scheduler/scheduler.h"
 #include "server/cluster/attempt_tracker.h"
 #include "server/cluster/checkpoint_retention.h"
@@ -357,6 +358,21 @@ TEST(CheckpointPathTest, OnlyStepDirectoriesDirectlyInsideTheJobDir) {
   ASSERT_EQ(plan.refused.size(), 1u);
   EXPECT_EQ(plan.refused[0].path(), "/etc");
   EXPECT_TRUE(PlanRetention(dir, ckpts, 0).remove.empty());  // keep all
+}
+
+// The checkpoint with the lowest eval loss outlives keep_last (output.export: best reads it
+// back at the end); checkpoints without an evaluation go by age as before.
+TEST(CheckpointRetentionTest, TheBestEvalLossIsKeptWhateverItsAge) {
+  const std::string dir = "/ckpt/7";
+  std::vector<v1::Checkpoint> ckpts(4);
+  for (int i = 0; i < 4; ++i) ckpts[i].set_path(absl::StrCat(dir, "/step-", 40 - 10 * i));
+  ckpts[1].set_eval_loss(2.5);
+  ckpts[2].set_eval_loss(2.25);  // the best: step-20
+  ckpts[3].set_eval_loss(2.75);
+  RetentionPlan plan = PlanRetention(dir, ckpts, 1);
+  ASSERT_EQ(plan.remove.size(), 2u);
+  EXPECT_EQ(plan.remove[0].path(), dir + "/step-30");
+  EXPECT_EQ(plan.remove[1].path(), dir + "/step-10");
 }
 
 TEST(SchedulerInputTest, NodeFaultExclusionHoldsOnlyWhileTheClusterCanDoWithoutTheWorker) {
