@@ -78,7 +78,9 @@ std::string ProgressLine(const v1::Job& job, std::optional<absl::Duration> eta, 
     } else {
       absl::StrAppend(&line, " step ", Steps(m));
     }
-    absl::StrAppend(&line, " ", Loss(m), " ", TokensPerSecond(m));
+    absl::StrAppend(&line, " ", Loss(m));
+    if (m.has_eval_loss()) absl::StrAppend(&line, absl::StrFormat(" eval %.4f", m.eval_loss()));
+    absl::StrAppend(&line, " ", TokensPerSecond(m));
     if (eta.has_value() && !IsTerminal(job.state())) {
       absl::StrAppend(&line, " ETA ", FormatEta(*eta));
     }

@@ -22,6 +22,8 @@ def metrics_text(point) -> str:
         return ""
     parts = ["step %d/%d" % (point.step, point.total_steps) if point.total_steps else "step %d" % point.step,
              "loss %.4f" % point.loss]
+    if point.HasField("eval_loss"):
+        parts.append("eval %.4f" % point.eval_loss)
     if point.tokens_per_second > 0:
         parts.append("{:,.0f} tok/s".format(point.tokens_per_second))
     return " ".join(parts)
@@ -83,6 +85,8 @@ class Progress:
             if point.total_steps and self._bar.total != point.total_steps:
                 self._bar.total = point.total_steps
             postfix = {"loss": "%.4f" % point.loss}
+            if point.HasField("eval_loss"):
+                postfix["eval"] = "%.4f" % point.eval_loss
             if point.tokens_per_second > 0:
                 postfix["tok/s"] = "{:,.0f}".format(point.tokens_per_second)
             self._bar.set_postfix(postfix, refresh=False)
