@@ -182,6 +182,53 @@ class PythonClientTest(unittest.TestCase):
         self.assertEqual(attempts[0].state, job_pb2.ATTEMPT_SUCCEEDED)
         self.assertEqual(sorted(t.worker for t in attempts[0].tasks), ["w1", "w2"])
 
+    def test_early_stopping_ends_the_job_with_the_reason_and_keeps_the_best(self):
+        # min_delta 10: no evaluation after the first counts as an improvement, so the run
+        # stops at the third evaluation (step 15 of 100), deterministically.
+        rng = __import__("random").Random(11)
+        paths = {}
+        for name, rows in (("train", 32), ("eval", 8)):
+            paths[name] = os.path.join(self.root, "es-%s.jsonl" % name)
+            with open(paths[name], "w") as f:
+                for _ in range(rows):
+                    f.write('{"input_ids": [%s]}\n' % ", ".join(str(3 + rng.randrange(200)) for _ in range(33)))
+        export = os.path.join(self.root, "es-export")
+        spec = {"name": "early-stop", "model": {"preset": "tiny"},
+                "data": {"train_path": paths["train"], "eval_path": paths["eval"], "format": "tokens"},
+                "training": {"max_steps": 100, "micro_batch_size": 2, "seq_len": 32, "lr": 3e-3, "log_every": 5,
+                             "eval_every_steps": 5, "early_stopping": {"patience": 2, "min_delta": 10}},
+                "fsdp": {"mixed_precision": "fp32", "activation_checkpointing": False},
+                "resources": {"nodes": 2, "gpus_per_node": 1},
+                "checkpoint": {"every_steps": 5, "keep_last": 1},
+                "output": {"export_dir": export, "export": "best", "export_dtype": "fp32"}}
+        job = self.client.wait(self.client.submit(spec).id, timeout=600, progress=False)
+        if job.state != job_pb2.SUCCEEDED:
+            self.dump_logs()
+        self.assertEqual(job.state, job_pb2.SUCCEEDED, job.status_reason)
+        self.assertRegex(job.status_reason, r"^stopped early at step 15: eval loss did not improve by 10 for 2 "
+                                            r"evaluations \(best \d+\.\d{4} at step (5|10|15)\)$")
+        self.assertIn("stopped_early", [e.type for e in self.client.events(job.id)])
+        evals = self.client.evals(job.id, as_frame=False)
+        self.assertEqual([e.step for e in evals], [5, 10, 15])
+        self.assertTrue(all(isinstance(e, llamafleet.EvalPoint) and e.attempt == 1 for e in evals))
+        best = min(evals, key=lambda e: e.loss)
+        self.assertAlmostEqual(job.latest_metrics.best_eval_loss, best.loss, places=12)
+        self.assertEqual(job.latest_metrics.eval_step, 15)
+        # keep_last 1 keeps the newest and the best eval loss; the best is the minimum recorded.
+        checkpoints = self.client.checkpoints(job.id)
+        self.assertIn(15, [c.step for c in checkpoints])
+        recorded = [c for c in checkpoints if c.HasField("eval_loss")]
+        self.assertEqual(min(c.eval_loss for c in recorded), best.loss)
+        self.assertIn(best.step, [c.step for c in checkpoints])
+        self.assertTrue(os.path.exists(os.path.join(export, "config.json")))
+        # TensorBoard: the attempt's run holds every metrics point and evaluation.
+        sys.path.insert(0, os.path.join(SOURCE_DIR, "tests", "testing"))
+        import tensorboard_events
+        run = tensorboard_events.read_events(os.path.join(job.spec.checkpoint.dir, "tensorboard", "attempt-1"))
+        self.assertEqual([step for step, _, _ in run.scalars["eval/loss"]], [5, 10, 15])
+        self.assertEqual([step for step, _, _ in run.scalars["train/loss"]],
+                         [p.step for p in self.client.metrics(job.id, as_frame=False)])
+
     def test_whoami_workers_queues(self):
         me = self.client.whoami()
         self.assertEqual((me.user, me.role, me.auth_enabled), ("alice", job_pb2.USER, True))
