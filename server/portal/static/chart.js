@@ -58,12 +58,22 @@ function defaultFormat(v, step) {
   return String(Number(v.toPrecision(4)));
 }
 
-// A legend entry's line sample: solid or dashed, with a circle for a marked series.
+// A legend entry's line sample: solid or dashed, with a circle for a marked series. Plain
+// HTML, so the chart's one <svg> stays the plot.
 function swatch({color, dashed, markers}) {
-  const el = svg('svg', {class: 'swatch', width: 26, height: 10, 'aria-hidden': 'true'});
-  el.append(svg('line', {x1: 1, y1: 5, x2: 25, y2: 5, stroke: color, 'stroke-width': 2,
-    ...(dashed ? {'stroke-dasharray': '5 3'} : {})}));
-  if (markers) el.append(svg('circle', {cx: 13, cy: 5, r: 3, fill: 'var(--panel)', stroke: color, 'stroke-width': 1.5}));
+  const el = document.createElement('span');
+  el.className = 'swatch';
+  el.setAttribute('aria-hidden', 'true');
+  const line = document.createElement('span');
+  line.className = dashed ? 'swatch-line dashed' : 'swatch-line';
+  line.style.borderColor = color;
+  el.append(line);
+  if (markers) {
+    const dot = document.createElement('span');
+    dot.className = 'swatch-dot';
+    dot.style.borderColor = color;
+    el.append(dot);
+  }
   return el;
 }
 
