@@ -30,7 +30,7 @@ function eventItem(ev) {
     ev.reason ? h('div.ev-reason', ev.reason) : null);
 }
 
-// {el, add(event), has(seq), lastSeq(), events()}: el is the panel's content (the list and
+// {el, add(event), lastSeq(), events()}: el is the panel's content (the list and
 // its "earlier events" toggle); add() takes each JobEvent (JSON) once or more, in any order.
 export function createTimeline() {
   const items = [];  // [{ev, li}] by seq; of a run of tokenizing events only the newest
