@@ -3,13 +3,19 @@
 //
 // Scenario: sign in with a token (a wrong one first); submit a job through the form after
 // seeing a bad field marked on its line; watch it train with the loss chart gaining
-// points while its logs are followed; resubmit it as a long job and cancel that one;
-// check a viewer cannot cancel; submit 2,000 jobs through POST /api/v1/jobs:batch and
-// page, sort, search and filter through them; the workers and queues pages. Screenshots
-// of every page go to ARTIFACT_DIR.
+// points while its logs are followed; its train and eval loss, usage, timeline and log
+// events; resubmit it as a long job and cancel that one; compare the two; check a viewer
+// cannot cancel; submit 2,000 jobs through POST /api/v1/jobs:batch and page, sort, search
+// and filter through them; the workers and queues pages; a sweep and its comparison.
+// Screenshots of every page go to ARTIFACT_DIR.
 //
-// Environment (from run.sh): PORTAL_URL, ARTIFACT_DIR, TRAIN_DATA, PATH_ROOT, CHROMIUM,
-// TOKEN_USER / TOKEN_VIEWER (empty when the coordinator runs with --insecure-no-auth).
+// Some checks depend on what the coordinator reports and run in the form it has: the
+// evaluations history (GetJobMetricsResponse.evals) and GPU time and cost (Job.usage,
+// Attempt.gpu_seconds, Queue.usage) are checked against the API's answer when present,
+// and "—" is expected when absent; each such check is marked "with the server's".
+//
+// Environment (from run.sh): PORTAL_URL, ARTIFACT_DIR, TRAIN_DATA, EVAL_DATA, PATH_ROOT,
+// CHROMIUM, TOKEN_USER / TOKEN_VIEWER (empty when the coordinator runs with --insecure-no-auth).
 
 import {chromium} from 'playwright-core';
 import path from 'node:path';
@@ -17,6 +23,7 @@ import path from 'node:path';
 const base = process.env.PORTAL_URL;
 const artifacts = process.env.ARTIFACT_DIR;
 const trainData = process.env.TRAIN_DATA;
+const evalData = process.env.EVAL_DATA;
 const pathRoot = process.env.PATH_ROOT;
 const userToken = process.env.TOKEN_USER || '';
 const viewerToken = process.env.TOKEN_VIEWER || '';
@@ -45,9 +52,11 @@ model:
   preset: tiny
 data:
   train_path: ${trainData}
+  eval_path: ${evalData}
   format: tokens
 training:
   max_steps: ${maxSteps}
+  eval_every_steps: 10
   micro_batch_size: 2
   seq_len: 128  # steps long enough that the page sees the chart grow, even on a loaded machine
   lr: ${lr}
@@ -206,6 +215,101 @@ try {
   await screenshot('job-succeeded', {fullPage: true});
   log(`job ${trainId} SUCCEEDED; logs followed (${await page.$$eval('#logs .line', (e) => e.length)} rank-0 lines)`);
 
+  // --- its loss chart: train and eval series, labelled -----------------------------------
+  const trained = await apiCall(`/api/v1/jobs/${trainId}`);
+  check(trained.latest_metrics?.eval_loss !== undefined, `job ${trainId} evaluated on data.eval_path: ${JSON.stringify(trained.latest_metrics)}`);
+  await page.waitForFunction(() => Number(document.querySelector('#chart-loss g.series[data-key=eval]')?.dataset.points) > 0,
+    null, {timeout: 20_000});
+  const lossChart = await page.$eval('#chart-loss', (fig) => ({
+    series: [...fig.querySelectorAll('g.series')].map((g) => ({key: g.dataset.key, points: Number(g.dataset.points),
+      dashed: g.querySelector('path.line').hasAttribute('stroke-dasharray'), marks: g.querySelectorAll('.marks circle').length})),
+    legend: [...fig.querySelectorAll('.chart-legend li')].map((li) => li.textContent.trim()),
+    label: fig.querySelector('svg').getAttribute('aria-label'),
+  }));
+  const [trainSeries, evalSeries] = lossChart.series;
+  check(trainSeries?.key === 'train' && trainSeries.points >= 40 && !trainSeries.dashed,
+    `the loss chart's first series is the solid train loss: ${JSON.stringify(lossChart)}`);
+  check(evalSeries?.key === 'eval' && evalSeries.dashed && evalSeries.marks === evalSeries.points,
+    `the eval loss series is dashed with a circle per evaluation: ${JSON.stringify(lossChart)}`);
+  check(lossChart.legend.join('|') === 'train loss|eval loss', `the legend names both: ${lossChart.legend}`);
+  check(/train loss: \d+ points/.test(lossChart.label) && /eval loss: \d+ points/.test(lossChart.label),
+    `the chart's accessible name describes both series: ${lossChart.label}`);
+  // With the server's evaluations history (GetJobMetricsResponse.evals) one point per
+  // evaluation (eval_every_steps 10 of 40 steps); without it the job's last evaluation only.
+  const metricsRes = await apiCall(`/api/v1/jobs/${trainId}/metrics?max_points=2000`);
+  const evalsHistory = metricsRes.evals || [];
+  if (evalsHistory.length) {
+    check(evalSeries.points === evalsHistory.length, `one eval point per evaluation: ${evalSeries.points} of ${evalsHistory.length}`);
+  } else {
+    check(evalSeries.points === 1, `without an evals history, the last evaluation: ${evalSeries.points} points`);
+  }
+  // The summary: train loss, and the eval loss next to it.
+  const summaryRow = (row) => page.textContent(`.summary dd[data-row=${row}]`);
+  check(/^\d/.test(await summaryRow('train-loss')), `the train loss: ${await summaryRow('train-loss')}`);
+  const evalRow = await summaryRow('eval-loss');
+  check(/^\d[\d.e-]* after step 40 · best \d/.test(evalRow), `the eval loss after the last step and the best: ${evalRow}`);
+  log(`loss chart: ${trainSeries.points} train points, ${evalSeries.points} eval points ` +
+    `(evals history: ${evalsHistory.length || 'none from this coordinator'}); eval loss ${evalRow}`);
+
+  // --- GPU time and cost (with the server's Job.usage and Attempt.gpu_seconds) -----------
+  const gpuRow = await summaryRow('gpu-time');
+  const costRow = await summaryRow('cost');
+  if (trained.usage) {
+    check(/GPU-(s|min|h)/.test(gpuRow), `the job's GPU time: ${gpuRow}`);
+    check(trained.usage.cost === undefined ? costRow === '—' : /^\$\d/.test(costRow), `the job's cost: ${costRow}`);
+  } else {
+    check(gpuRow === '—' && costRow === '—', `no usage reported: GPU time ${gpuRow}, cost ${costRow}`);
+  }
+  const attemptsRes = await apiCall(`/api/v1/jobs/${trainId}/attempts`);
+  const attemptGpu = (await page.textContent('#attempts tr[data-attempt="1"] td.gpu-time')).trim();
+  check(Number(attemptsRes.attempts[0].gpu_seconds) > 0 ? /GPU-(s|min|h)/.test(attemptGpu) : attemptGpu === '—',
+    `attempt 1's GPU time: ${attemptGpu} (API ${attemptsRes.attempts[0].gpu_seconds})`);
+  log(`usage: GPU time ${gpuRow}, cost ${costRow}, attempt 1 ${attemptGpu}`);
+
+  // --- the timeline: the newest events, the final one always in view ---------------------
+  const eventsRes = await apiCall(`/api/v1/jobs/${trainId}/events?limit=1000`);
+  const shownEvents = () => page.$$eval('#timeline-list li', (lis) => lis.map((li) => Number(li.dataset.seq)));
+  const total = Number(await page.getAttribute('#timeline-list', 'data-total'));
+  const lastSeqApi = Math.max(...eventsRes.events.map((e) => Number(e.seq)));
+  let seqs = await shownEvents();
+  check(seqs[seqs.length - 1] === lastSeqApi && /SUCCEEDED/.test(await page.textContent('#timeline-list li:last-child')),
+    `the timeline ends with the final event (seq ${lastSeqApi}): ${seqs}`);
+  check(await page.locator('#timeline-list li:last-child').isVisible(), 'the final event is visible');
+  check(seqs.length === Math.min(total, 6), `the newest ${Math.min(total, 6)} of ${total} events are shown: ${seqs}`);
+  let timelineNote = `${total} events, all shown`;
+  if (total > 6) {
+    check(/Show \d+ earlier events?/.test(await page.textContent('#timeline-earlier')), 'a button shows the earlier events');
+    await page.click('#timeline-earlier');
+    seqs = await shownEvents();
+    check(seqs.length === total && seqs[seqs.length - 1] === lastSeqApi, `all ${total} events once expanded: ${seqs}`);
+    check(await page.getAttribute('#timeline-earlier', 'aria-expanded') === 'true', 'the toggle says it is expanded');
+    await page.click('#timeline-earlier');
+    check((await shownEvents()).length === 6, 'collapsed again to the newest 6');
+    timelineNote = `the newest 6 of ${total} events, all ${total} on request`;
+  }
+  log(`timeline: ${timelineNote}`);
+
+  // --- the logs: trainer records as compact lines, or hidden --------------------------------
+  await page.waitForFunction(() => document.querySelectorAll('#logs .line.ev[data-kind=metrics]').length > 0, null, {timeout: 20_000});
+  const logView = await page.$eval('#logs', (box) => ({
+    raw: [...box.querySelectorAll('.line')].filter((l) => /^(\[rank \d+\] )?\{"/.test(l.textContent)).length,
+    human: box.querySelectorAll('.line:not(.ev)').length,
+    metrics: [...box.querySelectorAll('.line.ev[data-kind=metrics]')].map((l) => l.textContent),
+    kinds: [...new Set([...box.querySelectorAll('.line.ev')].map((l) => l.dataset.kind))],
+  }));
+  check(logView.raw === 0, `no raw JSON records in the log view: ${logView.raw}`);
+  check(logView.metrics.every((t) => /^» step \d+ · loss [\d.e-]+ · lr [\d.e-]+ · .*tok\/s/.test(t)),
+    `metrics records read "step N · loss L · lr R · T tok/s": ${logView.metrics.slice(0, 2)}`);
+  check(logView.kinds.includes('eval') && logView.kinds.includes('exit'), `eval and exit records shown too: ${logView.kinds}`);
+  check(logView.human > 0, `the trainer's human lines are shown: ${logView.human}`);
+  await page.click('#log-events');
+  const visible = await page.$$eval('#logs .line', (ls) => ls.filter((l) => l.offsetParent !== null).map((l) => l.classList.contains('ev')));
+  check(visible.length === logView.human && !visible.includes(true), `"Show events" off hides the records only: ${visible.length} of ${logView.human} shown`);
+  await page.click('#log-events');
+  check(await page.locator('#logs .line.ev').first().isVisible(), '"Show events" on shows them again');
+  await screenshot('job-evals-logs', {fullPage: true});
+  log(`logs: ${logView.metrics.length} metrics records compact ("${logView.metrics[0]}"), kinds ${logView.kinds}, ${logView.human} human lines`);
+
   // --- resubmit as a long job, watch the list update live, cancel it --------------------
   await page.click('#resubmit-job');
   await page.waitForSelector('#job-yaml');
@@ -245,6 +349,66 @@ try {
   await page.waitForFunction(() => /cancelled by alice|cancelled/.test(document.querySelector('.timeline').textContent));
   await screenshot('job-cancelled', {fullPage: true});
   log(`cancelled job ${longId} from its page`);
+
+  // --- compare the two: ticked in the list, one chart, settings side by side ---------------
+  await page.keyboard.press('g');
+  await page.keyboard.press('j');
+  await page.waitForSelector(`table.jobs tr[data-id="${trainId}"]`);
+  // The eval loss column: the trained job evaluated after its last step.
+  await page.waitForFunction((id) => /^\d/.test(document.querySelector(`table.jobs tr[data-id="${id}"] td[data-col=evalLoss]`)?.textContent || ''),
+    trainId, {timeout: 20_000});
+  check(await page.isDisabled('#compare-jobs'), 'compare needs two ticked jobs');
+  await page.check(`table.jobs tr[data-id="${trainId}"] td[data-col=pick] input`);
+  check(page.url().endsWith('#/jobs'), 'ticking a job does not open it');
+  await page.check(`table.jobs tr[data-id="${longId}"] td[data-col=pick] input`);
+  check((await page.textContent('#compare-jobs')) === 'Compare (2)', `the compare button counts: ${await page.textContent('#compare-jobs')}`);
+  await page.click('#compare-jobs');
+  await page.waitForFunction(() => location.hash.startsWith('#/compare?jobs='));
+  const compareUrl = page.url();
+  check(new URL(compareUrl).hash === `#/compare?jobs=${trainId},${longId}`, `the compare route names both jobs: ${compareUrl}`);
+  async function compareView() {
+    await page.waitForFunction((ids) => ids.every((id) => Number(document.querySelector(`#compare-chart g.series[data-key=train-${id}]`)?.dataset.points) > 1) &&
+      document.querySelectorAll('#compare-table tbody tr[data-id] .badge').length === ids.length, [trainId, longId], {timeout: 20_000});
+    return page.evaluate(() => ({
+      series: Object.fromEntries([...document.querySelectorAll('#compare-chart g.series')].map((g) =>
+        [g.dataset.key, {points: Number(g.dataset.points), dashed: g.querySelector('path.line').hasAttribute('stroke-dasharray'),
+          color: g.querySelector('path.line').getAttribute('stroke')}])),
+      legend: Object.fromEntries([...document.querySelectorAll('#compare-chart .chart-legend li')].map((li) => [li.dataset.key, li.textContent.trim()])),
+      differs: [...document.querySelectorAll('#compare-table th.differs')].map((th) => th.dataset.field),
+      same: [...document.querySelectorAll('#compare-table th[data-field]:not(.differs)')].map((th) => th.dataset.field),
+      rows: Object.fromEntries([...document.querySelectorAll('#compare-table tbody tr[data-id]')].map((tr) =>
+        [tr.dataset.id, {text: tr.textContent, final: tr.querySelector('.final-loss').textContent, best: tr.querySelector('.best-eval').textContent,
+          usage: [...tr.querySelectorAll('td.usage')].map((td) => td.textContent)}])),
+    }));
+  }
+  let cmp = await compareView();
+  const tr = cmp.series[`train-${trainId}`], lr2 = cmp.series[`train-${longId}`], ev = cmp.series[`eval-${trainId}`];
+  check(tr.points >= 40 && !tr.dashed && ev && ev.points >= 1 && ev.dashed && ev.color === tr.color,
+    `the trained job: a solid train line and a dashed eval line of the same colour: ${JSON.stringify(cmp.series)}`);
+  check(lr2.color !== tr.color, `one colour per job: ${JSON.stringify(cmp.series)}`);
+  check(cmp.legend[`job-${trainId}`] === `#${trainId} portal-train` && cmp.legend[`job-${longId}`] === `#${longId} portal-long` &&
+    /train loss/.test(cmp.legend['style-train']) && /eval loss/.test(cmp.legend['style-eval']),
+    `the legend names each job and the line styles: ${JSON.stringify(cmp.legend)}`);
+  check(cmp.differs.includes('training.max_steps') && !cmp.differs.includes('training.lr') && cmp.same.includes('training.lr') &&
+    cmp.same.includes('training.seq_len') && cmp.same.includes('fsdp.sharding'),
+    `max_steps differs, lr, seq_len and sharding do not: differs ${cmp.differs}, same ${cmp.same}`);
+  check(/SUCCEEDED/.test(cmp.rows[trainId].text) && /CANCELLED/.test(cmp.rows[longId].text), 'each row shows its state');
+  check(/^\d/.test(cmp.rows[trainId].final) && /^\d/.test(cmp.rows[trainId].best) && /^\d/.test(cmp.rows[longId].final),
+    `final train and best eval loss: ${JSON.stringify(cmp.rows)}`);
+  // With the server's Job.usage: GPU time filled in; without it "—".
+  check(trained.usage ? /GPU-/.test(cmp.rows[trainId].usage[0]) : cmp.rows[trainId].usage[0] === '—',
+    `the trained job's GPU time: ${cmp.rows[trainId].usage}`);
+  await screenshot('compare', {fullPage: true});
+  // The route is a link: opened afresh it shows the same comparison.
+  await page.goto(compareUrl);
+  cmp = await compareView();
+  check(cmp.differs.includes('training.max_steps') && cmp.legend[`job-${longId}`] === `#${longId} portal-long`, 'the compare link opens the same view');
+  log(`compared ${trainId} and ${longId}: differing ${cmp.differs.join(', ')}`);
+  await page.goto(`${base}/ui/#/jobs`);
+  await page.waitForSelector('#unpick-jobs:not([hidden])');
+  await page.click('#unpick-jobs');
+  check(await page.isDisabled('#compare-jobs') && !(await page.isChecked(`table.jobs tr[data-id="${trainId}"] td[data-col=pick] input`)),
+    'untick all clears the selection');
 
   // --- 2,000 jobs through the batch API, paged in the UI -------------------------------
   const bulkSpec = (i) => ({spec: {name: `bulk-${String(i).padStart(4, '0')}`, labels: {batch: 'bulk'},
@@ -361,6 +525,34 @@ try {
   check((await page.textContent('#sweep-summary')).includes('4 points, at most 1 at once'), 'the sweep summary');
   await page.waitForFunction(() => document.querySelector('table.sweep tbody')?.textContent.includes('next in line'));
   await screenshot('sweep');
+
+  // Its points start ticked for comparison; unticking one leaves it out.
+  check(await page.textContent('#compare-sweep') === 'Compare (4)', `every point ticked: ${await page.textContent('#compare-sweep')}`);
+  await page.uncheck('table.sweep tbody tr:nth-child(2) td.pick input');
+  check(await page.textContent('#compare-sweep') === 'Compare (3)', 'an unticked point is left out');
+  await page.check('table.sweep tbody tr:nth-child(2) td.pick input');
+  await page.click('#compare-sweep');
+  await page.waitForFunction(() => location.hash.startsWith('#/compare?jobs='));
+  const sweepIds = swept.jobs.map((j) => j.job.id);
+  check(new URL(page.url()).hash === `#/compare?jobs=${sweepIds.join(',')}`, `the sweep's points in index order: ${page.url()}`);
+  await page.waitForFunction((n) => document.querySelectorAll('#compare-table tbody tr[data-id] .badge').length === n, sweepIds.length);
+  const sweepDiffers = await page.$$eval('#compare-table th.differs', (ths) => ths.map((th) => th.dataset.field));
+  check(sweepDiffers.length === 2 && sweepDiffers.includes('training.lr') && sweepDiffers.includes('training.seed'),
+    `the swept parameters are what differs: ${sweepDiffers}`);
+  const lrCells = await page.$$eval('#compare-table td.differs[data-field="training.lr"]', (tds) => tds.map((td) => td.textContent));
+  check(lrCells.join(',') === '0.0001,0.0001,0.0003,0.0003', `each point's lr: ${lrCells}`);
+  await screenshot('compare-sweep', {fullPage: true});
+  log(`sweep compared: ${sweepIds.length} points, differing ${sweepDiffers.join(', ')}`);
+
+  // --- usage on the queues page (with the server's Queue.usage) ---------------------------
+  const queuesRes = await apiCall('/api/v1/queues');
+  const defaultQueue = queuesRes.queues.find((x) => x.name === 'default');
+  await page.keyboard.press('g');
+  await page.keyboard.press('q');
+  await page.waitForSelector('tr[data-queue=default] td.gpu-time');
+  const queueGpu = (await page.textContent('tr[data-queue=default] td.gpu-time')).trim();
+  check(defaultQueue.usage ? /GPU-(s|min|h)/.test(queueGpu) : queueGpu === '—', `the default queue's GPU time: ${queueGpu}`);
+  log(`queue default: GPU time ${queueGpu}, cost ${(await page.textContent('tr[data-queue=default] td.cost')).trim()}`);
 
   check(pageErrors.length === 0, `no script errors in the page: ${pageErrors.join(' | ')}`);
   log(`PASS in ${((Date.now() - started) / 1000).toFixed(1)} s`);

@@ -70,14 +70,19 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-# Pre-tokenized training data (data.format TOKENS: no tokenizer needed), made now.
-node -e '
-  let seed = 7;
-  const rand = () => (seed = (seed * 48271) % 2147483647) / 2147483647;
-  const rows = [];
-  for (let r = 0; r < 64; r++) rows.push(JSON.stringify({input_ids: Array.from({length: 33}, () => 3 + Math.floor(rand() * 500))}));
-  require("fs").writeFileSync(process.argv[1], rows.join("\n") + "\n");
-' "$tmp/train.jsonl"
+# Pre-tokenized data (data.format TOKENS: no tokenizer needed), made now: ROWS rows of 33
+# ids from a seeded generator. train.jsonl to train on, eval.jsonl for data.eval_path.
+make_tokens() {
+  node -e '
+    let seed = Number(process.argv[3]);
+    const rand = () => (seed = (seed * 48271) % 2147483647) / 2147483647;
+    const rows = [];
+    for (let r = 0; r < Number(process.argv[2]); r++) rows.push(JSON.stringify({input_ids: Array.from({length: 33}, () => 3 + Math.floor(rand() * 500))}));
+    require("fs").writeFileSync(process.argv[1], rows.join("\n") + "\n");
+  ' "$1" "$2" "$3"
+}
+make_tokens "$tmp/train.jsonl" 64 7
+make_tokens "$tmp/eval.jsonl" 8 11
 # Tokens, when the coordinator has `token create`; otherwise auth is off for this run.
 coord_dir="$tmp/coordinator"
 auth_flag=(--insecure-no-auth)
@@ -112,7 +117,7 @@ OMP_NUM_THREADS=1 "$bin/llamafleet-worker" --coordinator "$grpc" --join-token po
   --heartbeat-interval 1 --run-as "$(id -u)" 2>"$tmp/worker-w1.log" &
 pids+=($!)
 
-PORTAL_URL="http://$http" ARTIFACT_DIR="$artifacts" TRAIN_DATA="$tmp/train.jsonl" PATH_ROOT="$tmp" \
+PORTAL_URL="http://$http" ARTIFACT_DIR="$artifacts" TRAIN_DATA="$tmp/train.jsonl" EVAL_DATA="$tmp/eval.jsonl" PATH_ROOT="$tmp" \
   CHROMIUM="$chromium" \
   TOKEN_USER="$user_token" TOKEN_VIEWER="$viewer_token" \
   node "$here/portal_test.mjs"

@@ -1,12 +1,13 @@
-// llamafleet portal: hash routes (#/jobs, #/jobs/ID, #/sweeps/NAME, #/workers, #/queues, #/submit),
-// sign-in with an API token, global keyboard shortcuts. Plain ES modules, no build step:
-// the coordinator serves these files as they are.
+// llamafleet portal: hash routes (#/jobs, #/jobs/ID, #/sweeps/NAME, #/compare?jobs=1,2,
+// #/workers, #/queues, #/submit), sign-in with an API token, global keyboard shortcuts.
+// Plain ES modules, no build step: the coordinator serves these files as they are.
 
 import {api, getToken, setToken, clearToken, onUnauthorized} from './api.js';
 import {isTyping} from './util.js';
 import {mountJobs} from './jobs.js';
 import {mountJob} from './job.js';
 import {mountSweep} from './sweep.js';
+import {mountCompare} from './compare.js';
 import {mountWorkers} from './workers.js';
 import {mountQueues} from './queues.js';
 import {mountSubmit} from './submit.js';
@@ -17,6 +18,7 @@ const session = {user: '', role: '', authEnabled: true};
 const routes = [
   {re: /^\/jobs\/([^/]+)$/, page: 'jobs', title: (m) => `Job ${m[1]}`, mount: (el, ctx, m) => mountJob(el, ctx, decodeURIComponent(m[1]))},
   {re: /^\/sweeps\/([^/]+)$/, page: 'jobs', title: (m) => `Sweep ${decodeURIComponent(m[1])}`, mount: (el, ctx, m) => mountSweep(el, ctx, decodeURIComponent(m[1]))},
+  {re: /^\/compare$/, page: 'jobs', title: () => 'Compare jobs', mount: (el, ctx) => mountCompare(el, ctx)},
   {re: /^\/jobs$/, page: 'jobs', title: () => 'Jobs', mount: (el, ctx) => mountJobs(el, ctx)},
   {re: /^\/workers$/, page: 'workers', title: () => 'Workers', mount: (el, ctx) => mountWorkers(el, ctx)},
   {re: /^\/queues$/, page: 'queues', title: () => 'Queues', mount: (el, ctx) => mountQueues(el, ctx)},

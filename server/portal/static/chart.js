@@ -1,4 +1,5 @@
-// A small SVG line chart: axes with "nice" ticks, a hover readout, and in-place updates.
+// A small SVG line chart: one or more series over training steps, axes with "nice" ticks,
+// a legend, a hover readout, and in-place updates.
 //
 // Why hand-drawn SVG instead of a charting library: the portal needs one chart type
 // (a line per metric over training steps) with at most a few thousand points per series
@@ -57,16 +58,41 @@ function defaultFormat(v, step) {
   return String(Number(v.toPrecision(4)));
 }
 
+// A legend entry's line sample: solid or dashed, with a circle for a marked series. Plain
+// HTML, so the chart's one <svg> stays the plot.
+function swatch({color, dashed, markers}) {
+  const el = document.createElement('span');
+  el.className = 'swatch';
+  el.setAttribute('aria-hidden', 'true');
+  const line = document.createElement('span');
+  line.className = dashed ? 'swatch-line dashed' : 'swatch-line';
+  line.style.borderColor = color;
+  el.append(line);
+  if (markers) {
+    const dot = document.createElement('span');
+    dot.className = 'swatch-dot';
+    dot.style.borderColor = color;
+    el.append(dot);
+  }
+  return el;
+}
+
 export class LineChart {
-  // title: heading; format(y): tick/readout text; color: CSS color of the line;
-  // xLabel: name of the x value in the readout ("step").
-  constructor({title, format = defaultFormat, color = 'var(--accent)', xLabel = 'step', emptyText = 'no data yet'}) {
+  // title: heading; format(y, tickStep?): tick/readout text; color: CSS colour of the line
+  // setData() draws; xLabel: name of the x value in the readout ("step"); emptyText: shown
+  // without points; height: of the plot in px; legend: show the legend even for one series
+  // (it always shows with several).
+  constructor({title, format = defaultFormat, color = 'var(--accent)', xLabel = 'step', emptyText = 'no data yet',
+    height = HEIGHT, legend = false}) {
     this.title = title;
     this.format = format;
     this.xLabel = xLabel;
-    this.points = [];
+    this.height = height;
+    this.alwaysLegend = legend;
+    this.single = {key: 'main', label: title, color};
+    this.series = [];      // [{key, label, color, dashed, markers, points, g, path, marks, lastDot}]
     this.width = 0;
-    this.hoverIndex = -1;
+    this.hover_ = null;    // {s: series index, i: point index} under the pointer
 
     this.el = document.createElement('figure');
     this.el.className = 'chart';
@@ -77,21 +103,23 @@ export class LineChart {
     this.readout = document.createElement('span');
     this.readout.className = 'chart-readout';
     caption.append(this.titleEl, this.readout);
+    this.legend = document.createElement('ul');
+    this.legend.className = 'chart-legend';
+    this.legend.setAttribute('aria-label', `Legend of ${title}`);
+    this.legend.hidden = true;
 
-    this.svg = svg('svg', {height: HEIGHT, role: 'img', 'aria-label': title});
+    this.svg = svg('svg', {height, role: 'img', 'aria-label': title});
     this.gridY = svg('g', {class: 'grid'});
     this.axisX = svg('g', {class: 'axis'});
     this.axisY = svg('g', {class: 'axis'});
-    this.path = svg('path', {class: 'line', fill: 'none', stroke: color});
-    this.lastDot = svg('circle', {r: 2.5, class: 'dot', fill: color});
+    this.lines = svg('g', {class: 'lines'});
     this.hoverLine = svg('line', {class: 'hover-line', visibility: 'hidden'});
-    this.hoverDot = svg('circle', {r: 3.5, class: 'hover-dot', fill: color, visibility: 'hidden'});
+    this.hoverDot = svg('circle', {r: 3.5, class: 'hover-dot', visibility: 'hidden'});
     this.empty = svg('text', {class: 'empty', 'text-anchor': 'middle'});
     this.empty.textContent = emptyText;
     this.overlay = svg('rect', {class: 'overlay', fill: 'transparent'});
-    this.svg.append(this.gridY, this.axisX, this.axisY, this.path, this.lastDot, this.hoverLine,
-      this.hoverDot, this.empty, this.overlay);
-    this.el.append(caption, this.svg);
+    this.svg.append(this.gridY, this.axisX, this.axisY, this.lines, this.hoverLine, this.hoverDot, this.empty, this.overlay);
+    this.el.append(caption, this.svg, this.legend);
 
     this.overlay.addEventListener('pointermove', (e) => this.hover(e));
     this.overlay.addEventListener('pointerleave', () => this.hover(null));
@@ -105,42 +133,100 @@ export class LineChart {
     this.resizeObserver.observe(this.svg);
   }
 
-  // points: [{x, y}] in arrival order. x may go back (a restarted attempt resumes from an
-  // earlier checkpoint step): the line then starts a new segment instead of zig-zagging.
-  setData(points) {
-    const pts = points.filter((p) => Number.isFinite(p.x) && Number.isFinite(p.y));
-    const sig = pts.length ? `${pts.length}:${pts[0].x},${pts[0].y}:${pts[pts.length - 1].x},${pts[pts.length - 1].y}` : '0';
+  // One series in the constructor's colour. points: [{x, y}] in arrival order. x may go
+  // back (a restarted attempt resumes from an earlier checkpoint step): the line then
+  // starts a new segment instead of zig-zagging.
+  setData(points) { this.setSeries([{...this.single, points}]); }
+
+  // series: [{key, label, color, dashed, markers, points}], drawn in this order (later on
+  // top). `key` names a series across calls, so its SVG nodes are reused; `dashed` draws a
+  // dashed line, `markers` a circle at every point (sparse series: evaluations). A series
+  // without points keeps its legend entry, marked "none yet". legendItems: [{key, label,
+  // color, dashed, markers}] to show instead of one entry per series (one per job, say).
+  // The test hooks: the figure's data-points (the first series' points), each series'
+  // <g data-key data-points>, each legend entry's <li data-key>.
+  setSeries(list, legendItems = null) {
+    const clean = list.map((s) => ({...s, points: (s.points || []).filter((p) => Number.isFinite(p.x) && Number.isFinite(p.y))}));
+    const ends = (pts) => (pts.length ? [pts.length, pts[0].x, pts[0].y, pts[pts.length - 1].x, pts[pts.length - 1].y] : [0]);
+    const sig = JSON.stringify([clean.map((s) => [s.key, s.label, s.color, !!s.dashed, !!s.markers, ends(s.points)]), legendItems]);
     if (sig === this.sig) return;  // a refresh with nothing new: leave the SVG alone
     this.sig = sig;
-    this.points = pts;
+    const old = new Map(this.series.map((s) => [s.key, s]));
+    this.series = clean.map((s) => {
+      const was = old.get(s.key);
+      old.delete(s.key);
+      const nodes = was || this.makeSeries();
+      nodes.path.setAttribute('stroke', s.color);
+      if (s.dashed) nodes.path.setAttribute('stroke-dasharray', '6 4'); else nodes.path.removeAttribute('stroke-dasharray');
+      nodes.marks.setAttribute('stroke', s.color);
+      nodes.lastDot.setAttribute('fill', s.color);
+      nodes.g.dataset.key = s.key;
+      nodes.g.dataset.points = String(s.points.length);
+      return {...s, g: nodes.g, path: nodes.path, marks: nodes.marks, lastDot: nodes.lastDot};
+    });
+    for (const gone of old.values()) gone.g.remove();
+    this.lines.replaceChildren(...this.series.map((s) => s.g));
+    this.renderLegend(legendItems);
+    this.hover_ = null;
     this.render();
+  }
+
+  makeSeries() {
+    const g = svg('g', {class: 'series'});
+    const path = svg('path', {class: 'line', fill: 'none'});
+    const marks = svg('g', {class: 'marks', fill: 'var(--panel)'});
+    const lastDot = svg('circle', {r: 2.5, class: 'dot'});
+    g.append(path, marks, lastDot);
+    return {g, path, marks, lastDot};
+  }
+
+  renderLegend(items) {
+    const entries = items || this.series;
+    this.legend.hidden = !(this.alwaysLegend || items || this.series.length > 1);
+    this.legend.replaceChildren(...entries.map((s) => {
+      const none = !items && !s.points.length;
+      const li = document.createElement('li');
+      li.dataset.key = s.key;
+      if (none) li.className = 'none';
+      const label = document.createElement('span');
+      label.textContent = s.label;
+      li.append(swatch(s), label);
+      if (none) {
+        const note = document.createElement('span');
+        note.className = 'muted';
+        note.textContent = ' (none yet)';
+        li.append(note);
+      }
+      return li;
+    }));
   }
 
   destroy() { this.resizeObserver.disconnect(); }
 
   render() {
+    const height = this.height;
     const w = this.width || Math.floor(this.svg.getBoundingClientRect().width) || 400;
-    this.svg.setAttribute('viewBox', `0 0 ${w} ${HEIGHT}`);
-    const pts = this.points;
+    this.svg.setAttribute('viewBox', `0 0 ${w} ${height}`);
+    const all = this.series.flatMap((s) => s.points);
     const innerW = w - MARGIN.left - MARGIN.right;
-    const innerH = HEIGHT - MARGIN.top - MARGIN.bottom;
+    const innerH = height - MARGIN.top - MARGIN.bottom;
     this.overlay.setAttribute('x', MARGIN.left);
     this.overlay.setAttribute('y', MARGIN.top);
     this.overlay.setAttribute('width', Math.max(0, innerW));
     this.overlay.setAttribute('height', innerH);
     this.empty.setAttribute('x', MARGIN.left + innerW / 2);
     this.empty.setAttribute('y', MARGIN.top + innerH / 2);
-    this.empty.style.display = pts.length ? 'none' : '';
-    this.el.dataset.points = String(pts.length);
+    this.empty.style.display = all.length ? 'none' : '';
+    this.el.dataset.points = String(this.series.length ? this.series[0].points.length : 0);
 
     let xMin = Infinity, xMax = -Infinity, yMin = Infinity, yMax = -Infinity;
-    for (const p of pts) {
+    for (const p of all) {
       if (p.x < xMin) xMin = p.x;
       if (p.x > xMax) xMax = p.x;
       if (p.y < yMin) yMin = p.y;
       if (p.y > yMax) yMax = p.y;
     }
-    if (!pts.length) { xMin = 0; xMax = 10; yMin = 0; yMax = 1; }
+    if (!all.length) { xMin = 0; xMax = 10; yMin = 0; yMax = 1; }
     if (xMax === xMin) xMax = xMin + 1;
     const yt = niceTicks(yMin, yMax, 4);
     const xt = niceTicks(xMin, xMax, Math.max(2, Math.floor(innerW / 90)), 1);  // steps are integers
@@ -169,7 +255,7 @@ export class LineChart {
       line.setAttribute('y1', MARGIN.top + innerH);
       line.setAttribute('y2', MARGIN.top + innerH + 4);
       text.setAttribute('x', x);
-      text.setAttribute('y', HEIGHT - 5);
+      text.setAttribute('y', height - 5);
       text.setAttribute('text-anchor', 'middle');
       text.textContent = defaultFormat(v);
     });
@@ -183,27 +269,36 @@ export class LineChart {
     this.baseX.setAttribute('y1', MARGIN.top + innerH);
     this.baseX.setAttribute('y2', MARGIN.top + innerH);
 
+    for (const s of this.series) this.renderSeries(s, sx, sy);
+    const described = this.series.map((s) => (s.points.length
+      ? `${s.label}: ${s.points.length} points, latest ${this.format(s.points[s.points.length - 1].y)} at ${this.xLabel} ${s.points[s.points.length - 1].x}`
+      : `${s.label}: none yet`));
+    this.svg.setAttribute('aria-label', all.length ? `${this.title}. ${described.join('; ')}` : `${this.title}: no data yet`);
+    this.showReadout();
+  }
+
+  renderSeries(s, sx, sy) {
     let d = '';
     let prevX = -Infinity;
-    for (const p of pts) {
+    for (const p of s.points) {
       d += `${p.x < prevX || !d ? 'M' : 'L'}${sx(p.x).toFixed(1)},${sy(p.y).toFixed(1)}`;
       prevX = p.x;
     }
-    this.path.setAttribute('d', d || 'M0,0');
-    this.path.style.display = d ? '' : 'none';
-    if (pts.length) {
-      const last = pts[pts.length - 1];
-      this.lastDot.setAttribute('cx', sx(last.x));
-      this.lastDot.setAttribute('cy', sy(last.y));
-      this.lastDot.style.display = '';
-    } else {
-      this.lastDot.style.display = 'none';
+    s.path.setAttribute('d', d || 'M0,0');
+    s.path.style.display = d ? '' : 'none';
+    const marks = s.markers ? s.points : [];
+    while (s.marks.children.length < marks.length) s.marks.append(svg('circle', {r: 3}));
+    while (s.marks.children.length > marks.length) s.marks.lastChild.remove();
+    marks.forEach((p, i) => {
+      s.marks.children[i].setAttribute('cx', sx(p.x).toFixed(1));
+      s.marks.children[i].setAttribute('cy', sy(p.y).toFixed(1));
+    });
+    const last = s.points[s.points.length - 1];
+    s.lastDot.style.display = last && !s.markers ? '' : 'none';
+    if (last) {
+      s.lastDot.setAttribute('cx', sx(last.x));
+      s.lastDot.setAttribute('cy', sy(last.y));
     }
-    this.svg.setAttribute('aria-label', pts.length
-      ? `${this.title}: ${pts.length} points, latest ${this.format(pts[pts.length - 1].y)} at ${this.xLabel} ${pts[pts.length - 1].x}`
-      : `${this.title}: no data yet`);
-    if (this.hoverIndex >= pts.length) this.hoverIndex = -1;
-    this.showReadout();
   }
 
   // Reuses one <g><line/><text/></g> per tick; adds or removes only the difference.
@@ -217,39 +312,43 @@ export class LineChart {
     values.forEach((v, i) => update(group.children[i], v));
   }
 
+  // The point nearest the pointer, of any series (distance on screen).
   hover(e) {
-    if (!e || !this.points.length || !this.scale) {
-      this.hoverIndex = -1;
-    } else {
+    this.hover_ = null;
+    if (e && this.scale) {
       const rect = this.svg.getBoundingClientRect();
       const vbW = this.width || rect.width;
       const px = ((e.clientX - rect.left) / rect.width) * vbW;
-      let best = -1, bestDist = Infinity;
-      this.points.forEach((p, i) => {
-        const dist = Math.abs(this.scale.sx(p.x) - px);
-        if (dist <= bestDist) { bestDist = dist; best = i; }
-      });
-      this.hoverIndex = best;
+      const py = ((e.clientY - rect.top) / rect.height) * this.height;
+      let bestDist = Infinity;
+      this.series.forEach((s, si) => s.points.forEach((p, i) => {
+        const dist = Math.hypot(this.scale.sx(p.x) - px, (this.scale.sy(p.y) - py) / 4);
+        if (dist <= bestDist) { bestDist = dist; this.hover_ = {s: si, i}; }
+      }));
     }
     this.showReadout();
   }
 
+  // "step 20: 2.31" (with several series: "step 20: 2.31 · eval loss"); without hover the
+  // first series' latest point.
   showReadout() {
-    const pts = this.points;
-    const i = this.hoverIndex;
-    const hovering = i >= 0 && i < pts.length;
+    const h = this.hover_;
+    const hovering = Boolean(h && this.series[h.s] && this.series[h.s].points[h.i]);
     for (const el of [this.hoverLine, this.hoverDot]) el.setAttribute('visibility', hovering ? 'visible' : 'hidden');
-    if (!pts.length) { this.readout.textContent = ''; return; }
-    const p = hovering ? pts[i] : pts[pts.length - 1];
+    const s = hovering ? this.series[h.s] : this.series.find((x) => x.points.length);
+    if (!s) { this.readout.textContent = ''; return; }
+    const p = hovering ? s.points[h.i] : s.points[s.points.length - 1];
     if (hovering) {
       const x = this.scale.sx(p.x), y = this.scale.sy(p.y);
       this.hoverLine.setAttribute('x1', x);
       this.hoverLine.setAttribute('x2', x);
       this.hoverLine.setAttribute('y1', MARGIN.top);
-      this.hoverLine.setAttribute('y2', HEIGHT - MARGIN.bottom);
+      this.hoverLine.setAttribute('y2', this.height - MARGIN.bottom);
       this.hoverDot.setAttribute('cx', x);
       this.hoverDot.setAttribute('cy', y);
+      this.hoverDot.setAttribute('fill', s.color);
     }
-    this.readout.textContent = `${hovering ? '' : 'latest '}${this.xLabel} ${p.x}: ${this.format(p.y)}`;
+    const which = this.series.length > 1 ? ` · ${s.label}` : '';
+    this.readout.textContent = `${hovering ? '' : 'latest '}${this.xLabel} ${p.x}: ${this.format(p.y)}${which}`;
   }
 }

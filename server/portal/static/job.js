@@ -1,15 +1,16 @@
 // One job: header with cancel/resubmit, pending explanation, live charts from the metrics
-// history, GPU utilisation of its workers, state timeline (SSE), attempts with their
-// outcome and workers, checkpoints, logs (rank filter, follow via SSE) and the spec.
-// Everything refreshes in place.
+// history (train and eval loss on one chart), GPU time and cost, GPU utilisation of its
+// workers, state timeline (SSE; timeline.js), attempts with their outcome, workers and GPU
+// time, checkpoints, logs (logs.js) and the spec. Everything refreshes in place.
 
 import {api, query, sse} from './api.js';
 import {LineChart, decimalsOf} from './chart.js';
-import {h, setText, clear, Poller, fmtInt, fmtNum, fmtBytes, fmtTime, fmtFullTime, fmtAgo,
-  parseTime, TERMINAL_STATES} from './util.js';
+import {createTimeline} from './timeline.js';
+import {createLogView} from './logs.js';
+import {h, setText, Poller, fmtInt, fmtNum, fmtBytes, fmtTime, fmtFullTime, fmtAgo, fmtGpuTime, fmtCost,
+  fmtUsage, parseTime, TERMINAL_STATES} from './util.js';
 
 const REFRESH_MS = 3000;
-const MAX_LOG_LINES = 5000;
 export const DRAFT_KEY = 'llamafleet.draft';
 
 // "42 s", "5 min 3 s", "2 h 5 min".
@@ -32,6 +33,15 @@ const TASK_STATE_CLASS = {
   TASK_STARTING: 'state-scheduled', TASK_RUNNING: 'state-running', TASK_SUCCEEDED: 'state-succeeded',
   TASK_FAILED: 'state-failed', TASK_KILLED: 'state-cancelled',
 };
+
+// The eval series of a job: the metrics response's evals history (every evaluation, all
+// attempts); without one (an older coordinator) the job's last evaluation alone.
+export function evalPoints(metrics, job) {
+  const evals = metrics?.evals || [];
+  if (evals.length) return evals.map((e) => ({x: Number(e.step), y: Number(e.loss)}));
+  const m = job?.latest_metrics || {};
+  return m.eval_loss !== undefined ? [{x: Number(m.eval_step || 0), y: Number(m.eval_loss)}] : [];
+}
 
 const pct = (v, step) => (step ? `${(v * 100).toFixed(decimalsOf(step * 100))}%` : `${fmtNum(v * 100, 3)}%`);
 
@@ -56,7 +66,7 @@ export function mountJob(root, ctx, id) {
   const summary = h('dl.summary');
 
   const charts = {
-    loss: new LineChart({title: 'Loss', color: 'var(--c1)'}),
+    loss: new LineChart({title: 'Loss', legend: true}),
     lr: new LineChart({title: 'Learning rate', color: 'var(--c2)'}),
     tps: new LineChart({title: 'Tokens / s', color: 'var(--c3)'}),
     // The trainer reports MFU only when it knows the device's peak FLOPS (not on CPU ranks).
@@ -66,23 +76,19 @@ export function mountJob(root, ctx, id) {
   charts.loss.el.id = 'chart-loss';
 
   const gpuPanel = h('div.gpu-list');
-  const timeline = h('ol.timeline', {'aria-label': 'State timeline'});
+  const timeline = createTimeline();
   const attemptBody = h('tbody');
   const attemptTable = h('table#attempts.grid-table.compact.attempts',
-    h('colgroup', ['3em', '7.5em', '6.5em', '10em', '7em', 'auto', '4em', 'auto'].map((w) => h('col', {style: {width: w}}))),
-    h('thead', h('tr', ['#', 'State', 'Started', 'Ended', 'Failure', 'Workers', 'Nodes', 'Reason'].map((t) => h('th', {scope: 'col'}, t)))),
+    h('colgroup', ['3em', '7.5em', '6.5em', '10em', '7em', 'auto', '4.5em', '6.5em', 'auto'].map((w) => h('col', {style: {width: w}}))),
+    h('thead', h('tr', ['#', 'State', 'Started', 'Ended', 'Failure', 'Workers', 'Nodes', 'GPU time', 'Reason'].map((t) =>
+      h('th', {scope: 'col', class: t === 'GPU time' ? 'num' : ''}, t)))),
     attemptBody);
   const ckptBody = h('tbody');
   const ckptTable = h('table.grid-table.compact',
     h('colgroup', ['6em', '5em', '6em', '7em', '8em', 'auto'].map((w) => h('col', {style: {width: w}}))),
     h('thead', h('tr', ['Step', 'Attempt', 'Loss', 'Size', 'Time', 'Path'].map((t) => h('th', {scope: 'col'}, t)))), ckptBody);
 
-  // Logs.
-  const attemptSel = h('select#log-attempt', h('option', {value: 0}, 'newest'));
-  const rankSel = h('select#log-rank', h('option', {value: -1}, 'all ranks'));
-  const follow = h('input#log-follow', {type: 'checkbox'});
-  const logStatus = h('span.muted.log-status', {'aria-live': 'polite'});
-  const logBox = h('div#logs.logs', {tabindex: 0, role: 'log', 'aria-label': 'Trainer logs'});
+  const logs = createLogView(base);
   const specPre = h('pre#spec.spec');
   const specFmt = h('select#spec-format', {'aria-label': 'Spec format'}, h('option', {value: 'yaml'}, 'YAML'), h('option', {value: 'json'}, 'JSON'));
 
@@ -94,18 +100,12 @@ export function mountJob(root, ctx, id) {
         h('section.panel', h('h2', 'Training'), chartGrid),
         h('section.panel', h('h2', 'Attempts'), h('div.table-wrap', attemptTable)),
         h('section.panel', h('h2', 'Checkpoints'), h('div.table-wrap', ckptTable)),
-        h('section.panel', h('h2', 'Logs'),
-          h('div.toolbar',
-            h('div.field', h('label', {for: 'log-attempt'}, 'Attempt'), attemptSel),
-            h('div.field', h('label', {for: 'log-rank'}, 'Rank'), rankSel),
-            h('div.field', follow, h('label', {for: 'log-follow'}, 'Follow')),
-            logStatus),
-          logBox),
+        h('section.panel', h('h2', 'Logs'), logs.el),
         h('section.panel', h('h2', 'Spec', h('span.spacer'), specFmt), specPre)),
       h('div.col-side',
         h('section.panel', h('h2', 'Summary'), summary),
         h('section.panel', h('h2', 'Workers'), gpuPanel),
-        h('section.panel', h('h2', 'Timeline'), timeline)))));
+        h('section.panel', h('h2', 'Timeline'), timeline.el)))));
 
   // --- rendering ---------------------------------------------------------------------
   function canCancel() {
@@ -169,13 +169,17 @@ export function mountJob(root, ctx, id) {
     }
 
     const m = job.latest_metrics || {};
+    const usage = fmtUsage(job.usage);
     const rows = [
       ['Progress', m.total_steps && Number(m.total_steps) ? `step ${fmtInt(m.step)} of ${fmtInt(m.total_steps)}` : (Number(m.step) ? `step ${fmtInt(m.step)}` : '—')],
-      ['Loss', Number(m.step) ? fmtNum(m.loss) : '—'],
+      ['Train loss', Number(m.step) ? fmtNum(m.loss) : '—'],
       ['Eval loss', m.eval_loss !== undefined
-        ? `${fmtNum(m.eval_loss)} after step ${fmtInt(m.eval_step || 0)} (best ${fmtNum(m.best_eval_loss)})` : '—'],
+        ? `${fmtNum(m.eval_loss)} after step ${fmtInt(m.eval_step || 0)} · best ${fmtNum(m.best_eval_loss ?? m.eval_loss)}`
+        : (spec.data?.eval_path ? '—' : '— (no data.eval_path)')],
       ['Attempts', String(job.attempts || 0)],
       ['Restarts', `${job.restarts || 0} of ${spec.run_policy?.max_restarts ?? 0}`],
+      ['GPU time', usage.time],
+      ['Cost', usage.cost],
       ['Workers', (job.workers || []).join(', ') || '—'],
       ['Updated', `${fmtTime(job.update_time)} (${fmtAgo(job.update_time)})`],
       ['Finetuning', finetuning(spec.peft || {}, job.memory_estimate || {})],
@@ -186,7 +190,7 @@ export function mountJob(root, ctx, id) {
       ['Peak memory', Number(m.peak_memory_bytes) ? fmtBytes(m.peak_memory_bytes) : '—'],
     ];
     if (summary.children.length !== rows.length * 2) {
-      summary.replaceChildren(...rows.flatMap(([k]) => [h('dt', k), h('dd')]));
+      summary.replaceChildren(...rows.flatMap(([k]) => [h('dt', k), h('dd', {dataset: {row: k.toLowerCase().replaceAll(' ', '-')}})]));
     }
     rows.forEach(([k, v], i) => {
       const dd = summary.children[2 * i + 1];
@@ -194,17 +198,7 @@ export function mountJob(root, ctx, id) {
       else setText(dd, v);
     });
 
-    // Selectors for logs: attempts 1..N, ranks 0..world-1.
-    const attempts = Number(job.attempts || 0);
-    while (attemptSel.options.length - 1 < attempts) {
-      const n = attemptSel.options.length;
-      attemptSel.append(h('option', {value: n}, `attempt ${n}`));
-    }
-    const world = (res.nodes || 1) * (res.gpus_per_node || 1);
-    while (rankSel.options.length - 1 < world) {
-      const r = rankSel.options.length - 1;
-      rankSel.append(h('option', {value: r}, `rank ${r}`));
-    }
+    logs.update(job);
     renderSpec();
   }
 
@@ -235,36 +229,7 @@ export function mountJob(root, ctx, id) {
     if (events.has(seq)) return;
     events.set(seq, ev);
     lastSeq = Math.max(lastSeq, seq);
-    // Tokenizing progress: of a run of such events the timeline keeps only the newest.
-    const next = [...timeline.children].find((x) => Number(x.dataset.seq) > seq);
-    const prev = next ? next.previousElementSibling : timeline.lastElementChild;
-    if (ev.type === 'tokenizing') {
-      if (next && next.classList.contains('tokenizing')) return;
-      if (prev && prev.classList.contains('tokenizing')) prev.remove();
-    }
-    const changed = ev.from_state !== ev.to_state;
-    const fromKnown = ev.from_state && ev.from_state !== 'JOB_STATE_UNSPECIFIED';
-    const resize = resizeOf(ev.reason);
-    const li = h('li', {class: [changed ? 'changed' : '', resize ? 'resize' : '', ev.type === 'tokenizing' ? 'tokenizing' : '']
-      .filter(Boolean).join(' '), dataset: {seq}},
-      h('time', {datetime: ev.time, title: fmtFullTime(ev.time)}, fmtTime(ev.time)),
-      h('span.ev-type', ev.type),
-      resize ? h('span.badge.resize-badge', {title: 'elastic gang resized'}, `${resize.from} → ${resize.to} nodes`) : null,
-      changed ? h('span.ev-states', fromKnown ? [h('span.badge', {class: `badge state-${String(ev.from_state).toLowerCase()}`}, ev.from_state),
-        ' → '] : '→ ', h('span.badge', {class: `badge state-${String(ev.to_state).toLowerCase()}`}, ev.to_state)) : null,
-      ev.reason ? h('div.ev-reason', ev.reason) : null);
-    // Keep seq order even if a reconnect delivers something late.
-    const after = [...timeline.children].find((x) => Number(x.dataset.seq) > seq);
-    timeline.insertBefore(li, after || null);
-  }
-
-  // An elastic gang's size change named by an event ("resized 3 → 2 nodes: ...", "resizing
-  // 2 → 3 nodes: ..." when it stops to grow, "elastic: started on 2 of 3 nodes"), or null.
-  function resizeOf(reason) {
-    const m = /\bresiz(?:ed|ing) (\d+) → (\d+) nodes/.exec(reason || '');
-    if (m) return {from: Number(m[1]), to: Number(m[2])};
-    const s = /elastic: started on (\d+) of (\d+) nodes/.exec(reason || '');
-    return s ? {from: Number(s[2]), to: Number(s[1])} : null;
+    timeline.add(ev);
   }
 
   function renderCheckpoints(list) {
@@ -285,7 +250,7 @@ export function mountJob(root, ctx, id) {
     const start = parseTime(a.start_time);
     const at = (p) => (start && parseTime(p.time) ? `+${((parseTime(p.time) - start) / 1000).toFixed(2)} s` : '');
     return h('tr.phases', {dataset: {phasesOf: a.attempt}},
-      h('td'), h('td', {colspan: 7}, h('ol.phase-list', {'aria-label': `Start-up of attempt ${a.attempt}`},
+      h('td'), h('td', {colspan: 8}, h('ol.phase-list', {'aria-label': `Start-up of attempt ${a.attempt}`},
         phases.map((p) => h('li', {dataset: {phase: p.name}},
           h('span.phase-name', p.name.replaceAll('_', ' ')), ' ', h('span.phase-at', at(p)),
           h('span.muted', ` (${Number(p.seconds || 0).toFixed(2)} s${p.detail ? `, ${p.detail}` : ''})`))))));
@@ -293,7 +258,7 @@ export function mountJob(root, ctx, id) {
 
   // Newest first. Workers by node rank, each with its task's last reported state.
   function renderAttempts(list) {
-    const sig = JSON.stringify(list.map((a) => [a.attempt, a.state, a.end_time, a.reason, a.nodes, a.resize_reason,
+    const sig = JSON.stringify(list.map((a) => [a.attempt, a.state, a.end_time, a.reason, a.nodes, a.resize_reason, a.gpu_seconds, a.cost,
       (a.tasks || []).map((t) => [t.worker, t.state, t.message]), (a.phases || []).map((p) => p.name)]));
     if (attemptBody.dataset.sig === sig) return;
     attemptBody.dataset.sig = sig;
@@ -319,11 +284,13 @@ export function mountJob(root, ctx, id) {
           h('span.muted', `${t.node_rank || 0}:`), ' ', t.worker, ' ',
           h('span', {class: `badge task-badge ${end && !TASK_ENDED.has(t.state) ? '' : TASK_STATE_CLASS[t.state] || ''}`}, taskState(t))))),
         h('td.num.nodes', String(a.nodes || tasks.length)),
+        h('td.num.gpu-time', {title: a.cost !== undefined ? `cost ${fmtCost(a.cost)}` : 'no price for these workers'},
+          Number(a.gpu_seconds) ? fmtGpuTime(a.gpu_seconds) : '—'),
         h('td.reason', {title: [a.resize_reason, a.reason, a.resume_from && `resumed from ${a.resume_from}`].filter(Boolean).join('\n')},
           a.resize_reason ? h('span.badge.resize-badge', a.resize_reason) : null, a.resize_reason && a.reason ? ' ' : null,
           a.reason || (a.resume_from ? h('span.muted', `resumed from ${a.resume_from}`) : ''))),
       phasesRow(a)].filter(Boolean);
-    }) : [h('tr.empty', h('td', {colspan: 8}, 'Not started yet.'))]));
+    }) : [h('tr.empty', h('td', {colspan: 9}, 'Not started yet.'))]));
   }
 
   function renderGpus(workers) {
@@ -356,7 +323,12 @@ export function mountJob(root, ctx, id) {
     const res = await api(`${base}/metrics?max_points=2000`);
     const pts = res.points || [];
     const series = (f) => pts.map((p) => ({x: Number(p.step), y: Number(f(p))}));
-    charts.loss.setData(series((p) => p.loss));
+    const loss = [{key: 'train', label: 'train loss', color: 'var(--c1)', points: series((p) => p.loss)}];
+    // The eval series when the job evaluates at all: dashed, a circle per evaluation.
+    if (job?.spec?.data?.eval_path) {
+      loss.push({key: 'eval', label: 'eval loss', color: 'var(--c4)', dashed: true, markers: true, points: evalPoints(res, job)});
+    }
+    charts.loss.setSeries(loss);
     charts.lr.setData(series((p) => p.lr));
     charts.tps.setData(series((p) => p.tokens_per_second));
     charts.mfu.setData(pts.some((p) => p.mfu) ? series((p) => p.mfu) : []);
@@ -441,49 +413,6 @@ export function mountJob(root, ctx, id) {
     }
   }
 
-  // Logs: a snapshot (tail) or, with follow, a stream that keeps appending.
-  let logAbort = null;
-  let logLines = 0;
-  function appendChunk(chunk, showRank) {
-    const atBottom = logBox.scrollTop + logBox.clientHeight >= logBox.scrollHeight - 24;
-    const frag = document.createDocumentFragment();
-    for (const line of chunk.lines || []) {
-      frag.append(h('div.line', showRank ? h('span.rank', `[rank ${chunk.rank}] `) : null, line));
-      logLines++;
-    }
-    logBox.append(frag);
-    while (logLines > MAX_LOG_LINES) { logBox.firstChild.remove(); logLines--; }
-    if (atBottom) logBox.scrollTop = logBox.scrollHeight;
-  }
-  async function loadLogs() {
-    if (logAbort) logAbort.abort();
-    const ac = new AbortController();
-    logAbort = ac;
-    clear(logBox);
-    logLines = 0;
-    const rank = Number(rankSel.value);
-    const params = {attempt: attemptSel.value, rank, tail_lines: 500};
-    const showRank = rank < 0;
-    try {
-      if (follow.checked) {
-        setText(logStatus, 'following…');
-        await sse(`${base}/logs${query({...params, follow: 'true'})}`, (ev) => {
-          if (ev.event === 'log') appendChunk(ev.data, showRank);
-        }, ac.signal);
-        if (logAbort === ac) setText(logStatus, 'the job has ended; no more lines');
-      } else {
-        setText(logStatus, '');
-        const res = await api(`${base}/logs${query(params)}`, {signal: ac.signal});
-        for (const c of res.chunks || []) appendChunk(c, showRank);
-        logBox.scrollTop = logBox.scrollHeight;
-        if (!logLines) setText(logStatus, 'no log lines');
-      }
-    } catch (err) {
-      if (err.name !== 'AbortError' && logAbort === ac) setText(logStatus, `logs: ${err.message}`);
-    }
-  }
-  for (const el of [attemptSel, rankSel, follow]) el.addEventListener('change', loadLogs);
-
   // --- actions -----------------------------------------------------------------------
   cancelBtn.addEventListener('click', async () => {
     if (!job) return;
@@ -522,9 +451,9 @@ export function mountJob(root, ctx, id) {
   followEvents();
   api(base).then((j) => {
     job = j;
-    follow.checked = !TERMINAL_STATES.has(j.state);
+    logs.setFollow(!TERMINAL_STATES.has(j.state));
     renderJob();
-    loadLogs();
+    logs.load();
   }).catch(() => {});
 
   return {
@@ -532,7 +461,7 @@ export function mountJob(root, ctx, id) {
       stopped = true;
       poller.stop();
       for (const ac of aborts) ac.abort();
-      if (logAbort) logAbort.abort();
+      logs.stop();
       for (const c of Object.values(charts)) c.destroy();
     },
   };

@@ -1,11 +1,16 @@
 // The jobs list: server-side filters, sort and pages (fast on 10,000+ jobs: the browser
 // only ever holds one page), refreshed every 2.5 s by updating the rows that changed.
 // Columns have fixed widths and rows a fixed height, so nothing moves when values change.
+// Jobs ticked in the first column (kept for the browser tab, across pages and filters)
+// open together in the compare view (#/compare?jobs=1,2,3; compare.js).
 
 import {api, query} from './api.js';
 import {h, setText, debounce, Poller, fmtInt, fmtNum, fmtTime, fmtFullTime, JOB_STATES} from './util.js';
+import {comparePath} from './compare.js';
 
+const PICKED_KEY = 'llamafleet.compare';
 const COLUMNS = [
+  {key: 'pick', label: 'Compare', width: '2.6em'},
   {key: 'id', label: 'ID', width: '5.5em', sort: 'create_time'},
   {key: 'name', label: 'Name', width: 'auto', sort: 'name'},
   {key: 'owner', label: 'Owner', width: '8em', sort: 'owner'},
@@ -14,6 +19,7 @@ const COLUMNS = [
   {key: 'priority', label: 'Prio', width: '4.5em', sort: 'priority', num: true},
   {key: 'progress', label: 'Progress', width: '11em'},
   {key: 'loss', label: 'Loss', width: '6em', num: true},
+  {key: 'evalLoss', label: 'Eval loss', width: '6.5em', num: true},
   {key: 'created', label: 'Created', width: '8.5em', sort: 'create_time'},
 ];
 const PAGE_SIZES = [25, 50, 100, 200, 500, 1000];
@@ -45,6 +51,8 @@ export function mountJobs(root, ctx) {
   let selected = -1;
   let loadSeq = 0;
   const rows = new Map();     // job id → {tr, cells, sig}
+  // Ticked for comparison, in the order ticked.
+  const picked = new Set(JSON.parse(sessionStorage.getItem(PICKED_KEY) || '[]'));
 
   // --- toolbar -----------------------------------------------------------------------
   const search = h('input#job-search', {type: 'search', placeholder: 'Search names  ( / )', value: filters.name,
@@ -76,6 +84,9 @@ export function mountJobs(root, ctx) {
     if (c.sort) {
       th.append(h('button.sort', {type: 'button', onclick: () => sortBy(c.sort), title: `Sort by ${c.label.toLowerCase()}`},
         c.label, h('span.sort-mark', {'aria-hidden': 'true'})));
+    } else if (c.key === 'pick') {
+      th.title = 'Tick jobs to compare them (x ticks the selected row, c compares)';
+      th.append(h('span', {'aria-hidden': 'true'}, '✓'), h('span.sr-only', c.label));
     } else {
       th.append(c.label);
     }
@@ -94,11 +105,34 @@ export function mountJobs(root, ctx) {
   const next = h('button#next-page', {type: 'button', onclick: () => nextPage(), title: 'Next page (n)'}, 'Next →');
   const pager = h('div.pager', range, h('span.spacer'), prev, next);
 
+  const compareBtn = h('button#compare-jobs', {type: 'button', onclick: () => compare(),
+    title: 'Loss curves and settings of the ticked jobs side by side (c)'});
+  const unpickBtn = h('button#unpick-jobs.btn-quiet', {type: 'button', onclick: () => setPicked([])}, 'Untick all');
   root.append(h('section.page.jobs-page', {'aria-labelledby': 'jobs-h'},
-    h('div.page-head', h('h1#jobs-h', 'Jobs'), h('a.btn-primary', {href: '#/submit'}, 'New job')),
+    h('div.page-head', h('h1#jobs-h', 'Jobs'), h('span.spacer'), unpickBtn, compareBtn,
+      h('a.btn-primary', {href: '#/submit'}, 'New job')),
     toolbar, stateChips, banner, h('div.table-wrap', table), pager));
 
   // --- behaviour ---------------------------------------------------------------------
+  function setPicked(ids) {
+    picked.clear();
+    for (const id of ids) picked.add(id);
+    savePicked();
+  }
+  function togglePicked(id, on) {
+    if (on) picked.add(id); else picked.delete(id);
+    savePicked();
+  }
+  function savePicked() {
+    sessionStorage.setItem(PICKED_KEY, JSON.stringify([...picked]));
+    for (const [id, row] of rows) row.cells.box.checked = picked.has(id);
+    setText(compareBtn, `Compare (${picked.size})`);
+    compareBtn.disabled = picked.size < 2;
+    unpickBtn.hidden = picked.size === 0;
+  }
+  function compare() {
+    if (picked.size >= 2) ctx.navigate(comparePath([...picked]));
+  }
   function applyFilters() {
     history.replaceState(null, '', `#${filtersToHash(filters)}`);
     tokens = [''];
@@ -167,6 +201,7 @@ export function mountJobs(root, ctx) {
 
   function cellsFor(job) {
     const m = job.latest_metrics || {};
+    const hasEval = m.eval_loss !== undefined;
     const step = Number(m.step || 0);
     const totalSteps = Number(m.total_steps || 0);
     return {
@@ -179,6 +214,8 @@ export function mountJobs(root, ctx) {
       progress: totalSteps ? `${fmtInt(step)} / ${fmtInt(totalSteps)}` : (step ? fmtInt(step) : ''),
       pct: totalSteps ? Math.min(100, (100 * step) / totalSteps) : 0,
       loss: step ? fmtNum(m.loss) : '',
+      evalLoss: hasEval ? fmtNum(m.eval_loss) : '',
+      evalTitle: hasEval ? `eval loss ${fmtNum(m.eval_loss)} after step ${fmtInt(m.eval_step || 0)}, best ${fmtNum(m.best_eval_loss ?? m.eval_loss)}` : '',
       created: fmtTime(job.create_time),
       createdTitle: fmtFullTime(job.create_time),
       reason: job.status_reason || '',
@@ -193,6 +230,9 @@ export function mountJobs(root, ctx) {
       cells[c.key] = td;
       tr.append(td);
     }
+    cells.box = h('input', {type: 'checkbox', checked: picked.has(id), 'aria-label': `Compare job ${id}`,
+      onchange: () => togglePicked(id, cells.box.checked)});
+    cells.pick.append(h('label.pick', cells.box));
     cells.idLink = h('a', {href: `#/jobs/${encodeURIComponent(id)}`});
     cells.id.append(cells.idLink);
     cells.badge = h('span.badge');
@@ -201,7 +241,7 @@ export function mountJobs(root, ctx) {
     cells.progText = h('span.progress-text');
     cells.progress.append(h('span.progress', cells.bar), cells.progText);
     tr.addEventListener('click', (e) => {
-      if (e.target.closest('a')) return;
+      if (e.target.closest('a, label, input')) return;
       ctx.navigate(`/jobs/${encodeURIComponent(id)}`);
     });
     return {tr, cells, sig: ''};
@@ -224,6 +264,8 @@ export function mountJobs(root, ctx) {
     c.bar.style.width = `${v.pct}%`;
     setText(c.progText, v.progress);
     setText(c.loss, v.loss);
+    setText(c.evalLoss, v.evalLoss);
+    c.evalLoss.title = v.evalTitle;
     setText(c.created, v.created);
     c.created.title = v.createdTitle;
   }
@@ -293,6 +335,7 @@ export function mountJobs(root, ctx) {
     queueList.replaceChildren(...(res.queues || []).map((q) => h('option', {value: q.name})));
   }).catch(() => {});
   renderHead();
+  savePicked();
 
   return {
     cleanup() { poller.stop(); onSearch.cancel(); onText.cancel(); },
@@ -314,6 +357,10 @@ export function mountJobs(root, ctx) {
         case 'Enter':
           if (selected >= 0 && shown[selected]) { ctx.navigate(`/jobs/${encodeURIComponent(shown[selected].id)}`); return true; }
           return false;
+        case 'x':
+          if (selected >= 0 && shown[selected]) { togglePicked(shown[selected].id, !picked.has(shown[selected].id)); return true; }
+          return false;
+        case 'c': compare(); return true;
         case '/': search.focus(); search.select(); return true;
         case 'n': nextPage(); return true;
         case 'p': prevPage(); return true;

@@ -1,17 +1,30 @@
 // One sweep (#/sweeps/NAME): a row per point in index order with its parameters, state,
 // progress, latest loss, best eval loss and why it waits (the SWEEP throttle, say). The points are the
-// signed-in user's jobs labelled sweep=NAME (the label every point carries).
+// signed-in user's jobs labelled sweep=NAME (the label every point carries). Every point
+// starts ticked for "Compare" (compare.js); unticking one leaves it out.
 
 import {api, query} from './api.js';
 import {h, setText, Poller, fmtInt, fmtNum, stateBadge} from './util.js';
+import {comparePath, MAX_JOBS} from './compare.js';
 
 export function mountSweep(root, ctx, name) {
   const head = h('thead');
   const tbody = h('tbody');
   const summary = h('p#sweep-summary.muted', {'aria-live': 'polite'});
   const banner = h('div.banner.error', {role: 'alert', hidden: true});
+  const unticked = new Set();  // job ids left out of the comparison
+  let ids = [];                // the points' job ids, in index order
+  const compareBtn = h('button#compare-sweep', {type: 'button', disabled: true,
+    title: `Loss curves and settings of the ticked points side by side (at most ${MAX_JOBS})`,
+    onclick: () => ctx.navigate(comparePath(ticked()))}, 'Compare');
+  const ticked = () => ids.filter((id) => !unticked.has(id)).slice(0, MAX_JOBS);
+  function updateCompare() {
+    const n = ticked().length;
+    setText(compareBtn, `Compare (${n})`);
+    compareBtn.disabled = n < 2;
+  }
   root.append(h('section.page', {'aria-labelledby': 'sweep-h'},
-    h('div.page-head', h('h1#sweep-h', `Sweep ${name}`)), summary, banner,
+    h('div.page-head', h('h1#sweep-h', `Sweep ${name}`), h('span.spacer'), compareBtn), summary, banner,
     h('div.table-wrap', h('table.grid-table.sweep', {'aria-label': `Points of sweep ${name}`}, head, tbody))));
 
   let lastSig = '';
@@ -28,7 +41,10 @@ export function mountSweep(root, ctx, name) {
       // The parameters, in the order the sweep numbers them: "training.lr=3.0e-4".
       const params = points.length ? (points[0].spec.sweep.point.values || []).map((v) => v.split('=')[0]) : [];
       const numeric = ['Step', 'Loss', 'Best eval loss'];
-      head.replaceChildren(h('tr', ['Point', ...params, 'State', ...numeric, 'Why'].map((t) =>
+      ids = points.map((j) => j.id);
+      head.replaceChildren(h('tr', h('th', {scope: 'col', title: 'Ticked points open together in Compare', style: {width: '2.6em'}},
+        h('span', {'aria-hidden': 'true'}, '✓'), h('span.sr-only', 'Compare')),
+      ['Point', ...params, 'State', ...numeric, 'Why'].map((t) =>
         h('th', {scope: 'col', class: numeric.includes(t) ? 'num' : ''}, t))));
       const counts = {};
       tbody.replaceChildren(...(points.length ? points.map((j) => {
@@ -36,7 +52,10 @@ export function mountSweep(root, ctx, name) {
         const values = (j.spec.sweep.point.values || []).map((v) => v.slice(v.indexOf('=') + 1));
         const m = j.latest_metrics || {};
         const step = Number(m.step || 0);
+        const box = h('input', {type: 'checkbox', checked: !unticked.has(j.id), 'aria-label': `Compare point ${j.spec.name}`,
+          onchange: () => { if (box.checked) unticked.delete(j.id); else unticked.add(j.id); updateCompare(); }});
         return h('tr', {dataset: {id: j.id}},
+          h('td.pick', h('label.pick', box)),
           h('td', h('a', {href: `#/jobs/${encodeURIComponent(j.id)}`}, j.spec.name)),
           ...values.map((v) => h('td', v)),
           h('td', stateBadge(j.state)),
@@ -44,7 +63,8 @@ export function mountSweep(root, ctx, name) {
           h('td.num', step ? fmtNum(m.loss) : ''),
           h('td.num', m.best_eval_loss !== undefined ? fmtNum(m.best_eval_loss) : ''),
           h('td.muted', j.state === 'QUEUED' ? (j.pending?.message || '') : (j.status_reason || '')));
-      }) : [h('tr.empty', h('td', {colspan: 6 + params.length}, `You have no jobs in sweep ${name}.`))]));
+      }) : [h('tr.empty', h('td', {colspan: 7 + params.length}, `You have no jobs in sweep ${name}.`))]));
+      updateCompare();
       const total = points.length ? points[0].spec.sweep.point.points : 0;
       const limit = points.length ? points[0].spec.sweep.max_concurrent : 0;
       setText(summary, points.length

@@ -78,6 +78,34 @@ export function fmtBytes(n) {
   return `${i ? n.toFixed(n < 10 ? 1 : 0) : n} ${units[i]}`;
 }
 
+// GPU time from seconds: "40 GPU-s", "12.5 GPU-min", "1.23 GPU-h"; "—" when unknown.
+export function fmtGpuTime(seconds) {
+  if (seconds === undefined || seconds === null || seconds === '' || Number.isNaN(Number(seconds))) return '—';
+  const s = Number(seconds);
+  if (s < 60) return `${Math.round(s)} GPU-s`;
+  if (s < 3600) return `${(s / 60).toFixed(1)} GPU-min`;
+  return `${fmtNum(s / 3600, 3)} GPU-h`;
+}
+
+// Money in the pricing table's currency: "$12.34", "$0.0042"; "—" when unknown (no price).
+export function fmtCost(v) {
+  if (v === undefined || v === null || v === '' || Number.isNaN(Number(v))) return '—';
+  const n = Number(v);
+  return n !== 0 && Math.abs(n) < 0.01 ? `$${n.toPrecision(2)}` : `$${n.toFixed(2)}`;
+}
+
+// A Usage message (Job.usage, Queue.usage; snake_case as the gateway prints it) as
+// {time: "1.2 GPU-h (0.2 GPU-h in failed attempts)", cost: "$12.34 ($2.01 in failed attempts)"},
+// "—" for what is not known (no usage recorded, no price for the workers).
+export function fmtUsage(u) {
+  if (!u) return {time: '—', cost: '—'};
+  const failed = Number(u.failed_gpu_seconds || 0);
+  const time = fmtGpuTime(u.gpu_seconds ?? 0) + (failed > 0 ? ` (${fmtGpuTime(failed)} in failed attempts)` : '');
+  const cost = u.cost === undefined ? '—'
+    : fmtCost(u.cost) + (Number(u.failed_cost || 0) > 0 ? ` (${fmtCost(u.failed_cost)} in failed attempts)` : '');
+  return {time, cost};
+}
+
 export function parseTime(ts) {
   if (!ts) return null;
   const t = Date.parse(ts);
