@@ -198,9 +198,9 @@ grpc::ServerUnaryReactor* JobServiceImpl::ListJobs(grpc::CallbackServerContext* 
     *response->add_jobs() = std::move(job);
   }
   // Both views: one indexed read for the whole page.
-  if (absl::Status s = AddJobUsage({response->mutable_jobs()->pointer_begin(), response->mutable_jobs()->pointer_end()}); !s.ok()) {
-    return FinishNow(context, s);
-  }
+  const std::vector<v1::Job*> page(response->mutable_jobs()->pointer_begin(),
+                                    response->mutable_jobs()->pointer_end());
+  if (absl::Status s = AddJobUsage(page); !s.ok()) return FinishNow(context, s);
   if (result->more) {
     response->set_next_page_token(EncodePageToken(request->order_by(), by_id, result->next_before_id,
                                                   query.offset + returned));
