@@ -166,11 +166,17 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinato
                    policy.path_roots[0], policy.path_roots[0]);
     }
   }
+  if (!options.pricing.empty()) {
+    std::vector<std::string> prices;
+    for (const auto& [type, price] : options.pricing) prices.push_back(absl::StrCat(type, " ", price));
+    spdlog::info("pricing per instance-hour: {}", absl::StrJoin(prices, ", "));
+  }
   c->logs_ = std::make_unique<LogStore>(options.data_dir + "/logs", options.max_log_file_bytes);
   CoordinatorMetricsOptions metrics_options;
   metrics_options.database_path = store_options.path;
   metrics_options.queue_gpu_quotas = options.queue_gpu_quotas;
   metrics_options.start_time = options.clock->Now();
+  metrics_options.pricing = options.pricing;
   c->metrics_ = std::make_unique<CoordinatorMetrics>(std::move(metrics_options));
   ClusterOptions cluster;
   cluster.join_token = c->join_token_;
@@ -183,6 +189,7 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinato
   cluster.checkpoint_root = policy.path_roots.empty() ? options.data_dir + "/checkpoints"
                                                       : DefaultCheckpointRoot(policy.path_roots);
   cluster.path_roots = policy.path_roots;
+  cluster.pricing = options.pricing;
   // A job deleted by ttl_after_finished takes its logs and its default checkpoint dir
   // (llamafleet's own, <first root>/llamafleet/checkpoints/<id>: ids are never reused)
   // with it. A checkpoint.dir the user named is theirs and stays.
@@ -244,6 +251,7 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinato
   });
   c->job_service_->set_log_store(c->logs_.get());
   c->job_service_->set_queue_quotas(options.queue_gpu_quotas);
+  c->job_service_->set_pricing(options.pricing);
   c->job_service_->set_submit_policy(std::move(policy));
   c->job_service_->set_metrics(c->metrics_.get());
   c->metrics_->Attach(c->store_.get(), c->cluster_.get());

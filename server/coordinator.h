@@ -77,6 +77,9 @@ struct CoordinatorOptions {
   // Highest spec.priority per role name ("viewer", "user", "admin"; limits.max_priority).
   // A role not named may use the whole range.
   std::map<std::string, int32_t> max_priority;
+  // Price per instance-hour by instance type (`pricing`), each > 0: what attempts' GPU
+  // time costs (storage/usage_store.h). Empty: nothing is priced.
+  std::map<std::string, double> pricing;
   // Where job and sweep ends are posted (server/webhooks.h); no URLs: none.
   WebhookOptions webhooks;
   // Not owned.

@@ -1,6 +1,6 @@
 // JobServiceImpl: construction and the unary reads (jobs, events, checkpoints, attempts,
 // metrics, queues, the caller) and cancellation. Submission is in job_submit.cc, the
-// WatchJob and StreamJobLogs streams in job_streams.cc.
+// WatchJob and StreamJobLogs streams in job_streams.cc, usage in job_usage.cc.
 #include "server/job_service.h"
 
 #include <algorithm>
@@ -116,6 +116,7 @@ grpc::ServerUnaryReactor* JobServiceImpl::GetJob(grpc::CallbackServerContext* co
   *response = std::move(*job);
   AddPendingInfo(response);
   AddMemoryEstimate(response);
+  if (absl::Status s = AddJobUsage({response}); !s.ok()) return FinishNow(context, s);
   return FinishNow(context, grpc::Status::OK);
 }
 
@@ -197,6 +198,10 @@ grpc::ServerUnaryReactor* JobServiceImpl::ListJobs(grpc::CallbackServerContext* 
     AddPendingInfo(&job);
     *response->add_jobs() = std::move(job);
   }
+  // Both views: one indexed read for the whole page.
+  const std::vector<v1::Job*> page(response->mutable_jobs()->pointer_begin(),
+                                    response->mutable_jobs()->pointer_end());
+  if (absl::Status s = AddJobUsage(page); !s.ok()) return FinishNow(context, s);
   if (result->more) {
     response->set_next_page_token(EncodePageToken(request->order_by(), by_id, result->next_before_id,
                                                   query.offset + returned));
@@ -320,6 +325,9 @@ grpc::ServerUnaryReactor* JobServiceImpl::ListAttempts(grpc::CallbackServerConte
   if (!id.ok()) return FinishNow(context, id.status());
   absl::StatusOr<std::vector<v1::Attempt>> list = llamafleet::ListAttempts(*store_, *id);
   if (!list.ok()) return FinishNow(context, list.status());
+  if (absl::Status s = AddActiveAttemptUsage(*store_, pricing_, store_->clock()->Now(), &*list); !s.ok()) {
+    return FinishNow(context, s);
+  }
   for (v1::Attempt& a : *list) *response->add_attempts() = std::move(a);
   return FinishNow(context, grpc::Status::OK);
 }
@@ -400,6 +408,7 @@ grpc::ServerUnaryReactor* JobServiceImpl::ListQueues(grpc::CallbackServerContext
     return absl::OkStatus();
   });
   if (!read.ok()) return FinishNow(context, read);
+  if (absl::Status s = AddQueueUsage(&queues); !s.ok()) return FinishNow(context, s);
   for (auto& [name, queue] : queues) *response->add_queues() = std::move(queue);
   return FinishNow(context, grpc::Status::OK);
 }

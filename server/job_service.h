@@ -16,6 +16,7 @@
 #include "server/metrics.h"
 #include "server/submit_policy.h"
 #include "storage/job_store.h"
+#include "storage/usage_store.h"
 
 namespace llamafleet {
 
@@ -38,6 +39,9 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
   void set_log_store(LogStore* logs) { logs_ = logs; }
   // GPU quotas per queue, shown by ListQueues.
   void set_queue_quotas(std::map<std::string, int64_t> quotas) { queue_quotas_ = std::move(quotas); }
+  // Prices active attempts' usage as it is read, and is GetUsage's pricing (ended attempts
+  // keep the price they ended with). Unset: nothing active is priced.
+  void set_pricing(PriceTable pricing) { pricing_ = std::move(pricing); }
   // Path roots, queues, priority and active-job limits for submissions (submit_policy.h).
   // Unset: none of these checks (the coordinator always sets one).
   void set_submit_policy(SubmitPolicy policy) { policy_ = std::move(policy); }
@@ -92,6 +96,9 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
   grpc::ServerUnaryReactor* WhoAmI(grpc::CallbackServerContext* context,
                                    const v1::WhoAmIRequest* request,
                                    v1::WhoAmIResponse* response) override;
+  grpc::ServerUnaryReactor* GetUsage(grpc::CallbackServerContext* context,
+                                     const v1::GetUsageRequest* request,
+                                     v1::GetUsageResponse* response) override;
 
   class WatchReactor;
   class LogReactor;
@@ -125,6 +132,10 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
 
   // Fills job.pending for a QUEUED job from the last scheduling pass.
   void AddPendingInfo(v1::Job* job) const;
+  // Fills each job's usage (job_usage.cc): its ended attempts' and its active one's so far.
+  absl::Status AddJobUsage(const std::vector<v1::Job*>& jobs) const;
+  // Fills each queue's usage from the totals per user and queue.
+  absl::Status AddQueueUsage(std::map<std::string, v1::Queue>* queues) const;
 
   JobStore* const store_;
   const std::unique_ptr<Authenticator> own_auth_;
@@ -132,6 +143,7 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
   const ClusterView* cluster_ = nullptr;
   LogStore* logs_ = nullptr;
   std::map<std::string, int64_t> queue_quotas_;
+  PriceTable pricing_;
   CoordinatorMetrics* metrics_ = nullptr;
   std::optional<SubmitPolicy> policy_;
   JobDeleter deleter_;

@@ -2,6 +2,7 @@
 // SIGTERM/SIGINT, shut down in order.
 #include <signal.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -147,7 +148,7 @@ int main(int argc, char** argv) {
   app.add_option("--config", config_file,
                  "YAML file with any of: listen, data_dir, synchronous, group_commit, log_level, "
                  "http_listen, queues, paths (roots), limits (max_active_jobs_per_user, "
-                 "max_priority)");
+                 "max_priority), pricing (instance type: price per instance-hour)");
   app.add_option("--synchronous", synchronous, "SQLite durability: full (fsync every commit) or normal")
       ->check(CLI::IsMember({"full", "normal"}));
   app.add_flag("--no-group-commit", no_group_commit,
@@ -245,7 +246,7 @@ int main(int argc, char** argv) {
     }
     const std::set<std::string> known = {"listen",    "data_dir",    "synchronous", "group_commit",
                                          "log_level", "http_listen", "queues",
-                                         "paths",     "limits"};
+                                         "paths",     "limits",      "pricing"};
     try {
       for (const auto& kv : config) {
         const std::string key = kv.first.as<std::string>();
@@ -305,6 +306,24 @@ int main(int argc, char** argv) {
               return Fail(absl::StrCat("config ", config_file, ": unknown key limits.", name,
                                        " (max_active_jobs_per_user, max_priority)"));
             }
+          }
+        }
+        if (key == "pricing") {
+          // pricing: {INSTANCE_TYPE: PRICE_PER_INSTANCE_HOUR, ...}
+          if (!kv.second.IsMap()) {
+            return Fail(absl::StrCat("config ", config_file,
+                                     ": pricing must map instance types to prices per instance-hour"));
+          }
+          for (const auto& p : kv.second) {
+            const std::string type = p.first.as<std::string>();
+            double price = 0;
+            if (!p.second.IsScalar() || !YAML::convert<double>::decode(p.second, price) || !std::isfinite(price) ||
+                price <= 0) {
+              return Fail(absl::StrCat("config ", config_file, ": pricing.", type,
+                                       " must be a price per instance-hour > 0 (got ",
+                                       p.second.IsScalar() ? p.second.Scalar() : "a non-number", ")"));
+            }
+            options.pricing[type] = price;
           }
         }
         if (key == "queues") {

@@ -1,5 +1,6 @@
 #include "server/metrics.h"
 
+#include "server/usage_metrics.h"
 #include "server/worker_health_metrics.h"
 
 #include <algorithm>
@@ -670,6 +671,7 @@ void CoordinatorMetrics::CollectSources(Exposition* out) {
   out->Declare("llamafleet_database_writes_total", "Writes committed.", MetricType::kCounter);
   out->Add("llamafleet_database_writes_total", {}, static_cast<double>(stats.writes));
   CollectRestarts(out);
+  CollectUsage(*store_, options_.pricing, out);
 }
 
 void CoordinatorMetrics::CollectRestarts(Exposition* out) {

@@ -175,6 +175,8 @@ struct CoordinatorMetricsOptions {
   std::map<std::string, int64_t> queue_gpu_quotas;
   // llamafleet_coordinator_start_time_seconds.
   absl::Time start_time = absl::Now();
+  // Prices active attempts in llamafleet_cost_total (storage/usage_store.h).
+  std::map<std::string, double> pricing;
 };
 
 // The coordinator's metrics. Hooks (Record*) are thread-safe and cheap (atomics); Render

@@ -197,6 +197,9 @@ TxnFunction EndAttemptTxn(AttemptEnd end) {
     (*update)->Bind(1, end.job_id).Bind(2, int64_t{end.attempt}).Bind(3, static_cast<int64_t>(state));
     (*update)->Bind(4, txn.NowMicros()).Bind(5, failure_class).Bind(6, end.reason);
     if (absl::Status s = (*update)->Run(); !s.ok()) return s;
+    if (txn.Changes() > 0) {  // its first end: what it used, recorded once
+      if (absl::Status s = RecordAttemptUsage(txn, end.job_id, end.attempt, end.pricing); !s.ok()) return s;
+    }
     // (Ending an attempt twice is harmless: the job moves only from the states below.)
     absl::StatusOr<v1::Job> job = RequireJob(txn, end.job_id);
     if (!job.ok()) return job.status();
@@ -471,7 +474,7 @@ absl::StatusOr<std::vector<v1::Attempt>> ListAttempts(JobStore& store, int64_t j
     absl::Status q = Query(
         conn,
         "SELECT attempt, state, start_us, end_us, resume_from, failure_class, reason, nodes, "
-        "resize_reason FROM attempts WHERE job_id = ?1 ORDER BY attempt DESC",
+        "resize_reason, gpu_seconds, cost FROM attempts WHERE job_id = ?1 ORDER BY attempt DESC",
         [&](sqlite::Statement& st) { st.Bind(1, job_id); },
         [&](sqlite::Statement& row) {
           v1::Attempt a;
@@ -487,6 +490,8 @@ absl::StatusOr<std::vector<v1::Attempt>> ListAttempts(JobStore& store, int64_t j
           a.set_reason(row.ColumnText(6));
           a.set_nodes(static_cast<int32_t>(row.ColumnInt(7)));
           a.set_resize_reason(row.ColumnText(8));
+          a.set_gpu_seconds(row.ColumnDouble(9));
+          if (!row.ColumnIsNull(10)) a.set_cost(row.ColumnDouble(10));
           index[a.attempt()] = out.size();
           out.push_back(std::move(a));
           return absl::OkStatus();

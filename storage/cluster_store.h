@@ -19,6 +19,7 @@
 #include "llamafleet/v1/worker.pb.h"
 #include "storage/job_store.h"
 #include "storage/queued_jobs.h"
+#include "storage/usage_store.h"
 
 namespace llamafleet {
 
@@ -68,6 +69,7 @@ struct AttemptEnd {
   AttemptOutcome outcome = AttemptOutcome::kSucceeded;
   std::string reason;             // human-readable; becomes the event's reason
   std::string excluded_worker;    // kNodeFault
+  PriceTable pricing = {};        // prices the attempt's usage (storage/usage_store.h)
 };
 
 // --- Write operations (run with JobStore::Write / WriteAndWait).
@@ -81,7 +83,8 @@ TxnFunction StartAttemptTxn(AttemptRecord attempt, std::shared_ptr<double> queue
 // "trainers_started" phase (seconds: since placed).
 TxnFunction AttemptRunningTxn(int64_t job_id, int attempt);
 TxnFunction SetTaskStateTxn(const std::string& task_id, const v1::TaskStatus& status);
-// Closes the attempt and moves the job as `end.outcome` says (see AttemptOutcome).
+// Closes the attempt and moves the job as `end.outcome` says (see AttemptOutcome). The
+// first end of an attempt records its usage (RecordAttemptUsage, priced by end.pricing).
 TxnFunction EndAttemptTxn(AttemptEnd end);
 // Job QUEUED → FAILED (e.g. its active deadline passed between attempts); a job no
 // longer QUEUED is left as it is.
@@ -122,7 +125,8 @@ absl::StatusOr<std::vector<SchedulableJob>> LoadJobsInStates(JobStore& store,
                                                              const std::vector<v1::JobState>& states);
 absl::StatusOr<std::vector<v1::Checkpoint>> ListCheckpoints(JobStore& store, int64_t job_id);
 // Every attempt of the job, newest first, each with its tasks by node rank and its start-up
-// phases in the order they were done. An unknown job
+// phases in the order they were done, and an ended one with its recorded usage (an active
+// one's: AddActiveAttemptUsage, storage/usage_store.h). An unknown job
 // has no attempts (callers that must tell it apart check the job first).
 absl::StatusOr<std::vector<v1::Attempt>> ListAttempts(JobStore& store, int64_t job_id);
 struct WorkerRecord {

@@ -160,6 +160,8 @@ class JobStore {
 
   // The database file's path (JobStoreOptions.path).
   const std::string& path() const { return options_.path; }
+  // The time source of its transactions (JobStoreOptions.clock), for reads measured "now".
+  Clock* clock() const { return options_.clock; }
 
  private:
   explicit JobStore(const JobStoreOptions& options);

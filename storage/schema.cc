@@ -227,6 +227,15 @@ CREATE TABLE usage_totals (
   failed_cost        REAL,
   PRIMARY KEY (user, queue)
 ) WITHOUT ROWID;
+-- Attempts that ended before: their GPU time from their tasks (unpriced), into the totals
+-- (jobs deleted before this schema are not known any more).
+UPDATE attempts SET gpu_seconds = MAX(0, end_us - start_us) / 1e6 *
+  (SELECT COALESCE(SUM(ranks), 0) FROM tasks t WHERE t.job_id = attempts.job_id AND t.attempt = attempts.attempt)
+  WHERE state != 0;
+INSERT INTO usage_totals (user, queue, jobs, gpu_seconds, failed_gpu_seconds)
+  SELECT j.owner, j.queue, SUM(a.attempt = 1), SUM(a.gpu_seconds),
+         SUM(CASE WHEN a.state = 2 OR (a.state = 3 AND a.failure_class = 'preempted') THEN a.gpu_seconds ELSE 0 END)
+  FROM attempts a JOIN jobs j ON j.id = a.job_id WHERE a.state != 0 GROUP BY j.owner, j.queue;
 )sql",
 };
 

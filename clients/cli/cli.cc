@@ -166,7 +166,7 @@ int RunCli(int argc, char** argv, std::istream& in, std::ostream& out, std::ostr
                        "then wait for every job submitted, as `wait --for succeeded` (same exit codes)");
 
   // get jobs / get job ID
-  CLI::App* get_cmd = app.add_subcommand("get", "list jobs or show one");
+  CLI::App* get_cmd = app.add_subcommand("get", "list jobs, show one, or show GPU usage");
   get_cmd->require_subcommand(1);
   ListFlags list;
   CLI::App* get_jobs_cmd = get_cmd->add_subcommand("jobs", "list jobs, newest first");
@@ -184,6 +184,10 @@ int RunCli(int argc, char** argv, std::istream& in, std::ostream& out, std::ostr
   std::string job_id;
   CLI::App* get_job_cmd = get_cmd->add_subcommand("job", "show one job");
   get_job_cmd->add_option("ID", job_id, "job id")->required();
+  std::string usage_user;
+  CLI::App* get_usage_cmd =
+      get_cmd->add_subcommand("usage", "GPU time and cost per user and queue, all time (deleted jobs included)");
+  get_usage_cmd->add_option("--user", usage_user, "only this user");
 
   // describe job ID
   CLI::App* describe_cmd = app.add_subcommand("describe", "show a job in detail");
@@ -269,7 +273,7 @@ int RunCli(int argc, char** argv, std::istream& in, std::ostream& out, std::ostr
   CLI::App* whoami_cmd = app.add_subcommand("whoami", "show the user and role your token names");
 
   for (CLI::App* sub :
-       {submit_cmd, get_cmd, get_jobs_cmd, get_job_cmd, describe_cmd, describe_job_cmd, cancel_cmd, delete_cmd,
+       {submit_cmd, get_cmd, get_jobs_cmd, get_job_cmd, get_usage_cmd, describe_cmd, describe_job_cmd, cancel_cmd, delete_cmd,
         delete_job_cmd,
         watch_cmd, wait_cmd, logs_cmd, checkpoints_cmd, attempts_cmd, workers_cmd, queues_cmd, whoami_cmd}) {
     sub->fallthrough();
@@ -311,6 +315,8 @@ int RunCli(int argc, char** argv, std::istream& in, std::ostream& out, std::ostr
     status = RunGetJobs(*ctx, list);
   } else if (get_job_cmd->parsed()) {
     status = RunGetJob(*ctx, job_id);
+  } else if (get_usage_cmd->parsed()) {
+    status = RunGetUsage(*ctx, usage_user);
   } else if (describe_job_cmd->parsed()) {
     status = RunDescribeJob(*ctx, job_id);
   } else if (cancel_cmd->parsed()) {

@@ -158,6 +158,9 @@ absl::Status RunWorkers(const Context& ctx);
 absl::Status RunQueues(const Context& ctx);
 absl::Status RunWhoAmI(const Context& ctx);
 
+// get usage [--user U] (cmd_usage.cc): GPU time and cost per user and queue.
+absl::Status RunGetUsage(const Context& ctx, const std::string& user);
+
 }  // namespace llamafleet::cli
 
 #endif  // LLAMAFLEET_CLIENTS_CLI_COMMAND_H_

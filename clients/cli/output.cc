@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <optional>
 #include <set>
 
 #include "absl/strings/match.h"
@@ -12,6 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "clients/cli/usage_output.h"
 #include "jobspec/jobspec.h"
 
 namespace llamafleet::cli {
@@ -197,8 +199,8 @@ std::string JobsTable(const std::vector<v1::Job>& jobs, bool wide, absl::Time no
   std::vector<std::vector<std::string>> rows;
   if (wide) {
     rows.push_back({"ID", "NAME", "OWNER", "QUEUE", "PRIORITY", "STATE", "NODES", "GPUS/NODE",
-                    "MODEL", "SHARDING", "ATTEMPTS", "STEP", "LOSS", "EVAL-LOSS", "CREATED", "AGE",
-                    "POSITION", "EST-START", "REASON"});
+                    "MODEL", "SHARDING", "ATTEMPTS", "STEP", "LOSS", "EVAL-LOSS", "GPU-H", "COST",
+                    "CREATED", "AGE", "POSITION", "EST-START", "REASON"});
   } else {
     rows.push_back({"ID", "NAME", "OWNER", "QUEUE", "PRIORITY", "STATE", "AGE", "REASON"});
   }
@@ -214,6 +216,8 @@ std::string JobsTable(const std::vector<v1::Job>& jobs, bool wide, absl::Time no
            v1::ShardingStrategy_Name(spec.fsdp().sharding()), absl::StrCat(job.attempts()), JobStep(job),
            job.has_latest_metrics() && job.latest_metrics().step() > 0 ? FormatLoss(job.latest_metrics().loss()) : "-",
            job.latest_metrics().has_eval_loss() ? FormatLoss(job.latest_metrics().eval_loss()) : "-",
+           FormatGpuHours(job.usage().gpu_seconds()),
+           FormatCost(job.usage().has_cost() ? std::optional<double>(job.usage().cost()) : std::nullopt),
            FormatTime(job.create_time()), FormatAge(job.create_time(), now),
            pending && job.pending().queue_position() > 0
                ? absl::StrCat(job.pending().queue_position())
@@ -311,7 +315,8 @@ std::string StartupCell(const v1::Attempt& a) {
 
 std::string AttemptsTable(const std::vector<v1::Attempt>& attempts) {
   std::vector<std::vector<std::string>> rows = {
-      {"ATTEMPT", "STATE", "NODES", "WORKERS", "STARTED", "ENDED", "STARTUP", "CLASS", "RESIZE", "REASON"}};
+      {"ATTEMPT", "STATE", "NODES", "WORKERS", "STARTED", "ENDED", "STARTUP", "CLASS", "RESIZE", "GPU-TIME",
+       "COST", "REASON"}};
   for (const v1::Attempt& a : attempts) {
     std::vector<std::string> workers;
     for (const v1::AttemptTask& t : a.tasks()) workers.push_back(t.worker());
@@ -321,7 +326,9 @@ std::string AttemptsTable(const std::vector<v1::Attempt>& attempts) {
                     absl::StrCat(a.nodes() > 0 ? a.nodes() : a.tasks_size()),
                     OrDash(absl::StrJoin(workers, ",")), FormatTime(a.start_time()),
                     a.has_end_time() ? FormatTime(a.end_time()) : "-", StartupCell(a), OrDash(a.failure_class()),
-                    OrDash(OneLine(a.resize_reason())), OrDash(OneLine(a.reason()))});
+                    OrDash(OneLine(a.resize_reason())), FormatGpuTime(a.gpu_seconds()),
+                    FormatCost(a.has_cost() ? std::optional<double>(a.cost()) : std::nullopt),
+                    OrDash(OneLine(a.reason()))});
   }
   return FormatTable(rows);
 }
@@ -440,6 +447,7 @@ std::string DescribeJob(const v1::Job& job, const std::vector<v1::JobEvent>& eve
                         ? absl::StrCat(job.restarts(), " of ", spec.run_policy().max_restarts())
                         : absl::StrCat(job.restarts())},
       {"Workers:", OrDash(absl::StrJoin(job.workers(), ", "))},
+      {"GPU time:", UsageLine(job.usage())},
       {"Idempotency key:", OrDash(job.idempotency_key())},
       {"Finetuning:", FinetuningLine(job)},
   };

@@ -48,8 +48,8 @@ std::string FormatEta(absl::Duration d);
 // job, otherwise the job's status reason.
 std::string JobReason(const v1::Job& job);
 
-// The `get jobs` table. `wide` adds resource, model and queue-position columns and never
-// shortens the reason.
+// The `get jobs` table. `wide` adds resource, model, GPU-hours, cost and queue-position
+// columns and never shortens the reason.
 std::string JobsTable(const std::vector<v1::Job>& jobs, bool wide, absl::Time now);
 
 // The `workers` table: NAME STATE SLOTS GPU-MODEL EFA INSTANCE LAST-HEARTBEAT TASKS.
@@ -63,9 +63,10 @@ std::string QueuesTable(const std::vector<v1::Queue>& queues, absl::Time now);
 std::string CheckpointsTable(const std::vector<v1::Checkpoint>& checkpoints);
 
 // The `attempts` table: ATTEMPT STATE NODES WORKERS STARTED ENDED STARTUP CLASS RESIZE
-// REASON, in the order given. NODES is the gang size (the task count for records older
-// than it); STARTUP is placement to the first step ("1.93 s"), else the phase the start has
-// reached ("at rendezvous"), else "-".
+// GPU-TIME COST REASON, in the order given. NODES is the gang size (the task count for
+// records older than it); STARTUP is placement to the first step ("1.93 s"), else the phase
+// the start has reached ("at rendezvous"), else "-"; GPU-TIME and COST as usage_output.h
+// formats them (an active attempt's up to when it was read).
 std::string AttemptsTable(const std::vector<v1::Attempt>& attempts);
 // One attempt's start-up phases: PHASE AT (seconds since placed) TOOK (the phase's own
 // seconds; for "placed", the time queued) DETAIL, in the order they were done.
@@ -89,7 +90,7 @@ std::string FinetuningLine(const v1::Job& job);
 // tensor parallelism (parallelism.tensor_parallel unset or 1).
 std::string ParallelismLine(const v1::JobSpec& spec);
 
-// `describe job`: the job's fields (restarts, workers), why it is pending, its latest
+// `describe job`: the job's fields (restarts, workers, GPU time and cost), why it is pending, its latest
 // metrics, its checkpoints, its attempts (gang size, resizes), its spec as YAML, and its
 // events as a table.
 std::string DescribeJob(const v1::Job& job, const std::vector<v1::JobEvent>& events,

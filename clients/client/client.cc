@@ -319,4 +319,15 @@ absl::StatusOr<v1::WhoAmIResponse> Client::WhoAmI() {
   return response;
 }
 
+absl::StatusOr<v1::GetUsageResponse> Client::GetUsage(const std::string& user) {
+  grpc::ClientContext context;
+  Prepare(&context, absl::Now() + options_.timeout);
+  v1::GetUsageRequest request;
+  request.set_user(user);
+  v1::GetUsageResponse response;
+  absl::Status status = Convert(stub_->GetUsage(&context, request, &response), options_.timeout);
+  if (!status.ok()) return status;
+  return response;
+}
+
 }  // namespace llamafleet

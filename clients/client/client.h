@@ -84,6 +84,8 @@ class Client {
   absl::StatusOr<v1::ListQueuesResponse> ListQueues();
   // The user and role the caller's token names.
   absl::StatusOr<v1::WhoAmIResponse> WhoAmI();
+  // GPU time and cost per user and queue ("" = every user), and the coordinator's pricing.
+  absl::StatusOr<v1::GetUsageResponse> GetUsage(const std::string& user);
 
   // Streams StreamJobLogs, calling `on_chunk` for each chunk in order. Returns OK when the
   // server ends the stream (the logs are read to their end; with follow, once the job is

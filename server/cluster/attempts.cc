@@ -333,6 +333,7 @@ void ClusterManager::EndAttempt(ActiveAttempt& a, AttemptOutcome outcome,
   end.outcome = outcome;
   end.reason = reason;
   end.excluded_worker = excluded_worker;
+  end.pricing = options_.pricing;
   const int64_t job_id = a.record.job_id;
   const int attempt = a.record.attempt;
   // Durable first; the gang is stopped once the outcome is committed.

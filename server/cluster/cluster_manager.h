@@ -51,6 +51,7 @@
 #include "server/serial_executor.h"
 #include "storage/cluster_store.h"
 #include "storage/job_store.h"
+#include "storage/usage_store.h"
 
 namespace llamafleet {
 
@@ -99,6 +100,8 @@ struct ClusterOptions {
   std::string checkpoint_root;
   // Sent in every task (TaskSpec.path_roots): workers re-check the job's paths against them.
   std::vector<std::string> path_roots;
+  // Prices an attempt's usage when it ends (storage/usage_store.h). Empty: unpriced.
+  PriceTable pricing;
   // Runs on the manager's thread after a job's record was deleted (ttl_after_finished, or
   // DeleteJob), to remove what the job left: logs, its default checkpoint dir and, when
   // `export_dir` is not empty, that export. Returns a line per thing removed or kept

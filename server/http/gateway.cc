@@ -77,6 +77,7 @@ const std::vector<Route<Gateway::Handler>>& Gateway::Routes() {
       {kGet, "/api/v1/jobs/{id}/metrics", P::kRead, {"max_points"}, &Gateway::JobMetrics},
       {kGet, "/api/v1/workers", P::kRead, {}, &Gateway::ListWorkers},
       {kGet, "/api/v1/queues", P::kRead, {}, &Gateway::ListQueues},
+      {kGet, "/api/v1/usage", P::kRead, {"user"}, &Gateway::GetUsage},
   };
   return kRoutes;
 }
@@ -562,6 +563,17 @@ void Gateway::ListQueues(const RouteCall& call) {
       call, {},
       [this](auto* ctx, auto* req, auto* resp, auto cb) {
         jobs_->async()->ListQueues(ctx, req, resp, std::move(cb));
+      },
+      Json);
+}
+
+void Gateway::GetUsage(const RouteCall& call) {
+  v1::GetUsageRequest request;
+  request.set_user(call.query.Get("user").value_or(""));
+  Unary<v1::GetUsageRequest, v1::GetUsageResponse>(
+      call, std::move(request),
+      [this](auto* ctx, auto* req, auto* resp, auto cb) {
+        jobs_->async()->GetUsage(ctx, req, resp, std::move(cb));
       },
       Json);
 }

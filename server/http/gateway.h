@@ -106,6 +106,7 @@ class Gateway : public std::enable_shared_from_this<Gateway> {
   void JobMetrics(const RouteCall& call);
   void ListWorkers(const RouteCall& call);
   void ListQueues(const RouteCall& call);
+  void GetUsage(const RouteCall& call);
 
   // Constant after construction.
   const GatewayOptions options_;

@@ -1,6 +1,8 @@
 // The real `llamafleet` binary against a real cluster (tests/clients/cli_cluster.h).
 // Covers the commands that need jobs to run: workers, logs, checkpoints, the watch
 // progress line (on a pseudo-terminal and through a pipe), and pending explanations.
+#include <regex>
+
 #include "tests/clients/cli_cluster.h"
 
 namespace llamafleet {
@@ -137,6 +139,15 @@ TEST_F(CliClusterTest, FinishedJobLogsCheckpointsAndDescribe) {
   // Of the run of tokenizing events, describe shows the last.
   EXPECT_TRUE(absl::StrContains(described, "tokenizing train.jsonl 100%")) << described;
   EXPECT_FALSE(absl::StrContains(described, "tokenizing train.jsonl 50%")) << described;
+  // GPU time: its 2 CPU ranks from placement to the end, in seconds while small; no
+  // pricing configured, so no cost. `get usage` has the same job in alice's totals.
+  EXPECT_TRUE(std::regex_search(described, std::regex("\nGPU time: +[0-9.]+ GPU-s\n"))) << described;
+  const std::vector<std::string> usage = Lines(Ok({"get", "usage"}));
+  ASSERT_EQ(usage.size(), 3u);
+  EXPECT_EQ(usage[0], "USER    QUEUE     JOBS   GPU-H   FAILED-GPU-H   COST");
+  EXPECT_EQ(usage[1], "alice   default   1      <0.01   0.00           -");
+  EXPECT_TRUE(absl::StartsWith(usage[2], "No prices configured")) << usage[2];
+  EXPECT_TRUE(absl::StartsWith(Ok({"get", "usage", "--user", "bob"}), "No GPU time used by bob yet.\n"));
   const std::string json = Ok({"describe", "job", "1", "-o", "json"});
   EXPECT_TRUE(
       absl::StrContains(json, "\"checkpoints\":[{\"job_id\":\"1\",\"attempt\":1,\"step\":\"4\""))

@@ -5,6 +5,7 @@
 #include "absl/time/clock.h"
 #include "clients/cli/output.h"
 #include "clients/cli/progress.h"
+#include "clients/cli/usage_output.h"
 #include "google/protobuf/util/time_util.h"
 #include "gtest/gtest.h"
 
@@ -477,6 +478,90 @@ TEST(ProgressLineTest, BarStepsLossThroughputAndEta) {
   m->set_total_steps(0);
   EXPECT_EQ(ProgressLine(job, std::nullopt, 200),
             "job 3 SUCCEEDED step 200 loss 2.3140 1,234 tok/s");
+}
+
+v1::Usage Used(double gpu_seconds, double failed, std::optional<double> cost, double failed_cost = 0) {
+  v1::Usage u;
+  u.set_gpu_seconds(gpu_seconds);
+  u.set_failed_gpu_seconds(failed);
+  if (cost.has_value()) {
+    u.set_cost(*cost);
+    u.set_failed_cost(failed_cost);
+  }
+  return u;
+}
+
+TEST(UsageOutputTest, GpuTimeInSecondsWhileSmallThenHours) {
+  EXPECT_EQ(FormatGpuTime(0), "0.0 GPU-s");
+  EXPECT_EQ(FormatGpuTime(2.5), "2.5 GPU-s");
+  EXPECT_EQ(FormatGpuTime(45), "45 GPU-s");
+  EXPECT_EQ(FormatGpuTime(359), "359 GPU-s");
+  EXPECT_EQ(FormatGpuTime(720), "0.20 GPU-h");
+  EXPECT_EQ(FormatGpuTime(4428), "1.23 GPU-h");
+  EXPECT_EQ(FormatGpuHours(0), "0.00");
+  EXPECT_EQ(FormatGpuHours(5), "<0.01");
+  EXPECT_EQ(FormatGpuHours(36000), "10.00");
+  EXPECT_EQ(FormatCost(std::nullopt), "-");
+  EXPECT_EQ(FormatCost(12.345), "12.35");
+  EXPECT_EQ(FormatCost(0), "0.00");
+  EXPECT_EQ(FormatCost(0.0042), "0.0042");
+}
+
+TEST(UsageOutputTest, DescribeLineNamesTheFailedPartAndTheCostWhenPriced) {
+  EXPECT_EQ(UsageLine(v1::Usage()), "-") << "never held GPUs";
+  EXPECT_EQ(UsageLine(Used(4428, 720, 12.34, 2)), "1.23 GPU-h (failed attempts 0.20 GPU-h), cost 12.34 (failed attempts 2.00)");
+  EXPECT_EQ(UsageLine(Used(4428, 0, 12.34)), "1.23 GPU-h, cost 12.34");
+  EXPECT_EQ(UsageLine(Used(60, 30, std::nullopt)), "60 GPU-s (failed attempts 30 GPU-s)") << "unpriced: no cost";
+
+  v1::Job job;
+  job.set_id("3");
+  job.set_state(v1::SUCCEEDED);
+  *job.mutable_usage() = Used(4428, 720, 12.34, 2);
+  v1::Attempt failed;
+  failed.set_attempt(1);
+  failed.set_state(v1::ATTEMPT_FAILED);
+  failed.set_gpu_seconds(720);
+  failed.set_cost(2);
+  v1::Attempt unpriced = failed;
+  unpriced.set_attempt(2);
+  unpriced.set_gpu_seconds(30);
+  unpriced.clear_cost();
+  const std::string out = DescribeJob(job, {}, {}, absl::FromUnixSeconds(1'796'000'000), {unpriced, failed});
+  EXPECT_TRUE(absl::StrContains(out, "GPU time:          1.23 GPU-h (failed attempts 0.20 GPU-h), cost 12.34")) << out;
+  EXPECT_TRUE(absl::StrContains(out, "RESIZE   GPU-TIME     COST   REASON")) << out;
+  EXPECT_TRUE(absl::StrContains(out, "-        30 GPU-s     -      -")) << out;
+  EXPECT_TRUE(absl::StrContains(out, "-        0.20 GPU-h   2.00   -")) << out;
+}
+
+TEST(UsageOutputTest, WideJobsTableAndUsageTable) {
+  v1::Job job = QueuedJob();
+  job.set_state(v1::RUNNING);
+  *job.mutable_usage() = Used(7200, 0, 20);
+  v1::Job unpriced = job;
+  *unpriced.mutable_usage() = Used(108, 0, std::nullopt);
+  const std::string wide = JobsTable({job, unpriced}, /*wide=*/true, absl::Now());
+  EXPECT_TRUE(absl::StrContains(wide, "ATTEMPTS   GPU-H   COST    CREATED")) << wide;
+  EXPECT_TRUE(absl::StrContains(wide, "0          2.00    20.00   ")) << wide;
+  EXPECT_TRUE(absl::StrContains(wide, "0          0.03    -       ")) << wide;
+  EXPECT_FALSE(absl::StrContains(JobsTable({job}, /*wide=*/false, absl::Now()), "GPU-H"));
+
+  v1::UsageRow alice;
+  alice.set_user("alice");
+  alice.set_queue("research");
+  alice.set_jobs(12);
+  *alice.mutable_usage() = Used(36000, 3600, 100, 10);
+  v1::UsageRow bob;
+  bob.set_user("bob");
+  bob.set_queue("default");
+  bob.set_jobs(1);
+  *bob.mutable_usage() = Used(5, 0, std::nullopt);
+  EXPECT_EQ(UsageTable({alice, bob}),
+            "USER    QUEUE      JOBS   GPU-H   FAILED-GPU-H   COST\n"
+            "alice   research   12     10.00   1.00           100.00\n"
+            "bob     default    1      <0.01   0.00           -\n");
+  EXPECT_EQ(PricingLine({{"p5.48xlarge", 98.32}, {"c7i.8xlarge", 1.428}}),
+            "Prices per instance-hour: c7i.8xlarge 1.43, p5.48xlarge 98.32");
+  EXPECT_EQ(PricingLine({}), "");
 }
 
 TEST(ProgressLineTest, WaitingJobSaysWhy) {

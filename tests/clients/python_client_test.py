@@ -134,7 +134,8 @@ class PythonClientTest(unittest.TestCase):
         self.assertEqual(run.returncode, 0)
         self.assertIn("calling as alice (USER)", run.stdout)
         self.assertRegex(run.stdout, r"job \d+ SUCCEEDED")
-        self.assertIn("cost: not reported", run.stdout)
+        self.assertRegex(run.stdout, r"GPU time: \d+\.\d GPU-seconds \(failed attempts 0\.0\)")
+        self.assertIn("cost: not priced", run.stdout)  # this coordinator has no pricing
         # wait()'s progress through a pipe: a line per change, with step/total, loss, tok/s (the
         # last one always: the final state with the final metrics).
         self.assertRegex(run.stderr, r"job \d+ SUCCEEDED step 30/30 loss \d+\.\d{4} [\d,]+ tok/s")
@@ -181,6 +182,23 @@ class PythonClientTest(unittest.TestCase):
         self.assertEqual(len(attempts), 1)
         self.assertEqual(attempts[0].state, job_pb2.ATTEMPT_SUCCEEDED)
         self.assertEqual(sorted(t.worker for t in attempts[0].tasks), ["w1", "w2"])
+
+        # GPU time: 2 CPU ranks from placement to the end, the job's the same as its one
+        # attempt's; unpriced. The totals per user and queue hold at least this job.
+        usage = llamafleet.usage_of(job)
+        self.assertIsInstance(usage, llamafleet.Usage)
+        self.assertGreater(usage.gpu_seconds, 0)
+        self.assertEqual(usage.gpu_seconds, attempts[0].gpu_seconds)
+        self.assertEqual(usage.failed_gpu_seconds, 0)
+        self.assertIsNone(usage.cost)
+        self.assertEqual(llamafleet.usage_of(attempts[0]), usage)
+        rows = self.client.usage(user="alice")
+        self.assertTrue(rows and all(isinstance(r, llamafleet.UsageRow) and r.user == "alice" for r in rows))
+        default = [r for r in rows if r.queue == "default"]
+        self.assertEqual(len(default), 1)
+        self.assertGreaterEqual(default[0].jobs, 1)
+        self.assertGreaterEqual(default[0].usage.gpu_seconds, usage.gpu_seconds)
+        self.assertEqual(self.client.usage(user="nobody-here"), [])
 
     def test_early_stopping_ends_the_job_with_the_reason_and_keeps_the_best(self):
         # min_delta 10: no evaluation after the first counts as an improvement, so the run
@@ -443,6 +461,24 @@ class SpecReadingTest(unittest.TestCase):
             specs_of(path, single=True)
         self.assertIn("holds 3 job specs", str(e.exception))
         shutil.rmtree(os.path.dirname(path))
+
+
+class UsageRecordTest(unittest.TestCase):
+    """How usage messages read as records (llamafleet.records), without a coordinator: an
+    unset cost is None, not 0.0."""
+
+    def test_priced_and_unpriced_usage(self):
+        job = job_pb2.Job(usage=job_pb2.Usage(gpu_seconds=7200, failed_gpu_seconds=3600, cost=20, failed_cost=10))
+        self.assertEqual(llamafleet.usage_of(job), llamafleet.Usage(7200, 3600, 20, 10))
+        self.assertEqual(llamafleet.usage_of(job).gpu_hours, 2)
+        self.assertEqual(llamafleet.usage_of(job_pb2.Job(usage=job_pb2.Usage(gpu_seconds=5))),
+                         llamafleet.Usage(5, 0, None, None))
+        preempted = job_pb2.Attempt(state=job_pb2.ATTEMPT_STOPPED, failure_class="preempted", gpu_seconds=60, cost=1.5)
+        self.assertEqual(llamafleet.usage_of(preempted), llamafleet.Usage(60, 60, 1.5, 1.5))
+        cancelled = job_pb2.Attempt(state=job_pb2.ATTEMPT_STOPPED, gpu_seconds=60)
+        self.assertEqual(llamafleet.usage_of(cancelled), llamafleet.Usage(60, 0, None, None))
+        row = llamafleet.UsageRow.from_proto(job_pb2.UsageRow(user="a", queue="q", jobs=3, usage=job.usage))
+        self.assertEqual((row.user, row.queue, row.jobs, row.usage.cost), ("a", "q", 3, 20))
 
 
 if __name__ == "__main__":

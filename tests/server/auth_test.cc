@@ -202,6 +202,11 @@ TEST_F(AuthTest, EveryRoleAgainstEveryOperation) {
          v1::ListQueuesResponse resp;
          return code(jobs_->ListQueues(Context(who).get(), v1::ListQueuesRequest(), &resp));
        }},
+      {"GetUsage",
+       [&](const std::string& who) {
+         v1::GetUsageResponse resp;
+         return code(jobs_->GetUsage(Context(who).get(), v1::GetUsageRequest(), &resp));
+       }},
       {"WhoAmI",
        [&](const std::string& who) {
          v1::WhoAmIResponse resp;

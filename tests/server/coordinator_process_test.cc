@@ -187,6 +187,18 @@ TEST(CoordinatorProcessTest, StartupErrorsAreOneClearLine) {
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->exit_code, 1);
   EXPECT_NE(r->err.find("unknown key bogus_key"), std::string::npos) << r->err;
+  // Prices: a mapping of instance types to positive numbers, the bad one named.
+  for (const auto& [pricing, error] : std::vector<std::pair<std::string, std::string>>{
+           {"[98.32]", "pricing must map instance types to prices per instance-hour"},
+           {"{p5.48xlarge: -3}", "pricing.p5.48xlarge must be a price per instance-hour > 0 (got -3)"},
+           {"{p5.48xlarge: cheap}", "pricing.p5.48xlarge must be a price per instance-hour > 0 (got cheap)"},
+           {"{p5.48xlarge: {usd: 1}}", "pricing.p5.48xlarge must be a price per instance-hour > 0 (got a non-number)"}}) {
+    std::ofstream(config) << "listen: 127.0.0.1:0\npricing: " << pricing << "\n";
+    r = RunCommand({BinaryPath("llamafleet-coordinator"), "--config", config});
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ(r->exit_code, 1) << pricing;
+    EXPECT_NE(r->err.find(error), std::string::npos) << r->err;
+  }
 
   // Webhooks: a secret is required, and only http(s) URLs are taken.
   r = RunCommand({BinaryPath("llamafleet-coordinator"), "--listen", "127.0.0.1:0", "--insecure-no-auth", "--data-dir",
@@ -209,7 +221,8 @@ TEST(CoordinatorProcessTest, ConfigFileSetsFlags) {
   const std::string config = dir.path() + "/config.yaml";
   {
     std::ofstream(config) << "listen: 127.0.0.1:0\ndata_dir: " << dir.path()
-                          << "/from-config\nsynchronous: normal\nlog_level: warn\n";
+                          << "/from-config\nsynchronous: normal\nlog_level: warn\n"
+                          << "pricing: {p5.48xlarge: 98.32, c7i.8xlarge: 1}\n";
   }
   absl::StatusOr<std::unique_ptr<Subprocess>> p =
       Subprocess::Start({BinaryPath("llamafleet-coordinator"), "--config", config});

@@ -279,6 +279,7 @@ class FakeGpuWorker {
     v1::Inventory* inv = hello.mutable_hello()->mutable_inventory();
     inv->set_host("gpu-host-1");
     inv->set_address("127.0.0.1");
+    inv->set_instance_type("p5.48xlarge");
     for (int i = 0; i < 2; ++i) {
       v1::Gpu* g = inv->add_gpus();
       g->set_index(i);
@@ -352,6 +353,7 @@ class CoordinatorMetricsTest : public ::testing::Test {
     options.path_roots = {"/"};
     options.auth_enabled = false;  // callers are named by x-llamafleet-user
     options.heartbeat_timeout = heartbeat_timeout_;
+    options.pricing = {{"p5.48xlarge", 98.32}};  // the fake worker's 2 GPUs: 49.16 per GPU-hour
     absl::StatusOr<std::unique_ptr<Coordinator>> c = Coordinator::Start(options);
     ASSERT_TRUE(c.ok()) << c.status();
     coordinator_ = std::move(*c);
@@ -499,6 +501,15 @@ TEST_F(CoordinatorMetricsTest, ScrapeShowsJobsSubmissionsClusterAndDatabase) {
   EXPECT_EQ(at("llamafleet_job_restarts_total{failure_class=\"retryable\"}"), 1);
   EXPECT_EQ(at("llamafleet_job_restarts_total{failure_class=\"node_fault\"}"), 0);
   EXPECT_GT(at("llamafleet_coordinator_start_time_seconds"), 1.6e9);
+
+  // GPU time per queue and user: the failed attempt's (1 GPU from placement to its end), priced.
+  const double gpu_seconds = at("llamafleet_gpu_seconds_total{queue=\"research\",user=\"alice\"}");
+  EXPECT_GT(gpu_seconds, 0);
+  EXPECT_EQ(at("llamafleet_failed_gpu_seconds_total{queue=\"research\",user=\"alice\"}"), gpu_seconds);
+  EXPECT_NEAR(at("llamafleet_cost_total{queue=\"research\",user=\"alice\"}"), gpu_seconds * 49.16 / 3600,
+              1e-9 * gpu_seconds);
+  EXPECT_EQ(s.count("llamafleet_gpu_seconds_total{queue=\"default\",user=\"alice\"}"), 0u)
+      << "no series for a queue whose jobs never ran";
   EXPECT_EQ(s.count("llamafleet_build_info{version=\"0.1.0\",compiler=\"" __VERSION__ "\"}"), 1u);
 
   // Each family's HELP and TYPE exactly once, before its samples.

@@ -79,10 +79,10 @@ for a in client.attempts(job.id):
     print("  attempt %d %s on %s" % (a.attempt, llamafleet.job_pb2.AttemptState.Name(a.state),
                                      ", ".join(t.worker for t in a.tasks)))
 
-# %% Cost: GPU-seconds, once the coordinator reports them (llamafleet.v1.Job.gpu_seconds).
-if "gpu_seconds" in llamafleet.job_pb2.Job.DESCRIPTOR.fields_by_name:
-    print("cost: %.1f GPU-seconds" % getattr(job, "gpu_seconds"))
-else:
-    print("cost: not reported by this llamafleet version")
+# %% GPU time and cost: every attempt's ranks (CPU ranks here) x its wall time, priced by the
+# coordinator's `pricing` per instance-hour of the workers' instance types (None: not priced).
+usage = llamafleet.usage_of(job)
+print("GPU time: %.1f GPU-seconds (failed attempts %.1f)" % (usage.gpu_seconds, usage.failed_gpu_seconds))
+print("cost: %s" % ("%.4f" % usage.cost if usage.cost is not None else "not priced (no pricing for these workers)"))
 
 sys.exit(0 if job.state == llamafleet.JobState.Value("SUCCEEDED") else 1)

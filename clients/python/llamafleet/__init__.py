@@ -18,14 +18,15 @@ from llamafleet.errors import (Aborted, AlreadyExists, Cancelled, DataLoss, Dead
                                ResourceExhausted, Unauthenticated, Unavailable, Unimplemented,
                                Unknown)
 from llamafleet.progress import state_name
-from llamafleet.records import EvalPoint, LogLine, MetricsPoint
+from llamafleet.records import EvalPoint, LogLine, MetricsPoint, Usage, UsageRow, usage_of
 from llamafleet.v1 import job_pb2, worker_pb2
 from llamafleet.v1.job_pb2 import JobSpec, JobState
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "Client", "TERMINAL_STATES", "EvalPoint", "JobSpec", "JobState", "LogLine", "MetricsPoint", "state_name",
+    "Client", "TERMINAL_STATES", "EvalPoint", "JobSpec", "JobState", "LogLine", "MetricsPoint", "Usage",
+    "UsageRow", "usage_of", "state_name",
     "job_pb2", "worker_pb2", "FieldViolation", "LlamafleetError", "Aborted", "AlreadyExists",
     "Cancelled", "DataLoss", "DeadlineExceeded", "FailedPrecondition", "Internal", "InvalidArgument",
     "NotFound", "OutOfRange", "PermissionDenied", "ResourceExhausted", "Unauthenticated",

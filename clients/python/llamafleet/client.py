@@ -2,8 +2,8 @@
 
 One method per thing a user does, over the same RPCs as the `llamafleet` CLI. Jobs,
 attempts, checkpoints, events, workers and queues come back as the API's messages
-(llamafleet.v1.job_pb2 / worker_pb2); metrics points and log lines as records.py's
-dataclasses. Every failure raises a llamafleet.errors.LlamafleetError subclass.
+(llamafleet.v1.job_pb2 / worker_pb2); metrics points, log lines and usage rows as
+records.py's dataclasses. Every failure raises a llamafleet.errors.LlamafleetError subclass.
 """
 
 import time
@@ -14,7 +14,7 @@ import grpc
 from llamafleet import errors
 from llamafleet.connection import Connection
 from llamafleet.progress import Progress
-from llamafleet.records import EvalPoint, LogLine, MetricsPoint, metrics_frame
+from llamafleet.records import EvalPoint, LogLine, MetricsPoint, UsageRow, metrics_frame
 from llamafleet.spec import SpecLike, specs_of
 from llamafleet.v1 import job_pb2, job_pb2_grpc, worker_pb2, worker_pb2_grpc
 
@@ -346,6 +346,13 @@ class Client:
     def queues(self) -> List[job_pb2.Queue]:
         """Every queue with jobs or a quota: depth, running jobs, GPUs in use, quota."""
         return list(self._call(self._jobs.ListQueues, job_pb2.ListQueuesRequest()).queues)
+
+    def usage(self, user: Optional[str] = None) -> List[UsageRow]:
+        """GPU time and cost per user and queue, all time (deleted jobs included, active
+        attempts up to now), by user then queue: only `user`'s rows when given. A job's own
+        is on the job: usage_of(client.get(job_id))."""
+        request = job_pb2.GetUsageRequest(user=user or "")
+        return [UsageRow.from_proto(r) for r in self._call(self._jobs.GetUsage, request).rows]
 
     def whoami(self) -> job_pb2.WhoAmIResponse:
         """The user and role the caller's token names (auth_enabled False: no tokens checked)."""

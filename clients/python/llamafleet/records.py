@@ -1,12 +1,15 @@
 """Plain records the client returns where a protobuf message would be awkward: metrics
-points (a table's rows) and log lines. Jobs, attempts, checkpoints, events, workers and
-queues are returned as the API's own messages (llamafleet.v1, with .pyi type stubs)."""
+points (a table's rows), log lines, and GPU time and cost (whose unset cost is None here,
+not 0.0). Jobs, attempts, checkpoints, events, workers and queues are returned as the API's
+own messages (llamafleet.v1, with .pyi type stubs); usage_of() reads their usage."""
 
 import dataclasses
 import datetime
 from typing import List, Optional
 
 from google.protobuf import timestamp_pb2
+
+from llamafleet.v1 import job_pb2
 
 
 def to_datetime(ts: timestamp_pb2.Timestamp) -> Optional[datetime.datetime]:
@@ -72,3 +75,52 @@ class LogLine:
 
     def __str__(self):
         return self.text
+
+
+@dataclasses.dataclass(frozen=True)
+class Usage:
+    """GPU time and cost (llamafleet.v1.Usage): ranks (GPUs, or CPU ranks) x wall time of
+    every attempt, from placement to its end (an active one up to when it was read).
+    failed_gpu_seconds is the part of attempts that failed or were preempted. cost is in the
+    currency of the coordinator's pricing (per instance-hour): the priced attempts' cost,
+    None when none was priced; failed_cost likewise."""
+
+    gpu_seconds: float
+    failed_gpu_seconds: float
+    cost: Optional[float]
+    failed_cost: Optional[float]
+
+    @property
+    def gpu_hours(self) -> float:
+        return self.gpu_seconds / 3600.0
+
+    @staticmethod
+    def from_proto(u) -> "Usage":
+        return Usage(u.gpu_seconds, u.failed_gpu_seconds, u.cost if u.HasField("cost") else None,
+                     u.failed_cost if u.HasField("failed_cost") else None)
+
+
+def usage_of(record) -> Usage:
+    """The Usage of a Job, Queue or UsageRow message (its `usage` field), or of an Attempt
+    (its gpu_seconds and cost; failed when it FAILED or was preempted)."""
+    if record.DESCRIPTOR.full_name == "llamafleet.v1.Attempt":
+        failed = record.state == job_pb2.ATTEMPT_FAILED or (
+            record.state == job_pb2.ATTEMPT_STOPPED and record.failure_class == "preempted")
+        cost = record.cost if record.HasField("cost") else None
+        return Usage(record.gpu_seconds, record.gpu_seconds if failed else 0.0, cost,
+                     None if cost is None else (cost if failed else 0.0))
+    return Usage.from_proto(record.usage)
+
+
+@dataclasses.dataclass(frozen=True)
+class UsageRow:
+    """One user's GPU time and cost in one queue, all time (deleted jobs included)."""
+
+    user: str
+    queue: str
+    jobs: int  # jobs that held GPUs
+    usage: Usage
+
+    @staticmethod
+    def from_proto(r) -> "UsageRow":
+        return UsageRow(r.user, r.queue, r.jobs, Usage.from_proto(r.usage))

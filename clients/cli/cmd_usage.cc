@@ -1,0 +1,28 @@
+// `get usage [--user U]`: GPU time and cost per user and queue, all time.
+#include <map>
+#include <ostream>
+
+#include "clients/cli/command.h"
+#include "clients/cli/usage_output.h"
+
+namespace llamafleet::cli {
+
+absl::Status RunGetUsage(const Context& ctx, const std::string& user) {
+  absl::StatusOr<Client*> client = Connect(ctx);
+  if (!client.ok()) return client.status();
+  absl::StatusOr<v1::GetUsageResponse> response = (*client)->GetUsage(user);
+  if (!response.ok()) return response.status();
+  if (PrintMachine(ctx, *response)) return absl::OkStatus();
+  if (response->rows().empty()) {
+    *ctx.out << (user.empty() ? std::string("No GPU time used yet.\n")
+                              : "No GPU time used by " + user + " yet.\n");
+  } else {
+    *ctx.out << UsageTable({response->rows().begin(), response->rows().end()});
+  }
+  const std::string prices = PricingLine({response->pricing().begin(), response->pricing().end()});
+  *ctx.out << (prices.empty() ? "No prices configured (the coordinator's pricing): costs are not shown.\n"
+                              : prices + "\n");
+  return absl::OkStatus();
+}
+
+}  // namespace llamafleet::cli
