@@ -86,7 +86,11 @@ class PythonClientTest(unittest.TestCase):
         os.chmod(cls.root, 0o755)
         os.makedirs(os.path.join(cls.root, "coordinator"))
         cls.token = create_token(cls.root, "coordinator", "alice", "user")
-        cls.coordinator, cls.address = start_coordinator(cls.root, "coordinator")
+        # The workers say they are a priced instance type: cost is GPU time x its price.
+        config = os.path.join(cls.root, "coordinator.yaml")
+        with open(config, "w") as f:
+            f.write("pricing: {cpu-test.large: 3.6}\n")
+        cls.coordinator, cls.address = start_coordinator(cls.root, "coordinator", ["--config", config])
         cls.processes = [cls.coordinator]
         for n in (1, 2):
             with open(os.path.join(cls.root, "worker-%d.log" % n), "a") as log:
@@ -94,6 +98,7 @@ class PythonClientTest(unittest.TestCase):
                     [os.path.join(BIN_DIR, "llamafleet-worker"), "--coordinator", cls.address,
                      "--join-token", JOIN_TOKEN, "--data-dir", os.path.join(cls.root, "worker-%d" % n),
                      "--cpu-ranks", "1", "--name", "w%d" % n, "--address", "127.0.0.1",
+                     "--instance-type", "cpu-test.large",
                      "--trainer", os.path.join(BIN_DIR, "llamafleet-train"), "--heartbeat-interval", "0.5",
                      "--run-as", str(os.geteuid())],
                     stdout=log, stderr=log, env=dict(os.environ, OMP_NUM_THREADS="1"), start_new_session=True))
@@ -135,7 +140,8 @@ class PythonClientTest(unittest.TestCase):
         self.assertIn("calling as alice (USER)", run.stdout)
         self.assertRegex(run.stdout, r"job \d+ SUCCEEDED")
         self.assertRegex(run.stdout, r"GPU time: \d+\.\d GPU-seconds \(failed attempts 0\.0\)")
-        self.assertIn("cost: not priced", run.stdout)  # this coordinator has no pricing
+        # 3.6 per instance-hour of 1 CPU rank: a cost of 0.001 per GPU-second.
+        self.assertRegex(run.stdout, r"cost: \d+\.\d{4}")
         # wait()'s progress through a pipe: a line per change, with step/total, loss, tok/s (the
         # last one always: the final state with the final metrics).
         self.assertRegex(run.stderr, r"job \d+ SUCCEEDED step 30/30 loss \d+\.\d{4} [\d,]+ tok/s")
@@ -190,7 +196,7 @@ class PythonClientTest(unittest.TestCase):
         self.assertGreater(usage.gpu_seconds, 0)
         self.assertEqual(usage.gpu_seconds, attempts[0].gpu_seconds)
         self.assertEqual(usage.failed_gpu_seconds, 0)
-        self.assertIsNone(usage.cost)
+        self.assertAlmostEqual(usage.cost, usage.gpu_seconds * 3.6 / 3600, places=9)
         self.assertEqual(llamafleet.usage_of(attempts[0]), usage)
         rows = self.client.usage(user="alice")
         self.assertTrue(rows and all(isinstance(r, llamafleet.UsageRow) and r.user == "alice" for r in rows))
