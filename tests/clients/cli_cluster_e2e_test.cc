@@ -110,10 +110,10 @@ TEST_F(CliClusterTest, FinishedJobLogsCheckpointsAndDescribe) {
   const std::string checkpoints = Ok({"checkpoints", "1"});
   std::vector<std::string> rows = Lines(checkpoints);
   ASSERT_EQ(rows.size(), 3u) << checkpoints;
-  EXPECT_TRUE(absl::StartsWith(rows[0], "STEP   ATTEMPT   LOSS      SIZE      TIME")) << rows[0];
-  EXPECT_TRUE(absl::StartsWith(rows[1], "4      1         96.5000   2.0 KiB   ")) << rows[1];
+  EXPECT_TRUE(absl::StartsWith(rows[0], "STEP   ATTEMPT   LOSS      EVAL-LOSS   SIZE      TIME")) << rows[0];
+  EXPECT_TRUE(absl::StartsWith(rows[1], "4      1         96.5000   -           2.0 KiB   ")) << rows[1];
   EXPECT_TRUE(absl::EndsWith(rows[1], "/llamafleet/checkpoints/1/step-4")) << rows[1];
-  EXPECT_TRUE(absl::StartsWith(rows[2], "2      1         98.5000   2.0 KiB   ")) << rows[2];
+  EXPECT_TRUE(absl::StartsWith(rows[2], "2      1         98.5000   -           2.0 KiB   ")) << rows[2];
   v1::ListCheckpointsResponse listed;
   ASSERT_TRUE(
       google::protobuf::util::JsonStringToMessage(Ok({"checkpoints", "1", "-o", "json"}), &listed)
@@ -322,7 +322,7 @@ TEST_F(CliClusterTest, WatchDrawsALiveProgressLineOnATerminal) {
   // Events are printed above the live line, which ends in its final state.
   EXPECT_TRUE(absl::StrContains(out, "RUNNING -> SUCCEEDED")) << out;
   EXPECT_TRUE(absl::StrContains(
-      out, "\r\x1b[Kjob 1 SUCCEEDED [####################] 10/10 loss 90.5000 1,234 tok/s\r\n"))
+      out, "\r\x1b[Kjob 1 SUCCEEDED [####################] 10/10 loss 90.5000 eval 1.2500 1,234 tok/s\r\n"))
       << out;
   EXPECT_TRUE(absl::EndsWith(out, "\n")) << out;
   // The live line is never wider than the terminal: a wrapped line could not be redrawn.

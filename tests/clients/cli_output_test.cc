@@ -540,9 +540,9 @@ TEST(UsageOutputTest, WideJobsTableAndUsageTable) {
   v1::Job unpriced = job;
   *unpriced.mutable_usage() = Used(108, 0, std::nullopt);
   const std::string wide = JobsTable({job, unpriced}, /*wide=*/true, absl::Now());
-  EXPECT_TRUE(absl::StrContains(wide, "ATTEMPTS   GPU-H   COST    CREATED")) << wide;
-  EXPECT_TRUE(absl::StrContains(wide, "0          2.00    20.00   ")) << wide;
-  EXPECT_TRUE(absl::StrContains(wide, "0          0.03    -       ")) << wide;
+  EXPECT_TRUE(absl::StrContains(wide, "EVAL-LOSS   GPU-H   COST    CREATED")) << wide;
+  EXPECT_TRUE(absl::StrContains(wide, "-           2.00    20.00   ")) << wide;
+  EXPECT_TRUE(absl::StrContains(wide, "-           0.03    -       ")) << wide;
   EXPECT_FALSE(absl::StrContains(JobsTable({job}, /*wide=*/false, absl::Now()), "GPU-H"));
 
   v1::UsageRow alice;

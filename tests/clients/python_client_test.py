@@ -248,7 +248,8 @@ class PythonClientTest(unittest.TestCase):
         # TensorBoard: the attempt's run holds every metrics point and evaluation.
         sys.path.insert(0, os.path.join(SOURCE_DIR, "tests", "testing"))
         import tensorboard_events
-        run = tensorboard_events.read_events(os.path.join(job.spec.checkpoint.dir, "tensorboard", "attempt-1"))
+        job_dir = os.path.dirname(checkpoints[0].path)  # the job's (default) checkpoint dir
+        run = tensorboard_events.read_events(os.path.join(job_dir, "tensorboard", "attempt-1"))
         self.assertEqual([step for step, _, _ in run.scalars["eval/loss"]], [5, 10, 15])
         self.assertEqual([step for step, _, _ in run.scalars["train/loss"]],
                          [p.step for p in self.client.metrics(job.id, as_frame=False)])
