@@ -322,7 +322,9 @@ checkpoint: {dir: %s, every_steps: 2, keep_last: 2}
         saved = [l["path"] for l in lines if l.get("event") == "checkpoint_saved"]
         self.assertEqual(len(saved), 3)
         # keep_last is the coordinator's to apply: the trainer deletes nothing.
-        self.assertEqual(sorted(os.listdir(self.path("ckpt"))), ["step-2", "step-4", "step-6"])
+        # (tensorboard/ holds rank 0's events files, one run per attempt.)
+        self.assertEqual(sorted(os.listdir(self.path("ckpt"))), ["step-2", "step-4", "step-6", "tensorboard"])
+        self.assertEqual(os.listdir(self.path("ckpt", "tensorboard")), ["attempt-0"])
         # A checkpoint is sharded (see test_sharded_train.py); export consolidates it into an
         # HF directory that eval reads.
         trainer("export", "--checkpoint", saved[-1], "--out", self.path("ckpt-export"), "--dtype", "fp32")
