@@ -86,6 +86,21 @@ TEST(TrainerEventsTest, TokenizingProgressRoundTrips) {
   EXPECT_TRUE(ParseLine(ToLine(Tokenizing{"/d/\xff.jsonl", 1, 2})).has_value());
 }
 
+TEST(TrainerEventsTest, ProgressRoundTrips) {
+  Progress p = RoundTrip(Progress{40, 1234, true, 12.5, 3.25});
+  EXPECT_EQ(p.step, 40);
+  EXPECT_EQ(p.collectives, 1234);
+  EXPECT_TRUE(p.in_collective);
+  EXPECT_EQ(p.busy_s, 12.5);
+  EXPECT_EQ(p.wait_s, 3.25);
+  EXPECT_FALSE(RoundTrip(Progress{}).in_collective);
+  // Mistyped fields read as their defaults; the line is still a progress line.
+  std::optional<Event> e = ParseLine(R"({"type":"progress","step":"x","in_collective":1,"busy_s":null})");
+  ASSERT_TRUE(e.has_value() && std::holds_alternative<Progress>(*e));
+  EXPECT_EQ(std::get<Progress>(*e).step, 0);
+  EXPECT_FALSE(std::get<Progress>(*e).in_collective);
+}
+
 TEST(TrainerEventsTest, ExitRecordKeepsEveryCanonicalCode) {
   for (int c = 0; c <= 16; ++c) {
     const auto code = static_cast<absl::StatusCode>(c);
