@@ -140,6 +140,8 @@ int main(int argc, char** argv) {
   double heartbeat_timeout_s = 10;
   double cancel_grace_s = 15;
   double drain_cooloff_s = 600;
+  double hang_floor_s = 60;
+  double hang_step_factor = 5;
 
   CLI::App app{"llamafleet coordinator: job API, durable queue, scheduler"};
   app.add_option("--listen", options.listen, "gRPC address HOST:PORT (port 0 = any free port)");
@@ -167,6 +169,11 @@ int main(int argc, char** argv) {
                  "seconds between SIGTERM and SIGKILL when a job is cancelled or its gang fails");
   app.add_option("--drain-cooloff", drain_cooloff_s,
                  "seconds after a failed pre-flight drained a worker before a passing one brings it back");
+  app.add_option("--hang-floor", hang_floor_s,
+                 "seconds: the least a gang may make no progress inside a collective before it is "
+                 "hung (the bound is max(this, --hang-step-factor x the median step time); 0: off)");
+  app.add_option("--hang-step-factor", hang_step_factor,
+                 "the hang bound's multiple of the job's median recent step time (>= 1)");
   app.add_option("--http-listen", options.http_listen,
                  "HTTP/JSON API, web portal and /metrics on HOST:PORT (port 0 = any free port)");
   app.add_option("--tls-cert", options.tls_cert_file, "PEM certificate chain: serve gRPC and HTTP over TLS")
@@ -338,6 +345,14 @@ int main(int argc, char** argv) {
   options.cancel_grace = absl::Seconds(cancel_grace_s);
   if (drain_cooloff_s < 0) return Fail("--drain-cooloff must be >= 0 seconds");
   options.drain_cooloff = absl::Seconds(drain_cooloff_s);
+  if (!(hang_floor_s >= 0 && hang_floor_s <= 86400)) {
+    return Fail("--hang-floor must be between 0 and 86400 seconds");
+  }
+  if (!(hang_step_factor >= 1 && hang_step_factor <= 1000)) {
+    return Fail("--hang-step-factor must be between 1 and 1000");
+  }
+  options.hang_floor = absl::Seconds(hang_floor_s);
+  options.hang_step_factor = hang_step_factor;
   if (!options.join_token.empty()) {
     std::cerr << "llamafleet-coordinator: warning: --join-token is visible to every user in ps; "
                  "use --join-token-file or LLAMAFLEET_JOIN_TOKEN\n";

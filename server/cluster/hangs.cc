@@ -1,0 +1,55 @@
+// The ClusterManager's hang detection: every rank's progress (relayed in its worker's
+// heartbeats) is kept per attempt, and each tick an attempt whose gang is hung inside a
+// collective (hang_rules.h) ends: as a node fault of the rank the others wait for, which
+// uses none of the job's restarts and leaves that worker out of the next placement, or as
+// a retryable failure when every rank waits. Strand-only.
+#include "absl/strings/str_cat.h"
+#include "server/cluster/cluster_manager.h"
+#include "server/cluster/hang_rules.h"
+#include "spdlog/spdlog.h"
+
+namespace llamafleet {
+
+namespace {
+// More entries than any worker has ranks: the rest of a heartbeat is ignored.
+constexpr int kMaxRanksPerHeartbeat = 1024;
+}  // namespace
+
+void ClusterManager::HandleRankProgress(const std::string& worker,
+                                        const google::protobuf::RepeatedPtrField<v1::RankProgress>& ranks) {
+  const absl::Time now = options_.clock->Now();
+  int seen = 0;
+  for (const v1::RankProgress& p : ranks) {
+    if (++seen > kMaxRanksPerHeartbeat) break;
+    ActiveAttempt* a = AttemptOfTask(p.task_id());
+    if (a == nullptr || a->ended) continue;
+    // Only a task of this worker, and only the global ranks that task runs.
+    const TaskRecord* task = nullptr;
+    for (const TaskRecord& t : a->record.tasks) {
+      if (t.task_id == p.task_id()) task = &t;
+    }
+    if (task == nullptr || task->worker != worker) continue;
+    const int first = task->node_rank * task->ranks;
+    if (p.rank() < first || p.rank() >= first + task->ranks) continue;
+    a->gang.OnProgress(worker, p, a->WorldSize(), now);
+  }
+}
+
+void ClusterManager::EndHung(absl::Time now) {
+  if (options_.hang.floor <= absl::ZeroDuration()) return;
+  ForEachAttemptMayErase([&](int64_t job_id, ActiveAttempt& a) {
+    if (a.ended || a.stopping || !a.running_recorded) return;
+    std::optional<HangVerdict> v = a.gang.Check(now, a.WorldSize(), options_.hang);
+    if (!v.has_value()) return;
+    spdlog::warn("job {} attempt {}: {}", job_id, a.record.attempt, v->reason);
+    a.held_failure.reset();
+    if (v->worker.empty()) {
+      EndAttempt(a, AttemptOutcome::kRetryable, v->reason);
+    } else {
+      EndAttempt(a, AttemptOutcome::kNodeDrained, v->reason, v->worker);
+    }
+    MaybeRelease(job_id);
+  });
+}
+
+}  // namespace llamafleet
