@@ -60,7 +60,8 @@ void GangProgress::OnStep(int64_t step, absl::Time now) {
   last_activity_ = std::max(last_activity_, now);
 }
 
-std::optional<HangVerdict> GangProgress::Check(absl::Time now, int world_size, const HangPolicy& policy) const {
+std::optional<HangVerdict> GangProgress::Check(absl::Time now, int world_size, const HangPolicy& policy,
+                                               const PauseSteps& pauses) const {
   if (policy.floor <= absl::ZeroDuration() || world_size <= 0) return std::nullopt;
   if (last_step_ < 0 || static_cast<int>(ranks_.size()) < world_size) return std::nullopt;
   const absl::Duration bound = Bound(policy);
@@ -96,9 +97,14 @@ std::optional<HangVerdict> GangProgress::Check(absl::Time now, int world_size, c
   if (c < 0) return std::nullopt;  // every rank computes: not a collective hang
   const Rank* behind = nullptr;
   int behind_rank = -1;
+  bool pausing = false;
   for (const auto& [rank, r] : ranks_) {
     if (r.in_collective && r.collectives == c) {
       waiting.push_back(rank);
+      continue;
+    }
+    if (!r.in_collective && pauses.At(r.step)) {
+      pausing = true;  // saving, evaluating or exporting: working, not hung
       continue;
     }
     if (behind == nullptr || r.collectives < behind->collectives) {
@@ -116,6 +122,7 @@ std::optional<HangVerdict> GangProgress::Check(absl::Time now, int world_size, c
                                     " has not entered collective ", c, " that ", who_waits, " wait", 
                                     waiting.size() == 1 ? "s" : "", " in: it ", doing)};
   }
+  if (pausing) return std::nullopt;
   return HangVerdict{-1, "", absl::StrCat(head, "; every rank waits in collective ", c, " (no rank to blame)")};
 }
 

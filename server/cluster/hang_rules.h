@@ -23,7 +23,10 @@
 //              lowest rank on a tie)
 //   nobody     every rank waits in C: the transport is wedged (a retryable failure)
 // A gang where every rank is live and none waits in a collective is computing, not hung:
-// no verdict (the stall detector still applies).
+// no verdict (the stall detector still applies). Nor is a live rank outside collectives
+// at a step that saves a checkpoint or evaluates, or after the last step (exporting
+// writes on rank 0 while the others wait to gather): PauseSteps; when only such ranks are
+// behind, there is no verdict either.
 //
 // Nothing is judged before every rank of the attempt has reported progress (an older
 // worker or trainer never does: only the stall detector applies then) or before the
@@ -53,6 +56,18 @@ inline constexpr int kStepSamples = 16;
 // max(floor, step_factor x median(step_seconds)); the floor alone without samples.
 absl::Duration HangBound(const std::deque<double>& step_seconds, const HangPolicy& policy);
 
+// Steps after which a rank legitimately works outside collectives for a while (the
+// job's checkpoint.every_steps, training.eval_every_steps, the last step). Zero: none.
+struct PauseSteps {
+  int64_t checkpoint_every = 0;
+  int64_t eval_every = 0;
+  int64_t total_steps = 0;
+  bool At(int64_t step) const {
+    return (checkpoint_every > 0 && step % checkpoint_every == 0) || (eval_every > 0 && step % eval_every == 0) ||
+           (total_steps > 0 && step >= total_steps);
+  }
+};
+
 struct HangVerdict {
   int rank = -1;           // the rank blamed; -1: nobody (every rank waits)
   std::string worker;      // its worker ("" when nobody)
@@ -71,7 +86,8 @@ class GangProgress {
 
   // The verdict at `now` for a gang of `world_size` ranks, by the rules above; nullopt
   // while it is not hung (or cannot be judged yet).
-  std::optional<HangVerdict> Check(absl::Time now, int world_size, const HangPolicy& policy) const;
+  std::optional<HangVerdict> Check(absl::Time now, int world_size, const HangPolicy& policy,
+                                   const PauseSteps& pauses = {}) const;
 
   absl::Duration Bound(const HangPolicy& policy) const { return HangBound(step_seconds_, policy); }
   size_t ranks_reported() const { return ranks_.size(); }

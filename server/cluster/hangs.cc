@@ -39,7 +39,11 @@ void ClusterManager::EndHung(absl::Time now) {
   if (options_.hang.floor <= absl::ZeroDuration()) return;
   ForEachAttemptMayErase([&](int64_t job_id, ActiveAttempt& a) {
     if (a.ended || a.stopping || !a.running_recorded) return;
-    std::optional<HangVerdict> v = a.gang.Check(now, a.WorldSize(), options_.hang);
+    PauseSteps pauses;
+    pauses.checkpoint_every = a.spec.checkpoint().every_steps();
+    pauses.eval_every = a.spec.training().eval_every_steps();
+    pauses.total_steps = a.total_steps;
+    std::optional<HangVerdict> v = a.gang.Check(now, a.WorldSize(), options_.hang, pauses);
     if (!v.has_value()) return;
     spdlog::warn("job {} attempt {}: {}", job_id, a.record.attempt, v->reason);
     a.held_failure.reset();

@@ -99,6 +99,29 @@ TEST(GangProgressTest, WhoIsBlamed) {
   }
 }
 
+// A live rank outside collectives after a step that checkpoints (every 4), evaluates
+// (every 6) or is the last (20) is working: not blamed, and no verdict when only it is
+// behind. A silent one is blamed whatever its step.
+TEST(GangProgressTest, SavingEvaluatingOrExportingIsNotAHang) {
+  const PauseSteps pauses{4, 6, 20};
+  struct Row {
+    int64_t step;
+    bool silent;
+    bool hung;
+  } rows[] = {{8, false, false}, {12, false, false}, {20, false, false}, {21, false, false},
+              {7, false, true},  {8, true, true}};
+  for (const Row& r : rows) {
+    GangProgress g;
+    g.OnStep(r.step, kT0);
+    g.OnProgress("w0", P(0, r.step, 40, true), 2, kT0);
+    g.OnProgress("w1", P(1, r.step, 39, false, r.silent ? 11 : 0.5), 2, kT0);
+    std::optional<HangVerdict> v = g.Check(kT0 + absl::Seconds(11), 2, TestPolicy(), pauses);
+    EXPECT_EQ(v.has_value(), r.hung) << r.step << (r.silent ? " silent" : "");
+    if (v.has_value()) EXPECT_EQ(v->rank, 1);
+  }
+  EXPECT_FALSE(PauseSteps{}.At(5));
+}
+
 TEST(GangProgressTest, ActivityRestartsTheClock) {
   GangProgress g;
   g.OnStep(1, kT0);
