@@ -13,6 +13,7 @@
 #include "lora.h"
 #include "sharded_checkpoint.h"
 #include "tensor_parallel.h"
+#include "progress_reporter.h"
 #include "util.h"
 #include "worker/job_checkpoint_dir.h"
 #include "worker/path_guard.h"
@@ -489,6 +490,7 @@ absl::Status Trainer::Run() {
   interval_start_ = Clock::now();
   for (int64_t step = start_step_; step < total_steps_; ++step) {
     LF_ASSIGN_OR_RETURN(const double loss, Step(step));
+    NoteStepDone(step + 1);
     if (step == start_step_) {
       PhaseDone("first_step", "");
       if (rank0_) LogInfo("start-up: " + absl::StrJoin(phase_summary_, ", "));
