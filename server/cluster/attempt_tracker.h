@@ -106,6 +106,8 @@ struct AttemptTracker {
   std::optional<HeldFailure> held_failure;
   // Every rank's latest progress and the step times, for hang detection (hang_rules.h).
   GangProgress gang;
+  // Which of its ranks are slower than the others (straggler_rules.h).
+  StragglerTracker stragglers;
 
   // Ranks in the gang (the sum of its tasks' ranks).
   int WorldSize() const;

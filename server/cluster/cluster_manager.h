@@ -14,7 +14,8 @@
 //   scheduling_pass.cc     a pass: its input, the scheduler, applying its decisions
 //   node_faults.cc         node faults: sessions that end, failures blamed on a lost
 //                          peer, drains (operators', pre-flights') and pre-flight results
-//   hangs.cc               hangs inside collectives: ranks' progress, the hang check
+//   hangs.cc               hangs inside collectives and stragglers: ranks' progress,
+//                          the hang check, the straggler flags and their policy
 // and the parts it is built from, each with its own header: worker_registry (nodes,
 // heartbeats, liveness), pass_policy (when a pass runs), port_allocator (MASTER_PORT),
 // job_expiry (ttl_after_finished), cluster_view (what other threads read),
@@ -97,6 +98,10 @@ struct ClusterOptions {
   absl::Duration drain_poll = absl::Seconds(1);
   // Hangs inside collectives (hang_rules.h): the bound's floor (zero: off) and factor.
   HangPolicy hang;
+  // Stragglers (straggler_rules.h): the rule, and what each queue does with one (a queue
+  // not named here: kFlag).
+  StragglerPolicy straggler;
+  std::map<std::string, StragglerAction> straggler_actions;
   sched::Config scheduler;
   std::map<std::string, sched::QueueConfig> queues;
   // Checkpoints of jobs without checkpoint.dir go to checkpoint_root/<job id>.
@@ -270,6 +275,9 @@ class ClusterManager : public ClusterView {
   // that uses no restart and excludes it (kNodeDrained), or retryable when no rank is to
   // blame.
   void EndHung(absl::Time now);
+  // After new progress of `job_id`'s gang: flags its stragglers (an event, a metric) and,
+  // under the queue's restart-without, ends the attempt without the straggler's node.
+  void CheckStragglers(int64_t job_id, ActiveAttempt& attempt);
 
   // --- A scheduling pass (scheduling_pass.cc), over `queue` when given (read by Tick)
   // or the queue as it is now.

@@ -44,9 +44,16 @@ bool GangProgress::OnProgress(const std::string& worker, const v1::RankProgress&
   r.step = p.step();
   r.collectives = p.collectives();
   r.in_collective = p.in_collective();
+  r.busy_s = p.busy_seconds();
   r.age_s = p.age_seconds();
   r.received = now;
   return true;
+}
+
+std::map<int, RankBusy> GangProgress::Busy() const {
+  std::map<int, RankBusy> out;
+  for (const auto& [rank, r] : ranks_) out[rank] = RankBusy{r.worker, r.step, r.busy_s};
+  return out;
 }
 
 void GangProgress::OnStep(int64_t step, absl::Time now) {

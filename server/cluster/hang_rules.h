@@ -41,6 +41,7 @@
 
 #include "absl/time/time.h"
 #include "llamafleet/v1/worker.pb.h"
+#include "server/cluster/straggler_rules.h"
 
 namespace llamafleet {
 
@@ -91,6 +92,8 @@ class GangProgress {
 
   absl::Duration Bound(const HangPolicy& policy) const { return HangBound(step_seconds_, policy); }
   size_t ranks_reported() const { return ranks_.size(); }
+  // Every rank's step and busy seconds, for the straggler rule (straggler_rules.h).
+  std::map<int, RankBusy> Busy() const;
 
  private:
   struct Rank {
@@ -98,6 +101,7 @@ class GangProgress {
     int64_t step = 0;
     int64_t collectives = 0;
     bool in_collective = false;
+    double busy_s = 0;
     double age_s = 0;   // as its worker measured it when sending
     absl::Time received;
   };

@@ -3,7 +3,10 @@
 // collective (hang_rules.h) ends: as a node fault of the rank the others wait for, which
 // uses none of the job's restarts and leaves that worker out of the next placement, or as
 // a retryable failure when every rank waits. Strand-only.
+#include <set>
+
 #include "absl/strings/str_cat.h"
+#include "server/metrics.h"
 #include "server/cluster/cluster_manager.h"
 #include "server/cluster/hang_rules.h"
 #include "spdlog/spdlog.h"
@@ -18,6 +21,7 @@ constexpr int kMaxRanksPerHeartbeat = 1024;
 void ClusterManager::HandleRankProgress(const std::string& worker,
                                         const google::protobuf::RepeatedPtrField<v1::RankProgress>& ranks) {
   const absl::Time now = options_.clock->Now();
+  std::set<int64_t> touched;
   int seen = 0;
   for (const v1::RankProgress& p : ranks) {
     if (++seen > kMaxRanksPerHeartbeat) break;
@@ -31,7 +35,31 @@ void ClusterManager::HandleRankProgress(const std::string& worker,
     if (task == nullptr || task->worker != worker) continue;
     const int first = task->node_rank * task->ranks;
     if (p.rank() < first || p.rank() >= first + task->ranks) continue;
-    a->gang.OnProgress(worker, p, a->WorldSize(), now);
+    if (a->gang.OnProgress(worker, p, a->WorldSize(), now)) touched.insert(a->record.job_id);
+  }
+  for (int64_t job_id : touched) {
+    auto it = attempts_.find(job_id);
+    if (it != attempts_.end()) CheckStragglers(job_id, it->second);
+  }
+}
+
+void ClusterManager::CheckStragglers(int64_t job_id, ActiveAttempt& a) {
+  if (a.ended || a.stopping || !a.running_recorded) return;
+  for (const StragglerFlag& f : a.stragglers.Observe(a.gang.Busy(), a.WorldSize(), options_.straggler)) {
+    auto policy = options_.straggler_actions.find(a.spec.queue());
+    const StragglerAction action =
+        policy == options_.straggler_actions.end() ? StragglerAction::kFlag : policy->second;
+    spdlog::warn("job {} attempt {}: {} (policy {})", job_id, a.record.attempt, f.reason, StragglerActionName(action));
+    if (options_.metrics != nullptr) options_.metrics->RecordStraggler(a.spec.queue(), StragglerActionName(action));
+    Write(RecordAttemptNoteTxn(job_id, a.record.attempt, "straggler", f.reason), [](absl::Status) {});
+    if (action == StragglerAction::kRestartWithout && !a.ended) {
+      // The trainers checkpoint on the stop's SIGTERM (a preemption's path) before they exit.
+      a.held_failure.reset();
+      EndAttempt(a, AttemptOutcome::kNodeDrained, absl::StrCat(f.reason, "; restarting without worker ", f.worker),
+                 f.worker);
+      MaybeRelease(job_id);
+      return;
+    }
   }
 }
 
