@@ -51,6 +51,7 @@ import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import collective_hang  # noqa: E402
+import straggler  # noqa: E402
 
 TERMINAL = {"SUCCEEDED", "FAILED", "CANCELLED"}
 HEARTBEAT_TIMEOUT_S = 5
@@ -431,6 +432,8 @@ class Scenario:
         root = tempfile.mkdtemp(prefix="lf-chaos-")
         c = Cluster(bin_dir, root, help_text)
         c.coord_args = COORD_ARGS.get(self.fault, [])
+        if callable(c.coord_args):
+            c.coord_args = c.coord_args(root)
         try:
             write_data(c.path("train.jsonl"))
             c.start_coordinator()
@@ -476,6 +479,8 @@ class Scenario:
             self.check_invariants(c, job_id, j, fd_baseline)
             if self.fault == "hang_in_collective":
                 collective_hang.check(self, c, job_id, parse_time)
+            if self.fault == "straggler_restart_without":
+                straggler.check(self, c, job_id, parse_time)
         except Exception as e:  # a harness step failed: report, never hang
             self.problems.append("harness: %s: %s" % (type(e).__name__, e))
         finally:
@@ -639,6 +644,9 @@ class Scenario:
     def fault_hang_in_collective(self, c, job_id):
         collective_hang.fault(self, c, job_id)
 
+    def fault_straggler_restart_without(self, c, job_id):
+        straggler.fault(self, c, job_id)
+
     def fault_fs_full(self, c, job_id):
         st = os.statvfs(self.ckpt_dir)
         free = st.f_bavail * st.f_frsize
@@ -662,7 +670,8 @@ class Scenario:
 
 
 # Coordinator flags of a scenario (beyond the cluster's own).
-COORD_ARGS = {"hang_in_collective": collective_hang.COORD_ARGS}
+COORD_ARGS = {"hang_in_collective": collective_hang.COORD_ARGS,
+              "straggler_restart_without": straggler.coord_args}  # a function of the cluster's root
 
 # name -> (needs, workers)
 SCENARIOS = {
@@ -673,6 +682,7 @@ SCENARIOS = {
     "kill_coordinator": ("", ["w0", "w1"]),
     "sigstop_rank": ("", ["w0", "w1"]),
     "hang_in_collective": ("", ["w0", "w1", "w2"]),
+    "straggler_restart_without": ("", ["w0", "w1", "w2"]),
     "kill_rank_mid_checkpoint": ("", ["w0", "w1"]),
     "fs_full": ("", ["w0", "w1"]),
     "cut_connection_short": ("", ["w0", "w1"]),
