@@ -6,10 +6,12 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "google/protobuf/util/time_util.h"
 #include "server/metrics.h"
 #include "server/cluster/cluster_manager.h"
 #include "server/cluster/hang_rules.h"
 #include "spdlog/spdlog.h"
+#include "storage/job_reads.h"
 
 namespace llamafleet {
 
@@ -52,6 +54,15 @@ void ClusterManager::CheckStragglers(int64_t job_id, ActiveAttempt& a) {
     spdlog::warn("job {} attempt {}: {} (policy {})", job_id, a.record.attempt, f.reason, StragglerActionName(action));
     if (options_.metrics != nullptr) options_.metrics->RecordStraggler(a.spec.queue(), StragglerActionName(action));
     Write(RecordAttemptNoteTxn(job_id, a.record.attempt, "straggler", f.reason), [](absl::Status) {});
+    if (LiveWorker* w = workers_.Find(f.worker); w != nullptr) {
+      w->straggler.set_job_id(JobIdString(job_id));
+      w->straggler.set_rank(f.rank);
+      w->straggler.set_reason(f.reason);
+      w->straggler.set_action(StragglerActionName(action));
+      *w->straggler.mutable_since() =
+          google::protobuf::util::TimeUtil::MicrosecondsToTimestamp(absl::ToUnixMicros(options_.clock->Now()));
+      publish_workers_ = true;
+    }
     if (action == StragglerAction::kRestartWithout && !a.ended) {
       // The trainers checkpoint on the stop's SIGTERM (a preemption's path) before they exit.
       a.held_failure.reset();
