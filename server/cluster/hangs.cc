@@ -2,7 +2,8 @@
 // heartbeats) is kept per attempt, and each tick an attempt whose gang is hung inside a
 // collective (hang_rules.h) ends: as a node fault of the rank the others wait for, which
 // uses none of the job's restarts and leaves that worker out of the next placement, or as
-// a retryable failure when every rank waits. Strand-only.
+// a retryable failure when every rank waits. The same progress flags stragglers
+// (straggler_rules.h) and applies the job's queue's straggler_policy. Strand-only.
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -64,7 +65,8 @@ void ClusterManager::CheckStragglers(int64_t job_id, ActiveAttempt& a) {
       publish_workers_ = true;
     }
     if (action == StragglerAction::kRestartWithout && !a.ended) {
-      // The trainers checkpoint on the stop's SIGTERM (a preemption's path) before they exit.
+      // The trainers checkpoint on the stop's SIGTERM (a preemption's path) and exit,
+      // within the cancel grace.
       a.held_failure.reset();
       EndAttempt(a, AttemptOutcome::kNodeDrained, absl::StrCat(f.reason, "; restarting without worker ", f.worker),
                  f.worker);
