@@ -184,6 +184,10 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinato
   cluster.heartbeat_interval = options.heartbeat_interval;
   cluster.cancel_grace = options.cancel_grace;
   cluster.drain_cooloff = options.drain_cooloff;
+  cluster.hang.floor = options.hang_floor;
+  cluster.hang.step_factor = options.hang_step_factor;
+  cluster.straggler = options.straggler;
+  cluster.straggler_actions = options.straggler_actions;
   // Default checkpoint dirs live under the first root, where workers may write; without
   // roots (no job can be submitted) jobs from before roots existed keep the old place.
   cluster.checkpoint_root = policy.path_roots.empty() ? options.data_dir + "/checkpoints"

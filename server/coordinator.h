@@ -9,6 +9,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "server/cluster/straggler_rules.h"
 #include "server/webhooks.h"
 
 namespace grpc {
@@ -52,6 +53,14 @@ struct CoordinatorOptions {
   absl::Duration cancel_grace = absl::Seconds(15);
   // A node drained by a failed pre-flight comes back when one passes this long after.
   absl::Duration drain_cooloff = absl::Minutes(10);
+  // Hangs inside collectives (server/cluster/hang_rules.h): the bound's floor (zero: off)
+  // and its factor over the median step time.
+  absl::Duration hang_floor = absl::Seconds(60);
+  double hang_step_factor = 5;
+  // Stragglers (server/cluster/straggler_rules.h): the rule, and each queue's
+  // straggler_policy (a queue not named: flag).
+  StragglerPolicy straggler;
+  std::map<std::string, StragglerAction> straggler_actions;
   // Largest log file per job, attempt and rank.
   int64_t max_log_file_bytes = 64 << 20;
   // HTTP/JSON API, portal and /metrics (Boost.Beast), HOST:PORT; port 0 picks a free

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -141,6 +142,10 @@ int main(int argc, char** argv) {
   double heartbeat_timeout_s = 10;
   double cancel_grace_s = 15;
   double drain_cooloff_s = 600;
+  double hang_floor_s = 60;
+  double hang_step_factor = 5;
+  double straggler_factor = 2;
+  int straggler_rounds = 5;
 
   CLI::App app{"llamafleet coordinator: job API, durable queue, scheduler"};
   app.add_option("--listen", options.listen, "gRPC address HOST:PORT (port 0 = any free port)");
@@ -168,6 +173,15 @@ int main(int argc, char** argv) {
                  "seconds between SIGTERM and SIGKILL when a job is cancelled or its gang fails");
   app.add_option("--drain-cooloff", drain_cooloff_s,
                  "seconds after a failed pre-flight drained a worker before a passing one brings it back");
+  app.add_option("--hang-floor", hang_floor_s,
+                 "seconds: the least a gang may make no progress inside a collective before it is "
+                 "hung (the bound is max(this, --hang-step-factor x the median step time); 0: off)");
+  app.add_option("--hang-step-factor", hang_step_factor,
+                 "the hang bound's multiple of the job's median recent step time (>= 1)");
+  app.add_option("--straggler-factor", straggler_factor,
+                 "a rank working more than this x the other ranks' median a step is slow (> 1)");
+  app.add_option("--straggler-rounds", straggler_rounds,
+                 "rounds (every rank stepped) in a row a rank must be slow to be flagged a straggler (>= 1)");
   app.add_option("--http-listen", options.http_listen,
                  "HTTP/JSON API, web portal and /metrics on HOST:PORT (port 0 = any free port)");
   app.add_option("--tls-cert", options.tls_cert_file, "PEM certificate chain: serve gRPC and HTTP over TLS")
@@ -327,13 +341,28 @@ int main(int argc, char** argv) {
           }
         }
         if (key == "queues") {
-          // queues: {NAME: {gpu_quota: N}, ...}
+          // queues: {NAME: {gpu_quota: N, straggler_policy: flag|restart-without}, ...}
           if (!kv.second.IsMap()) return Fail(absl::StrCat("config ", config_file, ": queues must be a mapping"));
           for (const auto& q : kv.second) {
             const std::string name = q.first.as<std::string>();
-            if (!q.second.IsMap() || !q.second["gpu_quota"] || q.second.size() != 1) {
+            if (!q.second.IsMap() || !q.second["gpu_quota"]) {
               return Fail(absl::StrCat("config ", config_file, ": queues.", name,
                                        " must be a mapping with gpu_quota"));
+            }
+            for (const auto& field : q.second) {
+              const std::string key = field.first.as<std::string>();
+              if (key == "gpu_quota") continue;
+              if (key != "straggler_policy") {
+                return Fail(absl::StrCat("config ", config_file, ": unknown key queues.", name, ".", key,
+                                         " (gpu_quota, straggler_policy)"));
+              }
+              const std::string value = field.second.as<std::string>();
+              const std::optional<llamafleet::StragglerAction> action = llamafleet::ParseStragglerAction(value);
+              if (!action.has_value()) {
+                return Fail(absl::StrCat("config ", config_file, ": queues.", name, ".straggler_policy: \"", value,
+                                         "\" is not flag or restart-without"));
+              }
+              options.straggler_actions[name] = *action;
             }
             const int64_t quota = q.second["gpu_quota"].as<int64_t>();
             if (quota < 0) {
@@ -357,6 +386,22 @@ int main(int argc, char** argv) {
   options.cancel_grace = absl::Seconds(cancel_grace_s);
   if (drain_cooloff_s < 0) return Fail("--drain-cooloff must be >= 0 seconds");
   options.drain_cooloff = absl::Seconds(drain_cooloff_s);
+  if (!(hang_floor_s >= 0 && hang_floor_s <= 86400)) {
+    return Fail("--hang-floor must be between 0 and 86400 seconds");
+  }
+  if (!(hang_step_factor >= 1 && hang_step_factor <= 1000)) {
+    return Fail("--hang-step-factor must be between 1 and 1000");
+  }
+  if (!(straggler_factor > 1 && straggler_factor <= 1000)) {
+    return Fail("--straggler-factor must be more than 1 (and at most 1000)");
+  }
+  if (straggler_rounds < 1 || straggler_rounds > 100000) {
+    return Fail("--straggler-rounds must be between 1 and 100000");
+  }
+  options.straggler.factor = straggler_factor;
+  options.straggler.consecutive = straggler_rounds;
+  options.hang_floor = absl::Seconds(hang_floor_s);
+  options.hang_step_factor = hang_step_factor;
   if (!options.join_token.empty()) {
     std::cerr << "llamafleet-coordinator: warning: --join-token is visible to every user in ps; "
                  "use --join-token-file or LLAMAFLEET_JOIN_TOKEN\n";

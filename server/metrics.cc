@@ -490,7 +490,11 @@ CoordinatorMetrics::CoordinatorMetrics(CoordinatorMetricsOptions options)
                      "Start-up phases of each attempt: placed (time queued before the placement), "
                      "trainers_started (placement to every rank running), and the trainer's rank 0's "
                      "data_ready (token cache hit or built), rendezvous, weights_loaded, first_step.",
-                     {"phase"}, kStartupBuckets) {
+                     {"phase"}, kStartupBuckets),
+      stragglers_("llamafleet_stragglers_total",
+                  "Ranks flagged as stragglers (working more than the straggler factor x the other "
+                  "ranks' median a step, rounds in a row), by queue and its straggler_policy.",
+                  {"queue", "action"}) {
   for (std::string_view phase : kStartupPhases) startup_phase_.WithLabels({std::string(phase)});
   for (int i = 0; i < 5; ++i)
     submissions_by_result_[i] = &submissions_.WithLabels({kSubmitResults[i]});
@@ -529,6 +533,10 @@ void CoordinatorMetrics::RecordStartupPhase(const std::string& phase, double sec
   startup_phase_.WithLabels({phase}).Observe(seconds);
 }
 
+void CoordinatorMetrics::RecordStraggler(const std::string& queue, const std::string& action) {
+  stragglers_.WithLabels({queue, action}).Increment();
+}
+
 void CoordinatorMetrics::RecordSchedulingPass(absl::Duration duration) {
   pass_duration_all_->Observe(absl::ToDoubleSeconds(duration));
   passes_all_->Increment();
@@ -549,6 +557,7 @@ std::string CoordinatorMetrics::Render() {
   submit_latency_.Collect(&out);
   pass_duration_.Collect(&out);
   passes_.Collect(&out);
+  stragglers_.Collect(&out);
   startup_phase_.Collect(&out);
   if (store_ != nullptr && cluster_ != nullptr) CollectSources(&out);
   if (out.dropped() > 0) spdlog::error("metrics: {} samples dropped from a scrape", out.dropped());

@@ -202,6 +202,9 @@ class CoordinatorMetrics {
   // An attempt's start-up phase (llamafleet_startup_phase_seconds{phase}); names that are
   // not in kStartupPhases (common/startup_phases.h) are not recorded.
   void RecordStartupPhase(const std::string& phase, double seconds);
+  // A straggler flagged (llamafleet_stragglers_total{queue,action}; action: the queue's
+  // straggler_policy, flag or restart-without).
+  void RecordStraggler(const std::string& queue, const std::string& action);
 
   // One scrape, in the text exposition format 0.0.4. Thread-safe.
   std::string Render();
@@ -227,6 +230,7 @@ class CoordinatorMetrics {
   metrics::CounterFamily passes_;
   metrics::Counter* passes_all_;
   metrics::HistogramFamily startup_phase_;
+  metrics::CounterFamily stragglers_;
 
   // Scrapes are serialized; the sources are only used under this lock.
   std::mutex scrape_mu_;

@@ -231,15 +231,24 @@ TxnFunction EndAttemptTxn(AttemptEnd end) {
                               "waiting to be scheduled (preempted)");
       }
       case AttemptOutcome::kNodeDrained: {
-        absl::Status s = Exec(txn, "UPDATE jobs SET eligible_us = ?2 WHERE id = ?1",
-                              [&](sqlite::Statement& st) { st.Bind(1, end.job_id).Bind(2, now); });
+        // A hung node is named in excluded_worker: left out of the next placement, as for
+        // kNodeFault (a drained node is left out by its drain).
+        const std::string& excluded = end.excluded_worker;
+        absl::Status s = Exec(
+            txn,
+            "UPDATE jobs SET eligible_us = ?2, excluded_workers = "
+            "CASE WHEN ?3 = '' THEN excluded_workers WHEN excluded_workers = '' THEN ?3 "
+            "ELSE excluded_workers || ',' || ?3 END WHERE id = ?1",
+            [&](sqlite::Statement& st) { st.Bind(1, end.job_id).Bind(2, now).Bind(3, excluded); });
         if (!s.ok()) return s;
         s = txn.Transition(&*job, "restarting", v1::RESTARTING, end.reason);
         if (!s.ok()) return s;
         return txn.Transition(&*job, "requeued", v1::QUEUED,
-                              absl::StrCat("node drained: requeued at once without using a restart (",
-                                           job->restarts(), " of ", policy.max_restarts(),
-                                           " used); resumes from the newest checkpoint"),
+                              absl::StrCat(excluded.empty() ? "node drained" : "node fault",
+                                           ": requeued at once without using a restart (",
+                                           job->restarts(), " of ", policy.max_restarts(), " used)",
+                                           excluded.empty() ? "" : absl::StrCat("; excluding worker ", excluded),
+                                           "; resumes from the newest checkpoint"),
                               "waiting to restart");
       }
       case AttemptOutcome::kRetryable:

@@ -58,9 +58,10 @@ enum class AttemptOutcome {
   kDeadline,    // active_deadline exceeded: job → FAILED
   kResized,     // an elastic gang stopped to grow: RUNNING → QUEUED at once, restart
                 // budget, backoff and preemption record untouched; not a failure
-  kNodeDrained, // a worker of the gang was drained (a node fault, failure class
-                // node_fault): RESTARTING → QUEUED at once, restart budget and backoff
-                // untouched (the node's fault, not the job's)
+  kNodeDrained, // a worker of the gang was drained, or hung inside a collective (a node
+                // fault, failure class node_fault): RESTARTING → QUEUED at once, restart
+                // budget and backoff untouched (the node's fault, not the job's); with
+                // excluded_worker set (a hang), that worker is left out of the next placement
 };
 
 struct AttemptEnd {
@@ -68,7 +69,7 @@ struct AttemptEnd {
   int attempt = 0;
   AttemptOutcome outcome = AttemptOutcome::kSucceeded;
   std::string reason;             // human-readable; becomes the event's reason
-  std::string excluded_worker;    // kNodeFault
+  std::string excluded_worker;    // kNodeFault, kNodeDrained (a hung node)
   PriceTable pricing = {};        // prices the attempt's usage (storage/usage_store.h)
 };
 

@@ -350,6 +350,7 @@ void WorkerAgent::SendLoop(
         for (const v1::GpuSample& s : SampleGpus()) *hb.mutable_heartbeat()->add_gpus() = s;
       }
       if (latest_preflight.sequence() > 0) *hb.mutable_heartbeat()->mutable_preflight() = latest_preflight;
+      for (v1::RankProgress& r : rank_progress_.Snapshot(absl::Now())) *hb.mutable_heartbeat()->add_ranks() = std::move(r);
       batch.push_back(std::move(hb));
       next_heartbeat = absl::Now() + options_.heartbeat_interval;
     }
@@ -497,6 +498,15 @@ void WorkerAgent::OnLine(const std::string& task_id, int rank, bool is_stderr,
                          const std::string& line) {
   std::optional<v1::WorkerMessage> structured;
   std::optional<trainer_events::Event> event;
+  if (!is_stderr && !line.empty() && line[0] == '{' && absl::StrContains(line, "\"type\":\"progress\"")) {
+    // Every rank's liveness, about once a second: kept for heartbeats, never logged.
+    event = trainer_events::ParseLine(line);
+    if (event.has_value() && std::holds_alternative<trainer_events::Progress>(*event)) {
+      rank_progress_.Record(task_id, rank, std::get<trainer_events::Progress>(*event), absl::Now());
+      return;
+    }
+    event.reset();
+  }
   if (rank == 0 && !is_stderr) {
     event = trainer_events::ParseLine(line);
   } else if (!is_stderr && absl::StrContains(line, "\"event\":\"tokenizing\"")) {
@@ -624,6 +634,7 @@ void WorkerAgent::OnFinished(const std::string& task_id, v1::TaskState state,
     task_gpus_.erase(task_id);
     total_steps_.erase(task_id);
     last_tokenizing_.erase(task_id);
+    rank_progress_.Forget(task_id);
     // The runner cannot be destroyed on its own thread: hand it to the sender to join.
     auto it = tasks_.find(task_id);
     if (it != tasks_.end()) {

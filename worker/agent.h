@@ -21,6 +21,7 @@
 #include "absl/time/time.h"
 #include "llamafleet/v1/worker.grpc.pb.h"
 #include "worker/preflight.h"
+#include "worker/rank_progress.h"
 #include "worker/task_runner.h"
 
 namespace llamafleet::worker {
@@ -123,6 +124,8 @@ class WorkerAgent : public TaskListener {
   bool preflights_done_ ABSL_GUARDED_BY(mu_) = false;  // Run() returned
   absl::Time last_preflight_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   std::string worker_id_ ABSL_GUARDED_BY(mu_);
+  // Every running rank's latest progress line, relayed in heartbeats (its own lock).
+  RankProgressTable rank_progress_;
 };
 
 }  // namespace llamafleet::worker

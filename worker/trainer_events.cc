@@ -150,6 +150,16 @@ std::string ToLine(const Exit& e) {
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
+std::string ToLine(const Progress& e) {
+  return json{{"type", "progress"},
+              {"step", e.step},
+              {"collectives", e.collectives},
+              {"in_collective", e.in_collective},
+              {"busy_s", e.busy_s},
+              {"wait_s", e.wait_s}}
+      .dump();
+}
+
 std::optional<Event> ParseLine(std::string_view line) {
   if (line.empty() || line.front() != '{') return std::nullopt;
   json j = json::parse(line.begin(), line.end(), nullptr, /*allow_exceptions=*/false);
@@ -168,6 +178,15 @@ std::optional<Event> ParseLine(std::string_view line) {
     m.peak_mem_bytes = Int(j, "peak_mem_bytes");
     if (auto it = j.find("mfu"); it != j.end() && it->is_number()) m.mfu = it->get<double>();
     return m;
+  }
+  if (type == "progress") {
+    Progress p;
+    p.step = Int(j, "step");
+    p.collectives = Int(j, "collectives");
+    if (auto it = j.find("in_collective"); it != j.end() && it->is_boolean()) p.in_collective = it->get<bool>();
+    p.busy_s = Num(j, "busy_s");
+    p.wait_s = Num(j, "wait_s");
+    return p;
   }
   if (type == "eval") {
     return trainer_events::Eval{Int(j, "step"), Num(j, "loss"), Num(j, "perplexity"), Int(j, "tokens")};
@@ -221,7 +240,8 @@ std::optional<Event> ParseLine(std::string_view line) {
     return r;
   }
   if (event == "checkpoint_saved") {
-    CheckpointSaved c{Str(j, "path"), Int(j, "step"), Int(j, "bytes"), Str(j, "manifest_sha256"), Num(j, "loss")};
+    CheckpointSaved c{Str(j, "path"), Int(j, "step"), Int(j, "bytes"), Str(j, "manifest_sha256"),
+                      Num(j, "loss"), std::nullopt};
     if (auto it = j.find("eval_loss"); it != j.end() && it->is_number()) c.eval_loss = it->get<double>();
     return c;
   }

@@ -23,6 +23,9 @@
 //                      (training.early_stopping; "finished" follows)
 //   {"type":"event","event":"finished", steps, loss, export_dir}
 //   {"type":"event","event":"exit", code, message}    always the last line of a run
+//   {"type":"progress", step, collectives, in_collective, busy_s, wait_s}
+//                      (every rank, about once a second from a background thread, while
+//                      the worker runs it: LLAMAFLEET_PROGRESS_EVENTS; never after "exit")
 // The exit record's code is an absl canonical code name ("OK", "INVALID_ARGUMENT", ...).
 // An older trainer's {"event":"error", code, message} line is read as an exit record.
 
@@ -140,9 +143,21 @@ struct Exit {
   }
 };
 
+// A rank's liveness and progress: steps completed, collective waits entered so far (the
+// sequence number of the one it waits in while `in_collective`), and seconds since it
+// started spent outside (`busy_s`) and inside (`wait_s`) collective waits. A rank that stops
+// printing these (SIGSTOP, a wedged process) is one its peers may be waiting for.
+struct Progress {
+  int64_t step = 0;
+  int64_t collectives = 0;
+  bool in_collective = false;
+  double busy_s = 0;
+  double wait_s = 0;
+};
+
 using Event =
     std::variant<Started, Metrics, Resumed, CheckpointSaved, Phase, Preempted, Eval, StoppedEarly, Finished, Exit,
-                 Tokenizing>;
+                 Tokenizing, Progress>;
 
 // One JSON line (no trailing newline).
 std::string ToLine(const Started& e);
@@ -156,6 +171,7 @@ std::string ToLine(const Eval& e);
 std::string ToLine(const StoppedEarly& e);
 std::string ToLine(const Finished& e);
 std::string ToLine(const Exit& e);
+std::string ToLine(const Progress& e);
 
 // The event a stdout line carries; nullopt for anything else (plain text, other JSON,
 // malformed JSON). Missing or mistyped fields read as their defaults: a line comes from a

@@ -123,8 +123,15 @@ TaskReportEffect AttemptTracker::OnTaskStatus(const std::string& worker,
   return effect;
 }
 
+int AttemptTracker::WorldSize() const {
+  int n = 0;
+  for (const TaskRecord& t : record.tasks) n += t.ranks;
+  return n;
+}
+
 void AttemptTracker::OnStep(int64_t step, int64_t total, absl::Time now) {
   if (total > 0) total_steps = total;
+  gang.OnStep(step, now);
   if (step <= last_step) return;
   if (first_step < 0) {
     first_step = step;

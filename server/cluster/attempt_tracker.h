@@ -19,6 +19,7 @@
 #include "llamafleet/v1/job.pb.h"
 #include "llamafleet/v1/worker.pb.h"
 #include "scheduler/scheduler.h"
+#include "server/cluster/hang_rules.h"
 #include "storage/cluster_store.h"
 
 namespace llamafleet {
@@ -103,6 +104,13 @@ struct AttemptTracker {
     absl::Time until;
   };
   std::optional<HeldFailure> held_failure;
+  // Every rank's latest progress and the step times, for hang detection (hang_rules.h).
+  GangProgress gang;
+  // Which of its ranks are slower than the others (straggler_rules.h).
+  StragglerTracker stragglers;
+
+  // Ranks in the gang (the sum of its tasks' ranks).
+  int WorldSize() const;
 
   // The worker a task was assigned to ("" for a task of another attempt).
   std::string WorkerOf(const std::string& task_id) const;

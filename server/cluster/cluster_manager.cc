@@ -224,6 +224,7 @@ void ClusterManager::OnWorkerMessage(const std::string& worker, v1::WorkerMessag
             message.heartbeat().preflight().sequence() != w->preflight.sequence()) {
           HandlePreflight(worker, message.heartbeat().preflight());
         }
+        if (message.heartbeat().ranks_size() > 0) HandleRankProgress(worker, message.heartbeat().ranks());
         break;
       case v1::WorkerMessage::kTaskStatus:
         HandleTaskStatus(worker, message.task_status());
@@ -330,6 +331,7 @@ void ClusterManager::Tick() {
   SettleHeldFailures(now);
   ReadDrains(now);
   EndStalledAndOverdue(now);
+  EndHung(now);
   for (int64_t id : expiry_.Due(*store_, now)) {
     spdlog::info("job {}: ttl_after_finished passed; deleting its record", id);
     Write(DeleteJobTxn(id), [this, id](absl::Status s) {

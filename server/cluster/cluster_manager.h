@@ -14,6 +14,8 @@
 //   scheduling_pass.cc     a pass: its input, the scheduler, applying its decisions
 //   node_faults.cc         node faults: sessions that end, failures blamed on a lost
 //                          peer, drains (operators', pre-flights') and pre-flight results
+//   hangs.cc               hangs inside collectives and stragglers: ranks' progress,
+//                          the hang check, the straggler flags and their policy
 // and the parts it is built from, each with its own header: worker_registry (nodes,
 // heartbeats, liveness), pass_policy (when a pass runs), port_allocator (MASTER_PORT),
 // job_expiry (ttl_after_finished), cluster_view (what other threads read),
@@ -43,6 +45,7 @@
 #include "server/cluster/attempt_tracker.h"
 #include "server/cluster/checkpoint_retention.h"
 #include "server/cluster/cluster_view.h"
+#include "server/cluster/hang_rules.h"
 #include "server/cluster/job_expiry.h"
 #include "server/cluster/pass_policy.h"
 #include "server/cluster/port_allocator.h"
@@ -94,6 +97,12 @@ struct ClusterOptions {
   // How often the drains table is read for operators' drains and undrains (another
   // process writes them), on this clock.
   absl::Duration drain_poll = absl::Seconds(1);
+  // Hangs inside collectives (hang_rules.h): the bound's floor (zero: off) and factor.
+  HangPolicy hang;
+  // Stragglers (straggler_rules.h): the rule, and what each queue does with one (a queue
+  // not named here: kFlag).
+  StragglerPolicy straggler;
+  std::map<std::string, StragglerAction> straggler_actions;
   sched::Config scheduler;
   std::map<std::string, sched::QueueConfig> queues;
   // Checkpoints of jobs without checkpoint.dir go to checkpoint_root/<job id>.
@@ -259,6 +268,19 @@ class ClusterManager : public ClusterView {
   // kNodeDrained (restarted elsewhere at once, no restart used). Idempotent.
   void ApplyDrain(const WorkerDrainRecord& drain);
   void ApplyUndrain(const std::string& worker);
+
+  // --- Hangs inside collectives (hangs.cc).
+  // The ranks' progress from a heartbeat of `worker`: kept by the attempts of tasks
+  // assigned to it (anything else, or out of range, is dropped).
+  void HandleRankProgress(const std::string& worker,
+                          const google::protobuf::RepeatedPtrField<v1::RankProgress>& ranks);
+  // Ends attempts whose gang is hung (hang_rules.h): as a node fault of the rank's worker
+  // that uses no restart and excludes it (kNodeDrained), or retryable when no rank is to
+  // blame.
+  void EndHung(absl::Time now);
+  // After new progress of `job_id`'s gang: flags its stragglers (an event, a metric) and,
+  // under the queue's restart-without, ends the attempt without the straggler's node.
+  void CheckStragglers(int64_t job_id, ActiveAttempt& attempt);
 
   // --- A scheduling pass (scheduling_pass.cc), over `queue` when given (read by Tick)
   // or the queue as it is now.

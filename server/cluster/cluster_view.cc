@@ -47,6 +47,7 @@ void PublishedCluster::SetWorkers(const std::map<std::string, LiveWorker>& worke
     if (auto d = drains.find(name); d != drains.end()) info.drain = d->second;
     info.state = StateOf(w, info.drain.has_value());
     info.preflight = w.preflight;
+    info.straggler = w.straggler;
     info.inventory = w.shared_inventory;  // null for a recovered worker not back yet
     info.last_heartbeat = w.last_heartbeat;
     if (auto t = tasks.find(name); t != tasks.end()) info.running_task_ids = std::move(t->second);
@@ -113,6 +114,7 @@ std::vector<v1::WorkerInfo> PublishedCluster::Workers() const {
           TimeUtil::MicrosecondsToTimestamp(absl::ToUnixMicros(w.drain->since));
     }
     if (w.preflight.sequence() > 0) *info.mutable_preflight() = w.preflight;
+    if (!w.straggler.job_id().empty()) *info.mutable_straggler() = w.straggler;
     infos.push_back(std::move(info));
   }
   return infos;

@@ -79,6 +79,7 @@ class PublishedCluster {
     v1::WorkerState state = v1::WORKER_READY;
     std::optional<WorkerDrainRecord> drain;
     v1::PreflightResult preflight;
+    v1::WorkerStraggler straggler;
     std::shared_ptr<const v1::Inventory> inventory;
     absl::Time last_heartbeat;
     std::vector<std::string> running_task_ids;

@@ -63,6 +63,11 @@ LiveWorker* WorkerRegistry::Heard(const std::string& name, absl::Time now) {
   return &it->second;
 }
 
+LiveWorker* WorkerRegistry::Find(const std::string& name) {
+  auto it = workers_.find(name);
+  return it == workers_.end() ? nullptr : &it->second;
+}
+
 std::vector<std::string> WorkerRegistry::CollectLost(absl::Time now, absl::Duration timeout) {
   std::vector<std::string> lost;
   for (auto& [name, w] : workers_) {

@@ -44,6 +44,8 @@ struct LiveWorker {
   std::shared_ptr<const v1::Inventory> shared_inventory;
   // The last pre-flight it reported (sequence 0: none yet from this process).
   v1::PreflightResult preflight;
+  // The last straggler flag of a rank on it (job_id empty: none since this process started).
+  v1::WorkerStraggler straggler;
 };
 
 // What `workers` shows for a worker: LOST once lost, DISCONNECTED from the moment its
@@ -76,6 +78,8 @@ class WorkerRegistry {
   bool Disconnect(const std::string& name, const WorkerLink* link);
   // Any message from the worker proves it is alive. Null: unknown.
   LiveWorker* Heard(const std::string& name, absl::Time now);
+  // A known worker, or null; hearing nothing from it.
+  LiveWorker* Find(const std::string& name);
   // Marks lost every worker silent for `timeout` at `now` and closes its session; returns
   // their names.
   std::vector<std::string> CollectLost(absl::Time now, absl::Duration timeout);

@@ -49,6 +49,10 @@ import time
 import urllib.error
 import urllib.request
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import collective_hang  # noqa: E402
+import straggler  # noqa: E402
+
 TERMINAL = {"SUCCEEDED", "FAILED", "CANCELLED"}
 HEARTBEAT_TIMEOUT_S = 5
 STEPS = 16
@@ -185,6 +189,7 @@ class Cluster:
         self.proxies = {}  # name -> Proxy
         self.help = help_text
         self.mounts = []
+        self.coord_args = []  # the scenario's own coordinator flags
         with open(os.path.join(root, "join-token"), "w") as f:
             f.write("chaos-secret\n")
         os.chmod(os.path.join(root, "join-token"), 0o600)
@@ -199,6 +204,7 @@ class Cluster:
                 "--cancel-grace", "5"]
         if "--path-root" in self.help["coordinator"]:
             args += ["--path-root", self.root]
+        args += self.coord_args
         err = open(self.path("coordinator.log"), "a")
         self.coord = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=err, start_new_session=True, text=True)
         deadline = time.time() + 30
@@ -425,6 +431,9 @@ class Scenario:
     def run(self, bin_dir, help_text, keep):
         root = tempfile.mkdtemp(prefix="lf-chaos-")
         c = Cluster(bin_dir, root, help_text)
+        c.coord_args = COORD_ARGS.get(self.fault, [])
+        if callable(c.coord_args):
+            c.coord_args = c.coord_args(root)
         try:
             write_data(c.path("train.jsonl"))
             c.start_coordinator()
@@ -468,6 +477,10 @@ class Scenario:
             self.outcome = j.get("state")
             self.measure_recovery(c, job_id)
             self.check_invariants(c, job_id, j, fd_baseline)
+            if self.fault == "hang_in_collective":
+                collective_hang.check(self, c, job_id, parse_time)
+            if self.fault == "straggler_restart_without":
+                straggler.check(self, c, job_id, parse_time)
         except Exception as e:  # a harness step failed: report, never hang
             self.problems.append("harness: %s: %s" % (type(e).__name__, e))
         finally:
@@ -628,6 +641,12 @@ class Scenario:
         time.sleep(6)  # longer than a heartbeat timeout; shorter than the collective timeout
         os.kill(pid, signal.SIGCONT)
 
+    def fault_hang_in_collective(self, c, job_id):
+        collective_hang.fault(self, c, job_id)
+
+    def fault_straggler_restart_without(self, c, job_id):
+        straggler.fault(self, c, job_id)
+
     def fault_fs_full(self, c, job_id):
         st = os.statvfs(self.ckpt_dir)
         free = st.f_bavail * st.f_frsize
@@ -650,6 +669,10 @@ class Scenario:
         c.proxies[self.victim(c, job_id)].cut(refuse_s=HEARTBEAT_TIMEOUT_S + 3)
 
 
+# Coordinator flags of a scenario (beyond the cluster's own).
+COORD_ARGS = {"hang_in_collective": collective_hang.COORD_ARGS,
+              "straggler_restart_without": straggler.coord_args}  # a function of the cluster's root
+
 # name -> (needs, workers)
 SCENARIOS = {
     "kill_worker_spare": ("", ["w0", "w1", "w2"]),
@@ -658,6 +681,8 @@ SCENARIOS = {
     "kill_worker_restart_later": ("coord", ["w0", "w1"]),
     "kill_coordinator": ("", ["w0", "w1"]),
     "sigstop_rank": ("", ["w0", "w1"]),
+    "hang_in_collective": ("", ["w0", "w1", "w2"]),
+    "straggler_restart_without": ("", ["w0", "w1", "w2"]),
     "kill_rank_mid_checkpoint": ("", ["w0", "w1"]),
     "fs_full": ("", ["w0", "w1"]),
     "cut_connection_short": ("", ["w0", "w1"]),

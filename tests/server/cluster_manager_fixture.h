@@ -89,6 +89,7 @@ class ClusterManagerTest : public ::testing::Test {
     o.stop_report_slack = absl::Seconds(10);
     o.tick = absl::Milliseconds(20);
     o.checkpoint_root = dir_.path() + "/checkpoints";
+    Configure(&o);
     o.on_attempt_released = [this](int64_t job, int attempt) {
       absl::MutexLock lock(&released_mu_);
       released_.push_back({job, attempt});
@@ -97,6 +98,9 @@ class ClusterManagerTest : public ::testing::Test {
     ASSERT_TRUE(m.ok()) << m.status();
     manager_ = std::move(*m);
   }
+
+  // A test's own options (before the manager starts).
+  virtual void Configure(ClusterOptions*) {}
 
   void TearDown() override {
     manager_.reset();

@@ -52,14 +52,14 @@ TEST(TrainerEventsTest, EveryEventRoundTrips) {
   EXPECT_EQ(r.skipped[0].path, "/ck/step-8");
   EXPECT_EQ(r.skipped[0].reason, "sha256 differs");
 
-  CheckpointSaved c = RoundTrip(CheckpointSaved{"/ck/step-8", 8, 4096, "ab12", 1.25});
+  CheckpointSaved c = RoundTrip(CheckpointSaved{"/ck/step-8", 8, 4096, "ab12", 1.25, std::nullopt});
   EXPECT_EQ(c.path, "/ck/step-8");
   EXPECT_EQ(c.step, 8);
   EXPECT_EQ(c.bytes, 4096);
   EXPECT_EQ(c.manifest_sha256, "ab12");
   EXPECT_EQ(c.loss, 1.25);
   EXPECT_FALSE(c.eval_loss.has_value());
-  CheckpointSaved ce{"/ck/step-8", 8, 4096, "ab12", 1.25};
+  CheckpointSaved ce{"/ck/step-8", 8, 4096, "ab12", 1.25, std::nullopt};
   ce.eval_loss = 2.5;
   EXPECT_EQ(RoundTrip(ce).eval_loss, 2.5);
 
@@ -84,6 +84,21 @@ TEST(TrainerEventsTest, TokenizingProgressRoundTrips) {
   EXPECT_EQ(t.total_bytes, 3'100'000'000);
   // A path that is not UTF-8 still makes a line (bytes replaced), never an exception.
   EXPECT_TRUE(ParseLine(ToLine(Tokenizing{"/d/\xff.jsonl", 1, 2})).has_value());
+}
+
+TEST(TrainerEventsTest, ProgressRoundTrips) {
+  Progress p = RoundTrip(Progress{40, 1234, true, 12.5, 3.25});
+  EXPECT_EQ(p.step, 40);
+  EXPECT_EQ(p.collectives, 1234);
+  EXPECT_TRUE(p.in_collective);
+  EXPECT_EQ(p.busy_s, 12.5);
+  EXPECT_EQ(p.wait_s, 3.25);
+  EXPECT_FALSE(RoundTrip(Progress{}).in_collective);
+  // Mistyped fields read as their defaults; the line is still a progress line.
+  std::optional<Event> e = ParseLine(R"({"type":"progress","step":"x","in_collective":1,"busy_s":null})");
+  ASSERT_TRUE(e.has_value() && std::holds_alternative<Progress>(*e));
+  EXPECT_EQ(std::get<Progress>(*e).step, 0);
+  EXPECT_FALSE(std::get<Progress>(*e).in_collective);
 }
 
 TEST(TrainerEventsTest, ExitRecordKeepsEveryCanonicalCode) {

@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "progress_reporter.h"
 #include "absl/strings/str_join.h"
 
 namespace llamafleet::trainer {
@@ -135,6 +136,7 @@ class C10dWork : public CommWork {
   absl::Status Wait() override {
     if (done_) return status_;
     done_ = true;
+    CollectiveWaitScope waiting;  // the rank's progress lines say it waits here
     WatchdogGuard guard(what_, timeout_);
     try {
       work_->wait(timeout_);

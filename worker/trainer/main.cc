@@ -19,6 +19,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
+#include "progress_reporter.h"
 #include "train.h"
 #include "util.h"
 #include "worker/trainer_events.h"
@@ -33,6 +34,7 @@ using nlohmann::json;
 namespace {
 
 int Fail(const absl::Status& status) {
+  lt::StopProgressReporter();  // the exit record is the last line
   std::string msg(status.message());
   std::fprintf(stderr, "llamafleet-train: error: %s\n", msg.c_str());
   lt::EmitJsonLine(llamafleet::trainer_events::ToLine(llamafleet::trainer_events::Exit::From(status)));
@@ -249,7 +251,10 @@ int main(int argc, char** argv) {
     }
     auto env = lt::DistEnvFromEnvironment();
     if (!env.ok()) return Fail(env.status());
+    // A worker's ranks report their progress (hang detection); a run on its own does not.
+    if (std::getenv("LLAMAFLEET_PROGRESS_EVENTS") != nullptr) lt::StartProgressReporter();
     absl::Status s = lt::RunTraining(*opts, *env);
+    lt::StopProgressReporter();
     if (!s.ok()) return Fail(s);
     lt::EmitJsonLine(llamafleet::trainer_events::ToLine(llamafleet::trainer_events::Exit::From(s)));
     return 0;

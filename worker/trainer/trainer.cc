@@ -13,6 +13,7 @@
 #include "lora.h"
 #include "sharded_checkpoint.h"
 #include "tensor_parallel.h"
+#include "progress_reporter.h"
 #include "util.h"
 #include "worker/job_checkpoint_dir.h"
 #include "worker/path_guard.h"
@@ -447,7 +448,8 @@ absl::Status Trainer::ReportSaved(const absl::StatusOr<std::optional<SavedCheckp
   if (!done.ok()) return done.status();
   if (rank0_ && done->has_value()) {
     const SavedCheckpoint& saved = **done;
-    trainer_events::CheckpointSaved line{saved.path, saved.step, saved.bytes, saved.manifest_sha256, saved.loss};
+    trainer_events::CheckpointSaved line{saved.path, saved.step, saved.bytes, saved.manifest_sha256, saved.loss,
+                                         std::nullopt};
     if (std::isfinite(saved.eval_loss)) line.eval_loss = saved.eval_loss;
     EmitJsonLine(trainer_events::ToLine(line));
   }
@@ -489,6 +491,7 @@ absl::Status Trainer::Run() {
   interval_start_ = Clock::now();
   for (int64_t step = start_step_; step < total_steps_; ++step) {
     LF_ASSIGN_OR_RETURN(const double loss, Step(step));
+    NoteStepDone(step + 1);
     if (step == start_step_) {
       PhaseDone("first_step", "");
       if (rank0_) LogInfo("start-up: " + absl::StrJoin(phase_summary_, ", "));
