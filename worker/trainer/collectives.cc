@@ -19,8 +19,8 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "progress_reporter.h"
 #include "absl/strings/str_join.h"
+#include "progress_reporter.h"
 
 namespace llamafleet::trainer {
 
