@@ -34,20 +34,26 @@ inline absl::StatusOr<v1::Job> RequireJob(Txn& txn, int64_t job_id) {
   return std::move(**job);
 }
 
-// Runs a read `sql` with `bind` applied, calling `row` for each result row (a non-OK
-// status from it stops the query and is returned).
+// Steps the bound statement `s` to completion, calling `row` for each result row (a non-OK
+// status from it stops there and is returned).
+template <typename RowFn>
+absl::Status EachRow(sqlite::Statement& s, RowFn row) {
+  while (true) {
+    absl::StatusOr<bool> has = s.Step();
+    if (!has.ok()) return has.status();
+    if (!*has) return absl::OkStatus();
+    if (absl::Status r = row(s); !r.ok()) return r;
+  }
+}
+
+// Runs a read `sql` with `bind` applied, calling `row` for each result row (EachRow).
 template <typename RowFn>
 absl::Status Query(sqlite::Connection& conn, const std::string& sql,
                    const std::function<void(sqlite::Statement&)>& bind, RowFn row) {
   absl::StatusOr<sqlite::Statement> s = conn.Prepare(sql);
   if (!s.ok()) return s.status();
   bind(*s);
-  while (true) {
-    absl::StatusOr<bool> has = s->Step();
-    if (!has.ok()) return has.status();
-    if (!*has) return absl::OkStatus();
-    if (absl::Status r = row(*s); !r.ok()) return r;
-  }
+  return EachRow(*s, row);
 }
 
 }  // namespace llamafleet::storage_internal

@@ -7,11 +7,13 @@
 #include "absl/strings/str_join.h"
 #include "google/protobuf/util/time_util.h"
 #include "storage/sqlite.h"
+#include "storage/txn_helpers.h"
 
 namespace llamafleet {
 namespace {
 
 using google::protobuf::util::TimeUtil;
+using storage_internal::EachRow;
 
 constexpr int kFailedState = 2;   // attempts.state: failed
 constexpr int kStoppedState = 3;  // attempts.state: stopped (cancelled, preempted, resized)
@@ -46,17 +48,6 @@ void SetCost(sqlite::Statement& st, int i, const std::optional<double>& cost) {
     st.BindDouble(i, *cost);
   } else {
     st.BindNull(i);
-  }
-}
-
-// Runs `q` to completion, calling `row` for each row.
-template <typename RowFn>
-absl::Status EachRow(sqlite::Statement& q, RowFn row) {
-  while (true) {
-    absl::StatusOr<bool> has = q.Step();
-    if (!has.ok()) return has.status();
-    if (!*has) return absl::OkStatus();
-    row(q);
   }
 }
 
@@ -134,6 +125,7 @@ absl::Status RecordAttemptUsage(Txn& txn, int64_t job_id, int attempt, const Pri
   AttemptMeter meter;
   absl::Status s = EachRow(**tasks, [&](sqlite::Statement& row) {
     meter.AddTask(row.ColumnInt(1), prices.Of(row.ColumnText(0), row.ColumnInt(2) != 0, row.ColumnText(3)));
+    return absl::OkStatus();
   });
   (*tasks)->Reset();
   if (!s.ok()) return s;
@@ -200,7 +192,7 @@ absl::StatusOr<std::map<int64_t, v1::Usage>> ReadJobUsage(JobStore& store, const
         if (!row.ColumnIsNull(5)) a.cost = row.ColumnDouble(5);
         a.failed = IsFailedUsage(state, row.ColumnText(3));
         AddAttemptUsage(a, &out[job]);
-        return;
+        return absl::OkStatus();
       }
       active_job = job;
       active_attempt = attempt;
@@ -208,6 +200,7 @@ absl::StatusOr<std::map<int64_t, v1::Usage>> ReadJobUsage(JobStore& store, const
       if (!row.ColumnIsNull(7)) {
         meter.AddTask(row.ColumnInt(8), prices.Of(row.ColumnText(7), row.ColumnInt(9) != 0, row.ColumnText(10)));
       }
+      return absl::OkStatus();
     });
     flush();
     return rows;
@@ -305,7 +298,7 @@ absl::StatusOr<std::vector<v1::UsageRow>> ReadUsageRows(JobStore& store, const s
         if (!r.ColumnIsNull(6)) total.set_cost(r.ColumnDouble(6));
         if (!r.ColumnIsNull(7)) total.set_failed_cost(r.ColumnDouble(7));
         AddUsage(total, row.mutable_usage());
-        return;
+        return absl::OkStatus();
       }
       Active& a = active[{r.ColumnInt(8), static_cast<int>(r.ColumnInt(9))}];
       a.user = r.ColumnText(1);
@@ -313,6 +306,7 @@ absl::StatusOr<std::vector<v1::UsageRow>> ReadUsageRows(JobStore& store, const s
       a.attempt = static_cast<int>(r.ColumnInt(9));
       a.start_us = r.ColumnInt(10);
       a.meter.AddTask(r.ColumnInt(12), prices.Of(r.ColumnText(11), r.ColumnInt(13) != 0, r.ColumnText(14)));
+      return absl::OkStatus();
     });
     if (!read.ok()) return read;
     for (const auto& [key, a] : active) {

@@ -589,6 +589,18 @@ class Scenario:
         ws = c.job(job_id).get("workers", [])
         return ws[1] if len(ws) > 1 else ws[0]
 
+    def victim_trainer(self, c, job_id, done_to_it):
+        """(worker, pid) of the victim's trainer rank; None, with a note, when the job ended
+        before its rank could be `done_to_it` ("killed", "stopped", ...)."""
+        victim = self.victim(c, job_id)
+        pid = c.trainer_of(victim)
+        if pid is None:
+            if c.job(job_id).get("state") in TERMINAL:
+                self.notes.append("fault missed: the job ended before its rank could be %s" % done_to_it)
+                return None
+            raise RuntimeError("no trainer of %s found" % victim)
+        return victim, pid
+
     def fault_kill_worker_restart_now(self, c, job_id):
         v = self.victim(c, job_id)
         c.kill_worker(v)
@@ -615,12 +627,10 @@ class Scenario:
     def fault_kill_rank_mid_checkpoint(self, c, job_id):
         # SIGKILL rank 1 while a checkpoint's background write is in flight (a step-N.partial
         # directory exists): the job must resume from the previous complete checkpoint.
-        pid = c.trainer_of(self.victim(c, job_id))
-        if pid is None:
-            if c.job(job_id).get("state") in TERMINAL:
-                self.notes.append("fault missed: the job ended before its rank could be killed")
-                return
-            raise RuntimeError("no trainer of rank 1 found")
+        found = self.victim_trainer(c, job_id, "killed")
+        if found is None:
+            return
+        _, pid = found
         deadline = time.time() + 20
         while time.time() < deadline:
             if any(n.endswith(".partial") for n in os.listdir(self.ckpt_dir)):
@@ -631,12 +641,10 @@ class Scenario:
         os.kill(pid, signal.SIGKILL)
 
     def fault_sigstop_rank(self, c, job_id):
-        pid = c.trainer_of(self.victim(c, job_id))
-        if pid is None:
-            if c.job(job_id).get("state") in TERMINAL:
-                self.notes.append("fault missed: the job ended before its rank could be stopped")
-                return
-            raise RuntimeError("no trainer of rank 1 found")
+        found = self.victim_trainer(c, job_id, "stopped")
+        if found is None:
+            return
+        _, pid = found
         os.kill(pid, signal.SIGSTOP)
         time.sleep(6)  # longer than a heartbeat timeout; shorter than the collective timeout
         os.kill(pid, signal.SIGCONT)

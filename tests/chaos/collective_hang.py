@@ -24,13 +24,10 @@ COORD_ARGS = ["--hang-floor", str(HANG_FLOOR_S)]
 
 
 def fault(scenario, c, job_id):
-    victim = scenario.victim(c, job_id)
-    pid = c.trainer_of(victim)
-    if pid is None:
-        if c.job(job_id).get("state") in ("SUCCEEDED", "FAILED", "CANCELLED"):
-            scenario.notes.append("fault missed: the job ended before its rank could be stopped")
-            return
-        raise RuntimeError("no trainer of %s found" % victim)
+    found = scenario.victim_trainer(c, job_id, "stopped")
+    if found is None:
+        return
+    victim, pid = found
     scenario.hang_victim = victim
     os.kill(pid, signal.SIGSTOP)  # never continued: the restart's cancel SIGKILLs it
     scenario.fault_time = time.time()

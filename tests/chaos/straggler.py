@@ -30,13 +30,10 @@ def coord_args(root):
 
 
 def fault(scenario, c, job_id):
-    victim = scenario.victim(c, job_id)
-    pid = c.trainer_of(victim)
-    if pid is None:
-        if c.job(job_id).get("state") in ("SUCCEEDED", "FAILED", "CANCELLED"):
-            scenario.notes.append("fault missed: the job ended before its rank could be slowed")
-            return
-        raise RuntimeError("no trainer of %s found" % victim)
+    found = scenario.victim_trainer(c, job_id, "slowed")
+    if found is None:
+        return
+    victim, pid = found
     scenario.slow_victim = victim
 
     def cycle():
