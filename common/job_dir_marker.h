@@ -29,7 +29,9 @@ absl::StatusOr<std::optional<std::string>> ReadJobDirMarker(int dir_fd, const ch
 absl::Status WriteJobDirMarker(int dir_fd, const std::string& job_id);
 
 // For the job's trainer: OK when the directory's marker holds `job_id`; a directory
-// without a marker (new, or made before markers existed) is claimed by writing one.
+// without a marker (new, or made before markers existed) is claimed by writing one,
+// atomically: of claimants racing on one directory (the job's ranks on several nodes, or
+// two jobs) exactly one marker lands, and the others compare against it.
 // FAILED_PRECONDITION naming `field` and `shown` when it holds another job's id.
 absl::Status ClaimJobDir(int dir_fd, const std::string& job_id, const std::string& field,
                          const std::string& shown);

@@ -10,6 +10,8 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <thread>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -166,6 +168,37 @@ TEST_F(JobDirFdTest, ATrainersHeldCheckpointDirIgnoresASwapAndRefusesAnotherJobs
   EXPECT_EQ(worker::CheckWrittenDirHasNoLinks({root_}, ck + "/sub", "checkpoint.dir").code(),
             absl::StatusCode::kFailedPrecondition);
   EXPECT_TRUE(worker::CheckWrittenDirHasNoLinks({root_}, root_ + "/new/dir", "checkpoint.dir").ok());
+}
+
+// The ranks of one job on several nodes claim its new directory at the same moment (in
+// containers, often with the same pid); every one of them succeeds. Of two jobs racing for
+// one directory, exactly one gets it.
+TEST_F(JobDirFdTest, RacingClaimsAgreeOnOneMarker) {
+  for (int round = 0; round < 20; ++round) {
+    const std::string ck = root_ + "/race-" + std::to_string(round);
+    fs::create_directories(ck);
+    std::vector<absl::Status> results(8);
+    std::vector<std::thread> claimants;
+    for (size_t i = 0; i < results.size(); ++i) {
+      claimants.emplace_back([&, i] {
+        absl::StatusOr<UniqueFd> fd = OpenDirInRoots({root_}, ck, std::nullopt);
+        const std::string job = round % 2 == 0 ? "7" : std::to_string(7 + i % 2);
+        results[i] = fd.ok() ? ClaimJobDir(fd->get(), job, "checkpoint.dir", ck) : fd.status();
+      });
+    }
+    for (std::thread& t : claimants) t.join();
+    const std::string marker = ReadFile(ck + "/.llamafleet-job");
+    size_t ok = 0;
+    for (size_t i = 0; i < results.size(); ++i) {
+      const std::string job = round % 2 == 0 ? "7" : std::to_string(7 + i % 2);
+      EXPECT_EQ(results[i].ok(), marker == job + "\n") << round << ": " << results[i];
+      ok += results[i].ok();
+    }
+    EXPECT_EQ(ok, round % 2 == 0 ? results.size() : results.size() / 2) << round;
+    size_t files = 0;
+    for ([[maybe_unused]] const fs::directory_entry& e : fs::directory_iterator(ck)) ++files;
+    EXPECT_EQ(files, 1u) << "no temporary file is left behind";
+  }
 }
 
 }  // namespace
