@@ -19,16 +19,6 @@ void SetBlockStyle(YAML::Node node) {
   }
 }
 
-// The JSON printer without always_print_primitive_fields writes exactly the fields the
-// message has: an `optional` field set to zero is written, an unset one is not.
-std::string JsonWithPresence(const google::protobuf::Message& message) {
-  google::protobuf::util::JsonPrintOptions options;
-  options.preserve_proto_field_names = true;
-  std::string out;
-  (void)google::protobuf::util::MessageToJsonString(message, &out, options);
-  return out;
-}
-
 }  // namespace
 
 std::string MessageToJson(const google::protobuf::Message& message, bool pretty) {
@@ -41,10 +31,20 @@ std::string MessageToJson(const google::protobuf::Message& message, bool pretty)
   return out;
 }
 
+// The JSON printer without always_print_primitive_fields writes exactly the fields the
+// message has: an `optional` field set to zero is written, an unset one is not.
+std::string MessageToJsonWithPresence(const google::protobuf::Message& message) {
+  google::protobuf::util::JsonPrintOptions options;
+  options.preserve_proto_field_names = true;
+  std::string out;
+  (void)google::protobuf::util::MessageToJsonString(message, &out, options);
+  return out;
+}
+
 // JSON is YAML: the presence-keeping print, restyled as block YAML, is what
 // ParseJobDocuments reads back into the same message.
 std::string MessageToYaml(const google::protobuf::Message& message) {
-  YAML::Node node = YAML::Load(JsonWithPresence(message));
+  YAML::Node node = YAML::Load(MessageToJsonWithPresence(message));
   SetBlockStyle(node);
   YAML::Emitter out;
   out << node;

@@ -20,6 +20,10 @@ std::string MessageToYaml(const google::protobuf::Message& message);
 // script never has to know which zero was omitted. One line unless `pretty`.
 std::string MessageToJson(const google::protobuf::Message& message, bool pretty = false);
 
+// Renders a message as one line of JSON with field presence kept, as MessageToYaml does:
+// what a program that parses the message back (the trainer's spec.json) must be given.
+std::string MessageToJsonWithPresence(const google::protobuf::Message& message);
+
 }  // namespace llamafleet
 
 #endif  // LLAMAFLEET_COMMON_PROTO_TEXT_H_

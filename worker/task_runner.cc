@@ -21,7 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
-#include "google/protobuf/util/json_util.h"
+#include "common/proto_text.h"
 #include "worker/trainer_events.h"
 
 extern char** environ;
@@ -119,10 +119,7 @@ absl::Status TaskRunner::Launch() {
           std::strerror(errno)));
     }
   }
-  std::string spec_json;
-  google::protobuf::util::JsonPrintOptions options;
-  options.preserve_proto_field_names = true;
-  (void)google::protobuf::util::MessageToJsonString(t.spec(), &spec_json, options);
+  const std::string spec_json = MessageToJsonWithPresence(t.spec());
   const std::string spec_path = launch_.work_dir + "/spec.json";
   {
     std::ofstream out(spec_path, std::ios::trunc);

@@ -24,6 +24,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/job_state.h"
 #include "jobspec/jobspec.h"
 #include "llamafleet/v1/job.grpc.pb.h"
 #include "llamafleet/v1/worker.grpc.pb.h"
@@ -39,9 +40,7 @@ using testing::RunCommand;
 using testing::Subprocess;
 using testing::TempDir;
 
-bool IsTerminalState(const v1::Job& j) {
-  return j.state() == v1::SUCCEEDED || j.state() == v1::FAILED || j.state() == v1::CANCELLED;
-}
+bool IsTerminalState(const v1::Job& j) { return IsTerminal(j.state()); }
 
 // Every fp32 tensor of an exported HF directory, by name.
 std::map<std::string, std::vector<float>> ReadWeights(const std::string& dir) {
@@ -430,7 +429,7 @@ TEST_F(TrainingTest, WorkerKilledMidJobResumesToTheSameWeightsAsAnUninterruptedR
   ExpectSameLossAsStraightRun("interrupted", /*every_steps=*/4, /*max_restarts=*/2);
 }
 
-// Issue 11's stranded restart: two workers, no spare. After the first checkpoint, w1 is
+// The stranded restart: two workers, no spare. After the first checkpoint, w1 is
 // killed with SIGKILL and started again at once under the same name and data dir (what
 // systemd or a DaemonSet does). The dead attempt's task on w1 is never reported by the
 // new session; it must not hold w1, so the job restarts on w0 + w1, resumes from the
@@ -466,7 +465,7 @@ TEST_F(TrainingTest, WorkerRestartedAtOnceUnderTheSameNameDoesNotStrandTheJob) {
   ExpectSameLossAsStraightRun("restarted", /*every_steps=*/5, /*max_restarts=*/3);
 }
 
-// Issue 14's acceptance: an elastic gang (nodes 3, min_nodes 2) loses a worker for good
+// Elastic shrink: an elastic gang (nodes 3, min_nodes 2) loses a worker for good
 // after its first checkpoint, restarts on the two survivors from that checkpoint (the
 // trainer derives grad_accum 3 instead of 2 from global_batch_size 12), and ends with the
 // weights of a single-process full-batch run of the same steps.
@@ -496,7 +495,7 @@ TEST_F(TrainingTest, ElasticGangLosesANodeAndFinishesOnTwoWithTheSingleProcessWe
   EXPECT_LE(diff, 1e-4);
 }
 
-// Issue 14's grow back: the same job started while only two workers are registered runs
+// Elastic grow back: the same job started while only two workers are registered runs
 // on two; a third registers, and after the next checkpoint (cooldown 1 s) the gang stops
 // and resumes on three from the checkpoint, without using a restart. Its weights equal
 // the single-process run's.
