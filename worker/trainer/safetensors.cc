@@ -275,9 +275,8 @@ absl::StatusOr<std::unique_ptr<SafetensorsWriter>> SafetensorsWriter::Open(
   std::unique_ptr<SafetensorsWriter> w(new SafetensorsWriter());
   w->path_ = path;
   w->expected_ = offset;
-  w->on_bytes_ = std::move(on_bytes);
-  w->fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (w->fd_ < 0) return absl::PermissionDeniedError(absl::StrCat(path, ": cannot create file"));
+  LF_ASSIGN_OR_RETURN(w->file_, DirectFileWriter::Create(path));
+  w->file_->set_on_bytes(std::move(on_bytes));
   uint8_t len[8];
   for (int i = 0; i < 8; ++i) len[i] = static_cast<uint8_t>(static_cast<uint64_t>(text.size()) >> (8 * i));
   LF_RETURN_IF_ERROR(w->Append(len, 8));
@@ -286,20 +285,11 @@ absl::StatusOr<std::unique_ptr<SafetensorsWriter>> SafetensorsWriter::Open(
   return w;
 }
 
-SafetensorsWriter::~SafetensorsWriter() {
-  if (fd_ >= 0) ::close(fd_);
-}
+SafetensorsWriter::~SafetensorsWriter() = default;
 
 absl::Status SafetensorsWriter::Append(const void* data, size_t nbytes) {
-  const char* p = static_cast<const char*>(data);
-  size_t done = 0;
-  while (done < nbytes) {
-    ssize_t n = ::write(fd_, p + done, nbytes - done);
-    if (n <= 0) return absl::DataLossError(absl::StrCat(path_, ": write failed: ", std::strerror(errno)));
-    done += static_cast<size_t>(n);
-  }
+  LF_RETURN_IF_ERROR(file_->Append(data, nbytes));
   written_ += nbytes;
-  if (on_bytes_) on_bytes_(data, nbytes);
   return absl::OkStatus();
 }
 
@@ -308,11 +298,7 @@ absl::Status SafetensorsWriter::Finish() {
     return absl::InternalError(absl::StrCat(path_, ": wrote ", written_, " data bytes, header declares ",
                                             expected_));
   }
-  if (::fsync(fd_) != 0) return absl::DataLossError(absl::StrCat(path_, ": fsync failed"));
-  int fd = fd_;
-  fd_ = -1;
-  if (::close(fd) != 0) return absl::DataLossError(absl::StrCat(path_, ": close failed"));
-  return absl::OkStatus();
+  return file_->Finish();
 }
 
 }  // namespace llamafleet::trainer

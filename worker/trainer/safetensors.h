@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "direct_file_writer.h"
 
 namespace llamafleet::trainer {
 
@@ -82,6 +83,7 @@ absl::StatusOr<std::map<std::string, std::string>> ParseSafetensorsIndex(const s
 // Streams one safetensors file: the header is written by Open() from the declared
 // tensors (offsets assigned in the given order), then each tensor's bytes are appended
 // in that order with Append(), then Finish() checks everything was written and fsyncs.
+// Written around the page cache where the filesystem allows it (direct_file_writer.h).
 class SafetensorsWriter {
  public:
   struct Entry {
@@ -103,10 +105,9 @@ class SafetensorsWriter {
  private:
   SafetensorsWriter() = default;
   std::string path_;
-  int fd_ = -1;
+  std::unique_ptr<DirectFileWriter> file_;
   uint64_t expected_ = 0;
-  uint64_t written_ = 0;
-  std::function<void(const void*, size_t)> on_bytes_;
+  uint64_t written_ = 0;  // data bytes, after the header
 };
 
 }  // namespace llamafleet::trainer
