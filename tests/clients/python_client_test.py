@@ -13,6 +13,8 @@ the checkout.
 """
 
 import os
+import pty
+import re
 import shutil
 import subprocess
 import sys
@@ -205,6 +207,50 @@ class PythonClientTest(unittest.TestCase):
         self.assertGreaterEqual(default[0].jobs, 1)
         self.assertGreaterEqual(default[0].usage.gpu_seconds, usage.gpu_seconds)
         self.assertEqual(self.client.usage(user="nobody-here"), [])
+
+    def test_the_readme_example_runs_as_written(self):
+        # README.md's Python block, unchanged, in a directory with a job.yaml, on a terminal
+        # (a pseudo-terminal): wait() shows its tqdm bar there.
+        readme = open(os.path.join(SOURCE_DIR, "README.md")).read()
+        block = re.search(r"## Python\n.*?```python\n(.*?)```", readme, re.S)
+        self.assertIsNotNone(block, "README.md has no python block under ## Python")
+        work = os.path.join(self.root, "readme")
+        os.makedirs(work)
+        train = os.path.join(work, "train.jsonl")
+        with open(train, "w") as f:
+            for i in range(32):
+                f.write('{"input_ids": [%s]}\n' % ", ".join(str(3 + (i * 7 + j) % 500) for j in range(33)))
+        with open(os.path.join(work, "job.yaml"), "w") as f:
+            f.write("name: readme-example\nmodel: {preset: tiny}\n"
+                    "data: {train_path: %s, format: tokens}\n"
+                    "training: {max_steps: 12, micro_batch_size: 2, seq_len: 32, log_every: 2}\n"
+                    "fsdp: {mixed_precision: fp32}\nresources: {nodes: 1, gpus_per_node: 1}\n" % train)
+        with open(os.path.join(work, "readme_example.py"), "w") as f:
+            f.write(block.group(1))
+        env = dict(os.environ, LLAMAFLEET_COORDINATOR=self.address, LLAMAFLEET_TOKEN=self.token,
+                   PYTHONPATH=PYTHON_DIR, COLUMNS="120")
+        leader, follower = pty.openpty()
+        p = subprocess.Popen([sys.executable, "readme_example.py"], cwd=work, env=env, stdin=subprocess.DEVNULL,
+                             stdout=follower, stderr=follower, start_new_session=True)
+        os.close(follower)
+        out = b""
+        deadline = time.time() + 300
+        while time.time() < deadline:
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:  # EIO: the process closed its end
+                break
+            if not chunk:
+                break
+            out += chunk
+        os.close(leader)
+        code = p.wait(timeout=max(1, deadline - time.time()))
+        text = out.decode(errors="replace")
+        sys.stderr.write(text[-3000:])
+        self.assertEqual(code, 0)
+        # tqdm's bar was drawn (steps done of the total, the loss), and the logs followed.
+        self.assertRegex(text, r"SUCCEEDED.*12/12 \[.*step.*loss=\d+\.\d{4}")
+        self.assertIn('"type":"metrics"', text)
 
     def test_early_stopping_ends_the_job_with_the_reason_and_keeps_the_best(self):
         # min_delta 10: no evaluation after the first counts as an improvement, so the run
