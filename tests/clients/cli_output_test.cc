@@ -396,6 +396,18 @@ TEST(DescribeJobTest, RunningJobShowsWorkersMetricsAndCheckpoints) {
   EXPECT_TRUE(absl::StrContains(out, "Checkpoints:\n  STEP   ATTEMPT")) << out;
   EXPECT_TRUE(absl::StrContains(out, "  100    2         2.4000   -           3.0 MiB")) << out;
   EXPECT_FALSE(absl::StrContains(out, "Pending:")) << out;
+
+  // An evaluated job that stopped early: the eval loss beside the training loss, the
+  // reason as the job's status.
+  m->set_eval_loss(2.5);
+  m->set_eval_step(110);
+  m->set_best_eval_loss(2.25);
+  job.set_state(v1::SUCCEEDED);
+  job.set_status_reason("stopped early at step 120: eval loss did not improve by 0.01 for 3 evaluations");
+  const std::string stopped = DescribeJob(job, {}, {}, absl::FromUnixSeconds(1'796'000'000));
+  EXPECT_TRUE(absl::StrContains(stopped, "  Eval loss:       2.5000 after step 110 (best 2.2500)\n")) << stopped;
+  EXPECT_TRUE(absl::StrContains(stopped, "stopped early at step 120: eval loss did not improve by 0.01 for 3 evaluations"))
+      << stopped;
 }
 
 TEST(DescribeJobTest, TensorParallelJobShowsTheDegreeAndTheDataParallelWorld) {
