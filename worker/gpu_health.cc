@@ -20,6 +20,8 @@ constexpr int kSmiFailuresForGone = 2;
 // Kernel log records read per round at most (the rest wait for the next round).
 constexpr int kMaxKmsgRecords = 4096;
 constexpr size_t kMaxFakeBytes = 4096;
+// XIDs of a GPU each sample lists (GpuSample.recent_xids).
+constexpr size_t kRecentXids = 8;
 
 v1::GpuSample GoneSample(int index) {
   v1::GpuSample s;
@@ -35,14 +37,17 @@ GpuHealthTracker::GpuHealthTracker(std::vector<int> gpus) : gpus_(std::move(gpus
 void GpuHealthTracker::AddXid(int gpu, int64_t xid) {
   Xids& x = xids_[gpu];
   ++x.count;
-  x.last = xid;
+  x.recent.push_back(xid);
+  if (x.recent.size() > kRecentXids) x.recent.erase(x.recent.begin());
 }
 
 void GpuHealthTracker::SetXids(v1::GpuSample* sample) const {
   auto it = xids_.find(sample->index());
   if (it == xids_.end()) return;
   sample->set_xid_count(it->second.count);
-  sample->set_xid_errors(it->second.last);
+  sample->set_xid_errors(it->second.recent.back());
+  sample->clear_recent_xids();
+  for (int64_t xid : it->second.recent) sample->add_recent_xids(xid);
 }
 
 std::vector<v1::GpuSample> GpuHealthTracker::Update(const GpuHealthReadings& r) {

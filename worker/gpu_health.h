@@ -65,7 +65,7 @@ class GpuHealthTracker {
  private:
   struct Xids {
     int64_t count = 0;
-    int64_t last = 0;
+    std::vector<int64_t> recent;  // the last kRecentXids, oldest first
   };
   void AddXid(int gpu, int64_t xid);
   void SetXids(v1::GpuSample* sample) const;
