@@ -8,6 +8,7 @@
 #include "server/cluster/gpu_health_rules.h"
 #include "server/cluster/node_health.h"
 #include "server/cluster/node_loss.h"
+#include "server/metrics.h"
 #include "spdlog/spdlog.h"
 #include "storage/worker_drain_store.h"
 
