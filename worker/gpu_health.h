@@ -41,9 +41,9 @@ namespace llamafleet::worker {
 
 // One round of readings, as the tools gave them (or a test makes them up).
 struct GpuHealthReadings {
-  std::optional<std::vector<NvidiaSmiGpu>> smi;     // nullopt: nvidia-smi failed
-  std::optional<std::map<int, int64_t>> dcgm_xids;  // nullopt: DCGM not read
-  std::vector<KernelXid> kernel_xids;               // kernel-log XIDs since the last round
+  std::optional<std::vector<NvidiaSmiGpu>> smi = {};     // nullopt: nvidia-smi failed
+  std::optional<std::map<int, int64_t>> dcgm_xids = {};  // nullopt: DCGM not read
+  std::vector<KernelXid> kernel_xids = {};               // kernel-log XIDs since the last round
 };
 
 // Turns rounds of readings into samples, remembering what a round needs from the ones
@@ -85,10 +85,10 @@ class GpuHealthTracker {
 std::optional<std::vector<NvidiaSmiGpu>> QueryNvidiaSmiHealth(absl::Duration timeout);
 
 struct GpuHealthOptions {
-  std::vector<int> gpus;  // the inventory's GPU indices; empty: a CPU worker
+  std::vector<int> gpus = {};  // the inventory's GPU indices; empty: a CPU worker
   absl::Duration interval = absl::Seconds(5);
   absl::Duration command_timeout = absl::Seconds(5);
-  std::string fake_for_test;  // --gpu-health-fake-for-test FILE; "" = none
+  std::string fake_for_test = {};  // --gpu-health-fake-for-test FILE; "" = none
   std::string kmsg_path = "/dev/kmsg";
   bool kmsg_from_start = false;  // read the kernel log's history too (one-off checks)
   bool background = true;        // sample on a thread of its own (false: SampleNow only)
