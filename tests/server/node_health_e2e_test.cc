@@ -376,5 +376,71 @@ TEST_F(NodeHealthTest, FailedPreflightDrainsTheWorkerAndTheJobRunsOnTheSpare) {
   EXPECT_FALSE(Workers()["w2"].has_drain());
 }
 
+
+// A worker's GPU health samples while its job runs (CPU workers with the test-only fake):
+// a throttled GPU is shown but keeps the worker; a fatal XID drains it at once (source
+// gpu-health, the reason naming the GPU and the XID), the gang restarts on the spare from
+// its checkpoint without using a restart (max_restarts 0), and once the cool-off has
+// passed a passing pre-flight brings the worker back.
+TEST_F(NodeHealthTest, FatalGpuEventDrainsTheWorkerAndTheJobMovesWithoutUsingARestart) {
+  ASSERT_NO_FATAL_FAILURE(StartCoordinator({"--drain-cooloff", "2"}));
+  auto fake = [&](const std::string& w) { return dir_.path() + "/" + w + "-gpu"; };
+  for (const char* w : {"w1", "w2"}) {
+    StartWorker(w, {"--gpu-health-fake-for-test", fake(w), "--preflight-interval", "0.5"});
+  }
+  ASSERT_TRUE(WaitForWorkerState("w1", v1::WORKER_READY, absl::Seconds(20)));
+  ASSERT_TRUE(WaitForWorkerState("w2", v1::WORKER_READY, absl::Seconds(20)));
+  EXPECT_EQ(Workers()["w1"].gpus_size(), 0) << "a CPU worker without the fake reports no GPU samples";
+  const std::string id = Submit("run_policy: {max_restarts: 0, restart_backoff_seconds: 30}\n");
+  const v1::Job running = WaitForStep(id, 12);
+  ASSERT_EQ(running.workers_size(), 2);
+  StartWorker("w3");
+  ASSERT_TRUE(WaitForWorkerState("w3", v1::WORKER_READY, absl::Seconds(20)));
+  const std::string victim = running.workers(1);
+
+  // Throttled: shown (its sample, the workers table), not drained.
+  std::ofstream(fake(victim)) << "throttle hw_thermal gpu 0\n";
+  const absl::Time shown_by = absl::Now() + absl::Seconds(5);
+  while (absl::Now() < shown_by && Workers()[victim].gpus_size() == 0) absl::SleepFor(absl::Milliseconds(50));
+  ASSERT_EQ(Workers()[victim].gpus_size(), 1);
+  EXPECT_EQ(Workers()[victim].gpus(0).clock_throttle_reasons(), 0x40u);
+  absl::StatusOr<testing::CommandResult> table =
+      testing::RunCommand({BinaryPath("llamafleet"), "--coordinator", address_, "workers"});
+  ASSERT_TRUE(table.ok()) << table.status();
+  EXPECT_TRUE(absl::StrContains(table->out, "READY (GPU 0 throttled: hw_thermal)")) << table->out << table->err;
+  absl::SleepFor(absl::Seconds(1));
+  EXPECT_EQ(Workers()[victim].state(), v1::WORKER_READY);
+  EXPECT_EQ(Get(id).attempts(), 1);
+
+  // A fatal XID: drained at once, the job moves to the spare.
+  std::ofstream(fake(victim)) << "throttle hw_thermal gpu 0\nxid 79 gpu 0\n";
+  ASSERT_TRUE(WaitForWorkerState(victim, v1::WORKER_DRAINING, absl::Seconds(5)));
+  const v1::WorkerInfo info = Workers()[victim];
+  EXPECT_EQ(info.drain().source(), "gpu-health");
+  EXPECT_EQ(info.drain().reason(), "GPU 0: XID 79 (GPU has fallen off the bus)");
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  v1::Job job;
+  while (absl::Now() < deadline) {
+    job = Get(id);
+    if (job.attempts() == 2 && job.state() == v1::RUNNING) break;
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  ASSERT_EQ(job.attempts(), 2) << v1::JobState_Name(job.state()) << " " << job.status_reason();
+  EXPECT_EQ(job.restarts(), 0);
+  for (const std::string& w : job.workers()) EXPECT_NE(w, victim);
+  std::vector<v1::Attempt> attempts = Attempts(id);
+  ASSERT_EQ(attempts.size(), 2u);
+  EXPECT_EQ(attempts[1].failure_class(), "node_fault");
+  EXPECT_TRUE(absl::StrContains(attempts[1].reason(),
+                                absl::StrCat("worker ", victim, " drained (gpu-health): GPU 0: XID 79")))
+      << attempts[1].reason();
+  EXPECT_NE(attempts[0].resume_from(), "") << "the restart resumes from the checkpoint";
+
+  // The XID stays counted (no new event); a passing pre-flight after the 2 s cool-off
+  // undrains the worker.
+  EXPECT_TRUE(WaitForWorkerState(victim, v1::WORKER_READY, absl::Seconds(10)));
+  EXPECT_FALSE(Workers()[victim].has_drain());
+}
+
 }  // namespace
 }  // namespace llamafleet
