@@ -176,6 +176,18 @@ class NodeHealthTest : public ::testing::Test {
     return job;
   }
 
+  // Waits until the job runs its attempt number `attempt`; the job as last read.
+  v1::Job WaitForAttemptRunning(const std::string& id, int attempt, absl::Duration timeout) {
+    const absl::Time deadline = absl::Now() + timeout;
+    v1::Job job;
+    while (absl::Now() < deadline) {
+      job = Get(id);
+      if (job.attempts() == attempt && job.state() == v1::RUNNING) break;
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+    return job;
+  }
+
   std::vector<v1::Attempt> Attempts(const std::string& id) {
     v1::ListAttemptsRequest req;
     req.set_job_id(id);
@@ -254,13 +266,7 @@ TEST_F(NodeHealthTest, KilledWorkerIsBlamedAndShownDisconnectedAtOnce) {
       << first.reason();
   // The job is excluded from the victim: the restart runs on the survivor and a spare.
   StartWorker("w3");
-  const absl::Time deadline = absl::Now() + absl::Seconds(40);
-  v1::Job job;
-  while (absl::Now() < deadline) {
-    job = Get(id);
-    if (job.attempts() == 2 && job.state() == v1::RUNNING) break;
-    absl::SleepFor(absl::Milliseconds(50));
-  }
+  const v1::Job job = WaitForAttemptRunning(id, 2, absl::Seconds(40));
   ASSERT_EQ(job.attempts(), 2) << v1::JobState_Name(job.state()) << " " << job.status_reason();
   for (const std::string& w : job.workers()) EXPECT_NE(w, victim);
   bool excluded = false;
@@ -306,13 +312,7 @@ TEST_F(NodeHealthTest, OperatorDrainMovesTheJobToTheSpareWithoutUsingARestart) {
   EXPECT_TRUE(absl::StrContains(table->out, "bad DIMM")) << table->out;
 
   // Restarted at once (the 30 s backoff is not applied) on the others, no restart used.
-  const absl::Time deadline = absl::Now() + absl::Seconds(20);
-  v1::Job job;
-  while (absl::Now() < deadline) {
-    job = Get(id);
-    if (job.attempts() == 2 && job.state() == v1::RUNNING) break;
-    absl::SleepFor(absl::Milliseconds(50));
-  }
+  const v1::Job job = WaitForAttemptRunning(id, 2, absl::Seconds(20));
   ASSERT_EQ(job.attempts(), 2) << v1::JobState_Name(job.state()) << " " << job.status_reason();
   EXPECT_EQ(job.state(), v1::RUNNING) << job.status_reason();
   EXPECT_EQ(job.restarts(), 0);
@@ -418,13 +418,7 @@ TEST_F(NodeHealthTest, FatalGpuEventDrainsTheWorkerAndTheJobMovesWithoutUsingARe
   const v1::WorkerInfo info = Workers()[victim];
   EXPECT_EQ(info.drain().source(), "gpu-health");
   EXPECT_EQ(info.drain().reason(), "GPU 0: XID 79 (GPU has fallen off the bus)");
-  const absl::Time deadline = absl::Now() + absl::Seconds(20);
-  v1::Job job;
-  while (absl::Now() < deadline) {
-    job = Get(id);
-    if (job.attempts() == 2 && job.state() == v1::RUNNING) break;
-    absl::SleepFor(absl::Milliseconds(50));
-  }
+  const v1::Job job = WaitForAttemptRunning(id, 2, absl::Seconds(20));
   ASSERT_EQ(job.attempts(), 2) << v1::JobState_Name(job.state()) << " " << job.status_reason();
   EXPECT_EQ(job.restarts(), 0);
   for (const std::string& w : job.workers()) EXPECT_NE(w, victim);
