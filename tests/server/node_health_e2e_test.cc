@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <iostream>
 
@@ -188,6 +189,25 @@ class NodeHealthTest : public ::testing::Test {
     return job;
   }
 
+  // w1 and w2 (each with flags(name)) run a 2-node job that may not use a restart
+  // (max_restarts 0, a 30 s backoff), past step 12, and w3 waits as a spare. Returns the
+  // job and its node 1 worker, the victim ("" after a failure).
+  std::pair<std::string, std::string> GangWithSpare(
+      const std::function<std::vector<std::string>(const std::string&)>& flags = nullptr) {
+    for (const char* w : {"w1", "w2"}) {
+      StartWorker(w, flags ? flags(w) : std::vector<std::string>{});
+      if (!WaitForWorkerState(w, v1::WORKER_READY, absl::Seconds(20))) return {"", ""};
+    }
+    const std::string id = Submit("run_policy: {max_restarts: 0, restart_backoff_seconds: 30}\n");
+    const v1::Job running = WaitForStep(id, 12);
+    StartWorker("w3");
+    if (running.workers_size() != 2 || !WaitForWorkerState("w3", v1::WORKER_READY, absl::Seconds(20))) {
+      ADD_FAILURE() << "no gang of two with a spare: " << running.DebugString();
+      return {id, ""};
+    }
+    return {id, running.workers(1)};
+  }
+
   std::vector<v1::Attempt> Attempts(const std::string& id) {
     v1::ListAttemptsRequest req;
     req.set_job_id(id);
@@ -285,15 +305,8 @@ TEST_F(NodeHealthTest, KilledWorkerIsBlamedAndShownDisconnectedAtOnce) {
 // placement lands there until it is undrained.
 TEST_F(NodeHealthTest, OperatorDrainMovesTheJobToTheSpareWithoutUsingARestart) {
   ASSERT_NO_FATAL_FAILURE(StartCoordinator());
-  for (const char* w : {"w1", "w2"}) StartWorker(w);
-  ASSERT_TRUE(WaitForWorkerState("w1", v1::WORKER_READY, absl::Seconds(20)));
-  ASSERT_TRUE(WaitForWorkerState("w2", v1::WORKER_READY, absl::Seconds(20)));
-  const std::string id = Submit("run_policy: {max_restarts: 0, restart_backoff_seconds: 30}\n");
-  const v1::Job running = WaitForStep(id, 12);
-  ASSERT_EQ(running.workers_size(), 2);
-  StartWorker("w3");
-  ASSERT_TRUE(WaitForWorkerState("w3", v1::WORKER_READY, absl::Seconds(20)));
-  const std::string victim = running.workers(1);
+  const auto [id, victim] = GangWithSpare();
+  ASSERT_FALSE(victim.empty());
   absl::StatusOr<testing::CommandResult> drained =
       testing::RunCommand({BinaryPath("llamafleet-coordinator"), "worker", "drain", victim, "--reason",
                            "bad DIMM", "--data-dir", dir_.path() + "/coord"});
@@ -385,18 +398,11 @@ TEST_F(NodeHealthTest, FailedPreflightDrainsTheWorkerAndTheJobRunsOnTheSpare) {
 TEST_F(NodeHealthTest, FatalGpuEventDrainsTheWorkerAndTheJobMovesWithoutUsingARestart) {
   ASSERT_NO_FATAL_FAILURE(StartCoordinator({"--drain-cooloff", "2"}));
   auto fake = [&](const std::string& w) { return dir_.path() + "/" + w + "-gpu"; };
-  for (const char* w : {"w1", "w2"}) {
-    StartWorker(w, {"--gpu-health-fake-for-test", fake(w), "--preflight-interval", "0.5"});
-  }
-  ASSERT_TRUE(WaitForWorkerState("w1", v1::WORKER_READY, absl::Seconds(20)));
-  ASSERT_TRUE(WaitForWorkerState("w2", v1::WORKER_READY, absl::Seconds(20)));
-  EXPECT_EQ(Workers()["w1"].gpus_size(), 0) << "a CPU worker without the fake reports no GPU samples";
-  const std::string id = Submit("run_policy: {max_restarts: 0, restart_backoff_seconds: 30}\n");
-  const v1::Job running = WaitForStep(id, 12);
-  ASSERT_EQ(running.workers_size(), 2);
-  StartWorker("w3");
-  ASSERT_TRUE(WaitForWorkerState("w3", v1::WORKER_READY, absl::Seconds(20)));
-  const std::string victim = running.workers(1);
+  const auto [id, victim] = GangWithSpare([&](const std::string& w) {
+    return std::vector<std::string>{"--gpu-health-fake-for-test", fake(w), "--preflight-interval", "0.5"};
+  });
+  ASSERT_FALSE(victim.empty());
+  EXPECT_EQ(Workers()["w3"].gpus_size(), 0) << "a CPU worker without the fake reports no GPU samples";
 
   // Throttled: shown (its sample, the workers table), not drained.
   std::ofstream(fake(victim)) << "throttle hw_thermal gpu 0\n";
