@@ -96,6 +96,10 @@ const DcgmField kDcgmFields[] = {
      [](const v1::GpuSample& g) { return g.sm_clock_mhz(); }},
     {"DCGM_FI_DEV_XID_ERRORS", "Value of the last XID error encountered.",
      [](const v1::GpuSample& g) { return static_cast<double>(g.xid_errors()); }},
+    {"DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "Total number of double-bit volatile ECC errors.",
+     [](const v1::GpuSample& g) { return static_cast<double>(g.ecc_uncorrected_volatile()); }},
+    {"DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", "Current clock throttle reasons (bitmask of DCGM_CLOCKS_THROTTLE_REASON_*).",
+     [](const v1::GpuSample& g) { return static_cast<double>(g.clock_throttle_reasons()); }},
 };
 
 }  // namespace
@@ -124,7 +128,12 @@ CoordinatorMetrics::CoordinatorMetrics(CoordinatorMetricsOptions options)
       stragglers_("llamafleet_stragglers_total",
                   "Ranks flagged as stragglers (working more than the straggler factor x the other "
                   "ranks' median a step, rounds in a row), by queue and its straggler_policy.",
-                  {"queue", "action"}) {
+                  {"queue", "action"}),
+      gpu_health_events_("llamafleet_gpu_health_events_total",
+                         "GPU health events read from the workers' samples: xid, ecc (new uncorrectable "
+                         "errors), gone, throttle (clocks held down for heat or power); fatal ones drain "
+                         "their worker.",
+                         {"event", "fatal"}) {
   for (std::string_view phase : kStartupPhases) startup_phase_.WithLabels({std::string(phase)});
   for (int i = 0; i < 5; ++i)
     submissions_by_result_[i] = &submissions_.WithLabels({kSubmitResults[i]});
@@ -167,6 +176,10 @@ void CoordinatorMetrics::RecordStraggler(const std::string& queue, const std::st
   stragglers_.WithLabels({queue, action}).Increment();
 }
 
+void CoordinatorMetrics::RecordGpuHealthEvent(const std::string& event, bool fatal) {
+  gpu_health_events_.WithLabels({event, fatal ? "true" : "false"}).Increment();
+}
+
 void CoordinatorMetrics::RecordSchedulingPass(absl::Duration duration) {
   pass_duration_all_->Observe(absl::ToDoubleSeconds(duration));
   passes_all_->Increment();
@@ -188,6 +201,7 @@ std::string CoordinatorMetrics::Render() {
   pass_duration_.Collect(&out);
   passes_.Collect(&out);
   stragglers_.Collect(&out);
+  gpu_health_events_.Collect(&out);
   startup_phase_.Collect(&out);
   if (store_ != nullptr && cluster_ != nullptr) CollectSources(&out);
   if (out.dropped() > 0) spdlog::error("metrics: {} samples dropped from a scrape", out.dropped());
@@ -272,6 +286,7 @@ void CoordinatorMetrics::CollectSources(Exposition* out) {
   for (const v1::WorkerInfo& w : cluster_->Workers()) {
     if (w.state() == v1::WORKER_LOST) continue;
     for (const v1::GpuSample& g : w.gpus()) {
+      if (g.gone()) continue;  // nothing was read of it
       std::string uuid, model;
       for (const v1::Gpu& inv : w.inventory().gpus()) {
         if (inv.index() == g.index()) {

@@ -66,6 +66,9 @@ class CoordinatorMetrics {
   // A straggler flagged (llamafleet_stragglers_total{queue,action}; action: the queue's
   // straggler_policy, flag or restart-without).
   void RecordStraggler(const std::string& queue, const std::string& action);
+  // A GPU health event read from a worker's samples
+  // (llamafleet_gpu_health_events_total{event,fatal}; server/cluster/gpu_health_rules.h).
+  void RecordGpuHealthEvent(const std::string& event, bool fatal);
 
   // One scrape, in the text exposition format 0.0.4. Thread-safe.
   std::string Render();
@@ -92,6 +95,7 @@ class CoordinatorMetrics {
   metrics::Counter* passes_all_;
   metrics::HistogramFamily startup_phase_;
   metrics::CounterFamily stragglers_;
+  metrics::CounterFamily gpu_health_events_;
 
   // Scrapes are serialized; the sources are only used under this lock.
   std::mutex scrape_mu_;

@@ -4,8 +4,8 @@
 // Table worker_drains: one row per drained worker name (no new placements on it; see
 // server/cluster/node_health.h), with why, by whom and since when. Rows outlive the
 // worker's sessions and the coordinator's restarts: a drained node stays drained until it
-// is undrained (the row deleted). Written by the coordinator (a failed pre-flight, a
-// passing one after the cool-off) and by operators (`llamafleet-coordinator worker drain`,
+// is undrained (the row deleted). Written by the coordinator (a failed pre-flight or a
+// fatal GPU health event, a passing pre-flight after the cool-off) and by operators (`llamafleet-coordinator worker drain`,
 // another process on the same database file); the coordinator reads the table every
 // second, so an operator's change counts while it runs.
 
@@ -22,7 +22,7 @@ namespace llamafleet {
 struct WorkerDrainRecord {
   std::string name;
   std::string reason;
-  std::string source;  // "operator" or "preflight"
+  std::string source;  // "operator", "preflight" or "gpu-health"
   absl::Time since;
 
   bool operator==(const WorkerDrainRecord& o) const {

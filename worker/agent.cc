@@ -116,6 +116,10 @@ WorkerAgent::WorkerAgent(AgentOptions options) : options_(std::move(options)) {
   inventory_.set_instance_type(options_.instance_type);
   for (const auto& [k, v] : options_.labels) (*inventory_.mutable_labels())[k] = v;
   inventory_.set_address(options_.address.empty() ? inventory_.host() : options_.address);
+  GpuHealthOptions health;
+  for (const v1::Gpu& gpu : inventory_.gpus()) health.gpus.push_back(gpu.index());
+  health.fake_for_test = options_.gpu_health_fake_for_test;
+  gpu_health_ = std::make_unique<GpuHealthMonitor>(std::move(health));
 }
 
 WorkerAgent::~WorkerAgent() {
@@ -317,7 +321,6 @@ void WorkerAgent::SendLoop(
     grpc::ClientReaderWriter<v1::WorkerMessage, v1::CoordinatorMessage>* stream,
     const std::atomic<bool>* session_done) {
   absl::Time next_heartbeat = absl::Now();
-  const bool have_gpus = inventory_.gpus_size() > 0;
   while (true) {
     std::vector<v1::WorkerMessage> batch;
     std::vector<std::unique_ptr<TaskRunner>> finished;
@@ -346,9 +349,7 @@ void WorkerAgent::SendLoop(
     if (absl::Now() >= next_heartbeat) {
       v1::WorkerMessage hb;
       *hb.mutable_heartbeat()->mutable_time() = TimeUtil::GetCurrentTime();
-      if (have_gpus) {
-        for (const v1::GpuSample& s : SampleGpus()) *hb.mutable_heartbeat()->add_gpus() = s;
-      }
+      for (v1::GpuSample& s : gpu_health_->Latest()) *hb.mutable_heartbeat()->add_gpus() = std::move(s);
       if (latest_preflight.sequence() > 0) *hb.mutable_heartbeat()->mutable_preflight() = latest_preflight;
       for (v1::RankProgress& r : rank_progress_.Snapshot(absl::Now())) *hb.mutable_heartbeat()->add_ranks() = std::move(r);
       batch.push_back(std::move(hb));

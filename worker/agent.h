@@ -20,6 +20,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/time/time.h"
 #include "llamafleet/v1/worker.grpc.pb.h"
+#include "worker/gpu_health.h"
 #include "worker/preflight.h"
 #include "worker/rank_progress.h"
 #include "worker/task_runner.h"
@@ -46,6 +47,7 @@ struct AgentOptions {
   // and this often while idle (zero: only then).
   absl::Duration preflight_interval = absl::Minutes(5);
   std::string preflight_fail_for_test;  // fault injection: fail while this file exists
+  std::string gpu_health_fake_for_test;  // fault injection: GPU health events (gpu_health.h)
 };
 
 // The credential file in a worker's data dir: the name it was issued for, then the
@@ -126,6 +128,8 @@ class WorkerAgent : public TaskListener {
   std::string worker_id_ ABSL_GUARDED_BY(mu_);
   // Every running rank's latest progress line, relayed in heartbeats (its own lock).
   RankProgressTable rank_progress_;
+  // The GPUs' health samples, relayed in heartbeats (its own thread and lock).
+  std::unique_ptr<GpuHealthMonitor> gpu_health_;
 };
 
 }  // namespace llamafleet::worker

@@ -2,15 +2,13 @@
 
 #include <unistd.h>
 
-#include <array>
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <memory>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "worker/bounded_command.h"
 
 namespace llamafleet::worker {
 namespace {
@@ -30,37 +28,20 @@ double Number(const std::string& s) {
 
 }  // namespace
 
-std::vector<std::string> CommandLines(const std::string& command) {
-  std::vector<std::string> lines;
-  std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen((command + " 2>/dev/null").c_str(), "r"), pclose);
-  if (pipe == nullptr) return lines;
-  std::array<char, 4096> buffer;
-  while (fgets(buffer.data(), buffer.size(), pipe.get()) != nullptr) {
-    std::string line(buffer.data());
-    while (!line.empty() && (line.back() == '\n' || line.back() == '\r')) line.pop_back();
-    if (!line.empty()) lines.push_back(line);
-  }
-  return lines;
-}
-
 bool HaveNvidiaSmi() {
-  static const bool have = [] {
-    const char* path = std::getenv("PATH");
-    if (path == nullptr) return false;
-    for (absl::string_view dir : absl::StrSplit(path, ':')) {
-      if (access((std::string(dir) + "/nvidia-smi").c_str(), X_OK) == 0) return true;
-    }
-    return false;
-  }();
+  static const bool have = OnPath("nvidia-smi");
   return have;
 }
 
 std::vector<v1::Gpu> DetectGpus() {
   std::vector<v1::Gpu> gpus;
   if (!HaveNvidiaSmi()) return gpus;
-  for (const std::string& line : CommandLines(
-           "nvidia-smi --query-gpu=index,name,memory.total,uuid --format=csv,noheader,nounits")) {
-    std::vector<std::string> f = Fields(line);
+  const CommandOutput out = RunBoundedCommand(
+      {"nvidia-smi", "--query-gpu=index,name,memory.total,uuid", "--format=csv,noheader,nounits"},
+      absl::Seconds(30));
+  if (!out.ok()) return gpus;
+  for (absl::string_view line : absl::StrSplit(out.out, '\n', absl::SkipWhitespace())) {
+    std::vector<std::string> f = Fields(std::string(line));
     if (f.size() < 4) continue;
     v1::Gpu gpu;
     gpu.set_index(static_cast<int>(Number(f[0])));
@@ -70,27 +51,6 @@ std::vector<v1::Gpu> DetectGpus() {
     gpus.push_back(std::move(gpu));
   }
   return gpus;
-}
-
-std::vector<v1::GpuSample> SampleGpus() {
-  std::vector<v1::GpuSample> samples;
-  if (!HaveNvidiaSmi()) return samples;
-  for (const std::string& line : CommandLines(
-           "nvidia-smi --query-gpu=index,utilization.gpu,utilization.memory,memory.used,"
-           "temperature.gpu,power.draw,clocks.sm --format=csv,noheader,nounits")) {
-    std::vector<std::string> f = Fields(line);
-    if (f.size() < 7) continue;
-    v1::GpuSample s;
-    s.set_index(static_cast<int>(Number(f[0])));
-    s.set_gpu_util(Number(f[1]));
-    s.set_mem_copy_util(Number(f[2]));
-    s.set_memory_used_bytes(static_cast<int64_t>(Number(f[3]) * 1024 * 1024));
-    s.set_temperature_c(Number(f[4]));
-    s.set_power_w(Number(f[5]));
-    s.set_sm_clock_mhz(Number(f[6]));
-    samples.push_back(std::move(s));
-  }
-  return samples;
 }
 
 int CountEfaDevices(const std::string& sysfs_root) {

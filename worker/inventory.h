@@ -10,8 +10,6 @@ namespace llamafleet::worker {
 
 // GPUs as nvidia-smi reports them; empty when there is no nvidia-smi or no GPU.
 std::vector<v1::Gpu> DetectGpus();
-// Current telemetry of every GPU (DCGM-named fields); empty without GPUs.
-std::vector<v1::GpuSample> SampleGpus();
 // EFA interfaces under /sys/class/infiniband (names starting with "efa"; all
 // InfiniBand devices count when `sysfs_root` holds no efa_* names).
 int CountEfaDevices(const std::string& sysfs_root = "/sys/class/infiniband");
@@ -19,9 +17,6 @@ int CountEfaDevices(const std::string& sysfs_root = "/sys/class/infiniband");
 void DetectHost(v1::Inventory* inventory);
 // Whether nvidia-smi is on PATH.
 bool HaveNvidiaSmi();
-// Runs `command` (no shell metacharacters from outside) and returns its non-empty stdout
-// lines; stderr is dropped.
-std::vector<std::string> CommandLines(const std::string& command);
 
 }  // namespace llamafleet::worker
 

@@ -16,6 +16,7 @@
 #include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
 #include "worker/agent.h"
+#include "worker/health_check.h"
 #include "worker/run_as.h"
 
 namespace {
@@ -43,7 +44,7 @@ int main(int argc, char** argv) {
   std::string log_level = "info";
 
   CLI::App app{"llamafleet worker: runs trainer ranks for the coordinator"};
-  app.add_option("--coordinator", options.coordinator, "coordinator HOST:PORT")->required();
+  app.add_option("--coordinator", options.coordinator, "coordinator HOST:PORT (required)");
   app.add_option("--join-token", options.join_token,
                  "shared secret the coordinator requires (visible in ps: prefer "
                  "--join-token-file or LLAMAFLEET_JOIN_TOKEN)");
@@ -51,7 +52,7 @@ int main(int argc, char** argv) {
   std::string run_as;
   app.add_option("--run-as", run_as,
                  "USER[:GROUP] the trainers run as (a root worker's default: llamafleet)");
-  app.add_option("--data-dir", options.data_dir, "directory for task files")->required();
+  app.add_option("--data-dir", options.data_dir, "directory for task files (required)");
   app.add_option("--cpu-ranks", options.cpu_ranks, "run as a CPU worker with N ranks");
   app.add_option("--instance-type", options.instance_type, "instance type (e.g. p5.48xlarge)");
   app.add_option("--labels", labels, "worker labels k=v,k=v");
@@ -68,10 +69,25 @@ int main(int argc, char** argv) {
                  "seconds between pre-flights while idle (0: only at join and after tasks)");
   app.add_option("--preflight-fail-for-test", options.preflight_fail_for_test,
                  "FILE: every pre-flight fails while FILE exists (fault injection for tests)");
+  app.add_option("--gpu-health-fake-for-test", options.gpu_health_fake_for_test,
+                 "FILE: while FILE exists its GPU health events (e.g. 'xid 79 gpu 0') are reported "
+                 "in heartbeats (fault injection for tests)");
+  bool check_health = false;
+  app.add_flag("--check-health", check_health,
+               "run the pre-flight and one GPU health sample, print them (JSON) and exit: 0 when "
+               "the pre-flight passed");
   CLI11_PARSE(app, argc, argv);
 
   spdlog::set_default_logger(spdlog::stderr_color_mt("worker"));
   spdlog::set_level(spdlog::level::from_str(log_level));
+  if (check_health) return llamafleet::worker::CheckHealthOnce(options);
+  for (const auto& [flag, value] : {std::pair<const char*, const std::string*>{"--coordinator", &options.coordinator},
+                                    {"--data-dir", &options.data_dir}}) {
+    if (value->empty()) {
+      std::cerr << "llamafleet-worker: " << flag << " is required\n";
+      return 2;
+    }
+  }
   if (!options.join_token.empty()) {
     spdlog::warn("--join-token is visible to every user in ps; use --join-token-file or the "
                  "environment variable LLAMAFLEET_JOIN_TOKEN");

@@ -9,19 +9,21 @@
 #include <cstring>
 #include <filesystem>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/str_split.h"
-#include "absl/strings/strip.h"
 #include "google/protobuf/util/time_util.h"
+#include "common/gpu_throttle.h"
+#include "worker/gpu_health.h"
 #include "worker/inventory.h"
 
 namespace llamafleet::worker {
 namespace {
 
 using Steady = std::chrono::steady_clock;
+
+// nvidia-smi answers in well under a second; a wedged driver fails the check instead.
+constexpr absl::Duration kGpuQueryTimeout = absl::Seconds(10);
 
 double SecondsSince(Steady::time_point start) {
   return std::chrono::duration<double>(Steady::now() - start).count();
@@ -149,26 +151,19 @@ v1::PreflightCheck LoopbackCheck() {
                absl::StrFormat("64 KiB over 127.0.0.1 in %.2f ms", seconds * 1e3), seconds);
 }
 
-bool IsActive(const std::string& field) { return field == "Active"; }
-
 }  // namespace
 
-v1::PreflightCheck GpuCheckFromQuery(const std::vector<std::string>& lines, int expected) {
+v1::PreflightCheck GpuCheckFromSamples(const std::vector<v1::GpuSample>& samples, int expected) {
   std::vector<std::string> problems;
   int seen = 0;
-  for (const std::string& line : lines) {
-    std::vector<std::string> f;
-    for (absl::string_view part : absl::StrSplit(line, ',')) f.emplace_back(absl::StripAsciiWhitespace(part));
-    if (f.size() < 6) continue;
+  for (const v1::GpuSample& s : samples) {
+    if (s.gone()) continue;
     ++seen;
-    int64_t ecc = 0;
-    if (absl::SimpleAtoi(f[1], &ecc) && ecc > 0) {
-      problems.push_back(absl::StrCat("GPU ", f[0], ": ", ecc, " uncorrected ECC errors"));
+    if (s.ecc_uncorrected_volatile() > 0) {
+      problems.push_back(absl::StrCat("GPU ", s.index(), ": ", s.ecc_uncorrected_volatile(), " uncorrected ECC errors"));
     }
-    const char* kSlowdowns[] = {"hardware slowdown", "hardware thermal slowdown",
-                                "software thermal slowdown", "power brake slowdown"};
-    for (int i = 0; i < 4; ++i) {
-      if (IsActive(f[2 + i])) problems.push_back(absl::StrCat("GPU ", f[0], ": ", kSlowdowns[i], " active"));
+    for (const std::string& words : GpuHealthThrottleNames(s.clock_throttle_reasons(), /*words=*/true)) {
+      problems.push_back(absl::StrCat("GPU ", s.index(), ": ", words, " active"));
     }
   }
   if (seen < expected) {
@@ -191,12 +186,11 @@ v1::PreflightResult RunPreflight(const PreflightOptions& options, int64_t sequen
     *r.add_checks() = Check("gpu", v1::PreflightCheck::SKIPPED, "nvidia-smi not found", 0);
   } else {
     const auto gpu_start = Steady::now();
-    v1::PreflightCheck c = GpuCheckFromQuery(
-        CommandLines("nvidia-smi --query-gpu=index,ecc.errors.uncorrected.volatile.total,"
-                     "clocks_throttle_reasons.hw_slowdown,clocks_throttle_reasons.hw_thermal_slowdown,"
-                     "clocks_throttle_reasons.sw_thermal_slowdown,"
-                     "clocks_throttle_reasons.hw_power_brake_slowdown --format=csv,noheader,nounits"),
-        options.expected_gpus);
+    std::vector<v1::GpuSample> samples;
+    for (NvidiaSmiGpu& g : QueryNvidiaSmiHealth(kGpuQueryTimeout).value_or(std::vector<NvidiaSmiGpu>{})) {
+      samples.push_back(std::move(g.sample));
+    }
+    v1::PreflightCheck c = GpuCheckFromSamples(samples, options.expected_gpus);
     c.set_seconds(SecondsSince(gpu_start));
     *r.add_checks() = c;
   }

@@ -11,8 +11,9 @@
 //             integer reference (wrong arithmetic, or slower than a second, fails)
 //   loopback  64 KiB through a TCP connection to itself on 127.0.0.1, compared
 //   gpu       workers with GPUs: nvidia-smi's uncorrected ECC errors, hardware or thermal
-//             clock slowdowns and the number of GPUs it still sees; skipped (and said so)
-//             without GPUs or without nvidia-smi
+//             clock slowdowns and the number of GPUs it still sees (the GPU health
+//             sample's query, worker/gpu_health.h); skipped (and said so) without GPUs
+//             or without nvidia-smi
 //   injected  only with --preflight-fail-for-test FILE: fails while FILE exists
 //
 // Takes milliseconds on a CPU worker; blocks the calling thread.
@@ -32,12 +33,11 @@ struct PreflightOptions {
 // Runs every check; `sequence` numbers the result (1, 2, ... per worker process).
 v1::PreflightResult RunPreflight(const PreflightOptions& options, int64_t sequence);
 
-// The gpu check from nvidia-smi's answer to --query-gpu=index,
-// ecc.errors.uncorrected.volatile.total, clocks_throttle_reasons.hw_slowdown,
-// clocks_throttle_reasons.hw_thermal_slowdown, clocks_throttle_reasons.sw_thermal_slowdown,
-// clocks_throttle_reasons.hw_power_brake_slowdown (csv, noheader, nounits): FAILED when a
-// GPU has uncorrected ECC errors or an active slowdown, or fewer than `expected` GPUs answer.
-v1::PreflightCheck GpuCheckFromQuery(const std::vector<std::string>& lines, int expected);
+// The gpu check from one health sample of the GPUs (worker/gpu_health.h; those nvidia-smi
+// listed, or none when it failed): FAILED when a GPU has uncorrected ECC errors or its
+// clocks held down for heat or by the power brake (common/gpu_throttle.h), or fewer than
+// `expected` GPUs answer.
+v1::PreflightCheck GpuCheckFromSamples(const std::vector<v1::GpuSample>& samples, int expected);
 
 }  // namespace llamafleet::worker
 

@@ -14,6 +14,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "clients/cli/usage_output.h"
+#include "common/gpu_throttle.h"
 #include "jobspec/jobspec.h"
 
 namespace llamafleet::cli {
@@ -68,11 +69,30 @@ std::string WorkerStateName(v1::WorkerState state) {
   return std::string(short_name);
 }
 
+// What a worker's GPU samples say is wrong now: "GPU 0 gone; GPU 3 throttled: hw_thermal"
+// (common/gpu_throttle.h); "" when nothing is.
+std::string GpuHealthNote(const v1::WorkerInfo& w) {
+  std::vector<std::string> notes;
+  for (const v1::GpuSample& g : w.gpus()) {
+    if (g.gone()) {
+      notes.push_back(absl::StrCat("GPU ", g.index(), " gone"));
+    } else if (GpuHealthThrottleMask(g.clock_throttle_reasons()) != 0) {
+      notes.push_back(absl::StrCat("GPU ", g.index(), " throttled: ",
+                                   absl::StrJoin(GpuHealthThrottleNames(g.clock_throttle_reasons()), ",")));
+    }
+  }
+  return absl::StrJoin(notes, "; ");
+}
+
 // A worker's state; a drained one's with its source, age and reason ("DRAINING (operator
-// 5m: bad DIMM)"), the reason shortened like other reasons.
+// 5m: bad DIMM)"), another's with what its GPUs show ("READY (GPU 0 throttled:
+// hw_thermal)"), shortened like reasons.
 std::string WorkerStateCell(const v1::WorkerInfo& w, absl::Time now) {
   std::string state = WorkerStateName(w.state());
-  if (!w.has_drain()) return state;
+  if (!w.has_drain()) {
+    const std::string note = GpuHealthNote(w);
+    return note.empty() ? state : absl::StrCat(state, " (", Shorten(note, kReasonWidth), ")");
+  }
   return absl::StrCat(state, " (", w.drain().source(), " ", FormatAge(w.drain().since(), now), ": ",
                       Shorten(w.drain().reason(), kReasonWidth), ")");
 }

@@ -220,6 +220,7 @@ void ClusterManager::OnWorkerMessage(const std::string& worker, v1::WorkerMessag
     switch (message.kind_case()) {
       case v1::WorkerMessage::kHeartbeat:
         w->gpus.assign(message.heartbeat().gpus().begin(), message.heartbeat().gpus().end());
+        if (message.heartbeat().gpus_size() > 0) HandleGpuHealth(worker, message.heartbeat().gpus());
         if (message.heartbeat().preflight().sequence() != 0 &&
             message.heartbeat().preflight().sequence() != w->preflight.sequence()) {
           HandlePreflight(worker, message.heartbeat().preflight());

@@ -13,7 +13,8 @@
 //   checkpoint_reports.cc  recorded checkpoints: retention, elastic grow
 //   scheduling_pass.cc     a pass: its input, the scheduler, applying its decisions
 //   node_faults.cc         node faults: sessions that end, failures blamed on a lost
-//                          peer, drains (operators', pre-flights') and pre-flight results
+//                          peer, drains (operators', pre-flights', GPU health's),
+//                          pre-flight results and GPU health samples
 //   hangs.cc               hangs inside collectives and stragglers: ranks' progress,
 //                          the hang check, the straggler flags and their policy
 // and the parts it is built from, each with its own header: worker_registry (nodes,
@@ -262,6 +263,12 @@ class ClusterManager : public ClusterView {
   // A worker's pre-flight result (from its hello or a heartbeat, each sequence once):
   // recorded, and drains or undrains the worker as node_health.h says.
   void HandlePreflight(const std::string& worker, const v1::PreflightResult& result);
+  // A worker's GPU health samples (each heartbeat's): events counted and logged, and a
+  // fatal one drains the worker (gpu_health_rules.h).
+  void HandleGpuHealth(const std::string& worker,
+                       const google::protobuf::RepeatedPtrField<v1::GpuSample>& samples);
+  // Records the drain and applies it (ApplyDrain).
+  void Drain(const WorkerDrainRecord& record);
   // Reads the drains table (every drain_poll) and applies what changed since the last read.
   void ReadDrains(absl::Time now);
   // The worker gets no new placements from now on, and the attempts running on it end as

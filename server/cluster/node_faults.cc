@@ -1,11 +1,14 @@
 // The ClusterManager's node faults: a worker whose session ends is shown so at once; a
 // gang's failure is blamed on the node that went away rather than on the survivor that
 // reported it (node_loss.h); drained nodes get no placements and their attempts restart
-// elsewhere, and pre-flight results drain and undrain nodes (node_health.h). Strand-only.
+// elsewhere, pre-flight results drain and undrain nodes (node_health.h), and fatal GPU
+// health events drain them (gpu_health_rules.h). Strand-only.
 #include "absl/strings/str_cat.h"
 #include "server/cluster/cluster_manager.h"
+#include "server/cluster/gpu_health_rules.h"
 #include "server/cluster/node_health.h"
 #include "server/cluster/node_loss.h"
+#include "server/metrics.h"
 #include "spdlog/spdlog.h"
 #include "storage/worker_drain_store.h"
 
@@ -80,24 +83,44 @@ void ClusterManager::HandlePreflight(const std::string& worker, const v1::Prefli
     case HealthDecision::kNone:
       if (!result.passed()) spdlog::warn("worker {}: pre-flight {}", worker, PreflightSummary(result));
       return;
-    case HealthDecision::kDrain: {
-      const WorkerDrainRecord record{worker, d.reason, kDrainByPreflight, now};
-      spdlog::warn("worker {} drained: {}", worker, d.reason);
-      Write(SetWorkerDrainTxn(record), [](absl::Status s) {
-        if (!s.ok()) spdlog::error("cannot record a drain: {}", s.ToString());
-      });
-      ApplyDrain(record);
+    case HealthDecision::kDrain:
+      Drain({worker, d.reason, kDrainByPreflight, now});
       return;
-    }
     case HealthDecision::kUndrain:
       spdlog::info("worker {} undrained: pre-flight {} after the {} cool-off", worker,
                    PreflightSummary(result), absl::FormatDuration(options_.drain_cooloff));
-      Write(ClearWorkerDrainTxn(worker, kDrainByPreflight), [](absl::Status s) {
+      Write(ClearWorkerDrainTxn(worker, drain->source), [](absl::Status s) {
         if (!s.ok()) spdlog::error("cannot record an undrain: {}", s.ToString());
       });
       ApplyUndrain(worker);
       return;
   }
+}
+
+void ClusterManager::HandleGpuHealth(const std::string& worker,
+                                     const google::protobuf::RepeatedPtrField<v1::GpuSample>& samples) {
+  LiveWorker* w = workers_.Find(worker);
+  if (w == nullptr) return;
+  const absl::Time now = options_.clock->Now();
+  const std::vector<GpuHealthEvent> events = ObserveGpuSamples(w->gpu_health, samples, now);
+  if (events.empty()) return;
+  publish_workers_ = true;
+  for (const GpuHealthEvent& e : events) {
+    if (options_.metrics != nullptr) options_.metrics->RecordGpuHealthEvent(GpuHealthEventName(e.kind), e.fatal);
+    spdlog::warn("worker {}: {}{}", worker, e.detail, e.fatal ? " (fatal)" : "");
+  }
+  const WorkerDrainRecord* drain = workers_.DrainOf(worker);
+  const HealthDecision d = DecideGpuHealth(
+      drain == nullptr ? std::nullopt : std::optional<WorkerDrainRecord>(*drain), events);
+  if (d.action == HealthDecision::kDrain) Drain({worker, d.reason, kDrainByGpuHealth, now});
+}
+
+void ClusterManager::Drain(const WorkerDrainRecord& record) {
+  spdlog::warn("worker {} drained ({}): {}", record.name, record.source, record.reason);
+  Write(SetWorkerDrainTxn(record), [](absl::Status s) {
+    if (!s.ok()) spdlog::error("cannot record a drain: {}", s.ToString());
+  });
+  ApplyDrain(record);
 }
 
 void ClusterManager::ReadDrains(absl::Time now) {

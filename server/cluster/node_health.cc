@@ -28,7 +28,8 @@ HealthDecision DecidePreflight(const std::optional<WorkerDrainRecord>& drain,
     }
     return d;
   }
-  if (drain.has_value() && drain->source == kDrainByPreflight && now - drain->since >= cooloff) {
+  if (drain.has_value() && (drain->source == kDrainByPreflight || drain->source == kDrainByGpuHealth) &&
+      now - drain->since >= cooloff) {
     d.action = HealthDecision::kUndrain;
   }
   return d;

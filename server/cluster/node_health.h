@@ -4,7 +4,7 @@
 // When a node is drained and when it comes back. A drained worker gets no new placements
 // and its running attempt is restarted elsewhere as a node fault that uses none of the
 // job's restarts and no backoff (AttemptOutcome::kNodeDrained). Drains are durable
-// (storage/worker_drain_store.h) and come from two sources:
+// (storage/worker_drain_store.h) and come from three sources:
 //
 //   source      drained when                       back when
 //   ----------  ---------------------------------  -----------------------------------------
@@ -12,11 +12,12 @@
 //   preflight   the worker reports a failed        undrained by an operator, or a pre-flight
 //               pre-flight (reason: its summary)   that passes once `cooloff` has passed
 //                                                  since the drain
+//   gpu-health  its GPU samples show a fatal       as preflight
+//               event (gpu_health_rules.h)
 //
-// A failed pre-flight on a node an operator drained changes nothing (the operator's reason
-// stands); a failed one on a node already drained by pre-flight keeps the first drain's
-// time, so the cool-off is counted from when the node first went bad. Pure: no clock of
-// its own, no I/O.
+// A failed pre-flight on a node already drained changes nothing (the first drain's
+// source, reason and time stand, so the cool-off is counted from when the node first went
+// bad). Pure: no clock of its own, no I/O.
 
 #include <map>
 #include <optional>
@@ -31,6 +32,7 @@ namespace llamafleet {
 
 inline constexpr char kDrainByOperator[] = "operator";
 inline constexpr char kDrainByPreflight[] = "preflight";
+inline constexpr char kDrainByGpuHealth[] = "gpu-health";
 
 struct HealthDecision {
   enum Action { kNone, kDrain, kUndrain };

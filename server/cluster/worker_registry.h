@@ -17,6 +17,7 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "llamafleet/v1/worker.pb.h"
+#include "server/cluster/gpu_health_rules.h"
 #include "server/cluster/scheduler_input.h"
 #include "storage/worker_drain_store.h"
 
@@ -46,6 +47,8 @@ struct LiveWorker {
   v1::PreflightResult preflight;
   // The last straggler flag of a rank on it (job_id empty: none since this process started).
   v1::WorkerStraggler straggler;
+  // What was seen of its GPUs' health (gpu_health_rules.h), kept across its sessions.
+  GpuHealthState gpu_health;
 };
 
 // What `workers` shows for a worker: LOST once lost, DISCONNECTED from the moment its

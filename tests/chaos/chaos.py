@@ -39,7 +39,6 @@ import random
 import re
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -51,7 +50,9 @@ import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import collective_hang  # noqa: E402
+import gpu_health  # noqa: E402
 import straggler  # noqa: E402
+from proxy import Proxy  # noqa: E402
 
 TERMINAL = {"SUCCEEDED", "FAILED", "CANCELLED"}
 HEARTBEAT_TIMEOUT_S = 5
@@ -63,93 +64,6 @@ TERMINAL_BOUND_S = 240
 def log(msg):
     sys.stderr.write("[chaos %s] %s\n" % (time.strftime("%H:%M:%S"), msg))
     sys.stderr.flush()
-
-
-# --------------------------------------------------------------------------- TCP proxy
-
-
-class Proxy:
-    """A TCP proxy between one worker and the coordinator. cut() drops every connection
-    through it and refuses new ones for a while; retarget() points it at a restarted
-    coordinator."""
-
-    def __init__(self, target):
-        self.target = target
-        self.lock = threading.Lock()
-        self.conns = []
-        self.refuse_until = 0.0
-        self.closed = False
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(16)
-        self.port = self.sock.getsockname()[1]
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def address(self):
-        return "127.0.0.1:%d" % self.port
-
-    def retarget(self, target):
-        with self.lock:
-            self.target = target
-
-    def _accept(self):
-        while True:
-            try:
-                client, _ = self.sock.accept()
-            except OSError:
-                return
-            with self.lock:
-                refuse = self.closed or time.time() < self.refuse_until
-                target = self.target
-            if refuse:
-                client.close()
-                continue
-            host, port = target.rsplit(":", 1)
-            try:
-                upstream = socket.create_connection((host, int(port)), timeout=5)
-                upstream.settimeout(None)
-            except OSError:
-                client.close()
-                continue
-            with self.lock:
-                self.conns.append((client, upstream))
-            for a, b in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
-
-    @staticmethod
-    def _pump(src, dst):
-        try:
-            while True:
-                data = src.recv(65536)
-                if not data:
-                    break
-                dst.sendall(data)
-        except OSError:
-            pass
-        for s in (src, dst):
-            try:
-                s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-
-    def cut(self, refuse_s):
-        with self.lock:
-            self.refuse_until = time.time() + refuse_s
-            conns, self.conns = self.conns, []
-        for pair in conns:
-            for s in pair:
-                try:
-                    s.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
-                s.close()
-
-    def close(self):
-        with self.lock:
-            self.closed = True
-        self.cut(0)
-        self.sock.close()
 
 
 # --------------------------------------------------------------------------- cluster
@@ -190,6 +104,7 @@ class Cluster:
         self.help = help_text
         self.mounts = []
         self.coord_args = []  # the scenario's own coordinator flags
+        self.worker_args = lambda root, name: []  # the scenario's own worker flags, per worker
         with open(os.path.join(root, "join-token"), "w") as f:
             f.write("chaos-secret\n")
         os.chmod(os.path.join(root, "join-token"), 0o600)
@@ -233,6 +148,7 @@ class Cluster:
             # Trainers write under this harness's directory, owned by the current user.
             import pwd
             args += ["--run-as", pwd.getpwuid(os.getuid()).pw_name]
+        args += self.worker_args(self.root, name)
         env = dict(os.environ, OMP_NUM_THREADS="1")
         err = open(self.path("worker-%s.log" % name), "a")
         self.workers[name] = subprocess.Popen(args, stdout=err, stderr=err, env=env, start_new_session=True)
@@ -434,6 +350,7 @@ class Scenario:
         c.coord_args = COORD_ARGS.get(self.fault, [])
         if callable(c.coord_args):
             c.coord_args = c.coord_args(root)
+        c.worker_args = WORKER_ARGS.get(self.fault, c.worker_args)
         try:
             write_data(c.path("train.jsonl"))
             c.start_coordinator()
@@ -477,10 +394,8 @@ class Scenario:
             self.outcome = j.get("state")
             self.measure_recovery(c, job_id)
             self.check_invariants(c, job_id, j, fd_baseline)
-            if self.fault == "hang_in_collective":
-                collective_hang.check(self, c, job_id, parse_time)
-            if self.fault == "straggler_restart_without":
-                straggler.check(self, c, job_id, parse_time)
+            if self.fault in CHECKS:
+                CHECKS[self.fault](self, c, job_id, parse_time)
         except Exception as e:  # a harness step failed: report, never hang
             self.problems.append("harness: %s: %s" % (type(e).__name__, e))
         finally:
@@ -655,6 +570,9 @@ class Scenario:
     def fault_straggler_restart_without(self, c, job_id):
         straggler.fault(self, c, job_id)
 
+    def fault_gpu_health_drain(self, c, job_id):
+        gpu_health.fault(self, c, job_id)
+
     def fault_fs_full(self, c, job_id):
         st = os.statvfs(self.ckpt_dir)
         free = st.f_bavail * st.f_frsize
@@ -680,6 +598,12 @@ class Scenario:
 # Coordinator flags of a scenario (beyond the cluster's own).
 COORD_ARGS = {"hang_in_collective": collective_hang.COORD_ARGS,
               "straggler_restart_without": straggler.coord_args}  # a function of the cluster's root
+# Worker flags of a scenario: a function of the cluster's root and the worker's name.
+WORKER_ARGS = {"gpu_health_drain": gpu_health.worker_args}
+# A scenario's own checks, after the harness's invariants.
+CHECKS = {"hang_in_collective": collective_hang.check,
+          "straggler_restart_without": straggler.check,
+          "gpu_health_drain": gpu_health.check}
 
 # name -> (needs, workers)
 SCENARIOS = {
@@ -691,6 +615,7 @@ SCENARIOS = {
     "sigstop_rank": ("", ["w0", "w1"]),
     "hang_in_collective": ("", ["w0", "w1", "w2"]),
     "straggler_restart_without": ("", ["w0", "w1", "w2"]),
+    "gpu_health_drain": ("", ["w0", "w1", "w2"]),
     "kill_rank_mid_checkpoint": ("", ["w0", "w1"]),
     "fs_full": ("", ["w0", "w1"]),
     "cut_connection_short": ("", ["w0", "w1"]),

@@ -191,6 +191,30 @@ TEST(WorkersTableTest, GpuAndCpuWorkers) {
   EXPECT_TRUE(absl::StrContains(wide, "pool=train,zone=a")) << wide;
 }
 
+TEST(WorkersTableTest, StateSaysWhatTheGpusShow) {
+  v1::WorkerInfo w;
+  w.set_name("p5-a");
+  w.set_state(v1::WORKER_READY);
+  w.add_gpus()->set_clock_throttle_reasons(0x5);  // idle at the power cap: normal
+  v1::GpuSample* hot = w.add_gpus();
+  hot->set_index(3);
+  hot->set_clock_throttle_reasons(0xc0);
+  v1::GpuSample* gone = w.add_gpus();
+  gone->set_index(5);
+  gone->set_gone(true);
+  const absl::Time now = absl::FromUnixSeconds(1'000'000);
+  EXPECT_TRUE(absl::StrContains(WorkersTable({w}, false, now), "READY (GPU 3 throttled: hw_thermal,power_brake; GPU 5 gone)"))
+      << WorkersTable({w}, false, now);
+  // Drained: the drain's reason, not the samples.
+  w.set_state(v1::WORKER_DRAINING);
+  w.mutable_drain()->set_source("gpu-health");
+  w.mutable_drain()->set_reason("GPU 5: gone (the worker no longer finds it)");
+  *w.mutable_drain()->mutable_since() = At(1'000'000 - 60);
+  const std::string table = WorkersTable({w}, false, now);
+  EXPECT_TRUE(absl::StrContains(table, "DRAINING (gpu-health 60s: GPU 5: gone")) << table;
+  EXPECT_FALSE(absl::StrContains(table, "throttled")) << table;
+}
+
 TEST(WorkersTableTest, ANewlineInAGpuModelCannotForgeARow) {
   v1::WorkerInfo w;
   w.set_name("gpu-1");

@@ -2,6 +2,9 @@
 # GPU checks for the sharded trainer, for a machine with an NVIDIA GPU and a CUDA build of
 # PyTorch (pip's torch wheel brings LibTorch with CMake files and, through nvidia-nccl,
 # nccl.h). One script, one pass:
+#   0. the worker's pre-flight and one GPU health sample (llamafleet-worker --check-health,
+#      from the main build at $LLAMAFLEET_BIN, default build/bin; skipped, and said so,
+#      without one), printed for the record; a failed pre-flight does not stop the rest;
 #   1. builds tests/gpu (trainer + sharding engine + driver + benchmark) against the CUDA
 #      LibTorch at $(python3 -c 'import torch;print(torch.utils.cmake_prefix_path)'), with
 #      the CMake options of tests/cuda/build.sh (which compiles the same code against
@@ -26,6 +29,12 @@ JOBS="${JOBS:-$(nproc)}"
 
 command -v nvidia-smi >/dev/null || { echo "run.sh: nvidia-smi not found: no NVIDIA GPU here" >&2; exit 2; }
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
+worker="${LLAMAFLEET_BIN:-build/bin}/llamafleet-worker"
+if [ -x "$worker" ]; then
+  "$worker" --check-health --log-level warn || echo "run.sh: the pre-flight failed (above)" >&2
+else
+  echo "gpu health: skipped: no $worker (build the main project's llamafleet-worker)"
+fi
 prefix="$("$PYTHON" -c 'import torch;print(torch.utils.cmake_prefix_path)')"
 cuda_ok="$("$PYTHON" -c 'import torch;print(int(torch.cuda.is_available()))')"
 abi="$("$PYTHON" -c 'import torch;print(int(torch._C._GLIBCXX_USE_CXX11_ABI))')"

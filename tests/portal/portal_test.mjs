@@ -6,7 +6,8 @@
 // points while its logs are followed; its train and eval loss, usage, timeline and log
 // events; resubmit it as a long job and cancel that one; compare the two; check a viewer
 // cannot cancel; submit 2,000 jobs through POST /api/v1/jobs:batch and page, sort, search
-// and filter through them; the workers and queues pages; a sweep and its comparison.
+// and filter through them; the workers (a straggler badge and GPU health from a served
+// answer) and queues pages; a sweep and its comparison.
 // Screenshots of every page go to ARTIFACT_DIR.
 //
 // Some checks depend on what the coordinator reports and run in the form it has: the
@@ -498,7 +499,30 @@ try {
   await page.waitForSelector('.worker[data-id] .badge.ready');
   check((await page.textContent('.workers')).includes('w1'), 'worker w1 is listed');
   check(/heartbeat \d+ s ago/.test(await page.textContent('.workers')), 'last heartbeat shown');
+  check(!(await page.$('.worker .badge.straggler')), 'no straggler badge on a worker never flagged');
   await screenshot('workers');
+  // A straggler flag and GPU health as the coordinator serves them (WorkerInfo.straggler,
+  // GpuSample's health fields), laid over w1's real answer: the badge with its rank and
+  // job, and per GPU what is wrong.
+  await page.route('**/api/v1/workers', async (route) => {
+    const response = await route.fetch();
+    const json = await response.json();
+    const w = json.workers.find((x) => x.name === 'w1');
+    w.straggler = {job_id: '1', rank: 1, action: 'restart-without', since: new Date().toISOString(),
+      reason: "straggler: rank 1 on worker w1 works 0.31 s a step, the others' median 0.052 s"};
+    w.gpus = [{index: 0, gpu_util: 50, clock_throttle_reasons: '64'}, {index: 1, gone: true},
+      {index: 2, ecc_uncorrected_volatile: '3'}, {index: 3, clock_throttle_reasons: '5'}];
+    await route.fulfill({response, json});
+  });
+  await page.waitForSelector('.worker[data-id] .worker-head .badge.straggler', {timeout: 10_000});
+  const flagged = await page.textContent('.worker-straggler');
+  check(flagged.includes('rank 1 of job 1 (restart-without)') && flagged.includes('works 0.31 s a step'),
+    `the straggler line names rank, job, policy and reason: ${flagged}`);
+  const gpuHealth = await page.$$eval('td.gpu-health', (tds) => tds.map((td) => `${td.className}:${td.textContent}`));
+  check(JSON.stringify(gpuHealth) === JSON.stringify(['gpu-health warn:hw thermal', 'gpu-health bad:gone',
+    'gpu-health bad:3 ECC', 'gpu-health:ok']), `each GPU's health: ${JSON.stringify(gpuHealth)}`);
+  await screenshot('workers-sick');
+  await page.unroute('**/api/v1/workers');
   await page.keyboard.press('g');
   await page.keyboard.press('q');
   await page.waitForSelector('tr[data-queue=default]');

@@ -307,6 +307,8 @@ class FakeGpuWorker {
       g->set_power_w(512.25);
       g->set_sm_clock_mhz(1980);
       g->set_xid_errors(i == 1 ? 79 : 0);
+      g->set_ecc_uncorrected_volatile(i);
+      g->set_clock_throttle_reasons(i == 0 ? 0x40 : 0x4);  // GPU 0 hot: shown, not drained
     }
     Write(m);
   }
@@ -493,6 +495,12 @@ TEST_F(CoordinatorMetricsTest, ScrapeShowsJobsSubmissionsClusterAndDatabase) {
   EXPECT_EQ(at(absl::StrCat("DCGM_FI_DEV_POWER_USAGE{", kGpu0, "}")), 512.25);
   EXPECT_EQ(at(absl::StrCat("DCGM_FI_DEV_SM_CLOCK{", kGpu0, "}")), 1980);
   EXPECT_EQ(at(absl::StrCat("DCGM_FI_DEV_XID_ERRORS{", kGpu1, "}")), 79);
+  EXPECT_EQ(at(absl::StrCat("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL{", kGpu1, "}")), 1);
+  EXPECT_EQ(at(absl::StrCat("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS{", kGpu0, "}")), 64);
+  // GPU 0's thermal slowdown is one (non-fatal) health event; the XID with no new XID
+  // events counted is none.
+  EXPECT_EQ(at("llamafleet_gpu_health_events_total{event=\"throttle\",fatal=\"false\"}"), 1);
+  EXPECT_EQ(s.count("llamafleet_gpu_health_events_total{event=\"xid\",fatal=\"true\"}"), 0u);
 
   // Database, restarts (from the attempts table), process.
   EXPECT_GT(at("llamafleet_database_size_bytes{file=\"db\"}"), 0);
@@ -572,6 +580,26 @@ TEST(StartupPhaseMetricsTest, EachPhaseIsAHistogramAndUnknownPhasesAreDropped) {
   EXPECT_TRUE(absl::StrContains(text, "llamafleet_startup_phase_seconds_count{phase=\"trainers_started\"} 1"));
   EXPECT_TRUE(absl::StrContains(text, "llamafleet_startup_phase_seconds_count{phase=\"rendezvous\"} 0"));
   EXPECT_FALSE(absl::StrContains(text, "made-up"));
+  ExpectPromtoolAccepts(text);
+}
+
+TEST(ClusterEventMetricsTest, StragglersAndGpuHealthEventsAreCounters) {
+  CoordinatorMetrics m(CoordinatorMetricsOptions{});
+  m.RecordStraggler("default", "flag");
+  m.RecordStraggler("default", "flag");
+  m.RecordStraggler("research", "restart-without");
+  m.RecordGpuHealthEvent("xid", true);
+  m.RecordGpuHealthEvent("throttle", false);
+  const std::string text = m.Render();
+  EXPECT_TRUE(absl::StrContains(text, "# TYPE llamafleet_stragglers_total counter\n")) << text;
+  EXPECT_TRUE(absl::StrContains(text, "llamafleet_stragglers_total{queue=\"default\",action=\"flag\"} 2\n")) << text;
+  EXPECT_TRUE(
+      absl::StrContains(text, "llamafleet_stragglers_total{queue=\"research\",action=\"restart-without\"} 1\n"))
+      << text;
+  EXPECT_TRUE(absl::StrContains(text, "# TYPE llamafleet_gpu_health_events_total counter\n")) << text;
+  EXPECT_TRUE(absl::StrContains(text, "llamafleet_gpu_health_events_total{event=\"xid\",fatal=\"true\"} 1\n")) << text;
+  EXPECT_TRUE(absl::StrContains(text, "llamafleet_gpu_health_events_total{event=\"throttle\",fatal=\"false\"} 1\n"))
+      << text;
   ExpectPromtoolAccepts(text);
 }
 

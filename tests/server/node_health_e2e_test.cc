@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <iostream>
 
@@ -176,6 +177,37 @@ class NodeHealthTest : public ::testing::Test {
     return job;
   }
 
+  // Waits until the job runs its attempt number `attempt`; the job as last read.
+  v1::Job WaitForAttemptRunning(const std::string& id, int attempt, absl::Duration timeout) {
+    const absl::Time deadline = absl::Now() + timeout;
+    v1::Job job;
+    while (absl::Now() < deadline) {
+      job = Get(id);
+      if (job.attempts() == attempt && job.state() == v1::RUNNING) break;
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+    return job;
+  }
+
+  // w1 and w2 (each with flags(name)) run a 2-node job that may not use a restart
+  // (max_restarts 0, a 30 s backoff), past step 12, and w3 waits as a spare. Returns the
+  // job and its node 1 worker, the victim ("" after a failure).
+  std::pair<std::string, std::string> GangWithSpare(
+      const std::function<std::vector<std::string>(const std::string&)>& flags = nullptr) {
+    for (const char* w : {"w1", "w2"}) {
+      StartWorker(w, flags ? flags(w) : std::vector<std::string>{});
+      if (!WaitForWorkerState(w, v1::WORKER_READY, absl::Seconds(20))) return {"", ""};
+    }
+    const std::string id = Submit("run_policy: {max_restarts: 0, restart_backoff_seconds: 30}\n");
+    const v1::Job running = WaitForStep(id, 12);
+    StartWorker("w3");
+    if (running.workers_size() != 2 || !WaitForWorkerState("w3", v1::WORKER_READY, absl::Seconds(20))) {
+      ADD_FAILURE() << "no gang of two with a spare: " << running.DebugString();
+      return {id, ""};
+    }
+    return {id, running.workers(1)};
+  }
+
   std::vector<v1::Attempt> Attempts(const std::string& id) {
     v1::ListAttemptsRequest req;
     req.set_job_id(id);
@@ -254,13 +286,7 @@ TEST_F(NodeHealthTest, KilledWorkerIsBlamedAndShownDisconnectedAtOnce) {
       << first.reason();
   // The job is excluded from the victim: the restart runs on the survivor and a spare.
   StartWorker("w3");
-  const absl::Time deadline = absl::Now() + absl::Seconds(40);
-  v1::Job job;
-  while (absl::Now() < deadline) {
-    job = Get(id);
-    if (job.attempts() == 2 && job.state() == v1::RUNNING) break;
-    absl::SleepFor(absl::Milliseconds(50));
-  }
+  const v1::Job job = WaitForAttemptRunning(id, 2, absl::Seconds(40));
   ASSERT_EQ(job.attempts(), 2) << v1::JobState_Name(job.state()) << " " << job.status_reason();
   for (const std::string& w : job.workers()) EXPECT_NE(w, victim);
   bool excluded = false;
@@ -279,15 +305,8 @@ TEST_F(NodeHealthTest, KilledWorkerIsBlamedAndShownDisconnectedAtOnce) {
 // placement lands there until it is undrained.
 TEST_F(NodeHealthTest, OperatorDrainMovesTheJobToTheSpareWithoutUsingARestart) {
   ASSERT_NO_FATAL_FAILURE(StartCoordinator());
-  for (const char* w : {"w1", "w2"}) StartWorker(w);
-  ASSERT_TRUE(WaitForWorkerState("w1", v1::WORKER_READY, absl::Seconds(20)));
-  ASSERT_TRUE(WaitForWorkerState("w2", v1::WORKER_READY, absl::Seconds(20)));
-  const std::string id = Submit("run_policy: {max_restarts: 0, restart_backoff_seconds: 30}\n");
-  const v1::Job running = WaitForStep(id, 12);
-  ASSERT_EQ(running.workers_size(), 2);
-  StartWorker("w3");
-  ASSERT_TRUE(WaitForWorkerState("w3", v1::WORKER_READY, absl::Seconds(20)));
-  const std::string victim = running.workers(1);
+  const auto [id, victim] = GangWithSpare();
+  ASSERT_FALSE(victim.empty());
   absl::StatusOr<testing::CommandResult> drained =
       testing::RunCommand({BinaryPath("llamafleet-coordinator"), "worker", "drain", victim, "--reason",
                            "bad DIMM", "--data-dir", dir_.path() + "/coord"});
@@ -306,13 +325,7 @@ TEST_F(NodeHealthTest, OperatorDrainMovesTheJobToTheSpareWithoutUsingARestart) {
   EXPECT_TRUE(absl::StrContains(table->out, "bad DIMM")) << table->out;
 
   // Restarted at once (the 30 s backoff is not applied) on the others, no restart used.
-  const absl::Time deadline = absl::Now() + absl::Seconds(20);
-  v1::Job job;
-  while (absl::Now() < deadline) {
-    job = Get(id);
-    if (job.attempts() == 2 && job.state() == v1::RUNNING) break;
-    absl::SleepFor(absl::Milliseconds(50));
-  }
+  const v1::Job job = WaitForAttemptRunning(id, 2, absl::Seconds(20));
   ASSERT_EQ(job.attempts(), 2) << v1::JobState_Name(job.state()) << " " << job.status_reason();
   EXPECT_EQ(job.state(), v1::RUNNING) << job.status_reason();
   EXPECT_EQ(job.restarts(), 0);
@@ -374,6 +387,59 @@ TEST_F(NodeHealthTest, FailedPreflightDrainsTheWorkerAndTheJobRunsOnTheSpare) {
   std::filesystem::remove(knob);
   EXPECT_TRUE(WaitForWorkerState("w2", v1::WORKER_READY, absl::Seconds(10)));
   EXPECT_FALSE(Workers()["w2"].has_drain());
+}
+
+
+// A worker's GPU health samples while its job runs (CPU workers with the test-only fake):
+// a throttled GPU is shown but keeps the worker; a fatal XID drains it at once (source
+// gpu-health, the reason naming the GPU and the XID), the gang restarts on the spare from
+// its checkpoint without using a restart (max_restarts 0), and once the cool-off has
+// passed a passing pre-flight brings the worker back.
+TEST_F(NodeHealthTest, FatalGpuEventDrainsTheWorkerAndTheJobMovesWithoutUsingARestart) {
+  ASSERT_NO_FATAL_FAILURE(StartCoordinator({"--drain-cooloff", "2"}));
+  auto fake = [&](const std::string& w) { return dir_.path() + "/" + w + "-gpu"; };
+  const auto [id, victim] = GangWithSpare([&](const std::string& w) {
+    return std::vector<std::string>{"--gpu-health-fake-for-test", fake(w), "--preflight-interval", "0.5"};
+  });
+  ASSERT_FALSE(victim.empty());
+  EXPECT_EQ(Workers()["w3"].gpus_size(), 0) << "a CPU worker without the fake reports no GPU samples";
+
+  // Throttled: shown (its sample, the workers table), not drained.
+  std::ofstream(fake(victim)) << "throttle hw_thermal gpu 0\n";
+  const absl::Time shown_by = absl::Now() + absl::Seconds(5);
+  while (absl::Now() < shown_by && Workers()[victim].gpus_size() == 0) absl::SleepFor(absl::Milliseconds(50));
+  ASSERT_EQ(Workers()[victim].gpus_size(), 1);
+  EXPECT_EQ(Workers()[victim].gpus(0).clock_throttle_reasons(), 0x40u);
+  absl::StatusOr<testing::CommandResult> table =
+      testing::RunCommand({BinaryPath("llamafleet"), "--coordinator", address_, "workers"});
+  ASSERT_TRUE(table.ok()) << table.status();
+  EXPECT_TRUE(absl::StrContains(table->out, "READY (GPU 0 throttled: hw_thermal)")) << table->out << table->err;
+  absl::SleepFor(absl::Seconds(1));
+  EXPECT_EQ(Workers()[victim].state(), v1::WORKER_READY);
+  EXPECT_EQ(Get(id).attempts(), 1);
+
+  // A fatal XID: drained at once, the job moves to the spare.
+  std::ofstream(fake(victim)) << "throttle hw_thermal gpu 0\nxid 79 gpu 0\n";
+  ASSERT_TRUE(WaitForWorkerState(victim, v1::WORKER_DRAINING, absl::Seconds(5)));
+  const v1::WorkerInfo info = Workers()[victim];
+  EXPECT_EQ(info.drain().source(), "gpu-health");
+  EXPECT_EQ(info.drain().reason(), "GPU 0: XID 79 (GPU has fallen off the bus)");
+  const v1::Job job = WaitForAttemptRunning(id, 2, absl::Seconds(20));
+  ASSERT_EQ(job.attempts(), 2) << v1::JobState_Name(job.state()) << " " << job.status_reason();
+  EXPECT_EQ(job.restarts(), 0);
+  for (const std::string& w : job.workers()) EXPECT_NE(w, victim);
+  std::vector<v1::Attempt> attempts = Attempts(id);
+  ASSERT_EQ(attempts.size(), 2u);
+  EXPECT_EQ(attempts[1].failure_class(), "node_fault");
+  EXPECT_TRUE(absl::StrContains(attempts[1].reason(),
+                                absl::StrCat("worker ", victim, " drained (gpu-health): GPU 0: XID 79")))
+      << attempts[1].reason();
+  EXPECT_NE(attempts[0].resume_from(), "") << "the restart resumes from the checkpoint";
+
+  // The XID stays counted (no new event); a passing pre-flight after the 2 s cool-off
+  // undrains the worker.
+  EXPECT_TRUE(WaitForWorkerState(victim, v1::WORKER_READY, absl::Seconds(10)));
+  EXPECT_FALSE(Workers()[victim].has_drain());
 }
 
 }  // namespace

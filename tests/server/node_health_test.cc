@@ -1,7 +1,7 @@
 // The pure rules of sick nodes, as tables: who is blamed when a gang fails after a node
-// loss (node_loss.h), when a pre-flight drains a node and when it comes back after the
-// cool-off (node_health.h, on a fake clock), and how a read of the drains table differs
-// from the last.
+// loss (node_loss.h), when a pre-flight drains a node and when it (or a node drained for
+// GPU health) comes back after the cool-off (node_health.h, on a fake clock), and how a
+// read of the drains table differs from the last.
 #include <gtest/gtest.h>
 
 #include "common/clock.h"
@@ -115,6 +115,8 @@ TEST(NodeHealth, PreflightDrainsAndComesBackOnlyAfterTheCooloff) {
   const absl::Time drained_at = clock.Now();
   const WorkerDrainRecord by_preflight{"w1", "pre-flight failed: gemm", kDrainByPreflight, drained_at};
   const WorkerDrainRecord by_operator{"w1", "bad DIMM", kDrainByOperator, drained_at};
+  const WorkerDrainRecord by_gpu_health{"w1", "GPU 0: XID 79 (GPU has fallen off the bus)", kDrainByGpuHealth,
+                                        drained_at};
   struct Row {
     const char* what;
     std::optional<WorkerDrainRecord> drain;
@@ -132,6 +134,12 @@ TEST(NodeHealth, PreflightDrainsAndComesBackOnlyAfterTheCooloff) {
       {"drained by pre-flight, passing after it", by_preflight, true, absl::Hours(2), HealthDecision::kUndrain},
       {"drained by an operator, passing long after", by_operator, true, absl::Hours(24), HealthDecision::kNone},
       {"drained by an operator, failing", by_operator, false, absl::ZeroDuration(), HealthDecision::kNone},
+      {"drained for GPU health, failing between attempts", by_gpu_health, false, absl::Hours(1),
+       HealthDecision::kNone},
+      {"drained for GPU health, passing within the cool-off", by_gpu_health, true, absl::Minutes(4),
+       HealthDecision::kNone},
+      {"drained for GPU health, passing after the cool-off", by_gpu_health, true, absl::Minutes(5),
+       HealthDecision::kUndrain},
   };
   for (const Row& row : rows) {
     clock.Set(drained_at + row.after);

@@ -1,9 +1,10 @@
 // The worker's pre-flight on this machine (a CPU worker: GEMM and loopback run, the GPU
-// probe is skipped and says so), its fault injection, and the GPU rule from nvidia-smi's
-// answers.
+// probe is skipped and says so), its fault injection, and the GPU rule from one health
+// sample (worker/gpu_health.h).
 #include "worker/preflight.h"
 
 #include <fstream>
+#include <optional>
 
 #include <gtest/gtest.h>
 
@@ -41,28 +42,34 @@ TEST(Preflight, InjectedFailureHoldsWhileItsFileExists) {
   EXPECT_NE(r.checks(3).detail().find("--preflight-fail-for-test"), std::string::npos);
 }
 
-TEST(Preflight, GpuRuleFromNvidiaSmi) {
+TEST(Preflight, GpuRuleFromOneHealthSample) {
+  auto sample = [](int index, std::optional<int64_t> ecc, uint64_t throttle, bool gone = false) {
+    v1::GpuSample s;
+    s.set_index(index);
+    if (ecc.has_value()) s.set_ecc_uncorrected_volatile(*ecc);
+    s.set_clock_throttle_reasons(throttle);
+    s.set_gone(gone);
+    return s;
+  };
   struct Row {
     const char* what;
-    std::vector<std::string> lines;
+    std::vector<v1::GpuSample> samples;
     int expected;
     v1::PreflightCheck::State state;
     const char* says;
   } rows[] = {
-      {"healthy", {"0, 0, Not Active, Not Active, Not Active, Not Active"}, 1, v1::PreflightCheck::PASSED,
-       "1 GPUs"},
-      {"ECC off reads [N/A]", {"0, [N/A], Not Active, Not Active, Not Active, Not Active"}, 1,
-       v1::PreflightCheck::PASSED, "no uncorrected"},
-      {"uncorrected ECC", {"0, 3, Not Active, Not Active, Not Active, Not Active"}, 1,
-       v1::PreflightCheck::FAILED, "GPU 0: 3 uncorrected ECC errors"},
-      {"thermal slowdown", {"0, 0, Not Active, Active, Not Active, Not Active"}, 1, v1::PreflightCheck::FAILED,
-       "hardware thermal slowdown active"},
-      {"a GPU disappeared", {"0, 0, Not Active, Not Active, Not Active, Not Active"}, 2,
-       v1::PreflightCheck::FAILED, "sees 1 of the 2 GPUs"},
+      {"healthy", {sample(0, 0, 0)}, 1, v1::PreflightCheck::PASSED, "1 GPUs"},
+      {"ECC off", {sample(0, std::nullopt, 0)}, 1, v1::PreflightCheck::PASSED, "no uncorrected"},
+      {"at the power cap, idle", {sample(0, 0, 0x5)}, 1, v1::PreflightCheck::PASSED, "no clock slowdown"},
+      {"uncorrected ECC", {sample(0, 3, 0)}, 1, v1::PreflightCheck::FAILED, "GPU 0: 3 uncorrected ECC errors"},
+      {"thermal slowdown", {sample(0, 0, 0x40)}, 1, v1::PreflightCheck::FAILED, "hardware thermal slowdown active"},
+      {"power brake", {sample(0, 0, 0x80)}, 1, v1::PreflightCheck::FAILED, "power brake slowdown active"},
+      {"a GPU disappeared", {sample(0, 0, 0)}, 2, v1::PreflightCheck::FAILED, "sees 1 of the 2 GPUs"},
+      {"a GPU gone", {sample(0, 0, 0), sample(1, 0, 0, true)}, 2, v1::PreflightCheck::FAILED, "sees 1 of the 2"},
       {"no answer at all", {}, 8, v1::PreflightCheck::FAILED, "sees 0 of the 8"},
   };
   for (const Row& row : rows) {
-    const v1::PreflightCheck c = GpuCheckFromQuery(row.lines, row.expected);
+    const v1::PreflightCheck c = GpuCheckFromSamples(row.samples, row.expected);
     EXPECT_EQ(c.state(), row.state) << row.what << ": " << c.detail();
     EXPECT_NE(c.detail().find(row.says), std::string::npos) << row.what << ": " << c.detail();
   }

@@ -1,6 +1,21 @@
-// Workers: state, last heartbeat, running tasks, drain (reason, source, since) and last
-// pre-flight, and per GPU the DCGM fields the old
-// Grafana dashboard showed (utilisation, memory, temperature, power, SM clock, XID errors).
+// Workers: state, last heartbeat, running tasks, drain (reason, source, since), last
+// pre-flight and last straggler flag (a badge), and per GPU the DCGM fields the old
+// Grafana dashboard showed (utilisation, memory, temperature, power, SM clock, XID errors)
+// with its health: gone, clocks throttled for heat or power, uncorrectable ECC errors.
+
+// The clock throttle reasons that say a GPU is unwell (common/gpu_throttle.h); the other
+// bits (idle, the power cap, ...) are normal.
+const THROTTLES = [[0x8, 'hw slowdown'], [0x20, 'sw thermal'], [0x40, 'hw thermal'], [0x80, 'power brake']];
+
+// What a GPU sample says is wrong, as [text, class]: ['ok', ''] when nothing is.
+export function gpuHealth(g) {
+  if (g.gone) return ['gone', 'bad'];
+  const mask = Number(g.clock_throttle_reasons || 0);
+  const problems = THROTTLES.filter(([bit]) => mask & bit).map(([, name]) => name);
+  const ecc = Number(g.ecc_uncorrected_volatile || 0);
+  if (ecc > 0) problems.unshift(`${fmtInt(ecc)} ECC`);
+  return problems.length ? [problems.join(', '), ecc > 0 ? 'bad' : 'warn'] : ['ok', ''];
+}
 
 import {api} from './api.js';
 import {h, setText, Poller, fmtBytes, fmtNum, fmtAgo, fmtFullTime, fmtInt} from './util.js';
@@ -25,6 +40,7 @@ export function mountWorkers(root, ctx) {
     const slots = (inv.gpus || []).length || inv.cpu_ranks || 0;
     const head = h('div.worker-head',
       h('h2', w.name || w.id), h('span.badge', {class: `badge ${state.toLowerCase()}`}, state),
+      w.straggler ? h('span.badge.straggler', {title: w.straggler.reason || ''}, 'straggler') : null,
       h('span.muted', `${inv.host || ''}${inv.instance_type ? ` · ${inv.instance_type}` : ''}`),
       h('span.spacer'),
       h('span', {title: fmtFullTime(w.last_heartbeat)}, `heartbeat ${fmtAgo(w.last_heartbeat)}`));
@@ -48,10 +64,16 @@ export function mountWorkers(root, ctx) {
         `pre-flight ${w.preflight.passed ? 'passed' : 'FAILED'} ${fmtAgo(w.preflight.time)} in ` +
         `${fmtNum(1000 * (w.preflight.seconds || 0), 3)} ms: ${checks}`));
     }
+    if (w.straggler) {
+      const s = w.straggler;
+      health.push(h('p.worker-straggler', h('span.badge.straggler', 'straggler'),
+        ` rank ${s.rank || 0} of job `, h('a', {href: `#/jobs/${encodeURIComponent(s.job_id || '')}`}, s.job_id || '?'),
+        ` (${s.action || 'flag'}) `, h('span', {title: fmtFullTime(s.since)}, fmtAgo(s.since)), `: ${s.reason || ''}`));
+    }
     const gpus = w.gpus || [];
     const table = gpus.length ? h('table.grid-table.compact.gpu-table',
-      h('colgroup', ['4em', '16em', '10em', '16em', '6em', '6em', '7em', '6em', '4em'].map((w) => h('col', {style: {width: w}}))),
-      h('thead', h('tr', ['GPU', 'Model', 'Utilisation', 'Memory', 'Temp', 'Power', 'SM clock', 'Mem copy', 'XID'].map((t) => h('th', {scope: 'col'}, t)))),
+      h('colgroup', ['4em', '16em', '10em', '16em', '6em', '6em', '7em', '6em', '4em', '10em'].map((w) => h('col', {style: {width: w}}))),
+      h('thead', h('tr', ['GPU', 'Model', 'Utilisation', 'Memory', 'Temp', 'Power', 'SM clock', 'Mem copy', 'XID', 'Health'].map((t) => h('th', {scope: 'col'}, t)))),
       h('tbody', gpus.map((g) => {
         const info = gpuInfo.get(g.index) || {};
         const memPct = info.memory_bytes ? (100 * Number(g.memory_used_bytes || 0)) / Number(info.memory_bytes) : 0;
@@ -65,7 +87,8 @@ export function mountWorkers(root, ctx) {
           h('td.num', `${fmtNum(g.power_w, 3)} W`),
           h('td.num', `${fmtInt(Math.round(g.sm_clock_mhz || 0))} MHz`),
           h('td.num', `${Math.round(g.mem_copy_util || 0)}%`),
-          h('td.num', {class: Number(g.xid_errors) ? 'num bad' : 'num'}, fmtInt(g.xid_errors || 0)));
+          h('td.num', {class: Number(g.xid_errors) ? 'num bad' : 'num'}, fmtInt(g.xid_errors || 0)),
+          h('td.gpu-health', {class: `gpu-health ${gpuHealth(g)[1]}`.trim()}, gpuHealth(g)[0]));
       }))) : h('p.muted', (inv.gpus || []).length ? 'no GPU samples yet' : 'CPU worker: no GPU telemetry');
     return h('section.panel.worker', {dataset: {id: w.id}}, head, facts, ...health, table);
   }
