@@ -18,7 +18,8 @@ suites=(attempt_phases_test cli_output_test cluster_manager_test cluster_parts_t
   job_service_test job_store_test jobspec_test memory_estimate_test metrics_test
   node_health_test queued_jobs_test scheduler_test straggler_rules_test submit_policy_test
   sweep_test tensor_parallel_test tensorboard_writer_test trainer_events_test
-  usage_service_test usage_store_test webhooks_test worker_drain_store_test writer_queue_test)
+  usage_service_test usage_store_test webhooks_test worker_drain_store_test writer_queue_test
+  gpu_health_test gpu_health_rules_test)
 
 build_dir="${LLAMAFLEET_SANITIZE_BUILD_DIR:-build-sanitize}"
 jobs="${JOBS:-$(nproc)}"
