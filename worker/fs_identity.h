@@ -10,7 +10,8 @@
 //
 // Linux keeps credentials per thread. setfsuid/setfsgid and the raw setgroups system
 // call change only the calling thread's (glibc's setgroups() would change every thread's),
-// so the worker's other threads keep root meanwhile. Needs CAP_SETUID and CAP_SETGID.
+// so the worker's other threads keep root meanwhile; a thread `fn` started would inherit
+// the identity (so `fn` starts none). Needs CAP_SETUID and CAP_SETGID.
 
 #include <functional>
 
