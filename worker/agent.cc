@@ -464,9 +464,10 @@ void WorkerAgent::StartTask(const v1::TaskSpec& task) {
   launch.efa = inventory_.efa_devices() > 0;
   launch.run_as = setup->run_as;
   launch.umask = setup->umask;
-  spdlog::info("starting task {}: job {} attempt {}, node {}/{}, {} ranks", task.task_id(),
+  spdlog::info("starting task {}: job {} attempt {}, node {}/{}, {} ranks{}", task.task_id(),
                task.job_id(), task.attempt(), task.node_rank(), task.nnodes(),
-               task.nproc_per_node());
+               task.nproc_per_node(),
+               launch.run_as.has_value() ? absl::StrCat(", as ", launch.run_as->user, " (uid ", launch.run_as->uid, ")") : "");
   absl::StatusOr<std::unique_ptr<TaskRunner>> runner =
       TaskRunner::Start(launch, this, options_.failure_grace);
   if (!runner.ok()) {
