@@ -8,6 +8,7 @@
 // and by name. The kernel refuses every read, write and delete (EACCES), whatever the path
 // checks missed; the two users' directories belong to different uids, mode 0700.
 #include <grpcpp/grpcpp.h>
+#include <pwd.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -29,6 +30,7 @@
 #include "llamafleet/v1/job.grpc.pb.h"
 #include "tests/testing/cluster.h"
 #include "tests/testing/process.h"
+#include "worker/run_as.h"
 
 namespace llamafleet {
 namespace {
@@ -125,13 +127,19 @@ class UserSeparationTest : public ::testing::Test {
     ASSERT_TRUE(c.ok()) << c.status();
     coordinator_ = std::move(c->process);
     jobs_ = v1::JobService::NewStub(grpc::CreateChannel(c->address, grpc::InsecureChannelCredentials()));
-    auto w = testing::StartWorker({.coordinator = c->address,
+    address_ = c->address;
+  }
+
+  // A root worker: without --run-as (each job as its owner's identity), or with it.
+  void StartWorker(const std::string& run_as = "") {
+    auto w = testing::StartWorker({.coordinator = address_,
                                    .name = "w1",
                                    .data_dir = dir_.path() + "/w1",
                                    .join_token = "secret",
                                    .trainer = trainer_,
                                    .heartbeat_interval = 0.3,
-                                   .per_owner = true,
+                                   .run_as = run_as,
+                                   .per_owner = run_as.empty(),
                                    .log_path = dir_.path() + "/w1.log"});
     ASSERT_TRUE(w.ok()) << w.status();
     worker_ = std::move(*w);
@@ -177,13 +185,14 @@ class UserSeparationTest : public ::testing::Test {
   }
 
   TempDir dir_;
-  std::string root_, trainer_;
+  std::string root_, trainer_, address_;
   std::map<std::string, std::string> tokens_;
   std::unique_ptr<testing::Subprocess> coordinator_, worker_;
   std::unique_ptr<v1::JobService::Stub> jobs_;
 };
 
 TEST_F(UserSeparationTest, AnotherUsersTrainerGetsEaccesOnEveryFileOfHersWhateverThePathChecksLetThrough) {
+  StartWorker();
   const std::string alice = root_ + "/alice";
   v1::Job hers = Run("alice", JobYaml("hers", root_ + "/data.jsonl",
                                       absl::StrCat("checkpoint: {dir: ", alice, "/ck}\noutput: {export_dir: ", alice,
@@ -245,6 +254,7 @@ TEST_F(UserSeparationTest, AnotherUsersTrainerGetsEaccesOnEveryFileOfHersWhateve
 }
 
 TEST_F(UserSeparationTest, AJobNamingADirectoryInsideAnotherUsersIsRefusedBeforeItsTrainerStarts) {
+  StartWorker();
   const std::string alice = root_ + "/alice";
   v1::Job hers = Run("alice", JobYaml("hers", root_ + "/data.jsonl", absl::StrCat("checkpoint: {dir: ", alice, "/ck}\n")));
   ASSERT_EQ(hers.state(), v1::SUCCEEDED) << hers.status_reason();
@@ -258,6 +268,22 @@ TEST_F(UserSeparationTest, AJobNamingADirectoryInsideAnotherUsersIsRefusedBefore
   }
   EXPECT_FALSE(fs::exists(alice + "/bobs-ck"));
   EXPECT_FALSE(fs::exists(alice + "/bobs-export"));
+}
+
+// --run-as keeps the single-identity mode: every job as that one user, whatever identity
+// the coordinator names, and the trainers make their directories as before.
+TEST_F(UserSeparationTest, RunAsRunsEveryJobAsOneUser) {
+  const struct passwd* pw = getpwnam(worker::kDefaultTrainerUser);
+  ASSERT_NE(pw, nullptr) << "user llamafleet is missing: run deploy/local/install-deps.sh";
+  StartWorker(worker::kDefaultTrainerUser);
+  const std::string alice = root_ + "/alice";
+  fs::create_directories(alice + "/ck");
+  ASSERT_EQ(::chown((alice + "/ck").c_str(), pw->pw_uid, pw->pw_gid), 0);
+  v1::Job hers = Run("alice", JobYaml("hers", root_ + "/data.jsonl", absl::StrCat("checkpoint: {dir: ", alice, "/ck}\n")));
+  ASSERT_EQ(hers.state(), v1::SUCCEEDED) << hers.status_reason();
+  EXPECT_EQ(ReadFile(alice + "/ck/uid"), absl::StrCat(pw->pw_uid, "\n"));
+  EXPECT_NE(ReadFile(dir_.path() + "/w1.log").find("single identity (--run-as): every job's trainers run as user llamafleet"),
+            std::string::npos);
 }
 
 }  // namespace
