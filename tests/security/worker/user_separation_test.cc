@@ -15,7 +15,6 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <sstream>
 
 #include <gtest/gtest.h>
 
@@ -38,6 +37,7 @@ namespace {
 namespace fs = std::filesystem;
 using testing::BinaryPath;
 using testing::RunCommand;
+using testing::ReadFile;
 using testing::TempDir;
 
 constexpr uint32_t kAliceUid = 2001;
@@ -80,13 +80,6 @@ attempt() {
 } > "$CK/report"
 exit 0
 )sh";
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 struct stat Stat(const std::string& path) {
   struct stat st {};

@@ -14,7 +14,6 @@
 #include <map>
 #include <mutex>
 #include <set>
-#include <sstream>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -37,6 +36,7 @@ namespace fs = std::filesystem;
 using testing::BinaryPath;
 using testing::RunCommand;
 using testing::Subprocess;
+using testing::ReadFile;
 using testing::TempDir;
 
 // Prints who it runs as, its environment and arguments, marks that it ran (a file named
@@ -49,13 +49,6 @@ echo "args=$*"
 touch "$LLAMAFLEET_TEST_MARKS/ran-$LLAMAFLEET_TASK_ID"
 exec ls -l /proc/self/fd
 )sh";
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 // A coordinator as far as one worker can tell: welcomes it, assigns the given tasks, and
 // records what comes back.
