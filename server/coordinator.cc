@@ -178,7 +178,7 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinato
   if (!identities.ok()) return identities.status();
   c->identities_ = std::move(*identities);
   for (const std::string& refusal : c->identities_->EnsureActiveOwners()) {
-    spdlog::error("{} (their queued jobs fail on root workers until then)", refusal);
+    spdlog::error("{} (their tasks carry no identity, which root workers without --run-as refuse)", refusal);
   }
   spdlog::info("{}", c->identities_->Describe());
   c->logs_ = std::make_unique<LogStore>(options.data_dir + "/logs", options.max_log_file_bytes);
