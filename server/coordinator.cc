@@ -27,6 +27,7 @@
 #include "server/metrics.h"
 #include "server/reserved_dir.h"
 #include "server/submit_policy.h"
+#include "server/user_identities.h"
 #include "server/worker_service.h"
 #include "spdlog/spdlog.h"
 #include "storage/job_store.h"
@@ -171,6 +172,15 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinato
     for (const auto& [type, price] : options.pricing) prices.push_back(absl::StrCat(type, " ", price));
     spdlog::info("pricing per instance-hour: {}", absl::StrJoin(prices, ", "));
   }
+  // Each user's Unix identity on the workers; owners of jobs queued before identities
+  // existed get theirs now, so that no task goes out without one.
+  absl::StatusOr<std::unique_ptr<UserIdentities>> identities = UserIdentities::Load(c->store_.get(), options.identities);
+  if (!identities.ok()) return identities.status();
+  c->identities_ = std::move(*identities);
+  for (const std::string& refusal : c->identities_->EnsureActiveOwners()) {
+    spdlog::error("{} (their tasks carry no identity, which root workers without --run-as refuse)", refusal);
+  }
+  spdlog::info("{}", c->identities_->Describe());
   c->logs_ = std::make_unique<LogStore>(options.data_dir + "/logs", options.max_log_file_bytes);
   CoordinatorMetricsOptions metrics_options;
   metrics_options.database_path = store_options.path;
@@ -193,6 +203,7 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinato
   cluster.checkpoint_root = policy.path_roots.empty() ? options.data_dir + "/checkpoints"
                                                       : DefaultCheckpointRoot(policy.path_roots);
   cluster.path_roots = policy.path_roots;
+  cluster.identity_of = [ids = c->identities_.get()](const std::string& owner) { return ids->Find(owner); };
   cluster.pricing = options.pricing;
   // A job deleted by ttl_after_finished takes its logs and its default checkpoint dir
   // (llamafleet's own, <first root>/llamafleet/checkpoints/<id>: ids are never reused)
@@ -258,6 +269,7 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinato
   c->job_service_->set_pricing(options.pricing);
   c->job_service_->set_submit_policy(std::move(policy));
   c->job_service_->set_metrics(c->metrics_.get());
+  c->job_service_->set_user_identities(c->identities_.get());
   c->metrics_->Attach(c->store_.get(), c->cluster_.get());
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();

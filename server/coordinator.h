@@ -10,6 +10,7 @@
 #include "absl/time/time.h"
 #include "common/clock.h"
 #include "server/cluster/straggler_rules.h"
+#include "server/identity_config.h"
 #include "server/webhooks.h"
 
 namespace grpc {
@@ -26,6 +27,7 @@ class LogStore;
 class Authenticator;
 class WorkerIdentity;
 class CoordinatorMetrics;
+class UserIdentities;
 namespace http {
 class HttpServer;
 }
@@ -91,6 +93,9 @@ struct CoordinatorOptions {
   std::map<std::string, double> pricing;
   // Where job and sweep ends are posted (server/webhooks.h); no URLs: none.
   WebhookOptions webhooks;
+  // The Unix identity each user's jobs run as on root workers (`users:`,
+  // `dynamic_uid_range`; server/user_identities.h).
+  IdentityConfig identities;
   // Not owned.
   Clock* clock = Clock::Real();
 };
@@ -135,6 +140,7 @@ class Coordinator {
   // Declared before what records into it, so it is destroyed after them.
   std::unique_ptr<CoordinatorMetrics> metrics_;
   std::unique_ptr<JobStore> store_;
+  std::unique_ptr<UserIdentities> identities_;  // before what looks identities up
   std::unique_ptr<Authenticator> auth_;
   std::unique_ptr<WorkerIdentity> worker_identity_;
   std::unique_ptr<LogStore> logs_;

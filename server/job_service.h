@@ -20,6 +20,8 @@
 
 namespace llamafleet {
 
+class UserIdentities;
+
 // Converts at the transport boundary.
 grpc::Status ToGrpcStatus(const absl::Status& status);
 
@@ -47,6 +49,9 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
   void set_submit_policy(SubmitPolicy policy) { policy_ = std::move(policy); }
   // Where submissions are counted (not owned; must outlive the service). Null: nowhere.
   void set_metrics(CoordinatorMetrics* metrics) { metrics_ = metrics; }
+  // Gives each submitter a Unix identity before their first job is stored (not owned;
+  // must outlive the service). Null: none.
+  void set_user_identities(UserIdentities* identities) { identities_ = identities; }
   // What DeleteJob calls once the caller may delete the job (ClusterManager::DeleteJob).
   // Unset: DeleteJob is UNIMPLEMENTED.
   using JobDeleter = std::function<void(int64_t job_id, std::string export_dir,
@@ -146,6 +151,7 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
   PriceTable pricing_;
   CoordinatorMetrics* metrics_ = nullptr;
   std::optional<SubmitPolicy> policy_;
+  UserIdentities* identities_ = nullptr;
   JobDeleter deleter_;
 
   std::mutex watches_mu_;

@@ -13,6 +13,7 @@
 #include "server/job_service.h"
 #include "server/job_service_internal.h"
 #include "server/path_resolution.h"
+#include "server/user_identities.h"
 #include "storage/cluster_store.h"
 
 namespace llamafleet {
@@ -115,7 +116,9 @@ grpc::ServerUnaryReactor* JobServiceImpl::Submit(
   }
   if (dry_run) {
     // What the store's transaction would refuse, refused the same way.
-    if (absl::Status s = CheckJobDirsFree(*store_, inputs); !s.ok()) {
+    absl::Status s = CheckJobDirsFree(*store_, inputs);
+    if (s.ok() && identities_ != nullptr) s = identities_->Check(caller.user);
+    if (!s.ok()) {
       if (metrics_ != nullptr) metrics_->RecordSubmissions(SubmitResult::kInvalid, inputs.size());
       return FinishNow(context, s);
     }
@@ -134,26 +137,44 @@ grpc::ServerUnaryReactor* JobServiceImpl::Submit(
   }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   const int64_t jobs = static_cast<int64_t>(inputs.size());
-  store_->SubmitJobs(std::move(inputs), [reactor, respond = std::move(respond), metrics = metrics_,
-                                         received, jobs](
-                                            absl::StatusOr<std::vector<SubmitJobResult>> result) {
-    if (!result.ok()) {
-      if (metrics != nullptr) metrics->RecordSubmissions(SubmitResult::kError, jobs);
-      reactor->Finish(ToGrpcStatus(result.status()));
+  auto submit = [this, reactor, inputs = std::move(inputs), respond = std::move(respond), received,
+                 jobs]() mutable {
+    store_->SubmitJobs(
+        std::move(inputs), [reactor, respond = std::move(respond), metrics = metrics_, received,
+                            jobs](absl::StatusOr<std::vector<SubmitJobResult>> result) {
+          if (!result.ok()) {
+            if (metrics != nullptr) metrics->RecordSubmissions(SubmitResult::kError, jobs);
+            reactor->Finish(ToGrpcStatus(result.status()));
+            return;
+          }
+          if (metrics != nullptr) {
+            metrics->RecordSubmitted(*result,
+                                     absl::FromChrono(std::chrono::steady_clock::now() - received));
+          }
+          std::vector<v1::SubmitJobResponse> responses(result->size());
+          for (size_t i = 0; i < result->size(); ++i) {
+            *responses[i].mutable_job() = std::move((*result)[i].job);
+            AddMemoryEstimate(responses[i].mutable_job());
+            responses[i].set_created((*result)[i].created);
+          }
+          respond(std::move(responses));
+          reactor->Finish(grpc::Status::OK);
+        });
+  };
+  if (identities_ == nullptr) {
+    submit();
+    return reactor;
+  }
+  // The owner's Unix identity exists before any of their jobs does (user_identities.h):
+  // a first submission records their dynamic uid, and is refused when none is left.
+  identities_->EnsureAsync(caller.user, [this, reactor, submit = std::move(submit),
+                                         jobs](absl::StatusOr<v1::RunIdentity> id) mutable {
+    if (!id.ok()) {
+      if (metrics_ != nullptr) metrics_->RecordSubmissions(SubmitResult::kInvalid, jobs);
+      reactor->Finish(ToGrpcStatus(id.status()));
       return;
     }
-    if (metrics != nullptr) {
-      metrics->RecordSubmitted(*result,
-                               absl::FromChrono(std::chrono::steady_clock::now() - received));
-    }
-    std::vector<v1::SubmitJobResponse> responses(result->size());
-    for (size_t i = 0; i < result->size(); ++i) {
-      *responses[i].mutable_job() = std::move((*result)[i].job);
-      AddMemoryEstimate(responses[i].mutable_job());
-      responses[i].set_created((*result)[i].created);
-    }
-    respond(std::move(responses));
-    reactor->Finish(grpc::Status::OK);
+    submit();
   });
   return reactor;
 }

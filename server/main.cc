@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "server/auth.h"
 #include "server/coordinator.h"
+#include "server/identity_config.h"
 #include "storage/job_store.h"
 #include "storage/worker_credential_store.h"
 #include "storage/worker_drain_store.h"
@@ -153,7 +154,8 @@ int main(int argc, char** argv) {
   app.add_option("--config", config_file,
                  "YAML file with any of: listen, data_dir, synchronous, group_commit, log_level, "
                  "http_listen, queues, paths (roots), limits (max_active_jobs_per_user, "
-                 "max_priority), pricing (instance type: price per instance-hour)");
+                 "max_priority), pricing (instance type: price per instance-hour), users (API user: Unix "
+                 "identity), dynamic_uid_range");
   app.add_option("--synchronous", synchronous, "SQLite durability: full (fsync every commit) or normal")
       ->check(CLI::IsMember({"full", "normal"}));
   app.add_flag("--no-group-commit", no_group_commit,
@@ -191,6 +193,10 @@ int main(int argc, char** argv) {
                  "directory jobs may name paths in (repeatable; shared storage such as an FSx "
                  "mount); the first also holds default checkpoint dirs. Without one, no job "
                  "can be submitted");
+  std::string dynamic_uid_range;
+  app.add_option("--dynamic-uid-range", dynamic_uid_range,
+                 "FIRST-LAST: Unix uids given, one per user for good, to users that users: in the config does not "
+                 "map; their jobs run as them on root workers (default 61184-65519; none: such users cannot submit)");
   bool insecure_no_auth = false;
   app.add_flag("--insecure-no-auth", insecure_no_auth,
                "turn off token authentication: every caller is an admin (local demos only)");
@@ -260,7 +266,8 @@ int main(int argc, char** argv) {
     }
     const std::set<std::string> known = {"listen",    "data_dir",    "synchronous", "group_commit",
                                          "log_level", "http_listen", "queues",
-                                         "paths",     "limits",      "pricing"};
+                                         "paths",     "limits",      "pricing",
+                                         "users",     "dynamic_uid_range"};
     try {
       for (const auto& kv : config) {
         const std::string key = kv.first.as<std::string>();
@@ -322,6 +329,18 @@ int main(int argc, char** argv) {
             }
           }
         }
+        if (key == "users") {
+          absl::StatusOr<std::map<std::string, v1::RunIdentity>> users = llamafleet::ParseUsersConfig(kv.second);
+          if (!users.ok()) return Fail(absl::StrCat("config ", config_file, ": ", users.status().message()));
+          options.identities.users = *std::move(users);
+        }
+        if (key == "dynamic_uid_range" && app.count("--dynamic-uid-range") == 0) {
+          dynamic_uid_range = kv.second.as<std::string>();
+          absl::StatusOr<std::optional<llamafleet::UidRange>> range =
+              llamafleet::ParseUidRange(dynamic_uid_range, "dynamic_uid_range");
+          if (!range.ok()) return Fail(absl::StrCat("config ", config_file, ": ", range.status().message()));
+          options.identities.dynamic = *range;
+        }
         if (key == "pricing") {
           // pricing: {INSTANCE_TYPE: PRICE_PER_INSTANCE_HOUR, ...}
           if (!kv.second.IsMap()) {
@@ -376,6 +395,15 @@ int main(int argc, char** argv) {
     } catch (const YAML::Exception& e) {
       return Fail(absl::StrCat("config ", config_file, ": ", e.what()));
     }
+  }
+  if (app.count("--dynamic-uid-range") > 0) {
+    absl::StatusOr<std::optional<llamafleet::UidRange>> range =
+        llamafleet::ParseUidRange(dynamic_uid_range, "--dynamic-uid-range");
+    if (!range.ok()) return Fail(std::string(range.status().message()));
+    options.identities.dynamic = *range;
+  }
+  if (absl::Status s = llamafleet::ValidateIdentityConfig(options.identities); !s.ok()) {
+    return Fail(std::string(s.message()));
   }
   options.synchronous_full = synchronous == "full";
   options.auth_enabled = !insecure_no_auth;

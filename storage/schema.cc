@@ -237,6 +237,15 @@ INSERT INTO usage_totals (user, queue, jobs, gpu_seconds, failed_gpu_seconds)
          SUM(CASE WHEN a.state = 2 OR (a.state = 3 AND a.failure_class = 'preempted') THEN a.gpu_seconds ELSE 0 END)
   FROM attempts a JOIN jobs j ON j.id = a.job_id WHERE a.state != 0 GROUP BY j.owner, j.queue;
 )sql",
+    // 11: the dynamic Unix uid of each API user without a configured mapping
+    // (storage/identity_store.h): one per user, none shared, kept for good.
+    R"sql(
+CREATE TABLE user_identities (
+  user           TEXT PRIMARY KEY,
+  uid            INTEGER NOT NULL UNIQUE,
+  create_time_us INTEGER NOT NULL
+) WITHOUT ROWID;
+)sql",
 };
 
 

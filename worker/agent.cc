@@ -18,7 +18,7 @@
 #include "worker/inventory.h"
 #include "worker/job_checkpoint_dir.h"
 #include "worker/path_guard.h"
-#include "worker/token_cache_dir.h"
+#include "worker/task_setup.h"
 #include "worker/trainer_events.h"
 
 namespace llamafleet::worker {
@@ -412,19 +412,12 @@ void WorkerAgent::StartTask(const v1::TaskSpec& task) {
     std::lock_guard<std::mutex> lock(mu_);
     if (shutting_down_ || tasks_.count(task.task_id())) return;  // repeated assignment
   }
-  // Each owner's tokenized datasets in a directory of their own (token_cache_dir.h).
-  absl::StatusOr<std::string> token_cache = absl::FailedPreconditionError("unchecked");
+  // Who the ranks run as, the owner's token cache and the job's directories (task_setup.h).
+  absl::StatusOr<TaskSetup> setup = absl::FailedPreconditionError("unchecked");
   absl::Status refused = CheckTaskPaths(task);
   if (refused.ok()) {
-    const std::vector<std::string> roots(task.path_roots().begin(), task.path_roots().end());
-    token_cache = PrepareTokenCacheDir(OwnerTokenCacheDir(roots, options_.data_dir, task.owner()), options_.run_as);
-    refused = token_cache.status();
-    // A default checkpoint dir: the trainers make it in <root>/llamafleet/checkpoints,
-    // which the worker makes and hands to them (the levels above stay the worker's).
-    const TokenCacheDir checkpoints = DefaultCheckpointRootDir(roots);
-    if (refused.ok() && !roots.empty() && absl::StartsWith(task.spec().checkpoint().dir(), checkpoints.path() + "/")) {
-      refused = PrepareTokenCacheDir(checkpoints, options_.run_as).status();
-    }
+    setup = PrepareTask(task, options_.identities, options_.data_dir);
+    refused = setup.status();
   }
   if (!refused.ok()) {
     // The job's fault (or its owner's cache's), not the node's: reported the way a trainer
@@ -464,16 +457,18 @@ void WorkerAgent::StartTask(const v1::TaskSpec& task) {
   launch.task = task;
   launch.trainer_command = options_.trainer_command;
   launch.work_dir = absl::StrCat(options_.data_dir, "/tasks/", task.task_id());
-  launch.token_cache_dir = *token_cache;
+  launch.token_cache_dir = setup->token_cache_dir;
   if (cpu) {
     launch.gpu_indices.clear();
     launch.cpu_threads_per_rank = std::max(1, inventory_.cpus() / std::max(1, task.nproc_per_node()));
   }
   launch.efa = inventory_.efa_devices() > 0;
-  launch.run_as = options_.run_as;
-  spdlog::info("starting task {}: job {} attempt {}, node {}/{}, {} ranks", task.task_id(),
+  launch.run_as = setup->run_as;
+  launch.umask = setup->umask;
+  spdlog::info("starting task {}: job {} attempt {}, node {}/{}, {} ranks{}", task.task_id(),
                task.job_id(), task.attempt(), task.node_rank(), task.nnodes(),
-               task.nproc_per_node());
+               task.nproc_per_node(),
+               launch.run_as.has_value() ? absl::StrCat(", as ", launch.run_as->user, " (uid ", launch.run_as->uid, ")") : "");
   absl::StatusOr<std::unique_ptr<TaskRunner>> runner =
       TaskRunner::Start(launch, this, options_.failure_grace);
   if (!runner.ok()) {

@@ -42,7 +42,7 @@ struct AgentOptions {
   absl::Duration heartbeat_interval = absl::Seconds(2);
   absl::Duration failure_grace = absl::Seconds(10);  // SIGTERM → SIGKILL when a rank failed
   size_t max_buffered_log_lines = 10000;             // beyond: dropped, counted
-  std::optional<RunAs> run_as;          // identity of the trainers (see worker/run_as.h)
+  TrainerIdentities identities;         // who the trainers run as (see worker/run_as.h)
   // Pre-flight (worker/preflight.h): before each hello, after each task once none runs,
   // and this often while idle (zero: only then).
   absl::Duration preflight_interval = absl::Minutes(5);

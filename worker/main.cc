@@ -51,7 +51,8 @@ int main(int argc, char** argv) {
   app.add_option("--join-token-file", token_file, "file holding the join token");
   std::string run_as;
   app.add_option("--run-as", run_as,
-                 "USER[:GROUP] the trainers run as (a root worker's default: llamafleet)");
+                 "USER[:GROUP] every job's trainers run as (a root worker's default: each job as its owner's "
+                 "Unix identity, named by the coordinator)");
   app.add_option("--data-dir", options.data_dir, "directory for task files (required)");
   app.add_option("--cpu-ranks", options.cpu_ranks, "run as a CPU worker with N ranks");
   app.add_option("--instance-type", options.instance_type, "instance type (e.g. p5.48xlarge)");
@@ -116,24 +117,17 @@ int main(int argc, char** argv) {
                  "LLAMAFLEET_JOIN_TOKEN\n";
     return 2;
   }
-  absl::StatusOr<std::optional<llamafleet::worker::RunAs>> identity =
-      llamafleet::worker::ResolveRunAs(run_as, geteuid());
-  if (!identity.ok()) {
-    std::cerr << "llamafleet-worker: " << identity.status().message() << "\n";
+  absl::StatusOr<llamafleet::worker::TrainerIdentities> identities =
+      llamafleet::worker::ResolveTrainerIdentities(run_as, geteuid());
+  if (!identities.ok()) {
+    std::cerr << "llamafleet-worker: " << identities.status().message() << "\n";
     return 2;
   }
-  options.run_as = *identity;
-  if (options.run_as.has_value()) {
-    const llamafleet::worker::RunAs& r = *options.run_as;
-    if (r.uid == 0) {
-      spdlog::warn("--run-as {}: trainers run as root; a job can then do anything root can", run_as);
-    } else {
-      spdlog::info("trainers run as user {} (uid {}, gid {}){}", r.user, r.uid, r.gid,
-                   run_as.empty() ? ": the worker runs as root and no --run-as was given" : "");
-    }
-  } else {
-    spdlog::info("trainers run as this worker's user (uid {})", geteuid());
+  options.identities = *identities;
+  if (options.identities.single.has_value() && options.identities.single->uid == 0) {
+    spdlog::warn("--run-as {}: trainers run as root; a job can then do anything root can", run_as);
   }
+  spdlog::info("trainers: {}", llamafleet::worker::DescribeTrainerIdentities(options.identities, geteuid()));
   for (absl::string_view kv : absl::StrSplit(labels, ',', absl::SkipEmpty())) {
     std::pair<std::string, std::string> p = absl::StrSplit(kv, absl::MaxSplits('=', 1));
     if (p.first.empty() || p.second.empty()) {

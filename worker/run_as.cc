@@ -41,8 +41,7 @@ bool Allowed(const std::string& name) {
 absl::StatusOr<std::optional<RunAs>> ResolveRunAs(const std::string& spec, uid_t euid) {
   std::string user = spec, group;
   if (spec.empty()) {
-    if (euid != 0) return std::optional<RunAs>();
-    user = kDefaultTrainerUser;
+    return std::optional<RunAs>();
   } else if (size_t colon = spec.find(':'); colon != std::string::npos) {
     user = spec.substr(0, colon);
     group = spec.substr(colon + 1);
@@ -61,12 +60,6 @@ absl::StatusOr<std::optional<RunAs>> ResolveRunAs(const std::string& spec, uid_t
     if (absl::SimpleAtoi(user, &numeric) &&
         getpwuid_r(numeric, &pw, buf.data(), buf.size(), &found) == 0 && found != nullptr) {
       // a numeric uid with a passwd entry
-    } else if (spec.empty()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "the worker runs as root, so trainers run as the unprivileged user '",
-          kDefaultTrainerUser, "', which does not exist: create it (deploy/local/install-deps.sh "
-          "does: useradd --system --no-create-home ", kDefaultTrainerUser,
-          ") or name another user with --run-as USER[:GROUP]"));
     } else {
       return absl::InvalidArgumentError(absl::StrCat("--run-as: no such user '", user, "'"));
     }
@@ -103,6 +96,42 @@ absl::StatusOr<std::optional<RunAs>> ResolveRunAs(const std::string& spec, uid_t
         "--run-as ", spec, ": only a worker running as root can run trainers as another user"));
   }
   return std::optional<RunAs>(std::move(r));
+}
+
+absl::StatusOr<TrainerIdentities> ResolveTrainerIdentities(const std::string& spec, uid_t euid) {
+  TrainerIdentities out;
+  if (spec.empty()) {
+    out.mode = euid == 0 ? TrainerIdentityMode::kPerOwner : TrainerIdentityMode::kWorkerUser;
+    return out;
+  }
+  absl::StatusOr<std::optional<RunAs>> single = ResolveRunAs(spec, euid);
+  if (!single.ok()) return single.status();
+  if (single->has_value()) {
+    out.mode = TrainerIdentityMode::kSingle;
+    out.single = std::move(*single);
+  }
+  return out;
+}
+
+std::string DescribeTrainerIdentities(const TrainerIdentities& identities, uid_t euid) {
+  switch (identities.mode) {
+    case TrainerIdentityMode::kPerOwner:
+      return "per-owner identities: each job's trainers run as the Unix identity the coordinator names for its "
+             "owner (a mapped user or a dynamic uid), and the job's checkpoint and export directories are made "
+             "owned by it, mode 0700: the kernel keeps one user's jobs out of another's files";
+    case TrainerIdentityMode::kSingle: {
+      const RunAs& r = *identities.single;
+      return absl::StrCat("single identity (--run-as): every job's trainers run as user ", r.user, " (uid ", r.uid,
+                          ", gid ", r.gid,
+                          "); users are kept apart only by path checks and directory modes (leave --run-as out "
+                          "for per-owner identities)");
+    }
+    case TrainerIdentityMode::kWorkerUser:
+      break;
+  }
+  return absl::StrCat("worker's own user: trainers run as this worker's user (uid ", euid,
+                      "); a worker that is not root cannot switch users, so users are kept apart only by path "
+                      "checks and directory modes (run it as root for per-owner identities)");
 }
 
 std::vector<std::string> TrainerBaseEnvironment(const char* const* inherited,

@@ -165,6 +165,8 @@ absl::Status TaskRunner::Launch() {
   const uid_t uid = switch_user ? launch_.run_as->uid : 0;
   const gid_t gid = switch_user ? launch_.run_as->gid : 0;
   const std::vector<gid_t> groups = switch_user ? launch_.run_as->groups : std::vector<gid_t>();
+  const bool set_umask = launch_.umask.has_value();
+  const mode_t mask = set_umask ? *launch_.umask : 0;
 
   for (int local = 0; local < t.nproc_per_node(); ++local) {
     int out[2], err[2];
@@ -199,6 +201,7 @@ absl::Status TaskRunner::Launch() {
       int devnull = open("/dev/null", O_RDONLY);
       if (devnull >= 0) dup2(devnull, STDIN_FILENO);
       if (chdir(dir) != 0) _exit(126);
+      if (set_umask) umask(mask);
       if (switch_user) {
         // Groups first: after setuid there is no permission left to change them.
         if (setgroups(groups.size(), groups.data()) != 0 || setgid(gid) != 0 ||

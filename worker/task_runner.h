@@ -46,6 +46,9 @@ struct TaskLaunch {
   // handed to it). Every rank starts with no inherited descriptor beyond stdin/out/err and
   // the minimal environment of TrainerBaseEnvironment().
   std::optional<RunAs> run_as;
+  // The ranks' umask (set: the job's directories are private to `run_as`, and what the
+  // trainer creates in them stays so); unset: the worker's.
+  std::optional<mode_t> umask;
 };
 
 // Receives what the ranks print and how the task ends. Called on the runner's own thread;

@@ -447,6 +447,9 @@ void ClusterManager::SendAssignments(int64_t job_id) {
     *ts->mutable_spec() = a.spec;
     for (const std::string& root : options_.path_roots) ts->add_path_roots(root);
     ts->set_owner(a.owner);
+    if (options_.identity_of) {
+      if (std::optional<v1::RunIdentity> id = options_.identity_of(a.owner)) *ts->mutable_identity() = *std::move(id);
+    }
     workers_.Send(t.worker, std::move(m));
   }
 }

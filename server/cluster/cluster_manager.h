@@ -110,6 +110,10 @@ struct ClusterOptions {
   std::string checkpoint_root;
   // Sent in every task (TaskSpec.path_roots): workers re-check the job's paths against them.
   std::vector<std::string> path_roots;
+  // The Unix identity a job owner's trainers run as (TaskSpec.identity;
+  // server/user_identities.h), on the loop's thread; must not block. nullopt, or no
+  // function: the task carries none.
+  std::function<std::optional<v1::RunIdentity>(const std::string& owner)> identity_of;
   // Prices an attempt's usage when it ends (storage/usage_store.h). Empty: unpriced.
   PriceTable pricing;
   // Runs on the manager's thread after a job's record was deleted (ttl_after_finished, or

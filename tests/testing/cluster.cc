@@ -39,9 +39,10 @@ absl::StatusOr<std::unique_ptr<Subprocess>> StartWorker(const WorkerOptions& opt
       "--trainer",
       options.trainer.empty() ? BinaryPath("llamafleet-train") : options.trainer,
       "--heartbeat-interval",
-      absl::StrFormat("%g", options.heartbeat_interval),
-      "--run-as",
-      options.run_as.empty() ? absl::StrCat(geteuid()) : options.run_as};
+      absl::StrFormat("%g", options.heartbeat_interval)};
+  if (!options.per_owner) {
+    argv.insert(argv.end(), {"--run-as", options.run_as.empty() ? absl::StrCat(geteuid()) : options.run_as});
+  }
   if (!options.join_token.empty()) argv.insert(argv.end(), {"--join-token", options.join_token});
   argv.insert(argv.end(), options.flags.begin(), options.flags.end());
   return Subprocess::Start(argv, options.env, options.log_path);

@@ -42,6 +42,7 @@ struct WorkerOptions {
   std::string trainer = {};  // "" = the built llamafleet-train
   double heartbeat_interval = 0.5;
   std::string run_as = {};              // "" = this test's user (the fixture's files are its own)
+  bool per_owner = false;               // no --run-as: a root worker runs each job as its owner's identity
   std::vector<std::string> flags = {};  // anything else
   std::map<std::string, std::string> env = {};
   std::string log_path = {};  // stderr; "" inherits the test's

@@ -10,7 +10,6 @@
 
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 
 #include <gtest/gtest.h>
 
@@ -26,6 +25,7 @@ namespace llamafleet {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::ReadFile;
 using testing::TempDir;
 
 // @CK@: the job's checkpoint dir; @TARGET@: where the link put in its place leads.
@@ -43,13 +43,6 @@ sleep 2
 echo '{"type":"event","event":"exit","code":"OK","message":""}'
 exit 0
 )sh";
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 class RetentionAttackTest : public ::testing::Test {
  protected:

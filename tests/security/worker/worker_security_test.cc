@@ -14,7 +14,6 @@
 #include <map>
 #include <mutex>
 #include <set>
-#include <sstream>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -37,6 +36,7 @@ namespace fs = std::filesystem;
 using testing::BinaryPath;
 using testing::RunCommand;
 using testing::Subprocess;
+using testing::ReadFile;
 using testing::TempDir;
 
 // Prints who it runs as, its environment and arguments, marks that it ran (a file named
@@ -49,13 +49,6 @@ echo "args=$*"
 touch "$LLAMAFLEET_TEST_MARKS/ran-$LLAMAFLEET_TASK_ID"
 exec ls -l /proc/self/fd
 )sh";
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 // A coordinator as far as one worker can tell: welcomes it, assigns the given tasks, and
 // records what comes back.
@@ -206,14 +199,21 @@ class WorkerSecurityTest : public ::testing::Test {
 
 TEST_F(WorkerSecurityTest, RootWorkerRunsTrainersUnprivilegedWithNoInheritedFdsAndAMinimalEnvironment) {
   if (geteuid() != 0) GTEST_SKIP() << "needs root: checks what a root worker's trainers run as";
-  struct passwd* pw = getpwnam(worker::kDefaultTrainerUser);
-  ASSERT_NE(pw, nullptr) << "user llamafleet is missing: run deploy/local/install-deps.sh";
-  FakeCoordinator coordinator({Task("1-1-0")});
+  // Without --run-as, each task as the identity the coordinator names for its owner; a
+  // task without one (an older coordinator) is refused before anything runs.
+  v1::TaskSpec task = Task("1-1-0");
+  task.set_owner("bob");
+  task.mutable_identity()->set_uid(70005);
+  task.mutable_identity()->set_gid(70005);
+  task.mutable_identity()->set_name("llamafleet-70005");
+  task.mutable_identity()->set_dynamic(true);
+  v1::TaskSpec without = Task("2-1-0");
+  FakeCoordinator coordinator({task, without});
   std::unique_ptr<Subprocess> w = StartWorker(coordinator.address(), "");
   v1::TaskStatus st = coordinator.WaitFinished("1-1-0", absl::Seconds(20));
   ASSERT_EQ(st.state(), v1::TASK_SUCCEEDED) << st.message();
 
-  EXPECT_EQ(coordinator.Line("1-1-0", "uid="), absl::StrCat("uid=", pw->pw_uid));
+  EXPECT_EQ(coordinator.Line("1-1-0", "uid="), "uid=70005");
   // stdin, stdout, stderr: nothing else of the worker's (its sockets, its log file, the
   // descriptors the test left open for it) reaches the trainer.
   ASSERT_FALSE(coordinator.Line("1-1-0", "total").empty()) << "no descriptor listing";
@@ -238,13 +238,20 @@ TEST_F(WorkerSecurityTest, RootWorkerRunsTrainersUnprivilegedWithNoInheritedFdsA
   for (const char* needed : {"PATH", "HOME", "RANK", "WORLD_SIZE", "MASTER_ADDR", "LLAMAFLEET_JOB_ID"}) {
     EXPECT_TRUE(names.count(needed)) << needed;
   }
+  EXPECT_EQ(coordinator.Line("1-1-0", "env:USER="), "env:USER=llamafleet-70005");
   EXPECT_TRUE(Ran("1-1-0"));
+  st = coordinator.WaitFinished("2-1-0", absl::Seconds(20));
+  EXPECT_EQ(st.state(), v1::TASK_FAILED);
+  EXPECT_NE(st.message().find("identity: the coordinator named no Unix identity"), std::string::npos) << st.message();
+  EXPECT_EQ(ClassifyFailure(st), AttemptOutcome::kPermanent);
+  EXPECT_FALSE(Ran("2-1-0"));
   w.reset();
-  EXPECT_NE(ReadFile(dir_.path() + "/w1.log").find("trainers run as user llamafleet"), std::string::npos);
-  // Its working directory was handed to it.
+  EXPECT_NE(ReadFile(dir_.path() + "/w1.log").find("trainers: per-owner identities"), std::string::npos);
+  // Its working directory was handed to it, private.
   struct stat wd;
   ASSERT_EQ(stat((dir_.path() + "/w1/tasks/1-1-0").c_str(), &wd), 0);
-  EXPECT_EQ(wd.st_uid, pw->pw_uid);
+  EXPECT_EQ(wd.st_uid, 70005u);
+  EXPECT_EQ(wd.st_mode & 07777, 0700u);
 }
 
 TEST_F(WorkerSecurityTest, RunAsNamesAnUnknownUserAndTheWorkerRefusesToStart) {
@@ -345,9 +352,9 @@ TEST_F(WorkerSecurityTest, ALinkOnTheWayToADirTheJobWritesFailsTheTaskBeforeStar
 // ---------------------------------------------------------------- token caches per owner
 
 TEST_F(WorkerSecurityTest, EachOwnerHasATokenCacheNoOtherOwnersJobCanReadOrPlantIn) {
-  // A root worker runs its trainers as llamafleet; any other runs them as itself.
+  // A root worker runs its trainers as llamafleet (--run-as); any other runs them as itself.
   const struct passwd* pw = geteuid() == 0 ? getpwnam(worker::kDefaultTrainerUser) : nullptr;
-  const std::string run_as = pw != nullptr ? "" : std::to_string(geteuid());
+  const std::string run_as = pw != nullptr ? worker::kDefaultTrainerUser : std::to_string(geteuid());
   const uid_t trainer_uid = pw != nullptr ? pw->pw_uid : geteuid();
   std::ofstream(root_ + "/good.jsonl") << "{\"input_ids\": [1, 2, 3]}\n";
   const std::string caches = root_ + "/llamafleet/token-cache";
