@@ -299,6 +299,10 @@ absl::Status WorkerAgent::RunSession() {
                                           : absl::StrCat(inventory_.cpu_ranks(), " CPU ranks"),
                inventory_.efa_devices() > 0 ? absl::StrCat(", ", inventory_.efa_devices(), " EFA")
                                             : "");
+  if (options_.trainer_memory_limit != 0 && inventory_.gpus_size() > 0) {
+    spdlog::warn("--trainer-memory-limit is not applied on a GPU worker (CUDA reserves far more address "
+                 "space than it uses): bound the node's trainers with the unit's cgroup (MemoryMax=)");
+  }
   for (const std::string& id : first.welcome().kill_task_ids()) {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = tasks_.find(id);
@@ -461,6 +465,7 @@ void WorkerAgent::StartTask(const v1::TaskSpec& task) {
   if (cpu) {
     launch.gpu_indices.clear();
     launch.cpu_threads_per_rank = std::max(1, inventory_.cpus() / std::max(1, task.nproc_per_node()));
+    launch.address_space_limit = options_.trainer_memory_limit;
   }
   launch.efa = inventory_.efa_devices() > 0;
   launch.run_as = setup->run_as;

@@ -48,6 +48,7 @@ struct AgentOptions {
   absl::Duration preflight_interval = absl::Minutes(5);
   std::string preflight_fail_for_test;  // fault injection: fail while this file exists
   std::string gpu_health_fake_for_test;  // fault injection: GPU health events (gpu_health.h)
+  uint64_t trainer_memory_limit = 0;     // bytes of address space per CPU rank; 0 = none
 };
 
 // The credential file in a worker's data dir: the name it was issued for, then the

@@ -13,6 +13,7 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_split.h"
+#include "common/byte_size.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
 #include "worker/agent.h"
@@ -73,6 +74,11 @@ int main(int argc, char** argv) {
   app.add_option("--gpu-health-fake-for-test", options.gpu_health_fake_for_test,
                  "FILE: while FILE exists its GPU health events (e.g. 'xid 79 gpu 0') are reported "
                  "in heartbeats (fault injection for tests)");
+  std::string memory_limit;
+  app.add_option("--trainer-memory-limit", memory_limit,
+                 "SIZE (bytes, or with K, M, G, T): the address space each rank of a CPU worker may map "
+                 "(RLIMIT_AS); a rank past it fails its allocation instead of exhausting the node. Not "
+                 "applied on GPU workers: bound those with the unit's cgroup (systemd MemoryMax=)");
   bool check_health = false;
   app.add_flag("--check-health", check_health,
                "run the pre-flight and one GPU health sample, print them (JSON) and exit: 0 when "
@@ -143,6 +149,15 @@ int main(int argc, char** argv) {
     return 2;
   }
   options.preflight_interval = absl::Seconds(preflight_interval_s);
+  if (!memory_limit.empty()) {
+    const std::optional<uint64_t> bytes = llamafleet::ParseByteSize(memory_limit);
+    if (!bytes || *bytes < (uint64_t{64} << 20)) {
+      std::cerr << "llamafleet-worker: --trainer-memory-limit: \"" << memory_limit
+                << "\" is not a size of at least 64M (e.g. 48G)\n";
+      return 2;
+    }
+    options.trainer_memory_limit = *bytes;
+  }
   std::error_code ec;
   std::filesystem::create_directories(options.data_dir, ec);
   if (ec) {

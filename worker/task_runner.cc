@@ -167,6 +167,7 @@ absl::Status TaskRunner::Launch() {
   const std::vector<gid_t> groups = switch_user ? launch_.run_as->groups : std::vector<gid_t>();
   const bool set_umask = launch_.umask.has_value();
   const mode_t mask = set_umask ? *launch_.umask : 0;
+  const rlim_t address_space = static_cast<rlim_t>(launch_.address_space_limit);
 
   for (int local = 0; local < t.nproc_per_node(); ++local) {
     int out[2], err[2];
@@ -202,6 +203,10 @@ absl::Status TaskRunner::Launch() {
       if (devnull >= 0) dup2(devnull, STDIN_FILENO);
       if (chdir(dir) != 0) _exit(126);
       if (set_umask) umask(mask);
+      if (address_space != 0) {
+        const struct rlimit limit = {address_space, address_space};
+        if (setrlimit(RLIMIT_AS, &limit) != 0) _exit(126);
+      }
       if (switch_user) {
         // Groups first: after setuid there is no permission left to change them.
         if (setgroups(groups.size(), groups.data()) != 0 || setgid(gid) != 0 ||

@@ -13,7 +13,9 @@
 #include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "common/byte_size.h"
 #include "tests/testing/process.h"
 
 namespace llamafleet::worker {
@@ -115,6 +117,26 @@ TEST_F(TaskRunnerTest, RanksGetTorchrunEnvironmentAndTheSpec) {
   ASSERT_EQ(recorder_.exits.size(), 2u);
   EXPECT_EQ(recorder_.exits[0].rank(), 2);
   EXPECT_EQ(recorder_.exits[0].exit_code(), 0);
+}
+
+TEST_F(TaskRunnerTest, AddressSpaceLimitIsEachRanksRlimitAs) {
+  TaskLaunch l = Launch("echo \"as=$(ulimit -v)\"", 1);
+  l.address_space_limit = uint64_t{512} << 20;
+  auto runner = TaskRunner::Start(l, &recorder_, absl::Seconds(5));
+  ASSERT_TRUE(runner.ok()) << runner.status();
+  ASSERT_TRUE(recorder_.WaitDone(absl::Seconds(10)));
+  EXPECT_TRUE(recorder_.HasLine("1 out as=524288")) << absl::StrJoin(recorder_.lines, "\n");
+}
+
+TEST(ByteSize, OperatorsSizes) {
+  EXPECT_EQ(ParseByteSize("0"), 0u);
+  EXPECT_EQ(ParseByteSize("4096"), 4096u);
+  EXPECT_EQ(ParseByteSize("64M"), uint64_t{64} << 20);
+  EXPECT_EQ(ParseByteSize("48g"), uint64_t{48} << 30);
+  EXPECT_EQ(ParseByteSize("2T"), uint64_t{2} << 40);
+  for (const char* bad : {"", "G", "-1G", "+1G", "1.5G", "1GB", "1Gi", "18446744073709551616", "16777216T", " 1G"}) {
+    EXPECT_FALSE(ParseByteSize(bad).has_value()) << bad;
+  }
 }
 
 TEST_F(TaskRunnerTest, OneRankFailingStopsTheWholeGang) {
