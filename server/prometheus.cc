@@ -4,8 +4,10 @@
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
+#include <set>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "spdlog/spdlog.h"
