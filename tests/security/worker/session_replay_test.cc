@@ -1,0 +1,304 @@
+// A worker's credential replayed from a second process, end to end with real coordinator
+// and worker processes: the thief is a real llamafleet-worker started under the victim's
+// name with a copy of its credential file. The victim's trainer is a /bin/sh stand-in that
+// appends each step to a file, so a trainer nobody holds shows up as a file that keeps
+// growing. One process per name (server/cluster/worker_sessions.h): the thief is refused
+// while the victim's session lives; if it takes the name while the victim is away, the
+// victim stops its trainer on its next hello (worker/session_hold.h), and either way the
+// job ends as it would have: never FAILED as its own fault, no trainer left running.
+#include <grpcpp/grpcpp.h>
+#include <signal.h>
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <iostream>
+#include <sstream>
+
+#include <gtest/gtest.h>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/job_state.h"
+#include "jobspec/jobspec.h"
+#include "llamafleet/v1/job.grpc.pb.h"
+#include "llamafleet/v1/worker.grpc.pb.h"
+#include "tests/testing/cluster.h"
+#include "tests/testing/process.h"
+
+namespace llamafleet {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::Subprocess;
+using testing::TempDir;
+
+// LLAMAFLEET_FAKE_STEPS steps of 0.1 s; each appended to DIR/<task>.steps, its pid in
+// DIR/<task>.pid (DIR: LLAMAFLEET_FAKE_DIR).
+constexpr char kStepTrainer[] = R"sh(#!/bin/sh
+OUT="$LLAMAFLEET_FAKE_DIR/$LLAMAFLEET_TASK_ID"
+STEPS=${LLAMAFLEET_FAKE_STEPS:-60}
+echo $$ > "$OUT.pid"
+echo "{\"type\":\"event\",\"event\":\"started\",\"total_steps\":$STEPS}"
+step=0
+while [ $step -lt $STEPS ]; do
+  sleep 0.1 &
+  wait $!
+  step=$((step + 1))
+  echo $step >> "$OUT.steps"
+  echo "{\"type\":\"metrics\",\"step\":$step,\"loss\":1,\"lr\":0.001,\"tokens_per_s\":1000}"
+done
+exit 0
+)sh";
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Running and not a zombie.
+bool Alive(pid_t pid) {
+  const std::string stat = ReadFile(absl::StrCat("/proc/", pid, "/stat"));
+  const size_t paren = stat.rfind(')');
+  return paren != std::string::npos && paren + 2 < stat.size() && stat[paren + 2] != 'Z';
+}
+
+class SessionReplayTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    trainer_ = dir_.path() + "/step-train.sh";
+    std::ofstream(trainer_) << kStepTrainer;
+    fs::permissions(trainer_, fs::perms::owner_all);
+    fake_ = dir_.path() + "/fake";
+    fs::create_directories(fake_);
+  }
+
+  void StartCoordinator(const std::string& heartbeat_timeout) {
+    auto c = testing::StartCoordinator({.data_dir = dir_.path() + "/coord",
+                                        .join_token = "secret",
+                                        .path_roots = {dir_.path(), "/"},
+                                        .flags = {"--heartbeat-timeout", heartbeat_timeout, "--cancel-grace", "2"},
+                                        .log_path = dir_.path() + "/coordinator.log"});
+    ASSERT_TRUE(c.ok()) << c.status();
+    coordinator_ = std::move(c->process);
+    auto channel = grpc::CreateChannel(c->address, grpc::InsecureChannelCredentials());
+    address_ = c->address;
+    jobs_ = v1::JobService::NewStub(channel);
+    workers_stub_ = v1::WorkerService::NewStub(channel);
+  }
+
+  // `process` names the log and data dir; `name` the worker it registers as.
+  void StartWorker(const std::string& process, const std::string& name) {
+    auto p = testing::StartWorker({.coordinator = address_,
+                                   .name = name,
+                                   .data_dir = dir_.path() + "/" + process,
+                                   .join_token = "secret",
+                                   .trainer = trainer_,
+                                   .heartbeat_interval = 0.3,
+                                   .env = {{"LLAMAFLEET_FAKE_STEPS", "80"}, {"LLAMAFLEET_FAKE_DIR", fake_}},
+                                   .log_path = dir_.path() + "/" + process + ".log"});
+    ASSERT_TRUE(p.ok()) << p.status();
+    processes_[process] = std::move(*p);
+  }
+
+  // The thief: a second process under the victim's worker name, with a copy of the
+  // credential file from the victim process's data dir.
+  void StartThief(const std::string& victim, const std::string& name) {
+    fs::create_directories(dir_.path() + "/thief");
+    fs::copy_file(dir_.path() + "/" + victim + "/worker-credential", dir_.path() + "/thief/worker-credential");
+    StartWorker("thief", name);
+  }
+
+  bool WaitForLog(const std::string& process, const std::string& text, absl::Duration timeout) {
+    const absl::Time deadline = absl::Now() + timeout;
+    while (absl::Now() < deadline) {
+      if (absl::StrContains(ReadFile(dir_.path() + "/" + process + ".log"), text)) return true;
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+    return false;
+  }
+
+  bool WaitForWorkerState(const std::string& name, v1::WorkerState state, absl::Duration timeout) {
+    const absl::Time deadline = absl::Now() + timeout;
+    while (absl::Now() < deadline) {
+      v1::ListWorkersResponse resp;
+      grpc::ClientContext ctx;
+      if (workers_stub_->ListWorkers(&ctx, v1::ListWorkersRequest(), &resp).ok()) {
+        for (const auto& w : resp.workers()) {
+          if (w.name() == name && w.state() == state) return true;
+        }
+      }
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+    return false;
+  }
+
+  std::string Submit(const std::string& extra_yaml) {
+    absl::StatusOr<std::vector<ParsedJob>> parsed = ParseJobDocuments(absl::StrCat(
+        "name: replay\nmodel: {preset: tiny, tokenizer: /t.model}\ndata: {train_path: /d.jsonl}\n"
+        "resources: {nodes: 1, gpus_per_node: 1}\n",
+        extra_yaml));
+    EXPECT_TRUE(parsed.ok()) << parsed.status();
+    v1::SubmitJobRequest req;
+    *req.mutable_spec() = (*parsed)[0].spec;
+    v1::SubmitJobResponse resp;
+    grpc::ClientContext ctx;
+    grpc::Status s = jobs_->SubmitJob(&ctx, req, &resp);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return resp.job().id();
+  }
+
+  v1::Job Get(const std::string& id) {
+    v1::GetJobRequest req;
+    req.set_job_id(id);
+    v1::Job job;
+    grpc::ClientContext ctx;
+    (void)jobs_->GetJob(&ctx, req, &job);
+    return job;
+  }
+
+  v1::Job WaitFor(const std::string& id, const std::function<bool(const v1::Job&)>& done, absl::Duration timeout) {
+    const absl::Time deadline = absl::Now() + timeout;
+    v1::Job job;
+    while (absl::Now() < deadline) {
+      job = Get(id);
+      if (done(job)) return job;
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+    return job;
+  }
+
+  std::vector<v1::Attempt> Attempts(const std::string& id) {
+    v1::ListAttemptsRequest req;
+    req.set_job_id(id);
+    v1::ListAttemptsResponse resp;
+    grpc::ClientContext ctx;
+    (void)jobs_->ListAttempts(&ctx, req, &resp);
+    return {resp.attempts().begin(), resp.attempts().end()};
+  }
+
+  // The task of the job's attempt `attempt` on its only node, as the trainer names its files.
+  std::string TaskFile(const std::string& id, int attempt, const std::string& suffix) {
+    return absl::StrCat(fake_, "/", id, "-", attempt, "-0", suffix);
+  }
+
+  pid_t TrainerPid(const std::string& id, int attempt) {
+    const std::string path = TaskFile(id, attempt, ".pid");
+    for (int i = 0; i < 100 && ReadFile(path).empty(); ++i) absl::SleepFor(absl::Milliseconds(50));
+    return static_cast<pid_t>(std::atoi(ReadFile(path).c_str()));
+  }
+
+  void TearDown() override {
+    if (HasFailure()) {
+      for (const std::string name : {"coordinator", "victim", "spare", "thief"}) {
+        const std::string text = ReadFile(dir_.path() + "/" + name + ".log");
+        if (!text.empty()) std::cout << "---- " << name << ".log\n" << text.substr(text.size() > 6000 ? text.size() - 6000 : 0);
+      }
+    }
+    for (auto& [name, p] : processes_) p->Signal(SIGCONT);
+    for (auto& [name, p] : processes_) p->Signal(SIGTERM);
+    for (auto& [name, p] : processes_) (void)p->Wait(absl::Seconds(20));
+    processes_.clear();
+    coordinator_.reset();
+  }
+
+  TempDir dir_;
+  std::string trainer_;
+  std::string fake_;
+  std::unique_ptr<Subprocess> coordinator_;
+  std::string address_;
+  std::unique_ptr<v1::JobService::Stub> jobs_;
+  std::unique_ptr<v1::WorkerService::Stub> workers_stub_;
+  std::map<std::string, std::unique_ptr<Subprocess>> processes_;
+};
+
+// The victim is connected and training when the thief says hello with its credential: the
+// thief is refused, naming the name's live session, and the victim's session, trainer and
+// job go on untouched: one attempt, no restart, SUCCEEDED, no trainer left behind.
+TEST_F(SessionReplayTest, ASecondProcessWithACopiedCredentialIsRefusedAndTheJobRunsOn) {
+  ASSERT_NO_FATAL_FAILURE(StartCoordinator("10"));
+  StartWorker("victim", "w1");
+  ASSERT_TRUE(WaitForWorkerState("w1", v1::WORKER_READY, absl::Seconds(20)));
+  const std::string id = Submit("run_policy: {max_restarts: 0}\n");
+  ASSERT_EQ(WaitFor(id, [](const v1::Job& j) { return j.latest_metrics().step() >= 5; }, absl::Seconds(30)).state(),
+            v1::RUNNING);
+  const pid_t trainer = TrainerPid(id, 1);
+  ASSERT_GT(trainer, 0);
+
+  StartThief("victim", "w1");
+  ASSERT_TRUE(WaitForLog("thief", "already has a live session from another process", absl::Seconds(20)));
+  EXPECT_TRUE(WaitForLog("coordinator", "refused a second session for worker w1", absl::Seconds(5)));
+  EXPECT_FALSE(absl::StrContains(ReadFile(dir_.path() + "/thief.log"), "registered with"));
+  // Let the thief retry a few times (its backoff starts at 250 ms) while the job trains.
+  absl::SleepFor(absl::Seconds(2));
+  EXPECT_FALSE(absl::StrContains(ReadFile(dir_.path() + "/victim.log"), "session with"))
+      << "the victim's session was disturbed";
+  EXPECT_TRUE(Alive(trainer));
+  v1::Job job = Get(id);
+  EXPECT_EQ(job.state(), v1::RUNNING) << job.status_reason();
+  EXPECT_EQ(job.attempts(), 1);
+  processes_["thief"]->Signal(SIGKILL);
+
+  job = WaitFor(id, [](const v1::Job& j) { return IsTerminal(j.state()); }, absl::Seconds(30));
+  EXPECT_EQ(job.state(), v1::SUCCEEDED) << job.status_reason();
+  EXPECT_EQ(job.attempts(), 1);
+  EXPECT_EQ(job.restarts(), 0);
+  EXPECT_TRUE(absl::EndsWith(ReadFile(TaskFile(id, 1, ".steps")), "\n79\n80\n")) << "every step ran once";
+  EXPECT_FALSE(Alive(trainer));
+}
+
+// The thief takes the name while the victim is away (stopped past the heartbeat timeout,
+// its trainer still running and writing): the attempt ends as the victim's node fault and
+// the job moves to the spare. When the victim comes back its hello is refused, and it
+// stops the trainer no session holds: the trainer is gone, its step file stops growing,
+// and the job SUCCEEDS on the spare.
+TEST_F(SessionReplayTest, AThiefHoldingTheNameLeavesNoOrphanTrainerAndTheJobRestartsAsANodeFault) {
+  ASSERT_NO_FATAL_FAILURE(StartCoordinator("2"));
+  StartWorker("victim", "w1");
+  ASSERT_TRUE(WaitForWorkerState("w1", v1::WORKER_READY, absl::Seconds(20)));
+  const std::string id = Submit("run_policy: {max_restarts: 2, restart_backoff_seconds: 1}\n");
+  ASSERT_EQ(WaitFor(id, [](const v1::Job& j) { return j.latest_metrics().step() >= 5; }, absl::Seconds(30)).state(),
+            v1::RUNNING);
+  const pid_t trainer = TrainerPid(id, 1);
+  ASSERT_GT(trainer, 0);
+  StartWorker("spare", "w2");
+  ASSERT_TRUE(WaitForWorkerState("w2", v1::WORKER_READY, absl::Seconds(20)));
+
+  processes_["victim"]->Signal(SIGSTOP);  // the worker only: its trainer goes on writing
+  ASSERT_TRUE(WaitForWorkerState("w1", v1::WORKER_LOST, absl::Seconds(10)));
+  StartThief("victim", "w1");
+  ASSERT_TRUE(WaitForLog("thief", "registered with", absl::Seconds(20)));
+  // The job runs on again on the spare (w1 is excluded after its node fault).
+  v1::Job job = WaitFor(id, [](const v1::Job& j) { return j.attempts() == 2 && j.state() == v1::RUNNING; },
+                        absl::Seconds(20));
+  ASSERT_EQ(job.attempts(), 2) << v1::JobState_Name(job.state()) << " " << job.status_reason();
+  ASSERT_EQ(job.workers_size(), 1);
+  EXPECT_EQ(job.workers(0), "w2");
+  EXPECT_TRUE(Alive(trainer)) << "the stopped worker's trainer runs on, unheld";
+
+  processes_["victim"]->Signal(SIGCONT);
+  ASSERT_TRUE(WaitForLog("victim", "already has a live session from another process", absl::Seconds(20)));
+  const absl::Time deadline = absl::Now() + absl::Seconds(5);
+  while (Alive(trainer) && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(50));
+  EXPECT_FALSE(Alive(trainer)) << "a trainer no session holds is still running";
+  EXPECT_TRUE(WaitForLog("victim", "no session holds it", absl::Seconds(1)));
+  const size_t written = ReadFile(TaskFile(id, 1, ".steps")).size();
+  absl::SleepFor(absl::Milliseconds(500));
+  EXPECT_EQ(ReadFile(TaskFile(id, 1, ".steps")).size(), written) << "the orphan keeps writing";
+
+  job = WaitFor(id, [](const v1::Job& j) { return IsTerminal(j.state()); }, absl::Seconds(30));
+  EXPECT_EQ(job.state(), v1::SUCCEEDED) << job.status_reason();
+  const std::vector<v1::Attempt> attempts = Attempts(id);
+  ASSERT_EQ(attempts.size(), 2u);
+  // Newest first.
+  EXPECT_EQ(attempts[1].failure_class(), "node_fault") << attempts[1].reason();
+  EXPECT_TRUE(absl::StrContains(attempts[1].reason(), "worker w1")) << attempts[1].reason();
+  EXPECT_FALSE(Alive(TrainerPid(id, 2)));
+}
+
+}  // namespace
+}  // namespace llamafleet
