@@ -59,6 +59,16 @@ class FakeLink : public WorkerLink {
     }
     return out;
   }
+  // The welcome's held list (nullopt: no welcome, or one without a held list).
+  std::optional<std::vector<std::string>> Held() {
+    absl::MutexLock lock(&mu_);
+    for (const auto& m : sent_) {
+      if (m.has_welcome() && m.welcome().has_held()) {
+        return std::vector<std::string>(m.welcome().held().task_ids().begin(), m.welcome().held().task_ids().end());
+      }
+    }
+    return std::nullopt;
+  }
   std::optional<absl::Status> closed() {
     absl::MutexLock lock(&mu_);
     return closed_;
@@ -107,10 +117,13 @@ class ClusterManagerTest : public ::testing::Test {
     store_.reset();
   }
 
-  std::shared_ptr<FakeLink> Hello(const std::string& name, std::vector<std::string> running = {}) {
+  // `instance`: Hello.instance_id, the worker process's ("": one that sends none).
+  std::shared_ptr<FakeLink> Hello(const std::string& name, std::vector<std::string> running = {},
+                                  const std::string& instance = "") {
     auto link = std::make_shared<FakeLink>();
     v1::Hello h;
     h.set_worker_name(name);
+    h.set_instance_id(instance);
     h.set_join_token("t");
     h.mutable_inventory()->set_cpu_ranks(1);
     h.mutable_inventory()->set_address("127.0.0.1");
