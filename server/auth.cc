@@ -10,6 +10,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "jobspec/jobspec.h"
+#include "server/auth_failures.h"
 #include "storage/job_store.h"
 #include "storage/sqlite.h"
 
@@ -58,7 +59,26 @@ absl::StatusOr<Principal> Authenticator::Authenticate(
     p.role = v1::ADMIN;
     return p;
   }
-  return AuthenticateBearer(Metadata(context, "authorization"));
+  const std::string authorization = Metadata(context, "authorization");
+  if (failures_ == nullptr) return AuthenticateBearer(authorization);
+  const std::string peer = CallerAddress(context);
+  if (absl::Status blocked = failures_->CheckPeer(peer); !blocked.ok()) return blocked;
+  absl::StatusOr<Principal> p = AuthenticateBearer(authorization);
+  // A token that was presented and is wrong counts; a call with none only learns how to
+  // get one.
+  if (absl::IsUnauthenticated(p.status()) && !authorization.empty()) {
+    failures_->RecordFailure(peer, p.status().message());
+  }
+  return p;
+}
+
+std::string CallerAddress(const grpc::CallbackServerContext& context) {
+  const std::string peer = context.peer();
+  if (IsInProcessPeer(peer)) {
+    const std::string forwarded = Metadata(context, kForwardedPeerKey);
+    if (!forwarded.empty()) return forwarded;
+  }
+  return PeerAddress(peer);
 }
 
 absl::StatusOr<Principal> Authenticator::AuthenticateBearer(absl::string_view header) const {

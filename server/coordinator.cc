@@ -19,6 +19,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "server/auth.h"
+#include "server/auth_failures.h"
 #include "server/cluster/checkpoint_retention.h"
 #include "server/cluster/cluster_manager.h"
 #include "server/http/http_server.h"
@@ -26,6 +27,7 @@
 #include "server/log_store.h"
 #include "server/metrics.h"
 #include "server/reserved_dir.h"
+#include "server/stream_limits.h"
 #include "server/submit_policy.h"
 #include "server/worker_service.h"
 #include "spdlog/spdlog.h"
@@ -241,11 +243,19 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinato
     c->webhooks_ = std::move(*webhooks);
     spdlog::info("webhooks: job and sweep ends posted to {}", absl::StrJoin(options.webhooks.urls, ", "));
   }
+  c->auth_failures_ = std::make_unique<AuthFailures>(AuthFailureOptions{
+      .limit = options.auth_failure_limit, .window = options.auth_failure_window, .block = options.auth_failure_block});
   c->auth_ = std::make_unique<Authenticator>(c->store_.get(), options.auth_enabled);
+  c->auth_->set_failures(c->auth_failures_.get());
+  c->stream_limits_ = std::make_unique<StreamLimits>(StreamLimitOptions{.max_per_user = options.max_streams_per_user,
+                                                                        .idle_timeout = options.stream_idle_timeout,
+                                                                        .max_lifetime = options.stream_max_lifetime});
   c->worker_service_ =
       std::make_unique<WorkerServiceImpl>(c->cluster_.get(), c->logs_.get(), c->join_token_);
   c->worker_service_->set_authenticator(c->auth_.get());
-  c->worker_identity_ = std::make_unique<WorkerIdentity>(c->store_.get());
+  c->worker_service_->set_failures(c->auth_failures_.get());
+  c->worker_identity_ =
+      std::make_unique<WorkerIdentity>(c->store_.get(), c->join_token_, options.max_worker_identities);
   c->worker_service_->set_identity(c->worker_identity_.get());
 
   c->job_service_ = std::make_unique<JobServiceImpl>(c->store_.get(), c->auth_.get());
@@ -258,6 +268,7 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinato
   c->job_service_->set_pricing(options.pricing);
   c->job_service_->set_submit_policy(std::move(policy));
   c->job_service_->set_metrics(c->metrics_.get());
+  c->job_service_->set_stream_limits(c->stream_limits_.get());
   c->metrics_->Attach(c->store_.get(), c->cluster_.get());
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();

@@ -4,6 +4,8 @@
 
 #include <deque>
 
+#include "absl/strings/str_cat.h"
+#include "server/auth_failures.h"
 #include "server/job_service.h"
 #include "spdlog/spdlog.h"
 
@@ -49,11 +51,18 @@ class WorkerServiceImpl::SessionReactor
         FinishOnce(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "the first message must be hello"));
         return;
       }
+      const std::string address = PeerAddress(peer_);
+      if (service_->failures_ != nullptr) {
+        if (absl::Status blocked = service_->failures_->CheckPeer(address); !blocked.ok()) {
+          FinishOnce(ToGrpcStatus(blocked));
+          return;
+        }
+      }
       const std::string& token = in_.hello().join_token();
       const std::string& expected = service_->join_token_;
       if (expected.empty() || token.size() != expected.size() ||
           CRYPTO_memcmp(token.data(), expected.data(), token.size()) != 0) {
-        spdlog::warn("worker session from {}: bad join token", peer_);
+        Failed(address, "bad join token");
         FinishOnce(grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "bad join token"));
         return;
       }
@@ -65,8 +74,12 @@ class WorkerServiceImpl::SessionReactor
         absl::StatusOr<std::string> issued =
             service_->identity_->Admit(in_.hello().worker_name(), in_.hello().credential());
         if (!issued.ok()) {
-          spdlog::warn("worker session from {} as {}: {}", peer_, in_.hello().worker_name(),
-                       std::string(issued.status().message()));
+          if (absl::IsUnauthenticated(issued.status())) {
+            Failed(address, absl::StrCat("bad credential for worker name '", in_.hello().worker_name(), "'"));
+          } else {
+            spdlog::warn("worker session from {} as {}: {}", peer_, in_.hello().worker_name(),
+                         std::string(issued.status().message()));
+          }
           FinishOnce(ToGrpcStatus(issued.status()));
           return;
         }
@@ -92,6 +105,15 @@ class WorkerServiceImpl::SessionReactor
     }
     in_.Clear();
     StartRead(&in_);
+  }
+
+  // A failed join token or credential: counted (and logged, rate-limited) per peer.
+  void Failed(const std::string& address, const std::string& what) {
+    if (service_->failures_ != nullptr) {
+      service_->failures_->RecordFailure(address, absl::StrCat("worker session: ", what));
+    } else {
+      spdlog::warn("worker session from {}: {}", peer_, what);
+    }
   }
 
   void Enqueue(v1::CoordinatorMessage message) {

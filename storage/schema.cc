@@ -237,6 +237,20 @@ INSERT INTO usage_totals (user, queue, jobs, gpu_seconds, failed_gpu_seconds)
          SUM(CASE WHEN a.state = 2 OR (a.state = 3 AND a.failure_class = 'preempted') THEN a.gpu_seconds ELSE 0 END)
   FROM attempts a JOIN jobs j ON j.id = a.job_id WHERE a.state != 0 GROUP BY j.owner, j.queue;
 )sql",
+    // 11: each worker identity remembers the join token that minted it (its SHA-256; ''
+    // for those minted before), so the identities one token mints are capped
+    // (server/cluster/worker_identity.h); and a deleted job's named checkpoint dir stays
+    // its owner's (storage/deleted_job_dirs.h).
+    R"sql(
+ALTER TABLE worker_credentials ADD COLUMN join_token_sha256 TEXT NOT NULL DEFAULT '';
+CREATE INDEX worker_credentials_by_join_token ON worker_credentials(join_token_sha256);
+CREATE TABLE deleted_job_dirs (
+  dir        TEXT PRIMARY KEY,   -- the deleted job's checkpoint.dir, normalized
+  job_id     INTEGER NOT NULL,   -- the deleted job's id (not a reference: its row is gone)
+  owner      TEXT NOT NULL,
+  deleted_us INTEGER NOT NULL
+);
+)sql",
 };
 
 

@@ -24,6 +24,9 @@ absl::Status Refused(const std::string& name, bool presented) {
 
 }  // namespace
 
+WorkerIdentity::WorkerIdentity(JobStore* store, const std::string& join_token, int64_t max_identities)
+    : store_(store), join_token_sha256_(Sha256Hex(join_token)), max_identities_(max_identities) {}
+
 absl::StatusOr<std::string> WorkerIdentity::Admit(const std::string& name,
                                                   const std::string& credential) {
   absl::StatusOr<std::optional<std::string>> known = LookupWorkerCredential(store_, name);
@@ -51,8 +54,14 @@ absl::StatusOr<std::string> WorkerIdentity::Admit(const std::string& name,
     issued.push_back(kHex[b >> 4]);
     issued.push_back(kHex[b & 15]);
   }
-  absl::Status s = InsertWorkerCredential(store_, name, Sha256Hex(issued));
+  absl::Status s = InsertWorkerCredential(store_, name, Sha256Hex(issued), join_token_sha256_, max_identities_);
   if (absl::IsAlreadyExists(s)) return Refused(name, !credential.empty());  // a concurrent first join won
+  if (absl::IsResourceExhausted(s)) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "worker name '", name, "' is new, and ", s.message(), ", the most one join token may (--max-worker-identities ",
+        max_identities_, "): start the worker under a name that already joined, or have an admin release unused "
+        "names on the coordinator host with: llamafleet-coordinator worker forget NAME --data-dir DIR"));
+  }
   if (!s.ok()) {
     return absl::UnavailableError(absl::StrCat("cannot record the worker credential: ", s.message()));
   }

@@ -294,7 +294,7 @@ TEST_F(UsageStoreTest, MigrationToSchemaTenBackfillsEndedAttempts) {
   EXPECT_EQ(rows[0].usage().gpu_seconds(), 220);
   EXPECT_EQ(rows[0].usage().failed_gpu_seconds(), 200);
   EXPECT_FALSE(rows[0].usage().has_cost());
-  EXPECT_EQ(CurrentSchemaVersion(), 10);
+  EXPECT_GE(CurrentSchemaVersion(), 10);
 }
 
 }  // namespace
