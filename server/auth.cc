@@ -61,7 +61,8 @@ absl::StatusOr<Principal> Authenticator::Authenticate(
   }
   const std::string authorization = Metadata(context, "authorization");
   if (failures_ == nullptr) return AuthenticateBearer(authorization);
-  const std::string peer = CallerAddress(context);
+  const std::string peer = failures_->CallerAddress(context.peer(), Metadata(context, kForwardedPeerKey),
+                                                    Metadata(context, kForwardedPeerProofKey));
   if (absl::Status blocked = failures_->CheckPeer(peer); !blocked.ok()) return blocked;
   absl::StatusOr<Principal> p = AuthenticateBearer(authorization);
   // A token that was presented and is wrong counts; a call with none only learns how to
@@ -72,14 +73,6 @@ absl::StatusOr<Principal> Authenticator::Authenticate(
   return p;
 }
 
-std::string CallerAddress(const grpc::CallbackServerContext& context) {
-  const std::string peer = context.peer();
-  if (IsInProcessPeer(peer)) {
-    const std::string forwarded = Metadata(context, kForwardedPeerKey);
-    if (!forwarded.empty()) return forwarded;
-  }
-  return PeerAddress(peer);
-}
 
 absl::StatusOr<Principal> Authenticator::AuthenticateBearer(absl::string_view header) const {
   if (header.empty()) {

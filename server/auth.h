@@ -77,9 +77,6 @@ class Authenticator {
   AuthFailures* failures_ = nullptr;
 };
 
-// Who a call comes from, as failed attempts are counted: the peer's address, or for the
-// HTTP gateway's in-process calls the HTTP client's (kForwardedPeerKey).
-std::string CallerAddress(const grpc::CallbackServerContext& context);
 
 // User names: 1..64 characters of letters, digits, '-', '_', '.' and '@'.
 absl::Status ValidateUserName(const std::string& user, const std::string& field);

@@ -1,5 +1,8 @@
 #include "server/auth_failures.h"
 
+#include <openssl/crypto.h>
+#include <openssl/rand.h>
+
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
@@ -7,6 +10,32 @@
 #include "spdlog/spdlog.h"
 
 namespace llamafleet {
+namespace {
+
+std::string RandomHex() {
+  unsigned char random[32];
+  if (RAND_bytes(random, sizeof(random)) != 1) return "";  // then no forwarded address is believed
+  static const char* kHex = "0123456789abcdef";
+  std::string out;
+  for (unsigned char b : random) {
+    out.push_back(kHex[b >> 4]);
+    out.push_back(kHex[b & 15]);
+  }
+  return out;
+}
+
+}  // namespace
+
+AuthFailures::AuthFailures(AuthFailureOptions options) : options_(options), forward_proof_(RandomHex()) {}
+
+std::string AuthFailures::CallerAddress(absl::string_view grpc_peer, absl::string_view forwarded,
+                                        absl::string_view proof) const {
+  if (!forward_proof_.empty() && !forwarded.empty() && proof.size() == forward_proof_.size() &&
+      CRYPTO_memcmp(proof.data(), forward_proof_.data(), proof.size()) == 0) {
+    return std::string(forwarded);
+  }
+  return PeerAddress(grpc_peer);
+}
 
 absl::Status AuthFailures::CheckPeer(const std::string& peer) {
   if (options_.limit <= 0) return absl::OkStatus();
@@ -94,7 +123,5 @@ std::string PeerAddress(absl::string_view peer) {
   }
   return std::string(peer);
 }
-
-bool IsInProcessPeer(absl::string_view peer) { return absl::StartsWith(peer, "inproc"); }
 
 }  // namespace llamafleet

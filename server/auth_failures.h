@@ -27,10 +27,12 @@
 
 namespace llamafleet {
 
-// Metadata the HTTP gateway's calls carry: the HTTP client's address. Trusted only on calls
-// through the coordinator's in-process channel (the HTTP server sets it on every request,
-// replacing any the client sent).
+// Metadata the HTTP gateway's calls carry: the HTTP client's address, and the proof that
+// the coordinator's own HTTP server put it there (AuthFailures::forward_proof(), a random
+// secret of this process that never leaves it). The HTTP server sets both on every request,
+// replacing any the client sent; a forwarded address without the proof is not believed.
 inline constexpr char kForwardedPeerKey[] = "x-llamafleet-peer";
+inline constexpr char kForwardedPeerProofKey[] = "x-llamafleet-peer-proof";
 
 struct AuthFailureOptions {
   int limit = 20;                              // failures per window before a block; <= 0: off
@@ -44,7 +46,13 @@ class AuthFailures {
  public:
   static constexpr int kMaxLinesPerSecond = 10;
 
-  explicit AuthFailures(AuthFailureOptions options) : options_(options) {}
+  explicit AuthFailures(AuthFailureOptions options);
+
+  // What the HTTP server sends as kForwardedPeerProofKey.
+  const std::string& forward_proof() const { return forward_proof_; }
+  // Who a call comes from: kForwardedPeerKey when `proof` is forward_proof(), else the
+  // address of `grpc_peer`.
+  std::string CallerAddress(absl::string_view grpc_peer, absl::string_view forwarded, absl::string_view proof) const;
 
   // RESOURCE_EXHAUSTED while `peer` is blocked (naming the flags), else OK.
   absl::Status CheckPeer(const std::string& peer);
@@ -63,6 +71,7 @@ class AuthFailures {
   void ForgetOldestLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const AuthFailureOptions options_;
+  const std::string forward_proof_;
   std::mutex mu_;
   std::map<std::string, Peer> peers_ ABSL_GUARDED_BY(mu_);
   absl::Time log_second_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
@@ -73,9 +82,6 @@ class AuthFailures {
 // The address of a gRPC peer: "ipv4:10.0.0.5:41234" → "10.0.0.5", "ipv6:[::1]:5" → "::1";
 // anything else as it is.
 std::string PeerAddress(absl::string_view grpc_peer);
-
-// Whether a gRPC peer is the coordinator's own in-process channel (the HTTP gateway).
-bool IsInProcessPeer(absl::string_view grpc_peer);
 
 }  // namespace llamafleet
 

@@ -305,6 +305,7 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinato
     http.metrics = [metrics = c->metrics_.get()] { return metrics->Render(); };
     http.path_roots = cluster.path_roots;  // the normalized roots
     http.checkpoint_root = cluster.checkpoint_root;
+    http.forwarded_peer_proof = c->auth_failures_->forward_proof();
     absl::StatusOr<std::unique_ptr<http::HttpServer>> server =
         http::HttpServer::Start(http, c->server_->InProcessChannel(grpc::ChannelArguments()));
     if (!server.ok()) return server.status();
