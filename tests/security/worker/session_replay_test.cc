@@ -77,11 +77,12 @@ class SessionReplayTest : public ::testing::Test {
     fs::create_directories(fake_);
   }
 
-  void StartCoordinator(const std::string& heartbeat_timeout) {
+  void StartCoordinator(const std::string& heartbeat_timeout, std::vector<std::string> flags = {}) {
+    flags.insert(flags.end(), {"--heartbeat-timeout", heartbeat_timeout, "--cancel-grace", "2"});
     auto c = testing::StartCoordinator({.data_dir = dir_.path() + "/coord",
                                         .join_token = "secret",
                                         .path_roots = {dir_.path(), "/"},
-                                        .flags = {"--heartbeat-timeout", heartbeat_timeout, "--cancel-grace", "2"},
+                                        .flags = flags,
                                         .log_path = dir_.path() + "/coordinator.log"});
     ASSERT_TRUE(c.ok()) << c.status();
     coordinator_ = std::move(c->process);
@@ -194,7 +195,7 @@ class SessionReplayTest : public ::testing::Test {
 
   void TearDown() override {
     if (HasFailure()) {
-      for (const std::string name : {"coordinator", "victim", "spare", "thief"}) {
+      for (const std::string name : {"coordinator", "victim", "spare", "thief", "a", "b", "c"}) {
         const std::string text = ReadFile(dir_.path() + "/" + name + ".log");
         if (!text.empty()) std::cout << "---- " << name << ".log\n" << text.substr(text.size() > 6000 ? text.size() - 6000 : 0);
       }
@@ -298,6 +299,37 @@ TEST_F(SessionReplayTest, AThiefHoldingTheNameLeavesNoOrphanTrainerAndTheJobRest
   EXPECT_EQ(attempts[1].failure_class(), "node_fault") << attempts[1].reason();
   EXPECT_TRUE(absl::StrContains(attempts[1].reason(), "worker w1")) << attempts[1].reason();
   EXPECT_FALSE(Alive(TrainerPid(id, 2)));
+}
+
+// A join token mints at most --max-worker-identities names: the third new name is refused
+// naming the cap and the fix (the worker keeps retrying), a known name still joins, and
+// once an admin forgets a name the waiting worker gets its place.
+TEST_F(SessionReplayTest, AJoinTokenMintsAtMostItsCapOfWorkerNamesAndForgettingOneFreesAPlace) {
+  ASSERT_NO_FATAL_FAILURE(StartCoordinator("10", {"--max-worker-identities", "2"}));
+  StartWorker("a", "w1");
+  ASSERT_TRUE(WaitForWorkerState("w1", v1::WORKER_READY, absl::Seconds(20)));
+  StartWorker("b", "w2");
+  ASSERT_TRUE(WaitForWorkerState("w2", v1::WORKER_READY, absl::Seconds(20)));
+  StartWorker("c", "w3");
+  ASSERT_TRUE(WaitForLog("c", "is new, and the join token has minted 2 worker names", absl::Seconds(20)));
+  const std::string log = ReadFile(dir_.path() + "/c.log");
+  EXPECT_TRUE(absl::StrContains(log, "RESOURCE_EXHAUSTED")) << log;
+  EXPECT_TRUE(absl::StrContains(log, "--max-worker-identities 2")) << log;
+  EXPECT_TRUE(absl::StrContains(log, "llamafleet-coordinator worker forget NAME")) << log;
+  EXPECT_FALSE(fs::exists(dir_.path() + "/c/worker-credential"));
+  // A name that joined before still may: the cap is on new names.
+  processes_["b"]->Signal(SIGTERM);
+  ASSERT_TRUE(processes_["b"]->Wait(absl::Seconds(20)).ok());
+  StartWorker("b", "w2");
+  ASSERT_TRUE(WaitForLog("b", "registered with", absl::Seconds(20)));
+
+  processes_["a"]->Signal(SIGTERM);
+  ASSERT_TRUE(processes_["a"]->Wait(absl::Seconds(20)).ok());
+  absl::StatusOr<testing::CommandResult> forget = testing::RunCommand(
+      {testing::BinaryPath("llamafleet-coordinator"), "worker", "forget", "w1", "--data-dir", dir_.path() + "/coord"});
+  ASSERT_TRUE(forget.ok());
+  EXPECT_EQ(forget->exit_code, 0) << forget->err;
+  EXPECT_TRUE(WaitForWorkerState("w3", v1::WORKER_READY, absl::Seconds(20))) << "the waiting worker joins";
 }
 
 }  // namespace
