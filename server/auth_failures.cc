@@ -1,32 +1,23 @@
 #include "server/auth_failures.h"
 
 #include <openssl/crypto.h>
-#include <openssl/rand.h>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
+#include "common/random_hex.h"
 #include "spdlog/spdlog.h"
 
 namespace llamafleet {
 namespace {
 
-std::string RandomHex() {
-  unsigned char random[32];
-  if (RAND_bytes(random, sizeof(random)) != 1) return "";  // then no forwarded address is believed
-  static const char* kHex = "0123456789abcdef";
-  std::string out;
-  for (unsigned char b : random) {
-    out.push_back(kHex[b >> 4]);
-    out.push_back(kHex[b & 15]);
-  }
-  return out;
-}
+// Empty without randomness: then no forwarded address is believed.
+std::string ForwardProof() { return RandomHex(32).value_or(""); }
 
 }  // namespace
 
-AuthFailures::AuthFailures(AuthFailureOptions options) : options_(options), forward_proof_(RandomHex()) {}
+AuthFailures::AuthFailures(AuthFailureOptions options) : options_(options), forward_proof_(ForwardProof()) {}
 
 std::string AuthFailures::CallerAddress(absl::string_view grpc_peer, absl::string_view forwarded,
                                         absl::string_view proof) const {

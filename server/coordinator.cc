@@ -8,8 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-
-#include <openssl/rand.h>
+#include <optional>
 
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
@@ -18,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
+#include "common/random_hex.h"
 #include "server/auth.h"
 #include "server/auth_failures.h"
 #include "server/cluster/checkpoint_retention.h"
@@ -65,13 +65,9 @@ absl::StatusOr<std::string> LoadOrCreateJoinToken(const std::string& dir) {
   std::ifstream in(path);
   std::string token;
   if (in && std::getline(in, token) && !token.empty()) return token;
-  unsigned char random[24];
-  if (RAND_bytes(random, sizeof(random)) != 1) return absl::InternalError("no randomness for a join token");
-  static const char* kHex = "0123456789abcdef";
-  for (unsigned char b : random) {
-    token.push_back(kHex[b >> 4]);
-    token.push_back(kHex[b & 15]);
-  }
+  std::optional<std::string> random = RandomHex(24);
+  if (!random.has_value()) return absl::InternalError("no randomness for a join token");
+  token = *std::move(random);
   int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (fd < 0 || write(fd, (token + "\n").data(), token.size() + 1) < 0) {
     if (fd >= 0) close(fd);

@@ -1,24 +1,14 @@
 #include "worker/session_hold.h"
 
-#include <openssl/rand.h>
-
 #include <set>
+
+#include "common/random_hex.h"
 
 namespace llamafleet::worker {
 
 std::string NewInstanceId() {
-  unsigned char random[16];
-  if (RAND_bytes(random, sizeof(random)) != 1) {
-    // No randomness: the instance then only tells this process from one that sends none.
-    return "norandom";
-  }
-  static const char* kHex = "0123456789abcdef";
-  std::string id;
-  for (unsigned char b : random) {
-    id.push_back(kHex[b >> 4]);
-    id.push_back(kHex[b & 15]);
-  }
-  return id;
+  // No randomness: the instance then only tells this process from one that sends none.
+  return RandomHex(16).value_or("norandom");
 }
 
 std::vector<std::string> TasksNotHeld(const v1::Welcome& welcome, const std::vector<std::string>& listed) {

@@ -1,9 +1,9 @@
 #include "server/cluster/worker_identity.h"
 
 #include <openssl/crypto.h>
-#include <openssl/rand.h>
 
 #include "absl/strings/str_cat.h"
+#include "common/random_hex.h"
 #include "jobspec/jobspec.h"
 #include "storage/worker_credential_store.h"
 
@@ -44,16 +44,9 @@ absl::StatusOr<std::string> WorkerIdentity::Admit(const std::string& name,
     return std::string();
   }
   // A new name (or one an admin released): issue its credential.
-  unsigned char random[32];
-  if (RAND_bytes(random, sizeof(random)) != 1) {
-    return absl::UnavailableError("no randomness available for a worker credential");
-  }
-  static const char* kHex = "0123456789abcdef";
-  std::string issued = kCredentialPrefix;
-  for (unsigned char b : random) {
-    issued.push_back(kHex[b >> 4]);
-    issued.push_back(kHex[b & 15]);
-  }
+  std::optional<std::string> random = RandomHex(32);
+  if (!random.has_value()) return absl::UnavailableError("no randomness available for a worker credential");
+  const std::string issued = absl::StrCat(kCredentialPrefix, *random);
   absl::Status s = InsertWorkerCredential(store_, name, Sha256Hex(issued), join_token_sha256_, max_identities_);
   if (absl::IsAlreadyExists(s)) return Refused(name, !credential.empty());  // a concurrent first join won
   if (absl::IsResourceExhausted(s)) {

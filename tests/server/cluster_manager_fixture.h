@@ -190,15 +190,16 @@ class ClusterManagerTest : public ::testing::Test {
     Send(worker, std::move(m));
   }
 
-  // Two workers, w0 and w1, and a two-node job whose tasks both report RUNNING.
+  // Two workers, w0 and w1 (their processes' instance ids `i0`, `i1`), and a two-node job
+  // whose tasks both report RUNNING.
   struct RunningGang {
     std::shared_ptr<FakeLink> w0, w1;
     int64_t id = 0;
     std::string t0, t1;
   };
-  void StartRunningGang(RunningGang* g) {
-    g->w0 = Hello("w0");
-    g->w1 = Hello("w1");
+  void StartRunningGang(RunningGang* g, const std::string& i0 = "", const std::string& i1 = "") {
+    g->w0 = Hello("w0", {}, i0);
+    g->w1 = Hello("w1", {}, i1);
     g->id = Submit();
     g->t0 = absl::StrCat(g->id, "-1-0");
     g->t1 = absl::StrCat(g->id, "-1-1");

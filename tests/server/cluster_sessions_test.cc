@@ -11,7 +11,20 @@ namespace {
 
 using namespace testing_cluster;  // NOLINT: the fixture's names
 
-TEST(WorkerSessionsTest, VerdictsFollowTheInstanceAndWhetherTheSessionLives) {
+class WorkerSessionsTest : public ClusterManagerTest {
+ protected:
+  // Process "p0" of worker w0, and a one-node job whose task reports RUNNING there.
+  void StartOneNodeJob(std::shared_ptr<FakeLink>* w0, int64_t* id, std::string* t0) {
+    *w0 = Hello("w0", {}, "p0");
+    *id = Submit("", "{nodes: 1, gpus_per_node: 1}");
+    *t0 = absl::StrCat(*id, "-1-0");
+    ASSERT_TRUE(Eventually([&] { return !(*w0)->Assignments().empty(); }));
+    Report("w0", *t0, v1::TASK_RUNNING);
+    ASSERT_TRUE(Eventually([&] { return Job(*id).state() == v1::RUNNING; }));
+  }
+};
+
+TEST(HelloVerdictTest, VerdictsFollowTheInstanceAndWhetherTheSessionLives) {
   EXPECT_EQ(JudgeHello(nullptr, "a"), HelloVerdict::kFirst);
   LiveWorker w;
   EXPECT_EQ(JudgeHello(&w, "a"), HelloVerdict::kFirst) << "recovered after a restart: no instance known";
@@ -38,15 +51,11 @@ TEST(WorkerSessionsTest, VerdictsFollowTheInstanceAndWhetherTheSessionLives) {
 // A replayed credential: a hello under w1's name from another process while w1's session
 // lives and lists nothing. Refused (ALREADY_EXISTS); w1's session, its running task and the
 // job stay as they were, past the missing-task grace.
-TEST_F(ClusterManagerTest, ASecondProcessIsRefusedAndTheRunningAttemptKeepsItsTruth) {
-  std::shared_ptr<FakeLink> w0 = Hello("w0", {}, "p0");
-  std::shared_ptr<FakeLink> w1 = Hello("w1", {}, "p1");
-  const int64_t id = Submit();
-  const std::string t0 = absl::StrCat(id, "-1-0"), t1 = absl::StrCat(id, "-1-1");
-  ASSERT_TRUE(Eventually([&] { return !w0->Assignments().empty() && !w1->Assignments().empty(); }));
-  Report("w0", t0, v1::TASK_RUNNING);
-  Report("w1", t1, v1::TASK_RUNNING);
-  ASSERT_TRUE(Eventually([&] { return Job(id).state() == v1::RUNNING; }));
+TEST_F(WorkerSessionsTest, ASecondProcessIsRefusedAndTheRunningAttemptKeepsItsTruth) {
+  RunningGang g;
+  ASSERT_NO_FATAL_FAILURE(StartRunningGang(&g, "p0", "p1"));
+  const std::shared_ptr<FakeLink> w1 = g.w1;
+  const int64_t id = g.id;
 
   std::shared_ptr<FakeLink> thief = Hello("w1", {}, "stolen");
   ASSERT_TRUE(thief->closed().has_value());
@@ -63,18 +72,16 @@ TEST_F(ClusterManagerTest, ASecondProcessIsRefusedAndTheRunningAttemptKeepsItsTr
   EXPECT_EQ(Job(id).state(), v1::RUNNING) << Job(id).status_reason();
   EXPECT_EQ(Job(id).attempts(), 1);
   EXPECT_TRUE(w1->Cancels().empty());
-  EXPECT_TRUE(manager_->IsAssigned(t1, "w1"));
+  EXPECT_TRUE(manager_->IsAssigned(g.t1, "w1"));
 }
 
 // The same process again (its connection broke without a reset): it supersedes its old
 // session, and the welcome holds the task it lists.
-TEST_F(ClusterManagerTest, TheSameProcessReconnectingSupersedesItsOldSessionAndKeepsItsTasks) {
-  std::shared_ptr<FakeLink> w0 = Hello("w0", {}, "p0");
-  const int64_t id = Submit("", "{nodes: 1, gpus_per_node: 1}");
-  const std::string t0 = absl::StrCat(id, "-1-0");
-  ASSERT_TRUE(Eventually([&] { return !w0->Assignments().empty(); }));
-  Report("w0", t0, v1::TASK_RUNNING);
-  ASSERT_TRUE(Eventually([&] { return Job(id).state() == v1::RUNNING; }));
+TEST_F(WorkerSessionsTest, TheSameProcessReconnectingSupersedesItsOldSessionAndKeepsItsTasks) {
+  std::shared_ptr<FakeLink> w0;
+  int64_t id = 0;
+  std::string t0;
+  ASSERT_NO_FATAL_FAILURE(StartOneNodeJob(&w0, &id, &t0));
 
   std::shared_ptr<FakeLink> again = Hello("w0", {t0}, "p0");
   ASSERT_TRUE(w0->closed().has_value());
@@ -90,13 +97,11 @@ TEST_F(ClusterManagerTest, TheSameProcessReconnectingSupersedesItsOldSessionAndK
 // A new process under the name once the old one's session ended: the old process's task
 // is gone with it. Its attempt ends at once as a node fault that uses no restart, and a
 // task the new hello lists (it cannot be its own) is not held.
-TEST_F(ClusterManagerTest, ANewProcessEndsThePreviousProcessesAttemptAsANodeFault) {
-  std::shared_ptr<FakeLink> w0 = Hello("w0", {}, "p0");
-  const int64_t id = Submit("", "{nodes: 1, gpus_per_node: 1}");
-  const std::string t0 = absl::StrCat(id, "-1-0");
-  ASSERT_TRUE(Eventually([&] { return !w0->Assignments().empty(); }));
-  Report("w0", t0, v1::TASK_RUNNING);
-  ASSERT_TRUE(Eventually([&] { return Job(id).state() == v1::RUNNING; }));
+TEST_F(WorkerSessionsTest, ANewProcessEndsThePreviousProcessesAttemptAsANodeFault) {
+  std::shared_ptr<FakeLink> w0;
+  int64_t id = 0;
+  std::string t0;
+  ASSERT_NO_FATAL_FAILURE(StartOneNodeJob(&w0, &id, &t0));
   manager_->OnDisconnected("w0", w0.get());
   manager_->Sync();
 
@@ -116,13 +121,11 @@ TEST_F(ClusterManagerTest, ANewProcessEndsThePreviousProcessesAttemptAsANodeFaul
 
 // The process that ran a task stops listing it and never reports its end: past the grace
 // the task is released, and its attempt ends as its worker's node fault, using no restart.
-TEST_F(ClusterManagerTest, ATaskItsWorkerStopsListingIsANodeFaultNotTheJobs) {
-  std::shared_ptr<FakeLink> w0 = Hello("w0", {}, "p0");
-  const int64_t id = Submit("", "{nodes: 1, gpus_per_node: 1}");
-  const std::string t0 = absl::StrCat(id, "-1-0");
-  ASSERT_TRUE(Eventually([&] { return !w0->Assignments().empty(); }));
-  Report("w0", t0, v1::TASK_RUNNING);
-  ASSERT_TRUE(Eventually([&] { return Job(id).state() == v1::RUNNING; }));
+TEST_F(WorkerSessionsTest, ATaskItsWorkerStopsListingIsANodeFaultNotTheJobs) {
+  std::shared_ptr<FakeLink> w0;
+  int64_t id = 0;
+  std::string t0;
+  ASSERT_NO_FATAL_FAILURE(StartOneNodeJob(&w0, &id, &t0));
   Hello("w0", {}, "p0");
   AdvanceWithHeartbeats(absl::Seconds(4), {"w0"});  // past missing_task_grace
   ASSERT_TRUE(Eventually([&] { return Job(id).state() != v1::RUNNING; }));

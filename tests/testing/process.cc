@@ -59,6 +59,11 @@ std::string BinaryPath(const std::string& name) {
   return absl::StrCat(LLAMAFLEET_BIN_DIR, "/", name);
 }
 
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
 TempDir::TempDir() {
   std::string pattern = (std::filesystem::temp_directory_path() / "llamafleet-test-XXXXXX").string();
   char* made = mkdtemp(pattern.data());

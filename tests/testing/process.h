@@ -19,6 +19,9 @@ namespace llamafleet::testing {
 // Path of a built executable (build/bin/NAME).
 std::string BinaryPath(const std::string& name);
 
+// A file's whole content ("" when it cannot be read).
+std::string ReadFile(const std::string& path);
+
 // A temporary directory removed (recursively) on destruction.
 class TempDir {
  public:

@@ -14,7 +14,6 @@
 #include <fstream>
 #include <functional>
 #include <iostream>
-#include <sstream>
 
 #include <gtest/gtest.h>
 
@@ -22,16 +21,15 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/job_state.h"
-#include "jobspec/jobspec.h"
-#include "llamafleet/v1/job.grpc.pb.h"
-#include "llamafleet/v1/worker.grpc.pb.h"
 #include "tests/testing/cluster.h"
+#include "tests/testing/cluster_client.h"
 #include "tests/testing/process.h"
 
 namespace llamafleet {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::ReadFile;
 using testing::Subprocess;
 using testing::TempDir;
 
@@ -52,13 +50,6 @@ while [ $step -lt $STEPS ]; do
 done
 exit 0
 )sh";
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 // Running and not a zombie.
 bool Alive(pid_t pid) {
@@ -86,10 +77,8 @@ class SessionReplayTest : public ::testing::Test {
                                         .log_path = dir_.path() + "/coordinator.log"});
     ASSERT_TRUE(c.ok()) << c.status();
     coordinator_ = std::move(c->process);
-    auto channel = grpc::CreateChannel(c->address, grpc::InsecureChannelCredentials());
     address_ = c->address;
-    jobs_ = v1::JobService::NewStub(channel);
-    workers_stub_ = v1::WorkerService::NewStub(channel);
+    cluster_ = std::make_unique<testing::ClusterClient>(c->address);
   }
 
   // `process` names the log and data dir; `name` the worker it registers as.
@@ -123,63 +112,13 @@ class SessionReplayTest : public ::testing::Test {
     return false;
   }
 
-  bool WaitForWorkerState(const std::string& name, v1::WorkerState state, absl::Duration timeout) {
-    const absl::Time deadline = absl::Now() + timeout;
-    while (absl::Now() < deadline) {
-      v1::ListWorkersResponse resp;
-      grpc::ClientContext ctx;
-      if (workers_stub_->ListWorkers(&ctx, v1::ListWorkersRequest(), &resp).ok()) {
-        for (const auto& w : resp.workers()) {
-          if (w.name() == name && w.state() == state) return true;
-        }
-      }
-      absl::SleepFor(absl::Milliseconds(50));
-    }
-    return false;
-  }
-
   std::string Submit(const std::string& extra_yaml) {
-    absl::StatusOr<std::vector<ParsedJob>> parsed = ParseJobDocuments(absl::StrCat(
+    absl::StatusOr<std::string> id = cluster_->Submit(absl::StrCat(
         "name: replay\nmodel: {preset: tiny, tokenizer: /t.model}\ndata: {train_path: /d.jsonl}\n"
         "resources: {nodes: 1, gpus_per_node: 1}\n",
         extra_yaml));
-    EXPECT_TRUE(parsed.ok()) << parsed.status();
-    v1::SubmitJobRequest req;
-    *req.mutable_spec() = (*parsed)[0].spec;
-    v1::SubmitJobResponse resp;
-    grpc::ClientContext ctx;
-    grpc::Status s = jobs_->SubmitJob(&ctx, req, &resp);
-    EXPECT_TRUE(s.ok()) << s.error_message();
-    return resp.job().id();
-  }
-
-  v1::Job Get(const std::string& id) {
-    v1::GetJobRequest req;
-    req.set_job_id(id);
-    v1::Job job;
-    grpc::ClientContext ctx;
-    (void)jobs_->GetJob(&ctx, req, &job);
-    return job;
-  }
-
-  v1::Job WaitFor(const std::string& id, const std::function<bool(const v1::Job&)>& done, absl::Duration timeout) {
-    const absl::Time deadline = absl::Now() + timeout;
-    v1::Job job;
-    while (absl::Now() < deadline) {
-      job = Get(id);
-      if (done(job)) return job;
-      absl::SleepFor(absl::Milliseconds(50));
-    }
-    return job;
-  }
-
-  std::vector<v1::Attempt> Attempts(const std::string& id) {
-    v1::ListAttemptsRequest req;
-    req.set_job_id(id);
-    v1::ListAttemptsResponse resp;
-    grpc::ClientContext ctx;
-    (void)jobs_->ListAttempts(&ctx, req, &resp);
-    return {resp.attempts().begin(), resp.attempts().end()};
+    EXPECT_TRUE(id.ok()) << id.status();
+    return id.value_or("");
   }
 
   // The task of the job's attempt `attempt` on its only node, as the trainer names its files.
@@ -212,8 +151,7 @@ class SessionReplayTest : public ::testing::Test {
   std::string fake_;
   std::unique_ptr<Subprocess> coordinator_;
   std::string address_;
-  std::unique_ptr<v1::JobService::Stub> jobs_;
-  std::unique_ptr<v1::WorkerService::Stub> workers_stub_;
+  std::unique_ptr<testing::ClusterClient> cluster_;
   std::map<std::string, std::unique_ptr<Subprocess>> processes_;
 };
 
@@ -223,9 +161,9 @@ class SessionReplayTest : public ::testing::Test {
 TEST_F(SessionReplayTest, ASecondProcessWithACopiedCredentialIsRefusedAndTheJobRunsOn) {
   ASSERT_NO_FATAL_FAILURE(StartCoordinator("10"));
   StartWorker("victim", "w1");
-  ASSERT_TRUE(WaitForWorkerState("w1", v1::WORKER_READY, absl::Seconds(20)));
+  ASSERT_TRUE(cluster_->WaitForWorkerState("w1", v1::WORKER_READY, absl::Seconds(20)));
   const std::string id = Submit("run_policy: {max_restarts: 0}\n");
-  ASSERT_EQ(WaitFor(id, [](const v1::Job& j) { return j.latest_metrics().step() >= 5; }, absl::Seconds(30)).state(),
+  ASSERT_EQ(cluster_->WaitFor(id, [](const v1::Job& j) { return j.latest_metrics().step() >= 5; }, absl::Seconds(30)).state(),
             v1::RUNNING);
   const pid_t trainer = TrainerPid(id, 1);
   ASSERT_GT(trainer, 0);
@@ -239,12 +177,12 @@ TEST_F(SessionReplayTest, ASecondProcessWithACopiedCredentialIsRefusedAndTheJobR
   EXPECT_FALSE(absl::StrContains(ReadFile(dir_.path() + "/victim.log"), "session with"))
       << "the victim's session was disturbed";
   EXPECT_TRUE(Alive(trainer));
-  v1::Job job = Get(id);
+  v1::Job job = cluster_->Get(id);
   EXPECT_EQ(job.state(), v1::RUNNING) << job.status_reason();
   EXPECT_EQ(job.attempts(), 1);
   processes_["thief"]->Signal(SIGKILL);
 
-  job = WaitFor(id, [](const v1::Job& j) { return IsTerminal(j.state()); }, absl::Seconds(30));
+  job = cluster_->WaitFor(id, [](const v1::Job& j) { return IsTerminal(j.state()); }, absl::Seconds(30));
   EXPECT_EQ(job.state(), v1::SUCCEEDED) << job.status_reason();
   EXPECT_EQ(job.attempts(), 1);
   EXPECT_EQ(job.restarts(), 0);
@@ -260,21 +198,21 @@ TEST_F(SessionReplayTest, ASecondProcessWithACopiedCredentialIsRefusedAndTheJobR
 TEST_F(SessionReplayTest, AThiefHoldingTheNameLeavesNoOrphanTrainerAndTheJobRestartsAsANodeFault) {
   ASSERT_NO_FATAL_FAILURE(StartCoordinator("2"));
   StartWorker("victim", "w1");
-  ASSERT_TRUE(WaitForWorkerState("w1", v1::WORKER_READY, absl::Seconds(20)));
+  ASSERT_TRUE(cluster_->WaitForWorkerState("w1", v1::WORKER_READY, absl::Seconds(20)));
   const std::string id = Submit("run_policy: {max_restarts: 2, restart_backoff_seconds: 1}\n");
-  ASSERT_EQ(WaitFor(id, [](const v1::Job& j) { return j.latest_metrics().step() >= 5; }, absl::Seconds(30)).state(),
+  ASSERT_EQ(cluster_->WaitFor(id, [](const v1::Job& j) { return j.latest_metrics().step() >= 5; }, absl::Seconds(30)).state(),
             v1::RUNNING);
   const pid_t trainer = TrainerPid(id, 1);
   ASSERT_GT(trainer, 0);
   StartWorker("spare", "w2");
-  ASSERT_TRUE(WaitForWorkerState("w2", v1::WORKER_READY, absl::Seconds(20)));
+  ASSERT_TRUE(cluster_->WaitForWorkerState("w2", v1::WORKER_READY, absl::Seconds(20)));
 
   processes_["victim"]->Signal(SIGSTOP);  // the worker only: its trainer goes on writing
-  ASSERT_TRUE(WaitForWorkerState("w1", v1::WORKER_LOST, absl::Seconds(10)));
+  ASSERT_TRUE(cluster_->WaitForWorkerState("w1", v1::WORKER_LOST, absl::Seconds(10)));
   StartThief("victim", "w1");
   ASSERT_TRUE(WaitForLog("thief", "registered with", absl::Seconds(20)));
   // The job runs on again on the spare (w1 is excluded after its node fault).
-  v1::Job job = WaitFor(id, [](const v1::Job& j) { return j.attempts() == 2 && j.state() == v1::RUNNING; },
+  v1::Job job = cluster_->WaitFor(id, [](const v1::Job& j) { return j.attempts() == 2 && j.state() == v1::RUNNING; },
                         absl::Seconds(20));
   ASSERT_EQ(job.attempts(), 2) << v1::JobState_Name(job.state()) << " " << job.status_reason();
   ASSERT_EQ(job.workers_size(), 1);
@@ -291,9 +229,9 @@ TEST_F(SessionReplayTest, AThiefHoldingTheNameLeavesNoOrphanTrainerAndTheJobRest
   absl::SleepFor(absl::Milliseconds(500));
   EXPECT_EQ(ReadFile(TaskFile(id, 1, ".steps")).size(), written) << "the orphan keeps writing";
 
-  job = WaitFor(id, [](const v1::Job& j) { return IsTerminal(j.state()); }, absl::Seconds(30));
+  job = cluster_->WaitFor(id, [](const v1::Job& j) { return IsTerminal(j.state()); }, absl::Seconds(30));
   EXPECT_EQ(job.state(), v1::SUCCEEDED) << job.status_reason();
-  const std::vector<v1::Attempt> attempts = Attempts(id);
+  const std::vector<v1::Attempt> attempts = cluster_->Attempts(id);
   ASSERT_EQ(attempts.size(), 2u);
   // Newest first.
   EXPECT_EQ(attempts[1].failure_class(), "node_fault") << attempts[1].reason();
@@ -307,9 +245,9 @@ TEST_F(SessionReplayTest, AThiefHoldingTheNameLeavesNoOrphanTrainerAndTheJobRest
 TEST_F(SessionReplayTest, AJoinTokenMintsAtMostItsCapOfWorkerNamesAndForgettingOneFreesAPlace) {
   ASSERT_NO_FATAL_FAILURE(StartCoordinator("10", {"--max-worker-identities", "2"}));
   StartWorker("a", "w1");
-  ASSERT_TRUE(WaitForWorkerState("w1", v1::WORKER_READY, absl::Seconds(20)));
+  ASSERT_TRUE(cluster_->WaitForWorkerState("w1", v1::WORKER_READY, absl::Seconds(20)));
   StartWorker("b", "w2");
-  ASSERT_TRUE(WaitForWorkerState("w2", v1::WORKER_READY, absl::Seconds(20)));
+  ASSERT_TRUE(cluster_->WaitForWorkerState("w2", v1::WORKER_READY, absl::Seconds(20)));
   StartWorker("c", "w3");
   ASSERT_TRUE(WaitForLog("c", "is new, and the join token has minted 2 worker names", absl::Seconds(20)));
   const std::string log = ReadFile(dir_.path() + "/c.log");
@@ -329,7 +267,7 @@ TEST_F(SessionReplayTest, AJoinTokenMintsAtMostItsCapOfWorkerNamesAndForgettingO
       {testing::BinaryPath("llamafleet-coordinator"), "worker", "forget", "w1", "--data-dir", dir_.path() + "/coord"});
   ASSERT_TRUE(forget.ok());
   EXPECT_EQ(forget->exit_code, 0) << forget->err;
-  EXPECT_TRUE(WaitForWorkerState("w3", v1::WORKER_READY, absl::Seconds(20))) << "the waiting worker joins";
+  EXPECT_TRUE(cluster_->WaitForWorkerState("w3", v1::WORKER_READY, absl::Seconds(20))) << "the waiting worker joins";
 }
 
 }  // namespace
