@@ -2,6 +2,7 @@
 
 #include <openssl/crypto.h>
 
+#include <atomic>
 #include <deque>
 
 #include "absl/strings/str_cat.h"
@@ -19,9 +20,13 @@ class WorkerServiceImpl::SessionReactor
    public:
     explicit Link(SessionReactor* r) : reactor_(r) {}
     void Send(v1::CoordinatorMessage message) override {
+      // The coordinator welcomes only a hello it accepted (a second process under a live
+      // name is refused without one: server/cluster/worker_sessions.h).
+      if (message.has_welcome()) welcomed_ = true;
       std::lock_guard<std::mutex> lock(mu_);
       if (reactor_ != nullptr) reactor_->Enqueue(std::move(message));
     }
+    bool welcomed() const { return welcomed_; }
     void Close(const absl::Status& status) override {
       std::lock_guard<std::mutex> lock(mu_);
       if (reactor_ != nullptr) reactor_->FinishOnce(ToGrpcStatus(status));
@@ -34,6 +39,7 @@ class WorkerServiceImpl::SessionReactor
    private:
     std::mutex mu_;
     SessionReactor* reactor_;
+    std::atomic<bool> welcomed_{false};
   };
 
   SessionReactor(WorkerServiceImpl* service, std::string peer)
@@ -89,6 +95,13 @@ class WorkerServiceImpl::SessionReactor
       in_.mutable_hello()->clear_credential();  // kept nowhere beyond this check
       name_ = in_.hello().worker_name();
       service_->manager_->OnHello(link_, std::move(*in_.mutable_hello()));
+    } else if (!link_->welcomed()) {
+      // Before its welcome (a worker sends nothing before it reads one), or refused: a
+      // session the coordinator has not accepted speaks for nobody.
+      if (!warned_unwelcome_) {
+        warned_unwelcome_ = true;
+        spdlog::warn("worker session from {} as {}: ignored messages sent before it was welcomed", peer_, name_);
+      }
     } else if (in_.has_logs()) {
       const v1::LogLines& l = in_.logs();
       // Log lines are accepted only for a task assigned to this worker.
@@ -164,6 +177,7 @@ class WorkerServiceImpl::SessionReactor
   std::shared_ptr<Link> link_;
   std::string name_;  // set once hello is accepted (reactor thread only)
   bool warned_foreign_logs_ = false;  // reactor thread only
+  bool warned_unwelcome_ = false;     // reactor thread only
   v1::WorkerMessage in_;
   std::mutex mu_;
   std::deque<v1::CoordinatorMessage> out_;  // guarded by mu_; front is being written

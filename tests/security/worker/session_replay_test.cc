@@ -21,6 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/job_state.h"
+#include "llamafleet/v1/worker.grpc.pb.h"
 #include "tests/testing/cluster.h"
 #include "tests/testing/cluster_client.h"
 #include "tests/testing/process.h"
@@ -177,6 +178,32 @@ TEST_F(SessionReplayTest, ASecondProcessWithACopiedCredentialIsRefusedAndTheJobR
   EXPECT_FALSE(absl::StrContains(ReadFile(dir_.path() + "/victim.log"), "session with"))
       << "the victim's session was disturbed";
   EXPECT_TRUE(Alive(trainer));
+  // A forged report right behind a replayed hello: the session is refused, and nothing it
+  // sent counts.
+  {
+    std::string credential = ReadFile(dir_.path() + "/victim/worker-credential");
+    credential = credential.substr(credential.find('\n') + 1);
+    credential.pop_back();
+    auto stub = v1::WorkerService::NewStub(grpc::CreateChannel(address_, grpc::InsecureChannelCredentials()));
+    grpc::ClientContext ctx;
+    auto session = stub->Session(&ctx);
+    v1::WorkerMessage hello;
+    hello.mutable_hello()->set_worker_name("w1");
+    hello.mutable_hello()->set_join_token("secret");
+    hello.mutable_hello()->set_credential(credential);
+    hello.mutable_hello()->set_instance_id("forged");
+    v1::WorkerMessage forged;
+    forged.mutable_task_status()->set_task_id(absl::StrCat(id, "-1-0"));
+    forged.mutable_task_status()->set_state(v1::TASK_FAILED);
+    forged.mutable_task_status()->add_exits()->set_exit_code(1);
+    session->Write(hello);
+    session->Write(forged);
+    v1::CoordinatorMessage answer;
+    EXPECT_FALSE(session->Read(&answer));
+    const grpc::Status refused = session->Finish();
+    EXPECT_EQ(refused.error_code(), grpc::StatusCode::ALREADY_EXISTS) << refused.error_message();
+  }
+  absl::SleepFor(absl::Milliseconds(500));
   v1::Job job = cluster_->Get(id);
   EXPECT_EQ(job.state(), v1::RUNNING) << job.status_reason();
   EXPECT_EQ(job.attempts(), 1);
