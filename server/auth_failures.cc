@@ -17,7 +17,8 @@ std::string ForwardProof() { return RandomHex(32).value_or(""); }
 
 }  // namespace
 
-AuthFailures::AuthFailures(AuthFailureOptions options) : options_(options), forward_proof_(ForwardProof()) {}
+AuthFailures::AuthFailures(AuthFailureOptions options)
+    : options_(options), forward_proof_(ForwardProof()) {}
 
 std::string AuthFailures::CallerAddress(absl::string_view grpc_peer, absl::string_view forwarded,
                                         absl::string_view proof) const {
@@ -36,9 +37,10 @@ absl::Status AuthFailures::CheckPeer(const std::string& peer) {
   if (it == peers_.end() || now >= it->second.blocked_until) return absl::OkStatus();
   return absl::ResourceExhaustedError(absl::StrCat(
       "too many failed credential attempts from ", peer, " (", options_.limit, " within ",
-      absl::FormatDuration(options_.window), ", --auth-failure-limit and --auth-failure-window); refused until ",
-      absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", it->second.blocked_until, absl::UTCTimeZone()), " (--auth-failure-block ",
-      absl::FormatDuration(options_.block), ")"));
+      absl::FormatDuration(options_.window),
+      ", --auth-failure-limit and --auth-failure-window); refused until ",
+      absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", it->second.blocked_until, absl::UTCTimeZone()),
+      " (--auth-failure-block ", absl::FormatDuration(options_.block), ")"));
 }
 
 void AuthFailures::RecordFailure(const std::string& peer, absl::string_view what) {
@@ -57,13 +59,17 @@ void AuthFailures::RecordFailure(const std::string& peer, absl::string_view what
   if (p.failures != 1 && !blocks) return;
   int64_t dropped = 0;
   if (!MayLogLocked(now, &dropped)) return;
-  const std::string skipped = dropped > 0 ? absl::StrCat(" (", dropped, " more such lines not logged)") : "";
+  const std::string skipped =
+      dropped > 0 ? absl::StrCat(" (", dropped, " more such lines not logged)") : "";
   if (blocks) {
-    spdlog::warn("failed credentials from {}: {}; {} failures within {}: refused for {}{}", peer, std::string(what), p.failures,
-                 absl::FormatDuration(options_.window), absl::FormatDuration(options_.block), skipped);
+    spdlog::warn("failed credentials from {}: {}; {} failures within {}: refused for {}{}", peer,
+                 std::string(what), p.failures, absl::FormatDuration(options_.window),
+                 absl::FormatDuration(options_.block), skipped);
   } else {
-    spdlog::warn("failed credentials from {}: {} (further failures from it within {} are counted, not logged){}",
-                 peer, std::string(what), absl::FormatDuration(options_.window), skipped);
+    spdlog::warn(
+        "failed credentials from {}: {} (further failures from it within {} are counted, not "
+        "logged){}",
+        peer, std::string(what), absl::FormatDuration(options_.window), skipped);
   }
 }
 
@@ -90,7 +96,8 @@ void AuthFailures::ForgetOldestLocked() {
       pick = it;
       continue;
     }
-    const bool blocked = now < it->second.blocked_until, pick_blocked = now < pick->second.blocked_until;
+    const bool blocked = now < it->second.blocked_until,
+               pick_blocked = now < pick->second.blocked_until;
     if (blocked != pick_blocked) {
       if (!blocked) pick = it;  // a block is kept over a count
     } else if (it->second.last_seen < pick->second.last_seen) {

@@ -35,7 +35,7 @@ inline constexpr char kForwardedPeerKey[] = "x-llamafleet-peer";
 inline constexpr char kForwardedPeerProofKey[] = "x-llamafleet-peer-proof";
 
 struct AuthFailureOptions {
-  int limit = 20;                              // failures per window before a block; <= 0: off
+  int limit = 20;  // failures per window before a block; <= 0: off
   absl::Duration window = absl::Minutes(1);
   absl::Duration block = absl::Minutes(5);
   size_t max_peers = 10000;
@@ -52,7 +52,8 @@ class AuthFailures {
   const std::string& forward_proof() const { return forward_proof_; }
   // Who a call comes from: kForwardedPeerKey when `proof` is forward_proof(), else the
   // address of `grpc_peer`.
-  std::string CallerAddress(absl::string_view grpc_peer, absl::string_view forwarded, absl::string_view proof) const;
+  std::string CallerAddress(absl::string_view grpc_peer, absl::string_view forwarded,
+                            absl::string_view proof) const;
 
   // RESOURCE_EXHAUSTED while `peer` is blocked (naming the flags), else OK.
   absl::Status CheckPeer(const std::string& peer);

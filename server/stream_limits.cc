@@ -19,7 +19,7 @@ struct StreamLimits::Entry {
   std::atomic<int64_t> write_started_us{0};
   // Recursive: a stream's end may, in principle, release its slot inline.
   std::recursive_mutex end_mu;
-  EndFn end;          // guarded by end_mu; cleared when the slot goes
+  EndFn end;           // guarded by end_mu; cleared when the slot goes
   bool ended = false;  // guarded by end_mu
 };
 
@@ -38,7 +38,8 @@ void StreamLimits::Slot::WriteStarted() {
 void StreamLimits::Slot::WriteDone() { entry_->write_started_us.store(0); }
 
 StreamLimits::StreamLimits(StreamLimitOptions options) : options_(std::move(options)) {
-  if (options_.idle_timeout > absl::ZeroDuration() || options_.max_lifetime > absl::ZeroDuration()) {
+  if (options_.idle_timeout > absl::ZeroDuration() ||
+      options_.max_lifetime > absl::ZeroDuration()) {
     sweeper_ = std::thread([this] {
       pthread_setname_np(pthread_self(), "lf-streams");
       SweepLoop();
@@ -56,7 +57,8 @@ StreamLimits::~StreamLimits() {
 }
 
 absl::StatusOr<std::unique_ptr<StreamLimits::Slot>> StreamLimits::Acquire(const std::string& user,
-                                                                          const std::string& what, EndFn end) {
+                                                                          const std::string& what,
+                                                                          EndFn end) {
   auto entry = std::make_shared<Entry>();
   entry->user = user;
   entry->what = what;
@@ -66,10 +68,11 @@ absl::StatusOr<std::unique_ptr<StreamLimits::Slot>> StreamLimits::Acquire(const 
   int& held = per_user_[user];
   if (options_.max_per_user > 0 && held >= options_.max_per_user) {
     if (held == 0) per_user_.erase(user);
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "user ", user, " already holds ", held, " open streams (event and log follows, gRPC and HTTP together), "
-        "the most one user may (--max-streams-per-user ", options_.max_per_user,
-        "); close one, or poll without follow"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("user ", user, " already holds ", held,
+                     " open streams (event and log follows, gRPC and HTTP together), "
+                     "the most one user may (--max-streams-per-user ",
+                     options_.max_per_user, "); close one, or poll without follow"));
   }
   ++held;
   open_.insert(entry);
@@ -104,17 +107,20 @@ void StreamLimits::SweepNow() {
       const bool pending = started_us != 0;
       if (options_.idle_timeout > absl::ZeroDuration() && pending &&
           now - absl::FromUnixMicros(started_us) >= options_.idle_timeout) {
-        due.push_back({e,
-                       absl::DeadlineExceededError(absl::StrCat(
-                           e->what, " stream ended: its client took no message for ",
-                           absl::FormatDuration(options_.idle_timeout), " (--stream-idle-timeout)")),
-                       true});
-      } else if (options_.max_lifetime > absl::ZeroDuration() && now - e->opened >= options_.max_lifetime) {
-        due.push_back({e,
-                       absl::UnavailableError(absl::StrCat(
-                           e->what, " stream ended after its longest life, ", absl::FormatDuration(options_.max_lifetime),
-                           " (--stream-max-lifetime); reconnect to go on")),
-                       pending});
+        due.push_back(
+            {e,
+             absl::DeadlineExceededError(absl::StrCat(
+                 e->what, " stream ended: its client took no message for ",
+                 absl::FormatDuration(options_.idle_timeout), " (--stream-idle-timeout)")),
+             true});
+      } else if (options_.max_lifetime > absl::ZeroDuration() &&
+                 now - e->opened >= options_.max_lifetime) {
+        due.push_back(
+            {e,
+             absl::UnavailableError(absl::StrCat(e->what, " stream ended after its longest life, ",
+                                                 absl::FormatDuration(options_.max_lifetime),
+                                                 " (--stream-max-lifetime); reconnect to go on")),
+             pending});
       }
     }
   }
@@ -131,7 +137,8 @@ void StreamLimits::SweepNow() {
 void StreamLimits::SweepLoop() {
   std::unique_lock<std::mutex> lock(mu_);
   while (!stopping_) {
-    cv_.wait_for(lock, absl::ToChronoMilliseconds(options_.sweep_interval), [&] { return stopping_; });
+    cv_.wait_for(lock, absl::ToChronoMilliseconds(options_.sweep_interval),
+                 [&] { return stopping_; });
     if (stopping_) return;
     lock.unlock();
     SweepNow();

@@ -37,9 +37,9 @@ namespace llamafleet {
 inline constexpr char kStreamOpenKey[] = "x-llamafleet-stream-open";
 
 struct StreamLimitOptions {
-  int max_per_user = 16;                            // <= 0: no cap
-  absl::Duration idle_timeout = absl::Minutes(5);   // zero: none
-  absl::Duration max_lifetime = absl::Hours(24);    // zero: none
+  int max_per_user = 16;                           // <= 0: no cap
+  absl::Duration idle_timeout = absl::Minutes(5);  // zero: none
+  absl::Duration max_lifetime = absl::Hours(24);   // zero: none
   // How often open streams are checked against the two bounds.
   absl::Duration sweep_interval = absl::Seconds(1);
   Clock* clock = Clock::Real();
@@ -65,7 +65,8 @@ class StreamLimits {
 
    private:
     friend class StreamLimits;
-    Slot(StreamLimits* limits, std::shared_ptr<Entry> entry) : limits_(limits), entry_(std::move(entry)) {}
+    Slot(StreamLimits* limits, std::shared_ptr<Entry> entry)
+        : limits_(limits), entry_(std::move(entry)) {}
     StreamLimits* const limits_;
     const std::shared_ptr<Entry> entry_;
   };
@@ -76,7 +77,8 @@ class StreamLimits {
 
   // A slot for one of `user`'s streams (`what` names it in errors and logs: "WatchJob").
   // RESOURCE_EXHAUSTED when the user holds max_per_user already.
-  absl::StatusOr<std::unique_ptr<Slot>> Acquire(const std::string& user, const std::string& what, EndFn end);
+  absl::StatusOr<std::unique_ptr<Slot>> Acquire(const std::string& user, const std::string& what,
+                                                EndFn end);
 
   // Streams `user` holds now.
   int Open(const std::string& user) const;

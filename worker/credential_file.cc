@@ -22,19 +22,22 @@ std::string LoadCredential(const std::string& data_dir, const std::string& name)
   return saved_for == name ? credential : "";
 }
 
-absl::Status SaveCredential(const std::string& data_dir, const std::string& name, const std::string& credential) {
+absl::Status SaveCredential(const std::string& data_dir, const std::string& name,
+                            const std::string& credential) {
   const std::string path = CredentialPath(data_dir);
   const std::string tmp = path + ".tmp";
   // Mode 0600 from the start.
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (fd < 0) return absl::FailedPreconditionError(absl::StrCat("cannot write ", tmp));
   const std::string content = absl::StrCat(name, "\n", credential, "\n");
-  const bool ok = ::fchmod(fd, 0600) == 0 &&
-                  ::write(fd, content.data(), content.size()) == static_cast<ssize_t>(content.size()) &&
-                  ::fsync(fd) == 0;
+  const bool ok =
+      ::fchmod(fd, 0600) == 0 &&
+      ::write(fd, content.data(), content.size()) == static_cast<ssize_t>(content.size()) &&
+      ::fsync(fd) == 0;
   if (::close(fd) != 0 || !ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
     ::unlink(tmp.c_str());
-    return absl::FailedPreconditionError(absl::StrCat("cannot save the worker credential to ", path));
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot save the worker credential to ", path));
   }
   return absl::OkStatus();
 }

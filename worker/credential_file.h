@@ -20,7 +20,8 @@ std::string LoadCredential(const std::string& data_dir, const std::string& name)
 
 // Written whole under a temporary name, synced, then renamed: a crash leaves the old file
 // or the new one. FAILED_PRECONDITION naming the file when it cannot be written.
-absl::Status SaveCredential(const std::string& data_dir, const std::string& name, const std::string& credential);
+absl::Status SaveCredential(const std::string& data_dir, const std::string& name,
+                            const std::string& credential);
 
 }  // namespace llamafleet::worker
 

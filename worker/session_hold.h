@@ -23,7 +23,8 @@ namespace llamafleet::worker {
 std::string NewInstanceId();
 
 // The tasks of `listed` (the hello's running_task_ids) that `welcome` does not hold.
-std::vector<std::string> TasksNotHeld(const v1::Welcome& welcome, const std::vector<std::string>& listed);
+std::vector<std::string> TasksNotHeld(const v1::Welcome& welcome,
+                                      const std::vector<std::string>& listed);
 
 // Whether a session that ended with `status` means that another process answers for this
 // worker's name: no session holds any of its trainers then.

@@ -7,7 +7,8 @@ namespace llamafleet {
 HelloVerdict JudgeHello(const LiveWorker* known, const std::string& instance_id) {
   if (known == nullptr) return HelloVerdict::kFirst;
   const bool live = known->link != nullptr && !known->lost;
-  if (live) return known->instance == instance_id ? HelloVerdict::kReconnect : HelloVerdict::kRefused;
+  if (live)
+    return known->instance == instance_id ? HelloVerdict::kReconnect : HelloVerdict::kRefused;
   // Not live: a recovered worker (no hello since the coordinator started) has no instance.
   if (!known->instance_known) return HelloVerdict::kFirst;
   return known->instance == instance_id ? HelloVerdict::kReconnect : HelloVerdict::kNewProcess;
@@ -24,9 +25,11 @@ absl::Status SecondSessionRefused(const std::string& name, const LiveWorker& hel
 }
 
 absl::Status ValidateInstanceId(const std::string& instance_id) {
-  if (instance_id.size() > 64) return absl::InvalidArgumentError("hello.instance_id must be at most 64 characters");
+  if (instance_id.size() > 64)
+    return absl::InvalidArgumentError("hello.instance_id must be at most 64 characters");
   for (char c : instance_id) {
-    if (c < 0x21 || c > 0x7e) return absl::InvalidArgumentError("hello.instance_id must be printable ASCII");
+    if (c < 0x21 || c > 0x7e)
+      return absl::InvalidArgumentError("hello.instance_id must be printable ASCII");
   }
   return absl::OkStatus();
 }

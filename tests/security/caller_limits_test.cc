@@ -22,7 +22,8 @@ class HttpGet {
     auto endpoints = resolver.resolve(address.substr(0, colon), address.substr(colon + 1));
     stream_.socket().open(net::ip::tcp::v4());
     // (Bound before a connect to one endpoint: connecting to a list reopens the socket.)
-    if (!from.empty()) stream_.socket().bind(net::ip::tcp::endpoint(net::ip::make_address(from), 0));
+    if (!from.empty())
+      stream_.socket().bind(net::ip::tcp::endpoint(net::ip::make_address(from), 0));
     stream_.socket().connect(*endpoints.begin());
     bhttp::request<bhttp::empty_body> req(bhttp::verb::get, target, 11);
     req.set(bhttp::field::host, "localhost");
@@ -56,8 +57,9 @@ class CallerLimitsTest : public SecurityApiTest {
   void Restart(std::vector<std::string> flags) {
     Stop();
     Start(std::move(flags));
-    absl::StatusOr<testing::CommandResult> r = RunCommand({BinaryPath("llamafleet-coordinator"), "token", "create",
-                                                           "--data-dir", data_dir_, "--user", "vic", "--role", "viewer"});
+    absl::StatusOr<testing::CommandResult> r =
+        RunCommand({BinaryPath("llamafleet-coordinator"), "token", "create", "--data-dir",
+                    data_dir_, "--user", "vic", "--role", "viewer"});
     ASSERT_TRUE(r.ok() && r->exit_code == 0) << (r.ok() ? r->err : r.status().ToString());
     tokens_["vic"] = std::string(absl::StripAsciiWhitespace(r->out));
   }
@@ -114,8 +116,10 @@ TEST_F(CallerLimitsTest, AUsersStreamsAreCappedOverGrpcAndHttpTogetherAndEndAfte
   }
   Watch refused = OpenWatch("vic", job, &s);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
-  EXPECT_TRUE(absl::StrContains(s.error_message(), "user vic already holds 3 open streams")) << s.error_message();
-  EXPECT_TRUE(absl::StrContains(s.error_message(), "--max-streams-per-user 3")) << s.error_message();
+  EXPECT_TRUE(absl::StrContains(s.error_message(), "user vic already holds 3 open streams"))
+      << s.error_message();
+  EXPECT_TRUE(absl::StrContains(s.error_message(), "--max-streams-per-user 3"))
+      << s.error_message();
   {
     v1::StreamJobLogsRequest req;
     req.set_job_id(job);
@@ -154,7 +158,8 @@ TEST_F(CallerLimitsTest, AUsersStreamsAreCappedOverGrpcAndHttpTogetherAndEndAfte
   }
   const grpc::Status ended = held[1].reader->Finish();
   EXPECT_EQ(ended.error_code(), grpc::StatusCode::UNAVAILABLE) << ended.error_message();
-  EXPECT_TRUE(absl::StrContains(ended.error_message(), "--stream-max-lifetime")) << ended.error_message();
+  EXPECT_TRUE(absl::StrContains(ended.error_message(), "--stream-max-lifetime"))
+      << ended.error_message();
   EXPECT_GE(absl::Now() - opened, absl::Seconds(3));
   EXPECT_LT(absl::Now() - opened, absl::Seconds(15));
 }
@@ -165,8 +170,8 @@ TEST_F(CallerLimitsTest, AUsersStreamsAreCappedOverGrpcAndHttpTogetherAndEndAfte
 // HTTP client's address, not the gateway's. Calls without a token do not count; bad join
 // tokens of worker sessions do.
 TEST_F(CallerLimitsTest, AnAddressThatKeepsPresentingBadTokensIsLoggedAndRefusedForAWhile) {
-  ASSERT_NO_FATAL_FAILURE(Restart({"--auth-failure-limit", "5", "--auth-failure-window", "60",
-                                   "--auth-failure-block", "3"}));
+  ASSERT_NO_FATAL_FAILURE(Restart(
+      {"--auth-failure-limit", "5", "--auth-failure-window", "60", "--auth-failure-block", "3"}));
   auto get_job = [&](const std::string& token) {
     grpc::ClientContext ctx;
     if (!token.empty()) ctx.AddMetadata("authorization", "Bearer " + token);
@@ -174,27 +179,33 @@ TEST_F(CallerLimitsTest, AnAddressThatKeepsPresentingBadTokensIsLoggedAndRefused
     v1::ListJobsResponse resp;
     return stub_->ListJobs(&ctx, req, &resp);
   };
-  for (int i = 0; i < 10; ++i) EXPECT_EQ(get_job("").error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  for (int i = 0; i < 10; ++i)
+    EXPECT_EQ(get_job("").error_code(), grpc::StatusCode::UNAUTHENTICATED);
   EXPECT_TRUE(get_job(tokens_["alice"]).ok()) << "calls without a token do not count";
   for (int i = 0; i < 5; ++i) {
-    EXPECT_EQ(get_job(absl::StrCat("lft_guess", i)).error_code(), grpc::StatusCode::UNAUTHENTICATED);
+    EXPECT_EQ(get_job(absl::StrCat("lft_guess", i)).error_code(),
+              grpc::StatusCode::UNAUTHENTICATED);
   }
   const absl::Time blocked = absl::Now();
   grpc::Status s = get_job(tokens_["alice"]);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
-  EXPECT_TRUE(absl::StrContains(s.error_message(), "too many failed credential attempts from 127.0.0.1"))
+  EXPECT_TRUE(
+      absl::StrContains(s.error_message(), "too many failed credential attempts from 127.0.0.1"))
       << s.error_message();
   EXPECT_TRUE(absl::StrContains(s.error_message(), "--auth-failure-block")) << s.error_message();
-  EXPECT_EQ(CountLines("failed credentials from 127.0.0.1"), 2) << ReadAll(dir_.path() + "/coordinator.log");
+  EXPECT_EQ(CountLines("failed credentials from 127.0.0.1"), 2)
+      << ReadAll(dir_.path() + "/coordinator.log");
   EXPECT_EQ(CountLines("refused for 3s"), 1);
 
   // Over HTTP, from 127.0.0.2: not blocked by 127.0.0.1's failures, and counted as itself.
   const std::string jobs = "/api/v1/jobs";
   EXPECT_EQ(HttpGet(http_address_, jobs, tokens_["alice"], "127.0.0.2").status(), 200);
-  for (int i = 0; i < 5; ++i) EXPECT_EQ(HttpGet(http_address_, jobs, "lft_nope", "127.0.0.2").status(), 401);
+  for (int i = 0; i < 5; ++i)
+    EXPECT_EQ(HttpGet(http_address_, jobs, "lft_nope", "127.0.0.2").status(), 401);
   HttpGet refused(http_address_, jobs, tokens_["alice"], "127.0.0.2");
   EXPECT_EQ(refused.status(), 429) << refused.body();
-  EXPECT_TRUE(absl::StrContains(refused.body(), "too many failed credential attempts from 127.0.0.2"))
+  EXPECT_TRUE(
+      absl::StrContains(refused.body(), "too many failed credential attempts from 127.0.0.2"))
       << refused.body();
   EXPECT_EQ(CountLines("failed credentials from 127.0.0.2"), 2);
   EXPECT_EQ(CountLines("failed credentials from inproc"), 0);
@@ -206,7 +217,8 @@ TEST_F(CallerLimitsTest, AnAddressThatKeepsPresentingBadTokensIsLoggedAndRefused
 
   // Worker sessions with a bad join token count the same way (the failures from before the
   // block are still in the minute's window: one more blocks again).
-  auto workers = v1::WorkerService::NewStub(grpc::CreateChannel(address_, grpc::InsecureChannelCredentials()));
+  auto workers =
+      v1::WorkerService::NewStub(grpc::CreateChannel(address_, grpc::InsecureChannelCredentials()));
   grpc::ClientContext ctx;
   auto session = workers->Session(&ctx);
   v1::WorkerMessage hello;
@@ -217,7 +229,8 @@ TEST_F(CallerLimitsTest, AnAddressThatKeepsPresentingBadTokensIsLoggedAndRefused
   EXPECT_FALSE(session->Read(&answer));
   EXPECT_EQ(session->Finish().error_code(), grpc::StatusCode::UNAUTHENTICATED);
   EXPECT_EQ(get_job(tokens_["alice"]).error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
-  EXPECT_TRUE(absl::StrContains(ReadAll(dir_.path() + "/coordinator.log"), "worker session: bad join token"));
+  EXPECT_TRUE(absl::StrContains(ReadAll(dir_.path() + "/coordinator.log"),
+                                "worker session: bad join token"));
 }
 
 }  // namespace

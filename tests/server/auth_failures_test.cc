@@ -13,7 +13,8 @@ namespace {
 
 TEST(AuthFailuresTest, APeerIsBlockedAfterTheLimitWithinTheWindowUntilTheBlockPasses) {
   FakeClock clock;
-  AuthFailures f({.limit = 3, .window = absl::Minutes(1), .block = absl::Minutes(5), .clock = &clock});
+  AuthFailures f(
+      {.limit = 3, .window = absl::Minutes(1), .block = absl::Minutes(5), .clock = &clock});
   for (int i = 0; i < 2; ++i) f.RecordFailure("10.0.0.5", "invalid or revoked token");
   EXPECT_TRUE(f.CheckPeer("10.0.0.5").ok());
   // The window passes: the count starts over.
@@ -23,7 +24,8 @@ TEST(AuthFailuresTest, APeerIsBlockedAfterTheLimitWithinTheWindowUntilTheBlockPa
   f.RecordFailure("10.0.0.5", "invalid or revoked token");
   absl::Status s = f.CheckPeer("10.0.0.5");
   EXPECT_TRUE(absl::IsResourceExhausted(s)) << s;
-  EXPECT_TRUE(absl::StrContains(s.message(), "too many failed credential attempts from 10.0.0.5 (3 within 1m"))
+  EXPECT_TRUE(absl::StrContains(s.message(),
+                                "too many failed credential attempts from 10.0.0.5 (3 within 1m"))
       << s;
   EXPECT_TRUE(f.CheckPeer("10.0.0.6").ok()) << "other addresses are not blocked";
   clock.Advance(absl::Minutes(5));

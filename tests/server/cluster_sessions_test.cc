@@ -27,7 +27,8 @@ class WorkerSessionsTest : public ClusterManagerTest {
 TEST(HelloVerdictTest, VerdictsFollowTheInstanceAndWhetherTheSessionLives) {
   EXPECT_EQ(JudgeHello(nullptr, "a"), HelloVerdict::kFirst);
   LiveWorker w;
-  EXPECT_EQ(JudgeHello(&w, "a"), HelloVerdict::kFirst) << "recovered after a restart: no instance known";
+  EXPECT_EQ(JudgeHello(&w, "a"), HelloVerdict::kFirst)
+      << "recovered after a restart: no instance known";
   w.instance = "a";
   w.instance_known = true;
   w.link = std::make_shared<FakeLink>();
@@ -41,10 +42,12 @@ TEST(HelloVerdictTest, VerdictsFollowTheInstanceAndWhetherTheSessionLives) {
   EXPECT_EQ(JudgeHello(&w, "b"), HelloVerdict::kNewProcess);
   EXPECT_EQ(JudgeHello(&w, "a"), HelloVerdict::kReconnect);
   w.instance = "";
-  EXPECT_EQ(JudgeHello(&w, ""), HelloVerdict::kReconnect) << "a worker that sends no instance, as before";
+  EXPECT_EQ(JudgeHello(&w, ""), HelloVerdict::kReconnect)
+      << "a worker that sends no instance, as before";
 
   EXPECT_TRUE(ValidateInstanceId("0123abcd").ok());
-  EXPECT_EQ(ValidateInstanceId(std::string(65, 'a')).message(), "hello.instance_id must be at most 64 characters");
+  EXPECT_EQ(ValidateInstanceId(std::string(65, 'a')).message(),
+            "hello.instance_id must be at most 64 characters");
   EXPECT_EQ(ValidateInstanceId("a\nb").message(), "hello.instance_id must be printable ASCII");
 }
 
@@ -63,7 +66,8 @@ TEST_F(WorkerSessionsTest, ASecondProcessIsRefusedAndTheRunningAttemptKeepsItsTr
   EXPECT_TRUE(absl::StrContains(thief->closed()->message(),
                                 "worker name 'w1' already has a live session from another process"))
       << thief->closed()->message();
-  EXPECT_TRUE(absl::StrContains(thief->closed()->message(), "worker forget w1")) << thief->closed()->message();
+  EXPECT_TRUE(absl::StrContains(thief->closed()->message(), "worker forget w1"))
+      << thief->closed()->message();
   EXPECT_FALSE(w1->closed().has_value()) << "the live session was touched";
   EXPECT_FALSE(thief->Held().has_value()) << "a refused hello gets no welcome";
 
@@ -116,7 +120,8 @@ TEST_F(WorkerSessionsTest, ANewProcessEndsThePreviousProcessesAttemptAsANodeFaul
   ASSERT_TRUE(attempts.ok());
   const v1::Attempt& first = attempts->back();
   EXPECT_EQ(first.failure_class(), "node_fault") << first.reason();
-  EXPECT_TRUE(absl::StrContains(first.reason(), "worker w0 registered from a new process")) << first.reason();
+  EXPECT_TRUE(absl::StrContains(first.reason(), "worker w0 registered from a new process"))
+      << first.reason();
 }
 
 // The process that ran a task stops listing it and never reports its end: past the grace

@@ -28,8 +28,10 @@ class StreamLimitsTest : public ::testing::Test {
                                    .clock = &clock_}) {}
 
   std::unique_ptr<StreamLimits::Slot> Acquire(const std::string& user, std::vector<Ended>* ended) {
-    absl::StatusOr<std::unique_ptr<StreamLimits::Slot>> slot = limits_.Acquire(
-        user, "WatchJob", [ended](const absl::Status& why, bool pending) { ended->push_back({why, pending}); });
+    absl::StatusOr<std::unique_ptr<StreamLimits::Slot>> slot =
+        limits_.Acquire(user, "WatchJob", [ended](const absl::Status& why, bool pending) {
+          ended->push_back({why, pending});
+        });
     EXPECT_TRUE(slot.ok()) << slot.status();
     return slot.ok() ? std::move(*slot) : nullptr;
   }
@@ -41,9 +43,11 @@ class StreamLimitsTest : public ::testing::Test {
 TEST_F(StreamLimitsTest, AUserHoldsAtMostTheCapAndAClosedStreamGivesItsSlotBack) {
   std::vector<Ended> ended;
   std::unique_ptr<StreamLimits::Slot> a = Acquire("vic", &ended), b = Acquire("vic", &ended);
-  absl::StatusOr<std::unique_ptr<StreamLimits::Slot>> c = limits_.Acquire("vic", "StreamJobLogs", nullptr);
+  absl::StatusOr<std::unique_ptr<StreamLimits::Slot>> c =
+      limits_.Acquire("vic", "StreamJobLogs", nullptr);
   ASSERT_TRUE(absl::IsResourceExhausted(c.status())) << c.status();
-  EXPECT_TRUE(absl::StrContains(c.status().message(), "user vic already holds 2 open streams")) << c.status();
+  EXPECT_TRUE(absl::StrContains(c.status().message(), "user vic already holds 2 open streams"))
+      << c.status();
   EXPECT_TRUE(absl::StrContains(c.status().message(), "--max-streams-per-user 2")) << c.status();
   EXPECT_NE(Acquire("alice", &ended), nullptr) << "another user's slots are their own";
   EXPECT_EQ(limits_.Open("vic"), 2);
@@ -68,7 +72,8 @@ TEST_F(StreamLimitsTest, AStalledClientIsCancelledAndAnOldStreamFinished) {
   ASSERT_EQ(stalled_end.size(), 1u);
   EXPECT_TRUE(stalled_end[0].write_pending);
   EXPECT_TRUE(absl::IsDeadlineExceeded(stalled_end[0].why)) << stalled_end[0].why;
-  EXPECT_TRUE(absl::StrContains(stalled_end[0].why.message(), "--stream-idle-timeout")) << stalled_end[0].why;
+  EXPECT_TRUE(absl::StrContains(stalled_end[0].why.message(), "--stream-idle-timeout"))
+      << stalled_end[0].why;
   EXPECT_TRUE(busy_end.empty());
   limits_.SweepNow();
   EXPECT_EQ(stalled_end.size(), 1u) << "ended once";
@@ -80,7 +85,8 @@ TEST_F(StreamLimitsTest, AStalledClientIsCancelledAndAnOldStreamFinished) {
   ASSERT_EQ(old_end.size(), 1u);
   EXPECT_FALSE(old_end[0].write_pending);
   EXPECT_TRUE(absl::IsUnavailable(old_end[0].why)) << old_end[0].why;
-  EXPECT_TRUE(absl::StrContains(old_end[0].why.message(), "--stream-max-lifetime")) << old_end[0].why;
+  EXPECT_TRUE(absl::StrContains(old_end[0].why.message(), "--stream-max-lifetime"))
+      << old_end[0].why;
   // A slot that is gone is never ended.
   std::vector<Ended> gone_end;
   std::unique_ptr<StreamLimits::Slot> gone = Acquire("d", &gone_end);

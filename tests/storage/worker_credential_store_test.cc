@@ -31,13 +31,14 @@ class WorkerCredentialStoreTest : public ::testing::Test {
 
   // A finished job of `owner` with checkpoint.dir `dir` ("" = none); its id.
   int64_t FinishedJob(JobStore* store, const std::string& owner, const std::string& dir) {
-    absl::StatusOr<std::vector<ParsedJob>> parsed = ParseJobDocuments(absl::StrCat(
-        "name: t\nmodel: {preset: tiny}\ndata: {train_path: /data/train.jsonl}\n",
-        dir.empty() ? "" : absl::StrCat("checkpoint: {dir: ", dir, "}\n")));
+    absl::StatusOr<std::vector<ParsedJob>> parsed = ParseJobDocuments(
+        absl::StrCat("name: t\nmodel: {preset: tiny}\ndata: {train_path: /data/train.jsonl}\n",
+                     dir.empty() ? "" : absl::StrCat("checkpoint: {dir: ", dir, "}\n")));
     EXPECT_TRUE(parsed.ok()) << parsed.status();
     v1::JobSpec spec = (*parsed)[0].spec;
     ApplyDefaults(&spec);
-    absl::StatusOr<std::vector<SubmitJobResult>> r = store->SubmitJobsAndWait({SubmitJobInput{spec, owner, ""}});
+    absl::StatusOr<std::vector<SubmitJobResult>> r =
+        store->SubmitJobsAndWait({SubmitJobInput{spec, owner, ""}});
     EXPECT_TRUE(r.ok()) << r.status();
     const int64_t id = std::stoll((*r)[0].job.id());
     EXPECT_TRUE(store->CancelJobAndWait(id, owner, "test").ok());
@@ -72,7 +73,8 @@ TEST_F(WorkerCredentialStoreTest, ADeletedJobsNamedCheckpointDirIsRecordedWithIt
   const int64_t unnamed = FinishedJob(store.get(), "alice", "");
   ASSERT_TRUE(store->WriteAndWait(DeleteFinishedJobTxn(named)).ok());
   ASSERT_TRUE(store->WriteAndWait(DeleteJobTxn(unnamed)).ok());
-  absl::StatusOr<std::vector<CheckpointDirOwner>> owners = CheckpointDirOwners(*store, "/fsx/alice/ck/step-4");
+  absl::StatusOr<std::vector<CheckpointDirOwner>> owners =
+      CheckpointDirOwners(*store, "/fsx/alice/ck/step-4");
   ASSERT_TRUE(owners.ok()) << owners.status();
   ASSERT_EQ(owners->size(), 1u);
   EXPECT_EQ((*owners)[0].job_id, named);
@@ -81,14 +83,18 @@ TEST_F(WorkerCredentialStoreTest, ADeletedJobsNamedCheckpointDirIsRecordedWithIt
   EXPECT_TRUE((*owners)[0].deleted);
   // Refused to another user at submission; its owner may take it again.
   absl::StatusOr<std::vector<ParsedJob>> parsed = ParseJobDocuments(
-      "name: t\nmodel: {preset: tiny}\ndata: {train_path: /data/train.jsonl}\ncheckpoint: {dir: /fsx/alice/ck/x}\n");
+      "name: t\nmodel: {preset: tiny}\ndata: {train_path: /data/train.jsonl}\ncheckpoint: {dir: "
+      "/fsx/alice/ck/x}\n");
   ASSERT_TRUE(parsed.ok());
   v1::JobSpec spec = (*parsed)[0].spec;
   ApplyDefaults(&spec);
-  absl::StatusOr<std::vector<SubmitJobResult>> bob = store->SubmitJobsAndWait({SubmitJobInput{spec, "bob", ""}});
+  absl::StatusOr<std::vector<SubmitJobResult>> bob =
+      store->SubmitJobsAndWait({SubmitJobInput{spec, "bob", ""}});
   EXPECT_TRUE(absl::IsFailedPrecondition(bob.status())) << bob.status();
-  EXPECT_TRUE(absl::StrContains(bob.status().message(), absl::StrCat("is inside /fsx/alice/ck, the checkpoint "
-                                                                      "directory of deleted job ", named)))
+  EXPECT_TRUE(absl::StrContains(bob.status().message(),
+                                absl::StrCat("is inside /fsx/alice/ck, the checkpoint "
+                                             "directory of deleted job ",
+                                             named)))
       << bob.status();
   EXPECT_TRUE(CheckJobDirsFree(*store, {SubmitJobInput{spec, "bob", ""}}).code() ==
               absl::StatusCode::kFailedPrecondition)
@@ -98,7 +104,8 @@ TEST_F(WorkerCredentialStoreTest, ADeletedJobsNamedCheckpointDirIsRecordedWithIt
 
 // A schema-10 database (credentials without their token): migrated, its names kept, each
 // counting against every token's cap.
-TEST_F(WorkerCredentialStoreTest, MigrationToSchemaElevenKeepsCredentialsAndCountsThemForEveryToken) {
+TEST_F(WorkerCredentialStoreTest,
+       MigrationToSchemaElevenKeepsCredentialsAndCountsThemForEveryToken) {
   std::unique_ptr<JobStore> store = Open();
   ASSERT_NE(store, nullptr);
   ASSERT_TRUE(InsertWorkerCredential(store.get(), "old", "sha-old", "", 0).ok());
@@ -107,16 +114,19 @@ TEST_F(WorkerCredentialStoreTest, MigrationToSchemaElevenKeepsCredentialsAndCoun
     absl::StatusOr<std::unique_ptr<sqlite::Connection>> conn =
         sqlite::Connection::Open(dir_.path() + "/coordinator.db", false, false);
     ASSERT_TRUE(conn.ok()) << conn.status();
-    ASSERT_TRUE((*conn)->Exec("DROP TABLE deleted_job_dirs; DROP INDEX worker_credentials_by_join_token;"
-                              "ALTER TABLE worker_credentials DROP COLUMN join_token_sha256;"
-                              "PRAGMA user_version = 10;")
-                    .ok());
+    ASSERT_TRUE(
+        (*conn)
+            ->Exec("DROP TABLE deleted_job_dirs; DROP INDEX worker_credentials_by_join_token;"
+                   "ALTER TABLE worker_credentials DROP COLUMN join_token_sha256;"
+                   "PRAGMA user_version = 10;")
+            .ok());
   }
   store = Open();
   ASSERT_NE(store, nullptr);
   EXPECT_EQ(**LookupWorkerCredential(store.get(), "old"), "sha-old");
   EXPECT_EQ(*CountWorkerCredentials(store.get(), "any-token"), 1);
-  EXPECT_TRUE(absl::IsResourceExhausted(InsertWorkerCredential(store.get(), "new", "sha", "any-token", 1)));
+  EXPECT_TRUE(
+      absl::IsResourceExhausted(InsertWorkerCredential(store.get(), "new", "sha", "any-token", 1)));
   EXPECT_TRUE(InsertWorkerCredential(store.get(), "new", "sha", "any-token", 2).ok());
   const int64_t job = FinishedJob(store.get(), "alice", "/fsx/ck");
   ASSERT_TRUE(store->WriteAndWait(DeleteJobTxn(job)).ok());

@@ -19,7 +19,8 @@ absl::StatusOr<std::string> ClusterClient::Submit(const std::string& yaml) {
   v1::SubmitJobResponse resp;
   grpc::ClientContext ctx;
   grpc::Status s = jobs_->SubmitJob(&ctx, req, &resp);
-  if (!s.ok()) return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
+  if (!s.ok())
+    return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
   return resp.job().id();
 }
 
@@ -51,7 +52,8 @@ std::map<std::string, v1::WorkerInfo> ClusterClient::Workers() {
   return out;
 }
 
-v1::Job ClusterClient::WaitFor(const std::string& id, const std::function<bool(const v1::Job&)>& done,
+v1::Job ClusterClient::WaitFor(const std::string& id,
+                               const std::function<bool(const v1::Job&)>& done,
                                absl::Duration timeout) {
   const absl::Time deadline = absl::Now() + timeout;
   v1::Job job = Get(id);
@@ -62,11 +64,13 @@ v1::Job ClusterClient::WaitFor(const std::string& id, const std::function<bool(c
   return job;
 }
 
-bool ClusterClient::WaitForWorkerState(const std::string& name, v1::WorkerState state, absl::Duration timeout) {
+bool ClusterClient::WaitForWorkerState(const std::string& name, v1::WorkerState state,
+                                       absl::Duration timeout) {
   const absl::Time deadline = absl::Now() + timeout;
   while (true) {
     auto workers = Workers();
-    if (auto it = workers.find(name); it != workers.end() && it->second.state() == state) return true;
+    if (auto it = workers.find(name); it != workers.end() && it->second.state() == state)
+      return true;
     if (absl::Now() >= deadline) return false;
     absl::SleepFor(absl::Milliseconds(50));
   }

@@ -33,7 +33,8 @@ class ClusterClient {
   std::map<std::string, v1::WorkerInfo> Workers();
 
   // Reads the job every 50 ms until `done` holds or `timeout` passes; the last job read.
-  v1::Job WaitFor(const std::string& id, const std::function<bool(const v1::Job&)>& done, absl::Duration timeout);
+  v1::Job WaitFor(const std::string& id, const std::function<bool(const v1::Job&)>& done,
+                  absl::Duration timeout);
   bool WaitForWorkerState(const std::string& name, v1::WorkerState state, absl::Duration timeout);
 
  private:

@@ -7,6 +7,7 @@
 // victim stops its trainer on its next hello (worker/session_hold.h), and either way the
 // job ends as it would have: never FAILED as its own fault, no trainer left running.
 #include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/stat.h>
 
@@ -14,8 +15,6 @@
 #include <fstream>
 #include <functional>
 #include <iostream>
-
-#include <gtest/gtest.h>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -84,14 +83,15 @@ class SessionReplayTest : public ::testing::Test {
 
   // `process` names the log and data dir; `name` the worker it registers as.
   void StartWorker(const std::string& process, const std::string& name) {
-    auto p = testing::StartWorker({.coordinator = address_,
-                                   .name = name,
-                                   .data_dir = dir_.path() + "/" + process,
-                                   .join_token = "secret",
-                                   .trainer = trainer_,
-                                   .heartbeat_interval = 0.3,
-                                   .env = {{"LLAMAFLEET_FAKE_STEPS", "80"}, {"LLAMAFLEET_FAKE_DIR", fake_}},
-                                   .log_path = dir_.path() + "/" + process + ".log"});
+    auto p = testing::StartWorker(
+        {.coordinator = address_,
+         .name = name,
+         .data_dir = dir_.path() + "/" + process,
+         .join_token = "secret",
+         .trainer = trainer_,
+         .heartbeat_interval = 0.3,
+         .env = {{"LLAMAFLEET_FAKE_STEPS", "80"}, {"LLAMAFLEET_FAKE_DIR", fake_}},
+         .log_path = dir_.path() + "/" + process + ".log"});
     ASSERT_TRUE(p.ok()) << p.status();
     processes_[process] = std::move(*p);
   }
@@ -100,7 +100,8 @@ class SessionReplayTest : public ::testing::Test {
   // credential file from the victim process's data dir.
   void StartThief(const std::string& victim, const std::string& name) {
     fs::create_directories(dir_.path() + "/thief");
-    fs::copy_file(dir_.path() + "/" + victim + "/worker-credential", dir_.path() + "/thief/worker-credential");
+    fs::copy_file(dir_.path() + "/" + victim + "/worker-credential",
+                  dir_.path() + "/thief/worker-credential");
     StartWorker("thief", name);
   }
 
@@ -137,7 +138,9 @@ class SessionReplayTest : public ::testing::Test {
     if (HasFailure()) {
       for (const std::string name : {"coordinator", "victim", "spare", "thief", "a", "b", "c"}) {
         const std::string text = ReadFile(dir_.path() + "/" + name + ".log");
-        if (!text.empty()) std::cout << "---- " << name << ".log\n" << text.substr(text.size() > 6000 ? text.size() - 6000 : 0);
+        if (!text.empty())
+          std::cout << "---- " << name << ".log\n"
+                    << text.substr(text.size() > 6000 ? text.size() - 6000 : 0);
       }
     }
     for (auto& [name, p] : processes_) p->Signal(SIGCONT);
@@ -164,14 +167,20 @@ TEST_F(SessionReplayTest, ASecondProcessWithACopiedCredentialIsRefusedAndTheJobR
   StartWorker("victim", "w1");
   ASSERT_TRUE(cluster_->WaitForWorkerState("w1", v1::WORKER_READY, absl::Seconds(20)));
   const std::string id = Submit("run_policy: {max_restarts: 0}\n");
-  ASSERT_EQ(cluster_->WaitFor(id, [](const v1::Job& j) { return j.latest_metrics().step() >= 5; }, absl::Seconds(30)).state(),
+  ASSERT_EQ(cluster_
+                ->WaitFor(
+                    id, [](const v1::Job& j) { return j.latest_metrics().step() >= 5; },
+                    absl::Seconds(30))
+                .state(),
             v1::RUNNING);
   const pid_t trainer = TrainerPid(id, 1);
   ASSERT_GT(trainer, 0);
 
   StartThief("victim", "w1");
-  ASSERT_TRUE(WaitForLog("thief", "already has a live session from another process", absl::Seconds(20)));
-  EXPECT_TRUE(WaitForLog("coordinator", "refused a second session for worker w1", absl::Seconds(5)));
+  ASSERT_TRUE(
+      WaitForLog("thief", "already has a live session from another process", absl::Seconds(20)));
+  EXPECT_TRUE(
+      WaitForLog("coordinator", "refused a second session for worker w1", absl::Seconds(5)));
   EXPECT_FALSE(absl::StrContains(ReadFile(dir_.path() + "/thief.log"), "registered with"));
   // Let the thief retry a few times (its backoff starts at 250 ms) while the job trains.
   absl::SleepFor(absl::Seconds(2));
@@ -184,7 +193,8 @@ TEST_F(SessionReplayTest, ASecondProcessWithACopiedCredentialIsRefusedAndTheJobR
     std::string credential = ReadFile(dir_.path() + "/victim/worker-credential");
     credential = credential.substr(credential.find('\n') + 1);
     credential.pop_back();
-    auto stub = v1::WorkerService::NewStub(grpc::CreateChannel(address_, grpc::InsecureChannelCredentials()));
+    auto stub = v1::WorkerService::NewStub(
+        grpc::CreateChannel(address_, grpc::InsecureChannelCredentials()));
     grpc::ClientContext ctx;
     auto session = stub->Session(&ctx);
     v1::WorkerMessage hello;
@@ -209,11 +219,13 @@ TEST_F(SessionReplayTest, ASecondProcessWithACopiedCredentialIsRefusedAndTheJobR
   EXPECT_EQ(job.attempts(), 1);
   processes_["thief"]->Signal(SIGKILL);
 
-  job = cluster_->WaitFor(id, [](const v1::Job& j) { return IsTerminal(j.state()); }, absl::Seconds(30));
+  job = cluster_->WaitFor(
+      id, [](const v1::Job& j) { return IsTerminal(j.state()); }, absl::Seconds(30));
   EXPECT_EQ(job.state(), v1::SUCCEEDED) << job.status_reason();
   EXPECT_EQ(job.attempts(), 1);
   EXPECT_EQ(job.restarts(), 0);
-  EXPECT_TRUE(absl::EndsWith(ReadFile(TaskFile(id, 1, ".steps")), "\n79\n80\n")) << "every step ran once";
+  EXPECT_TRUE(absl::EndsWith(ReadFile(TaskFile(id, 1, ".steps")), "\n79\n80\n"))
+      << "every step ran once";
   EXPECT_FALSE(Alive(trainer));
 }
 
@@ -227,7 +239,11 @@ TEST_F(SessionReplayTest, AThiefHoldingTheNameLeavesNoOrphanTrainerAndTheJobRest
   StartWorker("victim", "w1");
   ASSERT_TRUE(cluster_->WaitForWorkerState("w1", v1::WORKER_READY, absl::Seconds(20)));
   const std::string id = Submit("run_policy: {max_restarts: 2, restart_backoff_seconds: 1}\n");
-  ASSERT_EQ(cluster_->WaitFor(id, [](const v1::Job& j) { return j.latest_metrics().step() >= 5; }, absl::Seconds(30)).state(),
+  ASSERT_EQ(cluster_
+                ->WaitFor(
+                    id, [](const v1::Job& j) { return j.latest_metrics().step() >= 5; },
+                    absl::Seconds(30))
+                .state(),
             v1::RUNNING);
   const pid_t trainer = TrainerPid(id, 1);
   ASSERT_GT(trainer, 0);
@@ -239,15 +255,17 @@ TEST_F(SessionReplayTest, AThiefHoldingTheNameLeavesNoOrphanTrainerAndTheJobRest
   StartThief("victim", "w1");
   ASSERT_TRUE(WaitForLog("thief", "registered with", absl::Seconds(20)));
   // The job runs on again on the spare (w1 is excluded after its node fault).
-  v1::Job job = cluster_->WaitFor(id, [](const v1::Job& j) { return j.attempts() == 2 && j.state() == v1::RUNNING; },
-                        absl::Seconds(20));
+  v1::Job job = cluster_->WaitFor(
+      id, [](const v1::Job& j) { return j.attempts() == 2 && j.state() == v1::RUNNING; },
+      absl::Seconds(20));
   ASSERT_EQ(job.attempts(), 2) << v1::JobState_Name(job.state()) << " " << job.status_reason();
   ASSERT_EQ(job.workers_size(), 1);
   EXPECT_EQ(job.workers(0), "w2");
   EXPECT_TRUE(Alive(trainer)) << "the stopped worker's trainer runs on, unheld";
 
   processes_["victim"]->Signal(SIGCONT);
-  ASSERT_TRUE(WaitForLog("victim", "already has a live session from another process", absl::Seconds(20)));
+  ASSERT_TRUE(
+      WaitForLog("victim", "already has a live session from another process", absl::Seconds(20)));
   const absl::Time deadline = absl::Now() + absl::Seconds(5);
   while (Alive(trainer) && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(50));
   EXPECT_FALSE(Alive(trainer)) << "a trainer no session holds is still running";
@@ -256,7 +274,8 @@ TEST_F(SessionReplayTest, AThiefHoldingTheNameLeavesNoOrphanTrainerAndTheJobRest
   absl::SleepFor(absl::Milliseconds(500));
   EXPECT_EQ(ReadFile(TaskFile(id, 1, ".steps")).size(), written) << "the orphan keeps writing";
 
-  job = cluster_->WaitFor(id, [](const v1::Job& j) { return IsTerminal(j.state()); }, absl::Seconds(30));
+  job = cluster_->WaitFor(
+      id, [](const v1::Job& j) { return IsTerminal(j.state()); }, absl::Seconds(30));
   EXPECT_EQ(job.state(), v1::SUCCEEDED) << job.status_reason();
   const std::vector<v1::Attempt> attempts = cluster_->Attempts(id);
   ASSERT_EQ(attempts.size(), 2u);
@@ -276,7 +295,8 @@ TEST_F(SessionReplayTest, AJoinTokenMintsAtMostItsCapOfWorkerNamesAndForgettingO
   StartWorker("b", "w2");
   ASSERT_TRUE(cluster_->WaitForWorkerState("w2", v1::WORKER_READY, absl::Seconds(20)));
   StartWorker("c", "w3");
-  ASSERT_TRUE(WaitForLog("c", "is new, and the join token has minted 2 worker names", absl::Seconds(20)));
+  ASSERT_TRUE(
+      WaitForLog("c", "is new, and the join token has minted 2 worker names", absl::Seconds(20)));
   const std::string log = ReadFile(dir_.path() + "/c.log");
   EXPECT_TRUE(absl::StrContains(log, "RESOURCE_EXHAUSTED")) << log;
   EXPECT_TRUE(absl::StrContains(log, "--max-worker-identities 2")) << log;
@@ -290,11 +310,13 @@ TEST_F(SessionReplayTest, AJoinTokenMintsAtMostItsCapOfWorkerNamesAndForgettingO
 
   processes_["a"]->Signal(SIGTERM);
   ASSERT_TRUE(processes_["a"]->Wait(absl::Seconds(20)).ok());
-  absl::StatusOr<testing::CommandResult> forget = testing::RunCommand(
-      {testing::BinaryPath("llamafleet-coordinator"), "worker", "forget", "w1", "--data-dir", dir_.path() + "/coord"});
+  absl::StatusOr<testing::CommandResult> forget =
+      testing::RunCommand({testing::BinaryPath("llamafleet-coordinator"), "worker", "forget", "w1",
+                           "--data-dir", dir_.path() + "/coord"});
   ASSERT_TRUE(forget.ok());
   EXPECT_EQ(forget->exit_code, 0) << forget->err;
-  EXPECT_TRUE(cluster_->WaitForWorkerState("w3", v1::WORKER_READY, absl::Seconds(20))) << "the waiting worker joins";
+  EXPECT_TRUE(cluster_->WaitForWorkerState("w3", v1::WORKER_READY, absl::Seconds(20)))
+      << "the waiting worker joins";
 }
 
 }  // namespace
