@@ -123,6 +123,21 @@ class SessionReplayTest : public ::testing::Test {
     return id.value_or("");
   }
 
+  // A coordinator (its heartbeat timeout), the victim worker w1, and a one-node job with
+  // `run_policy` training there past step 5: its id and its trainer's pid.
+  void StartVictimJob(const std::string& heartbeat_timeout, const std::string& run_policy,
+                      std::string* id, pid_t* trainer) {
+    ASSERT_NO_FATAL_FAILURE(StartCoordinator(heartbeat_timeout));
+    StartWorker("victim", "w1");
+    ASSERT_TRUE(cluster_->WaitForWorkerState("w1", v1::WORKER_READY, absl::Seconds(20)));
+    *id = Submit(run_policy);
+    const v1::Job job = cluster_->WaitFor(
+        *id, [](const v1::Job& j) { return j.latest_metrics().step() >= 5; }, absl::Seconds(30));
+    ASSERT_EQ(job.state(), v1::RUNNING) << job.status_reason();
+    *trainer = TrainerPid(*id, 1);
+    ASSERT_GT(*trainer, 0);
+  }
+
   // The task of the job's attempt `attempt` on its only node, as the trainer names its files.
   std::string TaskFile(const std::string& id, int attempt, const std::string& suffix) {
     return absl::StrCat(fake_, "/", id, "-", attempt, "-0", suffix);
@@ -163,18 +178,9 @@ class SessionReplayTest : public ::testing::Test {
 // thief is refused, naming the name's live session, and the victim's session, trainer and
 // job go on untouched: one attempt, no restart, SUCCEEDED, no trainer left behind.
 TEST_F(SessionReplayTest, ASecondProcessWithACopiedCredentialIsRefusedAndTheJobRunsOn) {
-  ASSERT_NO_FATAL_FAILURE(StartCoordinator("10"));
-  StartWorker("victim", "w1");
-  ASSERT_TRUE(cluster_->WaitForWorkerState("w1", v1::WORKER_READY, absl::Seconds(20)));
-  const std::string id = Submit("run_policy: {max_restarts: 0}\n");
-  ASSERT_EQ(cluster_
-                ->WaitFor(
-                    id, [](const v1::Job& j) { return j.latest_metrics().step() >= 5; },
-                    absl::Seconds(30))
-                .state(),
-            v1::RUNNING);
-  const pid_t trainer = TrainerPid(id, 1);
-  ASSERT_GT(trainer, 0);
+  std::string id;
+  pid_t trainer = 0;
+  ASSERT_NO_FATAL_FAILURE(StartVictimJob("10", "run_policy: {max_restarts: 0}\n", &id, &trainer));
 
   StartThief("victim", "w1");
   ASSERT_TRUE(
@@ -235,18 +241,10 @@ TEST_F(SessionReplayTest, ASecondProcessWithACopiedCredentialIsRefusedAndTheJobR
 // stops the trainer no session holds: the trainer is gone, its step file stops growing,
 // and the job SUCCEEDS on the spare.
 TEST_F(SessionReplayTest, AThiefHoldingTheNameLeavesNoOrphanTrainerAndTheJobRestartsAsANodeFault) {
-  ASSERT_NO_FATAL_FAILURE(StartCoordinator("2"));
-  StartWorker("victim", "w1");
-  ASSERT_TRUE(cluster_->WaitForWorkerState("w1", v1::WORKER_READY, absl::Seconds(20)));
-  const std::string id = Submit("run_policy: {max_restarts: 2, restart_backoff_seconds: 1}\n");
-  ASSERT_EQ(cluster_
-                ->WaitFor(
-                    id, [](const v1::Job& j) { return j.latest_metrics().step() >= 5; },
-                    absl::Seconds(30))
-                .state(),
-            v1::RUNNING);
-  const pid_t trainer = TrainerPid(id, 1);
-  ASSERT_GT(trainer, 0);
+  std::string id;
+  pid_t trainer = 0;
+  ASSERT_NO_FATAL_FAILURE(StartVictimJob(
+      "2", "run_policy: {max_restarts: 2, restart_backoff_seconds: 1}\n", &id, &trainer));
   StartWorker("spare", "w2");
   ASSERT_TRUE(cluster_->WaitForWorkerState("w2", v1::WORKER_READY, absl::Seconds(20)));
 
