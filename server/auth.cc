@@ -1,7 +1,5 @@
 #include "server/auth.h"
 
-#include <openssl/rand.h>
-
 #include <algorithm>
 
 #include <grpcpp/grpcpp.h>
@@ -9,7 +7,9 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/random_hex.h"
 #include "jobspec/jobspec.h"
+#include "server/auth_failures.h"
 #include "storage/job_store.h"
 #include "storage/sqlite.h"
 
@@ -58,8 +58,20 @@ absl::StatusOr<Principal> Authenticator::Authenticate(
     p.role = v1::ADMIN;
     return p;
   }
-  return AuthenticateBearer(Metadata(context, "authorization"));
+  const std::string authorization = Metadata(context, "authorization");
+  if (failures_ == nullptr) return AuthenticateBearer(authorization);
+  const std::string peer = failures_->CallerAddress(context.peer(), Metadata(context, kForwardedPeerKey),
+                                                    Metadata(context, kForwardedPeerProofKey));
+  if (absl::Status blocked = failures_->CheckPeer(peer); !blocked.ok()) return blocked;
+  absl::StatusOr<Principal> p = AuthenticateBearer(authorization);
+  // A token that was presented and is wrong counts; a call with none only learns how to
+  // get one.
+  if (absl::IsUnauthenticated(p.status()) && !authorization.empty()) {
+    failures_->RecordFailure(peer, p.status().message());
+  }
+  return p;
 }
+
 
 absl::StatusOr<Principal> Authenticator::AuthenticateBearer(absl::string_view header) const {
   if (header.empty()) {
@@ -107,16 +119,9 @@ absl::StatusOr<std::string> CreateApiToken(JobStore* store, const std::string& u
   if (role != v1::VIEWER && role != v1::USER && role != v1::ADMIN) {
     return absl::InvalidArgumentError("role must be one of viewer, user, admin");
   }
-  unsigned char random[32];
-  if (RAND_bytes(random, sizeof(random)) != 1) {
-    return absl::InternalError("no randomness available for a token");
-  }
-  static const char* kHex = "0123456789abcdef";
-  std::string token = kTokenPrefix;
-  for (unsigned char b : random) {
-    token.push_back(kHex[b >> 4]);
-    token.push_back(kHex[b & 15]);
-  }
+  std::optional<std::string> random = RandomHex(32);
+  if (!random.has_value()) return absl::InternalError("no randomness available for a token");
+  const std::string token = absl::StrCat(kTokenPrefix, *random);
   const std::string hash = Sha256Hex(token);
   absl::Status s = store->WriteAndWait([&](Txn& txn) -> absl::Status {
     absl::StatusOr<sqlite::Statement*> q = txn.Statement(

@@ -31,6 +31,7 @@ class CallbackServerContext;
 
 namespace llamafleet {
 
+class AuthFailures;
 class JobStore;
 
 struct ApiTokenRecord {
@@ -53,8 +54,13 @@ class Authenticator {
 
   bool enabled() const { return enabled_; }
 
+  // Where failed token attempts are counted per peer (auth_failures.h); not owned, must
+  // outlive the authenticator. Set before serving. Unset: not counted.
+  void set_failures(AuthFailures* failures) { failures_ = failures; }
+
   // UNAUTHENTICATED without a valid, unrevoked token (the message says how to get one);
-  // INVALID_ARGUMENT for a malformed x-llamafleet-user when authentication is off.
+  // INVALID_ARGUMENT for a malformed x-llamafleet-user when authentication is off;
+  // RESOURCE_EXHAUSTED while the caller's address is blocked for failed attempts.
   absl::StatusOr<Principal> Authenticate(const grpc::CallbackServerContext& context) const;
 
   // The token check alone, for an authentication that is on: `authorization` is the
@@ -68,7 +74,9 @@ class Authenticator {
  private:
   JobStore* const store_;
   const bool enabled_;
+  AuthFailures* failures_ = nullptr;
 };
+
 
 // User names: 1..64 characters of letters, digits, '-', '_', '.' and '@'.
 absl::Status ValidateUserName(const std::string& user, const std::string& field);

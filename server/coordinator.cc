@@ -8,8 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-
-#include <openssl/rand.h>
+#include <optional>
 
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
@@ -18,7 +17,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
+#include "common/random_hex.h"
 #include "server/auth.h"
+#include "server/auth_failures.h"
 #include "server/cluster/checkpoint_retention.h"
 #include "server/cluster/cluster_manager.h"
 #include "server/http/http_server.h"
@@ -26,6 +27,7 @@
 #include "server/log_store.h"
 #include "server/metrics.h"
 #include "server/reserved_dir.h"
+#include "server/stream_limits.h"
 #include "server/submit_policy.h"
 #include "server/user_identities.h"
 #include "server/worker_service.h"
@@ -64,13 +66,9 @@ absl::StatusOr<std::string> LoadOrCreateJoinToken(const std::string& dir) {
   std::ifstream in(path);
   std::string token;
   if (in && std::getline(in, token) && !token.empty()) return token;
-  unsigned char random[24];
-  if (RAND_bytes(random, sizeof(random)) != 1) return absl::InternalError("no randomness for a join token");
-  static const char* kHex = "0123456789abcdef";
-  for (unsigned char b : random) {
-    token.push_back(kHex[b >> 4]);
-    token.push_back(kHex[b & 15]);
-  }
+  std::optional<std::string> random = RandomHex(24);
+  if (!random.has_value()) return absl::InternalError("no randomness for a join token");
+  token = *std::move(random);
   int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (fd < 0 || write(fd, (token + "\n").data(), token.size() + 1) < 0) {
     if (fd >= 0) close(fd);
@@ -252,11 +250,19 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinato
     c->webhooks_ = std::move(*webhooks);
     spdlog::info("webhooks: job and sweep ends posted to {}", absl::StrJoin(options.webhooks.urls, ", "));
   }
+  c->auth_failures_ = std::make_unique<AuthFailures>(AuthFailureOptions{
+      .limit = options.auth_failure_limit, .window = options.auth_failure_window, .block = options.auth_failure_block});
   c->auth_ = std::make_unique<Authenticator>(c->store_.get(), options.auth_enabled);
+  c->auth_->set_failures(c->auth_failures_.get());
+  c->stream_limits_ = std::make_unique<StreamLimits>(StreamLimitOptions{.max_per_user = options.max_streams_per_user,
+                                                                        .idle_timeout = options.stream_idle_timeout,
+                                                                        .max_lifetime = options.stream_max_lifetime});
   c->worker_service_ =
       std::make_unique<WorkerServiceImpl>(c->cluster_.get(), c->logs_.get(), c->join_token_);
   c->worker_service_->set_authenticator(c->auth_.get());
-  c->worker_identity_ = std::make_unique<WorkerIdentity>(c->store_.get());
+  c->worker_service_->set_failures(c->auth_failures_.get());
+  c->worker_identity_ =
+      std::make_unique<WorkerIdentity>(c->store_.get(), c->join_token_, options.max_worker_identities);
   c->worker_service_->set_identity(c->worker_identity_.get());
 
   c->job_service_ = std::make_unique<JobServiceImpl>(c->store_.get(), c->auth_.get());
@@ -270,6 +276,7 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinato
   c->job_service_->set_submit_policy(std::move(policy));
   c->job_service_->set_metrics(c->metrics_.get());
   c->job_service_->set_user_identities(c->identities_.get());
+  c->job_service_->set_stream_limits(c->stream_limits_.get());
   c->metrics_->Attach(c->store_.get(), c->cluster_.get());
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -306,6 +313,7 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinato
     http.metrics = [metrics = c->metrics_.get()] { return metrics->Render(); };
     http.path_roots = cluster.path_roots;  // the normalized roots
     http.checkpoint_root = cluster.checkpoint_root;
+    http.forwarded_peer_proof = c->auth_failures_->forward_proof();
     absl::StatusOr<std::unique_ptr<http::HttpServer>> server =
         http::HttpServer::Start(http, c->server_->InProcessChannel(grpc::ChannelArguments()));
     if (!server.ok()) return server.status();

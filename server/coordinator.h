@@ -25,6 +25,8 @@ class WorkerServiceImpl;
 class ClusterManager;
 class LogStore;
 class Authenticator;
+class AuthFailures;
+class StreamLimits;
 class WorkerIdentity;
 class CoordinatorMetrics;
 class UserIdentities;
@@ -96,6 +98,19 @@ struct CoordinatorOptions {
   // The Unix identity each user's jobs run as on root workers (`users:`,
   // `dynamic_uid_range`; server/user_identities.h).
   IdentityConfig identities;
+  // Caps on what one caller can hold (docs/security.md). Following streams (WatchJob,
+  // StreamJobLogs with follow, over gRPC and HTTP together) per user, and how long one may
+  // stall or live (server/stream_limits.h; <= 0 / zero: none).
+  int max_streams_per_user = 16;
+  absl::Duration stream_idle_timeout = absl::Minutes(5);
+  absl::Duration stream_max_lifetime = absl::Hours(24);
+  // Failed token, join token and credential attempts per peer address: this many within
+  // the window block the peer for auth_failure_block (server/auth_failures.h; <= 0: off).
+  int auth_failure_limit = 20;
+  absl::Duration auth_failure_window = absl::Minutes(1);
+  absl::Duration auth_failure_block = absl::Minutes(5);
+  // Worker names one join token may mint (server/cluster/worker_identity.h; <= 0: no cap).
+  int64_t max_worker_identities = 1024;
   // Not owned.
   Clock* clock = Clock::Real();
 };
@@ -141,7 +156,10 @@ class Coordinator {
   std::unique_ptr<CoordinatorMetrics> metrics_;
   std::unique_ptr<JobStore> store_;
   std::unique_ptr<UserIdentities> identities_;  // before what looks identities up
+  std::unique_ptr<AuthFailures> auth_failures_;
   std::unique_ptr<Authenticator> auth_;
+  // Outlives the job service's streams (server_ and http_ go first).
+  std::unique_ptr<StreamLimits> stream_limits_;
   std::unique_ptr<WorkerIdentity> worker_identity_;
   std::unique_ptr<LogStore> logs_;
   std::unique_ptr<ClusterManager> cluster_;

@@ -20,6 +20,7 @@
 
 namespace llamafleet {
 
+class StreamLimits;
 class UserIdentities;
 
 // Converts at the transport boundary.
@@ -57,6 +58,10 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
   using JobDeleter = std::function<void(int64_t job_id, std::string export_dir,
                                         std::function<void(absl::StatusOr<std::vector<std::string>>)> done)>;
   void set_job_deleter(JobDeleter deleter) { deleter_ = std::move(deleter); }
+
+  // Per-user caps and bounds on following streams (WatchJob, StreamJobLogs with follow);
+  // not owned, must outlive the service. Unset: none.
+  void set_stream_limits(StreamLimits* limits) { stream_limits_ = limits; }
 
   // Ends every open WatchJob stream with UNAVAILABLE; new watches are refused. Called
   // at shutdown, before the server waits for in-flight calls.
@@ -150,6 +155,7 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
   std::map<std::string, int64_t> queue_quotas_;
   PriceTable pricing_;
   CoordinatorMetrics* metrics_ = nullptr;
+  StreamLimits* stream_limits_ = nullptr;
   std::optional<SubmitPolicy> policy_;
   UserIdentities* identities_ = nullptr;
   JobDeleter deleter_;

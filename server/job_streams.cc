@@ -4,13 +4,16 @@
 #include <chrono>
 #include <deque>
 #include <map>
+#include <memory>
 #include <mutex>
+#include <optional>
 
 #include <grpcpp/alarm.h>
 
 #include "jobspec/jobspec.h"
 #include "server/job_service.h"
 #include "server/job_service_internal.h"
+#include "server/stream_limits.h"
 
 namespace llamafleet {
 
@@ -20,17 +23,44 @@ using job_service_internal::kMaxEventLimit;
 // StreamJobLogs: reads the rank files from where it left off, on a timer when following,
 // until the job is terminal and every file is read to its end. Reads (the job's state and
 // the files) run on the log store's reader thread, never on a gRPC callback thread; each
-// chunk is at most LogStore::kMaxChunkBytes of lines.
+// chunk is at most LogStore::kMaxChunkBytes of lines. A following stream holds one of its
+// user's stream slots (stream_limits.h) and, once it holds it, sends its initial metadata
+// at once with kStreamOpenKey, so the HTTP gateway opens its event stream only then.
 // ---------------------------------------------------------------------------
 
 class JobServiceImpl::LogReactor : public grpc::ServerWriteReactor<v1::LogChunk> {
  public:
-  LogReactor(JobServiceImpl* service, int64_t job_id, const v1::StreamJobLogsRequest& request)
-      : service_(service), job_id_(job_id), request_(request) {}
+  LogReactor(JobServiceImpl* service, grpc::CallbackServerContext* context, int64_t job_id,
+             const v1::StreamJobLogsRequest& request)
+      : service_(service), context_(context), job_id_(job_id), request_(request) {}
 
-  void Start() { Poll(); }
+  // A following stream's slot; RESOURCE_EXHAUSTED at its user's cap.
+  absl::Status TakeSlot(StreamLimits* limits, const std::string& user) {
+    absl::StatusOr<std::unique_ptr<StreamLimits::Slot>> slot =
+        limits->Acquire(user, "StreamJobLogs", [this](const absl::Status& why, bool write_pending) {
+          {
+            std::lock_guard<std::mutex> lock(limit_mu_);
+            ended_by_limit_ = ToGrpcStatus(why);
+          }
+          // A write its client does not take never completes: only a cancel ends it. Else
+          // the next poll (at most 250 ms away) finishes with `why`.
+          if (write_pending) context_->TryCancel();
+        });
+    if (!slot.ok()) return slot.status();
+    slot_ = std::move(*slot);
+    return absl::OkStatus();
+  }
+
+  void Start() {
+    if (request_.follow()) {
+      context_->AddInitialMetadata(kStreamOpenKey, "1");
+      StartSendInitialMetadata();
+    }
+    Poll();
+  }
 
   void OnWriteDone(bool ok) override {
+    if (slot_ != nullptr) slot_->WriteDone();
     if (!ok) {
       cancelled_ = true;  // client went away; the next poll finishes
     }
@@ -39,7 +69,10 @@ class JobServiceImpl::LogReactor : public grpc::ServerWriteReactor<v1::LogChunk>
 
   void OnCancel() override { cancelled_ = true; }
 
-  void OnDone() override { delete this; }
+  void OnDone() override {
+    slot_.reset();
+    delete this;
+  }
 
  private:
   void Poll() {
@@ -48,6 +81,13 @@ class JobServiceImpl::LogReactor : public grpc::ServerWriteReactor<v1::LogChunk>
 
   // Sends the next chunk, or finishes, or waits a little and looks again.
   void PollOnReader() {
+    {
+      std::lock_guard<std::mutex> lock(limit_mu_);
+      if (ended_by_limit_.has_value()) {
+        Done(*ended_by_limit_);
+        return;
+      }
+    }
     if (cancelled_) {
       Done(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled"));
       return;
@@ -73,6 +113,7 @@ class JobServiceImpl::LogReactor : public grpc::ServerWriteReactor<v1::LogChunk>
         chunk_.set_attempt(s.attempt);
         chunk_.set_rank(s.rank);
         for (std::string& l : lines) chunk_.add_lines(std::move(l));
+        if (slot_ != nullptr) slot_->WriteStarted();
         StartWrite(&chunk_);
         return;
       }
@@ -92,8 +133,12 @@ class JobServiceImpl::LogReactor : public grpc::ServerWriteReactor<v1::LogChunk>
   }
 
   JobServiceImpl* const service_;
+  grpc::CallbackServerContext* const context_;
   const int64_t job_id_;
   const v1::StreamJobLogsRequest request_;
+  std::unique_ptr<StreamLimits::Slot> slot_;  // following streams, with limits set
+  std::mutex limit_mu_;
+  std::optional<grpc::Status> ended_by_limit_;  // guarded by limit_mu_
   std::map<std::string, LogStore::Cursor> cursors_;  // reader thread only
   v1::LogChunk chunk_;
   grpc::Alarm alarm_;
@@ -105,14 +150,18 @@ class JobServiceImpl::LogReactor : public grpc::ServerWriteReactor<v1::LogChunk>
 grpc::ServerWriteReactor<v1::LogChunk>* JobServiceImpl::StreamJobLogs(
     grpc::CallbackServerContext* context, const v1::StreamJobLogsRequest* request) {
   absl::StatusOr<int64_t> id = ParseJobId(request->job_id(), "job_id");
-  absl::Status error = auth_->Check(*context, Operation::kRead).status();
+  absl::StatusOr<Principal> caller = auth_->Check(*context, Operation::kRead);
+  absl::Status error = caller.status();
   if (error.ok()) error = id.status();
   if (error.ok()) error = store_->GetJob(*id).status();
   if (error.ok() && (request->attempt() < 0 || request->tail_lines() < 0 || request->rank() < -1)) {
     error = absl::InvalidArgumentError("attempt and tail_lines must be >= 0, rank >= -1");
   }
   if (error.ok() && logs_ == nullptr) error = absl::UnimplementedError("no log store");
-  auto* reactor = new LogReactor(this, id.ok() ? *id : 0, *request);
+  auto* reactor = new LogReactor(this, context, id.ok() ? *id : 0, *request);
+  if (error.ok() && request->follow() && stream_limits_ != nullptr) {
+    error = reactor->TakeSlot(stream_limits_, caller->user);
+  }
   if (!error.ok()) {
     reactor->Finish(ToGrpcStatus(error));
     return reactor;
@@ -128,8 +177,24 @@ grpc::ServerWriteReactor<v1::LogChunk>* JobServiceImpl::StreamJobLogs(
 
 class JobServiceImpl::WatchReactor : public grpc::ServerWriteReactor<v1::WatchJobResponse> {
  public:
-  WatchReactor(JobServiceImpl* service, int64_t job_id, int64_t after_seq)
-      : service_(service), job_id_(job_id), next_seq_(after_seq + 1) {}
+  WatchReactor(JobServiceImpl* service, grpc::CallbackServerContext* context, int64_t job_id, int64_t after_seq)
+      : service_(service), context_(context), job_id_(job_id), next_seq_(after_seq + 1) {}
+
+  // The watch's slot (stream_limits.h); RESOURCE_EXHAUSTED at its user's cap.
+  absl::Status TakeSlot(StreamLimits* limits, const std::string& user) {
+    absl::StatusOr<std::unique_ptr<StreamLimits::Slot>> slot =
+        limits->Acquire(user, "WatchJob", [this](const absl::Status& why, bool write_pending) {
+          // A write its client does not take never completes: only a cancel ends it.
+          if (write_pending) {
+            context_->TryCancel();
+          } else {
+            FinishWith(ToGrpcStatus(why));
+          }
+        });
+    if (!slot.ok()) return slot.status();
+    slot_ = std::move(*slot);
+    return absl::OkStatus();
+  }
 
   // Subscribes, then reads the snapshot and history; live events that race with the
   // read are buffered and de-duplicated by sequence number.
@@ -167,6 +232,7 @@ class JobServiceImpl::WatchReactor : public grpc::ServerWriteReactor<v1::WatchJo
   }
 
   void OnWriteDone(bool ok) override {
+    if (slot_ != nullptr) slot_->WriteDone();
     std::lock_guard<std::mutex> lock(mu_);
     writing_ = false;
     if (!ok) {
@@ -194,6 +260,7 @@ class JobServiceImpl::WatchReactor : public grpc::ServerWriteReactor<v1::WatchJo
   }
 
   void OnDone() override {
+    slot_.reset();
     service_->store_->Unsubscribe(subscription_);
     {
       std::lock_guard<std::mutex> lock(service_->watches_mu_);
@@ -232,6 +299,7 @@ class JobServiceImpl::WatchReactor : public grpc::ServerWriteReactor<v1::WatchJo
     current_ = std::move(pending_.front());
     pending_.pop_front();
     writing_ = true;
+    if (slot_ != nullptr) slot_->WriteStarted();
     StartWrite(&current_);
   }
 
@@ -242,8 +310,10 @@ class JobServiceImpl::WatchReactor : public grpc::ServerWriteReactor<v1::WatchJo
   }
 
   JobServiceImpl* const service_;
+  grpc::CallbackServerContext* const context_;
   const int64_t job_id_;
   int64_t subscription_ = 0;
+  std::unique_ptr<StreamLimits::Slot> slot_;  // with limits set; taken before Start
 
   std::mutex mu_;
   int64_t next_seq_;            // the next event seq to send
@@ -260,12 +330,13 @@ class JobServiceImpl::WatchReactor : public grpc::ServerWriteReactor<v1::WatchJo
 grpc::ServerWriteReactor<v1::WatchJobResponse>* JobServiceImpl::WatchJob(
     grpc::CallbackServerContext* context, const v1::WatchJobRequest* request) {
   absl::StatusOr<int64_t> id = ParseJobId(request->job_id(), "job_id");
-  absl::Status error = auth_->Check(*context, Operation::kRead).status();
+  absl::StatusOr<Principal> caller = auth_->Check(*context, Operation::kRead);
+  absl::Status error = caller.status();
   if (error.ok()) error = id.status();
   if (error.ok() && request->after_seq() < 0) {
     error = absl::InvalidArgumentError("after_seq must be >= 0");
   }
-  auto* reactor = new WatchReactor(this, id.ok() ? *id : 0, request->after_seq());
+  auto* reactor = new WatchReactor(this, context, id.ok() ? *id : 0, request->after_seq());
   {
     std::lock_guard<std::mutex> lock(watches_mu_);
     if (error.ok() && watches_stopped_) {
@@ -273,6 +344,7 @@ grpc::ServerWriteReactor<v1::WatchJobResponse>* JobServiceImpl::WatchJob(
     }
     watches_.insert(reactor);
   }
+  if (error.ok() && stream_limits_ != nullptr) error = reactor->TakeSlot(stream_limits_, caller->user);
   if (!error.ok()) {
     reactor->FinishWith(ToGrpcStatus(error));
     return reactor;

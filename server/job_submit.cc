@@ -236,8 +236,8 @@ absl::Status JobServiceImpl::CheckCheckpointReads(const Principal& caller, const
       if (!owners.ok()) return owners.status();
       for (const CheckpointDirOwner& o : *owners) {
         if (o.owner != caller.user) {
-          return denied(absl::StrCat(via, "is inside ", o.dir, ", the checkpoint directory of job ", o.job_id,
-                                     ", owned by ", o.owner));
+          return denied(absl::StrCat(via, "is inside ", o.dir, ", the checkpoint directory of ",
+                                     o.deleted ? "deleted job " : "job ", o.job_id, ", owned by ", o.owner));
         }
       }
     }

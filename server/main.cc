@@ -147,6 +147,10 @@ int main(int argc, char** argv) {
   double hang_step_factor = 5;
   double straggler_factor = 2;
   int straggler_rounds = 5;
+  double stream_idle_timeout_s = 300;
+  double stream_max_lifetime_s = 86400;
+  double auth_failure_window_s = 60;
+  double auth_failure_block_s = 300;
 
   CLI::App app{"llamafleet coordinator: job API, durable queue, scheduler"};
   app.add_option("--listen", options.listen, "gRPC address HOST:PORT (port 0 = any free port)");
@@ -184,6 +188,22 @@ int main(int argc, char** argv) {
                  "a rank working more than this x the other ranks' median a step is slow (> 1)");
   app.add_option("--straggler-rounds", straggler_rounds,
                  "rounds (every rank stepped) in a row a rank must be slow to be flagged a straggler (>= 1)");
+  app.add_option("--max-streams-per-user", options.max_streams_per_user,
+                 "event and log streams with follow one user may hold open at once, gRPC and HTTP together "
+                 "(0: no cap)");
+  app.add_option("--stream-idle-timeout", stream_idle_timeout_s,
+                 "seconds a stream's client may leave a written message untaken before the stream is ended (0: never)");
+  app.add_option("--stream-max-lifetime", stream_max_lifetime_s,
+                 "seconds a following stream may stay open; then it ends with UNAVAILABLE and clients reconnect "
+                 "(0: no bound)");
+  app.add_option("--auth-failure-limit", options.auth_failure_limit,
+                 "failed token, join token or worker credential attempts from one address within "
+                 "--auth-failure-window that block it for --auth-failure-block (0: off)");
+  app.add_option("--auth-failure-window", auth_failure_window_s, "seconds over which failed attempts are counted");
+  app.add_option("--auth-failure-block", auth_failure_block_s,
+                 "seconds a blocked address's calls are refused (RESOURCE_EXHAUSTED, HTTP 429)");
+  app.add_option("--max-worker-identities", options.max_worker_identities,
+                 "worker names the join token may mint (0: no cap); llamafleet-coordinator worker forget frees one");
   app.add_option("--http-listen", options.http_listen,
                  "HTTP/JSON API, web portal and /metrics on HOST:PORT (port 0 = any free port)");
   app.add_option("--tls-cert", options.tls_cert_file, "PEM certificate chain: serve gRPC and HTTP over TLS")
@@ -411,6 +431,14 @@ int main(int argc, char** argv) {
     return Fail("--tls-cert and --tls-key go together");
   }
   options.heartbeat_timeout = absl::Seconds(heartbeat_timeout_s);
+  if (stream_idle_timeout_s < 0 || stream_max_lifetime_s < 0 || auth_failure_window_s <= 0 || auth_failure_block_s < 0) {
+    return Fail("--stream-idle-timeout, --stream-max-lifetime and --auth-failure-block must be >= 0, "
+                "--auth-failure-window > 0");
+  }
+  options.stream_idle_timeout = absl::Seconds(stream_idle_timeout_s);
+  options.stream_max_lifetime = absl::Seconds(stream_max_lifetime_s);
+  options.auth_failure_window = absl::Seconds(auth_failure_window_s);
+  options.auth_failure_block = absl::Seconds(auth_failure_block_s);
   options.cancel_grace = absl::Seconds(cancel_grace_s);
   if (drain_cooloff_s < 0) return Fail("--drain-cooloff must be >= 0 seconds");
   options.drain_cooloff = absl::Seconds(drain_cooloff_s);

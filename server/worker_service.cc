@@ -2,8 +2,11 @@
 
 #include <openssl/crypto.h>
 
+#include <atomic>
 #include <deque>
 
+#include "absl/strings/str_cat.h"
+#include "server/auth_failures.h"
 #include "server/job_service.h"
 #include "spdlog/spdlog.h"
 
@@ -17,9 +20,13 @@ class WorkerServiceImpl::SessionReactor
    public:
     explicit Link(SessionReactor* r) : reactor_(r) {}
     void Send(v1::CoordinatorMessage message) override {
+      // The coordinator welcomes only a hello it accepted (a second process under a live
+      // name is refused without one: server/cluster/worker_sessions.h).
+      if (message.has_welcome()) welcomed_ = true;
       std::lock_guard<std::mutex> lock(mu_);
       if (reactor_ != nullptr) reactor_->Enqueue(std::move(message));
     }
+    bool welcomed() const { return welcomed_; }
     void Close(const absl::Status& status) override {
       std::lock_guard<std::mutex> lock(mu_);
       if (reactor_ != nullptr) reactor_->FinishOnce(ToGrpcStatus(status));
@@ -32,6 +39,7 @@ class WorkerServiceImpl::SessionReactor
    private:
     std::mutex mu_;
     SessionReactor* reactor_;
+    std::atomic<bool> welcomed_{false};
   };
 
   SessionReactor(WorkerServiceImpl* service, std::string peer)
@@ -49,11 +57,18 @@ class WorkerServiceImpl::SessionReactor
         FinishOnce(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "the first message must be hello"));
         return;
       }
+      const std::string address = PeerAddress(peer_);
+      if (service_->failures_ != nullptr) {
+        if (absl::Status blocked = service_->failures_->CheckPeer(address); !blocked.ok()) {
+          FinishOnce(ToGrpcStatus(blocked));
+          return;
+        }
+      }
       const std::string& token = in_.hello().join_token();
       const std::string& expected = service_->join_token_;
       if (expected.empty() || token.size() != expected.size() ||
           CRYPTO_memcmp(token.data(), expected.data(), token.size()) != 0) {
-        spdlog::warn("worker session from {}: bad join token", peer_);
+        Failed(address, "bad join token");
         FinishOnce(grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "bad join token"));
         return;
       }
@@ -65,8 +80,12 @@ class WorkerServiceImpl::SessionReactor
         absl::StatusOr<std::string> issued =
             service_->identity_->Admit(in_.hello().worker_name(), in_.hello().credential());
         if (!issued.ok()) {
-          spdlog::warn("worker session from {} as {}: {}", peer_, in_.hello().worker_name(),
-                       std::string(issued.status().message()));
+          if (absl::IsUnauthenticated(issued.status())) {
+            Failed(address, absl::StrCat("bad credential for worker name '", in_.hello().worker_name(), "'"));
+          } else {
+            spdlog::warn("worker session from {} as {}: {}", peer_, in_.hello().worker_name(),
+                         std::string(issued.status().message()));
+          }
           FinishOnce(ToGrpcStatus(issued.status()));
           return;
         }
@@ -76,6 +95,13 @@ class WorkerServiceImpl::SessionReactor
       in_.mutable_hello()->clear_credential();  // kept nowhere beyond this check
       name_ = in_.hello().worker_name();
       service_->manager_->OnHello(link_, std::move(*in_.mutable_hello()));
+    } else if (!link_->welcomed()) {
+      // Before its welcome (a worker sends nothing before it reads one), or refused: a
+      // session the coordinator has not accepted speaks for nobody.
+      if (!warned_unwelcome_) {
+        warned_unwelcome_ = true;
+        spdlog::warn("worker session from {} as {}: ignored messages sent before it was welcomed", peer_, name_);
+      }
     } else if (in_.has_logs()) {
       const v1::LogLines& l = in_.logs();
       // Log lines are accepted only for a task assigned to this worker.
@@ -92,6 +118,15 @@ class WorkerServiceImpl::SessionReactor
     }
     in_.Clear();
     StartRead(&in_);
+  }
+
+  // A failed join token or credential: counted (and logged, rate-limited) per peer.
+  void Failed(const std::string& address, const std::string& what) {
+    if (service_->failures_ != nullptr) {
+      service_->failures_->RecordFailure(address, absl::StrCat("worker session: ", what));
+    } else {
+      spdlog::warn("worker session from {}: {}", peer_, what);
+    }
   }
 
   void Enqueue(v1::CoordinatorMessage message) {
@@ -142,6 +177,7 @@ class WorkerServiceImpl::SessionReactor
   std::shared_ptr<Link> link_;
   std::string name_;  // set once hello is accepted (reactor thread only)
   bool warned_foreign_logs_ = false;  // reactor thread only
+  bool warned_unwelcome_ = false;     // reactor thread only
   v1::WorkerMessage in_;
   std::mutex mu_;
   std::deque<v1::CoordinatorMessage> out_;  // guarded by mu_; front is being written

@@ -25,6 +25,9 @@ class WorkerServiceImpl final : public v1::WorkerService::CallbackService {
   void set_authenticator(const Authenticator* auth) { auth_ = auth; }
   // Per-worker credentials (not owned; null = the join token alone admits any name).
   void set_identity(WorkerIdentity* identity) { identity_ = identity; }
+  // Where bad join tokens and credentials are counted per peer (auth_failures.h); a
+  // blocked peer's hellos are refused. Not owned. Unset: each is logged, none counted.
+  void set_failures(AuthFailures* failures) { failures_ = failures; }
   ~WorkerServiceImpl() override;
 
   grpc::ServerBidiReactor<v1::WorkerMessage, v1::CoordinatorMessage>* Session(
@@ -41,6 +44,7 @@ class WorkerServiceImpl final : public v1::WorkerService::CallbackService {
  private:
   const Authenticator* auth_ = nullptr;
   WorkerIdentity* identity_ = nullptr;
+  AuthFailures* failures_ = nullptr;
   ClusterManager* const manager_;
   LogStore* const logs_;
   const std::string join_token_;

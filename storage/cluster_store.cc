@@ -1,4 +1,5 @@
 #include "storage/cluster_store.h"
+#include "storage/deleted_job_dirs.h"
 #include "storage/txn_helpers.h"
 
 #include <algorithm>
@@ -372,12 +373,14 @@ TxnFunction DeleteFinishedJobTxn(int64_t job_id) {
       return absl::FailedPreconditionError(absl::StrCat("job ", job_id, " is ", v1::JobState_Name(job->state()),
                                                         "; cancel it first (llamafleet cancel ", job_id, ")"));
     }
+    if (absl::Status s = RecordDeletedJobDirs(txn, job_id); !s.ok()) return s;
     return Exec(txn, "DELETE FROM jobs WHERE id = ?1", [&](sqlite::Statement& st) { st.Bind(1, job_id); });
   };
 }
 
 TxnFunction DeleteJobTxn(int64_t job_id) {
   return [=](Txn& txn) -> absl::Status {
+    if (absl::Status s = RecordDeletedJobDirs(txn, job_id); !s.ok()) return s;
     return Exec(txn, "DELETE FROM jobs WHERE id = ?1",
                 [&](sqlite::Statement& st) { st.Bind(1, job_id); });
   };

@@ -143,6 +143,8 @@ absl::StatusOr<std::vector<WorkerRecord>> ListWorkerRecords(JobStore& store);
 absl::StatusOr<std::map<std::string, int64_t>> CountAttemptFailures(JobStore& store);
 // Finished jobs whose ttl_after_finished has passed at `now`.
 absl::StatusOr<std::vector<int64_t>> ExpiredJobs(JobStore& store, absl::Time now);
+// Deletes job `job_id`'s record; its named checkpoint dir stays its owner's
+// (storage/deleted_job_dirs.h).
 TxnFunction DeleteJobTxn(int64_t job_id);
 // The same for a job that must have finished: NOT_FOUND without the job,
 // FAILED_PRECONDITION (naming its state) while it has not finished.

@@ -252,8 +252,9 @@ absl::StatusOr<std::vector<CheckpointDirOwner>> CheckpointDirOwners(JobStore& st
                                                                      const std::string& path) {
   std::vector<CheckpointDirOwner> out;
   absl::Status s = store.Read([&](sqlite::Connection& conn) -> absl::Status {
-    absl::StatusOr<sqlite::Statement> q =
-        conn.Prepare("SELECT id, owner FROM jobs WHERE checkpoint_dir = ?1");
+    absl::StatusOr<sqlite::Statement> q = conn.Prepare(
+        "SELECT id, owner, 0 FROM jobs WHERE checkpoint_dir = ?1 "
+        "UNION ALL SELECT job_id, owner, 1 FROM deleted_job_dirs WHERE dir = ?1");
     if (!q.ok()) return q.status();
     for (const std::string& d : SelfAndAncestors(path)) {
       q->Reset();
@@ -262,7 +263,7 @@ absl::StatusOr<std::vector<CheckpointDirOwner>> CheckpointDirOwners(JobStore& st
         absl::StatusOr<bool> row = q->Step();
         if (!row.ok()) return row.status();
         if (!*row) break;
-        out.push_back({q->ColumnInt(0), q->ColumnText(1), d});
+        out.push_back({q->ColumnInt(0), q->ColumnText(1), d, q->ColumnInt(2) != 0});
       }
     }
     return absl::OkStatus();

@@ -246,6 +246,20 @@ CREATE TABLE user_identities (
   create_time_us INTEGER NOT NULL
 ) WITHOUT ROWID;
 )sql",
+    // 12: each worker identity remembers the join token that minted it (its SHA-256; ''
+    // for those minted before), so the identities one token mints are capped
+    // (server/cluster/worker_identity.h); and a deleted job's named checkpoint dir stays
+    // its owner's (storage/deleted_job_dirs.h).
+    R"sql(
+ALTER TABLE worker_credentials ADD COLUMN join_token_sha256 TEXT NOT NULL DEFAULT '';
+CREATE INDEX worker_credentials_by_join_token ON worker_credentials(join_token_sha256);
+CREATE TABLE deleted_job_dirs (
+  dir        TEXT PRIMARY KEY,   -- the deleted job's checkpoint.dir, normalized
+  job_id     INTEGER NOT NULL,   -- the deleted job's id (not a reference: its row is gone)
+  owner      TEXT NOT NULL,
+  deleted_us INTEGER NOT NULL
+);
+)sql",
 };
 
 

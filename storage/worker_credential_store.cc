@@ -15,6 +15,10 @@ absl::StatusOr<int64_t> Changes(Txn& txn) {
   return *row ? (*c)->ColumnInt(0) : 0;
 }
 
+// The names a join token minted: its own rows and those from before the token was recorded.
+constexpr char kCountMinted[] =
+    "SELECT COUNT(*) FROM worker_credentials WHERE join_token_sha256 = ?1 OR join_token_sha256 = ''";
+
 }  // namespace
 
 absl::StatusOr<std::optional<std::string>> LookupWorkerCredential(JobStore* store,
@@ -34,15 +38,26 @@ absl::StatusOr<std::optional<std::string>> LookupWorkerCredential(JobStore* stor
   return hash;
 }
 
-absl::Status InsertWorkerCredential(JobStore* store, const std::string& name,
-                                    const std::string& sha256) {
+absl::Status InsertWorkerCredential(JobStore* store, const std::string& name, const std::string& sha256,
+                                    const std::string& join_token_sha256, int64_t max_per_token) {
   bool inserted = false;
+  int64_t minted = 0;
   absl::Status s = store->WriteAndWait([&](Txn& txn) -> absl::Status {
+    if (max_per_token > 0) {
+      absl::StatusOr<sqlite::Statement*> count = txn.Statement(kCountMinted);
+      if (!count.ok()) return count.status();
+      (*count)->Bind(1, join_token_sha256);
+      absl::StatusOr<bool> row = (*count)->Step();
+      if (!row.ok()) return row.status();
+      minted = (*count)->ColumnInt(0);
+      (*count)->Reset();
+      if (minted >= max_per_token) return absl::OkStatus();
+    }
     absl::StatusOr<sqlite::Statement*> q = txn.Statement(
-        "INSERT OR IGNORE INTO worker_credentials (name, credential_sha256, create_time_us) "
-        "VALUES (?1, ?2, ?3)");
+        "INSERT OR IGNORE INTO worker_credentials (name, credential_sha256, create_time_us, join_token_sha256) "
+        "VALUES (?1, ?2, ?3, ?4)");
     if (!q.ok()) return q.status();
-    (*q)->Bind(1, name).Bind(2, sha256).Bind(3, txn.NowMicros());
+    (*q)->Bind(1, name).Bind(2, sha256).Bind(3, txn.NowMicros()).Bind(4, join_token_sha256);
     if (absl::Status r = (*q)->Run(); !r.ok()) return r;
     absl::StatusOr<int64_t> changed = Changes(txn);
     if (!changed.ok()) return changed.status();
@@ -50,8 +65,26 @@ absl::Status InsertWorkerCredential(JobStore* store, const std::string& name,
     return absl::OkStatus();
   });
   if (!s.ok()) return s;
+  if (max_per_token > 0 && minted >= max_per_token) {
+    return absl::ResourceExhaustedError(absl::StrCat("the join token has minted ", minted, " worker names"));
+  }
   if (!inserted) return absl::AlreadyExistsError(absl::StrCat("worker name ", name, " is taken"));
   return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> CountWorkerCredentials(JobStore* store, const std::string& join_token_sha256) {
+  int64_t n = 0;
+  absl::Status s = store->Read([&](sqlite::Connection& conn) -> absl::Status {
+    absl::StatusOr<sqlite::Statement> q = conn.Prepare(kCountMinted);
+    if (!q.ok()) return q.status();
+    q->Bind(1, join_token_sha256);
+    absl::StatusOr<bool> row = q->Step();
+    if (!row.ok()) return row.status();
+    n = q->ColumnInt(0);
+    return absl::OkStatus();
+  });
+  if (!s.ok()) return s;
+  return n;
 }
 
 absl::Status ForgetWorkerCredential(JobStore* store, const std::string& name) {

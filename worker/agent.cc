@@ -1,13 +1,8 @@
 #include "worker/agent.h"
 
-#include <fcntl.h>
 #include <grpcpp/grpcpp.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
-#include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <optional>
 
 #include "absl/strings/match.h"
@@ -15,9 +10,11 @@
 #include "absl/time/clock.h"
 #include "google/protobuf/util/time_util.h"
 #include "spdlog/spdlog.h"
+#include "worker/credential_file.h"
 #include "worker/inventory.h"
 #include "worker/job_checkpoint_dir.h"
 #include "worker/path_guard.h"
+#include "worker/session_hold.h"
 #include "worker/task_setup.h"
 #include "worker/trainer_events.h"
 
@@ -69,40 +66,11 @@ absl::Status CheckTaskPaths(const v1::TaskSpec& task) {
 
 }  // namespace
 
-std::string CredentialPath(const std::string& data_dir) {
-  return absl::StrCat(data_dir, "/worker-credential");
-}
-
 std::string WorkerAgent::WorkerName() const {
   return options_.name.empty() ? inventory_.host() : options_.name;
 }
 
-std::string WorkerAgent::LoadCredential() const {
-  std::ifstream in(CredentialPath(options_.data_dir));
-  std::string name, credential;
-  if (!std::getline(in, name) || !std::getline(in, credential)) return "";
-  return name == WorkerName() ? credential : "";
-}
-
-absl::Status WorkerAgent::SaveCredential(const std::string& credential) const {
-  // Written whole under a temporary name, synced, then renamed: a crash leaves the old
-  // file or the new one. Mode 0600 from the start.
-  const std::string path = CredentialPath(options_.data_dir);
-  const std::string tmp = path + ".tmp";
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
-  if (fd < 0) return absl::FailedPreconditionError(absl::StrCat("cannot write ", tmp));
-  const std::string content = absl::StrCat(WorkerName(), "\n", credential, "\n");
-  const bool ok = ::fchmod(fd, 0600) == 0 &&
-                  ::write(fd, content.data(), content.size()) == static_cast<ssize_t>(content.size()) &&
-                  ::fsync(fd) == 0;
-  if (::close(fd) != 0 || !ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
-    ::unlink(tmp.c_str());
-    return absl::FailedPreconditionError(absl::StrCat("cannot save the worker credential to ", path));
-  }
-  return absl::OkStatus();
-}
-
-WorkerAgent::WorkerAgent(AgentOptions options) : options_(std::move(options)) {
+WorkerAgent::WorkerAgent(AgentOptions options) : options_(std::move(options)), instance_id_(NewInstanceId()) {
   DetectHost(&inventory_);
   for (const v1::Gpu& gpu : DetectGpus()) *inventory_.add_gpus() = gpu;
   if (inventory_.gpus_size() == 0 || options_.cpu_ranks > 0) {
@@ -205,6 +173,14 @@ absl::Status WorkerAgent::Run() {
       if (shutting_down_) return absl::OkStatus();
     }
     absl::Status s = RunSession();
+    if (SessionTakenByAnother(s)) {
+      std::vector<std::string> all;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        for (const auto& [id, runner] : tasks_) all.push_back(id);
+      }
+      StopUnheld(all, absl::StrCat("no session holds it: ", s.message()));
+    }
     if (s.code() == absl::StatusCode::kUnauthenticated ||
         s.code() == absl::StatusCode::kPermissionDenied ||
         s.code() == absl::StatusCode::kInvalidArgument ||
@@ -246,9 +222,10 @@ absl::Status WorkerAgent::RunSession() {
   v1::Hello* h = hello.mutable_hello();
   h->set_worker_name(WorkerName());
   h->set_join_token(options_.join_token);
-  h->set_credential(LoadCredential());
+  h->set_credential(LoadCredential(options_.data_dir, WorkerName()));
   *h->mutable_inventory() = inventory_;
   h->set_version("0.1.0");
+  h->set_instance_id(instance_id_);
   bool idle;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -266,6 +243,7 @@ absl::Status WorkerAgent::RunSession() {
       if (!runner->finished()) h->add_running_task_ids(id);
     }
   }
+  const std::vector<std::string> listed(h->running_task_ids().begin(), h->running_task_ids().end());
   v1::CoordinatorMessage first;
   if (!stream->Write(hello) || !stream->Read(&first)) {
     absl::Status s = FromGrpc(stream->Finish());
@@ -281,7 +259,8 @@ absl::Status WorkerAgent::RunSession() {
   if (!first.welcome().credential().empty()) {
     // First join under this name: without the credential saved, no later session would be
     // accepted, so a failure to save it ends the worker.
-    if (absl::Status saved = SaveCredential(first.welcome().credential()); !saved.ok()) {
+    if (absl::Status saved = SaveCredential(options_.data_dir, WorkerName(), first.welcome().credential());
+        !saved.ok()) {
       context.TryCancel();
       stream->Finish();
       clear_context();
@@ -303,11 +282,7 @@ absl::Status WorkerAgent::RunSession() {
     spdlog::warn("--trainer-memory-limit is not applied on a GPU worker (CUDA reserves far more address "
                  "space than it uses): bound the node's trainers with the unit's cgroup (MemoryMax=)");
   }
-  for (const std::string& id : first.welcome().kill_task_ids()) {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = tasks_.find(id);
-    if (it != tasks_.end()) it->second->Stop(absl::ZeroDuration(), "the coordinator does not know this task");
-  }
+  StopUnheld(TasksNotHeld(first.welcome(), listed), "the coordinator's session does not hold this task");
 
   std::atomic<bool> done{false};
   std::thread sender([&] { SendLoop(stream.get(), &done); });
@@ -369,6 +344,16 @@ void WorkerAgent::SendLoop(
         return;
       }
     }
+  }
+}
+
+void WorkerAgent::StopUnheld(const std::vector<std::string>& task_ids, const std::string& why) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const std::string& id : task_ids) {
+    auto it = tasks_.find(id);
+    if (it == tasks_.end() || it->second->finished()) continue;
+    spdlog::warn("stopping task {}: {}", id, why);
+    it->second->Stop(absl::ZeroDuration(), why);
   }
 }
 

@@ -21,6 +21,7 @@
 #include "absl/time/time.h"
 #include "llamafleet/v1/worker.grpc.pb.h"
 #include "worker/gpu_health.h"
+#include "worker/credential_file.h"
 #include "worker/preflight.h"
 #include "worker/rank_progress.h"
 #include "worker/task_runner.h"
@@ -51,10 +52,6 @@ struct AgentOptions {
   uint64_t trainer_memory_limit = 0;     // bytes of address space per CPU rank; 0 = none
 };
 
-// The credential file in a worker's data dir: the name it was issued for, then the
-// credential, one per line. Exposed for tests.
-std::string CredentialPath(const std::string& data_dir);
-
 class WorkerAgent : public TaskListener {
  public:
   explicit WorkerAgent(AgentOptions options);
@@ -80,13 +77,13 @@ class WorkerAgent : public TaskListener {
   absl::Status RunSession();
   void HandleMessage(const v1::CoordinatorMessage& message);
   void StartTask(const v1::TaskSpec& task);
-  // The credential saved for this worker's name ("" = none yet).
-  std::string LoadCredential() const;
-  absl::Status SaveCredential(const std::string& credential) const;
   std::string WorkerName() const;
   void SendLoop(grpc::ClientReaderWriter<v1::WorkerMessage, v1::CoordinatorMessage>* stream,
                 const std::atomic<bool>* session_done);
   void EnqueueReliable(v1::WorkerMessage message);
+  // Stops at once the trainers of `task_ids` that still run: no session holds them
+  // (worker/session_hold.h).
+  void StopUnheld(const std::vector<std::string>& task_ids, const std::string& why);
   std::vector<int> AllocateGpus(int count) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Runs a pre-flight now and records it as the latest (numbered); blocks for its length.
   v1::PreflightResult RunPreflightNow();
@@ -97,6 +94,8 @@ class WorkerAgent : public TaskListener {
   // Constant after construction.
   const AgentOptions options_;
   v1::Inventory inventory_;
+  // Hello.instance_id: this process's, for its whole life (worker/session_hold.h).
+  const std::string instance_id_;
 
   std::mutex mu_;
   std::condition_variable cv_;

@@ -410,12 +410,13 @@ void ClusterManager::ReleaseAbandoned(absl::Time now) {
                                  a.WorkerOf(task_id), " in time; released");
       spdlog::warn("job {}: {}", job_id, why);
       a.Abandon(task_id);
-      v1::TaskStatus failed;
-      failed.set_task_id(task_id);
-      failed.set_state(v1::TASK_FAILED);
-      failed.set_message(why);
-      Write(SetTaskStateTxn(task_id, failed), [](absl::Status) {});
-      if (!a.ended) EndAttempt(a, AttemptOutcome::kRetryable, why);
+      WriteTaskFailed(task_id, why);
+      // A task its worker stopped listing without a final status: the worker lost it (a
+      // restart), never the job's fault, so no restart is used (worker_sessions.h).
+      if (!a.ended) {
+        EndAttempt(a, missing ? AttemptOutcome::kNodeDrained : AttemptOutcome::kRetryable, why,
+                   missing ? a.WorkerOf(task_id) : "");
+      }
     }
     publish_workers_ = true;
     MaybeRelease(job_id);

@@ -8,6 +8,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/job_state.h"
+#include "server/cluster/worker_sessions.h"
 #include "spdlog/spdlog.h"
 #include "storage/worker_drain_store.h"
 
@@ -265,30 +266,48 @@ void ClusterManager::HandleHello(std::shared_ptr<WorkerLink> link, const v1::Hel
     link->Close(absl::InvalidArgumentError("hello.worker_name must be 1..128 characters"));
     return;
   }
-  // A new hello while the old session still looked alive: the worker restarted (or its
-  // connection broke without a reset). Known now, not after a heartbeat timeout: the
-  // tasks it does not list below are missing from this moment.
+  if (absl::Status s = ValidateInstanceId(hello.instance_id()); !s.ok()) {
+    link->Close(s);
+    return;
+  }
+  // One process per name (worker_sessions.h): a second process is refused while the
+  // name's session lives, and leaves that session, its tasks and their attempts untouched.
+  const HelloVerdict verdict = JudgeHello(workers_.Find(name), hello.instance_id());
+  if (verdict == HelloVerdict::kRefused) {
+    const absl::Status refused = SecondSessionRefused(name, *workers_.Find(name), options_.clock->Now());
+    spdlog::warn("refused a second session for worker {}: another process presented its credential", name);
+    link->Close(refused);
+    return;
+  }
+  // The same process again while its old session still looked alive (its connection broke
+  // without a reset): the old one is closed, and the tasks it does not list below are
+  // missing from this moment.
   const WorkerRegistry::Registration r =
-      workers_.Register(name, hello.inventory(), link, options_.clock->Now());
+      workers_.Register(name, hello.inventory(), hello.instance_id(), link, options_.clock->Now());
   const LiveWorker& w = *r.worker;
   Write(UpsertWorkerTxn(name, w.inventory, v1::WORKER_READY), [](absl::Status) {});
   // A new process numbers its pre-flights from 1 again: this hello's is always new.
   r.worker->preflight.Clear();
   if (hello.preflight().sequence() != 0) HandlePreflight(name, hello.preflight());
+  // Another process than the one the tasks placed here were sent to: they are gone with it.
+  if (verdict == HelloVerdict::kNewProcess) EndPreviousProcessTasks(name);
 
-  // Tasks it reports that no active attempt wants any more: kill them. Tasks an attempt
-  // placed here that it does not report: resend if never started, else give them a
-  // moment to show up as a late status.
+  // Tasks it reports that no active attempt wants any more (or that a previous process
+  // ran): not held, so the worker kills them. Tasks an attempt placed here that it does not
+  // report: resend if never started, else give them a moment to show up as a late status.
   std::set<std::string> reported(hello.running_task_ids().begin(), hello.running_task_ids().end());
   v1::CoordinatorMessage welcome;
   v1::Welcome* wm = welcome.mutable_welcome();
   wm->set_worker_id(name);
   wm->set_heartbeat_interval_ms(absl::ToInt64Milliseconds(options_.heartbeat_interval));
+  wm->mutable_held();  // present even when empty: the worker holds exactly what it lists
   for (const std::string& id : reported) {
     ActiveAttempt* a = AttemptOfTask(id);
-    if (a == nullptr || (a->stopping && a->ended) || a->WorkerOf(id) != name ||
-        IsTerminalTask(a->task_states[id])) {
+    if (verdict == HelloVerdict::kNewProcess || a == nullptr || (a->stopping && a->ended) ||
+        a->WorkerOf(id) != name || IsTerminalTask(a->task_states[id])) {
       wm->add_kill_task_ids(id);
+    } else {
+      wm->mutable_held()->add_task_ids(id);
     }
   }
   link->Send(welcome);
@@ -390,11 +409,7 @@ void ClusterManager::HandleWorkerLost(const std::string& name) {
     // history shows them); the in-memory state waits for a late report, if one comes.
     for (const TaskRecord& t : it->second.record.tasks) {
       if (t.worker != name || IsTerminalTask(it->second.task_states[t.task_id])) continue;
-      v1::TaskStatus lost;
-      lost.set_task_id(t.task_id);
-      lost.set_state(v1::TASK_FAILED);
-      lost.set_message(absl::StrCat(lost_reason, "; its ranks' fate is unknown"));
-      Write(SetTaskStateTxn(t.task_id, lost), [](absl::Status) {});
+      WriteTaskFailed(t.task_id, absl::StrCat(lost_reason, "; its ranks' fate is unknown"));
     }
     EndAttempt(it->second, AttemptOutcome::kNodeFault, lost_reason, name);
     MaybeRelease(job_id);

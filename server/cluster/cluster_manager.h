@@ -9,6 +9,7 @@
 //
 // The loop is defined across server/cluster/, one file per part of its work:
 //   cluster_manager.cc     the strand (posting, the loop, ticks), recovery, worker sessions
+//                          (one process per name: worker_sessions.h)
 //   attempts.cc            attempts: start, task reports, end, stop, release
 //   checkpoint_reports.cc  recorded checkpoints: retention, elastic grow
 //   scheduling_pass.cc     a pass: its input, the scheduler, applying its decisions
@@ -80,7 +81,8 @@ struct ClusterOptions {
   // Preempted jobs get this long to checkpoint and stop.
   absl::Duration preemption_grace = absl::Seconds(60);
   // After a coordinator restart or a reconnect, how long a task the worker does not
-  // report may take to show up (as a late status) before its attempt fails.
+  // report may take to show up (as a late status) before its attempt ends as a node fault
+  // that uses no restart (the worker lost it; worker_sessions.h).
   // The same grace applies to a task of an attempt that has already ended: once it passes,
   // the task counts as failed and its slots are free again (its worker is told to kill it
   // should it ever report it running).
@@ -236,7 +238,8 @@ class ClusterManager : public ClusterView {
   // Forgets an ended attempt once it holds nothing (every task terminal or on a lost worker).
   void MaybeRelease(int64_t job_id);
   // Releases tasks nobody will report any more (missing past the grace, or past their
-  // stop deadline): recorded as failed, their attempt ended if it was not.
+  // stop deadline): recorded as failed, their attempt ended if it was not (a missing
+  // task's as a node fault of its worker, kNodeDrained).
   void ReleaseAbandoned(absl::Time now);
   // Ends attempts that stalled (no step progress for stall_timeout_seconds) or ran past
   // their active deadline.
@@ -255,6 +258,12 @@ class ClusterManager : public ClusterView {
   void ApplyRetention(int64_t job_id, int keep_last, const std::string& job_dir);
 
   // --- Node faults (node_faults.cc).
+  // Records `task_id` as failed with `message` (its attempt's end is the caller's).
+  void WriteTaskFailed(const std::string& task_id, const std::string& message);
+  // A new process of `worker` said hello (worker_sessions.h, kNewProcess): the tasks
+  // placed on its previous process are abandoned and their attempts end as node faults
+  // that use no restart (kNodeDrained, `worker` excluded).
+  void EndPreviousProcessTasks(const std::string& worker);
   // The session `link` of `worker` ended: shown DISCONNECTED at once, and a failure held
   // in its gang (node_loss.h) is blamed on it.
   void HandleDisconnected(const std::string& worker, const WorkerLink* link);

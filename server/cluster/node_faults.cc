@@ -33,6 +33,37 @@ void ClusterManager::HandleDisconnected(const std::string& worker, const WorkerL
   SettleHeldFailures(options_.clock->Now());
 }
 
+void ClusterManager::WriteTaskFailed(const std::string& task_id, const std::string& message) {
+  v1::TaskStatus failed;
+  failed.set_task_id(task_id);
+  failed.set_state(v1::TASK_FAILED);
+  failed.set_message(message);
+  Write(SetTaskStateTxn(task_id, failed), [](absl::Status) {});
+}
+
+void ClusterManager::EndPreviousProcessTasks(const std::string& worker) {
+  const std::string reason = absl::StrCat(
+      "worker ", worker, " registered from a new process; the tasks placed on its previous process are gone "
+      "with it (their ranks' fate is unknown)");
+  ForEachAttemptMayErase([&](int64_t job_id, ActiveAttempt& a) {
+    if (!a.committed) return;
+    bool ran_there = false;
+    for (const TaskRecord& t : a.record.tasks) {
+      if (t.worker != worker || IsTerminalTask(a.task_states[t.task_id])) continue;
+      ran_there = true;
+      WriteTaskFailed(t.task_id, reason);
+      a.Abandon(t.task_id);  // nobody will report it: this process never ran it
+    }
+    if (!ran_there) return;
+    spdlog::warn("job {}: {}", job_id, reason);
+    a.held_failure.reset();
+    EndAttempt(a, AttemptOutcome::kNodeDrained, reason, worker);
+    MaybeRelease(job_id);
+  });
+  publish_workers_ = true;
+  pass_.WantNow();
+}
+
 void ClusterManager::HoldOrBlame(ActiveAttempt& a, const std::string& worker,
                                  const TaskReportEffect& effect) {
   auto gone = [this](const std::string& w) { return workers_.IsGone(w); };

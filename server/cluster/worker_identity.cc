@@ -1,9 +1,9 @@
 #include "server/cluster/worker_identity.h"
 
 #include <openssl/crypto.h>
-#include <openssl/rand.h>
 
 #include "absl/strings/str_cat.h"
+#include "common/random_hex.h"
 #include "jobspec/jobspec.h"
 #include "storage/worker_credential_store.h"
 
@@ -24,6 +24,9 @@ absl::Status Refused(const std::string& name, bool presented) {
 
 }  // namespace
 
+WorkerIdentity::WorkerIdentity(JobStore* store, const std::string& join_token, int64_t max_identities)
+    : store_(store), join_token_sha256_(Sha256Hex(join_token)), max_identities_(max_identities) {}
+
 absl::StatusOr<std::string> WorkerIdentity::Admit(const std::string& name,
                                                   const std::string& credential) {
   absl::StatusOr<std::optional<std::string>> known = LookupWorkerCredential(store_, name);
@@ -41,18 +44,17 @@ absl::StatusOr<std::string> WorkerIdentity::Admit(const std::string& name,
     return std::string();
   }
   // A new name (or one an admin released): issue its credential.
-  unsigned char random[32];
-  if (RAND_bytes(random, sizeof(random)) != 1) {
-    return absl::UnavailableError("no randomness available for a worker credential");
-  }
-  static const char* kHex = "0123456789abcdef";
-  std::string issued = kCredentialPrefix;
-  for (unsigned char b : random) {
-    issued.push_back(kHex[b >> 4]);
-    issued.push_back(kHex[b & 15]);
-  }
-  absl::Status s = InsertWorkerCredential(store_, name, Sha256Hex(issued));
+  std::optional<std::string> random = RandomHex(32);
+  if (!random.has_value()) return absl::UnavailableError("no randomness available for a worker credential");
+  const std::string issued = absl::StrCat(kCredentialPrefix, *random);
+  absl::Status s = InsertWorkerCredential(store_, name, Sha256Hex(issued), join_token_sha256_, max_identities_);
   if (absl::IsAlreadyExists(s)) return Refused(name, !credential.empty());  // a concurrent first join won
+  if (absl::IsResourceExhausted(s)) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "worker name '", name, "' is new, and ", s.message(), ", the most one join token may (--max-worker-identities ",
+        max_identities_, "): start the worker under a name that already joined, or have an admin release unused "
+        "names on the coordinator host with: llamafleet-coordinator worker forget NAME --data-dir DIR"));
+  }
   if (!s.ok()) {
     return absl::UnavailableError(absl::StrCat("cannot record the worker credential: ", s.message()));
   }

@@ -19,6 +19,7 @@ v1::WorkerState StateOf(const LiveWorker& w, bool drained) {
 
 WorkerRegistry::Registration WorkerRegistry::Register(const std::string& name,
                                                       const v1::Inventory& inventory,
+                                                      const std::string& instance,
                                                       std::shared_ptr<WorkerLink> link,
                                                       absl::Time now) {
   LiveWorker& w = workers_[name];
@@ -27,13 +28,15 @@ WorkerRegistry::Registration WorkerRegistry::Register(const std::string& name,
   r.replaced = w.link != nullptr && w.link != link;
   if (r.replaced) {
     spdlog::warn("worker {} re-registered while its previous session looked alive", name);
-    w.link->Close(absl::AbortedError("replaced by a newer session of the same worker"));
+    w.link->Close(absl::AbortedError("replaced by a newer session of the same worker process"));
   }
   r.was_lost = w.lost;
   w.name = name;
   w.inventory = inventory;
   w.shared_inventory = std::make_shared<const v1::Inventory>(w.inventory);
   w.link = std::move(link);
+  w.instance = instance;
+  w.instance_known = true;
   w.last_heartbeat = now;
   w.lost = false;
   ++version_;

@@ -49,6 +49,10 @@ struct LiveWorker {
   v1::WorkerStraggler straggler;
   // What was seen of its GPUs' health (gpu_health_rules.h), kept across its sessions.
   GpuHealthState gpu_health;
+  // Hello.instance_id of the process that said hello last; instance_known is false until a
+  // hello since this coordinator started (worker_sessions.h).
+  std::string instance;
+  bool instance_known = false;
 };
 
 // What `workers` shows for a worker: LOST once lost, DISCONNECTED from the moment its
@@ -67,11 +71,12 @@ class WorkerRegistry {
     bool replaced = false;  // a previous session still looked alive (and is closed now)
     bool was_lost = false;
   };
-  // A hello from `name` on `link` at `now`: the worker is connected, not lost, with this
-  // inventory. A previous session that still looked alive is closed (the worker restarted
-  // or its connection broke without a reset).
+  // A hello from process `instance` of `name` on `link` at `now`: the worker is connected,
+  // not lost, with this inventory. A previous session that still looked alive is closed
+  // (the same process reconnecting after its connection broke without a reset; a hello
+  // from another process is refused before this, worker_sessions.h).
   Registration Register(const std::string& name, const v1::Inventory& inventory,
-                        std::shared_ptr<WorkerLink> link, absl::Time now);
+                        const std::string& instance, std::shared_ptr<WorkerLink> link, absl::Time now);
   // A worker a recovered attempt placed tasks on, not connected yet: it counts as heard
   // from at `heard` (so it has until heard + heartbeat timeout to say hello). No-op for a
   // worker already known.

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "server/auth_failures.h"
 
 namespace llamafleet::http {
 
@@ -50,7 +51,8 @@ bool CallRegistry::AcquireStream() {
 }
 
 absl::Status ForwardCredentials(const Request& http, grpc::ClientContext* context) {
-  static const absl::string_view kForwarded[] = {"authorization", "x-llamafleet-user"};
+  static const absl::string_view kForwarded[] = {"authorization", "x-llamafleet-user", kForwardedPeerKey,
+                                                 kForwardedPeerProofKey};
   for (absl::string_view header : kForwarded) {
     auto it = http.find(boost::beast::string_view(header.data(), header.size()));
     if (it == http.end()) continue;

@@ -47,8 +47,10 @@ class CallRegistry {
 };
 
 // The caller's Authorization (and, with authentication off, x-llamafleet-user) as call
-// metadata: authentication and authorization are decided by the gRPC services.
-// INVALID_ARGUMENT for a header outside printable ASCII.
+// metadata: authentication and authorization are decided by the gRPC services. With them
+// the client's address and its proof (kForwardedPeerKey, kForwardedPeerProofKey, set by
+// the HTTP server on every request), by which failed token attempts are counted. INVALID_ARGUMENT for a header outside
+// printable ASCII.
 absl::Status ForwardCredentials(const Request& http, grpc::ClientContext* context);
 
 inline std::chrono::system_clock::time_point Deadline(absl::Duration timeout) {

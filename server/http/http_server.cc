@@ -19,6 +19,7 @@
 #include <boost/beast/ssl.hpp>
 
 #include "absl/strings/str_cat.h"
+#include "server/auth_failures.h"
 #include "server/http/connection_limits.h"
 #include "server/http/gateway.h"
 #include "server/http/json_errors.h"
@@ -208,6 +209,11 @@ class Session final : public SessionBase,
       DoClose();  // the client left, or timed out
       return;
     }
+    // The client's address, for the services' count of failed token attempts, with the
+    // proof that this server set it: set here on every request, replacing whatever the
+    // client sent under those names.
+    parser_->get().set(beast::string_view(kForwardedPeerKey), peer_);
+    parser_->get().set(beast::string_view(kForwardedPeerProofKey), options_.forwarded_peer_proof);
     // A body is read only from a caller whose token is good and whose role may do what
     // the route does (nothing has been parsed of it yet): an unauthenticated client, or a
     // viewer posting a submission, cannot make the server hold or parse a body.

@@ -53,6 +53,10 @@ struct HttpServerOptions {
   // The coordinator's path roots and default checkpoint root (GatewayOptions).
   std::vector<std::string> path_roots;
   std::string checkpoint_root;
+  // Sent with each request's client address to the services (server/auth_failures.h),
+  // which count failed tokens by that address only with this proof. Empty: by the
+  // gateway's own (one count for every HTTP client).
+  std::string forwarded_peer_proof;
 };
 
 class HttpServer {

@@ -19,6 +19,7 @@
 #include "server/http/grpc_calls.h"
 #include "server/http/json_errors.h"
 #include "server/http/responder.h"
+#include "server/stream_limits.h"
 
 namespace llamafleet::http {
 
@@ -60,7 +61,10 @@ class StreamCall : public grpc::ClientReadReactor<Resp>,
   Req* request() { return &request_; }
 
   // After the stub's async()->Method(context(), request(), this). `opening` (an SSE comment)
-  // is written at once, so the client sees the response head before the first message.
+  // is written once the service has admitted the stream (its initial metadata carries
+  // kStreamOpenKey), before the first message, so the client sees the response head at
+  // once; a stream refused before that (its user's cap) is a plain HTTP error. Reading
+  // starts once the opening is on the socket.
   void Begin(std::string opening = "") {
     self_ = this->shared_from_this();
     if (sse_) {
@@ -68,15 +72,36 @@ class StreamCall : public grpc::ClientReadReactor<Resp>,
       out_->OnClose([weak] {
         if (auto call = weak.lock()) call->Abandon();
       });
-      if (!opening.empty()) {
-        started_ = true;
-        out_->SendEvent(std::move(opening), [](bool) {});
-      }
     }
     this->AddHold();
-    reading_ = true;
-    this->StartRead(&message_);
+    if (sse_ && !opening.empty()) {
+      opening_ = std::move(opening);
+    } else {
+      reading_ = true;
+      this->StartRead(&message_);
+    }
     this->StartCall();
+  }
+
+  void OnReadInitialMetadataDone(bool ok) override {
+    if (opening_.empty()) return;
+    const auto& metadata = context_.GetServerInitialMetadata();
+    const bool admitted = ok && metadata.find(kStreamOpenKey) != metadata.end();
+    bool release = false, send = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!admitted || abandoned_) {
+        release = TakeHoldLocked();  // OnDone then answers with the call's status
+      } else {
+        started_ = send = true;
+      }
+    }
+    if (release) this->RemoveHold();
+    if (!send) return;
+    std::weak_ptr<StreamCall> weak = this->shared_from_this();
+    out_->SendEvent(std::move(opening_), [weak](bool written) {
+      if (auto call = weak.lock()) call->Written(written);
+    });
   }
 
   void OnReadDone(bool ok) override {
@@ -175,6 +200,7 @@ class StreamCall : public grpc::ClientReadReactor<Resp>,
   const Render render_;
   const Collect collect_;
   grpc::ClientContext context_;
+  std::string opening_;  // until the stream is admitted
   Req request_;
   Resp message_;  // the message being read; reused after its event is written
   std::vector<std::string> collected_;

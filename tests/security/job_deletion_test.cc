@@ -133,5 +133,81 @@ TEST_F(SecurityApiTest, DeletingAJobRemovesOnlyWhatTheJobMade) {
   EXPECT_TRUE(std::filesystem::is_symlink(root_ + "/alice/out-linked"));
 }
 
+// A deleted job's named checkpoint dir (its checkpoints outlive the record) stays its
+// owner's: after DeleteJob, and after a TTL deletion across a restart, another user can
+// neither take it (as written, inside, above or through a link, in a dry run too) nor
+// read from it (as written or through a link); its owner may name it again.
+TEST_F(SecurityApiTest, ADeletedJobsNamedCheckpointDirIsNeitherClaimableNorReadableByAnotherUser) {
+  const std::string deleted_now = root_ + "/alice/ck-deleted", expired = root_ + "/alice/ck-expired";
+  std::string by_request, by_ttl;
+  ASSERT_TRUE(Submit("alice", Spec(absl::StrCat("checkpoint: {dir: ", deleted_now, "}\n")), &by_request).ok());
+  ASSERT_TRUE(Submit("alice",
+                     Spec(absl::StrCat("checkpoint: {dir: ", expired, "}\nrun_policy: {ttl_after_finished_seconds: 1}\n")),
+                     &by_ttl)
+                  .ok());
+  for (const std::string& d : {deleted_now, expired}) std::filesystem::create_directories(d + "/step-4");
+  for (const std::string& id : {by_request, by_ttl}) {
+    v1::CancelJobRequest cancel;
+    cancel.set_job_id(id);
+    v1::CancelJobResponse resp;
+    ASSERT_TRUE(stub_->CancelJob(Context("alice").get(), cancel, &resp).ok());
+  }
+  v1::DeleteJobRequest del;
+  del.set_job_id(by_request);
+  v1::DeleteJobResponse deleted;
+  ASSERT_TRUE(stub_->DeleteJob(Context("alice").get(), del, &deleted).ok());
+  absl::SleepFor(absl::Milliseconds(1100));
+  Stop();  // a starting coordinator sweeps expired jobs on its first tick
+  Start();
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  while (Jobs().size() > 0 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(100));
+  ASSERT_TRUE(Jobs().empty()) << "both records are deleted";
+
+  std::filesystem::create_directories(root_ + "/bob");
+  std::filesystem::create_symlink(expired, root_ + "/bob/link");
+  for (const auto& [dir, job] : std::vector<std::pair<std::string, std::string>>{{deleted_now, by_request},
+                                                                                 {expired, by_ttl}}) {
+    for (const bool dry_run : {true, false}) {
+      for (const std::string& claim : {dir, dir + "/sub", root_ + "/alice"}) {
+        v1::SubmitJobRequest req;
+        *req.mutable_spec() = Spec(absl::StrCat("checkpoint: {dir: ", claim, "}\n"));
+        req.set_dry_run(dry_run);
+        v1::SubmitJobResponse resp;
+        grpc::Status s = stub_->SubmitJob(Context("bob").get(), req, &resp);
+        EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << claim << " dry_run " << dry_run;
+        EXPECT_TRUE(absl::StrContains(s.error_message(), "spec.checkpoint.dir")) << s.error_message();
+        // (Above both dirs, either may be named.)
+        EXPECT_TRUE(absl::StrContains(s.error_message(), claim == root_ + "/alice"
+                                                             ? std::string("the checkpoint directory of deleted job ")
+                                                             : "the checkpoint directory of deleted job " + job))
+            << s.error_message();
+        if (claim == root_ + "/alice") continue;
+        // An export there would write among its checkpoints: the same.
+        *req.mutable_spec() = Spec(absl::StrCat("output: {export_dir: ", claim, "/out}\n"));
+        s = stub_->SubmitJob(Context("bob").get(), req, &resp);
+        EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << claim;
+        EXPECT_TRUE(absl::StrContains(s.error_message(), "spec.output.export_dir")) << s.error_message();
+      }
+    }
+    for (const std::string& read : {dir + "/step-4", root_ + "/bob/link/step-4"}) {
+      if (read != dir + "/step-4" && dir != expired) continue;  // the link leads into `expired`
+      grpc::Status s = Submit("bob", Spec(absl::StrCat("checkpoint: {resume: ", read, "}\n")));
+      EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED) << read;
+      EXPECT_TRUE(absl::StrContains(s.error_message(), absl::StrCat("deleted job ", job, ", owned by alice")))
+          << s.error_message();
+    }
+  }
+  EXPECT_TRUE(Jobs().empty()) << "bob's attempts stored nothing";
+  // Its owner may take it again, and read from it.
+  std::string again;
+  EXPECT_TRUE(Submit("alice", Spec(absl::StrCat("checkpoint: {dir: ", deleted_now, ", resume: ", deleted_now,
+                                                "/step-4}\n")),
+                     &again)
+                  .ok());
+  // The coordinator kept the records across its restart; the new job holds the dir now.
+  grpc::Status s = Submit("bob", Spec(absl::StrCat("checkpoint: {dir: ", deleted_now, "}\n")));
+  EXPECT_TRUE(absl::StrContains(s.error_message(), "job " + again)) << s.error_message();
+}
+
 }  // namespace
 }  // namespace llamafleet

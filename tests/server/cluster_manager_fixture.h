@@ -59,6 +59,16 @@ class FakeLink : public WorkerLink {
     }
     return out;
   }
+  // The welcome's held list (nullopt: no welcome, or one without a held list).
+  std::optional<std::vector<std::string>> Held() {
+    absl::MutexLock lock(&mu_);
+    for (const auto& m : sent_) {
+      if (m.has_welcome() && m.welcome().has_held()) {
+        return std::vector<std::string>(m.welcome().held().task_ids().begin(), m.welcome().held().task_ids().end());
+      }
+    }
+    return std::nullopt;
+  }
   std::optional<absl::Status> closed() {
     absl::MutexLock lock(&mu_);
     return closed_;
@@ -107,10 +117,13 @@ class ClusterManagerTest : public ::testing::Test {
     store_.reset();
   }
 
-  std::shared_ptr<FakeLink> Hello(const std::string& name, std::vector<std::string> running = {}) {
+  // `instance`: Hello.instance_id, the worker process's ("": one that sends none).
+  std::shared_ptr<FakeLink> Hello(const std::string& name, std::vector<std::string> running = {},
+                                  const std::string& instance = "") {
     auto link = std::make_shared<FakeLink>();
     v1::Hello h;
     h.set_worker_name(name);
+    h.set_instance_id(instance);
     h.set_join_token("t");
     h.mutable_inventory()->set_cpu_ranks(1);
     h.mutable_inventory()->set_address("127.0.0.1");
@@ -177,15 +190,16 @@ class ClusterManagerTest : public ::testing::Test {
     Send(worker, std::move(m));
   }
 
-  // Two workers, w0 and w1, and a two-node job whose tasks both report RUNNING.
+  // Two workers, w0 and w1 (their processes' instance ids `i0`, `i1`), and a two-node job
+  // whose tasks both report RUNNING.
   struct RunningGang {
     std::shared_ptr<FakeLink> w0, w1;
     int64_t id = 0;
     std::string t0, t1;
   };
-  void StartRunningGang(RunningGang* g) {
-    g->w0 = Hello("w0");
-    g->w1 = Hello("w1");
+  void StartRunningGang(RunningGang* g, const std::string& i0 = "", const std::string& i1 = "") {
+    g->w0 = Hello("w0", {}, i0);
+    g->w1 = Hello("w1", {}, i1);
     g->id = Submit();
     g->t0 = absl::StrCat(g->id, "-1-0");
     g->t1 = absl::StrCat(g->id, "-1-1");

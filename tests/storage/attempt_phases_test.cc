@@ -165,11 +165,14 @@ TEST_F(AttemptPhasesTest, MigrationFromSchemaSixKeepsAttemptsAndAddsPhases) {
     absl::StatusOr<std::unique_ptr<sqlite::Connection>> conn = sqlite::Connection::Open(Path(), false, false);
     ASSERT_TRUE(conn.ok()) << conn.status();
     // Schema 6: no phases, nor the jobs' export_dir (schema 8), nor evaluations and usage (10),
-    // nor users' dynamic uids (11).
+    // nor users' dynamic uids (11), nor join tokens of worker credentials and deleted jobs'
+    // dirs (12).
     ASSERT_TRUE((*conn)->Exec("DROP TABLE attempt_phases; DROP INDEX jobs_by_export_dir; DROP TABLE user_identities;"
                               "ALTER TABLE jobs DROP COLUMN export_dir;"
                               "DROP TABLE job_evals; DROP TABLE usage_totals; ALTER TABLE checkpoints DROP COLUMN eval_loss;"
                               "ALTER TABLE attempts DROP COLUMN gpu_seconds; ALTER TABLE attempts DROP COLUMN cost;"
+                              "DROP TABLE deleted_job_dirs; DROP INDEX worker_credentials_by_join_token;"
+                              "ALTER TABLE worker_credentials DROP COLUMN join_token_sha256;"
                               "PRAGMA user_version = 6;")
                     .ok());
   }

@@ -278,6 +278,8 @@ TEST_F(UsageStoreTest, MigrationToSchemaTenBackfillsEndedAttempts) {
     ASSERT_TRUE((*conn)->Exec("DROP TABLE user_identities; DROP TABLE job_evals; DROP TABLE usage_totals;"
                               "ALTER TABLE checkpoints DROP COLUMN eval_loss;"
                               "ALTER TABLE attempts DROP COLUMN gpu_seconds; ALTER TABLE attempts DROP COLUMN cost;"
+                              "DROP TABLE deleted_job_dirs; DROP INDEX worker_credentials_by_join_token;"
+                              "ALTER TABLE worker_credentials DROP COLUMN join_token_sha256;"
                               "PRAGMA user_version = 9;")
                     .ok());
   }
