@@ -288,6 +288,9 @@ class FakeGpuWorker {
       g->set_memory_bytes(int64_t{80} << 30);
     }
     Write(hello);
+    // As a real worker: nothing more is sent before the coordinator's welcome.
+    v1::CoordinatorMessage welcome;
+    EXPECT_TRUE(stream_->Read(&welcome) && welcome.has_welcome()) << welcome.DebugString();
     reader_ = std::thread([this] { Read(); });
   }
   ~FakeGpuWorker() {
