@@ -184,7 +184,8 @@ std::vector<LogStore::Source> LogStore::Sources(int64_t job_id, int attempt) con
   if (attempt <= 0) {
     for (const auto& entry : std::filesystem::directory_iterator(job_dir, ec)) {
       int a = 0;
-      absl::string_view name = entry.path().filename().native();
+      const std::string file = entry.path().filename().string();  // owns what `name` views
+      absl::string_view name = file;
       if (absl::ConsumePrefix(&name, "attempt-") && absl::SimpleAtoi(name, &a)) {
         attempt = std::max(attempt, a);
       }
@@ -193,7 +194,8 @@ std::vector<LogStore::Source> LogStore::Sources(int64_t job_id, int attempt) con
   if (attempt <= 0) return out;
   for (const auto& entry :
        std::filesystem::directory_iterator(absl::StrCat(job_dir, "/attempt-", attempt), ec)) {
-    absl::string_view name = entry.path().filename().native();
+    const std::string file = entry.path().filename().string();  // owns what `name` views
+    absl::string_view name = file;
     int r = 0;
     if (absl::ConsumePrefix(&name, "rank-") && absl::ConsumeSuffix(&name, ".log") &&
         absl::SimpleAtoi(name, &r)) {
