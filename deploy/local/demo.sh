@@ -156,10 +156,15 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-# Workers started as root run trainers as the unprivileged user llamafleet
-# (docs/security.md): it reads the tokenizer and data here and writes checkpoints and the
-# export here, so the demo directory is its own.
-if [ "$(id -u)" -eq 0 ]; then chown -R llamafleet: "$demo"; fi
+# One machine, one user: workers started as root run every job's trainers as the
+# unprivileged user llamafleet (--run-as, the single-identity mode of docs/security.md),
+# which reads the tokenizer and data here and writes checkpoints and the export here, so
+# the demo directory is its own.
+run_as=()
+if [ "$(id -u)" -eq 0 ]; then
+  chown -R llamafleet: "$demo"
+  run_as=(--run-as llamafleet)
+fi
 
 say "starting the coordinator and two CPU workers (logs in $cluster/*.log)"
 fifo="$cluster/.coordinator.stdout"
@@ -186,7 +191,7 @@ for n in 1 2; do
   "$bin/llamafleet-worker" --coordinator "$address" \
     --join-token-file "$cluster/coordinator/join-token" --data-dir "$cluster/worker-$n" \
     --cpu-ranks 1 --name "worker-$n" --address 127.0.0.1 --trainer "$bin/llamafleet-train" \
-    2>>"$cluster/worker-$n.log" &
+    "${run_as[@]}" 2>>"$cluster/worker-$n.log" &
   pids+=($!)
 done
 for _ in $(seq 1 100); do
