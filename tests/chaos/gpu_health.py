@@ -33,6 +33,8 @@ def worker_args(root, name):
 def fault(scenario, c, job_id):
     victim = scenario.victim(c, job_id)
     scenario.gpu_victim = victim
+    # Pre-flights are told apart by their sequence: their reported time has whole seconds.
+    scenario.gpu_preflight_before = int(_worker(c, victim).get("preflight", {}).get("sequence", 0))
     # The knob first: the pre-flight the worker runs once its task has stopped must fail.
     with open(_knob(c.root, victim), "w") as f:
         f.write("sick\n")
@@ -59,7 +61,7 @@ def check(scenario, c, job_id, parse_time):
     while time.time() < deadline:
         w = _worker(c, victim)
         pre = w.get("preflight", {})
-        if pre.get("time") and parse_time(pre["time"]) > scenario.fault_time:
+        if int(pre.get("sequence", 0)) > scenario.gpu_preflight_before:
             break
         time.sleep(0.2)
     drain, pre = w.get("drain", {}), w.get("preflight", {})
@@ -67,7 +69,7 @@ def check(scenario, c, job_id, parse_time):
         p.append("gpu health: %s is %s, drain %s; expected DRAINING by gpu-health" % (victim, w.get("state"), drain))
     if "GPU 0: XID 79" not in drain.get("reason", ""):
         p.append("gpu health: the drain does not name GPU 0 and XID 79: %s" % drain.get("reason"))
-    if not pre.get("time") or parse_time(pre["time"]) <= scenario.fault_time or pre.get("passed"):
+    if int(pre.get("sequence", 0)) <= scenario.gpu_preflight_before or pre.get("passed"):
         p.append("gpu health: no failed pre-flight of %s after the fault: %s" % (victim, pre))
     else:
         scenario.notes.append("gpu health: %s drained (%s), its pre-flight after the job: failed" % (
