@@ -266,7 +266,7 @@ absl::Status Run(const Flags& f) {
       p.seed = f.seed;
       const auto blocked_from = std::chrono::steady_clock::now();
       std::optional<lt::SavedCheckpoint> previous;
-      LF_RETURN_IF_ERROR(writer->Start(lt::TakeSnapshot(*sharded, config, p), &previous));
+      LF_RETURN_IF_ERROR(writer->Start(*sharded, config, p, &previous));
       checkpoint_blocked += std::chrono::duration<double>(std::chrono::steady_clock::now() - blocked_from).count();
       LF_RETURN_IF_ERROR(report_saved(previous));
     }

@@ -3,7 +3,12 @@
 #include <cmath>
 #include <limits>
 
+#include <cstdio>
+#include <vector>
+
 #include "absl/strings/str_cat.h"
+#include "common/crc32c.h"
+#include "util.h"
 
 namespace llamafleet::trainer {
 
@@ -125,8 +130,18 @@ absl::StatusOr<CheckpointManifest> ParseCheckpointManifest(const std::string& te
     FieldReader f(files[i]);
     CheckpointManifest::File& file = m.files.emplace_back();
     if (!f.Required("name") || !f.String("name", &file.name) || !f.Required("bytes") ||
-        !f.Int("bytes", 0, kMax, &file.bytes) || !f.Required("sha256") || !f.String("sha256", &file.sha256)) {
+        !f.Int("bytes", 0, kMax, &file.bytes)) {
       return malformed(absl::StrCat("files[", i, "].", f.what()));
+    }
+    file.checksum_kind = files[i].contains("crc32c") ? "crc32c" : "sha256";
+    const size_t digits = file.checksum_kind == "crc32c" ? 8 : 64;
+    if (!f.Required(file.checksum_kind.c_str()) || !f.String(file.checksum_kind.c_str(), &file.checksum)) {
+      return malformed(absl::StrCat("files[", i, "].", f.what()));
+    }
+    if (file.checksum.size() != digits ||
+        file.checksum.find_first_not_of("0123456789abcdef") != std::string::npos) {
+      return malformed(absl::StrCat("files[", i, "].", file.checksum_kind, " must be ", digits,
+                                    " lowercase hex digits"));
     }
     if (file.name.empty() || file.name.find('/') != std::string::npos ||
         file.name.find("..") != std::string::npos) {
@@ -143,6 +158,43 @@ absl::StatusOr<CheckpointManifest> ParseCheckpointManifest(const std::string& te
     }
   }
   return m;
+}
+
+std::string Crc32cHex(uint32_t crc) {
+  char hex[9];
+  std::snprintf(hex, sizeof hex, "%08x", crc);
+  return hex;
+}
+
+absl::StatusOr<std::string> FileChecksum(const std::string& path, const std::string& kind) {
+  if (kind != "crc32c" && kind != "sha256") return absl::InvalidArgumentError(absl::StrCat("no checksum ", kind));
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (f == nullptr) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
+  uint32_t crc = 0;
+  Sha256 sha;
+  std::vector<char> buffer(size_t{4} << 20);
+  size_t n;
+  while ((n = std::fread(buffer.data(), 1, buffer.size(), f)) > 0) {
+    if (kind == "crc32c") {
+      crc = Crc32cExtend(crc, buffer.data(), n);
+    } else {
+      sha.Update(buffer.data(), n);
+    }
+  }
+  const bool failed = std::ferror(f) != 0;
+  std::fclose(f);
+  if (failed) return absl::DataLossError(absl::StrCat(path, ": read error"));
+  return kind == "crc32c" ? Crc32cHex(crc) : sha.Hex();
+}
+
+absl::Status CheckFileChecksum(const std::string& path, const CheckpointManifest::File& file) {
+  absl::StatusOr<std::string> got = FileChecksum(path, file.checksum_kind);
+  if (!got.ok()) return absl::DataLossError(got.status().message());
+  if (*got != file.checksum) {
+    return absl::DataLossError(
+        absl::StrCat(path, ": ", file.checksum_kind, " does not match the manifest (damaged checkpoint)"));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace llamafleet::trainer

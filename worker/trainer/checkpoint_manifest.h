@@ -24,7 +24,12 @@ struct CheckpointManifest {
   struct File {
     std::string name;  // a plain name in the checkpoint directory (no '/', no "..")
     int64_t bytes = 0;
-    std::string sha256;
+    // How the file's contents are checked: "crc32c" (8 hex digits; what the writer puts)
+    // or "sha256" (64 hex digits; manifests written before CRC-32C). The checksum catches a
+    // damaged, torn or replaced file; it is no defence against a writer of the directory,
+    // whose protection is the directory's owner and mode.
+    std::string checksum_kind;
+    std::string checksum;  // lowercase hex
   };
   struct Unit {
     std::string name;
@@ -60,5 +65,12 @@ struct CheckpointManifest {
 // throws.
 absl::StatusOr<CheckpointManifest> ParseCheckpointManifest(const std::string& text,
                                                            const std::string& source);
+
+// The lowercase hex `kind` checksum ("crc32c" or "sha256") of the file at `path`, streamed.
+absl::StatusOr<std::string> FileChecksum(const std::string& path, const std::string& kind);
+// 8 lowercase hex digits, most significant first.
+std::string Crc32cHex(uint32_t crc);
+// OK when the file at `path` has `file`'s checksum; DATA_LOSS naming the path otherwise.
+absl::Status CheckFileChecksum(const std::string& path, const CheckpointManifest::File& file);
 
 }  // namespace llamafleet::trainer

@@ -5,10 +5,14 @@
 #include <ATen/core/grad_mode.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstring>
 #include <filesystem>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "checkpoint_manifest.h"
+#include "common/crc32c.h"
 #include "nlohmann/json.hpp"
 #include "safetensors.h"
 #include "util.h"
@@ -35,18 +39,30 @@ absl::StatusOr<json> Parse(const std::string& value, const std::string& what) {
   return absl::DataLossError(absl::StrCat(what, ": ", value.rfind("error ", 0) == 0 ? value.substr(6) : value));
 }
 
-int64_t SizeOf(const std::string& path) {
-  std::error_code ec;
-  const auto n = fs::file_size(path, ec);
-  return ec ? -1 : static_cast<int64_t>(n);
+// A manifest's entry for a file of `bytes` with CRC-32C `crc`.
+json FileEntry(const std::string& name, int64_t bytes, uint32_t crc) {
+  return json{{"name", name}, {"bytes", bytes}, {"crc32c", Crc32cHex(crc)}};
 }
 
-// Writes `path` with `data`, fsynced; its sha256.
+// Writes `path` with `data`, fsynced; its manifest entry.
 absl::StatusOr<json> WriteDurable(const std::string& dir, const std::string& name, const std::string& data) {
-  const std::string path = (fs::path(dir) / name).string();
-  LF_RETURN_IF_ERROR(WriteStringToFile(path, data));
-  LF_ASSIGN_OR_RETURN(std::string sha, Sha256File(path));
-  return json{{"name", name}, {"bytes", SizeOf(path)}, {"sha256", sha}};
+  LF_RETURN_IF_ERROR(WriteStringToFile((fs::path(dir) / name).string(), data));
+  return FileEntry(name, static_cast<int64_t>(data.size()), Crc32c(data));
+}
+
+// Writes the staged shard file from its image without copying it, checksummed piece by
+// piece as it goes, and fsyncs it; its manifest entry.
+absl::StatusOr<json> WriteShardImage(const std::string& path, const std::string& name, const char* image,
+                                     size_t bytes) {
+  constexpr size_t kPiece = size_t{8} << 20;  // a multiple of the alignment: only the last piece has a tail
+  LF_ASSIGN_OR_RETURN(std::unique_ptr<DirectFileWriter> file, DirectFileWriter::Create(path));
+  uint32_t crc = 0;
+  file->set_on_bytes([&crc](const void* p, size_t n) { crc = Crc32cExtend(crc, p, n); });
+  for (size_t at = 0; at < bytes; at += kPiece) {
+    LF_RETURN_IF_ERROR(file->AppendInPlace(image + at, std::min(kPiece, bytes - at)));
+  }
+  LF_RETURN_IF_ERROR(file->Finish());
+  return FileEntry(name, static_cast<int64_t>(bytes), crc);
 }
 
 // This rank's files in `partial`: its shard (replica 0 only) and its state.
@@ -54,19 +70,9 @@ absl::StatusOr<json> WriteRankFiles(const CheckpointSnapshot& s, const std::stri
   json files = json::array();
   if (s.writes_shard) {
     const std::string name = ShardFileName(s.tp_rank * s.shard_size + s.shard_rank, s.tp_size * s.shard_size);
-    const std::string path = (fs::path(partial) / name).string();
-    std::vector<SafetensorsWriter::Entry> entries;
-    for (size_t u = 0; u < s.unit_names.size(); ++u) {
-      for (int k = 0; k < 3; ++k) entries.push_back({absl::StrCat(u, ".", kShardKinds[k]), StDtype::kF32, {s.unit_shard[u]}});
-    }
-    // Hashed from the staging buffer while it is written, not read back.
-    Sha256 digest;
-    LF_ASSIGN_OR_RETURN(auto writer,
-                        SafetensorsWriter::Open(path, entries, {{"format", "pt"}},
-                                                [&digest](const void* p, size_t n) { digest.Update(p, n); }));
-    for (const at::Tensor& t : s.tensors) LF_RETURN_IF_ERROR(writer->Append(t.data_ptr(), t.nbytes()));
-    LF_RETURN_IF_ERROR(writer->Finish());
-    files.push_back({{"name", name}, {"bytes", SizeOf(path)}, {"sha256", digest.Hex()}});
+    LF_ASSIGN_OR_RETURN(json entry, WriteShardImage((fs::path(partial) / name).string(), name,
+                                                    s.shard_image->data(), s.shard_image_bytes));
+    files.push_back(std::move(entry));
   }
   const json state = {{"rank", s.rank},
                       {"step", s.progress.step},
@@ -143,7 +149,9 @@ absl::StatusOr<SavedCheckpoint> Complete(const CheckpointSnapshot& s, const std:
 
 }  // namespace
 
-CheckpointSnapshot TakeSnapshot(ShardedEngine& engine, const LlamaConfig& config, const TrainerProgress& progress) {
+absl::StatusOr<CheckpointSnapshot> TakeSnapshot(ShardedEngine& engine, const LlamaConfig& config,
+                                                const TrainerProgress& progress,
+                                                std::shared_ptr<PageAlignedBuffer> staging) {
   at::NoGradGuard no_grad;
   CheckpointSnapshot s;
   s.progress = progress;
@@ -158,26 +166,35 @@ CheckpointSnapshot TakeSnapshot(ShardedEngine& engine, const LlamaConfig& config
   s.strategy = ShardingStrategyName(engine.options().strategy);
   s.optimizer_steps = engine.optimizer_steps();
   s.loss_scale = engine.loss_scale();
+  std::vector<SafetensorsWriter::Entry> entries;
   for (size_t u = 0; u < engine.layout().size(); ++u) {
     const int unit = static_cast<int>(u);
     s.unit_names.push_back(engine.layout()[u].name);
     s.unit_numel.push_back(engine.span(unit).numel);
     s.unit_padded.push_back(engine.span(unit).padded);
     s.unit_shard.push_back(engine.span(unit).shard);
-    if (!s.writes_shard) continue;
-    for (const at::Tensor& t : {engine.master(unit), engine.exp_avg(unit), engine.exp_avg_sq(unit)}) {
-      // A copy, never a view: training goes on updating the engine's tensors.
-      s.tensors.push_back(t.detach().to(at::kCPU, at::kFloat, /*non_blocking=*/false, /*copy=*/true).contiguous());
-    }
+    for (int k = 0; k < 3; ++k) entries.push_back({absl::StrCat(u, ".", kShardKinds[k]), StDtype::kF32, {s.unit_shard[u]}});
   }
   s.rng_cpu = CpuRngStateHex();
+  if (!s.writes_shard) return s;
+  uint64_t data_bytes = 0;
+  LF_ASSIGN_OR_RETURN(const std::string prefix, SafetensorsWriter::Prefix(entries, {{"format", "pt"}}, &data_bytes));
+  s.shard_image_bytes = prefix.size() + data_bytes;
+  LF_RETURN_IF_ERROR(staging->Reserve(s.shard_image_bytes));
+  char* out = staging->data();
+  std::memcpy(out, prefix.data(), prefix.size());
+  out += prefix.size();
+  for (size_t u = 0; u < engine.layout().size(); ++u) {
+    const int unit = static_cast<int>(u);
+    for (const at::Tensor& t : {engine.master(unit), engine.exp_avg(unit), engine.exp_avg_sq(unit)}) {
+      // A copy, never a view: training goes on updating the engine's tensors.
+      at::Tensor slot = at::from_blob(out, {s.unit_shard[u]}, at::TensorOptions().dtype(at::kFloat));
+      slot.copy_(t.detach().reshape({-1}));
+      out += s.unit_shard[u] * static_cast<int64_t>(sizeof(float));
+    }
+  }
+  s.shard_image = std::move(staging);
   return s;
-}
-
-int64_t SnapshotBytes(const CheckpointSnapshot& snapshot) {
-  int64_t bytes = 0;
-  for (const at::Tensor& t : snapshot.tensors) bytes += static_cast<int64_t>(t.nbytes());
-  return bytes;
 }
 
 namespace {
@@ -284,10 +301,14 @@ CheckpointWriter::~CheckpointWriter() {
   }
 }
 
-absl::Status CheckpointWriter::Start(CheckpointSnapshot snapshot, std::optional<SavedCheckpoint>* finished) {
+absl::Status CheckpointWriter::Start(ShardedEngine& engine, const LlamaConfig& config,
+                                     const TrainerProgress& progress, std::optional<SavedCheckpoint>* finished) {
   absl::StatusOr<std::optional<SavedCheckpoint>> previous = Wait();
   if (!previous.ok()) return previous.status();
   if (finished != nullptr) *finished = *previous;
+  // The staging buffer is free: the save that used it is finished. A writer thread that
+  // was abandoned (the destructor) keeps its own reference, never this one's.
+  LF_ASSIGN_OR_RETURN(CheckpointSnapshot snapshot, TakeSnapshot(engine, config, progress, staging_));
   save_ = std::make_shared<Save>();
   save_->snapshot = std::move(snapshot);
   thread_ = std::thread([save = save_, kv = kv_, options = options_, sequence = sequence_++] {
@@ -296,7 +317,6 @@ absl::Status CheckpointWriter::Start(CheckpointSnapshot snapshot, std::optional<
     if (save->result.ok()) {
       save->result->write_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     }
-    save->snapshot.tensors.clear();  // the staging memory goes as soon as the files are written
     save->done.store(true);
   });
   if (!options_.async) {

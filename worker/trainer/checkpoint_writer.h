@@ -3,11 +3,14 @@
 // A save has two parts:
 //   TakeSnapshot  on the training thread, between steps: copies this rank's fp32 master,
 //                 exp_avg and exp_avg_sq shards (replica 0 only: the others hold identical
-//                 shards) into host memory, with the progress, RNG state and engine
-//                 metadata. No collective. This is all the step loop waits for.
+//                 shards) into a staging buffer laid out as the shard file will be, with
+//                 the progress, RNG state and engine metadata. No collective. This is all
+//                 the step loop waits for.
 //   the write     on a background thread: rank 0 prepares step-N.partial; every rank
-//                 writes its files, fsyncs and hashes them and publishes their names,
-//                 sizes and sha256 under a key of the job's TCPStore; rank 0 waits for
+//                 writes its files straight from the staging buffer (O_DIRECT, no copy,
+//                 direct_file_writer.h), checksums them (CRC-32C, computed as they are
+//                 written), fsyncs them and publishes their names, sizes and checksums
+//                 under a key of the job's TCPStore; rank 0 waits for
 //                 every rank's key, writes config.json and the manifest last, renames the
 //                 directory into place and publishes the outcome, which every rank waits
 //                 for. So every rank's save ends with the same result, a checkpoint exists
@@ -18,8 +21,8 @@
 //
 // A rank killed during the write leaves step-N.partial without a manifest: the previous
 // checkpoint stays the newest complete one, and the next save of step N removes the debris.
-// Host memory held while a save is in flight: 12 bytes per parameter of this rank's shard
-// (SnapshotBytes).
+// Host memory: the staging buffer, 12 bytes per parameter of this rank's shard, mapped at
+// the first save and kept for the next ones (so no save pays page faults again).
 #pragma once
 
 #include <ATen/ATen.h>
@@ -36,6 +39,7 @@
 #include "absl/status/statusor.h"
 #include "collectives.h"
 #include "config.h"
+#include "direct_file_writer.h"
 #include "sharded_checkpoint.h"
 #include "sharded_engine.h"
 
@@ -57,15 +61,18 @@ struct CheckpointSnapshot {
   double loss_scale = 1.0;
   std::vector<std::string> unit_names;
   std::vector<int64_t> unit_numel, unit_padded, unit_shard;
-  // Per unit: param, exp_avg, exp_avg_sq (fp32 CPU [shard]); empty unless writes_shard.
-  std::vector<at::Tensor> tensors;
+  // The shard file's bytes as they go to disk: the safetensors prefix, then per unit its
+  // param, exp_avg and exp_avg_sq (fp32 [shard]). Unused unless writes_shard.
+  std::shared_ptr<PageAlignedBuffer> shard_image;
+  size_t shard_image_bytes = 0;
   std::string rng_cpu;  // hex of the default CPU generator's state
 };
 
-// Copies what a checkpoint of `engine` needs (see the file comment). Not a collective.
-CheckpointSnapshot TakeSnapshot(ShardedEngine& engine, const LlamaConfig& config, const TrainerProgress& progress);
-// Host bytes the snapshot's tensors hold.
-int64_t SnapshotBytes(const CheckpointSnapshot& snapshot);
+// Copies what a checkpoint of `engine` needs (see the file comment) into `staging`, which
+// it grows as needed and which must not be in use by a save. Not a collective.
+absl::StatusOr<CheckpointSnapshot> TakeSnapshot(ShardedEngine& engine, const LlamaConfig& config,
+                                                const TrainerProgress& progress,
+                                                std::shared_ptr<PageAlignedBuffer> staging);
 
 struct CheckpointWriterOptions {
   std::string root;   // checkpoints go to <root>/step-N
@@ -92,9 +99,10 @@ class CheckpointWriter {
   CheckpointWriter& operator=(const CheckpointWriter&) = delete;
 
   // Waits for the save in flight, if any (returning its error, or its result through
-  // `finished` when given), then starts writing `snapshot`. Every rank calls Start for
-  // the same steps in the same order.
-  absl::Status Start(CheckpointSnapshot snapshot, std::optional<SavedCheckpoint>* finished = nullptr);
+  // `finished` when given), then takes the snapshot of `engine` and starts writing it.
+  // Every rank calls Start for the same steps in the same order.
+  absl::Status Start(ShardedEngine& engine, const LlamaConfig& config, const TrainerProgress& progress,
+                     std::optional<SavedCheckpoint>* finished = nullptr);
   // The save that finished since the last call, without blocking: nullopt while one is
   // running or when none finished. The error of a failed save.
   absl::StatusOr<std::optional<SavedCheckpoint>> Poll();
@@ -109,6 +117,7 @@ class CheckpointWriter {
   int64_t sequence_ = 0;  // saves started: names each save's store keys
   std::shared_ptr<Save> save_;
   std::thread thread_;
+  std::shared_ptr<PageAlignedBuffer> staging_ = std::make_shared<PageAlignedBuffer>();
 };
 
 }  // namespace llamafleet::trainer

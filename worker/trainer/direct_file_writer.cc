@@ -1,6 +1,7 @@
 #include "direct_file_writer.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -46,10 +47,10 @@ void DirectFileWriter::DropDirect() {
   direct_ = false;
 }
 
-absl::Status DirectFileWriter::WriteBuffer(size_t length) {
+absl::Status DirectFileWriter::WriteFrom(const char* data, size_t length) {
   size_t done = 0;
   while (done < length) {
-    const ssize_t n = ::write(fd_, buffer_ + done, length - done);
+    const ssize_t n = ::write(fd_, data + done, length - done);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && errno == EINVAL && direct_) {
       DropDirect();  // an alignment this device does not take: go on buffered
@@ -74,11 +75,24 @@ absl::Status DirectFileWriter::Append(const void* data, size_t nbytes) {
     nbytes -= k;
     appended_ += k;
     if (fill_ == capacity_) {
-      if (absl::Status s = WriteBuffer(fill_); !s.ok()) return s;
+      if (absl::Status s = WriteFrom(buffer_, fill_); !s.ok()) return s;
       fill_ = 0;
     }
   }
   return absl::OkStatus();
+}
+
+absl::Status DirectFileWriter::AppendInPlace(const void* data, size_t nbytes) {
+  const char* p = static_cast<const char*>(data);
+  if (fd_ < 0) return absl::FailedPreconditionError(absl::StrCat(path_, ": already finished"));
+  if (fill_ != 0 || reinterpret_cast<uintptr_t>(p) % kAlignment != 0) return Append(data, nbytes);
+  const size_t whole = nbytes / kAlignment * kAlignment;
+  if (whole > 0) {
+    if (on_bytes_) on_bytes_(p, whole);
+    if (absl::Status s = WriteFrom(p, whole); !s.ok()) return s;
+    appended_ += whole;
+  }
+  return Append(p + whole, nbytes - whole);
 }
 
 absl::Status DirectFileWriter::Finish() {
@@ -86,12 +100,32 @@ absl::Status DirectFileWriter::Finish() {
   // The tail is not a whole number of blocks: written buffered (the offset is aligned, the
   // length need not be).
   if (fill_ % kAlignment != 0) DropDirect();
-  if (absl::Status s = WriteBuffer(fill_); !s.ok()) return s;
+  if (absl::Status s = WriteFrom(buffer_, fill_); !s.ok()) return s;
   fill_ = 0;
   if (::fsync(fd_) != 0) return absl::DataLossError(absl::StrCat(path_, ": fsync failed: ", std::strerror(errno)));
   const int fd = fd_;
   fd_ = -1;
   if (::close(fd) != 0) return absl::DataLossError(absl::StrCat(path_, ": close failed: ", std::strerror(errno)));
+  return absl::OkStatus();
+}
+
+PageAlignedBuffer::~PageAlignedBuffer() {
+  if (data_ != nullptr) ::munmap(data_, capacity_);
+}
+
+absl::Status PageAlignedBuffer::Reserve(size_t bytes) {
+  if (bytes <= capacity_) return absl::OkStatus();
+  constexpr size_t kHugePage = size_t{2} << 20;
+  const size_t size = (bytes + kHugePage - 1) / kHugePage * kHugePage;
+  void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("cannot map ", size, " bytes of staging memory: ", std::strerror(errno)));
+  }
+  (void)::madvise(p, size, MADV_HUGEPAGE);  // fewer page faults on first touch; advice only
+  if (data_ != nullptr) ::munmap(data_, capacity_);
+  data_ = static_cast<char*>(p);
+  capacity_ = size;
   return absl::OkStatus();
 }
 

@@ -34,6 +34,10 @@ class DirectFileWriter {
   // Appends bytes; `on_bytes` (when set) sees every appended byte, in order, while it is
   // still in cache.
   absl::Status Append(const void* data, size_t nbytes);
+  // Appends bytes written from the caller's memory without a copy where it can: when
+  // nothing is buffered and `data` is aligned, its whole blocks go to the file as they
+  // are (the rest is buffered as Append does). Otherwise the same as Append.
+  absl::Status AppendInPlace(const void* data, size_t nbytes);
   // Writes what is buffered, fsyncs and closes. The file then holds exactly the appended
   // bytes.
   absl::Status Finish();
@@ -46,7 +50,7 @@ class DirectFileWriter {
 
  private:
   DirectFileWriter() = default;
-  absl::Status WriteBuffer(size_t length);
+  absl::Status WriteFrom(const char* data, size_t length);
   void DropDirect();
 
   std::string path_;
@@ -57,6 +61,25 @@ class DirectFileWriter {
   size_t fill_ = 0;
   uint64_t appended_ = 0;
   std::function<void(const void*, size_t)> on_bytes_;
+};
+
+// Page-aligned host memory (anonymous mmap, transparent huge pages advised), for data that
+// DirectFileWriter::AppendInPlace writes without a copy. Kept and reused: Reserve() maps
+// anew only to grow, and the contents are then undefined.
+class PageAlignedBuffer {
+ public:
+  PageAlignedBuffer() = default;
+  ~PageAlignedBuffer();
+  PageAlignedBuffer(const PageAlignedBuffer&) = delete;
+  PageAlignedBuffer& operator=(const PageAlignedBuffer&) = delete;
+
+  absl::Status Reserve(size_t bytes);
+  char* data() const { return data_; }
+  size_t capacity() const { return capacity_; }
+
+ private:
+  char* data_ = nullptr;
+  size_t capacity_ = 0;
 };
 
 }  // namespace llamafleet::trainer

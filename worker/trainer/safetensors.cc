@@ -253,16 +253,14 @@ const StTensorInfo* SafetensorsFile::Find(const std::string& name) const {
   return it == tensors_.end() ? nullptr : &it->second;
 }
 
-absl::StatusOr<std::unique_ptr<SafetensorsWriter>> SafetensorsWriter::Open(
-    const std::string& path, const std::vector<Entry>& entries,
-    const std::map<std::string, std::string>& metadata, std::function<void(const void*, size_t)> on_bytes) {
+absl::StatusOr<std::string> SafetensorsWriter::Prefix(const std::vector<Entry>& entries,
+                                                      const std::map<std::string, std::string>& metadata,
+                                                      uint64_t* data_bytes) {
   json header = json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
   uint64_t offset = 0;
   for (const Entry& e : entries) {
-    if (header.contains(e.name)) {
-      return absl::InvalidArgumentError(absl::StrCat(path, ": duplicate tensor \"", e.name, "\""));
-    }
+    if (header.contains(e.name)) return absl::InvalidArgumentError(absl::StrCat("duplicate tensor \"", e.name, "\""));
     uint64_t bytes = StDtypeSize(e.dtype);
     for (int64_t d : e.shape) bytes *= static_cast<uint64_t>(d);
     header[e.name] = {{"dtype", StDtypeName(e.dtype)},
@@ -272,16 +270,21 @@ absl::StatusOr<std::unique_ptr<SafetensorsWriter>> SafetensorsWriter::Open(
   }
   std::string text = header.dump();
   while ((8 + text.size()) % 8 != 0) text.push_back(' ');
+  std::string prefix(8, '\0');
+  for (int i = 0; i < 8; ++i) prefix[i] = static_cast<char>(static_cast<uint64_t>(text.size()) >> (8 * i));
+  *data_bytes = offset;
+  return prefix + text;
+}
+
+absl::StatusOr<std::unique_ptr<SafetensorsWriter>> SafetensorsWriter::Open(
+    const std::string& path, const std::vector<Entry>& entries,
+    const std::map<std::string, std::string>& metadata) {
   std::unique_ptr<SafetensorsWriter> w(new SafetensorsWriter());
+  absl::StatusOr<std::string> prefix = Prefix(entries, metadata, &w->expected_);
+  if (!prefix.ok()) return absl::InvalidArgumentError(absl::StrCat(path, ": ", prefix.status().message()));
   w->path_ = path;
-  w->expected_ = offset;
   LF_ASSIGN_OR_RETURN(w->file_, DirectFileWriter::Create(path));
-  w->file_->set_on_bytes(std::move(on_bytes));
-  uint8_t len[8];
-  for (int i = 0; i < 8; ++i) len[i] = static_cast<uint8_t>(static_cast<uint64_t>(text.size()) >> (8 * i));
-  LF_RETURN_IF_ERROR(w->Append(len, 8));
-  LF_RETURN_IF_ERROR(w->Append(text.data(), text.size()));
-  w->written_ = 0;
+  LF_RETURN_IF_ERROR(w->file_->Append(prefix->data(), prefix->size()));
   return w;
 }
 

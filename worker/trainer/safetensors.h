@@ -91,12 +91,15 @@ class SafetensorsWriter {
     StDtype dtype;
     std::vector<int64_t> shape;
   };
-  // Every byte written (header included, in file order) is also passed to `on_bytes`
-  // when given: a checkpoint hashes its files while writing them.
   static absl::StatusOr<std::unique_ptr<SafetensorsWriter>> Open(
       const std::string& path, const std::vector<Entry>& entries,
-      const std::map<std::string, std::string>& metadata,
-      std::function<void(const void*, size_t)> on_bytes = nullptr);
+      const std::map<std::string, std::string>& metadata);
+  // The bytes such a file starts with: the 8-byte little-endian header length and the
+  // JSON header (space-padded so the data starts 8-byte aligned). *data_bytes: the size of
+  // the data that follows, `entries` in order. INVALID_ARGUMENT for a duplicate name.
+  static absl::StatusOr<std::string> Prefix(const std::vector<Entry>& entries,
+                                            const std::map<std::string, std::string>& metadata,
+                                            uint64_t* data_bytes);
   ~SafetensorsWriter();
   // Appends bytes (may be called several times per tensor).
   absl::Status Append(const void* data, size_t nbytes);

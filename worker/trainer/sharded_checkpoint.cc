@@ -3,7 +3,6 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/core/grad_mode.h>
 #include <fcntl.h>
-#include <openssl/evp.h>
 #include <unistd.h>
 
 #include <signal.h>
@@ -15,6 +14,7 @@
 #include <filesystem>
 #include <mutex>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -39,34 +39,6 @@ namespace {
 constexpr const char* kFormat = kShardedCheckpointFormat;
 constexpr const char* const* kKinds = kShardKinds;
 
-std::string Hex(const unsigned char* d, size_t n) {
-  static const char* kDigits = "0123456789abcdef";
-  std::string s;
-  for (size_t i = 0; i < n; ++i) {
-    s.push_back(kDigits[d[i] >> 4]);
-    s.push_back(kDigits[d[i] & 15]);
-  }
-  return s;
-}
-
-absl::StatusOr<std::string> Sha256Raw(const std::string& path) {
-  FILE* f = std::fopen(path.c_str(), "rb");
-  if (!f) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
-  EVP_MD_CTX* ctx = EVP_MD_CTX_new();
-  EVP_DigestInit_ex(ctx, EVP_sha256(), nullptr);
-  std::vector<char> buf(1 << 20);
-  size_t n;
-  while ((n = std::fread(buf.data(), 1, buf.size(), f)) > 0) EVP_DigestUpdate(ctx, buf.data(), n);
-  const bool err = std::ferror(f);
-  std::fclose(f);
-  unsigned char md[EVP_MAX_MD_SIZE];
-  unsigned int len = 0;
-  EVP_DigestFinal_ex(ctx, md, &len);
-  EVP_MD_CTX_free(ctx);
-  if (err) return absl::DataLossError(absl::StrCat(path, ": read error"));
-  return std::string(reinterpret_cast<char*>(md), len);
-}
-
 }  // namespace
 
 absl::Status FsyncDir(const std::string& dir) {
@@ -89,7 +61,8 @@ std::string CpuRngStateHex() {
   at::Generator gen = at::detail::getDefaultCPUGenerator();
   std::lock_guard<std::mutex> lock(gen.mutex());
   at::Tensor state = gen.get_state();
-  return Hex(state.data_ptr<uint8_t>(), static_cast<size_t>(state.numel()));
+  return absl::BytesToHexString(
+      absl::string_view(reinterpret_cast<const char*>(state.data_ptr<uint8_t>()), static_cast<size_t>(state.numel())));
 }
 
 namespace {
@@ -138,10 +111,7 @@ void InstallPreemptionHandler() {
 
 bool PreemptionRequested() { return g_preempt.load(); }
 
-absl::StatusOr<std::string> Sha256File(const std::string& path) {
-  LF_ASSIGN_OR_RETURN(std::string raw, Sha256Raw(path));
-  return Hex(reinterpret_cast<const unsigned char*>(raw.data()), raw.size());
-}
+absl::StatusOr<std::string> Sha256File(const std::string& path) { return FileChecksum(path, "sha256"); }
 
 ShardedCheckpoint::~ShardedCheckpoint() = default;
 
@@ -165,11 +135,8 @@ absl::StatusOr<std::unique_ptr<ShardedCheckpoint>> ShardedCheckpoint::Open(const
       return absl::DataLossError(absl::StrCat(path, ": ", actual, " bytes, the manifest says ", f.bytes,
                                               " (truncated or damaged checkpoint)"));
     }
-    if (verify_hashes) {
-      LF_ASSIGN_OR_RETURN(std::string got, Sha256File(path));
-      if (got != f.sha256) return absl::DataLossError(absl::StrCat(path, ": sha256 does not match the manifest"));
-    }
-    c->files_[f.name] = {f.bytes, f.sha256};
+    if (verify_hashes) LF_RETURN_IF_ERROR(CheckFileChecksum(path, f));
+    c->files_[f.name] = f;
   }
   for (const CheckpointManifest::Unit& u : c->manifest_.units) c->unit_padded_.push_back(u.padded);
   LF_ASSIGN_OR_RETURN(c->config_, LoadConfigFile((fs::path(dir) / "config.json").string()));
@@ -222,10 +189,7 @@ absl::StatusOr<const SafetensorsFile*> ShardedCheckpoint::Shard(int index) {
     auto it = files_.find(name);
     if (it == files_.end()) return absl::DataLossError(absl::StrCat(dir_, ": manifest lists no ", name));
     const std::string path = (fs::path(dir_) / name).string();
-    LF_ASSIGN_OR_RETURN(std::string sha, Sha256File(path));
-    if (sha != it->second.second) {
-      return absl::DataLossError(absl::StrCat(path, ": sha256 does not match the manifest (damaged checkpoint)"));
-    }
+    LF_RETURN_IF_ERROR(CheckFileChecksum(path, it->second));
     LF_ASSIGN_OR_RETURN(shards_[index], SafetensorsFile::Open(path));
   }
   return shards_[index].get();
@@ -338,10 +302,7 @@ absl::Status VerifyCheckpoint(const std::string& dir, const std::string& manifes
   for (size_t i = 0; i < files.size(); ++i) {
     if (parts > 1 && static_cast<int>(i % parts) != part) continue;
     const std::string path = (fs::path(dir) / files[i].name).string();
-    LF_ASSIGN_OR_RETURN(std::string got, Sha256File(path));
-    if (got != files[i].sha256) {
-      return absl::DataLossError(absl::StrCat(path, ": sha256 does not match the manifest (damaged checkpoint)"));
-    }
+    LF_RETURN_IF_ERROR(CheckFileChecksum(path, files[i]));
   }
   return absl::OkStatus();
 }

@@ -16,7 +16,8 @@
 //                                     step, epoch, loss, world size, strategy, shard group
 //                                     size, tensor_parallel T, optimizer steps, loss scale,
 //                                     units (name, and numel and padded of one TP rank's
-//                                     slice), and every file with its size and sha256.
+//                                     slice), and every file with its size and CRC-32C
+//                                     (checkpoint_manifest.h).
 // The directory is assembled as step-N.partial and renamed to step-N once the manifest is
 // in place, so a reader that sees step-N with a manifest sees a complete checkpoint, and a
 // checkpoint whose files do not match the manifest (truncated, altered) is refused.
@@ -80,7 +81,7 @@ struct SavedCheckpoint {
 // Verifies a recorded checkpoint before a resume: `dir`/manifest.json must hash to
 // `manifest_sha256` (skipped when empty), be a complete manifest whose files all exist with
 // their recorded sizes, and the files with index % parts == part must match their recorded
-// sha256 (so `parts` ranks share the hashing; parts = 1 checks every file). DATA_LOSS or
+// checksum (so `parts` ranks share the hashing; parts = 1 checks every file). DATA_LOSS or
 // NOT_FOUND naming the file otherwise.
 absl::Status VerifyCheckpoint(const std::string& dir, const std::string& manifest_sha256, int part = 0,
                               int parts = 1);
@@ -90,7 +91,7 @@ class ShardedCheckpoint {
  public:
   // Reads and checks the manifest (NOT_FOUND without one: an incomplete checkpoint) and
   // that every listed file exists with its recorded size (DATA_LOSS naming the file
-  // otherwise). `verify_hashes` also checks every file's sha256.
+  // otherwise). `verify_hashes` also checks every file's checksum.
   static absl::StatusOr<std::unique_ptr<ShardedCheckpoint>> Open(const std::string& dir,
                                                                  bool verify_hashes = false);
   ~ShardedCheckpoint();
@@ -107,7 +108,7 @@ class ShardedCheckpoint {
 
   // Elements [begin, end) of tensor-parallel rank `tp_rank`'s flat `kind` ("param",
   // "exp_avg", "exp_avg_sq") of unit `unit` into `out` (fp32 CPU [end - begin]), reading
-  // only the overlapping slices of the shard files (whose sha256 is checked the first time
+  // only the overlapping slices of the shard files (whose checksum is checked the first time
   // each is opened).
   absl::Status ReadRange(int tp_rank, int unit, const std::string& kind, int64_t begin, int64_t end,
                          at::Tensor out);
@@ -136,7 +137,7 @@ class ShardedCheckpoint {
   std::string dir_;
   CheckpointManifest manifest_;
   LlamaConfig config_;
-  std::map<std::string, std::pair<int64_t, std::string>> files_;  // name -> (bytes, sha256)
+  std::map<std::string, CheckpointManifest::File> files_;  // by name
   std::vector<std::unique_ptr<SafetensorsFile>> shards_;
   std::vector<int64_t> unit_padded_;
 };

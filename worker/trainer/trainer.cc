@@ -471,7 +471,7 @@ absl::Status Trainer::Checkpoint(int64_t step, double loss) {
   progress.best_eval_step = best_eval_step_;
   progress.evals_without_improvement = evals_without_improvement_;
   std::optional<SavedCheckpoint> previous;
-  LF_RETURN_IF_ERROR(writer_->Start(TakeSnapshot(*engine_, config_, progress), &previous));
+  LF_RETURN_IF_ERROR(writer_->Start(*engine_, config_, progress, &previous));
   return ReportSaved(previous);
 }
 
