@@ -175,8 +175,14 @@ TEST(DirectFileWriter, WritesExactlyTheAppendedBytesWithAndWithoutODirect) {
   TempDir dir;
   std::string data(3 * 8192 + 4097, '\0');
   for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>((i * 131 + i / 7) & 0xff);
-  auto write = [&](bool direct, size_t total, size_t piece) {
-    SCOPED_TRACE(testing::Message() << "direct " << direct << " total " << total << " piece " << piece);
+  // AppendInPlace's source: page-aligned, as a checkpoint's staging image is.
+  PageAlignedBuffer aligned;
+  ASSERT_TRUE(aligned.Reserve(data.size()).ok());
+  ASSERT_EQ(reinterpret_cast<uintptr_t>(aligned.data()) % DirectFileWriter::kAlignment, 0u);
+  std::memcpy(aligned.data(), data.data(), data.size());
+  auto write = [&](bool direct, size_t total, size_t piece, bool in_place) {
+    SCOPED_TRACE(testing::Message() << "direct " << direct << " total " << total << " piece " << piece
+                                    << " in place " << in_place);
     const std::string path = dir.File("f.bin");
     auto w = DirectFileWriter::Create(path, 8192, direct);
     ASSERT_TRUE(w.ok()) << w.status();
@@ -186,7 +192,8 @@ TEST(DirectFileWriter, WritesExactlyTheAppendedBytesWithAndWithoutODirect) {
     std::string seen;
     (*w)->set_on_bytes([&seen](const void* p, size_t n) { seen.append(static_cast<const char*>(p), n); });
     for (size_t at = 0; at < total; at += piece) {
-      ASSERT_TRUE((*w)->Append(data.data() + at, std::min(piece, total - at)).ok());
+      const size_t n = std::min(piece, total - at);
+      ASSERT_TRUE((in_place ? (*w)->AppendInPlace(aligned.data() + at, n) : (*w)->Append(data.data() + at, n)).ok());
     }
     ASSERT_TRUE((*w)->Finish().ok());
     EXPECT_FALSE((*w)->Finish().ok());  // once
@@ -198,10 +205,18 @@ TEST(DirectFileWriter, WritesExactlyTheAppendedBytesWithAndWithoutODirect) {
   };
   for (bool direct : {true, false}) {
     for (size_t total : {size_t{0}, size_t{1}, size_t{4095}, size_t{4096}, size_t{8193}, data.size()}) {
-      for (size_t piece : {size_t{1000}, size_t{4096}, size_t{10000}}) write(direct, total, piece);
+      for (size_t piece : {size_t{1000}, size_t{4096}, size_t{10000}}) {
+        for (bool in_place : {false, true}) write(direct, total, piece, in_place);
+      }
     }
   }
   EXPECT_FALSE(DirectFileWriter::Create(dir.File("no/such/dir/f")).ok());
+  // Growing maps anew; a smaller request keeps what is there.
+  char* const first = aligned.data();
+  ASSERT_TRUE(aligned.Reserve(1).ok());
+  EXPECT_EQ(aligned.data(), first);
+  ASSERT_TRUE(aligned.Reserve(aligned.capacity() + 1).ok());
+  EXPECT_GT(aligned.capacity(), data.size());
 }
 
 TEST(SafetensorsDtype, Names) {
@@ -321,7 +336,8 @@ TEST(AdapterConfig, AKeyOfTheWrongTypeIsRefusedNamingIt) {
 TEST(CheckpointManifest, EveryFieldHasItsTypeAndRange) {
   const std::string ok = R"({"format": "llamafleet-sharded-v1", "step": 4, "loss": null, "world_size": 2,
     "tensor_parallel": 2, "shard_group_size": 1, "units": [{"name": "u", "numel": 3, "padded": 4}],
-    "files": [{"name": "config.json", "bytes": 3, "sha256": "ab"}]})";
+    "files": [{"name": "config.json", "bytes": 3, "crc32c": "0000abcd"},
+              {"name": "old.json", "bytes": 3, "sha256": "00000000000000000000000000000000000000000000000000000000000000ab"}]})";
   auto m = ParseCheckpointManifest(ok, "m.json");
   ASSERT_TRUE(m.ok()) << m.status();
   EXPECT_EQ(m->step, 4);
@@ -329,6 +345,9 @@ TEST(CheckpointManifest, EveryFieldHasItsTypeAndRange) {
   EXPECT_EQ(m->tensor_parallel, 2);
   EXPECT_EQ(m->units.at(0).padded, 4);
   EXPECT_EQ(m->files.at(0).name, "config.json");
+  EXPECT_EQ(m->files.at(0).checksum_kind, "crc32c");
+  EXPECT_EQ(m->files.at(0).checksum, "0000abcd");
+  EXPECT_EQ(m->files.at(1).checksum_kind, "sha256");  // manifests written before CRC-32C
   const std::string head = R"({"format": "llamafleet-sharded-v1", "units": [], "files": [])";
   const std::vector<std::pair<std::string, std::string>> cases = {
       {head + R"(, "tensor_parallel": "x"})", "tensor_parallel must be an integer in [1, 1024]"},
@@ -339,6 +358,11 @@ TEST(CheckpointManifest, EveryFieldHasItsTypeAndRange) {
       {R"({"format": "llamafleet-sharded-v1", "units": [], "files": [{"name": "../x", "bytes": 1, "sha256": ""}]})",
        "bad file name"},
       {R"({"format": "llamafleet-sharded-v1", "units": [{"name": "u"}], "files": []})", "units[0].padded is missing"},
+      {head.substr(0, head.size() - 2) + R"([{"name": "a", "bytes": 1}]})", "files[0] has neither crc32c nor sha256"},
+      {head.substr(0, head.size() - 2) + R"([{"name": "a", "bytes": 1, "crc32c": "ABCD0123"}]})",
+       "files[0].crc32c must be 8 lowercase hex digits"},
+      {head.substr(0, head.size() - 2) + R"([{"name": "a", "bytes": 1, "sha256": "ab"}]})",
+       "files[0].sha256 must be 64 lowercase hex digits"},
       {R"({"format": "other", "units": [], "files": []})", "not a llamafleet-sharded-v1 manifest"},
   };
   for (const auto& [text, needle] : cases) {

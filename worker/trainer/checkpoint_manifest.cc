@@ -133,19 +133,20 @@ absl::StatusOr<CheckpointManifest> ParseCheckpointManifest(const std::string& te
         !f.Int("bytes", 0, kMax, &file.bytes)) {
       return malformed(absl::StrCat("files[", i, "].", f.what()));
     }
-    file.checksum_kind = files[i].contains("crc32c") ? "crc32c" : "sha256";
-    const size_t digits = file.checksum_kind == "crc32c" ? 8 : 64;
-    if (!f.Required(file.checksum_kind.c_str()) || !f.String(file.checksum_kind.c_str(), &file.checksum)) {
-      return malformed(absl::StrCat("files[", i, "].", f.what()));
+    if (file.name.empty() || file.name.find('/') != std::string::npos ||
+        file.name.find("..") != std::string::npos) {
+      return absl::DataLossError(absl::StrCat(source, ": bad file name \"", file.name, "\""));
     }
+    file.checksum_kind = files[i].contains("crc32c") ? "crc32c" : "sha256";
+    if (!files[i].contains(file.checksum_kind)) {
+      return malformed(absl::StrCat("files[", i, "] has neither crc32c nor sha256"));
+    }
+    if (!f.String(file.checksum_kind.c_str(), &file.checksum)) return malformed(absl::StrCat("files[", i, "].", f.what()));
+    const size_t digits = file.checksum_kind == "crc32c" ? 8 : 64;
     if (file.checksum.size() != digits ||
         file.checksum.find_first_not_of("0123456789abcdef") != std::string::npos) {
       return malformed(absl::StrCat("files[", i, "].", file.checksum_kind, " must be ", digits,
                                     " lowercase hex digits"));
-    }
-    if (file.name.empty() || file.name.find('/') != std::string::npos ||
-        file.name.find("..") != std::string::npos) {
-      return absl::DataLossError(absl::StrCat(source, ": bad file name \"", file.name, "\""));
     }
   }
   for (size_t i = 0; i < units.size(); ++i) {
