@@ -23,17 +23,18 @@
 #include "storage/job_store.h"
 #include "storage/sqlite.h"
 #include "tests/testing/process.h"
+#include "tests/testing/spec_builder.h"
 
 namespace llamafleet {
 namespace {
 
 using ::llamafleet::testing::TempDir;
 
+// Tokens need no tokenizer; 64 nodes are never schedulable, so the job stays QUEUED.
 v1::JobSpec Spec(const std::string& name) {
-  absl::StatusOr<std::vector<ParsedJob>> parsed = ParseJobDocuments(absl::StrCat(
-      "name: ", name, "\nmodel: {preset: tiny}\ndata: {train_path: /d.jsonl, format: tokens}\n"
-      "resources: {nodes: 64}\n"));  // never schedulable: stays QUEUED
-  return (*parsed)[0].spec;
+  v1::JobSpec spec = testing::SpecBuilder(name).Tokenizer("").Format(v1::TOKENS).Build();
+  spec.mutable_resources()->set_nodes(64);
+  return spec;
 }
 
 class AuthTest : public ::testing::Test {

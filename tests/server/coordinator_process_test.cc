@@ -17,6 +17,7 @@
 #include "llamafleet/v1/job.grpc.pb.h"
 #include "storage/job_store.h"
 #include "tests/testing/cluster.h"
+#include "tests/testing/spec_builder.h"
 #include "tests/testing/process.h"
 
 namespace llamafleet {
@@ -26,12 +27,6 @@ using ::llamafleet::testing::BinaryPath;
 using ::llamafleet::testing::RunCommand;
 using ::llamafleet::testing::Subprocess;
 using ::llamafleet::testing::TempDir;
-
-v1::JobSpec ValidSpec(const std::string& name) {
-  absl::StatusOr<std::vector<ParsedJob>> parsed = ParseJobDocuments(
-      absl::StrCat("name: ", name, "\nmodel: {path: /m}\ndata: {train_path: /d.jsonl}\n"));
-  return (*parsed)[0].spec;
-}
 
 std::unique_ptr<Subprocess> StartCoordinator(const std::string& data_dir, std::string* address) {
   absl::StatusOr<testing::Coordinator> c = testing::StartCoordinator(
@@ -57,7 +52,7 @@ TEST(CoordinatorProcessTest, SigkillMidLoadLosesNoAcknowledgedJob) {
     clients.emplace_back([&, t] {
       for (int i = 0; !stop; ++i) {
         v1::SubmitJobRequest req;
-        *req.mutable_spec() = ValidSpec(absl::StrCat("c", t, "-", i));
+        *req.mutable_spec() = testing::SpecBuilder(absl::StrCat("c", t, "-", i)).ModelPath("/m").Build();
         req.set_idempotency_key(absl::StrCat("k-", t, "-", i));
         v1::SubmitJobResponse resp;
         grpc::ClientContext ctx;
@@ -102,7 +97,7 @@ TEST(CoordinatorProcessTest, SigtermShutsDownCleanlyAndRestartRecovers) {
   auto stub = v1::JobService::NewStub(
       grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
   v1::SubmitJobRequest req;
-  *req.mutable_spec() = ValidSpec("survivor");
+  *req.mutable_spec() = testing::SpecBuilder("survivor").ModelPath("/m").Build();
   v1::SubmitJobResponse resp;
   {
     grpc::ClientContext ctx;

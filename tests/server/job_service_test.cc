@@ -15,19 +15,16 @@
 #include "server/coordinator.h"
 #include "storage/job_store.h"
 #include "tests/testing/process.h"
+#include "tests/testing/spec_builder.h"
 
 namespace llamafleet {
 namespace {
 
+using ::llamafleet::testing::SpecBuilder;
 using ::llamafleet::testing::TempDir;
 
-v1::JobSpec ValidSpec(const std::string& name = "job") {
-  absl::StatusOr<std::vector<ParsedJob>> parsed = ParseJobDocuments(absl::StrCat(
-      "name: ", name,
-      "\nmodel: {preset: tiny, tokenizer: /t/tokenizer.model}\ndata: {train_path: /d.jsonl}\n"
-      "resources: {nodes: 2, gpus_per_node: 1}\n"));
-  return (*parsed)[0].spec;
-}
+// The suite's job: two one-GPU nodes, queued for good (the coordinator has no workers).
+v1::JobSpec ValidSpec(const std::string& name = "job") { return SpecBuilder(name).Nodes(2).Build(); }
 
 class JobServiceTest : public ::testing::Test {
  protected:
@@ -36,7 +33,7 @@ class JobServiceTest : public ::testing::Test {
     options.listen = "127.0.0.1:0";
     options.data_dir = dir_.path();
     options.auth_enabled = false;  // callers named by x-llamafleet-user; auth_test checks tokens
-    options.path_roots = {"/"};    // the specs name /d.jsonl; tests/security checks roots
+    options.path_roots = {"/"};    // the specs name /d/train.jsonl; tests/security checks roots
     // Jobs may name only configured queues (and default).
     options.queue_gpu_quotas = {{"even", 0}, {"odd", 0}, {"research", 0}};
     absl::StatusOr<std::unique_ptr<Coordinator>> c = Coordinator::Start(options);

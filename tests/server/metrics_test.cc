@@ -25,6 +25,7 @@
 #include "llamafleet/v1/worker.grpc.pb.h"
 #include "server/coordinator.h"
 #include "tests/testing/process.h"
+#include "tests/testing/spec_builder.h"
 
 namespace llamafleet {
 namespace {
@@ -255,13 +256,7 @@ TEST(MetricsFormatTest, FamiliesKeepOneChildPerLabelValues) {
 constexpr char kJoinToken[] = "metrics-test-token";
 
 v1::JobSpec Spec(const std::string& name, const std::string& queue, int nodes) {
-  absl::StatusOr<std::vector<ParsedJob>> parsed = ParseJobDocuments(absl::StrCat(
-      "name: ", name, "\nqueue: ", queue,
-      "\nmodel: {preset: tiny, tokenizer: /t/tokenizer.model}\ndata: {train_path: /d.jsonl}\n"
-      "resources: {nodes: ",
-      nodes, ", gpus_per_node: 1}\n"));
-  EXPECT_TRUE(parsed.ok()) << parsed.status();
-  return (*parsed)[0].spec;
+  return testing::SpecBuilder(name).Queue(queue).Nodes(nodes).Build();
 }
 
 // A worker session over the real WorkerService: hello with two GPUs, heartbeats with

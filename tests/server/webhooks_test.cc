@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "tests/testing/process.h"
+#include "tests/testing/store_fixture.h"
 #include "nlohmann/json.hpp"
 #include "storage/job_store.h"
 
@@ -94,15 +95,14 @@ class Receiver {
   std::vector<Received> received_;
 };
 
-class WebhooksTest : public ::testing::Test {
+class WebhooksTest : public testing::StoreTest {
  protected:
   void SetUp() override {
-    JobStoreOptions so;
-    so.path = dir_.path() + "/coordinator.db";
+    JobStoreOptions so = Options();
+    so.clock = Clock::Real();
     so.synchronous_full = false;
-    absl::StatusOr<std::unique_ptr<JobStore>> store = JobStore::Open(so);
-    ASSERT_TRUE(store.ok()) << store.status();
-    store_ = std::move(*store);
+    store_ = Open(so);
+    ASSERT_NE(store_, nullptr);
   }
 
   std::unique_ptr<WebhookNotifier> Start(std::vector<std::string> urls, int max_attempts = 3) {
@@ -169,7 +169,6 @@ class WebhooksTest : public ::testing::Test {
     return notes;
   }
 
-  testing::TempDir dir_;
   std::unique_ptr<JobStore> store_;
 };
 
