@@ -22,6 +22,7 @@
 #include "server/coordinator.h"
 #include "storage/job_store.h"
 #include "storage/sqlite.h"
+#include "tests/testing/cluster.h"
 #include "tests/testing/process.h"
 #include "tests/testing/spec_builder.h"
 
@@ -467,19 +468,16 @@ TEST(TlsTest, CoordinatorCliAndWorkerOverTls) {
                            dir.path() + "/coord", "--user", "ann", "--role", "user"});
   ASSERT_TRUE(r.ok() && r->exit_code == 0);
   const std::string token(absl::StripAsciiWhitespace(r->out));
-  auto coordinator = testing::Subprocess::Start(
-      {bin_dir + "llamafleet-coordinator", "--listen", "127.0.0.1:0", "--data-dir",
-       dir.path() + "/coord", "--join-token", "secret", "--tls-cert", cert, "--tls-key", key,
-       "--log-level", "warn"});
-  ASSERT_TRUE(coordinator.ok());
-  absl::StatusOr<std::string> address = (*coordinator)->WaitForListening();
-  ASSERT_TRUE(address.ok()) << address.status();
+  absl::StatusOr<testing::Coordinator> coordinator = testing::StartCoordinator(
+      {.data_dir = dir.path() + "/coord", .auth = true, .join_token = "secret", .log_level = "warn",
+       .tls_cert = cert, .tls_key = key});
+  ASSERT_TRUE(coordinator.ok()) << coordinator.status();
   auto worker = testing::Subprocess::Start(
-      {bin_dir + "llamafleet-worker", "--coordinator", *address, "--tls-ca", cert, "--join-token",
+      {bin_dir + "llamafleet-worker", "--coordinator", coordinator->address, "--tls-ca", cert, "--join-token",
        "secret", "--data-dir", dir.path() + "/w", "--cpu-ranks", "1", "--name", "tls-worker",
        "--run-as", std::to_string(geteuid())});
   ASSERT_TRUE(worker.ok());
-  const std::vector<std::string> cli = {bin_dir + "llamafleet", "--coordinator", *address,
+  const std::vector<std::string> cli = {bin_dir + "llamafleet", "--coordinator", coordinator->address,
                                         "--token", token, "--timeout", "5s"};
   auto with = [&](std::vector<std::string> extra) {
     std::vector<std::string> argv = cli;
@@ -507,9 +505,8 @@ TEST(TlsTest, CoordinatorCliAndWorkerOverTls) {
   EXPECT_NE(r->exit_code, 0);
   EXPECT_NE(r->err.find("--tls-ca"), std::string::npos) << r->err;
   // A key that does not exist: one clear start-up error naming the flag.
-  r = testing::RunCommand({bin_dir + "llamafleet-coordinator", "--listen", "127.0.0.1:0",
-                           "--data-dir", dir.path() + "/c2", "--tls-cert", cert, "--tls-key",
-                           cert});
+  r = testing::RunCommand(testing::CoordinatorArgv(
+      {.data_dir = dir.path() + "/c2", .auth = true, .tls_cert = cert, .tls_key = cert}));
   ASSERT_TRUE(r.ok());
   EXPECT_NE(r->exit_code, 0);
 }

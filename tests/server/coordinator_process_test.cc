@@ -23,7 +23,7 @@
 namespace llamafleet {
 namespace {
 
-using ::llamafleet::testing::BinaryPath;
+using ::llamafleet::testing::CoordinatorArgv;
 using ::llamafleet::testing::RunCommand;
 using ::llamafleet::testing::Subprocess;
 using ::llamafleet::testing::TempDir;
@@ -141,8 +141,7 @@ TEST(CoordinatorProcessTest, SecondCoordinatorOnTheSameDataDirIsRefused) {
   TempDir dir;
   std::string address;
   std::unique_ptr<Subprocess> first = StartCoordinator(dir.path(), &address);
-  absl::StatusOr<testing::CommandResult> second = RunCommand(
-      {BinaryPath("llamafleet-coordinator"), "--listen", "127.0.0.1:0", "--insecure-no-auth", "--data-dir", dir.path()});
+  absl::StatusOr<testing::CommandResult> second = RunCommand(CoordinatorArgv({.data_dir = dir.path()}));
   ASSERT_TRUE(second.ok());
   EXPECT_NE(second->exit_code, 0);
   EXPECT_NE(second->err.find("is in use by another coordinator"), std::string::npos)
@@ -160,16 +159,14 @@ TEST(CoordinatorProcessTest, StartupErrorsAreOneClearLine) {
     auto conn = sqlite::Connection::Open(dir.path() + "/coordinator.db", false, false);
     ASSERT_TRUE((*conn)->Exec("PRAGMA user_version=999").ok());
   }
-  absl::StatusOr<testing::CommandResult> r = RunCommand(
-      {BinaryPath("llamafleet-coordinator"), "--listen", "127.0.0.1:0", "--insecure-no-auth", "--data-dir", dir.path()});
+  absl::StatusOr<testing::CommandResult> r = RunCommand(CoordinatorArgv({.data_dir = dir.path()}));
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->exit_code, 1);
   EXPECT_NE(r->err.find("schema version 999, newer than this llamafleet build supports"),
             std::string::npos)
       << r->err;
 
-  r = RunCommand({BinaryPath("llamafleet-coordinator"), "--listen", "not-an-address",
-                  "--data-dir", dir.path() + "/other"});
+  r = RunCommand(CoordinatorArgv({.data_dir = dir.path() + "/other", .listen = "not-an-address", .auth = true}));
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->exit_code, 1);
   EXPECT_NE(r->err.find("cannot listen on not-an-address"), std::string::npos) << r->err;
@@ -178,7 +175,8 @@ TEST(CoordinatorProcessTest, StartupErrorsAreOneClearLine) {
   {
     std::ofstream(config) << "listen: 127.0.0.1:0\nbogus_key: 1\n";
   }
-  r = RunCommand({BinaryPath("llamafleet-coordinator"), "--config", config});
+  const std::vector<std::string> from_config = CoordinatorArgv({.listen = "", .auth = true, .config = config});
+  r = RunCommand(from_config);
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->exit_code, 1);
   EXPECT_NE(r->err.find("unknown key bogus_key"), std::string::npos) << r->err;
@@ -189,22 +187,22 @@ TEST(CoordinatorProcessTest, StartupErrorsAreOneClearLine) {
            {"{p5.48xlarge: cheap}", "pricing.p5.48xlarge must be a price per instance-hour > 0 (got cheap)"},
            {"{p5.48xlarge: {usd: 1}}", "pricing.p5.48xlarge must be a price per instance-hour > 0 (got a non-number)"}}) {
     std::ofstream(config) << "listen: 127.0.0.1:0\npricing: " << pricing << "\n";
-    r = RunCommand({BinaryPath("llamafleet-coordinator"), "--config", config});
+    r = RunCommand(from_config);
     ASSERT_TRUE(r.ok());
     EXPECT_EQ(r->exit_code, 1) << pricing;
     EXPECT_NE(r->err.find(error), std::string::npos) << r->err;
   }
 
   // Webhooks: a secret is required, and only http(s) URLs are taken.
-  r = RunCommand({BinaryPath("llamafleet-coordinator"), "--listen", "127.0.0.1:0", "--insecure-no-auth", "--data-dir",
-                  dir.path() + "/hooks", "--webhook", "http://hooks.internal/x"});
+  const std::string hooks = dir.path() + "/hooks";
+  r = RunCommand(CoordinatorArgv({.data_dir = hooks, .flags = {"--webhook", "http://hooks.internal/x"}}));
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->exit_code, 1);
   EXPECT_NE(r->err.find("--webhook needs --webhook-secret-file"), std::string::npos) << r->err;
   std::ofstream(dir.path() + "/secret") << "k\n";
-  r = RunCommand({BinaryPath("llamafleet-coordinator"), "--listen", "127.0.0.1:0", "--insecure-no-auth", "--data-dir",
-                  dir.path() + "/hooks", "--webhook", "file:///etc/passwd", "--webhook-secret-file",
-                  dir.path() + "/secret"});
+  r = RunCommand(CoordinatorArgv(
+      {.data_dir = hooks,
+       .flags = {"--webhook", "file:///etc/passwd", "--webhook-secret-file", dir.path() + "/secret"}}));
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->exit_code, 1);
   EXPECT_NE(r->err.find("webhook URL file:///etc/passwd: must start with http:// or https://"), std::string::npos)
@@ -219,10 +217,8 @@ TEST(CoordinatorProcessTest, ConfigFileSetsFlags) {
                           << "/from-config\nsynchronous: normal\nlog_level: warn\n"
                           << "pricing: {p5.48xlarge: 98.32, c7i.8xlarge: 1}\n";
   }
-  absl::StatusOr<std::unique_ptr<Subprocess>> p =
-      Subprocess::Start({BinaryPath("llamafleet-coordinator"), "--config", config});
-  ASSERT_TRUE(p.ok());
-  ASSERT_TRUE((*p)->WaitForListening().ok());
+  absl::StatusOr<testing::Coordinator> c = testing::StartCoordinator({.listen = "", .auth = true, .config = config});
+  ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_TRUE(std::filesystem::exists(dir.path() + "/from-config/coordinator.db"));
 }
 

@@ -24,6 +24,7 @@
 #include "absl/time/clock.h"
 #include "llamafleet/v1/worker.grpc.pb.h"
 #include "server/cluster/cluster_manager.h"
+#include "tests/testing/cluster.h"
 #include "tests/testing/process.h"
 #include "worker/path_guard.h"
 #include "worker/run_as.h"
@@ -567,15 +568,13 @@ TEST_F(WorkerSecurityTest, TrainerEnvironmentKeepsOnlyWhatATrainerNeeds) {
 class WorkerIdentityTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto p = Subprocess::Start({BinaryPath("llamafleet-coordinator"), "--listen", "127.0.0.1:0",
-                                "--insecure-no-auth", "--data-dir", dir_.path() + "/coord",
-                                "--join-token-file", TokenFile()},
-                               {}, dir_.path() + "/coordinator.log");
-    ASSERT_TRUE(p.ok());
-    coordinator_ = std::move(*p);
-    absl::StatusOr<std::string> addr = coordinator_->WaitForListening();
-    ASSERT_TRUE(addr.ok()) << addr.status();
-    address_ = *addr;
+    absl::StatusOr<testing::Coordinator> c =
+        testing::StartCoordinator({.data_dir = dir_.path() + "/coord",
+                                   .flags = {"--join-token-file", TokenFile()},
+                                   .log_path = dir_.path() + "/coordinator.log"});
+    ASSERT_TRUE(c.ok()) << c.status();
+    coordinator_ = std::move(c->process);
+    address_ = c->address;
   }
   std::string TokenFile() {
     const std::string path = dir_.path() + "/join-token";
