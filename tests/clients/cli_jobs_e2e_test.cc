@@ -1,6 +1,7 @@
 // The real `llamafleet` binary against a real coordinator (cli_fixture.h): get, describe,
 // cancel, delete and watch, across coordinator restarts too.
 #include "tests/clients/cli_fixture.h"
+#include "tests/testing/wait.h"
 
 namespace llamafleet {
 namespace {
@@ -119,12 +120,13 @@ TEST_F(CliTest, DeleteJobTakesAFinishedJobAndItsDependentsNotice) {
   ExpectOneErrorLine(Cli({"get", "job", "1"}), 1, "job 1 not found");
   ExpectOneErrorLine(Cli({"delete", "job", "1"}), 1, "job 1 not found");
   // The dependent can no longer be satisfied: cancelled, never left waiting.
-  const absl::Time deadline = absl::Now() + absl::Seconds(20);
   v1::JobState state = v1::QUEUED;
-  while (state != v1::CANCELLED && absl::Now() < deadline) {
-    absl::SleepFor(absl::Milliseconds(100));
-    for (const v1::Job& j : AllJobs()) state = j.id() == "2" ? j.state() : state;
-  }
+  testing::WaitFor(
+      [&] {
+        for (const v1::Job& j : AllJobs()) state = j.id() == "2" ? j.state() : state;
+        return state == v1::CANCELLED;
+      },
+      absl::Seconds(20), absl::Milliseconds(100));
   EXPECT_EQ(state, v1::CANCELLED);
 }
 

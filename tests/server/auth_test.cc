@@ -24,6 +24,7 @@
 #include "storage/sqlite.h"
 #include "tests/testing/cluster.h"
 #include "tests/testing/process.h"
+#include "tests/testing/wait.h"
 #include "tests/testing/spec_builder.h"
 
 namespace llamafleet {
@@ -485,13 +486,13 @@ TEST(TlsTest, CoordinatorCliAndWorkerOverTls) {
     return testing::RunCommand(argv);
   };
   // The worker registers over TLS.
-  bool ready = false;
-  for (int i = 0; i < 100 && !ready; ++i) {
-    r = with({"--tls-ca", cert, "workers"});
-    ready = r.ok() && r->exit_code == 0 && r->out.find("tls-worker") != std::string::npos &&
-            r->out.find("READY") != std::string::npos;
-    if (!ready) absl::SleepFor(absl::Milliseconds(100));
-  }
+  const bool ready = testing::WaitFor(
+      [&] {
+        r = with({"--tls-ca", cert, "workers"});
+        return r.ok() && r->exit_code == 0 && r->out.find("tls-worker") != std::string::npos &&
+               r->out.find("READY") != std::string::npos;
+      },
+      absl::Seconds(10), absl::Milliseconds(100));
   EXPECT_TRUE(ready) << (r.ok() ? r->out + r->err : r.status().ToString());
   r = with({"--tls-ca", cert, "get", "jobs"});
   ASSERT_TRUE(r.ok());

@@ -19,6 +19,7 @@
 #include "tests/testing/cluster.h"
 #include "tests/testing/spec_builder.h"
 #include "tests/testing/process.h"
+#include "tests/testing/wait.h"
 
 namespace llamafleet {
 namespace {
@@ -63,11 +64,13 @@ TEST(CoordinatorProcessTest, SigkillMidLoadLosesNoAcknowledgedJob) {
       }
     });
   }
-  while (true) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    std::lock_guard<std::mutex> lock(mu);
-    if (acked.size() >= 2000) break;
-  }
+  EXPECT_TRUE(testing::WaitFor(
+      [&] {
+        std::lock_guard<std::mutex> lock(mu);
+        return acked.size() >= 2000;
+      },
+      absl::Minutes(2)))
+      << "2000 submissions were not acknowledged";
   coordinator->Signal(SIGKILL);
   stop = true;
   for (auto& c : clients) c.join();

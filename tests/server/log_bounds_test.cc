@@ -24,6 +24,7 @@
 #include "server/log_store.h"
 #include "tests/testing/cluster.h"
 #include "tests/testing/process.h"
+#include "tests/testing/wait.h"
 
 namespace llamafleet {
 namespace {
@@ -230,27 +231,24 @@ TEST(CoordinatorLogBoundsTest, ThousandFinishedTwoRankJobsLeaveFewDescriptors) {
     ASSERT_TRUE(s.ok()) << s.error_message();
   }
   int succeeded = 0;
-  const absl::Time deadline = absl::Now() + absl::Minutes(4);
-  while (absl::Now() < deadline) {
-    v1::ListJobsRequest req;
-    req.add_states(v1::SUCCEEDED);
-    req.set_page_size(1);
-    v1::ListJobsResponse resp;
-    grpc::ClientContext ctx;
-    if (jobs->ListJobs(&ctx, req, &resp).ok()) succeeded = static_cast<int>(resp.total_size());
-    if (succeeded >= kJobs) break;
-    absl::SleepFor(absl::Milliseconds(200));
-  }
+  testing::WaitFor(
+      [&] {
+        v1::ListJobsRequest req;
+        req.add_states(v1::SUCCEEDED);
+        req.set_page_size(1);
+        v1::ListJobsResponse resp;
+        grpc::ClientContext ctx;
+        if (jobs->ListJobs(&ctx, req, &resp).ok()) succeeded = static_cast<int>(resp.total_size());
+        return succeeded >= kJobs;
+      },
+      absl::Minutes(4), absl::Milliseconds(200));
   ASSERT_EQ(succeeded, kJobs) << "finished " << w0.finished() + w1.finished() << " tasks";
   const absl::Duration took = absl::Now() - start;
   // Attempts are released (and their files closed) right after the last status; give
   // the loop a moment.
   int fds = 0;
-  for (int i = 0; i < 50; ++i) {
-    fds = CountDescriptors(coordinator->pid());
-    if (fds < 100) break;
-    absl::SleepFor(absl::Milliseconds(100));
-  }
+  testing::WaitFor([&] { return (fds = CountDescriptors(coordinator->pid())) < 100; }, absl::Seconds(5),
+                   absl::Milliseconds(100));
   const int64_t rss = ResidentKiB(coordinator->pid());
   std::cout << "coordinator after " << kJobs << " finished two-rank jobs (" << 2 * kJobs
             << " rank log files) in " << absl::FormatDuration(took) << ": " << fds

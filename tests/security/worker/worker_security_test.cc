@@ -26,6 +26,7 @@
 #include "server/cluster/cluster_manager.h"
 #include "tests/testing/cluster.h"
 #include "tests/testing/process.h"
+#include "tests/testing/wait.h"
 #include "worker/path_guard.h"
 #include "worker/run_as.h"
 #include "worker/token_cache_dir.h"
@@ -593,12 +594,8 @@ class WorkerIdentityTest : public ::testing::Test {
     return p.ok() ? std::move(*p) : nullptr;
   }
   bool WaitForLog(const std::string& file, const std::string& needle, absl::Duration timeout) {
-    const absl::Time deadline = absl::Now() + timeout;
-    while (absl::Now() < deadline) {
-      if (ReadFile(file).find(needle) != std::string::npos) return true;
-      absl::SleepFor(absl::Milliseconds(50));
-    }
-    return false;
+    return testing::WaitFor([&] { return ReadFile(file).find(needle) != std::string::npos; }, timeout,
+                            absl::Milliseconds(50));
   }
   void TearDown() override {
     if (HasFailure()) {
@@ -631,7 +628,7 @@ TEST_F(WorkerIdentityTest, ANameIsBoundToTheCredentialOfItsFirstJoinUntilAnAdmin
   EXPECT_NE(b->err.find("worker name 'node-a' is already registered"), std::string::npos) << b->err;
   EXPECT_NE(b->err.find("llamafleet-coordinator worker forget node-a --data-dir"), std::string::npos);
   EXPECT_FALSE(fs::exists(dir_.path() + "/b/worker-credential"));
-  absl::SleepFor(absl::Milliseconds(500));
+  absl::SleepFor(absl::Milliseconds(500));  // time for a disturbance to show: none may
   EXPECT_EQ(ReadFile(dir_.path() + "/a.log").find("session with"), std::string::npos)
       << "the first worker's session was disturbed";
   EXPECT_EQ(ReadFile(dir_.path() + "/coordinator.log").find("replaced by a newer session"),
