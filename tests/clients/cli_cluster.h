@@ -158,7 +158,8 @@ class CliClusterTest : public ::testing::Test {
     return testing::WaitFor(
         [&] {
           int ready = 0;
-          for (const v1::WorkerInfo& w : Workers().workers()) ready += w.state() == v1::WORKER_READY;
+          const v1::ListWorkersResponse listed = Workers();
+          for (const v1::WorkerInfo& w : listed.workers()) ready += w.state() == v1::WORKER_READY;
           return ready == n;
         },
         absl::Seconds(20), absl::Milliseconds(100));
