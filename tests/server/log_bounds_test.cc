@@ -24,6 +24,7 @@
 #include "server/log_store.h"
 #include "tests/testing/cluster.h"
 #include "tests/testing/process.h"
+#include "tests/testing/spec_builder.h"
 #include "tests/testing/wait.h"
 
 namespace llamafleet {
@@ -215,16 +216,16 @@ TEST(CoordinatorLogBoundsTest, ThousandFinishedTwoRankJobsLeaveFewDescriptors) {
   const int baseline = CountDescriptors(coordinator->pid());
 
   InstantWorker w0(address, "w0", 16), w1(address, "w1", 16);
-  absl::StatusOr<std::vector<ParsedJob>> parsed = ParseJobDocuments(
-      absl::StrCat("name: fd\nmodel: {preset: tiny, tokenizer: ", dir.path(),
-                   "/t/tokenizer.model}\ndata: {train_path: ", dir.path(), "/d.jsonl}\n"
-                   "resources: {nodes: 2, gpus_per_node: 1}\n"));
-  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  const v1::JobSpec spec = testing::SpecBuilder("fd")
+                               .Tokenizer(dir.path() + "/t/tokenizer.model")
+                               .TrainPath(dir.path() + "/d.jsonl")
+                               .Nodes(2)
+                               .Build();
   constexpr int kJobs = 1000;
   const absl::Time start = absl::Now();
   for (int batch = 0; batch < kJobs / 100; ++batch) {
     v1::SubmitJobsRequest req;
-    for (int i = 0; i < 100; ++i) *req.add_jobs()->mutable_spec() = (*parsed)[0].spec;
+    for (int i = 0; i < 100; ++i) *req.add_jobs()->mutable_spec() = spec;
     v1::SubmitJobsResponse resp;
     grpc::ClientContext ctx;
     grpc::Status s = jobs->SubmitJobs(&ctx, req, &resp);
