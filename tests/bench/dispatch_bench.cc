@@ -56,6 +56,7 @@
 #include "jobspec/jobspec.h"
 #include "llamafleet/v1/job.grpc.pb.h"
 #include "llamafleet/v1/worker.grpc.pb.h"
+#include "tests/testing/cluster.h"
 #include "tests/testing/process.h"
 
 namespace llamafleet {
@@ -301,12 +302,14 @@ absl::StatusOr<Coordinator> StartCoordinator(const testing::TempDir& dir) {
   // The backlog and the gangs are one user's: more than the default per-user limit.
   std::ofstream(dir.path() + "/config.yaml") << "limits: {max_active_jobs_per_user: 0}\n";
   absl::StatusOr<std::unique_ptr<testing::Subprocess>> process = testing::Subprocess::Start(
-      {testing::BinaryPath("llamafleet-coordinator"), "--listen", "127.0.0.1:0",
-       "--http-listen", "127.0.0.1:0", "--insecure-no-auth", "--data-dir", dir.path(),
-       "--config", dir.path() + "/config.yaml",
-       "--join-token", "bench", "--log-level", "warn", "--path-root", dir.path(), "--path-root", "/",
-       // The simulated workers do not heartbeat; the run is longer than the default.
-       "--heartbeat-timeout", "3600"});
+      testing::CoordinatorArgv({.data_dir = dir.path(),
+                                .join_token = "bench",
+                                .path_roots = {dir.path(), "/"},
+                                // The simulated workers do not heartbeat; the run is longer
+                                // than the default.
+                                .flags = {"--http-listen", "127.0.0.1:0", "--heartbeat-timeout", "3600"},
+                                .config = dir.path() + "/config.yaml",
+                                .log_level = "warn"}));
   if (!process.ok()) return process.status();
   Coordinator c;
   c.process = std::move(*process);
@@ -548,10 +551,8 @@ int main(int argc, char** argv) {
   }
 
   testing::TempDir dir;
-  auto coordinator = testing::Subprocess::Start(
-      {testing::BinaryPath("llamafleet-coordinator"), "--listen", "127.0.0.1:0", "--insecure-no-auth", "--data-dir",
-       dir.path(), "--join-token", "bench", "--log-level", "warn", "--path-root", dir.path(),
-       "--path-root", "/"});
+  auto coordinator = testing::Subprocess::Start(testing::CoordinatorArgv(
+      {.data_dir = dir.path(), .join_token = "bench", .path_roots = {dir.path(), "/"}, .log_level = "warn"}));
   if (!coordinator.ok()) return 1;
   absl::StatusOr<std::string> address = (*coordinator)->WaitForListening();
   if (!address.ok()) return 1;

@@ -36,6 +36,7 @@
 #include "absl/time/clock.h"
 #include "jobspec/jobspec.h"
 #include "llamafleet/v1/job.grpc.pb.h"
+#include "tests/testing/cluster.h"
 #include "tests/testing/process.h"
 
 namespace llamafleet {
@@ -171,9 +172,11 @@ class Client {
 RunResult RunOnce(bool group_commit, Call call, int clients, double seconds,
                   const v1::JobSpec& spec) {
   TempDir dir;
-  std::vector<std::string> argv = {BinaryPath("llamafleet-coordinator"), "--listen", "127.0.0.1:0",
-                                   "--data-dir", dir.path(), "--synchronous", "full",
-                                   "--log-level", "info", "--config", dir.path() + "/config.yaml"};
+  std::vector<std::string> argv = testing::CoordinatorArgv({.data_dir = dir.path(),
+                                                            .auth = true,
+                                                            .flags = {"--synchronous", "full"},
+                                                            .config = dir.path() + "/config.yaml",
+                                                            .log_level = "info"});
   // The spec names /fsx/... and the queue bench; the bench submits more jobs than the
   // default per-user limit.
   std::ofstream(dir.path() + "/config.yaml")

@@ -2,6 +2,7 @@
 // pipeline whose second job reads the first's export, dependents cancelled with their
 // parent, wait's exit codes, and sweeps with a concurrency limit.
 #include "tests/clients/cli_cluster.h"
+#include "tests/testing/wait.h"
 
 namespace llamafleet {
 namespace {
@@ -111,14 +112,7 @@ TEST_F(CliClusterTest, ASweepRunsEveryPointNeverMoreThanItsLimitAtOnce) {
                                                    .log_path = dir_.path() + "/w3.log"});
   ASSERT_TRUE(third.ok()) << third.status();
   workers_.push_back(std::move(*third));
-  for (const absl::Time deadline = absl::Now() + absl::Seconds(20);;) {
-    int ready = 0;
-    const v1::ListWorkersResponse listed = Workers();
-    for (const v1::WorkerInfo& w : listed.workers()) ready += w.state() == v1::WORKER_READY;
-    if (ready == 3) break;
-    ASSERT_LT(absl::Now(), deadline) << "w3 did not register";
-    absl::SleepFor(absl::Milliseconds(100));
-  }
+  ASSERT_TRUE(WaitForReadyWorkers(3)) << "w3 did not register";
   const std::string file = dir_.path() + "/sweep.yaml";
   std::ofstream(file) << OneNode("lr-rank", 12, "0.25",
                                  "peft: {method: lora}\n"
@@ -127,7 +121,7 @@ TEST_F(CliClusterTest, ASweepRunsEveryPointNeverMoreThanItsLimitAtOnce) {
   const std::string out = Ok({"submit", "-f", file});
   EXPECT_EQ(out, "job 1 created\njob 2 created\njob 3 created\njob 4 created\n");
 
-  // Sampled every 50 ms until all four end: never more than two hold workers, and while
+  // Sampled every 50 ms (the pacing is the measurement) until all four end: never more than two hold workers, and while
   // two do the others say why they wait.
   int most = 0;
   std::set<std::string> reasons;

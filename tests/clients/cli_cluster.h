@@ -36,6 +36,7 @@
 #include "llamafleet/v1/worker.pb.h"
 #include "tests/testing/cluster.h"
 #include "tests/testing/process.h"
+#include "tests/testing/wait.h"
 
 namespace llamafleet {
 namespace {
@@ -149,16 +150,19 @@ class CliClusterTest : public ::testing::Test {
       workers_.push_back(std::move(*worker));
     }
     // Both registered and ready before any test submits.
-    const absl::Time deadline = absl::Now() + absl::Seconds(20);
-    while (true) {
-      v1::ListWorkersResponse listed = Workers();
-      int ready = 0;
-      for (const v1::WorkerInfo& w : listed.workers()) ready += w.state() == v1::WORKER_READY;
-      if (ready == 2) break;
-      ASSERT_LT(absl::Now(), deadline) << "workers did not register:\n"
-                                       << ReadFile(dir_.path() + "/w1.log");
-      absl::SleepFor(absl::Milliseconds(100));
-    }
+    ASSERT_TRUE(WaitForReadyWorkers(2)) << "workers did not register:\n" << ReadFile(dir_.path() + "/w1.log");
+  }
+
+  // Waits until `n` workers are READY.
+  bool WaitForReadyWorkers(int n) const {
+    return testing::WaitFor(
+        [&] {
+          int ready = 0;
+          const v1::ListWorkersResponse listed = Workers();
+          for (const v1::WorkerInfo& w : listed.workers()) ready += w.state() == v1::WORKER_READY;
+          return ready == n;
+        },
+        absl::Seconds(20), absl::Milliseconds(100));
   }
 
   void TearDown() override {
@@ -215,12 +219,8 @@ class CliClusterTest : public ::testing::Test {
   template <typename Predicate>
   v1::Job WaitForJob(const std::string& id, Predicate done,
                      absl::Duration timeout = absl::Seconds(30)) const {
-    const absl::Time deadline = absl::Now() + timeout;
-    v1::Job job = GetJob(id);
-    while (!done(job) && absl::Now() < deadline) {
-      absl::SleepFor(absl::Milliseconds(100));
-      job = GetJob(id);
-    }
+    v1::Job job;
+    testing::WaitFor([&] { return done(job = GetJob(id)); }, timeout, absl::Milliseconds(100));
     EXPECT_TRUE(done(job)) << "job " << id << " is " << v1::JobState_Name(job.state()) << ": "
                            << job.status_reason();
     return job;
@@ -240,10 +240,9 @@ class CliClusterTest : public ::testing::Test {
   // Waits until the file at `path` contains `text`.
   bool WaitForText(const std::string& path, const std::string& text,
                    absl::Duration timeout = absl::Seconds(30)) const {
-    const absl::Time deadline = absl::Now() + timeout;
-    while (absl::Now() < deadline) {
-      if (absl::StrContains(ReadFile(path), text)) return true;
-      absl::SleepFor(absl::Milliseconds(50));
+    if (testing::WaitFor([&] { return absl::StrContains(ReadFile(path), text); }, timeout,
+                         absl::Milliseconds(50))) {
+      return true;
     }
     ADD_FAILURE() << "no '" << text << "' in " << path << ":\n" << ReadFile(path);
     return false;

@@ -7,21 +7,17 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "jobspec/jobspec.h"
+#include "tests/testing/spec_builder.h"
 
 namespace llamafleet {
 namespace {
 
 v1::JobSpec Job(const std::string& name, const std::vector<std::string>& parents = {},
                 const std::string& export_dir = "") {
-  v1::JobSpec spec;
-  spec.set_name(name);
-  spec.mutable_model()->set_preset("tiny");
-  spec.mutable_model()->set_tokenizer("/d/tok.model");
-  spec.mutable_data()->set_train_path("/d/train.jsonl");
-  for (const std::string& p : parents) spec.add_depends_on()->set_job(p);
-  spec.mutable_output()->set_export_dir(export_dir);
-  ApplyDefaults(&spec);
-  return spec;
+  testing::SpecBuilder spec(name);
+  spec.Tokenizer("/d/tok.model").ExportDir(export_dir);
+  for (const std::string& p : parents) spec.DependsOn(p);
+  return spec.WithDefaults();
 }
 
 // Job 41 is alice's (export /fsx/alice/out41), 42 bob's; nothing else exists.

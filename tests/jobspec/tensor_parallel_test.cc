@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "jobspec/jobspec.h"
+#include "tests/testing/spec_builder.h"
 #include "yaml-cpp/yaml.h"
 
 namespace llamafleet {
@@ -15,16 +16,14 @@ namespace {
 
 // A valid 7B job on 2 x 8 ranks with the case's YAML merged over it, defaults applied.
 v1::JobSpec Spec(const std::string& overrides) {
-  absl::StatusOr<std::vector<ParsedJob>> jobs = ParseJobDocuments(
-      "name: tp\nmodel: {preset: llama2-7b}\ndata: {train_path: /d.jsonl, format: tokens}\n"
-      "resources: {nodes: 2, gpus_per_node: 8}\n");
-  EXPECT_TRUE(jobs.ok()) << jobs.status();
-  v1::JobSpec spec = (*jobs)[0].spec;
-  std::vector<std::string> errors;
-  MergeYamlIntoMessage(YAML::Load(overrides), "", &spec, &errors);
-  EXPECT_TRUE(errors.empty()) << errors[0];
-  ApplyDefaults(&spec);
-  return spec;
+  return testing::SpecBuilder("tp")
+      .Preset("llama2-7b")
+      .Tokenizer("")
+      .TrainPath("/d.jsonl")
+      .Format(v1::TOKENS)
+      .Nodes(2, 8)
+      .Yaml(overrides)
+      .WithDefaults();
 }
 
 // The one violation of `spec`: its field and its line of the status message.

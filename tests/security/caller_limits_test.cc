@@ -6,6 +6,7 @@
 // worker sessions alike.
 #include "llamafleet/v1/worker.grpc.pb.h"
 #include "tests/security/security_api.h"
+#include "tests/testing/wait.h"
 
 namespace llamafleet {
 namespace {
@@ -144,12 +145,12 @@ TEST_F(CallerLimitsTest, AUsersStreamsAreCappedOverGrpcAndHttpTogetherAndEndAfte
   // A closed stream's slot comes back.
   held[0].context->TryCancel();
   (void)held[0].reader->Finish();
-  bool reopened = false;
-  for (int i = 0; i < 40 && !reopened; ++i) {
-    held[0] = OpenWatch("vic", job, &s);
-    reopened = s.ok();
-    if (!reopened) absl::SleepFor(absl::Milliseconds(50));
-  }
+  const bool reopened = testing::WaitFor(
+      [&] {
+        held[0] = OpenWatch("vic", job, &s);
+        return s.ok();
+      },
+      absl::Seconds(2), absl::Milliseconds(50));
   EXPECT_TRUE(reopened) << s.error_message();
 
   // Past the lifetime (4 s, checked every second) a stream ends, UNAVAILABLE, saying so.
@@ -212,7 +213,7 @@ TEST_F(CallerLimitsTest, AnAddressThatKeepsPresentingBadTokensIsLoggedAndRefused
 
   // Once the block has passed, the good token works again.
   const absl::Duration left = blocked + absl::Seconds(3.5) - absl::Now();
-  if (left > absl::ZeroDuration()) absl::SleepFor(left);
+  if (left > absl::ZeroDuration()) absl::SleepFor(left);  // the block's time passing is the point
   EXPECT_TRUE(get_job(tokens_["alice"]).ok());
 
   // Worker sessions with a bad join token count the same way (the failures from before the

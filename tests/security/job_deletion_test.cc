@@ -1,6 +1,7 @@
 // Deleting jobs, by ttl_after_finished and by DeleteJob, against a real coordinator
 // (tests/security/security_api.h): only what the job made goes, through descriptors.
 #include "tests/security/security_api.h"
+#include "tests/testing/wait.h"
 
 namespace llamafleet {
 namespace {
@@ -30,21 +31,24 @@ TEST_F(SecurityApiTest, ATtlDeletionRemovesLogsAndTheDefaultCheckpointDirAndNeve
     v1::CancelJobResponse resp;
     ASSERT_TRUE(stub_->CancelJob(Context("alice").get(), cancel, &resp).ok());
   }
-  absl::SleepFor(absl::Milliseconds(1100));
+  absl::SleepFor(absl::Milliseconds(1100));  // past the 1 s TTL, on the coordinator's real clock
   // A starting coordinator sweeps expired jobs on its first tick.
   Stop();
   Start();
-  const absl::Time deadline = absl::Now() + absl::Seconds(20);
   grpc::Status s;
-  do {
-    v1::GetJobRequest get;
-    get.set_job_id(expired);
-    v1::Job job;
-    s = stub_->GetJob(Context("alice").get(), get, &job);
-  } while (s.ok() && absl::Now() < deadline && (absl::SleepFor(absl::Milliseconds(100)), true));
+  testing::WaitFor(
+      [&] {
+        v1::GetJobRequest get;
+        get.set_job_id(expired);
+        v1::Job job;
+        s = stub_->GetJob(Context("alice").get(), get, &job);
+        return !s.ok();
+      },
+      absl::Seconds(20), absl::Milliseconds(100));
   ASSERT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND);
   // Removed after the record (on the manager's thread): allow a moment.
-  for (int i = 0; i < 50 && std::filesystem::exists(default_ckpt); ++i) absl::SleepFor(absl::Milliseconds(50));
+  testing::WaitFor([&] { return !std::filesystem::exists(default_ckpt); }, absl::Milliseconds(2500),
+                   absl::Milliseconds(50));
   EXPECT_FALSE(std::filesystem::exists(logs));
   EXPECT_FALSE(std::filesystem::exists(default_ckpt));
   EXPECT_TRUE(std::filesystem::exists(own_dir + "/step-1/file")) << "a dir the user named is theirs";
@@ -156,11 +160,10 @@ TEST_F(SecurityApiTest, ADeletedJobsNamedCheckpointDirIsNeitherClaimableNorReada
   del.set_job_id(by_request);
   v1::DeleteJobResponse deleted;
   ASSERT_TRUE(stub_->DeleteJob(Context("alice").get(), del, &deleted).ok());
-  absl::SleepFor(absl::Milliseconds(1100));
+  absl::SleepFor(absl::Milliseconds(1100));  // past the 1 s TTL, on the coordinator's real clock
   Stop();  // a starting coordinator sweeps expired jobs on its first tick
   Start();
-  const absl::Time deadline = absl::Now() + absl::Seconds(20);
-  while (Jobs().size() > 0 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(100));
+  testing::WaitFor([&] { return Jobs().empty(); }, absl::Seconds(20), absl::Milliseconds(100));
   ASSERT_TRUE(Jobs().empty()) << "both records are deleted";
 
   std::filesystem::create_directories(root_ + "/bob");

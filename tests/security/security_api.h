@@ -41,6 +41,7 @@
 #include "jobspec/jobspec.h"
 #include "llamafleet/v1/job.grpc.pb.h"
 #include "tests/testing/cluster.h"
+#include "tests/testing/spec_builder.h"
 #include "tests/testing/process.h"
 
 namespace llamafleet {
@@ -183,11 +184,13 @@ class SecurityApiTest : public ::testing::Test {
 
   // A job spec whose paths are all inside the root; `extra` YAML lines override.
   v1::JobSpec Spec(const std::string& extra = "") {
-    absl::StatusOr<std::vector<ParsedJob>> parsed = ParseJobDocuments(absl::StrCat(
-        "name: j\nmodel: {preset: tiny}\ndata: {train_path: ", root_,
-        "/data/train.jsonl, format: tokens}\nresources: {nodes: 64}\n", extra));
-    EXPECT_TRUE(parsed.ok()) << parsed.status();
-    return (*parsed)[0].spec;
+    return testing::SpecBuilder("j")
+        .Tokenizer("")
+        .TrainPath(root_ + "/data/train.jsonl")
+        .Format(v1::TOKENS)
+        .Yaml("resources: {nodes: 64}\n")
+        .Yaml(extra)
+        .Build();
   }
 
   grpc::Status Submit(const std::string& who, const v1::JobSpec& spec, std::string* id = nullptr) {

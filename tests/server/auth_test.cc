@@ -22,18 +22,21 @@
 #include "server/coordinator.h"
 #include "storage/job_store.h"
 #include "storage/sqlite.h"
+#include "tests/testing/cluster.h"
 #include "tests/testing/process.h"
+#include "tests/testing/wait.h"
+#include "tests/testing/spec_builder.h"
 
 namespace llamafleet {
 namespace {
 
 using ::llamafleet::testing::TempDir;
 
+// Tokens need no tokenizer; 64 nodes are never schedulable, so the job stays QUEUED.
 v1::JobSpec Spec(const std::string& name) {
-  absl::StatusOr<std::vector<ParsedJob>> parsed = ParseJobDocuments(absl::StrCat(
-      "name: ", name, "\nmodel: {preset: tiny}\ndata: {train_path: /d.jsonl, format: tokens}\n"
-      "resources: {nodes: 64}\n"));  // never schedulable: stays QUEUED
-  return (*parsed)[0].spec;
+  v1::JobSpec spec = testing::SpecBuilder(name).Tokenizer("").Format(v1::TOKENS).Build();
+  spec.mutable_resources()->set_nodes(64);
+  return spec;
 }
 
 class AuthTest : public ::testing::Test {
@@ -466,19 +469,16 @@ TEST(TlsTest, CoordinatorCliAndWorkerOverTls) {
                            dir.path() + "/coord", "--user", "ann", "--role", "user"});
   ASSERT_TRUE(r.ok() && r->exit_code == 0);
   const std::string token(absl::StripAsciiWhitespace(r->out));
-  auto coordinator = testing::Subprocess::Start(
-      {bin_dir + "llamafleet-coordinator", "--listen", "127.0.0.1:0", "--data-dir",
-       dir.path() + "/coord", "--join-token", "secret", "--tls-cert", cert, "--tls-key", key,
-       "--log-level", "warn"});
-  ASSERT_TRUE(coordinator.ok());
-  absl::StatusOr<std::string> address = (*coordinator)->WaitForListening();
-  ASSERT_TRUE(address.ok()) << address.status();
+  absl::StatusOr<testing::Coordinator> coordinator = testing::StartCoordinator(
+      {.data_dir = dir.path() + "/coord", .auth = true, .join_token = "secret", .log_level = "warn",
+       .tls_cert = cert, .tls_key = key});
+  ASSERT_TRUE(coordinator.ok()) << coordinator.status();
   auto worker = testing::Subprocess::Start(
-      {bin_dir + "llamafleet-worker", "--coordinator", *address, "--tls-ca", cert, "--join-token",
+      {bin_dir + "llamafleet-worker", "--coordinator", coordinator->address, "--tls-ca", cert, "--join-token",
        "secret", "--data-dir", dir.path() + "/w", "--cpu-ranks", "1", "--name", "tls-worker",
        "--run-as", std::to_string(geteuid())});
   ASSERT_TRUE(worker.ok());
-  const std::vector<std::string> cli = {bin_dir + "llamafleet", "--coordinator", *address,
+  const std::vector<std::string> cli = {bin_dir + "llamafleet", "--coordinator", coordinator->address,
                                         "--token", token, "--timeout", "5s"};
   auto with = [&](std::vector<std::string> extra) {
     std::vector<std::string> argv = cli;
@@ -486,13 +486,13 @@ TEST(TlsTest, CoordinatorCliAndWorkerOverTls) {
     return testing::RunCommand(argv);
   };
   // The worker registers over TLS.
-  bool ready = false;
-  for (int i = 0; i < 100 && !ready; ++i) {
-    r = with({"--tls-ca", cert, "workers"});
-    ready = r.ok() && r->exit_code == 0 && r->out.find("tls-worker") != std::string::npos &&
-            r->out.find("READY") != std::string::npos;
-    if (!ready) absl::SleepFor(absl::Milliseconds(100));
-  }
+  const bool ready = testing::WaitFor(
+      [&] {
+        r = with({"--tls-ca", cert, "workers"});
+        return r.ok() && r->exit_code == 0 && r->out.find("tls-worker") != std::string::npos &&
+               r->out.find("READY") != std::string::npos;
+      },
+      absl::Seconds(10), absl::Milliseconds(100));
   EXPECT_TRUE(ready) << (r.ok() ? r->out + r->err : r.status().ToString());
   r = with({"--tls-ca", cert, "get", "jobs"});
   ASSERT_TRUE(r.ok());
@@ -506,9 +506,8 @@ TEST(TlsTest, CoordinatorCliAndWorkerOverTls) {
   EXPECT_NE(r->exit_code, 0);
   EXPECT_NE(r->err.find("--tls-ca"), std::string::npos) << r->err;
   // A key that does not exist: one clear start-up error naming the flag.
-  r = testing::RunCommand({bin_dir + "llamafleet-coordinator", "--listen", "127.0.0.1:0",
-                           "--data-dir", dir.path() + "/c2", "--tls-cert", cert, "--tls-key",
-                           cert});
+  r = testing::RunCommand(testing::CoordinatorArgv(
+      {.data_dir = dir.path() + "/c2", .auth = true, .tls_cert = cert, .tls_key = cert}));
   ASSERT_TRUE(r.ok());
   EXPECT_NE(r->exit_code, 0);
 }

@@ -22,12 +22,16 @@
 #include "llamafleet/v1/job.grpc.pb.h"
 #include "llamafleet/v1/worker.grpc.pb.h"
 #include "tests/testing/cluster.h"
+#include "tests/testing/cluster_client.h"
 #include "tests/testing/process.h"
+#include "tests/testing/spec_builder.h"
+#include "tests/testing/wait.h"
 
 namespace llamafleet {
 namespace {
 
 using testing::BinaryPath;
+using testing::SpecBuilder;
 using testing::RunCommand;
 using testing::Subprocess;
 using testing::TempDir;
@@ -118,9 +122,7 @@ class ClusterTest : public ::testing::Test {
     ASSERT_TRUE(c.ok()) << c.status();
     coordinator_ = std::move(c->process);
     address_ = c->address;
-    channel_ = grpc::CreateChannel(address_, grpc::InsecureChannelCredentials());
-    jobs_ = v1::JobService::NewStub(channel_);
-    workers_stub_ = v1::WorkerService::NewStub(channel_);
+    client_ = std::make_unique<testing::ClusterClient>(address_);
   }
 
   void StartWorker(const std::string& name, std::map<std::string, std::string> env = {}) {
@@ -138,95 +140,40 @@ class ClusterTest : public ::testing::Test {
   }
 
   void WaitForWorkers(size_t n) {
-    const absl::Time deadline = absl::Now() + absl::Seconds(20);
-    while (absl::Now() < deadline) {
-      v1::ListWorkersResponse resp;
-      grpc::ClientContext ctx;
-      size_t ready = 0;
-      if (workers_stub_->ListWorkers(&ctx, v1::ListWorkersRequest(), &resp).ok()) {
-        for (const auto& w : resp.workers()) ready += w.state() == v1::WORKER_READY;
-      }
-      if (ready >= n) return;
-      absl::SleepFor(absl::Milliseconds(50));
+    if (!testing::WaitFor([&] { return client_->ReadyWorkers() >= n; }, absl::Seconds(20))) {
+      FAIL() << "workers did not register";
     }
-    FAIL() << "workers did not register";
   }
 
   std::string Submit(const std::string& extra_yaml, int nodes = 2) {
-    absl::StatusOr<std::vector<ParsedJob>> parsed = ParseJobDocuments(absl::StrCat(
-        "name: e2e\nmodel: {preset: tiny, tokenizer: /t.model}\ndata: {train_path: /d.jsonl}\n"
-        "resources: {nodes: ",
-        nodes, ", gpus_per_node: 1}\n", extra_yaml));
-    EXPECT_TRUE(parsed.ok()) << parsed.status();
-    v1::SubmitJobRequest req;
-    *req.mutable_spec() = (*parsed)[0].spec;
-    v1::SubmitJobResponse resp;
-    grpc::ClientContext ctx;
-    grpc::Status s = jobs_->SubmitJob(&ctx, req, &resp);
-    EXPECT_TRUE(s.ok()) << s.error_message();
-    return resp.job().id();
+    absl::StatusOr<std::string> id = client_->Submit(
+        SpecBuilder("e2e").Tokenizer("/t.model").TrainPath("/d.jsonl").Nodes(nodes).Yaml(extra_yaml).Build());
+    EXPECT_TRUE(id.ok()) << id.status();
+    return id.ok() ? *id : "";
   }
 
-  v1::Job Get(const std::string& id) {
-    v1::GetJobRequest req;
-    req.set_job_id(id);
-    v1::Job job;
-    grpc::ClientContext ctx;
-    (void)jobs_->GetJob(&ctx, req, &job);
-    return job;
-  }
+  v1::Job Get(const std::string& id) { return client_->Get(id); }
 
   v1::Job WaitFor(const std::string& id, v1::JobState state, absl::Duration timeout) {
-    const absl::Time deadline = absl::Now() + timeout;
-    v1::Job job;
-    while (absl::Now() < deadline) {
-      job = Get(id);
-      if (job.state() == state) return job;
-      absl::SleepFor(absl::Milliseconds(50));
+    v1::Job job = client_->WaitFor(id, [&](const v1::Job& j) { return j.state() == state; }, timeout);
+    if (job.state() != state) {
+      ADD_FAILURE() << "job " << id << " is " << v1::JobState_Name(job.state()) << " ("
+                    << job.status_reason() << "), not " << v1::JobState_Name(state);
     }
-    ADD_FAILURE() << "job " << id << " is " << v1::JobState_Name(job.state()) << " ("
-                  << job.status_reason() << "), not " << v1::JobState_Name(state);
     return job;
   }
 
   int64_t WaitForStep(const std::string& id, int64_t step) {
-    const absl::Time deadline = absl::Now() + absl::Seconds(30);
-    while (absl::Now() < deadline) {
-      v1::Job job = Get(id);
-      if (job.latest_metrics().step() >= step) return job.latest_metrics().step();
-      absl::SleepFor(absl::Milliseconds(50));
-    }
+    v1::Job job = client_->WaitFor(
+        id, [&](const v1::Job& j) { return j.latest_metrics().step() >= step; }, absl::Seconds(30));
+    if (job.latest_metrics().step() >= step) return job.latest_metrics().step();
     ADD_FAILURE() << "job " << id << " did not reach step " << step;
     return -1;
   }
 
-  std::vector<v1::JobEvent> Events(const std::string& id) {
-    v1::GetJobEventsRequest req;
-    req.set_job_id(id);
-    v1::GetJobEventsResponse resp;
-    grpc::ClientContext ctx;
-    (void)jobs_->GetJobEvents(&ctx, req, &resp);
-    return {resp.events().begin(), resp.events().end()};
-  }
-
-  std::vector<v1::Checkpoint> Checkpoints(const std::string& id) {
-    v1::ListCheckpointsRequest req;
-    req.set_job_id(id);
-    v1::ListCheckpointsResponse resp;
-    grpc::ClientContext ctx;
-    (void)jobs_->ListCheckpoints(&ctx, req, &resp);
-    return {resp.checkpoints().begin(), resp.checkpoints().end()};
-  }
-
-  std::vector<v1::Attempt> Attempts(const std::string& id) {
-    v1::ListAttemptsRequest req;
-    req.set_job_id(id);
-    v1::ListAttemptsResponse resp;
-    grpc::ClientContext ctx;
-    grpc::Status s = jobs_->ListAttempts(&ctx, req, &resp);
-    EXPECT_TRUE(s.ok()) << s.error_message();
-    return {resp.attempts().begin(), resp.attempts().end()};
-  }
+  std::vector<v1::JobEvent> Events(const std::string& id) { return client_->Events(id); }
+  std::vector<v1::Checkpoint> Checkpoints(const std::string& id) { return client_->Checkpoints(id); }
+  std::vector<v1::Attempt> Attempts(const std::string& id) { return client_->Attempts(id); }
 
   std::string RankLog(const std::string& id, int attempt, int rank) {
     std::ifstream in(absl::StrCat(dir_.path(), "/coord/logs/", id, "/attempt-", attempt, "/rank-",
@@ -254,9 +201,7 @@ class ClusterTest : public ::testing::Test {
   std::string trainer_;
   std::unique_ptr<Subprocess> coordinator_;
   std::string address_;
-  std::shared_ptr<grpc::Channel> channel_;
-  std::unique_ptr<v1::JobService::Stub> jobs_;
-  std::unique_ptr<v1::WorkerService::Stub> workers_stub_;
+  std::unique_ptr<testing::ClusterClient> client_;
   std::map<std::string, std::unique_ptr<Subprocess>> workers_;
   std::map<std::string, std::string> worker_env_;
 };
@@ -386,14 +331,10 @@ TEST_F(ClusterTest, CancelMidRunLeavesNoTrainerProcess) {
   const std::string id = Submit("training: {max_steps: 600}\n");
   WaitForStep(id, 3);
   EXPECT_GE(CountProcesses(trainer_), 2);  // (a rank forking its sleep may count twice)
-  v1::CancelJobRequest req;
-  req.set_job_id(id);
-  v1::CancelJobResponse resp;
-  grpc::ClientContext ctx;
-  ASSERT_TRUE(jobs_->CancelJob(&ctx, req, &resp).ok());
-  EXPECT_EQ(resp.job().state(), v1::CANCELLED);
-  const absl::Time deadline = absl::Now() + absl::Seconds(10);  // grace 2 s
-  while (CountProcesses(trainer_) > 0 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(50));
+  absl::StatusOr<v1::Job> cancelled = client_->Cancel(id);
+  ASSERT_TRUE(cancelled.ok()) << cancelled.status();
+  EXPECT_EQ(cancelled->state(), v1::CANCELLED);
+  testing::WaitFor([&] { return CountProcesses(trainer_) == 0; }, absl::Seconds(10));  // grace 2 s
   EXPECT_EQ(CountProcesses(trainer_), 0);
   EXPECT_EQ(Get(id).state(), v1::CANCELLED);
 }
@@ -403,8 +344,8 @@ TEST_F(ClusterTest, JobLargerThanTheClusterStaysQueuedWithItsReason) {
   StartWorker("w2");
   WaitForWorkers(2);
   const std::string id = Submit("", /*nodes=*/5);
-  absl::SleepFor(absl::Milliseconds(800));
-  v1::Job job = Get(id);
+  v1::Job job = client_->WaitFor(
+      id, [](const v1::Job& j) { return j.pending().code() == "LARGER_THAN_CLUSTER"; }, absl::Seconds(10));
   EXPECT_EQ(job.state(), v1::QUEUED);
   EXPECT_EQ(job.pending().code(), "LARGER_THAN_CLUSTER") << job.pending().message();
   EXPECT_NE(job.pending().message().find("5"), std::string::npos) << job.pending().message();
@@ -483,10 +424,7 @@ TEST_F(ClusterTest, RetentionKeepsTheNewestCheckpointsFilesFirst) {
   const std::string id = Submit("checkpoint: {keep_last: 1}\n");
   WaitFor(id, v1::SUCCEEDED, absl::Seconds(30));
   std::vector<v1::Checkpoint> ckpts;
-  const absl::Time deadline = absl::Now() + absl::Seconds(10);
-  do {
-    ckpts = Checkpoints(id);
-  } while (ckpts.size() > 1 && absl::Now() < deadline && (absl::SleepFor(absl::Milliseconds(50)), true));
+  testing::WaitFor([&] { return (ckpts = Checkpoints(id)).size() <= 1; }, absl::Seconds(10));
   ASSERT_EQ(ckpts.size(), 1u);
   EXPECT_EQ(ckpts[0].step(), 30);
   EXPECT_TRUE(std::filesystem::exists(ckpts[0].path()));

@@ -19,6 +19,7 @@
 #include "server/cluster/cluster_manager.h"
 #include "server/cluster/node_loss.h"
 #include "tests/testing/process.h"
+#include "tests/testing/wait.h"
 
 namespace llamafleet::testing_cluster {
 
@@ -211,12 +212,12 @@ class ClusterManagerTest : public ::testing::Test {
 
   // Waits (for the store's writer and the loop, not for time to pass) until `done`.
   bool Eventually(const std::function<bool()>& done) {
-    for (int i = 0; i < 500; ++i) {
-      manager_->TickNow();
-      if (done()) return true;
-      absl::SleepFor(absl::Milliseconds(10));
-    }
-    return false;
+    return testing::WaitFor(
+        [&] {
+          manager_->TickNow();
+          return done();
+        },
+        absl::Seconds(5), absl::Milliseconds(10));
   }
   v1::Job Job(int64_t id) { return *store_->GetJob(id); }
   int Allocated(const std::string& worker) {

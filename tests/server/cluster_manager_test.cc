@@ -79,13 +79,13 @@ TEST_F(ClusterManagerTest, ACancelledJobsGangIsStoppedByItsEventWithoutATick) {
   RunningGang g;
   ASSERT_NO_FATAL_FAILURE(StartRunningGang(&g));
   ASSERT_TRUE(store_->CancelJobAndWait(g.id, "alice", "changed my mind").ok());
-  bool stopped = false;
-  for (int i = 0; i < 200 && !stopped; ++i) {
-    manager_->Sync();
-    stopped = g.w0->Cancels() == std::vector<std::string>{g.t0} &&
-              g.w1->Cancels() == std::vector<std::string>{g.t1};
-    if (!stopped) absl::SleepFor(absl::Milliseconds(10));
-  }
+  const bool stopped = testing::WaitFor(
+      [&] {
+        manager_->Sync();
+        return g.w0->Cancels() == std::vector<std::string>{g.t0} &&
+               g.w1->Cancels() == std::vector<std::string>{g.t1};
+      },
+      absl::Seconds(2), absl::Milliseconds(10));
   EXPECT_TRUE(stopped) << "cancels sent: w0 " << g.w0->Cancels().size() << ", w1 " << g.w1->Cancels().size();
 }
 
@@ -176,9 +176,7 @@ TEST_F(ClusterManagerTest, CoalescedPassesStillPlaceASubmittedJobPromptly) {
   std::shared_ptr<FakeLink> w1 = Hello("w1");
   const absl::Time submitted = absl::Now();
   const int64_t id = Submit();
-  while (w0->Assignments().empty() && absl::Now() - submitted < absl::Seconds(10)) {
-    absl::SleepFor(absl::Milliseconds(2));
-  }
+  testing::WaitFor([&] { return !w0->Assignments().empty(); }, absl::Seconds(10), absl::Milliseconds(2));
   ASSERT_EQ(w0->Assignments().size(), 1u);
   EXPECT_EQ(w0->Assignments()[0].task_id(), absl::StrCat(id, "-1-0"));
   // pass_interval is 20 ms; a loaded test machine gets a generous bound.
@@ -187,10 +185,8 @@ TEST_F(ClusterManagerTest, CoalescedPassesStillPlaceASubmittedJobPromptly) {
   std::vector<int64_t> burst;
   for (int i = 0; i < 20; ++i) burst.push_back(Submit());
   v1::PendingInfo info;
-  const absl::Time start = absl::Now();
-  while (!manager_->PendingInfoFor(burst.back(), &info) && absl::Now() - start < absl::Seconds(10)) {
-    absl::SleepFor(absl::Milliseconds(2));
-  }
+  testing::WaitFor([&] { return manager_->PendingInfoFor(burst.back(), &info); }, absl::Seconds(10),
+                   absl::Milliseconds(2));
   ASSERT_TRUE(manager_->PendingInfoFor(burst.back(), &info));
   EXPECT_EQ(info.queue_position(), 20);
 }
@@ -239,7 +235,7 @@ TEST_F(ClusterManagerTest, CheckpointsOutsideTheJobDirAreIgnoredAndRetentionDele
   Checkpoint("w0", t0, 2, dir + "/step-2");
   Checkpoint("w0", t0, 3, dir + "/../" + std::to_string(id) + "x/step-3");
   manager_->TickNow();
-  absl::SleepFor(absl::Milliseconds(100));
+  absl::SleepFor(absl::Milliseconds(100));  // let the writer commit anything wrongly queued
   EXPECT_TRUE(Checkpoints(id).empty());
   // The job's own: recorded, and keep_last 1 removes the older one's files and row.
   MakeCheckpoint(dir + "/step-4");

@@ -17,21 +17,17 @@
 #include "llamafleet/v1/job.grpc.pb.h"
 #include "storage/job_store.h"
 #include "tests/testing/cluster.h"
+#include "tests/testing/spec_builder.h"
 #include "tests/testing/process.h"
+#include "tests/testing/wait.h"
 
 namespace llamafleet {
 namespace {
 
-using ::llamafleet::testing::BinaryPath;
+using ::llamafleet::testing::CoordinatorArgv;
 using ::llamafleet::testing::RunCommand;
 using ::llamafleet::testing::Subprocess;
 using ::llamafleet::testing::TempDir;
-
-v1::JobSpec ValidSpec(const std::string& name) {
-  absl::StatusOr<std::vector<ParsedJob>> parsed = ParseJobDocuments(
-      absl::StrCat("name: ", name, "\nmodel: {path: /m}\ndata: {train_path: /d.jsonl}\n"));
-  return (*parsed)[0].spec;
-}
 
 std::unique_ptr<Subprocess> StartCoordinator(const std::string& data_dir, std::string* address) {
   absl::StatusOr<testing::Coordinator> c = testing::StartCoordinator(
@@ -57,7 +53,7 @@ TEST(CoordinatorProcessTest, SigkillMidLoadLosesNoAcknowledgedJob) {
     clients.emplace_back([&, t] {
       for (int i = 0; !stop; ++i) {
         v1::SubmitJobRequest req;
-        *req.mutable_spec() = ValidSpec(absl::StrCat("c", t, "-", i));
+        *req.mutable_spec() = testing::SpecBuilder(absl::StrCat("c", t, "-", i)).ModelPath("/m").Build();
         req.set_idempotency_key(absl::StrCat("k-", t, "-", i));
         v1::SubmitJobResponse resp;
         grpc::ClientContext ctx;
@@ -68,11 +64,13 @@ TEST(CoordinatorProcessTest, SigkillMidLoadLosesNoAcknowledgedJob) {
       }
     });
   }
-  while (true) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    std::lock_guard<std::mutex> lock(mu);
-    if (acked.size() >= 2000) break;
-  }
+  EXPECT_TRUE(testing::WaitFor(
+      [&] {
+        std::lock_guard<std::mutex> lock(mu);
+        return acked.size() >= 2000;
+      },
+      absl::Minutes(2)))
+      << "2000 submissions were not acknowledged";
   coordinator->Signal(SIGKILL);
   stop = true;
   for (auto& c : clients) c.join();
@@ -102,7 +100,7 @@ TEST(CoordinatorProcessTest, SigtermShutsDownCleanlyAndRestartRecovers) {
   auto stub = v1::JobService::NewStub(
       grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
   v1::SubmitJobRequest req;
-  *req.mutable_spec() = ValidSpec("survivor");
+  *req.mutable_spec() = testing::SpecBuilder("survivor").ModelPath("/m").Build();
   v1::SubmitJobResponse resp;
   {
     grpc::ClientContext ctx;
@@ -146,8 +144,7 @@ TEST(CoordinatorProcessTest, SecondCoordinatorOnTheSameDataDirIsRefused) {
   TempDir dir;
   std::string address;
   std::unique_ptr<Subprocess> first = StartCoordinator(dir.path(), &address);
-  absl::StatusOr<testing::CommandResult> second = RunCommand(
-      {BinaryPath("llamafleet-coordinator"), "--listen", "127.0.0.1:0", "--insecure-no-auth", "--data-dir", dir.path()});
+  absl::StatusOr<testing::CommandResult> second = RunCommand(CoordinatorArgv({.data_dir = dir.path()}));
   ASSERT_TRUE(second.ok());
   EXPECT_NE(second->exit_code, 0);
   EXPECT_NE(second->err.find("is in use by another coordinator"), std::string::npos)
@@ -165,16 +162,14 @@ TEST(CoordinatorProcessTest, StartupErrorsAreOneClearLine) {
     auto conn = sqlite::Connection::Open(dir.path() + "/coordinator.db", false, false);
     ASSERT_TRUE((*conn)->Exec("PRAGMA user_version=999").ok());
   }
-  absl::StatusOr<testing::CommandResult> r = RunCommand(
-      {BinaryPath("llamafleet-coordinator"), "--listen", "127.0.0.1:0", "--insecure-no-auth", "--data-dir", dir.path()});
+  absl::StatusOr<testing::CommandResult> r = RunCommand(CoordinatorArgv({.data_dir = dir.path()}));
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->exit_code, 1);
   EXPECT_NE(r->err.find("schema version 999, newer than this llamafleet build supports"),
             std::string::npos)
       << r->err;
 
-  r = RunCommand({BinaryPath("llamafleet-coordinator"), "--listen", "not-an-address",
-                  "--data-dir", dir.path() + "/other"});
+  r = RunCommand(CoordinatorArgv({.data_dir = dir.path() + "/other", .listen = "not-an-address", .auth = true}));
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->exit_code, 1);
   EXPECT_NE(r->err.find("cannot listen on not-an-address"), std::string::npos) << r->err;
@@ -183,7 +178,8 @@ TEST(CoordinatorProcessTest, StartupErrorsAreOneClearLine) {
   {
     std::ofstream(config) << "listen: 127.0.0.1:0\nbogus_key: 1\n";
   }
-  r = RunCommand({BinaryPath("llamafleet-coordinator"), "--config", config});
+  const std::vector<std::string> from_config = CoordinatorArgv({.listen = "", .auth = true, .config = config});
+  r = RunCommand(from_config);
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->exit_code, 1);
   EXPECT_NE(r->err.find("unknown key bogus_key"), std::string::npos) << r->err;
@@ -194,22 +190,22 @@ TEST(CoordinatorProcessTest, StartupErrorsAreOneClearLine) {
            {"{p5.48xlarge: cheap}", "pricing.p5.48xlarge must be a price per instance-hour > 0 (got cheap)"},
            {"{p5.48xlarge: {usd: 1}}", "pricing.p5.48xlarge must be a price per instance-hour > 0 (got a non-number)"}}) {
     std::ofstream(config) << "listen: 127.0.0.1:0\npricing: " << pricing << "\n";
-    r = RunCommand({BinaryPath("llamafleet-coordinator"), "--config", config});
+    r = RunCommand(from_config);
     ASSERT_TRUE(r.ok());
     EXPECT_EQ(r->exit_code, 1) << pricing;
     EXPECT_NE(r->err.find(error), std::string::npos) << r->err;
   }
 
   // Webhooks: a secret is required, and only http(s) URLs are taken.
-  r = RunCommand({BinaryPath("llamafleet-coordinator"), "--listen", "127.0.0.1:0", "--insecure-no-auth", "--data-dir",
-                  dir.path() + "/hooks", "--webhook", "http://hooks.internal/x"});
+  const std::string hooks = dir.path() + "/hooks";
+  r = RunCommand(CoordinatorArgv({.data_dir = hooks, .flags = {"--webhook", "http://hooks.internal/x"}}));
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->exit_code, 1);
   EXPECT_NE(r->err.find("--webhook needs --webhook-secret-file"), std::string::npos) << r->err;
   std::ofstream(dir.path() + "/secret") << "k\n";
-  r = RunCommand({BinaryPath("llamafleet-coordinator"), "--listen", "127.0.0.1:0", "--insecure-no-auth", "--data-dir",
-                  dir.path() + "/hooks", "--webhook", "file:///etc/passwd", "--webhook-secret-file",
-                  dir.path() + "/secret"});
+  r = RunCommand(CoordinatorArgv(
+      {.data_dir = hooks,
+       .flags = {"--webhook", "file:///etc/passwd", "--webhook-secret-file", dir.path() + "/secret"}}));
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->exit_code, 1);
   EXPECT_NE(r->err.find("webhook URL file:///etc/passwd: must start with http:// or https://"), std::string::npos)
@@ -224,10 +220,8 @@ TEST(CoordinatorProcessTest, ConfigFileSetsFlags) {
                           << "/from-config\nsynchronous: normal\nlog_level: warn\n"
                           << "pricing: {p5.48xlarge: 98.32, c7i.8xlarge: 1}\n";
   }
-  absl::StatusOr<std::unique_ptr<Subprocess>> p =
-      Subprocess::Start({BinaryPath("llamafleet-coordinator"), "--config", config});
-  ASSERT_TRUE(p.ok());
-  ASSERT_TRUE((*p)->WaitForListening().ok());
+  absl::StatusOr<testing::Coordinator> c = testing::StartCoordinator({.listen = "", .auth = true, .config = config});
+  ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_TRUE(std::filesystem::exists(dir.path() + "/from-config/coordinator.db"));
 }
 

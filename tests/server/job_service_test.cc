@@ -15,19 +15,17 @@
 #include "server/coordinator.h"
 #include "storage/job_store.h"
 #include "tests/testing/process.h"
+#include "tests/testing/spec_builder.h"
+#include "tests/testing/wait.h"
 
 namespace llamafleet {
 namespace {
 
+using ::llamafleet::testing::SpecBuilder;
 using ::llamafleet::testing::TempDir;
 
-v1::JobSpec ValidSpec(const std::string& name = "job") {
-  absl::StatusOr<std::vector<ParsedJob>> parsed = ParseJobDocuments(absl::StrCat(
-      "name: ", name,
-      "\nmodel: {preset: tiny, tokenizer: /t/tokenizer.model}\ndata: {train_path: /d.jsonl}\n"
-      "resources: {nodes: 2, gpus_per_node: 1}\n"));
-  return (*parsed)[0].spec;
-}
+// The suite's job: two one-GPU nodes, queued for good (the coordinator has no workers).
+v1::JobSpec ValidSpec(const std::string& name = "job") { return SpecBuilder(name).Nodes(2).Build(); }
 
 class JobServiceTest : public ::testing::Test {
  protected:
@@ -36,7 +34,7 @@ class JobServiceTest : public ::testing::Test {
     options.listen = "127.0.0.1:0";
     options.data_dir = dir_.path();
     options.auth_enabled = false;  // callers named by x-llamafleet-user; auth_test checks tokens
-    options.path_roots = {"/"};    // the specs name /d.jsonl; tests/security checks roots
+    options.path_roots = {"/"};    // the specs name /d/train.jsonl; tests/security checks roots
     // Jobs may name only configured queues (and default).
     options.queue_gpu_quotas = {{"even", 0}, {"odd", 0}, {"research", 0}};
     absl::StatusOr<std::unique_ptr<Coordinator>> c = Coordinator::Start(options);
@@ -72,8 +70,10 @@ class JobServiceTest : public ::testing::Test {
     return stub_->CancelJob(Context(user).get(), req, resp);
   }
 
+  // Every response of a watch from `after_seq` to its end; `read`, when given, counts them
+  // as they arrive.
   std::vector<v1::WatchJobResponse> WatchAll(const std::string& id, int64_t after_seq,
-                                             grpc::Status* status) {
+                                             grpc::Status* status, std::atomic<int>* read = nullptr) {
     v1::WatchJobRequest req;
     req.set_job_id(id);
     req.set_after_seq(after_seq);
@@ -81,7 +81,10 @@ class JobServiceTest : public ::testing::Test {
     auto reader = stub_->WatchJob(ctx.get(), req);
     std::vector<v1::WatchJobResponse> out;
     v1::WatchJobResponse r;
-    while (reader->Read(&r)) out.push_back(r);
+    while (reader->Read(&r)) {
+      out.push_back(r);
+      if (read != nullptr) ++*read;
+    }
     *status = reader->Finish();
     return out;
   }
@@ -329,16 +332,17 @@ TEST_F(JobServiceTest, ListReturnsSummariesUnlessTheFullViewIsAsked) {
   ASSERT_TRUE(stub_->GetJob(Context().get(), get, &stored).ok());
   // Passes for new submissions are coalesced: wait until one has explained every job, so
   // that the views compared below are of the same pass.
-  const absl::Time give_up = absl::Now() + absl::Seconds(10);
-  for (bool all = false; !all && absl::Now() < give_up; absl::SleepFor(absl::Milliseconds(10))) {
-    all = true;
-    for (int i = 1; i <= 5; ++i) {
-      v1::GetJobRequest one;
-      one.set_job_id(absl::StrCat(i));
-      v1::Job job;
-      all = all && stub_->GetJob(Context().get(), one, &job).ok() && job.has_pending();
-    }
-  }
+  testing::WaitFor(
+      [&] {
+        for (int i = 1; i <= 5; ++i) {
+          v1::GetJobRequest one;
+          one.set_job_id(absl::StrCat(i));
+          v1::Job job;
+          if (!stub_->GetJob(Context().get(), one, &job).ok() || !job.has_pending()) return false;
+        }
+        return true;
+      },
+      absl::Seconds(10), absl::Milliseconds(10));
 
   // Every page in both views: the same jobs, the same tokens, the same total.
   auto pages = [&](v1::JobView view, const std::string& order_by) {
@@ -528,6 +532,7 @@ TEST_F(JobServiceTest, WatchStreamsLiveEventsAndEndsAtTerminalState) {
 
   // Cancelled while the watch waits: the event arrives and the stream ends.
   std::thread canceller([&] {
+    // Paced so that the cancellation lands while the watch waits (nothing to poll for).
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     v1::CancelJobResponse resp;
     EXPECT_TRUE(Cancel(job.id(), &resp).ok());
@@ -583,6 +588,7 @@ TEST_F(JobServiceTest, ManyWatchersRacingWithCancelAllSeeTheEndExactlyOnce) {
       if (status.ok() && seqs == std::vector<int64_t>{1, 2}) ++complete;
     });
   }
+  // Racing is the point: some watchers are open by now, some may not be; all see the end.
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
   v1::CancelJobResponse resp;
   ASSERT_TRUE(Cancel(job.id(), &resp).ok());
@@ -593,8 +599,10 @@ TEST_F(JobServiceTest, ManyWatchersRacingWithCancelAllSeeTheEndExactlyOnce) {
 TEST_F(JobServiceTest, ShutdownEndsOpenWatches) {
   v1::Job job = Submit(ValidSpec());
   grpc::Status status;
-  std::thread watcher([&] { WatchAll(job.id(), 0, &status); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  std::atomic<int> read{0};
+  std::thread watcher([&] { WatchAll(job.id(), 0, &status, &read); });
+  ASSERT_TRUE(testing::WaitFor([&] { return read.load() >= 2; }, absl::Seconds(10)))  // snapshot, submitted
+      << "the watch did not open";
   coordinator_->Shutdown();
   watcher.join();
   EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE) << status.error_message();

@@ -24,6 +24,8 @@
 #include "server/log_store.h"
 #include "tests/testing/cluster.h"
 #include "tests/testing/process.h"
+#include "tests/testing/spec_builder.h"
+#include "tests/testing/wait.h"
 
 namespace llamafleet {
 namespace {
@@ -214,43 +216,40 @@ TEST(CoordinatorLogBoundsTest, ThousandFinishedTwoRankJobsLeaveFewDescriptors) {
   const int baseline = CountDescriptors(coordinator->pid());
 
   InstantWorker w0(address, "w0", 16), w1(address, "w1", 16);
-  absl::StatusOr<std::vector<ParsedJob>> parsed = ParseJobDocuments(
-      absl::StrCat("name: fd\nmodel: {preset: tiny, tokenizer: ", dir.path(),
-                   "/t/tokenizer.model}\ndata: {train_path: ", dir.path(), "/d.jsonl}\n"
-                   "resources: {nodes: 2, gpus_per_node: 1}\n"));
-  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  const v1::JobSpec spec = testing::SpecBuilder("fd")
+                               .Tokenizer(dir.path() + "/t/tokenizer.model")
+                               .TrainPath(dir.path() + "/d.jsonl")
+                               .Nodes(2)
+                               .Build();
   constexpr int kJobs = 1000;
   const absl::Time start = absl::Now();
   for (int batch = 0; batch < kJobs / 100; ++batch) {
     v1::SubmitJobsRequest req;
-    for (int i = 0; i < 100; ++i) *req.add_jobs()->mutable_spec() = (*parsed)[0].spec;
+    for (int i = 0; i < 100; ++i) *req.add_jobs()->mutable_spec() = spec;
     v1::SubmitJobsResponse resp;
     grpc::ClientContext ctx;
     grpc::Status s = jobs->SubmitJobs(&ctx, req, &resp);
     ASSERT_TRUE(s.ok()) << s.error_message();
   }
   int succeeded = 0;
-  const absl::Time deadline = absl::Now() + absl::Minutes(4);
-  while (absl::Now() < deadline) {
-    v1::ListJobsRequest req;
-    req.add_states(v1::SUCCEEDED);
-    req.set_page_size(1);
-    v1::ListJobsResponse resp;
-    grpc::ClientContext ctx;
-    if (jobs->ListJobs(&ctx, req, &resp).ok()) succeeded = static_cast<int>(resp.total_size());
-    if (succeeded >= kJobs) break;
-    absl::SleepFor(absl::Milliseconds(200));
-  }
+  testing::WaitFor(
+      [&] {
+        v1::ListJobsRequest req;
+        req.add_states(v1::SUCCEEDED);
+        req.set_page_size(1);
+        v1::ListJobsResponse resp;
+        grpc::ClientContext ctx;
+        if (jobs->ListJobs(&ctx, req, &resp).ok()) succeeded = static_cast<int>(resp.total_size());
+        return succeeded >= kJobs;
+      },
+      absl::Minutes(4), absl::Milliseconds(200));
   ASSERT_EQ(succeeded, kJobs) << "finished " << w0.finished() + w1.finished() << " tasks";
   const absl::Duration took = absl::Now() - start;
   // Attempts are released (and their files closed) right after the last status; give
   // the loop a moment.
   int fds = 0;
-  for (int i = 0; i < 50; ++i) {
-    fds = CountDescriptors(coordinator->pid());
-    if (fds < 100) break;
-    absl::SleepFor(absl::Milliseconds(100));
-  }
+  testing::WaitFor([&] { return (fds = CountDescriptors(coordinator->pid())) < 100; }, absl::Seconds(5),
+                   absl::Milliseconds(100));
   const int64_t rss = ResidentKiB(coordinator->pid());
   std::cout << "coordinator after " << kJobs << " finished two-rank jobs (" << 2 * kJobs
             << " rank log files) in " << absl::FormatDuration(took) << ": " << fds

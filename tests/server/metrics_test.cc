@@ -25,6 +25,8 @@
 #include "llamafleet/v1/worker.grpc.pb.h"
 #include "server/coordinator.h"
 #include "tests/testing/process.h"
+#include "tests/testing/wait.h"
+#include "tests/testing/spec_builder.h"
 
 namespace llamafleet {
 namespace {
@@ -255,13 +257,7 @@ TEST(MetricsFormatTest, FamiliesKeepOneChildPerLabelValues) {
 constexpr char kJoinToken[] = "metrics-test-token";
 
 v1::JobSpec Spec(const std::string& name, const std::string& queue, int nodes) {
-  absl::StatusOr<std::vector<ParsedJob>> parsed = ParseJobDocuments(absl::StrCat(
-      "name: ", name, "\nqueue: ", queue,
-      "\nmodel: {preset: tiny, tokenizer: /t/tokenizer.model}\ndata: {train_path: /d.jsonl}\n"
-      "resources: {nodes: ",
-      nodes, ", gpus_per_node: 1}\n"));
-  EXPECT_TRUE(parsed.ok()) << parsed.status();
-  return (*parsed)[0].spec;
+  return testing::SpecBuilder(name).Queue(queue).Nodes(nodes).Build();
 }
 
 // A worker session over the real WorkerService: hello with two GPUs, heartbeats with
@@ -383,14 +379,11 @@ class CoordinatorMetricsTest : public ::testing::Test {
   // Scrapes until `ready` holds for the parsed samples (the cluster snapshot is
   // published by the scheduling passes, at least every 2 s).
   std::string ScrapeUntil(const std::function<bool(const std::map<std::string, double>&)>& ready) {
-    const absl::Time deadline = absl::Now() + absl::Seconds(20);
     std::string text;
-    do {
-      text = coordinator_->MetricsText();
-      if (ready(ParseSamples(text))) return text;
-      absl::SleepFor(absl::Milliseconds(50));
-    } while (absl::Now() < deadline);
-    ADD_FAILURE() << "scrape never got ready:\n" << text;
+    if (!testing::WaitFor([&] { return ready(ParseSamples(text = coordinator_->MetricsText())); },
+                          absl::Seconds(20), absl::Milliseconds(50))) {
+      ADD_FAILURE() << "scrape never got ready:\n" << text;
+    }
     return text;
   }
 
@@ -539,12 +532,14 @@ TEST_F(CoordinatorMetricsFastLossTest, LostWorkersGpusAreNotReported) {
   FakeGpuWorker worker(coordinator_->address(), "gpu-worker-a");
   // Heartbeats until a scheduling pass has published the samples (passes run at least
   // every 2 s; the worker would be lost after 1 s of silence).
-  const absl::Time deadline = absl::Now() + absl::Seconds(20);
-  while (!absl::StrContains(coordinator_->MetricsText(), "DCGM_FI_DEV_GPU_TEMP{")) {
-    ASSERT_LT(absl::Now(), deadline) << coordinator_->MetricsText();
-    worker.Heartbeat();
-    absl::SleepFor(absl::Milliseconds(100));
-  }
+  ASSERT_TRUE(testing::WaitFor(
+      [&] {
+        if (absl::StrContains(coordinator_->MetricsText(), "DCGM_FI_DEV_GPU_TEMP{")) return true;
+        worker.Heartbeat();
+        return false;
+      },
+      absl::Seconds(20), absl::Milliseconds(100)))
+      << coordinator_->MetricsText();
   // No more heartbeats: lost after the timeout; its GPUs leave the scrape.
   const std::string text = ScrapeUntil([](const std::map<std::string, double>& s) {
     auto lost = s.find("llamafleet_workers{state=\"lost\"}");

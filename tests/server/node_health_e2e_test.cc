@@ -20,12 +20,16 @@
 #include "llamafleet/v1/job.grpc.pb.h"
 #include "llamafleet/v1/worker.grpc.pb.h"
 #include "tests/testing/cluster.h"
+#include "tests/testing/cluster_client.h"
 #include "tests/testing/process.h"
+#include "tests/testing/spec_builder.h"
+#include "tests/testing/wait.h"
 
 namespace llamafleet {
 namespace {
 
 using testing::BinaryPath;
+using testing::SpecBuilder;
 using testing::Subprocess;
 using testing::TempDir;
 
@@ -98,10 +102,8 @@ class NodeHealthTest : public ::testing::Test {
                                         .log_path = dir_.path() + "/coordinator.log"});
     ASSERT_TRUE(c.ok()) << c.status();
     coordinator_ = std::move(c->process);
-    channel_ = grpc::CreateChannel(c->address, grpc::InsecureChannelCredentials());
     address_ = c->address;
-    jobs_ = v1::JobService::NewStub(channel_);
-    workers_stub_ = v1::WorkerService::NewStub(channel_);
+    client_ = std::make_unique<testing::ClusterClient>(address_);
   }
 
   void StartWorker(const std::string& name, std::vector<std::string> flags = {}) {
@@ -119,74 +121,36 @@ class NodeHealthTest : public ::testing::Test {
     workers_[name] = std::move(*p);
   }
 
-  std::map<std::string, v1::WorkerInfo> Workers() {
-    v1::ListWorkersResponse resp;
-    grpc::ClientContext ctx;
-    std::map<std::string, v1::WorkerInfo> out;
-    if (workers_stub_->ListWorkers(&ctx, v1::ListWorkersRequest(), &resp).ok()) {
-      for (const auto& w : resp.workers()) out[w.name()] = w;
-    }
-    return out;
-  }
+  std::map<std::string, v1::WorkerInfo> Workers() { return client_->Workers(); }
 
   // Waits until `name` is shown in `state`; false after `timeout`.
   bool WaitForWorkerState(const std::string& name, v1::WorkerState state, absl::Duration timeout) {
-    const absl::Time deadline = absl::Now() + timeout;
-    while (absl::Now() < deadline) {
-      auto ws = Workers();
-      if (auto it = ws.find(name); it != ws.end() && it->second.state() == state) return true;
-      absl::SleepFor(absl::Milliseconds(20));
-    }
-    return false;
+    return client_->WaitForWorkerState(name, state, timeout);
   }
 
   std::string Submit(const std::string& extra_yaml = "") {
-    absl::StatusOr<std::vector<ParsedJob>> parsed = ParseJobDocuments(absl::StrCat(
-        "name: e2e\nmodel: {preset: tiny, tokenizer: /t.model}\ndata: {train_path: /d.jsonl}\n"
-        "resources: {nodes: 2, gpus_per_node: 1}\n",
-        extra_yaml));
-    EXPECT_TRUE(parsed.ok()) << parsed.status();
-    v1::SubmitJobRequest req;
-    *req.mutable_spec() = (*parsed)[0].spec;
-    v1::SubmitJobResponse resp;
-    grpc::ClientContext ctx;
-    grpc::Status s = jobs_->SubmitJob(&ctx, req, &resp);
-    EXPECT_TRUE(s.ok()) << s.error_message();
-    return resp.job().id();
+    absl::StatusOr<std::string> id = client_->Submit(
+        SpecBuilder("e2e").Tokenizer("/t.model").TrainPath("/d.jsonl").Nodes(2).Yaml(extra_yaml).Build());
+    EXPECT_TRUE(id.ok()) << id.status();
+    return id.ok() ? *id : "";
   }
 
-  v1::Job Get(const std::string& id) {
-    v1::GetJobRequest req;
-    req.set_job_id(id);
-    v1::Job job;
-    grpc::ClientContext ctx;
-    (void)jobs_->GetJob(&ctx, req, &job);
-    return job;
-  }
+  v1::Job Get(const std::string& id) { return client_->Get(id); }
 
   v1::Job WaitForStep(const std::string& id, int64_t step, absl::Duration timeout = absl::Seconds(30)) {
-    const absl::Time deadline = absl::Now() + timeout;
-    v1::Job job;
-    while (absl::Now() < deadline) {
-      job = Get(id);
-      if (job.state() == v1::RUNNING && job.latest_metrics().step() >= step) return job;
-      absl::SleepFor(absl::Milliseconds(50));
+    auto done = [&](const v1::Job& j) { return j.state() == v1::RUNNING && j.latest_metrics().step() >= step; };
+    v1::Job job = client_->WaitFor(id, done, timeout);
+    if (!done(job)) {
+      ADD_FAILURE() << "job " << id << " did not reach step " << step << ": "
+                    << v1::JobState_Name(job.state()) << " " << job.status_reason();
     }
-    ADD_FAILURE() << "job " << id << " did not reach step " << step << ": "
-                  << v1::JobState_Name(job.state()) << " " << job.status_reason();
     return job;
   }
 
   // Waits until the job runs its attempt number `attempt`; the job as last read.
   v1::Job WaitForAttemptRunning(const std::string& id, int attempt, absl::Duration timeout) {
-    const absl::Time deadline = absl::Now() + timeout;
-    v1::Job job;
-    while (absl::Now() < deadline) {
-      job = Get(id);
-      if (job.attempts() == attempt && job.state() == v1::RUNNING) break;
-      absl::SleepFor(absl::Milliseconds(50));
-    }
-    return job;
+    return client_->WaitFor(
+        id, [&](const v1::Job& j) { return j.attempts() == attempt && j.state() == v1::RUNNING; }, timeout);
   }
 
   // w1 and w2 (each with flags(name)) run a 2-node job that may not use a restart
@@ -208,23 +172,8 @@ class NodeHealthTest : public ::testing::Test {
     return {id, running.workers(1)};
   }
 
-  std::vector<v1::Attempt> Attempts(const std::string& id) {
-    v1::ListAttemptsRequest req;
-    req.set_job_id(id);
-    v1::ListAttemptsResponse resp;
-    grpc::ClientContext ctx;
-    (void)jobs_->ListAttempts(&ctx, req, &resp);
-    return {resp.attempts().begin(), resp.attempts().end()};
-  }
-
-  std::vector<v1::JobEvent> Events(const std::string& id) {
-    v1::GetJobEventsRequest req;
-    req.set_job_id(id);
-    v1::GetJobEventsResponse resp;
-    grpc::ClientContext ctx;
-    (void)jobs_->GetJobEvents(&ctx, req, &resp);
-    return {resp.events().begin(), resp.events().end()};
-  }
+  std::vector<v1::Attempt> Attempts(const std::string& id) { return client_->Attempts(id); }
+  std::vector<v1::JobEvent> Events(const std::string& id) { return client_->Events(id); }
 
   void TearDown() override {
     if (HasFailure()) {
@@ -245,9 +194,7 @@ class NodeHealthTest : public ::testing::Test {
   std::string peers_;
   std::unique_ptr<Subprocess> coordinator_;
   std::string address_;
-  std::shared_ptr<grpc::Channel> channel_;
-  std::unique_ptr<v1::JobService::Stub> jobs_;
-  std::unique_ptr<v1::WorkerService::Stub> workers_stub_;
+  std::unique_ptr<testing::ClusterClient> client_;
   std::map<std::string, std::unique_ptr<Subprocess>> workers_;
 };
 
@@ -272,14 +219,14 @@ TEST_F(NodeHealthTest, KilledWorkerIsBlamedAndShownDisconnectedAtOnce) {
 
   // The first attempt ends as the victim's node fault, before the heartbeat timeout.
   v1::Attempt first;
-  while (absl::Now() < killed + absl::Seconds(8)) {
-    std::vector<v1::Attempt> attempts = Attempts(id);
-    if (!attempts.empty() && attempts.back().state() != v1::ATTEMPT_ACTIVE) {
-      first = attempts.back();
-      break;
-    }
-    absl::SleepFor(absl::Milliseconds(50));
-  }
+  testing::WaitFor(
+      [&] {
+        std::vector<v1::Attempt> attempts = Attempts(id);
+        if (attempts.empty() || attempts.back().state() == v1::ATTEMPT_ACTIVE) return false;
+        first = attempts.back();
+        return true;
+      },
+      killed + absl::Seconds(8) - absl::Now());
   ASSERT_EQ(first.attempt(), 1) << "attempt 1 did not end within 8 s of the kill";
   EXPECT_EQ(first.failure_class(), "node_fault") << first.reason();
   EXPECT_TRUE(absl::StartsWith(first.reason(), absl::StrCat("worker ", victim, " lost (its session ended)")))
@@ -406,15 +353,14 @@ TEST_F(NodeHealthTest, FatalGpuEventDrainsTheWorkerAndTheJobMovesWithoutUsingARe
 
   // Throttled: shown (its sample, the workers table), not drained.
   std::ofstream(fake(victim)) << "throttle hw_thermal gpu 0\n";
-  const absl::Time shown_by = absl::Now() + absl::Seconds(5);
-  while (absl::Now() < shown_by && Workers()[victim].gpus_size() == 0) absl::SleepFor(absl::Milliseconds(50));
+  testing::WaitFor([&] { return Workers()[victim].gpus_size() != 0; }, absl::Seconds(5));
   ASSERT_EQ(Workers()[victim].gpus_size(), 1);
   EXPECT_EQ(Workers()[victim].gpus(0).clock_throttle_reasons(), 0x40u);
   absl::StatusOr<testing::CommandResult> table =
       testing::RunCommand({BinaryPath("llamafleet"), "--coordinator", address_, "workers"});
   ASSERT_TRUE(table.ok()) << table.status();
   EXPECT_TRUE(absl::StrContains(table->out, "READY (GPU 0 throttled: hw_thermal)")) << table->out << table->err;
-  absl::SleepFor(absl::Seconds(1));
+  absl::SleepFor(absl::Seconds(1));  // time for a wrong drain to show: none may
   EXPECT_EQ(Workers()[victim].state(), v1::WORKER_READY);
   EXPECT_EQ(Get(id).attempts(), 1);
 

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "jobspec/jobspec.h"
+#include "tests/testing/spec_builder.h"
 
 namespace llamafleet {
 namespace {
@@ -54,12 +55,7 @@ TEST(DefaultCheckpointDirTest, UnderTheFirstRootAndRecognised) {
 }
 
 v1::JobSpec Spec(const std::string& extra) {
-  absl::StatusOr<std::vector<ParsedJob>> parsed = ParseJobDocuments(
-      "name: j\nmodel: {preset: tiny}\ndata: {train_path: /fsx/d.jsonl, format: tokens}\n" + extra);
-  EXPECT_TRUE(parsed.ok()) << parsed.status();
-  v1::JobSpec spec = (*parsed)[0].spec;
-  ApplyDefaults(&spec);
-  return spec;
+  return testing::SpecBuilder("j").Tokenizer("").TrainPath("/fsx/d.jsonl").Format(v1::TOKENS).Yaml(extra).WithDefaults();
 }
 
 TEST(ApplySubmitPolicyTest, NormalizesPathsInsideARoot) {

@@ -30,7 +30,9 @@
 #include "llamafleet/v1/worker.grpc.pb.h"
 #include "safetensors.h"
 #include "tests/testing/cluster.h"
+#include "tests/testing/cluster_client.h"
 #include "tests/testing/process.h"
+#include "tests/testing/wait.h"
 
 namespace llamafleet {
 namespace {
@@ -100,7 +102,7 @@ class TrainingTest : public ::testing::Test {
     ASSERT_TRUE(c.ok()) << c.status();
     coordinator_ = std::move(c->process);
     address_ = c->address;
-    jobs_ = v1::JobService::NewStub(grpc::CreateChannel(address_, grpc::InsecureChannelCredentials()));
+    client_ = std::make_unique<testing::ClusterClient>(address_);
   }
 
   void StartWorker(const std::string& name, int cpu_ranks = 1) {
@@ -129,58 +131,29 @@ class TrainingTest : public ::testing::Test {
   }
 
   std::string SubmitYaml(const std::string& yaml) {
-    absl::StatusOr<std::vector<ParsedJob>> parsed = ParseJobDocuments(yaml);
-    EXPECT_TRUE(parsed.ok()) << parsed.status();
-    v1::SubmitJobRequest req;
-    *req.mutable_spec() = (*parsed)[0].spec;
-    v1::SubmitJobResponse resp;
-    grpc::ClientContext ctx;
-    grpc::Status s = jobs_->SubmitJob(&ctx, req, &resp);
-    EXPECT_TRUE(s.ok()) << s.error_message();
-    return resp.job().id();
+    absl::StatusOr<std::string> id = client_->Submit(yaml);
+    EXPECT_TRUE(id.ok()) << id.status();
+    return id.ok() ? *id : "";
   }
 
-  v1::Job Get(const std::string& id) {
-    v1::GetJobRequest req;
-    req.set_job_id(id);
-    v1::Job job;
-    grpc::ClientContext ctx;
-    (void)jobs_->GetJob(&ctx, req, &job);
-    return job;
-  }
+  v1::Job Get(const std::string& id) { return client_->Get(id); }
 
   v1::Job WaitUntil(const std::string& id, const std::function<bool(const v1::Job&)>& done,
                     absl::Duration timeout) {
-    const absl::Time deadline = absl::Now() + timeout;
-    v1::Job job;
-    while (absl::Now() < deadline) {
-      job = Get(id);
-      if (done(job)) return job;
-      absl::SleepFor(absl::Milliseconds(100));
+    v1::Job job = client_->WaitFor(id, done, timeout);
+    if (!done(job)) {
+      ADD_FAILURE() << "job " << id << " timed out in " << v1::JobState_Name(job.state()) << ": "
+                    << job.status_reason();
     }
-    ADD_FAILURE() << "job " << id << " timed out in " << v1::JobState_Name(job.state()) << ": "
-                  << job.status_reason();
     return job;
   }
 
-  std::vector<v1::Checkpoint> Checkpoints(const std::string& id) {
-    v1::ListCheckpointsRequest req;
-    req.set_job_id(id);
-    v1::ListCheckpointsResponse resp;
-    grpc::ClientContext ctx;
-    (void)jobs_->ListCheckpoints(&ctx, req, &resp);
-    return {resp.checkpoints().begin(), resp.checkpoints().end()};
-  }
+  std::vector<v1::Checkpoint> Checkpoints(const std::string& id) { return client_->Checkpoints(id); }
 
   // Each attempt's outcome, for failure messages.
   std::string AttemptsText(const std::string& id) {
-    v1::ListAttemptsRequest req;
-    req.set_job_id(id);
-    v1::ListAttemptsResponse resp;
-    grpc::ClientContext ctx;
-    (void)jobs_->ListAttempts(&ctx, req, &resp);
     std::string out;
-    for (const v1::Attempt& a : resp.attempts()) {
+    for (const v1::Attempt& a : client_->Attempts(id)) {
       absl::StrAppend(&out, "\n  attempt ", a.attempt(), " on ", a.nodes(), " nodes [", a.failure_class(), "] ",
                       a.resize_reason(), " | ", a.reason(), " resume_from=", a.resume_from());
       for (const v1::AttemptTask& t : a.tasks()) {
@@ -193,12 +166,8 @@ class TrainingTest : public ::testing::Test {
 
   // Busy slots per worker, as `llamafleet workers` shows them.
   std::map<std::string, int> BusySlots() {
-    auto stub = v1::WorkerService::NewStub(grpc::CreateChannel(address_, grpc::InsecureChannelCredentials()));
-    v1::ListWorkersResponse resp;
-    grpc::ClientContext ctx;
-    (void)stub->ListWorkers(&ctx, v1::ListWorkersRequest(), &resp);
     std::map<std::string, int> out;
-    for (const v1::WorkerInfo& w : resp.workers()) out[w.name()] = w.gpus_allocated();
+    for (const auto& [name, w] : client_->Workers()) out[name] = w.gpus_allocated();
     return out;
   }
 
@@ -218,28 +187,12 @@ class TrainingTest : public ::testing::Test {
 
   // Waits until `n` workers are registered and ready.
   void WaitForReadyWorkers(int n) {
-    auto workers = v1::WorkerService::NewStub(grpc::CreateChannel(address_, grpc::InsecureChannelCredentials()));
-    for (const absl::Time deadline = absl::Now() + absl::Seconds(30); absl::Now() < deadline;) {
-      v1::ListWorkersResponse resp;
-      grpc::ClientContext ctx;
-      int ready = 0;
-      if (workers->ListWorkers(&ctx, v1::ListWorkersRequest(), &resp).ok()) {
-        for (const auto& w : resp.workers()) ready += w.state() == v1::WORKER_READY;
-      }
-      if (ready == n) return;
-      absl::SleepFor(absl::Milliseconds(50));
+    if (!testing::WaitFor([&] { return client_->ReadyWorkers() == static_cast<size_t>(n); }, absl::Seconds(30))) {
+      ADD_FAILURE() << n << " workers did not become ready";
     }
-    ADD_FAILURE() << n << " workers did not become ready";
   }
 
-  std::vector<v1::Attempt> Attempts(const std::string& id) {
-    v1::ListAttemptsRequest req;
-    req.set_job_id(id);
-    v1::ListAttemptsResponse resp;
-    grpc::ClientContext ctx;
-    EXPECT_TRUE(jobs_->ListAttempts(&ctx, req, &resp).ok());
-    return {resp.attempts().begin(), resp.attempts().end()};
-  }
+  std::vector<v1::Attempt> Attempts(const std::string& id) { return client_->Attempts(id); }
 
   // Submits `Submit(name)`'s job again as "straight", waits for it, checks that its
   // successful attempt trained from step 0 (on a loaded machine Gloo's rendezvous may
@@ -292,12 +245,7 @@ class TrainingTest : public ::testing::Test {
 
   // Whether one of the job's events' reasons contains `text`.
   bool HasEvent(const std::string& id, const std::string& text) {
-    v1::GetJobEventsRequest req;
-    req.set_job_id(id);
-    v1::GetJobEventsResponse events;
-    grpc::ClientContext ctx;
-    EXPECT_TRUE(jobs_->GetJobEvents(&ctx, req, &events).ok());
-    for (const v1::JobEvent& e : events.events()) {
+    for (const v1::JobEvent& e : client_->Events(id)) {
       if (e.reason().find(text) != std::string::npos) return true;
     }
     return false;
@@ -318,7 +266,7 @@ class TrainingTest : public ::testing::Test {
   TempDir dir_;
   std::unique_ptr<Subprocess> coordinator_;
   std::string address_;
-  std::unique_ptr<v1::JobService::Stub> jobs_;
+  std::unique_ptr<testing::ClusterClient> client_;
   std::map<std::string, std::unique_ptr<Subprocess>> workers_;
 };
 
@@ -438,11 +386,9 @@ TEST_F(TrainingTest, WorkerRestartedAtOnceUnderTheSameNameDoesNotStrandTheJob) {
   StartWorker("w0");
   StartWorker("w1");
   const std::string id = Submit("restarted", /*every_steps=*/5, /*max_restarts=*/3);
-  v1::Job job;
-  const absl::Time deadline = absl::Now() + absl::Minutes(4);
-  while (Checkpoints(id).empty() && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(50));
-  ASSERT_FALSE(Checkpoints(id).empty()) << "no checkpoint recorded";
-  job = Get(id);
+  ASSERT_TRUE(testing::WaitFor([&] { return !Checkpoints(id).empty(); }, absl::Minutes(4)))
+      << "no checkpoint recorded";
+  v1::Job job = Get(id);
   ASSERT_EQ(job.state(), v1::RUNNING) << job.status_reason();
   workers_["w1"]->Signal(SIGKILL);
   (void)workers_["w1"]->Wait(absl::Seconds(10));
@@ -454,11 +400,7 @@ TEST_F(TrainingTest, WorkerRestartedAtOnceUnderTheSameNameDoesNotStrandTheJob) {
   std::cout << "restarted job's attempts:" << AttemptsText(id) << "\n";
   // Every slot is free again once the job is over.
   std::map<std::string, int> busy;
-  for (int i = 0; i < 100; ++i) {
-    busy = BusySlots();
-    if (busy["w0"] == 0 && busy["w1"] == 0) break;
-    absl::SleepFor(absl::Milliseconds(100));
-  }
+  testing::WaitFor([&] { return (busy = BusySlots())["w0"] == 0 && busy["w1"] == 0; }, absl::Seconds(10));
   EXPECT_EQ(busy["w0"], 0);
   EXPECT_EQ(busy["w1"], 0);
 

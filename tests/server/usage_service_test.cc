@@ -19,6 +19,7 @@
 #include "storage/cluster_store.h"
 #include "storage/job_store.h"
 #include "tests/testing/process.h"
+#include "tests/testing/spec_builder.h"
 
 namespace llamafleet {
 namespace {
@@ -28,15 +29,6 @@ namespace bhttp = boost::beast::http;
 
 // 8 GPUs at 80 per instance-hour: 10 per GPU-hour.
 const PriceTable kPricing = {{"p5.48xlarge", 80.0}};
-
-v1::JobSpec Spec(const std::string& queue) {
-  absl::StatusOr<std::vector<ParsedJob>> parsed = ParseJobDocuments(absl::StrCat(
-      "name: used\nqueue: ", queue,
-      "\nmodel: {preset: tiny, tokenizer: /t/tokenizer.model}\ndata: {train_path: /d.jsonl}\n"
-      "resources: {nodes: 1, gpus_per_node: 8}\n"));
-  EXPECT_TRUE(parsed.ok()) << parsed.status();
-  return (*parsed)[0].spec;
-}
 
 // GET `target` from the HTTP server at `address`: status and body.
 std::pair<int, std::string> HttpGet(const std::string& address, const std::string& target) {
@@ -89,7 +81,7 @@ class UsageServiceTest : public ::testing::Test {
   }
   std::string Submit(const std::string& queue) {
     v1::SubmitJobRequest req;
-    *req.mutable_spec() = Spec(queue);
+    *req.mutable_spec() = testing::SpecBuilder("used").Queue(queue).Nodes(1, 8).Build();
     v1::SubmitJobResponse resp;
     grpc::Status s = stub_->SubmitJob(Context().get(), req, &resp);
     EXPECT_TRUE(s.ok()) << s.error_message();

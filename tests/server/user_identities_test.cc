@@ -11,19 +11,17 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "jobspec/jobspec.h"
 #include "server/identity_config.h"
 #include "server/user_identities.h"
 #include "storage/identity_store.h"
 #include "storage/job_store.h"
 #include "storage/schema.h"
-#include "tests/testing/process.h"
+#include "tests/testing/spec_builder.h"
+#include "tests/testing/store_fixture.h"
 #include "yaml-cpp/yaml.h"
 
 namespace llamafleet {
 namespace {
-
-using ::llamafleet::testing::TempDir;
 
 // The schema that added user_identities (the migration's number; see storage/schema.cc).
 constexpr int kIdentitySchema = 11;
@@ -113,21 +111,13 @@ TEST(UsersConfigTest, RefusesEachMistakeNamingItsField) {
   EXPECT_TRUE(ValidateIdentityConfig(config).ok());
 }
 
-class UserIdentitiesTest : public ::testing::Test {
+class UserIdentitiesTest : public testing::StoreTest {
  protected:
-  std::unique_ptr<JobStore> OpenStore() {
-    JobStoreOptions o;
-    o.path = dir_.path() + "/coordinator.db";
-    absl::StatusOr<std::unique_ptr<JobStore>> store = JobStore::Open(o);
-    EXPECT_TRUE(store.ok()) << store.status();
-    return store.ok() ? std::move(*store) : nullptr;
-  }
   std::unique_ptr<UserIdentities> Load(JobStore* store, IdentityConfig config) {
     absl::StatusOr<std::unique_ptr<UserIdentities>> ids = UserIdentities::Load(store, std::move(config));
     EXPECT_TRUE(ids.ok()) << ids.status();
     return ids.ok() ? std::move(*ids) : nullptr;
   }
-  TempDir dir_;
 };
 
 TEST_F(UserIdentitiesTest, DynamicUidsAreStablePerUserAcrossRestartsAndMappedUsersKeepTheirs) {
@@ -135,7 +125,7 @@ TEST_F(UserIdentitiesTest, DynamicUidsAreStablePerUserAcrossRestartsAndMappedUse
   config.users = *Users("alice: {uid: 2001, gid: 2001}");
   config.dynamic = UidRange{70000, 70010};
   {
-    std::unique_ptr<JobStore> store = OpenStore();
+    std::unique_ptr<JobStore> store = Open();
     std::unique_ptr<UserIdentities> ids = Load(store.get(), config);
     EXPECT_FALSE(ids->Find("bob").has_value()) << "none before the first submission";
     absl::StatusOr<v1::RunIdentity> bob = ids->Ensure("bob");
@@ -157,7 +147,7 @@ TEST_F(UserIdentitiesTest, DynamicUidsAreStablePerUserAcrossRestartsAndMappedUse
   }
   // A restart, the range widened and moved: recorded users keep their uids.
   config.dynamic = UidRange{69990, 70100};
-  std::unique_ptr<JobStore> store = OpenStore();
+  std::unique_ptr<JobStore> store = Open();
   std::unique_ptr<UserIdentities> ids = Load(store.get(), config);
   EXPECT_EQ(ids->Find("bob")->uid(), 70000u);
   EXPECT_EQ(ids->Find("carol")->uid(), 70001u);
@@ -166,7 +156,7 @@ TEST_F(UserIdentitiesTest, DynamicUidsAreStablePerUserAcrossRestartsAndMappedUse
 }
 
 TEST_F(UserIdentitiesTest, AFullRangeIsRefusedWithTheFixAndRecordsNothing) {
-  std::unique_ptr<JobStore> store = OpenStore();
+  std::unique_ptr<JobStore> store = Open();
   IdentityConfig config;
   config.dynamic = UidRange{70000, 70001};
   std::unique_ptr<UserIdentities> ids = Load(store.get(), config);
@@ -190,7 +180,7 @@ TEST_F(UserIdentitiesTest, AFullRangeIsRefusedWithTheFixAndRecordsNothing) {
 }
 
 TEST_F(UserIdentitiesTest, ConcurrentFirstSubmissionsGetOneUidPerUserAndNoUidTwice) {
-  std::unique_ptr<JobStore> store = OpenStore();
+  std::unique_ptr<JobStore> store = Open();
   IdentityConfig config;
   config.dynamic = UidRange{70000, 70100};
   std::unique_ptr<UserIdentities> ids = Load(store.get(), config);
@@ -218,7 +208,7 @@ TEST_F(UserIdentitiesTest, ConcurrentFirstSubmissionsGetOneUidPerUserAndNoUidTwi
 }
 
 TEST_F(UserIdentitiesTest, AMappedUidRecordedForAnotherUserRefusesToLoad) {
-  std::unique_ptr<JobStore> store = OpenStore();
+  std::unique_ptr<JobStore> store = Open();
   IdentityConfig config;
   config.dynamic = UidRange{70000, 70010};
   ASSERT_EQ(Load(store.get(), config)->Ensure("bob")->uid(), 70000u);
@@ -231,13 +221,8 @@ TEST_F(UserIdentitiesTest, AMappedUidRecordedForAnotherUserRefusesToLoad) {
 }
 
 TEST_F(UserIdentitiesTest, OwnersOfUnfinishedJobsGetTheirsAtStart) {
-  std::unique_ptr<JobStore> store = OpenStore();
-  v1::JobSpec spec;
-  spec.set_name("queued-before-identities");
-  spec.mutable_model()->set_preset("tiny");
-  spec.mutable_model()->set_tokenizer("/t/tokenizer.model");
-  spec.mutable_data()->set_train_path("/d/train.jsonl");
-  ApplyDefaults(&spec);
+  std::unique_ptr<JobStore> store = Open();
+  const v1::JobSpec spec = testing::SpecBuilder("queued-before-identities").WithDefaults();
   ASSERT_TRUE(store->SubmitJobsAndWait({SubmitJobInput{spec, "erin", ""}, SubmitJobInput{spec, "fred", ""}}).ok());
   IdentityConfig config;
   config.dynamic = UidRange{70000, 70000};
@@ -253,18 +238,12 @@ TEST_F(UserIdentitiesTest, OwnersOfUnfinishedJobsGetTheirsAtStart) {
 TEST_F(UserIdentitiesTest, MigrationAddsTheTable) {
   ASSERT_GE(CurrentSchemaVersion(), kIdentitySchema);
   {
-    std::unique_ptr<JobStore> store = OpenStore();
-    v1::JobSpec spec;
-    spec.set_name("old");
-    spec.mutable_model()->set_preset("tiny");
-    spec.mutable_model()->set_tokenizer("/t/tokenizer.model");
-    spec.mutable_data()->set_train_path("/d/train.jsonl");
-    ApplyDefaults(&spec);
-    ASSERT_TRUE(store->SubmitJobsAndWait({SubmitJobInput{spec, "erin", ""}}).ok());
+    std::unique_ptr<JobStore> store = Open();
+    SubmitSpec(store.get(), testing::SpecBuilder("old").Build(), "erin");
   }
   {
     absl::StatusOr<std::unique_ptr<sqlite::Connection>> conn =
-        sqlite::Connection::Open(dir_.path() + "/coordinator.db", false, false);
+        sqlite::Connection::Open(Path(), false, false);
     ASSERT_TRUE(conn.ok()) << conn.status();
     // Back to the schema before it: what it and every later migration added goes.
     ASSERT_TRUE((*conn)
@@ -274,7 +253,7 @@ TEST_F(UserIdentitiesTest, MigrationAddsTheTable) {
                                         "PRAGMA user_version = ", kIdentitySchema - 1, ";"))
                     .ok());
   }
-  std::unique_ptr<JobStore> store = OpenStore();
+  std::unique_ptr<JobStore> store = Open();
   ASSERT_NE(store, nullptr);
   absl::StatusOr<std::map<std::string, uint32_t>> recorded = ListDynamicUids(store.get());
   ASSERT_TRUE(recorded.ok()) << recorded.status();

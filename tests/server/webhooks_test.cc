@@ -18,6 +18,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "tests/testing/process.h"
+#include "tests/testing/store_fixture.h"
+#include "tests/testing/wait.h"
 #include "nlohmann/json.hpp"
 #include "storage/job_store.h"
 
@@ -55,8 +57,7 @@ class Receiver {
   }
   // Waits until `n` requests arrived.
   std::vector<Received> WaitFor(size_t n, absl::Duration timeout = absl::Seconds(20)) {
-    const absl::Time deadline = absl::Now() + timeout;
-    while (received().size() < n && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(20));
+    testing::WaitFor([&] { return received().size() >= n; }, timeout);
     return received();
   }
 
@@ -94,15 +95,14 @@ class Receiver {
   std::vector<Received> received_;
 };
 
-class WebhooksTest : public ::testing::Test {
+class WebhooksTest : public testing::StoreTest {
  protected:
   void SetUp() override {
-    JobStoreOptions so;
-    so.path = dir_.path() + "/coordinator.db";
+    JobStoreOptions so = Options();
+    so.clock = Clock::Real();
     so.synchronous_full = false;
-    absl::StatusOr<std::unique_ptr<JobStore>> store = JobStore::Open(so);
-    ASSERT_TRUE(store.ok()) << store.status();
-    store_ = std::move(*store);
+    store_ = Open(so);
+    ASSERT_NE(store_, nullptr);
   }
 
   std::unique_ptr<WebhookNotifier> Start(std::vector<std::string> urls, int max_attempts = 3) {
@@ -153,23 +153,22 @@ class WebhooksTest : public ::testing::Test {
 
   // The job's "webhook" events' reasons.
   std::vector<std::string> Notes(int64_t id, size_t want, absl::Duration timeout = absl::Seconds(20)) {
-    const absl::Time deadline = absl::Now() + timeout;
     std::vector<std::string> notes;
-    do {
-      notes.clear();
-      absl::StatusOr<std::vector<v1::JobEvent>> events = store_->GetEvents(id, 0, 1000);
-      if (events.ok()) {
-        for (const v1::JobEvent& e : *events) {
-          if (e.type() == "webhook") notes.push_back(e.reason());
-        }
-      }
-      if (notes.size() >= want) break;
-      absl::SleepFor(absl::Milliseconds(20));
-    } while (absl::Now() < deadline);
+    testing::WaitFor(
+        [&] {
+          notes.clear();
+          absl::StatusOr<std::vector<v1::JobEvent>> events = store_->GetEvents(id, 0, 1000);
+          if (events.ok()) {
+            for (const v1::JobEvent& e : *events) {
+              if (e.type() == "webhook") notes.push_back(e.reason());
+            }
+          }
+          return notes.size() >= want;
+        },
+        timeout);
     return notes;
   }
 
-  testing::TempDir dir_;
   std::unique_ptr<JobStore> store_;
 };
 
@@ -196,7 +195,7 @@ TEST_F(WebhooksTest, AJobsEndIsPostedSignedRetriedAndRecorded) {
   const std::vector<std::string> notes = Notes(id, 1);
   ASSERT_EQ(notes.size(), 1u);
   EXPECT_EQ(notes[0], absl::StrCat("job.finished delivered to ", receiver.url(), " (HTTP 200, try 2)"));
-  // The note is not a job end: nothing more is posted.
+  // The note is not a job end: nothing more is posted (a wait for nothing to happen).
   absl::SleepFor(absl::Milliseconds(300));
   EXPECT_EQ(receiver.received().size(), 2u);
 }
@@ -229,7 +228,7 @@ TEST_F(WebhooksTest, TheLastPointOfASweepPostsSweepFinishedOnce) {
   Cancel(ids[1]);
   Cancel(ids[2]);
   std::vector<Received> got = receiver.WaitFor(4);
-  absl::SleepFor(absl::Milliseconds(300));
+  absl::SleepFor(absl::Milliseconds(300));  // time for a second sweep.finished, which must not come
   got = receiver.received();
   int sweeps = 0;
   for (const Received& r : got) {

@@ -5,40 +5,20 @@
 
 #include "absl/strings/str_cat.h"
 #include "google/protobuf/util/time_util.h"
-#include "jobspec/jobspec.h"
 #include "storage/cluster_store.h"
 #include "storage/job_store.h"
 #include "storage/schema.h"
-#include "tests/testing/process.h"
+#include "tests/testing/spec_builder.h"
+#include "tests/testing/store_fixture.h"
 
 namespace llamafleet {
 namespace {
 
 using google::protobuf::util::TimeUtil;
-using ::llamafleet::testing::TempDir;
 
-class AttemptPhasesTest : public ::testing::Test {
+class AttemptPhasesTest : public testing::StoreTest {
  protected:
-  std::unique_ptr<JobStore> Open() {
-    JobStoreOptions o;
-    o.path = Path();
-    o.clock = &clock_;
-    absl::StatusOr<std::unique_ptr<JobStore>> store = JobStore::Open(o);
-    EXPECT_TRUE(store.ok()) << store.status();
-    return store.ok() ? std::move(*store) : nullptr;
-  }
-  std::string Path() const { return dir_.path() + "/coordinator.db"; }
-  int64_t Submit(JobStore* store) {
-    v1::JobSpec spec;
-    spec.set_name("phased");
-    spec.mutable_model()->set_preset("tiny");
-    spec.mutable_model()->set_tokenizer("/t/tokenizer.model");
-    spec.mutable_data()->set_train_path("/d/train.jsonl");
-    ApplyDefaults(&spec);
-    absl::StatusOr<std::vector<SubmitJobResult>> r = store->SubmitJobsAndWait({SubmitJobInput{spec, "alice", ""}});
-    EXPECT_TRUE(r.ok()) << r.status();
-    return std::stoll((*r)[0].job.id());
-  }
+  int64_t Submit(JobStore* store) { return SubmitSpec(store, testing::SpecBuilder("phased").Build()); }
   absl::Status Start(JobStore* store, int64_t job, int attempt) {
     AttemptRecord a;
     a.job_id = job;
@@ -60,9 +40,6 @@ class AttemptPhasesTest : public ::testing::Test {
     EXPECT_TRUE(events.ok()) << events.status();
     return events.ok() ? *events : std::vector<v1::JobEvent>{};
   }
-
-  TempDir dir_;
-  FakeClock clock_;
 };
 
 TEST_F(AttemptPhasesTest, EachPhaseIsRecordedOnceWithItsTimeAndReadBackInOrder) {

@@ -11,42 +11,28 @@
 #include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
-#include "jobspec/jobspec.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "storage/cluster_store.h"
 #include "storage/job_store.h"
-#include "tests/testing/process.h"
+#include "tests/testing/spec_builder.h"
+#include "tests/testing/store_fixture.h"
 
 namespace llamafleet {
 namespace {
 
 using ::google::protobuf::util::MessageDifferencer;
-using ::llamafleet::testing::TempDir;
 
 SubmitJobInput Input(const std::string& name, int max_restarts = 2) {
-  v1::JobSpec spec;
-  spec.set_name(name);
-  spec.mutable_model()->set_preset("tiny");
-  spec.mutable_model()->set_tokenizer("/t/tokenizer.model");
-  spec.mutable_data()->set_train_path("/d/train.jsonl");
-  spec.mutable_run_policy()->set_max_restarts(max_restarts);
-  spec.mutable_run_policy()->set_restart_backoff_seconds(30);
-  (*spec.mutable_labels())["team"] = "nlp";
-  ApplyDefaults(&spec);
-  return SubmitJobInput{std::move(spec), "alice", absl::StrCat("key-", name)};
+  return SubmitJobInput{testing::SpecBuilder(name)
+                            .MaxRestarts(max_restarts)
+                            .RestartBackoffSeconds(30)
+                            .Label("team", "nlp")
+                            .WithDefaults(),
+                        "alice", absl::StrCat("key-", name)};
 }
 
-class QueuedJobsTest : public ::testing::Test {
+class QueuedJobsTest : public testing::StoreTest {
  protected:
-  std::unique_ptr<JobStore> Open() {
-    JobStoreOptions o;
-    o.path = dir_.path() + "/coordinator.db";
-    o.clock = &clock_;
-    absl::StatusOr<std::unique_ptr<JobStore>> store = JobStore::Open(o);
-    EXPECT_TRUE(store.ok()) << store.status();
-    return store.ok() ? std::move(*store) : nullptr;
-  }
-
   std::vector<int64_t> Submit(JobStore& store, std::vector<SubmitJobInput> inputs) {
     absl::StatusOr<std::vector<SubmitJobResult>> r = store.SubmitJobsAndWait(std::move(inputs));
     EXPECT_TRUE(r.ok()) << r.status();
@@ -94,8 +80,6 @@ class QueuedJobsTest : public ::testing::Test {
     return ids;
   }
 
-  TempDir dir_;
-  FakeClock clock_;
 };
 
 TEST_F(QueuedJobsTest, FollowsEveryTransitionIntoAndOutOfQueued) {

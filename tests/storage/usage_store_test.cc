@@ -5,22 +5,20 @@
 #include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
-#include "jobspec/jobspec.h"
 #include "storage/cluster_store.h"
 #include "storage/job_store.h"
 #include "storage/schema.h"
 #include "storage/usage_store.h"
-#include "tests/testing/process.h"
+#include "tests/testing/spec_builder.h"
+#include "tests/testing/store_fixture.h"
 
 namespace llamafleet {
 namespace {
 
-using ::llamafleet::testing::TempDir;
-
 // 8 GPUs at 80 per instance-hour: 10 per GPU-hour. A CPU worker: 4 ranks at 1.2 per hour.
 const PriceTable kPricing = {{"p5.48xlarge", 80.0}, {"c7i.8xlarge", 1.2}};
 
-class UsageStoreTest : public ::testing::Test {
+class UsageStoreTest : public testing::StoreTest {
  protected:
   void SetUp() override {
     store_ = Open();
@@ -30,14 +28,6 @@ class UsageStoreTest : public ::testing::Test {
     AddWorker("cpu", "c7i.8xlarge", 0, 4);
     AddWorker("odd", "x1.unpriced", 8, 0);
   }
-  std::unique_ptr<JobStore> Open() {
-    JobStoreOptions o;
-    o.path = dir_.path() + "/coordinator.db";
-    o.clock = &clock_;
-    absl::StatusOr<std::unique_ptr<JobStore>> store = JobStore::Open(o);
-    EXPECT_TRUE(store.ok()) << store.status();
-    return store.ok() ? std::move(*store) : nullptr;
-  }
   void AddWorker(const std::string& name, const std::string& type, int gpus, int cpu_ranks) {
     v1::Inventory inv;
     inv.set_instance_type(type);
@@ -46,16 +36,7 @@ class UsageStoreTest : public ::testing::Test {
     ASSERT_TRUE(store_->WriteAndWait(UpsertWorkerTxn(name, inv, v1::WORKER_READY)).ok());
   }
   int64_t Submit(const std::string& owner, const std::string& queue) {
-    v1::JobSpec spec;
-    spec.set_name("used");
-    spec.set_queue(queue);
-    spec.mutable_model()->set_preset("tiny");
-    spec.mutable_model()->set_tokenizer("/t/tokenizer.model");
-    spec.mutable_data()->set_train_path("/d/train.jsonl");
-    ApplyDefaults(&spec);
-    absl::StatusOr<std::vector<SubmitJobResult>> r = store_->SubmitJobsAndWait({SubmitJobInput{spec, owner, ""}});
-    EXPECT_TRUE(r.ok()) << r.status();
-    return std::stoll((*r)[0].job.id());
+    return SubmitSpec(store_.get(), testing::SpecBuilder("used").Queue(queue).Build(), owner);
   }
   // Places attempt `attempt` of `job` with one task per {worker, ranks}.
   void Start(int64_t job, int attempt, const std::vector<std::pair<std::string, int>>& tasks) {
@@ -93,8 +74,6 @@ class UsageStoreTest : public ::testing::Test {
     return rows.ok() ? *rows : std::vector<v1::UsageRow>{};
   }
 
-  TempDir dir_;
-  FakeClock clock_;
   std::unique_ptr<JobStore> store_;
 };
 
@@ -273,7 +252,7 @@ TEST_F(UsageStoreTest, MigrationToSchemaTenBackfillsEndedAttempts) {
   store_.reset();
   {
     absl::StatusOr<std::unique_ptr<sqlite::Connection>> conn =
-        sqlite::Connection::Open(dir_.path() + "/coordinator.db", false, false);
+        sqlite::Connection::Open(Path(), false, false);
     ASSERT_TRUE(conn.ok()) << conn.status();
     ASSERT_TRUE((*conn)->Exec("DROP TABLE user_identities; DROP TABLE job_evals; DROP TABLE usage_totals;"
                               "ALTER TABLE checkpoints DROP COLUMN eval_loss;"

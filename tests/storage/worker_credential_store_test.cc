@@ -8,44 +8,33 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "jobspec/jobspec.h"
 #include "storage/cluster_store.h"
 #include "storage/job_reads.h"
 #include "storage/schema.h"
 #include "storage/sqlite.h"
-#include "tests/testing/process.h"
+#include "tests/testing/spec_builder.h"
+#include "tests/testing/store_fixture.h"
 
 namespace llamafleet {
 namespace {
 
-class WorkerCredentialStoreTest : public ::testing::Test {
+class WorkerCredentialStoreTest : public testing::StoreTest {
  protected:
   std::unique_ptr<JobStore> Open() {
-    JobStoreOptions o;
-    o.path = dir_.path() + "/coordinator.db";
+    JobStoreOptions o = Options();
     o.synchronous_full = false;
-    absl::StatusOr<std::unique_ptr<JobStore>> store = JobStore::Open(o);
-    EXPECT_TRUE(store.ok()) << store.status();
-    return store.ok() ? std::move(*store) : nullptr;
+    return StoreTest::Open(o);
   }
 
   // A finished job of `owner` with checkpoint.dir `dir` ("" = none); its id.
   int64_t FinishedJob(JobStore* store, const std::string& owner, const std::string& dir) {
-    absl::StatusOr<std::vector<ParsedJob>> parsed = ParseJobDocuments(
-        absl::StrCat("name: t\nmodel: {preset: tiny}\ndata: {train_path: /data/train.jsonl}\n",
-                     dir.empty() ? "" : absl::StrCat("checkpoint: {dir: ", dir, "}\n")));
-    EXPECT_TRUE(parsed.ok()) << parsed.status();
-    v1::JobSpec spec = (*parsed)[0].spec;
-    ApplyDefaults(&spec);
-    absl::StatusOr<std::vector<SubmitJobResult>> r =
-        store->SubmitJobsAndWait({SubmitJobInput{spec, owner, ""}});
-    EXPECT_TRUE(r.ok()) << r.status();
-    const int64_t id = std::stoll((*r)[0].job.id());
+    const int64_t id = SubmitSpec(store, Spec().CheckpointDir(dir).Build(), owner);
     EXPECT_TRUE(store->CancelJobAndWait(id, owner, "test").ok());
     return id;
   }
 
-  testing::TempDir dir_;
+  // The job the suite submits: no tokenizer, data under /data.
+  static testing::SpecBuilder Spec() { return testing::SpecBuilder("t").Tokenizer("").TrainPath("/data/train.jsonl"); }
 };
 
 TEST_F(WorkerCredentialStoreTest, OneJoinTokenMintsAtMostItsCapAndForgettingANameFreesItsPlace) {
@@ -82,12 +71,7 @@ TEST_F(WorkerCredentialStoreTest, ADeletedJobsNamedCheckpointDirIsRecordedWithIt
   EXPECT_EQ((*owners)[0].dir, "/fsx/alice/ck");
   EXPECT_TRUE((*owners)[0].deleted);
   // Refused to another user at submission; its owner may take it again.
-  absl::StatusOr<std::vector<ParsedJob>> parsed = ParseJobDocuments(
-      "name: t\nmodel: {preset: tiny}\ndata: {train_path: /data/train.jsonl}\ncheckpoint: {dir: "
-      "/fsx/alice/ck/x}\n");
-  ASSERT_TRUE(parsed.ok());
-  v1::JobSpec spec = (*parsed)[0].spec;
-  ApplyDefaults(&spec);
+  const v1::JobSpec spec = Spec().CheckpointDir("/fsx/alice/ck/x").WithDefaults();
   absl::StatusOr<std::vector<SubmitJobResult>> bob =
       store->SubmitJobsAndWait({SubmitJobInput{spec, "bob", ""}});
   EXPECT_TRUE(absl::IsFailedPrecondition(bob.status())) << bob.status();
@@ -112,7 +96,7 @@ TEST_F(WorkerCredentialStoreTest,
   store.reset();
   {
     absl::StatusOr<std::unique_ptr<sqlite::Connection>> conn =
-        sqlite::Connection::Open(dir_.path() + "/coordinator.db", false, false);
+        sqlite::Connection::Open(Path(), false, false);
     ASSERT_TRUE(conn.ok()) << conn.status();
     ASSERT_TRUE(
         (*conn)

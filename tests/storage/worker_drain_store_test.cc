@@ -6,22 +6,18 @@
 #include <gtest/gtest.h>
 
 #include "storage/cluster_store.h"
-#include "tests/testing/process.h"
+#include "tests/testing/store_fixture.h"
 
 namespace llamafleet {
 namespace {
 
-class WorkerDrainStoreTest : public ::testing::Test {
+class WorkerDrainStoreTest : public testing::StoreTest {
  protected:
   std::unique_ptr<JobStore> Open() {
-    JobStoreOptions o;
-    o.path = dir_.path() + "/coordinator.db";
+    JobStoreOptions o = Options();
     o.synchronous_full = false;
-    absl::StatusOr<std::unique_ptr<JobStore>> store = JobStore::Open(o);
-    EXPECT_TRUE(store.ok()) << store.status();
-    return store.ok() ? std::move(*store) : nullptr;
+    return StoreTest::Open(o);
   }
-  testing::TempDir dir_;
 };
 
 TEST_F(WorkerDrainStoreTest, OperatorsDrainAndUndrainKnownWorkers) {

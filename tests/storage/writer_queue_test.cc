@@ -14,25 +14,17 @@
 #include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
-#include "jobspec/jobspec.h"
 #include "storage/cluster_store.h"
 #include "storage/job_store.h"
 #include "storage/sqlite.h"
-#include "tests/testing/process.h"
+#include "tests/testing/spec_builder.h"
+#include "tests/testing/store_fixture.h"
 
 namespace llamafleet {
 namespace {
 
-using ::llamafleet::testing::TempDir;
-
 SubmitJobInput Input(const std::string& name) {
-  v1::JobSpec spec;
-  spec.set_name(name);
-  spec.mutable_model()->set_preset("tiny");
-  spec.mutable_model()->set_tokenizer("/t/tokenizer.model");
-  spec.mutable_data()->set_train_path("/d/train.jsonl");
-  ApplyDefaults(&spec);
-  return SubmitJobInput{std::move(spec), "alice", absl::StrCat("key-", name)};
+  return SubmitJobInput{testing::SpecBuilder(name).WithDefaults(), "alice", absl::StrCat("key-", name)};
 }
 
 TxnFunction Start(int64_t id, const std::string& worker) {
@@ -45,16 +37,14 @@ TxnFunction Start(int64_t id, const std::string& worker) {
   return StartAttemptTxn(std::move(a));
 }
 
-class WriterQueueTest : public ::testing::Test {
+class WriterQueueTest : public testing::StoreTest {
  protected:
   std::unique_ptr<JobStore> Open(int max_batch = 1024, int max_background = 256) {
-    JobStoreOptions o;
-    o.path = dir_.path() + "/coordinator.db";
+    JobStoreOptions o = Options();
+    o.clock = Clock::Real();
     o.max_batch = max_batch;
     o.max_background = max_background;
-    absl::StatusOr<std::unique_ptr<JobStore>> store = JobStore::Open(o);
-    EXPECT_TRUE(store.ok()) << store.status();
-    return store.ok() ? std::move(*store) : nullptr;
+    return StoreTest::Open(o);
   }
 
   // Holds the writer inside a transaction until the returned promise is set.
@@ -73,7 +63,6 @@ class WriterQueueTest : public ::testing::Test {
     return release;
   }
 
-  TempDir dir_;
 };
 
 TEST_F(WriterQueueTest, WriteEachIsOneTransactionAndAFailingWriteUndoesOnlyItself) {
@@ -339,7 +328,7 @@ TEST_F(WriterQueueTest, ATransactionThatFailsWholeIsRetriedWriteByWrite) {
   ASSERT_NE(store, nullptr);
   ASSERT_TRUE(store->SubmitJobsAndWait({Input("first")}).ok());
   absl::StatusOr<int64_t> pages = [&]() -> absl::StatusOr<int64_t> {
-    auto conn = sqlite::Connection::Open(dir_.path() + "/coordinator.db", false, false);
+    auto conn = sqlite::Connection::Open(Path(), false, false);
     if (!conn.ok()) return conn.status();
     return (*conn)->QueryInt("PRAGMA page_count");
   }();

@@ -9,14 +9,27 @@
 
 namespace llamafleet::testing {
 
-absl::StatusOr<Coordinator> StartCoordinator(const CoordinatorOptions& options) {
-  std::vector<std::string> argv = {BinaryPath("llamafleet-coordinator"), "--listen", options.listen,
-                                   "--data-dir", options.data_dir};
+std::vector<std::string> CoordinatorArgv(const CoordinatorOptions& options) {
+  std::vector<std::string> argv = {BinaryPath("llamafleet-coordinator")};
+  auto flag = [&](const char* name, const std::string& value) {
+    if (!value.empty()) argv.insert(argv.end(), {name, value});
+  };
+  flag("--config", options.config);
+  flag("--listen", options.listen);
+  flag("--data-dir", options.data_dir);
   if (!options.auth) argv.push_back("--insecure-no-auth");
-  if (!options.join_token.empty()) argv.insert(argv.end(), {"--join-token", options.join_token});
-  for (const std::string& root : options.path_roots) argv.insert(argv.end(), {"--path-root", root});
+  flag("--join-token", options.join_token);
+  for (const std::string& root : options.path_roots) flag("--path-root", root);
+  flag("--log-level", options.log_level);
+  flag("--tls-cert", options.tls_cert);
+  flag("--tls-key", options.tls_key);
   argv.insert(argv.end(), options.flags.begin(), options.flags.end());
-  absl::StatusOr<std::unique_ptr<Subprocess>> p = Subprocess::Start(argv, {}, options.log_path);
+  return argv;
+}
+
+absl::StatusOr<Coordinator> StartCoordinator(const CoordinatorOptions& options) {
+  absl::StatusOr<std::unique_ptr<Subprocess>> p =
+      Subprocess::Start(CoordinatorArgv(options), {}, options.log_path);
   if (!p.ok()) return p.status();
   absl::StatusOr<std::string> address = (*p)->WaitForListening();
   if (!address.ok()) return address.status();

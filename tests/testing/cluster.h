@@ -16,19 +16,27 @@
 namespace llamafleet::testing {
 
 struct CoordinatorOptions {
-  std::string data_dir = {};                 // required
-  std::string listen = "127.0.0.1:0";        // port 0: the kernel picks one
+  std::string data_dir = {};                 // --data-dir unless empty (then config must set it)
+  std::string listen = "127.0.0.1:0";        // port 0: the kernel picks one; "" = none
   bool auth = false;                         // false: --insecure-no-auth
   std::string join_token = {};               // --join-token unless empty
   std::vector<std::string> path_roots = {};  // one --path-root each
   std::vector<std::string> flags = {};       // anything else, e.g. {"--cancel-grace", "2"}
   std::string log_path = {};                 // stderr; "" inherits the test's
+  std::string config = {};                   // --config unless empty
+  std::string log_level = {};                // --log-level unless empty
+  std::string tls_cert = {};                 // --tls-cert and --tls-key unless empty
+  std::string tls_key = {};
 };
 
 struct Coordinator {
   std::unique_ptr<Subprocess> process;
   std::string address = {};  // HOST:PORT it listens on
 };
+
+// The command line StartCoordinator runs, for tests of a coordinator that must refuse to
+// start (run with RunCommand).
+std::vector<std::string> CoordinatorArgv(const CoordinatorOptions& options);
 
 // Starts llamafleet-coordinator and waits until it listens.
 absl::StatusOr<Coordinator> StartCoordinator(const CoordinatorOptions& options);

@@ -2,6 +2,7 @@
 
 #include "absl/time/clock.h"
 #include "jobspec/jobspec.h"
+#include "tests/testing/wait.h"
 
 namespace llamafleet::testing {
 
@@ -14,8 +15,12 @@ ClusterClient::ClusterClient(const std::string& address) {
 absl::StatusOr<std::string> ClusterClient::Submit(const std::string& yaml) {
   absl::StatusOr<std::vector<ParsedJob>> parsed = ParseJobDocuments(yaml);
   if (!parsed.ok()) return parsed.status();
+  return Submit((*parsed)[0].spec);
+}
+
+absl::StatusOr<std::string> ClusterClient::Submit(const v1::JobSpec& spec) {
   v1::SubmitJobRequest req;
-  *req.mutable_spec() = (*parsed)[0].spec;
+  *req.mutable_spec() = spec;
   v1::SubmitJobResponse resp;
   grpc::ClientContext ctx;
   grpc::Status s = jobs_->SubmitJob(&ctx, req, &resp);
@@ -42,6 +47,41 @@ std::vector<v1::Attempt> ClusterClient::Attempts(const std::string& id) {
   return {resp.attempts().begin(), resp.attempts().end()};
 }
 
+absl::StatusOr<v1::Job> ClusterClient::Cancel(const std::string& id) {
+  v1::CancelJobRequest req;
+  req.set_job_id(id);
+  v1::CancelJobResponse resp;
+  grpc::ClientContext ctx;
+  grpc::Status s = jobs_->CancelJob(&ctx, req, &resp);
+  if (!s.ok())
+    return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
+  return resp.job();
+}
+
+std::vector<v1::JobEvent> ClusterClient::Events(const std::string& id) {
+  v1::GetJobEventsRequest req;
+  req.set_job_id(id);
+  v1::GetJobEventsResponse resp;
+  grpc::ClientContext ctx;
+  (void)jobs_->GetJobEvents(&ctx, req, &resp);
+  return {resp.events().begin(), resp.events().end()};
+}
+
+std::vector<v1::Checkpoint> ClusterClient::Checkpoints(const std::string& id) {
+  v1::ListCheckpointsRequest req;
+  req.set_job_id(id);
+  v1::ListCheckpointsResponse resp;
+  grpc::ClientContext ctx;
+  (void)jobs_->ListCheckpoints(&ctx, req, &resp);
+  return {resp.checkpoints().begin(), resp.checkpoints().end()};
+}
+
+size_t ClusterClient::ReadyWorkers() {
+  size_t ready = 0;
+  for (const auto& [name, w] : Workers()) ready += w.state() == v1::WORKER_READY;
+  return ready;
+}
+
 std::map<std::string, v1::WorkerInfo> ClusterClient::Workers() {
   v1::ListWorkersResponse resp;
   grpc::ClientContext ctx;
@@ -55,25 +95,20 @@ std::map<std::string, v1::WorkerInfo> ClusterClient::Workers() {
 v1::Job ClusterClient::WaitFor(const std::string& id,
                                const std::function<bool(const v1::Job&)>& done,
                                absl::Duration timeout) {
-  const absl::Time deadline = absl::Now() + timeout;
-  v1::Job job = Get(id);
-  while (!done(job) && absl::Now() < deadline) {
-    absl::SleepFor(absl::Milliseconds(50));
-    job = Get(id);
-  }
+  v1::Job job;
+  testing::WaitFor([&] { return done(job = Get(id)); }, timeout, absl::Milliseconds(50));
   return job;
 }
 
 bool ClusterClient::WaitForWorkerState(const std::string& name, v1::WorkerState state,
                                        absl::Duration timeout) {
-  const absl::Time deadline = absl::Now() + timeout;
-  while (true) {
-    auto workers = Workers();
-    if (auto it = workers.find(name); it != workers.end() && it->second.state() == state)
-      return true;
-    if (absl::Now() >= deadline) return false;
-    absl::SleepFor(absl::Milliseconds(50));
-  }
+  return testing::WaitFor(
+      [&] {
+        auto workers = Workers();
+        auto it = workers.find(name);
+        return it != workers.end() && it->second.state() == state;
+      },
+      timeout, absl::Milliseconds(50));
 }
 
 }  // namespace llamafleet::testing

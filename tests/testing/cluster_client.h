@@ -26,11 +26,19 @@ class ClusterClient {
 
   // One job from its YAML; its id.
   absl::StatusOr<std::string> Submit(const std::string& yaml);
+  absl::StatusOr<std::string> Submit(const v1::JobSpec& spec);
+  // The job as the cancellation left it.
+  absl::StatusOr<v1::Job> Cancel(const std::string& id);
   // The job as GetJob answers (empty when the call fails).
   v1::Job Get(const std::string& id);
   // Newest first.
   std::vector<v1::Attempt> Attempts(const std::string& id);
+  // Oldest first.
+  std::vector<v1::JobEvent> Events(const std::string& id);
+  std::vector<v1::Checkpoint> Checkpoints(const std::string& id);
   std::map<std::string, v1::WorkerInfo> Workers();
+  // Workers shown READY.
+  size_t ReadyWorkers();
 
   // Reads the job every 50 ms until `done` holds or `timeout` passes; the last job read.
   v1::Job WaitFor(const std::string& id, const std::function<bool(const v1::Job&)>& done,

@@ -17,6 +17,7 @@
 #include "absl/time/clock.h"
 #include "common/byte_size.h"
 #include "tests/testing/process.h"
+#include "tests/testing/wait.h"
 
 namespace llamafleet::worker {
 namespace {
@@ -87,18 +88,17 @@ class TaskRunnerTest : public ::testing::Test {
 // No live (non-zombie) process is left in the group. Zombies of reparented grandchildren
 // may linger until the container's init reaps them; they run nothing.
 bool ProcessGroupGone(pid_t pgid) {
-  for (int attempt = 0; attempt < 100; ++attempt) {
-    bool alive = false;
-    for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
-      std::ifstream stat(entry.path() / "stat");
-      std::string pid, comm, state, ppid, pgrp;
-      if (!(stat >> pid >> comm >> state >> ppid >> pgrp)) continue;
-      if (pgrp == std::to_string(pgid) && state != "Z") alive = true;
-    }
-    if (!alive) return true;
-    absl::SleepFor(absl::Milliseconds(20));
-  }
-  return false;
+  return testing::WaitFor(
+      [&] {
+        for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+          std::ifstream stat(entry.path() / "stat");
+          std::string pid, comm, state, ppid, pgrp;
+          if (!(stat >> pid >> comm >> state >> ppid >> pgrp)) continue;
+          if (pgrp == std::to_string(pgid) && state != "Z") return false;
+        }
+        return true;
+      },
+      absl::Seconds(2));
 }
 
 TEST_F(TaskRunnerTest, RanksGetTorchrunEnvironmentAndTheSpec) {
@@ -166,7 +166,7 @@ TEST_F(TaskRunnerTest, StopIsSigtermThenSigkillAndLeavesNothing) {
   auto runner = TaskRunner::Start(Launch("trap '' TERM; sleep 300 & echo started; wait"),
                                   &recorder_, absl::Seconds(2));
   ASSERT_TRUE(runner.ok());
-  while (!recorder_.HasLine("started")) absl::SleepFor(absl::Milliseconds(20));
+  ASSERT_TRUE(testing::WaitFor([&] { return recorder_.HasLine("started"); }, absl::Seconds(10)));
   const absl::Time start = absl::Now();
   (*runner)->Stop(absl::Milliseconds(500), "cancelled by alice");
   ASSERT_TRUE(recorder_.WaitDone(absl::Seconds(10)));

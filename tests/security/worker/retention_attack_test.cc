@@ -20,6 +20,7 @@
 #include "llamafleet/v1/job.grpc.pb.h"
 #include "tests/testing/cluster.h"
 #include "tests/testing/process.h"
+#include "tests/testing/wait.h"
 
 namespace llamafleet {
 namespace {
@@ -94,17 +95,19 @@ class RetentionAttackTest : public ::testing::Test {
     grpc::Status s = jobs_->SubmitJob(&ctx, req, &resp);
     EXPECT_TRUE(s.ok()) << s.error_message();
     v1::Job job;
-    const absl::Time deadline = absl::Now() + absl::Seconds(40);
-    while (absl::Now() < deadline) {
-      v1::GetJobRequest get;
-      get.set_job_id(resp.job().id());
-      grpc::ClientContext c;
-      job = v1::Job();
-      (void)jobs_->GetJob(&c, get, &job);
-      if (job.state() == v1::SUCCEEDED || job.state() == v1::FAILED) break;
-      absl::SleepFor(absl::Milliseconds(100));
-    }
-    absl::SleepFor(absl::Milliseconds(500));  // retention runs off the loop
+    testing::WaitFor(
+        [&] {
+          v1::GetJobRequest get;
+          get.set_job_id(resp.job().id());
+          grpc::ClientContext c;
+          job = v1::Job();
+          (void)jobs_->GetJob(&c, get, &job);
+          return job.state() == v1::SUCCEEDED || job.state() == v1::FAILED;
+        },
+        absl::Seconds(40), absl::Milliseconds(100));
+    // Retention runs off the loop, after the end; the attacks check that it removed nothing
+    // it must not, so there is no state to poll for.
+    absl::SleepFor(absl::Milliseconds(500));
     return job;
   }
 

@@ -24,6 +24,7 @@
 #include "tests/testing/cluster.h"
 #include "tests/testing/cluster_client.h"
 #include "tests/testing/process.h"
+#include "tests/testing/wait.h"
 
 namespace llamafleet {
 namespace {
@@ -106,12 +107,9 @@ class SessionReplayTest : public ::testing::Test {
   }
 
   bool WaitForLog(const std::string& process, const std::string& text, absl::Duration timeout) {
-    const absl::Time deadline = absl::Now() + timeout;
-    while (absl::Now() < deadline) {
-      if (absl::StrContains(ReadFile(dir_.path() + "/" + process + ".log"), text)) return true;
-      absl::SleepFor(absl::Milliseconds(50));
-    }
-    return false;
+    return testing::WaitFor(
+        [&] { return absl::StrContains(ReadFile(dir_.path() + "/" + process + ".log"), text); }, timeout,
+        absl::Milliseconds(50));
   }
 
   std::string Submit(const std::string& extra_yaml) {
@@ -145,7 +143,7 @@ class SessionReplayTest : public ::testing::Test {
 
   pid_t TrainerPid(const std::string& id, int attempt) {
     const std::string path = TaskFile(id, attempt, ".pid");
-    for (int i = 0; i < 100 && ReadFile(path).empty(); ++i) absl::SleepFor(absl::Milliseconds(50));
+    testing::WaitFor([&] { return !ReadFile(path).empty(); }, absl::Seconds(5), absl::Milliseconds(50));
     return static_cast<pid_t>(std::atoi(ReadFile(path).c_str()));
   }
 
@@ -219,7 +217,7 @@ TEST_F(SessionReplayTest, ASecondProcessWithACopiedCredentialIsRefusedAndTheJobR
     const grpc::Status refused = session->Finish();
     EXPECT_EQ(refused.error_code(), grpc::StatusCode::ALREADY_EXISTS) << refused.error_message();
   }
-  absl::SleepFor(absl::Milliseconds(500));
+  absl::SleepFor(absl::Milliseconds(500));  // time for a wrong restart to show: none may
   v1::Job job = cluster_->Get(id);
   EXPECT_EQ(job.state(), v1::RUNNING) << job.status_reason();
   EXPECT_EQ(job.attempts(), 1);
@@ -264,12 +262,11 @@ TEST_F(SessionReplayTest, AThiefHoldingTheNameLeavesNoOrphanTrainerAndTheJobRest
   processes_["victim"]->Signal(SIGCONT);
   ASSERT_TRUE(
       WaitForLog("victim", "already has a live session from another process", absl::Seconds(20)));
-  const absl::Time deadline = absl::Now() + absl::Seconds(5);
-  while (Alive(trainer) && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(50));
+  testing::WaitFor([&] { return !Alive(trainer); }, absl::Seconds(5), absl::Milliseconds(50));
   EXPECT_FALSE(Alive(trainer)) << "a trainer no session holds is still running";
   EXPECT_TRUE(WaitForLog("victim", "no session holds it", absl::Seconds(1)));
   const size_t written = ReadFile(TaskFile(id, 1, ".steps")).size();
-  absl::SleepFor(absl::Milliseconds(500));
+  absl::SleepFor(absl::Milliseconds(500));  // time for an orphan to write: none may
   EXPECT_EQ(ReadFile(TaskFile(id, 1, ".steps")).size(), written) << "the orphan keeps writing";
 
   job = cluster_->WaitFor(

@@ -29,6 +29,7 @@
 #include "llamafleet/v1/job.grpc.pb.h"
 #include "tests/testing/cluster.h"
 #include "tests/testing/process.h"
+#include "tests/testing/wait.h"
 #include "worker/run_as.h"
 
 namespace llamafleet {
@@ -158,17 +159,17 @@ class UserSeparationTest : public ::testing::Test {
     grpc::Status s = jobs_->SubmitJob(&ctx, req, &resp);
     EXPECT_TRUE(s.ok()) << user << ": " << s.error_message();
     v1::Job job;
-    const absl::Time deadline = absl::Now() + absl::Seconds(60);
-    while (absl::Now() < deadline) {
-      v1::GetJobRequest get;
-      get.set_job_id(resp.job().id());
-      grpc::ClientContext c;
-      c.AddMetadata("authorization", "Bearer " + tokens_[user]);
-      job = v1::Job();
-      (void)jobs_->GetJob(&c, get, &job);
-      if (job.state() == v1::SUCCEEDED || job.state() == v1::FAILED || job.state() == v1::CANCELLED) break;
-      absl::SleepFor(absl::Milliseconds(100));
-    }
+    testing::WaitFor(
+        [&] {
+          v1::GetJobRequest get;
+          get.set_job_id(resp.job().id());
+          grpc::ClientContext c;
+          c.AddMetadata("authorization", "Bearer " + tokens_[user]);
+          job = v1::Job();
+          (void)jobs_->GetJob(&c, get, &job);
+          return job.state() == v1::SUCCEEDED || job.state() == v1::FAILED || job.state() == v1::CANCELLED;
+        },
+        absl::Seconds(60), absl::Milliseconds(100));
     return job;
   }
 

@@ -24,7 +24,9 @@
 #include "absl/time/clock.h"
 #include "llamafleet/v1/worker.grpc.pb.h"
 #include "server/cluster/cluster_manager.h"
+#include "tests/testing/cluster.h"
 #include "tests/testing/process.h"
+#include "tests/testing/wait.h"
 #include "worker/path_guard.h"
 #include "worker/run_as.h"
 #include "worker/token_cache_dir.h"
@@ -567,15 +569,13 @@ TEST_F(WorkerSecurityTest, TrainerEnvironmentKeepsOnlyWhatATrainerNeeds) {
 class WorkerIdentityTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto p = Subprocess::Start({BinaryPath("llamafleet-coordinator"), "--listen", "127.0.0.1:0",
-                                "--insecure-no-auth", "--data-dir", dir_.path() + "/coord",
-                                "--join-token-file", TokenFile()},
-                               {}, dir_.path() + "/coordinator.log");
-    ASSERT_TRUE(p.ok());
-    coordinator_ = std::move(*p);
-    absl::StatusOr<std::string> addr = coordinator_->WaitForListening();
-    ASSERT_TRUE(addr.ok()) << addr.status();
-    address_ = *addr;
+    absl::StatusOr<testing::Coordinator> c =
+        testing::StartCoordinator({.data_dir = dir_.path() + "/coord",
+                                   .flags = {"--join-token-file", TokenFile()},
+                                   .log_path = dir_.path() + "/coordinator.log"});
+    ASSERT_TRUE(c.ok()) << c.status();
+    coordinator_ = std::move(c->process);
+    address_ = c->address;
   }
   std::string TokenFile() {
     const std::string path = dir_.path() + "/join-token";
@@ -594,12 +594,8 @@ class WorkerIdentityTest : public ::testing::Test {
     return p.ok() ? std::move(*p) : nullptr;
   }
   bool WaitForLog(const std::string& file, const std::string& needle, absl::Duration timeout) {
-    const absl::Time deadline = absl::Now() + timeout;
-    while (absl::Now() < deadline) {
-      if (ReadFile(file).find(needle) != std::string::npos) return true;
-      absl::SleepFor(absl::Milliseconds(50));
-    }
-    return false;
+    return testing::WaitFor([&] { return ReadFile(file).find(needle) != std::string::npos; }, timeout,
+                            absl::Milliseconds(50));
   }
   void TearDown() override {
     if (HasFailure()) {
@@ -632,7 +628,7 @@ TEST_F(WorkerIdentityTest, ANameIsBoundToTheCredentialOfItsFirstJoinUntilAnAdmin
   EXPECT_NE(b->err.find("worker name 'node-a' is already registered"), std::string::npos) << b->err;
   EXPECT_NE(b->err.find("llamafleet-coordinator worker forget node-a --data-dir"), std::string::npos);
   EXPECT_FALSE(fs::exists(dir_.path() + "/b/worker-credential"));
-  absl::SleepFor(absl::Milliseconds(500));
+  absl::SleepFor(absl::Milliseconds(500));  // time for a disturbance to show: none may
   EXPECT_EQ(ReadFile(dir_.path() + "/a.log").find("session with"), std::string::npos)
       << "the first worker's session was disturbed";
   EXPECT_EQ(ReadFile(dir_.path() + "/coordinator.log").find("replaced by a newer session"),
