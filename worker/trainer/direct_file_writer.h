@@ -63,7 +63,7 @@ class DirectFileWriter {
   std::function<void(const void*, size_t)> on_bytes_;
 };
 
-// Page-aligned host memory (anonymous mmap, transparent huge pages advised), for data that
+// Page-aligned host memory (an anonymous mapping), for data that
 // DirectFileWriter::AppendInPlace writes without a copy. Kept and reused: Reserve() maps
 // anew only to grow, and the contents are then undefined.
 class PageAlignedBuffer {
