@@ -8,6 +8,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "grpcpp/grpcpp.h"
+#include "jobspec/grpc_status.h"
 
 namespace llamafleet {
 namespace {
@@ -103,10 +104,11 @@ absl::Status Client::Convert(const grpc::Status& status, absl::Duration timeout)
         never_connected ? "cannot reach coordinator at " : "no answer from coordinator at ",
         options_.address, " within ", absl::FormatDuration(timeout), " (--timeout)"));
   }
-  std::string message = status.error_message();
-  if (message.empty())
-    message = absl::StatusCodeToString(static_cast<absl::StatusCode>(status.error_code()));
-  return absl::Status(static_cast<absl::StatusCode>(status.error_code()), message);
+  if (status.error_message().empty()) {
+    const auto code = static_cast<absl::StatusCode>(status.error_code());
+    return absl::Status(code, absl::StatusCodeToString(code));
+  }
+  return FromGrpcStatus(status);  // with the coordinator's field violations
 }
 
 absl::StatusOr<v1::SubmitJobResponse> Client::SubmitJob(const v1::SubmitJobRequest& request) {

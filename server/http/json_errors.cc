@@ -8,6 +8,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "jobspec/grpc_status.h"
 #include "jobspec/jobspec.h"
 #include "nlohmann/json.hpp"
 
@@ -65,18 +66,7 @@ Response CodeError(int code, absl::string_view message,
 
 }  // namespace
 
-absl::Status FromGrpc(const grpc::Status& status) {
-  std::vector<v1::FieldViolation> violations;
-  v1::ErrorDetails details;
-  if (!status.error_details().empty() && details.ParseFromString(status.error_details())) {
-    violations.assign(details.field_violations().begin(), details.field_violations().end());
-  }
-  return WithFieldViolations(
-      absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message()),
-      violations);
-}
-
-Response GrpcError(const grpc::Status& status) { return StatusError(FromGrpc(status)); }
+Response GrpcError(const grpc::Status& status) { return StatusError(FromGrpcStatus(status)); }
 
 Response StatusError(const absl::Status& status) {
   return CodeError(static_cast<int>(status.code()), status.message(), FieldViolationsOf(status));

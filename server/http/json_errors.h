@@ -28,10 +28,7 @@ Response ErrorResponse(int http_status, absl::string_view status, absl::string_v
 // The HTTP status for a gRPC code (INVALID_ARGUMENT 400, UNAUTHENTICATED 401, ...).
 int HttpStatusFor(grpc::StatusCode code);
 
-// A gRPC status as an absl::Status, the services' llamafleet.v1.ErrorDetails (status
-// details) as its field violations (FieldViolationsOf).
-absl::Status FromGrpc(const grpc::Status& status);
-// A gRPC status as the error shape: FromGrpc, then StatusError.
+// A gRPC status as the error shape: FromGrpcStatus (jobspec/grpc_status.h), then StatusError.
 Response GrpcError(const grpc::Status& status);
 // An absl::Status as the error shape; its FieldViolationsOf payload (jobspec.h) becomes
 // field_violations.
