@@ -41,6 +41,9 @@ Response UnsupportedType(const Request& http, bool yaml_too);
 
 Response JsonResponse(const google::protobuf::Message& message,
                       boost::beast::http::status status = boost::beast::http::status::ok);
+// `body` with its Content-Type.
+Response BodyResponse(boost::beast::http::status status, absl::string_view content_type,
+                      std::string body);
 // Strict: unknown fields are refused, each named in the status's field violations by its
 // path in the body ("spec.trainin", "jobs[1].spec.x"). A body of more than kMaxYamlNodes
 // JSON values (jobspec.h) is refused before anything is built from it.
