@@ -166,11 +166,7 @@ absl::Status RevokeApiToken(JobStore* store, int64_t id) {
     if (!q.ok()) return q.status();
     (*q)->Bind(1, id);
     if (absl::Status r = (*q)->Run(); !r.ok()) return r;
-    absl::StatusOr<sqlite::Statement*> c = txn.Statement("SELECT changes()");
-    if (!c.ok()) return c.status();
-    absl::StatusOr<bool> row = (*c)->Step();
-    if (!row.ok()) return row.status();
-    found = *row && (*c)->ColumnInt(0) > 0;
+    found = txn.Changes() > 0;
     return absl::OkStatus();
   });
   if (!s.ok()) return s;

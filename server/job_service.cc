@@ -84,18 +84,6 @@ void ReduceToBasicView(v1::Job* job) {
 
 }  // namespace
 
-grpc::Status ToGrpcStatus(const absl::Status& status) {
-  if (status.ok()) return grpc::Status::OK;
-  const std::vector<v1::FieldViolation> violations = FieldViolationsOf(status);
-  if (!violations.empty()) {
-    v1::ErrorDetails details;
-    for (const v1::FieldViolation& v : violations) *details.add_field_violations() = v;
-    return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()),
-                        details.SerializeAsString());
-  }
-  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
-}
-
 JobServiceImpl::JobServiceImpl(JobStore* store, const Authenticator* auth)
     : store_(store),
       own_auth_(auth == nullptr ? std::make_unique<Authenticator>(store, /*enabled=*/false) : nullptr),

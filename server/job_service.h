@@ -9,6 +9,7 @@
 #include <set>
 
 #include "absl/base/thread_annotations.h"
+#include "jobspec/grpc_status.h"
 #include "llamafleet/v1/job.grpc.pb.h"
 #include "server/auth.h"
 #include "server/cluster/cluster_manager.h"
@@ -22,9 +23,6 @@ namespace llamafleet {
 
 class StreamLimits;
 class UserIdentities;
-
-// Converts at the transport boundary.
-grpc::Status ToGrpcStatus(const absl::Status& status);
 
 // JobService over the gRPC callback API. Validation happens here, before anything
 // reaches the store; answers are sent from the store's commit callbacks, so a client

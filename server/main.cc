@@ -33,6 +33,21 @@ int Fail(const std::string& message) {
   return 1;
 }
 
+// The coordinator database in `data_dir`; with `create`, made (and its directory) when
+// missing.
+absl::StatusOr<std::unique_ptr<llamafleet::JobStore>> OpenStore(const std::string& data_dir, bool create) {
+  const std::string db = data_dir + "/coordinator.db";
+  std::error_code ec;
+  if (create) std::filesystem::create_directories(data_dir, ec);
+  if (ec) return absl::InternalError(absl::StrCat("cannot create data dir ", data_dir, ": ", ec.message()));
+  if (!create && !std::filesystem::exists(db)) {
+    return absl::NotFoundError(absl::StrCat("no coordinator database in ", data_dir));
+  }
+  llamafleet::JobStoreOptions options;
+  options.path = db;
+  return llamafleet::JobStore::Open(options);
+}
+
 // The `token` subcommands. Exit 0 on success, 1 on failure with one error line.
 int RunTokenCommand(const std::string& command, const std::string& data_dir, const std::string& user,
                     const std::string& role_name, int64_t id) {
@@ -46,16 +61,7 @@ int RunTokenCommand(const std::string& command, const std::string& data_dir, con
     }
     role = *parsed;
   }
-  std::error_code ec;
-  if (command == "create") std::filesystem::create_directories(data_dir, ec);
-  if (ec) return Fail(absl::StrCat("cannot create data dir ", data_dir, ": ", ec.message()));
-  const std::string db = data_dir + "/coordinator.db";
-  if (command != "create" && !std::filesystem::exists(db)) {
-    return Fail(absl::StrCat("no coordinator database in ", data_dir));
-  }
-  llamafleet::JobStoreOptions options;
-  options.path = db;
-  absl::StatusOr<std::unique_ptr<llamafleet::JobStore>> store = llamafleet::JobStore::Open(options);
+  absl::StatusOr<std::unique_ptr<llamafleet::JobStore>> store = OpenStore(data_dir, command == "create");
   if (!store.ok()) return Fail(std::string(store.status().message()));
   if (command == "create") {
     absl::StatusOr<std::string> token = llamafleet::CreateApiToken(store->get(), user, role);
@@ -86,47 +92,31 @@ int RunTokenCommand(const std::string& command, const std::string& data_dir, con
   return 0;
 }
 
-// `worker forget NAME`: releases a worker name, so that the next worker joining under it
-// (with the join token) gets a new credential. Works while the coordinator runs: hellos
-// read the table each time. Exit 0 on success, 1 on failure with one error line.
-int RunWorkerForget(const std::string& data_dir, const std::string& name) {
-  const std::string db = data_dir + "/coordinator.db";
-  if (!std::filesystem::exists(db)) return Fail(absl::StrCat("no coordinator database in ", data_dir));
-  llamafleet::JobStoreOptions options;
-  options.path = db;
-  absl::StatusOr<std::unique_ptr<llamafleet::JobStore>> store = llamafleet::JobStore::Open(options);
+// The `worker` subcommands, rows a running coordinator reads as they change. `forget NAME`
+// releases a worker name, so that the next worker joining under it (with the join token)
+// gets a new credential; `drain NAME --reason TEXT` / `undrain NAME` set worker_drains,
+// read every second (its attempts on a drained worker restart elsewhere without using a
+// restart). Exit 0 on success, 1 with one error line.
+int RunWorkerCommand(const std::string& command, const std::string& data_dir, const std::string& name,
+                     const std::string& reason) {
+  absl::StatusOr<std::unique_ptr<llamafleet::JobStore>> store = OpenStore(data_dir, false);
   if (!store.ok()) return Fail(std::string(store.status().message()));
-  if (absl::Status s = llamafleet::ForgetWorkerCredential(store->get(), name); !s.ok()) {
-    return Fail(std::string(s.message()));
-  }
-  std::fprintf(stderr,
-               "released worker name %s: the next worker to join under it with the join token "
-               "gets a new credential\n",
-               name.c_str());
-  return 0;
-}
-
-// `worker drain NAME --reason TEXT` / `worker undrain NAME`: rows of worker_drains, which a
-// running coordinator reads every second (its attempts on a drained worker restart
-// elsewhere without using a restart). Exit 0 on success, 1 with one error line.
-int RunWorkerDrain(const std::string& data_dir, const std::string& name, bool drain,
-                   const std::string& reason) {
-  const std::string db = data_dir + "/coordinator.db";
-  if (!std::filesystem::exists(db)) return Fail(absl::StrCat("no coordinator database in ", data_dir));
-  llamafleet::JobStoreOptions options;
-  options.path = db;
-  absl::StatusOr<std::unique_ptr<llamafleet::JobStore>> store = llamafleet::JobStore::Open(options);
-  if (!store.ok()) return Fail(std::string(store.status().message()));
-  absl::Status s = drain ? llamafleet::DrainWorker(store->get(), name, reason)
-                         : llamafleet::UndrainWorker(store->get(), name);
+  absl::Status s = command == "drain"     ? llamafleet::DrainWorker(store->get(), name, reason)
+                   : command == "undrain" ? llamafleet::UndrainWorker(store->get(), name)
+                                          : llamafleet::ForgetWorkerCredential(store->get(), name);
   if (!s.ok()) return Fail(std::string(s.message()));
-  if (drain) {
+  if (command == "drain") {
     std::fprintf(stderr,
                  "drained worker %s: no new placements; its running attempts restart elsewhere "
                  "without using a restart\n",
                  name.c_str());
-  } else {
+  } else if (command == "undrain") {
     std::fprintf(stderr, "undrained worker %s: it takes placements again\n", name.c_str());
+  } else {
+    std::fprintf(stderr,
+                 "released worker name %s: the next worker to join under it with the join token "
+                 "gets a new credential\n",
+                 name.c_str());
   }
   return 0;
 }
@@ -263,9 +253,8 @@ int main(int argc, char** argv) {
 
   if (worker_cmd->parsed()) {
     spdlog::set_level(spdlog::level::warn);
-    if (worker_drain->parsed()) return RunWorkerDrain(worker_dir, worker_name, true, drain_reason);
-    if (worker_undrain->parsed()) return RunWorkerDrain(worker_dir, worker_name, false, drain_reason);
-    return RunWorkerForget(worker_dir, worker_name);
+    return RunWorkerCommand(worker_drain->parsed() ? "drain" : worker_undrain->parsed() ? "undrain" : "forget",
+                            worker_dir, worker_name, drain_reason);
   }
   if (token_cmd->parsed()) {
     spdlog::set_level(spdlog::level::warn);
@@ -482,7 +471,6 @@ int main(int argc, char** argv) {
       if (absl::Status s = llamafleet::ValidateWebhookUrl(url); !s.ok()) return Fail(std::string(s.message()));
     }
   }
-  spdlog::set_level(spdlog::level::from_str(log_level));
   spdlog::set_default_logger(spdlog::stderr_color_mt("coordinator"));
   spdlog::set_level(spdlog::level::from_str(log_level));
 

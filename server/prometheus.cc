@@ -215,13 +215,6 @@ Histogram::Snapshot Histogram::Snap() const {
   return s;
 }
 
-std::vector<double> ExponentialBuckets(double base, double factor, int count) {
-  std::vector<double> out;
-  double v = base;
-  for (int i = 0; i < count; ++i, v *= factor) out.push_back(v);
-  return out;
-}
-
 // ---------------------------------------------------------------------------
 // Exposition
 // ---------------------------------------------------------------------------

@@ -80,9 +80,6 @@ class Histogram {
   std::atomic<double> sum_{0};
 };
 
-// Bucket bounds base * factor^i, i = 0..count-1.
-std::vector<double> ExponentialBuckets(double base, double factor, int count);
-
 // One scrape's worth of samples, rendered as text. HELP and TYPE are written once per
 // family, before its first sample; families keep the order they were declared in.
 // Series are unique: a second sample with the same name and labels is dropped, as are

@@ -40,13 +40,6 @@ std::vector<std::pair<std::string, std::string*>> PathFields(v1::JobSpec* spec) 
 
 }  // namespace
 
-const std::vector<std::string>& PathFieldNames() {
-  static const auto* names = new std::vector<std::string>{
-      "model.path",      "model.tokenizer", "data.train_path",  "data.eval_path",
-      "checkpoint.dir",  "checkpoint.resume", "output.export_dir", "peft.adapter_path"};
-  return *names;
-}
-
 std::optional<std::string> NormalizeAbsolutePath(absl::string_view path) {
   if (path.empty() || path[0] != '/') return std::nullopt;
   std::vector<absl::string_view> parts;

@@ -38,9 +38,6 @@ struct SubmitPolicy {
   int64_t max_active_jobs_per_user = 10000;
 };
 
-// The path fields of a JobSpec, as field paths ("output.export_dir").
-const std::vector<std::string>& PathFieldNames();
-
 // "/a/./b/../c//" → "/a/c": '.' and '..' resolved lexically ('..' above "/" stays at "/"),
 // repeated and trailing '/' removed. nullopt for a relative or empty path.
 std::optional<std::string> NormalizeAbsolutePath(absl::string_view path);

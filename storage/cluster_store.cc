@@ -548,25 +548,6 @@ absl::StatusOr<std::vector<v1::Attempt>> ListAttempts(JobStore& store, int64_t j
   return out;
 }
 
-absl::StatusOr<std::vector<WorkerRecord>> ListWorkerRecords(JobStore& store) {
-  std::vector<WorkerRecord> out;
-  absl::Status s = store.Read([&](sqlite::Connection& conn) {
-    return Query(conn, "SELECT name, inventory, state, last_seen_us FROM workers ORDER BY name",
-                 [](sqlite::Statement&) {},
-                 [&](sqlite::Statement& row) {
-                   WorkerRecord w;
-                   w.name = row.ColumnText(0);
-                   (void)w.inventory.ParseFromString(row.ColumnText(1));
-                   w.state = static_cast<v1::WorkerState>(row.ColumnInt(2));
-                   w.last_seen = absl::FromUnixMicros(row.ColumnInt(3));
-                   out.push_back(std::move(w));
-                   return absl::OkStatus();
-                 });
-  });
-  if (!s.ok()) return s;
-  return out;
-}
-
 absl::StatusOr<std::map<std::string, int64_t>> CountAttemptFailures(JobStore& store) {
   std::map<std::string, int64_t> out;
   absl::Status s = store.Read([&](sqlite::Connection& conn) {

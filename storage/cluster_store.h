@@ -130,13 +130,6 @@ absl::StatusOr<std::vector<v1::Checkpoint>> ListCheckpoints(JobStore& store, int
 // one's: AddActiveAttemptUsage, storage/usage_store.h). An unknown job
 // has no attempts (callers that must tell it apart check the job first).
 absl::StatusOr<std::vector<v1::Attempt>> ListAttempts(JobStore& store, int64_t job_id);
-struct WorkerRecord {
-  std::string name;
-  v1::Inventory inventory;
-  v1::WorkerState state = v1::WORKER_STATE_UNSPECIFIED;
-  absl::Time last_seen;
-};
-absl::StatusOr<std::vector<WorkerRecord>> ListWorkerRecords(JobStore& store);
 // Attempts that ended with a failure class ("retryable", "node_fault", "permanent",
 // "deadline", "preempted"), counted per class. Jobs deleted by ttl_after_finished take
 // their attempts with them.

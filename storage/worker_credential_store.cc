@@ -6,15 +6,6 @@
 namespace llamafleet {
 namespace {
 
-// Rows changed by the last statement of `txn`.
-absl::StatusOr<int64_t> Changes(Txn& txn) {
-  absl::StatusOr<sqlite::Statement*> c = txn.Statement("SELECT changes()");
-  if (!c.ok()) return c.status();
-  absl::StatusOr<bool> row = (*c)->Step();
-  if (!row.ok()) return row.status();
-  return *row ? (*c)->ColumnInt(0) : 0;
-}
-
 // The names a join token minted: its own rows and those from before the token was recorded.
 constexpr char kCountMinted[] =
     "SELECT COUNT(*) FROM worker_credentials WHERE join_token_sha256 = ?1 OR join_token_sha256 = ''";
@@ -59,9 +50,7 @@ absl::Status InsertWorkerCredential(JobStore* store, const std::string& name, co
     if (!q.ok()) return q.status();
     (*q)->Bind(1, name).Bind(2, sha256).Bind(3, txn.NowMicros()).Bind(4, join_token_sha256);
     if (absl::Status r = (*q)->Run(); !r.ok()) return r;
-    absl::StatusOr<int64_t> changed = Changes(txn);
-    if (!changed.ok()) return changed.status();
-    inserted = *changed > 0;
+    inserted = txn.Changes() > 0;
     return absl::OkStatus();
   });
   if (!s.ok()) return s;
@@ -95,9 +84,7 @@ absl::Status ForgetWorkerCredential(JobStore* store, const std::string& name) {
     if (!q.ok()) return q.status();
     (*q)->Bind(1, name);
     if (absl::Status r = (*q)->Run(); !r.ok()) return r;
-    absl::StatusOr<int64_t> changed = Changes(txn);
-    if (!changed.ok()) return changed.status();
-    found = *changed > 0;
+    found = txn.Changes() > 0;
     return absl::OkStatus();
   });
   if (!s.ok()) return s;

@@ -6,14 +6,6 @@
 namespace llamafleet {
 namespace {
 
-absl::StatusOr<int64_t> Changes(Txn& txn) {
-  absl::StatusOr<sqlite::Statement*> c = txn.Statement("SELECT changes()");
-  if (!c.ok()) return c.status();
-  absl::StatusOr<bool> row = (*c)->Step();
-  if (!row.ok()) return row.status();
-  return *row ? (*c)->ColumnInt(0) : 0;
-}
-
 absl::Status Upsert(Txn& txn, const WorkerDrainRecord& r) {
   absl::StatusOr<sqlite::Statement*> q = txn.Statement(
       "INSERT INTO worker_drains (name, reason, source, since_us) VALUES (?1, ?2, ?3, ?4) "
@@ -86,9 +78,7 @@ absl::Status UndrainWorker(JobStore* store, const std::string& name) {
   bool found = false;
   absl::Status s = store->WriteAndWait([&](Txn& txn) -> absl::Status {
     if (absl::Status d = ClearWorkerDrainTxn(name, "")(txn); !d.ok()) return d;
-    absl::StatusOr<int64_t> changed = Changes(txn);
-    if (!changed.ok()) return changed.status();
-    found = *changed > 0;
+    found = txn.Changes() > 0;
     return absl::OkStatus();
   });
   if (!s.ok()) return s;

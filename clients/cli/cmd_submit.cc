@@ -77,14 +77,12 @@ absl::StatusOr<std::vector<std::string>> ExpandJobFiles(const std::vector<std::s
 // `sources` names each job's file and field positions, for "<file>:<line>:" prefixes.
 absl::Status SubmitError(const absl::Status& status, const std::vector<std::string>& documents,
                          const std::vector<JobSource>& sources) {
-  const absl::string_view message = status.message();
-  if (status.code() != absl::StatusCode::kInvalidArgument ||
-      !(absl::StartsWith(message, "spec.") || absl::StartsWith(message, "jobs["))) {
+  const std::vector<v1::FieldViolation> violations = FieldViolationsOf(status);
+  if (status.code() != absl::StatusCode::kInvalidArgument || violations.empty()) {
     return status;  // not about the spec (e.g. a malformed --user)
   }
   return absl::InvalidArgumentError(
-      absl::StrCat("invalid job spec: ",
-                   SpecErrorsForFile(std::string(status.message()), documents, sources)));
+      absl::StrCat("invalid job spec: ", SpecErrorsForFile(violations, documents, sources)));
 }
 
 void PrintSubmitted(const Context& ctx, const v1::SubmitJobsResponse& response, bool dry_run) {

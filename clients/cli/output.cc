@@ -542,42 +542,37 @@ std::string DescribeJob(const v1::Job& job, const std::vector<v1::JobEvent>& eve
   return out;
 }
 
-std::string SpecErrorsForFile(const std::string& server_message,
+std::string SpecErrorsForFile(const std::vector<v1::FieldViolation>& violations,
                               const std::vector<std::string>& documents,
                               const std::vector<JobSource>& sources) {
-  // "<file>:<line>: " when the violation's field (the part's first word) is placed.
-  auto placed = [&sources](size_t index, absl::string_view violation) -> std::string {
-    if (index >= sources.size()) return "";
-    const absl::string_view field = violation.substr(0, violation.find(' '));
-    const SourcePosition at = sources[index].positions.Find(field);
-    if (at.line <= 0) return "";
-    return absl::StrCat(sources[index].file, ":", at.line, ": ");
-  };
   std::vector<std::string> parts;
-  for (absl::string_view part : absl::StrSplit(server_message, "; ")) {
-    absl::string_view rest = part;
-    if (absl::ConsumePrefix(&rest, "spec.")) {
-      parts.push_back(absl::StrCat(placed(0, rest), rest));
-      continue;
-    }
-    // jobs[N].spec.field or jobs[N].idempotency_key
+  for (const v1::FieldViolation& v : violations) {
+    // "spec.F" (one job), "jobs[N].spec.F" or "jobs[N].idempotency_key" (a batch).
+    absl::string_view field = v.field();
     int index = 0;
-    absl::string_view probe = part;
-    const size_t close = probe.find("].");
-    if (absl::ConsumePrefix(&probe, "jobs[") && close != absl::string_view::npos &&
-        absl::SimpleAtoi(part.substr(5, close - 5), &index)) {
-      absl::string_view field = part.substr(close + 2);
-      const bool in_spec = absl::ConsumePrefix(&field, "spec.");
-      if (std::string at = in_spec && index >= 0 ? placed(index, field) : ""; !at.empty()) {
-        parts.push_back(absl::StrCat(at, field));
-      } else if (index >= 0 && static_cast<size_t>(index) < documents.size()) {
-        parts.push_back(absl::StrCat(documents[index], ": ", field));
-      } else {
-        parts.push_back(absl::StrCat("document ", index + 1, ": ", field));
+    const bool batch = absl::ConsumePrefix(&field, "jobs[");
+    if (batch) {
+      const size_t close = field.find("].");
+      if (close == absl::string_view::npos || !absl::SimpleAtoi(field.substr(0, close), &index) ||
+          index < 0) {
+        parts.push_back(absl::StrCat(v.field(), " ", v.description()));
+        continue;
       }
-      continue;
+      field.remove_prefix(close + 2);
     }
-    parts.emplace_back(part);
+    const bool in_spec = absl::ConsumePrefix(&field, "spec.");
+    const std::string rule = absl::StrCat(field, " ", v.description());
+    const size_t i = static_cast<size_t>(index);
+    // "<file>:<line>: " when the field (or its nearest written parent) is in the file.
+    if (const int line = in_spec && i < sources.size() ? sources[i].positions.Find(field).line : 0; line > 0) {
+      parts.push_back(absl::StrCat(sources[i].file, ":", line, ": ", rule));
+    } else if (!batch) {
+      parts.push_back(rule);
+    } else if (i < documents.size()) {
+      parts.push_back(absl::StrCat(documents[i], ": ", rule));
+    } else {
+      parts.push_back(absl::StrCat("document ", index + 1, ": ", rule));
+    }
   }
   return absl::StrJoin(parts, "; ");
 }

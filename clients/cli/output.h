@@ -104,12 +104,12 @@ struct JobSource {
 };
 
 // The coordinator names fields by request path (spec.training.lr, jobs[2].spec.model);
-// a person thinks in the file they wrote. Rewrites each "; "-separated violation to
-// "training.lr ..." (single document) or "document 3: model ..." (batch); with
-// `documents` (one name per batch entry, e.g. "b.yaml document 2"), "<name>: model ...".
-// With `sources` (one per batch entry), a violation whose field (or its nearest written
-// parent) is in the file reads "<file>:<line>: model ...", as compilers print errors.
-std::string SpecErrorsForFile(const std::string& server_message,
+// a person thinks in the file they wrote. Writes each violation as "training.lr <rule>"
+// (single job) or "document 3: model <rule>" (batch); with `documents` (one name per batch
+// entry, e.g. "b.yaml document 2"), "<name>: model <rule>". With `sources` (one per batch
+// entry), a violation whose field (or its nearest written parent) is in the file reads
+// "<file>:<line>: model <rule>", as compilers print errors. Joined by "; ".
+std::string SpecErrorsForFile(const std::vector<v1::FieldViolation>& violations,
                               const std::vector<std::string>& documents = {},
                               const std::vector<JobSource>& sources = {});
 

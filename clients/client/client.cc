@@ -8,6 +8,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "grpcpp/grpcpp.h"
+#include "jobspec/grpc_status.h"
 
 namespace llamafleet {
 namespace {
@@ -103,85 +104,64 @@ absl::Status Client::Convert(const grpc::Status& status, absl::Duration timeout)
         never_connected ? "cannot reach coordinator at " : "no answer from coordinator at ",
         options_.address, " within ", absl::FormatDuration(timeout), " (--timeout)"));
   }
-  std::string message = status.error_message();
-  if (message.empty())
-    message = absl::StatusCodeToString(static_cast<absl::StatusCode>(status.error_code()));
-  return absl::Status(static_cast<absl::StatusCode>(status.error_code()), message);
+  if (status.error_message().empty()) {
+    const auto code = static_cast<absl::StatusCode>(status.error_code());
+    return absl::Status(code, absl::StatusCodeToString(code));
+  }
+  return FromGrpcStatus(status);  // with the coordinator's field violations
+}
+
+template <typename Stub, typename Req, typename Resp>
+absl::StatusOr<Resp> Client::Call(Stub* stub, UnaryMethod<Stub, Req, Resp> method,
+                                  const Req& request) {
+  grpc::ClientContext context;
+  Prepare(&context, absl::Now() + options_.timeout);
+  Resp response;
+  absl::Status status = Convert((stub->*method)(&context, request, &response), options_.timeout);
+  if (!status.ok()) return status;
+  return response;
 }
 
 absl::StatusOr<v1::SubmitJobResponse> Client::SubmitJob(const v1::SubmitJobRequest& request) {
-  grpc::ClientContext context;
-  Prepare(&context, absl::Now() + options_.timeout);
-  v1::SubmitJobResponse response;
-  absl::Status status = Convert(stub_->SubmitJob(&context, request, &response), options_.timeout);
-  if (!status.ok()) return status;
-  return response;
+  return Call(stub_.get(), &JobStub::SubmitJob, request);
 }
 
 absl::StatusOr<v1::SubmitJobsResponse> Client::SubmitJobs(const v1::SubmitJobsRequest& request) {
-  grpc::ClientContext context;
-  Prepare(&context, absl::Now() + options_.timeout);
-  v1::SubmitJobsResponse response;
-  absl::Status status = Convert(stub_->SubmitJobs(&context, request, &response), options_.timeout);
-  if (!status.ok()) return status;
-  return response;
+  return Call(stub_.get(), &JobStub::SubmitJobs, request);
 }
 
 absl::StatusOr<v1::Job> Client::GetJob(const std::string& job_id) {
-  grpc::ClientContext context;
-  Prepare(&context, absl::Now() + options_.timeout);
   v1::GetJobRequest request;
   request.set_job_id(job_id);
-  v1::Job response;
-  absl::Status status = Convert(stub_->GetJob(&context, request, &response), options_.timeout);
-  if (!status.ok()) return status;
-  return response;
+  return Call(stub_.get(), &JobStub::GetJob, request);
 }
 
 absl::StatusOr<v1::ListJobsResponse> Client::ListJobs(const v1::ListJobsRequest& request) {
-  grpc::ClientContext context;
-  Prepare(&context, absl::Now() + options_.timeout);
-  v1::ListJobsResponse response;
-  absl::Status status = Convert(stub_->ListJobs(&context, request, &response), options_.timeout);
-  if (!status.ok()) return status;
-  return response;
+  return Call(stub_.get(), &JobStub::ListJobs, request);
 }
 
 absl::StatusOr<v1::CancelJobResponse> Client::CancelJob(const v1::CancelJobRequest& request) {
-  grpc::ClientContext context;
-  Prepare(&context, absl::Now() + options_.timeout);
-  v1::CancelJobResponse response;
-  absl::Status status = Convert(stub_->CancelJob(&context, request, &response), options_.timeout);
-  if (!status.ok()) return status;
-  return response;
+  return Call(stub_.get(), &JobStub::CancelJob, request);
 }
 
 absl::StatusOr<v1::DeleteJobResponse> Client::DeleteJob(const v1::DeleteJobRequest& request) {
-  grpc::ClientContext context;
-  Prepare(&context, absl::Now() + options_.timeout);
-  v1::DeleteJobResponse response;
-  absl::Status status = Convert(stub_->DeleteJob(&context, request, &response), options_.timeout);
-  if (!status.ok()) return status;
-  return response;
+  return Call(stub_.get(), &JobStub::DeleteJob, request);
 }
 
 absl::StatusOr<std::vector<v1::JobEvent>> Client::GetAllJobEvents(const std::string& job_id,
                                                                   int64_t after_seq) {
   std::vector<v1::JobEvent> events;
   while (true) {
-    grpc::ClientContext context;
-    Prepare(&context, absl::Now() + options_.timeout);
     v1::GetJobEventsRequest request;
     request.set_job_id(job_id);
     request.set_after_seq(after_seq);
     request.set_limit(kEventsPerCall);
-    v1::GetJobEventsResponse response;
-    absl::Status status =
-        Convert(stub_->GetJobEvents(&context, request, &response), options_.timeout);
-    if (!status.ok()) return status;
-    for (const v1::JobEvent& e : response.events()) events.push_back(e);
-    if (response.events_size() < kEventsPerCall) return events;
-    after_seq = response.events(response.events_size() - 1).seq();
+    absl::StatusOr<v1::GetJobEventsResponse> response =
+        Call(stub_.get(), &JobStub::GetJobEvents, request);
+    if (!response.ok()) return response.status();
+    for (const v1::JobEvent& e : response->events()) events.push_back(e);
+    if (response->events_size() < kEventsPerCall) return events;
+    after_seq = response->events(response->events_size() - 1).seq();
   }
 }
 
@@ -203,131 +183,80 @@ void Client::CancelStreams() {
   for (grpc::ClientContext* context : streams_) context->TryCancel();
 }
 
-template <typename Message>
-absl::Status Client::ReadStream(grpc::ClientContext& context, grpc::ClientReader<Message>& reader,
-                                const std::function<absl::Status(const Message&)>& on_message,
-                                absl::Time deadline) {
+template <typename Req, typename Message>
+absl::Status Client::Stream(StreamMethod<Req, Message> method, const Req& request,
+                            const std::function<absl::Status(const Message&)>& on_message,
+                            absl::Time deadline) {
+  grpc::ClientContext context;
+  Prepare(&context, deadline);
+  if (!AddStream(&context)) return absl::CancelledError("interrupted");
+  std::unique_ptr<grpc::ClientReader<Message>> reader = (stub_.get()->*method)(&context, request);
+  absl::Status status = absl::OkStatus();
   Message message;
-  while (reader.Read(&message)) {
-    absl::Status handled = on_message(message);
-    if (!handled.ok()) {
-      context.TryCancel();
-      (void)reader.Finish();
-      return handled;
-    }
-  }
-  const grpc::Status finished = reader.Finish();
-  {
+  while (status.ok() && reader->Read(&message)) status = on_message(message);
+  if (!status.ok()) {
+    context.TryCancel();
+    (void)reader->Finish();
+  } else {
+    const grpc::Status finished = reader->Finish();
     // Our own cancel reads as an interruption, not as the server's CANCELLED.
     std::lock_guard<std::mutex> lock(mu_);
-    if (streams_cancelled_ && !finished.ok()) return absl::CancelledError("interrupted");
+    status = streams_cancelled_ && !finished.ok() ? absl::CancelledError("interrupted")
+                                                   : Convert(finished, deadline - absl::Now());
   }
-  return Convert(finished, deadline - absl::Now());
+  RemoveStream(&context);
+  return status;
 }
 
 absl::Status Client::WatchJob(
     const v1::WatchJobRequest& request,
     const std::function<absl::Status(const v1::WatchJobResponse&)>& on_message,
     absl::Time deadline) {
-  grpc::ClientContext context;
-  Prepare(&context, deadline);
-  if (!AddStream(&context)) return absl::CancelledError("interrupted");
-  std::unique_ptr<grpc::ClientReader<v1::WatchJobResponse>> reader =
-      stub_->WatchJob(&context, request);
-  absl::Status status = ReadStream(context, *reader, on_message, deadline);
-  RemoveStream(&context);
-  return status;
+  return Stream(&JobStub::WatchJob, request, on_message, deadline);
 }
 
 absl::Status Client::StreamJobLogs(const v1::StreamJobLogsRequest& request,
                                    const std::function<absl::Status(const v1::LogChunk&)>& on_chunk,
                                    absl::Time deadline) {
-  grpc::ClientContext context;
-  Prepare(&context, deadline);
-  if (!AddStream(&context)) return absl::CancelledError("interrupted");
-  std::unique_ptr<grpc::ClientReader<v1::LogChunk>> reader =
-      stub_->StreamJobLogs(&context, request);
-  absl::Status status = ReadStream(context, *reader, on_chunk, deadline);
-  RemoveStream(&context);
-  return status;
+  return Stream(&JobStub::StreamJobLogs, request, on_chunk, deadline);
 }
 
 absl::StatusOr<v1::ListCheckpointsResponse> Client::ListCheckpoints(const std::string& job_id) {
-  grpc::ClientContext context;
-  Prepare(&context, absl::Now() + options_.timeout);
   v1::ListCheckpointsRequest request;
   request.set_job_id(job_id);
-  v1::ListCheckpointsResponse response;
-  absl::Status status =
-      Convert(stub_->ListCheckpoints(&context, request, &response), options_.timeout);
-  if (!status.ok()) return status;
-  return response;
+  return Call(stub_.get(), &JobStub::ListCheckpoints, request);
 }
 
 absl::StatusOr<v1::ListAttemptsResponse> Client::ListAttempts(const std::string& job_id) {
-  grpc::ClientContext context;
-  Prepare(&context, absl::Now() + options_.timeout);
   v1::ListAttemptsRequest request;
   request.set_job_id(job_id);
-  v1::ListAttemptsResponse response;
-  absl::Status status = Convert(stub_->ListAttempts(&context, request, &response), options_.timeout);
-  if (!status.ok()) return status;
-  return response;
+  return Call(stub_.get(), &JobStub::ListAttempts, request);
 }
 
 absl::StatusOr<v1::GetJobMetricsResponse> Client::GetJobMetrics(const std::string& job_id,
                                                                 int max_points) {
-  grpc::ClientContext context;
-  Prepare(&context, absl::Now() + options_.timeout);
   v1::GetJobMetricsRequest request;
   request.set_job_id(job_id);
   request.set_max_points(max_points);
-  v1::GetJobMetricsResponse response;
-  absl::Status status =
-      Convert(stub_->GetJobMetrics(&context, request, &response), options_.timeout);
-  if (!status.ok()) return status;
-  return response;
+  return Call(stub_.get(), &JobStub::GetJobMetrics, request);
 }
 
 absl::StatusOr<v1::ListWorkersResponse> Client::ListWorkers() {
-  grpc::ClientContext context;
-  Prepare(&context, absl::Now() + options_.timeout);
-  v1::ListWorkersResponse response;
-  absl::Status status = Convert(
-      worker_stub_->ListWorkers(&context, v1::ListWorkersRequest(), &response), options_.timeout);
-  if (!status.ok()) return status;
-  return response;
+  return Call(worker_stub_.get(), &v1::WorkerService::Stub::ListWorkers, v1::ListWorkersRequest());
 }
 
 absl::StatusOr<v1::ListQueuesResponse> Client::ListQueues() {
-  grpc::ClientContext context;
-  Prepare(&context, absl::Now() + options_.timeout);
-  v1::ListQueuesResponse response;
-  absl::Status status = Convert(stub_->ListQueues(&context, v1::ListQueuesRequest(), &response),
-                                options_.timeout);
-  if (!status.ok()) return status;
-  return response;
+  return Call(stub_.get(), &JobStub::ListQueues, v1::ListQueuesRequest());
 }
 
 absl::StatusOr<v1::WhoAmIResponse> Client::WhoAmI() {
-  grpc::ClientContext context;
-  Prepare(&context, absl::Now() + options_.timeout);
-  v1::WhoAmIResponse response;
-  absl::Status status =
-      Convert(stub_->WhoAmI(&context, v1::WhoAmIRequest(), &response), options_.timeout);
-  if (!status.ok()) return status;
-  return response;
+  return Call(stub_.get(), &JobStub::WhoAmI, v1::WhoAmIRequest());
 }
 
 absl::StatusOr<v1::GetUsageResponse> Client::GetUsage(const std::string& user) {
-  grpc::ClientContext context;
-  Prepare(&context, absl::Now() + options_.timeout);
   v1::GetUsageRequest request;
   request.set_user(user);
-  v1::GetUsageResponse response;
-  absl::Status status = Convert(stub_->GetUsage(&context, request, &response), options_.timeout);
-  if (!status.ok()) return status;
-  return response;
+  return Call(stub_.get(), &JobStub::GetUsage, request);
 }
 
 }  // namespace llamafleet

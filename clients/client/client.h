@@ -112,11 +112,22 @@ class Client {
   bool AddStream(grpc::ClientContext* context);
   void RemoveStream(grpc::ClientContext* context);
 
-  // Reads a server stream to its end, cancelling it if `on_message` fails.
-  template <typename Message>
-  absl::Status ReadStream(grpc::ClientContext& context, grpc::ClientReader<Message>& reader,
-                          const std::function<absl::Status(const Message&)>& on_message,
-                          absl::Time deadline);
+  using JobStub = v1::JobService::Stub;
+  template <typename Stub, typename Req, typename Resp>
+  using UnaryMethod = grpc::Status (Stub::*)(grpc::ClientContext*, const Req&, Resp*);
+  template <typename Req, typename Message>
+  using StreamMethod =
+      std::unique_ptr<grpc::ClientReader<Message>> (JobStub::*)(grpc::ClientContext*, const Req&);
+
+  // One unary call, with the caller's identity and the --timeout deadline.
+  template <typename Stub, typename Req, typename Resp>
+  absl::StatusOr<Resp> Call(Stub* stub, UnaryMethod<Stub, Req, Resp> method, const Req& request);
+  // One server stream read to its end (registered for CancelStreams), cancelled if
+  // `on_message` fails.
+  template <typename Req, typename Message>
+  absl::Status Stream(StreamMethod<Req, Message> method, const Req& request,
+                      const std::function<absl::Status(const Message&)>& on_message,
+                      absl::Time deadline);
 
   // Constant after construction.
   const ClientOptions options_;

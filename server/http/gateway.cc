@@ -155,8 +155,8 @@ void Gateway::Authenticate(const Request& header,
   });
 }
 
-template <typename Req, typename Resp, typename Start>
-void Gateway::Unary(const RouteCall& route, Req request, Start start,
+template <typename Req, typename Resp, typename Calls>
+void Gateway::Unary(const RouteCall& route, Req request, Method<Calls, Req, Resp> method,
                     std::function<Response(const Resp&)> render,
                     std::function<Response(const grpc::Status&)> error) {
   auto call = std::make_shared<UnaryCall<Req, Resp>>();
@@ -167,12 +167,18 @@ void Gateway::Unary(const RouteCall& route, Req request, Start start,
   }
   call->context.set_deadline(Deadline(options_.call_timeout));
   calls_->Started(&call->context);
-  start(&call->context, &call->request, &call->response,
-        [calls = calls_, call, out = route.out, render = std::move(render),
-         error = std::move(error)](grpc::Status status) {
-          out->Reply(status.ok() ? render(call->response) : error(status));
-          calls->Ended(&call->context);
-        });
+  Calls* stub;
+  if constexpr (std::is_same_v<Calls, JobCalls>) {
+    stub = jobs_->async();
+  } else {
+    stub = workers_->async();
+  }
+  (stub->*method)(&call->context, &call->request, &call->response,
+                  [calls = calls_, call, out = route.out, render = std::move(render),
+                   error = std::move(error)](grpc::Status status) {
+                    out->Reply(status.ok() ? render(call->response) : error(status));
+                    calls->Ended(&call->context);
+                  });
 }
 
 void Gateway::WhoAmI(const Request& http,
@@ -203,10 +209,7 @@ Response Json(const google::protobuf::Message& message) { return JsonResponse(me
 // ---------------------------------------------------------------------------
 
 void Gateway::Healthz(const RouteCall& call) {
-  Response response(bhttp::status::ok, 11);
-  response.set(bhttp::field::content_type, "text/plain; charset=utf-8");
-  response.body() = "ok\n";
-  call.out->Reply(std::move(response));
+  call.out->Reply(BodyResponse(bhttp::status::ok, "text/plain; charset=utf-8", "ok\n"));
 }
 
 // /metrics is no gRPC call: WhoAmI says whether the caller's token is good.
@@ -217,10 +220,8 @@ void Gateway::Metrics(const RouteCall& call) {
       out->Reply(GrpcError(status));
       return;
     }
-    Response response(bhttp::status::ok, 11);
-    response.set(bhttp::field::content_type, "text/plain; version=0.0.4; charset=utf-8");
-    response.body() = self->options_.metrics ? self->options_.metrics() : std::string();
-    out->Reply(std::move(response));
+    out->Reply(BodyResponse(bhttp::status::ok, "text/plain; version=0.0.4; charset=utf-8",
+                            self->options_.metrics ? self->options_.metrics() : std::string()));
   });
 }
 
@@ -232,22 +233,16 @@ void Gateway::Config(const RouteCall& call) {
       out->Reply(GrpcError(status));
       return;
     }
-    Response response(bhttp::status::ok, 11);
-    response.set(bhttp::field::content_type, "application/json");
-    response.body() = nlohmann::json({{"path_roots", self->options_.path_roots}}).dump() + "\n";
-    out->Reply(std::move(response));
+    out->Reply(
+        BodyResponse(bhttp::status::ok, "application/json",
+                     nlohmann::json({{"path_roots", self->options_.path_roots}}).dump() + "\n"));
   });
 }
 
 void Gateway::Portal(const RouteCall& call) { call.out->Reply(portal::Serve(call.http, call.path)); }
 
 void Gateway::WhoAmIRoute(const RouteCall& call) {
-  Unary<v1::WhoAmIRequest, v1::WhoAmIResponse>(
-      call, {},
-      [this](auto* ctx, auto* req, auto* resp, auto cb) {
-        jobs_->async()->WhoAmI(ctx, req, resp, std::move(cb));
-      },
-      Json);
+  Unary<v1::WhoAmIRequest, v1::WhoAmIResponse>(call, {}, &JobCalls::WhoAmI, Json);
 }
 
 void Gateway::ListJobs(const RouteCall& call) {
@@ -256,12 +251,8 @@ void Gateway::ListJobs(const RouteCall& call) {
     call.out->Reply(StatusError(request.status()));
     return;
   }
-  Unary<v1::ListJobsRequest, v1::ListJobsResponse>(
-      call, std::move(*request),
-      [this](auto* ctx, auto* req, auto* resp, auto cb) {
-        jobs_->async()->ListJobs(ctx, req, resp, std::move(cb));
-      },
-      Json);
+  Unary<v1::ListJobsRequest, v1::ListJobsResponse>(call, std::move(*request), &JobCalls::ListJobs,
+                                                   Json);
 }
 
 void Gateway::SubmitJob(const RouteCall& call) {
@@ -272,10 +263,7 @@ void Gateway::SubmitJob(const RouteCall& call) {
     return;
   }
   Unary<v1::SubmitJobRequest, v1::SubmitJobResponse>(
-      call, std::move(request),
-      [this](auto* ctx, auto* req, auto* resp, auto cb) {
-        jobs_->async()->SubmitJob(ctx, req, resp, std::move(cb));
-      },
+      call, std::move(request), &JobCalls::SubmitJob,
       [](const v1::SubmitJobResponse& r) {
         return JsonResponse(r, r.created() ? bhttp::status::created : bhttp::status::ok);
       },
@@ -292,10 +280,7 @@ void Gateway::SubmitJobs(const RouteCall& call) {
     return;
   }
   Unary<v1::SubmitJobsRequest, v1::SubmitJobsResponse>(
-      call, std::move(request),
-      [this](auto* ctx, auto* req, auto* resp, auto cb) {
-        jobs_->async()->SubmitJobs(ctx, req, resp, std::move(cb));
-      },
+      call, std::move(request), &JobCalls::SubmitJobs,
       [](const v1::SubmitJobsResponse& r) {
         bool created = false;
         for (const v1::SubmitJobResponse& j : r.jobs()) created = created || j.created();
@@ -309,12 +294,7 @@ void Gateway::SubmitJobs(const RouteCall& call) {
 void Gateway::GetJob(const RouteCall& call) {
   v1::GetJobRequest request;
   request.set_job_id(call.param("id"));
-  Unary<v1::GetJobRequest, v1::Job>(
-      call, std::move(request),
-      [this](auto* ctx, auto* req, auto* resp, auto cb) {
-        jobs_->async()->GetJob(ctx, req, resp, std::move(cb));
-      },
-      Json);
+  Unary<v1::GetJobRequest, v1::Job>(call, std::move(request), &JobCalls::GetJob, Json);
 }
 
 // The stored spec as block YAML (MessageToYaml: optional fields keep their presence, so
@@ -324,19 +304,14 @@ void Gateway::JobSpecYaml(const RouteCall& call) {
   v1::GetJobRequest request;
   request.set_job_id(call.param("id"));
   Unary<v1::GetJobRequest, v1::Job>(
-      call, std::move(request),
-      [this](auto* ctx, auto* req, auto* resp, auto cb) {
-        jobs_->async()->GetJob(ctx, req, resp, std::move(cb));
-      },
+      call, std::move(request), &JobCalls::GetJob,
       [root = options_.checkpoint_root](const v1::Job& job) {
         v1::JobSpec spec = job.spec();
         if (!root.empty() && spec.checkpoint().dir() == absl::StrCat(root, "/", job.id())) {
           spec.mutable_checkpoint()->clear_dir();
         }
-        Response response(bhttp::status::ok, 11);
-        response.set(bhttp::field::content_type, "application/yaml; charset=utf-8");
-        response.body() = MessageToYaml(spec);
-        return response;
+        return BodyResponse(bhttp::status::ok, "application/yaml; charset=utf-8",
+                            MessageToYaml(spec));
       });
 }
 
@@ -365,23 +340,15 @@ bool ReadJobAction(const RouteCall& call, Request* request) {
 void Gateway::CancelJob(const RouteCall& call) {
   v1::CancelJobRequest request;
   if (!ReadJobAction(call, &request)) return;
-  Unary<v1::CancelJobRequest, v1::CancelJobResponse>(
-      call, std::move(request),
-      [this](auto* ctx, auto* req, auto* resp, auto cb) {
-        jobs_->async()->CancelJob(ctx, req, resp, std::move(cb));
-      },
-      Json);
+  Unary<v1::CancelJobRequest, v1::CancelJobResponse>(call, std::move(request), &JobCalls::CancelJob,
+                                                     Json);
 }
 
 void Gateway::DeleteJob(const RouteCall& call) {
   v1::DeleteJobRequest request;
   if (!ReadJobAction(call, &request)) return;
-  Unary<v1::DeleteJobRequest, v1::DeleteJobResponse>(
-      call, std::move(request),
-      [this](auto* ctx, auto* req, auto* resp, auto cb) {
-        jobs_->async()->DeleteJob(ctx, req, resp, std::move(cb));
-      },
-      Json);
+  Unary<v1::DeleteJobRequest, v1::DeleteJobResponse>(call, std::move(request), &JobCalls::DeleteJob,
+                                                     Json);
 }
 
 void Gateway::JobEvents(const RouteCall& call) {
@@ -412,12 +379,8 @@ void Gateway::JobEvents(const RouteCall& call) {
     request.set_job_id(call.param("id"));
     request.set_after_seq(after_seq);
     request.set_limit(limit);
-    Unary<v1::GetJobEventsRequest, v1::GetJobEventsResponse>(
-        call, std::move(request),
-        [this](auto* ctx, auto* req, auto* resp, auto cb) {
-          jobs_->async()->GetJobEvents(ctx, req, resp, std::move(cb));
-        },
-        Json);
+    Unary<v1::GetJobEventsRequest, v1::GetJobEventsResponse>(call, std::move(request),
+                                                             &JobCalls::GetJobEvents, Json);
     return;
   }
   if (!calls_->AcquireStream()) {
@@ -468,10 +431,8 @@ void Gateway::JobLogs(const RouteCall& call) {
     stream = std::make_shared<Stream>(
         calls_, call.out, /*sse=*/false, [](const v1::LogChunk& c) { return MessageToJson(c); },
         [](std::vector<std::string> chunks) {
-          Response response(bhttp::status::ok, 11);
-          response.set(bhttp::field::content_type, "application/json");
-          response.body() = absl::StrCat("{\"chunks\":[", absl::StrJoin(chunks, ","), "]}\n");
-          return response;
+          return BodyResponse(bhttp::status::ok, "application/json",
+                              absl::StrCat("{\"chunks\":[", absl::StrJoin(chunks, ","), "]}\n"));
         });
   }
   if (absl::Status f = ForwardCredentials(call.http, stream->context()); !f.ok()) {
@@ -513,23 +474,15 @@ void Gateway::JobLogs(const RouteCall& call) {
 void Gateway::ListCheckpoints(const RouteCall& call) {
   v1::ListCheckpointsRequest request;
   request.set_job_id(call.param("id"));
-  Unary<v1::ListCheckpointsRequest, v1::ListCheckpointsResponse>(
-      call, std::move(request),
-      [this](auto* ctx, auto* req, auto* resp, auto cb) {
-        jobs_->async()->ListCheckpoints(ctx, req, resp, std::move(cb));
-      },
-      Json);
+  Unary<v1::ListCheckpointsRequest, v1::ListCheckpointsResponse>(call, std::move(request),
+                                                                 &JobCalls::ListCheckpoints, Json);
 }
 
 void Gateway::ListAttempts(const RouteCall& call) {
   v1::ListAttemptsRequest request;
   request.set_job_id(call.param("id"));
-  Unary<v1::ListAttemptsRequest, v1::ListAttemptsResponse>(
-      call, std::move(request),
-      [this](auto* ctx, auto* req, auto* resp, auto cb) {
-        jobs_->async()->ListAttempts(ctx, req, resp, std::move(cb));
-      },
-      Json);
+  Unary<v1::ListAttemptsRequest, v1::ListAttemptsResponse>(call, std::move(request),
+                                                           &JobCalls::ListAttempts, Json);
 }
 
 void Gateway::JobMetrics(const RouteCall& call) {
@@ -541,41 +494,23 @@ void Gateway::JobMetrics(const RouteCall& call) {
     return;
   }
   request.set_max_points(max_points);
-  Unary<v1::GetJobMetricsRequest, v1::GetJobMetricsResponse>(
-      call, std::move(request),
-      [this](auto* ctx, auto* req, auto* resp, auto cb) {
-        jobs_->async()->GetJobMetrics(ctx, req, resp, std::move(cb));
-      },
-      Json);
+  Unary<v1::GetJobMetricsRequest, v1::GetJobMetricsResponse>(call, std::move(request),
+                                                             &JobCalls::GetJobMetrics, Json);
 }
 
 void Gateway::ListWorkers(const RouteCall& call) {
-  Unary<v1::ListWorkersRequest, v1::ListWorkersResponse>(
-      call, {},
-      [this](auto* ctx, auto* req, auto* resp, auto cb) {
-        workers_->async()->ListWorkers(ctx, req, resp, std::move(cb));
-      },
-      Json);
+  Unary<v1::ListWorkersRequest, v1::ListWorkersResponse>(call, {}, &WorkerCalls::ListWorkers, Json);
 }
 
 void Gateway::ListQueues(const RouteCall& call) {
-  Unary<v1::ListQueuesRequest, v1::ListQueuesResponse>(
-      call, {},
-      [this](auto* ctx, auto* req, auto* resp, auto cb) {
-        jobs_->async()->ListQueues(ctx, req, resp, std::move(cb));
-      },
-      Json);
+  Unary<v1::ListQueuesRequest, v1::ListQueuesResponse>(call, {}, &JobCalls::ListQueues, Json);
 }
 
 void Gateway::GetUsage(const RouteCall& call) {
   v1::GetUsageRequest request;
   request.set_user(call.query.Get("user").value_or(""));
-  Unary<v1::GetUsageRequest, v1::GetUsageResponse>(
-      call, std::move(request),
-      [this](auto* ctx, auto* req, auto* resp, auto cb) {
-        jobs_->async()->GetUsage(ctx, req, resp, std::move(cb));
-      },
-      Json);
+  Unary<v1::GetUsageRequest, v1::GetUsageResponse>(call, std::move(request), &JobCalls::GetUsage,
+                                                   Json);
 }
 
 }  // namespace llamafleet::http

@@ -76,10 +76,17 @@ class Gateway : public std::enable_shared_from_this<Gateway> {
   using Handler = void (Gateway::*)(const RouteCall&);
   static const std::vector<Route<Handler>>& Routes();
 
-  // Unary call through the async stub: `start(ctx, req, resp, callback)`; `render` turns
-  // the answer into the HTTP response, `error` a failed call.
-  template <typename Req, typename Resp, typename Start>
-  void Unary(const RouteCall& call, Req request, Start start,
+  // The services' callback-API stubs, and one of their unary methods.
+  using JobCalls = v1::JobService::StubInterface::async_interface;
+  using WorkerCalls = v1::WorkerService::StubInterface::async_interface;
+  template <typename Calls, typename Req, typename Resp>
+  using Method = void (Calls::*)(grpc::ClientContext*, const Req*, Resp*,
+                                 std::function<void(grpc::Status)>);
+
+  // Unary call of `method` (of jobs_ or workers_); `render` turns the answer into the
+  // HTTP response, `error` a failed call.
+  template <typename Req, typename Resp, typename Calls>
+  void Unary(const RouteCall& call, Req request, Method<Calls, Req, Resp> method,
              std::function<Response(const Resp&)> render,
              std::function<Response(const grpc::Status&)> error = GrpcError);
   // WhoAmI with the request's credentials; `done` runs on a gRPC thread.

@@ -8,6 +8,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "jobspec/grpc_status.h"
 #include "jobspec/jobspec.h"
 #include "nlohmann/json.hpp"
 
@@ -26,12 +27,10 @@ Response ErrorResponse(int http_status, absl::string_view status, absl::string_v
   std::vector<std::string> items;
   items.reserve(violations.size());
   for (const v1::FieldViolation& v : violations) items.push_back(MessageToJson(v));
-  Response response(static_cast<bhttp::status>(http_status), 11);
-  response.set(bhttp::field::content_type, "application/json");
-  response.body() = absl::StrCat("{\"error\":{\"code\":", http_status, ",\"status\":", quote(status),
-                                 ",\"message\":", quote(message), ",\"field_violations\":[",
-                                 absl::StrJoin(items, ","), "]}}\n");
-  return response;
+  return BodyResponse(static_cast<bhttp::status>(http_status), "application/json",
+                      absl::StrCat("{\"error\":{\"code\":", http_status,
+                                   ",\"status\":", quote(status), ",\"message\":", quote(message),
+                                   ",\"field_violations\":[", absl::StrJoin(items, ","), "]}}\n"));
 }
 
 int HttpStatusFor(grpc::StatusCode code) {
@@ -65,18 +64,7 @@ Response CodeError(int code, absl::string_view message,
 
 }  // namespace
 
-absl::Status FromGrpc(const grpc::Status& status) {
-  std::vector<v1::FieldViolation> violations;
-  v1::ErrorDetails details;
-  if (!status.error_details().empty() && details.ParseFromString(status.error_details())) {
-    violations.assign(details.field_violations().begin(), details.field_violations().end());
-  }
-  return WithFieldViolations(
-      absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message()),
-      violations);
-}
-
-Response GrpcError(const grpc::Status& status) { return StatusError(FromGrpc(status)); }
+Response GrpcError(const grpc::Status& status) { return StatusError(FromGrpcStatus(status)); }
 
 Response StatusError(const absl::Status& status) {
   return CodeError(static_cast<int>(status.code()), status.message(), FieldViolationsOf(status));
@@ -108,10 +96,13 @@ Response UnsupportedType(const Request& http, bool yaml_too) {
 }
 
 Response JsonResponse(const google::protobuf::Message& message, bhttp::status status) {
+  return BodyResponse(status, "application/json", MessageToJson(message) + "\n");
+}
+
+Response BodyResponse(bhttp::status status, absl::string_view content_type, std::string body) {
   Response response(status, 11);
-  response.set(bhttp::field::content_type, "application/json");
-  response.body() = MessageToJson(message);
-  response.body().push_back('\n');
+  response.set(bhttp::field::content_type, std::string(content_type));
+  response.body() = std::move(body);
   return response;
 }
 

@@ -28,10 +28,7 @@ Response ErrorResponse(int http_status, absl::string_view status, absl::string_v
 // The HTTP status for a gRPC code (INVALID_ARGUMENT 400, UNAUTHENTICATED 401, ...).
 int HttpStatusFor(grpc::StatusCode code);
 
-// A gRPC status as an absl::Status, the services' llamafleet.v1.ErrorDetails (status
-// details) as its field violations (FieldViolationsOf).
-absl::Status FromGrpc(const grpc::Status& status);
-// A gRPC status as the error shape: FromGrpc, then StatusError.
+// A gRPC status as the error shape: FromGrpcStatus (jobspec/grpc_status.h), then StatusError.
 Response GrpcError(const grpc::Status& status);
 // An absl::Status as the error shape; its FieldViolationsOf payload (jobspec.h) becomes
 // field_violations.
@@ -44,6 +41,9 @@ Response UnsupportedType(const Request& http, bool yaml_too);
 
 Response JsonResponse(const google::protobuf::Message& message,
                       boost::beast::http::status status = boost::beast::http::status::ok);
+// `body` with its Content-Type.
+Response BodyResponse(boost::beast::http::status status, absl::string_view content_type,
+                      std::string body);
 // Strict: unknown fields are refused, each named in the status's field violations by its
 // path in the body ("spec.trainin", "jobs[1].spec.x"). A body of more than kMaxYamlNodes
 // JSON values (jobspec.h) is refused before anything is built from it.

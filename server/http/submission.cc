@@ -9,6 +9,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "jobspec/grpc_status.h"
 #include "jobspec/jobspec.h"
 #include "server/http/json_errors.h"
 
@@ -133,7 +134,7 @@ std::optional<Response> ReadSubmitJobs(const Request& http, const Query& query,
 
 Response SubmitError(const grpc::Status& status, const std::vector<FieldPositions>& positions,
                      bool batch) {
-  absl::Status s = FromGrpc(status);
+  absl::Status s = FromGrpcStatus(status);
   for (size_t i = 0; i < positions.size(); ++i) {
     s = LocateFieldViolations(std::move(s), positions[i],
                               batch ? absl::StrCat("jobs[", i, "].spec.") : "spec.");

@@ -18,17 +18,32 @@ google::protobuf::Timestamp At(int64_t seconds) {
   return t;
 }
 
+// Field violations as the coordinator sends them: {field, description} pairs.
+std::vector<v1::FieldViolation> Violations(
+    const std::vector<std::pair<std::string, std::string>>& fields) {
+  std::vector<v1::FieldViolation> out;
+  for (const auto& [field, description] : fields) {
+    v1::FieldViolation& v = out.emplace_back();
+    v.set_field(field);
+    v.set_description(description);
+  }
+  return out;
+}
+
 TEST(SpecErrorsForFileTest, SingleDocumentDropsTheRequestPrefix) {
-  EXPECT_EQ(SpecErrorsForFile("spec.training.lr must be > 0 (got -1); spec.resources.nodes must "
-                              "be >= 1 (got 0)"),
+  EXPECT_EQ(SpecErrorsForFile(Violations({{"spec.training.lr", "must be > 0 (got -1)"},
+                                          {"spec.resources.nodes", "must be >= 1 (got 0)"}})),
             "training.lr must be > 0 (got -1); resources.nodes must be >= 1 (got 0)");
 }
 
 TEST(SpecErrorsForFileTest, BatchNamesTheDocumentCountingFromOne) {
-  EXPECT_EQ(SpecErrorsForFile("jobs[1].spec.training.lr must be > 0; jobs[0].idempotency_key "
-                              "must be printable ASCII"),
+  EXPECT_EQ(SpecErrorsForFile(Violations({{"jobs[1].spec.training.lr", "must be > 0"},
+                                          {"jobs[0].idempotency_key", "must be printable ASCII"}})),
             "document 2: training.lr must be > 0; document 1: idempotency_key must be "
             "printable ASCII");
+  EXPECT_EQ(SpecErrorsForFile(Violations({{"jobs[1].spec.training.lr", "must be > 0"}}),
+                              {"a.yaml", "b.yaml document 2"}),
+            "b.yaml document 2: training.lr must be > 0");
 }
 
 TEST(SpecErrorsForFileTest, PlacesFieldsOnTheLinesOfTheirFile) {
@@ -40,19 +55,20 @@ TEST(SpecErrorsForFileTest, PlacesFieldsOnTheLinesOfTheirFile) {
                                           {"j.yaml", (*parsed)[1].positions}};
   // A field left to its default points at its written parent; one with neither keeps
   // the document's name.
-  EXPECT_EQ(SpecErrorsForFile("jobs[1].spec.training.lr must be > 0; jobs[0].spec.resources.nodes "
-                              "must be >= 1; jobs[1].idempotency_key bad",
+  EXPECT_EQ(SpecErrorsForFile(Violations({{"jobs[1].spec.training.lr", "must be > 0"},
+                                          {"jobs[0].spec.resources.nodes", "must be >= 1"},
+                                          {"jobs[1].idempotency_key", "bad"}}),
                               {}, sources),
             "j.yaml:9: training.lr must be > 0; document 1: resources.nodes must be >= 1; "
             "document 2: idempotency_key bad");
-  EXPECT_EQ(SpecErrorsForFile("spec.data.train_path must be absolute", {}, {sources[0]}),
+  EXPECT_EQ(SpecErrorsForFile(Violations({{"spec.data.train_path", "must be absolute"}}), {},
+                              {sources[0]}),
             "j.yaml:3: data.train_path must be absolute");
 }
 
-TEST(SpecErrorsForFileTest, LeavesOtherMessagesAlone) {
-  EXPECT_EQ(SpecErrorsForFile("jobs must contain at least one job"),
-            "jobs must contain at least one job");
-  EXPECT_EQ(SpecErrorsForFile("jobs[x].spec.name bad"), "jobs[x].spec.name bad");
+TEST(SpecErrorsForFileTest, LeavesOtherFieldsAsNamed) {
+  EXPECT_EQ(SpecErrorsForFile(Violations({{"jobs[x].spec.name", "bad"}})), "jobs[x].spec.name bad");
+  EXPECT_EQ(SpecErrorsForFile(Violations({{"idempotency_key", "bad"}})), "idempotency_key bad");
 }
 
 TEST(FormatAgeTest, UsesTheLargestReadableUnit) {
