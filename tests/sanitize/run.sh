@@ -15,7 +15,7 @@ cd "$(dirname "$0")/../.."
 
 suites=(attempt_phases_test cli_output_test cluster_manager_test cluster_parts_test
   connection_limits_test dependencies_test hang_rules_test http_api_test job_dir_fd_test
-  job_service_test job_store_test jobspec_test memory_estimate_test metrics_test
+  job_service_test job_store_test job_store_file_test jobspec_test memory_estimate_test metrics_test
   node_health_test queued_jobs_test scheduler_test straggler_rules_test submit_policy_test
   sweep_test tensor_parallel_test tensorboard_writer_test trainer_events_test
   usage_service_test usage_store_test webhooks_test worker_drain_store_test writer_queue_test
