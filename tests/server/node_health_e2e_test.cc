@@ -176,13 +176,7 @@ class NodeHealthTest : public ::testing::Test {
   std::vector<v1::JobEvent> Events(const std::string& id) { return client_->Events(id); }
 
   void TearDown() override {
-    if (HasFailure()) {
-      for (const std::string name : {"coordinator", "w1", "w2", "w3"}) {
-        std::ifstream in(dir_.path() + "/" + name + ".log");
-        std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-        if (!text.empty()) std::cout << "---- " << name << ".log\n" << text.substr(text.size() > 6000 ? text.size() - 6000 : 0);
-      }
-    }
+    if (HasFailure()) testing::PrintLogTails(dir_.path(), {"coordinator", "w1", "w2", "w3"});
     for (auto& [name, w] : workers_) w->Signal(SIGTERM);
     for (auto& [name, w] : workers_) (void)w->Wait(absl::Seconds(20));
     workers_.clear();

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <iostream>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -62,6 +63,13 @@ std::string BinaryPath(const std::string& name) {
 std::string ReadFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+void PrintLogTails(const std::string& dir, const std::vector<std::string>& names) {
+  for (const std::string& name : names) {
+    const std::string text = ReadFile(dir + "/" + name + ".log");
+    if (!text.empty()) std::cout << "---- " << name << ".log\n" << text.substr(text.size() > 6000 ? text.size() - 6000 : 0);
+  }
 }
 
 TempDir::TempDir() {

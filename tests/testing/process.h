@@ -22,6 +22,10 @@ std::string BinaryPath(const std::string& name);
 // The whole file at `path` ("" when it cannot be read).
 std::string ReadFile(const std::string& path);
 
+// Prints the last 6,000 bytes of each `dir`/<name>.log that has any, under a "---- <name>.log"
+// line: what a failed test's processes said.
+void PrintLogTails(const std::string& dir, const std::vector<std::string>& names);
+
 // A temporary directory removed (recursively) on destruction.
 class TempDir {
  public:

@@ -189,9 +189,8 @@ absl::StatusOr<std::string> FileChecksum(const std::string& path, const std::str
 }
 
 absl::Status CheckFileChecksum(const std::string& path, const CheckpointManifest::File& file) {
-  absl::StatusOr<std::string> got = FileChecksum(path, file.checksum_kind);
-  if (!got.ok()) return absl::DataLossError(got.status().message());
-  if (*got != file.checksum) {
+  LF_ASSIGN_OR_RETURN(const std::string got, FileChecksum(path, file.checksum_kind));
+  if (got != file.checksum) {
     return absl::DataLossError(
         absl::StrCat(path, ": ", file.checksum_kind, " does not match the manifest (damaged checkpoint)"));
   }

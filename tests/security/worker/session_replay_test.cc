@@ -149,12 +149,7 @@ class SessionReplayTest : public ::testing::Test {
 
   void TearDown() override {
     if (HasFailure()) {
-      for (const std::string name : {"coordinator", "victim", "spare", "thief", "a", "b", "c"}) {
-        const std::string text = ReadFile(dir_.path() + "/" + name + ".log");
-        if (!text.empty())
-          std::cout << "---- " << name << ".log\n"
-                    << text.substr(text.size() > 6000 ? text.size() - 6000 : 0);
-      }
+      testing::PrintLogTails(dir_.path(), {"coordinator", "victim", "spare", "thief", "a", "b", "c"});
     }
     for (auto& [name, p] : processes_) p->Signal(SIGCONT);
     for (auto& [name, p] : processes_) p->Signal(SIGTERM);
