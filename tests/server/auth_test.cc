@@ -26,6 +26,7 @@
 #include "tests/testing/process.h"
 #include "tests/testing/wait.h"
 #include "tests/testing/spec_builder.h"
+#include "tests/testing/in_process.h"
 
 namespace llamafleet {
 namespace {
@@ -42,13 +43,10 @@ v1::JobSpec Spec(const std::string& name) {
 class AuthTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    CoordinatorOptions options;
-    options.listen = "127.0.0.1:0";
-    options.data_dir = dir_.path();
-    options.path_roots = {"/"};
-    absl::StatusOr<std::unique_ptr<Coordinator>> c = Coordinator::Start(options);
-    ASSERT_TRUE(c.ok()) << c.status();
-    coordinator_ = std::move(*c);
+    CoordinatorOptions options = testing::InProcessOptions(dir_.path());
+    options.auth_enabled = true;
+    coordinator_ = testing::StartInProcess(options);
+    ASSERT_NE(coordinator_, nullptr);
     auto channel = grpc::CreateChannel(coordinator_->address(), grpc::InsecureChannelCredentials());
     jobs_ = v1::JobService::NewStub(channel);
     workers_ = v1::WorkerService::NewStub(channel);

@@ -1,6 +1,7 @@
 // The HTTP gateway (http_fixture.h) with authentication: every role against every route,
 // permission checked before the body is read, and HTTPS with a certificate made at test time.
 #include "tests/server/http_fixture.h"
+#include "tests/testing/in_process.h"
 
 namespace llamafleet {
 namespace {
@@ -10,15 +11,11 @@ using namespace testing_http;  // NOLINT: the fixture's names
 class HttpAuthTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    CoordinatorOptions options;
-    options.listen = "127.0.0.1:0";
-    options.http_listen = "127.0.0.1:0";
-    options.data_dir = dir_.path();
+    CoordinatorOptions options = testing::InProcessOptions(dir_.path());
+    options.auth_enabled = true;
     options.synchronous_full = false;
-    options.path_roots = {"/"};
-    absl::StatusOr<std::unique_ptr<Coordinator>> c = Coordinator::Start(options);
-    ASSERT_TRUE(c.ok()) << c.status();
-    coordinator_ = std::move(*c);
+    coordinator_ = testing::StartInProcess(options);
+    ASSERT_NE(coordinator_, nullptr);
     client_ = std::make_unique<Client>(coordinator_->http_address());
     for (const auto& [user, role] : std::vector<std::pair<std::string, v1::Role>>{
              {"root", v1::ADMIN}, {"alice", v1::USER}, {"bob", v1::USER}, {"vera", v1::VIEWER}}) {
@@ -151,14 +148,9 @@ TEST(HttpsTest, ServesTlsWithAGeneratedCertificate) {
                   "-days", "1", "-keyout", key, "-out", cert});
   ASSERT_TRUE(made.ok() && made->exit_code == 0) << (made.ok() ? made->err : made.status().ToString());
 
-  CoordinatorOptions options;
-  options.listen = "127.0.0.1:0";
-  options.http_listen = "127.0.0.1:0";
-  options.data_dir = dir.path() + "/data";
-  options.auth_enabled = false;
+  CoordinatorOptions options = testing::InProcessOptions(dir.path() + "/data");
   options.tls_cert_file = cert;
   options.tls_key_file = dir.path() + "/missing.pem";
-  options.path_roots = {"/"};
   absl::StatusOr<std::unique_ptr<Coordinator>> bad = Coordinator::Start(options);
   ASSERT_FALSE(bad.ok());
   EXPECT_TRUE(absl::StrContains(bad.status().message(), "missing.pem")) << bad.status();

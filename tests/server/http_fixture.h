@@ -27,6 +27,7 @@
 #include "nlohmann/json.hpp"
 #include "server/auth.h"
 #include "server/coordinator.h"
+#include "tests/testing/in_process.h"
 #include "tests/testing/process.h"
 
 namespace llamafleet::testing_http {
@@ -194,17 +195,11 @@ class RawConnection {
 class HttpApiTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    CoordinatorOptions options;
-    options.listen = "127.0.0.1:0";
-    options.http_listen = "127.0.0.1:0";
-    options.data_dir = dir_.path();
-    options.auth_enabled = false;
+    CoordinatorOptions options = testing::InProcessOptions(dir_.path());
     options.max_http_body_bytes = kMaxBody;
-    options.path_roots = {"/"};
     options.synchronous_full = false;
-    absl::StatusOr<std::unique_ptr<Coordinator>> c = Coordinator::Start(options);
-    ASSERT_TRUE(c.ok()) << c.status();
-    coordinator_ = std::move(*c);
+    coordinator_ = testing::StartInProcess(options);
+    ASSERT_NE(coordinator_, nullptr);
     ASSERT_FALSE(coordinator_->http_address().empty());
     client_ = std::make_unique<Client>(coordinator_->http_address());
   }

@@ -17,6 +17,7 @@
 #include "tests/testing/process.h"
 #include "tests/testing/spec_builder.h"
 #include "tests/testing/wait.h"
+#include "tests/testing/in_process.h"
 
 namespace llamafleet {
 namespace {
@@ -30,16 +31,11 @@ v1::JobSpec ValidSpec(const std::string& name = "job") { return SpecBuilder(name
 class JobServiceTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    CoordinatorOptions options;
-    options.listen = "127.0.0.1:0";
-    options.data_dir = dir_.path();
-    options.auth_enabled = false;  // callers named by x-llamafleet-user; auth_test checks tokens
-    options.path_roots = {"/"};    // the specs name /d/train.jsonl; tests/security checks roots
+    CoordinatorOptions options = testing::InProcessOptions(dir_.path());
     // Jobs may name only configured queues (and default).
     options.queue_gpu_quotas = {{"even", 0}, {"odd", 0}, {"research", 0}};
-    absl::StatusOr<std::unique_ptr<Coordinator>> c = Coordinator::Start(options);
-    ASSERT_TRUE(c.ok()) << c.status();
-    coordinator_ = std::move(*c);
+    coordinator_ = testing::StartInProcess(options);
+    ASSERT_NE(coordinator_, nullptr);
     channel_ = grpc::CreateChannel(coordinator_->address(), grpc::InsecureChannelCredentials());
     stub_ = v1::JobService::NewStub(channel_);
   }

@@ -27,6 +27,7 @@
 #include "tests/testing/process.h"
 #include "tests/testing/wait.h"
 #include "tests/testing/spec_builder.h"
+#include "tests/testing/in_process.h"
 
 namespace llamafleet {
 namespace {
@@ -346,18 +347,13 @@ class FakeGpuWorker {
 class CoordinatorMetricsTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    CoordinatorOptions options;
-    options.listen = "127.0.0.1:0";
-    options.data_dir = dir_.path();
+    CoordinatorOptions options = testing::InProcessOptions(dir_.path());
     options.join_token = kJoinToken;
     options.queue_gpu_quotas = {{"research", 8}};
-    options.path_roots = {"/"};
-    options.auth_enabled = false;  // callers are named by x-llamafleet-user
     options.heartbeat_timeout = heartbeat_timeout_;
     options.pricing = {{"p5.48xlarge", 98.32}};  // the fake worker's 2 GPUs: 49.16 per GPU-hour
-    absl::StatusOr<std::unique_ptr<Coordinator>> c = Coordinator::Start(options);
-    ASSERT_TRUE(c.ok()) << c.status();
-    coordinator_ = std::move(*c);
+    coordinator_ = testing::StartInProcess(options);
+    ASSERT_NE(coordinator_, nullptr);
     stub_ = v1::JobService::NewStub(
         grpc::CreateChannel(coordinator_->address(), grpc::InsecureChannelCredentials()));
   }

@@ -20,6 +20,7 @@
 #include "storage/job_store.h"
 #include "tests/testing/process.h"
 #include "tests/testing/spec_builder.h"
+#include "tests/testing/in_process.h"
 
 namespace llamafleet {
 namespace {
@@ -50,18 +51,12 @@ std::pair<int, std::string> HttpGet(const std::string& address, const std::strin
 class UsageServiceTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    CoordinatorOptions options;
-    options.listen = "127.0.0.1:0";
-    options.http_listen = "127.0.0.1:0";
-    options.data_dir = dir_.path();
-    options.auth_enabled = false;
-    options.path_roots = {"/"};
+    CoordinatorOptions options = testing::InProcessOptions(dir_.path());
     options.queue_gpu_quotas = {{"research", 0}};
     options.pricing = kPricing;
     options.clock = &clock_;
-    absl::StatusOr<std::unique_ptr<Coordinator>> c = Coordinator::Start(options);
-    ASSERT_TRUE(c.ok()) << c.status();
-    coordinator_ = std::move(*c);
+    coordinator_ = testing::StartInProcess(options);
+    ASSERT_NE(coordinator_, nullptr);
     stub_ = v1::JobService::NewStub(
         grpc::CreateChannel(coordinator_->address(), grpc::InsecureChannelCredentials()));
     // A worker the attempts run on, as its hello records it.
