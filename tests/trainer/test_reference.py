@@ -340,6 +340,26 @@ checkpoint: {dir: %s, every_steps: 2, keep_last: 2}
         self.assertNotEqual([m["loss"] for m in metrics],
                             [m["loss"] for m in other if m.get("type") == "metrics"])
 
+    def test_tiny_preset_takes_the_tokenizers_vocabulary(self):
+        # Text data with a 300-piece tokenizer: the model has 300 embedding rows, not
+        # Llama-2's 32,000 that no token could reach. Token data keeps 32,000.
+        spm = SpmFixture.get()
+        spec = self.write_spec("job.yaml", """
+name: tiny-text
+model: {preset: tiny, tokenizer: %s}
+data: {train_path: %s, format: text}
+training: {max_steps: 2, micro_batch_size: 2, seq_len: 64, log_every: 1}
+checkpoint: {dir: %s, every_steps: 2}
+""" % (os.path.join(spm, "sp.model"), os.path.join(spm, "text.jsonl"), self.path("ckpt")))
+        lines = json_lines(trainer("train", "--spec", spec).stdout)
+        saved = [l["path"] for l in lines if l.get("event") == "checkpoint_saved"]
+        trainer("export", "--checkpoint", saved[-1], "--out", self.path("export"), "--dtype", "fp32")
+        with open(self.path("export", "config.json")) as fh:
+            self.assertEqual(json.load(fh)["vocab_size"], 300)
+        out = json_lines(trainer("eval", "--model", self.path("export"), "--tokenizer",
+                                 os.path.join(spm, "sp.model"), "--data", os.path.join(spm, "text.jsonl"),
+                                 "--format", "text", "--batching", "packing", "--seq-len", 64).stdout)[-1]
+        self.assertGreater(out["tokens"], 0)
 
     def test_bf16_compute_tracks_fp32(self):
         data = self.make_tokens("d.jsonl", vocab=1000, rows=8, min_len=30, max_len=60)

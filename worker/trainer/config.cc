@@ -214,4 +214,6 @@ absl::StatusOr<LlamaConfig> PresetConfig(absl::string_view name) {
   return c;
 }
 
+bool PresetTakesTokenizerVocab(absl::string_view name) { return name == "tiny" || name == "tiny-gqa"; }
+
 }  // namespace llamafleet::trainer

@@ -60,6 +60,13 @@ std::string ConfigToJson(const LlamaConfig& config, absl::string_view torch_dtyp
 
 // Built-in shapes: llama2-7b, llama2-13b, llama2-70b (the released shapes),
 // tiny (2 layers, dim 64, 4 heads), tiny-gqa (2 layers, dim 64, 4 heads / 2 kv heads).
+// Every preset's vocabulary is Llama-2's 32,000; see PresetTakesTokenizerVocab.
 absl::StatusOr<LlamaConfig> PresetConfig(absl::string_view name);
+
+// Whether a preset's vocabulary is the tokenizer's size when there is one: true of the
+// tiny presets, which are trained from scratch with whatever tokenizer the data came
+// with (rows past its size would never be used, only stored). Never true of the Llama-2
+// shapes, whose vocabulary is the released tokenizer's.
+bool PresetTakesTokenizerVocab(absl::string_view name);
 
 }  // namespace llamafleet::trainer

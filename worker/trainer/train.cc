@@ -228,7 +228,7 @@ absl::StatusOr<LoadedData> LoadRows(const std::string& path, DataFormat format,
 absl::StatusOr<std::unique_ptr<Tokenizer>> MaybeLoadTokenizer(DataFormat format,
                                                               const std::string& explicit_path,
                                                               const std::string& model_dir,
-                                                              const LlamaConfig& config) {
+                                                              LlamaConfig* config) {
   if (format == DataFormat::kTokens) return std::unique_ptr<Tokenizer>();
   std::string path = explicit_path;
   if (path.empty()) {
@@ -239,10 +239,12 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> MaybeLoadTokenizer(DataFormat format,
     path = (fs::path(model_dir) / "tokenizer.model").string();
   }
   LF_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tok, LoadTokenizer(path));
-  if (tok->vocab_size() > config.vocab_size) {
+  if (config->vocab_size == 0) {
+    config->vocab_size = tok->vocab_size();
+  } else if (tok->vocab_size() > config->vocab_size) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": tokenizer has ", tok->vocab_size(),
                                                    " pieces, more than the model's vocab_size ",
-                                                   config.vocab_size));
+                                                   config->vocab_size));
   }
   return tok;
 }
@@ -338,10 +340,10 @@ absl::StatusOr<EvalResult> RunEval(const EvalOptions& opt) {
   absl::Status s = CatchTorch("eval", [&]() -> absl::Status {
     LF_ASSIGN_OR_RETURN(at::Device device, ResolveDevice(opt.device, 0));
     LF_ASSIGN_OR_RETURN(std::unique_ptr<HfModelDir> hf, HfModelDir::Open(opt.model_dir));
-    const LlamaConfig config = hf->config();
+    LlamaConfig config = hf->config();
     const std::vector<UnitLayout> layout = MakeLayout(config);
     LF_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tokenizer,
-                        MaybeLoadTokenizer(opt.format, opt.tokenizer_path, opt.model_dir, config));
+                        MaybeLoadTokenizer(opt.format, opt.tokenizer_path, opt.model_dir, &config));
     int64_t seq_len = opt.seq_len > 0 ? opt.seq_len : config.max_position_embeddings;
     if (seq_len > config.max_position_embeddings) {
       return absl::InvalidArgumentError(absl::StrCat("--seq-len ", seq_len, " exceeds max_position_embeddings ",

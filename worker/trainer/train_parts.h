@@ -62,10 +62,10 @@ absl::StatusOr<LoadedData> LoadRows(const std::string& path, DataFormat format, 
                                     const std::string& cache_dir, bool log_progress,
                                     bool progress_events = false);
 // The tokenizer a format needs (none for token data): `explicit_path`, else
-// <model_dir>/tokenizer.model; refused when it has more pieces than the model's vocabulary.
+// <model_dir>/tokenizer.model; refused when it has more pieces than config->vocab_size.
+// A vocab_size of 0 becomes the tokenizer's (PresetTakesTokenizerVocab).
 absl::StatusOr<std::unique_ptr<Tokenizer>> MaybeLoadTokenizer(DataFormat format, const std::string& explicit_path,
-                                                              const std::string& model_dir,
-                                                              const LlamaConfig& config);
+                                                              const std::string& model_dir, LlamaConfig* config);
 // Mean loss over all target tokens of `data` (rows split round-robin across ranks).
 EvalResult Evaluate(LlamaModel& model, ParamEngine& engine, const LoadedData& data, int64_t micro_batch,
                     const at::Device& device);

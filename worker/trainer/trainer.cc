@@ -94,7 +94,9 @@ absl::Status Trainer::Setup() {
     config_ = hf->config();
   } else {
     LF_ASSIGN_OR_RETURN(config_, PresetConfig(opt_.preset));
+    if (PresetTakesTokenizerVocab(opt_.preset) && opt_.format != DataFormat::kTokens) config_.vocab_size = 0;
   }
+  LF_ASSIGN_OR_RETURN(tokenizer_, MaybeLoadTokenizer(opt_.format, opt_.tokenizer_path, opt_.model_path, &config_));
   full_layout_ = MakeLayout(config_);
   LF_RETURN_IF_ERROR(ResolveLora());
   // Tensor parallelism: groups of T consecutive ranks of one node hold slices of the
@@ -109,7 +111,6 @@ absl::Status Trainer::Setup() {
   layout_ = TensorParallelLayout(full_layout_, tp_);
   const int dp_world = env_.world_size / tp_;
   dp_rank_ = env_.rank / tp_;
-  LF_ASSIGN_OR_RETURN(tokenizer_, MaybeLoadTokenizer(opt_.format, opt_.tokenizer_path, opt_.model_path, config_));
   seq_len_ = opt_.seq_len;
   if (seq_len_ > config_.max_position_embeddings) {
     LogWarning(absl::StrCat("seq_len ", seq_len_, " capped to max_position_embeddings ",
