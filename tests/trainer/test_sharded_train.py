@@ -8,7 +8,8 @@ on 4) equal 1 rank on the same global batch (losses and exported weights within 
 relative); the checkpoint_saved event carries path, step, bytes, manifest_sha256, loss;
 SIGTERM makes every rank checkpoint and exit 0, and `checkpoint.resume: latest` continues
 to the uninterrupted run's losses exactly; `export --checkpoint` consolidates a sharded
-checkpoint; `--resume` of a truncated checkpoint fails with a clear error.
+checkpoint; `--resume` of a truncated checkpoint fails with a clear error; a rank that
+reaches the rendezvous before rank 0 listens joins as soon as it does.
 
 Usage: test_sharded_train.py BIN_DIR
 """
@@ -24,7 +25,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from ranks import json_lines, launch_ranks, max_rel, read_weights, wait_ranks  # noqa: E402,F401
+from ranks import free_port, json_lines, launch_ranks, max_rel, rank_env, read_weights, wait_ranks  # noqa: E402,F401
 
 BIN = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "..", "build", "bin")
 TRAIN = os.path.join(BIN, "llamafleet-train")
@@ -72,6 +73,23 @@ fsdp: {sharding: %s, mixed_precision: FP32, activation_checkpointing: false}
 
     def metrics(self, out):
         return [l["loss"] for l in json_lines(out) if l.get("type") == "metrics"]
+
+    def test_rendezvous_joins_as_soon_as_rank_0_listens(self):
+        # Rank 1 reaches the rendezvous well before rank 0 listens. It must join as soon as
+        # rank 0 does, not after the TCPStore client's one-second back-off: rank 0's own
+        # rendezvous (listen, then wait for every rank) stays short.
+        port = free_port()
+        argv = [TRAIN, "train", "--spec", self.spec("late0", 2), "--device", "cpu"]
+        start = lambda r: subprocess.Popen(argv, env=rank_env(r, 2, port), stdout=subprocess.PIPE,  # noqa: E731
+                                           stderr=subprocess.PIPE, text=True)
+        early = start(1)
+        time.sleep(0.5)
+        codes, outs = wait_ranks([start(0), early])
+        for code, (_, e) in zip(codes, outs):
+            self.assertEqual(code, 0, e[-3000:])
+        took = [l["seconds"] for l in json_lines(outs[0][0]) if l.get("phase") == "rendezvous"]
+        self.assertEqual(len(took), 1)
+        self.assertLess(took[0], 0.4)
 
     def test_ranks_equal_single_process_and_checkpoint_events(self):
         ck1, ck2 = os.path.join(self.tmp, "c1"), os.path.join(self.tmp, "c2")

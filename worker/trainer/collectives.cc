@@ -4,6 +4,10 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <torch/version.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <poll.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #if defined(LLAMAFLEET_HAVE_NCCL)
@@ -11,6 +15,7 @@
 #endif
 
 #include <atomic>
+#include <cerrno>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
@@ -44,6 +49,36 @@ auto UseClassicTcpStore(Options& so, int) -> decltype(so.useLibUV = false, void(
 }
 template <typename Options>
 void UseClassicTcpStore(Options&, long) {}
+
+// Returns once host:port accepts a TCP connection, or after `limit`; best effort (the
+// TCPStore that follows reports what is wrong). A TCPStore client that finds its server
+// not yet listening backs off a whole second before it tries again, and ranks started
+// together usually reach the rendezvous a few milliseconds before rank 0 listens: probing
+// every 10 ms first keeps that second off every start.
+void WaitUntilListening(const std::string& host, int port, std::chrono::milliseconds limit) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* addresses = nullptr;
+  if (::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &addresses) != 0) return;
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  for (bool up = false; !up && std::chrono::steady_clock::now() < deadline;) {
+    for (const addrinfo* a = addresses; a != nullptr && !up; a = a->ai_next) {
+      const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol);
+      if (fd < 0) continue;
+      if (::connect(fd, a->ai_addr, a->ai_addrlen) == 0) {
+        up = true;
+      } else if (errno == EINPROGRESS) {  // a remote host: up to 100 ms for its answer
+        pollfd p{fd, POLLOUT, 0};
+        int error = 0;
+        socklen_t len = sizeof(error);
+        up = ::poll(&p, 1, 100) == 1 && ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &len) == 0 && error == 0;
+      }
+      ::close(fd);
+    }
+    if (!up) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ::freeaddrinfo(addresses);
+}
 
 std::string ExceptionText(const std::exception_ptr& e) {
   try {
@@ -358,6 +393,7 @@ absl::StatusOr<std::unique_ptr<DistContext>> DistContext::Create(const Rendezvou
     so.waitWorkers = true;
     so.timeout = o.timeout;
     UseClassicTcpStore(so, 0);
+    if (o.rank != 0) WaitUntilListening(o.master_addr, o.master_port, o.timeout);
     ctx->store_ = c10::make_intrusive<c10d::TCPStore>(o.master_addr, so);
   } catch (...) {
     return absl::UnavailableError(absl::StrCat("rendezvous with TCPStore at ", where, " (rank ", o.rank,
