@@ -169,6 +169,21 @@ output: {export_dir: %s, export_dtype: FP32, export: %s}
         self.assertLess(abs(want["loss"] - runs[2][-1]["loss"]) / want["loss"], TOL, (want, runs[2]))
         self.assertAlmostEqual(runs[2][-1]["perplexity"], math.exp(runs[2][-1]["loss"]), delta=1e-9)
 
+    def test_eval_rows_that_do_not_split_evenly(self):
+        # 5 eval rows on 2 ranks, 2 a micro-batch: rank 0 holds 3 rows (2 passes), rank 1
+        # holds 2 (1 pass). Rank 1 still joins rank 0's second pass's collectives, and the
+        # loss is the 1-rank loss over the same 5 rows.
+        ref.run_command(["make-data", "--out", self.eval, "--vocab", 256, "--rows", 5, "--seed", 9,
+                         "--min-len", 20, "--max-len", 60])
+        runs = {}
+        for world in (1, 2):
+            _, outs = self.train(self.spec("odd%d" % world, steps=2, patience=0, export="last"), world,
+                                 extra_args=["--collective-timeout-s", "20"])
+            runs[world] = events(outs[0][0], "eval")
+        self.assertEqual([e["step"] for e in runs[2]], [2])
+        self.assertEqual(runs[1][0]["tokens"], runs[2][0]["tokens"])
+        self.assertLess(abs(runs[1][0]["loss"] - runs[2][0]["loss"]) / runs[1][0]["loss"], TOL, runs)
+
     def test_resume_keeps_the_early_stopping_state(self):
         _, outs = self.train(self.spec("whole"), 2)
         whole = events(outs[0][0], "stopped_early")[0]

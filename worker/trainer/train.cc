@@ -285,15 +285,26 @@ EvalResult Evaluate(LlamaModel& model, ParamEngine& engine, const LoadedData& da
   for (int64_t i = engine.data_parallel_rank(); i < data.rows.size(); i += engine.data_parallel_size()) {
     mine.push_back(i);
   }
-  for (size_t i = 0; i < mine.size(); i += micro_batch) {
-    std::vector<int64_t> idx(mine.begin() + i,
-                             mine.begin() + std::min(mine.size(), i + static_cast<size_t>(micro_batch)));
+  // Every rank runs as many forward passes as the rank with the most rows (rank 0): with
+  // sharded parameters each pass is a series of collectives, so a rank that ran fewer
+  // would leave the others waiting in one. A pass past a rank's own rows runs its first
+  // row again and is not counted.
+  const int64_t world = engine.data_parallel_size();
+  const int64_t most_rows = (static_cast<int64_t>(data.rows.size()) + world - 1) / world;
+  const int64_t passes = (most_rows + micro_batch - 1) / micro_batch;
+  for (int64_t p = 0; p < passes; ++p) {
+    const size_t begin = static_cast<size_t>(p * micro_batch);
+    const bool counted = begin < mine.size();
+    const std::vector<int64_t> idx =
+        counted ? std::vector<int64_t>(mine.begin() + begin,
+                                       mine.begin() + std::min(mine.size(), begin + static_cast<size_t>(micro_batch)))
+                : std::vector<int64_t>{0};
     absl::StatusOr<Batch> b_or = data.rows.MakeBatch(idx, data.pad_id, data.vocab_size);
     if (!b_or.ok()) throw std::runtime_error(std::string(b_or.status().message()));
-    const Batch& b = *b_or;
-    ModelInput in = MakeModelInput(b, device);
-    if (in.num_targets == 0) continue;
-    loss_sum += model.LossSum(engine, in).item<double>();
+    ModelInput in = MakeModelInput(*b_or, device);
+    const double loss = model.LossSum(engine, in).item<double>();
+    if (!counted || in.num_targets == 0) continue;
+    loss_sum += loss;
     count += in.num_targets;
   }
   EvalResult r;
