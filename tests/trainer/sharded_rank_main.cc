@@ -273,7 +273,7 @@ absl::Status Run(const Flags& f) {
   }
   if (writer) {
     const auto blocked_from = std::chrono::steady_clock::now();
-    absl::StatusOr<std::optional<lt::SavedCheckpoint>> last = writer->Wait();
+    absl::StatusOr<std::optional<lt::SavedCheckpoint>> last = writer->Wait(*sharded);
     checkpoint_blocked += std::chrono::duration<double>(std::chrono::steady_clock::now() - blocked_from).count();
     LF_RETURN_IF_ERROR(report_saved(last));
   }

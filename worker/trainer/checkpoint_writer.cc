@@ -305,7 +305,7 @@ CheckpointWriter::~CheckpointWriter() {
 
 absl::Status CheckpointWriter::Start(ShardedEngine& engine, const LlamaConfig& config,
                                      const TrainerProgress& progress, std::optional<SavedCheckpoint>* finished) {
-  absl::StatusOr<std::optional<SavedCheckpoint>> previous = Wait();
+  absl::StatusOr<std::optional<SavedCheckpoint>> previous = Wait(engine);
   if (!previous.ok()) return previous.status();
   if (finished != nullptr) *finished = *previous;
   // The staging buffer is free: the save that used it is finished. A writer thread that
@@ -313,6 +313,7 @@ absl::Status CheckpointWriter::Start(ShardedEngine& engine, const LlamaConfig& c
   LF_ASSIGN_OR_RETURN(CheckpointSnapshot snapshot, TakeSnapshot(engine, config, progress, staging_));
   save_ = std::make_shared<Save>();
   save_->snapshot = std::move(snapshot);
+  unwaited_ = true;
   thread_ = std::thread([save = save_, kv = kv_, options = options_, sequence = sequence_++] {
     // The write takes only CPU the ranks leave: at the lowest priority it never delays a
     // rank's step (and with it every rank's next collective). Advice: ignored if refused.
@@ -325,7 +326,7 @@ absl::Status CheckpointWriter::Start(ShardedEngine& engine, const LlamaConfig& c
     save->done.store(true);
   });
   if (!options_.async) {
-    LF_ASSIGN_OR_RETURN(std::optional<SavedCheckpoint> mine, Wait());
+    LF_ASSIGN_OR_RETURN(std::optional<SavedCheckpoint> mine, Wait(engine));
     if (finished != nullptr && !finished->has_value()) *finished = mine;
   }
   return absl::OkStatus();
@@ -333,10 +334,23 @@ absl::Status CheckpointWriter::Start(ShardedEngine& engine, const LlamaConfig& c
 
 absl::StatusOr<std::optional<SavedCheckpoint>> CheckpointWriter::Poll() {
   if (!thread_.joinable() || !save_->done.load()) return std::optional<SavedCheckpoint>();
-  return Wait();
+  return Collect();
 }
 
-absl::StatusOr<std::optional<SavedCheckpoint>> CheckpointWriter::Wait() {
+absl::StatusOr<std::optional<SavedCheckpoint>> CheckpointWriter::Wait(ShardedEngine& engine) {
+  // Every rank started the same saves, so every rank sees the same `unwaited_` and runs
+  // the same rounds; the last round (nobody running) is also a barrier, after which no
+  // rank's writer still needs the store that rank 0 hosts.
+  if (unwaited_) {
+    unwaited_ = false;
+    while (engine.AnyRank(thread_.joinable() && !save_->done.load())) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+  return Collect();
+}
+
+absl::StatusOr<std::optional<SavedCheckpoint>> CheckpointWriter::Collect() {
   if (!thread_.joinable()) return std::optional<SavedCheckpoint>();
   thread_.join();
   if (!save_->result.ok()) return save_->result.status();

@@ -104,17 +104,25 @@ class CheckpointWriter {
   absl::Status Start(ShardedEngine& engine, const LlamaConfig& config, const TrainerProgress& progress,
                      std::optional<SavedCheckpoint>* finished = nullptr);
   // The save that finished since the last call, without blocking: nullopt while one is
-  // running or when none finished. The error of a failed save.
+  // running or when none finished. The error of a failed save. Not a collective.
   absl::StatusOr<std::optional<SavedCheckpoint>> Poll();
-  // Blocks until the save in flight is finished; its result (nullopt when none was running).
-  absl::StatusOr<std::optional<SavedCheckpoint>> Wait();
+  // Blocks until the save in flight is finished on every rank; this rank's result
+  // (nullopt when none was running or Poll already returned it). A collective, called by
+  // every rank at the same point: it waits in rounds of a one-number all-reduce over
+  // `engine`'s ranks, so a rank that died during its write fails the wait within the
+  // collective timeout (waiting for its files in the store alone would not end).
+  absl::StatusOr<std::optional<SavedCheckpoint>> Wait(ShardedEngine& engine);
 
  private:
   struct Save;  // one save's state, shared with its thread
 
+  // Joins this rank's writer thread (which must be done, or is waited for); its result.
+  absl::StatusOr<std::optional<SavedCheckpoint>> Collect();
+
   std::shared_ptr<KeyValueStore> kv_;
   const CheckpointWriterOptions options_;
   int64_t sequence_ = 0;  // saves started: names each save's store keys
+  bool unwaited_ = false;  // a save was started that no Wait has seen end on every rank
   std::shared_ptr<Save> save_;
   std::thread thread_;
   std::shared_ptr<PageAlignedBuffer> staging_ = std::make_shared<PageAlignedBuffer>();

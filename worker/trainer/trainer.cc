@@ -478,11 +478,9 @@ absl::Status Trainer::Checkpoint(int64_t step, double loss) {
 
 absl::Status Trainer::FinishCheckpoint() {
   if (!writer_) return absl::OkStatus();
-  LF_RETURN_IF_ERROR(ReportSaved(writer_->Wait()));
-  // A barrier: the other ranks read the save's outcome from the store rank 0 hosts, so
-  // rank 0 must not exit (the end, a preemption) before they have it.
-  (void)engine_->AllReduceSum(0.0);
-  return absl::OkStatus();
+  // Wait is a collective that returns once every rank's writer is done: rank 0, which
+  // hosts the store the others read the save's outcome from, may exit after it.
+  return ReportSaved(writer_->Wait(*engine_));
 }
 
 absl::Status Trainer::Run() {
