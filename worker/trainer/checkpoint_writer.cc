@@ -8,8 +8,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <condition_variable>
 #include <cstring>
 #include <filesystem>
+#include <mutex>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -288,6 +290,8 @@ absl::StatusOr<SavedCheckpoint> WriteCheckpoint(const CheckpointSnapshot& s, int
 struct CheckpointWriter::Save {
   CheckpointSnapshot snapshot;
   std::atomic<bool> done{false};
+  std::mutex mu;                // with `finished`: Wait wakes when `done` turns true
+  std::condition_variable finished;
   absl::StatusOr<SavedCheckpoint> result{absl::UnknownError("not written")};
 };
 
@@ -323,7 +327,11 @@ absl::Status CheckpointWriter::Start(ShardedEngine& engine, const LlamaConfig& c
     if (save->result.ok()) {
       save->result->write_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     }
-    save->done.store(true);
+    {
+      std::lock_guard<std::mutex> lock(save->mu);
+      save->done.store(true);
+    }
+    save->finished.notify_all();
   });
   if (!options_.async) {
     LF_ASSIGN_OR_RETURN(std::optional<SavedCheckpoint> mine, Wait(engine));
@@ -343,8 +351,15 @@ absl::StatusOr<std::optional<SavedCheckpoint>> CheckpointWriter::Wait(ShardedEng
   // rank's writer still needs the store that rank 0 hosts.
   if (unwaited_) {
     unwaited_ = false;
-    while (engine.AnyRank(thread_.joinable() && !save_->done.load())) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    for (;;) {
+      const bool running = thread_.joinable() && !save_->done.load();
+      if (!engine.AnyRank(running)) break;
+      // A rank whose writer is done goes straight into the next round and waits there
+      // for the others; one still writing joins it when it is done, or after 20 ms.
+      if (running) {
+        std::unique_lock<std::mutex> lock(save_->mu);
+        save_->finished.wait_for(lock, std::chrono::milliseconds(20), [&] { return save_->done.load(); });
+      }
     }
   }
   return Collect();
