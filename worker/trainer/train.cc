@@ -287,8 +287,8 @@ EvalResult Evaluate(LlamaModel& model, ParamEngine& engine, const LoadedData& da
   }
   // Every rank runs as many forward passes as the rank with the most rows (rank 0): with
   // sharded parameters each pass is a series of collectives, so a rank that ran fewer
-  // would leave the others waiting in one. A pass past a rank's own rows runs its first
-  // row again and is not counted.
+  // would leave the others waiting in one. A pass past a rank's own rows runs the data's
+  // row 0 and is not counted.
   const int64_t world = engine.data_parallel_size();
   const int64_t most_rows = (static_cast<int64_t>(data.rows.size()) + world - 1) / world;
   const int64_t passes = (most_rows + micro_batch - 1) / micro_batch;
