@@ -241,6 +241,11 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> MaybeLoadTokenizer(DataFormat format,
   LF_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tok, LoadTokenizer(path));
   if (config->vocab_size == 0) {
     config->vocab_size = tok->vocab_size();
+    // Sized from a file the job names: bounded like any config.json's before anything
+    // is allocated from it.
+    if (absl::Status s = ValidateConfig(*config); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ": ", s.message()));
+    }
   } else if (tok->vocab_size() > config->vocab_size) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": tokenizer has ", tok->vocab_size(),
                                                    " pieces, more than the model's vocab_size ",
