@@ -2,6 +2,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <optional>
 
@@ -449,7 +450,12 @@ void WorkerAgent::StartTask(const v1::TaskSpec& task) {
   launch.token_cache_dir = setup->token_cache_dir;
   if (cpu) {
     launch.gpu_indices.clear();
-    launch.cpu_threads_per_rank = std::max(1, inventory_.cpus() / std::max(1, task.nproc_per_node()));
+    // The worker's own OMP_NUM_THREADS, when set, reaches the ranks as it is (the trainer
+    // environment passes OMP_*); otherwise its usable CPUs are divided among its ranks.
+    const char* omp = std::getenv("OMP_NUM_THREADS");
+    if (omp == nullptr || *omp == '\0') {
+      launch.cpu_threads_per_rank = std::max(1, inventory_.cpus() / std::max(1, task.nproc_per_node()));
+    }
     launch.address_space_limit = options_.trainer_memory_limit;
   }
   launch.efa = inventory_.efa_devices() > 0;

@@ -1,5 +1,6 @@
 #include "worker/inventory.h"
 
+#include <sched.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -62,10 +63,24 @@ int CountEfaDevices(const std::string& sysfs_root) {
   return efa;
 }
 
+namespace {
+
+// The CPUs this process may run on (its affinity mask, as `nproc` counts them), not every
+// CPU online: a worker started under a cpuset (taskset, a container, a Slurm or
+// Kubernetes CPU allocation) divides only its own cores among its ranks' threads.
+int UsableCpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
+  return static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
+}
+
+}  // namespace
+
 void DetectHost(v1::Inventory* inventory) {
   char host[256] = {0};
   if (gethostname(host, sizeof(host) - 1) == 0) inventory->set_host(host);
-  inventory->set_cpus(static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)));
+  inventory->set_cpus(UsableCpus());
   inventory->set_memory_bytes(static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE));
 }
 

@@ -187,8 +187,17 @@ rm -f "$fifo"
 [ -n "$address" ] || { echo "demo: the coordinator did not start; see $cluster/coordinator.log" >&2; exit 1; }
 export LLAMAFLEET_COORDINATOR="$address"
 echo "web portal: http://$http_address/ui/   (metrics: http://$http_address/metrics)"
+# The two workers share this machine: each gets every other core (when there are two or
+# more), so their ranks' threads (a worker gives each rank its cores) do not fight over them.
+mapfile -t cores < <(/usr/bin/python3 -c 'import os; print("\n".join(map(str, sorted(os.sched_getaffinity(0)))))')
 for n in 1 2; do
-  "$bin/llamafleet-worker" --coordinator "$address" \
+  pin=()
+  if [ "${#cores[@]}" -ge 2 ]; then
+    mine=()
+    for ((i = n - 1; i < ${#cores[@]}; i += 2)); do mine+=("${cores[$i]}"); done
+    pin=(taskset -c "$(IFS=,; echo "${mine[*]}")")
+  fi
+  "${pin[@]}" "$bin/llamafleet-worker" --coordinator "$address" \
     --join-token-file "$cluster/coordinator/join-token" --data-dir "$cluster/worker-$n" \
     --cpu-ranks 1 --name "worker-$n" --address 127.0.0.1 --trainer "$bin/llamafleet-train" \
     "${run_as[@]}" 2>>"$cluster/worker-$n.log" &

@@ -3,6 +3,7 @@
 // coordinator and workers see (rank environment, JSON metrics and checkpoint events,
 // --resume, SIGTERM). What is tested is scheduling, supervision and failure handling.
 #include <grpcpp/grpcpp.h>
+#include <sched.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -59,7 +60,7 @@ STEPS=${LLAMAFLEET_FAKE_STEPS:-30}
 CKPT_EVERY=${LLAMAFLEET_FAKE_CKPT_EVERY:-10}
 step=0
 if [ -n "$RESUME" ]; then step=$(cat "$RESUME/step"); fi
-echo "rank $RANK/$WORLD_SIZE master $MASTER_ADDR:$MASTER_PORT resume=[$RESUME] start=$step" >&2
+echo "rank $RANK/$WORLD_SIZE master $MASTER_ADDR:$MASTER_PORT resume=[$RESUME] start=$step threads=$OMP_NUM_THREADS" >&2
 save() {
   if [ "$RANK" = 0 ] && [ -n "$CK" ]; then
     mkdir -p "$CK/step-$step" && echo $step > "$CK/step-$step/step" && echo '{}' > "$CK/step-$step/manifest.json"
@@ -231,6 +232,34 @@ TEST_F(ClusterTest, TwoNodeJobSucceedsWithCheckpointsAndMetricsRecorded) {
     EXPECT_EQ(attempts[0].tasks(i).worker(), job.workers(i));
     EXPECT_EQ(attempts[0].tasks(i).ranks(), 1);
     EXPECT_EQ(attempts[0].tasks(i).state(), v1::TASK_SUCCEEDED);
+  }
+}
+
+TEST_F(ClusterTest, CpuRanksGetTheWorkersOwnCoresOrItsOmpNumThreads) {
+  // w1 may run on one CPU (its affinity mask, inherited from the thread that forks it):
+  // its rank gets one thread however many cores the machine has. w2's own
+  // OMP_NUM_THREADS reaches its rank as it is.
+  unsetenv("OMP_NUM_THREADS");
+  cpu_set_t saved, one;
+  ASSERT_EQ(sched_getaffinity(0, sizeof(saved), &saved), 0);
+  CPU_ZERO(&one);
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (CPU_ISSET(c, &saved)) {
+      CPU_SET(c, &one);
+      break;
+    }
+  }
+  ASSERT_EQ(sched_setaffinity(0, sizeof(one), &one), 0);
+  StartWorker("w1");
+  ASSERT_EQ(sched_setaffinity(0, sizeof(saved), &saved), 0);
+  StartWorker("w2", {{"OMP_NUM_THREADS", "3"}});
+  WaitForWorkers(2);
+  const std::string id = Submit("");
+  v1::Job job = WaitFor(id, v1::SUCCEEDED, absl::Seconds(30));
+  ASSERT_EQ(job.workers_size(), 2);
+  for (int rank = 0; rank < 2; ++rank) {
+    const std::string expected = job.workers(rank) == "w1" ? "threads=1\n" : "threads=3\n";
+    EXPECT_NE(RankLog(id, 1, rank).find(expected), std::string::npos) << job.workers(rank) << ": " << RankLog(id, 1, rank);
   }
 }
 
