@@ -448,14 +448,15 @@ void WorkerAgent::StartTask(const v1::TaskSpec& task) {
   launch.trainer_command = options_.trainer_command;
   launch.work_dir = absl::StrCat(options_.data_dir, "/tasks/", task.task_id());
   launch.token_cache_dir = setup->token_cache_dir;
+  // The worker's own OMP_NUM_THREADS, when set, reaches the ranks as it is (the trainer
+  // environment passes OMP_*); otherwise its usable CPUs are divided among its ranks (GPU
+  // ranks included: LibTorch's default is every core, in each of a node's 8 ranks).
+  const char* omp = std::getenv("OMP_NUM_THREADS");
+  if (omp == nullptr || *omp == '\0') {
+    launch.cpu_threads_per_rank = std::max(1, inventory_.cpus() / std::max(1, task.nproc_per_node()));
+  }
   if (cpu) {
     launch.gpu_indices.clear();
-    // The worker's own OMP_NUM_THREADS, when set, reaches the ranks as it is (the trainer
-    // environment passes OMP_*); otherwise its usable CPUs are divided among its ranks.
-    const char* omp = std::getenv("OMP_NUM_THREADS");
-    if (omp == nullptr || *omp == '\0') {
-      launch.cpu_threads_per_rank = std::max(1, inventory_.cpus() / std::max(1, task.nproc_per_node()));
-    }
     launch.address_space_limit = options_.trainer_memory_limit;
   }
   launch.efa = inventory_.efa_devices() > 0;

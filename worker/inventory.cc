@@ -1,6 +1,5 @@
 #include "worker/inventory.h"
 
-#include <sched.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -9,6 +8,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "common/usable_cpus.h"
 #include "worker/bounded_command.h"
 
 namespace llamafleet::worker {
@@ -62,20 +62,6 @@ int CountEfaDevices(const std::string& sysfs_root) {
   }
   return efa;
 }
-
-namespace {
-
-// The CPUs this process may run on (its affinity mask, as `nproc` counts them), not every
-// CPU online: a worker started under a cpuset (taskset, a container, a Slurm or
-// Kubernetes CPU allocation) divides only its own cores among its ranks' threads.
-int UsableCpus() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
-  return static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
-}
-
-}  // namespace
 
 void DetectHost(v1::Inventory* inventory) {
   char host[256] = {0};

@@ -40,7 +40,7 @@ struct TaskLaunch {
   std::vector<int> gpu_indices;
   // Set the NCCL/libfabric variables AWS documents for EFA.
   bool efa = false;
-  // Threads per CPU rank (OMP_NUM_THREADS); 0 = leave unset.
+  // OpenMP threads per rank (OMP_NUM_THREADS); 0 = leave the inherited value.
   int cpu_threads_per_rank = 0;
   // Identity of the ranks (set: the worker is root and switches to it; `work_dir` is
   // handed to it). Every rank starts with no inherited descriptor beyond stdin/out/err and

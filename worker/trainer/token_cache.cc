@@ -14,6 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/usable_cpus.h"
 #include "util.h"
 
 namespace llamafleet::trainer {
@@ -175,7 +176,7 @@ absl::Status Build(const std::string& data_path, const TokenCacheOptions& o, con
   if (map) ::madvise(map, size, MADV_SEQUENTIAL);
 
   // Chunks of about equal bytes, cut after a newline.
-  const int threads = std::max(1, o.threads > 0 ? o.threads : static_cast<int>(std::thread::hardware_concurrency()));
+  const int threads = std::max(1, o.threads > 0 ? o.threads : UsableCpus());
   const char* data = static_cast<const char*>(map);
   std::vector<Chunk> chunks(static_cast<size_t>(threads));
   const char* cur = data;

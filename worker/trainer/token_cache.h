@@ -67,7 +67,7 @@ struct TokenCacheOptions {
   std::string dir;         // where entries live (created 0700 if missing)
   DataLoadOptions load;    // how records become tokens (part of the key)
   std::string tokenizer_path;  // hashed into the key ("" for token data)
-  int threads = 0;         // build threads; 0 = the machine's cores
+  int threads = 0;         // build threads; 0 = the cores this process may run on
   // Called about every 2 s during a build with bytes of JSONL done and in all, and once
   // with done == total when every line is read (not after a malformed line).
   std::function<void(int64_t done, int64_t total)> progress;
