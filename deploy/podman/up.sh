@@ -138,14 +138,33 @@ podman healthcheck run "$name-coordinator" >/dev/null 2>&1 || fail "the coordina
 grpc_port=$(podman port "$name-coordinator" 50051/tcp | head -1)
 http_port=$(podman port "$name-coordinator" 8080/tcp | head -1)
 
+# The workers share this machine's cores. Worker i gets the cores i, i+N, i+2N, … of this
+# shell's affinity list as its cpuset (core i mod C, one each, when there are fewer cores
+# than workers): a worker divides the cores it may run on among its ranks' OpenMP threads,
+# and unpinned, every worker would count them all and the threads would outnumber the cores.
+cores=()
+for part in $(taskset -pc $$ 2>/dev/null | sed 's/.*: //' | tr ',' ' '); do
+  if [[ "$part" == *-* ]]; then mapfile -t -O "${#cores[@]}" cores < <(seq "${part%-*}" "${part#*-}"); else cores+=("$part"); fi
+done
+cpuset_of() {  # cpuset_of I: worker I's cores, comma-separated (nothing: not pinned)
+  local i=$1 n=${#cores[@]} mine=() j
+  ((n > 0)) || return 0
+  if ((n < workers)); then echo "${cores[$(((i - 1) % n))]}"; return 0; fi
+  for ((j = i - 1; j < n; j += workers)); do mine+=("${cores[$j]}"); done
+  (IFS=,; echo "${mine[*]}")
+}
+
 for i in $(seq 1 "$workers"); do
   w="$name-worker-$i"
+  pin=()
+  cpuset=$(cpuset_of "$i")
+  [ -z "$cpuset" ] || pin=(--cpuset-cpus "$cpuset")
   podman volume create --label "$label" "$w-data" >/dev/null
   # MASTER_ADDR for a job is its node-0 worker's --address: the container's name, which
   # podman's DNS resolves on this network (and /etc/hosts inside the container itself,
   # which Gloo uses to pick its interface).
   # shellcheck disable=SC2206
-  prun -d "${common[@]}" --name "$w" --hostname "$w" --network "$name" \
+  prun -d "${common[@]}" "${pin[@]}" --name "$w" --hostname "$w" --network "$name" \
     --cap-drop NET_RAW,MKNOD,AUDIT_WRITE,SYS_CHROOT,SETFCAP,NET_BIND_SERVICE --shm-size 1g \
     -v "$w-data:/var/lib/llamafleet-worker" -v "$shared:$shared" --secret "$secret" \
     "$worker_image" --coordinator "$name-coordinator:50051" \
