@@ -360,6 +360,19 @@ checkpoint: {dir: %s, every_steps: 2}
                                  os.path.join(spm, "sp.model"), "--data", os.path.join(spm, "text.jsonl"),
                                  "--format", "text", "--batching", "packing", "--seq-len", 64).stdout)[-1]
         self.assertGreater(out["tokens"], 0)
+        # Resumed by a run whose model differs (token data: 32,000 rows), the refusal names
+        # the checkpoint's model.
+        tokens = self.make_tokens("t.jsonl", vocab=1000, rows=8, min_len=20, max_len=80)
+        other = self.write_spec("other.yaml", """
+name: tiny-tokens
+model: {preset: tiny}
+data: {train_path: %s, format: TOKENS}
+training: {max_steps: 4, micro_batch_size: 2, seq_len: 64}
+""" % tokens)
+        refused = trainer("train", "--spec", other, "--resume", saved[-1], check=False)
+        self.assertNotEqual(refused.returncode, 0)
+        self.assertIn("does not match the checkpoint's shape", refused.stderr)
+        self.assertIn("vocab_size 300", refused.stderr)
 
     def test_bf16_compute_tracks_fp32(self):
         data = self.make_tokens("d.jsonl", vocab=1000, rows=8, min_len=30, max_len=60)

@@ -174,7 +174,11 @@ absl::Status ShardedCheckpoint::CheckLayout(const std::vector<UnitLayout>& full)
       return absl::FailedPreconditionError(absl::StrCat(
           dir_, ": unit ", u, " (", layout[u].name, ") does not match the checkpoint's shape (", saved,
           " trainable elements saved, this run trains ", layout[u].trainable_numel(),
-          "; a LoRA checkpoint resumes only with the same model, peft.r and peft.target_modules)"));
+          "). The checkpoint's model: hidden_size ", config_.hidden_size, ", intermediate_size ",
+          config_.intermediate_size, ", ", config_.num_hidden_layers, " layers, ", config_.num_attention_heads,
+          " heads (", config_.num_key_value_heads, " key/value), vocab_size ", config_.vocab_size,
+          ". A run resumes only with the same model (a tiny preset takes its tokenizer's vocabulary) and, "
+          "with LoRA, the same peft.r and peft.target_modules"));
     }
   }
   return absl::OkStatus();
