@@ -170,19 +170,23 @@ output: {export_dir: %s, export_dtype: FP32, export: %s}
         self.assertAlmostEqual(runs[2][-1]["perplexity"], math.exp(runs[2][-1]["loss"]), delta=1e-9)
 
     def test_eval_rows_that_do_not_split_evenly(self):
-        # 5 eval rows on 2 ranks, 2 a micro-batch: rank 0 holds 3 rows (2 passes), rank 1
-        # holds 2 (1 pass). Rank 1 still joins rank 0's second pass's collectives, and the
-        # loss is the 1-rank loss over the same 5 rows.
+        # 5 eval rows on 2 data-parallel ranks, 2 a micro-batch: rank 0 holds 3 rows (2
+        # passes), rank 1 holds 2 (1 pass). Rank 1 still joins rank 0's second pass's
+        # collectives, and the loss is the 1-rank loss over the same 5 rows. World 4 is the
+        # same with tensor parallelism 2: both ranks of a tensor-parallel pair run the pass
+        # past their rows (the vocabulary-parallel loss is a collective of the pair).
         ref.run_command(["make-data", "--out", self.eval, "--vocab", 256, "--rows", 5, "--seed", 9,
                          "--min-len", 20, "--max-len", 60])
         runs = {}
-        for world in (1, 2):
-            _, outs = self.train(self.spec("odd%d" % world, steps=2, patience=0, export="last"), world,
+        tp = "parallelism: {tensor_parallel: 2}\nresources: {nodes: 2, gpus_per_node: 2}"
+        for world, extra in ((1, ""), (2, ""), (4, tp)):
+            _, outs = self.train(self.spec("odd%d" % world, steps=2, patience=0, export="last", extra=extra), world,
                                  extra_args=["--collective-timeout-s", "20"])
             runs[world] = events(outs[0][0], "eval")
-        self.assertEqual([e["step"] for e in runs[2]], [2])
-        self.assertEqual(runs[1][0]["tokens"], runs[2][0]["tokens"])
-        self.assertLess(abs(runs[1][0]["loss"] - runs[2][0]["loss"]) / runs[1][0]["loss"], TOL, runs)
+        for world in (2, 4):
+            self.assertEqual([e["step"] for e in runs[world]], [2])
+            self.assertEqual(runs[1][0]["tokens"], runs[world][0]["tokens"])
+            self.assertLess(abs(runs[1][0]["loss"] - runs[world][0]["loss"]) / runs[1][0]["loss"], TOL, runs)
 
     def test_resume_keeps_the_early_stopping_state(self):
         _, outs = self.train(self.spec("whole"), 2)
