@@ -208,10 +208,4 @@ absl::Status RemoveTree(int dir_fd, const std::string& name, int depth) {
 
 absl::Status RemoveTreeAt(int dir_fd, const std::string& name) { return RemoveTree(dir_fd, name, 0); }
 
-absl::StatusOr<FileIdentity> IdentityOf(int fd) {
-  struct stat st;
-  if (::fstat(fd, &st) != 0) return absl::InternalError(absl::StrCat("fstat: ", std::strerror(errno)));
-  return FileIdentity{st.st_dev, st.st_ino};
-}
-
 }  // namespace llamafleet

@@ -81,14 +81,6 @@ absl::StatusOr<UniqueFd> OpenDirInRoots(const std::vector<std::string>& roots, c
 // entries are swapped meanwhile. A missing entry is OK. `name` must be one component.
 absl::Status RemoveTreeAt(int dir_fd, const std::string& name);
 
-// The device and inode of an open descriptor: a directory's identity while it exists.
-struct FileIdentity {
-  dev_t dev = 0;
-  ino_t ino = 0;
-  bool operator==(const FileIdentity& o) const { return dev == o.dev && ino == o.ino; }
-};
-absl::StatusOr<FileIdentity> IdentityOf(int fd);
-
 }  // namespace llamafleet
 
 #endif  // LLAMAFLEET_COMMON_DIR_FD_H_

@@ -529,9 +529,4 @@ absl::StatusOr<std::unique_ptr<KeyValueStore>> DistContext::NewKeyValueStore(con
   }
 }
 
-absl::Status DistContext::Barrier() {
-  at::Tensor t = at::zeros({1}, at::TensorOptions().dtype(at::kFloat).device(options_.device));
-  return world_->AllReduceSum(t)->Wait();
-}
-
 }  // namespace llamafleet::trainer

@@ -110,9 +110,6 @@ class DistContext {
   absl::StatusOr<std::unique_ptr<Comm>> NewGroup(const std::vector<std::vector<int>>& groups,
                                                  const std::string& tag);
 
-  // Blocks until every rank has reached the barrier (bounded by the timeout).
-  absl::Status Barrier();
-
   // A new connection to the job's TCPStore under `prefix` (a local store for world size 1),
   // never shared with the process groups.
   absl::StatusOr<std::unique_ptr<KeyValueStore>> NewKeyValueStore(const std::string& prefix);

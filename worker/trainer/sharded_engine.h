@@ -216,7 +216,6 @@ class ShardedEngine : public ParamEngine {
   void Free(Gathered& g);
   void Prefetch(int unit);
   void PostBackward(int instance, const at::Tensor& grad);
-  void EnsureGatheredForBackward(int instance);
   void LaunchReduce(int unit, at::Tensor full_grad);
   void EndPass();
 
