@@ -7,6 +7,7 @@
 #include <condition_variable>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <mutex>
 #include <tuple>
 
@@ -16,6 +17,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "common/byte_size.h"
+#include "common/usable_cpus.h"
 #include "tests/testing/process.h"
 #include "tests/testing/wait.h"
 
@@ -137,6 +139,36 @@ TEST(ByteSize, OperatorsSizes) {
   for (const char* bad : {"", "G", "-1G", "+1G", "1.5G", "1GB", "1Gi", "18446744073709551616", "16777216T", " 1G"}) {
     EXPECT_FALSE(ParseByteSize(bad).has_value()) << bad;
   }
+}
+
+// A cgroup tree under a temporary directory: `files` maps paths below it to contents.
+int CgroupLimitOf(const std::map<std::string, std::string>& files, const std::string& self) {
+  testing::TempDir dir;
+  for (const auto& [path, text] : files) {
+    const std::filesystem::path p = std::filesystem::path(dir.path()) / path;
+    std::filesystem::create_directories(p.parent_path());
+    std::ofstream(p) << text;
+  }
+  std::ofstream(dir.path() + "/self") << self;
+  return CgroupCpuLimit(dir.path(), dir.path() + "/self");
+}
+
+TEST(UsableCpus, CgroupCpuLimitInWholeCpusRoundedUp) {
+  // v2 at the process's own cgroup; 1.5 CPUs is 2.
+  EXPECT_EQ(CgroupLimitOf({{"job/cpu.max", "150000 100000\n"}}, "0::/job\n"), 2);
+  EXPECT_EQ(CgroupLimitOf({{"job/cpu.max", "max 100000\n"}}, "0::/job\n"), 0);
+  // A container sees its own cgroup at the mount's root while /proc/self/cgroup names the
+  // host's path; both are read and the smaller limit counts.
+  EXPECT_EQ(CgroupLimitOf({{"cpu.max", "400000 100000\n"}}, "0::/libpod-1\n"), 4);
+  EXPECT_EQ(CgroupLimitOf({{"cpu.max", "800000 100000\n"}, {"pod/cpu.max", "300000 100000\n"}}, "0::/pod\n"), 3);
+  // v1 (cpu,cpuacct): -1 is no quota.
+  EXPECT_EQ(CgroupLimitOf({{"cpu/a/cpu.cfs_quota_us", "50000\n"}, {"cpu/a/cpu.cfs_period_us", "100000\n"}},
+                          "4:cpu,cpuacct:/a\n0::/\n"), 1);
+  EXPECT_EQ(CgroupLimitOf({{"cpu/cpu.cfs_quota_us", "-1\n"}, {"cpu/cpu.cfs_period_us", "100000\n"}},
+                          "4:cpu,cpuacct:/\n"), 0);
+  // Nothing readable: no limit.
+  EXPECT_EQ(CgroupLimitOf({}, ""), 0);
+  EXPECT_GE(UsableCpus(), 1);
 }
 
 TEST_F(TaskRunnerTest, OneRankFailingStopsTheWholeGang) {
