@@ -144,6 +144,24 @@ TEST_F(TokenCacheTest, DamagedEntryIsRebuilt) {
   EXPECT_TRUE(TokenFile::Open(path).ok());
 }
 
+TEST_F(TokenCacheTest, ADeadBuildersTemporaryIsRemovedByTheNextBuild) {
+  auto first = OpenTokenCache(data_, Options(2));
+  ASSERT_TRUE(first.ok()) << first.status();
+  const std::string path = first->file->path();
+  first->file.reset();
+  fs::remove(path);
+  // What a builder killed mid-write leaves (another host's, or a dead pid's).
+  const std::string stale = path + ".tmp-otherhost-12345";
+  { std::ofstream(stale) << std::string(4096, 'x'); }
+  auto again = OpenTokenCache(data_, Options(2));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_FALSE(again->hit);
+  EXPECT_FALSE(fs::exists(stale));
+  for (const auto& e : fs::directory_iterator(dir_ + "/cache")) {
+    EXPECT_EQ(e.path().string().find(".tmp-"), std::string::npos) << e.path();
+  }
+}
+
 TEST_F(TokenCacheTest, ConcurrentOpenersBuildOnce) {
   std::vector<absl::StatusOr<TokenCacheResult>> results;
   for (int i = 0; i < 4; ++i) results.emplace_back(absl::UnknownError("not run"));

@@ -351,6 +351,12 @@ absl::StatusOr<TokenCacheResult> OpenTokenCache(const std::string& data_path, co
     r.built_meanwhile = true;
     return r;
   }
+  // A temporary of this entry left here now is a dead builder's (killed mid-build): the
+  // lock is this process's, so no live one writes it. Removed before building anew.
+  const std::string stale_prefix = key + ".tokens.tmp-";
+  for (const auto& e : fs::directory_iterator(o.dir, ec)) {
+    if (e.path().filename().string().rfind(stale_prefix, 0) == 0) fs::remove(e.path(), ec);
+  }
   const auto t0 = std::chrono::steady_clock::now();
   const std::string tmp = absl::StrCat(path, TmpSuffix());
   absl::Status built = Build(data_path, o, tmp);

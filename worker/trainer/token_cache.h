@@ -19,8 +19,10 @@
 // Opening checks the header, the file size and that the offsets are monotonic from 0 to T;
 // token ids are checked against the vocabulary when a batch is made.
 //
-// Building: one process per entry holds <key>.lock (flock) and writes <key>.tmp-<host>-<pid>,
-// fsyncs it and renames it into place; others wait on the lock and then map the result.
+// Building: one process per entry holds <key>.lock (flock), writes
+// <key>.tokens.tmp-<host>-<pid>, fsyncs it and renames it into place; others wait on the
+// lock and then map the result. A temporary of the entry that the lock's holder finds is a
+// killed builder's, and is removed.
 // The JSONL is split at line boundaries across threads (SentencePiece encoding is
 // thread-safe); a malformed line fails the build with `file:line: why`, as LoadJsonl does.
 #pragma once
