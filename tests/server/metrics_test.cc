@@ -433,8 +433,10 @@ TEST_F(CoordinatorMetricsTest, ScrapeShowsJobsSubmissionsClusterAndDatabase) {
 
   const std::string text = ScrapeUntil([](const std::map<std::string, double>& s) {
     auto restarts = s.find("llamafleet_job_restarts_total{failure_class=\"retryable\"}");
+    // (The heartbeat's GPU health event is counted apart from its samples: waited for too.)
     return s.count(absl::StrCat("DCGM_FI_DEV_GPU_UTIL{", kGpu1, "}")) && restarts != s.end() &&
-           restarts->second == 1;
+           restarts->second == 1 &&
+           s.count("llamafleet_gpu_health_events_total{event=\"throttle\",fatal=\"false\"}");
   });
   const std::map<std::string, double> s = ParseSamples(text);
   auto at = [&](const std::string& series) {
