@@ -2,6 +2,7 @@
 // (data.h: LoadJsonl, PackSequences, CheckPaddingRows, MakeBatch): the same rows, the same
 // batches, the same errors; reuse, rebuild of a damaged entry, one builder at a time.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -150,13 +151,25 @@ TEST_F(TokenCacheTest, ADeadBuildersTemporaryIsRemovedByTheNextBuild) {
   const std::string path = first->file->path();
   first->file.reset();
   fs::remove(path);
-  // What a builder killed mid-write leaves (another host's, or a dead pid's).
-  const std::string stale = path + ".tmp-otherhost-12345";
+  // What a builder of this host killed mid-write leaves (a child that has exited: its pid
+  // is no live process's). Another host's temporary is left alone: where flock does not
+  // reach across hosts, its builder may be writing it.
+  char host[256] = "host";
+  ASSERT_EQ(::gethostname(host, sizeof(host) - 1), 0);
+  const pid_t dead = ::fork();
+  if (dead == 0) ::_exit(0);
+  ASSERT_GT(dead, 0);
+  ASSERT_EQ(::waitpid(dead, nullptr, 0), dead);
+  const std::string stale = path + ".tmp-" + host + "-" + std::to_string(dead);
+  const std::string others = path + ".tmp-otherhost-12345";
   { std::ofstream(stale) << std::string(4096, 'x'); }
+  { std::ofstream(others) << std::string(4096, 'x'); }
   auto again = OpenTokenCache(data_, Options(2));
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_FALSE(again->hit);
   EXPECT_FALSE(fs::exists(stale));
+  EXPECT_TRUE(fs::exists(others));
+  fs::remove(others);
   for (const auto& e : fs::directory_iterator(dir_ + "/cache")) {
     EXPECT_EQ(e.path().string().find(".tmp-"), std::string::npos) << e.path();
   }

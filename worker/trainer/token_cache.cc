@@ -1,6 +1,7 @@
 #include "token_cache.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -12,6 +13,7 @@
 #include <filesystem>
 #include <thread>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/usable_cpus.h"
@@ -68,10 +70,22 @@ absl::StatusOr<std::string> ContentKey(const std::string& data_path, const Token
 
 // ".tmp-<host>-<pid>": unique among the live processes of every host that shares the cache
 // directory (the entry lock keeps builders apart, unless the filesystem does not do flock).
-std::string TmpSuffix() {
+std::string TmpSuffix(pid_t pid = ::getpid()) {
   char host[256] = "host";
   (void)::gethostname(host, sizeof(host) - 1);
-  return absl::StrCat(".tmp-", host, "-", ::getpid());
+  return absl::StrCat(".tmp-", host, "-", pid);
+}
+
+// Whether the temporary `name` of `entry` (<entry>.tmp-<host>-<pid>) is a dead builder's:
+// one of this host's whose process is gone. Another host's is never judged (where flock
+// does not reach across hosts, its builder may be writing it now).
+bool DeadBuildersTemporary(const std::string& name, const std::string& entry) {
+  const std::string mine = entry + TmpSuffix(0);  // "<entry>.tmp-<host>-0"
+  const std::string prefix = mine.substr(0, mine.size() - 1);
+  if (name.rfind(prefix, 0) != 0) return false;
+  int pid = 0;
+  if (!absl::SimpleAtoi(name.substr(prefix.size()), &pid) || pid <= 0) return false;
+  return ::kill(pid, 0) != 0 && errno == ESRCH;
 }
 
 // The content key, remembered in <dir>/<signature hash>.key so that a start whose files are
@@ -351,11 +365,10 @@ absl::StatusOr<TokenCacheResult> OpenTokenCache(const std::string& data_path, co
     r.built_meanwhile = true;
     return r;
   }
-  // A temporary of this entry left here now is a dead builder's (killed mid-build): the
-  // lock is this process's, so no live one writes it. Removed before building anew.
-  const std::string stale_prefix = key + ".tokens.tmp-";
+  // A builder killed mid-write left its temporary: removed before building anew.
+  const std::string entry = key + ".tokens";
   for (const auto& e : fs::directory_iterator(o.dir, ec)) {
-    if (e.path().filename().string().rfind(stale_prefix, 0) == 0) fs::remove(e.path(), ec);
+    if (DeadBuildersTemporary(e.path().filename().string(), entry)) fs::remove(e.path(), ec);
   }
   const auto t0 = std::chrono::steady_clock::now();
   const std::string tmp = absl::StrCat(path, TmpSuffix());

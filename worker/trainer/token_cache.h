@@ -21,8 +21,8 @@
 //
 // Building: one process per entry holds <key>.lock (flock), writes
 // <key>.tokens.tmp-<host>-<pid>, fsyncs it and renames it into place; others wait on the
-// lock and then map the result. A temporary of the entry that the lock's holder finds is a
-// killed builder's, and is removed.
+// lock and then map the result. The lock's holder removes the temporaries of the entry
+// that this host's killed builders left (another host's it leaves alone).
 // The JSONL is split at line boundaries across threads (SentencePiece encoding is
 // thread-safe); a malformed line fails the build with `file:line: why`, as LoadJsonl does.
 #pragma once
