@@ -14,10 +14,10 @@
 #include "llamafleet/v1/job.grpc.pb.h"
 #include "server/coordinator.h"
 #include "storage/job_store.h"
+#include "tests/testing/in_process.h"
 #include "tests/testing/process.h"
 #include "tests/testing/spec_builder.h"
 #include "tests/testing/wait.h"
-#include "tests/testing/in_process.h"
 
 namespace llamafleet {
 namespace {
