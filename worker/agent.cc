@@ -448,6 +448,7 @@ void WorkerAgent::StartTask(const v1::TaskSpec& task) {
   launch.trainer_command = options_.trainer_command;
   launch.work_dir = absl::StrCat(options_.data_dir, "/tasks/", task.task_id());
   launch.token_cache_dir = setup->token_cache_dir;
+  launch.token_cache_max_bytes = options_.token_cache_max_bytes;
   // The worker's own OMP_NUM_THREADS, when set, reaches the ranks as it is (the trainer
   // environment passes OMP_*); otherwise its usable CPUs are divided among its ranks (GPU
   // ranks included: LibTorch's default is every core, in each of a node's 8 ranks).

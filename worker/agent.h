@@ -50,6 +50,7 @@ struct AgentOptions {
   std::string preflight_fail_for_test;  // fault injection: fail while this file exists
   std::string gpu_health_fake_for_test;  // fault injection: GPU health events (gpu_health.h)
   uint64_t trainer_memory_limit = 0;     // bytes of address space per CPU rank; 0 = none
+  uint64_t token_cache_max_bytes = 0;    // bound on each owner's token cache; 0 = none
 };
 
 class WorkerAgent : public TaskListener {

@@ -79,6 +79,11 @@ int main(int argc, char** argv) {
                  "SIZE (bytes, or with K, M, G, T): the address space each rank of a CPU worker may map "
                  "(RLIMIT_AS); a rank past it fails its allocation instead of exhausting the node. Not "
                  "applied on GPU workers: bound those with the unit's cgroup (systemd MemoryMax=)");
+  std::string token_cache_max_size;
+  app.add_option("--token-cache-max-size", token_cache_max_size,
+                 "SIZE (bytes, or with K, M, G, T): bound on each job owner's token cache; past it a "
+                 "build removes the owner's least recently used entries that no run is using "
+                 "(default: none)");
   bool check_health = false;
   app.add_flag("--check-health", check_health,
                "run the pre-flight and one GPU health sample, print them (JSON) and exit: 0 when "
@@ -157,6 +162,15 @@ int main(int argc, char** argv) {
       return 2;
     }
     options.trainer_memory_limit = *bytes;
+  }
+  if (!token_cache_max_size.empty()) {
+    const std::optional<uint64_t> bytes = llamafleet::ParseByteSize(token_cache_max_size);
+    if (!bytes || *bytes == 0) {
+      std::cerr << "llamafleet-worker: --token-cache-max-size: \"" << token_cache_max_size
+                << "\" is not a size above 0 (e.g. 500G)\n";
+      return 2;
+    }
+    options.token_cache_max_bytes = *bytes;
   }
   std::error_code ec;
   std::filesystem::create_directories(options.data_dir, ec);

@@ -155,6 +155,9 @@ absl::Status TaskRunner::Launch() {
   }
   for (const std::string& root : t.path_roots()) argv.insert(argv.end(), {"--path-root", root});
   if (!launch_.token_cache_dir.empty()) argv.insert(argv.end(), {"--token-cache-dir", launch_.token_cache_dir});
+  if (launch_.token_cache_max_bytes > 0) {
+    argv.insert(argv.end(), {"--token-cache-max-size", std::to_string(launch_.token_cache_max_bytes)});
+  }
   const std::vector<std::string> base_env =
       TrainerBaseEnvironment(environ, launch_.run_as, launch_.work_dir);
   struct rlimit nofile;

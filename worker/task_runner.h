@@ -36,6 +36,8 @@ struct TaskLaunch {
   // --token-cache-dir: the job owner's directory, already prepared (token_cache_dir.h);
   // "" = the trainer's default.
   std::string token_cache_dir;
+  // Bound on that directory's entries (--token-cache-max-size); 0 = none.
+  uint64_t token_cache_max_bytes = 0;
   // GPU indices given to this task (CUDA_VISIBLE_DEVICES); empty on a CPU worker.
   std::vector<int> gpu_indices;
   // Set the NCCL/libfabric variables AWS documents for EFA.

@@ -7,6 +7,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <chrono>
 #include <random>
 #include <thread>
 
@@ -173,6 +174,98 @@ TEST_F(TokenCacheTest, ADeadBuildersTemporaryIsRemovedByTheNextBuild) {
   for (const auto& e : fs::directory_iterator(dir_ + "/cache")) {
     EXPECT_EQ(e.path().string().find(".tmp-"), std::string::npos) << e.path();
   }
+}
+
+// A dataset of its own (its own entry), about `records` x 30 tokens.
+std::string WriteDataset(const std::string& path, int seed, int records) {
+  std::mt19937 rng(seed);
+  std::ofstream out(path);
+  for (int i = 0; i < records; ++i) {
+    out << "{\"input_ids\": [";
+    for (int t = 0; t < 30; ++t) out << (t ? ", " : "") << rng() % 1000;
+    out << "]}\n";
+  }
+  return path;
+}
+
+TEST_F(TokenCacheTest, ABoundRemovesTheLeastRecentlyUsedEntriesThatNoRunMaps) {
+  TokenCacheOptions o = Options(1);
+  std::vector<std::string> data;
+  for (int i = 0; i < 5; ++i) data.push_back(WriteDataset(dir_ + "/d" + std::to_string(i) + ".jsonl", i, 100));
+  auto open = [&](int i) {
+    auto r = OpenTokenCache(data[i], o);
+    EXPECT_TRUE(r.ok()) << r.status();
+    // Distinct modification times, whatever the filesystem's timestamp granularity.
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    return r.ok() ? std::move(*r) : TokenCacheResult{};
+  };
+  TokenCacheResult a = open(0);  // kept mapped: in use by "a run"
+  const uint64_t entry = fs::file_size(a.file->path());
+  std::string paths[5];
+  paths[0] = a.file->path();
+  for (int i = 1; i < 3; ++i) paths[i] = open(i).file->path();  // built, then unmapped
+  // A hit makes entry 1 more recent than entry 2.
+  EXPECT_TRUE(open(1).hit);
+  // Room for three entries: the fourth build removes the least recently used entry that
+  // nobody maps (2: 1 was hit since), not the older one in use (0).
+  o.max_bytes = 3 * entry + entry / 2;
+  TokenCacheResult d = open(3);
+  paths[3] = d.file->path();
+  EXPECT_FALSE(d.hit);
+  EXPECT_EQ(d.evicted, 1);
+  EXPECT_EQ(d.evicted_bytes, entry);
+  EXPECT_TRUE(fs::exists(paths[0]));
+  EXPECT_TRUE(fs::exists(paths[1]));
+  EXPECT_FALSE(fs::exists(paths[2]));
+  EXPECT_TRUE(fs::exists(paths[3]));
+  // Once unmapped, the old entry goes first.
+  a.file.reset();
+  TokenCacheResult e = open(4);
+  EXPECT_EQ(e.evicted, 1);
+  EXPECT_FALSE(fs::exists(paths[0]));
+  EXPECT_TRUE(fs::exists(paths[1]));
+  EXPECT_TRUE(fs::exists(paths[3]));
+  // An evicted entry is built again on its next use, with the same rows.
+  auto again = OpenTokenCache(data[0], o);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_FALSE(again->hit);
+  EXPECT_EQ(again->file->num_sequences(), 100);
+}
+
+TEST_F(TokenCacheTest, AnEntryAnotherProcessMapsIsNotRemoved) {
+  TokenCacheOptions o = Options(1);
+  const std::string first = WriteDataset(dir_ + "/first.jsonl", 1, 100);
+  const std::string second = WriteDataset(dir_ + "/second.jsonl", 2, 100);
+  ASSERT_TRUE(OpenTokenCache(first, o).ok());
+  int ready[2], done[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  ASSERT_EQ(::pipe(done), 0);
+  const pid_t child = ::fork();
+  if (child == 0) {  // maps the first entry until told to stop
+    auto r = OpenTokenCache(first, o);
+    char c = r.ok() && r->hit ? 'y' : 'n';
+    (void)!::write(ready[1], &c, 1);
+    (void)!::read(done[0], &c, 1);
+    ::_exit(0);
+  }
+  ASSERT_GT(child, 0);
+  char c = 0;
+  ASSERT_EQ(::read(ready[0], &c, 1), 1);
+  ASSERT_EQ(c, 'y');
+  o.max_bytes = 1;  // no room at all
+  auto r = OpenTokenCache(second, o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->evicted, 0);
+  EXPECT_EQ(fs::file_size(r->file->path()) > 0, true);
+  (void)!::write(done[1], "x", 1);
+  ASSERT_EQ(::waitpid(child, nullptr, 0), child);
+  // The child is gone: the next build may remove the first entry (the second is mapped here).
+  const std::string third = WriteDataset(dir_ + "/third.jsonl", 3, 100);
+  auto t = OpenTokenCache(third, o);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->evicted, 1);
+  EXPECT_TRUE(fs::exists(r->file->path()));
+  for (int fd : {ready[0], ready[1], done[0], done[1]}) ::close(fd);
 }
 
 TEST_F(TokenCacheTest, ConcurrentOpenersBuildOnce) {

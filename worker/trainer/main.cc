@@ -17,6 +17,7 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/numbers.h"
+#include "common/byte_size.h"
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
 #include "progress_reporter.h"
@@ -185,6 +186,10 @@ int main(int argc, char** argv) {
   train->add_option("--token-cache-dir", token_cache_dir,
                     "where tokenized datasets are kept and reused (default $LLAMAFLEET_TOKEN_CACHE_DIR, "
                     "else ~/.cache/llamafleet/tokens)");
+  std::string token_cache_max_size;
+  train->add_option("--token-cache-max-size", token_cache_max_size,
+                    "bound on the token cache directory's entries, e.g. 500G (K, M, G, T); past it a "
+                    "build removes the least recently used entries that no run is using (default: none)");
   train->add_option("--collective-timeout-s", collective_timeout_s,
                     "a collective or rendezvous longer than this ends the run (default 120)");
 
@@ -241,6 +246,14 @@ int main(int argc, char** argv) {
     }
     opts->collective_timeout_s = collective_timeout_s;
     opts->token_cache_dir = token_cache_dir;
+    if (!token_cache_max_size.empty()) {
+      const std::optional<uint64_t> bytes = llamafleet::ParseByteSize(token_cache_max_size);
+      if (!bytes) {
+        return Fail(absl::InvalidArgumentError(absl::StrCat("--token-cache-max-size \"", token_cache_max_size,
+                                                            "\": expected bytes or a number with K, M, G or T")));
+      }
+      opts->token_cache_max_bytes = *bytes;
+    }
     opts->path_roots = path_roots;
     if (const char* job = std::getenv("LLAMAFLEET_JOB_ID")) opts->job_id = job;
     if (const char* attempt = std::getenv("LLAMAFLEET_ATTEMPT")) {

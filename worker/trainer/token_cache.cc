@@ -12,7 +12,10 @@
 #include <cstring>
 #include <filesystem>
 #include <thread>
+#include <tuple>
+#include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -325,6 +328,42 @@ absl::StatusOr<std::unique_ptr<TokenFile>> TokenFile::Open(const std::string& pa
 
 TokenFile::~TokenFile() {
   if (map_) ::munmap(map_, map_bytes_);
+  if (use_fd_ >= 0) ::close(use_fd_);
+}
+
+// Removes the least recently used entries of `dir` until they take at most `max_bytes`,
+// passing over any that a process maps (its use lock is held: the caller's own entry too).
+void EvictLeastRecentlyUsed(const std::string& dir, uint64_t max_bytes, TokenCacheResult& r) {
+  struct Entry {
+    std::string name;
+    uint64_t bytes;
+    struct timespec used;
+  };
+  std::vector<Entry> entries;
+  uint64_t total = 0;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    struct stat st;
+    if (!absl::EndsWith(name, ".tokens") || ::lstat(e.path().c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
+    entries.push_back({name, static_cast<uint64_t>(st.st_size), st.st_mtim});
+    total += static_cast<uint64_t>(st.st_size);
+  }
+  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
+    return std::tie(a.used.tv_sec, a.used.tv_nsec) < std::tie(b.used.tv_sec, b.used.tv_nsec);
+  });
+  for (const Entry& e : entries) {
+    if (total <= max_bytes) break;
+    const std::string use_path = (fs::path(dir) / (e.name.substr(0, e.name.size() - 7) + ".use")).string();
+    const int fd = ::open(use_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0) continue;
+    if (::flock(fd, LOCK_EX | LOCK_NB) == 0 && ::unlink((fs::path(dir) / e.name).c_str()) == 0) {
+      total -= e.bytes;
+      ++r.evicted;
+      r.evicted_bytes += e.bytes;
+    }
+    ::close(fd);
+  }
 }
 
 absl::StatusOr<TokenCacheResult> OpenTokenCache(const std::string& data_path, const TokenCacheOptions& o) {
@@ -340,33 +379,45 @@ absl::StatusOr<TokenCacheResult> OpenTokenCache(const std::string& data_path, co
                                                     ", not this process's ", ::geteuid()));
   }
   LF_ASSIGN_OR_RETURN(const std::string key, CacheKey(data_path, o));
-  const std::string path = (fs::path(o.dir) / (key + ".tokens")).string();
+  const std::string entry = key + ".tokens";
+  const std::string path = (fs::path(o.dir) / entry).string();
+  const bool existed = ::access(path.c_str(), F_OK) == 0;
+  // <key>.use: held shared while the file is mapped (an entry in use is never evicted).
+  // <key>.lock: held exclusively to build (builders never wait for users).
+  const std::string use_path = (fs::path(o.dir) / (key + ".use")).string();
+  const std::string lock_path = (fs::path(o.dir) / (key + ".lock")).string();
+  struct Fd {
+    int fd;
+    ~Fd() {
+      if (fd >= 0) ::close(fd);
+    }
+  } use{::open(use_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600)}, lock{-1};
+  if (use.fd < 0 || ::flock(use.fd, LOCK_SH) != 0) {
+    return absl::PermissionDeniedError(absl::StrCat(use_path, ": cannot open and lock"));
+  }
   TokenCacheResult r;
+  auto mapped = [&](std::unique_ptr<TokenFile> f) {  // the file keeps the use lock
+    f->use_fd_ = std::exchange(use.fd, -1);
+    r.file = std::move(f);
+    return std::move(r);
+  };
   if (auto f = TokenFile::Open(path); f.ok()) {
-    r.file = std::move(*f);
+    (void)::utimensat(AT_FDCWD, path.c_str(), nullptr, 0);  // recently used
     r.hit = true;
-    return r;
+    r.built_meanwhile = !existed;
+    return mapped(std::move(*f));
   }
   // One builder per entry; the others wait here and then map its file.
-  const std::string lock_path = (fs::path(o.dir) / (key + ".lock")).string();
-  const int lock = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-  if (lock < 0) return absl::PermissionDeniedError(absl::StrCat(lock_path, ": cannot open"));
-  struct Unlock {
-    int fd;
-    ~Unlock() {
-      ::flock(fd, LOCK_UN);
-      ::close(fd);
-    }
-  } unlock{lock};
-  if (::flock(lock, LOCK_EX) != 0) return absl::InternalError(absl::StrCat(lock_path, ": flock failed"));
+  lock.fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (lock.fd < 0 || ::flock(lock.fd, LOCK_EX) != 0) {
+    return absl::PermissionDeniedError(absl::StrCat(lock_path, ": cannot open and lock"));
+  }
   if (auto f = TokenFile::Open(path); f.ok()) {
-    r.file = std::move(*f);
     r.hit = true;
     r.built_meanwhile = true;
-    return r;
+    return mapped(std::move(*f));
   }
   // A builder killed mid-write left its temporary: removed before building anew.
-  const std::string entry = key + ".tokens";
   for (const auto& e : fs::directory_iterator(o.dir, ec)) {
     if (DeadBuildersTemporary(e.path().filename().string(), entry)) fs::remove(e.path(), ec);
   }
@@ -386,9 +437,10 @@ absl::StatusOr<TokenCacheResult> OpenTokenCache(const std::string& data_path, co
     ::fsync(dfd);
     ::close(dfd);
   }
-  LF_ASSIGN_OR_RETURN(r.file, TokenFile::Open(path));
+  LF_ASSIGN_OR_RETURN(std::unique_ptr<TokenFile> f, TokenFile::Open(path));
   r.build_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  return r;
+  if (o.max_bytes > 0) EvictLeastRecentlyUsed(o.dir, o.max_bytes, r);
+  return mapped(std::move(f));
 }
 
 absl::StatusOr<TokenRows> TokenRows::Create(std::shared_ptr<const TokenFile> file, BatchingMode batching,

@@ -23,6 +23,12 @@
 // <key>.tokens.tmp-<host>-<pid>, fsyncs it and renames it into place; others wait on the
 // lock and then map the result. The lock's holder removes the temporaries of the entry
 // that this host's killed builders left (another host's it leaves alone).
+// Using: a process holds <key>.use shared (flock) for as long as it maps the entry.
+// Bounding (max_bytes): after a build, the builder removes the least recently used
+// entries (oldest modification time; a hit touches its entry) until the entries fit,
+// passing over any whose use lock is held: an entry in use is never removed, so no
+// mapping loses its file, even where several hosts share the directory. The small lock
+// files stay.
 // The JSONL is split at line boundaries across threads (SentencePiece encoding is
 // thread-safe); a malformed line fails the build with `file:line: why`, as LoadJsonl does.
 #pragma once
@@ -38,6 +44,9 @@
 #include "data.h"
 
 namespace llamafleet::trainer {
+
+struct TokenCacheOptions;
+struct TokenCacheResult;
 
 class TokenFile {
  public:
@@ -55,8 +64,10 @@ class TokenFile {
   const uint8_t* target() const { return target_; }
 
  private:
+  friend absl::StatusOr<TokenCacheResult> OpenTokenCache(const std::string&, const TokenCacheOptions&);
   TokenFile() = default;
   std::string path_;
+  int use_fd_ = -1;  // the entry's use lock, held shared while mapped (OpenTokenCache's files)
   void* map_ = nullptr;
   size_t map_bytes_ = 0;
   int64_t num_sequences_ = 0, num_tokens_ = 0;
@@ -70,6 +81,7 @@ struct TokenCacheOptions {
   DataLoadOptions load;    // how records become tokens (part of the key)
   std::string tokenizer_path;  // hashed into the key ("" for token data)
   int threads = 0;         // build threads; 0 = the cores this process may run on
+  uint64_t max_bytes = 0;  // bound on the entries' bytes in `dir`, applied after a build; 0 = none
   // Called about every 2 s during a build with bytes of JSONL done and in all, and once
   // with done == total when every line is read (not after a malformed line).
   std::function<void(int64_t done, int64_t total)> progress;
@@ -82,6 +94,8 @@ struct TokenCacheResult {
   // built it meanwhile (this one waited on the entry's lock).
   bool built_meanwhile = false;
   double build_seconds = 0; // 0 on a hit
+  int evicted = 0;          // least recently used entries removed to stay within max_bytes
+  uint64_t evicted_bytes = 0;
 };
 
 // The entry for `data_path`, built first when there is none.

@@ -194,9 +194,10 @@ bool ProgressEventsWanted() {
 absl::StatusOr<LoadedData> LoadRows(const std::string& path, DataFormat format,
                                     const Tokenizer* tokenizer, const LlamaConfig& config,
                                     BatchingMode batching, int64_t seq_len, const std::string& cache_dir,
-                                    bool log_progress, bool progress_events) {
+                                    uint64_t cache_max_bytes, bool log_progress, bool progress_events) {
   TokenCacheOptions o;
   o.dir = cache_dir;
+  o.max_bytes = cache_max_bytes;
   o.load.format = format;
   o.load.tokenizer = tokenizer;
   o.load.bos_id = tokenizer && tokenizer->bos_id() >= 0 ? tokenizer->bos_id() : config.bos_token_id;
@@ -218,6 +219,16 @@ absl::StatusOr<LoadedData> LoadRows(const std::string& path, DataFormat format,
             : cached.hit           ? absl::StrCat("data ", path, ": token cache hit ", cached.file->path())
                                    : absl::StrFormat("data %s: tokenized into %s in %.1f s", path, cached.file->path(),
                                                      cached.build_seconds));
+  }
+  if (cached.evicted > 0) {
+    auto size = [](uint64_t bytes) {
+      const double b = static_cast<double>(bytes);
+      return b >= 1e9 ? absl::StrFormat("%.2f GB", b / 1e9)
+             : b >= 1e6 ? absl::StrFormat("%.1f MB", b / 1e6)
+                        : absl::StrFormat("%.1f kB", b / 1e3);
+    };
+    LogInfo(absl::StrFormat("token cache %s: removed the %d least recently used entries (%s) to stay within %s",
+                            cache_dir, cached.evicted, size(cached.evicted_bytes), size(cache_max_bytes)));
   }
   std::shared_ptr<const TokenFile> file = std::move(cached.file);
   LF_ASSIGN_OR_RETURN(TokenRows rows, TokenRows::Create(file, batching, seq_len, path));
@@ -367,7 +378,7 @@ absl::StatusOr<EvalResult> RunEval(const EvalOptions& opt) {
     }
     if (opt.micro_batch <= 0) return absl::InvalidArgumentError("--micro-batch must be > 0");
     LF_ASSIGN_OR_RETURN(LoadedData data, LoadRows(opt.data_path, opt.format, tokenizer.get(), config,
-                                                  opt.batching, seq_len, DefaultTokenCacheDir(), true));
+                                                  opt.batching, seq_len, DefaultTokenCacheDir(), 0, true));
     LF_ASSIGN_OR_RETURN(auto params, hf->ReadAll(layout));
     LocalEngine engine(layout, std::move(params), device, at::kFloat, AdamWOptions{});
     LlamaModel model(config, device, at::kFloat);

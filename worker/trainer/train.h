@@ -59,6 +59,7 @@ struct TrainOptions {
   std::string train_path;      // JSONL training data
   std::string eval_path;       // optional JSONL eval data ("" = none)
   std::string token_cache_dir;  // tokenized datasets (token_cache.h); "" = DefaultTokenCacheDir()
+  uint64_t token_cache_max_bytes = 0;  // bound on that directory's entries; 0 = none
   DataFormat format = DataFormat::kText;
   BatchingMode batching = BatchingMode::kPacking;
   int64_t epochs = 1;           // passes over the data; 0 = until max_steps

@@ -59,7 +59,7 @@ struct LoadedData {
 bool ProgressEventsWanted();
 absl::StatusOr<LoadedData> LoadRows(const std::string& path, DataFormat format, const Tokenizer* tokenizer,
                                     const LlamaConfig& config, BatchingMode batching, int64_t seq_len,
-                                    const std::string& cache_dir, bool log_progress,
+                                    const std::string& cache_dir, uint64_t cache_max_bytes, bool log_progress,
                                     bool progress_events = false);
 // The tokenizer a format needs (none for token data): `explicit_path`, else
 // <model_dir>/tokenizer.model; refused when it has more pieces than config->vocab_size.

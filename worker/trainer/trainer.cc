@@ -119,11 +119,13 @@ absl::Status Trainer::Setup() {
   }
   const std::string cache_dir = opt_.token_cache_dir.empty() ? DefaultTokenCacheDir() : opt_.token_cache_dir;
   LF_ASSIGN_OR_RETURN(train_, LoadRows(opt_.train_path, opt_.format, tokenizer_.get(), config_, opt_.batching,
-                                       seq_len_, cache_dir, rank0_, ProgressEventsWanted()));
+                                       seq_len_, cache_dir, opt_.token_cache_max_bytes, rank0_,
+                                       ProgressEventsWanted()));
   bool all_hits = train_->cache_hit;
   if (!opt_.eval_path.empty()) {
     LF_ASSIGN_OR_RETURN(eval_, LoadRows(opt_.eval_path, opt_.format, tokenizer_.get(), config_, opt_.batching,
-                                        seq_len_, cache_dir, rank0_, ProgressEventsWanted()));
+                                        seq_len_, cache_dir, opt_.token_cache_max_bytes, rank0_,
+                                        ProgressEventsWanted()));
     all_hits = all_hits && eval_->cache_hit;
   }
   PhaseDone("data_ready", all_hits ? "token cache hit" : "tokenized");

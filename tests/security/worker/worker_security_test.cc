@@ -172,12 +172,14 @@ class WorkerSecurityTest : public ::testing::Test {
 
   // A worker for `coordinator`; `run_as` empty: the default for its user.
   std::unique_ptr<Subprocess> StartWorker(const std::string& coordinator, const std::string& run_as,
-                                          const std::string& name = "w1") {
+                                          const std::string& name = "w1",
+                                          const std::vector<std::string>& extra = {}) {
     std::vector<std::string> argv = {BinaryPath("llamafleet-worker"), "--coordinator", coordinator,
                                      "--data-dir", dir_.path() + "/" + name, "--cpu-ranks", "3",
                                      "--name", name, "--trainer", trainer_,
                                      "--heartbeat-interval", "0.5"};
     if (!run_as.empty()) argv.insert(argv.end(), {"--run-as", run_as});
+    argv.insert(argv.end(), extra.begin(), extra.end());
     auto p = Subprocess::Start(argv,
                                {{"LLAMAFLEET_JOIN_TOKEN", "secret"},
                                 {"SECRET_CANARY", "must-not-reach-the-trainer"},
@@ -376,13 +378,17 @@ TEST_F(WorkerSecurityTest, EachOwnerHasATokenCacheNoOtherOwnersJobCanReadOrPlant
     return std::string("ok");
   };
 
-  // Yvonne's job: the worker makes her directory and hands only it to the trainer.
+  // Yvonne's job: the worker makes her directory and hands only it to the trainer, with
+  // the worker's bound on it.
   {
     FakeCoordinator coordinator({task("21-1-0", "yvonne")});
-    std::unique_ptr<Subprocess> w = StartWorker(coordinator.address(), run_as);
+    std::unique_ptr<Subprocess> w =
+        StartWorker(coordinator.address(), run_as, "w1", {"--token-cache-max-size", "5G"});
     v1::TaskStatus st = coordinator.WaitFinished("21-1-0", absl::Seconds(20));
     ASSERT_EQ(st.state(), v1::TASK_SUCCEEDED) << st.message();
-    EXPECT_NE(coordinator.Line("21-1-0", "args=").find("--token-cache-dir " + caches + "/yvonne"), std::string::npos)
+    EXPECT_NE(coordinator.Line("21-1-0", "args=").find("--token-cache-dir " + caches +
+                                                        "/yvonne --token-cache-max-size 5368709120"),
+              std::string::npos)
         << coordinator.Line("21-1-0", "args=");
   }
   EXPECT_EQ(private_to_trainers(caches + "/yvonne"), "ok");
