@@ -192,22 +192,6 @@ void JobStore::CancelJob(int64_t job_id, std::string actor, std::string reason,
   Enqueue(WithResult(result, std::move(fn), std::move(done)), /*background=*/false);
 }
 
-void JobStore::TransitionJob(int64_t job_id, std::vector<v1::JobState> from, v1::JobState to,
-                             std::string type, std::string reason, JobCallback done) {
-  auto result = std::make_shared<CancelJobResult>();
-  TxnFunction fn =
-      TransitionJobTxn(job_id, std::move(from), to, std::move(type), std::move(reason), result);
-  Enqueue(WithResult(result, std::move(fn),
-                     [done = std::move(done)](absl::StatusOr<CancelJobResult> r) {
-                       if (r.ok()) {
-                         done(std::move(r->job));
-                       } else {
-                         done(r.status());
-                       }
-                     }),
-          /*background=*/false);
-}
-
 void JobStore::Write(TxnFunction fn, std::function<void(absl::Status)> done) {
   std::vector<std::pair<TxnFunction, JobWrite::Done>> fns;
   fns.emplace_back(std::move(fn), std::move(done));

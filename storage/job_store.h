@@ -91,12 +91,6 @@ class JobStore {
   using CancelCallback = std::function<void(absl::StatusOr<CancelJobResult>)>;
   void CancelJob(int64_t job_id, std::string actor, std::string reason, CancelCallback done);
 
-  // Moves a job to `to` if it is in one of `from` (empty = any non-terminal state),
-  // recording an event of `type` with `reason`. FAILED_PRECONDITION otherwise.
-  using JobCallback = std::function<void(absl::StatusOr<v1::Job>)>;
-  void TransitionJob(int64_t job_id, std::vector<v1::JobState> from, v1::JobState to,
-                     std::string type, std::string reason, JobCallback done);
-
   // Runs `fn` in the writer's next transaction, in a savepoint of its own: an error
   // from `fn` undoes only its changes. `done` runs after the commit (or failure).
   void Write(TxnFunction fn, std::function<void(absl::Status)> done);

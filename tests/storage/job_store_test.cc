@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "google/protobuf/util/time_util.h"
 #include "storage/cluster_store.h"
+#include "storage/job_writes.h"
 #include "tests/storage/job_store_fixture.h"
 
 namespace llamafleet {
@@ -292,17 +293,14 @@ TEST_F(JobStoreTest, CancelIsIdempotentAndRecordsEvents) {
 TEST_F(JobStoreTest, TransitionChecksTheSourceState) {
   auto store = Open();
   int64_t id = SubmitOne(store.get(), Input("a"));
-  std::promise<absl::StatusOr<v1::Job>> p1;
-  store->TransitionJob(id, {v1::RUNNING}, v1::SUCCEEDED, "finished", "done",
-                       [&](absl::StatusOr<v1::Job> r) { p1.set_value(std::move(r)); });
-  EXPECT_EQ(p1.get_future().get().status().code(), absl::StatusCode::kFailedPrecondition);
-  std::promise<absl::StatusOr<v1::Job>> p2;
-  store->TransitionJob(id, {v1::QUEUED}, v1::SCHEDULED, "scheduled", "placed",
-                       [&](absl::StatusOr<v1::Job> r) { p2.set_value(std::move(r)); });
-  absl::StatusOr<v1::Job> job = p2.get_future().get();
-  ASSERT_TRUE(job.ok());
-  EXPECT_EQ(job->state(), v1::SCHEDULED);
-  EXPECT_EQ(job->last_event_seq(), 2);
+  auto result = std::make_shared<CancelJobResult>();
+  EXPECT_EQ(store->WriteAndWait(TransitionJobTxn(id, {v1::RUNNING}, v1::SUCCEEDED, "finished", "done", result))
+                .code(),
+            absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(store->WriteAndWait(TransitionJobTxn(id, {v1::QUEUED}, v1::SCHEDULED, "scheduled", "placed", result))
+                  .ok());
+  EXPECT_EQ(result->job.state(), v1::SCHEDULED);
+  EXPECT_EQ(result->job.last_event_seq(), 2);
 }
 
 TEST_F(JobStoreTest, ListAttemptsShowsEachStartWithItsOutcomeAndTasksNewestFirst) {
