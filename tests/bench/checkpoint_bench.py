@@ -9,8 +9,9 @@ Usage: tests/bench/checkpoint_bench.py --bin-dir build/bin [--runs 3] [--dir DIR
 alternation: no checkpoints, a checkpoint every 2 steps written in the background (the
 default), and the same with `--sync-checkpoint` (checkpoint.async: false). Figures,
 medians over --runs:
-  blocked per save   (wall time of the run - wall time without checkpoints) / saves,
-                     and what the step loop itself measured waiting (snapshot + waits)
+  blocked per save   (wall time of the run - wall time without checkpoints) / saves, of
+                     the medians and paired by round; and what the step loop itself
+                     measured waiting (snapshot + waits)
   write throughput   checkpoint bytes / rank 0's write time (start to manifest), against
                      dd of the same bytes, bs=1M conv=fsync, on the same filesystem: of the
                      background saves (whose writer runs at the lowest CPU priority, on
@@ -108,6 +109,13 @@ def main():
         print(f"{mode:<8}{med(wall[mode]):>9.2f}{per[mode]:>20.3f} s{med(blocked[mode]) / saves:>20.3f} s")
     print(f"async / sync blocked per save: {per['async'] / per['sync']:.3f} (wall), "
           f"{med(blocked['async']) / med(blocked['sync']):.3f} (loop)")
+    # Paired by round (each mode minus the no-checkpoint run just before it), which cancels
+    # the drift of a VM's speed between rounds; the range shows what noise remains.
+    paired = {m: sorted((w - n) / saves for w, n in zip(wall[m], wall["none"])) for m in ("async", "sync")}
+    for mode in ("async", "sync"):
+        print(f"{mode} blocked per save, paired by round: median {med(paired[mode]):.3f} s "
+              f"(range {paired[mode][0]:.3f} to {paired[mode][-1]:.3f})")
+    print(f"async / sync, paired medians: {med(paired['async']) / med(paired['sync']):.3f}")
     d = med(dd_s)
     print(f"dd conv=fsync of the same bytes: {nbytes / d / 2**20:.0f} MiB/s ({d:.2f} s)")
     for mode, what in (("async", "background write (lowest priority, beside the ranks)"),
