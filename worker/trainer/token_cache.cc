@@ -392,8 +392,11 @@ absl::StatusOr<TokenCacheResult> OpenTokenCache(const std::string& data_path, co
       if (fd >= 0) ::close(fd);
     }
   } use{::open(use_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600)}, lock{-1};
-  if (use.fd < 0 || ::flock(use.fd, LOCK_SH) != 0) {
-    return absl::PermissionDeniedError(absl::StrCat(use_path, ": cannot open and lock"));
+  // In a directory this process cannot write (a read-only mount), where nothing can be
+  // removed either, an entry without a use lock is mapped unlocked.
+  if (use.fd < 0) use.fd = ::open(use_path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (use.fd >= 0 && ::flock(use.fd, LOCK_SH) != 0) {
+    return absl::PermissionDeniedError(absl::StrCat(use_path, ": cannot lock"));
   }
   TokenCacheResult r;
   auto mapped = [&](std::unique_ptr<TokenFile> f) {  // the file keeps the use lock
