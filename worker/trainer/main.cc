@@ -17,8 +17,8 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/numbers.h"
-#include "common/byte_size.h"
 #include "absl/strings/str_cat.h"
+#include "common/byte_size.h"
 #include "nlohmann/json.hpp"
 #include "progress_reporter.h"
 #include "train.h"
