@@ -256,6 +256,7 @@ TEST_F(TokenCacheTest, AnEntryAnotherProcessMapsIsNotRemoved) {
   auto r = OpenTokenCache(second, o);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->evicted, 0);
+  EXPECT_EQ(r->kept_bytes, fs::file_size(r->file->path()) * 2) << "both stay, over the bound: both in use";
   EXPECT_EQ(fs::file_size(r->file->path()) > 0, true);
   (void)!::write(done[1], "x", 1);
   ASSERT_EQ(::waitpid(child, nullptr, 0), child);

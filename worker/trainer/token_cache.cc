@@ -364,6 +364,7 @@ void EvictLeastRecentlyUsed(const std::string& dir, uint64_t max_bytes, TokenCac
     }
     ::close(fd);
   }
+  r.kept_bytes = total;
 }
 
 absl::StatusOr<TokenCacheResult> OpenTokenCache(const std::string& data_path, const TokenCacheOptions& o) {

@@ -96,6 +96,7 @@ struct TokenCacheResult {
   double build_seconds = 0; // 0 on a hit
   int evicted = 0;          // least recently used entries removed to stay within max_bytes
   uint64_t evicted_bytes = 0;
+  uint64_t kept_bytes = 0;  // the entries left after a bounded build (over the bound: all in use)
 };
 
 // The entry for `data_path`, built first when there is none.

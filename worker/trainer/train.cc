@@ -220,15 +220,20 @@ absl::StatusOr<LoadedData> LoadRows(const std::string& path, DataFormat format,
                                    : absl::StrFormat("data %s: tokenized into %s in %.1f s", path, cached.file->path(),
                                                      cached.build_seconds));
   }
+  auto size = [](uint64_t bytes) {
+    const double b = static_cast<double>(bytes);
+    return b >= 1e9 ? absl::StrFormat("%.2f GB", b / 1e9)
+           : b >= 1e6 ? absl::StrFormat("%.1f MB", b / 1e6)
+                      : absl::StrFormat("%.1f kB", b / 1e3);
+  };
   if (cached.evicted > 0) {
-    auto size = [](uint64_t bytes) {
-      const double b = static_cast<double>(bytes);
-      return b >= 1e9 ? absl::StrFormat("%.2f GB", b / 1e9)
-             : b >= 1e6 ? absl::StrFormat("%.1f MB", b / 1e6)
-                        : absl::StrFormat("%.1f kB", b / 1e3);
-    };
     LogInfo(absl::StrFormat("token cache %s: removed the %d least recently used entries (%s) to stay within %s",
                             cache_dir, cached.evicted, size(cached.evicted_bytes), size(cache_max_bytes)));
+  }
+  if (cache_max_bytes > 0 && cached.kept_bytes > cache_max_bytes) {
+    LogWarning(absl::StrFormat("token cache %s holds %s, over its bound of %s: what is left is in use (this "
+                               "run's entry included), removed by a later build once nothing maps it",
+                               cache_dir, size(cached.kept_bytes), size(cache_max_bytes)));
   }
   std::shared_ptr<const TokenFile> file = std::move(cached.file);
   LF_ASSIGN_OR_RETURN(TokenRows rows, TokenRows::Create(file, batching, seq_len, path));
