@@ -56,8 +56,10 @@ from proxy import Proxy  # noqa: E402
 
 TERMINAL = {"SUCCEEDED", "FAILED", "CANCELLED"}
 HEARTBEAT_TIMEOUT_S = 5
-STEPS = 16
-CKPT_EVERY = 4
+# 24 steps after the first checkpoint (where faults land): at 1 OpenMP thread a rank's step
+# takes ~0.05 s, and a slowed rank must stay visible over several progress rounds.
+STEPS = 32
+CKPT_EVERY = 8
 TERMINAL_BOUND_S = 240
 
 
