@@ -3,6 +3,9 @@
 #ifndef LLAMAFLEET_TESTS_FUZZ_FUZZ_CHECK_H_
 #define LLAMAFLEET_TESTS_FUZZ_FUZZ_CHECK_H_
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -43,6 +46,16 @@ inline std::vector<std::string> Split(std::string_view text, char separator) {
     if (at == std::string_view::npos) return parts;
     start = at + 1;
   }
+}
+
+// A path whose file holds exactly `data` (one in-memory file per process, rewritten on
+// each call), for parsers that open a path.
+inline const std::string& InMemoryFile(const uint8_t* data, size_t size) {
+  static const int fd = memfd_create("fuzz-input", 0);
+  static const std::string path = "/proc/self/fd/" + std::to_string(fd);
+  FUZZ_CHECK(fd >= 0, "memfd_create failed");
+  FUZZ_CHECK(ftruncate(fd, 0) == 0 && pwrite(fd, data, size, 0) == static_cast<ssize_t>(size), "cannot write");
+  return path;
 }
 
 }  // namespace llamafleet::fuzz

@@ -1,20 +1,14 @@
 // safetensors files as the trainer opens them (SafetensorsFile::Open: the 8-byte header
 // length, the JSON header, the data buffer), from an in-memory file. Properties: every
 // tensor accepted lies inside the data buffer and its size is numel x dtype size.
-#include <sys/mman.h>
-#include <unistd.h>
-
 #include "fuzz_check.h"
 #include "safetensors.h"
 
 using namespace llamafleet::trainer;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  static const int fd = memfd_create("safetensors", 0);
-  static const std::string path = "/proc/self/fd/" + std::to_string(fd);
-  FUZZ_CHECK(fd >= 0, "memfd_create failed");
-  FUZZ_CHECK(ftruncate(fd, 0) == 0 && pwrite(fd, data, size, 0) == static_cast<ssize_t>(size), "cannot write");
-  absl::StatusOr<std::unique_ptr<SafetensorsFile>> file = SafetensorsFile::Open(path);
+  absl::StatusOr<std::unique_ptr<SafetensorsFile>> file =
+      SafetensorsFile::Open(llamafleet::fuzz::InMemoryFile(data, size));
   if (!file.ok()) return 0;
   uint64_t header = 0;
   for (int i = 7; i >= 0; --i) header = header << 8 | data[i];

@@ -3,9 +3,6 @@
 // Properties: an accepted file's size is what its header says, its offsets increase from 0
 // to its token count, and every batch holds only its rows' tokens, each inside the
 // vocabulary (or the batch is refused).
-#include <sys/mman.h>
-#include <unistd.h>
-
 #include <memory>
 #include <vector>
 
@@ -15,11 +12,7 @@
 using namespace llamafleet::trainer;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  static const int fd = memfd_create("tokens", 0);
-  static const std::string path = "/proc/self/fd/" + std::to_string(fd);
-  FUZZ_CHECK(fd >= 0, "memfd_create failed");
-  FUZZ_CHECK(ftruncate(fd, 0) == 0 && pwrite(fd, data, size, 0) == static_cast<ssize_t>(size), "cannot write");
-  absl::StatusOr<std::unique_ptr<TokenFile>> opened = TokenFile::Open(path);
+  absl::StatusOr<std::unique_ptr<TokenFile>> opened = TokenFile::Open(llamafleet::fuzz::InMemoryFile(data, size));
   if (!opened.ok()) return 0;
   std::shared_ptr<const TokenFile> file = std::move(*opened);
   const int64_t sequences = file->num_sequences(), tokens = file->num_tokens();
