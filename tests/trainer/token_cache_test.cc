@@ -5,9 +5,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
-#include <chrono>
 #include <random>
 #include <thread>
 
@@ -257,7 +257,7 @@ TEST_F(TokenCacheTest, AnEntryAnotherProcessMapsIsNotRemoved) {
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->evicted, 0);
   EXPECT_EQ(r->kept_bytes, fs::file_size(r->file->path()) * 2) << "both stay, over the bound: both in use";
-  EXPECT_EQ(fs::file_size(r->file->path()) > 0, true);
+  EXPECT_GT(fs::file_size(r->file->path()), 0u);
   (void)!::write(done[1], "x", 1);
   ASSERT_EQ(::waitpid(child, nullptr, 0), child);
   // The child is gone: the next build may remove the first entry (the second is mapped here).

@@ -328,7 +328,6 @@ absl::StatusOr<std::unique_ptr<TokenFile>> TokenFile::Open(const std::string& pa
 
 TokenFile::~TokenFile() {
   if (map_) ::munmap(map_, map_bytes_);
-  if (use_fd_ >= 0) ::close(use_fd_);
 }
 
 // Removes the least recently used entries of `dir` until they take at most `max_bytes`,
@@ -355,14 +354,13 @@ void EvictLeastRecentlyUsed(const std::string& dir, uint64_t max_bytes, TokenCac
   for (const Entry& e : entries) {
     if (total <= max_bytes) break;
     const std::string use_path = (fs::path(dir) / (e.name.substr(0, e.name.size() - 7) + ".use")).string();
-    const int fd = ::open(use_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-    if (fd < 0) continue;
-    if (::flock(fd, LOCK_EX | LOCK_NB) == 0 && ::unlink((fs::path(dir) / e.name).c_str()) == 0) {
+    const UniqueFd use(::open(use_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
+    if (use.valid() && ::flock(use.get(), LOCK_EX | LOCK_NB) == 0 &&
+        ::unlink((fs::path(dir) / e.name).c_str()) == 0) {
       total -= e.bytes;
       ++r.evicted;
       r.evicted_bytes += e.bytes;
     }
-    ::close(fd);
   }
   r.kept_bytes = total;
 }
@@ -387,21 +385,16 @@ absl::StatusOr<TokenCacheResult> OpenTokenCache(const std::string& data_path, co
   // <key>.lock: held exclusively to build (builders never wait for users).
   const std::string use_path = (fs::path(o.dir) / (key + ".use")).string();
   const std::string lock_path = (fs::path(o.dir) / (key + ".lock")).string();
-  struct Fd {
-    int fd;
-    ~Fd() {
-      if (fd >= 0) ::close(fd);
-    }
-  } use{::open(use_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600)}, lock{-1};
+  UniqueFd use(::open(use_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
   // In a directory this process cannot write (a read-only mount), where nothing can be
   // removed either, an entry without a use lock is mapped unlocked.
-  if (use.fd < 0) use.fd = ::open(use_path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (use.fd >= 0 && ::flock(use.fd, LOCK_SH) != 0) {
+  if (!use.valid()) use = UniqueFd(::open(use_path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (use.valid() && ::flock(use.get(), LOCK_SH) != 0) {
     return absl::PermissionDeniedError(absl::StrCat(use_path, ": cannot lock"));
   }
   TokenCacheResult r;
   auto mapped = [&](std::unique_ptr<TokenFile> f) {  // the file keeps the use lock
-    f->use_fd_ = std::exchange(use.fd, -1);
+    f->use_fd_ = std::move(use);
     r.file = std::move(f);
     return std::move(r);
   };
@@ -412,8 +405,8 @@ absl::StatusOr<TokenCacheResult> OpenTokenCache(const std::string& data_path, co
     return mapped(std::move(*f));
   }
   // One builder per entry; the others wait here and then map its file.
-  lock.fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-  if (lock.fd < 0 || ::flock(lock.fd, LOCK_EX) != 0) {
+  const UniqueFd lock(::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
+  if (!lock.valid() || ::flock(lock.get(), LOCK_EX) != 0) {
     return absl::PermissionDeniedError(absl::StrCat(lock_path, ": cannot open and lock"));
   }
   if (auto f = TokenFile::Open(path); f.ok()) {

@@ -41,6 +41,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/dir_fd.h"
 #include "data.h"
 
 namespace llamafleet::trainer {
@@ -67,7 +68,7 @@ class TokenFile {
   friend absl::StatusOr<TokenCacheResult> OpenTokenCache(const std::string&, const TokenCacheOptions&);
   TokenFile() = default;
   std::string path_;
-  int use_fd_ = -1;  // the entry's use lock, held shared while mapped (OpenTokenCache's files)
+  UniqueFd use_fd_;  // the entry's use lock, held shared while mapped (OpenTokenCache's files)
   void* map_ = nullptr;
   size_t map_bytes_ = 0;
   int64_t num_sequences_ = 0, num_tokens_ = 0;
