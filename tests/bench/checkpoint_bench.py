@@ -2,11 +2,12 @@
 """checkpoint_bench: how long checkpoints block training, asynchronous vs synchronous, and
 how fast the background writer writes against `dd conv=fsync` of the same bytes.
 
-Usage: tests/bench/checkpoint_bench.py --bin-dir build/bin [--runs 3] [--dir DIR]
+Usage: tests/bench/checkpoint_bench.py --bin-dir build/bin [--runs 3] [--dir DIR] [--ranks 2]
 
-2 Gloo ranks of `sharded_rank`, FULL_SHARD fp32, a 26M-parameter model (checkpoints of
-~386 MiB: fp32 parameters and both AdamW moments), 27 steps. Three runs side by side, in
-rotating order: no checkpoints, a checkpoint every 2 steps written in the background (the
+2 Gloo ranks of `sharded_rank` (--ranks 1 leaves a core of a 2-core machine to the
+writer), FULL_SHARD fp32, a 26M-parameter model (checkpoints of ~386 MiB: fp32
+parameters and both AdamW moments), 27 steps. Three runs side by side, in rotating
+order: no checkpoints, a checkpoint every 2 steps written in the background (the
 default; 13 saves, the last after step 26), and the same with `--sync-checkpoint`
 (checkpoint.async: false). Figures, medians over --runs:
   blocked per save   (wall time of the run - wall time without checkpoints) / saves, of
@@ -41,16 +42,16 @@ SHAPE = ["--hidden", "512", "--layers", "8", "--heads", "8", "--kv-heads", "8", 
 STEPS, EVERY = 27, 2
 
 
-def run(rank_bin, out, extra):
+def run(rank_bin, out, extra, ranks=2):
     argv = [rank_bin, "--steps", str(STEPS), "--out", out] + SHAPE + extra
-    procs = launch_ranks(argv, 2)
+    procs = launch_ranks(argv, ranks)
     outs = []
     for p in procs:
         o, err = p.communicate(timeout=1200)
         if p.returncode != 0:
             sys.exit(f"rank failed ({p.returncode}): {' '.join(argv)}\n{err[-3000:]}")
         outs.append(o)
-    reps = [json.load(open(os.path.join(out, f"rank-{r}.json"))) for r in range(2)]
+    reps = [json.load(open(os.path.join(out, f"rank-{r}.json"))) for r in range(ranks)]
     saves = [l for l in json_lines(outs[0]) if l.get("event") == "checkpoint_saved"]
     return max(r["seconds"] for r in reps), max(r["checkpoint_blocked_seconds"] for r in reps), saves
 
@@ -69,12 +70,14 @@ def main():
     ap.add_argument("--bin-dir", default=os.path.join(HERE, "..", "..", "build", "bin"))
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--dir", default=None, help="filesystem to write on (default: a temporary directory)")
+    ap.add_argument("--ranks", type=int, default=2, help="Gloo ranks (one OpenMP thread each)")
     a = ap.parse_args()
     rank_bin = os.path.join(a.bin_dir, "sharded_rank")
     wall = {"none": [], "async": [], "sync": []}
     blocked = {"async": [], "sync": []}
     write_s = {"async": [], "sync": []}
-    dd_s, sizes = [], []
+    sizes = []
+    med = statistics.median
     tmp = tempfile.mkdtemp(prefix="checkpoint-bench-", dir=a.dir)
     try:
         modes = [("none", []), ("async", ["--checkpoint-every", str(EVERY)]),
@@ -85,7 +88,7 @@ def main():
                 ck = os.path.join(tmp, f"ck-{mode}-{i}")
                 if mode != "none":
                     extra = extra + ["--checkpoint-dir", ck]
-                secs, blk, saves = run(rank_bin, os.path.join(tmp, f"out-{mode}-{i}"), extra)
+                secs, blk, saves = run(rank_bin, os.path.join(tmp, f"out-{mode}-{i}"), extra, a.ranks)
                 wall[mode].append(secs)
                 if mode != "none":
                     blocked[mode].append(blk)
@@ -93,17 +96,17 @@ def main():
                     write_s[mode].extend(s["write_seconds"] for s in saves)
                     if mode == "async":
                         sizes.append(saves[0]["bytes"])
-                        dd_s.append(dd_seconds(tmp, saves[0]["bytes"]))
                 shutil.rmtree(ck, ignore_errors=True)
             print(f"run {i + 1}/{a.runs}: " + ", ".join(f"{k} {v[-1]:.2f} s" for k, v in wall.items()),
                   file=sys.stderr, flush=True)
+        # dd after the timed runs, not between them: its write would land in the next run.
+        dd_s = [dd_seconds(tmp, int(med(sizes))) for _ in range(a.runs)]
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     saves = STEPS // EVERY
-    med = statistics.median
     base = med(wall["none"])
     nbytes = med(sizes)
-    print(f"checkpoint_bench: 2 Gloo ranks, FULL_SHARD fp32, 26M parameters, {STEPS} steps, a save every {EVERY} "
+    print(f"checkpoint_bench: {a.ranks} Gloo rank(s), FULL_SHARD fp32, 26M parameters, {STEPS} steps, a save every {EVERY} "
           f"({saves} saves of {nbytes / 2**20:.0f} MiB); medians of {a.runs} runs; {os.cpu_count()} cores")
     print(f"{'mode':<8}{'wall s':>9}{'blocked/save (wall)':>22}{'blocked/save (loop)':>22}")
     print(f"{'none':<8}{base:>9.2f}")
