@@ -119,19 +119,6 @@ std::string Labels(const google::protobuf::Map<std::string, std::string>& labels
 
 }  // namespace
 
-std::string FormatBytes(int64_t bytes) {
-  if (bytes < 0) return "-";
-  if (bytes < 1024) return absl::StrCat(bytes, " B");
-  static constexpr const char* kUnits[] = {"KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
-  double value = static_cast<double>(bytes) / 1024;
-  size_t unit = 0;
-  while (value >= 1024 && unit + 1 < std::size(kUnits)) {
-    value /= 1024;
-    ++unit;
-  }
-  return absl::StrFormat("%.1f %s", value, kUnits[unit]);
-}
-
 std::string FormatCount(int64_t n) {
   // -(n + 1) + 1 stays in range for INT64_MIN.
   const uint64_t magnitude = n < 0 ? static_cast<uint64_t>(-(n + 1)) + 1 : static_cast<uint64_t>(n);

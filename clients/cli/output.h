@@ -13,6 +13,7 @@
 
 #include "absl/strings/string_view.h"
 #include "clients/cli/escape.h"
+#include "common/byte_size.h"  // FormatBytes
 #include "jobspec/jobspec.h"
 #include "absl/time/time.h"
 #include "llamafleet/v1/job.pb.h"
@@ -33,9 +34,6 @@ std::string FormatTime(const google::protobuf::Timestamp& time);
 
 // Compact age as kubectl shows it: 45s, 12m, 5h, 3d; "-" when unset.
 std::string FormatAge(const google::protobuf::Timestamp& time, absl::Time now);
-
-// Binary units with one decimal: 512 B, 1.5 KiB, 3.2 GiB; "-" when negative.
-std::string FormatBytes(int64_t bytes);
 
 // Thousands separated: 1,234,567 (negative numbers keep their sign).
 std::string FormatCount(int64_t n);

@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/byte_size.h"
 #include "engine.h"
 #include "hf_io.h"
 #include "model.h"
@@ -220,12 +221,8 @@ absl::StatusOr<LoadedData> LoadRows(const std::string& path, DataFormat format,
                                    : absl::StrFormat("data %s: tokenized into %s in %.1f s", path, cached.file->path(),
                                                      cached.build_seconds));
   }
-  auto size = [](uint64_t bytes) {
-    const double b = static_cast<double>(bytes);
-    return b >= 1e9 ? absl::StrFormat("%.2f GB", b / 1e9)
-           : b >= 1e6 ? absl::StrFormat("%.1f MB", b / 1e6)
-                      : absl::StrFormat("%.1f kB", b / 1e3);
-  };
+  // In the powers of 1024 that --token-cache-max-size is given in.
+  auto size = [](uint64_t bytes) { return FormatBytes(static_cast<int64_t>(bytes)); };
   if (cached.evicted > 0) {
     LogInfo(absl::StrFormat("token cache %s: removed the %d least recently used entries (%s) to stay within %s",
                             cache_dir, cached.evicted, size(cached.evicted_bytes), size(cache_max_bytes)));
