@@ -3,6 +3,8 @@
 // the process at once with exit 1 and one line naming the flag, the address and the
 // reason; no two coordinators ever share a port.
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -11,6 +13,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "server/http/http_server.h"
 #include "tests/testing/cluster.h"
 #include "tests/testing/process.h"
 
@@ -97,6 +100,36 @@ TEST_F(CoordinatorListenTest, SecondCoordinatorOnTheSameHttpPortIsRefused) {
   second.flags = {"--http-listen", *http};
   ExpectOneLineExit1(RunRefused(second),
                      {"cannot listen on ", *http, "--http-listen", "Address already in use"});
+}
+
+// The HTTP server itself, when it cannot bind: Start returns the error and its cleanup
+// ends (it once waited for a thread it had not started). In a child process, so that a
+// hang fails the test instead of blocking it.
+TEST(HttpServerStartTest, AFailedStartReturnsItsErrorAndCleansUp) {
+  int port = 0;
+  const int held = testing::ListenOnLoopback(&port);
+  ASSERT_GE(held, 0);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    http::HttpServerOptions options;
+    options.listen = absl::StrCat("127.0.0.1:", port);
+    absl::StatusOr<std::unique_ptr<http::HttpServer>> server = http::HttpServer::Start(options, nullptr);
+    const bool refused = !server.ok() && absl::StrContains(server.status().message(), "Address already in use");
+    _exit(refused ? 0 : 2);
+  }
+  int status = 0;
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (waitpid(child, &status, WNOHANG) == 0) {
+    if (absl::Now() > deadline) {
+      kill(child, SIGKILL);
+      waitpid(child, &status, 0);
+      FAIL() << "HttpServer::Start on a held port did not return within 10 s";
+    }
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
+  close(held);
 }
 
 }  // namespace
