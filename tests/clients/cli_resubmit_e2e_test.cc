@@ -48,8 +48,8 @@ TEST_F(CliResubmitTest, ResubmitRunsTheSpecAsWrittenWithChangesAndNamesItsSource
   EXPECT_EQ(job.spec().training().max_steps(), 5);
   // The spec as written is what a resubmission starts from: the changes, not the defaults.
   const std::string json = Ok({"get", "job", "2", "-o", "json"});
-  EXPECT_TRUE(absl::StrContains(json, "\"derivedFrom\": \"1\"")) << json;
-  EXPECT_TRUE(absl::StrContains(json, "\"submittedSpec\"")) << json;
+  EXPECT_TRUE(absl::StrContains(json, "\"derived_from\": \"1\"")) << json;
+  EXPECT_TRUE(absl::StrContains(json, "\"submitted_spec\"")) << json;
   EXPECT_NE(job.idempotency_key(), Job("1").idempotency_key());
   const std::string described = Ok({"describe", "job", "2"});
   EXPECT_TRUE(absl::StrContains(described, "Derived from:")) << described;

@@ -173,6 +173,30 @@ TEST_F(HttpApiTest, SpecYamlKeepsExplicitZerosAndResubmits) {
   EXPECT_EQ(client_->Get("/api/v1/jobs/" + id + "/spec.yaml?x=1").status, 400);
 }
 
+// What the portal's Resubmit edits: the spec as it was written (not the effective one
+// with every default), submitted again as a job derived from the first.
+TEST_F(HttpApiTest, SpecYamlAsSubmittedIsWhatWasWrittenAndResubmitsAsDerived) {
+  Reply r = client_->Do(bhttp::verb::post, "/api/v1/jobs", SpecYaml("written"), "application/yaml");
+  ASSERT_EQ(r.status, 201) << r.body;
+  const std::string id = r.Json()["job"]["id"];
+  r = client_->Get("/api/v1/jobs/" + id + "/spec.yaml?submitted=true");
+  ASSERT_EQ(r.status, 200) << r.body;
+  absl::StatusOr<std::vector<ParsedJob>> written = ParseJobDocuments(SpecYaml("written"));
+  absl::StatusOr<std::vector<ParsedJob>> served = ParseJobDocuments(r.body);
+  ASSERT_TRUE(served.ok()) << served.status() << "\n" << r.body;
+  EXPECT_EQ(MessageToJson((*served)[0].spec), MessageToJson((*written)[0].spec)) << r.body;
+  EXPECT_FALSE((*served)[0].spec.has_fsdp()) << r.body;  // no defaults
+
+  r = client_->Do(bhttp::verb::post, "/api/v1/jobs?idempotency_key=again&derived_from=" + id, r.body,
+                  "application/yaml");
+  ASSERT_EQ(r.status, 201) << r.body;
+  EXPECT_EQ(r.Json()["job"]["derived_from"], id) << r.body;
+  r = client_->Do(bhttp::verb::post, "/api/v1/jobs?idempotency_key=other&derived_from=999", SpecYaml("x"),
+                  "application/yaml");
+  EXPECT_EQ(r.status, 404) << r.body;
+  EXPECT_EQ(client_->Get("/api/v1/jobs/" + id + "/spec.yaml?submitted=maybe").status, 400);
+}
+
 // The coordinator's path roots, for the portal's example spec.
 TEST_F(HttpApiTest, ConfigNamesThePathRoots) {
   Reply r = client_->Get("/api/v1/config");
