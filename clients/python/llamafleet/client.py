@@ -1,7 +1,8 @@
 """Client: the coordinator's JobService (and the read-only WorkerService view) for Python.
 
-One method per thing a user does, over the same RPCs as the `llamafleet` CLI. Jobs,
-attempts, checkpoints, events, workers and queues come back as the API's messages
+One method per thing a user does, over the same RPCs as the `llamafleet` CLI. Jobs and
+events come back as views of the API's messages whose states are JobState names
+(states.py); attempts, checkpoints, workers and queues as the API's messages
 (llamafleet.v1.job_pb2 / worker_pb2); metrics points, log lines and usage rows as
 records.py's dataclasses. Every failure raises a llamafleet.errors.LlamafleetError subclass.
 """
@@ -16,11 +17,12 @@ from llamafleet.connection import Connection
 from llamafleet.progress import Progress
 from llamafleet.records import EvalPoint, LogLine, MetricsPoint, UsageRow, metrics_frame
 from llamafleet.spec import SpecLike, specs_of
+from llamafleet.states import Job, JobEvent, JobState
 from llamafleet.v1 import job_pb2, job_pb2_grpc, worker_pb2, worker_pb2_grpc
 
 JobId = Union[str, int]
 
-TERMINAL_STATES = frozenset({job_pb2.SUCCEEDED, job_pb2.FAILED, job_pb2.CANCELLED})
+TERMINAL_STATES = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED})
 # SubmitJobs takes at most this many jobs per call (job.proto).
 MAX_BATCH = 1000
 # GetJobEvents answers at most this many per call; fewer means there are no more.
@@ -42,7 +44,7 @@ def _maybe_frame(records: list, record, as_frame: Optional[bool]):
 
 
 def _job_id(job_id: JobId) -> str:
-    if isinstance(job_id, job_pb2.Job):
+    if isinstance(job_id, (job_pb2.Job, Job)):
         return job_id.id
     return str(job_id)
 
@@ -146,7 +148,7 @@ class Client:
 
     # ------------------------------------------------------------------ submitting
 
-    def submit(self, spec: SpecLike, idempotency_key: Optional[str] = None, dry_run: bool = False) -> job_pb2.Job:
+    def submit(self, spec: SpecLike, idempotency_key: Optional[str] = None, dry_run: bool = False) -> Job:
         """Submits one job and returns it as stored (the effective spec, defaults filled in).
 
         `spec` is a JobSpec, a dict in the job file's shape, or the path of a YAML/JSON job
@@ -159,10 +161,10 @@ class Client:
         with submit_many."""
         request = job_pb2.SubmitJobRequest(spec=specs_of(spec, single=True)[0], dry_run=dry_run,
                                            idempotency_key=idempotency_key or "")
-        return self._call(self._jobs.SubmitJob, request).job
+        return Job(self._call(self._jobs.SubmitJob, request).job)
 
     def submit_many(self, specs: Union[SpecLike, Sequence[SpecLike]], dry_run: bool = False,
-                    idempotency_keys: Optional[Sequence[str]] = None) -> List[job_pb2.Job]:
+                    idempotency_keys: Optional[Sequence[str]] = None) -> List[Job]:
         """Submits several jobs, in order, and returns them in the same order (a sweep's
         points in its place, one job each).
 
@@ -176,7 +178,7 @@ class Client:
         if len(keys) != len(parsed):
             raise errors.InvalidArgument("idempotency_keys: %d keys for %d jobs" % (len(keys), len(parsed)),
                                          [errors.FieldViolation("idempotency_keys", "one key per job")])
-        jobs: List[job_pb2.Job] = []
+        jobs: List[Job] = []
         for begin in range(0, len(parsed), MAX_BATCH):
             request = job_pb2.SubmitJobsRequest(dry_run=dry_run)
             for spec, key in zip(parsed[begin:begin + MAX_BATCH], keys[begin:begin + MAX_BATCH]):
@@ -188,19 +190,19 @@ class Client:
                     raise
                 raise type(e)("jobs %d-%d (the first %d were submitted): %s" % (
                     begin + 1, begin + len(request.jobs), begin, e.message), e.field_violations, e.code) from None
-            jobs.extend(r.job for r in response.jobs)
+            jobs.extend(Job(r.job) for r in response.jobs)
         return jobs
 
     # ------------------------------------------------------------------ reading jobs
 
-    def get(self, job_id: JobId) -> job_pb2.Job:
+    def get(self, job_id: JobId) -> Job:
         """The job with its full effective spec, pending explanation, latest metrics and
         memory estimate. Raises NotFound for an unknown id."""
-        return self._call(self._jobs.GetJob, job_pb2.GetJobRequest(job_id=_job_id(job_id)))
+        return Job(self._call(self._jobs.GetJob, job_pb2.GetJobRequest(job_id=_job_id(job_id))))
 
     def list(self, state=None, queue: Optional[str] = None, label=None, owner: Optional[str] = None,
              name_contains: Optional[str] = None, order_by: Optional[str] = None, full: bool = False,
-             page_size: int = 100, limit: Optional[int] = None) -> Iterator[job_pb2.Job]:
+             page_size: int = 100, limit: Optional[int] = None) -> Iterator[Job]:
         """Jobs matching every filter given, newest first unless `order_by` says otherwise
         ("name", "-priority", ...), fetched page by page as the iteration goes.
 
@@ -214,7 +216,7 @@ class Client:
             view=job_pb2.JOB_VIEW_FULL if full else job_pb2.JOB_VIEW_BASIC)
         return self._pages(request, limit)
 
-    def _pages(self, request: job_pb2.ListJobsRequest, limit: Optional[int]) -> Iterator[job_pb2.Job]:
+    def _pages(self, request: job_pb2.ListJobsRequest, limit: Optional[int]) -> Iterator[Job]:
         """list()'s iterator: the filters were checked when list() was called, the pages are
         fetched as the iteration reaches them."""
         returned = 0
@@ -224,16 +226,16 @@ class Client:
                 if limit is not None and returned >= limit:
                     return
                 returned += 1
-                yield job
+                yield Job(job)
             if not response.next_page_token:
                 return
             request.page_token = response.next_page_token
 
-    def cancel(self, job_id: JobId, reason: str = "") -> job_pb2.Job:
+    def cancel(self, job_id: JobId, reason: str = "") -> Job:
         """Cancels the job (idempotent) and returns it; a job already terminal comes back
         unchanged. `reason` shows in its events."""
         request = job_pb2.CancelJobRequest(job_id=_job_id(job_id), reason=reason)
-        return self._call(self._jobs.CancelJob, request).job
+        return Job(self._call(self._jobs.CancelJob, request).job)
 
     def delete(self, job_id: JobId, artifacts: bool = False) -> List[str]:
         """Deletes a finished job: its records, logs and default checkpoint dir, and with
@@ -243,7 +245,7 @@ class Client:
         return list(self._call(self._jobs.DeleteJob, request).removed)
 
     def wait(self, job_id: JobId, timeout: Optional[float] = None, progress: bool = True,
-             poll_interval: float = 1.0) -> job_pb2.Job:
+             poll_interval: float = 1.0) -> Job:
         """Waits until the job is SUCCEEDED, FAILED or CANCELLED and returns it; its state
         says which (a failed job does not raise). `timeout` in seconds (None = no limit)
         raises DeadlineExceeded, which is also a TimeoutError. `progress` shows step/total,
@@ -290,7 +292,7 @@ class Client:
             for line in chunk.lines:
                 yield LogLine(chunk.attempt, chunk.rank, line)
 
-    def events(self, job_id: JobId, after_seq: int = 0, follow: bool = False) -> Iterator[job_pb2.JobEvent]:
+    def events(self, job_id: JobId, after_seq: int = 0, follow: bool = False) -> Iterator[JobEvent]:
         """The job's events with seq > after_seq, oldest first. With `follow`, goes on with
         each new event as it happens and ends after the one that makes the job terminal."""
         job_id = _job_id(job_id)
@@ -298,12 +300,12 @@ class Client:
             request = job_pb2.WatchJobRequest(job_id=job_id, after_seq=after_seq)
             for message in self._stream(self._jobs.WatchJob, request):
                 if message.HasField("event"):
-                    yield message.event
+                    yield JobEvent(message.event)
             return
         while True:
             request = job_pb2.GetJobEventsRequest(job_id=job_id, after_seq=after_seq, limit=_EVENTS_PER_CALL)
             response = self._call(self._jobs.GetJobEvents, request)
-            yield from response.events
+            yield from (JobEvent(e) for e in response.events)
             if len(response.events) < _EVENTS_PER_CALL:
                 return
             after_seq = response.events[-1].seq
