@@ -1,6 +1,9 @@
 #include "server/coordinator.h"
 
 #include <fcntl.h>
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
 #include <sys/file.h>
 #include <unistd.h>
 
@@ -9,10 +12,6 @@
 #include <filesystem>
 #include <fstream>
 #include <optional>
-
-#include <grpcpp/ext/proto_server_reflection_plugin.h>
-#include <grpcpp/grpcpp.h>
-#include <grpcpp/health_check_service_interface.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -24,6 +23,7 @@
 #include "server/cluster/cluster_manager.h"
 #include "server/http/http_server.h"
 #include "server/job_service.h"
+#include "server/listen_address.h"
 #include "server/log_store.h"
 #include "server/metrics.h"
 #include "server/reserved_dir.h"
@@ -109,6 +109,12 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinato
   absl::StatusOr<int> lock = LockDataDir(options.data_dir);
   if (!lock.ok()) return lock.status();
   c->lock_fd_ = *lock;
+  // Before anything starts: a port another process holds is one line, not a listener
+  // that fails (or shares the port) once the rest is running.
+  if (absl::Status s = CheckCanListen(options.listen, "--listen"); !s.ok()) return s;
+  if (!options.http_listen.empty()) {
+    if (absl::Status s = CheckCanListen(options.http_listen, "--http-listen"); !s.ok()) return s;
+  }
 
   JobStoreOptions store_options;
   store_options.path = options.data_dir + "/coordinator.db";
@@ -293,12 +299,15 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinato
     spdlog::info("gRPC serves TLS with {}", options.tls_cert_file);
   }
   builder.AddListeningPort(options.listen, credentials, &c->port_);
+  // gRPC sets SO_REUSEPORT by default: a second coordinator on the same port would bind it
+  // too and take a share of the connections.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.RegisterService(c->job_service_.get());
   builder.RegisterService(c->worker_service_.get());
   builder.SetMaxReceiveMessageSize(options.max_request_bytes);
   c->server_ = builder.BuildAndStart();
   if (c->server_ == nullptr || c->port_ == 0) {
-    return absl::UnavailableError(absl::StrCat("cannot listen on ", options.listen));
+    return absl::UnavailableError(absl::StrCat("--listen: cannot listen on ", options.listen));
   }
   const size_t colon = options.listen.rfind(':');
   c->address_ = absl::StrCat(options.listen.substr(0, colon), ":", c->port_);
@@ -316,7 +325,9 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinato
     http.forwarded_peer_proof = c->auth_failures_->forward_proof();
     absl::StatusOr<std::unique_ptr<http::HttpServer>> server =
         http::HttpServer::Start(http, c->server_->InProcessChannel(grpc::ChannelArguments()));
-    if (!server.ok()) return server.status();
+    if (!server.ok())
+      return absl::Status(server.status().code(),
+                          absl::StrCat("--http-listen: ", server.status().message()));
     c->http_ = std::move(*server);
     c->http_address_ = c->http_->address();
     spdlog::info("HTTP API and portal on {}://{}/", c->http_->tls() ? "https" : "http",

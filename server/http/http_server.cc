@@ -462,6 +462,8 @@ struct HttpServer::Impl {
   std::shared_ptr<Gateway> gateway;
   std::optional<net::executor_work_guard<net::io_context::executor_type>> work;
   std::vector<std::thread> threads;
+  // Set once Start has started the threads: before that, nothing runs that could stop.
+  bool started = false;
   bool stopped = false;
 
   // Accept failures (out of descriptors, above all) back off from 10 ms doubling to 1 s,
@@ -624,11 +626,13 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpServerOp
   for (int i = 0; i < std::max(1, options.threads); ++i) {
     impl.threads.emplace_back([ioc = impl.ioc] { ioc->run(); });
   }
+  impl.started = true;
   return server;
 }
 
 void HttpServer::Shutdown(absl::Duration grace) {
-  if (impl_ == nullptr || impl_->stopped) return;
+  // A server whose Start failed runs no thread that would complete the steps below.
+  if (impl_ == nullptr || !impl_->started || impl_->stopped) return;
   Impl& impl = *impl_;
   impl.stopped = true;
   std::vector<std::shared_ptr<SessionBase>> sessions;
