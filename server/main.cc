@@ -1,10 +1,15 @@
 // llamafleet-coordinator: parse flags (and an optional YAML config file), start, wait for
 // SIGTERM/SIGINT, shut down in order.
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -17,11 +22,11 @@
 #include "server/auth.h"
 #include "server/coordinator.h"
 #include "server/identity_config.h"
+#include "spdlog/sinks/stdout_color_sinks.h"
+#include "spdlog/spdlog.h"
 #include "storage/job_store.h"
 #include "storage/worker_credential_store.h"
 #include "storage/worker_drain_store.h"
-#include "spdlog/sinks/stdout_color_sinks.h"
-#include "spdlog/spdlog.h"
 #include "yaml-cpp/yaml.h"
 
 namespace {
@@ -48,10 +53,45 @@ absl::StatusOr<std::unique_ptr<llamafleet::JobStore>> OpenStore(const std::strin
   return llamafleet::JobStore::Open(options);
 }
 
-// The `token` subcommands. Exit 0 on success, 1 on failure with one error line.
-int RunTokenCommand(const std::string& command, const std::string& data_dir, const std::string& user,
-                    const std::string& role_name, int64_t id) {
+// Creates `path` for a secret, readable and writable by its owner only: refused when
+// anything (a file, a link) is there already, so nothing is written through a link and
+// no earlier file is replaced. The descriptor, or an error naming the path.
+absl::StatusOr<int> CreatePrivateFile(const std::string& path) {
+  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--output ", path, ": ",
+        errno == EEXIST ? "exists; remove it or name a new file" : std::strerror(errno)));
+  }
+  if (fchmod(fd, 0600) != 0) {  // a umask may have taken the owner's bits too
+    const int error = errno;
+    close(fd);
+    unlink(path.c_str());
+    return absl::FailedPreconditionError(
+        absl::StrCat("--output ", path, ": ", std::strerror(error)));
+  }
+  return fd;
+}
+
+// A warning when stdout, about to receive a secret, is a regular file that others may read
+// (a `> alice.token` under the usual umask).
+void WarnIfStdoutIsReadable() {
+  struct stat st = {};
+  if (fstat(STDOUT_FILENO, &st) != 0 || !S_ISREG(st.st_mode) || (st.st_mode & 077) == 0) return;
+  std::fprintf(stderr,
+               "llamafleet-coordinator: warning: stdout is a file readable by others (mode %04o); "
+               "the token is a "
+               "secret: chmod 600 it, or use --output FILE, which is written with mode 0600\n",
+               static_cast<unsigned>(st.st_mode & 07777));
+}
+
+// The `token` subcommands. `create` prints the token alone on stdout, or writes it to
+// `output` (mode 0600, a new file). Exit 0 on success, 1 on failure with one error line.
+int RunTokenCommand(const std::string& command, const std::string& data_dir,
+                    const std::string& user, const std::string& role_name, int64_t id,
+                    const std::string& output) {
   v1::Role role = v1::ROLE_UNSPECIFIED;
+  int output_fd = -1;
   if (command == "create") {
     // Check the arguments before touching the data dir: nothing is created for bad input.
     absl::StatusOr<v1::Role> parsed = llamafleet::ParseRole(role_name);
@@ -60,12 +100,41 @@ int RunTokenCommand(const std::string& command, const std::string& data_dir, con
       return Fail(std::string(s.message()));
     }
     role = *parsed;
+    if (!output.empty()) {
+      absl::StatusOr<int> fd = CreatePrivateFile(output);
+      if (!fd.ok()) return Fail(std::string(fd.status().message()));
+      output_fd = *fd;
+    }
   }
+  // A token that could not be created leaves no file behind.
+  auto fail_create = [&](const absl::Status& s) {
+    if (output_fd >= 0) {
+      close(output_fd);
+      unlink(output.c_str());
+    }
+    return Fail(std::string(s.message()));
+  };
   absl::StatusOr<std::unique_ptr<llamafleet::JobStore>> store = OpenStore(data_dir, command == "create");
-  if (!store.ok()) return Fail(std::string(store.status().message()));
+  if (!store.ok()) return fail_create(store.status());
   if (command == "create") {
     absl::StatusOr<std::string> token = llamafleet::CreateApiToken(store->get(), user, role);
-    if (!token.ok()) return Fail(std::string(token.status().message()));
+    if (!token.ok()) return fail_create(token.status());
+    if (output_fd >= 0) {
+      const std::string line = *token + "\n";
+      const bool written =
+          write(output_fd, line.data(), line.size()) == static_cast<ssize_t>(line.size()) &&
+          fsync(output_fd) == 0;
+      if (close(output_fd) != 0 || !written) {
+        output_fd = -1;
+        unlink(output.c_str());
+        return Fail(absl::StrCat("--output ", output,
+                                 ": cannot write the token; revoke it with token revoke"));
+      }
+      std::fprintf(stderr, "created a %s token for %s in %s (mode 0600); it is shown only there\n",
+                   llamafleet::RoleName(role).c_str(), user.c_str(), output.c_str());
+      return 0;
+    }
+    WarnIfStdoutIsReadable();
     std::printf("%s\n", token->c_str());
     std::fprintf(stderr, "created a %s token for %s; it is shown only now\n",
                  llamafleet::RoleName(role).c_str(), user.c_str());
@@ -218,12 +287,16 @@ int main(int argc, char** argv) {
   // tokens from the database on every call, so a new or revoked token counts at once).
   CLI::App* token_cmd = app.add_subcommand("token", "manage API tokens (admin, on the coordinator host)");
   token_cmd->require_subcommand(1);
-  std::string token_dir, token_user, token_role;
+  std::string token_dir, token_user, token_role, token_output;
   int64_t token_id = 0;
-  CLI::App* token_create = token_cmd->add_subcommand("create", "create a token; prints it alone on stdout");
+  CLI::App* token_create = token_cmd->add_subcommand(
+      "create", "create a token; prints it alone on stdout, or writes it with --output");
   token_create->add_option("--data-dir", token_dir, "the coordinator's data dir")->required();
   token_create->add_option("--user", token_user, "user the token names")->required();
   token_create->add_option("--role", token_role, "viewer, user or admin")->required();
+  token_create->add_option(
+      "--output", token_output,
+      "write the token to this new file, readable by you only (mode 0600), not to stdout");
   CLI::App* token_list = token_cmd->add_subcommand("list", "list tokens (never the secrets)");
   token_list->add_option("--data-dir", token_dir, "the coordinator's data dir")->required();
   CLI::App* token_revoke = token_cmd->add_subcommand("revoke", "revoke a token by id");
@@ -258,8 +331,10 @@ int main(int argc, char** argv) {
   }
   if (token_cmd->parsed()) {
     spdlog::set_level(spdlog::level::warn);
-    return RunTokenCommand(token_create->parsed() ? "create" : token_list->parsed() ? "list" : "revoke",
-                           token_dir, token_user, token_role, token_id);
+    return RunTokenCommand(token_create->parsed() ? "create"
+                           : token_list->parsed() ? "list"
+                                                  : "revoke",
+                           token_dir, token_user, token_role, token_id, token_output);
   }
 
   // The config file fills in what the command line did not set.

@@ -102,6 +102,20 @@ int Finish(const absl::Status& status, std::ostream& err) {
   return IsUsageError(status) ? kExitUsage : kExitFailure;
 }
 
+// The coordinator's answer to a call without a good token speaks of request metadata;
+// the CLI's user gives a token with --token or LLAMAFLEET_TOKEN.
+absl::Status ExplainUnauthenticated(const absl::Status& status, bool token_given) {
+  if (!absl::IsUnauthenticated(status)) return status;
+  if (!token_given) {
+    return absl::UnauthenticatedError(
+        "no API token: set LLAMAFLEET_TOKEN or pass --token (an admin creates one on the "
+        "coordinator's host with: llamafleet-coordinator token create --data-dir DIR "
+        "--user NAME --role viewer|user|admin --output NAME.token)");
+  }
+  return absl::UnauthenticatedError(
+      absl::StrCat(status.message(), " (the token given with --token or LLAMAFLEET_TOKEN)"));
+}
+
 // Columns of the terminal on stdout: the window size, else $COLUMNS, else 80.
 size_t TerminalWidth() {
   winsize size = {};
@@ -347,6 +361,7 @@ int RunCli(int argc, char** argv, std::istream& in, std::ostream& out, std::ostr
   } else if (whoami_cmd->parsed()) {
     status = RunWhoAmI(*ctx);
   }
+  status = ExplainUnauthenticated(status, !global.token.empty());
   safe_out.flush();
   out.flush();
   // The process ends right after: closing the channels would only add gRPC's teardown.
