@@ -3,6 +3,7 @@
 #include <set>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -251,6 +252,26 @@ class Resolver {
 absl::Status ResolveBatchDependencies(std::vector<BatchEntry>& batch, const std::string& user,
                                       bool admin, const ParentLookup& lookup) {
   return Resolver(batch, user, admin, lookup).Run();
+}
+
+void KeepResolvedReferences(const v1::JobSpec& resolved, v1::JobSpec* submitted) {
+  if (submitted->depends_on_size() > 0) *submitted->mutable_depends_on() = resolved.depends_on();
+  // Only the fields that held a template: setting one creates its section.
+  auto keep = [](const std::string& written, const std::string& value, auto set) {
+    if (absl::StrContains(written, "{{")) set(value);
+  };
+  keep(submitted->model().path(), resolved.model().path(),
+       [&](const std::string& v) { submitted->mutable_model()->set_path(v); });
+  keep(submitted->model().tokenizer(), resolved.model().tokenizer(),
+       [&](const std::string& v) { submitted->mutable_model()->set_tokenizer(v); });
+  keep(submitted->data().train_path(), resolved.data().train_path(),
+       [&](const std::string& v) { submitted->mutable_data()->set_train_path(v); });
+  keep(submitted->data().eval_path(), resolved.data().eval_path(),
+       [&](const std::string& v) { submitted->mutable_data()->set_eval_path(v); });
+  keep(submitted->checkpoint().resume(), resolved.checkpoint().resume(),
+       [&](const std::string& v) { submitted->mutable_checkpoint()->set_resume(v); });
+  keep(submitted->peft().adapter_path(), resolved.peft().adapter_path(),
+       [&](const std::string& v) { submitted->mutable_peft()->set_adapter_path(v); });
 }
 
 std::vector<int64_t> ParentIds(const v1::JobSpec& spec) {

@@ -73,6 +73,13 @@ struct DependencyVerdict {
 DependencyVerdict EvaluateDependencies(const v1::JobSpec& spec,
                                        const std::map<int64_t, v1::JobState>& states);
 
+// Makes the spec a job was submitted with (`submitted`) stand on its own, as a job run
+// again alone needs: its depends_on becomes the resolved one (ids, and names of jobs of
+// its batch that the store replaces by their ids), and each path field that held a
+// template gets the value it resolved to. `resolved`: the same job after
+// ResolveBatchDependencies. Other fields are left as written.
+void KeepResolvedReferences(const v1::JobSpec& resolved, v1::JobSpec* submitted);
+
 // The parent ids of a stored spec (depends_on[].job as numbers; entries that are not
 // numbers, which the store never keeps, are skipped).
 std::vector<int64_t> ParentIds(const v1::JobSpec& spec);

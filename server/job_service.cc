@@ -102,6 +102,16 @@ grpc::ServerUnaryReactor* JobServiceImpl::GetJob(grpc::CallbackServerContext* co
   absl::StatusOr<v1::Job> job = store_->GetJob(*id);
   if (!job.ok()) return FinishNow(context, job.status());
   *response = std::move(*job);
+  if (!response->has_submitted_spec()) {
+    // Stored before the submitted spec was kept: the effective spec, less the default
+    // checkpoint dir, which is this job's own.
+    v1::JobSpec* submitted = response->mutable_submitted_spec();
+    *submitted = response->spec();
+    if (policy_.has_value() &&
+        DefaultCheckpointDirJob(policy_->path_roots, submitted->checkpoint().dir()) == *id) {
+      submitted->mutable_checkpoint()->clear_dir();
+    }
+  }
   AddPendingInfo(response);
   AddMemoryEstimate(response);
   if (absl::Status s = AddJobUsage({response}); !s.ok()) return FinishNow(context, s);

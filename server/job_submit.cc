@@ -15,6 +15,8 @@
 #include "server/path_resolution.h"
 #include "server/user_identities.h"
 #include "storage/cluster_store.h"
+#include "storage/job_reads.h"
+#include "storage/job_store.h"
 
 namespace llamafleet {
 namespace {
@@ -22,6 +24,29 @@ namespace {
 using job_service_internal::AddMemoryEstimate;
 using job_service_internal::FinishNow;
 using SubmitResult = CoordinatorMetrics::SubmitResult;
+
+// SubmitJobRequest.derived_from as a job id (0 for ""): INVALID_ARGUMENT naming the field
+// when it is no id, NOT_FOUND when there is no such job.
+absl::StatusOr<int64_t> DerivedFrom(JobStore& store, const std::string& text,
+                                    const std::string& prefix) {
+  if (text.empty()) return 0;
+  absl::StatusOr<int64_t> id = ParseJobId(text, absl::StrCat(prefix, "derived_from"));
+  if (!id.ok()) return id.status();
+  if (absl::StatusOr<v1::Job> job = store.GetJob(*id); !job.ok()) {
+    return absl::IsNotFound(job.status())
+               ? absl::NotFoundError(absl::StrCat(prefix, "derived_from: job ", *id, " not found"))
+               : job.status();
+  }
+  return *id;
+}
+
+// What a job's spec as written is, before defaults: a sweep's point stands on its own,
+// with its values set and nothing of the sweep (a client may not set sweep.point).
+v1::JobSpec SubmittedSpecOf(const v1::JobSpec& spec) {
+  v1::JobSpec submitted = spec;
+  if (submitted.sweep().has_point()) submitted.clear_sweep();
+  return submitted;
+}
 
 }  // namespace
 
@@ -63,9 +88,14 @@ grpc::ServerUnaryReactor* JobServiceImpl::Submit(
                                     "jobs: the batch makes more than ", kMaxBatchSize,
                                     " jobs (sweeps count one per point); at most ", kMaxBatchSize, " per call")));
     }
+    absl::StatusOr<int64_t> derived_from =
+        DerivedFrom(*store_, requests[i]->derived_from(), prefix);
+    if (!derived_from.ok()) return FinishNow(context, derived_from.status());
     for (size_t k = 0; k < specs->size(); ++k) {
       SubmitJobInput in;
       in.spec = std::move((*specs)[k]);
+      in.submitted_spec = SubmittedSpecOf(in.spec);
+      in.derived_from = *derived_from;
       in.owner = caller.user;
       in.idempotency_key = requests[i]->idempotency_key();
       in.field_prefix = absl::StrCat(prefix, "spec.");
@@ -84,6 +114,7 @@ grpc::ServerUnaryReactor* JobServiceImpl::Submit(
     return FinishNow(context, s);
   }
   for (SubmitJobInput& in : inputs) {
+    KeepResolvedReferences(in.spec, &*in.submitted_spec);
     absl::Status valid = ValidateJobSpec(in.spec, in.field_prefix);
     // "jobs[3].spec.sweep.points[1]." → "jobs[3].idempotency_key"
     const std::string request_prefix = in.field_prefix.substr(0, in.field_prefix.find("spec."));

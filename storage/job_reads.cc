@@ -100,14 +100,24 @@ std::vector<std::string> SelfAndAncestors(const std::string& dir) {
 }
 
 absl::StatusOr<v1::Job> ReadJob(sqlite::Connection& conn, int64_t job_id) {
-  absl::StatusOr<sqlite::Statement> s =
-      conn.Prepare(absl::StrCat("SELECT ", kJobColumns, " FROM jobs WHERE id = ?1"));
+  // JobColumns(), then what only a single job's read returns.
+  constexpr int kSubmittedSpec = 13, kDerivedFrom = 14;
+  absl::StatusOr<sqlite::Statement> s = conn.Prepare(absl::StrCat(
+      "SELECT ", kJobColumns, ", submitted_spec, derived_from FROM jobs WHERE id = ?1"));
   if (!s.ok()) return s.status();
   s->Bind(1, job_id);
   absl::StatusOr<bool> row = s->Step();
   if (!row.ok()) return row.status();
   if (!*row) return absl::NotFoundError(absl::StrCat("job ", job_id, " not found"));
-  return JobFromRow(*s);
+  absl::StatusOr<v1::Job> job = JobFromRow(*s);
+  if (!job.ok()) return job;
+  if (!s->ColumnIsNull(kSubmittedSpec) &&
+      !job->mutable_submitted_spec()->ParseFromString(s->ColumnText(kSubmittedSpec))) {
+    return absl::DataLossError(absl::StrCat("job ", job_id, ": stored submitted spec is corrupt"));
+  }
+  if (!s->ColumnIsNull(kDerivedFrom))
+    job->set_derived_from(JobIdString(s->ColumnInt(kDerivedFrom)));
+  return job;
 }
 
 absl::StatusOr<ListJobsResult> ReadJobs(sqlite::Connection& conn, const ListJobsQuery& query) {

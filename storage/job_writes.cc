@@ -58,9 +58,12 @@ constexpr DirSource kDirSources[] = {
 // value of `field`, "checkpoint.dir" or "output.export_dir"), lies above it or below it:
 // two jobs must never share files, retention deletes step-N directories inside a job's
 // checkpoint directory, and an export replaces its directory whole. A deleted job's
-// named checkpoint directory clashes the same way for every user but its `owner`.
-absl::Status CheckJobDirFree(Txn& txn, const std::string& prefix, absl::string_view field, const std::string& dir,
-                             const std::string& owner) {
+// named checkpoint directory clashes the same way for every user but its `owner`. The
+// export directory of job `handed_over_by` (0: none) is no clash: it hands it over
+// (ExportDirHandedOver).
+absl::Status CheckJobDirFree(Txn& txn, const std::string& prefix, absl::string_view field,
+                             const std::string& dir, const std::string& owner,
+                             int64_t handed_over_by = 0) {
   const bool checkpoint = field == "checkpoint.dir";
   auto taken = [&](const DirSource& source, int64_t job, absl::string_view how) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -71,13 +74,16 @@ absl::Status CheckJobDirFree(Txn& txn, const std::string& prefix, absl::string_v
                      : "; every job needs an export directory of its own: name a new one"));
   };
   for (const DirSource& c : kDirSources) {
-    const std::string others = c.others_only ? " AND owner != ?2" : "";
+    const bool live = std::string(c.table) == "jobs";
+    const std::string others = c.others_only ? " AND owner != ?2" : live ? " AND id != ?4" : "";
+    const int64_t skip = std::string(c.column) == "export_dir" ? handed_over_by : 0;
     absl::StatusOr<sqlite::Statement*> exact = txn.Statement(
         absl::StrCat("SELECT ", c.id, " FROM ", c.table, " WHERE ", c.column, " = ?1", others, " LIMIT 1"));
     if (!exact.ok()) return exact.status();
     for (const std::string& d : SelfAndAncestors(dir)) {
       (*exact)->Bind(1, d);
       if (c.others_only) (*exact)->Bind(2, owner);
+      if (live) (*exact)->Bind(4, skip);
       absl::StatusOr<int64_t> job = QueryInt(**exact);
       if (!job.ok()) return job.status();
       if (*job != 0) {
@@ -95,6 +101,7 @@ absl::Status CheckJobDirFree(Txn& txn, const std::string& prefix, absl::string_v
     sqlite::Statement& s = **below;
     s.Bind(1, low).Bind(3, high);
     if (c.others_only) s.Bind(2, owner);
+    if (live) s.Bind(4, skip);
     absl::StatusOr<bool> row = s.Step();
     const int64_t job = row.ok() && *row ? s.ColumnInt(0) : 0;
     const std::string inside = job != 0 ? s.ColumnText(1) : "";
@@ -110,6 +117,32 @@ std::vector<std::pair<absl::string_view, const std::string*>> OwnDirs(const v1::
   return {{"checkpoint.dir", &spec.checkpoint().dir()}, {"output.export_dir", &spec.output().export_dir()}};
 }
 
+// The job that hands its export directory over to `in` (SubmitJobInput.derived_from), or
+// 0: `in` is resubmitted from it, names the same export directory, and that job is the
+// same owner's and ended FAILED or CANCELLED, so it never completed an export there.
+// NOT_FOUND when the job `in` derives from is gone.
+absl::StatusOr<int64_t> ExportDirHandedOver(Txn& txn, const SubmitJobInput& in) {
+  if (in.derived_from == 0) return 0;
+  absl::StatusOr<sqlite::Statement*> find =
+      txn.Statement("SELECT owner, state, export_dir FROM jobs WHERE id = ?1");
+  if (!find.ok()) return find.status();
+  sqlite::Statement& s = **find;
+  s.Bind(1, in.derived_from);
+  absl::StatusOr<bool> row = s.Step();
+  bool hands_over = false;
+  if (row.ok() && *row) {
+    const auto state = static_cast<v1::JobState>(s.ColumnInt(1));
+    hands_over = s.ColumnText(0) == in.owner && (state == v1::FAILED || state == v1::CANCELLED) &&
+                 !s.ColumnIsNull(2) && s.ColumnText(2) == in.spec.output().export_dir();
+  }
+  s.Reset();
+  if (!row.ok()) return row.status();
+  if (!*row) {
+    return absl::NotFoundError(absl::StrCat("derived_from: job ", in.derived_from, " not found"));
+  }
+  return hands_over ? in.derived_from : 0;
+}
+
 }  // namespace
 
 absl::Status CheckJobDirsFree(JobStore& store, const std::vector<SubmitJobInput>& inputs) {
@@ -119,9 +152,13 @@ absl::Status CheckJobDirsFree(JobStore& store, const std::vector<SubmitJobInput>
   return store.Read([&](sqlite::Connection& conn) -> absl::Status {
     Txn txn(conn, 0);
     for (size_t i = 0; i < inputs.size(); ++i) {
+      absl::StatusOr<int64_t> handed_over = ExportDirHandedOver(txn, inputs[i]);
+      if (!handed_over.ok()) return handed_over.status();
       for (const auto& [field, dir] : OwnDirs(inputs[i].spec)) {
         if (dir->empty()) continue;
-        if (absl::Status s = CheckJobDirFree(txn, inputs[i].field_prefix, field, *dir, inputs[i].owner); !s.ok()) {
+        if (absl::Status s = CheckJobDirFree(txn, inputs[i].field_prefix, field, *dir,
+                                             inputs[i].owner, *handed_over);
+            !s.ok()) {
           return s;
         }
         for (size_t j = 0; j < i; ++j) {
@@ -146,7 +183,8 @@ absl::StatusOr<int64_t> InsertJob(Txn& txn, const SubmitJobInput& in, v1::Job* j
   absl::StatusOr<sqlite::Statement*> insert = txn.Statement(
       "INSERT INTO jobs (owner, name, queue, priority, state, status_reason, spec, "
       "idempotency_key, create_time_us, update_time_us, last_event_seq, queued_since_us, "
-      "checkpoint_dir, export_dir) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?9, 1, ?9, ?10, ?11)");
+      "checkpoint_dir, export_dir, submitted_spec, derived_from) "
+      "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?9, 1, ?9, ?10, ?11, ?12, ?13)");
   if (!insert.ok()) return insert.status();
   sqlite::Statement& s = **insert;
   std::string spec_bytes;
@@ -172,6 +210,18 @@ absl::StatusOr<int64_t> InsertJob(Txn& txn, const SubmitJobInput& in, v1::Job* j
   } else {
     s.Bind(11, in.spec.output().export_dir());
   }
+  std::string submitted_bytes;
+  if (in.submitted_spec.has_value()) {
+    in.submitted_spec->SerializeToString(&submitted_bytes);
+    s.BindBlob(12, submitted_bytes);
+  } else {
+    s.BindNull(12);
+  }
+  if (in.derived_from != 0) {
+    s.Bind(13, in.derived_from);
+  } else {
+    s.BindNull(13);
+  }
   if (absl::Status st = s.Run(); !st.ok()) return st;
   const int64_t id = txn.LastInsertId();
   if (!in.spec.labels().empty()) {
@@ -193,9 +243,13 @@ absl::StatusOr<int64_t> InsertJob(Txn& txn, const SubmitJobInput& in, v1::Job* j
   job->set_last_event_seq(1);
   *job->mutable_create_time() = TimeUtil::MicrosecondsToTimestamp(now_us);
   *job->mutable_update_time() = job->create_time();
+  if (in.derived_from != 0) job->set_derived_from(JobIdString(in.derived_from));
+  const std::string submitted =
+      in.derived_from == 0
+          ? absl::StrCat("submitted by ", in.owner)
+          : absl::StrCat("submitted by ", in.owner, ", resubmitted from job ", in.derived_from);
   if (absl::Status st = txn.AddEvent(id, MakeEvent(*job, 1, "submitted", v1::JOB_STATE_UNSPECIFIED,
-                                                    v1::QUEUED, absl::StrCat("submitted by ", in.owner),
-                                                    now_us));
+                                                   v1::QUEUED, submitted, now_us));
       !st.ok()) {
     return st;
   }
@@ -324,6 +378,10 @@ TxnFunction SubmitJobsTxn(std::shared_ptr<SubmitBatch> batch) {
             return absl::InternalError("depends_on names a job not submitted before it");
           }
           with_ids->spec.mutable_depends_on(k)->set_job(results[b].job.id());
+          if (with_ids->submitted_spec.has_value() &&
+              k < with_ids->submitted_spec->depends_on_size()) {
+            with_ids->submitted_spec->mutable_depends_on(k)->set_job(results[b].job.id());
+          }
         }
       }
       const SubmitJobInput& in = with_ids.has_value() ? *with_ids : input;
@@ -358,12 +416,26 @@ TxnFunction SubmitJobsTxn(std::shared_ptr<SubmitBatch> batch) {
               "submission would make ", it->second + 1));
         }
       }
+      absl::StatusOr<int64_t> handed_over = ExportDirHandedOver(txn, in);
+      if (!handed_over.ok()) return handed_over.status();
       for (const auto& [field, dir] : OwnDirs(in.spec)) {
         if (dir->empty()) continue;
-        if (absl::Status s = CheckJobDirFree(txn, in.field_prefix, field, *dir, in.owner); !s.ok()) return s;
+        if (absl::Status s =
+                CheckJobDirFree(txn, in.field_prefix, field, *dir, in.owner, *handed_over);
+            !s.ok()) {
+          return s;
+        }
       }
       absl::StatusOr<int64_t> id = InsertJob(txn, in, &r.job);
       if (!id.ok()) return id.status();
+      if (*handed_over != 0) {
+        // One live job per export directory: the new one.
+        absl::StatusOr<sqlite::Statement*> release =
+            txn.Statement("UPDATE jobs SET export_dir = NULL WHERE id = ?1");
+        if (!release.ok()) return release.status();
+        (*release)->Bind(1, *handed_over);
+        if (absl::Status s = (*release)->Run(); !s.ok()) return s;
+      }
       if (auto it = active.find(in.owner); it != active.end()) ++it->second;
       // The view's entry: the job with its spec, queued since its creation.
       SchedulableJob queued;

@@ -107,8 +107,15 @@ struct SubmitJobInput {
   // Put before field names in errors ("spec.", "jobs[3].spec.").
   std::string field_prefix = "spec.";
   // {k, b}: spec.depends_on[k] names job b of the same submission (b before this one);
-  // the transaction stores b's id there.
+  // the transaction stores b's id there (in submitted_spec too).
   std::vector<std::pair<int, int>> batch_parents = {};
+  // The spec as the client wrote it (Job.submitted_spec), stored beside `spec`; unset: none.
+  std::optional<v1::JobSpec> submitted_spec = {};
+  // The job this one is resubmitted from (0: none), which must exist. Recorded on the job
+  // and in its "submitted" event. When that job is `owner`'s, ended FAILED or CANCELLED,
+  // and its export directory is spec.output.export_dir, the new job takes the directory
+  // over (that job never completed an export there); any other clash is refused as usual.
+  int64_t derived_from = 0;
 };
 
 struct SubmitJobResult {

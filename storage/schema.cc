@@ -260,8 +260,13 @@ CREATE TABLE deleted_job_dirs (
   deleted_us INTEGER NOT NULL
 );
 )sql",
+    // 13: each job's spec as submitted (before defaults), for running it again, and the
+    // job a resubmitted one derives from.
+    R"sql(
+ALTER TABLE jobs ADD COLUMN submitted_spec BLOB;     -- llamafleet.v1.JobSpec as submitted; NULL before schema 13
+ALTER TABLE jobs ADD COLUMN derived_from INTEGER;    -- the job it was resubmitted from; NULL = none
+)sql",
 };
-
 
 // SQLite cannot add AUTOINCREMENT to a table: rebuild it (the documented create-copy-drop-
 // rename sequence, with foreign keys off so that dropping the old table cascades nothing).
