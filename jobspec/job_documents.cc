@@ -129,7 +129,8 @@ void ChainDependentKeys(std::vector<ParsedJob>& jobs) {
 
 }  // namespace
 
-absl::StatusOr<std::vector<ParsedJob>> ParseJobDocuments(absl::string_view text) {
+absl::StatusOr<std::vector<ParsedJob>> ParseJobDocuments(
+    absl::string_view text, const std::vector<std::string>& overrides) {
   std::vector<YAML::Node> documents;
   const std::string copy(text);
   if (absl::Status s = ScanDocuments(copy); !s.ok()) return s;
@@ -168,6 +169,14 @@ absl::StatusOr<std::vector<ParsedJob>> ParseJobDocuments(absl::string_view text)
       v.violation.set_field(std::move(p.field));
       v.violation.set_description(std::move(p.what));
       v.position = p.position;
+    }
+    for (const std::string& o : overrides) {
+      if (absl::Status s = ApplySetOverride(&jobs[i].spec, o); !s.ok()) {
+        errors.push_back(absl::StartsWith(s.message(), "--set")
+                             ? std::string(s.message())
+                             : absl::StrCat("--set ", s.message()));
+        break;
+      }
     }
     jobs[i].idempotency_key = AutoIdempotencyKey(jobs[i].spec, occurrences);
   }

@@ -87,8 +87,12 @@ struct ParsedJob {
 // is built, YAML anchors and aliases (expanding them lets a small file cost gigabytes),
 // more than kMaxYamlNodes nodes, and text the YAML parser cannot get past are refused
 // (INVALID_ARGUMENT naming the line).
+// `overrides` ("training.lr=2e-5", as ApplySetOverride takes them) are applied to every
+// document, in order, before its idempotency key is derived: the same file with other
+// values is another job. A bad one is INVALID_ARGUMENT naming it.
 // Does not apply defaults or validate.
-absl::StatusOr<std::vector<ParsedJob>> ParseJobDocuments(absl::string_view text);
+absl::StatusOr<std::vector<ParsedJob>> ParseJobDocuments(
+    absl::string_view text, const std::vector<std::string>& overrides = {});
 
 // Merges a YAML node into `message` guided by its descriptor. Fields present in the node
 // replace those in the message (repeated fields and maps are replaced whole). Every
@@ -97,7 +101,10 @@ absl::StatusOr<std::vector<ParsedJob>> ParseJobDocuments(absl::string_view text)
 void MergeYamlIntoMessage(const YAML::Node& node, const std::string& path,
                           google::protobuf::Message* message, std::vector<std::string>* errors);
 
-// Applies "a.b.c=value" (value in YAML syntax) to the spec, as the trainer's --set.
+// Applies "a.b.c=value" (value in YAML syntax) to the spec, as the trainer's --set and the
+// CLI's `submit --set` and `resubmit --set`. INVALID_ARGUMENT naming the field for an
+// unknown field or a value it cannot take (the spec is then unchanged), and for text that
+// is not key=value.
 absl::Status ApplySetOverride(v1::JobSpec* spec, absl::string_view key_eq_value);
 
 // Fills every unset field that has a default (see job.proto). Idempotent.

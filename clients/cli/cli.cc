@@ -178,6 +178,25 @@ int RunCli(int argc, char** argv, std::istream& in, std::ostream& out, std::ostr
                          "re-submitting the same file creates nothing new)");
   submit_cmd->add_flag("--wait", submit.wait,
                        "then wait for every job submitted, as `wait --for succeeded` (same exit codes)");
+  constexpr char kSetHelp[] =
+      "key=value: set a field of the spec before it is validated, by its dotted path, the value a "
+      "YAML scalar "
+      "(training.lr=2e-5, resources.nodes=2); repeatable";
+  submit_cmd->add_option("--set", submit.overrides, kSetHelp)->allow_extra_args(false);
+
+  // resubmit ID
+  ResubmitFlags resubmit;
+  std::string resubmit_id;
+  CLI::App* resubmit_cmd = app.add_subcommand("resubmit",
+                                              "run a job again: its spec as submitted, with --set "
+                                              "changes, as a new job that records the one it "
+                                              "derives from");
+  resubmit_cmd->add_option("ID", resubmit_id, "job id")->required();
+  resubmit_cmd->add_option("--set", resubmit.overrides, kSetHelp)->allow_extra_args(false);
+  resubmit_cmd->add_flag("--dry-run", resubmit.dry_run,
+                         "validate on the coordinator and print the effective spec");
+  resubmit_cmd->add_flag("--wait", resubmit.wait,
+                         "then wait for the new job, as `wait --for succeeded`");
 
   // get jobs / get job ID
   CLI::App* get_cmd = app.add_subcommand("get", "list jobs, show one, or show GPU usage");
@@ -287,9 +306,9 @@ int RunCli(int argc, char** argv, std::istream& in, std::ostream& out, std::ostr
   CLI::App* whoami_cmd = app.add_subcommand("whoami", "show the user and role your token names");
 
   for (CLI::App* sub :
-       {submit_cmd, get_cmd, get_jobs_cmd, get_job_cmd, get_usage_cmd, describe_cmd, describe_job_cmd, cancel_cmd, delete_cmd,
-        delete_job_cmd,
-        watch_cmd, wait_cmd, logs_cmd, checkpoints_cmd, attempts_cmd, workers_cmd, queues_cmd, whoami_cmd}) {
+       {submit_cmd, resubmit_cmd, get_cmd, get_jobs_cmd, get_job_cmd, get_usage_cmd, describe_cmd,
+        describe_job_cmd, cancel_cmd, delete_cmd, delete_job_cmd, watch_cmd, wait_cmd, logs_cmd,
+        checkpoints_cmd, attempts_cmd, workers_cmd, queues_cmd, whoami_cmd}) {
     sub->fallthrough();
   }
 
@@ -325,6 +344,8 @@ int RunCli(int argc, char** argv, std::istream& in, std::ostream& out, std::ostr
   absl::Status status;
   if (submit_cmd->parsed()) {
     status = RunSubmit(*ctx, submit);
+  } else if (resubmit_cmd->parsed()) {
+    status = RunResubmit(*ctx, resubmit_id, resubmit);
   } else if (get_jobs_cmd->parsed()) {
     status = RunGetJobs(*ctx, list);
   } else if (get_job_cmd->parsed()) {

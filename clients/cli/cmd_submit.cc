@@ -1,5 +1,5 @@
-// `submit -f FILE...`: every document of every file; one job is a SubmitJob, more go as
-// SubmitJobs calls of at most kMaxBatchSize jobs each.
+// `submit -f FILE... [--set key=value]...`: every document of every file, with the changes;
+// one job is a SubmitJob, more go as SubmitJobs calls of at most kMaxBatchSize jobs each.
 #include <dirent.h>
 #include <sys/stat.h>
 
@@ -101,18 +101,43 @@ void PrintSubmitted(const Context& ctx, const v1::SubmitJobsResponse& response, 
         *ctx.out << "# parallelism: " << tp << "\n";
       }
       *ctx.out << ToYaml(r.job().spec());
-    } else if (r.created()) {
-      *ctx.out << "job " << r.job().id() << " created\n";
     } else {
-      *ctx.out << "job " << r.job().id() << " already exists (idempotency key "
-               << r.job().idempotency_key() << ")\n";
+      *ctx.out << SubmittedLine(r) << "\n";
     }
   }
 }
 
 }  // namespace
 
+std::string SubmittedLine(const v1::SubmitJobResponse& response) {
+  const v1::Job& job = response.job();
+  const std::string from = job.derived_from().empty()
+                               ? ""
+                               : absl::StrCat(" (resubmitted from job ", job.derived_from(), ")");
+  if (response.created()) return absl::StrCat("job ", job.id(), " created", from);
+  std::string line = absl::StrCat("job ", job.id(), " already exists (idempotency key ",
+                                  job.idempotency_key(), ")");
+  if (job.state() == v1::FAILED || job.state() == v1::CANCELLED) {
+    absl::StrAppend(&line, ": it ", job.state() == v1::FAILED ? "FAILED" : "was CANCELLED",
+                    "; to run it again: llamafleet resubmit ", job.id(), " [--set key=value ...]");
+  }
+  return line;
+}
+
+absl::Status CheckOverrides(const std::vector<std::string>& overrides) {
+  for (const std::string& o : overrides) {
+    v1::JobSpec scratch;
+    if (absl::Status s = ApplySetOverride(&scratch, o); !s.ok()) {
+      const std::string message(s.message());
+      return UsageError(absl::StartsWith(message, "--set") ? message
+                                                           : absl::StrCat("--set ", message));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status RunSubmit(const Context& ctx, const SubmitFlags& flags) {
+  if (absl::Status s = CheckOverrides(flags.overrides); !s.ok()) return s;
   absl::StatusOr<std::vector<std::string>> files = ExpandJobFiles(flags.files);
   if (!files.ok()) return files.status();
   // Every document of every file, in order; `documents` names each one for errors.
@@ -123,7 +148,7 @@ absl::Status RunSubmit(const Context& ctx, const SubmitFlags& flags) {
     absl::StatusOr<std::string> text = ReadInput(file, *ctx.in);
     if (!text.ok()) return text.status();
     const std::string source = file == "-" ? "stdin" : file;
-    absl::StatusOr<std::vector<ParsedJob>> jobs = ParseJobDocuments(*text);
+    absl::StatusOr<std::vector<ParsedJob>> jobs = ParseJobDocuments(*text, flags.overrides);
     if (!jobs.ok()) return WithContext(jobs.status(), absl::StrCat(source, ": "));
     for (size_t i = 0; i < jobs->size(); ++i) {
       documents.push_back(jobs->size() == 1 ? source

@@ -91,8 +91,28 @@ struct SubmitFlags {
   std::string idempotency_key;
   // Then wait for every job submitted, as `wait --for succeeded`.
   bool wait = false;
+  // --set key=value, applied to every document before its key is derived (ApplySetOverride).
+  std::vector<std::string> overrides;
 };
 absl::Status RunSubmit(const Context& ctx, const SubmitFlags& flags);
+// A usage error naming the first --set that sets no field of a spec or a value its field
+// cannot take; OK otherwise.
+absl::Status CheckOverrides(const std::vector<std::string>& overrides);
+// The line `submit` and `resubmit` print for a job: "job 4 created", with "(resubmitted
+// from job 3)" for a resubmission; for a matched key "job 4 already exists (idempotency key
+// K)", and for a job that FAILED or was CANCELLED how to run it again.
+std::string SubmittedLine(const v1::SubmitJobResponse& response);
+
+// resubmit ID [--set key=value]... (cmd_resubmit.cc): the job's spec as submitted
+// (Job.submitted_spec) with the changes, submitted as a job derived from it, under a key
+// derived from the job and the resulting spec (running the same command again is the same
+// new job).
+struct ResubmitFlags {
+  std::vector<std::string> overrides;
+  bool dry_run = false;
+  bool wait = false;
+};
+absl::Status RunResubmit(const Context& ctx, const std::string& id, const ResubmitFlags& flags);
 
 // get jobs, get job ID (cmd_get.cc)
 struct ListFlags {

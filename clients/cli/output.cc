@@ -458,6 +458,10 @@ std::string DescribeJob(const v1::Job& job, const std::vector<v1::JobEvent>& eve
       {"Idempotency key:", OrDash(job.idempotency_key())},
       {"Finetuning:", FinetuningLine(job)},
   };
+  if (!job.derived_from().empty()) {
+    fields.push_back(
+        {"Derived from:", absl::StrCat("job ", job.derived_from(), " (resubmitted from it)")});
+  }
   if (const std::string tp = ParallelismLine(spec); !tp.empty()) fields.push_back({"Parallelism:", tp});
   fields.push_back({"Memory estimate:", job.has_memory_estimate() ? MemoryEstimateLine(job.memory_estimate())
                                                                   : "- (model shape known only to the trainer)"});
