@@ -59,18 +59,30 @@ const std::vector<Route<Gateway::Handler>>& Gateway::Routes() {
       {kGet, "/ui/{file...}", P::kPublic, {kAnyQuery}, &Gateway::Portal},
       {kGet, "/api/v1/whoami", P::kRead, {}, &Gateway::WhoAmIRoute},
       {kGet, "/api/v1/config", P::kRead, {}, &Gateway::Config},
-      {kGet, "/api/v1/jobs", P::kRead,
+      {kGet,
+       "/api/v1/jobs",
+       P::kRead,
        {"state", "queue", "owner", "label", "name", "order_by", "page_size", "page_token", "view"},
        &Gateway::ListJobs},
-      {kPost, "/api/v1/jobs", P::kSubmit, {"dry_run", "idempotency_key"}, &Gateway::SubmitJob},
+      {kPost,
+       "/api/v1/jobs",
+       P::kSubmit,
+       {"dry_run", "idempotency_key", "derived_from"},
+       &Gateway::SubmitJob},
       {kPost, "/api/v1/jobs:batch", P::kSubmit, {"dry_run"}, &Gateway::SubmitJobs},
       {kPost, "/api/v1/jobs/{id}:cancel", P::kCancel, {}, &Gateway::CancelJob},
       {kPost, "/api/v1/jobs/{id}:delete", P::kCancel, {}, &Gateway::DeleteJob},
       {kGet, "/api/v1/jobs/{id}", P::kRead, {}, &Gateway::GetJob},
-      {kGet, "/api/v1/jobs/{id}/spec.yaml", P::kRead, {}, &Gateway::JobSpecYaml},
-      {kGet, "/api/v1/jobs/{id}/events", P::kRead, {"after_seq", "limit", "follow"},
+      {kGet, "/api/v1/jobs/{id}/spec.yaml", P::kRead, {"submitted"}, &Gateway::JobSpecYaml},
+      {kGet,
+       "/api/v1/jobs/{id}/events",
+       P::kRead,
+       {"after_seq", "limit", "follow"},
        &Gateway::JobEvents},
-      {kGet, "/api/v1/jobs/{id}/logs", P::kRead, {"attempt", "rank", "tail_lines", "follow"},
+      {kGet,
+       "/api/v1/jobs/{id}/logs",
+       P::kRead,
+       {"attempt", "rank", "tail_lines", "follow"},
        &Gateway::JobLogs},
       {kGet, "/api/v1/jobs/{id}/checkpoints", P::kRead, {}, &Gateway::ListCheckpoints},
       {kGet, "/api/v1/jobs/{id}/attempts", P::kRead, {}, &Gateway::ListAttempts},
@@ -299,14 +311,20 @@ void Gateway::GetJob(const RouteCall& call) {
 
 // The stored spec as block YAML (MessageToYaml: optional fields keep their presence, so
 // an explicit 0 stays 0), ready to submit again: the default checkpoint dir, which is the
-// old job's, is left out.
+// old job's, is left out. ?submitted=true: the spec as it was submitted (Job.submitted_spec,
+// what the portal's Resubmit edits) instead of the effective one.
 void Gateway::JobSpecYaml(const RouteCall& call) {
+  bool submitted = false;
+  if (absl::Status s = call.query.GetBool("submitted", &submitted); !s.ok()) {
+    call.out->Reply(StatusError(s));
+    return;
+  }
   v1::GetJobRequest request;
   request.set_job_id(call.param("id"));
   Unary<v1::GetJobRequest, v1::Job>(
       call, std::move(request), &JobCalls::GetJob,
-      [root = options_.checkpoint_root](const v1::Job& job) {
-        v1::JobSpec spec = job.spec();
+      [root = options_.checkpoint_root, submitted](const v1::Job& job) {
+        v1::JobSpec spec = submitted ? job.submitted_spec() : job.spec();
         if (!root.empty() && spec.checkpoint().dir() == absl::StrCat(root, "/", job.id())) {
           spec.mutable_checkpoint()->clear_dir();
         }

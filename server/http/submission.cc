@@ -114,6 +114,7 @@ std::optional<Response> ReadSubmitJob(const Request& http, const Query& query,
   if (std::optional<std::string> key = query.Get("idempotency_key")) {
     request->set_idempotency_key(*key);
   }
+  if (std::optional<std::string> from = query.Get("derived_from")) request->set_derived_from(*from);
   return std::nullopt;
 }
 

@@ -12,6 +12,8 @@ import {h, setText, Poller, fmtInt, fmtNum, fmtBytes, fmtTime, fmtFullTime, fmtA
 
 const REFRESH_MS = 3000;
 export const DRAFT_KEY = 'llamafleet.draft';
+// The job a draft resubmits (the new job records it: POST ...?derived_from=ID).
+export const DERIVED_KEY = 'llamafleet.draft.derived_from';
 
 // "42 s", "5 min 3 s", "2 h 5 min".
 function fmtDuration(ms) {
@@ -436,8 +438,19 @@ export function mountJob(root, ctx, id) {
   resubmitBtn.addEventListener('click', async () => {
     if (!job) return;
     try {
-      const text = await loadSpecYaml();
-      sessionStorage.setItem(DRAFT_KEY, `# resubmitted from job ${job.id}\n${text}`);
+      // The spec as it was written, not the effective one with every default.
+      const text = await api(`${base}/spec.yaml?submitted=true`, {text: true});
+      let head = `# resubmitted from job ${job.id}\n`;
+      // Only a FAILED or CANCELLED job of yours hands its export dir over (it never completed an
+      // export).
+      const exportDir = job.spec?.output?.export_dir;
+      if (exportDir &&
+          !(job.owner === ctx.session.user && ['FAILED', 'CANCELLED'].includes(job.state))) {
+        head += `# output.export_dir ${exportDir} stays job ${job.id}'s (${
+            job.state}): name a new one\n`;
+      }
+      sessionStorage.setItem(DRAFT_KEY, head + text);
+      sessionStorage.setItem(DERIVED_KEY, job.id);
       ctx.navigate('/submit');
     } catch (err) {
       notice.hidden = false;

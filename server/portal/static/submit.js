@@ -4,8 +4,8 @@
 // parser, so what the editor accepts is exactly what the coordinator accepts.
 
 import {api, query} from './api.js';
-import {h, setText, debounce} from './util.js';
-import {DRAFT_KEY} from './job.js';
+import {DERIVED_KEY, DRAFT_KEY} from './job.js';
+import {debounce, h, setText} from './util.js';
 
 // The example names paths under the coordinator's first path root (GET /api/v1/config), so
 // it validates as it stands.
@@ -52,6 +52,8 @@ function randomKey() {
 
 export function mountSubmit(root, ctx) {
   const draft = sessionStorage.getItem(DRAFT_KEY);
+  // A draft from a job's Resubmit: the job it derives from (cleared with the draft).
+  let derivedFrom = draft ? sessionStorage.getItem(DERIVED_KEY) : null;
   let exampleText = example('/shared');  // until the coordinator's roots are known
   const gutter = h('div.gutter', {'aria-hidden': 'true'});
   const marks = h('div.marks', {'aria-hidden': 'true'});
@@ -166,7 +168,9 @@ export function mountSubmit(root, ctx) {
     status.className = 'validation pending';
     setText(status, 'Checking…');
     try {
-      const res = await api(`/api/v1/jobs${query({dry_run: 'true'})}`, {method: 'POST', body: text, contentType: 'application/yaml'});
+      const res = await api(
+          `/api/v1/jobs${query({dry_run: 'true', derived_from: derivedFrom})}`,
+          {method: 'POST', body: text, contentType: 'application/yaml'});
       if (seq === validateSeq) showValid(res);
     } catch (err) {
       if (seq !== validateSeq) return;
@@ -215,9 +219,11 @@ export function mountSubmit(root, ctx) {
     submitBtn.disabled = true;
     result.hidden = true;
     try {
-      const res = await api(`/api/v1/jobs${query({idempotency_key: idempotencyKey})}`,
-        {method: 'POST', body: editor.value, contentType: 'application/yaml'});
+      const res = await api(
+          `/api/v1/jobs${query({idempotency_key: idempotencyKey, derived_from: derivedFrom})}`,
+          {method: 'POST', body: editor.value, contentType: 'application/yaml'});
       sessionStorage.removeItem(DRAFT_KEY);
+      sessionStorage.removeItem(DERIVED_KEY);
       ctx.navigate(`/jobs/${encodeURIComponent(res.job.id)}`);
     } catch (err) {
       submitBtn.disabled = false;
@@ -229,6 +235,8 @@ export function mountSubmit(root, ctx) {
   }
   submitBtn.addEventListener('click', submit);
   resetBtn.addEventListener('click', () => {
+    derivedFrom = null;  // the example derives from no job
+    sessionStorage.removeItem(DERIVED_KEY);
     editor.value = exampleText;
     editor.dispatchEvent(new Event('input'));
   });
