@@ -22,6 +22,7 @@
 #include "server/auth_failures.h"
 #include "server/cluster/checkpoint_retention.h"
 #include "server/cluster/cluster_manager.h"
+#include "server/hello_limits.h"
 #include "server/http/http_server.h"
 #include "server/job_service.h"
 #include "server/log_store.h"
@@ -261,6 +262,11 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinato
       std::make_unique<WorkerServiceImpl>(c->cluster_.get(), c->logs_.get(), c->join_token_);
   c->worker_service_->set_authenticator(c->auth_.get());
   c->worker_service_->set_failures(c->auth_failures_.get());
+  c->hello_limits_ = std::make_unique<HelloLimits>(
+      HelloLimitOptions{.max_total = options.max_unauthenticated_sessions,
+                        .max_per_peer = options.max_unauthenticated_sessions_per_address,
+                        .hello_timeout = options.worker_hello_timeout});
+  c->worker_service_->set_hello_limits(c->hello_limits_.get());
   c->worker_identity_ =
       std::make_unique<WorkerIdentity>(c->store_.get(), c->join_token_, options.max_worker_identities);
   c->worker_service_->set_identity(c->worker_identity_.get());
