@@ -315,6 +315,9 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinato
     http.tls_cert_file = options.tls_cert_file;
     http.tls_key_file = options.tls_key_file;
     http.max_body_bytes = options.max_http_body_bytes;
+    http.max_unauthenticated = options.http_max_unauthenticated;
+    http.max_unauthenticated_per_peer = options.http_max_unauthenticated_per_address;
+    http.unauthenticated_timeout = options.http_unauthenticated_timeout;
     // The HTTP server stops before metrics_ is detached and destroyed.
     http.metrics = [metrics = c->metrics_.get()] { return metrics->Render(); };
     http.path_roots = cluster.path_roots;  // the normalized roots

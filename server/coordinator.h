@@ -117,6 +117,11 @@ struct CoordinatorOptions {
   int max_unauthenticated_sessions = 256;
   int max_unauthenticated_sessions_per_address = 8;
   absl::Duration worker_hello_timeout = absl::Seconds(20);
+  // HTTP connections that have not presented a good token (server/http/connection_limits.h):
+  // in all and from one address, and how long each may take to send a request head.
+  int http_max_unauthenticated = 128;
+  int http_max_unauthenticated_per_address = 32;
+  absl::Duration http_unauthenticated_timeout = absl::Seconds(5);
   // Not owned.
   Clock* clock = Clock::Real();
 };
