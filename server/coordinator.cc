@@ -21,6 +21,7 @@
 #include "server/auth_failures.h"
 #include "server/cluster/checkpoint_retention.h"
 #include "server/cluster/cluster_manager.h"
+#include "server/hello_limits.h"
 #include "server/http/http_server.h"
 #include "server/job_service.h"
 #include "server/listen_address.h"
@@ -267,6 +268,11 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinato
       std::make_unique<WorkerServiceImpl>(c->cluster_.get(), c->logs_.get(), c->join_token_);
   c->worker_service_->set_authenticator(c->auth_.get());
   c->worker_service_->set_failures(c->auth_failures_.get());
+  c->hello_limits_ = std::make_unique<HelloLimits>(
+      HelloLimitOptions{.max_total = options.max_unauthenticated_sessions,
+                        .max_per_peer = options.max_unauthenticated_sessions_per_address,
+                        .hello_timeout = options.worker_hello_timeout});
+  c->worker_service_->set_hello_limits(c->hello_limits_.get());
   c->worker_identity_ =
       std::make_unique<WorkerIdentity>(c->store_.get(), c->join_token_, options.max_worker_identities);
   c->worker_service_->set_identity(c->worker_identity_.get());
@@ -318,6 +324,9 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinato
     http.tls_cert_file = options.tls_cert_file;
     http.tls_key_file = options.tls_key_file;
     http.max_body_bytes = options.max_http_body_bytes;
+    http.max_unauthenticated = options.http_max_unauthenticated;
+    http.max_unauthenticated_per_peer = options.http_max_unauthenticated_per_address;
+    http.unauthenticated_timeout = options.http_unauthenticated_timeout;
     // The HTTP server stops before metrics_ is detached and destroyed.
     http.metrics = [metrics = c->metrics_.get()] { return metrics->Render(); };
     http.path_roots = cluster.path_roots;  // the normalized roots

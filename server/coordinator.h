@@ -27,6 +27,7 @@ class LogStore;
 class Authenticator;
 class AuthFailures;
 class StreamLimits;
+class HelloLimits;
 class WorkerIdentity;
 class CoordinatorMetrics;
 class UserIdentities;
@@ -111,6 +112,16 @@ struct CoordinatorOptions {
   absl::Duration auth_failure_block = absl::Minutes(5);
   // Worker names one join token may mint (server/cluster/worker_identity.h; <= 0: no cap).
   int64_t max_worker_identities = 1024;
+  // Worker sessions before their hello is accepted (server/hello_limits.h): in all and from
+  // one address (<= 0: no cap), and how long one may wait for its hello (zero: forever).
+  int max_unauthenticated_sessions = 256;
+  int max_unauthenticated_sessions_per_address = 8;
+  absl::Duration worker_hello_timeout = absl::Seconds(20);
+  // HTTP connections that have not presented a good token (server/http/connection_limits.h):
+  // in all and from one address, and how long each may take to send a request head.
+  int http_max_unauthenticated = 128;
+  int http_max_unauthenticated_per_address = 32;
+  absl::Duration http_unauthenticated_timeout = absl::Seconds(5);
   // Not owned.
   Clock* clock = Clock::Real();
 };
@@ -160,6 +171,8 @@ class Coordinator {
   std::unique_ptr<Authenticator> auth_;
   // Outlives the job service's streams (server_ and http_ go first).
   std::unique_ptr<StreamLimits> stream_limits_;
+  // Outlives the worker service's sessions.
+  std::unique_ptr<HelloLimits> hello_limits_;
   std::unique_ptr<WorkerIdentity> worker_identity_;
   std::unique_ptr<LogStore> logs_;
   std::unique_ptr<ClusterManager> cluster_;

@@ -210,6 +210,8 @@ int main(int argc, char** argv) {
   double stream_max_lifetime_s = 86400;
   double auth_failure_window_s = 60;
   double auth_failure_block_s = 300;
+  double worker_hello_timeout_s = 20;
+  double http_unauthenticated_timeout_s = 5;
 
   CLI::App app{"llamafleet coordinator: job API, durable queue, scheduler"};
   app.add_option("--listen", options.listen, "gRPC address HOST:PORT (port 0 = any free port)");
@@ -263,6 +265,29 @@ int main(int argc, char** argv) {
                  "seconds a blocked address's calls are refused (RESOURCE_EXHAUSTED, HTTP 429)");
   app.add_option("--max-worker-identities", options.max_worker_identities,
                  "worker names the join token may mint (0: no cap); llamafleet-coordinator worker forget frees one");
+  app.add_option(
+      "--max-unauthenticated-sessions", options.max_unauthenticated_sessions,
+      "worker sessions waiting for their hello, in all (0: no cap); a new one from an address "
+      "holding fewer takes the place of one from the address holding the most");
+  app.add_option(
+      "--max-unauthenticated-sessions-per-address",
+      options.max_unauthenticated_sessions_per_address,
+      "worker sessions waiting for their hello from one address; more are refused (0: no cap)");
+  app.add_option(
+      "--worker-hello-timeout", worker_hello_timeout_s,
+      "seconds a worker session may wait for its hello (the worker's pre-flight runs first) "
+      "before it is ended (0: forever)");
+  app.add_option(
+      "--http-max-unauthenticated-connections", options.http_max_unauthenticated,
+      "HTTP connections without a good token yet, in all (0: no cap but the 512 in "
+      "all); a new one takes the place of an idle one from the address holding the most");
+  app.add_option("--http-max-unauthenticated-per-address",
+                 options.http_max_unauthenticated_per_address,
+                 "HTTP connections without a good token yet from one address; more are answered "
+                 "503 (0: no cap)");
+  app.add_option(
+      "--http-unauthenticated-timeout", http_unauthenticated_timeout_s,
+      "seconds an HTTP connection without a good token yet has to send each request's head");
   app.add_option("--http-listen", options.http_listen,
                  "HTTP/JSON API, web portal and /metrics on HOST:PORT (port 0 = any free port)");
   app.add_option("--tls-cert", options.tls_cert_file, "PEM certificate chain: serve gRPC and HTTP over TLS")
@@ -503,6 +528,12 @@ int main(int argc, char** argv) {
   options.stream_max_lifetime = absl::Seconds(stream_max_lifetime_s);
   options.auth_failure_window = absl::Seconds(auth_failure_window_s);
   options.auth_failure_block = absl::Seconds(auth_failure_block_s);
+  if (worker_hello_timeout_s < 0) return Fail("--worker-hello-timeout must be >= 0 seconds");
+  options.worker_hello_timeout = absl::Seconds(worker_hello_timeout_s);
+  if (!(http_unauthenticated_timeout_s > 0)) {
+    return Fail("--http-unauthenticated-timeout must be more than 0 seconds");
+  }
+  options.http_unauthenticated_timeout = absl::Seconds(http_unauthenticated_timeout_s);
   options.cancel_grace = absl::Seconds(cancel_grace_s);
   if (drain_cooloff_s < 0) return Fail("--drain-cooloff must be >= 0 seconds");
   options.drain_cooloff = absl::Seconds(drain_cooloff_s);

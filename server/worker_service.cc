@@ -43,7 +43,24 @@ class WorkerServiceImpl::SessionReactor
   };
 
   SessionReactor(WorkerServiceImpl* service, std::string peer)
-      : service_(service), peer_(std::move(peer)), link_(std::make_shared<Link>(this)) {
+      : service_(service), peer_(std::move(peer)), link_(std::make_shared<Link>(this)) {}
+
+  // Takes a place among the sessions waiting for their hello, then reads the hello;
+  // without a place the session is refused at once (RESOURCE_EXHAUSTED).
+  void Begin() {
+    if (service_->hello_limits_ != nullptr) {
+      absl::StatusOr<std::unique_ptr<HelloLimits::Waiting>> waiting =
+          service_->hello_limits_->Admit(PeerAddress(peer_), [this](const absl::Status& why) {
+            spdlog::debug("{}", std::string(why.message()));
+            FinishOnce(ToGrpcStatus(why));
+          });
+      if (!waiting.ok()) {
+        spdlog::debug("worker session from {}: {}", peer_, std::string(waiting.status().message()));
+        FinishOnce(ToGrpcStatus(waiting.status()));
+        return;
+      }
+      waiting_ = std::move(*waiting);
+    }
     StartRead(&in_);
   }
 
@@ -55,6 +72,12 @@ class WorkerServiceImpl::SessionReactor
     if (name_.empty()) {
       if (!in_.has_hello()) {
         FinishOnce(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "the first message must be hello"));
+        return;
+      }
+      if (const size_t bytes = in_.ByteSizeLong(); bytes > kMaxHelloBytes) {
+        FinishOnce(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                absl::StrCat("the hello is ", bytes, " bytes; at most ",
+                                             kMaxHelloBytes >> 10, " KiB are accepted")));
         return;
       }
       const std::string address = PeerAddress(peer_);
@@ -75,6 +98,14 @@ class WorkerServiceImpl::SessionReactor
       if (in_.hello().worker_name().empty()) {
         FinishOnce(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "hello.worker_name is required"));
         return;
+      }
+      // The join token is good: no longer a stranger's stream, bounded as such. Ended
+      // meanwhile (its place taken, or its deadline passed), it goes no further, so no
+      // credential is issued that its worker would never receive.
+      waiting_.reset();
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (finished_) return;
       }
       if (service_->identity_ != nullptr) {
         absl::StatusOr<std::string> issued =
@@ -162,6 +193,7 @@ class WorkerServiceImpl::SessionReactor
   }
 
   void OnDone() override {
+    waiting_.reset();
     link_->Detach();
     if (!name_.empty()) service_->manager_->OnDisconnected(name_, link_.get());
     {
@@ -176,6 +208,9 @@ class WorkerServiceImpl::SessionReactor
   const std::string peer_;
   std::shared_ptr<Link> link_;
   std::string name_;  // set once hello is accepted (reactor thread only)
+  // A place among the sessions waiting for their hello; gone once it is accepted
+  // (reactor thread only).
+  std::unique_ptr<HelloLimits::Waiting> waiting_;
   bool warned_foreign_logs_ = false;  // reactor thread only
   bool warned_unwelcome_ = false;     // reactor thread only
   v1::WorkerMessage in_;
@@ -198,6 +233,8 @@ grpc::ServerBidiReactor<v1::WorkerMessage, v1::CoordinatorMessage>* WorkerServic
   sessions_.insert(reactor);
   if (closed_) {
     reactor->FinishOnce(grpc::Status(grpc::StatusCode::UNAVAILABLE, "coordinator is shutting down"));
+  } else {
+    reactor->Begin();
   }
   return reactor;
 }

@@ -167,6 +167,13 @@ void Gateway::Authenticate(const Request& header,
   });
 }
 
+bool Gateway::NeedsCredentials(const Request& header) const {
+  absl::StatusOr<std::pair<std::string, absl::string_view>> target = SplitTarget(header);
+  if (!target.ok()) return false;
+  RouteMatch<Handler> match = FindRoute(Routes(), header.method(), target->first);
+  return match.route != nullptr && match.route->permission != Permission::kPublic;
+}
+
 template <typename Req, typename Resp, typename Calls>
 void Gateway::Unary(const RouteCall& route, Req request, Method<Calls, Req, Resp> method,
                     std::function<Response(const Resp&)> render,

@@ -66,6 +66,10 @@ class Gateway : public std::enable_shared_from_this<Gateway> {
   // run on a gRPC thread.
   void Authenticate(const Request& header, std::function<void(std::optional<Response>)> done);
 
+  // Whether the route `header` names checks its caller's credentials (every route but
+  // /healthz and the portal's; false for no route).
+  bool NeedsCredentials(const Request& header) const;
+
   // gRPC calls started and not yet finished (unary and streams).
   int calls_in_flight() const { return calls_->in_flight(); }
 

@@ -66,7 +66,7 @@ struct Registry {
   bool stopping = false;
   uint64_t next_id = 0;
   std::map<uint64_t, std::weak_ptr<SessionBase>> sessions;
-  // Connections held, in all and per peer address (set once by Start).
+  // Connections held, in all, per peer address and unauthenticated (set once by Start).
   std::optional<ConnectionLimits> limits;
 };
 
@@ -98,7 +98,7 @@ class Session final : public SessionBase,
         peer_(std::move(peer)) {}
 
   ~Session() override {
-    registry_->limits->Release(peer_);
+    registry_->limits->Release(id_);
     std::lock_guard<std::mutex> lock(registry_->mu);
     registry_->sessions.erase(id_);
   }
@@ -106,7 +106,7 @@ class Session final : public SessionBase,
   void Run() {
     net::dispatch(stream_.get_executor(), [self = this->shared_from_this()] {
       if constexpr (kTls) {
-        self->Lowest().expires_after(Chrono(self->options_.read_timeout));
+        self->Lowest().expires_after(Chrono(self->HeadTimeout()));
         self->stream_.async_handshake(ssl::stream_base::server,
                                       [self](beast::error_code ec) {
                                         if (ec) {
@@ -174,12 +174,29 @@ class Session final : public SessionBase,
 
   beast::tcp_stream& Lowest() { return beast::get_lowest_layer(stream_); }
 
+  // How long the client has to send a request's line and headers (or to finish the TLS
+  // handshake): shorter until it has presented a good token.
+  absl::Duration HeadTimeout() const {
+    return authenticated_ ? options_.header_timeout
+                          : std::min(options_.header_timeout, options_.unauthenticated_timeout);
+  }
+
+  // One of this connection's requests presented a good token: it leaves the pool of
+  // unauthenticated connections (which may be closed to make room) for good.
+  void MarkAuthenticated() {
+    if (authenticated_) return;
+    authenticated_ = true;
+    registry_->limits->Authenticated(id_);
+  }
+
   void ReadHeader() {
     if (closed_) return;
     parser_.emplace();
     parser_->header_limit(options_.max_header_bytes);
     parser_->body_limit(static_cast<uint64_t>(options_.max_body_bytes));
-    Lowest().expires_after(Chrono(options_.header_timeout));
+    // Waiting for a request: an unauthenticated connection may make room for a newcomer.
+    registry_->limits->SetIdle(id_, true);
+    Lowest().expires_after(Chrono(HeadTimeout()));
     bhttp::async_read_header(stream_, buffer_, *parser_,
                              [self = this->shared_from_this()](beast::error_code ec, size_t) {
                                self->OnHeader(ec);
@@ -209,6 +226,7 @@ class Session final : public SessionBase,
       DoClose();  // the client left, or timed out
       return;
     }
+    registry_->limits->SetIdle(id_, false);
     // The client's address, for the services' count of failed token attempts, with the
     // proof that this server set it: set here on every request, replacing whatever the
     // client sent under those names.
@@ -216,18 +234,27 @@ class Session final : public SessionBase,
     parser_->get().set(beast::string_view(kForwardedPeerProofKey), options_.forwarded_peer_proof);
     // A body is read only from a caller whose token is good and whose role may do what
     // the route does (nothing has been parsed of it yet): an unauthenticated client, or a
-    // viewer posting a submission, cannot make the server hold or parse a body.
-    if (!parser_->is_done()) {
-      gateway_->Authenticate(parser_->get(), [self = this->shared_from_this()](
-                                                 std::optional<Response> refused) {
-        net::post(self->stream_.get_executor(), [self, refused = std::move(refused)]() mutable {
-          if (self->closed_) return;
-          if (refused.has_value()) {
-            self->RejectAndClose(std::move(*refused));
-          } else {
-            self->ContinueToBody();
-          }
-        });
+    // viewer posting a submission, cannot make the server hold or parse a body. The first
+    // request of an unauthenticated connection to a route that needs credentials is
+    // checked the same way, so a good token moves the connection out of the
+    // unauthenticated pool; a refusal there is the answer the route would give.
+    const bool has_body = !parser_->is_done();
+    if (has_body || (!authenticated_ && gateway_->NeedsCredentials(parser_->get()))) {
+      gateway_->Authenticate(parser_->get(), [self = this->shared_from_this(),
+                                              has_body](std::optional<Response> refused) {
+        net::post(self->stream_.get_executor(),
+                  [self, has_body, refused = std::move(refused)]() mutable {
+                    if (self->closed_) return;
+                    if (!refused.has_value()) {
+                      self->MarkAuthenticated();
+                      self->ContinueToBody();
+                    } else if (has_body) {
+                      self->RejectAndClose(std::move(*refused));
+                    } else {
+                      self->keep_alive_ = self->parser_->get().keep_alive();
+                      self->DoReply(std::move(*refused), /*linger=*/false);
+                    }
+                  });
       });
       return;
     }
@@ -441,6 +468,7 @@ class Session final : public SessionBase,
   std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
   std::unique_ptr<Response> response_;
   bool keep_alive_ = false;
+  bool authenticated_ = false;  // a request presented a good token
   bool closed_ = false;
   bool streaming_ = false;
   bool writing_ = false;
@@ -507,8 +535,8 @@ struct HttpServer::Impl {
     beast::error_code endpoint_ec;
     const tcp::endpoint remote = socket.remote_endpoint(endpoint_ec);
     std::string peer = endpoint_ec ? std::string() : remote.address().to_string();
-    const ConnectionLimits::Admission admission = registry->limits->Admit(peer);
-    if (admission != ConnectionLimits::Admission::kAdmitted) {
+    const ConnectionLimits::Admission admission = registry->limits->Admit(id, peer);
+    if (admission.verdict != ConnectionLimits::Verdict::kAdmitted) {
       // Over a cap: a short answer (plain HTTP only), then close.
       auto s = std::make_shared<tcp::socket>(std::move(socket));
       if (tls) {
@@ -516,11 +544,12 @@ struct HttpServer::Impl {
         s->close(ignored);
         return;
       }
-      const std::string body = absl::StrCat(
-          R"({"error":{"code":503,"status":"UNAVAILABLE","message":")",
-          admission == ConnectionLimits::Admission::kTooManyFromPeer ? "too many connections from this address"
-                                                                     : "too many connections",
-          R"(","field_violations":[]}})");
+      const std::string body =
+          absl::StrCat(R"({"error":{"code":503,"status":"UNAVAILABLE","message":")",
+                       admission.verdict == ConnectionLimits::Verdict::kTooManyFromPeer
+                           ? "too many connections from this address"
+                           : "too many connections",
+                       R"(","field_violations":[]}})");
       auto busy = std::make_shared<std::string>(absl::StrCat(
           "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nConnection: close\r\n"
           "Content-Length: ",
@@ -531,6 +560,16 @@ struct HttpServer::Impl {
         s->close(ignored);
       });
       return;
+    }
+    if (admission.evicted.has_value()) {
+      // An idle connection without a token made room: closed (its count is gone already).
+      std::shared_ptr<SessionBase> evicted;
+      {
+        std::lock_guard<std::mutex> lock(registry->mu);
+        auto it = registry->sessions.find(*admission.evicted);
+        if (it != registry->sessions.end()) evicted = it->second.lock();
+      }
+      if (evicted != nullptr) evicted->Close();
     }
     std::shared_ptr<SessionBase> session;
     if (tls) {
@@ -556,7 +595,11 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpServerOp
   server->impl_ = std::make_unique<Impl>();
   Impl& impl = *server->impl_;
   impl.options = options;
-  impl.registry->limits.emplace(options.max_connections, options.max_connections_per_peer);
+  impl.registry->limits.emplace(
+      ConnectionLimitOptions{.max_total = options.max_connections,
+                             .max_per_peer = options.max_connections_per_peer,
+                             .max_unauthenticated = options.max_unauthenticated,
+                             .max_unauthenticated_per_peer = options.max_unauthenticated_per_peer});
 
   if (!options.tls_cert_file.empty() || !options.tls_key_file.empty()) {
     if (options.tls_cert_file.empty() || options.tls_key_file.empty()) {

@@ -38,10 +38,20 @@ struct HttpServerOptions {
   absl::Duration header_timeout = absl::Seconds(10);
   absl::Duration read_timeout = absl::Seconds(30);
   absl::Duration write_timeout = absl::Seconds(30);
+  // A connection none of whose requests has yet presented a good token (only /healthz,
+  // the portal's files, or refusals) has this long to send each request's line and
+  // headers, the TLS handshake included; at most header_timeout.
+  absl::Duration unauthenticated_timeout = absl::Seconds(5);
   // Connections beyond this, in all or from one peer address (0: no per-peer cap), are
-  // answered 503 and closed: one client cannot hold every connection.
+  // answered 503 and closed: one client cannot hold every connection. Of them, at most
+  // max_unauthenticated (from one address: max_unauthenticated_per_peer) are
+  // unauthenticated ones; a new connection to a full pool of those takes the place of an
+  // idle one from the address holding the most (server/http/connection_limits.h), so a
+  // few addresses cannot lock out /healthz or clients with a token.
   int max_connections = 512;
   int max_connections_per_peer = 64;
+  int max_unauthenticated = 128;
+  int max_unauthenticated_per_peer = 32;
   // Concurrent event streams (?follow=true) beyond this are answered 503.
   int max_event_streams = 256;
   // Threads running the io_context (the handlers never block: gRPC calls are async).

@@ -306,8 +306,11 @@ absl::StatusOr<Coordinator> StartCoordinator(const testing::TempDir& dir) {
                                 .join_token = "bench",
                                 .path_roots = {dir.path(), "/"},
                                 // The simulated workers do not heartbeat; the run is longer
-                                // than the default.
-                                .flags = {"--http-listen", "127.0.0.1:0", "--heartbeat-timeout", "3600"},
+                                // than the default. They all say hello at once from one
+                                // address: more than the per-address cap.
+                                .flags = {"--http-listen", "127.0.0.1:0", "--heartbeat-timeout", "3600",
+                                          "--max-unauthenticated-sessions-per-address", "0",
+                                          "--max-unauthenticated-sessions", "0"},
                                 .config = dir.path() + "/config.yaml",
                                 .log_level = "warn"}));
   if (!process.ok()) return process.status();
@@ -551,8 +554,13 @@ int main(int argc, char** argv) {
   }
 
   testing::TempDir dir;
+  // The simulated workers all say hello at once from one address: no cap on those waiting.
   auto coordinator = testing::Subprocess::Start(testing::CoordinatorArgv(
-      {.data_dir = dir.path(), .join_token = "bench", .path_roots = {dir.path(), "/"}, .log_level = "warn"}));
+      {.data_dir = dir.path(),
+       .join_token = "bench",
+       .path_roots = {dir.path(), "/"},
+       .flags = {"--max-unauthenticated-sessions-per-address", "0", "--max-unauthenticated-sessions", "0"},
+       .log_level = "warn"}));
   if (!coordinator.ok()) return 1;
   absl::StatusOr<std::string> address = (*coordinator)->WaitForListening();
   if (!address.ok()) return 1;

@@ -91,8 +91,8 @@ TEST_F(HttpApiTest, OneAddressCannotHoldEveryConnection) {
 
   held.back()->Close();
   held.pop_back();
-  // A closed half-sent request keeps its slot until the header's deadline (10 s), when the
-  // server's read ends; then the address has a slot again.
+  // A closed half-sent request keeps its slot until the header's deadline (5 s without a
+  // token), when the server's read ends; then the address has a slot again.
   EXPECT_TRUE(testing::WaitFor(
       [&] {
         RawConnection again(address);
