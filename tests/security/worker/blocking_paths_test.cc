@@ -3,7 +3,8 @@
 // into it. Against a real llamafleet-worker under a scripted stand-in coordinator, such a
 // task must fail at once with a message naming the field, and the worker must go on
 // serving its session meanwhile: heartbeats, a cancel of another tenant's task, a
-// reconnect.
+// reconnect. TaskStarts, which keeps task starts off the session's thread, is checked on
+// its own below.
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -22,6 +23,7 @@
 #include "llamafleet/v1/worker.grpc.pb.h"
 #include "tests/testing/process.h"
 #include "tests/testing/wait.h"
+#include "worker/task_starts.h"
 
 namespace llamafleet {
 namespace {
@@ -283,6 +285,58 @@ TEST_F(BlockingPathsTest,
   EXPECT_EQ(
       std::distance(fs::directory_iterator(root_ + "/mallory/export"), fs::directory_iterator()),
       1);
+}
+
+// ---------------------------------------------------------------- TaskStarts on its own
+
+TEST(TaskStartsTest, AHungStartDelaysOnlyItsOwnTaskAndCanBeCancelledMeanwhile) {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool release = false;
+  bool other_done = false;
+  worker::TaskStarts starts(2);
+  ASSERT_EQ(starts.Begin("hung",
+                         [&] {
+                           std::unique_lock<std::mutex> lock(mu);
+                           cv.wait(lock, [&] { return release; });
+                         }),
+            worker::TaskStarts::Begun::kStarted);
+  // A repeated assignment of a start in flight is ignored.
+  EXPECT_EQ(starts.Begin("hung", [] {}), worker::TaskStarts::Begun::kAlreadyStarting);
+  ASSERT_EQ(starts.Begin("other",
+                         [&] {
+                           std::lock_guard<std::mutex> lock(mu);
+                           other_done = true;
+                           cv.notify_all();
+                         }),
+            worker::TaskStarts::Begun::kStarted);
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(10), [&] { return other_done; }))
+        << "a hung start held up another";
+  }
+  ASSERT_TRUE(testing::WaitFor([&] { return starts.InFlight().size() == 1; }, absl::Seconds(10)));
+  EXPECT_EQ(starts.InFlight(), std::vector<std::string>{"hung"});
+  // Bounded: beyond max_in_flight (counting the hung one) a start is refused.
+  ASSERT_EQ(starts.Begin("third",
+                         [&] {
+                           std::unique_lock<std::mutex> lock(mu);
+                           cv.wait(lock, [&] { return release; });
+                         }),
+            worker::TaskStarts::Begun::kStarted);
+  EXPECT_EQ(starts.Begin("fourth", [] {}), worker::TaskStarts::Begun::kFull);
+  // A cancel while it hangs is kept for whoever finishes the start.
+  EXPECT_FALSE(starts.Cancelled("hung").has_value());
+  EXPECT_TRUE(starts.Cancel("hung", "cancelled by its owner"));
+  EXPECT_EQ(starts.Cancelled("hung").value_or(""), "cancelled by its owner");
+  EXPECT_FALSE(starts.Cancel("never-started", "x"));
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    release = true;
+  }
+  cv.notify_all();
+  ASSERT_TRUE(testing::WaitFor([&] { return starts.InFlight().empty(); }, absl::Seconds(10)));
+  EXPECT_FALSE(starts.Cancelled("hung").has_value()) << "forgotten once the start is over";
 }
 
 }  // namespace
