@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "common/safe_open.h"
 
 namespace llamafleet {
 namespace {
@@ -46,21 +47,10 @@ absl::StatusOr<std::string> WriteTempMarker(int dir_fd, const std::string& job_i
 }  // namespace
 
 absl::StatusOr<std::optional<std::string>> ReadJobDirMarker(int dir_fd, const char* marker) {
-  const int fd = ::openat(dir_fd, marker, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0) {
-    if (errno == ENOENT) return std::optional<std::string>();
-    return absl::FailedPreconditionError(
-        absl::StrCat(marker, " cannot be opened (", std::strerror(errno), "; a symbolic link?)"));
-  }
-  struct stat st;
-  char buf[kMaxMarkerBytes];
-  ssize_t n = -1;
-  if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) n = ::read(fd, buf, sizeof(buf));
-  ::close(fd);
-  if (n < 0) return absl::FailedPreconditionError(absl::StrCat(marker, " is not a readable file"));
-  absl::string_view content(buf, static_cast<size_t>(n));
-  content = absl::StripSuffix(content, "\n");
-  return std::optional<std::string>(std::string(content));
+  absl::StatusOr<std::string> content = ReadRegularFile(dir_fd, marker, kMaxMarkerBytes, marker);
+  if (content.status().code() == absl::StatusCode::kNotFound) return std::optional<std::string>();
+  if (!content.ok()) return absl::FailedPreconditionError(content.status().message());
+  return std::optional<std::string>(std::string(absl::StripSuffix(*content, "\n")));
 }
 
 absl::Status WriteJobDirMarker(int dir_fd, const std::string& job_id) {

@@ -13,8 +13,6 @@
 #include "spdlog/spdlog.h"
 #include "worker/credential_file.h"
 #include "worker/inventory.h"
-#include "worker/job_checkpoint_dir.h"
-#include "worker/path_guard.h"
 #include "worker/session_hold.h"
 #include "worker/task_setup.h"
 #include "worker/trainer_events.h"
@@ -27,42 +25,12 @@ using google::protobuf::util::TimeUtil;
 constexpr int kLinesPerBatch = 200;
 // A token cache build's progress goes to the coordinator at most this often per task.
 constexpr absl::Duration kTokenizingRelayInterval = absl::Seconds(5);
+// Task starts in flight at once (task_starts.h): far more than a coordinator assigns at once
+// (one task per free slot), so only storage that hangs start after start reaches it.
+constexpr size_t kMaxTaskStarts = 64;
 
 absl::Status FromGrpc(const grpc::Status& s) {
   return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
-}
-
-// Every path the task names stays inside the roots it came with (links resolved), and
-// its export directory is new, empty or this job's own: checked before anything starts.
-absl::Status CheckTaskPaths(const v1::TaskSpec& task) {
-  const v1::JobSpec& spec = task.spec();
-  if (task.path_roots_size() > 0) {
-    const std::vector<std::string> roots(task.path_roots().begin(), task.path_roots().end());
-    const std::pair<const char*, const std::string*> fields[] = {
-        {"model.path", &spec.model().path()},
-        {"model.tokenizer", &spec.model().tokenizer()},
-        {"data.train_path", &spec.data().train_path()},
-        {"data.eval_path", &spec.data().eval_path()},
-        {"checkpoint.dir", &spec.checkpoint().dir()},
-        {"checkpoint.resume", &spec.checkpoint().resume()},
-        {"output.export_dir", &spec.output().export_dir()},
-        {"resume_from", &task.resume_from()}};
-    for (const auto& [field, value] : fields) {
-      if (value->empty() || (*value == "latest" && std::string(field) == "checkpoint.resume")) continue;
-      if (absl::Status s = CheckPathInRoots(field, *value, roots); !s.ok()) return s;
-    }
-    // The directories it writes are reached without following links (the trainer opens
-    // them so): a link in one fails the task before start.
-    for (const auto& [field, value] : {std::pair<const char*, const std::string*>{"checkpoint.dir", &spec.checkpoint().dir()},
-                                       {"output.export_dir", &spec.output().export_dir()}}) {
-      if (value->empty()) continue;
-      if (absl::Status s = CheckWrittenDirHasNoLinks(roots, *value, field); !s.ok()) return s;
-    }
-  }
-  if (task.node_rank() == 0 && !spec.output().export_dir().empty()) {
-    return CheckExportDir(spec.output().export_dir(), task.job_id());
-  }
-  return absl::OkStatus();
 }
 
 }  // namespace
@@ -89,10 +57,12 @@ WorkerAgent::WorkerAgent(AgentOptions options) : options_(std::move(options)), i
   for (const v1::Gpu& gpu : inventory_.gpus()) health.gpus.push_back(gpu.index());
   health.fake_for_test = options_.gpu_health_fake_for_test;
   gpu_health_ = std::make_unique<GpuHealthMonitor>(std::move(health));
+  starts_ = std::make_unique<TaskStarts>(kMaxTaskStarts);
 }
 
 WorkerAgent::~WorkerAgent() {
   Shutdown(absl::Seconds(2));
+  starts_->JoinAll();  // a start finishing now stops what it launched (shutting_down_)
   std::map<std::string, std::unique_ptr<TaskRunner>> tasks;
   std::vector<std::unique_ptr<TaskRunner>> finished;
   {
@@ -180,6 +150,7 @@ absl::Status WorkerAgent::Run() {
         std::lock_guard<std::mutex> lock(mu_);
         for (const auto& [id, runner] : tasks_) all.push_back(id);
       }
+      for (const std::string& id : starts_->InFlight()) all.push_back(id);
       StopUnheld(all, absl::StrCat("no session holds it: ", s.message()));
     }
     if (s.code() == absl::StatusCode::kUnauthenticated ||
@@ -242,6 +213,10 @@ absl::Status WorkerAgent::RunSession() {
     if (!idle && preflight_.sequence() > 0) *h->mutable_preflight() = preflight_;
     for (const auto& [id, runner] : tasks_) {
       if (!runner->finished()) h->add_running_task_ids(id);
+    }
+    // Starting ones too: the welcome says whether the session holds them.
+    for (const std::string& id : starts_->InFlight()) {
+      if (!tasks_.count(id)) h->add_running_task_ids(id);
     }
   }
   const std::vector<std::string> listed(h->running_task_ids().begin(), h->running_task_ids().end());
@@ -352,7 +327,11 @@ void WorkerAgent::StopUnheld(const std::vector<std::string>& task_ids, const std
   std::lock_guard<std::mutex> lock(mu_);
   for (const std::string& id : task_ids) {
     auto it = tasks_.find(id);
-    if (it == tasks_.end() || it->second->finished()) continue;
+    if (it == tasks_.end()) {
+      if (starts_->Cancel(id, why)) spdlog::warn("cancelling the start of task {}: {}", id, why);
+      continue;
+    }
+    if (it->second->finished()) continue;
     spdlog::warn("stopping task {}: {}", id, why);
     it->second->Stop(absl::ZeroDuration(), why);
   }
@@ -368,12 +347,29 @@ void WorkerAgent::EnqueueReliable(v1::WorkerMessage message) {
 
 void WorkerAgent::HandleMessage(const v1::CoordinatorMessage& message) {
   if (message.has_assign()) {
-    StartTask(message.assign().task());
+    const v1::TaskSpec& task = message.assign().task();
+    if (starts_->Begin(task.task_id(), [this, task] { StartTask(task); }) ==
+        TaskStarts::Begun::kFull) {
+      v1::WorkerMessage m;  // no exit record: the node's trouble, not the job's
+      m.mutable_task_status()->set_task_id(task.task_id());
+      m.mutable_task_status()->set_state(v1::TASK_FAILED);
+      m.mutable_task_status()->set_message(
+          absl::StrCat("this worker is already starting ", starts_->InFlight().size(),
+                       " tasks (is the storage they name slow or hung?); not starting another"));
+      spdlog::error("task {}: {}", task.task_id(), m.task_status().message());
+      EnqueueReliable(std::move(m));
+    }
   } else if (message.has_cancel()) {
     const v1::CancelTask& c = message.cancel();
     std::lock_guard<std::mutex> lock(mu_);
     auto it = tasks_.find(c.task_id());
-    if (it == tasks_.end()) return;
+    if (it == tasks_.end()) {
+      // Still starting: it is stopped before or as soon as its ranks launch.
+      if (starts_->Cancel(c.task_id(), c.reason())) {
+        spdlog::info("cancelling task {} while it starts: {}", c.task_id(), c.reason());
+      }
+      return;
+    }
     spdlog::info("cancelling task {}: {}", c.task_id(), c.reason());
     it->second->Stop(absl::Milliseconds(c.grace_period_ms()), c.reason());
   }
@@ -433,6 +429,17 @@ void WorkerAgent::StartTask(const v1::TaskSpec& task) {
   {
     std::unique_lock<std::mutex> lock(mu_);
     if (shutting_down_ || tasks_.count(task.task_id())) return;  // repeated assignment
+    if (std::optional<std::string> why = starts_->Cancelled(task.task_id())) {
+      spdlog::info("task {} cancelled before start: {}", task.task_id(), *why);
+      v1::WorkerMessage m;
+      m.mutable_task_status()->set_task_id(task.task_id());
+      m.mutable_task_status()->set_state(v1::TASK_KILLED);
+      m.mutable_task_status()->set_message(*why);
+      reliable_.push_back(std::move(m));
+      lock.unlock();
+      cv_.notify_all();
+      return;
+    }
     if (static_cast<int>(free_gpus_.size()) < task.nproc_per_node()) {
       const size_t free = free_gpus_.size();
       lock.unlock();
@@ -479,13 +486,22 @@ void WorkerAgent::StartTask(const v1::TaskSpec& task) {
     return;
   }
   {
+    // RUNNING is queued under mu_: before the final status OnFinished queues for it.
     std::lock_guard<std::mutex> lock(mu_);
+    TaskRunner* started = runner->get();
     tasks_[task.task_id()] = std::move(*runner);
+    v1::WorkerMessage m;
+    m.mutable_task_status()->set_task_id(task.task_id());
+    m.mutable_task_status()->set_state(v1::TASK_RUNNING);
+    reliable_.push_back(std::move(m));
+    // Cancelled, unheld or shut down while it launched: it stops at once.
+    if (shutting_down_) {
+      started->Stop(absl::ZeroDuration(), "worker shutting down");
+    } else if (std::optional<std::string> why = starts_->Cancelled(task.task_id())) {
+      started->Stop(absl::ZeroDuration(), *why);
+    }
   }
-  v1::WorkerMessage m;
-  m.mutable_task_status()->set_task_id(task.task_id());
-  m.mutable_task_status()->set_state(v1::TASK_RUNNING);
-  EnqueueReliable(std::move(m));
+  cv_.notify_all();
 }
 
 void WorkerAgent::OnLine(const std::string& task_id, int rank, bool is_stderr,

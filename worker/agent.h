@@ -25,6 +25,7 @@
 #include "worker/preflight.h"
 #include "worker/rank_progress.h"
 #include "worker/task_runner.h"
+#include "worker/task_starts.h"
 
 namespace llamafleet::worker {
 
@@ -76,14 +77,16 @@ class WorkerAgent : public TaskListener {
  private:
   // One connected session; returns how it ended.
   absl::Status RunSession();
+  // On the session's reader thread: never waits for storage (a start goes to starts_).
   void HandleMessage(const v1::CoordinatorMessage& message);
+  // On a thread of starts_: checks the task's paths, prepares it and launches its ranks.
   void StartTask(const v1::TaskSpec& task);
   std::string WorkerName() const;
   void SendLoop(grpc::ClientReaderWriter<v1::WorkerMessage, v1::CoordinatorMessage>* stream,
                 const std::atomic<bool>* session_done);
   void EnqueueReliable(v1::WorkerMessage message);
-  // Stops at once the trainers of `task_ids` that still run: no session holds them
-  // (worker/session_hold.h).
+  // Stops at once the trainers of `task_ids` that still run, and cancels those still
+  // starting: no session holds them (worker/session_hold.h).
   void StopUnheld(const std::vector<std::string>& task_ids, const std::string& why);
   std::vector<int> AllocateGpus(int count) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Runs a pre-flight now and records it as the latest (numbered); blocks for its length.
@@ -131,6 +134,9 @@ class WorkerAgent : public TaskListener {
   RankProgressTable rank_progress_;
   // The GPUs' health samples, relayed in heartbeats (its own thread and lock).
   std::unique_ptr<GpuHealthMonitor> gpu_health_;
+  // Task starts in flight, each on its own thread (its own lock; taken under mu_, never
+  // the other way). Joined before the tasks are destroyed.
+  std::unique_ptr<TaskStarts> starts_;
 };
 
 }  // namespace llamafleet::worker

@@ -16,6 +16,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "common/safe_open.h"
 
 namespace llamafleet::worker {
 namespace {
@@ -23,6 +24,17 @@ namespace {
 // Entries looked at below one directory field (two levels). A checkpoint of 64 ranks
 // with a few steps kept, or a model directory, is far below this.
 constexpr int kMaxScannedEntries = 100000;
+
+// An export's marker holds a job id.
+constexpr size_t kMaxMarkerBytes = 256;
+
+// A job reads and writes regular files and directories only: a FIFO blocks whoever opens
+// it, a device or socket is nothing a job's data can be.
+absl::Status NotFileOrDirectory(const std::string& field, const std::string& path, mode_t mode) {
+  return absl::InvalidArgumentError(
+      absl::StrCat(field, ": ", path, " is not a regular file (", FileKind(mode),
+                   "); a job's paths name regular files and directories"));
+}
 
 std::string RealPath(const std::string& path, int* error) {
   char buf[PATH_MAX];
@@ -145,7 +157,11 @@ absl::Status ScanEntries(const std::string& field, const std::string& dir, int d
                                                      ", which holds owners' token caches"));
     }
     struct stat st;
-    if (depth > 1 && ::stat(real.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+    if (::stat(real.c_str(), &st) != 0) continue;  // removed meanwhile
+    if (!S_ISDIR(st.st_mode) && !S_ISREG(st.st_mode)) {
+      return NotFileOrDirectory(field, entry, st.st_mode);
+    }
+    if (depth > 1 && S_ISDIR(st.st_mode)) {
       absl::Status s = ScanEntries(field, entry, depth - 1, roots, budget);
       if (!s.ok()) return s;
     }
@@ -174,10 +190,12 @@ absl::Status CheckPathInRoots(const std::string& field, const std::string& path,
                                                    ", which holds owners' token caches"));
   }
   struct stat st;
-  if (::stat(resolved->c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+  if (::stat(resolved->c_str(), &st) != 0) return absl::OkStatus();  // not there (yet)
+  if (S_ISDIR(st.st_mode)) {
     int budget = kMaxScannedEntries;
     return ScanEntries(field, path, 2, root_set, &budget);
   }
+  if (!S_ISREG(st.st_mode)) return NotFileOrDirectory(field, path, st.st_mode);
   return absl::OkStatus();
 }
 
@@ -196,10 +214,15 @@ absl::Status CheckExportDir(const std::string& dir, const std::string& owner) {
     return absl::FailedPreconditionError(absl::StrCat(
         "output.export_dir: ", dir, " exists and is not a directory; name a new or empty directory"));
   }
-  std::unique_ptr<DIR, int (*)(DIR*)> d(::opendir(dir.c_str()), ::closedir);
+  // Listed and read through a descriptor of the directory that was looked at: a swap for a
+  // link meanwhile fails the open rather than leading elsewhere.
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  std::unique_ptr<DIR, int (*)(DIR*)> d(fd >= 0 ? ::fdopendir(fd) : nullptr, ::closedir);
   if (d == nullptr) {
+    const int error = errno;
+    if (fd >= 0) ::close(fd);
     return absl::FailedPreconditionError(
-        absl::StrCat("output.export_dir: cannot list ", dir, ": ", std::strerror(errno)));
+        absl::StrCat("output.export_dir: cannot list ", dir, ": ", std::strerror(error)));
   }
   int entries = 0;
   std::string example;
@@ -216,21 +239,19 @@ absl::Status CheckExportDir(const std::string& dir, const std::string& owner) {
   }
   if (entries == 0) return absl::OkStatus();
   if (marked) {
-    const std::string marker = absl::StrCat(dir, "/", kExportMarker);
-    int fd = ::open(marker.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-    if (fd >= 0) {
-      char buf[256];
-      ssize_t n = ::read(fd, buf, sizeof(buf));
-      ::close(fd);
-      if (n >= 0) {
-        absl::string_view content(buf, static_cast<size_t>(n));
-        content = absl::StripSuffix(content, "\n");
-        if (content == owner) return absl::OkStatus();
-        return absl::FailedPreconditionError(absl::StrCat(
-            "output.export_dir: ", dir, " is the export of another job (",
-            content.empty() ? std::string("a manual export") : absl::StrCat("job ", content),
-            "); name a new or empty directory"));
-      }
+    const std::string shown = absl::StrCat("output.export_dir: ", dir, "/", kExportMarker);
+    absl::StatusOr<std::string> content =
+        ReadRegularFile(::dirfd(d.get()), kExportMarker, kMaxMarkerBytes, shown);
+    if (!content.ok() && content.status().code() != absl::StatusCode::kNotFound) {
+      return absl::FailedPreconditionError(content.status().message());
+    }
+    if (content.ok()) {
+      const absl::string_view job = absl::StripSuffix(*content, "\n");
+      if (job == owner) return absl::OkStatus();
+      return absl::FailedPreconditionError(
+          absl::StrCat("output.export_dir: ", dir, " is the export of another job (",
+                       job.empty() ? std::string("a manual export") : absl::StrCat("job ", job),
+                       "); name a new or empty directory"));
     }
   }
   return absl::FailedPreconditionError(absl::StrCat(

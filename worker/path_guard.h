@@ -32,16 +32,22 @@ inline constexpr char kTokenCacheRootDir[] = "token-cache";
 // directory, its entries are checked too, two levels deep (a model directory's shards, a
 // checkpoint's step-N/ files), up to a bound; a directory with more entries is refused.
 // Neither the path nor an entry may lead into a root's llamafleet/token-cache (owners'
-// token caches are the worker's to hand out, never a job's to name).
+// token caches are the worker's to hand out, never a job's to name), and each must be a
+// regular file or a directory: a FIFO (whose open would block), a socket or a device is
+// refused ("... is not a regular file (a FIFO)").
 // Returns INVALID_ARGUMENT naming the field, the path, where it leads and the roots.
-// Reads metadata only; never creates, opens for writing or removes anything.
+// Reads metadata only (it may block as long as the storage does: the worker calls it off
+// its session's thread); never opens a file, creates or removes anything.
 absl::Status CheckPathInRoots(const std::string& field, const std::string& path,
                               const std::vector<std::string>& roots);
 
 // Checks that an export may be written to `dir`: it does not exist, is an empty directory,
 // or is an earlier export of the same job (its kExportMarker file holds `owner`).
 // Anything else, a file or a directory of someone else's files, is FAILED_PRECONDITION
-// naming output.export_dir; nothing is touched.
+// naming output.export_dir; nothing is touched. The directory is listed through a
+// descriptor opened without following a link, and the marker read through it with
+// common/safe_open.h (no link, never blocking, at most 256 bytes): a marker that is a link,
+// a FIFO or anything but a small regular file is FAILED_PRECONDITION naming it.
 absl::Status CheckExportDir(const std::string& dir, const std::string& owner);
 
 }  // namespace llamafleet::worker

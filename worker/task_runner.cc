@@ -14,14 +14,15 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <future>
 #include <variant>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "common/dir_fd.h"
 #include "common/proto_text.h"
+#include "common/safe_open.h"
 #include "worker/trainer_events.h"
 
 extern char** environ;
@@ -102,7 +103,7 @@ absl::StatusOr<std::unique_ptr<TaskRunner>> TaskRunner::Start(TaskLaunch launch,
   return runner;
 }
 
-absl::Status TaskRunner::Launch() {
+absl::Status TaskRunner::PrepareWorkDir() {
   const v1::TaskSpec& t = launch_.task;
   std::error_code ec;
   std::filesystem::create_directories(launch_.work_dir, ec);
@@ -110,45 +111,58 @@ absl::Status TaskRunner::Launch() {
     return absl::FailedPreconditionError(
         absl::StrCat("cannot create task dir ", launch_.work_dir, ": ", ec.message()));
   }
+  // A task's directory may be there from an earlier start of the same task (a resent
+  // assignment), written by its ranks: it is reached without following a link, and its
+  // files are replaced only when they are regular files.
+  const UniqueFd dir(
+      open(launch_.work_dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!dir.valid()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot open task dir ", launch_.work_dir, ": ", std::strerror(errno)));
+  }
   if (launch_.run_as.has_value()) {
     // The ranks' working directory belongs to them (and to no one else).
-    if (chown(launch_.work_dir.c_str(), launch_.run_as->uid, launch_.run_as->gid) != 0 ||
-        chmod(launch_.work_dir.c_str(), 0700) != 0) {
+    if (fchown(dir.get(), launch_.run_as->uid, launch_.run_as->gid) != 0 ||
+        fchmod(dir.get(), 0700) != 0) {
       return absl::FailedPreconditionError(absl::StrCat(
           "cannot hand task dir ", launch_.work_dir, " to ", launch_.run_as->user, ": ",
           std::strerror(errno)));
     }
   }
-  const std::string spec_json = MessageToJsonWithPresence(t.spec());
-  const std::string spec_path = launch_.work_dir + "/spec.json";
-  {
-    std::ofstream out(spec_path, std::ios::trunc);
-    out << spec_json << "\n";
-    if (!out) return absl::FailedPreconditionError(absl::StrCat("cannot write ", spec_path));
+  auto write_file = [&](const std::string& name, const std::string& content) -> absl::Status {
+    const std::string shown = launch_.work_dir + "/" + name;
+    absl::StatusOr<UniqueFd> fd = CreateRegularFile(dir.get(), name, 0600, shown);
+    if (!fd.ok()) return fd.status();
+    if (::write(fd->get(), content.data(), content.size()) !=
+        static_cast<ssize_t>(content.size())) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("cannot write ", shown, ": ", std::strerror(errno)));
+    }
+    if (launch_.run_as.has_value() &&
+        fchown(fd->get(), launch_.run_as->uid, launch_.run_as->gid) != 0) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("cannot chown ", shown, ": ", std::strerror(errno)));
+    }
+    return absl::OkStatus();
+  };
+  const std::string spec_json = MessageToJsonWithPresence(t.spec()) + "\n";
+  if (absl::Status s = write_file("spec.json", spec_json); !s.ok()) return s;
+  if (t.resume_candidates_size() == 0) return absl::OkStatus();
+  std::vector<trainer_events::ResumeCandidate> candidates;
+  for (const v1::ResumeCandidate& c : t.resume_candidates()) {
+    candidates.push_back({c.path(), c.step(), c.manifest_sha256()});
   }
-  if (launch_.run_as.has_value() &&
-      chown(spec_path.c_str(), launch_.run_as->uid, launch_.run_as->gid) != 0) {
-    return absl::FailedPreconditionError(absl::StrCat("cannot chown ", spec_path));
-  }
+  return write_file("resume_candidates.json", trainer_events::CandidatesToJson(candidates) + "\n");
+}
+
+absl::Status TaskRunner::Launch() {
+  const v1::TaskSpec& t = launch_.task;
+  if (absl::Status s = PrepareWorkDir(); !s.ok()) return s;
   std::vector<std::string> argv = launch_.trainer_command;
   // Relative to the working directory: the ranks need not be able to walk the worker's
   // data dir to find it.
   argv.insert(argv.end(), {"train", "--spec", "spec.json"});
   if (t.resume_candidates_size() > 0) {
-    std::vector<trainer_events::ResumeCandidate> candidates;
-    for (const v1::ResumeCandidate& c : t.resume_candidates()) {
-      candidates.push_back({c.path(), c.step(), c.manifest_sha256()});
-    }
-    const std::string path = launch_.work_dir + "/resume_candidates.json";
-    {
-      std::ofstream out(path, std::ios::trunc);
-      out << trainer_events::CandidatesToJson(candidates) << "\n";
-      if (!out) return absl::FailedPreconditionError(absl::StrCat("cannot write ", path));
-    }
-    if (launch_.run_as.has_value() &&
-        chown(path.c_str(), launch_.run_as->uid, launch_.run_as->gid) != 0) {
-      return absl::FailedPreconditionError(absl::StrCat("cannot chown ", path));
-    }
     argv.insert(argv.end(), {"--resume-candidates", "resume_candidates.json"});
   } else if (!t.resume_from().empty()) {
     argv.insert(argv.end(), {"--resume", t.resume_from()});

@@ -90,6 +90,9 @@ class TaskRunner {
  private:
   TaskRunner(TaskLaunch launch, TaskListener* listener, absl::Duration failure_grace)
       : launch_(std::move(launch)), listener_(listener), failure_grace_(failure_grace) {}
+  // Creates the task's directory, hands it to the ranks' identity, and writes spec.json
+  // (and resume_candidates.json) there. FAILED_PRECONDITION naming the directory or file.
+  absl::Status PrepareWorkDir();
   absl::Status Launch();
   void KillLaunched();  // after a failed Launch: nothing may stay behind
   void Monitor();

@@ -3,11 +3,47 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "worker/job_checkpoint_dir.h"
 #include "worker/job_dirs.h"
+#include "worker/path_guard.h"
 #include "worker/task_identity.h"
 #include "worker/token_cache_dir.h"
 
 namespace llamafleet::worker {
+
+absl::Status CheckTaskPaths(const v1::TaskSpec& task) {
+  const v1::JobSpec& spec = task.spec();
+  if (task.path_roots_size() > 0) {
+    const std::vector<std::string> roots(task.path_roots().begin(), task.path_roots().end());
+    const std::pair<const char*, const std::string*> fields[] = {
+        {"model.path", &spec.model().path()},
+        {"model.tokenizer", &spec.model().tokenizer()},
+        {"data.train_path", &spec.data().train_path()},
+        {"data.eval_path", &spec.data().eval_path()},
+        {"checkpoint.dir", &spec.checkpoint().dir()},
+        {"checkpoint.resume", &spec.checkpoint().resume()},
+        {"output.export_dir", &spec.output().export_dir()},
+        {"resume_from", &task.resume_from()}};
+    for (const auto& [field, value] : fields) {
+      if (value->empty() || (*value == "latest" && std::string(field) == "checkpoint.resume")) {
+        continue;
+      }
+      if (absl::Status s = CheckPathInRoots(field, *value, roots); !s.ok()) return s;
+    }
+    // The directories it writes are reached without following links (the trainer opens
+    // them so): a link in one fails the task before start.
+    for (const auto& [field, value] :
+         {std::pair<const char*, const std::string*>{"checkpoint.dir", &spec.checkpoint().dir()},
+          {"output.export_dir", &spec.output().export_dir()}}) {
+      if (value->empty()) continue;
+      if (absl::Status s = CheckWrittenDirHasNoLinks(roots, *value, field); !s.ok()) return s;
+    }
+  }
+  if (task.node_rank() == 0 && !spec.output().export_dir().empty()) {
+    return CheckExportDir(spec.output().export_dir(), task.job_id());
+  }
+  return absl::OkStatus();
+}
 
 absl::StatusOr<TaskSetup> PrepareTask(const v1::TaskSpec& task, const TrainerIdentities& identities,
                                       const std::string& data_dir) {

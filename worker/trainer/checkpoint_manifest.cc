@@ -1,13 +1,18 @@
 #include "checkpoint_manifest.h"
 
-#include <cmath>
-#include <limits>
+#include <fcntl.h>
+#include <unistd.h>
 
+#include <cerrno>
+#include <cmath>
 #include <cstdio>
+#include <cstring>
+#include <limits>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/crc32c.h"
+#include "common/safe_open.h"
 #include "util.h"
 
 namespace llamafleet::trainer {
@@ -169,22 +174,26 @@ std::string Crc32cHex(uint32_t crc) {
 
 absl::StatusOr<std::string> FileChecksum(const std::string& path, const std::string& kind) {
   if (kind != "crc32c" && kind != "sha256") return absl::InvalidArgumentError(absl::StrCat("no checksum ", kind));
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (f == nullptr) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
+  // Links are followed (a resumed checkpoint may be reached through one inside the roots);
+  // a FIFO or device in a checkpoint's place is refused before it is opened.
+  absl::StatusOr<UniqueFd> fd = OpenRegularFile(AT_FDCWD, path, path, LastLink::kFollow);
+  if (!fd.ok()) return fd.status();
   uint32_t crc = 0;
   Sha256 sha;
   std::vector<char> buffer(size_t{4} << 20);
-  size_t n;
-  while ((n = std::fread(buffer.data(), 1, buffer.size(), f)) > 0) {
+  while (true) {
+    const ssize_t n = ::read(fd->get(), buffer.data(), buffer.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      return absl::DataLossError(absl::StrCat(path, ": read error: ", std::strerror(errno)));
+    }
+    if (n == 0) break;
     if (kind == "crc32c") {
-      crc = Crc32cExtend(crc, buffer.data(), n);
+      crc = Crc32cExtend(crc, buffer.data(), static_cast<size_t>(n));
     } else {
-      sha.Update(buffer.data(), n);
+      sha.Update(buffer.data(), static_cast<size_t>(n));
     }
   }
-  const bool failed = std::ferror(f) != 0;
-  std::fclose(f);
-  if (failed) return absl::DataLossError(absl::StrCat(path, ": read error"));
   return kind == "crc32c" ? Crc32cHex(crc) : sha.Hex();
 }
 

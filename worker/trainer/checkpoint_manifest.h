@@ -67,6 +67,8 @@ absl::StatusOr<CheckpointManifest> ParseCheckpointManifest(const std::string& te
                                                            const std::string& source);
 
 // The lowercase hex `kind` checksum ("crc32c" or "sha256") of the file at `path`, streamed.
+// A regular file only: a FIFO or device is FAILED_PRECONDITION, never opened
+// (common/safe_open.h).
 absl::StatusOr<std::string> FileChecksum(const std::string& path, const std::string& kind);
 // 8 lowercase hex digits, most significant first.
 std::string Crc32cHex(uint32_t crc);

@@ -1,8 +1,11 @@
 #include "data.h"
 
+#include <fcntl.h>
+
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
+#include "common/safe_open.h"
 #include "nlohmann/json.hpp"
 #include "util.h"
 
@@ -83,7 +86,13 @@ bool IsBlankLine(absl::string_view line) { return line.find_first_not_of(" \t\r\
 
 absl::StatusOr<std::vector<Sequence>> LoadJsonl(const std::string& path,
                                                 const DataLoadOptions& opt) {
-  std::ifstream in(path);
+  // A regular file only (a FIFO would block the open), read through the descriptor checked.
+  absl::StatusOr<UniqueFd> fd = OpenRegularFile(AT_FDCWD, path, path, LastLink::kFollow);
+  if (fd.status().code() == absl::StatusCode::kNotFound) {
+    return absl::NotFoundError(absl::StrCat(path, ": cannot open data file"));
+  }
+  if (!fd.ok()) return fd.status();
+  std::ifstream in(FdPath(fd->get()));
   if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open data file"));
   if (opt.format != DataFormat::kTokens && opt.tokenizer == nullptr) {
     return absl::InvalidArgumentError(

@@ -43,7 +43,8 @@ struct DataLoadOptions {
 //                      BOS and the prompt tokens are masked (prompt and completion are
 //                      encoded separately so the boundary is exact);
 //   tokens:            {"input_ids": [...]} used exactly as given, all targets.
-// Errors name the file and line. An empty file is an error.
+// Errors name the file and line. An empty file is an error, and so is anything but a regular
+// file (a FIFO is refused, never waited for: common/safe_open.h).
 absl::StatusOr<std::vector<Sequence>> LoadJsonl(const std::string& path,
                                                 const DataLoadOptions& options);
 

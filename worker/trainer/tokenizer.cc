@@ -1,12 +1,14 @@
 #include "tokenizer.h"
 
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <mutex>
 
 #include "absl/strings/str_cat.h"
+#include "common/safe_open.h"
 
 namespace llamafleet::trainer {
 
@@ -63,8 +65,11 @@ const ShimApi& Shim() {
 absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::Load(const std::string& path) {
   const ShimApi& api = Shim();
   if (!api.error.empty()) return absl::FailedPreconditionError(api.error);
+  // A regular file only (a FIFO would block the load), read through the descriptor checked.
+  absl::StatusOr<UniqueFd> fd = OpenRegularFile(AT_FDCWD, path, path, LastLink::kFollow);
+  if (!fd.ok()) return fd.status();
   char err[1024] = {0};
-  void* h = api.load(path.c_str(), err, sizeof err);
+  void* h = api.load(FdPath(fd->get()).c_str(), err, sizeof err);
   if (!h) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": cannot load SentencePiece model: ", err));
   }

@@ -19,7 +19,8 @@ namespace llamafleet::trainer {
 
 class Tokenizer {
  public:
-  // Loads a SentencePiece model file; errors name the path.
+  // Loads a SentencePiece model file, a regular file only (common/safe_open.h); errors name
+  // the path.
   static absl::StatusOr<std::unique_ptr<Tokenizer>> Load(const std::string& path);
   ~Tokenizer();
   Tokenizer(const Tokenizer&) = delete;

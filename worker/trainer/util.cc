@@ -12,46 +12,50 @@
 #include <cstring>
 #include <ctime>
 #include <filesystem>
-#include <fstream>
 #include <mutex>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "common/safe_open.h"
 #include "worker/path_guard.h"
 
 namespace llamafleet::trainer {
 
 namespace fs = std::filesystem;
 
+namespace {
+
+// The most ReadFileToString reads: the largest file it is given (a checkpoint manifest of a
+// 70B model over hundreds of ranks, a sharded model's index) is a few MiB.
+constexpr size_t kMaxReadFileBytes = size_t{64} << 20;
+
+}  // namespace
+
 absl::StatusOr<std::string> ReadFileToString(const std::string& path) {
-  std::error_code ec;
-  if (!fs::exists(path, ec)) return absl::NotFoundError(absl::StrCat(path, ": no such file"));
-  if (fs::is_directory(path, ec)) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": is a directory, expected a file"));
+  // Links are followed: the paths a job names were resolved against the roots
+  // (worker/path_guard.h), and model directories are often links into a cache.
+  absl::StatusOr<std::string> content =
+      ReadRegularFile(AT_FDCWD, path, kMaxReadFileBytes, path, LastLink::kFollow);
+  if (content.status().code() == absl::StatusCode::kNotFound) {
+    return absl::NotFoundError(absl::StrCat(path, ": no such file"));
   }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::PermissionDeniedError(absl::StrCat(path, ": cannot open for reading"));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) return absl::DataLossError(absl::StrCat(path, ": read error"));
-  return ss.str();
+  return content;
 }
 
 absl::Status WriteStringToFile(const std::string& path, absl::string_view data) {
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return absl::PermissionDeniedError(absl::StrCat(path, ": cannot create file"));
+  absl::StatusOr<UniqueFd> fd = CreateRegularFile(AT_FDCWD, path, 0644, path);
+  if (!fd.ok()) return fd.status();
   size_t done = 0;
   while (done < data.size()) {
-    ssize_t n = ::write(fd, data.data() + done, data.size() - done);
+    ssize_t n = ::write(fd->get(), data.data() + done, data.size() - done);
+    if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
-      const int err = errno;  // ENOSPC: a full checkpoint filesystem, worth a retry
-      ::close(fd);
-      return absl::DataLossError(absl::StrCat(path, ": write failed: ", std::strerror(err)));
+      // ENOSPC: a full checkpoint filesystem, worth a retry
+      return absl::DataLossError(absl::StrCat(path, ": write failed: ", std::strerror(errno)));
     }
     done += static_cast<size_t>(n);
   }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
+  if (::fsync(fd->get()) != 0 || ::close(fd->release()) != 0) {
     return absl::DataLossError(absl::StrCat(path, ": fsync/close failed"));
   }
   return absl::OkStatus();

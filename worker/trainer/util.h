@@ -29,10 +29,14 @@
 
 namespace llamafleet::trainer {
 
-// Whole file as bytes; NOT_FOUND / error naming the path on failure.
+// Whole file as bytes, at most 64 MiB, links followed. A regular file only: a FIFO, socket
+// or device is FAILED_PRECONDITION ("... is not a regular file (a FIFO)") without being
+// opened or waited for (common/safe_open.h), as is a file past the bound. NOT_FOUND / other
+// errors name the path.
 absl::StatusOr<std::string> ReadFileToString(const std::string& path);
 
-// Writes `data` to `path` (created or truncated) and fsyncs it.
+// Writes `data` to `path` (created, or truncated when it is a regular file) and fsyncs it.
+// Never through a link or into a FIFO: FAILED_PRECONDITION naming the path.
 absl::Status WriteStringToFile(const std::string& path, absl::string_view data);
 
 // A directory that is written in full under a temporary sibling name and then renamed into

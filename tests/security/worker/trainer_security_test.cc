@@ -1,6 +1,7 @@
 // Tenant safety in the real llamafleet-train: the trainer checks
 // the job's paths again where it opens them (--path-root, links resolved) and writes an
 // export only where nothing foreign is replaced, failing before it touches any file.
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -46,7 +47,8 @@ class TrainerSecurityTest : public ::testing::Test {
 
   // Runs one training job of 2 steps as job `job_id`; returns the result.
   testing::CommandResult Train(const std::string& train_path, const std::string& export_dir,
-                               const std::string& job_id) {
+                               const std::string& job_id,
+                               absl::Duration timeout = absl::Minutes(2)) {
     const std::string spec = dir_.path() + "/spec-" + std::to_string(++runs_) + ".yaml";
     std::ofstream(spec) << "name: t\nmodel: {preset: tiny}\n"
                         << "data: {train_path: " << train_path << ", format: tokens}\n"
@@ -59,7 +61,7 @@ class TrainerSecurityTest : public ::testing::Test {
         {{"LLAMAFLEET_JOB_ID", job_id}, {"OMP_NUM_THREADS", "1"}, {"RANK", "0"}, {"WORLD_SIZE", "1"},
          {"LOCAL_RANK", "0"}, {"LOCAL_WORLD_SIZE", "1"}, {"MASTER_ADDR", "127.0.0.1"},
          {"MASTER_PORT", std::to_string(20000 + (getpid() * 7 + runs_) % 20000)}},
-        absl::Minutes(2));
+        timeout);
     EXPECT_TRUE(r.ok()) << r.status();
     return r.ok() ? *r : testing::CommandResult();
   }
@@ -111,6 +113,26 @@ TEST_F(TrainerSecurityTest, AJobReplacesItsOwnExportButNotAnotherJobs) {
   EXPECT_NE(other.out.find("is the export of another job (job 42)"), std::string::npos) << other.out;
   EXPECT_EQ(ReadFile(out + "/.llamafleet-export"), "42");
   EXPECT_EQ(ReadFile(out + "/model.safetensors"), weights);
+}
+
+// A FIFO where the job names a file blocks whoever opens it until someone writes into it.
+// The trainer refuses it, naming the field, instead of waiting (a wait fails the bound).
+TEST_F(TrainerSecurityTest, AFifoAsTheExportMarkerOrTheTrainingDataFailsAtOnce) {
+  fs::create_directories(root_ + "/export");
+  ASSERT_EQ(::mkfifo((root_ + "/export/.llamafleet-export").c_str(), 0666), 0);
+  ASSERT_EQ(::mkfifo((root_ + "/fifo.jsonl").c_str(), 0666), 0);
+  const std::pair<std::string, std::string> cases[] = {
+      {root_ + "/train.jsonl", "output.export_dir"}, {root_ + "/fifo.jsonl", "data.train_path"}};
+  for (const auto& [train_path, field] : cases) {
+    const std::string out = field == "output.export_dir" ? root_ + "/export" : root_ + "/export-2";
+    testing::CommandResult r = Train(train_path, out, "5", absl::Seconds(30));
+    EXPECT_EQ(r.exit_code, 1) << field << ": " << r.err;
+    EXPECT_NE(r.out.find(field + ": "), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("is not a regular file"), std::string::npos) << r.out;
+    EXPECT_EQ(r.out.find("\"type\":\"metrics\""), std::string::npos)
+        << "it trained before refusing";
+  }
+  EXPECT_FALSE(fs::exists(root_ + "/export-2"));
 }
 
 }  // namespace
