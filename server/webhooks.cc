@@ -5,19 +5,18 @@
 #include <openssl/ssl.h>
 
 #include <atomic>
-#include <condition_variable>
-#include <deque>
-#include <map>
-#include <mutex>
-#include <set>
-#include <thread>
-
 #include <boost/asio/connect.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/ssl.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <boost/beast/ssl.hpp>
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -44,6 +43,7 @@ using json = nlohmann::json;
 struct Url {
   bool tls = false;
   std::string host, port, target;
+  std::string display;  // scheme://host[:port]: what events and logs show
 };
 
 absl::StatusOr<Url> ParseUrl(const std::string& url) {
@@ -52,14 +52,21 @@ absl::StatusOr<Url> ParseUrl(const std::string& url) {
   if (absl::ConsumePrefix(&rest, "https://")) {
     u.tls = true;
   } else if (!absl::ConsumePrefix(&rest, "http://")) {
-    return absl::InvalidArgumentError(absl::StrCat("webhook URL ", url, ": must start with http:// or https://"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("webhook URL ", url, ": must start with http:// or https://"));
   }
-  const size_t slash = rest.find('/');
-  absl::string_view authority = rest.substr(0, slash);
-  u.target = slash == absl::string_view::npos ? "/" : std::string(rest.substr(slash));
+  // The authority ends at the path, the query or the fragment, whichever comes first; the
+  // fragment is the client's own and is not sent.
+  const size_t end = rest.find_first_of("/?#");
+  absl::string_view authority = rest.substr(0, end);
+  absl::string_view target = end == absl::string_view::npos ? "" : rest.substr(end);
+  target = target.substr(0, target.find('#'));
+  u.target = absl::StrCat(absl::StartsWith(target, "/") ? "" : "/", target);
   if (authority.find('@') != absl::string_view::npos) {
-    return absl::InvalidArgumentError(absl::StrCat("webhook URL ", url, ": credentials in the URL are not taken"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("webhook URL ", url, ": credentials in the URL are not taken"));
   }
+  u.display = absl::StrCat(u.tls ? "https://" : "http://", authority);
   const size_t colon = authority.rfind(':');
   if (colon != absl::string_view::npos && authority.find(']') == absl::string_view::npos) {
     int port = 0;
@@ -72,10 +79,12 @@ absl::StatusOr<Url> ParseUrl(const std::string& url) {
     u.port = u.tls ? "443" : "80";
   }
   u.host = std::string(authority);
-  if (u.host.empty()) return absl::InvalidArgumentError(absl::StrCat("webhook URL ", url, ": no host"));
+  if (u.host.empty())
+    return absl::InvalidArgumentError(absl::StrCat("webhook URL ", url, ": no host"));
   for (char c : u.target) {
     if (static_cast<unsigned char>(c) <= ' ' || c == 0x7f) {
-      return absl::InvalidArgumentError(absl::StrCat("webhook URL ", url, ": spaces or control characters"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("webhook URL ", url, ": spaces or control characters"));
     }
   }
   return u;
@@ -83,13 +92,15 @@ absl::StatusOr<Url> ParseUrl(const std::string& url) {
 
 // One POST within `timeout` (connect, TLS handshake, write and read together): the
 // HTTP status, or UNAVAILABLE saying what failed.
-absl::StatusOr<int> PostOnce(const Url& url, const std::vector<std::pair<std::string, std::string>>& headers,
+absl::StatusOr<int> PostOnce(const Url& url,
+                             const std::vector<std::pair<std::string, std::string>>& headers,
                              const std::string& body, absl::Duration timeout) {
   net::io_context ioc;
   beast::error_code ec;
   tcp::resolver resolver(ioc);
   const tcp::resolver::results_type endpoints = resolver.resolve(url.host, url.port, ec);
-  if (ec) return absl::UnavailableError(absl::StrCat("cannot resolve ", url.host, ": ", ec.message()));
+  if (ec)
+    return absl::UnavailableError(absl::StrCat("cannot resolve ", url.host, ": ", ec.message()));
   http::request<http::string_body> req{http::verb::post, url.target, 11};
   req.set(http::field::host, url.host);
   req.set(http::field::user_agent, "llamafleet-coordinator");
@@ -105,27 +116,28 @@ absl::StatusOr<int> PostOnce(const Url& url, const std::vector<std::pair<std::st
 
   auto exchange = [&](auto& stream, auto&& handshake) {
     beast::get_lowest_layer(stream).expires_after(deadline);
-    beast::get_lowest_layer(stream).async_connect(endpoints, [&](beast::error_code e, const tcp::endpoint&) {
-      if (e) {
-        failed = absl::StrCat("connect: ", e.message());
-        return;
-      }
-      handshake([&](beast::error_code h) {
-        if (h) {
-          failed = absl::StrCat("TLS: ", h.message());
-          return;
-        }
-        http::async_write(stream, req, [&](beast::error_code w, size_t) {
-          if (w) {
-            failed = absl::StrCat("write: ", w.message());
+    beast::get_lowest_layer(stream).async_connect(
+        endpoints, [&](beast::error_code e, const tcp::endpoint&) {
+          if (e) {
+            failed = absl::StrCat("connect: ", e.message());
             return;
           }
-          http::async_read(stream, buffer, parser, [&](beast::error_code r, size_t) {
-            if (r) failed = absl::StrCat("read: ", r.message());
+          handshake([&](beast::error_code h) {
+            if (h) {
+              failed = absl::StrCat("TLS: ", h.message());
+              return;
+            }
+            http::async_write(stream, req, [&](beast::error_code w, size_t) {
+              if (w) {
+                failed = absl::StrCat("write: ", w.message());
+                return;
+              }
+              http::async_read(stream, buffer, parser, [&](beast::error_code r, size_t) {
+                if (r) failed = absl::StrCat("read: ", r.message());
+              });
+            });
           });
         });
-      });
-    });
     ioc.run();
   };
   if (url.tls) {
@@ -137,7 +149,8 @@ absl::StatusOr<int> PostOnce(const Url& url, const std::vector<std::pair<std::st
       return absl::UnavailableError("TLS: cannot set the server name");
     }
     stream.set_verify_callback(net::ssl::host_name_verification(url.host));
-    exchange(stream, [&](auto done) { stream.async_handshake(net::ssl::stream_base::client, done); });
+    exchange(stream,
+             [&](auto done) { stream.async_handshake(net::ssl::stream_base::client, done); });
   } else {
     beast::tcp_stream stream(ioc);
     exchange(stream, [](auto done) { done(beast::error_code()); });
@@ -149,8 +162,8 @@ absl::StatusOr<int> PostOnce(const Url& url, const std::vector<std::pair<std::st
 
 // A body waiting to be posted to one URL.
 struct Delivery {
-  std::string id;      // X-Llamafleet-Delivery: the same on every try
-  std::string type;    // X-Llamafleet-Event
+  std::string id;    // X-Llamafleet-Delivery: the same on every try
+  std::string type;  // X-Llamafleet-Event
   std::string body;
   size_t url = 0;      // index into the options' URLs
   int64_t job_id = 0;  // where the outcome is recorded
@@ -162,6 +175,11 @@ std::string Rfc3339(const google::protobuf::Timestamp& t) { return TimeUtil::ToS
 }  // namespace
 
 absl::Status ValidateWebhookUrl(const std::string& url) { return ParseUrl(url).status(); }
+
+std::string WebhookUrlForDisplay(const std::string& url) {
+  absl::StatusOr<Url> parsed = ParseUrl(url);
+  return parsed.ok() ? parsed->display : "(an invalid webhook URL)";
+}
 
 std::string WebhookSignature(const std::string& secret, const std::string& body) {
   unsigned char mac[EVP_MAX_MD_SIZE];
@@ -217,7 +235,8 @@ class WebhookNotifier::Impl {
           due_.erase(due_.begin());
         }
         ++dropped;
-        spdlog::warn("webhooks: more than {} deliveries waiting; the oldest is dropped", options_.max_pending);
+        spdlog::warn("webhooks: more than {} deliveries waiting; the oldest is dropped",
+                     options_.max_pending);
       }
       ended_.push_back(e);
     }
@@ -273,11 +292,13 @@ class WebhookNotifier::Impl {
               {"restarts", job->restarts()},
               {"labels", json::object()}};
     for (const auto& [k, v] : job->spec().labels()) j["labels"][k] = v;
-    if (!job->spec().output().export_dir().empty()) j["export_dir"] = job->spec().output().export_dir();
+    if (!job->spec().output().export_dir().empty())
+      j["export_dir"] = job->spec().output().export_dir();
     json body = {{"type", "job.finished"}, {"time", Rfc3339(e.time())}, {"job", j}};
     const v1::SweepPoint& point = job->spec().sweep().point();
     if (!point.sweep().empty()) {
-      body["sweep"] = {{"name", point.sweep()}, {"index", point.index()}, {"points", point.points()}};
+      body["sweep"] = {
+          {"name", point.sweep()}, {"index", point.index()}, {"points", point.points()}};
     }
     std::vector<Delivery> out;
     auto add = [&](const std::string& type, const std::string& delivery_id, const json& b) {
@@ -314,30 +335,39 @@ class WebhookNotifier::Impl {
       low = low == 0 ? id : std::min(low, id);
       high = std::max(high, id);
     }
-    const std::string key = absl::StrCat(job.owner(), "/", name, "/", low, "-", high, "-", listed->jobs.size());
-    if (!sweeps_told_.insert(key).second) return std::nullopt;  // a point ending at the same time told it
+    const std::string key =
+        absl::StrCat(job.owner(), "/", name, "/", low, "-", high, "-", listed->jobs.size());
+    if (!sweeps_told_.insert(key).second)
+      return std::nullopt;  // a point ending at the same time told it
     json counts = json::object();
     for (const auto& [state, n] : by_state) counts[state] = n;
     return json{{"type", "sweep.finished"},
                 {"delivery", absl::StrCat("sweep-", low, "-", high, "-", listed->jobs.size())},
-                {"sweep", {{"name", name}, {"owner", job.owner()}, {"jobs", listed->jobs.size()}, {"states", counts}}}};
+                {"sweep",
+                 {{"name", name},
+                  {"owner", job.owner()},
+                  {"jobs", listed->jobs.size()},
+                  {"states", counts}}}};
   }
 
   // Posts `d` once; the time of its next try, or nullopt when it is done (delivered or
   // given up), with the outcome recorded on the job.
   std::optional<absl::Time> Send(Delivery& d) {
     ++d.tries;
-    const std::string& url = options_.urls[d.url];
-    absl::StatusOr<int> status = PostOnce(urls_[d.url],
-                                          {{"X-Llamafleet-Signature", WebhookSignature(options_.secret, d.body)},
-                                           {"X-Llamafleet-Event", d.type},
-                                           {"X-Llamafleet-Delivery", d.id}},
-                                          d.body, options_.timeout);
+    const std::string& url = urls_[d.url].display;  // never its path: it may hold a secret
+    absl::StatusOr<int> status =
+        PostOnce(urls_[d.url],
+                 {{"X-Llamafleet-Signature", WebhookSignature(options_.secret, d.body)},
+                  {"X-Llamafleet-Event", d.type},
+                  {"X-Llamafleet-Delivery", d.id}},
+                 d.body, options_.timeout);
     std::string what;
     if (status.ok() && *status >= 200 && *status < 300) {
-      what = absl::StrCat(d.type, " delivered to ", url, " (HTTP ", *status, ", try ", d.tries, ")");
+      what =
+          absl::StrCat(d.type, " delivered to ", url, " (HTTP ", *status, ", try ", d.tries, ")");
     } else {
-      const std::string why = status.ok() ? absl::StrCat("HTTP ", *status) : std::string(status.status().message());
+      const std::string why =
+          status.ok() ? absl::StrCat("HTTP ", *status) : std::string(status.status().message());
       if (d.tries < options_.max_attempts) {
         spdlog::info("webhooks: {} to {} failed (try {}): {}", d.type, url, d.tries, why);
         return absl::Now() + options_.first_backoff * (1 << std::min(d.tries - 1, 20));
@@ -359,13 +389,15 @@ class WebhookNotifier::Impl {
   std::mutex mu_;
   std::condition_variable cv_;
   bool stop_ = false;
-  std::deque<v1::JobEvent> ended_;                  // committed job ends, not yet made into bodies
-  std::multimap<absl::Time, Delivery> due_;         // by when each is (re)tried
+  std::deque<v1::JobEvent> ended_;           // committed job ends, not yet made into bodies
+  std::multimap<absl::Time, Delivery> due_;  // by when each is (re)tried
   std::thread thread_;
 };
 
-absl::StatusOr<std::unique_ptr<WebhookNotifier>> WebhookNotifier::Start(JobStore* store, WebhookOptions options) {
-  if (options.secret.empty()) return absl::InvalidArgumentError("webhooks need a secret (--webhook-secret-file)");
+absl::StatusOr<std::unique_ptr<WebhookNotifier>> WebhookNotifier::Start(JobStore* store,
+                                                                        WebhookOptions options) {
+  if (options.secret.empty())
+    return absl::InvalidArgumentError("webhooks need a secret (--webhook-secret-file)");
   if (options.max_attempts < 1 || options.max_pending < 1) {
     return absl::InvalidArgumentError("webhooks: max_attempts and max_pending must be >= 1");
   }

@@ -14,8 +14,11 @@
 //     dropped, logged and counted); one thread reads the job, builds the body and posts.
 //   - Each POST has `timeout`; an answer other than 2xx, or no answer, is retried after
 //     first_backoff, doubling, up to max_attempts tries. The outcome is recorded as an
-//     event of type "webhook" on the job ("delivered to http://h/x (HTTP 200, try 2)",
-//     "not delivered to http://h/x after 5 tries: connection refused").
+//     event of type "webhook" on the job ("delivered to http://h:8080 (HTTP 200, try 2)",
+//     "not delivered to https://h after 5 tries: connection refused"). Events and log
+//     lines name a URL by its scheme, host and port only (WebhookUrlForDisplay): its path
+//     and query may hold a secret (a Slack-style URL is its own credential), and every
+//     viewer reads events.
 //   - At most once across a coordinator restart: what was queued and not yet delivered
 //     when it stopped is not sent again. Receivers dedupe on the delivery id.
 
@@ -45,6 +48,11 @@ struct WebhookOptions {
 // optional port and path).
 absl::Status ValidateWebhookUrl(const std::string& url);
 
+// `url` as events and logs show it: "scheme://host[:port]", without its path, query,
+// fragment or credentials, which may hold a secret. "(an invalid webhook URL)" when it
+// does not parse.
+std::string WebhookUrlForDisplay(const std::string& url);
+
 // "sha256=<64 lowercase hex digits>": HMAC-SHA256 of `body` keyed with `secret`.
 std::string WebhookSignature(const std::string& secret, const std::string& body);
 
@@ -52,7 +60,8 @@ class WebhookNotifier {
  public:
   // Checks the options (URLs, a secret, bounds), subscribes to `store`'s committed events
   // and starts the delivery thread. `store` must outlive the notifier.
-  static absl::StatusOr<std::unique_ptr<WebhookNotifier>> Start(JobStore* store, WebhookOptions options);
+  static absl::StatusOr<std::unique_ptr<WebhookNotifier>> Start(JobStore* store,
+                                                                WebhookOptions options);
   // Unsubscribes and stops the thread; deliveries still waiting are dropped (logged).
   ~WebhookNotifier();
 

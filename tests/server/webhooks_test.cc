@@ -1,27 +1,28 @@
 // Webhooks against a real HTTP receiver on a loopback socket and a real job store: a job
 // end is posted once, signed, retried after a 500 and recorded as an event; a receiver
 // that never answers is given up after max_attempts and said so; the last point of a
-// sweep to end posts sweep.finished once (server/webhooks.h).
+// sweep to end posts sweep.finished once; events name a receiver by its host, never by
+// the path or query that may hold its secret (server/webhooks.h).
 #include "server/webhooks.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
 #include <future>
 #include <mutex>
 #include <thread>
 
-#include <boost/asio.hpp>
-#include <boost/beast/core.hpp>
-#include <boost/beast/http.hpp>
-
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "nlohmann/json.hpp"
+#include "storage/job_store.h"
 #include "tests/testing/process.h"
 #include "tests/testing/store_fixture.h"
 #include "tests/testing/wait.h"
-#include "nlohmann/json.hpp"
-#include "storage/job_store.h"
 
 namespace llamafleet {
 namespace {
@@ -38,7 +39,8 @@ struct Received {
 // Answers each POST with the next status of `statuses` (the last one repeats).
 class Receiver {
  public:
-  explicit Receiver(std::vector<int> statuses) : statuses_(std::move(statuses)), acceptor_(ioc_, {net::ip::make_address("127.0.0.1"), 0}) {
+  explicit Receiver(std::vector<int> statuses)
+      : statuses_(std::move(statuses)), acceptor_(ioc_, {net::ip::make_address("127.0.0.1"), 0}) {
     thread_ = std::thread([this] { Serve(); });
   }
   ~Receiver() {
@@ -76,10 +78,11 @@ class Receiver {
       {
         std::lock_guard<std::mutex> lock(mu_);
         received_.push_back({std::string(req.target()), std::string(req["X-Llamafleet-Signature"]),
-                             std::string(req["X-Llamafleet-Event"]), std::string(req["X-Llamafleet-Delivery"]),
-                             req.body()});
+                             std::string(req["X-Llamafleet-Event"]),
+                             std::string(req["X-Llamafleet-Delivery"]), req.body()});
       }
-      http::response<http::string_body> res{static_cast<http::status>(statuses_[std::min(served++, statuses_.size() - 1)]), 11};
+      http::response<http::string_body> res{
+          static_cast<http::status>(statuses_[std::min(served++, statuses_.size() - 1)]), 11};
       res.body() = "ok";
       res.prepare_payload();
       http::write(socket, res, ec);
@@ -118,7 +121,8 @@ class WebhooksTest : public testing::StoreTest {
   }
 
   // Submits jobs named `names` (as points of sweep `sweep` when given) and returns their ids.
-  std::vector<int64_t> Submit(const std::vector<std::string>& names, const std::string& sweep = "") {
+  std::vector<int64_t> Submit(const std::vector<std::string>& names,
+                              const std::string& sweep = "") {
     std::vector<SubmitJobInput> inputs;
     for (size_t i = 0; i < names.size(); ++i) {
       SubmitJobInput in;
@@ -147,12 +151,14 @@ class WebhooksTest : public testing::StoreTest {
 
   void Cancel(int64_t id) {
     std::promise<void> done;
-    store_->CancelJob(id, "alice", "enough", [&](absl::StatusOr<CancelJobResult>) { done.set_value(); });
+    store_->CancelJob(id, "alice", "enough",
+                      [&](absl::StatusOr<CancelJobResult>) { done.set_value(); });
     done.get_future().wait();
   }
 
   // The job's "webhook" events' reasons.
-  std::vector<std::string> Notes(int64_t id, size_t want, absl::Duration timeout = absl::Seconds(20)) {
+  std::vector<std::string> Notes(int64_t id, size_t want,
+                                 absl::Duration timeout = absl::Seconds(20)) {
     std::vector<std::string> notes;
     testing::WaitFor(
         [&] {
@@ -194,7 +200,8 @@ TEST_F(WebhooksTest, AJobsEndIsPostedSignedRetriedAndRecorded) {
   EXPECT_TRUE(absl::StrContains(body["job"]["reason"].get<std::string>(), "enough"));
   const std::vector<std::string> notes = Notes(id, 1);
   ASSERT_EQ(notes.size(), 1u);
-  EXPECT_EQ(notes[0], absl::StrCat("job.finished delivered to ", receiver.url(), " (HTTP 200, try 2)"));
+  EXPECT_EQ(notes[0],
+            absl::StrCat("job.finished delivered to ", receiver.url(""), " (HTTP 200, try 2)"));
   // The note is not a job end: nothing more is posted (a wait for nothing to happen).
   absl::SleepFor(absl::Milliseconds(300));
   EXPECT_EQ(receiver.received().size(), 2u);
@@ -213,9 +220,12 @@ TEST_F(WebhooksTest, AnUnreachableReceiverIsGivenUpAndSaidSo) {
   Cancel(id);
   const std::vector<std::string> notes = Notes(id, 1);
   ASSERT_EQ(notes.size(), 1u);
-  EXPECT_TRUE(absl::StartsWith(notes[0], absl::StrCat("job.finished not delivered to ", url, " after 3 tries: connect")))
+  EXPECT_TRUE(absl::StartsWith(
+      notes[0], absl::StrCat("job.finished not delivered to ", WebhookUrlForDisplay(url),
+                             " after 3 tries: connect")))
       << notes[0];
-  EXPECT_GE(absl::Now() - cancelled, absl::Milliseconds(150)) << "50 ms, then 100 ms between the tries";
+  EXPECT_GE(absl::Now() - cancelled, absl::Milliseconds(150))
+      << "50 ms, then 100 ms between the tries";
   EXPECT_EQ(notifier->failed(), 1);
 }
 
@@ -243,11 +253,47 @@ TEST_F(WebhooksTest, TheLastPointOfASweepPostsSweepFinishedOnce) {
   EXPECT_EQ(got.size(), 4u) << "three job.finished and one sweep.finished";
 }
 
+// Every viewer reads a job's events, and a receiver's URL may be its credential (a
+// Slack-style hook): an outcome names the receiver by scheme, host and port only.
+TEST_F(WebhooksTest, EventsNameAReceiverByItsHostNeverByItsPathOrQuery) {
+  Receiver receiver({200});
+  std::string gone_url;
+  {
+    Receiver gone({200});
+    gone_url = gone.url("/secret-path?token=y");
+  }
+  const std::string url = receiver.url("/secret-path?token=x");
+  std::unique_ptr<WebhookNotifier> notifier = Start({url, gone_url}, /*max_attempts=*/1);
+  const int64_t id = Submit({"quiet"})[0];
+  Cancel(id);
+  const std::vector<std::string> notes = Notes(id, 2);
+  ASSERT_EQ(notes.size(), 2u);
+  for (const std::string& note : notes) {
+    EXPECT_FALSE(absl::StrContains(note, "secret-path")) << note;
+    EXPECT_FALSE(absl::StrContains(note, "token")) << note;
+  }
+  EXPECT_NE(
+      std::find(notes.begin(), notes.end(),
+                absl::StrCat("job.finished delivered to ", receiver.url(""), " (HTTP 200, try 1)")),
+      notes.end())
+      << notes[0] << " | " << notes[1];
+  ASSERT_EQ(receiver.received().size(), 1u);
+  EXPECT_EQ(receiver.received()[0].target, "/secret-path?token=x") << "the whole URL is posted to";
+}
+
+TEST(WebhookUrlTest, EventsAndLogsShowOnlySchemeHostAndPort) {
+  EXPECT_EQ(WebhookUrlForDisplay("https://hooks.slack.com/services/T0/B0/XXXXSECRET"),
+            "https://hooks.slack.com");
+  EXPECT_EQ(WebhookUrlForDisplay("http://ci:8080/hook?token=abc#frag"), "http://ci:8080");
+  EXPECT_EQ(WebhookUrlForDisplay("http://ci?token=abc"), "http://ci");
+  EXPECT_EQ(WebhookUrlForDisplay("http://user:pw@h/x"), "(an invalid webhook URL)");
+}
+
 TEST(WebhookUrlTest, OnlyHttpAndHttpsWithAHost) {
   EXPECT_TRUE(ValidateWebhookUrl("http://hooks.internal:8080/llamafleet").ok());
   EXPECT_TRUE(ValidateWebhookUrl("https://hooks.example.com").ok());
-  for (const char* bad : {"ftp://x/y", "http://", "http://:80/x", "http://user:pw@h/x", "http://h:99999/",
-                          "http://h/a b", "file:///etc/passwd"}) {
+  for (const char* bad : {"ftp://x/y", "http://", "http://:80/x", "http://user:pw@h/x",
+                          "http://h:99999/", "http://h/a b", "file:///etc/passwd"}) {
     EXPECT_EQ(ValidateWebhookUrl(bad).code(), absl::StatusCode::kInvalidArgument) << bad;
   }
 }
