@@ -245,7 +245,10 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinato
   if (!manager.ok()) return manager.status();
   c->cluster_ = std::move(*manager);
   if (!options.webhooks.urls.empty()) {
-    absl::StatusOr<std::unique_ptr<WebhookNotifier>> webhooks = WebhookNotifier::Start(c->store_.get(), options.webhooks);
+    WebhookOptions webhook_options = options.webhooks;
+    webhook_options.dropped_counter = c->metrics_->webhook_deliveries_dropped();
+    absl::StatusOr<std::unique_ptr<WebhookNotifier>> webhooks =
+        WebhookNotifier::Start(c->store_.get(), webhook_options);
     if (!webhooks.ok()) return webhooks.status();
     c->webhooks_ = std::move(*webhooks);
     std::vector<std::string> shown;  // scheme://host[:port]: a URL's path may hold its secret
