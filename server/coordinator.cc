@@ -252,10 +252,15 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinato
   if (!manager.ok()) return manager.status();
   c->cluster_ = std::move(*manager);
   if (!options.webhooks.urls.empty()) {
-    absl::StatusOr<std::unique_ptr<WebhookNotifier>> webhooks = WebhookNotifier::Start(c->store_.get(), options.webhooks);
+    WebhookOptions webhook_options = options.webhooks;
+    webhook_options.dropped_counter = c->metrics_->webhook_deliveries_dropped();
+    absl::StatusOr<std::unique_ptr<WebhookNotifier>> webhooks =
+        WebhookNotifier::Start(c->store_.get(), webhook_options);
     if (!webhooks.ok()) return webhooks.status();
     c->webhooks_ = std::move(*webhooks);
-    spdlog::info("webhooks: job and sweep ends posted to {}", absl::StrJoin(options.webhooks.urls, ", "));
+    std::vector<std::string> shown;  // scheme://host[:port]: a URL's path may hold its secret
+    for (const std::string& url : options.webhooks.urls) shown.push_back(WebhookUrlForDisplay(url));
+    spdlog::info("webhooks: job and sweep ends posted to {}", absl::StrJoin(shown, ", "));
   }
   c->auth_failures_ = std::make_unique<AuthFailures>(AuthFailureOptions{
       .limit = options.auth_failure_limit, .window = options.auth_failure_window, .block = options.auth_failure_block});

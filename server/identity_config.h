@@ -50,7 +50,8 @@ struct IdentityConfig {
 
 // "A-B" (first and last uid, 1000 <= A <= B < 2^31 - 1) or "none". INVALID_ARGUMENT
 // naming `field` otherwise.
-absl::StatusOr<std::optional<UidRange>> ParseUidRange(const std::string& text, const std::string& field);
+absl::StatusOr<std::optional<UidRange>> ParseUidRange(const std::string& text,
+                                                      const std::string& field);
 
 // The `users:` mapping: each key an API user name (auth.h's ValidateUserName), each value
 // a mapping with `user` (a Unix user name) or `uid` and `gid`, and optionally `group` and
@@ -62,6 +63,17 @@ absl::StatusOr<std::map<std::string, v1::RunIdentity>> ParseUsersConfig(const YA
 // Whole-config checks: no configured uid lies inside the dynamic range (it would be handed
 // to someone else too). INVALID_ARGUMENT naming users.NAME.uid.
 absl::Status ValidateIdentityConfig(const IdentityConfig& config);
+
+// Whether `range` is free on this host: FAILED_PRECONDITION naming `field`, the range and
+// its first (lowest) id that an account or a group of this host's user and group
+// databases holds, with the fix; OK when none does. A dynamic uid is its job's uid and gid
+// at once, so a job given one that an account or group holds would get that account's
+// files or that group's access. 65534 (nobody, nogroup) and 65535 do not count: they are
+// never handed out. The databases are enumerated (getpwent, getgrent: local files,
+// systemd's DynamicUser= services, a name service that enumerates); entries a name service
+// does not enumerate (sssd or LDAP without enumerate) are not seen here, but each uid is
+// still looked up before it is handed out, and by each worker before a job runs as it.
+absl::Status CheckDynamicRangeIsFree(const UidRange& range, const std::string& field);
 
 }  // namespace llamafleet
 

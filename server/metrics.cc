@@ -133,13 +133,19 @@ CoordinatorMetrics::CoordinatorMetrics(CoordinatorMetricsOptions options)
                          "GPU health events read from the workers' samples: xid, ecc (new uncorrectable "
                          "errors), gone, throttle (clocks held down for heat or power); fatal ones drain "
                          "their worker.",
-                         {"event", "fatal"}) {
+                         {"event", "fatal"}),
+      webhook_dropped_("llamafleet_webhook_deliveries_dropped_total",
+                       "Webhook deliveries dropped unsent because a bound of the webhook queue was "
+                       "reached: one job owner's waiting deliveries, or all owners' together (each "
+                       "drop is logged with the owner).",
+                       {}) {
   for (std::string_view phase : kStartupPhases) startup_phase_.WithLabels({std::string(phase)});
   for (int i = 0; i < 5; ++i)
     submissions_by_result_[i] = &submissions_.WithLabels({kSubmitResults[i]});
   submit_latency_all_ = &submit_latency_.WithLabels({});
   pass_duration_all_ = &pass_duration_.WithLabels({});
   passes_all_ = &passes_.WithLabels({});
+  webhook_dropped_all_ = &webhook_dropped_.WithLabels({});
 }
 
 CoordinatorMetrics::~CoordinatorMetrics() = default;
@@ -202,6 +208,7 @@ std::string CoordinatorMetrics::Render() {
   passes_.Collect(&out);
   stragglers_.Collect(&out);
   gpu_health_events_.Collect(&out);
+  webhook_dropped_.Collect(&out);
   startup_phase_.Collect(&out);
   if (store_ != nullptr && cluster_ != nullptr) CollectSources(&out);
   if (out.dropped() > 0) spdlog::error("metrics: {} samples dropped from a scrape", out.dropped());

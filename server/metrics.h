@@ -69,6 +69,9 @@ class CoordinatorMetrics {
   // A GPU health event read from a worker's samples
   // (llamafleet_gpu_health_events_total{event,fatal}; server/cluster/gpu_health_rules.h).
   void RecordGpuHealthEvent(const std::string& event, bool fatal);
+  // Webhook deliveries dropped at a bound of the webhook queue
+  // (llamafleet_webhook_deliveries_dropped_total; server/webhooks.h counts into it).
+  metrics::Counter* webhook_deliveries_dropped() { return webhook_dropped_all_; }
 
   // One scrape, in the text exposition format 0.0.4. Thread-safe.
   std::string Render();
@@ -96,6 +99,8 @@ class CoordinatorMetrics {
   metrics::HistogramFamily startup_phase_;
   metrics::CounterFamily stragglers_;
   metrics::CounterFamily gpu_health_events_;
+  metrics::CounterFamily webhook_dropped_;
+  metrics::Counter* webhook_dropped_all_;
 
   // Scrapes are serialized; the sources are only used under this lock.
   std::mutex scrape_mu_;

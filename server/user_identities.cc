@@ -1,5 +1,6 @@
 #include "server/user_identities.h"
 
+#include <grp.h>
 #include <pwd.h>
 
 #include <future>
@@ -11,8 +12,13 @@
 
 namespace llamafleet {
 
-absl::StatusOr<std::unique_ptr<UserIdentities>> UserIdentities::Load(JobStore* store, IdentityConfig config) {
+absl::StatusOr<std::unique_ptr<UserIdentities>> UserIdentities::Load(JobStore* store,
+                                                                     IdentityConfig config) {
   if (absl::Status s = ValidateIdentityConfig(config); !s.ok()) return s;
+  if (config.dynamic.has_value()) {
+    if (absl::Status s = CheckDynamicRangeIsFree(*config.dynamic, "dynamic_uid_range"); !s.ok())
+      return s;
+  }
   std::unique_ptr<UserIdentities> ids(new UserIdentities(store, std::move(config)));
   absl::StatusOr<std::map<std::string, uint32_t>> recorded = ListDynamicUids(store);
   if (!recorded.ok()) return recorded.status();
@@ -48,7 +54,9 @@ bool UserIdentities::Unavailable(uint32_t uid) const {
   }
   struct passwd pw, *found = nullptr;
   char buf[4096];
-  return getpwuid_r(uid, &pw, buf, sizeof(buf), &found) == 0 && found != nullptr;
+  if (getpwuid_r(uid, &pw, buf, sizeof(buf), &found) == 0 && found != nullptr) return true;
+  struct group gr, *group = nullptr;
+  return getgrgid_r(uid, &gr, buf, sizeof(buf), &group) == 0 && group != nullptr;
 }
 
 std::optional<v1::RunIdentity> UserIdentities::Find(const std::string& user) const {
@@ -60,8 +68,10 @@ std::optional<v1::RunIdentity> UserIdentities::Find(const std::string& user) con
 
 absl::Status UserIdentities::NoDynamicUids(const std::string& user) const {
   return absl::FailedPreconditionError(absl::StrCat(
-      "user ", user, " has no Unix identity to run jobs as: dynamic uids are off (dynamic_uid_range: none) and "
-      "users: in the coordinator's config does not name them; an administrator must add users.", user));
+      "user ", user,
+      " has no Unix identity to run jobs as: dynamic uids are off (dynamic_uid_range: none) and "
+      "users: in the coordinator's config does not name them; an administrator must add users.",
+      user));
 }
 
 absl::Status UserIdentities::Check(const std::string& user) {
@@ -77,18 +87,21 @@ absl::Status UserIdentities::Check(const std::string& user) {
       return absl::OkStatus();
     }
   }
-  return absl::ResourceExhaustedError(absl::StrCat(
-      "no dynamic uid left for user ", user, ": all of ", config_.dynamic->first, "-", config_.dynamic->last,
-      " are taken; widen --dynamic-uid-range (dynamic_uid_range) or map the user under users: in the "
-      "coordinator's config"));
+  return absl::ResourceExhaustedError(
+      absl::StrCat("no dynamic uid left for user ", user, ": all of ", config_.dynamic->first, "-",
+                   config_.dynamic->last,
+                   " are taken; widen --dynamic-uid-range (dynamic_uid_range) or map the user "
+                   "under users: in the "
+                   "coordinator's config"));
 }
 
 void UserIdentities::EnsureAsync(const std::string& user, Done done) {
   if (std::optional<v1::RunIdentity> id = Find(user)) return done(*std::move(id));
   if (!config_.dynamic.has_value()) return done(NoDynamicUids(user));
   auto uid = std::make_shared<uint32_t>(0);
-  store_->Write(AllocateDynamicUidTxn(user, config_.dynamic->first, config_.dynamic->last,
-                                      [this](uint32_t u) { return Unavailable(u); }, uid),
+  store_->Write(AllocateDynamicUidTxn(
+                    user, config_.dynamic->first, config_.dynamic->last,
+                    [this](uint32_t u) { return Unavailable(u); }, uid),
                 [this, user, uid, done = std::move(done)](absl::Status s) {
                   if (!s.ok()) return done(s);
                   {
@@ -102,7 +115,8 @@ void UserIdentities::EnsureAsync(const std::string& user, Done done) {
 absl::StatusOr<v1::RunIdentity> UserIdentities::Ensure(const std::string& user) {
   std::promise<absl::StatusOr<v1::RunIdentity>> result;
   std::future<absl::StatusOr<v1::RunIdentity>> got = result.get_future();
-  EnsureAsync(user, [&result](absl::StatusOr<v1::RunIdentity> id) { result.set_value(std::move(id)); });
+  EnsureAsync(user,
+              [&result](absl::StatusOr<v1::RunIdentity> id) { result.set_value(std::move(id)); });
   return got.get();
 }
 
@@ -111,7 +125,8 @@ std::vector<std::string> UserIdentities::EnsureActiveOwners() {
   absl::StatusOr<std::vector<std::string>> owners = ListActiveOwners(store_);
   if (!owners.ok()) return {std::string(owners.status().message())};
   for (const std::string& owner : *owners) {
-    if (absl::StatusOr<v1::RunIdentity> id = Ensure(owner); !id.ok()) refusals.emplace_back(id.status().message());
+    if (absl::StatusOr<v1::RunIdentity> id = Ensure(owner); !id.ok())
+      refusals.emplace_back(id.status().message());
   }
   return refusals;
 }
@@ -126,8 +141,9 @@ std::string UserIdentities::Describe() const {
   if (!config_.dynamic.has_value()) {
     return absl::StrCat("job identities: ", users, "; dynamic uids off: other users cannot submit");
   }
-  return absl::StrCat("job identities: ", users, "; other users get a dynamic uid of ", config_.dynamic->first, "-",
-                      config_.dynamic->last, " (", recorded, " recorded)");
+  return absl::StrCat("job identities: ", users, "; other users get a dynamic uid of ",
+                      config_.dynamic->first, "-", config_.dynamic->last, " (", recorded,
+                      " recorded)");
 }
 
 }  // namespace llamafleet

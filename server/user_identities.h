@@ -6,8 +6,10 @@
 // a user configured under `users:` gets that identity (identity_config.h); any other gets
 // a dynamic uid (gid the same, directories 0700, like systemd's DynamicUser=) from the
 // configured range, recorded the first time they submit (storage/identity_store.h) and
-// theirs for good, across restarts and config changes. Dynamic uids skip the configured
-// users' uids and every uid this host's user database knows.
+// theirs for good, across restarts and config changes. Load refuses a range that holds an
+// account or group of this host (identity_config.h's CheckDynamicRangeIsFree), and a new
+// dynamic uid skips the configured users' uids and every id this host's user or group
+// database knows.
 //
 // Thread-safe. Ensure may write (a user's first submission); Find never blocks on the
 // database, for the cluster loop.
@@ -32,8 +34,10 @@ class JobStore;
 class UserIdentities {
  public:
   // Reads the recorded dynamic uids. FAILED_PRECONDITION when one is a configured user's
-  // uid too (two users would share files), naming both.
-  static absl::StatusOr<std::unique_ptr<UserIdentities>> Load(JobStore* store, IdentityConfig config);
+  // uid too (two users would share files), naming both, and when the dynamic range holds an
+  // account or group of this host (CheckDynamicRangeIsFree), naming the first.
+  static absl::StatusOr<std::unique_ptr<UserIdentities>> Load(JobStore* store,
+                                                              IdentityConfig config);
 
   // `user`'s identity: configured, else recorded, else a new dynamic uid, recorded before
   // it is given. RESOURCE_EXHAUSTED when the range has none left; FAILED_PRECONDITION
@@ -57,10 +61,12 @@ class UserIdentities {
   std::string Describe() const;
 
  private:
-  UserIdentities(JobStore* store, IdentityConfig config) : store_(store), config_(std::move(config)) {}
+  UserIdentities(JobStore* store, IdentityConfig config)
+      : store_(store), config_(std::move(config)) {}
   v1::RunIdentity Dynamic(uint32_t uid) const;
   absl::Status NoDynamicUids(const std::string& user) const;
-  // A uid no dynamic user may get: a configured user's, or one this host's user database names.
+  // A uid no dynamic user may get: a configured user's, or one this host's user database
+  // names as an account or its group database as a group (it would be the job's gid too).
   bool Unavailable(uint32_t uid) const;
 
   JobStore* const store_;

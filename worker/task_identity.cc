@@ -1,7 +1,9 @@
 #include "worker/task_identity.h"
 
+#include <grp.h>
 #include <pwd.h>
 
+#include <set>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -22,23 +24,52 @@ bool PrintableName(const std::string& name) {
   return true;
 }
 
+// A dynamic identity is nobody's account and no group's: one this host knows (a local
+// user or group, a running systemd DynamicUser service, an id another coordinator handed
+// out) would give the job that account's files or that group's access. Its uid's number is
+// looked up as a group too: a dynamic identity's gid is its uid.
+absl::Status CheckDynamicIdsAreFree(const v1::RunIdentity& id) {
+  constexpr char kFix[] =
+      "' on this worker: give the coordinator a --dynamic-uid-range that no account or group of "
+      "any worker holds";
+  std::vector<char> buf(16384);
+  struct passwd pw, *found = nullptr;
+  if (getpwuid_r(id.uid(), &pw, buf.data(), buf.size(), &found) == 0 && found != nullptr) {
+    return Refused("uid", absl::StrCat("dynamic uid ", id.uid(), " is user '", pw.pw_name, kFix));
+  }
+  std::set<uint32_t> gids = {id.gid(), id.uid()};
+  gids.insert(id.groups().begin(), id.groups().end());
+  for (uint32_t gid : gids) {
+    struct group gr, *group = nullptr;
+    if (getgrgid_r(gid, &gr, buf.data(), buf.size(), &group) != 0 || group == nullptr) continue;
+    const char* field = gid == id.gid() ? "gid" : gid == id.uid() ? "uid" : "groups";
+    return Refused(field, absl::StrCat("dynamic ", field == std::string("groups") ? "group" : field,
+                                       " ", gid, " is group '", gr.gr_name, kFix));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
-absl::StatusOr<TaskIdentity> IdentityForTask(const TrainerIdentities& identities, const v1::TaskSpec& task) {
+absl::StatusOr<TaskIdentity> IdentityForTask(const TrainerIdentities& identities,
+                                             const v1::TaskSpec& task) {
   TaskIdentity out;
   if (identities.mode == TrainerIdentityMode::kSingle) out.run_as = identities.single;
   if (identities.mode != TrainerIdentityMode::kPerOwner) return out;
   if (!task.has_identity()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "identity: the coordinator named no Unix identity for owner '", task.owner(),
-        "', and this root worker runs each owner's jobs as their own identity: upgrade the coordinator, or "
-        "start the worker with --run-as USER to run every job as one user"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("identity: the coordinator named no Unix identity for owner '", task.owner(),
+                     "', and this root worker runs each owner's jobs as their own identity: "
+                     "upgrade the coordinator, or "
+                     "start the worker with --run-as USER to run every job as one user"));
   }
   const v1::RunIdentity& id = task.identity();
   if (id.uid() == 0) return Refused("uid", "0 is root; trainers never run as root by identity");
-  if (id.gid() == 0) return Refused("gid", "0 is root's group; trainers never run with it by identity");
+  if (id.gid() == 0)
+    return Refused("gid", "0 is root's group; trainers never run with it by identity");
   for (uint32_t g : id.groups()) {
-    if (g == 0) return Refused("groups", "0 is root's group; trainers never run with it by identity");
+    if (g == 0)
+      return Refused("groups", "0 is root's group; trainers never run with it by identity");
   }
   if (!PrintableName(id.name())) {
     return Refused("name", "must be 1..64 printable characters without spaces, '=' or '/'");
@@ -48,15 +79,7 @@ absl::StatusOr<TaskIdentity> IdentityForTask(const TrainerIdentities& identities
     return Refused("dir_mode", absl::StrFormat("%04o is not 0700, 0750 or 0770", id.dir_mode()));
   }
   if (id.dynamic()) {
-    // A dynamic uid is nobody's account: one this host knows (a local user, a running
-    // systemd DynamicUser service) would hand that account's files to the job.
-    struct passwd pw, *found = nullptr;
-    std::vector<char> buf(16384);
-    if (getpwuid_r(id.uid(), &pw, buf.data(), buf.size(), &found) == 0 && found != nullptr) {
-      return Refused("uid", absl::StrCat("dynamic uid ", id.uid(), " is user '", pw.pw_name,
-                                         "' on this worker: give the coordinator a --dynamic-uid-range no "
-                                         "account of any worker uses"));
-    }
+    if (absl::Status s = CheckDynamicIdsAreFree(id); !s.ok()) return s;
   }
   RunAs r;
   r.user = id.name();

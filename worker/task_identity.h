@@ -26,11 +26,13 @@ struct TaskIdentity {
 };
 
 // Per owner: the task's identity, checked (set; uid, gid and groups not 0; a name of
-// 1..64 printable bytes without '=' or '/'; dir_mode 0, 0700, 0750 or 0770; a dynamic uid
-// that no account of this host's user database holds). FAILED_PRECONDITION naming
+// 1..64 printable bytes without '=' or '/'; dir_mode 0, 0700, 0750 or 0770; a dynamic
+// identity whose uid no account of this host's user database holds, and whose uid, gid and
+// groups no group of its group database holds). FAILED_PRECONDITION naming
 // `identity.<field>` otherwise; without one, FAILED_PRECONDITION saying the coordinator is
 // older than this worker. In the other modes the task's identity is ignored.
-absl::StatusOr<TaskIdentity> IdentityForTask(const TrainerIdentities& identities, const v1::TaskSpec& task);
+absl::StatusOr<TaskIdentity> IdentityForTask(const TrainerIdentities& identities,
+                                             const v1::TaskSpec& task);
 
 }  // namespace llamafleet::worker
 

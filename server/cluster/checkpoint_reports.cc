@@ -1,14 +1,13 @@
-// The ClusterManager's recorded checkpoints: a report from rank 0 is checked and
-// recorded, then drives retention (keep_last, off the loop) and, for an elastic gang
-// below its size, the decision to grow it back. Strand-only, except ApplyRetention.
-#include "server/cluster/cluster_manager.h"
-
+// The ClusterManager's recorded checkpoints: a report from rank 0 is checked against the
+// job's recorded directory and recorded, then checked on the storage off the loop, which
+// drives retention (keep_last) and, for an elastic gang below its size, the decision to
+// grow it back. Strand-only, except what files_ runs (the storage checks, ApplyRetention).
 #include <algorithm>
 #include <cmath>
-#include <filesystem>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "server/cluster/cluster_manager.h"
 #include "server/cluster/elastic_grow.h"
 #include "spdlog/spdlog.h"
 
@@ -21,42 +20,62 @@ void ClusterManager::HandleCheckpoint(const std::string& worker,
   const int64_t job_id = a->record.job_id;
   const std::string job_dir = a->spec.checkpoint().dir();
   // Only the job's own step-N directories are recorded: the coordinator deletes what it
-  // records (keep_last), so a path anywhere else must never get in.
-  if (absl::Status s = CheckCheckpointPath(job_dir, report.path()); !s.ok()) {
-    spdlog::warn("job {}: checkpoint report from {} ignored: {}", job_id, worker, std::string(s.message()));
-    return;
-  }
-  // Only a complete checkpoint is recorded: the trainer reports it after rank 0 wrote the
-  // manifest last; where the directory is visible here, the manifest must be there.
-  const std::string manifest = report.path() + "/manifest.json";
-  std::error_code ec;
-  if (!std::filesystem::exists(manifest, ec) && std::filesystem::exists(report.path(), ec)) {
-    spdlog::warn("job {}: checkpoint {} has no manifest; not recorded", job_id, report.path());
+  // records (keep_last), so a path anywhere else must never get in. Judged here on the
+  // path and the job's recorded directory alone: the loop never waits on the storage (a
+  // hung mount, a user's links); what the storage shows is checked off the loop, after.
+  if (absl::Status s = CheckCheckpointPathLexically(job_dir, report.path()); !s.ok()) {
+    spdlog::warn("job {}: checkpoint report from {} ignored: {}", job_id, worker,
+                 std::string(s.message()));
     return;
   }
   v1::CheckpointReport recorded = report;
-  if (recorded.has_eval_loss() && !(std::isfinite(recorded.eval_loss()) && recorded.eval_loss() >= 0)) {
-    spdlog::warn("job {}: checkpoint {} reports eval loss {}; recorded without it", job_id, report.path(),
-                 report.eval_loss());
+  if (recorded.has_eval_loss() &&
+      !(std::isfinite(recorded.eval_loss()) && recorded.eval_loss() >= 0)) {
+    spdlog::warn("job {}: checkpoint {} reports eval loss {}; recorded without it", job_id,
+                 report.path(), report.eval_loss());
     recorded.clear_eval_loss();
   }
+  // Recorded at once, in order with the task's later reports (a preempted job's last
+  // checkpoint is there before it is placed again); then, off the loop, checked on the
+  // storage, and only then an elastic grow from it and retention.
   const int keep_last = a->spec.checkpoint().keep_last();
-  // Retention after recording, off the loop: the files of checkpoints beyond keep_last,
-  // then their rows.
-  Write(RecordCheckpointTxn(job_id, a->record.attempt, recorded),
-        [this, job_id, keep_last, job_dir, attempt = a->record.attempt,
+  const int attempt = a->record.attempt;
+  Write(RecordCheckpointTxn(job_id, attempt, recorded),
+        [this, job_id, attempt, keep_last, job_dir, path = report.path(),
          step = report.step()](absl::Status s) {
           if (!s.ok()) return;
-          // Durable now: an elastic gang below its size may grow back from it.
-          Post([this, job_id, attempt, step] { MaybeGrow(job_id, attempt, step); });
-          if (keep_last <= 0) return;
-          Post([this, job_id, keep_last, job_dir] {
-            files_->Post([this, job_id, keep_last, job_dir] {
-              ApplyRetention(job_id, keep_last, job_dir);
-            });
+          Post([this, job_id, attempt, keep_last, job_dir, path, step] {
+            CheckOnStorage(job_id, attempt, keep_last, job_dir, path, step);
           });
         });
   a->last_progress = options_.clock->Now();
+}
+
+void ClusterManager::CheckOnStorage(int64_t job_id, int attempt, int keep_last,
+                                    const std::string& job_dir, const std::string& path,
+                                    int64_t step) {
+  if (storage_checks_.load() >= kMaxStorageChecks) {
+    spdlog::warn(
+        "job {}: checkpoint {} recorded unchecked: {} checks already wait on the storage; "
+        "retention waits for the next checkpoint",
+        job_id, path, kMaxStorageChecks);
+    return;
+  }
+  storage_checks_.fetch_add(1);
+  files_->Post([this, job_id, attempt, keep_last, job_dir, path, step] {
+    if (absl::Status s = CheckRecordedCheckpoint(job_dir, path); !s.ok()) {
+      // Its row goes again; retention waits for a checkpoint that checks out, so that this
+      // one never counts among the kept.
+      spdlog::warn("job {}: recorded checkpoint {} forgotten: {}", job_id, path,
+                   std::string(s.message()));
+      Write(ForgetCheckpointsTxn(job_id, {step}), [](absl::Status) {});
+    } else {
+      // Durable and complete: an elastic gang below its size may grow back from it.
+      Post([this, job_id, attempt, step] { MaybeGrow(job_id, attempt, step); });
+      if (keep_last > 0) ApplyRetention(job_id, keep_last, job_dir);
+    }
+    storage_checks_.fetch_sub(1);
+  });
 }
 
 void ClusterManager::MaybeGrow(int64_t job_id, int attempt, int64_t step) {
@@ -81,16 +100,18 @@ void ClusterManager::MaybeGrow(int64_t job_id, int attempt, int64_t step) {
   absl::StatusOr<QueuedJobsSnapshot> queued = store_->SnapshotQueuedJobs();
   absl::StatusOr<std::vector<SchedulableJob>> running = LoadJobsInStates(*store_, {v1::RUNNING});
   if (!queued.ok() || !running.ok()) return;
-  auto self = std::find_if(running->begin(), running->end(),
-                           [&](const SchedulableJob& j) { return j.job.id() == JobIdString(job_id); });
+  auto self = std::find_if(running->begin(), running->end(), [&](const SchedulableJob& j) {
+    return j.job.id() == JobIdString(job_id);
+  });
   if (self == running->end()) return;
   const std::vector<WorkerView>& views = workers_.Views();
   check.job = MakePendingJob(job_id, *self, views);
   const SchedulerInput input = BuildSchedulerInput(*queued, views, attempts_, now);
-  const GrowDecision d =
-      DecideGrow(check, input.pending, input.workers, input.running, options_.queues, scheduler_, now);
+  const GrowDecision d = DecideGrow(check, input.pending, input.workers, input.running,
+                                    options_.queues, scheduler_, now);
   if (!d.grow) {
-    spdlog::info("job {}: stays on {} nodes after checkpoint step {}: {}", job_id, check.nodes_now, step, d.why);
+    spdlog::info("job {}: stays on {} nodes after checkpoint step {}: {}", job_id, check.nodes_now,
+                 step, d.why);
     return;
   }
   // Not a failure: no restart used, no backoff, not a preemption (AttemptOutcome::kResized).
@@ -109,8 +130,9 @@ void ClusterManager::ApplyRetention(int64_t job_id, int keep_last, const std::st
                  plan.refusals[i]);
   }
   std::vector<std::string> errors;
-  std::vector<int64_t> forget = RemoveCheckpointFiles(
-      DeletionAnchors(options_.path_roots, options_.checkpoint_root), job_dir, job_id, plan.remove, &errors);
+  std::vector<int64_t> forget =
+      RemoveCheckpointFiles(DeletionAnchors(options_.path_roots, options_.checkpoint_root), job_dir,
+                            job_id, plan.remove, &errors);
   for (const std::string& e : errors) spdlog::warn("job {}: retention: {}", job_id, e);
   if (!forget.empty()) Write(ForgetCheckpointsTxn(job_id, forget), [](absl::Status) {});
 }

@@ -3,9 +3,9 @@
 #include <filesystem>
 
 #include "absl/strings/ascii.h"
-#include "common/job_dir_marker.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/job_dir_marker.h"
 
 namespace llamafleet {
 namespace fs = std::filesystem;
@@ -22,7 +22,7 @@ bool IsStepName(const std::string& name) {
 
 }  // namespace
 
-absl::Status CheckCheckpointPath(const std::string& job_dir, const std::string& path) {
+absl::Status CheckCheckpointPathLexically(const std::string& job_dir, const std::string& path) {
   if (job_dir.empty()) {
     return absl::InvalidArgumentError("checkpoint path: the job has no checkpoint dir");
   }
@@ -37,22 +37,39 @@ absl::Status CheckCheckpointPath(const std::string& job_dir, const std::string& 
   if (!clean_dir.has_filename()) clean_dir = clean_dir.parent_path();
   if (clean.parent_path() != clean_dir || !IsStepName(clean.filename().string())) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "checkpoint path ", path, ": not a step-N directory directly inside the job's checkpoint dir ",
-        job_dir));
+        "checkpoint path ", path,
+        ": not a step-N directory directly inside the job's checkpoint dir ", job_dir));
   }
+  return absl::OkStatus();
+}
+
+absl::Status CheckCheckpointPath(const std::string& job_dir, const std::string& path) {
+  if (absl::Status s = CheckCheckpointPathLexically(job_dir, path); !s.ok()) return s;
+  fs::path clean = fs::path(path).lexically_normal();
+  if (!clean.has_filename()) clean = clean.parent_path();
+  fs::path clean_dir = fs::path(job_dir).lexically_normal();
+  if (!clean_dir.has_filename()) clean_dir = clean_dir.parent_path();
   // Symlinks: where both exist here, the real path must still be a step-N directory
   // inside the job's real directory.
   std::error_code ec1, ec2;
   const fs::path real_dir = fs::canonical(clean_dir, ec1);
   const fs::path real = fs::canonical(clean, ec2);
-  if (!ec1 && !ec2 &&
-      (real.parent_path() != real_dir || !IsStepName(real.filename().string()))) {
+  if (!ec1 && !ec2 && (real.parent_path() != real_dir || !IsStepName(real.filename().string()))) {
     return absl::InvalidArgumentError(absl::StrCat("checkpoint path ", path, " resolves to ",
                                                    real.string(), ", outside ", job_dir));
   }
   if (!ec2 && ec1) {
     return absl::InvalidArgumentError(
         absl::StrCat("checkpoint path ", path, ": the job's checkpoint dir cannot be resolved"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckRecordedCheckpoint(const std::string& job_dir, const std::string& path) {
+  if (absl::Status s = CheckCheckpointPath(job_dir, path); !s.ok()) return s;
+  std::error_code ec;
+  if (!fs::exists(path + "/manifest.json", ec) && fs::exists(path, ec)) {
+    return absl::FailedPreconditionError(absl::StrCat("checkpoint ", path, " has no manifest"));
   }
   return absl::OkStatus();
 }
@@ -65,7 +82,8 @@ RetentionPlan PlanRetention(const std::string& job_dir,
   size_t best = checkpoints.size();
   for (size_t i = 0; i < checkpoints.size(); ++i) {
     if (checkpoints[i].has_eval_loss() &&
-        (best == checkpoints.size() || checkpoints[i].eval_loss() < checkpoints[best].eval_loss())) {
+        (best == checkpoints.size() ||
+         checkpoints[i].eval_loss() < checkpoints[best].eval_loss())) {
       best = i;
     }
   }
@@ -114,8 +132,9 @@ absl::StatusOr<UniqueFd> OpenJobDirToDelete(const std::vector<std::string>& anch
   return fd;
 }
 
-std::vector<int64_t> RemoveCheckpointFiles(const std::vector<std::string>& anchors, const std::string& job_dir,
-                                           int64_t job_id, const std::vector<v1::Checkpoint>& remove,
+std::vector<int64_t> RemoveCheckpointFiles(const std::vector<std::string>& anchors,
+                                           const std::string& job_dir, int64_t job_id,
+                                           const std::vector<v1::Checkpoint>& remove,
                                            std::vector<std::string>* errors) {
   std::vector<int64_t> gone;
   if (remove.empty()) return gone;
@@ -139,8 +158,8 @@ std::vector<int64_t> RemoveCheckpointFiles(const std::vector<std::string>& ancho
   return gone;
 }
 
-absl::Status RemoveJobDir(const std::vector<std::string>& anchors, const std::string& job_dir, int64_t job_id,
-                          const char* marker) {
+absl::Status RemoveJobDir(const std::vector<std::string>& anchors, const std::string& job_dir,
+                          int64_t job_id, const char* marker) {
   const fs::path dir(Clean(job_dir));
   const std::string parent = dir.parent_path().string();
   const std::string name = dir.filename().string();
@@ -156,7 +175,8 @@ absl::Status RemoveJobDir(const std::vector<std::string>& anchors, const std::st
     if (fd.status().code() == absl::StatusCode::kNotFound) return absl::OkStatus();
     return fd.status();
   }
-  if (absl::Status s = CheckJobDirMarker(fd->get(), std::to_string(job_id), dir.string(), marker); !s.ok()) {
+  if (absl::Status s = CheckJobDirMarker(fd->get(), std::to_string(job_id), dir.string(), marker);
+      !s.ok()) {
     return s;
   }
   return RemoveTreeAt(parent_fd->get(), name);

@@ -18,11 +18,21 @@
 
 namespace llamafleet {
 
-// OK when `path` is `<job_dir>/step-<digits>` (after `.`/`..` are resolved lexically,
-// and, where both exist on this machine, after symlinks are resolved with realpath: a
-// step-N that is a symlink leading elsewhere is refused). INVALID_ARGUMENT naming why
-// otherwise (not absolute, outside the job's dir, not a step-N name, no job dir).
+// OK when `path` is `<job_dir>/step-<digits>` after `.`/`..` are resolved lexically;
+// INVALID_ARGUMENT naming why otherwise (not absolute, outside the job's dir, not a step-N
+// name, no job dir). Reads nothing: the cluster loop judges a worker's checkpoint report
+// by it, against the job's recorded (already resolved) directory.
+absl::Status CheckCheckpointPathLexically(const std::string& job_dir, const std::string& path);
+
+// CheckCheckpointPathLexically, then, where both exist on this machine, the same after
+// symlinks are resolved with realpath (a step-N that is a symlink leading elsewhere is
+// refused). Goes through the storage, which may hang: never on the cluster loop.
 absl::Status CheckCheckpointPath(const std::string& job_dir, const std::string& path);
+
+// A recorded checkpoint as this machine's view of the storage shows it: CheckCheckpointPath,
+// and, where the directory is visible here, its manifest.json (rank 0 writes it last; a
+// checkpoint without one is incomplete: FAILED_PRECONDITION). Never on the cluster loop.
+absl::Status CheckRecordedCheckpoint(const std::string& job_dir, const std::string& path);
 
 struct RetentionPlan {
   std::vector<v1::Checkpoint> remove;   // files to delete, then rows to forget
@@ -51,16 +61,17 @@ absl::StatusOr<UniqueFd> OpenJobDirToDelete(const std::vector<std::string>& anch
 // Removes the planned step-N directories from the job's directory, opened as above, each
 // by unlinkat from its descriptor. Returns the steps whose files are gone (removed now,
 // or not on this machine); the others are logged by the caller from `errors`.
-std::vector<int64_t> RemoveCheckpointFiles(const std::vector<std::string>& anchors, const std::string& job_dir,
-                                           int64_t job_id, const std::vector<v1::Checkpoint>& remove,
+std::vector<int64_t> RemoveCheckpointFiles(const std::vector<std::string>& anchors,
+                                           const std::string& job_dir, int64_t job_id,
+                                           const std::vector<v1::Checkpoint>& remove,
                                            std::vector<std::string>* errors);
 
 // Removes the whole job directory `job_dir` (a default checkpoint directory of a deleted
 // job, or with `marker` kExportMarker its export) the same way: OK when it is gone or was
 // never there; FAILED_PRECONDITION, with nothing removed, when it is a link or does not
 // carry the job's marker.
-absl::Status RemoveJobDir(const std::vector<std::string>& anchors, const std::string& job_dir, int64_t job_id,
-                          const char* marker = kJobDirMarker);
+absl::Status RemoveJobDir(const std::vector<std::string>& anchors, const std::string& job_dir,
+                          int64_t job_id, const char* marker = kJobDirMarker);
 
 }  // namespace llamafleet
 

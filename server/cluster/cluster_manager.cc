@@ -355,7 +355,8 @@ void ClusterManager::Tick() {
   for (int64_t id : expiry_.Due(*store_, now)) {
     spdlog::info("job {}: ttl_after_finished passed; deleting its record", id);
     Write(DeleteJobTxn(id), [this, id](absl::Status s) {
-      if (s.ok() && options_.on_job_deleted) Post([this, id] { options_.on_job_deleted(id, ""); });
+      if (!s.ok() || !options_.on_job_deleted) return;
+      Post([this, id] { files_->Post([this, id] { options_.on_job_deleted(id, ""); }); });
     });
   }
   std::optional<QueuedJobsSnapshot> queue;
@@ -381,12 +382,17 @@ void ClusterManager::DeleteJob(int64_t job_id, std::string export_dir,
         return;
       }
       spdlog::info("job {}: deleted on request", job_id);
-      Post([this, job_id, export_dir = std::move(export_dir), done = std::move(done)] {
-        std::vector<std::string> lines = {"record, events, metrics, attempts and checkpoint list deleted"};
-        if (options_.on_job_deleted) {
-          for (std::string& line : options_.on_job_deleted(job_id, export_dir)) lines.push_back(std::move(line));
-        }
-        done(std::move(lines));
+      // What it left is removed off the loop: the storage may hang.
+      Post([this, job_id, export_dir = std::move(export_dir), done = std::move(done)]() mutable {
+        files_->Post([this, job_id, export_dir = std::move(export_dir), done = std::move(done)] {
+          std::vector<std::string> lines = {
+              "record, events, metrics, attempts and checkpoint list deleted"};
+          if (options_.on_job_deleted) {
+            for (std::string& line : options_.on_job_deleted(job_id, export_dir))
+              lines.push_back(std::move(line));
+          }
+          done(std::move(lines));
+        });
       });
     });
   });

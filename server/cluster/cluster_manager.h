@@ -118,10 +118,10 @@ struct ClusterOptions {
   std::function<std::optional<v1::RunIdentity>(const std::string& owner)> identity_of;
   // Prices an attempt's usage when it ends (storage/usage_store.h). Empty: unpriced.
   PriceTable pricing;
-  // Runs on the manager's thread after a job's record was deleted (ttl_after_finished, or
-  // DeleteJob), to remove what the job left: logs, its default checkpoint dir and, when
-  // `export_dir` is not empty, that export. Returns a line per thing removed or kept
-  // ("checkpoint dir ... removed"). Empty: nothing.
+  // Runs on the manager's file-system thread (never the loop: the storage may hang) after
+  // a job's record was deleted (ttl_after_finished, or DeleteJob), to remove what the job
+  // left: logs, its default checkpoint dir and, when `export_dir` is not empty, that export.
+  // Returns a line per thing removed or kept ("checkpoint dir ... removed"). Empty: nothing.
   std::function<std::vector<std::string>(int64_t job_id, const std::string& export_dir)> on_job_deleted;
   // First TCP port handed out as MASTER_PORT (a range of 1000).
   int master_port_base = 29500;
@@ -153,8 +153,8 @@ class ClusterManager : public ClusterView {
 
   // Deletes a finished job's record, then what on_job_deleted removes (`export_dir` too,
   // when not empty), and calls `done` with its lines (any thread; `done` runs on the
-  // manager's thread). FAILED_PRECONDITION while the job is not finished or its last
-  // attempt is still stopping; NOT_FOUND when there is no such job.
+  // manager's file-system thread). FAILED_PRECONDITION while the job is not finished or its
+  // last attempt is still stopping; NOT_FOUND when there is no such job.
   void DeleteJob(int64_t job_id, std::string export_dir,
                  std::function<void(absl::StatusOr<std::vector<std::string>>)> done);
 
@@ -253,6 +253,13 @@ class ClusterManager : public ClusterView {
   // After checkpoint `step` of the job's `attempt` was recorded: ends the attempt of an
   // elastic gang below `nodes` to grow it back when capacity returned (elastic_grow.h).
   void MaybeGrow(int64_t job_id, int attempt, int64_t step);
+  // After checkpoint `step` at `path` was recorded: on files_ (the storage may hang),
+  // forgets it again unless CheckRecordedCheckpoint passes, else grows an elastic gang from
+  // it (MaybeGrow, on the strand) and applies retention. At most kMaxStorageChecks wait at
+  // once; beyond, a checkpoint stays recorded unchecked (logged).
+  void CheckOnStorage(int64_t job_id, int attempt, int keep_last, const std::string& job_dir,
+                      const std::string& path, int64_t step);
+  static constexpr int kMaxStorageChecks = 64;
   // On files_ (not the strand): deletes the job's checkpoints beyond keep_last that are
   // its own step-N directories, then forgets their rows.
   void ApplyRetention(int64_t job_id, int keep_last, const std::string& job_dir);
@@ -333,12 +340,14 @@ class ClusterManager : public ClusterView {
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;
   std::atomic<int64_t> inflight_writes_{0};
+  // Checks of recorded checkpoints queued on files_ and not done (CheckOnStorage).
+  std::atomic<int> storage_checks_{0};
 
   // Published for readers on other threads.
   PublishedCluster published_;
 
-  // File-system work (checkpoint retention) off the loop. Declared last: destroyed
-  // first, finishing what was queued while the store is still there.
+  // File-system work (checkpoint checks and retention, a deleted job's files) off the loop.
+  // Declared last: destroyed first, finishing what was queued while the store is still there.
   std::unique_ptr<SerialExecutor> files_;
 };
 
