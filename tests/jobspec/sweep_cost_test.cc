@@ -36,7 +36,8 @@ v1::JobSpec Swept(int labels, int seeds) {
   for (int k = 0; k < labels; ++k) {
     (*sweep->mutable_parameters())[absl::StrCat("resources.node_labels.k", k)].add_values("v");
   }
-  for (int s = 0; s < seeds; ++s) (*sweep->mutable_parameters())["training.seed"].add_values(absl::StrCat(s));
+  for (int s = 0; s < seeds; ++s)
+    (*sweep->mutable_parameters())["training.seed"].add_values(absl::StrCat(s));
   return spec;
 }
 
@@ -46,7 +47,8 @@ v1::JobSpec Zipped(int params, int points) {
   v1::SweepSpec* sweep = spec.mutable_sweep();
   sweep->set_mode(kSweepZip);
   for (int k = 0; k < params; ++k) {
-    v1::SweepValues& values = (*sweep->mutable_parameters())[absl::StrCat("resources.node_labels.k", k)];
+    v1::SweepValues& values =
+        (*sweep->mutable_parameters())[absl::StrCat("resources.node_labels.k", k)];
     for (int i = 0; i < points; ++i) values.add_values(absl::StrCat("v", i));
   }
   return spec;
@@ -65,13 +67,15 @@ int64_t AllocationsToExpand(const v1::JobSpec& spec, size_t points) {
 TEST(SweepCostTest, TenTimesTheParametersCostAtMostAboutTenTimesAsMuch) {
   const int64_t three = AllocationsToExpand(Zipped(3, 100), 100);
   const int64_t thirty = AllocationsToExpand(Zipped(30, 100), 100);
-  EXPECT_LE(thirty, 12 * three) << three << " allocations for 3 parameters, " << thirty << " for 30";
+  EXPECT_LE(thirty, 12 * three) << three << " allocations for 3 parameters, " << thirty
+                                << " for 30";
 }
 
 TEST(SweepCostTest, TenTimesThePointsCostAtMostAboutTenTimesAsMuch) {
   const int64_t hundred = AllocationsToExpand(Swept(30, 100), 100);
   const int64_t thousand = AllocationsToExpand(Swept(30, 1000), 1000);
-  EXPECT_LE(thousand, 12 * hundred) << hundred << " allocations for 100 points, " << thousand << " for 1000";
+  EXPECT_LE(thousand, 12 * hundred)
+      << hundred << " allocations for 100 points, " << thousand << " for 1000";
 }
 
 }  // namespace
