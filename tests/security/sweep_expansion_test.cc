@@ -5,6 +5,7 @@
 // naming the bound, and four of the largest sweep the bounds allow are answered within a
 // few seconds; meanwhile another user's GetJob is answered within a second and the worker
 // is never lost.
+#include <cstdio>
 #include <thread>
 
 #include "llamafleet/v1/worker.grpc.pb.h"
@@ -36,9 +37,10 @@ class SweepExpansionTest : public SecurityApiTest {
                                         .log_path = dir_.path() + "/worker.log"});
     ASSERT_TRUE(worker.ok()) << worker.status();
     worker_ = std::move(*worker);
-    workers_ = v1::WorkerService::NewStub(grpc::CreateChannel(address_, grpc::InsecureChannelCredentials()));
-    ASSERT_TRUE(testing::WaitFor([&] { return WorkerState() == v1::WORKER_READY; }, absl::Seconds(20),
-                                 absl::Milliseconds(50)))
+    workers_ = v1::WorkerService::NewStub(
+        grpc::CreateChannel(address_, grpc::InsecureChannelCredentials()));
+    ASSERT_TRUE(testing::WaitFor([&] { return WorkerState() == v1::WORKER_READY; },
+                                 absl::Seconds(20), absl::Milliseconds(50)))
         << ReadAll(dir_.path() + "/worker.log");
     ASSERT_TRUE(Submit("bob", Spec(), &bob_job_).ok());
   }
@@ -101,6 +103,11 @@ class SweepExpansionTest : public SecurityApiTest {
       absl::SleepFor(absl::Milliseconds(50));
     }
     for (std::thread& t : threads) t.join();
+    absl::Duration slowest_call;
+    for (const Call& call : calls) slowest_call = std::max(slowest_call, call.took);
+    std::printf("slowest of %d submissions: %s; slowest read meanwhile: %s\n", kAttackers,
+                absl::FormatDuration(slowest_call).c_str(),
+                absl::FormatDuration(*slowest_read).c_str());
     return calls;
   }
 
@@ -122,7 +129,8 @@ TEST_F(SweepExpansionTest, TheReportsRequestIsRefusedAtOnceWhileOthersAreAnswere
   EXPECT_LT(request.ByteSizeLong(), 16u << 10);
   absl::Duration slowest_read;
   for (const Call& call : Attack(request, &slowest_read)) {
-    EXPECT_EQ(call.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << call.status.error_message();
+    EXPECT_EQ(call.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+        << call.status.error_message();
     EXPECT_TRUE(absl::StrContains(call.status.error_message(),
                                   "jobs[0].spec.sweep.parameters has 401 parameters; at most 31"))
         << call.status.error_message();
