@@ -56,8 +56,9 @@ void JobServiceImpl::CheckAndStore(grpc::CallbackServerContext* context,
   const auto finish = [reactor](const absl::Status& status) {
     reactor->Finish(ToGrpcStatus(status));
   };
-  if (context->IsCancelled())
+  if (context->IsCancelled()) {
     return finish(absl::CancelledError("the call ended before its submission was checked"));
+  }
   // Validate everything first: a batch is stored whole or not at all.
   std::vector<SubmitJobInput> inputs;
   inputs.reserve(requests.size());
@@ -88,8 +89,9 @@ void JobServiceImpl::CheckAndStore(grpc::CallbackServerContext* context,
           " jobs (sweeps count one per point); at most ", kMaxBatchSize, " per call")));
     }
     if (sweep) {
-      for (const v1::JobSpec& point : *specs)
+      for (const v1::JobSpec& point : *specs) {
         budget.max_bytes -= static_cast<int64_t>(point.ByteSizeLong());
+      }
     }
     for (size_t k = 0; k < specs->size(); ++k) {
       SubmitJobInput in;

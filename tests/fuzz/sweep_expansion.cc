@@ -9,7 +9,7 @@
 //   point                  sets sweep.point (only the coordinator may)
 //   label KEY=VALUE        a label of the spec
 //   set PATH=VALUE         a field of the spec, as --set (ignored where it does not apply)
-//   long PATH N            the field PATH set to N bytes of 'x' (N at most 1 MiB)
+//   long PATH N            the field PATH set to N bytes of 'x' (N at most 64 KiB)
 //   param PATH V1 V2 ...   a sweep parameter; a value "..N" stands for 0, 1, ..., N-1
 //   budget POINTS BYTES    the caller's budget (a batch's room)
 //   *N LINE                LINE N times (N at most 1,000), each '#' in it the repetition
@@ -43,11 +43,22 @@ namespace {
 constexpr int64_t kMaxRequestBytes = 4 << 20;  // the coordinator's gRPC message bound
 constexpr int kMaxRepeat = 1000;
 constexpr int kMaxRange = 2000;
-constexpr int64_t kMaxLong = 1 << 20;
+constexpr int64_t kMaxLong = 64 << 10;  // 1,000 points of it pass the 16 MiB bound
+
+// What building the spec costs the harness, kept below what its decoding may spend so
+// that an input's time goes to the expansion: `bytes` added to the spec (at most what a
+// gRPC request holds), `work` done (a --set copies the spec).
+struct Decoding {
+  int64_t bytes = 0;
+  int64_t work = 0;
+  bool Exceeded() const { return bytes > kMaxRequestBytes || work > 16 * kMaxRequestBytes; }
+};
 
 // Applies one directive to `spec`/`budget`; false when the input asks for more than the
 // language allows (the input is skipped).
-bool Apply(const std::string& line, v1::JobSpec* spec, SweepBudget* budget) {
+bool Apply(const std::string& line, v1::JobSpec* spec, SweepBudget* budget, Decoding* cost) {
+  cost->bytes += static_cast<int64_t>(line.size());
+  cost->work += static_cast<int64_t>(line.size());
   const size_t space = line.find(' ');
   const std::string word = line.substr(0, space);
   const std::string rest = space == std::string::npos ? "" : line.substr(space + 1);
@@ -67,6 +78,7 @@ bool Apply(const std::string& line, v1::JobSpec* spec, SweepBudget* budget) {
     if (word == "label") {
       (*spec->mutable_labels())[rest.substr(0, eq)] = rest.substr(eq + 1);
     } else {
+      cost->work += cost->bytes;
       (void)jobspec_internal::SetFieldFromYaml(spec, rest.substr(0, eq),
                                                YAML::Node(rest.substr(eq + 1)));
     }
@@ -74,6 +86,9 @@ bool Apply(const std::string& line, v1::JobSpec* spec, SweepBudget* budget) {
     const std::vector<std::string> parts = fuzz::Split(rest, ' ');
     if (parts.size() != 2 || !absl::SimpleAtoi(parts[1], &n) || n < 0) return true;
     if (n > kMaxLong) return false;
+    cost->bytes += n;
+    cost->work += cost->bytes;
+    if (cost->Exceeded()) return false;
     (void)jobspec_internal::SetFieldFromYaml(spec, parts[0], YAML::Node(std::string(n, 'x')));
   } else if (word == "param") {
     std::vector<std::string> parts = fuzz::Split(rest, ' ');
@@ -82,6 +97,9 @@ bool Apply(const std::string& line, v1::JobSpec* spec, SweepBudget* budget) {
       if (parts[i].size() > 2 && parts[i].compare(0, 2, "..") == 0 &&
           absl::SimpleAtoi(parts[i].substr(2), &n)) {
         if (n > kMaxRange) return false;
+        cost->bytes += 8 * n;
+        cost->work += 8 * n;
+        if (cost->Exceeded()) return false;
         for (int64_t k = 0; k < n; ++k) values.add_values(absl::StrCat(k));
       } else {
         values.add_values(parts[i]);
@@ -138,22 +156,26 @@ v1::JobSpec Reference(const v1::JobSpec& spec, int64_t index, int64_t points) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   v1::JobSpec spec;
   SweepBudget budget;
+  Decoding cost;
   for (const std::string& line : fuzz::Split(fuzz::Text(data, size), '\n')) {
     int repeat = 1;
     std::string body = line;
     if (!line.empty() && line[0] == '*') {
       const size_t space = line.find(' ');
-      if (space == std::string::npos || !absl::SimpleAtoi(line.substr(1, space - 1), &repeat))
+      if (space == std::string::npos || !absl::SimpleAtoi(line.substr(1, space - 1), &repeat)) {
         continue;
+      }
       if (repeat < 0 || repeat > kMaxRepeat) return 0;
       body = line.substr(space + 1);
     }
     for (int r = 0; r < repeat; ++r) {
-      if (!Apply(absl::StrReplaceAll(body, {{"#", absl::StrCat(r)}}), &spec, &budget)) return 0;
-      if (static_cast<int64_t>(spec.ByteSizeLong()) > kMaxRequestBytes)
-        return 0;  // gRPC refuses it
+      if (!Apply(absl::StrReplaceAll(body, {{"#", absl::StrCat(r)}}), &spec, &budget, &cost) ||
+          cost.Exceeded()) {
+        return 0;
+      }
     }
   }
+  if (static_cast<int64_t>(spec.ByteSizeLong()) > kMaxRequestBytes) return 0;  // gRPC refuses it
 
   const v1::SweepSpec& sweep = spec.sweep();
   const bool zip = sweep.mode() == kSweepZip;
@@ -197,8 +219,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FUZZ_CHECK(bytes <= max_bytes, "the points take %lld bytes; at most %lld",
              static_cast<long long>(bytes), static_cast<long long>(max_bytes));
   // The reference copies the spec once per parameter of each point: only where that is cheap.
-  if (n * sweep.parameters_size() * static_cast<int64_t>(spec.ByteSizeLong()) <=
-      (int64_t{4} << 20)) {
+  const int64_t sets = n * sweep.parameters_size();
+  if (sets <= 2000 && sets * static_cast<int64_t>(spec.ByteSizeLong()) <= (int64_t{256} << 10)) {
     for (int64_t i = 0; i < n; ++i) {
       FUZZ_CHECK(
           google::protobuf::util::MessageDifferencer::Equals((*points)[i], Reference(spec, i, n)),
