@@ -53,10 +53,12 @@ struct SweepBudget {
 // or more than kMaxSweepPoints, names no field of a spec, names name, sweep, depends_on or
 // labels, is longer than a label key, or has a value its field cannot take or longer than
 // a label value; zip lengths differ; there are more points than kMaxSweepPoints or
-// budget.max_points; the points' specs would take more than budget.max_bytes.
-// Every bound is checked from the sizes of the request before any point is made, and the
-// work is linear in the points' specs: each point is one copy of the spec, its sweep
-// parameters dropped once, with each parameter's field set on it.
+// budget.max_points; the points' specs would take more than kMaxSweepSpecBytes or
+// budget.max_bytes (estimated from the spec's size, an upper bound). Every bound is checked
+// from the sizes of the request before any point is made, and the work is linear in the
+// points' specs: each point is one copy of the spec, its sweep parameters dropped once,
+// with each parameter's field set on it. (INTERNAL only if a value that set on an empty
+// spec failed to set on a point, which the merge's rules rule out.)
 absl::StatusOr<std::vector<v1::JobSpec>> ExpandSweep(const v1::JobSpec& spec,
                                                      absl::string_view prefix = "",
                                                      const SweepBudget& budget = {});
