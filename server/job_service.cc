@@ -86,8 +86,10 @@ void ReduceToBasicView(v1::Job* job) {
 
 JobServiceImpl::JobServiceImpl(JobStore* store, const Authenticator* auth)
     : store_(store),
-      own_auth_(auth == nullptr ? std::make_unique<Authenticator>(store, /*enabled=*/false) : nullptr),
-      auth_(auth == nullptr ? own_auth_.get() : auth) {}
+      own_auth_(auth == nullptr ? std::make_unique<Authenticator>(store, /*enabled=*/false)
+                                : nullptr),
+      auth_(auth == nullptr ? own_auth_.get() : auth),
+      submit_checks_(std::make_unique<SerialExecutor>("lf-submit")) {}
 
 JobServiceImpl::~JobServiceImpl() = default;
 

@@ -1,6 +1,7 @@
 #ifndef LLAMAFLEET_SERVER_JOB_SERVICE_H_
 #define LLAMAFLEET_SERVER_JOB_SERVICE_H_
 
+#include <chrono>
 #include <functional>
 #include <map>
 #include <memory>
@@ -15,6 +16,7 @@
 #include "server/cluster/cluster_manager.h"
 #include "server/log_store.h"
 #include "server/metrics.h"
+#include "server/serial_executor.h"
 #include "server/submit_policy.h"
 #include "storage/job_store.h"
 #include "storage/usage_store.h"
@@ -113,11 +115,20 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
 
  private:
   // Validates and stores a batch for `caller` (authenticated by the RPC, once); `respond`
-  // gets one response per request.
+  // gets one response per request. Refuses an empty or oversized batch at once; the rest
+  // runs on submit_checks_ (CheckAndStore).
   grpc::ServerUnaryReactor* Submit(grpc::CallbackServerContext* context, const Principal& caller,
                                    std::vector<const v1::SubmitJobRequest*> requests,
                                    bool dry_run, bool batch,
                                    std::function<void(std::vector<v1::SubmitJobResponse>)> respond);
+  // Expands sweeps, validates everything and hands the batch to the store (or answers a
+  // dry run); finishes `reactor` with the first refusal, or once the store answered. On
+  // submit_checks_ only. CANCELLED without any work when the call ended while it waited.
+  void CheckAndStore(grpc::CallbackServerContext* context, grpc::ServerUnaryReactor* reactor,
+                     const Principal& caller,
+                     const std::vector<const v1::SubmitJobRequest*>& requests, bool dry_run,
+                     bool batch, std::function<void(std::vector<v1::SubmitJobResponse>)> respond,
+                     std::chrono::steady_clock::time_point received);
 
   // The id of a job the caller may read: UNAUTHENTICATED/PERMISSION_DENIED, INVALID_ARGUMENT
   // for a malformed id, NOT_FOUND for no such job.
@@ -161,6 +172,13 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
   std::mutex watches_mu_;
   bool watches_stopped_ ABSL_GUARDED_BY(watches_mu_) = false;
   std::set<WatchReactor*> watches_ ABSL_GUARDED_BY(watches_mu_);
+
+  // Where submissions are expanded and validated, one at a time: never on a gRPC thread,
+  // which worker sessions need for their heartbeats, nor on the cluster loop or the
+  // store's writer. Each submission's work is bounded (at most kMaxBatchSize jobs,
+  // jobspec/sweep.h's bounds). Last: destroyed first, finishing what was queued while
+  // everything it uses still exists.
+  std::unique_ptr<SerialExecutor> submit_checks_;
 };
 
 }  // namespace llamafleet

@@ -2,7 +2,8 @@
 // and validate every spec (defaults, the schema, the idempotency key, the submit policy
 // and who may read a resumed checkpoint) before anything reaches the store, and answer
 // from the store's commit callback, so a client hears "submitted" only once its jobs are
-// durable.
+// durable. That work runs on the service's own thread (submit_checks_), never on the
+// gRPC thread that took the call: those also read worker sessions' heartbeats.
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
@@ -63,30 +64,59 @@ grpc::ServerUnaryReactor* JobServiceImpl::Submit(
                                   kMaxBatchSize, " per call")));
   }
   const auto received = std::chrono::steady_clock::now();  // for the submit latency
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  submit_checks_->Post([this, context, reactor, caller, requests = std::move(requests), dry_run,
+                        batch, respond = std::move(respond), received]() mutable {
+    CheckAndStore(context, reactor, caller, requests, dry_run, batch, std::move(respond), received);
+  });
+  return reactor;
+}
+
+void JobServiceImpl::CheckAndStore(grpc::CallbackServerContext* context,
+                                   grpc::ServerUnaryReactor* reactor, const Principal& caller,
+                                   const std::vector<const v1::SubmitJobRequest*>& requests,
+                                   bool dry_run, bool batch,
+                                   std::function<void(std::vector<v1::SubmitJobResponse>)> respond,
+                                   std::chrono::steady_clock::time_point received) {
+  const auto finish = [reactor](const absl::Status& status) {
+    reactor->Finish(ToGrpcStatus(status));
+  };
+  if (context->IsCancelled()) {
+    return finish(absl::CancelledError("the call ended before its submission was checked"));
+  }
   // Validate everything first: a batch is stored whole or not at all.
   std::vector<SubmitJobInput> inputs;
   inputs.reserve(requests.size());
   std::vector<std::string> errors;
   std::vector<v1::FieldViolation> violations;
+  // The batch's bounds, shared by its sweeps and checked before each is expanded.
+  SweepBudget budget;
   for (size_t i = 0; i < requests.size(); ++i) {
     const std::string prefix = batch ? absl::StrCat("jobs[", i, "].") : "";
-    // A sweep stands for one job per point, each validated on its own below.
-    absl::StatusOr<std::vector<v1::JobSpec>> specs = ExpandSweep(requests[i]->spec(), absl::StrCat(prefix, "spec."));
-    if (!specs.ok()) {
-      if (metrics_ != nullptr) metrics_->RecordSubmissions(SubmitResult::kInvalid, requests.size());
-      return FinishNow(context, specs.status());
-    }
     const bool sweep = requests[i]->spec().sweep().parameters_size() > 0;
     if (sweep && !batch) {
-      return FinishNow(context, absl::InvalidArgumentError(
-                                    "spec.sweep: a sweep creates one job per point; submit it with SubmitJobs "
-                                    "(POST /api/v1/jobs:batch; llamafleet submit and the Python "
-                                    "client's submit_many do)"));
+      return finish(absl::InvalidArgumentError(
+          "spec.sweep: a sweep creates one job per point; submit it with SubmitJobs "
+          "(POST /api/v1/jobs:batch; llamafleet submit and the Python "
+          "client's submit_many do)"));
+    }
+    // A sweep stands for one job per point, each validated on its own below.
+    budget.max_points = kMaxBatchSize - static_cast<int64_t>(inputs.size());
+    absl::StatusOr<std::vector<v1::JobSpec>> specs =
+        ExpandSweep(requests[i]->spec(), absl::StrCat(prefix, "spec."), budget);
+    if (!specs.ok()) {
+      if (metrics_ != nullptr) metrics_->RecordSubmissions(SubmitResult::kInvalid, requests.size());
+      return finish(specs.status());
     }
     if (inputs.size() + specs->size() > static_cast<size_t>(kMaxBatchSize)) {
-      return FinishNow(context, absl::InvalidArgumentError(absl::StrCat(
-                                    "jobs: the batch makes more than ", kMaxBatchSize,
-                                    " jobs (sweeps count one per point); at most ", kMaxBatchSize, " per call")));
+      return finish(absl::InvalidArgumentError(absl::StrCat(
+          "jobs: the batch makes more than ", kMaxBatchSize,
+          " jobs (sweeps count one per point); at most ", kMaxBatchSize, " per call")));
+    }
+    if (sweep) {
+      for (const v1::JobSpec& point : *specs) {
+        budget.max_bytes -= static_cast<int64_t>(point.ByteSizeLong());
+      }
     }
     absl::StatusOr<int64_t> derived_from =
         DerivedFrom(*store_, requests[i]->derived_from(), prefix);
@@ -111,7 +141,7 @@ grpc::ServerUnaryReactor* JobServiceImpl::Submit(
   // Dependencies first: their templates fill in paths the rules below check.
   if (absl::Status s = ResolveDependencies(caller, &inputs); !s.ok()) {
     if (metrics_ != nullptr) metrics_->RecordSubmissions(SubmitResult::kInvalid, inputs.size());
-    return FinishNow(context, s);
+    return finish(s);
   }
   for (SubmitJobInput& in : inputs) {
     KeepResolvedReferences(in.spec, &*in.submitted_spec);
@@ -134,14 +164,14 @@ grpc::ServerUnaryReactor* JobServiceImpl::Submit(
   }
   if (!errors.empty()) {
     if (metrics_ != nullptr) metrics_->RecordSubmissions(SubmitResult::kInvalid, inputs.size());
-    return FinishNow(context, WithFieldViolations(
-                                  absl::InvalidArgumentError(absl::StrJoin(errors, "; ")), violations));
+    return finish(
+        WithFieldViolations(absl::InvalidArgumentError(absl::StrJoin(errors, "; ")), violations));
   }
   if (policy_.has_value()) {
     for (const SubmitJobInput& in : inputs) {
       if (absl::Status s = CheckCheckpointReads(caller, in.spec, in.field_prefix); !s.ok()) {
         if (metrics_ != nullptr) metrics_->RecordSubmissions(SubmitResult::kInvalid, inputs.size());
-        return FinishNow(context, s);
+        return finish(s);
       }
     }
   }
@@ -151,7 +181,7 @@ grpc::ServerUnaryReactor* JobServiceImpl::Submit(
     if (s.ok() && identities_ != nullptr) s = identities_->Check(caller.user);
     if (!s.ok()) {
       if (metrics_ != nullptr) metrics_->RecordSubmissions(SubmitResult::kInvalid, inputs.size());
-      return FinishNow(context, s);
+      return finish(s);
     }
     if (metrics_ != nullptr) metrics_->RecordSubmissions(SubmitResult::kDryRun, inputs.size());
     std::vector<v1::SubmitJobResponse> responses(inputs.size());
@@ -164,9 +194,8 @@ grpc::ServerUnaryReactor* JobServiceImpl::Submit(
       AddMemoryEstimate(job);
     }
     respond(std::move(responses));
-    return FinishNow(context, grpc::Status::OK);
+    return reactor->Finish(grpc::Status::OK);
   }
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   const int64_t jobs = static_cast<int64_t>(inputs.size());
   auto submit = [this, reactor, inputs = std::move(inputs), respond = std::move(respond), received,
                  jobs]() mutable {
@@ -194,7 +223,7 @@ grpc::ServerUnaryReactor* JobServiceImpl::Submit(
   };
   if (identities_ == nullptr) {
     submit();
-    return reactor;
+    return;
   }
   // The owner's Unix identity exists before any of their jobs does (user_identities.h):
   // a first submission records their dynamic uid, and is refused when none is left.
@@ -207,7 +236,6 @@ grpc::ServerUnaryReactor* JobServiceImpl::Submit(
     }
     submit();
   });
-  return reactor;
 }
 
 absl::Status JobServiceImpl::ResolveDependencies(const Principal& caller,

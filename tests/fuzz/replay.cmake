@@ -18,6 +18,7 @@ endfunction()
 
 llamafleet_fuzz_replay(jobspec_yaml llamafleet_http llamafleet_jobspec nlohmann_json::nlohmann_json)
 llamafleet_fuzz_replay(jobspec_json llamafleet_http llamafleet_jobspec)
+llamafleet_fuzz_replay(sweep_expansion llamafleet_jobspec yaml-cpp)
 llamafleet_fuzz_replay(http_target llamafleet_http)
 llamafleet_fuzz_replay(cli_table llamafleet_cli)
 llamafleet_fuzz_replay(trainer_events llamafleet_trainer_events)

@@ -32,7 +32,7 @@ while (($#)); do
   esac
 done
 
-harnesses=(jobspec_yaml jobspec_json http_target cli_table trainer_events gpu_health safetensors_header
+harnesses=(jobspec_yaml jobspec_json sweep_expansion http_target cli_table trainer_events gpu_health safetensors_header
   safetensors_index hf_config checkpoint_manifest peft_adapter_config token_file)
 if ((${#only[@]})); then harnesses=("${only[@]}"); fi
 
