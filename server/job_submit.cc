@@ -120,7 +120,7 @@ void JobServiceImpl::CheckAndStore(grpc::CallbackServerContext* context,
     }
     absl::StatusOr<int64_t> derived_from =
         DerivedFrom(*store_, requests[i]->derived_from(), prefix);
-    if (!derived_from.ok()) return FinishNow(context, derived_from.status());
+    if (!derived_from.ok()) return finish(derived_from.status());
     for (size_t k = 0; k < specs->size(); ++k) {
       SubmitJobInput in;
       in.spec = std::move((*specs)[k]);
