@@ -213,16 +213,17 @@ TEST_F(JobStoreTest, MigrationFromSchemaThreeKeepsEveryRowAndStopsIdReuse) {
   // Schema 3 had neither the checkpoint_dir column nor the later worker_credentials table
   // nor the attempts' nodes and resize_reason columns (schema 6) nor their phases (schema 7)
   // nor the jobs' export_dir (schema 8) nor evaluations and usage (schema 10) nor users'
-  // dynamic uids (schema 11) nor deleted jobs' dirs (schema 12).
+  // dynamic uids (schema 11) nor deleted jobs' dirs (schema 12) nor specs as submitted (13).
   exec("BEGIN; DROP TABLE user_identities; DROP INDEX jobs_by_checkpoint_dir; DROP INDEX jobs_by_owner_state; DROP INDEX jobs_by_export_dir;"
        "ALTER TABLE jobs DROP COLUMN export_dir;"
        "DROP TABLE job_evals; DROP TABLE usage_totals; ALTER TABLE checkpoints DROP COLUMN eval_loss;"
        "ALTER TABLE attempts DROP COLUMN gpu_seconds; ALTER TABLE attempts DROP COLUMN cost;"
        "ALTER TABLE jobs DROP COLUMN checkpoint_dir; DROP TABLE worker_credentials;"
        "ALTER TABLE attempts DROP COLUMN nodes; ALTER TABLE attempts DROP COLUMN resize_reason;"
-       "DROP TABLE attempt_phases; DROP TABLE deleted_job_dirs;");
+       "DROP TABLE attempt_phases; DROP TABLE deleted_job_dirs;"
+       "ALTER TABLE jobs DROP COLUMN submitted_spec; ALTER TABLE jobs DROP COLUMN derived_from;");
   // The columns are gone from `create` too: drop them from the text.
-  for (const std::string kColumn : {"export_dir TEXT", "checkpoint_dir TEXT"}) {
+  for (const std::string kColumn : {"derived_from INTEGER", "submitted_spec BLOB", "export_dir TEXT", "checkpoint_dir TEXT"}) {
     const size_t column = create.find(kColumn);
     ASSERT_NE(column, std::string::npos) << create;
     const size_t comma = create.rfind(',', column);
