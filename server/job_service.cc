@@ -134,6 +134,13 @@ grpc::ServerUnaryReactor* JobServiceImpl::ListJobs(grpc::CallbackServerContext* 
   }
   query.queue = request->queue();
   query.owner = request->owner();
+  // A job has at most kMaxLabels labels: more selectors can match nothing, and each one
+  // is a subquery of the listing's SQL.
+  if (request->labels_size() > kMaxLabels) {
+    return FinishNow(context, absl::InvalidArgumentError(absl::StrCat(
+                                  "labels has ", request->labels_size(), " selectors; at most ",
+                                  kMaxLabels, " (a job has at most ", kMaxLabels, " labels)")));
+  }
   for (int i = 0; i < request->labels_size(); ++i) {
     const std::string& selector = request->labels(i);
     size_t eq = selector.find('=');
