@@ -1,6 +1,7 @@
 // JobServiceImpl: construction and the unary reads (jobs, events, checkpoints, attempts,
-// metrics, queues, the caller) and cancellation. Submission is in job_submit.cc, the
-// WatchJob and StreamJobLogs streams in job_streams.cc, usage in job_usage.cc.
+// metrics, queues, the caller) and cancellation. Submission is in job_submit.cc, its checks
+// against the storage and directory claims and ReleaseDir in job_claims.cc, the WatchJob
+// and StreamJobLogs streams in job_streams.cc, usage in job_usage.cc.
 #include "server/job_service.h"
 
 #include <algorithm>
@@ -86,8 +87,10 @@ void ReduceToBasicView(v1::Job* job) {
 
 JobServiceImpl::JobServiceImpl(JobStore* store, const Authenticator* auth)
     : store_(store),
-      own_auth_(auth == nullptr ? std::make_unique<Authenticator>(store, /*enabled=*/false) : nullptr),
-      auth_(auth == nullptr ? own_auth_.get() : auth) {}
+      own_auth_(auth == nullptr ? std::make_unique<Authenticator>(store, /*enabled=*/false)
+                                : nullptr),
+      auth_(auth == nullptr ? own_auth_.get() : auth),
+      storage_checks_(std::make_unique<SerialExecutor>("lf-submit-fs")) {}
 
 JobServiceImpl::~JobServiceImpl() = default;
 

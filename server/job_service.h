@@ -1,6 +1,7 @@
 #ifndef LLAMAFLEET_SERVER_JOB_SERVICE_H_
 #define LLAMAFLEET_SERVER_JOB_SERVICE_H_
 
+#include <chrono>
 #include <functional>
 #include <map>
 #include <memory>
@@ -15,6 +16,7 @@
 #include "server/cluster/cluster_manager.h"
 #include "server/log_store.h"
 #include "server/metrics.h"
+#include "server/serial_executor.h"
 #include "server/submit_policy.h"
 #include "storage/job_store.h"
 #include "storage/usage_store.h"
@@ -79,6 +81,9 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
   grpc::ServerUnaryReactor* DeleteJob(grpc::CallbackServerContext* context,
                                       const v1::DeleteJobRequest* request,
                                       v1::DeleteJobResponse* response) override;
+  grpc::ServerUnaryReactor* ReleaseDir(grpc::CallbackServerContext* context,
+                                       const v1::ReleaseDirRequest* request,
+                                       v1::ReleaseDirResponse* response) override;
   grpc::ServerUnaryReactor* CancelJob(grpc::CallbackServerContext* context,
                                       const v1::CancelJobRequest* request,
                                       v1::CancelJobResponse* response) override;
@@ -124,12 +129,26 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
   absl::StatusOr<int64_t> ReadableJob(const grpc::CallbackServerContext& context,
                                       const std::string& job_id) const;
 
-  // PERMISSION_DENIED unless `caller` may read what the spec's checkpoint.resume and
-  // model.path name: a path inside another job's checkpoint directory (its own
-  // checkpoint.dir, or its default one) is for that job's owner and admins only.
+  // The rest of a submission, on storage_checks_ once the specs are valid: CheckStorage,
+  // then a dry run's answer, or the owner's identity and the store's write.
+  void SubmitChecked(grpc::ServerUnaryReactor* reactor, const Principal& caller,
+                     std::vector<SubmitJobInput> inputs, bool dry_run,
+                     std::function<void(std::vector<v1::SubmitJobResponse>)> respond,
+                     std::chrono::steady_clock::time_point received);
   // Resolves the batch's depends_on references and templates (jobspec/dependencies.h),
   // reading the parents it names from the store; fills each input's batch_parents.
   absl::Status ResolveDependencies(const Principal& caller, std::vector<SubmitJobInput>* inputs) const;
+
+  // The checks of a submission that look at the storage and the recorded claims
+  // (job_claims.cc; they block on both, so they run on storage_checks_): no link in a
+  // written directory (INVALID_ARGUMENT), CheckCheckpointReads, no clash with a claim that
+  // keeps the submitter out and only directories the submitter's identity may claim
+  // (FAILED_PRECONDITION; server/claim_judge.h). Fills each input's pending_claims.
+  absl::Status CheckStorage(const Principal& caller, std::vector<SubmitJobInput>* inputs) const;
+  // PERMISSION_DENIED unless `caller` may read what the spec's checkpoint.resume and
+  // model.path name: a path inside another job's checkpoint directory (its default one, or
+  // its own checkpoint.dir while that claim is real) is for that job's owner and admins
+  // only.
   absl::Status CheckCheckpointReads(const Principal& caller, const v1::JobSpec& spec,
                                     const std::string& prefix) const;
 
@@ -161,6 +180,10 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
   std::mutex watches_mu_;
   bool watches_stopped_ ABSL_GUARDED_BY(watches_mu_) = false;
   std::set<WatchReactor*> watches_ ABSL_GUARDED_BY(watches_mu_);
+
+  // Submissions' looks at the storage (CheckStorage). Last: destroyed first, finishing
+  // what was queued while the members it uses live.
+  std::unique_ptr<SerialExecutor> storage_checks_;
 };
 
 }  // namespace llamafleet

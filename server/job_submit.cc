@@ -1,8 +1,8 @@
 // JobServiceImpl's submissions: SubmitJob and SubmitJobs expand sweeps into their points
-// and validate every spec (defaults, the schema, the idempotency key, the submit policy
-// and who may read a resumed checkpoint) before anything reaches the store, and answer
-// from the store's commit callback, so a client hears "submitted" only once its jobs are
-// durable.
+// and validate every spec (defaults, the schema, the idempotency key, the submit policy,
+// then on an executor of their own what the storage and the recorded claims say:
+// job_claims.cc) before anything reaches the store, and answer from the store's commit
+// callback, so a client hears "submitted" only once its jobs are durable.
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
@@ -12,7 +12,6 @@
 #include "jobspec/sweep.h"
 #include "server/job_service.h"
 #include "server/job_service_internal.h"
-#include "server/path_resolution.h"
 #include "server/user_identities.h"
 #include "storage/cluster_store.h"
 
@@ -93,7 +92,6 @@ grpc::ServerUnaryReactor* JobServiceImpl::Submit(
     if (policy_.has_value()) {
       in.max_active_jobs = policy_->max_active_jobs_per_user;
       if (valid.ok()) policy = ApplySubmitPolicy(*policy_, caller.role, in.field_prefix, &in.spec);
-      if (valid.ok() && policy.ok()) policy = CheckWrittenDirsHaveNoLinks(policy_->path_roots, in.field_prefix, in.spec);
     }
     for (const absl::Status* st : {&valid, &key, &policy}) {
       if (st->ok()) continue;
@@ -106,22 +104,26 @@ grpc::ServerUnaryReactor* JobServiceImpl::Submit(
     return FinishNow(context, WithFieldViolations(
                                   absl::InvalidArgumentError(absl::StrJoin(errors, "; ")), violations));
   }
-  if (policy_.has_value()) {
-    for (const SubmitJobInput& in : inputs) {
-      if (absl::Status s = CheckCheckpointReads(caller, in.spec, in.field_prefix); !s.ok()) {
-        if (metrics_ != nullptr) metrics_->RecordSubmissions(SubmitResult::kInvalid, inputs.size());
-        return FinishNow(context, s);
-      }
-    }
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  storage_checks_->Post([this, reactor, caller, inputs = std::move(inputs), dry_run,
+                         respond = std::move(respond), received]() mutable {
+    SubmitChecked(reactor, caller, std::move(inputs), dry_run, std::move(respond), received);
+  });
+  return reactor;
+}
+
+void JobServiceImpl::SubmitChecked(grpc::ServerUnaryReactor* reactor, const Principal& caller,
+                                   std::vector<SubmitJobInput> inputs, bool dry_run,
+                                   std::function<void(std::vector<v1::SubmitJobResponse>)> respond,
+                                   std::chrono::steady_clock::time_point received) {
+  absl::Status checked = CheckStorage(caller, &inputs);
+  if (checked.ok() && dry_run && identities_ != nullptr) checked = identities_->Check(caller.user);
+  if (!checked.ok()) {
+    if (metrics_ != nullptr) metrics_->RecordSubmissions(SubmitResult::kInvalid, inputs.size());
+    reactor->Finish(ToGrpcStatus(checked));
+    return;
   }
   if (dry_run) {
-    // What the store's transaction would refuse, refused the same way.
-    absl::Status s = CheckJobDirsFree(*store_, inputs);
-    if (s.ok() && identities_ != nullptr) s = identities_->Check(caller.user);
-    if (!s.ok()) {
-      if (metrics_ != nullptr) metrics_->RecordSubmissions(SubmitResult::kInvalid, inputs.size());
-      return FinishNow(context, s);
-    }
     if (metrics_ != nullptr) metrics_->RecordSubmissions(SubmitResult::kDryRun, inputs.size());
     std::vector<v1::SubmitJobResponse> responses(inputs.size());
     for (size_t i = 0; i < inputs.size(); ++i) {
@@ -133,9 +135,9 @@ grpc::ServerUnaryReactor* JobServiceImpl::Submit(
       AddMemoryEstimate(job);
     }
     respond(std::move(responses));
-    return FinishNow(context, grpc::Status::OK);
+    reactor->Finish(grpc::Status::OK);
+    return;
   }
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   const int64_t jobs = static_cast<int64_t>(inputs.size());
   auto submit = [this, reactor, inputs = std::move(inputs), respond = std::move(respond), received,
                  jobs]() mutable {
@@ -163,7 +165,7 @@ grpc::ServerUnaryReactor* JobServiceImpl::Submit(
   };
   if (identities_ == nullptr) {
     submit();
-    return reactor;
+    return;
   }
   // The owner's Unix identity exists before any of their jobs does (user_identities.h):
   // a first submission records their dynamic uid, and is refused when none is left.
@@ -176,7 +178,6 @@ grpc::ServerUnaryReactor* JobServiceImpl::Submit(
     }
     submit();
   });
-  return reactor;
 }
 
 absl::Status JobServiceImpl::ResolveDependencies(const Principal& caller,
@@ -191,57 +192,6 @@ absl::Status JobServiceImpl::ResolveDependencies(const Principal& caller,
   absl::Status s = ResolveBatchDependencies(batch, caller.user, caller.role == v1::ADMIN, lookup);
   if (!s.ok()) return s;
   for (size_t i = 0; i < inputs->size(); ++i) (*inputs)[i].batch_parents = std::move(batch[i].batch_parents);
-  return absl::OkStatus();
-}
-
-absl::Status JobServiceImpl::CheckCheckpointReads(const Principal& caller, const v1::JobSpec& spec,
-                                                  const std::string& prefix) const {
-  if (caller.role == v1::ADMIN) return absl::OkStatus();
-  const std::vector<std::string>& roots = policy_->path_roots;
-  for (const auto& [field, path] :
-       {std::pair<absl::string_view, const std::string*>{"checkpoint.resume", &spec.checkpoint().resume()},
-        {"model.path", &spec.model().path()}}) {
-    if (path->empty() || *path == "latest") continue;
-    auto denied = [&, field = field, path = path](const std::string& why) {
-      v1::FieldViolation v;
-      v.set_field(absl::StrCat(prefix, field));
-      v.set_description(why);
-      return WithFieldViolations(
-          absl::PermissionDeniedError(absl::StrCat(
-              prefix, field, " ", *path, " ", why,
-              "; only that job's owner or an admin may read it (user ", caller.user, ")")),
-          {v});
-    };
-    // Judged as written and as the storage resolves it (a link of the caller's may lead
-    // into another job's directory).
-    std::vector<std::string> candidates = {*path};
-    if (std::optional<std::string> resolved = ResolveBelowRoot(roots, *path); resolved && *resolved != *path) {
-      candidates.push_back(*resolved);
-    }
-    for (const std::string& p : candidates) {
-      const std::string via = p == *path ? "" : absl::StrCat("(through a link, ", p, ") ");
-      if (std::optional<int64_t> id = DefaultCheckpointDirJob(roots, p)) {
-        absl::StatusOr<v1::Job> job = store_->GetJob(*id);
-        if (!job.ok() && job.status().code() != absl::StatusCode::kNotFound) return job.status();
-        if (!job.ok()) return denied(absl::StrCat(via, "is a checkpoint of job ", *id, ", which no longer exists"));
-        if (job->owner() != caller.user) {
-          return denied(absl::StrCat(via, "is a checkpoint of job ", *id, ", owned by ", job->owner()));
-        }
-        continue;
-      }
-      if (std::optional<std::string> reserved = InsideReservedDir(roots, p)) {
-        return denied(absl::StrCat(via, "is inside ", *reserved, ", which holds jobs' checkpoints"));
-      }
-      absl::StatusOr<std::vector<CheckpointDirOwner>> owners = CheckpointDirOwners(*store_, p);
-      if (!owners.ok()) return owners.status();
-      for (const CheckpointDirOwner& o : *owners) {
-        if (o.owner != caller.user) {
-          return denied(absl::StrCat(via, "is inside ", o.dir, ", the checkpoint directory of ",
-                                     o.deleted ? "deleted job " : "job ", o.job_id, ", owned by ", o.owner));
-        }
-      }
-    }
-  }
   return absl::OkStatus();
 }
 

@@ -97,6 +97,13 @@ class JobWrite : public WriteOp {
   std::vector<std::pair<int64_t, SchedulableJob>> queued_;
 };
 
+// A claim on a directory (storage/dir_claims.h) that the coordinator found not to keep a
+// submission out: job `job_id`'s claim through `field`.
+struct PendingClaim {
+  int64_t job_id = 0;
+  std::string field;  // "checkpoint.dir" or "output.export_dir"
+};
+
 struct SubmitJobInput {
   v1::JobSpec spec;        // validated, defaults applied, paths normalized
   std::string owner;
@@ -109,6 +116,9 @@ struct SubmitJobInput {
   // {k, b}: spec.depends_on[k] names job b of the same submission (b before this one);
   // the transaction stores b's id there.
   std::vector<std::pair<int, int>> batch_parents = {};
+  // Other users' claims that clash with this job's directories but keep it out neither in
+  // a dry run nor in the transaction (server/claim_judge.h decides which).
+  std::vector<PendingClaim> pending_claims = {};
 };
 
 struct SubmitJobResult {
@@ -131,16 +141,12 @@ struct SubmitBatch {
 };
 
 // Stores the batch's jobs, QUEUED with a "submitted" event: all or nothing (see
-// JobStore::SubmitJobs for the errors). Fills batch->results.
+// JobStore::SubmitJobs for the errors; a standing claim on a job's own directory that is
+// not among its pending_claims refuses it, storage/dir_claims.h). Fills batch->results.
 TxnFunction SubmitJobsTxn(std::shared_ptr<SubmitBatch> batch);
 
 class JobStore;
 
-// A dry run's answer to what SubmitJobsTxn refuses about a job's own directories
-// (checkpoint.dir, output.export_dir): another job's (stored, or earlier in `inputs`) is,
-// contains or lies inside one of them. FAILED_PRECONDITION naming the field, as a real
-// submission's.
-absl::Status CheckJobDirsFree(JobStore& store, const std::vector<SubmitJobInput>& inputs);
 // Moves a job to `to` if it is in one of `from` (empty = any non-terminal state), with an
 // event of `type`; FAILED_PRECONDITION otherwise, NOT_FOUND for no job. Fills *result.
 TxnFunction TransitionJobTxn(int64_t job_id, std::vector<v1::JobState> from, v1::JobState to,
