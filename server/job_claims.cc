@@ -36,18 +36,26 @@ absl::Status JobServiceImpl::CheckStorage(const Principal& caller,
                                  violations);
     }
     for (const SubmitJobInput& in : *inputs) {
-      if (absl::Status s = CheckCheckpointReads(caller, in.spec, in.field_prefix); !s.ok())
+      if (absl::Status s = CheckCheckpointReads(caller, in.spec, in.field_prefix); !s.ok()) {
         return s;
+      }
     }
   }
+  // A submission whose idempotency key its owner already used returns that job: its
+  // directories are claimed already, by that job.
+  absl::StatusOr<std::vector<bool>> known = KnownSubmissions(*store_, *inputs);
+  if (!known.ok()) return known.status();
   const ClaimJudge judge(roots, policy_.has_value() ? identities_ : nullptr);
   if (absl::Status s = judge.MarkPendingClaims(*store_, inputs); !s.ok()) return s;
   // What the store's transaction would refuse, refused the same way, before ownership: a
   // directory another job holds is named as that job's.
-  if (absl::Status s = CheckJobDirsFree(*store_, *inputs); !s.ok()) return s;
-  for (const SubmitJobInput& in : *inputs) {
-    if (absl::Status s = judge.CheckClaimable(caller.user, in.field_prefix, in.spec); !s.ok())
+  if (absl::Status s = CheckJobDirsFree(*store_, *inputs, *known); !s.ok()) return s;
+  for (size_t i = 0; i < inputs->size(); ++i) {
+    const SubmitJobInput& in = (*inputs)[i];
+    if ((*known)[i]) continue;
+    if (absl::Status s = judge.CheckClaimable(caller.user, in.field_prefix, in.spec); !s.ok()) {
       return s;
+    }
   }
   return absl::OkStatus();
 }

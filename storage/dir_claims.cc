@@ -163,15 +163,32 @@ absl::Status CheckJobDirFree(Txn& txn, const std::string& prefix, absl::string_v
           : "; every job needs an export directory of its own: name a new one"));
 }
 
-absl::Status CheckJobDirsFree(JobStore& store, const std::vector<SubmitJobInput>& inputs) {
+absl::StatusOr<std::vector<bool>> KnownSubmissions(JobStore& store,
+                                                   const std::vector<SubmitJobInput>& inputs) {
+  std::vector<bool> known(inputs.size(), false);
+  absl::Status s = store.Read([&](sqlite::Connection& conn) -> absl::Status {
+    Txn txn(conn, 0);
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      absl::StatusOr<bool> used = KeyUsed(txn, inputs[i]);
+      if (!used.ok()) return used.status();
+      known[i] = *used;
+    }
+    return absl::OkStatus();
+  });
+  if (!s.ok()) return s;
+  return known;
+}
+
+absl::Status CheckJobDirsFree(JobStore& store, const std::vector<SubmitJobInput>& inputs,
+                              const std::vector<bool>& known_in) {
+  std::vector<bool> known = known_in;
+  if (known.empty()) {
+    absl::StatusOr<std::vector<bool>> found = KnownSubmissions(store, inputs);
+    if (!found.ok()) return found.status();
+    known = *std::move(found);
+  }
   return store.Read([&](sqlite::Connection& conn) -> absl::Status {
     Txn txn(conn, 0);
-    std::vector<bool> known(inputs.size(), false);
-    for (size_t i = 0; i < inputs.size(); ++i) {
-      absl::StatusOr<bool> exists = KeyUsed(txn, inputs[i]);
-      if (!exists.ok()) return exists.status();
-      known[i] = *exists;
-    }
     for (size_t i = 0; i < inputs.size(); ++i) {
       if (known[i]) continue;
       const v1::JobSpec& spec = inputs[i].spec;

@@ -57,12 +57,18 @@ absl::Status CheckJobDirFree(Txn& txn, const std::string& prefix, absl::string_v
                              const std::string& dir, const std::string& owner,
                              const std::vector<PendingClaim>& pending);
 
+// For each input, whether its owner already used its idempotency key: the submission then
+// returns that job and stores nothing for it, so nothing of it needs checking again.
+absl::StatusOr<std::vector<bool>> KnownSubmissions(JobStore& store,
+                                                   const std::vector<SubmitJobInput>& inputs);
+
 // What SubmitJobsTxn refuses about the inputs' own directories, refused the same way (a
 // dry run's answer, and the check before a submission is queued): a standing claim that
 // clashes (CheckJobDirFree), or another input of the batch naming, inside or above one of
-// them. FAILED_PRECONDITION naming the field. An input whose owner already used its
-// idempotency key is left out (the submission returns that job).
-absl::Status CheckJobDirsFree(JobStore& store, const std::vector<SubmitJobInput>& inputs);
+// them. FAILED_PRECONDITION naming the field. Inputs that are `known` (KnownSubmissions;
+// empty: none) are left out.
+absl::Status CheckJobDirsFree(JobStore& store, const std::vector<SubmitJobInput>& inputs,
+                              const std::vector<bool>& known = {});
 
 // The standing claims on checkpoint directories that are `path` (normalized) or one of its
 // ancestors: whose checkpoints a read of `path` reads.

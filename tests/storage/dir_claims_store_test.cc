@@ -93,6 +93,20 @@ TEST_F(DirClaimsStoreTest, APendingClaimRefusesNeitherTheSubmissionNorItsDryRun)
   EXPECT_TRUE(store_->SubmitJobsAndWait({in}).ok());
 }
 
+// A submission retried with its idempotency key returns its job: the claim it made the
+// first time does not refuse it.
+TEST_F(DirClaimsStoreTest, ARetriedSubmissionIsNotRefusedForItsOwnClaim) {
+  testing::SpecBuilder spec("t");
+  SubmitJobInput in{
+      spec.Tokenizer("").TrainPath("/data/train.jsonl").CheckpointDir("/fsx/ck").WithDefaults(),
+      "alice", "key-1"};
+  ASSERT_TRUE(store_->SubmitJobsAndWait({in}).ok());
+  EXPECT_EQ(*KnownSubmissions(*store_, {in}), std::vector<bool>{true});
+  EXPECT_TRUE(CheckJobDirsFree(*store_, {in}).ok());
+  in.idempotency_key = "key-2";
+  EXPECT_TRUE(absl::IsFailedPrecondition(CheckJobDirsFree(*store_, {in})));
+}
+
 TEST_F(DirClaimsStoreTest, AReleaseRemovesEveryClaimOnTheDirectoryWithAnEvent) {
   const int64_t live = Submit("bob", "/fsx/ck");
   const int64_t gone = Submit("carol", "/fsx/ck2");
