@@ -1,6 +1,7 @@
 // JobServiceImpl: construction and the unary reads (jobs, events, checkpoints, attempts,
-// metrics, queues, the caller) and cancellation. Submission is in job_submit.cc, the
-// WatchJob and StreamJobLogs streams in job_streams.cc, usage in job_usage.cc.
+// metrics, queues, the caller) and cancellation. Submission is in job_submit.cc, its checks
+// against the storage and directory claims and ReleaseDir in job_claims.cc, the WatchJob
+// and StreamJobLogs streams in job_streams.cc, usage in job_usage.cc.
 #include "server/job_service.h"
 
 #include <algorithm>
@@ -146,6 +147,13 @@ grpc::ServerUnaryReactor* JobServiceImpl::ListJobs(grpc::CallbackServerContext* 
   }
   query.queue = request->queue();
   query.owner = request->owner();
+  // A job has at most kMaxLabels labels: more selectors can match nothing, and each one
+  // is a subquery of the listing's SQL.
+  if (request->labels_size() > kMaxLabels) {
+    return FinishNow(context, absl::InvalidArgumentError(absl::StrCat(
+                                  "labels has ", request->labels_size(), " selectors; at most ",
+                                  kMaxLabels, " (a job has at most ", kMaxLabels, " labels)")));
+  }
   for (int i = 0; i < request->labels_size(); ++i) {
     const std::string& selector = request->labels(i);
     size_t eq = selector.find('=');

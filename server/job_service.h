@@ -81,6 +81,9 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
   grpc::ServerUnaryReactor* DeleteJob(grpc::CallbackServerContext* context,
                                       const v1::DeleteJobRequest* request,
                                       v1::DeleteJobResponse* response) override;
+  grpc::ServerUnaryReactor* ReleaseDir(grpc::CallbackServerContext* context,
+                                       const v1::ReleaseDirRequest* request,
+                                       v1::ReleaseDirResponse* response) override;
   grpc::ServerUnaryReactor* CancelJob(grpc::CallbackServerContext* context,
                                       const v1::CancelJobRequest* request,
                                       v1::CancelJobResponse* response) override;
@@ -135,12 +138,20 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
   absl::StatusOr<int64_t> ReadableJob(const grpc::CallbackServerContext& context,
                                       const std::string& job_id) const;
 
-  // PERMISSION_DENIED unless `caller` may read what the spec's checkpoint.resume and
-  // model.path name: a path inside another job's checkpoint directory (its own
-  // checkpoint.dir, or its default one) is for that job's owner and admins only.
   // Resolves the batch's depends_on references and templates (jobspec/dependencies.h),
   // reading the parents it names from the store; fills each input's batch_parents.
   absl::Status ResolveDependencies(const Principal& caller, std::vector<SubmitJobInput>* inputs) const;
+
+  // The checks of a submission that look at the storage and the recorded claims
+  // (job_claims.cc; they block on both, so they run on submit_checks_ only): no link in a
+  // written directory (INVALID_ARGUMENT), CheckCheckpointReads, no clash with a claim that
+  // keeps the submitter out and only directories the submitter's identity may claim
+  // (FAILED_PRECONDITION; server/claim_judge.h). Fills each input's pending_claims.
+  absl::Status CheckStorage(const Principal& caller, std::vector<SubmitJobInput>* inputs) const;
+  // PERMISSION_DENIED unless `caller` may read what the spec's checkpoint.resume and
+  // model.path name: a path inside another job's checkpoint directory (its default one, or
+  // its own checkpoint.dir while that claim is real) is for that job's owner and admins
+  // only.
   absl::Status CheckCheckpointReads(const Principal& caller, const v1::JobSpec& spec,
                                     const std::string& prefix) const;
 

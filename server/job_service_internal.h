@@ -2,7 +2,7 @@
 #define LLAMAFLEET_SERVER_JOB_SERVICE_INTERNAL_H_
 
 // What the files that implement JobServiceImpl (job_service.cc, job_submit.cc,
-// job_streams.cc, job_usage.cc) share. Not for use outside them.
+// job_claims.cc, job_streams.cc, job_usage.cc) share. Not for use outside them.
 
 #include <optional>
 

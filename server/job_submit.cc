@@ -1,8 +1,8 @@
 // JobServiceImpl's submissions: SubmitJob and SubmitJobs expand sweeps into their points
-// and validate every spec (defaults, the schema, the idempotency key, the submit policy
-// and who may read a resumed checkpoint) before anything reaches the store, and answer
-// from the store's commit callback, so a client hears "submitted" only once its jobs are
-// durable. That work runs on the service's own thread (submit_checks_), never on the
+// and validate every spec (defaults, the schema, the idempotency key, the submit policy,
+// then what the storage and the recorded claims say: job_claims.cc) before anything
+// reaches the store, and answer from the store's commit callback, so a client hears
+// "submitted" only once its jobs are durable. That work runs on the service's own thread (submit_checks_), never on the
 // gRPC thread that took the call: those also read worker sessions' heartbeats.
 #include <chrono>
 
@@ -13,7 +13,6 @@
 #include "jobspec/sweep.h"
 #include "server/job_service.h"
 #include "server/job_service_internal.h"
-#include "server/path_resolution.h"
 #include "server/user_identities.h"
 #include "storage/cluster_store.h"
 #include "storage/job_reads.h"
@@ -154,7 +153,6 @@ void JobServiceImpl::CheckAndStore(grpc::CallbackServerContext* context,
     if (policy_.has_value()) {
       in.max_active_jobs = policy_->max_active_jobs_per_user;
       if (valid.ok()) policy = ApplySubmitPolicy(*policy_, caller.role, in.field_prefix, &in.spec);
-      if (valid.ok() && policy.ok()) policy = CheckWrittenDirsHaveNoLinks(policy_->path_roots, in.field_prefix, in.spec);
     }
     for (const absl::Status* st : {&valid, &key, &policy}) {
       if (st->ok()) continue;
@@ -167,22 +165,14 @@ void JobServiceImpl::CheckAndStore(grpc::CallbackServerContext* context,
     return finish(
         WithFieldViolations(absl::InvalidArgumentError(absl::StrJoin(errors, "; ")), violations));
   }
-  if (policy_.has_value()) {
-    for (const SubmitJobInput& in : inputs) {
-      if (absl::Status s = CheckCheckpointReads(caller, in.spec, in.field_prefix); !s.ok()) {
-        if (metrics_ != nullptr) metrics_->RecordSubmissions(SubmitResult::kInvalid, inputs.size());
-        return finish(s);
-      }
-    }
+  // What the storage and the recorded claims say (job_claims.cc).
+  absl::Status checked = CheckStorage(caller, &inputs);
+  if (checked.ok() && dry_run && identities_ != nullptr) checked = identities_->Check(caller.user);
+  if (!checked.ok()) {
+    if (metrics_ != nullptr) metrics_->RecordSubmissions(SubmitResult::kInvalid, inputs.size());
+    return finish(checked);
   }
   if (dry_run) {
-    // What the store's transaction would refuse, refused the same way.
-    absl::Status s = CheckJobDirsFree(*store_, inputs);
-    if (s.ok() && identities_ != nullptr) s = identities_->Check(caller.user);
-    if (!s.ok()) {
-      if (metrics_ != nullptr) metrics_->RecordSubmissions(SubmitResult::kInvalid, inputs.size());
-      return finish(s);
-    }
     if (metrics_ != nullptr) metrics_->RecordSubmissions(SubmitResult::kDryRun, inputs.size());
     std::vector<v1::SubmitJobResponse> responses(inputs.size());
     for (size_t i = 0; i < inputs.size(); ++i) {
@@ -250,57 +240,6 @@ absl::Status JobServiceImpl::ResolveDependencies(const Principal& caller,
   absl::Status s = ResolveBatchDependencies(batch, caller.user, caller.role == v1::ADMIN, lookup);
   if (!s.ok()) return s;
   for (size_t i = 0; i < inputs->size(); ++i) (*inputs)[i].batch_parents = std::move(batch[i].batch_parents);
-  return absl::OkStatus();
-}
-
-absl::Status JobServiceImpl::CheckCheckpointReads(const Principal& caller, const v1::JobSpec& spec,
-                                                  const std::string& prefix) const {
-  if (caller.role == v1::ADMIN) return absl::OkStatus();
-  const std::vector<std::string>& roots = policy_->path_roots;
-  for (const auto& [field, path] :
-       {std::pair<absl::string_view, const std::string*>{"checkpoint.resume", &spec.checkpoint().resume()},
-        {"model.path", &spec.model().path()}}) {
-    if (path->empty() || *path == "latest") continue;
-    auto denied = [&, field = field, path = path](const std::string& why) {
-      v1::FieldViolation v;
-      v.set_field(absl::StrCat(prefix, field));
-      v.set_description(why);
-      return WithFieldViolations(
-          absl::PermissionDeniedError(absl::StrCat(
-              prefix, field, " ", *path, " ", why,
-              "; only that job's owner or an admin may read it (user ", caller.user, ")")),
-          {v});
-    };
-    // Judged as written and as the storage resolves it (a link of the caller's may lead
-    // into another job's directory).
-    std::vector<std::string> candidates = {*path};
-    if (std::optional<std::string> resolved = ResolveBelowRoot(roots, *path); resolved && *resolved != *path) {
-      candidates.push_back(*resolved);
-    }
-    for (const std::string& p : candidates) {
-      const std::string via = p == *path ? "" : absl::StrCat("(through a link, ", p, ") ");
-      if (std::optional<int64_t> id = DefaultCheckpointDirJob(roots, p)) {
-        absl::StatusOr<v1::Job> job = store_->GetJob(*id);
-        if (!job.ok() && job.status().code() != absl::StatusCode::kNotFound) return job.status();
-        if (!job.ok()) return denied(absl::StrCat(via, "is a checkpoint of job ", *id, ", which no longer exists"));
-        if (job->owner() != caller.user) {
-          return denied(absl::StrCat(via, "is a checkpoint of job ", *id, ", owned by ", job->owner()));
-        }
-        continue;
-      }
-      if (std::optional<std::string> reserved = InsideReservedDir(roots, p)) {
-        return denied(absl::StrCat(via, "is inside ", *reserved, ", which holds jobs' checkpoints"));
-      }
-      absl::StatusOr<std::vector<CheckpointDirOwner>> owners = CheckpointDirOwners(*store_, p);
-      if (!owners.ok()) return owners.status();
-      for (const CheckpointDirOwner& o : *owners) {
-        if (o.owner != caller.user) {
-          return denied(absl::StrCat(via, "is inside ", o.dir, ", the checkpoint directory of ",
-                                     o.deleted ? "deleted job " : "job ", o.job_id, ", owned by ", o.owner));
-        }
-      }
-    }
-  }
   return absl::OkStatus();
 }
 

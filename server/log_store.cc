@@ -1,6 +1,11 @@
 #include "server/log_store.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <filesystem>
 #include <future>
 
@@ -9,11 +14,15 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "common/dir_fd.h"
 
 namespace llamafleet {
 namespace {
 
 constexpr size_t kBlock = 64 * 1024;
+// Trainer output is its job owner's business: the coordinator's alone on disk.
+constexpr mode_t kDirMode = 0700;
+constexpr mode_t kFileMode = 0600;
 
 bool ParseTaskId(const std::string& task_id, int64_t* job, int64_t* attempt) {
   std::vector<std::string> parts = absl::StrSplit(task_id, '-');
@@ -28,7 +37,32 @@ LogStore::LogStore(std::string dir, int64_t max_file_bytes, int max_open_files)
       max_bytes_(max_file_bytes),
       max_open_(std::max(1, max_open_files)),
       readers_(std::make_unique<SerialExecutor>("lf-log-read")),
-      writer_(std::make_unique<SerialExecutor>("lf-log-write")) {}
+      writer_(std::make_unique<SerialExecutor>("lf-log-write")) {
+  // The top first, at once: whatever lies below is then closed to other users while the
+  // writer thread tightens it entry by entry.
+  std::error_code ec;
+  std::filesystem::create_directories(std::filesystem::path(dir_).parent_path(), ec);
+  if (::mkdir(dir_.c_str(), kDirMode) != 0 && errno == EEXIST) {
+    UniqueFd top(::open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (top.valid()) ::fchmod(top.get(), kDirMode);
+  }
+  writer_->Post([this] { TightenModes(); });
+}
+
+void LogStore::TightenModes() {
+  std::error_code ec;
+  // Links are neither followed nor changed: only directories and regular files.
+  for (auto it = std::filesystem::recursive_directory_iterator(dir_, ec);
+       !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
+    const std::filesystem::file_status st = it->symlink_status(ec);
+    if (ec) break;
+    const bool dir = std::filesystem::is_directory(st);
+    if (!dir && !std::filesystem::is_regular_file(st)) continue;
+    UniqueFd fd(::open(it->path().c_str(),
+                       O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | (dir ? O_DIRECTORY : 0)));
+    if (fd.valid()) ::fchmod(fd.get(), dir ? kDirMode : kFileMode);
+  }
+}
 
 LogStore::~LogStore() {
   writer_.reset();  // writes what was queued
@@ -86,12 +120,20 @@ LogStore::File* LogStore::OpenFile(const std::string& path) {
     const std::string victim = lru_.back();
     CloseFile(victim, &files_[victim]);
   }
-  std::error_code ec;
-  std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
-  file.f = fopen(path.c_str(), "a");
+  // DIR/<job>/attempt-<n>/rank-<r>.log: each level below DIR made private.
+  const std::string attempt_dir = std::filesystem::path(path).parent_path().string();
+  for (const std::string& level :
+       {dir_, std::filesystem::path(attempt_dir).parent_path().string(), attempt_dir}) {
+    ::mkdir(level.c_str(), kDirMode);
+  }
+  UniqueFd fd(
+      ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_CLOEXEC, kFileMode));
+  if (!fd.valid()) return nullptr;
+  file.f = ::fdopen(fd.get(), "a");
   if (file.f == nullptr) return nullptr;
-  const auto size = std::filesystem::file_size(path, ec);
-  file.bytes = ec ? 0 : static_cast<int64_t>(size);
+  fd.release();
+  struct stat st;
+  file.bytes = ::fstat(fileno(file.f), &st) == 0 ? static_cast<int64_t>(st.st_size) : 0;
   lru_.push_front(path);
   file.lru = lru_.begin();
   std::lock_guard<std::mutex> lock(mu_);

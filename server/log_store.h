@@ -11,6 +11,10 @@
 //   - A line longer than kMaxLineBytes is cut there (with a marker).
 //   - Readers (StreamJobLogs) run on a reader thread of their own (RunRead), read in
 //     blocks, and return chunks of at most kMaxChunkBytes.
+// Logs hold what trainers printed, for their job's owner and the coordinator only: DIR and
+// every directory below it are mode 0700, every file 0600, made so, and tightened so at
+// construction when an earlier build left them looser (DIR at once, the rest on the
+// writer thread). Links are never followed.
 
 #include <cstdint>
 #include <cstdio>
@@ -90,6 +94,7 @@ class LogStore {
     int64_t dropped = 0;
     int64_t bytes = 0;
   };
+  void TightenModes();                   // writer thread
   void WriteBatch(const Batch& batch);   // writer thread
   File* OpenFile(const std::string& path);  // writer thread
   void CloseFile(const std::string& path, File* file);

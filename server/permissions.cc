@@ -14,6 +14,8 @@ const char* OperationName(Operation op) {
       return "submit jobs";
     case Operation::kCancel:
       return "cancel jobs";
+    case Operation::kReleaseDir:
+      return "release jobs' claims on directories (admins do)";
   }
   return "do that";
 }
@@ -61,6 +63,9 @@ absl::Status Authorize(const Principal& principal, Operation op, const std::stri
             "user ", principal.user, " may not cancel job ", job_id, ", owned by ", job_owner,
             " (users cancel their own jobs; admins cancel any)"));
       }
+      break;
+    case Operation::kReleaseDir:
+      allowed = role == v1::ADMIN;
       break;
   }
   if (allowed) return absl::OkStatus();

@@ -6,7 +6,8 @@
 // reading its body when the caller's role cannot do what the route does).
 //   viewer  reads everything;
 //   user    reads everything, submits jobs, cancels the jobs it owns;
-//   admin   does anything, including cancelling anyone's job.
+//   admin   does anything, including cancelling anyone's job and releasing a job's
+//           claim on a directory.
 
 #include <string>
 
@@ -22,9 +23,10 @@ struct Principal {
 };
 
 enum class Operation {
-  kRead,    // any Get/List/Watch/Stream call
-  kSubmit,  // SubmitJob(s), dry runs included
-  kCancel,  // CancelJob: also needs the job's owner
+  kRead,        // any Get/List/Watch/Stream call
+  kSubmit,      // SubmitJob(s), dry runs included
+  kCancel,      // CancelJob: also needs the job's owner
+  kReleaseDir,  // ReleaseDir: admins only
 };
 
 // PERMISSION_DENIED naming the user, their role and what was refused. For kCancel with an

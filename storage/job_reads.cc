@@ -258,29 +258,5 @@ absl::StatusOr<std::map<std::string, JobCounts>> ReadJobCountsByQueue(sqlite::Co
   return counts;
 }
 
-absl::StatusOr<std::vector<CheckpointDirOwner>> CheckpointDirOwners(JobStore& store,
-                                                                     const std::string& path) {
-  std::vector<CheckpointDirOwner> out;
-  absl::Status s = store.Read([&](sqlite::Connection& conn) -> absl::Status {
-    absl::StatusOr<sqlite::Statement> q = conn.Prepare(
-        "SELECT id, owner, 0 FROM jobs WHERE checkpoint_dir = ?1 "
-        "UNION ALL SELECT job_id, owner, 1 FROM deleted_job_dirs WHERE dir = ?1");
-    if (!q.ok()) return q.status();
-    for (const std::string& d : SelfAndAncestors(path)) {
-      q->Reset();
-      q->Bind(1, d);
-      while (true) {
-        absl::StatusOr<bool> row = q->Step();
-        if (!row.ok()) return row.status();
-        if (!*row) break;
-        out.push_back({q->ColumnInt(0), q->ColumnText(1), d, q->ColumnInt(2) != 0});
-      }
-    }
-    return absl::OkStatus();
-  });
-  if (!s.ok()) return s;
-  return out;
-}
-
 }  // namespace llamafleet
 

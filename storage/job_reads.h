@@ -67,17 +67,6 @@ absl::StatusOr<std::vector<v1::JobEvent>> ReadEvents(sqlite::Connection& conn, i
 absl::StatusOr<JobCounts> ReadJobCounts(sqlite::Connection& conn);
 absl::StatusOr<std::map<std::string, JobCounts>> ReadJobCountsByQueue(sqlite::Connection& conn);
 
-// Jobs whose own checkpoint.dir (as submitted, normalized) is `path` or one of its
-// ancestors, deleted jobs' too (storage/deleted_job_dirs.h); `path` must be normalized
-// (absolute, no '.', '..' or trailing '/').
-struct CheckpointDirOwner {
-  int64_t job_id = 0;
-  std::string owner;
-  std::string dir;
-  bool deleted = false;  // the job's record was deleted
-};
-absl::StatusOr<std::vector<CheckpointDirOwner>> CheckpointDirOwners(JobStore& store,
-                                                                     const std::string& path);
 // `dir` (normalized) and its ancestors, "/" last.
 std::vector<std::string> SelfAndAncestors(const std::string& dir);
 

@@ -8,6 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "google/protobuf/util/time_util.h"
+#include "storage/dir_claims.h"
 #include "storage/job_reads.h"
 #include "storage/job_store.h"
 
@@ -37,145 +38,6 @@ absl::StatusOr<int64_t> QueryInt(sqlite::Statement& s, int column = 0) {
   if (!row.ok()) return row.status();
   return v;
 }
-
-// Where jobs' own directories are recorded, and how messages name them: a live job's
-// checkpoint and export dirs (nobody's job may share them, its owner's neither), and a
-// deleted job's named checkpoint dir (storage/deleted_job_dirs.h: only its owner's jobs
-// may take it again).
-struct DirSource {
-  const char* table;
-  const char* id;      // the job id column
-  const char* column;  // the directory column
-  const char* what;    // "the checkpoint directory of"
-  bool others_only;    // only rows whose owner is not the submitter's clash
-};
-constexpr DirSource kDirSources[] = {
-    {"jobs", "id", "checkpoint_dir", "the checkpoint directory of", false},
-    {"jobs", "id", "export_dir", "the export directory of", false},
-    {"deleted_job_dirs", "job_id", "dir", "the checkpoint directory of deleted", true}};
-
-// FAILED_PRECONDITION if another job's own checkpoint or export directory is `dir` (the
-// value of `field`, "checkpoint.dir" or "output.export_dir"), lies above it or below it:
-// two jobs must never share files, retention deletes step-N directories inside a job's
-// checkpoint directory, and an export replaces its directory whole. A deleted job's
-// named checkpoint directory clashes the same way for every user but its `owner`. The
-// export directory of job `handed_over_by` (0: none) is no clash: it hands it over
-// (ExportDirHandedOver).
-absl::Status CheckJobDirFree(Txn& txn, const std::string& prefix, absl::string_view field,
-                             const std::string& dir, const std::string& owner,
-                             int64_t handed_over_by = 0) {
-  const bool checkpoint = field == "checkpoint.dir";
-  auto taken = [&](const DirSource& source, int64_t job, absl::string_view how) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        prefix, field, " ", dir, " ", how, " job ", job,
-        source.others_only ? ", which stays its owner's; name a directory of your own"
-        : checkpoint ? "; every job needs a checkpoint directory of its own (leave checkpoint.dir empty for "
-                       "the default, or read another job's checkpoint with checkpoint.resume)"
-                     : "; every job needs an export directory of its own: name a new one"));
-  };
-  for (const DirSource& c : kDirSources) {
-    const bool live = std::string(c.table) == "jobs";
-    const std::string others = c.others_only ? " AND owner != ?2" : live ? " AND id != ?4" : "";
-    const int64_t skip = std::string(c.column) == "export_dir" ? handed_over_by : 0;
-    absl::StatusOr<sqlite::Statement*> exact = txn.Statement(
-        absl::StrCat("SELECT ", c.id, " FROM ", c.table, " WHERE ", c.column, " = ?1", others, " LIMIT 1"));
-    if (!exact.ok()) return exact.status();
-    for (const std::string& d : SelfAndAncestors(dir)) {
-      (*exact)->Bind(1, d);
-      if (c.others_only) (*exact)->Bind(2, owner);
-      if (live) (*exact)->Bind(4, skip);
-      absl::StatusOr<int64_t> job = QueryInt(**exact);
-      if (!job.ok()) return job.status();
-      if (*job != 0) {
-        return taken(c, *job, d == dir ? absl::StrCat("is ", c.what) : absl::StrCat("is inside ", d, ", ", c.what));
-      }
-    }
-    absl::StatusOr<sqlite::Statement*> below =
-        txn.Statement(absl::StrCat("SELECT ", c.id, ", ", c.column, " FROM ", c.table, " WHERE ", c.column,
-                                   " > ?1 AND ", c.column, " < ?3", others, " LIMIT 1"));
-    if (!below.ok()) return below.status();
-    // [low, high): every normalized path strictly below `dir` ('/' + 1 == '0').
-    const std::string low = dir == "/" ? "/" : dir + "/";
-    std::string high = low;
-    high.back() = static_cast<char>(high.back() + 1);
-    sqlite::Statement& s = **below;
-    s.Bind(1, low).Bind(3, high);
-    if (c.others_only) s.Bind(2, owner);
-    if (live) s.Bind(4, skip);
-    absl::StatusOr<bool> row = s.Step();
-    const int64_t job = row.ok() && *row ? s.ColumnInt(0) : 0;
-    const std::string inside = job != 0 ? s.ColumnText(1) : "";
-    s.Reset();
-    if (!row.ok()) return row.status();
-    if (job != 0) return taken(c, job, absl::StrCat("contains ", inside, ", ", c.what));
-  }
-  return absl::OkStatus();
-}
-
-// The job's own directories, by field name ("" when not set).
-std::vector<std::pair<absl::string_view, const std::string*>> OwnDirs(const v1::JobSpec& spec) {
-  return {{"checkpoint.dir", &spec.checkpoint().dir()}, {"output.export_dir", &spec.output().export_dir()}};
-}
-
-// The job that hands its export directory over to `in` (SubmitJobInput.derived_from), or
-// 0: `in` is resubmitted from it, names the same export directory, and that job is the
-// same owner's and ended FAILED or CANCELLED, so it never completed an export there.
-// NOT_FOUND when the job `in` derives from is gone.
-absl::StatusOr<int64_t> ExportDirHandedOver(Txn& txn, const SubmitJobInput& in) {
-  if (in.derived_from == 0) return 0;
-  absl::StatusOr<sqlite::Statement*> find =
-      txn.Statement("SELECT owner, state, export_dir FROM jobs WHERE id = ?1");
-  if (!find.ok()) return find.status();
-  sqlite::Statement& s = **find;
-  s.Bind(1, in.derived_from);
-  absl::StatusOr<bool> row = s.Step();
-  bool hands_over = false;
-  if (row.ok() && *row) {
-    const auto state = static_cast<v1::JobState>(s.ColumnInt(1));
-    hands_over = s.ColumnText(0) == in.owner && (state == v1::FAILED || state == v1::CANCELLED) &&
-                 !s.ColumnIsNull(2) && s.ColumnText(2) == in.spec.output().export_dir();
-  }
-  s.Reset();
-  if (!row.ok()) return row.status();
-  if (!*row) {
-    return absl::NotFoundError(absl::StrCat("derived_from: job ", in.derived_from, " not found"));
-  }
-  return hands_over ? in.derived_from : 0;
-}
-
-}  // namespace
-
-absl::Status CheckJobDirsFree(JobStore& store, const std::vector<SubmitJobInput>& inputs) {
-  const auto within = [](const std::string& a, const std::string& b) {
-    return a == b || (a.size() > b.size() && a.compare(0, b.size(), b) == 0 && a[b.size()] == '/');
-  };
-  return store.Read([&](sqlite::Connection& conn) -> absl::Status {
-    Txn txn(conn, 0);
-    for (size_t i = 0; i < inputs.size(); ++i) {
-      absl::StatusOr<int64_t> handed_over = ExportDirHandedOver(txn, inputs[i]);
-      if (!handed_over.ok()) return handed_over.status();
-      for (const auto& [field, dir] : OwnDirs(inputs[i].spec)) {
-        if (dir->empty()) continue;
-        if (absl::Status s = CheckJobDirFree(txn, inputs[i].field_prefix, field, *dir,
-                                             inputs[i].owner, *handed_over);
-            !s.ok()) {
-          return s;
-        }
-        for (size_t j = 0; j < i; ++j) {
-          for (const auto& [other_field, other] : OwnDirs(inputs[j].spec)) {
-            if (other->empty() || !(within(*dir, *other) || within(*other, *dir))) continue;
-            return absl::FailedPreconditionError(
-                absl::StrCat(inputs[i].field_prefix, field, " ", *dir, " shares files with ", *other, ", the ",
-                             inputs[j].field_prefix, other_field, "; every job needs directories of its own"));
-          }
-        }
-      }
-    }
-    return absl::OkStatus();
-  });
-}
-
-namespace {
 
 // Inserts one job QUEUED with its "submitted" event; returns its id.
 absl::StatusOr<int64_t> InsertJob(Txn& txn, const SubmitJobInput& in, v1::Job* job) {
@@ -416,26 +278,18 @@ TxnFunction SubmitJobsTxn(std::shared_ptr<SubmitBatch> batch) {
               "submission would make ", it->second + 1));
         }
       }
-      absl::StatusOr<int64_t> handed_over = ExportDirHandedOver(txn, in);
-      if (!handed_over.ok()) return handed_over.status();
-      for (const auto& [field, dir] : OwnDirs(in.spec)) {
+      for (const auto& [field, dir] : {std::pair<absl::string_view, const std::string*>{
+                                           "checkpoint.dir", &in.spec.checkpoint().dir()},
+                                       {"output.export_dir", &in.spec.output().export_dir()}}) {
         if (dir->empty()) continue;
         if (absl::Status s =
-                CheckJobDirFree(txn, in.field_prefix, field, *dir, in.owner, *handed_over);
+                CheckJobDirFree(txn, in.field_prefix, field, *dir, in.owner, in.pending_claims);
             !s.ok()) {
           return s;
         }
       }
       absl::StatusOr<int64_t> id = InsertJob(txn, in, &r.job);
       if (!id.ok()) return id.status();
-      if (*handed_over != 0) {
-        // One live job per export directory: the new one.
-        absl::StatusOr<sqlite::Statement*> release =
-            txn.Statement("UPDATE jobs SET export_dir = NULL WHERE id = ?1");
-        if (!release.ok()) return release.status();
-        (*release)->Bind(1, *handed_over);
-        if (absl::Status s = (*release)->Run(); !s.ok()) return s;
-      }
       if (auto it = active.find(in.owner); it != active.end()) ++it->second;
       // The view's entry: the job with its spec, queued since its creation.
       SchedulableJob queued;

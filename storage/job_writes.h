@@ -97,6 +97,13 @@ class JobWrite : public WriteOp {
   std::vector<std::pair<int64_t, SchedulableJob>> queued_;
 };
 
+// A claim on a directory (storage/dir_claims.h) that the coordinator found not to keep a
+// submission out: job `job_id`'s claim through `field`.
+struct PendingClaim {
+  int64_t job_id = 0;
+  std::string field;  // "checkpoint.dir" or "output.export_dir"
+};
+
 struct SubmitJobInput {
   v1::JobSpec spec;        // validated, defaults applied, paths normalized
   std::string owner;
@@ -111,11 +118,13 @@ struct SubmitJobInput {
   std::vector<std::pair<int, int>> batch_parents = {};
   // The spec as the client wrote it (Job.submitted_spec), stored beside `spec`; unset: none.
   std::optional<v1::JobSpec> submitted_spec = {};
-  // The job this one is resubmitted from (0: none), which must exist. Recorded on the job
-  // and in its "submitted" event. When that job is `owner`'s, ended FAILED or CANCELLED,
-  // and its export directory is spec.output.export_dir, the new job takes the directory
-  // over (that job never completed an export there); any other clash is refused as usual.
+  // The job this one is resubmitted from (0: none), checked to exist when submitted.
+  // Recorded on the job and in its "submitted" event. (A failed or cancelled job never
+  // exported, so its export directory's claim no longer stands: storage/dir_claims.h.)
   int64_t derived_from = 0;
+  // Other users' claims that clash with this job's directories but keep it out neither in
+  // a dry run nor in the transaction (server/claim_judge.h decides which).
+  std::vector<PendingClaim> pending_claims = {};
 };
 
 struct SubmitJobResult {
@@ -138,16 +147,12 @@ struct SubmitBatch {
 };
 
 // Stores the batch's jobs, QUEUED with a "submitted" event: all or nothing (see
-// JobStore::SubmitJobs for the errors). Fills batch->results.
+// JobStore::SubmitJobs for the errors; a standing claim on a job's own directory that is
+// not among its pending_claims refuses it, storage/dir_claims.h). Fills batch->results.
 TxnFunction SubmitJobsTxn(std::shared_ptr<SubmitBatch> batch);
 
 class JobStore;
 
-// A dry run's answer to what SubmitJobsTxn refuses about a job's own directories
-// (checkpoint.dir, output.export_dir): another job's (stored, or earlier in `inputs`) is,
-// contains or lies inside one of them. FAILED_PRECONDITION naming the field, as a real
-// submission's.
-absl::Status CheckJobDirsFree(JobStore& store, const std::vector<SubmitJobInput>& inputs);
 // Moves a job to `to` if it is in one of `from` (empty = any non-terminal state), with an
 // event of `type`; FAILED_PRECONDITION otherwise, NOT_FOUND for no job. Fills *result.
 TxnFunction TransitionJobTxn(int64_t job_id, std::vector<v1::JobState> from, v1::JobState to,

@@ -1,13 +1,21 @@
 #include "storage/sqlite.h"
 
+#include <atomic>
+
 #include "absl/strings/str_cat.h"
+#include "spdlog/spdlog.h"
 
 namespace llamafleet::sqlite {
 
-absl::Status ToStatus(int rc, sqlite3* db, absl::string_view what) {
+absl::Status ToStatus(int rc, sqlite3* db, absl::string_view what, absl::string_view sql) {
   if (rc == SQLITE_OK || rc == SQLITE_DONE || rc == SQLITE_ROW) return absl::OkStatus();
-  const std::string message =
-      absl::StrCat(what, ": ", db != nullptr ? sqlite3_errmsg(db) : sqlite3_errstr(rc));
+  static std::atomic<int64_t> errors{0};
+  const int64_t number = ++errors;
+  spdlog::warn("database error {}: {}: {}{}{}", number, std::string(what),
+               db != nullptr ? sqlite3_errmsg(db) : sqlite3_errstr(rc),
+               sql.empty() ? "" : " in: ", std::string(sql.substr(0, 400)));
+  const std::string message = absl::StrCat(what, ": ", sqlite3_errstr(rc), " (database error ",
+                                           number, ", logged by the coordinator)");
   switch (rc & 0xff) {
     case SQLITE_FULL:
       return absl::ResourceExhaustedError(message);
@@ -45,7 +53,7 @@ absl::StatusOr<Statement> Statement::Prepare(sqlite3* db, absl::string_view sql)
   Statement s;
   s.db_ = db;
   int rc = sqlite3_prepare_v2(db, sql.data(), static_cast<int>(sql.size()), &s.stmt_, nullptr);
-  if (rc != SQLITE_OK) return ToStatus(rc, db, absl::StrCat("prepare '", sql.substr(0, 60), "'"));
+  if (rc != SQLITE_OK) return ToStatus(rc, db, "prepare", sql);
   return s;
 }
 
@@ -74,7 +82,7 @@ absl::StatusOr<bool> Statement::Step() {
   int rc = sqlite3_step(stmt_);
   if (rc == SQLITE_ROW) return true;
   if (rc == SQLITE_DONE) return false;
-  return ToStatus(rc, db_, "step");
+  return ToStatus(rc, db_, "step", sqlite3_sql(stmt_) != nullptr ? sqlite3_sql(stmt_) : "");
 }
 
 absl::Status Statement::Run() {
@@ -143,16 +151,9 @@ absl::StatusOr<std::unique_ptr<Connection>> Connection::Open(const std::string& 
 }
 
 absl::Status Connection::Exec(absl::string_view sql) {
-  char* error = nullptr;
   std::string copy(sql);
-  int rc = sqlite3_exec(db_, copy.c_str(), nullptr, nullptr, &error);
-  if (rc != SQLITE_OK) {
-    std::string message = error != nullptr ? error : sqlite3_errstr(rc);
-    sqlite3_free(error);
-    absl::Status s = ToStatus(rc, nullptr, "");
-    return absl::Status(s.code(), absl::StrCat(copy.substr(0, 40), ": ", message));
-  }
-  return absl::OkStatus();
+  const int rc = sqlite3_exec(db_, copy.c_str(), nullptr, nullptr, nullptr);
+  return ToStatus(rc, db_, "exec", copy);
 }
 
 absl::StatusOr<int64_t> Connection::QueryInt(absl::string_view sql) {
@@ -160,7 +161,10 @@ absl::StatusOr<int64_t> Connection::QueryInt(absl::string_view sql) {
   if (!stmt.ok()) return stmt.status();
   absl::StatusOr<bool> row = stmt->Step();
   if (!row.ok()) return row.status();
-  if (!*row) return absl::InternalError(absl::StrCat("no row from ", sql));
+  if (!*row) {
+    spdlog::warn("database query returned no row: {}", std::string(sql));
+    return absl::InternalError("database query returned no row");
+  }
   return stmt->ColumnInt(0);
 }
 

@@ -4,6 +4,12 @@
 // Thin RAII wrappers over the SQLite C API. SQLite result codes become absl::Status here,
 // once: SQLITE_FULL is RESOURCE_EXHAUSTED, SQLITE_BUSY is UNAVAILABLE, constraint
 // violations are ALREADY_EXISTS/FAILED_PRECONDITION, everything else INTERNAL.
+//
+// A status made here may reach a client as it is, so its message never carries SQL text
+// or SQLite's own message (which quotes the statement, its tables and columns): it says
+// what failed in SQLite's generic words for the code ("SQL logic error", "database or
+// disk is full") and a number, and the log line with that number (warning level) has the
+// statement and SQLite's message.
 
 #include <sqlite3.h>
 
@@ -18,8 +24,10 @@
 
 namespace llamafleet::sqlite {
 
-// Converts a SQLite result code (with the connection's message) to a Status.
-absl::Status ToStatus(int rc, sqlite3* db, absl::string_view what);
+// Converts a SQLite result code to a Status whose message is `what` (no SQL text in it),
+// the code's generic description and the number of a log line that also has the
+// connection's message and `sql`.
+absl::Status ToStatus(int rc, sqlite3* db, absl::string_view what, absl::string_view sql = {});
 
 // One prepared statement. Reset() before reuse; bind indexes are 1-based.
 class Statement {

@@ -250,6 +250,15 @@ int RunCli(int argc, char** argv, std::istream& in, std::ostream& out, std::ostr
   delete_job_cmd->add_option("ID", job_id, "job id")->required();
   delete_job_cmd->add_flag("--artifacts", delete_artifacts, "also its output.export_dir");
 
+  // release-dir PATH
+  std::string release_path;
+  CLI::App* release_dir_cmd = app.add_subcommand(
+      "release-dir",
+      "end every job's claim on a checkpoint.dir or output.export_dir, so it keeps no other "
+      "user's jobs out (admin; recorded in each job's events)");
+  release_dir_cmd->add_option("PATH", release_path, "the directory, as the jobs named it")
+      ->required();
+
   // watch ID
   bool history = false;
   std::string interval_text = "1s";
@@ -307,8 +316,8 @@ int RunCli(int argc, char** argv, std::istream& in, std::ostream& out, std::ostr
 
   for (CLI::App* sub :
        {submit_cmd, resubmit_cmd, get_cmd, get_jobs_cmd, get_job_cmd, get_usage_cmd, describe_cmd,
-        describe_job_cmd, cancel_cmd, delete_cmd, delete_job_cmd, watch_cmd, wait_cmd, logs_cmd,
-        checkpoints_cmd, attempts_cmd, workers_cmd, queues_cmd, whoami_cmd}) {
+        describe_job_cmd, cancel_cmd, delete_cmd, delete_job_cmd, release_dir_cmd, watch_cmd,
+        wait_cmd, logs_cmd, checkpoints_cmd, attempts_cmd, workers_cmd, queues_cmd, whoami_cmd}) {
     sub->fallthrough();
   }
 
@@ -364,6 +373,8 @@ int RunCli(int argc, char** argv, std::istream& in, std::ostream& out, std::ostr
     }
   } else if (delete_job_cmd->parsed()) {
     status = RunDeleteJob(*ctx, job_id, delete_artifacts);
+  } else if (release_dir_cmd->parsed()) {
+    status = RunReleaseDir(*ctx, release_path);
   } else if (watch_cmd->parsed()) {
     absl::StatusOr<absl::Duration> interval = ParseDuration("--interval", interval_text);
     status = interval.ok() ? RunWatch(*ctx, job_id, history, *interval) : interval.status();

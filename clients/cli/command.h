@@ -145,6 +145,10 @@ absl::Status RunCancelSweep(const Context& ctx, const std::string& sweep, const 
 // checkpoint dir; with `artifacts` its export too. Prints a line per thing removed or kept.
 absl::Status RunDeleteJob(const Context& ctx, const std::string& id, bool artifacts);
 
+// release-dir PATH (cmd_release_dir.cc): an admin ends every job's claim on PATH, so it
+// keeps no other user's jobs out. Prints a line per claim released.
+absl::Status RunReleaseDir(const Context& ctx, const std::string& path);
+
 // wait ID... (cmd_wait.cc): blocks on each job's watch stream until every job has ended,
 // printing one line per job as it ends. `succeeded_only`: a job that FAILED or was
 // CANCELLED fails the wait (--for succeeded); otherwise any end meets it (--for finished).

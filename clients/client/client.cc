@@ -148,6 +148,10 @@ absl::StatusOr<v1::DeleteJobResponse> Client::DeleteJob(const v1::DeleteJobReque
   return Call(stub_.get(), &JobStub::DeleteJob, request);
 }
 
+absl::StatusOr<v1::ReleaseDirResponse> Client::ReleaseDir(const v1::ReleaseDirRequest& request) {
+  return Call(stub_.get(), &JobStub::ReleaseDir, request);
+}
+
 absl::StatusOr<std::vector<v1::JobEvent>> Client::GetAllJobEvents(const std::string& job_id,
                                                                   int64_t after_seq) {
   std::vector<v1::JobEvent> events;

@@ -58,6 +58,7 @@ class Client {
   absl::StatusOr<v1::ListJobsResponse> ListJobs(const v1::ListJobsRequest& request);
   absl::StatusOr<v1::CancelJobResponse> CancelJob(const v1::CancelJobRequest& request);
   absl::StatusOr<v1::DeleteJobResponse> DeleteJob(const v1::DeleteJobRequest& request);
+  absl::StatusOr<v1::ReleaseDirResponse> ReleaseDir(const v1::ReleaseDirRequest& request);
   // All events of a job after `after_seq`, following the server's per-call limit.
   absl::StatusOr<std::vector<v1::JobEvent>> GetAllJobEvents(const std::string& job_id,
                                                             int64_t after_seq = 0);

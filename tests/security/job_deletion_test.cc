@@ -137,11 +137,12 @@ TEST_F(SecurityApiTest, DeletingAJobRemovesOnlyWhatTheJobMade) {
   EXPECT_TRUE(std::filesystem::is_symlink(root_ + "/alice/out-linked"));
 }
 
-// A deleted job's named checkpoint dir (its checkpoints outlive the record) stays its
-// owner's: after DeleteJob, and after a TTL deletion across a restart, another user can
-// neither take it (as written, inside, above or through a link, in a dry run too) nor
-// read from it (as written or through a link); its owner may name it again.
+// A deleted job's named checkpoint dir where it wrote checkpoints (they outlive the record)
+// stays its owner's: after DeleteJob, and after a TTL deletion across a restart, another
+// user can neither take it (as written, inside, above or through a link, in a dry run too)
+// nor read from it (as written or through a link); its owner may name it again.
 TEST_F(SecurityApiTest, ADeletedJobsNamedCheckpointDirIsNeitherClaimableNorReadableByAnotherUser) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root: gives directories to job identities";
   const std::string deleted_now = root_ + "/alice/ck-deleted", expired = root_ + "/alice/ck-expired";
   std::string by_request, by_ttl;
   ASSERT_TRUE(Submit("alice", Spec(absl::StrCat("checkpoint: {dir: ", deleted_now, "}\n")), &by_request).ok());
@@ -149,13 +150,21 @@ TEST_F(SecurityApiTest, ADeletedJobsNamedCheckpointDirIsNeitherClaimableNorReada
                      Spec(absl::StrCat("checkpoint: {dir: ", expired, "}\nrun_policy: {ttl_after_finished_seconds: 1}\n")),
                      &by_ttl)
                   .ok());
-  for (const std::string& d : {deleted_now, expired}) std::filesystem::create_directories(d + "/step-4");
+  for (const std::string& d : {deleted_now, expired}) {
+    ASSERT_TRUE(MakeOwnedBy(d, "alice"));  // as her worker makes it
+    std::filesystem::create_directories(d + "/step-4");
+  }
   for (const std::string& id : {by_request, by_ttl}) {
     v1::CancelJobRequest cancel;
     cancel.set_job_id(id);
     v1::CancelJobResponse resp;
     ASSERT_TRUE(stub_->CancelJob(Context("alice").get(), cancel, &resp).ok());
   }
+  // Each wrote a checkpoint there (what a worker reports).
+  Stop();
+  RecordCheckpoint(by_request, deleted_now + "/step-4");
+  RecordCheckpoint(by_ttl, expired + "/step-4");
+  Start();
   v1::DeleteJobRequest del;
   del.set_job_id(by_request);
   v1::DeleteJobResponse deleted;

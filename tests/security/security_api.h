@@ -7,17 +7,24 @@
 // changed in the database or on disk.
 //
 // The coordinator runs with tokens on, one path root (ROOT) and a config file that
-// configures a queue, a per-user active-job limit and a per-role priority maximum. No
-// workers join: submitted jobs stay QUEUED, which is all these checks need.
+// configures a queue, a per-user active-job limit, a per-role priority maximum and the Unix
+// identities of alice and bob (uids kAliceUid, kBobUid). No workers join: submitted jobs
+// stay QUEUED, which is all these checks need; a test that needs what a worker would have
+// done makes it itself (MakeOwnedBy: a job directory made as its identity; RecordCheckpoint:
+// a checkpoint reported).
 //
 // The fixture shared by security_api_test.cc and job_deletion_test.cc. Test code only:
 // each test file includes it once.
 
 #include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -25,11 +32,6 @@
 #include <string>
 #include <tuple>
 #include <vector>
-
-#include <boost/asio.hpp>
-#include <boost/beast/core.hpp>
-#include <boost/beast/http.hpp>
-#include <gtest/gtest.h>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -40,9 +42,10 @@
 #include "absl/time/clock.h"
 #include "jobspec/jobspec.h"
 #include "llamafleet/v1/job.grpc.pb.h"
+#include "storage/sqlite.h"
 #include "tests/testing/cluster.h"
-#include "tests/testing/spec_builder.h"
 #include "tests/testing/process.h"
+#include "tests/testing/spec_builder.h"
 
 namespace llamafleet {
 namespace {
@@ -57,6 +60,9 @@ using ::llamafleet::testing::Subprocess;
 using ::llamafleet::testing::TempDir;
 
 constexpr int kMaxActive = 3;
+// The job identities the config gives alice and bob.
+constexpr uid_t kAliceUid = 2001;
+constexpr uid_t kBobUid = 2002;
 
 inline std::string ReadAll(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -139,7 +145,10 @@ class SecurityApiTest : public ::testing::Test {
     std::ofstream(config_) << "paths: {roots: [" << root_ << "]}\n"
                            << "queues: {research: {gpu_quota: 4}}\n"
                            << "limits:\n  max_active_jobs_per_user: " << kMaxActive
-                           << "\n  max_priority: {user: 100}\n";
+                           << "\n  max_priority: {user: 100}\n"
+                           << "users:\n  alice: {uid: " << kAliceUid << ", gid: " << kAliceUid
+                           << "}\n"
+                           << "  bob: {uid: " << kBobUid << ", gid: " << kBobUid << "}\n";
     for (const auto& [user, role] : std::vector<std::pair<std::string, std::string>>{
              {"alice", "user"}, {"bob", "user"}, {"root", "admin"}}) {
       absl::StatusOr<testing::CommandResult> r =
@@ -210,6 +219,31 @@ class SecurityApiTest : public ::testing::Test {
     grpc::Status s = stub_->ListJobs(Context("root").get(), req, &resp);
     EXPECT_TRUE(s.ok()) << s.error_message();
     return {resp.jobs().begin(), resp.jobs().end()};
+  }
+
+  // Makes `dir` (missing parents as this process's user) and gives it to `user`'s job
+  // identity, as that user's worker makes a job's directory. False where this process may
+  // not (not root): the caller skips.
+  bool MakeOwnedBy(const std::string& dir, const std::string& user) {
+    std::filesystem::create_directories(dir);
+    const uid_t uid = user == "alice" ? kAliceUid : kBobUid;
+    return ::chown(dir.c_str(), uid, uid) == 0;
+  }
+
+  // Records a checkpoint of job `id` at `path` in the coordinator's database, as the
+  // coordinator does when a worker reports one. Only while the coordinator is stopped.
+  void RecordCheckpoint(const std::string& id, const std::string& path) {
+    ASSERT_EQ(coordinator_, nullptr) << "stop the coordinator first";
+    absl::StatusOr<std::unique_ptr<sqlite::Connection>> db = sqlite::Connection::Open(
+        data_dir_ + "/coordinator.db", /*create=*/false, /*read_only=*/false);
+    ASSERT_TRUE(db.ok()) << db.status();
+    absl::StatusOr<sqlite::Statement> insert = (*db)->Prepare(
+        "INSERT INTO checkpoints (job_id, step, attempt, path, bytes, manifest_sha256, loss, "
+        "time_us) "
+        "VALUES (?1, 4, 1, ?2, 1, '', 0, 0)");
+    ASSERT_TRUE(insert.ok()) << insert.status();
+    insert->Bind(1, static_cast<int64_t>(std::stoll(id))).Bind(2, path);
+    ASSERT_TRUE(insert->Run().ok());
   }
 
   // The field violations carried in a status's details.

@@ -80,9 +80,12 @@ TEST_F(SecurityApiTest, WithoutARootNoJobIsAcceptedAndTheMessageSaysHowToConfigu
 }
 
 TEST_F(SecurityApiTest, ACheckpointDirAnotherJobUsesIsRefused) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root: gives directories to job identities";
   const std::string dir = root_ + "/team/ckpt-a";
   std::string first;
   ASSERT_TRUE(Submit("alice", Spec(absl::StrCat("checkpoint: {dir: ", dir, "}\n")), &first).ok());
+  // Her worker makes it as her identity: from then on the claim keeps everyone out.
+  ASSERT_TRUE(MakeOwnedBy(dir, "alice"));
   for (const std::string& taken : {dir, dir + "/", dir + "/step-10", root_ + "/team"}) {
     for (const std::string who : {"bob", "alice", "root"}) {  // the owner and admins too
       grpc::Status s = Submit(who, Spec(absl::StrCat("checkpoint: {dir: ", taken, "}\n")));
@@ -110,9 +113,11 @@ TEST_F(SecurityApiTest, ACheckpointDirAnotherJobUsesIsRefused) {
 }
 
 TEST_F(SecurityApiTest, AnotherJobsCheckpointsAreReadableOnlyByItsOwnerOrAnAdmin) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root: gives directories to job identities";
   std::string explicit_job, default_job;
   ASSERT_TRUE(
       Submit("alice", Spec(absl::StrCat("checkpoint: {dir: ", root_, "/alice/ckpt}\n")), &explicit_job).ok());
+  ASSERT_TRUE(MakeOwnedBy(root_ + "/alice/ckpt", "alice"));  // as her worker makes it
   ASSERT_TRUE(Submit("alice", Spec(), &default_job).ok());
   const std::string in_explicit = root_ + "/alice/ckpt/step-10";
   const std::string in_default = absl::StrCat(root_, "/llamafleet/checkpoints/", default_job, "/step-10");
@@ -220,7 +225,9 @@ TEST_F(SecurityApiTest, OnlyConfiguredQueuesAndPrioritiesUpToTheRolesMaximum) {
 // as in a real submission; reading her checkpoint through the link is refused as reading
 // it directly is.
 TEST_F(SecurityApiTest, ALinkIntoAnotherUsersCheckpointDirIsRefusedAtSubmitAndInADryRun) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root: gives directories to job identities";
   const std::string alices = root_ + "/alice/ck";
+  ASSERT_TRUE(MakeOwnedBy(alices, "alice"));
   std::filesystem::create_directories(alices + "/step-2");
   std::string alice_job;
   ASSERT_TRUE(Submit("alice", Spec(absl::StrCat("checkpoint: {dir: ", alices, "}\n")), &alice_job).ok());
@@ -255,11 +262,13 @@ TEST_F(SecurityApiTest, ALinkIntoAnotherUsersCheckpointDirIsRefusedAtSubmitAndIn
 // checkpoint dir inside another job's export), is refused at submission, naming the field
 // and the job, in a dry run too: not after the job has queued.
 TEST_F(SecurityApiTest, AnExportDirClashingWithAnotherJobsDirsIsRefusedAtSubmitAndInADryRun) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root: gives directories to job identities";
   const std::string out = root_ + "/alice/out", ck = root_ + "/alice/ck";
   std::string first;
   ASSERT_TRUE(Submit("alice", Spec(absl::StrCat("checkpoint: {dir: ", ck, "}\noutput: {export_dir: ", out, "}\n")),
                      &first)
                   .ok());
+  ASSERT_TRUE(MakeOwnedBy(ck, "alice") && MakeOwnedBy(out, "alice"));  // as her worker makes them
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"output: {export_dir: " + out + "}\n", "spec.output.export_dir"},
       {"output: {export_dir: " + out + "/sub}\n", "spec.output.export_dir"},
@@ -287,9 +296,11 @@ TEST_F(SecurityApiTest, AnExportDirClashingWithAnotherJobsDirsIsRefusedAtSubmitA
 
 // A dry run refuses a checkpoint dir another job has, as the real submission does.
 TEST_F(SecurityApiTest, ADryRunRefusesATakenCheckpointDirAsASubmissionDoes) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root: gives directories to job identities";
   const std::string dir = root_ + "/team/ck";
   std::string first;
   ASSERT_TRUE(Submit("alice", Spec(absl::StrCat("checkpoint: {dir: ", dir, "}\n")), &first).ok());
+  ASSERT_TRUE(MakeOwnedBy(dir, "alice"));  // as her worker makes it
   for (const std::string& taken : {dir, dir + "/sub", root_ + "/team"}) {
     v1::SubmitJobRequest req;
     *req.mutable_spec() = Spec(absl::StrCat("checkpoint: {dir: ", taken, "}\n"));

@@ -1,5 +1,6 @@
 // JobStore's database file: the schema version and its migrations, files that are not
 // databases, a full disk, a SIGKILL under load, and the files' modes.
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <sqlite3.h>
 #include <sys/stat.h>
@@ -10,10 +11,9 @@
 #include <set>
 #include <thread>
 
-#include <gtest/gtest.h>
-
 #include "absl/strings/str_cat.h"
 #include "storage/cluster_store.h"
+#include "storage/dir_claims.h"
 #include "storage/job_store.h"
 #include "storage/schema.h"
 #include "storage/sqlite.h"
@@ -244,7 +244,7 @@ TEST_F(JobStoreTest, MigrationFromSchemaThreeKeepsEveryRowAndStopsIdReuse) {
   absl::StatusOr<std::vector<v1::JobEvent>> events = store->GetEvents(1, 0, 10);
   ASSERT_TRUE(events.ok());
   EXPECT_EQ(events->size(), 1u) << "events survived the rebuild";
-  absl::StatusOr<std::vector<CheckpointDirOwner>> owners = CheckpointDirOwners(*store, "/fsx/ck/step-1");
+  absl::StatusOr<std::vector<DirClaim>> owners = CheckpointClaimsOver(*store, "/fsx/ck/step-1");
   ASSERT_TRUE(owners.ok());
   ASSERT_EQ(owners->size(), 1u);
   EXPECT_EQ(owners->at(0).job_id, 1);

@@ -1,7 +1,7 @@
 // Worker credentials per join token and deleted jobs' dirs (schema 12): the names one token
 // may mint are capped and forgetting one frees its place; names minted before the token was
-// recorded count against every token; a deleted job's named checkpoint dir is recorded with
-// its owner; and a schema-10 database migrates keeping its credentials.
+// recorded count against every token; a deleted job's named checkpoint dir where it wrote is
+// recorded with its owner; and a schema-10 database migrates keeping its credentials.
 #include "storage/worker_credential_store.h"
 
 #include <gtest/gtest.h>
@@ -9,6 +9,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "storage/cluster_store.h"
+#include "storage/dir_claims.h"
 #include "storage/job_reads.h"
 #include "storage/schema.h"
 #include "storage/sqlite.h"
@@ -26,9 +27,14 @@ class WorkerCredentialStoreTest : public testing::StoreTest {
     return StoreTest::Open(o);
   }
 
-  // A finished job of `owner` with checkpoint.dir `dir` ("" = none); its id.
+  // A finished job of `owner` with checkpoint.dir `dir` ("" = none) where it recorded a
+  // checkpoint; its id.
   int64_t FinishedJob(JobStore* store, const std::string& owner, const std::string& dir) {
     const int64_t id = SubmitSpec(store, Spec().CheckpointDir(dir).Build(), owner);
+    v1::CheckpointReport report;
+    report.set_step(4);
+    report.set_path(dir + "/step-4");
+    EXPECT_TRUE(store->WriteAndWait(RecordCheckpointTxn(id, 1, report)).ok());
     EXPECT_TRUE(store->CancelJobAndWait(id, owner, "test").ok());
     return id;
   }
@@ -62,8 +68,8 @@ TEST_F(WorkerCredentialStoreTest, ADeletedJobsNamedCheckpointDirIsRecordedWithIt
   const int64_t unnamed = FinishedJob(store.get(), "alice", "");
   ASSERT_TRUE(store->WriteAndWait(DeleteFinishedJobTxn(named)).ok());
   ASSERT_TRUE(store->WriteAndWait(DeleteJobTxn(unnamed)).ok());
-  absl::StatusOr<std::vector<CheckpointDirOwner>> owners =
-      CheckpointDirOwners(*store, "/fsx/alice/ck/step-4");
+  absl::StatusOr<std::vector<DirClaim>> owners =
+      CheckpointClaimsOver(*store, "/fsx/alice/ck/step-4");
   ASSERT_TRUE(owners.ok()) << owners.status();
   ASSERT_EQ(owners->size(), 1u);
   EXPECT_EQ((*owners)[0].job_id, named);
@@ -115,7 +121,7 @@ TEST_F(WorkerCredentialStoreTest,
   EXPECT_TRUE(InsertWorkerCredential(store.get(), "new", "sha", "any-token", 2).ok());
   const int64_t job = FinishedJob(store.get(), "alice", "/fsx/ck");
   ASSERT_TRUE(store->WriteAndWait(DeleteJobTxn(job)).ok());
-  EXPECT_EQ(CheckpointDirOwners(*store, "/fsx/ck")->size(), 1u);
+  EXPECT_EQ(CheckpointClaimsOver(*store, "/fsx/ck")->size(), 1u);
   EXPECT_GE(CurrentSchemaVersion(), 12);
 }
 
