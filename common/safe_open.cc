@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "common/byte_size.h"
 
 namespace llamafleet {
 namespace {
@@ -99,6 +100,19 @@ absl::StatusOr<std::string> ReadRegularFile(int dir_fd, const std::string& name,
                                             absl::string_view shown, LastLink last) {
   absl::StatusOr<UniqueFd> fd = OpenRegularFile(dir_fd, name, shown, last);
   if (!fd.ok()) return fd.status();
+  auto too_large = [&](uint64_t bytes) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        shown, ": ", FormatBytes(static_cast<int64_t>(bytes)), ", more than the ",
+        FormatBytes(static_cast<int64_t>(max_bytes)), " such a file may hold"));
+  };
+  // Judged on the descriptor before anything is read: a sparse file of gigabytes costs
+  // nothing to refuse.
+  struct stat st;
+  if (::fstat(fd->get(), &st) != 0) {
+    return absl::DataLossError(absl::StrCat(shown, ": cannot stat: ", std::strerror(errno)));
+  }
+  if (static_cast<uint64_t>(st.st_size) > max_bytes) return too_large(st.st_size);
+  // Read to the end, at most one byte past the bound: a file that grew since is refused too.
   std::string out;
   char buf[64 * 1024];
   while (true) {
@@ -108,10 +122,7 @@ absl::StatusOr<std::string> ReadRegularFile(int dir_fd, const std::string& name,
       return absl::DataLossError(absl::StrCat(shown, ": read error: ", std::strerror(errno)));
     }
     if (n == 0) return out;
-    if (out.size() + static_cast<size_t>(n) > max_bytes) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          shown, " holds more than ", max_bytes, " bytes, more than such a file ever holds"));
-    }
+    if (out.size() + static_cast<size_t>(n) > max_bytes) return too_large(out.size() + n);
     out.append(buf, static_cast<size_t>(n));
   }
 }

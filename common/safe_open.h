@@ -55,7 +55,8 @@ absl::StatusOr<UniqueFd> CreateRegularFile(int dir_fd, const std::string& name, 
                                            absl::string_view shown);
 
 // The whole content of the regular file `name` (OpenRegularFile), at most `max_bytes`:
-// FAILED_PRECONDITION naming `shown` and the bound when it holds more, DATA_LOSS on a read
+// FAILED_PRECONDITION naming `shown`, its size and the bound when it holds more (judged on
+// the descriptor before any byte is read, and again while reading), DATA_LOSS on a read
 // error; OpenRegularFile's errors otherwise.
 absl::StatusOr<std::string> ReadRegularFile(int dir_fd, const std::string& name, size_t max_bytes,
                                             absl::string_view shown,

@@ -9,10 +9,12 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/byte_size.h"
 #include "google/protobuf/util/time_util.h"
 #include "spdlog/spdlog.h"
 #include "worker/credential_file.h"
 #include "worker/inventory.h"
+#include "worker/rank_memory.h"
 #include "worker/session_hold.h"
 #include "worker/task_setup.h"
 #include "worker/trainer_events.h"
@@ -254,9 +256,12 @@ absl::Status WorkerAgent::RunSession() {
                                           : absl::StrCat(inventory_.cpu_ranks(), " CPU ranks"),
                inventory_.efa_devices() > 0 ? absl::StrCat(", ", inventory_.efa_devices(), " EFA")
                                             : "");
-  if (options_.trainer_memory_limit != 0 && inventory_.gpus_size() > 0) {
-    spdlog::warn("--trainer-memory-limit is not applied on a GPU worker (CUDA reserves far more address "
-                 "space than it uses): bound the node's trainers with the unit's cgroup (MemoryMax=)");
+  if (const uint64_t limit = RankMemoryLimit(options_.trainer_memory_limit, inventory_);
+      limit > 0) {
+    spdlog::info("each trainer rank may allocate at most {} (RLIMIT_DATA; --trainer-memory-limit)",
+                 FormatBytes(static_cast<int64_t>(limit)));
+  } else {
+    spdlog::warn("trainer ranks run without a memory limit (--trainer-memory-limit none)");
   }
   StopUnheld(TasksNotHeld(first.welcome(), listed), "the coordinator's session does not hold this task");
 
@@ -463,10 +468,8 @@ void WorkerAgent::StartTask(const v1::TaskSpec& task) {
   if (omp == nullptr || *omp == '\0') {
     launch.cpu_threads_per_rank = std::max(1, inventory_.cpus() / std::max(1, task.nproc_per_node()));
   }
-  if (cpu) {
-    launch.gpu_indices.clear();
-    launch.address_space_limit = options_.trainer_memory_limit;
-  }
+  if (cpu) launch.gpu_indices.clear();
+  launch.memory_limit = RankMemoryLimit(options_.trainer_memory_limit, inventory_);
   launch.efa = inventory_.efa_devices() > 0;
   launch.run_as = setup->run_as;
   launch.umask = setup->umask;

@@ -50,7 +50,9 @@ struct AgentOptions {
   absl::Duration preflight_interval = absl::Minutes(5);
   std::string preflight_fail_for_test;  // fault injection: fail while this file exists
   std::string gpu_health_fake_for_test;  // fault injection: GPU health events (gpu_health.h)
-  uint64_t trainer_memory_limit = 0;     // bytes of address space per CPU rank; 0 = none
+  // Private writable memory each rank may allocate (RLIMIT_DATA, worker/rank_memory.h);
+  // unset: a share of the host's memory (DefaultRankMemoryLimit); 0: none.
+  std::optional<uint64_t> trainer_memory_limit;
   uint64_t token_cache_max_bytes = 0;    // bound on each owner's token cache; 0 = none
 };
 

@@ -18,6 +18,7 @@
 #include "spdlog/spdlog.h"
 #include "worker/agent.h"
 #include "worker/health_check.h"
+#include "worker/rank_memory.h"
 #include "worker/run_as.h"
 
 namespace {
@@ -75,10 +76,11 @@ int main(int argc, char** argv) {
                  "FILE: while FILE exists its GPU health events (e.g. 'xid 79 gpu 0') are reported "
                  "in heartbeats (fault injection for tests)");
   std::string memory_limit;
-  app.add_option("--trainer-memory-limit", memory_limit,
-                 "SIZE (bytes, or with K, M, G, T): the address space each rank of a CPU worker may map "
-                 "(RLIMIT_AS); a rank past it fails its allocation instead of exhausting the node. Not "
-                 "applied on GPU workers: bound those with the unit's cgroup (systemd MemoryMax=)");
+  app.add_option(
+      "--trainer-memory-limit", memory_limit,
+      "SIZE (bytes, or with K, M, G, T), or none: the private memory each trainer rank may "
+      "allocate (RLIMIT_DATA, GPU ranks too); a rank past it fails its allocation instead of "
+      "exhausting the node (default: 90% of the host's memory divided among its ranks)");
   std::string token_cache_max_size;
   app.add_option("--token-cache-max-size", token_cache_max_size,
                  "SIZE (bytes, or with K, M, G, T): bound on each job owner's token cache; past it a "
@@ -154,11 +156,13 @@ int main(int argc, char** argv) {
     return 2;
   }
   options.preflight_interval = absl::Seconds(preflight_interval_s);
-  if (!memory_limit.empty()) {
+  if (memory_limit == "none") {
+    options.trainer_memory_limit = 0;
+  } else if (!memory_limit.empty()) {
     const std::optional<uint64_t> bytes = llamafleet::ParseByteSize(memory_limit);
-    if (!bytes || *bytes < (uint64_t{64} << 20)) {
+    if (!bytes || *bytes < llamafleet::worker::kMinRankMemoryLimit) {
       std::cerr << "llamafleet-worker: --trainer-memory-limit: \"" << memory_limit
-                << "\" is not a size of at least 64M (e.g. 48G)\n";
+                << "\" is neither none nor a size of at least 64M (e.g. 48G)\n";
       return 2;
     }
     options.trainer_memory_limit = *bytes;

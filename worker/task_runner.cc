@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -184,7 +185,12 @@ absl::Status TaskRunner::Launch() {
   const std::vector<gid_t> groups = switch_user ? launch_.run_as->groups : std::vector<gid_t>();
   const bool set_umask = launch_.umask.has_value();
   const mode_t mask = set_umask ? *launch_.umask : 0;
-  const rlim_t address_space = static_cast<rlim_t>(launch_.address_space_limit);
+  // Capped at the worker's own hard limit, which an unprivileged child could not raise.
+  rlim_t memory_limit = static_cast<rlim_t>(launch_.memory_limit);
+  if (struct rlimit data;
+      memory_limit != 0 && getrlimit(RLIMIT_DATA, &data) == 0 && data.rlim_max != RLIM_INFINITY) {
+    memory_limit = std::min(memory_limit, data.rlim_max);
+  }
 
   for (int local = 0; local < t.nproc_per_node(); ++local) {
     int out[2], err[2];
@@ -220,9 +226,9 @@ absl::Status TaskRunner::Launch() {
       if (devnull >= 0) dup2(devnull, STDIN_FILENO);
       if (chdir(dir) != 0) _exit(126);
       if (set_umask) umask(mask);
-      if (address_space != 0) {
-        const struct rlimit limit = {address_space, address_space};
-        if (setrlimit(RLIMIT_AS, &limit) != 0) _exit(126);
+      if (memory_limit != 0) {
+        const struct rlimit limit = {memory_limit, memory_limit};
+        if (setrlimit(RLIMIT_DATA, &limit) != 0) _exit(126);
       }
       if (switch_user) {
         // Groups first: after setuid there is no permission left to change them.

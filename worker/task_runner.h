@@ -51,10 +51,10 @@ struct TaskLaunch {
   // The ranks' umask (set: the job's directories are private to `run_as`, and what the
   // trainer creates in them stays so); unset: the worker's.
   std::optional<mode_t> umask;
-  // Address space each rank may map (RLIMIT_AS), 0 = unlimited: past it an allocation fails
-  // in the rank instead of the node running out of memory. CPU ranks only (CUDA reserves
-  // far more address space than it uses).
-  uint64_t address_space_limit = 0;
+  // Private writable memory each rank may allocate (RLIMIT_DATA, soft and hard, capped at
+  // the worker's own hard limit), 0 = unlimited: past it an allocation fails in the rank
+  // instead of the node running out of memory. GPU ranks too (worker/rank_memory.h).
+  uint64_t memory_limit = 0;
 };
 
 // Receives what the ranks print and how the task ends. Called on the runner's own thread;

@@ -1,18 +1,23 @@
 // The token cache (worker/trainer/token_cache.h) against the in-memory path it replaces
 // (data.h: LoadJsonl, PackSequences, CheckPaddingRows, MakeBatch): the same rows, the same
 // batches, the same errors; reuse, rebuild of a damaged entry, one builder at a time.
+#include "token_cache.h"
+
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <random>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "data.h"
-#include "token_cache.h"
+#include "tokenizer.h"
 
 namespace llamafleet::trainer {
 namespace {
@@ -62,10 +67,15 @@ TEST_F(TokenCacheTest, RowsAndBatchesEqualTheInMemoryPath) {
   DataLoadOptions lo = Options(1).load;
   auto seqs = LoadJsonl(data_, lo);
   ASSERT_TRUE(seqs.ok()) << seqs.status();
-  for (int threads : {1, 3, 8}) {
-    SCOPED_TRACE(threads);
+  // Read in one block, or in blocks that cut lines (carried to the next block) or hold less
+  // than a line (read on until one ends).
+  for (const auto& [threads, block] :
+       {std::pair<int, size_t>{1, 64 << 20}, {3, 64 << 20}, {8, 64 << 20}, {3, 1000}, {2, 7}}) {
+    SCOPED_TRACE(absl::StrCat(threads, " threads, blocks of ", block));
     fs::remove_all(dir_ + "/cache");
-    auto cached = OpenTokenCache(data_, Options(threads));
+    TokenCacheOptions o = Options(threads);
+    o.read_block_bytes = block;
+    auto cached = OpenTokenCache(data_, o);
     ASSERT_TRUE(cached.ok()) << cached.status();
     EXPECT_FALSE(cached->hit);
     std::shared_ptr<const TokenFile> file = std::move(cached->file);
@@ -78,7 +88,7 @@ TEST_F(TokenCacheTest, RowsAndBatchesEqualTheInMemoryPath) {
     auto padded = TokenRows::Create(file, BatchingMode::kPadding, 64, data_);
     ASSERT_TRUE(padded.ok()) << padded.status();
     ASSERT_EQ(padded->size(), static_cast<int64_t>(seqs->size()));
-    std::mt19937 rng(threads);
+    std::mt19937 rng(threads + block);
     for (int k = 0; k < 50; ++k) {
       std::vector<int64_t> a = {static_cast<int64_t>(rng() % packed.size()), static_cast<int64_t>(rng() % packed.size())};
       ExpectSameBatch(*rows->MakeBatch(a, 0, 1000), MakeBatch(packed, a, 0));
@@ -115,7 +125,8 @@ TEST_F(TokenCacheTest, SecondOpenIsAHitAndAChangedFileIsANewEntry) {
 }
 
 TEST_F(TokenCacheTest, MalformedLineNamesFileAndLineAndLeavesNothing) {
-  // Line numbers count every line, blank ones too, across the build threads' chunks.
+  // Line numbers count every line, blank ones too, across the build threads' chunks and the
+  // blocks read.
   std::vector<std::string> lines;
   { std::ifstream in(data_); for (std::string l; std::getline(in, l);) lines.push_back(l); }
   lines[400] = "{\"input_ids\": [1, \"x\"]}";
@@ -123,10 +134,13 @@ TEST_F(TokenCacheTest, MalformedLineNamesFileAndLineAndLeavesNothing) {
   auto expected = LoadJsonl(data_, Options(1).load);
   ASSERT_FALSE(expected.ok());
   EXPECT_NE(expected.status().message().find(":401: "), std::string::npos) << expected.status();
-  for (int threads : {1, 4}) {
-    auto r = OpenTokenCache(data_, Options(threads));
+  for (const auto& [threads, block] :
+       {std::pair<int, size_t>{1, 64 << 20}, {4, 64 << 20}, {2, 500}}) {
+    TokenCacheOptions o = Options(threads);
+    o.read_block_bytes = block;
+    auto r = OpenTokenCache(data_, o);
     ASSERT_FALSE(r.ok());
-    EXPECT_EQ(r.status().message(), expected.status().message()) << threads;
+    EXPECT_EQ(r.status().message(), expected.status().message()) << threads << " " << block;
   }
   for (const auto& e : fs::directory_iterator(dir_ + "/cache")) {
     EXPECT_EQ(e.path().string().find(".tokens"), std::string::npos) << e.path();
@@ -267,6 +281,109 @@ TEST_F(TokenCacheTest, AnEntryAnotherProcessMapsIsNotRemoved) {
   EXPECT_EQ(t->evicted, 1);
   EXPECT_TRUE(fs::exists(r->file->path()));
   for (int fd : {ready[0], ready[1], done[0], done[1]}) ::close(fd);
+}
+
+// Every token of an entry, in order, and the same of the in-memory path.
+std::vector<int32_t> EntryTokens(const TokenFile& f) {
+  return {f.tokens(), f.tokens() + f.num_tokens()};
+}
+std::vector<int32_t> JsonlTokens(const std::string& path, const DataLoadOptions& o) {
+  std::vector<int32_t> all;
+  auto seqs = LoadJsonl(path, o);
+  EXPECT_TRUE(seqs.ok()) << seqs.status();
+  for (const Sequence& s : seqs.ok() ? *seqs : std::vector<Sequence>()) {
+    all.insert(all.end(), s.tokens.begin(), s.tokens.end());
+  }
+  return all;
+}
+
+std::string Contents(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+// bob owns a data file alice trains on and swaps its content between the moment her run
+// computes the entry's key and the moment it tokenizes (the report timed it with inotify;
+// the hook times it here), by renaming another file over it or by rewriting it in place.
+// Whatever her run gets, no entry holds tokens other than those of the content its key
+// names: her private clean copy, opened later, gets the clean tokens, never bob's.
+TEST_F(TokenCacheTest, AContentSwapBetweenKeyAndBuildNeverPoisonsAnEntry) {
+  const std::string clean = Contents(data_);
+  const std::string poison = WriteDataset(dir_ + "/poison.jsonl", 9, 1828);
+  const std::vector<int32_t> clean_tokens = JsonlTokens(data_, Options(1).load);
+  for (const bool in_place : {false, true}) {
+    SCOPED_TRACE(in_place ? "rewritten in place" : "renamed over");
+    fs::remove_all(dir_ + "/cache");
+    { std::ofstream(data_, std::ios::trunc | std::ios::binary) << clean; }
+    TokenCacheOptions o = Options(2);
+    o.before_build_for_test = [&] {
+      if (in_place) {
+        std::ofstream(data_, std::ios::trunc | std::ios::binary) << Contents(poison);
+      } else {
+        fs::copy_file(poison, data_ + ".new", fs::copy_options::overwrite_existing);
+        fs::rename(data_ + ".new", data_);
+      }
+    };
+    auto run = OpenTokenCache(data_, o);
+    if (run.ok()) {
+      EXPECT_EQ(EntryTokens(*run->file), clean_tokens)
+          << "the run got tokens other than its key's content";
+    } else {
+      EXPECT_EQ(run.status().code(), absl::StatusCode::kAborted) << run.status();
+      EXPECT_NE(run.status().message().find(data_ + ": changed while it was tokenized"),
+                std::string::npos)
+          << run.status();
+    }
+    const std::string copy = dir_ + "/alice-copy.jsonl";
+    { std::ofstream(copy, std::ios::trunc | std::ios::binary) << clean; }
+    auto later = OpenTokenCache(copy, Options(2));
+    ASSERT_TRUE(later.ok()) << later.status();
+    EXPECT_EQ(later->file->num_sequences(), 500) << "a clean copy got the swapped-in rows";
+    EXPECT_EQ(EntryTokens(*later->file), clean_tokens);
+  }
+}
+
+// The same with the tokenizer: bob swaps the tokenizer.model a job names after the job
+// loaded it. The entry holds the tokens of the tokenizer that was loaded, so its key is of
+// those bytes: a run that loads bob's model cleanly must not hit it.
+TEST_F(TokenCacheTest, ATokenizerSwappedAfterItWasLoadedDoesNotNameTheEntry) {
+  if (std::system("command -v spm_train >/dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "spm_train is not installed";
+  }
+  {
+    std::ofstream corpus(dir_ + "/corpus.txt");
+    for (int i = 0; i < 200; ++i) {
+      corpus << "the quick brown fox " << i << " jumps over the lazy dog\n";
+    }
+  }
+  for (const auto& [name, vocab] : {std::pair<std::string, int>{"a", 40}, {"b", 60}}) {
+    const std::string cmd =
+        "spm_train --minloglevel=2 --input=" + dir_ + "/corpus.txt --model_prefix=" + dir_ + "/" +
+        name + " --model_type=bpe --vocab_size=" + std::to_string(vocab) + " >/dev/null 2>&1";
+    ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  }
+  { std::ofstream(data_, std::ios::trunc) << "{\"text\": \"the quick brown fox jumps\"}\n"; }
+  auto options = [&](const Tokenizer* t) {
+    TokenCacheOptions o = Options(1);
+    o.load.format = DataFormat::kText;
+    o.load.tokenizer = t;
+    o.load.vocab_size = 64;
+    return o;
+  };
+  const std::string named = dir_ + "/tokenizer.model";
+  fs::copy_file(dir_ + "/a.model", named);
+  auto loaded = Tokenizer::Load(named);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  fs::copy_file(dir_ + "/b.model", named, fs::copy_options::overwrite_existing);  // the swap
+  auto run = OpenTokenCache(data_, options(loaded->get()));
+  ASSERT_TRUE(run.ok()) << run.status();
+  auto bobs = Tokenizer::Load(dir_ + "/b.model");
+  ASSERT_TRUE(bobs.ok()) << bobs.status();
+  auto clean = OpenTokenCache(data_, options(bobs->get()));
+  ASSERT_TRUE(clean.ok()) << clean.status();
+  EXPECT_FALSE(clean->hit) << "an entry of one tokenizer's tokens was found under another's key";
+  DataLoadOptions b = options(bobs->get()).load;
+  EXPECT_EQ(EntryTokens(*clean->file), JsonlTokens(data_, b));
 }
 
 TEST_F(TokenCacheTest, ConcurrentOpenersBuildOnce) {

@@ -2,6 +2,7 @@
 // (environment, gang failure, cancel, no process left behind, relay) is what is tested.
 #include "worker/task_runner.h"
 
+#include <gtest/gtest.h>
 #include <signal.h>
 
 #include <condition_variable>
@@ -9,9 +10,8 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <tuple>
-
-#include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -20,6 +20,7 @@
 #include "common/usable_cpus.h"
 #include "tests/testing/process.h"
 #include "tests/testing/wait.h"
+#include "worker/rank_memory.h"
 
 namespace llamafleet::worker {
 namespace {
@@ -121,13 +122,33 @@ TEST_F(TaskRunnerTest, RanksGetTorchrunEnvironmentAndTheSpec) {
   EXPECT_EQ(recorder_.exits[0].exit_code(), 0);
 }
 
-TEST_F(TaskRunnerTest, AddressSpaceLimitIsEachRanksRlimitAs) {
-  TaskLaunch l = Launch("echo \"as=$(ulimit -v)\"", 1);
-  l.address_space_limit = uint64_t{512} << 20;
+TEST_F(TaskRunnerTest, MemoryLimitIsEachRanksRlimitDataAndNoAddressSpaceLimit) {
+  TaskLaunch l = Launch("echo \"data=$(ulimit -d) hard=$(ulimit -H -d) as=$(ulimit -v)\"", 1);
+  l.memory_limit = uint64_t{512} << 20;
   auto runner = TaskRunner::Start(l, &recorder_, absl::Seconds(5));
   ASSERT_TRUE(runner.ok()) << runner.status();
   ASSERT_TRUE(recorder_.WaitDone(absl::Seconds(10)));
-  EXPECT_TRUE(recorder_.HasLine("1 out as=524288")) << absl::StrJoin(recorder_.lines, "\n");
+  EXPECT_TRUE(recorder_.HasLine("1 out data=524288 hard=524288 as=unlimited"))
+      << absl::StrJoin(recorder_.lines, "\n");
+}
+
+TEST(RankMemoryLimit, AShareOfTheHostAmongItsRanksUnlessConfigured) {
+  // 90% of 80 GiB among 8 GPUs: 9 GiB each.
+  v1::Inventory gpus;
+  gpus.set_memory_bytes(int64_t{80} << 30);
+  for (int i = 0; i < 8; ++i) gpus.add_gpus()->set_index(i);
+  EXPECT_EQ(RankMemoryLimit(std::nullopt, gpus), uint64_t{9} << 30);
+  v1::Inventory cpus;
+  cpus.set_memory_bytes(int64_t{10} << 30);
+  cpus.set_cpu_ranks(3);
+  EXPECT_EQ(RankMemoryLimit(std::nullopt, cpus),
+            static_cast<uint64_t>((int64_t{10} << 30) * 0.9 / 3));
+  // --trainer-memory-limit: its size, or none (0).
+  EXPECT_EQ(RankMemoryLimit(uint64_t{48} << 30, gpus), uint64_t{48} << 30);
+  EXPECT_EQ(RankMemoryLimit(uint64_t{0}, gpus), 0u);
+  // Never below the floor; nothing when the host's memory is unknown.
+  EXPECT_EQ(DefaultRankMemoryLimit(uint64_t{1} << 20, 8), kMinRankMemoryLimit);
+  EXPECT_EQ(DefaultRankMemoryLimit(0, 8), 0u);
 }
 
 TEST(ByteSize, OperatorsSizes) {

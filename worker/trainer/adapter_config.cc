@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "model_file.h"
 #include "nlohmann/json.hpp"
 #include "util.h"
 
@@ -32,7 +33,11 @@ std::string AdapterConfigJson(const LoraOptions& lora) {
 }
 
 absl::StatusOr<LoraOptions> ParseAdapterConfig(absl::string_view text, absl::string_view source) {
-  const json j = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
+  absl::StatusOr<json> parsed = ParseBoundedJson(text);
+  if (!parsed.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ": ", parsed.status().message()));
+  }
+  const json& j = *parsed;
   if (!j.is_object()) return absl::InvalidArgumentError(absl::StrCat(source, ": not a JSON object"));
   auto bad = [&](absl::string_view key, absl::string_view why) {
     return absl::InvalidArgumentError(absl::StrCat(source, ": ", key, " ", why));
@@ -88,7 +93,7 @@ absl::StatusOr<LoraOptions> ParseAdapterConfig(absl::string_view text, absl::str
 
 absl::StatusOr<LoraOptions> ReadAdapterConfig(const std::string& dir) {
   const std::string path = (fs::path(dir) / "adapter_config.json").string();
-  LF_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
+  LF_ASSIGN_OR_RETURN(std::string text, ReadModelFile(path, kMaxConfigFileBytes));
   LF_ASSIGN_OR_RETURN(LoraOptions o, ParseAdapterConfig(text, path));
   o.adapter_path = dir;
   return o;

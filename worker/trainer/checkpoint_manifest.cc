@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/crc32c.h"
 #include "common/safe_open.h"
+#include "model_file.h"
 #include "util.h"
 
 namespace llamafleet::trainer {
@@ -100,8 +101,11 @@ absl::StatusOr<CheckpointManifest> ParseCheckpointManifest(const std::string& te
     return absl::DataLossError(absl::StrCat(source, ": malformed manifest: ", what));
   };
   CheckpointManifest m;
-  m.json = json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (m.json.is_discarded()) return absl::DataLossError(absl::StrCat(source, ": not valid JSON"));
+  absl::StatusOr<json> parsed = ParseBoundedJson(text);
+  if (!parsed.ok()) {
+    return absl::DataLossError(absl::StrCat(source, ": ", parsed.status().message()));
+  }
+  m.json = std::move(*parsed);
   const json& j = m.json;
   auto format = j.is_object() ? j.find("format") : j.end();
   if (!j.is_object() || format == j.end() || *format != kShardedCheckpointFormat || !j.contains("files") ||

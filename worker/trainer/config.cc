@@ -2,10 +2,11 @@
 
 #include <cmath>
 #include <fstream>
-#include <tuple>
 #include <sstream>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
+#include "model_file.h"
 #include "nlohmann/json.hpp"
 #include "util.h"
 
@@ -104,8 +105,11 @@ absl::StatusOr<double> GetDouble(const json& j, const char* key, absl::string_vi
 }  // namespace
 
 absl::StatusOr<LlamaConfig> ParseConfigJson(absl::string_view text, absl::string_view src) {
-  json j = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return absl::InvalidArgumentError(absl::StrCat(src, ": not valid JSON"));
+  absl::StatusOr<json> parsed = ParseBoundedJson(text);
+  if (!parsed.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(src, ": ", parsed.status().message()));
+  }
+  const json& j = *parsed;
   if (!j.is_object()) return absl::InvalidArgumentError(absl::StrCat(src, ": not a JSON object"));
   if (auto it = j.find("model_type"); it != j.end() && *it != "llama") {
     return absl::InvalidArgumentError(
@@ -156,7 +160,7 @@ absl::StatusOr<LlamaConfig> ParseConfigJson(absl::string_view text, absl::string
 }
 
 absl::StatusOr<LlamaConfig> LoadConfigFile(const std::string& path) {
-  LF_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
+  LF_ASSIGN_OR_RETURN(std::string text, ReadModelFile(path, kMaxConfigFileBytes));
   return ParseConfigJson(text, path);
 }
 

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/safe_open.h"
+#include "model_file.h"
 #include "nlohmann/json.hpp"
 #include "util.h"
 
@@ -18,6 +19,12 @@ absl::StatusOr<Sequence> ParseRecord(const std::string& path, int64_t lineno, ab
   auto bad = [&](absl::string_view why) {
     return absl::InvalidArgumentError(absl::StrCat(path, ":", lineno, ": ", why));
   };
+  // A record needs two levels ({"input_ids": [...]}); nesting is bounded before the DOM is
+  // built, which keeps it a bounded multiple of the line (the DOM of an unbounded "[[[[..."
+  // is 85x).
+  if (JsonNestsDeeperThan(line, kMaxModelJsonDepth)) {
+    return bad(absl::StrCat("nested deeper than ", kMaxModelJsonDepth, " levels"));
+  }
   json j = json::parse(line.begin(), line.end(), nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) return bad("not a JSON object");
   Sequence s;

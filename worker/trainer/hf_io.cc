@@ -7,6 +7,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "model_file.h"
 #include "nlohmann/json.hpp"
 #include "util.h"
 
@@ -53,7 +54,7 @@ absl::StatusOr<std::unique_ptr<HfModelDir>> HfModelDir::Open(const std::string& 
   std::map<std::string, std::string> weight_map;  // tensor -> file (sharded only)
   std::vector<std::string> file_names;
   if (fs::exists(index_path, ec)) {
-    LF_ASSIGN_OR_RETURN(std::string text, ReadFileToString(index_path.string()));
+    LF_ASSIGN_OR_RETURN(std::string text, ReadModelFile(index_path.string(), kMaxListingFileBytes));
     LF_ASSIGN_OR_RETURN(weight_map, ParseSafetensorsIndex(text, index_path.string()));
     std::set<std::string> files;
     for (const auto& [tensor, file] : weight_map) files.insert(file);

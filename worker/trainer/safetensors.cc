@@ -6,12 +6,14 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cctype>
+#include <cerrno>
 #include <cstring>
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "common/byte_size.h"
+#include "model_file.h"
 #include "nlohmann/json.hpp"
 #include "util.h"
 
@@ -72,90 +74,221 @@ int64_t StTensorInfo::numel() const {
   return n;
 }
 
-absl::StatusOr<std::vector<StTensorInfo>> ParseSafetensorsHeader(
-    const std::string& header, uint64_t buffer_size, std::map<std::string, std::string>* metadata) {
-  // nlohmann keeps the last of duplicate keys; catch duplicates at the top level while
-  // parsing.
-  std::set<std::string> seen;
-  std::string duplicate;
-  json::parser_callback_t cb = [&](int depth, json::parse_event_t event, json& parsed) {
-    if (depth == 1 && event == json::parse_event_t::key) {
-      std::string key = parsed.get<std::string>();
-      if (!seen.insert(key).second && duplicate.empty()) duplicate = key;
+namespace {
+
+// A safetensors header read as SAX events straight into tensor entries, without a DOM: it
+// holds the entries and their names (for duplicates), a small multiple of the header's
+// bytes. Levels: 1 inside the header object, 2 inside an entry (or __metadata__), 3 inside
+// an entry's shape, data_offsets or unknown field; anything nested deeper ends the parse
+// at once, so a header of "[[[[..." costs nothing. Each entry is checked as it closes.
+class HeaderReader : public nlohmann::json_sax<json> {
+ public:
+  HeaderReader(uint64_t buffer_size, std::map<std::string, std::string>* metadata)
+      : buffer_size_(buffer_size), metadata_(metadata) {}
+
+  // After sax_parse returned `parsed`: the entries, or why the header is refused.
+  absl::StatusOr<std::vector<StTensorInfo>> Result(bool parsed) {
+    if (!error_.ok()) return error_;
+    if (!parsed) return absl::InvalidArgumentError("header is not valid JSON");
+    return std::move(entries_);
+  }
+
+  bool null() override { return Other(); }
+  bool boolean(bool) override { return Other(); }
+  bool number_integer(number_integer_t v) override {
+    return v >= 0 ? Number(static_cast<uint64_t>(v)) : Other();
+  }
+  bool number_unsigned(number_unsigned_t v) override { return Number(v); }
+  bool number_float(number_float_t, const string_t&) override { return Other(); }
+  bool binary(binary_t&) override { return Other(); }
+  bool string(string_t& v) override {
+    if (depth_ == 2 && in_metadata_) {
+      if (metadata_ != nullptr) (*metadata_)[key_] = std::move(v);
+      return true;
+    }
+    if (depth_ == 2 && field_ == Field::kDtype) {
+      absl::StatusOr<StDtype> dtype = ParseStDtype(v);
+      if (!dtype.ok()) return Fail(Bad(dtype.status().message()));
+      entry_.dtype = *dtype;
+      has_dtype_ = true;
+      return true;
+    }
+    return Other();
+  }
+  bool key(string_t& k) override {
+    if (depth_ == 1) {
+      if (!names_.insert(k).second) {
+        return Fail(absl::InvalidArgumentError(absl::StrCat("duplicate tensor \"", k, "\"")));
+      }
+      name_ = std::move(k);
+    } else if (depth_ == 2) {
+      field_ = k == "dtype"          ? Field::kDtype
+               : k == "shape"        ? Field::kShape
+               : k == "data_offsets" ? Field::kOffsets
+                                     : Field::kOther;
+      if (in_metadata_) key_ = std::move(k);
     }
     return true;
-  };
-  json j = json::parse(header, cb, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return absl::InvalidArgumentError("header is not valid JSON");
-  if (!j.is_object()) return absl::InvalidArgumentError("header is not a JSON object");
-  if (!duplicate.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat("duplicate tensor \"", duplicate, "\""));
   }
-  std::vector<StTensorInfo> out;
-  for (auto it = j.begin(); it != j.end(); ++it) {
-    const std::string& name = it.key();
-    const json& v = it.value();
-    if (name == "__metadata__") {
-      if (!v.is_object()) return absl::InvalidArgumentError("__metadata__ is not an object");
-      for (auto m = v.begin(); m != v.end(); ++m) {
-        if (!m.value().is_string()) {
+  bool start_object(std::size_t) override { return Open(/*object=*/true); }
+  bool start_array(std::size_t) override { return Open(/*object=*/false); }
+  bool end_object() override {
+    if (depth_ == 2 && !in_metadata_) {
+      absl::Status s = CheckEntry();
+      if (!s.ok()) return Fail(std::move(s));
+      entries_.push_back(std::move(entry_));
+    }
+    return Close();
+  }
+  bool end_array() override { return Close(); }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override {
+    return false;
+  }
+
+ private:
+  enum class Field { kDtype, kShape, kOffsets, kOther };
+
+  absl::Status Bad(absl::string_view why) const {
+    return absl::InvalidArgumentError(absl::StrCat("tensor \"", name_, "\": ", why));
+  }
+  bool Fail(absl::Status s) {
+    if (error_.ok()) error_ = std::move(s);
+    return false;
+  }
+  // Why a value that is not what the format has at this place is refused; OK for the value
+  // of a field the format does not know (ignored).
+  absl::Status Misplaced() const {
+    switch (depth_) {
+      case 0:
+        return absl::InvalidArgumentError("header is not a JSON object");
+      case 1:
+        return name_ == "__metadata__" ? absl::InvalidArgumentError("__metadata__ is not an object")
+                                       : Bad("entry is not an object");
+      case 2:
+        if (in_metadata_) {
           return absl::InvalidArgumentError(
-              absl::StrCat("__metadata__ value for \"", m.key(), "\" is not a string"));
+              absl::StrCat("__metadata__ value for \"", key_, "\" is not a string"));
         }
-        if (metadata) (*metadata)[m.key()] = m.value().get<std::string>();
+        if (field_ == Field::kDtype) return Bad("missing or non-string dtype");
+        if (field_ == Field::kShape) return Bad("missing or non-array shape");
+        if (field_ == Field::kOffsets) return Bad("data_offsets must be [begin, end]");
+        return absl::OkStatus();
+      default:
+        if (array_ == Field::kShape) return Bad("shape entries must be non-negative integers");
+        if (array_ == Field::kOffsets) return Bad("data_offsets must be non-negative integers");
+        return absl::OkStatus();
+    }
+  }
+  bool Other() {
+    absl::Status s = Misplaced();
+    return s.ok() || Fail(std::move(s));
+  }
+
+  bool Number(uint64_t v) {
+    if (depth_ == 3 && array_ == Field::kShape) {
+      if (v > (uint64_t{1} << 40)) return Fail(Bad("shape entry too large"));
+      entry_.shape.push_back(static_cast<int64_t>(v));
+      return true;
+    }
+    if (depth_ == 3 && array_ == Field::kOffsets) {
+      if (++offsets_ > 2) return Fail(Bad("data_offsets must be [begin, end]"));
+      (offsets_ == 1 ? entry_.begin : entry_.end) = v;
+      return true;
+    }
+    return Other();
+  }
+
+  bool Open(bool object) {
+    if (depth_ == 3) {
+      absl::Status s = Misplaced();
+      return Fail(s.ok() ? Bad("nested deeper than a safetensors header (3 levels)")
+                         : std::move(s));
+    }
+    const bool expected =
+        depth_ < 2 ? object : !in_metadata_ && (field_ == Field::kOther || !object);
+    if (!expected || (depth_ == 2 && field_ == Field::kDtype)) {
+      absl::Status s = Misplaced();
+      return Fail(s.ok() ? absl::InvalidArgumentError("header is not a JSON object")
+                         : std::move(s));
+    }
+    if (depth_ == 1) {  // an entry
+      in_metadata_ = name_ == "__metadata__";
+      entry_ = StTensorInfo();
+      entry_.name = name_;
+      has_dtype_ = has_shape_ = false;
+      offsets_ = -1;
+    } else if (depth_ == 2) {  // a field's array (or an unknown field's value)
+      array_ = field_;
+      if (field_ == Field::kShape) {
+        entry_.shape.clear();
+        has_shape_ = true;
+      } else if (field_ == Field::kOffsets) {
+        offsets_ = 0;
       }
-      continue;
     }
-    auto bad = [&](absl::string_view why) {
-      return absl::InvalidArgumentError(absl::StrCat("tensor \"", name, "\": ", why));
-    };
-    if (!v.is_object()) return bad("entry is not an object");
-    auto dt = v.find("dtype");
-    auto sh = v.find("shape");
-    auto off = v.find("data_offsets");
-    if (dt == v.end() || !dt->is_string()) return bad("missing or non-string dtype");
-    if (sh == v.end() || !sh->is_array()) return bad("missing or non-array shape");
-    if (off == v.end() || !off->is_array() || off->size() != 2) {
-      return bad("data_offsets must be [begin, end]");
-    }
-    StTensorInfo info;
-    info.name = name;
-    auto dtype = ParseStDtype(dt->get<std::string>());
-    if (!dtype.ok()) return bad(dtype.status().message());
-    info.dtype = *dtype;
-    for (const json& d : *sh) {
-      if (!d.is_number_unsigned() && !(d.is_number_integer() && d.get<int64_t>() >= 0)) {
-        return bad("shape entries must be non-negative integers");
-      }
-      if (d.get<uint64_t>() > (1ull << 40)) return bad("shape entry too large");
-      info.shape.push_back(d.get<int64_t>());
-    }
-    for (const json& o : *off) {
-      if (!o.is_number_unsigned() && !(o.is_number_integer() && o.get<int64_t>() >= 0)) {
-        return bad("data_offsets must be non-negative integers");
-      }
-    }
-    info.begin = (*off)[0].get<uint64_t>();
-    info.end = (*off)[1].get<uint64_t>();
-    if (info.end < info.begin) return bad("data_offsets end before begin");
-    if (info.end > buffer_size) {
-      return bad(absl::StrCat("data_offsets [", info.begin, ", ", info.end,
-                              ") extend past the end of the file (data buffer is ", buffer_size,
+    ++depth_;
+    return true;
+  }
+
+  bool Close() {
+    if (--depth_ == 2) array_ = Field::kOther;
+    if (depth_ == 1) in_metadata_ = false;
+    return true;
+  }
+
+  // The entry just closed: every field present, offsets inside the buffer, its bytes those
+  // of its shape and dtype.
+  absl::Status CheckEntry() const {
+    if (!has_dtype_) return Bad("missing or non-string dtype");
+    if (!has_shape_) return Bad("missing or non-array shape");
+    if (offsets_ != 2) return Bad("data_offsets must be [begin, end]");
+    if (entry_.end < entry_.begin) return Bad("data_offsets end before begin");
+    if (entry_.end > buffer_size_) {
+      return Bad(absl::StrCat("data_offsets [", entry_.begin, ", ", entry_.end,
+                              ") extend past the end of the file (data buffer is ", buffer_size_,
                               " bytes)"));
     }
     // numel * itemsize, overflow-checked: the running product (as numel() forms it, left
     // to right) stays below 2^63, so numel() and every byte count of the tensor fit int64.
-    unsigned __int128 bytes = StDtypeSize(info.dtype);
-    for (int64_t d : info.shape) {
+    unsigned __int128 bytes = StDtypeSize(entry_.dtype);
+    for (int64_t d : entry_.shape) {
       bytes *= static_cast<uint64_t>(d);
-      if (bytes > static_cast<unsigned __int128>(INT64_MAX)) return bad("shape has too many elements");
+      if (bytes > static_cast<unsigned __int128>(INT64_MAX)) {
+        return Bad("shape has too many elements");
+      }
     }
-    if (bytes != info.end - info.begin) {
-      return bad(absl::StrCat("shape and dtype imply ", static_cast<uint64_t>(bytes),
-                              " bytes but data_offsets span ", info.end - info.begin));
+    if (bytes != entry_.end - entry_.begin) {
+      return Bad(absl::StrCat("shape and dtype imply ", static_cast<uint64_t>(bytes),
+                              " bytes but data_offsets span ", entry_.end - entry_.begin));
     }
-    out.push_back(std::move(info));
+    return absl::OkStatus();
   }
+
+  // Constant after construction.
+  const uint64_t buffer_size_;
+  std::map<std::string, std::string>* const metadata_;
+
+  int depth_ = 0;                // containers open
+  std::string name_;             // the entry's key (level 1)
+  std::string key_;              // the __metadata__ key whose value comes next
+  bool in_metadata_ = false;     // the entry open is __metadata__
+  Field field_ = Field::kOther;  // the field whose value comes next (level 2)
+  Field array_ = Field::kOther;  // the field whose array is open (level 3)
+  StTensorInfo entry_;           // the entry open
+  bool has_dtype_ = false, has_shape_ = false;
+  int offsets_ = -1;  // data_offsets read; -1: no data_offsets array
+  std::set<std::string> names_;
+  std::vector<StTensorInfo> entries_;
+  absl::Status error_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::vector<StTensorInfo>> ParseSafetensorsHeader(
+    absl::string_view header, uint64_t buffer_size, std::map<std::string, std::string>* metadata) {
+  HeaderReader reader(buffer_size, metadata);
+  const bool parsed = json::sax_parse(header.begin(), header.end(), &reader);
+  LF_ASSIGN_OR_RETURN(std::vector<StTensorInfo> out, reader.Result(parsed));
   std::vector<const StTensorInfo*> by_offset;
   for (const auto& t : out) by_offset.push_back(&t);
   std::sort(by_offset.begin(), by_offset.end(), [](const StTensorInfo* a, const StTensorInfo* b) {
@@ -180,7 +313,11 @@ absl::StatusOr<std::vector<StTensorInfo>> ParseSafetensorsHeader(
 
 absl::StatusOr<std::map<std::string, std::string>> ParseSafetensorsIndex(const std::string& text,
                                                                           const std::string& source) {
-  const json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  absl::StatusOr<json> parsed = ParseBoundedJson(text);
+  if (!parsed.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ": ", parsed.status().message()));
+  }
+  const json& j = *parsed;
   auto wm = j.is_object() ? j.find("weight_map") : j.end();
   if (!j.is_object() || wm == j.end() || !wm->is_object()) {
     return absl::InvalidArgumentError(
@@ -203,12 +340,17 @@ absl::StatusOr<std::map<std::string, std::string>> ParseSafetensorsIndex(const s
 }
 
 absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: a FIFO put where a file belongs is refused below instead of waited on.
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
   struct stat st;
   if (::fstat(fd, &st) != 0) {
     ::close(fd);
     return absl::InternalError(absl::StrCat(path, ": cannot stat"));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return absl::FailedPreconditionError(absl::StrCat(path, ": not a regular file"));
   }
   const uint64_t size = static_cast<uint64_t>(st.st_size);
   auto err = [&](absl::string_view why) {
@@ -231,12 +373,14 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std
   uint64_t n = 0;
   for (int i = 7; i >= 0; --i) n = (n << 8) | base[i];
   if (n > kMaxSafetensorsHeader) {
-    return err(absl::StrCat("header length ", n, " exceeds the 100 MB limit"));
+    return err(absl::StrCat("header length ", n, " exceeds the ",
+                            FormatBytes(static_cast<int64_t>(kMaxSafetensorsHeader)),
+                            " a safetensors header may hold"));
   }
   if (n > size - 8) {
     return err(absl::StrCat("header length ", n, " exceeds the file size ", size));
   }
-  std::string header(reinterpret_cast<const char*>(base + 8), n);
+  const absl::string_view header(reinterpret_cast<const char*>(base + 8), n);
   auto infos = ParseSafetensorsHeader(header, size - 8 - n, &f->metadata_);
   if (!infos.ok()) return err(infos.status().message());
   f->data_ = base + 8 + n;

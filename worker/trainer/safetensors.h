@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "direct_file_writer.h"
 
 namespace llamafleet::trainer {
@@ -35,8 +36,11 @@ struct StTensorInfo {
   int64_t numel() const;
 };
 
-// The largest header accepted, as the reference implementation does.
-inline constexpr uint64_t kMaxSafetensorsHeader = 100ull << 20;
+// The largest header accepted. The reference implementation takes 100 MB; the headers this
+// trainer reads are far smaller (an entry is ~130 bytes: Llama-2-70B's files hold ~100 KB
+// of header in all, a model at config.h's largest bounds or a LoRA adapter of it ~2 MB), and
+// parsing a header takes a multiple of its size, so the bound is 16 MiB.
+inline constexpr uint64_t kMaxSafetensorsHeader = uint64_t{16} << 20;
 
 // A memory-mapped safetensors file. Open() validates the whole header: size limit, JSON,
 // known dtypes, shapes whose byte size equals the offsets, offsets inside the file, no
@@ -70,9 +74,11 @@ class SafetensorsFile {
 };
 
 // Parses and validates a header (exposed for tests). `buffer_size` is the file size
-// minus 8 minus the header length.
+// minus 8 minus the header length. Parsed as it is read, without a DOM: its memory is a small
+// multiple of the header's bytes, and nesting deeper than the format's 3 levels is refused
+// as soon as it is met.
 absl::StatusOr<std::vector<StTensorInfo>> ParseSafetensorsHeader(
-    const std::string& header, uint64_t buffer_size, std::map<std::string, std::string>* metadata);
+    absl::string_view header, uint64_t buffer_size, std::map<std::string, std::string>* metadata);
 
 // The weight_map of a sharded model's model.safetensors.index.json: tensor name -> file
 // name, each a plain name in the index's directory (not empty, no '/', not "." or "..").

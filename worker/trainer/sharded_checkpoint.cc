@@ -3,14 +3,13 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/core/grad_mode.h>
 #include <fcntl.h>
-#include <unistd.h>
-
 #include <signal.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
-#include <cstring>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <mutex>
 
@@ -18,8 +17,9 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "train_parts.h"
+#include "model_file.h"
 #include "tensor_parallel.h"
+#include "train_parts.h"
 #include "util.h"
 
 namespace llamafleet::trainer {
@@ -125,7 +125,7 @@ absl::StatusOr<std::unique_ptr<ShardedCheckpoint>> ShardedCheckpoint::Open(const
     return absl::NotFoundError(absl::StrCat(dir, ": no manifest.json (an incomplete checkpoint, or not a "
                                             "sharded checkpoint)"));
   }
-  LF_ASSIGN_OR_RETURN(std::string text, ReadFileToString(mpath));
+  LF_ASSIGN_OR_RETURN(std::string text, ReadModelFile(mpath, kMaxListingFileBytes));
   LF_ASSIGN_OR_RETURN(c->manifest_, ParseCheckpointManifest(text, mpath));
   for (const CheckpointManifest::File& f : c->manifest_.files) {
     const std::string path = (fs::path(dir) / f.name).string();
@@ -271,8 +271,8 @@ absl::Status ShardedCheckpoint::RestoreEngine(ShardedEngine& engine, const std::
     if (engine.options().compute_dtype == at::kHalf && scale > 0) engine.set_loss_scale(scale);
     const std::string rank_file = (fs::path(dir_) / RankFileName(engine.rank())).string();
     if (files_.count(RankFileName(engine.rank()))) {
-      LF_ASSIGN_OR_RETURN(std::string text, ReadFileToString(rank_file));
-      json state = json::parse(text, nullptr, false);
+      LF_ASSIGN_OR_RETURN(std::string text, ReadModelFile(rank_file, kMaxConfigFileBytes));
+      const json state = ParseBoundedJson(text).value_or(json());
       auto rng = state.is_object() ? state.find("rng_cpu") : state.end();
       if (rng != state.end() && rng->is_string()) SetRngStateHex(rng->get<std::string>());
     }
@@ -281,9 +281,9 @@ absl::Status ShardedCheckpoint::RestoreEngine(ShardedEngine& engine, const std::
 }
 
 bool IsShardedCheckpoint(const std::string& dir) {
-  auto text = ReadFileToString((fs::path(dir) / "manifest.json").string());
+  auto text = ReadModelFile((fs::path(dir) / "manifest.json").string(), kMaxListingFileBytes);
   if (!text.ok()) return false;
-  const json m = json::parse(*text, nullptr, false);
+  const json m = ParseBoundedJson(*text).value_or(json());
   auto format = m.is_object() ? m.find("format") : m.end();
   return format != m.end() && *format == kFormat;
 }

@@ -25,6 +25,19 @@ __attribute__((visibility("default"))) void* lf_spm_load(const char* path, char*
   return sp;
 }
 
+// The same from the bytes of a model file (a serialized ModelProto).
+__attribute__((visibility("default"))) void* lf_spm_load_proto(const char* data, size_t len,
+                                                               char* err, size_t err_len) {
+  auto* sp = new sentencepiece::SentencePieceProcessor();
+  auto status = sp->LoadFromSerializedProto(std::string_view(data, len));
+  if (!status.ok()) {
+    std::snprintf(err, err_len, "%s", status.ToString().c_str());
+    delete sp;
+    return nullptr;
+  }
+  return sp;
+}
+
 __attribute__((visibility("default"))) void lf_spm_free(void* h) {
   delete static_cast<sentencepiece::SentencePieceProcessor*>(h);
 }

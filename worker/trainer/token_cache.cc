@@ -8,9 +8,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <condition_variable>
 #include <cstring>
 #include <filesystem>
+#include <mutex>
 #include <thread>
 #include <tuple>
 #include <utility>
@@ -19,6 +22,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/safe_open.h"
 #include "common/usable_cpus.h"
 #include "util.h"
 
@@ -30,44 +34,85 @@ namespace {
 
 constexpr char kMagic[8] = {'L', 'F', 'T', 'O', 'K', 'v', '1', '\n'};
 constexpr uint64_t kHeaderBytes = 64;
-constexpr int kKeyVersion = 1;  // bump when the tokenization of a record changes
+constexpr int kKeyVersion = 2;  // bump when the tokenization of a record or the key changes
 
-absl::Status HashFile(const std::string& path, Sha256& h) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return absl::NotFoundError(absl::StrCat(path, ": cannot open: ", std::strerror(errno)));
-  std::vector<char> buf(1 << 20);
-  ssize_t n;
-  while ((n = ::read(fd, buf.data(), buf.size())) > 0) h.Update(buf.data(), static_cast<size_t>(n));
-  const int err = n < 0 ? errno : 0;
-  ::close(fd);
-  if (err) return absl::DataLossError(absl::StrCat(path, ": read error: ", std::strerror(err)));
-  return absl::OkStatus();
+// The data file, opened once. Everything the cache learns of it (its signature, its content
+// key, the bytes it tokenizes) comes through this descriptor, so a file renamed over the
+// path, or a link put there, after the open changes nothing this process reads.
+struct DataFile {
+  std::string path;  // for messages
+  UniqueFd fd;
+  struct stat st = {};
+};
+
+// Opens `path` as common/safe_open.h opens a file others may have put there: a regular file
+// only, never waited on (a FIFO), checked on the descriptor. Links are followed, as every
+// read of the job's data is (the trainer's path checks resolved them within the roots).
+absl::StatusOr<DataFile> OpenDataFile(const std::string& path) {
+  DataFile f;
+  f.path = path;
+  absl::StatusOr<UniqueFd> fd = OpenRegularFile(AT_FDCWD, path, path, LastLink::kFollow);
+  if (!fd.ok()) return fd.status();
+  f.fd = std::move(*fd);
+  if (::fstat(f.fd.get(), &f.st) != 0) {
+    return absl::DataLossError(absl::StrCat(path, ": cannot stat: ", std::strerror(errno)));
+  }
+  return f;
+}
+
+// Reads up to `n` bytes at `offset` (fewer only at the end of the file).
+absl::StatusOr<size_t> ReadAt(const DataFile& f, char* buf, size_t n, uint64_t offset) {
+  size_t got = 0;
+  while (got < n) {
+    const ssize_t r = ::pread(f.fd.get(), buf + got, n - got, static_cast<off_t>(offset + got));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) {
+      return absl::DataLossError(absl::StrCat(f.path, ": read error: ", std::strerror(errno)));
+    }
+    if (r == 0) break;
+    got += static_cast<size_t>(r);
+  }
+  return got;
 }
 
 // What identifies a file's current contents without reading it: device, inode, size and
-// modification and change times (any write changes them).
-absl::StatusOr<std::string> StatSignature(const std::string& path) {
-  struct stat st;
-  if (::stat(path.c_str(), &st) != 0) return absl::NotFoundError(absl::StrCat(path, ": cannot open: ", std::strerror(errno)));
-  return absl::StrCat(path, " ", st.st_dev, " ", st.st_ino, " ", st.st_size, " ", st.st_mtim.tv_sec, ".",
-                      st.st_mtim.tv_nsec, " ", st.st_ctim.tv_sec, ".", st.st_ctim.tv_nsec, "\n");
+// modification and change times (any write changes them), from its descriptor.
+std::string StatSignature(const DataFile& f) {
+  const struct stat& st = f.st;
+  return absl::StrCat(f.path, " ", st.st_dev, " ", st.st_ino, " ", st.st_size, " ",
+                      st.st_mtim.tv_sec, ".", st.st_mtim.tv_nsec, " ", st.st_ctim.tv_sec, ".",
+                      st.st_ctim.tv_nsec, "\n");
 }
 
-// Everything but the two files' contents that decides the tokens.
-std::string KeyParameters(const DataLoadOptions& l) {
+// The key is sha256(KeyPrefix, the data file's bytes, KeySuffix): the first says how records
+// become tokens, the last which tokenizer (the digest of the bytes it was loaded from, not
+// of a path read again).
+std::string KeyPrefix(const DataLoadOptions& l) {
   return absl::StrCat("llamafleet-tokens ", kKeyVersion, " format ", static_cast<int>(l.format), " bos ", l.bos_id,
                       " eos ", l.eos_id, " vocab ", l.vocab_size, " max_positions ", l.max_positions, "\n");
 }
+std::string KeySuffix(const DataLoadOptions& l) {
+  if (l.format == DataFormat::kTokens || l.tokenizer == nullptr) return "";
+  return absl::StrCat("tokenizer ", l.tokenizer->sha256(), "\n");
+}
 
-absl::StatusOr<std::string> ContentKey(const std::string& data_path, const TokenCacheOptions& o) {
+// The content key of the file's first st_size bytes (all of it, unless it grew since the
+// open), read through its descriptor.
+absl::StatusOr<std::string> ContentKey(const DataFile& f, const DataLoadOptions& l) {
   Sha256 h;
-  const std::string params = KeyParameters(o.load);
-  h.Update(params.data(), params.size());
-  LF_RETURN_IF_ERROR(HashFile(data_path, h));
-  if (o.load.format != DataFormat::kTokens) {
-    h.Update("tokenizer\n", 10);
-    LF_RETURN_IF_ERROR(HashFile(o.tokenizer_path, h));
+  const std::string prefix = KeyPrefix(l), suffix = KeySuffix(l);
+  h.Update(prefix.data(), prefix.size());
+  std::vector<char> buf(size_t{1} << 20);
+  const uint64_t size = static_cast<uint64_t>(f.st.st_size);
+  for (uint64_t offset = 0; offset < size;) {
+    LF_ASSIGN_OR_RETURN(
+        const size_t n,
+        ReadAt(f, buf.data(), std::min<uint64_t>(buf.size(), size - offset), offset));
+    if (n == 0) break;
+    h.Update(buf.data(), n);
+    offset += n;
   }
+  h.Update(suffix.data(), suffix.size());
   return h.Hex();
 }
 
@@ -92,19 +137,19 @@ bool DeadBuildersTemporary(const std::string& name, const std::string& entry) {
 }
 
 // The content key, remembered in <dir>/<signature hash>.key so that a start whose files are
-// unchanged does not read them again (a 1 GB dataset takes ~0.5 s to hash).
-absl::StatusOr<std::string> CacheKey(const std::string& data_path, const TokenCacheOptions& o) {
-  LF_ASSIGN_OR_RETURN(std::string sig, StatSignature(data_path));
-  sig = KeyParameters(o.load) + sig;
-  if (o.load.format != DataFormat::kTokens) {
-    LF_ASSIGN_OR_RETURN(std::string tok, StatSignature(o.tokenizer_path));
-    sig += tok;
-  }
+// unchanged does not read them again (a 1 GB dataset takes ~0.5 s to hash). A file whose
+// signature changed while it was hashed is not remembered. The memo only saves reading:
+// a build checks the key against the bytes it tokenizes.
+absl::StatusOr<std::string> CacheKey(const DataFile& f, const TokenCacheOptions& o) {
+  const std::string sig = KeyPrefix(o.load) + StatSignature(f) + KeySuffix(o.load);
   Sha256 h;
   h.Update(sig.data(), sig.size());
   const std::string memo = (fs::path(o.dir) / (h.Hex() + ".key")).string();
   if (absl::StatusOr<std::string> k = ReadFileToString(memo); k.ok() && k->size() == 64) return *k;
-  LF_ASSIGN_OR_RETURN(std::string key, ContentKey(data_path, o));
+  LF_ASSIGN_OR_RETURN(std::string key, ContentKey(f, o.load));
+  DataFile after;
+  after.path = f.path;
+  if (::fstat(f.fd.get(), &after.st) != 0 || StatSignature(after) != StatSignature(f)) return key;
   const std::string tmp = absl::StrCat(memo, TmpSuffix());
   if (WriteStringToFile(tmp, key).ok()) {
     std::error_code ec;
@@ -113,7 +158,7 @@ absl::StatusOr<std::string> CacheKey(const std::string& data_path, const TokenCa
   return key;
 }
 
-// One thread's share of the JSONL: [begin, end) of the mapped file, whole lines.
+// One thread's share of a block: [begin, end), whole lines.
 struct Chunk {
   const char* begin = nullptr;
   const char* end = nullptr;
@@ -155,107 +200,163 @@ void ParseChunk(const std::string& path, const DataLoadOptions& opt, Chunk& c, s
   done += since_report;
 }
 
+// The records of a whole file, in file order, and where a build stands.
+struct Tokenized {
+  std::vector<int32_t> tokens;
+  std::vector<uint8_t> target;
+  std::vector<uint64_t> lengths;  // tokens of each record
+  int64_t lines = 0;              // lines so far, blank ones included
+  std::atomic<int64_t> done{0};   // bytes parsed, for progress
+  std::chrono::steady_clock::time_point last_report = std::chrono::steady_clock::now();
+};
+
+// Tokenizes the whole lines [data, data + n) on up to `threads` threads, in chunks of about
+// equal bytes cut after a newline, and appends them to `out` in order. The first bad line
+// fails it with `file:line: why` (the line counted in the whole file).
+absl::Status TokenizeBlock(const std::string& path, const TokenCacheOptions& o, const char* data,
+                           size_t n, int threads, int64_t total, Tokenized& out) {
+  std::vector<Chunk> chunks(static_cast<size_t>(threads));
+  const char* cur = data;
+  for (int i = 0; i < threads; ++i) {
+    Chunk& c = chunks[static_cast<size_t>(i)];
+    c.begin = cur;
+    const char* end = i + 1 == threads ? data + n : data + n * static_cast<size_t>(i + 1) / threads;
+    if (end < cur) end = cur;
+    if (end < data + n) {
+      const char* nl =
+          static_cast<const char*>(std::memchr(end, '\n', static_cast<size_t>(data + n - end)));
+      end = nl ? nl + 1 : data + n;
+    }
+    c.end = end;
+    cur = end;
+  }
+  std::mutex mu;
+  std::condition_variable finished_cv;
+  size_t finished = 0;  // guarded by mu
+  std::vector<std::thread> workers;
+  for (Chunk& c : chunks) {
+    if (c.begin >= c.end) continue;
+    workers.emplace_back([&, cp = &c] {
+      ParseChunk(path, o.load, *cp, out.done);
+      std::lock_guard<std::mutex> lock(mu);
+      ++finished;
+      finished_cv.notify_one();
+    });
+  }
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    while (!finished_cv.wait_until(lock, out.last_report + std::chrono::seconds(2),
+                                   [&] { return finished == workers.size(); })) {
+      if (o.progress) o.progress(std::min(out.done.load(), total), total);
+      out.last_report = std::chrono::steady_clock::now();
+    }
+  }
+  for (std::thread& t : workers) t.join();
+  for (const Chunk& c : chunks) {
+    if (!c.error.ok()) {
+      const std::string prefix = absl::StrCat(path, ":", c.error_line, ": ");
+      std::string msg(c.error.message());
+      if (msg.rfind(prefix, 0) == 0) {
+        msg = absl::StrCat(path, ":", out.lines + c.error_line, ": ", msg.substr(prefix.size()));
+      }
+      return absl::Status(c.error.code(), msg);
+    }
+    out.lines += c.lines;
+  }
+  for (Chunk& c : chunks) {
+    out.tokens.insert(out.tokens.end(), c.tokens.begin(), c.tokens.end());
+    out.target.insert(out.target.end(), c.target.begin(), c.target.end());
+    out.lengths.insert(out.lengths.end(), c.lengths.begin(), c.lengths.end());
+  }
+  return absl::OkStatus();
+}
+
+// Reads the data file through its descriptor in blocks of whole lines, hashing every byte
+// read and tokenizing exactly those bytes (never read twice), so the digest is of what was
+// tokenized. ABORTED when that digest is not `key`: the file changed since the key was
+// computed, and its tokens must not be stored under it. After a bad line the rest is only
+// hashed, so that a line is blamed only in the content the key names.
+absl::StatusOr<std::unique_ptr<Tokenized>> TokenizeFile(const DataFile& f, const std::string& key,
+                                                        const TokenCacheOptions& o) {
+  const int threads = std::max(1, o.threads > 0 ? o.threads : UsableCpus());
+  const uint64_t size = static_cast<uint64_t>(f.st.st_size);
+  Sha256 h;
+  const std::string prefix = KeyPrefix(o.load), suffix = KeySuffix(o.load);
+  h.Update(prefix.data(), prefix.size());
+  auto out = std::make_unique<Tokenized>();
+  std::string buf;  // a line carried over from the last block, then the block read
+  absl::Status bad_line;
+  for (uint64_t offset = 0;;) {
+    const size_t carried = buf.size();
+    const size_t want = static_cast<size_t>(
+        std::min<uint64_t>(std::max<size_t>(o.read_block_bytes, 1), size - offset));
+    buf.resize(carried + want);
+    LF_ASSIGN_OR_RETURN(const size_t got, ReadAt(f, buf.data() + carried, want, offset));
+    buf.resize(carried + got);
+    h.Update(buf.data() + carried, got);
+    offset += got;
+    const bool last = got < want || offset >= size;
+    size_t cut = buf.size();
+    if (!last) {
+      const size_t nl = buf.rfind('\n');
+      if (nl == std::string::npos) continue;  // a line longer than a block: read on
+      cut = nl + 1;
+    }
+    if (bad_line.ok()) {
+      bad_line =
+          TokenizeBlock(f.path, o, buf.data(), cut, threads, static_cast<int64_t>(size), *out);
+    }
+    buf.erase(0, cut);
+    if (last) break;
+  }
+  h.Update(suffix.data(), suffix.size());
+  if (h.Hex() != key) {
+    return absl::AbortedError(
+        absl::StrCat(f.path,
+                     ": changed while it was tokenized (its content is not what its "
+                     "cache key was computed from); nothing was cached: run again once it "
+                     "stays unchanged"));
+  }
+  LF_RETURN_IF_ERROR(bad_line);
+  if (o.progress && size > 0) o.progress(static_cast<int64_t>(size), static_cast<int64_t>(size));
+  return out;
+}
+
 absl::Status WriteAll(int fd, const void* data, size_t n, const std::string& path) {
   const char* p = static_cast<const char*>(data);
   while (n > 0) {
     const ssize_t w = ::write(fd, p, n);
-    if (w <= 0) return absl::DataLossError(absl::StrCat(path, ": write failed: ", std::strerror(errno)));
+    if (w <= 0) {
+      return absl::DataLossError(absl::StrCat(path, ": write failed: ", std::strerror(errno)));
+    }
     p += w;
     n -= static_cast<size_t>(w);
   }
   return absl::OkStatus();
 }
 
-// Tokenizes `data_path` into `out_path` (a temporary name; the caller renames it).
-absl::Status Build(const std::string& data_path, const TokenCacheOptions& o, const std::string& out_path) {
+// Tokenizes the data file (TokenizeFile) into `out_path` (a temporary name; the caller
+// renames it).
+absl::Status Build(const DataFile& data, const std::string& key, const TokenCacheOptions& o,
+                   const std::string& out_path) {
   if (o.load.format != DataFormat::kTokens && o.load.tokenizer == nullptr) {
     return absl::InvalidArgumentError(
-        absl::StrCat(data_path, ": a tokenizer is required for text and prompt_completion data"));
+        absl::StrCat(data.path, ": a tokenizer is required for text and prompt_completion data"));
   }
-  const int fd = ::open(data_path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return absl::NotFoundError(absl::StrCat(data_path, ": cannot open data file"));
-  struct stat st;
-  if (::fstat(fd, &st) != 0) {
-    ::close(fd);
-    return absl::DataLossError(absl::StrCat(data_path, ": cannot stat"));
+  LF_ASSIGN_OR_RETURN(const std::unique_ptr<Tokenized> t, TokenizeFile(data, key, o));
+  const uint64_t sequences = t->lengths.size(), tokens = t->tokens.size();
+  if (sequences == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(data.path, ": dataset is empty"));
   }
-  const size_t size = static_cast<size_t>(st.st_size);
-  void* map = size > 0 ? ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0) : nullptr;
-  ::close(fd);
-  if (map == MAP_FAILED) return absl::DataLossError(absl::StrCat(data_path, ": cannot map: ", std::strerror(errno)));
-  struct Unmap {
-    void* p;
-    size_t n;
-    ~Unmap() {
-      if (p) ::munmap(p, n);
-    }
-  } unmap{map, size};
-  if (map) ::madvise(map, size, MADV_SEQUENTIAL);
-
-  // Chunks of about equal bytes, cut after a newline.
-  const int threads = std::max(1, o.threads > 0 ? o.threads : UsableCpus());
-  const char* data = static_cast<const char*>(map);
-  std::vector<Chunk> chunks(static_cast<size_t>(threads));
-  const char* cur = data;
-  for (int i = 0; i < threads; ++i) {
-    Chunk& c = chunks[static_cast<size_t>(i)];
-    c.begin = cur;
-    const char* end = i + 1 == threads ? data + size : data + size * static_cast<size_t>(i + 1) / threads;
-    if (end < cur) end = cur;
-    if (end < data + size) {
-      const char* nl = static_cast<const char*>(std::memchr(end, '\n', static_cast<size_t>(data + size - end)));
-      end = nl ? nl + 1 : data + size;
-    }
-    c.end = end;
-    cur = end;
-  }
-  std::atomic<int64_t> done{0};
-  std::vector<std::thread> workers;
-  for (Chunk& c : chunks) {
-    if (c.begin < c.end) workers.emplace_back([&, cp = &c] { ParseChunk(data_path, o.load, *cp, done); });
-  }
-  auto last_report = std::chrono::steady_clock::now();
-  while (done.load() < static_cast<int64_t>(size)) {
-    bool any_error = false;
-    for (const Chunk& c : chunks) any_error |= !c.error.ok();
-    if (any_error) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    if (o.progress && std::chrono::steady_clock::now() - last_report > std::chrono::seconds(2)) {
-      o.progress(done.load(), static_cast<int64_t>(size));
-      last_report = std::chrono::steady_clock::now();
-    }
-  }
-  for (std::thread& t : workers) t.join();
-  if (o.progress && size > 0 && done.load() >= static_cast<int64_t>(size)) o.progress(static_cast<int64_t>(size), static_cast<int64_t>(size));
-
-  // The first bad line of the file: the earliest chunk with an error.
-  int64_t lines_before = 0;
-  for (const Chunk& c : chunks) {
-    if (!c.error.ok()) {
-      const std::string prefix = absl::StrCat(data_path, ":", c.error_line, ": ");
-      std::string msg(c.error.message());
-      if (msg.rfind(prefix, 0) == 0) msg = absl::StrCat(data_path, ":", lines_before + c.error_line, ": ", msg.substr(prefix.size()));
-      return absl::Status(c.error.code(), msg);
-    }
-    lines_before += c.lines;
-  }
-  uint64_t sequences = 0, tokens = 0;
-  for (const Chunk& c : chunks) {
-    sequences += c.lengths.size();
-    tokens += c.tokens.size();
-  }
-  if (sequences == 0) return absl::InvalidArgumentError(absl::StrCat(data_path, ": dataset is empty"));
 
   std::vector<uint64_t> offsets;
   offsets.reserve(sequences + 1);
   offsets.push_back(0);
-  for (const Chunk& c : chunks) {
-    for (uint64_t n : c.lengths) offsets.push_back(offsets.back() + n);
-  }
+  for (uint64_t n : t->lengths) offsets.push_back(offsets.back() + n);
   Sha256 body;
   body.Update(offsets.data(), offsets.size() * sizeof(uint64_t));
-  for (const Chunk& c : chunks) body.Update(c.tokens.data(), c.tokens.size() * sizeof(int32_t));
-  for (const Chunk& c : chunks) body.Update(c.target.data(), c.target.size());
+  body.Update(t->tokens.data(), t->tokens.size() * sizeof(int32_t));
+  body.Update(t->target.data(), t->target.size());
   char header[kHeaderBytes] = {};
   std::memcpy(header, kMagic, 8);
   std::memcpy(header + 8, &sequences, 8);
@@ -268,12 +369,8 @@ absl::Status Build(const std::string& data_path, const TokenCacheOptions& o, con
   if (out < 0) return absl::PermissionDeniedError(absl::StrCat(out_path, ": cannot create: ", std::strerror(errno)));
   absl::Status s = WriteAll(out, header, kHeaderBytes, out_path);
   if (s.ok()) s = WriteAll(out, offsets.data(), offsets.size() * sizeof(uint64_t), out_path);
-  for (const Chunk& c : chunks) {
-    if (s.ok()) s = WriteAll(out, c.tokens.data(), c.tokens.size() * sizeof(int32_t), out_path);
-  }
-  for (const Chunk& c : chunks) {
-    if (s.ok()) s = WriteAll(out, c.target.data(), c.target.size(), out_path);
-  }
+  if (s.ok()) s = WriteAll(out, t->tokens.data(), t->tokens.size() * sizeof(int32_t), out_path);
+  if (s.ok()) s = WriteAll(out, t->target.data(), t->target.size(), out_path);
   if (s.ok() && ::fsync(out) != 0) s = absl::DataLossError(absl::StrCat(out_path, ": fsync failed"));
   if (::close(out) != 0 && s.ok()) s = absl::DataLossError(absl::StrCat(out_path, ": close failed"));
   return s;
@@ -377,7 +474,8 @@ absl::StatusOr<TokenCacheResult> OpenTokenCache(const std::string& data_path, co
     return absl::PermissionDeniedError(absl::StrCat(o.dir, ": token cache directory is owned by uid ", dst.st_uid,
                                                     ", not this process's ", ::geteuid()));
   }
-  LF_ASSIGN_OR_RETURN(const std::string key, CacheKey(data_path, o));
+  LF_ASSIGN_OR_RETURN(const DataFile data, OpenDataFile(data_path));
+  LF_ASSIGN_OR_RETURN(const std::string key, CacheKey(data, o));
   const std::string entry = key + ".tokens";
   const std::string path = (fs::path(o.dir) / entry).string();
   const bool existed = ::access(path.c_str(), F_OK) == 0;
@@ -420,7 +518,8 @@ absl::StatusOr<TokenCacheResult> OpenTokenCache(const std::string& data_path, co
   }
   const auto t0 = std::chrono::steady_clock::now();
   const std::string tmp = absl::StrCat(path, TmpSuffix());
-  absl::Status built = Build(data_path, o, tmp);
+  if (o.before_build_for_test) o.before_build_for_test();
+  absl::Status built = Build(data, key, o, tmp);
   if (!built.ok()) {
     fs::remove(tmp, ec);
     return built;

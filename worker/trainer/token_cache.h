@@ -1,11 +1,19 @@
 // Datasets tokenized once into a memory-mapped token file, and the training rows over it.
 //
 // A JSONL dataset (data.h's formats) is turned once into a binary file keyed by the
-// content of everything that decides its tokens: the data file, the tokenizer file, the
-// format, BOS/EOS ids, the vocabulary size and the length limit. Every later attempt and
-// job with the same key maps it instead of tokenizing again, and each rank reads only the
-// rows its sampler hands it (the pages it touches), so start-up and host memory no longer
-// grow with the dataset.
+// content of everything that decides its tokens: the data file's bytes, the bytes the
+// tokenizer was loaded from (Tokenizer::sha256), the format, BOS/EOS ids, the vocabulary
+// size and the length limit. Every later attempt and job with the same key maps it instead
+// of tokenizing again, and each rank reads only the rows its sampler hands it (the pages it
+// touches), so start-up and host memory no longer grow with the dataset.
+//
+// An entry holds the tokens of exactly the content its key names, even when the data file
+// belongs to someone else who rewrites or replaces it meanwhile: the file is opened once
+// (without following a link in its last component, a regular file checked on the
+// descriptor), its key is computed through that descriptor (or remembered for its
+// device, inode, size and times), and a build hashes every byte it tokenizes, as it
+// tokenizes it, and stores nothing when that digest is not the key (ABORTED: the file
+// changed).
 //
 // File <dir>/<key>.tokens, little-endian:
 //   0   char[8]  "LFTOKv1\n"
@@ -80,12 +88,17 @@ class TokenFile {
 struct TokenCacheOptions {
   std::string dir;         // where entries live (created 0700 if missing)
   DataLoadOptions load;    // how records become tokens (part of the key)
-  std::string tokenizer_path;  // hashed into the key ("" for token data)
   int threads = 0;         // build threads; 0 = the cores this process may run on
   uint64_t max_bytes = 0;  // bound on the entries' bytes in `dir`, applied after a build; 0 = none
+  // A build reads (hashes, tokenizes) the data file in blocks of about this many bytes, whole
+  // lines: what it holds of the file at once, beside the tokens.
+  size_t read_block_bytes = size_t{64} << 20;
   // Called about every 2 s during a build with bytes of JSONL done and in all, and once
   // with done == total when every line is read (not after a malformed line).
   std::function<void(int64_t done, int64_t total)> progress;
+  // For tests: called when the entry's key is known and this process is about to build
+  // the entry, before the data is read for it.
+  std::function<void()> before_build_for_test;
 };
 
 struct TokenCacheResult {
@@ -100,7 +113,10 @@ struct TokenCacheResult {
   uint64_t kept_bytes = 0;  // the entries left after a bounded build (over the bound: all in use)
 };
 
-// The entry for `data_path`, built first when there is none.
+// The entry for `data_path`, built first when there is none. NOT_FOUND when the file
+// cannot be opened, FAILED_PRECONDITION when it is a link or not a regular file, ABORTED
+// when it changed while it was tokenized (nothing stored), INVALID_ARGUMENT for a bad
+// record (`file:line: why`).
 absl::StatusOr<TokenCacheResult> OpenTokenCache(const std::string& data_path, const TokenCacheOptions& options);
 
 // Training rows over a token file, in the semantics of data.h: packing cuts the token

@@ -9,13 +9,15 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/safe_open.h"
+#include "model_file.h"
+#include "util.h"
 
 namespace llamafleet::trainer {
 
 namespace {
 
 struct ShimApi {
-  void* (*load)(const char*, char*, size_t) = nullptr;
+  void* (*load)(const char*, size_t, char*, size_t) = nullptr;
   void (*free)(void*) = nullptr;
   int64_t (*encode)(void*, const char*, size_t, int32_t*, int64_t) = nullptr;
   int32_t (*info)(void*, int) = nullptr;
@@ -49,7 +51,7 @@ const ShimApi& Shim() {
       api.error = absl::StrCat("cannot load the SentencePiece module libllamafleet_spm.so: ", errors);
       return;
     }
-    api.load = reinterpret_cast<decltype(api.load)>(::dlsym(lib, "lf_spm_load"));
+    api.load = reinterpret_cast<decltype(api.load)>(::dlsym(lib, "lf_spm_load_proto"));
     api.free = reinterpret_cast<decltype(api.free)>(::dlsym(lib, "lf_spm_free"));
     api.encode = reinterpret_cast<decltype(api.encode)>(::dlsym(lib, "lf_spm_encode"));
     api.info = reinterpret_cast<decltype(api.info)>(::dlsym(lib, "lf_spm_info"));
@@ -65,17 +67,19 @@ const ShimApi& Shim() {
 absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::Load(const std::string& path) {
   const ShimApi& api = Shim();
   if (!api.error.empty()) return absl::FailedPreconditionError(api.error);
-  // A regular file only (a FIFO would block the load), read through the descriptor checked.
-  absl::StatusOr<UniqueFd> fd = OpenRegularFile(AT_FDCWD, path, path, LastLink::kFollow);
-  if (!fd.ok()) return fd.status();
+  // Read once, bounded, and loaded from these bytes: the digest names what was loaded.
+  LF_ASSIGN_OR_RETURN(const std::string bytes, ReadModelFile(path, kMaxTokenizerFileBytes));
   char err[1024] = {0};
-  void* h = api.load(FdPath(fd->get()).c_str(), err, sizeof err);
+  void* h = api.load(bytes.data(), bytes.size(), err, sizeof err);
   if (!h) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": cannot load SentencePiece model: ", err));
   }
   std::unique_ptr<Tokenizer> t(new Tokenizer());
   t->handle_ = h;
   t->path_ = path;
+  Sha256 digest;
+  digest.Update(bytes.data(), bytes.size());
+  t->sha256_ = digest.Hex();
   t->bos_ = api.info(h, 0);
   t->eos_ = api.info(h, 1);
   t->vocab_ = api.info(h, 2);

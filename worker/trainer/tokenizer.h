@@ -19,8 +19,8 @@ namespace llamafleet::trainer {
 
 class Tokenizer {
  public:
-  // Loads a SentencePiece model file, a regular file only (common/safe_open.h); errors name
-  // the path.
+  // Loads a SentencePiece model file, a regular file of at most kMaxTokenizerFileBytes
+  // (model_file.h); errors name the path.
   static absl::StatusOr<std::unique_ptr<Tokenizer>> Load(const std::string& path);
   ~Tokenizer();
   Tokenizer(const Tokenizer&) = delete;
@@ -32,12 +32,16 @@ class Tokenizer {
   int32_t eos_id() const { return eos_; }
   int32_t vocab_size() const { return vocab_; }
   const std::string& path() const { return path_; }  // the model file it was loaded from
+  // Lowercase hex SHA-256 of the bytes it was loaded from (read once: the file may have
+  // changed since).
+  const std::string& sha256() const { return sha256_; }
 
  private:
   Tokenizer() = default;
   void* handle_ = nullptr;  // SentencePieceProcessor inside the shim
   int32_t bos_ = -1, eos_ = -1, vocab_ = 0;
   std::string path_;
+  std::string sha256_;
 };
 
 }  // namespace llamafleet::trainer

@@ -205,7 +205,6 @@ absl::StatusOr<LoadedData> LoadRows(const std::string& path, DataFormat format,
   o.load.eos_id = tokenizer && tokenizer->eos_id() >= 0 ? tokenizer->eos_id() : config.eos_token_id;
   o.load.vocab_size = config.vocab_size;
   o.load.max_positions = config.max_position_embeddings;
-  o.tokenizer_path = tokenizer ? tokenizer->path() : "";
   if (log_progress || progress_events) {  // (only a process that builds the entry calls it)
     o.progress = [path, progress_events](int64_t done, int64_t total) {
       if (progress_events) EmitJsonLine(trainer_events::ToLine(trainer_events::Tokenizing{path, done, total}));

@@ -1,16 +1,22 @@
 // Tenant safety in the real llamafleet-train: the trainer checks
 // the job's paths again where it opens them (--path-root, links resolved) and writes an
-// export only where nothing foreign is replaced, failing before it touches any file.
+// export only where nothing foreign is replaced, failing before it touches any file; and
+// a model directory's hostile files (a sparse 3 GB config.json, a safetensors header of
+// "[[[[...") fail it fast, naming the file, within a small peak of memory.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
-#include <gtest/gtest.h>
-
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "tests/testing/process.h"
 
 namespace llamafleet {
@@ -133,6 +139,121 @@ TEST_F(TrainerSecurityTest, AFifoAsTheExportMarkerOrTheTrainingDataFailsAtOnce) 
         << "it trained before refusing";
   }
   EXPECT_FALSE(fs::exists(root_ + "/export-2"));
+}
+
+// A run of a command with its private memory bounded (RLIMIT_DATA, so that what the
+// unbounded parsers take fails in it instead of taking this shared machine's memory),
+// and its peak resident memory (wait4's ru_maxrss).
+struct MeasuredRun {
+  int exit_code = -1;
+  std::string out, err;
+  int64_t peak_rss_bytes = 0;
+  absl::Duration took;
+};
+
+MeasuredRun RunMeasured(const std::vector<std::string>& argv, const std::string& dir,
+                        uint64_t data_limit) {
+  std::vector<char*> args;
+  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  const std::string out_path = dir + "/run.out", err_path = dir + "/run.err";
+  const absl::Time start = absl::Now();
+  const pid_t pid = fork();
+  if (pid == 0) {
+    const int out = open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    const int err = open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (out < 0 || err < 0 || dup2(out, STDOUT_FILENO) < 0 || dup2(err, STDERR_FILENO) < 0) {
+      _exit(127);
+    }
+    const struct rlimit limit = {data_limit, data_limit};
+    if (setrlimit(RLIMIT_DATA, &limit) != 0) _exit(127);
+    execv(args[0], args.data());
+    _exit(127);
+  }
+  MeasuredRun r;
+  if (pid < 0) return r;
+  int status = 0;
+  struct rusage usage = {};
+  while (wait4(pid, &status, WNOHANG, &usage) == 0) {
+    if (absl::Now() - start > absl::Minutes(2)) {
+      kill(pid, SIGKILL);
+      wait4(pid, &status, 0, &usage);
+      break;
+    }
+    usleep(20000);
+  }
+  r.took = absl::Now() - start;
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  r.peak_rss_bytes = static_cast<int64_t>(usage.ru_maxrss) * 1024;
+  r.out = ReadFile(out_path);
+  r.err = ReadFile(err_path);
+  return r;
+}
+
+// A model directory of the tiny shape whose config.json or model.safetensors a test replaces.
+class HostileModelFileTest : public TrainerSecurityTest {
+ protected:
+  void SetUp() override {
+    TrainerSecurityTest::SetUp();
+    model_ = root_ + "/model";
+    fs::create_directories(model_);
+    std::ofstream(model_ + "/config.json")
+        << R"({"model_type": "llama", "hidden_size": 64, "intermediate_size": 176, "num_hidden_layers": 2,)"
+        << R"( "num_attention_heads": 4, "num_key_value_heads": 4, "vocab_size": 256,)"
+        << R"( "max_position_embeddings": 64, "rms_norm_eps": 1e-05})";
+  }
+
+  // llamafleet-train eval of the model on the fixture's data, its memory bounded to 1 GiB.
+  MeasuredRun Eval() {
+    return RunMeasured(
+        {BinaryPath("llamafleet-train"), "eval", "--model", model_, "--data",
+         root_ + "/train.jsonl", "--format", "tokens", "--device", "cpu", "--micro-batch", "2"},
+        dir_.path(), uint64_t{1} << 30);
+  }
+
+  // The hostile file must fail the run at once, naming it, in well under the memory
+  // unbounded parsers take (2x a config read whole, 85x a header of brackets): the
+  // trainer's own start-up (LibTorch loaded) is ~100 MB.
+  void ExpectRefusedSmall(const MeasuredRun& r, const std::string& needle) {
+    EXPECT_EQ(r.exit_code, 1) << r.err;
+    EXPECT_NE(r.err.find(needle), std::string::npos) << r.err;
+    EXPECT_LT(r.peak_rss_bytes, int64_t{400} << 20) << r.err;
+    EXPECT_LT(r.took, absl::Seconds(30));
+  }
+
+  std::string model_;
+};
+
+TEST_F(HostileModelFileTest, ASparse3GBConfigJsonIsRefusedBeforeItIsRead) {
+  ASSERT_EQ(truncate((model_ + "/config.json").c_str(), int64_t{3} << 30), 0);
+  ExpectRefusedSmall(Eval(),
+                     model_ + "/config.json: 3.0 GiB, more than the 1.0 MiB such a file may hold");
+}
+
+TEST_F(HostileModelFileTest, ASafetensorsHeaderOfBracketsIsRefusedWithoutBuildingIt) {
+  // The report's 20 MB header of '[' (past the header bound now); one of the same just
+  // within the bound; and brackets nested inside an entry, refused at the 4th level instead
+  // of parsed into a DOM of ~85x their size.
+  const std::string file = model_ + "/model.safetensors";
+  const uint64_t within = (uint64_t{16} << 20) - 8;
+  const struct {
+    std::string header;
+    std::string needle;
+  } cases[] = {
+      {std::string(uint64_t{20} << 20, '['), "header length 20971520 exceeds the 16.0 MiB"},
+      {std::string(within, '['), "header is not a JSON object"},
+      {R"({"t": {"x": )" + std::string(within - 12, '['),
+       R"(tensor "t": nested deeper than a safetensors header)"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.needle);
+    {
+      std::ofstream out(file, std::ios::binary | std::ios::trunc);
+      for (int i = 0; i < 8; ++i) out.put(static_cast<char>((c.header.size() >> (8 * i)) & 0xff));
+      out << c.header;
+    }
+    ExpectRefusedSmall(Eval(), file + ": invalid safetensors: " + c.needle);
+  }
 }
 
 }  // namespace
