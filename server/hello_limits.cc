@@ -1,7 +1,5 @@
 #include "server/hello_limits.h"
 
-#include <pthread.h>
-
 #include <utility>
 #include <vector>
 
@@ -43,21 +41,12 @@ HelloLimits::Waiting::~Waiting() {
 HelloLimits::HelloLimits(HelloLimitOptions options)
     : options_(std::move(options)), pool_(options_.max_total, options_.max_per_peer) {
   if (options_.hello_timeout > absl::ZeroDuration()) {
-    sweeper_ = std::thread([this] {
-      pthread_setname_np(pthread_self(), "lf-hellos");
-      SweepLoop();
-    });
+    sweeper_ = std::make_unique<PeriodicThread>("lf-hellos", options_.sweep_interval,
+                                                [this] { SweepNow(); });
   }
 }
 
-HelloLimits::~HelloLimits() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    stopping_ = true;
-  }
-  cv_.notify_all();
-  if (sweeper_.joinable()) sweeper_.join();
-}
+HelloLimits::~HelloLimits() = default;
 
 absl::StatusOr<std::unique_ptr<HelloLimits::Waiting>> HelloLimits::Admit(const std::string& peer,
                                                                          EndFn end) {
@@ -146,16 +135,5 @@ void HelloLimits::SweepNow() {
   }
 }
 
-void HelloLimits::SweepLoop() {
-  std::unique_lock<std::mutex> lock(mu_);
-  while (!stopping_) {
-    cv_.wait_for(lock, absl::ToChronoMilliseconds(options_.sweep_interval),
-                 [&] { return stopping_; });
-    if (stopping_) return;
-    lock.unlock();
-    SweepNow();
-    lock.lock();
-  }
-}
 
 }  // namespace llamafleet

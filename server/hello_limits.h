@@ -14,19 +14,18 @@
 // A refused or ended stream costs nothing once gRPC has finished it, so hello-less streams
 // hold at most max_total streams' memory, however many are opened.
 
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
-#include <thread>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "server/periodic_thread.h"
 #include "server/peer_pool.h"
 
 namespace llamafleet {
@@ -79,16 +78,14 @@ class HelloLimits {
 
  private:
   void Release(const std::shared_ptr<Entry>& entry);
-  void SweepLoop();
 
   const HelloLimitOptions options_;
   mutable std::mutex mu_;
-  std::condition_variable cv_;
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 0;
   PeerPool pool_ ABSL_GUARDED_BY(mu_);
   std::map<uint64_t, std::shared_ptr<Entry>> entries_ ABSL_GUARDED_BY(mu_);  // the pool's
-  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  std::thread sweeper_;
+  // Last: stopped first, while what SweepNow uses exists.
+  std::unique_ptr<PeriodicThread> sweeper_;
 };
 
 }  // namespace llamafleet

@@ -1,7 +1,5 @@
 #include "server/stream_limits.h"
 
-#include <pthread.h>
-
 #include <atomic>
 #include <utility>
 #include <vector>
@@ -40,21 +38,12 @@ void StreamLimits::Slot::WriteDone() { entry_->write_started_us.store(0); }
 StreamLimits::StreamLimits(StreamLimitOptions options) : options_(std::move(options)) {
   if (options_.idle_timeout > absl::ZeroDuration() ||
       options_.max_lifetime > absl::ZeroDuration()) {
-    sweeper_ = std::thread([this] {
-      pthread_setname_np(pthread_self(), "lf-streams");
-      SweepLoop();
-    });
+    sweeper_ = std::make_unique<PeriodicThread>("lf-streams", options_.sweep_interval,
+                                                [this] { SweepNow(); });
   }
 }
 
-StreamLimits::~StreamLimits() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    stopping_ = true;
-  }
-  cv_.notify_all();
-  if (sweeper_.joinable()) sweeper_.join();
-}
+StreamLimits::~StreamLimits() = default;
 
 absl::StatusOr<std::unique_ptr<StreamLimits::Slot>> StreamLimits::Acquire(const std::string& user,
                                                                           const std::string& what,
@@ -134,16 +123,5 @@ void StreamLimits::SweepNow() {
   }
 }
 
-void StreamLimits::SweepLoop() {
-  std::unique_lock<std::mutex> lock(mu_);
-  while (!stopping_) {
-    cv_.wait_for(lock, absl::ToChronoMilliseconds(options_.sweep_interval),
-                 [&] { return stopping_; });
-    if (stopping_) return;
-    lock.unlock();
-    SweepNow();
-    lock.lock();
-  }
-}
 
 }  // namespace llamafleet

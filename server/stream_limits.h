@@ -16,19 +16,18 @@
 //     reconnect.
 // One viewer can therefore hold neither every slot nor one forever.
 
-#include <condition_variable>
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <set>
 #include <string>
-#include <thread>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "server/periodic_thread.h"
 
 namespace llamafleet {
 
@@ -89,15 +88,13 @@ class StreamLimits {
 
  private:
   void Release(const std::shared_ptr<Entry>& entry);
-  void SweepLoop();
 
   const StreamLimitOptions options_;
   mutable std::mutex mu_;
-  std::condition_variable cv_;
   std::map<std::string, int> per_user_ ABSL_GUARDED_BY(mu_);
   std::set<std::shared_ptr<Entry>> open_ ABSL_GUARDED_BY(mu_);
-  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  std::thread sweeper_;
+  // Last: stopped first, while what SweepNow uses exists.
+  std::unique_ptr<PeriodicThread> sweeper_;
 };
 
 }  // namespace llamafleet
