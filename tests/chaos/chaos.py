@@ -367,8 +367,10 @@ class Scenario:
             if self.fault == "fs_full":
                 # Room for every checkpoint of the run (the trainer deletes none) once the
                 # filler the fault writes is gone.
-                self.ckpt_dir = c.path("ckpt-tmpfs")
-                c.mount_tmpfs(self.ckpt_dir, int(Baseline.ckpt_bytes * (STEPS // CKPT_EVERY + 1.5)) + (256 << 10))
+                # The job's directory inside the mount, made by its job: a job may claim only
+                # a directory that does not exist yet or its own identity's (not root's mount).
+                c.mount_tmpfs(c.path("ckpt-tmpfs"), int(Baseline.ckpt_bytes * (STEPS // CKPT_EVERY + 1.5)) + (256 << 10))
+                self.ckpt_dir = os.path.join(c.path("ckpt-tmpfs"), "ckpt")
             job_id = c.submit(self.name, self.ckpt_dir, c.path("export"))
             self.wait_job(c, job_id, lambda j: len(c.checkpoints(job_id)) > 0 or j.get("state") in TERMINAL,
                           120, "first checkpoint")
