@@ -117,6 +117,8 @@ class JobStore {
                                                    std::string reason);
 
   // --- Reads (any thread), on a connection of the pool (storage/job_reads.h).
+  // GetJob also fills the job's submitted_spec (when stored) and derived_from, which
+  // ListJobs and the other reads leave unset.
   absl::StatusOr<v1::Job> GetJob(int64_t job_id);
   absl::StatusOr<ListJobsResult> ListJobs(const ListJobsQuery& query);
   // Events with seq > after_seq, oldest first, at most `limit`.
