@@ -150,6 +150,7 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinato
   if (!roots.ok()) return roots.status();
   SubmitPolicy policy;
   policy.path_roots = *roots;
+  policy.check_paths = options.check_job_paths;
   for (const auto& [queue, quota] : options.queue_gpu_quotas) policy.queues.insert(queue);
   policy.max_active_jobs_per_user = options.max_active_jobs_per_user;
   for (const auto& [role_name, max] : options.max_priority) {
