@@ -350,6 +350,9 @@ absl::Status CheckJobPaths(const TrainOptions& opt, bool rank0) {
   }
   if (rank0 && !opt.export_dir.empty()) {
     LF_RETURN_IF_ERROR(worker::CheckExportDir(opt.export_dir, opt.job_id));
+    // The export is written after the last step: a directory the job cannot make is
+    // found now, before any step is spent.
+    LF_RETURN_IF_ERROR(worker::CheckExportDirWritable(opt.export_dir));
   }
   return absl::OkStatus();
 }
