@@ -79,9 +79,10 @@ bool HasAclAt(int dir_fd, const std::string& name) {
 // One spec's checks: the refusals and notes found so far.
 class Checker {
  public:
+  // `made_by_parents`: the job depends on others, whose outputs its inputs may be.
   Checker(const std::vector<std::string>& roots, const std::vector<JobRunAs>& run_as,
-          absl::string_view prefix)
-      : roots_(roots), run_as_(run_as), prefix_(prefix) {}
+          absl::string_view prefix, bool made_by_parents)
+      : roots_(roots), run_as_(run_as), prefix_(prefix), made_by_parents_(made_by_parents) {}
 
   // An input the job reads: a regular file, or with `directory` a directory (its fd in
   // `dir_out`).
@@ -100,6 +101,10 @@ class Checker {
         *resolved == path ? "" : absl::StrCat(" (through a link, ", *resolved, ")");
     std::optional<Walk> walk = WalkTo(field, *resolved);
     if (!walk.has_value()) return;
+    if (walk->missing && made_by_parents_) {
+      return Skip(field,
+                  absl::StrCat(path, " does not exist yet: a job this one depends on may make it"));
+    }
     if (walk->missing) {
       return Refuse(field,
                     absl::StrCat(path, via, " does not exist",
@@ -328,6 +333,7 @@ class Checker {
   const std::vector<std::string>& roots_;
   const std::vector<JobRunAs>& run_as_;
   const std::string prefix_;
+  const bool made_by_parents_;
   std::vector<std::string> errors_, seq_len_errors_, notes_;
   std::vector<v1::FieldViolation> violations_, seq_len_violations_;
 };
@@ -346,7 +352,7 @@ std::vector<JobRunAs> JobRunIdentities(const UserIdentities* identities, const s
       out.push_back(std::move(who));
     } else {
       JobRunAs fresh;  // a dynamic uid given at the first submission: it owns nothing
-      fresh.shown = absl::StrCat("the new job identity ", user, " will get");
+      fresh.shown = absl::StrCat("a new dynamic uid for ", user);
       out.push_back(std::move(fresh));
     }
   }
@@ -376,7 +382,7 @@ std::vector<JobRunAs> JobRunIdentities(const UserIdentities* identities, const s
 JobPathsVerdict CheckJobPaths(const std::vector<std::string>& roots,
                               const std::vector<JobRunAs>& run_as, absl::string_view prefix,
                               const v1::JobSpec& spec, const v1::JobSpec& submitted) {
-  Checker check(roots, run_as, prefix);
+  Checker check(roots, run_as, prefix, spec.depends_on_size() > 0);
   check.Input("data.train_path", spec.data().train_path(), false);
   check.Input("data.eval_path", spec.data().eval_path(), false);
   const v1::ModelSpec& model = spec.model();

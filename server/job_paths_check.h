@@ -7,7 +7,8 @@
 //   - inputs (data.train_path, data.eval_path, model.path with its config.json, the
 //     tokenizer: model.tokenizer, else <model.path>/tokenizer.model unless data.format is
 //     TOKENS) exist, are what they must be (a regular file; model.path a directory), and the
-//     job's identity may read them;
+//     job's identity may read them; a job with depends_on may name inputs its parents have
+//     yet to make (a note says so);
 //   - outputs (checkpoint.dir, output.export_dir) are directories, or can be made by the
 //     job's identity: the nearest existing directory on the way is writable by it;
 //   - every directory on the way is searchable by the job's identity;

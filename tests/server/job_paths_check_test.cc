@@ -165,6 +165,24 @@ TEST_F(JobPathsCheckTest, AnInputTheJobCannotReadIsRefused) {
   EXPECT_TRUE(absl::StrContains(dir, "is a directory, not a regular file")) << dir;
 }
 
+TEST_F(JobPathsCheckTest, AnInputAJobItDependsOnWillMakeIsNotRefused) {
+  v1::Job parent;
+  ASSERT_TRUE(Submit(Spec().ExportDir(root_ + "/export/parent").Build(), false, &parent).ok());
+  v1::Job child;
+  grpc::Status s = Submit(Spec()
+                              .ModelPath(root_ + "/export/parent")
+                              .Tokenizer(root_ + "/tokenizer.model")
+                              .DependsOn(parent.id())
+                              .Build(),
+                          true, &child);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_TRUE(absl::StrContains(child.status_reason(),
+                                "spec.model.path not checked: " + root_ +
+                                    "/export/parent does not exist yet: a job this one depends on "
+                                    "may make it"))
+      << child.status_reason();
+}
+
 TEST_F(JobPathsCheckTest, ARootNotMountedHereIsNotCheckedAndTheDryRunSaysSo) {
   v1::Job job;
   grpc::Status s =
