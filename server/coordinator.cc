@@ -234,7 +234,8 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinato
         spdlog::warn("job {}: its {} {} is left alone: {}", job_id, what, dir, std::string(s.message()));
         lines.push_back(absl::StrCat(what, " ", dir, " kept: ", s.message()));
       } else {
-        lines.push_back(absl::StrCat(what, " ", dir, there ? " removed" : " was not there"));
+        lines.push_back(absl::StrCat(
+            what, " ", dir, there ? " removed" : ": nothing to remove (the job never made it)"));
       }
     };
     remove("checkpoint dir", absl::StrCat(checkpoint_root, "/", job_id), kJobDirMarker);
