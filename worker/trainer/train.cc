@@ -208,9 +208,10 @@ absl::StatusOr<LoadedData> LoadRows(const std::string& path, DataFormat format,
   if (log_progress || progress_events) {  // (only a process that builds the entry calls it)
     o.progress = [path, progress_events](int64_t done, int64_t total) {
       if (progress_events) EmitJsonLine(trainer_events::ToLine(trainer_events::Tokenizing{path, done, total}));
-      LogInfo(absl::StrFormat("tokenizing %s: %.0f%% (%.2f of %.2f GB)", path,
-                              total > 0 ? 100.0 * static_cast<double>(done) / static_cast<double>(total) : 100.0,
-                              static_cast<double>(done) / 1e9, static_cast<double>(total) / 1e9));
+      LogInfo(absl::StrFormat(
+          "tokenizing %s: %.0f%% (%s of %s)", path,
+          total > 0 ? 100.0 * static_cast<double>(done) / static_cast<double>(total) : 100.0,
+          FormatBytes(done), FormatBytes(total)));
     };
   }
   LF_ASSIGN_OR_RETURN(TokenCacheResult cached, OpenTokenCache(path, o));
