@@ -40,8 +40,10 @@ std::vector<std::pair<std::string, std::string*>> ReadFields(v1::JobSpec* spec) 
       {"data.train_path", spec->mutable_data()->mutable_train_path()},
       {"data.eval_path", spec->mutable_data()->mutable_eval_path()},
       {"checkpoint.resume", spec->mutable_checkpoint()->mutable_resume()},
-      {"peft.adapter_path", spec->mutable_peft()->mutable_adapter_path()},
   };
+  // Only a spec with a peft block has an adapter path: asking would add an empty block.
+  if (spec->has_peft())
+    out.push_back({"peft.adapter_path", spec->mutable_peft()->mutable_adapter_path()});
   return out;
 }
 

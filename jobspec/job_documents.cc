@@ -2,6 +2,7 @@
 // positions, and the trainer's --set overrides.
 
 #include <map>
+#include <optional>
 #include <sstream>
 
 #include "absl/strings/match.h"
@@ -73,7 +74,29 @@ class DocumentScan : public YAML::EventHandler {
   int last_start_ = -1;
 };
 
-std::string ParseError(const YAML::Mark& mark, absl::string_view what) {
+// The first line, up to and including `last` (0-based), indented with a tab: YAML allows
+// only spaces there, and the parser's own message ("illegal map value") does not say so.
+std::optional<int> TabIndentedLine(absl::string_view text, int last) {
+  int line = 0;
+  for (absl::string_view l : absl::StrSplit(text, '\n')) {
+    if (line > last) break;
+    const size_t content = l.find_first_not_of(" \t");
+    if (content != absl::string_view::npos &&
+        l.substr(0, content).find('\t') != absl::string_view::npos && l[content] != '#') {
+      return line;
+    }
+    ++line;
+  }
+  return std::nullopt;
+}
+
+std::string ParseError(absl::string_view text, const YAML::Mark& mark, absl::string_view what) {
+  if (std::optional<int> tab = TabIndentedLine(text, mark.line)) {
+    return absl::StrCat("cannot parse job file: line ", *tab + 1,
+                        ": tabs are not allowed for indentation; indent with spaces (the parser "
+                        "stopped at line ",
+                        mark.line + 1, ", column ", mark.column + 1, ": ", what, ")");
+  }
   return absl::StrCat("cannot parse job file: line ", mark.line + 1, ", column ", mark.column + 1, ": ",
                       what);
 }
@@ -86,9 +109,9 @@ absl::Status ScanDocuments(const std::string& text) {
     while (parser.HandleNextDocument(scan)) {
     }
   } catch (const DocumentScan::Refused& refused) {
-    return absl::InvalidArgumentError(ParseError(refused.mark, refused.what));
+    return absl::InvalidArgumentError(ParseError(text, refused.mark, refused.what));
   } catch (const YAML::Exception& e) {
-    return absl::InvalidArgumentError(ParseError(e.mark, e.msg));
+    return absl::InvalidArgumentError(ParseError(text, e.mark, e.msg));
   }
   return absl::OkStatus();
 }
@@ -137,7 +160,7 @@ absl::StatusOr<std::vector<ParsedJob>> ParseJobDocuments(
   try {
     documents = YAML::LoadAll(copy);
   } catch (const YAML::Exception& e) {
-    return absl::InvalidArgumentError(ParseError(e.mark, e.msg));
+    return absl::InvalidArgumentError(ParseError(copy, e.mark, e.msg));
   }
   // Flatten: each document is a spec, or a list of specs.
   std::vector<YAML::Node> specs;

@@ -50,7 +50,7 @@ std::optional<ModelShape> PresetShape(const std::string& preset) {
     m.hidden = 8192, m.intermediate = 28672, m.layers = 80, m.heads = 64, m.kv_heads = 8;
   } else if (preset == "tiny" || preset == "tiny-gqa") {
     // The trainer gives these the tokenizer's vocabulary, which a submission does not
-    // read; the estimate counts Llama-2's 32,000 (an upper bound for smaller tokenizers).
+    // read; the estimate counts Llama-2's 32,000, and says so where it is shown.
     m.hidden = 64, m.intermediate = 176, m.layers = 2, m.heads = 4;
     m.kv_heads = preset == "tiny" ? 4 : 2;
   } else {

@@ -189,7 +189,15 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec, absl::string_view path_pre
     AtLeast(v, "training.grad_accum", t.grad_accum(), 1);
   }
   AtLeast(v, "training.seq_len", t.seq_len(), 2);
-  if (t.seq_len() > 1 << 17) v.Add("training.seq_len", "must be <= 131072");
+  if (t.seq_len() > 1 << 17) {
+    v.Add("training.seq_len", absl::StrCat("must be <= 131072 (got ", t.seq_len(), ")"));
+  } else if (!m.preset().empty() && KnownPresets().count(m.preset()) &&
+             t.seq_len() > kPresetMaxPositions) {
+    // The trainer would cap it and fail later on data sized for the longer rows.
+    v.Add("training.seq_len",
+          absl::StrCat("must be <= ", kPresetMaxPositions, ", preset ", m.preset(),
+                       "'s max_position_embeddings (got ", t.seq_len(), ")"));
+  }
   if (!(t.lr() > 0)) v.Add("training.lr", absl::StrCat("must be > 0 (got ", t.lr(), ")"));
   if (t.lr() > 1) v.Add("training.lr", absl::StrCat("must be <= 1 (got ", t.lr(), ")"));
   if (t.betas_size() != 2) {
@@ -233,9 +241,13 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec, absl::string_view path_pre
   // resources
   const v1::ResourceSpec& res = spec.resources();
   AtLeast(v, "resources.nodes", res.nodes(), 1);
-  if (res.nodes() > 4096) v.Add("resources.nodes", "must be <= 4096");
+  if (res.nodes() > 4096) {
+    v.Add("resources.nodes", absl::StrCat("must be <= 4096 (got ", res.nodes(), ")"));
+  }
   AtLeast(v, "resources.gpus_per_node", res.gpus_per_node(), 1);
-  if (res.gpus_per_node() > 64) v.Add("resources.gpus_per_node", "must be <= 64");
+  if (res.gpus_per_node() > 64) {
+    v.Add("resources.gpus_per_node", absl::StrCat("must be <= 64 (got ", res.gpus_per_node(), ")"));
+  }
   AtLeast(v, "resources.efa_per_node", res.efa_per_node(), 0);
   if (!res.instance_type().empty() &&
       (res.instance_type().size() > 63 || !AllNameChars(res.instance_type()))) {
@@ -315,7 +327,9 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec, absl::string_view path_pre
   // run_policy
   const v1::RunPolicy& p = spec.run_policy();
   AtLeast(v, "run_policy.max_restarts", p.max_restarts(), 0);
-  if (p.max_restarts() > 1000) v.Add("run_policy.max_restarts", "must be <= 1000");
+  if (p.max_restarts() > 1000) {
+    v.Add("run_policy.max_restarts", absl::StrCat("must be <= 1000 (got ", p.max_restarts(), ")"));
+  }
   AtLeast<int64_t>(v, "run_policy.restart_backoff_seconds", p.restart_backoff_seconds(), 0);
   AtLeast<int64_t>(v, "run_policy.active_deadline_seconds", p.active_deadline_seconds(), 0);
   AtLeast<int64_t>(v, "run_policy.ttl_after_finished_seconds", p.ttl_after_finished_seconds(), 0);
@@ -339,9 +353,15 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec, absl::string_view path_pre
     v.Add("peft.method", "must be \"lora\" when other peft fields are set");
   }
   if (lora) {
-    if (peft.has_r() && (peft.r() < 1 || peft.r() > 4096)) v.Add("peft.r", "must be in [1, 4096]");
-    if (peft.has_alpha() && !(peft.alpha() > 0 && peft.alpha() < 1e6)) v.Add("peft.alpha", "must be > 0");
-    if (peft.has_dropout() && !(peft.dropout() >= 0 && peft.dropout() < 1)) v.Add("peft.dropout", "must be in [0, 1)");
+    if (peft.has_r() && (peft.r() < 1 || peft.r() > 4096)) {
+      v.Add("peft.r", absl::StrCat("must be in [1, 4096] (got ", peft.r(), ")"));
+    }
+    if (peft.has_alpha() && !(peft.alpha() > 0 && peft.alpha() < 1e6)) {
+      v.Add("peft.alpha", absl::StrCat("must be in (0, 1e6) (got ", peft.alpha(), ")"));
+    }
+    if (peft.has_dropout() && !(peft.dropout() >= 0 && peft.dropout() < 1)) {
+      v.Add("peft.dropout", absl::StrCat("must be in [0, 1) (got ", peft.dropout(), ")"));
+    }
     static const std::set<std::string> kModules = {"q_proj",    "k_proj",  "v_proj",   "o_proj",
                                                    "gate_proj", "up_proj", "down_proj"};
     std::set<std::string> seen;

@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <set>
+#include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -54,7 +56,57 @@ size_t EditDistance(absl::string_view a, absl::string_view b) {
   return prev[b.size()];
 }
 
-std::string UnknownFieldMessage(const Descriptor* d, const std::string& key) {
+// Names other tools give to a spec's fields (llama-recipes, HF Trainer, PEFT), and the
+// field each means here.
+const std::map<std::string, std::string>& KnownAliases() {
+  static const auto* aliases = new std::map<std::string, std::string>{
+      {"learning_rate", "lr"},
+      {"batch_size", "micro_batch_size"},
+      {"batch_size_training", "micro_batch_size"},
+      {"per_device_train_batch_size", "micro_batch_size"},
+      {"gradient_accumulation_steps", "grad_accum"},
+      {"num_epochs", "epochs"},
+      {"num_train_epochs", "epochs"},
+      {"steps", "max_steps"},
+      {"context_length", "seq_len"},
+      {"max_seq_len", "seq_len"},
+      {"max_seq_length", "seq_len"},
+      {"seq_length", "seq_len"},
+      {"max_length", "seq_len"},
+      {"gradient_clipping_threshold", "grad_clip"},
+      {"max_grad_norm", "grad_clip"},
+      {"lora_r", "r"},
+      {"lora_alpha", "alpha"},
+      {"lora_dropout", "dropout"},
+      {"num_nodes", "nodes"},
+      {"gpus", "gpus_per_node"},
+      {"nproc_per_node", "gpus_per_node"},
+      {"output_dir", "export_dir"},
+      {"dataset", "train_path"},
+      {"model_name", "path"},
+  };
+  return *aliases;
+}
+
+// Every field of the job spec named `name`, by its path from the spec ("data.train_path"),
+// at most `depth` messages down.
+void FindFieldPaths(const Descriptor* d, const std::string& prefix, const std::string& name,
+                    int depth, std::vector<std::string>* out) {
+  for (int i = 0; i < d->field_count(); ++i) {
+    const FieldDescriptor* f = d->field(i);
+    const std::string path = JoinPath(prefix, f->name());
+    if (f->name() == name) out->push_back(path);
+    if (depth > 0 && f->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE && !f->is_map()) {
+      FindFieldPaths(f->message_type(), path, name, depth - 1, out);
+    }
+  }
+}
+
+// `key` is no field of `d` (the message at `path`): the nearest field name of `d` (edit
+// distance under 3); else the field a known alias means, here or elsewhere in the spec;
+// else the field of that name at another level of the spec ("data.train_path").
+std::string UnknownFieldMessage(const Descriptor* d, const std::string& path,
+                                const std::string& key) {
   std::string best;
   size_t best_distance = 3;
   for (int i = 0; i < d->field_count(); ++i) {
@@ -62,6 +114,18 @@ std::string UnknownFieldMessage(const Descriptor* d, const std::string& key) {
     if (dist < best_distance) {
       best_distance = dist;
       best = d->field(i)->name();
+    }
+  }
+  if (best.empty()) {
+    const auto alias = KnownAliases().find(absl::AsciiStrToLower(key));
+    const std::string wanted = alias == KnownAliases().end() ? key : alias->second;
+    if (d->FindFieldByName(wanted) != nullptr) {
+      best = wanted;
+    } else if (d->file() == v1::JobSpec::descriptor()->file()) {
+      std::vector<std::string> paths;
+      FindFieldPaths(v1::JobSpec::descriptor(), "", wanted, 4, &paths);
+      // Named in full: the field is at another level than where it was written.
+      if (paths.size() == 1 && paths[0] != JoinPath(path, wanted)) best = paths[0];
     }
   }
   return best.empty() ? "unknown field" : absl::StrCat("unknown field (did you mean ", best, "?)");
@@ -285,7 +349,7 @@ void MergeYaml(const YAML::Node& node, const std::string& path, Message* message
     const FieldDescriptor* field = d->FindFieldByName(key);
     if (field == nullptr) field = d->FindFieldByCamelcaseName(key);
     if (field == nullptr) {
-      problems->push_back({field_path, UnknownFieldMessage(d, key), at});
+      problems->push_back({field_path, UnknownFieldMessage(d, path, key), at});
       continue;
     }
     if (positions != nullptr) positions->Set(field_path, at);

@@ -150,6 +150,7 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinato
   if (!roots.ok()) return roots.status();
   SubmitPolicy policy;
   policy.path_roots = *roots;
+  policy.check_paths = options.check_job_paths;
   for (const auto& [queue, quota] : options.queue_gpu_quotas) policy.queues.insert(queue);
   policy.max_active_jobs_per_user = options.max_active_jobs_per_user;
   for (const auto& [role_name, max] : options.max_priority) {
@@ -233,7 +234,8 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinato
         spdlog::warn("job {}: its {} {} is left alone: {}", job_id, what, dir, std::string(s.message()));
         lines.push_back(absl::StrCat(what, " ", dir, " kept: ", s.message()));
       } else {
-        lines.push_back(absl::StrCat(what, " ", dir, there ? " removed" : " was not there"));
+        lines.push_back(absl::StrCat(
+            what, " ", dir, there ? " removed" : ": nothing to remove (the job never made it)"));
       }
     };
     remove("checkpoint dir", absl::StrCat(checkpoint_root, "/", job_id), kJobDirMarker);

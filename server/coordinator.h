@@ -86,6 +86,10 @@ struct CoordinatorOptions {
   // may name a path, which refuses every job (data.train_path is required). The first
   // holds default checkpoint dirs: <root>/llamafleet/checkpoints/<job id>.
   std::vector<std::string> path_roots;
+  // Whether submissions' inputs and outputs are checked where the path roots are mounted
+  // here (server/job_paths_check.h). false (--no-check-paths) where the coordinator's view
+  // of the roots is not the workers' (another filesystem at the same path).
+  bool check_job_paths = true;
   // Active (queued + running) jobs per user (limits.max_active_jobs_per_user); 0 = none.
   int64_t max_active_jobs_per_user = 10000;
   // Highest spec.priority per role name ("viewer", "user", "admin"; limits.max_priority).

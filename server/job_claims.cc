@@ -5,6 +5,7 @@
 #include "absl/strings/str_join.h"
 #include "jobspec/jobspec.h"
 #include "server/claim_judge.h"
+#include "server/job_paths_check.h"
 #include "server/job_service.h"
 #include "server/job_service_internal.h"
 #include "server/path_resolution.h"
@@ -19,7 +20,8 @@ using job_service_internal::FinishNow;
 }  // namespace
 
 absl::Status JobServiceImpl::CheckStorage(const Principal& caller,
-                                          std::vector<SubmitJobInput>* inputs) const {
+                                          std::vector<SubmitJobInput>* inputs,
+                                          std::vector<std::string>* path_notes) const {
   const std::vector<std::string> roots =
       policy_.has_value() ? policy_->path_roots : std::vector<std::string>{};
   if (policy_.has_value()) {
@@ -38,6 +40,17 @@ absl::Status JobServiceImpl::CheckStorage(const Principal& caller,
     for (const SubmitJobInput& in : *inputs) {
       if (absl::Status s = CheckCheckpointReads(caller, in.spec, in.field_prefix); !s.ok()) {
         return s;
+      }
+    }
+    if (policy_->check_paths) {
+      const std::vector<JobRunAs> run_as = JobRunIdentities(identities_, caller.user);
+      if (path_notes != nullptr) path_notes->assign(inputs->size(), "");
+      for (size_t i = 0; i < inputs->size(); ++i) {
+        const SubmitJobInput& in = (*inputs)[i];
+        JobPathsVerdict verdict = CheckJobPaths(roots, run_as, in.field_prefix, in.spec,
+                                                in.submitted_spec.value_or(in.spec));
+        if (!verdict.status.ok()) return verdict.status;
+        if (path_notes != nullptr) (*path_notes)[i] = absl::StrJoin(verdict.notes, "; ");
       }
     }
   }

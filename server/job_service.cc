@@ -9,14 +9,15 @@
 #include <set>
 
 #include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
-#include "jobspec/jobspec.h"
 #include "google/protobuf/util/time_util.h"
+#include "jobspec/jobspec.h"
 #include "server/job_service_internal.h"
-#include "storage/metrics_store.h"
 #include "storage/cluster_store.h"
+#include "storage/metrics_store.h"
 #include "storage/sqlite.h"
 
 namespace llamafleet {
@@ -270,15 +271,41 @@ grpc::ServerUnaryReactor* JobServiceImpl::DeleteJob(grpc::CallbackServerContext*
   absl::StatusOr<v1::Job> job = JobToChange(*caller, *id);
   if (!job.ok()) return FinishNow(context, job.status());
   std::string export_dir = request->artifacts() ? job->spec().output().export_dir() : "";
+  // What is kept, and why: a checkpoint.dir the job named is its owner's (only the default
+  // one is llamafleet's to remove), and the export goes only with --artifacts.
+  std::vector<std::string> kept;
+  const std::string& named_checkpoint = job->spec().checkpoint().dir();
+  const bool own_checkpoint_dir =
+      !named_checkpoint.empty() &&
+      (!policy_.has_value() ||
+       DefaultCheckpointDirJob(policy_->path_roots, named_checkpoint) != *id);
+  if (own_checkpoint_dir) {
+    kept.push_back(absl::StrCat("checkpoint.dir ", named_checkpoint,
+                                " kept: a directory the job named is its owner's to remove"));
+  }
+  if (!request->artifacts() && !job->spec().output().export_dir().empty()) {
+    kept.push_back(absl::StrCat("export dir ", job->spec().output().export_dir(),
+                                " kept: delete with --artifacts to remove it too"));
+  }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  deleter_(*id, std::move(export_dir), [reactor, response](absl::StatusOr<std::vector<std::string>> lines) {
-    if (!lines.ok()) {
-      reactor->Finish(ToGrpcStatus(lines.status()));
-      return;
-    }
-    for (std::string& line : *lines) response->add_removed(std::move(line));
-    reactor->Finish(grpc::Status::OK);
-  });
+  deleter_(*id, std::move(export_dir),
+           [reactor, response, kept = std::move(kept),
+            own_checkpoint_dir](absl::StatusOr<std::vector<std::string>> lines) {
+             if (!lines.ok()) {
+               reactor->Finish(ToGrpcStatus(lines.status()));
+               return;
+             }
+             for (std::string& line : *lines) {
+               // The default checkpoint directory of a job that named its own was never made.
+               if (own_checkpoint_dir && absl::StartsWith(line, "checkpoint dir ") &&
+                   absl::StrContains(line, "nothing to remove")) {
+                 continue;
+               }
+               response->add_removed(std::move(line));
+             }
+             for (const std::string& line : kept) response->add_removed(line);
+             reactor->Finish(grpc::Status::OK);
+           });
   return reactor;
 }
 

@@ -146,8 +146,12 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
   // (job_claims.cc; they block on both, so they run on submit_checks_ only): no link in a
   // written directory (INVALID_ARGUMENT), CheckCheckpointReads, no clash with a claim that
   // keeps the submitter out and only directories the submitter's identity may claim
-  // (FAILED_PRECONDITION; server/claim_judge.h). Fills each input's pending_claims.
-  absl::Status CheckStorage(const Principal& caller, std::vector<SubmitJobInput>* inputs) const;
+  // (FAILED_PRECONDITION; server/claim_judge.h), and, unless the policy turns it off, the
+  // inputs and outputs as the storage has them (server/job_paths_check.h). Fills each
+  // input's pending_claims, and `path_notes` (when given) with what was not checked, one
+  // line per input ("" when all was).
+  absl::Status CheckStorage(const Principal& caller, std::vector<SubmitJobInput>* inputs,
+                            std::vector<std::string>* path_notes = nullptr) const;
   // PERMISSION_DENIED unless `caller` may read what the spec's checkpoint.resume and
   // model.path name: a path inside another job's checkpoint directory (its default one, or
   // its own checkpoint.dir while that claim is real) is for that job's owner and admins

@@ -166,7 +166,8 @@ void JobServiceImpl::CheckAndStore(grpc::CallbackServerContext* context,
         WithFieldViolations(absl::InvalidArgumentError(absl::StrJoin(errors, "; ")), violations));
   }
   // What the storage and the recorded claims say (job_claims.cc).
-  absl::Status checked = CheckStorage(caller, &inputs);
+  std::vector<std::string> path_notes;
+  absl::Status checked = CheckStorage(caller, &inputs, dry_run ? &path_notes : nullptr);
   if (checked.ok() && dry_run && identities_ != nullptr) checked = identities_->Check(caller.user);
   if (!checked.ok()) {
     if (metrics_ != nullptr) metrics_->RecordSubmissions(SubmitResult::kInvalid, inputs.size());
@@ -180,7 +181,9 @@ void JobServiceImpl::CheckAndStore(grpc::CallbackServerContext* context,
       *job->mutable_spec() = std::move(inputs[i].spec);
       job->set_owner(caller.user);
       job->set_idempotency_key(inputs[i].idempotency_key);
-      job->set_status_reason("dry run: valid, not stored");
+      const std::string notes = i < path_notes.size() ? path_notes[i] : "";
+      job->set_status_reason(absl::StrCat("dry run: valid, not stored",
+                                          notes.empty() ? "" : absl::StrCat("; ", notes)));
       AddMemoryEstimate(job);
     }
     respond(std::move(responses));

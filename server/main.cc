@@ -297,6 +297,10 @@ int main(int argc, char** argv) {
                  "directory jobs may name paths in (repeatable; shared storage such as an FSx "
                  "mount); the first also holds default checkpoint dirs. Without one, no job "
                  "can be submitted");
+  bool no_check_paths = false;
+  app.add_flag("--no-check-paths", no_check_paths,
+               "do not check jobs' inputs and outputs on the path roots at submission (for a "
+               "coordinator whose path roots are not the workers' storage)");
   std::string dynamic_uid_range;
   app.add_option("--dynamic-uid-range", dynamic_uid_range,
                  "FIRST-LAST: Unix uids given, one per user for good, to users that users: in the config does not "
@@ -516,6 +520,7 @@ int main(int argc, char** argv) {
   }
   options.synchronous_full = synchronous == "full";
   options.auth_enabled = !insecure_no_auth;
+  options.check_job_paths = !no_check_paths;
   if (options.tls_cert_file.empty() != options.tls_key_file.empty()) {
     return Fail("--tls-cert and --tls-key go together");
   }

@@ -29,8 +29,10 @@ std::vector<std::pair<std::string, std::string*>> PathFields(v1::JobSpec* spec) 
       {"data.eval_path", spec->mutable_data()->mutable_eval_path()},
       {"checkpoint.dir", spec->mutable_checkpoint()->mutable_dir()},
       {"output.export_dir", spec->mutable_output()->mutable_export_dir()},
-      {"peft.adapter_path", spec->mutable_peft()->mutable_adapter_path()},
   };
+  // Only a spec with a peft block has an adapter path: asking would add an empty block.
+  if (spec->has_peft())
+    out.push_back({"peft.adapter_path", spec->mutable_peft()->mutable_adapter_path()});
   const std::string& resume = spec->checkpoint().resume();
   if (resume != "latest") {
     out.push_back({"checkpoint.resume", spec->mutable_checkpoint()->mutable_resume()});

@@ -36,6 +36,9 @@ struct SubmitPolicy {
   std::map<v1::Role, int32_t> max_priority;
   // Active (queued + running) jobs one user may have; 0 = no limit.
   int64_t max_active_jobs_per_user = 10000;
+  // Whether a submission's inputs and outputs are checked on the storage where the
+  // coordinator sees it (server/job_paths_check.h).
+  bool check_paths = true;
 };
 
 // "/a/./b/../c//" → "/a/c": '.' and '..' resolved lexically ('..' above "/" stays at "/"),

@@ -250,12 +250,13 @@ absl::Status WorkerAgent::RunSession() {
     std::lock_guard<std::mutex> lock(mu_);
     worker_id_ = first.welcome().worker_id();
   }
-  spdlog::info("registered with {} as worker {} ({} {})", options_.coordinator,
-               first.welcome().worker_id(),
-               inventory_.gpus_size() > 0 ? absl::StrCat(inventory_.gpus_size(), " GPUs")
-                                          : absl::StrCat(inventory_.cpu_ranks(), " CPU ranks"),
-               inventory_.efa_devices() > 0 ? absl::StrCat(", ", inventory_.efa_devices(), " EFA")
-                                            : "");
+  spdlog::info(
+      "registered with {} as worker {} ({} {})", options_.coordinator, first.welcome().worker_id(),
+      inventory_.gpus_size() > 0
+          ? absl::StrCat(inventory_.gpus_size(), inventory_.gpus_size() == 1 ? " GPU" : " GPUs")
+          : absl::StrCat(inventory_.cpu_ranks(),
+                         inventory_.cpu_ranks() == 1 ? " CPU rank" : " CPU ranks"),
+      inventory_.efa_devices() > 0 ? absl::StrCat(", ", inventory_.efa_devices(), " EFA") : "");
   if (const uint64_t limit = RankMemoryLimit(options_.trainer_memory_limit, inventory_);
       limit > 0) {
     spdlog::info("each trainer rank may allocate at most {} (RLIMIT_DATA; --trainer-memory-limit)",

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 
@@ -197,6 +198,34 @@ absl::Status CheckPathInRoots(const std::string& field, const std::string& path,
   }
   if (!S_ISREG(st.st_mode)) return NotFileOrDirectory(field, path, st.st_mode);
   return absl::OkStatus();
+}
+
+absl::Status CheckExportDirWritable(const std::string& dir) {
+  std::string at = dir;
+  struct stat st;
+  while (::lstat(at.c_str(), &st) != 0) {
+    if ((errno != ENOENT && errno != ENOTDIR) || at == "/" || at.empty()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("output.export_dir: cannot inspect ", at, ": ", std::strerror(errno)));
+    }
+    const size_t slash = at.rfind('/');
+    at = slash == 0 || slash == std::string::npos ? "/" : at.substr(0, slash);
+  }
+  const std::string which =
+      at == dir ? at
+                : absl::StrCat(at, " (the nearest existing directory, where ", dir, " is made)");
+  if (!S_ISDIR(st.st_mode)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("output.export_dir: ", which, " is not a directory"));
+  }
+  if (::faccessat(AT_FDCWD, at.c_str(), W_OK | X_OK, AT_EACCESS) == 0) return absl::OkStatus();
+  const int error = errno;
+  char mode[8];
+  std::snprintf(mode, sizeof(mode), "%04o", st.st_mode & 07777);
+  return absl::FailedPreconditionError(
+      absl::StrCat("output.export_dir: ", which, " is not writable by this job's identity (uid ",
+                   ::geteuid(), "): it belongs to uid ", st.st_uid, ", mode ", mode, " (",
+                   std::strerror(error), "); name a directory the job may create"));
 }
 
 absl::Status CheckExportDir(const std::string& dir, const std::string& owner) {

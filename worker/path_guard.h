@@ -50,6 +50,14 @@ absl::Status CheckPathInRoots(const std::string& field, const std::string& path,
 // a FIFO or anything but a small regular file is FAILED_PRECONDITION naming it.
 absl::Status CheckExportDir(const std::string& dir, const std::string& owner);
 
+// Checks that this process (the trainer, running as the job's identity) may write the
+// export to `dir`: `dir` itself when it exists, else the nearest existing directory above
+// it, in which the missing ones are made. Judged by the kernel for the effective identity
+// (faccessat with AT_EACCESS: mode bits and ACLs), on metadata only. FAILED_PRECONDITION
+// naming output.export_dir, the directory that refuses, its owner and its mode, so that a
+// job learns it before its first step rather than after training.
+absl::Status CheckExportDirWritable(const std::string& dir);
+
 }  // namespace llamafleet::worker
 
 #endif  // LLAMAFLEET_WORKER_PATH_GUARD_H_

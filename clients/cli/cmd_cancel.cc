@@ -62,7 +62,10 @@ absl::Status RunCancelSweep(const Context& ctx, const std::string& sweep, const 
     request.set_reason(reason.empty() ? absl::StrCat("sweep ", sweep, " cancelled") : reason);
     absl::StatusOr<v1::CancelJobResponse> response = (*client)->CancelJob(request);
     if (!response.ok()) {
-      *ctx.err << "job " << id << ": " << response.status().message() << "\n";
+      const std::string job = absl::StrCat("job ", id);
+      // "job 9 not found" names the job already.
+      *ctx.err << (absl::StartsWith(response.status().message(), job + " ") ? "" : job + ": ")
+               << response.status().message() << "\n";
       if (first_error.ok()) first_error = response.status();
       continue;
     }

@@ -7,6 +7,7 @@
 #include <set>
 #include <thread>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -150,7 +151,11 @@ absl::Status RunWait(const Context& ctx, const std::vector<std::string>& ids, bo
     } else if (e.error.code() == absl::StatusCode::kDeadlineExceeded) {
       unfinished.push_back(absl::StrCat(unique[i], " (", StateName(e.state), ")"));
     } else if (error.ok()) {
-      error = WithContext(e.error, absl::StrCat("job ", unique[i], ": "));
+      // "job 9 not found" names the job already.
+      const std::string job = absl::StrCat("job ", unique[i]);
+      error = absl::StartsWith(e.error.message(), absl::StrCat(job, " "))
+                  ? e.error
+                  : WithContext(e.error, absl::StrCat(job, ": "));
     }
   }
   auto jobs = [](const std::vector<std::string>& v) {

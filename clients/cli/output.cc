@@ -6,6 +6,7 @@
 #include <optional>
 #include <set>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -200,14 +201,45 @@ std::string JobStep(const v1::Job& job) {
   return m.total_steps() > 0 ? absl::StrCat(m.step(), "/", m.total_steps()) : absl::StrCat(m.step());
 }
 
+// The parameters the jobs' sweep points set ("training.lr"), in first-seen order, at most
+// kMaxSweptColumns.
+constexpr size_t kMaxSweptColumns = 8;
+std::vector<std::string> SweptParameters(const std::vector<v1::Job>& jobs) {
+  std::vector<std::string> names;
+  for (const v1::Job& job : jobs) {
+    for (const std::string& value : job.spec().sweep().point().values()) {
+      const std::string name = value.substr(0, value.find('='));
+      if (std::find(names.begin(), names.end(), name) == names.end() &&
+          names.size() < kMaxSweptColumns) {
+        names.push_back(name);
+      }
+    }
+  }
+  return names;
+}
+
+// `job`'s value of the swept parameter `name`, "-" where its point does not set it.
+std::string SweptValue(const v1::Job& job, const std::string& name) {
+  for (const std::string& value : job.spec().sweep().point().values()) {
+    if (absl::StartsWith(value, name + "=")) return value.substr(name.size() + 1);
+  }
+  return "-";
+}
+
 }  // namespace
 
 std::string JobsTable(const std::vector<v1::Job>& jobs, bool wide, absl::Time now) {
   std::vector<std::vector<std::string>> rows;
+  // -o wide of a sweep's points: a column per swept parameter, after the name.
+  const std::vector<std::string> swept = wide ? SweptParameters(jobs) : std::vector<std::string>{};
   if (wide) {
-    rows.push_back({"ID", "NAME", "OWNER", "QUEUE", "PRIORITY", "STATE", "NODES", "GPUS/NODE",
-                    "MODEL", "SHARDING", "ATTEMPTS", "STEP", "LOSS", "EVAL-LOSS", "GPU-H", "COST",
-                    "CREATED", "AGE", "POSITION", "EST-START", "REASON"});
+    rows.push_back({"ID", "NAME"});
+    for (const std::string& name : swept) rows.back().push_back(absl::AsciiStrToUpper(name));
+    for (const char* column : {"OWNER", "QUEUE", "PRIORITY", "STATE", "NODES", "GPUS/NODE", "MODEL",
+                               "SHARDING", "ATTEMPTS", "STEP", "LOSS", "EVAL-LOSS", "GPU-H", "COST",
+                               "CREATED", "AGE", "POSITION", "EST-START", "REASON"}) {
+      rows.back().push_back(column);
+    }
   } else {
     rows.push_back({"ID", "NAME", "OWNER", "QUEUE", "PRIORITY", "STATE", "AGE", "REASON"});
   }
@@ -230,6 +262,10 @@ std::string JobsTable(const std::vector<v1::Job>& jobs, bool wide, absl::Time no
                ? absl::StrCat(job.pending().queue_position())
                : "-",
            pending ? FormatTime(job.pending().estimated_start()) : "-", reason});
+      std::vector<std::string>& row = rows.back();
+      for (size_t i = 0; i < swept.size(); ++i) {
+        row.insert(row.begin() + 2 + static_cast<long>(i), SweptValue(job, swept[i]));
+      }
     } else {
       rows.push_back({job.id(), spec.name(), job.owner(), spec.queue(),
                       absl::StrCat(spec.priority()), StateName(job.state()),
@@ -363,9 +399,13 @@ std::string AttemptsSection(const std::vector<v1::Attempt>& attempts) {
 }
 
 std::string EventLine(const v1::JobEvent& event) {
+  // An event within a state (a start-up phase, a checkpoint) is no transition.
   std::string line =
-      absl::StrCat(event.seq(), " ", FormatTime(event.time()), " ", StateName(event.from_state()),
-                   " -> ", StateName(event.to_state()));
+      event.from_state() == event.to_state()
+          ? absl::StrCat(event.seq(), " ", FormatTime(event.time()), " ",
+                         StateName(event.to_state()))
+          : absl::StrCat(event.seq(), " ", FormatTime(event.time()), " ",
+                         StateName(event.from_state()), " -> ", StateName(event.to_state()));
   if (!event.reason().empty()) absl::StrAppend(&line, " ", OneLine(event.reason()));
   return line;
 }
@@ -422,6 +462,12 @@ std::string FinetuningLine(const v1::Job& job) {
     absl::StrAppend(&out, ": ", count(e.trainable_parameters()), " trainable of ", count(e.parameters()),
                     absl::StrFormat(" parameters (%.3g%%)", 100.0 * static_cast<double>(e.trainable_parameters()) /
                                                                 static_cast<double>(e.parameters())));
+    const std::string& preset = job.spec().model().preset();
+    if (preset == "tiny" || preset == "tiny-gqa") {
+      // The estimate cannot read the tokenizer the trainer sizes these presets from.
+      absl::StrAppend(
+          &out, ", counted with a 32,000-piece vocabulary (the trainer uses the tokenizer's)");
+    }
   }
   return out;
 }

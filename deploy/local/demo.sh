@@ -282,7 +282,18 @@ else
   echo "the job ended $state; see: $cli describe job $job; $cli logs $job" >&2
 fi
 if [ "$keep" = 1 ]; then
-  echo "coordinator at $address (portal http://$http_address/ui/) with two workers; Ctrl-C stops them"
+  say "the cluster keeps running until Ctrl-C; from another shell:"
+  echo "  export LLAMAFLEET_COORDINATOR=$address"
+  echo "  $cli get jobs"
+  echo "  $cli submit -f $demo/job-$run.yaml --dry-run    # edit a copy: name, paths, steps"
+  echo "web portal: http://$http_address/ui/"
+  if [ "${#run_as[@]}" -gt 0 ]; then
+    echo "data, models and outputs go under $demo, the only path root; jobs run as the user"
+    echo "llamafleet, which must be able to read your inputs there and write the outputs:"
+    echo "  chown -R llamafleet: $demo"
+  else
+    echo "data, models and outputs go under $demo, the only path root (jobs run as $(id -un))"
+  fi
   wait
 fi
 [ "$state" = SUCCEEDED ]

@@ -121,6 +121,8 @@ class Cluster:
                 "--cancel-grace", "5"]
         if "--path-root" in self.help["coordinator"]:
             args += ["--path-root", self.root]
+        if "--no-check-paths" in self.help["coordinator"]:
+            args += ["--no-check-paths"]
         args += self.coord_args
         err = open(self.path("coordinator.log"), "a")
         self.coord = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=err, start_new_session=True, text=True)

@@ -97,7 +97,9 @@ TEST_F(CliClusterTest, WaitExitCodesSayHowJobsEnded) {
   EXPECT_TRUE(absl::StrContains(timed_out.err, "still not finished after --timeout 1s")) << timed_out.err;
   Ok({"cancel", "2"});
 
-  ExpectOneErrorLine(Cli({"wait", "99"}), 1, "job 99 not found");
+  const CommandResult missing = Cli({"wait", "99"});
+  ExpectOneErrorLine(missing, 1, "job 99 not found");
+  EXPECT_EQ(missing.err, "llamafleet: job 99 not found\n") << "the job is named once";
   ExpectOneErrorLine(Cli({"wait", "x1"}), 2, "'x1' is not a job id");
 }
 

@@ -130,6 +130,24 @@ TEST_F(CliTest, DeleteJobTakesAFinishedJobAndItsDependentsNotice) {
   EXPECT_EQ(state, v1::CANCELLED);
 }
 
+// What stays is named with the reason: the checkpoint.dir the job named (its owner's), and
+// the export without --artifacts; the default checkpoint dir it never used is not mentioned.
+TEST_F(CliTest, DeleteJobSaysWhatItKeptAndWhy) {
+  const std::string ck = dir_.path() + "/mine/ck", out = dir_.path() + "/mine/out";
+  Ok({"submit", "-f", "-"},
+     Spec("named", absl::StrCat("checkpoint: {dir: ", ck, "}\noutput: {export_dir: ", out, "}\n")));
+  Ok({"cancel", "1"});
+  const std::string said = Ok({"delete", "job", "1"});
+  EXPECT_TRUE(absl::StrContains(said, "  checkpoint.dir " + ck +
+                                          " kept: a directory the job named is its owner's to remove\n"))
+      << said;
+  EXPECT_TRUE(absl::StrContains(said, "  export dir " + out +
+                                          " kept: delete with --artifacts to remove it too\n"))
+      << said;
+  EXPECT_FALSE(absl::StrContains(said, "was not there")) << said;
+  EXPECT_FALSE(absl::StrContains(said, "checkpoint dir ")) << said;
+}
+
 TEST_F(CliTest, WatchEndsWhenTheJobIsCancelledElsewhere) {
   Ok({"submit", "-f", "-"}, Spec("watched"));
   auto watch = Subprocess::Start(Argv({"watch", "1"}), {}, dir_.path() + "/watch.err");

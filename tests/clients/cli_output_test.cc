@@ -96,6 +96,10 @@ TEST(EventLineTest, ShowsSeqTimeTransitionAndReason) {
   e.set_from_state(v1::JOB_STATE_UNSPECIFIED);
   e.set_reason("");
   EXPECT_EQ(EventLine(e), "3 2026-11-30T00:53:20Z - -> CANCELLED");
+  e.set_from_state(v1::RUNNING);
+  e.set_to_state(v1::RUNNING);
+  e.set_reason("rendezvous done");
+  EXPECT_EQ(EventLine(e), "3 2026-11-30T00:53:20Z RUNNING rendezvous done") << "no transition";
 }
 
 TEST(JobsTableTest, ShortensLongReasonsUnlessWide) {
@@ -109,6 +113,36 @@ TEST(JobsTableTest, ShortensLongReasonsUnlessWide) {
   EXPECT_NE(narrow.find("..."), std::string::npos);
   EXPECT_NE(wide.find(std::string(100, 'r')), std::string::npos);
   EXPECT_EQ(narrow.rfind("ID   NAME   OWNER", 0), 0u) << narrow;
+}
+
+TEST(JobsTableTest, WideShowsEachSweptParameterAsAColumn) {
+  std::vector<v1::Job> points(2);
+  for (int i = 0; i < 2; ++i) {
+    points[i].set_id(std::to_string(i + 1));
+    points[i].mutable_spec()->set_name("lr-" + std::to_string(i));
+    v1::SweepPoint* p = points[i].mutable_spec()->mutable_sweep()->mutable_point();
+    p->set_sweep("lr");
+    p->set_index(i);
+    p->set_points(2);
+    p->add_values(i == 0 ? "training.lr=1e-4" : "training.lr=3e-4");
+    p->add_values("training.seed=7");
+  }
+  const std::string wide = JobsTable(points, /*wide=*/true, absl::Now());
+  EXPECT_EQ(wide.rfind("ID   NAME   TRAINING.LR   TRAINING.SEED   OWNER", 0), 0u) << wide;
+  EXPECT_TRUE(absl::StrContains(wide, "2    lr-1   3e-4          7")) << wide;
+  EXPECT_FALSE(absl::StrContains(JobsTable(points, /*wide=*/false, absl::Now()), "TRAINING.LR"));
+}
+
+TEST(FinetuningLineTest, ATinyPresetsCountSaysWhichVocabularyItAssumes) {
+  v1::Job job;
+  job.mutable_spec()->mutable_model()->set_preset("tiny");
+  job.mutable_memory_estimate()->set_parameters(4'200'000);
+  job.mutable_memory_estimate()->set_trainable_parameters(4'200'000);
+  EXPECT_EQ(FinetuningLine(job),
+            "full: 4.2M trainable of 4.2M parameters (100%), counted with a 32,000-piece vocabulary "
+            "(the trainer uses the tokenizer's)");
+  job.mutable_spec()->mutable_model()->set_preset("llama2-7b");
+  EXPECT_FALSE(absl::StrContains(FinetuningLine(job), "vocabulary"));
 }
 
 TEST(IndentTest, IndentsNonEmptyLinesOnly) {

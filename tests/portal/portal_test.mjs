@@ -35,9 +35,11 @@ function log(msg) { console.log(`[portal ${((Date.now() - started) / 1000).toFix
 function check(cond, msg) { if (!cond) throw new Error(`check failed: ${msg}`); }
 
 // Direct API calls (batch submission and waiting), with the user's token.
-async function apiCall(p, {method = 'GET', body, contentType} = {}) {
+// `asUser`: with auth off, the caller's name (x-llamafleet-user), as the CLI sends its Unix user's.
+async function apiCall(p, {method = 'GET', body, contentType, asUser} = {}) {
   const headers = {};
   if (userToken) headers.Authorization = `Bearer ${userToken}`;
+  if (!userToken && asUser) headers['x-llamafleet-user'] = asUser;
   if (body !== undefined) headers['Content-Type'] = contentType || 'application/json';
   const res = await fetch(base + p, {method, headers, body: typeof body === 'string' || body === undefined ? body : JSON.stringify(body)});
   const text = await res.text();
@@ -535,7 +537,9 @@ try {
     model: {preset: 'tiny'}, data: {train_path: trainData, format: 'TOKENS'}, training: {max_steps: '10'},
     resources: {nodes: 50, gpus_per_node: 1},
     sweep: {parameters: {'training.lr': {values: ['1e-4', '3e-4']}, 'training.seed': {values: ['1', '2']}},
-      max_concurrent: 1}}, idempotency_key: 'portal-sweep'}]}});
+      max_concurrent: 1}}, idempotency_key: 'portal-sweep'}]}, asUser: 'root'});
+  // With auth off the portal's user is "anonymous"; the sweep (submitted as the CLI would,
+  // by "root") is shown all the same.
   check(swept.jobs.length === 4, `a 2 x 2 sweep is 4 jobs: ${swept.jobs.length}`);
   await page.goto(`${base}/ui/#/jobs/${swept.jobs[3].job.id}`);
   await page.waitForSelector('#sweep-link');

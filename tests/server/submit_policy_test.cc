@@ -65,6 +65,7 @@ TEST(ApplySubmitPolicyTest, NormalizesPathsInsideARoot) {
   ASSERT_TRUE(ApplySubmitPolicy(policy, v1::USER, "spec.", &spec).ok());
   EXPECT_EQ(spec.checkpoint().dir(), "/fsx/ck");
   EXPECT_EQ(spec.checkpoint().resume(), "latest") << "a keyword, not a path";
+  EXPECT_FALSE(spec.has_peft()) << "a full finetune's spec gets no empty peft block";
 }
 
 TEST(ApplySubmitPolicyTest, EachRefusalNamesItsField) {

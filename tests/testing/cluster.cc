@@ -20,6 +20,7 @@ std::vector<std::string> CoordinatorArgv(const CoordinatorOptions& options) {
   if (!options.auth) argv.push_back("--insecure-no-auth");
   flag("--join-token", options.join_token);
   for (const std::string& root : options.path_roots) flag("--path-root", root);
+  if (!options.check_paths) argv.push_back("--no-check-paths");
   flag("--log-level", options.log_level);
   flag("--tls-cert", options.tls_cert);
   flag("--tls-key", options.tls_key);

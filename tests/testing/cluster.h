@@ -21,6 +21,7 @@ struct CoordinatorOptions {
   bool auth = false;                         // false: --insecure-no-auth
   std::string join_token = {};               // --join-token unless empty
   std::vector<std::string> path_roots = {};  // one --path-root each
+  bool check_paths = false;                  // false: --no-check-paths (paths nobody made)
   std::vector<std::string> flags = {};       // anything else, e.g. {"--cancel-grace", "2"}
   std::string log_path = {};                 // stderr; "" inherits the test's
   std::string config = {};                   // --config unless empty

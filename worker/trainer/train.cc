@@ -208,9 +208,10 @@ absl::StatusOr<LoadedData> LoadRows(const std::string& path, DataFormat format,
   if (log_progress || progress_events) {  // (only a process that builds the entry calls it)
     o.progress = [path, progress_events](int64_t done, int64_t total) {
       if (progress_events) EmitJsonLine(trainer_events::ToLine(trainer_events::Tokenizing{path, done, total}));
-      LogInfo(absl::StrFormat("tokenizing %s: %.0f%% (%.2f of %.2f GB)", path,
-                              total > 0 ? 100.0 * static_cast<double>(done) / static_cast<double>(total) : 100.0,
-                              static_cast<double>(done) / 1e9, static_cast<double>(total) / 1e9));
+      LogInfo(absl::StrFormat(
+          "tokenizing %s: %.0f%% (%s of %s)", path,
+          total > 0 ? 100.0 * static_cast<double>(done) / static_cast<double>(total) : 100.0,
+          FormatBytes(done), FormatBytes(total)));
     };
   }
   LF_ASSIGN_OR_RETURN(TokenCacheResult cached, OpenTokenCache(path, o));
@@ -350,6 +351,9 @@ absl::Status CheckJobPaths(const TrainOptions& opt, bool rank0) {
   }
   if (rank0 && !opt.export_dir.empty()) {
     LF_RETURN_IF_ERROR(worker::CheckExportDir(opt.export_dir, opt.job_id));
+    // The export is written after the last step: a directory the job cannot make is
+    // found now, before any step is spent.
+    LF_RETURN_IF_ERROR(worker::CheckExportDirWritable(opt.export_dir));
   }
   return absl::OkStatus();
 }

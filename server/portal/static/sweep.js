@@ -1,6 +1,7 @@
 // One sweep (#/sweeps/NAME): a row per point in index order with its parameters, state,
 // progress, latest loss, best eval loss and why it waits (the SWEEP throttle, say). The points are the
-// signed-in user's jobs labelled sweep=NAME (the label every point carries). Every point
+// signed-in user's jobs labelled sweep=NAME (the label every point carries); with auth off,
+// everyone's (the portal's "anonymous" owns none of the CLI's jobs). Every point
 // starts ticked for "Compare" (compare.js); unticking one leaves it out.
 
 import {api, query} from './api.js';
@@ -30,7 +31,8 @@ export function mountSweep(root, ctx, name) {
   let lastSig = '';
   async function load() {
     try {
-      const res = await api(`/api/v1/jobs${query({label: `sweep=${name}`, owner: ctx.session.user, page_size: 1000})}`);
+      const owner = ctx.session.authEnabled ? ctx.session.user : undefined;
+      const res = await api(`/api/v1/jobs${query({label: `sweep=${name}`, owner, page_size: 1000})}`);
       ctx.setConn(true);
       banner.hidden = true;
       const points = (res.jobs || []).filter((j) => j.spec?.sweep?.point)
@@ -63,7 +65,7 @@ export function mountSweep(root, ctx, name) {
           h('td.num', step ? fmtNum(m.loss) : ''),
           h('td.num', m.best_eval_loss !== undefined ? fmtNum(m.best_eval_loss) : ''),
           h('td.muted', j.state === 'QUEUED' ? (j.pending?.message || '') : (j.status_reason || '')));
-      }) : [h('tr.empty', h('td', {colspan: 7 + params.length}, `You have no jobs in sweep ${name}.`))]));
+      }) : [h('tr.empty', h('td', {colspan: 7 + params.length}, ctx.session.authEnabled ? `You have no jobs in sweep ${name}.` : `No jobs in sweep ${name}.`))]));
       updateCompare();
       const total = points.length ? points[0].spec.sweep.point.points : 0;
       const limit = points.length ? points[0].spec.sweep.max_concurrent : 0;

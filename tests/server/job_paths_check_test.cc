@@ -1,0 +1,196 @@
+// A submission's inputs and outputs checked on the storage before the job is queued
+// (server/job_paths_check.h), through a dry run and a real SubmitJob against an in-process
+// coordinator whose path root is a temporary directory.
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "absl/strings/match.h"
+#include "llamafleet/v1/job.grpc.pb.h"
+#include "server/coordinator.h"
+#include "tests/testing/in_process.h"
+#include "tests/testing/process.h"
+#include "tests/testing/spec_builder.h"
+
+namespace llamafleet {
+namespace {
+
+using ::llamafleet::testing::SpecBuilder;
+
+class JobPathsCheckTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    root_ = dir_.path() + "/root";
+    // A shared path root as administrators make them: anyone may make a directory there.
+    std::filesystem::create_directories(root_ + "/data");
+    ::chmod(root_.c_str(), 01777);
+    Write(root_ + "/data/train.jsonl", "{\"text\": \"a\"}\n");
+    Write(root_ + "/tokenizer.model", "x");
+    CoordinatorOptions options = testing::InProcessOptions(dir_.path() + "/coord");
+    options.path_roots = {root_, dir_.path() + "/not-mounted"};
+    options.check_job_paths = true;
+    coordinator_ = testing::StartInProcess(options);
+    ASSERT_NE(coordinator_, nullptr);
+    stub_ = v1::JobService::NewStub(
+        grpc::CreateChannel(coordinator_->address(), grpc::InsecureChannelCredentials()));
+  }
+
+  static void Write(const std::string& path, const std::string& text) {
+    std::ofstream(path) << text;
+    ::chmod(path.c_str(), 0644);
+  }
+
+  SpecBuilder Spec() {
+    return std::move(SpecBuilder("paths")
+                         .Tokenizer(root_ + "/tokenizer.model")
+                         .TrainPath(root_ + "/data/train.jsonl"));
+  }
+
+  grpc::Status Submit(const v1::JobSpec& spec, bool dry_run, v1::Job* job = nullptr) {
+    v1::SubmitJobRequest req;
+    *req.mutable_spec() = spec;
+    req.set_dry_run(dry_run);
+    grpc::ClientContext ctx;
+    ctx.AddMetadata("x-llamafleet-user", "alice");
+    v1::SubmitJobResponse resp;
+    grpc::Status s = stub_->SubmitJob(&ctx, req, &resp);
+    if (job != nullptr) *job = resp.job();
+    return s;
+  }
+
+  // The refusal of `spec`, the same in a dry run and a real submission.
+  std::string Refusal(const v1::JobSpec& spec, grpc::StatusCode code) {
+    grpc::Status dry = Submit(spec, true);
+    grpc::Status real = Submit(spec, false);
+    EXPECT_EQ(dry.error_code(), code) << dry.error_message();
+    EXPECT_EQ(real.error_code(), code) << real.error_message();
+    EXPECT_EQ(dry.error_message(), real.error_message());
+    return dry.error_message();
+  }
+
+  testing::TempDir dir_;
+  std::string root_;
+  std::unique_ptr<Coordinator> coordinator_;
+  std::unique_ptr<v1::JobService::Stub> stub_;
+};
+
+TEST_F(JobPathsCheckTest, ASpecWhosePathsAreThereIsAccepted) {
+  v1::Job job;
+  grpc::Status s =
+      Submit(Spec().CheckpointDir(root_ + "/ck/run-1").ExportDir(root_ + "/export/run-1").Build(),
+             true, &job);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(job.status_reason(), "dry run: valid, not stored");
+}
+
+TEST_F(JobPathsCheckTest, MissingInputsAreRefusedNamingTheFieldAndThePath) {
+  const std::string message =
+      Refusal(Spec().TrainPath(root_ + "/data/trian.jsonl").Tokenizer(root_ + "/tok.model").Build(),
+              grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_TRUE(absl::StrContains(
+      message, "spec.data.train_path " + root_ + "/data/trian.jsonl does not exist"))
+      << message;
+  EXPECT_TRUE(
+      absl::StrContains(message, "spec.model.tokenizer " + root_ + "/tok.model does not exist"))
+      << message;
+}
+
+TEST_F(JobPathsCheckTest, AModelFolderNeedsItsConfigAndTokenizer) {
+  std::filesystem::create_directories(root_ + "/models/empty");
+  const std::string message =
+      Refusal(Spec().ModelPath(root_ + "/models/empty").Tokenizer("").Build(),
+              grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_TRUE(
+      absl::StrContains(message, "spec.model.path " + root_ + "/models/empty has no config.json"))
+      << message;
+  EXPECT_TRUE(absl::StrContains(
+      message, "spec.model.tokenizer " + root_ + "/models/empty has no tokenizer.model"))
+      << message;
+}
+
+TEST_F(JobPathsCheckTest, SeqLenOverTheModelsLimitIsRefusedWithTheValueAndTheLimit) {
+  const std::string model = root_ + "/models/short";
+  std::filesystem::create_directories(model);
+  Write(model + "/config.json", "{\"max_position_embeddings\": 2048, \"vocab_size\": 32000}");
+  Write(model + "/tokenizer.model", "x");
+  const std::string message =
+      Refusal(Spec().ModelPath(model).Tokenizer("").Yaml("training: {seq_len: 100000}").Build(),
+              grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_TRUE(absl::StrContains(
+      message, "spec.training.seq_len must be <= 2048, max_position_embeddings in " + model +
+                   "/config.json (got 100000)"))
+      << message;
+  // Not written: the default is the trainer's to cap.
+  grpc::Status s = Submit(Spec().ModelPath(model).Tokenizer("").Build(), true);
+  EXPECT_TRUE(s.ok()) << s.error_message();
+}
+
+TEST_F(JobPathsCheckTest, AnOutputTheJobCannotCreateIsRefusedBeforeItRuns) {
+  std::filesystem::create_directories(root_ + "/readonly");
+  ::chmod((root_ + "/readonly").c_str(), 0555);
+  const std::string message = Refusal(Spec().ExportDir(root_ + "/readonly/export").Build(),
+                                      grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_TRUE(
+      absl::StrContains(message, "spec.output.export_dir " + root_ +
+                                     "/readonly/export cannot be created by the job's identity"))
+      << message;
+  EXPECT_TRUE(absl::StrContains(message, root_ + "/readonly, the nearest existing directory, is"))
+      << message;
+  EXPECT_TRUE(absl::StrContains(message, "mode 0555")) << message;
+  const std::string checkpoint = Refusal(Spec().CheckpointDir(root_ + "/readonly/ck").Build(),
+                                         grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_TRUE(absl::StrContains(checkpoint,
+                                "spec.checkpoint.dir " + root_ + "/readonly/ck cannot be created"))
+      << checkpoint;
+  // A file on the way.
+  const std::string file = Refusal(Spec().ExportDir(root_ + "/data/train.jsonl/out").Build(),
+                                   grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_TRUE(absl::StrContains(file, "is a regular file, not a directory")) << file;
+}
+
+TEST_F(JobPathsCheckTest, AnInputTheJobCannotReadIsRefused) {
+  Write(root_ + "/data/closed.jsonl", "{}\n");
+  ::chmod((root_ + "/data/closed.jsonl").c_str(), 0);
+  const std::string message = Refusal(Spec().TrainPath(root_ + "/data/closed.jsonl").Build(),
+                                      grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_TRUE(absl::StrContains(
+      message,
+      "spec.data.train_path " + root_ + "/data/closed.jsonl is not readable by the job's identity"))
+      << message;
+  const std::string dir =
+      Refusal(Spec().TrainPath(root_ + "/data").Build(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_TRUE(absl::StrContains(dir, "is a directory, not a regular file")) << dir;
+}
+
+TEST_F(JobPathsCheckTest, AnInputAJobItDependsOnWillMakeIsNotRefused) {
+  v1::Job parent;
+  ASSERT_TRUE(Submit(Spec().ExportDir(root_ + "/export/parent").Build(), false, &parent).ok());
+  v1::Job child;
+  grpc::Status s = Submit(Spec()
+                              .ModelPath(root_ + "/export/parent")
+                              .Tokenizer(root_ + "/tokenizer.model")
+                              .DependsOn(parent.id())
+                              .Build(),
+                          true, &child);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_TRUE(absl::StrContains(child.status_reason(),
+                                "spec.model.path not checked: " + root_ +
+                                    "/export/parent does not exist yet: a job this one depends on "
+                                    "may make it"))
+      << child.status_reason();
+}
+
+TEST_F(JobPathsCheckTest, ARootNotMountedHereIsNotCheckedAndTheDryRunSaysSo) {
+  v1::Job job;
+  grpc::Status s =
+      Submit(Spec().TrainPath(dir_.path() + "/not-mounted/train.jsonl").Build(), true, &job);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_TRUE(absl::StrContains(job.status_reason(), "spec.data.train_path not checked: its root"))
+      << job.status_reason();
+}
+
+}  // namespace
+}  // namespace llamafleet
