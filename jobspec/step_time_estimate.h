@@ -15,7 +15,8 @@
 //   elementwise  bytes moved by the non-GEMM ops (norms, RoPE, SwiGLU, residuals,
 //                softmax of the explicit attention path), forward and backward, at the
 //                device's memory bandwidth.
-//   compute      GEMM FLOPs / (peak x sustained_fraction) + elementwise bytes / bandwidth.
+//   compute      GEMM FLOPs / (peak x sustained_fraction) (attention's at its own fraction
+//                when given) + elementwise bytes / bandwidth.
 //   collectives  per micro-step, in the dtype the engine moves: FULL_SHARD and
 //                HYBRID_SHARD gather every unit twice (forward, backward) and reduce-scatter
 //                the gradients; SHARD_GRAD_OP gathers once and reduce-scatters on the synced
@@ -69,7 +70,10 @@ struct Hardware {
   std::string gpu;                  // "H100 80GB", or "CPU"
   double peak_flops = 0;            // per device, dense, in the compute dtype (MFU's peak)
   double sustained_fraction = 0.5;  // of peak_flops that the step's GEMMs sustain
-  double memory_bytes_per_s = 0;    // device memory bandwidth (elementwise ops, optimizer)
+  // Of peak_flops that attention's batched score and value products sustain; 0: as the
+  // GEMMs (a CPU runs them through another library than its linear layers).
+  double attention_sustained_fraction = 0;
+  double memory_bytes_per_s = 0;      // device memory bandwidth (elementwise ops, optimizer)
   double intra_node_bytes_per_s = 0;  // collective bus bandwidth among one node's devices
   double inter_node_bytes_per_s = 0;  // per device, collectives spanning nodes
   double collective_latency_s = 0;    // fixed cost of one collective
@@ -95,18 +99,18 @@ StepTimeInputs StepTimeInputsOf(const MemoryInputs& job);
 
 // Figures per rank and optimizer step unless said otherwise. Times in seconds.
 struct StepTimeEstimate {
-  double gemm_flops = 0;          // executed, recompute included
-  double model_flops = 0;         // MFU's count (no recompute), per rank
-  double elementwise_bytes = 0;   // moved by non-GEMM ops
-  double compute_s = 0;           // GEMMs + elementwise
-  double gathered_bytes = 0;      // received by all-gathers
-  double reduced_bytes = 0;       // sent by reduce-scatters and all-reduces (TP's included)
-  double communication_s = 0;     // all collectives, were none overlapped
+  double gemm_flops = 0;               // executed, recompute included
+  double model_flops = 0;              // MFU's count (no recompute), per rank
+  double elementwise_bytes = 0;        // moved by non-GEMM ops
+  double compute_s = 0;                // GEMMs + elementwise
+  double gathered_bytes = 0;           // received by all-gathers
+  double reduced_bytes = 0;            // sent by reduce-scatters and all-reduces (TP's included)
+  double communication_s = 0;          // all collectives, were none overlapped
   double exposed_communication_s = 0;  // the part the step waits for
   double optimizer_s = 0;
   double step_s = 0;
-  double tokens_per_s = 0;        // the whole job
-  double mfu = 0;                 // model FLOPs / (step_s x peak_flops), 0..1
+  double tokens_per_s = 0;  // the whole job
+  double mfu = 0;           // model FLOPs / (step_s x peak_flops), 0..1
 };
 
 // The estimate; `hw` must have positive peak and bandwidths (an invariant of HardwareOf

@@ -14,11 +14,12 @@ using namespace llamafleet::sched;
 
 int main(int argc, char** argv) {
   std::map<std::string, double> v = {
-      {"hidden", 256}, {"ffn", 688}, {"layers", 4}, {"heads", 8}, {"kv_heads", 4}, {"vocab", 4096},
-      {"world", 1}, {"tp", 1}, {"micro_batch", 1}, {"seq_len", 256}, {"grad_accum", 1},
-      {"checkpointing", 0}, {"lora_r", 0}, {"compute_bytes", 4}, {"reduce_bytes", 4},
-      {"strategy", 0}, {"fused_attention", 0}, {"peak_flops", 1e11}, {"sustained", 1},
-      {"memory_bw", 1e10}, {"link_bw", 1e9}, {"latency", 1e-4}, {"devices_per_node", 64},
+      {"hidden", 256},         {"ffn", 688},         {"layers", 4},       {"heads", 8},
+      {"kv_heads", 4},         {"vocab", 4096},      {"world", 1},        {"tp", 1},
+      {"micro_batch", 1},      {"seq_len", 256},     {"grad_accum", 1},   {"checkpointing", 0},
+      {"lora_r", 0},           {"compute_bytes", 4}, {"reduce_bytes", 4}, {"strategy", 0},
+      {"fused_attention", 0},  {"peak_flops", 1e11}, {"sustained", 1},    {"attention_flops", 0},
+      {"memory_bw", 1e10},     {"link_bw", 1e9},     {"latency", 1e-4},   {"devices_per_node", 64},
       {"optimizer_bytes", 88},
   };
   for (int i = 1; i < argc; ++i) {
@@ -61,6 +62,9 @@ int main(int argc, char** argv) {
   // The peak is the GEMM rate the caller measured in the compute dtype: undo the fp32 halving.
   hw.peak_flops = v["peak_flops"] * (j.compute_bytes == 4 ? 2 : 1);
   hw.sustained_fraction = v["sustained"];
+  // attention_flops: the measured rate of attention's batched products (0: the GEMM rate).
+  hw.attention_sustained_fraction =
+      v["attention_flops"] > 0 ? v["attention_flops"] / v["peak_flops"] * v["sustained"] : 0;
   hw.memory_bytes_per_s = v["memory_bw"];
   hw.intra_node_bytes_per_s = hw.inter_node_bytes_per_s = v["link_bw"];
   hw.collective_latency_s = v["latency"];
@@ -68,10 +72,12 @@ int main(int argc, char** argv) {
   hw.optimizer_bytes_per_parameter = v["optimizer_bytes"];
   const StepTimeEstimate e = EstimateStepTime(StepTimeInputsOf(j), hw);
   std::printf(
-      "{\"step_s\": %.6g, \"compute_s\": %.6g, \"exposed_communication_s\": %.6g, \"communication_s\": %.6g, "
-      "\"optimizer_s\": %.6g, \"gemm_flops\": %.6g, \"elementwise_bytes\": %.6g, \"gathered_bytes\": %.6g, "
+      "{\"step_s\": %.6g, \"compute_s\": %.6g, \"exposed_communication_s\": %.6g, "
+      "\"communication_s\": %.6g, "
+      "\"optimizer_s\": %.6g, \"gemm_flops\": %.6g, \"elementwise_bytes\": %.6g, "
+      "\"gathered_bytes\": %.6g, "
       "\"reduced_bytes\": %.6g, \"tokens_per_s\": %.6g, \"mfu\": %.4f}\n",
-      e.step_s, e.compute_s, e.exposed_communication_s, e.communication_s, e.optimizer_s, e.gemm_flops,
-      e.elementwise_bytes, e.gathered_bytes, e.reduced_bytes, e.tokens_per_s, e.mfu);
+      e.step_s, e.compute_s, e.exposed_communication_s, e.communication_s, e.optimizer_s,
+      e.gemm_flops, e.elementwise_bytes, e.gathered_bytes, e.reduced_bytes, e.tokens_per_s, e.mfu);
   return 0;
 }

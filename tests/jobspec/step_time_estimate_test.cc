@@ -77,9 +77,9 @@ TEST(StepTimeEstimate, LoraSkipsTheBaseWeightGradients) {
   in.job.lora_modules = LoraModuleBit("q_proj") | LoraModuleBit("v_proj");
   const StepTimeEstimate lora = EstimateStepTime(in, P5());
   EXPECT_LT(lora.gemm_flops, full.gemm_flops);
-  EXPECT_GT(lora.gemm_flops, 0.6 * full.gemm_flops);  // forward, recompute, input gradients
+  EXPECT_GT(lora.gemm_flops, 0.6 * full.gemm_flops);         // forward, recompute, input gradients
   EXPECT_LT(lora.reduced_bytes, 0.01 * full.reduced_bytes);  // adapters only
-  EXPECT_GE(lora.gathered_bytes, full.gathered_bytes);     // the frozen base is gathered too
+  EXPECT_GE(lora.gathered_bytes, full.gathered_bytes);       // the frozen base is gathered too
 }
 
 TEST(StepTimeEstimate, StrategiesMoveTheBytesTheyShould) {
