@@ -126,6 +126,13 @@ int TensorParallelOf(const v1::JobSpec& spec);
 // (model.path: only the trainer reads config.json). Expects defaults applied.
 std::optional<v1::MemoryEstimate> EstimateJobMemory(const v1::JobSpec& spec, int world_size = 0);
 
+// Time per optimizer step of `spec` on its resources.instance_type (jobspec/
+// step_time_estimate.h), with tokens/s, MFU, and GPU-hours (training.max_steps; and per
+// 1,000 steps) priced at `price_per_instance_hour` when given. nullopt when the shape or
+// the instance type is not known here. Expects defaults applied.
+std::optional<v1::StepTimeEstimate> EstimateJobStepTime(const v1::JobSpec& spec,
+                                                        std::optional<double> price_per_instance_hour);
+
 // Validation of the other user-supplied request fields.
 absl::Status ValidateIdempotencyKey(absl::string_view key, absl::string_view path);
 

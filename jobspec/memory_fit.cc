@@ -26,6 +26,10 @@ sched::Strategy ToStrategy(v1::ShardingStrategy s) {
   }
 }
 
+}  // namespace
+
+namespace jobspec_internal {
+
 std::optional<sched::MemoryInputs> MemoryInputsOf(const v1::JobSpec& spec, int world_size) {
   std::optional<sched::ModelShape> shape = sched::PresetShape(spec.model().preset());
   if (!shape) return std::nullopt;
@@ -56,6 +60,10 @@ std::optional<sched::MemoryInputs> MemoryInputsOf(const v1::JobSpec& spec, int w
   }
   return in;
 }
+
+}  // namespace jobspec_internal
+
+namespace {
 
 v1::MemoryEstimate ToProto(const sched::MemoryEstimate& e, int world_size) {
   v1::MemoryEstimate out;
@@ -166,7 +174,7 @@ void CheckInstanceFit(const v1::JobSpec& spec, Violations& v) {
 }  // namespace jobspec_internal
 
 std::optional<v1::MemoryEstimate> EstimateJobMemory(const v1::JobSpec& spec, int world_size) {
-  std::optional<sched::MemoryInputs> in = MemoryInputsOf(spec, world_size);
+  std::optional<sched::MemoryInputs> in = jobspec_internal::MemoryInputsOf(spec, world_size);
   if (!in) return std::nullopt;
   return ToProto(sched::EstimateMemory(*in), in->world_size);
 }

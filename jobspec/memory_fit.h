@@ -3,7 +3,10 @@
 
 // Whether a spec fits the instance type it names, by the trainer's memory model.
 
+#include <optional>
+
 #include "jobspec/field_violations.h"
+#include "jobspec/memory_estimate.h"
 #include "llamafleet/v1/job.pb.h"
 
 namespace llamafleet::jobspec_internal {
@@ -13,6 +16,10 @@ namespace llamafleet::jobspec_internal {
 // instance type this library does not know is left to the scheduler, which sees the real
 // workers. Expects defaults applied and every other rule met.
 void CheckInstanceFit(const v1::JobSpec& spec, Violations& v);
+
+// The memory (and step-time) model's inputs for `spec` on `world_size` ranks (0 = nodes x
+// gpus_per_node); nullopt when the model's shape is not known here (model.path).
+std::optional<sched::MemoryInputs> MemoryInputsOf(const v1::JobSpec& spec, int world_size);
 
 }  // namespace llamafleet::jobspec_internal
 

@@ -24,6 +24,7 @@ namespace llamafleet {
 namespace {
 
 using job_service_internal::AddMemoryEstimate;
+using job_service_internal::AddStepTimeEstimate;
 using job_service_internal::FinishNow;
 using job_service_internal::kMaxEventLimit;
 
@@ -118,6 +119,7 @@ grpc::ServerUnaryReactor* JobServiceImpl::GetJob(grpc::CallbackServerContext* co
   }
   AddPendingInfo(response);
   AddMemoryEstimate(response);
+  AddStepTimeEstimate(response, pricing_);
   if (absl::Status s = AddJobUsage({response}); !s.ok()) return FinishNow(context, s);
   return FinishNow(context, grpc::Status::OK);
 }

@@ -34,6 +34,17 @@ inline void AddMemoryEstimate(v1::Job* job) {
   }
 }
 
+// The spec's step-time estimate on its instance type, priced by `pricing` (derived, never
+// stored, like the memory estimate).
+inline void AddStepTimeEstimate(v1::Job* job, const PriceTable& pricing) {
+  const auto price = pricing.find(job->spec().resources().instance_type());
+  std::optional<double> per_hour;
+  if (price != pricing.end()) per_hour = price->second;
+  if (std::optional<v1::StepTimeEstimate> e = EstimateJobStepTime(job->spec(), per_hour)) {
+    *job->mutable_step_time_estimate() = std::move(*e);
+  }
+}
+
 }  // namespace llamafleet::job_service_internal
 
 #endif  // LLAMAFLEET_SERVER_JOB_SERVICE_INTERNAL_H_

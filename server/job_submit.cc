@@ -22,6 +22,7 @@ namespace llamafleet {
 namespace {
 
 using job_service_internal::AddMemoryEstimate;
+using job_service_internal::AddStepTimeEstimate;
 using job_service_internal::FinishNow;
 using SubmitResult = CoordinatorMetrics::SubmitResult;
 
@@ -185,6 +186,7 @@ void JobServiceImpl::CheckAndStore(grpc::CallbackServerContext* context,
       job->set_status_reason(absl::StrCat("dry run: valid, not stored",
                                           notes.empty() ? "" : absl::StrCat("; ", notes)));
       AddMemoryEstimate(job);
+      AddStepTimeEstimate(job, pricing_);
     }
     respond(std::move(responses));
     return reactor->Finish(grpc::Status::OK);
@@ -193,8 +195,8 @@ void JobServiceImpl::CheckAndStore(grpc::CallbackServerContext* context,
   auto submit = [this, reactor, inputs = std::move(inputs), respond = std::move(respond), received,
                  jobs]() mutable {
     store_->SubmitJobs(
-        std::move(inputs), [reactor, respond = std::move(respond), metrics = metrics_, received,
-                            jobs](absl::StatusOr<std::vector<SubmitJobResult>> result) {
+        std::move(inputs), [reactor, respond = std::move(respond), metrics = metrics_, received, jobs,
+                            pricing = pricing_](absl::StatusOr<std::vector<SubmitJobResult>> result) {
           if (!result.ok()) {
             if (metrics != nullptr) metrics->RecordSubmissions(SubmitResult::kError, jobs);
             reactor->Finish(ToGrpcStatus(result.status()));
@@ -208,6 +210,7 @@ void JobServiceImpl::CheckAndStore(grpc::CallbackServerContext* context,
           for (size_t i = 0; i < result->size(); ++i) {
             *responses[i].mutable_job() = std::move((*result)[i].job);
             AddMemoryEstimate(responses[i].mutable_job());
+            AddStepTimeEstimate(responses[i].mutable_job(), pricing);
             responses[i].set_created((*result)[i].created);
           }
           respond(std::move(responses));

@@ -443,6 +443,27 @@ std::string MemoryEstimateLine(const v1::MemoryEstimate& e) {
                           : "");
 }
 
+std::string StepTimeLine(const v1::StepTimeEstimate& e) {
+  auto money = [](double x) { return FormatCost(x); };
+  std::string out = absl::StrFormat(
+      "%.2f s per step on %s (%s): %.0f tokens/s, MFU %.1f%% (compute %.2f s, exposed "
+      "communication %.2f s); %.1f GPU-hours per 1,000 steps",
+      e.step_seconds(), e.instance_type(), e.gpu(), e.tokens_per_second(), 100 * e.mfu(),
+      e.compute_seconds(), e.exposed_communication_seconds(), e.gpu_hours_per_1000_steps());
+  if (e.has_cost_per_1000_steps())
+    absl::StrAppend(&out, " costing ", money(e.cost_per_1000_steps()));
+  if (e.total_steps() > 0) {
+    absl::StrAppend(&out, absl::StrFormat("; the job's %d steps: %.1f GPU-hours", e.total_steps(),
+                                          e.gpu_hours()));
+    if (e.has_cost()) absl::StrAppend(&out, " costing ", money(e.cost()));
+  } else {
+    absl::StrAppend(&out, "; whole job: steps set by epochs, unknown before the data is read");
+  }
+  if (!e.has_cost_per_1000_steps())
+    absl::StrAppend(&out, " (no price for ", e.instance_type(), " in the coordinator's pricing)");
+  return out;
+}
+
 std::string FinetuningLine(const v1::Job& job) {
   auto count = [](int64_t n) {
     return n >= 1000000000 ? absl::StrFormat("%.2fB", n / 1e9)
@@ -511,6 +532,8 @@ std::string DescribeJob(const v1::Job& job, const std::vector<v1::JobEvent>& eve
   if (const std::string tp = ParallelismLine(spec); !tp.empty()) fields.push_back({"Parallelism:", tp});
   fields.push_back({"Memory estimate:", job.has_memory_estimate() ? MemoryEstimateLine(job.memory_estimate())
                                                                   : "- (model shape known only to the trainer)"});
+  if (job.has_step_time_estimate())
+    fields.push_back({"Step estimate:", StepTimeLine(job.step_time_estimate())});
   std::string out = FormatTable(fields);
 
   if (job.state() == v1::QUEUED && job.has_pending()) {

@@ -82,6 +82,8 @@ std::string JobStateLine(const v1::Job& job);
 // "23.4 GiB per GPU on 16 ranks (peak early in backward): parameters 1.6 GiB, ...; host
 // memory for checkpoint staging 4.7 GiB"
 std::string MemoryEstimateLine(const v1::MemoryEstimate& e);
+// "1.52 s per step on p5.48xlarge (H100 80GB): 64700 tokens/s, MFU 43.1% (...); GPU-hours and cost"
+std::string StepTimeLine(const v1::StepTimeEstimate& e);
 // "LoRA r 16 on q_proj, v_proj: 65.5M trainable of 68.98B parameters (0.095%)", or "full: ...".
 std::string FinetuningLine(const v1::Job& job);
 // "tensor parallel 8 x data parallel 4 (32 ranks)" for the spec's nominal world; "" without

@@ -147,6 +147,20 @@ export function mountJob(root, ctx, id) {
     return `tensor parallel ${tp} × data parallel ${world / tp} (${world} ranks)`;
   }
 
+  // "1.52 s per step on p5.48xlarge (H100 80GB) · 64,700 tokens/s · MFU 43.1% · 6.8 GPU-h / 1,000
+  // steps ($52.10)", the job's total when max_steps is set: the Step estimate line of describe.
+  function stepEstimate(e) {
+    if (!e || !e.step_seconds) return '—';
+    let s = `${Number(e.step_seconds).toFixed(2)} s per step on ${e.instance_type} (${e.gpu}) · ` +
+      `${fmtInt(Math.round(Number(e.tokens_per_second)))} tokens/s · MFU ${(100 * Number(e.mfu)).toFixed(1)}% · ` +
+      `${fmtNum(e.gpu_hours_per_1000_steps, 3)} GPU-h / 1,000 steps`;
+    if (e.cost_per_1000_steps !== undefined) s += ` (${fmtCost(e.cost_per_1000_steps)})`;
+    if (Number(e.total_steps || 0) > 0) {
+      s += ` · job: ${fmtNum(e.gpu_hours, 3)} GPU-h` + (e.cost !== undefined ? ` (${fmtCost(e.cost)})` : '');
+    }
+    return s;
+  }
+
   function renderJob() {
     if (!job) return;
     const spec = job.spec || {};
@@ -187,6 +201,7 @@ export function mountJob(root, ctx, id) {
       ['Workers', (job.workers || []).join(', ') || '—'],
       ['Updated', `${fmtTime(job.update_time)} (${fmtAgo(job.update_time)})`],
       ['Finetuning', finetuning(spec.peft || {}, job.memory_estimate || {}, spec.model?.preset)],
+      ['Step estimate', stepEstimate(job.step_time_estimate)],
       ...(parallelism(spec) ? [['Parallelism', parallelism(spec)]] : []),
       ...(spec.sweep?.point ? [['Sweep', `${spec.sweep.point.sweep} · point ${spec.sweep.point.index || 0} of ` +
         `${spec.sweep.point.points} (${(spec.sweep.point.values || []).join(', ')})`]] : []),

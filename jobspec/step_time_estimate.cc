@@ -1,0 +1,268 @@
+#include "jobspec/step_time_estimate.h"
+
+#include <algorithm>
+#include <map>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace llamafleet::sched {
+
+namespace {
+
+constexpr double kGB = 1e9;
+constexpr double kTera = 1e12;
+
+// Elementwise bytes a token moves per decoder layer in forward, in passes over each width
+// (read + write) in the compute dtype: RMSNorms (x2), RoPE on q and k, head reshapes,
+// residual adds, SwiGLU; plus the fp32 copies of the norms; plus, on the explicit
+// attention path, the scale / mask / softmax passes over the H x s scores.
+constexpr double kPassesHidden = 16;
+constexpr double kPassesKv = 8;
+constexpr double kPassesFfn = 5;
+constexpr double kNormFp32BytesPerHidden = 32;
+constexpr double kPassesScores = 6;
+// Backward moves about twice what forward moves.
+constexpr double kBackwardElementwise = 2;
+// The head's logits: bytes per logit over forward and backward (log-softmax, its fp32
+// copy, the incoming gradient, the softmax temporary; the memory estimate's 16, x3 passes).
+constexpr double kLogitBytes = 48;
+
+// Per-GPU figures: dense bf16 peak (datasheet), memory bandwidth, and the NCCL bus
+// bandwidth among the 8 GPUs of one node (nccl-tests all_reduce on the NVLink or PCIe
+// fabric). Inter-node figures belong to the instance type (below).
+struct GpuFigures {
+  const char* gpu;
+  double peak_tflops, memory_gbps, intra_node_gbps;
+};
+constexpr GpuFigures kGpus[] = {
+    {"V100 16GB", 125, 900, 130},  {"V100 32GB", 125, 900, 130},   {"A10G 24GB", 125, 600, 12},
+    {"L40S 48GB", 362, 864, 20},   {"A100 40GB", 312, 1555, 230},  {"A100 80GB", 312, 2039, 230},
+    {"H100 80GB", 989, 3350, 450}, {"H200 141GB", 989, 4800, 450},
+};
+
+// Inter-node all_reduce bus bandwidth per instance type, GB/s: p4de and p5 as measured by
+// aws-samples/awsome-distributed-training; the others from their EFA / ENA line rate.
+const std::map<std::string, double>& InterNodeGbps() {
+  static const auto* m = new std::map<std::string, double>{
+      {"p3.16xlarge", 3},   {"p3dn.24xlarge", 12}, {"g5.xlarge", 3},       {"g5.12xlarge", 5},
+      {"g5.48xlarge", 12},  {"g6e.48xlarge", 50},  {"p4d.24xlarge", 78},   {"p4de.24xlarge", 78},
+      {"p5.48xlarge", 487}, {"p5e.48xlarge", 487}, {"p5en.48xlarge", 487},
+  };
+  return *m;
+}
+
+// A ring collective's bytes per rank: all-gather / reduce-scatter of S bytes over n ranks.
+double RingBytes(double s, int64_t n) {
+  return n > 1 ? s * static_cast<double>(n - 1) / static_cast<double>(n) : 0;
+}
+
+int64_t ShardGroup(const MemoryInputs& in, int64_t data_parallel) {
+  switch (in.strategy) {
+    case Strategy::kFullShard:
+    case Strategy::kShardGradOp:
+      return data_parallel;
+    case Strategy::kHybridShard:
+      return in.shard_group_size > 0
+                 ? std::max<int64_t>(1, in.shard_group_size / std::max(1, in.tensor_parallel))
+                 : data_parallel;
+    case Strategy::kNoShard:
+      return 1;
+  }
+  return 1;
+}
+
+}  // namespace
+
+double RecomputeFraction(RecomputeMode mode) { return mode == RecomputeMode::kFull ? 1.0 : 0.0; }
+
+double ElementwiseRecomputeFraction(RecomputeMode mode) {
+  return mode == RecomputeMode::kNone ? 0.0 : 1.0;
+}
+
+RecomputeMode RecomputeModeOf(bool activation_checkpointing) {
+  return activation_checkpointing ? RecomputeMode::kFull : RecomputeMode::kNone;
+}
+
+StepTimeInputs StepTimeInputsOf(const MemoryInputs& job) {
+  StepTimeInputs in;
+  in.job = job;
+  in.recompute = RecomputeModeOf(job.activation_checkpointing);
+  return in;
+}
+
+absl::StatusOr<Hardware> HardwareOf(const std::string& instance_type) {
+  const InstanceType* type = FindInstanceType(instance_type);
+  if (type == nullptr) {
+    return absl::NotFoundError(
+        absl::StrCat("resources.instance_type ", instance_type.empty() ? "(unset)" : instance_type,
+                     " is not a known GPU instance type: no step-time estimate"));
+  }
+  Hardware hw;
+  for (const GpuFigures& g : kGpus) {
+    if (type->gpu != g.gpu) continue;
+    hw.gpu = g.gpu;
+    hw.peak_flops = g.peak_tflops * kTera;
+    hw.memory_bytes_per_s = g.memory_gbps * kGB;
+    hw.intra_node_bytes_per_s = g.intra_node_gbps * kGB;
+  }
+  if (hw.gpu.empty())
+    return absl::NotFoundError(absl::StrCat("no figures for the GPU of ", instance_type));
+  hw.inter_node_bytes_per_s = InterNodeGbps().at(type->name) * kGB;
+  hw.devices_per_node = type->gpus;
+  hw.sustained_fraction = 0.6;
+  hw.collective_latency_s = 30e-6;
+  return hw;
+}
+
+double ModelFlopsPerToken(const ModelShape& m, int64_t seq_len) {
+  const double embedding = static_cast<double>(m.vocab * m.hidden);
+  return 6.0 * (static_cast<double>(m.Parameters()) - embedding) +
+         12.0 * static_cast<double>(m.layers * m.hidden * seq_len);
+}
+
+StepTimeEstimate EstimateStepTime(const StepTimeInputs& in, const Hardware& hw) {
+  const MemoryInputs& j = in.job;
+  const ModelShape& m = j.model;
+  const int tp = std::max(1, j.tensor_parallel);
+  const double T = tp;
+  const int64_t world = std::max(1, j.world_size);
+  const int64_t data_parallel = std::max<int64_t>(1, world / tp);
+  const double t =
+      static_cast<double>(std::max<int64_t>(1, j.micro_batch) * std::max<int64_t>(1, j.seq_len));
+  const double s = static_cast<double>(std::max<int64_t>(1, j.seq_len));
+  const double h = static_cast<double>(m.hidden), f = static_cast<double>(m.intermediate);
+  const double kv = m.heads > 0 ? static_cast<double>(m.kv_heads * (m.hidden / m.heads)) : 0;
+  const double L = static_cast<double>(m.layers), V = static_cast<double>(m.vocab);
+  const double c = j.compute_bytes, r = j.reduce_bytes;
+  const double micro_steps = static_cast<double>(std::max<int64_t>(1, j.grad_accum));
+  const bool lora = j.lora_r > 0;
+  const double adapter_layer =
+      lora ? static_cast<double>(LoraLayerParameters(m, j.lora_r, j.lora_modules, tp)) : 0;
+
+  // GEMM FLOPs of one micro-step on this rank.
+  const double layer_matmul = (2 * h * h + 2 * h * kv + 3 * h * f) / T;
+  const double dense_fwd = L * 2 * t * layer_matmul;
+  const double attention_fwd = L * 4 * t * s * h / T;
+  const double head_fwd = 2 * t * h * V / T;
+  const double adapter_fwd = L * 2 * t * adapter_layer;
+  const double fwd = dense_fwd + attention_fwd + head_fwd + adapter_fwd;
+  const double bwd =
+      (lora ? 1.0 : 2.0) * (dense_fwd + head_fwd) + 2 * attention_fwd + 2 * adapter_fwd;
+  const double recompute =
+      RecomputeFraction(in.recompute) * (dense_fwd + attention_fwd + adapter_fwd);
+
+  // Elementwise bytes of one micro-step.
+  const double scores =
+      j.fused_attention ? 0 : kPassesScores * static_cast<double>(m.heads) * s * c / T;
+  const double layer_bytes = c * (kPassesHidden * h + (kPassesKv * kv + kPassesFfn * f) / T) +
+                             kNormFp32BytesPerHidden * h + scores;
+  const double elementwise_fwd = L * t * layer_bytes;
+  const double elementwise =
+      elementwise_fwd * (1 + kBackwardElementwise + ElementwiseRecomputeFraction(in.recompute)) +
+      t * kLogitBytes * V / T;
+
+  const double gemm_rate = hw.peak_flops * hw.sustained_fraction / (c == 4 ? 2.0 : 1.0);
+  const double attention_rate =
+      hw.attention_sustained_fraction > 0
+          ? gemm_rate * hw.attention_sustained_fraction / hw.sustained_fraction
+          : gemm_rate;
+  // Attention's share of each pass, timed at its own rate.
+  const double attention_recompute = RecomputeFraction(in.recompute) * attention_fwd;
+  const double fwd_s = (fwd - attention_fwd) / gemm_rate + attention_fwd / attention_rate +
+                       elementwise_fwd / hw.memory_bytes_per_s;
+  const double bwd_s = (bwd + recompute - 2 * attention_fwd - attention_recompute) / gemm_rate +
+                       (2 * attention_fwd + attention_recompute) / attention_rate +
+                       (elementwise - elementwise_fwd) / hw.memory_bytes_per_s;
+
+  // Collectives of one micro-step.
+  const int64_t n = ShardGroup(j, data_parallel);
+  const bool spans_nodes = world > hw.devices_per_node;
+  const double shard_bw =
+      (j.strategy == Strategy::kHybridShard ? n * tp > hw.devices_per_node : spans_nodes)
+          ? hw.inter_node_bytes_per_s
+          : hw.intra_node_bytes_per_s;
+  const double units = L + 2;
+  const double base_rank = static_cast<double>(m.Parameters(tp));
+  const double gathered_unit_bytes = (base_rank + L * adapter_layer) * c;  // every unit, once
+  const double trained = lora ? L * adapter_layer : base_rank;
+  const double lat = hw.collective_latency_s;
+  const bool sharded = n > 1;
+  const double gather_pass_bytes = sharded ? RingBytes(gathered_unit_bytes, n) : 0;
+  const double gather_pass_s = sharded ? gather_pass_bytes / shard_bw + units * lat : 0;
+  const double first_unit_gather_s = gather_pass_s / units;
+  double reduce_bytes = 0, reduce_s = 0;  // gradient reduction of a reducing micro-step
+  if (j.strategy == Strategy::kNoShard) {
+    if (data_parallel > 1) {
+      reduce_bytes = 2 * RingBytes(trained * r, data_parallel);
+      reduce_s =
+          reduce_bytes / (spans_nodes ? hw.inter_node_bytes_per_s : hw.intra_node_bytes_per_s) +
+          units * lat;
+    }
+  } else if (sharded) {
+    reduce_bytes = RingBytes(trained * r, n);
+    reduce_s = reduce_bytes / shard_bw + units * lat;
+    const int64_t replicas = data_parallel / n;
+    if (j.strategy == Strategy::kHybridShard && replicas > 1) {
+      const double cross = 2 * RingBytes(trained * r / static_cast<double>(n), replicas);
+      reduce_bytes += cross;
+      reduce_s += cross / hw.inter_node_bytes_per_s + units * lat;
+    }
+  }
+  // Tensor parallelism: 2 all-reduces of t x h per layer forward, 2 backward, exposed.
+  double tp_bytes = 0, tp_s = 0;
+  if (tp > 1) {
+    const double passes = 2 + (in.recompute == RecomputeMode::kFull ? 1 : 0);
+    tp_bytes = passes * 2 * L * 2 * RingBytes(t * h * c, tp);
+    tp_s = tp_bytes /
+               (tp > hw.devices_per_node ? hw.inter_node_bytes_per_s : hw.intra_node_bytes_per_s) +
+           passes * 2 * L * lat;
+  }
+
+  // Per micro-step: which collectives run, and how much of them the compute hides.
+  const bool regathers = j.strategy == Strategy::kFullShard || j.strategy == Strategy::kHybridShard;
+  const bool reduces_every_micro_step = regathers;
+  auto micro = [&](bool synced, double* exposed, double* comm, double* gathered, double* reduced) {
+    const double fwd_gather = (j.strategy == Strategy::kNoShard) ? 0 : gather_pass_s;
+    const double bwd_gather = regathers ? gather_pass_s : 0;
+    const double red = (reduces_every_micro_step || synced) ? reduce_s : 0;
+    *gathered +=
+        (fwd_gather > 0 ? gather_pass_bytes : 0) + (bwd_gather > 0 ? gather_pass_bytes : 0);
+    *reduced += (reduces_every_micro_step || synced) ? reduce_bytes : 0;
+    *comm += fwd_gather + bwd_gather + red;
+    double e = fwd_gather > 0 ? std::max(first_unit_gather_s, fwd_gather - fwd_s) : 0;
+    const bool serial =
+        in.recompute != RecomputeMode::kNone && regathers && !in.prefetch_under_checkpointing;
+    if (serial) {
+      e += bwd_gather + red;
+    } else {
+      e += std::max(red / units, bwd_gather + red - bwd_s);
+    }
+    *exposed += e;
+  };
+  StepTimeEstimate out;
+  double exposed = 0, comm = 0, gathered = 0, reduced = 0;
+  for (int64_t i = 0; i < std::max<int64_t>(1, j.grad_accum); ++i) {
+    micro(i + 1 == std::max<int64_t>(1, j.grad_accum), &exposed, &comm, &gathered, &reduced);
+  }
+  exposed += micro_steps * tp_s;
+  comm += micro_steps * tp_s;
+  reduced += micro_steps * tp_bytes;
+
+  const double shard_params = (trained + static_cast<double>(n) - 1) / static_cast<double>(n);
+  out.gemm_flops = micro_steps * (fwd + bwd + recompute);
+  out.model_flops = micro_steps * t * ModelFlopsPerToken(m, j.seq_len) / T;
+  out.elementwise_bytes = micro_steps * elementwise;
+  out.compute_s = micro_steps * (fwd_s + bwd_s);
+  out.gathered_bytes = gathered;
+  out.reduced_bytes = reduced;
+  out.communication_s = comm;
+  out.exposed_communication_s = exposed;
+  out.optimizer_s = shard_params * hw.optimizer_bytes_per_parameter / hw.memory_bytes_per_s;
+  out.step_s = out.compute_s + out.exposed_communication_s + out.optimizer_s;
+  out.tokens_per_s = micro_steps * t * static_cast<double>(data_parallel) / out.step_s;
+  out.mfu = out.model_flops / (out.step_s * hw.peak_flops);
+  return out;
+}
+
+}  // namespace llamafleet::sched
