@@ -14,11 +14,16 @@ foreach(lib absl protobuf crypto)
   endif()
 endforeach()
 
+# The kit's archives are linked with their symbols hidden (--exclude-libs): a program must
+# not export its own libcrypto or protobuf to shared libraries that load the system's copy
+# of another version (Debian's LibTorch pulls in libssl.so.3; interposed, OpenSSL crashes).
+set(_kit_hidden "LINKER:--exclude-libs,libabsl.a:libprotobuf.a:libcrypto.a")
 add_library(llamafleet_kit_absl STATIC IMPORTED)
 set_target_properties(llamafleet_kit_absl PROPERTIES
   IMPORTED_LOCATION "${LLAMAFLEET_GPU_KIT}/lib/libabsl.a"
   INTERFACE_INCLUDE_DIRECTORIES "${_kit_include}"
-  INTERFACE_LINK_LIBRARIES Threads::Threads)
+  INTERFACE_LINK_LIBRARIES Threads::Threads
+  INTERFACE_LINK_OPTIONS "${_kit_hidden}")
 # Every absl target the trainer's folders name (one merged archive serves them all).
 foreach(name base status statusor strings str_format time synchronization flat_hash_map
              flat_hash_set hash optional span cord random_random log_severity)
@@ -35,13 +40,15 @@ add_library(OpenSSL::Crypto STATIC IMPORTED)
 set_target_properties(OpenSSL::Crypto PROPERTIES
   IMPORTED_LOCATION "${LLAMAFLEET_GPU_KIT}/lib/libcrypto.a"
   INTERFACE_INCLUDE_DIRECTORIES "${_kit_include}"
-  INTERFACE_LINK_LIBRARIES "Threads::Threads;${CMAKE_DL_LIBS}")
+  INTERFACE_LINK_LIBRARIES "Threads::Threads;${CMAKE_DL_LIBS}"
+  INTERFACE_LINK_OPTIONS "${_kit_hidden}")
 
 add_library(protobuf::libprotobuf STATIC IMPORTED)
 set_target_properties(protobuf::libprotobuf PROPERTIES
   IMPORTED_LOCATION "${LLAMAFLEET_GPU_KIT}/lib/libprotobuf.a"
   INTERFACE_INCLUDE_DIRECTORIES "${_kit_include}"
-  INTERFACE_LINK_LIBRARIES Threads::Threads)
+  INTERFACE_LINK_LIBRARIES Threads::Threads
+  INTERFACE_LINK_OPTIONS "${_kit_hidden}")
 add_library(llamafleet_tensorboard_proto STATIC "${LLAMAFLEET_GPU_KIT}/gen/tensorboard/event.pb.cc")
 target_include_directories(llamafleet_tensorboard_proto SYSTEM PUBLIC "${LLAMAFLEET_GPU_KIT}/gen")
 target_link_libraries(llamafleet_tensorboard_proto PUBLIC protobuf::libprotobuf)
