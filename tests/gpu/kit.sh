@@ -27,7 +27,7 @@ while (($#)); do
   case "$1" in
     --out) out="$2"; shift 2 ;;
     --max-mib) max_mib="$2"; shift 2 ;;
-    -h | --help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "kit.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
