@@ -2,12 +2,15 @@
 //
 //   trainer_gpu_bench --preset llama2-7b --seq-len 4096 --dtype bf16 --strategy FULL_SHARD
 //                     --activation-checkpointing --device cuda [--steps 6 --warmup 2]
+//                     [--lora-rank 16]
 //
 // Random init (seeded, each rank only its shard), random tokens, AdamW; prints one JSON
 // line: tokens/s, achieved TFLOP/s, MFU against --peak-tflops (default from the device
 // name: H100/H200 989, A100 312 dense bf16), peak device memory, seconds per step.
 // flops/token = 6 * (params excluding the embedding) + 6 * layers * heads * 2 * head_dim * seq
-// (torchtitan / PaLM appendix B). Runs on the CPU too (with --preset tiny), which is how
+// (torchtitan / PaLM appendix B); with --lora-rank R (PEFT's LoRA on q_proj and v_proj,
+// alpha 2R, the base frozen) the frozen weights count 4 instead of 6 and the adapters 6, as
+// the trainer counts them. Runs on the CPU too (with --preset tiny), which is how
 // CI keeps it compiling and working; tests/gpu/run.sh runs the 7B shape on a GPU.
 #include <ATen/CPUGeneratorImpl.h>
 
@@ -17,6 +20,7 @@
 #include "CLI/CLI.hpp"
 #include "collectives.h"
 #include "config.h"
+#include "lora.h"
 #include "model.h"
 #include "nlohmann/json.hpp"
 #include "sharded_engine.h"
@@ -37,6 +41,7 @@ struct Flags {
   std::string dtype = "bf16";
   std::string strategy = "FULL_SHARD";
   bool activation_checkpointing = false;
+  int lora_rank = 0;  // 0: full finetuning
   std::string device = "cuda";
   double peak_tflops = 0;
 };
@@ -45,7 +50,15 @@ absl::Status Run(const Flags& f) {
   LF_ASSIGN_OR_RETURN(lt::DistEnv env, lt::DistEnvFromEnvironment());
   LF_ASSIGN_OR_RETURN(lt::LlamaConfig config, lt::PresetConfig(f.preset));
   if (f.layers > 0) config.num_hidden_layers = f.layers;
-  const std::vector<lt::UnitLayout> layout = lt::MakeLayout(config);
+  std::vector<lt::UnitLayout> layout = lt::MakeLayout(config);
+  lt::LoraOptions lora;
+  if (f.lora_rank > 0) {
+    lora.enabled = true;
+    lora.r = f.lora_rank;
+    lora.alpha = 2.0 * f.lora_rank;
+    LF_RETURN_IF_ERROR(lt::ValidateLora(lora));
+    lt::ApplyLora(config, lora, layout);
+  }
   if (f.device == "cuda" && !at::hasCUDA()) return absl::FailedPreconditionError("--device cuda: no CUDA");
   const at::Device device = f.device == "cuda" ? at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(env.local_rank))
                                                : at::Device(at::kCPU);
@@ -62,10 +75,13 @@ absl::Status Run(const Flags& f) {
   LF_ASSIGN_OR_RETURN(so.strategy, lt::ParseShardingStrategy(f.strategy));
   so.compute_dtype = dtype;
   so.device = device;
-  LF_ASSIGN_OR_RETURN(auto engine, lt::ShardedEngine::CreateWithContext(layout, so, *ctx,
-                                                                        lt::SeededShardSource(layout, 42)));
+  LF_ASSIGN_OR_RETURN(
+      auto engine, lt::ShardedEngine::CreateWithContext(
+                       layout, so, *ctx, lt::SeededShardSource(layout, 42),
+                       lora.enabled ? lt::SeededShardSource(layout, 42, true) : lt::ShardSource()));
   lt::LlamaModel model(config, device, dtype);
   model.set_activation_checkpointing(f.activation_checkpointing);
+  if (lora.enabled) model.set_lora(lora);
 
   // The coordinator's memory-fit estimate for this run (its grad_accum is 1), printed next to
   // the measured allocator peak; on a GPU the estimate's workspace adds 1 GiB for the CUDA
@@ -74,9 +90,9 @@ absl::Status Run(const Flags& f) {
   topt.micro_batch = f.micro_batch;
   topt.activation_checkpointing = f.activation_checkpointing;
   const llamafleet::sched::MemoryEstimate estimate =
-      lt::EstimateForRun(config, topt, so, env.world_size, f.seq_len, 1, device, 0);
+      lt::EstimateForRun(config, topt, so, env.world_size, f.seq_len, 1, device, 0, lora);
   const int64_t flops_per_token =
-      6 * config.NumNonEmbeddingParameters() +
+      (lora.enabled ? 4 : 6) * config.NumNonEmbeddingParameters() + 6 * lt::AdapterParameters(layout) +
       6 * config.num_hidden_layers * config.num_attention_heads * 2 * config.head_dim() * f.seq_len;
   double peak = f.peak_tflops;
   const std::string name = lt::DeviceName(device);
@@ -124,6 +140,7 @@ absl::Status Run(const Flags& f) {
                         {"dtype", f.dtype},
                         {"strategy", f.strategy},
                         {"activation_checkpointing", f.activation_checkpointing},
+                        {"lora_rank", f.lora_rank},
                         {"world_size", engine->world_size()},
                         {"measured_steps", f.steps - f.warmup},
                         {"seconds_per_step", secs / std::max(1, f.steps - f.warmup)},
@@ -155,6 +172,7 @@ int main(int argc, char** argv) {
   app.add_flag("--activation-checkpointing", f.activation_checkpointing);
   app.add_option("--device", f.device);
   app.add_option("--peak-tflops", f.peak_tflops);
+  app.add_option("--lora-rank", f.lora_rank, "LoRA adapters of this rank on q_proj, v_proj (0: full finetuning)");
   CLI11_PARSE(app, argc, argv);
   absl::Status s;
   try {

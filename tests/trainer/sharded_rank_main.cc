@@ -73,6 +73,7 @@ struct Flags {
   int warmup = 0;
   bool checkpointing = false;  // activation checkpointing (recompute layers in backward)
   std::string device = "cpu";  // cpu | cuda (LOCAL_RANK picks the GPU; NCCL then)  // steps before the throughput clock starts
+  std::string backend = "auto";  // auto | gloo | nccl (gloo with cuda: ranks may share a GPU)
 };
 
 lt::LlamaConfig MakeConfig(const Flags& f) {
@@ -134,6 +135,7 @@ absl::Status Run(const Flags& f) {
     ro.master_port = env.master_port;
     ro.timeout = std::chrono::seconds(f.timeout_s);
     ro.device = device;
+    ro.backend = f.backend;
     LF_ASSIGN_OR_RETURN(ctx, lt::DistContext::Create(ro));
     lt::ShardingOptions so;
     LF_ASSIGN_OR_RETURN(so.strategy, lt::ParseShardingStrategy(f.strategy));
@@ -356,6 +358,7 @@ int main(int argc, char** argv) {
   app.add_option("--inflight", f.inflight);
   app.add_option("--warmup", f.warmup);
   app.add_option("--device", f.device);
+  app.add_option("--backend", f.backend);
   app.add_flag("--activation-checkpointing", f.checkpointing);
   CLI11_PARSE(app, argc, argv);
   absl::Status s;

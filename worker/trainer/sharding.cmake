@@ -6,7 +6,9 @@
 # figures; when nccl.h is also found (NCCL_INCLUDE_DIR, or the nvidia-nccl wheel next to
 # torch), NCCL process groups are compiled in (LLAMAFLEET_HAVE_NCCL; USE_C10D_NCCL makes
 # ProcessGroupNCCL.hpp declare its class).
-find_package(OpenSSL REQUIRED)
+if(NOT TARGET OpenSSL::Crypto)
+  find_package(OpenSSL REQUIRED)
+endif()
 
 target_sources(llamafleet_trainer PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/collectives.cc
