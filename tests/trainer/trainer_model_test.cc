@@ -1,6 +1,7 @@
 // The Torch half of the trainer: model properties that do not need the Python reference
-// (GQA head mapping, causality, padding invariance), AdamW against its formula, the LR
-// schedules, seeded init, the HF directory loader's bad-input table and export.
+// (GQA head mapping, causality, padding invariance, the chunked loss), AdamW against its
+// formula and its kernels against each other, the LR schedules, seeded init, the HF
+// directory loader's bad-input table and export.
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
 #include <gtest/gtest.h>
@@ -8,14 +9,15 @@
 
 #include <cmath>
 #include <filesystem>
-#include <functional>
 #include <fstream>
+#include <functional>
 
 #include "engine.h"
 #include "hf_io.h"
+#include "host_sync.h"
 #include "model.h"
-#include "train.h"
 #include "nlohmann/json.hpp"
+#include "train.h"
 #include "util.h"
 
 namespace llamafleet::trainer {
@@ -174,12 +176,102 @@ TEST(AdamW, MatchesTheFormula) {
   EXPECT_TRUE(at::equal(q, at::ones({2})));
 }
 
+TEST(AdamW, KernelsAgree) {
+  // The per-tensor ATen ops, the _foreach_ ops and the fused kernel (at::_fused_adamw_ on
+  // LibTorch >= 2.4, the one-pass CPU loop before) compute the same update, over steps with
+  // weight decay, tensors of several sizes, one without gradient.
+  at::manual_seed(7);
+  const std::vector<int64_t> sizes = {1, 7, 4099, 70000};
+  std::vector<at::Tensor> init;
+  for (int64_t n : sizes) init.push_back(at::randn({n}));
+  std::vector<std::vector<at::Tensor>> grads(4);
+  for (auto& step : grads) {
+    for (size_t i = 0; i < sizes.size(); ++i)
+      step.push_back(i == 1 ? at::Tensor() : at::randn({sizes[i]}) * 0.01);
+  }
+  auto run = [&](AdamWKernel kernel) {
+    AdamWOptions o{0.9, 0.95, 1e-8, 0.1, kernel};
+    AdamW adam(o);
+    std::vector<at::Tensor> p;
+    for (const at::Tensor& t : init) p.push_back(t.clone());
+    for (size_t s = 0; s < grads.size(); ++s)
+      adam.Step(p, grads[s], 3e-3 * static_cast<double>(s + 1));
+    EXPECT_EQ(adam.steps(), 4);
+    EXPECT_FALSE(adam.exp_avg()[1].defined());  // never had a gradient
+    p.push_back(adam.exp_avg()[3]);
+    p.push_back(adam.exp_avg_sq()[3]);
+    return p;
+  };
+  const std::vector<at::Tensor> plain = run(AdamWKernel::kPerTensor);
+  EXPECT_TRUE(at::equal(plain[1], init[1]));
+  for (AdamWKernel k : {AdamWKernel::kForeach, AdamWKernel::kFused, AdamWKernel::kAuto}) {
+    const std::vector<at::Tensor> other = run(k);
+    for (size_t i = 0; i < plain.size(); ++i) {
+      // Parameters (magnitude ~1) within 1e-6 as in the formula test; moments within 1e-6
+      // relative (or 1e-8: an fp32 ulp of the largest).
+      const bool param = i < init.size();
+      EXPECT_TRUE(
+          at::allclose(other[i], plain[i], /*rtol=*/param ? 0 : 1e-6, /*atol=*/param ? 1e-6 : 1e-8))
+          << "kernel " << static_cast<int>(k) << " tensor " << i << " max diff "
+          << (other[i] - plain[i]).abs().max().item<double>();
+    }
+  }
+  EXPECT_EQ(AdamW::AutoKernel(at::kCPU), AdamWKernel::kFused);
+}
+
+TEST(Model, ChunkedLossEqualsWholeLoss) {
+  // The loss over 13 target positions in chunks of 4 (recomputed in backward) equals the
+  // loss over all of them at once, and so do the gradients of every parameter (the output
+  // projection's summed over chunks; tied: the embedding's from both of its uses).
+  for (bool tied : {false, true}) {
+    LlamaConfig c = Tiny(2, tied);
+    auto params = RandomParams(c, 11);
+    Batch b = TokensBatch({{1, 5, 9, 3, 7, 2, 8}, {4, 4, 1, 0, 49, 12, 30, 6}});
+    ModelInput in = MakeModelInput(b, at::kCPU);
+    ASSERT_EQ(in.num_targets, 13);
+    auto run = [&](int64_t chunk, std::vector<at::Tensor>* grads) {
+      LocalEngine engine(MakeLayout(c), params, at::kCPU, at::kFloat, AdamWOptions{});
+      LlamaModel model(c, at::kCPU, at::kFloat);
+      model.set_loss_chunk_positions(chunk);
+      at::Tensor loss = model.LossSum(engine, in);
+      loss.backward();
+      for (size_t u = 0; u < engine.layout().size(); ++u) {
+        for (const at::Tensor& p : engine.Acquire(static_cast<int>(u)))
+          grads->push_back(p.grad().clone());
+      }
+      return loss.item<double>();
+    };
+    std::vector<at::Tensor> whole, chunked;
+    const double lw = run(1024, &whole), lc = run(4, &chunked);
+    EXPECT_NEAR(lc, lw, 1e-6 * lw) << "tied " << tied;
+    ASSERT_EQ(whole.size(), chunked.size());
+    for (size_t i = 0; i < whole.size(); ++i) {
+      EXPECT_TRUE(at::allclose(chunked[i], whole[i], 1e-5, 1e-7))
+          << "tied " << tied << " tensor " << i << " max diff "
+          << (chunked[i] - whole[i]).abs().max().item<double>();
+    }
+    // Without autograd (evaluation) the chunks give the same loss.
+    at::NoGradGuard no_grad;
+    LocalEngine engine(MakeLayout(c), params, at::kCPU, at::kFloat, AdamWOptions{});
+    LlamaModel model(c, at::kCPU, at::kFloat);
+    model.set_loss_chunk_positions(5);
+    EXPECT_NEAR(model.LossSum(engine, in).item<double>(), lw, 1e-6 * lw);
+  }
+}
+
 TEST(Engine, ClipMatchesTorchSemantics) {
   LlamaConfig c = Tiny(4);
   LocalEngine engine(MakeLayout(c), RandomParams(c, 1), at::kCPU, at::kFloat, AdamWOptions{});
   LlamaModel model(c, at::kCPU, at::kFloat);
   model.LossSum(engine, MakeModelInput(TokensBatch({{1, 5, 6, 7, 8}}), at::kCPU)).backward();
+  // On the device nothing is read back; ClipGradNorm reads once.
+  const int64_t syncs = HostSyncCount();
+  const at::Tensor on_device = engine.ClipGradNormOnDevice(0);
+  EXPECT_EQ(HostSyncCount(), syncs);
+  EXPECT_EQ(on_device.scalar_type(), at::kDouble);
   const double norm = engine.ClipGradNorm(0);
+  EXPECT_EQ(HostSyncCount(), syncs + 1);
+  EXPECT_EQ(norm, on_device.item<double>());
   EXPECT_GT(norm, 0);
   EXPECT_NEAR(engine.ClipGradNorm(norm / 4), norm, 1e-5 * norm);  // returns the pre-clip norm
   EXPECT_NEAR(engine.ClipGradNorm(0), norm / 4, 1e-5 * norm);

@@ -420,6 +420,9 @@ absl::StatusOr<std::unique_ptr<Comm>> DistContext::MakeGroup(const std::string& 
       setenv("NCCL_ASYNC_ERROR_HANDLING", "1", 0);
       auto opts = c10d::ProcessGroupNCCL::Options::create();
       opts->timeout = o.timeout;
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 5)
+      opts->group_name = prefix;  // named in NCCL's logs and PyTorch's flight recorder
+#endif
       auto pg = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, size, opts);
       return std::unique_ptr<Comm>(new C10dComm(pg, "nccl", prefix, rank, size, o.timeout));
     }

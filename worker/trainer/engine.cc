@@ -1,13 +1,28 @@
 #include "engine.h"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Parallel.h>
 #include <ATen/core/grad_mode.h>
+#include <torch/version.h>
 
 #include <cmath>
 
 #include "absl/strings/match.h"
+#include "host_sync.h"
 
 namespace llamafleet::trainer {
+
+// LibTorch >= 2.4 has at::_fused_adamw_ for CUDA and CPU tensors (CPU since 2.4).
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+#define LLAMAFLEET_HAVE_FUSED_ADAMW 1
+#endif
+
+AdamWKernel AdamW::AutoKernel(const at::Device& device) {
+#if defined(LLAMAFLEET_HAVE_FUSED_ADAMW)
+  if (device.is_cuda() || device.is_cpu()) return AdamWKernel::kFused;
+#endif
+  return device.is_cpu() ? AdamWKernel::kFused : AdamWKernel::kPerTensor;
+}
 
 void AdamW::Step(const std::vector<at::Tensor>& params, const std::vector<at::Tensor>& grads,
                  double lr) {
@@ -17,25 +32,121 @@ void AdamW::Step(const std::vector<at::Tensor>& params, const std::vector<at::Te
     exp_avg_sq_.resize(params.size());
   }
   ++steps_;
-  const double b1 = options_.beta1, b2 = options_.beta2;
-  const double bias1 = 1.0 - std::pow(b1, static_cast<double>(steps_));
-  const double bias2 = 1.0 - std::pow(b2, static_cast<double>(steps_));
-  const double step_size = lr / bias1;
-  const double bias2_sqrt = std::sqrt(bias2);
+  std::vector<at::Tensor> p, g, m, v;
   for (size_t i = 0; i < params.size(); ++i) {
-    const at::Tensor& g = grads[i];
-    if (!g.defined()) continue;
-    at::Tensor p = params[i];
+    if (!grads[i].defined()) continue;
     if (!exp_avg_[i].defined()) {
-      exp_avg_[i] = at::zeros_like(p, at::MemoryFormat::Preserve);
-      exp_avg_sq_[i] = at::zeros_like(p, at::MemoryFormat::Preserve);
+      exp_avg_[i] = at::zeros_like(params[i], at::MemoryFormat::Preserve);
+      exp_avg_sq_[i] = at::zeros_like(params[i], at::MemoryFormat::Preserve);
     }
-    if (options_.weight_decay != 0) p.mul_(1.0 - lr * options_.weight_decay);
-    exp_avg_[i].mul_(b1).add_(g, 1.0 - b1);
-    exp_avg_sq_[i].mul_(b2).addcmul_(g, g, 1.0 - b2);
-    at::Tensor denom = (exp_avg_sq_[i].sqrt() / bias2_sqrt).add_(options_.eps);
-    p.addcdiv_(exp_avg_[i], denom, -step_size);
+    p.push_back(params[i]);
+    g.push_back(grads[i]);
+    m.push_back(exp_avg_[i]);
+    v.push_back(exp_avg_sq_[i]);
   }
+  if (p.empty()) return;
+  AdamWKernel kernel = options_.kernel;
+  if (kernel == AdamWKernel::kAuto) kernel = AutoKernel(p[0].device());
+  switch (kernel) {
+    case AdamWKernel::kForeach:
+      Foreach(p, g, m, v, lr);
+      return;
+    case AdamWKernel::kFused:
+      Fused(p, g, m, v, lr);
+      return;
+    default:
+      PerTensor(p, g, m, v, lr);
+  }
+}
+
+void AdamW::PerTensor(const std::vector<at::Tensor>& p, const std::vector<at::Tensor>& g,
+                      const std::vector<at::Tensor>& m, const std::vector<at::Tensor>& v,
+                      double lr) {
+  const double b1 = options_.beta1, b2 = options_.beta2;
+  const double step_size = lr / (1.0 - std::pow(b1, static_cast<double>(steps_)));
+  const double bias2_sqrt = std::sqrt(1.0 - std::pow(b2, static_cast<double>(steps_)));
+  for (size_t i = 0; i < p.size(); ++i) {
+    at::Tensor param = p[i], exp_avg = m[i], exp_avg_sq = v[i];
+    if (options_.weight_decay != 0) param.mul_(1.0 - lr * options_.weight_decay);
+    exp_avg.mul_(b1).add_(g[i], 1.0 - b1);
+    exp_avg_sq.mul_(b2).addcmul_(g[i], g[i], 1.0 - b2);
+    at::Tensor denom = (exp_avg_sq.sqrt() / bias2_sqrt).add_(options_.eps);
+    param.addcdiv_(exp_avg, denom, -step_size);
+  }
+}
+
+void AdamW::Foreach(const std::vector<at::Tensor>& p, const std::vector<at::Tensor>& g,
+                    const std::vector<at::Tensor>& m, const std::vector<at::Tensor>& v, double lr) {
+  const double b1 = options_.beta1, b2 = options_.beta2;
+  const double step_size = lr / (1.0 - std::pow(b1, static_cast<double>(steps_)));
+  const double bias2_sqrt = std::sqrt(1.0 - std::pow(b2, static_cast<double>(steps_)));
+  if (options_.weight_decay != 0) at::_foreach_mul_(p, 1.0 - lr * options_.weight_decay);
+  at::_foreach_mul_(m, b1);
+  at::_foreach_add_(m, g, 1.0 - b1);
+  at::_foreach_mul_(v, b2);
+  at::_foreach_addcmul_(v, g, g, 1.0 - b2);
+  std::vector<at::Tensor> denom = at::_foreach_sqrt(v);
+  at::_foreach_div_(denom, bias2_sqrt);
+  at::_foreach_add_(denom, options_.eps);
+  at::_foreach_addcdiv_(p, m, denom, -step_size);
+}
+
+namespace {
+// The update of one contiguous fp32 CPU tensor in one pass, in the order of PerTensor's
+// ATen ops (each intermediate rounded to fp32 as they round it).
+void FusedAdamWCpu(const at::Tensor& param, const at::Tensor& grad, const at::Tensor& exp_avg,
+                   const at::Tensor& exp_avg_sq, float decay, float b1, float b2, float step_size,
+                   float bias2_sqrt, float eps) {
+  float* p = param.data_ptr<float>();
+  const float* g = grad.data_ptr<float>();
+  float* m = exp_avg.data_ptr<float>();
+  float* v = exp_avg_sq.data_ptr<float>();
+  const float one_b1 = 1.0f - b1, one_b2 = 1.0f - b2;
+  at::parallel_for(0, param.numel(), 32768, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const float gi = g[i];
+      const float mi = m[i] * b1 + gi * one_b1;
+      const float vi = v[i] * b2 + one_b2 * gi * gi;
+      m[i] = mi;
+      v[i] = vi;
+      const float denom = std::sqrt(vi) / bias2_sqrt + eps;
+      p[i] = p[i] * decay - step_size * (mi / denom);
+    }
+  });
+}
+}  // namespace
+
+void AdamW::Fused(const std::vector<at::Tensor>& p, const std::vector<at::Tensor>& g,
+                  const std::vector<at::Tensor>& m, const std::vector<at::Tensor>& v, double lr) {
+#if defined(LLAMAFLEET_HAVE_FUSED_ADAMW)
+  // One kernel over every tensor; it reads the step count from a device tensor (the
+  // caller of torch.optim.AdamW(fused=True) increments it before the call).
+  const at::Tensor step =
+      at::full({}, static_cast<double>(steps_), p[0].options().dtype(at::kFloat));
+  const std::vector<at::Tensor> steps(p.size(), step);
+  at::_fused_adamw_(p, g, m, v, /*max_exp_avg_sqs=*/{}, steps, lr, options_.beta1, options_.beta2,
+                    options_.weight_decay, options_.eps, /*amsgrad=*/false,
+                    /*maximize=*/false);
+#else
+  bool cpu_fp32 = true;
+  for (size_t i = 0; i < p.size(); ++i) {
+    for (const at::Tensor* t : {&p[i], &g[i], &m[i], &v[i]}) {
+      cpu_fp32 = cpu_fp32 && t->is_cpu() && t->scalar_type() == at::kFloat && t->is_contiguous();
+    }
+  }
+  if (!cpu_fp32) {
+    PerTensor(p, g, m, v, lr);
+    return;
+  }
+  const double b1 = options_.beta1, b2 = options_.beta2;
+  const double step_size = lr / (1.0 - std::pow(b1, static_cast<double>(steps_)));
+  const double bias2_sqrt = std::sqrt(1.0 - std::pow(b2, static_cast<double>(steps_)));
+  for (size_t i = 0; i < p.size(); ++i) {
+    FusedAdamWCpu(p[i], g[i], m[i], v[i], static_cast<float>(1.0 - lr * options_.weight_decay),
+                  static_cast<float>(b1), static_cast<float>(b2), static_cast<float>(step_size),
+                  static_cast<float>(bias2_sqrt), static_cast<float>(options_.eps));
+  }
+#endif
 }
 
 LocalEngine::LocalEngine(std::vector<UnitLayout> layout,
@@ -83,15 +194,19 @@ std::vector<at::Tensor> LocalEngine::AllGrads() const {
   return out;
 }
 
-double LocalEngine::ClipGradNorm(double max_norm) {
+double ParamEngine::ClipGradNorm(double max_norm) {
+  return ReadScalarOnHost(ClipGradNormOnDevice(max_norm));
+}
+
+at::Tensor LocalEngine::ClipGradNormOnDevice(double max_norm) {
   at::NoGradGuard no_grad;
   std::vector<at::Tensor> norms;
   for (const at::Tensor& g : AllGrads()) {
     if (g.defined()) norms.push_back(g.norm(2).to(at::kFloat));
   }
-  if (norms.empty()) return 0.0;
+  if (norms.empty())
+    return at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(params_[0][0].device()));
   at::Tensor total = at::stack(norms).norm(2);
-  const double norm = total.item<double>();
   if (max_norm > 0) {
     // torch.nn.utils.clip_grad_norm_: coef = max_norm / (norm + 1e-6), clamped to 1.
     at::Tensor coef = at::clamp_max(max_norm / (total + 1e-6), 1.0);
@@ -99,7 +214,7 @@ double LocalEngine::ClipGradNorm(double max_norm) {
       if (g.defined()) g.mul_(coef.to(g.device()));
     }
   }
-  return norm;
+  return total.to(at::kDouble);
 }
 
 void LocalEngine::Step(double lr) { adamw_.Step(AllParams(), AllGrads(), lr); }

@@ -7,7 +7,7 @@
 //   for each micro-batch: model.LossSum(engine, mb) -> (loss / global_targets).backward();
 //        (the model calls Acquire(u) before using unit u and Release(u) after it)
 //   ReduceGradients();          // make gradients final (a collective in sharded engines)
-//   ClipGradNorm(max_norm);     // global norm over all ranks
+//   ClipGradNormOnDevice(max_norm);  // global norm over all ranks (when clipping or logging)
 //   Step(lr);                   // AdamW on whatever the engine holds (full or shard)
 //
 // LocalEngine is the single-process case: full fp32 parameters, nothing to gather (eval and
@@ -27,19 +27,31 @@
 
 namespace llamafleet::trainer {
 
+// How AdamW::Step runs its arithmetic. Every kernel computes the same update (below) in
+// fp32; they differ only in rounding order (agreement within 1e-6 relative).
+enum class AdamWKernel : uint8_t {
+  kAuto = 0,       // kFused where this LibTorch has it for the device, else kPerTensor
+  kPerTensor = 1,  // ATen ops per tensor (8 passes over memory; any LibTorch, any device)
+  kForeach = 2,    // ATen's _foreach_* ops over all tensors at once (same passes, fewer launches)
+  kFused = 3,      // one pass per tensor: at::_fused_adamw_ on LibTorch >= 2.4, else (CPU
+                   // only) a parallel loop over p, g, m, v; kPerTensor where neither applies
+};
+
 // torch.optim.AdamW hyper-parameters (lr is passed per step by the schedule).
 struct AdamWOptions {
   double beta1 = 0.9;         // first-moment decay
   double beta2 = 0.999;       // second-moment decay
   double eps = 1e-8;          // added to sqrt(v_hat)
   double weight_decay = 0.0;  // decoupled: p *= 1 - lr * weight_decay, applied to all params
+  AdamWKernel kernel = AdamWKernel::kAuto;
 };
 
 // AdamW over a fixed list of fp32 tensors, with PyTorch's single-tensor semantics:
 //   p *= 1 - lr*wd;  m = b1*m + (1-b1)*g;  v = b2*v + (1-b2)*g*g;
 //   p -= lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps)
 // A tensor whose gradient is undefined is skipped (and its moments untouched), as in
-// PyTorch. State is created lazily on the first step.
+// PyTorch. State is created lazily on the first step. Parameters, gradients and moments
+// are contiguous fp32 tensors of one device (what both engines hold).
 class AdamW {
  public:
   explicit AdamW(const AdamWOptions& options) : options_(options) {}
@@ -49,8 +61,19 @@ class AdamW {
   std::vector<at::Tensor>& exp_avg() { return exp_avg_; }
   std::vector<at::Tensor>& exp_avg_sq() { return exp_avg_sq_; }
   void set_steps(int64_t steps) { steps_ = steps; }
+  // The kernel kAuto resolves to for tensors on `device` in this build.
+  static AdamWKernel AutoKernel(const at::Device& device);
 
  private:
+  // One step's update of the tensors whose gradient is defined (moments allocated), with
+  // steps_ already counting this step.
+  void PerTensor(const std::vector<at::Tensor>& p, const std::vector<at::Tensor>& g,
+                 const std::vector<at::Tensor>& m, const std::vector<at::Tensor>& v, double lr);
+  void Foreach(const std::vector<at::Tensor>& p, const std::vector<at::Tensor>& g,
+               const std::vector<at::Tensor>& m, const std::vector<at::Tensor>& v, double lr);
+  void Fused(const std::vector<at::Tensor>& p, const std::vector<at::Tensor>& g,
+             const std::vector<at::Tensor>& m, const std::vector<at::Tensor>& v, double lr);
+
   AdamWOptions options_;
   int64_t steps_ = 0;
   std::vector<at::Tensor> exp_avg_;
@@ -81,16 +104,24 @@ class ParamEngine {
   virtual void ZeroGrad() = 0;
   // After the last micro-step's backward of an optimizer step.
   virtual absl::Status ReduceGradients() = 0;
-  // Global L2 norm of all gradients (across ranks), computed before clipping. With
-  // max_norm > 0 the gradients are scaled by min(1, max_norm / (norm + 1e-6)), as
-  // torch.nn.utils.clip_grad_norm_ does.
-  virtual double ClipGradNorm(double max_norm) = 0;
+  // Global L2 norm of all gradients (across ranks), computed before clipping, as a 0-dim
+  // fp64 tensor on the engine's device that nothing on the host waits for (a collective
+  // in sharded engines: every rank calls it). With max_norm > 0 the gradients are scaled
+  // on the device by min(1, max_norm / (norm + 1e-6)), as torch.nn.utils.clip_grad_norm_
+  // does. Infinite when the last ReduceGradients found inf/NaN (fp16).
+  virtual at::Tensor ClipGradNormOnDevice(double max_norm) = 0;
+  // The same, read on the host (one host synchronisation, host_sync.h).
+  double ClipGradNorm(double max_norm);
   virtual void Step(double lr) = 0;
 
   // Sums over the data-parallel ranks (identity on one rank); used for token counts and
   // losses. Every rank takes part; the ranks of a tensor-parallel group hold the same
-  // value, and the group counts once.
+  // value, and the group counts once. Read on the host: one host synchronisation.
   virtual double AllReduceSum(double value) = 0;
+  // `values` (a small fp64 tensor on the engine's device) summed over every rank of the
+  // world, tensor-parallel ranks included (a caller wanting a group counted once passes
+  // zeros on its other ranks). Nothing on the host waits for the result.
+  virtual at::Tensor AllReduceSumOnDevice(at::Tensor values) = 0;
   // Which slice of the data this rank trains on, of how many (the ranks of a
   // tensor-parallel group share one).
   virtual int data_parallel_rank() const { return rank(); }
@@ -118,9 +149,10 @@ class LocalEngine : public ParamEngine {
   void Release(int unit) override {}
   void ZeroGrad() override;
   absl::Status ReduceGradients() override { return absl::OkStatus(); }
-  double ClipGradNorm(double max_norm) override;
+  at::Tensor ClipGradNormOnDevice(double max_norm) override;
   void Step(double lr) override;
   double AllReduceSum(double value) override { return value; }
+  at::Tensor AllReduceSumOnDevice(at::Tensor values) override { return values; }
   std::vector<at::Tensor> FullUnit(int unit, bool with_frozen = true) override;
 
   // Bytes of parameters + gradients + optimizer state held between steps.

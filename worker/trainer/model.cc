@@ -78,7 +78,14 @@ ModelInput MakeModelInput(const Batch& b, const at::Device& device) {
   in.num_targets = static_cast<int64_t>(pos.size());
   in.loss_positions = at::tensor(pos, at::kLong);
   in.labels = at::tensor(labels, at::kLong);
-  if (device != at::Device(at::kCPU)) {
+  if (device.is_cuda()) {
+    // From page-locked memory the copies are asynchronous: the host does not wait for the
+    // device to drain its queue (a pageable copy would). The caching host allocator keeps
+    // the pinned buffers until the copies are done.
+    for (at::Tensor* t : {&in.tokens, &in.loss_positions, &in.labels}) {
+      *t = t->pin_memory().to(device, /*non_blocking=*/true);
+    }
+  } else if (device != at::Device(at::kCPU)) {
     in.tokens = in.tokens.to(device);
     in.loss_positions = in.loss_positions.to(device);
     in.labels = in.labels.to(device);
@@ -184,10 +191,18 @@ at::Tensor LlamaModel::DecoderLayer(const std::vector<at::Tensor>& p, const at::
   k = k * cos + RotateHalf(k) * sin;
 
   at::Tensor attn;  // [B, H, T, d]
-#if TORCH_VERSION_MAJOR >= 2
-  if (G > 1) {  // HF repeat_kv: kv head j serves query heads j*G .. j*G+G-1
-    k = k.repeat_interleave(G, 1);
-    v = v.repeat_interleave(G, 1);
+  // HF repeat_kv: kv head j serves query heads j*G .. j*G+G-1.
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 5)
+  // SDPA maps the query heads to their kv head itself: k and v are never repeated.
+  attn =
+      at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true, /*scale=*/c10::nullopt,
+                                       /*enable_gqa=*/G > 1);
+#elif TORCH_VERSION_MAJOR >= 2
+  if (G > 1) {
+    // A [B, KV, G, T, d] view with stride 0 over G; SDPA wants a head dimension with one
+    // stride, so the reshape materialises it (as repeat_interleave would).
+    k = k.unsqueeze(2).expand({B, KV, G, T, d}).reshape({B, H, T, d});
+    v = v.unsqueeze(2).expand({B, KV, G, T, d}).reshape({B, H, T, d});
   }
   attn = at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true);
 #else
@@ -317,6 +332,56 @@ at::Tensor LlamaModel::Hidden(ParamEngine& engine, const at::Tensor& tokens) {
   return y;
 }
 
+// Sum of the token cross-entropy of logits = y w^T (fp32) against `labels`, computed
+// `chunk` positions at a time so that at most [chunk, V] fp32 logits exist at once, in
+// forward and in backward (which recomputes each chunk's logits with autograd and
+// back-propagates through them, the gradient of w summed in fp32 over the chunks). The
+// chunks go through the same ops as the unchunked loss: the same values up to the order
+// of the sums over positions.
+class ChunkedCrossEntropy : public torch::autograd::Function<ChunkedCrossEntropy> {
+ public:
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, at::Tensor y, at::Tensor w,
+                            at::Tensor labels, LlamaModel* model, int64_t chunk) {
+    ctx->saved_data["model"] = reinterpret_cast<int64_t>(model);
+    ctx->saved_data["chunk"] = chunk;
+    ctx->save_for_backward({y, w, labels});
+    at::Tensor sum = at::zeros({}, y.options().dtype(at::kFloat));
+    for (int64_t s = 0; s < y.size(0); s += chunk) {
+      const int64_t n = std::min(chunk, y.size(0) - s);
+      sum.add_(model->ChunkLoss(y.narrow(0, s, n), w, labels.narrow(0, s, n)));
+    }
+    return sum;
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    auto* model = reinterpret_cast<LlamaModel*>(ctx->saved_data["model"].toInt());
+    const int64_t chunk = ctx->saved_data["chunk"].toInt();
+    const torch::autograd::variable_list saved = ctx->get_saved_variables();
+    const at::Tensor &y = saved[0], &w = saved[1], &labels = saved[2];
+    const bool want_y = ctx->needs_input_grad(0), want_w = ctx->needs_input_grad(1);
+    at::Tensor grad_y = want_y ? at::empty_like(y) : at::Tensor();
+    at::Tensor grad_w = want_w ? at::zeros(w.sizes(), w.options().dtype(at::kFloat)) : at::Tensor();
+    at::AutoGradMode enable(true);
+    for (int64_t s = 0; s < y.size(0); s += chunk) {
+      const int64_t n = std::min(chunk, y.size(0) - s);
+      at::Tensor yc = y.narrow(0, s, n).detach().requires_grad_(want_y);
+      at::Tensor wc = w.detach().requires_grad_(want_w);
+      at::Tensor loss = model->ChunkLoss(yc, wc, labels.narrow(0, s, n));
+      torch::autograd::backward({loss}, {grads[0]});
+      if (want_y) grad_y.narrow(0, s, n).copy_(yc.grad());
+      if (want_w) grad_w.add_(wc.grad());
+    }
+    if (want_w) grad_w = grad_w.to(w.scalar_type());
+    return {grad_y, grad_w, at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
+at::Tensor LlamaModel::ChunkLoss(const at::Tensor& y, const at::Tensor& w,
+                                 const at::Tensor& labels) const {
+  at::Tensor logits = Linear(y, w).to(at::kFloat);  // [N, V] (this rank's V / T columns)
+  return VocabParallelCrossEntropySum(logits, labels, tp_);
+}
+
 at::Tensor LlamaModel::LossSum(ParamEngine& engine, const ModelInput& in) {
   at::Tensor x = Trunk(engine, in.tokens);  // [B, T, h]
   const int64_t B = x.size(0), T = x.size(1), h = x.size(2);
@@ -331,10 +396,14 @@ at::Tensor LlamaModel::LossSum(ParamEngine& engine, const ModelInput& in) {
   } else {
     w_out = p[1];
   }
-  at::Tensor logits = Linear(y, w_out).to(at::kFloat);  // [N, V] (this rank's V / T columns)
+  // Under tensor parallelism each rank's logits are V / T wide and the loss's collectives
+  // run once per forward: positions are not chunked there.
+  at::Tensor loss = tp_ == nullptr && y.size(0) > loss_chunk_
+                        ? ChunkedCrossEntropy::apply(y, w_out, in.labels, this, loss_chunk_)
+                        : ChunkLoss(y, w_out, in.labels);
   engine.Release(head);
   if (config_.tie_word_embeddings) engine.Release(EmbedUnit());
-  return VocabParallelCrossEntropySum(logits, in.labels, tp_);
+  return loss;
 }
 
 }  // namespace llamafleet::trainer

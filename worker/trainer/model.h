@@ -99,11 +99,19 @@ class LlamaModel {
   void set_activation_checkpointing(bool on) { checkpointing_ = on; }
   bool activation_checkpointing() const { return checkpointing_; }
 
+  // At most this many target positions' logits ([positions, V] fp32) exist at once: the
+  // loss over more positions is computed in chunks, each recomputed in backward (the
+  // same loss and gradients up to the order of sums; one more output-projection GEMM
+  // per position in backward). Not applied under tensor parallelism. Must be > 0.
+  void set_loss_chunk_positions(int64_t positions) { loss_chunk_ = positions; }
+  int64_t loss_chunk_positions() const { return loss_chunk_; }
+
   // Final hidden states after the last norm, [B, T, h] (used by tests).
   at::Tensor Hidden(ParamEngine& engine, const at::Tensor& tokens);
 
  private:
   friend class CheckpointedLayer;
+  friend class ChunkedCrossEntropy;
   at::Tensor DecoderLayer(const std::vector<at::Tensor>& p, const at::Tensor& x,
                           const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& mask);
   at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight) const;
@@ -116,6 +124,8 @@ class LlamaModel {
   at::Tensor Project(const std::vector<at::Tensor>& p, int module, const at::Tensor& x,
                      const at::Tensor& x_whole) const;
   at::Tensor Trunk(ParamEngine& engine, const at::Tensor& tokens);  // before the final norm
+  // Sum of the cross-entropy of logits y w^T (fp32) against labels: y [N, h], w [V, h].
+  at::Tensor ChunkLoss(const at::Tensor& y, const at::Tensor& w, const at::Tensor& labels) const;
 
   LlamaConfig config_;
   at::Device device_;
@@ -127,6 +137,7 @@ class LlamaModel {
   at::Tensor cos_;  // [max_pos, head_dim] fp32
   at::Tensor sin_;  // [max_pos, head_dim] fp32
   bool checkpointing_ = false;
+  int64_t loss_chunk_ = 1024;                      // see set_loss_chunk_positions
   LoraOptions lora_;                               // !enabled: no adapters
   std::array<int, kLoraModules> lora_index_{};     // LoraIndex per module
   bool training_ = true;

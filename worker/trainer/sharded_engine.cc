@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "hf_io.h"
+#include "host_sync.h"
 #include "tensor_parallel.h"
 #include "util.h"
 
@@ -529,7 +530,7 @@ absl::Status ShardedEngine::ReduceGradients() {
       }
       at::Tensor any = at::stack(flags).any().to(at::kDouble).reshape({1});
       LF_RETURN_IF_ERROR(world_->AllReduceSum(any)->Wait());
-      found_inf_ = any.item<double>() > 0;
+      found_inf_ = ReadScalarOnHost(any) > 0;
     }
   } catch (const c10::Error& e) {
     return absl::InternalError(absl::StrCat("reducing gradients: ", e.what_without_backtrace()));
@@ -537,9 +538,10 @@ absl::Status ShardedEngine::ReduceGradients() {
   return absl::OkStatus();
 }
 
-double ShardedEngine::ClipGradNorm(double max_norm) {
+at::Tensor ShardedEngine::ClipGradNormOnDevice(double max_norm) {
   at::NoGradGuard no_grad;
-  if (found_inf_) return std::numeric_limits<double>::infinity();
+  const at::TensorOptions f64 = at::TensorOptions().dtype(at::kDouble).device(options_.device);
+  if (found_inf_) return at::full({}, std::numeric_limits<double>::infinity(), f64);
   std::vector<at::Tensor> sums;
   for (size_t u = 0; u < grads_.size(); ++u) {
     at::Tensor sum = grads_[u].square().sum();
@@ -557,13 +559,12 @@ double ShardedEngine::ClipGradNorm(double max_norm) {
   // disjoint inside a tensor-parallel group.
   if (shard_comm_->size() > 1) ThrowIfError(shard_comm_->AllReduceSum(total)->Wait());
   if (tp_size() > 1) ThrowIfError(tp_comm_->AllReduceSum(total)->Wait());
-  const double norm = std::sqrt(total.item<double>());
+  at::Tensor norm = total.sqrt().reshape({});
   if (max_norm > 0) {
-    // torch.nn.utils.clip_grad_norm_: coef = max_norm / (norm + 1e-6), clamped to 1.
-    const double coef = std::min(1.0, max_norm / (norm + 1e-6));
-    if (coef < 1.0) {
-      for (at::Tensor& g : grads_) g.mul_(coef);
-    }
+    // torch.nn.utils.clip_grad_norm_: coef = max_norm / (norm + 1e-6), clamped to 1
+    // (a factor of exactly 1 leaves the gradients bit-identical).
+    const at::Tensor coef = at::clamp_max(max_norm / (norm + 1e-6), 1.0);
+    for (at::Tensor& g : grads_) g.mul_(coef);
   }
   return norm;
 }
@@ -589,14 +590,17 @@ double ShardedEngine::AllReduceSum(double value) {
   // One all-reduce over the world, to which each tensor-parallel group contributes once.
   at::Tensor t = at::full({1}, tp_rank() == 0 ? value : 0.0,
                           at::TensorOptions().dtype(at::kDouble).device(options_.device));
-  ThrowIfError(world_->AllReduceSum(t)->Wait());
-  return t.item<double>();
+  return ReadScalarOnHost(AllReduceSumOnDevice(t));
+}
+
+at::Tensor ShardedEngine::AllReduceSumOnDevice(at::Tensor values) {
+  ThrowIfError(world_->AllReduceSum(values)->Wait());
+  return values;
 }
 
 bool ShardedEngine::AnyRank(bool flag) {
   at::Tensor t = at::full({1}, flag ? 1.0 : 0.0, at::TensorOptions().dtype(at::kDouble).device(options_.device));
-  ThrowIfError(world_->AllReduceSum(t)->Wait());
-  return t.item<double>() > 0;
+  return ReadScalarOnHost(AllReduceSumOnDevice(t)) > 0;
 }
 
 std::vector<at::Tensor> ShardedEngine::FullUnit(int unit, bool with_frozen) {

@@ -153,13 +153,15 @@ class ShardedEngine : public ParamEngine {
   void Release(int unit) override;
   void ZeroGrad() override;
   absl::Status ReduceGradients() override;
-  double ClipGradNorm(double max_norm) override;
+  at::Tensor ClipGradNormOnDevice(double max_norm) override;
   void Step(double lr) override;
   double AllReduceSum(double value) override;
+  at::Tensor AllReduceSumOnDevice(at::Tensor values) override;
   int data_parallel_rank() const override { return world_rank_ / tp_size(); }
   int data_parallel_size() const override { return world_size_ / tp_size(); }
   std::vector<at::Tensor> FullUnit(int unit, bool with_frozen = true) override;
-  // True on every rank when `flag` is true on any rank of the world (a collective).
+  // True on every rank when `flag` is true on any rank of the world (a collective; one
+  // host synchronisation).
   bool AnyRank(bool flag);
 
   // The tensor-parallel group (nullptr without one) the model's collectives run over.

@@ -1,15 +1,18 @@
 #include "trainer.h"
 
 #include <ATen/ATen.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "hf_io.h"
+#include "host_sync.h"
 #include "lora.h"
 #include "progress_reporter.h"
 #include "sharded_checkpoint.h"
@@ -84,6 +87,10 @@ absl::Status Trainer::Setup() {
     checkpoint_io_dir_ = FdPath(checkpoint_dir_fd_.get());
   }
   LF_ASSIGN_OR_RETURN(device_, ResolveDevice(opt_.device, env_.local_rank));
+  // The rank's GPU is the current device of this thread from here on, so that whatever
+  // allocates on "the current device" (NCCL's communicators, the caching allocator's
+  // streams, autograd's device threads) uses it.
+  if (device_.is_cuda()) c10::impl::getDeviceGuardImpl(device_.type())->setDevice(device_);
   LF_ASSIGN_OR_RETURN(compute_dtype_, ResolveComputeDtype(opt_.compute_dtype));
   at::manual_seed(opt_.seed);
 
@@ -162,6 +169,14 @@ absl::Status Trainer::Setup() {
   LF_ASSIGN_OR_RETURN(sharding_.reduce_dtype, ResolveComputeDtype(opt_.reduce_dtype));
   sharding_.max_inflight_all_gathers = opt_.max_inflight_all_gathers;
   sharding_.adamw = AdamWOptions{opt_.beta1, opt_.beta2, opt_.eps, opt_.weight_decay};
+  // For benchmarks: LLAMAFLEET_ADAMW_KERNEL=per_tensor|foreach|fused picks AdamW's kernel
+  // (engine.h); unset or anything else, the default.
+  if (const char* k = std::getenv("LLAMAFLEET_ADAMW_KERNEL")) {
+    const std::string kernel = k;
+    if (kernel == "per_tensor") sharding_.adamw.kernel = AdamWKernel::kPerTensor;
+    if (kernel == "foreach") sharding_.adamw.kernel = AdamWKernel::kForeach;
+    if (kernel == "fused") sharding_.adamw.kernel = AdamWKernel::kFused;
+  }
   sharding_.device = device_;
   sharding_.tensor_parallel = tp_;
 
@@ -372,8 +387,9 @@ absl::Status Trainer::ChooseResume(std::string* resume_dir) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<double> Trainer::Step(int64_t step) {
+absl::StatusOr<Trainer::StepResult> Trainer::Step(int64_t step) {
   ShardedEngine& engine = *engine_;
+  const int64_t syncs_before = HostSyncCount();
   const int64_t epoch = step / steps_per_epoch_, in_epoch = step % steps_per_epoch_;
   std::vector<ModelInput> micro;
   int64_t local_targets = 0, local_real = 0;
@@ -384,35 +400,60 @@ absl::StatusOr<double> Trainer::Step(int64_t step) {
     micro.push_back(MakeModelInput(b, device_));
     local_targets += micro.back().num_targets;
   }
-  const double global_targets = engine.AllReduceSum(static_cast<double>(local_targets));
-  const double denom = std::max(1.0, global_targets);
+  // Host reads wait for the device: the step reads once, after the optimizer's inputs are
+  // final (host_sync.h). Until then the global target count, the loss and the gradient
+  // norm stay on the device; a tensor-parallel group's ranks hold the same counts and
+  // losses, and the group contributes them once.
+  const at::TensorOptions f64 = at::TensorOptions().dtype(at::kDouble).device(device_);
+  const double group_once = env_.rank % tp_ == 0 ? 1.0 : 0.0;
+  const at::Tensor targets = engine.AllReduceSumOnDevice(
+      at::full({1}, group_once * static_cast<double>(local_targets), f64));
+  const at::Tensor loss_weight =
+      (engine.loss_scale() / targets.clamp_min(1.0)).to(at::kFloat).reshape({});
   engine.ZeroGrad();
-  double loss_sum = 0;
+  at::Tensor loss_sum = at::zeros({1}, f64);
   for (size_t m = 0; m < micro.size(); ++m) {
     // Only the last micro-step's backward reduces (where the strategy allows).
     engine.SetGradientSync(m + 1 == micro.size());
     at::Tensor l = model_->LossSum(engine, micro[m]);
-    (l * (engine.loss_scale() / denom)).backward();
-    loss_sum += l.item<double>();
+    (l * loss_weight).backward();
+    loss_sum.add_(l.detach().to(at::kDouble));
   }
   LF_RETURN_IF_ERROR(engine.ReduceGradients());
-  const double loss = engine.AllReduceSum(loss_sum) / denom;
+  // The norm is computed when it is needed: to clip, or to log.
+  const bool logging = (step + 1) % opt_.log_every == 0 || step + 1 == total_steps_;
+  const at::Tensor norm = opt_.grad_clip > 0 || logging
+                              ? engine.ClipGradNormOnDevice(opt_.grad_clip)
+                              : at::zeros({}, f64);
+  // The step's one blocking collective: [loss sum, real tokens, preemption requests] summed
+  // over the world, with the target count and the norm (equal on every rank already)
+  // contributed by rank 0 alone.
+  const double rank0 = env_.rank == 0 ? 1.0 : 0.0;
+  at::Tensor packed = at::cat({loss_sum * group_once,
+                               at::full({1}, group_once * static_cast<double>(local_real), f64),
+                               at::full({1}, PreemptionRequested() ? 1.0 : 0.0, f64),
+                               targets * rank0, norm.reshape({1}) * rank0});
+  const at::Tensor summed = ReadOnHost(engine.AllReduceSumOnDevice(packed));
+  const double* v = summed.data_ptr<double>();
+  const double loss = v[0] / std::max(1.0, v[3]);
+  const int64_t step_tokens = static_cast<int64_t>(v[1]);
+  StepResult result{loss, v[2] > 0};
   if (!std::isfinite(loss)) {
     return absl::InternalError(absl::StrCat("loss is ", loss, " at step ", step + 1,
                                             " (diverged: lower training.lr or set grad_clip)"));
   }
-  const double grad_norm = engine.ClipGradNorm(opt_.grad_clip);
   const double lr = LearningRate(opt_.schedule, opt_.lr, step, epoch, total_steps_);
   engine.Step(lr);
   last_loss_ = loss;
 
-  const int64_t step_tokens = static_cast<int64_t>(engine.AllReduceSum(static_cast<double>(local_real)));
   interval_tokens_ += step_tokens;
   tokens_seen_ += step_tokens;
   interval_loss_ += loss;
   ++interval_steps_;
-  if (rank0_ && ((step + 1) % opt_.log_every == 0 || step + 1 == total_steps_)) LogMetrics(step, lr, grad_norm);
-  return loss;
+  step_host_syncs_ += HostSyncCount() - syncs_before;
+  ++steps_run_;
+  if (rank0_ && logging) LogMetrics(step, lr, v[4]);
+  return result;
 }
 
 void Trainer::LogMetrics(int64_t step, double lr, double grad_norm) {
@@ -491,7 +532,8 @@ absl::Status Trainer::Run() {
   InstallPreemptionHandler();
   interval_start_ = Clock::now();
   for (int64_t step = start_step_; step < total_steps_; ++step) {
-    LF_ASSIGN_OR_RETURN(const double loss, Step(step));
+    LF_ASSIGN_OR_RETURN(const StepResult done, Step(step));
+    const double loss = done.loss;
     NoteStepDone(step + 1);
     if (step == start_step_) {
       PhaseDone("first_step", "");
@@ -516,8 +558,9 @@ absl::Status Trainer::Run() {
       LF_RETURN_IF_ERROR(Checkpoint(step + 1, loss));
       saved_now = true;
     }
-    // Preemption (SIGTERM on any rank): all ranks agree, checkpoint, and stop cleanly.
-    if (engine_->AnyRank(PreemptionRequested()) && !last) {
+    // Preemption (SIGTERM on any rank): all ranks agreed in the step, checkpoint, and stop
+    // cleanly.
+    if (done.preempt && !last) {
       if (!saved_now) LF_RETURN_IF_ERROR(Checkpoint(step + 1, loss));
       LF_RETURN_IF_ERROR(FinishCheckpoint());
       if (rank0_) {
@@ -560,6 +603,11 @@ std::string Trainer::EarlyStopReason(int64_t step) const {
 }
 
 absl::Status Trainer::Finish(int64_t end_step) {
+  if (rank0_ && steps_run_ > 0) {
+    LogInfo(absl::StrFormat("host synchronisations: %.2f per optimizer step (%d in %d steps)",
+                            static_cast<double>(step_host_syncs_) / static_cast<double>(steps_run_),
+                            step_host_syncs_, steps_run_));
+  }
   if (eval_ && last_eval_step_ != end_step) EvaluateAt(end_step);
   LF_RETURN_IF_ERROR(Checkpoint(end_step, last_loss_));
   LF_RETURN_IF_ERROR(FinishCheckpoint());

@@ -47,8 +47,12 @@ class Trainer {
   absl::Status Setup();
   absl::Status ResolveLora();  // lora_ from the options and adapter_path; the layout's adapters
   absl::Status ChooseResume(std::string* resume_dir);
-  // One optimizer step; its loss.
-  absl::StatusOr<double> Step(int64_t step);
+  struct StepResult {
+    double loss = 0;       // the step's mean loss over the global target positions
+    bool preempt = false;  // some rank was asked to stop (SIGTERM) before the step's end
+  };
+  // One optimizer step: one blocking collective, read once on the host (host_sync.h).
+  absl::StatusOr<StepResult> Step(int64_t step);
   void LogMetrics(int64_t step, double lr, double grad_norm);
   absl::Status Checkpoint(int64_t step, double loss);
   absl::Status FinishCheckpoint();  // the save in flight, finished and reported
@@ -114,6 +118,9 @@ class Trainer {
   Clock::time_point interval_start_;
   int64_t interval_tokens_ = 0, interval_steps_ = 0;
   double interval_loss_ = 0, last_loss_ = 0;
+  // Host synchronisations inside Step() and the steps they were counted over (reported
+  // per step when the run finishes).
+  int64_t step_host_syncs_ = 0, steps_run_ = 0;
 
   // Evaluation and early stopping (TrainerProgress states the contract; restored on resume).
   int64_t last_eval_step_ = -1;  // the step of last_eval_loss_
