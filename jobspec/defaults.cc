@@ -7,6 +7,14 @@
 
 namespace llamafleet {
 
+v1::ActivationCheckpointingMode ActivationCheckpointingOf(const v1::FsdpSpec& fsdp) {
+  // The switch decides on or off; the mode picks full or selective when on.
+  if (fsdp.has_activation_checkpointing() && !fsdp.activation_checkpointing()) return v1::AC_NONE;
+  if (fsdp.activation_checkpointing_mode() == v1::AC_SELECTIVE) return v1::AC_SELECTIVE;
+  if (fsdp.activation_checkpointing_mode() == v1::AC_NONE) return v1::AC_NONE;  // switch unset
+  return v1::AC_FULL;
+}
+
 void ApplyDefaults(v1::JobSpec* spec) {
   if (spec->queue().empty()) spec->set_queue("default");
   for (v1::JobDependency& d : *spec->mutable_depends_on()) {
@@ -57,7 +65,12 @@ void ApplyDefaults(v1::JobSpec* spec) {
   if (f->sharding() == v1::SHARDING_STRATEGY_UNSPECIFIED) f->set_sharding(v1::FULL_SHARD);
   if (f->mixed_precision() == v1::PRECISION_UNSPECIFIED) f->set_mixed_precision(v1::BF16);
   if (f->reduce_precision() == v1::PRECISION_UNSPECIFIED) f->set_reduce_precision(v1::FP32);
-  if (!f->has_activation_checkpointing()) f->set_activation_checkpointing(true);
+  if (!f->has_activation_checkpointing()) {
+    f->set_activation_checkpointing(f->activation_checkpointing_mode() != v1::AC_NONE);
+  }
+  if (f->activation_checkpointing_mode() == v1::ACTIVATION_CHECKPOINTING_MODE_UNSPECIFIED) {
+    f->set_activation_checkpointing_mode(f->activation_checkpointing() ? v1::AC_FULL : v1::AC_NONE);
+  }
   if (!f->has_max_inflight_all_gathers()) f->set_max_inflight_all_gathers(2);
 
   v1::ResourceSpec* res = spec->mutable_resources();

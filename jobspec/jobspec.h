@@ -121,6 +121,11 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec, absl::string_view path_pre
 // data-parallel world is nodes x gpus_per_node / TensorParallelOf(spec).
 int TensorParallelOf(const v1::JobSpec& spec);
 
+// The recompute a job's trainer runs: AC_NONE when fsdp.activation_checkpointing is false;
+// otherwise AC_SELECTIVE when activation_checkpointing_mode says so, else AC_FULL (and
+// AC_NONE for a mode of AC_NONE with the switch unset).
+v1::ActivationCheckpointingMode ActivationCheckpointingOf(const v1::FsdpSpec& fsdp);
+
 // Memory one rank of `spec` needs at its peak on a GPU (jobspec/memory_estimate.h), for
 // `world_size` ranks (0 = nodes x gpus_per_node). nullopt when the shape is unknown here
 // (model.path: only the trainer reads config.json). Expects defaults applied.

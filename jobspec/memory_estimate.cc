@@ -125,7 +125,18 @@ MemoryEstimate EstimateMemory(const MemoryInputs& in) {
   const int64_t kv = m.heads > 0 ? m.kv_heads * (m.hidden / m.heads) : 0;
   const int64_t attention = in.fused_attention ? 0 : Split(t * m.heads * in.seq_len * (4 + (c == 4 ? 0 : c)), tp);
   const int64_t layer = t * 4 * h * c + Split(t * (2 * h + 2 * kv + 4 * f) * c, tp) + t * 2 * h * 4 + attention;
-  const int64_t saved_layers = in.activation_checkpointing ? m.layers * t * h * c + layer : m.layers * layer;
+  const int64_t q = m.heads > 0 ? m.hidden : 0;  // H x head_dim
+  int64_t saved_layers = m.layers * layer;
+  switch (in.activation_checkpointing) {
+    case Checkpointing::kNone:
+      break;
+    case Checkpointing::kFull:
+      saved_layers = m.layers * t * h * c + layer;
+      break;
+    case Checkpointing::kSelective:
+      saved_layers = m.layers * (t * 3 * h * c + Split(t * (q + 2 * kv + 2 * f) * c, tp)) + layer;
+      break;
+  }
   // Logits: 16 bytes per logit in FP32 and BF16 alike (calibrated on the CPU: the lm_head
   // output, its fp32 copy or log-softmax, the incoming gradient and log-softmax backward's
   // softmax temporary); with tensor parallelism each rank's vocabulary slice.

@@ -23,8 +23,11 @@
 //   activations       forward end: per layer t x (6h + 2kv + 4f) x c + t x 2h x 4 (the
 //                     fp32 RMSNorm copies) + attention t x H x seq_len x (4 + c) unless
 //                     fused (LibTorch >= 2 on a GPU: scaled_dot_product_attention keeps
-//                     O(t)); with activation checkpointing only t x h x c per layer, plus
-//                     one layer recomputed in backward. Of the 6h: the layer input, both
+//                     O(t)); with full activation checkpointing only t x h x c per layer,
+//                     plus one layer recomputed in backward; with selective checkpointing
+//                     per layer t x (3h + q + 2kv + 2f) x c (the input and the outputs of
+//                     the seven projections, q = H x head_dim), plus one layer recomputed
+//                     in backward. Of the 6h: the layer input, both
 //                     norm outputs and the residual after attention (4h), the queries and
 //                     the attention output (2h). Final norm t x (4h + 2h x c). Logits
 //                     t x V x 16: the lm_head output (and its fp32 copy), log-softmax, the
@@ -98,6 +101,8 @@ struct ModelShape {
 std::optional<ModelShape> PresetShape(const std::string& preset);
 
 enum class Strategy { kFullShard, kShardGradOp, kHybridShard, kNoShard };
+// fsdp.activation_checkpointing: what each decoder layer keeps for backward (see above).
+enum class Checkpointing { kNone, kFull, kSelective };
 
 struct MemoryInputs {
   ModelShape model;
@@ -110,7 +115,7 @@ struct MemoryInputs {
   int max_inflight_tp_all_reduces = 1;  // tensor-parallel all-reduces in flight at once
   int compute_bytes = 2;            // 2 (BF16/FP16) or 4 (FP32)
   int reduce_bytes = 4;             // gradient collectives
-  bool activation_checkpointing = true;
+  Checkpointing activation_checkpointing = Checkpointing::kFull;
   int64_t micro_batch = 4;          // rows per micro-step
   int64_t seq_len = 4096;           // tokens per row
   int64_t grad_accum = 1;           // micro-steps per optimizer step

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -44,7 +45,17 @@ std::optional<sched::MemoryInputs> MemoryInputsOf(const v1::JobSpec& spec, int w
   in.tensor_parallel = std::max(1, TensorParallelOf(spec));
   in.compute_bytes = f.mixed_precision() == v1::FP32 ? 4 : 2;
   in.reduce_bytes = f.reduce_precision() == v1::FP32 ? 4 : 2;
-  in.activation_checkpointing = f.activation_checkpointing();
+  switch (ActivationCheckpointingOf(f)) {
+    case v1::AC_NONE:
+      in.activation_checkpointing = sched::Checkpointing::kNone;
+      break;
+    case v1::AC_SELECTIVE:
+      in.activation_checkpointing = sched::Checkpointing::kSelective;
+      break;
+    default:
+      in.activation_checkpointing = sched::Checkpointing::kFull;
+      break;
+  }
   in.micro_batch = std::max(1, t.micro_batch_size());
   // The trainer caps seq_len at max_position_embeddings (4096 for every preset).
   in.seq_len = std::min(std::max(1, t.seq_len()), 4096);
@@ -109,19 +120,24 @@ void CheckInstanceFit(const v1::JobSpec& spec, Violations& v) {
     const int64_t b = total_with(alt);
     if (b <= type->gpu_memory_bytes) fits.push_back(absl::StrCat("fsdp.sharding FULL_SHARD (", sched::FormatGiB(b), ")"));
   }
-  if (!in->activation_checkpointing) {
+  // Less kept per layer: selective first (less recompute), then full.
+  for (auto [mode, name] : {std::pair{sched::Checkpointing::kSelective, "selective"},
+                            std::pair{sched::Checkpointing::kFull, "full"}}) {
+    if (in->activation_checkpointing == sched::Checkpointing::kFull) break;
+    if (mode == in->activation_checkpointing) continue;
     sched::MemoryInputs alt = *in;
-    alt.activation_checkpointing = true;
+    alt.activation_checkpointing = mode;
     const int64_t b = total_with(alt);
     if (b <= type->gpu_memory_bytes) {
-      fits.push_back(absl::StrCat("fsdp.activation_checkpointing true (", sched::FormatGiB(b), ")"));
+      fits.push_back(absl::StrCat("fsdp.activation_checkpointing ", name, " (", sched::FormatGiB(b), ")"));
+      break;
     }
   }
   {
     // More nodes, FULL_SHARD, activation checkpointing, every GPU of the instance.
     sched::MemoryInputs alt = *in;
     alt.strategy = sched::Strategy::kFullShard;
-    alt.activation_checkpointing = true;
+    alt.activation_checkpointing = sched::Checkpointing::kFull;
     for (int nodes = std::max(1, res.nodes()); nodes <= 4096; nodes *= 2) {
       alt.world_size = nodes * type->gpus;
       const int64_t b = total_with(alt);

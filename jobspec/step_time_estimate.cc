@@ -80,8 +80,16 @@ double ElementwiseRecomputeFraction(RecomputeMode mode) {
   return mode == RecomputeMode::kNone ? 0.0 : 1.0;
 }
 
-RecomputeMode RecomputeModeOf(bool activation_checkpointing) {
-  return activation_checkpointing ? RecomputeMode::kFull : RecomputeMode::kNone;
+RecomputeMode RecomputeModeOf(Checkpointing activation_checkpointing) {
+  switch (activation_checkpointing) {
+    case Checkpointing::kNone:
+      return RecomputeMode::kNone;
+    case Checkpointing::kSelective:
+      return RecomputeMode::kSelective;
+    case Checkpointing::kFull:
+      break;
+  }
+  return RecomputeMode::kFull;
 }
 
 StepTimeInputs StepTimeInputsOf(const MemoryInputs& job) {

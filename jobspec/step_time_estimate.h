@@ -33,9 +33,10 @@
 //                backward without activation checkpointing prefetches the next unit and
 //                reduces asynchronously (exposed: what exceeds the backward compute, and
 //                the last reduction); with activation checkpointing and FULL_SHARD /
-//                HYBRID_SHARD a layer's gather starts only when its recompute does,
-//                queued behind the previous layer's reduce-scatter, so all backward
-//                collectives are exposed unless `prefetch_under_checkpointing`.
+//                HYBRID_SHARD the engine gathers layer j-1 before layer j recomputes
+//                (`prefetch_under_checkpointing`); without that prefetch a layer's
+//                gather would start only with its recompute and every backward
+//                collective would be exposed.
 //   optimizer    AdamW over the rank's shard: optimizer_bytes_per_parameter at the
 //                memory bandwidth.
 //
@@ -53,7 +54,7 @@ namespace llamafleet::sched {
 // What activation checkpointing recomputes in backward.
 enum class RecomputeMode {
   kNone,       // nothing checkpointed
-  kSelective,  // matmul and attention outputs kept; the elementwise ops recomputed
+  kSelective,  // the projections' outputs kept; attention and the elementwise ops recomputed
   kFull,       // every checkpointed layer's forward runs again
 };
 
@@ -62,8 +63,8 @@ enum class RecomputeMode {
 double RecomputeFraction(RecomputeMode mode);
 // The fraction of a layer's forward elementwise bytes moved again in backward: 0, 1, 1.
 double ElementwiseRecomputeFraction(RecomputeMode mode);
-// The mode MemoryInputs' boolean means today: true -> kFull, false -> kNone.
-RecomputeMode RecomputeModeOf(bool activation_checkpointing);
+// The recompute of fsdp.activation_checkpointing's mode (MemoryInputs::activation_checkpointing).
+RecomputeMode RecomputeModeOf(Checkpointing activation_checkpointing);
 
 // The device and its links as the estimate sees them.
 struct Hardware {
@@ -90,8 +91,8 @@ struct StepTimeInputs {
   MemoryInputs job;  // shape, strategy, world, tensor parallelism, LoRA, batch, seq_len
   RecomputeMode recompute = RecomputeMode::kFull;
   // Whether backward gathers the next checkpointed layer before its recompute (FSDP2's
-  // prefetch); the engine does not today.
-  bool prefetch_under_checkpointing = false;
+  // prefetch, ParamEngine::Prefetch); the engine does.
+  bool prefetch_under_checkpointing = true;
 };
 
 // StepTimeInputs for `job`, its recompute mode taken from its activation_checkpointing.

@@ -310,6 +310,9 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec, absl::string_view path_pre
     v.Add("fsdp.hybrid_shard_group_size", "is only valid with sharding HYBRID_SHARD");
   }
   AtLeast(v, "fsdp.max_inflight_all_gathers", f.max_inflight_all_gathers(), 1);
+  if (f.activation_checkpointing_mode() == v1::AC_NONE && f.activation_checkpointing()) {
+    v.Add("fsdp.activation_checkpointing_mode", "AC_NONE contradicts fsdp.activation_checkpointing true");
+  }
   if (f.mixed_precision() == v1::FP16 && f.reduce_precision() == v1::BF16) {
     v.Add("fsdp.reduce_precision", "BF16 cannot be combined with FP16 compute");
   }

@@ -278,6 +278,53 @@ void SetScalar(const YAML::Node& node, const std::string& path, const FieldDescr
   problems->push_back({path, "unsupported field type", where});
 }
 
+// A bool switch with an enum companion named `<switch>_mode` (fsdp.activation_checkpointing
+// and fsdp.activation_checkpointing_mode) also takes the companion's value names, with or
+// without their prefix ("selective" for AC_SELECTIVE): the companion is set, and the switch
+// becomes false for a value whose name ends in NONE and true otherwise. true/false set the
+// switch and clear the companion, so a later override always wins. Returns false when
+// `field` has no companion (the caller sets it as a plain scalar).
+bool SetSwitchWithMode(const YAML::Node& node, const std::string& path,
+                       const FieldDescriptor* field, Message* message,
+                       std::vector<MergeProblem>* problems, SourcePosition where) {
+  if (field->cpp_type() != FieldDescriptor::CPPTYPE_BOOL || field->is_repeated()) return false;
+  const FieldDescriptor* mode =
+      message->GetDescriptor()->FindFieldByName(absl::StrCat(field->name(), "_mode"));
+  if (mode == nullptr || mode->cpp_type() != FieldDescriptor::CPPTYPE_ENUM || mode->is_repeated())
+    return false;
+  const Reflection* r = message->GetReflection();
+  if (!node.IsScalar()) {
+    problems->push_back(
+        {path, absl::StrCat("expected a scalar value, got ", Describe(node)), where});
+    return true;
+  }
+  const std::string text = absl::AsciiStrToLower(node.Scalar());
+  if (text == "true" || text == "false") {
+    r->SetBool(message, field, text == "true");
+    r->ClearField(message, mode);
+    return true;
+  }
+  const EnumDescriptor* e = mode->enum_type();
+  std::vector<std::string> allowed = {"true", "false"};
+  for (int i = 0; i < e->value_count(); ++i) {
+    const EnumValueDescriptor* v = e->value(i);
+    if (v->number() == 0) continue;
+    const std::string name = absl::AsciiStrToLower(v->name());
+    const size_t cut = name.rfind('_');
+    const std::string short_name = cut == std::string::npos ? name : name.substr(cut + 1);
+    allowed.push_back(short_name);
+    if (text == name || text == short_name) {
+      r->SetEnum(message, mode, v);
+      r->SetBool(message, field, !absl::EndsWith(name, "none"));
+      return true;
+    }
+  }
+  problems->push_back(
+      {path, absl::StrCat("expected ", absl::StrJoin(allowed, ", "), ", got '", node.Scalar(), "'"),
+       where});
+  return true;
+}
+
 void MergeMapField(const YAML::Node& node, const std::string& path, const FieldDescriptor* field,
                    Message* message, std::vector<MergeProblem>* problems,
                    FieldPositions* positions, SourcePosition where) {
@@ -382,7 +429,7 @@ void MergeYaml(const YAML::Node& node, const std::string& path, Message* message
         continue;
       }
       MergeYaml(value, field_path, r->MutableMessage(message, field), problems, positions);
-    } else {
+    } else if (!SetSwitchWithMode(value, field_path, field, message, problems, at)) {
       SetScalar(value, field_path, field, message, problems, at);
     }
   }

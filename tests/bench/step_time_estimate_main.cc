@@ -49,7 +49,7 @@ int main(int argc, char** argv) {
   j.micro_batch = static_cast<int64_t>(v["micro_batch"]);
   j.seq_len = static_cast<int64_t>(v["seq_len"]);
   j.grad_accum = static_cast<int64_t>(v["grad_accum"]);
-  j.activation_checkpointing = v["checkpointing"] != 0;
+  j.activation_checkpointing = v["checkpointing"] != 0 ? Checkpointing::kFull : Checkpointing::kNone;
   j.lora_r = static_cast<int64_t>(v["lora_r"]);
   j.lora_modules = LoraModuleBit("q_proj") | LoraModuleBit("v_proj");
   j.compute_bytes = static_cast<int>(v["compute_bytes"]);

@@ -40,8 +40,9 @@ struct Flags {
   int warmup = 2;
   std::string dtype = "bf16";
   std::string strategy = "FULL_SHARD";
-  bool activation_checkpointing = false;
-  int lora_rank = 0;  // 0: full finetuning
+  bool activation_checkpointing = false;  // --activation-checkpointing: full
+  std::string checkpointing_mode;         // none | full | selective (overrides the flag)
+  int lora_rank = 0;                      // 0: full finetuning
   std::string device = "cuda";
   double peak_tflops = 0;
 };
@@ -79,8 +80,12 @@ absl::Status Run(const Flags& f) {
       auto engine, lt::ShardedEngine::CreateWithContext(
                        layout, so, *ctx, lt::SeededShardSource(layout, 42),
                        lora.enabled ? lt::SeededShardSource(layout, 42, true) : lt::ShardSource()));
+  LF_ASSIGN_OR_RETURN(const lt::ActivationCheckpointing checkpointing,
+                      lt::ParseActivationCheckpointing(!f.checkpointing_mode.empty() ? f.checkpointing_mode
+                                                       : f.activation_checkpointing  ? "full"
+                                                                                     : "none"));
   lt::LlamaModel model(config, device, dtype);
-  model.set_activation_checkpointing(f.activation_checkpointing);
+  model.set_activation_checkpointing(checkpointing);
   if (lora.enabled) model.set_lora(lora);
 
   // The coordinator's memory-fit estimate for this run (its grad_accum is 1), printed next to
@@ -88,7 +93,7 @@ absl::Status Run(const Flags& f) {
   // context and libraries, which the allocator peak does not see.
   lt::TrainOptions topt;
   topt.micro_batch = f.micro_batch;
-  topt.activation_checkpointing = f.activation_checkpointing;
+  topt.activation_checkpointing = checkpointing;
   const llamafleet::sched::MemoryEstimate estimate =
       lt::EstimateForRun(config, topt, so, env.world_size, f.seq_len, 1, device, 0, lora);
   const int64_t flops_per_token =
@@ -139,7 +144,7 @@ absl::Status Run(const Flags& f) {
                         {"micro_batch", f.micro_batch},
                         {"dtype", f.dtype},
                         {"strategy", f.strategy},
-                        {"activation_checkpointing", f.activation_checkpointing},
+                        {"activation_checkpointing", lt::ActivationCheckpointingName(checkpointing)},
                         {"lora_rank", f.lora_rank},
                         {"world_size", engine->world_size()},
                         {"measured_steps", f.steps - f.warmup},
@@ -170,6 +175,7 @@ int main(int argc, char** argv) {
   app.add_option("--dtype", f.dtype);
   app.add_option("--strategy", f.strategy);
   app.add_flag("--activation-checkpointing", f.activation_checkpointing);
+  app.add_option("--activation-checkpointing-mode", f.checkpointing_mode);
   app.add_option("--device", f.device);
   app.add_option("--peak-tflops", f.peak_tflops);
   app.add_option("--lora-rank", f.lora_rank, "LoRA adapters of this rank on q_proj, v_proj (0: full finetuning)");

@@ -238,25 +238,12 @@ PY
   return 1
 }
 for mode in full selective none; do
-  bench "checkpointing-$mode" --activation-checkpointing $mode
+  bench "checkpointing-$mode" --activation-checkpointing-mode $mode
   rc=$?
-  if ((rc == 3)) && [ $mode != selective ]; then
-    # The boolean form: present for full, absent for none.
-    say "checkpointing-$mode: with the boolean --activation-checkpointing form instead"
-    rm -f "$parts/bench-checkpointing-$mode.json"
-    if [ $mode = full ]; then bench "checkpointing-$mode" --activation-checkpointing; else bench "checkpointing-$mode"; fi
-    rc=$?
-  fi
   ((rc == 0 || rc == 3)) || fail "trainer_gpu_bench checkpointing $mode"
 done
-bench lora-r16 --activation-checkpointing full --lora-rank 16
+bench lora-r16 --activation-checkpointing-mode full --lora-rank 16
 rc=$?
-if ((rc == 3)); then
-  say "lora-r16: with the boolean --activation-checkpointing form instead"
-  rm -f "$parts/bench-lora-r16.json"
-  bench lora-r16 --activation-checkpointing --lora-rank 16
-  rc=$?
-fi
 ((rc == 0 || rc == 3)) || fail "trainer_gpu_bench LoRA"
 grep -qs step_time_estimate_s "$parts"/bench-*.json ||
   echo '{"skipped": ["the step-time estimate against the measured step time: trainer_gpu_bench prints no step_time_estimate_s"]}' \

@@ -56,6 +56,45 @@ TEST(JobSpecTest, DefaultsAreFilledAndIdempotent) {
   EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
 }
 
+TEST(JobSpecTest, ActivationCheckpointingTakesModesAndBooleans) {
+  // The YAML switch takes full | selective | none as well as true/false; each sets the
+  // switch and the mode (true/false: defaults fill the mode), and a later true/false
+  // replaces the mode.
+  const std::string base = "name: x\nmodel: {path: /m}\ndata: {train_path: /d}\n";
+  struct Case {
+    std::string value;
+    bool on;
+    v1::ActivationCheckpointingMode stored, effective;
+  };
+  for (const Case& c :
+       {Case{"selective", true, v1::AC_SELECTIVE, v1::AC_SELECTIVE},
+        Case{"Full", true, v1::AC_FULL, v1::AC_FULL}, Case{"none", false, v1::AC_NONE, v1::AC_NONE},
+        Case{"true", true, v1::AC_FULL, v1::AC_FULL},
+        Case{"false", false, v1::AC_NONE, v1::AC_NONE}}) {
+    v1::JobSpec spec = ParseOne(base + "fsdp: {activation_checkpointing: " + c.value + "}\n");
+    EXPECT_EQ(spec.fsdp().activation_checkpointing(), c.on) << c.value;
+    EXPECT_EQ(spec.fsdp().activation_checkpointing_mode(), c.stored) << c.value;
+    EXPECT_EQ(ActivationCheckpointingOf(spec.fsdp()), c.effective) << c.value;
+    EXPECT_TRUE(ValidateJobSpec(spec).ok()) << c.value << ": " << ValidateJobSpec(spec);
+  }
+  v1::JobSpec spec = ParseOne(base + "fsdp: {activation_checkpointing: selective}\n");
+  ASSERT_TRUE(ApplySetOverride(&spec, "fsdp.activation_checkpointing=false").ok());
+  EXPECT_EQ(ActivationCheckpointingOf(spec.fsdp()), v1::AC_NONE);
+  EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
+  // A gRPC client that sets only the mode gets the switch from it; a contradiction is refused.
+  v1::JobSpec mode_only = ParseOne(base);
+  mode_only.mutable_fsdp()->clear_activation_checkpointing();
+  mode_only.mutable_fsdp()->set_activation_checkpointing_mode(v1::AC_NONE);
+  ApplyDefaults(&mode_only);
+  EXPECT_FALSE(mode_only.fsdp().activation_checkpointing());
+  mode_only.mutable_fsdp()->set_activation_checkpointing(true);
+  absl::Status s = ValidateJobSpec(mode_only);
+  EXPECT_NE(s.message().find("fsdp.activation_checkpointing_mode AC_NONE contradicts "
+                             "fsdp.activation_checkpointing true"),
+            std::string::npos)
+      << s;
+}
+
 TEST(JobSpecTest, JsonIsAcceptedToo) {
   v1::JobSpec spec = ParseOne(
       R"({"name": "j", "model": {"path": "/m"}, "data": {"train_path": "/d"},
@@ -137,7 +176,8 @@ INSTANTIATE_TEST_SUITE_P(
         ParseCase{"training: {seq_len: 99999999999}", "training.seq_len: expected an integer"},
         ParseCase{"fsdp: {sharding: FULL}", "fsdp.sharding: unknown value 'FULL'"},
         ParseCase{"fsdp: {activation_checkpointing: maybe}",
-                  "fsdp.activation_checkpointing: expected true or false"},
+                  "fsdp.activation_checkpointing: expected true, false, full, selective, none, got "
+                  "'maybe'"},
         ParseCase{"training: {lr: .nan}", "training.lr: expected a finite number"},
         ParseCase{"training: 5", "training: expected a mapping"},
         ParseCase{"training: {betas: 0.9}", "training.betas: expected a list"},

@@ -51,11 +51,28 @@ TEST(MemoryEstimate, CommunicationDoesNotGrowWithTheLayerCount) {
   EXPECT_EQ(EstimateMemory(in).communication, base * 2 * 33 / 17);
 }
 
+TEST(MemoryEstimate, SelectiveCheckpointingKeepsTheProjectionsOutputs) {
+  // 7B, bf16, t = 4096 tokens: full keeps t x h x c per layer, selective adds the seven
+  // projections' outputs, t x (2h + q + 2kv + 2f) x c, none everything.
+  MemoryInputs in = Inputs("llama2-7b", Strategy::kFullShard, 8);
+  in.micro_batch = 1;
+  in.seq_len = 4096;
+  in.activation_checkpointing = Checkpointing::kFull;
+  const int64_t full = EstimateMemory(in).activations;
+  in.activation_checkpointing = Checkpointing::kSelective;
+  const int64_t selective = EstimateMemory(in).activations;
+  in.activation_checkpointing = Checkpointing::kNone;
+  const int64_t none = EstimateMemory(in).activations;
+  const int64_t t = 4096, h = 4096, f = 11008, c = 2;
+  EXPECT_EQ(selective - full, 32 * t * (2 * h + h + 2 * h + 2 * f) * c);
+  EXPECT_LT(selective, none);
+}
+
 TEST(MemoryEstimate, Llama13bHybridFp32WithoutCheckpointing) {
   MemoryInputs in = Inputs("llama2-13b", Strategy::kHybridShard, 16);
   in.shard_group_size = 8;
   in.compute_bytes = 4;
-  in.activation_checkpointing = false;
+  in.activation_checkpointing = Checkpointing::kNone;
   in.micro_batch = 1;
   in.seq_len = 2048;
   in.fused_attention = false;  // the explicit T x T scores of the LibTorch 1.x path
@@ -239,7 +256,7 @@ TEST(MemoryEstimate, TensorParallelWithHybridShardShardsOverTheGroupsDataParalle
   // 13B, T 4, fp32 without checkpointing, the explicit attention scores split by heads.
   MemoryInputs fp32 = Inputs("llama2-13b", Strategy::kFullShard, 16);
   fp32.compute_bytes = 4;
-  fp32.activation_checkpointing = false;
+  fp32.activation_checkpointing = Checkpointing::kNone;
   fp32.micro_batch = 1;
   fp32.seq_len = 2048;
   fp32.fused_attention = false;

@@ -72,6 +72,8 @@ struct Flags {
   int inflight_reduces = 2;
   int warmup = 0;
   bool checkpointing = false;  // activation checkpointing (recompute layers in backward)
+  std::string checkpointing_mode;  // none | full | selective; overrides --activation-checkpointing
+  bool trace = false;              // the engine's event log into rank-R.json ("trace")
   std::string device = "cpu";  // cpu | cuda (LOCAL_RANK picks the GPU; NCCL then)  // steps before the throughput clock starts
   std::string backend = "auto";  // auto | gloo | nccl (gloo with cuda: ranks may share a GPU)
 };
@@ -147,6 +149,7 @@ absl::Status Run(const Flags& f) {
     so.max_inflight_reduces = f.inflight_reduces;
     so.device = device;
     so.tensor_parallel = f.tensor_parallel;
+    so.record_trace = f.trace;
     LF_RETURN_IF_ERROR(lt::CheckTensorParallel(config, f.tensor_parallel, env.world_size));
     const int tp_rank = env.rank % f.tensor_parallel;
     lt::ShardSource source =
@@ -163,6 +166,11 @@ absl::Status Run(const Flags& f) {
   lt::ParamEngine& engine = *engine_owner;
   lt::LlamaModel model(config, device, compute);
   model.set_activation_checkpointing(f.checkpointing);
+  if (!f.checkpointing_mode.empty()) {
+    LF_ASSIGN_OR_RETURN(lt::ActivationCheckpointing mode,
+                        lt::ParseActivationCheckpointing(f.checkpointing_mode));
+    model.set_activation_checkpointing(mode);
+  }
   if (sharded) model.set_tensor_parallel(sharded->tensor_parallel_comm());
 
   // The fixed global batch: rows of random tokens from a seeded generator, identical on
@@ -294,6 +302,7 @@ absl::Status Run(const Flags& f) {
       padding += sharded->span(static_cast<int>(u)).padded - sharded->layout()[u].numel();
     }
     report["padding_elements"] = padding;
+    if (f.trace) report["trace"] = sharded->trace();
   } else {
     report["persistent_bytes"] = static_cast<lt::LocalEngine&>(engine).PersistentBytes();
   }
@@ -360,6 +369,8 @@ int main(int argc, char** argv) {
   app.add_option("--device", f.device);
   app.add_option("--backend", f.backend);
   app.add_flag("--activation-checkpointing", f.checkpointing);
+  app.add_option("--activation-checkpointing-mode", f.checkpointing_mode);
+  app.add_flag("--trace", f.trace);
   CLI11_PARSE(app, argc, argv);
   absl::Status s;
   try {

@@ -100,6 +100,10 @@ class ParamEngine {
   virtual std::vector<at::Tensor> Acquire(int unit, at::Tensor* input = nullptr) = 0;
   // The forward is done with the unit (a sharded engine may free its gathered copy).
   virtual void Release(int unit) = 0;
+  // A hint that `unit` is acquired soon (activation checkpointing: backward recomputes
+  // layers in reverse order): a sharded engine may start gathering it now, within its bound
+  // on units gathered ahead. Never needed for correctness; a no-op by default.
+  virtual void Prefetch(int /*unit*/) {}
 
   virtual void ZeroGrad() = 0;
   // After the last micro-step's backward of an optimizer step.

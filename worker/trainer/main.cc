@@ -127,7 +127,17 @@ absl::StatusOr<lt::TrainOptions> OptionsFromSpecFile(const std::string& path,
     default: o.sharding = "FULL_SHARD"; break;
   }
   o.hybrid_group_size = fsdp.hybrid_shard_group_size();
-  o.activation_checkpointing = fsdp.activation_checkpointing();
+  switch (llamafleet::ActivationCheckpointingOf(fsdp)) {
+    case v1::AC_NONE:
+      o.activation_checkpointing = lt::ActivationCheckpointing::kNone;
+      break;
+    case v1::AC_SELECTIVE:
+      o.activation_checkpointing = lt::ActivationCheckpointing::kSelective;
+      break;
+    default:
+      o.activation_checkpointing = lt::ActivationCheckpointing::kFull;
+      break;
+  }
   o.max_inflight_all_gathers = fsdp.max_inflight_all_gathers();
   o.tensor_parallel = llamafleet::TensorParallelOf(spec);  // 1 when the spec has no parallelism block
   o.checkpoint_dir = spec.checkpoint().dir();

@@ -3,6 +3,8 @@
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/custom_function.h>
 
+#include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdlib>
 #include <limits>
@@ -93,6 +95,27 @@ ModelInput MakeModelInput(const Batch& b, const at::Device& device) {
   return in;
 }
 
+const char* ActivationCheckpointingName(ActivationCheckpointing mode) {
+  switch (mode) {
+    case ActivationCheckpointing::kNone:
+      return "none";
+    case ActivationCheckpointing::kFull:
+      return "full";
+    case ActivationCheckpointing::kSelective:
+      return "selective";
+  }
+  return "?";
+}
+
+absl::StatusOr<ActivationCheckpointing> ParseActivationCheckpointing(const std::string& name) {
+  if (name == "none" || name == "false") return ActivationCheckpointing::kNone;
+  if (name == "full" || name == "true") return ActivationCheckpointing::kFull;
+  if (name == "selective") return ActivationCheckpointing::kSelective;
+  return absl::InvalidArgumentError(
+      "activation checkpointing must be full, selective or none (or true/false), got \"" + name +
+      "\"");
+}
+
 namespace {
 bool UseOneDnnGemm(const at::Device& device, at::ScalarType dtype) {
   if (!device.is_cpu() || dtype != at::kFloat || !at::hasMKLDNN()) return false;
@@ -138,12 +161,66 @@ void LlamaModel::set_tensor_parallel(Comm* tp) {
   tp_size_ = tp ? tp->size() : 1;
 }
 
+// The projections' outputs a selectively checkpointed layer keeps (kLoraModuleNames'
+// order): recorded by its forward, taken instead of recomputed by its backward's replay.
+struct LlamaModel::KeptProjections {
+  bool replay = false;
+  std::array<at::Tensor, kLoraModules> out;
+};
+
+namespace {
+// y = x w^T (plus, row-parallel, the group's sum) whose value was kept from forward:
+// forward returns the kept tensor without a matmul; backward is the linear's, computed
+// the way autograd differentiates LlamaModel::Linear (oneDNN's mkldnn_linear_backward on
+// the oneDNN path, two GEMMs otherwise), so the gradients match a recompute's. The
+// row-parallel sum's backward is the identity (Megatron's g), so it adds nothing here.
+class KeptLinear : public torch::autograd::Function<KeptLinear> {
+ public:
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, at::Tensor x, at::Tensor w,
+                            at::Tensor kept, bool onednn) {
+    ctx->save_for_backward({x, w});
+    ctx->saved_data["onednn"] = onednn;
+    // A new tensor object on the kept storage: autograd gives it this node as grad_fn
+    // without touching the kept tensor itself.
+    return at::empty({0}, kept.options())
+        .set_(kept.storage(), kept.storage_offset(), kept.sizes(), kept.strides());
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor &x = saved[0], &w = saved[1];
+    const int64_t in = x.size(-1), out = w.size(0);
+    const bool want_x = ctx->needs_input_grad(0),
+               want_w = ctx->needs_input_grad(1);  // LoRA: w frozen
+    at::Tensor gx, gw;
+    if (ctx->saved_data["onednn"].toBool()) {
+      const at::Tensor x2 = x.reshape({-1, in}).contiguous().to_mkldnn();
+      const at::Tensor g2 = grads[0].reshape({-1, out}).contiguous().to_mkldnn();
+      auto r = at::mkldnn_linear_backward(x2, g2, w, {want_x, want_w, false});
+      if (want_x) gx = std::get<0>(r).to_dense().view(x.sizes());
+      if (want_w) gw = std::get<1>(r).is_mkldnn() ? std::get<1>(r).to_dense() : std::get<1>(r);
+    } else {
+      const at::Tensor g2 = grads[0].reshape({-1, out});
+      if (want_x) gx = g2.mm(w).view(x.sizes());
+      if (want_w) gw = g2.t().mm(x.reshape({-1, in}));
+    }
+    return {gx, gw, at::Tensor(), at::Tensor()};
+  }
+};
+}  // namespace
+
 at::Tensor LlamaModel::Project(const std::vector<at::Tensor>& p, int module, const at::Tensor& x,
                                const at::Tensor& x_whole) const {
   static constexpr std::array<int, kLoraModules> kBase = {1, 2, 3, 4, 6, 7, 8};  // see MakeLayout
   const bool row_parallel = module == 3 || module == 6;                      // o, down
-  at::Tensor y = Linear(x, p[kBase[module]]);
-  if (row_parallel) y = ReduceFromTensorParallel(y, tp_);
+  at::Tensor y;
+  if (kept_ != nullptr && kept_->replay) {
+    y = KeptLinear::apply(x, p[kBase[module]], kept_->out[module], onednn_gemm_);
+  } else {
+    y = Linear(x, p[kBase[module]]);
+    if (row_parallel) y = ReduceFromTensorParallel(y, tp_);
+    if (kept_ != nullptr) kept_->out[module] = y;
+  }
   const int a = lora_.enabled ? lora_index_[module] : -1;
   if (a < 0) return y;
   // PEFT: base(x) + lora_B(lora_A(dropout(x))) * scaling. The rank-r products go through
@@ -227,8 +304,27 @@ at::Tensor LlamaModel::DecoderLayer(const std::vector<at::Tensor>& p, const at::
 // One decoder layer under activation checkpointing (see set_activation_checkpointing).
 // The mask is optional: LibTorch 2.x has none (is_causal), and an undefined tensor is not a
 // valid input of a custom autograd function there (it records every tensor's device).
+// Selective mode: the forward records the projections' outputs and keeps them in the
+// context; the backward's recompute replays them (KeptLinear) instead of the matmuls.
 class CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
  public:
+  using KeptProjections = LlamaModel::KeptProjections;
+  // Points the model at `kept` (nullptr: nothing kept) for one DecoderLayer call; only the
+  // selective mode records in forward.
+  class KeepScope {
+   public:
+    KeepScope(LlamaModel* model, KeptProjections* kept) : model_(model) {
+      const bool selective = model->checkpointing_ == ActivationCheckpointing::kSelective;
+      model_->kept_ = selective ? kept : nullptr;
+    }
+    ~KeepScope() { model_->kept_ = nullptr; }
+    KeepScope(const KeepScope&) = delete;
+    KeepScope& operator=(const KeepScope&) = delete;
+
+   private:
+    LlamaModel* model_;
+  };
+
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, at::Tensor x, LlamaModel* model,
                             ParamEngine* engine, int64_t layer, at::Tensor cos, at::Tensor sin,
                             c10::optional<at::Tensor> mask_or_none) {
@@ -251,15 +347,38 @@ class CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
     const int unit = LayerUnit(static_cast<int>(layer));
     at::Tensor input = x;
     std::vector<at::Tensor> p = engine->Acquire(unit, &input);
-    at::Tensor y = model->DecoderLayer(p, input, cos, sin, mask);
+    KeptProjections kept;
+    at::Tensor y;
+    {
+      KeepScope scope(model, &kept);
+      y = model->DecoderLayer(p, input, cos, sin, mask);
+    }
     engine->Release(unit);
+    if (model->checkpointing_ == ActivationCheckpointing::kSelective) {
+      ctx->saved_data["kept"] = std::vector<at::Tensor>(kept.out.begin(), kept.out.end());
+    }
     return y;
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
     auto* model = reinterpret_cast<LlamaModel*>(ctx->saved_data["model"].toInt());
     auto* engine = reinterpret_cast<ParamEngine*>(ctx->saved_data["engine"].toInt());
-    const int unit = LayerUnit(static_cast<int>(ctx->saved_data["layer"].toInt()));
+    const int layer = static_cast<int>(ctx->saved_data["layer"].toInt());
+    const int unit = LayerUnit(layer);
+    // FSDP2's backward prefetch: this layer's gather (unless the layer after it started
+    // it), then the next layer in backward order, so that gather overlaps this layer's
+    // recompute and backward instead of waiting behind them.
+    engine->Prefetch(unit);
+    if (layer > 0) engine->Prefetch(LayerUnit(layer - 1));
+    KeptProjections kept;
+    kept.replay = true;
+    const bool selective = ctx->saved_data.count("kept") > 0;
+    if (selective) {
+      // Taken out of the context, so they are freed when this backward returns.
+      const std::vector<at::Tensor> outs = ctx->saved_data["kept"].toTensorVector();
+      std::copy(outs.begin(), outs.end(), kept.out.begin());
+      ctx->saved_data.erase("kept");
+    }
     at::Tensor x = ctx->get_saved_variables()[0].detach().requires_grad_(true);
     at::Tensor y;
     {
@@ -274,7 +393,10 @@ class CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
       at::Tensor input = x;
       std::vector<at::Tensor> p = engine->Acquire(unit, &input);
       const at::Tensor mask = ctx->saved_data["mask"].isTensor() ? ctx->saved_data["mask"].toTensor() : at::Tensor();
-      y = model->DecoderLayer(p, input, ctx->saved_data["cos"].toTensor(), ctx->saved_data["sin"].toTensor(), mask);
+      {
+        KeepScope scope(model, selective ? &kept : nullptr);
+        y = model->DecoderLayer(p, input, ctx->saved_data["cos"].toTensor(), ctx->saved_data["sin"].toTensor(), mask);
+      }
       engine->Release(unit);
       if (rng_now.defined()) {
         std::lock_guard<std::mutex> lock(gen.mutex());
@@ -308,10 +430,11 @@ at::Tensor LlamaModel::Trunk(ParamEngine& engine, const at::Tensor& tokens) {
   engine.Release(EmbedUnit());
   // A frozen embedding gives an input without a gradient, and a checkpointed layer is
   // only differentiated through its input (HF's enable_input_require_grads for PEFT).
-  if (checkpointing_ && at::GradMode::is_enabled() && !x.requires_grad()) x = x.detach().requires_grad_(true);
+  const bool recompute = checkpointing_ != ActivationCheckpointing::kNone && at::GradMode::is_enabled();
+  if (recompute && !x.requires_grad()) x = x.detach().requires_grad_(true);
   for (int64_t i = 0; i < config_.num_hidden_layers; ++i) {
     const int unit = LayerUnit(static_cast<int>(i));
-    if (checkpointing_ && at::GradMode::is_enabled()) {
+    if (recompute) {
       x = CheckpointedLayer::apply(x, this, &engine, i, cos, sin,
                                    mask.defined() ? c10::optional<at::Tensor>(mask) : c10::nullopt);
       continue;

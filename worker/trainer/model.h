@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "collectives.h"
 #include "config.h"
 #include "data.h"
@@ -61,6 +62,23 @@ inline int HeadUnit(const LlamaConfig& c) { return 1 + static_cast<int>(c.num_hi
 
 class ParamEngine;
 
+// What a decoder layer keeps from forward for backward (the JobSpec's
+// fsdp.activation_checkpointing):
+//   kNone       everything autograd saves (no recompute);
+//   kFull       only the layer's input; backward re-runs the whole layer;
+//   kSelective  the input and the outputs of the seven projections (q, k, v, o, gate, up,
+//               down: the matmuls, most of a layer's FLOPs); backward re-runs only the
+//               cheap rest (RMSNorms, RoPE, attention's softmax path, SiLU times up,
+//               residual adds) and takes the projections' outputs as kept. Attention's
+//               output is recomputed: its backward needs its probabilities, which only a
+//               fused kernel's saved log-sum-exp would spare.
+// All three give the same gradients.
+enum class ActivationCheckpointing : uint8_t { kNone = 0, kFull = 1, kSelective = 2 };
+const char* ActivationCheckpointingName(
+    ActivationCheckpointing mode);  // "none", "full", "selective"
+// "none" | "full" | "selective", or "true" (full) / "false" (none).
+absl::StatusOr<ActivationCheckpointing> ParseActivationCheckpointing(const std::string& name);
+
 // A micro-batch on the device.
 struct ModelInput {
   at::Tensor tokens;         // [B, T] int64
@@ -92,12 +110,18 @@ class LlamaModel {
   // max_position_embeddings.
   at::Tensor LossSum(ParamEngine& engine, const ModelInput& input);
 
-  // Recompute each decoder layer's activations in backward instead of keeping them: the
-  // forward keeps only each layer's input; backward acquires the layer's parameters again,
+  // Recompute decoder layers' activations in backward instead of keeping them (see
+  // ActivationCheckpointing): the forward keeps each layer's input (and, selective, its
+  // projections' outputs); backward tells the engine which layer comes next (so its
+  // gather starts before this layer recomputes), acquires the layer's parameters again,
   // re-runs it with autograd and back-propagates through it (PyTorch's reentrant
-  // checkpoint). Same results, a fraction of the activation memory, one extra forward.
-  void set_activation_checkpointing(bool on) { checkpointing_ = on; }
-  bool activation_checkpointing() const { return checkpointing_; }
+  // checkpoint). Same results, a fraction of the activation memory; full costs one extra
+  // forward, selective the elementwise part of one.
+  void set_activation_checkpointing(ActivationCheckpointing mode) { checkpointing_ = mode; }
+  void set_activation_checkpointing(bool on) {
+    checkpointing_ = on ? ActivationCheckpointing::kFull : ActivationCheckpointing::kNone;
+  }
+  ActivationCheckpointing activation_checkpointing() const { return checkpointing_; }
 
   // At most this many target positions' logits ([positions, V] fp32) exist at once: the
   // loss over more positions is computed in chunks, each recomputed in backward (the
@@ -112,6 +136,7 @@ class LlamaModel {
  private:
   friend class CheckpointedLayer;
   friend class ChunkedCrossEntropy;
+  struct KeptProjections;
   at::Tensor DecoderLayer(const std::vector<at::Tensor>& p, const at::Tensor& x,
                           const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& mask);
   at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight) const;
@@ -136,8 +161,11 @@ class LlamaModel {
   bool onednn_gemm_;
   at::Tensor cos_;  // [max_pos, head_dim] fp32
   at::Tensor sin_;  // [max_pos, head_dim] fp32
-  bool checkpointing_ = false;
-  int64_t loss_chunk_ = 1024;                      // see set_loss_chunk_positions
+  ActivationCheckpointing checkpointing_ = ActivationCheckpointing::kNone;
+  int64_t loss_chunk_ = 1024;  // see set_loss_chunk_positions
+  // Set while a checkpointed layer records (forward) or replays (backward recompute) its
+  // projections' outputs; null otherwise.
+  KeptProjections* kept_ = nullptr;
   LoraOptions lora_;                               // !enabled: no adapters
   std::array<int, kLoraModules> lora_index_{};     // LoraIndex per module
   bool training_ = true;

@@ -223,8 +223,13 @@ bool ShardedEngine::ReshardsAfterForward() const {
          options_.strategy == ShardingStrategy::kHybridShard;
 }
 
+void ShardedEngine::Trace(const char* what, int unit) {
+  if (options_.record_trace) trace_.push_back(absl::StrCat(what, " ", unit));
+}
+
 void ShardedEngine::IssueGather(Gathered& g) {
   at::NoGradGuard no_grad;
+  Trace("gather", g.unit);
   const bool one = shard_comm_->size() == 1;
   if (spans_[g.unit].padded > 0) {
     at::Tensor src = masters_[g.unit].detach();
@@ -233,7 +238,7 @@ void ShardedEngine::IssueGather(Gathered& g) {
       g.buffer.copy_(src);
     } else {
       g.send = src;
-      g.work = shard_comm_->AllGather(g.buffer, g.send);
+      g.work = gather_comm()->AllGather(g.buffer, g.send);
     }
   }
   if (frozen_spans_[g.unit].padded > 0) {
@@ -241,7 +246,7 @@ void ShardedEngine::IssueGather(Gathered& g) {
     if (one) {
       g.frozen_buffer.copy_(frozen_[g.unit]);
     } else {
-      g.frozen_work = shard_comm_->AllGather(g.frozen_buffer, frozen_[g.unit]);
+      g.frozen_work = gather_comm()->AllGather(g.frozen_buffer, frozen_[g.unit]);
     }
   }
 }
@@ -289,8 +294,16 @@ void ShardedEngine::Free(Gathered& g) {
   g.freed = true;
 }
 
+void ShardedEngine::PrefetchAhead(int unit) {
+  if (unit < 0 || unit >= static_cast<int>(layout_.size()) || prefetched_[unit]) return;
+  prefetched_[unit] = StartGather(unit);
+}
+
 void ShardedEngine::Prefetch(int unit) {
   if (unit < 0 || unit >= static_cast<int>(layout_.size()) || prefetched_[unit]) return;
+  const auto ahead = std::count_if(prefetched_.begin(), prefetched_.end(),
+                                   [](const auto& g) { return g != nullptr; });
+  if (ahead >= options_.max_inflight_all_gathers) return;
   prefetched_[unit] = StartGather(unit);
 }
 
@@ -311,6 +324,7 @@ void ShardedEngine::EndPass() {
 
 std::vector<at::Tensor> ShardedEngine::Acquire(int unit, at::Tensor* input) {
   TORCH_CHECK(unit >= 0 && unit < static_cast<int>(layout_.size()), "Acquire: bad unit ", unit);
+  Trace("acquire", unit);
   const bool grad = at::GradMode::is_enabled();
   // A forward always starts with the embedding while nothing is held (the tied output
   // projection acquires it again while the head is held).
@@ -333,7 +347,7 @@ std::vector<at::Tensor> ShardedEngine::Acquire(int unit, at::Tensor* input) {
   // Forward prefetch: the next units in forward order, when the forward is moving on.
   if (unit > max_unit_in_pass_) {
     max_unit_in_pass_ = unit;
-    for (int k = 1; k < options_.max_inflight_all_gathers; ++k) Prefetch(unit + k);
+    for (int k = 1; k < options_.max_inflight_all_gathers; ++k) PrefetchAhead(unit + k);
   }
 
   at::Tensor flat = pass_.back()->buffer;
@@ -410,6 +424,7 @@ void ShardedEngine::LaunchReduce(int unit, at::Tensor grad) {
     full = accum_[unit].add_(grad);
     accum_[unit] = at::Tensor();
   }
+  Trace("reduce", unit);
   PendingReduce p;
   p.unit = unit;
   p.in = full.to(options_.reduce_dtype).contiguous();

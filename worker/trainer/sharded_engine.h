@@ -35,6 +35,17 @@
 // Freed units keep their storage object with zero bytes (as FSDP does), so tensors that
 // autograd saved for backward see the re-gathered values.
 //
+// Under activation checkpointing (model.h) a layer's forward runs without autograd, so
+// its gathered copy is freed at Release under every strategy, and backward re-acquires
+// it to recompute. Before that recompute the model calls Prefetch for the layer and the
+// one before it (FSDP2's backward prefetch): the gather of layer j-1 is issued before
+// layer j recomputes, bounded by max_inflight_all_gathers units gathered ahead. On NCCL
+// the all-gathers run on a communicator of their own (gather_comm()), so a gather is
+// never queued behind a reduce-scatter on the shard group's stream. On Gloo both stay on
+// the shard group: ProcessGroupGloo runs queued collectives on its worker threads (2 by
+// default) in issue order, so a gather waits only while both threads are busy with
+// earlier work.
+//
 // Frozen tensors (layout.h's `frozen`, LoRA's base weights) form a second flat per unit,
 // sharded the same way but held in the compute dtype: no master, no gradient, no AdamW
 // state, never reduced. Acquire gathers both flats; the autograd node then takes the
@@ -99,6 +110,7 @@ struct ShardingOptions {
   int loss_scale_growth_interval = 2000;  // fp16 only: clean steps before the scale doubles
   at::Device device{at::kCPU};         // where shards and gathered units live
   int tensor_parallel = 1;             // ranks per tensor-parallel group (see the file comment)
+  bool record_trace = false;           // tests: keep the event log trace() returns
 };
 
 // Fills `out` (fp32, CPU, [end - begin]) with elements [begin, end) of one of unit
@@ -151,6 +163,9 @@ class ShardedEngine : public ParamEngine {
   int world_size() const override { return world_size_; }
   std::vector<at::Tensor> Acquire(int unit, at::Tensor* input = nullptr) override;
   void Release(int unit) override;
+  // Starts gathering `unit` unless it is already gathered ahead or max_inflight_all_gathers
+  // units are (activation checkpointing's backward prefetch: see the file comment).
+  void Prefetch(int unit) override;
   void ZeroGrad() override;
   absl::Status ReduceGradients() override;
   at::Tensor ClipGradNormOnDevice(double max_norm) override;
@@ -201,6 +216,13 @@ class ShardedEngine : public ParamEngine {
   // The most bytes that gradient reductions in flight (unsharded inputs, their outputs and
   // Gloo's receive buffers) have held at once since the engine was created.
   int64_t peak_reduce_bytes() const { return peak_reduce_bytes_; }
+  // With options().record_trace: what the engine did, in order, one entry per event:
+  // "gather U" (an all-gather of unit U issued), "acquire U", "reduce U" (a gradient
+  // reduction launched). Empty otherwise.
+  const std::vector<std::string>& trace() const { return trace_; }
+  // The group all-gathers run on: the shard group, or on NCCL a second communicator over
+  // the same ranks, so gathers never queue behind reduce-scatters on one stream.
+  Comm* gather_comm() const { return gather_comm_ != nullptr ? gather_comm_ : shard_comm_; }
 
  private:
   struct Gathered;
@@ -216,7 +238,8 @@ class ShardedEngine : public ParamEngine {
   void Regather(Gathered& g);  // re-allocates freed storage and issues the all-gather
   void WaitGathered(Gathered& g);
   void Free(Gathered& g);
-  void Prefetch(int unit);
+  void PrefetchAhead(int unit);
+  void Trace(const char* what, int unit);
   void PostBackward(int instance, const at::Tensor& grad);
   void LaunchReduce(int unit, at::Tensor full_grad);
   void EndPass();
@@ -268,6 +291,8 @@ class ShardedEngine : public ParamEngine {
   int max_unit_in_pass_ = -1;
   std::vector<std::unique_ptr<Comm>> owned_comms_;  // groups made by CreateWithContext
   Comm* tp_comm_ = nullptr;                          // tensor-parallel group, or none
+  Comm* gather_comm_ = nullptr;                      // see gather_comm(); null: shard_comm_
+  std::vector<std::string> trace_;                   // see trace()
   // [unit]: (first, count) of the replicated trainable elements inside this rank's shard.
   std::vector<std::vector<std::pair<int64_t, int64_t>>> replicated_;
 

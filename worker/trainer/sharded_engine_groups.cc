@@ -81,10 +81,12 @@ absl::StatusOr<std::unique_ptr<ShardedEngine>> ShardedEngine::CreateWithContext(
   }
   Comm* shard = nullptr;
   Comm* replica = nullptr;
+  std::vector<std::vector<int>> shard_groups;  // over data-parallel indices; empty: NO_SHARD
   switch (o.strategy) {
     case ShardingStrategy::kFullShard:
     case ShardingStrategy::kShardGradOp: {
-      LF_ASSIGN_OR_RETURN(shard, group(ShardGroups(dp, dp), "dp"));
+      shard_groups = ShardGroups(dp, dp);
+      LF_ASSIGN_OR_RETURN(shard, group(shard_groups, "dp"));
       break;
     }
     case ShardingStrategy::kNoShard: {
@@ -103,13 +105,23 @@ absl::StatusOr<std::unique_ptr<ShardedEngine>> ShardedEngine::CreateWithContext(
         return absl::InvalidArgumentError(absl::StrCat("parallelism.tensor_parallel (", t, ")",
                                                        " must divide HYBRID_SHARD's node group of ", g, " ranks"));
       }
-      LF_ASSIGN_OR_RETURN(shard, group(ShardGroups(dp, g / t), "shard"));
+      shard_groups = ShardGroups(dp, g / t);
+      LF_ASSIGN_OR_RETURN(shard, group(shard_groups, "shard"));
       LF_ASSIGN_OR_RETURN(replica, group(ReplicaGroups(dp, g / t), "replica"));
       break;
     }
   }
+  // NCCL runs a communicator's collectives in issue order on one stream: all-gathers get a
+  // communicator of their own over the same ranks (see gather_comm()). Gloo shares one.
+  Comm* gather = nullptr;
+  if (ctx.world().backend() == "nccl" && shard != nullptr && shard->size() > 1) {
+    LF_ASSIGN_OR_RETURN(std::unique_ptr<Comm> c, ctx.NewGroup(expand(shard_groups), "gather"));
+    gather = c.get();
+    owned.push_back(std::move(c));
+  }
   LF_ASSIGN_OR_RETURN(std::unique_ptr<ShardedEngine> e, Create(std::move(layout), o, &ctx.world(), shard, replica,
                                                                 ctx.rank(), w, source, frozen_source));
+  e->gather_comm_ = gather;
   e->owned_comms_ = std::move(owned);
   e->tp_comm_ = tp_comm;
   if (tp_comm != nullptr) {

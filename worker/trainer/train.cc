@@ -162,7 +162,17 @@ sched::MemoryEstimate EstimateForRun(const LlamaConfig& config, const TrainOptio
   in.tensor_parallel = opt.tensor_parallel;
   in.compute_bytes = static_cast<int>(c10::elementSize(sh.compute_dtype));
   in.reduce_bytes = static_cast<int>(c10::elementSize(sh.reduce_dtype));
-  in.activation_checkpointing = opt.activation_checkpointing;
+  switch (opt.activation_checkpointing) {
+    case ActivationCheckpointing::kNone:
+      in.activation_checkpointing = sched::Checkpointing::kNone;
+      break;
+    case ActivationCheckpointing::kFull:
+      in.activation_checkpointing = sched::Checkpointing::kFull;
+      break;
+    case ActivationCheckpointing::kSelective:
+      in.activation_checkpointing = sched::Checkpointing::kSelective;
+      break;
+  }
   in.micro_batch = opt.micro_batch;
   in.seq_len = seq_len;
   in.grad_accum = grad_accum;

@@ -107,7 +107,8 @@ struct TrainOptions {
   // Tensor parallelism (the JobSpec's parallelism block; model.h): ranks per tensor-parallel
   // group, consecutive local ranks. The data-parallel world is WORLD_SIZE / tensor_parallel.
   int tensor_parallel = 1;
-  bool activation_checkpointing = false;  // recompute decoder layers in backward
+  // What decoder layers keep for backward (model.h): none | full | selective.
+  ActivationCheckpointing activation_checkpointing = ActivationCheckpointing::kNone;
   std::string resume;                   // "" | "latest" (newest in checkpoint_dir) | a step-N dir
   // The job's recorded checkpoints, newest first (the agent's --resume-candidates). When
   // non-empty it replaces `resume`: the newest that verifies on every rank is used, older

@@ -122,10 +122,38 @@ class _Merger:
                 self.repeated(item, field_path, field, msg)
             elif field.message_type is not None:
                 self.message(item, field_path, getattr(msg, field.name))
-            else:
+            elif not self.switch_with_mode(item, field_path, field, msg):
                 ok, v = self.scalar(item, field_path, field)
                 if ok:
                     setattr(msg, field.name, v)
+
+    def switch_with_mode(self, value, path, field, msg) -> bool:
+        """A bool switch with an enum companion `<switch>_mode` (fsdp.activation_checkpointing)
+        also takes the companion's value names, with or without their prefix ("selective" for
+        AC_SELECTIVE), as the coordinator's reader does: the companion is set and the switch
+        becomes false for a name ending in NONE, true otherwise; true/false clear the
+        companion. False when `field` has no companion."""
+        mode = msg.DESCRIPTOR.fields_by_name.get(field.name + "_mode")
+        if field.cpp_type != _FD.CPPTYPE_BOOL or mode is None or mode.cpp_type != _FD.CPPTYPE_ENUM:
+            return False
+        text = str(value).lower() if isinstance(value, (str, bool)) else None
+        if text in ("true", "false"):
+            setattr(msg, field.name, text == "true")
+            msg.ClearField(mode.name)
+            return True
+        allowed = ["true", "false"]
+        for v in mode.enum_type.values:
+            if v.number == 0:
+                continue
+            name = v.name.lower()
+            short = name.rsplit("_", 1)[-1]
+            allowed.append(short)
+            if text in (name, short):
+                setattr(msg, mode.name, v.number)
+                setattr(msg, field.name, not name.endswith("none"))
+                return True
+        self.problem(path, "expected %s, got '%s'" % (", ".join(allowed), value))
+        return True
 
     def map(self, value, path, field, msg):
         if not isinstance(value, Mapping):
