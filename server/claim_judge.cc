@@ -30,16 +30,6 @@ std::optional<uid_t> TrainersUid() {
   return uid;
 }
 
-// "uid 1001 (alice)", or "uid 1001" where this host does not know it.
-std::string UidName(uid_t uid) {
-  struct passwd pw;
-  struct passwd* found = nullptr;
-  char buf[4096];
-  if (::getpwuid_r(uid, &pw, buf, sizeof(buf), &found) == 0 && found != nullptr) {
-    return absl::StrCat("uid ", uid, " (", found->pw_name, ")");
-  }
-  return absl::StrCat("uid ", uid);
-}
 
 }  // namespace
 

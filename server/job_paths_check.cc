@@ -41,19 +41,10 @@ std::optional<passwd> LookupUser(const char* name, std::string* buf) {
   return pw;
 }
 
-std::string OwnerName(uid_t uid) {
-  struct passwd pw;
-  struct passwd* found = nullptr;
-  char buf[4096];
-  if (::getpwuid_r(uid, &pw, buf, sizeof(buf), &found) == 0 && found != nullptr) {
-    return absl::StrCat("uid ", uid, " (", found->pw_name, ")");
-  }
-  return absl::StrCat("uid ", uid);
-}
 
 // "uid 0 (root)'s, mode 0755"
 std::string Found(const struct stat& st) {
-  return absl::StrFormat("%s's, mode %04o", OwnerName(st.st_uid), st.st_mode & 07777);
+  return absl::StrFormat("%s's, mode %04o", UidName(st.st_uid), st.st_mode & 07777);
 }
 
 bool Allows(const struct stat& st, const JobRunAs& who, mode_t want) {
@@ -373,7 +364,7 @@ std::vector<JobRunAs> JobRunIdentities(const UserIdentities* identities, const s
       std::vector<gid_t> groups(static_cast<size_t>(n));
       if (::getgroups(n, groups.data()) == n) who.groups = std::move(groups);
     }
-    who.shown = OwnerName(self);
+    who.shown = UidName(self);
     out.push_back(std::move(who));
   }
   return out;

@@ -12,6 +12,16 @@
 
 namespace llamafleet {
 
+std::string UidName(uid_t uid) {
+  struct passwd pw;
+  struct passwd* found = nullptr;
+  char buf[4096];
+  if (::getpwuid_r(uid, &pw, buf, sizeof(buf), &found) == 0 && found != nullptr) {
+    return absl::StrCat("uid ", uid, " (", found->pw_name, ")");
+  }
+  return absl::StrCat("uid ", uid);
+}
+
 absl::StatusOr<std::unique_ptr<UserIdentities>> UserIdentities::Load(JobStore* store,
                                                                      IdentityConfig config) {
   if (absl::Status s = ValidateIdentityConfig(config); !s.ok()) return s;

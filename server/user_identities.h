@@ -14,6 +14,8 @@
 // Thread-safe. Ensure may write (a user's first submission); Find never blocks on the
 // database, for the cluster loop.
 
+#include <sys/types.h>
+
 #include <functional>
 #include <map>
 #include <memory>
@@ -28,6 +30,10 @@
 #include "server/identity_config.h"
 
 namespace llamafleet {
+
+// How messages name a uid: "uid 1001 (alice)", or "uid 1001" where this host does not know
+// it (its user database, getpwuid_r).
+std::string UidName(uid_t uid);
 
 class JobStore;
 
