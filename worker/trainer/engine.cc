@@ -93,8 +93,9 @@ void AdamW::Foreach(const std::vector<at::Tensor>& p, const std::vector<at::Tens
 
 namespace {
 // The update of one contiguous fp32 CPU tensor in one pass, in the order of PerTensor's
-// ATen ops (each intermediate rounded to fp32 as they round it).
-void FusedAdamWCpu(const at::Tensor& param, const at::Tensor& grad, const at::Tensor& exp_avg,
+// ATen ops (each intermediate rounded to fp32 as they round it). Where LibTorch has
+// _fused_adamw_ that runs instead.
+[[maybe_unused]] void FusedAdamWCpu(const at::Tensor& param, const at::Tensor& grad, const at::Tensor& exp_avg,
                    const at::Tensor& exp_avg_sq, float decay, float b1, float b2, float step_size,
                    float bias2_sqrt, float eps) {
   float* p = param.data_ptr<float>();
