@@ -269,12 +269,10 @@ at::Tensor LlamaModel::DecoderLayer(const std::vector<at::Tensor>& p, const at::
 
   at::Tensor attn;  // [B, H, T, d]
   // HF repeat_kv: kv head j serves query heads j*G .. j*G+G-1.
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 5)
-  // SDPA maps the query heads to their kv head itself: k and v are never repeated.
-  attn =
-      at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true, /*scale=*/c10::nullopt,
-                                       /*enable_gqa=*/G > 1);
-#elif TORCH_VERSION_MAJOR >= 2
+#if TORCH_VERSION_MAJOR >= 2
+  // (SDPA's enable_gqa, LibTorch >= 2.5, would spare the copy, but on 2.6's CPU its kernel
+  // moved one weight of the reference test by 1.3e-5 relative, past the 1e-5 the
+  // equivalence tests hold: not used until that is understood.)
   if (G > 1) {
     // A [B, KV, G, T, d] view with stride 0 over G; SDPA wants a head dimension with one
     // stride, so the reshape materialises it (as repeat_interleave would).
