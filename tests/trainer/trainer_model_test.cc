@@ -12,6 +12,7 @@
 #include <fstream>
 #include <functional>
 
+#include "absl/strings/match.h"
 #include "engine.h"
 #include "hf_io.h"
 #include "host_sync.h"
@@ -304,6 +305,24 @@ TEST(Init, SeededPerTensor) {
   EXPECT_FALSE(at::equal(a[1].flatten().narrow(0, 0, 100), a[2].flatten().narrow(0, 0, 100)));
   EXPECT_TRUE(at::equal(a[0], at::ones({32})));
   EXPECT_NEAR(a[6].std().item<double>(), 0.02, 0.003);
+}
+
+// A rank draws only its own shard: any slice of a tensor equals that slice of the whole,
+// across the generator's block boundaries, for normal, uniform (LoRA A) and constant inits.
+TEST(Init, ASliceIsTheSameSliceOfTheWhole) {
+  const std::vector<int64_t> shape = {300, 1000};  // 300,000 elements: five blocks
+  for (const std::string name : {"model.layers.0.mlp.up_proj.weight", "model.layers.0.mlp.up_proj.lora_A.weight",
+                                 "model.layers.0.self_attn.q_proj.bias"}) {
+    const std::vector<int64_t> s = absl::EndsWith(name, ".bias") ? std::vector<int64_t>{1000} : shape;
+    const int64_t n = s.size() == 1 ? s[0] : s[0] * s[1];
+    const at::Tensor whole = InitFlatSlice(name, s, 7, 0, n);
+    for (auto [lo, hi] : std::vector<std::pair<int64_t, int64_t>>{
+             {0, 1}, {65535, 65537}, {1000, 200000}, {n - 3, n}, {131072, 196608}}) {
+      if (hi > n) continue;
+      EXPECT_TRUE(at::equal(InitFlatSlice(name, s, 7, lo, hi), whole.narrow(0, lo, hi - lo))) << name << " " << lo;
+    }
+  }
+  EXPECT_TRUE(at::equal(InitFlatSlice("x.q_proj.bias", {8}, 7, 0, 8), at::zeros({8})));
 }
 
 // ---------------------------------------------------------------- HF directories

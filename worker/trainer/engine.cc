@@ -95,9 +95,10 @@ namespace {
 // The update of one contiguous fp32 CPU tensor in one pass, in the order of PerTensor's
 // ATen ops (each intermediate rounded to fp32 as they round it). Where LibTorch has
 // _fused_adamw_ that runs instead.
-[[maybe_unused]] void FusedAdamWCpu(const at::Tensor& param, const at::Tensor& grad, const at::Tensor& exp_avg,
-                   const at::Tensor& exp_avg_sq, float decay, float b1, float b2, float step_size,
-                   float bias2_sqrt, float eps) {
+[[maybe_unused]] void FusedAdamWCpu(const at::Tensor& param, const at::Tensor& grad,
+                                    const at::Tensor& exp_avg, const at::Tensor& exp_avg_sq,
+                                    float decay, float b1, float b2, float step_size,
+                                    float bias2_sqrt, float eps) {
   float* p = param.data_ptr<float>();
   const float* g = grad.data_ptr<float>();
   float* m = exp_avg.data_ptr<float>();
@@ -239,26 +240,61 @@ int64_t LocalEngine::PersistentBytes() const {
   return bytes;
 }
 
+namespace {
+
+uint64_t SplitMix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+// Elements drawn from one generator: a slice draws whole blocks, so a value depends on its
+// block and not on the slice that asked for it.
+constexpr int64_t kInitBlock = int64_t{1} << 16;
+
+}  // namespace
+
+at::Tensor InitFlatSlice(const std::string& name, const std::vector<int64_t>& shape, uint64_t seed,
+                         int64_t begin, int64_t end) {
+  at::Tensor out = at::empty({end - begin}, at::kFloat);
+  if (end <= begin) return out;
+  if (shape.size() == 1) {
+    // RMSNorm weights start at one, attention biases at zero (as transformers does).
+    return out.fill_(absl::EndsWith(name, ".bias") ? 0.0 : 1.0);
+  }
+  if (absl::EndsWith(name, ".lora_B.weight"))
+    return out.zero_();                         // the adapter starts as the identity
+  uint64_t name_hash = 1469598103934665603ull;  // FNV-1a: portable, unlike std::hash
+  for (unsigned char ch : name) name_hash = (name_hash ^ ch) * 1099511628211ull;
+  int64_t numel = 1;
+  for (int64_t d : shape) numel *= d;
+  // PEFT initialises lora_A with kaiming_uniform_(a = sqrt(5)) = U(-1/sqrt(fan_in),
+  // 1/sqrt(fan_in)).
+  const bool lora_a = absl::EndsWith(name, ".lora_A.weight");
+  const double bound = lora_a ? 1.0 / std::sqrt(static_cast<double>(shape[1])) : 0.0;
+  at::Tensor block = at::empty({kInitBlock}, at::kFloat);
+  for (int64_t b = begin / kInitBlock; b * kInitBlock < end; ++b) {
+    const int64_t b0 = b * kInitBlock, n = std::min(kInitBlock, numel - b0);
+    at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(
+        SplitMix64((seed * 1000003ull ^ name_hash) + SplitMix64(b)));
+    at::Tensor values = block.narrow(0, 0, n);
+    if (lora_a) {
+      values.uniform_(-bound, bound, gen);
+    } else {
+      values.normal_(0.0, 0.02, gen);
+    }
+    const int64_t lo = std::max(begin, b0), hi = std::min(end, b0 + n);
+    out.narrow(0, lo - begin, hi - lo).copy_(values.narrow(0, lo - b0, hi - lo));
+  }
+  return out;
+}
+
 std::vector<at::Tensor> InitUnit(const UnitLayout& unit, uint64_t seed) {
   std::vector<at::Tensor> out;
   for (size_t i = 0; i < unit.param_names.size(); ++i) {
-    const std::string& name = unit.param_names[i];
-    at::Tensor t = at::empty(unit.shapes[i], at::kFloat);
-    uint64_t name_hash = 1469598103934665603ull;  // FNV-1a: portable, unlike std::hash
-    for (unsigned char ch : name) name_hash = (name_hash ^ ch) * 1099511628211ull;
-    at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed * 1000003ull ^ name_hash);
-    if (unit.shapes[i].size() == 1) {
-      t.fill_(1.0);  // RMSNorm weights
-    } else if (absl::EndsWith(name, ".lora_B.weight")) {
-      t.zero_();  // LoRA: the adapter starts as the identity (lora.h)
-    } else if (absl::EndsWith(name, ".lora_A.weight")) {
-      // PEFT: kaiming_uniform_(a = sqrt(5)) = U(-1/sqrt(fan_in), 1/sqrt(fan_in)).
-      const double bound = 1.0 / std::sqrt(static_cast<double>(unit.shapes[i][1]));
-      t.uniform_(-bound, bound, gen);
-    } else {
-      t.normal_(0.0, 0.02, gen);
-    }
-    out.push_back(t);
+    out.push_back(InitFlatSlice(unit.param_names[i], unit.shapes[i], seed, 0, unit.numel(i))
+                      .view(unit.shapes[i]));
   }
   return out;
 }

@@ -132,8 +132,8 @@ class ParamEngine {
   virtual int data_parallel_size() const { return world_size(); }
 
   // Unit `unit`'s full fp32 parameters on the CPU, unsplit by tensor parallelism (a
-  // collective in sharded engines: every rank must call it, in the same order). Used by export. Without `with_frozen` an
-  // engine may leave frozen tensors undefined (and skip gathering them).
+  // collective in sharded engines: every rank must call it, in the same order). Used by export.
+  // Without `with_frozen` an engine may leave frozen tensors undefined (and skip gathering them).
   virtual std::vector<at::Tensor> FullUnit(int unit, bool with_frozen = true) = 0;
 };
 
@@ -173,9 +173,13 @@ class LocalEngine : public ParamEngine {
 };
 
 // Seeded HF-style init (normal(0, 0.02) for projections and embeddings, ones for norm
-// weights) of one unit, fp32 on the CPU. Each tensor draws from its own generator seeded
-// by (seed, tensor name), so any subset of units can be initialised independently and
-// identically on any rank.
+// weights, zeros for biases and LoRA's B, PEFT's uniform for LoRA's A), fp32 on the CPU.
+// Element i of a tensor depends only on (seed, tensor name, i): a rank draws only the
+// slice [begin, end) of the flattened tensor it holds, and every world size, tensor-parallel
+// degree and LocalEngine sees the same weights.
+at::Tensor InitFlatSlice(const std::string& name, const std::vector<int64_t>& shape, uint64_t seed,
+                         int64_t begin, int64_t end);
+// InitFlatSlice over every tensor of a unit, whole and shaped.
 std::vector<at::Tensor> InitUnit(const UnitLayout& unit, uint64_t seed);
 
 }  // namespace llamafleet::trainer
