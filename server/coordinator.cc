@@ -17,6 +17,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "common/random_hex.h"
+#include "common/status_macros.h"
 #include "server/auth.h"
 #include "server/auth_failures.h"
 #include "server/cluster/checkpoint_retention.h"
@@ -112,9 +113,9 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinato
   c->lock_fd_ = *lock;
   // Before anything starts: a port another process holds is one line, not a listener
   // that fails (or shares the port) once the rest is running.
-  if (absl::Status s = CheckCanListen(options.listen, "--listen"); !s.ok()) return s;
+  LF_RETURN_IF_ERROR(CheckCanListen(options.listen, "--listen"));
   if (!options.http_listen.empty()) {
-    if (absl::Status s = CheckCanListen(options.http_listen, "--http-listen"); !s.ok()) return s;
+    LF_RETURN_IF_ERROR(CheckCanListen(options.http_listen, "--http-listen"));
   }
 
   JobStoreOptions store_options;
@@ -167,7 +168,7 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(const Coordinato
   } else {
     spdlog::info("path roots: {}", absl::StrJoin(policy.path_roots, ", "));
     bool unchecked = false;
-    if (absl::Status s = PrepareReservedDir(policy.path_roots[0], &unchecked); !s.ok()) return s;
+    LF_RETURN_IF_ERROR(PrepareReservedDir(policy.path_roots[0], &unchecked));
     if (unchecked) {
       spdlog::warn("path root {} is not there or not writable here: {}/llamafleet is left to the workers to make",
                    policy.path_roots[0], policy.path_roots[0]);

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/status_macros.h"
 #include "jobspec/dependencies.h"
 #include "jobspec/jobspec.h"
 #include "jobspec/sweep.h"
@@ -243,8 +244,8 @@ absl::Status JobServiceImpl::ResolveDependencies(const Principal& caller,
     if (!job.ok()) return job.status();
     return ParentJob{job->owner(), job->spec().name(), job->spec().output().export_dir()};
   };
-  absl::Status s = ResolveBatchDependencies(batch, caller.user, caller.role == v1::ADMIN, lookup);
-  if (!s.ok()) return s;
+  LF_RETURN_IF_ERROR(
+      ResolveBatchDependencies(batch, caller.user, caller.role == v1::ADMIN, lookup));
   for (size_t i = 0; i < inputs->size(); ++i) (*inputs)[i].batch_parents = std::move(batch[i].batch_parents);
   return absl::OkStatus();
 }
