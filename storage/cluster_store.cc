@@ -1,6 +1,4 @@
 #include "storage/cluster_store.h"
-#include "storage/deleted_job_dirs.h"
-#include "storage/txn_helpers.h"
 
 #include <algorithm>
 
@@ -9,8 +7,10 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "google/protobuf/util/time_util.h"
 #include "common/status_macros.h"
+#include "google/protobuf/util/time_util.h"
+#include "storage/deleted_job_dirs.h"
+#include "storage/txn_helpers.h"
 
 namespace llamafleet {
 namespace {
@@ -23,6 +23,34 @@ using storage_internal::RequireJob;
 absl::Status MarkFinished(Txn& txn, int64_t job_id) {
   return Exec(txn, "UPDATE jobs SET finish_us = ?2 WHERE id = ?1",
               [&](sqlite::Statement& s) { s.Bind(1, job_id).Bind(2, txn.NowMicros()); });
+}
+
+// The job's part of an attempt's end (its columns, then its moves), as planned.
+absl::Status ApplyJobPlan(Txn& txn, int64_t job_id, const AttemptEndPlan& plan, v1::Job* job) {
+  const int64_t now = txn.NowMicros();
+  if (plan.mark_finished) LF_RETURN_IF_ERROR(MarkFinished(txn, job_id));
+  if (plan.record_preempted) {
+    LF_RETURN_IF_ERROR(Exec(txn, "UPDATE jobs SET last_preempted_us = ?2 WHERE id = ?1",
+                            [&](sqlite::Statement& st) { st.Bind(1, job_id).Bind(2, now); }));
+  }
+  if (plan.eligible_after.has_value()) {
+    LF_RETURN_IF_ERROR(
+        Exec(txn,
+             "UPDATE jobs SET restarts = restarts + ?2, eligible_us = ?3, excluded_workers = "
+             "CASE WHEN ?4 = '' THEN excluded_workers WHEN excluded_workers = '' THEN ?4 "
+             "ELSE excluded_workers || ',' || ?4 END WHERE id = ?1",
+             [&](sqlite::Statement& st) {
+               st.Bind(1, job_id).Bind(2, int64_t{plan.count_restart ? 1 : 0});
+               st.Bind(3, now + absl::ToInt64Microseconds(*plan.eligible_after));
+               st.Bind(4, plan.exclude_worker);
+             }));
+  }
+  for (const JobMove& move : plan.moves) {
+    std::optional<absl::string_view> status;
+    if (move.status_reason.has_value()) status = *move.status_reason;
+    LF_RETURN_IF_ERROR(txn.Transition(job, move.type, move.to, move.reason, status));
+  }
+  return absl::OkStatus();
 }
 
 v1::AttemptState AttemptStateProto(AttemptState state) {
@@ -46,16 +74,17 @@ TxnFunction StartAttemptTxn(AttemptRecord a, std::shared_ptr<double> queued_seco
           absl::StrCat("job ", a.job_id, " is ", v1::JobState_Name(job->state()), ", not QUEUED"));
     }
     const int64_t now = txn.NowMicros();
-    LF_RETURN_IF_ERROR(Exec(txn,
-                            "INSERT INTO attempts (job_id, attempt, state, start_us, master_addr, "
-                            "master_port, resume_from, nodes, resize_reason) "
-                            "VALUES (?1, ?2, 0, ?3, ?4, ?5, ?6, ?7, ?8)",
-                            [&](sqlite::Statement& st) {
-                              st.Bind(1, a.job_id).Bind(2, int64_t{a.attempt}).Bind(3, now);
-                              st.Bind(4, a.master_addr).Bind(5, int64_t{a.master_port});
-                              st.Bind(6, a.resume_from).Bind(7, static_cast<int64_t>(a.tasks.size()));
-                              st.Bind(8, a.resize_note);
-                            }));
+    LF_RETURN_IF_ERROR(
+        Exec(txn,
+             "INSERT INTO attempts (job_id, attempt, state, start_us, master_addr, "
+             "master_port, resume_from, nodes, resize_reason) "
+             "VALUES (?1, ?2, 0, ?3, ?4, ?5, ?6, ?7, ?8)",
+             [&](sqlite::Statement& st) {
+               st.Bind(1, a.job_id).Bind(2, int64_t{a.attempt}).Bind(3, now);
+               st.Bind(4, a.master_addr).Bind(5, int64_t{a.master_port});
+               st.Bind(6, a.resume_from).Bind(7, static_cast<int64_t>(a.tasks.size()));
+               st.Bind(8, a.resize_note);
+             }));
     // The "placed" phase: how long the job waited since it last became QUEUED (submitted,
     // or requeued by the attempt before).
     absl::StatusOr<sqlite::Statement*> queued = txn.Statement(
@@ -68,32 +97,36 @@ TxnFunction StartAttemptTxn(AttemptRecord a, std::shared_ptr<double> queued_seco
     (*queued)->Reset();
     const double waited = queued_us > 0 && queued_us < now ? static_cast<double>(now - queued_us) / 1e6 : 0.0;
     if (queued_seconds != nullptr) *queued_seconds = waited;
-    LF_RETURN_IF_ERROR(Exec(txn,
-               "INSERT INTO attempt_phases (job_id, attempt, phase, time_us, seconds) VALUES (?1, ?2, 'placed', ?3, ?4)",
-               [&](sqlite::Statement& st) {
-                 st.Bind(1, a.job_id).Bind(2, int64_t{a.attempt}).Bind(3, now).BindDouble(4, waited);
-               }));
+    LF_RETURN_IF_ERROR(
+        Exec(txn,
+             "INSERT INTO attempt_phases (job_id, attempt, phase, time_us, seconds) VALUES (?1, "
+             "?2, 'placed', ?3, ?4)",
+             [&](sqlite::Statement& st) {
+               st.Bind(1, a.job_id).Bind(2, int64_t{a.attempt}).Bind(3, now).BindDouble(4, waited);
+             }));
     std::vector<std::string> placed, workers;
     for (const TaskRecord& t : a.tasks) {
-      LF_RETURN_IF_ERROR(Exec(txn,
-                 "INSERT INTO tasks (task_id, job_id, attempt, node_rank, worker, ranks, state) "
-                 "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-                 [&](sqlite::Statement& st) {
-                   st.Bind(1, t.task_id).Bind(2, a.job_id).Bind(3, int64_t{a.attempt});
-                   st.Bind(4, int64_t{t.node_rank}).Bind(5, t.worker).Bind(6, int64_t{t.ranks});
-                   st.Bind(7, static_cast<int64_t>(v1::TASK_STARTING));
-                 }));
+      LF_RETURN_IF_ERROR(
+          Exec(txn,
+               "INSERT INTO tasks (task_id, job_id, attempt, node_rank, worker, ranks, state) "
+               "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+               [&](sqlite::Statement& st) {
+                 st.Bind(1, t.task_id).Bind(2, a.job_id).Bind(3, int64_t{a.attempt});
+                 st.Bind(4, int64_t{t.node_rank}).Bind(5, t.worker).Bind(6, int64_t{t.ranks});
+                 st.Bind(7, static_cast<int64_t>(v1::TASK_STARTING));
+               }));
       placed.push_back(absl::StrCat(t.worker, " (node ", t.node_rank, ")"));
       workers.push_back(t.worker);
     }
-    LF_RETURN_IF_ERROR(Exec(txn,
-               "UPDATE jobs SET attempts = ?2, workers = ?3, "
-               "first_start_us = CASE WHEN first_start_us = 0 THEN ?4 ELSE first_start_us END "
-               "WHERE id = ?1",
-               [&](sqlite::Statement& st) {
-                 st.Bind(1, a.job_id).Bind(2, int64_t{a.attempt}).Bind(3, absl::StrJoin(workers, ","));
-                 st.Bind(4, now);
-               }));
+    LF_RETURN_IF_ERROR(Exec(
+        txn,
+        "UPDATE jobs SET attempts = ?2, workers = ?3, "
+        "first_start_us = CASE WHEN first_start_us = 0 THEN ?4 ELSE first_start_us END "
+        "WHERE id = ?1",
+        [&](sqlite::Statement& st) {
+          st.Bind(1, a.job_id).Bind(2, int64_t{a.attempt}).Bind(3, absl::StrJoin(workers, ","));
+          st.Bind(4, now);
+        }));
     std::string reason = absl::StrCat(a.resize_note.empty() ? "" : absl::StrCat(a.resize_note, "; "), "attempt ",
                                       a.attempt, " placed on ", absl::StrJoin(placed, ", "));
     if (!a.resume_from.empty()) absl::StrAppend(&reason, "; resuming from ", a.resume_from);
@@ -106,13 +139,14 @@ TxnFunction AttemptRunningTxn(int64_t job_id, int attempt) {
     absl::StatusOr<v1::Job> job = RequireJob(txn, job_id);
     if (!job.ok()) return job.status();
     if (job->state() != v1::SCHEDULED || job->attempts() != attempt) return absl::OkStatus();
-    LF_RETURN_IF_ERROR(Exec(txn,
-                            "INSERT OR IGNORE INTO attempt_phases (job_id, attempt, phase, time_us, seconds) "
-                            "SELECT job_id, attempt, 'trainers_started', ?3, MAX(0, ?3 - start_us) / 1e6 "
-                            "FROM attempts WHERE job_id = ?1 AND attempt = ?2",
-                            [&](sqlite::Statement& st) {
-                              st.Bind(1, job_id).Bind(2, int64_t{attempt}).Bind(3, txn.NowMicros());
-                            }));
+    LF_RETURN_IF_ERROR(
+        Exec(txn,
+             "INSERT OR IGNORE INTO attempt_phases (job_id, attempt, phase, time_us, seconds) "
+             "SELECT job_id, attempt, 'trainers_started', ?3, MAX(0, ?3 - start_us) / 1e6 "
+             "FROM attempts WHERE job_id = ?1 AND attempt = ?2",
+             [&](sqlite::Statement& st) {
+               st.Bind(1, job_id).Bind(2, int64_t{attempt}).Bind(3, txn.NowMicros());
+             }));
     return txn.Transition(&*job, "running", v1::RUNNING,
                           absl::StrCat("attempt ", attempt, ": every rank started"), "training");
   };
@@ -125,15 +159,16 @@ TxnFunction RecordStartupPhaseTxn(int64_t job_id, int attempt, v1::AttemptPhase 
     if (job->attempts() != attempt || (job->state() != v1::SCHEDULED && job->state() != v1::RUNNING)) {
       return absl::OkStatus();
     }
-    LF_RETURN_IF_ERROR(Exec(txn,
-                            "INSERT OR IGNORE INTO attempt_phases (job_id, attempt, phase, time_us, seconds, detail) "
-                            "VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-                            [&](sqlite::Statement& st) {
-                              st.Bind(1, job_id).Bind(2, int64_t{attempt}).Bind(3, phase.name());
-                              st.Bind(4, phase.has_time() ? TimeUtil::TimestampToMicroseconds(phase.time())
-                                                          : txn.NowMicros());
-                              st.BindDouble(5, phase.seconds()).Bind(6, phase.detail());
-                            }));
+    LF_RETURN_IF_ERROR(Exec(
+        txn,
+        "INSERT OR IGNORE INTO attempt_phases (job_id, attempt, phase, time_us, seconds, detail) "
+        "VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        [&](sqlite::Statement& st) {
+          st.Bind(1, job_id).Bind(2, int64_t{attempt}).Bind(3, phase.name());
+          st.Bind(4, phase.has_time() ? TimeUtil::TimestampToMicroseconds(phase.time())
+                                      : txn.NowMicros());
+          st.BindDouble(5, phase.seconds()).Bind(6, phase.detail());
+        }));
     if (txn.Changes() == 0) return absl::OkStatus();  // a repeat: the first report stands
     const std::string status = job->status_reason();
     return txn.Transition(&*job, "startup", job->state(), reason, status);
@@ -173,111 +208,23 @@ TxnFunction SetTaskStateTxn(const std::string& task_id, const v1::TaskStatus& st
 
 TxnFunction EndAttemptTxn(AttemptEnd end) {
   return [end = std::move(end)](Txn& txn) -> absl::Status {
-    const char* failure_class = "";
-    AttemptState state = AttemptState::kFailed;
-    switch (end.outcome) {
-      case AttemptOutcome::kSucceeded: state = AttemptState::kSucceeded; break;
-      case AttemptOutcome::kRetryable: failure_class = "retryable"; break;
-      case AttemptOutcome::kNodeFault: failure_class = "node_fault"; break;
-      case AttemptOutcome::kNodeDrained: failure_class = "node_fault"; break;
-      case AttemptOutcome::kPermanent: failure_class = "permanent"; break;
-      case AttemptOutcome::kDeadline: failure_class = "deadline"; break;
-      case AttemptOutcome::kPreempted: state = AttemptState::kStopped; failure_class = "preempted"; break;
-      case AttemptOutcome::kStopped: state = AttemptState::kStopped; break;
-      case AttemptOutcome::kResized: state = AttemptState::kStopped; break;
-    }
+    absl::StatusOr<v1::Job> job = RequireJob(txn, end.job_id);
+    if (!job.ok()) return job.status();
+    const AttemptEndPlan plan =
+        PlanAttemptEnd({end.attempt, end.outcome, end.reason, end.excluded_worker}, *job,
+                       job->spec().run_policy());
     absl::StatusOr<sqlite::Statement*> update = txn.Statement(
         "UPDATE attempts SET state = ?3, end_us = ?4, failure_class = ?5, reason = ?6 "
         "WHERE job_id = ?1 AND attempt = ?2 AND state = 0");
     if (!update.ok()) return update.status();
-    (*update)->Bind(1, end.job_id).Bind(2, int64_t{end.attempt}).Bind(3, static_cast<int64_t>(state));
-    (*update)->Bind(4, txn.NowMicros()).Bind(5, failure_class).Bind(6, end.reason);
+    (*update)->Bind(1, end.job_id).Bind(2, int64_t{end.attempt});
+    (*update)->Bind(3, static_cast<int64_t>(plan.attempt_state));
+    (*update)->Bind(4, txn.NowMicros()).Bind(5, plan.failure_class).Bind(6, end.reason);
     LF_RETURN_IF_ERROR((*update)->Run());
     if (txn.Changes() > 0) {  // its first end: what it used, recorded once
       LF_RETURN_IF_ERROR(RecordAttemptUsage(txn, end.job_id, end.attempt, end.pricing));
     }
-    // (Ending an attempt twice is harmless: the job moves only from the states below.)
-    absl::StatusOr<v1::Job> job = RequireJob(txn, end.job_id);
-    if (!job.ok()) return job.status();
-    if (IsTerminal(job->state()) || job->attempts() != end.attempt) return absl::OkStatus();
-    const v1::RunPolicy& policy = job->spec().run_policy();
-    const int64_t now = txn.NowMicros();
-    switch (end.outcome) {
-      case AttemptOutcome::kStopped:
-        return absl::OkStatus();
-      case AttemptOutcome::kSucceeded:
-        LF_RETURN_IF_ERROR(MarkFinished(txn, end.job_id));
-        return txn.Transition(&*job, "succeeded", v1::SUCCEEDED, end.reason);
-      case AttemptOutcome::kPermanent:
-      case AttemptOutcome::kDeadline:
-        LF_RETURN_IF_ERROR(MarkFinished(txn, end.job_id));
-        return txn.Transition(&*job, "failed", v1::FAILED, end.reason);
-      case AttemptOutcome::kResized:
-        if (job->state() != v1::RUNNING) return absl::OkStatus();
-        return txn.Transition(&*job, "requeued", v1::QUEUED,
-                              absl::StrCat(end.reason, "; requeued without using a restart"),
-                              "waiting to be placed on more nodes");
-      case AttemptOutcome::kPreempted: {
-        LF_RETURN_IF_ERROR(Exec(txn, "UPDATE jobs SET last_preempted_us = ?2 WHERE id = ?1",
-                                [&](sqlite::Statement& st) { st.Bind(1, end.job_id).Bind(2, now); }));
-        return txn.Transition(&*job, "requeued", v1::QUEUED,
-                              absl::StrCat("preempted: ", end.reason,
-                                           "; requeued without using a restart"),
-                              "waiting to be scheduled (preempted)");
-      }
-      case AttemptOutcome::kNodeDrained: {
-        // A hung node is named in excluded_worker: left out of the next placement, as for
-        // kNodeFault (a drained node is left out by its drain).
-        const std::string& excluded = end.excluded_worker;
-        LF_RETURN_IF_ERROR(Exec(
-              txn,
-              "UPDATE jobs SET eligible_us = ?2, excluded_workers = "
-              "CASE WHEN ?3 = '' THEN excluded_workers WHEN excluded_workers = '' THEN ?3 "
-              "ELSE excluded_workers || ',' || ?3 END WHERE id = ?1",
-              [&](sqlite::Statement& st) { st.Bind(1, end.job_id).Bind(2, now).Bind(3, excluded); }));
-        LF_RETURN_IF_ERROR(txn.Transition(&*job, "restarting", v1::RESTARTING, end.reason));
-        return txn.Transition(&*job, "requeued", v1::QUEUED,
-                              absl::StrCat(excluded.empty() ? "node drained" : "node fault",
-                                           ": requeued at once without using a restart (",
-                                           job->restarts(), " of ", policy.max_restarts(), " used)",
-                                           excluded.empty() ? "" : absl::StrCat("; excluding worker ", excluded),
-                                           "; resumes from the newest checkpoint"),
-                              "waiting to restart");
-      }
-      case AttemptOutcome::kRetryable:
-      case AttemptOutcome::kNodeFault: {
-        if (job->restarts() >= policy.max_restarts()) {
-          LF_RETURN_IF_ERROR(MarkFinished(txn, end.job_id));
-          return txn.Transition(&*job, "failed", v1::FAILED,
-                                absl::StrCat(end.reason, "; no restarts left (",
-                                             job->restarts(), " of ", policy.max_restarts(),
-                                             " used)"));
-        }
-        std::string excluded;
-        if (end.outcome == AttemptOutcome::kNodeFault && !end.excluded_worker.empty()) {
-          excluded = end.excluded_worker;
-        }
-        LF_RETURN_IF_ERROR(Exec(
-              txn,
-              "UPDATE jobs SET restarts = restarts + 1, eligible_us = ?2, excluded_workers = "
-              "CASE WHEN ?3 = '' THEN excluded_workers WHEN excluded_workers = '' THEN ?3 "
-              "ELSE excluded_workers || ',' || ?3 END WHERE id = ?1",
-              [&](sqlite::Statement& st) {
-                st.Bind(1, end.job_id);
-                st.Bind(2, now + policy.restart_backoff_seconds() * 1000000);
-                st.Bind(3, excluded);
-              }));
-        LF_RETURN_IF_ERROR(txn.Transition(&*job, "restarting", v1::RESTARTING, end.reason));
-        return txn.Transition(
-            &*job, "requeued", v1::QUEUED,
-            absl::StrCat("restart ", job->restarts() + 1, " of ", policy.max_restarts(), " after ",
-                         policy.restart_backoff_seconds(), "s backoff",
-                         excluded.empty() ? "" : absl::StrCat("; excluding worker ", excluded),
-                         "; resumes from the newest checkpoint"),
-            "waiting to restart");
-      }
-    }
-    return absl::OkStatus();
+    return ApplyJobPlan(txn, end.job_id, plan, &*job);
   };
 }
 
@@ -378,41 +325,41 @@ TxnFunction DeleteJobTxn(int64_t job_id) {
 absl::StatusOr<std::vector<AttemptRecord>> LoadActiveAttempts(JobStore& store) {
   std::vector<AttemptRecord> out;
   LF_RETURN_IF_ERROR(store.Read([&](sqlite::Connection& conn) -> absl::Status {
+    LF_RETURN_IF_ERROR(Query(
+        conn,
+        "SELECT job_id, attempt, start_us, master_addr, master_port, resume_from FROM attempts "
+        "WHERE state = 0 ORDER BY job_id",
+        [](sqlite::Statement&) {},
+        [&](sqlite::Statement& row) {
+          AttemptRecord a;
+          a.job_id = row.ColumnInt(0);
+          a.attempt = static_cast<int>(row.ColumnInt(1));
+          a.started = absl::FromUnixMicros(row.ColumnInt(2));
+          a.master_addr = row.ColumnText(3);
+          a.master_port = static_cast<int>(row.ColumnInt(4));
+          a.resume_from = row.ColumnText(5);
+          out.push_back(std::move(a));
+          return absl::OkStatus();
+        }));
+    for (AttemptRecord& a : out) {
       LF_RETURN_IF_ERROR(Query(
-            conn,
-            "SELECT job_id, attempt, start_us, master_addr, master_port, resume_from FROM attempts "
-            "WHERE state = 0 ORDER BY job_id",
-            [](sqlite::Statement&) {},
-            [&](sqlite::Statement& row) {
-              AttemptRecord a;
-              a.job_id = row.ColumnInt(0);
-              a.attempt = static_cast<int>(row.ColumnInt(1));
-              a.started = absl::FromUnixMicros(row.ColumnInt(2));
-              a.master_addr = row.ColumnText(3);
-              a.master_port = static_cast<int>(row.ColumnInt(4));
-              a.resume_from = row.ColumnText(5);
-              out.push_back(std::move(a));
-              return absl::OkStatus();
-            }));
-      for (AttemptRecord& a : out) {
-        LF_RETURN_IF_ERROR(Query(
-              conn,
-              "SELECT task_id, node_rank, worker, ranks, state FROM tasks WHERE job_id = ?1 AND "
-              "attempt = ?2 ORDER BY node_rank",
-              [&](sqlite::Statement& st) { st.Bind(1, a.job_id).Bind(2, int64_t{a.attempt}); },
-              [&](sqlite::Statement& row) {
-                TaskRecord t;
-                t.task_id = row.ColumnText(0);
-                t.node_rank = static_cast<int>(row.ColumnInt(1));
-                t.worker = row.ColumnText(2);
-                t.ranks = static_cast<int>(row.ColumnInt(3));
-                t.state = static_cast<v1::TaskState>(row.ColumnInt(4));
-                a.tasks.push_back(std::move(t));
-                return absl::OkStatus();
-              }));
-      }
-      return absl::OkStatus();
-    }));
+          conn,
+          "SELECT task_id, node_rank, worker, ranks, state FROM tasks WHERE job_id = ?1 AND "
+          "attempt = ?2 ORDER BY node_rank",
+          [&](sqlite::Statement& st) { st.Bind(1, a.job_id).Bind(2, int64_t{a.attempt}); },
+          [&](sqlite::Statement& row) {
+            TaskRecord t;
+            t.task_id = row.ColumnText(0);
+            t.node_rank = static_cast<int>(row.ColumnInt(1));
+            t.worker = row.ColumnText(2);
+            t.ranks = static_cast<int>(row.ColumnInt(3));
+            t.state = static_cast<v1::TaskState>(row.ColumnInt(4));
+            a.tasks.push_back(std::move(t));
+            return absl::OkStatus();
+          }));
+    }
+    return absl::OkStatus();
+  }));
   return out;
 }
 
@@ -422,44 +369,45 @@ absl::StatusOr<std::vector<SchedulableJob>> LoadJobsInStates(
   for (v1::JobState s : states) codes.push_back(absl::StrCat(static_cast<int>(s)));
   std::vector<SchedulableJob> out;
   LF_RETURN_IF_ERROR(store.Read([&](sqlite::Connection& conn) {
-      return Query(
-          conn,
-          absl::StrCat("SELECT ", SchedulableJobColumns(), " FROM jobs WHERE state IN (",
-                       absl::StrJoin(codes, ","), ") ORDER BY id"),
-          [](sqlite::Statement&) {},
-          [&](sqlite::Statement& row) -> absl::Status {
-            absl::StatusOr<SchedulableJob> j = SchedulableJobFromRow(row);
-            if (!j.ok()) return j.status();
-            out.push_back(std::move(*j));
-            return absl::OkStatus();
-          });
-    }));
+    return Query(
+        conn,
+        absl::StrCat("SELECT ", SchedulableJobColumns(), " FROM jobs WHERE state IN (",
+                     absl::StrJoin(codes, ","), ") ORDER BY id"),
+        [](sqlite::Statement&) {},
+        [&](sqlite::Statement& row) -> absl::Status {
+          absl::StatusOr<SchedulableJob> j = SchedulableJobFromRow(row);
+          if (!j.ok()) return j.status();
+          out.push_back(std::move(*j));
+          return absl::OkStatus();
+        });
+  }));
   return out;
 }
 
 absl::StatusOr<std::vector<v1::Checkpoint>> ListCheckpoints(JobStore& store, int64_t job_id) {
   std::vector<v1::Checkpoint> out;
   LF_RETURN_IF_ERROR(store.Read([&](sqlite::Connection& conn) {
-      return Query(
-          conn,
-          "SELECT step, attempt, path, bytes, manifest_sha256, loss, time_us, eval_loss FROM checkpoints "
-          "WHERE job_id = ?1 ORDER BY step DESC",
-          [&](sqlite::Statement& st) { st.Bind(1, job_id); },
-          [&](sqlite::Statement& row) {
-            v1::Checkpoint c;
-            c.set_job_id(JobIdString(job_id));
-            c.set_step(row.ColumnInt(0));
-            c.set_attempt(static_cast<int32_t>(row.ColumnInt(1)));
-            c.set_path(row.ColumnText(2));
-            c.set_bytes(row.ColumnInt(3));
-            c.set_manifest_sha256(row.ColumnText(4));
-            c.set_loss(row.ColumnDouble(5));
-            *c.mutable_time() = TimeUtil::MicrosecondsToTimestamp(row.ColumnInt(6));
-            if (!row.ColumnIsNull(7)) c.set_eval_loss(row.ColumnDouble(7));
-            out.push_back(std::move(c));
-            return absl::OkStatus();
-          });
-    }));
+    return Query(
+        conn,
+        "SELECT step, attempt, path, bytes, manifest_sha256, loss, time_us, eval_loss FROM "
+        "checkpoints "
+        "WHERE job_id = ?1 ORDER BY step DESC",
+        [&](sqlite::Statement& st) { st.Bind(1, job_id); },
+        [&](sqlite::Statement& row) {
+          v1::Checkpoint c;
+          c.set_job_id(JobIdString(job_id));
+          c.set_step(row.ColumnInt(0));
+          c.set_attempt(static_cast<int32_t>(row.ColumnInt(1)));
+          c.set_path(row.ColumnText(2));
+          c.set_bytes(row.ColumnInt(3));
+          c.set_manifest_sha256(row.ColumnText(4));
+          c.set_loss(row.ColumnDouble(5));
+          *c.mutable_time() = TimeUtil::MicrosecondsToTimestamp(row.ColumnInt(6));
+          if (!row.ColumnIsNull(7)) c.set_eval_loss(row.ColumnDouble(7));
+          out.push_back(std::move(c));
+          return absl::OkStatus();
+        });
+  }));
   return out;
 }
 
@@ -468,48 +416,48 @@ absl::StatusOr<std::vector<v1::Attempt>> ListAttempts(JobStore& store, int64_t j
   absl::Status s = store.Read([&](sqlite::Connection& conn) -> absl::Status {
     std::map<int, size_t> index;  // attempt number → position in `out`
     LF_RETURN_IF_ERROR(Query(
-          conn,
-          "SELECT attempt, state, start_us, end_us, resume_from, failure_class, reason, nodes, "
-          "resize_reason, gpu_seconds, cost FROM attempts WHERE job_id = ?1 ORDER BY attempt DESC",
-          [&](sqlite::Statement& st) { st.Bind(1, job_id); },
-          [&](sqlite::Statement& row) {
-            v1::Attempt a;
-            a.set_job_id(JobIdString(job_id));
-            a.set_attempt(static_cast<int32_t>(row.ColumnInt(0)));
-            a.set_state(AttemptStateProto(static_cast<AttemptState>(row.ColumnInt(1))));
-            *a.mutable_start_time() = TimeUtil::MicrosecondsToTimestamp(row.ColumnInt(2));
-            if (const int64_t end_us = row.ColumnInt(3); end_us != 0) {
-              *a.mutable_end_time() = TimeUtil::MicrosecondsToTimestamp(end_us);
-            }
-            a.set_resume_from(row.ColumnText(4));
-            a.set_failure_class(row.ColumnText(5));
-            a.set_reason(row.ColumnText(6));
-            a.set_nodes(static_cast<int32_t>(row.ColumnInt(7)));
-            a.set_resize_reason(row.ColumnText(8));
-            a.set_gpu_seconds(row.ColumnDouble(9));
-            if (!row.ColumnIsNull(10)) a.set_cost(row.ColumnDouble(10));
-            index[a.attempt()] = out.size();
-            out.push_back(std::move(a));
-            return absl::OkStatus();
-          }));
+        conn,
+        "SELECT attempt, state, start_us, end_us, resume_from, failure_class, reason, nodes, "
+        "resize_reason, gpu_seconds, cost FROM attempts WHERE job_id = ?1 ORDER BY attempt DESC",
+        [&](sqlite::Statement& st) { st.Bind(1, job_id); },
+        [&](sqlite::Statement& row) {
+          v1::Attempt a;
+          a.set_job_id(JobIdString(job_id));
+          a.set_attempt(static_cast<int32_t>(row.ColumnInt(0)));
+          a.set_state(AttemptStateProto(static_cast<AttemptState>(row.ColumnInt(1))));
+          *a.mutable_start_time() = TimeUtil::MicrosecondsToTimestamp(row.ColumnInt(2));
+          if (const int64_t end_us = row.ColumnInt(3); end_us != 0) {
+            *a.mutable_end_time() = TimeUtil::MicrosecondsToTimestamp(end_us);
+          }
+          a.set_resume_from(row.ColumnText(4));
+          a.set_failure_class(row.ColumnText(5));
+          a.set_reason(row.ColumnText(6));
+          a.set_nodes(static_cast<int32_t>(row.ColumnInt(7)));
+          a.set_resize_reason(row.ColumnText(8));
+          a.set_gpu_seconds(row.ColumnDouble(9));
+          if (!row.ColumnIsNull(10)) a.set_cost(row.ColumnDouble(10));
+          index[a.attempt()] = out.size();
+          out.push_back(std::move(a));
+          return absl::OkStatus();
+        }));
     // One query for every attempt's tasks (tasks_by_attempt covers it), one for their phases.
     LF_RETURN_IF_ERROR(Query(
-          conn,
-          "SELECT attempt, task_id, node_rank, worker, ranks, state, message FROM tasks "
-          "WHERE job_id = ?1 ORDER BY attempt, node_rank",
-          [&](sqlite::Statement& st) { st.Bind(1, job_id); },
-          [&](sqlite::Statement& row) {
-            auto it = index.find(static_cast<int>(row.ColumnInt(0)));
-            if (it == index.end()) return absl::OkStatus();  // cascade keeps this from happening
-            v1::AttemptTask* t = out[it->second].add_tasks();
-            t->set_task_id(row.ColumnText(1));
-            t->set_node_rank(static_cast<int32_t>(row.ColumnInt(2)));
-            t->set_worker(row.ColumnText(3));
-            t->set_ranks(static_cast<int32_t>(row.ColumnInt(4)));
-            t->set_state(static_cast<v1::TaskState>(row.ColumnInt(5)));
-            t->set_message(row.ColumnText(6));
-            return absl::OkStatus();
-          }));
+        conn,
+        "SELECT attempt, task_id, node_rank, worker, ranks, state, message FROM tasks "
+        "WHERE job_id = ?1 ORDER BY attempt, node_rank",
+        [&](sqlite::Statement& st) { st.Bind(1, job_id); },
+        [&](sqlite::Statement& row) {
+          auto it = index.find(static_cast<int>(row.ColumnInt(0)));
+          if (it == index.end()) return absl::OkStatus();  // cascade keeps this from happening
+          v1::AttemptTask* t = out[it->second].add_tasks();
+          t->set_task_id(row.ColumnText(1));
+          t->set_node_rank(static_cast<int32_t>(row.ColumnInt(2)));
+          t->set_worker(row.ColumnText(3));
+          t->set_ranks(static_cast<int32_t>(row.ColumnInt(4)));
+          t->set_state(static_cast<v1::TaskState>(row.ColumnInt(5)));
+          t->set_message(row.ColumnText(6));
+          return absl::OkStatus();
+        }));
     return Query(
         conn,
         "SELECT attempt, phase, time_us, seconds, detail FROM attempt_phases "
@@ -533,35 +481,35 @@ absl::StatusOr<std::vector<v1::Attempt>> ListAttempts(JobStore& store, int64_t j
 absl::StatusOr<std::map<std::string, int64_t>> CountAttemptFailures(JobStore& store) {
   std::map<std::string, int64_t> out;
   LF_RETURN_IF_ERROR(store.Read([&](sqlite::Connection& conn) {
-      // "> ''" rather than "!= ''": a range, so an index on failure_class skips successes.
-      return Query(
-          conn,
-          "SELECT failure_class, COUNT(*) FROM attempts WHERE failure_class > '' "
-          "GROUP BY failure_class",
-          [](sqlite::Statement&) {},
-          [&](sqlite::Statement& row) {
-            out[row.ColumnText(0)] = row.ColumnInt(1);
-            return absl::OkStatus();
-          });
-    }));
+    // "> ''" rather than "!= ''": a range, so an index on failure_class skips successes.
+    return Query(
+        conn,
+        "SELECT failure_class, COUNT(*) FROM attempts WHERE failure_class > '' "
+        "GROUP BY failure_class",
+        [](sqlite::Statement&) {},
+        [&](sqlite::Statement& row) {
+          out[row.ColumnText(0)] = row.ColumnInt(1);
+          return absl::OkStatus();
+        });
+  }));
   return out;
 }
 
 absl::StatusOr<std::vector<int64_t>> ExpiredJobs(JobStore& store, absl::Time now) {
   std::vector<int64_t> out;
   LF_RETURN_IF_ERROR(store.Read([&](sqlite::Connection& conn) {
-      return Query(conn, "SELECT id, spec, finish_us FROM jobs WHERE finish_us > 0",
-                   [](sqlite::Statement&) {},
-                   [&](sqlite::Statement& row) {
-                     v1::JobSpec spec;
-                     (void)spec.ParseFromString(row.ColumnText(1));
-                     const int64_t ttl = spec.run_policy().ttl_after_finished_seconds();
-                     if (ttl > 0 && absl::FromUnixMicros(row.ColumnInt(2)) + absl::Seconds(ttl) <= now) {
-                       out.push_back(row.ColumnInt(0));
-                     }
-                     return absl::OkStatus();
-                   });
-    }));
+    return Query(
+        conn, "SELECT id, spec, finish_us FROM jobs WHERE finish_us > 0", [](sqlite::Statement&) {},
+        [&](sqlite::Statement& row) {
+          v1::JobSpec spec;
+          (void)spec.ParseFromString(row.ColumnText(1));
+          const int64_t ttl = spec.run_policy().ttl_after_finished_seconds();
+          if (ttl > 0 && absl::FromUnixMicros(row.ColumnInt(2)) + absl::Seconds(ttl) <= now) {
+            out.push_back(row.ColumnInt(0));
+          }
+          return absl::OkStatus();
+        });
+  }));
   return out;
 }
 
