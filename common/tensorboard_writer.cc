@@ -14,6 +14,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/crc32c.h"
+#include "common/status_macros.h"
 #include "tensorboard/event.pb.h"
 
 namespace llamafleet {
@@ -76,7 +77,7 @@ absl::StatusOr<std::unique_ptr<TensorBoardWriter>> TensorBoardWriter::Open(const
   }
   std::string parent = slash == std::string::npos ? "." : dir.substr(0, slash);
   if (parent.empty()) parent = "/";
-  if (absl::Status s = MakeParents(dir, run_dir); !s.ok()) return s;
+  LF_RETURN_IF_ERROR(MakeParents(dir, run_dir));
   UniqueFd parent_fd(::open(parent.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!parent_fd.valid()) {
     return absl::FailedPreconditionError(
@@ -121,7 +122,7 @@ absl::StatusOr<std::unique_ptr<TensorBoardWriter>> TensorBoardWriter::OpenIn(Uni
     event.set_wall_time(now);
     event.set_file_version("brain.Event:2");
     writer->AppendRecord(event.SerializeAsString());
-    if (absl::Status s = writer->Flush(); !s.ok()) return s;
+    LF_RETURN_IF_ERROR(writer->Flush());
     return writer;
   }
   return absl::AlreadyExistsError(absl::StrCat("TensorBoard run directory ", shown_dir, ": ", kMaxNameAttempts,

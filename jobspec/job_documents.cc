@@ -9,10 +9,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "jobspec/jobspec.h"
-#include "jobspec/yaml_merge.h"
+#include "common/status_macros.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
+#include "jobspec/jobspec.h"
+#include "jobspec/yaml_merge.h"
 #include "yaml-cpp/eventhandler.h"
 #include "yaml-cpp/yaml.h"
 
@@ -156,7 +157,7 @@ absl::StatusOr<std::vector<ParsedJob>> ParseJobDocuments(
     absl::string_view text, const std::vector<std::string>& overrides) {
   std::vector<YAML::Node> documents;
   const std::string copy(text);
-  if (absl::Status s = ScanDocuments(copy); !s.ok()) return s;
+  LF_RETURN_IF_ERROR(ScanDocuments(copy));
   try {
     documents = YAML::LoadAll(copy);
   } catch (const YAML::Exception& e) {

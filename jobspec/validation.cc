@@ -85,11 +85,27 @@ void CheckGlobalBatch(const v1::JobSpec& spec, Violations& v) {
                                               ", or be left unset"));
   }
 }
-}  // namespace
+// labels and resources.node_labels: at most kMaxLabels, keys of name characters and '/'.
+void CheckLabels(Violations& v, absl::string_view field,
+                 const google::protobuf::Map<std::string, std::string>& labels) {
+  if (labels.size() > static_cast<size_t>(kMaxLabels)) {
+    v.Add(field, absl::StrCat("must have at most ", kMaxLabels, " entries"));
+  }
+  for (const auto& [key, value] : labels) {
+    if (key.empty() || key.size() > static_cast<size_t>(kMaxLabelKeyLength) ||
+        !std::all_of(key.begin(), key.end(), [](char c) { return IsNameChar(c) || c == '/'; })) {
+      v.Add(absl::StrCat(field, ".", key),
+            "key must be 1..63 characters of letters, digits, '.', '_', '-' and '/'");
+    }
+    if (value.size() > static_cast<size_t>(kMaxLabelValueLength)) {
+      v.Add(absl::StrCat(field, ".", key),
+            absl::StrCat("value must be at most ", kMaxLabelValueLength, " characters"));
+    }
+  }
+}
 
-absl::Status ValidateJobSpec(const v1::JobSpec& spec, absl::string_view path_prefix) {
-  Violations v(path_prefix);
-
+// name, queue, priority, labels.
+void CheckIdentity(const v1::JobSpec& spec, Violations& v) {
   if (spec.name().empty()) {
     v.Add("name", "is required");
   } else if (spec.name().size() > static_cast<size_t>(kMaxNameLength)) {
@@ -104,27 +120,12 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec, absl::string_view path_pre
   if (spec.priority() < -1000 || spec.priority() > 1000) {
     v.Add("priority", absl::StrCat("must be in [-1000, 1000] (got ", spec.priority(), ")"));
   }
-  auto check_labels = [&](absl::string_view field,
-                           const google::protobuf::Map<std::string, std::string>& labels) {
-    if (labels.size() > static_cast<size_t>(kMaxLabels)) {
-      v.Add(field, absl::StrCat("must have at most ", kMaxLabels, " entries"));
-    }
-    for (const auto& [key, value] : labels) {
-      if (key.empty() || key.size() > static_cast<size_t>(kMaxLabelKeyLength) ||
-          !std::all_of(key.begin(), key.end(), [](char c) { return IsNameChar(c) || c == '/'; })) {
-        v.Add(absl::StrCat(field, ".", key),
-              "key must be 1..63 characters of letters, digits, '.', '_', '-' and '/'");
-      }
-      if (value.size() > static_cast<size_t>(kMaxLabelValueLength)) {
-        v.Add(absl::StrCat(field, ".", key),
-              absl::StrCat("value must be at most ", kMaxLabelValueLength, " characters"));
-      }
-    }
-  };
-  check_labels("labels", spec.labels());
+  CheckLabels(v, "labels", spec.labels());
+}
 
-  // depends_on: the shape here; the references are resolved at submission
-  // (ResolveBatchDependencies).
+// depends_on: the shape here; the references are resolved at submission
+// (ResolveBatchDependencies).
+void CheckDependencies(const v1::JobSpec& spec, Violations& v) {
   if (spec.depends_on_size() > kMaxDependencies) {
     v.Add("depends_on", absl::StrCat("must have at most ", kMaxDependencies, " entries (got ",
                                      spec.depends_on_size(), ")"));
@@ -141,8 +142,10 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec, absl::string_view path_pre
       v.Add(absl::StrCat(field, ".on"), absl::StrCat("must be succeeded or finished (got \"", d.on(), "\")"));
     }
   }
+}
 
-  // sweep: a job of a sweep (the coordinator expands submitted sweeps with ExpandSweep).
+// sweep: a job of a sweep (the coordinator expands submitted sweeps with ExpandSweep).
+void CheckSweep(const v1::JobSpec& spec, Violations& v) {
   if (spec.has_sweep()) {
     const v1::SweepSpec& sw = spec.sweep();
     if (!sw.parameters().empty()) {
@@ -157,8 +160,10 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec, absl::string_view path_pre
       v.Add("sweep.point", "must name its sweep and an index below its number of points");
     }
   }
+}
 
-  // model
+// model
+void CheckModel(const v1::JobSpec& spec, Violations& v) {
   const v1::ModelSpec& m = spec.model();
   if (m.path().empty() == m.preset().empty()) {
     v.Add("model", "must set exactly one of model.path and model.preset");
@@ -172,13 +177,18 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec, absl::string_view path_pre
   if (!m.preset().empty() && m.tokenizer().empty() && spec.data().format() != v1::TOKENS) {
     v.Add("model.tokenizer", "is required with model.preset unless data.format is TOKENS");
   }
+}
 
-  // data
+// data
+void CheckData(const v1::JobSpec& spec, Violations& v) {
   if (spec.data().train_path().empty()) v.Add("data.train_path", "is required");
   CheckPath(v, "data.train_path", spec.data().train_path());
   CheckPath(v, "data.eval_path", spec.data().eval_path());
+}
 
-  // training
+// training
+void CheckTraining(const v1::JobSpec& spec, Violations& v) {
+  const v1::ModelSpec& m = spec.model();
   const v1::TrainingSpec& t = spec.training();
   if (t.has_epochs()) AtLeast(v, "training.epochs", t.epochs(), 1);
   AtLeast<int64_t>(v, "training.max_steps", t.max_steps(), 0);
@@ -218,6 +228,11 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec, absl::string_view path_pre
   if (t.eval_every_steps() > 0 && spec.data().eval_path().empty()) {
     v.Add("training.eval_every_steps", "needs data.eval_path (the data to evaluate on)");
   }
+}
+
+// training.early_stopping and training.lr_schedule.
+void CheckTrainingSchedules(const v1::JobSpec& spec, Violations& v) {
+  const v1::TrainingSpec& t = spec.training();
   if (t.has_early_stopping()) {
     const v1::EarlyStopping& es = t.early_stopping();
     AtLeast(v, "training.early_stopping.patience", es.patience(), 0);
@@ -237,8 +252,10 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec, absl::string_view path_pre
     v.Add("training.lr_schedule.min_lr_ratio",
           absl::StrCat("must be in [0, 1] (got ", s.min_lr_ratio(), ")"));
   }
+}
 
-  // resources
+// resources
+void CheckResources(const v1::JobSpec& spec, Violations& v) {
   const v1::ResourceSpec& res = spec.resources();
   AtLeast(v, "resources.nodes", res.nodes(), 1);
   if (res.nodes() > 4096) {
@@ -253,7 +270,7 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec, absl::string_view path_pre
       (res.instance_type().size() > 63 || !AllNameChars(res.instance_type()))) {
     v.Add("resources.instance_type", "must be 1..63 characters of letters, digits, '.', '_', '-'");
   }
-  check_labels("resources.node_labels", res.node_labels());
+  CheckLabels(v, "resources.node_labels", res.node_labels());
   AtLeast(v, "resources.min_nodes", res.min_nodes(), 0);
   AtLeast(v, "resources.max_nodes", res.max_nodes(), 0);
   AtLeast<int64_t>(v, "resources.elastic_cooldown_seconds", res.elastic_cooldown_seconds(), 0);
@@ -270,6 +287,12 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec, absl::string_view path_pre
                        ") is not supported: an elastic gang runs on min_nodes..nodes; set max_nodes to ",
                        res.nodes(), " or leave it unset"));
   }
+}
+
+// resources.min_nodes below nodes: an elastic gang, whose result must not depend on how
+// many nodes it gets.
+void CheckElastic(const v1::JobSpec& spec, Violations& v) {
+  const v1::ResourceSpec& res = spec.resources();
   if (res.min_nodes() > 0 && res.min_nodes() < res.nodes()) {
     // Elastic: the result must not depend on how many nodes the gang gets.
     if (!spec.training().has_global_batch_size()) {
@@ -294,9 +317,12 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec, absl::string_view path_pre
       }
     }
   }
+}
 
-  // fsdp
+// fsdp
+void CheckFsdp(const v1::JobSpec& spec, Violations& v) {
   const v1::FsdpSpec& f = spec.fsdp();
+  const v1::ResourceSpec& res = spec.resources();
   const int64_t world_size = static_cast<int64_t>(res.nodes()) * res.gpus_per_node();
   if (f.sharding() == v1::HYBRID_SHARD) {
     const int g = f.hybrid_shard_group_size();
@@ -316,18 +342,19 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec, absl::string_view path_pre
   if (f.mixed_precision() == v1::FP16 && f.reduce_precision() == v1::BF16) {
     v.Add("fsdp.reduce_precision", "BF16 cannot be combined with FP16 compute");
   }
+}
 
-  // parallelism (after fsdp: a tensor-parallel group never crosses a shard group)
-  jobspec_internal::CheckTensorParallel(spec, v);
-
-  // checkpoint
+// checkpoint
+void CheckCheckpoint(const v1::JobSpec& spec, Violations& v) {
   const v1::CheckpointSpec& c = spec.checkpoint();
   CheckPath(v, "checkpoint.dir", c.dir());
   AtLeast<int64_t>(v, "checkpoint.every_steps", c.every_steps(), 0);
   AtLeast(v, "checkpoint.keep_last", c.keep_last(), 0);
   CheckPath(v, "checkpoint.resume", c.resume());
+}
 
-  // run_policy
+// run_policy
+void CheckRunPolicy(const v1::JobSpec& spec, Violations& v) {
   const v1::RunPolicy& p = spec.run_policy();
   AtLeast(v, "run_policy.max_restarts", p.max_restarts(), 0);
   if (p.max_restarts() > 1000) {
@@ -337,8 +364,10 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec, absl::string_view path_pre
   AtLeast<int64_t>(v, "run_policy.active_deadline_seconds", p.active_deadline_seconds(), 0);
   AtLeast<int64_t>(v, "run_policy.ttl_after_finished_seconds", p.ttl_after_finished_seconds(), 0);
   AtLeast<int64_t>(v, "run_policy.stall_timeout_seconds", p.stall_timeout_seconds(), 1);
+}
 
-  // output
+// output
+void CheckOutput(const v1::JobSpec& spec, Violations& v) {
   CheckPath(v, "output.export_dir", spec.output().export_dir());
   AtLeast(v, "output.max_shard_size_mb", spec.output().max_shard_size_mb(), 1);
   if (spec.output().export_dtype() == v1::FP16 || spec.output().export_dtype() == v1::BF16 ||
@@ -346,8 +375,10 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec, absl::string_view path_pre
   } else {
     v.Add("output.export_dtype", "must be FP32, BF16 or FP16");
   }
+}
 
-  // peft
+// peft
+void CheckPeft(const v1::JobSpec& spec, Violations& v) {
   const v1::PeftSpec& peft = spec.peft();
   if (!peft.method().empty() && peft.method() != "lora") v.Add("peft.method", "must be \"lora\" (or absent for full finetuning)");
   const bool lora = peft.method() == "lora";
@@ -380,6 +411,11 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec, absl::string_view path_pre
     }
     CheckPath(v, "peft.adapter_path", peft.adapter_path());
   }
+}
+
+// output.export best and output.merge: what they need from the rest of the spec.
+void CheckExport(const v1::JobSpec& spec, Violations& v) {
+  const bool lora = spec.peft().method() == "lora";
   if (spec.output().export_() == v1::BEST) {
     if (spec.output().export_dir().empty()) v.Add("output.export", "best needs output.export_dir");
     if (spec.training().eval_every_steps() <= 0) {
@@ -388,11 +424,35 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec, absl::string_view path_pre
   }
   if (spec.output().merge() && !lora) v.Add("output.merge", "needs peft.method: lora");
   if (spec.output().merge() && spec.output().export_dir().empty()) v.Add("output.merge", "needs output.export_dir");
+}
 
+}  // namespace
+
+absl::Status ValidateJobSpec(const v1::JobSpec& spec, absl::string_view path_prefix) {
+  Violations v(path_prefix);
+  // In the order of the spec's sections: a caller sees the violations in that order.
+  CheckIdentity(spec, v);
+  CheckDependencies(spec, v);
+  CheckSweep(spec, v);
+  CheckModel(spec, v);
+  CheckData(spec, v);
+  CheckTraining(spec, v);
+  CheckTrainingSchedules(spec, v);
+  CheckResources(spec, v);
+  CheckElastic(spec, v);
+  CheckFsdp(spec, v);
+  // parallelism (after fsdp: a tensor-parallel group never crosses a shard group)
+  jobspec_internal::CheckTensorParallel(spec, v);
+  CheckCheckpoint(spec, v);
+  CheckRunPolicy(spec, v);
+  CheckOutput(spec, v);
+  CheckPeft(spec, v);
+  CheckExport(spec, v);
   // The named instance type: enough GPUs, and GPUs that hold the memory estimate (checked
   // last, on an otherwise valid spec, so the estimate reads sane values).
-  if (v.empty() && !res.instance_type().empty()) jobspec_internal::CheckInstanceFit(spec, v);
-
+  if (v.empty() && !spec.resources().instance_type().empty()) {
+    jobspec_internal::CheckInstanceFit(spec, v);
+  }
   return v.ToStatus();
 }
 

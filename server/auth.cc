@@ -1,13 +1,14 @@
 #include "server/auth.h"
 
-#include <algorithm>
-
 #include <grpcpp/grpcpp.h>
+
+#include <algorithm>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/random_hex.h"
+#include "common/status_macros.h"
 #include "jobspec/jobspec.h"
 #include "server/auth_failures.h"
 #include "storage/job_store.h"
@@ -51,10 +52,7 @@ absl::StatusOr<Principal> Authenticator::Authenticate(
     Principal p;
     p.user = Metadata(context, kUserMetadataKey);
     if (p.user.empty()) p.user = "anonymous";
-    if (absl::Status s = ValidateUserName(p.user, absl::StrCat("metadata ", kUserMetadataKey));
-        !s.ok()) {
-      return s;
-    }
+    LF_RETURN_IF_ERROR(ValidateUserName(p.user, absl::StrCat("metadata ", kUserMetadataKey)));
     p.role = v1::ADMIN;
     return p;
   }
@@ -62,7 +60,7 @@ absl::StatusOr<Principal> Authenticator::Authenticate(
   if (failures_ == nullptr) return AuthenticateBearer(authorization);
   const std::string peer = failures_->CallerAddress(context.peer(), Metadata(context, kForwardedPeerKey),
                                                     Metadata(context, kForwardedPeerProofKey));
-  if (absl::Status blocked = failures_->CheckPeer(peer); !blocked.ok()) return blocked;
+  LF_RETURN_IF_ERROR(failures_->CheckPeer(peer));
   absl::StatusOr<Principal> p = AuthenticateBearer(authorization);
   // A token that was presented and is wrong counts; a call with none only learns how to
   // get one.
@@ -109,13 +107,13 @@ absl::StatusOr<Principal> Authenticator::Check(const grpc::CallbackServerContext
                                                Operation op, const std::string& job_owner) const {
   absl::StatusOr<Principal> p = Authenticate(context);
   if (!p.ok()) return p.status();
-  if (absl::Status s = Authorize(*p, op, job_owner); !s.ok()) return s;
+  LF_RETURN_IF_ERROR(Authorize(*p, op, job_owner));
   return p;
 }
 
 absl::StatusOr<std::string> CreateApiToken(JobStore* store, const std::string& user,
                                            v1::Role role) {
-  if (absl::Status s = ValidateUserName(user, "user"); !s.ok()) return s;
+  LF_RETURN_IF_ERROR(ValidateUserName(user, "user"));
   if (role != v1::VIEWER && role != v1::USER && role != v1::ADMIN) {
     return absl::InvalidArgumentError("role must be one of viewer, user, admin");
   }
@@ -123,20 +121,20 @@ absl::StatusOr<std::string> CreateApiToken(JobStore* store, const std::string& u
   if (!random.has_value()) return absl::InternalError("no randomness available for a token");
   const std::string token = absl::StrCat(kTokenPrefix, *random);
   const std::string hash = Sha256Hex(token);
-  absl::Status s = store->WriteAndWait([&](Txn& txn) -> absl::Status {
+  LF_RETURN_IF_ERROR(store->WriteAndWait([&](Txn& txn) -> absl::Status {
     absl::StatusOr<sqlite::Statement*> q = txn.Statement(
-        "INSERT INTO api_tokens (token_sha256, user, role, create_time_us) VALUES (?1, ?2, ?3, ?4)");
+        "INSERT INTO api_tokens (token_sha256, user, role, create_time_us) VALUES (?1, ?2, ?3, "
+        "?4)");
     if (!q.ok()) return q.status();
     (*q)->Bind(1, hash).Bind(2, user).Bind(3, static_cast<int64_t>(role)).Bind(4, txn.NowMicros());
     return (*q)->Run();
-  });
-  if (!s.ok()) return s;
+  }));
   return token;
 }
 
 absl::StatusOr<std::vector<ApiTokenRecord>> ListApiTokens(JobStore* store) {
   std::vector<ApiTokenRecord> out;
-  absl::Status s = store->Read([&](sqlite::Connection& conn) -> absl::Status {
+  LF_RETURN_IF_ERROR(store->Read([&](sqlite::Connection& conn) -> absl::Status {
     absl::StatusOr<sqlite::Statement> q =
         conn.Prepare("SELECT id, user, role, create_time_us, revoked FROM api_tokens ORDER BY id");
     if (!q.ok()) return q.status();
@@ -153,23 +151,21 @@ absl::StatusOr<std::vector<ApiTokenRecord>> ListApiTokens(JobStore* store) {
       out.push_back(std::move(r));
     }
     return absl::OkStatus();
-  });
-  if (!s.ok()) return s;
+  }));
   return out;
 }
 
 absl::Status RevokeApiToken(JobStore* store, int64_t id) {
   bool found = false;
-  absl::Status s = store->WriteAndWait([&](Txn& txn) -> absl::Status {
+  LF_RETURN_IF_ERROR(store->WriteAndWait([&](Txn& txn) -> absl::Status {
     absl::StatusOr<sqlite::Statement*> q =
         txn.Statement("UPDATE api_tokens SET revoked = 1 WHERE id = ?1");
     if (!q.ok()) return q.status();
     (*q)->Bind(1, id);
-    if (absl::Status r = (*q)->Run(); !r.ok()) return r;
+    LF_RETURN_IF_ERROR((*q)->Run());
     found = txn.Changes() > 0;
     return absl::OkStatus();
-  });
-  if (!s.ok()) return s;
+  }));
   if (!found) return absl::NotFoundError(absl::StrCat("no token with id ", id));
   return absl::OkStatus();
 }

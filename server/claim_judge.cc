@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/dir_fd.h"
+#include "common/status_macros.h"
 #include "server/user_identities.h"
 #include "storage/job_store.h"
 
@@ -115,15 +116,14 @@ absl::Status ClaimJudge::MarkPendingClaims(JobStore& store,
     for (const std::string* dir : {&in.spec.checkpoint().dir(), &in.spec.output().export_dir()}) {
       if (dir->empty()) continue;
       std::vector<DirClaim> clashes;
-      absl::Status s = store.Read([&](sqlite::Connection& conn) -> absl::Status {
+      LF_RETURN_IF_ERROR(store.Read([&](sqlite::Connection& conn) -> absl::Status {
         Txn txn(conn, 0);
         absl::StatusOr<std::vector<DirClaim>> found =
             ClashingClaims(txn, *dir, in.owner, {}, kMaxClaimsJudged);
         if (!found.ok()) return found.status();
         clashes = *std::move(found);
         return absl::OkStatus();
-      });
-      if (!s.ok()) return s;
+      }));
       for (const DirClaim& c : clashes) {
         if (c.owner == in.owner || c.deleted || IsReal(c)) continue;
         in.pending_claims.push_back(PendingClaim{c.job_id, c.field});

@@ -31,6 +31,7 @@ class HelloLimits;
 class WorkerIdentity;
 class CoordinatorMetrics;
 class UserIdentities;
+struct SubmitPolicy;
 namespace http {
 class HttpServer;
 }
@@ -160,6 +161,26 @@ class Coordinator {
 
  private:
   Coordinator() = default;
+
+  // The stages of Start, in order; each returns the error that stops it.
+  // The data dir made and locked, the listen ports checked free.
+  absl::Status LockDataDir();
+  // The database opened and its jobs counted; the join token read or made.
+  absl::Status OpenStore();
+  // What submissions are checked against (path roots normalized, reserved dir prepared).
+  absl::StatusOr<SubmitPolicy> MakeSubmitPolicy() const;
+  // Users' Unix identities, the log store and the metrics.
+  absl::Status LoadIdentitiesAndLogs();
+  // The cluster manager (scheduler, workers, attempts) over `path_roots`, default
+  // checkpoint dirs under `checkpoint_root`.
+  absl::Status StartCluster(const std::vector<std::string>& path_roots,
+                            const std::string& checkpoint_root);
+  absl::Status StartWebhooks();
+  // Authentication, limits and the two gRPC services.
+  void MakeServices(SubmitPolicy policy);
+  absl::Status StartGrpc();
+  absl::Status StartHttp(const std::vector<std::string>& path_roots,
+                         const std::string& checkpoint_root);
 
   CoordinatorOptions options_;
   int lock_fd_ = -1;

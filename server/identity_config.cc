@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "common/status_macros.h"
 #include "server/auth.h"
 #include "yaml-cpp/yaml.h"
 
@@ -152,8 +153,7 @@ absl::StatusOr<std::map<std::string, v1::RunIdentity>> ParseUsersConfig(const YA
   if (!users.IsMap()) return Invalid("users", "expected a mapping of API users to Unix identities");
   for (const auto& kv : users) {
     const std::string api_user = kv.first.as<std::string>();
-    if (absl::Status s = ValidateUserName(api_user, absl::StrCat("users.", api_user)); !s.ok())
-      return s;
+    LF_RETURN_IF_ERROR(ValidateUserName(api_user, absl::StrCat("users.", api_user)));
     absl::StatusOr<v1::RunIdentity> id = ParseUser(api_user, kv.second);
     if (!id.ok()) return id.status();
     out[api_user] = *std::move(id);

@@ -3,6 +3,7 @@
 // admin's ReleaseDir.
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/status_macros.h"
 #include "jobspec/jobspec.h"
 #include "server/claim_judge.h"
 #include "server/job_paths_check.h"
@@ -38,9 +39,7 @@ absl::Status JobServiceImpl::CheckStorage(const Principal& caller,
                                  violations);
     }
     for (const SubmitJobInput& in : *inputs) {
-      if (absl::Status s = CheckCheckpointReads(caller, in.spec, in.field_prefix); !s.ok()) {
-        return s;
-      }
+      LF_RETURN_IF_ERROR(CheckCheckpointReads(caller, in.spec, in.field_prefix));
     }
     if (policy_->check_paths) {
       const std::vector<JobRunAs> run_as = JobRunIdentities(identities_, caller.user);
@@ -59,16 +58,14 @@ absl::Status JobServiceImpl::CheckStorage(const Principal& caller,
   absl::StatusOr<std::vector<bool>> known = KnownSubmissions(*store_, *inputs);
   if (!known.ok()) return known.status();
   const ClaimJudge judge(roots, policy_.has_value() ? identities_ : nullptr);
-  if (absl::Status s = judge.MarkPendingClaims(*store_, inputs); !s.ok()) return s;
+  LF_RETURN_IF_ERROR(judge.MarkPendingClaims(*store_, inputs));
   // What the store's transaction would refuse, refused the same way, before ownership: a
   // directory another job holds is named as that job's.
-  if (absl::Status s = CheckJobDirsFree(*store_, *inputs, *known); !s.ok()) return s;
+  LF_RETURN_IF_ERROR(CheckJobDirsFree(*store_, *inputs, *known));
   for (size_t i = 0; i < inputs->size(); ++i) {
     const SubmitJobInput& in = (*inputs)[i];
     if ((*known)[i]) continue;
-    if (absl::Status s = judge.CheckClaimable(caller.user, in.field_prefix, in.spec); !s.ok()) {
-      return s;
-    }
+    LF_RETURN_IF_ERROR(judge.CheckClaimable(caller.user, in.field_prefix, in.spec));
   }
   return absl::OkStatus();
 }

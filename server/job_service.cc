@@ -13,6 +13,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "common/status_macros.h"
 #include "google/protobuf/util/time_util.h"
 #include "jobspec/jobspec.h"
 #include "server/job_service_internal.h"
@@ -224,13 +225,11 @@ grpc::ServerUnaryReactor* JobServiceImpl::ListJobs(grpc::CallbackServerContext* 
 absl::StatusOr<v1::Job> JobServiceImpl::JobToChange(const Principal& caller, int64_t id) const {
   absl::StatusOr<v1::Job> job = store_->GetJob(id);
   if (!job.ok()) {
-    if (absl::Status read = Authorize(caller, Operation::kRead); !read.ok()) return read;
+    LF_RETURN_IF_ERROR(Authorize(caller, Operation::kRead));
     return job.status();
   }
   if (caller.role == v1::ADMIN) return job;
-  if (absl::Status allowed = Authorize(caller, Operation::kCancel, job->owner(), job->id()); !allowed.ok()) {
-    return allowed;
-  }
+  LF_RETURN_IF_ERROR(Authorize(caller, Operation::kCancel, job->owner(), job->id()));
   return job;
 }
 

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/status_macros.h"
 #include "jobspec/dependencies.h"
 #include "jobspec/jobspec.h"
 #include "jobspec/sweep.h"
@@ -49,6 +50,115 @@ v1::JobSpec SubmittedSpecOf(const v1::JobSpec& spec) {
   return submitted;
 }
 
+// The requests as the jobs they make: sweeps expanded into their points (bounded by the
+// batch's budget), defaults applied, each named by its field prefix. INVALID_ARGUMENT (or
+// NOT_FOUND for derived_from) otherwise; `*invalid` is set to the jobs a failed sweep
+// expansion counts as invalid submissions.
+absl::StatusOr<std::vector<SubmitJobInput>> ExpandRequests(
+    JobStore& store, const Principal& caller,
+    const std::vector<const v1::SubmitJobRequest*>& requests, bool batch, int64_t* invalid) {
+  std::vector<SubmitJobInput> inputs;
+  inputs.reserve(requests.size());
+  // The batch's bounds, shared by its sweeps and checked before each is expanded.
+  SweepBudget budget;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const std::string prefix = batch ? absl::StrCat("jobs[", i, "].") : "";
+    const bool sweep = requests[i]->spec().sweep().parameters_size() > 0;
+    if (sweep && !batch) {
+      return absl::InvalidArgumentError(
+          "spec.sweep: a sweep creates one job per point; submit it with SubmitJobs "
+          "(POST /api/v1/jobs:batch; llamafleet submit and the Python "
+          "client's submit_many do)");
+    }
+    // A sweep stands for one job per point, each validated on its own later.
+    budget.max_points = kMaxBatchSize - static_cast<int64_t>(inputs.size());
+    absl::StatusOr<std::vector<v1::JobSpec>> specs =
+        ExpandSweep(requests[i]->spec(), absl::StrCat(prefix, "spec."), budget);
+    if (!specs.ok()) {
+      *invalid = static_cast<int64_t>(requests.size());
+      return specs.status();
+    }
+    if (inputs.size() + specs->size() > static_cast<size_t>(kMaxBatchSize)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("jobs: the batch makes more than ", kMaxBatchSize,
+                       " jobs (sweeps count one per point); at most ", kMaxBatchSize, " per call"));
+    }
+    if (sweep) {
+      for (const v1::JobSpec& point : *specs) {
+        budget.max_bytes -= static_cast<int64_t>(point.ByteSizeLong());
+      }
+    }
+    LF_ASSIGN_OR_RETURN(const int64_t derived_from,
+                        DerivedFrom(store, requests[i]->derived_from(), prefix));
+    for (size_t k = 0; k < specs->size(); ++k) {
+      SubmitJobInput in;
+      in.spec = std::move((*specs)[k]);
+      in.submitted_spec = SubmittedSpecOf(in.spec);
+      in.derived_from = derived_from;
+      in.owner = caller.user;
+      in.idempotency_key = requests[i]->idempotency_key();
+      in.field_prefix = absl::StrCat(prefix, "spec.");
+      if (sweep) {
+        // The same file resubmitted maps each point to the same key.
+        if (!in.idempotency_key.empty()) absl::StrAppend(&in.idempotency_key, "/", k);
+        absl::StrAppend(&in.field_prefix, SweepPointPrefix(static_cast<int>(k)));
+      }
+      ApplyDefaults(&in.spec);
+      inputs.push_back(std::move(in));
+    }
+  }
+  return inputs;
+}
+
+// Every input's spec, idempotency key and submit policy (which may fill in the spec):
+// INVALID_ARGUMENT with every violation of the batch, each with its field path.
+absl::Status ValidateInputs(const std::optional<SubmitPolicy>& policy, const Principal& caller,
+                            std::vector<SubmitJobInput>* inputs) {
+  std::vector<std::string> errors;
+  std::vector<v1::FieldViolation> violations;
+  for (SubmitJobInput& in : *inputs) {
+    KeepResolvedReferences(in.spec, &*in.submitted_spec);
+    absl::Status valid = ValidateJobSpec(in.spec, in.field_prefix);
+    // "jobs[3].spec.sweep.points[1]." → "jobs[3].idempotency_key"
+    const std::string request_prefix = in.field_prefix.substr(0, in.field_prefix.find("spec."));
+    absl::Status key = ValidateIdempotencyKey(in.idempotency_key,
+                                              absl::StrCat(request_prefix, "idempotency_key"));
+    absl::Status applied;
+    if (policy.has_value()) {
+      in.max_active_jobs = policy->max_active_jobs_per_user;
+      if (valid.ok()) applied = ApplySubmitPolicy(*policy, caller.role, in.field_prefix, &in.spec);
+    }
+    for (const absl::Status* st : {&valid, &key, &applied}) {
+      if (st->ok()) continue;
+      errors.emplace_back(st->message());
+      for (v1::FieldViolation& v : FieldViolationsOf(*st)) violations.push_back(std::move(v));
+    }
+  }
+  if (errors.empty()) return absl::OkStatus();
+  return WithFieldViolations(absl::InvalidArgumentError(absl::StrJoin(errors, "; ")), violations);
+}
+
+// A dry run's answer: each job as it would be stored, with the storage checks' notes and
+// the estimates.
+std::vector<v1::SubmitJobResponse> DryRunResponses(std::vector<SubmitJobInput> inputs,
+                                                   const std::vector<std::string>& path_notes,
+                                                   const std::string& owner,
+                                                   const PriceTable& pricing) {
+  std::vector<v1::SubmitJobResponse> responses(inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    v1::Job* job = responses[i].mutable_job();
+    *job->mutable_spec() = std::move(inputs[i].spec);
+    job->set_owner(owner);
+    job->set_idempotency_key(inputs[i].idempotency_key);
+    const std::string notes = i < path_notes.size() ? path_notes[i] : "";
+    job->set_status_reason(
+        absl::StrCat("dry run: valid, not stored", notes.empty() ? "" : absl::StrCat("; ", notes)));
+    AddMemoryEstimate(job);
+    AddStepTimeEstimate(job, pricing);
+  }
+  return responses;
+}
+
 }  // namespace
 
 grpc::ServerUnaryReactor* JobServiceImpl::Submit(
@@ -59,9 +169,9 @@ grpc::ServerUnaryReactor* JobServiceImpl::Submit(
     return FinishNow(context, absl::InvalidArgumentError("jobs must contain at least one job"));
   }
   if (requests.size() > static_cast<size_t>(kMaxBatchSize)) {
-    return FinishNow(context, absl::InvalidArgumentError(absl::StrCat(
-                                  "jobs has ", requests.size(), " entries; at most ",
-                                  kMaxBatchSize, " per call")));
+    return FinishNow(context, absl::InvalidArgumentError(absl::StrCat("jobs has ", requests.size(),
+                                                                      " entries; at most ",
+                                                                      kMaxBatchSize, " per call")));
   }
   const auto received = std::chrono::steady_clock::now();  // for the submit latency
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
@@ -78,121 +188,35 @@ void JobServiceImpl::CheckAndStore(grpc::CallbackServerContext* context,
                                    bool dry_run, bool batch,
                                    std::function<void(std::vector<v1::SubmitJobResponse>)> respond,
                                    std::chrono::steady_clock::time_point received) {
-  const auto finish = [reactor](const absl::Status& status) {
+  // Refuses the call; `invalid` jobs are counted as invalid submissions.
+  const auto refuse = [this, reactor](const absl::Status& status, int64_t invalid) {
+    if (metrics_ != nullptr && invalid > 0)
+      metrics_->RecordSubmissions(SubmitResult::kInvalid, invalid);
     reactor->Finish(ToGrpcStatus(status));
   };
   if (context->IsCancelled()) {
-    return finish(absl::CancelledError("the call ended before its submission was checked"));
+    return refuse(absl::CancelledError("the call ended before its submission was checked"), 0);
   }
   // Validate everything first: a batch is stored whole or not at all.
-  std::vector<SubmitJobInput> inputs;
-  inputs.reserve(requests.size());
-  std::vector<std::string> errors;
-  std::vector<v1::FieldViolation> violations;
-  // The batch's bounds, shared by its sweeps and checked before each is expanded.
-  SweepBudget budget;
-  for (size_t i = 0; i < requests.size(); ++i) {
-    const std::string prefix = batch ? absl::StrCat("jobs[", i, "].") : "";
-    const bool sweep = requests[i]->spec().sweep().parameters_size() > 0;
-    if (sweep && !batch) {
-      return finish(absl::InvalidArgumentError(
-          "spec.sweep: a sweep creates one job per point; submit it with SubmitJobs "
-          "(POST /api/v1/jobs:batch; llamafleet submit and the Python "
-          "client's submit_many do)"));
-    }
-    // A sweep stands for one job per point, each validated on its own below.
-    budget.max_points = kMaxBatchSize - static_cast<int64_t>(inputs.size());
-    absl::StatusOr<std::vector<v1::JobSpec>> specs =
-        ExpandSweep(requests[i]->spec(), absl::StrCat(prefix, "spec."), budget);
-    if (!specs.ok()) {
-      if (metrics_ != nullptr) metrics_->RecordSubmissions(SubmitResult::kInvalid, requests.size());
-      return finish(specs.status());
-    }
-    if (inputs.size() + specs->size() > static_cast<size_t>(kMaxBatchSize)) {
-      return finish(absl::InvalidArgumentError(absl::StrCat(
-          "jobs: the batch makes more than ", kMaxBatchSize,
-          " jobs (sweeps count one per point); at most ", kMaxBatchSize, " per call")));
-    }
-    if (sweep) {
-      for (const v1::JobSpec& point : *specs) {
-        budget.max_bytes -= static_cast<int64_t>(point.ByteSizeLong());
-      }
-    }
-    absl::StatusOr<int64_t> derived_from =
-        DerivedFrom(*store_, requests[i]->derived_from(), prefix);
-    if (!derived_from.ok()) return finish(derived_from.status());
-    for (size_t k = 0; k < specs->size(); ++k) {
-      SubmitJobInput in;
-      in.spec = std::move((*specs)[k]);
-      in.submitted_spec = SubmittedSpecOf(in.spec);
-      in.derived_from = *derived_from;
-      in.owner = caller.user;
-      in.idempotency_key = requests[i]->idempotency_key();
-      in.field_prefix = absl::StrCat(prefix, "spec.");
-      if (sweep) {
-        // The same file resubmitted maps each point to the same key.
-        if (!in.idempotency_key.empty()) absl::StrAppend(&in.idempotency_key, "/", k);
-        absl::StrAppend(&in.field_prefix, SweepPointPrefix(static_cast<int>(k)));
-      }
-      ApplyDefaults(&in.spec);
-      inputs.push_back(std::move(in));
-    }
-  }
-  // Dependencies first: their templates fill in paths the rules below check.
-  if (absl::Status s = ResolveDependencies(caller, &inputs); !s.ok()) {
-    if (metrics_ != nullptr) metrics_->RecordSubmissions(SubmitResult::kInvalid, inputs.size());
-    return finish(s);
-  }
-  for (SubmitJobInput& in : inputs) {
-    KeepResolvedReferences(in.spec, &*in.submitted_spec);
-    absl::Status valid = ValidateJobSpec(in.spec, in.field_prefix);
-    // "jobs[3].spec.sweep.points[1]." → "jobs[3].idempotency_key"
-    const std::string request_prefix = in.field_prefix.substr(0, in.field_prefix.find("spec."));
-    absl::Status key = ValidateIdempotencyKey(in.idempotency_key,
-                                              absl::StrCat(request_prefix, "idempotency_key"));
-    absl::Status policy;
-    if (policy_.has_value()) {
-      in.max_active_jobs = policy_->max_active_jobs_per_user;
-      if (valid.ok()) policy = ApplySubmitPolicy(*policy_, caller.role, in.field_prefix, &in.spec);
-    }
-    for (const absl::Status* st : {&valid, &key, &policy}) {
-      if (st->ok()) continue;
-      errors.emplace_back(st->message());
-      for (v1::FieldViolation& v : FieldViolationsOf(*st)) violations.push_back(std::move(v));
-    }
-  }
-  if (!errors.empty()) {
-    if (metrics_ != nullptr) metrics_->RecordSubmissions(SubmitResult::kInvalid, inputs.size());
-    return finish(
-        WithFieldViolations(absl::InvalidArgumentError(absl::StrJoin(errors, "; ")), violations));
-  }
+  int64_t invalid = 0;
+  absl::StatusOr<std::vector<SubmitJobInput>> inputs =
+      ExpandRequests(*store_, caller, requests, batch, &invalid);
+  if (!inputs.ok()) return refuse(inputs.status(), invalid);
+  const int64_t jobs = static_cast<int64_t>(inputs->size());
+  // Dependencies first: their templates fill in paths the rules check.
+  if (absl::Status s = ResolveDependencies(caller, &*inputs); !s.ok()) return refuse(s, jobs);
+  if (absl::Status s = ValidateInputs(policy_, caller, &*inputs); !s.ok()) return refuse(s, jobs);
   // What the storage and the recorded claims say (job_claims.cc).
   std::vector<std::string> path_notes;
-  absl::Status checked = CheckStorage(caller, &inputs, dry_run ? &path_notes : nullptr);
+  absl::Status checked = CheckStorage(caller, &*inputs, dry_run ? &path_notes : nullptr);
   if (checked.ok() && dry_run && identities_ != nullptr) checked = identities_->Check(caller.user);
-  if (!checked.ok()) {
-    if (metrics_ != nullptr) metrics_->RecordSubmissions(SubmitResult::kInvalid, inputs.size());
-    return finish(checked);
-  }
+  if (!checked.ok()) return refuse(checked, jobs);
   if (dry_run) {
-    if (metrics_ != nullptr) metrics_->RecordSubmissions(SubmitResult::kDryRun, inputs.size());
-    std::vector<v1::SubmitJobResponse> responses(inputs.size());
-    for (size_t i = 0; i < inputs.size(); ++i) {
-      v1::Job* job = responses[i].mutable_job();
-      *job->mutable_spec() = std::move(inputs[i].spec);
-      job->set_owner(caller.user);
-      job->set_idempotency_key(inputs[i].idempotency_key);
-      const std::string notes = i < path_notes.size() ? path_notes[i] : "";
-      job->set_status_reason(absl::StrCat("dry run: valid, not stored",
-                                          notes.empty() ? "" : absl::StrCat("; ", notes)));
-      AddMemoryEstimate(job);
-      AddStepTimeEstimate(job, pricing_);
-    }
-    respond(std::move(responses));
+    if (metrics_ != nullptr) metrics_->RecordSubmissions(SubmitResult::kDryRun, jobs);
+    respond(DryRunResponses(*std::move(inputs), path_notes, caller.user, pricing_));
     return reactor->Finish(grpc::Status::OK);
   }
-  const int64_t jobs = static_cast<int64_t>(inputs.size());
-  auto submit = [this, reactor, inputs = std::move(inputs), respond = std::move(respond), received,
+  auto submit = [this, reactor, inputs = *std::move(inputs), respond = std::move(respond), received,
                  jobs]() mutable {
     store_->SubmitJobs(
         std::move(inputs), [reactor, respond = std::move(respond), metrics = metrics_, received, jobs,
@@ -217,19 +241,12 @@ void JobServiceImpl::CheckAndStore(grpc::CallbackServerContext* context,
           reactor->Finish(grpc::Status::OK);
         });
   };
-  if (identities_ == nullptr) {
-    submit();
-    return;
-  }
+  if (identities_ == nullptr) return submit();
   // The owner's Unix identity exists before any of their jobs does (user_identities.h):
   // a first submission records their dynamic uid, and is refused when none is left.
-  identities_->EnsureAsync(caller.user, [this, reactor, submit = std::move(submit),
+  identities_->EnsureAsync(caller.user, [submit = std::move(submit), refuse,
                                          jobs](absl::StatusOr<v1::RunIdentity> id) mutable {
-    if (!id.ok()) {
-      if (metrics_ != nullptr) metrics_->RecordSubmissions(SubmitResult::kInvalid, jobs);
-      reactor->Finish(ToGrpcStatus(id.status()));
-      return;
-    }
+    if (!id.ok()) return refuse(id.status(), jobs);
     submit();
   });
 }
@@ -243,8 +260,8 @@ absl::Status JobServiceImpl::ResolveDependencies(const Principal& caller,
     if (!job.ok()) return job.status();
     return ParentJob{job->owner(), job->spec().name(), job->spec().output().export_dir()};
   };
-  absl::Status s = ResolveBatchDependencies(batch, caller.user, caller.role == v1::ADMIN, lookup);
-  if (!s.ok()) return s;
+  LF_RETURN_IF_ERROR(
+      ResolveBatchDependencies(batch, caller.user, caller.role == v1::ADMIN, lookup));
   for (size_t i = 0; i < inputs->size(); ++i) (*inputs)[i].batch_parents = std::move(batch[i].batch_parents);
   return absl::OkStatus();
 }

@@ -21,6 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "server/auth.h"
 #include "server/coordinator.h"
+#include "server/coordinator_config.h"
 #include "server/identity_config.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
@@ -190,401 +191,211 @@ int RunWorkerCommand(const std::string& command, const std::string& data_dir, co
   return 0;
 }
 
-}  // namespace
+using llamafleet::CoordinatorOptions;
+using llamafleet::CoordinatorSettings;
 
-int main(int argc, char** argv) {
-  llamafleet::CoordinatorOptions options;
-  std::string config_file;
-  std::string synchronous = "full";
-  bool no_group_commit = false;
-  std::string log_level = "info";
-  std::string join_token_file;
-  double heartbeat_timeout_s = 10;
-  double cancel_grace_s = 15;
-  double drain_cooloff_s = 600;
-  double hang_floor_s = 60;
-  double hang_step_factor = 5;
-  double straggler_factor = 2;
-  int straggler_rounds = 5;
-  double stream_idle_timeout_s = 300;
-  double stream_max_lifetime_s = 86400;
-  double auth_failure_window_s = 60;
-  double auth_failure_block_s = 300;
-  double worker_hello_timeout_s = 20;
-  double http_unauthenticated_timeout_s = 5;
-
-  CLI::App app{"llamafleet coordinator: job API, durable queue, scheduler"};
-  app.add_option("--listen", options.listen, "gRPC address HOST:PORT (port 0 = any free port)");
-  app.add_option("--data-dir", options.data_dir, "directory for the database");
-  app.add_option("--config", config_file,
-                 "YAML file with any of: listen, data_dir, synchronous, group_commit, log_level, "
-                 "http_listen, queues, paths (roots), limits (max_active_jobs_per_user, "
-                 "max_priority), pricing (instance type: price per instance-hour), users (API user: Unix "
-                 "identity), dynamic_uid_range");
-  app.add_option("--synchronous", synchronous, "SQLite durability: full (fsync every commit) or normal")
+// Where the coordinator listens, what it stores and how, whom it trusts.
+void AddServingFlags(CLI::App& app, CoordinatorOptions* o, CoordinatorSettings* s) {
+  app.add_option("--listen", o->listen, "gRPC address HOST:PORT (port 0 = any free port)");
+  app.add_option("--data-dir", o->data_dir, "directory for the database");
+  app.add_option(
+      "--config", s->config_file,
+      "YAML file with any of: listen, data_dir, synchronous, group_commit, log_level, "
+      "http_listen, queues, paths (roots), limits (max_active_jobs_per_user, "
+      "max_priority), pricing (instance type: price per instance-hour), users (API user: Unix "
+      "identity), dynamic_uid_range");
+  app.add_option("--synchronous", s->synchronous,
+                 "SQLite durability: full (fsync every commit) or normal")
       ->check(CLI::IsMember({"full", "normal"}));
-  app.add_flag("--no-group-commit", no_group_commit,
+  app.add_flag("--no-group-commit", s->no_group_commit,
                "one transaction per write (for measuring the group-commit baseline)");
-  app.add_option("--join-token", options.join_token,
+  app.add_option("--join-token", o->join_token,
                  "shared secret workers must present (visible in ps: prefer --join-token-file or "
                  "LLAMAFLEET_JOIN_TOKEN; default: DATA_DIR/join-token, created)");
-  app.add_option("--join-token-file", join_token_file, "file holding the join token");
-  std::string webhook_secret_file;
-  app.add_option("--webhook", options.webhooks.urls,
-                 "POST a signed JSON body here when a job or a sweep ends (repeatable; http:// or https://)");
-  app.add_option("--webhook-secret-file", webhook_secret_file,
+  app.add_option("--join-token-file", s->join_token_file, "file holding the join token");
+  app.add_option(
+      "--webhook", o->webhooks.urls,
+      "POST a signed JSON body here when a job or a sweep ends (repeatable; http:// or https://)");
+  app.add_option("--webhook-secret-file", s->webhook_secret_file,
                  "file holding the webhooks' HMAC-SHA256 key (required with --webhook)");
-  app.add_option("--heartbeat-timeout", heartbeat_timeout_s,
-                 "seconds without a heartbeat before a worker is lost");
-  app.add_option("--cancel-grace", cancel_grace_s,
-                 "seconds between SIGTERM and SIGKILL when a job is cancelled or its gang fails");
-  app.add_option("--drain-cooloff", drain_cooloff_s,
-                 "seconds after a failed pre-flight drained a worker before a passing one brings it back");
-  app.add_option("--hang-floor", hang_floor_s,
-                 "seconds: the least a gang may make no progress inside a collective before it is "
-                 "hung (the bound is max(this, --hang-step-factor x the median step time); 0: off)");
-  app.add_option("--hang-step-factor", hang_step_factor,
-                 "the hang bound's multiple of the job's median recent step time (>= 1)");
-  app.add_option("--straggler-factor", straggler_factor,
-                 "a rank working more than this x the other ranks' median a step is slow (> 1)");
-  app.add_option("--straggler-rounds", straggler_rounds,
-                 "rounds (every rank stepped) in a row a rank must be slow to be flagged a straggler (>= 1)");
-  app.add_option("--max-streams-per-user", options.max_streams_per_user,
-                 "event and log streams with follow one user may hold open at once, gRPC and HTTP together "
-                 "(0: no cap)");
-  app.add_option("--stream-idle-timeout", stream_idle_timeout_s,
-                 "seconds a stream's client may leave a written message untaken before the stream is ended (0: never)");
-  app.add_option("--stream-max-lifetime", stream_max_lifetime_s,
-                 "seconds a following stream may stay open; then it ends with UNAVAILABLE and clients reconnect "
-                 "(0: no bound)");
-  app.add_option("--auth-failure-limit", options.auth_failure_limit,
-                 "failed token, join token or worker credential attempts from one address within "
-                 "--auth-failure-window that block it for --auth-failure-block (0: off)");
-  app.add_option("--auth-failure-window", auth_failure_window_s, "seconds over which failed attempts are counted");
-  app.add_option("--auth-failure-block", auth_failure_block_s,
-                 "seconds a blocked address's calls are refused (RESOURCE_EXHAUSTED, HTTP 429)");
-  app.add_option("--max-worker-identities", options.max_worker_identities,
-                 "worker names the join token may mint (0: no cap); llamafleet-coordinator worker forget frees one");
-  app.add_option(
-      "--max-unauthenticated-sessions", options.max_unauthenticated_sessions,
-      "worker sessions waiting for their hello, in all (0: no cap); a new one from an address "
-      "holding fewer takes the place of one from the address holding the most");
-  app.add_option(
-      "--max-unauthenticated-sessions-per-address",
-      options.max_unauthenticated_sessions_per_address,
-      "worker sessions waiting for their hello from one address; more are refused (0: no cap)");
-  app.add_option(
-      "--worker-hello-timeout", worker_hello_timeout_s,
-      "seconds a worker session may wait for its hello (the worker's pre-flight runs first) "
-      "before it is ended (0: forever)");
-  app.add_option(
-      "--http-max-unauthenticated-connections", options.http_max_unauthenticated,
-      "HTTP connections without a good token yet, in all (0: no cap but the 512 in "
-      "all); a new one takes the place of an idle one from the address holding the most");
-  app.add_option("--http-max-unauthenticated-per-address",
-                 options.http_max_unauthenticated_per_address,
-                 "HTTP connections without a good token yet from one address; more are answered "
-                 "503 (0: no cap)");
-  app.add_option(
-      "--http-unauthenticated-timeout", http_unauthenticated_timeout_s,
-      "seconds an HTTP connection without a good token yet has to send each request's head");
-  app.add_option("--http-listen", options.http_listen,
+  app.add_option("--http-listen", o->http_listen,
                  "HTTP/JSON API, web portal and /metrics on HOST:PORT (port 0 = any free port)");
-  app.add_option("--tls-cert", options.tls_cert_file, "PEM certificate chain: serve gRPC and HTTP over TLS")
+  app.add_option("--tls-cert", o->tls_cert_file,
+                 "PEM certificate chain: serve gRPC and HTTP over TLS")
       ->check(CLI::ExistingFile);
-  app.add_option("--tls-key", options.tls_key_file, "PEM private key for --tls-cert")->check(CLI::ExistingFile);
-  app.add_option("--path-root", options.path_roots,
+  app.add_option("--tls-key", o->tls_key_file, "PEM private key for --tls-cert")
+      ->check(CLI::ExistingFile);
+  app.add_option("--path-root", o->path_roots,
                  "directory jobs may name paths in (repeatable; shared storage such as an FSx "
                  "mount); the first also holds default checkpoint dirs. Without one, no job "
                  "can be submitted");
-  bool no_check_paths = false;
-  app.add_flag("--no-check-paths", no_check_paths,
+  app.add_flag("--no-check-paths", s->no_check_paths,
                "do not check jobs' inputs and outputs on the path roots at submission (for a "
                "coordinator whose path roots are not the workers' storage)");
-  std::string dynamic_uid_range;
-  app.add_option("--dynamic-uid-range", dynamic_uid_range,
-                 "FIRST-LAST: Unix uids given, one per user for good, to users that users: in the config does not "
-                 "map; their jobs run as them on root workers (default 61184-65519; none: such users cannot submit)");
-  bool insecure_no_auth = false;
-  app.add_flag("--insecure-no-auth", insecure_no_auth,
+  app.add_option("--dynamic-uid-range", s->dynamic_uid_range,
+                 "FIRST-LAST: Unix uids given, one per user for good, to users that users: in the "
+                 "config does not "
+                 "map; their jobs run as them on root workers (default 61184-65519; none: such "
+                 "users cannot submit)");
+  app.add_flag("--insecure-no-auth", s->insecure_no_auth,
                "turn off token authentication: every caller is an admin (local demos only)");
-  app.add_option("--log-level", log_level, "trace, debug, info, warn, error")
+  app.add_option("--log-level", s->log_level, "trace, debug, info, warn, error")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}));
+}
 
-  // llamafleet-coordinator token create|list|revoke: API tokens in DATA_DIR's database.
-  // Safe while a coordinator serves the same data dir (SQLite WAL; the coordinator reads
-  // tokens from the database on every call, so a new or revoked token counts at once).
-  CLI::App* token_cmd = app.add_subcommand("token", "manage API tokens (admin, on the coordinator host)");
-  token_cmd->require_subcommand(1);
+// How failures are detected and handled: lost workers, grace periods, hangs, stragglers.
+void AddFailureFlags(CLI::App& app, CoordinatorSettings* s) {
+  app.add_option("--heartbeat-timeout", s->heartbeat_timeout_s,
+                 "seconds without a heartbeat before a worker is lost");
+  app.add_option("--cancel-grace", s->cancel_grace_s,
+                 "seconds between SIGTERM and SIGKILL when a job is cancelled or its gang fails");
+  app.add_option(
+      "--drain-cooloff", s->drain_cooloff_s,
+      "seconds after a failed pre-flight drained a worker before a passing one brings it back");
+  app.add_option(
+      "--hang-floor", s->hang_floor_s,
+      "seconds: the least a gang may make no progress inside a collective before it is "
+      "hung (the bound is max(this, --hang-step-factor x the median step time); 0: off)");
+  app.add_option("--hang-step-factor", s->hang_step_factor,
+                 "the hang bound's multiple of the job's median recent step time (>= 1)");
+  app.add_option("--straggler-factor", s->straggler_factor,
+                 "a rank working more than this x the other ranks' median a step is slow (> 1)");
+  app.add_option(
+      "--straggler-rounds", s->straggler_rounds,
+      "rounds (every rank stepped) in a row a rank must be slow to be flagged a straggler (>= 1)");
+}
+
+// Bounds on what callers may hold: streams, failed logins, worker names, unauthenticated
+// connections.
+void AddLimitFlags(CLI::App& app, CoordinatorOptions* o, CoordinatorSettings* s) {
+  app.add_option(
+      "--max-streams-per-user", o->max_streams_per_user,
+      "event and log streams with follow one user may hold open at once, gRPC and HTTP together "
+      "(0: no cap)");
+  app.add_option("--stream-idle-timeout", s->stream_idle_timeout_s,
+                 "seconds a stream's client may leave a written message untaken before the stream "
+                 "is ended (0: never)");
+  app.add_option("--stream-max-lifetime", s->stream_max_lifetime_s,
+                 "seconds a following stream may stay open; then it ends with UNAVAILABLE and "
+                 "clients reconnect "
+                 "(0: no bound)");
+  app.add_option("--auth-failure-limit", o->auth_failure_limit,
+                 "failed token, join token or worker credential attempts from one address within "
+                 "--auth-failure-window that block it for --auth-failure-block (0: off)");
+  app.add_option("--auth-failure-window", s->auth_failure_window_s,
+                 "seconds over which failed attempts are counted");
+  app.add_option("--auth-failure-block", s->auth_failure_block_s,
+                 "seconds a blocked address's calls are refused (RESOURCE_EXHAUSTED, HTTP 429)");
+  app.add_option("--max-worker-identities", o->max_worker_identities,
+                 "worker names the join token may mint (0: no cap); llamafleet-coordinator worker "
+                 "forget frees one");
+  app.add_option(
+      "--max-unauthenticated-sessions", o->max_unauthenticated_sessions,
+      "worker sessions waiting for their hello, in all (0: no cap); a new one from an address "
+      "holding fewer takes the place of one from the address holding the most");
+  app.add_option(
+      "--max-unauthenticated-sessions-per-address", o->max_unauthenticated_sessions_per_address,
+      "worker sessions waiting for their hello from one address; more are refused (0: no cap)");
+  app.add_option(
+      "--worker-hello-timeout", s->worker_hello_timeout_s,
+      "seconds a worker session may wait for its hello (the worker's pre-flight runs first) "
+      "before it is ended (0: forever)");
+  app.add_option(
+      "--http-max-unauthenticated-connections", o->http_max_unauthenticated,
+      "HTTP connections without a good token yet, in all (0: no cap but the 512 in "
+      "all); a new one takes the place of an idle one from the address holding the most");
+  app.add_option("--http-max-unauthenticated-per-address", o->http_max_unauthenticated_per_address,
+                 "HTTP connections without a good token yet from one address; more are answered "
+                 "503 (0: no cap)");
+  app.add_option(
+      "--http-unauthenticated-timeout", s->http_unauthenticated_timeout_s,
+      "seconds an HTTP connection without a good token yet has to send each request's head");
+}
+
+// The admin subcommands (token create|list|revoke, worker forget|drain|undrain) and their
+// arguments, filled by the parse.
+struct AdminCommands {
+  CLI::App* token = nullptr;
+  CLI::App* token_create = nullptr;
+  CLI::App* token_list = nullptr;
   std::string token_dir, token_user, token_role, token_output;
   int64_t token_id = 0;
-  CLI::App* token_create = token_cmd->add_subcommand(
+  CLI::App* worker = nullptr;
+  CLI::App* worker_drain = nullptr;
+  CLI::App* worker_undrain = nullptr;
+  std::string worker_dir, worker_name, drain_reason;
+};
+
+// llamafleet-coordinator token create|list|revoke: API tokens in DATA_DIR's database.
+// Safe while a coordinator serves the same data dir (SQLite WAL; the coordinator reads
+// tokens from the database on every call, so a new or revoked token counts at once).
+void AddTokenCommands(CLI::App& app, AdminCommands* c) {
+  c->token = app.add_subcommand("token", "manage API tokens (admin, on the coordinator host)");
+  c->token->require_subcommand(1);
+  c->token_create = c->token->add_subcommand(
       "create", "create a token; prints it alone on stdout, or writes it with --output");
-  token_create->add_option("--data-dir", token_dir, "the coordinator's data dir")->required();
-  token_create->add_option("--user", token_user, "user the token names")->required();
-  token_create->add_option("--role", token_role, "viewer, user or admin")->required();
-  token_create->add_option(
-      "--output", token_output,
+  c->token_create->add_option("--data-dir", c->token_dir, "the coordinator's data dir")->required();
+  c->token_create->add_option("--user", c->token_user, "user the token names")->required();
+  c->token_create->add_option("--role", c->token_role, "viewer, user or admin")->required();
+  c->token_create->add_option(
+      "--output", c->token_output,
       "write the token to this new file, readable by you only (mode 0600), not to stdout");
-  CLI::App* token_list = token_cmd->add_subcommand("list", "list tokens (never the secrets)");
-  token_list->add_option("--data-dir", token_dir, "the coordinator's data dir")->required();
-  CLI::App* token_revoke = token_cmd->add_subcommand("revoke", "revoke a token by id");
-  token_revoke->add_option("--data-dir", token_dir, "the coordinator's data dir")->required();
-  token_revoke->add_option("--id", token_id, "token id (from token list)")->required();
-  // llamafleet-coordinator worker forget NAME: release a worker name's credential.
-  CLI::App* worker_cmd = app.add_subcommand("worker", "manage worker identities (admin, on the coordinator host)");
-  worker_cmd->require_subcommand(1);
-  std::string worker_dir, worker_name;
-  CLI::App* worker_forget = worker_cmd->add_subcommand(
+  c->token_list = c->token->add_subcommand("list", "list tokens (never the secrets)");
+  c->token_list->add_option("--data-dir", c->token_dir, "the coordinator's data dir")->required();
+  CLI::App* revoke = c->token->add_subcommand("revoke", "revoke a token by id");
+  revoke->add_option("--data-dir", c->token_dir, "the coordinator's data dir")->required();
+  revoke->add_option("--id", c->token_id, "token id (from token list)")->required();
+}
+
+// llamafleet-coordinator worker forget NAME: release a worker name's credential;
+// worker drain|undrain NAME: no new placements (or again).
+void AddWorkerCommands(CLI::App& app, AdminCommands* c) {
+  c->worker =
+      app.add_subcommand("worker", "manage worker identities (admin, on the coordinator host)");
+  c->worker->require_subcommand(1);
+  CLI::App* forget = c->worker->add_subcommand(
       "forget", "release a worker name: the next worker joining under it gets a new credential");
-  worker_forget->add_option("name", worker_name, "the worker's name")->required();
-  worker_forget->add_option("--data-dir", worker_dir, "the coordinator's data dir")->required();
-  // llamafleet-coordinator worker drain|undrain NAME: no new placements (or again).
-  std::string drain_reason;
-  CLI::App* worker_drain = worker_cmd->add_subcommand(
+  forget->add_option("name", c->worker_name, "the worker's name")->required();
+  forget->add_option("--data-dir", c->worker_dir, "the coordinator's data dir")->required();
+  c->worker_drain = c->worker->add_subcommand(
       "drain", "stop placing work on a worker; its running attempts restart elsewhere");
-  worker_drain->add_option("name", worker_name, "the worker's name")->required();
-  worker_drain->add_option("--reason", drain_reason, "why (shown in workers, the portal and metrics)")
+  c->worker_drain->add_option("name", c->worker_name, "the worker's name")->required();
+  c->worker_drain
+      ->add_option("--reason", c->drain_reason, "why (shown in workers, the portal and metrics)")
       ->required();
-  worker_drain->add_option("--data-dir", worker_dir, "the coordinator's data dir")->required();
-  CLI::App* worker_undrain = worker_cmd->add_subcommand("undrain", "let a drained worker take placements again");
-  worker_undrain->add_option("name", worker_name, "the worker's name")->required();
-  worker_undrain->add_option("--reason", drain_reason, "why (logged)");
-  worker_undrain->add_option("--data-dir", worker_dir, "the coordinator's data dir")->required();
-  CLI11_PARSE(app, argc, argv);
+  c->worker_drain->add_option("--data-dir", c->worker_dir, "the coordinator's data dir")
+      ->required();
+  c->worker_undrain =
+      c->worker->add_subcommand("undrain", "let a drained worker take placements again");
+  c->worker_undrain->add_option("name", c->worker_name, "the worker's name")->required();
+  c->worker_undrain->add_option("--reason", c->drain_reason, "why (logged)");
+  c->worker_undrain->add_option("--data-dir", c->worker_dir, "the coordinator's data dir")
+      ->required();
+}
 
-  if (worker_cmd->parsed()) {
+// Runs the admin subcommand that was parsed, if any: its exit code, or nullopt for none.
+std::optional<int> RunAdminCommand(const AdminCommands& c) {
+  if (c.worker->parsed()) {
     spdlog::set_level(spdlog::level::warn);
-    return RunWorkerCommand(worker_drain->parsed() ? "drain" : worker_undrain->parsed() ? "undrain" : "forget",
-                            worker_dir, worker_name, drain_reason);
+    return RunWorkerCommand(c.worker_drain->parsed()     ? "drain"
+                            : c.worker_undrain->parsed() ? "undrain"
+                                                         : "forget",
+                            c.worker_dir, c.worker_name, c.drain_reason);
   }
-  if (token_cmd->parsed()) {
+  if (c.token->parsed()) {
     spdlog::set_level(spdlog::level::warn);
-    return RunTokenCommand(token_create->parsed() ? "create"
-                           : token_list->parsed() ? "list"
-                                                  : "revoke",
-                           token_dir, token_user, token_role, token_id, token_output);
+    return RunTokenCommand(c.token_create->parsed() ? "create"
+                           : c.token_list->parsed() ? "list"
+                                                    : "revoke",
+                           c.token_dir, c.token_user, c.token_role, c.token_id, c.token_output);
   }
+  return std::nullopt;
+}
 
-  // The config file fills in what the command line did not set.
-  if (!config_file.empty()) {
-    YAML::Node config;
-    try {
-      config = YAML::LoadFile(config_file);
-    } catch (const YAML::Exception& e) {
-      return Fail(absl::StrCat("cannot read config ", config_file, ": ", e.what()));
-    }
-    if (!config.IsNull() && !config.IsMap()) {
-      return Fail(absl::StrCat("config ", config_file, ": expected a mapping"));
-    }
-    const std::set<std::string> known = {"listen",    "data_dir",    "synchronous", "group_commit",
-                                         "log_level", "http_listen", "queues",
-                                         "paths",     "limits",      "pricing",
-                                         "users",     "dynamic_uid_range"};
-    try {
-      for (const auto& kv : config) {
-        const std::string key = kv.first.as<std::string>();
-        if (!known.count(key)) return Fail(absl::StrCat("config ", config_file, ": unknown key ", key));
-        if (key == "listen" && app.count("--listen") == 0) options.listen = kv.second.as<std::string>();
-        if (key == "data_dir" && app.count("--data-dir") == 0) {
-          options.data_dir = kv.second.as<std::string>();
-        }
-        if (key == "synchronous" && app.count("--synchronous") == 0) {
-          synchronous = kv.second.as<std::string>();
-          if (synchronous != "full" && synchronous != "normal") {
-            return Fail(absl::StrCat("config ", config_file, ": synchronous must be full or normal"));
-          }
-        }
-        if (key == "group_commit" && app.count("--no-group-commit") == 0) {
-          no_group_commit = !kv.second.as<bool>();
-        }
-        if (key == "log_level" && app.count("--log-level") == 0) log_level = kv.second.as<std::string>();
-        if (key == "http_listen" && app.count("--http-listen") == 0) {
-          options.http_listen = kv.second.as<std::string>();
-        }
-        if (key == "paths") {
-          // paths: {roots: [DIR, ...]}
-          if (!kv.second.IsMap() || !kv.second["roots"] || !kv.second["roots"].IsSequence() ||
-              kv.second.size() != 1) {
-            return Fail(absl::StrCat("config ", config_file, ": paths must be a mapping with roots: [DIR, ...]"));
-          }
-          if (app.count("--path-root") == 0) {
-            options.path_roots = kv.second["roots"].as<std::vector<std::string>>();
-          }
-        }
-        if (key == "limits") {
-          // limits: {max_active_jobs_per_user: N, max_priority: {ROLE: N, ...}}
-          if (!kv.second.IsMap()) return Fail(absl::StrCat("config ", config_file, ": limits must be a mapping"));
-          for (const auto& limit : kv.second) {
-            const std::string name = limit.first.as<std::string>();
-            if (name == "max_active_jobs_per_user") {
-              options.max_active_jobs_per_user = limit.second.as<int64_t>();
-              if (options.max_active_jobs_per_user < 0) {
-                return Fail(absl::StrCat("config ", config_file,
-                                         ": limits.max_active_jobs_per_user must be >= 0 (0: no limit)"));
-              }
-            } else if (name == "max_priority") {
-              if (!limit.second.IsMap()) {
-                return Fail(absl::StrCat("config ", config_file,
-                                         ": limits.max_priority must map roles (viewer, user, admin) to priorities"));
-              }
-              for (const auto& role : limit.second) {
-                const std::string role_name = role.first.as<std::string>();
-                if (!llamafleet::ParseRole(role_name).ok()) {
-                  return Fail(absl::StrCat("config ", config_file, ": limits.max_priority.", role_name,
-                                           ": not a role (viewer, user, admin)"));
-                }
-                options.max_priority[role_name] = role.second.as<int32_t>();
-              }
-            } else {
-              return Fail(absl::StrCat("config ", config_file, ": unknown key limits.", name,
-                                       " (max_active_jobs_per_user, max_priority)"));
-            }
-          }
-        }
-        if (key == "users") {
-          absl::StatusOr<std::map<std::string, v1::RunIdentity>> users = llamafleet::ParseUsersConfig(kv.second);
-          if (!users.ok()) return Fail(absl::StrCat("config ", config_file, ": ", users.status().message()));
-          options.identities.users = *std::move(users);
-        }
-        if (key == "dynamic_uid_range" && app.count("--dynamic-uid-range") == 0) {
-          dynamic_uid_range = kv.second.as<std::string>();
-          absl::StatusOr<std::optional<llamafleet::UidRange>> range =
-              llamafleet::ParseUidRange(dynamic_uid_range, "dynamic_uid_range");
-          if (!range.ok()) return Fail(absl::StrCat("config ", config_file, ": ", range.status().message()));
-          options.identities.dynamic = *range;
-        }
-        if (key == "pricing") {
-          // pricing: {INSTANCE_TYPE: PRICE_PER_INSTANCE_HOUR, ...}
-          if (!kv.second.IsMap()) {
-            return Fail(absl::StrCat("config ", config_file,
-                                     ": pricing must map instance types to prices per instance-hour"));
-          }
-          for (const auto& p : kv.second) {
-            const std::string type = p.first.as<std::string>();
-            double price = 0;
-            if (!p.second.IsScalar() || !YAML::convert<double>::decode(p.second, price) || !std::isfinite(price) ||
-                price <= 0) {
-              return Fail(absl::StrCat("config ", config_file, ": pricing.", type,
-                                       " must be a price per instance-hour > 0 (got ",
-                                       p.second.IsScalar() ? p.second.Scalar() : "a non-number", ")"));
-            }
-            options.pricing[type] = price;
-          }
-        }
-        if (key == "queues") {
-          // queues: {NAME: {gpu_quota: N, straggler_policy: flag|restart-without}, ...}
-          if (!kv.second.IsMap()) return Fail(absl::StrCat("config ", config_file, ": queues must be a mapping"));
-          for (const auto& q : kv.second) {
-            const std::string name = q.first.as<std::string>();
-            if (!q.second.IsMap() || !q.second["gpu_quota"]) {
-              return Fail(absl::StrCat("config ", config_file, ": queues.", name,
-                                       " must be a mapping with gpu_quota"));
-            }
-            for (const auto& field : q.second) {
-              const std::string key = field.first.as<std::string>();
-              if (key == "gpu_quota") continue;
-              if (key != "straggler_policy") {
-                return Fail(absl::StrCat("config ", config_file, ": unknown key queues.", name, ".", key,
-                                         " (gpu_quota, straggler_policy)"));
-              }
-              const std::string value = field.second.as<std::string>();
-              const std::optional<llamafleet::StragglerAction> action = llamafleet::ParseStragglerAction(value);
-              if (!action.has_value()) {
-                return Fail(absl::StrCat("config ", config_file, ": queues.", name, ".straggler_policy: \"", value,
-                                         "\" is not flag or restart-without"));
-              }
-              options.straggler_actions[name] = *action;
-            }
-            const int64_t quota = q.second["gpu_quota"].as<int64_t>();
-            if (quota < 0) {
-              return Fail(absl::StrCat("config ", config_file, ": queues.", name,
-                                       ".gpu_quota must be >= 0"));
-            }
-            options.queue_gpu_quotas[name] = quota;
-          }
-        }
-      }
-    } catch (const YAML::Exception& e) {
-      return Fail(absl::StrCat("config ", config_file, ": ", e.what()));
-    }
-  }
-  if (app.count("--dynamic-uid-range") > 0) {
-    absl::StatusOr<std::optional<llamafleet::UidRange>> range =
-        llamafleet::ParseUidRange(dynamic_uid_range, "--dynamic-uid-range");
-    if (!range.ok()) return Fail(std::string(range.status().message()));
-    options.identities.dynamic = *range;
-  }
-  if (absl::Status s = llamafleet::ValidateIdentityConfig(options.identities); !s.ok()) {
-    return Fail(std::string(s.message()));
-  }
-  options.synchronous_full = synchronous == "full";
-  options.auth_enabled = !insecure_no_auth;
-  options.check_job_paths = !no_check_paths;
-  if (options.tls_cert_file.empty() != options.tls_key_file.empty()) {
-    return Fail("--tls-cert and --tls-key go together");
-  }
-  options.heartbeat_timeout = absl::Seconds(heartbeat_timeout_s);
-  if (stream_idle_timeout_s < 0 || stream_max_lifetime_s < 0 || auth_failure_window_s <= 0 || auth_failure_block_s < 0) {
-    return Fail("--stream-idle-timeout, --stream-max-lifetime and --auth-failure-block must be >= 0, "
-                "--auth-failure-window > 0");
-  }
-  options.stream_idle_timeout = absl::Seconds(stream_idle_timeout_s);
-  options.stream_max_lifetime = absl::Seconds(stream_max_lifetime_s);
-  options.auth_failure_window = absl::Seconds(auth_failure_window_s);
-  options.auth_failure_block = absl::Seconds(auth_failure_block_s);
-  if (worker_hello_timeout_s < 0) return Fail("--worker-hello-timeout must be >= 0 seconds");
-  options.worker_hello_timeout = absl::Seconds(worker_hello_timeout_s);
-  if (!(http_unauthenticated_timeout_s > 0)) {
-    return Fail("--http-unauthenticated-timeout must be more than 0 seconds");
-  }
-  options.http_unauthenticated_timeout = absl::Seconds(http_unauthenticated_timeout_s);
-  options.cancel_grace = absl::Seconds(cancel_grace_s);
-  if (drain_cooloff_s < 0) return Fail("--drain-cooloff must be >= 0 seconds");
-  options.drain_cooloff = absl::Seconds(drain_cooloff_s);
-  if (!(hang_floor_s >= 0 && hang_floor_s <= 86400)) {
-    return Fail("--hang-floor must be between 0 and 86400 seconds");
-  }
-  if (!(hang_step_factor >= 1 && hang_step_factor <= 1000)) {
-    return Fail("--hang-step-factor must be between 1 and 1000");
-  }
-  if (!(straggler_factor > 1 && straggler_factor <= 1000)) {
-    return Fail("--straggler-factor must be more than 1 (and at most 1000)");
-  }
-  if (straggler_rounds < 1 || straggler_rounds > 100000) {
-    return Fail("--straggler-rounds must be between 1 and 100000");
-  }
-  options.straggler.factor = straggler_factor;
-  options.straggler.consecutive = straggler_rounds;
-  options.hang_floor = absl::Seconds(hang_floor_s);
-  options.hang_step_factor = hang_step_factor;
-  if (!options.join_token.empty()) {
-    std::cerr << "llamafleet-coordinator: warning: --join-token is visible to every user in ps; "
-                 "use --join-token-file or LLAMAFLEET_JOIN_TOKEN\n";
-  } else if (const char* env = std::getenv("LLAMAFLEET_JOIN_TOKEN");
-             env != nullptr && join_token_file.empty()) {
-    options.join_token = env;
-  }
-  unsetenv("LLAMAFLEET_JOIN_TOKEN");
-  if (!join_token_file.empty()) {
-    std::ifstream in(join_token_file);
-    if (!std::getline(in, options.join_token) || options.join_token.empty()) {
-      return Fail(absl::StrCat("cannot read a join token from ", join_token_file));
-    }
-  }
-  options.group_commit = !no_group_commit;
-  if (!options.webhooks.urls.empty() || !webhook_secret_file.empty()) {
-    std::ifstream in(webhook_secret_file);
-    if (webhook_secret_file.empty() || !std::getline(in, options.webhooks.secret) || options.webhooks.secret.empty()) {
-      return Fail("--webhook needs --webhook-secret-file naming a file that holds the secret");
-    }
-    for (const std::string& url : options.webhooks.urls) {
-      if (absl::Status s = llamafleet::ValidateWebhookUrl(url); !s.ok()) return Fail(std::string(s.message()));
-    }
-  }
+// Starts the coordinator, waits for SIGTERM or SIGINT, shuts it down. The exit code.
+int Serve(const CoordinatorOptions& options, const CoordinatorSettings& settings) {
   spdlog::set_default_logger(spdlog::stderr_color_mt("coordinator"));
-  spdlog::set_level(spdlog::level::from_str(log_level));
-
+  spdlog::set_level(spdlog::level::from_str(settings.log_level));
   // Block the stop signals in every thread; the main thread waits for them below.
   sigset_t stop_signals;
   sigemptyset(&stop_signals);
@@ -600,19 +411,47 @@ int main(int argc, char** argv) {
     std::printf("http listening on %s\n", (*coordinator)->http_address().c_str());
   }
   std::fflush(stdout);
-  spdlog::info("data dir {}, synchronous={}, group commit {}", options.data_dir, synchronous,
-               options.group_commit ? "on" : "off");
+  spdlog::info("data dir {}, synchronous={}, group commit {}", options.data_dir,
+               settings.synchronous, options.group_commit ? "on" : "off");
   if (!options.auth_enabled) {
     spdlog::warn("*****************************************************************");
     spdlog::warn("AUTHENTICATION IS OFF (--insecure-no-auth): anyone who can reach");
     spdlog::warn("{} can submit and cancel any job as an admin.", (*coordinator)->address());
     spdlog::warn("*****************************************************************");
   }
-
   int signal_number = 0;
   sigwait(&stop_signals, &signal_number);
   spdlog::info("received {}", signal_number == SIGTERM ? "SIGTERM" : "SIGINT");
   (*coordinator)->Shutdown();
   coordinator->reset();
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CoordinatorOptions options;
+  CoordinatorSettings settings;
+  CLI::App app{"llamafleet coordinator: job API, durable queue, scheduler"};
+  AddServingFlags(app, &options, &settings);
+  AddFailureFlags(app, &settings);
+  AddLimitFlags(app, &options, &settings);
+  AdminCommands admin;
+  AddTokenCommands(app, &admin);
+  AddWorkerCommands(app, &admin);
+  CLI11_PARSE(app, argc, argv);
+  if (std::optional<int> code = RunAdminCommand(admin)) return *code;
+
+  // The config file fills in what the command line did not set.
+  if (!settings.config_file.empty()) {
+    absl::Status s = llamafleet::ApplyConfigFile(
+        settings.config_file, [&app](const char* flag) { return app.count(flag) > 0; }, &options,
+        &settings);
+    if (!s.ok()) return Fail(std::string(s.message()));
+  }
+  settings.dynamic_uid_range_flag = app.count("--dynamic-uid-range") > 0;
+  if (absl::Status s = llamafleet::FinishCoordinatorOptions(settings, &options); !s.ok()) {
+    return Fail(std::string(s.message()));
+  }
+  return Serve(options, settings);
 }

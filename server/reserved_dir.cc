@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/dir_fd.h"
+#include "common/status_macros.h"
 
 namespace llamafleet {
 namespace {
@@ -72,7 +73,7 @@ absl::Status PrepareReservedDir(const std::string& first_root, bool* unchecked) 
   }
   absl::StatusOr<UniqueFd> dir = OpenDirBeneath(root->get(), "llamafleet", std::nullopt, path);
   if (!dir.ok()) return absl::FailedPreconditionError(absl::StrCat(dir.status().message(), "; refusing to start"));
-  if (absl::Status s = CheckLevel(dir->get(), path, /*check_owner=*/true); !s.ok()) return s;
+  LF_RETURN_IF_ERROR(CheckLevel(dir->get(), path, /*check_owner=*/true));
   for (const char* sub : {"checkpoints", "token-cache"}) {
     const std::string sub_path = absl::StrCat(path, "/", sub);
     absl::StatusOr<UniqueFd> level = OpenDirBeneath(dir->get(), sub, std::nullopt, sub_path);
@@ -80,7 +81,7 @@ absl::Status PrepareReservedDir(const std::string& first_root, bool* unchecked) 
     if (!level.ok()) {
       return absl::FailedPreconditionError(absl::StrCat(level.status().message(), "; refusing to start"));
     }
-    if (absl::Status s = CheckLevel(level->get(), sub_path, /*check_owner=*/false); !s.ok()) return s;
+    LF_RETURN_IF_ERROR(CheckLevel(level->get(), sub_path, /*check_owner=*/false));
   }
   return absl::OkStatus();
 }

@@ -7,6 +7,7 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "storage/identity_store.h"
 #include "storage/job_store.h"
 
@@ -24,10 +25,9 @@ std::string UidName(uid_t uid) {
 
 absl::StatusOr<std::unique_ptr<UserIdentities>> UserIdentities::Load(JobStore* store,
                                                                      IdentityConfig config) {
-  if (absl::Status s = ValidateIdentityConfig(config); !s.ok()) return s;
+  LF_RETURN_IF_ERROR(ValidateIdentityConfig(config));
   if (config.dynamic.has_value()) {
-    if (absl::Status s = CheckDynamicRangeIsFree(*config.dynamic, "dynamic_uid_range"); !s.ok())
-      return s;
+    LF_RETURN_IF_ERROR(CheckDynamicRangeIsFree(*config.dynamic, "dynamic_uid_range"));
   }
   std::unique_ptr<UserIdentities> ids(new UserIdentities(store, std::move(config)));
   absl::StatusOr<std::map<std::string, uint32_t>> recorded = ListDynamicUids(store);

@@ -1,6 +1,4 @@
 #include "storage/cluster_store.h"
-#include "storage/deleted_job_dirs.h"
-#include "storage/txn_helpers.h"
 
 #include <algorithm>
 
@@ -9,7 +7,10 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/status_macros.h"
 #include "google/protobuf/util/time_util.h"
+#include "storage/deleted_job_dirs.h"
+#include "storage/txn_helpers.h"
 
 namespace llamafleet {
 namespace {
@@ -22,6 +23,34 @@ using storage_internal::RequireJob;
 absl::Status MarkFinished(Txn& txn, int64_t job_id) {
   return Exec(txn, "UPDATE jobs SET finish_us = ?2 WHERE id = ?1",
               [&](sqlite::Statement& s) { s.Bind(1, job_id).Bind(2, txn.NowMicros()); });
+}
+
+// The job's part of an attempt's end (its columns, then its moves), as planned.
+absl::Status ApplyJobPlan(Txn& txn, int64_t job_id, const AttemptEndPlan& plan, v1::Job* job) {
+  const int64_t now = txn.NowMicros();
+  if (plan.mark_finished) LF_RETURN_IF_ERROR(MarkFinished(txn, job_id));
+  if (plan.record_preempted) {
+    LF_RETURN_IF_ERROR(Exec(txn, "UPDATE jobs SET last_preempted_us = ?2 WHERE id = ?1",
+                            [&](sqlite::Statement& st) { st.Bind(1, job_id).Bind(2, now); }));
+  }
+  if (plan.eligible_after.has_value()) {
+    LF_RETURN_IF_ERROR(
+        Exec(txn,
+             "UPDATE jobs SET restarts = restarts + ?2, eligible_us = ?3, excluded_workers = "
+             "CASE WHEN ?4 = '' THEN excluded_workers WHEN excluded_workers = '' THEN ?4 "
+             "ELSE excluded_workers || ',' || ?4 END WHERE id = ?1",
+             [&](sqlite::Statement& st) {
+               st.Bind(1, job_id).Bind(2, int64_t{plan.count_restart ? 1 : 0});
+               st.Bind(3, now + absl::ToInt64Microseconds(*plan.eligible_after));
+               st.Bind(4, plan.exclude_worker);
+             }));
+  }
+  for (const JobMove& move : plan.moves) {
+    std::optional<absl::string_view> status;
+    if (move.status_reason.has_value()) status = *move.status_reason;
+    LF_RETURN_IF_ERROR(txn.Transition(job, move.type, move.to, move.reason, status));
+  }
+  return absl::OkStatus();
 }
 
 v1::AttemptState AttemptStateProto(AttemptState state) {
@@ -45,17 +74,17 @@ TxnFunction StartAttemptTxn(AttemptRecord a, std::shared_ptr<double> queued_seco
           absl::StrCat("job ", a.job_id, " is ", v1::JobState_Name(job->state()), ", not QUEUED"));
     }
     const int64_t now = txn.NowMicros();
-    absl::Status s = Exec(txn,
-                          "INSERT INTO attempts (job_id, attempt, state, start_us, master_addr, "
-                          "master_port, resume_from, nodes, resize_reason) "
-                          "VALUES (?1, ?2, 0, ?3, ?4, ?5, ?6, ?7, ?8)",
-                          [&](sqlite::Statement& st) {
-                            st.Bind(1, a.job_id).Bind(2, int64_t{a.attempt}).Bind(3, now);
-                            st.Bind(4, a.master_addr).Bind(5, int64_t{a.master_port});
-                            st.Bind(6, a.resume_from).Bind(7, static_cast<int64_t>(a.tasks.size()));
-                            st.Bind(8, a.resize_note);
-                          });
-    if (!s.ok()) return s;
+    LF_RETURN_IF_ERROR(
+        Exec(txn,
+             "INSERT INTO attempts (job_id, attempt, state, start_us, master_addr, "
+             "master_port, resume_from, nodes, resize_reason) "
+             "VALUES (?1, ?2, 0, ?3, ?4, ?5, ?6, ?7, ?8)",
+             [&](sqlite::Statement& st) {
+               st.Bind(1, a.job_id).Bind(2, int64_t{a.attempt}).Bind(3, now);
+               st.Bind(4, a.master_addr).Bind(5, int64_t{a.master_port});
+               st.Bind(6, a.resume_from).Bind(7, static_cast<int64_t>(a.tasks.size()));
+               st.Bind(8, a.resize_note);
+             }));
     // The "placed" phase: how long the job waited since it last became QUEUED (submitted,
     // or requeued by the attempt before).
     absl::StatusOr<sqlite::Statement*> queued = txn.Statement(
@@ -68,35 +97,36 @@ TxnFunction StartAttemptTxn(AttemptRecord a, std::shared_ptr<double> queued_seco
     (*queued)->Reset();
     const double waited = queued_us > 0 && queued_us < now ? static_cast<double>(now - queued_us) / 1e6 : 0.0;
     if (queued_seconds != nullptr) *queued_seconds = waited;
-    s = Exec(txn,
-             "INSERT INTO attempt_phases (job_id, attempt, phase, time_us, seconds) VALUES (?1, ?2, 'placed', ?3, ?4)",
+    LF_RETURN_IF_ERROR(
+        Exec(txn,
+             "INSERT INTO attempt_phases (job_id, attempt, phase, time_us, seconds) VALUES (?1, "
+             "?2, 'placed', ?3, ?4)",
              [&](sqlite::Statement& st) {
                st.Bind(1, a.job_id).Bind(2, int64_t{a.attempt}).Bind(3, now).BindDouble(4, waited);
-             });
-    if (!s.ok()) return s;
+             }));
     std::vector<std::string> placed, workers;
     for (const TaskRecord& t : a.tasks) {
-      s = Exec(txn,
+      LF_RETURN_IF_ERROR(
+          Exec(txn,
                "INSERT INTO tasks (task_id, job_id, attempt, node_rank, worker, ranks, state) "
                "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
                [&](sqlite::Statement& st) {
                  st.Bind(1, t.task_id).Bind(2, a.job_id).Bind(3, int64_t{a.attempt});
                  st.Bind(4, int64_t{t.node_rank}).Bind(5, t.worker).Bind(6, int64_t{t.ranks});
                  st.Bind(7, static_cast<int64_t>(v1::TASK_STARTING));
-               });
-      if (!s.ok()) return s;
+               }));
       placed.push_back(absl::StrCat(t.worker, " (node ", t.node_rank, ")"));
       workers.push_back(t.worker);
     }
-    s = Exec(txn,
-             "UPDATE jobs SET attempts = ?2, workers = ?3, "
-             "first_start_us = CASE WHEN first_start_us = 0 THEN ?4 ELSE first_start_us END "
-             "WHERE id = ?1",
-             [&](sqlite::Statement& st) {
-               st.Bind(1, a.job_id).Bind(2, int64_t{a.attempt}).Bind(3, absl::StrJoin(workers, ","));
-               st.Bind(4, now);
-             });
-    if (!s.ok()) return s;
+    LF_RETURN_IF_ERROR(Exec(
+        txn,
+        "UPDATE jobs SET attempts = ?2, workers = ?3, "
+        "first_start_us = CASE WHEN first_start_us = 0 THEN ?4 ELSE first_start_us END "
+        "WHERE id = ?1",
+        [&](sqlite::Statement& st) {
+          st.Bind(1, a.job_id).Bind(2, int64_t{a.attempt}).Bind(3, absl::StrJoin(workers, ","));
+          st.Bind(4, now);
+        }));
     std::string reason = absl::StrCat(a.resize_note.empty() ? "" : absl::StrCat(a.resize_note, "; "), "attempt ",
                                       a.attempt, " placed on ", absl::StrJoin(placed, ", "));
     if (!a.resume_from.empty()) absl::StrAppend(&reason, "; resuming from ", a.resume_from);
@@ -109,14 +139,14 @@ TxnFunction AttemptRunningTxn(int64_t job_id, int attempt) {
     absl::StatusOr<v1::Job> job = RequireJob(txn, job_id);
     if (!job.ok()) return job.status();
     if (job->state() != v1::SCHEDULED || job->attempts() != attempt) return absl::OkStatus();
-    absl::Status s = Exec(txn,
-                          "INSERT OR IGNORE INTO attempt_phases (job_id, attempt, phase, time_us, seconds) "
-                          "SELECT job_id, attempt, 'trainers_started', ?3, MAX(0, ?3 - start_us) / 1e6 "
-                          "FROM attempts WHERE job_id = ?1 AND attempt = ?2",
-                          [&](sqlite::Statement& st) {
-                            st.Bind(1, job_id).Bind(2, int64_t{attempt}).Bind(3, txn.NowMicros());
-                          });
-    if (!s.ok()) return s;
+    LF_RETURN_IF_ERROR(
+        Exec(txn,
+             "INSERT OR IGNORE INTO attempt_phases (job_id, attempt, phase, time_us, seconds) "
+             "SELECT job_id, attempt, 'trainers_started', ?3, MAX(0, ?3 - start_us) / 1e6 "
+             "FROM attempts WHERE job_id = ?1 AND attempt = ?2",
+             [&](sqlite::Statement& st) {
+               st.Bind(1, job_id).Bind(2, int64_t{attempt}).Bind(3, txn.NowMicros());
+             }));
     return txn.Transition(&*job, "running", v1::RUNNING,
                           absl::StrCat("attempt ", attempt, ": every rank started"), "training");
   };
@@ -129,16 +159,16 @@ TxnFunction RecordStartupPhaseTxn(int64_t job_id, int attempt, v1::AttemptPhase 
     if (job->attempts() != attempt || (job->state() != v1::SCHEDULED && job->state() != v1::RUNNING)) {
       return absl::OkStatus();
     }
-    absl::Status s = Exec(txn,
-                          "INSERT OR IGNORE INTO attempt_phases (job_id, attempt, phase, time_us, seconds, detail) "
-                          "VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-                          [&](sqlite::Statement& st) {
-                            st.Bind(1, job_id).Bind(2, int64_t{attempt}).Bind(3, phase.name());
-                            st.Bind(4, phase.has_time() ? TimeUtil::TimestampToMicroseconds(phase.time())
-                                                        : txn.NowMicros());
-                            st.BindDouble(5, phase.seconds()).Bind(6, phase.detail());
-                          });
-    if (!s.ok()) return s;
+    LF_RETURN_IF_ERROR(Exec(
+        txn,
+        "INSERT OR IGNORE INTO attempt_phases (job_id, attempt, phase, time_us, seconds, detail) "
+        "VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        [&](sqlite::Statement& st) {
+          st.Bind(1, job_id).Bind(2, int64_t{attempt}).Bind(3, phase.name());
+          st.Bind(4, phase.has_time() ? TimeUtil::TimestampToMicroseconds(phase.time())
+                                      : txn.NowMicros());
+          st.BindDouble(5, phase.seconds()).Bind(6, phase.detail());
+        }));
     if (txn.Changes() == 0) return absl::OkStatus();  // a repeat: the first report stands
     const std::string status = job->status_reason();
     return txn.Transition(&*job, "startup", job->state(), reason, status);
@@ -178,116 +208,23 @@ TxnFunction SetTaskStateTxn(const std::string& task_id, const v1::TaskStatus& st
 
 TxnFunction EndAttemptTxn(AttemptEnd end) {
   return [end = std::move(end)](Txn& txn) -> absl::Status {
-    const char* failure_class = "";
-    AttemptState state = AttemptState::kFailed;
-    switch (end.outcome) {
-      case AttemptOutcome::kSucceeded: state = AttemptState::kSucceeded; break;
-      case AttemptOutcome::kRetryable: failure_class = "retryable"; break;
-      case AttemptOutcome::kNodeFault: failure_class = "node_fault"; break;
-      case AttemptOutcome::kNodeDrained: failure_class = "node_fault"; break;
-      case AttemptOutcome::kPermanent: failure_class = "permanent"; break;
-      case AttemptOutcome::kDeadline: failure_class = "deadline"; break;
-      case AttemptOutcome::kPreempted: state = AttemptState::kStopped; failure_class = "preempted"; break;
-      case AttemptOutcome::kStopped: state = AttemptState::kStopped; break;
-      case AttemptOutcome::kResized: state = AttemptState::kStopped; break;
-    }
+    absl::StatusOr<v1::Job> job = RequireJob(txn, end.job_id);
+    if (!job.ok()) return job.status();
+    const AttemptEndPlan plan =
+        PlanAttemptEnd({end.attempt, end.outcome, end.reason, end.excluded_worker}, *job,
+                       job->spec().run_policy());
     absl::StatusOr<sqlite::Statement*> update = txn.Statement(
         "UPDATE attempts SET state = ?3, end_us = ?4, failure_class = ?5, reason = ?6 "
         "WHERE job_id = ?1 AND attempt = ?2 AND state = 0");
     if (!update.ok()) return update.status();
-    (*update)->Bind(1, end.job_id).Bind(2, int64_t{end.attempt}).Bind(3, static_cast<int64_t>(state));
-    (*update)->Bind(4, txn.NowMicros()).Bind(5, failure_class).Bind(6, end.reason);
-    if (absl::Status s = (*update)->Run(); !s.ok()) return s;
+    (*update)->Bind(1, end.job_id).Bind(2, int64_t{end.attempt});
+    (*update)->Bind(3, static_cast<int64_t>(plan.attempt_state));
+    (*update)->Bind(4, txn.NowMicros()).Bind(5, plan.failure_class).Bind(6, end.reason);
+    LF_RETURN_IF_ERROR((*update)->Run());
     if (txn.Changes() > 0) {  // its first end: what it used, recorded once
-      if (absl::Status s = RecordAttemptUsage(txn, end.job_id, end.attempt, end.pricing); !s.ok()) return s;
+      LF_RETURN_IF_ERROR(RecordAttemptUsage(txn, end.job_id, end.attempt, end.pricing));
     }
-    // (Ending an attempt twice is harmless: the job moves only from the states below.)
-    absl::StatusOr<v1::Job> job = RequireJob(txn, end.job_id);
-    if (!job.ok()) return job.status();
-    if (IsTerminal(job->state()) || job->attempts() != end.attempt) return absl::OkStatus();
-    const v1::RunPolicy& policy = job->spec().run_policy();
-    const int64_t now = txn.NowMicros();
-    switch (end.outcome) {
-      case AttemptOutcome::kStopped:
-        return absl::OkStatus();
-      case AttemptOutcome::kSucceeded:
-        if (absl::Status s = MarkFinished(txn, end.job_id); !s.ok()) return s;
-        return txn.Transition(&*job, "succeeded", v1::SUCCEEDED, end.reason);
-      case AttemptOutcome::kPermanent:
-      case AttemptOutcome::kDeadline:
-        if (absl::Status s = MarkFinished(txn, end.job_id); !s.ok()) return s;
-        return txn.Transition(&*job, "failed", v1::FAILED, end.reason);
-      case AttemptOutcome::kResized:
-        if (job->state() != v1::RUNNING) return absl::OkStatus();
-        return txn.Transition(&*job, "requeued", v1::QUEUED,
-                              absl::StrCat(end.reason, "; requeued without using a restart"),
-                              "waiting to be placed on more nodes");
-      case AttemptOutcome::kPreempted: {
-        absl::Status s = Exec(txn, "UPDATE jobs SET last_preempted_us = ?2 WHERE id = ?1",
-                              [&](sqlite::Statement& st) { st.Bind(1, end.job_id).Bind(2, now); });
-        if (!s.ok()) return s;
-        return txn.Transition(&*job, "requeued", v1::QUEUED,
-                              absl::StrCat("preempted: ", end.reason,
-                                           "; requeued without using a restart"),
-                              "waiting to be scheduled (preempted)");
-      }
-      case AttemptOutcome::kNodeDrained: {
-        // A hung node is named in excluded_worker: left out of the next placement, as for
-        // kNodeFault (a drained node is left out by its drain).
-        const std::string& excluded = end.excluded_worker;
-        absl::Status s = Exec(
-            txn,
-            "UPDATE jobs SET eligible_us = ?2, excluded_workers = "
-            "CASE WHEN ?3 = '' THEN excluded_workers WHEN excluded_workers = '' THEN ?3 "
-            "ELSE excluded_workers || ',' || ?3 END WHERE id = ?1",
-            [&](sqlite::Statement& st) { st.Bind(1, end.job_id).Bind(2, now).Bind(3, excluded); });
-        if (!s.ok()) return s;
-        s = txn.Transition(&*job, "restarting", v1::RESTARTING, end.reason);
-        if (!s.ok()) return s;
-        return txn.Transition(&*job, "requeued", v1::QUEUED,
-                              absl::StrCat(excluded.empty() ? "node drained" : "node fault",
-                                           ": requeued at once without using a restart (",
-                                           job->restarts(), " of ", policy.max_restarts(), " used)",
-                                           excluded.empty() ? "" : absl::StrCat("; excluding worker ", excluded),
-                                           "; resumes from the newest checkpoint"),
-                              "waiting to restart");
-      }
-      case AttemptOutcome::kRetryable:
-      case AttemptOutcome::kNodeFault: {
-        if (job->restarts() >= policy.max_restarts()) {
-          if (absl::Status s = MarkFinished(txn, end.job_id); !s.ok()) return s;
-          return txn.Transition(&*job, "failed", v1::FAILED,
-                                absl::StrCat(end.reason, "; no restarts left (",
-                                             job->restarts(), " of ", policy.max_restarts(),
-                                             " used)"));
-        }
-        std::string excluded;
-        if (end.outcome == AttemptOutcome::kNodeFault && !end.excluded_worker.empty()) {
-          excluded = end.excluded_worker;
-        }
-        absl::Status s = Exec(
-            txn,
-            "UPDATE jobs SET restarts = restarts + 1, eligible_us = ?2, excluded_workers = "
-            "CASE WHEN ?3 = '' THEN excluded_workers WHEN excluded_workers = '' THEN ?3 "
-            "ELSE excluded_workers || ',' || ?3 END WHERE id = ?1",
-            [&](sqlite::Statement& st) {
-              st.Bind(1, end.job_id);
-              st.Bind(2, now + policy.restart_backoff_seconds() * 1000000);
-              st.Bind(3, excluded);
-            });
-        if (!s.ok()) return s;
-        s = txn.Transition(&*job, "restarting", v1::RESTARTING, end.reason);
-        if (!s.ok()) return s;
-        return txn.Transition(
-            &*job, "requeued", v1::QUEUED,
-            absl::StrCat("restart ", job->restarts() + 1, " of ", policy.max_restarts(), " after ",
-                         policy.restart_backoff_seconds(), "s backoff",
-                         excluded.empty() ? "" : absl::StrCat("; excluding worker ", excluded),
-                         "; resumes from the newest checkpoint"),
-            "waiting to restart");
-      }
-    }
-    return absl::OkStatus();
+    return ApplyJobPlan(txn, end.job_id, plan, &*job);
   };
 }
 
@@ -295,7 +232,7 @@ TxnFunction FailQueuedJobTxn(int64_t job_id, std::string reason) {
   return [job_id, reason = std::move(reason)](Txn& txn) -> absl::Status {
     absl::StatusOr<v1::Job> job = RequireJob(txn, job_id);
     if (!job.ok() || job->state() != v1::QUEUED) return absl::OkStatus();
-    if (absl::Status s = MarkFinished(txn, job_id); !s.ok()) return s;
+    LF_RETURN_IF_ERROR(MarkFinished(txn, job_id));
     return txn.Transition(&*job, "failed", v1::FAILED, reason);
   };
 }
@@ -333,9 +270,8 @@ TxnFunction RecordCheckpointTxn(int64_t job_id, int attempt, const v1::Checkpoin
 TxnFunction ForgetCheckpointsTxn(int64_t job_id, std::vector<int64_t> steps) {
   return [=](Txn& txn) -> absl::Status {
     for (int64_t step : steps) {
-      absl::Status s = Exec(txn, "DELETE FROM checkpoints WHERE job_id = ?1 AND step = ?2",
-                            [&](sqlite::Statement& st) { st.Bind(1, job_id).Bind(2, step); });
-      if (!s.ok()) return s;
+      LF_RETURN_IF_ERROR(Exec(txn, "DELETE FROM checkpoints WHERE job_id = ?1 AND step = ?2",
+                              [&](sqlite::Statement& st) { st.Bind(1, job_id).Bind(2, step); }));
     }
     return absl::OkStatus();
   };
@@ -373,14 +309,14 @@ TxnFunction DeleteFinishedJobTxn(int64_t job_id) {
       return absl::FailedPreconditionError(absl::StrCat("job ", job_id, " is ", v1::JobState_Name(job->state()),
                                                         "; cancel it first (llamafleet cancel ", job_id, ")"));
     }
-    if (absl::Status s = RecordDeletedJobDirs(txn, job_id); !s.ok()) return s;
+    LF_RETURN_IF_ERROR(RecordDeletedJobDirs(txn, job_id));
     return Exec(txn, "DELETE FROM jobs WHERE id = ?1", [&](sqlite::Statement& st) { st.Bind(1, job_id); });
   };
 }
 
 TxnFunction DeleteJobTxn(int64_t job_id) {
   return [=](Txn& txn) -> absl::Status {
-    if (absl::Status s = RecordDeletedJobDirs(txn, job_id); !s.ok()) return s;
+    LF_RETURN_IF_ERROR(RecordDeletedJobDirs(txn, job_id));
     return Exec(txn, "DELETE FROM jobs WHERE id = ?1",
                 [&](sqlite::Statement& st) { st.Bind(1, job_id); });
   };
@@ -388,8 +324,8 @@ TxnFunction DeleteJobTxn(int64_t job_id) {
 
 absl::StatusOr<std::vector<AttemptRecord>> LoadActiveAttempts(JobStore& store) {
   std::vector<AttemptRecord> out;
-  absl::Status s = store.Read([&](sqlite::Connection& conn) -> absl::Status {
-    absl::Status q = Query(
+  LF_RETURN_IF_ERROR(store.Read([&](sqlite::Connection& conn) -> absl::Status {
+    LF_RETURN_IF_ERROR(Query(
         conn,
         "SELECT job_id, attempt, start_us, master_addr, master_port, resume_from FROM attempts "
         "WHERE state = 0 ORDER BY job_id",
@@ -404,10 +340,9 @@ absl::StatusOr<std::vector<AttemptRecord>> LoadActiveAttempts(JobStore& store) {
           a.resume_from = row.ColumnText(5);
           out.push_back(std::move(a));
           return absl::OkStatus();
-        });
-    if (!q.ok()) return q;
+        }));
     for (AttemptRecord& a : out) {
-      q = Query(
+      LF_RETURN_IF_ERROR(Query(
           conn,
           "SELECT task_id, node_rank, worker, ranks, state FROM tasks WHERE job_id = ?1 AND "
           "attempt = ?2 ORDER BY node_rank",
@@ -421,12 +356,10 @@ absl::StatusOr<std::vector<AttemptRecord>> LoadActiveAttempts(JobStore& store) {
             t.state = static_cast<v1::TaskState>(row.ColumnInt(4));
             a.tasks.push_back(std::move(t));
             return absl::OkStatus();
-          });
-      if (!q.ok()) return q;
+          }));
     }
     return absl::OkStatus();
-  });
-  if (!s.ok()) return s;
+  }));
   return out;
 }
 
@@ -435,7 +368,7 @@ absl::StatusOr<std::vector<SchedulableJob>> LoadJobsInStates(
   std::vector<std::string> codes;
   for (v1::JobState s : states) codes.push_back(absl::StrCat(static_cast<int>(s)));
   std::vector<SchedulableJob> out;
-  absl::Status s = store.Read([&](sqlite::Connection& conn) {
+  LF_RETURN_IF_ERROR(store.Read([&](sqlite::Connection& conn) {
     return Query(
         conn,
         absl::StrCat("SELECT ", SchedulableJobColumns(), " FROM jobs WHERE state IN (",
@@ -447,17 +380,17 @@ absl::StatusOr<std::vector<SchedulableJob>> LoadJobsInStates(
           out.push_back(std::move(*j));
           return absl::OkStatus();
         });
-  });
-  if (!s.ok()) return s;
+  }));
   return out;
 }
 
 absl::StatusOr<std::vector<v1::Checkpoint>> ListCheckpoints(JobStore& store, int64_t job_id) {
   std::vector<v1::Checkpoint> out;
-  absl::Status s = store.Read([&](sqlite::Connection& conn) {
+  LF_RETURN_IF_ERROR(store.Read([&](sqlite::Connection& conn) {
     return Query(
         conn,
-        "SELECT step, attempt, path, bytes, manifest_sha256, loss, time_us, eval_loss FROM checkpoints "
+        "SELECT step, attempt, path, bytes, manifest_sha256, loss, time_us, eval_loss FROM "
+        "checkpoints "
         "WHERE job_id = ?1 ORDER BY step DESC",
         [&](sqlite::Statement& st) { st.Bind(1, job_id); },
         [&](sqlite::Statement& row) {
@@ -474,8 +407,7 @@ absl::StatusOr<std::vector<v1::Checkpoint>> ListCheckpoints(JobStore& store, int
           out.push_back(std::move(c));
           return absl::OkStatus();
         });
-  });
-  if (!s.ok()) return s;
+  }));
   return out;
 }
 
@@ -483,7 +415,7 @@ absl::StatusOr<std::vector<v1::Attempt>> ListAttempts(JobStore& store, int64_t j
   std::vector<v1::Attempt> out;
   absl::Status s = store.Read([&](sqlite::Connection& conn) -> absl::Status {
     std::map<int, size_t> index;  // attempt number → position in `out`
-    absl::Status q = Query(
+    LF_RETURN_IF_ERROR(Query(
         conn,
         "SELECT attempt, state, start_us, end_us, resume_from, failure_class, reason, nodes, "
         "resize_reason, gpu_seconds, cost FROM attempts WHERE job_id = ?1 ORDER BY attempt DESC",
@@ -507,10 +439,9 @@ absl::StatusOr<std::vector<v1::Attempt>> ListAttempts(JobStore& store, int64_t j
           index[a.attempt()] = out.size();
           out.push_back(std::move(a));
           return absl::OkStatus();
-        });
-    if (!q.ok()) return q;
+        }));
     // One query for every attempt's tasks (tasks_by_attempt covers it), one for their phases.
-    q = Query(
+    LF_RETURN_IF_ERROR(Query(
         conn,
         "SELECT attempt, task_id, node_rank, worker, ranks, state, message FROM tasks "
         "WHERE job_id = ?1 ORDER BY attempt, node_rank",
@@ -526,8 +457,7 @@ absl::StatusOr<std::vector<v1::Attempt>> ListAttempts(JobStore& store, int64_t j
           t->set_state(static_cast<v1::TaskState>(row.ColumnInt(5)));
           t->set_message(row.ColumnText(6));
           return absl::OkStatus();
-        });
-    if (!q.ok()) return q;
+        }));
     return Query(
         conn,
         "SELECT attempt, phase, time_us, seconds, detail FROM attempt_phases "
@@ -550,7 +480,7 @@ absl::StatusOr<std::vector<v1::Attempt>> ListAttempts(JobStore& store, int64_t j
 
 absl::StatusOr<std::map<std::string, int64_t>> CountAttemptFailures(JobStore& store) {
   std::map<std::string, int64_t> out;
-  absl::Status s = store.Read([&](sqlite::Connection& conn) {
+  LF_RETURN_IF_ERROR(store.Read([&](sqlite::Connection& conn) {
     // "> ''" rather than "!= ''": a range, so an index on failure_class skips successes.
     return Query(
         conn,
@@ -561,27 +491,25 @@ absl::StatusOr<std::map<std::string, int64_t>> CountAttemptFailures(JobStore& st
           out[row.ColumnText(0)] = row.ColumnInt(1);
           return absl::OkStatus();
         });
-  });
-  if (!s.ok()) return s;
+  }));
   return out;
 }
 
 absl::StatusOr<std::vector<int64_t>> ExpiredJobs(JobStore& store, absl::Time now) {
   std::vector<int64_t> out;
-  absl::Status s = store.Read([&](sqlite::Connection& conn) {
-    return Query(conn, "SELECT id, spec, finish_us FROM jobs WHERE finish_us > 0",
-                 [](sqlite::Statement&) {},
-                 [&](sqlite::Statement& row) {
-                   v1::JobSpec spec;
-                   (void)spec.ParseFromString(row.ColumnText(1));
-                   const int64_t ttl = spec.run_policy().ttl_after_finished_seconds();
-                   if (ttl > 0 && absl::FromUnixMicros(row.ColumnInt(2)) + absl::Seconds(ttl) <= now) {
-                     out.push_back(row.ColumnInt(0));
-                   }
-                   return absl::OkStatus();
-                 });
-  });
-  if (!s.ok()) return s;
+  LF_RETURN_IF_ERROR(store.Read([&](sqlite::Connection& conn) {
+    return Query(
+        conn, "SELECT id, spec, finish_us FROM jobs WHERE finish_us > 0", [](sqlite::Statement&) {},
+        [&](sqlite::Statement& row) {
+          v1::JobSpec spec;
+          (void)spec.ParseFromString(row.ColumnText(1));
+          const int64_t ttl = spec.run_policy().ttl_after_finished_seconds();
+          if (ttl > 0 && absl::FromUnixMicros(row.ColumnInt(2)) + absl::Seconds(ttl) <= now) {
+            out.push_back(row.ColumnInt(0));
+          }
+          return absl::OkStatus();
+        });
+  }));
   return out;
 }
 

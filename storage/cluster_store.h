@@ -17,13 +17,12 @@
 #include "absl/time/time.h"
 #include "llamafleet/v1/job.pb.h"
 #include "llamafleet/v1/worker.pb.h"
+#include "storage/attempt_end_plan.h"
 #include "storage/job_store.h"
 #include "storage/queued_jobs.h"
 #include "storage/usage_store.h"
 
 namespace llamafleet {
-
-enum class AttemptState { kActive = 0, kSucceeded = 1, kFailed = 2, kStopped = 3 };
 
 struct TaskRecord {
   std::string task_id;
@@ -47,23 +46,6 @@ struct AttemptRecord {
   std::string resize_note;
 };
 
-// How an attempt ended, and what the job does next.
-enum class AttemptOutcome {
-  kSucceeded,   // job → SUCCEEDED
-  kRetryable,   // RESTARTING → QUEUED after backoff while restarts last, else FAILED
-  kNodeFault,   // as kRetryable, and the worker is excluded from the job's next placement
-  kPermanent,   // job → FAILED now (bad spec, bad data)
-  kPreempted,   // PREEMPTING → QUEUED, restart budget untouched
-  kStopped,     // the job was already ended (cancelled); only the attempt is closed
-  kDeadline,    // active_deadline exceeded: job → FAILED
-  kResized,     // an elastic gang stopped to grow: RUNNING → QUEUED at once, restart
-                // budget, backoff and preemption record untouched; not a failure
-  kNodeDrained, // a worker of the gang was drained, or hung inside a collective (a node
-                // fault, failure class node_fault): RESTARTING → QUEUED at once, restart
-                // budget and backoff untouched (the node's fault, not the job's); with
-                // excluded_worker set (a hang), that worker is left out of the next placement
-};
-
 struct AttemptEnd {
   int64_t job_id = 0;
   int attempt = 0;
@@ -84,8 +66,9 @@ TxnFunction StartAttemptTxn(AttemptRecord attempt, std::shared_ptr<double> queue
 // "trainers_started" phase (seconds: since placed).
 TxnFunction AttemptRunningTxn(int64_t job_id, int attempt);
 TxnFunction SetTaskStateTxn(const std::string& task_id, const v1::TaskStatus& status);
-// Closes the attempt and moves the job as `end.outcome` says (see AttemptOutcome). The
-// first end of an attempt records its usage (RecordAttemptUsage, priced by end.pricing).
+// Closes the attempt and moves the job as PlanAttemptEnd (storage/attempt_end_plan.h)
+// plans it for `end` and the job as this transaction reads it. The first end of an
+// attempt records its usage (RecordAttemptUsage, priced by end.pricing).
 TxnFunction EndAttemptTxn(AttemptEnd end);
 // Job QUEUED → FAILED (e.g. its active deadline passed between attempts); a job no
 // longer QUEUED is left as it is.

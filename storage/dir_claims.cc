@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "storage/job_reads.h"
 #include "storage/job_store.h"
 #include "storage/txn_helpers.h"
@@ -135,10 +136,9 @@ absl::StatusOr<std::vector<DirClaim>> ClashingClaims(Txn& txn, const std::string
   const size_t max = static_cast<size_t>(std::max(limit, 0));
   for (const ClaimSource& source : Sources()) {
     for (const std::string& d : SelfAndAncestors(dir)) {
-      if (absl::Status s = ClaimsOn(txn, source, d, owner, pending, max, &out); !s.ok()) return s;
+      LF_RETURN_IF_ERROR(ClaimsOn(txn, source, d, owner, pending, max, &out));
     }
-    if (absl::Status s = ClaimsBelow(txn, source, dir, owner, pending, max, &out); !s.ok())
-      return s;
+    LF_RETURN_IF_ERROR(ClaimsBelow(txn, source, dir, owner, pending, max, &out));
   }
   return out;
 }
@@ -166,7 +166,7 @@ absl::Status CheckJobDirFree(Txn& txn, const std::string& prefix, absl::string_v
 absl::StatusOr<std::vector<bool>> KnownSubmissions(JobStore& store,
                                                    const std::vector<SubmitJobInput>& inputs) {
   std::vector<bool> known(inputs.size(), false);
-  absl::Status s = store.Read([&](sqlite::Connection& conn) -> absl::Status {
+  LF_RETURN_IF_ERROR(store.Read([&](sqlite::Connection& conn) -> absl::Status {
     Txn txn(conn, 0);
     for (size_t i = 0; i < inputs.size(); ++i) {
       absl::StatusOr<bool> used = KeyUsed(txn, inputs[i]);
@@ -174,8 +174,7 @@ absl::StatusOr<std::vector<bool>> KnownSubmissions(JobStore& store,
       known[i] = *used;
     }
     return absl::OkStatus();
-  });
-  if (!s.ok()) return s;
+  }));
   return known;
 }
 
@@ -196,11 +195,8 @@ absl::Status CheckJobDirsFree(JobStore& store, const std::vector<SubmitJobInput>
                                            "checkpoint.dir", &spec.checkpoint().dir()},
                                        {"output.export_dir", &spec.output().export_dir()}}) {
         if (dir->empty()) continue;
-        if (absl::Status s = CheckJobDirFree(txn, inputs[i].field_prefix, field, *dir,
-                                             inputs[i].owner, inputs[i].pending_claims);
-            !s.ok()) {
-          return s;
-        }
+        LF_RETURN_IF_ERROR(CheckJobDirFree(txn, inputs[i].field_prefix, field, *dir,
+                                           inputs[i].owner, inputs[i].pending_claims));
         for (size_t j = 0; j < i; ++j) {
           if (known[j]) continue;
           const v1::JobSpec& other_spec = inputs[j].spec;
@@ -223,18 +219,17 @@ absl::Status CheckJobDirsFree(JobStore& store, const std::vector<SubmitJobInput>
 absl::StatusOr<std::vector<DirClaim>> CheckpointClaimsOver(JobStore& store,
                                                            const std::string& path) {
   std::vector<DirClaim> out;
-  absl::Status s = store.Read([&](sqlite::Connection& conn) -> absl::Status {
+  LF_RETURN_IF_ERROR(store.Read([&](sqlite::Connection& conn) -> absl::Status {
     Txn txn(conn, 0);
     for (const ClaimSource& source : Sources()) {
       if (std::string(source.field) != "checkpoint.dir") continue;
       for (const std::string& d : SelfAndAncestors(path)) {
         // Every owner's: `owner` "" matches no deleted job's.
-        if (absl::Status st = ClaimsOn(txn, source, d, "", {}, SIZE_MAX, &out); !st.ok()) return st;
+        LF_RETURN_IF_ERROR(ClaimsOn(txn, source, d, "", {}, SIZE_MAX, &out));
       }
     }
     return absl::OkStatus();
-  });
-  if (!s.ok()) return s;
+  }));
   return out;
 }
 
@@ -251,8 +246,7 @@ TxnFunction ReleaseDirClaimsTxn(std::string dir, std::string actor,
       if (!s.ok()) return s.status();
       (*s)->Bind(1, dir);
       const size_t before = released->size();
-      if (absl::Status st = CollectClaims(**s, source, dir, {}, SIZE_MAX, released.get()); !st.ok())
-        return st;
+      LF_RETURN_IF_ERROR(CollectClaims(**s, source, dir, {}, SIZE_MAX, released.get()));
       for (size_t i = before; i < released->size(); ++i) {
         const DirClaim& c = (*released)[i];
         if (absl::Status st = Exec(
@@ -271,13 +265,10 @@ TxnFunction ReleaseDirClaimsTxn(std::string dir, std::string actor,
         absl::StatusOr<v1::Job> job = RequireJob(txn, c.job_id);
         if (!job.ok()) return job.status();
         const std::string status = job->status_reason();
-        if (absl::Status st = txn.Transition(&*job, "dir_released", job->state(),
-                                             absl::StrCat(c.field, " ", dir, " released by ", actor,
-                                                          ": it keeps no other job out any more"),
-                                             status);
-            !st.ok()) {
-          return st;
-        }
+        LF_RETURN_IF_ERROR(txn.Transition(&*job, "dir_released", job->state(),
+                                          absl::StrCat(c.field, " ", dir, " released by ", actor,
+                                                       ": it keeps no other job out any more"),
+                                          status));
       }
     }
     if (released->empty()) return absl::NotFoundError(absl::StrCat("no job claims ", dir));

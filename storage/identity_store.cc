@@ -3,6 +3,7 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "llamafleet/v1/job.pb.h"
 #include "storage/sqlite.h"
 
@@ -10,7 +11,7 @@ namespace llamafleet {
 
 absl::StatusOr<std::map<std::string, uint32_t>> ListDynamicUids(JobStore* store) {
   std::map<std::string, uint32_t> out;
-  absl::Status s = store->Read([&](sqlite::Connection& conn) -> absl::Status {
+  LF_RETURN_IF_ERROR(store->Read([&](sqlite::Connection& conn) -> absl::Status {
     absl::StatusOr<sqlite::Statement> q = conn.Prepare("SELECT user, uid FROM user_identities");
     if (!q.ok()) return q.status();
     while (true) {
@@ -19,8 +20,7 @@ absl::StatusOr<std::map<std::string, uint32_t>> ListDynamicUids(JobStore* store)
       if (!*row) return absl::OkStatus();
       out[q->ColumnText(0)] = static_cast<uint32_t>(q->ColumnInt(1));
     }
-  });
-  if (!s.ok()) return s;
+  }));
   return out;
 }
 
@@ -55,7 +55,7 @@ TxnFunction AllocateDynamicUidTxn(std::string user, uint32_t first, uint32_t las
           txn.Statement("INSERT INTO user_identities (user, uid, create_time_us) VALUES (?1, ?2, ?3)");
       if (!insert.ok()) return insert.status();
       (*insert)->Bind(1, user).Bind(2, static_cast<int64_t>(u)).Bind(3, txn.NowMicros());
-      if (absl::Status r = (*insert)->Run(); !r.ok()) return r;
+      LF_RETURN_IF_ERROR((*insert)->Run());
       *uid = u;
       return absl::OkStatus();
     }
@@ -68,9 +68,9 @@ TxnFunction AllocateDynamicUidTxn(std::string user, uint32_t first, uint32_t las
 
 absl::StatusOr<std::vector<std::string>> ListActiveOwners(JobStore* store) {
   std::vector<std::string> out;
-  absl::Status s = store->Read([&](sqlite::Connection& conn) -> absl::Status {
-    absl::StatusOr<sqlite::Statement> q =
-        conn.Prepare("SELECT DISTINCT owner FROM jobs WHERE state NOT IN (?1, ?2, ?3) ORDER BY owner");
+  LF_RETURN_IF_ERROR(store->Read([&](sqlite::Connection& conn) -> absl::Status {
+    absl::StatusOr<sqlite::Statement> q = conn.Prepare(
+        "SELECT DISTINCT owner FROM jobs WHERE state NOT IN (?1, ?2, ?3) ORDER BY owner");
     if (!q.ok()) return q.status();
     q->Bind(1, static_cast<int64_t>(v1::SUCCEEDED))
         .Bind(2, static_cast<int64_t>(v1::FAILED))
@@ -81,8 +81,7 @@ absl::StatusOr<std::vector<std::string>> ListActiveOwners(JobStore* store) {
       if (!*row) return absl::OkStatus();
       out.push_back(q->ColumnText(0));
     }
-  });
-  if (!s.ok()) return s;
+  }));
   return out;
 }
 

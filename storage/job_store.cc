@@ -7,6 +7,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "spdlog/spdlog.h"
 
 namespace llamafleet {
@@ -33,12 +34,12 @@ JobStore::JobStore(const JobStoreOptions& options) : options_(options) {}
 
 absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const JobStoreOptions& options) {
   std::unique_ptr<JobStore> store(new JobStore(options));
-  if (absl::Status s = store->Init(); !s.ok()) return s;
+  LF_RETURN_IF_ERROR(store->Init());
   return store;
 }
 
 absl::Status JobStore::Init() {
-  if (absl::Status s = RestrictDatabaseFiles(options_.path); !s.ok()) return s;
+  LF_RETURN_IF_ERROR(RestrictDatabaseFiles(options_.path));
   absl::StatusOr<std::unique_ptr<sqlite::Connection>> opened =
       sqlite::Connection::Open(options_.path, /*create=*/true, /*read_only=*/false);
   if (!opened.ok()) return opened.status();
@@ -55,24 +56,18 @@ absl::Status JobStore::Init() {
         absl::StrCat("database ", options_.path, ": cannot enable WAL journal mode"));
   }
   wal->Reset();
-  if (absl::Status s = conn->Exec(options_.synchronous_full ? "PRAGMA synchronous=FULL"
-                                                            : "PRAGMA synchronous=NORMAL");
-      !s.ok()) {
-    return s;
-  }
-  if (absl::Status s = MigrateSchema(*conn, options_.path, *version); !s.ok()) return s;
+  LF_RETURN_IF_ERROR(conn->Exec(options_.synchronous_full ? "PRAGMA synchronous=FULL"
+                                                          : "PRAGMA synchronous=NORMAL"));
+  LF_RETURN_IF_ERROR(MigrateSchema(*conn, options_.path, *version));
   if (options_.max_page_count > 0) {
-    if (absl::Status s = conn->Exec(absl::StrCat("PRAGMA max_page_count=", options_.max_page_count));
-        !s.ok()) {
-      return s;
-    }
+    LF_RETURN_IF_ERROR(conn->Exec(absl::StrCat("PRAGMA max_page_count=", options_.max_page_count)));
   }
-  if (absl::Status s = queued_.Rebuild(*conn); !s.ok()) return s;
+  LF_RETURN_IF_ERROR(queued_.Rebuild(*conn));
   for (int i = 0; i < std::max(1, options_.read_connections); ++i) {
     absl::StatusOr<std::unique_ptr<sqlite::Connection>> reader =
         sqlite::Connection::Open(options_.path, /*create=*/false, /*read_only=*/false);
     if (!reader.ok()) return reader.status();
-    if (absl::Status s = (*reader)->Exec("PRAGMA query_only=1"); !s.ok()) return s;
+    LF_RETURN_IF_ERROR((*reader)->Exec("PRAGMA query_only=1"));
     readers_.push_back(std::move(*reader));
   }
   WriterOptions w;

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
+#include "common/status_macros.h"
 #include "google/protobuf/util/time_util.h"
 #include "storage/dir_claims.h"
 #include "storage/job_reads.h"
@@ -84,7 +85,7 @@ absl::StatusOr<int64_t> InsertJob(Txn& txn, const SubmitJobInput& in, v1::Job* j
   } else {
     s.BindNull(13);
   }
-  if (absl::Status st = s.Run(); !st.ok()) return st;
+  LF_RETURN_IF_ERROR(s.Run());
   const int64_t id = txn.LastInsertId();
   if (!in.spec.labels().empty()) {
     absl::StatusOr<sqlite::Statement*> label =
@@ -92,7 +93,7 @@ absl::StatusOr<int64_t> InsertJob(Txn& txn, const SubmitJobInput& in, v1::Job* j
     if (!label.ok()) return label.status();
     for (const auto& [key, value] : in.spec.labels()) {
       (*label)->Bind(1, id).Bind(2, key).Bind(3, value);
-      if (absl::Status st = (*label)->Run(); !st.ok()) return st;
+      LF_RETURN_IF_ERROR((*label)->Run());
     }
   }
   // The job is born QUEUED with its first event; the event names the submitter, the
@@ -110,11 +111,8 @@ absl::StatusOr<int64_t> InsertJob(Txn& txn, const SubmitJobInput& in, v1::Job* j
       in.derived_from == 0
           ? absl::StrCat("submitted by ", in.owner)
           : absl::StrCat("submitted by ", in.owner, ", resubmitted from job ", in.derived_from);
-  if (absl::Status st = txn.AddEvent(id, MakeEvent(*job, 1, "submitted", v1::JOB_STATE_UNSPECIFIED,
-                                                   v1::QUEUED, submitted, now_us));
-      !st.ok()) {
-    return st;
-  }
+  LF_RETURN_IF_ERROR(txn.AddEvent(id, MakeEvent(*job, 1, "submitted", v1::JOB_STATE_UNSPECIFIED,
+                                                v1::QUEUED, submitted, now_us)));
   return id;
 }
 
@@ -139,7 +137,7 @@ absl::Status Txn::AddEvent(int64_t job_id, v1::JobEvent e) {
   s.Bind(1, job_id).Bind(2, e.seq()).Bind(3, TimeUtil::TimestampToMicroseconds(e.time()));
   s.Bind(4, e.type()).Bind(5, static_cast<int64_t>(e.from_state()));
   s.Bind(6, static_cast<int64_t>(e.to_state())).Bind(7, e.reason());
-  if (absl::Status st = s.Run(); !st.ok()) return st;
+  LF_RETURN_IF_ERROR(s.Run());
   events_.push_back(std::move(e));
   return absl::OkStatus();
 }
@@ -153,14 +151,14 @@ absl::Status Txn::Transition(v1::Job* job, absl::string_view type, v1::JobState 
   v1::JobEvent e = MakeEvent(*job, job->last_event_seq() + 1, type, job->state(), to, reason, now_us_);
   const int64_t seq = e.seq();
   *job->mutable_update_time() = e.time();
-  if (absl::Status s = AddEvent(id, std::move(e)); !s.ok()) return s;
+  LF_RETURN_IF_ERROR(AddEvent(id, std::move(e)));
   absl::StatusOr<sqlite::Statement*> update =
       Statement("UPDATE jobs SET state = ?2, status_reason = ?3, update_time_us = ?4, "
                 "last_event_seq = ?5 WHERE id = ?1");
   if (!update.ok()) return update.status();
   (*update)->Bind(1, id).Bind(2, static_cast<int64_t>(to)).Bind(3, status).Bind(4, now_us_);
   (*update)->Bind(5, seq);
-  if (absl::Status s = (*update)->Run(); !s.ok()) return s;
+  LF_RETURN_IF_ERROR((*update)->Run());
   job->set_state(to);
   job->set_status_reason(std::string(status));
   job->set_last_event_seq(seq);
@@ -186,16 +184,16 @@ absl::Status JobWrite::Apply(sqlite::Connection& conn) {
     return s.ok() ? (*s)->Run() : s.status();
   };
   for (size_t i = 0; i < fns_.size(); ++i) {
-    if (absl::Status s = run("SAVEPOINT fn"); !s.ok()) return s;
+    LF_RETURN_IF_ERROR(run("SAVEPOINT fn"));
     Txn txn(conn, now_us);
     results_[i] = fns_[i].first(txn);
     if (!results_[i].ok()) {
       if (!conn.InTransaction()) return results_[i];  // SQLite rolled everything back
-      if (absl::Status s = run("ROLLBACK TO fn"); !s.ok()) return s;
+      LF_RETURN_IF_ERROR(run("ROLLBACK TO fn"));
     } else {
       keep(txn);
     }
-    if (absl::Status s = run("RELEASE fn"); !s.ok()) return s;
+    LF_RETURN_IF_ERROR(run("RELEASE fn"));
   }
   return absl::OkStatus();
 }
@@ -282,11 +280,8 @@ TxnFunction SubmitJobsTxn(std::shared_ptr<SubmitBatch> batch) {
                                            "checkpoint.dir", &in.spec.checkpoint().dir()},
                                        {"output.export_dir", &in.spec.output().export_dir()}}) {
         if (dir->empty()) continue;
-        if (absl::Status s =
-                CheckJobDirFree(txn, in.field_prefix, field, *dir, in.owner, in.pending_claims);
-            !s.ok()) {
-          return s;
-        }
+        LF_RETURN_IF_ERROR(
+            CheckJobDirFree(txn, in.field_prefix, field, *dir, in.owner, in.pending_claims));
       }
       absl::StatusOr<int64_t> id = InsertJob(txn, in, &r.job);
       if (!id.ok()) return id.status();
@@ -327,7 +322,7 @@ TxnFunction ChangeStateTxn(int64_t job_id, std::vector<v1::JobState> from, v1::J
       if (cancel && IsTerminal(job.state())) return absl::OkStatus();
       return absl::FailedPreconditionError(result->message);
     }
-    if (absl::Status s = txn.Transition(&job, type, to, reason); !s.ok()) return s;
+    LF_RETURN_IF_ERROR(txn.Transition(&job, type, to, reason));
     if (IsTerminal(to)) {
       // ttl_after_finished counts from here (a job cancelled while QUEUED never had an
       // attempt whose end would have set it).
@@ -335,7 +330,7 @@ TxnFunction ChangeStateTxn(int64_t job_id, std::vector<v1::JobState> from, v1::J
           txn.Statement("UPDATE jobs SET finish_us = ?2 WHERE id = ?1 AND finish_us = 0");
       if (!finish.ok()) return finish.status();
       (*finish)->Bind(1, job_id).Bind(2, txn.NowMicros());
-      if (absl::Status s = (*finish)->Run(); !s.ok()) return s;
+      LF_RETURN_IF_ERROR((*finish)->Run());
     }
     result->changed = true;
     result->message = cancel ? "cancelled" : v1::JobState_Name(to);

@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/status_macros.h"
 #include "google/protobuf/util/time_util.h"
 #include "storage/txn_helpers.h"
 
@@ -36,14 +37,14 @@ absl::Status SetLatestMetrics(Txn& txn, int64_t job_id, const v1::JobMetricsPoin
 TxnFunction RecordMetricsTxn(int64_t job_id, v1::JobMetricsPoint point, int max_rows) {
   return [=](Txn& txn) -> absl::Status {
     const std::string bytes = point.SerializeAsString();
-    absl::Status s = Exec(txn,
-                          "INSERT INTO job_metrics (job_id, attempt, step, time_us, point) "
-                          "VALUES (?1, ?2, ?3, ?4, ?5)",
-                          [&](sqlite::Statement& st) {
-                            st.Bind(1, job_id).Bind(2, int64_t{point.attempt()}).Bind(3, point.step());
-                            st.Bind(4, txn.NowMicros()).BindBlob(5, bytes);
-                          });
-    if (!s.ok()) return s;
+    LF_RETURN_IF_ERROR(
+        Exec(txn,
+             "INSERT INTO job_metrics (job_id, attempt, step, time_us, point) "
+             "VALUES (?1, ?2, ?3, ?4, ?5)",
+             [&](sqlite::Statement& st) {
+               st.Bind(1, job_id).Bind(2, int64_t{point.attempt()}).Bind(3, point.step());
+               st.Bind(4, txn.NowMicros()).BindBlob(5, bytes);
+             }));
     // The latest point keeps the job's evaluation figures (RecordEvalTxn's).
     absl::StatusOr<v1::JobMetricsPoint> before = LatestMetrics(txn, job_id);
     if (!before.ok()) return before.status();
@@ -52,8 +53,7 @@ TxnFunction RecordMetricsTxn(int64_t job_id, v1::JobMetricsPoint point, int max_
     if (before->has_eval_perplexity()) latest.set_eval_perplexity(before->eval_perplexity());
     latest.set_eval_step(before->eval_step());
     if (before->has_best_eval_loss()) latest.set_best_eval_loss(before->best_eval_loss());
-    s = SetLatestMetrics(txn, job_id, latest);
-    if (!s.ok()) return s;
+    LF_RETURN_IF_ERROR(SetLatestMetrics(txn, job_id, latest));
     absl::StatusOr<sqlite::Statement*> count =
         txn.Statement("SELECT COUNT(*) FROM job_metrics WHERE job_id = ?1");
     if (!count.ok()) return count.status();
@@ -85,15 +85,15 @@ TxnFunction RecordEvalTxn(int64_t job_id, int attempt, int64_t step, double loss
     latest->set_eval_perplexity(perplexity);
     latest->set_eval_step(step);
     if (!latest->has_best_eval_loss() || loss < latest->best_eval_loss()) latest->set_best_eval_loss(loss);
-    if (absl::Status s = SetLatestMetrics(txn, job_id, *latest); !s.ok()) return s;
-    absl::Status s = Exec(txn,
-                          "INSERT INTO job_evals (job_id, attempt, step, time_us, loss, perplexity) "
-                          "VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-                          [&](sqlite::Statement& st) {
-                            st.Bind(1, job_id).Bind(2, int64_t{attempt}).Bind(3, step).Bind(4, txn.NowMicros());
-                            st.BindDouble(5, loss).BindDouble(6, perplexity);
-                          });
-    if (!s.ok()) return s;
+    LF_RETURN_IF_ERROR(SetLatestMetrics(txn, job_id, *latest));
+    LF_RETURN_IF_ERROR(
+        Exec(txn,
+             "INSERT INTO job_evals (job_id, attempt, step, time_us, loss, perplexity) "
+             "VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+             [&](sqlite::Statement& st) {
+               st.Bind(1, job_id).Bind(2, int64_t{attempt}).Bind(3, step).Bind(4, txn.NowMicros());
+               st.BindDouble(5, loss).BindDouble(6, perplexity);
+             }));
     const std::string status = job->status_reason();
     return txn.Transition(&*job, "eval", job->state(),
                           absl::StrFormat("eval loss %.4f (perplexity %.4g) after step %d", loss, perplexity, step),
@@ -104,7 +104,7 @@ TxnFunction RecordEvalTxn(int64_t job_id, int attempt, int64_t step, double loss
 absl::StatusOr<std::vector<v1::JobMetricsPoint>> MetricsHistory(JobStore& store, int64_t job_id,
                                                                 int max_points) {
   std::vector<v1::JobMetricsPoint> all;
-  absl::Status s = store.Read([&](sqlite::Connection& conn) {
+  LF_RETURN_IF_ERROR(store.Read([&](sqlite::Connection& conn) {
     return Query(
         conn, "SELECT point FROM job_metrics WHERE job_id = ?1 ORDER BY step, rowid",
         [&](sqlite::Statement& st) { st.Bind(1, job_id); },
@@ -114,8 +114,7 @@ absl::StatusOr<std::vector<v1::JobMetricsPoint>> MetricsHistory(JobStore& store,
           all.push_back(std::move(p));
           return absl::OkStatus();
         });
-  });
-  if (!s.ok()) return s;
+  }));
   if (max_points <= 0 || static_cast<int>(all.size()) <= max_points) return all;
   // Even spacing over the history, always ending with the newest point.
   std::vector<v1::JobMetricsPoint> out;
@@ -126,11 +125,12 @@ absl::StatusOr<std::vector<v1::JobMetricsPoint>> MetricsHistory(JobStore& store,
 
 absl::StatusOr<std::vector<v1::EvalPoint>> EvalHistory(JobStore& store, int64_t job_id, int max_points) {
   std::vector<v1::EvalPoint> out;
-  absl::Status s = store.Read([&](sqlite::Connection& conn) {
+  LF_RETURN_IF_ERROR(store.Read([&](sqlite::Connection& conn) {
     // The newest max_points, returned oldest first.
     return Query(
         conn,
-        "SELECT attempt, step, time_us, loss, perplexity FROM (SELECT rowid, * FROM job_evals WHERE job_id = ?1 "
+        "SELECT attempt, step, time_us, loss, perplexity FROM (SELECT rowid, * FROM job_evals "
+        "WHERE job_id = ?1 "
         "ORDER BY time_us DESC, rowid DESC LIMIT ?2) ORDER BY time_us, rowid",
         [&](sqlite::Statement& st) { st.Bind(1, job_id).Bind(2, int64_t{max_points}); },
         [&](sqlite::Statement& row) {
@@ -142,8 +142,7 @@ absl::StatusOr<std::vector<v1::EvalPoint>> EvalHistory(JobStore& store, int64_t 
           e.set_perplexity(row.ColumnDouble(4));
           return absl::OkStatus();
         });
-  });
-  if (!s.ok()) return s;
+  }));
   return out;
 }
 

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "llamafleet/v1/job.pb.h"
 #include "spdlog/spdlog.h"
 
@@ -306,10 +307,10 @@ absl::Status RebuildJobsWithAutoincrement(sqlite::Connection& conn) {
   for (const std::string& sql :
        {create, std::string("INSERT INTO jobs_rebuilt SELECT * FROM jobs"), std::string("DROP TABLE jobs"),
         std::string("ALTER TABLE jobs_rebuilt RENAME TO jobs")}) {
-    if (absl::Status s = conn.Exec(sql); !s.ok()) return s;
+    LF_RETURN_IF_ERROR(conn.Exec(sql));
   }
   for (const std::string& sql : indexes) {
-    if (absl::Status s = conn.Exec(sql); !s.ok()) return s;
+    LF_RETURN_IF_ERROR(conn.Exec(sql));
   }
   return absl::OkStatus();
 }
@@ -335,7 +336,7 @@ absl::Status BackfillJobDirs(sqlite::Connection& conn, const std::string& column
   select->Reset();
   for (const auto& [id, dir] : dirs) {
     update->Bind(1, id).Bind(2, dir);
-    if (absl::Status s = update->Run(); !s.ok()) return s;
+    LF_RETURN_IF_ERROR(update->Run());
     update->Reset();
   }
   return absl::OkStatus();
@@ -384,7 +385,7 @@ absl::Status MigrateSchema(sqlite::Connection& conn, const std::string& path, in
   if (version >= CurrentSchemaVersion()) return absl::OkStatus();
   // Foreign keys stay off while migrating (a table rebuild must not cascade; PRAGMA
   // foreign_keys cannot change inside a transaction) and are checked afterwards.
-  if (absl::Status s = conn.Exec("PRAGMA foreign_keys=OFF"); !s.ok()) return s;
+  LF_RETURN_IF_ERROR(conn.Exec("PRAGMA foreign_keys=OFF"));
   for (int v = version; v < CurrentSchemaVersion(); ++v) {
     absl::Status s = conn.Exec("BEGIN IMMEDIATE");
     const bool rebuild = kMigrations[v] == kJobsAutoincrementMigration;

@@ -3,6 +3,7 @@
 #include <atomic>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "spdlog/spdlog.h"
 
 namespace llamafleet::sqlite {
@@ -141,7 +142,7 @@ absl::StatusOr<std::unique_ptr<Connection>> Connection::Open(const std::string& 
   std::unique_ptr<Connection> conn(new Connection(db));
   sqlite3_busy_timeout(db, 10000);
   sqlite3_extended_result_codes(db, 1);
-  if (absl::Status s = conn->Exec("PRAGMA foreign_keys=ON"); !s.ok()) return s;
+  LF_RETURN_IF_ERROR(conn->Exec("PRAGMA foreign_keys=ON"));
   // Touch the schema so that a file that is not a database fails here, with its path.
   if (absl::StatusOr<int64_t> v = conn->QueryInt("PRAGMA schema_version"); !v.ok()) {
     return absl::FailedPreconditionError(

@@ -11,6 +11,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "llamafleet/v1/job.pb.h"
 #include "storage/job_writes.h"
 #include "storage/sqlite.h"
@@ -42,7 +43,7 @@ absl::Status EachRow(sqlite::Statement& s, RowFn row) {
     absl::StatusOr<bool> has = s.Step();
     if (!has.ok()) return has.status();
     if (!*has) return absl::OkStatus();
-    if (absl::Status r = row(s); !r.ok()) return r;
+    LF_RETURN_IF_ERROR(row(s));
   }
 }
 

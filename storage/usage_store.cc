@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/status_macros.h"
 #include "google/protobuf/util/time_util.h"
 #include "storage/sqlite.h"
 #include "storage/txn_helpers.h"
@@ -136,7 +137,7 @@ absl::Status RecordAttemptUsage(Txn& txn, int64_t job_id, int attempt, const Pri
   if (!update.ok()) return update.status();
   (*update)->Bind(1, job_id).Bind(2, int64_t{attempt}).BindDouble(3, used.gpu_seconds);
   SetCost(**update, 4, used.cost);
-  if (s = (*update)->Run(); !s.ok()) return s;
+  LF_RETURN_IF_ERROR((*update)->Run());
 
   absl::StatusOr<sqlite::Statement*> totals = txn.Statement(
       "INSERT INTO usage_totals (user, queue, jobs, gpu_seconds, failed_gpu_seconds, cost, failed_cost) "
@@ -161,14 +162,15 @@ absl::StatusOr<std::map<int64_t, v1::Usage>> ReadJobUsage(JobStore& store, const
   for (int64_t id : job_ids) out[id];
   if (job_ids.empty()) return out;
   const int64_t now_us = absl::ToUnixMicros(now);
-  absl::Status s = store.Read([&](sqlite::Connection& conn) -> absl::Status {
+  LF_RETURN_IF_ERROR(store.Read([&](sqlite::Connection& conn) -> absl::Status {
     // One row per ended attempt; one per task of an active attempt (consecutive rows).
     absl::StatusOr<sqlite::Statement> q = conn.Prepare(absl::StrCat(
         "SELECT a.job_id, a.attempt, a.state, a.failure_class, a.gpu_seconds, a.cost, a.start_us, "
         "t.worker, t.ranks, w.name IS NOT NULL, w.inventory FROM attempts a "
         "LEFT JOIN tasks t ON a.state = 0 AND t.job_id = a.job_id AND t.attempt = a.attempt "
         "LEFT JOIN workers w ON w.name = t.worker "
-        "WHERE a.job_id IN (", absl::StrJoin(job_ids, ","), ") ORDER BY a.job_id, a.attempt"));
+        "WHERE a.job_id IN (",
+        absl::StrJoin(job_ids, ","), ") ORDER BY a.job_id, a.attempt"));
     if (!q.ok()) return q.status();
     WorkerPrices prices(pricing);
     // The active attempt being summed: its job, number, start and tasks so far.
@@ -198,14 +200,14 @@ absl::StatusOr<std::map<int64_t, v1::Usage>> ReadJobUsage(JobStore& store, const
       active_attempt = attempt;
       active_start = row.ColumnInt(6);
       if (!row.ColumnIsNull(7)) {
-        meter.AddTask(row.ColumnInt(8), prices.Of(row.ColumnText(7), row.ColumnInt(9) != 0, row.ColumnText(10)));
+        meter.AddTask(row.ColumnInt(8),
+                      prices.Of(row.ColumnText(7), row.ColumnInt(9) != 0, row.ColumnText(10)));
       }
       return absl::OkStatus();
     });
     flush();
     return rows;
-  });
-  if (!s.ok()) return s;
+  }));
   return out;
 }
 
@@ -220,8 +222,9 @@ absl::Status AddActiveAttemptUsage(JobStore& store, const PriceTable& pricing, a
   // The active attempts' workers' inventories (none to read without prices).
   std::map<std::string, std::string> inventories;
   if (!pricing.empty()) {
-    absl::Status s = store.Read([&](sqlite::Connection& conn) -> absl::Status {
-      absl::StatusOr<sqlite::Statement> q = conn.Prepare("SELECT inventory FROM workers WHERE name = ?1");
+    LF_RETURN_IF_ERROR(store.Read([&](sqlite::Connection& conn) -> absl::Status {
+      absl::StatusOr<sqlite::Statement> q =
+          conn.Prepare("SELECT inventory FROM workers WHERE name = ?1");
       if (!q.ok()) return q.status();
       for (const std::string& w : workers) {
         if (inventories.count(w)) continue;
@@ -232,8 +235,7 @@ absl::Status AddActiveAttemptUsage(JobStore& store, const PriceTable& pricing, a
         q->Reset();
       }
       return absl::OkStatus();
-    });
-    if (!s.ok()) return s;
+    }));
   }
   WorkerPrices prices(pricing);
   for (v1::Attempt& a : *attempts) {
@@ -267,14 +269,15 @@ absl::StatusOr<std::vector<v1::UsageRow>> ReadUsageRows(JobStore& store, const s
     return r;
   };
   const int64_t now_us = absl::ToUnixMicros(now);
-  absl::Status s = store.Read([&](sqlite::Connection& conn) -> absl::Status {
+  LF_RETURN_IF_ERROR(store.Read([&](sqlite::Connection& conn) -> absl::Status {
     // One statement, so the totals and the active attempts are one snapshot: an attempt
     // that ends meanwhile is counted once, in one or the other.
     absl::StatusOr<sqlite::Statement> q = conn.Prepare(
         "SELECT 0, user, queue, jobs, gpu_seconds, failed_gpu_seconds, cost, failed_cost, "
         "0, 0, 0, '', 0, 0, NULL FROM usage_totals WHERE ?1 = '' OR user = ?1 "
         "UNION ALL "
-        "SELECT 1, j.owner, j.queue, 0, 0, 0, NULL, NULL, a.job_id, a.attempt, a.start_us, t.worker, "
+        "SELECT 1, j.owner, j.queue, 0, 0, 0, NULL, NULL, a.job_id, a.attempt, a.start_us, "
+        "t.worker, "
         "t.ranks, w.name IS NOT NULL, w.inventory FROM attempts a JOIN jobs j ON j.id = a.job_id "
         "JOIN tasks t ON t.job_id = a.job_id AND t.attempt = a.attempt "
         "LEFT JOIN workers w ON w.name = t.worker WHERE a.state = 0 AND (?1 = '' OR j.owner = ?1)");
@@ -288,7 +291,7 @@ absl::StatusOr<std::vector<v1::UsageRow>> ReadUsageRows(JobStore& store, const s
       AttemptMeter meter;
     };
     std::map<std::pair<int64_t, int>, Active> active;
-    absl::Status read = EachRow(*q, [&](sqlite::Statement& r) {
+    LF_RETURN_IF_ERROR(EachRow(*q, [&](sqlite::Statement& r) {
       if (r.ColumnInt(0) == 0) {
         v1::UsageRow& row = row_of(r.ColumnText(1), r.ColumnText(2));
         row.set_jobs(row.jobs() + r.ColumnInt(3));
@@ -305,18 +308,18 @@ absl::StatusOr<std::vector<v1::UsageRow>> ReadUsageRows(JobStore& store, const s
       a.queue = r.ColumnText(2);
       a.attempt = static_cast<int>(r.ColumnInt(9));
       a.start_us = r.ColumnInt(10);
-      a.meter.AddTask(r.ColumnInt(12), prices.Of(r.ColumnText(11), r.ColumnInt(13) != 0, r.ColumnText(14)));
+      a.meter.AddTask(r.ColumnInt(12),
+                      prices.Of(r.ColumnText(11), r.ColumnInt(13) != 0, r.ColumnText(14)));
       return absl::OkStatus();
-    });
-    if (!read.ok()) return read;
+    }));
     for (const auto& [key, a] : active) {
       v1::UsageRow& row = row_of(a.user, a.queue);
       if (a.attempt == 1) row.set_jobs(row.jobs() + 1);
-      AddAttemptUsage(a.meter.Measure(SecondsBetween(a.start_us, now_us), false), row.mutable_usage());
+      AddAttemptUsage(a.meter.Measure(SecondsBetween(a.start_us, now_us), false),
+                      row.mutable_usage());
     }
     return absl::OkStatus();
-  });
-  if (!s.ok()) return s;
+  }));
   std::vector<v1::UsageRow> out;
   out.reserve(rows.size());
   for (auto& [key, row] : rows) out.push_back(std::move(row));

@@ -1,6 +1,7 @@
 #include "storage/worker_credential_store.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "storage/sqlite.h"
 
 namespace llamafleet {
@@ -15,7 +16,7 @@ constexpr char kCountMinted[] =
 absl::StatusOr<std::optional<std::string>> LookupWorkerCredential(JobStore* store,
                                                                   const std::string& name) {
   std::optional<std::string> hash;
-  absl::Status s = store->Read([&](sqlite::Connection& conn) -> absl::Status {
+  LF_RETURN_IF_ERROR(store->Read([&](sqlite::Connection& conn) -> absl::Status {
     absl::StatusOr<sqlite::Statement> q =
         conn.Prepare("SELECT credential_sha256 FROM worker_credentials WHERE name = ?1");
     if (!q.ok()) return q.status();
@@ -24,8 +25,7 @@ absl::StatusOr<std::optional<std::string>> LookupWorkerCredential(JobStore* stor
     if (!row.ok()) return row.status();
     if (*row) hash = q->ColumnText(0);
     return absl::OkStatus();
-  });
-  if (!s.ok()) return s;
+  }));
   return hash;
 }
 
@@ -33,7 +33,7 @@ absl::Status InsertWorkerCredential(JobStore* store, const std::string& name, co
                                     const std::string& join_token_sha256, int64_t max_per_token) {
   bool inserted = false;
   int64_t minted = 0;
-  absl::Status s = store->WriteAndWait([&](Txn& txn) -> absl::Status {
+  LF_RETURN_IF_ERROR(store->WriteAndWait([&](Txn& txn) -> absl::Status {
     if (max_per_token > 0) {
       absl::StatusOr<sqlite::Statement*> count = txn.Statement(kCountMinted);
       if (!count.ok()) return count.status();
@@ -45,15 +45,15 @@ absl::Status InsertWorkerCredential(JobStore* store, const std::string& name, co
       if (minted >= max_per_token) return absl::OkStatus();
     }
     absl::StatusOr<sqlite::Statement*> q = txn.Statement(
-        "INSERT OR IGNORE INTO worker_credentials (name, credential_sha256, create_time_us, join_token_sha256) "
+        "INSERT OR IGNORE INTO worker_credentials (name, credential_sha256, create_time_us, "
+        "join_token_sha256) "
         "VALUES (?1, ?2, ?3, ?4)");
     if (!q.ok()) return q.status();
     (*q)->Bind(1, name).Bind(2, sha256).Bind(3, txn.NowMicros()).Bind(4, join_token_sha256);
-    if (absl::Status r = (*q)->Run(); !r.ok()) return r;
+    LF_RETURN_IF_ERROR((*q)->Run());
     inserted = txn.Changes() > 0;
     return absl::OkStatus();
-  });
-  if (!s.ok()) return s;
+  }));
   if (max_per_token > 0 && minted >= max_per_token) {
     return absl::ResourceExhaustedError(absl::StrCat("the join token has minted ", minted, " worker names"));
   }
@@ -63,7 +63,7 @@ absl::Status InsertWorkerCredential(JobStore* store, const std::string& name, co
 
 absl::StatusOr<int64_t> CountWorkerCredentials(JobStore* store, const std::string& join_token_sha256) {
   int64_t n = 0;
-  absl::Status s = store->Read([&](sqlite::Connection& conn) -> absl::Status {
+  LF_RETURN_IF_ERROR(store->Read([&](sqlite::Connection& conn) -> absl::Status {
     absl::StatusOr<sqlite::Statement> q = conn.Prepare(kCountMinted);
     if (!q.ok()) return q.status();
     q->Bind(1, join_token_sha256);
@@ -71,23 +71,21 @@ absl::StatusOr<int64_t> CountWorkerCredentials(JobStore* store, const std::strin
     if (!row.ok()) return row.status();
     n = q->ColumnInt(0);
     return absl::OkStatus();
-  });
-  if (!s.ok()) return s;
+  }));
   return n;
 }
 
 absl::Status ForgetWorkerCredential(JobStore* store, const std::string& name) {
   bool found = false;
-  absl::Status s = store->WriteAndWait([&](Txn& txn) -> absl::Status {
+  LF_RETURN_IF_ERROR(store->WriteAndWait([&](Txn& txn) -> absl::Status {
     absl::StatusOr<sqlite::Statement*> q =
         txn.Statement("DELETE FROM worker_credentials WHERE name = ?1");
     if (!q.ok()) return q.status();
     (*q)->Bind(1, name);
-    if (absl::Status r = (*q)->Run(); !r.ok()) return r;
+    LF_RETURN_IF_ERROR((*q)->Run());
     found = txn.Changes() > 0;
     return absl::OkStatus();
-  });
-  if (!s.ok()) return s;
+  }));
   if (!found) return absl::NotFoundError(absl::StrCat("no worker named ", name, " holds a credential"));
   return absl::OkStatus();
 }

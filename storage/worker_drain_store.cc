@@ -1,6 +1,7 @@
 #include "storage/worker_drain_store.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "storage/sqlite.h"
 
 namespace llamafleet {
@@ -21,7 +22,7 @@ absl::Status Upsert(Txn& txn, const WorkerDrainRecord& r) {
 
 absl::StatusOr<std::map<std::string, WorkerDrainRecord>> ListWorkerDrains(JobStore& store) {
   std::map<std::string, WorkerDrainRecord> out;
-  absl::Status s = store.Read([&](sqlite::Connection& conn) -> absl::Status {
+  LF_RETURN_IF_ERROR(store.Read([&](sqlite::Connection& conn) -> absl::Status {
     absl::StatusOr<sqlite::Statement> q =
         conn.Prepare("SELECT name, reason, source, since_us FROM worker_drains");
     if (!q.ok()) return q.status();
@@ -36,8 +37,7 @@ absl::StatusOr<std::map<std::string, WorkerDrainRecord>> ListWorkerDrains(JobSto
       r.since = absl::FromUnixMicros(q->ColumnInt(3));
       out[r.name] = std::move(r);
     }
-  });
-  if (!s.ok()) return s;
+  }));
   return out;
 }
 
@@ -58,7 +58,7 @@ TxnFunction ClearWorkerDrainTxn(std::string name, std::string source) {
 absl::Status DrainWorker(JobStore* store, const std::string& name, const std::string& reason) {
   if (reason.empty()) return absl::InvalidArgumentError("--reason must say why the worker is drained");
   bool known = false;
-  absl::Status s = store->WriteAndWait([&](Txn& txn) -> absl::Status {
+  LF_RETURN_IF_ERROR(store->WriteAndWait([&](Txn& txn) -> absl::Status {
     absl::StatusOr<sqlite::Statement*> q = txn.Statement("SELECT 1 FROM workers WHERE name = ?1");
     if (!q.ok()) return q.status();
     (*q)->Bind(1, name);
@@ -68,20 +68,18 @@ absl::Status DrainWorker(JobStore* store, const std::string& name, const std::st
     (*q)->Reset();
     if (!known) return absl::OkStatus();
     return Upsert(txn, {name, reason, "operator", absl::InfinitePast()});
-  });
-  if (!s.ok()) return s;
+  }));
   if (!known) return absl::NotFoundError(absl::StrCat("no worker named ", name, " has registered"));
   return absl::OkStatus();
 }
 
 absl::Status UndrainWorker(JobStore* store, const std::string& name) {
   bool found = false;
-  absl::Status s = store->WriteAndWait([&](Txn& txn) -> absl::Status {
-    if (absl::Status d = ClearWorkerDrainTxn(name, "")(txn); !d.ok()) return d;
+  LF_RETURN_IF_ERROR(store->WriteAndWait([&](Txn& txn) -> absl::Status {
+    LF_RETURN_IF_ERROR(ClearWorkerDrainTxn(name, "")(txn));
     found = txn.Changes() > 0;
     return absl::OkStatus();
-  });
-  if (!s.ok()) return s;
+  }));
   if (!found) return absl::NotFoundError(absl::StrCat("worker ", name, " is not drained"));
   return absl::OkStatus();
 }

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/status_macros.h"
 #include "spdlog/spdlog.h"
 
 namespace llamafleet {
@@ -50,7 +51,7 @@ Writer::Writer(std::unique_ptr<sqlite::Connection> conn, const WriterOptions& op
 absl::StatusOr<std::unique_ptr<Writer>> Writer::Start(std::unique_ptr<sqlite::Connection> conn,
                                                       const WriterOptions& options, CommitHook hook) {
   // Checkpoints happen on their own thread and connection, not inside commits.
-  if (absl::Status s = conn->Exec("PRAGMA wal_autocheckpoint=0"); !s.ok()) return s;
+  LF_RETURN_IF_ERROR(conn->Exec("PRAGMA wal_autocheckpoint=0"));
   sqlite3_wal_hook(conn->raw(), &RecordWalPages, nullptr);
   absl::StatusOr<std::unique_ptr<sqlite::Connection>> checkpointer =
       sqlite::Connection::Open(options.path, /*create=*/false, /*read_only=*/false);

@@ -4,6 +4,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "common/job_dir_marker.h"
+#include "common/status_macros.h"
 
 namespace llamafleet::worker {
 
@@ -15,7 +16,7 @@ absl::StatusOr<UniqueFd> OpenJobCheckpointDir(const std::vector<std::string>& ro
   if (!fd.ok()) {
     return absl::Status(fd.status().code(), absl::StrCat("checkpoint.dir: ", fd.status().message()));
   }
-  if (absl::Status s = ClaimJobDir(fd->get(), job_id, "checkpoint.dir", clean); !s.ok()) return s;
+  LF_RETURN_IF_ERROR(ClaimJobDir(fd->get(), job_id, "checkpoint.dir", clean));
   return fd;
 }
 

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/dir_fd.h"
+#include "common/status_macros.h"
 #include "worker/fs_identity.h"
 #include "worker/token_cache_dir.h"
 
@@ -72,15 +73,12 @@ absl::Status PrepareJobDirs(const v1::TaskSpec& task, const RunAs& identity, mod
     absl::StatusOr<std::string> made = PrepareTokenCacheDir(defaults, identity);
     if (!made.ok()) return made.status();
   } else if (!checkpoint_dir.empty()) {
-    if (absl::Status s = PrepareNamedDir(roots, "checkpoint.dir", checkpoint_dir, identity, dir_mode); !s.ok()) {
-      return s;
-    }
+    LF_RETURN_IF_ERROR(
+        PrepareNamedDir(roots, "checkpoint.dir", checkpoint_dir, identity, dir_mode));
   }
   const std::string export_dir = Clean(spec.output().export_dir());
   if (!export_dir.empty()) {
-    if (absl::Status s = PrepareNamedDir(roots, "output.export_dir", export_dir, identity, dir_mode); !s.ok()) {
-      return s;
-    }
+    LF_RETURN_IF_ERROR(PrepareNamedDir(roots, "output.export_dir", export_dir, identity, dir_mode));
   }
   return absl::OkStatus();
 }

@@ -18,6 +18,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "common/safe_open.h"
+#include "common/status_macros.h"
 
 namespace llamafleet::worker {
 namespace {
@@ -163,8 +164,7 @@ absl::Status ScanEntries(const std::string& field, const std::string& dir, int d
       return NotFileOrDirectory(field, entry, st.st_mode);
     }
     if (depth > 1 && S_ISDIR(st.st_mode)) {
-      absl::Status s = ScanEntries(field, entry, depth - 1, roots, budget);
-      if (!s.ok()) return s;
+      LF_RETURN_IF_ERROR(ScanEntries(field, entry, depth - 1, roots, budget));
     }
   }
   return absl::OkStatus();

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/status_macros.h"
 
 namespace llamafleet::worker {
 namespace {
@@ -79,7 +80,7 @@ absl::StatusOr<TaskIdentity> IdentityForTask(const TrainerIdentities& identities
     return Refused("dir_mode", absl::StrFormat("%04o is not 0700, 0750 or 0770", id.dir_mode()));
   }
   if (id.dynamic()) {
-    if (absl::Status s = CheckDynamicIdsAreFree(id); !s.ok()) return s;
+    LF_RETURN_IF_ERROR(CheckDynamicIdsAreFree(id));
   }
   RunAs r;
   r.user = id.name();

@@ -24,6 +24,7 @@
 #include "common/dir_fd.h"
 #include "common/proto_text.h"
 #include "common/safe_open.h"
+#include "common/status_macros.h"
 #include "worker/trainer_events.h"
 
 extern char** environ;
@@ -147,7 +148,7 @@ absl::Status TaskRunner::PrepareWorkDir() {
     return absl::OkStatus();
   };
   const std::string spec_json = MessageToJsonWithPresence(t.spec()) + "\n";
-  if (absl::Status s = write_file("spec.json", spec_json); !s.ok()) return s;
+  LF_RETURN_IF_ERROR(write_file("spec.json", spec_json));
   if (t.resume_candidates_size() == 0) return absl::OkStatus();
   std::vector<trainer_events::ResumeCandidate> candidates;
   for (const v1::ResumeCandidate& c : t.resume_candidates()) {
@@ -158,7 +159,7 @@ absl::Status TaskRunner::PrepareWorkDir() {
 
 absl::Status TaskRunner::Launch() {
   const v1::TaskSpec& t = launch_.task;
-  if (absl::Status s = PrepareWorkDir(); !s.ok()) return s;
+  LF_RETURN_IF_ERROR(PrepareWorkDir());
   std::vector<std::string> argv = launch_.trainer_command;
   // Relative to the working directory: the ranks need not be able to walk the worker's
   // data dir to find it.

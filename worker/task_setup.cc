@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "common/status_macros.h"
 #include "worker/job_checkpoint_dir.h"
 #include "worker/job_dirs.h"
 #include "worker/path_guard.h"
@@ -28,7 +29,7 @@ absl::Status CheckTaskPaths(const v1::TaskSpec& task) {
       if (value->empty() || (*value == "latest" && std::string(field) == "checkpoint.resume")) {
         continue;
       }
-      if (absl::Status s = CheckPathInRoots(field, *value, roots); !s.ok()) return s;
+      LF_RETURN_IF_ERROR(CheckPathInRoots(field, *value, roots));
     }
     // The directories it writes are reached without following links (the trainer opens
     // them so): a link in one fails the task before start.
@@ -36,7 +37,7 @@ absl::Status CheckTaskPaths(const v1::TaskSpec& task) {
          {std::pair<const char*, const std::string*>{"checkpoint.dir", &spec.checkpoint().dir()},
           {"output.export_dir", &spec.output().export_dir()}}) {
       if (value->empty()) continue;
-      if (absl::Status s = CheckWrittenDirHasNoLinks(roots, *value, field); !s.ok()) return s;
+      LF_RETURN_IF_ERROR(CheckWrittenDirHasNoLinks(roots, *value, field));
     }
   }
   if (task.node_rank() == 0 && !spec.output().export_dir().empty()) {
@@ -59,7 +60,7 @@ absl::StatusOr<TaskSetup> PrepareTask(const v1::TaskSpec& task, const TrainerIde
   if (!token_cache.ok()) return token_cache.status();
   setup.token_cache_dir = *token_cache;
   if (identity->dir_mode.has_value()) {
-    if (absl::Status s = PrepareJobDirs(task, *setup.run_as, *identity->dir_mode); !s.ok()) return s;
+    LF_RETURN_IF_ERROR(PrepareJobDirs(task, *setup.run_as, *identity->dir_mode));
     return setup;
   }
   // One identity for every job: the trainers make a default checkpoint dir in

@@ -5,8 +5,10 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <functional>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -128,199 +130,247 @@ size_t TerminalWidth() {
   return 80;
 }
 
-}  // namespace
+// A runnable subcommand: what runs when it was the one parsed. The flags it reads live in
+// the closure, filled by the parse.
+struct Command {
+  CLI::App* app = nullptr;
+  std::function<absl::Status(const Context&)> run;
+};
+using Commands = std::vector<Command>;
 
-int RunCli(int argc, char** argv, std::istream& in, std::ostream& out, std::ostream& err) {
-  CLI::App app{"llamafleet: submit and follow Llama-2 finetuning jobs on a llamafleet coordinator",
-               "llamafleet"};
-  app.set_version_flag("--version", "llamafleet " LLAMAFLEET_VERSION);
-  app.require_subcommand(1);
-  app.fallthrough();  // global flags are accepted after the command, too
+// A subcommand of `parent` that takes the global flags after its name, too.
+CLI::App* AddSub(CLI::App* parent, const std::string& name, const std::string& help) {
+  CLI::App* sub = parent->add_subcommand(name, help);
+  sub->fallthrough();
+  return sub;
+}
 
-  GlobalFlags global;
+constexpr char kSetHelp[] =
+    "key=value: set a field of the spec before it is validated, by its dotted path, the value a "
+    "YAML scalar "
+    "(training.lr=2e-5, resources.nodes=2); repeatable";
+
+// The flags every command shares; returns --timeout's option (whether it was given).
+CLI::Option* AddGlobalFlags(CLI::App& app, GlobalFlags* global) {
   // The login name when $USER is not set (cron, containers, CI). Only then: the passwd
   // lookup loads NSS modules, a cost every scripted invocation would pay.
   if (std::getenv("USER") == nullptr) {
-    if (const passwd* pw = getpwuid(getuid()); pw != nullptr) global.user = pw->pw_name;
+    if (const passwd* pw = getpwuid(getuid()); pw != nullptr) global->user = pw->pw_name;
   }
-  app.add_option("--coordinator", global.coordinator, "coordinator address HOST:PORT")
+  app.add_option("--coordinator", global->coordinator, "coordinator address HOST:PORT")
       ->envname("LLAMAFLEET_COORDINATOR")
       ->capture_default_str();
-  app.add_option("-o,--output", global.output, "output format: table, wide, json, yaml")
+  app.add_option("-o,--output", global->output, "output format: table, wide, json, yaml")
       ->capture_default_str();
-  app.add_option("--user", global.user,
+  app.add_option("--user", global->user,
                  "caller name, used only by a coordinator running with --insecure-no-auth")
       ->envname("USER");
-  app.add_option("--tls-ca", global.tls_ca, "PEM CA certificate: talk TLS to the coordinator")
+  app.add_option("--tls-ca", global->tls_ca, "PEM CA certificate: talk TLS to the coordinator")
       ->envname("LLAMAFLEET_TLS_CA");
-  app.add_option("--token", global.token, "bearer token for the coordinator")
+  app.add_option("--token", global->token, "bearer token for the coordinator")
       ->envname("LLAMAFLEET_TOKEN");
-  CLI::Option* timeout_option =
-      app.add_option("--timeout", global.timeout,
-                     "deadline per request (30s, 2m, or seconds); bounds watch only if given")
-          ->capture_default_str();
+  return app
+      .add_option("--timeout", global->timeout,
+                  "deadline per request (30s, 2m, or seconds); bounds watch only if given")
+      ->capture_default_str();
+}
 
-  // submit
-  SubmitFlags submit;
-  CLI::App* submit_cmd = app.add_subcommand(
-      "submit",
-      "submit jobs from a YAML or JSON file (several documents or a list: one batch); "
-      "-o json|yaml prints {jobs: [{job, created}]} whether the file holds one job or many");
+// submit, resubmit ID.
+void AddSubmitCommands(CLI::App& app, Commands* commands) {
+  auto submit = std::make_shared<SubmitFlags>();
+  CLI::App* submit_cmd =
+      AddSub(&app, "submit",
+             "submit jobs from a YAML or JSON file (several documents or a list: one batch); "
+             "-o json|yaml prints {jobs: [{job, created}]} whether the file holds one job or many");
   submit_cmd
-      ->add_option("-f,--file", submit.files,
+      ->add_option("-f,--file", submit->files,
                    "job file, directory (its *.yaml, *.yml, *.json files) or - for stdin; "
                    "repeatable: every document of every file goes in one batch")
       ->required();
-  submit_cmd->add_flag("--dry-run", submit.dry_run,
+  submit_cmd->add_flag("--dry-run", submit->dry_run,
                        "validate on the coordinator and print the effective spec; store nothing");
-  submit_cmd->add_option("--idempotency-key", submit.idempotency_key,
+  submit_cmd->add_option("--idempotency-key", submit->idempotency_key,
                          "key for a single job (default: derived from the document, so "
                          "re-submitting the same file creates nothing new)");
-  submit_cmd->add_flag("--wait", submit.wait,
-                       "then wait for every job submitted, as `wait --for succeeded` (same exit codes)");
-  constexpr char kSetHelp[] =
-      "key=value: set a field of the spec before it is validated, by its dotted path, the value a "
-      "YAML scalar "
-      "(training.lr=2e-5, resources.nodes=2); repeatable";
-  submit_cmd->add_option("--set", submit.overrides, kSetHelp)->allow_extra_args(false);
+  submit_cmd->add_flag(
+      "--wait", submit->wait,
+      "then wait for every job submitted, as `wait --for succeeded` (same exit codes)");
+  submit_cmd->add_option("--set", submit->overrides, kSetHelp)->allow_extra_args(false);
+  commands->push_back(
+      {submit_cmd, [submit](const Context& ctx) { return RunSubmit(ctx, *submit); }});
 
-  // resubmit ID
-  ResubmitFlags resubmit;
-  std::string resubmit_id;
-  CLI::App* resubmit_cmd = app.add_subcommand("resubmit",
-                                              "run a job again: its spec as submitted, with --set "
-                                              "changes, as a new job that records the one it "
-                                              "derives from");
-  resubmit_cmd->add_option("ID", resubmit_id, "job id")->required();
-  resubmit_cmd->add_option("--set", resubmit.overrides, kSetHelp)->allow_extra_args(false);
-  resubmit_cmd->add_flag("--dry-run", resubmit.dry_run,
+  auto resubmit = std::make_shared<ResubmitFlags>();
+  auto id = std::make_shared<std::string>();
+  CLI::App* resubmit_cmd = AddSub(&app, "resubmit",
+                                  "run a job again: its spec as submitted, with --set "
+                                  "changes, as a new job that records the one it "
+                                  "derives from");
+  resubmit_cmd->add_option("ID", *id, "job id")->required();
+  resubmit_cmd->add_option("--set", resubmit->overrides, kSetHelp)->allow_extra_args(false);
+  resubmit_cmd->add_flag("--dry-run", resubmit->dry_run,
                          "validate on the coordinator and print the effective spec");
-  resubmit_cmd->add_flag("--wait", resubmit.wait,
+  resubmit_cmd->add_flag("--wait", resubmit->wait,
                          "then wait for the new job, as `wait --for succeeded`");
+  commands->push_back({resubmit_cmd, [id, resubmit](const Context& ctx) {
+                         return RunResubmit(ctx, *id, *resubmit);
+                       }});
+}
 
-  // get jobs / get job ID
-  CLI::App* get_cmd = app.add_subcommand("get", "list jobs, show one, or show GPU usage");
+// get jobs, get job ID, get usage, describe job ID.
+void AddGetCommands(CLI::App& app, Commands* commands) {
+  CLI::App* get_cmd = AddSub(&app, "get", "list jobs, show one, or show GPU usage");
   get_cmd->require_subcommand(1);
-  ListFlags list;
-  CLI::App* get_jobs_cmd = get_cmd->add_subcommand("jobs", "list jobs, newest first");
-  get_jobs_cmd->add_option("--state", list.states,
-                           "only these states (repeatable or comma-separated)");
-  get_jobs_cmd->add_option("--queue", list.queue, "only this queue");
-  get_jobs_cmd->add_option("--owner", list.owner, "only this owner");
-  get_jobs_cmd->add_option("--label", list.labels, "only jobs with label key=value (repeatable)");
-  get_jobs_cmd->add_option("--sweep", list.sweep, "only the jobs of this sweep (label sweep=NAME)");
-  get_jobs_cmd->add_option("--limit", list.limit, "show at most N jobs")->capture_default_str();
-  get_jobs_cmd->add_flag("--all", list.all, "show every job, following page tokens");
-  get_jobs_cmd->add_option("--page-size", list.page_size, "jobs per request (default: as needed)");
-  get_jobs_cmd->add_option("--page-token", list.page_token,
-                           "continue from a previous -o json next_page_token");
-  std::string job_id;
-  CLI::App* get_job_cmd = get_cmd->add_subcommand("job", "show one job");
-  get_job_cmd->add_option("ID", job_id, "job id")->required();
-  std::string usage_user;
-  CLI::App* get_usage_cmd =
-      get_cmd->add_subcommand("usage", "GPU time and cost per user and queue, all time (deleted jobs included)");
-  get_usage_cmd->add_option("--user", usage_user, "only this user");
+  auto list = std::make_shared<ListFlags>();
+  CLI::App* jobs = AddSub(get_cmd, "jobs", "list jobs, newest first");
+  jobs->add_option("--state", list->states, "only these states (repeatable or comma-separated)");
+  jobs->add_option("--queue", list->queue, "only this queue");
+  jobs->add_option("--owner", list->owner, "only this owner");
+  jobs->add_option("--label", list->labels, "only jobs with label key=value (repeatable)");
+  jobs->add_option("--sweep", list->sweep, "only the jobs of this sweep (label sweep=NAME)");
+  jobs->add_option("--limit", list->limit, "show at most N jobs")->capture_default_str();
+  jobs->add_flag("--all", list->all, "show every job, following page tokens");
+  jobs->add_option("--page-size", list->page_size, "jobs per request (default: as needed)");
+  jobs->add_option("--page-token", list->page_token,
+                   "continue from a previous -o json next_page_token");
+  commands->push_back({jobs, [list](const Context& ctx) { return RunGetJobs(ctx, *list); }});
+  auto id = std::make_shared<std::string>();
+  CLI::App* job = AddSub(get_cmd, "job", "show one job");
+  job->add_option("ID", *id, "job id")->required();
+  commands->push_back({job, [id](const Context& ctx) { return RunGetJob(ctx, *id); }});
+  auto user = std::make_shared<std::string>();
+  CLI::App* usage = AddSub(
+      get_cmd, "usage", "GPU time and cost per user and queue, all time (deleted jobs included)");
+  usage->add_option("--user", *user, "only this user");
+  commands->push_back({usage, [user](const Context& ctx) { return RunGetUsage(ctx, *user); }});
 
-  // describe job ID
-  CLI::App* describe_cmd = app.add_subcommand("describe", "show a job in detail");
+  CLI::App* describe_cmd = AddSub(&app, "describe", "show a job in detail");
   describe_cmd->require_subcommand(1);
-  CLI::App* describe_job_cmd = describe_cmd->add_subcommand(
-      "job",
-      "show a job: why it is pending, restarts, workers, latest metrics, checkpoints, spec, "
-      "events; -o json prints {job, events, checkpoints}");
-  describe_job_cmd->add_option("ID", job_id, "job id")->required();
+  CLI::App* describe_job =
+      AddSub(describe_cmd, "job",
+             "show a job: why it is pending, restarts, workers, latest metrics, checkpoints, spec, "
+             "events; -o json prints {job, events, checkpoints}");
+  describe_job->add_option("ID", *id, "job id")->required();
+  commands->push_back(
+      {describe_job, [id](const Context& ctx) { return RunDescribeJob(ctx, *id); }});
+}
 
-  // cancel ID
-  std::string reason;
-  std::string cancel_sweep;
-  CLI::App* cancel_cmd = app.add_subcommand("cancel", "cancel a job, or a sweep's unfinished jobs (a finished job stays as is)");
-  CLI::Option* cancel_id = cancel_cmd->add_option("ID", job_id, "job id");
-  CLI::Option* cancel_sweep_option =
-      cancel_cmd->add_option("--sweep", cancel_sweep, "every unfinished job of your sweep NAME instead");
-  cancel_id->excludes(cancel_sweep_option);
-  cancel_cmd->add_option("--reason", reason, "why, recorded in the job's events");
+// cancel ID | --sweep NAME, delete job ID, release-dir PATH.
+void AddChangeCommands(CLI::App& app, Commands* commands) {
+  auto id = std::make_shared<std::string>();
+  auto reason = std::make_shared<std::string>();
+  auto sweep = std::make_shared<std::string>();
+  CLI::App* cancel = AddSub(
+      &app, "cancel", "cancel a job, or a sweep's unfinished jobs (a finished job stays as is)");
+  CLI::Option* cancel_id = cancel->add_option("ID", *id, "job id");
+  CLI::Option* cancel_sweep =
+      cancel->add_option("--sweep", *sweep, "every unfinished job of your sweep NAME instead");
+  cancel_id->excludes(cancel_sweep);
+  cancel->add_option("--reason", *reason, "why, recorded in the job's events");
+  commands->push_back({cancel, [=](const Context& ctx) -> absl::Status {
+                         if (cancel_sweep->count() > 0) return RunCancelSweep(ctx, *sweep, *reason);
+                         if (cancel_id->count() > 0) return RunCancel(ctx, *id, *reason);
+                         return UsageError("cancel: give a job ID or --sweep NAME");
+                       }});
 
-  // delete job ID
-  bool delete_artifacts = false;
-  CLI::App* delete_cmd = app.add_subcommand("delete", "delete a finished job");
+  auto artifacts = std::make_shared<bool>(false);
+  CLI::App* delete_cmd = AddSub(&app, "delete", "delete a finished job");
   delete_cmd->require_subcommand(1);
-  CLI::App* delete_job_cmd = delete_cmd->add_subcommand(
-      "job", "delete a finished job's records, logs and default checkpoint dir (owner or admin)");
-  delete_job_cmd->add_option("ID", job_id, "job id")->required();
-  delete_job_cmd->add_flag("--artifacts", delete_artifacts, "also its output.export_dir");
+  CLI::App* delete_job =
+      AddSub(delete_cmd, "job",
+             "delete a finished job's records, logs and default checkpoint dir (owner or admin)");
+  delete_job->add_option("ID", *id, "job id")->required();
+  delete_job->add_flag("--artifacts", *artifacts, "also its output.export_dir");
+  commands->push_back({delete_job, [id, artifacts](const Context& ctx) {
+                         return RunDeleteJob(ctx, *id, *artifacts);
+                       }});
 
-  // release-dir PATH
-  std::string release_path;
-  CLI::App* release_dir_cmd = app.add_subcommand(
-      "release-dir",
-      "end every job's claim on a checkpoint.dir or output.export_dir, so it keeps no other "
-      "user's jobs out (admin; recorded in each job's events)");
-  release_dir_cmd->add_option("PATH", release_path, "the directory, as the jobs named it")
-      ->required();
+  auto path = std::make_shared<std::string>();
+  CLI::App* release_dir =
+      AddSub(&app, "release-dir",
+             "end every job's claim on a checkpoint.dir or output.export_dir, so it keeps no other "
+             "user's jobs out (admin; recorded in each job's events)");
+  release_dir->add_option("PATH", *path, "the directory, as the jobs named it")->required();
+  commands->push_back(
+      {release_dir, [path](const Context& ctx) { return RunReleaseDir(ctx, *path); }});
+}
 
-  // watch ID
-  bool history = false;
-  std::string interval_text = "1s";
-  CLI::App* watch_cmd = app.add_subcommand(
-      "watch",
+// watch ID, wait ID..., logs ID.
+void AddFollowCommands(CLI::App& app, Commands* commands) {
+  auto id = std::make_shared<std::string>();
+  auto history = std::make_shared<bool>(false);
+  auto interval = std::make_shared<std::string>("1s");
+  CLI::App* watch = AddSub(
+      &app, "watch",
       "follow a job's events until it finishes; on a terminal with a live progress line "
       "(step/total, loss, tokens/s, ETA), through a pipe with a 'step ...' line per new step; "
       "-o json|yaml prints only the WatchJobResponse messages; Ctrl-C stops watching, not the "
       "job");
-  watch_cmd->add_option("ID", job_id, "job id")->required();
-  watch_cmd->add_flag("--history", history, "print the job's earlier events first");
-  watch_cmd->add_option("--interval", interval_text, "how often to poll the job's metrics")
+  watch->add_option("ID", *id, "job id")->required();
+  watch->add_flag("--history", *history, "print the job's earlier events first");
+  watch->add_option("--interval", *interval, "how often to poll the job's metrics")
       ->capture_default_str();
+  commands->push_back({watch, [id, history, interval](const Context& ctx) -> absl::Status {
+                         absl::StatusOr<absl::Duration> every =
+                             ParseDuration("--interval", *interval);
+                         return every.ok() ? RunWatch(ctx, *id, *history, *every) : every.status();
+                       }});
 
-  // wait ID...
-  std::vector<std::string> wait_ids;
-  std::string wait_for = "succeeded";
-  CLI::App* wait_cmd = app.add_subcommand(
-      "wait",
+  auto ids = std::make_shared<std::vector<std::string>>();
+  auto wait_for = std::make_shared<std::string>("succeeded");
+  CLI::App* wait = AddSub(
+      &app, "wait",
       "block until every job given has ended, printing a line per job as it ends; exit 0 only "
       "if each met --for; 3 if one FAILED, 4 if one was CANCELLED, 5 if --timeout passed first");
-  wait_cmd->add_option("ID", wait_ids, "job ids")->required();
-  wait_cmd->add_option("--for", wait_for, "succeeded (a FAILED or CANCELLED job fails the wait) or finished")
+  wait->add_option("ID", *ids, "job ids")->required();
+  wait->add_option("--for", *wait_for,
+                   "succeeded (a FAILED or CANCELLED job fails the wait) or finished")
       ->check(CLI::IsMember({"succeeded", "finished"}))
       ->capture_default_str();
+  commands->push_back({wait, [ids, wait_for](const Context& ctx) {
+                         return RunWait(ctx, *ids, *wait_for == "succeeded");
+                       }});
 
-  // logs ID
-  LogsFlags logs;
-  CLI::App* logs_cmd = app.add_subcommand(
-      "logs",
-      "print a job's trainer output (each line prefixed [rank N] when several ranks "
-      "are shown); -o json prints one LogChunk per line");
-  logs_cmd->add_option("ID", job_id, "job id")->required();
-  logs_cmd->add_flag("-f,--follow", logs.follow, "keep printing new lines until the job ends");
-  CLI::Option* rank_option = logs_cmd->add_option("--rank", logs.rank, "only this global rank");
-  logs_cmd->add_option("--attempt", logs.attempt, "this attempt (1, 2, ...; default the newest)");
-  logs_cmd->add_option("--tail", logs.tail, "start N lines before the end of each rank's log");
+  auto logs = std::make_shared<LogsFlags>();
+  CLI::App* logs_cmd =
+      AddSub(&app, "logs",
+             "print a job's trainer output (each line prefixed [rank N] when several ranks "
+             "are shown); -o json prints one LogChunk per line");
+  logs_cmd->add_option("ID", *id, "job id")->required();
+  logs_cmd->add_flag("-f,--follow", logs->follow, "keep printing new lines until the job ends");
+  CLI::Option* rank = logs_cmd->add_option("--rank", logs->rank, "only this global rank");
+  logs_cmd->add_option("--attempt", logs->attempt, "this attempt (1, 2, ...; default the newest)");
+  logs_cmd->add_option("--tail", logs->tail, "start N lines before the end of each rank's log");
+  commands->push_back({logs_cmd, [id, logs, rank](const Context& ctx) {
+                         return RunLogs(ctx, *id, *logs, rank->count() > 0);
+                       }});
+}
 
-  // checkpoints ID
-  CLI::App* checkpoints_cmd =
-      app.add_subcommand("checkpoints", "list a job's recorded checkpoints, newest first");
-  checkpoints_cmd->add_option("ID", job_id, "job id")->required();
+// checkpoints ID, attempts ID, workers, queues, whoami.
+void AddListCommands(CLI::App& app, Commands* commands) {
+  auto id = std::make_shared<std::string>();
+  CLI::App* checkpoints =
+      AddSub(&app, "checkpoints", "list a job's recorded checkpoints, newest first");
+  checkpoints->add_option("ID", *id, "job id")->required();
+  commands->push_back({checkpoints, [id](const Context& ctx) { return RunCheckpoints(ctx, *id); }});
+  CLI::App* attempts =
+      AddSub(&app, "attempts",
+             "list a job's attempts, newest first: gang size, workers, how each ended, resizes");
+  attempts->add_option("ID", *id, "job id")->required();
+  commands->push_back({attempts, [id](const Context& ctx) { return RunAttempts(ctx, *id); }});
+  commands->push_back(
+      {AddSub(&app, "workers", "list the workers, their capacity and what they run"),
+       [](const Context& ctx) { return RunWorkers(ctx); }});
+  commands->push_back(
+      {AddSub(&app, "queues", "list the queues: depth, running jobs, GPUs used and quota"),
+       [](const Context& ctx) { return RunQueues(ctx); }});
+  commands->push_back({AddSub(&app, "whoami", "show the user and role your token names"),
+                       [](const Context& ctx) { return RunWhoAmI(ctx); }});
+}
 
-  // attempts ID
-  CLI::App* attempts_cmd = app.add_subcommand(
-      "attempts", "list a job's attempts, newest first: gang size, workers, how each ended, resizes");
-  attempts_cmd->add_option("ID", job_id, "job id")->required();
-
-  // workers
-  CLI::App* workers_cmd =
-      app.add_subcommand("workers", "list the workers, their capacity and what they run");
-  CLI::App* queues_cmd =
-      app.add_subcommand("queues", "list the queues: depth, running jobs, GPUs used and quota");
-  CLI::App* whoami_cmd = app.add_subcommand("whoami", "show the user and role your token names");
-
-  for (CLI::App* sub :
-       {submit_cmd, resubmit_cmd, get_cmd, get_jobs_cmd, get_job_cmd, get_usage_cmd, describe_cmd,
-        describe_job_cmd, cancel_cmd, delete_cmd, delete_job_cmd, release_dir_cmd, watch_cmd,
-        wait_cmd, logs_cmd, checkpoints_cmd, attempts_cmd, workers_cmd, queues_cmd, whoami_cmd}) {
-    sub->fallthrough();
-  }
-
+// Parses the command line: nullopt, or the exit code when it was help, the version or a
+// usage error (already printed).
+std::optional<int> Parse(CLI::App& app, int argc, char** argv, std::ostream& out,
+                         std::ostream& err) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -332,6 +382,26 @@ int RunCli(int argc, char** argv, std::istream& in, std::ostream& out, std::ostr
   } catch (const CLI::ParseError& e) {
     return Finish(UsageError(ParseErrorMessage(app, e)), err);
   }
+  return std::nullopt;
+}
+
+}  // namespace
+
+int RunCli(int argc, char** argv, std::istream& in, std::ostream& out, std::ostream& err) {
+  CLI::App app{"llamafleet: submit and follow Llama-2 finetuning jobs on a llamafleet coordinator",
+               "llamafleet"};
+  app.set_version_flag("--version", "llamafleet " LLAMAFLEET_VERSION);
+  app.require_subcommand(1);
+  app.fallthrough();  // global flags are accepted after the command, too
+  GlobalFlags global;
+  CLI::Option* timeout_option = AddGlobalFlags(app, &global);
+  Commands commands;
+  AddSubmitCommands(app, &commands);
+  AddGetCommands(app, &commands);
+  AddChangeCommands(app, &commands);
+  AddFollowCommands(app, &commands);
+  AddListCommands(app, &commands);
+  if (std::optional<int> code = Parse(app, argc, argv, out, err)) return *code;
 
   // Text from the coordinator reaches the terminal only through these (EscapeControls).
   EscapingStreambuf safe_out_buf(out.rdbuf());
@@ -351,47 +421,10 @@ int RunCli(int argc, char** argv, std::istream& in, std::ostream& out, std::ostr
   if (ctx->out_is_tty) ctx->terminal_width = TerminalWidth();
 
   absl::Status status;
-  if (submit_cmd->parsed()) {
-    status = RunSubmit(*ctx, submit);
-  } else if (resubmit_cmd->parsed()) {
-    status = RunResubmit(*ctx, resubmit_id, resubmit);
-  } else if (get_jobs_cmd->parsed()) {
-    status = RunGetJobs(*ctx, list);
-  } else if (get_job_cmd->parsed()) {
-    status = RunGetJob(*ctx, job_id);
-  } else if (get_usage_cmd->parsed()) {
-    status = RunGetUsage(*ctx, usage_user);
-  } else if (describe_job_cmd->parsed()) {
-    status = RunDescribeJob(*ctx, job_id);
-  } else if (cancel_cmd->parsed()) {
-    if (cancel_sweep_option->count() > 0) {
-      status = RunCancelSweep(*ctx, cancel_sweep, reason);
-    } else if (cancel_id->count() > 0) {
-      status = RunCancel(*ctx, job_id, reason);
-    } else {
-      status = UsageError("cancel: give a job ID or --sweep NAME");
-    }
-  } else if (delete_job_cmd->parsed()) {
-    status = RunDeleteJob(*ctx, job_id, delete_artifacts);
-  } else if (release_dir_cmd->parsed()) {
-    status = RunReleaseDir(*ctx, release_path);
-  } else if (watch_cmd->parsed()) {
-    absl::StatusOr<absl::Duration> interval = ParseDuration("--interval", interval_text);
-    status = interval.ok() ? RunWatch(*ctx, job_id, history, *interval) : interval.status();
-  } else if (wait_cmd->parsed()) {
-    status = RunWait(*ctx, wait_ids, wait_for == "succeeded");
-  } else if (logs_cmd->parsed()) {
-    status = RunLogs(*ctx, job_id, logs, rank_option->count() > 0);
-  } else if (checkpoints_cmd->parsed()) {
-    status = RunCheckpoints(*ctx, job_id);
-  } else if (attempts_cmd->parsed()) {
-    status = RunAttempts(*ctx, job_id);
-  } else if (workers_cmd->parsed()) {
-    status = RunWorkers(*ctx);
-  } else if (queues_cmd->parsed()) {
-    status = RunQueues(*ctx);
-  } else if (whoami_cmd->parsed()) {
-    status = RunWhoAmI(*ctx);
+  for (const Command& command : commands) {
+    if (!command.app->parsed()) continue;
+    status = command.run(*ctx);
+    break;
   }
   status = ExplainUnauthenticated(status, !global.token.empty());
   safe_out.flush();

@@ -6,6 +6,7 @@
 #include "clients/cli/command.h"
 #include "clients/cli/output.h"
 #include "common/sha256.h"
+#include "common/status_macros.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 #include "jobspec/jobspec.h"
@@ -43,7 +44,7 @@ absl::Status ResubmitError(const absl::Status& status, const v1::Job& source) {
 }  // namespace
 
 absl::Status RunResubmit(const Context& ctx, const std::string& id, const ResubmitFlags& flags) {
-  if (absl::Status s = CheckOverrides(flags.overrides); !s.ok()) return s;
+  LF_RETURN_IF_ERROR(CheckOverrides(flags.overrides));
   absl::StatusOr<Client*> client = Connect(ctx);
   if (!client.ok()) return client.status();
   absl::StatusOr<v1::Job> source = (*client)->GetJob(id);

@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "clients/cli/command.h"
 #include "clients/cli/output.h"
+#include "common/status_macros.h"
 #include "jobspec/jobspec.h"
 
 namespace llamafleet::cli {
@@ -140,7 +141,7 @@ absl::Status CheckOverrides(const std::vector<std::string>& overrides) {
 }
 
 absl::Status RunSubmit(const Context& ctx, const SubmitFlags& flags) {
-  if (absl::Status s = CheckOverrides(flags.overrides); !s.ok()) return s;
+  LF_RETURN_IF_ERROR(CheckOverrides(flags.overrides));
   absl::StatusOr<std::vector<std::string>> files = ExpandJobFiles(flags.files);
   if (!files.ok()) return files.status();
   // Every document of every file, in order; `documents` names each one for errors.

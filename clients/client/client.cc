@@ -1,12 +1,12 @@
 #include "clients/client/client.h"
 
 #include <fstream>
-
 #include <utility>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "grpcpp/grpcpp.h"
 #include "jobspec/grpc_status.h"
 
@@ -117,8 +117,7 @@ absl::StatusOr<Resp> Client::Call(Stub* stub, UnaryMethod<Stub, Req, Resp> metho
   grpc::ClientContext context;
   Prepare(&context, absl::Now() + options_.timeout);
   Resp response;
-  absl::Status status = Convert((stub->*method)(&context, request, &response), options_.timeout);
-  if (!status.ok()) return status;
+  LF_RETURN_IF_ERROR(Convert((stub->*method)(&context, request, &response), options_.timeout));
   return response;
 }
 

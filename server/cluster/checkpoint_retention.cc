@@ -6,6 +6,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/job_dir_marker.h"
+#include "common/status_macros.h"
 
 namespace llamafleet {
 namespace fs = std::filesystem;
@@ -44,7 +45,7 @@ absl::Status CheckCheckpointPathLexically(const std::string& job_dir, const std:
 }
 
 absl::Status CheckCheckpointPath(const std::string& job_dir, const std::string& path) {
-  if (absl::Status s = CheckCheckpointPathLexically(job_dir, path); !s.ok()) return s;
+  LF_RETURN_IF_ERROR(CheckCheckpointPathLexically(job_dir, path));
   fs::path clean = fs::path(path).lexically_normal();
   if (!clean.has_filename()) clean = clean.parent_path();
   fs::path clean_dir = fs::path(job_dir).lexically_normal();
@@ -66,7 +67,7 @@ absl::Status CheckCheckpointPath(const std::string& job_dir, const std::string& 
 }
 
 absl::Status CheckRecordedCheckpoint(const std::string& job_dir, const std::string& path) {
-  if (absl::Status s = CheckCheckpointPath(job_dir, path); !s.ok()) return s;
+  LF_RETURN_IF_ERROR(CheckCheckpointPath(job_dir, path));
   std::error_code ec;
   if (!fs::exists(path + "/manifest.json", ec) && fs::exists(path, ec)) {
     return absl::FailedPreconditionError(absl::StrCat("checkpoint ", path, " has no manifest"));
@@ -128,7 +129,7 @@ absl::StatusOr<UniqueFd> OpenJobDirToDelete(const std::vector<std::string>& anch
     }
     return fd.status();
   }
-  if (absl::Status s = CheckJobDirMarker(fd->get(), std::to_string(job_id), dir); !s.ok()) return s;
+  LF_RETURN_IF_ERROR(CheckJobDirMarker(fd->get(), std::to_string(job_id), dir));
   return fd;
 }
 
@@ -175,10 +176,7 @@ absl::Status RemoveJobDir(const std::vector<std::string>& anchors, const std::st
     if (fd.status().code() == absl::StatusCode::kNotFound) return absl::OkStatus();
     return fd.status();
   }
-  if (absl::Status s = CheckJobDirMarker(fd->get(), std::to_string(job_id), dir.string(), marker);
-      !s.ok()) {
-    return s;
-  }
+  LF_RETURN_IF_ERROR(CheckJobDirMarker(fd->get(), std::to_string(job_id), dir.string(), marker));
   return RemoveTreeAt(parent_fd->get(), name);
 }
 

@@ -3,6 +3,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/status_macros.h"
 
 namespace llamafleet::http {
 
@@ -111,7 +112,7 @@ absl::StatusOr<v1::ListJobsRequest> ListJobsFromQuery(const Query& query) {
         "query parameter view must be basic or full (got \"", *query.Get("view"), "\")"));
   }
   int32_t page_size = 0;
-  if (absl::Status s = query.GetInt("page_size", &page_size); !s.ok()) return s;
+  LF_RETURN_IF_ERROR(query.GetInt("page_size", &page_size));
   request.set_page_size(page_size);
   request.set_queue(query.Get("queue").value_or(""));
   request.set_owner(query.Get("owner").value_or(""));

@@ -10,7 +10,8 @@
 //
 // Deep-queue mode, with --queued N: the same coordinator holds N queued jobs
 // no worker can take (an instance type none reports), so every scheduling pass reads,
-// orders and explains all of them, while W workers (1,000 in the issue) are connected:
+// orders and explains all of them, while W workers (--workers; the contract is stated for
+// 1,000) are connected:
 //   1. idle: C clients submit backlog jobs to the coordinator before any worker or
 //      backlog exists; their submit latency is the baseline;
 //   2. the backlog is filled to N (batches), and the workers connect;

@@ -3,6 +3,7 @@
 // coordinator and workers see (rank environment, JSON metrics and checkpoint events,
 // --resume, SIGTERM). What is tested is scheduling, supervision and failure handling.
 #include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
 #include <sched.h>
 #include <signal.h>
 #include <unistd.h>
@@ -12,18 +13,18 @@
 #include <iostream>
 #include <thread>
 
-#include <gtest/gtest.h>
-
-#include "absl/strings/str_cat.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
-#include "jobspec/jobspec.h"
 #include "google/protobuf/util/time_util.h"
+#include "jobspec/jobspec.h"
 #include "llamafleet/v1/job.grpc.pb.h"
 #include "llamafleet/v1/worker.grpc.pb.h"
 #include "tests/testing/cluster.h"
 #include "tests/testing/cluster_client.h"
+#include "tests/testing/e2e_cluster.h"
+#include "tests/testing/fake_trainer.h"
 #include "tests/testing/process.h"
 #include "tests/testing/spec_builder.h"
 #include "tests/testing/wait.h"
@@ -37,107 +38,24 @@ using testing::RunCommand;
 using testing::Subprocess;
 using testing::TempDir;
 
-// STEPS steps of 0.1 s; rank 0 reports metrics every step and a checkpoint (with its
-// manifest) every CKPT_EVERY steps; resumes from --resume DIR/step (or the newest of
-// --resume-candidates); on SIGTERM writes a
-// checkpoint and exits 0. Every rank's command line carries the marker so tests can find
-// leftover processes. Its knobs are LLAMAFLEET_FAKE_* variables set on the worker: a
-// trainer sees only the worker's LLAMAFLEET_* variables, not its whole environment.
-constexpr char kFakeTrainer[] = R"sh(#!/bin/sh
-# llamafleet-fake-trainer
-SPEC=""; RESUME=""
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --spec) SPEC="$2"; shift ;;
-    --resume) RESUME="$2"; shift ;;
-    # The recorded checkpoints, newest first: a fake takes the newest without verifying.
-    --resume-candidates) RESUME=$(grep -o '"path":"[^"]*"' "$2" | head -1 | cut -d'"' -f4); shift ;;
-  esac
-  shift
-done
-CK=$(sed -n 's/.*"checkpoint":{[^}]*"dir":"\([^"]*\)".*/\1/p' "$SPEC")
-STEPS=${LLAMAFLEET_FAKE_STEPS:-30}
-CKPT_EVERY=${LLAMAFLEET_FAKE_CKPT_EVERY:-10}
-step=0
-if [ -n "$RESUME" ]; then step=$(cat "$RESUME/step"); fi
-echo "rank $RANK/$WORLD_SIZE master $MASTER_ADDR:$MASTER_PORT resume=[$RESUME] start=$step threads=$OMP_NUM_THREADS" >&2
-save() {
-  if [ "$RANK" = 0 ] && [ -n "$CK" ]; then
-    mkdir -p "$CK/step-$step" && echo $step > "$CK/step-$step/step" && echo '{}' > "$CK/step-$step/manifest.json"
-    # The job's mark on its directory, as the real trainer writes it (common/job_dir_marker.h).
-    echo "${LLAMAFLEET_TASK_ID%%-*}" > "$CK/.llamafleet-job"
-    echo "{\"type\":\"event\",\"event\":\"checkpoint_saved\",\"step\":$step,\"path\":\"$CK/step-$step\",\"bytes\":3,\"manifest_sha256\":\"x\",\"loss\":1.0}"
-  fi
-}
-trap 'save; exit 0' TERM
-if [ "$LLAMAFLEET_FAKE_FAIL" = permanent ]; then
-  echo '{"type":"event","event":"error","message":"data.train_path: no such file","code":"INVALID_ARGUMENT"}'
-  exit 1
-fi
-[ "$RANK" = 0 ] && echo "{\"type\":\"event\",\"event\":\"started\",\"total_steps\":$STEPS}"
-while [ $step -lt $STEPS ]; do
-  sleep 0.1 &
-  wait $!
-  step=$((step + 1))
-  [ "$RANK" = 0 ] && echo "{\"type\":\"metrics\",\"step\":$step,\"loss\":$((100 - step)),\"lr\":0.001,\"tokens_per_s\":1000}"
-  if [ $((step % CKPT_EVERY)) = 0 ]; then save; fi
-done
-exit 0
-)sh";
+// Live trainer ranks started from `trainer`.
+int CountProcesses(const std::string& trainer) { return testing::CountTrainerProcesses(trainer); }
 
-// Live trainer ranks started from `trainer` (its command line is "sh TRAINER train ...";
-// the workers' own command lines name the trainer too, but not followed by "train").
-int CountProcesses(const std::string& trainer) {
-  const std::string marker = trainer + std::string("\0train", 6);
-  int n = 0;
-  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
-    std::ifstream stat(entry.path() / "stat");
-    std::string pid, comm, state;
-    if (!(stat >> pid >> comm >> state) || state == "Z") continue;
-    std::ifstream in(entry.path() / "cmdline");
-    std::string cmdline((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    if (cmdline.find(marker) != std::string::npos) ++n;
-  }
-  return n;
-}
-
-class ClusterTest : public ::testing::Test {
+class ClusterTest : public testing::E2eClusterTest {
  protected:
   void SetUp() override {
-    trainer_ = dir_.path() + "/fake-train.sh";
-    std::ofstream(trainer_) << kFakeTrainer;
-    std::filesystem::permissions(trainer_, std::filesystem::perms::owner_all);
+    E2eClusterTest::SetUp();
     StartCoordinator();
   }
 
   // `listen`: the first start picks a free port; a restart reuses it (workers redial it).
   void StartCoordinator(const std::string& listen = "127.0.0.1:0") {
-    auto c = testing::StartCoordinator(
-        {.data_dir = dir_.path() + "/coord",
-         .listen = listen,
-         .join_token = "secret",
-         // default checkpoint dirs under the first; specs name /d.jsonl
-         .path_roots = {dir_.path(), "/"},
-         .flags = {"--heartbeat-timeout", "3", "--cancel-grace", "2"},
-         .log_path = dir_.path() + "/coordinator.log"});
-    ASSERT_TRUE(c.ok()) << c.status();
-    coordinator_ = std::move(c->process);
-    address_ = c->address;
-    client_ = std::make_unique<testing::ClusterClient>(address_);
+    E2eClusterTest::StartCoordinator({"--heartbeat-timeout", "3", "--cancel-grace", "2"}, listen);
   }
 
   void StartWorker(const std::string& name, std::map<std::string, std::string> env = {}) {
     if (env.empty()) env = worker_env_;
-    auto p = testing::StartWorker({.coordinator = address_,
-                                   .name = name,
-                                   .data_dir = dir_.path() + "/" + name,
-                                   .join_token = "secret",
-                                   .trainer = trainer_,
-                                   .heartbeat_interval = 0.3,
-                                   .env = env,
-                                   .log_path = dir_.path() + "/" + name + ".log"});
-    ASSERT_TRUE(p.ok()) << p.status();
-    workers_[name] = std::move(*p);
+    E2eClusterTest::StartWorker(name, env);
   }
 
   void WaitForWorkers(size_t n) {
@@ -183,20 +101,10 @@ class ClusterTest : public ::testing::Test {
   }
 
   void TearDown() override {
-    if (HasFailure()) testing::PrintLogTails(dir_.path(), {"coordinator", "w1", "w2", "w3"});
-    for (auto& [name, w] : workers_) w->Signal(SIGTERM);
-    for (auto& [name, w] : workers_) (void)w->Wait(absl::Seconds(20));
-    workers_.clear();
-    coordinator_.reset();
+    E2eClusterTest::TearDown();
     EXPECT_EQ(CountProcesses(trainer_), 0) << "a trainer outlived its worker";
   }
 
-  TempDir dir_;
-  std::string trainer_;
-  std::unique_ptr<Subprocess> coordinator_;
-  std::string address_;
-  std::unique_ptr<testing::ClusterClient> client_;
-  std::map<std::string, std::unique_ptr<Subprocess>> workers_;
   std::map<std::string, std::string> worker_env_;
 };
 

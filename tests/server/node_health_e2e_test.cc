@@ -3,15 +3,14 @@
 // gang's collectives do: when a peer rank's process is gone, the survivors fail (UNAVAILABLE,
 // "connection closed by peer"), as gloo and NCCL make them.
 #include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <unistd.h>
 
 #include <filesystem>
-#include <functional>
 #include <fstream>
+#include <functional>
 #include <iostream>
-
-#include <gtest/gtest.h>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -21,6 +20,7 @@
 #include "llamafleet/v1/worker.grpc.pb.h"
 #include "tests/testing/cluster.h"
 #include "tests/testing/cluster_client.h"
+#include "tests/testing/e2e_cluster.h"
 #include "tests/testing/process.h"
 #include "tests/testing/spec_builder.h"
 #include "tests/testing/wait.h"
@@ -33,92 +33,23 @@ using testing::SpecBuilder;
 using testing::Subprocess;
 using testing::TempDir;
 
-// STEPS steps of 0.1 s (LLAMAFLEET_FAKE_STEPS); rank 0 reports metrics each step and a
-// checkpoint every 10; on SIGTERM it checkpoints and exits 0; it resumes from the newest
-// resume candidate. Each rank writes its pid to LLAMAFLEET_FAKE_PEER_DIR/<port>-<rank>.pid
-// and fails once any other rank of its gang (same MASTER_PORT) is gone.
-constexpr char kFakeTrainer[] = R"sh(#!/bin/sh
-SPEC=""; RESUME=""
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --spec) SPEC="$2"; shift ;;
-    --resume) RESUME="$2"; shift ;;
-    --resume-candidates) RESUME=$(grep -o '"path":"[^"]*"' "$2" | head -1 | cut -d'"' -f4); shift ;;
-  esac
-  shift
-done
-CK=$(sed -n 's/.*"checkpoint":{[^}]*"dir":"\([^"]*\)".*/\1/p' "$SPEC")
-STEPS=${LLAMAFLEET_FAKE_STEPS:-30}
-PEERS="$LLAMAFLEET_FAKE_PEER_DIR"
-step=0
-if [ -n "$RESUME" ]; then step=$(cat "$RESUME/step"); fi
-echo "rank $RANK/$WORLD_SIZE resume=[$RESUME] start=$step" >&2
-save() {
-  if [ "$RANK" = 0 ] && [ -n "$CK" ]; then
-    mkdir -p "$CK/step-$step" && echo $step > "$CK/step-$step/step" && echo '{}' > "$CK/step-$step/manifest.json"
-    echo "{\"type\":\"event\",\"event\":\"checkpoint_saved\",\"step\":$step,\"path\":\"$CK/step-$step\",\"bytes\":3,\"manifest_sha256\":\"x\",\"loss\":1.0}"
-  fi
-}
-trap 'save; exit 0' TERM
-[ -n "$PEERS" ] && echo $$ > "$PEERS/$MASTER_PORT-$RANK.pid"
-[ "$RANK" = 0 ] && echo "{\"type\":\"event\",\"event\":\"started\",\"total_steps\":$STEPS}"
-while [ $step -lt $STEPS ]; do
-  sleep 0.1 &
-  wait $!
-  step=$((step + 1))
-  [ "$RANK" = 0 ] && echo "{\"type\":\"metrics\",\"step\":$step,\"loss\":1,\"lr\":0.001,\"tokens_per_s\":1000}"
-  if [ $((step % 10)) = 0 ]; then save; fi
-  if [ -n "$PEERS" ]; then
-    for f in "$PEERS/$MASTER_PORT"-*.pid; do
-      [ -f "$f" ] || continue
-      p=$(cat "$f")
-      st=$(cut -d' ' -f3 "/proc/$p/stat" 2>/dev/null)
-      if [ -z "$st" ] || [ "$st" = Z ]; then
-        echo "{\"type\":\"event\",\"event\":\"error\",\"message\":\"gloo allreduce: connection closed by peer\",\"code\":\"UNAVAILABLE\"}"
-        exit 1
-      fi
-    done
-  fi
-done
-exit 0
-)sh";
-
-class NodeHealthTest : public ::testing::Test {
+// The fake trainer runs 200 steps; its ranks watch their gang's peers (fake_trainer.h).
+class NodeHealthTest : public testing::E2eClusterTest {
  protected:
   void SetUp() override {
-    trainer_ = dir_.path() + "/fake-train.sh";
-    std::ofstream(trainer_) << kFakeTrainer;
-    std::filesystem::permissions(trainer_, std::filesystem::perms::owner_all);
+    E2eClusterTest::SetUp();
     peers_ = dir_.path() + "/peers";
     std::filesystem::create_directories(peers_);
   }
 
   void StartCoordinator(std::vector<std::string> flags = {}) {
     flags.insert(flags.end(), {"--heartbeat-timeout", "10", "--cancel-grace", "2"});
-    auto c = testing::StartCoordinator({.data_dir = dir_.path() + "/coord",
-                                        .join_token = "secret",
-                                        .path_roots = {dir_.path(), "/"},
-                                        .flags = flags,
-                                        .log_path = dir_.path() + "/coordinator.log"});
-    ASSERT_TRUE(c.ok()) << c.status();
-    coordinator_ = std::move(c->process);
-    address_ = c->address;
-    client_ = std::make_unique<testing::ClusterClient>(address_);
+    E2eClusterTest::StartCoordinator(flags);
   }
 
   void StartWorker(const std::string& name, std::vector<std::string> flags = {}) {
-    auto p = testing::StartWorker({.coordinator = address_,
-                                   .name = name,
-                                   .data_dir = dir_.path() + "/" + name,
-                                   .join_token = "secret",
-                                   .trainer = trainer_,
-                                   .heartbeat_interval = 0.3,
-                                   .flags = flags,
-                                   .env = {{"LLAMAFLEET_FAKE_STEPS", "200"},
-                                           {"LLAMAFLEET_FAKE_PEER_DIR", peers_}},
-                                   .log_path = dir_.path() + "/" + name + ".log"});
-    ASSERT_TRUE(p.ok()) << p.status();
-    workers_[name] = std::move(*p);
+    E2eClusterTest::StartWorker(
+        name, {{"LLAMAFLEET_FAKE_STEPS", "200"}, {"LLAMAFLEET_FAKE_PEER_DIR", peers_}}, flags);
   }
 
   std::map<std::string, v1::WorkerInfo> Workers() { return client_->Workers(); }
@@ -175,21 +106,7 @@ class NodeHealthTest : public ::testing::Test {
   std::vector<v1::Attempt> Attempts(const std::string& id) { return client_->Attempts(id); }
   std::vector<v1::JobEvent> Events(const std::string& id) { return client_->Events(id); }
 
-  void TearDown() override {
-    if (HasFailure()) testing::PrintLogTails(dir_.path(), {"coordinator", "w1", "w2", "w3"});
-    for (auto& [name, w] : workers_) w->Signal(SIGTERM);
-    for (auto& [name, w] : workers_) (void)w->Wait(absl::Seconds(20));
-    workers_.clear();
-    coordinator_.reset();
-  }
-
-  TempDir dir_;
-  std::string trainer_;
   std::string peers_;
-  std::unique_ptr<Subprocess> coordinator_;
-  std::string address_;
-  std::unique_ptr<testing::ClusterClient> client_;
-  std::map<std::string, std::unique_ptr<Subprocess>> workers_;
 };
 
 // One worker of a 2-node gang is killed: the survivor's ranks fail at once (their peer is
