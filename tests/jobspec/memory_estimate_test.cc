@@ -3,7 +3,12 @@
 // released Llama-2 shapes, and the instance-type table.
 #include "jobspec/memory_estimate.h"
 
+#include <cstdio>
+#include <optional>
+
 #include <gtest/gtest.h>
+
+#include "jobspec/model_presets.h"
 
 namespace llamafleet::sched {
 namespace {
@@ -22,6 +27,50 @@ TEST(MemoryEstimate, ParameterCountsAreTheReleasedModels) {
   EXPECT_EQ(PresetShape("llama2-13b")->Parameters(), 13015864320);
   EXPECT_EQ(PresetShape("llama2-70b")->Parameters(), 68976648192);
   EXPECT_FALSE(PresetShape("llama3").has_value());
+}
+
+TEST(MemoryEstimate, TheNewerPresetsCountTheirPublishedParameters) {
+  // The counts their model cards publish, to 3 significant figures (and Hugging Face's exact
+  // count of the safetensors): Qwen2.5's q/k/v biases counted, Llama 3.2's tied head once.
+  struct Case {
+    const char* preset;
+    const char* published;  // billions, 3 significant figures
+    int64_t exact;
+  };
+  for (const Case& c : {Case{"llama3.1-8b", "8.03", 8030261248}, Case{"llama3.1-70b", "70.6", 70553706496},
+                        Case{"llama3.1-405b", "406", 405853388800}, Case{"llama3.2-1b", "1.24", 1235814400},
+                        Case{"llama3.2-3b", "3.21", 3212749824}, Case{"mistral-7b", "7.25", 7248023552},
+                        Case{"qwen2.5-7b", "7.62", 7615616512}, Case{"qwen2.5-72b", "72.7", 72706203648}}) {
+    std::optional<ModelShape> m = PresetShape(c.preset);
+    ASSERT_TRUE(m.has_value()) << c.preset;
+    char billions[32];
+    std::snprintf(billions, sizeof billions, "%.3g", static_cast<double>(m->Parameters()) / 1e9);
+    EXPECT_STREQ(billions, c.published) << c.preset;
+    EXPECT_EQ(m->Parameters(), c.exact) << c.preset;
+  }
+  // Without its biases Qwen2.5 7B would be 28 x (3584 + 2 x 512) parameters short.
+  ModelShape qwen = *PresetShape("qwen2.5-7b");
+  qwen.qkv_bias = false;
+  EXPECT_EQ(qwen.Parameters(), 7615616512 - 28 * (3584 + 2 * 512));
+  // Untied, Llama 3.2 1B would hold a second 128256 x 2048 matrix.
+  ModelShape tied = *PresetShape("llama3.2-1b");
+  tied.tied_embeddings = false;
+  EXPECT_EQ(tied.Parameters(), 1235814400 + 128256 * 2048);
+}
+
+TEST(MemoryEstimate, EveryPresetHasItsTableEntryAndMaxPositions) {
+  for (const ModelPreset& p : ModelPresets()) {
+    SCOPED_TRACE(p.name);
+    ASSERT_TRUE(PresetShape(p.name).has_value());
+    EXPECT_EQ(PresetShape(p.name)->HeadDim(), p.head_dim);
+    EXPECT_EQ(FindModelPreset(p.name), &p);
+  }
+  EXPECT_EQ(FindModelPreset("llama2-7b")->max_positions, 4096);
+  EXPECT_EQ(FindModelPreset("llama3.1-8b")->max_positions, 131072);
+  EXPECT_EQ(FindModelPreset("llama3.2-3b")->max_positions, 131072);
+  EXPECT_EQ(FindModelPreset("mistral-7b")->max_positions, 32768);
+  EXPECT_EQ(FindModelPreset("qwen2.5-72b")->max_positions, 32768);
+  EXPECT_EQ(FindModelPreset("llama3"), nullptr);
 }
 
 TEST(MemoryEstimate, Llama7bFullShard16RanksPeaksEarlyInBackward) {
