@@ -134,8 +134,17 @@ MemoryEstimate EstimateMemory(const MemoryInputs& in) {
   }
   // Logits: 16 bytes per logit in FP32 and BF16 alike (calibrated on the CPU: the lm_head
   // output, its fp32 copy or log-softmax, the incoming gradient and log-softmax backward's
-  // softmax temporary); with tensor parallelism each rank's vocabulary slice.
-  const int64_t head = t * (4 * h + 2 * h * c) + Split(t * m.vocab * 16, tp);
+  // softmax temporary); with tensor parallelism each rank's vocabulary slice, all
+  // positions at once. Without it the trainer computes the loss over more than
+  // kLossChunkPositions target positions in chunks of that many, recomputed in backward,
+  // where the output projection's gradient sums over the chunks in fp32 (full finetuning:
+  // LoRA freezes it).
+  const int64_t positions =
+      std::max<int64_t>(1, in.micro_batch) * std::max<int64_t>(0, in.seq_len - 1);
+  const bool chunked = tp == 1 && positions > kLossChunkPositions;
+  const int64_t logits = chunked ? kLossChunkPositions * m.vocab * 16 + (lora ? 0 : 4 * m.vocab * h)
+                                 : Split(t * m.vocab * 16, tp);
+  const int64_t head = t * (4 * h + 2 * h * c) + logits;
   const int64_t activations = saved_layers + head;
   const int64_t everything = lora ? base_rank + P : base_rank;  // every tensor of the slice, gathered
   const int64_t gathered_fwd = keeps_gathered ? everything * c : (in.max_inflight_all_gathers + 1) * U * c;

@@ -29,10 +29,13 @@
 //                     the seven projections, q = H x head_dim), plus one layer recomputed
 //                     in backward. Of the 6h (4h + 2q): the layer input, both norm outputs
 //                     and the residual after attention (4h), the queries and the attention
-//                     output (2q). Final norm t x (4h + 2h x c). Logits t x V x 16: the
-//                     lm_head output (and its fp32 copy), log-softmax, the incoming
-//                     gradient and the softmax temporary of log-softmax backward
-//                     (calibrated on the CPU).
+//                     output (2q). Final norm t x (4h + 2h x c). Logits, 16 bytes each
+//                     (the lm_head output and its fp32 copy, log-softmax, the incoming
+//                     gradient and the softmax temporary of log-softmax backward;
+//                     calibrated on the CPU): C x V with C = kLossChunkPositions when a
+//                     micro-batch has more target positions (micro_batch x (seq_len - 1))
+//                     than C, plus 4 x V x h for the output projection's fp32 gradient
+//                     summed over the chunks (full finetuning only); otherwise t x V.
 //   communication     min((K + 1) x U, P) x r, K = max_inflight_reduces: the unsharded
 //                     gradients whose reduce-scatter is in flight (the engine waits for
 //                     the oldest before it holds more), x 2 on a CPU (Gloo's all-to-all
@@ -54,10 +57,11 @@
 // split: the queries, keys, values, attention output, attention scores and the 4f of the
 // MLP are divided by T; the 4h of replicated residual stream and norm outputs, the fp32
 // norm copies, the checkpointed layer inputs and the final norm are not; the logits are
-// divided by T (vocabulary-parallel cross entropy never gathers them; its per-token
-// max / sum / target all-reduces, 12 bytes a token, are left out). Communication adds
-// the tensor-parallel all-reduce buffers: max_inflight_tp_all_reduces x t x h x c (the
-// row-parallel outputs in forward, the column-parallel input gradients in backward).
+// divided by T and never chunked (vocabulary-parallel cross entropy never gathers them;
+// its per-token max / sum / target all-reduces, 12 bytes a token, are left out).
+// Communication adds the tensor-parallel all-reduce buffers: max_inflight_tp_all_reduces x
+// t x h x c (the row-parallel outputs in forward, the column-parallel input gradients in
+// backward).
 // LoRA adapters follow their base projection's split: a column-parallel projection's A
 // is whole and its B split by output, a row-parallel one's A split by input and B whole.
 // model_parameters and trainable_parameters stay whole-model counts.
@@ -79,6 +83,10 @@
 #include <vector>
 
 namespace llamafleet::sched {
+
+// The trainer's cross entropy holds the logits of at most this many target positions at
+// once (LlamaModel::set_loss_chunk_positions' default) without tensor parallelism.
+inline constexpr int64_t kLossChunkPositions = 1024;
 
 // A model's shape (the fields of config.json the estimate reads). The formulas above
 // write q = H x head_dim and kv = KV x head_dim for the query and key/value widths.

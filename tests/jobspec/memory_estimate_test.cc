@@ -1,6 +1,6 @@
 // The memory-fit estimate against figures from an independent Python transcription of
 // the formula (memory_estimate_reference.py beside this file prints them) for the
-// released Llama-2 shapes, and the instance-type table.
+// released Llama-2, Llama 3.x and Qwen2.5 shapes, and the instance-type table.
 #include "jobspec/memory_estimate.h"
 
 #include <cstdio>
@@ -82,10 +82,10 @@ TEST(MemoryEstimate, Llama7bFullShard16RanksPeaksEarlyInBackward) {
   EXPECT_EQ(e.peak_phase, "backward");
   EXPECT_EQ(e.communication, 2580387840);   // 3 decoder layers (202383360 params) in fp32 + 1/16
   EXPECT_EQ(e.gathered_params, 1214300160);  // 3 decoder layers in bf16
-  EXPECT_EQ(e.activations, 16273899520);
-  EXPECT_EQ(e.workspace, 3754442137);       // 1 GiB + 10%
-  EXPECT_EQ(e.total, 30561445273);          // 28.5 GiB
-  EXPECT_EQ(FormatGiB(e.total), "28.5 GiB");
+  EXPECT_EQ(e.activations, 8933867520);
+  EXPECT_EQ(e.workspace, 3020438937);       // 1 GiB + 10%
+  EXPECT_EQ(e.total, 22487410073);          // 20.9 GiB
+  EXPECT_EQ(FormatGiB(e.total), "20.9 GiB");
 }
 
 TEST(MemoryEstimate, CommunicationDoesNotGrowWithTheLayerCount) {
@@ -129,9 +129,9 @@ TEST(MemoryEstimate, Llama13bHybridFp32WithoutCheckpointing) {
   EXPECT_EQ(e.parameters, 6507932160);  // 4P/8
   EXPECT_EQ(e.optimizer_state, 13015864320);
   EXPECT_EQ(e.gathered_params, 3806453760);  // 3 layers of 317194240 params, fp32
-  EXPECT_EQ(e.activations, 62914560000);
+  EXPECT_EQ(e.activations, 63045632000);
   EXPECT_EQ(e.communication, 4282260480);
-  EXPECT_EQ(e.total, 107812244992);
+  EXPECT_EQ(e.total, 107956424192);
 }
 
 TEST(MemoryEstimate, ThePostsConfigurationsFitP5) {
@@ -142,8 +142,8 @@ TEST(MemoryEstimate, ThePostsConfigurationsFitP5) {
     int64_t micro;
     int64_t total;
   };
-  for (const Case& c : {Case{"llama2-7b", 16, 3, 26086122905}, Case{"llama2-13b", 16, 3, 38100060313},
-                        Case{"llama2-70b", 128, 3, 58481792972}, Case{"llama2-70b", 64, 1, 47458611097}}) {
+  for (const Case& c : {Case{"llama2-7b", 16, 3, 20318954905}, Case{"llama2-13b", 16, 3, 32477071513},
+                        Case{"llama2-70b", 128, 3, 53291341772}, Case{"llama2-70b", 64, 1, 46881894297}}) {
     MemoryInputs in = Inputs(c.preset, Strategy::kFullShard, c.world);
     in.micro_batch = c.micro;
     const MemoryEstimate e = EstimateMemory(in);
@@ -153,7 +153,7 @@ TEST(MemoryEstimate, ThePostsConfigurationsFitP5) {
   MemoryInputs hybrid = Inputs("llama2-7b", Strategy::kHybridShard, 16);
   hybrid.shard_group_size = 8;
   hybrid.micro_batch = 3;
-  EXPECT_EQ(EstimateMemory(hybrid).total, 33665346355);
+  EXPECT_EQ(EstimateMemory(hybrid).total, 27898178355);
 }
 
 TEST(MemoryEstimate, Llama70bNoShardIsFarBeyondAnyGpu) {
@@ -162,7 +162,7 @@ TEST(MemoryEstimate, Llama70bNoShardIsFarBeyondAnyGpu) {
   MemoryEstimate e = EstimateMemory(in);
   EXPECT_EQ(e.parameters, 275906592768);  // 4P, unsharded
   EXPECT_EQ(e.optimizer_state, 551813185536);
-  EXPECT_EQ(e.total, 1388403869286);       // 1293.1 GiB
+  EXPECT_EQ(e.total, 1387827152486);       // 1292.5 GiB
   for (const InstanceType& t : KnownInstanceTypes()) EXPECT_GT(e.total, t.gpu_memory_bytes) << t.name;
 }
 
@@ -174,10 +174,68 @@ TEST(MemoryEstimate, ShardGradOpWithAccumulationKeepsAnUnshardedAccumulator) {
   MemoryEstimate e = EstimateMemory(in);
   EXPECT_EQ(e.gradients, 30322870272);  // 4P/8 + 4P
   EXPECT_EQ(e.gathered_params, 13476831232);  // the whole model in bf16
-  EXPECT_EQ(e.activations, 8136949760);
-  EXPECT_EQ(e.total, 70825140428);
+  EXPECT_EQ(e.activations, 4991221760);
+  EXPECT_EQ(e.total, 67364839628);
   in.grad_accum = 1;
   EXPECT_EQ(EstimateMemory(in).gradients, 3369207808);
+}
+
+TEST(MemoryEstimate, LargeVocabulariesCountChunkedLogitsAndTheHeadsFp32Gradient) {
+  // Llama 3.1 8B on one p5.48xlarge, micro-batch 2 x 8192: 16,382 target positions, whose
+  // logits the trainer holds 1,024 positions at a time; the 128,256 x 4,096 output
+  // projection's gradient is summed over the chunks in fp32.
+  MemoryInputs in = Inputs("llama3.1-8b", Strategy::kFullShard, 8);
+  in.micro_batch = 2;
+  in.seq_len = 8192;
+  const MemoryEstimate e = EstimateMemory(in);
+  EXPECT_EQ(e.gathered_params, 3152044032);  // 3 x the lm_head (norm + 128256 x 4096) in bf16
+  EXPECT_EQ(e.activations, 12322865152);
+  EXPECT_EQ(e.total, 43564025651);  // 40.6 GiB
+  EXPECT_LT(e.total, FindInstanceType("p5.48xlarge")->gpu_memory_bytes);
+  // Everything else grows with the tokens; the chunk's logits and the gradient do not.
+  in.micro_batch = 4;
+  const int64_t four = EstimateMemory(in).activations;
+  EXPECT_EQ(2 * e.activations - four, kLossChunkPositions * 128256 * 16 + 4 * 128256 * 4096);
+  // At most 1,024 target positions (micro-batch 1 x 1024 tokens): no chunks, all logits.
+  MemoryInputs one = Inputs("llama3.2-1b", Strategy::kFullShard, 1);
+  one.micro_batch = 1;
+  one.seq_len = 1024;
+  EXPECT_EQ(EstimateMemory(one).total, 30550926950);  // tied: the head is the embedding
+  one.micro_batch = 4;
+  one.seq_len = 4096;
+  EXPECT_EQ(EstimateMemory(one).total, 34924747161);
+  // LoRA freezes the head: chunked logits without the fp32 gradient. Qwen2.5 7B r 8 on all
+  // seven projections, one GPU, micro-batch 4 x 4096.
+  MemoryInputs lora = Inputs("qwen2.5-7b", Strategy::kFullShard, 1);
+  lora.lora_r = 8;
+  for (const char* m : {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}) {
+    lora.lora_modules |= LoraModuleBit(m);
+  }
+  const MemoryEstimate q = EstimateMemory(lora);
+  EXPECT_EQ(q.total, 32729186304);  // 30.5 GiB
+  EXPECT_EQ(q.model_parameters, 7615616512);
+}
+
+TEST(MemoryEstimate, Llama31SeventyBNeedsFourP5And405bSixteenWithTensorParallelism) {
+  // Full finetuning at micro-batch 1 x 4096, bf16, activation checkpointing: 70B fits 4
+  // p5.48xlarge (32 GPUs), not 3.
+  const int64_t p5 = FindInstanceType("p5.48xlarge")->gpu_memory_bytes;
+  MemoryInputs in = Inputs("llama3.1-70b", Strategy::kFullShard, 32);
+  in.micro_batch = 1;
+  EXPECT_EQ(EstimateMemory(in).total, 76040607846);  // 70.8 GiB
+  EXPECT_LT(EstimateMemory(in).total, p5);
+  in.world_size = 24;
+  EXPECT_EQ(EstimateMemory(in).total, 89119922723);  // 83.0 GiB
+  EXPECT_GT(EstimateMemory(in).total, p5);
+  // 405B on all 16 nodes: T 8 in each node, FULL_SHARD over 16, bf16 reduction, one
+  // gather in flight. Vocabulary-parallel logits are never chunked.
+  MemoryInputs big = Inputs("llama3.1-405b", Strategy::kFullShard, 128);
+  big.micro_batch = 1;
+  big.tensor_parallel = 8;
+  big.reduce_bytes = 2;
+  big.max_inflight_all_gathers = 1;
+  EXPECT_EQ(EstimateMemory(big).total, 83387120435);  // 77.7 GiB
+  EXPECT_LT(EstimateMemory(big).total, p5);
 }
 
 TEST(MemoryEstimate, ShardingMoreRanksNeverNeedsMore) {
@@ -228,16 +286,16 @@ TEST(MemoryEstimate, LoraHoldsTheFrozenBaseInTheComputeDtypeAndTrainsOnlyTheAdap
   EXPECT_EQ(e.gradients, 16384000);
   EXPECT_EQ(e.optimizer_state, 32768000);
   EXPECT_EQ(e.gathered_params, 5136384000);
-  EXPECT_EQ(e.activations, 9361686528);
+  EXPECT_EQ(e.activations, 7788822528);
   EXPECT_EQ(e.communication, 5529600);
-  EXPECT_EQ(e.total, 36068369817);  // 33.6 GiB: fits an 80 GB H100
+  EXPECT_EQ(e.total, 34338219417);  // 32.0 GiB: fits an 80 GB H100
   // 7B, r 8 on all seven projections, one GPU, micro-batch 4.
   MemoryInputs one = Inputs("llama2-7b", Strategy::kFullShard, 1);
   one.lora_r = 8;
   for (const char* m : {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}) {
     one.lora_modules |= LoraModuleBit(m);
   }
-  EXPECT_EQ(EstimateMemory(one).total, 35499440947);  // 33.1 GiB
+  EXPECT_EQ(EstimateMemory(one).total, 26848688947);  // 25.0 GiB
   EXPECT_EQ(LoraModuleBit("qkv"), 0u);
 }
 
