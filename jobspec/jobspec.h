@@ -38,8 +38,6 @@ inline constexpr int kMaxLabelKeyLength = 63;
 inline constexpr int kMaxLabelValueLength = 255;
 inline constexpr int kMaxIdempotencyKeyLength = 128;
 inline constexpr int kMaxPathLength = 4096;
-// max_position_embeddings of every model.preset: training.seq_len may not exceed it.
-inline constexpr int kPresetMaxPositions = 4096;
 inline constexpr int kMaxBatchSize = 1000;
 // YAML nodes (scalars, lists, mappings, empty documents) in one job file: a full spec is
 // well under a hundred, so a batch of kMaxBatchSize fits.

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_format.h"
+#include "jobspec/model_presets.h"
 
 namespace llamafleet::sched {
 
@@ -18,10 +19,11 @@ struct RankUnits {
 
 RankUnits RankUnitsOf(const ModelShape& m, int tensor_parallel) {
   const int64_t t = std::max(1, tensor_parallel);
-  const int64_t d = m.heads > 0 ? m.hidden / m.heads : 0;
-  const int64_t kv = m.kv_heads * d, h = m.hidden;
+  const int64_t q = m.QueryWidth(), kv = m.KeyValueWidth(), h = m.hidden;
+  const int64_t bias = m.qkv_bias ? q + 2 * kv : 0;
   RankUnits u;
-  u.layer = 2 * h + Split(2 * h * h + 2 * h * kv + 3 * h * m.intermediate, t);  // the norms whole
+  u.layer =
+      2 * h + Split(2 * h * q + 2 * h * kv + 3 * h * m.intermediate + bias, t);  // the norms whole
   u.embed = Split(m.vocab * h, t);
   u.head = h + (m.tied_embeddings ? 0 : u.embed);
   return u;
@@ -40,22 +42,15 @@ int64_t ModelShape::LargestUnitParameters(int tensor_parallel) const {
 }
 
 std::optional<ModelShape> PresetShape(const std::string& preset) {
+  const ModelPreset* p = FindModelPreset(preset);
+  if (p == nullptr) return std::nullopt;
+  // The tiny presets take the tokenizer's vocabulary in the trainer, which a submission
+  // does not read; the estimate counts the table's 32,000, and says so where it is shown.
   ModelShape m;
-  m.vocab = 32000;
-  if (preset == "llama2-7b") {
-    m.hidden = 4096, m.intermediate = 11008, m.layers = 32, m.heads = 32, m.kv_heads = 32;
-  } else if (preset == "llama2-13b") {
-    m.hidden = 5120, m.intermediate = 13824, m.layers = 40, m.heads = 40, m.kv_heads = 40;
-  } else if (preset == "llama2-70b") {
-    m.hidden = 8192, m.intermediate = 28672, m.layers = 80, m.heads = 64, m.kv_heads = 8;
-  } else if (preset == "tiny" || preset == "tiny-gqa") {
-    // The trainer gives these the tokenizer's vocabulary, which a submission does not
-    // read; the estimate counts Llama-2's 32,000, and says so where it is shown.
-    m.hidden = 64, m.intermediate = 176, m.layers = 2, m.heads = 4;
-    m.kv_heads = preset == "tiny" ? 4 : 2;
-  } else {
-    return std::nullopt;
-  }
+  m.hidden = p->hidden, m.intermediate = p->intermediate, m.layers = p->layers;
+  m.heads = p->heads, m.kv_heads = p->kv_heads, m.head_dim = p->head_dim, m.vocab = p->vocab;
+  m.tied_embeddings = p->tied_embeddings;
+  m.qkv_bias = p->qkv_bias;
   return m;
 }
 
@@ -69,14 +64,14 @@ unsigned LoraModuleBit(const std::string& module) {
 
 int64_t LoraLayerParameters(const ModelShape& m, int64_t r, unsigned modules, int tensor_parallel) {
   const int64_t h = m.hidden, f = m.intermediate, t = std::max(1, tensor_parallel);
-  const int64_t kv = m.heads > 0 ? m.kv_heads * (m.hidden / m.heads) : 0;
+  const int64_t q = m.QueryWidth(), kv = m.KeyValueWidth();
   // {in, out, split by output (column-parallel) or by input (row-parallel)}
   struct Projection {
     int64_t in, out;
     bool column;
   };
-  const Projection p[7] = {{h, h, true},  {h, kv, true}, {h, kv, true}, {h, h, false},
-                           {h, f, true},  {h, f, true},  {f, h, false}};
+  const Projection p[7] = {{h, q, true}, {h, kv, true}, {h, kv, true}, {q, h, false},
+                           {h, f, true}, {h, f, true},  {f, h, false}};
   int64_t n = 0;
   for (int i = 0; i < 7; ++i) {
     if (!(modules >> i & 1u)) continue;
@@ -122,10 +117,10 @@ MemoryEstimate EstimateMemory(const MemoryInputs& in) {
   // replicated residual stream and norms are not.
   const int64_t t = std::max<int64_t>(1, in.micro_batch) * std::max<int64_t>(1, in.seq_len);
   const int64_t h = m.hidden, f = m.intermediate;
-  const int64_t kv = m.heads > 0 ? m.kv_heads * (m.hidden / m.heads) : 0;
+  const int64_t q = m.QueryWidth(), kv = m.KeyValueWidth();
   const int64_t attention = in.fused_attention ? 0 : Split(t * m.heads * in.seq_len * (4 + (c == 4 ? 0 : c)), tp);
-  const int64_t layer = t * 4 * h * c + Split(t * (2 * h + 2 * kv + 4 * f) * c, tp) + t * 2 * h * 4 + attention;
-  const int64_t q = m.heads > 0 ? m.hidden : 0;  // H x head_dim
+  const int64_t layer =
+      t * 4 * h * c + Split(t * (2 * q + 2 * kv + 4 * f) * c, tp) + t * 2 * h * 4 + attention;
   int64_t saved_layers = m.layers * layer;
   switch (in.activation_checkpointing) {
     case Checkpointing::kNone:
@@ -139,8 +134,17 @@ MemoryEstimate EstimateMemory(const MemoryInputs& in) {
   }
   // Logits: 16 bytes per logit in FP32 and BF16 alike (calibrated on the CPU: the lm_head
   // output, its fp32 copy or log-softmax, the incoming gradient and log-softmax backward's
-  // softmax temporary); with tensor parallelism each rank's vocabulary slice.
-  const int64_t head = t * (4 * h + 2 * h * c) + Split(t * m.vocab * 16, tp);
+  // softmax temporary); with tensor parallelism each rank's vocabulary slice, all
+  // positions at once. Without it the trainer computes the loss over more than
+  // kLossChunkPositions target positions in chunks of that many, recomputed in backward,
+  // where the output projection's gradient sums over the chunks in fp32 (full finetuning:
+  // LoRA freezes it).
+  const int64_t positions =
+      std::max<int64_t>(1, in.micro_batch) * std::max<int64_t>(0, in.seq_len - 1);
+  const bool chunked = tp == 1 && positions > kLossChunkPositions;
+  const int64_t logits = chunked ? kLossChunkPositions * m.vocab * 16 + (lora ? 0 : 4 * m.vocab * h)
+                                 : Split(t * m.vocab * 16, tp);
+  const int64_t head = t * (4 * h + 2 * h * c) + logits;
   const int64_t activations = saved_layers + head;
   const int64_t everything = lora ? base_rank + P : base_rank;  // every tensor of the slice, gathered
   const int64_t gathered_fwd = keeps_gathered ? everything * c : (in.max_inflight_all_gathers + 1) * U * c;

@@ -27,12 +27,15 @@
 //                     plus one layer recomputed in backward; with selective checkpointing
 //                     per layer t x (3h + q + 2kv + 2f) x c (the input and the outputs of
 //                     the seven projections, q = H x head_dim), plus one layer recomputed
-//                     in backward. Of the 6h: the layer input, both
-//                     norm outputs and the residual after attention (4h), the queries and
-//                     the attention output (2h). Final norm t x (4h + 2h x c). Logits
-//                     t x V x 16: the lm_head output (and its fp32 copy), log-softmax, the
-//                     incoming gradient and the softmax temporary of log-softmax backward
-//                     (calibrated on the CPU).
+//                     in backward. Of the 6h (4h + 2q): the layer input, both norm outputs
+//                     and the residual after attention (4h), the queries and the attention
+//                     output (2q). Final norm t x (4h + 2h x c). Logits, 16 bytes each
+//                     (the lm_head output and its fp32 copy, log-softmax, the incoming
+//                     gradient and the softmax temporary of log-softmax backward;
+//                     calibrated on the CPU): C x V with C = kLossChunkPositions when a
+//                     micro-batch has more target positions (micro_batch x (seq_len - 1))
+//                     than C, plus 4 x V x h for the output projection's fp32 gradient
+//                     summed over the chunks (full finetuning only); otherwise t x V.
 //   communication     min((K + 1) x U, P) x r, K = max_inflight_reduces: the unsharded
 //                     gradients whose reduce-scatter is in flight (the engine waits for
 //                     the oldest before it holds more), x 2 on a CPU (Gloo's all-to-all
@@ -54,10 +57,11 @@
 // split: the queries, keys, values, attention output, attention scores and the 4f of the
 // MLP are divided by T; the 4h of replicated residual stream and norm outputs, the fp32
 // norm copies, the checkpointed layer inputs and the final norm are not; the logits are
-// divided by T (vocabulary-parallel cross entropy never gathers them; its per-token
-// max / sum / target all-reduces, 12 bytes a token, are left out). Communication adds
-// the tensor-parallel all-reduce buffers: max_inflight_tp_all_reduces x t x h x c (the
-// row-parallel outputs in forward, the column-parallel input gradients in backward).
+// divided by T and never chunked (vocabulary-parallel cross entropy never gathers them;
+// its per-token max / sum / target all-reduces, 12 bytes a token, are left out).
+// Communication adds the tensor-parallel all-reduce buffers: max_inflight_tp_all_reduces x
+// t x h x c (the row-parallel outputs in forward, the column-parallel input gradients in
+// backward).
 // LoRA adapters follow their base projection's split: a column-parallel projection's A
 // is whole and its B split by output, a row-parallel one's A split by input and B whole.
 // model_parameters and trainable_parameters stay whole-model counts.
@@ -80,24 +84,36 @@
 
 namespace llamafleet::sched {
 
-// A Llama-2 shape (the fields of config.json the estimate reads).
+// The trainer's cross entropy holds the logits of at most this many target positions at
+// once (LlamaModel::set_loss_chunk_positions' default) without tensor parallelism.
+inline constexpr int64_t kLossChunkPositions = 1024;
+
+// A model's shape (the fields of config.json the estimate reads). The formulas above
+// write q = H x head_dim and kv = KV x head_dim for the query and key/value widths.
 struct ModelShape {
   int64_t hidden = 0;         // h
   int64_t intermediate = 0;   // f (SwiGLU width)
   int64_t layers = 0;         // L
   int64_t heads = 0;          // H
   int64_t kv_heads = 0;       // KV
+  int64_t head_dim = 0;       // 0: h / H
   int64_t vocab = 0;          // V
-  bool tied_embeddings = false;
+  bool tied_embeddings = false;  // the head is the embedding: counted (and gathered) once
+  bool qkv_bias = false;         // q, k, v projections carry biases (q + 2kv a layer)
+
+  int64_t HeadDim() const { return head_dim > 0 ? head_dim : heads > 0 ? hidden / heads : 0; }
+  int64_t QueryWidth() const { return heads * HeadDim(); }        // q
+  int64_t KeyValueWidth() const { return kv_heads * HeadDim(); }  // kv
 
   // One tensor-parallel rank's share (tensor_parallel 1: the whole model): each weight
-  // matrix split tensor_parallel ways (rounded up), the RMSNorm weights whole.
+  // matrix (and bias) split tensor_parallel ways (rounded up), the RMSNorm weights whole.
   int64_t Parameters(int tensor_parallel = 1) const;
   // The biggest of embedding, one layer, head (one rank's share of it).
   int64_t LargestUnitParameters(int tensor_parallel = 1) const;
 };
 
-// The built-in presets (the same shapes as the trainer's PresetConfig); nullopt if unknown.
+// The built-in presets' shapes (jobspec/model_presets.h, the table the trainer's
+// PresetConfig reads too); nullopt if unknown.
 std::optional<ModelShape> PresetShape(const std::string& preset);
 
 enum class Strategy { kFullShard, kShardGradOp, kHybridShard, kNoShard };

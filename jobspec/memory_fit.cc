@@ -13,6 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "jobspec/jobspec.h"
 #include "jobspec/memory_estimate.h"
+#include "jobspec/model_presets.h"
 #include "jobspec/parallelism.h"
 
 namespace llamafleet {
@@ -57,8 +58,9 @@ std::optional<sched::MemoryInputs> MemoryInputsOf(const v1::JobSpec& spec, int w
       break;
   }
   in.micro_batch = std::max(1, t.micro_batch_size());
-  // The trainer caps seq_len at max_position_embeddings (4096 for every preset).
-  in.seq_len = std::min(std::max(1, t.seq_len()), 4096);
+  // The trainer caps seq_len at the preset's max_position_embeddings.
+  in.seq_len = std::min<int64_t>(std::max(1, t.seq_len()),
+                                 sched::FindModelPreset(spec.model().preset())->max_positions);
   in.grad_accum = std::max(1, t.grad_accum());
   in.max_inflight_all_gathers = std::max(1, f.max_inflight_all_gathers());
   in.async_checkpoints = !spec.checkpoint().has_async() || spec.checkpoint().async();

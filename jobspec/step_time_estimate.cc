@@ -124,9 +124,10 @@ absl::StatusOr<Hardware> HardwareOf(const std::string& instance_type) {
 }
 
 double ModelFlopsPerToken(const ModelShape& m, int64_t seq_len) {
-  const double embedding = static_cast<double>(m.vocab * m.hidden);
+  // The output projection runs whether or not it is the embedding matrix (tied).
+  const double embedding = m.tied_embeddings ? 0.0 : static_cast<double>(m.vocab * m.hidden);
   return 6.0 * (static_cast<double>(m.Parameters()) - embedding) +
-         12.0 * static_cast<double>(m.layers * m.hidden * seq_len);
+         12.0 * static_cast<double>(m.layers * m.QueryWidth() * seq_len);
 }
 
 StepTimeEstimate EstimateStepTime(const StepTimeInputs& in, const Hardware& hw) {
@@ -140,7 +141,7 @@ StepTimeEstimate EstimateStepTime(const StepTimeInputs& in, const Hardware& hw) 
       static_cast<double>(std::max<int64_t>(1, j.micro_batch) * std::max<int64_t>(1, j.seq_len));
   const double s = static_cast<double>(std::max<int64_t>(1, j.seq_len));
   const double h = static_cast<double>(m.hidden), f = static_cast<double>(m.intermediate);
-  const double kv = m.heads > 0 ? static_cast<double>(m.kv_heads * (m.hidden / m.heads)) : 0;
+  const double q = static_cast<double>(m.QueryWidth()), kv = static_cast<double>(m.KeyValueWidth());
   const double L = static_cast<double>(m.layers), V = static_cast<double>(m.vocab);
   const double c = j.compute_bytes, r = j.reduce_bytes;
   const double micro_steps = static_cast<double>(std::max<int64_t>(1, j.grad_accum));
@@ -149,9 +150,9 @@ StepTimeEstimate EstimateStepTime(const StepTimeInputs& in, const Hardware& hw) 
       lora ? static_cast<double>(LoraLayerParameters(m, j.lora_r, j.lora_modules, tp)) : 0;
 
   // GEMM FLOPs of one micro-step on this rank.
-  const double layer_matmul = (2 * h * h + 2 * h * kv + 3 * h * f) / T;
+  const double layer_matmul = (2 * h * q + 2 * h * kv + 3 * h * f) / T;
   const double dense_fwd = L * 2 * t * layer_matmul;
-  const double attention_fwd = L * 4 * t * s * h / T;
+  const double attention_fwd = L * 4 * t * s * q / T;
   const double head_fwd = 2 * t * h * V / T;
   const double adapter_fwd = L * 2 * t * adapter_layer;
   const double fwd = dense_fwd + attention_fwd + head_fwd + adapter_fwd;

@@ -5,9 +5,10 @@
 // hardware it runs on. A pure function on plain structs (no proto, no Torch), beside the
 // memory estimate (memory_estimate.h), whose MemoryInputs it reads. docs/estimates.md
 // writes the model down; in short, per rank and micro-step (t = micro_batch x seq_len
-// tokens, h = hidden, f = ffn, kv = kv width, s = seq_len, T = tensor_parallel):
+// tokens, h = hidden, f = ffn, q = query width H x head_dim, kv = kv width, s = seq_len,
+// T = tensor_parallel):
 //
-//   GEMM FLOPs   forward 2 t x (layer matmul parameters / T) per layer + 4 t s h / T
+//   GEMM FLOPs   forward 2 t x (layer matmul parameters / T) per layer + 4 t s q / T
 //                (attention scores and values, all s x s) + 2 t h V / T (head);
 //                backward 2x forward (input and weight gradients); LoRA: the frozen base
 //                only 1x (input gradients), the adapters 3x their own forward;
@@ -40,8 +41,9 @@
 //   optimizer    AdamW over the rank's shard: optimizer_bytes_per_parameter at the
 //                memory bandwidth.
 //
-// MFU counts model FLOPs (torchtitan's: 6 x parameters without the embedding + 12 L h s
-// per token, no recompute) against the datasheet peak.
+// MFU counts model FLOPs (torchtitan's: 6 x parameters without the embedding + 12 L q s
+// per token, no recompute; a tied output projection is counted once, as the head's GEMM)
+// against the datasheet peak.
 
 #include <string>
 #include <vector>

@@ -12,6 +12,7 @@
 #include "jobspec/field_violations.h"
 #include "jobspec/jobspec.h"
 #include "jobspec/memory_fit.h"
+#include "jobspec/model_presets.h"
 #include "jobspec/parallelism.h"
 #include "jobspec/sweep.h"
 
@@ -23,12 +24,6 @@ using jobspec_internal::Violations;
 bool IsNameChar(char c) { return absl::ascii_isalnum(c) || c == '-' || c == '_' || c == '.'; }
 
 bool AllNameChars(absl::string_view s) { return std::all_of(s.begin(), s.end(), IsNameChar); }
-
-const std::set<std::string>& KnownPresets() {
-  static const auto* presets =
-      new std::set<std::string>{"llama2-7b", "llama2-13b", "llama2-70b", "tiny", "tiny-gqa"};
-  return *presets;
-}
 
 void CheckPath(Violations& v, absl::string_view field, const std::string& path) {
   if (path.size() > static_cast<size_t>(kMaxPathLength)) {
@@ -168,9 +163,11 @@ void CheckModel(const v1::JobSpec& spec, Violations& v) {
   if (m.path().empty() == m.preset().empty()) {
     v.Add("model", "must set exactly one of model.path and model.preset");
   }
-  if (!m.preset().empty() && !KnownPresets().count(m.preset())) {
-    v.Add("model.preset", absl::StrCat("'", m.preset(), "' is not one of ",
-                                       absl::StrJoin(KnownPresets(), ", ")));
+  const sched::ModelPreset* preset =
+      m.preset().empty() ? nullptr : sched::FindModelPreset(m.preset());
+  if (!m.preset().empty() && preset == nullptr) {
+    v.Add("model.preset",
+          absl::StrCat("'", m.preset(), "' is not one of ", sched::KnownPresetNames()));
   }
   CheckPath(v, "model.path", m.path());
   CheckPath(v, "model.tokenizer", m.tokenizer());
@@ -201,11 +198,10 @@ void CheckTraining(const v1::JobSpec& spec, Violations& v) {
   AtLeast(v, "training.seq_len", t.seq_len(), 2);
   if (t.seq_len() > 1 << 17) {
     v.Add("training.seq_len", absl::StrCat("must be <= 131072 (got ", t.seq_len(), ")"));
-  } else if (!m.preset().empty() && KnownPresets().count(m.preset()) &&
-             t.seq_len() > kPresetMaxPositions) {
+  } else if (preset != nullptr && t.seq_len() > preset->max_positions) {
     // The trainer would cap it and fail later on data sized for the longer rows.
     v.Add("training.seq_len",
-          absl::StrCat("must be <= ", kPresetMaxPositions, ", preset ", m.preset(),
+          absl::StrCat("must be <= ", preset->max_positions, ", preset ", m.preset(),
                        "'s max_position_embeddings (got ", t.seq_len(), ")"));
   }
   if (!(t.lr() > 0)) v.Add("training.lr", absl::StrCat("must be > 0 (got ", t.lr(), ")"));

@@ -100,7 +100,10 @@ void PrintSubmitted(const Context& ctx, const v1::SubmitJobsResponse& response, 
       if (r.job().has_step_time_estimate()) {
         *ctx.out << "# step estimate: " << StepTimeLine(r.job().step_time_estimate()) << "\n";
       }
-      if (r.job().spec().peft().method() == "lora") *ctx.out << "# finetuning: " << FinetuningLine(r.job()) << "\n";
+      // LoRA, or any preset (whose parameter count the estimate knows).
+      if (r.job().spec().peft().method() == "lora" || r.job().memory_estimate().parameters() > 0) {
+        *ctx.out << "# finetuning: " << FinetuningLine(r.job()) << "\n";
+      }
       if (const std::string tp = ParallelismLine(r.job().spec()); !tp.empty()) {
         *ctx.out << "# parallelism: " << tp << "\n";
       }

@@ -1,6 +1,8 @@
 // The real `llamafleet` binary against a real `llamafleet-coordinator` process (cli_fixture.h):
 // submit in every form, what it stores and what it refuses. get, cancel and watch are
 // cli_jobs_e2e_test.cc's; errors and global flags cli_errors_e2e_test.cc's.
+#include <cstdio>
+
 #include "tests/clients/cli_fixture.h"
 
 namespace llamafleet {
@@ -185,7 +187,8 @@ TEST_F(CliTest, EveryExampleInDeployExamplesPassesDryRun) {
   for (const char* expected : {"tiny-fullshard.yaml", "tiny-lora.yaml", "batch.yaml", "llama2-7b-hybrid.yaml",
                                "llama2-7b-2xp5.yaml", "llama2-13b-2xp5.yaml", "llama2-70b-16xp5.yaml",
                                "llama2-70b-lora-1xp5.yaml", "llama2-7b-lora-1gpu.yaml", "llama2-70b-tp8-4xp5.yaml",
-                               "pipeline.yaml", "sweep.yaml"}) {
+                               "llama3.1-8b-1xp5.yaml", "llama3.1-70b-4xp5.yaml", "llama3.1-405b-tp8-16xp5.yaml",
+                               "qwen2.5-7b-lora-1gpu.yaml", "pipeline.yaml", "sweep.yaml"}) {
     EXPECT_NE(std::find(files.begin(), files.end(), expected), files.end()) << expected;
   }
   for (const std::string& name : files) {
@@ -220,6 +223,35 @@ TEST_F(CliTest, ThePostsP5ConfigurationsFitAndSeventyBNoShardDoesNot) {
   spec = absl::StrReplaceAll(spec, {{"sharding: FULL_SHARD", "sharding: NO_SHARD"}});
   ExpectOneErrorLine(Cli({"submit", "-f", WriteFile("70b-noshard.yaml", spec), "--dry-run"}), 1,
                      "resources.instance_type p5.48xlarge: estimated");
+  EXPECT_TRUE(AllJobs().empty());
+}
+
+TEST_F(CliTest, TheNewerModelsExamplesShowWhatFitsAndTheirPublishedSizes) {
+  // Llama 3.1 8B on one p5, 70B on the fewest p5 that hold it (4), 405B on the seed's 16
+  // with tensor parallelism 8, Qwen2.5 7B LoRA on one GPU: memory_estimate_test's figures,
+  // the published parameter counts, and the step estimate.
+  struct Case {
+    const char* file;
+    const char* memory;
+    const char* count;
+  };
+  for (const Case& c : {Case{"llama3.1-8b-1xp5.yaml", "40.6 GiB per GPU on 8 ranks", "# finetuning: full: 8.03B trainable of 8.03B"},
+                        Case{"llama3.1-70b-4xp5.yaml", "70.8 GiB per GPU on 32 ranks", "of 70.55B parameters"},
+                        Case{"llama3.1-405b-tp8-16xp5.yaml", "77.7 GiB per GPU on 128 ranks", "of 405.85B parameters"},
+                        Case{"qwen2.5-7b-lora-1gpu.yaml", "30.5 GiB per GPU on 1 rank", "trainable of 7.62B parameters"}}) {
+    SCOPED_TRACE(c.file);
+    const std::string out = Ok({"submit", "-f", absl::StrCat(LLAMAFLEET_EXAMPLES_DIR, "/", c.file), "--dry-run"});
+    std::printf("%s: %s\n", c.file, out.substr(0, out.find("\nname:")).c_str());
+    EXPECT_TRUE(absl::StrContains(out, absl::StrCat("# memory estimate: ", c.memory))) << out;
+    EXPECT_TRUE(absl::StrContains(out, c.count)) << out;
+    EXPECT_TRUE(absl::StrContains(out, "s per step on p5.48xlarge (H100 80GB)")) << out;
+  }
+  // 70B on one node fewer does not fit; the refusal says what would.
+  std::ifstream in(absl::StrCat(LLAMAFLEET_EXAMPLES_DIR, "/llama3.1-70b-4xp5.yaml"));
+  std::string spec((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  spec = absl::StrReplaceAll(spec, {{"nodes: 4", "nodes: 3"}, {"global_batch_size: 32", "global_batch_size: 24"}});
+  ExpectOneErrorLine(Cli({"submit", "-f", WriteFile("70b-3xp5.yaml", spec), "--dry-run"}), 1,
+                     "resources.instance_type p5.48xlarge: estimated 83.0 GiB per GPU");
   EXPECT_TRUE(AllJobs().empty());
 }
 

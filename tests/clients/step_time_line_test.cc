@@ -1,5 +1,5 @@
 // The step-time estimate as `submit --dry-run` and `describe` print it, for the p5 examples
-// of deploy/examples, each job carrying what the coordinator adds to it
+// of deploy/examples (Llama-2, Llama 3.1, Qwen2.5), each job carrying what the coordinator adds to it
 // (EstimateJobStepTime with its pricing: p5.48xlarge at 98.32 per instance-hour here).
 // Prints the lines (the figures of docs/performance.md); < 1 s.
 #include <cstdio>
@@ -33,7 +33,9 @@ v1::Job ExampleJob(const std::string& name) {
 
 TEST(StepTimeLine, P5ExamplesShowStepTimeMfuAndCost) {
   for (const char* name : {"llama2-7b-2xp5.yaml", "llama2-13b-2xp5.yaml", "llama2-70b-16xp5.yaml",
-                           "llama2-70b-tp8-4xp5.yaml", "llama2-70b-lora-1xp5.yaml"}) {
+                           "llama2-70b-tp8-4xp5.yaml", "llama2-70b-lora-1xp5.yaml", "llama3.1-8b-1xp5.yaml",
+                           "llama3.1-70b-4xp5.yaml", "llama3.1-405b-tp8-16xp5.yaml",
+                           "qwen2.5-7b-lora-1gpu.yaml"}) {
     const v1::Job job = ExampleJob(name);
     ASSERT_TRUE(job.has_step_time_estimate()) << name;
     const std::string line = StepTimeLine(job.step_time_estimate());

@@ -217,6 +217,24 @@ struct ValidateCase {
   std::string expected;
 };
 
+TEST(JobSpecTest, EachPresetTakesRowsUpToItsOwnMaxPositions) {
+  // max_position_embeddings of the released configs: a Llama 3.1 job may train 32K rows,
+  // which Llama-2's 4,096 refuses (no instance type: no memory fit in the way).
+  for (const auto& [preset, longest] : std::vector<std::pair<std::string, int>>{
+           {"llama2-7b", 4096}, {"llama3.1-8b", 131072}, {"llama3.2-1b", 131072},
+           {"mistral-7b", 32768}, {"qwen2.5-72b", 32768}}) {
+    SCOPED_TRACE(preset);
+    v1::JobSpec spec = ParseOne(absl::StrCat("name: p\nmodel: {preset: ", preset,
+                                             ", tokenizer: /t}\ndata: {train_path: /d}\n"
+                                             "training: {seq_len: ", longest, "}\n"));
+    EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
+    spec.mutable_training()->set_seq_len(longest + 1);
+    EXPECT_NE(ValidateJobSpec(spec).message().find(absl::StrCat("training.seq_len must be <= ", longest)),
+              std::string::npos)
+        << ValidateJobSpec(spec);
+  }
+}
+
 class ValidateErrorTest : public ::testing::TestWithParam<ValidateCase> {};
 
 TEST_P(ValidateErrorTest, NamesTheField) {
@@ -257,6 +275,11 @@ INSTANTIATE_TEST_SUITE_P(
         ValidateCase{"{model: {path: '', preset: tiny, tokenizer: /t}, training: {seq_len: 100000}}",
                      "training.seq_len must be <= 4096, preset tiny's max_position_embeddings "
                      "(got 100000)"},
+        ValidateCase{"{model: {path: '', preset: mistral-7b, tokenizer: /t}, training: {seq_len: 32769}}",
+                     "training.seq_len must be <= 32768, preset mistral-7b's max_position_embeddings "
+                     "(got 32769)"},
+        ValidateCase{"{model: {path: '', preset: qwen2.5-7b, tokenizer: /t}, training: {seq_len: 65536}}",
+                     "training.seq_len must be <= 32768, preset qwen2.5-7b's max_position_embeddings"},
         ValidateCase{"training: {seq_len: 200000}", "training.seq_len must be <= 131072 (got 200000)"},
         ValidateCase{"resources: {nodes: 5000}", "resources.nodes must be <= 4096 (got 5000)"},
         ValidateCase{"peft: {method: lora, r: 5000}", "peft.r must be in [1, 4096] (got 5000)"},
@@ -558,14 +581,14 @@ TEST(JobSpecMemoryFit, Llama70bNoShardOnP5IsRefusedWithTheEstimateInGiB) {
   absl::Status s = ValidateJobSpec(spec);
   ASSERT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   const std::string m(s.message());
-  EXPECT_NE(m.find("resources.instance_type p5.48xlarge: estimated 1293.1 GiB per GPU"), std::string::npos) << m;
+  EXPECT_NE(m.find("resources.instance_type p5.48xlarge: estimated 1292.5 GiB per GPU"), std::string::npos) << m;
   EXPECT_NE(m.find("does not fit its 79.6 GiB H100 80GB GPUs"), std::string::npos) << m;
   ASSERT_EQ(FieldViolationsOf(s).size(), 1u);
   EXPECT_EQ(FieldViolationsOf(s)[0].field(), "resources.instance_type");
   std::optional<v1::MemoryEstimate> e = EstimateJobMemory(spec);
   ASSERT_TRUE(e.has_value());
   EXPECT_EQ(e->world_size(), 16);
-  EXPECT_EQ(e->total_bytes(), 1388403869286);  // memory_estimate_test's reference figure
+  EXPECT_EQ(e->total_bytes(), 1387827152486);  // memory_estimate_test's reference figure
 }
 
 TEST(JobSpecMemoryFit, Llama7bFullShardOn2x8IsAcceptedAndEstimated) {
@@ -576,7 +599,7 @@ TEST(JobSpecMemoryFit, Llama7bFullShardOn2x8IsAcceptedAndEstimated) {
   EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
   std::optional<v1::MemoryEstimate> e = EstimateJobMemory(spec);
   ASSERT_TRUE(e.has_value());
-  EXPECT_EQ(e->total_bytes(), 30561445273);
+  EXPECT_EQ(e->total_bytes(), 22487410073);
   EXPECT_EQ(e->peak_phase(), "backward");
 }
 

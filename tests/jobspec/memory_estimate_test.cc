@@ -1,9 +1,14 @@
 // The memory-fit estimate against figures from an independent Python transcription of
 // the formula (memory_estimate_reference.py beside this file prints them) for the
-// released Llama-2 shapes, and the instance-type table.
+// released Llama-2, Llama 3.x and Qwen2.5 shapes, and the instance-type table.
 #include "jobspec/memory_estimate.h"
 
+#include <cstdio>
+#include <optional>
+
 #include <gtest/gtest.h>
+
+#include "jobspec/model_presets.h"
 
 namespace llamafleet::sched {
 namespace {
@@ -24,6 +29,50 @@ TEST(MemoryEstimate, ParameterCountsAreTheReleasedModels) {
   EXPECT_FALSE(PresetShape("llama3").has_value());
 }
 
+TEST(MemoryEstimate, TheNewerPresetsCountTheirPublishedParameters) {
+  // The counts their model cards publish, to 3 significant figures (and Hugging Face's exact
+  // count of the safetensors): Qwen2.5's q/k/v biases counted, Llama 3.2's tied head once.
+  struct Case {
+    const char* preset;
+    const char* published;  // billions, 3 significant figures
+    int64_t exact;
+  };
+  for (const Case& c : {Case{"llama3.1-8b", "8.03", 8030261248}, Case{"llama3.1-70b", "70.6", 70553706496},
+                        Case{"llama3.1-405b", "406", 405853388800}, Case{"llama3.2-1b", "1.24", 1235814400},
+                        Case{"llama3.2-3b", "3.21", 3212749824}, Case{"mistral-7b", "7.25", 7248023552},
+                        Case{"qwen2.5-7b", "7.62", 7615616512}, Case{"qwen2.5-72b", "72.7", 72706203648}}) {
+    std::optional<ModelShape> m = PresetShape(c.preset);
+    ASSERT_TRUE(m.has_value()) << c.preset;
+    char billions[32];
+    std::snprintf(billions, sizeof billions, "%.3g", static_cast<double>(m->Parameters()) / 1e9);
+    EXPECT_STREQ(billions, c.published) << c.preset;
+    EXPECT_EQ(m->Parameters(), c.exact) << c.preset;
+  }
+  // Without its biases Qwen2.5 7B would be 28 x (3584 + 2 x 512) parameters short.
+  ModelShape qwen = *PresetShape("qwen2.5-7b");
+  qwen.qkv_bias = false;
+  EXPECT_EQ(qwen.Parameters(), 7615616512 - 28 * (3584 + 2 * 512));
+  // Untied, Llama 3.2 1B would hold a second 128256 x 2048 matrix.
+  ModelShape tied = *PresetShape("llama3.2-1b");
+  tied.tied_embeddings = false;
+  EXPECT_EQ(tied.Parameters(), 1235814400 + 128256 * 2048);
+}
+
+TEST(MemoryEstimate, EveryPresetHasItsTableEntryAndMaxPositions) {
+  for (const ModelPreset& p : ModelPresets()) {
+    SCOPED_TRACE(p.name);
+    ASSERT_TRUE(PresetShape(p.name).has_value());
+    EXPECT_EQ(PresetShape(p.name)->HeadDim(), p.head_dim);
+    EXPECT_EQ(FindModelPreset(p.name), &p);
+  }
+  EXPECT_EQ(FindModelPreset("llama2-7b")->max_positions, 4096);
+  EXPECT_EQ(FindModelPreset("llama3.1-8b")->max_positions, 131072);
+  EXPECT_EQ(FindModelPreset("llama3.2-3b")->max_positions, 131072);
+  EXPECT_EQ(FindModelPreset("mistral-7b")->max_positions, 32768);
+  EXPECT_EQ(FindModelPreset("qwen2.5-72b")->max_positions, 32768);
+  EXPECT_EQ(FindModelPreset("llama3"), nullptr);
+}
+
 TEST(MemoryEstimate, Llama7bFullShard16RanksPeaksEarlyInBackward) {
   // BF16 compute, FP32 reduce, activation checkpointing, micro-batch 4 x 4096 tokens.
   MemoryEstimate e = EstimateMemory(Inputs("llama2-7b", Strategy::kFullShard, 16));
@@ -33,10 +82,10 @@ TEST(MemoryEstimate, Llama7bFullShard16RanksPeaksEarlyInBackward) {
   EXPECT_EQ(e.peak_phase, "backward");
   EXPECT_EQ(e.communication, 2580387840);   // 3 decoder layers (202383360 params) in fp32 + 1/16
   EXPECT_EQ(e.gathered_params, 1214300160);  // 3 decoder layers in bf16
-  EXPECT_EQ(e.activations, 16273899520);
-  EXPECT_EQ(e.workspace, 3754442137);       // 1 GiB + 10%
-  EXPECT_EQ(e.total, 30561445273);          // 28.5 GiB
-  EXPECT_EQ(FormatGiB(e.total), "28.5 GiB");
+  EXPECT_EQ(e.activations, 8933867520);
+  EXPECT_EQ(e.workspace, 3020438937);       // 1 GiB + 10%
+  EXPECT_EQ(e.total, 22487410073);          // 20.9 GiB
+  EXPECT_EQ(FormatGiB(e.total), "20.9 GiB");
 }
 
 TEST(MemoryEstimate, CommunicationDoesNotGrowWithTheLayerCount) {
@@ -80,9 +129,9 @@ TEST(MemoryEstimate, Llama13bHybridFp32WithoutCheckpointing) {
   EXPECT_EQ(e.parameters, 6507932160);  // 4P/8
   EXPECT_EQ(e.optimizer_state, 13015864320);
   EXPECT_EQ(e.gathered_params, 3806453760);  // 3 layers of 317194240 params, fp32
-  EXPECT_EQ(e.activations, 62914560000);
+  EXPECT_EQ(e.activations, 63045632000);
   EXPECT_EQ(e.communication, 4282260480);
-  EXPECT_EQ(e.total, 107812244992);
+  EXPECT_EQ(e.total, 107956424192);
 }
 
 TEST(MemoryEstimate, ThePostsConfigurationsFitP5) {
@@ -93,8 +142,8 @@ TEST(MemoryEstimate, ThePostsConfigurationsFitP5) {
     int64_t micro;
     int64_t total;
   };
-  for (const Case& c : {Case{"llama2-7b", 16, 3, 26086122905}, Case{"llama2-13b", 16, 3, 38100060313},
-                        Case{"llama2-70b", 128, 3, 58481792972}, Case{"llama2-70b", 64, 1, 47458611097}}) {
+  for (const Case& c : {Case{"llama2-7b", 16, 3, 20318954905}, Case{"llama2-13b", 16, 3, 32477071513},
+                        Case{"llama2-70b", 128, 3, 53291341772}, Case{"llama2-70b", 64, 1, 46881894297}}) {
     MemoryInputs in = Inputs(c.preset, Strategy::kFullShard, c.world);
     in.micro_batch = c.micro;
     const MemoryEstimate e = EstimateMemory(in);
@@ -104,7 +153,7 @@ TEST(MemoryEstimate, ThePostsConfigurationsFitP5) {
   MemoryInputs hybrid = Inputs("llama2-7b", Strategy::kHybridShard, 16);
   hybrid.shard_group_size = 8;
   hybrid.micro_batch = 3;
-  EXPECT_EQ(EstimateMemory(hybrid).total, 33665346355);
+  EXPECT_EQ(EstimateMemory(hybrid).total, 27898178355);
 }
 
 TEST(MemoryEstimate, Llama70bNoShardIsFarBeyondAnyGpu) {
@@ -113,7 +162,7 @@ TEST(MemoryEstimate, Llama70bNoShardIsFarBeyondAnyGpu) {
   MemoryEstimate e = EstimateMemory(in);
   EXPECT_EQ(e.parameters, 275906592768);  // 4P, unsharded
   EXPECT_EQ(e.optimizer_state, 551813185536);
-  EXPECT_EQ(e.total, 1388403869286);       // 1293.1 GiB
+  EXPECT_EQ(e.total, 1387827152486);       // 1292.5 GiB
   for (const InstanceType& t : KnownInstanceTypes()) EXPECT_GT(e.total, t.gpu_memory_bytes) << t.name;
 }
 
@@ -125,10 +174,68 @@ TEST(MemoryEstimate, ShardGradOpWithAccumulationKeepsAnUnshardedAccumulator) {
   MemoryEstimate e = EstimateMemory(in);
   EXPECT_EQ(e.gradients, 30322870272);  // 4P/8 + 4P
   EXPECT_EQ(e.gathered_params, 13476831232);  // the whole model in bf16
-  EXPECT_EQ(e.activations, 8136949760);
-  EXPECT_EQ(e.total, 70825140428);
+  EXPECT_EQ(e.activations, 4991221760);
+  EXPECT_EQ(e.total, 67364839628);
   in.grad_accum = 1;
   EXPECT_EQ(EstimateMemory(in).gradients, 3369207808);
+}
+
+TEST(MemoryEstimate, LargeVocabulariesCountChunkedLogitsAndTheHeadsFp32Gradient) {
+  // Llama 3.1 8B on one p5.48xlarge, micro-batch 2 x 8192: 16,382 target positions, whose
+  // logits the trainer holds 1,024 positions at a time; the 128,256 x 4,096 output
+  // projection's gradient is summed over the chunks in fp32.
+  MemoryInputs in = Inputs("llama3.1-8b", Strategy::kFullShard, 8);
+  in.micro_batch = 2;
+  in.seq_len = 8192;
+  const MemoryEstimate e = EstimateMemory(in);
+  EXPECT_EQ(e.gathered_params, 3152044032);  // 3 x the lm_head (norm + 128256 x 4096) in bf16
+  EXPECT_EQ(e.activations, 12322865152);
+  EXPECT_EQ(e.total, 43564025651);  // 40.6 GiB
+  EXPECT_LT(e.total, FindInstanceType("p5.48xlarge")->gpu_memory_bytes);
+  // Everything else grows with the tokens; the chunk's logits and the gradient do not.
+  in.micro_batch = 4;
+  const int64_t four = EstimateMemory(in).activations;
+  EXPECT_EQ(2 * e.activations - four, kLossChunkPositions * 128256 * 16 + 4 * 128256 * 4096);
+  // At most 1,024 target positions (micro-batch 1 x 1024 tokens): no chunks, all logits.
+  MemoryInputs one = Inputs("llama3.2-1b", Strategy::kFullShard, 1);
+  one.micro_batch = 1;
+  one.seq_len = 1024;
+  EXPECT_EQ(EstimateMemory(one).total, 30550926950);  // tied: the head is the embedding
+  one.micro_batch = 4;
+  one.seq_len = 4096;
+  EXPECT_EQ(EstimateMemory(one).total, 34924747161);
+  // LoRA freezes the head: chunked logits without the fp32 gradient. Qwen2.5 7B r 8 on all
+  // seven projections, one GPU, micro-batch 4 x 4096.
+  MemoryInputs lora = Inputs("qwen2.5-7b", Strategy::kFullShard, 1);
+  lora.lora_r = 8;
+  for (const char* m : {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}) {
+    lora.lora_modules |= LoraModuleBit(m);
+  }
+  const MemoryEstimate q = EstimateMemory(lora);
+  EXPECT_EQ(q.total, 32729186304);  // 30.5 GiB
+  EXPECT_EQ(q.model_parameters, 7615616512);
+}
+
+TEST(MemoryEstimate, Llama31SeventyBNeedsFourP5And405bSixteenWithTensorParallelism) {
+  // Full finetuning at micro-batch 1 x 4096, bf16, activation checkpointing: 70B fits 4
+  // p5.48xlarge (32 GPUs), not 3.
+  const int64_t p5 = FindInstanceType("p5.48xlarge")->gpu_memory_bytes;
+  MemoryInputs in = Inputs("llama3.1-70b", Strategy::kFullShard, 32);
+  in.micro_batch = 1;
+  EXPECT_EQ(EstimateMemory(in).total, 76040607846);  // 70.8 GiB
+  EXPECT_LT(EstimateMemory(in).total, p5);
+  in.world_size = 24;
+  EXPECT_EQ(EstimateMemory(in).total, 89119922723);  // 83.0 GiB
+  EXPECT_GT(EstimateMemory(in).total, p5);
+  // 405B on all 16 nodes: T 8 in each node, FULL_SHARD over 16, bf16 reduction, one
+  // gather in flight. Vocabulary-parallel logits are never chunked.
+  MemoryInputs big = Inputs("llama3.1-405b", Strategy::kFullShard, 128);
+  big.micro_batch = 1;
+  big.tensor_parallel = 8;
+  big.reduce_bytes = 2;
+  big.max_inflight_all_gathers = 1;
+  EXPECT_EQ(EstimateMemory(big).total, 83387120435);  // 77.7 GiB
+  EXPECT_LT(EstimateMemory(big).total, p5);
 }
 
 TEST(MemoryEstimate, ShardingMoreRanksNeverNeedsMore) {
@@ -179,16 +286,16 @@ TEST(MemoryEstimate, LoraHoldsTheFrozenBaseInTheComputeDtypeAndTrainsOnlyTheAdap
   EXPECT_EQ(e.gradients, 16384000);
   EXPECT_EQ(e.optimizer_state, 32768000);
   EXPECT_EQ(e.gathered_params, 5136384000);
-  EXPECT_EQ(e.activations, 9361686528);
+  EXPECT_EQ(e.activations, 7788822528);
   EXPECT_EQ(e.communication, 5529600);
-  EXPECT_EQ(e.total, 36068369817);  // 33.6 GiB: fits an 80 GB H100
+  EXPECT_EQ(e.total, 34338219417);  // 32.0 GiB: fits an 80 GB H100
   // 7B, r 8 on all seven projections, one GPU, micro-batch 4.
   MemoryInputs one = Inputs("llama2-7b", Strategy::kFullShard, 1);
   one.lora_r = 8;
   for (const char* m : {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}) {
     one.lora_modules |= LoraModuleBit(m);
   }
-  EXPECT_EQ(EstimateMemory(one).total, 35499440947);  // 33.1 GiB
+  EXPECT_EQ(EstimateMemory(one).total, 26848688947);  // 25.0 GiB
   EXPECT_EQ(LoraModuleBit("qkv"), 0u);
 }
 

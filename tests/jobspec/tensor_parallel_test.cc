@@ -169,20 +169,20 @@ TEST(TensorParallel, SeventyBWithEightWayTensorParallelismFitsFourP5) {
 }
 
 TEST(TensorParallel, AMemoryRefusalNamesTheDegreeThatWouldFit) {
-  // 70B on 4 x p5 at micro-batch 3 does not fit without tensor parallelism; T 2 does.
+  // 70B on 4 x p5 at micro-batch 4 does not fit without tensor parallelism; T 2 does.
   absl::StatusOr<std::vector<ParsedJob>> jobs = ParseJobDocuments(ReadExample("llama2-70b-tp8-4xp5.yaml"));
   ASSERT_TRUE(jobs.ok()) << jobs.status();
   v1::JobSpec spec = (*jobs)[0].spec;
   spec.clear_parallelism();
   spec.mutable_training()->clear_global_batch_size();
-  spec.mutable_training()->set_micro_batch_size(3);
+  spec.mutable_training()->set_micro_batch_size(4);
   ApplyDefaults(&spec);
   const absl::Status s = ValidateJobSpec(spec);
   ASSERT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
-  EXPECT_NE(s.message().find("resources.instance_type p5.48xlarge: estimated 81.2 GiB per GPU"),
+  EXPECT_NE(s.message().find("resources.instance_type p5.48xlarge: estimated 83.8 GiB per GPU"),
             std::string::npos)
       << s;
-  EXPECT_NE(s.message().find("parallelism.tensor_parallel 2 (68.6 GiB)"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("parallelism.tensor_parallel 2 (76.7 GiB)"), std::string::npos) << s;
   spec.mutable_parallelism()->set_tensor_parallel(2);
   EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
 }

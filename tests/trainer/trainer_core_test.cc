@@ -403,6 +403,33 @@ TEST(Config, PresetsHaveTheReleasedShapes) {
   }
 }
 
+TEST(Config, NewerPresetsHaveTheirReleasedConfigs) {
+  // The fields LlamaConfig holds today (the families' fields come with them): counts of
+  // the models without q/k/v biases as published, the tied Llama 3.2 head counted once.
+  auto c8 = PresetConfig("llama3.1-8b");
+  ASSERT_TRUE(c8.ok()) << c8.status();
+  EXPECT_EQ(c8->NumParameters(), 8030261248);
+  EXPECT_EQ(c8->vocab_size, 128256);
+  EXPECT_EQ(c8->max_position_embeddings, 131072);
+  EXPECT_EQ(c8->rope_theta, 500000.0);
+  EXPECT_EQ(c8->bos_token_id, 128000);
+  auto c1 = PresetConfig("llama3.2-1b");
+  EXPECT_TRUE(c1->tie_word_embeddings);
+  EXPECT_EQ(c1->head_dim(), 64);
+  EXPECT_EQ(c1->NumParameters(), 1235814400);
+  EXPECT_EQ(PresetConfig("mistral-7b")->NumParameters(), 7248023552);
+  EXPECT_EQ(PresetConfig("qwen2.5-7b")->rms_norm_eps, 1e-6);
+  EXPECT_EQ(PresetConfig("qwen2.5-72b")->vocab_size, 152064);
+  for (const char* name : {"llama3.1-8b", "llama3.1-70b", "llama3.1-405b", "llama3.2-1b", "llama3.2-3b",
+                           "mistral-7b", "qwen2.5-7b", "qwen2.5-72b"}) {
+    EXPECT_TRUE(ValidateConfig(*PresetConfig(name)).ok()) << name;
+    EXPECT_FALSE(PresetTakesTokenizerVocab(name)) << name;
+  }
+  EXPECT_TRUE(PresetTakesTokenizerVocab("tiny"));
+  EXPECT_FALSE(PresetTakesTokenizerVocab("nope"));
+  EXPECT_NE(PresetConfig("llama3").status().message().find("qwen2.5-72b"), absl::string_view::npos);
+}
+
 // ---------------------------------------------------------------- data
 
 Sequence Seq(std::vector<int32_t> t, std::vector<uint8_t> m) { return Sequence{std::move(t), std::move(m)}; }

@@ -6,6 +6,7 @@
 #include <tuple>
 
 #include "absl/strings/str_cat.h"
+#include "jobspec/model_presets.h"
 #include "model_file.h"
 #include "nlohmann/json.hpp"
 #include "util.h"
@@ -191,33 +192,37 @@ std::string ConfigToJson(const LlamaConfig& c, absl::string_view torch_dtype) {
 }
 
 absl::StatusOr<LlamaConfig> PresetConfig(absl::string_view name) {
-  LlamaConfig c;
-  c.rms_norm_eps = 1e-5;
-  c.rope_theta = 10000.0;
-  c.vocab_size = 32000;
-  c.max_position_embeddings = 4096;
-  c.tie_word_embeddings = false;
-  c.torch_dtype = "float16";
-  if (name == "llama2-7b") {
-    c.hidden_size = 4096, c.intermediate_size = 11008, c.num_hidden_layers = 32;
-    c.num_attention_heads = 32, c.num_key_value_heads = 32;
-  } else if (name == "llama2-13b") {
-    c.hidden_size = 5120, c.intermediate_size = 13824, c.num_hidden_layers = 40;
-    c.num_attention_heads = 40, c.num_key_value_heads = 40;
-  } else if (name == "llama2-70b") {
-    c.hidden_size = 8192, c.intermediate_size = 28672, c.num_hidden_layers = 80;
-    c.num_attention_heads = 64, c.num_key_value_heads = 8;
-  } else if (name == "tiny" || name == "tiny-gqa") {
-    c.hidden_size = 64, c.intermediate_size = 176, c.num_hidden_layers = 2;
-    c.num_attention_heads = 4, c.num_key_value_heads = name == "tiny" ? 4 : 2;
-    c.torch_dtype = "float32";
-  } else {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "unknown model preset \"", name, "\" (known: llama2-7b, llama2-13b, llama2-70b, tiny, tiny-gqa)"));
+  const sched::ModelPreset* p = sched::FindModelPreset(std::string(name));
+  if (p == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("unknown model preset \"", name,
+                                                   "\" (known: ", sched::KnownPresetNames(), ")"));
   }
+  LlamaConfig c;
+  c.hidden_size = p->hidden;
+  c.intermediate_size = p->intermediate;
+  c.num_hidden_layers = p->layers;
+  c.num_attention_heads = p->heads;
+  c.num_key_value_heads = p->kv_heads;
+  c.rms_norm_eps = p->rms_norm_eps;
+  c.rope_theta = p->rope_theta;
+  c.vocab_size = p->vocab;
+  c.max_position_embeddings = p->max_positions;
+  c.tie_word_embeddings = p->tied_embeddings;
+  c.bos_token_id = p->bos_token_id;
+  c.eos_token_id = p->eos_token_id;
+  c.torch_dtype = p->torch_dtype;
+  // TODO(families): set from the same preset the fields the model families add to
+  // LlamaConfig: the model type (p->model_type: llama, mistral, qwen2), head_dim
+  // (p->head_dim), the q/k/v biases (p->qkv_bias: Qwen2.5) and llama3 RoPE scaling
+  // (p->rope_llama3_factor: 8 for Llama 3.1, 32 for 3.2; low_freq_factor 1,
+  // high_freq_factor 4, original_max_position_embeddings 8192). Until then a Llama 3.x or
+  // Qwen2.5 preset builds the shape without them.
   return c;
 }
 
-bool PresetTakesTokenizerVocab(absl::string_view name) { return name == "tiny" || name == "tiny-gqa"; }
+bool PresetTakesTokenizerVocab(absl::string_view name) {
+  const sched::ModelPreset* p = sched::FindModelPreset(std::string(name));
+  return p != nullptr && p->takes_tokenizer_vocab;
+}
 
 }  // namespace llamafleet::trainer

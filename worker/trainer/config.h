@@ -58,15 +58,19 @@ absl::StatusOr<LlamaConfig> LoadConfigFile(const std::string& path);
 // Serializes to an HF-compatible config.json (architectures LlamaForCausalLM).
 std::string ConfigToJson(const LlamaConfig& config, absl::string_view torch_dtype);
 
-// Built-in shapes: llama2-7b, llama2-13b, llama2-70b (the released shapes),
-// tiny (2 layers, dim 64, 4 heads), tiny-gqa (2 layers, dim 64, 4 heads / 2 kv heads).
-// Every preset's vocabulary is Llama-2's 32,000; see PresetTakesTokenizerVocab.
+// Built-in shapes, from the table the job-spec validator and the estimates read
+// (jobspec/model_presets.h): llama2-7b, llama2-13b, llama2-70b, llama3.1-8b,
+// llama3.1-70b, llama3.1-405b, llama3.2-1b, llama3.2-3b, mistral-7b, qwen2.5-7b,
+// qwen2.5-72b (the released config.json of each: shape, vocabulary,
+// max_position_embeddings, rope_theta, rms_norm_eps, tied embeddings, BOS/EOS), tiny
+// (2 layers, dim 64, 4 heads), tiny-gqa (2 layers, dim 64, 4 heads / 2 kv heads). An
+// unknown name is InvalidArgument listing the known ones.
 absl::StatusOr<LlamaConfig> PresetConfig(absl::string_view name);
 
 // Whether a preset's vocabulary is the tokenizer's size when there is one: true of the
 // tiny presets, which are trained from scratch with whatever tokenizer the data came
-// with (rows past its size would never be used, only stored). Never true of the Llama-2
-// shapes, whose vocabulary is the released tokenizer's.
+// with (rows past its size would never be used, only stored). Never true of the released
+// shapes, whose vocabulary is the released tokenizer's; false for an unknown name.
 bool PresetTakesTokenizerVocab(absl::string_view name);
 
 }  // namespace llamafleet::trainer
