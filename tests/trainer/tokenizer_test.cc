@@ -243,6 +243,19 @@ TEST(TokenizerTest, HostileTiktokenFilesFailClearly) {
             std::string::npos);
 }
 
+TEST(TokenizerTest, ADirectoryWithBothFilesTakesItsTokenizerModel) {
+  // As Llama 2's and Mistral's Hugging Face directories hold them.
+  const std::string dir = ::testing::TempDir() + "/both";
+  fs::create_directories(dir);
+  fs::copy_file(TokenizerFixtureDir() + "/llama3_style/tokenizer.json", dir + "/tokenizer.json",
+                fs::copy_options::overwrite_existing);
+  { std::ofstream(dir + "/tokenizer.model") << "YQ== 0\nYg== 1\n"; }
+  auto tok = Tokenizer::Load(dir);
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  EXPECT_EQ((*tok)->kind(), "tiktoken");
+  EXPECT_EQ((*tok)->path(), dir + "/tokenizer.model");
+}
+
 TEST(TokenizerTest, FileOfNoKnownKindNamesWhatWasExpected) {
   auto t = Tokenizer::FromBytes("m/tokenizer.model", "hello, I am not a tokenizer\n", "");
   ASSERT_FALSE(t.ok());

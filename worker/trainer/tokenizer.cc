@@ -42,8 +42,10 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::Load(const std::string& pa
   std::string file = path;
   struct stat st;
   if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
-    file = path + "/tokenizer.json";
-    if (::stat(file.c_str(), &st) != 0) file = path + "/tokenizer.model";
+    // tokenizer.model first: Llama 2's and Mistral's directories hold a SentencePiece
+    // tokenizer.model beside a tokenizer.json this trainer does not read.
+    file = path + "/tokenizer.model";
+    if (::stat(file.c_str(), &st) != 0) file = path + "/tokenizer.json";
   }
   // Read once, bounded, and loaded from these bytes: the digest names what was loaded.
   LF_ASSIGN_OR_RETURN(const std::string bytes, ReadModelFile(file, kMaxTokenizerFileBytes));

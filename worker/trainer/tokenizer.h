@@ -25,8 +25,9 @@ namespace llamafleet::trainer {
 class Tokenizer {
  public:
   // Loads the tokenizer at `path`: a file of one of the three kinds (at most
-  // kMaxTokenizerFileBytes, model_file.h), or a model directory, where tokenizer.json is
-  // taken when present and tokenizer.model otherwise. A tokenizer.json also reads
+  // kMaxTokenizerFileBytes, model_file.h), or a model directory, where tokenizer.model is
+  // taken when present (Llama 2's and Mistral's hold a SentencePiece one beside a
+  // tokenizer.json) and tokenizer.json otherwise. A tokenizer.json also reads
   // tokenizer_config.json and generation_config.json beside it when they exist. Errors
   // name the file and, for a file of no known kind, what was expected.
   static absl::StatusOr<std::unique_ptr<Tokenizer>> Load(const std::string& path);
