@@ -77,7 +77,7 @@ class HfBpeTokenizer final : public Tokenizer {
   absl::Status ParseModel(const json& model, int64_t id_limit);
   absl::Status ParsePreTokenizer(const json& p);
   absl::Status ParseAddedTokens(const json& added, int64_t id_limit);
-  absl::Status ParsePostProcessor(const json& p);
+  absl::Status ParsePostProcessor(const json& p, int64_t id_limit);
   absl::Status ReadSidecars(const std::string& dir, Sha256* digest);
   void set_identity(const std::string& path, std::string sha256) {
     path_ = path;
@@ -103,6 +103,19 @@ class HfBpeTokenizer final : public Tokenizer {
   std::vector<int32_t> template_eos_;
   int32_t template_bos_ = -1;
 };
+
+// A member of `j` when it is of the type asked for, else `fallback` (json's value() throws
+// on a member of another type; this file never lets nlohmann throw).
+std::string StringOr(const json& j, const char* key, const std::string& fallback) {
+  if (!j.is_object()) return fallback;
+  auto it = j.find(key);
+  return it != j.end() && it->is_string() ? it->get<std::string>() : fallback;
+}
+bool BoolOr(const json& j, const char* key, bool fallback) {
+  if (!j.is_object()) return fallback;
+  auto it = j.find(key);
+  return it != j.end() && it->is_boolean() ? it->get<bool>() : fallback;
+}
 
 absl::Status Bad(absl::string_view field, absl::string_view why) {
   return absl::InvalidArgumentError(absl::StrCat(field, ": ", why));
@@ -193,7 +206,7 @@ std::string QuoteRegex(const std::string& s) {
 absl::Status HfBpeTokenizer::ParsePreTokenizer(const json& p) {
   if (!p.is_object())
     return Bad("pre_tokenizer", "must be an object (byte-level BPE needs ByteLevel)");
-  const std::string type = p.value("type", "");
+  const std::string type = StringOr(p, "type", "");
   if (type == "Sequence") {
     auto list = p.find("pretokenizers");
     if (list == p.end() || !list->is_array())
@@ -203,9 +216,9 @@ absl::Status HfBpeTokenizer::ParsePreTokenizer(const json& p) {
   }
   Step step;
   if (type == "Split") {
-    if (p.value("behavior", "") != "Isolated")
+    if (StringOr(p, "behavior", "") != "Isolated")
       return Bad("pre_tokenizer Split.behavior", "only Isolated is supported");
-    if (p.value("invert", false))
+    if (BoolOr(p, "invert", false))
       return Bad("pre_tokenizer Split.invert", "only false is supported");
     auto pat = p.find("pattern");
     std::string pattern;
@@ -223,8 +236,8 @@ absl::Status HfBpeTokenizer::ParsePreTokenizer(const json& p) {
     step.regex = *std::move(re);
   } else if (type == "ByteLevel") {
     step.byte_level = true;
-    step.add_prefix_space = p.value("add_prefix_space", false);
-    if (p.value("use_regex", true)) {
+    step.add_prefix_space = BoolOr(p, "add_prefix_space", false);
+    if (BoolOr(p, "use_regex", true)) {
       auto re = PretokenizerRegex::Compile(kGpt2Pattern);
       if (!re.ok()) return re.status();
       step.regex = *std::move(re);
@@ -254,9 +267,9 @@ absl::Status HfBpeTokenizer::ParseAddedTokens(const json& added, int64_t id_limi
     }
     AddedToken a{t["content"].get<std::string>(), static_cast<int32_t>(id)};
     if (a.content.empty()) return Bad(field, "content is empty");
-    const bool special = t.value("special", false);
-    if (!special &&
-        (t.value("lstrip", false) || t.value("rstrip", false) || t.value("single_word", false))) {
+    const bool special = BoolOr(t, "special", false);
+    if (!special && (BoolOr(t, "lstrip", false) || BoolOr(t, "rstrip", false) ||
+                     BoolOr(t, "single_word", false))) {
       return Bad(field, "lstrip, rstrip and single_word are not supported on a non-special token");
     }
     text_of_id_[a.id] = a.content;
@@ -264,7 +277,7 @@ absl::Status HfBpeTokenizer::ParseAddedTokens(const json& added, int64_t id_limi
   }
   // added_ no longer moves: point at the tokens matched in text.
   for (size_t i = 0; i < added.size(); ++i) {
-    if (!added[i].value("special", false)) in_text_.push_back(&added_[i]);
+    if (!BoolOr(added[i], "special", false)) in_text_.push_back(&added_[i]);
   }
   std::stable_sort(in_text_.begin(), in_text_.end(), [](const AddedToken* a, const AddedToken* b) {
     return a->content.size() > b->content.size();
@@ -280,11 +293,11 @@ int32_t HfBpeTokenizer::IdOf(const std::string& content) const {
   return it == vocab_strings_.end() ? -1 : it->second;
 }
 
-absl::Status HfBpeTokenizer::ParsePostProcessor(const json& p) {
+absl::Status HfBpeTokenizer::ParsePostProcessor(const json& p, int64_t id_limit) {
   if (!p.is_object()) return absl::OkStatus();
-  const std::string type = p.value("type", "");
+  const std::string type = StringOr(p, "type", "");
   if (type == "Sequence" && p.contains("processors") && p["processors"].is_array()) {
-    for (const json& q : p["processors"]) LF_RETURN_IF_ERROR(ParsePostProcessor(q));
+    for (const json& q : p["processors"]) LF_RETURN_IF_ERROR(ParsePostProcessor(q, id_limit));
     return absl::OkStatus();
   }
   if (type != "TemplateProcessing") return absl::OkStatus();
@@ -301,13 +314,18 @@ absl::Status HfBpeTokenizer::ParsePostProcessor(const json& p) {
         !piece["SpecialToken"].is_object()) {
       return Bad("post_processor.single", "holds something other than SpecialToken and Sequence");
     }
-    const std::string name = piece["SpecialToken"].value("id", "");
+    const std::string name = StringOr(piece["SpecialToken"], "id", "");
     int32_t id = -1;
     const json* st = p.contains("special_tokens") ? &p["special_tokens"] : nullptr;
     if (st && st->is_object() && st->contains(name) && (*st)[name].is_object() &&
         (*st)[name].contains("ids") && (*st)[name]["ids"].is_array() &&
         (*st)[name]["ids"].size() == 1 && (*st)[name]["ids"][0].is_number_integer()) {
-      id = (*st)[name]["ids"][0].get<int32_t>();
+      const int64_t v = (*st)[name]["ids"][0].get<int64_t>();
+      if (v < 0 || v >= id_limit) {
+        return Bad("post_processor.special_tokens",
+                   absl::StrCat("\"", name, "\" has id ", v, ", not a token"));
+      }
+      id = static_cast<int32_t>(v);
     } else {
       return Bad("post_processor.special_tokens",
                  absl::StrCat("\"", name, "\" needs exactly one id"));
@@ -336,7 +354,8 @@ absl::Status HfBpeTokenizer::ReadSidecars(const std::string& dir, Sha256* digest
       return absl::InvalidArgumentError(absl::StrCat(tc, ": not a JSON object"));
     auto eos = j->find("eos_token");
     if (eos != j->end() && !eos->is_null()) {
-      const json& c = eos->is_object() ? eos->value("content", json()) : *eos;
+      const json c =
+          eos->is_object() ? (eos->contains("content") ? (*eos)["content"] : json()) : *eos;
       if (!c.is_string())
         return absl::InvalidArgumentError(absl::StrCat(tc, ": eos_token must be a string"));
       const int32_t id = IdOf(c.get<std::string>());
@@ -445,13 +464,13 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> LoadHfBpeTokenizer(const std::string&
   if (!j.is_object()) return fail(absl::InvalidArgumentError("not a JSON object"));
   auto model = j.find("model");
   if (model == j.end() || !model->is_object()) return fail(Bad("model", "missing"));
-  if (model->value("type", "") != "BPE") {
-    return fail(Bad("model.type", absl::StrCat("is \"", model->value("type", ""),
+  if (StringOr(*model, "type", "") != "BPE") {
+    return fail(Bad("model.type", absl::StrCat("is \"", StringOr(*model, "type", ""),
                                                "\"; only \"BPE\" (byte-level) is supported")));
   }
   if (auto n = j.find("normalizer"); n != j.end() && !n->is_null()) {
-    return fail(Bad("normalizer",
-                    absl::StrCat("\"", n->value("type", ""), "\" is not supported (only null)")));
+    return fail(Bad("normalizer", absl::StrCat("\"", StringOr(*n, "type", ""),
+                                               "\" is not supported (only null)")));
   }
   bool ignore_merges = false;
   if (auto im = model->find("ignore_merges"); im != model->end() && im->is_boolean())
@@ -472,7 +491,7 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> LoadHfBpeTokenizer(const std::string&
   }
   if (absl::Status s = t->ParseAddedTokens(added_list, id_limit); !s.ok()) return fail(s);
   auto post = j.find("post_processor");
-  if (absl::Status s = t->ParsePostProcessor(post == j.end() ? json() : *post); !s.ok())
+  if (absl::Status s = t->ParsePostProcessor(post == j.end() ? json() : *post, id_limit); !s.ok())
     return fail(s);
   int32_t size = t->bpe().id_limit();
   for (const AddedToken& a : t->added()) size = std::max(size, a.id + 1);
