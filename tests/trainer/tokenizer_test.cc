@@ -254,6 +254,9 @@ TEST(TokenizerTest, ADirectoryWithBothFilesTakesItsTokenizerModel) {
   ASSERT_TRUE(tok.ok()) << tok.status();
   EXPECT_EQ((*tok)->kind(), "tiktoken");
   EXPECT_EQ((*tok)->path(), dir + "/tokenizer.model");
+  fs::create_directories(dir + "/empty");
+  EXPECT_EQ(Tokenizer::Load(dir + "/empty").status().message(),
+            dir + "/empty has no tokenizer.model or tokenizer.json");
 }
 
 TEST(TokenizerTest, FileOfNoKnownKindNamesWhatWasExpected) {

@@ -46,6 +46,9 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::Load(const std::string& pa
     // tokenizer.model beside a tokenizer.json this trainer does not read.
     file = path + "/tokenizer.model";
     if (::stat(file.c_str(), &st) != 0) file = path + "/tokenizer.json";
+    if (::stat(file.c_str(), &st) != 0) {
+      return absl::NotFoundError(absl::StrCat(path, " has no tokenizer.model or tokenizer.json"));
+    }
   }
   // Read once, bounded, and loaded from these bytes: the digest names what was loaded.
   LF_ASSIGN_OR_RETURN(const std::string bytes, ReadModelFile(file, kMaxTokenizerFileBytes));
