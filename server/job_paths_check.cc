@@ -382,7 +382,12 @@ JobPathsVerdict CheckJobPaths(const std::vector<std::string>& roots,
   if (model_dir.valid()) {
     check.FileIn("model.path", model_dir.get(), model.path(), "config.json");
     if (model.tokenizer().empty() && spec.data().format() != v1::TOKENS) {
-      check.FileIn("model.tokenizer", model_dir.get(), model.path(), "tokenizer.model");
+      // The trainer takes tokenizer.model when the directory has one, else tokenizer.json.
+      struct stat st;
+      const bool json = ::fstatat(model_dir.get(), "tokenizer.model", &st, AT_SYMLINK_NOFOLLOW) != 0 &&
+                        ::fstatat(model_dir.get(), "tokenizer.json", &st, AT_SYMLINK_NOFOLLOW) == 0;
+      check.FileIn("model.tokenizer", model_dir.get(), model.path(),
+                   json ? "tokenizer.json" : "tokenizer.model");
     }
     if (!check.refused()) check.SeqLen(spec, submitted, model_dir.get());
   }

@@ -5,8 +5,9 @@
 // mistake costs a refusal rather than a scheduled job, where the coordinator sees the
 // storage (its path roots are mounted here):
 //   - inputs (data.train_path, data.eval_path, model.path with its config.json, the
-//     tokenizer: model.tokenizer, else <model.path>/tokenizer.model unless data.format is
-//     TOKENS) exist, are what they must be (a regular file; model.path a directory), and the
+//     tokenizer: model.tokenizer, else <model.path>/tokenizer.model or, without one,
+//     tokenizer.json, unless data.format is TOKENS) exist, are what they must be (a
+//     regular file; model.path a directory), and the
 //     job's identity may read them; a job with depends_on may name inputs its parents have
 //     yet to make (a note says so);
 //   - outputs (checkpoint.dir, output.export_dir) are directories, or can be made by the

@@ -28,7 +28,7 @@ import sys
 SEEDS = ["libc6-dev", "gcc", "g++", "make", "dpkg-dev", "cmake", "libtorch-cuda-dev", "libnccl-dev",
          "nvidia-cuda-toolkit", "nvidia-cuda-toolkit-gcc"]
 KIT_PACKAGES = {"libabsl-dev", "libcli11-dev", "nlohmann-json3-dev", "libprotobuf-dev", "libssl-dev",
-                "libsentencepiece-dev"}
+                "libsentencepiece-dev", "libpcre2-dev"}
 # Debian's LibTorch headers include these packages' headers; pip's torch carries its own
 # copies (or does not need them) under torch/include.
 TORCH_UNBUNDLED = {"libgoogle-glog-dev", "libgflags-dev", "libfmt-dev", "libgloo-cuda-dev", "libsleef-dev",

@@ -1,6 +1,6 @@
 # The libraries of tests/gpu/kit.sh's folder (LLAMAFLEET_GPU_KIT) as the targets the
 # trainer's CMake files link: absl::*, CLI11::CLI11, nlohmann_json::nlohmann_json,
-# OpenSSL::Crypto, protobuf::libprotobuf, and llamafleet_tensorboard_proto from the
+# OpenSSL::Crypto, protobuf::libprotobuf, PkgConfig::PCRE2, and llamafleet_tensorboard_proto from the
 # kit's generated event.pb.cc. Nothing is looked up on the system: a header or archive
 # missing from the kit fails the build instead of being found elsewhere.
 if(NOT EXISTS "${LLAMAFLEET_GPU_KIT}/MANIFEST")
@@ -8,7 +8,7 @@ if(NOT EXISTS "${LLAMAFLEET_GPU_KIT}/MANIFEST")
                       "make one with tests/gpu/kit.sh")
 endif()
 set(_kit_include "${LLAMAFLEET_GPU_KIT}/include")
-foreach(lib absl protobuf crypto)
+foreach(lib absl protobuf crypto pcre2-8)
   if(NOT EXISTS "${LLAMAFLEET_GPU_KIT}/lib/lib${lib}.a")
     message(FATAL_ERROR "the kit ${LLAMAFLEET_GPU_KIT} lacks lib/lib${lib}.a: remake it with tests/gpu/kit.sh")
   endif()
@@ -17,7 +17,7 @@ endforeach()
 # The kit's archives are linked with their symbols hidden (--exclude-libs): a program must
 # not export its own libcrypto or protobuf to shared libraries that load the system's copy
 # of another version (Debian's LibTorch pulls in libssl.so.3; interposed, OpenSSL crashes).
-set(_kit_hidden "LINKER:--exclude-libs,libabsl.a:libprotobuf.a:libcrypto.a")
+set(_kit_hidden "LINKER:--exclude-libs,libabsl.a:libprotobuf.a:libcrypto.a:libpcre2-8.a")
 add_library(llamafleet_kit_absl STATIC IMPORTED)
 set_target_properties(llamafleet_kit_absl PROPERTIES
   IMPORTED_LOCATION "${LLAMAFLEET_GPU_KIT}/lib/libabsl.a"
@@ -41,6 +41,12 @@ set_target_properties(OpenSSL::Crypto PROPERTIES
   IMPORTED_LOCATION "${LLAMAFLEET_GPU_KIT}/lib/libcrypto.a"
   INTERFACE_INCLUDE_DIRECTORIES "${_kit_include}"
   INTERFACE_LINK_LIBRARIES "Threads::Threads;${CMAKE_DL_LIBS}"
+  INTERFACE_LINK_OPTIONS "${_kit_hidden}")
+
+add_library(PkgConfig::PCRE2 STATIC IMPORTED)
+set_target_properties(PkgConfig::PCRE2 PROPERTIES
+  IMPORTED_LOCATION "${LLAMAFLEET_GPU_KIT}/lib/libpcre2-8.a"
+  INTERFACE_INCLUDE_DIRECTORIES "${_kit_include}"
   INTERFACE_LINK_OPTIONS "${_kit_hidden}")
 
 add_library(protobuf::libprotobuf STATIC IMPORTED)

@@ -8,6 +8,7 @@
 #   protobuf-compiler   not packed: generates gen/tensorboard/event.pb.{h,cc} with the
 #                       protoc of the same version as those headers
 #   libssl-dev          OpenSSL headers; lib/libcrypto.a (SHA-256)
+#   libpcre2-dev        pcre2.h; lib/libpcre2-8.a (the BPE tokenizers' regular expressions)
 #   libcli11-dev, nlohmann-json3-dev   headers only
 #
 # SentencePiece is not packed: the trainer reaches it through a dlopen()ed module
@@ -33,7 +34,7 @@ while (($#)); do
 done
 die() { echo "kit.sh: $*" >&2; exit 1; }
 
-packages=(libabsl-dev libprotobuf-dev protobuf-compiler libssl-dev libcli11-dev nlohmann-json3-dev)
+packages=(libabsl-dev libprotobuf-dev protobuf-compiler libssl-dev libpcre2-dev libcli11-dev nlohmann-json3-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
@@ -51,7 +52,7 @@ trap 'rm -rf "$partial"' EXIT
 
 # Headers keep their path below /usr/include (the multiarch folder's, e.g. OpenSSL's
 # configuration.h, merged in).
-for p in libabsl-dev libprotobuf-dev libssl-dev libcli11-dev nlohmann-json3-dev; do
+for p in libabsl-dev libprotobuf-dev libssl-dev libpcre2-dev libcli11-dev nlohmann-json3-dev; do
   dpkg -L "$p" | while read -r f; do
     [ -f "$f" ] || continue
     case "$f" in
@@ -83,7 +84,7 @@ done < <(dpkg -L libabsl-dev)
   echo SAVE
   echo END
 } | ar -M
-for lib in libprotobuf.a libcrypto.a; do
+for lib in libprotobuf.a libcrypto.a libpcre2-8.a; do
   f="/usr/lib/x86_64-linux-gnu/$lib"
   [ -f "$f" ] || die "no $f"
   pic_check "$f"

@@ -111,6 +111,15 @@ TEST_F(JobPathsCheckTest, AModelFolderNeedsItsConfigAndTokenizer) {
       << message;
 }
 
+TEST_F(JobPathsCheckTest, AModelFolderWithATokenizerJsonNeedsNoTokenizerModel) {
+  const std::string model = root_ + "/models/llama3";
+  std::filesystem::create_directories(model);
+  Write(model + "/config.json", "{\"max_position_embeddings\": 8192}");
+  Write(model + "/tokenizer.json", "{}");
+  grpc::Status s = Submit(Spec().ModelPath(model).Tokenizer("").Build(), true);
+  EXPECT_TRUE(s.ok()) << s.error_message();
+}
+
 TEST_F(JobPathsCheckTest, SeqLenOverTheModelsLimitIsRefusedWithTheValueAndTheLimit) {
   const std::string model = root_ + "/models/short";
   std::filesystem::create_directories(model);

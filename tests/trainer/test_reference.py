@@ -435,6 +435,22 @@ class TokenizerAndMasking(TempDirTest):
         self.assertEqual(got[0]["tokens"], [1] + p + c + [2])
         self.assertEqual(got[0]["target"], [0] * (1 + len(p)) + [1] * (len(c) + 1))
 
+    def test_tokenizer_json_through_the_trainer(self):
+        # The byte-level BPE fixture (ids from HF tokenizers, fixtures/tokenizers): its
+        # directory's tokenizer.json, BOS from the template, EOS from tokenizer_config.json.
+        fixtures = os.path.join(HERE, "fixtures", "tokenizers")
+        sys.path.insert(0, fixtures)
+        import corpus
+        with open(os.path.join(fixtures, "llama3_style_reference.json")) as fh:
+            sample = json.load(fh)["sample"]
+        data = self.path("bpe.jsonl")
+        with open(data, "w") as fh:
+            for doc in corpus.documents(1, 1 << 20)[:len(sample)]:
+                fh.write(json.dumps({"text": doc}) + "\n")
+        got = json_lines(trainer("tokenize", "--tokenizer", os.path.join(fixtures, "llama3_style"),
+                                 "--data", data, "--format", "text").stdout)
+        self.assertEqual([g["tokens"] for g in got], [[3256] + ids + [3260] for ids in sample])
+
     def test_tokens_used_as_given(self):
         data = self.path("t.jsonl")
         with open(data, "w") as fh:

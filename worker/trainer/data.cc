@@ -39,9 +39,10 @@ absl::StatusOr<Sequence> ParseRecord(const std::string& path, int64_t lineno, ab
     case DataFormat::kText: {
       std::string text;
       LF_RETURN_IF_ERROR(get_string("text", &text));
-      std::vector<int32_t> ids = opt.tokenizer->Encode(text);
+      auto ids = opt.tokenizer->Encode(text);
+      if (!ids.ok()) return bad(absl::StrCat("field \"text\": ", ids.status().message()));
       s.tokens.push_back(static_cast<int32_t>(opt.bos_id));
-      s.tokens.insert(s.tokens.end(), ids.begin(), ids.end());
+      s.tokens.insert(s.tokens.end(), ids->begin(), ids->end());
       s.tokens.push_back(static_cast<int32_t>(opt.eos_id));
       s.target.assign(s.tokens.size(), 1);
       break;
@@ -50,12 +51,14 @@ absl::StatusOr<Sequence> ParseRecord(const std::string& path, int64_t lineno, ab
       std::string prompt, completion;
       LF_RETURN_IF_ERROR(get_string("prompt", &prompt));
       LF_RETURN_IF_ERROR(get_string("completion", &completion));
-      std::vector<int32_t> p = opt.tokenizer->Encode(prompt);
-      std::vector<int32_t> c = opt.tokenizer->Encode(completion);
+      auto p = opt.tokenizer->Encode(prompt);
+      if (!p.ok()) return bad(absl::StrCat("field \"prompt\": ", p.status().message()));
+      auto c = opt.tokenizer->Encode(completion);
+      if (!c.ok()) return bad(absl::StrCat("field \"completion\": ", c.status().message()));
       s.tokens.push_back(static_cast<int32_t>(opt.bos_id));
-      s.tokens.insert(s.tokens.end(), p.begin(), p.end());
+      s.tokens.insert(s.tokens.end(), p->begin(), p->end());
       s.target.assign(s.tokens.size(), 0);
-      s.tokens.insert(s.tokens.end(), c.begin(), c.end());
+      s.tokens.insert(s.tokens.end(), c->begin(), c->end());
       s.tokens.push_back(static_cast<int32_t>(opt.eos_id));
       s.target.resize(s.tokens.size(), 1);
       break;

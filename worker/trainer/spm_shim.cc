@@ -7,6 +7,7 @@
 // initialisation. Loaded locally with deep binding, sentencepiece keeps to its own copy.
 #include <sentencepiece_processor.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -53,6 +54,21 @@ __attribute__((visibility("default"))) int64_t lf_spm_encode(void* h, const char
   const int64_t n = static_cast<int64_t>(ids.size());
   for (int64_t i = 0; i < n && i < cap; ++i) out[i] = ids[i];
   return n;
+}
+
+// Decodes ids (out-of-range ones skipped); writes up to `cap` bytes to `out` and returns
+// the total size (call again with a larger buffer when it exceeds cap). -1 on error.
+__attribute__((visibility("default"))) int64_t lf_spm_decode(void* h, const int32_t* ids, int64_t n,
+                                                             char* out, int64_t cap) {
+  auto* sp = static_cast<sentencepiece::SentencePieceProcessor*>(h);
+  std::vector<int> v;
+  for (int64_t i = 0; i < n; ++i) {
+    if (ids[i] >= 0 && ids[i] < sp->GetPieceSize()) v.push_back(ids[i]);
+  }
+  std::string text;
+  if (!sp->Decode(v, &text).ok()) return -1;
+  std::memcpy(out, text.data(), std::min<size_t>(text.size(), static_cast<size_t>(cap)));
+  return static_cast<int64_t>(text.size());
 }
 
 __attribute__((visibility("default"))) int32_t lf_spm_info(void* h, int what) {

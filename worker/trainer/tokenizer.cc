@@ -1,104 +1,60 @@
 #include "tokenizer.h"
 
-#include <dlfcn.h>
-#include <fcntl.h>
-#include <unistd.h>
+#include <sys/stat.h>
 
-#include <cstdlib>
-#include <mutex>
+#include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "common/safe_open.h"
+#include "hf_bpe_tokenizer.h"
 #include "model_file.h"
+#include "sentencepiece_tokenizer.h"
+#include "tiktoken_tokenizer.h"
 #include "util.h"
 
 namespace llamafleet::trainer {
 
-namespace {
-
-struct ShimApi {
-  void* (*load)(const char*, size_t, char*, size_t) = nullptr;
-  void (*free)(void*) = nullptr;
-  int64_t (*encode)(void*, const char*, size_t, int32_t*, int64_t) = nullptr;
-  int32_t (*info)(void*, int) = nullptr;
-  std::string error;
-};
-
-std::string ExecutableDir() {
-  char buf[4096];
-  ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
-  if (n <= 0) return "";
-  std::string path(buf, static_cast<size_t>(n));
-  return path.substr(0, path.rfind('/'));
+void Tokenizer::SetStopIds(std::vector<int32_t> more) {
+  if (eos_ >= 0) more.push_back(eos_);
+  std::sort(more.begin(), more.end());
+  more.erase(std::unique(more.begin(), more.end()), more.end());
+  stop_ids_ = std::move(more);
 }
 
-const ShimApi& Shim() {
-  static ShimApi api;
-  static std::once_flag once;
-  std::call_once(once, [] {
-    std::vector<std::string> candidates;
-    if (const char* env = std::getenv("LLAMAFLEET_SPM_SHIM"); env && *env) candidates.push_back(env);
-    candidates.push_back(ExecutableDir() + "/libllamafleet_spm.so");
-    candidates.push_back("libllamafleet_spm.so");
-    void* lib = nullptr;
-    std::string errors;
-    for (const std::string& c : candidates) {
-      lib = ::dlopen(c.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
-      if (lib) break;
-      absl::StrAppend(&errors, errors.empty() ? "" : "; ", ::dlerror());
-    }
-    if (!lib) {
-      api.error = absl::StrCat("cannot load the SentencePiece module libllamafleet_spm.so: ", errors);
-      return;
-    }
-    api.load = reinterpret_cast<decltype(api.load)>(::dlsym(lib, "lf_spm_load_proto"));
-    api.free = reinterpret_cast<decltype(api.free)>(::dlsym(lib, "lf_spm_free"));
-    api.encode = reinterpret_cast<decltype(api.encode)>(::dlsym(lib, "lf_spm_encode"));
-    api.info = reinterpret_cast<decltype(api.info)>(::dlsym(lib, "lf_spm_info"));
-    if (!api.load || !api.free || !api.encode || !api.info) {
-      api.error = "libllamafleet_spm.so lacks the lf_spm_* entry points";
-    }
-  });
-  return api;
+absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromBytes(const std::string& path,
+                                                                const std::string& bytes,
+                                                                const std::string& dir) {
+  size_t i = bytes.compare(0, 3, "\xEF\xBB\xBF") == 0 ? 3 : 0;  // a UTF-8 byte-order mark
+  while (i < bytes.size() &&
+         (bytes[i] == ' ' || bytes[i] == '\n' || bytes[i] == '\r' || bytes[i] == '\t'))
+    ++i;
+  if (i < bytes.size() && bytes[i] == '{') return LoadHfBpeTokenizer(path, bytes, dir);
+  if (LooksLikeTiktoken(bytes)) return LoadTiktokenTokenizer(path, bytes);
+  auto spm = SentencePieceTokenizer::FromBytes(path, bytes);
+  if (spm.ok() || absl::IsFailedPrecondition(spm.status())) return spm;
+  return absl::InvalidArgumentError(absl::StrCat(
+      path,
+      ": not a tokenizer: expected a tokenizer.json (JSON whose model.type is \"BPE\"), a tiktoken "
+      "ranks file (lines of \"base64-token rank\") or a SentencePiece model (",
+      spm.status().message(), ")"));
 }
-
-}  // namespace
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::Load(const std::string& path) {
-  const ShimApi& api = Shim();
-  if (!api.error.empty()) return absl::FailedPreconditionError(api.error);
+  std::string file = path;
+  struct stat st;
+  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+    // tokenizer.model first: Llama 2's and Mistral's directories hold a SentencePiece
+    // tokenizer.model beside a tokenizer.json this trainer does not read.
+    file = path + "/tokenizer.model";
+    if (::stat(file.c_str(), &st) != 0) file = path + "/tokenizer.json";
+    if (::stat(file.c_str(), &st) != 0) {
+      return absl::NotFoundError(absl::StrCat(path, " has no tokenizer.model or tokenizer.json"));
+    }
+  }
   // Read once, bounded, and loaded from these bytes: the digest names what was loaded.
-  LF_ASSIGN_OR_RETURN(const std::string bytes, ReadModelFile(path, kMaxTokenizerFileBytes));
-  char err[1024] = {0};
-  void* h = api.load(bytes.data(), bytes.size(), err, sizeof err);
-  if (!h) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": cannot load SentencePiece model: ", err));
-  }
-  std::unique_ptr<Tokenizer> t(new Tokenizer());
-  t->handle_ = h;
-  t->path_ = path;
-  Sha256 digest;
-  digest.Update(bytes.data(), bytes.size());
-  t->sha256_ = digest.Hex();
-  t->bos_ = api.info(h, 0);
-  t->eos_ = api.info(h, 1);
-  t->vocab_ = api.info(h, 2);
-  return t;
-}
-
-Tokenizer::~Tokenizer() {
-  if (handle_) Shim().free(handle_);
-}
-
-std::vector<int32_t> Tokenizer::Encode(absl::string_view text) const {
-  std::vector<int32_t> ids(text.size() + 16);
-  int64_t n = Shim().encode(handle_, text.data(), text.size(), ids.data(), static_cast<int64_t>(ids.size()));
-  if (n > static_cast<int64_t>(ids.size())) {
-    ids.resize(n);
-    n = Shim().encode(handle_, text.data(), text.size(), ids.data(), n);
-  }
-  ids.resize(n < 0 ? 0 : n);
-  return ids;
+  LF_ASSIGN_OR_RETURN(const std::string bytes, ReadModelFile(file, kMaxTokenizerFileBytes));
+  const size_t slash = file.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : file.substr(0, slash);
+  return FromBytes(file, bytes, dir);
 }
 
 }  // namespace llamafleet::trainer

@@ -259,9 +259,10 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> MaybeLoadTokenizer(DataFormat format,
       return absl::InvalidArgumentError(
           "model.tokenizer is required with a preset unless data.format is TOKENS");
     }
-    path = (fs::path(model_dir) / "tokenizer.model").string();
+    path = model_dir;  // its tokenizer.json, else its tokenizer.model
   }
   LF_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tok, LoadTokenizer(path));
+  path = tok->path();
   if (config->vocab_size == 0) {
     config->vocab_size = tok->vocab_size();
     // Sized from a file the job names: bounded like any config.json's before anything
