@@ -68,7 +68,9 @@ def merged_items(model):
     for n, p in model.named_parameters():
         if ".lora_" in n:
             continue
-        if n.endswith(".base.weight"):
+        if n.endswith(".base.bias"):  # Qwen2's q/k/v biases: frozen, unchanged
+            out.append((n.replace(".base.bias", ".bias"), p.detach().float()))
+        elif n.endswith(".base.weight"):
             owner = model.get_submodule(n[: -len(".base.weight")])
             w = p.detach().double() + owner.scaling * (owner.lora_B.weight.double() @ owner.lora_A.weight.double())
             out.append((n.replace(".base.weight", ".weight"), w.float()))
@@ -95,9 +97,10 @@ def cmd_make_adapter(a):
     cfg, _ = ref.read_model_dir(a.model)
     g = torch.Generator().manual_seed(a.seed)
     h, ffn = cfg["hidden_size"], cfg["intermediate_size"]
-    d = h // cfg["num_attention_heads"]
+    d = ref.head_dim(cfg)
+    q = cfg["num_attention_heads"] * d
     kv = cfg.get("num_key_value_heads", cfg["num_attention_heads"]) * d
-    shapes = {"q_proj": (h, h), "k_proj": (kv, h), "v_proj": (kv, h), "o_proj": (h, h),
+    shapes = {"q_proj": (q, h), "k_proj": (kv, h), "v_proj": (kv, h), "o_proj": (h, q),
               "gate_proj": (ffn, h), "up_proj": (ffn, h), "down_proj": (h, ffn)}
     items = []
     for i in range(cfg["num_hidden_layers"]):

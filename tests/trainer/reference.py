@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """Independent reference for the llamafleet trainer, in plain PyTorch.
 
-Written from the Hugging Face LlamaForCausalLM conventions (not from the C++ code and
+Written from the Hugging Face LlamaForCausalLM conventions (and Qwen2's q/k/v biases, explicit
+head_dim, Llama 3.1's RoPE scaling; not from the C++ code and
 without `transformers`, which is not installed): RMSNorm in fp32, RoPE with rotate_half,
 repeat_kv for grouped-query attention, eager attention with an additive causal mask and
 an fp32 softmax, SwiGLU MLP, tied or untied lm_head, logits upcast to fp32, shifted
@@ -121,8 +122,44 @@ def rotate_half(x):
     return torch.cat((-x2, x1), dim=-1)
 
 
-def rope_cos_sin(T, d, theta):
+def rope_parameters(c):
+    """(theta, llama3 scaling dict or None) from either config layout: transformers 5.x's
+    rope_parameters, or 4.x's top-level rope_theta and rope_scaling (theta 10000 when the
+    config has neither)."""
+    rp = c.get("rope_parameters")
+    if rp is None:
+        rp = dict(c.get("rope_scaling") or {}, rope_theta=c.get("rope_theta", 10000.0))
+    kind = rp.get("rope_type", rp.get("type", "default"))
+    assert kind in ("default", "llama3"), kind
+    return float(rp["rope_theta"]), (rp if kind == "llama3" else None)
+
+
+def head_dim(c):
+    return c.get("head_dim") or c["hidden_size"] // c["num_attention_heads"]
+
+
+def llama3_inv_freq(inv_freq, s):
+    """Llama 3.1's rescaling, written from Meta's apply_scaling (llama/model.py)."""
+    factor, low, high = s["factor"], s["low_freq_factor"], s["high_freq_factor"]
+    old = s["original_max_position_embeddings"]
+    low_wavelen, high_wavelen = old / low, old / high
+    out = []
+    for f in inv_freq.tolist():
+        w = 2 * math.pi / f
+        if w < high_wavelen:
+            out.append(f)
+        elif w > low_wavelen:
+            out.append(f / factor)
+        else:
+            smooth = (old / w - low) / (high - low)
+            out.append((1 - smooth) * f / factor + smooth * f)
+    return torch.tensor(out, dtype=torch.float32)
+
+
+def rope_cos_sin(T, d, theta, scaling=None):
     inv_freq = 1.0 / (theta ** (torch.arange(0, d, 2).float() / d))
+    if scaling is not None:
+        inv_freq = llama3_inv_freq(inv_freq, scaling)
     t = torch.arange(T).float()
     freqs = torch.outer(t, inv_freq)
     emb = torch.cat((freqs, freqs), dim=-1)
@@ -147,10 +184,11 @@ class Attention(nn.Module):
     def __init__(self, c):
         super().__init__()
         h, H, KV = c["hidden_size"], c["num_attention_heads"], c["num_key_value_heads"]
-        self.H, self.KV, self.d = H, KV, h // H
-        self.q_proj = nn.Linear(h, H * self.d, bias=False)
-        self.k_proj = nn.Linear(h, KV * self.d, bias=False)
-        self.v_proj = nn.Linear(h, KV * self.d, bias=False)
+        self.H, self.KV, self.d = H, KV, head_dim(c)
+        bias = c.get("model_type") == "qwen2"  # Qwen2: q, k, v biases; o none
+        self.q_proj = nn.Linear(h, H * self.d, bias=bias)
+        self.k_proj = nn.Linear(h, KV * self.d, bias=bias)
+        self.v_proj = nn.Linear(h, KV * self.d, bias=bias)
         self.o_proj = nn.Linear(H * self.d, h, bias=False)
 
     def forward(self, x, cos, sin):
@@ -218,8 +256,7 @@ class LlamaForCausalLM(nn.Module):
     def forward(self, input_ids):
         """Returns fp32 logits [B, T, V]."""
         T = input_ids.shape[1]
-        d = self.c["hidden_size"] // self.c["num_attention_heads"]
-        cos, sin = rope_cos_sin(T, d, self.c.get("rope_theta", 10000.0))
+        cos, sin = rope_cos_sin(T, head_dim(self.c), *rope_parameters(self.c))
         x = self.model.embed_tokens(input_ids)
         cos, sin = cos.to(x.dtype), sin.to(x.dtype)
         for layer in self.model.layers:

@@ -68,3 +68,13 @@ if(TARGET llamafleet_trainer_sharding AND LLAMAFLEET_SYSTEM_PYTHON3)
     COMMAND ${LLAMAFLEET_SYSTEM_PYTHON3} ${CMAKE_CURRENT_SOURCE_DIR}/test_early_stopping.py ${CMAKE_RUNTIME_OUTPUT_DIRECTORY})
   set_tests_properties(trainer_early_stopping_test PROPERTIES TIMEOUT 600 ENVIRONMENT "OMP_NUM_THREADS=1")
 endif()
+
+# Model families (Llama 2/3.1/3.2, Mistral, Qwen2.5) against HF transformers' fixtures
+# (fixtures/families) and reference.py: eval in both config layouts, export round trip,
+# 2-rank FULL_SHARD and tensor-parallel training, LoRA on Qwen2.5 with biases and tied
+# embeddings. About 30 s on this 2-core machine.
+if(TARGET llamafleet_trainer_sharding AND LLAMAFLEET_SYSTEM_PYTHON3)
+  add_test(NAME trainer_families_test
+    COMMAND ${LLAMAFLEET_SYSTEM_PYTHON3} ${CMAKE_CURRENT_SOURCE_DIR}/test_families.py ${CMAKE_RUNTIME_OUTPUT_DIRECTORY})
+  set_tests_properties(trainer_families_test PROPERTIES TIMEOUT 600 ENVIRONMENT "OMP_NUM_THREADS=1")
+endif()

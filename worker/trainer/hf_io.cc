@@ -99,8 +99,9 @@ absl::StatusOr<std::unique_ptr<HfModelDir>> HfModelDir::Open(const std::string& 
       continue;
     }
     if (!expected.count(tname)) {
-      return absl::InvalidArgumentError(absl::StrCat(it->second.file->path(), ": unexpected tensor \"",
-                                                     tname, "\" (not part of LlamaForCausalLM with this config)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(it->second.file->path(), ": unexpected tensor \"", tname, "\" (not part of ",
+                       ArchitectureName(m->config_.family), " with this config)"));
     }
     ++it;
   }

@@ -16,9 +16,8 @@ namespace llamafleet::trainer {
 namespace fs = std::filesystem;
 
 namespace {
-// Position of each module's weight among a decoder layer's nine base tensors (model.h).
+// Position of each module's weight among a decoder layer's base tensors (model.h).
 constexpr std::array<int, kLoraModules> kBaseIndex = {1, 2, 3, 4, 6, 7, 8};
-constexpr int kBaseTensorsPerLayer = 9;
 
 std::string Replace(const std::string& s, const std::string& from, const std::string& to) {
   const size_t at = s.rfind(from);
@@ -49,9 +48,9 @@ void ApplyLora(const LlamaConfig& config, const LoraOptions& lora, std::vector<U
   }
 }
 
-int LoraIndex(const LoraOptions& lora, int module) {
+int LoraIndex(const LoraOptions& lora, int module, int base_tensors) {
   if (!lora.enabled || !lora.targets(module)) return -1;
-  int index = kBaseTensorsPerLayer;
+  int index = base_tensors;
   for (int m = 0; m < module; ++m) index += lora.targets(m) ? 2 : 0;
   return index;
 }
@@ -116,9 +115,10 @@ std::vector<at::Tensor> MergeUnit(const LoraOptions& lora, const UnitLayout& uni
   const size_t base = unit.frozen.empty() ? tensors.size()
                                           : static_cast<size_t>(std::count(unit.frozen.begin(), unit.frozen.end(), true));
   for (size_t i = 0; i < base; ++i) out.push_back(tensors[i].to(at::kFloat));
-  if (base == kBaseTensorsPerLayer && tensors.size() > base) {
+  // A layer unit: its base tensors, then the adapters.
+  if (base >= kQkvBiasIndex && tensors.size() > base) {
     for (int m = 0; m < kLoraModules; ++m) {
-      const int a = LoraIndex(lora, m);
+      const int a = LoraIndex(lora, m, static_cast<int>(base));
       if (a < 0) continue;
       at::Tensor A = tensors[a].to(at::kFloat), B = tensors[a + 1].to(at::kFloat);
       out[kBaseIndex[m]] = out[kBaseIndex[m]] + at::matmul(B, A) * lora.scale();

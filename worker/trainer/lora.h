@@ -8,9 +8,10 @@
 // 1/sqrt(in))) from a generator seeded by (seed, tensor name), B starts at zero, so step 0
 // computes exactly the base model. The base is frozen: every base tensor is marked frozen
 // in the layout (engines then keep it in the compute dtype with no gradient, no master and
-// no optimizer state), and the adapters are appended to their layer's unit after the nine
-// base tensors, in module order (q, k, v, o, gate, up, down), A before B, named as the
-// base tensor with ".weight" replaced by ".lora_A.weight" / ".lora_B.weight".
+// no optimizer state; q/k/v biases too), and the adapters are appended to their layer's
+// unit after its base tensors (LayerBaseTensors), in module order (q, k, v, o, gate, up, down), A
+// before B, named as the base tensor with ".weight" replaced by ".lora_A.weight" /
+// ".lora_B.weight".
 //
 // On disk an adapter is a PEFT directory: adapter_config.json and adapter_model.safetensors
 // whose tensor names carry PEFT's "base_model.model." prefix.
@@ -37,7 +38,8 @@ namespace llamafleet::trainer {
 void ApplyLora(const LlamaConfig& config, const LoraOptions& lora, std::vector<UnitLayout>& layout);
 
 // Index in a layer unit's tensors of module `module`'s A (B follows it); -1 if untargeted.
-int LoraIndex(const LoraOptions& lora, int module);
+// `base_tensors`: the unit's base tensors (LayerBaseTensors).
+int LoraIndex(const LoraOptions& lora, int module, int base_tensors);
 
 // Tensors of the adapter, all layers, in layout order: (layout unit, tensor index).
 std::vector<std::pair<int, int>> AdapterTensors(const std::vector<UnitLayout>& layout);

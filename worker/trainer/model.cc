@@ -53,6 +53,14 @@ std::vector<UnitLayout> MakeLayout(const LlamaConfig& c) {
                      {},
                      {S::kReplicated, S::kRows, S::kRows, S::kRows, S::kColumns, S::kReplicated, S::kRows,
                       S::kRows, S::kColumns}});
+    if (c.qkv_bias) {
+      UnitLayout& u = units.back();
+      u.param_names.insert(
+          u.param_names.end(),
+          {p + "self_attn.q_proj.bias", p + "self_attn.k_proj.bias", p + "self_attn.v_proj.bias"});
+      u.shapes.insert(u.shapes.end(), {{q_dim}, {kv_dim}, {kv_dim}});
+      u.split.insert(u.split.end(), {S::kRows, S::kRows, S::kRows});
+    }
   }
   UnitLayout head{"head", {"model.norm.weight"}, {{h}}, {}, {S::kReplicated}};
   if (!c.tie_word_embeddings) {
@@ -62,6 +70,10 @@ std::vector<UnitLayout> MakeLayout(const LlamaConfig& c) {
   }
   units.push_back(std::move(head));
   return units;
+}
+
+int LayerBaseTensors(const LlamaConfig& c) {
+  return c.qkv_bias ? kQkvBiasIndex + 3 : kQkvBiasIndex;
 }
 
 ModelInput MakeModelInput(const Batch& b, const at::Device& device) {
@@ -134,6 +146,20 @@ LlamaModel::LlamaModel(const LlamaConfig& config, at::Device device, at::ScalarT
   const int64_t d = config.head_dim();
   at::Tensor inv_freq =
       1.0 / at::pow(config.rope_theta, at::arange(0, d, 2, at::kLong).to(at::kFloat) / d);
+  if (config.rope_scaling.type == RopeScaling::Type::kLlama3) {
+    // HF's _compute_llama3_parameters, op for op in fp32 (see the file comment).
+    const RopeScaling& r = config.rope_scaling;
+    const double old = static_cast<double>(r.original_max_position_embeddings);
+    const double low_wavelen = old / r.low_freq_factor, high_wavelen = old / r.high_freq_factor;
+    const at::Tensor wavelen = 2 * M_PI / inv_freq;
+    at::Tensor scaled = at::where(wavelen > low_wavelen, inv_freq / r.factor, inv_freq);
+    const at::Tensor smooth =
+        (old / wavelen - r.low_freq_factor) / (r.high_freq_factor - r.low_freq_factor);
+    const at::Tensor smoothed = (1 - smooth) * scaled / r.factor + smooth * scaled;
+    const at::Tensor medium =
+        (wavelen < high_wavelen).logical_not() & (wavelen > low_wavelen).logical_not();
+    inv_freq = at::where(medium, smoothed, scaled);
+  }
   at::Tensor t = at::arange(config.max_position_embeddings, at::kLong).to(at::kFloat);
   at::Tensor freqs = at::outer(t, inv_freq);   // [P, d/2]
   at::Tensor emb = at::cat({freqs, freqs}, -1);  // [P, d]
@@ -153,7 +179,8 @@ at::Tensor LlamaModel::Linear(const at::Tensor& x, const at::Tensor& w) const {
 
 void LlamaModel::set_lora(const LoraOptions& lora) {
   lora_ = lora;
-  for (int m = 0; m < kLoraModules; ++m) lora_index_[m] = LoraIndex(lora, m);
+  for (int m = 0; m < kLoraModules; ++m)
+    lora_index_[m] = LoraIndex(lora, m, LayerBaseTensors(config_));
 }
 
 void LlamaModel::set_tensor_parallel(Comm* tp) {
@@ -221,6 +248,8 @@ at::Tensor LlamaModel::Project(const std::vector<at::Tensor>& p, int module, con
     if (row_parallel) y = ReduceFromTensorParallel(y, tp_);
     if (kept_ != nullptr) kept_->out[module] = y;
   }
+  // q, k, v biases (column-parallel: this rank's slice), outside the kept output.
+  if (module < 3 && config_.qkv_bias) y = y + p[kQkvBiasIndex + module];
   const int a = lora_.enabled ? lora_index_[module] : -1;
   if (a < 0) return y;
   // PEFT: base(x) + lora_B(lora_A(dropout(x))) * scaling. The rank-r products go through

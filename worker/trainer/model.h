@@ -1,13 +1,19 @@
-// The Llama-2 decoder as HF LlamaForCausalLM computes it, written as a pure function of
-// parameter units that a ParamEngine hands out (see engine.h): the model owns no weights.
+// The Llama decoder as HF LlamaForCausalLM (and Mistral's, Qwen2's) computes it, written as a pure
+// function of parameter units that a ParamEngine hands out (see engine.h): the model owns no
+// weights.
 //
 //   x = embed[tokens]                                   [B, T, h]
 //   per layer:  x += o(attn(rope(q(n1(x))), rope(k(n1(x))), v(n1(x))))
 //               x += down(silu(gate(n2(x))) * up(n2(x)))
 //   logits = lm_head(norm(x))                           [B, T, V] (only at loss positions)
 //
-// RMSNorm is computed in fp32; RoPE uses HF's rotate_half convention with cos/sin in fp32;
-// query head h attends with kv head h / (H / KV); causal mask; no biases.
+// RMSNorm is computed in fp32; RoPE uses HF's rotate_half convention with cos/sin in fp32,
+// its frequencies HF's default or Llama 3.1's llama3 rescaling (config.rope_scaling: with
+// wavelength w = 2π/f and old = original_max_position_embeddings, f stays where
+// w < old/high_freq_factor, becomes f/factor where w > old/low_freq_factor, and in between
+// (1-s)·f/factor + s·f with s = (old/w - low_freq_factor)/(high - low), all in fp32);
+// query head h attends with kv head h / (H / KV); causal mask; q, k and v carry biases
+// when config.qkv_bias (Qwen2), no other projection does.
 //
 // Under tensor parallelism (tensor_parallel.h, set_tensor_parallel) each rank computes its
 // heads and MLP rows with Megatron's f and g around the projections, a
@@ -53,9 +59,14 @@ struct UnitLayout {
 
 // Units in forward order: [embed, layers.0 .. layers.L-1, head]. In a decoder-layer unit
 // the parameters are ordered: input_layernorm, q, k, v, o, post_attention_layernorm,
-// gate, up, down. The head unit holds model.norm.weight and, unless the embeddings are
-// tied, lm_head.weight.
+// gate, up, down, then with config.qkv_bias the q, k and v biases (split as their
+// weights' rows under tensor parallelism). The head unit holds model.norm.weight and,
+// unless the embeddings are tied, lm_head.weight.
 std::vector<UnitLayout> MakeLayout(const LlamaConfig& config);
+// Tensors of a decoder-layer unit of MakeLayout (9, or 12 with q/k/v biases): LoRA's
+// adapters follow them.
+int LayerBaseTensors(const LlamaConfig& config);
+inline constexpr int kQkvBiasIndex = 9;  // q's bias in a layer unit (k, v follow)
 inline int EmbedUnit() { return 0; }
 inline int LayerUnit(int layer) { return 1 + layer; }
 inline int HeadUnit(const LlamaConfig& c) { return 1 + static_cast<int>(c.num_hidden_layers); }

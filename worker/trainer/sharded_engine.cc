@@ -361,7 +361,10 @@ std::vector<at::Tensor> ShardedEngine::Acquire(int unit, at::Tensor* input) {
     if (through_input) *input = outs[1];
   }
   // One split of the trainable flat (a single autograd node gathers the tensors'
-  // gradients into one flat gradient); frozen tensors are plain views.
+  // gradients into one flat gradient); frozen tensors are plain views with a version
+  // counter of their own: a re-gather in backward rewrites the buffer with the same
+  // values, which must not invalidate what autograd saved of them (the tied embeddings'
+  // head under LoRA is re-gathered before its norm's backward).
   std::vector<int64_t> sizes;
   for (const View& v : views_[unit]) {
     if (!v.frozen) sizes.push_back(v.numel);
@@ -372,7 +375,8 @@ std::vector<at::Tensor> ShardedEngine::Acquire(int unit, at::Tensor* input) {
   std::vector<at::Tensor> out;
   size_t next = 0;
   for (const View& v : views_[unit]) {
-    out.push_back(v.frozen ? frozen_flat.narrow(0, v.offset, v.numel).view(v.shape) : parts[next++].view(v.shape));
+    out.push_back(v.frozen ? frozen_flat.narrow(0, v.offset, v.numel).view(v.shape).variable_data()
+                           : parts[next++].view(v.shape));
   }
   return out;
 }

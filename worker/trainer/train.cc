@@ -392,6 +392,7 @@ absl::StatusOr<EvalResult> RunEval(const EvalOptions& opt) {
       return absl::InvalidArgumentError(absl::StrCat("--seq-len ", seq_len, " exceeds max_position_embeddings ",
                                                      config.max_position_embeddings));
     }
+    LF_RETURN_IF_ERROR(CheckSequenceLength(config, seq_len));
     if (opt.micro_batch <= 0) return absl::InvalidArgumentError("--micro-batch must be > 0");
     LF_ASSIGN_OR_RETURN(LoadedData data, LoadRows(opt.data_path, opt.format, tokenizer.get(), config,
                                                   opt.batching, seq_len, DefaultTokenCacheDir(), 0, true));

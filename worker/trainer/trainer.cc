@@ -124,6 +124,7 @@ absl::Status Trainer::Setup() {
                             config_.max_position_embeddings));
     seq_len_ = config_.max_position_embeddings;
   }
+  LF_RETURN_IF_ERROR(CheckSequenceLength(config_, seq_len_));
   const std::string cache_dir = opt_.token_cache_dir.empty() ? DefaultTokenCacheDir() : opt_.token_cache_dir;
   LF_ASSIGN_OR_RETURN(train_, LoadRows(opt_.train_path, opt_.format, tokenizer_.get(), config_, opt_.batching,
                                        seq_len_, cache_dir, opt_.token_cache_max_bytes, rank0_,
