@@ -443,8 +443,7 @@ TEST(Config, PresetsHaveTheReleasedShapes) {
 }
 
 TEST(Config, NewerPresetsHaveTheirReleasedConfigs) {
-  // The fields LlamaConfig holds today (the families' fields come with them): counts of
-  // the models without q/k/v biases as published, the tied Llama 3.2 head counted once.
+  // Counts as published: the tied Llama 3.2 head counted once, Qwen2.5's q/k/v biases in.
   auto c8 = PresetConfig("llama3.1-8b");
   ASSERT_TRUE(c8.ok()) << c8.status();
   EXPECT_EQ(c8->NumParameters(), 8030261248);
@@ -459,6 +458,16 @@ TEST(Config, NewerPresetsHaveTheirReleasedConfigs) {
   EXPECT_EQ(PresetConfig("mistral-7b")->NumParameters(), 7248023552);
   EXPECT_EQ(PresetConfig("qwen2.5-7b")->rms_norm_eps, 1e-6);
   EXPECT_EQ(PresetConfig("qwen2.5-72b")->vocab_size, 152064);
+  EXPECT_EQ(c8->rope_scaling.type, RopeScaling::Type::kLlama3);
+  EXPECT_EQ(c8->rope_scaling.factor, 8.0);
+  EXPECT_EQ(c1->rope_scaling.factor, 32.0);
+  EXPECT_EQ(PresetConfig("mistral-7b")->family, ModelFamily::kMistral);
+  EXPECT_EQ(PresetConfig("mistral-7b")->rope_scaling.type, RopeScaling::Type::kDefault);
+  auto q7 = PresetConfig("qwen2.5-7b");
+  EXPECT_EQ(q7->family, ModelFamily::kQwen2);
+  EXPECT_TRUE(q7->qkv_bias);
+  EXPECT_EQ(q7->NumParameters(), 7615616512);
+  EXPECT_EQ(PresetConfig("llama3.1-405b")->NumParameters(), 405853388800);
   for (const char* name : {"llama3.1-8b", "llama3.1-70b", "llama3.1-405b", "llama3.2-1b", "llama3.2-3b",
                            "mistral-7b", "qwen2.5-7b", "qwen2.5-72b"}) {
     EXPECT_TRUE(ValidateConfig(*PresetConfig(name)).ok()) << name;

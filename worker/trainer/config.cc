@@ -448,12 +448,18 @@ absl::StatusOr<LlamaConfig> PresetConfig(absl::string_view name) {
   c.bos_token_id = p->bos_token_id;
   c.eos_token_id = p->eos_token_id;
   c.torch_dtype = p->torch_dtype;
-  // TODO(families): set from the same preset the fields the model families add to
-  // LlamaConfig: the model type (p->model_type: llama, mistral, qwen2), head_dim
-  // (p->head_dim), the q/k/v biases (p->qkv_bias: Qwen2.5) and llama3 RoPE scaling
-  // (p->rope_llama3_factor: 8 for Llama 3.1, 32 for 3.2; low_freq_factor 1,
-  // high_freq_factor 4, original_max_position_embeddings 8192). Until then a Llama 3.x or
-  // Qwen2.5 preset builds the shape without them.
+  const absl::string_view type = p->model_type;
+  c.family = type == "qwen2" ? ModelFamily::kQwen2 : type == "mistral" ? ModelFamily::kMistral : ModelFamily::kLlama;
+  if (p->head_dim != p->hidden / p->heads) c.explicit_head_dim = p->head_dim;
+  c.qkv_bias = p->qkv_bias;
+  if (p->rope_llama3_factor > 0) {
+    // Llama 3.1 and 3.2's rope_scaling, as released.
+    c.rope_scaling.type = RopeScaling::Type::kLlama3;
+    c.rope_scaling.factor = p->rope_llama3_factor;
+    c.rope_scaling.low_freq_factor = 1.0;
+    c.rope_scaling.high_freq_factor = 4.0;
+    c.rope_scaling.original_max_position_embeddings = 8192;
+  }
   return c;
 }
 

@@ -149,6 +149,8 @@ sched::MemoryEstimate EstimateForRun(const LlamaConfig& config, const TrainOptio
   in.model.kv_heads = config.num_key_value_heads;
   in.model.vocab = config.vocab_size;
   in.model.tied_embeddings = config.tie_word_embeddings;
+  in.model.head_dim = config.head_dim();
+  in.model.qkv_bias = config.qkv_bias;
   switch (sh.strategy) {
     case ShardingStrategy::kShardGradOp: in.strategy = sched::Strategy::kShardGradOp; break;
     case ShardingStrategy::kHybridShard: in.strategy = sched::Strategy::kHybridShard; break;
