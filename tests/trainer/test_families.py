@@ -112,6 +112,18 @@ class Families(unittest.TestCase):
                     self.assertTrue(ref.torch.equal(got[name], want[name]), name)
                 self.assertLess(abs(self.eval_loss(out) - EXPECTED["loss"][family]) / EXPECTED["loss"][family], 1e-5)
 
+    def test_export_carries_a_tokenizer_json_and_its_sidecars(self):
+        tok = os.path.join(HERE, "fixtures", "tokenizers", "llama3_style")
+        src = self.model("llama3.1", "v5")
+        for name in os.listdir(tok):
+            shutil.copy(os.path.join(tok, name), src)
+        out = os.path.join(self.tmp, "with-tokenizer")
+        trainer("export", "--checkpoint", src, "--out", out, "--dtype", "fp32")
+        for name in os.listdir(tok):
+            with open(os.path.join(tok, name), "rb") as a, open(os.path.join(out, name), "rb") as b:
+                self.assertEqual(a.read(), b.read(), name)
+        self.assertFalse(os.path.exists(os.path.join(out, "tokenizer.model")))
+
     def spec(self, name, model, extra="", steps=3, merge=False):
         f = os.path.join(self.tmp, name + ".yaml")
         with open(f, "w") as fh:

@@ -450,6 +450,16 @@ class TokenizerAndMasking(TempDirTest):
         got = json_lines(trainer("tokenize", "--tokenizer", os.path.join(fixtures, "llama3_style"),
                                  "--data", data, "--format", "text").stdout)
         self.assertEqual([g["tokens"] for g in got], [[3256] + ids + [3260] for ids in sample])
+        # Without a BOS in the post-processor (Qwen2.5's tokenizer.json), none is added.
+        bare = self.path("no_bos")
+        shutil.copytree(os.path.join(fixtures, "llama3_style"), bare)
+        with open(os.path.join(bare, "tokenizer.json")) as fh:
+            spec = json.load(fh)
+        spec["post_processor"] = None
+        with open(os.path.join(bare, "tokenizer.json"), "w") as fh:
+            json.dump(spec, fh)
+        got = json_lines(trainer("tokenize", "--tokenizer", bare, "--data", data, "--format", "text").stdout)
+        self.assertEqual([g["tokens"] for g in got], [ids + [3260] for ids in sample])
 
     def test_tokens_used_as_given(self):
         data = self.path("t.jsonl")

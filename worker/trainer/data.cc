@@ -41,7 +41,7 @@ absl::StatusOr<Sequence> ParseRecord(const std::string& path, int64_t lineno, ab
       LF_RETURN_IF_ERROR(get_string("text", &text));
       auto ids = opt.tokenizer->Encode(text);
       if (!ids.ok()) return bad(absl::StrCat("field \"text\": ", ids.status().message()));
-      s.tokens.push_back(static_cast<int32_t>(opt.bos_id));
+      if (opt.bos_id >= 0) s.tokens.push_back(static_cast<int32_t>(opt.bos_id));
       s.tokens.insert(s.tokens.end(), ids->begin(), ids->end());
       s.tokens.push_back(static_cast<int32_t>(opt.eos_id));
       s.target.assign(s.tokens.size(), 1);
@@ -55,7 +55,7 @@ absl::StatusOr<Sequence> ParseRecord(const std::string& path, int64_t lineno, ab
       if (!p.ok()) return bad(absl::StrCat("field \"prompt\": ", p.status().message()));
       auto c = opt.tokenizer->Encode(completion);
       if (!c.ok()) return bad(absl::StrCat("field \"completion\": ", c.status().message()));
-      s.tokens.push_back(static_cast<int32_t>(opt.bos_id));
+      if (opt.bos_id >= 0) s.tokens.push_back(static_cast<int32_t>(opt.bos_id));
       s.tokens.insert(s.tokens.end(), p->begin(), p->end());
       s.target.assign(s.tokens.size(), 0);
       s.tokens.insert(s.tokens.end(), c->begin(), c->end());

@@ -31,7 +31,7 @@ struct Sequence {
 struct DataLoadOptions {
   DataFormat format = DataFormat::kText;  // record format of every line
   const Tokenizer* tokenizer = nullptr;   // required unless format == kTokens
-  int64_t bos_id = 1;                     // prepended to text / prompt_completion records
+  int64_t bos_id = 1;                     // prepended to text / prompt_completion records; -1: none
   int64_t eos_id = 2;                     // appended to text / prompt_completion records
   int64_t vocab_size = 0;                 // every id must be < vocab_size (0 = unchecked)
   int64_t max_positions = 0;              // a record longer than this is an error (0 = no limit)

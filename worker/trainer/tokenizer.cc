@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <filesystem>
 
 #include "absl/strings/str_cat.h"
 #include "hf_bpe_tokenizer.h"
@@ -55,6 +56,25 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::Load(const std::string& pa
   const size_t slash = file.rfind('/');
   const std::string dir = slash == std::string::npos ? "." : file.substr(0, slash);
   return FromBytes(file, bytes, dir);
+}
+
+absl::StatusOr<std::map<std::string, std::string>> Tokenizer::ExportFiles() const {
+  std::map<std::string, std::string> files;
+  if (kind() != "tokenizer.json") {
+    LF_ASSIGN_OR_RETURN(files["tokenizer.model"], ReadModelFile(path_, kMaxTokenizerFileBytes));
+    return files;
+  }
+  LF_ASSIGN_OR_RETURN(files["tokenizer.json"], ReadModelFile(path_, kMaxTokenizerFileBytes));
+  const std::filesystem::path dir = std::filesystem::path(path_).parent_path();
+  for (const char* name : {"tokenizer_config.json", "generation_config.json", "special_tokens_map.json"}) {
+    absl::StatusOr<std::string> bytes = ReadModelFile((dir / name).string(), kMaxListingFileBytes);
+    if (bytes.ok()) {
+      files[name] = *std::move(bytes);
+    } else if (!absl::IsNotFound(bytes.status())) {
+      return bytes.status();
+    }
+  }
+  return files;
 }
 
 }  // namespace llamafleet::trainer

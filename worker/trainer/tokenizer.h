@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -60,6 +61,11 @@ class Tokenizer {
   // Lowercase hex SHA-256 of the bytes it was loaded from (read once: the file may have
   // changed since); with a tokenizer.json, of its sidecar files' bytes too.
   const std::string& sha256() const { return sha256_; }
+  // The files an HF directory holds this tokenizer in, name -> bytes, re-read from where
+  // it was loaded (for an export): tokenizer.model (SentencePiece, tiktoken), or
+  // tokenizer.json with the tokenizer_config.json, generation_config.json and
+  // special_tokens_map.json beside it where they exist.
+  absl::StatusOr<std::map<std::string, std::string>> ExportFiles() const;
 
  protected:
   Tokenizer() = default;

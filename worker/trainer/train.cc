@@ -23,6 +23,7 @@
 #include "engine.h"
 #include "hf_io.h"
 #include "model.h"
+#include "model_file.h"
 #include "jobspec/memory_estimate.h"
 #include "token_cache.h"
 #include "train_parts.h"
@@ -213,7 +214,11 @@ absl::StatusOr<LoadedData> LoadRows(const std::string& path, DataFormat format,
   o.max_bytes = cache_max_bytes;
   o.load.format = format;
   o.load.tokenizer = tokenizer;
-  o.load.bos_id = tokenizer && tokenizer->bos_id() >= 0 ? tokenizer->bos_id() : config.bos_token_id;
+  // A tokenizer.json without a BOS in its post-processor (Qwen2.5) adds none, as
+  // transformers does; a SentencePiece model without one falls back to config.json's.
+  o.load.bos_id = tokenizer && (tokenizer->bos_id() >= 0 || tokenizer->kind() != "sentencepiece")
+                      ? tokenizer->bos_id()
+                      : config.bos_token_id;
   o.load.eos_id = tokenizer && tokenizer->eos_id() >= 0 ? tokenizer->eos_id() : config.eos_token_id;
   o.load.vocab_size = config.vocab_size;
   o.load.max_positions = config.max_position_embeddings;
@@ -427,9 +432,16 @@ absl::Status RunExport(const std::string& checkpoint_dir, const std::string& out
     ExportOptions eo;
     eo.dtype = dtype;
     eo.max_shard_bytes = max_shard_bytes;
-    std::error_code ec;
-    const fs::path tok = fs::path(checkpoint_dir) / "tokenizer.model";
-    if (fs::exists(tok, ec)) eo.tokenizer_path = tok.string();
+    // The tokenizer travels with the weights, whichever kind the directory holds.
+    for (const char* name : {"tokenizer.model", "tokenizer.json", "tokenizer_config.json", "generation_config.json",
+                             "special_tokens_map.json"}) {
+      absl::StatusOr<std::string> bytes = ReadModelFile((fs::path(checkpoint_dir) / name).string(), kMaxTokenizerFileBytes);
+      if (bytes.ok()) {
+        eo.extra_files[name] = *std::move(bytes);
+      } else if (!absl::IsNotFound(bytes.status())) {
+        return bytes.status();
+      }
+    }
     // Tensors are read at their stored precision and converted once, so an export to the
     // stored dtype is bit-identical.
     auto fetch = [&](int u) -> absl::StatusOr<std::vector<at::Tensor>> {
