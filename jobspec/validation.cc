@@ -186,6 +186,7 @@ void CheckData(const v1::JobSpec& spec, Violations& v) {
 // training
 void CheckTraining(const v1::JobSpec& spec, Violations& v) {
   const v1::ModelSpec& m = spec.model();
+  const sched::ModelPreset* preset = m.preset().empty() ? nullptr : sched::FindModelPreset(m.preset());
   const v1::TrainingSpec& t = spec.training();
   if (t.has_epochs()) AtLeast(v, "training.epochs", t.epochs(), 1);
   AtLeast<int64_t>(v, "training.max_steps", t.max_steps(), 0);
