@@ -452,6 +452,7 @@ absl::Status RunExport(const std::string& checkpoint_dir, const std::string& out
       }
       return out;
     };
+    std::error_code ec;
     if (fs::weakly_canonical(checkpoint_dir, ec) == fs::weakly_canonical(out_dir, ec)) {
       return absl::InvalidArgumentError("--out must differ from --checkpoint");
     }

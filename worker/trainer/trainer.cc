@@ -629,7 +629,9 @@ absl::Status Trainer::Finish(int64_t end_step) {
     eo.max_shard_bytes = opt_.max_shard_bytes;
     eo.owner = opt_.job_id;
     eo.path_roots = opt_.path_roots;
-    if (tokenizer_) LF_ASSIGN_OR_RETURN(eo.extra_files, tokenizer_->ExportFiles());
+    if (tokenizer_) {
+      LF_ASSIGN_OR_RETURN(eo.extra_files, tokenizer_->ExportFiles());
+    }
     // Gathering a unit is collective; only rank 0 writes.
     if (lora_.enabled) {
       LF_RETURN_IF_ERROR(ExportLora(*engine_, config_, full_layout_, lora_, opt_.merge, opt_.export_dir, eo));
