@@ -290,12 +290,13 @@ int RunCli(int argc, char** argv, std::istream& in, std::ostream& out, std::ostr
   CLI::App* logs_cmd = app.add_subcommand(
       "logs",
       "print a job's trainer output (each line prefixed [rank N] when several ranks "
-      "are shown); -o json prints one LogChunk per line");
+      "are shown; the trainer's JSON records as text unless --raw); -o json prints one LogChunk per line");
   logs_cmd->add_option("ID", job_id, "job id")->required();
   logs_cmd->add_flag("-f,--follow", logs.follow, "keep printing new lines until the job ends");
   CLI::Option* rank_option = logs_cmd->add_option("--rank", logs.rank, "only this global rank");
   logs_cmd->add_option("--attempt", logs.attempt, "this attempt (1, 2, ...; default the newest)");
   logs_cmd->add_option("--tail", logs.tail, "start N lines before the end of each rank's log");
+  logs_cmd->add_flag("--raw", logs.raw, "the trainer's JSON records as written, not as one line of text each");
 
   // checkpoints ID
   CLI::App* checkpoints_cmd =

@@ -168,6 +168,7 @@ struct LogsFlags {
   int rank = -1;    // -1: every rank
   int attempt = 0;  // 0: the newest
   int tail = 0;     // 0: from the beginning
+  bool raw = false; // the trainer's JSON records as they are, not as text (log_record.h)
 };
 // `rank_given`: --rank was on the command line (so a negative one is an error).
 absl::Status RunLogs(const Context& ctx, const std::string& id, const LogsFlags& flags,

@@ -3,11 +3,13 @@
 
 #include "absl/strings/match.h"
 #include "absl/time/clock.h"
+#include "clients/cli/log_record.h"
 #include "clients/cli/output.h"
 #include "clients/cli/progress.h"
 #include "clients/cli/usage_output.h"
 #include "google/protobuf/util/time_util.h"
 #include "gtest/gtest.h"
+#include "worker/trainer_events.h"
 
 namespace llamafleet::cli {
 namespace {
@@ -678,6 +680,31 @@ TEST(MetricsLineTest, PlainLineForPipes) {
   m.set_mfu(0);
   m.set_total_steps(0);
   EXPECT_EQ(MetricsLine(m, std::nullopt), "step 120 loss 2.3140 lr 0.0003 1,235 tok/s");
+}
+
+TEST(DescribeLogRecordTest, TheTrainersRecordsReadAsOneLineOfTextEach) {
+  // Lines as the trainer writes them (worker/trainer_events.h), not hand-made JSON.
+  trainer_events::Metrics m;
+  m.step = 20, m.loss = 2.31, m.lr = 3e-4, m.grad_norm = 0.5, m.tokens_per_s = 1234.4, m.peak_mem_bytes = 3 << 20;
+  EXPECT_EQ(DescribeLogRecord(trainer_events::ToLine(m)),
+            "» step 20 · loss 2.3100 · lr 0.0003 · grad norm 0.5 · 1,234 tok/s · peak 3.0 MiB");
+  EXPECT_EQ(DescribeLogRecord(trainer_events::ToLine(trainer_events::Eval{60, 4.25, 70.1, 5120})),
+            "» eval after step 60 · loss 4.2500 · perplexity 70.1 · 5,120 tokens");
+  EXPECT_EQ(DescribeLogRecord(trainer_events::ToLine(trainer_events::Phase{"data_ready", 0.5, 0.6, "tokenized"})),
+            "» data ready 0.50 s · tokenized");
+  EXPECT_EQ(DescribeLogRecord(trainer_events::ToLine(trainer_events::Tokenizing{"/d/train.jsonl", 50, 200})),
+            "» tokenizing /d/train.jsonl · 25%");
+  EXPECT_EQ(DescribeLogRecord(trainer_events::ToLine(trainer_events::Finished{60, 1.5, "/d/export"})),
+            "» finished after 60 steps · loss 1.5000 · exported to /d/export");
+  trainer_events::Exit exit;
+  exit.code = absl::StatusCode::kInvalidArgument;
+  exit.message = "d.jsonl:3: not a JSON object";
+  EXPECT_EQ(DescribeLogRecord(trainer_events::ToLine(exit)), "» exit INVALID_ARGUMENT · d.jsonl:3: not a JSON object");
+  // Anything else is shown as it is.
+  EXPECT_EQ(DescribeLogRecord("[info] step 5/60 loss 6.2"), std::nullopt);
+  EXPECT_EQ(DescribeLogRecord("{\"user\": \"json\"}"), std::nullopt);
+  EXPECT_EQ(DescribeLogRecord("{\"type\": \"metrics\", \"step\""), std::nullopt);  // cut off
+  EXPECT_EQ(DescribeLogRecord("{\"type\": \"event\", \"event\": \"new_one\", \"x\": 1}"), "» new_one · {\"x\":1}");
 }
 
 TEST(EscapeControlsTest, ControlCharactersBecomeVisibleEscapes) {
