@@ -87,7 +87,11 @@ TEST_F(CliClusterTest, FinishedJobLogsCheckpointsAndDescribe) {
   }
   EXPECT_TRUE(absl::StrContains(all, "[rank 0] rank 0 of 2 starting\n")) << all;
   EXPECT_TRUE(absl::StrContains(all, "[rank 1] rank 1 step 4\n")) << all;
-  EXPECT_TRUE(absl::StrContains(all, "[rank 0] {\"type\":\"metrics\",\"step\":4")) << all;
+  // The trainer's JSON records read as text (log_record.h); --raw keeps them as written.
+  EXPECT_TRUE(absl::StrContains(all, "[rank 0] » step 4 · loss 96.5000 · lr 0.0003 · 1,234 tok/s · MFU 25.0%\n"))
+      << all;
+  EXPECT_FALSE(absl::StrContains(all, "{\"type\":")) << all;
+  EXPECT_TRUE(absl::StrContains(Ok({"logs", "1", "--raw"}), "[rank 0] {\"type\":\"metrics\",\"step\":4"));
 
   // One rank: no prefix, nothing of the other rank.
   EXPECT_EQ(Ok({"logs", "1", "--rank", "1"}),
