@@ -143,9 +143,12 @@ TEST_F(CliClusterTest, FinishedJobLogsCheckpointsAndDescribe) {
   // Of the run of tokenizing events, describe shows the last.
   EXPECT_TRUE(absl::StrContains(described, "tokenizing train.jsonl 100%")) << described;
   EXPECT_FALSE(absl::StrContains(described, "tokenizing train.jsonl 50%")) << described;
-  // GPU time: its 2 CPU ranks from placement to the end, in seconds while small; no
-  // pricing configured, so no cost. `get usage` has the same job in alice's totals.
-  EXPECT_TRUE(std::regex_search(described, std::regex("\nGPU time: +[0-9.]+ GPU-s\n"))) << described;
+  // CPU time (the workers are CPU workers): its 2 CPU ranks from placement to the end, in
+  // seconds while small; no pricing configured, so no cost. `get usage` has the same job in
+  // alice's totals.
+  EXPECT_TRUE(std::regex_search(described, std::regex("\nCPU time: +[0-9.]+ CPU-s\n"))) << described;
+  EXPECT_TRUE(absl::StrContains(described, "CPU-TIME")) << described;
+  EXPECT_FALSE(absl::StrContains(described, "GPU-s")) << described;
   const std::vector<std::string> usage = Lines(Ok({"get", "usage"}));
   ASSERT_EQ(usage.size(), 3u);
   EXPECT_EQ(usage[0], "USER    QUEUE     JOBS   GPU-H   FAILED-GPU-H   COST");

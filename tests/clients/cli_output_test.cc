@@ -621,6 +621,36 @@ TEST(UsageOutputTest, DescribeLineNamesTheFailedPartAndTheCostWhenPriced) {
   EXPECT_TRUE(absl::StrContains(out, "-        0.20 GPU-h   2.00   -")) << out;
 }
 
+TEST(UsageOutputTest, TimeOnCpuWorkersIsCpuTime) {
+  v1::WorkerInfo cpu;
+  cpu.set_name("c1");
+  cpu.mutable_inventory()->set_cpu_ranks(2);
+  v1::WorkerInfo gpu;
+  gpu.set_name("g1");
+  gpu.mutable_inventory()->add_gpus();
+  v1::Attempt on_cpu;
+  on_cpu.add_tasks()->set_worker("c1");
+  v1::Attempt on_gpu = on_cpu;
+  on_gpu.add_tasks()->set_worker("g1");
+  v1::Attempt gone = on_cpu;
+  gone.add_tasks()->set_worker("left-the-cluster");
+  EXPECT_EQ(AttemptsDevice({on_cpu}, {cpu, gpu}), Device::kCpu);
+  EXPECT_EQ(AttemptsDevice({on_cpu, on_gpu}, {cpu, gpu}), Device::kGpu);
+  EXPECT_EQ(AttemptsDevice({gone}, {cpu, gpu}), Device::kGpu) << "unknown: the usual unit";
+  EXPECT_EQ(AttemptsDevice({}, {cpu}), Device::kGpu);
+  EXPECT_EQ(FormatGpuTime(2.5, Device::kCpu), "2.5 CPU-s");
+  EXPECT_EQ(FormatGpuTime(4428, Device::kCpu), "1.23 CPU-h");
+  EXPECT_EQ(UsageLine(Used(60, 30, std::nullopt), Device::kCpu), "60 CPU-s (failed attempts 30 CPU-s)");
+  v1::Job job;
+  job.set_id("3");
+  *job.mutable_usage() = Used(60, 0, std::nullopt);
+  on_cpu.set_gpu_seconds(60);
+  const std::string out = DescribeJob(job, {}, {}, absl::FromUnixSeconds(1'796'000'000), {on_cpu}, Device::kCpu);
+  EXPECT_TRUE(absl::StrContains(out, "CPU time:          60 CPU-s\n")) << out;
+  EXPECT_TRUE(absl::StrContains(out, "RESIZE   CPU-TIME   COST")) << out;
+  EXPECT_FALSE(absl::StrContains(out, "GPU")) << out;
+}
+
 TEST(UsageOutputTest, WideJobsTableAndUsageTable) {
   v1::Job job = QueuedJob();
   job.set_state(v1::RUNNING);
