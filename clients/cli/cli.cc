@@ -334,12 +334,15 @@ void AddFollowCommands(CLI::App& app, Commands* commands) {
   CLI::App* logs_cmd =
       AddSub(&app, "logs",
              "print a job's trainer output (each line prefixed [rank N] when several ranks "
-             "are shown); -o json prints one LogChunk per line");
+             "are shown; the trainer's JSON records as text unless --raw); -o json prints one "
+             "LogChunk per line");
   logs_cmd->add_option("ID", *id, "job id")->required();
   logs_cmd->add_flag("-f,--follow", logs->follow, "keep printing new lines until the job ends");
   CLI::Option* rank = logs_cmd->add_option("--rank", logs->rank, "only this global rank");
   logs_cmd->add_option("--attempt", logs->attempt, "this attempt (1, 2, ...; default the newest)");
   logs_cmd->add_option("--tail", logs->tail, "start N lines before the end of each rank's log");
+  logs_cmd->add_flag("--raw", logs->raw,
+                     "the trainer's JSON records as written, not as one line of text each");
   commands->push_back({logs_cmd, [id, logs, rank](const Context& ctx) {
                          return RunLogs(ctx, *id, *logs, rank->count() > 0);
                        }});

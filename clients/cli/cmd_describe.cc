@@ -52,8 +52,9 @@ absl::Status RunDescribeJob(const Context& ctx, const std::string& id) {
                                                     checkpoints->checkpoints().end());
   absl::StatusOr<v1::ListAttemptsResponse> attempts = (*client)->ListAttempts(id);
   if (!attempts.ok()) return attempts.status();
-  *ctx.out << DescribeJob(*job, *events, checkpoint_list, absl::Now(),
-                          {attempts->attempts().begin(), attempts->attempts().end()});
+  const std::vector<v1::Attempt> attempt_list(attempts->attempts().begin(), attempts->attempts().end());
+  *ctx.out << DescribeJob(*job, *events, checkpoint_list, absl::Now(), attempt_list,
+                          HeldDevice(**client, attempt_list));
   return absl::OkStatus();
 }
 

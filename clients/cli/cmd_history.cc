@@ -20,6 +20,12 @@ absl::Status RunCheckpoints(const Context& ctx, const std::string& id) {
   return absl::OkStatus();
 }
 
+Device HeldDevice(Client& client, const std::vector<v1::Attempt>& attempts) {
+  absl::StatusOr<v1::ListWorkersResponse> workers = client.ListWorkers();
+  if (!workers.ok()) return Device::kGpu;
+  return AttemptsDevice(attempts, {workers->workers().begin(), workers->workers().end()});
+}
+
 absl::Status RunAttempts(const Context& ctx, const std::string& id) {
   absl::StatusOr<Client*> client = Connect(ctx);
   if (!client.ok()) return client.status();
@@ -30,7 +36,8 @@ absl::Status RunAttempts(const Context& ctx, const std::string& id) {
     *ctx.out << "Job " << id << " has not started yet.\n";
     return absl::OkStatus();
   }
-  *ctx.out << AttemptsSection({response->attempts().begin(), response->attempts().end()});
+  const std::vector<v1::Attempt> attempts(response->attempts().begin(), response->attempts().end());
+  *ctx.out << AttemptsSection(attempts, HeldDevice(**client, attempts));
   return absl::OkStatus();
 }
 

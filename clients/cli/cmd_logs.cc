@@ -1,11 +1,13 @@
 // `logs ID`: a job's trainer output, per rank, optionally followed.
 #include <algorithm>
+#include <optional>
 #include <ostream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "clients/cli/command.h"
 #include "clients/cli/interrupt.h"
+#include "clients/cli/log_record.h"
 #include "clients/cli/output.h"
 
 namespace llamafleet::cli {
@@ -48,7 +50,8 @@ absl::Status RunLogs(const Context& ctx, const std::string& id, const LogsFlags&
     } else {
       for (const std::string& line : chunk.lines()) {
         if (prefix) *ctx.out << "[rank " << chunk.rank() << "] ";
-        *ctx.out << line << "\n";
+        const std::optional<std::string> text = flags.raw ? std::nullopt : DescribeLogRecord(line);
+        *ctx.out << (text.has_value() ? *text : line) << "\n";
       }
     }
     lines += chunk.lines_size();

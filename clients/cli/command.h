@@ -14,6 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "clients/cli/usage_output.h"
 #include "clients/client/client.h"
 #include "google/protobuf/message.h"
 
@@ -168,6 +169,7 @@ struct LogsFlags {
   int rank = -1;    // -1: every rank
   int attempt = 0;  // 0: the newest
   int tail = 0;     // 0: from the beginning
+  bool raw = false; // the trainer's JSON records as they are, not as text (log_record.h)
 };
 // `rank_given`: --rank was on the command line (so a negative one is an error).
 absl::Status RunLogs(const Context& ctx, const std::string& id, const LogsFlags& flags,
@@ -176,6 +178,9 @@ absl::Status RunLogs(const Context& ctx, const std::string& id, const LogsFlags&
 // checkpoints ID, attempts ID: a job's recorded history (cmd_history.cc)
 absl::Status RunCheckpoints(const Context& ctx, const std::string& id);
 absl::Status RunAttempts(const Context& ctx, const std::string& id);
+// What `attempts` held, GPUs or CPU ranks, from the cluster's worker list (kGpu when it
+// cannot be read); the unit `attempts` and `describe` show time in.
+Device HeldDevice(Client& client, const std::vector<v1::Attempt>& attempts);
 
 // workers, queues, whoami: the cluster and the caller (cmd_cluster.cc)
 absl::Status RunWorkers(const Context& ctx);

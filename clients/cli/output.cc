@@ -356,10 +356,10 @@ std::string StartupCell(const v1::Attempt& a) {
 
 }  // namespace
 
-std::string AttemptsTable(const std::vector<v1::Attempt>& attempts) {
+std::string AttemptsTable(const std::vector<v1::Attempt>& attempts, Device device) {
   std::vector<std::vector<std::string>> rows = {
-      {"ATTEMPT", "STATE", "NODES", "WORKERS", "STARTED", "ENDED", "STARTUP", "CLASS", "RESIZE", "GPU-TIME",
-       "COST", "REASON"}};
+      {"ATTEMPT", "STATE", "NODES", "WORKERS", "STARTED", "ENDED", "STARTUP", "CLASS", "RESIZE",
+       device == Device::kCpu ? "CPU-TIME" : "GPU-TIME", "COST", "REASON"}};
   for (const v1::Attempt& a : attempts) {
     std::vector<std::string> workers;
     for (const v1::AttemptTask& t : a.tasks()) workers.push_back(t.worker());
@@ -369,7 +369,7 @@ std::string AttemptsTable(const std::vector<v1::Attempt>& attempts) {
                     absl::StrCat(a.nodes() > 0 ? a.nodes() : a.tasks_size()),
                     OrDash(absl::StrJoin(workers, ",")), FormatTime(a.start_time()),
                     a.has_end_time() ? FormatTime(a.end_time()) : "-", StartupCell(a), OrDash(a.failure_class()),
-                    OrDash(OneLine(a.resize_reason())), FormatGpuTime(a.gpu_seconds()),
+                    OrDash(OneLine(a.resize_reason())), FormatGpuTime(a.gpu_seconds(), device),
                     FormatCost(a.has_cost() ? std::optional<double>(a.cost()) : std::nullopt),
                     OrDash(OneLine(a.reason()))});
   }
@@ -388,8 +388,8 @@ std::string AttemptPhasesTable(const v1::Attempt& attempt) {
   return FormatTable(rows);
 }
 
-std::string AttemptsSection(const std::vector<v1::Attempt>& attempts) {
-  std::string out = AttemptsTable(attempts);
+std::string AttemptsSection(const std::vector<v1::Attempt>& attempts, Device device) {
+  std::string out = AttemptsTable(attempts, device);
   for (const v1::Attempt& a : attempts) {
     if (a.phases().empty()) continue;
     absl::StrAppend(&out, "Start-up of attempt ", a.attempt(), " (AT: since placed; TOOK: the phase itself):\n",
@@ -503,7 +503,7 @@ std::string ParallelismLine(const v1::JobSpec& spec) {
 
 std::string DescribeJob(const v1::Job& job, const std::vector<v1::JobEvent>& events,
                         const std::vector<v1::Checkpoint>& checkpoints, absl::Time now,
-                        const std::vector<v1::Attempt>& attempts) {
+                        const std::vector<v1::Attempt>& attempts, Device device) {
   const v1::JobSpec& spec = job.spec();
   std::vector<std::vector<std::string>> fields = {
       {"ID:", job.id()},
@@ -521,7 +521,7 @@ std::string DescribeJob(const v1::Job& job, const std::vector<v1::JobEvent>& eve
                         ? absl::StrCat(job.restarts(), " of ", spec.run_policy().max_restarts())
                         : absl::StrCat(job.restarts())},
       {"Workers:", OrDash(absl::StrJoin(job.workers(), ", "))},
-      {"GPU time:", UsageLine(job.usage())},
+      {device == Device::kCpu ? "CPU time:" : "GPU time:", UsageLine(job.usage(), device)},
       {"Idempotency key:", OrDash(job.idempotency_key())},
       {"Finetuning:", FinetuningLine(job)},
   };
@@ -581,7 +581,7 @@ std::string DescribeJob(const v1::Job& job, const std::vector<v1::JobEvent>& eve
   } else {
     absl::StrAppend(&out, Indent(CheckpointsTable(checkpoints), 2));
   }
-  if (!attempts.empty()) absl::StrAppend(&out, "Attempts:\n", Indent(AttemptsSection(attempts), 2));
+  if (!attempts.empty()) absl::StrAppend(&out, "Attempts:\n", Indent(AttemptsSection(attempts, device), 2));
 
   absl::StrAppend(&out, "Spec:\n", Indent(MessageToYaml(spec), 2));
   if (out.back() != '\n') out += "\n";

@@ -13,6 +13,7 @@
 
 #include "absl/strings/string_view.h"
 #include "clients/cli/escape.h"
+#include "clients/cli/usage_output.h"  // Device
 #include "common/byte_size.h"  // FormatBytes
 #include "jobspec/jobspec.h"
 #include "absl/time/time.h"
@@ -64,14 +65,14 @@ std::string CheckpointsTable(const std::vector<v1::Checkpoint>& checkpoints);
 // GPU-TIME COST REASON, in the order given. NODES is the gang size (the task count for
 // records older than it); STARTUP is placement to the first step ("1.93 s"), else the phase
 // the start has reached ("at rendezvous"), else "-"; GPU-TIME and COST as usage_output.h
-// formats them (an active attempt's up to when it was read).
-std::string AttemptsTable(const std::vector<v1::Attempt>& attempts);
+// formats them (an active attempt's up to when it was read), CPU-TIME for kCpu.
+std::string AttemptsTable(const std::vector<v1::Attempt>& attempts, Device device = Device::kGpu);
 // One attempt's start-up phases: PHASE AT (seconds since placed) TOOK (the phase's own
 // seconds; for "placed", the time queued) DETAIL, in the order they were done.
 std::string AttemptPhasesTable(const v1::Attempt& attempt);
 // AttemptsTable, then "Start-up of attempt N ...:" and its AttemptPhasesTable for each
 // attempt with phases (what `attempts` and `describe` print).
-std::string AttemptsSection(const std::vector<v1::Attempt>& attempts);
+std::string AttemptsSection(const std::vector<v1::Attempt>& attempts, Device device = Device::kGpu);
 
 // "SEQ TIME FROM -> TO reason", one event per line, as `watch` prints them.
 std::string EventLine(const v1::JobEvent& event);
@@ -92,10 +93,10 @@ std::string ParallelismLine(const v1::JobSpec& spec);
 
 // `describe job`: the job's fields (restarts, workers, GPU time and cost), why it is pending, its latest
 // metrics, its checkpoints, its attempts (gang size, resizes), its spec as YAML, and its
-// events as a table.
+// events as a table. `device`: what the time was held on ("CPU time:" for kCpu).
 std::string DescribeJob(const v1::Job& job, const std::vector<v1::JobEvent>& events,
                         const std::vector<v1::Checkpoint>& checkpoints, absl::Time now,
-                        const std::vector<v1::Attempt>& attempts = {});
+                        const std::vector<v1::Attempt>& attempts = {}, Device device = Device::kGpu);
 
 // Where a submitted job came from: its file and where each of its fields is written.
 struct JobSource {

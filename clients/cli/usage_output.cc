@@ -1,5 +1,7 @@
 #include "clients/cli/usage_output.h"
 
+#include <set>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -12,10 +14,27 @@ std::optional<double> CostOf(const v1::Usage& u) { return u.has_cost() ? std::op
 
 }  // namespace
 
-std::string FormatGpuTime(double gpu_seconds) {
-  if (gpu_seconds < 10) return absl::StrFormat("%.1f GPU-s", gpu_seconds);
-  if (gpu_seconds < 360) return absl::StrFormat("%.0f GPU-s", gpu_seconds);
-  return absl::StrFormat("%.2f GPU-h", gpu_seconds / 3600);
+Device AttemptsDevice(const std::vector<v1::Attempt>& attempts,
+                      const std::vector<v1::WorkerInfo>& workers) {
+  std::set<std::string> cpu_workers;
+  for (const v1::WorkerInfo& w : workers) {
+    if (w.inventory().gpus().empty() && w.inventory().cpu_ranks() > 0) cpu_workers.insert(w.name());
+  }
+  bool any = false;
+  for (const v1::Attempt& a : attempts) {
+    for (const v1::AttemptTask& t : a.tasks()) {
+      if (!cpu_workers.count(t.worker())) return Device::kGpu;
+      any = true;
+    }
+  }
+  return any ? Device::kCpu : Device::kGpu;
+}
+
+std::string FormatGpuTime(double gpu_seconds, Device device) {
+  const char* kind = device == Device::kCpu ? "CPU" : "GPU";
+  if (gpu_seconds < 10) return absl::StrFormat("%.1f %s-s", gpu_seconds, kind);
+  if (gpu_seconds < 360) return absl::StrFormat("%.0f %s-s", gpu_seconds, kind);
+  return absl::StrFormat("%.2f %s-h", gpu_seconds / 3600, kind);
 }
 
 std::string FormatGpuHours(double gpu_seconds) {
@@ -30,11 +49,11 @@ std::string FormatCost(std::optional<double> cost) {
   return absl::StrFormat("%.2f", *cost);
 }
 
-std::string UsageLine(const v1::Usage& usage) {
+std::string UsageLine(const v1::Usage& usage, Device device) {
   if (usage.gpu_seconds() <= 0 && !usage.has_cost()) return "-";
-  std::string line = FormatGpuTime(usage.gpu_seconds());
+  std::string line = FormatGpuTime(usage.gpu_seconds(), device);
   if (usage.failed_gpu_seconds() > 0) {
-    absl::StrAppend(&line, " (failed attempts ", FormatGpuTime(usage.failed_gpu_seconds()), ")");
+    absl::StrAppend(&line, " (failed attempts ", FormatGpuTime(usage.failed_gpu_seconds(), device), ")");
   }
   if (usage.has_cost()) {
     absl::StrAppend(&line, ", cost ", FormatCost(usage.cost()));

@@ -11,12 +11,21 @@
 #include <vector>
 
 #include "llamafleet/v1/job.pb.h"
+#include "llamafleet/v1/worker.pb.h"
 
 namespace llamafleet::cli {
 
+// What a job's held time was on. Usage counts GPUs, or CPU ranks on a CPU worker, alike;
+// the unit says which.
+enum class Device { kGpu, kCpu };
+// kCpu when every task of `attempts` (at least one) ran on a worker that `workers` lists
+// with CPU ranks and no GPUs; kGpu otherwise (a worker no longer listed included).
+Device AttemptsDevice(const std::vector<v1::Attempt>& attempts,
+                      const std::vector<v1::WorkerInfo>& workers);
+
 // GPU time with its unit: seconds while small, "12 GPU-s" (under 360: a tenth of a
-// GPU-hour; "2.5 GPU-s" under 10), then hours, "1.23 GPU-h".
-std::string FormatGpuTime(double gpu_seconds);
+// GPU-hour; "2.5 GPU-s" under 10), then hours, "1.23 GPU-h"; "CPU-s", "CPU-h" for kCpu.
+std::string FormatGpuTime(double gpu_seconds, Device device = Device::kGpu);
 // A GPU-H table cell: hours with two decimals, "<0.01" for less than that but not none.
 std::string FormatGpuHours(double gpu_seconds);
 // A cost with two decimals ("12.34"), two significant digits under 0.01 ("0.0042");
@@ -25,8 +34,8 @@ std::string FormatCost(std::optional<double> cost);
 
 // describe's "GPU time:": "1.23 GPU-h (failed attempts 0.20 GPU-h), cost 12.34 (failed
 // attempts 2.00)"; the failed parts only when there are any, the cost only when priced;
-// "-" for a job that never held GPUs.
-std::string UsageLine(const v1::Usage& usage);
+// "-" for a job that never held GPUs. The unit as FormatGpuTime's.
+std::string UsageLine(const v1::Usage& usage, Device device = Device::kGpu);
 
 // The `get usage` table: USER QUEUE JOBS GPU-H FAILED-GPU-H COST, in the order given.
 std::string UsageTable(const std::vector<v1::UsageRow>& rows);

@@ -281,6 +281,11 @@ void ClusterManager::HandlePhase(const std::string& worker, const v1::StartupPha
   *record.mutable_time() = TimeUtil::MicrosecondsToTimestamp(absl::ToUnixMicros(done));
   record.set_seconds(phase.seconds());
   record.set_detail(CleanText(phase.detail(), kMaxPhaseDetail));
+  // Rank 0 mapped a token cache entry that another rank of this attempt had just built
+  // (its tokenizing event came first): the data was tokenized for this attempt.
+  if (phase.phase() == "data_ready" && record.detail() == "token cache hit" && !a->tokenized_paths.empty()) {
+    record.set_detail("tokenized by another rank");
+  }
   std::string reason = absl::StrFormat("attempt %d start-up: %s in %.2f s (%.2f s since the trainer started)",
                                        a->record.attempt, phase.phase(), phase.seconds(), phase.since_start());
   if (!record.detail().empty()) absl::StrAppend(&reason, ", ", record.detail());

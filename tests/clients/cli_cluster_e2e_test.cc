@@ -87,7 +87,11 @@ TEST_F(CliClusterTest, FinishedJobLogsCheckpointsAndDescribe) {
   }
   EXPECT_TRUE(absl::StrContains(all, "[rank 0] rank 0 of 2 starting\n")) << all;
   EXPECT_TRUE(absl::StrContains(all, "[rank 1] rank 1 step 4\n")) << all;
-  EXPECT_TRUE(absl::StrContains(all, "[rank 0] {\"type\":\"metrics\",\"step\":4")) << all;
+  // The trainer's JSON records read as text (log_record.h); --raw keeps them as written.
+  EXPECT_TRUE(absl::StrContains(all, "[rank 0] » step 4 · loss 96.5000 · lr 0.0003 · 1,234 tok/s · MFU 25.0%\n"))
+      << all;
+  EXPECT_FALSE(absl::StrContains(all, "{\"type\":")) << all;
+  EXPECT_TRUE(absl::StrContains(Ok({"logs", "1", "--raw"}), "[rank 0] {\"type\":\"metrics\",\"step\":4"));
 
   // One rank: no prefix, nothing of the other rank.
   EXPECT_EQ(Ok({"logs", "1", "--rank", "1"}),
@@ -139,9 +143,12 @@ TEST_F(CliClusterTest, FinishedJobLogsCheckpointsAndDescribe) {
   // Of the run of tokenizing events, describe shows the last.
   EXPECT_TRUE(absl::StrContains(described, "tokenizing train.jsonl 100%")) << described;
   EXPECT_FALSE(absl::StrContains(described, "tokenizing train.jsonl 50%")) << described;
-  // GPU time: its 2 CPU ranks from placement to the end, in seconds while small; no
-  // pricing configured, so no cost. `get usage` has the same job in alice's totals.
-  EXPECT_TRUE(std::regex_search(described, std::regex("\nGPU time: +[0-9.]+ GPU-s\n"))) << described;
+  // CPU time (the workers are CPU workers): its 2 CPU ranks from placement to the end, in
+  // seconds while small; no pricing configured, so no cost. `get usage` has the same job in
+  // alice's totals.
+  EXPECT_TRUE(std::regex_search(described, std::regex("\nCPU time: +[0-9.]+ CPU-s\n"))) << described;
+  EXPECT_TRUE(absl::StrContains(described, "CPU-TIME")) << described;
+  EXPECT_FALSE(absl::StrContains(described, "GPU-s")) << described;
   const std::vector<std::string> usage = Lines(Ok({"get", "usage"}));
   ASSERT_EQ(usage.size(), 3u);
   EXPECT_EQ(usage[0], "USER    QUEUE     JOBS   GPU-H   FAILED-GPU-H   COST");

@@ -3,11 +3,13 @@
 
 #include "absl/strings/match.h"
 #include "absl/time/clock.h"
+#include "clients/cli/log_record.h"
 #include "clients/cli/output.h"
 #include "clients/cli/progress.h"
 #include "clients/cli/usage_output.h"
 #include "google/protobuf/util/time_util.h"
 #include "gtest/gtest.h"
+#include "worker/trainer_events.h"
 
 namespace llamafleet::cli {
 namespace {
@@ -619,6 +621,36 @@ TEST(UsageOutputTest, DescribeLineNamesTheFailedPartAndTheCostWhenPriced) {
   EXPECT_TRUE(absl::StrContains(out, "-        0.20 GPU-h   2.00   -")) << out;
 }
 
+TEST(UsageOutputTest, TimeOnCpuWorkersIsCpuTime) {
+  v1::WorkerInfo cpu;
+  cpu.set_name("c1");
+  cpu.mutable_inventory()->set_cpu_ranks(2);
+  v1::WorkerInfo gpu;
+  gpu.set_name("g1");
+  gpu.mutable_inventory()->add_gpus();
+  v1::Attempt on_cpu;
+  on_cpu.add_tasks()->set_worker("c1");
+  v1::Attempt on_gpu = on_cpu;
+  on_gpu.add_tasks()->set_worker("g1");
+  v1::Attempt gone = on_cpu;
+  gone.add_tasks()->set_worker("left-the-cluster");
+  EXPECT_EQ(AttemptsDevice({on_cpu}, {cpu, gpu}), Device::kCpu);
+  EXPECT_EQ(AttemptsDevice({on_cpu, on_gpu}, {cpu, gpu}), Device::kGpu);
+  EXPECT_EQ(AttemptsDevice({gone}, {cpu, gpu}), Device::kGpu) << "unknown: the usual unit";
+  EXPECT_EQ(AttemptsDevice({}, {cpu}), Device::kGpu);
+  EXPECT_EQ(FormatGpuTime(2.5, Device::kCpu), "2.5 CPU-s");
+  EXPECT_EQ(FormatGpuTime(4428, Device::kCpu), "1.23 CPU-h");
+  EXPECT_EQ(UsageLine(Used(60, 30, std::nullopt), Device::kCpu), "60 CPU-s (failed attempts 30 CPU-s)");
+  v1::Job job;
+  job.set_id("3");
+  *job.mutable_usage() = Used(60, 0, std::nullopt);
+  on_cpu.set_gpu_seconds(60);
+  const std::string out = DescribeJob(job, {}, {}, absl::FromUnixSeconds(1'796'000'000), {on_cpu}, Device::kCpu);
+  EXPECT_TRUE(absl::StrContains(out, "CPU time:          60 CPU-s\n")) << out;
+  EXPECT_TRUE(absl::StrContains(out, "RESIZE   CPU-TIME   COST")) << out;
+  EXPECT_FALSE(absl::StrContains(out, "GPU")) << out;
+}
+
 TEST(UsageOutputTest, WideJobsTableAndUsageTable) {
   v1::Job job = QueuedJob();
   job.set_state(v1::RUNNING);
@@ -678,6 +710,31 @@ TEST(MetricsLineTest, PlainLineForPipes) {
   m.set_mfu(0);
   m.set_total_steps(0);
   EXPECT_EQ(MetricsLine(m, std::nullopt), "step 120 loss 2.3140 lr 0.0003 1,235 tok/s");
+}
+
+TEST(DescribeLogRecordTest, TheTrainersRecordsReadAsOneLineOfTextEach) {
+  // Lines as the trainer writes them (worker/trainer_events.h), not hand-made JSON.
+  trainer_events::Metrics m;
+  m.step = 20, m.loss = 2.31, m.lr = 3e-4, m.grad_norm = 0.5, m.tokens_per_s = 1234.4, m.peak_mem_bytes = 3 << 20;
+  EXPECT_EQ(DescribeLogRecord(trainer_events::ToLine(m)),
+            "» step 20 · loss 2.3100 · lr 0.0003 · grad norm 0.5 · 1,234 tok/s · peak 3.0 MiB");
+  EXPECT_EQ(DescribeLogRecord(trainer_events::ToLine(trainer_events::Eval{60, 4.25, 70.1, 5120})),
+            "» eval after step 60 · loss 4.2500 · perplexity 70.1 · 5,120 tokens");
+  EXPECT_EQ(DescribeLogRecord(trainer_events::ToLine(trainer_events::Phase{"data_ready", 0.5, 0.6, "tokenized"})),
+            "» data ready 0.50 s · tokenized");
+  EXPECT_EQ(DescribeLogRecord(trainer_events::ToLine(trainer_events::Tokenizing{"/d/train.jsonl", 50, 200})),
+            "» tokenizing /d/train.jsonl · 25%");
+  EXPECT_EQ(DescribeLogRecord(trainer_events::ToLine(trainer_events::Finished{60, 1.5, "/d/export"})),
+            "» finished after 60 steps · loss 1.5000 · exported to /d/export");
+  trainer_events::Exit exit;
+  exit.code = absl::StatusCode::kInvalidArgument;
+  exit.message = "d.jsonl:3: not a JSON object";
+  EXPECT_EQ(DescribeLogRecord(trainer_events::ToLine(exit)), "» exit INVALID_ARGUMENT · d.jsonl:3: not a JSON object");
+  // Anything else is shown as it is.
+  EXPECT_EQ(DescribeLogRecord("[info] step 5/60 loss 6.2"), std::nullopt);
+  EXPECT_EQ(DescribeLogRecord("{\"user\": \"json\"}"), std::nullopt);
+  EXPECT_EQ(DescribeLogRecord("{\"type\": \"metrics\", \"step\""), std::nullopt);  // cut off
+  EXPECT_EQ(DescribeLogRecord("{\"type\": \"event\", \"event\": \"new_one\", \"x\": 1}"), "» new_one · {\"x\":1}");
 }
 
 TEST(EscapeControlsTest, ControlCharactersBecomeVisibleEscapes) {

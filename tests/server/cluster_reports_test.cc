@@ -94,6 +94,39 @@ TEST_F(ClusterManagerTest, EvaluationsKeepTheLatestAndTheBestEvalLoss) {
 // A worker's start-up phases and tokenizing progress: only known phase names with sane
 // times become the attempt's phases and events, each once; progress becomes at most one
 // event per attempt every few seconds, plus each dataset's 100%. The task names its owner.
+// Another rank built the token cache entry (its 100% came first) and rank 0 mapped it: the
+// attempt's data_ready says the data was tokenized, not "token cache hit" after "100%".
+TEST_F(ClusterManagerTest, ACacheHitAfterAnotherRanksTokenizingSaysTokenized) {
+  RunningGang g;
+  StartRunningGang(&g);
+  v1::WorkerMessage progress;
+  progress.mutable_tokenizing()->set_task_id(g.t0);
+  progress.mutable_tokenizing()->set_path("/d/train.jsonl");
+  progress.mutable_tokenizing()->set_done_bytes(1000);
+  progress.mutable_tokenizing()->set_total_bytes(1000);
+  Send("w0", std::move(progress));
+  v1::WorkerMessage m;
+  m.mutable_phase()->set_task_id(g.t0);
+  m.mutable_phase()->set_phase("data_ready");
+  m.mutable_phase()->set_seconds(0.02);
+  m.mutable_phase()->set_since_start(0.02);
+  m.mutable_phase()->set_detail("token cache hit");
+  Send("w0", std::move(m));
+  std::vector<std::string> reasons;
+  ASSERT_TRUE(Eventually([&] {
+    reasons.clear();
+    const absl::StatusOr<std::vector<v1::JobEvent>> events = store_->GetEvents(g.id, 0, 1000);
+    for (const v1::JobEvent& e : *events) {
+      if (e.type() == "tokenizing" || e.type() == "startup") reasons.push_back(e.reason());
+    }
+    return reasons.size() >= 2;
+  }));
+  EXPECT_EQ(reasons, (std::vector<std::string>{
+                         "attempt 1: tokenizing train.jsonl 100% (1.0 of 1.0 kB)",
+                         "attempt 1 start-up: data_ready in 0.02 s (0.02 s since the trainer started), "
+                         "tokenized by another rank"}));
+}
+
 TEST_F(ClusterManagerTest, StartupPhasesAndTokenizingProgressFromAWorkerAreBounded) {
   RunningGang g;
   StartRunningGang(&g);

@@ -147,6 +147,29 @@ TEST_F(TokenCacheTest, MalformedLineNamesFileAndLineAndLeavesNothing) {
   }
 }
 
+TEST_F(TokenCacheTest, EveryBadLineIsNamedAsTheInMemoryPathNamesThem) {
+  // 30 bad lines spread over the threads' chunks and the blocks read: the same list (the
+  // first 20 in file order, then a count) as LoadJsonl's, and no entry.
+  std::vector<std::string> lines;
+  { std::ifstream in(data_); for (std::string l; std::getline(in, l);) lines.push_back(l); }
+  for (size_t i = 3; i < lines.size() && i < 3 + 30 * 16; i += 16) lines[i] = "{\"input_ids\": [1, \"x\"]}";
+  { std::ofstream out(data_); for (const std::string& l : lines) out << l << "\n"; }
+  auto expected = LoadJsonl(data_, Options(1).load);
+  ASSERT_FALSE(expected.ok());
+  EXPECT_NE(expected.status().message().find(": 30 bad lines:\n"), std::string::npos) << expected.status();
+  EXPECT_NE(expected.status().message().find("... and 10 more"), std::string::npos) << expected.status();
+  for (const auto& [threads, block] : {std::pair<int, size_t>{1, 64 << 20}, {4, 64 << 20}, {3, 700}}) {
+    TokenCacheOptions o = Options(threads);
+    o.read_block_bytes = block;
+    auto r = OpenTokenCache(data_, o);
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().message(), expected.status().message()) << threads << " " << block;
+  }
+  for (const auto& e : fs::directory_iterator(dir_ + "/cache")) {
+    EXPECT_EQ(e.path().string().find(".tokens"), std::string::npos) << e.path();
+  }
+}
+
 TEST_F(TokenCacheTest, DamagedEntryIsRebuilt) {
   auto first = OpenTokenCache(data_, Options(2));
   ASSERT_TRUE(first.ok()) << first.status();

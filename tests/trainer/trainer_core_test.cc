@@ -11,6 +11,8 @@
 #include <iterator>
 #include <set>
 
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "adapter_config.h"
 #include "checkpoint_manifest.h"
 #include "config.h"
@@ -524,6 +526,30 @@ TEST(Data, LoadsTokensAndValidates) {
   // Text needs a tokenizer.
   EXPECT_NE(LoadJsonl(path, DataLoadOptions{DataFormat::kText}).status().message().find("tokenizer"),
             std::string::npos);
+}
+
+TEST(Data, EveryBadLineIsNamedUpToABound) {
+  TempDir dir;
+  const std::string path = dir.File("d.jsonl");
+  std::ofstream(path) << "{\"input_ids\": [1]}\n[1]\n{\"input_ids\": [1]}\n{\"text\": \"x\"}\n\n{\"input_ids\": []}\n";
+  auto three = LoadJsonl(path, DataLoadOptions{DataFormat::kTokens});
+  ASSERT_FALSE(three.ok());
+  EXPECT_EQ(three.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(three.status().message(), absl::StrCat(path, ": 3 bad lines:\n  ", path, ":2: not a JSON object\n  ", path,
+                                                   ":4: missing field \"input_ids\"\n  ", path,
+                                                   ":6: empty record (no tokens)"));
+  // Past the bound: the first 20 in file order, then how many more.
+  {
+    std::ofstream out(path);
+    for (int i = 1; i <= 60; ++i) out << (i % 2 == 0 ? "{\"input_ids\": [1]}" : "nope") << "\n";
+  }
+  auto many = LoadJsonl(path, DataLoadOptions{DataFormat::kTokens});
+  ASSERT_FALSE(many.ok());
+  const std::string msg(many.status().message());
+  EXPECT_TRUE(absl::StartsWith(msg, absl::StrCat(path, ": 30 bad lines:\n  ", path, ":1: not a JSON object\n")))
+      << msg;
+  EXPECT_NE(msg.find(absl::StrCat(path, ":39: not a JSON object\n  ... and 10 more")), std::string::npos) << msg;
+  EXPECT_EQ(msg.find(":41:"), std::string::npos) << msg;
 }
 
 TEST(Data, PackingConcatenatesCutsAndKeepsMasks) {

@@ -5,6 +5,7 @@
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
+#include "bad_lines.h"
 #include "common/safe_open.h"
 #include "model_file.h"
 #include "nlohmann/json.hpp"
@@ -109,15 +110,21 @@ absl::StatusOr<std::vector<Sequence>> LoadJsonl(const std::string& path,
         absl::StrCat(path, ": a tokenizer is required for text and prompt_completion data"));
   }
   std::vector<Sequence> out;
+  BadLines bad(path);
   std::string line;
   int64_t lineno = 0;
   while (std::getline(in, line)) {
     ++lineno;
     if (IsBlankLine(line)) continue;
-    LF_ASSIGN_OR_RETURN(Sequence s, ParseRecord(path, lineno, line, opt));
-    out.push_back(std::move(s));
+    absl::StatusOr<Sequence> s = ParseRecord(path, lineno, line, opt);
+    if (!s.ok()) {
+      bad.Add(lineno, s.status());
+    } else if (bad.empty()) {
+      out.push_back(*std::move(s));
+    }
   }
   if (in.bad()) return absl::DataLossError(absl::StrCat(path, ": read error"));
+  LF_RETURN_IF_ERROR(bad.ToStatus());
   if (out.empty()) return absl::InvalidArgumentError(absl::StrCat(path, ": dataset is empty"));
   return out;
 }

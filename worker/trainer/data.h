@@ -43,8 +43,10 @@ struct DataLoadOptions {
 //                      BOS and the prompt tokens are masked (prompt and completion are
 //                      encoded separately so the boundary is exact);
 //   tokens:            {"input_ids": [...]} used exactly as given, all targets.
-// Errors name the file and line. An empty file is an error, and so is anything but a regular
-// file (a FIFO is refused, never waited for: common/safe_open.h).
+// Errors name the file and line; every bad line is read and the error lists them up to a
+// bound (bad_lines.h), so one run shows all a file's mistakes. An empty file is an error,
+// and so is anything but a regular file (a FIFO is refused, never waited for:
+// common/safe_open.h).
 absl::StatusOr<std::vector<Sequence>> LoadJsonl(const std::string& path,
                                                 const DataLoadOptions& options);
 

@@ -22,6 +22,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "bad_lines.h"
 #include "common/safe_open.h"
 #include "common/usable_cpus.h"
 #include "util.h"
@@ -166,8 +167,7 @@ struct Chunk {
   std::vector<int32_t> tokens;
   std::vector<uint8_t> target;
   std::vector<uint64_t> lengths;
-  absl::Status error;       // the first bad line of the chunk
-  int64_t error_line = 0;   // its line number within the chunk (1-based)
+  BadLines bad;  // numbered within the chunk (1-based)
 };
 
 void ParseChunk(const std::string& path, const DataLoadOptions& opt, Chunk& c, std::atomic<int64_t>& done) {
@@ -181,10 +181,12 @@ void ParseChunk(const std::string& path, const DataLoadOptions& opt, Chunk& c, s
     if (!IsBlankLine(line)) {
       // The path and a local line number; the caller rewrites the number.
       absl::StatusOr<Sequence> s = ParseRecord(path, c.lines, line, opt);
-      if (!s.ok()) {
-        c.error = s.status();
-        c.error_line = c.lines;
-        return;
+      if (!s.ok()) c.bad.Add(c.lines, s.status());
+      // After a bad line the build fails: the chunk only looks for more bad lines.
+      if (!c.bad.empty()) {
+        since_report += line_end - p + 1;
+        p = line_end + 1;
+        continue;
       }
       c.tokens.insert(c.tokens.end(), s->tokens.begin(), s->tokens.end());
       c.target.insert(c.target.end(), s->target.begin(), s->target.end());
@@ -206,19 +208,22 @@ struct Tokenized {
   std::vector<uint8_t> target;
   std::vector<uint64_t> lengths;  // tokens of each record
   int64_t lines = 0;              // lines so far, blank ones included
+  BadLines bad;                   // numbered in the whole file
   std::atomic<int64_t> done{0};   // bytes parsed, for progress
   std::chrono::steady_clock::time_point last_report = std::chrono::steady_clock::now();
 };
 
 // Tokenizes the whole lines [data, data + n) on up to `threads` threads, in chunks of about
-// equal bytes cut after a newline, and appends them to `out` in order. The first bad line
-// fails it with `file:line: why` (the line counted in the whole file).
-absl::Status TokenizeBlock(const std::string& path, const TokenCacheOptions& o, const char* data,
-                           size_t n, int threads, int64_t total, Tokenized& out) {
+// equal bytes cut after a newline, and appends them to `out` in order. Bad lines are
+// added to `out.bad`, numbered in the whole file; once there is one, records are no longer
+// kept.
+void TokenizeBlock(const std::string& path, const TokenCacheOptions& o, const char* data, size_t n,
+                   int threads, int64_t total, Tokenized& out) {
   std::vector<Chunk> chunks(static_cast<size_t>(threads));
   const char* cur = data;
   for (int i = 0; i < threads; ++i) {
     Chunk& c = chunks[static_cast<size_t>(i)];
+    c.bad = BadLines(path);
     c.begin = cur;
     const char* end = i + 1 == threads ? data + n : data + n * static_cast<size_t>(i + 1) / threads;
     if (end < cur) end = cur;
@@ -252,30 +257,22 @@ absl::Status TokenizeBlock(const std::string& path, const TokenCacheOptions& o, 
     }
   }
   for (std::thread& t : workers) t.join();
-  for (const Chunk& c : chunks) {
-    if (!c.error.ok()) {
-      const std::string prefix = absl::StrCat(path, ":", c.error_line, ": ");
-      std::string msg(c.error.message());
-      if (msg.rfind(prefix, 0) == 0) {
-        msg = absl::StrCat(path, ":", out.lines + c.error_line, ": ", msg.substr(prefix.size()));
-      }
-      return absl::Status(c.error.code(), msg);
-    }
-    out.lines += c.lines;
-  }
   for (Chunk& c : chunks) {
+    out.bad.Append(c.bad, out.lines);
+    out.lines += c.lines;
+    if (!out.bad.empty()) continue;
     out.tokens.insert(out.tokens.end(), c.tokens.begin(), c.tokens.end());
     out.target.insert(out.target.end(), c.target.begin(), c.target.end());
     out.lengths.insert(out.lengths.end(), c.lengths.begin(), c.lengths.end());
   }
-  return absl::OkStatus();
 }
 
 // Reads the data file through its descriptor in blocks of whole lines, hashing every byte
 // read and tokenizing exactly those bytes (never read twice), so the digest is of what was
 // tokenized. ABORTED when that digest is not `key`: the file changed since the key was
-// computed, and its tokens must not be stored under it. After a bad line the rest is only
-// hashed, so that a line is blamed only in the content the key names.
+// computed, and its tokens must not be stored under it. Bad lines (all of them, listed up
+// to a bound) fail it only once the digest matched, so that a line is blamed only in the
+// content the key names.
 absl::StatusOr<std::unique_ptr<Tokenized>> TokenizeFile(const DataFile& f, const std::string& key,
                                                         const TokenCacheOptions& o) {
   const int threads = std::max(1, o.threads > 0 ? o.threads : UsableCpus());
@@ -284,8 +281,8 @@ absl::StatusOr<std::unique_ptr<Tokenized>> TokenizeFile(const DataFile& f, const
   const std::string prefix = KeyPrefix(o.load), suffix = KeySuffix(o.load);
   h.Update(prefix.data(), prefix.size());
   auto out = std::make_unique<Tokenized>();
+  out->bad = BadLines(f.path);
   std::string buf;  // a line carried over from the last block, then the block read
-  absl::Status bad_line;
   for (uint64_t offset = 0;;) {
     const size_t carried = buf.size();
     const size_t want = static_cast<size_t>(
@@ -302,10 +299,7 @@ absl::StatusOr<std::unique_ptr<Tokenized>> TokenizeFile(const DataFile& f, const
       if (nl == std::string::npos) continue;  // a line longer than a block: read on
       cut = nl + 1;
     }
-    if (bad_line.ok()) {
-      bad_line =
-          TokenizeBlock(f.path, o, buf.data(), cut, threads, static_cast<int64_t>(size), *out);
-    }
+    TokenizeBlock(f.path, o, buf.data(), cut, threads, static_cast<int64_t>(size), *out);
     buf.erase(0, cut);
     if (last) break;
   }
@@ -317,7 +311,7 @@ absl::StatusOr<std::unique_ptr<Tokenized>> TokenizeFile(const DataFile& f, const
                      "cache key was computed from); nothing was cached: run again once it "
                      "stays unchanged"));
   }
-  LF_RETURN_IF_ERROR(bad_line);
+  LF_RETURN_IF_ERROR(out->bad.ToStatus());
   if (o.progress && size > 0) o.progress(static_cast<int64_t>(size), static_cast<int64_t>(size));
   return out;
 }

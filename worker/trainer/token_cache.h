@@ -38,7 +38,8 @@
 // mapping loses its file, even where several hosts share the directory. The small lock
 // files stay.
 // The JSONL is split at line boundaries across threads (SentencePiece encoding is
-// thread-safe); a malformed line fails the build with `file:line: why`, as LoadJsonl does.
+// thread-safe); malformed lines fail the build with `file:line: why` for each, up to a
+// bound, as LoadJsonl does.
 #pragma once
 
 #include <atomic>

@@ -228,6 +228,9 @@ absl::Status Trainer::Setup() {
                                               saved.global_batch));
     }
     tokens_seen_ = resume->progress().tokens_seen;
+    // The last step's loss travels with the checkpoint: a run resumed at its last step
+    // trains no step, and its final checkpoint and report carry this loss.
+    last_loss_ = saved.loss;
     best_eval_loss_ = saved.best_eval_loss;
     best_eval_step_ = saved.best_eval_step;
     evals_without_improvement_ = saved.evals_without_improvement;
@@ -489,6 +492,18 @@ void Trainer::LogMetrics(int64_t step, double lr, double grad_norm) {
   interval_loss_ = 0;
 }
 
+void Trainer::LogResumedMetrics(int64_t end_step) {
+  trainer_events::Metrics line;
+  line.step = end_step;
+  line.epoch = (end_step - 1) / steps_per_epoch_;
+  line.loss = last_loss_;
+  line.lr = LearningRate(opt_.schedule, opt_.lr, end_step - 1, line.epoch, total_steps_);
+  line.tokens = tokens_seen_;
+  EmitJsonLine(trainer_events::ToLine(line));
+  LogInfo(absl::StrCat("step ", end_step, "/", total_steps_, " loss ", last_loss_,
+                       " (from the checkpoint; no step left to train)"));
+}
+
 absl::Status Trainer::ReportSaved(const absl::StatusOr<std::optional<SavedCheckpoint>>& done) {
   if (!done.ok()) return done.status();
   if (rank0_ && done->has_value()) {
@@ -604,6 +619,7 @@ std::string Trainer::EarlyStopReason(int64_t step) const {
 }
 
 absl::Status Trainer::Finish(int64_t end_step) {
+  if (rank0_ && steps_run_ == 0 && end_step > 0) LogResumedMetrics(end_step);
   if (rank0_ && steps_run_ > 0) {
     LogInfo(absl::StrFormat("host synchronisations: %.2f per optimizer step (%d in %d steps)",
                             static_cast<double>(step_host_syncs_) / static_cast<double>(steps_run_),

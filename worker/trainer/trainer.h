@@ -54,6 +54,9 @@ class Trainer {
   // One optimizer step: one blocking collective, read once on the host (host_sync.h).
   absl::StatusOr<StepResult> Step(int64_t step);
   void LogMetrics(int64_t step, double lr, double grad_norm);
+  // Rank 0, when this run trained no step (resumed at its last one): the metrics line
+  // the job's progress shows, at `end_step` with the checkpoint's loss and no throughput.
+  void LogResumedMetrics(int64_t end_step);
   absl::Status Checkpoint(int64_t step, double loss);
   absl::Status FinishCheckpoint();  // the save in flight, finished and reported
   absl::Status ReportSaved(const absl::StatusOr<std::optional<SavedCheckpoint>>& done);
