@@ -192,6 +192,10 @@ try {
   const logText = await page.textContent('#logs');
   check(/loss/.test(logText), 'the followed logs show the trainer\'s metrics lines');
   await page.waitForFunction(() => /ended/.test(document.querySelector('.log-status').textContent), null, {timeout: 20_000});
+  // No table header on the job page is cut off (narrow columns wrap their labels).
+  const cut = await page.$$eval('.grid-table th', (ths) => ths.filter((t) => t.offsetParent && t.scrollWidth > t.clientWidth + 1)
+    .map((t) => t.textContent.trim()));
+  check(cut.length === 0, `table headers shown whole: ${cut}`);
   const timeline = await page.textContent('.timeline');
   check(/SUCCEEDED/.test(timeline) && /RUNNING/.test(timeline), `the timeline shows the transitions: ${timeline}`);
   // Attempts: one, succeeded, its single task on w1 (node 0) succeeded too.
@@ -409,6 +413,9 @@ try {
   log(`compared ${trainId} and ${longId}: differing ${cmp.differs.join(', ')}`);
   await page.goto(`${base}/ui/#/jobs`);
   await page.waitForSelector('#unpick-jobs:not([hidden])');
+  const cutInList = await page.$$eval('table.jobs th', (ths) => ths.filter((t) => t.offsetParent && t.scrollWidth > t.clientWidth + 1)
+    .map((t) => t.textContent.trim()));
+  check(cutInList.length === 0, `the jobs list's headers shown whole: ${cutInList}`);
   await page.click('#unpick-jobs');
   check(await page.isDisabled('#compare-jobs') && !(await page.isChecked(`table.jobs tr[data-id="${trainId}"] td[data-col=pick] input`)),
     'untick all clears the selection');
