@@ -171,11 +171,11 @@ class ShardedTest : public ::testing::Test {
     ASSERT_TRUE(AllOk(r)) << r.stderr_text;
     const double w = MaxRelativeDiff(r.out + "/weights", Ref(tied) + "/weights");
     const double l = MaxLossRelativeDiff(r.reports[0], RefReport(tied));
-    // Weights within 1e-4 of each tensor's largest element: AdamW divides by sqrt(v), so an
+    // Weights within 2e-4 of each tensor's largest element: AdamW divides by sqrt(v), so an
     // element whose gradient is near zero turns summation-order noise (4 ranks reduce in
     // another order than one process; oneDNN picks its kernels by CPU) into lr-sized steps.
-    // On this CI machine's CPU 4-rank runs measure ~4e-5; a sharding bug is O(1).
-    EXPECT_LE(w, 1e-4) << name;
+    // 4-rank runs measure 4e-5 to 1.3e-4 (LibTorch 1.13 to 2.6, by CPU); a sharding bug is O(1).
+    EXPECT_LE(w, 2e-4) << name;
     EXPECT_LE(l, 1e-5) << name;
     std::printf("[ %s ] world %d: max weight rel diff %.3g, loss rel diff %.3g, %.1f s\n", name.c_str(), world,
                 w, l, r.seconds);
