@@ -87,7 +87,7 @@ export function mountJob(root, ctx, id) {
     attemptBody);
   const ckptBody = h('tbody');
   const ckptTable = h('table.grid-table.compact',
-    h('colgroup', ['6em', '5em', '6em', '7em', '8em', 'auto'].map((w) => h('col', {style: {width: w}}))),
+    h('colgroup', ['6em', '6.5em', '6em', '7em', '8em', 'auto'].map((w) => h('col', {style: {width: w}}))),
     h('thead', h('tr', ['Step', 'Attempt', 'Loss', 'Size', 'Time', 'Path'].map((t) => h('th', {scope: 'col'}, t)))), ckptBody);
 
   const logs = createLogView(base);
