@@ -118,7 +118,10 @@ chmod 0600 "$state/admin-token"
 # Jobs' paths must lie in the shared directory: the coordinator's path roots
 # are set to it.
 path_root=()
-if prun --rm "${common[@]}" --network none "$coordinator_image" --help 2>&1 | grep -q -- '--path-root'; then
+# (The help is read whole before it is searched: grep -q stopping early would fail the
+# pipeline under pipefail.)
+coordinator_help="$(prun --rm "${common[@]}" --network none "$coordinator_image" --help 2>&1 || true)"
+if grep -q -- '--path-root' <<<"$coordinator_help"; then
   path_root=(--path-root "$shared")
 fi
 # shellcheck disable=SC2206  # word splitting of the extra arguments is intended

@@ -83,6 +83,10 @@ const context = await browser.newContext({viewport: {width: 1440, height: 1000}}
 const page = await context.newPage();
 const pageErrors = [];
 page.on('pageerror', (e) => pageErrors.push(e.message));
+// Requests that failed or answered an error (the last ones are printed if the test fails).
+const badResponses = [];
+page.on('response', (r) => { if (r.status() >= 400) badResponses.push(`${r.request().method()} ${r.url()} → ${r.status()}`); });
+page.on('requestfailed', (r) => badResponses.push(`${r.method()} ${r.url()} failed: ${r.failure()?.errorText}`));
 page.on('console', (m) => { if (m.type() === 'error' && !/status of (400|401|404)/.test(m.text())) pageErrors.push(m.text()); });
 page.setDefaultTimeout(20_000);
 
@@ -595,6 +599,11 @@ try {
   failed = true;
   console.error(`\nportal test FAILED: ${err.message}`);
   if (pageErrors.length) console.error(`page errors: ${pageErrors.join(' | ')}`);
+  if (badResponses.length) console.error(`failed requests: ${badResponses.slice(-10).join(' | ')}`);
+  try {
+    console.error(`page ${page.url()}; validation: ${await page.textContent('#validation', {timeout: 1000})}`);
+    console.error(`editor (first lines): ${(await page.inputValue('#job-yaml', {timeout: 1000})).split('\n').slice(0, 12).join(' / ')}`);
+  } catch { /* not on the submit page */ }
   try { await screenshot('failure', {fullPage: true}); } catch { /* browser gone */ }
 } finally {
   await browser.close();

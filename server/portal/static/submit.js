@@ -35,12 +35,17 @@ resources:
 `;
 }
 
+// A failed read is retried a few times (a busy coordinator, a dropped connection) before the
+// example falls back to /shared, which the coordinator would refuse.
 async function exampleRoot() {
-  try {
-    const config = await api('/api/v1/config');
-    return (config.path_roots || [])[0] || '/shared';
-  } catch {
-    return '/shared';
+  for (let attempt = 1; ; ++attempt) {
+    try {
+      const config = await api('/api/v1/config');
+      return (config.path_roots || [])[0] || '/shared';
+    } catch (err) {
+      if (attempt >= 5 || err.httpStatus === 401 || err.httpStatus === 403) return '/shared';
+      await new Promise((resolve) => setTimeout(resolve, 500 * attempt));
+    }
   }
 }
 
