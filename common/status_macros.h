@@ -6,8 +6,7 @@
 //
 // Both evaluate `expr` exactly once and work in any function returning absl::Status or
 // absl::StatusOr<U>. LF_ASSIGN_OR_RETURN expands to several statements: use it at block
-// scope, not as the body of an unbraced if/else. The definitions are token for token those
-// of worker/trainer/util.h, so a translation unit may include both.
+// scope, not as the body of an unbraced if/else.
 #pragma once
 
 #include <utility>

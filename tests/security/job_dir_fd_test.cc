@@ -27,12 +27,7 @@ namespace {
 namespace fs = std::filesystem;
 using testing::TempDir;
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using testing::ReadFile;
 
 class JobDirFdTest : public ::testing::Test {
  protected:

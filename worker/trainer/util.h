@@ -1,5 +1,5 @@
-// Small helpers shared by the trainer: status macros, file I/O, atomic directory output,
-// and the stdout JSON-line / stderr log streams.
+// Small helpers shared by the trainer: the status macros (common/status_macros.h), file
+// I/O, atomic directory output, and the stdout JSON-line / stderr log streams.
 #pragma once
 
 #include <string>
@@ -9,23 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/dir_fd.h"
-
-#define LF_CONCAT_INNER(a, b) a##b
-#define LF_CONCAT(a, b) LF_CONCAT_INNER(a, b)
-
-#define LF_RETURN_IF_ERROR(expr)                      \
-  do {                                                \
-    ::absl::Status lf_status_ = (expr);               \
-    if (!lf_status_.ok()) return lf_status_;          \
-  } while (0)
-
-#define LF_ASSIGN_OR_RETURN_IMPL(tmp, lhs, expr) \
-  auto tmp = (expr);                             \
-  if (!tmp.ok()) return tmp.status();            \
-  lhs = std::move(*tmp)
-
-#define LF_ASSIGN_OR_RETURN(lhs, expr) \
-  LF_ASSIGN_OR_RETURN_IMPL(LF_CONCAT(lf_statusor_, __LINE__), lhs, expr)
+#include "common/status_macros.h"
 
 namespace llamafleet::trainer {
 

@@ -27,12 +27,7 @@ using testing::BinaryPath;
 using testing::RunCommand;
 using testing::TempDir;
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using testing::ReadFile;
 
 class TrainerSecurityTest : public ::testing::Test {
  protected:
