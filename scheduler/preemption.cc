@@ -192,44 +192,39 @@ bool WaitForPreempting(PassState& pass, const PendingJob& job, const Shape& shap
   return true;
 }
 
-bool Preempt(PassState& pass, const PendingJob& job, Shape& shape) {
-  pass.last_preempt_code.reset();
-  const int n = job.nodes;
-  const int g = job.gpus_per_node;
-  // A failure for a job with the same selectors, no lower priority, no more nodes and
-  // no more GPUs per node means this one fails too: capacity only shrinks in a pass.
-  bool must_recheck_cooldown = false;
-  for (const PreemptFailure& f : shape.preempt_failures) {
-    if (f.priority >= job.priority && f.nodes <= n && f.gpus <= g) {
-      if (f.code == PendingCode::kInsufficientCapacity) return false;
-      must_recheck_cooldown = true;
-    }
-  }
-  ++pass.stamp;
-  int free_ok = 0;
-  // Workers missing GPUs that eligible victims could complete. Their covers (victim
-  // sets) are computed lazily, fewest missing GPUs first: a cover loses at least as many
-  // GPUs as the worker misses, so once the best cover found is cheaper than what the
-  // next worker misses, no later worker can beat it.
-  struct Candidate {
-    int idx = 0;
-    int deficit = 0;          // GPUs missing before any victim is taken
-    int min_priority = 0;     // of its eligible victims: no cover has a lower max
-    absl::Time latest_start;  // of its eligible victims: no cover starts later
-    int cover = -1;           // index into `covers` once computed
-    bool done = false;        // enough GPUs freed by victims already taken
-  };
-  std::vector<std::optional<Cover>> covers;
+namespace {
+
+// A worker missing GPUs that eligible victims could complete. Its cover (victim set) is
+// computed lazily; the bounds let the search skip workers no cover of which can win.
+struct Candidate {
+  int idx = 0;
+  int deficit = 0;          // GPUs missing before any victim is taken
+  int min_priority = 0;     // of its eligible victims: no cover has a lower max
+  absl::Time latest_start;  // of its eligible victims: no cover starts later
+  int cover = -1;           // index into the search's covers once computed
+  bool done = false;        // enough GPUs freed by victims already taken
+};
+
+// The job's workers before any victim is chosen. Candidates' positions are recorded in
+// WorkerState::cand (ClearCandidates resets them).
+struct CandidateScan {
   std::vector<Candidate> cands;
-  int cooldown_ok = 0;
+  int free_ok = 0;      // workers with g GPUs free already
+  int cooldown_ok = 0;  // workers that would fit were cool-downs ignored
+};
+
+CandidateScan ScanCandidates(PassState& pass, const PendingJob& job, const Shape& shape,
+                             bool count_only) {
+  const int g = job.gpus_per_node;
+  CandidateScan scan;
   for (int ci : shape.classes) {
     for (int idx : pass.classes[ci].members) {
       WorkerState& s = pass.state[idx];
       if (s.gpus < g || pass.Excluded(job, idx)) continue;
       s.stamp = pass.stamp;
       if (s.free >= g) {
-        ++free_ok;
-        ++cooldown_ok;
+        ++scan.free_ok;
+        ++scan.cooldown_ok;
         continue;
       }
       int lower = 0;     // every lower-priority GPU here, cool-down ignored
@@ -247,31 +242,30 @@ bool Preempt(PassState& pass, const PendingJob& job, Shape& shape) {
           }
         }
       }
-      if (s.free + lower >= g) ++cooldown_ok;
-      if (must_recheck_cooldown || s.free + eligible < g) continue;
-      s.cand = static_cast<int>(cands.size());
-      cands.push_back(Candidate{idx, g - s.free, min_priority, latest_start});
+      if (s.free + lower >= g) ++scan.cooldown_ok;
+      if (count_only || s.free + eligible < g) continue;
+      s.cand = static_cast<int>(scan.cands.size());
+      scan.cands.push_back(Candidate{idx, g - s.free, min_priority, latest_start});
     }
   }
-  auto clear_cands = [&] {
-    for (const Candidate& c : cands) pass.state[c.idx].cand = -1;
-  };
-  auto fail = [&](PendingCode code) {
-    clear_cands();
-    // Remember the failure for later jobs of this shape, unless an entry already
-    // implies it (keeps the list short: it is checked for every such job).
-    constexpr size_t kMaxFailures = 64;
-    if (job.excluded_workers.empty() && shape.preempt_failures.size() < kMaxFailures &&
-        !(must_recheck_cooldown && code == PendingCode::kPreemptionCooldown)) {
-      shape.preempt_failures.push_back({job.priority, n, g, code});
-    }
-    if (code == PendingCode::kPreemptionCooldown) pass.last_preempt_code = code;
-    return false;
-  };
-  if (must_recheck_cooldown || free_ok + static_cast<int>(cands.size()) < n) {
-    return fail(cooldown_ok >= n ? PendingCode::kPreemptionCooldown
-                                 : PendingCode::kInsufficientCapacity);
-  }
+  return scan;
+}
+
+void ClearCandidates(PassState& pass, const std::vector<Candidate>& cands) {
+  for (const Candidate& c : cands) pass.state[c.idx].cand = -1;
+}
+
+// Greedy by marginal cost: repeatedly takes the cheapest cover of a worker still missing
+// GPUs, counting victims already taken as free (a multi-node victim frees GPUs on several
+// workers at once), until `n` workers (`free_ok` of them free already) can hold the gang.
+// Covers are computed lazily, fewest missing GPUs first: a cover loses at least as many
+// GPUs as the worker misses, so once the best cover found is cheaper than what the next
+// worker misses, no later worker can beat it. Returns the victims (running indices).
+std::optional<std::set<int>> TakeVictims(PassState& pass, const PendingJob& job,
+                                         std::vector<Candidate>& cands, int free_ok) {
+  const int n = job.nodes;
+  const int g = job.gpus_per_node;
+  std::vector<std::optional<Cover>> covers;
   // A min-heap on the candidates' lower bounds: only the few popped are ordered.
   std::vector<int> heap(cands.size());
   for (size_t i = 0; i < heap.size(); ++i) heap[i] = static_cast<int>(i);
@@ -290,9 +284,6 @@ bool Preempt(PassState& pass, const PendingJob& job, Shape& shape) {
     if (cover.max_priority != c.min_priority) return cover.max_priority < c.min_priority;
     return cover.oldest_start >= c.latest_start;
   };
-  // Greedy by marginal cost: repeatedly take the cheapest cover of a worker still
-  // missing GPUs, counting victims already taken as free (a multi-node victim frees
-  // GPUs on several workers at once), until a whole gang is free.
   std::set<int> taken;
   std::map<int, int> freed;   // worker -> GPUs freed by taken victims
   std::vector<int> computed;  // candidates with a cover, in computing order
@@ -327,7 +318,7 @@ bool Preempt(PassState& pass, const PendingJob& job, Shape& shape) {
       std::pop_heap(heap.begin(), heap.end(), later);
       heap.pop_back();
     }
-    if (best < 0) return fail(PendingCode::kInsufficientCapacity);  // not reached
+    if (best < 0) return std::nullopt;  // not reached: the scan counted enough candidates
     std::set<int> touched;
     for (int r : cover_of(best)->victims) {
       taken.insert(r);
@@ -348,8 +339,13 @@ bool Preempt(PassState& pass, const PendingJob& job, Shape& shape) {
       }
     }
   }
-  clear_cands();
-  // Drop victims the gang does not need, most expensive first, so the set is minimal.
+  return taken;
+}
+
+// `taken` without the victims the gang does not need, most expensive dropped first, so
+// the set is minimal.
+std::vector<int> MinimalVictims(PassState& pass, const std::set<int>& taken, int g, int n,
+                                int free_ok) {
   std::vector<int> victims(taken.begin(), taken.end());
   std::vector<int> by_cost = victims;
   std::sort(by_cost.begin(), by_cost.end(), [&pass](int a, int b) {
@@ -368,8 +364,48 @@ bool Preempt(PassState& pass, const PendingJob& job, Shape& shape) {
     }
     if (FitsWith(pass, without, g, free_ok, nullptr) >= n) victims = std::move(without);
   }
+  return victims;
+}
+
+}  // namespace
+
+bool Preempt(PassState& pass, const PendingJob& job, Shape& shape) {
+  pass.last_preempt_code.reset();
+  const int n = job.nodes;
+  const int g = job.gpus_per_node;
+  // A failure for a job with the same selectors, no lower priority, no more nodes and
+  // no more GPUs per node means this one fails too: capacity only shrinks in a pass.
+  bool must_recheck_cooldown = false;
+  for (const PreemptFailure& f : shape.preempt_failures) {
+    if (f.priority >= job.priority && f.nodes <= n && f.gpus <= g) {
+      if (f.code == PendingCode::kInsufficientCapacity) return false;
+      must_recheck_cooldown = true;
+    }
+  }
+  ++pass.stamp;
+  CandidateScan scan = ScanCandidates(pass, job, shape, must_recheck_cooldown);
+  auto fail = [&](PendingCode code) {
+    ClearCandidates(pass, scan.cands);
+    // Remember the failure for later jobs of this shape, unless an entry already
+    // implies it (keeps the list short: it is checked for every such job).
+    constexpr size_t kMaxFailures = 64;
+    if (job.excluded_workers.empty() && shape.preempt_failures.size() < kMaxFailures &&
+        !(must_recheck_cooldown && code == PendingCode::kPreemptionCooldown)) {
+      shape.preempt_failures.push_back({job.priority, n, g, code});
+    }
+    if (code == PendingCode::kPreemptionCooldown) pass.last_preempt_code = code;
+    return false;
+  };
+  if (must_recheck_cooldown || scan.free_ok + static_cast<int>(scan.cands.size()) < n) {
+    return fail(scan.cooldown_ok >= n ? PendingCode::kPreemptionCooldown
+                                      : PendingCode::kInsufficientCapacity);
+  }
+  std::optional<std::set<int>> taken = TakeVictims(pass, job, scan.cands, scan.free_ok);
+  if (!taken) return fail(PendingCode::kInsufficientCapacity);
+  ClearCandidates(pass, scan.cands);
+  std::vector<int> victims = MinimalVictims(pass, *taken, g, n, scan.free_ok);
   std::vector<int> helped;
-  FitsWith(pass, victims, g, free_ok, &helped);
+  FitsWith(pass, victims, g, scan.free_ok, &helped);
   // The gang's workers: those the victims free first, then the fullest free ones.
   std::vector<int> chosen(helped.begin(), helped.begin() + std::min<size_t>(helped.size(), n));
   FillFree(pass, job, shape, n, &chosen);
