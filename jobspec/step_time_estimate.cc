@@ -130,44 +130,73 @@ double ModelFlopsPerToken(const ModelShape& m, int64_t seq_len) {
          12.0 * static_cast<double>(m.layers * m.QueryWidth() * seq_len);
 }
 
-StepTimeEstimate EstimateStepTime(const StepTimeInputs& in, const Hardware& hw) {
-  const MemoryInputs& j = in.job;
-  const ModelShape& m = j.model;
-  const int tp = std::max(1, j.tensor_parallel);
-  const double T = tp;
-  const int64_t world = std::max(1, j.world_size);
-  const int64_t data_parallel = std::max<int64_t>(1, world / tp);
-  const double t =
-      static_cast<double>(std::max<int64_t>(1, j.micro_batch) * std::max<int64_t>(1, j.seq_len));
-  const double s = static_cast<double>(std::max<int64_t>(1, j.seq_len));
-  const double h = static_cast<double>(m.hidden), f = static_cast<double>(m.intermediate);
-  const double q = static_cast<double>(m.QueryWidth()), kv = static_cast<double>(m.KeyValueWidth());
-  const double L = static_cast<double>(m.layers), V = static_cast<double>(m.vocab);
-  const double c = j.compute_bytes, r = j.reduce_bytes;
-  const double micro_steps = static_cast<double>(std::max<int64_t>(1, j.grad_accum));
-  const bool lora = j.lora_r > 0;
-  const double adapter_layer =
-      lora ? static_cast<double>(LoraLayerParameters(m, j.lora_r, j.lora_modules, tp)) : 0;
+namespace {
 
-  // GEMM FLOPs of one micro-step on this rank.
+// The job's sizes, as the formulas below use them.
+struct Dims {
+  int tp = 1;
+  double T = 1;  // tensor-parallel degree
+  int64_t world = 1, data_parallel = 1;
+  double t = 1;  // tokens of one micro-batch on a rank
+  double s = 1;  // sequence length
+  double h = 0, f = 0, q = 0, kv = 0, L = 0, V = 0;
+  double c = 0, r = 0;  // compute and gradient-reduction bytes per element
+  double micro_steps = 1;
+  bool lora = false;
+  double adapter_layer = 0;  // adapter parameters of one layer on this rank
+};
+
+Dims DimsOf(const MemoryInputs& j) {
+  const ModelShape& m = j.model;
+  Dims d;
+  d.tp = std::max(1, j.tensor_parallel);
+  d.T = d.tp;
+  d.world = std::max(1, j.world_size);
+  d.data_parallel = std::max<int64_t>(1, d.world / d.tp);
+  d.t = static_cast<double>(std::max<int64_t>(1, j.micro_batch) * std::max<int64_t>(1, j.seq_len));
+  d.s = static_cast<double>(std::max<int64_t>(1, j.seq_len));
+  d.h = static_cast<double>(m.hidden);
+  d.f = static_cast<double>(m.intermediate);
+  d.q = static_cast<double>(m.QueryWidth());
+  d.kv = static_cast<double>(m.KeyValueWidth());
+  d.L = static_cast<double>(m.layers);
+  d.V = static_cast<double>(m.vocab);
+  d.c = j.compute_bytes;
+  d.r = j.reduce_bytes;
+  d.micro_steps = static_cast<double>(std::max<int64_t>(1, j.grad_accum));
+  d.lora = j.lora_r > 0;
+  d.adapter_layer =
+      d.lora ? static_cast<double>(LoraLayerParameters(m, j.lora_r, j.lora_modules, d.tp)) : 0;
+  return d;
+}
+
+// One micro-step's compute on one rank: GEMM FLOPs, elementwise bytes, and their time.
+struct MicroCompute {
+  double fwd = 0, bwd = 0, recompute = 0;  // GEMM FLOPs
+  double elementwise = 0;                  // bytes, forward + backward + recompute
+  double fwd_s = 0, bwd_s = 0;             // seconds, backward including recompute
+};
+
+MicroCompute EstimateMicroCompute(const StepTimeInputs& in, const Hardware& hw, const Dims& d) {
+  const MemoryInputs& j = in.job;
+  const double T = d.T, t = d.t, s = d.s, h = d.h, f = d.f, q = d.q, kv = d.kv, L = d.L, V = d.V;
+  const double c = d.c;
+  MicroCompute mc;
   const double layer_matmul = (2 * h * q + 2 * h * kv + 3 * h * f) / T;
   const double dense_fwd = L * 2 * t * layer_matmul;
   const double attention_fwd = L * 4 * t * s * q / T;
   const double head_fwd = 2 * t * h * V / T;
-  const double adapter_fwd = L * 2 * t * adapter_layer;
-  const double fwd = dense_fwd + attention_fwd + head_fwd + adapter_fwd;
-  const double bwd =
-      (lora ? 1.0 : 2.0) * (dense_fwd + head_fwd) + 2 * attention_fwd + 2 * adapter_fwd;
-  const double recompute =
-      RecomputeFraction(in.recompute) * (dense_fwd + attention_fwd + adapter_fwd);
+  const double adapter_fwd = L * 2 * t * d.adapter_layer;
+  mc.fwd = dense_fwd + attention_fwd + head_fwd + adapter_fwd;
+  mc.bwd = (d.lora ? 1.0 : 2.0) * (dense_fwd + head_fwd) + 2 * attention_fwd + 2 * adapter_fwd;
+  mc.recompute = RecomputeFraction(in.recompute) * (dense_fwd + attention_fwd + adapter_fwd);
 
-  // Elementwise bytes of one micro-step.
   const double scores =
-      j.fused_attention ? 0 : kPassesScores * static_cast<double>(m.heads) * s * c / T;
+      j.fused_attention ? 0 : kPassesScores * static_cast<double>(j.model.heads) * s * c / T;
   const double layer_bytes = c * (kPassesHidden * h + (kPassesKv * kv + kPassesFfn * f) / T) +
                              kNormFp32BytesPerHidden * h + scores;
   const double elementwise_fwd = L * t * layer_bytes;
-  const double elementwise =
+  mc.elementwise =
       elementwise_fwd * (1 + kBackwardElementwise + ElementwiseRecomputeFraction(in.recompute)) +
       t * kLogitBytes * V / T;
 
@@ -178,74 +207,99 @@ StepTimeEstimate EstimateStepTime(const StepTimeInputs& in, const Hardware& hw) 
           : gemm_rate;
   // Attention's share of each pass, timed at its own rate.
   const double attention_recompute = RecomputeFraction(in.recompute) * attention_fwd;
-  const double fwd_s = (fwd - attention_fwd) / gemm_rate + attention_fwd / attention_rate +
-                       elementwise_fwd / hw.memory_bytes_per_s;
-  const double bwd_s = (bwd + recompute - 2 * attention_fwd - attention_recompute) / gemm_rate +
-                       (2 * attention_fwd + attention_recompute) / attention_rate +
-                       (elementwise - elementwise_fwd) / hw.memory_bytes_per_s;
+  mc.fwd_s = (mc.fwd - attention_fwd) / gemm_rate + attention_fwd / attention_rate +
+             elementwise_fwd / hw.memory_bytes_per_s;
+  mc.bwd_s = (mc.bwd + mc.recompute - 2 * attention_fwd - attention_recompute) / gemm_rate +
+             (2 * attention_fwd + attention_recompute) / attention_rate +
+             (mc.elementwise - elementwise_fwd) / hw.memory_bytes_per_s;
+  return mc;
+}
 
-  // Collectives of one micro-step.
-  const int64_t n = ShardGroup(j, data_parallel);
-  const bool spans_nodes = world > hw.devices_per_node;
+// One micro-step's collectives: a pass of parameter gathers, a gradient reduction, and
+// tensor parallelism's activation all-reduces.
+struct MicroCollectives {
+  int64_t shard_group = 1;
+  double units = 0;    // sharded units (layers, embedding, head)
+  double trained = 0;  // trained parameters on this rank (before sharding)
+  double gather_pass_bytes = 0, gather_pass_s = 0, first_unit_gather_s = 0;
+  double reduce_bytes = 0, reduce_s = 0;  // of a reducing micro-step
+  double tp_bytes = 0, tp_s = 0;
+};
+
+MicroCollectives EstimateCollectives(const StepTimeInputs& in, const Hardware& hw, const Dims& d) {
+  const MemoryInputs& j = in.job;
+  MicroCollectives mc;
+  const int64_t n = ShardGroup(j, d.data_parallel);
+  mc.shard_group = n;
+  const bool spans_nodes = d.world > hw.devices_per_node;
   const double shard_bw =
-      (j.strategy == Strategy::kHybridShard ? n * tp > hw.devices_per_node : spans_nodes)
+      (j.strategy == Strategy::kHybridShard ? n * d.tp > hw.devices_per_node : spans_nodes)
           ? hw.inter_node_bytes_per_s
           : hw.intra_node_bytes_per_s;
-  const double units = L + 2;
-  const double base_rank = static_cast<double>(m.Parameters(tp));
-  const double gathered_unit_bytes = (base_rank + L * adapter_layer) * c;  // every unit, once
-  const double trained = lora ? L * adapter_layer : base_rank;
+  mc.units = d.L + 2;
+  const double base_rank = static_cast<double>(j.model.Parameters(d.tp));
+  const double gathered_unit_bytes = (base_rank + d.L * d.adapter_layer) * d.c;  // every unit, once
+  mc.trained = d.lora ? d.L * d.adapter_layer : base_rank;
   const double lat = hw.collective_latency_s;
-  const bool sharded = n > 1;
-  const double gather_pass_bytes = sharded ? RingBytes(gathered_unit_bytes, n) : 0;
-  const double gather_pass_s = sharded ? gather_pass_bytes / shard_bw + units * lat : 0;
-  const double first_unit_gather_s = gather_pass_s / units;
-  double reduce_bytes = 0, reduce_s = 0;  // gradient reduction of a reducing micro-step
+  if (n > 1) {
+    mc.gather_pass_bytes = RingBytes(gathered_unit_bytes, n);
+    mc.gather_pass_s = mc.gather_pass_bytes / shard_bw + mc.units * lat;
+    mc.first_unit_gather_s = mc.gather_pass_s / mc.units;
+  }
   if (j.strategy == Strategy::kNoShard) {
-    if (data_parallel > 1) {
-      reduce_bytes = 2 * RingBytes(trained * r, data_parallel);
-      reduce_s =
-          reduce_bytes / (spans_nodes ? hw.inter_node_bytes_per_s : hw.intra_node_bytes_per_s) +
-          units * lat;
+    if (d.data_parallel > 1) {
+      mc.reduce_bytes = 2 * RingBytes(mc.trained * d.r, d.data_parallel);
+      mc.reduce_s =
+          mc.reduce_bytes / (spans_nodes ? hw.inter_node_bytes_per_s : hw.intra_node_bytes_per_s) +
+          mc.units * lat;
     }
-  } else if (sharded) {
-    reduce_bytes = RingBytes(trained * r, n);
-    reduce_s = reduce_bytes / shard_bw + units * lat;
-    const int64_t replicas = data_parallel / n;
+  } else if (n > 1) {
+    mc.reduce_bytes = RingBytes(mc.trained * d.r, n);
+    mc.reduce_s = mc.reduce_bytes / shard_bw + mc.units * lat;
+    const int64_t replicas = d.data_parallel / n;
     if (j.strategy == Strategy::kHybridShard && replicas > 1) {
-      const double cross = 2 * RingBytes(trained * r / static_cast<double>(n), replicas);
-      reduce_bytes += cross;
-      reduce_s += cross / hw.inter_node_bytes_per_s + units * lat;
+      const double cross = 2 * RingBytes(mc.trained * d.r / static_cast<double>(n), replicas);
+      mc.reduce_bytes += cross;
+      mc.reduce_s += cross / hw.inter_node_bytes_per_s + mc.units * lat;
     }
   }
   // Tensor parallelism: 2 all-reduces of t x h per layer forward, 2 backward, exposed.
-  double tp_bytes = 0, tp_s = 0;
-  if (tp > 1) {
+  if (d.tp > 1) {
     const double passes = 2 + (in.recompute == RecomputeMode::kFull ? 1 : 0);
-    tp_bytes = passes * 2 * L * 2 * RingBytes(t * h * c, tp);
-    tp_s = tp_bytes /
-               (tp > hw.devices_per_node ? hw.inter_node_bytes_per_s : hw.intra_node_bytes_per_s) +
-           passes * 2 * L * lat;
+    mc.tp_bytes = passes * 2 * d.L * 2 * RingBytes(d.t * d.h * d.c, d.tp);
+    mc.tp_s = mc.tp_bytes / (d.tp > hw.devices_per_node ? hw.inter_node_bytes_per_s
+                                                        : hw.intra_node_bytes_per_s) +
+              passes * 2 * d.L * lat;
   }
+  return mc;
+}
+
+}  // namespace
+
+StepTimeEstimate EstimateStepTime(const StepTimeInputs& in, const Hardware& hw) {
+  const MemoryInputs& j = in.job;
+  const Dims d = DimsOf(j);
+  const MicroCompute mc = EstimateMicroCompute(in, hw, d);
+  const MicroCollectives co = EstimateCollectives(in, hw, d);
 
   // Per micro-step: which collectives run, and how much of them the compute hides.
   const bool regathers = j.strategy == Strategy::kFullShard || j.strategy == Strategy::kHybridShard;
   const bool reduces_every_micro_step = regathers;
   auto micro = [&](bool synced, double* exposed, double* comm, double* gathered, double* reduced) {
-    const double fwd_gather = (j.strategy == Strategy::kNoShard) ? 0 : gather_pass_s;
-    const double bwd_gather = regathers ? gather_pass_s : 0;
-    const double red = (reduces_every_micro_step || synced) ? reduce_s : 0;
+    const double fwd_gather = (j.strategy == Strategy::kNoShard) ? 0 : co.gather_pass_s;
+    const double bwd_gather = regathers ? co.gather_pass_s : 0;
+    const double red = (reduces_every_micro_step || synced) ? co.reduce_s : 0;
     *gathered +=
-        (fwd_gather > 0 ? gather_pass_bytes : 0) + (bwd_gather > 0 ? gather_pass_bytes : 0);
-    *reduced += (reduces_every_micro_step || synced) ? reduce_bytes : 0;
+        (fwd_gather > 0 ? co.gather_pass_bytes : 0) + (bwd_gather > 0 ? co.gather_pass_bytes : 0);
+    *reduced += (reduces_every_micro_step || synced) ? co.reduce_bytes : 0;
     *comm += fwd_gather + bwd_gather + red;
-    double e = fwd_gather > 0 ? std::max(first_unit_gather_s, fwd_gather - fwd_s) : 0;
+    double e = fwd_gather > 0 ? std::max(co.first_unit_gather_s, fwd_gather - mc.fwd_s) : 0;
     const bool serial =
         in.recompute != RecomputeMode::kNone && regathers && !in.prefetch_under_checkpointing;
     if (serial) {
       e += bwd_gather + red;
     } else {
-      e += std::max(red / units, bwd_gather + red - bwd_s);
+      e += std::max(red / co.units, bwd_gather + red - mc.bwd_s);
     }
     *exposed += e;
   };
@@ -254,22 +308,23 @@ StepTimeEstimate EstimateStepTime(const StepTimeInputs& in, const Hardware& hw) 
   for (int64_t i = 0; i < std::max<int64_t>(1, j.grad_accum); ++i) {
     micro(i + 1 == std::max<int64_t>(1, j.grad_accum), &exposed, &comm, &gathered, &reduced);
   }
-  exposed += micro_steps * tp_s;
-  comm += micro_steps * tp_s;
-  reduced += micro_steps * tp_bytes;
+  exposed += d.micro_steps * co.tp_s;
+  comm += d.micro_steps * co.tp_s;
+  reduced += d.micro_steps * co.tp_bytes;
 
-  const double shard_params = (trained + static_cast<double>(n) - 1) / static_cast<double>(n);
-  out.gemm_flops = micro_steps * (fwd + bwd + recompute);
-  out.model_flops = micro_steps * t * ModelFlopsPerToken(m, j.seq_len) / T;
-  out.elementwise_bytes = micro_steps * elementwise;
-  out.compute_s = micro_steps * (fwd_s + bwd_s);
+  const double n = static_cast<double>(co.shard_group);
+  const double shard_params = (co.trained + n - 1) / n;
+  out.gemm_flops = d.micro_steps * (mc.fwd + mc.bwd + mc.recompute);
+  out.model_flops = d.micro_steps * d.t * ModelFlopsPerToken(j.model, j.seq_len) / d.T;
+  out.elementwise_bytes = d.micro_steps * mc.elementwise;
+  out.compute_s = d.micro_steps * (mc.fwd_s + mc.bwd_s);
   out.gathered_bytes = gathered;
   out.reduced_bytes = reduced;
   out.communication_s = comm;
   out.exposed_communication_s = exposed;
   out.optimizer_s = shard_params * hw.optimizer_bytes_per_parameter / hw.memory_bytes_per_s;
   out.step_s = out.compute_s + out.exposed_communication_s + out.optimizer_s;
-  out.tokens_per_s = micro_steps * t * static_cast<double>(data_parallel) / out.step_s;
+  out.tokens_per_s = d.micro_steps * d.t * static_cast<double>(d.data_parallel) / out.step_s;
   out.mfu = out.model_flops / (out.step_s * hw.peak_flops);
   return out;
 }
