@@ -126,9 +126,9 @@ absl::Status TaskRunner::PrepareWorkDir() {
     // The ranks' working directory belongs to them (and to no one else).
     if (fchown(dir.get(), launch_.run_as->uid, launch_.run_as->gid) != 0 ||
         fchmod(dir.get(), 0700) != 0) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "cannot hand task dir ", launch_.work_dir, " to ", launch_.run_as->user, ": ",
-          std::strerror(errno)));
+      return absl::FailedPreconditionError(absl::StrCat("cannot hand task dir ", launch_.work_dir,
+                                                        " to ", launch_.run_as->user, ": ",
+                                                        std::strerror(errno)));
     }
   }
   auto write_file = [&](const std::string& name, const std::string& content) -> absl::Status {
@@ -170,9 +170,11 @@ absl::Status TaskRunner::Launch() {
     argv.insert(argv.end(), {"--resume", t.resume_from()});
   }
   for (const std::string& root : t.path_roots()) argv.insert(argv.end(), {"--path-root", root});
-  if (!launch_.token_cache_dir.empty()) argv.insert(argv.end(), {"--token-cache-dir", launch_.token_cache_dir});
+  if (!launch_.token_cache_dir.empty())
+    argv.insert(argv.end(), {"--token-cache-dir", launch_.token_cache_dir});
   if (launch_.token_cache_max_bytes > 0) {
-    argv.insert(argv.end(), {"--token-cache-max-size", std::to_string(launch_.token_cache_max_bytes)});
+    argv.insert(argv.end(),
+                {"--token-cache-max-size", std::to_string(launch_.token_cache_max_bytes)});
   }
   const std::vector<std::string> base_env =
       TrainerBaseEnvironment(environ, launch_.run_as, launch_.work_dir);
@@ -233,8 +235,7 @@ absl::Status TaskRunner::Launch() {
       }
       if (switch_user) {
         // Groups first: after setuid there is no permission left to change them.
-        if (setgroups(groups.size(), groups.data()) != 0 || setgid(gid) != 0 ||
-            setuid(uid) != 0) {
+        if (setgroups(groups.size(), groups.data()) != 0 || setgid(gid) != 0 || setuid(uid) != 0) {
           const char msg[] = "llamafleet-worker: error: cannot switch to the trainer user\n";
           (void)!write(STDERR_FILENO, msg, sizeof(msg) - 1);
           _exit(126);
@@ -276,101 +277,118 @@ void TaskRunner::KillLaunched() {
   ranks_.clear();
 }
 
-void TaskRunner::Monitor() {
+bool TaskRunner::Drain(Rank& r, bool is_stderr) {
   const std::string& id = launch_.task.task_id();
-  bool failing = false;       // a rank failed: the others are being stopped
-  std::string failure_message;
-  absl::Time failure_kill_at = absl::InfiniteFuture();
-  bool termed = false;
-
-  auto drain = [&](Rank& r, int fd, std::string& buffer, bool is_stderr) {
-    char chunk[16384];
-    while (true) {
-      ssize_t n = read(fd, chunk, sizeof(chunk));
-      if (n <= 0) return n == 0 || (errno != EAGAIN && errno != EINTR);  // true: closed
-      buffer.append(chunk, n);
-      size_t start = 0, nl;
-      while ((nl = buffer.find('\n', start)) != std::string::npos) {
-        std::string line = buffer.substr(start, nl - start);
-        start = nl + 1;
-        // Stderr is logs only; how a rank ended comes from its exit record.
-        if (!is_stderr && !line.empty() && line[0] == '{' &&
-            line.find("\"event\"") != std::string::npos) {
-          std::optional<trainer_events::Event> e = trainer_events::ParseLine(line);
-          if (e.has_value() && std::holds_alternative<trainer_events::Exit>(*e)) {
-            const auto& x = std::get<trainer_events::Exit>(*e);
-            r.exit_record = absl::Status(x.code, x.message);
-          }
-        }
-        listener_->OnLine(id, r.global_rank, is_stderr, line);
-      }
-      buffer.erase(0, start);
-      if (buffer.size() > kMaxLineBytes) {
-        listener_->OnLine(id, r.global_rank, is_stderr, buffer.substr(0, kMaxLineBytes) + " [cut]");
-        buffer.clear();
-      }
-    }
-  };
-
+  const int fd = is_stderr ? r.err_fd : r.out_fd;
+  std::string& buffer = is_stderr ? r.err_buffer : r.out_buffer;
+  char chunk[16384];
   while (true) {
-    std::vector<pollfd> fds;
-    std::vector<std::pair<Rank*, bool>> owners;
-    for (Rank& r : ranks_) {
-      if (r.out_fd >= 0) {
-        fds.push_back({r.out_fd, POLLIN, 0});
-        owners.emplace_back(&r, false);
+    ssize_t n = read(fd, chunk, sizeof(chunk));
+    if (n <= 0) return n == 0 || (errno != EAGAIN && errno != EINTR);  // true: closed
+    buffer.append(chunk, n);
+    size_t start = 0, nl;
+    while ((nl = buffer.find('\n', start)) != std::string::npos) {
+      std::string line = buffer.substr(start, nl - start);
+      start = nl + 1;
+      // Stderr is logs only; how a rank ended comes from its exit record.
+      if (!is_stderr && !line.empty() && line[0] == '{' &&
+          line.find("\"event\"") != std::string::npos) {
+        std::optional<trainer_events::Event> e = trainer_events::ParseLine(line);
+        if (e.has_value() && std::holds_alternative<trainer_events::Exit>(*e)) {
+          const auto& x = std::get<trainer_events::Exit>(*e);
+          r.exit_record = absl::Status(x.code, x.message);
+        }
       }
-      if (r.err_fd >= 0) {
-        fds.push_back({r.err_fd, POLLIN, 0});
-        owners.emplace_back(&r, true);
-      }
+      listener_->OnLine(id, r.global_rank, is_stderr, line);
     }
-    if (!fds.empty()) {
-      poll(fds.data(), fds.size(), 100);
-    } else {
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    buffer.erase(0, start);
+    if (buffer.size() > kMaxLineBytes) {
+      listener_->OnLine(id, r.global_rank, is_stderr, buffer.substr(0, kMaxLineBytes) + " [cut]");
+      buffer.clear();
     }
-    for (size_t i = 0; i < fds.size(); ++i) {
-      if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
-      Rank& r = *owners[i].first;
-      const bool is_stderr = owners[i].second;
+  }
+}
+
+void TaskRunner::PollOutputs() {
+  std::vector<pollfd> fds;
+  std::vector<std::pair<Rank*, bool>> owners;
+  for (Rank& r : ranks_) {
+    if (r.out_fd >= 0) {
+      fds.push_back({r.out_fd, POLLIN, 0});
+      owners.emplace_back(&r, false);
+    }
+    if (r.err_fd >= 0) {
+      fds.push_back({r.err_fd, POLLIN, 0});
+      owners.emplace_back(&r, true);
+    }
+  }
+  if (fds.empty()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    return;
+  }
+  poll(fds.data(), fds.size(), 100);
+  for (size_t i = 0; i < fds.size(); ++i) {
+    if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+    Rank& r = *owners[i].first;
+    const bool is_stderr = owners[i].second;
+    int& fd = is_stderr ? r.err_fd : r.out_fd;
+    if (Drain(r, is_stderr)) {
+      close(fd);
+      fd = -1;
+    }
+  }
+}
+
+bool TaskRunner::ReapRanks(Failure& failure) {
+  bool all_exited = true;
+  for (Rank& r : ranks_) {
+    if (r.exited) continue;
+    int status = 0;
+    if (waitpid(r.pid, &status, WNOHANG) != r.pid) {
+      all_exited = false;
+      continue;
+    }
+    r.exited = true;
+    r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    if (r.out_fd >= 0 && Drain(r, false)) {
+      // Its exit record may have arrived after the last poll.
+      close(r.out_fd);
+      r.out_fd = -1;
+    }
+    if (r.exit_code == 0 || failure.failing) continue;
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stop_requested_) continue;
+    // One rank failed: the gang cannot go on. Stop the others now instead of letting them
+    // wait in a collective until a timeout.
+    failure.failing = true;
+    failure.message = absl::StrCat("rank ", r.global_rank, " exited with code ", r.exit_code,
+                                   r.exit_record.has_value() && !r.exit_record->ok()
+                                       ? absl::StrCat(": ", r.exit_record->ToString())
+                                       : " (no exit record)");
+    killpg(pgid_, SIGTERM);
+    failure.kill_at = absl::Now() + failure_grace_;
+  }
+  return all_exited;
+}
+
+void TaskRunner::DrainExitedRanks() {
+  for (Rank& r : ranks_) {
+    for (bool is_stderr : {false, true}) {
       int& fd = is_stderr ? r.err_fd : r.out_fd;
-      if (drain(r, fd, is_stderr ? r.err_buffer : r.out_buffer, is_stderr)) {
-        close(fd);
-        fd = -1;
-      }
+      if (fd < 0) continue;
+      Drain(r, is_stderr);
+      close(fd);
+      fd = -1;
     }
-    // Reap.
-    bool all_exited = true;
-    for (Rank& r : ranks_) {
-      if (r.exited) continue;
-      int status = 0;
-      if (waitpid(r.pid, &status, WNOHANG) == r.pid) {
-        r.exited = true;
-        r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-        if (r.out_fd >= 0 && drain(r, r.out_fd, r.out_buffer, false)) {
-          // Its exit record may have arrived after the last poll.
-          close(r.out_fd);
-          r.out_fd = -1;
-        }
-        if (r.exit_code != 0 && !failing) {
-          std::lock_guard<std::mutex> lock(mu_);
-          if (!stop_requested_) {
-            // One rank failed: the gang cannot go on. Stop the others now instead of
-            // letting them wait in a collective until a timeout.
-            failing = true;
-            failure_message = absl::StrCat("rank ", r.global_rank, " exited with code ", r.exit_code,
-                                           r.exit_record.has_value() && !r.exit_record->ok()
-                                               ? absl::StrCat(": ", r.exit_record->ToString())
-                                               : " (no exit record)");
-            killpg(pgid_, SIGTERM);
-            failure_kill_at = absl::Now() + failure_grace_;
-          }
-        }
-      } else {
-        all_exited = false;
-      }
-    }
+  }
+}
+
+void TaskRunner::Monitor() {
+  Failure failure;
+  bool termed = false;
+  while (true) {
+    PollOutputs();
+    const bool all_exited = ReapRanks(failure);
     const absl::Time now = absl::Now();
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -378,25 +396,19 @@ void TaskRunner::Monitor() {
         killpg(pgid_, SIGTERM);
         termed = true;
       }
-      if (now >= kill_deadline_ || now >= failure_kill_at) killpg(pgid_, SIGKILL);
+      if (now >= kill_deadline_ || now >= failure.kill_at) killpg(pgid_, SIGKILL);
     }
     if (all_exited) {
-      // Pipes may still hold output of exited ranks (or of their children): read to EOF,
-      // but do not wait for grandchildren that keep them open.
-      for (Rank& r : ranks_) {
-        for (bool is_stderr : {false, true}) {
-          int& fd = is_stderr ? r.err_fd : r.out_fd;
-          if (fd < 0) continue;
-          drain(r, fd, is_stderr ? r.err_buffer : r.out_buffer, is_stderr);
-          close(fd);
-          fd = -1;
-        }
-      }
+      // Pipes may still hold output of exited ranks (or of their children).
+      DrainExitedRanks();
       killpg(pgid_, SIGKILL);  // anything the ranks left behind
       break;
     }
   }
+  ReportFinished(failure);
+}
 
+void TaskRunner::ReportFinished(const Failure& failure) {
   std::vector<v1::RankExit> exits;
   bool all_ok = true;
   for (const Rank& r : ranks_) {
@@ -416,9 +428,9 @@ void TaskRunner::Monitor() {
   std::string message;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (failing) {
+    if (failure.failing) {
       state = v1::TASK_FAILED;
-      message = failure_message;
+      message = failure.message;
     } else if (stop_requested_) {
       // Stopped on request, however the ranks exited (a preempted trainer that saved a
       // checkpoint exits 0).

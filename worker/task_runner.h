@@ -95,7 +95,16 @@ class TaskRunner {
   absl::Status PrepareWorkDir();
   absl::Status Launch();
   void KillLaunched();  // after a failed Launch: nothing may stay behind
+  // The monitor thread's loop: forwards every rank's output lines, reaps the ranks, stops
+  // the gang when one fails or a stop is requested, then reports how the task ended.
   void Monitor();
+
+  // What Monitor knows of a failing gang (monitor thread only).
+  struct Failure {
+    bool failing = false;  // a rank failed: the others are being stopped
+    std::string message;
+    absl::Time kill_at = absl::InfiniteFuture();
+  };
 
   struct Rank {
     int global_rank = 0;
@@ -109,6 +118,18 @@ class TaskRunner {
     // The rank's exit record (its "exit" event line), if it printed one.
     std::optional<absl::Status> exit_record;
   };
+  // Reads what the rank's stdout or stderr pipe holds now, forwarding whole lines (and an
+  // overlong partial one, cut) to the listener; an exit record on stdout is kept in
+  // r.exit_record. Returns true when the pipe is closed.
+  bool Drain(Rank& r, bool is_stderr);
+  // Waits up to 100 ms for output and drains what arrived.
+  void PollOutputs();
+  // Reaps the ranks that exited; the first nonzero exit (without a stop request) starts
+  // stopping the gang. Returns true when every rank has exited.
+  bool ReapRanks(Failure& failure);
+  // After every rank exited: reads their pipes to EOF without waiting for grandchildren.
+  void DrainExitedRanks();
+  void ReportFinished(const Failure& failure);
 
   // Constant after construction.
   const TaskLaunch launch_;
@@ -119,9 +140,9 @@ class TaskRunner {
   pid_t pgid_ = 0;
 
   std::mutex mu_;
-  bool stop_requested_ = false;          // guarded by mu_
+  bool stop_requested_ = false;                        // guarded by mu_
   absl::Time kill_deadline_ = absl::InfiniteFuture();  // guarded by mu_
-  std::string stop_reason_;              // guarded by mu_
+  std::string stop_reason_;                            // guarded by mu_
   std::atomic<bool> finished_{false};
   std::thread monitor_;
 };
