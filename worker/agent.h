@@ -26,6 +26,7 @@
 #include "worker/rank_progress.h"
 #include "worker/task_runner.h"
 #include "worker/task_starts.h"
+#include "worker/trainer_events.h"
 
 namespace llamafleet::worker {
 
@@ -96,6 +97,13 @@ class WorkerAgent : public TaskListener {
   // Runs pre-flights while the worker is idle: when one is wanted (a task ended) or the
   // interval passed; each result is sent at once in a heartbeat. Until Shutdown().
   void PreflightLoop();
+  // The message a rank's event line is relayed as (metrics, phases, evals, checkpoints,
+  // tokenizing progress at most once per kTokenizingRelayInterval...), or nullopt.
+  std::optional<v1::WorkerMessage> StructuredMessage(const std::string& task_id,
+                                                     const trainer_events::Event& event);
+  // Appends `line` to the log batches to send, or counts it dropped when the buffer is full.
+  void BufferLogLine(const std::string& task_id, int rank, bool is_stderr,
+                     const std::string& line) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Constant after construction.
   const AgentOptions options_;
