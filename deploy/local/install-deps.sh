@@ -26,7 +26,7 @@ packages=(
   libgoogle-perftools-dev  # tcmalloc_minimal for the coordinator
   # trainer (LibTorch 1.13 CPU, Gloo for c10d, SentencePiece; spm_train makes the demo's
   # tokenizer; PCRE2 for the BPE tokenizers' patterns) and python3 for the demo's data
-  libtorch-dev libgloo-dev libsentencepiece-dev sentencepiece libpcre2-dev nlohmann-json3-dev python3
+  libtorch-dev libgloo-dev libsentencepiece-dev sentencepiece libpcre2-dev libutf8proc-dev nlohmann-json3-dev python3
 )
 if [ "$mode" = all ]; then
   packages+=(

@@ -69,9 +69,9 @@ packages=(
   libboost-dev libboost-system-dev libsqlite3-dev libspdlog-dev libfmt-dev libyaml-cpp-dev
   libcli11-dev libgoogle-perftools-dev
   # trainer: CUDA LibTorch, NCCL, the CUDA build of Gloo (libgloo-dev would remove the CUDA
-  # LibTorch), SentencePiece, PCRE2 (the BPE tokenizers)
+  # LibTorch), SentencePiece, PCRE2 and utf8proc (the BPE tokenizers)
   libtorch-cuda-dev libnccl-dev libgloo-cuda-dev libsentencepiece-dev sentencepiece
-  libpcre2-dev nlohmann-json3-dev
+  libpcre2-dev libutf8proc-dev nlohmann-json3-dev
   # tests: GoogleTest, the trainer's Python reference on the same torch 2.6
   libgtest-dev libgmock-dev python3 python3-torch-cuda python3-sentencepiece python3-numpy
   python3-yaml procps

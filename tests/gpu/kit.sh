@@ -9,6 +9,7 @@
 #                       protoc of the same version as those headers
 #   libssl-dev          OpenSSL headers; lib/libcrypto.a (SHA-256)
 #   libpcre2-dev        pcre2.h; lib/libpcre2-8.a (the BPE tokenizers' regular expressions)
+#   libutf8proc-dev     utf8proc.h; lib/libutf8proc.a (the BPE tokenizers' Unicode normalizers)
 #   libcli11-dev, nlohmann-json3-dev   headers only
 #
 # SentencePiece is not packed: the trainer reaches it through a dlopen()ed module
@@ -34,7 +35,8 @@ while (($#)); do
 done
 die() { echo "kit.sh: $*" >&2; exit 1; }
 
-packages=(libabsl-dev libprotobuf-dev protobuf-compiler libssl-dev libpcre2-dev libcli11-dev nlohmann-json3-dev)
+packages=(libabsl-dev libprotobuf-dev protobuf-compiler libssl-dev libpcre2-dev libutf8proc-dev libcli11-dev
+  nlohmann-json3-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
@@ -52,7 +54,7 @@ trap 'rm -rf "$partial"' EXIT
 
 # Headers keep their path below /usr/include (the multiarch folder's, e.g. OpenSSL's
 # configuration.h, merged in).
-for p in libabsl-dev libprotobuf-dev libssl-dev libpcre2-dev libcli11-dev nlohmann-json3-dev; do
+for p in libabsl-dev libprotobuf-dev libssl-dev libpcre2-dev libutf8proc-dev libcli11-dev nlohmann-json3-dev; do
   dpkg -L "$p" | while read -r f; do
     [ -f "$f" ] || continue
     case "$f" in
@@ -84,7 +86,7 @@ done < <(dpkg -L libabsl-dev)
   echo SAVE
   echo END
 } | ar -M
-for lib in libprotobuf.a libcrypto.a libpcre2-8.a; do
+for lib in libprotobuf.a libcrypto.a libpcre2-8.a libutf8proc.a; do
   f="/usr/lib/x86_64-linux-gnu/$lib"
   [ -f "$f" ] || die "no $f"
   pic_check "$f"

@@ -2,9 +2,9 @@
 # gpu_kit_test: tests/gpu/kit.sh makes a kit, and tests/gpu configures from it against this
 # machine's LibTorch with the link lines a GPU machine would get: every llamafleet library
 # the trainer links is a target tests/gpu defines (no bare -lllamafleet_* left to the
-# linker), absl, protobuf, libcrypto and PCRE2 are linked from the kit, and no include
+# linker), absl, protobuf, libcrypto, PCRE2 and utf8proc are linked from the kit, and no include
 # folder outside the checkout, the kit and LibTorch's own holds absl, CLI11, nlohmann,
-# protobuf, OpenSSL or PCRE2 headers. The build and the run themselves are tests/gpu/ci.sh's (CI).
+# protobuf, OpenSSL, PCRE2 or utf8proc headers. The build and the run themselves are tests/gpu/ci.sh's (CI).
 set -euo pipefail
 src="$(cd "$(dirname "$0")/../.." && pwd)"
 tmp="$(mktemp -d)"
@@ -18,15 +18,15 @@ for t in sharded_rank trainer_gpu_bench; do
   [ -f "$link" ] || fail "no link line for $t ($link)"
   undefined=$(grep -oE -- '-lllamafleet[A-Za-z0-9_]*' "$link" | sort -u | tr '\n' ' ' || true)
   [ -z "$undefined" ] || fail "$t links libraries tests/gpu/CMakeLists.txt does not define: $undefined"
-  for lib in libabsl libprotobuf libcrypto libpcre2-8; do
+  for lib in libabsl libprotobuf libcrypto libpcre2-8 libutf8proc; do
     grep -q "$tmp/kit/lib/$lib.a" "$link" || fail "$t does not link the kit's $lib.a"
   done
-  outside=$(tr ' ' '\n' <"$link" | grep -E 'lib(absl|protobuf|crypto|ssl|sentencepiece|pcre2)[^/]*\.(a|so)' | grep -v -e "^$tmp/kit/" -e '^-Wl,--exclude-libs,' || true)
+  outside=$(tr ' ' '\n' <"$link" | grep -E 'lib(absl|protobuf|crypto|ssl|sentencepiece|pcre2|utf8proc)[^/]*\.(a|so)' | grep -v -e "^$tmp/kit/" -e '^-Wl,--exclude-libs,' || true)
   [ -z "$outside" ] || fail "$t links a system copy of what the kit holds: $outside"
 done
 while read -r dir; do
   case "$dir" in "$src"/* | "$tmp"/*) continue ;; esac
-  for h in absl/base/config.h CLI/CLI.hpp nlohmann/json.hpp google/protobuf/message.h openssl/evp.h pcre2.h; do
+  for h in absl/base/config.h CLI/CLI.hpp nlohmann/json.hpp google/protobuf/message.h openssl/evp.h pcre2.h utf8proc.h; do
     [ ! -e "$dir/$h" ] || fail "the include folder $dir has $h: a system copy could be used instead of the kit's"
   done
 done < <(grep -rh '^CXX_INCLUDES' "$tmp/build" --include=flags.make | tr ' ' '\n' | sed -n 's/^-I//p; /^\//p' | sort -u)

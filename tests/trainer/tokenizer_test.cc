@@ -188,8 +188,15 @@ TEST(TokenizerTest, HostileTokenizerJsonFailsClearly) {
   auto wordpiece = SmallTokenizerJson([](json& j) { j["model"]["type"] = "WordPiece"; });
   EXPECT_NE(wordpiece.status().message().find("model.type"), std::string::npos)
       << wordpiece.status();
-  auto nfc = SmallTokenizerJson([](json& j) { j["normalizer"] = {{"type", "NFC"}}; });
-  EXPECT_NE(nfc.status().message().find("normalizer"), std::string::npos) << nfc.status();
+  auto lowercase = SmallTokenizerJson([](json& j) { j["normalizer"] = {{"type", "Lowercase"}}; });
+  EXPECT_NE(lowercase.status().message().find("normalizer: \"Lowercase\" is not supported"),
+            std::string::npos)
+      << lowercase.status();
+  auto two = SmallTokenizerJson([](json& j) {
+    j["normalizer"] = {{"type", "Sequence"},
+                       {"normalizers", {{{"type", "NFC"}}, {{"type", "Lowercase"}}}}};
+  });
+  EXPECT_NE(two.status().message().find("normalizer"), std::string::npos) << two.status();
   auto bad_regex = SmallTokenizerJson([](json& j) {
     j["pre_tokenizer"] = {{"type", "Sequence"},
                           {"pretokenizers",

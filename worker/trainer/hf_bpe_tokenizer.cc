@@ -1,7 +1,10 @@
 #include "hf_bpe_tokenizer.h"
 
+#include <utf8proc.h>
+
 #include <algorithm>
 #include <cctype>
+#include <cstdlib>
 #include <deque>
 #include <unordered_map>
 
@@ -75,6 +78,9 @@ class HfBpeTokenizer final : public Tokenizer {
   // Ids must be below `id_limit` (the number of vocabulary and added entries), which
   // bounds what a few bytes of JSON can make the tables allocate.
   absl::Status ParseModel(const json& model, int64_t id_limit);
+  // normalizer: null, NFC, NFD, NFKC or NFKD (Unicode normalization of the text between
+  // added tokens, before pre-tokenization), or a Sequence of at most one of them.
+  absl::Status ParseNormalizer(const json& n);
   absl::Status ParsePreTokenizer(const json& p);
   absl::Status ParseAddedTokens(const json& added, int64_t id_limit);
   absl::Status ParsePostProcessor(const json& p, int64_t id_limit);
@@ -95,6 +101,7 @@ class HfBpeTokenizer final : public Tokenizer {
   absl::Status EncodeSegment(absl::string_view text, std::vector<int32_t>* ids) const;
 
   BytePairEncoder bpe_;
+  int normalize_ = 0;  // utf8proc options of the normalizer; 0: none
   std::vector<Step> steps_;
   std::vector<AddedToken> added_;
   std::vector<const AddedToken*> in_text_;               // non-special added tokens, longest first
@@ -201,6 +208,33 @@ std::string QuoteRegex(const std::string& s) {
     out.push_back(c);
   }
   return out;
+}
+
+absl::Status HfBpeTokenizer::ParseNormalizer(const json& n) {
+  if (n.is_null()) return absl::OkStatus();
+  const json* form = &n;
+  if (StringOr(n, "type", "") == "Sequence") {
+    auto list = n.find("normalizers");
+    if (list == n.end() || !list->is_array() || list->size() > 1) {
+      return Bad("normalizer", "is a Sequence of more than one normalizer (only one is supported)");
+    }
+    if (list->empty()) return absl::OkStatus();
+    form = &(*list)[0];
+  }
+  const std::string type = StringOr(*form, "type", "");
+  if (type == "NFC") {
+    normalize_ = UTF8PROC_STABLE | UTF8PROC_COMPOSE;
+  } else if (type == "NFD") {
+    normalize_ = UTF8PROC_STABLE | UTF8PROC_DECOMPOSE;
+  } else if (type == "NFKC") {
+    normalize_ = UTF8PROC_STABLE | UTF8PROC_COMPOSE | UTF8PROC_COMPAT;
+  } else if (type == "NFKD") {
+    normalize_ = UTF8PROC_STABLE | UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT;
+  } else {
+    return Bad("normalizer",
+               absl::StrCat("\"", type, "\" is not supported (null, NFC, NFD, NFKC, NFKD)"));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status HfBpeTokenizer::ParsePreTokenizer(const json& p) {
@@ -397,6 +431,20 @@ absl::Status HfBpeTokenizer::ReadSidecars(const std::string& dir, Sha256* digest
 
 absl::Status HfBpeTokenizer::EncodeSegment(absl::string_view text,
                                            std::vector<int32_t>* ids) const {
+  std::string normalized;
+  if (normalize_ != 0) {
+    utf8proc_uint8_t* out = nullptr;
+    const utf8proc_ssize_t n = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(text.data()),
+                                            static_cast<utf8proc_ssize_t>(text.size()), &out,
+                                            static_cast<utf8proc_option_t>(normalize_));
+    if (n < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("text cannot be normalized: ", utf8proc_errmsg(n)));
+    }
+    normalized.assign(reinterpret_cast<const char*>(out), static_cast<size_t>(n));
+    std::free(out);
+    text = normalized;
+  }
   std::vector<absl::string_view> pieces{text}, next;
   std::deque<std::string> prefixed;  // pieces given a leading space by ByteLevel
   for (const Step& step : steps_) {
@@ -468,14 +516,13 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> LoadHfBpeTokenizer(const std::string&
     return fail(Bad("model.type", absl::StrCat("is \"", StringOr(*model, "type", ""),
                                                "\"; only \"BPE\" (byte-level) is supported")));
   }
-  if (auto n = j.find("normalizer"); n != j.end() && !n->is_null()) {
-    return fail(Bad("normalizer", absl::StrCat("\"", StringOr(*n, "type", ""),
-                                               "\" is not supported (only null)")));
-  }
   bool ignore_merges = false;
   if (auto im = model->find("ignore_merges"); im != model->end() && im->is_boolean())
     ignore_merges = im->get<bool>();
   auto t = std::make_unique<HfBpeTokenizer>(ignore_merges);
+  if (auto n = j.find("normalizer"); n != j.end()) {
+    if (absl::Status s = t->ParseNormalizer(*n); !s.ok()) return fail(s);
+  }
   auto added = j.find("added_tokens");
   const json no_added = json::array();
   const json& added_list = added == j.end() || added->is_null() ? no_added : *added;
