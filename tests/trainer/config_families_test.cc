@@ -39,6 +39,7 @@ void ExpectSameConfig(const LlamaConfig& a, const LlamaConfig& b) {
   EXPECT_EQ(a.qkv_bias, b.qkv_bias);
   EXPECT_EQ(a.sliding_window, b.sliding_window);
   EXPECT_EQ(a.eos_token_id, b.eos_token_id);
+  EXPECT_EQ(a.eos_token_ids, b.eos_token_ids);
   EXPECT_EQ(a.NumParameters(), b.NumParameters());
 }
 
@@ -52,6 +53,7 @@ TEST(Config, ReadsBothRopeLayoutsAndWritesTheFamilyBack) {
   EXPECT_EQ(v4->rope_scaling.original_max_position_embeddings, 64);
   EXPECT_EQ(v4->head_dim(), 32);  // not hidden / heads (16)
   EXPECT_EQ(v4->eos_token_id, 2);
+  EXPECT_EQ(v4->eos_token_ids, (std::vector<int64_t>{2, 3}));  // written back as the list
   EXPECT_EQ(v5->torch_dtype, "bfloat16");
   ExpectSameConfig(*v4, *v5);
   // q [128, 64], k and v [64, 64], o [64, 128], MLP 3 x 96 x 64, two norms; embeddings.

@@ -103,7 +103,8 @@ class Families(unittest.TestCase):
                     orig = json.load(f)
                 self.assertEqual(cfg["architectures"], [ARCH[family]])
                 for key in ("model_type", "hidden_size", "num_attention_heads", "num_key_value_heads",
-                            "rope_theta", "rope_scaling", "tie_word_embeddings", "rms_norm_eps", "vocab_size"):
+                            "rope_theta", "rope_scaling", "tie_word_embeddings", "rms_norm_eps", "vocab_size",
+                            "eos_token_id"):
                     self.assertEqual(cfg[key], orig[key], key)
                 self.assertEqual(cfg["head_dim"], ref.head_dim(orig))
                 got, want = read_weights(out), read_weights(src)

@@ -310,8 +310,8 @@ absl::Status ParseFamilyFields(const json& j, absl::string_view src, LlamaConfig
   return absl::OkStatus();
 }
 
-// bos_token_id and eos_token_id; a list of EOS ids (Llama 3.1) gives its first, each
-// one checked against the vocabulary by ValidateConfig's caller.
+// bos_token_id and eos_token_id; a list of EOS ids (Llama 3.1) gives its first and is kept
+// whole for the export, each one checked against the vocabulary by ValidateConfig's caller.
 absl::Status ParseSpecialIds(const json& j, absl::string_view src, LlamaConfig& c) {
   const int64_t bos = 1, eos = 2;
   LF_ASSIGN_OR_RETURN(c.bos_token_id, GetInt(j, "bos_token_id", src, &bos));
@@ -327,6 +327,7 @@ absl::Status ParseSpecialIds(const json& j, absl::string_view src, LlamaConfig& 
     if (id < 0 || id >= kMaxVocabSize)
       return Invalid(src, absl::StrCat("eos_token_id ", id, " is out of range"));
     if (i == 0) c.eos_token_id = id;
+    c.eos_token_ids.push_back(id);
   }
   return absl::OkStatus();
 }
@@ -420,7 +421,8 @@ std::string ConfigToJson(const LlamaConfig& c, absl::string_view torch_dtype) {
   j["max_position_embeddings"] = c.max_position_embeddings;
   j["tie_word_embeddings"] = c.tie_word_embeddings;
   j["bos_token_id"] = c.bos_token_id;
-  j["eos_token_id"] = c.eos_token_id;
+  // A list stays a list: generation stops on any of them.
+  j["eos_token_id"] = c.eos_token_ids.size() > 1 ? json(c.eos_token_ids) : json(c.eos_token_id);
   j["initializer_range"] = 0.02;
   if (c.family == ModelFamily::kLlama) j["pretraining_tp"] = 1;
   j["use_cache"] = true;

@@ -51,6 +51,9 @@ struct LlamaConfig {
   int64_t bos_token_id = 1;             // prepended to each tokenized example.
   int64_t eos_token_id = 2;             // appended to each tokenized example (a config's
                                         // list of EOS ids: its first).
+  std::vector<int64_t> eos_token_ids;   // a config's list of EOS ids as written (Llama
+                                        // 3.1: end of text, end of message, end of turn);
+                                        // empty for a single id.
   std::string torch_dtype = "float32";  // dtype recorded in config.json (informational).
 
   // d: width of one attention head (q is H*d wide, k and v KV*d, o maps H*d to h).
