@@ -36,7 +36,7 @@ absl::Status InsertWorkerCredential(JobStore* store, const std::string& name, co
     if (max_per_token > 0) {
       LF_ASSIGN_OR_RETURN(auto* count, txn.Statement(kCountMinted));
       count->Bind(1, join_token_sha256);
-      LF_ASSIGN_OR_RETURN(bool row, count->Step());
+      LF_RETURN_IF_ERROR(count->Step().status());
       minted = count->ColumnInt(0);
       count->Reset();
       if (minted >= max_per_token) return absl::OkStatus();
@@ -64,7 +64,7 @@ absl::StatusOr<int64_t> CountWorkerCredentials(JobStore* store, const std::strin
   LF_RETURN_IF_ERROR(store->Read([&](sqlite::Connection& conn) -> absl::Status {
     LF_ASSIGN_OR_RETURN(sqlite::Statement q, conn.Prepare(kCountMinted));
     q.Bind(1, join_token_sha256);
-    LF_ASSIGN_OR_RETURN(bool row, q.Step());
+    LF_RETURN_IF_ERROR(q.Step().status());
     n = q.ColumnInt(0);
     return absl::OkStatus();
   }));
