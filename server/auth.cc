@@ -84,10 +84,10 @@ absl::StatusOr<Principal> Authenticator::AuthenticateBearer(absl::string_view he
   bool found = false;
   absl::Status s = store_->Read([&](sqlite::Connection& conn) -> absl::Status {
     // Every call runs this: prepared once per connection; a lookup in token_sha256's index.
-    absl::StatusOr<sqlite::Statement*> cached =
-        conn.Cached("SELECT user, role FROM api_tokens WHERE token_sha256 = ?1 AND revoked = 0");
-    if (!cached.ok()) return cached.status();
-    sqlite::Statement& q = **cached;
+    LF_ASSIGN_OR_RETURN(
+        auto* cached,
+        conn.Cached("SELECT user, role FROM api_tokens WHERE token_sha256 = ?1 AND revoked = 0"));
+    sqlite::Statement& q = *cached;
     q.Bind(1, hash);
     absl::StatusOr<bool> row = q.Step();
     if (row.ok() && *row) {
@@ -105,9 +105,8 @@ absl::StatusOr<Principal> Authenticator::AuthenticateBearer(absl::string_view he
 
 absl::StatusOr<Principal> Authenticator::Check(const grpc::CallbackServerContext& context,
                                                Operation op, const std::string& job_owner) const {
-  absl::StatusOr<Principal> p = Authenticate(context);
-  if (!p.ok()) return p.status();
-  LF_RETURN_IF_ERROR(Authorize(*p, op, job_owner));
+  LF_ASSIGN_OR_RETURN(Principal p, Authenticate(context));
+  LF_RETURN_IF_ERROR(Authorize(p, op, job_owner));
   return p;
 }
 
@@ -122,12 +121,13 @@ absl::StatusOr<std::string> CreateApiToken(JobStore* store, const std::string& u
   const std::string token = absl::StrCat(kTokenPrefix, *random);
   const std::string hash = Sha256Hex(token);
   LF_RETURN_IF_ERROR(store->WriteAndWait([&](Txn& txn) -> absl::Status {
-    absl::StatusOr<sqlite::Statement*> q = txn.Statement(
-        "INSERT INTO api_tokens (token_sha256, user, role, create_time_us) VALUES (?1, ?2, ?3, "
-        "?4)");
-    if (!q.ok()) return q.status();
-    (*q)->Bind(1, hash).Bind(2, user).Bind(3, static_cast<int64_t>(role)).Bind(4, txn.NowMicros());
-    return (*q)->Run();
+    LF_ASSIGN_OR_RETURN(
+        auto* q,
+        txn.Statement(
+            "INSERT INTO api_tokens (token_sha256, user, role, create_time_us) VALUES (?1, ?2, ?3, "
+            "?4)"));
+    q->Bind(1, hash).Bind(2, user).Bind(3, static_cast<int64_t>(role)).Bind(4, txn.NowMicros());
+    return q->Run();
   }));
   return token;
 }
@@ -135,19 +135,18 @@ absl::StatusOr<std::string> CreateApiToken(JobStore* store, const std::string& u
 absl::StatusOr<std::vector<ApiTokenRecord>> ListApiTokens(JobStore* store) {
   std::vector<ApiTokenRecord> out;
   LF_RETURN_IF_ERROR(store->Read([&](sqlite::Connection& conn) -> absl::Status {
-    absl::StatusOr<sqlite::Statement> q =
-        conn.Prepare("SELECT id, user, role, create_time_us, revoked FROM api_tokens ORDER BY id");
-    if (!q.ok()) return q.status();
+    LF_ASSIGN_OR_RETURN(
+        sqlite::Statement q,
+        conn.Prepare("SELECT id, user, role, create_time_us, revoked FROM api_tokens ORDER BY id"));
     while (true) {
-      absl::StatusOr<bool> row = q->Step();
-      if (!row.ok()) return row.status();
-      if (!*row) break;
+      LF_ASSIGN_OR_RETURN(bool row, q.Step());
+      if (!row) break;
       ApiTokenRecord r;
-      r.id = q->ColumnInt(0);
-      r.user = q->ColumnText(1);
-      r.role = static_cast<v1::Role>(q->ColumnInt(2));
-      r.create_time_us = q->ColumnInt(3);
-      r.revoked = q->ColumnInt(4) != 0;
+      r.id = q.ColumnInt(0);
+      r.user = q.ColumnText(1);
+      r.role = static_cast<v1::Role>(q.ColumnInt(2));
+      r.create_time_us = q.ColumnInt(3);
+      r.revoked = q.ColumnInt(4) != 0;
       out.push_back(std::move(r));
     }
     return absl::OkStatus();
@@ -158,11 +157,9 @@ absl::StatusOr<std::vector<ApiTokenRecord>> ListApiTokens(JobStore* store) {
 absl::Status RevokeApiToken(JobStore* store, int64_t id) {
   bool found = false;
   LF_RETURN_IF_ERROR(store->WriteAndWait([&](Txn& txn) -> absl::Status {
-    absl::StatusOr<sqlite::Statement*> q =
-        txn.Statement("UPDATE api_tokens SET revoked = 1 WHERE id = ?1");
-    if (!q.ok()) return q.status();
-    (*q)->Bind(1, id);
-    LF_RETURN_IF_ERROR((*q)->Run());
+    LF_ASSIGN_OR_RETURN(auto* q, txn.Statement("UPDATE api_tokens SET revoked = 1 WHERE id = ?1"));
+    q->Bind(1, id);
+    LF_RETURN_IF_ERROR(q->Run());
     found = txn.Changes() > 0;
     return absl::OkStatus();
   }));

@@ -137,10 +137,9 @@ absl::Status ApplyScalar(const std::string& key, const YAML::Node& value,
   }
   if (key == "dynamic_uid_range" && !flag_given("--dynamic-uid-range")) {
     settings->dynamic_uid_range = value.as<std::string>();
-    absl::StatusOr<std::optional<UidRange>> range =
-        ParseUidRange(settings->dynamic_uid_range, "dynamic_uid_range");
-    if (!range.ok()) return range.status();
-    options->identities.dynamic = *range;
+    LF_ASSIGN_OR_RETURN(std::optional<UidRange> range,
+                        ParseUidRange(settings->dynamic_uid_range, "dynamic_uid_range"));
+    options->identities.dynamic = range;
   }
   return absl::OkStatus();
 }

@@ -83,23 +83,20 @@ absl::StatusOr<v1::RunIdentity> ParseUser(const std::string& api_user, const YAM
     id.set_name(pw.pw_name);
   } else {
     if (!node["uid"] || !node["gid"]) return Invalid(prefix, "expected user, or uid and gid");
-    absl::StatusOr<uint32_t> uid = Id(node["uid"], prefix + ".uid");
-    if (!uid.ok()) return uid.status();
-    absl::StatusOr<uint32_t> gid = Id(node["gid"], prefix + ".gid");
-    if (!gid.ok()) return gid.status();
-    id.set_uid(*uid);
-    id.set_gid(*gid);
+    LF_ASSIGN_OR_RETURN(uint32_t uid, Id(node["uid"], prefix + ".uid"));
+    LF_ASSIGN_OR_RETURN(uint32_t gid, Id(node["gid"], prefix + ".gid"));
+    id.set_uid(uid);
+    id.set_gid(gid);
     struct passwd pw, *found = nullptr;
     std::vector<char> buf(16384);
     const bool known =
-        getpwuid_r(*uid, &pw, buf.data(), buf.size(), &found) == 0 && found != nullptr;
-    id.set_name(known ? std::string(pw.pw_name) : absl::StrCat("uid-", *uid));
+        getpwuid_r(uid, &pw, buf.data(), buf.size(), &found) == 0 && found != nullptr;
+    id.set_name(known ? std::string(pw.pw_name) : absl::StrCat("uid-", uid));
   }
   std::optional<uint32_t> shared;
   if (node["group"]) {
-    absl::StatusOr<uint32_t> g = Group(node["group"], prefix + ".group");
-    if (!g.ok()) return g.status();
-    shared = *g;
+    LF_ASSIGN_OR_RETURN(uint32_t g, Group(node["group"], prefix + ".group"));
+    shared = g;
   }
   uint32_t mode = shared.has_value() ? 0750 : 0700;
   if (node["dir_mode"]) {
@@ -154,9 +151,8 @@ absl::StatusOr<std::map<std::string, v1::RunIdentity>> ParseUsersConfig(const YA
   for (const auto& kv : users) {
     const std::string api_user = kv.first.as<std::string>();
     LF_RETURN_IF_ERROR(ValidateUserName(api_user, absl::StrCat("users.", api_user)));
-    absl::StatusOr<v1::RunIdentity> id = ParseUser(api_user, kv.second);
-    if (!id.ok()) return id.status();
-    out[api_user] = *std::move(id);
+    LF_ASSIGN_OR_RETURN(v1::RunIdentity id, ParseUser(api_user, kv.second));
+    out[api_user] = std::move(id);
   }
   return out;
 }

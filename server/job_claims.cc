@@ -48,23 +48,22 @@ absl::Status JobServiceImpl::CheckStorage(const Principal& caller,
         const SubmitJobInput& in = (*inputs)[i];
         JobPathsVerdict verdict = CheckJobPaths(roots, run_as, in.field_prefix, in.spec,
                                                 in.submitted_spec.value_or(in.spec));
-        if (!verdict.status.ok()) return verdict.status;
+        LF_RETURN_IF_ERROR(verdict.status);
         if (path_notes != nullptr) (*path_notes)[i] = absl::StrJoin(verdict.notes, "; ");
       }
     }
   }
   // A submission whose idempotency key its owner already used returns that job: its
   // directories are claimed already, by that job.
-  absl::StatusOr<std::vector<bool>> known = KnownSubmissions(*store_, *inputs);
-  if (!known.ok()) return known.status();
+  LF_ASSIGN_OR_RETURN(std::vector<bool> known, KnownSubmissions(*store_, *inputs));
   const ClaimJudge judge(roots, policy_.has_value() ? identities_ : nullptr);
   LF_RETURN_IF_ERROR(judge.MarkPendingClaims(*store_, inputs));
   // What the store's transaction would refuse, refused the same way, before ownership: a
   // directory another job holds is named as that job's.
-  LF_RETURN_IF_ERROR(CheckJobDirsFree(*store_, *inputs, *known));
+  LF_RETURN_IF_ERROR(CheckJobDirsFree(*store_, *inputs, known));
   for (size_t i = 0; i < inputs->size(); ++i) {
     const SubmitJobInput& in = (*inputs)[i];
-    if ((*known)[i]) continue;
+    if (known[i]) continue;
     LF_RETURN_IF_ERROR(judge.CheckClaimable(caller.user, in.field_prefix, in.spec));
   }
   return absl::OkStatus();
@@ -114,9 +113,8 @@ absl::Status JobServiceImpl::CheckCheckpointReads(const Principal& caller, const
         return denied(
             absl::StrCat(via, "is inside ", *reserved, ", which holds jobs' checkpoints"));
       }
-      absl::StatusOr<std::vector<DirClaim>> claims = CheckpointClaimsOver(*store_, p);
-      if (!claims.ok()) return claims.status();
-      for (const DirClaim& c : *claims) {
+      LF_ASSIGN_OR_RETURN(std::vector<DirClaim> claims, CheckpointClaimsOver(*store_, p));
+      for (const DirClaim& c : claims) {
         if (c.owner != caller.user && judge.IsReal(c)) {
           return denied(
               absl::StrCat(via, "is inside ", c.dir, ", ", c.Describe(), ", owned by ", c.owner));

@@ -334,13 +334,10 @@ grpc::ServerUnaryReactor* JobServiceImpl::GetJobEvents(grpc::CallbackServerConte
 
 absl::StatusOr<int64_t> JobServiceImpl::ReadableJob(const grpc::CallbackServerContext& context,
                                                     const std::string& job_id) const {
-  if (absl::StatusOr<Principal> caller = auth_->Check(context, Operation::kRead); !caller.ok()) {
-    return caller.status();
-  }
-  absl::StatusOr<int64_t> id = ParseJobId(job_id, "job_id");
-  if (!id.ok()) return id.status();
-  if (absl::StatusOr<v1::Job> job = store_->GetJob(*id); !job.ok()) return job.status();
-  return *id;
+  LF_RETURN_IF_ERROR(auth_->Check(context, Operation::kRead).status());
+  LF_ASSIGN_OR_RETURN(int64_t id, ParseJobId(job_id, "job_id"));
+  LF_RETURN_IF_ERROR(store_->GetJob(id).status());
+  return id;
 }
 
 grpc::ServerUnaryReactor* JobServiceImpl::ListCheckpoints(grpc::CallbackServerContext* context,
@@ -430,16 +427,15 @@ grpc::ServerUnaryReactor* JobServiceImpl::ListQueues(grpc::CallbackServerContext
     }
   }
   absl::Status read = store_->Read([&](sqlite::Connection& conn) -> absl::Status {
-    absl::StatusOr<sqlite::Statement> q = conn.Prepare(absl::StrCat(
-        "SELECT queue, min(create_time_us) FROM jobs WHERE state = ",
-        static_cast<int>(v1::QUEUED), " GROUP BY queue"));
-    if (!q.ok()) return q.status();
+    LF_ASSIGN_OR_RETURN(
+        sqlite::Statement q,
+        conn.Prepare(absl::StrCat("SELECT queue, min(create_time_us) FROM jobs WHERE state = ",
+                                  static_cast<int>(v1::QUEUED), " GROUP BY queue")));
     while (true) {
-      absl::StatusOr<bool> row = q->Step();
-      if (!row.ok()) return row.status();
-      if (!*row) break;
-      *queues[q->ColumnText(0)].mutable_oldest_queued_time() =
-          google::protobuf::util::TimeUtil::MicrosecondsToTimestamp(q->ColumnInt(1));
+      LF_ASSIGN_OR_RETURN(bool row, q.Step());
+      if (!row) break;
+      *queues[q.ColumnText(0)].mutable_oldest_queued_time() =
+          google::protobuf::util::TimeUtil::MicrosecondsToTimestamp(q.ColumnInt(1));
     }
     return absl::OkStatus();
   });

@@ -67,11 +67,10 @@ v1::AttemptState AttemptStateProto(AttemptState state) {
 
 TxnFunction StartAttemptTxn(AttemptRecord a, std::shared_ptr<double> queued_seconds) {
   return [a = std::move(a), queued_seconds](Txn& txn) -> absl::Status {
-    absl::StatusOr<v1::Job> job = RequireJob(txn, a.job_id);
-    if (!job.ok()) return job.status();
-    if (job->state() != v1::QUEUED) {
+    LF_ASSIGN_OR_RETURN(v1::Job job, RequireJob(txn, a.job_id));
+    if (job.state() != v1::QUEUED) {
       return absl::FailedPreconditionError(
-          absl::StrCat("job ", a.job_id, " is ", v1::JobState_Name(job->state()), ", not QUEUED"));
+          absl::StrCat("job ", a.job_id, " is ", v1::JobState_Name(job.state()), ", not QUEUED"));
     }
     const int64_t now = txn.NowMicros();
     LF_RETURN_IF_ERROR(
@@ -87,14 +86,13 @@ TxnFunction StartAttemptTxn(AttemptRecord a, std::shared_ptr<double> queued_seco
              }));
     // The "placed" phase: how long the job waited since it last became QUEUED (submitted,
     // or requeued by the attempt before).
-    absl::StatusOr<sqlite::Statement*> queued = txn.Statement(
-        "SELECT COALESCE(MAX(time_us), 0) FROM job_events WHERE job_id = ?1 AND to_state = ?2");
-    if (!queued.ok()) return queued.status();
-    (*queued)->Bind(1, a.job_id).Bind(2, static_cast<int64_t>(v1::QUEUED));
-    absl::StatusOr<bool> row = (*queued)->Step();
-    if (!row.ok()) return row.status();
-    const int64_t queued_us = *row ? (*queued)->ColumnInt(0) : 0;
-    (*queued)->Reset();
+    LF_ASSIGN_OR_RETURN(auto* queued,
+                        txn.Statement("SELECT COALESCE(MAX(time_us), 0) FROM job_events WHERE "
+                                      "job_id = ?1 AND to_state = ?2"));
+    queued->Bind(1, a.job_id).Bind(2, static_cast<int64_t>(v1::QUEUED));
+    LF_ASSIGN_OR_RETURN(bool row, queued->Step());
+    const int64_t queued_us = row ? queued->ColumnInt(0) : 0;
+    queued->Reset();
     const double waited = queued_us > 0 && queued_us < now ? static_cast<double>(now - queued_us) / 1e6 : 0.0;
     if (queued_seconds != nullptr) *queued_seconds = waited;
     LF_RETURN_IF_ERROR(
@@ -130,15 +128,14 @@ TxnFunction StartAttemptTxn(AttemptRecord a, std::shared_ptr<double> queued_seco
     std::string reason = absl::StrCat(a.resize_note.empty() ? "" : absl::StrCat(a.resize_note, "; "), "attempt ",
                                       a.attempt, " placed on ", absl::StrJoin(placed, ", "));
     if (!a.resume_from.empty()) absl::StrAppend(&reason, "; resuming from ", a.resume_from);
-    return txn.Transition(&*job, "scheduled", v1::SCHEDULED, reason, "starting ranks");
+    return txn.Transition(&job, "scheduled", v1::SCHEDULED, reason, "starting ranks");
   };
 }
 
 TxnFunction AttemptRunningTxn(int64_t job_id, int attempt) {
   return [=](Txn& txn) -> absl::Status {
-    absl::StatusOr<v1::Job> job = RequireJob(txn, job_id);
-    if (!job.ok()) return job.status();
-    if (job->state() != v1::SCHEDULED || job->attempts() != attempt) return absl::OkStatus();
+    LF_ASSIGN_OR_RETURN(v1::Job job, RequireJob(txn, job_id));
+    if (job.state() != v1::SCHEDULED || job.attempts() != attempt) return absl::OkStatus();
     LF_RETURN_IF_ERROR(
         Exec(txn,
              "INSERT OR IGNORE INTO attempt_phases (job_id, attempt, phase, time_us, seconds) "
@@ -147,16 +144,15 @@ TxnFunction AttemptRunningTxn(int64_t job_id, int attempt) {
              [&](sqlite::Statement& st) {
                st.Bind(1, job_id).Bind(2, int64_t{attempt}).Bind(3, txn.NowMicros());
              }));
-    return txn.Transition(&*job, "running", v1::RUNNING,
+    return txn.Transition(&job, "running", v1::RUNNING,
                           absl::StrCat("attempt ", attempt, ": every rank started"), "training");
   };
 }
 
 TxnFunction RecordStartupPhaseTxn(int64_t job_id, int attempt, v1::AttemptPhase phase, std::string reason) {
   return [=](Txn& txn) -> absl::Status {
-    absl::StatusOr<v1::Job> job = RequireJob(txn, job_id);
-    if (!job.ok()) return job.status();
-    if (job->attempts() != attempt || (job->state() != v1::SCHEDULED && job->state() != v1::RUNNING)) {
+    LF_ASSIGN_OR_RETURN(v1::Job job, RequireJob(txn, job_id));
+    if (job.attempts() != attempt || (job.state() != v1::SCHEDULED && job.state() != v1::RUNNING)) {
       return absl::OkStatus();
     }
     LF_RETURN_IF_ERROR(Exec(
@@ -170,29 +166,27 @@ TxnFunction RecordStartupPhaseTxn(int64_t job_id, int attempt, v1::AttemptPhase 
           st.BindDouble(5, phase.seconds()).Bind(6, phase.detail());
         }));
     if (txn.Changes() == 0) return absl::OkStatus();  // a repeat: the first report stands
-    const std::string status = job->status_reason();
-    return txn.Transition(&*job, "startup", job->state(), reason, status);
+    const std::string status = job.status_reason();
+    return txn.Transition(&job, "startup", job.state(), reason, status);
   };
 }
 
 TxnFunction RecordAttemptNoteTxn(int64_t job_id, int attempt, std::string type, std::string reason) {
   return [=](Txn& txn) -> absl::Status {
-    absl::StatusOr<v1::Job> job = RequireJob(txn, job_id);
-    if (!job.ok()) return job.status();
-    if (job->attempts() != attempt || (job->state() != v1::SCHEDULED && job->state() != v1::RUNNING)) {
+    LF_ASSIGN_OR_RETURN(v1::Job job, RequireJob(txn, job_id));
+    if (job.attempts() != attempt || (job.state() != v1::SCHEDULED && job.state() != v1::RUNNING)) {
       return absl::OkStatus();
     }
-    const std::string status = job->status_reason();
-    return txn.Transition(&*job, type, job->state(), reason, status);
+    const std::string status = job.status_reason();
+    return txn.Transition(&job, type, job.state(), reason, status);
   };
 }
 
 TxnFunction RecordJobNoteTxn(int64_t job_id, std::string type, std::string reason) {
   return [=](Txn& txn) -> absl::Status {
-    absl::StatusOr<v1::Job> job = RequireJob(txn, job_id);
-    if (!job.ok()) return job.status();
-    const std::string status = job->status_reason();
-    return txn.Transition(&*job, type, job->state(), reason, status);
+    LF_ASSIGN_OR_RETURN(v1::Job job, RequireJob(txn, job_id));
+    const std::string status = job.status_reason();
+    return txn.Transition(&job, type, job.state(), reason, status);
   };
 }
 
@@ -208,23 +202,22 @@ TxnFunction SetTaskStateTxn(const std::string& task_id, const v1::TaskStatus& st
 
 TxnFunction EndAttemptTxn(AttemptEnd end) {
   return [end = std::move(end)](Txn& txn) -> absl::Status {
-    absl::StatusOr<v1::Job> job = RequireJob(txn, end.job_id);
-    if (!job.ok()) return job.status();
-    const AttemptEndPlan plan =
-        PlanAttemptEnd({end.attempt, end.outcome, end.reason, end.excluded_worker}, *job,
-                       job->spec().run_policy());
-    absl::StatusOr<sqlite::Statement*> update = txn.Statement(
-        "UPDATE attempts SET state = ?3, end_us = ?4, failure_class = ?5, reason = ?6 "
-        "WHERE job_id = ?1 AND attempt = ?2 AND state = 0");
-    if (!update.ok()) return update.status();
-    (*update)->Bind(1, end.job_id).Bind(2, int64_t{end.attempt});
-    (*update)->Bind(3, static_cast<int64_t>(plan.attempt_state));
-    (*update)->Bind(4, txn.NowMicros()).Bind(5, plan.failure_class).Bind(6, end.reason);
-    LF_RETURN_IF_ERROR((*update)->Run());
+    LF_ASSIGN_OR_RETURN(v1::Job job, RequireJob(txn, end.job_id));
+    const AttemptEndPlan plan = PlanAttemptEnd(
+        {end.attempt, end.outcome, end.reason, end.excluded_worker}, job, job.spec().run_policy());
+    LF_ASSIGN_OR_RETURN(
+        auto* update,
+        txn.Statement(
+            "UPDATE attempts SET state = ?3, end_us = ?4, failure_class = ?5, reason = ?6 "
+            "WHERE job_id = ?1 AND attempt = ?2 AND state = 0"));
+    update->Bind(1, end.job_id).Bind(2, int64_t{end.attempt});
+    update->Bind(3, static_cast<int64_t>(plan.attempt_state));
+    update->Bind(4, txn.NowMicros()).Bind(5, plan.failure_class).Bind(6, end.reason);
+    LF_RETURN_IF_ERROR(update->Run());
     if (txn.Changes() > 0) {  // its first end: what it used, recorded once
       LF_RETURN_IF_ERROR(RecordAttemptUsage(txn, end.job_id, end.attempt, end.pricing));
     }
-    return ApplyJobPlan(txn, end.job_id, plan, &*job);
+    return ApplyJobPlan(txn, end.job_id, plan, &job);
   };
 }
 
@@ -239,12 +232,11 @@ TxnFunction FailQueuedJobTxn(int64_t job_id, std::string reason) {
 
 TxnFunction BeginPreemptionTxn(int64_t job_id, std::string reason) {
   return [job_id, reason = std::move(reason)](Txn& txn) -> absl::Status {
-    absl::StatusOr<v1::Job> job = RequireJob(txn, job_id);
-    if (!job.ok()) return job.status();
-    if (job->state() != v1::RUNNING && job->state() != v1::SCHEDULED) {
+    LF_ASSIGN_OR_RETURN(v1::Job job, RequireJob(txn, job_id));
+    if (job.state() != v1::RUNNING && job.state() != v1::SCHEDULED) {
       return absl::FailedPreconditionError(absl::StrCat("job ", job_id, " is not running"));
     }
-    return txn.Transition(&*job, "preempting", v1::PREEMPTING, reason,
+    return txn.Transition(&job, "preempting", v1::PREEMPTING, reason,
                           "checkpointing and stopping for a higher-priority job");
   };
 }
@@ -303,11 +295,11 @@ TxnFunction SetWorkerStateTxn(const std::string& name, v1::WorkerState state) {
 
 TxnFunction DeleteFinishedJobTxn(int64_t job_id) {
   return [=](Txn& txn) -> absl::Status {
-    absl::StatusOr<v1::Job> job = RequireJob(txn, job_id);
-    if (!job.ok()) return job.status();
-    if (!IsTerminal(job->state())) {
-      return absl::FailedPreconditionError(absl::StrCat("job ", job_id, " is ", v1::JobState_Name(job->state()),
-                                                        "; cancel it first (llamafleet cancel ", job_id, ")"));
+    LF_ASSIGN_OR_RETURN(v1::Job job, RequireJob(txn, job_id));
+    if (!IsTerminal(job.state())) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("job ", job_id, " is ", v1::JobState_Name(job.state()),
+                       "; cancel it first (llamafleet cancel ", job_id, ")"));
     }
     LF_RETURN_IF_ERROR(RecordDeletedJobDirs(txn, job_id));
     return Exec(txn, "DELETE FROM jobs WHERE id = ?1", [&](sqlite::Statement& st) { st.Bind(1, job_id); });
@@ -375,9 +367,8 @@ absl::StatusOr<std::vector<SchedulableJob>> LoadJobsInStates(
                      absl::StrJoin(codes, ","), ") ORDER BY id"),
         [](sqlite::Statement&) {},
         [&](sqlite::Statement& row) -> absl::Status {
-          absl::StatusOr<SchedulableJob> j = SchedulableJobFromRow(row);
-          if (!j.ok()) return j.status();
-          out.push_back(std::move(*j));
+          LF_ASSIGN_OR_RETURN(SchedulableJob j, SchedulableJobFromRow(row));
+          out.push_back(std::move(j));
           return absl::OkStatus();
         });
   }));
@@ -413,7 +404,7 @@ absl::StatusOr<std::vector<v1::Checkpoint>> ListCheckpoints(JobStore& store, int
 
 absl::StatusOr<std::vector<v1::Attempt>> ListAttempts(JobStore& store, int64_t job_id) {
   std::vector<v1::Attempt> out;
-  absl::Status s = store.Read([&](sqlite::Connection& conn) -> absl::Status {
+  LF_RETURN_IF_ERROR(store.Read([&](sqlite::Connection& conn) -> absl::Status {
     std::map<int, size_t> index;  // attempt number → position in `out`
     LF_RETURN_IF_ERROR(Query(
         conn,
@@ -473,8 +464,7 @@ absl::StatusOr<std::vector<v1::Attempt>> ListAttempts(JobStore& store, int64_t j
           p->set_detail(row.ColumnText(4));
           return absl::OkStatus();
         });
-  });
-  if (!s.ok()) return s;
+  }));
   return out;
 }
 

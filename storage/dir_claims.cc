@@ -75,43 +75,43 @@ absl::Status CollectClaims(sqlite::Statement& s, const ClaimSource& source, cons
 absl::Status ClaimsOn(Txn& txn, const ClaimSource& source, const std::string& dir,
                       const std::string& owner, const std::vector<PendingClaim>& pending,
                       size_t limit, std::vector<DirClaim>* out) {
-  absl::StatusOr<sqlite::Statement*> s = txn.Statement(absl::StrCat(
-      "SELECT ", source.id, ", owner, ", source.wrote, " FROM ", source.table, " WHERE ",
-      source.column, " = ?1 AND ", source.stands, source.deleted ? " AND owner != ?2" : ""));
-  if (!s.ok()) return s.status();
-  (*s)->Bind(1, dir);
-  if (source.deleted) (*s)->Bind(2, owner);
-  return CollectClaims(**s, source, dir, pending, limit, out);
+  LF_ASSIGN_OR_RETURN(auto* s, txn.Statement(absl::StrCat(
+                                   "SELECT ", source.id, ", owner, ", source.wrote, " FROM ",
+                                   source.table, " WHERE ", source.column, " = ?1 AND ",
+                                   source.stands, source.deleted ? " AND owner != ?2" : "")));
+  s->Bind(1, dir);
+  if (source.deleted) s->Bind(2, owner);
+  return CollectClaims(*s, source, dir, pending, limit, out);
 }
 
 // The standing claims in `source` strictly below `dir`.
 absl::Status ClaimsBelow(Txn& txn, const ClaimSource& source, const std::string& dir,
                          const std::string& owner, const std::vector<PendingClaim>& pending,
                          size_t limit, std::vector<DirClaim>* out) {
-  absl::StatusOr<sqlite::Statement*> s = txn.Statement(absl::StrCat(
-      "SELECT ", source.id, ", owner, ", source.wrote, ", ", source.column, " FROM ", source.table,
-      " WHERE ", source.column, " > ?1 AND ", source.column, " < ?3 AND ", source.stands,
-      source.deleted ? " AND owner != ?2" : "", " ORDER BY ", source.column));
-  if (!s.ok()) return s.status();
+  LF_ASSIGN_OR_RETURN(
+      auto* s,
+      txn.Statement(absl::StrCat(
+          "SELECT ", source.id, ", owner, ", source.wrote, ", ", source.column, " FROM ",
+          source.table, " WHERE ", source.column, " > ?1 AND ", source.column, " < ?3 AND ",
+          source.stands, source.deleted ? " AND owner != ?2" : "", " ORDER BY ", source.column)));
   // [low, high): every normalized path strictly below `dir` ('/' + 1 == '0').
   const std::string low = dir == "/" ? "/" : dir + "/";
   std::string high = low;
   high.back() = static_cast<char>(high.back() + 1);
-  (*s)->Bind(1, low).Bind(3, high);
-  if (source.deleted) (*s)->Bind(2, owner);
-  return CollectClaims(**s, source, "", pending, limit, out);
+  s->Bind(1, low).Bind(3, high);
+  if (source.deleted) s->Bind(2, owner);
+  return CollectClaims(*s, source, "", pending, limit, out);
 }
 
 // Whether the input's owner already used its idempotency key: the submission then returns
 // that job and stores nothing.
 absl::StatusOr<bool> KeyUsed(Txn& txn, const SubmitJobInput& in) {
   if (in.idempotency_key.empty()) return false;
-  absl::StatusOr<sqlite::Statement*> s =
-      txn.Statement("SELECT 1 FROM jobs WHERE owner = ?1 AND idempotency_key = ?2");
-  if (!s.ok()) return s.status();
-  (*s)->Bind(1, in.owner).Bind(2, in.idempotency_key);
-  absl::StatusOr<bool> row = (*s)->Step();
-  (*s)->Reset();
+  LF_ASSIGN_OR_RETURN(
+      auto* s, txn.Statement("SELECT 1 FROM jobs WHERE owner = ?1 AND idempotency_key = ?2"));
+  s->Bind(1, in.owner).Bind(2, in.idempotency_key);
+  absl::StatusOr<bool> row = s->Step();
+  s->Reset();
   return row;
 }
 
@@ -146,10 +146,9 @@ absl::StatusOr<std::vector<DirClaim>> ClashingClaims(Txn& txn, const std::string
 absl::Status CheckJobDirFree(Txn& txn, const std::string& prefix, absl::string_view field,
                              const std::string& dir, const std::string& owner,
                              const std::vector<PendingClaim>& pending) {
-  absl::StatusOr<std::vector<DirClaim>> clashes = ClashingClaims(txn, dir, owner, pending, 1);
-  if (!clashes.ok()) return clashes.status();
-  if (clashes->empty()) return absl::OkStatus();
-  const DirClaim& c = clashes->front();
+  LF_ASSIGN_OR_RETURN(std::vector<DirClaim> clashes, ClashingClaims(txn, dir, owner, pending, 1));
+  if (clashes.empty()) return absl::OkStatus();
+  const DirClaim& c = clashes.front();
   const std::string how = c.dir == dir         ? "is "
                           : Within(dir, c.dir) ? absl::StrCat("is inside ", c.dir, ", ")
                                                : absl::StrCat("contains ", c.dir, ", ");
@@ -169,9 +168,8 @@ absl::StatusOr<std::vector<bool>> KnownSubmissions(JobStore& store,
   LF_RETURN_IF_ERROR(store.Read([&](sqlite::Connection& conn) -> absl::Status {
     Txn txn(conn, 0);
     for (size_t i = 0; i < inputs.size(); ++i) {
-      absl::StatusOr<bool> used = KeyUsed(txn, inputs[i]);
-      if (!used.ok()) return used.status();
-      known[i] = *used;
+      LF_ASSIGN_OR_RETURN(bool used, KeyUsed(txn, inputs[i]));
+      known[i] = used;
     }
     return absl::OkStatus();
   }));
@@ -182,9 +180,7 @@ absl::Status CheckJobDirsFree(JobStore& store, const std::vector<SubmitJobInput>
                               const std::vector<bool>& known_in) {
   std::vector<bool> known = known_in;
   if (known.empty()) {
-    absl::StatusOr<std::vector<bool>> found = KnownSubmissions(store, inputs);
-    if (!found.ok()) return found.status();
-    known = *std::move(found);
+    LF_ASSIGN_OR_RETURN(known, KnownSubmissions(store, inputs));
   }
   return store.Read([&](sqlite::Connection& conn) -> absl::Status {
     Txn txn(conn, 0);
@@ -240,32 +236,27 @@ TxnFunction ReleaseDirClaimsTxn(std::string dir, std::string actor,
     released->clear();
     for (const ClaimSource& source : Sources()) {
       // Every record of `dir`, standing or not.
-      absl::StatusOr<sqlite::Statement*> s =
-          txn.Statement(absl::StrCat("SELECT ", source.id, ", owner, ", source.wrote, " FROM ",
-                                     source.table, " WHERE ", source.column, " = ?1"));
-      if (!s.ok()) return s.status();
-      (*s)->Bind(1, dir);
+      LF_ASSIGN_OR_RETURN(auto* s, txn.Statement(absl::StrCat("SELECT ", source.id, ", owner, ",
+                                                              source.wrote, " FROM ", source.table,
+                                                              " WHERE ", source.column, " = ?1")));
+      s->Bind(1, dir);
       const size_t before = released->size();
-      LF_RETURN_IF_ERROR(CollectClaims(**s, source, dir, {}, SIZE_MAX, released.get()));
+      LF_RETURN_IF_ERROR(CollectClaims(*s, source, dir, {}, SIZE_MAX, released.get()));
       for (size_t i = before; i < released->size(); ++i) {
         const DirClaim& c = (*released)[i];
-        if (absl::Status st = Exec(
-                txn,
-                source.deleted ? "DELETE FROM deleted_job_dirs WHERE dir = ?2"
-                               : absl::StrCat("UPDATE jobs SET ", source.column,
-                                              " = NULL WHERE id = ?1 AND ", source.column, " = ?2"),
-                [&](sqlite::Statement& st) {
-                  if (!source.deleted) st.Bind(1, c.job_id);
-                  st.Bind(2, dir);
-                });
-            !st.ok()) {
-          return st;
-        }
+        LF_RETURN_IF_ERROR(Exec(
+            txn,
+            source.deleted ? "DELETE FROM deleted_job_dirs WHERE dir = ?2"
+                           : absl::StrCat("UPDATE jobs SET ", source.column,
+                                          " = NULL WHERE id = ?1 AND ", source.column, " = ?2"),
+            [&](sqlite::Statement& st) {
+              if (!source.deleted) st.Bind(1, c.job_id);
+              st.Bind(2, dir);
+            }));
         if (source.deleted) continue;  // no record left to note it in
-        absl::StatusOr<v1::Job> job = RequireJob(txn, c.job_id);
-        if (!job.ok()) return job.status();
-        const std::string status = job->status_reason();
-        LF_RETURN_IF_ERROR(txn.Transition(&*job, "dir_released", job->state(),
+        LF_ASSIGN_OR_RETURN(v1::Job job, RequireJob(txn, c.job_id));
+        const std::string status = job.status_reason();
+        LF_RETURN_IF_ERROR(txn.Transition(&job, "dir_released", job.state(),
                                           absl::StrCat(c.field, " ", dir, " released by ", actor,
                                                        ": it keeps no other job out any more"),
                                           status));

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/status_macros.h"
 #include "google/protobuf/util/time_util.h"
 #include "storage/job_store.h"
 
@@ -102,21 +103,19 @@ std::vector<std::string> SelfAndAncestors(const std::string& dir) {
 absl::StatusOr<v1::Job> ReadJob(sqlite::Connection& conn, int64_t job_id) {
   // JobColumns(), then what only a single job's read returns.
   constexpr int kSubmittedSpec = 13, kDerivedFrom = 14;
-  absl::StatusOr<sqlite::Statement> s = conn.Prepare(absl::StrCat(
-      "SELECT ", kJobColumns, ", submitted_spec, derived_from FROM jobs WHERE id = ?1"));
-  if (!s.ok()) return s.status();
-  s->Bind(1, job_id);
-  absl::StatusOr<bool> row = s->Step();
-  if (!row.ok()) return row.status();
-  if (!*row) return absl::NotFoundError(absl::StrCat("job ", job_id, " not found"));
-  absl::StatusOr<v1::Job> job = JobFromRow(*s);
-  if (!job.ok()) return job;
-  if (!s->ColumnIsNull(kSubmittedSpec) &&
-      !job->mutable_submitted_spec()->ParseFromString(s->ColumnText(kSubmittedSpec))) {
+  LF_ASSIGN_OR_RETURN(
+      sqlite::Statement s,
+      conn.Prepare(absl::StrCat("SELECT ", kJobColumns,
+                                ", submitted_spec, derived_from FROM jobs WHERE id = ?1")));
+  s.Bind(1, job_id);
+  LF_ASSIGN_OR_RETURN(bool row, s.Step());
+  if (!row) return absl::NotFoundError(absl::StrCat("job ", job_id, " not found"));
+  LF_ASSIGN_OR_RETURN(v1::Job job, JobFromRow(s));
+  if (!s.ColumnIsNull(kSubmittedSpec) &&
+      !job.mutable_submitted_spec()->ParseFromString(s.ColumnText(kSubmittedSpec))) {
     return absl::DataLossError(absl::StrCat("job ", job_id, ": stored submitted spec is corrupt"));
   }
-  if (!s->ColumnIsNull(kDerivedFrom))
-    job->set_derived_from(JobIdString(s->ColumnInt(kDerivedFrom)));
+  if (!s.ColumnIsNull(kDerivedFrom)) job.set_derived_from(JobIdString(s.ColumnInt(kDerivedFrom)));
   return job;
 }
 
@@ -183,77 +182,69 @@ absl::StatusOr<ListJobsResult> ReadJobs(sqlite::Connection& conn, const ListJobs
 
   ListJobsResult result;
   if (query.count_total) {
-    absl::StatusOr<sqlite::Statement> c =
-        conn.Prepare(absl::StrCat("SELECT count(*) FROM jobs", where));
-    if (!c.ok()) return c.status();
+    LF_ASSIGN_OR_RETURN(sqlite::Statement c,
+                        conn.Prepare(absl::StrCat("SELECT count(*) FROM jobs", where)));
     for (const auto& [i, v] : binds_text) {
-      if (i < filter_params) c->Bind(i, v);
+      if (i < filter_params) c.Bind(i, v);
     }
-    absl::StatusOr<bool> row = c->Step();
-    if (!row.ok()) return row.status();
-    result.total = *row ? c->ColumnInt(0) : 0;
+    LF_ASSIGN_OR_RETURN(bool row, c.Step());
+    result.total = row ? c.ColumnInt(0) : 0;
   }
-  absl::StatusOr<sqlite::Statement> s = conn.Prepare(sql);
-  if (!s.ok()) return s.status();
-  for (const auto& [i, v] : binds_text) s->Bind(i, v);
-  for (const auto& [i, v] : binds_int) s->Bind(i, v);
+  LF_ASSIGN_OR_RETURN(sqlite::Statement s, conn.Prepare(sql));
+  for (const auto& [i, v] : binds_text) s.Bind(i, v);
+  for (const auto& [i, v] : binds_int) s.Bind(i, v);
   while (true) {
-    absl::StatusOr<bool> row = s->Step();
-    if (!row.ok()) return row.status();
-    if (!*row) break;
+    LF_ASSIGN_OR_RETURN(bool row, s.Step());
+    if (!row) break;
     if (static_cast<int>(result.jobs.size()) == page_size) {
       result.more = true;
       (void)absl::SimpleAtoi(result.jobs.back().id(), &result.next_before_id);
       break;
     }
-    absl::StatusOr<v1::Job> job = JobFromRow(*s);
-    if (!job.ok()) return job.status();
-    result.jobs.push_back(std::move(*job));
+    LF_ASSIGN_OR_RETURN(v1::Job job, JobFromRow(s));
+    result.jobs.push_back(std::move(job));
   }
   return result;
 }
 
 absl::StatusOr<std::vector<v1::JobEvent>> ReadEvents(sqlite::Connection& conn, int64_t job_id,
                                                      int64_t after_seq, int limit) {
-  absl::StatusOr<sqlite::Statement> s = conn.Prepare(
-      "SELECT job_id, seq, time_us, type, from_state, to_state, reason FROM job_events "
-      "WHERE job_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3");
-  if (!s.ok()) return s.status();
-  s->Bind(1, job_id).Bind(2, after_seq).Bind(3, static_cast<int64_t>(limit));
+  LF_ASSIGN_OR_RETURN(
+      sqlite::Statement s,
+      conn.Prepare(
+          "SELECT job_id, seq, time_us, type, from_state, to_state, reason FROM job_events "
+          "WHERE job_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3"));
+  s.Bind(1, job_id).Bind(2, after_seq).Bind(3, static_cast<int64_t>(limit));
   std::vector<v1::JobEvent> events;
   while (true) {
-    absl::StatusOr<bool> row = s->Step();
-    if (!row.ok()) return row.status();
-    if (!*row) break;
-    events.push_back(EventFromRow(*s));
+    LF_ASSIGN_OR_RETURN(bool row, s.Step());
+    if (!row) break;
+    events.push_back(EventFromRow(s));
   }
   return events;
 }
 
 absl::StatusOr<JobCounts> ReadJobCounts(sqlite::Connection& conn) {
-  absl::StatusOr<sqlite::Statement> s =
-      conn.Prepare("SELECT state, COUNT(*) FROM jobs GROUP BY state");
-  if (!s.ok()) return s.status();
+  LF_ASSIGN_OR_RETURN(sqlite::Statement s,
+                      conn.Prepare("SELECT state, COUNT(*) FROM jobs GROUP BY state"));
   JobCounts counts;
   while (true) {
-    absl::StatusOr<bool> row = s->Step();
-    if (!row.ok()) return row.status();
-    if (!*row) break;
-    counts.by_state[static_cast<v1::JobState>(s->ColumnInt(0))] = s->ColumnInt(1);
+    LF_ASSIGN_OR_RETURN(bool row, s.Step());
+    if (!row) break;
+    counts.by_state[static_cast<v1::JobState>(s.ColumnInt(0))] = s.ColumnInt(1);
   }
   return counts;
 }
 
 absl::StatusOr<std::map<std::string, JobCounts>> ReadJobCountsByQueue(sqlite::Connection& conn) {
-  absl::StatusOr<sqlite::Statement> s =
-      conn.Prepare("SELECT queue, state, COUNT(*) FROM jobs GROUP BY queue, state");
-  if (!s.ok()) return s.status();
+  LF_ASSIGN_OR_RETURN(
+      sqlite::Statement s,
+      conn.Prepare("SELECT queue, state, COUNT(*) FROM jobs GROUP BY queue, state"));
   std::map<std::string, JobCounts> counts;
   while (true) {
-    absl::StatusOr<bool> row = s->Step();
-    if (!row.ok()) return row.status();
-    if (!*row) break;
-    counts[s->ColumnText(0)].by_state[static_cast<v1::JobState>(s->ColumnInt(1))] = s->ColumnInt(2);
+    LF_ASSIGN_OR_RETURN(bool row, s.Step());
+    if (!row) break;
+    counts[s.ColumnText(0)].by_state[static_cast<v1::JobState>(s.ColumnInt(1))] = s.ColumnInt(2);
   }
   return counts;
 }

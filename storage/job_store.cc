@@ -40,35 +40,31 @@ absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const JobStoreOptions& 
 
 absl::Status JobStore::Init() {
   LF_RETURN_IF_ERROR(RestrictDatabaseFiles(options_.path));
-  absl::StatusOr<std::unique_ptr<sqlite::Connection>> opened =
-      sqlite::Connection::Open(options_.path, /*create=*/true, /*read_only=*/false);
-  if (!opened.ok()) return opened.status();
-  std::unique_ptr<sqlite::Connection> conn = std::move(*opened);
-  absl::StatusOr<int> version = SchemaVersion(*conn, options_.path);
-  if (!version.ok()) return version.status();
+  LF_ASSIGN_OR_RETURN(
+      std::unique_ptr<sqlite::Connection> conn,
+      sqlite::Connection::Open(options_.path, /*create=*/true, /*read_only=*/false));
+  LF_ASSIGN_OR_RETURN(int version, SchemaVersion(*conn, options_.path));
   // WAL: readers never block the writer, and a commit is one append + fsync.
-  absl::StatusOr<sqlite::Statement> wal = conn->Prepare("PRAGMA journal_mode=WAL");
-  if (!wal.ok()) return wal.status();
-  absl::StatusOr<bool> row = wal->Step();
-  if (!row.ok()) return row.status();
-  if (!*row || wal->ColumnText(0) != "wal") {
+  LF_ASSIGN_OR_RETURN(sqlite::Statement wal, conn->Prepare("PRAGMA journal_mode=WAL"));
+  LF_ASSIGN_OR_RETURN(bool row, wal.Step());
+  if (!row || wal.ColumnText(0) != "wal") {
     return absl::FailedPreconditionError(
         absl::StrCat("database ", options_.path, ": cannot enable WAL journal mode"));
   }
-  wal->Reset();
+  wal.Reset();
   LF_RETURN_IF_ERROR(conn->Exec(options_.synchronous_full ? "PRAGMA synchronous=FULL"
                                                           : "PRAGMA synchronous=NORMAL"));
-  LF_RETURN_IF_ERROR(MigrateSchema(*conn, options_.path, *version));
+  LF_RETURN_IF_ERROR(MigrateSchema(*conn, options_.path, version));
   if (options_.max_page_count > 0) {
     LF_RETURN_IF_ERROR(conn->Exec(absl::StrCat("PRAGMA max_page_count=", options_.max_page_count)));
   }
   LF_RETURN_IF_ERROR(queued_.Rebuild(*conn));
   for (int i = 0; i < std::max(1, options_.read_connections); ++i) {
-    absl::StatusOr<std::unique_ptr<sqlite::Connection>> reader =
-        sqlite::Connection::Open(options_.path, /*create=*/false, /*read_only=*/false);
-    if (!reader.ok()) return reader.status();
-    LF_RETURN_IF_ERROR((*reader)->Exec("PRAGMA query_only=1"));
-    readers_.push_back(std::move(*reader));
+    LF_ASSIGN_OR_RETURN(
+        std::unique_ptr<sqlite::Connection> reader,
+        sqlite::Connection::Open(options_.path, /*create=*/false, /*read_only=*/false));
+    LF_RETURN_IF_ERROR(reader->Exec("PRAGMA query_only=1"));
+    readers_.push_back(std::move(reader));
   }
   WriterOptions w;
   w.path = options_.path;
@@ -76,13 +72,11 @@ absl::Status JobStore::Init() {
   w.max_batch = options_.max_batch;
   w.max_background = options_.max_background;
   w.checkpoint_pages = options_.checkpoint_pages;
-  absl::StatusOr<std::unique_ptr<Writer>> writer = Writer::Start(
-      std::move(conn), w,
-      [this](sqlite::Connection& c, std::vector<std::unique_ptr<WriteOp>>& batch, bool committed) {
-        Committed(c, batch, committed);
-      });
-  if (!writer.ok()) return writer.status();
-  writer_ = std::move(*writer);
+  LF_ASSIGN_OR_RETURN(
+      writer_,
+      Writer::Start(std::move(conn), w,
+                    [this](sqlite::Connection& c, std::vector<std::unique_ptr<WriteOp>>& batch,
+                           bool committed) { Committed(c, batch, committed); }));
   return absl::OkStatus();
 }
 

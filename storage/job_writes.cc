@@ -43,13 +43,14 @@ absl::StatusOr<int64_t> QueryInt(sqlite::Statement& s, int column = 0) {
 // Inserts one job QUEUED with its "submitted" event; returns its id.
 absl::StatusOr<int64_t> InsertJob(Txn& txn, const SubmitJobInput& in, v1::Job* job) {
   const int64_t now_us = txn.NowMicros();
-  absl::StatusOr<sqlite::Statement*> insert = txn.Statement(
-      "INSERT INTO jobs (owner, name, queue, priority, state, status_reason, spec, "
-      "idempotency_key, create_time_us, update_time_us, last_event_seq, queued_since_us, "
-      "checkpoint_dir, export_dir, submitted_spec, derived_from) "
-      "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?9, 1, ?9, ?10, ?11, ?12, ?13)");
-  if (!insert.ok()) return insert.status();
-  sqlite::Statement& s = **insert;
+  LF_ASSIGN_OR_RETURN(
+      auto* insert,
+      txn.Statement(
+          "INSERT INTO jobs (owner, name, queue, priority, state, status_reason, spec, "
+          "idempotency_key, create_time_us, update_time_us, last_event_seq, queued_since_us, "
+          "checkpoint_dir, export_dir, submitted_spec, derived_from) "
+          "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?9, 1, ?9, ?10, ?11, ?12, ?13)"));
+  sqlite::Statement& s = *insert;
   std::string spec_bytes;
   in.spec.SerializeToString(&spec_bytes);
   const std::string reason = "waiting to be scheduled";
@@ -88,12 +89,12 @@ absl::StatusOr<int64_t> InsertJob(Txn& txn, const SubmitJobInput& in, v1::Job* j
   LF_RETURN_IF_ERROR(s.Run());
   const int64_t id = txn.LastInsertId();
   if (!in.spec.labels().empty()) {
-    absl::StatusOr<sqlite::Statement*> label =
-        txn.Statement("INSERT INTO job_labels (job_id, key, value) VALUES (?1, ?2, ?3)");
-    if (!label.ok()) return label.status();
+    LF_ASSIGN_OR_RETURN(
+        auto* label,
+        txn.Statement("INSERT INTO job_labels (job_id, key, value) VALUES (?1, ?2, ?3)"));
     for (const auto& [key, value] : in.spec.labels()) {
-      (*label)->Bind(1, id).Bind(2, key).Bind(3, value);
-      LF_RETURN_IF_ERROR((*label)->Run());
+      label->Bind(1, id).Bind(2, key).Bind(3, value);
+      LF_RETURN_IF_ERROR(label->Run());
     }
   }
   // The job is born QUEUED with its first event; the event names the submitter, the
@@ -123,17 +124,16 @@ absl::StatusOr<sqlite::Statement*> Txn::Statement(const std::string& sql) { retu
 absl::StatusOr<std::optional<v1::Job>> Txn::LoadJob(int64_t job_id) {
   static const std::string* const kSql =
       new std::string(absl::StrCat("SELECT ", JobColumns(), " FROM jobs WHERE id = ?1"));
-  absl::StatusOr<sqlite::Statement*> s = Statement(*kSql);
-  if (!s.ok()) return s.status();
-  return ReadJobRow(**s, job_id);
+  LF_ASSIGN_OR_RETURN(auto* s, Statement(*kSql));
+  return ReadJobRow(*s, job_id);
 }
 
 absl::Status Txn::AddEvent(int64_t job_id, v1::JobEvent e) {
-  absl::StatusOr<sqlite::Statement*> insert = Statement(
-      "INSERT INTO job_events (job_id, seq, time_us, type, from_state, to_state, reason) "
-      "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)");
-  if (!insert.ok()) return insert.status();
-  sqlite::Statement& s = **insert;
+  LF_ASSIGN_OR_RETURN(
+      auto* insert,
+      Statement("INSERT INTO job_events (job_id, seq, time_us, type, from_state, to_state, reason) "
+                "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)"));
+  sqlite::Statement& s = *insert;
   s.Bind(1, job_id).Bind(2, e.seq()).Bind(3, TimeUtil::TimestampToMicroseconds(e.time()));
   s.Bind(4, e.type()).Bind(5, static_cast<int64_t>(e.from_state()));
   s.Bind(6, static_cast<int64_t>(e.to_state())).Bind(7, e.reason());
@@ -152,13 +152,13 @@ absl::Status Txn::Transition(v1::Job* job, absl::string_view type, v1::JobState 
   const int64_t seq = e.seq();
   *job->mutable_update_time() = e.time();
   LF_RETURN_IF_ERROR(AddEvent(id, std::move(e)));
-  absl::StatusOr<sqlite::Statement*> update =
+  LF_ASSIGN_OR_RETURN(
+      auto* update,
       Statement("UPDATE jobs SET state = ?2, status_reason = ?3, update_time_us = ?4, "
-                "last_event_seq = ?5 WHERE id = ?1");
-  if (!update.ok()) return update.status();
-  (*update)->Bind(1, id).Bind(2, static_cast<int64_t>(to)).Bind(3, status).Bind(4, now_us_);
-  (*update)->Bind(5, seq);
-  LF_RETURN_IF_ERROR((*update)->Run());
+                "last_event_seq = ?5 WHERE id = ?1"));
+  update->Bind(1, id).Bind(2, static_cast<int64_t>(to)).Bind(3, status).Bind(4, now_us_);
+  update->Bind(5, seq);
+  LF_RETURN_IF_ERROR(update->Run());
   job->set_state(to);
   job->set_status_reason(std::string(status));
   job->set_last_event_seq(seq);
@@ -215,10 +215,9 @@ absl::StatusOr<int64_t> CountActiveJobs(Txn& txn, const std::string& owner) {
       "SELECT COUNT(*) FROM jobs WHERE owner = ?1 AND state IN (",
       absl::StrJoin({v1::QUEUED, v1::SCHEDULED, v1::RUNNING, v1::RESTARTING, v1::PREEMPTING}, ", "),
       ")"));
-  absl::StatusOr<sqlite::Statement*> s = txn.Statement(*kSql);
-  if (!s.ok()) return s.status();
-  (*s)->Bind(1, owner);
-  return QueryInt(**s);
+  LF_ASSIGN_OR_RETURN(auto* s, txn.Statement(*kSql));
+  s->Bind(1, owner);
+  return QueryInt(*s);
 }
 
 TxnFunction SubmitJobsTxn(std::shared_ptr<SubmitBatch> batch) {
@@ -246,17 +245,15 @@ TxnFunction SubmitJobsTxn(std::shared_ptr<SubmitBatch> batch) {
       }
       const SubmitJobInput& in = with_ids.has_value() ? *with_ids : input;
       if (!in.idempotency_key.empty()) {
-        absl::StatusOr<sqlite::Statement*> find =
-            txn.Statement("SELECT id FROM jobs WHERE owner = ?1 AND idempotency_key = ?2");
-        if (!find.ok()) return find.status();
-        (*find)->Bind(1, in.owner).Bind(2, in.idempotency_key);
-        absl::StatusOr<int64_t> existing = QueryInt(**find);
-        if (!existing.ok()) return existing.status();
-        if (*existing != 0) {
-          absl::StatusOr<std::optional<v1::Job>> job = txn.LoadJob(*existing);
-          if (!job.ok()) return job.status();
-          if (!job->has_value()) return absl::InternalError("job found by key is gone");
-          r.job = std::move(**job);
+        LF_ASSIGN_OR_RETURN(
+            auto* find,
+            txn.Statement("SELECT id FROM jobs WHERE owner = ?1 AND idempotency_key = ?2"));
+        find->Bind(1, in.owner).Bind(2, in.idempotency_key);
+        LF_ASSIGN_OR_RETURN(int64_t existing, QueryInt(*find));
+        if (existing != 0) {
+          LF_ASSIGN_OR_RETURN(std::optional<v1::Job> job, txn.LoadJob(existing));
+          if (!job.has_value()) return absl::InternalError("job found by key is gone");
+          r.job = std::move(*job);
           results.push_back(std::move(r));
           continue;
         }
@@ -265,9 +262,8 @@ TxnFunction SubmitJobsTxn(std::shared_ptr<SubmitBatch> batch) {
         auto it = active.find(in.owner);
         if (it == active.end()) {
           // The count sees this transaction's rows, this submission's earlier jobs too.
-          absl::StatusOr<int64_t> n = CountActiveJobs(txn, in.owner);
-          if (!n.ok()) return n.status();
-          it = active.emplace(in.owner, *n).first;
+          LF_ASSIGN_OR_RETURN(int64_t n, CountActiveJobs(txn, in.owner));
+          it = active.emplace(in.owner, n).first;
         }
         if (it->second + 1 > in.max_active_jobs) {
           return absl::ResourceExhaustedError(absl::StrCat(
@@ -283,8 +279,7 @@ TxnFunction SubmitJobsTxn(std::shared_ptr<SubmitBatch> batch) {
         LF_RETURN_IF_ERROR(
             CheckJobDirFree(txn, in.field_prefix, field, *dir, in.owner, in.pending_claims));
       }
-      absl::StatusOr<int64_t> id = InsertJob(txn, in, &r.job);
-      if (!id.ok()) return id.status();
+      LF_ASSIGN_OR_RETURN(int64_t id, InsertJob(txn, in, &r.job));
       if (auto it = active.find(in.owner); it != active.end()) ++it->second;
       // The view's entry: the job with its spec, queued since its creation.
       SchedulableJob queued;
@@ -294,7 +289,7 @@ TxnFunction SubmitJobsTxn(std::shared_ptr<SubmitBatch> batch) {
       queued.eligible = absl::FromUnixMicros(0);
       queued.last_preempted = absl::InfinitePast();
       queued.first_start = absl::InfinitePast();
-      txn.AddQueued(*id, std::move(queued));
+      txn.AddQueued(id, std::move(queued));
       r.created = true;
       results.push_back(std::move(r));
     }
@@ -309,10 +304,9 @@ TxnFunction ChangeStateTxn(int64_t job_id, std::vector<v1::JobState> from, v1::J
                            std::shared_ptr<CancelJobResult> result) {
   return [=, from = std::move(from), type = std::move(type), reason = std::move(reason),
           result = std::move(result)](Txn& txn) -> absl::Status {
-    absl::StatusOr<std::optional<v1::Job>> loaded = txn.LoadJob(job_id);
-    if (!loaded.ok()) return loaded.status();
-    if (!loaded->has_value()) return absl::NotFoundError(absl::StrCat("job ", job_id, " not found"));
-    *result = CancelJobResult{std::move(**loaded), false, ""};
+    LF_ASSIGN_OR_RETURN(std::optional<v1::Job> loaded, txn.LoadJob(job_id));
+    if (!loaded.has_value()) return absl::NotFoundError(absl::StrCat("job ", job_id, " not found"));
+    *result = CancelJobResult{std::move(*loaded), false, ""};
     v1::Job& job = result->job;
     const bool allowed = from.empty() ? !IsTerminal(job.state())
                                       : std::find(from.begin(), from.end(), job.state()) != from.end();
@@ -326,11 +320,11 @@ TxnFunction ChangeStateTxn(int64_t job_id, std::vector<v1::JobState> from, v1::J
     if (IsTerminal(to)) {
       // ttl_after_finished counts from here (a job cancelled while QUEUED never had an
       // attempt whose end would have set it).
-      absl::StatusOr<sqlite::Statement*> finish =
-          txn.Statement("UPDATE jobs SET finish_us = ?2 WHERE id = ?1 AND finish_us = 0");
-      if (!finish.ok()) return finish.status();
-      (*finish)->Bind(1, job_id).Bind(2, txn.NowMicros());
-      LF_RETURN_IF_ERROR((*finish)->Run());
+      LF_ASSIGN_OR_RETURN(
+          auto* finish,
+          txn.Statement("UPDATE jobs SET finish_us = ?2 WHERE id = ?1 AND finish_us = 0"));
+      finish->Bind(1, job_id).Bind(2, txn.NowMicros());
+      LF_RETURN_IF_ERROR(finish->Run());
     }
     result->changed = true;
     result->message = cancel ? "cancelled" : v1::JobState_Name(to);

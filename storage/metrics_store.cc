@@ -16,13 +16,13 @@ using storage_internal::RequireJob;
 
 // The job's latest_metrics as stored (empty when it has none).
 absl::StatusOr<v1::JobMetricsPoint> LatestMetrics(Txn& txn, int64_t job_id) {
-  absl::StatusOr<sqlite::Statement*> select = txn.Statement("SELECT latest_metrics FROM jobs WHERE id = ?1");
-  if (!select.ok()) return select.status();
-  (*select)->Bind(1, job_id);
-  absl::StatusOr<bool> row = (*select)->Step();
+  LF_ASSIGN_OR_RETURN(auto* select, txn.Statement("SELECT latest_metrics FROM jobs WHERE id = ?1"));
+  select->Bind(1, job_id);
+  absl::StatusOr<bool> row = select->Step();
   v1::JobMetricsPoint latest;
-  if (row.ok() && *row && !(*select)->ColumnIsNull(0)) (void)latest.ParseFromString((*select)->ColumnText(0));
-  (*select)->Reset();
+  if (row.ok() && *row && !select->ColumnIsNull(0))
+    (void)latest.ParseFromString(select->ColumnText(0));
+  select->Reset();
   if (!row.ok()) return row.status();
   return latest;
 }
@@ -46,22 +46,19 @@ TxnFunction RecordMetricsTxn(int64_t job_id, v1::JobMetricsPoint point, int max_
                st.Bind(4, txn.NowMicros()).BindBlob(5, bytes);
              }));
     // The latest point keeps the job's evaluation figures (RecordEvalTxn's).
-    absl::StatusOr<v1::JobMetricsPoint> before = LatestMetrics(txn, job_id);
-    if (!before.ok()) return before.status();
+    LF_ASSIGN_OR_RETURN(v1::JobMetricsPoint before, LatestMetrics(txn, job_id));
     v1::JobMetricsPoint latest = point;
-    if (before->has_eval_loss()) latest.set_eval_loss(before->eval_loss());
-    if (before->has_eval_perplexity()) latest.set_eval_perplexity(before->eval_perplexity());
-    latest.set_eval_step(before->eval_step());
-    if (before->has_best_eval_loss()) latest.set_best_eval_loss(before->best_eval_loss());
+    if (before.has_eval_loss()) latest.set_eval_loss(before.eval_loss());
+    if (before.has_eval_perplexity()) latest.set_eval_perplexity(before.eval_perplexity());
+    latest.set_eval_step(before.eval_step());
+    if (before.has_best_eval_loss()) latest.set_best_eval_loss(before.best_eval_loss());
     LF_RETURN_IF_ERROR(SetLatestMetrics(txn, job_id, latest));
-    absl::StatusOr<sqlite::Statement*> count =
-        txn.Statement("SELECT COUNT(*) FROM job_metrics WHERE job_id = ?1");
-    if (!count.ok()) return count.status();
-    (*count)->Bind(1, job_id);
-    absl::StatusOr<bool> row = (*count)->Step();
-    if (!row.ok()) return row.status();
-    const int64_t rows = *row ? (*count)->ColumnInt(0) : 0;
-    (*count)->Reset();
+    LF_ASSIGN_OR_RETURN(auto* count,
+                        txn.Statement("SELECT COUNT(*) FROM job_metrics WHERE job_id = ?1"));
+    count->Bind(1, job_id);
+    LF_ASSIGN_OR_RETURN(bool row, count->Step());
+    const int64_t rows = row ? count->ColumnInt(0) : 0;
+    count->Reset();
     if (rows <= max_rows) return absl::OkStatus();
     // Thin the history: every other point goes, the newest always stays.
     return Exec(txn,
@@ -74,18 +71,17 @@ TxnFunction RecordMetricsTxn(int64_t job_id, v1::JobMetricsPoint point, int max_
 
 TxnFunction RecordEvalTxn(int64_t job_id, int attempt, int64_t step, double loss, double perplexity) {
   return [=](Txn& txn) -> absl::Status {
-    absl::StatusOr<v1::Job> job = RequireJob(txn, job_id);
-    if (!job.ok()) return job.status();
-    if (job->attempts() != attempt || (job->state() != v1::SCHEDULED && job->state() != v1::RUNNING)) {
+    LF_ASSIGN_OR_RETURN(v1::Job job, RequireJob(txn, job_id));
+    if (job.attempts() != attempt || (job.state() != v1::SCHEDULED && job.state() != v1::RUNNING)) {
       return absl::OkStatus();
     }
-    absl::StatusOr<v1::JobMetricsPoint> latest = LatestMetrics(txn, job_id);
-    if (!latest.ok()) return latest.status();
-    latest->set_eval_loss(loss);
-    latest->set_eval_perplexity(perplexity);
-    latest->set_eval_step(step);
-    if (!latest->has_best_eval_loss() || loss < latest->best_eval_loss()) latest->set_best_eval_loss(loss);
-    LF_RETURN_IF_ERROR(SetLatestMetrics(txn, job_id, *latest));
+    LF_ASSIGN_OR_RETURN(v1::JobMetricsPoint latest, LatestMetrics(txn, job_id));
+    latest.set_eval_loss(loss);
+    latest.set_eval_perplexity(perplexity);
+    latest.set_eval_step(step);
+    if (!latest.has_best_eval_loss() || loss < latest.best_eval_loss())
+      latest.set_best_eval_loss(loss);
+    LF_RETURN_IF_ERROR(SetLatestMetrics(txn, job_id, latest));
     LF_RETURN_IF_ERROR(
         Exec(txn,
              "INSERT INTO job_evals (job_id, attempt, step, time_us, loss, perplexity) "
@@ -94,10 +90,11 @@ TxnFunction RecordEvalTxn(int64_t job_id, int attempt, int64_t step, double loss
                st.Bind(1, job_id).Bind(2, int64_t{attempt}).Bind(3, step).Bind(4, txn.NowMicros());
                st.BindDouble(5, loss).BindDouble(6, perplexity);
              }));
-    const std::string status = job->status_reason();
-    return txn.Transition(&*job, "eval", job->state(),
-                          absl::StrFormat("eval loss %.4f (perplexity %.4g) after step %d", loss, perplexity, step),
-                          status);
+    const std::string status = job.status_reason();
+    return txn.Transition(
+        &job, "eval", job.state(),
+        absl::StrFormat("eval loss %.4f (perplexity %.4g) after step %d", loss, perplexity, step),
+        status);
   };
 }
 

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/status_macros.h"
 #include "storage/job_reads.h"
 
 namespace llamafleet {
@@ -27,10 +28,9 @@ const std::string& SchedulableJobColumns() {
 }
 
 absl::StatusOr<SchedulableJob> SchedulableJobFromRow(const sqlite::Statement& row) {
-  absl::StatusOr<v1::Job> job = JobFromRow(row);
-  if (!job.ok()) return job.status();
+  LF_ASSIGN_OR_RETURN(v1::Job job, JobFromRow(row));
   SchedulableJob j;
-  j.job = std::move(*job);
+  j.job = std::move(job);
   j.queued_since = absl::FromUnixMicros(row.ColumnInt(kSchedulingBase));
   j.eligible = absl::FromUnixMicros(row.ColumnInt(kSchedulingBase + 1));
   j.last_preempted = FromMicrosOrPast(row.ColumnInt(kSchedulingBase + 2));
@@ -80,18 +80,16 @@ void QueuedJobs::Erase(int64_t job_id) {
 }
 
 absl::Status QueuedJobs::Rebuild(sqlite::Connection& conn) {
-  absl::StatusOr<sqlite::Statement> s =
+  LF_ASSIGN_OR_RETURN(
+      sqlite::Statement s,
       conn.Prepare(absl::StrCat("SELECT ", SchedulableJobColumns(), " FROM jobs WHERE state = ",
-                                static_cast<int>(v1::QUEUED), " ORDER BY id"));
-  if (!s.ok()) return s.status();
+                                static_cast<int>(v1::QUEUED), " ORDER BY id")));
   std::map<int64_t, QueuedJobsSnapshot::Entry> jobs;
   while (true) {
-    absl::StatusOr<bool> row = s->Step();
-    if (!row.ok()) return row.status();
-    if (!*row) break;
-    absl::StatusOr<SchedulableJob> job = SchedulableJobFromRow(*s);
-    if (!job.ok()) return job.status();
-    jobs[s->ColumnInt(0)] = std::make_shared<const SchedulableJob>(std::move(*job));
+    LF_ASSIGN_OR_RETURN(bool row, s.Step());
+    if (!row) break;
+    LF_ASSIGN_OR_RETURN(SchedulableJob job, SchedulableJobFromRow(s));
+    jobs[s.ColumnInt(0)] = std::make_shared<const SchedulableJob>(std::move(job));
   }
   Replace(std::move(jobs));
   stale_.store(false);
@@ -101,9 +99,8 @@ absl::Status QueuedJobs::Rebuild(sqlite::Connection& conn) {
 absl::Status QueuedJobs::Reload(sqlite::Connection& conn, int64_t job_id) {
   static const std::string* const kSql = new std::string(
       absl::StrCat("SELECT ", SchedulableJobColumns(), " FROM jobs WHERE id = ?1"));
-  absl::StatusOr<sqlite::Statement*> select = conn.Cached(*kSql);
-  if (!select.ok()) return select.status();
-  sqlite::Statement& st = **select;
+  LF_ASSIGN_OR_RETURN(auto* select, conn.Cached(*kSql));
+  sqlite::Statement& st = *select;
   st.Bind(1, job_id);
   absl::StatusOr<bool> row = st.Step();
   absl::Status status = row.status();

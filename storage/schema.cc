@@ -274,14 +274,13 @@ ALTER TABLE jobs ADD COLUMN derived_from INTEGER;    -- the job it was resubmitt
 // The new table is the old one's own CREATE statement with AUTOINCREMENT added, so columns
 // that other migrations added are kept; the indexes are recreated from their statements.
 absl::Status RebuildJobsWithAutoincrement(sqlite::Connection& conn) {
-  absl::StatusOr<sqlite::Statement> table =
-      conn.Prepare("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'jobs'");
-  if (!table.ok()) return table.status();
-  absl::StatusOr<bool> row = table->Step();
-  if (!row.ok()) return row.status();
-  if (!*row) return absl::InternalError("no jobs table to rebuild");
-  std::string create = table->ColumnText(0);
-  table->Reset();  // an open statement would keep the table locked against DROP
+  LF_ASSIGN_OR_RETURN(
+      sqlite::Statement table,
+      conn.Prepare("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'jobs'"));
+  LF_ASSIGN_OR_RETURN(bool row, table.Step());
+  if (!row) return absl::InternalError("no jobs table to rebuild");
+  std::string create = table.ColumnText(0);
+  table.Reset();  // an open statement would keep the table locked against DROP
   if (create.find("AUTOINCREMENT") != std::string::npos) return absl::OkStatus();
   // "CREATE TABLE jobs (" or, after a rename, "CREATE TABLE \"jobs\" (".
   const std::string kKey = "INTEGER PRIMARY KEY";
@@ -294,16 +293,15 @@ absl::Status RebuildJobsWithAutoincrement(sqlite::Connection& conn) {
   create.insert(key + kKey.size(), " AUTOINCREMENT");
   create.replace(0, paren, "CREATE TABLE jobs_rebuilt ");
   std::vector<std::string> indexes;
-  absl::StatusOr<sqlite::Statement> index = conn.Prepare(
-      "SELECT sql FROM sqlite_master WHERE type = 'index' AND tbl_name = 'jobs' AND sql IS NOT NULL");
-  if (!index.ok()) return index.status();
+  LF_ASSIGN_OR_RETURN(sqlite::Statement index,
+                      conn.Prepare("SELECT sql FROM sqlite_master WHERE type = 'index' AND "
+                                   "tbl_name = 'jobs' AND sql IS NOT NULL"));
   while (true) {
-    absl::StatusOr<bool> more = index->Step();
-    if (!more.ok()) return more.status();
-    if (!*more) break;
-    indexes.push_back(index->ColumnText(0));
+    LF_ASSIGN_OR_RETURN(bool more, index.Step());
+    if (!more) break;
+    indexes.push_back(index.ColumnText(0));
   }
-  index->Reset();
+  index.Reset();
   for (const std::string& sql :
        {create, std::string("INSERT INTO jobs_rebuilt SELECT * FROM jobs"), std::string("DROP TABLE jobs"),
         std::string("ALTER TABLE jobs_rebuilt RENAME TO jobs")}) {
@@ -319,25 +317,23 @@ absl::Status RebuildJobsWithAutoincrement(sqlite::Connection& conn) {
 // before it existed; `field` reads the spec's value ("" = none).
 absl::Status BackfillJobDirs(sqlite::Connection& conn, const std::string& column,
                              const std::function<const std::string&(const v1::JobSpec&)>& field) {
-  absl::StatusOr<sqlite::Statement> select = conn.Prepare("SELECT id, spec FROM jobs");
-  absl::StatusOr<sqlite::Statement> update =
-      conn.Prepare(absl::StrCat("UPDATE jobs SET ", column, " = ?2 WHERE id = ?1"));
-  if (!select.ok()) return select.status();
-  if (!update.ok()) return update.status();
+  LF_ASSIGN_OR_RETURN(sqlite::Statement select, conn.Prepare("SELECT id, spec FROM jobs"));
+  LF_ASSIGN_OR_RETURN(
+      sqlite::Statement update,
+      conn.Prepare(absl::StrCat("UPDATE jobs SET ", column, " = ?2 WHERE id = ?1")));
   std::vector<std::pair<int64_t, std::string>> dirs;  // read all first, then write
   while (true) {
-    absl::StatusOr<bool> row = select->Step();
-    if (!row.ok()) return row.status();
-    if (!*row) break;
+    LF_ASSIGN_OR_RETURN(bool row, select.Step());
+    if (!row) break;
     v1::JobSpec spec;
-    if (!spec.ParseFromString(select->ColumnText(1)) || field(spec).empty()) continue;
-    dirs.emplace_back(select->ColumnInt(0), field(spec));
+    if (!spec.ParseFromString(select.ColumnText(1)) || field(spec).empty()) continue;
+    dirs.emplace_back(select.ColumnInt(0), field(spec));
   }
-  select->Reset();
+  select.Reset();
   for (const auto& [id, dir] : dirs) {
-    update->Bind(1, id).Bind(2, dir);
-    LF_RETURN_IF_ERROR(update->Run());
-    update->Reset();
+    update.Bind(1, id).Bind(2, dir);
+    LF_RETURN_IF_ERROR(update.Run());
+    update.Reset();
   }
   return absl::OkStatus();
 }
@@ -370,15 +366,14 @@ absl::Status RestrictDatabaseFiles(const std::string& path) {
 }
 
 absl::StatusOr<int> SchemaVersion(sqlite::Connection& conn, const std::string& path) {
-  absl::StatusOr<int64_t> version = conn.QueryInt("PRAGMA user_version");
-  if (!version.ok()) return version.status();
-  if (*version > CurrentSchemaVersion()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "database ", path, " has schema version ", *version,
-        ", newer than this llamafleet build supports (", CurrentSchemaVersion(),
-        "); run a newer llamafleet-coordinator"));
+  LF_ASSIGN_OR_RETURN(int64_t version, conn.QueryInt("PRAGMA user_version"));
+  if (version > CurrentSchemaVersion()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("database ", path, " has schema version ", version,
+                     ", newer than this llamafleet build supports (", CurrentSchemaVersion(),
+                     "); run a newer llamafleet-coordinator"));
   }
-  return static_cast<int>(*version);
+  return static_cast<int>(version);
 }
 
 absl::Status MigrateSchema(sqlite::Connection& conn, const std::string& path, int version) {
@@ -409,16 +404,14 @@ absl::Status MigrateSchema(sqlite::Connection& conn, const std::string& path, in
     }
     spdlog::info("database {}: migrated schema to version {}", path, v + 1);
   }
-  absl::StatusOr<sqlite::Statement> check = conn.Prepare("PRAGMA foreign_key_check");
-  if (!check.ok()) return check.status();
-  absl::StatusOr<bool> violation = check->Step();
-  if (!violation.ok()) return violation.status();
-  if (*violation) {
-    return absl::DataLossError(absl::StrCat("database ", path, ": table ", check->ColumnText(0),
-                                            " has rows without their ", check->ColumnText(2),
+  LF_ASSIGN_OR_RETURN(sqlite::Statement check, conn.Prepare("PRAGMA foreign_key_check"));
+  LF_ASSIGN_OR_RETURN(bool violation, check.Step());
+  if (violation) {
+    return absl::DataLossError(absl::StrCat("database ", path, ": table ", check.ColumnText(0),
+                                            " has rows without their ", check.ColumnText(2),
                                             " row after migrating"));
   }
-  check->Reset();
+  check.Reset();
   return conn.Exec("PRAGMA foreign_keys=ON");
 }
 

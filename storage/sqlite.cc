@@ -118,9 +118,8 @@ Connection::~Connection() {
 absl::StatusOr<Statement*> Connection::Cached(const std::string& sql) {
   auto it = cached_.find(sql);
   if (it == cached_.end()) {
-    absl::StatusOr<Statement> st = Prepare(sql);
-    if (!st.ok()) return st.status();
-    it = cached_.emplace(sql, std::move(*st)).first;
+    LF_ASSIGN_OR_RETURN(Statement st, Prepare(sql));
+    it = cached_.emplace(sql, std::move(st)).first;
   } else {
     it->second.Reset();
   }
@@ -158,15 +157,13 @@ absl::Status Connection::Exec(absl::string_view sql) {
 }
 
 absl::StatusOr<int64_t> Connection::QueryInt(absl::string_view sql) {
-  absl::StatusOr<Statement> stmt = Prepare(sql);
-  if (!stmt.ok()) return stmt.status();
-  absl::StatusOr<bool> row = stmt->Step();
-  if (!row.ok()) return row.status();
-  if (!*row) {
+  LF_ASSIGN_OR_RETURN(Statement stmt, Prepare(sql));
+  LF_ASSIGN_OR_RETURN(bool row, stmt.Step());
+  if (!row) {
     spdlog::warn("database query returned no row: {}", std::string(sql));
     return absl::InternalError("database query returned no row");
   }
-  return stmt->ColumnInt(0);
+  return stmt.ColumnInt(0);
 }
 
 }  // namespace llamafleet::sqlite

@@ -101,59 +101,65 @@ void AddUsage(const v1::Usage& add, v1::Usage* sum) {
 }
 
 absl::Status RecordAttemptUsage(Txn& txn, int64_t job_id, int attempt, const PriceTable& pricing) {
-  absl::StatusOr<sqlite::Statement*> head = txn.Statement(
-      "SELECT a.state, a.failure_class, a.start_us, a.end_us, j.owner, j.queue FROM attempts a "
-      "JOIN jobs j ON j.id = a.job_id WHERE a.job_id = ?1 AND a.attempt = ?2");
-  if (!head.ok()) return head.status();
-  (*head)->Bind(1, job_id).Bind(2, int64_t{attempt});
-  absl::StatusOr<bool> found = (*head)->Step();
-  if (!found.ok()) return found.status();
-  if (!*found) {
-    (*head)->Reset();
+  LF_ASSIGN_OR_RETURN(
+      auto* head,
+      txn.Statement(
+          "SELECT a.state, a.failure_class, a.start_us, a.end_us, j.owner, j.queue FROM attempts a "
+          "JOIN jobs j ON j.id = a.job_id WHERE a.job_id = ?1 AND a.attempt = ?2"));
+  head->Bind(1, job_id).Bind(2, int64_t{attempt});
+  LF_ASSIGN_OR_RETURN(bool found, head->Step());
+  if (!found) {
+    head->Reset();
     return absl::NotFoundError(absl::StrCat("job ", job_id, " has no attempt ", attempt));
   }
-  const bool failed = IsFailedUsage(static_cast<int>((*head)->ColumnInt(0)), (*head)->ColumnText(1));
-  const double seconds = SecondsBetween((*head)->ColumnInt(2), (*head)->ColumnInt(3));
-  const std::string owner = (*head)->ColumnText(4), queue = (*head)->ColumnText(5);
-  (*head)->Reset();
+  const bool failed = IsFailedUsage(static_cast<int>(head->ColumnInt(0)), head->ColumnText(1));
+  const double seconds = SecondsBetween(head->ColumnInt(2), head->ColumnInt(3));
+  const std::string owner = head->ColumnText(4), queue = head->ColumnText(5);
+  head->Reset();
 
-  absl::StatusOr<sqlite::Statement*> tasks = txn.Statement(
-      "SELECT t.worker, t.ranks, w.name IS NOT NULL, w.inventory FROM tasks t "
-      "LEFT JOIN workers w ON w.name = t.worker WHERE t.job_id = ?1 AND t.attempt = ?2");
-  if (!tasks.ok()) return tasks.status();
-  (*tasks)->Bind(1, job_id).Bind(2, int64_t{attempt});
+  LF_ASSIGN_OR_RETURN(
+      auto* tasks,
+      txn.Statement(
+          "SELECT t.worker, t.ranks, w.name IS NOT NULL, w.inventory FROM tasks t "
+          "LEFT JOIN workers w ON w.name = t.worker WHERE t.job_id = ?1 AND t.attempt = ?2"));
+  tasks->Bind(1, job_id).Bind(2, int64_t{attempt});
   WorkerPrices prices(pricing);
   AttemptMeter meter;
-  absl::Status s = EachRow(**tasks, [&](sqlite::Statement& row) {
+  absl::Status s = EachRow(*tasks, [&](sqlite::Statement& row) {
     meter.AddTask(row.ColumnInt(1), prices.Of(row.ColumnText(0), row.ColumnInt(2) != 0, row.ColumnText(3)));
     return absl::OkStatus();
   });
-  (*tasks)->Reset();
+  tasks->Reset();
   if (!s.ok()) return s;
   const AttemptUsage used = meter.Measure(seconds, failed);
 
-  absl::StatusOr<sqlite::Statement*> update =
-      txn.Statement("UPDATE attempts SET gpu_seconds = ?3, cost = ?4 WHERE job_id = ?1 AND attempt = ?2");
-  if (!update.ok()) return update.status();
-  (*update)->Bind(1, job_id).Bind(2, int64_t{attempt}).BindDouble(3, used.gpu_seconds);
-  SetCost(**update, 4, used.cost);
-  LF_RETURN_IF_ERROR((*update)->Run());
+  LF_ASSIGN_OR_RETURN(
+      auto* update,
+      txn.Statement(
+          "UPDATE attempts SET gpu_seconds = ?3, cost = ?4 WHERE job_id = ?1 AND attempt = ?2"));
+  update->Bind(1, job_id).Bind(2, int64_t{attempt}).BindDouble(3, used.gpu_seconds);
+  SetCost(*update, 4, used.cost);
+  LF_RETURN_IF_ERROR(update->Run());
 
-  absl::StatusOr<sqlite::Statement*> totals = txn.Statement(
-      "INSERT INTO usage_totals (user, queue, jobs, gpu_seconds, failed_gpu_seconds, cost, failed_cost) "
-      "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT (user, queue) DO UPDATE SET "
-      "jobs = jobs + excluded.jobs, gpu_seconds = gpu_seconds + excluded.gpu_seconds, "
-      "failed_gpu_seconds = failed_gpu_seconds + excluded.failed_gpu_seconds, "
-      "cost = CASE WHEN excluded.cost IS NULL THEN cost ELSE COALESCE(cost, 0) + excluded.cost END, "
-      "failed_cost = CASE WHEN excluded.failed_cost IS NULL THEN failed_cost "
-      "ELSE COALESCE(failed_cost, 0) + excluded.failed_cost END");
-  if (!totals.ok()) return totals.status();
-  (*totals)->Bind(1, owner).Bind(2, queue).Bind(3, int64_t{attempt == 1 ? 1 : 0});
-  (*totals)->BindDouble(4, used.gpu_seconds).BindDouble(5, used.failed ? used.gpu_seconds : 0.0);
-  SetCost(**totals, 6, used.cost);
-  SetCost(**totals, 7, used.cost.has_value() ? std::optional<double>(used.failed ? *used.cost : 0.0)
-                                             : std::nullopt);
-  return (*totals)->Run();
+  LF_ASSIGN_OR_RETURN(
+      auto* totals,
+      txn.Statement(
+          "INSERT INTO usage_totals (user, queue, jobs, gpu_seconds, failed_gpu_seconds, cost, "
+          "failed_cost) "
+          "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT (user, queue) DO UPDATE SET "
+          "jobs = jobs + excluded.jobs, gpu_seconds = gpu_seconds + excluded.gpu_seconds, "
+          "failed_gpu_seconds = failed_gpu_seconds + excluded.failed_gpu_seconds, "
+          "cost = CASE WHEN excluded.cost IS NULL THEN cost ELSE COALESCE(cost, 0) + excluded.cost "
+          "END, "
+          "failed_cost = CASE WHEN excluded.failed_cost IS NULL THEN failed_cost "
+          "ELSE COALESCE(failed_cost, 0) + excluded.failed_cost END"));
+  totals->Bind(1, owner).Bind(2, queue).Bind(3, int64_t{attempt == 1 ? 1 : 0});
+  totals->BindDouble(4, used.gpu_seconds).BindDouble(5, used.failed ? used.gpu_seconds : 0.0);
+  SetCost(*totals, 6, used.cost);
+  SetCost(
+      *totals, 7,
+      used.cost.has_value() ? std::optional<double>(used.failed ? *used.cost : 0.0) : std::nullopt);
+  return totals->Run();
 }
 
 absl::StatusOr<std::map<int64_t, v1::Usage>> ReadJobUsage(JobStore& store, const std::vector<int64_t>& job_ids,
@@ -164,14 +170,16 @@ absl::StatusOr<std::map<int64_t, v1::Usage>> ReadJobUsage(JobStore& store, const
   const int64_t now_us = absl::ToUnixMicros(now);
   LF_RETURN_IF_ERROR(store.Read([&](sqlite::Connection& conn) -> absl::Status {
     // One row per ended attempt; one per task of an active attempt (consecutive rows).
-    absl::StatusOr<sqlite::Statement> q = conn.Prepare(absl::StrCat(
-        "SELECT a.job_id, a.attempt, a.state, a.failure_class, a.gpu_seconds, a.cost, a.start_us, "
-        "t.worker, t.ranks, w.name IS NOT NULL, w.inventory FROM attempts a "
-        "LEFT JOIN tasks t ON a.state = 0 AND t.job_id = a.job_id AND t.attempt = a.attempt "
-        "LEFT JOIN workers w ON w.name = t.worker "
-        "WHERE a.job_id IN (",
-        absl::StrJoin(job_ids, ","), ") ORDER BY a.job_id, a.attempt"));
-    if (!q.ok()) return q.status();
+    LF_ASSIGN_OR_RETURN(
+        sqlite::Statement q,
+        conn.Prepare(absl::StrCat(
+            "SELECT a.job_id, a.attempt, a.state, a.failure_class, a.gpu_seconds, a.cost, "
+            "a.start_us, "
+            "t.worker, t.ranks, w.name IS NOT NULL, w.inventory FROM attempts a "
+            "LEFT JOIN tasks t ON a.state = 0 AND t.job_id = a.job_id AND t.attempt = a.attempt "
+            "LEFT JOIN workers w ON w.name = t.worker "
+            "WHERE a.job_id IN (",
+            absl::StrJoin(job_ids, ","), ") ORDER BY a.job_id, a.attempt")));
     WorkerPrices prices(pricing);
     // The active attempt being summed: its job, number, start and tasks so far.
     int64_t active_job = 0, active_start = 0;
@@ -183,7 +191,7 @@ absl::StatusOr<std::map<int64_t, v1::Usage>> ReadJobUsage(JobStore& store, const
       active_attempt = 0;
       meter = AttemptMeter();
     };
-    absl::Status rows = EachRow(*q, [&](sqlite::Statement& row) {
+    absl::Status rows = EachRow(q, [&](sqlite::Statement& row) {
       const int64_t job = row.ColumnInt(0);
       const int attempt = static_cast<int>(row.ColumnInt(1));
       const int state = static_cast<int>(row.ColumnInt(2));
@@ -223,16 +231,14 @@ absl::Status AddActiveAttemptUsage(JobStore& store, const PriceTable& pricing, a
   std::map<std::string, std::string> inventories;
   if (!pricing.empty()) {
     LF_RETURN_IF_ERROR(store.Read([&](sqlite::Connection& conn) -> absl::Status {
-      absl::StatusOr<sqlite::Statement> q =
-          conn.Prepare("SELECT inventory FROM workers WHERE name = ?1");
-      if (!q.ok()) return q.status();
+      LF_ASSIGN_OR_RETURN(sqlite::Statement q,
+                          conn.Prepare("SELECT inventory FROM workers WHERE name = ?1"));
       for (const std::string& w : workers) {
         if (inventories.count(w)) continue;
-        q->Bind(1, w);
-        absl::StatusOr<bool> row = q->Step();
-        if (!row.ok()) return row.status();
-        if (*row) inventories[w] = q->ColumnText(0);
-        q->Reset();
+        q.Bind(1, w);
+        LF_ASSIGN_OR_RETURN(bool row, q.Step());
+        if (row) inventories[w] = q.ColumnText(0);
+        q.Reset();
       }
       return absl::OkStatus();
     }));
@@ -272,17 +278,20 @@ absl::StatusOr<std::vector<v1::UsageRow>> ReadUsageRows(JobStore& store, const s
   LF_RETURN_IF_ERROR(store.Read([&](sqlite::Connection& conn) -> absl::Status {
     // One statement, so the totals and the active attempts are one snapshot: an attempt
     // that ends meanwhile is counted once, in one or the other.
-    absl::StatusOr<sqlite::Statement> q = conn.Prepare(
-        "SELECT 0, user, queue, jobs, gpu_seconds, failed_gpu_seconds, cost, failed_cost, "
-        "0, 0, 0, '', 0, 0, NULL FROM usage_totals WHERE ?1 = '' OR user = ?1 "
-        "UNION ALL "
-        "SELECT 1, j.owner, j.queue, 0, 0, 0, NULL, NULL, a.job_id, a.attempt, a.start_us, "
-        "t.worker, "
-        "t.ranks, w.name IS NOT NULL, w.inventory FROM attempts a JOIN jobs j ON j.id = a.job_id "
-        "JOIN tasks t ON t.job_id = a.job_id AND t.attempt = a.attempt "
-        "LEFT JOIN workers w ON w.name = t.worker WHERE a.state = 0 AND (?1 = '' OR j.owner = ?1)");
-    if (!q.ok()) return q.status();
-    q->Bind(1, user);
+    LF_ASSIGN_OR_RETURN(
+        sqlite::Statement q,
+        conn.Prepare(
+            "SELECT 0, user, queue, jobs, gpu_seconds, failed_gpu_seconds, cost, failed_cost, "
+            "0, 0, 0, '', 0, 0, NULL FROM usage_totals WHERE ?1 = '' OR user = ?1 "
+            "UNION ALL "
+            "SELECT 1, j.owner, j.queue, 0, 0, 0, NULL, NULL, a.job_id, a.attempt, a.start_us, "
+            "t.worker, "
+            "t.ranks, w.name IS NOT NULL, w.inventory FROM attempts a JOIN jobs j ON j.id = "
+            "a.job_id "
+            "JOIN tasks t ON t.job_id = a.job_id AND t.attempt = a.attempt "
+            "LEFT JOIN workers w ON w.name = t.worker WHERE a.state = 0 AND (?1 = '' OR j.owner = "
+            "?1)"));
+    q.Bind(1, user);
     WorkerPrices prices(pricing);
     struct Active {
       std::string user, queue;
@@ -291,7 +300,7 @@ absl::StatusOr<std::vector<v1::UsageRow>> ReadUsageRows(JobStore& store, const s
       AttemptMeter meter;
     };
     std::map<std::pair<int64_t, int>, Active> active;
-    LF_RETURN_IF_ERROR(EachRow(*q, [&](sqlite::Statement& r) {
+    LF_RETURN_IF_ERROR(EachRow(q, [&](sqlite::Statement& r) {
       if (r.ColumnInt(0) == 0) {
         v1::UsageRow& row = row_of(r.ColumnText(1), r.ColumnText(2));
         row.set_jobs(row.jobs() + r.ColumnInt(3));

@@ -17,13 +17,12 @@ absl::StatusOr<std::optional<std::string>> LookupWorkerCredential(JobStore* stor
                                                                   const std::string& name) {
   std::optional<std::string> hash;
   LF_RETURN_IF_ERROR(store->Read([&](sqlite::Connection& conn) -> absl::Status {
-    absl::StatusOr<sqlite::Statement> q =
-        conn.Prepare("SELECT credential_sha256 FROM worker_credentials WHERE name = ?1");
-    if (!q.ok()) return q.status();
-    q->Bind(1, name);
-    absl::StatusOr<bool> row = q->Step();
-    if (!row.ok()) return row.status();
-    if (*row) hash = q->ColumnText(0);
+    LF_ASSIGN_OR_RETURN(
+        sqlite::Statement q,
+        conn.Prepare("SELECT credential_sha256 FROM worker_credentials WHERE name = ?1"));
+    q.Bind(1, name);
+    LF_ASSIGN_OR_RETURN(bool row, q.Step());
+    if (row) hash = q.ColumnText(0);
     return absl::OkStatus();
   }));
   return hash;
@@ -35,22 +34,21 @@ absl::Status InsertWorkerCredential(JobStore* store, const std::string& name, co
   int64_t minted = 0;
   LF_RETURN_IF_ERROR(store->WriteAndWait([&](Txn& txn) -> absl::Status {
     if (max_per_token > 0) {
-      absl::StatusOr<sqlite::Statement*> count = txn.Statement(kCountMinted);
-      if (!count.ok()) return count.status();
-      (*count)->Bind(1, join_token_sha256);
-      absl::StatusOr<bool> row = (*count)->Step();
-      if (!row.ok()) return row.status();
-      minted = (*count)->ColumnInt(0);
-      (*count)->Reset();
+      LF_ASSIGN_OR_RETURN(auto* count, txn.Statement(kCountMinted));
+      count->Bind(1, join_token_sha256);
+      LF_RETURN_IF_ERROR(count->Step().status());
+      minted = count->ColumnInt(0);
+      count->Reset();
       if (minted >= max_per_token) return absl::OkStatus();
     }
-    absl::StatusOr<sqlite::Statement*> q = txn.Statement(
-        "INSERT OR IGNORE INTO worker_credentials (name, credential_sha256, create_time_us, "
-        "join_token_sha256) "
-        "VALUES (?1, ?2, ?3, ?4)");
-    if (!q.ok()) return q.status();
-    (*q)->Bind(1, name).Bind(2, sha256).Bind(3, txn.NowMicros()).Bind(4, join_token_sha256);
-    LF_RETURN_IF_ERROR((*q)->Run());
+    LF_ASSIGN_OR_RETURN(
+        auto* q,
+        txn.Statement(
+            "INSERT OR IGNORE INTO worker_credentials (name, credential_sha256, create_time_us, "
+            "join_token_sha256) "
+            "VALUES (?1, ?2, ?3, ?4)"));
+    q->Bind(1, name).Bind(2, sha256).Bind(3, txn.NowMicros()).Bind(4, join_token_sha256);
+    LF_RETURN_IF_ERROR(q->Run());
     inserted = txn.Changes() > 0;
     return absl::OkStatus();
   }));
@@ -64,12 +62,10 @@ absl::Status InsertWorkerCredential(JobStore* store, const std::string& name, co
 absl::StatusOr<int64_t> CountWorkerCredentials(JobStore* store, const std::string& join_token_sha256) {
   int64_t n = 0;
   LF_RETURN_IF_ERROR(store->Read([&](sqlite::Connection& conn) -> absl::Status {
-    absl::StatusOr<sqlite::Statement> q = conn.Prepare(kCountMinted);
-    if (!q.ok()) return q.status();
-    q->Bind(1, join_token_sha256);
-    absl::StatusOr<bool> row = q->Step();
-    if (!row.ok()) return row.status();
-    n = q->ColumnInt(0);
+    LF_ASSIGN_OR_RETURN(sqlite::Statement q, conn.Prepare(kCountMinted));
+    q.Bind(1, join_token_sha256);
+    LF_RETURN_IF_ERROR(q.Step().status());
+    n = q.ColumnInt(0);
     return absl::OkStatus();
   }));
   return n;
@@ -78,11 +74,9 @@ absl::StatusOr<int64_t> CountWorkerCredentials(JobStore* store, const std::strin
 absl::Status ForgetWorkerCredential(JobStore* store, const std::string& name) {
   bool found = false;
   LF_RETURN_IF_ERROR(store->WriteAndWait([&](Txn& txn) -> absl::Status {
-    absl::StatusOr<sqlite::Statement*> q =
-        txn.Statement("DELETE FROM worker_credentials WHERE name = ?1");
-    if (!q.ok()) return q.status();
-    (*q)->Bind(1, name);
-    LF_RETURN_IF_ERROR((*q)->Run());
+    LF_ASSIGN_OR_RETURN(auto* q, txn.Statement("DELETE FROM worker_credentials WHERE name = ?1"));
+    q->Bind(1, name);
+    LF_RETURN_IF_ERROR(q->Run());
     found = txn.Changes() > 0;
     return absl::OkStatus();
   }));

@@ -8,14 +8,15 @@ namespace llamafleet {
 namespace {
 
 absl::Status Upsert(Txn& txn, const WorkerDrainRecord& r) {
-  absl::StatusOr<sqlite::Statement*> q = txn.Statement(
-      "INSERT INTO worker_drains (name, reason, source, since_us) VALUES (?1, ?2, ?3, ?4) "
-      "ON CONFLICT(name) DO UPDATE SET reason = excluded.reason, source = excluded.source, "
-      "since_us = excluded.since_us");
-  if (!q.ok()) return q.status();
+  LF_ASSIGN_OR_RETURN(
+      auto* q,
+      txn.Statement(
+          "INSERT INTO worker_drains (name, reason, source, since_us) VALUES (?1, ?2, ?3, ?4) "
+          "ON CONFLICT(name) DO UPDATE SET reason = excluded.reason, source = excluded.source, "
+          "since_us = excluded.since_us"));
   const int64_t since = r.since == absl::InfinitePast() ? txn.NowMicros() : absl::ToUnixMicros(r.since);
-  (*q)->Bind(1, r.name).Bind(2, r.reason).Bind(3, r.source).Bind(4, since);
-  return (*q)->Run();
+  q->Bind(1, r.name).Bind(2, r.reason).Bind(3, r.source).Bind(4, since);
+  return q->Run();
 }
 
 }  // namespace
@@ -23,18 +24,16 @@ absl::Status Upsert(Txn& txn, const WorkerDrainRecord& r) {
 absl::StatusOr<std::map<std::string, WorkerDrainRecord>> ListWorkerDrains(JobStore& store) {
   std::map<std::string, WorkerDrainRecord> out;
   LF_RETURN_IF_ERROR(store.Read([&](sqlite::Connection& conn) -> absl::Status {
-    absl::StatusOr<sqlite::Statement> q =
-        conn.Prepare("SELECT name, reason, source, since_us FROM worker_drains");
-    if (!q.ok()) return q.status();
+    LF_ASSIGN_OR_RETURN(sqlite::Statement q,
+                        conn.Prepare("SELECT name, reason, source, since_us FROM worker_drains"));
     while (true) {
-      absl::StatusOr<bool> row = q->Step();
-      if (!row.ok()) return row.status();
-      if (!*row) return absl::OkStatus();
+      LF_ASSIGN_OR_RETURN(bool row, q.Step());
+      if (!row) return absl::OkStatus();
       WorkerDrainRecord r;
-      r.name = q->ColumnText(0);
-      r.reason = q->ColumnText(1);
-      r.source = q->ColumnText(2);
-      r.since = absl::FromUnixMicros(q->ColumnInt(3));
+      r.name = q.ColumnText(0);
+      r.reason = q.ColumnText(1);
+      r.source = q.ColumnText(2);
+      r.since = absl::FromUnixMicros(q.ColumnInt(3));
       out[r.name] = std::move(r);
     }
   }));
@@ -47,11 +46,11 @@ TxnFunction SetWorkerDrainTxn(WorkerDrainRecord record) {
 
 TxnFunction ClearWorkerDrainTxn(std::string name, std::string source) {
   return [name = std::move(name), source = std::move(source)](Txn& txn) -> absl::Status {
-    absl::StatusOr<sqlite::Statement*> q =
-        txn.Statement("DELETE FROM worker_drains WHERE name = ?1 AND (?2 = '' OR source = ?2)");
-    if (!q.ok()) return q.status();
-    (*q)->Bind(1, name).Bind(2, source);
-    return (*q)->Run();
+    LF_ASSIGN_OR_RETURN(
+        auto* q,
+        txn.Statement("DELETE FROM worker_drains WHERE name = ?1 AND (?2 = '' OR source = ?2)"));
+    q->Bind(1, name).Bind(2, source);
+    return q->Run();
   };
 }
 
@@ -59,13 +58,11 @@ absl::Status DrainWorker(JobStore* store, const std::string& name, const std::st
   if (reason.empty()) return absl::InvalidArgumentError("--reason must say why the worker is drained");
   bool known = false;
   LF_RETURN_IF_ERROR(store->WriteAndWait([&](Txn& txn) -> absl::Status {
-    absl::StatusOr<sqlite::Statement*> q = txn.Statement("SELECT 1 FROM workers WHERE name = ?1");
-    if (!q.ok()) return q.status();
-    (*q)->Bind(1, name);
-    absl::StatusOr<bool> row = (*q)->Step();
-    if (!row.ok()) return row.status();
-    known = *row;
-    (*q)->Reset();
+    LF_ASSIGN_OR_RETURN(auto* q, txn.Statement("SELECT 1 FROM workers WHERE name = ?1"));
+    q->Bind(1, name);
+    LF_ASSIGN_OR_RETURN(bool row, q->Step());
+    known = row;
+    q->Reset();
     if (!known) return absl::OkStatus();
     return Upsert(txn, {name, reason, "operator", absl::InfinitePast()});
   }));

@@ -24,9 +24,8 @@ int RecordWalPages(void*, sqlite3*, const char*, int pages) {
 }
 
 absl::Status Run(sqlite::Connection& conn, const std::string& sql) {
-  absl::StatusOr<sqlite::Statement*> s = conn.Cached(sql);
-  if (!s.ok()) return s.status();
-  return (*s)->Run();
+  LF_ASSIGN_OR_RETURN(auto* s, conn.Cached(sql));
+  return s->Run();
 }
 
 // Runs a statement on the writer connection, in order with the other writes.
@@ -53,11 +52,11 @@ absl::StatusOr<std::unique_ptr<Writer>> Writer::Start(std::unique_ptr<sqlite::Co
   // Checkpoints happen on their own thread and connection, not inside commits.
   LF_RETURN_IF_ERROR(conn->Exec("PRAGMA wal_autocheckpoint=0"));
   sqlite3_wal_hook(conn->raw(), &RecordWalPages, nullptr);
-  absl::StatusOr<std::unique_ptr<sqlite::Connection>> checkpointer =
-      sqlite::Connection::Open(options.path, /*create=*/false, /*read_only=*/false);
-  if (!checkpointer.ok()) return checkpointer.status();
+  LF_ASSIGN_OR_RETURN(
+      std::unique_ptr<sqlite::Connection> checkpointer,
+      sqlite::Connection::Open(options.path, /*create=*/false, /*read_only=*/false));
   std::unique_ptr<Writer> writer(new Writer(std::move(conn), options, std::move(hook)));
-  writer->checkpointer_ = std::move(*checkpointer);
+  writer->checkpointer_ = std::move(checkpointer);
   // Named for top -H, perf and gdb (15 characters at most).
   writer->thread_ = std::thread([w = writer.get()] {
     pthread_setname_np(pthread_self(), "lf-db-writer");

@@ -8,6 +8,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/job_state.h"
+#include "common/status_macros.h"
 #include "server/cluster/worker_sessions.h"
 #include "spdlog/spdlog.h"
 #include "storage/worker_drain_store.h"
@@ -27,27 +28,24 @@ absl::StatusOr<std::unique_ptr<ClusterManager>> ClusterManager::Start(JobStore* 
   std::unique_ptr<ClusterManager> m(new ClusterManager(store, std::move(options)));
   // Recovery: attempts the database says are active. Their workers get one heartbeat
   // timeout to reconnect and report their tasks.
-  absl::StatusOr<std::vector<AttemptRecord>> active = LoadActiveAttempts(*store);
-  if (!active.ok()) return active.status();
+  LF_ASSIGN_OR_RETURN(std::vector<AttemptRecord> active, LoadActiveAttempts(*store));
   const absl::Time now = m->options_.clock->Now();
   std::map<int64_t, absl::Time> last_preempted;
-  if (!active->empty()) {
-    absl::StatusOr<std::vector<SchedulableJob>> running = LoadJobsInStates(
-        *store, {v1::SCHEDULED, v1::RUNNING, v1::PREEMPTING});
-    if (!running.ok()) return running.status();
-    for (const SchedulableJob& j : *running) {
+  if (!active.empty()) {
+    LF_ASSIGN_OR_RETURN(std::vector<SchedulableJob> running,
+                        LoadJobsInStates(*store, {v1::SCHEDULED, v1::RUNNING, v1::PREEMPTING}));
+    for (const SchedulableJob& j : running) {
       int64_t id;
       if (absl::SimpleAtoi(j.job.id(), &id)) last_preempted[id] = j.last_preempted;
     }
   }
-  for (AttemptRecord& rec : *active) {
-    absl::StatusOr<v1::Job> job = store->GetJob(rec.job_id);
-    if (!job.ok()) return job.status();
+  for (AttemptRecord& rec : active) {
+    LF_ASSIGN_OR_RETURN(v1::Job job, store->GetJob(rec.job_id));
     ActiveAttempt a;
-    a.spec = job->spec();
-    a.owner = job->owner();
+    a.spec = job.spec();
+    a.owner = job.owner();
     a.committed = true;
-    a.running_recorded = job->state() == v1::RUNNING;
+    a.running_recorded = job.state() == v1::RUNNING;
     a.last_progress = now;
     a.master_port = rec.master_port;
     if (auto lp = last_preempted.find(rec.job_id); lp != last_preempted.end()) {
@@ -59,7 +57,7 @@ absl::StatusOr<std::unique_ptr<ClusterManager>> ClusterManager::Start(JobStore* 
       // Silent "heartbeat" in the future: the worker has the recovery grace to come back.
       m->workers_.AddRecovered(t.worker, now + m->options_.recovery_grace - m->options_.heartbeat_timeout);
     }
-    if (IsTerminal(job->state()) || job->state() == v1::PREEMPTING) {
+    if (IsTerminal(job.state()) || job.state() == v1::PREEMPTING) {
       // Stopping before the restart: its tasks get the recovery grace to reconnect and
       // the usual time to report that they stopped.
       a.BeginStopping(now + m->options_.recovery_grace, m->options_.preemption_grace,
@@ -67,7 +65,7 @@ absl::StatusOr<std::unique_ptr<ClusterManager>> ClusterManager::Start(JobStore* 
     }
     a.record = std::move(rec);
     spdlog::info("recovered attempt {} of job {} ({} tasks, job {})", a.record.attempt,
-                 a.record.job_id, a.record.tasks.size(), v1::JobState_Name(job->state()));
+                 a.record.job_id, a.record.tasks.size(), v1::JobState_Name(job.state()));
     m->attempts_[a.record.job_id] = std::move(a);
   }
   ClusterManager* raw = m.get();
@@ -97,10 +95,9 @@ absl::StatusOr<std::unique_ptr<ClusterManager>> ClusterManager::Start(JobStore* 
     });
   });
   // Drains outlive restarts: in force before the first pass.
-  absl::StatusOr<std::map<std::string, WorkerDrainRecord>> drains = ListWorkerDrains(*store);
-  if (!drains.ok()) return drains.status();
-  for (const auto& [name, d] : *drains) m->workers_.SetDrain(d);
-  m->drains_read_ = *std::move(drains);
+  LF_ASSIGN_OR_RETURN(auto drains, ListWorkerDrains(*store));
+  for (const auto& [name, d] : drains) m->workers_.SetDrain(d);
+  m->drains_read_ = std::move(drains);
   m->next_drain_read_ = now + m->options_.drain_poll;
   m->published_.SetAssignments(m->attempts_, m->recently_released_);
   m->thread_ = std::thread([raw] {
