@@ -88,8 +88,12 @@ TEST_F(CliClusterTest, FinishedJobLogsCheckpointsAndDescribe) {
   EXPECT_TRUE(absl::StrContains(all, "[rank 0] rank 0 of 2 starting\n")) << all;
   EXPECT_TRUE(absl::StrContains(all, "[rank 1] rank 1 step 4\n")) << all;
   // The trainer's JSON records read as text (log_record.h); --raw keeps them as written.
-  EXPECT_TRUE(absl::StrContains(all, "[rank 0] » step 4 · loss 96.5000 · lr 0.0003 · 1,234 tok/s · MFU 25.0%\n"))
+  // Each step once: rank 0's text line says it, its metrics record is left out.
+  EXPECT_TRUE(absl::StrContains(
+      all, "[rank 0] » eval after step 4 · loss 1.2500 · perplexity 3.49 · 640 tokens\n"))
       << all;
+  EXPECT_TRUE(absl::StrContains(all, "[rank 0] rank 0 step 4\n")) << all;
+  EXPECT_FALSE(absl::StrContains(all, "[rank 0] » step ")) << "each step once:\n" << all;
   EXPECT_FALSE(absl::StrContains(all, "{\"type\":")) << all;
   EXPECT_TRUE(absl::StrContains(Ok({"logs", "1", "--raw"}), "[rank 0] {\"type\":\"metrics\",\"step\":4"));
 

@@ -737,6 +737,30 @@ TEST(DescribeLogRecordTest, TheTrainersRecordsReadAsOneLineOfTextEach) {
   EXPECT_EQ(DescribeLogRecord("{\"type\": \"event\", \"event\": \"new_one\", \"x\": 1}"), "» new_one · {\"x\":1}");
 }
 
+TEST(LogTextLineTest, AStepReadsOnceWhereTheTrainerAlsoWritesItAsText) {
+  // A logged step and an early stop as rank 0 writes them: a record and a text line each.
+  trainer_events::Metrics m;
+  m.step = 5, m.loss = 4.68, m.lr = 1e-3, m.tokens_per_s = 11843;
+  const std::string reason =
+      "stopped early at step 45: eval loss did not improve by 0.005 for 3 evaluations";
+  const std::vector<std::string> written = {
+      trainer_events::ToLine(m),
+      "08:22:41 llamafleet-train [I] step 5/60 loss 4.68 lr 0.001 grad_norm 1.9 tokens/s 11843",
+      trainer_events::ToLine(trainer_events::Eval{5, 4.61, 100.6, 252}),
+      trainer_events::ToLine(trainer_events::StoppedEarly{45, 30, 4.41, reason}),
+      "08:22:45 llamafleet-train [I] " + reason,
+      "{\"type\": \"metrics\", \"step\"",  // cut off: not a record, shown as it is
+  };
+  std::vector<std::string> shown;
+  for (const std::string& line : written) {
+    if (std::optional<std::string> text = LogTextLine(line)) shown.push_back(*text);
+  }
+  EXPECT_EQ(shown,
+            (std::vector<std::string>{
+                written[1], "» eval after step 5 · loss 4.6100 · perplexity 100.6 · 252 tokens",
+                written[4], written[5]}));
+}
+
 TEST(EscapeControlsTest, ControlCharactersBecomeVisibleEscapes) {
   EXPECT_EQ(EscapeControls("plain text, tabs\tand\nlines"), "plain text, tabs\tand\nlines");
   EXPECT_EQ(EscapeControls("\x1b]0;title\x07"), "\\x1b]0;title\\x07");
