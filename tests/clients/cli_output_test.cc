@@ -486,6 +486,53 @@ TEST(DescribeJobTest, RunningJobShowsWorkersMetricsAndCheckpoints) {
       << stopped;
 }
 
+TEST(DescribeJobTest, AReasonOfSeveralLinesKeepsThemAsWrittenUpToABound) {
+  // A data file's bad lines as the trainer lists them (worker/trainer/bad_lines.h).
+  const std::string reason =
+      "task 2-1-1 on worker-2 failed: rank 1 exited with code 1: INVALID_ARGUMENT: /d/bad.jsonl: 3 "
+      "bad lines:\n"
+      "  /d/bad.jsonl:4: missing field \"completion\"\n"
+      "  /d/bad.jsonl:5: not a JSON object\n"
+      "  /d/bad.jsonl:9: field \"prompt\" must be a string";
+  v1::Job job;
+  job.set_id("2");
+  job.set_state(v1::FAILED);
+  job.set_status_reason(reason);
+  v1::Attempt attempt;
+  attempt.set_attempt(1);
+  attempt.set_state(v1::ATTEMPT_FAILED);
+  attempt.set_reason(reason);
+  v1::JobEvent failed;
+  failed.set_seq(9);
+  failed.set_type("failed");
+  failed.set_reason(reason);
+  const std::string out =
+      DescribeJob(job, {failed}, {}, absl::FromUnixSeconds(1'796'000'000), {attempt});
+  const std::string indent(19, ' ');  // under the fields' values
+  EXPECT_TRUE(absl::StrContains(
+      out,
+      absl::StrCat("Reason:            task 2-1-1 on worker-2 failed: rank 1 exited with code 1: "
+                   "INVALID_ARGUMENT: /d/bad.jsonl: 3 bad lines:\n",
+                   indent, "  /d/bad.jsonl:4: missing field \"completion\"\n", indent,
+                   "  /d/bad.jsonl:5: not a JSON object\n", indent,
+                   "  /d/bad.jsonl:9: field \"prompt\" must be a string\n")))
+      << out;
+  // Table cells stay one line: the first, and how many follow.
+  EXPECT_TRUE(absl::StrContains(out, "/d/bad.jsonl: 3 bad lines: (+3 lines)\n")) << out;
+  EXPECT_FALSE(absl::StrContains(out, "bad lines:   /d/bad.jsonl:4")) << "folded:\n" << out;
+
+  // A longer reason is cut after 25 lines, saying how many are left out.
+  std::string many = "first";
+  for (int i = 1; i < 40; ++i) absl::StrAppend(&many, "\n  line ", i);
+  job.set_status_reason(many);
+  const std::string cut = DescribeJob(job, {}, {}, absl::FromUnixSeconds(1'796'000'000));
+  EXPECT_TRUE(
+      absl::StrContains(cut, absl::StrCat(indent, "  line 24\n", indent,
+                                          "... 15 more lines (-o json has the whole reason)\n")))
+      << cut;
+  EXPECT_FALSE(absl::StrContains(cut, "line 25")) << cut;
+}
+
 TEST(DescribeJobTest, TensorParallelJobShowsTheDegreeAndTheDataParallelWorld) {
   v1::Job job;
   job.set_id("4");
