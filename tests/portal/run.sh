@@ -99,8 +99,11 @@ fi
 
 # --no-check-paths: the worker runs jobs as this script's user (root in CI), which no
 # submission-time check counts as a job's identity; the trainer checks the paths itself.
+# (The help is read whole before it is searched: grep -q stopping early would fail the
+# pipeline under pipefail, and the flag would be left out.)
 no_check=()
-"$bin/llamafleet-coordinator" --help 2>&1 | grep -q -- --no-check-paths && no_check=(--no-check-paths)
+coordinator_help="$("$bin/llamafleet-coordinator" --help 2>&1 || true)"
+if grep -q -- --no-check-paths <<<"$coordinator_help"; then no_check=(--no-check-paths); fi
 "$bin/llamafleet-coordinator" --listen 127.0.0.1:0 --http-listen 127.0.0.1:0 --data-dir "$coord_dir" \
   --join-token portal-secret --heartbeat-timeout 10 --cancel-grace 5 --path-root "$tmp" "${auth_flag[@]}" "${no_check[@]}" \
   >"$tmp/coordinator.out" 2>"$tmp/coordinator.log" &
