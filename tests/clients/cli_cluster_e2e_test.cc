@@ -155,10 +155,11 @@ TEST_F(CliClusterTest, FinishedJobLogsCheckpointsAndDescribe) {
   EXPECT_FALSE(absl::StrContains(described, "GPU-s")) << described;
   const std::vector<std::string> usage = Lines(Ok({"get", "usage"}));
   ASSERT_EQ(usage.size(), 3u);
-  EXPECT_EQ(usage[0], "USER    QUEUE     JOBS   GPU-H   FAILED-GPU-H   COST");
+  EXPECT_EQ(usage[0], "USER    QUEUE     JOBS   CPU-H   FAILED-CPU-H   COST");
   EXPECT_EQ(usage[1], "alice   default   1      <0.01   0.00           -");
   EXPECT_TRUE(absl::StartsWith(usage[2], "No prices configured")) << usage[2];
-  EXPECT_TRUE(absl::StartsWith(Ok({"get", "usage", "--user", "bob"}), "No GPU time used by bob yet.\n"));
+  EXPECT_TRUE(
+      absl::StartsWith(Ok({"get", "usage", "--user", "bob"}), "No CPU time used by bob yet.\n"));
   const std::string json = Ok({"describe", "job", "1", "-o", "json"});
   EXPECT_TRUE(
       absl::StrContains(json, "\"checkpoints\":[{\"job_id\":\"1\",\"attempt\":1,\"step\":\"4\""))

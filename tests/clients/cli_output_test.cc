@@ -685,6 +685,10 @@ TEST(UsageOutputTest, TimeOnCpuWorkersIsCpuTime) {
   EXPECT_EQ(AttemptsDevice({on_cpu, on_gpu}, {cpu, gpu}), Device::kGpu);
   EXPECT_EQ(AttemptsDevice({gone}, {cpu, gpu}), Device::kGpu) << "unknown: the usual unit";
   EXPECT_EQ(AttemptsDevice({}, {cpu}), Device::kGpu);
+  // Totals over many jobs (get usage): CPU only on a cluster of CPU workers alone.
+  EXPECT_EQ(ClusterDevice({cpu}), Device::kCpu);
+  EXPECT_EQ(ClusterDevice({cpu, gpu}), Device::kGpu);
+  EXPECT_EQ(ClusterDevice({}), Device::kGpu);
   EXPECT_EQ(FormatGpuTime(2.5, Device::kCpu), "2.5 CPU-s");
   EXPECT_EQ(FormatGpuTime(4428, Device::kCpu), "1.23 CPU-h");
   EXPECT_EQ(UsageLine(Used(60, 30, std::nullopt), Device::kCpu), "60 CPU-s (failed attempts 30 CPU-s)");
@@ -724,6 +728,9 @@ TEST(UsageOutputTest, WideJobsTableAndUsageTable) {
             "USER    QUEUE      JOBS   GPU-H   FAILED-GPU-H   COST\n"
             "alice   research   12     10.00   1.00           100.00\n"
             "bob     default    1      <0.01   0.00           -\n");
+  EXPECT_EQ(UsageTable({bob}, Device::kCpu),
+            "USER   QUEUE     JOBS   CPU-H   FAILED-CPU-H   COST\n"
+            "bob    default   1      <0.01   0.00           -\n");
   EXPECT_EQ(PricingLine({{"p5.48xlarge", 98.32}, {"c7i.8xlarge", 1.428}}),
             "Prices per instance-hour: c7i.8xlarge 1.43, p5.48xlarge 98.32");
   EXPECT_EQ(PricingLine({}), "");
