@@ -26,6 +26,9 @@
 //   {"type":"progress", step, collectives, in_collective, busy_s, wait_s}
 //                      (every rank, about once a second from a background thread, while
 //                      the worker runs it: LLAMAFLEET_PROGRESS_EVENTS; never after "exit")
+// Beside each metrics and stopped_early record, rank 0 writes the same as a line of text
+// on stderr ("step 5/60 loss ...", "stopped early at step ..."); `llamafleet logs` shows
+// that line and leaves those two records out (clients/cli/log_record.h).
 // The exit record's code is an absl canonical code name ("OK", "INVALID_ARGUMENT", ...).
 // An older trainer's {"event":"error", code, message} line is read as an exit record.
 

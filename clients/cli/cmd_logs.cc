@@ -49,9 +49,10 @@ absl::Status RunLogs(const Context& ctx, const std::string& id, const LogsFlags&
       *ctx.out << "---\n" << ToYaml(chunk);
     } else {
       for (const std::string& line : chunk.lines()) {
+        const std::optional<std::string> text = flags.raw ? line : LogTextLine(line);
+        if (!text.has_value()) continue;
         if (prefix) *ctx.out << "[rank " << chunk.rank() << "] ";
-        const std::optional<std::string> text = flags.raw ? std::nullopt : DescribeLogRecord(line);
-        *ctx.out << (text.has_value() ? *text : line) << "\n";
+        *ctx.out << *text << "\n";
       }
     }
     lines += chunk.lines_size();

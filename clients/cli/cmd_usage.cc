@@ -1,4 +1,5 @@
-// `get usage [--user U]`: GPU time and cost per user and queue, all time.
+// `get usage [--user U]`: GPU time and cost per user and queue, all time (CPU time on a
+// cluster of CPU workers only).
 #include <map>
 #include <ostream>
 
@@ -13,11 +14,16 @@ absl::Status RunGetUsage(const Context& ctx, const std::string& user) {
   absl::StatusOr<v1::GetUsageResponse> response = (*client)->GetUsage(user);
   if (!response.ok()) return response.status();
   if (PrintMachine(ctx, *response)) return absl::OkStatus();
+  absl::StatusOr<v1::ListWorkersResponse> workers = (*client)->ListWorkers();
+  const Device device = workers.ok()
+                            ? ClusterDevice({workers->workers().begin(), workers->workers().end()})
+                            : Device::kGpu;
+  const std::string held = device == Device::kCpu ? "CPU" : "GPU";
   if (response->rows().empty()) {
-    *ctx.out << (user.empty() ? std::string("No GPU time used yet.\n")
-                              : "No GPU time used by " + user + " yet.\n");
+    *ctx.out << (user.empty() ? "No " + held + " time used yet.\n"
+                              : "No " + held + " time used by " + user + " yet.\n");
   } else {
-    *ctx.out << UsageTable({response->rows().begin(), response->rows().end()});
+    *ctx.out << UsageTable({response->rows().begin(), response->rows().end()}, device);
   }
   const std::string prices = PricingLine({response->pricing().begin(), response->pricing().end()});
   *ctx.out << (prices.empty() ? "No prices configured (the coordinator's pricing): costs are not shown.\n"

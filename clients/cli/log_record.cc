@@ -99,12 +99,31 @@ std::string Event(const std::string& event, const json& r, const Fields& f) {
       {event, rest.empty() ? "" : rest.dump(-1, ' ', false, json::error_handler_t::replace)});
 }
 
+// The line as a JSON object; a discarded value for anything else.
+json ParseRecord(absl::string_view line) {
+  if (line.empty() || line.front() != '{') return json(json::value_t::discarded);
+  json r = json::parse(line.begin(), line.end(), nullptr, /*allow_exceptions=*/false);
+  if (!r.is_object()) return json(json::value_t::discarded);
+  return r;
+}
+
 }  // namespace
 
+std::optional<std::string> LogTextLine(absl::string_view line) {
+  const json r = ParseRecord(line);
+  if (!r.is_discarded()) {
+    const Fields f(r);
+    const std::string type = f.Str("type");
+    if (type == "metrics" || (type == "event" && f.Str("event") == "stopped_early"))
+      return std::nullopt;
+  }
+  std::optional<std::string> text = DescribeLogRecord(line);
+  return text.has_value() ? std::move(*text) : std::string(line);
+}
+
 std::optional<std::string> DescribeLogRecord(absl::string_view line) {
-  if (line.empty() || line.front() != '{') return std::nullopt;
-  const json r = json::parse(line.begin(), line.end(), nullptr, /*allow_exceptions=*/false);
-  if (r.is_discarded() || !r.is_object()) return std::nullopt;
+  const json r = ParseRecord(line);
+  if (r.is_discarded()) return std::nullopt;
   const Fields f(r);
   const std::string type = f.Str("type");
   if (type == "metrics") return Metrics(f);

@@ -15,4 +15,10 @@ namespace llamafleet::cli {
 // Missing or mistyped fields are left out rather than guessed.
 std::optional<std::string> DescribeLogRecord(absl::string_view line);
 
+// What `logs` prints for one line of a trainer's log: a record as DescribeLogRecord reads
+// it, any other line as it is, and nullopt (nothing) for a metrics or stopped_early
+// record: the trainer writes each of those as a line of text of its own as well
+// (worker/trainer_events.h), so the record would say every step twice.
+std::optional<std::string> LogTextLine(absl::string_view line);
+
 }  // namespace llamafleet::cli

@@ -44,6 +44,29 @@ std::string OneLine(std::string s) {
 
 std::string OrDash(const std::string& s) { return s.empty() ? "-" : s; }
 
+// A reason's lines as the table cell of describe's Reason field and the rows under it
+// (first cell empty), as written (a data file's bad-lines list stays a list), at most
+// kReasonLines of them; "-" when there is none.
+constexpr size_t kReasonLines = 25;
+void AppendReasonRows(const std::string& reason, std::vector<std::vector<std::string>>& rows) {
+  std::vector<std::string> lines = absl::StrSplit(absl::StripTrailingAsciiWhitespace(reason), '\n');
+  const size_t shown = std::min(lines.size(), kReasonLines);
+  rows.push_back({"Reason:", OrDash(OneLine(lines[0]))});
+  for (size_t i = 1; i < shown; ++i) rows.push_back({"", OneLine(lines[i])});
+  if (lines.size() > shown) {
+    rows.push_back({"", absl::StrCat("... ", lines.size() - shown,
+                                     " more lines (-o json has the whole reason)")});
+  }
+}
+
+// A table cell's view of a reason of several lines: its first line and how many follow.
+std::string FirstLine(const std::string& reason) {
+  std::vector<absl::string_view> lines =
+      absl::StrSplit(absl::StripTrailingAsciiWhitespace(reason), '\n');
+  if (lines.size() <= 1) return OneLine(reason);
+  return absl::StrCat(OneLine(std::string(lines[0])), " (+", lines.size() - 1, " lines)");
+}
+
 std::string ModelName(const v1::ModelSpec& model) {
   return model.preset().empty() ? OrDash(model.path()) : model.preset();
 }
@@ -368,10 +391,11 @@ std::string AttemptsTable(const std::vector<v1::Attempt>& attempts, Device devic
     rows.push_back({absl::StrCat(a.attempt()), state,
                     absl::StrCat(a.nodes() > 0 ? a.nodes() : a.tasks_size()),
                     OrDash(absl::StrJoin(workers, ",")), FormatTime(a.start_time()),
-                    a.has_end_time() ? FormatTime(a.end_time()) : "-", StartupCell(a), OrDash(a.failure_class()),
-                    OrDash(OneLine(a.resize_reason())), FormatGpuTime(a.gpu_seconds(), device),
+                    a.has_end_time() ? FormatTime(a.end_time()) : "-", StartupCell(a),
+                    OrDash(a.failure_class()), OrDash(OneLine(a.resize_reason())),
+                    FormatGpuTime(a.gpu_seconds(), device),
                     FormatCost(a.has_cost() ? std::optional<double>(a.cost()) : std::nullopt),
-                    OrDash(OneLine(a.reason()))});
+                    OrDash(FirstLine(a.reason()))});
   }
   return FormatTable(rows);
 }
@@ -512,7 +536,9 @@ std::string DescribeJob(const v1::Job& job, const std::vector<v1::JobEvent>& eve
       {"Queue:", spec.queue()},
       {"Priority:", absl::StrCat(spec.priority())},
       {"State:", StateName(job.state())},
-      {"Reason:", OrDash(OneLine(job.status_reason()))},
+  };
+  AppendReasonRows(job.status_reason(), fields);
+  const std::vector<std::vector<std::string>> more = {
       {"Created:", absl::StrCat(FormatTime(job.create_time()), " (",
                                 FormatAge(job.create_time(), now), " ago)")},
       {"Updated:", FormatTime(job.update_time())},
@@ -525,6 +551,7 @@ std::string DescribeJob(const v1::Job& job, const std::vector<v1::JobEvent>& eve
       {"Idempotency key:", OrDash(job.idempotency_key())},
       {"Finetuning:", FinetuningLine(job)},
   };
+  fields.insert(fields.end(), more.begin(), more.end());
   if (!job.derived_from().empty()) {
     fields.push_back(
         {"Derived from:", absl::StrCat("job ", job.derived_from(), " (resubmitted from it)")});
@@ -596,7 +623,7 @@ std::string DescribeJob(const v1::Job& job, const std::vector<v1::JobEvent>& eve
     // Of a run of tokenizing progress events, the last says it all.
     if (e.type() == "tokenizing" && i + 1 < events.size() && events[i + 1].type() == "tokenizing") continue;
     rows.push_back({absl::StrCat(e.seq()), FormatTime(e.time()), e.type(),
-                    StateName(e.from_state()), StateName(e.to_state()), OneLine(e.reason())});
+                    StateName(e.from_state()), StateName(e.to_state()), FirstLine(e.reason())});
   }
   absl::StrAppend(&out, Indent(FormatTable(rows), 2));
   return out;

@@ -12,13 +12,25 @@ namespace {
 
 std::optional<double> CostOf(const v1::Usage& u) { return u.has_cost() ? std::optional<double>(u.cost()) : std::nullopt; }
 
+bool IsCpuWorker(const v1::WorkerInfo& w) {
+  return w.inventory().gpus().empty() && w.inventory().cpu_ranks() > 0;
+}
+
 }  // namespace
+
+Device ClusterDevice(const std::vector<v1::WorkerInfo>& workers) {
+  if (workers.empty()) return Device::kGpu;
+  for (const v1::WorkerInfo& w : workers) {
+    if (!IsCpuWorker(w)) return Device::kGpu;
+  }
+  return Device::kCpu;
+}
 
 Device AttemptsDevice(const std::vector<v1::Attempt>& attempts,
                       const std::vector<v1::WorkerInfo>& workers) {
   std::set<std::string> cpu_workers;
   for (const v1::WorkerInfo& w : workers) {
-    if (w.inventory().gpus().empty() && w.inventory().cpu_ranks() > 0) cpu_workers.insert(w.name());
+    if (IsCpuWorker(w)) cpu_workers.insert(w.name());
   }
   bool any = false;
   for (const v1::Attempt& a : attempts) {
@@ -62,8 +74,10 @@ std::string UsageLine(const v1::Usage& usage, Device device) {
   return line;
 }
 
-std::string UsageTable(const std::vector<v1::UsageRow>& rows) {
-  std::vector<std::vector<std::string>> table = {{"USER", "QUEUE", "JOBS", "GPU-H", "FAILED-GPU-H", "COST"}};
+std::string UsageTable(const std::vector<v1::UsageRow>& rows, Device device) {
+  const bool cpu = device == Device::kCpu;
+  std::vector<std::vector<std::string>> table = {{"USER", "QUEUE", "JOBS", cpu ? "CPU-H" : "GPU-H",
+                                                  cpu ? "FAILED-CPU-H" : "FAILED-GPU-H", "COST"}};
   for (const v1::UsageRow& r : rows) {
     table.push_back({r.user(), r.queue(), absl::StrCat(r.jobs()), FormatGpuHours(r.usage().gpu_seconds()),
                      FormatGpuHours(r.usage().failed_gpu_seconds()), FormatCost(CostOf(r.usage()))});

@@ -22,6 +22,9 @@ enum class Device { kGpu, kCpu };
 // with CPU ranks and no GPUs; kGpu otherwise (a worker no longer listed included).
 Device AttemptsDevice(const std::vector<v1::Attempt>& attempts,
                       const std::vector<v1::WorkerInfo>& workers);
+// kCpu when every worker of `workers` (at least one) has CPU ranks and no GPUs, kGpu
+// otherwise: the unit of totals over many jobs (`get usage`), which name no workers.
+Device ClusterDevice(const std::vector<v1::WorkerInfo>& workers);
 
 // GPU time with its unit: seconds while small, "12 GPU-s" (under 360: a tenth of a
 // GPU-hour; "2.5 GPU-s" under 10), then hours, "1.23 GPU-h"; "CPU-s", "CPU-h" for kCpu.
@@ -37,8 +40,9 @@ std::string FormatCost(std::optional<double> cost);
 // "-" for a job that never held GPUs. The unit as FormatGpuTime's.
 std::string UsageLine(const v1::Usage& usage, Device device = Device::kGpu);
 
-// The `get usage` table: USER QUEUE JOBS GPU-H FAILED-GPU-H COST, in the order given.
-std::string UsageTable(const std::vector<v1::UsageRow>& rows);
+// The `get usage` table: USER QUEUE JOBS GPU-H FAILED-GPU-H COST, in the order given;
+// CPU-H and FAILED-CPU-H for kCpu.
+std::string UsageTable(const std::vector<v1::UsageRow>& rows, Device device = Device::kGpu);
 // "Prices per instance-hour: p5.48xlarge 98.32, ..." (instance types in name order); ""
 // without prices.
 std::string PricingLine(const std::map<std::string, double>& pricing);

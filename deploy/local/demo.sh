@@ -377,6 +377,8 @@ if [ "$keep" = 1 ]; then
   echo "  export LLAMAFLEET_COORDINATOR=$address"
   echo "  $cli get jobs"
   echo "  $cli submit -f $demo/job-$run.yaml --dry-run    # edit a copy: name, paths, steps"
+  echo "  sed 's|/fsx/demo|$demo|g' $root/deploy/examples/tiny-lora.yaml > $demo/my-lora.yaml"
+  echo "  $cli submit -f $demo/my-lora.yaml    # an example of your own: LoRA on the same base model"
   echo "web portal: http://$http_address/ui/"
   if [ "${#run_as[@]}" -gt 0 ]; then
     echo "data, models and outputs go under $demo, the only path root; jobs run as the user"

@@ -81,6 +81,7 @@ fi
 i=1
 while [ $i -le $steps ]; do
   sleep $pause
+  # The text line beside the metrics record, as the trainer writes one (trainer_events.h).
   echo "rank $RANK step $i" >&2
   if [ "$RANK" = 0 ]; then
     echo '{"type":"metrics","step":'$i',"loss":'$((100 - i))'.5,"lr":0.0003,"tokens_per_s":1234.4,"mfu":0.25}'

@@ -88,8 +88,12 @@ TEST_F(CliClusterTest, FinishedJobLogsCheckpointsAndDescribe) {
   EXPECT_TRUE(absl::StrContains(all, "[rank 0] rank 0 of 2 starting\n")) << all;
   EXPECT_TRUE(absl::StrContains(all, "[rank 1] rank 1 step 4\n")) << all;
   // The trainer's JSON records read as text (log_record.h); --raw keeps them as written.
-  EXPECT_TRUE(absl::StrContains(all, "[rank 0] » step 4 · loss 96.5000 · lr 0.0003 · 1,234 tok/s · MFU 25.0%\n"))
+  // Each step once: rank 0's text line says it, its metrics record is left out.
+  EXPECT_TRUE(absl::StrContains(
+      all, "[rank 0] » eval after step 4 · loss 1.2500 · perplexity 3.49 · 640 tokens\n"))
       << all;
+  EXPECT_TRUE(absl::StrContains(all, "[rank 0] rank 0 step 4\n")) << all;
+  EXPECT_FALSE(absl::StrContains(all, "[rank 0] » step ")) << "each step once:\n" << all;
   EXPECT_FALSE(absl::StrContains(all, "{\"type\":")) << all;
   EXPECT_TRUE(absl::StrContains(Ok({"logs", "1", "--raw"}), "[rank 0] {\"type\":\"metrics\",\"step\":4"));
 
@@ -151,10 +155,11 @@ TEST_F(CliClusterTest, FinishedJobLogsCheckpointsAndDescribe) {
   EXPECT_FALSE(absl::StrContains(described, "GPU-s")) << described;
   const std::vector<std::string> usage = Lines(Ok({"get", "usage"}));
   ASSERT_EQ(usage.size(), 3u);
-  EXPECT_EQ(usage[0], "USER    QUEUE     JOBS   GPU-H   FAILED-GPU-H   COST");
+  EXPECT_EQ(usage[0], "USER    QUEUE     JOBS   CPU-H   FAILED-CPU-H   COST");
   EXPECT_EQ(usage[1], "alice   default   1      <0.01   0.00           -");
   EXPECT_TRUE(absl::StartsWith(usage[2], "No prices configured")) << usage[2];
-  EXPECT_TRUE(absl::StartsWith(Ok({"get", "usage", "--user", "bob"}), "No GPU time used by bob yet.\n"));
+  EXPECT_TRUE(
+      absl::StartsWith(Ok({"get", "usage", "--user", "bob"}), "No CPU time used by bob yet.\n"));
   const std::string json = Ok({"describe", "job", "1", "-o", "json"});
   EXPECT_TRUE(
       absl::StrContains(json, "\"checkpoints\":[{\"job_id\":\"1\",\"attempt\":1,\"step\":\"4\""))

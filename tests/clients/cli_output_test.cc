@@ -486,6 +486,53 @@ TEST(DescribeJobTest, RunningJobShowsWorkersMetricsAndCheckpoints) {
       << stopped;
 }
 
+TEST(DescribeJobTest, AReasonOfSeveralLinesKeepsThemAsWrittenUpToABound) {
+  // A data file's bad lines as the trainer lists them (worker/trainer/bad_lines.h).
+  const std::string reason =
+      "task 2-1-1 on worker-2 failed: rank 1 exited with code 1: INVALID_ARGUMENT: /d/bad.jsonl: 3 "
+      "bad lines:\n"
+      "  /d/bad.jsonl:4: missing field \"completion\"\n"
+      "  /d/bad.jsonl:5: not a JSON object\n"
+      "  /d/bad.jsonl:9: field \"prompt\" must be a string";
+  v1::Job job;
+  job.set_id("2");
+  job.set_state(v1::FAILED);
+  job.set_status_reason(reason);
+  v1::Attempt attempt;
+  attempt.set_attempt(1);
+  attempt.set_state(v1::ATTEMPT_FAILED);
+  attempt.set_reason(reason);
+  v1::JobEvent failed;
+  failed.set_seq(9);
+  failed.set_type("failed");
+  failed.set_reason(reason);
+  const std::string out =
+      DescribeJob(job, {failed}, {}, absl::FromUnixSeconds(1'796'000'000), {attempt});
+  const std::string indent(19, ' ');  // under the fields' values
+  EXPECT_TRUE(absl::StrContains(
+      out,
+      absl::StrCat("Reason:            task 2-1-1 on worker-2 failed: rank 1 exited with code 1: "
+                   "INVALID_ARGUMENT: /d/bad.jsonl: 3 bad lines:\n",
+                   indent, "  /d/bad.jsonl:4: missing field \"completion\"\n", indent,
+                   "  /d/bad.jsonl:5: not a JSON object\n", indent,
+                   "  /d/bad.jsonl:9: field \"prompt\" must be a string\n")))
+      << out;
+  // Table cells stay one line: the first, and how many follow.
+  EXPECT_TRUE(absl::StrContains(out, "/d/bad.jsonl: 3 bad lines: (+3 lines)\n")) << out;
+  EXPECT_FALSE(absl::StrContains(out, "bad lines:   /d/bad.jsonl:4")) << "folded:\n" << out;
+
+  // A longer reason is cut after 25 lines, saying how many are left out.
+  std::string many = "first";
+  for (int i = 1; i < 40; ++i) absl::StrAppend(&many, "\n  line ", i);
+  job.set_status_reason(many);
+  const std::string cut = DescribeJob(job, {}, {}, absl::FromUnixSeconds(1'796'000'000));
+  EXPECT_TRUE(
+      absl::StrContains(cut, absl::StrCat(indent, "  line 24\n", indent,
+                                          "... 15 more lines (-o json has the whole reason)\n")))
+      << cut;
+  EXPECT_FALSE(absl::StrContains(cut, "line 25")) << cut;
+}
+
 TEST(DescribeJobTest, TensorParallelJobShowsTheDegreeAndTheDataParallelWorld) {
   v1::Job job;
   job.set_id("4");
@@ -638,6 +685,10 @@ TEST(UsageOutputTest, TimeOnCpuWorkersIsCpuTime) {
   EXPECT_EQ(AttemptsDevice({on_cpu, on_gpu}, {cpu, gpu}), Device::kGpu);
   EXPECT_EQ(AttemptsDevice({gone}, {cpu, gpu}), Device::kGpu) << "unknown: the usual unit";
   EXPECT_EQ(AttemptsDevice({}, {cpu}), Device::kGpu);
+  // Totals over many jobs (get usage): CPU only on a cluster of CPU workers alone.
+  EXPECT_EQ(ClusterDevice({cpu}), Device::kCpu);
+  EXPECT_EQ(ClusterDevice({cpu, gpu}), Device::kGpu);
+  EXPECT_EQ(ClusterDevice({}), Device::kGpu);
   EXPECT_EQ(FormatGpuTime(2.5, Device::kCpu), "2.5 CPU-s");
   EXPECT_EQ(FormatGpuTime(4428, Device::kCpu), "1.23 CPU-h");
   EXPECT_EQ(UsageLine(Used(60, 30, std::nullopt), Device::kCpu), "60 CPU-s (failed attempts 30 CPU-s)");
@@ -677,6 +728,9 @@ TEST(UsageOutputTest, WideJobsTableAndUsageTable) {
             "USER    QUEUE      JOBS   GPU-H   FAILED-GPU-H   COST\n"
             "alice   research   12     10.00   1.00           100.00\n"
             "bob     default    1      <0.01   0.00           -\n");
+  EXPECT_EQ(UsageTable({bob}, Device::kCpu),
+            "USER   QUEUE     JOBS   CPU-H   FAILED-CPU-H   COST\n"
+            "bob    default   1      <0.01   0.00           -\n");
   EXPECT_EQ(PricingLine({{"p5.48xlarge", 98.32}, {"c7i.8xlarge", 1.428}}),
             "Prices per instance-hour: c7i.8xlarge 1.43, p5.48xlarge 98.32");
   EXPECT_EQ(PricingLine({}), "");
@@ -735,6 +789,30 @@ TEST(DescribeLogRecordTest, TheTrainersRecordsReadAsOneLineOfTextEach) {
   EXPECT_EQ(DescribeLogRecord("{\"user\": \"json\"}"), std::nullopt);
   EXPECT_EQ(DescribeLogRecord("{\"type\": \"metrics\", \"step\""), std::nullopt);  // cut off
   EXPECT_EQ(DescribeLogRecord("{\"type\": \"event\", \"event\": \"new_one\", \"x\": 1}"), "» new_one · {\"x\":1}");
+}
+
+TEST(LogTextLineTest, AStepReadsOnceWhereTheTrainerAlsoWritesItAsText) {
+  // A logged step and an early stop as rank 0 writes them: a record and a text line each.
+  trainer_events::Metrics m;
+  m.step = 5, m.loss = 4.68, m.lr = 1e-3, m.tokens_per_s = 11843;
+  const std::string reason =
+      "stopped early at step 45: eval loss did not improve by 0.005 for 3 evaluations";
+  const std::vector<std::string> written = {
+      trainer_events::ToLine(m),
+      "08:22:41 llamafleet-train [I] step 5/60 loss 4.68 lr 0.001 grad_norm 1.9 tokens/s 11843",
+      trainer_events::ToLine(trainer_events::Eval{5, 4.61, 100.6, 252}),
+      trainer_events::ToLine(trainer_events::StoppedEarly{45, 30, 4.41, reason}),
+      "08:22:45 llamafleet-train [I] " + reason,
+      "{\"type\": \"metrics\", \"step\"",  // cut off: not a record, shown as it is
+  };
+  std::vector<std::string> shown;
+  for (const std::string& line : written) {
+    if (std::optional<std::string> text = LogTextLine(line)) shown.push_back(*text);
+  }
+  EXPECT_EQ(shown,
+            (std::vector<std::string>{
+                written[1], "» eval after step 5 · loss 4.6100 · perplexity 100.6 · 252 tokens",
+                written[4], written[5]}));
 }
 
 TEST(EscapeControlsTest, ControlCharactersBecomeVisibleEscapes) {

@@ -262,20 +262,23 @@ try {
   log(`loss chart: ${trainSeries.points} train points, ${evalSeries.points} eval points ` +
     `(evals history: ${evalsHistory.length || 'none from this coordinator'}); eval loss ${evalRow}`);
 
-  // --- GPU time and cost (with the server's Job.usage and Attempt.gpu_seconds) -----------
-  const gpuRow = await summaryRow('gpu-time');
+  // --- time held and cost (with the server's Job.usage and Attempt.gpu_seconds) ----------
+  // The job ran on a CPU worker only: its time is CPU time, as `llamafleet describe` says.
+  const gpuRow = await summaryRow('cpu-time');
   const costRow = await summaryRow('cost');
   if (trained.usage) {
-    check(/GPU-(s|min|h)/.test(gpuRow), `the job's GPU time: ${gpuRow}`);
+    check(/CPU-(s|min|h)/.test(gpuRow), `the job's CPU time: ${gpuRow}`);
     check(trained.usage.cost === undefined ? costRow === '—' : /^\$\d/.test(costRow), `the job's cost: ${costRow}`);
   } else {
-    check(gpuRow === '—' && costRow === '—', `no usage reported: GPU time ${gpuRow}, cost ${costRow}`);
+    check(gpuRow === '—' && costRow === '—', `no usage reported: CPU time ${gpuRow}, cost ${costRow}`);
   }
   const attemptsRes = await apiCall(`/api/v1/jobs/${trainId}/attempts`);
   const attemptGpu = (await page.textContent('#attempts tr[data-attempt="1"] td.gpu-time')).trim();
-  check(Number(attemptsRes.attempts[0].gpu_seconds) > 0 ? /GPU-(s|min|h)/.test(attemptGpu) : attemptGpu === '—',
-    `attempt 1's GPU time: ${attemptGpu} (API ${attemptsRes.attempts[0].gpu_seconds})`);
-  log(`usage: GPU time ${gpuRow}, cost ${costRow}, attempt 1 ${attemptGpu}`);
+  check(Number(attemptsRes.attempts[0].gpu_seconds) > 0 ? /CPU-(s|min|h)/.test(attemptGpu) : attemptGpu === '—',
+    `attempt 1's CPU time: ${attemptGpu} (API ${attemptsRes.attempts[0].gpu_seconds})`);
+  const attemptHead = (await page.textContent('#attempts th.time-head')).trim();
+  check(attemptHead === 'CPU time', `the attempts' time column: ${attemptHead}`);
+  log(`usage: CPU time ${gpuRow}, cost ${costRow}, attempt 1 ${attemptGpu}`);
 
   // --- the timeline: the newest events, the final one always in view ---------------------
   const eventsRes = await apiCall(`/api/v1/jobs/${trainId}/events?limit=1000`);
@@ -407,8 +410,8 @@ try {
   check(/^\d/.test(cmp.rows[trainId].final) && /^\d/.test(cmp.rows[trainId].best) && /^\d/.test(cmp.rows[longId].final),
     `final train and best eval loss: ${JSON.stringify(cmp.rows)}`);
   // With the server's Job.usage: GPU time filled in; without it "—".
-  check(trained.usage ? /GPU-/.test(cmp.rows[trainId].usage[0]) : cmp.rows[trainId].usage[0] === '—',
-    `the trained job's GPU time: ${cmp.rows[trainId].usage}`);
+  check(trained.usage ? /CPU-/.test(cmp.rows[trainId].usage[0]) : cmp.rows[trainId].usage[0] === '—',
+    `the trained job's CPU time: ${cmp.rows[trainId].usage}`);
   await screenshot('compare', {fullPage: true});
   // The route is a link: opened afresh it shows the same comparison.
   await page.goto(compareUrl);
@@ -590,8 +593,11 @@ try {
   await page.keyboard.press('q');
   await page.waitForSelector('tr[data-queue=default] td.gpu-time');
   const queueGpu = (await page.textContent('tr[data-queue=default] td.gpu-time')).trim();
-  check(defaultQueue.usage ? /GPU-(s|min|h)/.test(queueGpu) : queueGpu === '—', `the default queue's GPU time: ${queueGpu}`);
-  log(`queue default: GPU time ${queueGpu}, cost ${(await page.textContent('tr[data-queue=default] td.cost')).trim()}`);
+  // Every worker of this cluster is a CPU worker: the queue's time is CPU time.
+  check(defaultQueue.usage ? /CPU-(s|min|h)/.test(queueGpu) : queueGpu === '—', `the default queue's CPU time: ${queueGpu}`);
+  const queueHead = (await page.textContent('table.queues th.time-head')).trim();
+  check(queueHead === 'CPU time', `the queues' time column: ${queueHead}`);
+  log(`queue default: CPU time ${queueGpu}, cost ${(await page.textContent('tr[data-queue=default] td.cost')).trim()}`);
 
   check(pageErrors.length === 0, `no script errors in the page: ${pageErrors.join(' | ')}`);
   log(`PASS in ${((Date.now() - started) / 1000).toFixed(1)} s`);

@@ -7,7 +7,7 @@
 import {api} from './api.js';
 import {LineChart} from './chart.js';
 import {evalPoints} from './job.js';
-import {h, setText, Poller, fmtInt, fmtNum, fmtUsage, stateBadge, TERMINAL_STATES} from './util.js';
+import {h, setText, Poller, fmtInt, fmtNum, fmtUsage, attemptsDevice, stateBadge, TERMINAL_STATES} from './util.js';
 
 export const MAX_JOBS = 12;
 const REFRESH_MS = 5000;
@@ -136,11 +136,13 @@ export function mountCompare(root, ctx) {
     const cols = settingColumns(loaded.map((id) => flattenSpec(data.get(id).job.spec)));
     const sig = JSON.stringify([cols, ids.map((id) => {
       const {job, error} = data.get(id);
-      return [error, job?.state, job?.latest_metrics, job?.usage];
+      return [error, job?.state, job?.latest_metrics, job?.usage, data.get(id).device];
     })]);
     if (sig === lastSig) return;
     lastSig = sig;
-    const fixed = ['Job', 'State', 'Step', 'Final train loss', 'Best eval loss', 'GPU time', 'Cost'];
+    // CPU time when every job shown held only CPU ranks (attemptsDevice), else GPU time.
+    const device = loaded.length && loaded.every((id) => data.get(id).device === 'CPU') ? 'CPU' : 'GPU';
+    const fixed = ['Job', 'State', 'Step', 'Final train loss', 'Best eval loss', `${device} time`, 'Cost'];
     head.replaceChildren(h('tr',
       fixed.map((t, i) => h('th', {scope: 'col', class: i >= 2 && i <= 4 ? 'num' : ''}, t)),
       cols.map((c) => h('th', {scope: 'col', title: c.differs ? `${c.field}: differs across these jobs` : c.field,
@@ -158,7 +160,7 @@ export function mountCompare(root, ctx) {
       }
       const m = job.latest_metrics || {};
       const flat = flattenSpec(job.spec);
-      const usage = fmtUsage(job.usage);
+      const usage = fmtUsage(job.usage, data.get(id).device);
       const best = m.best_eval_loss ?? m.eval_loss;
       return h('tr', {dataset: {id}}, who,
         h('td', stateBadge(job.state)),
@@ -173,14 +175,16 @@ export function mountCompare(root, ctx) {
   }
 
   async function load() {
+    const workers = await api('/api/v1/workers').then((r) => r.workers || [], () => []);
     await Promise.all(ids.map(async (id) => {
       const d = data.get(id);
       if (d.job && TERMINAL_STATES.has(d.job.state) && d.final) return;  // nothing changes any more
       const base = `/api/v1/jobs/${encodeURIComponent(id)}`;
       try {
-        const [job, metrics] = await Promise.all([api(base), api(`${base}/metrics?max_points=1000`)]);
+        const [job, metrics, attempts] = await Promise.all([api(base), api(`${base}/metrics?max_points=1000`),
+          api(`${base}/attempts`).then((r) => r.attempts || [], () => [])]);
         d.final = Boolean(d.job && TERMINAL_STATES.has(d.job.state));
-        Object.assign(d, {job, metrics, error: '', gone: false});
+        Object.assign(d, {job, metrics, error: '', gone: false, device: attemptsDevice(attempts, workers)});
       } catch (err) {
         if (err instanceof TypeError) { ctx.setConn(false); return; }
         d.gone = err.httpStatus === 404;

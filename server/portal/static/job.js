@@ -8,7 +8,7 @@ import {LineChart, decimalsOf} from './chart.js';
 import {createTimeline} from './timeline.js';
 import {createLogView} from './logs.js';
 import {h, setText, Poller, fmtInt, fmtNum, fmtBytes, fmtTime, fmtFullTime, fmtAgo, fmtGpuTime, fmtCost,
-  fmtUsage, parseTime, TERMINAL_STATES} from './util.js';
+  fmtUsage, attemptsDevice, parseTime, TERMINAL_STATES} from './util.js';
 
 const REFRESH_MS = 3000;
 export const DRAFT_KEY = 'llamafleet.draft';
@@ -54,6 +54,11 @@ export function mountJob(root, ctx, id) {
   let stopped = false;
   const events = new Map();     // seq → JobEvent
   let lastSeq = 0;
+  // What the job's time was held on ('GPU' or 'CPU', attemptsDevice) from the last
+  // attempts and workers read; the unit of its time in the summary and the attempts.
+  let attemptList = [];
+  let workerList = [];
+  let device = 'GPU';
 
   // --- layout ------------------------------------------------------------------------
   const titleName = h('span', 'job');
@@ -83,7 +88,7 @@ export function mountJob(root, ctx, id) {
   const attemptTable = h('table#attempts.grid-table.compact.attempts',
     h('colgroup', ['3em', '7.5em', '6.5em', '10em', '7em', 'auto', '4.5em', '6.5em', 'auto'].map((w) => h('col', {style: {width: w}}))),
     h('thead', h('tr', ['#', 'State', 'Started', 'Ended', 'Failure', 'Workers', 'Nodes', 'GPU time', 'Reason'].map((t) =>
-      h('th', {scope: 'col', class: t === 'GPU time' ? 'num' : ''}, t)))),
+      h('th', {scope: 'col', class: t === 'GPU time' ? 'num time-head' : ''}, t)))),
     attemptBody);
   const ckptBody = h('tbody');
   const ckptTable = h('table.grid-table.compact',
@@ -187,7 +192,7 @@ export function mountJob(root, ctx, id) {
     }
 
     const m = job.latest_metrics || {};
-    const usage = fmtUsage(job.usage);
+    const usage = fmtUsage(job.usage, device);
     const rows = [
       ['Progress', m.total_steps && Number(m.total_steps) ? `step ${fmtInt(m.step)} of ${fmtInt(m.total_steps)}` : (Number(m.step) ? `step ${fmtInt(m.step)}` : '—')],
       ['Train loss', Number(m.step) ? fmtNum(m.loss) : '—'],
@@ -196,7 +201,7 @@ export function mountJob(root, ctx, id) {
         : (spec.data?.eval_path ? '—' : '— (no data.eval_path)')],
       ['Attempts', String(job.attempts || 0)],
       ['Restarts', `${job.restarts || 0} of ${spec.run_policy?.max_restarts ?? 0}`],
-      ['GPU time', usage.time],
+      [`${device} time`, usage.time],
       ['Cost', usage.cost],
       ['Workers', (job.workers || []).join(', ') || '—'],
       ['Updated', `${fmtTime(job.update_time)} (${fmtAgo(job.update_time)})`],
@@ -208,7 +213,9 @@ export function mountJob(root, ctx, id) {
       ['Tokens / s', Number(m.step) ? fmtNum(m.tokens_per_second) : '—'],
       ['Peak memory', Number(m.peak_memory_bytes) ? fmtBytes(m.peak_memory_bytes) : '—'],
     ];
-    if (summary.children.length !== rows.length * 2) {
+    const keys = rows.map(([k]) => k).join('|');
+    if (summary.dataset.keys !== keys) {
+      summary.dataset.keys = keys;
       summary.replaceChildren(...rows.flatMap(([k]) => [h('dt', k), h('dd', {dataset: {row: k.toLowerCase().replaceAll(' ', '-')}})]));
     }
     rows.forEach(([k, v], i) => {
@@ -277,7 +284,9 @@ export function mountJob(root, ctx, id) {
 
   // Newest first. Workers by node rank, each with its task's last reported state.
   function renderAttempts(list) {
-    const sig = JSON.stringify(list.map((a) => [a.attempt, a.state, a.end_time, a.reason, a.nodes, a.resize_reason, a.gpu_seconds, a.cost,
+    attemptList = list;
+    updateDevice();
+    const sig = device + JSON.stringify(list.map((a) => [a.attempt, a.state, a.end_time, a.reason, a.nodes, a.resize_reason, a.gpu_seconds, a.cost,
       (a.tasks || []).map((t) => [t.worker, t.state, t.message]), (a.phases || []).map((p) => p.name)]));
     if (attemptBody.dataset.sig === sig) return;
     attemptBody.dataset.sig = sig;
@@ -304,7 +313,7 @@ export function mountJob(root, ctx, id) {
           h('span', {class: `badge task-badge ${end && !TASK_ENDED.has(t.state) ? '' : TASK_STATE_CLASS[t.state] || ''}`}, taskState(t))))),
         h('td.num.nodes', String(a.nodes || tasks.length)),
         h('td.num.gpu-time', {title: a.cost !== undefined ? `cost ${fmtCost(a.cost)}` : 'no price for these workers'},
-          Number(a.gpu_seconds) ? fmtGpuTime(a.gpu_seconds) : '—'),
+          Number(a.gpu_seconds) ? fmtGpuTime(a.gpu_seconds, device) : '—'),
         h('td.reason', {title: [a.resize_reason, a.reason, a.resume_from && `resumed from ${a.resume_from}`].filter(Boolean).join('\n')},
           a.resize_reason ? h('span.badge.resize-badge', a.resize_reason) : null, a.resize_reason && a.reason ? ' ' : null,
           a.reason || (a.resume_from ? h('span.muted', `resumed from ${a.resume_from}`) : ''))),
@@ -312,7 +321,18 @@ export function mountJob(root, ctx, id) {
     }) : [h('tr.empty', h('td', {colspan: 9}, 'Not started yet.'))]));
   }
 
+  // Recomputes `device`; on a change, the summary and the attempts' header follow.
+  function updateDevice() {
+    const now = attemptsDevice(attemptList, workerList);
+    if (now === device) return;
+    device = now;
+    setText(attemptTable.querySelector('th.time-head'), `${device} time`);
+    if (job) renderJob();
+  }
+
   function renderGpus(workers) {
+    workerList = workers;
+    if (attemptList.length) renderAttempts(attemptList);
     const mine = (job?.workers || []).map((w) => workers.find((x) => x.id === w || x.name === w) || {name: w, missing: true});
     if (!mine.length) {
       if (!gpuPanel.querySelector('.empty')) gpuPanel.replaceChildren(h('p.muted.empty', 'Not placed on any worker yet.'));

@@ -78,13 +78,34 @@ export function fmtBytes(n) {
   return `${i ? n.toFixed(n < 10 ? 1 : 0) : n} ${units[i]}`;
 }
 
-// GPU time from seconds: "40 GPU-s", "12.5 GPU-min", "1.23 GPU-h"; "—" when unknown.
-export function fmtGpuTime(seconds) {
+// What held time was spent on, 'GPU' or 'CPU': usage counts GPUs, or CPU ranks on a CPU
+// worker, alike. A worker (WorkerInfo, as /api/v1/workers lists it) is a CPU worker when
+// it has CPU ranks and no GPUs.
+const isCpuWorker = (w) => !(w.inventory?.gpus || []).length && Number(w.inventory?.cpu_ranks || 0) > 0;
+
+// 'CPU' when every task of `attempts` (at least one) ran on a worker `workers` lists as a
+// CPU worker; 'GPU' otherwise (a worker no longer listed included), as the CLI's
+// describe and attempts decide it.
+export function attemptsDevice(attempts, workers) {
+  const cpu = new Set((workers || []).filter(isCpuWorker).flatMap((w) => [w.name, w.id]));
+  const tasks = (attempts || []).flatMap((a) => a.tasks || []);
+  return tasks.length && tasks.every((t) => cpu.has(t.worker)) ? 'CPU' : 'GPU';
+}
+
+// 'CPU' when every worker the cluster lists (at least one) is a CPU worker, else 'GPU':
+// the unit of totals over many jobs (a queue's), which name no workers.
+export function clusterDevice(workers) {
+  return (workers || []).length && workers.every(isCpuWorker) ? 'CPU' : 'GPU';
+}
+
+// GPU time from seconds: "40 GPU-s", "12.5 GPU-min", "1.23 GPU-h"; "CPU-s" ... for
+// device 'CPU'; "—" when unknown.
+export function fmtGpuTime(seconds, device = 'GPU') {
   if (seconds === undefined || seconds === null || seconds === '' || Number.isNaN(Number(seconds))) return '—';
   const s = Number(seconds);
-  if (s < 60) return `${Math.round(s)} GPU-s`;
-  if (s < 3600) return `${(s / 60).toFixed(1)} GPU-min`;
-  return `${fmtNum(s / 3600, 3)} GPU-h`;
+  if (s < 60) return `${Math.round(s)} ${device}-s`;
+  if (s < 3600) return `${(s / 60).toFixed(1)} ${device}-min`;
+  return `${fmtNum(s / 3600, 3)} ${device}-h`;
 }
 
 // Money in the pricing table's currency: "$12.34", "$0.0042"; "—" when unknown (no price).
@@ -96,11 +117,12 @@ export function fmtCost(v) {
 
 // A Usage message (Job.usage, Queue.usage; snake_case as the gateway prints it) as
 // {time: "1.2 GPU-h (0.2 GPU-h in failed attempts)", cost: "$12.34 ($2.01 in failed attempts)"},
-// "—" for what is not known (no usage recorded, no price for the workers).
-export function fmtUsage(u) {
+// "—" for what is not known (no usage recorded, no price for the workers); the time in
+// `device` units (fmtGpuTime).
+export function fmtUsage(u, device = 'GPU') {
   if (!u) return {time: '—', cost: '—'};
   const failed = Number(u.failed_gpu_seconds || 0);
-  const time = fmtGpuTime(u.gpu_seconds ?? 0) + (failed > 0 ? ` (${fmtGpuTime(failed)} in failed attempts)` : '');
+  const time = fmtGpuTime(u.gpu_seconds ?? 0, device) + (failed > 0 ? ` (${fmtGpuTime(failed, device)} in failed attempts)` : '');
   const cost = u.cost === undefined ? '—'
     : fmtCost(u.cost) + (Number(u.failed_cost || 0) > 0 ? ` (${fmtCost(u.failed_cost)} in failed attempts)` : '');
   return {time, cost};
