@@ -59,6 +59,7 @@ void ClusterManager::CheckOnStorage(int64_t job_id, int attempt, int keep_last,
         "job {}: checkpoint {} recorded unchecked: {} checks already wait on the storage; "
         "retention waits for the next checkpoint",
         job_id, path, kMaxStorageChecks);
+    checkpoints_checked_.fetch_add(1);
     return;
   }
   storage_checks_.fetch_add(1);
@@ -69,9 +70,13 @@ void ClusterManager::CheckOnStorage(int64_t job_id, int attempt, int keep_last,
       spdlog::warn("job {}: recorded checkpoint {} forgotten: {}", job_id, path,
                    std::string(s.message()));
       Write(ForgetCheckpointsTxn(job_id, {step}), [](absl::Status) {});
+      checkpoints_checked_.fetch_add(1);
     } else {
       // Durable and complete: an elastic gang below its size may grow back from it.
-      Post([this, job_id, attempt, step] { MaybeGrow(job_id, attempt, step); });
+      Post([this, job_id, attempt, step] {
+        MaybeGrow(job_id, attempt, step);
+        checkpoints_checked_.fetch_add(1);
+      });
       if (keep_last > 0) ApplyRetention(job_id, keep_last, job_dir);
     }
     storage_checks_.fetch_sub(1);

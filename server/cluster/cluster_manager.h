@@ -173,6 +173,10 @@ class ClusterManager : public ClusterView {
   // Runs one tick (timeouts, abandoned tasks, a scheduling pass) now and waits for it
   // (tests with a fake clock).
   void TickNow();
+  // Recorded checkpoints whose storage check, and the grow decision that follows it, are
+  // done (or skipped): a test waits for it before it moves a fake clock, so the decision
+  // is taken at the time the checkpoint arrived.
+  int64_t checkpoints_checked() const { return checkpoints_checked_.load(); }
 
  private:
   using ActiveAttempt = AttemptTracker;
@@ -342,6 +346,7 @@ class ClusterManager : public ClusterView {
   std::atomic<int64_t> inflight_writes_{0};
   // Checks of recorded checkpoints queued on files_ and not done (CheckOnStorage).
   std::atomic<int> storage_checks_{0};
+  std::atomic<int64_t> checkpoints_checked_{0};
 
   // Published for readers on other threads.
   PublishedCluster published_;

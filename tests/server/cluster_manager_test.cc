@@ -276,6 +276,8 @@ TEST_F(ClusterManagerTest, ElasticGangGrowsBackAtACheckpointAfterItsCooldown) {
   MakeCheckpoint(dir + "/step-4");
   Checkpoint("w1", t0, 4, dir + "/step-4");
   ASSERT_TRUE(Eventually([&] { return Checkpoints(id).size() == 1; }));
+  // Its grow decision taken before the clock moves past the cooldown.
+  ASSERT_TRUE(Eventually([&] { return manager_->checkpoints_checked() == 1; }));
   for (int i = 0; i < 5; ++i) manager_->TickNow();
   EXPECT_EQ(Job(id).state(), v1::RUNNING);
   EXPECT_TRUE(w1->Cancels().empty());
