@@ -23,6 +23,11 @@ void ApplyDefaults(v1::JobSpec* spec) {
   if (spec->data().format() == v1::DATA_FORMAT_UNSPECIFIED) {
     spec->mutable_data()->set_format(v1::TEXT);
   }
+  // train_on is set for every format (only CHAT reads it): an enum left at 0 would print as
+  // TRAIN_ON_UNSPECIFIED in MessageToJson, which no parse accepts back.
+  v1::DataSpec* d = spec->mutable_data();
+  if (d->train_on() == v1::TRAIN_ON_UNSPECIFIED) d->set_train_on(v1::ASSISTANT);
+  if (d->format() == v1::CHAT && d->chat_template().empty()) d->set_chat_template("model");
 
   v1::TrainingSpec* t = spec->mutable_training();
   if (!t->has_epochs() && t->max_steps() == 0) t->set_epochs(1);

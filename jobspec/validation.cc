@@ -181,6 +181,19 @@ void CheckData(const v1::JobSpec& spec, Violations& v) {
   if (spec.data().train_path().empty()) v.Add("data.train_path", "is required");
   CheckPath(v, "data.train_path", spec.data().train_path());
   CheckPath(v, "data.eval_path", spec.data().eval_path());
+  const v1::DataSpec& d = spec.data();
+  if (d.format() != v1::CHAT) {
+    if (!d.chat_template().empty()) v.Add("data.chat_template", "applies only to data.format CHAT");
+    if (d.train_on() != v1::TRAIN_ON_UNSPECIFIED && d.train_on() != v1::ASSISTANT) {
+      v.Add("data.train_on", "applies only to data.format CHAT");
+    }
+  } else if (const std::string& t = d.chat_template(); !t.empty() && t != "model" &&
+                                                       t != "llama2" && t != "llama3" &&
+                                                       t != "chatml" && t != "mistral") {
+    v.Add("data.chat_template",
+          absl::StrCat("'", t.substr(0, 64),
+                       "' is not one of model, llama2, llama3, chatml, mistral"));
+  }
 }
 
 // training

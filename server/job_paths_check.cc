@@ -389,6 +389,16 @@ JobPathsVerdict CheckJobPaths(const std::vector<std::string>& roots,
       check.FileIn("model.tokenizer", model_dir.get(), model.path(),
                    json ? "tokenizer.json" : "tokenizer.model");
     }
+    const std::string& chat_template = spec.data().chat_template();
+    if (model.tokenizer().empty() && spec.data().format() == v1::CHAT &&
+        (chat_template.empty() || chat_template == "model")) {
+      // The model's own template: chat_template.jinja when present, else tokenizer_config.json.
+      struct stat st;
+      const bool jinja =
+          ::fstatat(model_dir.get(), "chat_template.jinja", &st, AT_SYMLINK_NOFOLLOW) == 0;
+      check.FileIn("data.chat_template", model_dir.get(), model.path(),
+                   jinja ? "chat_template.jinja" : "tokenizer_config.json");
+    }
     if (!check.refused()) check.SeqLen(spec, submitted, model_dir.get());
   }
   check.Input("model.tokenizer", model.tokenizer(), false);

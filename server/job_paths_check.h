@@ -6,7 +6,8 @@
 // storage (its path roots are mounted here):
 //   - inputs (data.train_path, data.eval_path, model.path with its config.json, the
 //     tokenizer: model.tokenizer, else <model.path>/tokenizer.model or, without one,
-//     tokenizer.json, unless data.format is TOKENS) exist, are what they must be (a
+//     tokenizer.json, unless data.format is TOKENS; for CHAT data with the model's own
+//     template, its chat_template.jinja or tokenizer_config.json) exist, are what they must be (a
 //     regular file; model.path a directory), and the
 //     job's identity may read them; a job with depends_on may name inputs its parents have
 //     yet to make (a note says so);

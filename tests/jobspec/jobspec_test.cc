@@ -272,15 +272,19 @@ INSTANTIATE_TEST_SUITE_P(
         ValidateCase{"training: {micro_batch_size: 0}", "training.micro_batch_size must be >= 1"},
         ValidateCase{"training: {grad_accum: 0}", "training.grad_accum must be >= 1"},
         ValidateCase{"training: {seq_len: 1}", "training.seq_len must be >= 2"},
-        ValidateCase{"{model: {path: '', preset: tiny, tokenizer: /t}, training: {seq_len: 100000}}",
-                     "training.seq_len must be <= 4096, preset tiny's max_position_embeddings "
-                     "(got 100000)"},
-        ValidateCase{"{model: {path: '', preset: mistral-7b, tokenizer: /t}, training: {seq_len: 32769}}",
-                     "training.seq_len must be <= 32768, preset mistral-7b's max_position_embeddings "
-                     "(got 32769)"},
-        ValidateCase{"{model: {path: '', preset: qwen2.5-7b, tokenizer: /t}, training: {seq_len: 65536}}",
-                     "training.seq_len must be <= 32768, preset qwen2.5-7b's max_position_embeddings"},
-        ValidateCase{"training: {seq_len: 200000}", "training.seq_len must be <= 131072 (got 200000)"},
+        ValidateCase{
+            "{model: {path: '', preset: tiny, tokenizer: /t}, training: {seq_len: 100000}}",
+            "training.seq_len must be <= 4096, preset tiny's max_position_embeddings "
+            "(got 100000)"},
+        ValidateCase{
+            "{model: {path: '', preset: mistral-7b, tokenizer: /t}, training: {seq_len: 32769}}",
+            "training.seq_len must be <= 32768, preset mistral-7b's max_position_embeddings "
+            "(got 32769)"},
+        ValidateCase{
+            "{model: {path: '', preset: qwen2.5-7b, tokenizer: /t}, training: {seq_len: 65536}}",
+            "training.seq_len must be <= 32768, preset qwen2.5-7b's max_position_embeddings"},
+        ValidateCase{"training: {seq_len: 200000}",
+                     "training.seq_len must be <= 131072 (got 200000)"},
         ValidateCase{"resources: {nodes: 5000}", "resources.nodes must be <= 4096 (got 5000)"},
         ValidateCase{"peft: {method: lora, r: 5000}", "peft.r must be in [1, 4096] (got 5000)"},
         ValidateCase{"training: {epochs: 0}", "training.epochs must be >= 1"},
@@ -290,17 +294,21 @@ INSTANTIATE_TEST_SUITE_P(
                      "training.lr_schedule.gamma must be in (0, 1]"},
         ValidateCase{"training: {log_every: 0}", "training.log_every must be >= 1"},
         ValidateCase{"training: {eval_every_steps: -1}", "training.eval_every_steps must be >= 0"},
-        ValidateCase{"training: {eval_every_steps: 10}", "training.eval_every_steps needs data.eval_path"},
-        ValidateCase{"{data: {train_path: /d, eval_path: /e}, training: {early_stopping: {patience: 3}}}",
-                     "training.early_stopping needs training.eval_every_steps"},
+        ValidateCase{"training: {eval_every_steps: 10}",
+                     "training.eval_every_steps needs data.eval_path"},
+        ValidateCase{
+            "{data: {train_path: /d, eval_path: /e}, training: {early_stopping: {patience: 3}}}",
+            "training.early_stopping needs training.eval_every_steps"},
         ValidateCase{"{data: {train_path: /d, eval_path: /e}, training: {eval_every_steps: 5, "
                      "early_stopping: {patience: -1}}}",
                      "training.early_stopping.patience must be >= 0"},
         ValidateCase{"{data: {train_path: /d, eval_path: /e}, training: {eval_every_steps: 5, "
                      "early_stopping: {patience: 3, min_delta: -0.1}}}",
                      "training.early_stopping.min_delta must be in [0, 1e6)"},
-        ValidateCase{"output: {export: best, export_dir: /x}", "output.export best needs training.eval_every_steps"},
-        ValidateCase{"{data: {train_path: /d, eval_path: /e}, training: {eval_every_steps: 5}, output: {export: best}}",
+        ValidateCase{"output: {export: best, export_dir: /x}",
+                     "output.export best needs training.eval_every_steps"},
+        ValidateCase{"{data: {train_path: /d, eval_path: /e}, training: {eval_every_steps: 5}, "
+                     "output: {export: best}}",
                      "output.export best needs output.export_dir"},
         ValidateCase{"name: ''", "name is required"},
         ValidateCase{"name: 'has space'", "name may contain only"},
@@ -309,19 +317,35 @@ INSTANTIATE_TEST_SUITE_P(
         ValidateCase{"model: {path: /m, preset: tiny}", "must set exactly one of model.path"},
         ValidateCase{"model: {path: '', preset: llama3}", "model.preset 'llama3' is not one of"},
         ValidateCase{"data: {train_path: ''}", "data.train_path is required"},
+        ValidateCase{"data: {train_path: /d, chat_template: llama3}",
+                     "data.chat_template applies only to data.format CHAT"},
+        ValidateCase{"data: {train_path: /d, train_on: all}",
+                     "data.train_on applies only to data.format CHAT"},
+        ValidateCase{
+            "data: {train_path: /d, format: chat, chat_template: vicuna}",
+            "data.chat_template 'vicuna' is not one of model, llama2, llama3, chatml, mistral"},
         ValidateCase{"labels: {'bad key!': x}", "labels.bad key! key must be"},
         ValidateCase{"resources: {nodes: 2, min_nodes: 3}", "resources.min_nodes (3) must be <="},
         ValidateCase{"resources: {nodes: 2, max_nodes: 1}", "resources.max_nodes (1) must be >="},
-        ValidateCase{"resources: {nodes: 2, max_nodes: 3}", "resources.max_nodes (3) above resources.nodes (2) is not supported"},
-        ValidateCase{"resources: {nodes: 3, min_nodes: 2}", "training.global_batch_size is required for an elastic job"},
-        ValidateCase{"resources: {elastic_cooldown_seconds: -1}", "resources.elastic_cooldown_seconds must be >= 0"},
-        ValidateCase{"{training: {global_batch_size: 12, micro_batch_size: 2}, resources: {nodes: 5}}",
-                     "training.global_batch_size (12) must be a multiple of micro_batch_size (2) x ranks (5 = nodes 5 x gpus_per_node 1); world sizes that work: 1, 2, 3, 6"},
-        ValidateCase{"{training: {global_batch_size: 12, micro_batch_size: 2, grad_accum: 3}, resources: {nodes: 3}}",
-                     "training.grad_accum (3) must equal global_batch_size / (micro_batch_size x ranks) = 2"},
-        ValidateCase{"{training: {global_batch_size: 12, micro_batch_size: 2}, resources: {nodes: 6, min_nodes: 4}}",
+        ValidateCase{"resources: {nodes: 2, max_nodes: 3}",
+                     "resources.max_nodes (3) above resources.nodes (2) is not supported"},
+        ValidateCase{"resources: {nodes: 3, min_nodes: 2}",
+                     "training.global_batch_size is required for an elastic job"},
+        ValidateCase{"resources: {elastic_cooldown_seconds: -1}",
+                     "resources.elastic_cooldown_seconds must be >= 0"},
+        ValidateCase{
+            "{training: {global_batch_size: 12, micro_batch_size: 2}, resources: {nodes: 5}}",
+            "training.global_batch_size (12) must be a multiple of micro_batch_size (2) x ranks (5 "
+            "= nodes 5 x gpus_per_node 1); world sizes that work: 1, 2, 3, 6"},
+        ValidateCase{"{training: {global_batch_size: 12, micro_batch_size: 2, grad_accum: 3}, "
+                     "resources: {nodes: 3}}",
+                     "training.grad_accum (3) must equal global_batch_size / (micro_batch_size x "
+                     "ranks) = 2"},
+        ValidateCase{"{training: {global_batch_size: 12, micro_batch_size: 2}, resources: {nodes: "
+                     "6, min_nodes: 4}}",
                      "it is not for 4, 5 nodes"},
-        ValidateCase{"{training: {global_batch_size: 0}}", "training.global_batch_size must be >= 1"},
+        ValidateCase{"{training: {global_batch_size: 0}}",
+                     "training.global_batch_size must be >= 1"},
         ValidateCase{"run_policy: {max_restarts: -1}", "run_policy.max_restarts must be >= 0"},
         ValidateCase{"run_policy: {stall_timeout_seconds: 0}",
                      "run_policy.stall_timeout_seconds must be >= 1"},
@@ -329,6 +353,29 @@ INSTANTIATE_TEST_SUITE_P(
         ValidateCase{"output: {max_shard_size_mb: 0}", "output.max_shard_size_mb must be >= 1"},
         ValidateCase{"fsdp: {max_inflight_all_gathers: 0}",
                      "fsdp.max_inflight_all_gathers must be >= 1"}));
+
+// Chat data with a renderer and the tokens with loss named in lower case, as users write them.
+TEST(JobSpecTest, ChatDataIsAccepted) {
+  absl::StatusOr<std::vector<ParsedJob>> jobs = ParseJobDocuments(
+      "name: ok\nmodel: {path: /m}\ndata: {train_path: /d, format: chat, chat_template: chatml, "
+      "train_on: "
+      "last_assistant}\n");
+  ASSERT_TRUE(jobs.ok()) << jobs.status();
+  v1::JobSpec spec = (*jobs)[0].spec;
+  ApplyDefaults(&spec);
+  EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
+  EXPECT_EQ(spec.data().format(), v1::CHAT);
+  EXPECT_EQ(spec.data().chat_template(), "chatml");
+  EXPECT_EQ(spec.data().train_on(), v1::LAST_ASSISTANT);
+  // Unwritten: the model's template and the assistant turns.
+  jobs = ParseJobDocuments("name: ok\nmodel: {path: /m}\ndata: {train_path: /d, format: CHAT}\n");
+  ASSERT_TRUE(jobs.ok()) << jobs.status();
+  spec = (*jobs)[0].spec;
+  ApplyDefaults(&spec);
+  EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
+  EXPECT_EQ(spec.data().chat_template(), "model");
+  EXPECT_EQ(spec.data().train_on(), v1::ASSISTANT);
+}
 
 // Evaluation every N steps with early stopping and the best export: accepted with an eval
 // set; export defaults to LAST and the metric to EVAL_LOSS.

@@ -4,6 +4,7 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -117,6 +118,27 @@ TEST_F(JobPathsCheckTest, AModelFolderWithATokenizerJsonNeedsNoTokenizerModel) {
   Write(model + "/config.json", "{\"max_position_embeddings\": 8192}");
   Write(model + "/tokenizer.json", "{}");
   grpc::Status s = Submit(Spec().ModelPath(model).Tokenizer("").Build(), true);
+  EXPECT_TRUE(s.ok()) << s.error_message();
+}
+
+TEST_F(JobPathsCheckTest, ChatDataWithTheModelsTemplateNeedsItsTokenizerConfig) {
+  const std::string model = root_ + "/models/chat";
+  std::filesystem::create_directories(model);
+  Write(model + "/config.json", "{\"max_position_embeddings\": 8192}");
+  Write(model + "/tokenizer.json", "{}");
+  v1::JobSpec spec = Spec().ModelPath(model).Tokenizer("").Build();
+  spec.mutable_data()->set_format(v1::CHAT);
+  const std::string message = Refusal(spec, grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_TRUE(absl::StrContains(
+      message, "spec.data.chat_template " + model + " has no tokenizer_config.json"))
+      << message;
+  Write(model + "/tokenizer_config.json", "{}");
+  grpc::Status s = Submit(spec, true);
+  EXPECT_TRUE(s.ok()) << s.error_message();
+  // A named renderer needs no file of the model's.
+  ::unlink((model + "/tokenizer_config.json").c_str());
+  spec.mutable_data()->set_chat_template("llama3");
+  s = Submit(spec, true);
   EXPECT_TRUE(s.ok()) << s.error_message();
 }
 

@@ -6,6 +6,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "bad_lines.h"
+#include "chat_encoding.h"
+#include "chat_record.h"
 #include "common/safe_open.h"
 #include "model_file.h"
 #include "nlohmann/json.hpp"
@@ -64,6 +66,16 @@ absl::StatusOr<Sequence> ParseRecord(const std::string& path, int64_t lineno, ab
       s.target.resize(s.tokens.size(), 1);
       break;
     }
+    case DataFormat::kChat: {
+      absl::StatusOr<std::vector<ChatMessage>> msgs = ParseChatRecord(j);
+      if (!msgs.ok()) return bad(msgs.status().message());
+      absl::StatusOr<RenderedChat> chat = RenderChat(*opt.chat_template, *msgs);
+      if (!chat.ok()) return bad(chat.status().message());
+      absl::StatusOr<Sequence> seq = EncodeChat(*chat, *opt.tokenizer, opt.train_on);
+      if (!seq.ok()) return bad(seq.status().message());
+      s = *std::move(seq);
+      break;
+    }
     case DataFormat::kTokens: {
       auto it = j.find("input_ids");
       if (it == j.end()) return bad("missing field \"input_ids\"");
@@ -107,7 +119,10 @@ absl::StatusOr<std::vector<Sequence>> LoadJsonl(const std::string& path,
   if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open data file"));
   if (opt.format != DataFormat::kTokens && opt.tokenizer == nullptr) {
     return absl::InvalidArgumentError(
-        absl::StrCat(path, ": a tokenizer is required for text and prompt_completion data"));
+        absl::StrCat(path, ": a tokenizer is required for text, prompt_completion and chat data"));
+  }
+  if (opt.format == DataFormat::kChat && opt.chat_template == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": chat data needs a chat template"));
   }
   std::vector<Sequence> out;
   BadLines bad(path);

@@ -9,12 +9,13 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "chat_template.h"
 #include "tokenizer.h"
 
 namespace llamafleet::trainer {
 
 // Same values as llamafleet.v1.DataFormat / Batching.
-enum class DataFormat { kText = 1, kPromptCompletion = 2, kTokens = 3 };
+enum class DataFormat { kText = 1, kPromptCompletion = 2, kTokens = 3, kChat = 4 };
 enum class BatchingMode { kPacking = 1, kPadding = 2 };
 
 inline absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizer(const std::string& path) {
@@ -35,6 +36,14 @@ struct DataLoadOptions {
   int64_t eos_id = 2;                     // appended to text / prompt_completion records
   int64_t vocab_size = 0;                 // every id must be < vocab_size (0 = unchecked)
   int64_t max_positions = 0;              // a record longer than this is an error (0 = no limit)
+  const ChatTemplate* chat_template = nullptr;  // required when format == kChat
+  TrainOn train_on = TrainOn::kAssistant;       // kChat: which tokens carry loss
+};
+
+// What chat records need beyond DataLoadOptions' defaults (a train run's data options).
+struct ChatDataOptions {
+  const ChatTemplate* chat_template = nullptr;
+  TrainOn train_on = TrainOn::kAssistant;
 };
 
 // Reads a JSONL file, one record per non-blank line:
@@ -42,7 +51,11 @@ struct DataLoadOptions {
 //   prompt_completion: {"prompt": p, "completion": c} -> [BOS] enc(p) enc(c) [EOS], where
 //                      BOS and the prompt tokens are masked (prompt and completion are
 //                      encoded separately so the boundary is exact);
-//   tokens:            {"input_ids": [...]} used exactly as given, all targets.
+//   tokens:            {"input_ids": [...]} used exactly as given, all targets;
+//   chat:              a conversation (chat_record.h's layouts) rendered by chat_template
+//                      and tokenized by chat_encoding.h: the template writes BOS and
+//                      end-of-turn tokens (bos_id and eos_id are not used), train_on says
+//                      which tokens are targets.
 // Errors name the file and line; every bad line is read and the error lists them up to a
 // bound (bad_lines.h), so one run shows all a file's mistakes. An empty file is an error,
 // and so is anything but a regular file (a FIFO is refused, never waited for:

@@ -309,6 +309,9 @@ absl::Status HfBpeTokenizer::ParseAddedTokens(const json& added, int64_t id_limi
     text_of_id_[a.id] = a.content;
     added_.push_back(std::move(a));
   }
+  std::vector<std::pair<std::string, int32_t>> template_tokens;
+  for (const AddedToken& a : added_) template_tokens.emplace_back(a.content, a.id);
+  SetTemplateTokens(std::move(template_tokens));
   // added_ no longer moves: point at the tokens matched in text.
   for (size_t i = 0; i < added.size(); ++i) {
     if (!BoolOr(added[i], "special", false)) in_text_.push_back(&added_[i]);

@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/byte_size.h"
+#include "data_preview.h"
 #include "nlohmann/json.hpp"
 #include "progress_reporter.h"
 #include "train.h"
@@ -46,14 +48,54 @@ absl::StatusOr<lt::DataFormat> ParseFormat(const std::string& s) {
   if (s == "text") return lt::DataFormat::kText;
   if (s == "prompt_completion") return lt::DataFormat::kPromptCompletion;
   if (s == "tokens") return lt::DataFormat::kTokens;
+  if (s == "chat") return lt::DataFormat::kChat;
   return absl::InvalidArgumentError(
-      absl::StrCat("--format \"", s, "\": expected text, prompt_completion or tokens"));
+      absl::StrCat("--format \"", s, "\": expected text, prompt_completion, tokens or chat"));
+}
+
+absl::StatusOr<lt::TrainOn> ParseTrainOn(const std::string& s) {
+  if (s == "assistant") return lt::TrainOn::kAssistant;
+  if (s == "last_assistant") return lt::TrainOn::kLastAssistant;
+  if (s == "all") return lt::TrainOn::kAll;
+  return absl::InvalidArgumentError(
+      absl::StrCat("--train-on \"", s, "\": expected assistant, last_assistant or all"));
 }
 
 absl::StatusOr<lt::BatchingMode> ParseBatching(const std::string& s) {
   if (s == "packing") return lt::BatchingMode::kPacking;
   if (s == "padding") return lt::BatchingMode::kPadding;
   return absl::InvalidArgumentError(absl::StrCat("--batching \"", s, "\": expected padding or packing"));
+}
+
+// The tokenizer and chat template the trainer would take for `o`'s data (none for tokens).
+absl::Status PreviewData(const lt::TrainOptions& o, int64_t n) {
+  lt::DataLoadOptions load;
+  load.format = o.format;
+  load.train_on = o.train_on;
+  std::unique_ptr<lt::Tokenizer> tok;
+  std::optional<lt::ChatTemplate> chat;
+  if (o.format != lt::DataFormat::kTokens) {
+    const std::string path = o.tokenizer_path.empty() ? o.model_path : o.tokenizer_path;
+    if (path.empty()) {
+      return absl::InvalidArgumentError(
+          "model.tokenizer is required with a preset unless data.format is TOKENS");
+    }
+    LF_ASSIGN_OR_RETURN(tok, lt::LoadTokenizer(path));
+    load.tokenizer = tok.get();
+    load.bos_id = tok->bos_id();
+    load.eos_id = tok->eos_id();
+  }
+  if (o.format == lt::DataFormat::kChat) {
+    const std::string dir = std::filesystem::path(tok->path()).parent_path().string();
+    LF_ASSIGN_OR_RETURN(chat, lt::ResolveChatTemplate(o.chat_template, dir.empty() ? "." : dir));
+    load.chat_template = &*chat;
+  }
+  for (const std::string& path : {o.train_path, o.eval_path}) {
+    if (path.empty()) continue;
+    LF_ASSIGN_OR_RETURN(const std::string text, lt::PreviewRecords(path, load, n));
+    std::fputs(text.c_str(), stdout);
+  }
+  return absl::OkStatus();
 }
 
 #ifdef LLAMAFLEET_HAVE_JOBSPEC
@@ -84,6 +126,10 @@ absl::StatusOr<lt::TrainOptions> OptionsFromSpecFile(const std::string& path,
   o.train_path = spec.data().train_path();
   o.eval_path = spec.data().eval_path();
   o.format = static_cast<lt::DataFormat>(spec.data().format());
+  o.chat_template = spec.data().chat_template();
+  if (spec.data().train_on() != v1::TRAIN_ON_UNSPECIFIED) {
+    o.train_on = static_cast<lt::TrainOn>(spec.data().train_on());
+  }
   o.batching = t.batching() == v1::PADDING ? lt::BatchingMode::kPadding : lt::BatchingMode::kPacking;
   o.epochs = t.has_epochs() ? t.epochs() : 0;
   o.max_steps = t.max_steps();
@@ -211,7 +257,11 @@ int main(int argc, char** argv) {
   eval->add_option("--data", data_path, "JSONL data file")->required();
   eval->add_option("--batching", batching, "padding or packing");
   eval->add_option("--seq-len", seq_len, "row length (default max_position_embeddings)");
-  eval->add_option("--format", format, "text, prompt_completion or tokens");
+  eval->add_option("--format", format, "text, prompt_completion, tokens or chat");
+  std::string chat_template, train_on = "assistant";
+  eval->add_option("--chat-template", chat_template,
+                   "chat: model (default), llama2, llama3, chatml or mistral");
+  eval->add_option("--train-on", train_on, "chat: assistant (default), last_assistant or all");
   eval->add_option("--tokenizer", tokenizer, "tokenizer.model (default <model>/tokenizer.model)");
   eval->add_option("--micro-batch", micro_batch, "rows per forward pass");
   eval->add_option("--device", device, "auto, cpu or cuda");
@@ -227,9 +277,23 @@ int main(int argc, char** argv) {
 
   // tokenize (for tests and debugging): the records as the trainer sees them
   CLI::App* tok = app.add_subcommand("tokenize", "print each JSONL record's tokens and loss mask");
-  tok->add_option("--tokenizer", tokenizer, "tokenizer.model");
+  tok->add_option("--tokenizer", tokenizer, "tokenizer file or directory");
+  tok->add_option("--model", model_dir,
+                  "model directory: its tokenizer and chat template (instead of --tokenizer)");
   tok->add_option("--data", data_path, "JSONL data file")->required();
-  tok->add_option("--format", format, "text, prompt_completion or tokens");
+  tok->add_option("--format", format, "text, prompt_completion, tokens or chat");
+  tok->add_option("--chat-template", chat_template,
+                  "chat: model (default), llama2, llama3, chatml or mistral");
+  tok->add_option("--train-on", train_on, "chat: assistant (default), last_assistant or all");
+
+  // preview: a job's first records as the trainer will see them
+  CLI::App* prev = app.add_subcommand(
+      "preview",
+      "print a job spec's first records rendered, the tokens with loss between [[ and ]]");
+  int64_t preview_n = 3;
+  prev->add_option("--spec", spec_path, "job spec file")->required();
+  prev->add_option("--set", sets, "override a spec field: key=value (repeatable)");
+  prev->add_option("-n", preview_n, "records per data file (default 3)");
 
   try {
     app.parse(argc, argv);
@@ -295,6 +359,10 @@ int main(int argc, char** argv) {
     o.data_path = data_path;
     o.tokenizer_path = tokenizer;
     o.format = *f;
+    auto on = ParseTrainOn(train_on);
+    if (!on.ok()) return Fail(on.status());
+    o.chat_template = chat_template;
+    o.train_on = *on;
     o.batching = *b;
     o.seq_len = seq_len;
     o.micro_batch = micro_batch;
@@ -314,12 +382,26 @@ int main(int argc, char** argv) {
     absl::Status s = lt::RunExport(checkpoint, out_dir, *d, static_cast<uint64_t>(max_shard_mb) << 20);
     return s.ok() ? 0 : Fail(s);
   }
+  if (*prev) {
+#ifdef LLAMAFLEET_HAVE_JOBSPEC
+    auto opts = OptionsFromSpecFile(spec_path, sets);
+    if (!opts.ok()) return Fail(opts.status());
+    absl::Status s = PreviewData(*opts, preview_n);
+    return s.ok() ? 0 : Fail(s);
+#else
+    return Fail(absl::UnimplementedError("built without the job-spec library"));
+#endif
+  }
   if (*tok) {
     auto f = ParseFormat(format);
     if (!f.ok()) return Fail(f.status());
+    auto on = ParseTrainOn(train_on);
+    if (!on.ok()) return Fail(on.status());
     std::unique_ptr<lt::Tokenizer> t;
     lt::DataLoadOptions o;
     o.format = *f;
+    o.train_on = *on;
+    if (tokenizer.empty()) tokenizer = model_dir;
     if (!tokenizer.empty()) {
       auto loaded = lt::LoadTokenizer(tokenizer);
       if (!loaded.ok()) return Fail(loaded.status());
@@ -327,6 +409,17 @@ int main(int argc, char** argv) {
       o.tokenizer = t.get();
       o.bos_id = t->bos_id();
       o.eos_id = t->eos_id();
+    }
+    std::optional<lt::ChatTemplate> chat;
+    if (*f == lt::DataFormat::kChat) {
+      if (t == nullptr)
+        return Fail(absl::InvalidArgumentError("--format chat needs --model (or --tokenizer)"));
+      const std::string dir =
+          model_dir.empty() ? std::filesystem::path(t->path()).parent_path().string() : model_dir;
+      auto resolved = lt::ResolveChatTemplate(chat_template, dir.empty() ? "." : dir);
+      if (!resolved.ok()) return Fail(resolved.status());
+      chat = *std::move(resolved);
+      o.chat_template = &*chat;
     }
     auto seqs = lt::LoadJsonl(data_path, o);
     if (!seqs.ok()) return Fail(seqs.status());

@@ -85,6 +85,10 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> SentencePieceTokenizer::FromBytes(
   t->eos_ = api.info(h, 1);
   t->vocab_ = api.info(h, 2);
   t->SetStopIds({});
+  std::vector<std::pair<std::string, int32_t>> controls;
+  if (t->bos_ >= 0) controls.emplace_back("<s>", t->bos_);
+  if (t->eos_ >= 0) controls.emplace_back("</s>", t->eos_);
+  t->SetTemplateTokens(std::move(controls));
   return t;
 }
 

@@ -25,6 +25,7 @@ class SentencePieceTokenizer final : public Tokenizer {
   absl::StatusOr<std::vector<int32_t>> Encode(absl::string_view text) const override;
   std::string Decode(absl::Span<const int32_t> ids) const override;
   absl::string_view kind() const override { return "sentencepiece"; }
+  bool exact_pieces() const override { return false; }
 
  private:
   SentencePieceTokenizer() = default;

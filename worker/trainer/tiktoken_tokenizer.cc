@@ -90,6 +90,9 @@ absl::Status TiktokenTokenizer::Parse(const std::string& path, const std::string
   bos_ = base_;
   eos_ = base_ + 1;
   SetStopIds({base_ + 8, base_ + 9});  // <|eom_id|>, <|eot_id|>
+  std::vector<std::pair<std::string, int32_t>> specials;
+  for (int i = 0; i < kSpecialTokens; ++i) specials.emplace_back(SpecialName(i), base_ + i);
+  SetTemplateTokens(std::move(specials));
   path_ = path;
   Sha256 digest;
   digest.Update(bytes.data(), bytes.size());

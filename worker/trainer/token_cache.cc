@@ -85,12 +85,23 @@ std::string StatSignature(const DataFile& f) {
                       st.st_ctim.tv_nsec, "\n");
 }
 
+// For chat data, the renderer and the tokens that carry loss ("" otherwise, so the keys of
+// the other formats stay as they were).
+std::string ChatKey(const DataLoadOptions& l) {
+  if (l.format != DataFormat::kChat || l.chat_template == nullptr) return "";
+  const ChatTemplate& t = *l.chat_template;
+  return absl::StrCat("chat ", static_cast<int>(t.family), " ", t.name, " dated ", t.dated_system,
+                      " system ", t.default_system.size(), ":", t.default_system, " train_on ",
+                      static_cast<int>(l.train_on), "\n");
+}
+
 // The key is sha256(KeyPrefix, the data file's bytes, KeySuffix): the first says how records
 // become tokens, the last which tokenizer (the digest of the bytes it was loaded from, not
 // of a path read again).
 std::string KeyPrefix(const DataLoadOptions& l) {
-  return absl::StrCat("llamafleet-tokens ", kKeyVersion, " format ", static_cast<int>(l.format), " bos ", l.bos_id,
-                      " eos ", l.eos_id, " vocab ", l.vocab_size, " max_positions ", l.max_positions, "\n");
+  return absl::StrCat("llamafleet-tokens ", kKeyVersion, " format ", static_cast<int>(l.format),
+                      " bos ", l.bos_id, " eos ", l.eos_id, " vocab ", l.vocab_size,
+                      " max_positions ", l.max_positions, "\n", ChatKey(l));
 }
 std::string KeySuffix(const DataLoadOptions& l) {
   if (l.format == DataFormat::kTokens || l.tokenizer == nullptr) return "";
@@ -334,8 +345,8 @@ absl::Status WriteAll(int fd, const void* data, size_t n, const std::string& pat
 absl::Status Build(const DataFile& data, const std::string& key, const TokenCacheOptions& o,
                    const std::string& out_path) {
   if (o.load.format != DataFormat::kTokens && o.load.tokenizer == nullptr) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(data.path, ": a tokenizer is required for text and prompt_completion data"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        data.path, ": a tokenizer is required for text, prompt_completion and chat data"));
   }
   LF_ASSIGN_OR_RETURN(const std::unique_ptr<Tokenized> t, TokenizeFile(data, key, o));
   const uint64_t sequences = t->lengths.size(), tokens = t->tokens.size();

@@ -21,6 +21,13 @@ void Tokenizer::SetStopIds(std::vector<int32_t> more) {
   stop_ids_ = std::move(more);
 }
 
+void Tokenizer::SetTemplateTokens(std::vector<std::pair<std::string, int32_t>> tokens) {
+  std::sort(tokens.begin(), tokens.end(), [](const auto& a, const auto& b) {
+    return a.first.size() != b.first.size() ? a.first.size() > b.first.size() : a.second < b.second;
+  });
+  template_tokens_ = std::move(tokens);
+}
+
 absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromBytes(const std::string& path,
                                                                 const std::string& bytes,
                                                                 const std::string& dir) {

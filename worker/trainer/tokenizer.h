@@ -9,12 +9,15 @@
 // "BPE", lines of "base64 rank", or a SentencePiece protobuf. Special-token strings inside
 // text are encoded as ordinary text (a user's record cannot inject control tokens); only
 // a tokenizer.json's non-special added tokens are matched in text, as Hugging Face does.
+// A chat template's own text is the exception: template_tokens() lists the strings that
+// stand for one id there (chat_encoding.h).
 #pragma once
 
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -50,6 +53,18 @@ class Tokenizer {
   // skipped). Not necessarily UTF-8 when `ids` ends inside a character.
   virtual std::string Decode(absl::Span<const int32_t> ids) const = 0;
 
+  // The strings a chat template writes that stand for one token each, with their ids:
+  // every added token of a tokenizer.json (special or not, as Hugging Face matches them in
+  // a rendered template), tiktoken's 256 special tokens, a SentencePiece model's "<s>"
+  // and "</s>" (its BOS and EOS). Longest first.
+  const std::vector<std::pair<std::string, int32_t>>& template_tokens() const {
+    return template_tokens_;
+  }
+  // Whether Decode({id}) is exactly the bytes `id` stood for in the text it was encoded
+  // from, so that token boundaries are byte offsets (byte-level BPE: yes; SentencePiece:
+  // no, its pieces carry a space marker and a leading-space convention).
+  virtual bool exact_pieces() const { return true; }
+
   // "sentencepiece", "tokenizer.json" or "tiktoken".
   virtual absl::string_view kind() const = 0;
   int32_t bos_id() const { return bos_; }  // -1: the tokenizer has none
@@ -71,9 +86,12 @@ class Tokenizer {
   Tokenizer() = default;
   // Sets stop_ids_ to eos_ (when set) and `more`, sorted and without duplicates.
   void SetStopIds(std::vector<int32_t> more);
+  // Sets template_tokens_ to `tokens`, longest string first (ties by id).
+  void SetTemplateTokens(std::vector<std::pair<std::string, int32_t>> tokens);
 
   int32_t bos_ = -1, eos_ = -1, vocab_ = 0;
   std::vector<int32_t> stop_ids_;
+  std::vector<std::pair<std::string, int32_t>> template_tokens_;
   std::string path_;
   std::string sha256_;
 };

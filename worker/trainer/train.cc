@@ -207,8 +207,10 @@ bool ProgressEventsWanted() {
 // `cache_dir`, then memory-mapped. `log_progress`: this process reports a build's progress.
 absl::StatusOr<LoadedData> LoadRows(const std::string& path, DataFormat format,
                                     const Tokenizer* tokenizer, const LlamaConfig& config,
-                                    BatchingMode batching, int64_t seq_len, const std::string& cache_dir,
-                                    uint64_t cache_max_bytes, bool log_progress, bool progress_events) {
+                                    BatchingMode batching, int64_t seq_len,
+                                    const std::string& cache_dir, uint64_t cache_max_bytes,
+                                    bool log_progress, bool progress_events,
+                                    const ChatDataOptions& chat) {
   TokenCacheOptions o;
   o.dir = cache_dir;
   o.max_bytes = cache_max_bytes;
@@ -222,6 +224,8 @@ absl::StatusOr<LoadedData> LoadRows(const std::string& path, DataFormat format,
   o.load.eos_id = tokenizer && tokenizer->eos_id() >= 0 ? tokenizer->eos_id() : config.eos_token_id;
   o.load.vocab_size = config.vocab_size;
   o.load.max_positions = config.max_position_embeddings;
+  o.load.chat_template = chat.chat_template;
+  o.load.train_on = chat.train_on;
   if (log_progress || progress_events) {  // (only a process that builds the entry calls it)
     o.progress = [path, progress_events](int64_t done, int64_t total) {
       if (progress_events) EmitJsonLine(trainer_events::ToLine(trainer_events::Tokenizing{path, done, total}));
@@ -253,6 +257,16 @@ absl::StatusOr<LoadedData> LoadRows(const std::string& path, DataFormat format,
   LF_ASSIGN_OR_RETURN(TokenRows rows, TokenRows::Create(file, batching, seq_len, path));
   // Built by another process (a rank of this run) while this one waited: tokenized for this start.
   return LoadedData{std::move(rows), 0, config.vocab_size, cached.hit && !cached.built_meanwhile};
+}
+
+absl::StatusOr<std::optional<ChatTemplate>> MaybeResolveChatTemplate(DataFormat format,
+                                                                     const std::string& setting,
+                                                                     const Tokenizer* tokenizer) {
+  if (format != DataFormat::kChat) return std::nullopt;
+  if (tokenizer == nullptr) return absl::InvalidArgumentError("chat data needs a tokenizer");
+  const std::string& path = tokenizer->path();
+  const size_t slash = path.rfind('/');
+  return ResolveChatTemplate(setting, slash == std::string::npos ? "." : path.substr(0, slash));
 }
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> MaybeLoadTokenizer(DataFormat format,
@@ -401,8 +415,13 @@ absl::StatusOr<EvalResult> RunEval(const EvalOptions& opt) {
     }
     LF_RETURN_IF_ERROR(CheckSequenceLength(config, seq_len));
     if (opt.micro_batch <= 0) return absl::InvalidArgumentError("--micro-batch must be > 0");
-    LF_ASSIGN_OR_RETURN(LoadedData data, LoadRows(opt.data_path, opt.format, tokenizer.get(), config,
-                                                  opt.batching, seq_len, DefaultTokenCacheDir(), 0, true));
+    LF_ASSIGN_OR_RETURN(std::optional<ChatTemplate> chat_template,
+                        MaybeResolveChatTemplate(opt.format, opt.chat_template, tokenizer.get()));
+    const ChatDataOptions chat{chat_template ? &*chat_template : nullptr, opt.train_on};
+    LF_ASSIGN_OR_RETURN(LoadedData data,
+                        LoadRows(opt.data_path, opt.format, tokenizer.get(), config, opt.batching,
+                                 seq_len, DefaultTokenCacheDir(), 0, true,
+                                 /*progress_events=*/false, chat));
     LF_ASSIGN_OR_RETURN(auto params, hf->ReadAll(layout));
     LocalEngine engine(layout, std::move(params), device, at::kFloat, AdamWOptions{});
     LlamaModel model(config, device, at::kFloat);

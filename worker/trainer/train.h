@@ -61,6 +61,8 @@ struct TrainOptions {
   std::string token_cache_dir;  // tokenized datasets (token_cache.h); "" = DefaultTokenCacheDir()
   uint64_t token_cache_max_bytes = 0;  // bound on that directory's entries; 0 = none
   DataFormat format = DataFormat::kText;
+  std::string chat_template;               // CHAT: data.chat_template ("" = the model's)
+  TrainOn train_on = TrainOn::kAssistant;  // CHAT: which tokens carry loss
   BatchingMode batching = BatchingMode::kPacking;
   int64_t epochs = 1;           // passes over the data; 0 = until max_steps
   int64_t max_steps = 0;        // optimizer steps; 0 = no limit
@@ -151,6 +153,8 @@ struct EvalOptions {
   std::string data_path;       // JSONL
   std::string tokenizer_path;  // "" = <model_dir>/tokenizer.model (unless tokens data)
   DataFormat format = DataFormat::kText;
+  std::string chat_template;  // CHAT: as TrainOptions'
+  TrainOn train_on = TrainOn::kAssistant;
   BatchingMode batching = BatchingMode::kPadding;
   int64_t seq_len = 0;         // 0 = max_position_embeddings
   int64_t micro_batch = 4;     // rows per forward

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <exception>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -57,10 +58,17 @@ struct LoadedData {
 // (LLAMAFLEET_PROGRESS_EVENTS=1, which the worker sets), so that a run on its own keeps
 // "started" as the first line it prints.
 bool ProgressEventsWanted();
-absl::StatusOr<LoadedData> LoadRows(const std::string& path, DataFormat format, const Tokenizer* tokenizer,
-                                    const LlamaConfig& config, BatchingMode batching, int64_t seq_len,
-                                    const std::string& cache_dir, uint64_t cache_max_bytes, bool log_progress,
-                                    bool progress_events = false);
+absl::StatusOr<LoadedData> LoadRows(const std::string& path, DataFormat format,
+                                    const Tokenizer* tokenizer, const LlamaConfig& config,
+                                    BatchingMode batching, int64_t seq_len,
+                                    const std::string& cache_dir, uint64_t cache_max_bytes,
+                                    bool log_progress, bool progress_events = false,
+                                    const ChatDataOptions& chat = {});
+// The chat template data.chat_template names for CHAT data (the model's own: the one
+// beside `tokenizer`); nullopt for the other formats.
+absl::StatusOr<std::optional<ChatTemplate>> MaybeResolveChatTemplate(DataFormat format,
+                                                                     const std::string& setting,
+                                                                     const Tokenizer* tokenizer);
 // The tokenizer a format needs (none for token data): `explicit_path`, else
 // <model_dir>/tokenizer.model; refused when it has more pieces than config->vocab_size.
 // A vocab_size of 0 becomes the tokenizer's (PresetTakesTokenizerVocab).

@@ -104,6 +104,9 @@ absl::Status Trainer::Setup() {
     if (PresetTakesTokenizerVocab(opt_.preset) && opt_.format != DataFormat::kTokens) config_.vocab_size = 0;
   }
   LF_ASSIGN_OR_RETURN(tokenizer_, MaybeLoadTokenizer(opt_.format, opt_.tokenizer_path, opt_.model_path, &config_));
+  LF_ASSIGN_OR_RETURN(chat_template_,
+                      MaybeResolveChatTemplate(opt_.format, opt_.chat_template, tokenizer_.get()));
+  const ChatDataOptions chat{chat_template_ ? &*chat_template_ : nullptr, opt_.train_on};
   full_layout_ = MakeLayout(config_);
   LF_RETURN_IF_ERROR(ResolveLora());
   // Tensor parallelism: groups of T consecutive ranks of one node hold slices of the
@@ -126,14 +129,16 @@ absl::Status Trainer::Setup() {
   }
   LF_RETURN_IF_ERROR(CheckSequenceLength(config_, seq_len_));
   const std::string cache_dir = opt_.token_cache_dir.empty() ? DefaultTokenCacheDir() : opt_.token_cache_dir;
-  LF_ASSIGN_OR_RETURN(train_, LoadRows(opt_.train_path, opt_.format, tokenizer_.get(), config_, opt_.batching,
-                                       seq_len_, cache_dir, opt_.token_cache_max_bytes, rank0_,
-                                       ProgressEventsWanted()));
+  LF_ASSIGN_OR_RETURN(
+      train_,
+      LoadRows(opt_.train_path, opt_.format, tokenizer_.get(), config_, opt_.batching, seq_len_,
+               cache_dir, opt_.token_cache_max_bytes, rank0_, ProgressEventsWanted(), chat));
   bool all_hits = train_->cache_hit;
   if (!opt_.eval_path.empty()) {
-    LF_ASSIGN_OR_RETURN(eval_, LoadRows(opt_.eval_path, opt_.format, tokenizer_.get(), config_, opt_.batching,
-                                        seq_len_, cache_dir, opt_.token_cache_max_bytes, rank0_,
-                                        ProgressEventsWanted()));
+    LF_ASSIGN_OR_RETURN(
+        eval_,
+        LoadRows(opt_.eval_path, opt_.format, tokenizer_.get(), config_, opt_.batching, seq_len_,
+                 cache_dir, opt_.token_cache_max_bytes, rank0_, ProgressEventsWanted(), chat));
     all_hits = all_hits && eval_->cache_hit;
   }
   PhaseDone("data_ready", all_hits ? "token cache hit" : "tokenized");

@@ -95,6 +95,7 @@ class Trainer {
   int dp_rank_ = 0;                      // this rank's data-parallel index
   LoraOptions lora_;  // resolved (adapter's values filled in); !enabled = full finetuning
   std::unique_ptr<Tokenizer> tokenizer_;
+  std::optional<ChatTemplate> chat_template_;  // CHAT data's renderer
   int64_t seq_len_ = 0;
   std::optional<LoadedData> train_, eval_;
   int64_t grad_accum_ = 1;

@@ -1,0 +1,282 @@
+// data.format: chat against Hugging Face: for every real template in fixtures/chat
+// (made by make_chat_fixtures.py with transformers' apply_chat_template and HF
+// tokenizers), the rendered text, the token ids and the loss masks of 200 generated
+// conversations are identical; and bad records, unknown templates and templates that
+// raise give errors that say what to change.
+#include "chat_template.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "chat_encoding.h"
+#include "chat_record.h"
+#include "data.h"
+#include "nlohmann/json.hpp"
+
+namespace llamafleet::trainer {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+const std::string kFixtures = LLAMAFLEET_CHAT_FIXTURES;
+
+std::string Read(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+class TempDir {
+ public:
+  TempDir() {
+    char tmpl[] = "/tmp/lf-chat-test-XXXXXX";
+    path_ = ::mkdtemp(tmpl);
+  }
+  ~TempDir() { fs::remove_all(path_); }
+  std::string Write(const std::string& name, const std::string& bytes) const {
+    std::ofstream(path_ + "/" + name, std::ios::binary) << bytes;
+    return path_ + "/" + name;
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+std::unique_ptr<Tokenizer> FixtureTokenizer() {
+  auto t = Tokenizer::Load(kFixtures + "/tokenizer");
+  EXPECT_TRUE(t.ok()) << t.status();
+  return t.ok() ? std::move(*t) : nullptr;
+}
+
+std::string MaskString(const std::vector<uint8_t>& target) {
+  std::string s;
+  for (uint8_t t : target) s += t ? '1' : '0';
+  return s;
+}
+
+// Every conversation of fixtures/chat/NAME.jsonl rendered by `tmpl` and tokenized.
+void ExpectMatchesReference(const std::string& name, const ChatTemplate& tmpl) {
+  std::unique_ptr<Tokenizer> tok = FixtureTokenizer();
+  ASSERT_NE(tok, nullptr);
+  std::ifstream in(kFixtures + "/" + name + ".jsonl");
+  std::string line;
+  int n = 0, mismatches = 0;
+  while (std::getline(in, line) && mismatches < 3) {
+    ++n;
+    const json ref = json::parse(line);
+    auto msgs = ParseChatRecord(ref);
+    ASSERT_TRUE(msgs.ok()) << name << ":" << n << ": " << msgs.status();
+    auto chat = RenderChat(tmpl, *msgs);
+    ASSERT_TRUE(chat.ok()) << name << ":" << n << ": " << chat.status();
+    if (chat->text != ref["text"].get<std::string>()) {
+      ++mismatches;
+      ADD_FAILURE() << name << ":" << n << " text differs:\n got: " << json(chat->text).dump()
+                    << "\nwant: " << ref["text"].dump();
+      continue;
+    }
+    for (auto [mode, key] : {std::pair{TrainOn::kAssistant, "assistant"},
+                             {TrainOn::kLastAssistant, "last_assistant"}}) {
+      auto seq = EncodeChat(*chat, *tok, mode);
+      ASSERT_TRUE(seq.ok()) << name << ":" << n << ": " << seq.status();
+      std::vector<int32_t> want = ref["ids"].get<std::vector<int32_t>>();
+      if (seq->tokens != want || MaskString(seq->target) != ref[key].get<std::string>()) {
+        ++mismatches;
+        ADD_FAILURE() << name << ":" << n << " (" << key
+                      << ") ids or mask differ:\n got: " << json(seq->tokens).dump()
+                      << "\nwant: " << ref["ids"].dump() << "\n got: " << MaskString(seq->target)
+                      << "\nwant: " << ref[key].get<std::string>();
+      }
+    }
+  }
+  EXPECT_GE(n, 200) << name;
+}
+
+ChatTemplate FromFixture(const std::string& file) {
+  auto t = ChatTemplateFromString(Read(kFixtures + "/templates/" + file), file);
+  EXPECT_TRUE(t.ok()) << t.status();
+  return t.ok() ? *t : ChatTemplate();
+}
+
+TEST(ChatTemplate, Llama31MatchesHuggingFace) {
+  ExpectMatchesReference("llama3.1", FromFixture("llama3.1.jinja"));
+}
+TEST(ChatTemplate, Llama3MatchesHuggingFace) {
+  ExpectMatchesReference("llama3", FromFixture("llama3.jinja"));
+}
+TEST(ChatTemplate, Qwen25MatchesHuggingFace) {
+  ExpectMatchesReference("qwen2.5", FromFixture("qwen2.5.jinja"));
+}
+TEST(ChatTemplate, Llama2MatchesHuggingFace) {
+  ExpectMatchesReference("llama2", FromFixture("llama2.jinja"));
+}
+TEST(ChatTemplate, MistralMatchesHuggingFace) {
+  ExpectMatchesReference("mistral", FromFixture("mistral.jinja"));
+}
+
+TEST(ChatTemplate, NamedRenderersMatchTheModelsTheyStandFor) {
+  ExpectMatchesReference("llama3.1", *ChatTemplateByName("llama3"));
+  ExpectMatchesReference("llama2", *ChatTemplateByName("llama2"));
+  ExpectMatchesReference("mistral", *ChatTemplateByName("mistral"));
+  // chatml is ChatML without Qwen2.5's default system prompt.
+  auto chat = RenderChat(*ChatTemplateByName("chatml"),
+                         {{ChatRole::kUser, "hi"}, {ChatRole::kAssistant, "yo"}});
+  ASSERT_TRUE(chat.ok());
+  EXPECT_EQ(chat->text, "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\nyo<|im_end|>\n");
+  EXPECT_FALSE(ChatTemplateByName("vicuna").ok());
+}
+
+TEST(ChatTemplate, TrainOnAllMarksEveryToken) {
+  std::unique_ptr<Tokenizer> tok = FixtureTokenizer();
+  auto chat = RenderChat(*ChatTemplateByName("llama3"),
+                         {{ChatRole::kUser, "hi"}, {ChatRole::kAssistant, "yo"}});
+  auto seq = EncodeChat(*chat, *tok, TrainOn::kAll);
+  ASSERT_TRUE(seq.ok());
+  EXPECT_EQ(MaskString(seq->target), std::string(seq->tokens.size(), '1'));
+}
+
+TEST(ChatTemplate, SpecialTokenStringsInContentStayText) {
+  std::unique_ptr<Tokenizer> tok = FixtureTokenizer();
+  auto chat = RenderChat(
+      *ChatTemplateByName("llama3"),
+      {{ChatRole::kUser, "<|eot_id|><|start_header_id|>"}, {ChatRole::kAssistant, "ok"}});
+  auto seq = EncodeChat(*chat, *tok, TrainOn::kAssistant);
+  ASSERT_TRUE(seq.ok());
+  int32_t eot = -1;
+  for (const auto& [s, id] : tok->template_tokens()) {
+    if (s == "<|eot_id|>") eot = id;
+  }
+  // The template writes <|eot_id|> three times (system, user, assistant); the user's is text.
+  EXPECT_EQ(std::count(seq->tokens.begin(), seq->tokens.end(), eot), 3);
+}
+
+TEST(ChatTemplate, TemplatesThatRaiseAreErrors) {
+  const std::vector<ChatMessage> sys = {
+      {ChatRole::kSystem, "s"}, {ChatRole::kUser, "u"}, {ChatRole::kAssistant, "a"}};
+  auto m = RenderChat(*ChatTemplateByName("mistral"), sys);
+  ASSERT_FALSE(m.ok());
+  EXPECT_TRUE(absl::StrContains(m.status().message(), "no system role")) << m.status();
+  auto l =
+      RenderChat(*ChatTemplateByName("llama2"),
+                 {{ChatRole::kUser, "u"}, {ChatRole::kUser, "v"}, {ChatRole::kAssistant, "a"}});
+  ASSERT_FALSE(l.ok());
+  EXPECT_TRUE(absl::StrContains(l.status().message(), "alternate")) << l.status();
+}
+
+TEST(ChatTemplate, ModelDirectoryTemplates) {
+  TempDir dir;
+  auto missing = ChatTemplateFromModelDir(dir.path());
+  EXPECT_TRUE(absl::StrContains(missing.status().message(), "data.chat_template"))
+      << missing.status();
+  dir.Write("tokenizer_config.json", json({{"chat_template", "{{ messages }}"}}).dump());
+  auto unknown = ChatTemplateFromModelDir(dir.path());
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_TRUE(
+      absl::StrContains(unknown.status().message(), "tokenizer_config.json's chat_template"))
+      << unknown.status();
+  EXPECT_TRUE(absl::StrContains(unknown.status().message(), "llama2, llama3, chatml or mistral"))
+      << unknown.status();
+  const std::string qwen = Read(kFixtures + "/templates/qwen2.5.jinja");
+  dir.Write(
+      "tokenizer_config.json",
+      json({{"chat_template", json::array({json({{"name", "tool_use"}, {"template", "x"}}),
+                                           json({{"name", "default"}, {"template", qwen}})})}})
+          .dump());
+  auto listed = ChatTemplateFromModelDir(dir.path());
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  EXPECT_EQ(listed->name, "qwen2.5");
+  dir.Write("chat_template.jinja", Read(kFixtures + "/templates/llama2.jinja"));
+  auto jinja = ResolveChatTemplate("model", dir.path());
+  ASSERT_TRUE(jinja.ok()) << jinja.status();
+  EXPECT_EQ(jinja->name, "llama2");
+  EXPECT_EQ(ResolveChatTemplate("mistral", dir.path())->name, "mistral");
+}
+
+TEST(ChatRecord, LayoutsMapToTheSameMessages) {
+  auto sharegpt = ParseChatRecord(json::parse(
+      R"({"conversations": [{"from": "system", "value": "s"}, {"from": "human", "value": "u"}, {"from": "gpt", "value": "a"}]})"));
+  ASSERT_TRUE(sharegpt.ok()) << sharegpt.status();
+  ASSERT_EQ(sharegpt->size(), 3u);
+  EXPECT_EQ((*sharegpt)[2].role, ChatRole::kAssistant);
+  auto alpaca =
+      ParseChatRecord(json::parse(R"({"instruction": "do", "input": "this", "output": "done"})"));
+  ASSERT_TRUE(alpaca.ok()) << alpaca.status();
+  ASSERT_EQ(alpaca->size(), 2u);
+  EXPECT_EQ((*alpaca)[0].content, "do\nthis");
+  EXPECT_EQ((*alpaca)[1].content, "done");
+  auto no_input = ParseChatRecord(
+      json::parse(R"({"instruction": "do", "input": "", "output": "x", "system": "s"})"));
+  ASSERT_TRUE(no_input.ok());
+  ASSERT_EQ(no_input->size(), 3u);
+  EXPECT_EQ((*no_input)[1].content, "do");
+}
+
+TEST(ChatRecord, BadRecordsAreListedWithFileAndLine) {
+  TempDir dir;
+  const std::string path = dir.Write(
+      "bad.jsonl",
+      R"({"messages": [{"role": "user", "content": "u"}, {"role": "assistant", "content": "a"}]}
+{"messages": [{"role": "tool", "content": "u"}, {"role": "assistant", "content": "a"}]}
+{"messages": [{"role": "system", "content": "s"}, {"role": "system", "content": "t"}, {"role": "assistant", "content": "a"}]}
+{"messages": [{"role": "user", "content": "u"}, {"role": "assistant", "content": "a"}, {"role": "system", "content": "s"}]}
+{"messages": [{"role": "user", "content": "u"}]}
+{"messages": [{"role": "user", "content": 5}, {"role": "assistant", "content": "a"}]}
+{"conversations": [{"from": "bot", "value": "a"}]}
+{"text": "x"}
+)");
+  std::unique_ptr<Tokenizer> tok = FixtureTokenizer();
+  ChatTemplate tmpl = *ChatTemplateByName("llama3");
+  DataLoadOptions opt;
+  opt.format = DataFormat::kChat;
+  opt.tokenizer = tok.get();
+  opt.chat_template = &tmpl;
+  auto r = LoadJsonl(path, opt);
+  ASSERT_FALSE(r.ok());
+  const std::string msg(r.status().message());
+  for (const char* want : {
+           "7 bad lines",
+           ":2: messages[0].role \"tool\" is not one of system, user, assistant",
+           ":3: messages[1]: a system message may only be the first message",
+           ":4: messages[2]: a system message may only be the first message",
+           ":5: \"messages\" has no assistant message",
+           ":6: messages[0].content must be a string",
+           ":7: conversations[0].from \"bot\" is not one of system, human, gpt",
+           ":8: no \"messages\" (role/content)",
+       }) {
+    EXPECT_TRUE(absl::StrContains(msg, want)) << "want \"" << want << "\" in:\n" << msg;
+  }
+  EXPECT_FALSE(absl::StrContains(msg, ":1:")) << msg;
+}
+
+TEST(ChatRecord, LoadJsonlReadsChatWithoutAddingBos) {
+  TempDir dir;
+  const std::string path = dir.Write(
+      "ok.jsonl",
+      R"({"messages": [{"role": "user", "content": "u"}, {"role": "assistant", "content": "a"}]})"
+      "\n");
+  std::unique_ptr<Tokenizer> tok = FixtureTokenizer();
+  ChatTemplate tmpl = *ChatTemplateByName("llama3");
+  DataLoadOptions opt;
+  opt.format = DataFormat::kChat;
+  opt.tokenizer = tok.get();
+  opt.chat_template = &tmpl;
+  opt.bos_id = tok->bos_id();
+  opt.eos_id = tok->eos_id();
+  auto r = LoadJsonl(path, opt);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->size(), 1u);
+  EXPECT_EQ((*r)[0].tokens[0], tok->bos_id());
+  EXPECT_NE((*r)[0].tokens[1], tok->bos_id());      // one BOS: the template's
+  EXPECT_EQ((*r)[0].tokens.back(), tok->eos_id());  // <|eot_id|>, nothing appended after it
+}
+
+}  // namespace
+}  // namespace llamafleet::trainer
