@@ -9,11 +9,12 @@ record see its neighbours, or counts positions on, does not.
 
   - 2 ranks FULL_SHARD, without and with activation checkpointing: 3 AdamW steps over
     rows of several records each, losses within 1e-5 and exported weights within 1e-5
-    relative of the reference's (records alone);
+    relative of the reference's (records alone); and the other ways of running a layer
+    (SHARD_GRAD_OP with selective checkpointing, NO_SHARD, tensor parallelism 2), alike;
   - the same records trained padded (one record a row) reach the same weights as packed,
     within the same 1e-5: every row holds whole records, so only the batching differs.
 
-Usage: /usr/bin/python3 test_document_packing.py BIN_DIR   (about 20 s on 2 cores)
+Usage: /usr/bin/python3 test_document_packing.py BIN_DIR   (about 40 s on 2 cores)
 """
 import json
 import os
@@ -59,8 +60,8 @@ class DocumentPacking(unittest.TestCase):
     def tearDownClass(cls):
         shutil.rmtree(cls.tmp, ignore_errors=True)
 
-    def train2(self, name, batching, rows, checkpointing):
-        """2 ranks FULL_SHARD, one row per micro-step, every row in every step."""
+    def train2(self, name, batching, rows, checkpointing, sharding="FULL_SHARD", extra=""):
+        """2 ranks, one row per micro-step, every row in every step."""
         if name in self.runs:
             return self.runs[name]
         out = os.path.join(self.tmp, name + "-out")
@@ -72,9 +73,11 @@ model: {path: %s}
 data: {train_path: %s, format: TOKENS}
 training: {max_steps: %d, micro_batch_size: 1, global_batch_size: %d, seq_len: %d, batching: %s,
            lr: 0.0001, weight_decay: 0.01, grad_clip: 1.0, log_every: 1}
-fsdp: {sharding: FULL_SHARD, mixed_precision: FP32, activation_checkpointing: %s}
+fsdp: {sharding: %s, mixed_precision: FP32, activation_checkpointing: %s}
 output: {export_dir: %s, export_dtype: FP32}
-""" % (name, self.model, self.data, STEPS, rows, SEQ_LEN, batching, str(checkpointing).lower(), out))
+%s
+""" % (name, self.model, self.data, STEPS, rows, SEQ_LEN, batching, sharding, str(checkpointing).lower(), out,
+       extra))
         procs = launch_ranks([os.path.join(BIN, "llamafleet-train"), "train", "--spec", spec], 2, local_world=2,
                              env_extra={"LLAMAFLEET_CPU_GEMM": "aten"})
         codes, outs = wait_ranks(procs)
@@ -109,6 +112,20 @@ output: {export_dir: %s, export_dtype: FP32}
                 self.assertEqual(sorted(got), sorted(want))
                 diff = max_rel(got, want)
                 sys.stderr.write("  packed, checkpointing %s: max_rel %.2e vs records alone\n" % (checkpointing, diff))
+                self.assertLessEqual(diff, 1e-5)
+
+    def test_every_strategy_carries_the_documents(self):
+        want_losses, want = self.reference()
+        for name, sharding, checkpointing, extra in (
+                ("sgo-selective", "SHARD_GRAD_OP", "selective", ""),
+                ("noshard", "NO_SHARD", False, ""),
+                ("tp2", "FULL_SHARD", True, "parallelism: {tensor_parallel: 2}\nresources: {nodes: 1, gpus_per_node: 2}")):
+            with self.subTest(name):
+                losses, got = self.train2(name, "PACKING", PACKED_ROWS, checkpointing, sharding, extra)
+                for s, (a, b) in enumerate(zip(losses, want_losses)):
+                    self.assertAlmostEqual(a, b, delta=1e-5, msg="%s loss at step %d" % (name, s + 1))
+                diff = max_rel(got, want)
+                sys.stderr.write("  packed, %s: max_rel %.2e vs records alone\n" % (name, diff))
                 self.assertLessEqual(diff, 1e-5)
 
     def test_padded_and_packed_reach_the_same_weights(self):
