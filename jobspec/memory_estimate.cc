@@ -145,7 +145,8 @@ MemoryEstimate EstimateMemory(const MemoryInputs& in) {
   const int64_t logits = chunked ? kLossChunkPositions * m.vocab * 16 + (lora ? 0 : 4 * m.vocab * h)
                                  : Split(t * m.vocab * 16, tp);
   const int64_t head = t * (4 * h + 2 * h * c) + logits;
-  const int64_t activations = saved_layers + head;
+  const int64_t document_mask = in.document_mask ? t * std::max<int64_t>(1, in.seq_len) * c : 0;
+  const int64_t activations = saved_layers + head + document_mask;
   const int64_t everything = lora ? base_rank + P : base_rank;  // every tensor of the slice, gathered
   const int64_t gathered_fwd = keeps_gathered ? everything * c : (in.max_inflight_all_gathers + 1) * U * c;
   // Backward: up to K + 1 unsharded gradients in reduce dtype are alive at once (the one

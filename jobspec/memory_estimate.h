@@ -36,6 +36,9 @@
 //                     micro-batch has more target positions (micro_batch x (seq_len - 1))
 //                     than C, plus 4 x V x h for the output projection's fp32 gradient
 //                     summed over the chunks (full finetuning only); otherwise t x V.
+//                     Packing (document_mask): the block-diagonal attention mask,
+//                     t x seq_len x c, built once per micro-batch and kept through
+//                     backward (every layer and recompute shares it), on a GPU too.
 //   communication     min((K + 1) x U, P) x r, K = max_inflight_reduces: the unsharded
 //                     gradients whose reduce-scatter is in flight (the engine waits for
 //                     the oldest before it holds more), x 2 on a CPU (Gloo's all-to-all
@@ -138,6 +141,7 @@ struct MemoryInputs {
   int max_inflight_all_gathers = 2;
   int max_inflight_reduces = 2;     // the engine's bound on unsharded gradients in flight
   bool fused_attention = true;      // LibTorch 2 SDPA on a GPU; false: the explicit T x T path
+  bool document_mask = false;  // packed rows: the [micro_batch, seq_len, seq_len] mask (see above)
   bool gpu = true;                  // GPU workspace rules; false: CPU process (RSS)
   int64_t cpu_runtime_bytes = 0;    // !gpu: the trainer process before it allocates
   bool async_checkpoints = false;   // checkpoints written in the background (a host copy)

@@ -62,6 +62,7 @@ std::optional<sched::MemoryInputs> MemoryInputsOf(const v1::JobSpec& spec, int w
   in.seq_len = std::min<int64_t>(std::max(1, t.seq_len()),
                                  sched::FindModelPreset(spec.model().preset())->max_positions);
   in.grad_accum = std::max(1, t.grad_accum());
+  in.document_mask = t.batching() != v1::PADDING;  // PACKING is the default
   in.max_inflight_all_gathers = std::max(1, f.max_inflight_all_gathers());
   in.async_checkpoints = !spec.checkpoint().has_async() || spec.checkpoint().async();
   const v1::PeftSpec& peft = spec.peft();

@@ -117,6 +117,20 @@ TEST(MemoryEstimate, SelectiveCheckpointingKeepsTheProjectionsOutputs) {
   EXPECT_LT(selective, none);
 }
 
+TEST(MemoryEstimate, PackingAddsTheDocumentMaskOnce) {
+  // Packing's block-diagonal mask: micro_batch x seq_len^2 in the compute dtype, one per
+  // micro-batch (every layer shares it), with or without checkpointing, fused or not.
+  for (Checkpointing ckpt : {Checkpointing::kNone, Checkpointing::kFull}) {
+    MemoryInputs in = Inputs("llama2-7b", Strategy::kFullShard, 16);
+    in.activation_checkpointing = ckpt;
+    const MemoryEstimate plain = EstimateMemory(in);
+    in.document_mask = true;
+    const MemoryEstimate masked = EstimateMemory(in);
+    EXPECT_EQ(masked.activations - plain.activations, int64_t{4} * 4096 * 4096 * 2);  // 128 MiB
+    EXPECT_GT(masked.total, plain.total);
+  }
+}
+
 TEST(MemoryEstimate, Llama13bHybridFp32WithoutCheckpointing) {
   MemoryInputs in = Inputs("llama2-13b", Strategy::kHybridShard, 16);
   in.shard_group_size = 8;

@@ -143,8 +143,7 @@ def cmd_eval(a):
     total, count = 0.0, 0
     with torch.no_grad():
         for i in range(0, len(rows), a.micro_batch):
-            ids, labels = ref.collate(rows[i:i + a.micro_batch])
-            loss, n = model.loss_sum(ids, labels)
+            loss, n = ref.rows_loss_sum(model, rows[i:i + a.micro_batch])
             total += float(loss)
             count += n
     loss = total / count

@@ -6,7 +6,9 @@ head_dim, Llama 3.1's RoPE scaling; not from the C++ code and
 without `transformers`, which is not installed): RMSNorm in fp32, RoPE with rotate_half,
 repeat_kv for grouped-query attention, eager attention with an additive causal mask and
 an fp32 softmax, SwiGLU MLP, tied or untied lm_head, logits upcast to fp32, shifted
-cross-entropy with ignore_index -100. safetensors files are read and written by hand
+cross-entropy with ignore_index -100. Packing puts whole records into rows and runs each
+record of a row alone (its own batch of one): what the trainer's block-diagonal attention
+and per-document positions must reproduce. safetensors files are read and written by hand
 (8-byte little-endian header length, JSON header, raw little-endian bytes).
 
 Run with Debian's interpreter: /usr/bin/python3 (it has torch and sentencepiece).
@@ -315,11 +317,30 @@ def load_records(path, fmt, sp=None):
 
 
 def pack(records, seq_len):
-    """llama-recipes ConcatDataset: concatenate, cut into seq_len blocks, drop the rest."""
-    ids = [t for r in records for t in r[0]]
-    labels = [t for r in records for t in r[1]]
-    n = len(ids) // seq_len
-    return [(ids[i * seq_len:(i + 1) * seq_len], labels[i * seq_len:(i + 1) * seq_len]) for i in range(n)]
+    """Packing with document masking, as the trainer packs (data.h PackSequences): records in
+    order, each whole, go into rows of at most seq_len tokens by next fit (a record joins the
+    open row if it fits in the room left, else starts the next); a record longer than
+    seq_len is cut into pieces of seq_len from its start, each its own document, the last
+    shorter piece starting a row. The last row is kept. A row is a list of documents
+    (ids, labels)."""
+    rows, row, used = [], [], 0
+    for ids, labels in records:
+        n = len(ids)
+        if n > seq_len - used and row:
+            rows.append(row)
+            row, used = [], 0
+        i = 0
+        while n - i > seq_len:
+            rows.append([(ids[i:i + seq_len], labels[i:i + seq_len])])
+            i += seq_len
+        row.append((ids[i:], labels[i:]))
+        used += n - i
+        if used == seq_len:
+            rows.append(row)
+            row, used = [], 0
+    if row:
+        rows.append(row)
+    return rows
 
 
 def make_rows(records, batching, seq_len):
@@ -338,6 +359,34 @@ def collate(rows, pad_id=0):
         ids[i, :len(a)] = torch.tensor(a)
         labels[i, :len(b)] = torch.tensor(b)
     return ids, labels
+
+
+def is_packed(rows):
+    return bool(rows) and isinstance(rows[0], list)
+
+
+def rows_loss_sum(model, rows):
+    """Sum of the shifted cross-entropy over a micro-batch of rows, and its target count.
+    Padding rows are one batch; a packed row's documents each run alone, so no document
+    sees another and each counts positions from 0."""
+    if not is_packed(rows):
+        return model.loss_sum(*collate(rows))
+    total, count = 0.0, 0
+    for row in rows:
+        for doc in row:
+            loss, n = model.loss_sum(*collate([doc]))
+            total = total + loss
+            count += n
+    return total, count
+
+
+def count_targets(rows):
+    docs = [d for r in rows for d in r] if is_packed(rows) else rows
+    return sum(sum(1 for x in labels[1:] if x != IGNORE) for _, labels in docs)
+
+
+def row_tokens(row):
+    return sum(len(d[0]) for d in row) if isinstance(row, list) else len(row[0])
 
 
 def load_sp(path):
@@ -414,8 +463,7 @@ def cmd_eval(a):
     total, count = 0.0, 0
     with torch.no_grad():
         for i in range(0, len(rows), a.micro_batch):
-            ids, labels = collate(rows[i:i + a.micro_batch])
-            loss, n = model.loss_sum(ids, labels)
+            loss, n = rows_loss_sum(model, rows[i:i + a.micro_batch])
             total += float(loss)
             count += n
     loss = total / count
@@ -446,16 +494,15 @@ def train_steps(a, model, rows, params):
     for step in range(a.steps):
         ts = time.perf_counter()
         base = (step % steps_per_epoch) * per_step
-        micro = [collate(rows[base + m * a.micro_batch: base + (m + 1) * a.micro_batch])
-                 for m in range(a.grad_accum)]
-        n_total = sum(int((lab[:, 1:] != IGNORE).sum()) for _, lab in micro)
+        micro = [rows[base + m * a.micro_batch: base + (m + 1) * a.micro_batch] for m in range(a.grad_accum)]
+        n_total = sum(count_targets(m) for m in micro)
         opt.zero_grad()
         step_loss = 0.0
-        for ids, lab in micro:
-            loss, _ = model.loss_sum(ids, lab)
+        for m in micro:
+            loss, _ = rows_loss_sum(model, m)
             (loss / n_total).backward()
             step_loss += float(loss)
-        step_tokens.append(sum(len(r[0]) for r in rows[base:base + per_step]))
+        step_tokens.append(sum(row_tokens(r) for r in rows[base:base + per_step]))
         if a.grad_clip > 0:
             torch.nn.utils.clip_grad_norm_(params, a.grad_clip)
         for group in opt.param_groups:

@@ -5,7 +5,8 @@ Usage: /usr/bin/python3 test_reference.py BIN_DIR [unittest args]
 
 Every test works in its own temporary directory, removed afterwards. Covered:
   - eval loss equals the reference's to 1e-5 absolute: GQA and not, tied and untied,
-    single-file and sharded checkpoints, f32/bf16 storage, packing and padding, the three
+    single-file and sharded checkpoints, f32/bf16 storage, packing (documents masked: the
+    reference runs each record of a packed row alone) and padding, the three
     data formats (text and prompt_completion through a SentencePiece model trained with
     spm_train on a Debian license text);
   - after K AdamW steps (grad accumulation, weight decay, clipping, cosine warmup) the
@@ -251,8 +252,9 @@ output: {export_dir: %s, export_dtype: FP32, max_shard_size_mb: 1}
         self.train_both(["--kv-heads", "4", "--tied", "--seed", 1])
 
     def test_mqa_tied_packing(self):
-        # 4 records x 35 tokens = 140 tokens -> exactly 4 packed rows of 32 (12 dropped).
-        data = self.make_tokens("p.jsonl", rows=4, seed=6, min_len=35, max_len=35)
+        # 8 records x 16 tokens -> exactly 4 packed rows of 32, two records (documents) each:
+        # the reference runs each record alone, the trainer the rows with document masking.
+        data = self.make_tokens("p.jsonl", rows=8, seed=6, min_len=16, max_len=16)
         self.train_both(["--kv-heads", "1", "--tied", "--seed", 2], batching="PACKING", seq_len=32,
                         data=data)
 

@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -60,6 +61,7 @@ void ExpectSameBatch(const Batch& a, const Batch& b) {
   EXPECT_EQ(a.seq_len, b.seq_len);
   EXPECT_EQ(a.tokens, b.tokens);
   EXPECT_EQ(a.target, b.target);
+  EXPECT_EQ(a.position, b.position);
   EXPECT_EQ(a.real_tokens, b.real_tokens);
 }
 
@@ -85,6 +87,9 @@ TEST_F(TokenCacheTest, RowsAndBatchesEqualTheInMemoryPath) {
     auto rows = TokenRows::Create(file, BatchingMode::kPacking, 48, data_);
     ASSERT_TRUE(rows.ok()) << rows.status();
     ASSERT_EQ(rows->size(), static_cast<int64_t>(packed.size()));
+    // Records of 1..60 tokens in rows of 48: some rows hold several documents, some records
+    // are cut; the batches' positions and cleared document starts match too.
+    ASSERT_TRUE(std::any_of(packed.begin(), packed.end(), [](const Sequence& r) { return r.documents.size() > 2; }));
     auto padded = TokenRows::Create(file, BatchingMode::kPadding, 64, data_);
     ASSERT_TRUE(padded.ok()) << padded.status();
     ASSERT_EQ(padded->size(), static_cast<int64_t>(seqs->size()));

@@ -552,18 +552,55 @@ TEST(Data, EveryBadLineIsNamedUpToABound) {
   EXPECT_EQ(msg.find(":41:"), std::string::npos) << msg;
 }
 
-TEST(Data, PackingConcatenatesCutsAndKeepsMasks) {
+TEST(Data, PackingKeepsRecordsWholeByNextFitAndCutsOnlyLongOnes) {
+  std::vector<Sequence> seqs = {Seq({1, 10, 11, 2}, {0, 0, 1, 1}), Seq({1, 20, 2}, {1, 1, 1}),
+                                Seq({1, 30, 31, 32, 2}, {0, 0, 0, 1, 1}), Seq({1, 40}, {1, 1})};
+  // Rows of 7: [4 + 3], then the 5 does not fit beside them, [5 + 2].
+  auto rows = PackSequences(seqs, 7);
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0].tokens, (std::vector<int32_t>{1, 10, 11, 2, 1, 20, 2}));
+  EXPECT_EQ(rows[0].target, (std::vector<uint8_t>{0, 0, 1, 1, 1, 1, 1}));
+  EXPECT_EQ(rows[0].documents, (std::vector<int32_t>{4, 3}));
+  EXPECT_EQ(rows[1].tokens, (std::vector<int32_t>{1, 30, 31, 32, 2, 1, 40}));
+  EXPECT_EQ(rows[1].documents, (std::vector<int32_t>{5, 2}));
+  // Rows of 6: no two neighbours fit together (next fit never looks back); the last row is
+  // kept, short.
+  rows = PackSequences(seqs, 6);
+  ASSERT_EQ(rows.size(), 4u);
+  EXPECT_EQ(rows[0].documents, (std::vector<int32_t>{4}));
+  EXPECT_EQ(rows[1].documents, (std::vector<int32_t>{3}));
+  EXPECT_EQ(rows[2].documents, (std::vector<int32_t>{5}));
+  EXPECT_EQ(rows[3].tokens, (std::vector<int32_t>{1, 40}));
+  // Rows of 2: records longer than 2 are cut into pieces of 2 from their start, each its
+  // own document; a short last piece starts a row that later records may join.
+  rows = PackSequences({Seq({1, 2, 3, 4, 5}, {1, 1, 1, 1, 1}), Seq({6}, {1}), Seq({7, 8}, {1, 1})}, 2);
+  ASSERT_EQ(rows.size(), 4u);
+  EXPECT_EQ(rows[0].tokens, (std::vector<int32_t>{1, 2}));
+  EXPECT_EQ(rows[1].tokens, (std::vector<int32_t>{3, 4}));
+  EXPECT_EQ(rows[2].tokens, (std::vector<int32_t>{5, 6}));
+  EXPECT_EQ(rows[2].documents, (std::vector<int32_t>{1, 1}));
+  EXPECT_EQ(rows[3].tokens, (std::vector<int32_t>{7, 8}));
+}
+
+TEST(Data, PackedBatchesRestartPositionsAndTargetsAtEachDocument) {
   std::vector<Sequence> seqs = {Seq({1, 10, 11, 2}, {0, 0, 1, 1}), Seq({1, 20, 2}, {1, 1, 1}),
                                 Seq({1, 30, 31, 32, 2}, {0, 0, 0, 1, 1})};
-  // 12 tokens into rows of 5: two rows, 2 tokens dropped.
-  auto rows = PackSequences(seqs, 5);
+  auto rows = PackSequences(seqs, 7);  // [4 + 3], [5]
   ASSERT_EQ(rows.size(), 2u);
-  EXPECT_EQ(rows[0].tokens, (std::vector<int32_t>{1, 10, 11, 2, 1}));
-  EXPECT_EQ(rows[0].target, (std::vector<uint8_t>{0, 0, 1, 1, 1}));
-  EXPECT_EQ(rows[1].tokens, (std::vector<int32_t>{20, 2, 1, 30, 31}));
-  EXPECT_EQ(rows[1].target, (std::vector<uint8_t>{1, 1, 0, 0, 0}));
-  EXPECT_TRUE(PackSequences(seqs, 13).empty());
-  EXPECT_EQ(PackSequences(seqs, 12).size(), 1u);
+  Batch b = MakeBatch(rows, {1, 0}, /*pad_id=*/0);
+  EXPECT_EQ(b.seq_len, 7);
+  EXPECT_EQ(b.tokens, (std::vector<int64_t>{1, 30, 31, 32, 2, 0, 0, 1, 10, 11, 2, 1, 20, 2}));
+  // Row 0: one document and its padding (a document of its own); row 1: two documents.
+  EXPECT_EQ(b.position, (std::vector<int32_t>{0, 1, 2, 3, 4, 0, 1, 0, 1, 2, 3, 0, 1, 2}));
+  // The second document's first token (1 at t = 4 of row 1) is no longer a target: it would
+  // be predicted from the first document.
+  EXPECT_EQ(b.target, (std::vector<uint8_t>{0, 0, 0, 1, 1, 0, 0, 0, 0, 1, 1, 0, 1, 1}));
+  EXPECT_EQ(b.NumTargets(), 2 + 2 + 2);
+  EXPECT_EQ(b.real_tokens, 12);
+  // Rows of one document each: no positions (plain causal attention), targets as given.
+  Batch single = MakeBatch(seqs, {0, 2}, 0);
+  EXPECT_TRUE(single.position.empty());
+  EXPECT_EQ(single.NumTargets(), 2 + 2);
 }
 
 TEST(Data, PaddingBatchesMaskPads) {

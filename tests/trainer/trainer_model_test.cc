@@ -260,6 +260,85 @@ TEST(Model, ChunkedLossEqualsWholeLoss) {
   }
 }
 
+TEST(Model, PackedDocumentsHaveTheLossAndGradientsTheyHaveAlone) {
+  // Records packed into rows (PackSequences: positions restart, block-diagonal causal
+  // attention, the first token of each document not a target): each record's loss in the
+  // packed batch equals its loss run alone, and the packed batch's gradients equal the sum
+  // of the records' gradients alone, without activation checkpointing and with either kind
+  // (whose recompute must see the same positions and mask). The alone runs take the plain
+  // causal path, so this checks the document path against it (test_document_packing.py
+  // checks both against the Python reference).
+  LlamaConfig c = Tiny(2);
+  auto params = RandomParams(c, 21);
+  std::vector<Sequence> records;
+  uint32_t state = 7;
+  for (int n : {5, 9, 3, 11, 6, 2}) {
+    Sequence s;
+    for (int t = 0; t < n; ++t) {
+      state = state * 1664525u + 1013904223u;
+      s.tokens.push_back(static_cast<int32_t>(state >> 8) % 50);
+    }
+    s.target.assign(n, 1);
+    if (n == 9) std::fill(s.target.begin(), s.target.begin() + 4, 0);  // a prompt
+    records.push_back(s);
+  }
+  const std::vector<Sequence> rows = PackSequences(records, 20);  // [5 9 3], [11 6 2]
+  ASSERT_EQ(rows.size(), 2u);
+  ASSERT_EQ(rows[0].documents.size(), 3u);
+  const Batch packed = MakeBatch(rows, {0, 1});
+  auto run = [&](const Batch& b, ActivationCheckpointing mode, std::vector<at::Tensor>* grads) {
+    LocalEngine engine(MakeLayout(c), params, at::kCPU, at::kFloat, AdamWOptions{});
+    LlamaModel model(c, at::kCPU, at::kFloat);
+    model.set_activation_checkpointing(mode);
+    at::Tensor loss = model.LossSum(engine, MakeModelInput(b, at::kCPU));
+    if (grads == nullptr) return loss.item<double>();
+    loss.backward();
+    for (size_t u = 0; u < engine.layout().size(); ++u) {
+      for (const at::Tensor& p : engine.Acquire(static_cast<int>(u))) grads->push_back(p.grad().clone());
+    }
+    return loss.item<double>();
+  };
+  // Alone: every record its own batch of one row, plain causal attention.
+  std::vector<double> alone_loss;
+  std::vector<at::Tensor> alone_grads;
+  for (const Sequence& r : records) {
+    std::vector<at::Tensor> g;
+    alone_loss.push_back(run(MakeBatch({r}, {0}), ActivationCheckpointing::kNone, &g));
+    if (alone_grads.empty()) {
+      alone_grads = g;
+    } else {
+      for (size_t i = 0; i < g.size(); ++i) alone_grads[i].add_(g[i]);
+    }
+  }
+  for (ActivationCheckpointing mode :
+       {ActivationCheckpointing::kNone, ActivationCheckpointing::kFull, ActivationCheckpointing::kSelective}) {
+    SCOPED_TRACE(ActivationCheckpointingName(mode));
+    // Each record's loss: the packed batch with only that record's targets kept.
+    int64_t offset = 0;  // the record's first token in the batch
+    size_t k = 0;
+    for (int64_t r = 0; r < packed.rows; ++r) {
+      offset = r * packed.seq_len;
+      for (int32_t len : rows[r].documents) {
+        Batch one = packed;
+        for (int64_t t = 0; t < one.rows * one.seq_len; ++t) {
+          if (t < offset || t >= offset + len) one.target[t] = 0;
+        }
+        EXPECT_NEAR(run(one, mode, nullptr), alone_loss[k], 1e-5 * std::max(1.0, alone_loss[k])) << "record " << k;
+        offset += len;
+        ++k;
+      }
+    }
+    ASSERT_EQ(k, records.size());
+    std::vector<at::Tensor> g;
+    run(packed, mode, &g);
+    ASSERT_EQ(g.size(), alone_grads.size());
+    for (size_t i = 0; i < g.size(); ++i) {
+      const double scale = alone_grads[i].abs().max().item<double>();
+      EXPECT_LE((g[i] - alone_grads[i]).abs().max().item<double>(), 1e-5 * scale) << "tensor " << i;
+    }
+  }
+}
+
 TEST(Engine, ClipMatchesTorchSemantics) {
   LlamaConfig c = Tiny(4);
   LocalEngine engine(MakeLayout(c), RandomParams(c, 1), at::kCPU, at::kFloat, AdamWOptions{});

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 
+#include <algorithm>
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
@@ -146,21 +147,30 @@ absl::StatusOr<std::vector<Sequence>> LoadJsonl(const std::string& path,
 
 std::vector<Sequence> PackSequences(const std::vector<Sequence>& sequences, int64_t seq_len) {
   std::vector<Sequence> rows;
-  Sequence cur;
+  Sequence open;
+  auto close = [&] {
+    if (!open.tokens.empty()) rows.push_back(std::move(open));
+    open = Sequence();
+  };
+  auto append = [&](const Sequence& s, size_t begin, size_t end) {
+    open.tokens.insert(open.tokens.end(), s.tokens.begin() + begin, s.tokens.begin() + end);
+    open.target.insert(open.target.end(), s.target.begin() + begin, s.target.begin() + end);
+    open.documents.push_back(static_cast<int32_t>(end - begin));
+  };
+  const size_t cap = static_cast<size_t>(seq_len);
   for (const Sequence& s : sequences) {
+    const size_t n = s.tokens.size();
+    if (n > cap - open.tokens.size()) close();
     size_t i = 0;
-    while (i < s.tokens.size()) {
-      size_t take = std::min<size_t>(s.tokens.size() - i, seq_len - cur.tokens.size());
-      cur.tokens.insert(cur.tokens.end(), s.tokens.begin() + i, s.tokens.begin() + i + take);
-      cur.target.insert(cur.target.end(), s.target.begin() + i, s.target.begin() + i + take);
-      i += take;
-      if (static_cast<int64_t>(cur.tokens.size()) == seq_len) {
-        rows.push_back(std::move(cur));
-        cur = Sequence();
-      }
+    for (; n - i > cap; i += cap) {  // pieces of a sequence longer than seq_len
+      append(s, i, i + cap);
+      close();
     }
+    if (i < n) append(s, i, n);
+    if (open.tokens.size() == cap) close();
   }
-  return rows;  // the partial `cur` is the dropped remainder
+  close();
+  return rows;
 }
 
 absl::Status CheckPaddingRows(const std::vector<Sequence>& sequences, int64_t seq_len,
@@ -192,13 +202,35 @@ Batch MakeBatch(const std::vector<Sequence>& rows, const std::vector<int64_t>& i
   }
   b.tokens.assign(b.rows * b.seq_len, pad_id);
   b.target.assign(b.rows * b.seq_len, 0);
+  std::vector<std::vector<int32_t>> documents;
   for (int64_t r = 0; r < b.rows; ++r) {
     const Sequence& s = rows[indices[r]];
     std::copy(s.tokens.begin(), s.tokens.end(), b.tokens.begin() + r * b.seq_len);
     std::copy(s.target.begin(), s.target.end(), b.target.begin() + r * b.seq_len);
     b.real_tokens += static_cast<int64_t>(s.tokens.size());
+    documents.push_back(s.documents);
   }
+  SetDocuments(documents, &b);
   return b;
+}
+
+void SetDocuments(const std::vector<std::vector<int32_t>>& documents, Batch* b) {
+  const bool several = std::any_of(documents.begin(), documents.end(),
+                                   [](const std::vector<int32_t>& d) { return d.size() > 1; });
+  if (!several) return;
+  b->position.assign(b->rows * b->seq_len, 0);
+  for (int64_t r = 0; r < b->rows; ++r) {
+    int32_t* pos = b->position.data() + r * b->seq_len;
+    uint8_t* target = b->target.data() + r * b->seq_len;
+    int64_t t = 0;
+    for (int32_t len : documents[r]) {
+      if (len <= 0 || t >= b->seq_len) continue;
+      target[t] = 0;  // a document's first token: nothing of its own predicts it
+      for (int32_t p = 0; p < len && t < b->seq_len; ++p) pos[t++] = p;
+    }
+    // The padding after the documents (or a row of one document) counts from 0 again.
+    for (int32_t p = 0; t < b->seq_len; ++p) pos[t++] = p;
+  }
 }
 
 absl::StatusOr<Sampler> Sampler::Create(const Options& o) {

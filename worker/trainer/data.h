@@ -24,9 +24,12 @@ inline absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizer(const std::strin
 
 // One token sequence. target[t] == 1 when token t is a loss target (predicted from the
 // tokens before it); 0 for prompt tokens and padding. tokens.size() == target.size().
+// A packed row (PackSequences) also lists its documents: `documents` holds their lengths
+// in order (summing to tokens.size()); empty means the whole sequence is one document.
 struct Sequence {
   std::vector<int32_t> tokens;
   std::vector<uint8_t> target;
+  std::vector<int32_t> documents = {};
 };
 
 struct DataLoadOptions {
@@ -69,8 +72,14 @@ absl::StatusOr<Sequence> ParseRecord(const std::string& path, int64_t lineno, ab
                                      const DataLoadOptions& options);
 bool IsBlankLine(absl::string_view line);
 
-// llama-recipes' ConcatDataset: concatenates the sequences (tokens and masks) in order and
-// cuts the stream into rows of exactly seq_len tokens, dropping the remainder.
+// Packing with document masking: the sequences, in order, each kept whole as one document,
+// go into rows of at most seq_len tokens by next fit: a sequence joins the open row when it
+// fits in the room left, else the open row is closed (its padding, added by MakeBatch, is
+// never a loss target) and the sequence starts the next. A sequence longer than seq_len is
+// cut into pieces of seq_len from its start, each a row of its own and its own document;
+// the last piece, shorter, starts a row as above. The last row is kept however short.
+// Every token is in exactly one row, in order. The rows' documents never see each other
+// (MakeBatch's positions; the model's block-diagonal causal attention).
 std::vector<Sequence> PackSequences(const std::vector<Sequence>& sequences, int64_t seq_len);
 
 // Padding mode: one sequence per row; a sequence longer than seq_len is an error naming
@@ -81,18 +90,32 @@ absl::Status CheckPaddingRows(const std::vector<Sequence>& sequences, int64_t se
 // A micro-batch, row-major [rows, seq_len]. Rows shorter than the longest are
 // right-padded with pad_id and target 0 (right padding under a causal mask never
 // changes the real tokens' outputs).
+//
+// Documents: when some row holds more than one document, `position` gives every token its
+// position within its document (0 at each document's first token; the padding after a
+// row's documents counts as one more document) and a token attends only to the tokens of
+// its own document up to itself: token t of a row sees t' iff t - position[t] <= t' <= t.
+// The first token of every document is then not a target (nothing of its own precedes
+// it), so each document's loss terms are those it has alone. `position` is empty when
+// every row is one document: positions 0..seq_len-1 and plain causal attention.
 struct Batch {
   int64_t rows = 0;
   int64_t seq_len = 0;
-  std::vector<int64_t> tokens;  // [rows * seq_len]
-  std::vector<uint8_t> target;  // [rows * seq_len]
-  int64_t real_tokens = 0;      // non-padding tokens
+  std::vector<int64_t> tokens;    // [rows * seq_len]
+  std::vector<uint8_t> target;    // [rows * seq_len]
+  std::vector<int32_t> position;  // [rows * seq_len], or empty (see above)
+  int64_t real_tokens = 0;        // non-padding tokens
   // Loss terms: positions t >= 1 of each row with target[t] == 1 (token t predicted from
   // position t-1).
   int64_t NumTargets() const;
 };
 Batch MakeBatch(const std::vector<Sequence>& rows, const std::vector<int64_t>& indices,
                 int32_t pad_id = 0);
+// Sets the documents of a batch whose tokens and targets are filled: `documents[r]` holds
+// the lengths of row r's documents in order (empty, or one entry: the row is one
+// document). Fills `position` and clears the target of each document's first token when
+// some row holds more than one document; leaves both alone otherwise (see Batch).
+void SetDocuments(const std::vector<std::vector<int32_t>>& documents, Batch* batch);
 
 // Chooses rows for every (epoch, step, micro-step, rank). Each epoch is a seeded
 // permutation of all rows (its own splitmix/xorshift generator, so results do not depend

@@ -92,17 +92,19 @@ ModelInput MakeModelInput(const Batch& b, const at::Device& device) {
   in.num_targets = static_cast<int64_t>(pos.size());
   in.loss_positions = at::tensor(pos, at::kLong);
   in.labels = at::tensor(labels, at::kLong);
+  if (!b.position.empty()) {
+    in.positions =
+        at::from_blob(const_cast<int32_t*>(b.position.data()), {B, T}, at::kInt).to(at::kLong);
+  }
+  std::vector<at::Tensor*> moved = {&in.tokens, &in.loss_positions, &in.labels};
+  if (in.positions.defined()) moved.push_back(&in.positions);
   if (device.is_cuda()) {
     // From page-locked memory the copies are asynchronous: the host does not wait for the
     // device to drain its queue (a pageable copy would). The caching host allocator keeps
     // the pinned buffers until the copies are done.
-    for (at::Tensor* t : {&in.tokens, &in.loss_positions, &in.labels}) {
-      *t = t->pin_memory().to(device, /*non_blocking=*/true);
-    }
+    for (at::Tensor* t : moved) *t = t->pin_memory().to(device, /*non_blocking=*/true);
   } else if (device != at::Device(at::kCPU)) {
-    in.tokens = in.tokens.to(device);
-    in.loss_positions = in.loss_positions.to(device);
-    in.labels = in.labels.to(device);
+    for (at::Tensor* t : moved) *t = t->to(device);
   }
   return in;
 }
@@ -297,7 +299,7 @@ at::Tensor LlamaModel::DecoderLayer(const std::vector<at::Tensor>& p, const at::
   k = k * cos + RotateHalf(k) * sin;
 
   at::Tensor attn;  // [B, H, T, d]
-  // HF repeat_kv: kv head j serves query heads j*G .. j*G+G-1.
+  // HF repeat_kv: kv head j serves query heads j*G .. j*G+G-1. `mask`: see Trunk.
 #if TORCH_VERSION_MAJOR >= 2
   // (SDPA's enable_gqa, LibTorch >= 2.5, would spare the copy, but on 2.6's CPU its kernel
   // moved one weight of the reference test by 1.3e-5 relative, past the 1e-5 the
@@ -308,13 +310,21 @@ at::Tensor LlamaModel::DecoderLayer(const std::vector<at::Tensor>& p, const at::
     k = k.unsqueeze(2).expand({B, KV, G, T, d}).reshape({B, H, T, d});
     v = v.unsqueeze(2).expand({B, KV, G, T, d}).reshape({B, H, T, d});
   }
-  attn = at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true);
+  attn = mask.defined() ? at::scaled_dot_product_attention(q, k, v, mask, 0.0, /*is_causal=*/false)
+                        : at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true);
 #else
   // Group the G query heads of each kv head into one [G*T, d] block so k and v are never
-  // copied per query head: scores [B*KV, G*T, T] = mask + scale * q k^T in one baddbmm.
+  // copied per query head: scores [B*KV, G*T, T] = mask + scale * q k^T in one baddbmm
+  // (the causal [G*T, T] mask), or with a document mask [B, 1, T, T] added per row.
   at::Tensor qg = q.reshape({B * KV, G * T, d});
   at::Tensor kt = k.reshape({B * KV, T, d}).transpose(1, 2);  // [B*KV, d, T]
-  at::Tensor scores = at::baddbmm(mask, qg, kt, /*beta=*/1.0, /*alpha=*/1.0 / std::sqrt(double(d)));
+  const double scale = 1.0 / std::sqrt(double(d));
+  at::Tensor scores = mask.dim() == 2 ? at::baddbmm(mask, qg, kt, /*beta=*/1.0, /*alpha=*/scale)
+                                      : at::bmm(qg, kt)
+                                            .mul(scale)
+                                            .view({B, KV, G, T, T})
+                                            .add(mask.view({B, 1, 1, T, T}))
+                                            .view({B * KV, G * T, T});
   at::Tensor probs = at::softmax(scores, -1, at::kFloat).to(q.scalar_type());
   attn = at::bmm(probs, v.reshape({B * KV, T, d})).view({B, H, T, d});
 #endif
@@ -329,8 +339,10 @@ at::Tensor LlamaModel::DecoderLayer(const std::vector<at::Tensor>& p, const at::
 }
 
 // One decoder layer under activation checkpointing (see set_activation_checkpointing).
-// The mask is optional: LibTorch 2.x has none (is_causal), and an undefined tensor is not a
-// valid input of a custom autograd function there (it records every tensor's device).
+// The mask is optional: LibTorch 2.x has none for rows of one document (is_causal), and an
+// undefined tensor is not a valid input of a custom autograd function there (it records
+// every tensor's device). The recompute gets the forward's cos, sin and mask: a packed
+// batch's per-document positions and document mask.
 // Selective mode: the forward records the projections' outputs and keeps them in the
 // context; the backward's recompute replays them (KeptLinear) instead of the matmuls.
 class CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
@@ -435,22 +447,50 @@ class CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
   }
 };
 
-at::Tensor LlamaModel::Trunk(ParamEngine& engine, const at::Tensor& tokens) {
-  const int64_t T = tokens.size(1);
+namespace {
+// Block-diagonal causal attention over packed documents, additive: [B, 1, T, T] of
+// `dtype`, 0 where token i of a row may attend to token j (i - positions[i] <= j <= i:
+// its own document up to itself) and -inf elsewhere. Every row keeps its diagonal, so no
+// softmax row is empty.
+at::Tensor DocumentMask(const at::Tensor& positions, at::ScalarType dtype) {
+  const int64_t T = positions.size(1);
+  const at::Tensor i = at::arange(T, positions.options());  // [T]
+  const at::Tensor first = (i - positions).unsqueeze(2);    // [B, T, 1]: document start
+  const at::Tensor j = i.view({1, 1, T});
+  const at::Tensor allowed = j.ge(first).logical_and(j.le(i.view({1, T, 1})));  // [B, T, T]
+  return at::zeros(allowed.sizes(), positions.options().dtype(dtype))
+      .masked_fill(allowed.logical_not(), -std::numeric_limits<float>::infinity())
+      .unsqueeze(1);
+}
+}  // namespace
+
+at::Tensor LlamaModel::Trunk(ParamEngine& engine, const at::Tensor& tokens,
+                             const at::Tensor& positions) {
+  const int64_t B = tokens.size(0), T = tokens.size(1);
   TORCH_CHECK(T <= config_.max_position_embeddings, "sequence length ", T,
               " exceeds max_position_embeddings ", config_.max_position_embeddings);
-  at::Tensor cos = cos_.narrow(0, 0, T).to(dtype_);  // [T, d]
-  at::Tensor sin = sin_.narrow(0, 0, T).to(dtype_);
-  // Additive causal mask for the grouped scores: [G*T, T], row g*T+i masks columns > i.
-  // (LibTorch 2.x uses scaled_dot_product_attention's is_causal instead.)
-  at::Tensor mask;
+  at::Tensor cos, sin, mask;
+  if (positions.defined()) {
+    // Each token's rotation by its position in its document, [B, 1, T, d] (broadcast over
+    // heads); attention block-diagonal causal.
+    const at::Tensor flat = positions.reshape({B * T});
+    const int64_t d = cos_.size(1);
+    cos = cos_.index_select(0, flat).view({B, 1, T, d}).to(dtype_);
+    sin = sin_.index_select(0, flat).view({B, 1, T, d}).to(dtype_);
+    mask = DocumentMask(positions, dtype_);
+  } else {
+    cos = cos_.narrow(0, 0, T).to(dtype_);  // [T, d]
+    sin = sin_.narrow(0, 0, T).to(dtype_);
 #if TORCH_VERSION_MAJOR < 2
-  const int64_t G = config_.num_attention_heads / config_.num_key_value_heads;
-  mask = at::full({T, T}, -std::numeric_limits<float>::infinity(),
-                  at::TensorOptions().dtype(dtype_).device(device_))
-             .triu(1)
-             .repeat({G, 1});
+    // Additive causal mask for the grouped scores: [G*T, T], row g*T+i masks columns > i.
+    // (LibTorch 2.x uses scaled_dot_product_attention's is_causal instead.)
+    const int64_t G = config_.num_attention_heads / config_.num_key_value_heads;
+    mask = at::full({T, T}, -std::numeric_limits<float>::infinity(),
+                    at::TensorOptions().dtype(dtype_).device(device_))
+               .triu(1)
+               .repeat({G, 1});
 #endif
+  }
 
   std::vector<at::Tensor> embed = engine.Acquire(EmbedUnit());
   at::Tensor x = VocabParallelEmbedding(embed[0], tokens, tp_);  // [B, T, h]
@@ -473,8 +513,9 @@ at::Tensor LlamaModel::Trunk(ParamEngine& engine, const at::Tensor& tokens) {
   return x;
 }
 
-at::Tensor LlamaModel::Hidden(ParamEngine& engine, const at::Tensor& tokens) {
-  at::Tensor x = Trunk(engine, tokens);
+at::Tensor LlamaModel::Hidden(ParamEngine& engine, const at::Tensor& tokens,
+                              const at::Tensor& positions) {
+  at::Tensor x = Trunk(engine, tokens, positions);
   const int head = HeadUnit(config_);
   std::vector<at::Tensor> p = engine.Acquire(head, &x);
   at::Tensor y = RmsNorm(x, p[0]);
@@ -533,7 +574,7 @@ at::Tensor LlamaModel::ChunkLoss(const at::Tensor& y, const at::Tensor& w,
 }
 
 at::Tensor LlamaModel::LossSum(ParamEngine& engine, const ModelInput& in) {
-  at::Tensor x = Trunk(engine, in.tokens);  // [B, T, h]
+  at::Tensor x = Trunk(engine, in.tokens, in.positions);  // [B, T, h]
   const int64_t B = x.size(0), T = x.size(1), h = x.size(2);
   // Only positions whose next token is a target reach the norm and lm_head.
   at::Tensor sel = x.narrow(1, 0, T - 1).reshape({B * (T - 1), h}).index_select(0, in.loss_positions);

@@ -15,6 +15,13 @@
 // query head h attends with kv head h / (H / KV); causal mask; q, k and v carry biases
 // when config.qkv_bias (Qwen2), no other projection does.
 //
+// Packed rows of several documents (data.h's Batch::position): RoPE takes each token's
+// position within its document, and attention is block-diagonal causal (a token sees the
+// tokens of its own document up to itself), through an additive [B, 1, T, T] mask in the
+// compute dtype built once per micro-batch and shared by every layer (and by a
+// checkpointed layer's recompute). Batches whose rows are one document each keep plain
+// causal attention (LibTorch 2.x: scaled_dot_product_attention's is_causal), no mask.
+//
 // Under tensor parallelism (tensor_parallel.h, set_tensor_parallel) each rank computes its
 // heads and MLP rows with Megatron's f and g around the projections, a
 // vocabulary-parallel embedding and a vocabulary-parallel loss (tensor_parallel_ops.h).
@@ -93,6 +100,9 @@ absl::StatusOr<ActivationCheckpointing> ParseActivationCheckpointing(const std::
 // A micro-batch on the device.
 struct ModelInput {
   at::Tensor tokens;         // [B, T] int64
+  // [B, T] int64: each token's position in its document (Batch::position); undefined when
+  // every row is one document (positions 0..T-1, causal attention).
+  at::Tensor positions;
   at::Tensor loss_positions;  // [N] int64: flat indices b*(T-1)+t whose next token is a target
   at::Tensor labels;          // [N] int64: tokens[b][t+1] for those positions
   int64_t num_targets = 0;    // N
@@ -141,8 +151,10 @@ class LlamaModel {
   void set_loss_chunk_positions(int64_t positions) { loss_chunk_ = positions; }
   int64_t loss_chunk_positions() const { return loss_chunk_; }
 
-  // Final hidden states after the last norm, [B, T, h] (used by tests).
-  at::Tensor Hidden(ParamEngine& engine, const at::Tensor& tokens);
+  // Final hidden states after the last norm, [B, T, h] (used by tests); `positions` as
+  // ModelInput's (undefined: one document per row).
+  at::Tensor Hidden(ParamEngine& engine, const at::Tensor& tokens,
+                    const at::Tensor& positions = {});
 
  private:
   friend class CheckpointedLayer;
@@ -159,7 +171,8 @@ class LlamaModel {
   // a row-parallel module (o, down) returns the group's sum.
   at::Tensor Project(const std::vector<at::Tensor>& p, int module, const at::Tensor& x,
                      const at::Tensor& x_whole) const;
-  at::Tensor Trunk(ParamEngine& engine, const at::Tensor& tokens);  // before the final norm
+  // Before the final norm; `positions` as ModelInput's.
+  at::Tensor Trunk(ParamEngine& engine, const at::Tensor& tokens, const at::Tensor& positions);
   // Sum of the cross-entropy of logits y w^T (fp32) against labels: y [N, h], w [V, h].
   at::Tensor ChunkLoss(const at::Tensor& y, const at::Tensor& w, const at::Tensor& labels) const;
 

@@ -544,18 +544,35 @@ absl::StatusOr<TokenCacheResult> OpenTokenCache(const std::string& data_path, co
   return mapped(std::move(f));
 }
 
-absl::StatusOr<TokenRows> TokenRows::Create(std::shared_ptr<const TokenFile> file, BatchingMode batching,
-                                            int64_t seq_len, const std::string& source) {
+absl::StatusOr<TokenRows> TokenRows::Create(std::shared_ptr<const TokenFile> file,
+                                            BatchingMode batching, int64_t seq_len,
+                                            const std::string& source) {
   TokenRows r;
   r.batching_ = batching;
   r.seq_len_ = seq_len;
   if (batching == BatchingMode::kPacking) {
-    r.rows_ = file->num_tokens() / seq_len;
-    if (r.rows_ == 0) {
-      return absl::InvalidArgumentError(absl::StrCat(source, ": ", file->num_tokens(),
-                                                     " tokens in total, fewer than one packed row of seq_len ",
-                                                     seq_len));
+    if (file->num_tokens() == 0) {
+      return absl::InvalidArgumentError(absl::StrCat(source, ": no tokens to pack"));
     }
+    // PackSequences' next fit over the sequences' lengths: `used` tokens of the open row.
+    r.row_begin_.push_back(0);
+    int64_t used = 0;
+    for (int64_t s = 0; s < file->num_sequences(); ++s) {
+      const int64_t lo = file->sequence_begin(s), n = file->sequence_end(s) - lo;
+      if (used > 0 && n > seq_len - used) {
+        r.row_begin_.push_back(lo);
+        used = 0;
+      }
+      int64_t i = 0;
+      for (; n - i > seq_len; i += seq_len) r.row_begin_.push_back(lo + i + seq_len);
+      used += n - i;
+      if (used == seq_len) {
+        r.row_begin_.push_back(lo + n);
+        used = 0;
+      }
+    }
+    if (used > 0) r.row_begin_.push_back(file->num_tokens());
+    r.rows_ = static_cast<int64_t>(r.row_begin_.size()) - 1;
   } else {
     for (int64_t s = 0; s < file->num_sequences(); ++s) {
       const int64_t n = file->sequence_end(s) - file->sequence_begin(s);
@@ -571,33 +588,60 @@ absl::StatusOr<TokenRows> TokenRows::Create(std::shared_ptr<const TokenFile> fil
   return r;
 }
 
+std::pair<int64_t, int64_t> TokenRows::Span(int64_t row) const {
+  if (batching_ == BatchingMode::kPacking) return {row_begin_[row], row_begin_[row + 1]};
+  return {file_->sequence_begin(row), file_->sequence_end(row)};
+}
+
+std::vector<int32_t> TokenRows::Documents(int64_t begin, int64_t end) const {
+  // The first sequence that starts after `begin` (offsets are monotonic: TokenFile::Open).
+  int64_t lo = 0, hi = file_->num_sequences();
+  while (lo < hi) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    if (file_->sequence_begin(mid) <= begin) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
+    }
+  }
+  std::vector<int32_t> docs;
+  int64_t start = begin;
+  for (int64_t s = lo; s < file_->num_sequences() && file_->sequence_begin(s) < end; ++s) {
+    if (file_->sequence_begin(s) > start)
+      docs.push_back(static_cast<int32_t>(file_->sequence_begin(s) - start));
+    start = file_->sequence_begin(s);
+  }
+  docs.push_back(static_cast<int32_t>(end - start));
+  return docs;
+}
+
 absl::StatusOr<Batch> TokenRows::MakeBatch(const std::vector<int64_t>& indices, int32_t pad_id,
                                            int64_t vocab_size) const {
-  auto span = [&](int64_t row) -> std::pair<int64_t, int64_t> {
-    if (batching_ == BatchingMode::kPacking) return {row * seq_len_, (row + 1) * seq_len_};
-    return {file_->sequence_begin(row), file_->sequence_end(row)};
-  };
   Batch b;
   b.rows = static_cast<int64_t>(indices.size());
   for (int64_t i : indices) {
-    const auto [lo, hi] = span(i);
+    const auto [lo, hi] = Span(i);
     b.seq_len = std::max(b.seq_len, hi - lo);
   }
   b.tokens.assign(b.rows * b.seq_len, pad_id);
   b.target.assign(b.rows * b.seq_len, 0);
+  std::vector<std::vector<int32_t>> documents(b.rows);
   for (int64_t r = 0; r < b.rows; ++r) {
-    const auto [lo, hi] = span(indices[r]);
+    const auto [lo, hi] = Span(indices[r]);
     for (int64_t t = lo; t < hi; ++t) {
       const int32_t id = file_->tokens()[t];
       if (id < 0 || (vocab_size > 0 && id >= vocab_size)) {
-        return absl::InvalidArgumentError(absl::StrCat(file_->path(), ": token id ", id,
-                                                       " is outside the vocabulary (a damaged token cache file)"));
+        return absl::InvalidArgumentError(
+            absl::StrCat(file_->path(), ": token id ", id,
+                         " is outside the vocabulary (a damaged token cache file)"));
       }
       b.tokens[r * b.seq_len + (t - lo)] = id;
       b.target[r * b.seq_len + (t - lo)] = file_->target()[t] ? 1 : 0;
     }
     b.real_tokens += hi - lo;
+    if (batching_ == BatchingMode::kPacking) documents[r] = Documents(lo, hi);
   }
+  SetDocuments(documents, &b);
   return b;
 }
 

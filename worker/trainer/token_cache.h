@@ -47,6 +47,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -120,23 +121,33 @@ struct TokenCacheResult {
 // record (`file:line: why`).
 absl::StatusOr<TokenCacheResult> OpenTokenCache(const std::string& data_path, const TokenCacheOptions& options);
 
-// Training rows over a token file, in the semantics of data.h: packing cuts the token
-// stream into rows of exactly seq_len (the remainder dropped, as PackSequences); padding
-// makes each sequence a row (CheckPaddingRows' rule and error).
+// Training rows over a token file, in the semantics of data.h: packing puts the sequences
+// into rows of at most seq_len by next fit, each a document (PackSequences' rows, in the
+// same order, with their documents: each row is a contiguous range of the token stream
+// whose documents start at its first token and at every sequence start inside it);
+// padding makes each sequence a row (CheckPaddingRows' rule and error). The file itself
+// holds sequences only, so packing at any seq_len reads the same entry.
 class TokenRows {
  public:
-  static absl::StatusOr<TokenRows> Create(std::shared_ptr<const TokenFile> file, BatchingMode batching,
-                                          int64_t seq_len, const std::string& source);
+  static absl::StatusOr<TokenRows> Create(std::shared_ptr<const TokenFile> file,
+                                          BatchingMode batching, int64_t seq_len,
+                                          const std::string& source);
   int64_t size() const { return rows_; }
-  // Rows `indices` as one batch (MakeBatch's layout and padding); INVALID_ARGUMENT when a
-  // token id is >= vocab_size (a damaged cache file).
-  absl::StatusOr<Batch> MakeBatch(const std::vector<int64_t>& indices, int32_t pad_id, int64_t vocab_size) const;
+  // Rows `indices` as one batch (MakeBatch's layout, padding and documents);
+  // INVALID_ARGUMENT when a token id is >= vocab_size (a damaged cache file).
+  absl::StatusOr<Batch> MakeBatch(const std::vector<int64_t>& indices, int32_t pad_id,
+                                  int64_t vocab_size) const;
 
  private:
+  // Row `row`'s tokens [first, second) in the file, and (packing) its documents' lengths.
+  std::pair<int64_t, int64_t> Span(int64_t row) const;
+  std::vector<int32_t> Documents(int64_t begin, int64_t end) const;
+
   std::shared_ptr<const TokenFile> file_;
   BatchingMode batching_ = BatchingMode::kPacking;
   int64_t seq_len_ = 0;
   int64_t rows_ = 0;
+  std::vector<int64_t> row_begin_;  // packing: row r is tokens [row_begin_[r], row_begin_[r + 1])
 };
 
 // The default cache directory of a trainer run on its own: $LLAMAFLEET_TOKEN_CACHE_DIR,

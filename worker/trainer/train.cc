@@ -181,6 +181,7 @@ sched::MemoryEstimate EstimateForRun(const LlamaConfig& config, const TrainOptio
   in.grad_accum = grad_accum;
   in.max_inflight_all_gathers = sh.max_inflight_all_gathers;
   in.fused_attention = TORCH_VERSION_MAJOR >= 2;  // model.cc uses scaled_dot_product_attention
+  in.document_mask = opt.batching == BatchingMode::kPacking;
   in.gpu = device.is_cuda();
   in.cpu_runtime_bytes = runtime_rss;
   in.async_checkpoints = !opt.checkpoint_dir.empty() && opt.checkpoint_async;
