@@ -23,6 +23,14 @@ void ApplyDefaults(v1::JobSpec* spec) {
   if (spec->data().format() == v1::DATA_FORMAT_UNSPECIFIED) {
     spec->mutable_data()->set_format(v1::TEXT);
   }
+  // Each source and set without its own format takes data.format.
+  for (v1::DataSource& s : *spec->mutable_data()->mutable_train()) {
+    if (s.format() == v1::DATA_FORMAT_UNSPECIFIED) s.set_format(spec->data().format());
+    if (!s.has_weight()) s.set_weight(1.0);
+  }
+  for (v1::EvalSet& s : *spec->mutable_data()->mutable_eval()) {
+    if (s.format() == v1::DATA_FORMAT_UNSPECIFIED) s.set_format(spec->data().format());
+  }
 
   v1::TrainingSpec* t = spec->mutable_training();
   if (!t->has_epochs() && t->max_steps() == 0) t->set_epochs(1);
