@@ -583,6 +583,7 @@ void WorkerAgent::OnLine(const std::string& task_id, int rank, bool is_stderr,
       e->set_loss(x->loss);
       e->set_perplexity(x->perplexity);
       e->set_tokens(x->tokens);
+      e->set_set(x->set);
       structured = std::move(m);
     } else if (const auto* x = std::get_if<trainer_events::CheckpointSaved>(&*event)) {
       v1::WorkerMessage m;
