@@ -30,7 +30,8 @@ TEST_F(EvalSetsStoreTest, EachSetHasItsHistoryAndOnlyThePrimaryMovesTheBest) {
   ASSERT_TRUE(store->WriteAndWait(AttemptRunningTxn(job, 1)).ok());
   auto eval = [&](int64_t step, double loss, const std::string& set, bool primary) {
     clock_.Advance(absl::Seconds(1));
-    ASSERT_TRUE(store->WriteAndWait(RecordEvalTxn(job, 1, step, loss, std::exp(loss), set, primary)).ok());
+    ASSERT_TRUE(
+        store->WriteAndWait(RecordEvalTxn(job, 1, step, loss, std::exp(loss), set, primary)).ok());
   };
   eval(10, 2.5, "chat", true);
   eval(10, 1.5, "code", false);
@@ -40,7 +41,8 @@ TEST_F(EvalSetsStoreTest, EachSetHasItsHistoryAndOnlyThePrimaryMovesTheBest) {
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_DOUBLE_EQ(got->latest_metrics().eval_loss(), 2.75);
   EXPECT_EQ(got->latest_metrics().eval_step(), 20);
-  EXPECT_DOUBLE_EQ(got->latest_metrics().best_eval_loss(), 2.5) << "code's lower losses are not the best";
+  EXPECT_DOUBLE_EQ(got->latest_metrics().best_eval_loss(), 2.5)
+      << "code's lower losses are not the best";
   absl::StatusOr<std::vector<v1::EvalPoint>> history = EvalHistory(*store, job, 100);
   ASSERT_TRUE(history.ok()) << history.status();
   std::vector<std::pair<std::string, double>> points;
