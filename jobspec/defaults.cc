@@ -27,7 +27,18 @@ void ApplyDefaults(v1::JobSpec* spec) {
   // TRAIN_ON_UNSPECIFIED in MessageToJson, which no parse accepts back.
   v1::DataSpec* d = spec->mutable_data();
   if (d->train_on() == v1::TRAIN_ON_UNSPECIFIED) d->set_train_on(v1::ASSISTANT);
-  if (d->format() == v1::CHAT && d->chat_template().empty()) d->set_chat_template("model");
+  // Each source and set without its own format takes data.format.
+  bool chat = d->format() == v1::CHAT;
+  for (v1::DataSource& s : *d->mutable_train()) {
+    if (s.format() == v1::DATA_FORMAT_UNSPECIFIED) s.set_format(d->format());
+    if (!s.has_weight()) s.set_weight(1.0);
+    chat = chat || s.format() == v1::CHAT;
+  }
+  for (v1::EvalSet& s : *d->mutable_eval()) {
+    if (s.format() == v1::DATA_FORMAT_UNSPECIFIED) s.set_format(d->format());
+    chat = chat || s.format() == v1::CHAT;
+  }
+  if (chat && d->chat_template().empty()) d->set_chat_template("model");
 
   v1::TrainingSpec* t = spec->mutable_training();
   if (!t->has_epochs() && t->max_steps() == 0) t->set_epochs(1);

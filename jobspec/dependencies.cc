@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "common/job_state.h"
+#include "jobspec/data_sources.h"
 #include "jobspec/field_violations.h"
 #include "jobspec/jobspec.h"
 
@@ -37,10 +38,9 @@ std::vector<std::pair<std::string, std::string*>> ReadFields(v1::JobSpec* spec) 
   std::vector<std::pair<std::string, std::string*>> out = {
       {"model.path", spec->mutable_model()->mutable_path()},
       {"model.tokenizer", spec->mutable_model()->mutable_tokenizer()},
-      {"data.train_path", spec->mutable_data()->mutable_train_path()},
-      {"data.eval_path", spec->mutable_data()->mutable_eval_path()},
-      {"checkpoint.resume", spec->mutable_checkpoint()->mutable_resume()},
   };
+  for (auto& field : MutableDataPathFields(spec)) out.push_back(std::move(field));
+  out.push_back({"checkpoint.resume", spec->mutable_checkpoint()->mutable_resume()});
   // Only a spec with a peft block has an adapter path: asking would add an empty block.
   if (spec->has_peft())
     out.push_back({"peft.adapter_path", spec->mutable_peft()->mutable_adapter_path()});
@@ -270,6 +270,15 @@ void KeepResolvedReferences(const v1::JobSpec& resolved, v1::JobSpec* submitted)
        [&](const std::string& v) { submitted->mutable_data()->set_train_path(v); });
   keep(submitted->data().eval_path(), resolved.data().eval_path(),
        [&](const std::string& v) { submitted->mutable_data()->set_eval_path(v); });
+  // The lists have the same elements in both (resolution rewrites paths only).
+  for (int i = 0; i < submitted->data().train_size() && i < resolved.data().train_size(); ++i) {
+    keep(submitted->data().train(i).path(), resolved.data().train(i).path(),
+         [&](const std::string& v) { submitted->mutable_data()->mutable_train(i)->set_path(v); });
+  }
+  for (int i = 0; i < submitted->data().eval_size() && i < resolved.data().eval_size(); ++i) {
+    keep(submitted->data().eval(i).path(), resolved.data().eval(i).path(),
+         [&](const std::string& v) { submitted->mutable_data()->mutable_eval(i)->set_path(v); });
+  }
   keep(submitted->checkpoint().resume(), resolved.checkpoint().resume(),
        [&](const std::string& v) { submitted->mutable_checkpoint()->set_resume(v); });
   keep(submitted->peft().adapter_path(), resolved.peft().adapter_path(),

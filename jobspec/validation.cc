@@ -6,8 +6,10 @@
 #include <vector>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "jobspec/data_sources.h"
 #include "jobspec/dependencies.h"
 #include "jobspec/field_violations.h"
 #include "jobspec/jobspec.h"
@@ -171,18 +173,82 @@ void CheckModel(const v1::JobSpec& spec, Violations& v) {
   }
   CheckPath(v, "model.path", m.path());
   CheckPath(v, "model.tokenizer", m.tokenizer());
-  if (!m.preset().empty() && m.tokenizer().empty() && spec.data().format() != v1::TOKENS) {
-    v.Add("model.tokenizer", "is required with model.preset unless data.format is TOKENS");
+  if (!m.preset().empty() && m.tokenizer().empty() && DataNeedsTokenizer(spec)) {
+    v.Add("model.tokenizer",
+          "is required with model.preset unless every data file's format is TOKENS");
+  }
+}
+
+// data.train: each source's path and weight.
+void CheckTrainSources(const v1::DataSpec& d, Violations& v) {
+  if (d.train_size() > kMaxTrainSources) {
+    v.Add("data.train", absl::StrCat("must have at most ", kMaxTrainSources, " sources (got ",
+                                     d.train_size(), ")"));
+  }
+  for (int i = 0; i < d.train_size(); ++i) {
+    const v1::DataSource& s = d.train(i);
+    const std::string at = absl::StrCat("data.train[", i, "]");
+    if (s.path().empty()) v.Add(at + ".path", "is required");
+    CheckPath(v, at + ".path", s.path());
+    // Bounded so that the draw's cumulative weights stay exact enough to compare.
+    if (s.has_weight() && !(s.weight() > 0 && s.weight() <= 1e6)) {
+      v.Add(at + ".weight", absl::StrCat("must be > 0 and <= 1e6 (got ", s.weight(), ")"));
+    }
+  }
+}
+
+// data.eval: each set's name (a metric tag: unique, [A-Za-z0-9_-]) and path.
+void CheckEvalSets(const v1::DataSpec& d, Violations& v) {
+  if (d.eval_size() > kMaxEvalSets) {
+    v.Add("data.eval",
+          absl::StrCat("must have at most ", kMaxEvalSets, " sets (got ", d.eval_size(), ")"));
+  }
+  std::set<std::string> names;
+  for (int i = 0; i < d.eval_size(); ++i) {
+    const v1::EvalSet& s = d.eval(i);
+    const std::string at = absl::StrCat("data.eval[", i, "]");
+    const bool tag_chars = std::all_of(s.name().begin(), s.name().end(), [](char c) {
+      return absl::ascii_isalnum(c) || c == '-' || c == '_';
+    });
+    if (s.name().empty()) {
+      v.Add(at + ".name", "is required (the set's metric name)");
+    } else if (s.name().size() > static_cast<size_t>(kMaxEvalSetNameLength) || !tag_chars) {
+      v.Add(at + ".name",
+            absl::StrCat("must be 1-", kMaxEvalSetNameLength, " of [A-Za-z0-9_-] (got '",
+                         absl::CHexEscape(s.name().substr(0, kMaxEvalSetNameLength)), "')"));
+    } else if (!names.insert(s.name()).second) {
+      v.Add(at + ".name",
+            absl::StrCat("'", s.name(), "' names an earlier set too (names must be unique)"));
+    }
+    if (s.path().empty()) v.Add(at + ".path", "is required");
+    CheckPath(v, at + ".path", s.path());
   }
 }
 
 // data
 void CheckData(const v1::JobSpec& spec, Violations& v) {
-  if (spec.data().train_path().empty()) v.Add("data.train_path", "is required");
-  CheckPath(v, "data.train_path", spec.data().train_path());
-  CheckPath(v, "data.eval_path", spec.data().eval_path());
   const v1::DataSpec& d = spec.data();
-  if (d.format() != v1::CHAT) {
+  if (d.train_path().empty() && d.train_size() == 0) {
+    v.Add("data.train_path", "is required (or data.train, a list of sources)");
+  }
+  if (!d.train_path().empty() && d.train_size() > 0) {
+    v.Add(
+        "data.train",
+        "set only one of data.train_path and data.train (train_path is the one-source shorthand)");
+  }
+  if (!d.eval_path().empty() && d.eval_size() > 0) {
+    v.Add("data.eval",
+          "set only one of data.eval_path and data.eval (eval_path is the one-set shorthand)");
+  }
+  CheckPath(v, "data.train_path", d.train_path());
+  CheckPath(v, "data.eval_path", d.eval_path());
+  CheckTrainSources(d, v);
+  CheckEvalSets(d, v);
+  // The chat fields apply when any source or set is a chat one.
+  bool chat = d.format() == v1::CHAT;
+  for (const v1::DataSource& s : d.train()) chat = chat || s.format() == v1::CHAT;
+  for (const v1::EvalSet& s : d.eval()) chat = chat || s.format() == v1::CHAT;
+  if (!chat) {
     if (!d.chat_template().empty()) v.Add("data.chat_template", "applies only to data.format CHAT");
     if (d.train_on() != v1::TRAIN_ON_UNSPECIFIED && d.train_on() != v1::ASSISTANT) {
       v.Add("data.train_on", "applies only to data.format CHAT");
@@ -235,8 +301,9 @@ void CheckTraining(const v1::JobSpec& spec, Violations& v) {
   AtLeast(v, "training.grad_clip", t.grad_clip(), 0.0);
   AtLeast(v, "training.log_every", t.log_every(), 1);
   AtLeast<int64_t>(v, "training.eval_every_steps", t.eval_every_steps(), 0);
-  if (t.eval_every_steps() > 0 && spec.data().eval_path().empty()) {
-    v.Add("training.eval_every_steps", "needs data.eval_path (the data to evaluate on)");
+  if (t.eval_every_steps() > 0 && !HasEvalData(spec)) {
+    v.Add("training.eval_every_steps",
+          "needs data.eval_path or data.eval (the data to evaluate on)");
   }
 }
 

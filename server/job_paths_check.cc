@@ -17,6 +17,7 @@
 #include "absl/strings/str_split.h"
 #include "common/dir_fd.h"
 #include "common/safe_open.h"
+#include "jobspec/data_sources.h"
 #include "jobspec/jobspec.h"
 #include "nlohmann/json.hpp"
 #include "server/path_resolution.h"
@@ -374,14 +375,14 @@ JobPathsVerdict CheckJobPaths(const std::vector<std::string>& roots,
                               const std::vector<JobRunAs>& run_as, absl::string_view prefix,
                               const v1::JobSpec& spec, const v1::JobSpec& submitted) {
   Checker check(roots, run_as, prefix, spec.depends_on_size() > 0);
-  check.Input("data.train_path", spec.data().train_path(), false);
-  check.Input("data.eval_path", spec.data().eval_path(), false);
+  for (const TrainSource& s : TrainSourcesOf(spec)) check.Input(s.field, s.path, false);
+  for (const EvalSource& s : EvalSetsOf(spec)) check.Input(s.field, s.path, false);
   const v1::ModelSpec& model = spec.model();
   UniqueFd model_dir;
   check.Input("model.path", model.path(), true, &model_dir);
   if (model_dir.valid()) {
     check.FileIn("model.path", model_dir.get(), model.path(), "config.json");
-    if (model.tokenizer().empty() && spec.data().format() != v1::TOKENS) {
+    if (model.tokenizer().empty() && DataNeedsTokenizer(spec)) {
       // The trainer takes tokenizer.model when the directory has one, else tokenizer.json.
       struct stat st;
       const bool json = ::fstatat(model_dir.get(), "tokenizer.model", &st, AT_SYMLINK_NOFOLLOW) != 0 &&

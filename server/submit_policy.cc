@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "jobspec/data_sources.h"
 #include "jobspec/jobspec.h"
 
 namespace llamafleet {
@@ -25,11 +26,10 @@ std::vector<std::pair<std::string, std::string*>> PathFields(v1::JobSpec* spec) 
   std::vector<std::pair<std::string, std::string*>> out = {
       {"model.path", spec->mutable_model()->mutable_path()},
       {"model.tokenizer", spec->mutable_model()->mutable_tokenizer()},
-      {"data.train_path", spec->mutable_data()->mutable_train_path()},
-      {"data.eval_path", spec->mutable_data()->mutable_eval_path()},
-      {"checkpoint.dir", spec->mutable_checkpoint()->mutable_dir()},
-      {"output.export_dir", spec->mutable_output()->mutable_export_dir()},
   };
+  for (auto& field : MutableDataPathFields(spec)) out.push_back(std::move(field));
+  out.push_back({"checkpoint.dir", spec->mutable_checkpoint()->mutable_dir()});
+  out.push_back({"output.export_dir", spec->mutable_output()->mutable_export_dir()});
   // Only a spec with a peft block has an adapter path: asking would add an empty block.
   if (spec->has_peft())
     out.push_back({"peft.adapter_path", spec->mutable_peft()->mutable_adapter_path()});

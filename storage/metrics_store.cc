@@ -69,31 +69,35 @@ TxnFunction RecordMetricsTxn(int64_t job_id, v1::JobMetricsPoint point, int max_
   };
 }
 
-TxnFunction RecordEvalTxn(int64_t job_id, int attempt, int64_t step, double loss, double perplexity) {
+TxnFunction RecordEvalTxn(int64_t job_id, int attempt, int64_t step, double loss, double perplexity,
+                          const std::string& set, bool primary) {
   return [=](Txn& txn) -> absl::Status {
     LF_ASSIGN_OR_RETURN(v1::Job job, RequireJob(txn, job_id));
     if (job.attempts() != attempt || (job.state() != v1::SCHEDULED && job.state() != v1::RUNNING)) {
       return absl::OkStatus();
     }
-    LF_ASSIGN_OR_RETURN(v1::JobMetricsPoint latest, LatestMetrics(txn, job_id));
-    latest.set_eval_loss(loss);
-    latest.set_eval_perplexity(perplexity);
-    latest.set_eval_step(step);
-    if (!latest.has_best_eval_loss() || loss < latest.best_eval_loss())
-      latest.set_best_eval_loss(loss);
-    LF_RETURN_IF_ERROR(SetLatestMetrics(txn, job_id, latest));
+    if (primary) {
+      LF_ASSIGN_OR_RETURN(v1::JobMetricsPoint latest, LatestMetrics(txn, job_id));
+      latest.set_eval_loss(loss);
+      latest.set_eval_perplexity(perplexity);
+      latest.set_eval_step(step);
+      if (!latest.has_best_eval_loss() || loss < latest.best_eval_loss())
+        latest.set_best_eval_loss(loss);
+      LF_RETURN_IF_ERROR(SetLatestMetrics(txn, job_id, latest));
+    }
     LF_RETURN_IF_ERROR(
         Exec(txn,
-             "INSERT INTO job_evals (job_id, attempt, step, time_us, loss, perplexity) "
-             "VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+             "INSERT INTO job_evals (job_id, attempt, step, time_us, loss, perplexity, eval_set) "
+             "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
              [&](sqlite::Statement& st) {
                st.Bind(1, job_id).Bind(2, int64_t{attempt}).Bind(3, step).Bind(4, txn.NowMicros());
-               st.BindDouble(5, loss).BindDouble(6, perplexity);
+               st.BindDouble(5, loss).BindDouble(6, perplexity).Bind(7, set);
              }));
     const std::string status = job.status_reason();
     return txn.Transition(
         &job, "eval", job.state(),
-        absl::StrFormat("eval loss %.4f (perplexity %.4g) after step %d", loss, perplexity, step),
+        absl::StrFormat("eval loss %.4f (perplexity %.4g)%s after step %d", loss, perplexity,
+                        set.empty() ? "" : absl::StrCat(" on set ", set), step),
         status);
   };
 }
@@ -126,7 +130,8 @@ absl::StatusOr<std::vector<v1::EvalPoint>> EvalHistory(JobStore& store, int64_t 
     // The newest max_points, returned oldest first.
     return Query(
         conn,
-        "SELECT attempt, step, time_us, loss, perplexity FROM (SELECT rowid, * FROM job_evals "
+        "SELECT attempt, step, time_us, loss, perplexity, eval_set FROM (SELECT rowid, * FROM "
+        "job_evals "
         "WHERE job_id = ?1 "
         "ORDER BY time_us DESC, rowid DESC LIMIT ?2) ORDER BY time_us, rowid",
         [&](sqlite::Statement& st) { st.Bind(1, job_id).Bind(2, int64_t{max_points}); },
@@ -137,6 +142,7 @@ absl::StatusOr<std::vector<v1::EvalPoint>> EvalHistory(JobStore& store, int64_t 
           *e.mutable_time() = TimeUtil::MicrosecondsToTimestamp(row.ColumnInt(2));
           e.set_loss(row.ColumnDouble(3));
           e.set_perplexity(row.ColumnDouble(4));
+          e.set_set(row.ColumnText(5));
           return absl::OkStatus();
         });
   }));

@@ -267,6 +267,10 @@ CREATE TABLE deleted_job_dirs (
 ALTER TABLE jobs ADD COLUMN submitted_spec BLOB;     -- llamafleet.v1.JobSpec as submitted; NULL before schema 13
 ALTER TABLE jobs ADD COLUMN derived_from INTEGER;    -- the job it was resubmitted from; NULL = none
 )sql",
+    // 14: the eval set of each evaluation (data.eval[i].name; '' for data.eval_path's).
+    R"sql(
+ALTER TABLE job_evals ADD COLUMN eval_set TEXT NOT NULL DEFAULT '';
+)sql",
 };
 
 // SQLite cannot add AUTOINCREMENT to a table: rebuild it (the documented create-copy-drop-

@@ -529,6 +529,7 @@ std::optional<v1::WorkerMessage> StatelessMessage(const std::string& task_id,
     e->set_loss(x->loss);
     e->set_perplexity(x->perplexity);
     e->set_tokens(x->tokens);
+    e->set_set(x->set);
   } else if (const auto* x = std::get_if<trainer_events::CheckpointSaved>(&event)) {
     v1::CheckpointReport* c = m.mutable_checkpoint();
     c->set_task_id(task_id);

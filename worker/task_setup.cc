@@ -4,6 +4,7 @@
 
 #include "absl/strings/match.h"
 #include "common/status_macros.h"
+#include "jobspec/data_sources.h"
 #include "worker/job_checkpoint_dir.h"
 #include "worker/job_dirs.h"
 #include "worker/path_guard.h"
@@ -16,20 +17,17 @@ absl::Status CheckTaskPaths(const v1::TaskSpec& task) {
   const v1::JobSpec& spec = task.spec();
   if (task.path_roots_size() > 0) {
     const std::vector<std::string> roots(task.path_roots().begin(), task.path_roots().end());
-    const std::pair<const char*, const std::string*> fields[] = {
-        {"model.path", &spec.model().path()},
-        {"model.tokenizer", &spec.model().tokenizer()},
-        {"data.train_path", &spec.data().train_path()},
-        {"data.eval_path", &spec.data().eval_path()},
-        {"checkpoint.dir", &spec.checkpoint().dir()},
-        {"checkpoint.resume", &spec.checkpoint().resume()},
-        {"output.export_dir", &spec.output().export_dir()},
-        {"resume_from", &task.resume_from()}};
+    std::vector<std::pair<std::string, std::string>> fields = {
+        {"model.path", spec.model().path()}, {"model.tokenizer", spec.model().tokenizer()}};
+    for (const TrainSource& s : TrainSourcesOf(spec)) fields.push_back({s.field, s.path});
+    for (const EvalSource& s : EvalSetsOf(spec)) fields.push_back({s.field, s.path});
+    fields.push_back({"checkpoint.dir", spec.checkpoint().dir()});
+    fields.push_back({"checkpoint.resume", spec.checkpoint().resume()});
+    fields.push_back({"output.export_dir", spec.output().export_dir()});
+    fields.push_back({"resume_from", task.resume_from()});
     for (const auto& [field, value] : fields) {
-      if (value->empty() || (*value == "latest" && std::string(field) == "checkpoint.resume")) {
-        continue;
-      }
-      LF_RETURN_IF_ERROR(CheckPathInRoots(field, *value, roots));
+      if (value.empty() || (value == "latest" && field == "checkpoint.resume")) continue;
+      LF_RETURN_IF_ERROR(CheckPathInRoots(field, value, roots));
     }
     // The directories it writes are reached without following links (the trainer opens
     // them so): a link in one fails the task before start.

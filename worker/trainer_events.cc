@@ -121,8 +121,13 @@ std::string ToLine(const Preempted& e) {
 }
 
 std::string ToLine(const Eval& e) {
-  return json{{"type", "eval"}, {"step", e.step}, {"loss", e.loss}, {"perplexity", e.perplexity}, {"tokens", e.tokens}}
-      .dump();
+  json j{{"type", "eval"},
+         {"step", e.step},
+         {"loss", e.loss},
+         {"perplexity", e.perplexity},
+         {"tokens", e.tokens}};
+  if (!e.set.empty()) j["set"] = e.set;
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
 std::string ToLine(const StoppedEarly& e) {
@@ -189,7 +194,9 @@ std::optional<Event> ParseLine(std::string_view line) {
     return p;
   }
   if (type == "eval") {
-    return trainer_events::Eval{Int(j, "step"), Num(j, "loss"), Num(j, "perplexity"), Int(j, "tokens")};
+    // A set name is a metric tag (validated at submission); bounded here like any line's text.
+    return trainer_events::Eval{Int(j, "step"), Num(j, "loss"), Num(j, "perplexity"),
+                                Int(j, "tokens"), Str(j, "set").substr(0, 64)};
   }
   if (type != "event") return std::nullopt;
   const std::string event = Str(j, "event");

@@ -121,6 +121,9 @@ struct Eval {
   double loss = 0;
   double perplexity = 0;
   int64_t tokens = 0;
+  // The eval set's name (data.eval[i].name); empty for data.eval_path's, whose line has no
+  // "set" key.
+  std::string set;
 };
 
 // Early stopping ended training after `step`; the run then finishes (export, "finished").

@@ -53,8 +53,14 @@ absl::Status RunDescribeJob(const Context& ctx, const std::string& id) {
   absl::StatusOr<v1::ListAttemptsResponse> attempts = (*client)->ListAttempts(id);
   if (!attempts.ok()) return attempts.status();
   const std::vector<v1::Attempt> attempt_list(attempts->attempts().begin(), attempts->attempts().end());
+  std::vector<v1::EvalPoint> evals;
+  if (job->spec().data().eval_size() > 0) {
+    // Each named set's latest loss; a coordinator that cannot say leaves them out.
+    absl::StatusOr<v1::GetJobMetricsResponse> metrics = (*client)->GetJobMetrics(id);
+    if (metrics.ok()) evals.assign(metrics->evals().begin(), metrics->evals().end());
+  }
   *ctx.out << DescribeJob(*job, *events, checkpoint_list, absl::Now(), attempt_list,
-                          HeldDevice(**client, attempt_list));
+                          HeldDevice(**client, attempt_list), evals);
   return absl::OkStatus();
 }
 

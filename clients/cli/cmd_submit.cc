@@ -107,6 +107,9 @@ void PrintSubmitted(const Context& ctx, const v1::SubmitJobsResponse& response, 
       if (const std::string tp = ParallelismLine(r.job().spec()); !tp.empty()) {
         *ctx.out << "# parallelism: " << tp << "\n";
       }
+      if (const std::string data = DataLine(r.job().spec()); !data.empty()) {
+        *ctx.out << "# data: " << data << "\n";
+      }
       *ctx.out << ToYaml(r.job().spec());
     } else {
       *ctx.out << SubmittedLine(r) << "\n";

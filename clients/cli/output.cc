@@ -16,6 +16,7 @@
 #include "absl/strings/strip.h"
 #include "clients/cli/usage_output.h"
 #include "common/gpu_throttle.h"
+#include "jobspec/data_sources.h"
 #include "jobspec/jobspec.h"
 
 namespace llamafleet::cli {
@@ -525,9 +526,32 @@ std::string ParallelismLine(const v1::JobSpec& spec) {
                       nodes * gpus == 1 ? " rank" : " ranks", ")");
 }
 
+std::string DataLine(const v1::JobSpec& spec) {
+  const std::vector<TrainSource> train = TrainSourcesOf(spec);
+  const std::vector<EvalSource> eval = EvalSetsOf(spec);
+  if (spec.data().train_size() == 0 && spec.data().eval_size() == 0) return "";
+  double total = 0;
+  for (const TrainSource& s : train) total += s.weight;
+  std::vector<std::string> parts;
+  for (const TrainSource& s : train) {
+    parts.push_back(absl::StrFormat("%s %.3g%%", s.path, total > 0 ? 100 * s.weight / total : 0));
+  }
+  std::string out = absl::StrCat(
+      train.size(), train.size() == 1 ? " source: " : " sources: ", absl::StrJoin(parts, ", "));
+  if (!eval.empty()) {
+    std::vector<std::string> names;
+    for (const EvalSource& s : eval) names.push_back(s.name);
+    absl::StrAppend(&out, "; eval ", eval.size() == 1 ? "set " : "sets ",
+                    absl::StrJoin(names, ", "),
+                    eval.size() > 1 ? " (the first decides early stopping and export: best)" : "");
+  }
+  return out;
+}
+
 std::string DescribeJob(const v1::Job& job, const std::vector<v1::JobEvent>& events,
                         const std::vector<v1::Checkpoint>& checkpoints, absl::Time now,
-                        const std::vector<v1::Attempt>& attempts, Device device) {
+                        const std::vector<v1::Attempt>& attempts, Device device,
+                        const std::vector<v1::EvalPoint>& evals) {
   const v1::JobSpec& spec = job.spec();
   std::vector<std::vector<std::string>> fields = {
       {"ID:", job.id()},
@@ -557,6 +581,7 @@ std::string DescribeJob(const v1::Job& job, const std::vector<v1::JobEvent>& eve
         {"Derived from:", absl::StrCat("job ", job.derived_from(), " (resubmitted from it)")});
   }
   if (const std::string tp = ParallelismLine(spec); !tp.empty()) fields.push_back({"Parallelism:", tp});
+  if (const std::string data = DataLine(spec); !data.empty()) fields.push_back({"Data:", data});
   fields.push_back({"Memory estimate:", job.has_memory_estimate() ? MemoryEstimateLine(job.memory_estimate())
                                                                   : "- (model shape known only to the trainer)"});
   if (job.has_step_time_estimate())
@@ -597,6 +622,16 @@ std::string DescribeJob(const v1::Job& job, const std::vector<v1::JobEvent>& eve
     if (m.has_eval_loss()) {
       metrics.push_back({"Eval loss:", absl::StrCat(FormatLoss(m.eval_loss()), " after step ", m.eval_step(),
                                                     " (best ", FormatLoss(m.best_eval_loss()), ")")});
+    }
+    // Named eval sets: each one's latest evaluation (the first's is "Eval loss" above).
+    for (const v1::EvalSet& set : spec.data().eval()) {
+      const v1::EvalPoint* last = nullptr;
+      for (const v1::EvalPoint& e : evals) {
+        if (e.set() == set.name()) last = &e;
+      }
+      if (last == nullptr) continue;
+      metrics.push_back({absl::StrCat("Eval loss (", set.name(), "):"),
+                         absl::StrCat(FormatLoss(last->loss()), " after step ", last->step())});
     }
     metrics.push_back({"Reported:", TimeWithDistance(m.time(), now)});
     absl::StrAppend(&out, "Latest metrics:\n", Indent(FormatTable(metrics), 2));

@@ -90,13 +90,19 @@ std::string FinetuningLine(const v1::Job& job);
 // "tensor parallel 8 x data parallel 4 (32 ranks)" for the spec's nominal world; "" without
 // tensor parallelism (parallelism.tensor_parallel unset or 1).
 std::string ParallelismLine(const v1::JobSpec& spec);
+// "2 sources: /d/chat.jsonl 75%, /d/code.jsonl 25%; eval sets chat, code (...)": the share of
+// rows each data.train source gets and the data.eval sets; "" for a spec using neither list.
+std::string DataLine(const v1::JobSpec& spec);
 
 // `describe job`: the job's fields (restarts, workers, GPU time and cost), why it is pending, its latest
 // metrics, its checkpoints, its attempts (gang size, resizes), its spec as YAML, and its
-// events as a table. `device`: what the time was held on ("CPU time:" for kCpu).
+// events as a table. `device`: what the time was held on ("CPU time:" for kCpu). `evals`:
+// the job's evaluation history (GetJobMetrics), from which a job with named eval sets
+// (data.eval) shows each set's latest loss.
 std::string DescribeJob(const v1::Job& job, const std::vector<v1::JobEvent>& events,
                         const std::vector<v1::Checkpoint>& checkpoints, absl::Time now,
-                        const std::vector<v1::Attempt>& attempts = {}, Device device = Device::kGpu);
+                        const std::vector<v1::Attempt>& attempts = {}, Device device = Device::kGpu,
+                        const std::vector<v1::EvalPoint>& evals = {});
 
 // Where a submitted job came from: its file and where each of its fields is written.
 struct JobSource {

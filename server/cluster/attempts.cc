@@ -243,7 +243,20 @@ void ClusterManager::HandleEval(const std::string& worker, const v1::EvalResult&
                  e.step());
     return;
   }
-  Write(RecordEvalTxn(a->record.job_id, a->record.attempt, e.step(), e.loss(), e.perplexity()), [](absl::Status) {});
+  // The set must be one the spec names (or "" for data.eval_path's); the first is the one
+  // the job's latest and best eval loss follow.
+  const v1::DataSpec& data = a->spec.data();
+  bool known = e.set().empty() && data.eval_size() == 0;
+  for (const v1::EvalSet& s : data.eval()) known = known || s.name() == e.set();
+  if (!known) {
+    spdlog::warn("ignored an evaluation for task {} from worker {}: eval set '{}' is not the job's",
+                 e.task_id(), worker, CleanText(e.set(), 64));
+    return;
+  }
+  const bool primary = data.eval_size() == 0 || data.eval(0).name() == e.set();
+  Write(RecordEvalTxn(a->record.job_id, a->record.attempt, e.step(), e.loss(), e.perplexity(),
+                      e.set(), primary),
+        [](absl::Status) {});
 }
 
 void ClusterManager::HandleEarlyStop(const std::string& worker, const v1::EarlyStop& e) {

@@ -135,11 +135,11 @@ class ClusterManagerTest : public ::testing::Test {
   }
 
   int64_t Submit(const std::string& extra = "",
-                 const std::string& resources = "{nodes: 2, gpus_per_node: 1}") {
-    absl::StatusOr<std::vector<ParsedJob>> parsed = ParseJobDocuments(absl::StrCat(
-        "name: t\nmodel: {preset: tiny}\ndata: {train_path: /data/train.jsonl}\n",
-        "resources: ", resources, "\n",
-        "run_policy: {max_restarts: 3, restart_backoff_seconds: 1}\n", extra));
+                 const std::string& resources = "{nodes: 2, gpus_per_node: 1}",
+                 const std::string& data = "{train_path: /data/train.jsonl}") {
+    absl::StatusOr<std::vector<ParsedJob>> parsed = ParseJobDocuments(
+        absl::StrCat("name: t\nmodel: {preset: tiny}\ndata: ", data, "\n", "resources: ", resources,
+                     "\n", "run_policy: {max_restarts: 3, restart_backoff_seconds: 1}\n", extra));
     EXPECT_TRUE(parsed.ok()) << parsed.status();
     v1::JobSpec spec = (*parsed)[0].spec;
     ApplyDefaults(&spec);

@@ -91,6 +91,56 @@ TEST_F(ClusterManagerTest, EvaluationsKeepTheLatestAndTheBestEvalLoss) {
   for (const v1::JobEvent& e : *events) noted = noted || e.type() == "stopped_early";
   EXPECT_TRUE(noted);
 }
+// Named eval sets (data.eval): each evaluation is in the history under its set and is an
+// event naming it; only the first set moves latest_metrics' eval loss and the best; a set
+// the job does not name is ignored.
+TEST_F(ClusterManagerTest, EachEvalSetHasItsHistoryAndTheFirstDecidesTheBest) {
+  std::shared_ptr<FakeLink> w0 = Hello("w0");
+  std::shared_ptr<FakeLink> w1 = Hello("w1");
+  const int64_t id =
+      Submit("", "{nodes: 2, gpus_per_node: 1}",
+             "{train: [{path: /d/a.jsonl}, {path: /d/b.jsonl, weight: 2}], "
+             "eval: [{name: chat, path: /d/c.jsonl}, {name: code, path: /d/k.jsonl}]}");
+  const std::string t0 = absl::StrCat(id, "-1-0"), t1 = absl::StrCat(id, "-1-1");
+  ASSERT_TRUE(Eventually([&] { return !w0->Assignments().empty() && !w1->Assignments().empty(); }));
+  Report("w0", t0, v1::TASK_RUNNING);
+  Report("w1", t1, v1::TASK_RUNNING);
+  ASSERT_TRUE(Eventually([&] { return Job(id).state() == v1::RUNNING; }));
+  auto eval = [&](int64_t step, double loss, const std::string& set) {
+    v1::WorkerMessage m;
+    m.mutable_eval()->set_task_id(t0);
+    m.mutable_eval()->set_step(step);
+    m.mutable_eval()->set_loss(loss);
+    m.mutable_eval()->set_perplexity(std::exp(loss));
+    m.mutable_eval()->set_set(set);
+    Send("w0", m);
+  };
+  eval(10, 2.5, "chat");
+  eval(10, 1.5, "code");
+  eval(10, 0.5, "other");  // not one of the job's sets
+  eval(10, 0.25, "");      // the job has no data.eval_path
+  eval(20, 2.0, "chat");
+  eval(20, 1.75, "code");
+  ASSERT_TRUE(Eventually([&] { return EvalHistory(*store_, id, 100)->size() == 4; }));
+  const v1::JobMetricsPoint latest = Job(id).latest_metrics();
+  EXPECT_DOUBLE_EQ(latest.eval_loss(), 2.0);
+  EXPECT_EQ(latest.eval_step(), 20);
+  EXPECT_DOUBLE_EQ(latest.best_eval_loss(), 2.0) << "code's lower losses are not the best";
+  std::vector<std::pair<std::string, double>> history;
+  for (const v1::EvalPoint& e : *EvalHistory(*store_, id, 100))
+    history.push_back({e.set(), e.loss()});
+  EXPECT_EQ(history, (std::vector<std::pair<std::string, double>>{
+                         {"chat", 2.5}, {"code", 1.5}, {"chat", 2.0}, {"code", 1.75}}));
+  std::vector<std::string> events;
+  const absl::StatusOr<std::vector<v1::JobEvent>> all = store_->GetEvents(id, 0, 100);
+  ASSERT_TRUE(all.ok()) << all.status();
+  for (const v1::JobEvent& e : *all) {
+    if (e.type() == "eval") events.push_back(e.reason());
+  }
+  ASSERT_EQ(events.size(), 4u);
+  EXPECT_EQ(events[1], "eval loss 1.5000 (perplexity 4.482) on set code after step 10");
+}
+
 // A worker's start-up phases and tokenizing progress: only known phase names with sane
 // times become the attempt's phases and events, each once; progress becomes at most one
 // event per attempt every few seconds, plus each dataset's 100%. The task names its owner.

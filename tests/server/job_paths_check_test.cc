@@ -99,6 +99,29 @@ TEST_F(JobPathsCheckTest, MissingInputsAreRefusedNamingTheFieldAndThePath) {
       << message;
 }
 
+TEST_F(JobPathsCheckTest, EveryMixtureSourceAndEvalSetIsCheckedByItsElement) {
+  v1::JobSpec spec = Spec().Build();
+  spec.mutable_data()->clear_train_path();
+  spec.mutable_data()->add_train()->set_path(root_ + "/data/train.jsonl");
+  spec.mutable_data()->add_train()->set_path(root_ + "/data/missing.jsonl");
+  v1::EvalSet* eval = spec.mutable_data()->add_eval();
+  eval->set_name("held-out");
+  eval->set_path(root_ + "/data/gone.jsonl");
+  const std::string message = Refusal(spec, grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_TRUE(absl::StrContains(
+      message, "spec.data.train[1].path " + root_ + "/data/missing.jsonl does not exist"))
+      << message;
+  EXPECT_TRUE(absl::StrContains(
+      message, "spec.data.eval[0].path " + root_ + "/data/gone.jsonl does not exist"))
+      << message;
+  EXPECT_FALSE(absl::StrContains(message, "data.train[0]")) << message;
+  // Outside the path roots: refused before the storage is looked at.
+  spec.mutable_data()->mutable_train(1)->set_path("/etc/passwd");
+  const std::string outside = Refusal(spec, grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_TRUE(absl::StrContains(outside, "data.train[1].path must be inside a path root"))
+      << outside;
+}
+
 TEST_F(JobPathsCheckTest, AModelFolderNeedsItsConfigAndTokenizer) {
   std::filesystem::create_directories(root_ + "/models/empty");
   const std::string message =

@@ -69,6 +69,15 @@ if(TARGET llamafleet_trainer_sharding AND LLAMAFLEET_SYSTEM_PYTHON3)
   set_tests_properties(trainer_early_stopping_test PROPERTIES TIMEOUT 600 ENVIRONMENT "OMP_NUM_THREADS=1")
 endif()
 
+# Mixtures and named eval sets: a 2-source mixture's rows, losses and weights against
+# reference.py trained on the rows mixture_sampler.h defines (recomputed in Python), each
+# eval set's loss against reference.py's eval, 1 and 2 ranks. About 20 s.
+if(TARGET llamafleet_trainer_sharding AND LLAMAFLEET_SYSTEM_PYTHON3)
+  add_test(NAME trainer_mixtures_test
+    COMMAND ${LLAMAFLEET_SYSTEM_PYTHON3} ${CMAKE_CURRENT_SOURCE_DIR}/test_mixtures.py ${CMAKE_RUNTIME_OUTPUT_DIRECTORY})
+  set_tests_properties(trainer_mixtures_test PROPERTIES TIMEOUT 600 ENVIRONMENT "OMP_NUM_THREADS=1")
+endif()
+
 # Model families (Llama 2/3.1/3.2, Mistral, Qwen2.5) against HF transformers' fixtures
 # (fixtures/families) and reference.py: eval in both config layouts, export round trip,
 # 2-rank FULL_SHARD and tensor-parallel training, LoRA on Qwen2.5 with biases and tied

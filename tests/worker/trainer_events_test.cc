@@ -73,6 +73,11 @@ TEST(TrainerEventsTest, EveryEventRoundTrips) {
   Eval ev = RoundTrip(Eval{24, 1.5, 4.48, 999});
   EXPECT_EQ(ev.tokens, 999);
   EXPECT_EQ(ev.perplexity, 4.48);
+  EXPECT_EQ(ev.set, "");
+  // data.eval_path's line keeps its keys; a named set's says which set it is.
+  EXPECT_EQ(ToLine(Eval{24, 1.5, 4.48, 999}).find("\"set\""), std::string::npos);
+  EXPECT_EQ(RoundTrip(Eval{24, 1.5, 4.48, 999, "code-v2"}).set, "code-v2");
+  EXPECT_EQ(RoundTrip(Eval{24, 1.5, 4.48, 999, std::string(100, 'x')}).set.size(), 64u);
   Finished f = RoundTrip(Finished{24, 1.5, "/out"});
   EXPECT_EQ(f.export_dir, "/out");
 }

@@ -130,6 +130,13 @@ absl::StatusOr<lt::TrainOptions> OptionsFromSpecFile(const std::string& path,
   if (spec.data().train_on() != v1::TRAIN_ON_UNSPECIFIED) {
     o.train_on = static_cast<lt::TrainOn>(spec.data().train_on());
   }
+  // The lists as written (a one-source list too: Sampler then, as for train_path).
+  for (const v1::DataSource& s : spec.data().train()) {
+    o.train_sources.push_back({s.path(), static_cast<lt::DataFormat>(s.format()), s.weight()});
+  }
+  for (const v1::EvalSet& s : spec.data().eval()) {
+    o.eval_sets.push_back({s.name(), s.path(), static_cast<lt::DataFormat>(s.format())});
+  }
   o.batching = t.batching() == v1::PADDING ? lt::BatchingMode::kPadding : lt::BatchingMode::kPacking;
   o.epochs = t.has_epochs() ? t.epochs() : 0;
   o.max_steps = t.max_steps();

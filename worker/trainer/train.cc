@@ -300,6 +300,39 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> MaybeLoadTokenizer(DataFormat format,
   return tok;
 }
 
+std::vector<TrainSourceOptions> TrainSourcesOf(const TrainOptions& opt) {
+  if (!opt.train_sources.empty()) return opt.train_sources;
+  if (opt.train_path.empty()) return {};
+  return {TrainSourceOptions{opt.train_path, opt.format, 1.0}};
+}
+
+std::vector<EvalSetOptions> EvalSetsOf(const TrainOptions& opt) {
+  if (!opt.eval_sets.empty()) return opt.eval_sets;
+  if (opt.eval_path.empty()) return {};
+  return {EvalSetOptions{"", opt.eval_path, opt.format}};
+}
+
+bool DataNeedsTokenizer(const TrainOptions& opt) {
+  if (opt.train_sources.empty() && opt.eval_sets.empty()) return opt.format != DataFormat::kTokens;
+  for (const TrainSourceOptions& s : TrainSourcesOf(opt)) {
+    if (s.format != DataFormat::kTokens) return true;
+  }
+  for (const EvalSetOptions& s : EvalSetsOf(opt)) {
+    if (s.format != DataFormat::kTokens) return true;
+  }
+  return false;
+}
+
+bool DataUsesChat(const TrainOptions& opt) {
+  if (opt.train_sources.empty() && opt.eval_sets.empty()) return opt.format == DataFormat::kChat;
+  for (const TrainSourceOptions& s : TrainSourcesOf(opt)) {
+    if (s.format == DataFormat::kChat) return true;
+  }
+  for (const EvalSetOptions& s : EvalSetsOf(opt)) {
+    if (s.format == DataFormat::kChat) return true;
+  }
+  return false;
+}
 
 absl::StatusOr<int64_t> GradAccumFor(const TrainOptions& opt, int world_size) {
   if (opt.global_batch <= 0) return opt.grad_accum;
@@ -372,14 +405,24 @@ EvalResult Evaluate(LlamaModel& model, ParamEngine& engine, const LoadedData& da
 // with links resolved, and the export directory is new, empty or this job's own.
 absl::Status CheckJobPaths(const TrainOptions& opt, bool rank0) {
   if (!opt.path_roots.empty()) {
-    const std::pair<const char*, const std::string*> fields[] = {
-        {"model.path", &opt.model_path},         {"model.tokenizer", &opt.tokenizer_path},
-        {"data.train_path", &opt.train_path},     {"data.eval_path", &opt.eval_path},
-        {"checkpoint.dir", &opt.checkpoint_dir}, {"checkpoint.resume", &opt.resume},
-        {"output.export_dir", &opt.export_dir},  {"peft.adapter_path", &opt.lora.adapter_path}};
+    std::vector<std::pair<std::string, std::string>> fields = {
+        {"model.path", opt.model_path},
+        {"model.tokenizer", opt.tokenizer_path},
+        {"data.train_path", opt.train_path},
+        {"data.eval_path", opt.eval_path}};
+    for (size_t i = 0; i < opt.train_sources.size(); ++i) {
+      fields.push_back({absl::StrCat("data.train[", i, "].path"), opt.train_sources[i].path});
+    }
+    for (size_t i = 0; i < opt.eval_sets.size(); ++i) {
+      fields.push_back({absl::StrCat("data.eval[", i, "].path"), opt.eval_sets[i].path});
+    }
+    fields.insert(fields.end(), {{"checkpoint.dir", opt.checkpoint_dir},
+                                 {"checkpoint.resume", opt.resume},
+                                 {"output.export_dir", opt.export_dir},
+                                 {"peft.adapter_path", opt.lora.adapter_path}});
     for (const auto& [field, value] : fields) {
-      if (value->empty() || (*value == "latest" && std::string(field) == "checkpoint.resume")) continue;
-      LF_RETURN_IF_ERROR(worker::CheckPathInRoots(field, *value, opt.path_roots));
+      if (value.empty() || (value == "latest" && field == "checkpoint.resume")) continue;
+      LF_RETURN_IF_ERROR(worker::CheckPathInRoots(field, value, opt.path_roots));
     }
   }
   if (rank0 && !opt.export_dir.empty()) {

@@ -51,6 +51,20 @@ struct DistEnv {
 };
 absl::StatusOr<DistEnv> DistEnvFromEnvironment();
 
+// One source of a training mixture (the JobSpec's data.train[i]).
+struct TrainSourceOptions {
+  std::string path;                       // JSONL
+  DataFormat format = DataFormat::kText;  // of its records
+  double weight = 1;                      // relative share of the rows drawn, > 0
+};
+
+// One named evaluation set (the JobSpec's data.eval[i]).
+struct EvalSetOptions {
+  std::string name;  // metric name: the eval event's `set`, TensorBoard's eval/<name>/...
+  std::string path;  // JSONL
+  DataFormat format = DataFormat::kText;
+};
+
 // Everything a training run needs, resolved from a JobSpec (defaults already applied).
 struct TrainOptions {
   std::string model_path;      // HF directory; exclusive with preset
@@ -58,6 +72,12 @@ struct TrainOptions {
   std::string tokenizer_path;  // "" = <model_path>/tokenizer.model (unless tokens data)
   std::string train_path;      // JSONL training data
   std::string eval_path;       // optional JSONL eval data ("" = none)
+  // data.train's sources (a weighted mixture, mixture_sampler.h, when there are several);
+  // empty: train_path in `format`, one source.
+  std::vector<TrainSourceOptions> train_sources;
+  // data.eval's named sets, each evaluated at every evaluation; the first decides early
+  // stopping and export_best. Empty: eval_path in `format`, unnamed (today's eval event).
+  std::vector<EvalSetOptions> eval_sets;
   std::string token_cache_dir;  // tokenized datasets (token_cache.h); "" = DefaultTokenCacheDir()
   uint64_t token_cache_max_bytes = 0;  // bound on that directory's entries; 0 = none
   DataFormat format = DataFormat::kText;
@@ -128,6 +148,17 @@ struct TrainOptions {
   // rank 0 writes TensorBoard scalars to <checkpoint_dir>/tensorboard/attempt-<N>.
   int64_t attempt = 0;
 };
+
+// The run's training sources: train_sources, else train_path in `format` with weight 1
+// (none when that is empty too).
+std::vector<TrainSourceOptions> TrainSourcesOf(const TrainOptions& options);
+// The run's eval sets: eval_sets, else eval_path in `format` as one set with an empty name
+// (its metrics keep their unnamed tags); none without either.
+std::vector<EvalSetOptions> EvalSetsOf(const TrainOptions& options);
+// Whether any training or eval file is read with a tokenizer (its format is not tokens).
+bool DataNeedsTokenizer(const TrainOptions& options);
+// Whether any source or eval set is in the chat format (a chat template is then resolved).
+bool DataUsesChat(const TrainOptions& options);
 
 // Micro-steps per optimizer step on `world_size` ranks: options.grad_accum, or with a global
 // batch global_batch / (micro_batch x world_size), INVALID_ARGUMENT (naming

@@ -55,7 +55,8 @@ void Trainer::OpenTensorBoard() {
   tensorboard_ = std::move(*w);
 }
 
-void Trainer::ToTensorBoard(int64_t step, const std::vector<std::pair<const char*, double>>& scalars) {
+void Trainer::ToTensorBoard(int64_t step,
+                            const std::vector<std::pair<std::string, double>>& scalars) {
   if (!tensorboard_) return;
   absl::Status s;
   for (const auto& [tag, value] : scalars) {
@@ -75,10 +76,10 @@ void Trainer::FlushPhases() {
 
 absl::Status Trainer::Setup() {
   LF_RETURN_IF_ERROR(CheckJobPaths(opt_, rank0_));
-  if (opt_.export_best && (opt_.checkpoint_dir.empty() || opt_.eval_path.empty())) {
+  if (opt_.export_best && (opt_.checkpoint_dir.empty() || EvalSetsOf(opt_).empty())) {
     return absl::InvalidArgumentError(
-        "output.export: best needs data.eval_path and checkpoint.dir (the best weights are read back from the "
-        "checkpoint saved at their evaluation)");
+        "output.export: best needs data.eval_path (or data.eval) and checkpoint.dir (the best "
+        "weights are read back from the checkpoint saved at their evaluation)");
   }
   checkpoint_io_dir_ = opt_.checkpoint_dir;
   if (!opt_.checkpoint_dir.empty() && !opt_.path_roots.empty() && !opt_.job_id.empty()) {
@@ -101,12 +102,15 @@ absl::Status Trainer::Setup() {
     config_ = hf->config();
   } else {
     LF_ASSIGN_OR_RETURN(config_, PresetConfig(opt_.preset));
-    if (PresetTakesTokenizerVocab(opt_.preset) && opt_.format != DataFormat::kTokens) config_.vocab_size = 0;
+    if (PresetTakesTokenizerVocab(opt_.preset) && DataNeedsTokenizer(opt_)) config_.vocab_size = 0;
   }
-  LF_ASSIGN_OR_RETURN(tokenizer_, MaybeLoadTokenizer(opt_.format, opt_.tokenizer_path, opt_.model_path, &config_));
+  LF_ASSIGN_OR_RETURN(
+      tokenizer_,
+      MaybeLoadTokenizer(DataNeedsTokenizer(opt_) ? DataFormat::kText : DataFormat::kTokens,
+                         opt_.tokenizer_path, opt_.model_path, &config_));
   LF_ASSIGN_OR_RETURN(chat_template_,
-                      MaybeResolveChatTemplate(opt_.format, opt_.chat_template, tokenizer_.get()));
-  const ChatDataOptions chat{chat_template_ ? &*chat_template_ : nullptr, opt_.train_on};
+                      MaybeResolveChatTemplate(DataUsesChat(opt_) ? DataFormat::kChat : DataFormat::kText,
+                                               opt_.chat_template, tokenizer_.get()));
   full_layout_ = MakeLayout(config_);
   LF_RETURN_IF_ERROR(ResolveLora());
   // Tensor parallelism: groups of T consecutive ranks of one node hold slices of the
@@ -128,32 +132,7 @@ absl::Status Trainer::Setup() {
     seq_len_ = config_.max_position_embeddings;
   }
   LF_RETURN_IF_ERROR(CheckSequenceLength(config_, seq_len_));
-  const std::string cache_dir = opt_.token_cache_dir.empty() ? DefaultTokenCacheDir() : opt_.token_cache_dir;
-  LF_ASSIGN_OR_RETURN(
-      train_,
-      LoadRows(opt_.train_path, opt_.format, tokenizer_.get(), config_, opt_.batching, seq_len_,
-               cache_dir, opt_.token_cache_max_bytes, rank0_, ProgressEventsWanted(), chat));
-  bool all_hits = train_->cache_hit;
-  if (!opt_.eval_path.empty()) {
-    LF_ASSIGN_OR_RETURN(
-        eval_,
-        LoadRows(opt_.eval_path, opt_.format, tokenizer_.get(), config_, opt_.batching, seq_len_,
-                 cache_dir, opt_.token_cache_max_bytes, rank0_, ProgressEventsWanted(), chat));
-    all_hits = all_hits && eval_->cache_hit;
-  }
-  PhaseDone("data_ready", all_hits ? "token cache hit" : "tokenized");
-  // With a global batch, the micro-steps per step follow from the world this run got, so
-  // every step consumes the same rows whatever the world size (see Sampler).
-  LF_ASSIGN_OR_RETURN(grad_accum_, GradAccumFor(opt_, dp_world));
-  Sampler::Options so;
-  so.num_rows = train_->rows.size();
-  so.micro_batch = opt_.micro_batch;
-  so.grad_accum = grad_accum_;
-  so.world_size = dp_world;
-  so.seed = opt_.seed;
-  so.shuffle = opt_.shuffle;
-  LF_ASSIGN_OR_RETURN(sampler_, Sampler::Create(so));
-  steps_per_epoch_ = sampler_->steps_per_epoch();
+  LF_RETURN_IF_ERROR(LoadData(dp_world));
   total_steps_ = opt_.epochs > 0 ? opt_.epochs * steps_per_epoch_ : opt_.max_steps;
   if (opt_.max_steps > 0) total_steps_ = std::min(total_steps_, opt_.max_steps);
   if (total_steps_ <= 0) return absl::InvalidArgumentError("nothing to train: zero steps");
@@ -219,11 +198,11 @@ absl::Status Trainer::Setup() {
     // The data position is global: rows consumed, in rows per step. A different global
     // batch would replay or skip rows, so it is refused rather than guessed.
     const TrainerProgress saved = resume->progress();
-    if (saved.global_batch > 0 && saved.global_batch != sampler_->global_batch()) {
+    if (saved.global_batch > 0 && saved.global_batch != GlobalBatch()) {
       return absl::FailedPreconditionError(absl::StrCat(
-          resume_dir, ": checkpoint was written with ", saved.global_batch, " rows per step, this run takes ",
-          sampler_->global_batch(), " (set training.global_batch_size to ", saved.global_batch,
-          " to continue the same data order on any world size)"));
+          resume_dir, ": checkpoint was written with ", saved.global_batch,
+          " rows per step, this run takes ", GlobalBatch(), " (set training.global_batch_size to ",
+          saved.global_batch, " to continue the same data order on any world size)"));
     }
     LF_RETURN_IF_ERROR(resume->RestoreEngine(*engine_, full_layout_));
     start_step_ = std::min(resume->step(), total_steps_);
@@ -271,19 +250,20 @@ absl::Status Trainer::Setup() {
                               100.0 * static_cast<double>(adapter) / static_cast<double>(config_.NumParameters()),
                               lora_.adapter_path.empty() ? "" : ", from " + lora_.adapter_path));
     }
-    LogInfo(absl::StrCat("model: ", config_.NumParameters(), " parameters, ", config_.num_hidden_layers,
-                         " layers, dim ", config_.hidden_size, "; data: ", train_->rows.size(), " rows of <= ",
-                         seq_len_, " tokens; ", total_steps_, " steps (", steps_per_epoch_, " per epoch); device ",
-                         device_.str(),
-                         tp_ > 1 ? absl::StrCat("; tensor parallel ", tp_, " x data parallel ", dp_world) : ""));
+    LogInfo(absl::StrCat(
+        "model: ", config_.NumParameters(), " parameters, ", config_.num_hidden_layers,
+        " layers, dim ", config_.hidden_size, "; data: ", train_rows_, " rows of <= ", seq_len_,
+        " tokens; ", total_steps_, " steps (", steps_per_epoch_, " per epoch); device ",
+        device_.str(),
+        tp_ > 1 ? absl::StrCat("; tensor parallel ", tp_, " x data parallel ", dp_world) : ""));
     trainer_events::Started started;
     started.world_size = env_.world_size;
     started.parameters = static_cast<int64_t>(config_.NumParameters());
     started.total_steps = total_steps_;
     started.steps_per_epoch = steps_per_epoch_;
-    started.train_rows = train_->rows.size();
+    started.train_rows = train_rows_;
     started.seq_len = seq_len_;
-    started.global_batch = sampler_->global_batch();
+    started.global_batch = GlobalBatch();
     started.trainable_parameters = lora_.enabled ? adapter : static_cast<int64_t>(config_.NumParameters());
     started.grad_accum = grad_accum_;
     started.memory_estimate = estimate;
@@ -403,8 +383,7 @@ absl::StatusOr<Trainer::StepResult> Trainer::Step(int64_t step) {
   std::vector<ModelInput> micro;
   int64_t local_targets = 0, local_real = 0;
   for (int64_t m = 0; m < grad_accum_; ++m) {
-    LF_ASSIGN_OR_RETURN(Batch b, train_->rows.MakeBatch(sampler_->Rows(epoch, in_epoch, m, dp_rank_), train_->pad_id,
-                                                        train_->vocab_size));
+    LF_ASSIGN_OR_RETURN(Batch b, TrainBatch(epoch, in_epoch, m));
     local_real += b.real_tokens;
     micro.push_back(MakeModelInput(b, device_));
     local_targets += micro.back().num_targets;
@@ -481,7 +460,7 @@ void Trainer::LogMetrics(int64_t step, double lr, double grad_norm) {
   line.peak_mem_bytes = device_.is_cuda() ? PeakDeviceMemoryBytes(device_) : PeakRssBytes();
   if (peak_tflops_ > 0) line.mfu = tflops / (peak_tflops_ * env_.world_size);
   EmitJsonLine(trainer_events::ToLine(line));
-  std::vector<std::pair<const char*, double>> scalars = {
+  std::vector<std::pair<std::string, double>> scalars = {
       {"train/loss", line.loss},
       {"train/lr", line.lr},
       {"train/grad_norm", line.grad_norm},
@@ -529,8 +508,8 @@ absl::Status Trainer::Checkpoint(int64_t step, double loss) {
   progress.loss = loss;
   progress.seed = opt_.seed;
   progress.tokens_seen = tokens_seen_;
-  progress.rows_seen = step * sampler_->global_batch();
-  progress.global_batch = sampler_->global_batch();
+  progress.rows_seen = step * GlobalBatch();
+  progress.global_batch = GlobalBatch();
   if (last_eval_step_ == step) progress.eval_loss = last_eval_loss_;
   progress.best_eval_loss = best_eval_loss_;
   progress.best_eval_step = best_eval_step_;
@@ -563,7 +542,8 @@ absl::Status Trainer::Run() {
     if (writer_) LF_RETURN_IF_ERROR(ReportSaved(writer_->Poll()));
     const bool last = step + 1 == total_steps_;
     // Evaluations every eval_every steps; the one after the last step is Finish's.
-    if (eval_ && !last && opt_.eval_every > 0 && (step + 1) % opt_.eval_every == 0 && EvaluateAt(step + 1)) {
+    if (!eval_.empty() && !last && opt_.eval_every > 0 && (step + 1) % opt_.eval_every == 0 &&
+        EvaluateAt(step + 1)) {
       const std::string reason = EarlyStopReason(step + 1);
       if (rank0_) {
         LogInfo(reason);
@@ -595,10 +575,16 @@ absl::Status Trainer::Run() {
 }
 
 bool Trainer::EvaluateAt(int64_t step) {
-  const EvalResult r = Evaluate(*model_, *engine_, *eval_, opt_.micro_batch, device_);
-  if (rank0_) {
-    EmitJsonLine(trainer_events::ToLine(trainer_events::Eval{step, r.loss, r.perplexity, r.tokens}));
-    ToTensorBoard(step, {{"eval/loss", r.loss}, {"eval/perplexity", r.perplexity}});
+  EvalResult r;  // the first set's
+  for (size_t i = 0; i < eval_.size(); ++i) {
+    const EvalResult e = Evaluate(*model_, *engine_, eval_[i].data, opt_.micro_batch, device_);
+    if (i == 0) r = e;
+    if (!rank0_) continue;
+    const std::string& name = eval_[i].name;
+    EmitJsonLine(
+        trainer_events::ToLine(trainer_events::Eval{step, e.loss, e.perplexity, e.tokens, name}));
+    const std::string tag = name.empty() ? "eval" : absl::StrCat("eval/", name);
+    ToTensorBoard(step, {{tag + "/loss", e.loss}, {tag + "/perplexity", e.perplexity}});
   }
   last_eval_step_ = step;
   last_eval_loss_ = r.loss;
@@ -630,7 +616,7 @@ absl::Status Trainer::Finish(int64_t end_step) {
                             static_cast<double>(step_host_syncs_) / static_cast<double>(steps_run_),
                             step_host_syncs_, steps_run_));
   }
-  if (eval_ && last_eval_step_ != end_step) EvaluateAt(end_step);
+  if (!eval_.empty() && last_eval_step_ != end_step) EvaluateAt(end_step);
   LF_RETURN_IF_ERROR(Checkpoint(end_step, last_loss_));
   LF_RETURN_IF_ERROR(FinishCheckpoint());
   if (opt_.export_best && !opt_.export_dir.empty() && best_eval_step_ > 0 && best_eval_step_ != end_step) {

@@ -18,11 +18,12 @@
 
 #include "absl/status/statusor.h"
 #include "checkpoint_writer.h"
+#include "collectives.h"
 #include "common/dir_fd.h"
 #include "common/tensorboard_writer.h"
-#include "collectives.h"
 #include "config.h"
 #include "data.h"
+#include "mixture_sampler.h"
 #include "model.h"
 #include "sharded_engine.h"
 #include "tokenizer.h"
@@ -67,11 +68,17 @@ class Trainer {
   // One evaluation after `step` steps, on every rank: reported by rank 0, the best and
   // early stopping's count updated. True when early stopping says to stop here.
   bool EvaluateAt(int64_t step);
+  // The training sources and eval sets, tokenized (each cached once), and the samplers.
+  absl::Status LoadData(int dp_world);
+  // Rows per optimizer step over all ranks (either sampler's).
+  int64_t GlobalBatch() const;
+  // Rank dp_rank_'s micro-batch `micro` of step `in_epoch` of `epoch`.
+  absl::StatusOr<Batch> TrainBatch(int64_t epoch, int64_t in_epoch, int64_t micro) const;
   std::string EarlyStopReason(int64_t step) const;
   // Rank 0's TensorBoard scalars at `step` (nothing when the run has no events file; a
   // failed write is logged once and ends the file, never the training).
   void OpenTensorBoard();
-  void ToTensorBoard(int64_t step, const std::vector<std::pair<const char*, double>>& scalars);
+  void ToTensorBoard(int64_t step, const std::vector<std::pair<std::string, double>>& scalars);
   void PhaseDone(const std::string& phase, const std::string& detail);
   void FlushPhases();
 
@@ -97,9 +104,16 @@ class Trainer {
   std::unique_ptr<Tokenizer> tokenizer_;
   std::optional<ChatTemplate> chat_template_;  // CHAT data's renderer
   int64_t seq_len_ = 0;
-  std::optional<LoadedData> train_, eval_;
+  std::vector<LoadedData> train_;  // one per training source (TrainSourcesOf)
+  int64_t train_rows_ = 0;         // rows of all of them
+  struct NamedEval {
+    std::string name;  // "" for eval_path
+    LoadedData data;
+  };
+  std::vector<NamedEval> eval_;  // the first decides early stopping and export_best
   int64_t grad_accum_ = 1;
-  std::optional<Sampler> sampler_;
+  std::optional<Sampler> sampler_;         // one training source: today's order
+  std::optional<MixtureSampler> mixture_;  // several
   int64_t steps_per_epoch_ = 0;
   int64_t total_steps_ = 0;
   std::unique_ptr<DistContext> dist_;

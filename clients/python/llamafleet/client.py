@@ -322,9 +322,9 @@ class Client:
         return _maybe_frame(points, MetricsPoint, as_frame)
 
     def evals(self, job_id: JobId, max_points: int = 500, as_frame: Optional[bool] = None):
-        """Every evaluation on the job's data.eval_path (training.eval_every_steps, and the
-        one after the last step), all attempts, oldest first, at most the newest
-        `max_points`. A list of EvalPoint, or a DataFrame as metrics() decides."""
+        """Every evaluation on the job's eval sets (data.eval_path, or each of data.eval,
+        told apart by EvalPoint.set) after training.eval_every_steps steps and after the
+        last, all attempts, oldest first, at most the newest `max_points`. A list of EvalPoint, or a DataFrame as metrics() decides."""
         request = job_pb2.GetJobMetricsRequest(job_id=_job_id(job_id), max_points=max_points)
         evals = [EvalPoint.from_proto(e) for e in self._call(self._jobs.GetJobMetrics, request).evals]
         return _maybe_frame(evals, EvalPoint, as_frame)

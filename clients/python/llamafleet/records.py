@@ -43,17 +43,18 @@ class MetricsPoint:
 
 @dataclasses.dataclass(frozen=True)
 class EvalPoint:
-    """One evaluation on the job's data.eval_path (llamafleet.v1.EvalPoint)."""
+    """One evaluation on one of the job's eval sets (llamafleet.v1.EvalPoint)."""
 
     step: int  # the optimizer step evaluated after
     loss: float
     perplexity: float
     time: Optional[datetime.datetime]
     attempt: int
+    set: str = ""  # data.eval[i].name; "" for data.eval_path's
 
     @staticmethod
     def from_proto(p) -> "EvalPoint":
-        return EvalPoint(p.step, p.loss, p.perplexity, to_datetime(p.time), p.attempt)
+        return EvalPoint(p.step, p.loss, p.perplexity, to_datetime(p.time), p.attempt, getattr(p, "set", ""))
 
 
 def metrics_frame(points: list, record=MetricsPoint):

@@ -121,7 +121,7 @@ export function mountCompare(root, ctx) {
       series.push({key: `train-${id}`, label: `${label(id)} train`, color: c,
         points: (metrics?.points || []).map((p) => ({x: Number(p.step), y: Number(p.loss)}))});
       const evals = evalPoints(metrics, job);
-      if (job.spec?.data?.eval_path || evals.length) {
+      if (job.spec?.data?.eval_path || job.spec?.data?.eval?.length || evals.length) {
         series.push({key: `eval-${id}`, label: `${label(id)} eval`, color: c, dashed: true, markers: true, points: evals});
       }
     }

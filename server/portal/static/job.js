@@ -36,13 +36,23 @@ const TASK_STATE_CLASS = {
   TASK_FAILED: 'state-failed', TASK_KILLED: 'state-cancelled',
 };
 
-// The eval series of a job: the metrics response's evals history (every evaluation, all
-// attempts); without one (an older coordinator) the job's last evaluation alone.
-export function evalPoints(metrics, job) {
-  const evals = metrics?.evals || [];
+// The job's eval sets by name: data.eval's, or [''] for data.eval_path's; [] without either.
+// The first is the one its latest and best eval loss follow.
+export function evalSets(job) {
+  const data = job?.spec?.data || {};
+  if (data.eval?.length) return data.eval.map((s) => s.name || '');
+  return data.eval_path ? [''] : [];
+}
+
+// The eval series of a job's set `set` (default: its first): the metrics response's evals
+// history (every evaluation, all attempts); without one (an older coordinator) the job's
+// last evaluation alone.
+export function evalPoints(metrics, job, set = evalSets(job)[0] || '') {
+  const evals = (metrics?.evals || []).filter((e) => (e.set || '') === set);
   if (evals.length) return evals.map((e) => ({x: Number(e.step), y: Number(e.loss)}));
   const m = job?.latest_metrics || {};
-  return m.eval_loss !== undefined ? [{x: Number(m.eval_step || 0), y: Number(m.eval_loss)}] : [];
+  const first = set === (evalSets(job)[0] || '');
+  return first && m.eval_loss !== undefined ? [{x: Number(m.eval_step || 0), y: Number(m.eval_loss)}] : [];
 }
 
 const pct = (v, step) => (step ? `${(v * 100).toFixed(decimalsOf(step * 100))}%` : `${fmtNum(v * 100, 3)}%`);
@@ -198,7 +208,7 @@ export function mountJob(root, ctx, id) {
       ['Train loss', Number(m.step) ? fmtNum(m.loss) : '—'],
       ['Eval loss', m.eval_loss !== undefined
         ? `${fmtNum(m.eval_loss)} after step ${fmtInt(m.eval_step || 0)} · best ${fmtNum(m.best_eval_loss ?? m.eval_loss)}`
-        : (spec.data?.eval_path ? '—' : '— (no data.eval_path)')],
+        : (evalSets(job).length ? '—' : '— (no data.eval_path)')],
       ['Attempts', String(job.attempts || 0)],
       ['Restarts', `${job.restarts || 0} of ${spec.run_policy?.max_restarts ?? 0}`],
       [`${device} time`, usage.time],
@@ -363,10 +373,13 @@ export function mountJob(root, ctx, id) {
     const pts = res.points || [];
     const series = (f) => pts.map((p) => ({x: Number(p.step), y: Number(f(p))}));
     const loss = [{key: 'train', label: 'train loss', color: 'var(--c1)', points: series((p) => p.loss)}];
-    // The eval series when the job evaluates at all: dashed, a circle per evaluation.
-    if (job?.spec?.data?.eval_path) {
-      loss.push({key: 'eval', label: 'eval loss', color: 'var(--c4)', dashed: true, markers: true, points: evalPoints(res, job)});
-    }
+    // An eval series per eval set when the job evaluates at all: dashed, a circle per
+    // evaluation ("eval loss" alone for data.eval_path's set).
+    const colors = ['var(--c4)', 'var(--c2)', 'var(--c3)', 'var(--c5)', 'var(--c6)'];
+    evalSets(job).forEach((set, i) => {
+      loss.push({key: set ? `eval-${set}` : 'eval', label: set ? `eval loss (${set})` : 'eval loss',
+        color: colors[i % colors.length], dashed: true, markers: true, points: evalPoints(res, job, set)});
+    });
     charts.loss.setSeries(loss);
     charts.lr.setData(series((p) => p.lr));
     charts.tps.setData(series((p) => p.tokens_per_second));
