@@ -15,6 +15,7 @@
 #include "hf_io.h"
 #include "host_sync.h"
 #include "lora.h"
+#include "model_file.h"
 #include "progress_reporter.h"
 #include "sharded_checkpoint.h"
 #include "tensor_parallel.h"
@@ -659,6 +660,20 @@ absl::Status Trainer::Finish(int64_t end_step) {
     if (!opt_.gguf_dtype.empty()) {
       LF_ASSIGN_OR_RETURN(eo.before_commit,
                           GgufExportStep(opt_.gguf_dtype, fs::path(opt_.export_dir).filename().string()));
+      // The chat template beside a SentencePiece tokenizer.model travels too, so the GGUF
+      // carries it (a tokenizer.json's tokenizer_config.json is among its files already).
+      if (tokenizer_) {
+        const fs::path dir = fs::path(tokenizer_->path()).parent_path();
+        for (const char* name : {"tokenizer_config.json", "chat_template.jinja"}) {
+          if (eo.extra_files.count(name)) continue;
+          absl::StatusOr<std::string> bytes = ReadModelFile((dir / name).string(), kMaxTokenizerFileBytes);
+          if (bytes.ok()) {
+            eo.extra_files[name] = *std::move(bytes);
+          } else if (!absl::IsNotFound(bytes.status())) {
+            return bytes.status();
+          }
+        }
+      }
     }
     // Gathering a unit is collective; only rank 0 writes.
     if (lora_.enabled) {
