@@ -452,6 +452,19 @@ void CheckOutput(const v1::JobSpec& spec, Violations& v) {
   } else {
     v.Add("output.export_dtype", "must be FP32, BF16 or FP16");
   }
+  if (spec.output().has_gguf()) {
+    const v1::GgufSpec::Type dtype = spec.output().gguf().dtype();
+    if (dtype == v1::GgufSpec::TYPE_UNSPECIFIED) {
+      v.Add("output.gguf.dtype", "is required: f16, bf16 or q8_0");
+    } else if (!v1::GgufSpec::Type_IsValid(dtype)) {
+      v.Add("output.gguf.dtype", "must be F16, BF16 or Q8_0");
+    }
+    if (spec.output().export_dir().empty()) v.Add("output.gguf", "needs output.export_dir (the GGUF is written there)");
+    if (!spec.model().preset().empty() && spec.model().tokenizer().empty() &&
+        spec.data().format() == v1::TOKENS) {
+      v.Add("output.gguf", "needs a tokenizer (model.tokenizer): a GGUF carries the vocabulary");
+    }
+  }
 }
 
 // peft
@@ -501,6 +514,9 @@ void CheckExport(const v1::JobSpec& spec, Violations& v) {
   }
   if (spec.output().merge() && !lora) v.Add("output.merge", "needs peft.method: lora");
   if (spec.output().merge() && spec.output().export_dir().empty()) v.Add("output.merge", "needs output.export_dir");
+  if (spec.output().has_gguf() && lora && !spec.output().merge()) {
+    v.Add("output.gguf", "with peft needs output.merge: true (the GGUF holds the merged model, in <export_dir>/merged)");
+  }
 }
 
 }  // namespace

@@ -25,7 +25,7 @@ llamafleet_fuzz_replay(trainer_events llamafleet_trainer_events)
 llamafleet_fuzz_replay(gpu_health llamafleet_worker)
 if(LLAMAFLEET_BUILD_TRAINER)
   foreach(name safetensors_header safetensors_index hf_config checkpoint_manifest peft_adapter_config
-                token_file model_file_memory tokenizer_json tiktoken_ranks)
+                token_file model_file_memory tokenizer_json tiktoken_ranks gguf_file)
     llamafleet_fuzz_replay(${name} llamafleet_trainer_core)
   endforeach()
 endif()

@@ -310,6 +310,13 @@ INSTANTIATE_TEST_SUITE_P(
         ValidateCase{"{data: {train_path: /d, eval_path: /e}, training: {eval_every_steps: 5}, "
                      "output: {export: best}}",
                      "output.export best needs output.export_dir"},
+        ValidateCase{"output: {gguf: {dtype: q8_0}}", "output.gguf needs output.export_dir"},
+        ValidateCase{"output: {export_dir: /x, gguf: {}}", "output.gguf.dtype is required: f16, bf16 or q8_0"},
+        ValidateCase{"{peft: {method: lora}, output: {export_dir: /x, gguf: {dtype: f16}}}",
+                     "output.gguf with peft needs output.merge: true"},
+        ValidateCase{"{model: {path: '', preset: tiny}, data: {train_path: /d, format: tokens}, "
+                     "output: {export_dir: /x, gguf: {dtype: bf16}}}",
+                     "output.gguf needs a tokenizer (model.tokenizer)"},
         ValidateCase{"name: ''", "name is required"},
         ValidateCase{"name: 'has space'", "name may contain only"},
         ValidateCase{"priority: 5000", "priority must be in [-1000, 1000]"},
@@ -375,6 +382,20 @@ TEST(JobSpecTest, ChatDataIsAccepted) {
   EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
   EXPECT_EQ(spec.data().chat_template(), "model");
   EXPECT_EQ(spec.data().train_on(), v1::ASSISTANT);
+}
+
+// A GGUF beside the export: the dtype by name in any case; with LoRA when merged.
+TEST(JobSpecTest, GgufExportIsAccepted) {
+  absl::StatusOr<std::vector<ParsedJob>> jobs = ParseJobDocuments(
+      "name: g\nmodel: {path: /m}\ndata: {train_path: /d}\npeft: {method: lora}\n"
+      "output: {export_dir: /x, merge: true, gguf: {dtype: Q8_0}}\n");
+  ASSERT_TRUE(jobs.ok()) << jobs.status();
+  v1::JobSpec spec = (*jobs)[0].spec;
+  ApplyDefaults(&spec);
+  ASSERT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
+  EXPECT_EQ(spec.output().gguf().dtype(), v1::GgufSpec::Q8_0);
+  spec.mutable_output()->mutable_gguf()->set_dtype(static_cast<v1::GgufSpec::Type>(9));
+  EXPECT_NE(ValidateJobSpec(spec).message().find("output.gguf.dtype must be F16, BF16 or Q8_0"), std::string::npos);
 }
 
 // Evaluation every N steps with early stopping and the best export: accepted with an eval

@@ -262,6 +262,7 @@ absl::Status ExportHfDir(const LlamaConfig& config, const std::vector<UnitLayout
           absl::StrCat(options.tokenizer_path, ": cannot copy tokenizer: ", ec.message()));
     }
   }
+  if (options.before_commit) LF_RETURN_IF_ERROR(options.before_commit(staged.path()));
   return staged.Commit();
 }
 

@@ -69,6 +69,9 @@ struct ExportOptions {
   // model's config.json is written.
   std::string weights_name = "model";
   bool write_config = true;
+  // Called with the staged directory once every file above is in it, before it is renamed
+  // into place (the GGUF export writes model.gguf there); an error abandons the export.
+  std::function<absl::Status(const std::string& staged_dir)> before_commit;
 };
 
 // Writes an HF-format directory to `out_dir` through a staged temporary directory that is

@@ -155,6 +155,7 @@ absl::Status ExportLora(ParamEngine& engine, const LlamaConfig& config, const st
   ao.write_config = false;
   ao.max_shard_bytes = ~0ull;  // PEFT loads a single adapter_model.safetensors
   ao.extra_files["adapter_config.json"] = AdapterConfigJson(lora);
+  ao.before_commit = nullptr;  // only the merged model is a whole model (a GGUF goes there)
   if (writer) {
     LF_RETURN_IF_ERROR(ExportHfDir(config, peft, adapter_of, out_dir, ao));
   } else {

@@ -3,6 +3,7 @@
 //   llamafleet-train train --spec JOB.yaml [--set key=value ...]
 //   llamafleet-train eval --model DIR --data FILE [--batching padding|packing] [--seq-len N]
 //   llamafleet-train export --checkpoint DIR --out DIR [--dtype bf16] [--max-shard-size-mb N]
+//                           [--gguf f16|bf16|q8_0]
 //
 // stdout carries JSON lines only (metrics, events, the eval result; see
 // worker/trainer_events.h); human logs go to stderr. `train` always ends with an "exit"
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/byte_size.h"
@@ -205,6 +207,9 @@ absl::StatusOr<lt::TrainOptions> OptionsFromSpecFile(const std::string& path,
   }
   o.max_shard_bytes = static_cast<uint64_t>(spec.output().max_shard_size_mb()) << 20;
   o.merge = spec.output().merge();
+  if (spec.output().has_gguf()) {
+    o.gguf_dtype = absl::AsciiStrToLower(v1::GgufSpec::Type_Name(spec.output().gguf().dtype()));
+  }
   const auto& peft = spec.peft();
   if (peft.method() == "lora") {
     // Unset fields stay "unset" here (0 / -1 / empty) when an adapter supplies them.
@@ -281,6 +286,8 @@ int main(int argc, char** argv) {
   exp->add_option("--out", out_dir, "output directory (replaced atomically)")->required();
   exp->add_option("--dtype", dtype, "fp32, fp16 or bf16");
   exp->add_option("--max-shard-size-mb", max_shard_mb, "largest safetensors shard, MiB");
+  std::string gguf;
+  exp->add_option("--gguf", gguf, "also <out>/model.gguf and an Ollama Modelfile: f16, bf16 or q8_0");
 
   // tokenize (for tests and debugging): the records as the trainer sees them
   CLI::App* tok = app.add_subcommand("tokenize", "print each JSONL record's tokens and loss mask");
@@ -386,7 +393,7 @@ int main(int argc, char** argv) {
     auto d = lt::ParseExportDtype(dtype);
     if (!d.ok()) return Fail(d.status());
     if (max_shard_mb <= 0) return Fail(absl::InvalidArgumentError("--max-shard-size-mb must be > 0"));
-    absl::Status s = lt::RunExport(checkpoint, out_dir, *d, static_cast<uint64_t>(max_shard_mb) << 20);
+    absl::Status s = lt::RunExport(checkpoint, out_dir, *d, static_cast<uint64_t>(max_shard_mb) << 20, gguf);
     return s.ok() ? 0 : Fail(s);
   }
   if (*prev) {

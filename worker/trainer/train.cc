@@ -21,6 +21,7 @@
 #include "absl/strings/str_join.h"
 #include "common/byte_size.h"
 #include "engine.h"
+#include "gguf_export.h"
 #include "hf_io.h"
 #include "model.h"
 #include "model_file.h"
@@ -477,27 +478,21 @@ absl::StatusOr<EvalResult> RunEval(const EvalOptions& opt) {
 }
 
 absl::Status RunExport(const std::string& checkpoint_dir, const std::string& out_dir, StDtype dtype,
-                       uint64_t max_shard_bytes) {
+                       uint64_t max_shard_bytes, const std::string& gguf_dtype) {
   return CatchTorch("export", [&]() -> absl::Status {
-    if (IsShardedCheckpoint(checkpoint_dir)) {
-      std::error_code same_ec;
-      if (fs::weakly_canonical(checkpoint_dir, same_ec) == fs::weakly_canonical(out_dir, same_ec)) {
-        return absl::InvalidArgumentError("--out must differ from --checkpoint");
-      }
-      // A sharded training checkpoint: consolidated one unit at a time.
-      ExportOptions eo;
-      eo.dtype = dtype;
-      eo.max_shard_bytes = max_shard_bytes;
-      return ExportShardedCheckpoint(checkpoint_dir, out_dir, eo);
+    std::error_code same_ec;
+    if (fs::weakly_canonical(checkpoint_dir, same_ec) == fs::weakly_canonical(out_dir, same_ec)) {
+      return absl::InvalidArgumentError("--out must differ from --checkpoint");
     }
-    LF_ASSIGN_OR_RETURN(std::unique_ptr<HfModelDir> hf, HfModelDir::Open(checkpoint_dir));
-    const std::vector<UnitLayout> layout = MakeLayout(hf->config());
     ExportOptions eo;
     eo.dtype = dtype;
     eo.max_shard_bytes = max_shard_bytes;
+    if (!gguf_dtype.empty()) {
+      LF_ASSIGN_OR_RETURN(eo.before_commit, GgufExportStep(gguf_dtype, fs::path(out_dir).filename().string()));
+    }
     // The tokenizer travels with the weights, whichever kind the directory holds.
     for (const char* name : {"tokenizer.model", "tokenizer.json", "tokenizer_config.json", "generation_config.json",
-                             "special_tokens_map.json"}) {
+                             "special_tokens_map.json", "chat_template.jinja"}) {
       absl::StatusOr<std::string> bytes = ReadModelFile((fs::path(checkpoint_dir) / name).string(), kMaxTokenizerFileBytes);
       if (bytes.ok()) {
         eo.extra_files[name] = *std::move(bytes);
@@ -505,6 +500,10 @@ absl::Status RunExport(const std::string& checkpoint_dir, const std::string& out
         return bytes.status();
       }
     }
+    // A sharded training checkpoint: consolidated one unit at a time.
+    if (IsShardedCheckpoint(checkpoint_dir)) return ExportShardedCheckpoint(checkpoint_dir, out_dir, eo);
+    LF_ASSIGN_OR_RETURN(std::unique_ptr<HfModelDir> hf, HfModelDir::Open(checkpoint_dir));
+    const std::vector<UnitLayout> layout = MakeLayout(hf->config());
     // Tensors are read at their stored precision and converted once, so an export to the
     // stored dtype is bit-identical.
     auto fetch = [&](int u) -> absl::StatusOr<std::vector<at::Tensor>> {
@@ -515,10 +514,6 @@ absl::Status RunExport(const std::string& checkpoint_dir, const std::string& out
       }
       return out;
     };
-    std::error_code ec;
-    if (fs::weakly_canonical(checkpoint_dir, ec) == fs::weakly_canonical(out_dir, ec)) {
-      return absl::InvalidArgumentError("--out must differ from --checkpoint");
-    }
     return ExportHfDir(hf->config(), layout, fetch, out_dir, eo);
   });
 }

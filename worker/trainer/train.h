@@ -118,6 +118,9 @@ struct TrainOptions {
   // <= 0, dropout < 0 and empty target_modules mean "the adapter's own value".
   LoraOptions lora;
   StDtype export_dtype = StDtype::kBF16;
+  // GGUF beside the export (gguf_export.h): "" = none, else f16 | bf16 | q8_0. With LoRA it
+  // goes with the merged model (merge is required).
+  std::string gguf_dtype;
   uint64_t max_shard_bytes = 5120ull << 20;
   double peak_tflops = 0.0;     // MFU denominator; 0 = from the device table
   std::string device = "auto";  // auto | cpu | cuda
@@ -198,9 +201,11 @@ struct EvalResult {
 };
 absl::StatusOr<EvalResult> RunEval(const EvalOptions& options);
 
-// Re-exports an HF-format directory (a model or a step-N checkpoint) to `out_dir`.
+// Re-exports an HF-format directory (a model or a step-N checkpoint) to `out_dir`, with the
+// tokenizer files found in `checkpoint_dir`; with a non-empty `gguf_dtype` (f16, bf16,
+// q8_0) also <out_dir>/model.gguf and an Ollama Modelfile (gguf_export.h).
 absl::Status RunExport(const std::string& checkpoint_dir, const std::string& out_dir,
-                       StDtype dtype, uint64_t max_shard_bytes);
+                       StDtype dtype, uint64_t max_shard_bytes, const std::string& gguf_dtype = "");
 
 // Peak dense bf16 TFLOP/s of a device by name (A100 312, H100/H200 989); 0 if unknown.
 double PeakTflopsForDevice(const std::string& device_name);

@@ -11,9 +11,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "gguf_export.h"
 #include "hf_io.h"
 #include "host_sync.h"
 #include "lora.h"
+#include "model_file.h"
 #include "progress_reporter.h"
 #include "sharded_checkpoint.h"
 #include "tensor_parallel.h"
@@ -80,6 +82,13 @@ absl::Status Trainer::Setup() {
     return absl::InvalidArgumentError(
         "output.export: best needs data.eval_path (or data.eval) and checkpoint.dir (the best "
         "weights are read back from the checkpoint saved at their evaluation)");
+  }
+  if (!opt_.gguf_dtype.empty()) {
+    LF_RETURN_IF_ERROR(ParseGgufDtype(opt_.gguf_dtype).status());
+    if (opt_.export_dir.empty()) return absl::InvalidArgumentError("output.gguf needs output.export_dir");
+    if (opt_.lora.enabled && !opt_.merge) {
+      return absl::InvalidArgumentError("output.gguf with peft needs output.merge: true (the GGUF is the merged model)");
+    }
   }
   checkpoint_io_dir_ = opt_.checkpoint_dir;
   if (!opt_.checkpoint_dir.empty() && !opt_.path_roots.empty() && !opt_.job_id.empty()) {
@@ -638,6 +647,24 @@ absl::Status Trainer::Finish(int64_t end_step) {
     eo.path_roots = opt_.path_roots;
     if (tokenizer_) {
       LF_ASSIGN_OR_RETURN(eo.extra_files, tokenizer_->ExportFiles());
+    }
+    if (!opt_.gguf_dtype.empty()) {
+      LF_ASSIGN_OR_RETURN(eo.before_commit,
+                          GgufExportStep(opt_.gguf_dtype, fs::path(opt_.export_dir).filename().string()));
+      // The chat template beside a SentencePiece tokenizer.model travels too, so the GGUF
+      // carries it (a tokenizer.json's tokenizer_config.json is among its files already).
+      if (tokenizer_) {
+        const fs::path dir = fs::path(tokenizer_->path()).parent_path();
+        for (const char* name : {"tokenizer_config.json", "chat_template.jinja"}) {
+          if (eo.extra_files.count(name)) continue;
+          absl::StatusOr<std::string> bytes = ReadModelFile((dir / name).string(), kMaxTokenizerFileBytes);
+          if (bytes.ok()) {
+            eo.extra_files[name] = *std::move(bytes);
+          } else if (!absl::IsNotFound(bytes.status())) {
+            return bytes.status();
+          }
+        }
+      }
     }
     // Gathering a unit is collective; only rank 0 writes.
     if (lora_.enabled) {
