@@ -4,6 +4,8 @@
 //   llamafleet-train eval --model DIR --data FILE [--batching padding|packing] [--seq-len N]
 //   llamafleet-train export --checkpoint DIR --out DIR [--dtype bf16] [--max-shard-size-mb N]
 //                           [--gguf f16|bf16|q8_0]
+//   llamafleet-train tokenize --data FILE [--format F] [--model DIR | --tokenizer PATH]
+//   llamafleet-train preview --spec JOB.yaml [-n 3]
 //
 // stdout carries JSON lines only (metrics, events, the eval result; see
 // worker/trainer_events.h); human logs go to stderr. `train` always ends with an "exit"
@@ -101,6 +103,41 @@ absl::Status PreviewData(const lt::TrainOptions& o, int64_t n) {
 }
 
 #ifdef LLAMAFLEET_HAVE_JOBSPEC
+// The fsdp block: precisions, sharding strategy, activation checkpointing, prefetch.
+void ApplyFsdpSpec(const llamafleet::v1::FsdpSpec& fsdp, lt::TrainOptions* out) {
+  namespace v1 = llamafleet::v1;
+  lt::TrainOptions& o = *out;
+  auto precision = [](v1::Precision p, const char* fallback) -> std::string {
+    switch (p) {
+      case v1::FP32: return "fp32";
+      case v1::BF16: return "bf16";
+      case v1::FP16: return "fp16";  // dynamic loss scaling in the engine
+      default: return fallback;
+    }
+  };
+  o.compute_dtype = precision(fsdp.mixed_precision(), "bf16");
+  o.reduce_dtype = precision(fsdp.reduce_precision(), "fp32");
+  switch (fsdp.sharding()) {
+    case v1::SHARD_GRAD_OP: o.sharding = "SHARD_GRAD_OP"; break;
+    case v1::HYBRID_SHARD: o.sharding = "HYBRID_SHARD"; break;
+    case v1::NO_SHARD: o.sharding = "NO_SHARD"; break;
+    default: o.sharding = "FULL_SHARD"; break;
+  }
+  o.hybrid_group_size = fsdp.hybrid_shard_group_size();
+  switch (llamafleet::ActivationCheckpointingOf(fsdp)) {
+    case v1::AC_NONE:
+      o.activation_checkpointing = lt::ActivationCheckpointing::kNone;
+      break;
+    case v1::AC_SELECTIVE:
+      o.activation_checkpointing = lt::ActivationCheckpointing::kSelective;
+      break;
+    default:
+      o.activation_checkpointing = lt::ActivationCheckpointing::kFull;
+      break;
+  }
+  o.max_inflight_all_gathers = fsdp.max_inflight_all_gathers();
+}
+
 absl::StatusOr<lt::TrainOptions> OptionsFromSpecFile(const std::string& path,
                                                      const std::vector<std::string>& sets) {
   LF_ASSIGN_OR_RETURN(std::string text, lt::ReadFileToString(path));
@@ -164,36 +201,7 @@ absl::StatusOr<lt::TrainOptions> OptionsFromSpecFile(const std::string& path,
   o.early_stopping_patience = t.early_stopping().patience();
   o.early_stopping_min_delta = t.early_stopping().min_delta();
   o.export_best = spec.output().export_() == v1::BEST;
-  auto precision = [](v1::Precision p, const char* fallback) -> std::string {
-    switch (p) {
-      case v1::FP32: return "fp32";
-      case v1::BF16: return "bf16";
-      case v1::FP16: return "fp16";  // dynamic loss scaling in the engine
-      default: return fallback;
-    }
-  };
-  const auto& fsdp = spec.fsdp();
-  o.compute_dtype = precision(fsdp.mixed_precision(), "bf16");
-  o.reduce_dtype = precision(fsdp.reduce_precision(), "fp32");
-  switch (fsdp.sharding()) {
-    case v1::SHARD_GRAD_OP: o.sharding = "SHARD_GRAD_OP"; break;
-    case v1::HYBRID_SHARD: o.sharding = "HYBRID_SHARD"; break;
-    case v1::NO_SHARD: o.sharding = "NO_SHARD"; break;
-    default: o.sharding = "FULL_SHARD"; break;
-  }
-  o.hybrid_group_size = fsdp.hybrid_shard_group_size();
-  switch (llamafleet::ActivationCheckpointingOf(fsdp)) {
-    case v1::AC_NONE:
-      o.activation_checkpointing = lt::ActivationCheckpointing::kNone;
-      break;
-    case v1::AC_SELECTIVE:
-      o.activation_checkpointing = lt::ActivationCheckpointing::kSelective;
-      break;
-    default:
-      o.activation_checkpointing = lt::ActivationCheckpointing::kFull;
-      break;
-  }
-  o.max_inflight_all_gathers = fsdp.max_inflight_all_gathers();
+  ApplyFsdpSpec(spec.fsdp(), &o);
   o.tensor_parallel = llamafleet::TensorParallelOf(spec);  // 1 when the spec has no parallelism block
   o.checkpoint_dir = spec.checkpoint().dir();
   o.checkpoint_every = spec.checkpoint().every_steps();
@@ -225,222 +233,261 @@ absl::StatusOr<lt::TrainOptions> OptionsFromSpecFile(const std::string& path,
 }
 #endif
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  CLI::App app{"llamafleet-train: LibTorch Llama-2 trainer"};
-  app.require_subcommand(1);
-
-  // train
-  CLI::App* train = app.add_subcommand("train", "train from a JobSpec (YAML or JSON)");
-  std::string spec_path, device = "auto";
-  std::vector<std::string> sets;
+// Every subcommand's flags, as parsed.
+struct Flags {
+  std::string spec_path, device = "auto", resume, resume_candidates, token_cache_dir;
+  std::string token_cache_max_size;
+  std::vector<std::string> sets, path_roots;
   double peak_tflops = 0;
-  train->add_option("--spec", spec_path, "job spec file")->required();
-  train->add_option("--set", sets, "override a spec field: key=value (repeatable)");
-  train->add_option("--peak-tflops", peak_tflops, "peak TFLOP/s for MFU (default: device table)");
-  train->add_option("--device", device, "auto, cpu or cuda");
-  std::string resume;
   int collective_timeout_s = 120;
-  train->add_option("--resume", resume, "continue from this sharded checkpoint (overrides checkpoint.resume)");
-  std::vector<std::string> path_roots;
-  train->add_option("--path-root", path_roots,
+  std::string model_dir, data_path, batching = "padding", format = "text", tokenizer;
+  std::string chat_template, train_on = "assistant";
+  int64_t seq_len = 0, micro_batch = 4;
+  std::string checkpoint, out_dir, dtype = "bf16", gguf;
+  int64_t max_shard_mb = 5120;
+  int64_t preview_n = 3;
+};
+
+CLI::App* AddTrainCommand(CLI::App& app, Flags& f) {
+  CLI::App* train = app.add_subcommand("train", "train from a JobSpec (YAML or JSON)");
+  train->add_option("--spec", f.spec_path, "job spec file")->required();
+  train->add_option("--set", f.sets, "override a spec field: key=value (repeatable)");
+  train->add_option("--peak-tflops", f.peak_tflops, "peak TFLOP/s for MFU (default: device table)");
+  train->add_option("--device", f.device, "auto, cpu or cuda");
+  train->add_option("--resume", f.resume, "continue from this sharded checkpoint (overrides checkpoint.resume)");
+  train->add_option("--path-root", f.path_roots,
                     "directory the job may use (repeatable; the worker passes the coordinator's roots)");
-  std::string resume_candidates;
-  train->add_option("--resume-candidates", resume_candidates,
+  train->add_option("--resume-candidates", f.resume_candidates,
                     "JSON file: the job's recorded checkpoints, newest first; resume from the newest that "
                     "verifies (overrides --resume)");
-  std::string token_cache_dir;
-  train->add_option("--token-cache-dir", token_cache_dir,
+  train->add_option("--token-cache-dir", f.token_cache_dir,
                     "where tokenized datasets are kept and reused (default $LLAMAFLEET_TOKEN_CACHE_DIR, "
                     "else ~/.cache/llamafleet/tokens)");
-  std::string token_cache_max_size;
-  train->add_option("--token-cache-max-size", token_cache_max_size,
+  train->add_option("--token-cache-max-size", f.token_cache_max_size,
                     "bound on the token cache directory's entries, e.g. 500G (K, M, G, T); past it a "
                     "build removes the least recently used entries that no run is using (default: none)");
-  train->add_option("--collective-timeout-s", collective_timeout_s,
+  train->add_option("--collective-timeout-s", f.collective_timeout_s,
                     "a collective or rendezvous longer than this ends the run (default 120)");
+  return train;
+}
 
-  // eval
-  CLI::App* eval = app.add_subcommand("eval", "evaluate an HF-format model on a JSONL file");
-  std::string model_dir, data_path, batching = "padding", format = "text", tokenizer;
-  int64_t seq_len = 0, micro_batch = 4;
-  eval->add_option("--model", model_dir, "HF-format model directory")->required();
-  eval->add_option("--data", data_path, "JSONL data file")->required();
-  eval->add_option("--batching", batching, "padding or packing");
-  eval->add_option("--seq-len", seq_len, "row length (default max_position_embeddings)");
-  eval->add_option("--format", format, "text, prompt_completion, tokens or chat");
-  std::string chat_template, train_on = "assistant";
-  eval->add_option("--chat-template", chat_template,
-                   "chat: model (default), llama2, llama3, chatml or mistral");
-  eval->add_option("--train-on", train_on, "chat: assistant (default), last_assistant or all");
-  eval->add_option("--tokenizer", tokenizer, "tokenizer.model (default <model>/tokenizer.model)");
-  eval->add_option("--micro-batch", micro_batch, "rows per forward pass");
-  eval->add_option("--device", device, "auto, cpu or cuda");
-
-  // export
-  CLI::App* exp = app.add_subcommand("export", "write an HF-format directory from a checkpoint");
-  std::string checkpoint, out_dir, dtype = "bf16";
-  int64_t max_shard_mb = 5120;
-  exp->add_option("--checkpoint", checkpoint, "checkpoint or HF-format directory")->required();
-  exp->add_option("--out", out_dir, "output directory (replaced atomically)")->required();
-  exp->add_option("--dtype", dtype, "fp32, fp16 or bf16");
-  exp->add_option("--max-shard-size-mb", max_shard_mb, "largest safetensors shard, MiB");
-  std::string gguf;
-  exp->add_option("--gguf", gguf, "also <out>/model.gguf and an Ollama Modelfile: f16, bf16 or q8_0");
-
-  // tokenize (for tests and debugging): the records as the trainer sees them
-  CLI::App* tok = app.add_subcommand("tokenize", "print each JSONL record's tokens and loss mask");
-  tok->add_option("--tokenizer", tokenizer, "tokenizer file or directory");
-  tok->add_option("--model", model_dir,
-                  "model directory: its tokenizer and chat template (instead of --tokenizer)");
-  tok->add_option("--data", data_path, "JSONL data file")->required();
-  tok->add_option("--format", format, "text, prompt_completion, tokens or chat");
-  tok->add_option("--chat-template", chat_template,
+// The chat flags `eval` and `tokenize` share.
+void AddChatFlags(CLI::App* cmd, Flags& f) {
+  cmd->add_option("--chat-template", f.chat_template,
                   "chat: model (default), llama2, llama3, chatml or mistral");
-  tok->add_option("--train-on", train_on, "chat: assistant (default), last_assistant or all");
+  cmd->add_option("--train-on", f.train_on, "chat: assistant (default), last_assistant or all");
+}
 
-  // preview: a job's first records as the trainer will see them
+CLI::App* AddEvalCommand(CLI::App& app, Flags& f) {
+  CLI::App* eval = app.add_subcommand("eval", "evaluate an HF-format model on a JSONL file");
+  eval->add_option("--model", f.model_dir, "HF-format model directory")->required();
+  eval->add_option("--data", f.data_path, "JSONL data file")->required();
+  eval->add_option("--batching", f.batching, "padding or packing");
+  eval->add_option("--seq-len", f.seq_len, "row length (default max_position_embeddings)");
+  eval->add_option("--format", f.format, "text, prompt_completion, tokens or chat");
+  AddChatFlags(eval, f);
+  eval->add_option("--tokenizer", f.tokenizer,
+                   "tokenizer file or directory (default: the model directory's)");
+  eval->add_option("--micro-batch", f.micro_batch, "rows per forward pass");
+  eval->add_option("--device", f.device, "auto, cpu or cuda");
+  return eval;
+}
+
+CLI::App* AddExportCommand(CLI::App& app, Flags& f) {
+  CLI::App* exp = app.add_subcommand("export", "write an HF-format directory from a checkpoint");
+  exp->add_option("--checkpoint", f.checkpoint, "checkpoint or HF-format directory")->required();
+  exp->add_option("--out", f.out_dir, "output directory (replaced atomically)")->required();
+  exp->add_option("--dtype", f.dtype, "fp32, fp16 or bf16");
+  exp->add_option("--max-shard-size-mb", f.max_shard_mb, "largest safetensors shard, MiB");
+  exp->add_option("--gguf", f.gguf, "also <out>/model.gguf and an Ollama Modelfile: f16, bf16 or q8_0");
+  return exp;
+}
+
+// tokenize (for tests and debugging): the records as the trainer sees them.
+CLI::App* AddTokenizeCommand(CLI::App& app, Flags& f) {
+  CLI::App* tok = app.add_subcommand("tokenize", "print each JSONL record's tokens and loss mask");
+  tok->add_option("--tokenizer", f.tokenizer, "tokenizer file or directory");
+  tok->add_option("--model", f.model_dir,
+                  "model directory: its tokenizer and chat template (instead of --tokenizer)");
+  tok->add_option("--data", f.data_path, "JSONL data file")->required();
+  tok->add_option("--format", f.format, "text, prompt_completion, tokens or chat");
+  AddChatFlags(tok, f);
+  return tok;
+}
+
+// preview: a job's first records as the trainer will see them.
+CLI::App* AddPreviewCommand(CLI::App& app, Flags& f) {
   CLI::App* prev = app.add_subcommand(
       "preview",
       "print a job spec's first records rendered, the tokens with loss between [[ and ]]");
-  int64_t preview_n = 3;
-  prev->add_option("--spec", spec_path, "job spec file")->required();
-  prev->add_option("--set", sets, "override a spec field: key=value (repeatable)");
-  prev->add_option("-n", preview_n, "records per data file (default 3)");
+  prev->add_option("--spec", f.spec_path, "job spec file")->required();
+  prev->add_option("--set", f.sets, "override a spec field: key=value (repeatable)");
+  prev->add_option("-n", f.preview_n, "records per data file (default 3)");
+  return prev;
+}
 
+#ifdef LLAMAFLEET_HAVE_JOBSPEC
+// The spec's options with what the command line and the worker's environment add.
+absl::StatusOr<lt::TrainOptions> TrainOptionsFromFlags(const Flags& f) {
+  LF_ASSIGN_OR_RETURN(lt::TrainOptions opts, OptionsFromSpecFile(f.spec_path, f.sets));
+  opts.device = f.device;
+  opts.peak_tflops = f.peak_tflops;
+  if (!f.resume.empty()) opts.resume = f.resume;
+  if (!f.resume_candidates.empty()) {
+    LF_ASSIGN_OR_RETURN(std::string text, lt::ReadFileToString(f.resume_candidates));
+    auto parsed = llamafleet::trainer_events::ParseCandidates(text);
+    if (!parsed.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--resume-candidates ", f.resume_candidates, ": ", parsed.status().message()));
+    }
+    opts.resume_candidates = std::move(*parsed);
+  }
+  opts.collective_timeout_s = f.collective_timeout_s;
+  opts.token_cache_dir = f.token_cache_dir;
+  if (!f.token_cache_max_size.empty()) {
+    const std::optional<uint64_t> bytes = llamafleet::ParseByteSize(f.token_cache_max_size);
+    if (!bytes) {
+      return absl::InvalidArgumentError(absl::StrCat("--token-cache-max-size \"", f.token_cache_max_size,
+                                                     "\": expected bytes or a number with K, M, G or T"));
+    }
+    opts.token_cache_max_bytes = *bytes;
+  }
+  opts.path_roots = f.path_roots;
+  if (const char* job = std::getenv("LLAMAFLEET_JOB_ID")) opts.job_id = job;
+  if (const char* attempt = std::getenv("LLAMAFLEET_ATTEMPT")) {
+    if (!absl::SimpleAtoi(attempt, &opts.attempt) || opts.attempt < 0) opts.attempt = 0;
+  }
+  if (const char* env = std::getenv("LLAMAFLEET_PEAK_TFLOPS"); env && opts.peak_tflops <= 0) {
+    opts.peak_tflops = std::atof(env);
+  }
+  return opts;
+}
+#endif
+
+int RunTrainCommand(const Flags& f) {
+#ifdef LLAMAFLEET_HAVE_JOBSPEC
+  auto opts = TrainOptionsFromFlags(f);
+  if (!opts.ok()) return Fail(opts.status());
+  auto env = lt::DistEnvFromEnvironment();
+  if (!env.ok()) return Fail(env.status());
+  // A worker's ranks report their progress (hang detection); a run on its own does not.
+  if (std::getenv("LLAMAFLEET_PROGRESS_EVENTS") != nullptr) lt::StartProgressReporter();
+  absl::Status s = lt::RunTraining(*opts, *env);
+  lt::StopProgressReporter();
+  if (!s.ok()) return Fail(s);
+  lt::EmitJsonLine(llamafleet::trainer_events::ToLine(llamafleet::trainer_events::Exit::From(s)));
+  return 0;
+#else
+  (void)f;
+  return Fail(absl::UnimplementedError("built without the job-spec library"));
+#endif
+}
+
+int RunEvalCommand(const Flags& f) {
+  auto format = ParseFormat(f.format);
+  if (!format.ok()) return Fail(format.status());
+  auto b = ParseBatching(f.batching);
+  if (!b.ok()) return Fail(b.status());
+  auto on = ParseTrainOn(f.train_on);
+  if (!on.ok()) return Fail(on.status());
+  lt::EvalOptions o;
+  o.model_dir = f.model_dir;
+  o.data_path = f.data_path;
+  o.tokenizer_path = f.tokenizer;
+  o.format = *format;
+  o.chat_template = f.chat_template;
+  o.train_on = *on;
+  o.batching = *b;
+  o.seq_len = f.seq_len;
+  o.micro_batch = f.micro_batch;
+  o.device = f.device;
+  auto r = lt::RunEval(o);
+  if (!r.ok()) return Fail(r.status());
+  char buf[256];
+  std::snprintf(buf, sizeof buf, "{\"loss\": %.9g, \"tokens\": %lld, \"perplexity\": %.9g}", r->loss,
+                static_cast<long long>(r->tokens), r->perplexity);
+  lt::EmitJsonLine(buf);
+  return 0;
+}
+
+int RunExportCommand(const Flags& f) {
+  auto d = lt::ParseExportDtype(f.dtype);
+  if (!d.ok()) return Fail(d.status());
+  if (f.max_shard_mb <= 0) return Fail(absl::InvalidArgumentError("--max-shard-size-mb must be > 0"));
+  absl::Status s =
+      lt::RunExport(f.checkpoint, f.out_dir, *d, static_cast<uint64_t>(f.max_shard_mb) << 20, f.gguf);
+  return s.ok() ? 0 : Fail(s);
+}
+
+int RunPreviewCommand(const Flags& f) {
+#ifdef LLAMAFLEET_HAVE_JOBSPEC
+  auto opts = OptionsFromSpecFile(f.spec_path, f.sets);
+  if (!opts.ok()) return Fail(opts.status());
+  absl::Status s = PreviewData(*opts, f.preview_n);
+  return s.ok() ? 0 : Fail(s);
+#else
+  (void)f;
+  return Fail(absl::UnimplementedError("built without the job-spec library"));
+#endif
+}
+
+int RunTokenizeCommand(const Flags& f) {
+  auto format = ParseFormat(f.format);
+  if (!format.ok()) return Fail(format.status());
+  auto on = ParseTrainOn(f.train_on);
+  if (!on.ok()) return Fail(on.status());
+  std::unique_ptr<lt::Tokenizer> t;
+  lt::DataLoadOptions o;
+  o.format = *format;
+  o.train_on = *on;
+  const std::string tokenizer = f.tokenizer.empty() ? f.model_dir : f.tokenizer;
+  if (!tokenizer.empty()) {
+    auto loaded = lt::LoadTokenizer(tokenizer);
+    if (!loaded.ok()) return Fail(loaded.status());
+    t = std::move(*loaded);
+    o.tokenizer = t.get();
+    o.bos_id = t->bos_id();
+    o.eos_id = t->eos_id();
+  }
+  std::optional<lt::ChatTemplate> chat;
+  if (*format == lt::DataFormat::kChat) {
+    if (t == nullptr)
+      return Fail(absl::InvalidArgumentError("--format chat needs --model (or --tokenizer)"));
+    const std::string dir =
+        f.model_dir.empty() ? std::filesystem::path(t->path()).parent_path().string() : f.model_dir;
+    auto resolved = lt::ResolveChatTemplate(f.chat_template, dir.empty() ? "." : dir);
+    if (!resolved.ok()) return Fail(resolved.status());
+    chat = *std::move(resolved);
+    o.chat_template = &*chat;
+  }
+  auto seqs = lt::LoadJsonl(f.data_path, o);
+  if (!seqs.ok()) return Fail(seqs.status());
+  for (const lt::Sequence& s : *seqs) {
+    lt::EmitJsonLine(json{{"tokens", s.tokens}, {"target", s.target}}.dump());
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"llamafleet-train: the LibTorch Llama-family trainer"};
+  app.require_subcommand(1);
+  Flags f;
+  CLI::App* train = AddTrainCommand(app, f);
+  CLI::App* eval = AddEvalCommand(app, f);
+  CLI::App* exp = AddExportCommand(app, f);
+  CLI::App* tok = AddTokenizeCommand(app, f);
+  CLI::App* prev = AddPreviewCommand(app, f);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
   }
-
-  if (*train) {
-#ifdef LLAMAFLEET_HAVE_JOBSPEC
-    auto opts = OptionsFromSpecFile(spec_path, sets);
-    if (!opts.ok()) return Fail(opts.status());
-    opts->device = device;
-    opts->peak_tflops = peak_tflops;
-    if (!resume.empty()) opts->resume = resume;
-    if (!resume_candidates.empty()) {
-      auto text = lt::ReadFileToString(resume_candidates);
-      if (!text.ok()) return Fail(text.status());
-      auto parsed = llamafleet::trainer_events::ParseCandidates(*text);
-      if (!parsed.ok()) {
-        return Fail(absl::InvalidArgumentError(absl::StrCat("--resume-candidates ", resume_candidates, ": ",
-                                                            parsed.status().message())));
-      }
-      opts->resume_candidates = std::move(*parsed);
-    }
-    opts->collective_timeout_s = collective_timeout_s;
-    opts->token_cache_dir = token_cache_dir;
-    if (!token_cache_max_size.empty()) {
-      const std::optional<uint64_t> bytes = llamafleet::ParseByteSize(token_cache_max_size);
-      if (!bytes) {
-        return Fail(absl::InvalidArgumentError(absl::StrCat("--token-cache-max-size \"", token_cache_max_size,
-                                                            "\": expected bytes or a number with K, M, G or T")));
-      }
-      opts->token_cache_max_bytes = *bytes;
-    }
-    opts->path_roots = path_roots;
-    if (const char* job = std::getenv("LLAMAFLEET_JOB_ID")) opts->job_id = job;
-    if (const char* attempt = std::getenv("LLAMAFLEET_ATTEMPT")) {
-      if (!absl::SimpleAtoi(attempt, &opts->attempt) || opts->attempt < 0) opts->attempt = 0;
-    }
-    if (const char* env = std::getenv("LLAMAFLEET_PEAK_TFLOPS"); env && opts->peak_tflops <= 0) {
-      opts->peak_tflops = std::atof(env);
-    }
-    auto env = lt::DistEnvFromEnvironment();
-    if (!env.ok()) return Fail(env.status());
-    // A worker's ranks report their progress (hang detection); a run on its own does not.
-    if (std::getenv("LLAMAFLEET_PROGRESS_EVENTS") != nullptr) lt::StartProgressReporter();
-    absl::Status s = lt::RunTraining(*opts, *env);
-    lt::StopProgressReporter();
-    if (!s.ok()) return Fail(s);
-    lt::EmitJsonLine(llamafleet::trainer_events::ToLine(llamafleet::trainer_events::Exit::From(s)));
-    return 0;
-#else
-    return Fail(absl::UnimplementedError("built without the job-spec library"));
-#endif
-  }
-  if (*eval) {
-    auto f = ParseFormat(format);
-    if (!f.ok()) return Fail(f.status());
-    auto b = ParseBatching(batching);
-    if (!b.ok()) return Fail(b.status());
-    lt::EvalOptions o;
-    o.model_dir = model_dir;
-    o.data_path = data_path;
-    o.tokenizer_path = tokenizer;
-    o.format = *f;
-    auto on = ParseTrainOn(train_on);
-    if (!on.ok()) return Fail(on.status());
-    o.chat_template = chat_template;
-    o.train_on = *on;
-    o.batching = *b;
-    o.seq_len = seq_len;
-    o.micro_batch = micro_batch;
-    o.device = device;
-    auto r = lt::RunEval(o);
-    if (!r.ok()) return Fail(r.status());
-    char buf[256];
-    std::snprintf(buf, sizeof buf, "{\"loss\": %.9g, \"tokens\": %lld, \"perplexity\": %.9g}", r->loss,
-                  static_cast<long long>(r->tokens), r->perplexity);
-    lt::EmitJsonLine(buf);
-    return 0;
-  }
-  if (*exp) {
-    auto d = lt::ParseExportDtype(dtype);
-    if (!d.ok()) return Fail(d.status());
-    if (max_shard_mb <= 0) return Fail(absl::InvalidArgumentError("--max-shard-size-mb must be > 0"));
-    absl::Status s = lt::RunExport(checkpoint, out_dir, *d, static_cast<uint64_t>(max_shard_mb) << 20, gguf);
-    return s.ok() ? 0 : Fail(s);
-  }
-  if (*prev) {
-#ifdef LLAMAFLEET_HAVE_JOBSPEC
-    auto opts = OptionsFromSpecFile(spec_path, sets);
-    if (!opts.ok()) return Fail(opts.status());
-    absl::Status s = PreviewData(*opts, preview_n);
-    return s.ok() ? 0 : Fail(s);
-#else
-    return Fail(absl::UnimplementedError("built without the job-spec library"));
-#endif
-  }
-  if (*tok) {
-    auto f = ParseFormat(format);
-    if (!f.ok()) return Fail(f.status());
-    auto on = ParseTrainOn(train_on);
-    if (!on.ok()) return Fail(on.status());
-    std::unique_ptr<lt::Tokenizer> t;
-    lt::DataLoadOptions o;
-    o.format = *f;
-    o.train_on = *on;
-    if (tokenizer.empty()) tokenizer = model_dir;
-    if (!tokenizer.empty()) {
-      auto loaded = lt::LoadTokenizer(tokenizer);
-      if (!loaded.ok()) return Fail(loaded.status());
-      t = std::move(*loaded);
-      o.tokenizer = t.get();
-      o.bos_id = t->bos_id();
-      o.eos_id = t->eos_id();
-    }
-    std::optional<lt::ChatTemplate> chat;
-    if (*f == lt::DataFormat::kChat) {
-      if (t == nullptr)
-        return Fail(absl::InvalidArgumentError("--format chat needs --model (or --tokenizer)"));
-      const std::string dir =
-          model_dir.empty() ? std::filesystem::path(t->path()).parent_path().string() : model_dir;
-      auto resolved = lt::ResolveChatTemplate(chat_template, dir.empty() ? "." : dir);
-      if (!resolved.ok()) return Fail(resolved.status());
-      chat = *std::move(resolved);
-      o.chat_template = &*chat;
-    }
-    auto seqs = lt::LoadJsonl(data_path, o);
-    if (!seqs.ok()) return Fail(seqs.status());
-    for (const lt::Sequence& s : *seqs) {
-      lt::EmitJsonLine(json{{"tokens", s.tokens}, {"target", s.target}}.dump());
-    }
-    return 0;
-  }
+  if (*train) return RunTrainCommand(f);
+  if (*eval) return RunEvalCommand(f);
+  if (*exp) return RunExportCommand(f);
+  if (*prev) return RunPreviewCommand(f);
+  if (*tok) return RunTokenizeCommand(f);
   return 2;
 }

@@ -33,6 +33,9 @@
 
 namespace llamafleet::trainer {
 
+class HfModelDir;
+class ShardedCheckpoint;
+
 class Trainer {
  public:
   // `runtime_rss`: the process's resident bytes before training allocated anything (the
@@ -45,7 +48,20 @@ class Trainer {
   absl::Status Run();
 
  private:
+  // Setup's stages, in order (trainer_setup.cc).
   absl::Status Setup();
+  absl::Status CheckOptionsAndDevice();  // paths, output options, device, dtype, seed
+  // config_, tokenizer_, chat template, layouts, tensor parallelism, seq_len_, the data and
+  // the step count; *hf holds the model directory when there is one.
+  absl::Status LoadModelShapeAndData(std::unique_ptr<HfModelDir>* hf);
+  // Process groups and the engine, its weights from the resumed checkpoint, `hf` or the
+  // seeded init.
+  absl::Status CreateEngine(HfModelDir* hf);
+  // The step, data position, last loss and early-stopping state a checkpoint carries.
+  absl::Status RestoreProgress(ShardedCheckpoint& resume, const std::string& resume_dir);
+  // The model over the engine, the FLOPs per token, rank 0's log lines and "started" event.
+  void CreateModelAndAnnounce();
+  absl::Status CreateCheckpointWriter();
   absl::Status ResolveLora();  // lora_ from the options and adapter_path; the layout's adapters
   absl::Status ChooseResume(std::string* resume_dir);
   struct StepResult {
