@@ -127,8 +127,9 @@ TEST_F(ClusterManagerTest, EachEvalSetHasItsHistoryAndTheFirstDecidesTheBest) {
   EXPECT_EQ(latest.eval_step(), 20);
   EXPECT_DOUBLE_EQ(latest.best_eval_loss(), 2.0) << "code's lower losses are not the best";
   std::vector<std::pair<std::string, double>> history;
-  for (const v1::EvalPoint& e : *EvalHistory(*store_, id, 100))
-    history.push_back({e.set(), e.loss()});
+  const absl::StatusOr<std::vector<v1::EvalPoint>> points = EvalHistory(*store_, id, 100);
+  ASSERT_TRUE(points.ok()) << points.status();
+  for (const v1::EvalPoint& e : *points) history.push_back({e.set(), e.loss()});
   EXPECT_EQ(history, (std::vector<std::pair<std::string, double>>{
                          {"chat", 2.5}, {"code", 1.5}, {"chat", 2.0}, {"code", 1.75}}));
   std::vector<std::string> events;

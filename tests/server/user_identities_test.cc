@@ -250,7 +250,7 @@ TEST_F(UserIdentitiesTest, MigrationAddsTheTable) {
                     ->Exec(absl::StrCat("DROP TABLE user_identities; DROP TABLE deleted_job_dirs;",
                                         "DROP INDEX worker_credentials_by_join_token;",
                                         "ALTER TABLE worker_credentials DROP COLUMN join_token_sha256;",
-                                        "ALTER TABLE jobs DROP COLUMN submitted_spec; ALTER TABLE jobs DROP COLUMN derived_from;",
+                                        "ALTER TABLE jobs DROP COLUMN submitted_spec; ALTER TABLE jobs DROP COLUMN derived_from; ALTER TABLE job_evals DROP COLUMN eval_set;",
                                         "PRAGMA user_version = ", kIdentitySchema - 1, ";"))
                     .ok());
   }
