@@ -150,7 +150,7 @@ TEST_F(AttemptPhasesTest, MigrationFromSchemaSixKeepsAttemptsAndAddsPhases) {
                               "ALTER TABLE attempts DROP COLUMN gpu_seconds; ALTER TABLE attempts DROP COLUMN cost;"
                               "DROP TABLE deleted_job_dirs; DROP INDEX worker_credentials_by_join_token;"
                               "ALTER TABLE worker_credentials DROP COLUMN join_token_sha256;"
-                              "ALTER TABLE jobs DROP COLUMN submitted_spec; ALTER TABLE jobs DROP COLUMN derived_from; ALTER TABLE job_evals DROP COLUMN eval_set;"
+                              "ALTER TABLE jobs DROP COLUMN submitted_spec; ALTER TABLE jobs DROP COLUMN derived_from;"
                               "PRAGMA user_version = 6;")
                     .ok());
   }

@@ -221,7 +221,7 @@ TEST_F(JobStoreTest, MigrationFromSchemaThreeKeepsEveryRowAndStopsIdReuse) {
        "ALTER TABLE jobs DROP COLUMN checkpoint_dir; DROP TABLE worker_credentials;"
        "ALTER TABLE attempts DROP COLUMN nodes; ALTER TABLE attempts DROP COLUMN resize_reason;"
        "DROP TABLE attempt_phases; DROP TABLE deleted_job_dirs;"
-       "ALTER TABLE jobs DROP COLUMN submitted_spec; ALTER TABLE jobs DROP COLUMN derived_from; ALTER TABLE job_evals DROP COLUMN eval_set;");
+       "ALTER TABLE jobs DROP COLUMN submitted_spec; ALTER TABLE jobs DROP COLUMN derived_from;");
   // The columns are gone from `create` too: drop them from the text.
   for (const std::string kColumn : {"derived_from INTEGER", "submitted_spec BLOB", "export_dir TEXT", "checkpoint_dir TEXT"}) {
     const size_t column = create.find(kColumn);
