@@ -3,6 +3,7 @@
 // hostile tokenizer files.
 #include "tokenizer.h"
 
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -13,7 +14,9 @@
 #include <functional>
 #include <sstream>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "model_file.h"
 #include "nlohmann/json.hpp"
 #include "tokenizer_corpus.h"
 #include "util.h"
@@ -229,6 +232,37 @@ TEST(TokenizerTest, HostileTokenizerJsonFailsClearly) {
   EXPECT_LT(seconds, 10.0);
 }
 
+// The process's peak resident set so far, in MB.
+double PeakRssMb() {
+  struct rusage u;
+  ::getrusage(RUSAGE_SELF, &u);
+  return u.ru_maxrss / 1024.0;
+}
+
+TEST(TokenizerTest, AHugeTokenizerJsonIsRefusedBeforeItsTreeIsBuilt) {
+  // 4M empty objects in 12 MB of text: their DOM would take 450 MB.
+  std::string text = R"({"model": {"type": "BPE", "vocab": {}, "merges": [)";
+  for (uint64_t i = 0; i <= kMaxTokenizerJsonValues; ++i) text += "{},";
+  text += R"({}]}, "pre_tokenizer": {"type": "ByteLevel"}})";
+  const double before = PeakRssMb();
+  const auto start = std::chrono::steady_clock::now();
+  auto t = Tokenizer::FromBytes("t/tokenizer.json", text, "");
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().message(), "t/tokenizer.json: holds more than 4194304 JSON values");
+  EXPECT_LT(PeakRssMb() - before, 100.0);
+  EXPECT_LT(seconds, 10.0);
+
+  // A vocabulary past the cap, within the values' bound.
+  text = R"({"model": {"type": "BPE", "merges": [], "vocab": {)";
+  for (int64_t i = 0; i <= kMaxTokenizerVocab; ++i) absl::StrAppend(&text, "\"", i, "\":0,");
+  text.back() = '}';
+  text += R"(}, "pre_tokenizer": {"type": "ByteLevel"}})";
+  EXPECT_EQ(Tokenizer::FromBytes("t/tokenizer.json", text, "").status().message(),
+            "t/tokenizer.json: model.vocab: has 1048577 entries; at most 1048576 are accepted");
+}
+
 TEST(TokenizerTest, HostileTiktokenFilesFailClearly) {
   auto load = [](const std::string& text) {
     return Tokenizer::FromBytes("t/tokenizer.model", text, "");
@@ -248,6 +282,11 @@ TEST(TokenizerTest, HostileTiktokenFilesFailClearly) {
             std::string::npos);
   EXPECT_NE(load("YQ== 0\nYg==\n").status().message().find("t/tokenizer.model:2:"),
             std::string::npos);
+  // More lines than a vocabulary may hold: refused before a table is built.
+  auto huge = load("YQ== 0\n" + std::string(kMaxTokenizerVocab + 1, '\n'));
+  EXPECT_EQ(
+      huge.status().message(),
+      "t/tokenizer.model: more than 1048576 lines; a tiktoken file holds at most 1048576 ranks");
 }
 
 TEST(TokenizerTest, ADirectoryWithBothFilesTakesItsTokenizerModel) {
@@ -280,6 +319,17 @@ TEST(TokenizerTest, FileOfNoKnownKindNamesWhatWasExpected) {
   auto huge = Tokenizer::Load(big);
   ASSERT_FALSE(huge.ok());
   EXPECT_NE(huge.status().message().find(big), std::string::npos) << huge.status();
+  // So is a model directory's tokenizer.json over it.
+  const std::string dir = ::testing::TempDir() + "/big-json";
+  fs::create_directories(dir);
+  { std::ofstream(dir + "/tokenizer.json") << "{"; }
+  ASSERT_EQ(::truncate((dir + "/tokenizer.json").c_str(), off_t{65} << 20), 0);
+  auto huge_json = Tokenizer::Load(dir);
+  ASSERT_FALSE(huge_json.ok());
+  EXPECT_NE(huge_json.status().message().find(dir + "/tokenizer.json"), std::string::npos)
+      << huge_json.status();
+  EXPECT_NE(huge_json.status().message().find("more than the 64.0 MiB"), std::string::npos)
+      << huge_json.status();
 }
 
 }  // namespace

@@ -509,7 +509,7 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> LoadHfBpeTokenizer(const std::string&
   auto fail = [&](const absl::Status& s) {
     return absl::Status(s.code(), absl::StrCat(path, ": ", s.message()));
   };
-  auto parsed = ParseBoundedJson(bytes);
+  auto parsed = ParseBoundedJson(bytes, kMaxModelJsonDepth, kMaxTokenizerJsonValues);
   if (!parsed.ok()) return fail(parsed.status());
   const json& j = *parsed;
   if (!j.is_object()) return fail(absl::InvalidArgumentError("not a JSON object"));
@@ -530,6 +530,10 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> LoadHfBpeTokenizer(const std::string&
   const json no_added = json::array();
   const json& added_list = added == j.end() || added->is_null() ? no_added : *added;
   auto vocab = model->find("vocab");
+  if (vocab != model->end() && vocab->size() > static_cast<size_t>(kMaxTokenizerVocab)) {
+    return fail(Bad("model.vocab", absl::StrCat("has ", vocab->size(), " entries; at most ",
+                                                kMaxTokenizerVocab, " are accepted")));
+  }
   const int64_t id_limit =
       static_cast<int64_t>((vocab == model->end() ? 0 : vocab->size()) + added_list.size());
   if (absl::Status s = t->ParseModel(*model, id_limit); !s.ok()) return fail(s);

@@ -25,8 +25,17 @@ inline constexpr uint64_t kMaxConfigFileBytes =
 // ~12 MB.
 inline constexpr uint64_t kMaxListingFileBytes =
     uint64_t{16} << 20;  // model.safetensors.index.json, manifest.json
-// SentencePiece models: Llama-2's is 0.5 MB, the largest released ones a few MB.
+// Tokenizer files: Llama-2's SentencePiece model is 0.5 MB, Llama 3's tokenizer.json 9 MB,
+// the largest released ones a few tens of MB.
 inline constexpr uint64_t kMaxTokenizerFileBytes = uint64_t{64} << 20;
+// Entries of a tokenizer's vocabulary (a tiktoken file's ranks, a tokenizer.json's
+// model.vocab): the largest released vocabularies hold about 260K.
+inline constexpr int64_t kMaxTokenizerVocab = int64_t{1} << 20;
+// JSON values (every scalar, array, object and object key) of a tokenizer.json, counted
+// before its DOM is built: Llama 3's and Qwen2.5's hold under 0.8M. The DOM costs at most
+// about 110 bytes a value (4M empty objects), so parsing a tokenizer.json within
+// kMaxTokenizerFileBytes stays under about 0.6 GB, its text and strings included.
+inline constexpr uint64_t kMaxTokenizerJsonValues = uint64_t{1} << 22;
 // Nesting accepted in those JSON files (HF configs use 3 or 4 levels).
 inline constexpr int kMaxModelJsonDepth = 16;
 
@@ -41,10 +50,13 @@ absl::StatusOr<std::string> ReadModelFile(const std::string& path, uint64_t max_
 // an invalid one at least the depth a parser reaches before it fails.
 bool JsonNestsDeeperThan(absl::string_view text, int max_depth);
 
-// `text` parsed into nlohmann's DOM when it nests at most `max_depth` levels.
-// INVALID_ARGUMENT "not valid JSON" or "nested deeper than N levels" (no source named:
-// callers prefix it).
+// `text` parsed into nlohmann's DOM when it nests at most `max_depth` levels and holds at
+// most `max_values` JSON values (scalars, arrays, objects and object keys; counted by a
+// SAX pass that allocates only one string at a time, before the DOM is built).
+// INVALID_ARGUMENT "not valid JSON", "nested deeper than N levels" or "holds more than N
+// JSON values" (no source named: callers prefix it).
 absl::StatusOr<nlohmann::json> ParseBoundedJson(absl::string_view text,
-                                                int max_depth = kMaxModelJsonDepth);
+                                                int max_depth = kMaxModelJsonDepth,
+                                                uint64_t max_values = UINT64_MAX);
 
 }  // namespace llamafleet::trainer

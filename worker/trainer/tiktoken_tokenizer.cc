@@ -7,6 +7,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "byte_pair_encoder.h"
+#include "model_file.h"
 #include "pretokenizer_regex.h"
 #include "util.h"
 
@@ -52,6 +53,11 @@ class TiktokenTokenizer final : public Tokenizer {
 absl::Status TiktokenTokenizer::Parse(const std::string& path, const std::string& bytes) {
   // Ranks are below the number of lines: what a few bytes can make the tables allocate.
   const int64_t lines = std::count(bytes.begin(), bytes.end(), '\n') + 1;
+  if (lines - 1 > kMaxTokenizerVocab) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": more than ", kMaxTokenizerVocab,
+                                                   " lines; a tiktoken file holds at most ",
+                                                   kMaxTokenizerVocab, " ranks"));
+  }
   absl::string_view rest = bytes;
   std::string token;
   for (int64_t line = 1; !rest.empty(); ++line) {
