@@ -298,8 +298,13 @@ TEST(Config, RejectsBadConfigs) {
       {"head_dim", "0", "head_dim must be > 0"},
       {"head_dim", "15", "head_dim 15 must be even"},
       {"head_dim", "1000000", "head_dim must be in [1, 4096]"},
-      {"attention_bias", "true", "attention_bias is not supported for model_type llama"},
-      {"mlp_bias", "true", "mlp_bias"},
+      {"attention_bias", "true",
+       "attention_bias true is not supported for model_type llama (only false: no bias on q_proj, "
+       "k_proj, v_proj or o_proj)"},
+      {"mlp_bias", "true",
+       "mlp_bias true is not supported for model_type llama (only false: no bias on gate_proj, "
+       "up_proj or down_proj)"},
+      {"attention_bias", R"("yes")", "attention_bias \"yes\" is not supported"},
       {"sliding_window", "4096", "sliding_window is not supported for model_type llama"},
       {"layer_types", R"(["full_attention", "chunked_attention"])",
        "layer_types entry \"chunked_attention\""},
@@ -364,6 +369,10 @@ TEST(AdapterConfig, AKeyOfTheWrongTypeIsRefusedNamingIt) {
       {"{" + base + R"(, "lora_dropout": "x"})", "lora_dropout must be a number"},
       {R"({"peft_type": "LORA", "r": 18446744073709551615, "lora_alpha": 16, "target_modules": ["q_proj"]})",
        "peft.r must be in [1, 4096]"},
+      // GPT-2's fused attention, as PEFT writes it for that family: not a Llama module.
+      {"{" + std::string(R"("peft_type": "LORA", "r": 8, "lora_alpha": 16, "target_modules": ["q_proj", "c_attn"])") + "}",
+       "peft.target_modules: unknown module \"c_attn\" (q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, "
+       "down_proj)"},
       {R"({"peft_type": "LORA", "r": 8, "lora_alpha": 1e300, "target_modules": ["q_proj"]})", "peft.alpha"},
   };
   for (const auto& [text, needle] : cases) {

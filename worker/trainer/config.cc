@@ -267,10 +267,16 @@ absl::Status ParseRope(const json& j, absl::string_view src, LlamaConfig& c) {
 
 // Biases, head_dim and the attention window, which differ by family.
 absl::Status ParseFamilyFields(const json& j, absl::string_view src, LlamaConfig& c) {
+  // Llama's attention_bias puts a bias on q, k, v and o, mlp_bias on gate, up and down; no
+  // released Llama or Mistral has either, and the engine holds q/k/v biases only.
   for (const char* bias : {"attention_bias", "mlp_bias"}) {
-    if (auto it = j.find(bias); it != j.end() && *it != false) {
-      return Invalid(
-          src, absl::StrCat(bias, " is not supported for model_type ", ModelTypeName(c.family)));
+    if (auto it = j.find(bias); it != j.end() && !it->is_null() && *it != false) {
+      return Invalid(src, absl::StrCat(bias, " ", it->dump(), " is not supported for model_type ",
+                                       ModelTypeName(c.family), " (only false: ",
+                                       std::string(bias) == "mlp_bias"
+                                           ? "no bias on gate_proj, up_proj or down_proj"
+                                           : "no bias on q_proj, k_proj, v_proj or o_proj",
+                                       ")"));
     }
   }
   c.qkv_bias = c.family == ModelFamily::kQwen2;
