@@ -17,8 +17,10 @@ rope_theta, rope_scaling); expected.json holds HF's loss on tokens.jsonl.
     single-process AdamW steps, losses within 1e-5 and weights within 1e-5 relative;
   - tensor parallelism 2 splits Qwen2.5's biases with their rows and equals the reference
     (losses 1e-5, weights 1e-5);
-  - LoRA on Qwen2.5 (frozen biases, tied embeddings) on 2 ranks FULL_SHARD equals
-    lora_reference.py, adapter and merged model within 1e-5.
+  - LoRA on Qwen2.5 (frozen biases, tied embeddings) and Llama 3.2 (tied, llama3 RoPE,
+    explicit head_dim) on 2 ranks FULL_SHARD equals lora_reference.py, adapter and merged
+    model within 1e-5; the exported adapter, reloaded by lora_reference.py onto the base,
+    evaluates to the merged model's loss.
 
 Usage: /usr/bin/python3 test_families.py BIN_DIR [unittest args]
 """
@@ -157,7 +159,7 @@ output: {export_dir: %s, export_dtype: FP32, merge: %s}
                 "--grad-clip", 1.0]
 
     def test_full_shard_training_equals_reference(self):
-        for family, layout in (("qwen2.5", "v4"), ("llama3.1", "v5"), ("mistral", "v4")):
+        for family, layout in (("qwen2.5", "v4"), ("llama3.1", "v5"), ("llama3.2", "v5"), ("mistral", "v4")):
             with self.subTest(family=family):
                 model = self.model(family, layout)
                 losses = self.train2(self.spec(family, model))
@@ -189,31 +191,44 @@ output: {export_dir: %s, export_dtype: FP32, merge: %s}
         sys.stderr.write("  qwen2.5 tensor_parallel 2: max_rel %.2e\n" % diff)
         self.assertLessEqual(diff, 1e-5)
 
-    def test_lora_on_qwen2_equals_reference(self):
-        model = self.model("qwen2.5", "v4")
-        start = os.path.join(self.tmp, "start")
+    def test_lora_equals_reference_and_its_adapter_reloads(self):
+        # The two tied families: Qwen2.5 (frozen q/k/v biases) and Llama 3.2 (llama3 RoPE,
+        # explicit head_dim).
         targets = "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj"
-        lref.run_command(["make-adapter", "--model", model, "--out", start, "--r", 4, "--alpha", 8,
-                          "--targets", targets, "--seed", 3, "--b-std", 0.05])
-        out = os.path.join(self.tmp, "ref-lora")
-        want = lref.run_command(["train", "--model", model, "--adapter", start, "--adapter-out", out + "-adapter",
-                                 "--merged-out", out + "-merged"] + self.REF_ARGS)
-        losses = self.train2(self.spec("lora", model, "peft: {method: lora, dropout: 0, adapter_path: %s}" % start,
-                                       merge=True))
-        for s, (a, b) in enumerate(zip(losses, want["losses"])):
-            self.assertAlmostEqual(a, b, delta=1e-5, msg="loss at step %d" % (s + 1))
-        got_dir = os.path.join(self.tmp, "lora-out")
-        for got, ref_dir, what in ((got_dir, out + "-adapter", "adapter"),
-                                   (os.path.join(got_dir, "merged"), out + "-merged", "merged")):
-            g, w = read_weights(got), read_weights(ref_dir)
-            self.assertEqual(sorted(g), sorted(w), what)
-            diff = max_rel(g, w)
-            sys.stderr.write("  qwen2.5 lora %s: max_rel %.2e\n" % (what, diff))
-            self.assertLessEqual(diff, 1e-5, what)
-        # The merged model keeps the base biases and is a Qwen2 directory.
-        with open(os.path.join(got_dir, "merged", "config.json")) as f:
-            self.assertEqual(json.load(f)["model_type"], "qwen2")
-
+        for family, layout in (("qwen2.5", "v4"), ("llama3.2", "v5")):
+            with self.subTest(family=family):
+                model = self.model(family, layout)
+                start = os.path.join(self.tmp, family + "-start")
+                lref.run_command(["make-adapter", "--model", model, "--out", start, "--r", 4, "--alpha", 8,
+                                  "--targets", targets, "--seed", 3, "--b-std", 0.05])
+                out = os.path.join(self.tmp, family + "-ref-lora")
+                want = lref.run_command(["train", "--model", model, "--adapter", start, "--adapter-out",
+                                         out + "-adapter", "--merged-out", out + "-merged"] + self.REF_ARGS)
+                name = family + "-lora"
+                losses = self.train2(self.spec(name, model, "peft: {method: lora, dropout: 0, adapter_path: %s}"
+                                               % start, merge=True))
+                for s, (a, b) in enumerate(zip(losses, want["losses"])):
+                    self.assertAlmostEqual(a, b, delta=1e-5, msg="loss at step %d" % (s + 1))
+                got_dir = os.path.join(self.tmp, name + "-out")
+                for got, ref_dir, what in ((got_dir, out + "-adapter", "adapter"),
+                                           (os.path.join(got_dir, "merged"), out + "-merged", "merged")):
+                    g, w = read_weights(got), read_weights(ref_dir)
+                    self.assertEqual(sorted(g), sorted(w), what)
+                    diff = max_rel(g, w)
+                    sys.stderr.write("  %s lora %s: max_rel %.2e\n" % (family, what, diff))
+                    self.assertLessEqual(diff, 1e-5, what)
+                # The merged model keeps the base biases and tied embedding, in the family's class.
+                with open(os.path.join(got_dir, "merged", "config.json")) as f:
+                    merged_cfg = json.load(f)
+                self.assertEqual(merged_cfg["architectures"], [ARCH[family]])
+                self.assertTrue(merged_cfg["tie_word_embeddings"])
+                # The exported adapter reloads as PEFT reads it: the reference's base + adapter
+                # evaluates to the loss of the trainer's merged model.
+                with open(os.path.join(got_dir, "adapter_config.json")) as f:
+                    self.assertEqual(sorted(json.load(f)["target_modules"]), sorted(targets.split(",")))
+                reloaded = lref.run_command(["eval", "--model", model, "--adapter", got_dir] + EVAL_ARGS)["loss"]
+                merged = self.eval_loss(os.path.join(got_dir, "merged"))
+                self.assertLess(abs(reloaded - merged) / merged, 1e-5, "%s: %r vs %r" % (family, reloaded, merged))
 
 def main():
     global BIN

@@ -370,9 +370,10 @@ TEST(AdapterConfig, AKeyOfTheWrongTypeIsRefusedNamingIt) {
       {R"({"peft_type": "LORA", "r": 18446744073709551615, "lora_alpha": 16, "target_modules": ["q_proj"]})",
        "peft.r must be in [1, 4096]"},
       // GPT-2's fused attention, as PEFT writes it for that family: not a Llama module.
-      {"{" + std::string(R"("peft_type": "LORA", "r": 8, "lora_alpha": 16, "target_modules": ["q_proj", "c_attn"])") + "}",
-       "peft.target_modules: unknown module \"c_attn\" (q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, "
-       "down_proj)"},
+      {R"({"peft_type": "LORA", "r": 8, "lora_alpha": 16,
+           "target_modules": ["q_proj", "c_attn"]})",
+       "peft.target_modules: unknown module \"c_attn\" (q_proj, k_proj, v_proj, o_proj, "
+       "gate_proj, up_proj, down_proj)"},
       {R"({"peft_type": "LORA", "r": 8, "lora_alpha": 1e300, "target_modules": ["q_proj"]})", "peft.alpha"},
   };
   for (const auto& [text, needle] : cases) {
