@@ -17,8 +17,8 @@ rope_theta, rope_scaling); expected.json holds HF's loss on tokens.jsonl.
     single-process AdamW steps, losses within 1e-5 and weights within 1e-5 relative;
   - tensor parallelism 2 splits Qwen2.5's biases with their rows and equals the reference
     (losses 1e-5, weights 1e-5);
-  - LoRA on Qwen2.5 (frozen biases, tied embeddings) and Llama 3.2 (tied, llama3 RoPE,
-    explicit head_dim) on 2 ranks FULL_SHARD equals lora_reference.py, adapter and merged
+  - LoRA on Qwen2.5 (frozen biases, tied embeddings), Llama 3.2 (tied, explicit head_dim),
+    Llama 3.1 and Mistral on 2 ranks FULL_SHARD equals lora_reference.py, adapter and merged
     model within 1e-5; the exported adapter, reloaded by lora_reference.py onto the base,
     evaluates to the merged model's loss.
 
@@ -192,10 +192,10 @@ output: {export_dir: %s, export_dtype: FP32, merge: %s}
         self.assertLessEqual(diff, 1e-5)
 
     def test_lora_equals_reference_and_its_adapter_reloads(self):
-        # The two tied families: Qwen2.5 (frozen q/k/v biases) and Llama 3.2 (llama3 RoPE,
-        # explicit head_dim).
+        # Llama 2 is test_lora's. Qwen2.5 (frozen q/k/v biases, tied), Llama 3.2 (tied,
+        # explicit head_dim), Llama 3.1 (llama3 RoPE), Mistral.
         targets = "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj"
-        for family, layout in (("qwen2.5", "v4"), ("llama3.2", "v5")):
+        for family, layout in (("qwen2.5", "v4"), ("llama3.2", "v5"), ("llama3.1", "v4"), ("mistral", "v5")):
             with self.subTest(family=family):
                 model = self.model(family, layout)
                 start = os.path.join(self.tmp, family + "-start")
@@ -221,7 +221,7 @@ output: {export_dir: %s, export_dtype: FP32, merge: %s}
                 with open(os.path.join(got_dir, "merged", "config.json")) as f:
                     merged_cfg = json.load(f)
                 self.assertEqual(merged_cfg["architectures"], [ARCH[family]])
-                self.assertTrue(merged_cfg["tie_word_embeddings"])
+                self.assertEqual(merged_cfg["tie_word_embeddings"], family in ("qwen2.5", "llama3.2"))
                 # The exported adapter reloads as PEFT reads it: the reference's base + adapter
                 # evaluates to the loss of the trainer's merged model.
                 with open(os.path.join(got_dir, "adapter_config.json")) as f:
