@@ -82,7 +82,9 @@ absl::Status RunGetJobs(const Context& ctx, const ListFlags& flags) {
     return absl::OkStatus();
   }
   std::vector<v1::Job> jobs(response->jobs().begin(), response->jobs().end());
-  *ctx.out << JobsTable(jobs, ctx.format == Format::kWide, absl::Now());
+  const bool wide = ctx.format == Format::kWide;
+  // The wide table's hours column says CPU-H on a cluster of CPU workers (as get usage).
+  *ctx.out << JobsTable(jobs, wide, absl::Now(), wide ? WorkersDevice(**client) : Device::kGpu);
   if (!response->next_page_token().empty()) {
     // A note, not an error: the table itself is complete as requested.
     *ctx.err << "llamafleet: showing the newest " << response->jobs_size()
@@ -97,7 +99,8 @@ absl::Status RunGetJob(const Context& ctx, const std::string& id) {
   absl::StatusOr<v1::Job> job = (*client)->GetJob(id);
   if (!job.ok()) return job.status();
   if (PrintMachine(ctx, *job)) return absl::OkStatus();
-  *ctx.out << JobsTable({*job}, ctx.format == Format::kWide, absl::Now());
+  const bool wide = ctx.format == Format::kWide;
+  *ctx.out << JobsTable({*job}, wide, absl::Now(), wide ? WorkersDevice(**client) : Device::kGpu);
   return absl::OkStatus();
 }
 

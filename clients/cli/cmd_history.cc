@@ -26,6 +26,12 @@ Device HeldDevice(Client& client, const std::vector<v1::Attempt>& attempts) {
   return AttemptsDevice(attempts, {workers->workers().begin(), workers->workers().end()});
 }
 
+Device WorkersDevice(Client& client) {
+  absl::StatusOr<v1::ListWorkersResponse> workers = client.ListWorkers();
+  if (!workers.ok()) return Device::kGpu;
+  return ClusterDevice({workers->workers().begin(), workers->workers().end()});
+}
+
 absl::Status RunAttempts(const Context& ctx, const std::string& id) {
   absl::StatusOr<Client*> client = Connect(ctx);
   if (!client.ok()) return client.status();

@@ -14,10 +14,7 @@ absl::Status RunGetUsage(const Context& ctx, const std::string& user) {
   absl::StatusOr<v1::GetUsageResponse> response = (*client)->GetUsage(user);
   if (!response.ok()) return response.status();
   if (PrintMachine(ctx, *response)) return absl::OkStatus();
-  absl::StatusOr<v1::ListWorkersResponse> workers = (*client)->ListWorkers();
-  const Device device = workers.ok()
-                            ? ClusterDevice({workers->workers().begin(), workers->workers().end()})
-                            : Device::kGpu;
+  const Device device = WorkersDevice(**client);
   const std::string held = device == Device::kCpu ? "CPU" : "GPU";
   if (response->rows().empty()) {
     *ctx.out << (user.empty() ? "No " + held + " time used yet.\n"

@@ -18,6 +18,8 @@
 #include "common/gpu_throttle.h"
 #include "jobspec/data_sources.h"
 #include "jobspec/jobspec.h"
+#include "jobspec/memory_estimate.h"
+#include "jobspec/model_presets.h"
 
 namespace llamafleet::cli {
 namespace {
@@ -252,16 +254,17 @@ std::string SweptValue(const v1::Job& job, const std::string& name) {
 
 }  // namespace
 
-std::string JobsTable(const std::vector<v1::Job>& jobs, bool wide, absl::Time now) {
+std::string JobsTable(const std::vector<v1::Job>& jobs, bool wide, absl::Time now, Device device) {
   std::vector<std::vector<std::string>> rows;
   // -o wide of a sweep's points: a column per swept parameter, after the name.
   const std::vector<std::string> swept = wide ? SweptParameters(jobs) : std::vector<std::string>{};
   if (wide) {
     rows.push_back({"ID", "NAME"});
     for (const std::string& name : swept) rows.back().push_back(absl::AsciiStrToUpper(name));
-    for (const char* column : {"OWNER", "QUEUE", "PRIORITY", "STATE", "NODES", "GPUS/NODE", "MODEL",
-                               "SHARDING", "ATTEMPTS", "STEP", "LOSS", "EVAL-LOSS", "GPU-H", "COST",
-                               "CREATED", "AGE", "POSITION", "EST-START", "REASON"}) {
+    for (const char* column :
+         {"OWNER", "QUEUE", "PRIORITY", "STATE", "NODES", "GPUS/NODE", "MODEL", "SHARDING",
+          "ATTEMPTS", "STEP", "LOSS", "EVAL-LOSS", device == Device::kCpu ? "CPU-H" : "GPU-H",
+          "COST", "CREATED", "AGE", "POSITION", "EST-START", "REASON"}) {
       rows.back().push_back(column);
     }
   } else {
@@ -455,17 +458,19 @@ std::string Indent(const std::string& text, int spaces) {
   return out;
 }
 
-std::string MemoryEstimateLine(const v1::MemoryEstimate& e) {
+std::string MemoryEstimateLine(const v1::MemoryEstimate& e, Device device) {
   auto gib = [](int64_t b) { return absl::StrFormat("%.1f GiB", static_cast<double>(b) / (1 << 30)); };
-  return absl::StrCat(gib(e.total_bytes()), " per GPU on ", e.world_size(), e.world_size() == 1 ? " rank" : " ranks",
-                      " (peak early in backward): parameters ", gib(e.parameters_bytes()),
-                      ", gradients ", gib(e.gradients_bytes()), ", optimizer state ",
-                      gib(e.optimizer_state_bytes()), ", gathered parameters ", gib(e.gathered_params_bytes()),
-                      ", activations ", gib(e.activations_bytes()), ", communication ",
-                      gib(e.communication_bytes()), ", workspace ", gib(e.workspace_bytes()),
-                      e.checkpoint_staging_bytes() > 0
-                          ? absl::StrCat("; host memory for checkpoint staging ", gib(e.checkpoint_staging_bytes()))
-                          : "");
+  return absl::StrCat(
+      gib(e.total_bytes()), device == Device::kCpu ? " per rank on " : " per GPU on ",
+      e.world_size(), e.world_size() == 1 ? " rank" : " ranks",
+      " (peak early in backward): parameters ", gib(e.parameters_bytes()), ", gradients ",
+      gib(e.gradients_bytes()), ", optimizer state ", gib(e.optimizer_state_bytes()),
+      ", gathered parameters ", gib(e.gathered_params_bytes()), ", activations ",
+      gib(e.activations_bytes()), ", communication ", gib(e.communication_bytes()), ", workspace ",
+      gib(e.workspace_bytes()),
+      e.checkpoint_staging_bytes() > 0
+          ? absl::StrCat("; host memory for checkpoint staging ", gib(e.checkpoint_staging_bytes()))
+          : "");
 }
 
 std::string StepTimeLine(const v1::StepTimeEstimate& e) {
@@ -489,6 +494,31 @@ std::string StepTimeLine(const v1::StepTimeEstimate& e) {
   return out;
 }
 
+namespace {
+
+// For a preset the trainer sizes by its tokenizer: which vocabulary the coordinator's count
+// of `parameters` holds (the tokenizer's when it read it, else the preset table's), solved
+// from the count, as ", counted with ..."; "" for any other model.
+std::string VocabularyCounted(const v1::JobSpec& spec, int64_t parameters) {
+  const sched::ModelPreset* preset = sched::FindModelPreset(spec.model().preset());
+  std::optional<sched::ModelShape> shape = sched::PresetShape(spec.model().preset());
+  if (preset == nullptr || !shape || !preset->takes_tokenizer_vocab ||
+      !spec.model().path().empty() || !DataNeedsTokenizer(spec)) {
+    return "";
+  }
+  shape->vocab = 0;
+  const int64_t per_piece = shape->hidden * (shape->tied_embeddings ? 1 : 2);
+  const int64_t vocab = (parameters - shape->Parameters()) / per_piece;
+  if (vocab != preset->vocab) {
+    return absl::StrCat(", counted with the tokenizer's ", FormatCount(vocab), "-piece vocabulary");
+  }
+  return absl::StrCat(", counted with the preset's ", FormatCount(vocab),
+                      "-piece vocabulary (the trainer uses the tokenizer's, which the coordinator "
+                      "did not read)");
+}
+
+}  // namespace
+
 std::string FinetuningLine(const v1::Job& job) {
   auto count = [](int64_t n) {
     return n >= 1000000000 ? absl::StrFormat("%.2fB", n / 1e9)
@@ -508,12 +538,7 @@ std::string FinetuningLine(const v1::Job& job) {
     absl::StrAppend(&out, ": ", count(e.trainable_parameters()), " trainable of ", count(e.parameters()),
                     absl::StrFormat(" parameters (%.3g%%)", 100.0 * static_cast<double>(e.trainable_parameters()) /
                                                                 static_cast<double>(e.parameters())));
-    const std::string& preset = job.spec().model().preset();
-    if (preset == "tiny" || preset == "tiny-gqa") {
-      // The estimate cannot read the tokenizer the trainer sizes these presets from.
-      absl::StrAppend(
-          &out, ", counted with a 32,000-piece vocabulary (the trainer uses the tokenizer's)");
-    }
+    absl::StrAppend(&out, VocabularyCounted(job.spec(), e.parameters()));
   }
   return out;
 }
@@ -582,8 +607,9 @@ std::string DescribeJob(const v1::Job& job, const std::vector<v1::JobEvent>& eve
   }
   if (const std::string tp = ParallelismLine(spec); !tp.empty()) fields.push_back({"Parallelism:", tp});
   if (const std::string data = DataLine(spec); !data.empty()) fields.push_back({"Data:", data});
-  fields.push_back({"Memory estimate:", job.has_memory_estimate() ? MemoryEstimateLine(job.memory_estimate())
-                                                                  : "- (model shape known only to the trainer)"});
+  fields.push_back({"Memory estimate:", job.has_memory_estimate()
+                                            ? MemoryEstimateLine(job.memory_estimate(), device)
+                                            : "- (model shape known only to the trainer)"});
   if (job.has_step_time_estimate())
     fields.push_back({"Step estimate:", StepTimeLine(job.step_time_estimate())});
   std::string out = FormatTable(fields);

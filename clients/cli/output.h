@@ -47,9 +47,10 @@ std::string FormatEta(absl::Duration d);
 // job, otherwise the job's status reason.
 std::string JobReason(const v1::Job& job);
 
-// The `get jobs` table. `wide` adds resource, model, GPU-hours, cost and queue-position
-// columns and never shortens the reason.
-std::string JobsTable(const std::vector<v1::Job>& jobs, bool wide, absl::Time now);
+// The `get jobs` table. `wide` adds resource, model, GPU-hours (CPU-hours when `device`
+// is kCpu), cost and queue-position columns and never shortens the reason.
+std::string JobsTable(const std::vector<v1::Job>& jobs, bool wide, absl::Time now,
+                      Device device = Device::kGpu);
 
 // The `workers` table: NAME STATE SLOTS GPU-MODEL EFA INSTANCE LAST-HEARTBEAT TASKS.
 // SLOTS is allocated/total GPUs (CPU ranks on a CPU worker, whose GPU-MODEL is "cpu").
@@ -81,8 +82,8 @@ std::string EventLine(const v1::JobEvent& event);
 std::string JobStateLine(const v1::Job& job);
 
 // "23.4 GiB per GPU on 16 ranks (peak early in backward): parameters 1.6 GiB, ...; host
-// memory for checkpoint staging 4.7 GiB"
-std::string MemoryEstimateLine(const v1::MemoryEstimate& e);
+// memory for checkpoint staging 4.7 GiB" ("per rank" when `device` is kCpu).
+std::string MemoryEstimateLine(const v1::MemoryEstimate& e, Device device = Device::kGpu);
 // "1.52 s per step on p5.48xlarge (H100 80GB): 64700 tokens/s, MFU 43.1% (...); GPU-hours and cost"
 std::string StepTimeLine(const v1::StepTimeEstimate& e);
 // "LoRA r 16 on q_proj, v_proj: 65.5M trainable of 68.98B parameters (0.095%)", or "full: ...".
