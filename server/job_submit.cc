@@ -32,14 +32,13 @@ using SubmitResult = CoordinatorMetrics::SubmitResult;
 absl::StatusOr<int64_t> DerivedFrom(JobStore& store, const std::string& text,
                                     const std::string& prefix) {
   if (text.empty()) return 0;
-  absl::StatusOr<int64_t> id = ParseJobId(text, absl::StrCat(prefix, "derived_from"));
-  if (!id.ok()) return id.status();
-  if (absl::StatusOr<v1::Job> job = store.GetJob(*id); !job.ok()) {
+  LF_ASSIGN_OR_RETURN(int64_t id, ParseJobId(text, absl::StrCat(prefix, "derived_from")));
+  if (absl::StatusOr<v1::Job> job = store.GetJob(id); !job.ok()) {
     return absl::IsNotFound(job.status())
-               ? absl::NotFoundError(absl::StrCat(prefix, "derived_from: job ", *id, " not found"))
+               ? absl::NotFoundError(absl::StrCat(prefix, "derived_from: job ", id, " not found"))
                : job.status();
   }
-  return *id;
+  return id;
 }
 
 // What a job's spec as written is, before defaults: a sweep's point stands on its own,
@@ -258,9 +257,8 @@ absl::Status JobServiceImpl::ResolveDependencies(const Principal& caller,
   std::vector<BatchEntry> batch;
   for (SubmitJobInput& in : *inputs) batch.push_back(BatchEntry{&in.spec, in.field_prefix, {}});
   const ParentLookup lookup = [this](int64_t id) -> absl::StatusOr<ParentJob> {
-    absl::StatusOr<v1::Job> job = store_->GetJob(id);
-    if (!job.ok()) return job.status();
-    return ParentJob{job->owner(), job->spec().name(), job->spec().output().export_dir()};
+    LF_ASSIGN_OR_RETURN(v1::Job job, store_->GetJob(id));
+    return ParentJob{job.owner(), job.spec().name(), job.spec().output().export_dir()};
   };
   LF_RETURN_IF_ERROR(
       ResolveBatchDependencies(batch, caller.user, caller.role == v1::ADMIN, lookup));

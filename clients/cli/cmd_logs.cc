@@ -57,20 +57,18 @@ absl::Status RunLogs(const Context& ctx, const std::string& id, const LogsFlags&
   if (rank_given && flags.rank < 0) return UsageError("--rank must be >= 0");
   if (flags.attempt < 0) return UsageError("--attempt must be >= 1 (or 0 for the newest)");
   if (flags.tail < 0) return UsageError("--tail must be >= 0");
-  absl::StatusOr<Client*> client = Connect(ctx);
-  if (!client.ok()) return client.status();
-  absl::StatusOr<v1::Job> job = (*client)->GetJob(id);
-  if (!job.ok()) return job.status();
-  const v1::ResourceSpec& resources = job->spec().resources();
+  LF_ASSIGN_OR_RETURN(Client* client, Connect(ctx));
+  LF_ASSIGN_OR_RETURN(v1::Job job, client->GetJob(id));
+  const v1::ResourceSpec& resources = job.spec().resources();
   const int64_t world = static_cast<int64_t>(std::max(resources.nodes(), resources.max_nodes())) *
                         std::max(resources.gpus_per_node(), 1);
   if (flags.rank >= world) {
     return absl::InvalidArgumentError(absl::StrCat("job ", id, " has ranks 0..", world - 1,
                                                    "; --rank ", flags.rank, " is not one of them"));
   }
-  if (flags.attempt > job->attempts()) {
+  if (flags.attempt > job.attempts()) {
     return absl::InvalidArgumentError(absl::StrCat("job ", id, " has no attempt ", flags.attempt,
-                                                   " (attempts so far: ", job->attempts(), ")"));
+                                                   " (attempts so far: ", job.attempts(), ")"));
   }
   // Several ranks interleave by chunk; each line says whose it is.
   const bool prefix = flags.rank < 0 && world > 1;
@@ -105,7 +103,7 @@ absl::Status RunLogs(const Context& ctx, const std::string& id, const LogsFlags&
     std::map<int32_t, int64_t> shown;
     LF_ASSIGN_OR_RETURN(
         std::vector<v1::LogChunk> chunks,
-        FetchTail(**client, request, flags.tail, absl::Now() + ctx.client_options.timeout, &shown));
+        FetchTail(*client, request, flags.tail, absl::Now() + ctx.client_options.timeout, &shown));
     // Each rank's first lines past its last `tail` to show are left out.
     std::map<int32_t, int64_t> skip;
     for (const auto& [rank, n] : shown) skip[rank] = std::max<int64_t>(0, n - flags.tail);
@@ -122,16 +120,16 @@ absl::Status RunLogs(const Context& ctx, const std::string& id, const LogsFlags&
       LF_RETURN_IF_ERROR(print(kept));
     }
   } else if (flags.follow) {
-    InterruptWatcher interrupt([&] { (*client)->CancelStreams(); });
-    status = (*client)->StreamJobLogs(request, print);
+    InterruptWatcher interrupt([&] { client->CancelStreams(); });
+    status = client->StreamJobLogs(request, print);
     if (interrupt.signal() != 0) return Interrupted(interrupt.signal());
   } else {
-    status = (*client)->StreamJobLogs(request, print, absl::Now() + ctx.client_options.timeout);
+    status = client->StreamJobLogs(request, print, absl::Now() + ctx.client_options.timeout);
   }
   if (!status.ok()) return status;
-  if (lines == 0 && !flags.follow && job->attempts() == 0) {
+  if (lines == 0 && !flags.follow && job.attempts() == 0) {
     // A note, not an error: stdout stays empty, as the log is.
-    *ctx.err << "llamafleet: job " << id << " has not started yet (" << StateName(job->state())
+    *ctx.err << "llamafleet: job " << id << " has not started yet (" << StateName(job.state())
              << "); use -f to wait for its logs\n";
   }
   return absl::OkStatus();
