@@ -44,8 +44,8 @@ int64_t ModelShape::LargestUnitParameters(int tensor_parallel) const {
 std::optional<ModelShape> PresetShape(const std::string& preset) {
   const ModelPreset* p = FindModelPreset(preset);
   if (p == nullptr) return std::nullopt;
-  // The tiny presets take the tokenizer's vocabulary in the trainer, which a submission
-  // does not read; the estimate counts the table's 32,000, and says so where it is shown.
+  // The tiny presets take the tokenizer's vocabulary in the trainer: the table's 32,000
+  // stands in unless the caller sets the tokenizer's (jobspec.h's EstimateJobMemory).
   ModelShape m;
   m.hidden = p->hidden, m.intermediate = p->intermediate, m.layers = p->layers;
   m.heads = p->heads, m.kv_heads = p->kv_heads, m.head_dim = p->head_dim, m.vocab = p->vocab;

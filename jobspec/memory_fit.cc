@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "jobspec/estimates.h"
 #include "jobspec/jobspec.h"
 #include "jobspec/memory_estimate.h"
 #include "jobspec/model_presets.h"
@@ -32,9 +33,13 @@ sched::Strategy ToStrategy(v1::ShardingStrategy s) {
 
 namespace jobspec_internal {
 
-std::optional<sched::MemoryInputs> MemoryInputsOf(const v1::JobSpec& spec, int world_size) {
+std::optional<sched::MemoryInputs> MemoryInputsOf(const v1::JobSpec& spec, int world_size,
+                                                  int64_t tokenizer_vocab) {
   std::optional<sched::ModelShape> shape = sched::PresetShape(spec.model().preset());
   if (!shape) return std::nullopt;
+  if (tokenizer_vocab > 0 && sched::FindModelPreset(spec.model().preset())->takes_tokenizer_vocab) {
+    shape->vocab = tokenizer_vocab;
+  }
   const v1::TrainingSpec& t = spec.training();
   const v1::FsdpSpec& f = spec.fsdp();
   const v1::ResourceSpec& r = spec.resources();
@@ -194,6 +199,14 @@ void CheckInstanceFit(const v1::JobSpec& spec, Violations& v) {
 
 std::optional<v1::MemoryEstimate> EstimateJobMemory(const v1::JobSpec& spec, int world_size) {
   std::optional<sched::MemoryInputs> in = jobspec_internal::MemoryInputsOf(spec, world_size);
+  if (!in) return std::nullopt;
+  return ToProto(sched::EstimateMemory(*in), in->world_size);
+}
+
+std::optional<v1::MemoryEstimate> EstimateJobMemoryWithVocab(const v1::JobSpec& spec,
+                                                             int64_t tokenizer_vocab) {
+  std::optional<sched::MemoryInputs> in =
+      jobspec_internal::MemoryInputsOf(spec, 0, tokenizer_vocab);
   if (!in) return std::nullopt;
   return ToProto(sched::EstimateMemory(*in), in->world_size);
 }

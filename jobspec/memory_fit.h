@@ -19,7 +19,9 @@ void CheckInstanceFit(const v1::JobSpec& spec, Violations& v);
 
 // The memory (and step-time) model's inputs for `spec` on `world_size` ranks (0 = nodes x
 // gpus_per_node); nullopt when the model's shape is not known here (model.path).
-std::optional<sched::MemoryInputs> MemoryInputsOf(const v1::JobSpec& spec, int world_size);
+// `tokenizer_vocab` > 0: the vocabulary of a preset that takes its tokenizer's.
+std::optional<sched::MemoryInputs> MemoryInputsOf(const v1::JobSpec& spec, int world_size,
+                                                  int64_t tokenizer_vocab = 0);
 
 }  // namespace llamafleet::jobspec_internal
 

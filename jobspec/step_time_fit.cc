@@ -5,6 +5,7 @@
 #include <optional>
 #include <string>
 
+#include "jobspec/estimates.h"
 #include "jobspec/jobspec.h"
 #include "jobspec/memory_fit.h"
 #include "jobspec/step_time_estimate.h"
@@ -13,7 +14,14 @@ namespace llamafleet {
 
 std::optional<v1::StepTimeEstimate> EstimateJobStepTime(
     const v1::JobSpec& spec, std::optional<double> price_per_instance_hour) {
-  std::optional<sched::MemoryInputs> in = jobspec_internal::MemoryInputsOf(spec, 0);
+  return EstimateJobStepTimeWithVocab(spec, price_per_instance_hour, 0);
+}
+
+std::optional<v1::StepTimeEstimate> EstimateJobStepTimeWithVocab(
+    const v1::JobSpec& spec, std::optional<double> price_per_instance_hour,
+    int64_t tokenizer_vocab) {
+  std::optional<sched::MemoryInputs> in =
+      jobspec_internal::MemoryInputsOf(spec, 0, tokenizer_vocab);
   if (!in) return std::nullopt;
   absl::StatusOr<sched::Hardware> hw = sched::HardwareOf(spec.resources().instance_type());
   if (!hw.ok()) return std::nullopt;  // a site-specific type, as CheckInstanceFit leaves it

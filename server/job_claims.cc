@@ -22,7 +22,7 @@ using job_service_internal::FinishNow;
 
 absl::Status JobServiceImpl::CheckStorage(const Principal& caller,
                                           std::vector<SubmitJobInput>* inputs,
-                                          std::vector<std::string>* path_notes) const {
+                                          std::vector<JobPathsVerdict>* verdicts) const {
   const std::vector<std::string> roots =
       policy_.has_value() ? policy_->path_roots : std::vector<std::string>{};
   if (policy_.has_value()) {
@@ -43,13 +43,11 @@ absl::Status JobServiceImpl::CheckStorage(const Principal& caller,
     }
     if (policy_->check_paths) {
       const std::vector<JobRunAs> run_as = JobRunIdentities(identities_, caller.user);
-      if (path_notes != nullptr) path_notes->assign(inputs->size(), "");
-      for (size_t i = 0; i < inputs->size(); ++i) {
-        const SubmitJobInput& in = (*inputs)[i];
+      for (const SubmitJobInput& in : *inputs) {
         JobPathsVerdict verdict = CheckJobPaths(roots, run_as, in.field_prefix, in.spec,
                                                 in.submitted_spec.value_or(in.spec));
         LF_RETURN_IF_ERROR(verdict.status);
-        if (path_notes != nullptr) (*path_notes)[i] = absl::StrJoin(verdict.notes, "; ");
+        if (verdicts != nullptr) verdicts->push_back(std::move(verdict));
       }
     }
   }

@@ -19,8 +19,10 @@
 #include "common/safe_open.h"
 #include "jobspec/data_sources.h"
 #include "jobspec/jobspec.h"
+#include "jobspec/model_presets.h"
 #include "nlohmann/json.hpp"
 #include "server/path_resolution.h"
+#include "server/tokenizer_vocab.h"
 #include "server/user_identities.h"
 
 namespace llamafleet {
@@ -330,6 +332,28 @@ class Checker {
   std::vector<v1::FieldViolation> violations_, seq_len_violations_;
 };
 
+// For a preset sized by its tokenizer (model_presets.h), the tokenizer's vocabulary and a
+// note naming the vocabulary the estimates count.
+void ReadPresetVocab(const std::vector<std::string>& roots, absl::string_view prefix,
+                     const v1::JobSpec& spec, JobPathsVerdict* verdict) {
+  const sched::ModelPreset* preset = sched::FindModelPreset(spec.model().preset());
+  if (preset == nullptr || !preset->takes_tokenizer_vocab || !spec.model().path().empty() ||
+      !DataNeedsTokenizer(spec) || spec.model().tokenizer().empty()) {
+    return;
+  }
+  absl::StatusOr<int64_t> vocab = ReadTokenizerVocabSize(roots, spec.model().tokenizer());
+  if (vocab.ok()) {
+    verdict->tokenizer_vocab = *vocab;
+    verdict->notes.push_back(absl::StrCat("the estimates count ", prefix,
+                                          "model.tokenizer's vocabulary of ", *vocab, " pieces"));
+  } else {
+    verdict->notes.push_back(
+        absl::StrCat("the estimates count ", prefix, "model.preset's vocabulary of ", preset->vocab,
+                     " pieces, as ", prefix,
+                     "model.tokenizer could not be read here: ", vocab.status().message()));
+  }
+}
+
 }  // namespace
 
 std::vector<JobRunAs> JobRunIdentities(const UserIdentities* identities, const std::string& user) {
@@ -408,7 +432,10 @@ JobPathsVerdict CheckJobPaths(const std::vector<std::string>& roots,
   if (run_as.empty()) {
     check.Skip("access", "no job identity is configured and the coordinator runs as root");
   }
-  return std::move(check).Verdict();
+  const bool refused = check.refused();
+  JobPathsVerdict verdict = std::move(check).Verdict();
+  if (!refused) ReadPresetVocab(roots, prefix, spec, &verdict);
+  return verdict;
 }
 
 }  // namespace llamafleet

@@ -15,7 +15,9 @@
 //     job's identity: the nearest existing directory on the way is writable by it;
 //   - every directory on the way is searchable by the job's identity;
 //   - training.seq_len as written is at most model.path's max_position_embeddings
-//     (config.json, read bounded).
+//     (config.json, read bounded);
+//   - for a preset that takes its tokenizer's vocabulary, model.tokenizer's size is read
+//     (bounded, never refused here: the trainer judges the file) for the estimates.
 // The job's identity is any of the identities its trainers may run as (JobRunIdentities);
 // a path passes when one of them may use it. Access is judged on the owner, group and other
 // mode bits; an entry with a POSIX ACL is not judged (its bits do not tell).
@@ -32,6 +34,7 @@
 
 #include <sys/types.h>
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -66,8 +69,12 @@ struct JobPathsVerdict {
   // for a training.seq_len over the model's limit, naming the value and the limit. Several
   // problems are joined with "; ", each a FieldViolation.
   absl::Status status;
-  // "data.train_path not checked: ..." for each path that was not looked at, and why.
+  // "data.train_path not checked: ..." for each path that was not looked at, and why;
+  // and which vocabulary the estimates count for a preset that takes its tokenizer's.
   std::vector<std::string> notes;
+  // That preset's vocabulary, read from model.tokenizer (server/tokenizer_vocab.h); 0 when
+  // the job has no such preset or the tokenizer could not be read here.
+  int64_t tokenizer_vocab = 0;
 };
 
 // Checks `spec` (defaults applied; `submitted`: the spec as written, for what it set

@@ -14,6 +14,7 @@
 #include "llamafleet/v1/job.grpc.pb.h"
 #include "server/auth.h"
 #include "server/cluster/cluster_manager.h"
+#include "server/job_paths_check.h"
 #include "server/log_store.h"
 #include "server/metrics.h"
 #include "server/serial_executor.h"
@@ -148,10 +149,11 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
   // keeps the submitter out and only directories the submitter's identity may claim
   // (FAILED_PRECONDITION; server/claim_judge.h), and, unless the policy turns it off, the
   // inputs and outputs as the storage has them (server/job_paths_check.h). Fills each
-  // input's pending_claims, and `path_notes` (when given) with what was not checked, one
-  // line per input ("" when all was).
+  // input's pending_claims, and `verdicts` (when given) with each input's storage verdict
+  // (what was not checked, the tokenizer's vocabulary); left empty when the policy turns
+  // the storage check off.
   absl::Status CheckStorage(const Principal& caller, std::vector<SubmitJobInput>* inputs,
-                            std::vector<std::string>* path_notes = nullptr) const;
+                            std::vector<JobPathsVerdict>* verdicts = nullptr) const;
   // PERMISSION_DENIED unless `caller` may read what the spec's checkpoint.resume and
   // model.path name: a path inside another job's checkpoint directory (its default one, or
   // its own checkpoint.dir while that claim is real) is for that job's owner and admins

@@ -6,6 +6,7 @@
 
 #include <optional>
 
+#include "jobspec/estimates.h"
 #include "jobspec/jobspec.h"
 #include "server/job_service.h"
 
@@ -27,20 +28,24 @@ inline grpc::ServerUnaryReactor* FinishNow(grpc::CallbackServerContext* context,
   return FinishNow(context, ToGrpcStatus(status));
 }
 
-// The spec's memory-fit estimate (derived, never stored: the formula may improve).
-inline void AddMemoryEstimate(v1::Job* job) {
-  if (std::optional<v1::MemoryEstimate> e = EstimateJobMemory(job->spec())) {
+// The spec's memory-fit estimate (derived, never stored: the formula may improve);
+// `tokenizer_vocab`: the job's tokenizer's vocabulary when read (jobspec/estimates.h).
+inline void AddMemoryEstimate(v1::Job* job, int64_t tokenizer_vocab = 0) {
+  if (std::optional<v1::MemoryEstimate> e =
+          EstimateJobMemoryWithVocab(job->spec(), tokenizer_vocab)) {
     *job->mutable_memory_estimate() = std::move(*e);
   }
 }
 
 // The spec's step-time estimate on its instance type, priced by `pricing` (derived, never
 // stored, like the memory estimate).
-inline void AddStepTimeEstimate(v1::Job* job, const PriceTable& pricing) {
+inline void AddStepTimeEstimate(v1::Job* job, const PriceTable& pricing,
+                                int64_t tokenizer_vocab = 0) {
   const auto price = pricing.find(job->spec().resources().instance_type());
   std::optional<double> per_hour;
   if (price != pricing.end()) per_hour = price->second;
-  if (std::optional<v1::StepTimeEstimate> e = EstimateJobStepTime(job->spec(), per_hour)) {
+  if (std::optional<v1::StepTimeEstimate> e =
+          EstimateJobStepTimeWithVocab(job->spec(), per_hour, tokenizer_vocab)) {
     *job->mutable_step_time_estimate() = std::move(*e);
   }
 }

@@ -32,14 +32,13 @@ using SubmitResult = CoordinatorMetrics::SubmitResult;
 absl::StatusOr<int64_t> DerivedFrom(JobStore& store, const std::string& text,
                                     const std::string& prefix) {
   if (text.empty()) return 0;
-  absl::StatusOr<int64_t> id = ParseJobId(text, absl::StrCat(prefix, "derived_from"));
-  if (!id.ok()) return id.status();
-  if (absl::StatusOr<v1::Job> job = store.GetJob(*id); !job.ok()) {
+  LF_ASSIGN_OR_RETURN(int64_t id, ParseJobId(text, absl::StrCat(prefix, "derived_from")));
+  if (absl::StatusOr<v1::Job> job = store.GetJob(id); !job.ok()) {
     return absl::IsNotFound(job.status())
-               ? absl::NotFoundError(absl::StrCat(prefix, "derived_from: job ", *id, " not found"))
+               ? absl::NotFoundError(absl::StrCat(prefix, "derived_from: job ", id, " not found"))
                : job.status();
   }
-  return *id;
+  return id;
 }
 
 // What a job's spec as written is, before defaults: a sweep's point stands on its own,
@@ -139,9 +138,9 @@ absl::Status ValidateInputs(const std::optional<SubmitPolicy>& policy, const Pri
 }
 
 // A dry run's answer: each job as it would be stored, with the storage checks' notes and
-// the estimates.
+// the estimates (`verdicts`: CheckStorage's, one per input, or none).
 std::vector<v1::SubmitJobResponse> DryRunResponses(std::vector<SubmitJobInput> inputs,
-                                                   const std::vector<std::string>& path_notes,
+                                                   const std::vector<JobPathsVerdict>& verdicts,
                                                    const std::string& owner,
                                                    const PriceTable& pricing) {
   std::vector<v1::SubmitJobResponse> responses(inputs.size());
@@ -150,11 +149,13 @@ std::vector<v1::SubmitJobResponse> DryRunResponses(std::vector<SubmitJobInput> i
     *job->mutable_spec() = std::move(inputs[i].spec);
     job->set_owner(owner);
     job->set_idempotency_key(inputs[i].idempotency_key);
-    const std::string notes = i < path_notes.size() ? path_notes[i] : "";
-    job->set_status_reason(
-        absl::StrCat("dry run: valid, not stored", notes.empty() ? "" : absl::StrCat("; ", notes)));
-    AddMemoryEstimate(job);
-    AddStepTimeEstimate(job, pricing);
+    const JobPathsVerdict none;
+    const JobPathsVerdict& verdict = i < verdicts.size() ? verdicts[i] : none;
+    job->set_status_reason(absl::StrCat(
+        "dry run: valid, not stored",
+        verdict.notes.empty() ? "" : absl::StrCat("; ", absl::StrJoin(verdict.notes, "; "))));
+    AddMemoryEstimate(job, verdict.tokenizer_vocab);
+    AddStepTimeEstimate(job, pricing, verdict.tokenizer_vocab);
   }
   return responses;
 }
@@ -207,13 +208,13 @@ void JobServiceImpl::CheckAndStore(grpc::CallbackServerContext* context,
   if (absl::Status s = ResolveDependencies(caller, &*inputs); !s.ok()) return refuse(s, jobs);
   if (absl::Status s = ValidateInputs(policy_, caller, &*inputs); !s.ok()) return refuse(s, jobs);
   // What the storage and the recorded claims say (job_claims.cc).
-  std::vector<std::string> path_notes;
-  absl::Status checked = CheckStorage(caller, &*inputs, dry_run ? &path_notes : nullptr);
+  std::vector<JobPathsVerdict> verdicts;
+  absl::Status checked = CheckStorage(caller, &*inputs, dry_run ? &verdicts : nullptr);
   if (checked.ok() && dry_run && identities_ != nullptr) checked = identities_->Check(caller.user);
   if (!checked.ok()) return refuse(checked, jobs);
   if (dry_run) {
     if (metrics_ != nullptr) metrics_->RecordSubmissions(SubmitResult::kDryRun, jobs);
-    respond(DryRunResponses(*std::move(inputs), path_notes, caller.user, pricing_));
+    respond(DryRunResponses(*std::move(inputs), verdicts, caller.user, pricing_));
     return reactor->Finish(grpc::Status::OK);
   }
   auto submit = [this, reactor, inputs = *std::move(inputs), respond = std::move(respond), received,
@@ -256,9 +257,8 @@ absl::Status JobServiceImpl::ResolveDependencies(const Principal& caller,
   std::vector<BatchEntry> batch;
   for (SubmitJobInput& in : *inputs) batch.push_back(BatchEntry{&in.spec, in.field_prefix, {}});
   const ParentLookup lookup = [this](int64_t id) -> absl::StatusOr<ParentJob> {
-    absl::StatusOr<v1::Job> job = store_->GetJob(id);
-    if (!job.ok()) return job.status();
-    return ParentJob{job->owner(), job->spec().name(), job->spec().output().export_dir()};
+    LF_ASSIGN_OR_RETURN(v1::Job job, store_->GetJob(id));
+    return ParentJob{job.owner(), job.spec().name(), job.spec().output().export_dir()};
   };
   LF_RETURN_IF_ERROR(
       ResolveBatchDependencies(batch, caller.user, caller.role == v1::ADMIN, lookup));

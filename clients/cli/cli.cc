@@ -19,6 +19,7 @@
 #include "absl/strings/str_join.h"
 #include "clients/cli/command.h"
 #include "clients/cli/escape.h"
+#include "common/status_macros.h"
 
 namespace llamafleet::cli {
 namespace {
@@ -52,15 +53,14 @@ absl::StatusOr<Context> MakeContext(const GlobalFlags& flags, bool watch_timeout
     return UsageError(
         absl::StrCat("-o: '", flags.output, "' is not one of table, wide, json, yaml"));
   }
-  absl::StatusOr<absl::Duration> timeout = ParseDuration("--timeout", flags.timeout);
-  if (!timeout.ok()) return timeout.status();
+  LF_ASSIGN_OR_RETURN(absl::Duration timeout, ParseDuration("--timeout", flags.timeout));
   ctx.client_options.address = flags.coordinator;
   ctx.client_options.user = flags.user;
   ctx.client_options.token = flags.token;
   ctx.client_options.tls_ca_file = flags.tls_ca;
-  ctx.client_options.timeout = *timeout;
+  ctx.client_options.timeout = timeout;
   // A watch runs until the job ends; only an explicit --timeout bounds it.
-  if (watch_timeout_set) ctx.watch_timeout = *timeout;
+  if (watch_timeout_set) ctx.watch_timeout = timeout;
   return ctx;
 }
 

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "clients/cli/command.h"
 #include "common/job_state.h"
+#include "common/status_macros.h"
 #include "jobspec/sweep.h"
 
 namespace llamafleet::cli {
@@ -23,36 +24,31 @@ void PrintCancelled(const Context& ctx, const v1::CancelJobResponse& response) {
 }  // namespace
 
 absl::Status RunCancel(const Context& ctx, const std::string& id, const std::string& reason) {
-  absl::StatusOr<Client*> client = Connect(ctx);
-  if (!client.ok()) return client.status();
+  LF_ASSIGN_OR_RETURN(Client* client, Connect(ctx));
   v1::CancelJobRequest request;
   request.set_job_id(id);
   request.set_reason(reason);
-  absl::StatusOr<v1::CancelJobResponse> response = (*client)->CancelJob(request);
-  if (!response.ok()) return response.status();
-  if (PrintMachine(ctx, *response)) return absl::OkStatus();
-  PrintCancelled(ctx, *response);
+  LF_ASSIGN_OR_RETURN(v1::CancelJobResponse response, client->CancelJob(request));
+  if (PrintMachine(ctx, response)) return absl::OkStatus();
+  PrintCancelled(ctx, response);
   return absl::OkStatus();
 }
 
 absl::Status RunCancelSweep(const Context& ctx, const std::string& sweep, const std::string& reason) {
-  absl::StatusOr<Client*> client = Connect(ctx);
-  if (!client.ok()) return client.status();
+  LF_ASSIGN_OR_RETURN(Client* client, Connect(ctx));
   // The caller's own sweep of that name, even for an admin: names are per user.
-  absl::StatusOr<v1::WhoAmIResponse> me = (*client)->WhoAmI();
-  if (!me.ok()) return me.status();
+  LF_ASSIGN_OR_RETURN(v1::WhoAmIResponse me, client->WhoAmI());
   v1::ListJobsRequest list;
   list.add_labels(absl::StrCat(kSweepLabel, "=", sweep));
-  list.set_owner(me->user());
+  list.set_owner(me.user());
   for (v1::JobState s : {v1::QUEUED, v1::SCHEDULED, v1::RUNNING, v1::RESTARTING, v1::PREEMPTING}) list.add_states(s);
   ListFlags every;
   every.all = true;
-  absl::StatusOr<v1::ListJobsResponse> listed = ListPages(**client, std::move(list), every);
-  if (!listed.ok()) return listed.status();
+  LF_ASSIGN_OR_RETURN(v1::ListJobsResponse listed, ListPages(*client, std::move(list), every));
   std::vector<std::string> ids;
-  for (const v1::Job& job : listed->jobs()) ids.push_back(job.id());
+  for (const v1::Job& job : listed.jobs()) ids.push_back(job.id());
   if (ids.empty()) {
-    *ctx.out << "sweep " << sweep << ": no unfinished jobs of " << me->user() << "\n";
+    *ctx.out << "sweep " << sweep << ": no unfinished jobs of " << me.user() << "\n";
     return absl::OkStatus();
   }
   absl::Status first_error;
@@ -60,7 +56,7 @@ absl::Status RunCancelSweep(const Context& ctx, const std::string& sweep, const 
     v1::CancelJobRequest request;
     request.set_job_id(id);
     request.set_reason(reason.empty() ? absl::StrCat("sweep ", sweep, " cancelled") : reason);
-    absl::StatusOr<v1::CancelJobResponse> response = (*client)->CancelJob(request);
+    absl::StatusOr<v1::CancelJobResponse> response = client->CancelJob(request);
     if (!response.ok()) {
       const std::string job = absl::StrCat("job ", id);
       // "job 9 not found" names the job already.

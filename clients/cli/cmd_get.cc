@@ -8,6 +8,7 @@
 #include "absl/time/clock.h"
 #include "clients/cli/command.h"
 #include "clients/cli/output.h"
+#include "common/status_macros.h"
 #include "jobspec/sweep.h"
 
 namespace llamafleet::cli {
@@ -55,49 +56,46 @@ absl::StatusOr<v1::ListJobsResponse> ListPages(Client& client, v1::ListJobsReque
     int page = std::min(remaining, kServerMaxPageSize);
     if (flags.page_size > 0) page = std::min(page, flags.page_size);
     request.set_page_size(page);
-    absl::StatusOr<v1::ListJobsResponse> response = client.ListJobs(request);
-    if (!response.ok()) return response.status();
-    for (v1::Job& job : *response->mutable_jobs()) *collected.add_jobs() = std::move(job);
-    collected.set_next_page_token(response->next_page_token());
+    LF_ASSIGN_OR_RETURN(v1::ListJobsResponse response, client.ListJobs(request));
+    for (v1::Job& job : *response.mutable_jobs()) *collected.add_jobs() = std::move(job);
+    collected.set_next_page_token(response.next_page_token());
     // An empty page with a token would loop forever; treat it as the end.
-    if (response->next_page_token().empty() || response->jobs_size() == 0) return collected;
+    if (response.next_page_token().empty() || response.jobs_size() == 0) return collected;
     if (!flags.all && collected.jobs_size() >= flags.limit) return collected;
-    request.set_page_token(response->next_page_token());
+    request.set_page_token(response.next_page_token());
   }
 }
 
 absl::Status RunGetJobs(const Context& ctx, const ListFlags& flags) {
-  absl::StatusOr<v1::ListJobsRequest> request = MakeListRequest(flags);
-  if (!request.ok()) return request.status();
+  LF_ASSIGN_OR_RETURN(v1::ListJobsRequest request, MakeListRequest(flags));
   // The plain table needs only the summary; -o wide shows model and sharding, and
   // -o json/yaml print whole jobs.
-  request->set_view(ctx.format == Format::kTable ? v1::JOB_VIEW_BASIC : v1::JOB_VIEW_FULL);
-  absl::StatusOr<Client*> client = Connect(ctx);
-  if (!client.ok()) return client.status();
-  absl::StatusOr<v1::ListJobsResponse> response = ListPages(**client, *request, flags);
-  if (!response.ok()) return response.status();
-  if (PrintMachine(ctx, *response)) return absl::OkStatus();
-  if (response->jobs_size() == 0) {
+  request.set_view(ctx.format == Format::kTable ? v1::JOB_VIEW_BASIC : v1::JOB_VIEW_FULL);
+  LF_ASSIGN_OR_RETURN(Client* client, Connect(ctx));
+  LF_ASSIGN_OR_RETURN(v1::ListJobsResponse response, ListPages(*client, request, flags));
+  if (PrintMachine(ctx, response)) return absl::OkStatus();
+  if (response.jobs_size() == 0) {
     *ctx.out << "No jobs found.\n";
     return absl::OkStatus();
   }
-  std::vector<v1::Job> jobs(response->jobs().begin(), response->jobs().end());
-  *ctx.out << JobsTable(jobs, ctx.format == Format::kWide, absl::Now());
-  if (!response->next_page_token().empty()) {
+  std::vector<v1::Job> jobs(response.jobs().begin(), response.jobs().end());
+  const bool wide = ctx.format == Format::kWide;
+  // The wide table's hours column says CPU-H on a cluster of CPU workers (as get usage).
+  *ctx.out << JobsTable(jobs, wide, absl::Now(), wide ? WorkersDevice(*client) : Device::kGpu);
+  if (!response.next_page_token().empty()) {
     // A note, not an error: the table itself is complete as requested.
-    *ctx.err << "llamafleet: showing the newest " << response->jobs_size()
+    *ctx.err << "llamafleet: showing the newest " << response.jobs_size()
              << " jobs; more may exist (use --limit N or --all)\n";
   }
   return absl::OkStatus();
 }
 
 absl::Status RunGetJob(const Context& ctx, const std::string& id) {
-  absl::StatusOr<Client*> client = Connect(ctx);
-  if (!client.ok()) return client.status();
-  absl::StatusOr<v1::Job> job = (*client)->GetJob(id);
-  if (!job.ok()) return job.status();
-  if (PrintMachine(ctx, *job)) return absl::OkStatus();
-  *ctx.out << JobsTable({*job}, ctx.format == Format::kWide, absl::Now());
+  LF_ASSIGN_OR_RETURN(Client* client, Connect(ctx));
+  LF_ASSIGN_OR_RETURN(v1::Job job, client->GetJob(id));
+  if (PrintMachine(ctx, job)) return absl::OkStatus();
+  const bool wide = ctx.format == Format::kWide;
+  *ctx.out << JobsTable({job}, wide, absl::Now(), wide ? WorkersDevice(*client) : Device::kGpu);
   return absl::OkStatus();
 }
 

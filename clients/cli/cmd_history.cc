@@ -3,20 +3,19 @@
 
 #include "clients/cli/command.h"
 #include "clients/cli/output.h"
+#include "common/status_macros.h"
 
 namespace llamafleet::cli {
 
 absl::Status RunCheckpoints(const Context& ctx, const std::string& id) {
-  absl::StatusOr<Client*> client = Connect(ctx);
-  if (!client.ok()) return client.status();
-  absl::StatusOr<v1::ListCheckpointsResponse> response = (*client)->ListCheckpoints(id);
-  if (!response.ok()) return response.status();
-  if (PrintMachine(ctx, *response)) return absl::OkStatus();
-  if (response->checkpoints().empty()) {
+  LF_ASSIGN_OR_RETURN(Client* client, Connect(ctx));
+  LF_ASSIGN_OR_RETURN(v1::ListCheckpointsResponse response, client->ListCheckpoints(id));
+  if (PrintMachine(ctx, response)) return absl::OkStatus();
+  if (response.checkpoints().empty()) {
     *ctx.out << "No checkpoints recorded for job " << id << ".\n";
     return absl::OkStatus();
   }
-  *ctx.out << CheckpointsTable({response->checkpoints().begin(), response->checkpoints().end()});
+  *ctx.out << CheckpointsTable({response.checkpoints().begin(), response.checkpoints().end()});
   return absl::OkStatus();
 }
 
@@ -26,18 +25,22 @@ Device HeldDevice(Client& client, const std::vector<v1::Attempt>& attempts) {
   return AttemptsDevice(attempts, {workers->workers().begin(), workers->workers().end()});
 }
 
+Device WorkersDevice(Client& client) {
+  absl::StatusOr<v1::ListWorkersResponse> workers = client.ListWorkers();
+  if (!workers.ok()) return Device::kGpu;
+  return ClusterDevice({workers->workers().begin(), workers->workers().end()});
+}
+
 absl::Status RunAttempts(const Context& ctx, const std::string& id) {
-  absl::StatusOr<Client*> client = Connect(ctx);
-  if (!client.ok()) return client.status();
-  absl::StatusOr<v1::ListAttemptsResponse> response = (*client)->ListAttempts(id);
-  if (!response.ok()) return response.status();
-  if (PrintMachine(ctx, *response)) return absl::OkStatus();
-  if (response->attempts().empty()) {
+  LF_ASSIGN_OR_RETURN(Client* client, Connect(ctx));
+  LF_ASSIGN_OR_RETURN(v1::ListAttemptsResponse response, client->ListAttempts(id));
+  if (PrintMachine(ctx, response)) return absl::OkStatus();
+  if (response.attempts().empty()) {
     *ctx.out << "Job " << id << " has not started yet.\n";
     return absl::OkStatus();
   }
-  const std::vector<v1::Attempt> attempts(response->attempts().begin(), response->attempts().end());
-  *ctx.out << AttemptsSection(attempts, HeldDevice(**client, attempts));
+  const std::vector<v1::Attempt> attempts(response.attempts().begin(), response.attempts().end());
+  *ctx.out << AttemptsSection(attempts, HeldDevice(*client, attempts));
   return absl::OkStatus();
 }
 

@@ -2,18 +2,17 @@
 #include <ostream>
 
 #include "clients/cli/command.h"
+#include "common/status_macros.h"
 
 namespace llamafleet::cli {
 
 absl::Status RunReleaseDir(const Context& ctx, const std::string& path) {
-  absl::StatusOr<Client*> client = Connect(ctx);
-  if (!client.ok()) return client.status();
+  LF_ASSIGN_OR_RETURN(Client* client, Connect(ctx));
   v1::ReleaseDirRequest request;
   request.set_path(path);
-  absl::StatusOr<v1::ReleaseDirResponse> response = (*client)->ReleaseDir(request);
-  if (!response.ok()) return response.status();
-  if (PrintMachine(ctx, *response)) return absl::OkStatus();
-  for (const std::string& line : response->released()) *ctx.out << line << " released\n";
+  LF_ASSIGN_OR_RETURN(v1::ReleaseDirResponse response, client->ReleaseDir(request));
+  if (PrintMachine(ctx, response)) return absl::OkStatus();
+  for (const std::string& line : response.released()) *ctx.out << line << " released\n";
   return absl::OkStatus();
 }
 

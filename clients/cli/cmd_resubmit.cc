@@ -45,27 +45,25 @@ absl::Status ResubmitError(const absl::Status& status, const v1::Job& source) {
 
 absl::Status RunResubmit(const Context& ctx, const std::string& id, const ResubmitFlags& flags) {
   LF_RETURN_IF_ERROR(CheckOverrides(flags.overrides));
-  absl::StatusOr<Client*> client = Connect(ctx);
-  if (!client.ok()) return client.status();
-  absl::StatusOr<v1::Job> source = (*client)->GetJob(id);
-  if (!source.ok()) return source.status();
+  LF_ASSIGN_OR_RETURN(Client* client, Connect(ctx));
+  LF_ASSIGN_OR_RETURN(v1::Job source, client->GetJob(id));
   // A coordinator older than Job.submitted_spec sends none: the effective spec then.
-  v1::JobSpec spec = source->has_submitted_spec() ? source->submitted_spec() : source->spec();
+  v1::JobSpec spec = source.has_submitted_spec() ? source.submitted_spec() : source.spec();
   for (const std::string& o : flags.overrides) {
     if (absl::Status s = ApplySetOverride(&spec, o); !s.ok())
       return UsageError(std::string(s.message()));
   }
   v1::SubmitJobRequest request;
-  request.set_idempotency_key(ResubmitKey(source->id(), spec));
+  request.set_idempotency_key(ResubmitKey(source.id(), spec));
   *request.mutable_spec() = std::move(spec);
-  request.set_derived_from(source->id());
+  request.set_derived_from(source.id());
   request.set_dry_run(flags.dry_run);
-  absl::StatusOr<v1::SubmitJobResponse> response = (*client)->SubmitJob(request);
-  if (!response.ok()) return ResubmitError(response.status(), *source);
+  absl::StatusOr<v1::SubmitJobResponse> response = client->SubmitJob(request);
+  if (!response.ok()) return ResubmitError(response.status(), source);
   if (!PrintMachine(ctx, *response)) {
     if (flags.dry_run) {
       *ctx.out << "# " << response->job().spec().name() << ": valid (dry run of resubmitting job "
-               << source->id() << ", nothing stored)\n"
+               << source.id() << ", nothing stored)\n"
                << ToYaml(response->job().spec());
     } else {
       *ctx.out << SubmittedLine(*response) << "\n";

@@ -148,17 +148,15 @@ absl::Status CheckOverrides(const std::vector<std::string>& overrides) {
 
 absl::Status RunSubmit(const Context& ctx, const SubmitFlags& flags) {
   LF_RETURN_IF_ERROR(CheckOverrides(flags.overrides));
-  absl::StatusOr<std::vector<std::string>> files = ExpandJobFiles(flags.files);
-  if (!files.ok()) return files.status();
+  LF_ASSIGN_OR_RETURN(std::vector<std::string> files, ExpandJobFiles(flags.files));
   // Every document of every file, in order; `documents` names each one for errors.
   std::vector<ParsedJob> parsed;
   std::vector<std::string> documents;
   std::vector<JobSource> sources;
-  for (const std::string& file : *files) {
-    absl::StatusOr<std::string> text = ReadInput(file, *ctx.in);
-    if (!text.ok()) return text.status();
+  for (const std::string& file : files) {
+    LF_ASSIGN_OR_RETURN(std::string text, ReadInput(file, *ctx.in));
     const std::string source = file == "-" ? "stdin" : file;
-    absl::StatusOr<std::vector<ParsedJob>> jobs = ParseJobDocuments(*text, flags.overrides);
+    absl::StatusOr<std::vector<ParsedJob>> jobs = ParseJobDocuments(text, flags.overrides);
     if (!jobs.ok()) return WithContext(jobs.status(), absl::StrCat(source, ": "));
     for (size_t i = 0; i < jobs->size(); ++i) {
       documents.push_back(jobs->size() == 1 ? source
@@ -169,14 +167,12 @@ absl::Status RunSubmit(const Context& ctx, const SubmitFlags& flags) {
   }
   if (!flags.idempotency_key.empty() && parsed.size() > 1) {
     return UsageError(absl::StrCat("--idempotency-key applies to a single job; ",
-                                   files->size() == 1 ? (*files)[0] : "the files",
-                                   " hold ", parsed.size(),
-                                   " (each gets a key derived from its document)"));
+                                   files.size() == 1 ? files[0] : "the files", " hold ",
+                                   parsed.size(), " (each gets a key derived from its document)"));
   }
   // One file keeps its errors as "document N"; several name the file.
-  if (files->size() == 1) documents.clear();
-  absl::StatusOr<Client*> client = Connect(ctx);
-  if (!client.ok()) return client.status();
+  if (files.size() == 1) documents.clear();
+  LF_ASSIGN_OR_RETURN(Client* client, Connect(ctx));
 
   v1::SubmitJobsResponse responses;
   // A sweep is one document but many jobs: only SubmitJobs answers with all of them.
@@ -186,7 +182,7 @@ absl::Status RunSubmit(const Context& ctx, const SubmitFlags& flags) {
     request.set_idempotency_key(flags.idempotency_key.empty() ? parsed[0].idempotency_key
                                                               : flags.idempotency_key);
     request.set_dry_run(flags.dry_run);
-    absl::StatusOr<v1::SubmitJobResponse> response = (*client)->SubmitJob(request);
+    absl::StatusOr<v1::SubmitJobResponse> response = client->SubmitJob(request);
     if (!response.ok()) return SubmitError(response.status(), documents, sources);
     *responses.add_jobs() = std::move(*response);
   } else {
@@ -203,7 +199,7 @@ absl::Status RunSubmit(const Context& ctx, const SubmitFlags& flags) {
         item->set_idempotency_key(flags.idempotency_key.empty() ? parsed[i].idempotency_key
                                                                 : flags.idempotency_key);
       }
-      absl::StatusOr<v1::SubmitJobsResponse> response = (*client)->SubmitJobs(request);
+      absl::StatusOr<v1::SubmitJobsResponse> response = client->SubmitJobs(request);
       if (!response.ok()) {
         const std::vector<std::string> names =
             documents.empty() ? documents

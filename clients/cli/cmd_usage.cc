@@ -5,27 +5,23 @@
 
 #include "clients/cli/command.h"
 #include "clients/cli/usage_output.h"
+#include "common/status_macros.h"
 
 namespace llamafleet::cli {
 
 absl::Status RunGetUsage(const Context& ctx, const std::string& user) {
-  absl::StatusOr<Client*> client = Connect(ctx);
-  if (!client.ok()) return client.status();
-  absl::StatusOr<v1::GetUsageResponse> response = (*client)->GetUsage(user);
-  if (!response.ok()) return response.status();
-  if (PrintMachine(ctx, *response)) return absl::OkStatus();
-  absl::StatusOr<v1::ListWorkersResponse> workers = (*client)->ListWorkers();
-  const Device device = workers.ok()
-                            ? ClusterDevice({workers->workers().begin(), workers->workers().end()})
-                            : Device::kGpu;
+  LF_ASSIGN_OR_RETURN(Client* client, Connect(ctx));
+  LF_ASSIGN_OR_RETURN(v1::GetUsageResponse response, client->GetUsage(user));
+  if (PrintMachine(ctx, response)) return absl::OkStatus();
+  const Device device = WorkersDevice(*client);
   const std::string held = device == Device::kCpu ? "CPU" : "GPU";
-  if (response->rows().empty()) {
+  if (response.rows().empty()) {
     *ctx.out << (user.empty() ? "No " + held + " time used yet.\n"
                               : "No " + held + " time used by " + user + " yet.\n");
   } else {
-    *ctx.out << UsageTable({response->rows().begin(), response->rows().end()}, device);
+    *ctx.out << UsageTable({response.rows().begin(), response.rows().end()}, device);
   }
-  const std::string prices = PricingLine({response->pricing().begin(), response->pricing().end()});
+  const std::string prices = PricingLine({response.pricing().begin(), response.pricing().end()});
   *ctx.out << (prices.empty() ? "No prices configured (the coordinator's pricing): costs are not shown.\n"
                               : prices + "\n");
   return absl::OkStatus();

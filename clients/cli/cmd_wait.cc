@@ -17,6 +17,7 @@
 #include "clients/cli/interrupt.h"
 #include "clients/cli/output.h"
 #include "common/job_state.h"
+#include "common/status_macros.h"
 
 namespace llamafleet::cli {
 namespace {
@@ -112,12 +113,11 @@ absl::Status RunWait(const Context& ctx, const std::vector<std::string>& ids, bo
     if (!absl::SimpleAtoi(id, &n) || n <= 0) return UsageError(absl::StrCat("wait: '", id, "' is not a job id"));
     if (seen.insert(id).second) unique.push_back(id);
   }
-  absl::StatusOr<Client*> client = Connect(ctx);
-  if (!client.ok()) return client.status();
+  LF_ASSIGN_OR_RETURN(Client* client, Connect(ctx));
   const absl::Time deadline = ctx.watch_timeout == absl::InfiniteDuration()
                                   ? absl::InfiniteFuture()
                                   : absl::Now() + ctx.watch_timeout;
-  InterruptWatcher interrupt([&] { (*client)->CancelStreams(); });
+  InterruptWatcher interrupt([&] { client->CancelStreams(); });
 
   std::mutex mu;  // guards ctx.out and `ended`
   std::vector<Ended> ended(unique.size());
@@ -125,7 +125,7 @@ absl::Status RunWait(const Context& ctx, const std::vector<std::string>& ids, bo
   threads.reserve(unique.size());
   for (size_t i = 0; i < unique.size(); ++i) {
     threads.emplace_back([&, i] {
-      Ended e = Follow(**client, unique[i], deadline);
+      Ended e = Follow(*client, unique[i], deadline);
       std::lock_guard<std::mutex> lock(mu);
       if (e.terminal) {
         *ctx.out << "job " << unique[i] << " " << StateName(e.state)

@@ -17,6 +17,7 @@
 #include "clients/cli/output.h"
 #include "clients/cli/progress.h"
 #include "common/job_state.h"
+#include "common/status_macros.h"
 
 namespace llamafleet::cli {
 namespace {
@@ -256,8 +257,7 @@ class Poller {
 
 absl::Status RunWatch(const Context& ctx, const std::string& id, bool history,
                       absl::Duration interval) {
-  absl::StatusOr<Client*> client = Connect(ctx);
-  if (!client.ok()) return client.status();
+  LF_ASSIGN_OR_RETURN(Client* client, Connect(ctx));
   // Polls get their own short deadline, so a coordinator that went away does not hold up
   // the end of the watch.
   ClientOptions poll_options = ctx.client_options;
@@ -271,7 +271,7 @@ absl::Status RunWatch(const Context& ctx, const std::string& id, bool history,
 
   std::optional<Poller> poller;
   InterruptWatcher interrupt([&] {
-    (*client)->CancelStreams();
+    client->CancelStreams();
     (*poll_client)->CancelStreams();
   });
   if (printer.mode() != WatchPrinter::Mode::kMachine) {
@@ -297,7 +297,7 @@ absl::Status RunWatch(const Context& ctx, const std::string& id, bool history,
     request.set_job_id(id);
     request.set_after_seq(printer.after_seq());
     const int64_t before = printer.after_seq();
-    status = (*client)->WatchJob(
+    status = client->WatchJob(
         request, [&printer](const v1::WatchJobResponse& m) { return printer.OnMessage(m); },
         deadline);
     if (interrupt.signal() != 0) break;

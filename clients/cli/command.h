@@ -181,6 +181,9 @@ absl::Status RunAttempts(const Context& ctx, const std::string& id);
 // What `attempts` held, GPUs or CPU ranks, from the cluster's worker list (kGpu when it
 // cannot be read); the unit `attempts` and `describe` show time in.
 Device HeldDevice(Client& client, const std::vector<v1::Attempt>& attempts);
+// ClusterDevice of the coordinator's workers: kCpu when every one is a CPU worker; kGpu
+// when the list cannot be read.
+Device WorkersDevice(Client& client);
 
 // workers, queues, whoami: the cluster and the caller (cmd_cluster.cc)
 absl::Status RunWorkers(const Context& ctx);

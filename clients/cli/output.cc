@@ -16,7 +16,6 @@
 #include "absl/strings/strip.h"
 #include "clients/cli/usage_output.h"
 #include "common/gpu_throttle.h"
-#include "jobspec/data_sources.h"
 #include "jobspec/jobspec.h"
 
 namespace llamafleet::cli {
@@ -252,16 +251,17 @@ std::string SweptValue(const v1::Job& job, const std::string& name) {
 
 }  // namespace
 
-std::string JobsTable(const std::vector<v1::Job>& jobs, bool wide, absl::Time now) {
+std::string JobsTable(const std::vector<v1::Job>& jobs, bool wide, absl::Time now, Device device) {
   std::vector<std::vector<std::string>> rows;
   // -o wide of a sweep's points: a column per swept parameter, after the name.
   const std::vector<std::string> swept = wide ? SweptParameters(jobs) : std::vector<std::string>{};
   if (wide) {
     rows.push_back({"ID", "NAME"});
     for (const std::string& name : swept) rows.back().push_back(absl::AsciiStrToUpper(name));
-    for (const char* column : {"OWNER", "QUEUE", "PRIORITY", "STATE", "NODES", "GPUS/NODE", "MODEL",
-                               "SHARDING", "ATTEMPTS", "STEP", "LOSS", "EVAL-LOSS", "GPU-H", "COST",
-                               "CREATED", "AGE", "POSITION", "EST-START", "REASON"}) {
+    for (const char* column :
+         {"OWNER", "QUEUE", "PRIORITY", "STATE", "NODES", "GPUS/NODE", "MODEL", "SHARDING",
+          "ATTEMPTS", "STEP", "LOSS", "EVAL-LOSS", device == Device::kCpu ? "CPU-H" : "GPU-H",
+          "COST", "CREATED", "AGE", "POSITION", "EST-START", "REASON"}) {
       rows.back().push_back(column);
     }
   } else {
@@ -455,99 +455,6 @@ std::string Indent(const std::string& text, int spaces) {
   return out;
 }
 
-std::string MemoryEstimateLine(const v1::MemoryEstimate& e) {
-  auto gib = [](int64_t b) { return absl::StrFormat("%.1f GiB", static_cast<double>(b) / (1 << 30)); };
-  return absl::StrCat(gib(e.total_bytes()), " per GPU on ", e.world_size(), e.world_size() == 1 ? " rank" : " ranks",
-                      " (peak early in backward): parameters ", gib(e.parameters_bytes()),
-                      ", gradients ", gib(e.gradients_bytes()), ", optimizer state ",
-                      gib(e.optimizer_state_bytes()), ", gathered parameters ", gib(e.gathered_params_bytes()),
-                      ", activations ", gib(e.activations_bytes()), ", communication ",
-                      gib(e.communication_bytes()), ", workspace ", gib(e.workspace_bytes()),
-                      e.checkpoint_staging_bytes() > 0
-                          ? absl::StrCat("; host memory for checkpoint staging ", gib(e.checkpoint_staging_bytes()))
-                          : "");
-}
-
-std::string StepTimeLine(const v1::StepTimeEstimate& e) {
-  auto money = [](double x) { return FormatCost(x); };
-  std::string out = absl::StrFormat(
-      "%.2f s per step on %s (%s): %.0f tokens/s, MFU %.1f%% (compute %.2f s, exposed "
-      "communication %.2f s); %.1f GPU-hours per 1,000 steps",
-      e.step_seconds(), e.instance_type(), e.gpu(), e.tokens_per_second(), 100 * e.mfu(),
-      e.compute_seconds(), e.exposed_communication_seconds(), e.gpu_hours_per_1000_steps());
-  if (e.has_cost_per_1000_steps())
-    absl::StrAppend(&out, " costing ", money(e.cost_per_1000_steps()));
-  if (e.total_steps() > 0) {
-    absl::StrAppend(&out, absl::StrFormat("; the job's %d steps: %.1f GPU-hours", e.total_steps(),
-                                          e.gpu_hours()));
-    if (e.has_cost()) absl::StrAppend(&out, " costing ", money(e.cost()));
-  } else {
-    absl::StrAppend(&out, "; whole job: steps set by epochs, unknown before the data is read");
-  }
-  if (!e.has_cost_per_1000_steps())
-    absl::StrAppend(&out, " (no price for ", e.instance_type(), " in the coordinator's pricing)");
-  return out;
-}
-
-std::string FinetuningLine(const v1::Job& job) {
-  auto count = [](int64_t n) {
-    return n >= 1000000000 ? absl::StrFormat("%.2fB", n / 1e9)
-           : n >= 1000000  ? absl::StrFormat("%.1fM", n / 1e6)
-                           : absl::StrCat(n);
-  };
-  const v1::PeftSpec& peft = job.spec().peft();
-  const v1::MemoryEstimate& e = job.memory_estimate();
-  std::string out = "full";
-  if (peft.method() == "lora") {
-    out = peft.adapter_path().empty() ? "LoRA" : absl::StrCat("LoRA from ", peft.adapter_path());
-    if (peft.has_r()) absl::StrAppend(&out, " r ", peft.r());
-    if (peft.has_alpha()) absl::StrAppend(&out, " alpha ", peft.alpha());
-    if (peft.target_modules_size() > 0) absl::StrAppend(&out, " on ", absl::StrJoin(peft.target_modules(), ", "));
-  }
-  if (e.parameters() > 0) {
-    absl::StrAppend(&out, ": ", count(e.trainable_parameters()), " trainable of ", count(e.parameters()),
-                    absl::StrFormat(" parameters (%.3g%%)", 100.0 * static_cast<double>(e.trainable_parameters()) /
-                                                                static_cast<double>(e.parameters())));
-    const std::string& preset = job.spec().model().preset();
-    if (preset == "tiny" || preset == "tiny-gqa") {
-      // The estimate cannot read the tokenizer the trainer sizes these presets from.
-      absl::StrAppend(
-          &out, ", counted with a 32,000-piece vocabulary (the trainer uses the tokenizer's)");
-    }
-  }
-  return out;
-}
-
-std::string ParallelismLine(const v1::JobSpec& spec) {
-  const int tp = TensorParallelOf(spec);
-  if (tp <= 1) return "";
-  const int64_t nodes = std::max(1, spec.resources().nodes()), gpus = std::max(1, spec.resources().gpus_per_node());
-  return absl::StrCat("tensor parallel ", tp, " x data parallel ", nodes * gpus / tp, " (", nodes * gpus,
-                      nodes * gpus == 1 ? " rank" : " ranks", ")");
-}
-
-std::string DataLine(const v1::JobSpec& spec) {
-  const std::vector<TrainSource> train = TrainSourcesOf(spec);
-  const std::vector<EvalSource> eval = EvalSetsOf(spec);
-  if (spec.data().train_size() == 0 && spec.data().eval_size() == 0) return "";
-  double total = 0;
-  for (const TrainSource& s : train) total += s.weight;
-  std::vector<std::string> parts;
-  for (const TrainSource& s : train) {
-    parts.push_back(absl::StrFormat("%s %.3g%%", s.path, total > 0 ? 100 * s.weight / total : 0));
-  }
-  std::string out = absl::StrCat(
-      train.size(), train.size() == 1 ? " source: " : " sources: ", absl::StrJoin(parts, ", "));
-  if (!eval.empty()) {
-    std::vector<std::string> names;
-    for (const EvalSource& s : eval) names.push_back(s.name);
-    absl::StrAppend(&out, "; eval ", eval.size() == 1 ? "set " : "sets ",
-                    absl::StrJoin(names, ", "),
-                    eval.size() > 1 ? " (the first decides early stopping and export: best)" : "");
-  }
-  return out;
-}
-
 std::string DescribeJob(const v1::Job& job, const std::vector<v1::JobEvent>& events,
                         const std::vector<v1::Checkpoint>& checkpoints, absl::Time now,
                         const std::vector<v1::Attempt>& attempts, Device device,
@@ -582,8 +489,9 @@ std::string DescribeJob(const v1::Job& job, const std::vector<v1::JobEvent>& eve
   }
   if (const std::string tp = ParallelismLine(spec); !tp.empty()) fields.push_back({"Parallelism:", tp});
   if (const std::string data = DataLine(spec); !data.empty()) fields.push_back({"Data:", data});
-  fields.push_back({"Memory estimate:", job.has_memory_estimate() ? MemoryEstimateLine(job.memory_estimate())
-                                                                  : "- (model shape known only to the trainer)"});
+  fields.push_back({"Memory estimate:", job.has_memory_estimate()
+                                            ? MemoryEstimateLine(job.memory_estimate(), device)
+                                            : "- (model shape known only to the trainer)"});
   if (job.has_step_time_estimate())
     fields.push_back({"Step estimate:", StepTimeLine(job.step_time_estimate())});
   std::string out = FormatTable(fields);

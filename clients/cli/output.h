@@ -12,11 +12,12 @@
 #include <vector>
 
 #include "absl/strings/string_view.h"
-#include "clients/cli/escape.h"
-#include "clients/cli/usage_output.h"  // Device
-#include "common/byte_size.h"  // FormatBytes
-#include "jobspec/jobspec.h"
 #include "absl/time/time.h"
+#include "clients/cli/escape.h"
+#include "clients/cli/spec_lines.h"
+#include "clients/cli/usage_output.h"  // Device
+#include "common/byte_size.h"          // FormatBytes
+#include "jobspec/jobspec.h"
 #include "llamafleet/v1/job.pb.h"
 #include "llamafleet/v1/worker.pb.h"
 
@@ -47,9 +48,10 @@ std::string FormatEta(absl::Duration d);
 // job, otherwise the job's status reason.
 std::string JobReason(const v1::Job& job);
 
-// The `get jobs` table. `wide` adds resource, model, GPU-hours, cost and queue-position
-// columns and never shortens the reason.
-std::string JobsTable(const std::vector<v1::Job>& jobs, bool wide, absl::Time now);
+// The `get jobs` table. `wide` adds resource, model, GPU-hours (CPU-hours when `device`
+// is kCpu), cost and queue-position columns and never shortens the reason.
+std::string JobsTable(const std::vector<v1::Job>& jobs, bool wide, absl::Time now,
+                      Device device = Device::kGpu);
 
 // The `workers` table: NAME STATE SLOTS GPU-MODEL EFA INSTANCE LAST-HEARTBEAT TASKS.
 // SLOTS is allocated/total GPUs (CPU ranks on a CPU worker, whose GPU-MODEL is "cpu").
@@ -79,20 +81,6 @@ std::string EventLine(const v1::JobEvent& event);
 
 // The first line of `watch`: "job 42 (name) is QUEUED: reason" (JobReason).
 std::string JobStateLine(const v1::Job& job);
-
-// "23.4 GiB per GPU on 16 ranks (peak early in backward): parameters 1.6 GiB, ...; host
-// memory for checkpoint staging 4.7 GiB"
-std::string MemoryEstimateLine(const v1::MemoryEstimate& e);
-// "1.52 s per step on p5.48xlarge (H100 80GB): 64700 tokens/s, MFU 43.1% (...); GPU-hours and cost"
-std::string StepTimeLine(const v1::StepTimeEstimate& e);
-// "LoRA r 16 on q_proj, v_proj: 65.5M trainable of 68.98B parameters (0.095%)", or "full: ...".
-std::string FinetuningLine(const v1::Job& job);
-// "tensor parallel 8 x data parallel 4 (32 ranks)" for the spec's nominal world; "" without
-// tensor parallelism (parallelism.tensor_parallel unset or 1).
-std::string ParallelismLine(const v1::JobSpec& spec);
-// "2 sources: /d/chat.jsonl 75%, /d/code.jsonl 25%; eval sets chat, code (...)": the share of
-// rows each data.train source gets and the data.eval sets; "" for a spec using neither list.
-std::string DataLine(const v1::JobSpec& spec);
 
 // `describe job`: the job's fields (restarts, workers, GPU time and cost), why it is pending, its latest
 // metrics, its checkpoints, its attempts (gang size, resizes), its spec as YAML, and its

@@ -159,12 +159,11 @@ absl::StatusOr<std::vector<v1::JobEvent>> Client::GetAllJobEvents(const std::str
     request.set_job_id(job_id);
     request.set_after_seq(after_seq);
     request.set_limit(kEventsPerCall);
-    absl::StatusOr<v1::GetJobEventsResponse> response =
-        Call(stub_.get(), &JobStub::GetJobEvents, request);
-    if (!response.ok()) return response.status();
-    for (const v1::JobEvent& e : response->events()) events.push_back(e);
-    if (response->events_size() < kEventsPerCall) return events;
-    after_seq = response->events(response->events_size() - 1).seq();
+    LF_ASSIGN_OR_RETURN(v1::GetJobEventsResponse response,
+                        Call(stub_.get(), &JobStub::GetJobEvents, request));
+    for (const v1::JobEvent& e : response.events()) events.push_back(e);
+    if (response.events_size() < kEventsPerCall) return events;
+    after_seq = response.events(response.events_size() - 1).seq();
   }
 }
 

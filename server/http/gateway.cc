@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/status_macros.h"
 #include "jobspec/jobspec.h"
 #include "nlohmann/json.hpp"
 #include "server/http/json_errors.h"
@@ -107,9 +108,8 @@ namespace {
 absl::StatusOr<std::pair<std::string, absl::string_view>> SplitTarget(const Request& http) {
   const absl::string_view target(http.target().data(), http.target().size());
   const size_t q = target.find('?');
-  absl::StatusOr<std::string> path = PercentDecode(target.substr(0, q), false);
-  if (!path.ok()) return path.status();
-  return std::make_pair(std::move(*path),
+  LF_ASSIGN_OR_RETURN(std::string path, PercentDecode(target.substr(0, q), false));
+  return std::make_pair(std::move(path),
                         q == absl::string_view::npos ? absl::string_view() : target.substr(q + 1));
 }
 

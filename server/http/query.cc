@@ -34,12 +34,11 @@ absl::StatusOr<Query> Query::Parse(absl::string_view query) {
   Query q;
   for (absl::string_view part : absl::StrSplit(query, '&', absl::SkipEmpty())) {
     const size_t eq = part.find('=');
-    absl::StatusOr<std::string> key = PercentDecode(part.substr(0, eq), true);
-    if (!key.ok()) return key.status();
-    absl::StatusOr<std::string> value =
-        PercentDecode(eq == absl::string_view::npos ? "" : part.substr(eq + 1), true);
-    if (!value.ok()) return value.status();
-    q.params_.emplace_back(std::move(*key), std::move(*value));
+    LF_ASSIGN_OR_RETURN(std::string key, PercentDecode(part.substr(0, eq), true));
+    LF_ASSIGN_OR_RETURN(
+        std::string value,
+        PercentDecode(eq == absl::string_view::npos ? "" : part.substr(eq + 1), true));
+    q.params_.emplace_back(std::move(key), std::move(value));
   }
   return q;
 }

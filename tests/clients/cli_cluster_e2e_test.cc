@@ -103,6 +103,14 @@ TEST_F(CliClusterTest, FinishedJobLogsCheckpointsAndDescribe) {
             "rank 1 done\n");
   EXPECT_EQ(Ok({"logs", "1", "--rank", "1", "--tail", "2"}), "rank 1 step 4\nrank 1 done\n");
   EXPECT_EQ(Ok({"logs", "1", "--rank", "1", "--attempt", "1", "--tail", "1"}), "rank 1 done\n");
+  // --tail counts the lines shown: rank 0's last 5 lines hold its last metrics record,
+  // which the text view leaves out.
+  const std::string raw_tail = Ok({"logs", "1", "--rank", "0", "--raw", "--tail", "5"});
+  EXPECT_EQ(Lines(raw_tail).size(), 5u) << raw_tail;
+  EXPECT_TRUE(absl::StrContains(raw_tail, "{\"type\":\"metrics\",\"step\":4")) << raw_tail;
+  const std::string tail = Ok({"logs", "1", "--rank", "0", "--tail", "5"});
+  EXPECT_EQ(Lines(tail).size(), 5u) << tail;
+  EXPECT_TRUE(absl::StrContains(tail, "rank 0 step 4\n")) << tail;
   // -o json: one LogChunk per line.
   for (const std::string& line : Lines(Ok({"logs", "1", "-o", "json"}))) {
     v1::LogChunk chunk;

@@ -135,14 +135,31 @@ TEST(JobsTableTest, WideShowsEachSweptParameterAsAColumn) {
   EXPECT_FALSE(absl::StrContains(JobsTable(points, /*wide=*/false, absl::Now()), "TRAINING.LR"));
 }
 
+// The tiny preset's parameters with a vocabulary of `v`: 2 layers of hidden 64 (norms,
+// attention 4 x 64 x 64, MLP 3 x 64 x 176), an untied embedding and head, the final norm.
+int64_t TinyParameters(int64_t v) {
+  return 2 * v * 64 + 2 * (128 + 4 * 64 * 64 + 3 * 64 * 176) + 64;
+}
+
 TEST(FinetuningLineTest, ATinyPresetsCountSaysWhichVocabularyItAssumes) {
   v1::Job job;
   job.mutable_spec()->mutable_model()->set_preset("tiny");
-  job.mutable_memory_estimate()->set_parameters(4'200'000);
-  job.mutable_memory_estimate()->set_trainable_parameters(4'200'000);
+  job.mutable_memory_estimate()->set_parameters(TinyParameters(32000));
+  job.mutable_memory_estimate()->set_trainable_parameters(TinyParameters(32000));
   EXPECT_EQ(FinetuningLine(job),
-            "full: 4.2M trainable of 4.2M parameters (100%), counted with a 32,000-piece vocabulary "
-            "(the trainer uses the tokenizer's)");
+            "full: 4.2M trainable of 4.2M parameters (100%), counted with the preset's "
+            "32,000-piece vocabulary (the trainer uses the tokenizer's, which the coordinator did "
+            "not read)");
+  // Counted with the tokenizer's vocabulary (the coordinator read it).
+  job.mutable_memory_estimate()->set_parameters(TinyParameters(3261));
+  job.mutable_memory_estimate()->set_trainable_parameters(TinyParameters(3261));
+  EXPECT_EQ(FinetuningLine(job),
+            "full: 518080 trainable of 518080 parameters (100%), counted with the tokenizer's "
+            "3,261-piece vocabulary");
+  // Token ids: the trainer keeps the preset's vocabulary.
+  job.mutable_spec()->mutable_data()->set_format(v1::TOKENS);
+  EXPECT_FALSE(absl::StrContains(FinetuningLine(job), "vocabulary"));
+  job.mutable_spec()->mutable_data()->clear_format();
   job.mutable_spec()->mutable_model()->set_preset("llama2-7b");
   EXPECT_FALSE(absl::StrContains(FinetuningLine(job), "vocabulary"));
 }
@@ -695,11 +712,18 @@ TEST(UsageOutputTest, TimeOnCpuWorkersIsCpuTime) {
   v1::Job job;
   job.set_id("3");
   *job.mutable_usage() = Used(60, 0, std::nullopt);
+  job.mutable_memory_estimate()->set_total_bytes(int64_t{3} << 30);
+  job.mutable_memory_estimate()->set_world_size(2);
   on_cpu.set_gpu_seconds(60);
   const std::string out = DescribeJob(job, {}, {}, absl::FromUnixSeconds(1'796'000'000), {on_cpu}, Device::kCpu);
   EXPECT_TRUE(absl::StrContains(out, "CPU time:          60 CPU-s\n")) << out;
   EXPECT_TRUE(absl::StrContains(out, "RESIZE   CPU-TIME   COST")) << out;
+  EXPECT_TRUE(absl::StrContains(out, "Memory estimate:   3.0 GiB per rank on 2 ranks")) << out;
   EXPECT_FALSE(absl::StrContains(out, "GPU")) << out;
+  // get jobs -o wide on a cluster of CPU workers.
+  const std::string wide = JobsTable({job}, /*wide=*/true, absl::Now(), Device::kCpu);
+  EXPECT_TRUE(absl::StrContains(wide, "EVAL-LOSS   CPU-H   COST")) << wide;
+  EXPECT_FALSE(absl::StrContains(wide, "GPU-H")) << wide;
 }
 
 TEST(UsageOutputTest, WideJobsTableAndUsageTable) {

@@ -5,12 +5,9 @@
 // tensor by tensor and key by key.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
-#include <stdlib.h>
 
 #include <cmath>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "gguf_codec.h"
 #include "gguf_export.h"
@@ -20,32 +17,15 @@
 #include "hf_io.h"
 #include "model.h"
 #include "nlohmann/json.hpp"
+#include "tests/testing/process.h"
 
 namespace llamafleet::trainer {
 namespace {
 
 namespace fs = std::filesystem;
+using ::llamafleet::testing::ReadFile;
+using ::llamafleet::testing::TempDir;
 using nlohmann::json;
-
-class TempDir {
- public:
-  TempDir() {
-    char tmpl[] = "/tmp/lf-gguf-test-XXXXXX";
-    path_ = ::mkdtemp(tmpl);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  std::string File(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
-};
-
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 std::vector<float> ToVector(const at::Tensor& t) {
   at::Tensor c = t.to(at::kFloat).contiguous();
@@ -126,7 +106,7 @@ TEST(GgufWriter, ReadsBackEveryMetadataTypeAndTensorType) {
   ASSERT_TRUE(w.AddTensor("e", {32}, GgufTensorType::kF16).ok());
   EXPECT_FALSE(w.AddTensor("f", {2, 48}, GgufTensorType::kQ8_0).ok());  // rows are not whole blocks
   EXPECT_FALSE(w.AddTensor("a", {1}, GgufTensorType::kF32).ok());       // a duplicate
-  const std::string path = tmp.File("t.gguf");
+  const std::string path = tmp.path() + "/t.gguf";
   ASSERT_TRUE(w.Open(path).ok());
   const std::vector<std::pair<GgufTensorType, std::vector<float>>> data = {
       {GgufTensorType::kF32, f32},
@@ -182,10 +162,10 @@ TEST(GgufReader, RefusesDamagedAndHostileFiles) {
   w.AddString("general.architecture", "llama");
   w.AddStringArray("tokenizer.ggml.tokens", {"x", "y"});
   ASSERT_TRUE(w.AddTensor("t", {2, 32}, GgufTensorType::kQ8_0).ok());
-  ASSERT_TRUE(w.Open(tmp.File("ok.gguf")).ok());
+  ASSERT_TRUE(w.Open(tmp.path() + "/ok.gguf").ok());
   ASSERT_TRUE(w.WriteTensor(std::string(68, '\1')).ok());
   ASSERT_TRUE(w.Finish().ok());
-  const std::string good = ReadAll(tmp.File("ok.gguf"));
+  const std::string good = ReadFile(tmp.path() + "/ok.gguf");
   ASSERT_TRUE(GgufFile::Parse(good, "ok").ok());
   // The tensor's 68 bytes end 28 bytes before the file's end (padding to 32, not needed).
   for (size_t n = 0; n + 28 < good.size(); ++n) {
@@ -231,8 +211,8 @@ TEST(GgufReader, RefusesDamagedAndHostileFiles) {
 TEST(GgufVocab, SentencePiecePiecesMatchTheLibrary) {
   const std::string dir = LLAMAFLEET_GGUF_FIXTURES;
   GgufVocab v;
-  ASSERT_TRUE(ParseSentencePiecePieces(ReadAll(dir + "/spm/tokenizer.model"), "spm", &v).ok());
-  const json want = json::parse(ReadAll(dir + "/spm_pieces.json"));
+  ASSERT_TRUE(ParseSentencePiecePieces(ReadFile(dir + "/spm/tokenizer.model"), "spm", &v).ok());
+  const json want = json::parse(ReadFile(dir + "/spm_pieces.json"));
   ASSERT_EQ(v.tokens.size(), want["pieces"].size());
   for (size_t i = 0; i < v.tokens.size(); ++i) {
     EXPECT_EQ(v.tokens[i], want["pieces"][i]["piece"].get<std::string>()) << i;
@@ -256,7 +236,7 @@ std::map<std::string, at::Tensor> MakeHfDir(
   }
   ExportOptions o;
   o.dtype = StDtype::kF32;
-  for (const auto& [name, source] : tokenizer_files) o.extra_files[name] = ReadAll(source);
+  for (const auto& [name, source] : tokenizer_files) o.extra_files[name] = ReadFile(source);
   auto fetch = [&](int u) -> absl::StatusOr<std::vector<at::Tensor>> {
     std::vector<at::Tensor> out;
     for (const std::string& n : layout[u].param_names) out.push_back(weights[n]);
@@ -324,19 +304,19 @@ TEST(GgufExport, LlamaWithSentencePieceReadsBackEveryTensorAndKey) {
   c.max_position_embeddings = 128;
   TempDir tmp;
   const auto weights =
-      MakeHfDir(c, tmp.File("hf"),
+      MakeHfDir(c, tmp.path() + "/hf",
                 {{"tokenizer.model", fixtures + "/spm/tokenizer.model"},
                  {"tokenizer_config.json", fixtures + "/spm/tokenizer_config.json"}});
-  const json pieces = json::parse(ReadAll(fixtures + "/spm_pieces.json"))["pieces"];
+  const json pieces = json::parse(ReadFile(fixtures + "/spm_pieces.json"))["pieces"];
   const std::string chat_template =
-      json::parse(ReadAll(fixtures + "/spm/tokenizer_config.json"))["chat_template"]
+      json::parse(ReadFile(fixtures + "/spm/tokenizer_config.json"))["chat_template"]
           .get<std::string>();
   for (GgufTensorType dtype :
        {GgufTensorType::kF16, GgufTensorType::kBf16, GgufTensorType::kQ8_0}) {
     SCOPED_TRACE(GgufTensorTypeName(dtype));
-    const std::string out = tmp.File(GgufTensorTypeName(dtype));
+    const std::string out = tmp.path() + "/" + GgufTensorTypeName(dtype);
     fs::create_directory(out);
-    absl::Status s = WriteGgufFromHfDir(tmp.File("hf"), out, dtype, "tiny");
+    absl::Status s = WriteGgufFromHfDir(tmp.path() + "/hf", out, dtype, "tiny");
     ASSERT_TRUE(s.ok()) << s;
     auto f = GgufFile::Open(out + "/model.gguf");
     ASSERT_TRUE(f.ok()) << f.status();
@@ -376,7 +356,7 @@ TEST(GgufExport, LlamaWithSentencePieceReadsBackEveryTensorAndKey) {
     EXPECT_EQ(U(g, "tokenizer.ggml.add_bos_token"), 1);
     EXPECT_EQ(g.Find("tokenizer.chat_template")->strings.at(0), chat_template);
     ExpectTensorsReadBack(g, c, weights, dtype, /*permuted=*/true);
-    const std::string modelfile = ReadAll(out + "/Modelfile");
+    const std::string modelfile = ReadFile(out + "/Modelfile");
     EXPECT_NE(modelfile.find("FROM ./model.gguf\n"), std::string::npos) << modelfile;
     EXPECT_NE(modelfile.find("PARAMETER stop \"</s>\"\n"), std::string::npos) << modelfile;
   }
@@ -391,14 +371,14 @@ TEST(GgufExport, Qwen2WithTokenizerJsonKeepsBiasesAndTiedEmbeddings) {
                                                   "config.json");
   ASSERT_TRUE(c.ok()) << c.status();
   TempDir tmp;
-  const auto weights = MakeHfDir(*c, tmp.File("hf"),
+  const auto weights = MakeHfDir(*c, tmp.path() + "/hf",
                                  {{"tokenizer.json", tok + "/tokenizer.json"},
                                   {"tokenizer_config.json", tok + "/tokenizer_config.json"},
                                   {"generation_config.json", tok + "/generation_config.json"}});
   absl::Status s =
-      WriteGgufFromHfDir(tmp.File("hf"), tmp.File("hf"), GgufTensorType::kQ8_0, "qwen");
+      WriteGgufFromHfDir(tmp.path() + "/hf", tmp.path() + "/hf", GgufTensorType::kQ8_0, "qwen");
   ASSERT_TRUE(s.ok()) << s;
-  auto f = GgufFile::Open(tmp.File("hf/model.gguf"));
+  auto f = GgufFile::Open(tmp.path() + "/hf/model.gguf");
   ASSERT_TRUE(f.ok()) << f.status();
   const GgufFile& g = **f;
   EXPECT_EQ(g.Find("general.architecture")->strings.at(0), "qwen2");
@@ -406,7 +386,7 @@ TEST(GgufExport, Qwen2WithTokenizerJsonKeepsBiasesAndTiedEmbeddings) {
   EXPECT_EQ(g.Find("qwen2.rope.freq_base")->floats.at(0), 1e6);
   EXPECT_EQ(g.Find("tokenizer.ggml.model")->strings.at(0), "gpt2");
   EXPECT_EQ(g.Find("tokenizer.ggml.pre")->strings.at(0), "llama-bpe");
-  const json tj = json::parse(ReadAll(tok + "/tokenizer.json"));
+  const json tj = json::parse(ReadFile(tok + "/tokenizer.json"));
   const GgufValue& tokens = *g.Find("tokenizer.ggml.tokens");
   const GgufValue& types = *g.Find("tokenizer.ggml.token_type");
   ASSERT_EQ(tokens.strings.size(), 3264u);
@@ -441,9 +421,10 @@ TEST(GgufExport, Llama3RopeScalingBecomesRopeFactors) {
   ASSERT_TRUE(c.ok()) << c.status();
   const std::string tok = std::string(LLAMAFLEET_TOKENIZER_FIXTURES) + "/llama3_style";
   TempDir tmp;
-  MakeHfDir(*c, tmp.File("hf"), {{"tokenizer.json", tok + "/tokenizer.json"}});
-  ASSERT_TRUE(WriteGgufFromHfDir(tmp.File("hf"), tmp.File("hf"), GgufTensorType::kF16, "l3").ok());
-  auto f = GgufFile::Open(tmp.File("hf/model.gguf"));
+  MakeHfDir(*c, tmp.path() + "/hf", {{"tokenizer.json", tok + "/tokenizer.json"}});
+  ASSERT_TRUE(
+      WriteGgufFromHfDir(tmp.path() + "/hf", tmp.path() + "/hf", GgufTensorType::kF16, "l3").ok());
+  auto f = GgufFile::Open(tmp.path() + "/hf/model.gguf");
   ASSERT_TRUE(f.ok()) << f.status();
   const GgufTensorInfo* t = (*f)->FindTensor("rope_freqs.weight");
   ASSERT_NE(t, nullptr);
@@ -479,12 +460,13 @@ TEST(GgufExport, RefusesWhatLlamaCppCouldNotTokenize) {
   c.vocab_size = 100;  // fewer rows than the tokenizer's 3256 tokens
   c.max_position_embeddings = 64;
   TempDir tmp;
-  MakeHfDir(c, tmp.File("hf"), {{"tokenizer.json", tok + "/tokenizer.json"}});
-  absl::Status s = WriteGgufFromHfDir(tmp.File("hf"), tmp.File("hf"), GgufTensorType::kF16, "x");
+  MakeHfDir(c, tmp.path() + "/hf", {{"tokenizer.json", tok + "/tokenizer.json"}});
+  absl::Status s =
+      WriteGgufFromHfDir(tmp.path() + "/hf", tmp.path() + "/hf", GgufTensorType::kF16, "x");
   EXPECT_NE(s.message().find("more than the model's vocab_size 100"), std::string::npos) << s;
   TempDir gpt2;
-  MakeHfDir(c, gpt2.File("hf"), {});
-  s = WriteGgufFromHfDir(gpt2.File("hf"), gpt2.File("hf"), GgufTensorType::kF16, "x");
+  MakeHfDir(c, gpt2.path() + "/hf", {});
+  s = WriteGgufFromHfDir(gpt2.path() + "/hf", gpt2.path() + "/hf", GgufTensorType::kF16, "x");
   EXPECT_FALSE(s.ok());
 }
 

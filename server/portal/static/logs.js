@@ -2,7 +2,9 @@
 // event records (worker/trainer_events.h: {"type":"metrics"}, {"type":"eval"},
 // {"type":"event","event":...}) shown as one compact muted line each ("» step 20 · loss
 // 2.31 · ..."; the raw record in its tooltip), or hidden with the "Show events" toggle;
-// the human lines (stderr) as they are.
+// the human lines (stderr) as they are. A metrics or stopped_early record is not shown:
+// rank 0 writes each as a human line of its own too ("step 5/60 loss ..."), so every step
+// reads once, as in `llamafleet logs` (clients/cli/log_record.h).
 
 import {api, query, sse} from './api.js';
 import {h, setText, clear, fmtInt, fmtNum, fmtBytes} from './util.js';
@@ -10,6 +12,15 @@ import {h, setText, clear, fmtInt, fmtNum, fmtBytes} from './util.js';
 const MAX_LOG_LINES = 5000;
 
 const secs = (v) => `${Number(v || 0).toFixed(2)} s`;
+
+// Whether `line` is a record the trainer also writes as a human line (metrics,
+// stopped_early), which the view leaves out.
+export function saidAsText(line) {
+  if (!line.startsWith('{')) return false;
+  let r;
+  try { r = JSON.parse(line); } catch { return false; }
+  return !!r && (r.type === 'metrics' || (r.type === 'event' && r.event === 'stopped_early'));
+}
 
 // One trainer event record → "step 20 · loss 2.31 · lr 1e-4 · 1,234 tok/s"; null for a
 // line that is not one (plain text, other JSON).
@@ -85,6 +96,7 @@ export function createLogView(base) {
     const atBottom = logBox.scrollTop + logBox.clientHeight >= logBox.scrollHeight - 24;
     const frag = document.createDocumentFragment();
     for (const line of chunk.lines || []) {
+      if (saidAsText(line)) continue;
       const rec = describeRecord(line);
       const prefix = showRank ? h('span.rank', `[rank ${chunk.rank}] `) : null;
       frag.append(rec
