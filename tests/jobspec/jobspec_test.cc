@@ -328,6 +328,18 @@ INSTANTIATE_TEST_SUITE_P(
                      "data.chat_template applies only to data.format CHAT"},
         ValidateCase{"data: {train_path: /d, train_on: all}",
                      "data.train_on applies only to data.format CHAT"},
+        ValidateCase{"training: {objective: ppo}", "training.objective 'ppo' is not one of sft, dpo"},
+        ValidateCase{"data: {train_path: /d, format: preference}",
+                     "data.format PREFERENCE data needs training.objective: dpo"},
+        ValidateCase{"data: {train_path: /d, format: preference}\ntraining: {objective: dpo, batching: padding}",
+                     "peft.method training.objective dpo needs peft.method lora"},
+        ValidateCase{"data: {train_path: /d, format: preference}\ntraining: {objective: dpo}\n"
+                     "peft: {method: lora}",
+                     "training.batching training.objective dpo needs PADDING"},
+        ValidateCase{"data: {train_path: /d, format: preference}\n"
+                     "training: {objective: dpo, batching: padding, dpo: {beta: 0}}\npeft: {method: lora}",
+                     "training.dpo.beta must be in (0, 100] (got 0)"},
+        ValidateCase{"training: {dpo: {beta: 0.5}}", "training.dpo applies only to training.objective dpo"},
         ValidateCase{
             "data: {train_path: /d, format: chat, chat_template: vicuna}",
             "data.chat_template 'vicuna' is not one of model, llama2, llama3, chatml, mistral"},

@@ -61,6 +61,23 @@ AdapterSource(const std::string& dir, const std::vector<UnitLayout>& layout);
 std::vector<at::Tensor> MergeUnit(const LoraOptions& lora, const UnitLayout& unit,
                                   const std::vector<at::Tensor>& tensors);
 
+// While alive, `model` computes the base model alone: its adapters are skipped (the
+// engine still hands them out; they take no part in the output). `lora` is what the
+// model was set to, restored on destruction. DPO's reference model, with no second copy.
+class AdapterDisabled {
+ public:
+  AdapterDisabled(LlamaModel& model, const LoraOptions& lora) : model_(model), lora_(lora) {
+    model_.set_lora(LoraOptions{});
+  }
+  ~AdapterDisabled() { model_.set_lora(lora_); }
+  AdapterDisabled(const AdapterDisabled&) = delete;
+  AdapterDisabled& operator=(const AdapterDisabled&) = delete;
+
+ private:
+  LlamaModel& model_;
+  const LoraOptions lora_;
+};
+
 // Writes the PEFT adapter directory `out_dir` (adapter_config.json,
 // adapter_model.safetensors in options.dtype, the tokenizer if given) and, with `merge`,
 // the merged model in HF format to `out_dir`/merged. Collective: every rank calls it

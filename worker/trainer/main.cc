@@ -200,6 +200,9 @@ absl::StatusOr<lt::TrainOptions> OptionsFromSpecFile(const std::string& path,
   o.eval_every = t.eval_every_steps();
   o.early_stopping_patience = t.early_stopping().patience();
   o.early_stopping_min_delta = t.early_stopping().min_delta();
+  o.dpo = t.objective() == "dpo";
+  if (t.dpo().has_beta()) o.dpo_beta = t.dpo().beta();
+  o.dpo_label_smoothing = t.dpo().label_smoothing();
   o.export_best = spec.output().export_() == v1::BEST;
   ApplyFsdpSpec(spec.fsdp(), &o);
   o.tensor_parallel = llamafleet::TensorParallelOf(spec);  // 1 when the spec has no parallelism block

@@ -72,14 +72,32 @@ absl::Status Trainer::LoadModelShapeAndData(std::unique_ptr<HfModelDir>* hf) {
     LF_ASSIGN_OR_RETURN(config_, PresetConfig(opt_.preset));
     if (PresetTakesTokenizerVocab(opt_.preset) && DataNeedsTokenizer(opt_)) config_.vocab_size = 0;
   }
-  LF_ASSIGN_OR_RETURN(
-      tokenizer_,
+  absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer =
       MaybeLoadTokenizer(DataNeedsTokenizer(opt_) ? DataFormat::kText : DataFormat::kTokens,
-                         opt_.tokenizer_path, opt_.model_path, &config_));
+                         opt_.tokenizer_path, opt_.model_path, &config_);
+  // Pre-tokenized preference pairs need no tokenizer: a model directory without one is
+  // fine (text and messages pairs then name what is missing).
+  if (!tokenizer.ok() && opt_.dpo && opt_.tokenizer_path.empty() &&
+      absl::IsNotFound(tokenizer.status())) {
+    tokenizer = std::unique_ptr<Tokenizer>();
+  }
+  if (!tokenizer.ok()) return tokenizer.status();
+  tokenizer_ = *std::move(tokenizer);
   LF_ASSIGN_OR_RETURN(
       chat_template_,
       MaybeResolveChatTemplate(DataUsesChat(opt_) ? DataFormat::kChat : DataFormat::kText,
                                opt_.chat_template, tokenizer_.get()));
+  if (opt_.dpo && tokenizer_ != nullptr) {
+    // Only a pair written as messages needs the template: one that does not resolve is
+    // reported by such a record, not before.
+    absl::StatusOr<std::optional<ChatTemplate>> t =
+        MaybeResolveChatTemplate(DataFormat::kChat, opt_.chat_template, tokenizer_.get());
+    if (t.ok()) {
+      chat_template_ = *std::move(t);
+    } else if (rank0_) {
+      LogInfo(absl::StrCat("no chat template for messages pairs: ", t.status().message()));
+    }
+  }
   full_layout_ = MakeLayout(config_);
   LF_RETURN_IF_ERROR(ResolveLora());
   // Tensor parallelism: groups of T consecutive ranks of one node hold slices of the
