@@ -48,7 +48,7 @@ struct TinyModel {
       std::vector<at::Tensor> unit;
       // Large enough weights that the logits differ between tokens by more than rounding.
       for (const auto& shape : u.shapes) {
-        unit.push_back(shape.size() == 1 ? 1.0 + 0.1 * at::randn(shape) : 0.3 * at::randn(shape));
+        unit.push_back(shape.size() == 1 ? 1.0 + 0.1 * at::randn(shape) : 0.15 * at::randn(shape));
       }
       params.push_back(unit);
     }
