@@ -5,8 +5,8 @@
 // takes the argmax (greedy); otherwise logits / temperature, then top-k (the k largest
 // kept), then top-p (the smallest set of most likely tokens whose probability reaches p;
 // the most likely token always stays), then one draw from the rest with a CPU generator
-// seeded once per Generator, so a seed gives the same text on any device for the same
-// prompts and batch. A row ends on one of `eos_ids` ("eos"), when its text contains a stop
+// seeded once per Generator: a seed gives the same text for the same prompts, batch and
+// device (the draws never depend on the device). A row ends on one of `eos_ids` ("eos"), when its text contains a stop
 // string (cut there: "stop") or after max_new_tokens ("length"); the others go on.
 //
 // Text is decoded from a row's generated ids as a whole each step and streamed in pieces
