@@ -6,9 +6,9 @@
 // kept), then top-p (the smallest set of most likely tokens whose probability reaches p;
 // the most likely token always stays), then one draw from the rest with a CPU generator
 // seeded once per Generator: a seed gives the same text for the same prompts, batch and
-// device (the draws never depend on the device). A row ends on one of `eos_ids` ("eos"), when its
-// text contains a stop string (cut there: "stop") or after max_new_tokens ("length"); the others go
-// on.
+// device (the draws never depend on the device). A row ends on one of `eos_ids` ("eos"),
+// when its text contains a stop string (cut there: "stop") or after max_new_tokens
+// ("length"); the others go on.
 //
 // Text is decoded from a row's generated ids as a whole each step and streamed in pieces
 // of complete UTF-8 characters; a tail that may begin a stop string is held back until it
