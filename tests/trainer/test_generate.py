@@ -13,9 +13,11 @@ Usage: /usr/bin/python3 test_generate.py BIN_DIR [unittest args]
   - the five family fixtures' greedy ids equal Hugging Face transformers' batched, left-padded
     generate(do_sample=False) (fixtures/families/generate_expected.json,
     make_generate_expected.py);
+  - --adapter: a LoRA adapter on all seven projections merged in gives the greedy ids of
+    lora_reference.py's unmerged model (base + B A x scaling);
   - seeded sampling gives the same output twice, a different seed another;
   - oversize prompts and bad prompt files fail with one error line naming the prompt/line.
-16 llamafleet-train starts: about 2 minutes at load 8.
+18 llamafleet-train starts: about 2 minutes at load 8.
 """
 import json
 import os
@@ -29,6 +31,7 @@ import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+import lora_reference as lref  # noqa: E402
 import reference as ref  # noqa: E402
 
 BIN = None
@@ -88,11 +91,16 @@ class GenerateTest(unittest.TestCase):
     def tearDown(self):
         shutil.rmtree(self.tmp)
 
-    def check_greedy(self, model_dir, eos, max_new=12):
-        _, model = ref.load_model(model_dir)
+    def check_greedy(self, model_dir, eos, max_new=12, adapter=None):
+        if adapter:
+            _, model = lref.load_with_adapter(model_dir, adapter)
+        else:
+            _, model = ref.load_model(model_dir)
         model.eval()
         expected = [reference_greedy(model, p, max_new, eos) for p in PROMPTS]
         for extra in ([], ["--no-cache"]):
+            if adapter:
+                extra = extra + ["--adapter", adapter]
             p = generate("--model", model_dir, "--tokenizer", TOKENIZER, "--prompts", self.prompts,
                          "--max-new-tokens", max_new, "--device", "cpu", *extra)
             got = parse(p.stdout)
@@ -111,6 +119,18 @@ class GenerateTest(unittest.TestCase):
                          "--kv-heads", "2", "--ffn", "96", "--max-pos", "64", "--seed", "3",
                          "--std", "0.2"])
         self.check_greedy(d, eos={2})  # config.json's; the tokenizer's lie outside vocab 256
+
+    def test_adapter_is_merged(self):
+        d, a = os.path.join(self.tmp, "m"), os.path.join(self.tmp, "adapter")
+        ref.run_command(["make-model", "--out", d, "--vocab", "256", "--hidden", "64", "--heads", "4",
+                         "--kv-heads", "2", "--ffn", "96", "--max-pos", "64", "--seed", "5",
+                         "--std", "0.2"])
+        lref.run_command(["make-adapter", "--model", d, "--out", a, "--r", "4", "--alpha", "8",
+                          "--targets", "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj",
+                          "--b-std", "0.3"])
+        with_adapter = self.check_greedy(d, eos={2}, adapter=a)
+        _, base = ref.load_model(d)
+        self.assertNotEqual(with_adapter, [reference_greedy(base, p, 12, {2}) for p in PROMPTS])
 
     def test_llama31_family_and_its_eos_list(self):
         d = os.path.join(self.tmp, "llama3.1")
