@@ -109,7 +109,7 @@ void ApplyDefaults(v1::JobSpec* spec) {
   if (!o->has_max_shard_size_mb()) o->set_max_shard_size_mb(5120);
   if (o->export_() == v1::EXPORT_CHOICE_UNSPECIFIED) o->set_export_(v1::LAST);
   v1::PeftSpec* peft = spec->mutable_peft();
-  if (peft->method() == "lora" && peft->adapter_path().empty()) {
+  if ((peft->method() == "lora" || peft->method() == "qlora") && peft->adapter_path().empty()) {
     // llama-recipes' lora_config; with adapter_path the adapter's own values apply.
     if (!peft->has_r()) peft->set_r(8);
     if (!peft->has_alpha()) peft->set_alpha(32);

@@ -532,11 +532,14 @@ void CheckOutput(const v1::JobSpec& spec, Violations& v) {
 // peft
 void CheckPeft(const v1::JobSpec& spec, Violations& v) {
   const v1::PeftSpec& peft = spec.peft();
-  if (!peft.method().empty() && peft.method() != "lora") v.Add("peft.method", "must be \"lora\" (or absent for full finetuning)");
-  const bool lora = peft.method() == "lora";
+  // qlora is lora with the targeted base weights NF4-quantized: the same fields apply.
+  const bool lora = peft.method() == "lora" || peft.method() == "qlora";
+  if (!peft.method().empty() && !lora) {
+    v.Add("peft.method", "must be \"lora\" or \"qlora\" (or absent for full finetuning)");
+  }
   if (!lora && (peft.has_r() || peft.has_alpha() || peft.has_dropout() || peft.target_modules_size() > 0 ||
                 !peft.adapter_path().empty())) {
-    v.Add("peft.method", "must be \"lora\" when other peft fields are set");
+    v.Add("peft.method", "must be \"lora\" or \"qlora\" when other peft fields are set");
   }
   if (lora) {
     if (peft.has_r() && (peft.r() < 1 || peft.r() > 4096)) {
@@ -567,14 +570,14 @@ void CheckPeft(const v1::JobSpec& spec, Violations& v) {
 
 // output.export best and output.merge: what they need from the rest of the spec.
 void CheckExport(const v1::JobSpec& spec, Violations& v) {
-  const bool lora = spec.peft().method() == "lora";
+  const bool lora = spec.peft().method() == "lora" || spec.peft().method() == "qlora";
   if (spec.output().export_() == v1::BEST) {
     if (spec.output().export_dir().empty()) v.Add("output.export", "best needs output.export_dir");
     if (spec.training().eval_every_steps() <= 0) {
       v.Add("output.export", "best needs training.eval_every_steps (evaluations to choose from)");
     }
   }
-  if (spec.output().merge() && !lora) v.Add("output.merge", "needs peft.method: lora");
+  if (spec.output().merge() && !lora) v.Add("output.merge", "needs peft.method: lora (or qlora)");
   if (spec.output().merge() && spec.output().export_dir().empty()) v.Add("output.merge", "needs output.export_dir");
   if (spec.output().has_gguf() && lora && !spec.output().merge()) {
     v.Add("output.gguf", "with peft needs output.merge: true (the GGUF holds the merged model, in <export_dir>/merged)");

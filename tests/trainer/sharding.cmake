@@ -48,14 +48,17 @@ if(TARGET llamafleet_trainer_sharding AND LLAMAFLEET_SYSTEM_PYTHON3)
   set_tests_properties(trainer_memory_calibration_test PROPERTIES TIMEOUT 600 ENVIRONMENT "OMP_NUM_THREADS=1")
 endif()
 
-# LoRA against the PEFT-convention reference (lora_reference.py): strategies, resume, shrink.
+# LoRA against the PEFT-convention reference (lora_reference.py): strategies, resume, shrink;
+# QLoRA (lora_reference.py --qlora, an NF4 base) on FULL_SHARD and NO_SHARD, resume and shrink
+# (about 40 s of the test on a 2-core machine).
 if(TARGET llamafleet_trainer_sharding AND LLAMAFLEET_SYSTEM_PYTHON3)
   add_test(NAME trainer_lora_test
     COMMAND ${LLAMAFLEET_SYSTEM_PYTHON3} ${CMAKE_CURRENT_SOURCE_DIR}/test_lora.py ${CMAKE_RUNTIME_OUTPUT_DIRECTORY})
   set_tests_properties(trainer_lora_test PROPERTIES TIMEOUT 600 ENVIRONMENT "OMP_NUM_THREADS=1")
 endif()
 
-# Tensor parallelism (x every strategy, LoRA, resliced resume) against reference.py.
+# Tensor parallelism (x every strategy, LoRA, QLoRA at T=2 (about 15 s), resliced resume)
+# against reference.py.
 if(TARGET llamafleet_trainer_sharding AND LLAMAFLEET_SYSTEM_PYTHON3)
   add_test(NAME trainer_tensor_parallel_test
     COMMAND ${LLAMAFLEET_SYSTEM_PYTHON3} ${CMAKE_CURRENT_SOURCE_DIR}/test_tensor_parallel.py ${CMAKE_RUNTIME_OUTPUT_DIRECTORY})

@@ -41,6 +41,10 @@ void ApplyLora(const LlamaConfig& config, const LoraOptions& lora, std::vector<U
 // `base_tensors`: the unit's base tensors (LayerBaseTensors).
 int LoraIndex(const LoraOptions& lora, int module, int base_tensors);
 
+// QLoRA: whether a base tensor is one Nf4BaseSource quantizes, i.e. the weight of a
+// targeted projection ("model.layers.N.self_attn.q_proj.weight"; not its bias).
+std::function<bool(const std::string& name)> QloraQuantizes(const LoraOptions& lora);
+
 // Tensors of the adapter, all layers, in layout order: (layout unit, tensor index).
 std::vector<std::pair<int, int>> AdapterTensors(const std::vector<UnitLayout>& layout);
 int64_t AdapterParameters(const std::vector<UnitLayout>& layout);

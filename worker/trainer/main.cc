@@ -226,7 +226,7 @@ absl::StatusOr<lt::TrainOptions> OptionsFromSpecFile(const std::string& path,
     o.gguf_dtype = absl::AsciiStrToLower(v1::GgufSpec::Type_Name(spec.output().gguf().dtype()));
   }
   const auto& peft = spec.peft();
-  if (peft.method() == "lora") {
+  if (peft.method() == "lora" || peft.method() == "qlora") {
     // Unset fields stay "unset" here (0 / -1 / empty) when an adapter supplies them.
     o.lora.r = peft.has_r() ? peft.r() : 0;
     o.lora.alpha = peft.has_alpha() ? peft.alpha() : 0;
@@ -235,6 +235,7 @@ absl::StatusOr<lt::TrainOptions> OptionsFromSpecFile(const std::string& path,
     o.lora.adapter_path = peft.adapter_path();
     o.lora.base_model_name = o.model_path.empty() ? o.preset : o.model_path;
     o.lora.enabled = true;
+    o.lora.nf4_base = peft.method() == "qlora";
   }
   return o;
 }

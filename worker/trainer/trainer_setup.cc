@@ -13,6 +13,7 @@
 #include "gguf_export.h"
 #include "hf_io.h"
 #include "lora.h"
+#include "nf4_base_source.h"
 #include "sharded_checkpoint.h"
 #include "tensor_parallel.h"
 #include "trainer.h"
@@ -173,9 +174,13 @@ absl::Status Trainer::CreateEngine(HfModelDir* hf) {
   };
   ShardSource source, frozen_source;
   if (lora_.enabled) {
-    frozen_source = slice(hf ? HfShardSource(*hf, full_layout_, true)
-                             : SeededShardSource(full_layout_, opt_.seed, true),
-                          true);
+    ShardSource base = hf ? HfShardSource(*hf, full_layout_, true)
+                          : SeededShardSource(full_layout_, opt_.seed, true);
+    // QLoRA quantizes whole tensors: the engine does so and keeps the 4-bit codes; a
+    // tensor-parallel slice instead gets the dequantized values of the whole tensor.
+    if (lora_.nf4_base && tp_ == 1) sharding_.nf4_frozen = QloraQuantizes(lora_);
+    if (lora_.nf4_base && tp_ > 1) base = Nf4BaseSource(std::move(base), full_layout_, QloraQuantizes(lora_));
+    frozen_source = slice(std::move(base), true);
   }
   if (resume) {
     source = resume->ParamSource(full_layout_, tp_, tp_rank);
@@ -250,7 +255,8 @@ void Trainer::CreateModelAndAnnounce() {
   if (rank0_) {
     if (lora_.enabled) {
       LogInfo(absl::StrFormat(
-          "LoRA r %d alpha %g dropout %g on %s: %d trainable parameters (%.3f%%)%s", lora_.r,
+          "%s r %d alpha %g dropout %g on %s: %d trainable parameters (%.3f%%)%s",
+          lora_.nf4_base ? "QLoRA (NF4 base)" : "LoRA", lora_.r,
           lora_.alpha, lora_.dropout, absl::StrJoin(lora_.target_modules, ","), adapter,
           100.0 * static_cast<double>(adapter) / static_cast<double>(config_.NumParameters()),
           lora_.adapter_path.empty() ? "" : ", from " + lora_.adapter_path));
