@@ -38,7 +38,8 @@ void ApplyDefaults(v1::JobSpec* spec) {
     if (s.format() == v1::DATA_FORMAT_UNSPECIFIED) s.set_format(d->format());
     chat = chat || s.format() == v1::CHAT;
   }
-  if (chat && d->chat_template().empty()) d->set_chat_template("model");
+  if ((chat || d->format() == v1::PREFERENCE) && d->chat_template().empty())
+    d->set_chat_template("model");
 
   v1::TrainingSpec* t = spec->mutable_training();
   if (!t->has_epochs() && t->max_steps() == 0) t->set_epochs(1);
@@ -68,6 +69,7 @@ void ApplyDefaults(v1::JobSpec* spec) {
     t->add_betas(0.999);
   }
   if (!t->has_eps()) t->set_eps(1e-8);
+  if (t->objective() == "dpo" && !t->dpo().has_beta()) t->mutable_dpo()->set_beta(0.1);
   v1::LrSchedule* schedule = t->mutable_lr_schedule();
   if (schedule->type() == v1::LR_SCHEDULE_TYPE_UNSPECIFIED) schedule->set_type(v1::CONSTANT);
   if (schedule->type() == v1::STEP && !schedule->has_gamma()) schedule->set_gamma(0.85);
@@ -107,11 +109,13 @@ void ApplyDefaults(v1::JobSpec* spec) {
   if (!o->has_max_shard_size_mb()) o->set_max_shard_size_mb(5120);
   if (o->export_() == v1::EXPORT_CHOICE_UNSPECIFIED) o->set_export_(v1::LAST);
   v1::PeftSpec* peft = spec->mutable_peft();
-  if (peft->method() == "lora" && peft->adapter_path().empty()) {
+  if ((peft->method() == "lora" || peft->method() == "qlora") && peft->adapter_path().empty()) {
     // llama-recipes' lora_config; with adapter_path the adapter's own values apply.
     if (!peft->has_r()) peft->set_r(8);
     if (!peft->has_alpha()) peft->set_alpha(32);
-    if (!peft->has_dropout()) peft->set_dropout(0.05);
+    // DPO takes its gradient in a second forward pass, which must compute what the first
+    // did: no dropout.
+    if (!peft->has_dropout()) peft->set_dropout(spec->training().objective() == "dpo" ? 0.0 : 0.05);
     if (peft->target_modules_size() == 0) {
       peft->add_target_modules("q_proj");
       peft->add_target_modules("v_proj");

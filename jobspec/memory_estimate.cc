@@ -80,6 +80,23 @@ int64_t LoraLayerParameters(const ModelShape& m, int64_t r, unsigned modules, in
   return n;
 }
 
+namespace {
+// Base weights of one decoder layer's targeted projections (whole, not split).
+int64_t TargetedBaseParameters(const ModelShape& m, unsigned modules) {
+  const int64_t h = m.hidden, f = m.intermediate, q = m.QueryWidth(), kv = m.KeyValueWidth();
+  const int64_t sizes[7] = {h * q, h * kv, h * kv, q * h, h * f, h * f, f * h};
+  int64_t n = 0;
+  for (int i = 0; i < 7; ++i) {
+    if (modules >> i & 1u) n += sizes[i];
+  }
+  return n;
+}
+// NF4 storage of n weights: codes, absmax codes, group scales (nf4.h's Nf4StorageBytes).
+int64_t Nf4Bytes(int64_t n) {
+  return n == 0 ? 0 : (n + 1) / 2 + (n + 63) / 64 + 4 * ((n + 16383) / 16384) + 4;
+}
+}  // namespace
+
 MemoryEstimate EstimateMemory(const MemoryInputs& in) {
   const ModelShape& m = in.model;
   const bool lora = in.lora_r > 0;
@@ -107,8 +124,12 @@ MemoryEstimate EstimateMemory(const MemoryInputs& in) {
   const bool keeps_gathered = in.strategy == Strategy::kShardGradOp || in.strategy == Strategy::kNoShard;
   auto shard = [&](int64_t bytes_per_param) { return (bytes_per_param * P + n - 1) / n; };
 
+  // The frozen base (LoRA): in the compute dtype, or with QLoRA its targeted part as NF4.
+  const int64_t nf4_layer = lora && in.nf4_base && tp == 1 ? TargetedBaseParameters(m, in.lora_modules) : 0;
+  const int64_t frozen_bytes = lora ? c * (base_rank - m.layers * nf4_layer) + m.layers * Nf4Bytes(nf4_layer) : 0;
+
   MemoryEstimate e;
-  e.parameters = shard(4) + (lora ? (in.compute_bytes * base_rank + n - 1) / n : 0);
+  e.parameters = shard(4) + (frozen_bytes + n - 1) / n;
   e.gradients = shard(4);
   if (keeps_gathered && in.grad_accum > 1) e.gradients += 4 * P;
   e.optimizer_state = shard(8);
@@ -148,7 +169,8 @@ MemoryEstimate EstimateMemory(const MemoryInputs& in) {
   const int64_t document_mask = in.document_mask ? t * std::max<int64_t>(1, in.seq_len) * c : 0;
   const int64_t activations = saved_layers + head + document_mask;
   const int64_t everything = lora ? base_rank + P : base_rank;  // every tensor of the slice, gathered
-  const int64_t gathered_fwd = keeps_gathered ? everything * c : (in.max_inflight_all_gathers + 1) * U * c;
+  const int64_t gathered_fwd = (keeps_gathered ? everything * c : (in.max_inflight_all_gathers + 1) * U * c) +
+                               (nf4_layer > 0 ? Nf4Bytes(nf4_layer) : 0);  // one unit's packed bytes
   // Backward: up to K + 1 unsharded gradients in reduce dtype are alive at once (the one
   // just launched before the oldest is freed), early in backward while the activations
   // are still held; Gloo's reduce-scatter (an all-to-all) adds a receive buffer per input,

@@ -75,6 +75,10 @@
 // targeted projection) in place of P, and U in communication is one layer's adapters.
 // Gathered units and activations are as for full finetuning (the adapters still need the
 // inputs of the targeted projections).
+// QLoRA (nf4_base, with tensor_parallel 1): the targeted projections' base weights are held
+// as NF4, about 0.516 bytes per weight (4-bit codes, one absmax byte per 64 weights, a float
+// per 16,384), sharded; a gathered unit is decoded into the compute dtype as for LoRA and
+// its packed bytes are counted beside it.
 //
 // The peak is early in backward: parameters, gradients, optimizer state, the gathered
 // units, every activation saved by forward (logits included) and the first reductions in
@@ -148,6 +152,7 @@ struct MemoryInputs {
   int64_t lora_r = 0;               // LoRA adapter rank; 0 = full finetuning
   // Targeted projections, bit i for kLoraModuleBits[i]: q, k, v, o, gate, up, down.
   unsigned lora_modules = 0;
+  bool nf4_base = false;            // QLoRA: the targeted base weights held as NF4 (see above)
 };
 
 // Bits of MemoryInputs::lora_modules by module name ("q_proj" -> 1, ...); 0 if unknown.

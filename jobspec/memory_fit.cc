@@ -71,7 +71,8 @@ std::optional<sched::MemoryInputs> MemoryInputsOf(const v1::JobSpec& spec, int w
   in.max_inflight_all_gathers = std::max(1, f.max_inflight_all_gathers());
   in.async_checkpoints = !spec.checkpoint().has_async() || spec.checkpoint().async();
   const v1::PeftSpec& peft = spec.peft();
-  if (peft.method() == "lora") {
+  if (peft.method() == "lora" || peft.method() == "qlora") {
+    in.nf4_base = peft.method() == "qlora";
     // Without r or targets (an adapter_path supplies them), the defaults stand in.
     in.lora_r = peft.has_r() ? std::max(1, peft.r()) : 8;
     for (const std::string& m : peft.target_modules()) in.lora_modules |= sched::LoraModuleBit(m);
@@ -175,6 +176,17 @@ void CheckInstanceFit(const v1::JobSpec& spec, Violations& v) {
     alt.lora_modules = sched::LoraModuleBit("q_proj") | sched::LoraModuleBit("v_proj");
     const int64_t b = total_with(alt);
     if (b <= type->gpu_memory_bytes) fits.push_back(absl::StrCat("peft.method lora (", sched::FormatGiB(b), ")"));
+  }
+  if (!in->nf4_base && in->tensor_parallel <= 1) {
+    // QLoRA's recipe: adapters on (and so an NF4 base under) all seven projections.
+    sched::MemoryInputs alt = *in;
+    if (alt.lora_r == 0) alt.lora_r = 8;
+    alt.lora_modules = 0x7f;
+    alt.nf4_base = true;
+    const int64_t b = total_with(alt);
+    if (b <= type->gpu_memory_bytes) {
+      fits.push_back(absl::StrCat("peft.method qlora on all seven projections (", sched::FormatGiB(b), ")"));
+    }
   }
   for (const sched::InstanceType& other : sched::KnownInstanceTypes()) {
     if (other.gpu_memory_bytes > type->gpu_memory_bytes && e.total <= other.gpu_memory_bytes &&

@@ -244,21 +244,83 @@ void CheckData(const v1::JobSpec& spec, Violations& v) {
   CheckPath(v, "data.eval_path", d.eval_path());
   CheckTrainSources(d, v);
   CheckEvalSets(d, v);
-  // The chat fields apply when any source or set is a chat one.
-  bool chat = d.format() == v1::CHAT;
-  for (const v1::DataSource& s : d.train()) chat = chat || s.format() == v1::CHAT;
-  for (const v1::EvalSet& s : d.eval()) chat = chat || s.format() == v1::CHAT;
-  if (!chat) {
-    if (!d.chat_template().empty()) v.Add("data.chat_template", "applies only to data.format CHAT");
-    if (d.train_on() != v1::TRAIN_ON_UNSPECIFIED && d.train_on() != v1::ASSISTANT) {
-      v.Add("data.train_on", "applies only to data.format CHAT");
-    }
+  // The chat fields apply when any source or set is a chat one (a PREFERENCE record's
+  // messages are rendered by the chat template too; its loss is always the answer's).
+  auto chat_like = [](v1::DataFormat f) { return f == v1::CHAT || f == v1::PREFERENCE; };
+  bool chat = d.format() == v1::CHAT, templated = chat_like(d.format());
+  for (const v1::DataSource& s : d.train()) {
+    chat = chat || s.format() == v1::CHAT;
+    templated = templated || chat_like(s.format());
+  }
+  for (const v1::EvalSet& s : d.eval()) {
+    chat = chat || s.format() == v1::CHAT;
+    templated = templated || chat_like(s.format());
+  }
+  if (!chat && d.train_on() != v1::TRAIN_ON_UNSPECIFIED && d.train_on() != v1::ASSISTANT) {
+    v.Add("data.train_on", "applies only to data.format CHAT");
+  }
+  if (!templated) {
+    if (!d.chat_template().empty())
+      v.Add("data.chat_template", "applies only to data.format CHAT or PREFERENCE");
   } else if (const std::string& t = d.chat_template(); !t.empty() && t != "model" &&
                                                        t != "llama2" && t != "llama3" &&
                                                        t != "chatml" && t != "mistral") {
     v.Add("data.chat_template",
           absl::StrCat("'", t.substr(0, 64),
                        "' is not one of model, llama2, llama3, chatml, mistral"));
+  }
+}
+
+// training.objective and training.dpo: DPO trains a LoRA adapter on preference pairs, one
+// pair's rows per sequence (PADDING), with the adapter switched off as its reference.
+void CheckObjective(const v1::JobSpec& spec, Violations& v) {
+  const v1::TrainingSpec& t = spec.training();
+  const std::string& objective = t.objective();
+  if (!objective.empty() && objective != "sft" && objective != "dpo") {
+    v.Add("training.objective",
+          absl::StrCat("'", objective.substr(0, 64), "' is not one of sft, dpo"));
+    return;
+  }
+  const v1::DataSpec& d = spec.data();
+  bool any_preference = d.format() == v1::PREFERENCE, all_preference = d.format() == v1::PREFERENCE;
+  if (d.train_size() > 0) {
+    all_preference = true;
+    for (const v1::DataSource& s : d.train()) {
+      any_preference = any_preference || s.format() == v1::PREFERENCE;
+      all_preference = all_preference && s.format() == v1::PREFERENCE;
+    }
+  }
+  for (const v1::EvalSet& s : d.eval())
+    any_preference = any_preference || s.format() == v1::PREFERENCE;
+  if (objective != "dpo") {
+    if (t.has_dpo()) v.Add("training.dpo", "applies only to training.objective dpo");
+    if (any_preference) v.Add("data.format", "PREFERENCE data needs training.objective: dpo");
+    return;
+  }
+  if (!all_preference)
+    v.Add("data.format", "training.objective dpo needs PREFERENCE data for every training source");
+  if (!d.eval_path().empty() || d.eval_size() > 0) {
+    v.Add("data.eval_path", "evaluation is not supported with training.objective dpo");
+  }
+  if (t.batching() == v1::PACKING) {
+    v.Add("training.batching",
+          "training.objective dpo needs PADDING (each answer is one row of its own)");
+  }
+  if (spec.peft().method() != "lora") {
+    v.Add("peft.method",
+          "training.objective dpo needs peft.method lora (its reference is the base with the "
+          "adapter switched off; full finetuning would need a frozen copy, not supported)");
+  } else if (spec.peft().has_dropout() && spec.peft().dropout() != 0) {
+    v.Add("peft.dropout",
+          "must be 0 with training.objective dpo (its gradient is taken in a second forward pass)");
+  }
+  const v1::DpoSpec& dpo = t.dpo();
+  if (dpo.has_beta() && !(dpo.beta() > 0 && dpo.beta() <= 100)) {
+    v.Add("training.dpo.beta", absl::StrCat("must be in (0, 100] (got ", dpo.beta(), ")"));
+  }
+  if (!(dpo.label_smoothing() >= 0 && dpo.label_smoothing() < 0.5)) {
+    v.Add("training.dpo.label_smoothing",
+          absl::StrCat("must be in [0, 0.5) (got ", dpo.label_smoothing(), ")"));
   }
 }
 
@@ -470,11 +532,14 @@ void CheckOutput(const v1::JobSpec& spec, Violations& v) {
 // peft
 void CheckPeft(const v1::JobSpec& spec, Violations& v) {
   const v1::PeftSpec& peft = spec.peft();
-  if (!peft.method().empty() && peft.method() != "lora") v.Add("peft.method", "must be \"lora\" (or absent for full finetuning)");
-  const bool lora = peft.method() == "lora";
+  // qlora is lora with the targeted base weights NF4-quantized: the same fields apply.
+  const bool lora = peft.method() == "lora" || peft.method() == "qlora";
+  if (!peft.method().empty() && !lora) {
+    v.Add("peft.method", "must be \"lora\" or \"qlora\" (or absent for full finetuning)");
+  }
   if (!lora && (peft.has_r() || peft.has_alpha() || peft.has_dropout() || peft.target_modules_size() > 0 ||
                 !peft.adapter_path().empty())) {
-    v.Add("peft.method", "must be \"lora\" when other peft fields are set");
+    v.Add("peft.method", "must be \"lora\" or \"qlora\" when other peft fields are set");
   }
   if (lora) {
     if (peft.has_r() && (peft.r() < 1 || peft.r() > 4096)) {
@@ -505,14 +570,14 @@ void CheckPeft(const v1::JobSpec& spec, Violations& v) {
 
 // output.export best and output.merge: what they need from the rest of the spec.
 void CheckExport(const v1::JobSpec& spec, Violations& v) {
-  const bool lora = spec.peft().method() == "lora";
+  const bool lora = spec.peft().method() == "lora" || spec.peft().method() == "qlora";
   if (spec.output().export_() == v1::BEST) {
     if (spec.output().export_dir().empty()) v.Add("output.export", "best needs output.export_dir");
     if (spec.training().eval_every_steps() <= 0) {
       v.Add("output.export", "best needs training.eval_every_steps (evaluations to choose from)");
     }
   }
-  if (spec.output().merge() && !lora) v.Add("output.merge", "needs peft.method: lora");
+  if (spec.output().merge() && !lora) v.Add("output.merge", "needs peft.method: lora (or qlora)");
   if (spec.output().merge() && spec.output().export_dir().empty()) v.Add("output.merge", "needs output.export_dir");
   if (spec.output().has_gguf() && lora && !spec.output().merge()) {
     v.Add("output.gguf", "with peft needs output.merge: true (the GGUF holds the merged model, in <export_dir>/merged)");
@@ -530,6 +595,7 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec, absl::string_view path_pre
   CheckModel(spec, v);
   CheckData(spec, v);
   CheckTraining(spec, v);
+  CheckObjective(spec, v);
   CheckTrainingSchedules(spec, v);
   CheckResources(spec, v);
   CheckElastic(spec, v);

@@ -73,6 +73,12 @@ std::string ToLine(const Metrics& e) {
             {"tokens", e.tokens},         {"tokens_per_s", e.tokens_per_s},
             {"tflops", e.tflops},         {"peak_mem_bytes", e.peak_mem_bytes}};
   j["mfu"] = e.mfu.has_value() ? json(*e.mfu) : json(nullptr);
+  if (e.dpo.has_value()) {
+    j["rewards_chosen"] = e.dpo->rewards_chosen;
+    j["rewards_rejected"] = e.dpo->rewards_rejected;
+    j["rewards_accuracies"] = e.dpo->rewards_accuracies;
+    j["rewards_margins"] = e.dpo->rewards_margins;
+  }
   return j.dump();
 }
 
@@ -182,6 +188,10 @@ std::optional<Event> ParseLine(std::string_view line) {
     m.tflops = Num(j, "tflops");
     m.peak_mem_bytes = Int(j, "peak_mem_bytes");
     if (auto it = j.find("mfu"); it != j.end() && it->is_number()) m.mfu = it->get<double>();
+    if (auto it = j.find("rewards_chosen"); it != j.end() && it->is_number()) {
+      m.dpo = Metrics::Dpo{Num(j, "rewards_chosen"), Num(j, "rewards_rejected"),
+                           Num(j, "rewards_accuracies"), Num(j, "rewards_margins")};
+    }
     return m;
   }
   if (type == "progress") {

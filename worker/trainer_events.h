@@ -9,7 +9,8 @@
 // Lines (one JSON object each; keys as written by ToLine):
 //   {"type":"event","event":"started", world_size, parameters, total_steps, ...}
 //   {"type":"metrics", step, epoch, loss, lr, grad_norm, tokens, tokens_per_s, tflops,
-//    peak_mem_bytes, mfu (null when unknown)}
+//    peak_mem_bytes, mfu (null when unknown), and with DPO rewards_chosen, rewards_rejected,
+//    rewards_accuracies, rewards_margins}
 //   {"type":"event","event":"resumed", path, step, skipped: [{path, reason}]}
 //   {"type":"event","event":"checkpoint_saved", path, step, bytes, manifest_sha256, loss,
 //    eval_loss (only when an evaluation ran at the step)}
@@ -71,6 +72,16 @@ struct Metrics {
   double tflops = 0;
   int64_t peak_mem_bytes = 0;
   std::optional<double> mfu;  // unknown without the device's peak
+  // training.objective dpo: TRL's rewards/* over the same steps as `loss`. The rewards
+  // are beta x (policy - reference) summed log-probabilities of each answer, averaged
+  // over pairs; accuracies the fraction of pairs whose chosen reward is the greater.
+  struct Dpo {
+    double rewards_chosen = 0;
+    double rewards_rejected = 0;
+    double rewards_accuracies = 0;
+    double rewards_margins = 0;  // chosen - rejected
+  };
+  std::optional<Dpo> dpo;
 };
 
 // Which checkpoint a run resumed from, and the newer candidates it refused (and why).

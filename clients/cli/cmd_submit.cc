@@ -101,7 +101,8 @@ void PrintSubmitted(const Context& ctx, const v1::SubmitJobsResponse& response, 
         *ctx.out << "# step estimate: " << StepTimeLine(r.job().step_time_estimate()) << "\n";
       }
       // LoRA, or any preset (whose parameter count the estimate knows).
-      if (r.job().spec().peft().method() == "lora" || r.job().memory_estimate().parameters() > 0) {
+      const std::string& method = r.job().spec().peft().method();
+      if (method == "lora" || method == "qlora" || r.job().memory_estimate().parameters() > 0) {
         *ctx.out << "# finetuning: " << FinetuningLine(r.job()) << "\n";
       }
       if (const std::string tp = ParallelismLine(r.job().spec()); !tp.empty()) {

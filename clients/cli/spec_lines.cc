@@ -87,8 +87,9 @@ std::string FinetuningLine(const v1::Job& job) {
   const v1::PeftSpec& peft = job.spec().peft();
   const v1::MemoryEstimate& e = job.memory_estimate();
   std::string out = "full";
-  if (peft.method() == "lora") {
-    out = peft.adapter_path().empty() ? "LoRA" : absl::StrCat("LoRA from ", peft.adapter_path());
+  if (peft.method() == "lora" || peft.method() == "qlora") {
+    const std::string method = peft.method() == "qlora" ? "QLoRA (NF4 base)" : "LoRA";
+    out = peft.adapter_path().empty() ? method : absl::StrCat(method, " from ", peft.adapter_path());
     if (peft.has_r()) absl::StrAppend(&out, " r ", peft.r());
     if (peft.has_alpha()) absl::StrAppend(&out, " alpha ", peft.alpha());
     if (peft.target_modules_size() > 0)

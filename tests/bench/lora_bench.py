@@ -1,11 +1,12 @@
 #!/usr/bin/python3
 """lora_bench: LoRA against full finetuning of the same model and batch, same run.
 
-Usage: tests/bench/lora_bench.py --bin-dir build/bin [--runs 3] [--steps 12]
+Usage: tests/bench/lora_bench.py --bin-dir build/bin [--runs 3] [--steps 12] [--only NAME,NAME]
 
 2 Gloo ranks of llamafleet-train, FULL_SHARD, fp32, one seeded model (dim 512, 4 layers,
 vocab 2000), micro-batch 4 x 256 tokens. Configurations, run in turn --runs times:
-full finetuning, LoRA r 16 on q_proj/v_proj, LoRA r 16 on all seven projections. Prints
+full finetuning, LoRA r 16 on q_proj/v_proj, LoRA r 16 on all seven projections, QLoRA
+(an NF4 base) r 16 on all seven (--only picks some; ratios are then to the first). Prints
 per configuration (medians): tokens/s after the first two steps and its ratio to full
 finetuning, peak RSS per rank against the trainer's memory estimate, the trainable
 parameters, and the bytes of the checkpoint written at the end.
@@ -27,6 +28,8 @@ CONFIGS = {
     "LoRA r16 q,v": "peft: {method: lora, r: 16, alpha: 32, dropout: 0, target_modules: [q_proj, v_proj]}",
     "LoRA r16 all 7": "peft: {method: lora, r: 16, alpha: 32, dropout: 0, target_modules: "
                       "[q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj]}",
+    "QLoRA r16 all 7": "peft: {method: qlora, r: 16, alpha: 32, dropout: 0, target_modules: "
+                       "[q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj]}",
 }
 
 
@@ -62,9 +65,11 @@ def main():
     ap.add_argument("--bin-dir", default=os.path.join(HERE, "..", "..", "build", "bin"))
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--steps", type=int, default=12)
+    ap.add_argument("--only", default="", help="comma-separated configuration names")
     a = ap.parse_args()
+    configs = {n: p for n, p in CONFIGS.items() if not a.only or n in a.only.split(",")}
     binary = os.path.join(a.bin_dir, "llamafleet-train")
-    results = {n: [] for n in CONFIGS}
+    results = {n: [] for n in configs}
     with tempfile.TemporaryDirectory(prefix="lf-lora-bench-") as tmp:
         model = os.path.join(tmp, "model")
         ref.run_command(["make-model", "--out", model, "--layers", 4, "--hidden", 512, "--heads", 8, "--kv-heads", 8,
@@ -73,16 +78,17 @@ def main():
         ref.run_command(["make-data", "--out", data, "--vocab", 2000, "--rows", 400, "--min-len", 200,
                          "--max-len", 256, "--seed", 2])
         for run in range(a.runs):
-            for name, peft in CONFIGS.items():
+            for name, peft in configs.items():
                 results[name].append(run_once(binary, tmp, name, peft, model, data, a.steps))
                 print("run %d %-15s %.0f tokens/s" % (run + 1, name, results[name][-1]["tokens_per_s"]),
                       file=sys.stderr)
     med = lambda n, k: statistics.median(r[k] for r in results[n])
-    base = med("full", "tokens_per_s")
+    base = med(next(iter(configs)), "tokens_per_s")
     mib = lambda b: b / 2**20
-    print("| configuration | tokens/s | vs full | trainable params | peak RSS/rank | estimate | checkpoint |")
+    print("| configuration | tokens/s | vs %s | trainable params | peak RSS/rank | estimate | checkpoint |"
+          % next(iter(configs)))
     print("|---|---|---|---|---|---|---|")
-    for n in CONFIGS:
+    for n in configs:
         print("| %s | %.0f | %.2fx | %d | %.0f MiB | %.0f MiB | %.2f MiB |" % (
             n, med(n, "tokens_per_s"), med(n, "tokens_per_s") / base, med(n, "trainable"), mib(med(n, "peak")),
             mib(med(n, "estimate")), mib(med(n, "checkpoint_bytes"))))

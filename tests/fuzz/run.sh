@@ -34,7 +34,7 @@ done
 
 harnesses=(jobspec_yaml jobspec_json sweep_expansion http_target cli_table trainer_events gpu_health safetensors_header
   safetensors_index hf_config checkpoint_manifest peft_adapter_config token_file model_file_memory
-  tokenizer_json tiktoken_ranks chat_record gguf_file tokenizer_vocab)
+  tokenizer_json tiktoken_ranks chat_record preference_record gguf_file tokenizer_vocab)
 if ((${#only[@]})); then harnesses=("${only[@]}"); fi
 
 for tool in clang++ cmake; do

@@ -2,6 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <fstream>
+#include <iterator>
+
 #include "absl/strings/str_cat.h"
 #include "yaml-cpp/yaml.h"
 
@@ -287,6 +291,10 @@ INSTANTIATE_TEST_SUITE_P(
                      "training.seq_len must be <= 131072 (got 200000)"},
         ValidateCase{"resources: {nodes: 5000}", "resources.nodes must be <= 4096 (got 5000)"},
         ValidateCase{"peft: {method: lora, r: 5000}", "peft.r must be in [1, 4096] (got 5000)"},
+        ValidateCase{"peft: {method: qlora, r: 5000}", "peft.r must be in [1, 4096] (got 5000)"},
+        ValidateCase{"peft: {method: qlora, target_modules: [lm_head]}",
+                     "peft.target_modules[0] unknown module \"lm_head\""},
+        ValidateCase{"peft: {method: dora}", "peft.method must be \"lora\" or \"qlora\""},
         ValidateCase{"training: {epochs: 0}", "training.epochs must be >= 1"},
         ValidateCase{"training: {max_steps: -1}", "training.max_steps must be >= 0"},
         ValidateCase{"training: {weight_decay: -0.1}", "training.weight_decay must be >= 0"},
@@ -328,6 +336,18 @@ INSTANTIATE_TEST_SUITE_P(
                      "data.chat_template applies only to data.format CHAT"},
         ValidateCase{"data: {train_path: /d, train_on: all}",
                      "data.train_on applies only to data.format CHAT"},
+        ValidateCase{"training: {objective: ppo}", "training.objective 'ppo' is not one of sft, dpo"},
+        ValidateCase{"data: {train_path: /d, format: preference}",
+                     "data.format PREFERENCE data needs training.objective: dpo"},
+        ValidateCase{"data: {train_path: /d, format: preference}\ntraining: {objective: dpo, batching: padding}",
+                     "peft.method training.objective dpo needs peft.method lora"},
+        ValidateCase{"data: {train_path: /d, format: preference}\ntraining: {objective: dpo}\n"
+                     "peft: {method: lora}",
+                     "training.batching training.objective dpo needs PADDING"},
+        ValidateCase{"data: {train_path: /d, format: preference}\n"
+                     "training: {objective: dpo, batching: padding, dpo: {beta: 0}}\npeft: {method: lora}",
+                     "training.dpo.beta must be in (0, 100] (got 0)"},
+        ValidateCase{"training: {dpo: {beta: 0.5}}", "training.dpo applies only to training.objective dpo"},
         ValidateCase{
             "data: {train_path: /d, format: chat, chat_template: vicuna}",
             "data.chat_template 'vicuna' is not one of model, llama2, llama3, chatml, mistral"},
@@ -687,6 +707,37 @@ TEST(JobSpecMemoryFit, RefusalSaysWhatWouldFit) {
   const std::string m(s.message());
   EXPECT_NE(m.find("would fit: fsdp.sharding FULL_SHARD ("), std::string::npos) << m;
   EXPECT_NE(m.find("nodes x 8 GPUs with FULL_SHARD and activation checkpointing"), std::string::npos) << m;
+}
+
+TEST(JobSpecMemoryFit, QloraFitsSeventyBOnOneH100AndSevenBOnA24GbGpu) {
+  auto example = [](const char* name) {
+    std::ifstream in(absl::StrCat(LLAMAFLEET_EXAMPLES_DIR, "/", name));
+    return ParseOne(std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>()));
+  };
+  for (const char* name : {"llama2-70b-qlora-1gpu.yaml", "llama2-7b-qlora-24gb.yaml"}) {
+    SCOPED_TRACE(name);
+    const v1::JobSpec spec = example(name);
+    EXPECT_EQ(spec.peft().method(), "qlora");
+    EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
+    std::optional<v1::MemoryEstimate> e = EstimateJobMemory(spec);
+    ASSERT_TRUE(e.has_value());
+    std::printf("%s: %.1f GiB per GPU (parameters %.1f GiB)\n", name, e->total_bytes() / 1073741824.0,
+                e->parameters_bytes() / 1073741824.0);
+  }
+  // The 70B job as LoRA (a bf16 base) or as a full finetune does not fit its one GPU; the
+  // refusal names QLoRA.
+  v1::JobSpec lora = example("llama2-70b-qlora-1gpu.yaml");
+  lora.mutable_peft()->set_method("lora");
+  EXPECT_NE(std::string(ValidateJobSpec(lora).message()).find("peft.method qlora on all seven projections (55.4 GiB)"),
+            std::string::npos)
+      << ValidateJobSpec(lora);
+  v1::JobSpec full = example("llama2-70b-qlora-1gpu.yaml");
+  full.clear_peft();
+  absl::Status s = ValidateJobSpec(full);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(std::string(s.message()).find("peft.method qlora on all seven projections (53.7 GiB)"),
+            std::string::npos)
+      << s;
 }
 
 TEST(JobSpecMemoryFit, MoreGpusPerNodeThanTheInstanceHasIsRefused) {

@@ -313,6 +313,33 @@ TEST(MemoryEstimate, LoraHoldsTheFrozenBaseInTheComputeDtypeAndTrainsOnlyTheAdap
   EXPECT_EQ(LoraModuleBit("qkv"), 0u);
 }
 
+TEST(MemoryEstimate, QloraHoldsTheTargetedBaseAsNf4) {
+  // 70B, r 16 on all seven projections, one 80 GB GPU, micro-batch 1.
+  MemoryInputs in = Inputs("llama2-70b", Strategy::kFullShard, 1);
+  in.micro_batch = 1;
+  in.lora_r = 16;
+  for (const char* m : {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}) {
+    in.lora_modules |= LoraModuleBit(m);
+  }
+  const MemoryEstimate lora = EstimateMemory(in);
+  in.nf4_base = true;
+  const MemoryEstimate q = EstimateMemory(in);
+  const int64_t layer = 2 * 8192 * 8192 + 2 * 8192 * 1024 + 3 * 8192 * 28672;  // q, o; k, v; MLP
+  const int64_t nf4 = layer / 2 + layer / 64 + 4 * ((layer + 16383) / 16384) + 4;  // nf4.h's count
+  EXPECT_EQ(lora.parameters - q.parameters, 80 * (2 * layer - nf4));
+  EXPECT_NEAR(static_cast<double>(nf4) / layer, 0.516, 0.001);
+  EXPECT_EQ(q.gathered_params - lora.gathered_params, nf4);  // one layer's packed bytes
+  EXPECT_EQ(q.trainable_parameters, lora.trainable_parameters);
+  EXPECT_GT(lora.total, int64_t{80} << 30);
+  EXPECT_LT(q.total, int64_t{60} << 30);
+  // With tensor parallelism the slices are held dequantized: LoRA's memory.
+  in.tensor_parallel = 2;
+  in.world_size = 2;
+  MemoryInputs tp_lora = in;
+  tp_lora.nf4_base = false;
+  EXPECT_EQ(EstimateMemory(in).total, EstimateMemory(tp_lora).total);
+}
+
 TEST(MemoryEstimate, TensorParallelismSplitsTheMatricesAndKeepsTheNormsWhole) {
   const ModelShape m = *PresetShape("llama2-70b");
   const int64_t norms = (2 * 80 + 1) * 8192;

@@ -18,6 +18,7 @@
 #include "chat_record.h"
 #include "data.h"
 #include "nlohmann/json.hpp"
+#include "prompt_set.h"
 
 namespace llamafleet::trainer {
 namespace {
@@ -120,6 +121,37 @@ TEST(ChatTemplate, Llama2MatchesHuggingFace) {
 }
 TEST(ChatTemplate, MistralMatchesHuggingFace) {
   ExpectMatchesReference("mistral", FromFixture("mistral.jinja"));
+}
+
+// generate --chat: a conversation ending with a user turn, then the template's generation
+// prompt, as apply_chat_template(add_generation_prompt=True) renders and tokenizes it
+// (fixtures/chat/generation_prompts.json, make_generation_prompts.py).
+TEST(ChatTemplate, GenerationPromptsMatchHuggingFace) {
+  std::unique_ptr<Tokenizer> tok = FixtureTokenizer();
+  ASSERT_NE(tok, nullptr);
+  const json fixtures = json::parse(Read(kFixtures + "/generation_prompts.json"));
+  ASSERT_EQ(fixtures.size(), 5u);
+  for (const auto& [name, rows] : fixtures.items()) {
+    const ChatTemplate tmpl = FromFixture(name + ".jinja");
+    for (const json& row : rows) {
+      SCOPED_TRACE(name + ": " + row["text"].dump());
+      auto ids = EncodePromptRecord(json{{"messages", row["messages"]}}, {tok.get(), &tmpl});
+      ASSERT_TRUE(ids.ok()) << ids.status();
+      EXPECT_EQ(*ids, row["ids"].get<std::vector<int32_t>>());
+      std::vector<ChatMessage> msgs;
+      for (const json& m : row["messages"]) {
+        const std::string role = m["role"];
+        msgs.push_back({role == "system" ? ChatRole::kSystem
+                        : role == "user" ? ChatRole::kUser
+                                         : ChatRole::kAssistant,
+                        m["content"]});
+      }
+      auto chat = RenderChat(tmpl, msgs);
+      ASSERT_TRUE(chat.ok()) << chat.status();
+      AppendGenerationPrompt(tmpl, &*chat);
+      EXPECT_EQ(chat->text, row["text"].get<std::string>());
+    }
+  }
 }
 
 TEST(ChatTemplate, NamedRenderersMatchTheModelsTheyStandFor) {

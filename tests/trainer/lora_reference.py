@@ -11,7 +11,10 @@ Subcommands (JSON on stdout):
   make-adapter --model DIR --out DIR --r R --alpha A --targets q_proj,v_proj [--seed S --b-std X]
                an adapter with random A and non-zero B (so it changes the model)
   train        as reference.py's train, plus --adapter DIR (the starting adapter)
-               --adapter-out DIR --merged-out DIR
+               --adapter-out DIR --merged-out DIR [--qlora]
+               --qlora: QLoRA, the base weight of every targeted projection replaced by its
+               NF4 round trip (nf4_reference.py's quantize then dequantize, per whole
+               tensor) before training; the merge folds the adapter into that base
   eval         as reference.py's eval, plus --adapter DIR (base + adapter)
 """
 import json
@@ -93,6 +96,19 @@ def load_with_adapter(model_dir, adapter_dir):
     return cfg, model
 
 
+def quantize_targets(model, targets):
+    """QLoRA's base: each targeted projection's weight as NF4 dequantizes it."""
+    import numpy as np
+    import nf4_reference as nf4
+    for layer in model.model.layers:
+        for m in targets:
+            base = getattr(getattr(layer, PARENT[m]), m).base
+            w = base.weight.detach().float().reshape(-1).numpy().astype(np.float32)
+            deq = nf4.dequantize(*nf4.quantize(w), w.size)
+            with torch.no_grad():
+                base.weight.copy_(torch.from_numpy(deq).view_as(base.weight))
+
+
 def cmd_make_adapter(a):
     cfg, _ = ref.read_model_dir(a.model)
     g = torch.Generator().manual_seed(a.seed)
@@ -123,6 +139,8 @@ def cmd_train(a):
     if a.threads:
         torch.set_num_threads(a.threads)
     cfg, model = load_with_adapter(a.model, a.adapter)
+    if a.qlora:
+        quantize_targets(model, read_adapter(a.adapter)[0]["target_modules"])
     params = [p for p in model.parameters() if p.requires_grad]
     result = ref.train_steps(a, model, ref.rows_for(a, cfg), params)
     if a.adapter_out:
@@ -167,6 +185,7 @@ def build_parser():
         if name == "train":
             e.add_argument("--adapter-out", default="")
             e.add_argument("--merged-out", default="")
+            e.add_argument("--qlora", action="store_true")
     return p
 
 

@@ -48,14 +48,17 @@ if(TARGET llamafleet_trainer_sharding AND LLAMAFLEET_SYSTEM_PYTHON3)
   set_tests_properties(trainer_memory_calibration_test PROPERTIES TIMEOUT 600 ENVIRONMENT "OMP_NUM_THREADS=1")
 endif()
 
-# LoRA against the PEFT-convention reference (lora_reference.py): strategies, resume, shrink.
+# LoRA against the PEFT-convention reference (lora_reference.py): strategies, resume, shrink;
+# QLoRA (lora_reference.py --qlora, an NF4 base) on FULL_SHARD and NO_SHARD, resume and shrink
+# (about 40 s of the test on a 2-core machine).
 if(TARGET llamafleet_trainer_sharding AND LLAMAFLEET_SYSTEM_PYTHON3)
   add_test(NAME trainer_lora_test
     COMMAND ${LLAMAFLEET_SYSTEM_PYTHON3} ${CMAKE_CURRENT_SOURCE_DIR}/test_lora.py ${CMAKE_RUNTIME_OUTPUT_DIRECTORY})
   set_tests_properties(trainer_lora_test PROPERTIES TIMEOUT 600 ENVIRONMENT "OMP_NUM_THREADS=1")
 endif()
 
-# Tensor parallelism (x every strategy, LoRA, resliced resume) against reference.py.
+# Tensor parallelism (x every strategy, LoRA, QLoRA at T=2 (about 15 s), resliced resume)
+# against reference.py.
 if(TARGET llamafleet_trainer_sharding AND LLAMAFLEET_SYSTEM_PYTHON3)
   add_test(NAME trainer_tensor_parallel_test
     COMMAND ${LLAMAFLEET_SYSTEM_PYTHON3} ${CMAKE_CURRENT_SOURCE_DIR}/test_tensor_parallel.py ${CMAKE_RUNTIME_OUTPUT_DIRECTORY})
@@ -100,4 +103,13 @@ if(TARGET llamafleet_trainer_sharding AND LLAMAFLEET_SYSTEM_PYTHON3)
     COMMAND ${LLAMAFLEET_SYSTEM_PYTHON3} ${CMAKE_CURRENT_SOURCE_DIR}/test_document_packing.py
             ${CMAKE_RUNTIME_OUTPUT_DIRECTORY})
   set_tests_properties(trainer_document_packing_test PROPERTIES TIMEOUT 600 ENVIRONMENT "OMP_NUM_THREADS=1")
+endif()
+
+# DPO (training.objective: dpo) against dpo_reference.py: loss, TRL rewards and adapter
+# after 4 steps on 1 and 2 ranks (FULL_SHARD) within 1e-5, the reference being the base
+# with the adapter off; bad preference lines and specs. About 15 s.
+if(TARGET llamafleet_trainer_sharding AND LLAMAFLEET_SYSTEM_PYTHON3)
+  add_test(NAME trainer_dpo_test
+    COMMAND ${LLAMAFLEET_SYSTEM_PYTHON3} ${CMAKE_CURRENT_SOURCE_DIR}/test_dpo.py ${CMAKE_RUNTIME_OUTPUT_DIRECTORY})
+  set_tests_properties(trainer_dpo_test PROPERTIES TIMEOUT 600 ENVIRONMENT "OMP_NUM_THREADS=1")
 endif()

@@ -10,7 +10,11 @@ Usage: /usr/bin/python3 test_lora.py BIN_DIR [unittest args]
   - a run resumed from a LoRA checkpoint equals the uninterrupted run, on the same world
     and after shrinking 2 -> 1 rank (training.global_batch_size); the checkpoint holds
     only the adapter;
-  - bad peft input: one error line naming the field, nothing written.
+  - bad peft input: one error line naming the field, nothing written;
+  - QLoRA (peft.method qlora): on 2 ranks (FULL_SHARD, NO_SHARD) equals the reference with
+    each targeted base weight replaced by its NF4 round trip (nf4_reference.py), adapter,
+    merged model (folded into the dequantized base) and losses; resume and a 2 -> 1 shrink
+    equal the uninterrupted run, as for LoRA.
 """
 import json
 import os
@@ -47,7 +51,8 @@ class Lora(unittest.TestCase):
     def path(self, *p):
         return os.path.join(self.tmp, *p)
 
-    def spec(self, name, sharding="FULL_SHARD", peft="", steps=None, extra="", schedule="COSINE", ac=False):
+    def spec(self, name, sharding="FULL_SHARD", peft="", steps=None, extra="", schedule="COSINE", ac=False,
+             method="lora"):
         f = self.path(name + ".yaml")
         with open(f, "w") as fh:
             fh.write("""
@@ -58,10 +63,10 @@ training: {max_steps: %d, micro_batch_size: 1, global_batch_size: 4, seq_len: 64
            lr: 0.001, weight_decay: 0.01, grad_clip: 1.0, log_every: 1,
            lr_schedule: {type: %s, warmup_steps: 2}}
 fsdp: {sharding: %s, mixed_precision: FP32, activation_checkpointing: %s}
-peft: {method: lora%s}
+peft: {method: %s%s}
 output: {export_dir: %s, export_dtype: FP32, merge: true}
 %s
-""" % (name, self.model, self.data, steps or self.K, schedule, sharding, str(ac).lower(),
+""" % (name, self.model, self.data, steps or self.K, schedule, sharding, str(ac).lower(), method,
        peft if "dropout" in peft else ", dropout: 0" + peft, self.path(name + "-out"), extra))
         return f
 
@@ -74,14 +79,14 @@ output: {export_dir: %s, export_dtype: FP32, merge: true}
                 self.assertEqual(code, 0, err[-3000:])
         return codes, outs
 
-    def reference(self, adapter, steps=None, schedule="cosine"):
-        out = self.path("ref-" + os.path.basename(adapter))
+    def reference(self, adapter, steps=None, schedule="cosine", qlora=False):
+        out = self.path(("qref-" if qlora else "ref-") + os.path.basename(adapter))
         want = lref.run_command(["train", "--model", self.model, "--data", self.data, "--adapter", adapter,
                                  "--adapter-out", out + "-adapter", "--merged-out", out + "-merged",
                                  "--steps", steps or self.K, "--micro-batch", 2, "--grad-accum", 2,
                                  "--lr", 1e-3, "--weight-decay", 0.01, "--grad-clip", 1.0, "--warmup", 2,
                                  "--schedule", schedule, "--batching", "padding", "--seq-len", 64,
-                                 "--format", "tokens"])
+                                 "--format", "tokens"] + (["--qlora"] if qlora else []))
         return want, out + "-adapter", out + "-merged"
 
     def assert_close(self, got_dir, want_dir, what):
@@ -127,14 +132,15 @@ output: {export_dir: %s, export_dtype: FP32, merge: true}
         self.assertAlmostEqual(merged["loss"], with_adapter["loss"], delta=1e-5)
         self.assertEqual(merged["tokens"], with_adapter["tokens"])
 
-    def test_resume_and_shrink_match_the_uninterrupted_run(self):
+    def resume_and_shrink(self, method):
         # Fresh adapters (A seeded, B zero) on q and v; a constant schedule so that a run
         # stopped at step 2 and resumed continues the same learning rates.
         peft = ", r: 8, alpha: 16, target_modules: [q_proj, v_proj]"
         ckpt = "checkpoint: {dir: %s, every_steps: 2}"
-        whole = self.spec("whole", peft=peft, schedule="CONSTANT", extra=ckpt % self.path("ck-whole"))
+        whole = self.spec("whole", peft=peft, schedule="CONSTANT", extra=ckpt % self.path("ck-whole"), method=method)
         self.train(whole, 2)
-        first = self.spec("first", peft=peft, steps=2, schedule="CONSTANT", extra=ckpt % self.path("ck"))
+        first = self.spec("first", peft=peft, steps=2, schedule="CONSTANT", extra=ckpt % self.path("ck"),
+                          method=method)
         self.train(first, 2)
         shards = [f for f in os.listdir(self.path("ck", "step-2")) if f.endswith(".safetensors")]
         saved = sum(os.path.getsize(self.path("ck", "step-2", f)) for f in shards)
@@ -142,13 +148,39 @@ output: {export_dir: %s, export_dtype: FP32, merge: true}
         self.assertLess(saved, 3 * 4 * adapter + 4096, "a LoRA checkpoint holds the adapter and its moments only")
         for world in (2, 1):
             name = "resumed%d" % world
-            spec = self.spec(name, peft=peft, schedule="CONSTANT",
+            spec = self.spec(name, peft=peft, schedule="CONSTANT", method=method,
                              extra="checkpoint: {dir: %s, resume: %s}" % (self.path("ck"), self.path("ck", "step-2")))
             _, outs = self.train(spec, world)
             self.assertIn("resumed from", outs[0][1])
             self.assert_close(self.path(name + "-out"), self.path("whole-out"), "resumed on %d" % world)
             self.assert_close(self.path(name + "-out", "merged"), self.path("whole-out", "merged"),
                               "resumed on %d, merged" % world)
+
+    def test_resume_and_shrink_match_the_uninterrupted_run(self):
+        self.resume_and_shrink("lora")
+
+    def test_qlora_resume_and_shrink_match_the_uninterrupted_run(self):
+        # The base is re-quantized on load at every world size: the same codes, the same run.
+        self.resume_and_shrink("qlora")
+
+    def test_qlora_matches_the_reference_on_an_nf4_base(self):
+        start = self.path("start")
+        lref.run_command(["make-adapter", "--model", self.model, "--out", start, "--r", 4, "--alpha", 8,
+                          "--targets", "q_proj,v_proj,down_proj", "--seed", 3, "--b-std", 0.05])
+        want, want_adapter, want_merged = self.reference(start, qlora=True)
+        plain, plain_adapter, _ = self.reference(start)
+        self.assertGreater(max_rel(read_weights(want_adapter), read_weights(plain_adapter)), 10 * TOL,
+                           "the NF4 base changes the training")
+        for sharding in ("FULL_SHARD", "NO_SHARD"):
+            name = "q-" + sharding.lower()
+            _, outs = self.train(self.spec(name, sharding, peft=", adapter_path: %s" % start, method="qlora"), 2)
+            self.assertIn("QLoRA (NF4 base)", outs[0][1])
+            losses = [l["loss"] for l in json_lines(outs[0][0]) if l.get("type") == "metrics"]
+            self.assertEqual(len(losses), self.K, sharding)
+            for s, (a, b) in enumerate(zip(losses, want["losses"])):
+                self.assertAlmostEqual(a, b, delta=1e-5, msg="%s loss at step %d" % (sharding, s + 1))
+            self.assert_close(self.path(name + "-out"), want_adapter, "qlora " + sharding + " adapter")
+            self.assert_close(self.path(name + "-out", "merged"), want_merged, "qlora " + sharding + " merged")
 
     def test_dropout_draws_the_same_masks_under_activation_checkpointing(self):
         # Backward recomputes a checkpointed layer; its dropout masks must be the forward's.

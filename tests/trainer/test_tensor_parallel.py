@@ -11,6 +11,7 @@ rank a separate process over Gloo:
     per-step losses (1e-5) and its exported weights (1e-4, max|a-b|/max|b| per tensor),
     and the export is the full HF model;
   - LoRA on all seven projections at T=2 x DP=2 gives the PEFT reference's adapter;
+  - QLoRA at T=2 x DP=1 gives the reference's adapter on the base dequantized whole;
   - a checkpoint written at T=2 x DP=2 resumes at T=1 x DP=4 and T=4 x DP=1 to the
     uninterrupted run's weights, and `llamafleet-train export` joins its slices;
   - a T that does not divide the model or the node is one error line naming the field.
@@ -134,6 +135,25 @@ output: {export_dir: %s, export_dtype: FP32%s}
         self.assert_losses(outs[0][0], want["losses"], "lora")
         self.assert_close(self.path("lora-out"), out + "-adapter", "lora adapter")
         self.assert_close(self.path("lora-out", "merged"), out + "-merged", "lora merged")
+
+    def test_qlora_slices_the_dequantized_whole_tensors(self):
+        # QLoRA quantizes each whole tensor before it is sliced: T = 2 trains on the base the
+        # reference dequantizes (nf4_reference.py), the same as one rank would.
+        start = self.path("adapter")
+        lref.run_command(["make-adapter", "--model", self.model, "--out", start, "--r", 4, "--alpha", 8,
+                          "--targets", "q_proj,o_proj,down_proj", "--seed", 3, "--b-std", 0.05])
+        out = self.path("qlora-ref")
+        want = lref.run_command(["train", "--model", self.model, "--data", self.data, "--adapter", start,
+                                 "--adapter-out", out + "-adapter", "--merged-out", out + "-merged",
+                                 "--steps", self.K, "--micro-batch", 2, "--grad-accum", 2, "--lr", 1e-3,
+                                 "--weight-decay", 0.01, "--grad-clip", 1.0, "--warmup", 1, "--schedule", "cosine",
+                                 "--batching", "padding", "--seq-len", 64, "--format", "tokens", "--qlora"])
+        spec = self.spec("qlora", 2, 2, 2, merge=True,
+                         extra="peft: {method: qlora, dropout: 0, adapter_path: %s}" % start)
+        _, outs = self.train(spec, 2, 2)
+        self.assert_losses(outs[0][0], want["losses"], "qlora")
+        self.assert_close(self.path("qlora-out"), out + "-adapter", "qlora adapter")
+        self.assert_close(self.path("qlora-out", "merged"), out + "-merged", "qlora merged")
 
     def test_checkpoint_resumes_on_other_layouts(self):
         steps = 4

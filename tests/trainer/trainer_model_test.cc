@@ -16,6 +16,7 @@
 #include "engine.h"
 #include "hf_io.h"
 #include "host_sync.h"
+#include "lora.h"
 #include "model.h"
 #include "nlohmann/json.hpp"
 #include "train.h"
@@ -102,6 +103,44 @@ TEST(Model, GqaEqualsMhaWithRepeatedKvHeads) {
   const double lg = Loss(gqa, pg, b), lm = Loss(mha, pm, b);
   EXPECT_NEAR(lg, lm, 1e-6);
   EXPECT_GT(lg, 0.5);
+}
+
+// DPO's reference: the model with its adapter switched off computes the base model alone,
+// with no copy of the weights; switched on again, the adapter counts.
+TEST(Model, AdapterDisabledComputesTheBaseModelAlone) {
+  at::manual_seed(4);
+  const LlamaConfig c = Tiny(2);
+  const auto base = RandomParams(c, 3);
+  LoraOptions lora;
+  lora.enabled = true;
+  lora.r = 2;
+  lora.alpha = 4;
+  lora.target_modules = {"q_proj", "v_proj", "down_proj"};
+  std::vector<UnitLayout> layout = MakeLayout(c);
+  ApplyLora(c, lora, layout);
+  std::vector<std::vector<at::Tensor>> params = base;
+  for (size_t u = 0; u < layout.size(); ++u) {
+    for (size_t i = params[u].size(); i < layout[u].shapes.size(); ++i) {
+      params[u].push_back(at::randn(layout[u].shapes[i]) *
+                          0.2);  // B non-zero: the adapter changes the model
+    }
+  }
+  LocalEngine engine(layout, params, at::kCPU, at::kFloat, AdamWOptions{});
+  LlamaModel model(c, at::kCPU, at::kFloat);
+  model.set_lora(lora);
+  const Batch b = TokensBatch({{1, 5, 9, 3, 7, 2, 8}, {4, 4, 1, 0, 49, 12, 30}});
+  at::NoGradGuard no_grad;
+  const ModelInput in = MakeModelInput(b, at::kCPU);
+  const double with_adapter = model.LossSum(engine, in).item<double>();
+  double without;
+  {
+    AdapterDisabled off(model, lora);
+    without = model.LossSum(engine, in).item<double>();
+  }
+  const double base_alone = Loss(c, base, b) * static_cast<double>(in.num_targets);
+  EXPECT_NEAR(without, base_alone, 1e-9 * std::abs(base_alone));
+  EXPECT_GT(std::abs(with_adapter - base_alone), 1e-3);
+  EXPECT_EQ(model.LossSum(engine, in).item<double>(), with_adapter);  // restored
 }
 
 TEST(Model, CausalAndPaddingInvariant) {

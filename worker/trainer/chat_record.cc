@@ -80,6 +80,14 @@ const char* ChatRoleName(ChatRole role) {
   return "?";
 }
 
+absl::StatusOr<std::vector<ChatMessage>> ParseMessageList(const json& list, const char* field) {
+  return ReadMessages(list, field, "role", "content",
+                      {{"system", ChatRole::kSystem},
+                       {"user", ChatRole::kUser},
+                       {"assistant", ChatRole::kAssistant}},
+                      "system, user, assistant");
+}
+
 absl::StatusOr<std::vector<ChatMessage>> ParseChatRecord(const json& record) {
   if (!record.is_object()) return Bad("not a JSON object");
   absl::StatusOr<std::vector<ChatMessage>> msgs;

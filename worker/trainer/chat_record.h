@@ -34,4 +34,9 @@ const char* ChatRoleName(ChatRole role);
 // conversation with no assistant message. The caller prefixes FILE:LINE.
 absl::StatusOr<std::vector<ChatMessage>> ParseChatRecord(const nlohmann::json& record);
 
+// A list of {"role": system|user|assistant, "content": "..."} objects, `field` naming it in
+// errors (e.g. `prompt[1] has no "content"`). No check of the roles' order.
+absl::StatusOr<std::vector<ChatMessage>> ParseMessageList(const nlohmann::json& list,
+                                                          const char* field);
+
 }  // namespace llamafleet::trainer

@@ -247,6 +247,19 @@ absl::StatusOr<RenderedChat> RenderChat(const ChatTemplate& tmpl,
   return w.Take();
 }
 
+void AppendGenerationPrompt(const ChatTemplate& tmpl, RenderedChat* chat) {
+  std::string prompt;
+  if (tmpl.family == ChatTemplate::Family::kLlama3) {
+    prompt = "<|start_header_id|>assistant<|end_header_id|>\n\n";
+  } else if (tmpl.family == ChatTemplate::Family::kChatml) {
+    prompt = "<|im_start|>assistant\n";
+  }
+  if (prompt.empty()) return;
+  const size_t begin = chat->text.size();
+  chat->text += prompt;
+  chat->literal.push_back({begin, chat->text.size()});
+}
+
 absl::StatusOr<ChatTemplate> ChatTemplateByName(const std::string& name) {
   ChatTemplate t;
   t.name = name;

@@ -68,6 +68,11 @@ struct RenderedChat {
 absl::StatusOr<RenderedChat> RenderChat(const ChatTemplate& tmpl,
                                         const std::vector<ChatMessage>& messages);
 
+// The text a template's add_generation_prompt appends, as template text (literal):
+// llama3 "<|start_header_id|>assistant<|end_header_id|>\n\n", chatml
+// "<|im_start|>assistant\n"; llama2 and mistral write none (their templates ignore it).
+void AppendGenerationPrompt(const ChatTemplate& tmpl, RenderedChat* chat);
+
 // The renderer data.chat_template names: "llama2", "llama3" (the 3.1 form), "chatml"
 // (no default system prompt) or "mistral". INVALID_ARGUMENT for any other name.
 absl::StatusOr<ChatTemplate> ChatTemplateByName(const std::string& name);

@@ -12,14 +12,90 @@
 #include "common/safe_open.h"
 #include "model_file.h"
 #include "nlohmann/json.hpp"
+#include "preference_record.h"
 #include "util.h"
 
 namespace llamafleet::trainer {
 
 using nlohmann::json;
 
+namespace {
+
+// A preference pair as two sequences, chosen then rejected: the prompt's tokens, then the
+// answer's, which alone are targets. Text: [BOS] enc(prompt) enc(answer) [EOS] (the EOS a
+// target too, as prompt_completion's); messages: rendered by the chat template, the
+// answer's assistant turn the targets (TrainOn::kLastAssistant); ids: as given.
+absl::StatusOr<std::vector<Sequence>> EncodePreference(const nlohmann::json& j,
+                                                       const DataLoadOptions& opt) {
+  LF_ASSIGN_OR_RETURN(const PreferenceRecord r, ParsePreferenceRecord(j));
+  std::vector<Sequence> out(2);
+  switch (r.kind) {
+    case PreferenceRecord::Kind::kTokens: {
+      const std::vector<int32_t>* answers[2] = {&r.chosen_ids, &r.rejected_ids};
+      for (int k = 0; k < 2; ++k) {
+        out[k].tokens = r.prompt_ids;
+        out[k].tokens.insert(out[k].tokens.end(), answers[k]->begin(), answers[k]->end());
+        out[k].target.assign(r.prompt_ids.size(), 0);
+        out[k].target.resize(out[k].tokens.size(), 1);
+      }
+      break;
+    }
+    case PreferenceRecord::Kind::kText: {
+      if (opt.tokenizer == nullptr)
+        return absl::InvalidArgumentError("text pairs need a tokenizer (model.tokenizer)");
+      auto p = opt.tokenizer->Encode(r.prompt);
+      if (!p.ok())
+        return absl::InvalidArgumentError(absl::StrCat("field \"prompt\": ", p.status().message()));
+      const std::string* answers[2] = {&r.chosen, &r.rejected};
+      const char* names[2] = {"chosen", "rejected"};
+      for (int k = 0; k < 2; ++k) {
+        auto a = opt.tokenizer->Encode(*answers[k]);
+        if (!a.ok())
+          return absl::InvalidArgumentError(
+              absl::StrCat("field \"", names[k], "\": ", a.status().message()));
+        Sequence& s = out[k];
+        if (opt.bos_id >= 0) s.tokens.push_back(static_cast<int32_t>(opt.bos_id));
+        s.tokens.insert(s.tokens.end(), p->begin(), p->end());
+        s.target.assign(s.tokens.size(), 0);
+        s.tokens.insert(s.tokens.end(), a->begin(), a->end());
+        s.tokens.push_back(static_cast<int32_t>(opt.eos_id));
+        s.target.resize(s.tokens.size(), 1);
+      }
+      break;
+    }
+    case PreferenceRecord::Kind::kMessages: {
+      if (opt.tokenizer == nullptr || opt.chat_template == nullptr) {
+        return absl::InvalidArgumentError(
+            "messages need a tokenizer and a chat template (model.tokenizer, data.chat_template)");
+      }
+      const ChatMessage* answers[2] = {&r.chosen_message, &r.rejected_message};
+      for (int k = 0; k < 2; ++k) {
+        std::vector<ChatMessage> msgs = r.prompt_messages;
+        msgs.push_back(*answers[k]);
+        LF_ASSIGN_OR_RETURN(RenderedChat chat, RenderChat(*opt.chat_template, msgs));
+        LF_ASSIGN_OR_RETURN(out[k], EncodeChat(chat, *opt.tokenizer, TrainOn::kLastAssistant));
+      }
+      break;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
 absl::StatusOr<Sequence> ParseRecord(const std::string& path, int64_t lineno, absl::string_view line,
                                      const DataLoadOptions& opt) {
+  if (opt.format == DataFormat::kPreference) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ":", lineno, ": a preference record is two sequences"));
+  }
+  LF_ASSIGN_OR_RETURN(std::vector<Sequence> seqs, ParseRecordSequences(path, lineno, line, opt));
+  return std::move(seqs[0]);
+}
+
+absl::StatusOr<std::vector<Sequence>> ParseRecordSequences(const std::string& path, int64_t lineno,
+                                                           absl::string_view line,
+                                                           const DataLoadOptions& opt) {
   auto bad = [&](absl::string_view why) {
     return absl::InvalidArgumentError(absl::StrCat(path, ":", lineno, ": ", why));
   };
@@ -90,20 +166,33 @@ absl::StatusOr<Sequence> ParseRecord(const std::string& path, int64_t lineno, ab
       s.target.assign(s.tokens.size(), 1);
       break;
     }
+    case DataFormat::kPreference:
+      break;
   }
-  if (s.tokens.empty()) return bad("empty record (no tokens)");
-  if (opt.max_positions > 0 && static_cast<int64_t>(s.tokens.size()) > opt.max_positions) {
-    return bad(absl::StrCat("record has ", s.tokens.size(),
-                            " tokens, longer than max_position_embeddings ", opt.max_positions));
+  std::vector<Sequence> seqs;
+  if (opt.format == DataFormat::kPreference) {
+    absl::StatusOr<std::vector<Sequence>> pair = EncodePreference(j, opt);
+    if (!pair.ok()) return bad(pair.status().message());
+    seqs = *std::move(pair);
+  } else {
+    seqs.push_back(std::move(s));
   }
-  if (opt.vocab_size > 0) {
-    for (int32_t id : s.tokens) {
-      if (id >= opt.vocab_size) {
-        return bad(absl::StrCat("token id ", id, " is outside the vocabulary (vocab_size ", opt.vocab_size, ")"));
+  for (const Sequence& q : seqs) {
+    if (q.tokens.empty()) return bad("empty record (no tokens)");
+    if (opt.max_positions > 0 && static_cast<int64_t>(q.tokens.size()) > opt.max_positions) {
+      return bad(absl::StrCat("record has ", q.tokens.size(),
+                              " tokens, longer than max_position_embeddings ", opt.max_positions));
+    }
+    if (opt.vocab_size > 0) {
+      for (int32_t id : q.tokens) {
+        if (id >= opt.vocab_size) {
+          return bad(absl::StrCat("token id ", id, " is outside the vocabulary (vocab_size ",
+                                  opt.vocab_size, ")"));
+        }
       }
     }
   }
-  return s;
+  return seqs;
 }
 
 bool IsBlankLine(absl::string_view line) { return line.find_first_not_of(" \t\r\n") == absl::string_view::npos; }
@@ -118,7 +207,8 @@ absl::StatusOr<std::vector<Sequence>> LoadJsonl(const std::string& path,
   if (!fd.ok()) return fd.status();
   std::ifstream in(FdPath(fd->get()));
   if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open data file"));
-  if (opt.format != DataFormat::kTokens && opt.tokenizer == nullptr) {
+  if (opt.format != DataFormat::kTokens && opt.format != DataFormat::kPreference &&
+      opt.tokenizer == nullptr) {
     return absl::InvalidArgumentError(
         absl::StrCat(path, ": a tokenizer is required for text, prompt_completion and chat data"));
   }
@@ -132,11 +222,11 @@ absl::StatusOr<std::vector<Sequence>> LoadJsonl(const std::string& path,
   while (std::getline(in, line)) {
     ++lineno;
     if (IsBlankLine(line)) continue;
-    absl::StatusOr<Sequence> s = ParseRecord(path, lineno, line, opt);
+    absl::StatusOr<std::vector<Sequence>> s = ParseRecordSequences(path, lineno, line, opt);
     if (!s.ok()) {
       bad.Add(lineno, s.status());
     } else if (bad.empty()) {
-      out.push_back(*std::move(s));
+      for (Sequence& q : *s) out.push_back(std::move(q));
     }
   }
   if (in.bad()) return absl::DataLossError(absl::StrCat(path, ": read error"));

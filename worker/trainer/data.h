@@ -15,7 +15,7 @@
 namespace llamafleet::trainer {
 
 // Same values as llamafleet.v1.DataFormat / Batching.
-enum class DataFormat { kText = 1, kPromptCompletion = 2, kTokens = 3, kChat = 4 };
+enum class DataFormat { kText = 1, kPromptCompletion = 2, kTokens = 3, kChat = 4, kPreference = 5 };
 enum class BatchingMode { kPacking = 1, kPadding = 2 };
 
 inline absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizer(const std::string& path) {
@@ -70,6 +70,14 @@ absl::StatusOr<std::vector<Sequence>> LoadJsonl(const std::string& path,
 // Thread-safe (the tokenizer's Encode is).
 absl::StatusOr<Sequence> ParseRecord(const std::string& path, int64_t lineno, absl::string_view line,
                                      const DataLoadOptions& options);
+// The same as the sequences the line holds: one for every format but kPreference, two
+// (chosen, then rejected: preference_record.h's pair, each row its prompt and answer with
+// the answer's tokens alone as targets) for a preference record. ParseRecord refuses a
+// preference record; LoadJsonl and the token cache keep a pair's rows adjacent, row 2p
+// chosen and 2p + 1 rejected.
+absl::StatusOr<std::vector<Sequence>> ParseRecordSequences(const std::string& path, int64_t lineno,
+                                                           absl::string_view line,
+                                                           const DataLoadOptions& options);
 bool IsBlankLine(absl::string_view line);
 
 // Packing with document masking: the sequences, in order, each kept whole as one document,

@@ -55,6 +55,18 @@ int LoraIndex(const LoraOptions& lora, int module, int base_tensors) {
   return index;
 }
 
+std::function<bool(const std::string& name)> QloraQuantizes(const LoraOptions& lora) {
+  std::vector<std::string> suffixes;
+  for (int m = 0; m < kLoraModules; ++m) {
+    if (lora.targets(m)) suffixes.push_back(absl::StrCat(".", kLoraModuleNames[m], ".weight"));
+  }
+  return [suffixes](const std::string& name) {
+    if (name.find(".lora_") != std::string::npos) return false;
+    return std::any_of(suffixes.begin(), suffixes.end(),
+                       [&](const std::string& s) { return absl::EndsWith(name, s); });
+  };
+}
+
 std::vector<std::pair<int, int>> AdapterTensors(const std::vector<UnitLayout>& layout) {
   std::vector<std::pair<int, int>> out;
   for (size_t u = 0; u < layout.size(); ++u) {

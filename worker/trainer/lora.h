@@ -41,6 +41,10 @@ void ApplyLora(const LlamaConfig& config, const LoraOptions& lora, std::vector<U
 // `base_tensors`: the unit's base tensors (LayerBaseTensors).
 int LoraIndex(const LoraOptions& lora, int module, int base_tensors);
 
+// QLoRA: whether a base tensor is one Nf4BaseSource quantizes, i.e. the weight of a
+// targeted projection ("model.layers.N.self_attn.q_proj.weight"; not its bias).
+std::function<bool(const std::string& name)> QloraQuantizes(const LoraOptions& lora);
+
 // Tensors of the adapter, all layers, in layout order: (layout unit, tensor index).
 std::vector<std::pair<int, int>> AdapterTensors(const std::vector<UnitLayout>& layout);
 int64_t AdapterParameters(const std::vector<UnitLayout>& layout);
@@ -60,6 +64,23 @@ AdapterSource(const std::string& dir, const std::vector<UnitLayout>& layout);
 // layout's order (fp32). `tensors` are the unit's tensors in the LoRA layout's order.
 std::vector<at::Tensor> MergeUnit(const LoraOptions& lora, const UnitLayout& unit,
                                   const std::vector<at::Tensor>& tensors);
+
+// While alive, `model` computes the base model alone: its adapters are skipped (the
+// engine still hands them out; they take no part in the output). `lora` is what the
+// model was set to, restored on destruction. DPO's reference model, with no second copy.
+class AdapterDisabled {
+ public:
+  AdapterDisabled(LlamaModel& model, const LoraOptions& lora) : model_(model), lora_(lora) {
+    model_.set_lora(LoraOptions{});
+  }
+  ~AdapterDisabled() { model_.set_lora(lora_); }
+  AdapterDisabled(const AdapterDisabled&) = delete;
+  AdapterDisabled& operator=(const AdapterDisabled&) = delete;
+
+ private:
+  LlamaModel& model_;
+  const LoraOptions lora_;
+};
 
 // Writes the PEFT adapter directory `out_dir` (adapter_config.json,
 // adapter_model.safetensors in options.dtype, the tokenizer if given) and, with `merge`,

@@ -22,6 +22,9 @@ struct LoraOptions {
   std::vector<std::string> target_modules = {"q_proj", "v_proj"};  // any subset of the seven
   std::string adapter_path;  // continue from this PEFT adapter directory ("" = fresh)
   std::string base_model_name;  // base_model_name_or_path written into adapter_config.json
+  // QLoRA (peft.method qlora): the base weight of every targeted projection is NF4-quantized
+  // once at load (nf4.h, per whole tensor) and trained on as its dequantized values.
+  bool nf4_base = false;
 
   double scale() const { return alpha / static_cast<double>(r); }
   bool targets(int module) const;  // module: index into kLoraModuleNames

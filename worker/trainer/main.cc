@@ -6,6 +6,9 @@
 //                           [--gguf f16|bf16|q8_0]
 //   llamafleet-train tokenize --data FILE [--format F] [--model DIR | --tokenizer PATH]
 //   llamafleet-train preview --spec JOB.yaml [-n 3]
+//   llamafleet-train generate --model DIR [--adapter DIR] (--prompt TEXT | --prompts FILE)
+//                             [--chat] [--max-new-tokens N] [--temperature T] [--top-p P]
+//                             [--top-k K] [--seed S] [--stop STR ...]
 //
 // stdout carries JSON lines only (metrics, events, the eval result; see
 // worker/trainer_events.h); human logs go to stderr. `train` always ends with an "exit"
@@ -25,6 +28,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/byte_size.h"
 #include "data_preview.h"
+#include "generate_command.h"
 #include "nlohmann/json.hpp"
 #include "progress_reporter.h"
 #include "train.h"
@@ -200,6 +204,9 @@ absl::StatusOr<lt::TrainOptions> OptionsFromSpecFile(const std::string& path,
   o.eval_every = t.eval_every_steps();
   o.early_stopping_patience = t.early_stopping().patience();
   o.early_stopping_min_delta = t.early_stopping().min_delta();
+  o.dpo = t.objective() == "dpo";
+  if (t.dpo().has_beta()) o.dpo_beta = t.dpo().beta();
+  o.dpo_label_smoothing = t.dpo().label_smoothing();
   o.export_best = spec.output().export_() == v1::BEST;
   ApplyFsdpSpec(spec.fsdp(), &o);
   o.tensor_parallel = llamafleet::TensorParallelOf(spec);  // 1 when the spec has no parallelism block
@@ -219,7 +226,7 @@ absl::StatusOr<lt::TrainOptions> OptionsFromSpecFile(const std::string& path,
     o.gguf_dtype = absl::AsciiStrToLower(v1::GgufSpec::Type_Name(spec.output().gguf().dtype()));
   }
   const auto& peft = spec.peft();
-  if (peft.method() == "lora") {
+  if (peft.method() == "lora" || peft.method() == "qlora") {
     // Unset fields stay "unset" here (0 / -1 / empty) when an adapter supplies them.
     o.lora.r = peft.has_r() ? peft.r() : 0;
     o.lora.alpha = peft.has_alpha() ? peft.alpha() : 0;
@@ -228,6 +235,7 @@ absl::StatusOr<lt::TrainOptions> OptionsFromSpecFile(const std::string& path,
     o.lora.adapter_path = peft.adapter_path();
     o.lora.base_model_name = o.model_path.empty() ? o.preset : o.model_path;
     o.lora.enabled = true;
+    o.lora.nf4_base = peft.method() == "qlora";
   }
   return o;
 }
@@ -246,6 +254,8 @@ struct Flags {
   std::string checkpoint, out_dir, dtype = "bf16", gguf;
   int64_t max_shard_mb = 5120;
   int64_t preview_n = 3;
+  lt::GenerateCommandOptions generate;
+  bool no_cache = false;
 };
 
 CLI::App* AddTrainCommand(CLI::App& app, Flags& f) {
@@ -324,6 +334,32 @@ CLI::App* AddPreviewCommand(CLI::App& app, Flags& f) {
   prev->add_option("--set", f.sets, "override a spec field: key=value (repeatable)");
   prev->add_option("-n", f.preview_n, "records per data file (default 3)");
   return prev;
+}
+
+// generate: text from a model (generate_command.h).
+CLI::App* AddGenerateCommand(CLI::App& app, Flags& f) {
+  lt::GenerateCommandOptions& g = f.generate;
+  lt::GenerationOptions& o = g.generation;
+  CLI::App* gen = app.add_subcommand("generate", "generate text from an HF-format model, as JSON lines");
+  gen->add_option("--model", g.model_dir, "HF-format model directory")->required();
+  gen->add_option("--adapter", g.adapter_dir, "PEFT LoRA adapter directory, merged into the model");
+  gen->add_option("--tokenizer", g.tokenizer, "tokenizer file or directory (default: the model's)");
+  gen->add_option("--prompt", g.prompt, "one prompt");
+  gen->add_option("--prompts", g.prompts_file,
+                  "JSONL file: {\"prompt\": text}, {\"messages\": [...]} or {\"tokens\": [ids]} per line");
+  gen->add_flag("--chat", g.chat, "prompts through the model's chat template, with its generation prompt");
+  gen->add_option("--chat-template", g.chat_template,
+                  "with --chat: model (default), llama2, llama3, chatml or mistral");
+  gen->add_option("--max-new-tokens", o.max_new_tokens, "tokens to generate per prompt at most (default 128)");
+  gen->add_option("--temperature", o.temperature, "0 (default): greedy");
+  gen->add_option("--top-k", o.top_k, "sample from the k most likely tokens (0, default: all)");
+  gen->add_option("--top-p", o.top_p, "nucleus sampling: smallest set reaching p (default 1)");
+  gen->add_option("--seed", o.seed, "sampling seed (default 0)");
+  gen->add_option("--stop", o.stop, "stop a prompt's text at this string (repeatable)");
+  gen->add_option("--batch-size", g.batch_size, "prompts per batch (default 8)");
+  gen->add_flag("--no-cache", f.no_cache, "recompute the whole sequence every step (to measure the cache)");
+  gen->add_option("--device", g.device, "auto, cpu or cuda");
+  return gen;
 }
 
 #ifdef LLAMAFLEET_HAVE_JOBSPEC
@@ -419,6 +455,12 @@ int RunExportCommand(const Flags& f) {
   return s.ok() ? 0 : Fail(s);
 }
 
+int RunGenerateCommand(Flags& f) {
+  f.generate.generation.use_cache = !f.no_cache;
+  absl::Status s = lt::RunGenerate(f.generate);
+  return s.ok() ? 0 : Fail(s);
+}
+
 int RunPreviewCommand(const Flags& f) {
 #ifdef LLAMAFLEET_HAVE_JOBSPEC
   auto opts = OptionsFromSpecFile(f.spec_path, f.sets);
@@ -479,6 +521,7 @@ int main(int argc, char** argv) {
   CLI::App* exp = AddExportCommand(app, f);
   CLI::App* tok = AddTokenizeCommand(app, f);
   CLI::App* prev = AddPreviewCommand(app, f);
+  CLI::App* gen = AddGenerateCommand(app, f);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -489,5 +532,6 @@ int main(int argc, char** argv) {
   if (*exp) return RunExportCommand(f);
   if (*prev) return RunPreviewCommand(f);
   if (*tok) return RunTokenizeCommand(f);
+  if (*gen) return RunGenerateCommand(f);
   return 2;
 }

@@ -79,6 +79,7 @@ inline int LayerUnit(int layer) { return 1 + layer; }
 inline int HeadUnit(const LlamaConfig& c) { return 1 + static_cast<int>(c.num_hidden_layers); }
 
 class ParamEngine;
+struct KvCache;
 
 // What a decoder layer keeps from forward for backward (the JobSpec's
 // fsdp.activation_checkpointing):
@@ -115,6 +116,7 @@ class LlamaModel {
   LlamaModel(const LlamaConfig& config, at::Device device, at::ScalarType compute_dtype);
 
   const LlamaConfig& config() const { return config_; }
+  at::ScalarType compute_dtype() const { return dtype_; }
 
   // LoRA (lora.h): the layout's layer units carry the adapters of `lora`, which the
   // decoder adds to their projections. Dropout applies while training() is true.
@@ -156,12 +158,29 @@ class LlamaModel {
   at::Tensor Hidden(ParamEngine& engine, const at::Tensor& tokens,
                     const at::Tensor& positions = {});
 
+  // Incremental decoding (kv_cache.h), without autograd, LoRA layers or tensor
+  // parallelism: runs `tokens` [B, S] at slots [cache.length, cache.length + S) of
+  // `cache` (whose `valid` the caller has set for those slots), each token rotated by its
+  // row's position in `positions` [B, S] int64, attending to the valid slots before it;
+  // appends their keys and values and advances cache.length by S. Returns the fp32
+  // logits of the last of the S tokens, [B, V]: for a row whose valid slots are its
+  // tokens at positions 0..n-1 they are the logits Hidden gives at its last token when
+  // the row runs alone, unpadded. The training path (LossSum, Hidden) is not involved.
+  at::Tensor ForwardCached(ParamEngine& engine, const at::Tensor& tokens,
+                           const at::Tensor& positions, KvCache& cache);
+
  private:
   friend class CheckpointedLayer;
   friend class ChunkedCrossEntropy;
   struct KeptProjections;
   at::Tensor DecoderLayer(const std::vector<at::Tensor>& p, const at::Tensor& x,
                           const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& mask);
+  // One decoder layer of ForwardCached: `mask` as CachedAttentionMask's, keys and values
+  // written to `k_cache`/`v_cache` at slots [start, start + S).
+  at::Tensor CachedDecoderLayer(const std::vector<at::Tensor>& p, const at::Tensor& x,
+                                const at::Tensor& cos, const at::Tensor& sin,
+                                const at::Tensor& mask, at::Tensor& k_cache,
+                                at::Tensor& v_cache, int64_t start);
   at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight) const;
   at::Tensor Linear(const at::Tensor& x, const at::Tensor& w) const;  // x w^T
   // Projection `module` (kLoraModuleNames' order) of a decoder layer's tensors `p`, plus

@@ -52,6 +52,7 @@ struct ShardedEngine::Gathered {
   at::Tensor frozen_buffer;  // [frozen padded], the frozen flat
   size_t frozen_nbytes = 0;
   std::unique_ptr<CommWork> frozen_work;
+  at::Tensor packed_buffer;  // packed units: the gathered packed flat until it is decoded
   bool freed = false;
   bool released = false;
   bool needs_backward = false;  // acquired with grad mode on
@@ -150,6 +151,9 @@ absl::StatusOr<std::unique_ptr<ShardedEngine>> ShardedEngine::Create(
   }
   if (o.max_inflight_reduces < 1) return absl::InvalidArgumentError("max_inflight_reduces must be >= 1");
   if (world == nullptr || shard_comm == nullptr) return absl::InvalidArgumentError("missing communicator");
+  if (o.nf4_frozen && o.tensor_parallel > 1) {
+    return absl::InvalidArgumentError("an NF4 frozen base needs an unsliced layout (tensor_parallel 1)");
+  }
   std::unique_ptr<ShardedEngine> e(new ShardedEngine(std::move(layout), o, world, shard_comm, replica_comm,
                                                      world_rank, world_size));
   try {
@@ -157,6 +161,8 @@ absl::StatusOr<std::unique_ptr<ShardedEngine>> ShardedEngine::Create(
     const auto fp32 = at::TensorOptions().dtype(at::kFloat);
     e->prefetched_.resize(e->layout_.size());
     e->accum_.resize(e->layout_.size());
+    e->packed_.resize(e->layout_.size());
+    e->packed_spans_.resize(e->layout_.size());
     auto span_of = [&](int64_t numel) {
       ShardSpan sp;
       sp.numel = numel;
@@ -181,15 +187,18 @@ absl::StatusOr<std::unique_ptr<ShardedEngine>> ShardedEngine::Create(
       }
       e->views_.push_back(std::move(views));
 
+      e->frozen_.emplace_back();
+      absl::StatusOr<bool> packs = e->InitPackedFrozen(static_cast<int>(u), frozen_source);
+      if (!packs.ok()) return packs.status();
       // The frozen flat: read in fp32, kept in the compute dtype.
       at::Tensor frozen = at::zeros({fsp.shard}, fp32);
       const int64_t fend = std::min(fsp.begin + fsp.shard, fsp.numel);
-      if (fend > fsp.begin) {
+      if (fend > fsp.begin && !*packs) {
         if (!frozen_source) return absl::InvalidArgumentError("a layout with frozen tensors needs a frozen source");
         absl::Status s = frozen_source(static_cast<int>(u), fsp.begin, fend, frozen.narrow(0, 0, fend - fsp.begin));
         if (!s.ok()) return s;
       }
-      e->frozen_.push_back(frozen.to(o.device, o.compute_dtype));
+      if (!*packs) e->frozen_.back() = frozen.to(o.device, o.compute_dtype);
 
       // Only this rank's slice [begin, min(begin + S, numel)) is read; padding stays 0.
       at::Tensor master = at::zeros({sp.shard}, fp32);
@@ -241,7 +250,14 @@ void ShardedEngine::IssueGather(Gathered& g) {
       g.work = gather_comm()->AllGather(g.buffer, g.send);
     }
   }
-  if (frozen_spans_[g.unit].padded > 0) {
+  if (packed(g.unit)) {
+    g.packed_buffer = at::empty({packed_spans_[g.unit].padded}, frozen_[g.unit].options());
+    if (one) {
+      g.packed_buffer.copy_(frozen_[g.unit]);
+    } else {
+      g.frozen_work = gather_comm()->AllGather(g.packed_buffer, frozen_[g.unit]);
+    }
+  } else if (frozen_spans_[g.unit].padded > 0) {
     // Frozen shards are already in the compute dtype and never change during a pass.
     if (one) {
       g.frozen_buffer.copy_(frozen_[g.unit]);
@@ -280,6 +296,10 @@ void ShardedEngine::WaitGathered(Gathered& g) {
   g.send = at::Tensor();
   ThrowIfError(s);
   ThrowIfError(fs);
+  if (g.packed_buffer.defined()) {
+    DecodeFrozen(g.unit, g.packed_buffer, g.frozen_buffer);
+    g.packed_buffer = at::Tensor();
+  }
 }
 
 void ShardedEngine::Free(Gathered& g) {
@@ -289,6 +309,7 @@ void ShardedEngine::Free(Gathered& g) {
   g.work.reset();
   g.frozen_work.reset();
   g.send = at::Tensor();
+  g.packed_buffer = at::Tensor();
   FreeStorage(g.buffer);
   FreeStorage(g.frozen_buffer);
   g.freed = true;
@@ -640,9 +661,17 @@ std::vector<at::Tensor> ShardedEngine::FullUnit(int unit, bool with_frozen) {
     return all.to(at::kCPU).view({t, numel});
   };
   const at::Tensor trainable = join(gather(masters_[unit].detach(), spans_[unit].padded), spans_[unit].numel);
-  const at::Tensor frozen = with_frozen ? join(gather(frozen_[unit], frozen_spans_[unit].padded),
-                                               frozen_spans_[unit].numel)
-                                        : at::Tensor();
+  at::Tensor frozen_flat;
+  if (with_frozen && packed(unit)) {
+    at::Tensor bytes = at::empty({packed_spans_[unit].padded}, frozen_[unit].options());
+    ThrowIfError(shard_comm_->AllGather(bytes, frozen_[unit])->Wait());
+    frozen_flat = at::empty({frozen_spans_[unit].numel}, bytes.options().dtype(at::kFloat));
+    DecodeFrozen(unit, bytes, frozen_flat);
+    frozen_flat = frozen_flat.to(at::kCPU);
+  } else if (with_frozen) {
+    frozen_flat = gather(frozen_[unit], frozen_spans_[unit].padded);
+  }
+  const at::Tensor frozen = with_frozen ? join(frozen_flat, frozen_spans_[unit].numel) : at::Tensor();
   std::vector<at::Tensor> out;
   for (const View& v : views_[unit]) {
     if (v.frozen && !with_frozen) {
@@ -673,11 +702,13 @@ int64_t ShardedEngine::PersistentBytes() const {
   for (const auto& g : pass_) {
     add(g->buffer);
     add(g->frozen_buffer);
+    add(g->packed_buffer);
   }
   for (const auto& g : prefetched_) {
     if (g) {
       add(g->buffer);
       add(g->frozen_buffer);
+      add(g->packed_buffer);
     }
   }
   for (const auto& p : pending_) {

@@ -52,6 +52,19 @@
 // unit's input activation as a second input (Acquire's `input`), so its backward still
 // marks the end of the unit's backward when the unit has few or no trainable tensors.
 //
+// QLoRA (ShardingOptions::nf4_frozen): a unit holding a frozen tensor that nf4_frozen
+// selects keeps its frozen flat *packed*, as bytes (uint8), sharded like any flat: the
+// unit's frozen tensors in layout order, each at an 8-byte aligned offset, a selected one as
+// NF4 (nf4.h's Nf4Tensor, quantized once per whole tensor when the engine is created: the
+// codes, two per byte, padded to whole blocks of 64; one absmax code byte per block, padded
+// to 4 bytes; the float scale of each group of 256 blocks; the float offset: about 0.52
+// bytes per weight), any other in the compute dtype. Acquire gathers the packed bytes and
+// decodes them into the usual frozen flat in the compute dtype with plain torch ops on the
+// device (table lookups of the absmaxes and of the levels by code byte, a multiply and an
+// add in fp32 for the absmaxes, a multiply of level by absmax), bit for bit DequantizeNf4's
+// values; the packed copy is dropped once decoded. FullUnit decodes the same way. Needs an
+// unsliced layout (tensor_parallel 1).
+//
 // Tensor parallelism (tensor_parallel.h): with `tensor_parallel` T > 1 the layout is one
 // rank's slice of the model, identical in shape on the T ranks of a group (consecutive
 // world ranks). Everything above then runs along the data-parallel dimension: the shard
@@ -111,6 +124,9 @@ struct ShardingOptions {
   at::Device device{at::kCPU};         // where shards and gathered units live
   int tensor_parallel = 1;             // ranks per tensor-parallel group (see the file comment)
   bool record_trace = false;           // tests: keep the event log trace() returns
+  // QLoRA: the frozen tensors (by layout name) held as NF4 in a packed frozen flat (see the
+  // file comment); null or false for every name: the frozen flat in the compute dtype.
+  std::function<bool(const std::string& name)> nf4_frozen;
 };
 
 // Fills `out` (fp32, CPU, [end - begin]) with elements [begin, end) of one of unit
@@ -262,6 +278,17 @@ class ShardedEngine : public ParamEngine {
     TpSplit split;
   };
   std::vector<std::vector<View>> views_;  // [unit][tensor], layout order
+  // Packed frozen flats (see the file comment): [unit] segments, empty when not packed.
+  struct PackedSegment {
+    int64_t offset;       // first element in the (unpacked) frozen flat
+    int64_t numel;
+    int64_t byte_offset;  // first byte in the packed flat (a multiple of 8)
+    int64_t blocks;       // NF4 blocks; 0: stored in the compute dtype
+  };
+  std::vector<std::vector<PackedSegment>> packed_;
+  std::vector<ShardSpan> packed_spans_;  // [unit], in bytes
+  at::Tensor nf4_pairs_;                 // [256, 2] fp32: the levels of a code byte's two nibbles
+  at::Tensor nf4_map_;                   // [256] fp32: DynamicMap8(), the absmax codes' values
 
   // Training state.
   std::vector<at::Tensor> masters_;  // [S_u] fp32 leaves (requires_grad, never get .grad)
@@ -295,6 +322,13 @@ class ShardedEngine : public ParamEngine {
   std::vector<std::string> trace_;                   // see trace()
   // [unit]: (first, count) of the replicated trainable elements inside this rank's shard.
   std::vector<std::vector<std::pair<int64_t, int64_t>>> replicated_;
+
+  bool packed(int unit) const { return !packed_[unit].empty(); }
+  // When options_.nf4_frozen selects one of unit `unit`'s frozen tensors: lays out its packed
+  // frozen flat, fills this rank's shard of it (frozen_[unit]) and returns true.
+  absl::StatusOr<bool> InitPackedFrozen(int unit, const ShardSource& frozen_source);
+  // Decodes a gathered packed flat of `unit` into `out` (the frozen flat, any float dtype).
+  void DecodeFrozen(int unit, const at::Tensor& packed, at::Tensor out) const;
 
   int InputsInFlight() const;
   // Advances the oldest pending reduction (the oldest with its input still held when

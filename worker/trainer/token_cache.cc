@@ -88,7 +88,9 @@ std::string StatSignature(const DataFile& f) {
 // For chat data, the renderer and the tokens that carry loss ("" otherwise, so the keys of
 // the other formats stay as they were).
 std::string ChatKey(const DataLoadOptions& l) {
-  if (l.format != DataFormat::kChat || l.chat_template == nullptr) return "";
+  if ((l.format != DataFormat::kChat && l.format != DataFormat::kPreference) ||
+      l.chat_template == nullptr)
+    return "";
   const ChatTemplate& t = *l.chat_template;
   return absl::StrCat("chat ", static_cast<int>(t.family), " ", t.name, " dated ", t.dated_system,
                       " system ", t.default_system.size(), ":", t.default_system, " train_on ",
@@ -191,7 +193,7 @@ void ParseChunk(const std::string& path, const DataLoadOptions& opt, Chunk& c, s
     const absl::string_view line(p, static_cast<size_t>(line_end - p));
     if (!IsBlankLine(line)) {
       // The path and a local line number; the caller rewrites the number.
-      absl::StatusOr<Sequence> s = ParseRecord(path, c.lines, line, opt);
+      absl::StatusOr<std::vector<Sequence>> s = ParseRecordSequences(path, c.lines, line, opt);
       if (!s.ok()) c.bad.Add(c.lines, s.status());
       // After a bad line the build fails: the chunk only looks for more bad lines.
       if (!c.bad.empty()) {
@@ -199,9 +201,11 @@ void ParseChunk(const std::string& path, const DataLoadOptions& opt, Chunk& c, s
         p = line_end + 1;
         continue;
       }
-      c.tokens.insert(c.tokens.end(), s->tokens.begin(), s->tokens.end());
-      c.target.insert(c.target.end(), s->target.begin(), s->target.end());
-      c.lengths.push_back(s->tokens.size());
+      for (const Sequence& q : *s) {
+        c.tokens.insert(c.tokens.end(), q.tokens.begin(), q.tokens.end());
+        c.target.insert(c.target.end(), q.target.begin(), q.target.end());
+        c.lengths.push_back(q.tokens.size());
+      }
     }
     since_report += line_end - p + 1;
     if (since_report > (1 << 20)) {
@@ -344,7 +348,9 @@ absl::Status WriteAll(int fd, const void* data, size_t n, const std::string& pat
 // renames it).
 absl::Status Build(const DataFile& data, const std::string& key, const TokenCacheOptions& o,
                    const std::string& out_path) {
-  if (o.load.format != DataFormat::kTokens && o.load.tokenizer == nullptr) {
+  // Preference pairs may be token ids (a text or messages pair names the tokenizer it lacks).
+  if (o.load.format != DataFormat::kTokens && o.load.format != DataFormat::kPreference &&
+      o.load.tokenizer == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(
         data.path, ": a tokenizer is required for text, prompt_completion and chat data"));
   }

@@ -17,7 +17,8 @@
 //
 // File <dir>/<key>.tokens, little-endian:
 //   0   char[8]  "LFTOKv1\n"
-//   8   u64      S  sequences (one per non-blank JSONL line)
+//   8   u64      S  sequences (one per non-blank JSONL line; two, chosen then rejected, per
+//                     preference pair)
 //   16  u64      T  tokens in all
 //   24  u64      64 (header bytes)
 //   32  char[32] sha256 of everything after the header (checked when the file is built)

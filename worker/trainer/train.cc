@@ -188,6 +188,7 @@ sched::MemoryEstimate EstimateForRun(const LlamaConfig& config, const TrainOptio
   in.async_checkpoints = !opt.checkpoint_dir.empty() && opt.checkpoint_async;
   if (lora.enabled) {
     in.lora_r = lora.r;
+    in.nf4_base = lora.nf4_base;
     for (const std::string& m : lora.target_modules) in.lora_modules |= sched::LoraModuleBit(m);
   }
   return sched::EstimateMemory(in);

@@ -98,6 +98,11 @@ struct TrainOptions {
   double eps = 1e-8;            // AdamW
   double weight_decay = 0.0;    // AdamW, decoupled
   LrScheduleOptions schedule;   // learning-rate schedule
+  // training.objective "dpo" (dpo_loss.h): the data are PREFERENCE pairs, micro_batch and
+  // global_batch count pairs (two rows each), and LoRA is required.
+  bool dpo = false;
+  double dpo_beta = 0.1;             // training.dpo.beta
+  double dpo_label_smoothing = 0.0;  // training.dpo.label_smoothing
   double grad_clip = 0.0;       // max global grad norm; 0 = off
   uint64_t seed = 42;           // init and data order
   int64_t log_every = 10;       // metrics line every N optimizer steps

@@ -79,6 +79,7 @@ void Trainer::FlushPhases() {
 absl::Status Trainer::ResolveLora() {
   if (!opt_.lora.enabled) return absl::OkStatus();
   lora_ = opt_.lora;
+  if (opt_.dpo && lora_.dropout < 0) lora_.dropout = 0;  // not the adapter's: see trainer_dpo.cc
   if (!lora_.adapter_path.empty()) {
     // The spec's values win where it gives them; r and the targets must then agree with
     // the adapter's tensors.
@@ -99,6 +100,10 @@ absl::Status Trainer::ResolveLora() {
     }
   }
   if (lora_.dropout < 0) lora_.dropout = 0;
+  if (opt_.dpo && lora_.dropout > 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "peft.dropout must be 0 with training.objective dpo (got ", lora_.dropout, ")"));
+  }
   LF_RETURN_IF_ERROR(ValidateLora(lora_));
   ApplyLora(config_, lora_, full_layout_);
   return absl::OkStatus();
@@ -167,6 +172,7 @@ absl::Status Trainer::ChooseResume(std::string* resume_dir) {
 }
 
 absl::StatusOr<Trainer::StepResult> Trainer::Step(int64_t step) {
+  if (opt_.dpo) return DpoStep(step);
   ShardedEngine& engine = *engine_;
   const int64_t syncs_before = HostSyncCount();
   const int64_t epoch = step / steps_per_epoch_, in_epoch = step % steps_per_epoch_;
@@ -249,6 +255,13 @@ void Trainer::LogMetrics(int64_t step, double lr, double grad_norm) {
   line.tflops = tflops;
   line.peak_mem_bytes = device_.is_cuda() ? PeakDeviceMemoryBytes(device_) : PeakRssBytes();
   if (peak_tflops_ > 0) line.mfu = tflops / (peak_tflops_ * env_.world_size);
+  if (opt_.dpo) {
+    const double steps = static_cast<double>(interval_steps_);
+    line.dpo = trainer_events::Metrics::Dpo{
+        interval_dpo_.rewards_chosen / steps, interval_dpo_.rewards_rejected / steps,
+        interval_dpo_.rewards_accuracies / steps, interval_dpo_.rewards_margins / steps};
+    interval_dpo_ = {};
+  }
   EmitJsonLine(trainer_events::ToLine(line));
   std::vector<std::pair<std::string, double>> scalars = {
       {"train/loss", line.loss},
@@ -258,6 +271,12 @@ void Trainer::LogMetrics(int64_t step, double lr, double grad_norm) {
       {"perf/tflops", line.tflops},
       {"memory/peak_gib", static_cast<double>(line.peak_mem_bytes) / (1 << 30)}};
   if (line.mfu.has_value()) scalars.push_back({"perf/mfu", *line.mfu});
+  if (line.dpo.has_value()) {
+    scalars.insert(scalars.end(), {{"train/rewards/chosen", line.dpo->rewards_chosen},
+                                   {"train/rewards/rejected", line.dpo->rewards_rejected},
+                                   {"train/rewards/accuracies", line.dpo->rewards_accuracies},
+                                   {"train/rewards/margins", line.dpo->rewards_margins}});
+  }
   ToTensorBoard(line.step, scalars);
   LogInfo(absl::StrCat("step ", step + 1, "/", total_steps_, " loss ", line.loss, " lr ", lr, " grad_norm ",
                        grad_norm, " tokens/s ", static_cast<int64_t>(tps)));

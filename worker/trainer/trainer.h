@@ -70,6 +70,9 @@ class Trainer {
   };
   // One optimizer step: one blocking collective, read once on the host (host_sync.h).
   absl::StatusOr<StepResult> Step(int64_t step);
+  // Step's DPO form (trainer_dpo.cc, dpo_loss.h): `loss` is the mean DPO loss over the
+  // global batch's pairs; the step's rewards are added to interval_dpo_.
+  absl::StatusOr<StepResult> DpoStep(int64_t step);
   void LogMetrics(int64_t step, double lr, double grad_norm);
   // Rank 0, when this run trained no step (resumed at its last one): the metrics line
   // the job's progress shows, at `end_step` with the checkpoint's loss and no throughput.
@@ -86,8 +89,12 @@ class Trainer {
   bool EvaluateAt(int64_t step);
   // The training sources and eval sets, tokenized (each cached once), and the samplers.
   absl::Status LoadData(int dp_world);
-  // Rows per optimizer step over all ranks (either sampler's).
+  // Rows per optimizer step over all ranks (either sampler's); pairs with DPO.
   int64_t GlobalBatch() const;
+  // DPO: LoRA, one PREFERENCE source, PADDING, no eval sets, an even row count.
+  absl::Status CheckPreferenceData(const std::vector<TrainSourceOptions>& sources) const;
+  // DPO: the pairs (rows 2p, 2p + 1 of train_[0]) of rank dp_rank_'s micro-step `micro`.
+  std::vector<int64_t> TrainPairs(int64_t epoch, int64_t in_epoch, int64_t micro) const;
   // Rank dp_rank_'s micro-batch `micro` of step `in_epoch` of `epoch`.
   absl::StatusOr<Batch> TrainBatch(int64_t epoch, int64_t in_epoch, int64_t micro) const;
   std::string EarlyStopReason(int64_t step) const;
@@ -152,6 +159,7 @@ class Trainer {
   Clock::time_point interval_start_;
   int64_t interval_tokens_ = 0, interval_steps_ = 0;
   double interval_loss_ = 0, last_loss_ = 0;
+  trainer_events::Metrics::Dpo interval_dpo_;  // DPO: sums over the interval's steps
   // Host synchronisations inside Step() and the steps they were counted over (reported
   // per step when the run finishes).
   int64_t step_host_syncs_ = 0, steps_run_ = 0;

@@ -32,9 +32,11 @@ absl::Status Trainer::LoadData(int dp_world) {
   // With a global batch, the micro-steps per step follow from the world this run got, so
   // every step consumes the same rows whatever the world size (see Sampler).
   LF_ASSIGN_OR_RETURN(grad_accum_, GradAccumFor(opt_, dp_world));
+  if (opt_.dpo) LF_RETURN_IF_ERROR(CheckPreferenceData(sources));
   if (train_.size() == 1) {
     Sampler::Options so;
-    so.num_rows = train_[0].rows.size();
+    // DPO samples pairs (rows 2p and 2p + 1: ParseRecordSequences).
+    so.num_rows = opt_.dpo ? train_[0].rows.size() / 2 : train_[0].rows.size();
     so.micro_batch = opt_.micro_batch;
     so.grad_accum = grad_accum_;
     so.world_size = dp_world;
@@ -55,6 +57,31 @@ absl::Status Trainer::LoadData(int dp_world) {
   LF_ASSIGN_OR_RETURN(mixture_, MixtureSampler::Create(mo));
   steps_per_epoch_ = mixture_->steps_per_epoch();
   return absl::OkStatus();
+}
+
+absl::Status Trainer::CheckPreferenceData(const std::vector<TrainSourceOptions>& sources) const {
+  if (sources.size() != 1 || sources[0].format != DataFormat::kPreference) {
+    return absl::InvalidArgumentError(
+        "training.objective dpo takes one training source in data.format PREFERENCE");
+  }
+  if (!lora_.enabled) {
+    return absl::InvalidArgumentError(
+        "training.objective dpo needs peft.method lora (the reference is the base with the adapter "
+        "off)");
+  }
+  if (opt_.batching != BatchingMode::kPadding) {
+    return absl::InvalidArgumentError("training.objective dpo needs training.batching PADDING");
+  }
+  if (!eval_.empty())
+    return absl::InvalidArgumentError("training.objective dpo runs no evaluation (data.eval)");
+  if (train_[0].rows.size() % 2 != 0) {
+    return absl::InternalError(absl::StrCat(sources[0].path, ": odd number of preference rows"));
+  }
+  return absl::OkStatus();
+}
+
+std::vector<int64_t> Trainer::TrainPairs(int64_t epoch, int64_t in_epoch, int64_t micro) const {
+  return sampler_->Rows(epoch, in_epoch, micro, dp_rank_);
 }
 
 int64_t Trainer::GlobalBatch() const {

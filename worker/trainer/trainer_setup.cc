@@ -13,6 +13,7 @@
 #include "gguf_export.h"
 #include "hf_io.h"
 #include "lora.h"
+#include "nf4_base_source.h"
 #include "sharded_checkpoint.h"
 #include "tensor_parallel.h"
 #include "trainer.h"
@@ -72,14 +73,32 @@ absl::Status Trainer::LoadModelShapeAndData(std::unique_ptr<HfModelDir>* hf) {
     LF_ASSIGN_OR_RETURN(config_, PresetConfig(opt_.preset));
     if (PresetTakesTokenizerVocab(opt_.preset) && DataNeedsTokenizer(opt_)) config_.vocab_size = 0;
   }
-  LF_ASSIGN_OR_RETURN(
-      tokenizer_,
+  absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer =
       MaybeLoadTokenizer(DataNeedsTokenizer(opt_) ? DataFormat::kText : DataFormat::kTokens,
-                         opt_.tokenizer_path, opt_.model_path, &config_));
+                         opt_.tokenizer_path, opt_.model_path, &config_);
+  // Pre-tokenized preference pairs need no tokenizer: a model directory without one is
+  // fine (text and messages pairs then name what is missing).
+  if (!tokenizer.ok() && opt_.dpo && opt_.tokenizer_path.empty() &&
+      absl::IsNotFound(tokenizer.status())) {
+    tokenizer = std::unique_ptr<Tokenizer>();
+  }
+  if (!tokenizer.ok()) return tokenizer.status();
+  tokenizer_ = *std::move(tokenizer);
   LF_ASSIGN_OR_RETURN(
       chat_template_,
       MaybeResolveChatTemplate(DataUsesChat(opt_) ? DataFormat::kChat : DataFormat::kText,
                                opt_.chat_template, tokenizer_.get()));
+  if (opt_.dpo && tokenizer_ != nullptr) {
+    // Only a pair written as messages needs the template: one that does not resolve is
+    // reported by such a record, not before.
+    absl::StatusOr<std::optional<ChatTemplate>> t =
+        MaybeResolveChatTemplate(DataFormat::kChat, opt_.chat_template, tokenizer_.get());
+    if (t.ok()) {
+      chat_template_ = *std::move(t);
+    } else if (rank0_) {
+      LogInfo(absl::StrCat("no chat template for messages pairs: ", t.status().message()));
+    }
+  }
   full_layout_ = MakeLayout(config_);
   LF_RETURN_IF_ERROR(ResolveLora());
   // Tensor parallelism: groups of T consecutive ranks of one node hold slices of the
@@ -155,9 +174,13 @@ absl::Status Trainer::CreateEngine(HfModelDir* hf) {
   };
   ShardSource source, frozen_source;
   if (lora_.enabled) {
-    frozen_source = slice(hf ? HfShardSource(*hf, full_layout_, true)
-                             : SeededShardSource(full_layout_, opt_.seed, true),
-                          true);
+    ShardSource base = hf ? HfShardSource(*hf, full_layout_, true)
+                          : SeededShardSource(full_layout_, opt_.seed, true);
+    // QLoRA quantizes whole tensors: the engine does so and keeps the 4-bit codes; a
+    // tensor-parallel slice instead gets the dequantized values of the whole tensor.
+    if (lora_.nf4_base && tp_ == 1) sharding_.nf4_frozen = QloraQuantizes(lora_);
+    if (lora_.nf4_base && tp_ > 1) base = Nf4BaseSource(std::move(base), full_layout_, QloraQuantizes(lora_));
+    frozen_source = slice(std::move(base), true);
   }
   if (resume) {
     source = resume->ParamSource(full_layout_, tp_, tp_rank);
@@ -232,7 +255,8 @@ void Trainer::CreateModelAndAnnounce() {
   if (rank0_) {
     if (lora_.enabled) {
       LogInfo(absl::StrFormat(
-          "LoRA r %d alpha %g dropout %g on %s: %d trainable parameters (%.3f%%)%s", lora_.r,
+          "%s r %d alpha %g dropout %g on %s: %d trainable parameters (%.3f%%)%s",
+          lora_.nf4_base ? "QLoRA (NF4 base)" : "LoRA", lora_.r,
           lora_.alpha, lora_.dropout, absl::StrJoin(lora_.target_modules, ","), adapter,
           100.0 * static_cast<double>(adapter) / static_cast<double>(config_.NumParameters()),
           lora_.adapter_path.empty() ? "" : ", from " + lora_.adapter_path));
