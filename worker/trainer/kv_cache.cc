@@ -1,5 +1,7 @@
 #include "kv_cache.h"
 
+#include <ATen/core/grad_mode.h>
+
 #include <cmath>
 #include <limits>
 

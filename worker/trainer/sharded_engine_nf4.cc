@@ -1,6 +1,7 @@
 // The sharded engine's packed frozen flats: QLoRA's NF4 base (sharded_engine.h's file
 // comment has the format).
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 
 #include <algorithm>
 #include <cstring>

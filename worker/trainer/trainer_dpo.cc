@@ -14,6 +14,8 @@
 // the rank or micro-step), the mean the loss and the metrics report. The weight of a row
 // is a constant of its backward pass, so peft.dropout must be 0 (validation refuses
 // others): the gradient pass must compute what the policy pass did.
+#include <ATen/core/grad_mode.h>
+
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
