@@ -7,6 +7,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/core/grad_mode.h>
 #include <gtest/gtest.h>
 
 #include <string>
