@@ -1,5 +1,8 @@
 #include "worker/trainer_events.h"
 
+#include <algorithm>
+#include <cstdint>
+
 #include "nlohmann/json.hpp"
 
 namespace llamafleet::trainer_events {
@@ -171,6 +174,51 @@ std::string ToLine(const Progress& e) {
       .dump();
 }
 
+std::string ToLine(const Sample& e) {
+  json j{{"type", "sample"},   {"step", e.step},         {"index", e.index},
+         {"prompt", e.prompt}, {"text", e.text},         {"tokens", e.tokens},
+         {"stop_reason", e.stop_reason}};
+  if (!e.reference.empty()) j["reference"] = e.reference;
+  if (!e.scores.empty()) {
+    json scores = json::object();
+    for (const auto& [name, value] : e.scores) scores[name] = value;
+    j["scores"] = scores;
+  }
+  // Model output is any bytes: invalid UTF-8 must not make dump() throw.
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+namespace {
+
+// At most `limit` bytes of `s`, never ending inside a UTF-8 character.
+std::string Utf8Prefix(std::string s, size_t limit) {
+  if (s.size() <= limit) return s;
+  size_t end = limit;
+  while (end > 0 && (static_cast<unsigned char>(s[end]) & 0xC0) == 0x80) --end;
+  s.resize(end);
+  return s;
+}
+
+Sample ParseSample(const json& j) {
+  Sample e;
+  e.step = Int(j, "step");
+  e.index = static_cast<int32_t>(std::clamp<int64_t>(Int(j, "index"), 0, INT32_MAX));
+  e.prompt = Utf8Prefix(Str(j, "prompt"), kSampleTextBytes);
+  e.text = Utf8Prefix(Str(j, "text"), kSampleTextBytes);
+  e.tokens = Int(j, "tokens");
+  e.stop_reason = Str(j, "stop_reason").substr(0, 16);
+  e.reference = Utf8Prefix(Str(j, "reference"), kSampleTextBytes);
+  if (auto it = j.find("scores"); it != j.end() && it->is_object()) {
+    for (const auto& [name, value] : it->items()) {
+      if (e.scores.size() == kMaxSampleScores) break;
+      if (value.is_number()) e.scores.emplace_back(name.substr(0, 32), value.get<double>());
+    }
+  }
+  return e;
+}
+
+}  // namespace
+
 std::optional<Event> ParseLine(std::string_view line) {
   if (line.empty() || line.front() != '{') return std::nullopt;
   json j = json::parse(line.begin(), line.end(), nullptr, /*allow_exceptions=*/false);
@@ -208,6 +256,7 @@ std::optional<Event> ParseLine(std::string_view line) {
     return trainer_events::Eval{Int(j, "step"), Num(j, "loss"), Num(j, "perplexity"),
                                 Int(j, "tokens"), Str(j, "set").substr(0, 64)};
   }
+  if (type == "sample") return ParseSample(j);
   if (type != "event") return std::nullopt;
   const std::string event = Str(j, "event");
   if (event == "started") {

@@ -20,6 +20,9 @@
 //                      first; a run on its own prints "started" first)
 //   {"type":"event","event":"preempted", step, loss}
 //   {"type":"eval", step, loss, perplexity, tokens}
+//   {"type":"sample", step, index, prompt, text, tokens, stop_reason, reference, scores}
+//                      (eval.samples: one per prompt after each evaluation's "eval" lines;
+//                      reference and scores only when the prompt has a reference)
 //   {"type":"event","event":"stopped_early", step, best_step, best_loss, reason}
 //                      (training.early_stopping; "finished" follows)
 //   {"type":"event","event":"finished", steps, loss, export_dir}
@@ -37,6 +40,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -137,6 +141,22 @@ struct Eval {
   std::string set;
 };
 
+// One generation at an evaluation (eval.samples), from rank 0. ParseLine keeps at most
+// kSampleTextBytes of each text (cut at a UTF-8 character boundary) and kMaxSampleScores
+// scores, so a hostile line stays small.
+inline constexpr size_t kSampleTextBytes = 16 << 10;
+inline constexpr size_t kMaxSampleScores = 8;
+struct Sample {
+  int64_t step = 0;
+  int32_t index = 0;  // the prompt's position in the samples' prompt list
+  std::string prompt;  // as the model saw it (chat template applied)
+  std::string text;    // what the model wrote
+  int64_t tokens = 0;  // new tokens generated
+  std::string stop_reason;  // "eos", "stop" or "length"
+  std::string reference;    // empty when the prompt has none
+  std::vector<std::pair<std::string, double>> scores;  // e.g. {"exact_match", 1.0}
+};
+
 // Early stopping ended training after `step`; the run then finishes (export, "finished").
 struct StoppedEarly {
   int64_t step = 0;
@@ -174,7 +194,7 @@ struct Progress {
 
 using Event =
     std::variant<Started, Metrics, Resumed, CheckpointSaved, Phase, Preempted, Eval, StoppedEarly, Finished, Exit,
-                 Tokenizing, Progress>;
+                 Tokenizing, Progress, Sample>;
 
 // One JSON line (no trailing newline).
 std::string ToLine(const Started& e);
@@ -189,6 +209,7 @@ std::string ToLine(const StoppedEarly& e);
 std::string ToLine(const Finished& e);
 std::string ToLine(const Exit& e);
 std::string ToLine(const Progress& e);
+std::string ToLine(const Sample& e);
 
 // The event a stdout line carries; nullopt for anything else (plain text, other JSON,
 // malformed JSON). Missing or mistyped fields read as their defaults: a line comes from a

@@ -106,6 +106,35 @@ TEST(TrainerEventsTest, ProgressRoundTrips) {
   EXPECT_FALSE(std::get<Progress>(*e).in_collective);
 }
 
+TEST(TrainerEventsTest, SampleRoundTripsAndHostileTextStaysBounded) {
+  Sample in{40, 2, "Q: 2+2?", "4\xff", 3, "eos", "4", {{"exact_match", 1.0}, {"contains", 1.0}}};
+  auto parsed = ParseLine(ToLine(in));
+  ASSERT_TRUE(parsed.has_value());
+  const auto* s = std::get_if<Sample>(&*parsed);
+  ASSERT_NE(s, nullptr);
+  EXPECT_EQ(s->step, 40);
+  EXPECT_EQ(s->index, 2);
+  EXPECT_EQ(s->prompt, "Q: 2+2?");
+  EXPECT_EQ(s->text, "4\xef\xbf\xbd");  // the invalid byte replaced, not thrown on
+  EXPECT_EQ(s->stop_reason, "eos");
+  EXPECT_EQ(s->reference, "4");
+  ASSERT_EQ(s->scores.size(), 2u);
+
+  // 40 KiB of two-byte characters and 100 scores: cut to the bounds, on a character edge.
+  std::string big;
+  for (int i = 0; i < 20 << 10; ++i) big += "\xc3\xa9";
+  Sample huge{1, 0, big, big, 1, "length", big, {}};
+  for (int i = 0; i < 100; ++i) huge.scores.emplace_back("s" + std::to_string(i), i);
+  auto cut = ParseLine(ToLine(huge));
+  ASSERT_TRUE(cut.has_value());
+  const Sample& c = std::get<Sample>(*cut);
+  EXPECT_LE(c.text.size(), kSampleTextBytes);
+  EXPECT_EQ(c.text.size() % 2, 0u);
+  EXPECT_LE(c.prompt.size(), kSampleTextBytes);
+  EXPECT_LE(c.reference.size(), kSampleTextBytes);
+  EXPECT_EQ(c.scores.size(), kMaxSampleScores);
+}
+
 TEST(TrainerEventsTest, ExitRecordKeepsEveryCanonicalCode) {
   for (int c = 0; c <= 16; ++c) {
     const auto code = static_cast<absl::StatusCode>(c);
