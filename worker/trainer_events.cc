@@ -211,7 +211,7 @@ Sample ParseSample(const json& j) {
   if (auto it = j.find("scores"); it != j.end() && it->is_object()) {
     for (const auto& [name, value] : it->items()) {
       if (e.scores.size() == kMaxSampleScores) break;
-      if (value.is_number()) e.scores.emplace_back(name.substr(0, 32), value.get<double>());
+      if (value.is_number()) e.scores.emplace_back(Utf8Prefix(name, 32), value.get<double>());
     }
   }
   return e;
