@@ -11,6 +11,9 @@
 #   deploy/local/demo.sh --keep          # leave coordinator and workers running until Ctrl-C
 #   deploy/local/demo.sh --data FILE     # use your own prompt/completion JSONL
 #   deploy/local/demo.sh --lora          # a LoRA job: a PEFT adapter and the merged model
+#   deploy/local/demo.sh --chat          # the same sentences as conversations (data.format
+#                                        # chat, Llama 2's template, loss on the answers only),
+#                                        # and what the model writes before and after
 #
 # Building: installs only the packages building and running need
 # (deploy/local/install-deps.sh --build-only). A build directory configured for this
@@ -34,19 +37,26 @@ root=$(pwd -P)
 
 keep=0
 lora=0
+chat=0
 own_data=""
+usage="usage: deploy/local/demo.sh [--keep] [--lora] [--chat] [--data FILE]"
 while [ $# -gt 0 ]; do
   case "$1" in
     --keep) keep=1 ;;
     --lora) lora=1 ;;
+    --chat) chat=1 ;;
     --data)
-      [ $# -ge 2 ] || { echo "usage: deploy/local/demo.sh [--keep] [--lora] [--data FILE]" >&2; exit 2; }
+      [ $# -ge 2 ] || { echo "$usage" >&2; exit 2; }
       case "$2" in /*) own_data="$2" ;; *) own_data="$caller_dir/$2" ;; esac
       shift ;;
-    *) echo "usage: deploy/local/demo.sh [--keep] [--lora] [--data FILE]" >&2; exit 2 ;;
+    *) echo "$usage" >&2; exit 2 ;;
   esac
   shift
 done
+if [ "$chat" = 1 ] && [ -n "$own_data" ]; then
+  echo "demo: --chat makes its own conversations; --data takes prompt/completion JSONL" >&2
+  exit 2
+fi
 
 build_dir="${LLAMAFLEET_BUILD_DIR:-build}"
 case "$build_dir" in /*) ;; *) build_dir="$root/$build_dir" ;; esac
@@ -124,9 +134,39 @@ with open(out + "/train.jsonl", "w") as f:
 with open(out + "/eval.jsonl", "w") as f:
     for r in rows[:split]:
         f.write(json.dumps(r) + "\n")
+# The same split as conversations: a system turn, the sentence's first half as the user's
+# turn, the rest as the assistant's answer (data.format chat; the loss counts the answer).
+def chat(r):
+    return {"messages": [{"role": "system", "content": "Finish the sentence from the GNU GPL version 3."},
+                         {"role": "user", "content": r["prompt"].strip()},
+                         {"role": "assistant", "content": r["completion"]}]}
+for name, part in (("chat-train", rows[split:]), ("chat-eval", rows[:split])):
+    with open(f"{out}/{name}.jsonl", "w") as f:
+        for r in part:
+            f.write(json.dumps(chat(r)) + "\n")
+with open(out + "/chat-prompts.jsonl", "w") as f:
+    for r in rows[:2]:  # two held-out sentences, the answer left for the model to write
+        f.write(json.dumps({"messages": chat(r)["messages"][:2]}) + "\n")
 print(f"{len(rows) - split} training and {split} eval examples")
 PY
 fi
+# What the job trains on: prompt/completion pairs, or (--chat) the same pairs as
+# conversations rendered with Llama 2's chat template (the demo's tokenizer has no
+# template of its own).
+format=prompt_completion
+train_file="$demo/train.jsonl"
+eval_file="$demo/eval.jsonl"
+format_line="  format: prompt_completion"
+eval_flags=(--format prompt_completion)
+if [ "$chat" = 1 ]; then
+  format=chat
+  train_file="$demo/chat-train.jsonl"
+  eval_file="$demo/chat-eval.jsonl"
+  format_line="  format: chat
+  chat_template: llama2"
+  eval_flags=(--format chat --chat-template llama2)
+fi
+[ -n "$own_data" ] || eval_line="  eval_path: $eval_file"
 
 # The finetune starts from a small base model, not from random weights: the tiny preset
 # trained once on the license texts Debian ships other than the GPL family (the finetune
@@ -186,10 +226,25 @@ echo "base model: $base (the tiny preset trained on $(wc -l <"$base_cache/corpus
 before=""
 if [ -z "$own_data" ]; then
   before=$(OMP_NUM_THREADS=1 "$bin/llamafleet-train" eval --model "$demo/base" --tokenizer "$demo/tokenizer.model" \
-    --data "$demo/eval.jsonl" --format prompt_completion --seq-len 128 2>/dev/null |
+    --data "$eval_file" "${eval_flags[@]}" --seq-len 128 2>/dev/null |
     /usr/bin/python3 -c 'import json,sys; print(*["%.4f" % r["loss"] for r in map(json.loads, sys.stdin) if "loss" in r][-1:])' ||
     true)
   if [ -n "$before" ]; then echo "the base model's eval loss on the held-out GPL-3 sentences: $before"; fi
+fi
+# --chat: what a model writes for the two held-out prompts (greedy, through the template).
+show_answers() {  # $1: model directory
+  OMP_NUM_THREADS=1 "$bin/llamafleet-train" generate --model "$1" --tokenizer "$demo/tokenizer.model" \
+    --prompts "$demo/chat-prompts.jsonl" --chat --chat-template llama2 --max-new-tokens 24 2>/dev/null |
+    /usr/bin/python3 -c '
+import json, sys
+for line in sys.stdin:
+    r = json.loads(line)
+    if "stop_reason" in r:
+        print("  [%d] %s" % (r["index"], r["text"].strip()))' || true
+}
+if [ "$chat" = 1 ]; then
+  echo "what the base model answers to two held-out sentence starts:"
+  show_answers "$demo/base"
 fi
 
 # A fresh cluster per run. An earlier run's cluster is removed unless its coordinator
@@ -276,7 +331,7 @@ for _ in $(seq 1 100); do
 done
 "$cli" workers
 
-say "submitting a 2-node FULL_SHARD $([ "$lora" = 1 ] && echo "LoRA" || echo "full") finetuning job"
+say "submitting a 2-node FULL_SHARD $([ "$lora" = 1 ] && echo "LoRA" || echo "full") finetuning job on $format data"
 peft_block=""
 merge_line=""
 eval_block=""
@@ -299,9 +354,9 @@ model:
   path: $demo/base                  # the tiny preset (2 layers, dim 64) trained on license texts
   tokenizer: $demo/tokenizer.model
 data:
-  train_path: $demo/train.jsonl
+  train_path: $train_file
 $eval_line
-  format: prompt_completion
+$format_line
 training:
   max_steps: 60
   micro_batch_size: 4
@@ -360,13 +415,20 @@ if [ "$state" = SUCCEEDED ]; then
     echo
     echo "eval loss on the held-out GPL-3 sentences: $before (the base model) -> $after (the finetuned export)"
   fi
+  if [ "$chat" = 1 ]; then
+    echo
+    echo "what the finetuned model answers to the same two sentence starts:"
+    show_answers "$demo/export/$run"
+  fi
   echo
   echo "demo finished in $(($(date +%s) - start)) s (after the build${base_trained:+; including training the base model})"
   if [ "$keep" = 0 ]; then
     say "next steps"
     echo "  deploy/local/demo.sh --keep      # the same, and the cluster stays up for jobs of your own"
     echo "  deploy/local/demo.sh --lora      # a LoRA adapter on the same base model"
-    echo "  $bin/llamafleet-train eval --model $demo/export/$run --data $demo/eval.jsonl --format prompt_completion --seq-len 128"
+    echo "  deploy/local/demo.sh --chat      # the same sentences as conversations"
+    echo "  $bin/llamafleet-train eval --model $demo/export/$run --data $eval_file ${eval_flags[*]} --seq-len 128"
+    echo "  $bin/llamafleet-train generate --model $demo/export/$run --tokenizer $demo/tokenizer.model --prompt 'This License'"
     echo "  less $cluster/coordinator/logs/$job/attempt-1/rank-0.log   # what the trainer printed"
   fi
 else
