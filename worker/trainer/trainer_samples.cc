@@ -1,8 +1,11 @@
 // eval.samples in the trainer (eval_samples.h): the prompts read at start, and the samples
 // each evaluation makes on rank 0 from the model as it is at that step.
 #include <ATen/ATen.h>
+#include <unistd.h>
 
 #include <chrono>
+#include <fstream>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -13,6 +16,22 @@
 #include "util.h"
 
 namespace llamafleet::trainer {
+namespace {
+
+// MemAvailable of /proc/meminfo in bytes; the free pages where it cannot be read.
+uint64_t AvailableHostBytes() {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  uint64_t kib = 0;
+  std::string unit;
+  while (meminfo >> key >> kib >> unit) {
+    if (key == "MemAvailable:") return kib << 10;
+  }
+  return static_cast<uint64_t>(sysconf(_SC_AVPHYS_PAGES)) *
+         static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+}
+
+}  // namespace
 
 absl::Status Trainer::LoadSamples() {
   if (!opt_.samples.enabled()) return absl::OkStatus();
@@ -50,6 +69,22 @@ absl::Status Trainer::LoadSamples() {
 void Trainer::SampleAt(int64_t step) {
   if (sample_prompts_.empty()) return;  // alike on every rank
   const Clock::time_point start = Clock::now();
+  // Rank 0 holds the gathered copy in fp32 on the host (twice while a CPU device copies
+  // it): when its host lacks that memory, every rank skips this step (one all-reduce).
+  uint64_t numel = 0;
+  for (const UnitLayout& unit : MakeLayout(config_)) numel += static_cast<uint64_t>(unit.numel());
+  const uint64_t need = numel * sizeof(float) * (device_.is_cpu() ? 2 : 1);
+  const uint64_t available = rank0_ ? AvailableHostBytes() : 0;
+  if (engine_->AnyRank(rank0_ && need > available)) {
+    if (rank0_) {
+      LogWarning(
+          absl::StrFormat("eval.samples at step %d skipped: the full model's fp32 copy needs %.1f "
+                          "GiB of host memory, %.1f GiB "
+                          "are available",
+                          step, need / 1073741824.0, available / 1073741824.0));
+    }
+    return;
+  }
   // The full weights in the base layout (LoRA merged in): gathering a unit is collective,
   // rank 0 keeps them (fp32, on the host).
   std::vector<std::vector<at::Tensor>> params;
