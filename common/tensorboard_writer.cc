@@ -155,6 +155,28 @@ absl::Status TensorBoardWriter::AddScalar(absl::string_view tag, int64_t step, d
   return absl::OkStatus();
 }
 
+absl::Status TensorBoardWriter::AddText(absl::string_view tag, int64_t step, absl::string_view text,
+                                        double wall_time_s) {
+  if (!failed_.ok()) return failed_;
+  if (!fd_.valid()) return absl::FailedPreconditionError(absl::StrCat(path_, ": closed"));
+  if (tag.empty())
+    return absl::InvalidArgumentError(absl::StrCat(path_, ": a text summary needs a tag"));
+  tensorboard::Event event;
+  event.set_wall_time(wall_time_s == 0 ? NowSeconds() : wall_time_s);
+  event.set_step(step);
+  tensorboard::Summary::Value* v = event.mutable_summary()->add_value();
+  v->set_tag(std::string(tag));
+  v->mutable_metadata()->mutable_plugin_data()->set_plugin_name("text");
+  v->mutable_metadata()->set_data_class(tensorboard::DATA_CLASS_TENSOR);
+  tensorboard::TensorProto* t = v->mutable_tensor();
+  t->set_dtype(tensorboard::DT_STRING);
+  t->mutable_tensor_shape();  // present and empty: a scalar
+  t->add_string_val(std::string(text));
+  AppendRecord(event.SerializeAsString());
+  if (buffer_.size() > kAutoFlushBytes) return Flush();
+  return absl::OkStatus();
+}
+
 absl::Status TensorBoardWriter::Flush() {
   if (!failed_.ok()) return failed_;
   if (buffer_.empty()) return absl::OkStatus();

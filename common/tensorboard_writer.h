@@ -1,7 +1,7 @@
 #ifndef LLAMAFLEET_COMMON_TENSORBOARD_WRITER_H_
 #define LLAMAFLEET_COMMON_TENSORBOARD_WRITER_H_
 
-// Scalars as TensorBoard reads them: one events file per writer,
+// Scalars and text as TensorBoard reads them: one events file per writer,
 // `<run dir>/events.out.tfevents.<unix seconds>.<hostname>`, so `tensorboard --logdir ROOT`
 // shows each run directory below ROOT as one run. The trainer's rank 0 writes one run per
 // attempt of a job, `<checkpoint dir>/tensorboard/attempt-<N>` (TensorBoardAttemptDir).
@@ -10,7 +10,8 @@
 //   uint64 length (little endian) | uint32 masked CRC-32C of those 8 bytes |
 //   `length` bytes: a serialized tensorboard.Event | uint32 masked CRC-32C of the data
 // (common/crc32c.h), the first Event carrying file_version "brain.Event:2", each later one a
-// Summary with one simple_value (a float: values are rounded to float precision).
+// Summary with one simple_value (a float: values are rounded to float precision) or one
+// text summary (AddText).
 //
 // Records are buffered in memory until Flush() (or more than kAutoFlushBytes are waiting) and
 // then written with write(2), whole: callers flush after each metrics line, so a crash loses
@@ -74,6 +75,13 @@ class TensorBoardWriter {
   // shows them). Writes the
   // buffer when it holds more than kAutoFlushBytes, and then returns Flush()'s error.
   absl::Status AddScalar(absl::string_view tag, int64_t step, double value, double wall_time_s = 0);
+
+  // Buffers one text summary, as TensorBoard's text plugin reads it (its Text tab renders
+  // Markdown): Event{wall_time, step, Summary{Value{tag, metadata{plugin_data{"text"},
+  // DATA_CLASS_TENSOR}, tensor{DT_STRING, scalar shape, string_val [text]}}}}. `text` is
+  // bytes as given (TensorBoard expects UTF-8). Errors and flushing as AddScalar.
+  absl::Status AddText(absl::string_view tag, int64_t step, absl::string_view text,
+                       double wall_time_s = 0);
 
   // Writes every buffered record with write(2) (retrying short writes and EINTR); no fsync.
   // After a failed write the file may end in a partial record, so the writer stops: this

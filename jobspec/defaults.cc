@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "jobspec/dependencies.h"
+#include "jobspec/eval_samples.h"
 #include "jobspec/jobspec.h"
 
 namespace llamafleet {
@@ -108,6 +109,7 @@ void ApplyDefaults(v1::JobSpec* spec) {
   if (o->export_dtype() == v1::PRECISION_UNSPECIFIED) o->set_export_dtype(v1::BF16);
   if (!o->has_max_shard_size_mb()) o->set_max_shard_size_mb(5120);
   if (o->export_() == v1::EXPORT_CHOICE_UNSPECIFIED) o->set_export_(v1::LAST);
+  ApplyEvalSamplesDefaults(spec);
   v1::PeftSpec* peft = spec->mutable_peft();
   if ((peft->method() == "lora" || peft->method() == "qlora") && peft->adapter_path().empty()) {
     // llama-recipes' lora_config; with adapter_path the adapter's own values apply.

@@ -11,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "jobspec/data_sources.h"
 #include "jobspec/dependencies.h"
+#include "jobspec/eval_samples.h"
 #include "jobspec/field_violations.h"
 #include "jobspec/jobspec.h"
 #include "jobspec/memory_fit.h"
@@ -607,6 +608,7 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec, absl::string_view path_pre
   CheckOutput(spec, v);
   CheckPeft(spec, v);
   CheckExport(spec, v);
+  jobspec_internal::CheckEvalSamples(spec, v);
   // The named instance type: enough GPUs, and GPUs that hold the memory estimate (checked
   // last, on an otherwise valid spec, so the estimate reads sane values).
   if (v.empty() && !spec.resources().instance_type().empty()) {

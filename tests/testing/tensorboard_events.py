@@ -12,8 +12,13 @@ where masked(crc) = ((crc >> 15) | (crc << 17)) + 0xa282ead8 (mod 2**32). Each r
 is a tensorboard.Event:
     Event   { double wall_time = 1; int64 step = 2; string file_version = 3; Summary summary = 5; }
     Summary { repeated Value value = 1; }
-    Value   { string tag = 1; float simple_value = 2; }
-Other fields are skipped; a Value without simple_value (histograms, tensors, ...) is ignored.
+    Value   { string tag = 1; float simple_value = 2; TensorProto tensor = 8;
+              SummaryMetadata metadata = 9; }
+    SummaryMetadata { PluginData plugin_data = 1; }   PluginData { string plugin_name = 1; }
+    TensorProto { DataType dtype = 1; repeated bytes string_val = 8; }   (DT_STRING = 7)
+A Value with metadata.plugin_data.plugin_name "text" and a DT_STRING tensor is a text
+summary (TensorBoard's text plugin; its text is string_val[0], UTF-8). Other fields are
+skipped; any other Value (histograms, other tensors, ...) is ignored.
 
 Contract:
   * A CRC that does not match, a record whose data is not a well-formed Event, or a length
@@ -31,6 +36,7 @@ Use:
     python3 tensorboard_events.py --dump PATH    one tab-separated line per fact, for tests:
         file    RUN  FILE  FILE_VERSION  RECORDS
         scalar  RUN  TAG   STEP  VALUE  WALL_TIME     (VALUE, WALL_TIME as Python repr)
+        text    RUN  TAG   STEP  HEX                   (the text's UTF-8 bytes in lowercase hex)
         truncated  RUN  FILE  OFFSET  REASON
 Exit status 0; 1 with "tensorboard_events.py: error: ..." on stderr; 2 for a usage error.
 """
@@ -130,8 +136,38 @@ def _expect(number, wire, want):
         raise _DecodeError("field %d has wire type %d, expected %d" % (number, wire, want))
 
 
+DT_STRING = 7
+
+
+def _plugin_name(buf):
+    """metadata.plugin_data.plugin_name of a SummaryMetadata, or None."""
+    name = None
+    for number, wire, value in _fields(buf):
+        if number == 1:
+            _expect(number, wire, 2)
+            for n, w, v in _fields(value):
+                if n == 1:
+                    _expect(n, w, 2)
+                    name = v.decode("utf-8")
+    return name
+
+
+def _string_tensor(buf):
+    """string_val[0] of a DT_STRING TensorProto (bytes), or None."""
+    dtype, values = 0, []
+    for number, wire, value in _fields(buf):
+        if number == 1:
+            _expect(number, wire, 0)
+            dtype = value
+        elif number == 8:
+            _expect(number, wire, 2)
+            values.append(value)
+    return values[0] if dtype == DT_STRING and len(values) == 1 else None
+
+
 def _decode_value(buf):
-    tag, simple = None, None
+    """(tag, simple_value or None, text or None)."""
+    tag, simple, plugin, text = None, None, None, None
     for number, wire, value in _fields(buf):
         if number == 1:
             _expect(number, wire, 2)
@@ -139,13 +175,19 @@ def _decode_value(buf):
         elif number == 2:
             _expect(number, wire, 5)
             simple = struct.unpack("<f", value)[0]
-    return tag, simple
+        elif number == 8:
+            _expect(number, wire, 2)
+            text = _string_tensor(value)
+        elif number == 9:
+            _expect(number, wire, 2)
+            plugin = _plugin_name(value)
+    return tag, simple, text.decode("utf-8") if plugin == "text" and text is not None else None
 
 
 def decode_event(buf):
-    """A dict: wall_time (float), step (int), file_version (str or None), and values, a
-    list of (tag, simple_value) from its summary."""
-    event = {"wall_time": 0.0, "step": 0, "file_version": None, "values": []}
+    """A dict: wall_time (float), step (int), file_version (str or None), values, a list
+    of (tag, simple_value) from its summary, and texts, a list of (tag, text)."""
+    event = {"wall_time": 0.0, "step": 0, "file_version": None, "values": [], "texts": []}
     for number, wire, value in _fields(buf):
         if number == 1:
             _expect(number, wire, 1)
@@ -161,9 +203,11 @@ def decode_event(buf):
             for n, w, v in _fields(value):
                 if n == 1:
                     _expect(n, w, 2)
-                    tag, simple = _decode_value(v)
+                    tag, simple, text = _decode_value(v)
                     if tag is not None and simple is not None:
                         event["values"].append((tag, simple))
+                    if tag is not None and text is not None:
+                        event["texts"].append((tag, text))
     return event
 
 
@@ -204,6 +248,7 @@ class Events:
     """What one run (a file, or the event files of one directory) holds.
 
     scalars:       {tag: [(step, value, wall_time), ...]} in file order, files by name
+    texts:         {tag: [(step, text, wall_time), ...]} likewise (text summaries)
     file_versions: {file: file_version or None}
     records:       {file: whole records read}
     truncated:     [(file, offset, reason)] for files that end inside a record
@@ -211,6 +256,7 @@ class Events:
 
     def __init__(self):
         self.scalars = {}
+        self.texts = {}
         self.file_versions = {}
         self.records = {}
         self.truncated = []
@@ -242,6 +288,8 @@ class Events:
                 self.file_versions[path] = event["file_version"]
             for tag, value in event["values"]:
                 self.scalars.setdefault(tag, []).append((event["step"], value, event["wall_time"]))
+            for tag, text in event["texts"]:
+                self.texts.setdefault(tag, []).append((event["step"], text, event["wall_time"]))
 
 
 def _is_events_file(name):
@@ -285,6 +333,9 @@ def _dump(runs, out):
         for tag in sorted(events.scalars):
             for step, value, wall in events.scalars[tag]:
                 out.write("scalar\t%s\t%s\t%d\t%r\t%r\n" % (run, tag, step, value, wall))
+        for tag in sorted(events.texts):
+            for step, text, _ in events.texts[tag]:
+                out.write("text\t%s\t%s\t%d\t%s\n" % (run, tag, step, text.encode("utf-8").hex()))
         for path, offset, reason in events.truncated:
             out.write("truncated\t%s\t%s\t%d\t%s\n" % (run, path, offset, reason))
 
@@ -298,6 +349,10 @@ def _summary(runs, out):
         for tag in sorted(events.scalars):
             points = events.scalars[tag]
             out.write("  %-32s %6d points, steps %d..%d\n"
+                      % (tag, len(points), points[0][0], points[-1][0]))
+        for tag in sorted(events.texts):
+            points = events.texts[tag]
+            out.write("  %-32s %6d texts,  steps %d..%d\n"
                       % (tag, len(points), points[0][0], points[-1][0]))
         for path, offset, reason in events.truncated:
             out.write("  truncated: %s at byte offset %d (%s)\n" % (path, offset, reason))

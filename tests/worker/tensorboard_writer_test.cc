@@ -24,6 +24,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -45,10 +46,19 @@ struct Point {
   double wall_time = 0;
 };
 
+// One "text" line of the reader's --dump: run, tag, step, the text (decoded from hex).
+struct Text {
+  std::string run;
+  std::string tag;
+  int64_t step = 0;
+  std::string text;
+};
+
 struct Dump {
   int exit_code = -1;
   std::string err;
   std::vector<Point> points;
+  std::vector<Text> texts;
   std::vector<std::vector<std::string>> files;      // run, path, file_version, records
   std::vector<std::vector<std::string>> truncated;  // run, path, offset, reason
 };
@@ -71,6 +81,11 @@ Dump ReadWithPython(const std::string& path) {
       EXPECT_TRUE(absl::SimpleAtod(f[4], &p.value)) << line;
       EXPECT_TRUE(absl::SimpleAtod(f[5], &p.wall_time)) << line;
       dump.points.push_back(p);
+    } else if (f[0] == "text" && f.size() == 5) {
+      Text t{f[1], f[2]};
+      EXPECT_TRUE(absl::SimpleAtoi(f[3], &t.step)) << line;
+      t.text = absl::HexStringToBytes(f[4]);
+      dump.texts.push_back(t);
     } else if (f[0] == "file" && f.size() == 5) {
       dump.files.emplace_back(f.begin() + 1, f.end());
     } else if (f[0] == "truncated" && f.size() == 5) {
@@ -214,6 +229,35 @@ TEST(TensorBoardWriterTest, DestructorFlushesAndAnEmptyTagIsRefused) {
   ASSERT_EQ(dump.points.size(), 2u);
   EXPECT_EQ(dump.points[1].step, 2);
   EXPECT_EQ(dump.points[1].value, 1.5);
+}
+
+// A text summary (Markdown with a table, newlines, tabs and UTF-8) reads back as the text
+// plugin's: plugin_name "text", a DT_STRING tensor holding the bytes as given, among scalars.
+TEST(TensorBoardWriterTest, TextSummariesReadBackAsTheTextPlugin) {
+  if (!HavePython()) GTEST_SKIP() << "no python3 for the reader";
+  testing::TempDir tmp;
+  const std::string table = "| prompt | text |\n|---|---|\n| caf\xc3\xa9\t? | a \\| b |\n";
+  {
+    absl::StatusOr<std::unique_ptr<TensorBoardWriter>> w =
+        TensorBoardWriter::Open(tmp.path() + "/run");
+    ASSERT_TRUE(w.ok()) << w.status();
+    EXPECT_EQ((*w)->AddText("", 1, "x").code(), absl::StatusCode::kInvalidArgument);
+    ASSERT_TRUE((*w)->AddScalar("eval/loss", 2, 1.5).ok());
+    ASSERT_TRUE((*w)->AddText("samples", 2, table).ok());
+    ASSERT_TRUE((*w)->AddText("samples", 4, "").ok());
+    ASSERT_TRUE((*w)->Close().ok());
+    EXPECT_EQ((*w)->AddText("samples", 5, "x").code(), absl::StatusCode::kFailedPrecondition);
+  }
+  Dump dump = ReadWithPython(tmp.path() + "/run");
+  ASSERT_EQ(dump.exit_code, 0) << dump.err;
+  ASSERT_EQ(dump.points.size(), 1u);
+  ASSERT_EQ(dump.texts.size(), 2u);
+  EXPECT_EQ(dump.texts[0].tag, "samples");
+  EXPECT_EQ(dump.texts[0].step, 2);
+  EXPECT_EQ(dump.texts[0].text, table);
+  EXPECT_EQ(dump.texts[1].step, 4);
+  EXPECT_EQ(dump.texts[1].text, "");
+  EXPECT_EQ(dump.files[0][3], "4");  // file_version, the scalar, two texts
 }
 
 TEST(TensorBoardWriterTest, ClosedWriterRefusesScalars) {

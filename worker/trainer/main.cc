@@ -36,6 +36,7 @@
 #include "worker/trainer_events.h"
 
 #ifdef LLAMAFLEET_HAVE_JOBSPEC
+#include "jobspec/eval_samples.h"
 #include "jobspec/jobspec.h"
 #endif
 
@@ -208,6 +209,15 @@ absl::StatusOr<lt::TrainOptions> OptionsFromSpecFile(const std::string& path,
   if (t.dpo().has_beta()) o.dpo_beta = t.dpo().beta();
   o.dpo_label_smoothing = t.dpo().label_smoothing();
   o.export_best = spec.output().export_() == v1::BEST;
+  if (llamafleet::HasEvalSamples(spec)) {
+    const v1::SamplesSpec& s = spec.eval().samples();
+    o.samples.prompts_path = s.prompts();
+    o.samples.from_eval = s.from_eval();
+    o.samples.max_new_tokens =
+        s.has_max_new_tokens() ? s.max_new_tokens() : llamafleet::kDefaultSampleNewTokens;
+    o.samples.temperature = s.temperature();
+    o.samples.score.assign(s.score().begin(), s.score().end());
+  }
   ApplyFsdpSpec(spec.fsdp(), &o);
   o.tensor_parallel = llamafleet::TensorParallelOf(spec);  // 1 when the spec has no parallelism block
   o.checkpoint_dir = spec.checkpoint().dir();

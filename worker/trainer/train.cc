@@ -421,7 +421,8 @@ absl::Status CheckJobPaths(const TrainOptions& opt, bool rank0) {
     fields.insert(fields.end(), {{"checkpoint.dir", opt.checkpoint_dir},
                                  {"checkpoint.resume", opt.resume},
                                  {"output.export_dir", opt.export_dir},
-                                 {"peft.adapter_path", opt.lora.adapter_path}});
+                                 {"peft.adapter_path", opt.lora.adapter_path},
+                                 {"eval.samples.prompts", opt.samples.prompts_path}});
     for (const auto& [field, value] : fields) {
       if (value.empty() || (value == "latest" && field == "checkpoint.resume")) continue;
       LF_RETURN_IF_ERROR(worker::CheckPathInRoots(field, value, opt.path_roots));

@@ -16,6 +16,7 @@
 #include "absl/status/statusor.h"
 #include "config.h"
 #include "data.h"
+#include "eval_samples.h"
 #include "lora.h"
 #include "safetensors.h"
 #include "jobspec/memory_estimate.h"
@@ -112,6 +113,8 @@ struct TrainOptions {
   int early_stopping_patience = 0;
   double early_stopping_min_delta = 0.0;
   bool export_best = false;     // export the weights of the lowest-eval-loss checkpoint, not the last
+  // eval.samples (eval_samples.h): generations by rank 0 after each evaluation's loss.
+  EvalSamplesOptions samples;
   std::string compute_dtype = "fp32";  // fp32 | bf16: activations and gathered params
   bool shuffle = true;          // shuffle rows each epoch
   std::string checkpoint_dir;   // where step-N checkpoints go ("" = none)

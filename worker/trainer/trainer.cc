@@ -71,6 +71,16 @@ void Trainer::ToTensorBoard(int64_t step,
   }
 }
 
+void Trainer::ToTensorBoardText(int64_t step, const std::string& tag, const std::string& markdown) {
+  if (!tensorboard_) return;
+  absl::Status s = tensorboard_->AddText(tag, step, markdown);
+  if (s.ok()) s = tensorboard_->Flush();
+  if (!s.ok()) {
+    LogWarning(absl::StrCat("TensorBoard events stopped: ", s.message()));
+    tensorboard_.reset();
+  }
+}
+
 void Trainer::FlushPhases() {
   for (const std::string& line : pending_phases_) EmitJsonLine(line);
   pending_phases_.clear();
@@ -395,6 +405,7 @@ bool Trainer::EvaluateAt(int64_t step) {
     const std::string tag = name.empty() ? "eval" : absl::StrCat("eval/", name);
     ToTensorBoard(step, {{tag + "/loss", e.loss}, {tag + "/perplexity", e.perplexity}});
   }
+  SampleAt(step);
   last_eval_step_ = step;
   last_eval_loss_ = r.loss;
   // Every rank computes the same all-reduced loss, so every rank decides alike.

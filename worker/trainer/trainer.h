@@ -87,6 +87,14 @@ class Trainer {
   // One evaluation after `step` steps, on every rank: reported by rank 0, the best and
   // early stopping's count updated. True when early stopping says to stop here.
   bool EvaluateAt(int64_t step);
+  // eval.samples: the prompts (every rank reads them, so a bad file fails every rank alike)
+  // and the EOS ids generation stops on (trainer_samples.cc).
+  absl::Status LoadSamples();
+  // eval.samples after the evaluation at `step`, on every rank: the full weights gathered
+  // (collective) into a plain model on rank 0's device (LoRA merged in), which generates and
+  // prints the "sample" lines and the TensorBoard table while the others wait in one
+  // all-reduce. A failure on rank 0 (e.g. out of memory) is a warning and skips the step.
+  void SampleAt(int64_t step);
   // The training sources and eval sets, tokenized (each cached once), and the samplers.
   absl::Status LoadData(int dp_world);
   // Rows per optimizer step over all ranks (either sampler's); pairs with DPO.
@@ -102,6 +110,7 @@ class Trainer {
   // failed write is logged once and ends the file, never the training).
   void OpenTensorBoard();
   void ToTensorBoard(int64_t step, const std::vector<std::pair<std::string, double>>& scalars);
+  void ToTensorBoardText(int64_t step, const std::string& tag, const std::string& markdown);
   void PhaseDone(const std::string& phase, const std::string& detail);
   void FlushPhases();
 
@@ -134,6 +143,9 @@ class Trainer {
     LoadedData data;
   };
   std::vector<NamedEval> eval_;  // the first decides early stopping and export_best
+  // eval.samples' prompts (empty: none) and the ids generation stops on.
+  std::vector<SamplePrompt> sample_prompts_;
+  std::vector<int32_t> sample_eos_ids_;
   int64_t grad_accum_ = 1;
   std::optional<Sampler> sampler_;         // one training source: today's order
   std::optional<MixtureSampler> mixture_;  // several

@@ -26,6 +26,7 @@ absl::Status Trainer::Setup() {
   LF_RETURN_IF_ERROR(CheckOptionsAndDevice());
   std::unique_ptr<HfModelDir> hf;
   LF_RETURN_IF_ERROR(LoadModelShapeAndData(&hf));
+  LF_RETURN_IF_ERROR(LoadSamples());
   LF_RETURN_IF_ERROR(CreateEngine(hf.get()));
   hf.reset();  // unmap the source files
   CreateModelAndAnnounce();
@@ -66,15 +67,17 @@ absl::Status Trainer::CheckOptionsAndDevice() {
 }
 
 absl::Status Trainer::LoadModelShapeAndData(std::unique_ptr<HfModelDir>* hf) {
+  // Samples are text: they need the tokenizer even beside pre-tokenized data.
+  const bool needs_tokenizer = DataNeedsTokenizer(opt_) || opt_.samples.enabled();
   if (!opt_.model_path.empty()) {
     LF_ASSIGN_OR_RETURN(*hf, HfModelDir::Open(opt_.model_path));
     config_ = (*hf)->config();
   } else {
     LF_ASSIGN_OR_RETURN(config_, PresetConfig(opt_.preset));
-    if (PresetTakesTokenizerVocab(opt_.preset) && DataNeedsTokenizer(opt_)) config_.vocab_size = 0;
+    if (PresetTakesTokenizerVocab(opt_.preset) && needs_tokenizer) config_.vocab_size = 0;
   }
   absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer =
-      MaybeLoadTokenizer(DataNeedsTokenizer(opt_) ? DataFormat::kText : DataFormat::kTokens,
+      MaybeLoadTokenizer(needs_tokenizer ? DataFormat::kText : DataFormat::kTokens,
                          opt_.tokenizer_path, opt_.model_path, &config_);
   // Pre-tokenized preference pairs need no tokenizer: a model directory without one is
   // fine (text and messages pairs then name what is missing).
