@@ -36,6 +36,7 @@
 #include "worker/trainer_events.h"
 
 #ifdef LLAMAFLEET_HAVE_JOBSPEC
+#include "jobspec/job_kind.h"
 #include "jobspec/jobspec.h"
 #endif
 
@@ -168,6 +169,7 @@ absl::StatusOr<lt::TrainOptions> OptionsFromSpecFile(const std::string& path,
   o.tokenizer_path = spec.model().tokenizer();
   o.train_path = spec.data().train_path();
   o.eval_path = spec.data().eval_path();
+  o.evaluate_only = llamafleet::IsEvaluateJob(spec);
   o.format = static_cast<lt::DataFormat>(spec.data().format());
   o.chat_template = spec.data().chat_template();
   if (spec.data().train_on() != v1::TRAIN_ON_UNSPECIFIED) {
