@@ -515,18 +515,16 @@ std::string DescribeJob(const v1::Job& job, const std::vector<v1::JobEvent>& eve
 
   if (job.has_latest_metrics()) {
     const v1::JobMetricsPoint& m = job.latest_metrics();
+    std::vector<std::vector<std::string>> metrics = {
+        {"Step:", m.total_steps() > 0 ? absl::StrCat(m.step(), "/", m.total_steps())
+                                      : absl::StrCat(m.step())},
+        {"Attempt:", absl::StrCat(m.attempt())},
+        {"Loss:", FormatLoss(m.loss())},
+        {"Learning rate:", absl::StrFormat("%.3g", m.lr())},
+        {"Tokens/s:", FormatCount(std::llround(m.tokens_per_second()))},
+    };
     // An evaluation job trains no step: its metrics are its evaluation's.
-    std::vector<std::vector<std::string>> metrics = {{"Attempt:", absl::StrCat(m.attempt())}};
-    if (!IsEvaluateJob(spec)) {
-      metrics = {
-          {"Step:", m.total_steps() > 0 ? absl::StrCat(m.step(), "/", m.total_steps())
-                                        : absl::StrCat(m.step())},
-          {"Attempt:", absl::StrCat(m.attempt())},
-          {"Loss:", FormatLoss(m.loss())},
-          {"Learning rate:", absl::StrFormat("%.3g", m.lr())},
-          {"Tokens/s:", FormatCount(std::llround(m.tokens_per_second()))},
-      };
-    }
+    if (IsEvaluateJob(spec)) metrics = {metrics[1]};
     if (m.grad_norm() != 0)
       metrics.push_back({"Grad norm:", absl::StrFormat("%.4g", m.grad_norm())});
     if (m.tflops() != 0) metrics.push_back({"TFLOPS:", absl::StrFormat("%.1f", m.tflops())});
