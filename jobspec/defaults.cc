@@ -4,6 +4,7 @@
 
 #include "jobspec/dependencies.h"
 #include "jobspec/eval_samples.h"
+#include "jobspec/job_kind.h"
 #include "jobspec/jobspec.h"
 
 namespace llamafleet {
@@ -16,32 +17,10 @@ v1::ActivationCheckpointingMode ActivationCheckpointingOf(const v1::FsdpSpec& fs
   return v1::AC_FULL;
 }
 
-void ApplyDefaults(v1::JobSpec* spec) {
-  if (spec->queue().empty()) spec->set_queue("default");
-  for (v1::JobDependency& d : *spec->mutable_depends_on()) {
-    if (d.on().empty()) d.set_on(kDependsOnSucceeded);
-  }
-  if (spec->data().format() == v1::DATA_FORMAT_UNSPECIFIED) {
-    spec->mutable_data()->set_format(v1::TEXT);
-  }
-  // train_on is set for every format (only CHAT reads it): an enum left at 0 would print as
-  // TRAIN_ON_UNSPECIFIED in MessageToJson, which no parse accepts back.
-  v1::DataSpec* d = spec->mutable_data();
-  if (d->train_on() == v1::TRAIN_ON_UNSPECIFIED) d->set_train_on(v1::ASSISTANT);
-  // Each source and set without its own format takes data.format.
-  bool chat = d->format() == v1::CHAT;
-  for (v1::DataSource& s : *d->mutable_train()) {
-    if (s.format() == v1::DATA_FORMAT_UNSPECIFIED) s.set_format(d->format());
-    if (!s.has_weight()) s.set_weight(1.0);
-    chat = chat || s.format() == v1::CHAT;
-  }
-  for (v1::EvalSet& s : *d->mutable_eval()) {
-    if (s.format() == v1::DATA_FORMAT_UNSPECIFIED) s.set_format(d->format());
-    chat = chat || s.format() == v1::CHAT;
-  }
-  if ((chat || d->format() == v1::PREFERENCE) && d->chat_template().empty())
-    d->set_chat_template("model");
+namespace {
 
+// The training block of a job that trains.
+void TrainingDefaults(v1::JobSpec* spec) {
   v1::TrainingSpec* t = spec->mutable_training();
   if (!t->has_epochs() && t->max_steps() == 0) t->set_epochs(1);
   if (!t->has_micro_batch_size()) t->set_micro_batch_size(4);
@@ -79,6 +58,63 @@ void ApplyDefaults(v1::JobSpec* spec) {
   if (t->has_early_stopping() && t->early_stopping().metric() == v1::EARLY_STOPPING_METRIC_UNSPECIFIED) {
     t->mutable_early_stopping()->set_metric(v1::EVAL_LOSS);
   }
+}
+
+// The output block and the LoRA settings of a new adapter: read only by a job that trains.
+void TrainingOnlyDefaults(v1::JobSpec* spec) {
+  v1::OutputSpec* o = spec->mutable_output();
+  if (o->export_dtype() == v1::PRECISION_UNSPECIFIED) o->set_export_dtype(v1::BF16);
+  if (!o->has_max_shard_size_mb()) o->set_max_shard_size_mb(5120);
+  if (o->export_() == v1::EXPORT_CHOICE_UNSPECIFIED) o->set_export_(v1::LAST);
+  v1::PeftSpec* peft = spec->mutable_peft();
+  if ((peft->method() == "lora" || peft->method() == "qlora") && peft->adapter_path().empty()) {
+    // llama-recipes' lora_config; with adapter_path the adapter's own values apply.
+    if (!peft->has_r()) peft->set_r(8);
+    if (!peft->has_alpha()) peft->set_alpha(32);
+    // DPO takes its gradient in a second forward pass, which must compute what the first
+    // did: no dropout.
+    if (!peft->has_dropout()) peft->set_dropout(spec->training().objective() == "dpo" ? 0.0 : 0.05);
+    if (peft->target_modules_size() == 0) {
+      peft->add_target_modules("q_proj");
+      peft->add_target_modules("v_proj");
+    }
+  }
+}
+
+}  // namespace
+
+void ApplyDefaults(v1::JobSpec* spec) {
+  if (spec->queue().empty()) spec->set_queue("default");
+  for (v1::JobDependency& d : *spec->mutable_depends_on()) {
+    if (d.on().empty()) d.set_on(kDependsOnSucceeded);
+  }
+  if (spec->data().format() == v1::DATA_FORMAT_UNSPECIFIED) {
+    spec->mutable_data()->set_format(v1::TEXT);
+  }
+  // train_on is set for every format (only CHAT reads it): an enum left at 0 would print as
+  // TRAIN_ON_UNSPECIFIED in MessageToJson, which no parse accepts back.
+  v1::DataSpec* d = spec->mutable_data();
+  if (d->train_on() == v1::TRAIN_ON_UNSPECIFIED) d->set_train_on(v1::ASSISTANT);
+  // Each source and set without its own format takes data.format.
+  bool chat = d->format() == v1::CHAT;
+  for (v1::DataSource& s : *d->mutable_train()) {
+    if (s.format() == v1::DATA_FORMAT_UNSPECIFIED) s.set_format(d->format());
+    if (!s.has_weight()) s.set_weight(1.0);
+    chat = chat || s.format() == v1::CHAT;
+  }
+  for (v1::EvalSet& s : *d->mutable_eval()) {
+    if (s.format() == v1::DATA_FORMAT_UNSPECIFIED) s.set_format(d->format());
+    chat = chat || s.format() == v1::CHAT;
+  }
+  if ((chat || d->format() == v1::PREFERENCE) && d->chat_template().empty())
+    d->set_chat_template("model");
+
+  const bool evaluate = IsEvaluateJob(*spec);
+  if (evaluate) {
+    jobspec_internal::ApplyEvaluateDefaults(spec);
+  } else {
+    TrainingDefaults(spec);
+  }
 
   v1::FsdpSpec* f = spec->mutable_fsdp();
   if (f->sharding() == v1::SHARDING_STRATEGY_UNSPECIFIED) f->set_sharding(v1::FULL_SHARD);
@@ -105,24 +141,9 @@ void ApplyDefaults(v1::JobSpec* spec) {
   if (!p->has_restart_backoff_seconds()) p->set_restart_backoff_seconds(30);
   if (!p->has_stall_timeout_seconds()) p->set_stall_timeout_seconds(300);
 
-  v1::OutputSpec* o = spec->mutable_output();
-  if (o->export_dtype() == v1::PRECISION_UNSPECIFIED) o->set_export_dtype(v1::BF16);
-  if (!o->has_max_shard_size_mb()) o->set_max_shard_size_mb(5120);
-  if (o->export_() == v1::EXPORT_CHOICE_UNSPECIFIED) o->set_export_(v1::LAST);
-  ApplyEvalSamplesDefaults(spec);
-  v1::PeftSpec* peft = spec->mutable_peft();
-  if ((peft->method() == "lora" || peft->method() == "qlora") && peft->adapter_path().empty()) {
-    // llama-recipes' lora_config; with adapter_path the adapter's own values apply.
-    if (!peft->has_r()) peft->set_r(8);
-    if (!peft->has_alpha()) peft->set_alpha(32);
-    // DPO takes its gradient in a second forward pass, which must compute what the first
-    // did: no dropout.
-    if (!peft->has_dropout()) peft->set_dropout(spec->training().objective() == "dpo" ? 0.0 : 0.05);
-    if (peft->target_modules_size() == 0) {
-      peft->add_target_modules("q_proj");
-      peft->add_target_modules("v_proj");
-    }
-  }
+  ApplyEvalSamplesDefaults(spec);  // both kinds: an evaluation job generates samples too
+  if (!evaluate) TrainingOnlyDefaults(spec);
+  const v1::PeftSpec* peft = &spec->peft();
   if (peft->method().empty() && peft->ByteSizeLong() == 0) spec->clear_peft();
   // An empty parallelism block is the default (tensor_parallel 1, read by TensorParallelOf).
   if (spec->has_parallelism() && spec->parallelism().ByteSizeLong() == 0) spec->clear_parallelism();

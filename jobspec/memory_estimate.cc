@@ -181,13 +181,17 @@ MemoryEstimate EstimateMemory(const MemoryInputs& in) {
   const int64_t communication =
       inflight * r * (in.gpu ? 1 : 2) + (n > 1 ? (inflight * r + n - 1) / n : 0) + tp_all_reduce;
   e.peak_phase = "backward";
+  if (in.forward_only) {  // no backward: nothing reduced, nothing to optimize or stage
+    e.gradients = e.optimizer_state = 0;
+    e.peak_phase = "forward";
+  }
   e.gathered_params = gathered_fwd;
   e.activations = activations;
-  e.communication = communication;
+  e.communication = in.forward_only ? tp_all_reduce : communication;
   const int64_t rest = e.parameters + e.gradients + e.optimizer_state + e.gathered_params +
                        e.activations + e.communication;
   e.workspace = in.gpu ? (int64_t{1} << 30) + rest / 10 : in.cpu_runtime_bytes;
-  e.checkpoint_staging = in.async_checkpoints ? shard(12) : 0;
+  e.checkpoint_staging = in.async_checkpoints && !in.forward_only ? shard(12) : 0;
   e.total = rest + e.workspace + (in.gpu ? 0 : e.checkpoint_staging);
   e.model_parameters = base;
   e.trainable_parameters = lora ? m.layers * LoraLayerParameters(m, in.lora_r, in.lora_modules) : base;

@@ -153,6 +153,10 @@ struct MemoryInputs {
   // Targeted projections, bit i for kLoraModuleBits[i]: q, k, v, o, gate, up, down.
   unsigned lora_modules = 0;
   bool nf4_base = false;            // QLoRA: the targeted base weights held as NF4 (see above)
+  // An evaluation job (forward passes only, no autograd): no gradients, optimizer state,
+  // reductions or checkpoint staging; activations as modelled above (an upper bound);
+  // peak_phase "forward".
+  bool forward_only = false;
 };
 
 // Bits of MemoryInputs::lora_modules by module name ("q_proj" -> 1, ...); 0 if unknown.

@@ -13,6 +13,7 @@
 #include "jobspec/dependencies.h"
 #include "jobspec/eval_samples.h"
 #include "jobspec/field_violations.h"
+#include "jobspec/job_kind.h"
 #include "jobspec/jobspec.h"
 #include "jobspec/memory_fit.h"
 #include "jobspec/model_presets.h"
@@ -229,7 +230,7 @@ void CheckEvalSets(const v1::DataSpec& d, Violations& v) {
 // data
 void CheckData(const v1::JobSpec& spec, Violations& v) {
   const v1::DataSpec& d = spec.data();
-  if (d.train_path().empty() && d.train_size() == 0) {
+  if (d.train_path().empty() && d.train_size() == 0 && !IsEvaluateJob(spec)) {
     v.Add("data.train_path", "is required (or data.train, a list of sources)");
   }
   if (!d.train_path().empty() && d.train_size() > 0) {
@@ -325,19 +326,12 @@ void CheckObjective(const v1::JobSpec& spec, Violations& v) {
   }
 }
 
-// training
-void CheckTraining(const v1::JobSpec& spec, Violations& v) {
+// training.micro_batch_size and training.seq_len: the rows every kind of job runs.
+void CheckRows(const v1::JobSpec& spec, Violations& v) {
   const v1::ModelSpec& m = spec.model();
   const sched::ModelPreset* preset = m.preset().empty() ? nullptr : sched::FindModelPreset(m.preset());
   const v1::TrainingSpec& t = spec.training();
-  if (t.has_epochs()) AtLeast(v, "training.epochs", t.epochs(), 1);
-  AtLeast<int64_t>(v, "training.max_steps", t.max_steps(), 0);
   AtLeast(v, "training.micro_batch_size", t.micro_batch_size(), 1);
-  if (t.has_global_batch_size()) {
-    CheckGlobalBatch(spec, v);
-  } else {
-    AtLeast(v, "training.grad_accum", t.grad_accum(), 1);
-  }
   AtLeast(v, "training.seq_len", t.seq_len(), 2);
   if (t.seq_len() > 1 << 17) {
     v.Add("training.seq_len", absl::StrCat("must be <= 131072 (got ", t.seq_len(), ")"));
@@ -346,6 +340,18 @@ void CheckTraining(const v1::JobSpec& spec, Violations& v) {
     v.Add("training.seq_len",
           absl::StrCat("must be <= ", preset->max_positions, ", preset ", m.preset(),
                        "'s max_position_embeddings (got ", t.seq_len(), ")"));
+  }
+}
+
+// training: what a training run reads besides its rows.
+void CheckTraining(const v1::JobSpec& spec, Violations& v) {
+  const v1::TrainingSpec& t = spec.training();
+  if (t.has_epochs()) AtLeast(v, "training.epochs", t.epochs(), 1);
+  AtLeast<int64_t>(v, "training.max_steps", t.max_steps(), 0);
+  if (t.has_global_batch_size()) {
+    CheckGlobalBatch(spec, v);
+  } else {
+    AtLeast(v, "training.grad_accum", t.grad_accum(), 1);
   }
   if (!(t.lr() > 0)) v.Add("training.lr", absl::StrCat("must be > 0 (got ", t.lr(), ")"));
   if (t.lr() > 1) v.Add("training.lr", absl::StrCat("must be <= 1 (got ", t.lr(), ")"));
@@ -590,24 +596,31 @@ void CheckExport(const v1::JobSpec& spec, Violations& v) {
 absl::Status ValidateJobSpec(const v1::JobSpec& spec, absl::string_view path_prefix) {
   Violations v(path_prefix);
   // In the order of the spec's sections: a caller sees the violations in that order.
+  // An evaluation job refuses the training-only fields (CheckJobKind), so their rules
+  // are checked for training jobs only.
+  const bool train = !IsEvaluateJob(spec);
   CheckIdentity(spec, v);
+  jobspec_internal::CheckJobKind(spec, v);
   CheckDependencies(spec, v);
   CheckSweep(spec, v);
   CheckModel(spec, v);
   CheckData(spec, v);
-  CheckTraining(spec, v);
-  CheckObjective(spec, v);
-  CheckTrainingSchedules(spec, v);
+  CheckRows(spec, v);
+  if (train) {
+    CheckTraining(spec, v);
+    CheckObjective(spec, v);
+    CheckTrainingSchedules(spec, v);
+  }
   CheckResources(spec, v);
-  CheckElastic(spec, v);
+  if (train) CheckElastic(spec, v);
   CheckFsdp(spec, v);
   // parallelism (after fsdp: a tensor-parallel group never crosses a shard group)
   jobspec_internal::CheckTensorParallel(spec, v);
   CheckCheckpoint(spec, v);
   CheckRunPolicy(spec, v);
-  CheckOutput(spec, v);
+  if (train) CheckOutput(spec, v);
   CheckPeft(spec, v);
-  CheckExport(spec, v);
+  if (train) CheckExport(spec, v);
   jobspec_internal::CheckEvalSamples(spec, v);
   // The named instance type: enough GPUs, and GPUs that hold the memory estimate (checked
   // last, on an otherwise valid spec, so the estimate reads sane values).

@@ -14,6 +14,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "clients/cli/command.h"
+#include "clients/cli/evaluation_line.h"
 #include "clients/cli/output.h"
 #include "common/status_macros.h"
 #include "jobspec/jobspec.h"
@@ -102,7 +103,9 @@ void PrintSubmitted(const Context& ctx, const v1::SubmitJobsResponse& response, 
       }
       // LoRA, or any preset (whose parameter count the estimate knows).
       const std::string& method = r.job().spec().peft().method();
-      if (method == "lora" || method == "qlora" || r.job().memory_estimate().parameters() > 0) {
+      if (const std::string evaluation = EvaluationLine(r.job().spec()); !evaluation.empty()) {
+        *ctx.out << "# evaluation: " << evaluation << "\n";
+      } else if (method == "lora" || method == "qlora" || r.job().memory_estimate().parameters() > 0) {
         *ctx.out << "# finetuning: " << FinetuningLine(r.job()) << "\n";
       }
       if (const std::string tp = ParallelismLine(r.job().spec()); !tp.empty()) {

@@ -14,8 +14,10 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "clients/cli/evaluation_line.h"
 #include "clients/cli/usage_output.h"
 #include "common/gpu_throttle.h"
+#include "jobspec/job_kind.h"
 #include "jobspec/jobspec.h"
 
 namespace llamafleet::cli {
@@ -480,7 +482,8 @@ std::string DescribeJob(const v1::Job& job, const std::vector<v1::JobEvent>& eve
       {"Workers:", OrDash(absl::StrJoin(job.workers(), ", "))},
       {device == Device::kCpu ? "CPU time:" : "GPU time:", UsageLine(job.usage(), device)},
       {"Idempotency key:", OrDash(job.idempotency_key())},
-      {"Finetuning:", FinetuningLine(job)},
+      {IsEvaluateJob(spec) ? "Evaluation:" : "Finetuning:",
+       IsEvaluateJob(spec) ? EvaluationLine(spec) : FinetuningLine(job)},
   };
   fields.insert(fields.end(), more.begin(), more.end());
   if (!job.derived_from().empty()) {
@@ -520,6 +523,8 @@ std::string DescribeJob(const v1::Job& job, const std::vector<v1::JobEvent>& eve
         {"Learning rate:", absl::StrFormat("%.3g", m.lr())},
         {"Tokens/s:", FormatCount(std::llround(m.tokens_per_second()))},
     };
+    // An evaluation job trains no step: its metrics are its evaluation's.
+    if (IsEvaluateJob(spec)) metrics = {metrics[1]};
     if (m.grad_norm() != 0)
       metrics.push_back({"Grad norm:", absl::StrFormat("%.4g", m.grad_norm())});
     if (m.tflops() != 0) metrics.push_back({"TFLOPS:", absl::StrFormat("%.1f", m.tflops())});

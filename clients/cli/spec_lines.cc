@@ -125,12 +125,15 @@ std::string DataLine(const v1::JobSpec& spec) {
   for (const TrainSource& s : train) {
     parts.push_back(absl::StrFormat("%s %.3g%%", s.path, total > 0 ? 100 * s.weight / total : 0));
   }
-  std::string out = absl::StrCat(
-      train.size(), train.size() == 1 ? " source: " : " sources: ", absl::StrJoin(parts, ", "));
+  std::string out =
+      train.empty() ? ""
+                    : absl::StrCat(train.size(), train.size() == 1 ? " source: " : " sources: ",
+                                   absl::StrJoin(parts, ", "));
   if (!eval.empty()) {
+    if (!out.empty()) out += "; ";
     std::vector<std::string> names;
     for (const EvalSource& s : eval) names.push_back(s.name);
-    absl::StrAppend(&out, "; eval ", eval.size() == 1 ? "set " : "sets ",
+    absl::StrAppend(&out, "eval ", eval.size() == 1 ? "set " : "sets ",
                     absl::StrJoin(names, ", "),
                     eval.size() > 1 ? " (the first decides early stopping and export: best)" : "");
   }

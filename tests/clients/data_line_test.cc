@@ -4,6 +4,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/time/time.h"
+#include "clients/cli/evaluation_line.h"
 #include "clients/cli/output.h"
 
 namespace llamafleet::cli {
@@ -70,6 +71,38 @@ TEST(DataLineTest, DescribeShowsEachEvalSetsLatestLoss) {
   ASSERT_NE(code, std::string::npos) << out;
   const std::string line = out.substr(code, out.find('\n', code) - code);
   EXPECT_TRUE(absl::StrContains(line, "1.25") && absl::StrContains(line, "after step 20")) << line;
+}
+
+TEST(DataLineTest, AnEvaluationJobShowsWhatItScoresAndItsEvalLossesOnly) {
+  v1::Job job;
+  job.set_id("9");
+  job.set_state(v1::SUCCEEDED);
+  v1::JobSpec* spec = job.mutable_spec();
+  spec->set_kind("evaluate");
+  spec->mutable_model()->set_path("/fsx/out/base");
+  spec->mutable_peft()->set_method("lora");
+  spec->mutable_peft()->set_adapter_path("/fsx/out/adapter");
+  for (const char* name : {"chat", "code"}) {
+    v1::EvalSet* e = spec->mutable_data()->add_eval();
+    e->set_name(name);
+    e->set_path("/d/e.jsonl");
+  }
+  EXPECT_EQ(EvaluationLine(*spec),
+            "scores /fsx/out/base with the adapter /fsx/out/adapter on eval sets chat, code (no "
+            "training: no checkpoint, no export)");
+  EXPECT_EQ(DataLine(*spec), "eval sets chat, code (the first decides early stopping and export: best)");
+  // No step was trained: no step, loss or learning rate, only what the evaluation gave.
+  v1::JobMetricsPoint* m = job.mutable_latest_metrics();
+  m->set_eval_loss(2.5);
+  m->set_eval_step(0);
+  m->set_best_eval_loss(2.5);
+  const std::string out = DescribeJob(job, {}, {}, absl::FromUnixSeconds(1'796'000'000));
+  EXPECT_TRUE(absl::StrContains(out, "Evaluation:        scores /fsx/out/base with the adapter")) << out;
+  EXPECT_TRUE(absl::StrContains(out, "2.5000 after step 0")) << out;
+  EXPECT_FALSE(absl::StrContains(out, "Learning rate:")) << out;
+  EXPECT_FALSE(absl::StrContains(out, "Finetuning:")) << out;
+  spec->clear_kind();
+  EXPECT_EQ(EvaluationLine(*spec), "") << "a training job";
 }
 
 }  // namespace

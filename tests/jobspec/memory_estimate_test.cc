@@ -88,6 +88,26 @@ TEST(MemoryEstimate, Llama7bFullShard16RanksPeaksEarlyInBackward) {
   EXPECT_EQ(FormatGiB(e.total), "20.9 GiB");
 }
 
+TEST(MemoryEstimate, AnEvaluationHoldsNoGradientsOptimizerStateOrReductions) {
+  // The case above evaluated (kind evaluate): the fp32 master shards, the gathered units
+  // and the activations stay; what only backward and the optimizer hold goes.
+  MemoryInputs in = Inputs("llama2-7b", Strategy::kFullShard, 16);
+  in.async_checkpoints = true;
+  const MemoryEstimate train = EstimateMemory(in);
+  in.forward_only = true;
+  const MemoryEstimate e = EstimateMemory(in);
+  EXPECT_EQ(e.peak_phase, "forward");
+  EXPECT_EQ(e.parameters, train.parameters);
+  EXPECT_EQ(e.gathered_params, train.gathered_params);
+  EXPECT_EQ(e.activations, train.activations);
+  EXPECT_EQ(e.gradients, 0);
+  EXPECT_EQ(e.optimizer_state, 0);
+  EXPECT_EQ(e.communication, 0);
+  EXPECT_EQ(e.checkpoint_staging, 0);
+  EXPECT_EQ(e.total, e.parameters + e.gathered_params + e.activations + e.workspace);
+  EXPECT_EQ(e.workspace, (int64_t{1} << 30) + (e.parameters + e.gathered_params + e.activations) / 10);
+}
+
 TEST(MemoryEstimate, CommunicationDoesNotGrowWithTheLayerCount) {
   // The engine bounds the reductions in flight: only the largest unit matters.
   MemoryInputs in = Inputs("llama2-7b", Strategy::kFullShard, 16);

@@ -72,6 +72,16 @@ if(TARGET llamafleet_trainer_sharding AND LLAMAFLEET_SYSTEM_PYTHON3)
   set_tests_properties(trainer_early_stopping_test PROPERTIES TIMEOUT 600 ENVIRONMENT "OMP_NUM_THREADS=1")
 endif()
 
+# kind evaluate (9 llamafleet-train starts: about 20 s idle, 65 s at load 10): two eval sets
+# scored on 1 and 2 Gloo ranks (FULL_SHARD, NO_SHARD) equal `llamafleet-train eval` per set and reference.py; an
+# adapter scores as the merged model its LoRA run exported; no checkpoint, no export; a
+# training-only field refused by name.
+if(TARGET llamafleet_trainer_sharding AND LLAMAFLEET_SYSTEM_PYTHON3)
+  add_test(NAME trainer_evaluate_job_test
+    COMMAND ${LLAMAFLEET_SYSTEM_PYTHON3} ${CMAKE_CURRENT_SOURCE_DIR}/test_evaluate_job.py ${CMAKE_RUNTIME_OUTPUT_DIRECTORY})
+  set_tests_properties(trainer_evaluate_job_test PROPERTIES TIMEOUT 300 ENVIRONMENT "OMP_NUM_THREADS=1")
+endif()
+
 # Mixtures and named eval sets: a 2-source mixture's rows, losses and weights against
 # reference.py trained on the rows mixture_sampler.h defines (recomputed in Python), each
 # eval set's loss against reference.py's eval, 1 and 2 ranks. About 20 s.

@@ -37,6 +37,7 @@
 
 #ifdef LLAMAFLEET_HAVE_JOBSPEC
 #include "jobspec/eval_samples.h"
+#include "jobspec/job_kind.h"
 #include "jobspec/jobspec.h"
 #endif
 
@@ -169,6 +170,7 @@ absl::StatusOr<lt::TrainOptions> OptionsFromSpecFile(const std::string& path,
   o.tokenizer_path = spec.model().tokenizer();
   o.train_path = spec.data().train_path();
   o.eval_path = spec.data().eval_path();
+  o.evaluate_only = llamafleet::IsEvaluateJob(spec);
   o.format = static_cast<lt::DataFormat>(spec.data().format());
   o.chat_template = spec.data().chat_template();
   if (spec.data().train_on() != v1::TRAIN_ON_UNSPECIFIED) {

@@ -210,13 +210,13 @@ absl::StatusOr<std::unique_ptr<ShardedEngine>> ShardedEngine::Create(
       master = master.to(o.device);
       master.set_requires_grad(true);
       e->masters_.push_back(master);
-      e->grads_.push_back(at::zeros({sp.shard}, fp32.device(o.device)));
+      if (!o.forward_only) e->grads_.push_back(at::zeros({sp.shard}, fp32.device(o.device)));
     }
     // AdamW state exists from the start (zeros are what the first step would create), so
     // a checkpoint can be restored into it before any step.
     e->adamw_.exp_avg().clear();
     e->adamw_.exp_avg_sq().clear();
-    for (const at::Tensor& m : e->masters_) {
+    for (const at::Tensor& m : o.forward_only ? std::vector<at::Tensor>{} : e->masters_) {
       e->adamw_.exp_avg().push_back(at::zeros_like(m).detach());
       e->adamw_.exp_avg_sq().push_back(at::zeros_like(m).detach());
     }

@@ -124,6 +124,9 @@ struct ShardingOptions {
   at::Device device{at::kCPU};         // where shards and gathered units live
   int tensor_parallel = 1;             // ranks per tensor-parallel group (see the file comment)
   bool record_trace = false;           // tests: keep the event log trace() returns
+  // Forward passes only (an evaluation job): no gradient shards and no AdamW state are
+  // allocated, so backward, ReduceGradients, Step and checkpoint saves must not be called.
+  bool forward_only = false;
   // QLoRA: the frozen tensors (by layout name) held as NF4 in a packed frozen flat (see the
   // file comment); null or false for every name: the frozen flat in the compute dtype.
   std::function<bool(const std::string& name)> nf4_frozen;

@@ -186,6 +186,7 @@ sched::MemoryEstimate EstimateForRun(const LlamaConfig& config, const TrainOptio
   in.gpu = device.is_cuda();
   in.cpu_runtime_bytes = runtime_rss;
   in.async_checkpoints = !opt.checkpoint_dir.empty() && opt.checkpoint_async;
+  in.forward_only = opt.evaluate_only;
   if (lora.enabled) {
     in.lora_r = lora.r;
     in.nf4_base = lora.nf4_base;

@@ -79,6 +79,11 @@ struct TrainOptions {
   // data.eval's named sets, each evaluated at every evaluation; the first decides early
   // stopping and export_best. Empty: eval_path in `format`, unnamed (today's eval event).
   std::vector<EvalSetOptions> eval_sets;
+  // The JobSpec's kind evaluate: load the model (and the LoRA adapter at
+  // lora.adapter_path), evaluate every eval set once as a training run's evaluation does
+  // (the "eval" lines, at step 0), then "finished"; no training data, no optimizer step,
+  // no checkpoint, no export.
+  bool evaluate_only = false;
   std::string token_cache_dir;  // tokenized datasets (token_cache.h); "" = DefaultTokenCacheDir()
   uint64_t token_cache_max_bytes = 0;  // bound on that directory's entries; 0 = none
   DataFormat format = DataFormat::kText;

@@ -348,6 +348,7 @@ absl::Status Trainer::FinishCheckpoint() {
 absl::Status Trainer::Run() {
   LF_RETURN_IF_ERROR(Setup());
   OpenTensorBoard();
+  if (opt_.evaluate_only) return EvaluateOnly();
   InstallPreemptionHandler();
   interval_start_ = Clock::now();
   for (int64_t step = start_step_; step < total_steps_; ++step) {
@@ -427,6 +428,16 @@ std::string Trainer::EarlyStopReason(int64_t step) const {
   return absl::StrFormat(
       "stopped early at step %d: eval loss did not improve by %g for %d evaluations (best %.4f at step %d)", step,
       opt_.early_stopping_min_delta, evals_without_improvement_, best_eval_loss_, best_eval_step_);
+}
+
+absl::Status Trainer::EvaluateOnly() {
+  EvaluateAt(0);
+  PhaseDone("evaluated", absl::StrCat(eval_.size(), eval_.size() == 1 ? " set" : " sets"));
+  if (rank0_) {
+    LogInfo("evaluation job: " + absl::StrJoin(phase_summary_, ", "));
+    EmitJsonLine(trainer_events::ToLine(trainer_events::Finished{0, 0.0, ""}));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status Trainer::Finish(int64_t end_step) {

@@ -84,6 +84,9 @@ class Trainer {
   // evaluation (unless one just ran), the final checkpoint, the export (of the best
   // evaluation's weights with export_best) and the finished event.
   absl::Status Finish(int64_t end_step);
+  // The evaluation job (TrainOptions::evaluate_only), after Setup: every eval set once at
+  // step 0, then the finished event.
+  absl::Status EvaluateOnly();
   // One evaluation after `step` steps, on every rank: reported by rank 0, the best and
   // early stopping's count updated. True when early stopping says to stop here.
   bool EvaluateAt(int64_t step);
@@ -97,7 +100,8 @@ class Trainer {
   void SampleAt(int64_t step);
   // The training sources and eval sets, tokenized (each cached once), and the samplers.
   absl::Status LoadData(int dp_world);
-  // Rows per optimizer step over all ranks (either sampler's); pairs with DPO.
+  // Rows per optimizer step over all ranks (either sampler's); pairs with DPO; 0 for an
+  // evaluation job.
   int64_t GlobalBatch() const;
   // DPO: LoRA, one PREFERENCE source, PADDING, no eval sets, an even row count.
   absl::Status CheckPreferenceData(const std::vector<TrainSourceOptions>& sources) const;

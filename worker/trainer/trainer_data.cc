@@ -15,8 +15,10 @@ absl::Status Trainer::LoadData(int dp_world) {
                     opt_.token_cache_max_bytes, rank0_, ProgressEventsWanted(), chat);
   };
   bool all_hits = true;
-  const std::vector<TrainSourceOptions> sources = TrainSourcesOf(opt_);
-  if (sources.empty()) return absl::InvalidArgumentError("data.train_path is required");
+  // An evaluation job reads its eval sets only.
+  const std::vector<TrainSourceOptions> sources =
+      opt_.evaluate_only ? std::vector<TrainSourceOptions>{} : TrainSourcesOf(opt_);
+  if (sources.empty() && !opt_.evaluate_only) return absl::InvalidArgumentError("data.train_path is required");
   for (const TrainSourceOptions& source : sources) {
     LF_ASSIGN_OR_RETURN(LoadedData data, load(source.path, source.format));
     all_hits = all_hits && data.cache_hit;
@@ -29,6 +31,12 @@ absl::Status Trainer::LoadData(int dp_world) {
     eval_.push_back(NamedEval{set.name, std::move(data)});
   }
   PhaseDone("data_ready", all_hits ? "token cache hit" : "tokenized");
+  if (opt_.evaluate_only) {
+    if (eval_.empty()) {
+      return absl::InvalidArgumentError("kind evaluate needs data.eval or data.eval_path (the sets to score)");
+    }
+    return absl::OkStatus();
+  }
   // With a global batch, the micro-steps per step follow from the world this run got, so
   // every step consumes the same rows whatever the world size (see Sampler).
   LF_ASSIGN_OR_RETURN(grad_accum_, GradAccumFor(opt_, dp_world));
@@ -85,7 +93,8 @@ std::vector<int64_t> Trainer::TrainPairs(int64_t epoch, int64_t in_epoch, int64_
 }
 
 int64_t Trainer::GlobalBatch() const {
-  return sampler_ ? sampler_->global_batch() : mixture_->global_batch();
+  if (sampler_) return sampler_->global_batch();
+  return mixture_ ? mixture_->global_batch() : 0;
 }
 
 absl::StatusOr<Batch> Trainer::TrainBatch(int64_t epoch, int64_t in_epoch, int64_t micro) const {

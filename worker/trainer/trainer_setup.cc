@@ -124,6 +124,7 @@ absl::Status Trainer::LoadModelShapeAndData(std::unique_ptr<HfModelDir>* hf) {
   }
   LF_RETURN_IF_ERROR(CheckSequenceLength(config_, seq_len_));
   LF_RETURN_IF_ERROR(LoadData(env_.world_size / tp_));
+  if (opt_.evaluate_only) return absl::OkStatus();  // no step to count
   total_steps_ = opt_.epochs > 0 ? opt_.epochs * steps_per_epoch_ : opt_.max_steps;
   if (opt_.max_steps > 0) total_steps_ = std::min(total_steps_, opt_.max_steps);
   if (total_steps_ <= 0) return absl::InvalidArgumentError("nothing to train: zero steps");
@@ -160,6 +161,7 @@ absl::Status Trainer::CreateEngine(HfModelDir* hf) {
   }
   sharding_.device = device_;
   sharding_.tensor_parallel = tp_;
+  sharding_.forward_only = opt_.evaluate_only;
 
   std::string resume_dir;
   LF_RETURN_IF_ERROR(ChooseResume(&resume_dir));
@@ -291,7 +293,7 @@ void Trainer::CreateModelAndAnnounce() {
 absl::Status Trainer::CreateCheckpointWriter() {
   // Checkpoints: the step loop waits only for the snapshot of this rank's shards; the
   // writer thread writes them (checkpoint_writer.h).
-  if (!opt_.checkpoint_dir.empty()) {
+  if (!opt_.checkpoint_dir.empty() && !opt_.evaluate_only) {
     LF_ASSIGN_OR_RETURN(std::unique_ptr<KeyValueStore> kv,
                         dist_->NewKeyValueStore("checkpoint-writer"));
     CheckpointWriterOptions wo;
