@@ -379,6 +379,43 @@ TEST_F(TrainingTest, WorkerKilledMidJobResumesToTheSameWeightsAsAnUninterruptedR
   ExpectSameLossAsStraightRun("interrupted", /*every_steps=*/4, /*max_restarts=*/2);
 }
 
+// An evaluation job (kind: evaluate) of a finished job's export, submitted beside it with
+// depends_on: it waits, scores the export on 2 ranks (FULL_SHARD over two workers) and
+// SUCCEEDS with its eval point recorded, at step 0, equal to `llamafleet-train eval` on
+// that export; describe shows it. About 10 s.
+TEST_F(TrainingTest, AnEvaluationJobOfAFinishedJobsExportScoresItAsEvalDoes) {
+  StartWorker("w0");
+  StartWorker("w1");
+  const std::string export_dir = dir_.path() + "/export-finetune";
+  const std::string finetune = SubmitYaml(absl::StrCat(
+      "name: finetune\nmodel: {preset: tiny}\n", "data: {train_path: ", dir_.path(), "/train.jsonl, format: tokens}\n",
+      "training: {max_steps: 4, micro_batch_size: 2, seq_len: 32, lr: 3.0e-3, log_every: 1, seed: 11}\n",
+      "fsdp: {sharding: FULL_SHARD, mixed_precision: fp32, activation_checkpointing: false}\n",
+      "resources: {nodes: 1, gpus_per_node: 1}\n", "output: {export_dir: ", export_dir, ", export_dtype: fp32}\n"));
+  // Rows of 33 tokens in one padded row each, as EvalLoss's `llamafleet-train eval`.
+  const std::string evaluate = SubmitYaml(absl::StrCat(
+      "name: evaluate\nkind: evaluate\ndepends_on: [{job: ", finetune, "}]\n", "model: {path: ", export_dir, "}\n",
+      "data: {eval_path: ", dir_.path(), "/train.jsonl, format: tokens}\n",
+      "training: {micro_batch_size: 4, seq_len: 33, batching: padding}\n",
+      "fsdp: {sharding: FULL_SHARD, mixed_precision: fp32}\n", "resources: {nodes: 2, gpus_per_node: 1}\n"));
+  v1::Job job = WaitUntil(evaluate, [](const v1::Job& j) { return IsTerminalState(j); }, absl::Minutes(4));
+  ASSERT_EQ(job.state(), v1::SUCCEEDED) << job.status_reason() << AttemptsText(evaluate) << AttemptsText(finetune);
+  EXPECT_EQ(Get(finetune).state(), v1::SUCCEEDED);
+  EXPECT_TRUE(Checkpoints(evaluate).empty());
+  const double want = EvalLoss(export_dir);
+  ASSERT_GT(want, 0);
+  ASSERT_TRUE(job.latest_metrics().has_eval_loss()) << job.latest_metrics().DebugString();
+  EXPECT_NEAR(job.latest_metrics().eval_loss(), want, 1e-5 * want);
+  EXPECT_EQ(job.latest_metrics().eval_step(), 0);
+
+  absl::StatusOr<testing::CommandResult> described =
+      RunCommand({BinaryPath("llamafleet"), "--coordinator", address_, "describe", "job", evaluate});
+  ASSERT_TRUE(described.ok() && described->exit_code == 0) << (described.ok() ? described->err : "");
+  EXPECT_THAT(described->out, ::testing::ContainsRegex(absl::StrFormat("Eval loss: +%.4f after step 0", want)))
+      << described->out;
+  EXPECT_THAT(described->out, ::testing::HasSubstr("Evaluation:")) << described->out;
+}
+
 // A job resumed from a checkpoint at its last step trains nothing; what it shows is the
 // checkpoint's step and loss: in its latest metrics (describe, the portal), its own
 // checkpoint list and `llamafleet describe`, never step 0 or loss 0. About 10 s.
