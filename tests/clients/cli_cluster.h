@@ -44,6 +44,7 @@ namespace {
 using ::google::protobuf::util::TimeUtil;
 using ::llamafleet::testing::BinaryPath;
 using ::llamafleet::testing::CommandResult;
+using ::llamafleet::testing::ReadFile;
 using ::llamafleet::testing::RunCommand;
 using ::llamafleet::testing::Subprocess;
 using ::llamafleet::testing::TempDir;
@@ -114,11 +115,6 @@ inline std::string Spec(const std::string& name, int steps, const std::string& p
                       ", seq_len: 64}\n"
                       "run_policy: {max_restarts: 0}\n",
                       extra.empty() ? "resources: {nodes: 2, gpus_per_node: 1}\n" : extra);
-}
-
-inline std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
 class CliClusterTest : public ::testing::Test {

@@ -5,9 +5,9 @@
 // vocabulary; the rendered spans lie inside the text, in order.
 #include "chat_record.h"
 
-#include <memory>
 #include <string>
 
+#include "chat_fixture.h"
 #include "chat_template.h"
 #include "data.h"
 #include "fuzz_check.h"
@@ -15,21 +15,9 @@
 
 using namespace llamafleet::trainer;
 
-namespace {
-const Tokenizer& FixtureTokenizer() {
-  static const std::unique_ptr<Tokenizer> tok = [] {
-    absl::StatusOr<std::unique_ptr<Tokenizer>> t = Tokenizer::Load(LLAMAFLEET_CHAT_TOKENIZER);
-    if (!t.ok()) __builtin_trap();
-    return std::move(*t);
-  }();
-  return *tok;
-}
-}  // namespace
-
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 1) return 0;
-  static const char* const kNames[] = {"llama2", "llama3", "chatml", "mistral"};
-  const absl::StatusOr<ChatTemplate> tmpl = ChatTemplateByName(kNames[data[0] & 3]);
+  const absl::StatusOr<ChatTemplate> tmpl = FixtureTemplate(data[0]);
   FUZZ_CHECK(tmpl.ok(), "built-in template");
   DataLoadOptions opt;
   opt.format = DataFormat::kChat;

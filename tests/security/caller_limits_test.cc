@@ -89,7 +89,7 @@ class CallerLimitsTest : public SecurityApiTest {
   }
 
   int CountLines(const std::string& text) {
-    const std::string log = ReadAll(dir_.path() + "/coordinator.log");
+    const std::string log = ReadFile(dir_.path() + "/coordinator.log");
     int n = 0;
     for (size_t at = log.find(text); at != std::string::npos; at = log.find(text, at + 1)) ++n;
     return n;
@@ -195,7 +195,7 @@ TEST_F(CallerLimitsTest, AnAddressThatKeepsPresentingBadTokensIsLoggedAndRefused
       << s.error_message();
   EXPECT_TRUE(absl::StrContains(s.error_message(), "--auth-failure-block")) << s.error_message();
   EXPECT_EQ(CountLines("failed credentials from 127.0.0.1"), 2)
-      << ReadAll(dir_.path() + "/coordinator.log");
+      << ReadFile(dir_.path() + "/coordinator.log");
   EXPECT_EQ(CountLines("refused for 3s"), 1);
 
   // Over HTTP, from 127.0.0.2: not blocked by 127.0.0.1's failures, and counted as itself.
@@ -230,7 +230,7 @@ TEST_F(CallerLimitsTest, AnAddressThatKeepsPresentingBadTokensIsLoggedAndRefused
   EXPECT_FALSE(session->Read(&answer));
   EXPECT_EQ(session->Finish().error_code(), grpc::StatusCode::UNAUTHENTICATED);
   EXPECT_EQ(get_job(tokens_["alice"]).error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
-  EXPECT_TRUE(absl::StrContains(ReadAll(dir_.path() + "/coordinator.log"),
+  EXPECT_TRUE(absl::StrContains(ReadFile(dir_.path() + "/coordinator.log"),
                                 "worker session: bad join token"));
 }
 

@@ -55,6 +55,7 @@ namespace net = boost::asio;
 namespace beast = boost::beast;
 namespace bhttp = boost::beast::http;
 using ::llamafleet::testing::BinaryPath;
+using ::llamafleet::testing::ReadFile;
 using ::llamafleet::testing::RunCommand;
 using ::llamafleet::testing::Subprocess;
 using ::llamafleet::testing::TempDir;
@@ -63,11 +64,6 @@ constexpr int kMaxActive = 3;
 // The job identities the config gives alice and bob.
 constexpr uid_t kAliceUid = 2001;
 constexpr uid_t kBobUid = 2002;
-
-inline std::string ReadAll(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
 
 // Peak resident set of a process, from /proc/PID/status (VmHWM), in bytes.
 inline int64_t PeakRss(pid_t pid) {
@@ -172,7 +168,7 @@ class SecurityApiTest : public ::testing::Test {
                                                       .join_token = "secret",
                                                       .flags = flags,
                                                       .log_path = dir_.path() + "/coordinator.log"});
-    ASSERT_TRUE(c.ok()) << c.status() << ReadAll(dir_.path() + "/coordinator.log");
+    ASSERT_TRUE(c.ok()) << c.status() << ReadFile(dir_.path() + "/coordinator.log");
     coordinator_ = std::move(c->process);
     address_ = c->address;
     absl::StatusOr<std::string> http = coordinator_->ReadLineWithPrefix("http listening on ", absl::Seconds(10));

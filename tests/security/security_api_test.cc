@@ -328,7 +328,7 @@ TEST_F(SecurityApiTest, TheCoordinatorRefusesToStartOnAReservedDirThatIsNotLlama
         {.data_dir = data_dir_, .auth = true, .join_token = "secret",
          .flags = {"--config", config_, "--log-level", "warn"}, .log_path = log});
     EXPECT_FALSE(c.ok()) << "started on " << expect;
-    const std::string text = ReadAll(log);
+    const std::string text = ReadFile(log);
     EXPECT_NE(text.find(reserved), std::string::npos) << text;
     EXPECT_NE(text.find(expect), std::string::npos) << text;
   };

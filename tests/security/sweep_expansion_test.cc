@@ -41,7 +41,7 @@ class SweepExpansionTest : public SecurityApiTest {
         grpc::CreateChannel(address_, grpc::InsecureChannelCredentials()));
     ASSERT_TRUE(testing::WaitFor([&] { return WorkerState() == v1::WORKER_READY; },
                                  absl::Seconds(20), absl::Milliseconds(50)))
-        << ReadAll(dir_.path() + "/worker.log");
+        << ReadFile(dir_.path() + "/worker.log");
     ASSERT_TRUE(Submit("bob", Spec(), &bob_job_).ok());
   }
 
@@ -113,7 +113,7 @@ class SweepExpansionTest : public SecurityApiTest {
 
   void ExpectWorkerNeverLost() {
     EXPECT_EQ(WorkerState(), v1::WORKER_READY);
-    const std::string log = ReadAll(dir_.path() + "/coordinator.log");
+    const std::string log = ReadFile(dir_.path() + "/coordinator.log");
     EXPECT_FALSE(absl::StrContains(log, " lost (")) << log;
   }
 

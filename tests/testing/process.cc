@@ -83,6 +83,12 @@ TempDir::~TempDir() {
   if (!path_.empty()) std::filesystem::remove_all(path_, ec);
 }
 
+std::string TempDir::Write(const std::string& name, const std::string& bytes) const {
+  const std::string path = File(name);
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+  return path;
+}
+
 absl::StatusOr<std::unique_ptr<Subprocess>> Subprocess::Start(
     const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,
     const std::string& stderr_path) {

@@ -32,6 +32,10 @@ class TempDir {
   TempDir();
   ~TempDir();
   const std::string& path() const { return path_; }
+  // path()/name.
+  std::string File(const std::string& name) const { return path_ + "/" + name; }
+  // Writes `bytes` to path()/name (replacing it) and returns that path.
+  std::string Write(const std::string& name, const std::string& bytes) const;
 
  private:
   std::string path_;

@@ -19,38 +19,17 @@
 #include "data.h"
 #include "nlohmann/json.hpp"
 #include "prompt_set.h"
+#include "tests/testing/process.h"
 
 namespace llamafleet::trainer {
 namespace {
 
 namespace fs = std::filesystem;
+using ::llamafleet::testing::ReadFile;
+using ::llamafleet::testing::TempDir;
 using nlohmann::json;
 
 const std::string kFixtures = LLAMAFLEET_CHAT_FIXTURES;
-
-std::string Read(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-class TempDir {
- public:
-  TempDir() {
-    char tmpl[] = "/tmp/lf-chat-test-XXXXXX";
-    path_ = ::mkdtemp(tmpl);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  std::string Write(const std::string& name, const std::string& bytes) const {
-    std::ofstream(path_ + "/" + name, std::ios::binary) << bytes;
-    return path_ + "/" + name;
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
 
 std::unique_ptr<Tokenizer> FixtureTokenizer() {
   auto t = Tokenizer::Load(kFixtures + "/tokenizer");
@@ -102,7 +81,7 @@ void ExpectMatchesReference(const std::string& name, const ChatTemplate& tmpl) {
 }
 
 ChatTemplate FromFixture(const std::string& file) {
-  auto t = ChatTemplateFromString(Read(kFixtures + "/templates/" + file), file);
+  auto t = ChatTemplateFromString(ReadFile(kFixtures + "/templates/" + file), file);
   EXPECT_TRUE(t.ok()) << t.status();
   return t.ok() ? *t : ChatTemplate();
 }
@@ -129,7 +108,7 @@ TEST(ChatTemplate, MistralMatchesHuggingFace) {
 TEST(ChatTemplate, GenerationPromptsMatchHuggingFace) {
   std::unique_ptr<Tokenizer> tok = FixtureTokenizer();
   ASSERT_NE(tok, nullptr);
-  const json fixtures = json::parse(Read(kFixtures + "/generation_prompts.json"));
+  const json fixtures = json::parse(ReadFile(kFixtures + "/generation_prompts.json"));
   ASSERT_EQ(fixtures.size(), 5u);
   for (const auto& [name, rows] : fixtures.items()) {
     const ChatTemplate tmpl = FromFixture(name + ".jinja");
@@ -216,7 +195,7 @@ TEST(ChatTemplate, ModelDirectoryTemplates) {
       << unknown.status();
   EXPECT_TRUE(absl::StrContains(unknown.status().message(), "llama2, llama3, chatml or mistral"))
       << unknown.status();
-  const std::string qwen = Read(kFixtures + "/templates/qwen2.5.jinja");
+  const std::string qwen = ReadFile(kFixtures + "/templates/qwen2.5.jinja");
   dir.Write(
       "tokenizer_config.json",
       json({{"chat_template", json::array({json({{"name", "tool_use"}, {"template", "x"}}),
@@ -225,7 +204,7 @@ TEST(ChatTemplate, ModelDirectoryTemplates) {
   auto listed = ChatTemplateFromModelDir(dir.path());
   ASSERT_TRUE(listed.ok()) << listed.status();
   EXPECT_EQ(listed->name, "qwen2.5");
-  dir.Write("chat_template.jinja", Read(kFixtures + "/templates/llama2.jinja"));
+  dir.Write("chat_template.jinja", ReadFile(kFixtures + "/templates/llama2.jinja"));
   auto jinja = ResolveChatTemplate("model", dir.path());
   ASSERT_TRUE(jinja.ok()) << jinja.status();
   EXPECT_EQ(jinja->name, "llama2");

@@ -16,24 +16,11 @@
 #include "absl/strings/match.h"
 #include "engine.h"
 #include "model.h"
+#include "tiny_config.h"
 #include "tokenizer.h"
 
 namespace llamafleet::trainer {
 namespace {
-
-LlamaConfig Tiny(int64_t kv_heads, bool tied) {
-  LlamaConfig c;
-  c.hidden_size = 32;
-  c.intermediate_size = 48;
-  c.num_hidden_layers = 2;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = kv_heads;
-  c.rms_norm_eps = 1e-5;
-  c.vocab_size = 50;
-  c.max_position_embeddings = 64;
-  c.tie_word_embeddings = tied;
-  return c;
-}
 
 struct TinyModel {
   TinyModel(int64_t kv_heads, bool tied)

@@ -13,11 +13,10 @@
 #include "chat_encoding.h"
 #include "chat_template.h"
 #include "data.h"
+#include "tests/testing/process.h"
 
 namespace llamafleet::trainer {
 namespace {
-
-namespace fs = std::filesystem;
 
 class PreferenceData : public ::testing::Test {
  protected:
@@ -31,10 +30,8 @@ class PreferenceData : public ::testing::Test {
     opt_.chat_template = &tmpl_;
     opt_.bos_id = 1;
     opt_.eos_id = 2;
-    char dir[] = "/tmp/lf-pref-test-XXXXXX";
-    dir_ = ::mkdtemp(dir);
+    dir_ = tmp_.path();
   }
-  void TearDown() override { fs::remove_all(dir_); }
   absl::StatusOr<std::vector<Sequence>> Parse(const std::string& line) {
     return ParseRecordSequences("p.jsonl", 1, line, opt_);
   }
@@ -43,6 +40,7 @@ class PreferenceData : public ::testing::Test {
   std::unique_ptr<Tokenizer> tok_;
   ChatTemplate tmpl_;
   DataLoadOptions opt_;
+  ::llamafleet::testing::TempDir tmp_;
   std::string dir_;
 };
 

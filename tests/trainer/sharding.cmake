@@ -116,8 +116,11 @@ if(TARGET llamafleet_trainer_sharding AND LLAMAFLEET_SYSTEM_PYTHON3)
 endif()
 
 # DPO (training.objective: dpo) against dpo_reference.py: loss, TRL rewards and adapter
-# after 4 steps on 1 and 2 ranks (FULL_SHARD) within 1e-5, the reference being the base
-# with the adapter off; bad preference lines and specs. About 15 s.
+# after 4 steps on 1 and 2 ranks (FULL_SHARD) and with tensor parallelism 2 within 1e-5,
+# the reference being the base with the adapter off; a run resumed from its step-2
+# checkpoint on 2 ranks and shrunk to 1 equals the uninterrupted one; bad preference lines
+# and specs. About 80 s on this 2-core machine under load (the tensor-parallel and resume
+# cases 32 s of it).
 if(TARGET llamafleet_trainer_sharding AND LLAMAFLEET_SYSTEM_PYTHON3)
   add_test(NAME trainer_dpo_test
     COMMAND ${LLAMAFLEET_SYSTEM_PYTHON3} ${CMAKE_CURRENT_SOURCE_DIR}/test_dpo.py ${CMAKE_RUNTIME_OUTPUT_DIRECTORY})

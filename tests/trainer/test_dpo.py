@@ -8,6 +8,10 @@ Usage: /usr/bin/python3 test_dpo.py BIN_DIR [unittest args]
     reference's loss and TRL rewards at every step and its adapter, within 1e-5; the
     step-1 rewards are non-zero, and they equal the reference's only when the trainer's
     reference log-probabilities (the adapter switched off) are the base model's alone;
+  - the same 4 steps with tensor parallelism 2 (DP 1) give the reference's loss, rewards
+    and adapter within 1e-5;
+  - a run resumed from its step-2 checkpoint, on 2 ranks and shrunk to 1, gives the
+    uninterrupted run's loss and rewards at steps 3 and 4 and its adapter within 1e-5;
   - bad preference lines are listed as FILE:LINE: why; bad DPO specs name the field.
 """
 import json
@@ -45,7 +49,7 @@ class Dpo(unittest.TestCase):
     def path(self, *p):
         return os.path.join(self.tmp, *p)
 
-    def spec(self, name, data=None, dpo="beta: 0.2, label_smoothing: 0.1", peft=None, batching="PADDING"):
+    def spec(self, name, data=None, dpo="beta: 0.2, label_smoothing: 0.1", peft=None, batching="PADDING", extra=""):
         f = self.path(name + ".yaml")
         with open(f, "w") as fh:
             fh.write("""
@@ -58,9 +62,10 @@ training: {objective: dpo, dpo: {%s}, max_steps: %d, micro_batch_size: 1,
 fsdp: {sharding: FULL_SHARD, mixed_precision: FP32, activation_checkpointing: false}
 %s
 output: {export_dir: %s, export_dtype: FP32}
+%s
 """ % (name, self.model, data or self.data, dpo, self.K, batching,
        peft if peft is not None else "peft: {method: lora, dropout: 0, adapter_path: %s}" % self.start,
-       self.path(name + "-out")))
+       self.path(name + "-out"), extra))
         return f
 
     def train(self, spec, world, check=True):
@@ -73,25 +78,64 @@ output: {export_dir: %s, export_dtype: FP32}
                 self.assertEqual(code, 0, err[-3000:])
         return codes, outs
 
-    def test_loss_rewards_and_adapter_match_the_reference_on_1_and_2_ranks(self):
+    def reference(self):
+        """dpo_reference.py's losses and rewards per step; its adapter in ref-adapter."""
         want = dref.run_command(["train", "--model", self.model, "--adapter", self.start, "--data", self.data,
                                  "--adapter-out", self.path("ref-adapter"), "--steps", self.K,
                                  "--pairs-per-step", 4, "--beta", 0.2, "--label-smoothing", 0.1, "--lr", 1e-3,
                                  "--weight-decay", 0.01, "--grad-clip", 1.0, "--warmup", 2, "--schedule", "cosine"])
         self.assertGreater(abs(want["rewards_chosen"][0]), 1e-3, "the start adapter changes the model")
+        return want
+
+    def assert_steps(self, out, want, name, first_step=1):
+        """The metrics lines of rank 0's stdout `out` equal want's steps first_step..K."""
+        metrics = [l for l in json_lines(out) if l.get("type") == "metrics"]
+        self.assertEqual([m["step"] for m in metrics], list(range(first_step, self.K + 1)), name)
+        for m in metrics:
+            s = m["step"] - 1
+            self.assertAlmostEqual(m["loss"], want["losses"][s], delta=TOL, msg="%s loss step %d" % (name, s + 1))
+            for key in ("rewards_chosen", "rewards_rejected", "rewards_accuracies", "rewards_margins"):
+                self.assertAlmostEqual(m[key], want[key][s], delta=TOL, msg="%s %s step %d" % (name, key, s + 1))
+
+    def assert_adapter(self, got_dir, want_dir, what):
+        diff = max_rel(read_weights(got_dir), read_weights(want_dir))
+        sys.stderr.write("  %s adapter max_rel %.2e\n" % (what, diff))
+        self.assertLessEqual(diff, TOL, what)
+
+    def test_loss_rewards_and_adapter_match_the_reference_on_1_and_2_ranks(self):
+        want = self.reference()
         for world in (1, 2):
             name = "w%d" % world
             _, outs = self.train(self.spec(name), world)
-            metrics = [l for l in json_lines(outs[0][0]) if l.get("type") == "metrics"]
-            self.assertEqual(len(metrics), self.K)
-            for s, m in enumerate(metrics):
-                self.assertAlmostEqual(m["loss"], want["losses"][s], delta=TOL, msg="%s loss step %d" % (name, s + 1))
-                for key in ("rewards_chosen", "rewards_rejected", "rewards_accuracies", "rewards_margins"):
-                    self.assertAlmostEqual(m[key], want[key][s], delta=TOL, msg="%s %s step %d" % (name, key, s + 1))
-            got = read_weights(self.path(name + "-out"))
-            diff = max_rel(got, read_weights(self.path("ref-adapter")))
-            sys.stderr.write("  world %d adapter max_rel %.2e\n" % (world, diff))
-            self.assertLessEqual(diff, TOL)
+            self.assert_steps(outs[0][0], want, name)
+            self.assert_adapter(self.path(name + "-out"), self.path("ref-adapter"), name)
+
+    def test_tensor_parallel_2_matches_the_reference(self):
+        # Both ranks hold half of every head and MLP column; each pair's log-probabilities
+        # are the group's, counted once in the loss and the rewards.
+        want = self.reference()
+        extra = "resources: {nodes: 1, gpus_per_node: 2}\nparallelism: {tensor_parallel: 2}"
+        _, outs = self.train(self.spec("tp2", extra=extra), 2)
+        self.assert_steps(outs[0][0], want, "tp2")
+        self.assert_adapter(self.path("tp2-out"), self.path("ref-adapter"), "tp2")
+
+    def test_resume_and_shrink_match_the_uninterrupted_run(self):
+        # The uninterrupted run keeps its step-2 checkpoint; runs of the same spec resumed
+        # from it (on 2 ranks, and on 1 with grad_accum 4) must continue it exactly.
+        whole = self.spec("whole", extra="checkpoint: {dir: %s, every_steps: 2}" % self.path("ck"))
+        _, outs = self.train(whole, 2)
+        metrics = [l for l in json_lines(outs[0][0]) if l.get("type") == "metrics"]
+        want = {"losses": [m["loss"] for m in metrics]}
+        for key in ("rewards_chosen", "rewards_rejected", "rewards_accuracies", "rewards_margins"):
+            want[key] = [m[key] for m in metrics]
+        for world in (2, 1):
+            name = "resumed%d" % world
+            spec = self.spec(name, extra="checkpoint: {dir: %s, resume: %s}" % (self.path(name + "-ck"),
+                                                                               self.path("ck", "step-2")))
+            _, outs = self.train(spec, world)
+            self.assertIn("resumed from", outs[0][1])
+            self.assert_steps(outs[0][0], want, name, first_step=3)
+            self.assert_adapter(self.path(name + "-out"), self.path("whole-out"), name)
 
     def test_bad_preference_lines_are_listed(self):
         bad = self.path("bad.jsonl")

@@ -18,6 +18,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "data.h"
+#include "tests/testing/process.h"
 #include "tokenizer.h"
 
 namespace llamafleet::trainer {
@@ -28,8 +29,7 @@ namespace fs = std::filesystem;
 class TokenCacheTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/lf-token-cache-XXXXXX";
-    dir_ = ::mkdtemp(tmpl);
+    dir_ = tmp_.path();
     data_ = dir_ + "/d.jsonl";
     std::mt19937 rng(3);
     std::ofstream out(data_);
@@ -41,8 +41,6 @@ class TokenCacheTest : public ::testing::Test {
       out << "]}\n";
     }
   }
-  void TearDown() override { fs::remove_all(dir_); }
-
   TokenCacheOptions Options(int threads) const {
     TokenCacheOptions o;
     o.dir = dir_ + "/cache";
@@ -53,6 +51,7 @@ class TokenCacheTest : public ::testing::Test {
     return o;
   }
 
+  ::llamafleet::testing::TempDir tmp_;
   std::string dir_, data_;
 };
 

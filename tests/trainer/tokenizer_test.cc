@@ -18,6 +18,7 @@
 #include "gtest/gtest.h"
 #include "model_file.h"
 #include "nlohmann/json.hpp"
+#include "tests/testing/process.h"
 #include "tokenizer_corpus.h"
 #include "util.h"
 
@@ -25,14 +26,8 @@ namespace llamafleet::trainer {
 namespace {
 
 namespace fs = std::filesystem;
+using ::llamafleet::testing::ReadFile;
 using nlohmann::json;
-
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 std::string IdsDigest(const std::vector<int32_t>& ids) {
   Sha256 h;
@@ -43,7 +38,7 @@ std::string IdsDigest(const std::vector<int32_t>& ids) {
 // Encodes the reference's corpus document by document and compares with its digests;
 // names the first documents that differ, with their text.
 void ExpectReferenceIds(const Tokenizer& tok, const std::string& reference_file) {
-  const json ref = json::parse(ReadAll(TokenizerFixtureDir() + "/" + reference_file));
+  const json ref = json::parse(ReadFile(TokenizerFixtureDir() + "/" + reference_file));
   auto docs = TokenizerCorpus(ref["seed"].get<uint64_t>(), ref["min_bytes"].get<size_t>());
   ASSERT_TRUE(docs.ok()) << docs.status();
   ASSERT_EQ(docs->size(), ref["documents"].get<size_t>())
@@ -129,7 +124,7 @@ TEST(TokenizerTest, TiktokenWithCl100kRanksMatchesTiktoken) {
   if (path.empty())
     GTEST_SKIP() << "SKIPPED LOUDLY: npm's tiktoken@1.0.22 is neither cached nor fetchable";
   // js-tiktoken's packing: lines of "! offset token token ..." -> "token rank" lines.
-  const json packed = json::parse(ReadAll(path));
+  const json packed = json::parse(ReadFile(path));
   std::string ranks;
   std::istringstream lines(packed["bpe_ranks"].get<std::string>());
   for (std::string line; std::getline(lines, line);) {
@@ -139,7 +134,7 @@ TEST(TokenizerTest, TiktokenWithCl100kRanksMatchesTiktoken) {
     words >> bang >> rank;
     while (words >> token) ranks += token + " " + std::to_string(rank++) + "\n";
   }
-  const json ref = json::parse(ReadAll(TokenizerFixtureDir() + "/tiktoken_cl100k_reference.json"));
+  const json ref = json::parse(ReadFile(TokenizerFixtureDir() + "/tiktoken_cl100k_reference.json"));
   Sha256 h;
   h.Update(ranks.data(), ranks.size());
   ASSERT_EQ(h.Hex(), ref["ranks_sha256"].get<std::string>())

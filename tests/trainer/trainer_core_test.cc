@@ -20,26 +20,14 @@
 #include "direct_file_writer.h"
 #include "nlohmann/json.hpp"
 #include "safetensors.h"
+#include "tests/testing/process.h"
 #include "util.h"
 
 namespace llamafleet::trainer {
 namespace {
 
 namespace fs = std::filesystem;
-
-class TempDir {
- public:
-  TempDir() {
-    char tmpl[] = "/tmp/lf-core-test-XXXXXX";
-    path_ = ::mkdtemp(tmpl);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  std::string File(const std::string& name) const { return path_ + "/" + name; }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using ::llamafleet::testing::TempDir;
 
 std::string LengthPrefix(uint64_t n) {
   std::string s(8, '\0');
@@ -185,7 +173,7 @@ TEST(DirectFileWriter, WritesExactlyTheAppendedBytesWithAndWithoutODirect) {
   ASSERT_EQ(reinterpret_cast<uintptr_t>(aligned.data()) % DirectFileWriter::kAlignment, 0u);
   std::memcpy(aligned.data(), data.data(), data.size());
   auto write = [&](bool direct, size_t total, size_t piece, bool in_place) {
-    SCOPED_TRACE(testing::Message() << "direct " << direct << " total " << total << " piece " << piece
+    SCOPED_TRACE(::testing::Message() << "direct " << direct << " total " << total << " piece " << piece
                                     << " in place " << in_place);
     const std::string path = dir.File("f.bin");
     auto w = DirectFileWriter::Create(path, 8192, direct);

@@ -19,6 +19,8 @@
 #include "lora.h"
 #include "model.h"
 #include "nlohmann/json.hpp"
+#include "tests/testing/process.h"
+#include "tiny_config.h"
 #include "train.h"
 #include "util.h"
 
@@ -26,34 +28,7 @@ namespace llamafleet::trainer {
 namespace {
 
 namespace fs = std::filesystem;
-
-class TempDir {
- public:
-  TempDir() {
-    char tmpl[] = "/tmp/lf-model-test-XXXXXX";
-    path_ = ::mkdtemp(tmpl);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  std::string File(const std::string& name) const { return path_ + "/" + name; }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
-
-LlamaConfig Tiny(int64_t kv_heads, bool tied = false) {
-  LlamaConfig c;
-  c.hidden_size = 32;
-  c.intermediate_size = 48;
-  c.num_hidden_layers = 2;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = kv_heads;
-  c.rms_norm_eps = 1e-5;
-  c.vocab_size = 50;
-  c.max_position_embeddings = 64;
-  c.tie_word_embeddings = tied;
-  return c;
-}
+using ::llamafleet::testing::TempDir;
 
 std::vector<std::vector<at::Tensor>> RandomParams(const LlamaConfig& c, uint64_t seed) {
   std::vector<std::vector<at::Tensor>> params;

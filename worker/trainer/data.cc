@@ -10,6 +10,7 @@
 #include "chat_encoding.h"
 #include "chat_record.h"
 #include "common/safe_open.h"
+#include "micro_batch_slice.h"
 #include "model_file.h"
 #include "nlohmann/json.hpp"
 #include "preference_record.h"
@@ -371,10 +372,7 @@ std::vector<int64_t> Sampler::Rows(int64_t epoch, int64_t step, int64_t micro,
     cached_perm_ = Permutation(epoch);
     cached_epoch_ = epoch;
   }
-  const int64_t per_rank = opt_.micro_batch * opt_.grad_accum;
-  const int64_t start = step * global_batch() + rank * per_rank + micro * opt_.micro_batch;
-  return std::vector<int64_t>(cached_perm_.begin() + start,
-                              cached_perm_.begin() + start + opt_.micro_batch);
+  return MicroBatchSlice(cached_perm_, opt_, step, micro, rank);
 }
 
 }  // namespace llamafleet::trainer

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "micro_batch_slice.h"
 
 namespace llamafleet::trainer {
 namespace {
@@ -121,10 +122,7 @@ std::vector<MixtureRow> MixtureSampler::Rows(int64_t epoch, int64_t step, int64_
     cached_rows_ = EpochRows(epoch);
     cached_epoch_ = epoch;
   }
-  const int64_t per_rank = opt_.micro_batch * opt_.grad_accum;
-  const int64_t start = step * global_batch() + rank * per_rank + micro * opt_.micro_batch;
-  return std::vector<MixtureRow>(cached_rows_.begin() + start,
-                                 cached_rows_.begin() + start + opt_.micro_batch);
+  return MicroBatchSlice(cached_rows_, opt_, step, micro, rank);
 }
 
 absl::StatusOr<Batch> MakeMixtureBatch(const std::vector<const TokenRows*>& sources,

@@ -15,6 +15,7 @@ target_sources(llamafleet_trainer PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/sharded_engine.cc
   ${CMAKE_CURRENT_LIST_DIR}/sharded_engine_groups.cc
   ${CMAKE_CURRENT_LIST_DIR}/sharded_engine_nf4.cc
+  ${CMAKE_CURRENT_LIST_DIR}/sharded_engine_reduce.cc
   ${CMAKE_CURRENT_LIST_DIR}/shard_sources.cc
   ${CMAKE_CURRENT_LIST_DIR}/nf4_base_source.cc
   ${CMAKE_CURRENT_LIST_DIR}/tensor_parallel.cc

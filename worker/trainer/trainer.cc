@@ -230,24 +230,30 @@ absl::StatusOr<Trainer::StepResult> Trainer::Step(int64_t step) {
   const at::Tensor summed = ReadOnHost(engine.AllReduceSumOnDevice(packed));
   const double* v = summed.data_ptr<double>();
   const double loss = v[0] / std::max(1.0, v[3]);
-  const int64_t step_tokens = static_cast<int64_t>(v[1]);
-  StepResult result{loss, v[2] > 0};
-  if (!std::isfinite(loss)) {
-    return absl::InternalError(absl::StrCat("loss is ", loss, " at step ", step + 1,
+  LF_RETURN_IF_ERROR(
+      FinishStep(step, StepTotals{loss, static_cast<int64_t>(v[1]), v[4]}, logging, syncs_before));
+  return StepResult{loss, v[2] > 0};
+}
+
+absl::Status Trainer::FinishStep(int64_t step, const StepTotals& totals, bool logging,
+                                 int64_t syncs_before) {
+  if (!std::isfinite(totals.loss)) {
+    return absl::InternalError(absl::StrCat(opt_.dpo ? "DPO loss" : "loss", " is ", totals.loss,
+                                            " at step ", step + 1,
                                             " (diverged: lower training.lr or set grad_clip)"));
   }
-  const double lr = LearningRate(opt_.schedule, opt_.lr, step, epoch, total_steps_);
-  engine.Step(lr);
-  last_loss_ = loss;
-
-  interval_tokens_ += step_tokens;
-  tokens_seen_ += step_tokens;
-  interval_loss_ += loss;
+  const double lr =
+      LearningRate(opt_.schedule, opt_.lr, step, step / steps_per_epoch_, total_steps_);
+  engine_->Step(lr);
+  last_loss_ = totals.loss;
+  interval_tokens_ += totals.tokens;
+  tokens_seen_ += totals.tokens;
+  interval_loss_ += totals.loss;
   ++interval_steps_;
   step_host_syncs_ += HostSyncCount() - syncs_before;
   ++steps_run_;
-  if (rank0_ && logging) LogMetrics(step, lr, v[4]);
-  return result;
+  if (rank0_ && logging) LogMetrics(step, lr, totals.grad_norm);
+  return absl::OkStatus();
 }
 
 void Trainer::LogMetrics(int64_t step, double lr, double grad_norm) {

@@ -73,6 +73,18 @@ class Trainer {
   // Step's DPO form (trainer_dpo.cc, dpo_loss.h): `loss` is the mean DPO loss over the
   // global batch's pairs; the step's rewards are added to interval_dpo_.
   absl::StatusOr<StepResult> DpoStep(int64_t step);
+  // What a step's one collective gave, read on the host.
+  struct StepTotals {
+    double loss = 0;       // the step's mean loss (Step's or DpoStep's)
+    int64_t tokens = 0;    // real tokens over the world (a tensor-parallel group once)
+    double grad_norm = 0;  // the clipped gradients' norm (0 when neither clipped nor logged)
+  };
+  // Step's and DpoStep's end once `totals` are read: an error when the loss is not finite
+  // (the parameters untouched); otherwise the optimizer step at the schedule's rate, the
+  // interval's and run's counters (host syncs since `syncs_before`), and rank 0's
+  // metrics line when `logging`.
+  absl::Status FinishStep(int64_t step, const StepTotals& totals, bool logging,
+                          int64_t syncs_before);
   void LogMetrics(int64_t step, double lr, double grad_norm);
   // Rank 0, when this run trained no step (resumed at its last one): the metrics line
   // the job's progress shows, at `end_step` with the checkpoint's loss and no throughput.

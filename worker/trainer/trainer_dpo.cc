@@ -101,25 +101,13 @@ absl::StatusOr<Trainer::StepResult> Trainer::DpoStep(int64_t step) {
   const at::Tensor summed = ReadOnHost(engine.AllReduceSumOnDevice(packed));
   const double* v = summed.data_ptr<double>();
   const double loss = v[0] / global_pairs;
-  if (!std::isfinite(loss)) {
-    return absl::InternalError(absl::StrCat("DPO loss is ", loss, " at step ", step + 1,
-                                            " (diverged: lower training.lr or set grad_clip)"));
-  }
-  const double lr = LearningRate(opt_.schedule, opt_.lr, step, epoch, total_steps_);
-  engine.Step(lr);
-  last_loss_ = loss;
-  const int64_t step_tokens = static_cast<int64_t>(v[5]);
-  interval_tokens_ += step_tokens;
-  tokens_seen_ += step_tokens;
-  interval_loss_ += loss;
+  // Summed into the interval before FinishStep, whose metrics line reports them.
   interval_dpo_.rewards_chosen += v[1] / global_pairs;
   interval_dpo_.rewards_rejected += v[2] / global_pairs;
   interval_dpo_.rewards_accuracies += v[3] / global_pairs;
   interval_dpo_.rewards_margins += v[4] / global_pairs;
-  ++interval_steps_;
-  step_host_syncs_ += HostSyncCount() - syncs_before;
-  ++steps_run_;
-  if (rank0_ && logging) LogMetrics(step, lr, v[7]);
+  LF_RETURN_IF_ERROR(
+      FinishStep(step, StepTotals{loss, static_cast<int64_t>(v[5]), v[7]}, logging, syncs_before));
   return StepResult{loss, v[6] > 0};
 }
 
