@@ -8,6 +8,8 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -31,8 +33,10 @@ using nlohmann::json;
 
 const std::string kFixtures = LLAMAFLEET_CHAT_FIXTURES;
 
-std::unique_ptr<Tokenizer> FixtureTokenizer() {
-  auto t = Tokenizer::Load(kFixtures + "/tokenizer");
+// The fixture tokenizer; `dir` tokenizer_mistral_v3 has [INST] and [/INST] as control
+// tokens, as Mistral's v3 tokenizer does.
+std::unique_ptr<Tokenizer> FixtureTokenizer(const std::string& dir = "tokenizer") {
+  auto t = Tokenizer::Load(kFixtures + "/" + dir);
   EXPECT_TRUE(t.ok()) << t.status();
   return t.ok() ? std::move(*t) : nullptr;
 }
@@ -44,8 +48,9 @@ std::string MaskString(const std::vector<uint8_t>& target) {
 }
 
 // Every conversation of fixtures/chat/NAME.jsonl rendered by `tmpl` and tokenized.
-void ExpectMatchesReference(const std::string& name, const ChatTemplate& tmpl) {
-  std::unique_ptr<Tokenizer> tok = FixtureTokenizer();
+void ExpectMatchesReference(const std::string& name, const ChatTemplate& tmpl,
+                            const std::string& tokenizer_dir = "tokenizer") {
+  std::unique_ptr<Tokenizer> tok = FixtureTokenizer(tokenizer_dir);
   ASSERT_NE(tok, nullptr);
   std::ifstream in(kFixtures + "/" + name + ".jsonl");
   std::string line;
@@ -101,20 +106,104 @@ TEST(ChatTemplate, Llama2MatchesHuggingFace) {
 TEST(ChatTemplate, MistralMatchesHuggingFace) {
   ExpectMatchesReference("mistral", FromFixture("mistral.jinja"));
 }
+// Llama 3.2 writes today's date; the fixtures were rendered with date_string 05 Mar 2025.
+TEST(ChatTemplate, Llama32MatchesHuggingFace) {
+  ChatTemplate tmpl = FromFixture("llama3.2.jinja");
+  EXPECT_EQ(tmpl.name, "llama3.2");
+  tmpl.date = "05 Mar 2025";
+  ExpectMatchesReference("llama3.2", tmpl);
+}
+TEST(ChatTemplate, MistralV02MatchesHuggingFace) {
+  ExpectMatchesReference("mistral-v0.2", FromFixture("mistral-v0.2.jinja"));
+}
+TEST(ChatTemplate, MistralV03MatchesHuggingFace) {
+  ExpectMatchesReference("mistral-v0.3", FromFixture("mistral-v0.3.jinja"), "tokenizer_mistral_v3");
+}
+
+// Llama 3.2's template writes strftime_now("%d %b %Y"): today's local date, fixed when the
+// template is resolved; Llama 3.1's writes 26 Jul 2024 always.
+TEST(ChatTemplate, Llama32WritesTodaysDate) {
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  localtime_r(&now, &tm);
+  char want[32];
+  std::strftime(want, sizeof(want), "%d %b %Y", &tm);
+  const ChatTemplate l32 = FromFixture("llama3.2.jinja");
+  EXPECT_EQ(l32.date, want);
+  EXPECT_EQ(FromFixture("llama3.1.jinja").date, "26 Jul 2024");
+  auto chat = RenderChat(l32, {{ChatRole::kUser, "u"}, {ChatRole::kAssistant, "a"}});
+  ASSERT_TRUE(chat.ok());
+  EXPECT_TRUE(absl::StrContains(chat->text, absl::StrCat("Today Date: ", want, "\n\n<|eot_id|>")))
+      << chat->text;
+}
+
+// Mistral v0.3's [INST] and [/INST] are single control tokens where the template writes
+// them, text where a message holds them.
+TEST(ChatTemplate, MistralV03ControlTokens) {
+  std::unique_ptr<Tokenizer> tok = FixtureTokenizer("tokenizer_mistral_v3");
+  ASSERT_NE(tok, nullptr);
+  int32_t inst = -1, end_inst = -1;
+  for (const auto& [s, id] : tok->template_tokens()) {
+    if (s == "[INST]") inst = id;
+    if (s == "[/INST]") end_inst = id;
+  }
+  ASSERT_GE(inst, 0);
+  ASSERT_GE(end_inst, 0);
+  auto chat = RenderChat(FromFixture("mistral-v0.3.jinja"),
+                         {{ChatRole::kUser, "[INST] q"}, {ChatRole::kAssistant, "a"}});
+  ASSERT_TRUE(chat.ok()) << chat.status();
+  auto seq = EncodeChat(*chat, *tok, TrainOn::kAssistant);
+  ASSERT_TRUE(seq.ok()) << seq.status();
+  EXPECT_EQ(std::count(seq->tokens.begin(), seq->tokens.end(), inst), 1);
+  EXPECT_EQ(std::count(seq->tokens.begin(), seq->tokens.end(), end_inst), 1);
+}
 
 // generate --chat: a conversation ending with a user turn, then the template's generation
 // prompt, as apply_chat_template(add_generation_prompt=True) renders and tokenizes it
 // (fixtures/chat/generation_prompts.json, make_generation_prompts.py).
+// A SentencePiece model with Mistral v3's control pieces (fixtures/chat/spm_mistral_v3,
+// made by make_spm_control.py): each control piece is one template token with the id the
+// sentencepiece library gives it, so v0.3's [INST] and [/INST] become single ids where
+// the template writes them and stay text inside a message.
+TEST(ChatTemplate, SentencePieceControlPiecesAreTemplateTokens) {
+  auto tok = Tokenizer::Load(kFixtures + "/spm_mistral_v3/tokenizer.model");
+  if (absl::IsFailedPrecondition(tok.status())) GTEST_SKIP() << tok.status();
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  const json controls = json::parse(ReadFile(kFixtures + "/spm_mistral_v3/controls.json"));
+  ASSERT_EQ(controls.size(), 5u);
+  for (const auto& [piece, id] : controls.items()) {
+    const auto& tt = (*tok)->template_tokens();
+    EXPECT_NE(std::find(tt.begin(), tt.end(), std::pair{piece, id.get<int32_t>()}), tt.end())
+        << piece;
+  }
+  auto chat = RenderChat(FromFixture("mistral-v0.3.jinja"), {{ChatRole::kSystem, "Be brief."},
+                                                              {ChatRole::kUser, "hi [INST]"},
+                                                              {ChatRole::kAssistant, "Hello"},
+                                                              {ChatRole::kUser, "again"}});
+  ASSERT_TRUE(chat.ok()) << chat.status();
+  EXPECT_EQ(chat->text, "<s>[INST] hi [INST][/INST] Hello</s>[INST] Be brief.\n\nagain[/INST]");
+  auto seq = EncodeChat(*chat, **tok, TrainOn::kAssistant);
+  ASSERT_TRUE(seq.ok()) << seq.status();
+  const int32_t inst = controls["[INST]"], end_inst = controls["[/INST]"];
+  EXPECT_EQ(std::count(seq->tokens.begin(), seq->tokens.end(), inst), 2);
+  EXPECT_EQ(std::count(seq->tokens.begin(), seq->tokens.end(), end_inst), 2);
+  EXPECT_EQ(seq->tokens.front(), controls["<s>"].get<int32_t>());
+}
+
 TEST(ChatTemplate, GenerationPromptsMatchHuggingFace) {
   std::unique_ptr<Tokenizer> tok = FixtureTokenizer();
   ASSERT_NE(tok, nullptr);
   const json fixtures = json::parse(ReadFile(kFixtures + "/generation_prompts.json"));
-  ASSERT_EQ(fixtures.size(), 5u);
+  ASSERT_EQ(fixtures.size(), 8u);
+  std::unique_ptr<Tokenizer> tok_v3 = FixtureTokenizer("tokenizer_mistral_v3");
+  ASSERT_NE(tok_v3, nullptr);
   for (const auto& [name, rows] : fixtures.items()) {
-    const ChatTemplate tmpl = FromFixture(name + ".jinja");
+    ChatTemplate tmpl = FromFixture(name + ".jinja");
+    if (name == "llama3.2") tmpl.date = "05 Mar 2025";
+    const Tokenizer* t = name == "mistral-v0.3" ? tok_v3.get() : tok.get();
     for (const json& row : rows) {
       SCOPED_TRACE(name + ": " + row["text"].dump());
-      auto ids = EncodePromptRecord(json{{"messages", row["messages"]}}, {tok.get(), &tmpl});
+      auto ids = EncodePromptRecord(json{{"messages", row["messages"]}}, {t, &tmpl});
       ASSERT_TRUE(ids.ok()) << ids.status();
       EXPECT_EQ(*ids, row["ids"].get<std::vector<int32_t>>());
       std::vector<ChatMessage> msgs;
@@ -170,6 +259,14 @@ TEST(ChatTemplate, SpecialTokenStringsInContentStayText) {
 }
 
 TEST(ChatTemplate, TemplatesThatRaiseAreErrors) {
+  for (const char* file : {"mistral-v0.2.jinja", "mistral-v0.3.jinja"}) {
+    auto r =
+        RenderChat(FromFixture(file),
+                   {{ChatRole::kSystem, "s"}, {ChatRole::kAssistant, "a"}, {ChatRole::kUser, "u"}});
+    ASSERT_FALSE(r.ok()) << file;
+    EXPECT_TRUE(absl::StrContains(r.status().message(), "After the optional system message"))
+        << r.status();
+  }
   const std::vector<ChatMessage> sys = {
       {ChatRole::kSystem, "s"}, {ChatRole::kUser, "u"}, {ChatRole::kAssistant, "a"}};
   auto m = RenderChat(*ChatTemplateByName("mistral"), sys);

@@ -1,5 +1,7 @@
 #include "chat_template.h"
 
+#include <ctime>
+
 #include "absl/strings/str_cat.h"
 #include "model_file.h"
 #include "util.h"
@@ -12,7 +14,7 @@ constexpr char kQwenSystem[] =
     "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.";
 constexpr char kLlama31Header[] =
     "<|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge Date: December 2023\n"
-    "Today Date: 26 Jul 2024\n\n";
+    "Today Date: ";
 constexpr char kRenderers[] = "llama2, llama3, chatml or mistral";
 
 // Templates recognised exactly: SHA-256 of the verbatim string -> renderer. The strings
@@ -24,19 +26,37 @@ struct KnownTemplate {
   const char* name;
   bool dated_system;
   const char* default_system;
+  bool today;  // dated_system with today's date (strftime_now) instead of 26 Jul 2024
 };
 constexpr KnownTemplate kKnown[] = {
     {"e8d5b5a546d3f19df16a5320c614fab05bdc4edd50e850f1afd947b503ea41cf", "Llama 2 chat",
-     ChatTemplate::Family::kLlama2, "llama2", false, ""},
+     ChatTemplate::Family::kLlama2, "llama2", false, "", false},
     {"ba03a121d097859c7b5b9cd03af99aafe95275210d2876f642ad9929a150f122", "Llama 3 Instruct",
-     ChatTemplate::Family::kLlama3, "llama3.0", false, ""},
+     ChatTemplate::Family::kLlama3, "llama3.0", false, "", false},
     {"e10ca381b1ccc5cf9db52e371f3b6651576caee0a630b452e2816b2d404d4b65", "Llama 3.1 Instruct",
-     ChatTemplate::Family::kLlama3, "llama3.1", true, ""},
+     ChatTemplate::Family::kLlama3, "llama3.1", true, "", false},
     {"26a59556925c987317ce5291811ba3b7f32ec4c647c400c6cc7e3a9993007ba7", "Mistral 7B Instruct v0.1",
-     ChatTemplate::Family::kMistral, "mistral", false, ""},
+     ChatTemplate::Family::kMistral, "mistral", false, "", false},
     {"cd8e9439f0570856fd70470bf8889ebd8b5d1107207f67a5efb46e342330527f", "Qwen2.5 Instruct",
-     ChatTemplate::Family::kChatml, "qwen2.5", false, kQwenSystem},
+     ChatTemplate::Family::kChatml, "qwen2.5", false, kQwenSystem, false},
+    {"5816fce10444e03c2e9ee1ef8a4a1ea61ae7e69e438613f3b17b69d0426223a4", "Llama 3.2 Instruct",
+     ChatTemplate::Family::kLlama3, "llama3.2", true, "", true},
+    {"796853172235ab3aaa4810013ddfe2eab481bda3306dad4f700c00d436eed596", "Mistral 7B Instruct v0.2",
+     ChatTemplate::Family::kMistralV02, "mistral-v0.2", false, "", false},
+    {"e16746b40344d6c5b5265988e0328a0bf7277be86f1c335156eae07e29c82826", "Mistral 7B Instruct v0.3",
+     ChatTemplate::Family::kMistralV03, "mistral-v0.3", false, "", false},
 };
+
+// Today's local date as Python's strftime("%d %b %Y") writes it in the C locale.
+std::string TodayDate() {
+  static constexpr const char* kMonths[] = {"Jan", "Feb", "Mar", "Apr", "May", "Jun",
+                                            "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  localtime_r(&now, &tm);
+  return absl::StrCat(tm.tm_mday < 10 ? "0" : "", tm.tm_mday, " ", kMonths[tm.tm_mon], " ",
+                      1900 + tm.tm_year);
+}
 
 // Python's str.isspace() for one code point (what jinja's trim and str.strip() remove).
 bool IsPyWhitespace(uint32_t c) {
@@ -123,7 +143,7 @@ void RenderLlama3(const ChatTemplate& t, const std::vector<ChatMessage>& msgs, W
   w.Lit("<|begin_of_text|>");
   size_t first = 0;
   if (t.dated_system) {
-    w.Lit(kLlama31Header);
+    w.Lit(absl::StrCat(kLlama31Header, t.date, "\n\n"));
     if (!msgs.empty() && msgs[0].role == ChatRole::kSystem) {
       w.Content(Trimmed(msgs[0].content));
       first = 1;
@@ -159,15 +179,18 @@ void RenderChatml(const ChatTemplate& t, const std::vector<ChatMessage>& msgs, W
   }
 }
 
-absl::Status CheckAlternating(const ChatTemplate& t, const std::vector<ChatMessage>& msgs,
-                              size_t first) {
+absl::Status CheckAlternating(
+    const ChatTemplate& t, const std::vector<ChatMessage>& msgs, size_t first,
+    absl::string_view raises =
+        "Conversation roles must alternate user/assistant/user/assistant/...") {
   for (size_t i = first; i < msgs.size(); ++i) {
     const bool want_user = (i - first) % 2 == 0;
     if ((msgs[i].role == ChatRole::kUser) != want_user) {
       return absl::InvalidArgumentError(absl::StrCat(
           "message ", i, " is ", ChatRoleName(msgs[i].role), ": the ", t.name,
           " template needs user and assistant messages to alternate, starting with user (it raises "
-          "\"Conversation roles must alternate user/assistant/user/assistant/...\")"));
+          "\"",
+          raises, "\")"));
     }
   }
   return absl::OkStatus();
@@ -221,6 +244,41 @@ absl::Status RenderMistral(const ChatTemplate& t, const std::vector<ChatMessage>
   return absl::OkStatus();
 }
 
+constexpr char kMistralRaises[] =
+    "After the optional system message, conversation roles must alternate "
+    "user/assistant/user/assistant/...";
+
+// Mistral 7B Instruct v0.2's and v0.3's templates (chat_template.h).
+absl::Status RenderMistralV02V03(const ChatTemplate& t, const std::vector<ChatMessage>& msgs,
+                                 Writer& w) {
+  const bool v3 = t.family == ChatTemplate::Family::kMistralV03;
+  const bool system = !msgs.empty() && msgs[0].role == ChatRole::kSystem;
+  const size_t first = system ? 1 : 0;
+  LF_RETURN_IF_ERROR(CheckAlternating(t, msgs, first, kMistralRaises));
+  // v0.2 puts the system message into the first message, v0.3 into the last (when it is a
+  // user turn: the alternation makes the first one a user turn).
+  const size_t system_at = !system ? msgs.size() : v3 ? msgs.size() - 1 : first;
+  w.Lit("<s>");
+  for (size_t i = first; i < msgs.size(); ++i) {
+    if (msgs[i].role == ChatRole::kUser) {
+      w.Lit(v3 ? "[INST] " : " [INST] ");
+      if (i == system_at) {
+        w.Content(msgs[0].content);
+        w.Lit("\n\n");
+      }
+      w.Content(msgs[i].content);
+      w.Lit(v3 ? "[/INST]" : " [/INST]");
+    } else {
+      const size_t begin = w.size();
+      w.Lit(" ");
+      w.Content(v3 ? Trimmed(msgs[i].content) : absl::string_view(msgs[i].content));
+      w.Lit("</s>");
+      w.Span(begin);
+    }
+  }
+  return absl::OkStatus();
+}
+
 std::string HowToChoose() {
   return absl::StrCat("set data.chat_template to ", kRenderers, " to choose a renderer");
 }
@@ -242,6 +300,10 @@ absl::StatusOr<RenderedChat> RenderChat(const ChatTemplate& tmpl,
       break;
     case ChatTemplate::Family::kMistral:
       LF_RETURN_IF_ERROR(RenderMistral(tmpl, messages, w));
+      break;
+    case ChatTemplate::Family::kMistralV02:
+    case ChatTemplate::Family::kMistralV03:
+      LF_RETURN_IF_ERROR(RenderMistralV02V03(tmpl, messages, w));
       break;
   }
   return w.Take();
@@ -292,6 +354,7 @@ absl::StatusOr<ChatTemplate> ChatTemplateFromString(const std::string& jinja,
     t.name = k.name;
     t.dated_system = k.dated_system;
     t.default_system = k.default_system;
+    if (k.today) t.date = TodayDate();
     t.origin = absl::StrCat(where, " (", k.model, ")");
     return t;
   }

@@ -14,15 +14,24 @@
 // Renderers (the text each writes; `trim`/`strip` are Python's str.strip()):
 //   llama3    <|begin_of_text|>, then per message
 //             <|start_header_id|>ROLE<|end_header_id|>\n\n trim(content) <|eot_id|>;
-//             the Llama 3.1 form (data.chat_template: llama3) always opens with a system
-//             header holding "Cutting Knowledge Date: December 2023\nToday Date: 26 Jul
-//             2024\n\n" then the trimmed system message.
+//             the Llama 3.1 and 3.2 forms always open with a system header holding
+//             "Cutting Knowledge Date: December 2023\nToday Date: DATE\n\n" then the
+//             trimmed system message: DATE is "26 Jul 2024" for 3.1 (and
+//             data.chat_template: llama3), today's date ("%d %b %Y", local time, as HF's
+//             strftime_now writes it) for 3.2, taken once when the template is resolved.
 //   chatml    <|im_start|>ROLE\n content <|im_end|>\n per message; Qwen2.5's form writes its
 //             default system prompt when a conversation has none.
 //   llama2    <s>[INST] strip([<<SYS>>\n system \n<</SYS>>\n\n] user) [/INST] per user turn,
 //             " " strip(assistant) " </s>" per assistant turn; roles must alternate.
-//   mistral   <s> then [INST] user [/INST] and assistant</s> (v0.1: no strip, no system
-//             role); roles must alternate.
+//   mistral   <s> then, per turn, Mistral 7B Instruct's form (roles must alternate):
+//             v0.1  [INST] user [/INST] and assistant</s>; no system role.
+//             v0.2  " [INST] " [system "\n\n"] user " [/INST]" and " " assistant "</s>";
+//                   the system message goes into the first user turn.
+//             v0.3  "[INST] " [system "\n\n"] user "[/INST]" and " " trim(assistant) "</s>";
+//                   the system message goes into the LAST message only when that is a user
+//                   turn (a conversation ending with an assistant turn loses it, as HF
+//                   renders it). Its tokenizer's [INST]/[/INST] are control tokens, which
+//                   the template's own text becomes (chat_encoding.h).
 #pragma once
 
 #include <cstddef>
@@ -43,12 +52,14 @@ enum class TrainOn {
 };
 
 struct ChatTemplate {
-  enum class Family { kLlama2, kLlama3, kChatml, kMistral };
+  // kMistral is v0.1's form; kMistralV02 and kMistralV03 those of v0.2 and v0.3.
+  enum class Family { kLlama2, kLlama3, kChatml, kMistral, kMistralV02, kMistralV03 };
   Family family = Family::kLlama3;
-  std::string name;            // "llama3.1", "qwen2.5", "chatml", ...: what it renders as
-  bool dated_system = false;   // llama3: the 3.1 system header (always written)
-  std::string default_system;  // chatml: system message written when there is none
-  std::string origin;          // where it was chosen, for messages (a setting or a file)
+  std::string name;                  // "llama3.1", "qwen2.5", "chatml", ...: what it renders as
+  bool dated_system = false;         // llama3: the 3.1/3.2 system header (always written)
+  std::string date = "26 Jul 2024";  // llama3 dated_system: its "Today Date"
+  std::string default_system;        // chatml: system message written when there is none
+  std::string origin;                // where it was chosen, for messages (a setting or a file)
 };
 
 // A rendered conversation: `text` and, as [begin, end) byte ranges of it in order, what the
@@ -63,14 +74,15 @@ struct RenderedChat {
 
 // Renders `messages` (as ParseChatRecord returns them) without a generation prompt.
 // INVALID_ARGUMENT where the model's own template raises an exception: llama2 and mistral
-// when user and assistant messages do not alternate starting with user, mistral for a
-// system message.
+// when user and assistant messages do not alternate starting with user (after the
+// optional system message), mistral v0.1 for a system message.
 absl::StatusOr<RenderedChat> RenderChat(const ChatTemplate& tmpl,
                                         const std::vector<ChatMessage>& messages);
 
 // The text a template's add_generation_prompt appends, as template text (literal):
 // llama3 "<|start_header_id|>assistant<|end_header_id|>\n\n", chatml
-// "<|im_start|>assistant\n"; llama2 and mistral write none (their templates ignore it).
+// "<|im_start|>assistant\n"; llama2 and mistral (every version) write none (their
+// templates ignore it).
 void AppendGenerationPrompt(const ChatTemplate& tmpl, RenderedChat* chat);
 
 // The renderer data.chat_template names: "llama2", "llama3" (the 3.1 form), "chatml"
@@ -78,7 +90,7 @@ void AppendGenerationPrompt(const ChatTemplate& tmpl, RenderedChat* chat);
 absl::StatusOr<ChatTemplate> ChatTemplateByName(const std::string& name);
 
 // The renderer of a verbatim template string, looked up by its SHA-256; `where` names the
-// string's source in the error for an unknown one.
+// string's source in the error for an unknown one. Llama 3.2's gets today's date.
 absl::StatusOr<ChatTemplate> ChatTemplateFromString(const std::string& jinja,
                                                     const std::string& where);
 

@@ -5,8 +5,10 @@
 
 #include <algorithm>
 #include <limits>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "continuation_decoder.h"
 #include "engine.h"
 #include "kv_cache.h"
 #include "model.h"
@@ -84,10 +86,11 @@ size_t CompleteUtf8Prefix(const std::string& text) {
 
 struct Generator::Row {
   int64_t prompt_len = 0;
-  std::vector<int32_t> ids, text_ids;  // generated; text_ids without an ending EOS
-  std::string emitted;                 // text streamed so far
-  std::string reason;                  // empty while running
-  std::string text;                    // the final text
+  std::vector<int32_t> ids, text_ids;          // generated; text_ids without an ending EOS
+  std::string emitted;                         // text streamed so far
+  std::string reason;                          // empty while running
+  std::string text;                            // the final text
+  std::optional<ContinuationDecoder> decoder;  // with a tokenizer
 };
 
 Generator::Generator(LlamaModel& model, ParamEngine& engine, const Tokenizer* tokenizer,
@@ -126,7 +129,7 @@ void Generator::Accept(Row& row, int64_t index, int32_t id, const TokenCallback&
   const bool eos =
       std::find(options_.eos_ids.begin(), options_.eos_ids.end(), id) != options_.eos_ids.end();
   if (!eos) row.text_ids.push_back(id);
-  const std::string full = tokenizer_ ? tokenizer_->Decode(row.text_ids) : std::string();
+  const std::string full = row.decoder ? row.decoder->Decode(row.text_ids) : std::string();
   std::string visible = full.substr(0, CompleteUtf8Prefix(full));
   const size_t stop_at = FindStop(visible, options_.stop);
   if (eos) {
@@ -191,6 +194,7 @@ absl::StatusOr<std::vector<GeneratedRow>> Generator::Generate(
   for (int64_t r = 0; r < B; ++r) {
     const int64_t n = static_cast<int64_t>(prompts[r].size()), pad = longest - n;
     rows[r].prompt_len = n;
+    if (tokenizer_) rows[r].decoder.emplace(*tokenizer_, prompts[r]);
     for (int64_t s = 0; s < capacity; ++s) {
       positions[r * capacity + s] = std::max<int64_t>(0, s - pad);
       if (s < pad) valid[r * capacity + s] = 0;

@@ -10,11 +10,12 @@
 // when its text contains a stop string (cut there: "stop") or after max_new_tokens
 // ("length"); the others go on.
 //
-// Text is decoded from a row's generated ids as a whole each step and streamed in pieces
-// of complete UTF-8 characters; a tail that may begin a stop string is held back until it
-// cannot. The pieces of a row concatenate to its final text (an EOS token's piece is
-// empty; only a row ended by length may end inside a character, its final piece then
-// carries the incomplete bytes).
+// Text is decoded from a row's generated ids as a whole each step, as the continuation of
+// its prompt (continuation_decoder.h: a SentencePiece model's first generated piece keeps
+// its leading space), and streamed in pieces of complete UTF-8 characters; a tail that
+// may begin a stop string is held back until it cannot. The pieces of a row concatenate
+// to its final text (an EOS token's piece is empty; only a row ended by length may end
+// inside a character, its final piece then carries the incomplete bytes).
 #pragma once
 
 #include <ATen/ATen.h>

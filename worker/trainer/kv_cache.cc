@@ -1,6 +1,7 @@
 #include "kv_cache.h"
 
 #include <ATen/core/grad_mode.h>
+#include <torch/version.h>
 
 #include <cmath>
 #include <limits>
@@ -61,15 +62,26 @@ at::Tensor LlamaModel::CachedDecoderLayer(const std::vector<at::Tensor>& p, cons
   k_cache.narrow(2, start, S).copy_(k);
   v_cache.narrow(2, start, S).copy_(v);
   // The G query heads of kv head j (heads j*G .. j*G+G-1) as one [G*S, d] block against
-  // that head's cached keys, [B, KV, G*S, L]; the mask is per row, shared by the heads.
+  // that head's cached keys, so the cache is never copied per query head; the mask is per
+  // row, shared by the heads. LibTorch 2.x runs it as the training path does, through
+  // scaled_dot_product_attention (query g*S+i takes query i's mask row); 1.13 has no SDPA.
   const at::Tensor keys = k_cache.narrow(2, 0, L), values = v_cache.narrow(2, 0, L);
+  const at::Tensor grouped = q.reshape({B, KV, G * S, d});
+#if TORCH_VERSION_MAJOR >= 2
+  const at::Tensor group_mask =
+      G == 1 ? mask : mask.view({B, 1, 1, S, L}).expand({B, 1, G, S, L}).reshape({B, 1, G * S, L});
+  const at::Tensor attn =
+      at::scaled_dot_product_attention(grouped, keys, values, group_mask, 0.0, /*is_causal=*/false)
+          .view({B, H, S, d});
+#else
   const double scale = 1.0 / std::sqrt(static_cast<double>(d));
-  const at::Tensor scores = at::matmul(q.reshape({B, KV, G * S, d}), keys.transpose(2, 3))
+  const at::Tensor scores = at::matmul(grouped, keys.transpose(2, 3))
                                 .mul(scale)
                                 .view({B, KV, G, S, L})
                                 .add(mask.view({B, 1, 1, S, L}));
   const at::Tensor probs = at::softmax(scores, -1, at::kFloat).to(q.scalar_type());
   const at::Tensor attn = at::matmul(probs.view({B, KV, G * S, L}), values).view({B, H, S, d});
+#endif
   const at::Tensor heads = attn.transpose(1, 2).reshape({B, S, H * d});
   const at::Tensor h1 = x + Project(p, 3, heads, heads);
   const at::Tensor hn = RmsNorm(h1, p[5]);

@@ -7,6 +7,7 @@
 #include <mutex>
 
 #include "absl/strings/str_cat.h"
+#include "gguf_vocab.h"
 #include "util.h"
 
 namespace llamafleet::trainer {
@@ -88,6 +89,20 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> SentencePieceTokenizer::FromBytes(
   std::vector<std::pair<std::string, int32_t>> controls;
   if (t->bos_ >= 0) controls.emplace_back("<s>", t->bos_);
   if (t->eos_ >= 0) controls.emplace_back("</s>", t->eos_);
+  // Every other control piece too (Mistral v3's [INST], [/INST], [TOOL_CALLS], ...), as
+  // Hugging Face's conversion of the model makes them special tokens. The library has
+  // read the model already; where this stricter reader cannot, BOS and EOS remain.
+  GgufVocab pieces;
+  if (ParseSentencePiecePieces(bytes, path, &pieces).ok()) {
+    for (size_t id = 0; id < pieces.tokens.size(); ++id) {
+      const std::string& piece = pieces.tokens[id];
+      if (pieces.token_types[id] != static_cast<int32_t>(GgufTokenType::kControl) ||
+          piece.empty() || piece == "<s>" || piece == "</s>") {
+        continue;
+      }
+      controls.emplace_back(piece, static_cast<int32_t>(id));
+    }
+  }
   t->SetTemplateTokens(std::move(controls));
   return t;
 }

@@ -93,7 +93,8 @@ std::string ChatKey(const DataLoadOptions& l) {
     return "";
   const ChatTemplate& t = *l.chat_template;
   return absl::StrCat("chat ", static_cast<int>(t.family), " ", t.name, " dated ", t.dated_system,
-                      " system ", t.default_system.size(), ":", t.default_system, " train_on ",
+                      t.dated_system ? absl::StrCat(" ", t.date) : "", " system ",
+                      t.default_system.size(), ":", t.default_system, " train_on ",
                       static_cast<int>(l.train_on), "\n");
 }
 

@@ -56,7 +56,8 @@ class Tokenizer {
   // The strings a chat template writes that stand for one token each, with their ids:
   // every added token of a tokenizer.json (special or not, as Hugging Face matches them in
   // a rendered template), tiktoken's 256 special tokens, a SentencePiece model's "<s>"
-  // and "</s>" (its BOS and EOS). Longest first.
+  // and "</s>" (its BOS and EOS) and its other control pieces (Mistral v3's [INST] and
+  // [/INST]). Longest first.
   const std::vector<std::pair<std::string, int32_t>>& template_tokens() const {
     return template_tokens_;
   }
