@@ -52,18 +52,12 @@ TEST_F(HttpAuthTest, EveryRoleAgainstEveryRoute) {
   EXPECT_EQ(r.Json()["job"]["owner"], "alice");
   const std::string alices = r.Json()["job"]["id"];
 
-  const std::vector<std::string> reads = {"/api/v1/jobs",
-                                          "/api/v1/jobs/" + alices,
-                                          "/api/v1/jobs/" + alices + "/events",
-                                          "/api/v1/jobs/" + alices + "/logs",
-                                          "/api/v1/jobs/" + alices + "/checkpoints",
-                                          "/api/v1/jobs/" + alices + "/attempts",
-                                          "/api/v1/jobs/" + alices + "/samples?latest=true",
-                                          "/api/v1/jobs/" + alices + "/metrics",
-                                          "/api/v1/workers",
-                                          "/api/v1/queues",
-                                          "/api/v1/whoami",
-                                          "/metrics"};
+  const std::vector<std::string> reads = {
+      "/api/v1/jobs", "/api/v1/jobs/" + alices, "/api/v1/jobs/" + alices + "/events",
+      "/api/v1/jobs/" + alices + "/logs", "/api/v1/jobs/" + alices + "/checkpoints",
+      "/api/v1/jobs/" + alices + "/attempts", "/api/v1/jobs/" + alices + "/samples?latest=true",
+      "/api/v1/jobs/" + alices + "/metrics", "/api/v1/workers", "/api/v1/queues",
+      "/api/v1/whoami", "/metrics"};
   for (const std::string& target : reads) {
     for (const std::string user : {"root", "alice", "bob", "vera"}) {
       EXPECT_EQ(Get(user, target).status, 200) << user << " " << target;

@@ -5,11 +5,12 @@
 // job has a rewards chart and a summary row. Everything refreshes in place.
 
 import {api, query, sse} from './api.js';
-import {decimalsOf, LineChart} from './chart.js';
+import {LineChart, decimalsOf} from './chart.js';
+import {createTimeline} from './timeline.js';
 import {createLogView} from './logs.js';
 import {createSamplesView, dpoSeries, dpoSummary} from './samples.js';
-import {createTimeline} from './timeline.js';
-import {attemptsDevice, fmtAgo, fmtBytes, fmtCost, fmtFullTime, fmtGpuTime, fmtInt, fmtNum, fmtTime, fmtUsage, h, parseTime, Poller, setText, TERMINAL_STATES} from './util.js';
+import {h, setText, Poller, fmtInt, fmtNum, fmtBytes, fmtTime, fmtFullTime, fmtAgo, fmtGpuTime, fmtCost,
+  fmtUsage, attemptsDevice, parseTime, TERMINAL_STATES} from './util.js';
 
 const REFRESH_MS = 3000;
 export const DRAFT_KEY = 'llamafleet.draft';
@@ -88,8 +89,7 @@ export function mountJob(root, ctx, id) {
     lr: new LineChart({title: 'Learning rate', color: 'var(--c2)'}),
     tps: new LineChart({title: 'Tokens / s', color: 'var(--c3)'}),
     // The trainer reports MFU only when it knows the device's peak FLOPS (not on CPU ranks).
-    mfu: new LineChart(
-        {title: 'MFU', color: 'var(--c4)', format: pct, emptyText: 'not reported for this job'}),
+    mfu: new LineChart({title: 'MFU', color: 'var(--c4)', format: pct, emptyText: 'not reported for this job'}),
     // training.objective dpo only: hidden for other jobs.
     dpo: new LineChart({title: 'DPO rewards', legend: true}),
   };
@@ -116,19 +116,21 @@ export function mountJob(root, ctx, id) {
   const specPre = h('pre#spec.spec');
   const specFmt = h('select#spec-format', {'aria-label': 'Spec format'}, h('option', {value: 'yaml'}, 'YAML'), h('option', {value: 'json'}, 'JSON'));
 
-  root.append(
-      h('section.page.job-page',
-        h('div.page-head', title, badge, h('span.spacer'), resubmitBtn, cancelBtn), meta, reason,
-        notice, pending,
-        h('div.job-grid',
-          h('div.col-main', h('section.panel', h('h2', 'Training'), chartGrid), samples.el,
-            h('section.panel', h('h2', 'Attempts'), h('div.table-wrap', attemptTable)),
-            h('section.panel', h('h2', 'Checkpoints'), h('div.table-wrap', ckptTable)),
-            h('section.panel', h('h2', 'Logs'), logs.el),
-            h('section.panel', h('h2', 'Spec', h('span.spacer'), specFmt), specPre)),
-          h('div.col-side', h('section.panel', h('h2', 'Summary'), summary),
-            h('section.panel', h('h2', 'Workers'), gpuPanel),
-            h('section.panel', h('h2', 'Timeline'), timeline.el)))));
+  root.append(h('section.page.job-page',
+    h('div.page-head', title, badge, h('span.spacer'), resubmitBtn, cancelBtn),
+    meta, reason, notice, pending,
+    h('div.job-grid',
+      h('div.col-main',
+        h('section.panel', h('h2', 'Training'), chartGrid),
+        samples.el,
+        h('section.panel', h('h2', 'Attempts'), h('div.table-wrap', attemptTable)),
+        h('section.panel', h('h2', 'Checkpoints'), h('div.table-wrap', ckptTable)),
+        h('section.panel', h('h2', 'Logs'), logs.el),
+        h('section.panel', h('h2', 'Spec', h('span.spacer'), specFmt), specPre)),
+      h('div.col-side',
+        h('section.panel', h('h2', 'Summary'), summary),
+        h('section.panel', h('h2', 'Workers'), gpuPanel),
+        h('section.panel', h('h2', 'Timeline'), timeline.el)))));
 
   // --- rendering ---------------------------------------------------------------------
   function canCancel() {
@@ -210,20 +212,11 @@ export function mountJob(root, ctx, id) {
     const m = job.latest_metrics || {};
     const usage = fmtUsage(job.usage, device);
     const rows = [
-      [
-        'Progress',
-        m.total_steps && Number(m.total_steps) ?
-            `step ${fmtInt(m.step)} of ${fmtInt(m.total_steps)}` :
-            (Number(m.step) ? `step ${fmtInt(m.step)}` : '—')
-      ],
+      ['Progress', m.total_steps && Number(m.total_steps) ? `step ${fmtInt(m.step)} of ${fmtInt(m.total_steps)}` : (Number(m.step) ? `step ${fmtInt(m.step)}` : '—')],
       ['Train loss', Number(m.step) ? fmtNum(m.loss) : '—'],
-      [
-        'Eval loss',
-        m.eval_loss !== undefined ?
-            `${fmtNum(m.eval_loss)} after step ${fmtInt(m.eval_step || 0)} · best ${
-                fmtNum(m.best_eval_loss ?? m.eval_loss)}` :
-            (evalSets(job).length ? '—' : '— (no data.eval_path)')
-      ],
+      ['Eval loss', m.eval_loss !== undefined
+        ? `${fmtNum(m.eval_loss)} after step ${fmtInt(m.eval_step || 0)} · best ${fmtNum(m.best_eval_loss ?? m.eval_loss)}`
+        : (evalSets(job).length ? '—' : '— (no data.eval_path)')],
       ['Attempts', String(job.attempts || 0)],
       ['Restarts', `${job.restarts || 0} of ${spec.run_policy?.max_restarts ?? 0}`],
       [`${device} time`, usage.time],
@@ -233,12 +226,8 @@ export function mountJob(root, ctx, id) {
       ['Finetuning', finetuning(spec.peft || {}, job.memory_estimate || {}, spec.model?.preset)],
       ['Step estimate', stepEstimate(job.step_time_estimate)],
       ...(parallelism(spec) ? [['Parallelism', parallelism(spec)]] : []),
-      ...(spec.sweep?.point ? [[
-        'Sweep',
-        `${spec.sweep.point.sweep} · point ${spec.sweep.point.index || 0} of ` +
-            `${spec.sweep.point.points} (${(spec.sweep.point.values || []).join(', ')})`
-      ]] :
-                              []),
+      ...(spec.sweep?.point ? [['Sweep', `${spec.sweep.point.sweep} · point ${spec.sweep.point.index || 0} of ` +
+        `${spec.sweep.point.points} (${(spec.sweep.point.values || []).join(', ')})`]] : []),
       ...(m.dpo ? [['DPO rewards', dpoSummary(m.dpo)]] : []),
       ['Tokens / s', Number(m.step) ? fmtNum(m.tokens_per_second) : '—'],
       ['Peak memory', Number(m.peak_memory_bytes) ? fmtBytes(m.peak_memory_bytes) : '—'],
