@@ -19,6 +19,7 @@
 #include "server/job_service_internal.h"
 #include "storage/cluster_store.h"
 #include "storage/metrics_store.h"
+#include "storage/sample_store.h"
 #include "storage/sqlite.h"
 
 namespace llamafleet {
@@ -387,6 +388,22 @@ grpc::ServerUnaryReactor* JobServiceImpl::GetJobMetrics(grpc::CallbackServerCont
       EvalHistory(*store_, *id, request->max_points() == 0 ? 500 : request->max_points());
   if (!evals.ok()) return FinishNow(context, evals.status());
   for (v1::EvalPoint& e : *evals) *response->add_evals() = std::move(e);
+  return FinishNow(context, grpc::Status::OK);
+}
+
+grpc::ServerUnaryReactor* JobServiceImpl::ListSamples(grpc::CallbackServerContext* context,
+                                                      const v1::ListSamplesRequest* request,
+                                                      v1::ListSamplesResponse* response) {
+  absl::StatusOr<int64_t> id = ReadableJob(*context, request->job_id());
+  if (!id.ok()) return FinishNow(context, id.status());
+  if (request->step() < 0) {
+    return FinishNow(context,
+                     absl::InvalidArgumentError("step must be 0 (every step) or a step number"));
+  }
+  absl::StatusOr<v1::ListSamplesResponse> list =
+      llamafleet::ListSamples(*store_, *id, request->step(), request->latest());
+  if (!list.ok()) return FinishNow(context, list.status());
+  *response = std::move(*list);
   return FinishNow(context, grpc::Status::OK);
 }
 

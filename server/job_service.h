@@ -99,6 +99,11 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
   grpc::ServerUnaryReactor* ListAttempts(grpc::CallbackServerContext* context,
                                          const v1::ListAttemptsRequest* request,
                                          v1::ListAttemptsResponse* response) override;
+  // The readers GetJobMetrics allows (kRead, an existing job); INVALID_ARGUMENT for a
+  // negative step.
+  grpc::ServerUnaryReactor* ListSamples(grpc::CallbackServerContext* context,
+                                        const v1::ListSamplesRequest* request,
+                                        v1::ListSamplesResponse* response) override;
   grpc::ServerUnaryReactor* GetJobMetrics(grpc::CallbackServerContext* context,
                                           const v1::GetJobMetricsRequest* request,
                                           v1::GetJobMetricsResponse* response) override;

@@ -271,6 +271,19 @@ ALTER TABLE jobs ADD COLUMN derived_from INTEGER;    -- the job it was resubmitt
     R"sql(
 ALTER TABLE job_evals ADD COLUMN eval_set TEXT NOT NULL DEFAULT '';
 )sql",
+    // 15: the samples of each evaluation (eval.samples; storage/sample_store.h bounds them).
+    R"sql(
+CREATE TABLE IF NOT EXISTS job_samples (
+  job_id  INTEGER NOT NULL REFERENCES jobs(id) ON DELETE CASCADE,
+  step    INTEGER NOT NULL,          -- the optimizer step evaluated after
+  idx     INTEGER NOT NULL,          -- the prompt's position in eval.samples' list
+  attempt INTEGER NOT NULL,
+  time_us INTEGER NOT NULL,
+  bytes   INTEGER NOT NULL,          -- prompt + text + reference, for the per-job bound
+  sample  BLOB NOT NULL,             -- llamafleet.v1.Sample
+  PRIMARY KEY (job_id, step, idx)
+) WITHOUT ROWID;
+)sql",
 };
 
 // SQLite cannot add AUTOINCREMENT to a table: rebuild it (the documented create-copy-drop-

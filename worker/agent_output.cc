@@ -1,7 +1,7 @@
 // WorkerAgent's handling of its trainers' output lines (agent.h): each line goes into the
 // log batches sent to the coordinator, and the event lines (worker/trainer_events.h) also
 // become the structured messages the coordinator records (metrics, evaluations,
-// checkpoints, start-up phases, token cache progress, early stops).
+// checkpoints, start-up phases, token cache progress, early stops, samples).
 #include <optional>
 #include <string>
 #include <variant>
@@ -57,6 +57,19 @@ std::optional<v1::WorkerMessage> StatelessMessage(const std::string& task_id,
     e->set_best_step(x->best_step);
     e->set_best_loss(x->best_loss);
     e->set_reason(x->reason.substr(0, 512));
+  } else if (const auto* x = std::get_if<trainer_events::Sample>(&event)) {
+    // ParseLine already bounded the texts and scores.
+    v1::SampleReport* r = m.mutable_sample();
+    r->set_task_id(task_id);
+    v1::Sample* s = r->mutable_sample();
+    s->set_step(x->step);
+    s->set_index(x->index);
+    s->set_prompt(x->prompt);
+    s->set_text(x->text);
+    s->set_tokens(x->tokens);
+    s->set_stop_reason(x->stop_reason);
+    s->set_reference(x->reference);
+    for (const auto& [name, value] : x->scores) (*s->mutable_scores())[name] = value;
   } else {
     return std::nullopt;
   }
@@ -80,6 +93,13 @@ std::optional<v1::WorkerMessage> WorkerAgent::StructuredMessage(
     t->set_tflops(x->tflops);
     t->set_mfu(x->mfu.value_or(0.0));
     t->set_peak_memory_bytes(x->peak_mem_bytes);
+    if (x->dpo.has_value()) {
+      v1::DpoRewards* d = t->mutable_dpo();
+      d->set_chosen(x->dpo->rewards_chosen);
+      d->set_rejected(x->dpo->rewards_rejected);
+      d->set_accuracy(x->dpo->rewards_accuracies);
+      d->set_margin(x->dpo->rewards_margins);
+    }
     *t->mutable_time() = TimeUtil::GetCurrentTime();
     std::lock_guard<std::mutex> lock(mu_);
     t->set_total_steps(total_steps_[task_id]);

@@ -360,6 +360,18 @@ void AddListCommands(CLI::App& app, Commands* commands) {
              "list a job's attempts, newest first: gang size, workers, how each ended, resizes");
   attempts->add_option("ID", *id, "job id")->required();
   commands->push_back({attempts, [id](const Context& ctx) { return RunAttempts(ctx, *id); }});
+  auto step = std::make_shared<int64_t>(0);
+  auto latest = std::make_shared<bool>(false);
+  CLI::App* samples = AddSub(
+      &app, "samples", "show what a job's model wrote at its evaluations (eval.samples), by step");
+  samples->add_option("ID", *id, "job id")->required();
+  CLI::Option* step_option =
+      samples->add_option("--step", *step, "only this step")->check(CLI::PositiveNumber);
+  samples->add_flag("--latest", *latest, "only the latest step that has samples")
+      ->excludes(step_option);
+  commands->push_back({samples, [id, step, latest](const Context& ctx) {
+                         return RunSamples(ctx, *id, *step, *latest);
+                       }});
   commands->push_back(
       {AddSub(&app, "workers", "list the workers, their capacity and what they run"),
        [](const Context& ctx) { return RunWorkers(ctx); }});

@@ -56,8 +56,14 @@ absl::Status RunDescribeJob(const Context& ctx, const std::string& id) {
     absl::StatusOr<v1::GetJobMetricsResponse> metrics = client->GetJobMetrics(id);
     if (metrics.ok()) evals.assign(metrics->evals().begin(), metrics->evals().end());
   }
+  // The latest evaluation's samples; a coordinator that cannot say leaves them out.
+  std::vector<v1::Sample> samples;
+  if (absl::StatusOr<v1::ListSamplesResponse> latest = client->ListSamples(id, 0, true);
+      latest.ok()) {
+    samples.assign(latest->samples().begin(), latest->samples().end());
+  }
   *ctx.out << DescribeJob(job, events, checkpoint_list, absl::Now(), attempt_list,
-                          HeldDevice(*client, attempt_list), evals);
+                          HeldDevice(*client, attempt_list), evals, samples);
   return absl::OkStatus();
 }
 

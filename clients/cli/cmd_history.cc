@@ -1,8 +1,9 @@
-// `checkpoints ID` and `attempts ID`: what a job has recorded so far.
+// `checkpoints ID`, `attempts ID` and `samples ID`: what a job has recorded so far.
 #include <ostream>
 
 #include "clients/cli/command.h"
 #include "clients/cli/output.h"
+#include "clients/cli/sample_output.h"
 #include "common/status_macros.h"
 
 namespace llamafleet::cli {
@@ -41,6 +42,14 @@ absl::Status RunAttempts(const Context& ctx, const std::string& id) {
   }
   const std::vector<v1::Attempt> attempts(response.attempts().begin(), response.attempts().end());
   *ctx.out << AttemptsSection(attempts, HeldDevice(*client, attempts));
+  return absl::OkStatus();
+}
+
+absl::Status RunSamples(const Context& ctx, const std::string& id, int64_t step, bool latest) {
+  LF_ASSIGN_OR_RETURN(Client* client, Connect(ctx));
+  LF_ASSIGN_OR_RETURN(v1::ListSamplesResponse response, client->ListSamples(id, step, latest));
+  if (PrintMachine(ctx, response)) return absl::OkStatus();
+  *ctx.out << SamplesText(response);
   return absl::OkStatus();
 }
 

@@ -175,9 +175,11 @@ struct LogsFlags {
 absl::Status RunLogs(const Context& ctx, const std::string& id, const LogsFlags& flags,
                      bool rank_given);
 
-// checkpoints ID, attempts ID: a job's recorded history (cmd_history.cc)
+// checkpoints ID, attempts ID, samples ID: a job's recorded history (cmd_history.cc)
 absl::Status RunCheckpoints(const Context& ctx, const std::string& id);
 absl::Status RunAttempts(const Context& ctx, const std::string& id);
+// samples ID [--step N | --latest]: the samples of every step (or one) in full (SamplesText).
+absl::Status RunSamples(const Context& ctx, const std::string& id, int64_t step, bool latest);
 // What `attempts` held, GPUs or CPU ranks, from the cluster's worker list (kGpu when it
 // cannot be read); the unit `attempts` and `describe` show time in.
 Device HeldDevice(Client& client, const std::vector<v1::Attempt>& attempts);

@@ -15,6 +15,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "clients/cli/evaluation_line.h"
+#include "clients/cli/sample_output.h"
 #include "clients/cli/usage_output.h"
 #include "common/gpu_throttle.h"
 #include "jobspec/job_kind.h"
@@ -460,7 +461,8 @@ std::string Indent(const std::string& text, int spaces) {
 std::string DescribeJob(const v1::Job& job, const std::vector<v1::JobEvent>& events,
                         const std::vector<v1::Checkpoint>& checkpoints, absl::Time now,
                         const std::vector<v1::Attempt>& attempts, Device device,
-                        const std::vector<v1::EvalPoint>& evals) {
+                        const std::vector<v1::EvalPoint>& evals,
+                        const std::vector<v1::Sample>& samples) {
   const v1::JobSpec& spec = job.spec();
   std::vector<std::vector<std::string>> fields = {
       {"ID:", job.id()},
@@ -546,9 +548,11 @@ std::string DescribeJob(const v1::Job& job, const std::vector<v1::JobEvent>& eve
       metrics.push_back({absl::StrCat("Eval loss (", set.name(), "):"),
                          absl::StrCat(FormatLoss(last->loss()), " after step ", last->step())});
     }
+    if (m.has_dpo()) metrics.push_back({"DPO rewards:", DpoRewardsLine(m.dpo())});
     metrics.push_back({"Reported:", TimeWithDistance(m.time(), now)});
     absl::StrAppend(&out, "Latest metrics:\n", Indent(FormatTable(metrics), 2));
   }
+  absl::StrAppend(&out, SamplesSummary(samples));
 
   absl::StrAppend(&out, "Checkpoints:\n");
   if (checkpoints.empty()) {

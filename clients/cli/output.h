@@ -82,15 +82,17 @@ std::string EventLine(const v1::JobEvent& event);
 // The first line of `watch`: "job 42 (name) is QUEUED: reason" (JobReason).
 std::string JobStateLine(const v1::Job& job);
 
-// `describe job`: the job's fields (restarts, workers, GPU time and cost), why it is pending, its latest
-// metrics, its checkpoints, its attempts (gang size, resizes), its spec as YAML, and its
+// `describe job`: the job's fields (restarts, workers, GPU time and cost), why it is pending, its
+// latest metrics, its checkpoints, its attempts (gang size, resizes), its spec as YAML, and its
 // events as a table. `device`: what the time was held on ("CPU time:" for kCpu). `evals`:
 // the job's evaluation history (GetJobMetrics), from which a job with named eval sets
-// (data.eval) shows each set's latest loss.
+// (data.eval) shows each set's latest loss. DPO's rewards with the latest metrics.
+// `samples`: the latest evaluation's samples (SamplesSummary), after the metrics.
 std::string DescribeJob(const v1::Job& job, const std::vector<v1::JobEvent>& events,
                         const std::vector<v1::Checkpoint>& checkpoints, absl::Time now,
                         const std::vector<v1::Attempt>& attempts = {}, Device device = Device::kGpu,
-                        const std::vector<v1::EvalPoint>& evals = {});
+                        const std::vector<v1::EvalPoint>& evals = {},
+                        const std::vector<v1::Sample>& samples = {});
 
 // Where a submitted job came from: its file and where each of its fields is written.
 struct JobSource {

@@ -235,6 +235,15 @@ absl::StatusOr<v1::ListAttemptsResponse> Client::ListAttempts(const std::string&
   return Call(stub_.get(), &JobStub::ListAttempts, request);
 }
 
+absl::StatusOr<v1::ListSamplesResponse> Client::ListSamples(const std::string& job_id, int64_t step,
+                                                            bool latest) {
+  v1::ListSamplesRequest request;
+  request.set_job_id(job_id);
+  request.set_step(step);
+  request.set_latest(latest);
+  return Call(stub_.get(), &JobStub::ListSamples, request);
+}
+
 absl::StatusOr<v1::GetJobMetricsResponse> Client::GetJobMetrics(const std::string& job_id,
                                                                 int max_points) {
   v1::GetJobMetricsRequest request;

@@ -79,6 +79,10 @@ class Client {
   // A job's metrics history, oldest first, at most `max_points` (0 = the server's default).
   absl::StatusOr<v1::GetJobMetricsResponse> GetJobMetrics(const std::string& job_id,
                                                           int max_points = 0);
+  // The samples of a job's evaluations (eval.samples): every step (step 0), one step, or
+  // the latest step that has any; `steps` lists every step that has samples.
+  absl::StatusOr<v1::ListSamplesResponse> ListSamples(const std::string& job_id, int64_t step = 0,
+                                                      bool latest = false);
   // Every registered worker, live or lost.
   absl::StatusOr<v1::ListWorkersResponse> ListWorkers();
   // Queues: depth, running jobs, GPUs in use and quota.

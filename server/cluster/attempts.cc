@@ -230,6 +230,17 @@ void ClusterManager::HandleMetrics(const std::string& worker, const v1::TrainMet
   p.set_tflops(m.tflops());
   p.set_mfu(m.mfu());
   p.set_peak_memory_bytes(m.peak_memory_bytes());
+  // DPO's rewards: finite values only (accuracy is a fraction).
+  if (m.has_dpo()) {
+    const v1::DpoRewards& d = m.dpo();
+    if (std::isfinite(d.chosen()) && std::isfinite(d.rejected()) && std::isfinite(d.margin()) &&
+        d.accuracy() >= 0 && d.accuracy() <= 1) {
+      *p.mutable_dpo() = d;
+    } else {
+      spdlog::warn("ignored DPO rewards for task {} from worker {}: out of range", m.task_id(),
+                   worker);
+    }
+  }
   *p.mutable_time() = m.has_time() ? m.time() : TimeUtil::GetCurrentTime();
   p.set_attempt(a->record.attempt);
   Write(RecordMetricsTxn(a->record.job_id, p), [](absl::Status) {});

@@ -11,6 +11,7 @@
 #include "common/status_macros.h"
 #include "server/cluster/worker_sessions.h"
 #include "spdlog/spdlog.h"
+#include "storage/sample_store.h"
 #include "storage/worker_drain_store.h"
 
 namespace llamafleet {
@@ -245,6 +246,15 @@ void ClusterManager::OnWorkerMessage(const std::string& worker, v1::WorkerMessag
         break;
       case v1::WorkerMessage::kEarlyStop:
         HandleEarlyStop(worker, message.early_stop());
+        break;
+      case v1::WorkerMessage::kSample:
+        // Rank 0's sample at an evaluation (eval.samples): stored for the job's current
+        // attempt; RecordSampleTxn bounds it (storage/sample_store.h).
+        if (ActiveAttempt* a = BoundAttempt(worker, message.sample().task_id(), "a sample")) {
+          v1::Sample sample = message.sample().sample();
+          sample.set_attempt(a->record.attempt);
+          Write(RecordSampleTxn(a->record.job_id, std::move(sample)), [](absl::Status) {});
+        }
         break;
       default:
         break;

@@ -87,6 +87,7 @@ const std::vector<Route<Gateway::Handler>>& Gateway::Routes() {
        &Gateway::JobLogs},
       {kGet, "/api/v1/jobs/{id}/checkpoints", P::kRead, {}, &Gateway::ListCheckpoints},
       {kGet, "/api/v1/jobs/{id}/attempts", P::kRead, {}, &Gateway::ListAttempts},
+      {kGet, "/api/v1/jobs/{id}/samples", P::kRead, {"step", "latest"}, &Gateway::ListSamples},
       {kGet, "/api/v1/jobs/{id}/metrics", P::kRead, {"max_points"}, &Gateway::JobMetrics},
       {kGet, "/api/v1/workers", P::kRead, {}, &Gateway::ListWorkers},
       {kGet, "/api/v1/queues", P::kRead, {}, &Gateway::ListQueues},
@@ -508,6 +509,23 @@ void Gateway::ListAttempts(const RouteCall& call) {
   request.set_job_id(call.param("id"));
   Unary<v1::ListAttemptsRequest, v1::ListAttemptsResponse>(call, std::move(request),
                                                            &JobCalls::ListAttempts, Json);
+}
+
+void Gateway::ListSamples(const RouteCall& call) {
+  v1::ListSamplesRequest request;
+  request.set_job_id(call.param("id"));
+  int64_t step = 0;
+  bool latest = false;
+  absl::Status s = call.query.GetInt("step", &step);
+  if (s.ok()) s = call.query.GetBool("latest", &latest);
+  if (!s.ok()) {
+    call.out->Reply(StatusError(s));
+    return;
+  }
+  request.set_step(step);
+  request.set_latest(latest);
+  Unary<v1::ListSamplesRequest, v1::ListSamplesResponse>(call, std::move(request),
+                                                         &JobCalls::ListSamples, Json);
 }
 
 void Gateway::JobMetrics(const RouteCall& call) {

@@ -114,6 +114,7 @@ class Gateway : public std::enable_shared_from_this<Gateway> {
   void JobLogs(const RouteCall& call);
   void ListCheckpoints(const RouteCall& call);
   void ListAttempts(const RouteCall& call);
+  void ListSamples(const RouteCall& call);
   void JobMetrics(const RouteCall& call);
   void ListWorkers(const RouteCall& call);
   void ListQueues(const RouteCall& call);

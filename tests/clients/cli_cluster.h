@@ -97,6 +97,14 @@ while [ $i -le $steps ]; do
 done
 # An evaluation at the end, as the trainer reports one on data.eval_path.
 if [ "$RANK" = 0 ]; then echo '{"type":"eval","step":'$steps',"loss":1.25,"perplexity":3.49,"tokens":640}'; fi
+# With label fake_samples: eval.samples' lines at step 2 and at the end (a text of two lines
+# with an escape sequence), and DPO rewards on a last metrics record.
+if [ "$RANK" = 0 ] && [ -n "$(sed -n 's/.*"fake_samples":"\([^"]*\)".*/\1/p' "$spec")" ]; then
+  echo '{"type":"sample","step":2,"index":0,"prompt":"Q: 2+2?","text":"five","tokens":1,"stop_reason":"eos","reference":"4","scores":{"exact_match":0}}'
+  echo '{"type":"sample","step":'$steps',"index":0,"prompt":"Q: 2+2?","text":"4","tokens":1,"stop_reason":"eos","reference":"4","scores":{"exact_match":1}}'
+  printf '%s\n' '{"type":"sample","step":'$steps',"index":1,"prompt":"Say hi","text":"hi\nthere \u001b[31mred","tokens":3,"stop_reason":"length"}'
+  echo '{"type":"metrics","step":'$steps',"loss":1.5,"lr":0.0003,"tokens_per_s":1234.4,"rewards_chosen":0.5,"rewards_rejected":-0.25,"rewards_accuracies":0.75,"rewards_margins":0.75}'
+fi
 # An export for a dependent job to read.
 export_dir=$(sed -n 's/.*"export_dir":"\([^"]*\)".*/\1/p' "$spec")
 if [ "$RANK" = 0 ] && [ -n "$export_dir" ]; then mkdir -p "$export_dir" && echo '{}' > "$export_dir/config.json"; fi

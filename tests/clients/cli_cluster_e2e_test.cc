@@ -177,6 +177,54 @@ TEST_F(CliClusterTest, FinishedJobLogsCheckpointsAndDescribe) {
   EXPECT_TRUE(absl::StrContains(yaml, "\ncheckpoints:\n")) << yaml;
 }
 
+// eval.samples and DPO: describe shows the latest step's samples (one line each, escaped)
+// and the rewards; `samples` the samples in full, by step.
+TEST_F(CliClusterTest, DescribeShowsTheLatestSamplesAndDpoRewardsAndSamplesShowsEveryStep) {
+  EXPECT_EQ(Ok({"submit", "-f", "-"},
+               "name: sampled\nlabels: {fake_pause: \"0.05\", fake_samples: \"1\"}\n"
+               "model: {preset: tiny, tokenizer: /data/tok.model}\ndata: {train_path: "
+               "/data/train.jsonl}\n"
+               "training: {max_steps: 4, seq_len: 64}\nrun_policy: {max_restarts: 0}\n"
+               "resources: {nodes: 2, gpus_per_node: 1}\n"),
+            "job 1 created\n");
+  Ok({"wait", "1", "--timeout", "30s"});
+  const std::string described = Ok({"describe", "job", "1"});
+  EXPECT_TRUE(absl::StrContains(
+      described, "  DPO rewards:     chosen 0.5, rejected -0.25, accuracy 75%, margin 0.75\n"))
+      << described;
+  EXPECT_TRUE(absl::StrContains(described,
+                                "Samples at step 4:\n"
+                                "  #0 eos, 1 token, exact_match 1\n"
+                                "    prompt: Q: 2+2?\n"
+                                "    text:   4\n"
+                                "    ref:    4\n"
+                                "  #1 length, 3 tokens\n"
+                                "    prompt: Say hi\n"
+                                "    text:   hi\\nthere \\x1b[31mred\n"))
+      << described;
+  EXPECT_FALSE(absl::StrContains(described, "five")) << "only the latest step";
+  EXPECT_LT(described.find("Samples at step 4:"), described.find("Checkpoints:")) << described;
+
+  const std::string all = Ok({"samples", "1"});
+  EXPECT_TRUE(absl::StartsWith(
+      all,
+      "== step 2 (attempt 1) ==\n#0 eos, 1 token, exact_match 0\n--- prompt\nQ: 2+2?\n"
+      "--- text\nfive\n--- reference\n4\n\n== step 4 (attempt 1) ==\n"))
+      << all;
+  EXPECT_TRUE(absl::StrContains(all, "--- text\nhi\nthere \\x1b[31mred\n")) << all;
+  EXPECT_TRUE(absl::EndsWith(all, "\nsteps with samples: 2 4\n")) << all;
+  const std::string one = Ok({"samples", "1", "--step", "2"});
+  EXPECT_TRUE(absl::StrContains(one, "five") && !absl::StrContains(one, "== step 4")) << one;
+  EXPECT_EQ(Ok({"samples", "1", "--step", "3"}), "no samples at that step\n");
+  v1::ListSamplesResponse latest;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(
+                  Ok({"samples", "1", "--latest", "-o", "json"}), &latest)
+                  .ok());
+  EXPECT_EQ(latest.samples_size(), 2);
+  EXPECT_EQ(latest.steps_size(), 2);
+  ExpectOneErrorLine(Cli({"samples", "99"}), 1, "job 99 not found");
+}
+
 // ---------------------------------------------------------------------------
 // logs -f
 // ---------------------------------------------------------------------------

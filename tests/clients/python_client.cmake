@@ -10,8 +10,8 @@ if(TARGET llamafleet_python AND LLAMAFLEET_BUILD_TRAINER)
     RESOURCE_LOCK llamafleet_trainer_ports ENVIRONMENT "OMP_NUM_THREADS=1")
 endif()
 # The client without processes (about a second): job states as names that compare equal
-# to their numbers (against a fake JobService), every method documented, a clear
-# ImportError without grpcio. Needs only the package built.
+# to their numbers (against a fake JobService), samples and DPO rewards as records, every
+# method documented, a clear ImportError without grpcio. Needs only the package built.
 if(TARGET llamafleet_python)
   add_test(NAME python_client_unit_test
     COMMAND ${LLAMAFLEET_PYTHON3} ${CMAKE_CURRENT_SOURCE_DIR}/python_client_unit_test.py

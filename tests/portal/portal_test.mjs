@@ -7,7 +7,9 @@
 // events; resubmit it as a long job and cancel that one; compare the two; check a viewer
 // cannot cancel; submit 2,000 jobs through POST /api/v1/jobs:batch and page, sort, search
 // and filter through them; the workers (a straggler badge and GPU health from a served
-// answer) and queues pages; a sweep and its comparison.
+// answer) and queues pages; a sweep and its comparison; last, on a second worker whose
+// trainer is a script, a job's samples at three steps (two compared side by side) and its
+// DPO rewards.
 // Screenshots of every page go to ARTIFACT_DIR.
 //
 // Some checks depend on what the coordinator reports and run in the form it has: the
@@ -19,6 +21,7 @@
 // CHROMIUM, TOKEN_USER / TOKEN_VIEWER (empty when the coordinator runs with --insecure-no-auth).
 
 import {chromium} from 'playwright-core';
+import fs from 'node:fs/promises';
 import path from 'node:path';
 
 const base = process.env.PORTAL_URL;
@@ -604,6 +607,51 @@ try {
   const queueHead = (await page.textContent('table.queues th.time-head')).trim();
   check(queueHead === 'CPU time', `the queues' time column: ${queueHead}`);
   log(`queue default: CPU time ${queueGpu}, cost ${(await page.textContent('tr[data-queue=default] td.cost')).trim()}`);
+
+  // --- samples at evaluations and DPO rewards (samples_trainer.sh on worker w2) -----------
+  // Last: w2 starts now, so no earlier job ran on it; the job asks for its label.
+  await fs.writeFile(path.join(pathRoot, 'start-w2'), '');
+  const samplesYaml = trainingYaml('portal-samples', {maxSteps: 30})
+    .replace('resources:\n', 'resources:\n  node_labels: {role: samples}\n');
+  const samplesId = (await apiCall('/api/v1/jobs', {method: 'POST', body: samplesYaml, contentType: 'application/yaml'})).job.id;
+  await page.goto(`${base}/ui/#/jobs/${samplesId}`);
+  await waitJobState(['SUCCEEDED'], 60_000);
+  await page.waitForSelector('#samples:not([hidden]) #samples-table tbody tr', {timeout: 20_000});
+  const stepOptions = await page.$$eval('#samples-step option', (os) => os.map((o) => o.value));
+  check(stepOptions.join(',') === '30,20,10', `the steps with samples, newest first: ${stepOptions}`);
+  const sampleRows = () => page.$$eval('#samples-table tbody tr', (trs) => trs.map((tr) => ({
+    index: tr.dataset.index, prompt: tr.querySelector('td.prompt pre').textContent,
+    cells: [...tr.querySelectorAll('td.sample')].map((td) => ({step: td.dataset.step, text: td.querySelector('pre')?.textContent,
+      note: td.querySelector('.sample-note')?.textContent}))})));
+  let rows = await sampleRows();
+  check(rows.length === 3 && rows.every((r) => r.cells.length === 1 && r.cells[0].step === '30'),
+    `the latest step's three samples: ${JSON.stringify(rows)}`);
+  check(rows[0].prompt === 'What is 2+2?' && rows[0].cells[0].text === 'At step 30: four' &&
+    /eos · 5 tokens · contains 1 · exact_match 0/.test(rows[0].cells[0].note), `sample 0 with its scores: ${JSON.stringify(rows[0])}`);
+  check(rows[2].cells[0].text === '<b id=injected>step 30</b>' && !(await page.$('#injected')),
+    'model output is shown as text, never as markup');
+  // Another step, then two side by side.
+  await page.selectOption('#samples-step', '10');
+  await page.waitForFunction(() => document.querySelector('#samples-table td.sample')?.dataset.step === '10');
+  check((await sampleRows())[1].cells[0].text === 'Step 10 says blue', 'step 10 shows what was written at step 10');
+  await page.selectOption('#samples-compare', '30');
+  await page.waitForFunction(() => document.querySelectorAll('#samples-table thead th[data-step]').length === 2);
+  rows = await sampleRows();
+  check(rows.every((r) => r.cells.map((c) => c.step).join(',') === '10,30') &&
+    rows[0].cells.map((c) => c.text).join(' | ') === 'At step 10: four | At step 30: four',
+    `steps 10 and 30 side by side: ${JSON.stringify(rows[0])}`);
+  // DPO: the rewards chart and the summary row.
+  check(await page.isVisible('#chart-dpo'), 'a DPO job has the rewards chart');
+  const dpoKeys = await page.$$eval('#chart-dpo g.series', (gs) => gs.map((g) => `${g.dataset.key}:${g.dataset.points}`));
+  check(dpoKeys.join(',') === 'chosen:30,rejected:30,margin:30', `chosen, rejected and margin at every step: ${dpoKeys}`);
+  const dpoRow = await page.textContent('.summary dd[data-row=dpo-rewards]');
+  check(dpoRow === 'chosen 1.5 · rejected -0.75 · accuracy 75% · margin 2.25', `the latest rewards: ${dpoRow}`);
+  await page.locator('#samples').scrollIntoViewIfNeeded();
+  await screenshot('job-samples', {fullPage: true});
+  await page.goto(`${base}/ui/#/jobs/${trainId}`);
+  await page.waitForSelector('#chart-loss');
+  check(await page.isHidden('#chart-dpo') && await page.isHidden('#samples'), 'a job without samples or DPO shows neither');
+  log(`job ${samplesId}: samples at steps ${stepOptions}, steps 10 and 30 compared; DPO rewards ${dpoRow}`);
 
   check(pageErrors.length === 0, `no script errors in the page: ${pageErrors.join(' | ')}`);
   log(`PASS in ${((Date.now() - started) / 1000).toFixed(1)} s`);

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Browser test of the portal (portal_test.mjs) against a real llamafleet-coordinator and
-# a real llamafleet-worker with one CPU rank, both started here on free ports with a fresh
-# data directory, and stopped on every exit path. Screenshots (and the process logs) go
+# a real llamafleet-worker with one CPU rank (and, when the test asks, a second one running
+# samples_trainer.sh), started here on free ports with a fresh data directory, and stopped
+# on every exit path. Screenshots (and the process logs) go
 # to $ARTIFACT_DIR (default build/test-artifacts/portal).
 #
 #   tests/portal/run.sh BIN_DIR          # BIN_DIR holds llamafleet-coordinator, -worker, -train
@@ -118,6 +119,17 @@ echo "portal test: coordinator gRPC $grpc, HTTP $http"
 OMP_NUM_THREADS=1 "$bin/llamafleet-worker" --coordinator "$grpc" --join-token portal-secret \
   --data-dir "$tmp/w1" --cpu-ranks 1 --name w1 --address 127.0.0.1 --trainer "$bin/llamafleet-train" \
   --heartbeat-interval 1 --run-as "$(id -u)" 2>"$tmp/worker-w1.log" &
+pids+=($!)
+
+# A second worker, w2 (label role=samples), whose trainer is a script printing samples and
+# DPO rewards (samples_trainer.sh): started once the test creates $tmp/start-w2, after the
+# jobs that must run on w1; only a job asking for role=samples goes to it.
+(
+  while [ ! -e "$tmp/start-w2" ]; do sleep 0.2; done
+  exec "$bin/llamafleet-worker" --coordinator "$grpc" --join-token portal-secret \
+    --data-dir "$tmp/w2" --cpu-ranks 1 --name w2 --address 127.0.0.1 --trainer "$here/samples_trainer.sh" \
+    --labels role=samples --heartbeat-interval 1 --run-as "$(id -u)" 2>"$tmp/worker-w2.log"
+) &
 pids+=($!)
 
 PORTAL_URL="http://$http" ARTIFACT_DIR="$artifacts" TRAIN_DATA="$tmp/train.jsonl" EVAL_DATA="$tmp/eval.jsonl" PATH_ROOT="$tmp" \

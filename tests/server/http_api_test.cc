@@ -338,6 +338,16 @@ TEST_F(HttpApiTest, LogsCheckpointsAttemptsMetricsWorkersQueues) {
   EXPECT_EQ(r.Json()["attempts"].size(), 0u) << r.body;
   EXPECT_EQ(client_->Get("/api/v1/jobs/99/attempts").status, 404);
   EXPECT_EQ(client_->Get(absl::StrCat("/api/v1/jobs/", id, "/attempts?limit=1")).status, 400);
+  // Samples (eval.samples): none yet; step and latest must be well formed.
+  r = client_->Get(absl::StrCat("/api/v1/jobs/", id, "/samples?step=40"));
+  EXPECT_EQ(r.status, 200) << r.body;
+  EXPECT_TRUE(r.Json()["samples"].is_array()) << r.body;
+  EXPECT_TRUE(r.Json()["steps"].is_array()) << r.body;
+  EXPECT_EQ(client_->Get(absl::StrCat("/api/v1/jobs/", id, "/samples?latest=true")).status, 200);
+  EXPECT_EQ(client_->Get(absl::StrCat("/api/v1/jobs/", id, "/samples?step=x")).status, 400);
+  EXPECT_EQ(client_->Get(absl::StrCat("/api/v1/jobs/", id, "/samples?step=-1")).status, 400);
+  EXPECT_EQ(client_->Get(absl::StrCat("/api/v1/jobs/", id, "/samples?latest=maybe")).status, 400);
+  EXPECT_EQ(client_->Get("/api/v1/jobs/99/samples").status, 404);
   r = client_->PostJson(absl::StrCat("/api/v1/jobs/", id, "/attempts"), "{}");
   EXPECT_EQ(r.status, 405) << r.body;
   EXPECT_EQ(r.Header("allow"), "GET");

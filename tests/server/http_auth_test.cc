@@ -55,7 +55,7 @@ TEST_F(HttpAuthTest, EveryRoleAgainstEveryRoute) {
   const std::vector<std::string> reads = {
       "/api/v1/jobs", "/api/v1/jobs/" + alices, "/api/v1/jobs/" + alices + "/events",
       "/api/v1/jobs/" + alices + "/logs", "/api/v1/jobs/" + alices + "/checkpoints",
-      "/api/v1/jobs/" + alices + "/attempts",
+      "/api/v1/jobs/" + alices + "/attempts", "/api/v1/jobs/" + alices + "/samples?latest=true",
       "/api/v1/jobs/" + alices + "/metrics", "/api/v1/workers", "/api/v1/queues",
       "/api/v1/whoami", "/metrics"};
   for (const std::string& target : reads) {

@@ -45,7 +45,21 @@ while [ $step -lt $STEPS ]; do
   sleep 0.1 &
   wait $!
   step=$((step + 1))
-  [ "$RANK" = 0 ] && echo "{\"type\":\"metrics\",\"step\":$step,\"loss\":$((100 - step % 100)),\"lr\":0.001,\"tokens_per_s\":1000}"
+  DPO=""
+  if [ "$LLAMAFLEET_FAKE_DPO" = 1 ]; then
+    DPO=$(awk -v s=$step 'BEGIN { printf ",\"rewards_chosen\":%g,\"rewards_rejected\":%g,\"rewards_accuracies\":0.75,\"rewards_margins\":%g", s / 10, -s / 20, s / 10 + s / 20 }')
+  fi
+  [ "$RANK" = 0 ] && echo "{\"type\":\"metrics\",\"step\":$step,\"loss\":$((100 - step % 100)),\"lr\":0.001,\"tokens_per_s\":1000$DPO}"
+  EVERY="${LLAMAFLEET_FAKE_SAMPLES_EVERY:-0}"
+  if [ "$RANK" = 0 ] && [ "$EVERY" -gt 0 ] && [ $((step % EVERY)) = 0 ]; then
+    echo "{\"type\":\"sample\",\"step\":$step,\"index\":0,\"prompt\":\"Q0\",\"text\":\"step $step answer 0\",\"tokens\":4,\"stop_reason\":\"eos\",\"reference\":\"step $step answer 0\",\"scores\":{\"exact_match\":1}}"
+    printf '%s\n' "{\"type\":\"sample\",\"step\":$step,\"index\":1,\"prompt\":\"Q1\\nline two\",\"text\":\"step $step answer 1\",\"tokens\":4,\"stop_reason\":\"length\"}"
+    if [ $step = "$EVERY" ]; then
+      BIG=$(head -c 40000 /dev/zero | tr '\0' x)
+      SCORES=$(awk 'BEGIN { for (i = 0; i < 12; i++) printf "%s\"s%d\":%d", (i ? "," : ""), i, i }')
+      echo "{\"type\":\"sample\",\"step\":$step,\"index\":2,\"prompt\":\"Q2\",\"text\":\"$BIG\",\"tokens\":9999,\"stop_reason\":\"length\",\"scores\":{$SCORES}}"
+    fi
+  fi
   if [ $((step % CKPT_EVERY)) = 0 ]; then save; fi
   if [ -n "$PEERS" ]; then
     for f in "$PEERS/$MASTER_PORT"-*.pid; do

@@ -17,6 +17,13 @@
 //   LLAMAFLEET_FAKE_PEER_DIR    each rank writes its pid to DIR/<MASTER_PORT>-<RANK>.pid and
 //                               fails (UNAVAILABLE, as a broken collective) once another rank
 //                               of its gang is gone
+//   LLAMAFLEET_FAKE_SAMPLES_EVERY  rank 0 prints two "sample" lines (eval.samples) every N
+//                               steps: index 0 {prompt "Q0", text "step S answer 0", reference
+//                               "step S answer 0", scores exact_match 1} and index 1 (no
+//                               reference); at the first, also index 2: a hostile line with a
+//                               40000-byte text and 12 scores
+//   LLAMAFLEET_FAKE_DPO         "1": metrics lines carry DPO rewards (chosen = step / 10,
+//                               rejected = -step / 20, accuracies 0.75, margins their difference)
 // Every rank's command line is "sh TRAINER train ...": CountTrainerProcesses finds them.
 
 #include <string>

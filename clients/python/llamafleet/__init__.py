@@ -39,14 +39,14 @@ from llamafleet.errors import (Aborted, AlreadyExists, Cancelled, DataLoss, Dead
                                ResourceExhausted, Unauthenticated, Unavailable, Unimplemented,
                                Unknown)
 from llamafleet.progress import state_name
-from llamafleet.records import EvalPoint, LogLine, MetricsPoint, Usage, UsageRow, usage_of
+from llamafleet.records import EvalPoint, LogLine, MetricsPoint, Sample, SampleList, Usage, UsageRow, usage_of
 from llamafleet.states import Job, JobEvent, JobState
 from llamafleet.v1.job_pb2 import JobSpec
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "Client", "TERMINAL_STATES", "EvalPoint", "Job", "JobEvent", "JobSpec", "JobState", "LogLine", "MetricsPoint", "Usage",
+    "Client", "TERMINAL_STATES", "EvalPoint", "Job", "JobEvent", "JobSpec", "JobState", "LogLine", "MetricsPoint", "Sample", "SampleList", "Usage",
     "UsageRow", "usage_of", "state_name",
     "job_pb2", "worker_pb2", "FieldViolation", "LlamafleetError", "Aborted", "AlreadyExists",
     "Cancelled", "DataLoss", "DeadlineExceeded", "FailedPrecondition", "Internal", "InvalidArgument",

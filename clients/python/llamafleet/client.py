@@ -15,7 +15,7 @@ import grpc
 from llamafleet import errors
 from llamafleet.connection import Connection
 from llamafleet.progress import Progress
-from llamafleet.records import EvalPoint, LogLine, MetricsPoint, UsageRow, metrics_frame
+from llamafleet.records import EvalPoint, LogLine, MetricsPoint, Sample, SampleList, UsageRow, metrics_frame
 from llamafleet.spec import SpecLike, specs_of
 from llamafleet.states import Job, JobEvent, JobState
 from llamafleet.v1 import job_pb2, job_pb2_grpc, worker_pb2, worker_pb2_grpc
@@ -328,6 +328,17 @@ class Client:
         request = job_pb2.GetJobMetricsRequest(job_id=_job_id(job_id), max_points=max_points)
         evals = [EvalPoint.from_proto(e) for e in self._call(self._jobs.GetJobMetrics, request).evals]
         return _maybe_frame(evals, EvalPoint, as_frame)
+
+    def samples(self, job_id: JobId, step: Optional[int] = None, latest: bool = False) -> SampleList:
+        """What the model wrote at the job's evaluations (eval.samples): every step, only
+        `step`, or (latest=True) only the latest step that has samples. A SampleList of
+        Sample, oldest step first and by index; its `steps` lists every step with samples.
+        The coordinator keeps the newest 100 steps of a job."""
+        if step is not None and step <= 0:
+            raise ValueError("step must be a positive step number (None for every step)")
+        request = job_pb2.ListSamplesRequest(job_id=_job_id(job_id), step=step or 0, latest=latest)
+        response = self._call(self._jobs.ListSamples, request)
+        return SampleList([Sample.from_proto(s) for s in response.samples], response.steps)
 
     def checkpoints(self, job_id: JobId) -> List[job_pb2.Checkpoint]:
         """The job's recorded (complete) checkpoints, newest first."""

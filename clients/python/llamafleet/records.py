@@ -5,7 +5,7 @@ own messages (llamafleet.v1, with .pyi type stubs); usage_of() reads their usage
 
 import dataclasses
 import datetime
-from typing import List, Optional
+from typing import Dict, List, Optional
 
 from google.protobuf import timestamp_pb2
 
@@ -34,11 +34,18 @@ class MetricsPoint:
     peak_memory_bytes: int
     time: Optional[datetime.datetime]
     attempt: int
+    # training.objective dpo: DPO's implicit rewards (TRL's rewards/*) over the same steps as
+    # `loss`; None for other objectives.
+    dpo_chosen: Optional[float] = None
+    dpo_rejected: Optional[float] = None
+    dpo_accuracy: Optional[float] = None  # fraction of pairs whose chosen reward is the greater
+    dpo_margin: Optional[float] = None  # chosen - rejected
 
     @staticmethod
     def from_proto(p) -> "MetricsPoint":
+        dpo = (p.dpo.chosen, p.dpo.rejected, p.dpo.accuracy, p.dpo.margin) if p.HasField("dpo") else (None,) * 4
         return MetricsPoint(p.step, p.total_steps, p.loss, p.lr, p.grad_norm, p.tokens_per_second,
-                            p.tflops, p.mfu, p.peak_memory_bytes, to_datetime(p.time), p.attempt)
+                            p.tflops, p.mfu, p.peak_memory_bytes, to_datetime(p.time), p.attempt, *dpo)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,6 +62,37 @@ class EvalPoint:
     @staticmethod
     def from_proto(p) -> "EvalPoint":
         return EvalPoint(p.step, p.loss, p.perplexity, to_datetime(p.time), p.attempt, getattr(p, "set", ""))
+
+
+@dataclasses.dataclass(frozen=True)
+class Sample:
+    """What the model wrote for one prompt at an evaluation (eval.samples;
+    llamafleet.v1.Sample)."""
+
+    step: int  # the optimizer step evaluated after
+    index: int  # the prompt's position in the samples' prompt list
+    prompt: str  # as the model saw it (chat template applied)
+    text: str
+    tokens: int  # new tokens generated
+    stop_reason: str  # "eos", "stop" or "length"
+    reference: str  # "" when the prompt has none
+    scores: Dict[str, float]  # eval.samples.score against the reference
+    time: Optional[datetime.datetime]
+    attempt: int
+
+    @staticmethod
+    def from_proto(p) -> "Sample":
+        return Sample(p.step, p.index, p.prompt, p.text, p.tokens, p.stop_reason, p.reference, dict(p.scores),
+                      to_datetime(p.time), p.attempt)
+
+
+class SampleList(list):
+    """Samples, oldest step first and by index, with `steps`: every step of the job that has
+    samples, oldest first (whichever steps the list holds)."""
+
+    def __init__(self, samples, steps):
+        super().__init__(samples)
+        self.steps: List[int] = list(steps)
 
 
 def metrics_frame(points: list, record=MetricsPoint):

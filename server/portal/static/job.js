@@ -1,12 +1,14 @@
 // One job: header with cancel/resubmit, pending explanation, live charts from the metrics
 // history (train and eval loss on one chart), GPU time and cost, GPU utilisation of its
 // workers, state timeline (SSE; timeline.js), attempts with their outcome, workers and GPU
-// time, checkpoints, logs (logs.js) and the spec. Everything refreshes in place.
+// time, samples at evaluations (samples.js), checkpoints, logs (logs.js) and the spec. A DPO
+// job has a rewards chart and a summary row. Everything refreshes in place.
 
 import {api, query, sse} from './api.js';
 import {LineChart, decimalsOf} from './chart.js';
 import {createTimeline} from './timeline.js';
 import {createLogView} from './logs.js';
+import {createSamplesView, dpoSeries, dpoSummary} from './samples.js';
 import {h, setText, Poller, fmtInt, fmtNum, fmtBytes, fmtTime, fmtFullTime, fmtAgo, fmtGpuTime, fmtCost,
   fmtUsage, attemptsDevice, parseTime, TERMINAL_STATES} from './util.js';
 
@@ -88,9 +90,14 @@ export function mountJob(root, ctx, id) {
     tps: new LineChart({title: 'Tokens / s', color: 'var(--c3)'}),
     // The trainer reports MFU only when it knows the device's peak FLOPS (not on CPU ranks).
     mfu: new LineChart({title: 'MFU', color: 'var(--c4)', format: pct, emptyText: 'not reported for this job'}),
+    // training.objective dpo only: hidden for other jobs.
+    dpo: new LineChart({title: 'DPO rewards', legend: true}),
   };
   const chartGrid = h('div.charts', Object.values(charts).map((c) => c.el));
   charts.loss.el.id = 'chart-loss';
+  charts.dpo.el.id = 'chart-dpo';
+  charts.dpo.el.hidden = true;
+  const samples = createSamplesView(base);
 
   const gpuPanel = h('div.gpu-list');
   const timeline = createTimeline();
@@ -115,6 +122,7 @@ export function mountJob(root, ctx, id) {
     h('div.job-grid',
       h('div.col-main',
         h('section.panel', h('h2', 'Training'), chartGrid),
+        samples.el,
         h('section.panel', h('h2', 'Attempts'), h('div.table-wrap', attemptTable)),
         h('section.panel', h('h2', 'Checkpoints'), h('div.table-wrap', ckptTable)),
         h('section.panel', h('h2', 'Logs'), logs.el),
@@ -220,6 +228,7 @@ export function mountJob(root, ctx, id) {
       ...(parallelism(spec) ? [['Parallelism', parallelism(spec)]] : []),
       ...(spec.sweep?.point ? [['Sweep', `${spec.sweep.point.sweep} · point ${spec.sweep.point.index || 0} of ` +
         `${spec.sweep.point.points} (${(spec.sweep.point.values || []).join(', ')})`]] : []),
+      ...(m.dpo ? [['DPO rewards', dpoSummary(m.dpo)]] : []),
       ['Tokens / s', Number(m.step) ? fmtNum(m.tokens_per_second) : '—'],
       ['Peak memory', Number(m.peak_memory_bytes) ? fmtBytes(m.peak_memory_bytes) : '—'],
     ];
@@ -384,6 +393,9 @@ export function mountJob(root, ctx, id) {
     charts.lr.setData(series((p) => p.lr));
     charts.tps.setData(series((p) => p.tokens_per_second));
     charts.mfu.setData(pts.some((p) => p.mfu) ? series((p) => p.mfu) : []);
+    const dpo = dpoSeries(pts);
+    charts.dpo.el.hidden = dpo.length === 0;
+    if (dpo.length) charts.dpo.setSeries(dpo);
   }
 
   // Attempts change with the job's events (start, end) and, in between, with task states:
@@ -422,10 +434,13 @@ export function mountJob(root, ctx, id) {
     }
     renderJob();
     const terminal = TERMINAL_STATES.has(job.state);
+    // Checkpoints and samples change at checkpoints and evaluations: every third tick.
+    const slow = ckptTick++ % 3 === 0 || terminal;
     await Promise.all([
       refreshMetrics(),
       refreshAttempts(terminal),
-      (ckptTick++ % 3 === 0 || terminal) ? api(`${base}/checkpoints`).then((r) => renderCheckpoints(r.checkpoints || [])) : null,
+      slow ? api(`${base}/checkpoints`).then((r) => renderCheckpoints(r.checkpoints || [])) : null,
+      slow ? samples.refresh(!terminal) : null,
       api('/api/v1/workers').then((r) => renderGpus(r.workers || [])),
     ]);
     if (terminal) {

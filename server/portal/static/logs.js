@@ -40,6 +40,11 @@ export function describeRecord(line) {
     return {kind: 'eval', text: parts(`eval after step ${fmtInt(r.step)}`, `loss ${fmtNum(r.loss)}`,
       `perplexity ${fmtNum(r.perplexity)}`, r.tokens ? `${fmtInt(r.tokens)} tokens` : null)};
   }
+  if (r.type === 'sample') {
+    // eval.samples: the text itself is in the Samples section.
+    return {kind: 'sample', text: parts(`sample ${fmtInt(r.index)} after step ${fmtInt(r.step)}`, r.stop_reason,
+      `${fmtInt(r.tokens)} tokens`)};
+  }
   const ev = r.type === 'event' ? r.event : (r.event === 'error' ? 'exit' : null);  // an older trainer's error line
   if (!ev) return null;
   switch (ev) {
