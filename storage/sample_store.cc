@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "common/status_macros.h"
+#include "common/utf8.h"
 #include "google/protobuf/util/time_util.h"
 #include "storage/txn_helpers.h"
 
@@ -17,12 +18,7 @@ using storage_internal::Query;
 using storage_internal::RequireJob;
 
 // At most `limit` bytes of `s`, never ending inside a UTF-8 character.
-void CutUtf8(std::string* s, size_t limit) {
-  if (s->size() <= limit) return;
-  size_t end = limit;
-  while (end > 0 && (static_cast<unsigned char>((*s)[end]) & 0xC0) == 0x80) --end;
-  s->resize(end);
-}
+void CutUtf8(std::string* s, size_t limit) { s->resize(Utf8PrefixLength(*s, limit)); }
 
 // One value of a query with one integer result (0 without a row).
 absl::StatusOr<int64_t> QueryInt(Txn& txn, const std::string& sql, int64_t job_id) {

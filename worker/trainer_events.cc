@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "common/utf8.h"
 #include "nlohmann/json.hpp"
 
 namespace llamafleet::trainer_events {
@@ -192,10 +193,7 @@ namespace {
 
 // At most `limit` bytes of `s`, never ending inside a UTF-8 character.
 std::string Utf8Prefix(std::string s, size_t limit) {
-  if (s.size() <= limit) return s;
-  size_t end = limit;
-  while (end > 0 && (static_cast<unsigned char>(s[end]) & 0xC0) == 0x80) --end;
-  s.resize(end);
+  s.resize(Utf8PrefixLength(s, limit));
   return s;
 }
 

@@ -7,6 +7,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "clients/cli/escape.h"
+#include "common/utf8.h"
 
 namespace llamafleet::cli {
 namespace {
@@ -26,9 +27,7 @@ std::string SampleHeader(const v1::Sample& s) {
 std::string OneLineCut(std::string_view text, size_t width) {
   std::string line = EscapeTableCell(text);
   if (line.size() <= width || width < 4) return line;
-  size_t end = width - 3;
-  while (end > 0 && (static_cast<unsigned char>(line[end]) & 0xC0) == 0x80) --end;
-  return absl::StrCat(line.substr(0, end), "...");
+  return absl::StrCat(line.substr(0, Utf8PrefixLength(line, width - 3)), "...");
 }
 
 }  // namespace

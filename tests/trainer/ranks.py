@@ -48,6 +48,21 @@ def wait_ranks(procs, timeout=300):
     return [p.returncode for p in procs], outs
 
 
+def train_ranks(test, bin_dir, spec, world, env_extra=None, check=True):
+    """`llamafleet-train train --spec spec` on `world` ranks (two per simulated host) with
+    ATen's GEMM; with `check`, `test` fails on a rank that did not exit 0, showing its
+    stderr's end. Returns (return codes, [(stdout, stderr)])."""
+    env = {"LLAMAFLEET_CPU_GEMM": "aten"}
+    env.update(env_extra or {})
+    procs = launch_ranks([os.path.join(bin_dir, "llamafleet-train"), "train", "--spec", spec], world,
+                         local_world=2, env_extra=env)
+    codes, outs = wait_ranks(procs)
+    if check:
+        for code, (_, err) in zip(codes, outs):
+            test.assertEqual(code, 0, err[-3000:])
+    return codes, outs
+
+
 def json_lines(text):
     out = []
     for line in text.splitlines():

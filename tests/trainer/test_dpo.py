@@ -26,7 +26,7 @@ sys.path.insert(0, HERE)
 import dpo_reference as dref  # noqa: E402
 import lora_reference as lref  # noqa: E402
 import reference as ref  # noqa: E402
-from ranks import json_lines, launch_ranks, max_rel, read_weights, wait_ranks  # noqa: E402
+from ranks import json_lines, max_rel, read_weights, train_ranks  # noqa: E402
 
 BIN = None
 TOL = 1e-5
@@ -69,14 +69,7 @@ output: {export_dir: %s, export_dtype: FP32}
         return f
 
     def train(self, spec, world, check=True):
-        procs = launch_ranks([os.path.join(BIN, "llamafleet-train"), "train", "--spec", spec], world,
-                             local_world=2, env_extra={"LLAMAFLEET_CPU_GEMM": "aten",
-                                                       "LLAMAFLEET_TOKEN_CACHE_DIR": self.path("tokens")})
-        codes, outs = wait_ranks(procs)
-        if check:
-            for code, (_, err) in zip(codes, outs):
-                self.assertEqual(code, 0, err[-3000:])
-        return codes, outs
+        return train_ranks(self, BIN, spec, world, {"LLAMAFLEET_TOKEN_CACHE_DIR": self.path("tokens")}, check)
 
     def reference(self):
         """dpo_reference.py's losses and rewards per step; its adapter in ref-adapter."""

@@ -31,7 +31,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "testing"))
 import reference as ref  # noqa: E402
 import tensorboard_events as tb  # noqa: E402
-from ranks import launch_ranks, wait_ranks  # noqa: E402
+from ranks import train_ranks  # noqa: E402
 
 BIN = None
 TOKENIZER = os.path.join(HERE, "fixtures", "chat", "tokenizer")
@@ -105,14 +105,7 @@ eval: {samples: %s}
         return f
 
     def train(self, spec, world, check=True):
-        procs = launch_ranks([os.path.join(BIN, "llamafleet-train"), "train", "--spec", spec], world,
-                             local_world=2, env_extra={"LLAMAFLEET_CPU_GEMM": "aten",
-                                                       "LLAMAFLEET_TOKEN_CACHE_DIR": self.path("tokens")})
-        codes, outs = wait_ranks(procs)
-        if check:
-            for code, (_, err) in zip(codes, outs):
-                self.assertEqual(code, 0, err[-3000:])
-        return codes, outs
+        return train_ranks(self, BIN, spec, world, {"LLAMAFLEET_TOKEN_CACHE_DIR": self.path("tokens")}, check)
 
     def generate(self, model_dir, prompts, n, chat):
         args = [os.path.join(BIN, "llamafleet-train"), "generate", "--model", model_dir, "--prompts", prompts,

@@ -28,7 +28,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import lora_reference as lref  # noqa: E402
 import reference as ref  # noqa: E402
-from ranks import json_lines, launch_ranks, max_rel, read_weights, wait_ranks  # noqa: E402
+from ranks import json_lines, max_rel, read_weights, train_ranks  # noqa: E402
 
 BIN = None
 TOL = 1e-4
@@ -71,13 +71,7 @@ output: {export_dir: %s, export_dtype: FP32, merge: true}
         return f
 
     def train(self, spec, world, check=True):
-        procs = launch_ranks([os.path.join(BIN, "llamafleet-train"), "train", "--spec", spec], world,
-                             local_world=2, env_extra={"LLAMAFLEET_CPU_GEMM": "aten"})
-        codes, outs = wait_ranks(procs)
-        if check:
-            for code, (_, err) in zip(codes, outs):
-                self.assertEqual(code, 0, err[-3000:])
-        return codes, outs
+        return train_ranks(self, BIN, spec, world, None, check)
 
     def reference(self, adapter, steps=None, schedule="cosine", qlora=False):
         out = self.path(("qref-" if qlora else "ref-") + os.path.basename(adapter))

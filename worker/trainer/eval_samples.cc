@@ -17,6 +17,7 @@
 #include "chat_encoding.h"
 #include "chat_record.h"
 #include "common/safe_open.h"
+#include "common/utf8.h"
 #include "generation.h"
 #include "model_file.h"
 #include "preference_record.h"
@@ -29,10 +30,7 @@ using nlohmann::json;
 
 // At most `limit` bytes of `s`, never ending inside a UTF-8 character.
 std::string CutAtCharacter(const std::string& s, size_t limit) {
-  if (s.size() <= limit) return s;
-  size_t end = limit;
-  while (end > 0 && (static_cast<unsigned char>(s[end]) & 0xC0) == 0x80) --end;
-  return s.substr(0, end);
+  return s.substr(0, Utf8PrefixLength(s, limit));
 }
 
 // `s` with each invalid UTF-8 byte replaced as the "sample" line's JSON replaces it
