@@ -340,7 +340,9 @@ if [ -z "$own_data" ]; then
   # 166 sentences are learnt by heart within a few dozen steps: evaluate every 5, stop
   # once the held-out loss stops falling, and export the weights of its lowest point.
   eval_block="  eval_every_steps: 5
-  early_stopping: {patience: 3, min_delta: 0.005}"
+  early_stopping: {patience: 3, min_delta: 0.005}
+eval:
+  samples: {from_eval: 2, max_new_tokens: 24}   # what the model writes at each evaluation"
   export_line="  export: best"
 fi
 if [ "$lora" = 1 ]; then
@@ -406,6 +408,11 @@ echo
 echo "\$ llamafleet attempts $job      # where each start went"
 "$cli" attempts "$job"
 if [ "$state" = SUCCEEDED ]; then
+  if [ -z "$own_data" ]; then
+    echo
+    echo "\$ llamafleet samples $job --latest      # what the model wrote at its last evaluation"
+    "$cli" samples "$job" --latest || true
+  fi
   echo
   echo "exported model: $demo/export/$run"
   ls -l "$demo/export/$run"
