@@ -61,11 +61,14 @@ class FakeJobService(job_pb2_grpc.JobServiceServicer):
         return job_pb2.ListSamplesResponse(samples=[x for x in samples if step in (0, x.step)], steps=[10, 20])
 
 
-class JobStateTest(unittest.TestCase):
+class FakeServiceTest(unittest.TestCase):
+    """A Client connected to FakeJobService on a real local gRPC server."""
+
     @classmethod
     def setUpClass(cls):
+        cls.service = FakeJobService()
         cls.server = grpc.server(concurrent.futures.ThreadPoolExecutor(max_workers=2))
-        job_pb2_grpc.add_JobServiceServicer_to_server(FakeJobService(), cls.server)
+        job_pb2_grpc.add_JobServiceServicer_to_server(cls.service, cls.server)
         port = cls.server.add_insecure_port("127.0.0.1:0")
         cls.server.start()
         cls.client = llamafleet.Client("127.0.0.1:%d" % port, timeout=5)
@@ -75,6 +78,8 @@ class JobStateTest(unittest.TestCase):
         cls.client.close()
         cls.server.stop(None)
 
+
+class JobStateTest(FakeServiceTest):
     def test_states_print_as_names_and_compare_as_numbers(self):
         job = self.client.get("7")
         self.assertEqual(str(job.state), "SUCCEEDED")
@@ -103,21 +108,7 @@ class JobStateTest(unittest.TestCase):
         self.assertEqual(event.to_state, job_pb2.SUCCEEDED)
 
 
-class SamplesAndDpoTest(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.service = FakeJobService()
-        cls.server = grpc.server(concurrent.futures.ThreadPoolExecutor(max_workers=2))
-        job_pb2_grpc.add_JobServiceServicer_to_server(cls.service, cls.server)
-        port = cls.server.add_insecure_port("127.0.0.1:0")
-        cls.server.start()
-        cls.client = llamafleet.Client("127.0.0.1:%d" % port, timeout=5)
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.client.close()
-        cls.server.stop(None)
-
+class SamplesAndDpoTest(FakeServiceTest):
     def test_samples_by_step_latest_and_all(self):
         every = self.client.samples("7")
         self.assertEqual(every.steps, [10, 20])

@@ -19,15 +19,8 @@ class EvalSetsStoreTest : public testing::StoreTest {};
 
 TEST_F(EvalSetsStoreTest, EachSetHasItsHistoryAndOnlyThePrimaryMovesTheBest) {
   std::unique_ptr<JobStore> store = Open();
-  const int64_t job = SubmitSpec(store.get(), testing::SpecBuilder("sets").Build());
-  AttemptRecord a;
-  a.job_id = job;
-  a.attempt = 1;
-  a.master_addr = "10.0.0.1";
-  a.master_port = 29500;
-  a.tasks.push_back(TaskRecord{absl::StrCat(job, "-1-0"), 0, "w1", 1, v1::TASK_STARTING});
-  ASSERT_TRUE(store->WriteAndWait(StartAttemptTxn(std::move(a))).ok());
-  ASSERT_TRUE(store->WriteAndWait(AttemptRunningTxn(job, 1)).ok());
+  const int64_t job = RunningJob(store.get(), "sets");
+  ASSERT_NE(job, 0);
   auto eval = [&](int64_t step, double loss, const std::string& set, bool primary) {
     clock_.Advance(absl::Seconds(1));
     ASSERT_TRUE(

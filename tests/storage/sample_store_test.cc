@@ -25,20 +25,6 @@ namespace {
 
 class SampleStoreTest : public testing::StoreTest {
  protected:
-  // A job running its attempt 1.
-  int64_t RunningJob(JobStore* store) {
-    const int64_t job = SubmitSpec(store, testing::SpecBuilder("samples").Build());
-    AttemptRecord a;
-    a.job_id = job;
-    a.attempt = 1;
-    a.master_addr = "10.0.0.1";
-    a.master_port = 29500;
-    a.tasks.push_back(TaskRecord{absl::StrCat(job, "-1-0"), 0, "w1", 1, v1::TASK_STARTING});
-    EXPECT_TRUE(store->WriteAndWait(StartAttemptTxn(std::move(a))).ok());
-    EXPECT_TRUE(store->WriteAndWait(AttemptRunningTxn(job, 1)).ok());
-    return job;
-  }
-
   static v1::Sample Make(int64_t step, int index, const std::string& text, int attempt = 1) {
     v1::Sample s;
     s.set_attempt(attempt);
@@ -69,7 +55,7 @@ class SampleStoreTest : public testing::StoreTest {
 
 TEST_F(SampleStoreTest, KeepsTheCurrentAttemptsSamplesInRangeAndALaterAttemptReplaces) {
   std::unique_ptr<JobStore> store = Open();
-  const int64_t job = RunningJob(store.get());
+  const int64_t job = RunningJob(store.get(), "samples");
   ASSERT_TRUE(store->WriteAndWait(RecordSampleTxn(job, Make(10, 1, "b"))).ok());
   ASSERT_TRUE(store->WriteAndWait(RecordSampleTxn(job, Make(10, 0, "a"))).ok());
   ASSERT_TRUE(store->WriteAndWait(RecordSampleTxn(job, Make(10, 2, "old attempt", 2))).ok());
@@ -117,7 +103,7 @@ TEST_F(SampleStoreTest, TextsAndScoresAreCutOnACharacterEdge) {
 
 TEST_F(SampleStoreTest, KeepsTheNewestStepsWithinTheStepAndByteBoundsAndGoesWithTheJob) {
   std::unique_ptr<JobStore> store = Open();
-  const int64_t job = RunningJob(store.get());
+  const int64_t job = RunningJob(store.get(), "samples");
   // One transaction for all (each sample is trimmed after as in the coordinator's writes).
   ASSERT_TRUE(store
                   ->WriteAndWait([&](Txn& txn) -> absl::Status {
@@ -136,7 +122,7 @@ TEST_F(SampleStoreTest, KeepsTheNewestStepsWithinTheStepAndByteBoundsAndGoesWith
   EXPECT_EQ(latest->samples(0).step(), kMaxSampleSteps + 5);
 
   // Big samples: the byte bound drops old steps, the newest always stays.
-  const int64_t big_job = RunningJob(store.get());
+  const int64_t big_job = RunningJob(store.get(), "samples");
   const std::string big(kMaxSampleTextBytes, 'x');
   const int per_step = 8;  // 8 x 3 x 16 KiB = 384 KiB a step
   ASSERT_TRUE(store
@@ -167,7 +153,7 @@ TEST_F(SampleStoreTest, KeepsTheNewestStepsWithinTheStepAndByteBoundsAndGoesWith
 // A schema-14 database (before job_samples): migrated, its jobs kept, samples stored.
 TEST_F(SampleStoreTest, MigrationFromSchemaFourteenAddsTheTable) {
   std::unique_ptr<JobStore> store = Open();
-  const int64_t job = RunningJob(store.get());
+  const int64_t job = RunningJob(store.get(), "samples");
   store.reset();
   {
     absl::StatusOr<std::unique_ptr<sqlite::Connection>> conn =

@@ -31,6 +31,10 @@ class StoreTest : public ::testing::Test {
   static int64_t SubmitSpec(JobStore* store, v1::JobSpec spec, const std::string& owner = "alice",
                             const std::string& idempotency_key = "");
 
+  // Submits a job named `name` and starts its attempt 1 on worker "w1" (one task, one
+  // rank), RUNNING; its id (0, with a failure of the test, if the store refuses).
+  static int64_t RunningJob(JobStore* store, const std::string& name = "running");
+
   TempDir dir_;
   FakeClock clock_;
 };
