@@ -458,6 +458,52 @@ std::string Indent(const std::string& text, int spaces) {
   return out;
 }
 
+namespace {
+
+// describe's "Latest metrics" section: the job's latest metrics point, each named eval
+// set's latest evaluation and DPO's rewards ("" when the job has reported no metrics).
+std::string LatestMetricsSection(const v1::Job& job, absl::Time now, const std::vector<v1::EvalPoint>& evals) {
+  if (!job.has_latest_metrics()) return "";
+  const v1::JobSpec& spec = job.spec();
+  const v1::JobMetricsPoint& m = job.latest_metrics();
+  std::vector<std::vector<std::string>> metrics = {
+      {"Step:", m.total_steps() > 0 ? absl::StrCat(m.step(), "/", m.total_steps())
+                                    : absl::StrCat(m.step())},
+      {"Attempt:", absl::StrCat(m.attempt())},
+      {"Loss:", FormatLoss(m.loss())},
+      {"Learning rate:", absl::StrFormat("%.3g", m.lr())},
+      {"Tokens/s:", FormatCount(std::llround(m.tokens_per_second()))},
+  };
+  // An evaluation job trains no step: its metrics are its evaluation's.
+  if (IsEvaluateJob(spec)) metrics = {metrics[1]};
+  if (m.grad_norm() != 0)
+    metrics.push_back({"Grad norm:", absl::StrFormat("%.4g", m.grad_norm())});
+  if (m.tflops() != 0) metrics.push_back({"TFLOPS:", absl::StrFormat("%.1f", m.tflops())});
+  if (m.mfu() != 0) metrics.push_back({"MFU:", absl::StrFormat("%.1f%%", m.mfu() * 100)});
+  if (m.peak_memory_bytes() != 0) {
+    metrics.push_back({"Peak memory:", FormatBytes(m.peak_memory_bytes())});
+  }
+  if (m.has_eval_loss()) {
+    metrics.push_back({"Eval loss:", absl::StrCat(FormatLoss(m.eval_loss()), " after step ", m.eval_step(),
+                                                  " (best ", FormatLoss(m.best_eval_loss()), ")")});
+  }
+  // Named eval sets: each one's latest evaluation (the first's is "Eval loss" above).
+  for (const v1::EvalSet& set : spec.data().eval()) {
+    const v1::EvalPoint* last = nullptr;
+    for (const v1::EvalPoint& e : evals) {
+      if (e.set() == set.name()) last = &e;
+    }
+    if (last == nullptr) continue;
+    metrics.push_back({absl::StrCat("Eval loss (", set.name(), "):"),
+                       absl::StrCat(FormatLoss(last->loss()), " after step ", last->step())});
+  }
+  if (m.has_dpo()) metrics.push_back({"DPO rewards:", DpoRewardsLine(m.dpo())});
+  metrics.push_back({"Reported:", TimeWithDistance(m.time(), now)});
+  return absl::StrCat("Latest metrics:\n", Indent(FormatTable(metrics), 2));
+}
+
+}  // namespace
+
 std::string DescribeJob(const v1::Job& job, const std::vector<v1::JobEvent>& events,
                         const std::vector<v1::Checkpoint>& checkpoints, absl::Time now,
                         const std::vector<v1::Attempt>& attempts, Device device,
@@ -515,43 +561,7 @@ std::string DescribeJob(const v1::Job& job, const std::vector<v1::JobEvent>& eve
     absl::StrAppend(&out, "Pending:\n", Indent(FormatTable(pending), 2));
   }
 
-  if (job.has_latest_metrics()) {
-    const v1::JobMetricsPoint& m = job.latest_metrics();
-    std::vector<std::vector<std::string>> metrics = {
-        {"Step:", m.total_steps() > 0 ? absl::StrCat(m.step(), "/", m.total_steps())
-                                      : absl::StrCat(m.step())},
-        {"Attempt:", absl::StrCat(m.attempt())},
-        {"Loss:", FormatLoss(m.loss())},
-        {"Learning rate:", absl::StrFormat("%.3g", m.lr())},
-        {"Tokens/s:", FormatCount(std::llround(m.tokens_per_second()))},
-    };
-    // An evaluation job trains no step: its metrics are its evaluation's.
-    if (IsEvaluateJob(spec)) metrics = {metrics[1]};
-    if (m.grad_norm() != 0)
-      metrics.push_back({"Grad norm:", absl::StrFormat("%.4g", m.grad_norm())});
-    if (m.tflops() != 0) metrics.push_back({"TFLOPS:", absl::StrFormat("%.1f", m.tflops())});
-    if (m.mfu() != 0) metrics.push_back({"MFU:", absl::StrFormat("%.1f%%", m.mfu() * 100)});
-    if (m.peak_memory_bytes() != 0) {
-      metrics.push_back({"Peak memory:", FormatBytes(m.peak_memory_bytes())});
-    }
-    if (m.has_eval_loss()) {
-      metrics.push_back({"Eval loss:", absl::StrCat(FormatLoss(m.eval_loss()), " after step ", m.eval_step(),
-                                                    " (best ", FormatLoss(m.best_eval_loss()), ")")});
-    }
-    // Named eval sets: each one's latest evaluation (the first's is "Eval loss" above).
-    for (const v1::EvalSet& set : spec.data().eval()) {
-      const v1::EvalPoint* last = nullptr;
-      for (const v1::EvalPoint& e : evals) {
-        if (e.set() == set.name()) last = &e;
-      }
-      if (last == nullptr) continue;
-      metrics.push_back({absl::StrCat("Eval loss (", set.name(), "):"),
-                         absl::StrCat(FormatLoss(last->loss()), " after step ", last->step())});
-    }
-    if (m.has_dpo()) metrics.push_back({"DPO rewards:", DpoRewardsLine(m.dpo())});
-    metrics.push_back({"Reported:", TimeWithDistance(m.time(), now)});
-    absl::StrAppend(&out, "Latest metrics:\n", Indent(FormatTable(metrics), 2));
-  }
+  absl::StrAppend(&out, LatestMetricsSection(job, now, evals));
   absl::StrAppend(&out, SamplesSummary(samples));
 
   absl::StrAppend(&out, "Checkpoints:\n");
